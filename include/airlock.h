@@ -1,0 +1,242 @@
+/* airlock: run untrusted Python in a Linux sandbox, move files in and out safely.
+ *
+ * This header is the whole public API. Every function that can fail returns
+ * >= 0 on success or a negative errno value, and fills the optional error
+ * record with a message that names the path or value at fault. The library
+ * never prints, exits or aborts on bad input.
+ *
+ * Thread safety: a configuration is not thread-safe while it is being built;
+ * once built it may be shared read-only. A sandbox may run code from several
+ * threads at once (each run gets its own copy of the guest). The cache is
+ * thread-safe.
+ */
+#ifndef AIRLOCK_H
+#define AIRLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AIRLOCK_PUBLIC __attribute__((visibility("default")))
+
+#define AIRLOCK_VERSION "0.1.0"
+
+/* ---- errors ------------------------------------------------------------ */
+
+#define AIRLOCK_MESSAGE_MAX 1024
+#define AIRLOCK_PATH_MAX    4096
+
+typedef struct airlock_error {
+        int code;                           /* negative errno, 0 when unset */
+        char message[AIRLOCK_MESSAGE_MAX];  /* one line, names what is at fault */
+        char path[AIRLOCK_PATH_MAX];        /* the path at fault, or "" */
+} airlock_error;
+
+/* Clears an error record (code 0, empty strings). */
+AIRLOCK_PUBLIC void airlock_error_clear(airlock_error *err);
+
+/* ---- limits ------------------------------------------------------------ */
+
+typedef struct airlock_limits {
+        double timeout_s;           /* wall clock of one run (default 30) */
+        double cpu_s;               /* CPU time of one run (default: timeout) */
+        uint64_t memory_bytes;      /* memory of one run (default 512 MiB) */
+        uint32_t pids;              /* processes and threads (default 64) */
+        uint32_t open_files;        /* open file descriptors (default 256) */
+        uint64_t max_file_bytes;    /* largest file the guest may write (default 64 MiB) */
+        uint64_t tmp_bytes;         /* size of /tmp (default 64 MiB) */
+        uint64_t output_fs_bytes;   /* size of /output (default: max_output_total + 1 MiB) */
+        uint64_t max_output_file;   /* capture: one file (default 16 MiB) */
+        uint64_t max_output_total;  /* capture: all files (default 64 MiB) */
+        uint32_t max_output_files;  /* capture: number of files (default 1000) */
+        uint32_t max_output_depth;  /* capture: directory depth (default 64) */
+        uint64_t max_stdout;        /* each of stdout and stderr (default 1 MiB) */
+        uint64_t max_stage_bytes;   /* staging: total bytes (default 1 GiB... see airlock_limits_default) */
+        uint64_t max_stage_files;   /* staging: number of entries (default 100000) */
+        uint32_t max_stage_depth;   /* staging: directory depth (default 256) */
+        double tool_timeout_s;      /* default timeout of a command tool (default 30) */
+        uint64_t http_max_request;  /* HTTP request body (default 16 MiB) */
+        uint64_t http_max_response; /* HTTP response body (default 16 MiB) */
+        double http_timeout_s;      /* HTTP request (default 30) */
+} airlock_limits;
+
+/* Fills every field with its default. */
+AIRLOCK_PUBLIC void airlock_limits_default(airlock_limits *limits);
+
+/* ---- configuration ----------------------------------------------------- */
+
+typedef enum airlock_approval {
+        AIRLOCK_APPROVAL_NEVER = 0,  /* "never_require" */
+        AIRLOCK_APPROVAL_ALWAYS = 1, /* "always_require" */
+} airlock_approval;
+
+/* A host tool implemented in C. args_json is the validated arguments object.
+ * On success return 0 and set *ret_result_json to a malloc'd JSON text. On
+ * failure return a negative value and set *ret_error to a malloc'd message
+ * (it reaches the guest as RuntimeError). */
+typedef int (*airlock_tool_fn)(void *userdata, const char *args_json, char **ret_result_json,
+                               char **ret_error);
+
+typedef struct airlock_tool_def {
+        const char *name;
+        const char *description;
+        const char *parameters_json; /* JSON Schema of the arguments object, or NULL */
+        airlock_approval approval;
+        airlock_tool_fn fn;
+        void *userdata;
+} airlock_tool_def;
+
+typedef struct airlock_config airlock_config;
+
+AIRLOCK_PUBLIC int airlock_config_new(airlock_config **ret, airlock_error *err);
+AIRLOCK_PUBLIC void airlock_config_free(airlock_config *cfg);
+
+/* Stages the contents of dir under /input. */
+AIRLOCK_PUBLIC int airlock_config_set_workspace(airlock_config *cfg, const char *dir,
+                                                airlock_error *err);
+/* Stages host (a file or directory) at /input/path; path NULL means host as
+ * given, normalised. The same normalised path again replaces the host path. */
+AIRLOCK_PUBLIC int airlock_config_add_mount(airlock_config *cfg, const char *host,
+                                            const char *path, airlock_error *err);
+/* Allows outbound HTTP to target; methods is comma-separated or NULL for all. */
+AIRLOCK_PUBLIC int airlock_config_allow(airlock_config *cfg, const char *target,
+                                        const char *methods, airlock_error *err);
+/* Loads host tools declared in a JSON tools file (see DESIGN.md). */
+AIRLOCK_PUBLIC int airlock_config_load_tools(airlock_config *cfg, const char *file,
+                                             airlock_error *err);
+/* Registers a C tool; an existing name is replaced and moves last. */
+AIRLOCK_PUBLIC int airlock_config_add_tool(airlock_config *cfg, const airlock_tool_def *def,
+                                           airlock_error *err);
+AIRLOCK_PUBLIC int airlock_config_remove_tool(airlock_config *cfg, const char *name,
+                                              airlock_error *err);
+AIRLOCK_PUBLIC int airlock_config_set_limits(airlock_config *cfg, const airlock_limits *limits,
+                                             airlock_error *err);
+AIRLOCK_PUBLIC void airlock_config_get_limits(const airlock_config *cfg, airlock_limits *ret);
+AIRLOCK_PUBLIC int airlock_config_add_preload(airlock_config *cfg, const char *module,
+                                              airlock_error *err);
+AIRLOCK_PUBLIC void airlock_config_set_approval(airlock_config *cfg, airlock_approval mode);
+/* always when the base mode is always or any registered tool is; else never. */
+AIRLOCK_PUBLIC airlock_approval airlock_config_effective_approval(const airlock_config *cfg);
+
+/* ---- results ----------------------------------------------------------- */
+
+typedef enum airlock_status {
+        AIRLOCK_STATUS_OK = 0,
+        AIRLOCK_STATUS_ERROR,
+        AIRLOCK_STATUS_TIMEOUT,
+        AIRLOCK_STATUS_MEMORY,
+        AIRLOCK_STATUS_KILLED,
+} airlock_status;
+
+AIRLOCK_PUBLIC const char *airlock_status_name(airlock_status status);
+
+typedef struct airlock_file {
+        char *path;       /* "/output/rel/name" */
+        char *media_type; /* from /etc/mime.types, else application/octet-stream */
+        uint64_t size;
+        unsigned char *data;
+} airlock_file;
+
+typedef struct airlock_refusal {
+        char *path;   /* "/output/rel/name"; bad UTF-8 bytes shown as U+FFFD */
+        char *reason; /* "symlink", "not a regular file", "too large", ... */
+} airlock_refusal;
+
+typedef struct airlock_result {
+        bool success;
+        airlock_status status;
+        int exit_code;
+        char *stdout_data;
+        size_t stdout_len;
+        bool stdout_truncated;
+        char *stderr_data;
+        size_t stderr_len;
+        bool stderr_truncated;
+        airlock_file *files; /* sorted by path, byte order */
+        size_t n_files;
+        airlock_refusal *refused;
+        size_t n_refused;
+        char *error_message; /* on failure: what failed, or which limit and its value */
+        double duration_ms;
+} airlock_result;
+
+AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
+/* The result JSON of DESIGN.md, "contents" included. Returns malloc'd text or NULL. */
+AIRLOCK_PUBLIC char *airlock_result_to_json(const airlock_result *result);
+
+/* ---- sandbox ----------------------------------------------------------- */
+
+typedef struct airlock_sandbox airlock_sandbox;
+
+/* Stages the inputs, starts the isolated template interpreter (after preloads
+ * and a warm-up) and a first copy. Returns -ENOSYS, -EPERM, ... with a message
+ * naming the missing kernel feature when isolation cannot be set up. */
+AIRLOCK_PUBLIC int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret,
+                                       airlock_error *err);
+/* Runs code in a fresh copy of the template. A failing run is not an error:
+ * it returns 0 with result->success false. Negative only when the run could
+ * not be carried out at all. */
+AIRLOCK_PUBLIC int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
+                                       airlock_result **ret, airlock_error *err);
+/* Options of one run. cancel_fd: when it becomes readable (an eventfd or a
+ * pipe), the run is stopped and ends with status "killed"; -1 for none. */
+typedef struct airlock_run_options {
+        int cancel_fd;
+} airlock_run_options;
+
+AIRLOCK_PUBLIC int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
+                                          const airlock_run_options *opts, airlock_result **ret,
+                                          airlock_error *err);
+/* Closes the sandbox: kills every process, closes every fd, removes staging. */
+AIRLOCK_PUBLIC void airlock_sandbox_close(airlock_sandbox *sb);
+
+/* Sessions keep state across runs (a notebook-style kernel). */
+typedef struct airlock_session airlock_session;
+typedef struct airlock_snapshot airlock_snapshot;
+
+AIRLOCK_PUBLIC int airlock_session_open(airlock_sandbox *sb, airlock_session **ret,
+                                        airlock_error *err);
+AIRLOCK_PUBLIC int airlock_session_run(airlock_session *s, const char *code, size_t len,
+                                       airlock_result **ret, airlock_error *err);
+/* Takes a snapshot of the session's current interpreter state. */
+AIRLOCK_PUBLIC int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret,
+                                            airlock_error *err);
+/* Replaces the session's state with the snapshot's. */
+AIRLOCK_PUBLIC int airlock_session_restore(airlock_session *s, airlock_snapshot *snap,
+                                           airlock_error *err);
+AIRLOCK_PUBLIC void airlock_snapshot_free(airlock_snapshot *snap);
+AIRLOCK_PUBLIC void airlock_session_close(airlock_session *s);
+
+/* ---- tool surface ------------------------------------------------------ */
+
+/* The execute_code tool description and agent instructions, generated from
+ * the live configuration. Both malloc'd. */
+AIRLOCK_PUBLIC int airlock_describe(const airlock_config *cfg, char **ret_description,
+                                    char **ret_instructions, airlock_error *err);
+/* {"name","description","input_schema","instructions","approval_mode"} */
+AIRLOCK_PUBLIC char *airlock_describe_json(const airlock_config *cfg, airlock_error *err);
+
+/* A cache of sandboxes keyed by configuration fingerprint, LRU-evicted. */
+typedef struct airlock_cache airlock_cache;
+
+AIRLOCK_PUBLIC int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s,
+                                     airlock_cache **ret, airlock_error *err);
+/* Runs code in the cached sandbox for cfg, creating it (or rebuilding a stale
+ * or broken one) as needed. Thread-safe. */
+AIRLOCK_PUBLIC int airlock_cache_run(airlock_cache *cache, const airlock_config *cfg,
+                                     const char *code, size_t len, airlock_result **ret,
+                                     airlock_error *err);
+AIRLOCK_PUBLIC int airlock_cache_run_ex(airlock_cache *cache, const airlock_config *cfg,
+                                        const char *code, size_t len,
+                                        const airlock_run_options *opts, airlock_result **ret,
+                                        airlock_error *err);
+AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

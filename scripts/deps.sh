@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages airlock needs to build and test. Called by the
+# Makefile whenever a required header, library or tool is missing, so that
+# `make demo` and `make check` work on a fresh machine. It is idempotent and
+# quiet when everything is already present.
+#
+# Usage: scripts/deps.sh [build|check|bench|fuzz]
+set -euo pipefail
+
+profile=${1:-build}
+
+build_pkgs=(build-essential pkg-config libseccomp-dev libjansson-dev
+            libcurl4-openssl-dev libpython3-dev python3 media-types)
+check_pkgs=(libcmocka-dev clang-format nodejs iproute2)
+bench_pkgs=(bubblewrap firejail gnutls-bin)
+fuzz_pkgs=(clang libclang-rt-14-dev)
+
+pkgs=("${build_pkgs[@]}")
+case "$profile" in
+build) ;;
+check) pkgs+=("${check_pkgs[@]}") ;;
+bench) pkgs+=("${check_pkgs[@]}" "${bench_pkgs[@]}") ;;
+fuzz) pkgs+=("${check_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
+*) echo "deps.sh: unknown profile '$profile' (build, check, bench or fuzz)" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+# npm ships inside some builds of the nodejs package; ask for Debian's npm
+# package only when the command itself is missing.
+if [ "$profile" != build ] && ! command -v npm >/dev/null 2>&1; then
+    missing+=(npm)
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "airlock needs these Debian packages: ${missing[*]}" >&2
+    echo "run as root: apt-get update && apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+
+echo "deps.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# A fresh machine has no package lists yet; refresh them once if the install fails.
+if ! apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+    apt-get update >/dev/null
+    apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,29 @@
+/* The configuration behind airlock_config: what a sandbox is made of. */
+#ifndef AIRLOCK_CONFIG_H
+#define AIRLOCK_CONFIG_H
+
+#include "airlock.h"
+#include "netpolicy.h"
+#include "tools.h"
+
+typedef struct config_mount {
+        char *host; /* as given by the caller */
+        char *dest; /* normalised relative path under /input */
+} config_mount;
+
+struct airlock_config {
+        char *workspace; /* NULL: none */
+        config_mount *mounts;
+        size_t n_mounts;
+        net_allowlist *allow;
+        tool_registry *tools;
+        airlock_limits limits;
+        char **preloads;
+        size_t n_preloads;
+        airlock_approval approval;
+};
+
+/* Deep copy, so that a sandbox keeps the configuration it was made from. */
+int config_clone(const airlock_config *cfg, airlock_config **ret, airlock_error *err);
+
+#endif

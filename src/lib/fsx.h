@@ -1,0 +1,97 @@
+/* File transfer core: safe opens beneath a directory fd, staging host trees
+ * into the sandbox's /input, tree signatures, capture of /output, clearing.
+ *
+ * Every function here walks untrusted trees through directory fds only: it
+ * never builds a path string and resolves it again later, never follows a
+ * symlink, and checks the type and identity of what it opened on the open fd.
+ */
+#ifndef AIRLOCK_FSX_H
+#define AIRLOCK_FSX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "airlock.h"
+
+/* Opens relpath beneath dirfd without following any symlink or magic link in
+ * any component and without leaving the tree ("..", absolute paths refused).
+ * Uses openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS) and
+ * falls back to a component-by-component O_NOFOLLOW walk when the kernel
+ * answers ENOSYS (or when fsx_force_fallback is set). O_CLOEXEC is added.
+ * Returns the fd or -errno (-ELOOP for a symlink, -EXDEV for an escape). */
+int fsx_open_beneath(int dirfd, const char *relpath, int flags, mode_t mode);
+
+/* Test knob: when true, fsx_open_beneath never tries openat2. */
+extern bool fsx_force_fallback;
+
+/* Normalises a mount path (--mount HOST:PATH): trim white space, '\' to '/',
+ * drop empty and "." parts and one leading "input" part; ".." anywhere is an
+ * error, and so is nothing left. On success *ret is a malloc'd relative path
+ * like "data/x.csv" (never empty, no leading '/'). */
+int fsx_normalize_mount_path(const char *in, char **ret, airlock_error *err);
+
+typedef struct fsx_limits {
+        uint64_t max_bytes;  /* total bytes of regular files */
+        uint64_t max_files;  /* entries of every kind */
+        uint32_t max_depth;  /* directory depth below the root */
+        uint64_t max_file;   /* one file (capture only; 0: no separate cap) */
+} fsx_limits;
+
+typedef struct fsx_source {
+        const char *host_path; /* the workspace directory, or a mount's file or directory */
+        const char *dest;      /* normalised destination; NULL for the workspace */
+} fsx_source;
+
+typedef struct fsx_stage_stats {
+        uint64_t files, dirs, bytes, skipped;
+} fsx_stage_stats;
+
+/* Stages sources into the empty directory dest_dirfd: the workspace's
+ * children first (sorted by name), then each mount in order at its dest.
+ * Any symlink anywhere fails the whole staging with an error naming its path;
+ * sockets, FIFOs and devices are skipped; mount points inside a tree are not
+ * crossed; collisions between sources are errors. Files are copied from the
+ * fd whose type and identity were checked, with mode (plus u+r, and u+rx on
+ * directories) and times kept. When owner is not (uid_t)-1 every created
+ * entry is chowned to owner:group. Caps in lim are clear errors. */
+int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const fsx_limits *lim,
+              uid_t owner, gid_t group, fsx_stage_stats *ret_stats, airlock_error *err);
+
+#define FSX_SIGNATURE_HEX 33 /* 128-bit digest as hex, NUL included */
+
+/* Signature of the tree at host_path (file or directory), for cache staleness:
+ * the same walk and refusal of links as fsx_stage, over relative path, type,
+ * size, mtime in ns and inode, and the content hash of every file under
+ * content_threshold bytes. ret_hex receives 32 hex digits. */
+int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
+                       char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
+
+/* Captures the regular files below out_dirfd (the run's /output, after every
+ * guest process has ended). Links and non-regular files are refused and never
+ * followed or opened in a way that can block; caps per file, total, count and
+ * depth; names that are not UTF-8 refused; a file that changes while read is
+ * refused. Files are sorted by path, paths are "/output/...", media types come
+ * from fsx_media_type. The refusal list is capped at 100 entries plus one
+ * that says how many more there were. Out-params untouched on failure. */
+int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, size_t *ret_n_files,
+                airlock_refusal **ret_refused, size_t *ret_n_refused, airlock_error *err);
+
+/* Media type of a file name from /etc/mime.types (read once, thread-safe),
+ * else "application/octet-stream". Never NULL. */
+const char *fsx_media_type(const char *name);
+
+/* Empties the directory dirfd: unlinks links without touching their targets,
+ * removes FIFOs, sockets, devices and directories of any depth without
+ * recursion limits. Continues past entries it cannot remove and reports the
+ * first error at the end. */
+int fsx_clear_dir(int dirfd, airlock_error *err);
+
+/* Removes the entry name in parentfd, whatever it is, as fsx_clear_dir does. */
+int fsx_remove_at(int parentfd, const char *name, airlock_error *err);
+
+/* Frees capture results. */
+void fsx_files_free(airlock_file *files, size_t n);
+void fsx_refused_free(airlock_refusal *refused, size_t n);
+
+#endif

@@ -1,0 +1,78 @@
+/* Host tools: the registry, the tools file, argument validation and dispatch
+ * to C callbacks or to commands. */
+#ifndef AIRLOCK_TOOLS_H
+#define AIRLOCK_TOOLS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "airlock.h"
+
+#define TOOLS_MAX_PAYLOAD   (1u << 20) /* arguments of one call, as JSON */
+#define TOOLS_MAX_RESULT    (16u << 20) /* stdout of a command tool */
+#define TOOLS_MAX_TOOLS     256
+
+typedef struct tool_info {
+        char *name;
+        char *description;
+        json_t *parameters;   /* JSON Schema object, never NULL ({"type":"object"}) */
+        airlock_approval approval;
+        /* Exactly one of fn or argv is set. */
+        airlock_tool_fn fn;
+        void *userdata;
+        char **argv;          /* NULL-terminated, argv[0] absolute or resolved */
+        int cwd_fd;           /* the tools file's folder for command tools, else -1 */
+        double timeout_s;     /* command tools */
+} tool_info;
+
+typedef struct tool_registry tool_registry;
+
+int toolreg_new(tool_registry **ret, airlock_error *err);
+void toolreg_free(tool_registry *reg);
+/* Deep copy (for configuration copies held by a cached sandbox). */
+int toolreg_clone(const tool_registry *reg, tool_registry **ret, airlock_error *err);
+
+/* Registers a C tool. Rules: a name already present is replaced and moves
+ * last; "execute_code" is refused; names are 1-64 chars of [A-Za-z0-9_.-];
+ * parameters must parse as a JSON object. */
+int toolreg_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err);
+/* Loads a tools file (DESIGN.md "Tools file"): relative commands resolve
+ * against the file's folder; every error names the file and the tool. */
+int toolreg_load_file(tool_registry *reg, const char *path, double default_timeout_s,
+                      airlock_error *err);
+/* Removing an unknown name is -ENOENT naming it. */
+int toolreg_remove(tool_registry *reg, const char *name, airlock_error *err);
+
+size_t toolreg_count(const tool_registry *reg);
+const tool_info *toolreg_get(const tool_registry *reg, size_t i);
+const tool_info *toolreg_find(const tool_registry *reg, const char *name);
+/* True when any registered tool requires approval. */
+bool toolreg_any_requires_approval(const tool_registry *reg);
+
+/* Validates args against the tool's parameters: an object; required keys
+ * present; known keys of the declared JSON type ("string", "number",
+ * "integer", "boolean", "object", "array", "null", or a list of them); no
+ * unknown keys; serialised size within TOOLS_MAX_PAYLOAD. The message names
+ * the tool, the argument and what was expected. */
+int tools_validate(const tool_info *tool, const json_t *args, airlock_error *err);
+
+/* Kinds of failure a call can end in; the guest maps them to exceptions. */
+typedef enum tool_fail {
+        TOOL_OK = 0,
+        TOOL_FAIL_INVALID,  /* unknown tool or bad arguments: ValueError in the guest */
+        TOOL_FAIL_RUNTIME,  /* the tool ran and failed: RuntimeError in the guest */
+} tool_fail;
+
+/* Validates and runs the named tool. On success *ret_result holds the result
+ * (any JSON value). On failure returns TOOL_FAIL_* and *ret_message holds a
+ * malloc'd message. A command tool that crashes, hangs past its timeout,
+ * prints something that is not one JSON value, or prints more than
+ * TOOLS_MAX_RESULT is a TOOL_FAIL_RUNTIME, never a hang. Thread-safe. */
+tool_fail toolreg_call(const tool_registry *reg, const char *name, const json_t *args,
+                       json_t **ret_result, char **ret_message);
+
+/* A canonical JSON description of every tool (names, descriptions, schemas,
+ * approval, commands and timeouts, callback addresses) for fingerprints. */
+char *toolreg_fingerprint_text(const tool_registry *reg);
+
+#endif
