@@ -1,0 +1,54 @@
+"""A small harness for black-box tests that drive the built airlock binary.
+
+Each test module defines functions named test_*; run() calls each in order,
+prints one line per test and a closing line "NAME: N passed, N failed".
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+AIRLOCK = os.environ.get("AIRLOCK") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "airlock")
+
+
+def airlock(*args, input=None, timeout=120, env=None):
+    """Runs the airlock binary; returns CompletedProcess with text output."""
+    return subprocess.run([AIRLOCK, *args], input=input, capture_output=True,
+                          timeout=timeout, text=True, env=env)
+
+
+def run_json(code, *args, timeout=120):
+    """airlock run --json -c CODE ARGS...; returns (exit status, result dict)."""
+    p = airlock("run", "--json", "-c", code, *args, timeout=timeout)
+    try:
+        return p.returncode, json.loads(p.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"not JSON (rc {p.returncode}): {p.stdout[:500]!r} {p.stderr[:500]!r}")
+
+
+def tmpdir():
+    return tempfile.mkdtemp(prefix="airlock-test-")
+
+
+def run(name=None):
+    name = name or os.path.splitext(os.path.basename(sys.modules["__main__"].__file__))[0]
+    tests = [(n, f) for n, f in vars(sys.modules["__main__"]).items()
+             if n.startswith("test_") and callable(f)]
+    only = os.environ.get("ONLY")
+    passed = failed = 0
+    for n, f in tests:
+        if only and only not in n:
+            continue
+        try:
+            f()
+            passed += 1
+            print(f"ok {n}", flush=True)
+        except Exception:
+            failed += 1
+            print(f"not ok {n}", flush=True)
+            traceback.print_exc()
+    print(f"{name}: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Runs every test tier and ends with one closing line, "check: N passed, N failed".
+#   1. unit tests (cmocka), each in its own process with a time limit;
+#   2. the file-transfer tests again with openat2 forced to fail (ENOSYS), so
+#      the component-by-component fallback is exercised on every run;
+#   3. black-box tests that drive the built airlock binary (tests/blackbox);
+#   4. the MCP server driven by the official TypeScript SDK (tests/mcp);
+#   5. fuzz corpus and crash replays;
+#   6. the format check.
+# Usage: tests/run.sh BUILD_DIR
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+export AIRLOCK="$PWD/$build/airlock" AIRLOCK_BUILD="$PWD/$build"
+passed=0 failed=0 failures=()
+
+record() { # name rc
+    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$1"); fi
+}
+
+# A tier's own tally: lines "NAME: N passed, N failed" add to the totals.
+run_counted() { # name cmd...
+    local name=$1; shift
+    local out rc
+    out=$(mktemp)
+    timeout 1200 "$@" >"$out" 2>&1
+    rc=$?
+    local line
+    line=$(grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
+    if [ -n "$line" ]; then
+        local p f
+        p=$(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line")
+        f=$(sed -E 's/.*passed, ([0-9]+) failed.*/\1/' <<<"$line")
+        passed=$((passed + p)); failed=$((failed + f))
+        if [ "$f" -gt 0 ] || [ $rc -ne 0 ]; then
+            [ "$f" -eq 0 ] && failed=$((failed + 1))
+            failures+=("$name"); cat "$out"
+        fi
+        echo "$line"
+    else
+        record "$name" $rc
+        [ $rc -ne 0 ] && cat "$out"
+        echo "$name: $([ $rc -eq 0 ] && echo ok || echo FAILED rc=$rc)"
+    fi
+    rm -f "$out"
+}
+
+# cmocka prints "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s)".
+run_cmocka() { # name cmd...
+    local name=$1; shift
+    local out rc
+    out=$(mktemp)
+    timeout 600 "$@" >"$out" 2>&1
+    rc=$?
+    local p f
+    p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$out" | sed -E 's/.* ([0-9]+) test.*/\1/' | tail -1)
+    f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$out" | sed -E 's/.* ([0-9]+) test.*/\1/' | tail -1)
+    p=${p:-0}; f=${f:-0}
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+    if [ "$f" -gt 0 ]; then failures+=("$name"); cat "$out"; fi
+    echo "$name: $p passed, $f failed"
+    rm -f "$out"
+}
+
+echo "== unit tests"
+for t in "$build"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_cmocka "$(basename "$t")" "$t"
+done
+
+echo "== file transfer tests with openat2 forced to ENOSYS"
+if [ -x "$build/tests/no_openat2" ]; then
+    for t in "$build"/tests/test_fsx*; do
+        [ -x "$t" ] || continue
+        run_cmocka "$(basename "$t")[no-openat2]" "$build/tests/no_openat2" "$t"
+    done
+fi
+
+echo "== black-box tests"
+for t in tests/blackbox/test_*.py; do
+    [ -f "$t" ] || continue
+    run_counted "$(basename "$t" .py)" /usr/bin/python3 "$t"
+done
+
+echo "== MCP tests with the official SDK client"
+if [ -f tests/mcp/package.json ]; then
+    if [ ! -d tests/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+        (cd tests/mcp && npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
+            echo "npm install in tests/mcp failed"
+    fi
+    for t in tests/mcp/test_*.mjs; do
+        [ -f "$t" ] || continue
+        run_counted "$(basename "$t" .mjs)" node "$t"
+    done
+fi
+
+echo "== fuzz corpus replays"
+for t in "$build"/fuzz/replay_*; do
+    [ -x "$t" ] || continue
+    run_counted "$(basename "$t")" "$t"
+done
+
+echo "== format check"
+if make --no-print-directory format-check >/dev/null 2>&1; then record format 0; echo "format: ok"
+else record format 1; echo "format: FAILED (run make format)"; fi
+
+if [ ${#failures[@]} -gt 0 ]; then echo "failed: ${failures[*]}"; fi
+echo "check: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
