@@ -1,0 +1,44 @@
+/* The airlock command line: one file per command, sharing the option parser. */
+#ifndef AIRLOCK_CLI_H
+#define AIRLOCK_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "airlock.h"
+
+typedef enum cli_command {
+        CLI_RUN,
+        CLI_MCP,
+        CLI_DESCRIBE,
+} cli_command;
+
+typedef struct cli_options {
+        airlock_config *cfg; /* built from the configuration options */
+        const char *code;    /* run: -c CODE */
+        const char *file;    /* run: FILE ("-" or NULL with no -c: standard input) */
+        const char *output_dir;
+        bool json;
+        bool yes;
+} cli_options;
+
+/* Parses argv (argv[0] is the command name) into ret. Configuration errors
+ * fill err and return < 0; --help returns 1 after printing nothing (the
+ * caller prints usage). */
+int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, airlock_error *err);
+void cli_options_free(cli_options *o);
+void cli_usage(FILE *f);
+
+int cmd_run(int argc, char **argv);
+int cmd_mcp(int argc, char **argv);
+int cmd_describe(int argc, char **argv);
+
+/* Exit status of every command, as DESIGN.md. */
+enum {
+        EXIT_OK = 0,
+        EXIT_CODE_FAILED = 1,
+        EXIT_USAGE = 2,
+        EXIT_SANDBOX = 3,
+};
+
+#endif

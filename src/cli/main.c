@@ -1,0 +1,30 @@
+/* airlock: the command line. Each command lives in its own file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+int main(int argc, char **argv)
+{
+        if (argc < 2) {
+                cli_usage(stderr);
+                return EXIT_USAGE;
+        }
+        const char *cmd = argv[1];
+        if (strcmp(cmd, "run") == 0)
+                return cmd_run(argc - 1, argv + 1);
+        if (strcmp(cmd, "mcp") == 0)
+                return cmd_mcp(argc - 1, argv + 1);
+        if (strcmp(cmd, "describe") == 0)
+                return cmd_describe(argc - 1, argv + 1);
+        if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+                printf("airlock %s\n", AIRLOCK_VERSION);
+                return EXIT_OK;
+        }
+        if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+                cli_usage(stdout);
+                return EXIT_OK;
+        }
+        fprintf(stderr, "airlock: unknown command '%s' (run, mcp, describe, version)\n", cmd);
+        return EXIT_USAGE;
+}
