@@ -14,7 +14,9 @@ typedef struct allow_entry {
         char *host;     /* lower case; IPv6 literals without brackets */
         int port;       /* 0: the scheme's default */
         char *path;     /* "" or a prefix like "/api" (no trailing '/') */
-        char **methods; /* upper case, sorted, unique; NULL-terminated; never empty */
+        char **methods; /* upper case, sorted, unique; NULL-terminated; never empty.
+                         * The single method "*" means every method but CONNECT
+                         * and TRACE (what a NULL method list asks for). */
         size_t n_methods;
 } allow_entry;
 
@@ -40,13 +42,24 @@ typedef struct url_parts {
         char *host;   /* lower case; IPv6 without brackets */
         int port;     /* explicit or the scheme's default */
         char *path;   /* starts with '/'; query and fragment excluded */
+        char *query;  /* the text after '?' (fragment excluded), or NULL */
         bool host_is_ip;
 } url_parts;
 
-/* Parses an absolute http(s) URL strictly (no userinfo, no spaces or control
- * characters, valid port). */
+/* Parses an absolute http(s) URL strictly: no userinfo, no spaces, control
+ * or non-ASCII characters, no backslashes, a port in 1-65535, a non-empty
+ * host; percent-escapes must be well formed. Host names that only look like
+ * numbers ("2130706433", "0x7f.1", "0177.0.0.1") are refused: an address must
+ * be a canonical dotted quad or a bracketed IPv6 literal, so that no other
+ * parser can read the host as an address this one did not check. Paths with
+ * "." or ".." segments, also percent-encoded ("%2e%2e", "..%2f"), are refused
+ * so that a path prefix rule cannot be escaped. The fragment is dropped. */
 int url_parse(const char *url, url_parts *ret, airlock_error *err);
 void url_parts_free(url_parts *u);
+/* The URL again, normalised: scheme://host[:port]path[?query], the port only
+ * when it is not the scheme's default (always with always_port), IPv6 in
+ * brackets. Malloc'd, NULL when out of memory. */
+char *url_format(const url_parts *u, bool with_query, bool always_port);
 
 /* Checks a request. Returns 0 and the matching entry, or -EACCES with a
  * message naming the method, the URL and the entry that would allow it. */
