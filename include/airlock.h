@@ -30,8 +30,16 @@ extern "C" {
 #define AIRLOCK_MESSAGE_MAX 1024
 #define AIRLOCK_PATH_MAX    4096
 
+/* Where an error comes from; the command line maps it to its exit status. */
+typedef enum airlock_error_kind {
+        AIRLOCK_ERROR_INPUT = 0,   /* bad input, configuration or staging (exit 2) */
+        AIRLOCK_ERROR_SANDBOX = 1, /* isolation unavailable: a kernel feature is missing (exit 3) */
+        AIRLOCK_ERROR_RUN = 2,     /* a run could not be carried out (the sandbox broke) */
+} airlock_error_kind;
+
 typedef struct airlock_error {
         int code;                           /* negative errno, 0 when unset */
+        airlock_error_kind kind;
         char message[AIRLOCK_MESSAGE_MAX];  /* one line, names what is at fault */
         char path[AIRLOCK_PATH_MAX];        /* the path at fault, or "" */
 } airlock_error;

@@ -1,0 +1,158 @@
+"""The airlock guest runtime: the functions a guest's code can call, and the
+runner that executes its code as a script.
+
+This module is compiled into the library and executed once inside the
+sandbox's template interpreter, before the snapshot. Every run is a fresh
+copy of that interpreter, so nothing defined by one run's code survives into
+the next. The host side of every call is untrusted-input-proof; this side
+only has to be convenient and honest.
+"""
+import base64 as _base64
+import builtins as _builtins
+import json as _json
+import sys as _sys
+import types as _types
+
+import _airlock  # the native channel to the host (see guestpy.c)
+
+__all__ = ["call_tool", "http_get", "http_post", "http_request"]
+
+_EXCEPTIONS = {
+    "permission": PermissionError,
+    "invalid": ValueError,
+    "runtime": RuntimeError,
+    "os": OSError,
+    "timeout": TimeoutError,
+}
+
+
+def _request(msg):
+    reply = _json.loads(_airlock.call(_json.dumps(msg, ensure_ascii=False).encode("utf-8")))
+    if reply.get("ok"):
+        return reply.get("result")
+    exc = _EXCEPTIONS.get(reply.get("kind"), RuntimeError)
+    raise exc(reply.get("error", "the host refused the request"))
+
+
+def call_tool(name, *args, **kwargs):
+    """Calls the host tool `name` with keyword arguments; returns its JSON
+    result as Python values. A tool failure raises RuntimeError."""
+    if args:
+        raise TypeError(
+            f"call_tool({name!r}, ...) takes keyword arguments only: "
+            f"call_tool({name!r}, key=value, ...)")
+    if not isinstance(name, str):
+        raise TypeError("call_tool: the tool name must be a string")
+    return _request({"op": "tool", "name": name, "args": kwargs})
+
+
+def http_request(method, url, headers=None, body=None):
+    """Sends an HTTP request through the host's allow-list; returns
+    {"status", "headers", "body"} (body is str when it is UTF-8, else bytes).
+    A request outside the allow-list raises PermissionError."""
+    if not isinstance(method, str) or not isinstance(url, str):
+        raise TypeError("http_request(method, url): method and url must be strings")
+    if body is None:
+        raw = b""
+    elif isinstance(body, str):
+        raw = body.encode("utf-8")
+    elif isinstance(body, (bytes, bytearray, memoryview)):
+        raw = bytes(body)
+    else:
+        raw = _json.dumps(body).encode("utf-8")
+    hdrs = {}
+    for k, v in (headers or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError("http headers must map strings to strings")
+        hdrs[k] = v
+    res = _request({"op": "http", "method": method.upper(), "url": url, "headers": hdrs,
+                    "body_base64": _base64.b64encode(raw).decode("ascii")})
+    data = _base64.b64decode(res.get("body_base64", ""))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data
+    return {"status": res.get("status"), "headers": res.get("headers", {}), "body": text}
+
+
+def http_get(url, headers=None):
+    return http_request("GET", url, headers=headers)
+
+
+def http_post(url, body="", content_type="application/json", headers=None):
+    h = dict(headers or {})
+    if not any(k.lower() == "content-type" for k in h):
+        h["Content-Type"] = content_type
+    return http_request("POST", url, headers=h, body=body)
+
+
+def _run(code):
+    """Runs code as the __main__ script. Returns (status, exit_code), where
+    status is "ok", "error" or "memory"."""
+    import traceback
+    main = _types.ModuleType("__main__")
+    main.__dict__.update({"__builtins__": _builtins, "call_tool": call_tool,
+                          "http_get": http_get, "http_post": http_post,
+                          "http_request": http_request})
+    _sys.modules["__main__"] = main
+    status, exit_code = "ok", 0
+    try:
+        compiled = compile(code, "<code>", "exec", dont_inherit=True)
+        exec(compiled, main.__dict__)
+    except SystemExit as e:
+        c = e.code
+        if c is None:
+            exit_code = 0
+        elif isinstance(c, int):
+            exit_code = c & 0xff if c else 0
+            if c and not exit_code:
+                exit_code = 1
+        else:
+            try:
+                print(c, file=_sys.stderr)
+            except Exception:
+                pass
+            exit_code = 1
+        status = "ok" if exit_code == 0 else "error"
+    except MemoryError:
+        status, exit_code = "memory", 1
+        try:
+            _sys.stderr.write("MemoryError: the run exceeded its memory limit\n")
+        except Exception:
+            pass
+    except BaseException:
+        status, exit_code = "error", 1
+        try:
+            etype, value, tb = _sys.exc_info()
+            # Drop the runner's own frame so the traceback starts at the code.
+            traceback.print_exception(etype, value, tb.tb_next if tb else None)
+        except MemoryError:
+            status = "memory"
+    for stream in (_sys.stdout, _sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    return status, exit_code
+
+
+def _after_fork():
+    """Reseeds every per-process secret of a fresh copy."""
+    import random
+    random.seed()
+    try:
+        import tempfile
+        tempfile._name_sequence = None
+    except Exception:
+        pass
+
+
+def _install():
+    mod = _types.ModuleType("airlock")
+    mod.__doc__ = "Host functions of the airlock sandbox."
+    for name in __all__:
+        setattr(mod, name, globals()[name])
+    _sys.modules["airlock"] = mod
+    # Make the functions available to code that does not import them.
+    for name in __all__:
+        setattr(_builtins, name, globals()[name])

@@ -11,6 +11,7 @@ void airlock_error_clear(airlock_error *err)
         if (!err)
                 return;
         err->code = 0;
+        err->kind = AIRLOCK_ERROR_INPUT;
         err->message[0] = '\0';
         err->path[0] = '\0';
 }

@@ -1,0 +1,275 @@
+/* airlock run: run code once in a fresh sandbox and report the result. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "util.h"
+
+#define CODE_CAP (16u << 20)
+
+static int cancel_pipe[2] = {-1, -1};
+
+/* SIGINT and SIGTERM cancel the run; the normal path then closes the
+ * sandbox, so no process or staging directory outlives us. */
+static void on_signal(int sig)
+{
+        (void)sig;
+        if (cancel_pipe[1] >= 0)
+                (void)!write(cancel_pipe[1], "x", 1);
+}
+
+/* Reads all of fd up to CODE_CAP bytes; more is an error. */
+static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airlock_error *err)
+{
+        dynbuf b;
+        dynbuf_init(&b, CODE_CAP);
+        char buf[65536];
+        for (;;) {
+                ssize_t n = read(fd, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        int e = errno;
+                        dynbuf_free(&b);
+                        return al_error(err, -e, what, "cannot read %s: %s", what, strerror(e));
+                }
+                if (n == 0)
+                        break;
+                if (dynbuf_append(&b, buf, (size_t)n) < 0) {
+                        dynbuf_free(&b);
+                        return al_error(err, -E2BIG, what, "%s is larger than the cap of %u MiB",
+                                        what, CODE_CAP >> 20);
+                }
+        }
+        *ret = dynbuf_take(&b, ret_len);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int load_code(const cli_options *o, char **ret, size_t *ret_len, airlock_error *err)
+{
+        if (o->code) {
+                size_t len = strlen(o->code);
+                if (len > CODE_CAP)
+                        return al_error(err, -E2BIG, NULL, "-c: the code is larger than %u MiB",
+                                        CODE_CAP >> 20);
+                *ret = strdup(o->code);
+                *ret_len = len;
+                return *ret ? 0 : -ENOMEM;
+        }
+        if (!o->file || strcmp(o->file, "-") == 0)
+                return read_code(STDIN_FILENO, "standard input", ret, ret_len, err);
+        int fd = open(o->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+                return al_error(err, -errno, o->file, "cannot open %s: %m", o->file);
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+                close(fd);
+                return al_error(err, -EINVAL, o->file, "%s is not a regular file", o->file);
+        }
+        int r = read_code(fd, o->file, ret, ret_len, err);
+        close(fd);
+        return r;
+}
+
+/* Asks on the terminal whether to run code that needs approval. */
+static bool ask_approval(const char *code)
+{
+        FILE *tty = fopen("/dev/tty", "r+e");
+        if (!tty)
+                return false;
+        fprintf(tty, "airlock: this code needs approval before it runs:\n"
+                     "----------------------------------------\n%s\n"
+                     "----------------------------------------\n"
+                     "Run it? [y/N] ",
+                code);
+        fflush(tty);
+        char line[16] = "";
+        bool yes = fgets(line, sizeof(line), tty) && (line[0] == 'y' || line[0] == 'Y');
+        fclose(tty);
+        return yes;
+}
+
+/* --output-dir must not exist, or be an empty directory. */
+static int open_output_dir(const char *dir, airlock_error *err)
+{
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return al_error(err, -errno, dir, "--output-dir %s: %m", dir);
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return al_error(err, -errno, dir, "--output-dir %s: %m", dir);
+        int probe = dup(fd);
+        DIR *d = probe >= 0 ? fdopendir(probe) : NULL;
+        bool empty = true;
+        struct dirent *de;
+        while (d && (de = readdir(d)))
+                if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+                        empty = false;
+        if (d)
+                closedir(d);
+        if (!empty) {
+                close(fd);
+                return al_error(err, -ENOTEMPTY, dir, "--output-dir %s is not empty", dir);
+        }
+        return fd;
+}
+
+/* Writes a captured file below dirfd, creating parents, never following a
+ * link (the directory is ours and was empty, but be strict anyway). */
+static int write_output_file(int dirfd, const airlock_file *f, airlock_error *err)
+{
+        const char *rel = f->path + strlen("/output/");
+        _cleanup_free_ char *copy = strdup(rel);
+        if (!copy)
+                return -ENOMEM;
+        int cur = dup(dirfd);
+        char *save = NULL, *part = strtok_r(copy, "/", &save);
+        while (part) {
+                char *next = strtok_r(NULL, "/", &save);
+                if (!next) {
+                        int fd = openat(cur, part, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                                        0644);
+                        int r = fd < 0 ? -errno : al_write_full(fd, f->data, f->size);
+                        if (fd >= 0)
+                                close(fd);
+                        close(cur);
+                        if (r < 0)
+                                return al_error(err, r, f->path, "cannot write %s: %s", f->path,
+                                                strerror(-r));
+                        return 0;
+                }
+                if (mkdirat(cur, part, 0755) < 0 && errno != EEXIST) {
+                        close(cur);
+                        return al_error(err, -errno, f->path, "cannot create a folder for %s: %m",
+                                        f->path);
+                }
+                int nfd = openat(cur, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                close(cur);
+                if (nfd < 0)
+                        return al_error(err, -errno, f->path, "cannot open a folder for %s: %m",
+                                        f->path);
+                cur = nfd;
+                part = next;
+        }
+        close(cur);
+        return 0;
+}
+
+static void print_human(const airlock_result *res)
+{
+        fwrite(res->stdout_data, 1, res->stdout_len, stdout);
+        fflush(stdout);
+        fwrite(res->stderr_data, 1, res->stderr_len, stderr);
+        if (res->stdout_truncated)
+                fprintf(stderr, "airlock: stdout was truncated\n");
+        if (res->stderr_truncated)
+                fprintf(stderr, "airlock: stderr was truncated\n");
+        for (size_t i = 0; i < res->n_files; i++)
+                fprintf(stderr, "airlock: file %s (%s, %llu bytes)\n", res->files[i].path,
+                        res->files[i].media_type, (unsigned long long)res->files[i].size);
+        for (size_t i = 0; i < res->n_refused; i++)
+                fprintf(stderr, "airlock: refused %s: %s\n", res->refused[i].path,
+                        res->refused[i].reason);
+        if (!res->success && res->error_message)
+                fprintf(stderr, "airlock: %s\n", res->error_message);
+}
+
+int cmd_run(int argc, char **argv)
+{
+        airlock_error err;
+        airlock_error_clear(&err);
+        cli_options o;
+        int r = cli_parse_options(argc, argv, CLI_RUN, &o, &err);
+        if (r == 1) {
+                cli_usage(stdout);
+                return EXIT_OK;
+        }
+        if (r < 0) {
+                fprintf(stderr, "airlock: %s\n", err.message);
+                return EXIT_USAGE;
+        }
+        int status = EXIT_USAGE;
+        char *code = NULL;
+        size_t len = 0;
+        int outfd = -1;
+        airlock_sandbox *sb = NULL;
+        airlock_result *res = NULL;
+
+        r = load_code(&o, &code, &len, &err);
+        if (r < 0)
+                goto fail;
+        if (memchr(code, '\0', len)) {
+                r = al_error(&err, -EINVAL, NULL, "the code contains a NUL byte");
+                goto fail;
+        }
+        if (!al_utf8_valid(code, len)) {
+                r = al_error(&err, -EILSEQ, NULL, "the code is not valid UTF-8");
+                goto fail;
+        }
+        if (airlock_config_effective_approval(o.cfg) == AIRLOCK_APPROVAL_ALWAYS && !o.yes) {
+                bool interactive = isatty(STDIN_FILENO) || (o.code || (o.file && strcmp(o.file, "-")));
+                if (!interactive || !isatty(STDERR_FILENO) || !ask_approval(code)) {
+                        r = al_error(&err, -EPERM, NULL,
+                                     "approval required and not given: nothing ran (pass --yes "
+                                     "to approve)");
+                        goto fail;
+                }
+        }
+        if (o.output_dir) {
+                outfd = open_output_dir(o.output_dir, &err);
+                if (outfd < 0) {
+                        r = outfd;
+                        goto fail;
+                }
+        }
+
+        if (pipe2(cancel_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+                struct sigaction sa = {.sa_handler = on_signal};
+                sigemptyset(&sa.sa_mask);
+                sigaction(SIGINT, &sa, NULL);
+                sigaction(SIGTERM, &sa, NULL);
+                sigaction(SIGHUP, &sa, NULL);
+        }
+        r = airlock_sandbox_new(o.cfg, &sb, &err);
+        if (r < 0) {
+                status = err.kind == AIRLOCK_ERROR_SANDBOX ? EXIT_SANDBOX : EXIT_USAGE;
+                goto fail;
+        }
+        airlock_run_options ropts = {.cancel_fd = cancel_pipe[0]};
+        r = airlock_sandbox_run_ex(sb, code, len, &ropts, &res, &err);
+        if (r < 0) {
+                status = err.kind == AIRLOCK_ERROR_INPUT ? EXIT_USAGE : EXIT_SANDBOX;
+                goto fail;
+        }
+        if (outfd >= 0)
+                for (size_t i = 0; i < res->n_files; i++)
+                        if (write_output_file(outfd, &res->files[i], &err) < 0)
+                                fprintf(stderr, "airlock: %s\n", err.message);
+        if (o.json) {
+                char *s = airlock_result_to_json(res);
+                if (s) {
+                        puts(s);
+                        free(s);
+                }
+        } else {
+                print_human(res);
+        }
+        status = res->success ? EXIT_OK : EXIT_CODE_FAILED;
+        goto out;
+fail:
+        fprintf(stderr, "airlock: %s\n", err.message);
+out:
+        airlock_result_free(res);
+        airlock_sandbox_close(sb);
+        if (outfd >= 0)
+                close(outfd);
+        free(code);
+        cli_options_free(&o);
+        return status;
+}

@@ -1,0 +1,41 @@
+/* The guest <-> host channel: length-prefixed JSON frames over a stream
+ * socket. The host side never trusts a frame: sizes are capped, the body is
+ * parsed with jansson, and a partial or oversized frame is an error. */
+#ifndef AIRLOCK_CHANNEL_H
+#define AIRLOCK_CHANNEL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest frame either side accepts: a 16 MiB HTTP body in base64 plus room. */
+#define CHANNEL_MAX_FRAME (24u << 20)
+
+/* Incremental reader for a non-blocking fd. */
+typedef struct frame_reader {
+        unsigned char hdr[4];
+        size_t hdr_got;
+        char *body;
+        size_t need;
+        size_t got;
+        size_t max;
+} frame_reader;
+
+void frame_reader_init(frame_reader *r, size_t max);
+void frame_reader_free(frame_reader *r);
+
+/* Reads what is available from fd. Returns 1 and a parsed JSON object in
+ * *ret when a frame is complete, 0 when more bytes are needed (EAGAIN),
+ * -EPIPE at end of stream (-EPROTO if it ends inside a frame), -EMSGSIZE for
+ * a frame over the cap, -EBADMSG for a body that is not a JSON object. */
+int frame_reader_feed(frame_reader *r, int fd, json_t **ret);
+
+/* Parses one complete frame body (exposed for the fuzzer). */
+int frame_parse(const char *body, size_t len, json_t **ret);
+
+/* Sends msg as one frame (blocking, MSG_NOSIGNAL). */
+int channel_send(int fd, const json_t *msg);
+/* Sends a raw body as one frame. */
+int channel_send_raw(int fd, const char *body, size_t len);
+
+#endif

@@ -1,0 +1,244 @@
+/* The embedded CPython of the template and its copies. Python is initialised
+ * once per sandbox, in the template; every run is a copy-on-write fork of
+ * that initialised interpreter. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "channel.h"
+#include "sandbox.h"
+#include "util.h"
+
+extern const unsigned char guest_runtime_py[];
+extern const unsigned long guest_runtime_py_len;
+
+static PyObject *runtime_run;        /* runtime._run */
+static PyObject *runtime_after_fork; /* runtime._after_fork */
+static int channel_fd = -1;
+/* One request at a time on the channel, whatever the guest's threads do. */
+static pthread_mutex_t channel_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Blocking read of one frame from the host; the host is trusted here, but
+ * sizes are still capped. Returns a malloc'd body. */
+static char *read_reply(int fd, size_t *ret_len)
+{
+        unsigned char hdr[4];
+        if (al_read_full(fd, hdr, 4) != 4)
+                return NULL;
+        uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+                       (uint32_t)hdr[3] << 24;
+        if (len > CHANNEL_MAX_FRAME)
+                return NULL;
+        char *body = malloc((size_t)len + 1);
+        if (!body)
+                return NULL;
+        if (al_read_full(fd, body, len) != (ssize_t)len) {
+                free(body);
+                return NULL;
+        }
+        body[len] = '\0';
+        *ret_len = len;
+        return body;
+}
+
+/* _airlock.call(bytes) -> bytes: one request/reply round trip to the host. */
+static PyObject *py_call(PyObject *self, PyObject *arg)
+{
+        Py_buffer buf;
+        if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0)
+                return NULL;
+        if (channel_fd < 0) {
+                PyBuffer_Release(&buf);
+                PyErr_SetString(PyExc_RuntimeError, "no host channel in this process");
+                return NULL;
+        }
+        char *reply = NULL;
+        size_t reply_len = 0;
+        int r;
+        Py_BEGIN_ALLOW_THREADS;
+        pthread_mutex_lock(&channel_lock);
+        r = channel_send_raw(channel_fd, buf.buf, (size_t)buf.len);
+        if (r >= 0) {
+                reply = read_reply(channel_fd, &reply_len);
+                if (!reply)
+                        r = -EPIPE;
+        }
+        pthread_mutex_unlock(&channel_lock);
+        Py_END_ALLOW_THREADS;
+        PyBuffer_Release(&buf);
+        if (r == -EMSGSIZE) {
+                PyErr_SetString(PyExc_ValueError, "request too large for the host channel");
+                return NULL;
+        }
+        if (r < 0) {
+                PyErr_SetString(PyExc_ConnectionError, "the host channel is closed");
+                return NULL;
+        }
+        PyObject *res = PyBytes_FromStringAndSize(reply, (Py_ssize_t)reply_len);
+        free(reply);
+        return res;
+}
+
+static PyMethodDef airlock_methods[] = {
+        {"call", py_call, METH_O, "Send one request to the host and return its reply."},
+        {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef airlock_module = {
+        PyModuleDef_HEAD_INIT, "_airlock", "The airlock host channel.", -1, airlock_methods,
+        NULL, NULL, NULL, NULL,
+};
+
+static PyObject *init_airlock_module(void)
+{
+        return PyModule_Create(&airlock_module);
+}
+
+/* Formats the pending Python exception into errbuf. */
+static void format_exception(const char *what, char *errbuf, size_t errlen)
+{
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        const char *tname = type ? ((PyTypeObject *)type)->tp_name : "error";
+        PyObject *s = value ? PyObject_Str(value) : NULL;
+        const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+        snprintf(errbuf, errlen, "%s: %s: %s", what, tname, msg ? msg : "");
+        Py_XDECREF(s);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+}
+
+int guest_init(const template_params *p, char *errbuf, size_t errlen)
+{
+        if (PyImport_AppendInittab("_airlock", init_airlock_module) < 0) {
+                snprintf(errbuf, errlen, "python: cannot register the _airlock module");
+                return -EIO;
+        }
+        PyConfig config;
+        /* Isolated: no environment variables, no user site, no current
+         * directory on sys.path. Site stays on so Debian's dist-packages
+         * (numpy and friends, for --preload) are importable. */
+        PyConfig_InitIsolatedConfig(&config);
+        config.install_signal_handlers = 1;
+        config.write_bytecode = 0;
+        config.site_import = 1;
+        config.parse_argv = 0;
+        config.buffered_stdio = 1;
+        PyStatus st = PyConfig_SetString(&config, &config.program_name, L"/usr/bin/python3");
+        if (!PyStatus_Exception(st)) {
+                wchar_t *argv[] = {L"", NULL};
+                st = PyConfig_SetArgv(&config, 1, argv);
+        }
+        if (!PyStatus_Exception(st))
+                st = Py_InitializeFromConfig(&config);
+        PyConfig_Clear(&config);
+        if (PyStatus_Exception(st)) {
+                snprintf(errbuf, errlen, "python: initialisation failed: %s",
+                         st.err_msg ? st.err_msg : "unknown error");
+                return -EIO;
+        }
+
+        PyObject *code = Py_CompileString((const char *)guest_runtime_py, "<airlock-runtime>",
+                                          Py_file_input);
+        PyObject *mod = code ? PyImport_ExecCodeModule("_airlock_runtime", code) : NULL;
+        Py_XDECREF(code);
+        if (!mod) {
+                format_exception("python: the guest runtime failed to load", errbuf, errlen);
+                return -EIO;
+        }
+        PyObject *r = PyObject_CallMethod(mod, "_install", NULL);
+        if (!r) {
+                format_exception("python: the guest runtime failed to install", errbuf, errlen);
+                Py_DECREF(mod);
+                return -EIO;
+        }
+        Py_DECREF(r);
+        runtime_run = PyObject_GetAttrString(mod, "_run");
+        runtime_after_fork = PyObject_GetAttrString(mod, "_after_fork");
+        Py_DECREF(mod);
+        if (!runtime_run || !runtime_after_fork) {
+                format_exception("python: the guest runtime is incomplete", errbuf, errlen);
+                return -EIO;
+        }
+
+        for (size_t i = 0; i < p->n_preloads; i++) {
+                PyObject *m = PyImport_ImportModule(p->preloads[i]);
+                if (!m) {
+                        char what[256];
+                        snprintf(what, sizeof(what), "preload '%s' failed", p->preloads[i]);
+                        format_exception(what, errbuf, errlen);
+                        return -ENOENT;
+                }
+                Py_DECREF(m);
+        }
+
+        /* Warm-up: import what the runner and typical snippets need and run
+         * a snippet once, so a copy does none of this work. */
+        static const char warmup[] =
+                "import traceback, random, json, base64, tempfile, os, io, re, math, csv\n"
+                "import collections, itertools, functools, datetime, pathlib, string\n"
+                "print('', end='')\n";
+        const char *status = NULL;
+        (void)guest_run(warmup, sizeof(warmup) - 1, &status);
+        if (!status || strcmp(status, "ok") != 0) {
+                snprintf(errbuf, errlen, "python: the warm-up run failed");
+                return -EIO;
+        }
+        return 0;
+}
+
+void guest_before_fork(void)
+{
+        PyOS_BeforeFork();
+}
+
+void guest_after_fork_parent(void)
+{
+        PyOS_AfterFork_Parent();
+}
+
+void guest_after_fork_child(int fd)
+{
+        PyOS_AfterFork_Child();
+        channel_fd = fd;
+        PyObject *r = PyObject_CallNoArgs(runtime_after_fork);
+        Py_XDECREF(r);
+        PyErr_Clear();
+}
+
+int guest_run(const char *code, size_t len, const char **ret_status)
+{
+        PyObject *src = PyUnicode_DecodeUTF8(code, (Py_ssize_t)len, "strict");
+        if (!src) {
+                PyErr_Clear();
+                *ret_status = "error";
+                fputs("SyntaxError: the code is not valid UTF-8\n", stderr);
+                return 1;
+        }
+        PyObject *res = PyObject_CallOneArg(runtime_run, src);
+        Py_DECREF(src);
+        int exit_code = 1;
+        *ret_status = "error";
+        if (res && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2) {
+                const char *s = PyUnicode_AsUTF8(PyTuple_GET_ITEM(res, 0));
+                long c = PyLong_AsLong(PyTuple_GET_ITEM(res, 1));
+                if (s && strcmp(s, "ok") == 0)
+                        *ret_status = "ok";
+                else if (s && strcmp(s, "memory") == 0)
+                        *ret_status = "memory";
+                exit_code = (int)c;
+        } else if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                *ret_status = "memory";
+        }
+        Py_XDECREF(res);
+        PyErr_Clear();
+        return exit_code;
+}

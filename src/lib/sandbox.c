@@ -1,0 +1,942 @@
+/* The host side of the namespace sandbox: staging, starting the template,
+ * keeping a pre-started copy ready, running code in a copy, serving its tool
+ * and HTTP requests, enforcing the wall-clock limit, and capturing /output.
+ *
+ * Nothing a guest sends is trusted: frames are capped and parsed with
+ * jansson, /output is read through the fd the copy handed over (never a
+ * path), and the run's status comes from how the process ended, not from
+ * what it claimed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "channel.h"
+#include "config.h"
+#include "fsx.h"
+#include "gateway.h"
+#include "sandbox.h"
+#include "tools.h"
+#include "util.h"
+
+#define MAX_CODE_BYTES       (16u << 20)
+#define TEMPLATE_START_S     120.0
+#define COPY_START_S         30.0
+#define PRESTARTED_COPIES    1
+
+typedef struct copy {
+        pid_t pid;
+        int pidfd;
+        int chan;
+        int out_r;
+        int err_r;
+} copy;
+
+struct airlock_sandbox {
+        airlock_config *cfg;
+        int stage_parent_fd; /* the directory holding the staging dir */
+        char *stage_name;    /* its name there, for removal */
+        pid_t tpl_pid;
+        int ctl;
+        uid_t guest_uid;
+        gid_t guest_gid;
+        pthread_mutex_t lock; /* ctl, ready list, pending count */
+        copy *ready[8];
+        size_t n_ready;
+        unsigned pending;
+        bool broken;
+};
+
+static void copy_close(copy *c, bool kill_it)
+{
+        if (!c)
+                return;
+        if (c->pidfd >= 0) {
+                if (kill_it)
+                        syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
+                siginfo_t si;
+                /* The copy is our child (CLONE_PARENT): reap it. */
+                while (waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL) <
+                               0 &&
+                       errno == EINTR)
+                        ;
+                close(c->pidfd);
+        }
+        if (c->chan >= 0)
+                close(c->chan);
+        if (c->out_r >= 0)
+                close(c->out_r);
+        if (c->err_r >= 0)
+                close(c->err_r);
+        free(c);
+}
+
+/* Waits until fd is readable or the deadline (monotonic ns) passes. */
+static int wait_readable(int fd, uint64_t deadline)
+{
+        for (;;) {
+                uint64_t now = al_now_ns();
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                struct pollfd p = {fd, POLLIN, 0};
+                int ms = (int)MIN((deadline - now) / 1000000 + 1, (uint64_t)INT32_MAX);
+                int r = poll(&p, 1, ms);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0)
+                        return -errno;
+                if (r > 0)
+                        return 0;
+        }
+}
+
+/* Receives one message with up to max_fds fds attached. Extra or missing fds
+ * are an error; every received fd is closed on error. */
+static ssize_t recv_with_fds(int sock, char *buf, size_t len, int *fds, size_t max_fds,
+                             size_t *ret_nfds)
+{
+        char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+        struct iovec iov = {buf, len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                            .msg_controllen = sizeof(cbuf)};
+        ssize_t n;
+        do
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        size_t got = 0;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                        continue;
+                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                int *p = (int *)CMSG_DATA(cm);
+                for (size_t i = 0; i < k; i++) {
+                        if (got < max_fds)
+                                fds[got++] = p[i];
+                        else
+                                close(p[i]);
+                }
+        }
+        if (mh.msg_flags & MSG_CTRUNC) {
+                for (size_t i = 0; i < got; i++)
+                        close(fds[i]);
+                return -EPROTO;
+        }
+        *ret_nfds = got;
+        return n;
+}
+
+/* Turns a template's "E<errno> <feature>|<message>" into an error record. */
+static int template_error(const char *msg, size_t len, airlock_error *err)
+{
+        char buf[1100];
+        snprintf(buf, sizeof(buf), "%.*s", (int)MIN(len, sizeof(buf) - 1), msg);
+        int code = atoi(buf + 1);
+        char *sp = strchr(buf, ' ');
+        char *bar = sp ? strchr(sp, '|') : NULL;
+        const char *feature = "sandbox", *text = buf + 1;
+        if (sp && bar) {
+                *bar = '\0';
+                feature = sp + 1;
+                text = bar + 1;
+        }
+        if (code <= 0)
+                code = EIO;
+        if (strcmp(feature, "preload") == 0) {
+                al_error(err, -code, NULL, "%s", text);
+                return -code;
+        }
+        al_error(err, -code, NULL, "sandbox unavailable (%s): %s", feature, text);
+        if (err)
+                err->kind = AIRLOCK_ERROR_SANDBOX;
+        return -code;
+}
+
+static int write_id_map(pid_t pid, const char *file, const char *map)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = al_write_full(fd, map, strlen(map));
+        close(fd);
+        return r;
+}
+
+static char *params_json(const airlock_sandbox *sb, bool has_input)
+{
+        const airlock_limits *l = &sb->cfg->limits;
+        json_t *pre = json_array();
+        for (size_t i = 0; i < sb->cfg->n_preloads; i++)
+                json_array_append_new(pre, json_string(sb->cfg->preloads[i]));
+        uint64_t out_fs = l->output_fs_bytes ? l->output_fs_bytes
+                                             : l->max_output_total + (1u << 20);
+        json_t *j = json_pack("{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o}",
+                              "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
+                              (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids,
+                              "open_files", (json_int_t)l->open_files, "max_file_bytes",
+                              (json_int_t)l->max_file_bytes, "tmp_bytes",
+                              (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs,
+                              "max_output_files", (json_int_t)l->max_output_files, "has_input",
+                              has_input, "preloads", pre);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return s;
+}
+
+/* Starts the template: fork, then exec this program afresh (so no host
+ * memory reaches the sandbox) with the control socket and the staged input
+ * on fixed fds. Writes the id maps when the template has made its user
+ * namespace, then waits until the interpreter is initialised. */
+static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
+{
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return al_error(err, -errno, NULL, "socketpair: %m");
+        _cleanup_free_ char *params = params_json(sb, input_fd >= 0);
+        if (!params) {
+                close(sv[0]);
+                close(sv[1]);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+                int e = errno;
+                close(sv[0]);
+                close(sv[1]);
+                return al_error(err, -e, NULL, "fork: %s", strerror(e));
+        }
+        if (pid == 0) {
+                /* Only async-signal-safe calls until execve. */
+                if (dup2(sv[1], TEMPLATE_CTL_FD) < 0)
+                        _exit(127);
+                if (input_fd >= 0) {
+                        if (dup2(input_fd, TEMPLATE_INPUT_FD) < 0)
+                                _exit(127);
+                } else {
+                        close(TEMPLATE_INPUT_FD);
+                }
+                syscall(SYS_close_range, TEMPLATE_INPUT_FD + 1, ~0u, 0);
+                sigset_t all;
+                sigemptyset(&all);
+                sigprocmask(SIG_SETMASK, &all, NULL);
+                char *argv[] = {TEMPLATE_ARGV0, NULL};
+                char *envp[] = {NULL};
+                execve("/proc/self/exe", argv, envp);
+                _exit(127);
+        }
+        close(sv[1]);
+        sb->ctl = sv[0];
+        sb->tpl_pid = pid;
+        if (send(sb->ctl, params, strlen(params), MSG_NOSIGNAL) < 0)
+                return al_error(err, -errno, NULL, "cannot talk to the sandbox template: %m");
+
+        uint64_t deadline = al_now_ns() + (uint64_t)(TEMPLATE_START_S * 1e9);
+        char buf[1100];
+        for (;;) {
+                int r = wait_readable(sb->ctl, deadline);
+                if (r < 0)
+                        return al_error(err, r, NULL,
+                                        "the sandbox template did not start within %.0f s",
+                                        TEMPLATE_START_S);
+                ssize_t n = recv(sb->ctl, buf, sizeof(buf), 0);
+                if (n <= 0) {
+                        al_error(err, -ECHILD, NULL,
+                                 "sandbox unavailable: the template exited during setup "
+                                 "(could not execute /proc/self/exe?)");
+                        if (err)
+                                err->kind = AIRLOCK_ERROR_SANDBOX;
+                        return -ECHILD;
+                }
+                if (buf[0] == CTL_ERROR)
+                        return template_error(buf, (size_t)n, err);
+                if (buf[0] == CTL_READY)
+                        return 0;
+                if (buf[0] != CTL_USERNS)
+                        return al_error(err, -EPROTO, NULL, "sandbox template protocol error");
+                char map[64];
+                snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)sb->guest_uid);
+                r = write_id_map(pid, "setgroups", "deny\n");
+                if (r >= 0 || r == -ENOENT)
+                        r = write_id_map(pid, "uid_map", map);
+                if (r >= 0) {
+                        snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)sb->guest_gid);
+                        r = write_id_map(pid, "gid_map", map);
+                }
+                if (r < 0) {
+                        al_error(err, r, NULL,
+                                 "sandbox unavailable (user namespaces): cannot write the id "
+                                 "maps: %s",
+                                 strerror(-r));
+                        if (err)
+                                err->kind = AIRLOCK_ERROR_SANDBOX;
+                        return r;
+                }
+                char go = CTL_GO;
+                if (send(sb->ctl, &go, 1, MSG_NOSIGNAL) != 1)
+                        return al_error(err, -errno, NULL, "cannot talk to the template: %m");
+        }
+}
+
+/* Stages the workspace and mounts into a fresh private directory. Returns
+ * an O_PATH fd of the staged tree, or -1 when there is nothing to stage. */
+static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
+{
+        const airlock_config *cfg = sb->cfg;
+        *ret_fd = -1;
+        if (!cfg->workspace && cfg->n_mounts == 0)
+                return 0;
+        const char *tmp = getenv("TMPDIR");
+        if (!tmp || tmp[0] != '/')
+                tmp = "/tmp";
+        sb->stage_parent_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sb->stage_parent_fd < 0)
+                return al_error(err, -errno, tmp, "cannot open the staging area %s: %m", tmp);
+        char name[] = "airlock-stage-XXXXXX";
+        /* mkdtemp needs a path; build the name and create it beneath the fd. */
+        for (int attempt = 0; attempt < 100; attempt++) {
+                static const char alnum[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+                unsigned char rnd[6];
+                if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+                        return al_error(err, -EIO, NULL, "getrandom failed");
+                for (int i = 0; i < 6; i++)
+                        name[sizeof(name) - 7 + i] = alnum[rnd[i] % 36];
+                if (mkdirat(sb->stage_parent_fd, name, 0700) == 0)
+                        break;
+                if (errno != EEXIST)
+                        return al_error(err, -errno, tmp, "cannot create a staging directory: %m");
+        }
+        sb->stage_name = strdup(name);
+        if (!sb->stage_name)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        _cleanup_close_ int stage_fd =
+                openat(sb->stage_parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (stage_fd < 0)
+                return al_error(err, -errno, name, "cannot open the staging directory: %m");
+        if (mkdirat(stage_fd, "input", 0755) < 0)
+                return al_error(err, -errno, name, "cannot create the staging directory: %m");
+        int input_fd = openat(stage_fd, "input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (input_fd < 0)
+                return al_error(err, -errno, name, "cannot open the staging directory: %m");
+        uid_t owner = geteuid() == 0 ? sb->guest_uid : (uid_t)-1;
+        gid_t group = geteuid() == 0 ? sb->guest_gid : (gid_t)-1;
+        if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0) {
+                int e = errno;
+                close(input_fd);
+                return al_error(err, -e, name, "cannot chown the staging directory: %s",
+                                strerror(e));
+        }
+
+        size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts;
+        fsx_source *src = calloc(n, sizeof(*src));
+        if (!src) {
+                close(input_fd);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        size_t k = 0;
+        if (cfg->workspace)
+                src[k++] = (fsx_source){cfg->workspace, NULL};
+        for (size_t i = 0; i < cfg->n_mounts; i++)
+                src[k++] = (fsx_source){cfg->mounts[i].host, cfg->mounts[i].dest};
+        fsx_limits lim = {
+                .max_bytes = cfg->limits.max_stage_bytes,
+                .max_files = cfg->limits.max_stage_files,
+                .max_depth = cfg->limits.max_stage_depth,
+        };
+        fsx_stage_stats stats;
+        int r = fsx_stage(input_fd, src, n, &lim, owner, group, &stats, err);
+        free(src);
+        if (r < 0) {
+                close(input_fd);
+                return r;
+        }
+        *ret_fd = input_fd;
+        return 0;
+}
+
+static void cleanup_staging(airlock_sandbox *sb)
+{
+        if (sb->stage_parent_fd >= 0 && sb->stage_name)
+                fsx_remove_at(sb->stage_parent_fd, sb->stage_name, NULL);
+        if (sb->stage_parent_fd >= 0)
+                close(sb->stage_parent_fd);
+        sb->stage_parent_fd = -1;
+        free(sb->stage_name);
+        sb->stage_name = NULL;
+}
+
+/* Asks the template for one more copy (the reply is read later). Caller
+ * holds sb->lock. */
+static int request_copy_locked(airlock_sandbox *sb)
+{
+        char c = CTL_SPAWN;
+        if (send(sb->ctl, &c, 1, MSG_NOSIGNAL) != 1)
+                return -errno;
+        sb->pending++;
+        return 0;
+}
+
+/* Reads one pending copy from the template. Caller holds sb->lock. */
+static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
+{
+        uint64_t deadline = al_now_ns() + (uint64_t)(COPY_START_S * 1e9);
+        int r = wait_readable(sb->ctl, deadline);
+        if (r < 0)
+                return al_error(err, r, NULL, "the sandbox did not start a copy in time");
+        char buf[1100];
+        int fds[4];
+        size_t nfds = 0;
+        ssize_t n = recv_with_fds(sb->ctl, buf, sizeof(buf), fds, 4, &nfds);
+        sb->pending--;
+        if (n <= 0) {
+                sb->broken = true;
+                return al_error(err, n < 0 ? (int)n : -ECHILD, NULL,
+                                "the sandbox template is gone");
+        }
+        if (buf[0] == CTL_ERROR) {
+                for (size_t i = 0; i < nfds; i++)
+                        close(fds[i]);
+                return template_error(buf, (size_t)n, err);
+        }
+        if (buf[0] != CTL_COPY || nfds != 4) {
+                for (size_t i = 0; i < nfds; i++)
+                        close(fds[i]);
+                sb->broken = true;
+                return al_error(err, -EPROTO, NULL, "sandbox template protocol error");
+        }
+        copy *c = calloc(1, sizeof(*c));
+        if (!c) {
+                for (size_t i = 0; i < nfds; i++)
+                        close(fds[i]);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        c->chan = fds[0];
+        c->pidfd = fds[1];
+        c->out_r = fds[2];
+        c->err_r = fds[3];
+        *ret = c;
+        return 0;
+}
+
+/* Takes a ready copy (or waits for one) and asks for its successor, so the
+ * next run finds a copy already started. */
+static int take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
+{
+        pthread_mutex_lock(&sb->lock);
+        int r = 0;
+        copy *c = NULL;
+        if (sb->broken) {
+                r = al_error(err, -ECHILD, NULL, "the sandbox template is gone");
+                goto out;
+        }
+        if (sb->pending == 0)
+                r = request_copy_locked(sb);
+        if (r >= 0)
+                r = receive_copy_locked(sb, &c, err);
+        else
+                sb->broken = true;
+        if (r >= 0 && sb->pending < PRESTARTED_COPIES && request_copy_locked(sb) < 0)
+                sb->broken = true;
+out:
+        if (r < 0 && err)
+                err->kind = AIRLOCK_ERROR_RUN;
+        pthread_mutex_unlock(&sb->lock);
+        if (r >= 0)
+                *ret = c;
+        return r;
+}
+
+int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
+{
+        /* Keep the template's constructor linked into every program. */
+        static void (*volatile keep)(void) = template_main;
+        (void)keep;
+
+        airlock_sandbox *sb = calloc(1, sizeof(*sb));
+        if (!sb)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        sb->stage_parent_fd = -1;
+        sb->ctl = -1;
+        sb->tpl_pid = -1;
+        pthread_mutex_init(&sb->lock, NULL);
+        /* The guest's ids map to an unprivileged host id: nobody when we are
+         * root, ourselves otherwise (the only id we may map). */
+        sb->guest_uid = geteuid() == 0 ? 65534 : geteuid();
+        sb->guest_gid = geteuid() == 0 ? 65534 : getegid();
+
+        int r = config_clone(cfg, &sb->cfg, err);
+        int input_fd = -1;
+        if (r >= 0)
+                r = stage_inputs(sb, &input_fd, err);
+        if (r >= 0)
+                r = start_template(sb, input_fd, err);
+        if (input_fd >= 0)
+                close(input_fd);
+        if (r >= 0) {
+                pthread_mutex_lock(&sb->lock);
+                r = request_copy_locked(sb);
+                pthread_mutex_unlock(&sb->lock);
+                if (r < 0)
+                        al_error(err, r, NULL, "cannot talk to the sandbox template: %m");
+        }
+        if (r < 0) {
+                airlock_sandbox_close(sb);
+                return r;
+        }
+        *ret = sb;
+        return 0;
+}
+
+void airlock_sandbox_close(airlock_sandbox *sb)
+{
+        if (!sb)
+                return;
+        pthread_mutex_lock(&sb->lock);
+        for (size_t i = 0; i < sb->n_ready; i++)
+                copy_close(sb->ready[i], true);
+        sb->n_ready = 0;
+        /* Copies the template already started are our children: collect
+         * them from the control socket so they can be killed and reaped. */
+        while (sb->pending > 0 && !sb->broken) {
+                copy *c = NULL;
+                if (receive_copy_locked(sb, &c, NULL) < 0)
+                        break;
+                copy_close(c, true);
+        }
+        pthread_mutex_unlock(&sb->lock);
+        if (sb->ctl >= 0)
+                close(sb->ctl);
+        if (sb->tpl_pid > 0) {
+                kill(sb->tpl_pid, SIGKILL);
+                while (waitpid(sb->tpl_pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+        }
+        cleanup_staging(sb);
+        airlock_config_free(sb->cfg);
+        pthread_mutex_destroy(&sb->lock);
+        free(sb);
+}
+
+/* ---- one run ------------------------------------------------------------ */
+
+typedef struct run_state {
+        airlock_sandbox *sb;
+        copy *c;
+        uint64_t deadline;
+        dynbuf out, err;
+        bool out_trunc, err_trunc;
+        bool timed_out, cancelled, protocol_error;
+        char claimed_status[16];
+        bool ended;
+        frame_reader fr;
+} run_state;
+
+/* Sends a reply frame before the run's deadline; a guest that stops
+ * reading cannot block the host past it. */
+static int send_reply(run_state *st, json_t *msg)
+{
+        char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!s)
+                return -ENOMEM;
+        size_t len = strlen(s);
+        int r = 0;
+        if (len > CHANNEL_MAX_FRAME) {
+                free(s);
+                return -EMSGSIZE;
+        }
+        unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                                (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+        size_t total = 4 + len, done = 0;
+        while (done < total) {
+                const char *p = done < 4 ? (const char *)hdr + done : s + (done - 4);
+                size_t n = done < 4 ? 4 - done : total - done;
+                ssize_t w = send(st->c->chan, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w >= 0) {
+                        done += (size_t)w;
+                        continue;
+                }
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN) {
+                        r = -errno;
+                        break;
+                }
+                struct pollfd pf = {st->c->chan, POLLOUT, 0};
+                uint64_t now = al_now_ns();
+                if (now >= st->deadline) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+                poll(&pf, 1, (int)((st->deadline - now) / 1000000 + 1));
+        }
+        free(s);
+        return r;
+}
+
+static json_t *error_reply(const char *kind, const char *message)
+{
+        return json_pack("{s:b, s:s, s:s}", "ok", 0, "kind", kind, "error", message);
+}
+
+/* Serves one request of the guest: a tool call or an HTTP request. */
+static void serve_request(run_state *st, json_t *msg)
+{
+        const char *op = json_string_value(json_object_get(msg, "op"));
+        json_t *reply = NULL;
+        if (op && strcmp(op, "end") == 0) {
+                const char *s = json_string_value(json_object_get(msg, "status"));
+                snprintf(st->claimed_status, sizeof(st->claimed_status), "%s", s ? s : "");
+                st->ended = true;
+                return;
+        } else if (op && strcmp(op, "tool") == 0) {
+                const char *name = json_string_value(json_object_get(msg, "name"));
+                json_t *args = json_object_get(msg, "args");
+                if (!name) {
+                        reply = error_reply("invalid", "call_tool: the tool name must be a string");
+                } else {
+                        json_t *result = NULL;
+                        char *message = NULL;
+                        tool_fail f = toolreg_call(st->sb->cfg->tools, name, args, &result,
+                                                   &message);
+                        if (f == TOOL_OK)
+                                reply = json_pack("{s:b, s:o}", "ok", 1, "result",
+                                                  result ? result : json_null());
+                        else
+                                reply = error_reply(f == TOOL_FAIL_INVALID ? "invalid" : "runtime",
+                                                    message ? message : "the tool failed");
+                        free(message);
+                }
+        } else if (op && strcmp(op, "http") == 0) {
+                json_t *resp = NULL;
+                airlock_error e;
+                airlock_error_clear(&e);
+                int r = gateway_request(st->sb->cfg->allow, &st->sb->cfg->limits, msg, &resp, &e);
+                if (r >= 0) {
+                        reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
+                } else {
+                        const char *kind = r == -EACCES        ? "permission"
+                                           : r == -ETIMEDOUT   ? "timeout"
+                                           : r == -EINVAL      ? "invalid"
+                                           : r == -EFBIG       ? "runtime"
+                                                               : "os";
+                        reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
+                }
+        } else {
+                reply = error_reply("invalid", "unknown request to the host");
+        }
+        if (!reply || send_reply(st, reply) < 0)
+                st->protocol_error = true;
+        json_decref(reply);
+}
+
+/* Reads what a pipe has; keeps up to cap bytes and discards the rest, so a
+ * flood costs the host no memory. Returns false at end of file. */
+static bool drain_pipe(int fd, dynbuf *b, bool *trunc)
+{
+        char buf[65536];
+        for (;;) {
+                ssize_t n = read(fd, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return errno == EAGAIN;
+                if (n == 0)
+                        return false;
+                size_t room = b->cap - b->len;
+                if ((size_t)n > room) {
+                        *trunc = true;
+                        if (room)
+                                dynbuf_append(b, buf, room);
+                } else {
+                        dynbuf_append(b, buf, (size_t)n);
+                }
+                if ((size_t)n < sizeof(buf))
+                        return true;
+        }
+}
+
+static void kill_copy(run_state *st)
+{
+        syscall(SYS_pidfd_send_signal, st->c->pidfd, SIGKILL, NULL, 0);
+}
+
+static const char *signal_text(int sig)
+{
+        const char *s = sigdescr_np(sig);
+        return s ? s : "unknown signal";
+}
+
+static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_t t0,
+                         airlock_result **ret, airlock_error *err)
+{
+        const airlock_limits *l = &st->sb->cfg->limits;
+        airlock_result *res = calloc(1, sizeof(*res));
+        if (!res)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        res->stdout_data = dynbuf_take(&st->out, &res->stdout_len);
+        res->stderr_data = dynbuf_take(&st->err, &res->stderr_len);
+        res->stdout_truncated = st->out_trunc;
+        res->stderr_truncated = st->err_trunc;
+
+        char msg[512] = "";
+        if (st->timed_out) {
+                res->status = AIRLOCK_STATUS_TIMEOUT;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg), "timeout: the run exceeded its time limit of %g s",
+                         l->timeout_s);
+        } else if (st->cancelled) {
+                res->status = AIRLOCK_STATUS_KILLED;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg), "killed: the run was cancelled");
+        } else if (si->si_code == CLD_KILLED || si->si_code == CLD_DUMPED) {
+                int sig = si->si_status;
+                res->exit_code = 128 + sig;
+                if (sig == SIGXCPU) {
+                        res->status = AIRLOCK_STATUS_TIMEOUT;
+                        snprintf(msg, sizeof(msg),
+                                 "timeout: the run exceeded its CPU time limit of %g s",
+                                 l->cpu_s > 0 ? l->cpu_s : l->timeout_s);
+                } else if (sig == SIGXFSZ) {
+                        res->status = AIRLOCK_STATUS_KILLED;
+                        snprintf(msg, sizeof(msg),
+                                 "killed: a file exceeded the size limit of %llu bytes",
+                                 (unsigned long long)l->max_file_bytes);
+                } else {
+                        res->status = AIRLOCK_STATUS_KILLED;
+                        snprintf(msg, sizeof(msg), "killed: the run was terminated by %s",
+                                 signal_text(sig));
+                }
+        } else {
+                res->exit_code = si->si_status;
+                if (strcmp(st->claimed_status, "memory") == 0) {
+                        res->status = AIRLOCK_STATUS_MEMORY;
+                        snprintf(msg, sizeof(msg),
+                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 (unsigned long long)(l->memory_bytes >> 20));
+                } else if (res->exit_code == 0 && !st->protocol_error) {
+                        res->status = AIRLOCK_STATUS_OK;
+                } else {
+                        res->status = AIRLOCK_STATUS_ERROR;
+                        if (st->protocol_error)
+                                snprintf(msg, sizeof(msg),
+                                         "error: the guest broke the host channel protocol");
+                        else
+                                snprintf(msg, sizeof(msg), "error: the code exited with status %d",
+                                         res->exit_code);
+                }
+        }
+        res->success = res->status == AIRLOCK_STATUS_OK;
+        if (msg[0])
+                res->error_message = strdup(msg);
+
+        if (outdir >= 0) {
+                fsx_limits lim = {
+                        .max_bytes = l->max_output_total,
+                        .max_files = l->max_output_files,
+                        .max_depth = l->max_output_depth,
+                        .max_file = l->max_output_file,
+                };
+                airlock_error cerr;
+                int r = fsx_capture(outdir, &lim, &res->files, &res->n_files, &res->refused,
+                                    &res->n_refused, &cerr);
+                if (r < 0) {
+                        res->files = NULL;
+                        res->n_files = 0;
+                        res->refused = NULL;
+                        res->n_refused = 0;
+                        if (res->success) {
+                                res->success = false;
+                                res->status = AIRLOCK_STATUS_ERROR;
+                        }
+                        free(res->error_message);
+                        res->error_message = strdup(cerr.message);
+                }
+        }
+        res->duration_ms = (double)(al_now_ns() - t0) / 1e6;
+        *ret = res;
+        return 0;
+}
+
+static int run_in_copy(airlock_sandbox *sb, copy *c, const char *code, size_t len,
+                       const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        uint64_t t0 = al_now_ns();
+        const airlock_limits *l = &sb->cfg->limits;
+        /* The copy's first byte: ready, with its /output fd. */
+        int r = wait_readable(c->chan, t0 + (uint64_t)(COPY_START_S * 1e9));
+        char tag[512];
+        int outdir = -1;
+        size_t nfds = 0;
+        ssize_t n = r < 0 ? r : recv_with_fds(c->chan, tag, 1, &outdir, 1, &nfds);
+        if (n <= 0 || tag[0] != COPY_READY || nfds != 1) {
+                if (nfds)
+                        close(outdir);
+                if (n > 0 && tag[0] == COPY_ERROR) {
+                        ssize_t k = recv(c->chan, tag, sizeof(tag) - 1, MSG_DONTWAIT);
+                        tag[k > 0 ? k : 0] = '\0';
+                        r = al_error(err, -EIO, NULL, "sandbox copy failed to start: %s", tag);
+                } else {
+                        r = al_error(err, n < 0 ? (int)n : -ECHILD, NULL,
+                                     "sandbox copy failed to start");
+                }
+                if (err)
+                        err->kind = AIRLOCK_ERROR_RUN;
+                return r;
+        }
+
+        run_state st = {.sb = sb, .c = c};
+        st.deadline = t0 + (uint64_t)(l->timeout_s * 1e9);
+        dynbuf_init(&st.out, l->max_stdout);
+        dynbuf_init(&st.err, l->max_stdout);
+        frame_reader_init(&st.fr, CHANNEL_MAX_FRAME);
+
+        json_t *msg = json_pack("{s:s, s:s%}", "op", "run", "code", code, len);
+        r = msg ? channel_send(c->chan, msg) : -ENOMEM;
+        json_decref(msg);
+        if (r < 0) {
+                close(outdir);
+                dynbuf_free(&st.out);
+                dynbuf_free(&st.err);
+                al_error(err, r, NULL, "cannot send the code to the sandbox: %s", strerror(-r));
+                if (err)
+                        err->kind = AIRLOCK_ERROR_RUN;
+                return r;
+        }
+        fcntl(c->chan, F_SETFL, O_NONBLOCK);
+        fcntl(c->out_r, F_SETFL, O_NONBLOCK);
+        fcntl(c->err_r, F_SETFL, O_NONBLOCK);
+
+        bool out_open = true, err_open = true, chan_open = true, exited = false;
+        int cancel_fd = opts ? opts->cancel_fd : -1;
+        while (!exited || out_open || err_open) {
+                struct pollfd p[5];
+                int np = 0, i_out = -1, i_err = -1, i_chan = -1, i_pid = -1, i_cancel = -1;
+                if (out_open)
+                        p[i_out = np++] = (struct pollfd){c->out_r, POLLIN, 0};
+                if (err_open)
+                        p[i_err = np++] = (struct pollfd){c->err_r, POLLIN, 0};
+                if (chan_open && !exited)
+                        p[i_chan = np++] = (struct pollfd){c->chan, POLLIN, 0};
+                if (!exited)
+                        p[i_pid = np++] = (struct pollfd){c->pidfd, POLLIN, 0};
+                if (cancel_fd >= 0 && !exited && !st.cancelled)
+                        p[i_cancel = np++] = (struct pollfd){cancel_fd, POLLIN, 0};
+                int timeout_ms = -1;
+                if (!exited && !st.timed_out) {
+                        uint64_t now = al_now_ns();
+                        if (now >= st.deadline) {
+                                st.timed_out = true;
+                                kill_copy(&st);
+                                continue;
+                        }
+                        timeout_ms = (int)MIN((st.deadline - now) / 1000000 + 1, 1000000u);
+                } else if (exited) {
+                        /* Every process of the run is gone, so the pipes
+                         * reach end of file at once. */
+                        timeout_ms = 1000;
+                }
+                int k = poll(p, (nfds_t)np, timeout_ms);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k == 0 && exited)
+                        break;
+                if (i_out >= 0 && p[i_out].revents)
+                        out_open = drain_pipe(c->out_r, &st.out, &st.out_trunc);
+                if (i_err >= 0 && p[i_err].revents)
+                        err_open = drain_pipe(c->err_r, &st.err, &st.err_trunc);
+                if (i_chan >= 0 && p[i_chan].revents) {
+                        for (;;) {
+                                json_t *req = NULL;
+                                int fr = frame_reader_feed(&st.fr, c->chan, &req);
+                                if (fr == 1) {
+                                        serve_request(&st, req);
+                                        json_decref(req);
+                                        if (st.protocol_error) {
+                                                kill_copy(&st);
+                                                chan_open = false;
+                                                break;
+                                        }
+                                        continue;
+                                }
+                                if (fr < 0) {
+                                        chan_open = false;
+                                        if (fr != -EPIPE) {
+                                                st.protocol_error = true;
+                                                kill_copy(&st);
+                                        }
+                                }
+                                break;
+                        }
+                }
+                if (i_cancel >= 0 && p[i_cancel].revents) {
+                        st.cancelled = true;
+                        kill_copy(&st);
+                }
+                if (i_pid >= 0 && p[i_pid].revents)
+                        exited = true;
+        }
+        frame_reader_free(&st.fr);
+
+        siginfo_t si = {0};
+        int w;
+        while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL)) <
+                       0 &&
+               errno == EINTR)
+                ;
+        if (w < 0) {
+                /* Someone else reaped it (SIGCHLD ignored): trust the claim. */
+                si.si_code = CLD_EXITED;
+                si.si_status = strcmp(st.claimed_status, "ok") == 0 ? 0 : 1;
+        }
+        close(c->pidfd);
+        c->pidfd = -1;
+        r = finish_result(&st, &si, outdir, t0, ret, err);
+        if (outdir >= 0)
+                close(outdir);
+        dynbuf_free(&st.out);
+        dynbuf_free(&st.err);
+        return r;
+}
+
+int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
+                           const airlock_run_options *opts, airlock_result **ret,
+                           airlock_error *err)
+{
+        if (!code)
+                return al_error(err, -EINVAL, NULL, "no code to run");
+        if (len > MAX_CODE_BYTES)
+                return al_error(err, -E2BIG, NULL,
+                                "the code is %zu bytes, over the cap of %u MiB", len,
+                                MAX_CODE_BYTES >> 20);
+        if (memchr(code, '\0', len))
+                return al_error(err, -EINVAL, NULL, "the code contains a NUL byte");
+        if (!al_utf8_valid(code, len))
+                return al_error(err, -EILSEQ, NULL, "the code is not valid UTF-8");
+        copy *c = NULL;
+        int r = take_copy(sb, &c, err);
+        if (r < 0)
+                return r;
+        r = run_in_copy(sb, c, code, len, opts, ret, err);
+        copy_close(c, true);
+        return r;
+}
+
+int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len, airlock_result **ret,
+                        airlock_error *err)
+{
+        return airlock_sandbox_run_ex(sb, code, len, NULL, ret, err);
+}

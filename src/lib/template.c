@@ -1,0 +1,557 @@
+/* The template process: it builds the sandbox's namespaces and root, starts
+ * the interpreter once, then forks a fresh copy of itself for every run.
+ *
+ * The host starts it by fork() and execve("/proc/self/exe") with argv[0]
+ * TEMPLATE_ARGV0, so the template begins with a clean address space; a
+ * constructor in this file catches that argv[0] before the program's main().
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/mount.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "channel.h"
+#include "sandbox.h"
+#include "util.h"
+
+#ifndef MS_NOSYMFOLLOW
+#define MS_NOSYMFOLLOW 256
+#endif
+#ifndef MOUNT_ATTR_NOSYMFOLLOW
+#define MOUNT_ATTR_NOSYMFOLLOW 0x00200000
+#endif
+
+/* The new root is built on a tmpfs mounted over /tmp inside the template's
+ * own mount namespace; the host's /tmp is not touched. */
+#define NEWROOT "/tmp"
+
+static int ctl_fd = TEMPLATE_CTL_FD;
+static template_params params;
+static struct sock_fprog guest_filter;
+static char tmp_opts[128], out_opts[128];
+
+/* Reports a failure to the host ("E<errno> <feature>|<message>") and exits.
+ * feature names the kernel feature or step, so `airlock run` can say what
+ * is missing. */
+_Noreturn static void fail(int err, const char *feature, const char *fmt, ...) _printf_(3, 4);
+_Noreturn static void fail(int err, const char *feature, const char *fmt, ...)
+{
+        char msg[900], buf[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        int n = snprintf(buf, sizeof(buf), "%c%d %s|%s", CTL_ERROR, err < 0 ? -err : err,
+                         feature, msg);
+        if (n > 0)
+                (void)!send(ctl_fd, buf, (size_t)MIN(n, (int)sizeof(buf) - 1), MSG_NOSIGNAL);
+        _exit(127);
+}
+
+static void ctl_send_byte(char c)
+{
+        if (send(ctl_fd, &c, 1, MSG_NOSIGNAL) != 1)
+                _exit(127);
+}
+
+static char ctl_recv_byte(void)
+{
+        char c;
+        ssize_t n;
+        do
+                n = recv(ctl_fd, &c, 1, 0);
+        while (n < 0 && errno == EINTR);
+        if (n != 1)
+                _exit(0); /* the host is gone */
+        return c;
+}
+
+static void read_params(void)
+{
+        char *buf = malloc(65536);
+        if (!buf)
+                _exit(127);
+        ssize_t n;
+        do
+                n = recv(ctl_fd, buf, 65536, 0);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0)
+                _exit(127);
+        json_error_t jerr;
+        json_t *j = json_loadb(buf, (size_t)n, 0, &jerr);
+        free(buf);
+        if (!j)
+                fail(EINVAL, "setup", "bad parameters from the host");
+        airlock_limits *l = &params.limits;
+        airlock_limits_default(l);
+        l->timeout_s = json_number_value(json_object_get(j, "timeout_s"));
+        l->cpu_s = json_number_value(json_object_get(j, "cpu_s"));
+        l->memory_bytes = (uint64_t)json_integer_value(json_object_get(j, "memory_bytes"));
+        l->pids = (uint32_t)json_integer_value(json_object_get(j, "pids"));
+        l->open_files = (uint32_t)json_integer_value(json_object_get(j, "open_files"));
+        l->max_file_bytes = (uint64_t)json_integer_value(json_object_get(j, "max_file_bytes"));
+        l->tmp_bytes = (uint64_t)json_integer_value(json_object_get(j, "tmp_bytes"));
+        l->output_fs_bytes = (uint64_t)json_integer_value(json_object_get(j, "output_fs_bytes"));
+        l->max_output_files = (uint32_t)json_integer_value(json_object_get(j, "max_output_files"));
+        params.has_input = json_is_true(json_object_get(j, "has_input"));
+        json_t *pre = json_object_get(j, "preloads");
+        size_t n_pre = json_array_size(pre);
+        params.preloads = calloc(n_pre + 1, sizeof(char *));
+        for (size_t i = 0; params.preloads && i < n_pre; i++)
+                params.preloads[params.n_preloads++] =
+                        strdup(json_string_value(json_array_get(pre, i)) ?: "");
+        json_decref(j);
+}
+
+static void write_file(const char *path, const char *data)
+{
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0 || al_write_full(fd, data, strlen(data)) < 0)
+                fail(-errno, "mount namespace", "cannot write %s: %m", path);
+        close(fd);
+}
+
+static void make_dir(const char *path, mode_t mode)
+{
+        if (mkdir(path, mode) < 0 && errno != EEXIST)
+                fail(-errno, "mount namespace", "cannot create %s: %m", path);
+}
+
+/* Makes a mount read-only (and nosuid, nodev unless dev_ok) without
+ * clearing flags the kernel locked when the mount crossed into our user
+ * namespace. mount_setattr changes only the bits it is given. */
+static int make_readonly(const char *path, bool dev_ok, bool noexec)
+{
+        struct mount_attr attr = {
+                .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | (dev_ok ? 0 : MOUNT_ATTR_NODEV) |
+                            (noexec ? MOUNT_ATTR_NOEXEC : 0),
+        };
+        if (syscall(SYS_mount_setattr, AT_FDCWD, path, AT_RECURSIVE, &attr, sizeof(attr)) == 0)
+                return 0;
+        if (errno != ENOSYS)
+                return -errno;
+        struct statvfs sv;
+        if (statvfs(path, &sv) < 0)
+                return -errno;
+        unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID;
+        if (!dev_ok)
+                flags |= MS_NODEV;
+        if (noexec || (sv.f_flag & ST_NOEXEC))
+                flags |= MS_NOEXEC;
+        if (sv.f_flag & ST_NODEV)
+                flags |= MS_NODEV;
+        if (sv.f_flag & ST_NOATIME)
+                flags |= MS_NOATIME;
+        if (sv.f_flag & ST_RELATIME)
+                flags |= MS_RELATIME;
+        return mount(NULL, path, NULL, flags, NULL) < 0 ? -errno : 0;
+}
+
+static void bind_ro(const char *src, const char *dst, bool dev_ok)
+{
+        if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+                fail(-errno, "bind mount", "cannot bind %s: %m", src);
+        int r = make_readonly(dst, dev_ok, false);
+        if (r < 0)
+                fail(r, "read-only bind mount", "cannot make %s read-only: %s", dst, strerror(-r));
+}
+
+/* A top-level entry of the host root that Python needs: merged-/usr
+ * symlinks are copied as symlinks, directories are bound read-only. */
+static void add_system_entry(const char *name)
+{
+        char host[64], dst[96], target[256];
+        snprintf(host, sizeof(host), "/%s", name);
+        snprintf(dst, sizeof(dst), NEWROOT "/%s", name);
+        struct stat st;
+        if (lstat(host, &st) < 0)
+                return;
+        if (S_ISLNK(st.st_mode)) {
+                ssize_t n = readlink(host, target, sizeof(target) - 1);
+                if (n <= 0)
+                        return;
+                target[n] = '\0';
+                if (symlink(target, dst) < 0)
+                        fail(-errno, "mount namespace", "cannot create %s: %m", dst);
+        } else if (S_ISDIR(st.st_mode)) {
+                make_dir(dst, 0755);
+                bind_ro(host, dst, false);
+        }
+}
+
+static void bind_file(const char *host, const char *dst, bool dev)
+{
+        int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0)
+                fail(-errno, "mount namespace", "cannot create %s: %m", dst);
+        close(fd);
+        bind_ro(host, dst, dev);
+}
+
+/* Builds the guest's root: a read-only tmpfs holding /usr (and the merged
+ * links), a minimal /etc, a minimal /dev, /input, and mount points for the
+ * per-copy /output, /tmp and /proc. No other host path is reachable. */
+static void build_root(void)
+{
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                fail(-errno, "mount namespace", "cannot make mounts private: %m");
+        if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755") < 0)
+                fail(-errno, "tmpfs", "cannot mount the root tmpfs: %m");
+
+        static const char *const sys_entries[] = {"usr", "bin", "sbin", "lib", "lib64",
+                                                  "lib32", "libx32"};
+        for (size_t i = 0; i < ARRAY_SIZE(sys_entries); i++)
+                add_system_entry(sys_entries[i]);
+
+        make_dir(NEWROOT "/etc", 0755);
+        write_file(NEWROOT "/etc/passwd", "root:x:0:0:sandbox:/tmp:/bin/sh\n"
+                                          "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n");
+        write_file(NEWROOT "/etc/group", "root:x:0:\nnogroup:x:65534:\n");
+        write_file(NEWROOT "/etc/hosts", "127.0.0.1 localhost airlock\n::1 localhost\n");
+        write_file(NEWROOT "/etc/hostname", "airlock\n");
+        write_file(NEWROOT "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
+        static const char *const etc_files[] = {"ld.so.cache", "mime.types", "localtime"};
+        for (size_t i = 0; i < ARRAY_SIZE(etc_files); i++) {
+                char host[64], dst[96];
+                snprintf(host, sizeof(host), "/etc/%s", etc_files[i]);
+                snprintf(dst, sizeof(dst), NEWROOT "/etc/%s", etc_files[i]);
+                if (access(host, R_OK) == 0)
+                        bind_file(host, dst, false);
+        }
+
+        make_dir(NEWROOT "/dev", 0755);
+        static const char *const devs[] = {"null", "zero", "full", "random", "urandom"};
+        for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
+                char host[32], dst[64];
+                snprintf(host, sizeof(host), "/dev/%s", devs[i]);
+                snprintf(dst, sizeof(dst), NEWROOT "/dev/%s", devs[i]);
+                bind_file(host, dst, true);
+        }
+        if (symlink("/proc/self/fd", NEWROOT "/dev/fd") < 0 ||
+            symlink("/proc/self/fd/0", NEWROOT "/dev/stdin") < 0 ||
+            symlink("/proc/self/fd/1", NEWROOT "/dev/stdout") < 0 ||
+            symlink("/proc/self/fd/2", NEWROOT "/dev/stderr") < 0)
+                fail(-errno, "mount namespace", "cannot create /dev links: %m");
+
+        make_dir(NEWROOT "/input", 0755);
+        if (params.has_input) {
+                char src[64];
+                snprintf(src, sizeof(src), "/proc/self/fd/%d", TEMPLATE_INPUT_FD);
+                if (mount(src, NEWROOT "/input", NULL, MS_BIND | MS_REC, NULL) < 0)
+                        fail(-errno, "bind mount", "cannot bind the staged input: %m");
+                int r = make_readonly(NEWROOT "/input", false, true);
+                if (r < 0)
+                        fail(r, "read-only bind mount", "cannot make /input read-only: %s",
+                             strerror(-r));
+        }
+        close(TEMPLATE_INPUT_FD);
+        make_dir(NEWROOT "/output", 0755);
+        make_dir(NEWROOT "/tmp", 01777);
+
+        /* Each copy mounts its own procfs. The kernel allows that in a user
+         * namespace only while a fully visible procfs is mounted in the
+         * mount namespace, so the host's stays under the copy's new one;
+         * it is covered before any guest code runs. */
+        make_dir(NEWROOT "/proc", 0555);
+        if (mount("/proc", NEWROOT "/proc", NULL, MS_BIND | MS_REC, NULL) < 0)
+                fail(-errno, "proc", "cannot bind /proc: %m");
+
+        if (chdir(NEWROOT) < 0 || syscall(SYS_pivot_root, ".", ".") < 0)
+                fail(-errno, "pivot_root", "cannot switch to the new root: %m");
+        if (umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+                fail(-errno, "pivot_root", "cannot detach the old root: %m");
+        if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) <
+            0)
+                fail(-errno, "read-only root", "cannot make the root read-only: %m");
+}
+
+static void setup_namespaces(void)
+{
+        if (unshare(CLONE_NEWUSER) < 0)
+                fail(-errno, "user namespaces",
+                     "cannot create a user namespace: %m (is kernel.unprivileged_userns_clone or "
+                     "user.max_user_namespaces 0?)");
+        ctl_send_byte(CTL_USERNS);
+        if (ctl_recv_byte() != CTL_GO)
+                _exit(127);
+        /* The host mapped uid and gid 0 to an unprivileged host id; become it. */
+        if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+                fail(-errno, "user namespaces", "cannot switch to the mapped ids: %m");
+        if (unshare(CLONE_NEWNS) < 0)
+                fail(-errno, "mount namespaces", "cannot create a mount namespace: %m");
+        if (unshare(CLONE_NEWNET) < 0)
+                fail(-errno, "network namespaces", "cannot create a network namespace: %m");
+        if (unshare(CLONE_NEWIPC) < 0)
+                fail(-errno, "IPC namespaces", "cannot create an IPC namespace: %m");
+        if (unshare(CLONE_NEWUTS) < 0)
+                fail(-errno, "UTS namespaces", "cannot create a UTS namespace: %m");
+        if (unshare(CLONE_NEWCGROUP) < 0)
+                fail(-errno, "cgroup namespaces", "cannot create a cgroup namespace: %m");
+        if (sethostname("airlock", 7) < 0)
+                fail(-errno, "UTS namespaces", "cannot set the host name: %m");
+        build_root();
+}
+
+static void set_limit(int resource, rlim_t value)
+{
+        struct rlimit rl = {value, value};
+        if (setrlimit(resource, &rl) < 0) {
+                /* Never raise past the hard limit we were given. */
+                struct rlimit cur;
+                if (getrlimit(resource, &cur) == 0 && cur.rlim_max < value) {
+                        rl.rlim_cur = rl.rlim_max = cur.rlim_max;
+                        setrlimit(resource, &rl);
+                }
+        }
+}
+
+/* Drops every capability for good: the bounding set (so no execve can
+ * regain any, even as uid 0 of the namespace), the ambient set, and the
+ * effective, permitted and inheritable sets. */
+static int drop_capabilities(void)
+{
+        for (int cap = 0; cap <= 63; cap++) {
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+                        return -errno;
+        }
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                return -errno;
+        struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct data[2];
+        memset(data, 0, sizeof(data));
+        if (syscall(SYS_capset, &hdr, data) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Sends one byte with fds attached. */
+static int send_fds(int sock, char tag, const int *fds, size_t n)
+{
+        char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+        memset(cbuf, 0, sizeof(cbuf));
+        struct iovec iov = {&tag, 1};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (n) {
+                mh.msg_control = cbuf;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
+                memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
+        }
+        return sendmsg(sock, &mh, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
+_Noreturn static void copy_fail(int chan, const char *fmt, ...) _printf_(2, 3);
+_Noreturn static void copy_fail(int chan, const char *fmt, ...)
+{
+        char buf[512];
+        buf[0] = COPY_ERROR;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(buf + 1, sizeof(buf) - 1, fmt, ap);
+        va_end(ap);
+        if (n > 0)
+                (void)!send(chan, buf, 1 + (size_t)MIN(n, (int)sizeof(buf) - 2), MSG_NOSIGNAL);
+        _exit(126);
+}
+
+/* A fresh copy: pid 1 of its own PID namespace, in its own mount namespace.
+ * It mounts its private /output, /tmp and /proc, hands the host its /output
+ * fd, drops every privilege, loads the seccomp filter, and waits for code.
+ * Everything here runs before any guest code. */
+_Noreturn static void copy_main(int chan, int out_w, int err_w)
+{
+        if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 || dup3(chan, COPY_CHANNEL_FD, O_CLOEXEC) < 0)
+                _exit(126);
+        chan = COPY_CHANNEL_FD;
+        /* Nothing of the template's may reach the guest: not the control
+         * socket, not other copies' fds. */
+        syscall(SYS_close_range, COPY_CHANNEL_FD + 1, ~0u, 0);
+        ctl_fd = -1;
+
+        guest_after_fork_child(chan);
+
+        const unsigned long tmpfs_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOSYMFOLLOW;
+        if (mount("tmpfs", "/output", "tmpfs", tmpfs_flags, out_opts) < 0 &&
+            mount("tmpfs", "/output", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, out_opts) < 0)
+                copy_fail(chan, "cannot mount /output: %m");
+        if (mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags, tmp_opts) < 0 &&
+            mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tmp_opts) < 0)
+                copy_fail(chan, "cannot mount /tmp: %m");
+        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                copy_fail(chan, "cannot mount /proc: %m");
+        int outdir = open("/output", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (outdir < 0)
+                copy_fail(chan, "cannot open /output: %m");
+        if (chdir("/tmp") < 0)
+                copy_fail(chan, "cannot enter /tmp: %m");
+
+        rlim_t cpu = (rlim_t)(params.limits.cpu_s > 0 ? params.limits.cpu_s
+                                                      : params.limits.timeout_s) +
+                     1;
+        set_limit(RLIMIT_CPU, cpu);
+        set_limit(RLIMIT_DATA, params.limits.memory_bytes);
+        set_limit(RLIMIT_FSIZE, params.limits.max_file_bytes);
+        set_limit(RLIMIT_NOFILE, params.limits.open_files);
+        set_limit(RLIMIT_CORE, 0);
+        set_limit(RLIMIT_MSGQUEUE, 0);
+        /* Tasks of this user in this user namespace: the copy's share of
+         * the process limit (the host adds a cgroup limit where it can). */
+        set_limit(RLIMIT_NPROC, params.limits.pids + 4);
+
+        int r = drop_capabilities();
+        if (r < 0)
+                copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                copy_fail(chan, "cannot set no_new_privs: %m");
+        if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &guest_filter) < 0)
+                copy_fail(chan, "cannot load the seccomp filter: %m");
+
+        if (send_fds(chan, COPY_READY, &outdir, 1) < 0)
+                _exit(126);
+        close(outdir);
+
+        /* Wait for the code. */
+        frame_reader fr;
+        frame_reader_init(&fr, CHANNEL_MAX_FRAME);
+        json_t *msg = NULL;
+        r = frame_reader_feed(&fr, chan, &msg);
+        frame_reader_free(&fr);
+        if (r != 1)
+                _exit(0); /* the host is gone or closed this copy unused */
+        const char *code = json_string_value(json_object_get(msg, "code"));
+        size_t len = json_string_length(json_object_get(msg, "code"));
+        const char *status = "error";
+        int exit_code = code ? guest_run(code, len, &status) : 1;
+        json_decref(msg);
+
+        json_t *end = json_pack("{s:s, s:s, s:i}", "op", "end", "status", status, "exit_code",
+                                exit_code);
+        if (end)
+                channel_send(chan, end);
+        _exit(exit_code & 0xff);
+}
+
+/* Forks a copy for the host: clone3 with a new PID and mount namespace,
+ * CLONE_PARENT so the host (not the template) is its parent and can wait
+ * for it through its pidfd. */
+static void spawn_copy(void)
+{
+        int sv[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
+            pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+                char msg[128];
+                int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot create the channel: %s",
+                                 CTL_ERROR, errno, strerror(errno));
+                (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
+                goto out;
+        }
+        int pidfd = -1;
+        struct clone_args args = {
+                .flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_PARENT | CLONE_PIDFD,
+                .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                .exit_signal = 0,
+        };
+        guest_before_fork();
+        long pid = syscall(SYS_clone3, &args, sizeof(args));
+        if (pid == 0) {
+                close(sv[0]);
+                close(out[0]);
+                close(err[0]);
+                copy_main(sv[1], out[1], err[1]);
+        }
+        int saved = errno;
+        guest_after_fork_parent();
+        if (pid < 0) {
+                char msg[160];
+                int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot start a copy: %s",
+                                 CTL_ERROR, saved, strerror(saved));
+                (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
+                goto out;
+        }
+        int fds[4] = {sv[0], pidfd, out[0], err[0]};
+        if (send_fds(ctl_fd, CTL_COPY, fds, 4) < 0)
+                _exit(0);
+        close(pidfd);
+out:
+        for (int i = 0; i < 2; i++) {
+                if (sv[i] >= 0)
+                        close(sv[i]);
+                if (out[i] >= 0)
+                        close(out[i]);
+                if (err[i] >= 0)
+                        close(err[i]);
+        }
+}
+
+_Noreturn void template_main(void)
+{
+        /* Signals meant for the host's terminal are not the template's. */
+        setsid();
+        signal(SIGPIPE, SIG_IGN);
+        read_params();
+
+        int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0)
+                fail(-errno, "setup", "cannot open /dev/null: %m");
+        close(devnull);
+
+        setup_namespaces();
+
+        uint64_t out_bytes = params.limits.output_fs_bytes;
+        uint64_t inodes = (uint64_t)params.limits.max_output_files * 4 + 1024;
+        snprintf(out_opts, sizeof(out_opts), "size=%llu,nr_inodes=%llu,mode=0755",
+                 (unsigned long long)out_bytes, (unsigned long long)inodes);
+        snprintf(tmp_opts, sizeof(tmp_opts), "size=%llu,nr_inodes=65536,mode=01777",
+                 (unsigned long long)params.limits.tmp_bytes);
+
+        char errbuf[900];
+        int r = seccomp_build_guest_filter(&guest_filter, errbuf, sizeof(errbuf));
+        if (r < 0)
+                fail(r, "seccomp", "%s", errbuf);
+        r = guest_init(&params, errbuf, sizeof(errbuf));
+        if (r < 0)
+                fail(r, "python", "%s", errbuf);
+
+        ctl_send_byte(CTL_READY);
+        for (;;) {
+                char c = ctl_recv_byte();
+                if (c == CTL_SPAWN)
+                        spawn_copy();
+        }
+}
+
+/* Runs before main() in every program linked with libairlock: when this
+ * process is a template started by the host, it never reaches main(). */
+__attribute__((constructor)) static void template_entry(int argc, char **argv)
+{
+        if (argc < 1 || !argv || !argv[0] || strcmp(argv[0], TEMPLATE_ARGV0) != 0)
+                return;
+        int type = 0;
+        socklen_t len = sizeof(type);
+        if (getsockopt(TEMPLATE_CTL_FD, SOL_SOCKET, SO_TYPE, &type, &len) < 0 ||
+            type != SOCK_SEQPACKET)
+                return;
+        template_main();
+}
