@@ -1,0 +1,49 @@
+/* airlock describe: prints the execute_code tool description and the agent
+ * instructions that `airlock mcp` would serve for the same options. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+int cmd_describe(int argc, char **argv)
+{
+        cli_options o;
+        airlock_error err = {0};
+        int r = cli_parse_options(argc, argv, CLI_DESCRIBE, &o, &err);
+        if (r == 1) {
+                cli_usage(stdout);
+                return EXIT_OK;
+        }
+        if (r < 0) {
+                fprintf(stderr, "airlock describe: %s\n", err.message);
+                return EXIT_USAGE;
+        }
+        int status = EXIT_OK;
+        if (o.json) {
+                char *text = airlock_describe_json(o.cfg, &err);
+                if (text) {
+                        printf("%s\n", text);
+                        free(text);
+                } else {
+                        status = EXIT_USAGE;
+                }
+        } else {
+                char *desc = NULL, *instr = NULL;
+                if (airlock_describe(o.cfg, &desc, &instr, &err) >= 0) {
+                        printf("# Tool: execute_code\n\n%s\n# Agent instructions\n\n%s", desc,
+                               instr);
+                        free(desc);
+                        free(instr);
+                } else {
+                        status = EXIT_USAGE;
+                }
+        }
+        if (status != EXIT_OK)
+                fprintf(stderr, "airlock describe: %s\n", err.message);
+        if (fflush(stdout) != 0 && status == EXIT_OK) {
+                fprintf(stderr, "airlock describe: cannot write to standard output\n");
+                status = EXIT_USAGE;
+        }
+        cli_options_free(&o);
+        return status;
+}

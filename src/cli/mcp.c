@@ -1,0 +1,582 @@
+/* airlock mcp: the execute_code tool served over the Model Context Protocol
+ * on stdio (JSON-RPC 2.0, one message per line).
+ *
+ * The main thread reads standard input and answers every request but
+ * tools/call itself. Each tools/call runs on its own worker thread, so the
+ * reader keeps reading and a notifications/cancelled can stop the run it
+ * names (through the run's cancel eventfd). Writes to standard output are
+ * serialised by one mutex, one whole line at a time. The server keeps serving
+ * after every error; end of input cancels what still runs, closes the
+ * sandbox cache and exits 0. */
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "cli.h"
+/* The library's internal view of a configuration, for the one fact the public
+ * API does not offer: whether the allow-list is empty (openWorldHint). */
+#include "config.h"
+#include "mcp.h"
+#include "netpolicy.h"
+#include "util.h"
+
+#define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
+#define MCP_MAX_CALLS 64          /* tools/call in progress at once */
+#define MCP_CHUNK     (64u << 10)
+
+/* Protocol revisions this server speaks, newest first. The tool surface
+ * (tools/list, tools/call, ping, cancellation) is the same in all of them. */
+static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                                "2024-11-05"};
+
+enum {
+        RPC_PARSE_ERROR = -32700,
+        RPC_INVALID_REQUEST = -32600,
+        RPC_METHOD_NOT_FOUND = -32601,
+        RPC_INVALID_PARAMS = -32602,
+        RPC_INTERNAL_ERROR = -32603,
+};
+
+typedef struct mcp_call mcp_call;
+
+typedef struct mcp_server {
+        airlock_config *cfg;
+        airlock_cache *cache;
+        json_t *tool; /* the execute_code entry of tools/list */
+        char *instructions;
+        bool initialized;
+        bool output_broken; /* standard output is gone: stop serving */
+        pthread_mutex_t out_lock;
+        pthread_mutex_t lock; /* calls, n_calls */
+        pthread_cond_t calls_done;
+        mcp_call *calls;
+        unsigned n_calls;
+} mcp_server;
+
+/* A tools/call in progress (or the warm-up run, which has no id). */
+struct mcp_call {
+        mcp_server *srv;
+        json_t *id; /* NULL for the warm-up run */
+        char *code;
+        size_t len;
+        int cancel_fd; /* eventfd handed to the run as airlock_run_options.cancel_fd */
+        bool cancelled;
+        mcp_call *next;
+};
+
+/* ---- output ------------------------------------------------------------ */
+
+/* Writes one message as one line. Thread-safe; after a failed write the
+ * server stops reading. */
+static void send_message(mcp_server *srv, json_t *msg)
+{
+        char *text = json_dumps(msg, JSON_COMPACT);
+        json_decref(msg);
+        if (!text) {
+                fprintf(stderr, "airlock mcp: cannot encode a response\n");
+                return;
+        }
+        size_t n = strlen(text);
+        text[n] = '\n'; /* replaces the NUL; written with its length */
+        pthread_mutex_lock(&srv->out_lock);
+        if (!srv->output_broken && al_write_full(STDOUT_FILENO, text, n + 1) < 0)
+                srv->output_broken = true;
+        pthread_mutex_unlock(&srv->out_lock);
+        free(text);
+}
+
+static void send_result(mcp_server *srv, const json_t *id, json_t *result)
+{
+        if (!result) {
+                send_message(srv, json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
+                                            "error", "code", RPC_INTERNAL_ERROR, "message",
+                                            "out of memory"));
+                return;
+        }
+        send_message(srv,
+                     json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+}
+
+/* id NULL answers with "id": null (the request's id could not be read). */
+static void send_error(mcp_server *srv, const json_t *id, int code, const char *fmt, ...)
+    _printf_(4, 5);
+static void send_error(mcp_server *srv, const json_t *id, int code, const char *fmt, ...)
+{
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        /* The message may quote client input: keep it valid UTF-8. */
+        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+        json_t *jid = id ? json_incref((json_t *)id) : json_null();
+        send_message(srv, json_pack("{s:s, s:o, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", jid,
+                                    "error", "code", code, "message", clean ? clean : msg));
+}
+
+/* ---- tools/call workers ------------------------------------------------ */
+
+static void call_free(mcp_call *c)
+{
+        if (!c)
+                return;
+        json_decref(c->id);
+        free(c->code);
+        if (c->cancel_fd >= 0)
+                close(c->cancel_fd);
+        free(c);
+}
+
+/* Takes c off the list of calls in progress. Returns whether it had been
+ * cancelled: a cancelled request gets no response. */
+static bool call_finish(mcp_server *srv, mcp_call *c)
+{
+        pthread_mutex_lock(&srv->lock);
+        for (mcp_call **p = &srv->calls; *p; p = &(*p)->next)
+                if (*p == c) {
+                        *p = c->next;
+                        break;
+                }
+        srv->n_calls--;
+        bool cancelled = c->cancelled;
+        pthread_cond_broadcast(&srv->calls_done);
+        pthread_mutex_unlock(&srv->lock);
+        return cancelled;
+}
+
+static void *call_main(void *arg)
+{
+        mcp_call *c = arg;
+        mcp_server *srv = c->srv;
+        airlock_run_options opts = {.cancel_fd = c->cancel_fd};
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        int r = airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res, &err);
+        json_t *result = NULL;
+        if (c->id) {
+                if (r < 0) {
+                        char msg[AIRLOCK_MESSAGE_MAX + 64];
+                        snprintf(msg, sizeof(msg), "airlock could not run the code: %s",
+                                 err.message[0] ? err.message : strerror(-r));
+                        result = mcp_tool_error(msg);
+                } else {
+                        result = mcp_tool_result(res);
+                        if (!result)
+                                result = mcp_tool_error("airlock could not encode the result");
+                }
+        } else if (r < 0) {
+                /* The warm-up failed; the first call reports why. */
+                fprintf(stderr, "airlock mcp: could not prepare the sandbox: %s\n", err.message);
+        }
+        airlock_result_free(res);
+        /* Decide and answer under the list lock's verdict: once the call is off
+         * the list a cancellation can no longer find it. */
+        json_t *id = c->id ? json_incref(c->id) : NULL;
+        bool cancelled = call_finish(srv, c);
+        if (id && !cancelled)
+                send_result(srv, id, result);
+        else
+                json_decref(result);
+        json_decref(id);
+        call_free(c);
+        return NULL;
+}
+
+/* Starts a detached worker for the call. Returns < 0 (and frees c) when the
+ * call cannot be started. */
+static int call_start(mcp_server *srv, mcp_call *c)
+{
+        c->srv = srv;
+        c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (c->cancel_fd < 0) {
+                int e = errno;
+                call_free(c);
+                return -e;
+        }
+        pthread_mutex_lock(&srv->lock);
+        if (srv->n_calls >= MCP_MAX_CALLS) {
+                pthread_mutex_unlock(&srv->lock);
+                call_free(c);
+                return -EBUSY;
+        }
+        c->next = srv->calls;
+        srv->calls = c;
+        srv->n_calls++;
+        pthread_mutex_unlock(&srv->lock);
+
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        int r = pthread_create(&t, &attr, call_main, c);
+        pthread_attr_destroy(&attr);
+        if (r != 0) {
+                call_finish(srv, c);
+                call_free(c);
+                return -r;
+        }
+        return 0;
+}
+
+static void cancel_locked(mcp_call *c)
+{
+        if (c->cancelled)
+                return;
+        c->cancelled = true;
+        uint64_t one = 1;
+        ssize_t n = write(c->cancel_fd, &one, sizeof(one));
+        (void)n; /* an eventfd write fails only on overflow, which is still readable */
+}
+
+/* notifications/cancelled: stops the run of the request it names. Unknown or
+ * finished requests are ignored, as the protocol asks. */
+static void cancel_request(mcp_server *srv, const json_t *request_id)
+{
+        if (!request_id)
+                return;
+        pthread_mutex_lock(&srv->lock);
+        for (mcp_call *c = srv->calls; c; c = c->next)
+                if (c->id && json_equal(c->id, (json_t *)request_id))
+                        cancel_locked(c);
+        pthread_mutex_unlock(&srv->lock);
+}
+
+static void cancel_all_and_wait(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->lock);
+        for (mcp_call *c = srv->calls; c; c = c->next)
+                cancel_locked(c);
+        while (srv->n_calls > 0)
+                pthread_cond_wait(&srv->calls_done, &srv->lock);
+        pthread_mutex_unlock(&srv->lock);
+}
+
+/* Builds the sandbox in the background right after initialize, so that the
+ * first call does not wait for staging and the interpreter start. */
+static void warm_up(mcp_server *srv)
+{
+        mcp_call *c = calloc(1, sizeof(*c));
+        if (!c || !(c->code = strdup("pass"))) {
+                free(c);
+                return;
+        }
+        c->len = 4;
+        call_start(srv, c);
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+static void handle_initialize(mcp_server *srv, const json_t *id, const json_t *params)
+{
+        if (srv->initialized) {
+                send_error(srv, id, RPC_INVALID_REQUEST, "already initialized");
+                return;
+        }
+        const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
+        if (!asked) {
+                send_error(srv, id, RPC_INVALID_PARAMS,
+                           "initialize: params.protocolVersion must be a string");
+                return;
+        }
+        /* The client's revision when we speak it, else the newest we do; the
+         * client then decides whether it can go on. */
+        const char *version = protocol_versions[0];
+        for (size_t i = 0; i < ARRAY_SIZE(protocol_versions); i++)
+                if (strcmp(asked, protocol_versions[i]) == 0)
+                        version = protocol_versions[i];
+        srv->initialized = true;
+        send_result(srv, id,
+                    json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s}, s:s}", "protocolVersion", version,
+                              "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
+                              "airlock", "version", AIRLOCK_VERSION, "instructions",
+                              srv->instructions));
+        warm_up(srv);
+}
+
+static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *params)
+{
+        const char *name = json_string_value(json_object_get(params, "name"));
+        if (!name) {
+                send_error(srv, id, RPC_INVALID_PARAMS, "tools/call: params.name must be a string");
+                return;
+        }
+        if (strcmp(name, "execute_code") != 0) {
+                send_error(srv, id, RPC_INVALID_PARAMS,
+                           "Unknown tool: %.200s (this server has "
+                           "only execute_code)",
+                           name);
+                return;
+        }
+        /* Bad arguments are a tool error, not a protocol error, so the model
+         * sees what to fix. */
+        const json_t *args = json_object_get(params, "arguments");
+        const json_t *code = json_object_get(args, "code");
+        if (!json_is_string(code)) {
+                send_result(srv, id,
+                            mcp_tool_error("execute_code needs the argument \"code\": a string "
+                                           "of Python source"));
+                return;
+        }
+        const char *key;
+        const json_t *v;
+        json_object_foreach ((json_t *)args, key, v) {
+                if (strcmp(key, "code") != 0) {
+                        char msg[300];
+                        snprintf(msg, sizeof(msg),
+                                 "execute_code has no argument \"%.200s\"; it takes only \"code\"",
+                                 key);
+                        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+                        send_result(srv, id, mcp_tool_error(clean ? clean : msg));
+                        return;
+                }
+        }
+        mcp_call *c = calloc(1, sizeof(*c));
+        if (c) {
+                c->cancel_fd = -1;
+                c->len = json_string_length(code);
+                c->code = malloc(c->len + 1);
+                c->id = json_incref((json_t *)id);
+        }
+        if (!c || !c->code) {
+                call_free(c);
+                send_error(srv, id, RPC_INTERNAL_ERROR, "out of memory");
+                return;
+        }
+        memcpy(c->code, json_string_value(code), c->len + 1);
+        int r = call_start(srv, c);
+        if (r == -EBUSY)
+                send_result(srv, id,
+                            mcp_tool_error("too many execute_code calls in progress; wait for "
+                                           "one to finish"));
+        else if (r < 0)
+                send_error(srv, id, RPC_INTERNAL_ERROR, "cannot start the call: %s", strerror(-r));
+}
+
+static void handle_request(mcp_server *srv, const char *method, const json_t *id,
+                           const json_t *params)
+{
+        if (strcmp(method, "initialize") == 0) {
+                handle_initialize(srv, id, params);
+                return;
+        }
+        /* ping is allowed before initialize; everything else is not. */
+        if (strcmp(method, "ping") == 0) {
+                send_result(srv, id, json_object());
+                return;
+        }
+        if (!srv->initialized) {
+                send_error(srv, id, RPC_INVALID_REQUEST,
+                           "server not initialized: send initialize first (got %.100s)", method);
+                return;
+        }
+        if (strcmp(method, "tools/list") == 0)
+                send_result(srv, id, json_pack("{s:[O]}", "tools", srv->tool));
+        else if (strcmp(method, "tools/call") == 0)
+                handle_tools_call(srv, id, params);
+        else
+                send_error(srv, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s", method);
+}
+
+static void handle_notification(mcp_server *srv, const char *method, const json_t *params)
+{
+        if (strcmp(method, "notifications/cancelled") == 0)
+                cancel_request(srv, json_object_get(params, "requestId"));
+        /* notifications/initialized and every other notification need no
+         * action; notifications are never answered. */
+}
+
+/* An id must be a string or an integer (MCP forbids null). */
+static bool id_valid(const json_t *id)
+{
+        return json_is_string(id) || json_is_integer(id);
+}
+
+static void handle_line(mcp_server *srv, const char *line, size_t len)
+{
+        json_error_t je;
+        json_t *msg =
+            json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
+        if (!msg) {
+                send_error(srv, NULL, RPC_PARSE_ERROR, "parse error: %s (line %d, column %d)",
+                           je.text, je.line, je.column);
+                return;
+        }
+        if (json_is_array(msg)) {
+                send_error(srv, NULL, RPC_INVALID_REQUEST,
+                           "batches (JSON arrays) are not supported: send one message per line");
+                goto out;
+        }
+        if (!json_is_object(msg)) {
+                send_error(srv, NULL, RPC_INVALID_REQUEST, "a message must be a JSON object");
+                goto out;
+        }
+        const json_t *id = json_object_get(msg, "id");
+        const json_t *method = json_object_get(msg, "method");
+        const json_t *params = json_object_get(msg, "params");
+        const char *version = json_string_value(json_object_get(msg, "jsonrpc"));
+        bool has_id = id != NULL;
+        if (has_id && !id_valid(id)) {
+                send_error(srv, NULL, RPC_INVALID_REQUEST, "id must be a string or an integer");
+                goto out;
+        }
+        if (!version || strcmp(version, "2.0") != 0) {
+                send_error(srv, id, RPC_INVALID_REQUEST, "jsonrpc must be \"2.0\"");
+                goto out;
+        }
+        if (!method) {
+                /* A response from the client: this server sends no requests,
+                 * so there is nothing to match it with. */
+                if (has_id && (json_object_get(msg, "result") || json_object_get(msg, "error")))
+                        goto out;
+                send_error(srv, id, RPC_INVALID_REQUEST, "method is missing");
+                goto out;
+        }
+        if (!json_is_string(method)) {
+                send_error(srv, id, RPC_INVALID_REQUEST, "method must be a string");
+                goto out;
+        }
+        if (params && !json_is_object(params)) {
+                if (has_id)
+                        send_error(srv, id, RPC_INVALID_PARAMS, "params must be an object");
+                goto out;
+        }
+        if (has_id)
+                handle_request(srv, json_string_value(method), id, params);
+        else
+                handle_notification(srv, json_string_value(method), params);
+out:
+        json_decref(msg);
+}
+
+/* ---- input ------------------------------------------------------------- */
+
+/* Reads standard input line by line until end of input (or until standard
+ * output is gone). A line longer than MCP_MAX_LINE is discarded up to its
+ * newline, without being held in memory, and answered with an error. */
+static void serve(mcp_server *srv)
+{
+        char *chunk = malloc(MCP_CHUNK);
+        if (!chunk)
+                return;
+        dynbuf line;
+        dynbuf_init(&line, MCP_MAX_LINE);
+        bool discarding = false;
+        for (;;) {
+                ssize_t n = read(STDIN_FILENO, chunk, MCP_CHUNK);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                const char *p = chunk, *end = chunk + n;
+                while (p < end) {
+                        const char *nl = memchr(p, '\n', (size_t)(end - p));
+                        const char *stop = nl ? nl : end;
+                        if (!discarding && dynbuf_append(&line, p, (size_t)(stop - p)) < 0) {
+                                dynbuf_free(&line);
+                                dynbuf_init(&line, MCP_MAX_LINE);
+                                discarding = true;
+                        }
+                        p = stop;
+                        if (!nl)
+                                break;
+                        p++;
+                        if (discarding) {
+                                send_error(srv, NULL, RPC_INVALID_REQUEST,
+                                           "message longer than %u MiB: discarded",
+                                           MCP_MAX_LINE >> 20);
+                                discarding = false;
+                        } else {
+                                size_t len = line.len;
+                                while (len &&
+                                       (line.data[len - 1] == '\r' || line.data[len - 1] == ' ' ||
+                                        line.data[len - 1] == '\t'))
+                                        len--;
+                                if (len)
+                                        handle_line(srv, line.data, len);
+                                line.len = 0;
+                        }
+                }
+                if (srv->output_broken)
+                        break;
+        }
+        /* A last message without a newline still counts. */
+        if (!discarding && line.len && !srv->output_broken)
+                handle_line(srv, line.data, line.len);
+        dynbuf_free(&line);
+        free(chunk);
+}
+
+/* ---- the command ------------------------------------------------------- */
+
+static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
+{
+        srv->cfg = cfg;
+        _cleanup_free_ char *desc_json = airlock_describe_json(cfg, err);
+        if (!desc_json)
+                return -EINVAL;
+        json_t *d = json_loads(desc_json, 0, NULL);
+        if (!d)
+                return al_error(err, -ENOMEM, NULL, "cannot read the tool description");
+        srv->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
+        srv->tool = json_pack("{s:s, s:s, s:O, s:O, s:o, s:{s:s, s:b, s:b, s:b, s:b}, s:{s:O}}",
+                              "name", "execute_code", "title", "Execute Python code", "description",
+                              json_object_get(d, "description"), "inputSchema",
+                              json_object_get(d, "input_schema"), "outputSchema",
+                              mcp_output_schema(), "annotations", "title", "Execute Python code",
+                              "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
+                              "openWorldHint", allowlist_count(cfg->allow) > 0, "_meta",
+                              "airlock/approval_mode", json_object_get(d, "approval_mode"));
+        json_decref(d);
+        if (!srv->instructions || !srv->tool)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        int r = airlock_cache_new(0, 0, &srv->cache, err);
+        if (r < 0)
+                return r;
+        pthread_mutex_init(&srv->out_lock, NULL);
+        pthread_mutex_init(&srv->lock, NULL);
+        pthread_cond_init(&srv->calls_done, NULL);
+        return 0;
+}
+
+int cmd_mcp(int argc, char **argv)
+{
+        cli_options o;
+        airlock_error err = {0};
+        int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
+        if (r == 1) {
+                cli_usage(stdout);
+                return EXIT_OK;
+        }
+        if (r < 0) {
+                fprintf(stderr, "airlock mcp: %s\n", err.message);
+                return EXIT_USAGE;
+        }
+        /* A client that goes away must not kill the server in the middle of
+         * closing its sandboxes: writes then fail with EPIPE instead. */
+        signal(SIGPIPE, SIG_IGN);
+        mcp_server srv = {0};
+        r = server_init(&srv, o.cfg, &err);
+        if (r < 0) {
+                fprintf(stderr, "airlock mcp: %s\n", err.message);
+                json_decref(srv.tool);
+                free(srv.instructions);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        serve(&srv);
+        cancel_all_and_wait(&srv);
+        airlock_cache_close(srv.cache);
+        json_decref(srv.tool);
+        free(srv.instructions);
+        pthread_cond_destroy(&srv.calls_done);
+        pthread_mutex_destroy(&srv.lock);
+        pthread_mutex_destroy(&srv.out_lock);
+        cli_options_free(&o);
+        return EXIT_OK;
+}

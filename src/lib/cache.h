@@ -1,0 +1,58 @@
+/* The sandbox cache behind airlock_cache_*: configuration fingerprints, LRU
+ * and idle eviction, rebuilding a sandbox whose template died, and a cap on
+ * runs in parallel. */
+#ifndef AIRLOCK_CACHE_H
+#define AIRLOCK_CACHE_H
+
+#include <stdint.h>
+
+#include "airlock.h"
+
+#define CACHE_DEFAULT_MAX_SANDBOXES 4
+#define CACHE_DEFAULT_IDLE_S        300.0
+#define CACHE_DEFAULT_MAX_PARALLEL  8
+/* Files up to this size are hashed by content in the tree signature, so an
+ * edit that keeps size and mtime is still seen; larger ones by metadata. */
+#define CACHE_CONTENT_THRESHOLD (64u << 10)
+
+/* The canonical text of everything that changes what a sandbox is: tools,
+ * approval mode, workspace and mounts with the signatures of their trees,
+ * allow-list, limits and preloads. Two configurations whose texts are equal
+ * make interchangeable sandboxes. The tree signatures are recomputed on every
+ * call, so an edit in the workspace changes the text. Fails (naming the path)
+ * when a tree cannot be signed, e.g. because it holds a symlink. */
+int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err);
+
+/* The sandbox operations the cache uses. Tests replace them with fakes to
+ * check eviction and rebuilding without starting real sandboxes. */
+typedef struct cache_ops {
+        int (*sandbox_new)(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err);
+        int (*sandbox_run_ex)(airlock_sandbox *sb, const char *code, size_t len,
+                              const airlock_run_options *opts, airlock_result **ret,
+                              airlock_error *err);
+        void (*sandbox_close)(airlock_sandbox *sb);
+        uint64_t (*now_ns)(void); /* monotonic clock */
+} cache_ops;
+
+/* Replaces the operations (NULL members keep the real ones). Call before the
+ * first run. */
+void cache_set_ops(airlock_cache *cache, const cache_ops *ops);
+/* Runs allowed at once across every sandbox of the cache (default 8). */
+void cache_set_max_parallel(airlock_cache *cache, unsigned n);
+
+/* Introspection for tests and diagnostics. */
+typedef struct cache_stats {
+        unsigned sandboxes; /* entries in the LRU list */
+        unsigned running;   /* runs in progress */
+        uint64_t created;   /* sandboxes made so far */
+        uint64_t closed;    /* sandboxes closed so far */
+        uint64_t hits;      /* runs that found their sandbox */
+        uint64_t rebuilds;  /* sandboxes rebuilt after their template died */
+} cache_stats;
+
+void cache_get_stats(airlock_cache *cache, cache_stats *ret);
+/* Evicts sandboxes idle longer than the idle timeout now (the reaper thread
+ * and every cache call do this too). */
+void cache_reap(airlock_cache *cache);
+
+#endif

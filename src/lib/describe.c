@@ -1,0 +1,415 @@
+/* The execute_code tool description and the agent instructions, written from
+ * the live configuration. These texts are read by models: they say exactly
+ * what the sandbox offers (tools and their arguments, files, network,
+ * limits) and nothing it does not. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "netpolicy.h"
+#include "tools.h"
+#include "util.h"
+
+#define DESCRIBE_CAP         (8u << 20)
+#define DESCRIBE_MAX_ENTRIES 50 /* workspace entries named in the description */
+#define DESCRIBE_MAX_SCAN    100000
+
+/* Appends s, replacing bytes that are not valid UTF-8 with U+FFFD and
+ * indenting every continuation line, so that one description is one item. */
+static int put_text(dynbuf *b, const char *s, const char *indent)
+{
+        _cleanup_free_ char *clean = al_utf8_sanitize(s, strlen(s));
+        if (!clean)
+                return -ENOMEM;
+        int r = 0;
+        for (const char *p = clean; r >= 0 && *p; p++) {
+                if (*p == '\r')
+                        continue;
+                r = dynbuf_append(b, p, 1);
+                if (r >= 0 && *p == '\n' && p[1])
+                        r = dynbuf_append(b, indent, strlen(indent));
+        }
+        return r;
+}
+
+static const char *type_text(const json_t *type, char *buf, size_t size)
+{
+        if (json_is_string(type))
+                return json_string_value(type);
+        if (json_is_array(type) && json_array_size(type) > 0) {
+                size_t off = 0;
+                size_t i;
+                const json_t *t;
+                buf[0] = '\0';
+                json_array_foreach (type, i, t) {
+                        if (!json_is_string(t))
+                                continue;
+                        int n = snprintf(buf + off, size - off, "%s%s", off ? " or " : "",
+                                         json_string_value(t));
+                        if (n < 0 || (size_t)n >= size - off)
+                                break;
+                        off += (size_t)n;
+                }
+                if (off)
+                        return buf;
+        }
+        return "any type";
+}
+
+static bool is_required(const json_t *schema, const char *name)
+{
+        const json_t *req = json_object_get(schema, "required");
+        size_t i;
+        const json_t *v;
+        json_array_foreach (req, i, v)
+                if (json_is_string(v) && strcmp(json_string_value(v), name) == 0)
+                        return true;
+        return false;
+}
+
+/* One tool: its name, description and each argument with its JSON type,
+ * whether it is required, and its own description when the schema has one. */
+static int put_tool(dynbuf *b, const tool_info *t)
+{
+        int r = dynbuf_appendf(b, "- %s: ", t->name);
+        if (r >= 0)
+                r = put_text(
+                    b, t->description && *t->description ? t->description : "(no description)",
+                    "    ");
+        if (r < 0)
+                return r;
+        const json_t *props = json_object_get(t->parameters, "properties");
+        if (!json_is_object(props) || json_object_size(props) == 0)
+                return dynbuf_appendf(b, "\n    arguments: none\n");
+        r = dynbuf_appendf(b, "\n    arguments:");
+        const char *key;
+        const json_t *prop;
+        json_object_foreach ((json_t *)props, key, prop) {
+                char tbuf[128];
+                const char *type = type_text(json_object_get(prop, "type"), tbuf, sizeof(tbuf));
+                if (r >= 0)
+                        r = dynbuf_appendf(b, "\n      %s (%s, %s)", key, type,
+                                           is_required(t->parameters, key) ? "required"
+                                                                           : "optional");
+                const json_t *d = json_object_get(prop, "description");
+                if (r >= 0 && json_is_string(d) && *json_string_value(d)) {
+                        r = dynbuf_append(b, ": ", 2);
+                        if (r >= 0)
+                                r = put_text(b, json_string_value(d), "        ");
+                }
+        }
+        if (r >= 0)
+                r = dynbuf_append(b, "\n", 1);
+        return r;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Names the regular files and directories at the top of the workspace, as
+ * staging will copy them (links fail staging, special files are skipped).
+ * Only names are read; nothing is opened below the top directory. */
+static int put_workspace(dynbuf *b, const char *dir, airlock_error *err)
+{
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return al_error(err, -errno, dir, "workspace '%s' cannot be opened: %s", dir,
+                                strerror(errno));
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                int e = errno;
+                close(fd);
+                return al_error(err, -e, dir, "workspace '%s' cannot be read: %s", dir,
+                                strerror(e));
+        }
+        char **names = NULL;
+        size_t n = 0, alloc = 0, scanned = 0;
+        int r = 0;
+        struct dirent *de;
+        while (r >= 0 && (de = readdir(d)) && scanned++ < DESCRIBE_MAX_SCAN) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue;
+                if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+                        continue;
+                if (n == alloc) {
+                        size_t na = alloc ? alloc * 2 : 16;
+                        char **p = realloc(names, na * sizeof(*p));
+                        if (!p) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        names = p;
+                        alloc = na;
+                }
+                _cleanup_free_ char *clean = al_utf8_sanitize(de->d_name, strlen(de->d_name));
+                if (!clean ||
+                    asprintf(&names[n], "%s%s", clean, S_ISDIR(st.st_mode) ? "/" : "") < 0) {
+                        r = -ENOMEM;
+                        break;
+                }
+                n++;
+        }
+        closedir(d);
+        if (r >= 0 && n)
+                qsort(names, n, sizeof(*names), cmp_str);
+        if (r >= 0) {
+                if (n == 0)
+                        r = dynbuf_appendf(b, "  The workspace is empty.\n");
+                else
+                        r = dynbuf_appendf(b, "  Workspace entries:");
+        }
+        for (size_t i = 0; r >= 0 && i < n && i < DESCRIBE_MAX_ENTRIES; i++)
+                r = dynbuf_appendf(b, " /input/%s%s", names[i],
+                                   i + 1 < n && i + 1 < DESCRIBE_MAX_ENTRIES ? "," : "");
+        if (r >= 0 && n > DESCRIBE_MAX_ENTRIES)
+                r = dynbuf_appendf(b, " and %zu more", n - DESCRIBE_MAX_ENTRIES);
+        if (r >= 0 && n)
+                r = dynbuf_append(b, "\n", 1);
+        for (size_t i = 0; i < n; i++)
+                free(names[i]);
+        free(names);
+        if (r < 0)
+                return al_error(err, r, dir, "describing the workspace: %s", strerror(-r));
+        return 0;
+}
+
+static int put_files(dynbuf *b, const airlock_config *cfg, airlock_error *err)
+{
+        int r = dynbuf_appendf(b, "\nFiles:\n");
+        if (r < 0)
+                return r;
+        if (!cfg->workspace && cfg->n_mounts == 0) {
+                r = dynbuf_appendf(b, "- There is no /input: no host files are available to "
+                                      "the code.\n");
+        } else {
+                r = dynbuf_appendf(b, "- /input (read-only) holds the host files, copied when "
+                                      "the sandbox was created.\n");
+                if (r >= 0 && cfg->workspace)
+                        r = put_workspace(b, cfg->workspace, err);
+                if (r < 0)
+                        return r;
+                for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++) {
+                        struct stat st;
+                        bool dir = stat(cfg->mounts[i].host, &st) == 0 && S_ISDIR(st.st_mode);
+                        if (i == 0)
+                                r = dynbuf_appendf(b, "  Mounted:");
+                        if (r >= 0)
+                                r = dynbuf_appendf(b, " ");
+                        if (r >= 0)
+                                r = put_text(b, "/input/", "");
+                        if (r >= 0)
+                                r = put_text(b, cfg->mounts[i].dest, "");
+                        if (r >= 0)
+                                r = dynbuf_appendf(b, "%s%s", dir ? "/" : "",
+                                                   i + 1 < cfg->n_mounts ? "," : "\n");
+                }
+        }
+        if (r >= 0)
+                r = dynbuf_appendf(
+                    b, "- /output starts empty on every call. Files your code writes there "
+                       "(subdirectories too) are returned with the result: images are shown, "
+                       "other files are attached. Links and special files are not returned.\n"
+                       "- /tmp is private scratch space, emptied between calls.\n");
+        return r;
+}
+
+static int put_network(dynbuf *b, const airlock_config *cfg)
+{
+        size_t n = allowlist_count(cfg->allow);
+        if (n == 0)
+                return dynbuf_appendf(b,
+                                      "\nNetwork: none. The code has no network access; http_get, "
+                                      "http_post and http_request raise PermissionError.\n");
+        int r = dynbuf_appendf(b, "\nNetwork: HTTP only through these functions, and only to "
+                                  "the targets below (anything else raises PermissionError):\n"
+                                  "  http_get(url, headers=None)\n"
+                                  "  http_post(url, body=\"\", "
+                                  "content_type=\"application/json\", headers=None)\n"
+                                  "  http_request(method, url, headers=None, body=None)\n"
+                                  "  Each returns a dict with \"status\", \"headers\" and "
+                                  "\"body\". Redirects are returned, not followed.\n"
+                                  "Allowed:\n");
+        for (size_t i = 0; r >= 0 && i < n; i++) {
+                const allow_entry *e = allowlist_get(cfg->allow, i);
+                r = dynbuf_appendf(b, "- %s", e->target);
+                if (r >= 0)
+                        r = dynbuf_appendf(b, e->scheme ? " (and paths below it)"
+                                                        : " (http and https, any path)");
+                if (r >= 0)
+                        r = dynbuf_appendf(b, ": ");
+                /* "*" stands for every method but CONNECT and TRACE. */
+                if (r >= 0 && e->n_methods == 1 && strcmp(e->methods[0], "*") == 0)
+                        r = dynbuf_appendf(b, "any method but CONNECT and TRACE");
+                else
+                        for (size_t m = 0; r >= 0 && m < e->n_methods; m++)
+                                r = dynbuf_appendf(b, "%s%s", m ? ", " : "", e->methods[m]);
+                if (r >= 0)
+                        r = dynbuf_append(b, "\n", 1);
+        }
+        return r;
+}
+
+static void size_text(uint64_t bytes, char *buf, size_t size)
+{
+        if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0)
+                snprintf(buf, size, "%llu GiB", (unsigned long long)(bytes >> 30));
+        else if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0)
+                snprintf(buf, size, "%llu MiB", (unsigned long long)(bytes >> 20));
+        else if (bytes >= (1ull << 10) && bytes % (1ull << 10) == 0)
+                snprintf(buf, size, "%llu KiB", (unsigned long long)(bytes >> 10));
+        else
+                snprintf(buf, size, "%llu bytes", (unsigned long long)bytes);
+}
+
+static int put_limits(dynbuf *b, const airlock_limits *l)
+{
+        char mem[32], out[32], file[32], total[32];
+        size_text(l->memory_bytes, mem, sizeof(mem));
+        size_text(l->max_stdout, out, sizeof(out));
+        size_text(l->max_output_file, file, sizeof(file));
+        size_text(l->max_output_total, total, sizeof(total));
+        return dynbuf_appendf(b,
+                              "\nLimits of one call: %g s wall clock, %s of memory, %u processes "
+                              "and threads; stdout and stderr are each cut at %s; /output "
+                              "returns at most %u files, %s each, %s in total. A call that "
+                              "exceeds a limit is stopped and reported as failed.\n",
+                              l->timeout_s, mem, l->pids, out, l->max_output_files, file, total);
+}
+
+static int build_description(const airlock_config *cfg, char **ret, airlock_error *err)
+{
+        dynbuf b;
+        dynbuf_init(&b, DESCRIBE_CAP);
+        int r = dynbuf_appendf(
+            &b, "Run Python 3 code in an isolated sandbox and return what it prints. Every "
+                "call starts from a fresh interpreter: variables, imports and files do not "
+                "survive from one call to the next. The code runs as a script, so the value "
+                "of the last expression is not returned: print() what you need. Output files "
+                "go to /output.\n");
+        size_t n = toolreg_count(cfg->tools);
+        if (r >= 0 && n == 0)
+                r = dynbuf_appendf(&b, "\nHost tools: none are configured.\n");
+        if (r >= 0 && n > 0)
+                r = dynbuf_appendf(
+                    &b,
+                    "\nHost tools: call them from the code with call_tool(name, **kwargs): "
+                    "the tool name first, then keyword arguments only, e.g. "
+                    "call_tool(\"%s\", key=value). Positional arguments after the name "
+                    "raise TypeError. call_tool returns the tool's JSON result as Python "
+                    "values; a failing tool raises RuntimeError, invalid arguments raise "
+                    "ValueError. It can also be imported: from airlock import call_tool.\n"
+                    "Tools:\n",
+                    toolreg_get(cfg->tools, 0)->name);
+        for (size_t i = 0; r >= 0 && i < n; i++)
+                r = put_tool(&b, toolreg_get(cfg->tools, i));
+        if (r >= 0)
+                r = put_files(&b, cfg, err);
+        if (r >= 0)
+                r = put_network(&b, cfg);
+        if (r >= 0)
+                r = put_limits(&b, &cfg->limits);
+        if (r < 0) {
+                dynbuf_free(&b);
+                if (err && err->code == r)
+                        return r;
+                return al_error(err, r, NULL, "tool description: %s", strerror(-r));
+        }
+        *ret = dynbuf_take(&b, NULL);
+        return 0;
+}
+
+static int build_instructions(const airlock_config *cfg, char **ret, airlock_error *err)
+{
+        dynbuf b;
+        dynbuf_init(&b, DESCRIBE_CAP);
+        int r = dynbuf_appendf(
+            &b, "This server offers one tool, execute_code, which runs Python 3 in an isolated "
+                "sandbox.\n"
+                "- Prefer one execute_code call per request: read the inputs, call the tools, "
+                "compute and write the results in a single program rather than in many small "
+                "calls. Nothing survives from one call to the next.\n"
+                "- print() every result you need: the value of the last expression is not "
+                "returned.\n"
+                "- Write large results (tables, images, reports) to files in /output instead "
+                "of printing them; they are returned as attachments.\n");
+        if (r >= 0 && (cfg->workspace || cfg->n_mounts))
+                r = dynbuf_appendf(&b, "- The host files are under /input (read-only).\n");
+        size_t n = toolreg_count(cfg->tools);
+        if (r >= 0 && n > 0) {
+                r = dynbuf_appendf(&b, "- The host tools (");
+                for (size_t i = 0; r >= 0 && i < n && i < 20; i++)
+                        r = dynbuf_appendf(&b, "%s%s", i ? ", " : "",
+                                           toolreg_get(cfg->tools, i)->name);
+                if (r >= 0 && n > 20)
+                        r = dynbuf_appendf(&b, ", and %zu more", n - 20);
+                if (r >= 0)
+                        r = dynbuf_appendf(
+                            &b, ") are not separate tools here: they are reachable only "
+                                "from code inside execute_code, with call_tool(\"name\", "
+                                "key=value) (keyword arguments only).\n");
+        }
+        if (r >= 0)
+                r = dynbuf_appendf(&b, allowlist_count(cfg->allow)
+                                           ? "- HTTP is allowed only to the targets listed "
+                                             "in the execute_code description, through "
+                                             "http_get/http_post/http_request.\n"
+                                           : "- The sandbox has no network access.\n");
+        if (r >= 0 && airlock_config_effective_approval(cfg) == AIRLOCK_APPROVAL_ALWAYS)
+                r = dynbuf_appendf(&b, "- Every execute_code call needs the user's approval: "
+                                       "make each call count.\n");
+        if (r < 0) {
+                dynbuf_free(&b);
+                return al_error(err, r, NULL, "agent instructions: %s", strerror(-r));
+        }
+        *ret = dynbuf_take(&b, NULL);
+        return 0;
+}
+
+int airlock_describe(const airlock_config *cfg, char **ret_description, char **ret_instructions,
+                     airlock_error *err)
+{
+        if (!cfg)
+                return al_error(err, -EINVAL, NULL, "describe: no configuration");
+        _cleanup_free_ char *desc = NULL;
+        _cleanup_free_ char *instr = NULL;
+        int r = build_description(cfg, &desc, err);
+        if (r >= 0)
+                r = build_instructions(cfg, &instr, err);
+        if (r < 0)
+                return r;
+        if (ret_description)
+                *ret_description = TAKE_PTR(desc);
+        if (ret_instructions)
+                *ret_instructions = TAKE_PTR(instr);
+        return 0;
+}
+
+char *airlock_describe_json(const airlock_config *cfg, airlock_error *err)
+{
+        _cleanup_free_ char *desc = NULL;
+        _cleanup_free_ char *instr = NULL;
+        if (airlock_describe(cfg, &desc, &instr, err) < 0)
+                return NULL;
+        json_t *o = json_pack(
+            "{s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s]}, s:s, s:s}", "name", "execute_code",
+            "description", desc, "input_schema", "type", "object", "properties", "code", "type",
+            "string", "description",
+            "Python 3 source to run as a script. print() the results you need; write "
+            "files to /output.",
+            "required", "code", "instructions", instr, "approval_mode",
+            airlock_config_effective_approval(cfg) == AIRLOCK_APPROVAL_ALWAYS ? "always_require"
+                                                                              : "never_require");
+        char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+        if (!text)
+                al_error(err, -ENOMEM, NULL, "describe: cannot encode the JSON");
+        return text;
+}
