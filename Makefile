@@ -54,7 +54,8 @@ build/.deps-%: scripts/deps.sh
 
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
 
 # The guest runtime is Python source compiled into the library as a byte array.
 $(BUILD)/gen/guest_runtime.c: src/guest/runtime.py
@@ -68,8 +69,8 @@ $(BUILD)/gen/guest_runtime.o: $(BUILD)/gen/guest_runtime.c
 	$(CC) -c $< -o $@ -fPIC
 
 $(BUILD)/libairlock.a: $(LIB_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
+	@rm -f $@.tmp
+	@ar rcs $@.tmp $^ && mv $@.tmp $@
 
 $(BUILD)/libairlock.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LIBS)

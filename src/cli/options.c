@@ -163,8 +163,8 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         opterr = 0;
         int c;
         while ((c = getopt_long(argc, argv, shortopts, long_options, NULL)) != -1) {
-                double d;
-                uint64_t u;
+                double d = 0;
+                uint64_t u = 0;
                 r = 0;
                 switch (c) {
                 case 'w':

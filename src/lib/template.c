@@ -5,7 +5,6 @@
  * TEMPLATE_ARGV0, so the template begins with a clean address space; a
  * constructor in this file catches that argv[0] before the program's main().
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>

@@ -1,5 +1,4 @@
 /* Error records, bounded buffers, UTF-8 and base64 helpers. */
-#define _GNU_SOURCE
 #include "util.h"
 
 #include <stdio.h>
