@@ -1,0 +1,208 @@
+/* Capture of the run's /output: every regular file, read through a checked
+ * fd, and every other entry listed as refused with its reason. */
+#include "fsx.h"
+#include "fsx_internal.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void (*fsx_capture_read_hook)(int fd, const char *path) = NULL;
+
+typedef struct capture_ctx {
+        const fsx_limits *lim;
+        airlock_error *err;
+        airlock_file *files;
+        size_t n_files, cap_files;
+        uint64_t total;
+        airlock_refusal *refused;
+        size_t n_refused;
+        uint64_t more_refused; /* refusals past FSX_REFUSED_MAX */
+} capture_ctx;
+
+static int add_refusal(capture_ctx *c, const char *path, size_t len, const char *reason)
+{
+        if (c->n_refused >= FSX_REFUSED_MAX) {
+                c->more_refused++;
+                return 0;
+        }
+        if (!c->refused) {
+                c->refused = calloc(FSX_REFUSED_MAX + 1, sizeof(*c->refused));
+                if (!c->refused)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        }
+        char *p = al_utf8_sanitize(path, len);
+        char *r = strdup(reason);
+        if (!p || !r) {
+                free(p);
+                free(r);
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        }
+        c->refused[c->n_refused++] = (airlock_refusal){.path = p, .reason = r};
+        return 0;
+}
+
+static int capture_refuse(void *ctx, const fsx_item *it, fsx_reason r)
+{
+        return add_refusal(ctx, it->path, it->path_len, fsx_reason_text(r));
+}
+
+static bool same_file_state(const struct stat *a, const struct stat *b)
+{
+        return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+               a->st_mtim.tv_nsec == b->st_mtim.tv_nsec && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+               a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* Reads one listed file. Memory use is bounded by the caps: the size is
+ * checked against them before any byte is read, and exactly st_size bytes
+ * are read; one byte more, a short read or a different size or time on the
+ * fd afterwards means the file changed, and it is refused. */
+static int capture_file(void *ctx, const fsx_item *it)
+{
+        capture_ctx *c = ctx;
+        if (c->n_files >= c->lim->max_files)
+                return capture_refuse(c, it, FSX_TOO_MANY);
+
+        struct stat st;
+        fsx_reason reason = FSX_CHANGED;
+        _cleanup_close_ int fd = fsx_open_listed(it, &st, &reason);
+        if (fd == -EAGAIN)
+                return capture_refuse(c, it, reason);
+        if (fd == -ENOENT)
+                return 0;
+        if (fd < 0)
+                return al_error(c->err, fd, it->path, "cannot open %s: %s", it->path,
+                                strerror(-fd));
+
+        uint64_t size = (uint64_t)st.st_size;
+        if ((c->lim->max_file && size > c->lim->max_file) || size > c->lim->max_bytes ||
+            c->total + size > c->lim->max_bytes)
+                return capture_refuse(c, it, FSX_TOO_LARGE);
+
+        _cleanup_free_ unsigned char *data = malloc(size ? size : 1);
+        if (!data)
+                return al_error(c->err, -ENOMEM, it->path, "out of memory reading %s", it->path);
+        ssize_t n = size ? al_read_full(fd, data, size) : 0;
+        if (n < 0)
+                return al_error(c->err, (int)n, it->path, "cannot read %s: %s", it->path,
+                                strerror((int)-n));
+        if ((uint64_t)n != size)
+                return capture_refuse(c, it, FSX_CHANGED);
+        if (fsx_capture_read_hook)
+                fsx_capture_read_hook(fd, it->path);
+        unsigned char extra;
+        ssize_t more;
+        do
+                more = read(fd, &extra, 1);
+        while (more < 0 && errno == EINTR);
+        struct stat after;
+        if (more != 0 || fstat(fd, &after) < 0 || !same_file_state(&st, &after))
+                return capture_refuse(c, it, FSX_CHANGED);
+
+        if (c->n_files == c->cap_files) {
+                size_t nc = c->cap_files ? c->cap_files * 2 : 16;
+                airlock_file *nf = realloc(c->files, nc * sizeof(*nf));
+                if (!nf)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+                c->files = nf;
+                c->cap_files = nc;
+        }
+        char *path = strndup(it->path, it->path_len);
+        char *type = strdup(fsx_media_type(it->name));
+        if (!path || !type) {
+                free(path);
+                free(type);
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        }
+        c->files[c->n_files++] =
+            (airlock_file){.path = path, .media_type = type, .size = size, .data = TAKE_PTR(data)};
+        c->total += size;
+        return 0;
+}
+
+static int file_cmp(const void *x, const void *y)
+{
+        const airlock_file *a = x, *b = y;
+        return strcmp(a->path, b->path);
+}
+
+void fsx_files_free(airlock_file *files, size_t n)
+{
+        if (!files)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                free(files[i].path);
+                free(files[i].media_type);
+                free(files[i].data);
+        }
+        free(files);
+}
+
+void fsx_refused_free(airlock_refusal *refused, size_t n)
+{
+        if (!refused)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                free(refused[i].path);
+                free(refused[i].reason);
+        }
+        free(refused);
+}
+
+int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, size_t *ret_n_files,
+                airlock_refusal **ret_refused, size_t *ret_n_refused, airlock_error *err)
+{
+        if (!lim || !ret_files || !ret_n_files || !ret_refused || !ret_n_refused)
+                return al_error(err, -EINVAL, NULL, "capture: missing argument");
+
+        struct stat st;
+        if (fstat(out_dirfd, &st) < 0)
+                return al_error(err, -errno, "/output", "cannot inspect /output: %s",
+                                strerror(errno));
+        if (!S_ISDIR(st.st_mode))
+                return al_error(err, -ENOTDIR, "/output", "/output is not a directory");
+
+        capture_ctx c = {.lim = lim, .err = err};
+        /* The listing budget bounds host memory whatever the guest left: a
+         * few times the file cap, so that refusals past the cap are still
+         * reported by name for a while, then one "too many files" refusal for
+         * the directory where listing stopped. */
+        uint64_t listed = 0;
+        fsx_walk_opts opts = {
+            .prefix = "/output",
+            .max_depth = lim->max_depth,
+            .max_entries = lim->max_files * 4 + 1024,
+            .listed = &listed,
+            .refuse_bad_utf8 = true,
+        };
+        fsx_walk_ops ops = {.file = capture_file, .refuse = capture_refuse};
+        int r = fsx_walk(out_dirfd, &st, NULL, &opts, &ops, &c, err);
+        if (r >= 0 && c.more_refused > 0) {
+                char msg[96];
+                snprintf(msg, sizeof(msg), "%llu more refused (list capped at %d)",
+                         (unsigned long long)c.more_refused, FSX_REFUSED_MAX);
+                c.refused[c.n_refused].path = strdup("/output");
+                c.refused[c.n_refused].reason = strdup(msg);
+                c.n_refused++;
+                if (!c.refused[c.n_refused - 1].path || !c.refused[c.n_refused - 1].reason)
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        if (r < 0) {
+                fsx_files_free(c.files, c.n_files);
+                fsx_refused_free(c.refused, c.n_refused);
+                return r;
+        }
+        /* The walk already meets files in path order; the sort makes the
+         * contract hold even if an entry changed type between listing and
+         * opening. */
+        if (c.n_files > 1)
+                qsort(c.files, c.n_files, sizeof(*c.files), file_cmp);
+        *ret_files = c.files;
+        *ret_n_files = c.n_files;
+        *ret_refused = c.refused;
+        *ret_n_refused = c.n_refused;
+        return 0;
+}

@@ -1,0 +1,152 @@
+/* Helpers for the file transfer tests: a private scratch directory and a
+ * few builders for the hostile corpus. Included by tests/unit/test_fsx*.c
+ * only; every helper fails the current test on error. */
+#ifndef AIRLOCK_FSX_TEST_H
+#define AIRLOCK_FSX_TEST_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "fsx.h"
+#include "fsx_internal.h"
+#include "util.h"
+
+/* A scratch directory under /tmp: its path and an fd on it. */
+typedef struct scratch {
+        char path[64];
+        int fd;
+} scratch;
+
+static inline void scratch_new(scratch *s)
+{
+        snprintf(s->path, sizeof(s->path), "/tmp/fsx-test.XXXXXX");
+        assert_non_null(mkdtemp(s->path));
+        s->fd = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(s->fd >= 0);
+}
+
+/* Removes the scratch directory with the code under test (fsx_remove_at),
+ * which also proves it can clear whatever the test left. */
+static inline void scratch_free(scratch *s)
+{
+        if (s->fd < 0)
+                return;
+        close(s->fd);
+        s->fd = -1;
+        int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(tmp >= 0);
+        airlock_error err = {0};
+        int r = fsx_remove_at(tmp, s->path + strlen("/tmp/"), &err);
+        close(tmp);
+        if (r < 0)
+                fail_msg("cleaning %s: %s", s->path, err.message);
+}
+
+static inline void put_file(int dfd, const char *rel, const char *data)
+{
+        int fd = openat(dfd, rel, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0)
+                fail_msg("create %s: %s", rel, strerror(errno));
+        assert_int_equal(al_write_full(fd, data, strlen(data)), 0);
+        close(fd);
+}
+
+static inline void put_bytes(int dfd, const char *rel, size_t n, char c)
+{
+        int fd = openat(dfd, rel, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        assert_true(fd >= 0);
+        char *b = malloc(n ? n : 1);
+        assert_non_null(b);
+        memset(b, c, n);
+        assert_int_equal(al_write_full(fd, b, n), 0);
+        free(b);
+        close(fd);
+}
+
+static inline void put_dir(int dfd, const char *rel)
+{
+        if (mkdirat(dfd, rel, 0755) < 0)
+                fail_msg("mkdir %s: %s", rel, strerror(errno));
+}
+
+static inline void put_link(int dfd, const char *rel, const char *target)
+{
+        if (symlinkat(target, dfd, rel) < 0)
+                fail_msg("symlink %s: %s", rel, strerror(errno));
+}
+
+static inline void put_fifo(int dfd, const char *rel)
+{
+        if (mkfifoat(dfd, rel, 0644) < 0)
+                fail_msg("mkfifo %s: %s", rel, strerror(errno));
+}
+
+/* A bound Unix socket at dir/rel (dir is an absolute path). */
+static inline void put_socket(const char *dir, const char *rel)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s", dir, rel);
+        assert_true(n > 0 && (size_t)n < sizeof(sa.sun_path));
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fd >= 0);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                fail_msg("bind %s: %s", sa.sun_path, strerror(errno));
+        close(fd);
+}
+
+static inline int open_dir(int dfd, const char *rel)
+{
+        int fd = openat(dfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                fail_msg("open %s: %s", rel, strerror(errno));
+        return fd;
+}
+
+/* Reads a whole small file relative to dfd into a malloc'd string. */
+static inline char *get_file(int dfd, const char *rel)
+{
+        int fd = openat(dfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return NULL;
+        dynbuf b;
+        dynbuf_init(&b, 1 << 24);
+        char chunk[4096];
+        ssize_t n;
+        while ((n = read(fd, chunk, sizeof(chunk))) > 0)
+                assert_int_equal(dynbuf_append(&b, chunk, (size_t)n), 0);
+        close(fd);
+        return dynbuf_take(&b, NULL);
+}
+
+/* A chain of depth nested directories "d/d/d/..." below dfd, built with
+ * fds so that no path string ever grows past PATH_MAX. */
+static inline void put_deep(int dfd, unsigned depth, const char *leaf_file)
+{
+        int cur = dup(dfd);
+        assert_true(cur >= 0);
+        for (unsigned i = 0; i < depth; i++) {
+                assert_int_equal(mkdirat(cur, "d", 0755), 0);
+                int next = openat(cur, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                assert_true(next >= 0);
+                close(cur);
+                cur = next;
+        }
+        if (leaf_file)
+                put_file(cur, leaf_file, "leaf");
+        close(cur);
+}
+
+static inline fsx_limits big_limits(void)
+{
+        return (fsx_limits){
+            .max_bytes = 1ull << 40, .max_files = 1000000, .max_depth = 256, .max_file = 0};
+}
+
+#endif
