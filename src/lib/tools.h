@@ -8,21 +8,27 @@
 
 #include "airlock.h"
 
-#define TOOLS_MAX_PAYLOAD   (1u << 20) /* arguments of one call, as JSON */
-#define TOOLS_MAX_RESULT    (16u << 20) /* stdout of a command tool */
-#define TOOLS_MAX_TOOLS     256
+#define TOOLS_MAX_PAYLOAD (1u << 20)  /* arguments of one call, as JSON */
+#define TOOLS_MAX_RESULT  (16u << 20) /* stdout of a command tool */
+#define TOOLS_MAX_TOOLS   256
+#define TOOLS_MAX_FILE    (1u << 20)  /* a tools file */
+#define TOOLS_MAX_STDERR  (64u << 10) /* stderr of a command tool kept for the message */
 
 typedef struct tool_info {
         char *name;
         char *description;
-        json_t *parameters;   /* JSON Schema object, never NULL ({"type":"object"}) */
+        json_t *parameters; /* JSON Schema object, never NULL ({"type":"object"}) */
         airlock_approval approval;
         /* Exactly one of fn or argv is set. */
         airlock_tool_fn fn;
         void *userdata;
-        char **argv;          /* NULL-terminated, argv[0] absolute or resolved */
-        int cwd_fd;           /* the tools file's folder for command tools, else -1 */
-        double timeout_s;     /* command tools */
+        char **argv;      /* NULL-terminated, as written in the tools file; the
+                           * command runs in cwd_fd, so relative paths (argv[0]
+                           * with a '/', arguments) resolve against it and a
+                           * bare argv[0] is looked up on PATH */
+        int cwd_fd;       /* the tools file's folder for command tools, else -1 */
+        char *dir;        /* that folder's absolute path (messages, fingerprints) */
+        double timeout_s; /* command tools */
 } tool_info;
 
 typedef struct tool_registry tool_registry;
@@ -59,8 +65,8 @@ int tools_validate(const tool_info *tool, const json_t *args, airlock_error *err
 /* Kinds of failure a call can end in; the guest maps them to exceptions. */
 typedef enum tool_fail {
         TOOL_OK = 0,
-        TOOL_FAIL_INVALID,  /* unknown tool or bad arguments: ValueError in the guest */
-        TOOL_FAIL_RUNTIME,  /* the tool ran and failed: RuntimeError in the guest */
+        TOOL_FAIL_INVALID, /* unknown tool or bad arguments: ValueError in the guest */
+        TOOL_FAIL_RUNTIME, /* the tool ran and failed: RuntimeError in the guest */
 } tool_fail;
 
 /* Validates and runs the named tool. On success *ret_result holds the result
@@ -70,6 +76,11 @@ typedef enum tool_fail {
  * TOOLS_MAX_RESULT is a TOOL_FAIL_RUNTIME, never a hang. Thread-safe. */
 tool_fail toolreg_call(const tool_registry *reg, const char *name, const json_t *args,
                        json_t **ret_result, char **ret_message);
+
+/* Runs a command tool with input (the arguments as JSON) on its stdin; the
+ * part of toolreg_call() after validation. Internal, exposed for tests. */
+tool_fail tools_run_command(const tool_info *tool, const char *input, size_t input_len,
+                            json_t **ret_result, char **ret_message);
 
 /* A canonical JSON description of every tool (names, descriptions, schemas,
  * approval, commands and timeouts, callback addresses) for fingerprints. */
