@@ -1,0 +1,669 @@
+/* The sandbox cache: fingerprints that change with every component of a
+ * configuration, LRU and idle eviction, rebuilding after a template died,
+ * parallel runs, and closing. Most tests use fake sandboxes (cache_set_ops)
+ * and a fake clock, so they are exact and fast; the last ones use real
+ * sandboxes and are skipped when the kernel offers no isolation. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cache.h"
+#include "config.h"
+#include "util.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static char tmp_root[64];
+
+static void write_file(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+}
+
+static airlock_config *new_config(void)
+{
+        airlock_config *cfg = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        return cfg;
+}
+
+static char *fingerprint(const airlock_config *cfg)
+{
+        char *text = NULL;
+        airlock_error err = {0};
+        int r = cache_fingerprint(cfg, &text, &err);
+        if (r < 0)
+                fail_msg("cache_fingerprint: %s", err.message);
+        return text;
+}
+
+static int setup_tmp(void **state)
+{
+        snprintf(tmp_root, sizeof(tmp_root), "/tmp/airlock-cache-XXXXXX");
+        return mkdtemp(tmp_root) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state)
+{
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_root);
+        return system(cmd) == 0 ? 0 : -1;
+}
+
+static int cb_tool(void *ud, const char *args, char **ret, char **ret_err)
+{
+        *ret = strdup("1");
+        return 0;
+}
+
+/* ---- fingerprint ------------------------------------------------------- */
+
+/* Applies one change to a configuration and checks that the fingerprint
+ * moved, then that a fresh identical configuration has the new text too. */
+static void test_fingerprint_components(void **state)
+{
+        airlock_error err = {0};
+        char ws[128], f[160], mnt[160];
+        snprintf(ws, sizeof(ws), "%s/ws", tmp_root);
+        assert_int_equal(mkdir(ws, 0755), 0);
+        snprintf(f, sizeof(f), "%s/data.csv", ws);
+        write_file(f, "a,b\n");
+        snprintf(mnt, sizeof(mnt), "%s/extra.txt", tmp_root);
+        write_file(mnt, "extra");
+
+        airlock_config *cfg = new_config();
+        char *prev = fingerprint(cfg);
+        char *again = fingerprint(cfg);
+        assert_string_equal(prev, again);
+        free(again);
+
+        airlock_config *copy = NULL;
+        assert_int_equal(config_clone(cfg, &copy, &err), 0);
+        again = fingerprint(copy);
+        assert_string_equal(prev, again);
+        free(again);
+        airlock_config_free(copy);
+
+        airlock_limits lim;
+        airlock_tool_def def = {.name = "t1", .description = "d", .fn = cb_tool};
+        for (int step = 0; step < 12; step++) {
+                switch (step) {
+                case 0:
+                        assert_int_equal(airlock_config_set_workspace(cfg, ws, &err), 0);
+                        break;
+                case 1:
+                        write_file(f, "a,b\n1,2\n"); /* content of the workspace */
+                        break;
+                case 2:
+                        assert_int_equal(airlock_config_add_mount(cfg, mnt, "m/extra.txt", &err),
+                                         0);
+                        break;
+                case 3:
+                        assert_int_equal(airlock_config_add_mount(cfg, mnt, "m/other.txt", &err),
+                                         0);
+                        break;
+                case 4:
+                        assert_int_equal(airlock_config_add_tool(cfg, &def, &err), 0);
+                        break;
+                case 5:
+                        def.description = "another description";
+                        assert_int_equal(airlock_config_add_tool(cfg, &def, &err), 0);
+                        break;
+                case 6:
+                        airlock_config_set_approval(cfg, AIRLOCK_APPROVAL_ALWAYS);
+                        break;
+                case 7:
+                        assert_int_equal(airlock_config_allow(cfg, "example.com", "GET", &err), 0);
+                        break;
+                case 8:
+                        assert_int_equal(airlock_config_allow(cfg, "example.com", "GET,POST", &err),
+                                         0);
+                        break;
+                case 9:
+                        airlock_config_get_limits(cfg, &lim);
+                        lim.timeout_s = 31;
+                        assert_int_equal(airlock_config_set_limits(cfg, &lim, &err), 0);
+                        break;
+                case 10:
+                        airlock_config_get_limits(cfg, &lim);
+                        lim.max_output_files = 7;
+                        assert_int_equal(airlock_config_set_limits(cfg, &lim, &err), 0);
+                        break;
+                case 11:
+                        assert_int_equal(airlock_config_add_preload(cfg, "json", &err), 0);
+                        break;
+                }
+                char *next = fingerprint(cfg);
+                if (strcmp(prev, next) == 0)
+                        fail_msg("step %d did not change the fingerprint", step);
+                free(prev);
+                prev = next;
+        }
+        free(prev);
+        airlock_config_free(cfg);
+}
+
+/* An edit that keeps the size and the modification time (same tick) must
+ * still change the fingerprint: small files are hashed by content. */
+static void test_fingerprint_same_size_same_mtime(void **state)
+{
+        char ws[128], f[160];
+        snprintf(ws, sizeof(ws), "%s/ws2", tmp_root);
+        assert_int_equal(mkdir(ws, 0755), 0);
+        snprintf(f, sizeof(f), "%s/data.txt", ws);
+        write_file(f, "aaaa");
+        struct stat st;
+        assert_int_equal(stat(f, &st), 0);
+        struct timespec times[2] = {st.st_atim, st.st_mtim};
+
+        airlock_config *cfg = new_config();
+        airlock_error err = {0};
+        assert_int_equal(airlock_config_set_workspace(cfg, ws, &err), 0);
+        char *before = fingerprint(cfg);
+
+        /* Same size; mtime put back to the exact nanosecond. */
+        int fd = open(f, O_WRONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(pwrite(fd, "bbbb", 4, 0), 4);
+        assert_int_equal(futimens(fd, times), 0);
+        close(fd);
+        struct stat st2;
+        assert_int_equal(stat(f, &st2), 0);
+        assert_int_equal(st2.st_size, st.st_size);
+        assert_int_equal(st2.st_mtim.tv_nsec, st.st_mtim.tv_nsec);
+        assert_int_equal(st2.st_mtim.tv_sec, st.st_mtim.tv_sec);
+
+        char *after = fingerprint(cfg);
+        assert_string_not_equal(before, after);
+        free(before);
+        free(after);
+        airlock_config_free(cfg);
+}
+
+/* A tree that cannot be staged cannot be fingerprinted: the error names it. */
+static void test_fingerprint_error_names_path(void **state)
+{
+        char ws[128], link[160];
+        snprintf(ws, sizeof(ws), "%s/ws3", tmp_root);
+        assert_int_equal(mkdir(ws, 0755), 0);
+        snprintf(link, sizeof(link), "%s/escape", ws);
+        assert_int_equal(symlink("/etc/passwd", link), 0);
+        airlock_config *cfg = new_config();
+        airlock_error err = {0};
+        assert_int_equal(airlock_config_set_workspace(cfg, ws, &err), 0);
+        char *text = (char *)0x1;
+        assert_true(cache_fingerprint(cfg, &text, &err) < 0);
+        assert_ptr_equal(text, (char *)0x1);
+        if (!strstr(err.message, "escape") && !strstr(err.path, "escape"))
+                fail_msg("error does not name the link: %s (%s)", err.message, err.path);
+        airlock_config_free(cfg);
+}
+
+/* ---- fake sandboxes ---------------------------------------------------- */
+
+#define MAX_FAKES 64
+
+struct airlock_sandbox {
+        int id;
+        bool closed;
+        int runs;
+        int die_next; /* run_ex returns -EPIPE this many more times */
+};
+
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        airlock_sandbox fakes[MAX_FAKES];
+        int n;
+        int fail_new;   /* sandbox_new fails this many more times */
+        int die_each;   /* the next die_budget new sandboxes die on their first */
+        int die_budget; /* die_each runs */
+        /* Blocking runs: a run waits while block is set. */
+        bool block;
+        int inside, max_inside;
+        uint64_t now;
+        int closed_order[MAX_FAKES];
+        int n_closed;
+        int violations; /* a closed sandbox was used or closed again */
+} fk = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static void fake_reset(void)
+{
+        pthread_mutex_lock(&fk.lock);
+        memset(fk.fakes, 0, sizeof(fk.fakes));
+        fk.n = fk.fail_new = fk.die_each = fk.die_budget = fk.inside = fk.max_inside = fk.n_closed =
+            0;
+        fk.violations = 0;
+        fk.block = false;
+        fk.now = 1000000000ull;
+        pthread_mutex_unlock(&fk.lock);
+}
+
+static int fake_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
+{
+        pthread_mutex_lock(&fk.lock);
+        if (fk.fail_new > 0) {
+                fk.fail_new--;
+                pthread_mutex_unlock(&fk.lock);
+                return al_error(err, -ENOSYS, NULL, "fake: no namespaces here");
+        }
+        if (fk.n >= MAX_FAKES) {
+                pthread_mutex_unlock(&fk.lock);
+                return al_error(err, -ENOMEM, NULL, "fake: too many sandboxes");
+        }
+        airlock_sandbox *sb = &fk.fakes[fk.n];
+        sb->id = fk.n++;
+        sb->die_next = fk.die_budget > 0 ? fk.die_each : 0;
+        if (fk.die_budget > 0)
+                fk.die_budget--;
+        pthread_mutex_unlock(&fk.lock);
+        *ret = sb;
+        return 0;
+}
+
+static int fake_run(airlock_sandbox *sb, const char *code, size_t len,
+                    const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        /* No cmocka assertion here: runs happen on other threads. */
+        pthread_mutex_lock(&fk.lock);
+        if (sb->closed)
+                fk.violations++;
+        if (sb->die_next > 0) {
+                sb->die_next--;
+                pthread_mutex_unlock(&fk.lock);
+                return al_error(err, -EPIPE, NULL, "fake: template died");
+        }
+        sb->runs++;
+        fk.inside++;
+        if (fk.inside > fk.max_inside)
+                fk.max_inside = fk.inside;
+        pthread_cond_broadcast(&fk.cond);
+        /* Runs of code "fast..." never block. */
+        while (fk.block && strncmp(code, "fast", 4) != 0)
+                pthread_cond_wait(&fk.cond, &fk.lock);
+        if (sb->closed)
+                fk.violations++;
+        fk.inside--;
+        pthread_mutex_unlock(&fk.lock);
+        airlock_result *r = calloc(1, sizeof(*r));
+        r->success = true;
+        /* The result names the sandbox and echoes the code, so results
+         * that mix between threads would show. */
+        r->stdout_len = (size_t)asprintf(&r->stdout_data, "%d:%.*s", sb->id, (int)len, code);
+        *ret = r;
+        return 0;
+}
+
+static void fake_close(airlock_sandbox *sb)
+{
+        pthread_mutex_lock(&fk.lock);
+        if (sb->closed)
+                fk.violations++;
+        sb->closed = true;
+        fk.closed_order[fk.n_closed++] = sb->id;
+        pthread_mutex_unlock(&fk.lock);
+}
+
+static uint64_t fake_now(void)
+{
+        pthread_mutex_lock(&fk.lock);
+        uint64_t n = fk.now;
+        pthread_mutex_unlock(&fk.lock);
+        return n;
+}
+
+static void advance(double seconds)
+{
+        pthread_mutex_lock(&fk.lock);
+        fk.now += (uint64_t)(seconds * 1e9);
+        pthread_mutex_unlock(&fk.lock);
+}
+
+static const cache_ops fake_ops = {
+    .sandbox_new = fake_new,
+    .sandbox_run_ex = fake_run,
+    .sandbox_close = fake_close,
+    .now_ns = fake_now,
+};
+
+static airlock_cache *fake_cache(unsigned max, double idle)
+{
+        fake_reset();
+        airlock_cache *c = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_new(max, idle, &c, &err), 0);
+        cache_set_ops(c, &fake_ops);
+        return c;
+}
+
+/* Configurations that differ only in their timeout: cheap distinct keys. */
+static airlock_config *config_n(int n)
+{
+        airlock_config *cfg = new_config();
+        airlock_limits lim;
+        airlock_error err = {0};
+        airlock_config_get_limits(cfg, &lim);
+        lim.timeout_s = 10 + n;
+        assert_int_equal(airlock_config_set_limits(cfg, &lim, &err), 0);
+        return cfg;
+}
+
+/* Runs code with cfg and returns the id of the sandbox that ran it. */
+static int run_on(airlock_cache *c, const airlock_config *cfg, const char *code)
+{
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        int r = airlock_cache_run(c, cfg, code, strlen(code), &res, &err);
+        if (r < 0)
+                fail_msg("airlock_cache_run: %d %s", r, err.message);
+        int id = -1;
+        char tail[256];
+        assert_int_equal(sscanf(res->stdout_data, "%d:%255s", &id, tail), 2);
+        assert_string_equal(tail, code);
+        airlock_result_free(res);
+        return id;
+}
+
+static void test_same_config_reuses_sandbox(void **state)
+{
+        airlock_cache *c = fake_cache(4, -1);
+        airlock_config *a = config_n(1);
+        airlock_config *a2 = config_n(1);
+        assert_int_equal(run_on(c, a, "x"), 0);
+        assert_int_equal(run_on(c, a, "y"), 0);
+        assert_int_equal(run_on(c, a2, "z"), 0); /* an equal configuration */
+        cache_stats st;
+        cache_get_stats(c, &st);
+        assert_int_equal(st.created, 1);
+        assert_int_equal(st.hits, 2);
+        assert_int_equal(fk.fakes[0].runs, 3);
+        airlock_cache_close(c);
+        assert_true(fk.fakes[0].closed);
+        airlock_config_free(a);
+        airlock_config_free(a2);
+}
+
+static void test_lru_eviction_order(void **state)
+{
+        airlock_cache *c = fake_cache(2, -1);
+        airlock_config *a = config_n(1), *b = config_n(2), *d = config_n(3);
+        assert_int_equal(run_on(c, a, "1"), 0);
+        assert_int_equal(run_on(c, b, "2"), 1);
+        assert_int_equal(run_on(c, a, "3"), 0); /* a is now the most recent */
+        assert_int_equal(run_on(c, d, "4"), 2); /* evicts b, the least recent */
+        assert_int_equal(fk.n_closed, 1);
+        assert_int_equal(fk.closed_order[0], 1);
+        assert_int_equal(run_on(c, a, "5"), 0);
+        assert_int_equal(run_on(c, b, "6"), 3); /* b comes back as a new sandbox, evicts d */
+        assert_int_equal(fk.n_closed, 2);
+        assert_int_equal(fk.closed_order[1], 2);
+        cache_stats st;
+        cache_get_stats(c, &st);
+        assert_int_equal(st.sandboxes, 2);
+        airlock_cache_close(c);
+        assert_int_equal(fk.n_closed, 4);
+        airlock_config_free(a);
+        airlock_config_free(b);
+        airlock_config_free(d);
+}
+
+static void test_default_cap_is_four(void **state)
+{
+        airlock_cache *c = fake_cache(0, -1);
+        airlock_config *cfgs[6];
+        for (int i = 0; i < 6; i++) {
+                cfgs[i] = config_n(i);
+                run_on(c, cfgs[i], "x");
+        }
+        cache_stats st;
+        cache_get_stats(c, &st);
+        assert_int_equal(st.sandboxes, CACHE_DEFAULT_MAX_SANDBOXES);
+        assert_int_equal(fk.n_closed, 2);
+        assert_int_equal(fk.closed_order[0], 0);
+        assert_int_equal(fk.closed_order[1], 1);
+        airlock_cache_close(c);
+        for (int i = 0; i < 6; i++)
+                airlock_config_free(cfgs[i]);
+}
+
+static void test_idle_timeout(void **state)
+{
+        airlock_cache *c = fake_cache(4, 10.0);
+        airlock_config *a = config_n(1), *b = config_n(2);
+        assert_int_equal(run_on(c, a, "1"), 0);
+        advance(6);
+        assert_int_equal(run_on(c, b, "2"), 1);
+        advance(6); /* a idle 12 s, b 6 s */
+        cache_reap(c);
+        assert_true(fk.fakes[0].closed);
+        assert_false(fk.fakes[1].closed);
+        /* The next call reaps too, and a comes back as a new sandbox. */
+        advance(11);
+        assert_int_equal(run_on(c, a, "3"), 2);
+        assert_true(fk.fakes[1].closed);
+        cache_stats st;
+        cache_get_stats(c, &st);
+        assert_int_equal(st.sandboxes, 1);
+        airlock_cache_close(c);
+        airlock_config_free(a);
+        airlock_config_free(b);
+}
+
+static void test_dead_template_rebuilt_once(void **state)
+{
+        airlock_cache *c = fake_cache(4, -1);
+        airlock_config *a = config_n(1);
+        fk.die_each = 1; /* the first sandbox dies on its first run */
+        fk.die_budget = 1;
+        assert_int_equal(run_on(c, a, "x"), 1);
+        assert_true(fk.fakes[0].closed);
+        cache_stats st;
+        cache_get_stats(c, &st);
+        assert_int_equal(st.rebuilds, 1);
+        assert_int_equal(st.sandboxes, 1);
+
+        /* Dying twice in a row is reported, not retried forever. */
+        airlock_config *b = config_n(2);
+        fk.die_each = 5;
+        fk.die_budget = 2;
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_run(c, b, "y", 1, &res, &err), -EPIPE);
+        assert_null(res);
+        assert_int_equal(fk.n, 4); /* the first try and one rebuild */
+        assert_true(fk.fakes[2].closed);
+        assert_true(fk.fakes[3].closed);
+        airlock_cache_close(c);
+        airlock_config_free(a);
+        airlock_config_free(b);
+}
+
+static void test_failed_build_not_cached(void **state)
+{
+        airlock_cache *c = fake_cache(4, -1);
+        airlock_config *a = config_n(1);
+        fk.fail_new = 1;
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_run(c, a, "x", 1, &res, &err), -ENOSYS);
+        assert_string_equal(err.message, "fake: no namespaces here");
+        assert_int_equal(run_on(c, a, "x"), 0); /* tried again, works */
+        airlock_cache_close(c);
+        airlock_config_free(a);
+}
+
+typedef struct run_arg {
+        airlock_cache *c;
+        const airlock_config *cfg;
+        char code[16];
+        int id;
+} run_arg;
+
+/* The thread version of run_on: records instead of asserting (cmocka's
+ * assertions work only on the main thread). id -1: the run failed; -2: its
+ * result was not its own. */
+static void *run_thread(void *p)
+{
+        run_arg *a = p;
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        a->id = -1;
+        if (airlock_cache_run(a->c, a->cfg, a->code, strlen(a->code), &res, &err) < 0)
+                return NULL;
+        int id = -1;
+        char tail[256];
+        if (sscanf(res->stdout_data, "%d:%255s", &id, tail) == 2 && strcmp(tail, a->code) == 0)
+                a->id = id;
+        else
+                a->id = -2;
+        airlock_result_free(res);
+        return NULL;
+}
+
+/* Waits (bounded, so a bug fails instead of hanging) until n runs are
+ * inside the fake sandbox at once. */
+static bool wait_inside(int n)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 30;
+        pthread_mutex_lock(&fk.lock);
+        int r = 0;
+        while (fk.inside < n && r == 0)
+                r = pthread_cond_timedwait(&fk.cond, &fk.lock, &ts);
+        bool ok = fk.inside >= n;
+        pthread_mutex_unlock(&fk.lock);
+        return ok;
+}
+
+static void unblock(void)
+{
+        pthread_mutex_lock(&fk.lock);
+        fk.block = false;
+        pthread_cond_broadcast(&fk.cond);
+        pthread_mutex_unlock(&fk.lock);
+}
+
+static void test_parallel_runs_share_one_sandbox(void **state)
+{
+        airlock_cache *c = fake_cache(4, -1);
+        cache_set_max_parallel(c, 8);
+        airlock_config *a = config_n(1);
+        fk.block = true;
+        pthread_t t[6];
+        run_arg args[6];
+        for (int i = 0; i < 6; i++) {
+                args[i] = (run_arg){.c = c, .cfg = a};
+                snprintf(args[i].code, sizeof(args[i].code), "run%d", i);
+                pthread_create(&t[i], NULL, run_thread, &args[i]);
+        }
+        /* All six are inside the sandbox at the same time: the cache holds
+         * no lock across runs. */
+        bool all_inside = wait_inside(6);
+        unblock();
+        for (int i = 0; i < 6; i++)
+                pthread_join(t[i], NULL); /* run_on checks each result is its own */
+        assert_true(all_inside);
+        assert_int_equal(fk.n, 1);
+        for (int i = 0; i < 6; i++)
+                assert_int_equal(args[i].id, 0);
+        airlock_cache_close(c);
+        airlock_config_free(a);
+}
+
+static void test_parallel_limit(void **state)
+{
+        airlock_cache *c = fake_cache(4, -1);
+        cache_set_max_parallel(c, 2);
+        airlock_config *a = config_n(1);
+        fk.block = true;
+        pthread_t t[5];
+        run_arg args[5];
+        for (int i = 0; i < 5; i++) {
+                args[i] = (run_arg){.c = c, .cfg = a};
+                snprintf(args[i].code, sizeof(args[i].code), "p%d", i);
+                pthread_create(&t[i], NULL, run_thread, &args[i]);
+        }
+        assert_true(wait_inside(2));
+        unblock();
+        for (int i = 0; i < 5; i++)
+                pthread_join(t[i], NULL);
+        assert_int_equal(fk.max_inside, 2);
+        assert_int_equal(fk.fakes[0].runs, 5);
+        for (int i = 0; i < 5; i++)
+                assert_int_equal(args[i].id, 0);
+        airlock_cache_close(c);
+        airlock_config_free(a);
+}
+
+/* A sandbox evicted while it runs is closed only when that run ends. */
+static void test_eviction_waits_for_running(void **state)
+{
+        airlock_cache *c = fake_cache(1, -1);
+        airlock_config *a = config_n(1), *b = config_n(2);
+        fk.block = true;
+        pthread_t t;
+        run_arg arg = {.c = c, .cfg = a, .code = "slow"};
+        pthread_create(&t, NULL, run_thread, &arg);
+        assert_true(wait_inside(1));
+        /* b evicts a (cap 1) while a's run is still going. */
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_run(c, b, "fast", 4, &res, &err), 0);
+        airlock_result_free(res);
+        pthread_mutex_lock(&fk.lock);
+        bool a_closed_early = fk.fakes[0].closed;
+        pthread_mutex_unlock(&fk.lock);
+        unblock();
+        pthread_join(t, NULL);
+        assert_false(a_closed_early);
+        assert_true(fk.fakes[0].closed);
+        assert_false(fk.fakes[1].closed);
+        assert_int_equal(arg.id, 0);
+        airlock_cache_close(c);
+        assert_true(fk.fakes[1].closed);
+        assert_int_equal(fk.violations, 0);
+        airlock_config_free(a);
+        airlock_config_free(b);
+}
+
+static void test_close_without_runs(void **state)
+{
+        airlock_cache *c = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_new(0, 0, &c, &err), 0);
+        airlock_cache_close(c);
+        airlock_cache_close(NULL);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_fingerprint_components),
+            cmocka_unit_test(test_fingerprint_same_size_same_mtime),
+            cmocka_unit_test(test_fingerprint_error_names_path),
+            cmocka_unit_test(test_same_config_reuses_sandbox),
+            cmocka_unit_test(test_lru_eviction_order),
+            cmocka_unit_test(test_default_cap_is_four),
+            cmocka_unit_test(test_idle_timeout),
+            cmocka_unit_test(test_dead_template_rebuilt_once),
+            cmocka_unit_test(test_failed_build_not_cached),
+            cmocka_unit_test(test_parallel_runs_share_one_sandbox),
+            cmocka_unit_test(test_parallel_limit),
+            cmocka_unit_test(test_eviction_waits_for_running),
+            cmocka_unit_test(test_close_without_runs),
+        };
+        return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+}
