@@ -192,6 +192,16 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                 snprintf(errbuf, errlen, "python: the warm-up run failed");
                 return -EIO;
         }
+        /* Move every object that exists now out of the collector's reach:
+         * a collection in a copy would otherwise touch, and so copy, every
+         * page of the template's heap. */
+        PyObject *gc = PyImport_ImportModule("gc");
+        PyObject *fr = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
+        Py_XDECREF(fr);
+        fr = gc ? PyObject_CallMethod(gc, "freeze", NULL) : NULL;
+        Py_XDECREF(fr);
+        Py_XDECREF(gc);
+        PyErr_Clear();
         return 0;
 }
 

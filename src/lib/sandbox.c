@@ -449,8 +449,6 @@ static int take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
                 r = receive_copy_locked(sb, &c, err);
         else
                 sb->broken = true;
-        if (r >= 0 && sb->pending < PRESTARTED_COPIES && request_copy_locked(sb) < 0)
-                sb->broken = true;
 out:
         if (r < 0 && err)
                 err->kind = AIRLOCK_ERROR_RUN;
@@ -932,6 +930,13 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
                 return r;
         r = run_in_copy(sb, c, code, len, opts, ret, err);
         copy_close(c, true);
+        /* Start the next copy only now: started earlier, it would compete
+         * with this run for the CPU. It is ready long before an agent's
+         * next call arrives. */
+        pthread_mutex_lock(&sb->lock);
+        if (!sb->broken && sb->pending < PRESTARTED_COPIES && request_copy_locked(sb) < 0)
+                sb->broken = true;
+        pthread_mutex_unlock(&sb->lock);
         return r;
 }
 

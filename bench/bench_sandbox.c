@@ -1,0 +1,158 @@
+/* Measures the sandbox through the library: cold start, restore+run of
+ * print(1) with calls spaced 10 ms apart (the way agents call), idle memory
+ * (PSS of the template and its pre-started copy), and growth of host fds and
+ * memory over many runs. Prints one JSON object; bench/run.sh tabulates it.
+ *
+ * usage: bench_sandbox [RUNS] [SOAK_RUNS] */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "airlock.h"
+
+static double now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return x < y ? -1 : x > y;
+}
+
+static int count_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        int n = 0;
+        struct dirent *de;
+        while (d && (de = readdir(d)))
+                n += de->d_name[0] != '.';
+        if (d)
+                closedir(d);
+        return n;
+}
+
+static long rss_kib(void)
+{
+        FILE *f = fopen("/proc/self/status", "re");
+        char line[256];
+        long v = -1;
+        while (f && fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmRSS: %ld", &v) == 1)
+                        break;
+        if (f)
+                fclose(f);
+        return v;
+}
+
+/* PSS in KiB of every process whose parent is us (the template and the
+ * pre-started copy), from smaps_rollup. */
+static long children_pss_kib(void)
+{
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        long total = 0;
+        pid_t me = getpid();
+        while (d && (de = readdir(d))) {
+                int pid = atoi(de->d_name);
+                if (pid <= 0)
+                        continue;
+                char path[64], line[256];
+                snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        continue;
+                int ppid = -1;
+                if (fgets(line, sizeof(line), f)) {
+                        char *p = strrchr(line, ')');
+                        if (p)
+                                sscanf(p + 2, "%*c %d", &ppid);
+                }
+                fclose(f);
+                if (ppid != me)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+                f = fopen(path, "re");
+                long v;
+                while (f && fgets(line, sizeof(line), f))
+                        if (sscanf(line, "Pss: %ld", &v) == 1)
+                                total += v;
+                if (f)
+                        fclose(f);
+        }
+        if (d)
+                closedir(d);
+        return total;
+}
+
+int main(int argc, char **argv)
+{
+        int runs = argc > 1 ? atoi(argv[1]) : 200;
+        int soak = argc > 2 ? atoi(argv[2]) : 1000;
+        airlock_error err;
+        airlock_config *cfg;
+        if (airlock_config_new(&cfg, &err) < 0)
+                return 1;
+        const char *code = "print(1)";
+        double *lat = calloc((size_t)runs, sizeof(double));
+
+        double t0 = now_ms();
+        airlock_sandbox *sb;
+        if (airlock_sandbox_new(cfg, &sb, &err) < 0) {
+                fprintf(stderr, "bench_sandbox: %s\n", err.message);
+                return 1;
+        }
+        airlock_result *res;
+        if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0) {
+                fprintf(stderr, "bench_sandbox: %s\n", err.message);
+                return 1;
+        }
+        double cold = now_ms() - t0;
+        airlock_result_free(res);
+
+        for (int i = 0; i < runs; i++) {
+                usleep(10000);
+                double s = now_ms();
+                if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0 || !res->success) {
+                        fprintf(stderr, "bench_sandbox: run %d failed: %s\n", i, err.message);
+                        return 1;
+                }
+                lat[i] = now_ms() - s;
+                airlock_result_free(res);
+        }
+        qsort(lat, (size_t)runs, sizeof(double), cmp_double);
+        usleep(50000);
+        long pss = children_pss_kib();
+
+        int fds0 = count_fds();
+        long rss0 = rss_kib();
+        double ts = now_ms();
+        for (int i = 0; i < soak; i++) {
+                if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0) {
+                        fprintf(stderr, "bench_sandbox: soak run %d failed: %s\n", i, err.message);
+                        return 1;
+                }
+                airlock_result_free(res);
+        }
+        double soak_ms = now_ms() - ts;
+        int fds1 = count_fds();
+        long rss1 = rss_kib();
+        airlock_sandbox_close(sb);
+        airlock_config_free(cfg);
+
+        printf("{\"cold_start_ms\": %.3f, \"run_median_ms\": %.4f, \"run_p90_ms\": %.4f, "
+               "\"run_min_ms\": %.4f, \"runs\": %d, \"idle_pss_kib\": %ld, "
+               "\"soak_runs\": %d, \"soak_runs_per_s\": %.1f, \"fds_before\": %d, "
+               "\"fds_after\": %d, \"rss_before_kib\": %ld, \"rss_after_kib\": %ld}\n",
+               cold, lat[runs / 2], lat[runs * 9 / 10], lat[0], runs, pss, soak,
+               soak * 1000.0 / soak_ms, fds0, fds1, rss0, rss1);
+        free(lat);
+        return 0;
+}
