@@ -38,12 +38,44 @@ static bool path_escapes(const char *p)
         return false;
 }
 
+/* Opens the last component name in at, never following a link there. */
+static int open_last(int at, const char *name, int flags, mode_t mode)
+{
+        int fd = openat(at, name, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+        if (fd < 0) {
+                int r = -errno;
+                struct stat st;
+                if (r == -ENOTDIR && fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISLNK(st.st_mode))
+                        r = -ELOOP;
+                return r;
+        }
+        if (flags & O_PATH) {
+                /* O_PATH|O_NOFOLLOW opens the link itself rather than failing. */
+                struct stat st;
+                if (fstat(fd, &st) < 0) {
+                        int r = -errno;
+                        close(fd);
+                        return r;
+                }
+                if (S_ISLNK(st.st_mode)) {
+                        close(fd);
+                        return -ELOOP;
+                }
+        }
+        return fd;
+}
+
 /* The fallback: opens every intermediate component with O_PATH|O_DIRECTORY|
  * O_NOFOLLOW relative to the previous one, then the last with the caller's
  * flags plus O_NOFOLLOW. A symlink at any point gives -ELOOP. Mount points
  * are crossed, as openat2 without RESOLVE_NO_XDEV does. */
 static int open_fallback(int dirfd, const char *relpath, int flags, mode_t mode)
 {
+        /* One component, the walker's case: no copy, no split. */
+        if (*relpath && !strchr(relpath, '/') && strcmp(relpath, ".") != 0)
+                return open_last(dirfd, relpath, flags, mode);
+
         _cleanup_free_ char *copy = strdup(relpath);
         if (!copy)
                 return -ENOMEM;
@@ -95,30 +127,7 @@ static int open_fallback(int dirfd, const char *relpath, int flags, mode_t mode)
                 closep(&cur);
                 cur = fd;
         }
-        int at = cur >= 0 ? cur : dirfd;
-        int fd = openat(at, v[n - 1], flags | O_NOFOLLOW | O_CLOEXEC, mode);
-        if (fd < 0) {
-                int r = -errno;
-                struct stat st;
-                if (r == -ENOTDIR && fstatat(at, v[n - 1], &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    S_ISLNK(st.st_mode))
-                        r = -ELOOP;
-                return r;
-        }
-        if (flags & O_PATH) {
-                /* O_PATH|O_NOFOLLOW opens the link itself rather than failing. */
-                struct stat st;
-                if (fstat(fd, &st) < 0) {
-                        int r = -errno;
-                        close(fd);
-                        return r;
-                }
-                if (S_ISLNK(st.st_mode)) {
-                        close(fd);
-                        return -ELOOP;
-                }
-        }
-        return fd;
+        return open_last(cur >= 0 ? cur : dirfd, v[n - 1], flags, mode);
 }
 
 int fsx_open_beneath(int dirfd, const char *relpath, int flags, mode_t mode)

@@ -405,9 +405,15 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
                 return al_error(c->err, -E2BIG, src->host_path,
                                 "too many files: more than %llu entries to stage (reached at %s)",
                                 (unsigned long long)c->lim->max_files, src->host_path);
+        /* Normalised again here, whatever the caller did: a ".." or an
+         * absolute part must never steer the copy out of dest_dirfd. */
+        _cleanup_free_ char *dest = NULL;
+        int r = fsx_normalize_mount_path(src->dest, &dest, c->err);
+        if (r < 0)
+                return r;
         _cleanup_free_ char *buf = NULL;
         const char *last = NULL;
-        _cleanup_close_ int parent = open_dest_parent(c, dest_dirfd, src->dest, &buf, &last);
+        _cleanup_close_ int parent = open_dest_parent(c, dest_dirfd, dest, &buf, &last);
         if (parent < 0)
                 return parent;
         if (S_ISREG(st.st_mode))
@@ -418,22 +424,22 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
                         return al_error(c->err, -EEXIST, src->host_path,
                                         "collision: mount %s would overwrite /input/%s, already "
                                         "staged",
-                                        src->host_path, src->dest);
+                                        src->host_path, dest);
                 return al_error(c->err, -errno, src->host_path, "cannot create /input/%s: %s",
-                                src->dest, strerror(errno));
+                                dest, strerror(errno));
         }
         stage_dir root = {
             .fd = openat(parent, last, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
         if (root.fd < 0)
                 return al_error(c->err, -errno, src->host_path, "cannot open /input/%s: %s",
-                                src->dest, strerror(errno));
+                                dest, strerror(errno));
         c->stats.dirs++;
-        int r = fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
+        r = fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
         if (r >= 0) {
                 r = apply_meta(c, root.fd, &st, S_IRUSR | S_IXUSR);
                 if (r < 0)
                         r = al_error(c->err, r, src->host_path,
-                                     "cannot set owner, mode or times of /input/%s: %s", src->dest,
+                                     "cannot set owner, mode or times of /input/%s: %s", dest,
                                      strerror(-r));
         }
         close(root.fd);

@@ -257,10 +257,10 @@ static int push_frame(fsx_walker *w, int fd, bool own, const struct stat *st, vo
 static int open_listed_dir(const fsx_item *it, struct stat *st, fsx_reason *reason)
 {
         struct stat lst;
-        int fd = openat(it->parent_fd, it->name,
-                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        int fd = fsx_open_beneath(it->parent_fd, it->name,
+                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
         if (fd < 0) {
-                int r = -errno;
+                int r = fd;
                 if (r == -ELOOP) {
                         *reason = FSX_SYMLINK;
                         return -EAGAIN;
@@ -306,10 +306,10 @@ static int open_listed_dir(const fsx_item *it, struct stat *st, fsx_reason *reas
 
 int fsx_open_listed(const fsx_item *it, struct stat *ret_st, fsx_reason *ret_reason)
 {
-        int fd = openat(it->parent_fd, it->name,
-                        O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        int fd = fsx_open_beneath(it->parent_fd, it->name,
+                                  O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
         if (fd < 0) {
-                int r = -errno;
+                int r = fd;
                 if (r == -ELOOP) {
                         *ret_reason = FSX_SYMLINK;
                         return -EAGAIN;
