@@ -282,6 +282,29 @@ static void build_root(void)
                 fail(-errno, "read-only root", "cannot make the root read-only: %m");
 }
 
+/* The staged input fd came from the host's mount namespace, and the kernel
+ * binds only mounts of the caller's own namespace. Open the same directory
+ * again in ours, while we still have the host's ids (the staging directory
+ * is private to them), and keep it only if it is the very same inode. */
+static void reopen_input(void)
+{
+        char link[64], path[4096];
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", TEMPLATE_INPUT_FD);
+        ssize_t n = readlink(link, path, sizeof(path) - 1);
+        if (n <= 0 || path[0] != '/')
+                fail(-EINVAL, "bind mount", "cannot locate the staged input");
+        path[n] = '\0';
+        struct stat a, b;
+        int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &a) < 0 || fstat(TEMPLATE_INPUT_FD, &b) < 0)
+                fail(-errno, "bind mount", "cannot reopen the staged input %s: %m", path);
+        if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+                fail(-EXDEV, "bind mount", "the staged input %s was replaced", path);
+        if (dup2(fd, TEMPLATE_INPUT_FD) < 0)
+                fail(-errno, "bind mount", "cannot reopen the staged input: %m");
+        close(fd);
+}
+
 static void setup_namespaces(void)
 {
         if (unshare(CLONE_NEWUSER) < 0)
@@ -291,11 +314,13 @@ static void setup_namespaces(void)
         ctl_send_byte(CTL_USERNS);
         if (ctl_recv_byte() != CTL_GO)
                 _exit(127);
+        if (unshare(CLONE_NEWNS) < 0)
+                fail(-errno, "mount namespaces", "cannot create a mount namespace: %m");
+        if (params.has_input)
+                reopen_input();
         /* The host mapped uid and gid 0 to an unprivileged host id; become it. */
         if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
                 fail(-errno, "user namespaces", "cannot switch to the mapped ids: %m");
-        if (unshare(CLONE_NEWNS) < 0)
-                fail(-errno, "mount namespaces", "cannot create a mount namespace: %m");
         if (unshare(CLONE_NEWNET) < 0)
                 fail(-errno, "network namespaces", "cannot create a network namespace: %m");
         if (unshare(CLONE_NEWIPC) < 0)
