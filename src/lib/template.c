@@ -563,7 +563,7 @@ _Noreturn void template_main(void)
                 fail(r, "seccomp", "%s", errbuf);
         r = guest_init(&params, errbuf, sizeof(errbuf));
         if (r < 0)
-                fail(r, "python", "%s", errbuf);
+                fail(r, r == -ENOENT ? "preload" : "python", "%s", errbuf);
 
         ctl_send_byte(CTL_READY);
         for (;;) {

@@ -1,0 +1,250 @@
+"""Black-box tests of `airlock run`: exit status, result JSON, isolation,
+limits and bad input, all through the built binary and a real sandbox."""
+import json
+import os
+import subprocess
+import tempfile
+
+from harness import AIRLOCK, airlock, run, run_json, tmpdir
+
+
+def test_print_and_json_shape():
+    rc, r = run_json("print('hello')")
+    assert rc == 0, r
+    for key in ("success", "status", "exit_code", "stdout", "stderr", "stdout_truncated",
+                "stderr_truncated", "files", "refused", "contents", "duration_ms"):
+        assert key in r, key
+    assert r["success"] is True and r["status"] == "ok" and r["exit_code"] == 0
+    assert r["stdout"] == "hello\n"
+    assert r["contents"] == [{"type": "text", "text": "hello\n"}]
+
+
+def test_no_output_item():
+    rc, r = run_json("x = 1")
+    assert rc == 0
+    assert len(r["contents"]) == 1 and r["contents"][0]["type"] == "text"
+    assert "without output" in r["contents"][0]["text"]
+
+
+def test_exception_is_failure_with_traceback():
+    rc, r = run_json("def f():\n    raise ValueError('boom')\nf()")
+    assert rc == 1
+    assert r["success"] is False and r["status"] == "error" and r["exit_code"] == 1
+    assert "ValueError: boom" in r["stderr"] and "Traceback" in r["stderr"]
+    err = r["contents"][-1]
+    assert err["type"] == "error" and "ValueError: boom" in err["details"]
+
+
+def test_sys_exit_codes():
+    rc, r = run_json("import sys; sys.exit(0)")
+    assert rc == 0 and r["success"]
+    rc, r = run_json("import sys; sys.exit(7)")
+    assert rc == 1 and r["exit_code"] == 7 and r["status"] == "error"
+
+
+def test_crlf_in_contents():
+    rc, r = run_json("import sys; sys.stdout.write('a\\r\\nb\\r\\n')")
+    assert r["stdout"] == "a\r\nb\r\n"
+    assert r["contents"][0]["text"] == "a\nb\n"
+
+
+def test_stderr_on_success_is_a_text_item():
+    rc, r = run_json("import sys; print('out'); print('warn', file=sys.stderr)")
+    assert rc == 0
+    assert [c["type"] for c in r["contents"]] == ["text", "text"]
+    assert r["contents"][1]["text"] == "warn\n"
+
+
+def test_files_sorted_with_media_types():
+    code = ("import os\nos.makedirs('/output/d')\n"
+            "open('/output/b.csv','w').write('x\\n')\n"
+            "open('/output/a.json','w').write('{}')\n"
+            "open('/output/d/z.bin','wb').write(b'\\0\\1')\n"
+            "open('/output/noext','w').write('?')\n")
+    rc, r = run_json(code)
+    assert rc == 0, r
+    paths = [f["path"] for f in r["files"]]
+    assert paths == sorted(paths) == ["/output/a.json", "/output/b.csv", "/output/d/z.bin",
+                                      "/output/noext"]
+    types = {f["path"]: f["media_type"] for f in r["files"]}
+    assert types["/output/a.json"] == "application/json"
+    assert types["/output/b.csv"] == "text/csv"
+    assert types["/output/noext"] == "application/octet-stream"
+    data = [c for c in r["contents"] if c["type"] == "data"]
+    assert [d["path"] for d in data] == paths
+
+
+def test_refused_entries():
+    code = ("import os\nos.symlink('/etc/passwd','/output/link')\n"
+            "os.mkfifo('/output/fifo')\n"
+            "open('/output/ok.txt','w').write('ok')\n")
+    rc, r = run_json(code)
+    assert rc == 0, r
+    reasons = {x["path"]: x["reason"] for x in r["refused"]}
+    assert reasons == {"/output/fifo": "not a regular file", "/output/link": "symlink"}
+    assert [f["path"] for f in r["files"]] == ["/output/ok.txt"]
+
+
+def test_runs_are_isolated_from_each_other():
+    # Two separate runs of the CLI: nothing of the first is seen by the second.
+    rc, r1 = run_json("import random; open('/tmp/x','w').write('1'); print(random.random())")
+    rc, r2 = run_json("import os, random; print(os.path.exists('/tmp/x')); print(random.random())")
+    assert r2["stdout"].splitlines()[0] == "False"
+    assert r1["stdout"].strip() != r2["stdout"].splitlines()[1]
+
+
+def test_guest_view_of_filesystem():
+    code = ("import os\n"
+            "for p in ['/root','/home','/work','/sys','/etc/shadow','/var']:\n"
+            "    print(p, os.path.exists(p))\n"
+            "print(sorted(os.listdir('/dev')))\n"
+            "print(os.listdir('/proc'))\n")
+    rc, r = run_json(code)
+    lines = r["stdout"].splitlines()
+    assert all(l.endswith("False") for l in lines[:6]), lines
+    assert eval(lines[6]) == ["fd", "full", "null", "random", "stderr", "stdin", "stdout",
+                              "urandom", "zero"]
+    assert "1" in eval(lines[7])
+
+
+def test_workspace_is_read_only_input():
+    ws = tmpdir()
+    with open(os.path.join(ws, "data.csv"), "w") as f:
+        f.write("a,b\n1,2\n")
+    os.mkdir(os.path.join(ws, "sub"))
+    with open(os.path.join(ws, "sub", "n.txt"), "w") as f:
+        f.write("nested")
+    code = ("print(open('/input/data.csv').read(), end='')\n"
+            "print(open('/input/sub/n.txt').read())\n"
+            "try:\n    open('/input/new','w')\nexcept OSError as e:\n    print(e.errno)\n")
+    rc, r = run_json(code, "-w", ws)
+    assert rc == 0, r
+    assert r["stdout"] == "a,b\n1,2\nnested\n30\n"
+
+
+def test_mount_paths():
+    ws = tmpdir()
+    f = os.path.join(ws, "x.txt")
+    with open(f, "w") as fh:
+        fh.write("X")
+    rc, r = run_json("print(open('/input/data/y.txt').read())", "-m", f + ":input/data/y.txt")
+    assert rc == 0, r
+    assert r["stdout"] == "X\n"
+    p = airlock("run", "-m", f + ":../etc", "-c", "pass")
+    assert p.returncode == 2 and ".." in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_symlink_in_workspace_fails_closed():
+    ws = tmpdir()
+    os.symlink("/etc/passwd", os.path.join(ws, "evil"))
+    p = airlock("run", "-w", ws, "-c", "print(1)")
+    assert p.returncode == 2, p
+    assert "evil" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert p.stdout == ""
+
+
+def test_bad_input_errors():
+    p = airlock("run", "-w", "/nonexistent/dir", "-c", "pass")
+    assert p.returncode == 2 and "/nonexistent/dir" in p.stderr
+    p = airlock("run", "/nonexistent/code.py")
+    assert p.returncode == 2 and "/nonexistent/code.py" in p.stderr
+    p = subprocess.run([AIRLOCK, "run", "-"], input=b"print('\xff')", capture_output=True)
+    assert p.returncode == 2 and b"UTF-8" in p.stderr
+    p = airlock("run", "--timeout", "abc", "-c", "pass")
+    assert p.returncode == 2 and "abc" in p.stderr
+    p = airlock("run", "--bogus")
+    assert p.returncode == 2
+
+
+def test_huge_code_is_refused():
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write("#" * (100 << 20))
+    try:
+        p = airlock("run", f.name)
+        assert p.returncode == 2 and "cap" in p.stderr, p.stderr
+    finally:
+        os.unlink(f.name)
+
+
+def test_stdin_code():
+    p = airlock("run", input="print(6*7)")
+    assert p.returncode == 0 and p.stdout == "42\n"
+
+
+def test_timeout_status_and_next_run():
+    rc, r = run_json("while True: pass", "--timeout", "1")
+    assert rc == 1 and r["status"] == "timeout" and not r["success"]
+    assert "1 s" in r["contents"][-1]["details"]
+    rc, r = run_json("print('next')")
+    assert rc == 0 and r["stdout"] == "next\n"
+
+
+def test_memory_limit():
+    rc, r = run_json("x = bytearray(300 << 20)", "--memory", "64")
+    assert rc == 1 and r["status"] == "memory", r
+    assert "64 MiB" in r["contents"][-1]["details"]
+
+
+def test_stdout_cap():
+    rc, r = run_json("print('x' * 5000)", "--max-stdout", "1")
+    assert r["stdout_truncated"] is True and len(r["stdout"]) == 1024
+
+
+def test_fork_bomb_is_contained():
+    code = ("import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+            "            import time; time.sleep(60)\n        n += 1\n"
+            "except OSError:\n    print('limited', n)\n")
+    rc, r = run_json(code, "--pids", "16", "--timeout", "10")
+    assert rc == 0 and r["stdout"].startswith("limited"), r
+    assert int(r["stdout"].split()[1]) <= 20
+
+
+def test_background_process_does_not_outlive_run():
+    code = ("import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\nprint('parent')")
+    rc, r = run_json(code)
+    assert rc == 0
+    rc, r = run_json("import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    assert r["stdout"] == "[1]\n", r
+
+
+def test_no_network_sockets():
+    code = ("import socket\n"
+            "for fam in (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET):\n"
+            "    try:\n        socket.socket(fam, socket.SOCK_STREAM if fam != socket.AF_PACKET else socket.SOCK_RAW)\n"
+            "        print('open')\n"
+            "    except OSError as e:\n        print(e.errno)\n")
+    rc, r = run_json(code)
+    assert r["stdout"].split() == ["97", "97", "97"], r
+
+
+def test_output_dir():
+    out = os.path.join(tmpdir(), "out")
+    p = airlock("run", "--output-dir", out, "-c",
+                "import os; os.makedirs('/output/a'); open('/output/a/b.txt','w').write('B')")
+    assert p.returncode == 0, p.stderr
+    assert open(os.path.join(out, "a", "b.txt")).read() == "B"
+    p = airlock("run", "--output-dir", out, "-c", "pass")
+    assert p.returncode == 2 and "not empty" in p.stderr
+
+
+def test_preload():
+    rc, r = run_json("import sys; print('decimal' in sys.modules)", "--preload", "decimal")
+    assert r["stdout"] == "True\n"
+    p = airlock("run", "--preload", "no_such_module_xyz", "-c", "pass")
+    assert p.returncode == 2 and "no_such_module_xyz" in p.stderr
+
+
+def test_approval_needs_yes():
+    p = airlock("run", "--approval", "always", "-c", "print(1)")
+    assert p.returncode == 2 and "approval" in p.stderr and p.stdout == ""
+    p = airlock("run", "--approval", "always", "--yes", "-c", "print(1)")
+    assert p.returncode == 0 and p.stdout == "1\n"
+
+
+def test_guest_ids_are_unprivileged_on_host():
+    rc, r = run_json("import os; open('/output/f','w').write('x'); print(os.getuid())")
+    assert r["stdout"] == "0\n"
+
+
+if __name__ == "__main__":
+    run()
