@@ -202,23 +202,6 @@ AIRLOCK_PUBLIC int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code,
 /* Closes the sandbox: kills every process, closes every fd, removes staging. */
 AIRLOCK_PUBLIC void airlock_sandbox_close(airlock_sandbox *sb);
 
-/* Sessions keep state across runs (a notebook-style kernel). */
-typedef struct airlock_session airlock_session;
-typedef struct airlock_snapshot airlock_snapshot;
-
-AIRLOCK_PUBLIC int airlock_session_open(airlock_sandbox *sb, airlock_session **ret,
-                                        airlock_error *err);
-AIRLOCK_PUBLIC int airlock_session_run(airlock_session *s, const char *code, size_t len,
-                                       airlock_result **ret, airlock_error *err);
-/* Takes a snapshot of the session's current interpreter state. */
-AIRLOCK_PUBLIC int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret,
-                                            airlock_error *err);
-/* Replaces the session's state with the snapshot's. */
-AIRLOCK_PUBLIC int airlock_session_restore(airlock_session *s, airlock_snapshot *snap,
-                                           airlock_error *err);
-AIRLOCK_PUBLIC void airlock_snapshot_free(airlock_snapshot *snap);
-AIRLOCK_PUBLIC void airlock_session_close(airlock_session *s);
-
 /* ---- tool surface ------------------------------------------------------ */
 
 /* The execute_code tool description and agent instructions, generated from
