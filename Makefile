@@ -86,7 +86,15 @@ $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a build/.deps-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
 
-tests: all $(TEST_BIN) $(TEST_HELPER_BIN)
+# Fuzz corpus replays: each fuzzer's entry point built as a plain program.
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_REPLAY_BIN := $(FUZZ_SRC:fuzz/fuzz_%.c=$(BUILD)/fuzz/replay_%)
+$(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(BUILD)/src/cli/options.o $(BUILD)/libairlock.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc/cli -DFUZZ_NAME='"$*"' -DFUZZ_DIR='"$(CURDIR)/fuzz"' -o $@ \
+		fuzz/fuzz_$*.c fuzz/replay_main.c $(BUILD)/src/cli/options.o $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
+
+tests: all $(TEST_BIN) $(TEST_HELPER_BIN) $(FUZZ_REPLAY_BIN)
 
 check: build/.deps-check
 	@$(MAKE) --no-print-directory tests

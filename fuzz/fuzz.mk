@@ -1,0 +1,64 @@
+# libFuzzer builds of every fuzz/fuzz_*.c, run from the top-level Makefile:
+#   make fuzz [FUZZ_SECONDS=60] [FUZZERS="frame allowlist"]
+# The library sources are compiled again with clang and the fuzzer, address
+# and undefined-behaviour sanitizers into build/fuzz-clang/. Each fuzzer runs
+# for FUZZ_SECONDS on its corpus (fuzz/corpus/NAME/, new inputs are added
+# there) and writes crashing inputs to fuzz/crashes/NAME/; the closing line
+# counts the fuzzers that found a new crash.
+
+FUZZ_SECONDS ?= 60
+FCC      := clang
+FBUILD   := build/fuzz-clang
+PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
+PKGS     := libseccomp jansson libcurl python3-embed
+DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null | sed 's/-I/-isystem /g')
+DEP_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
+            -fno-omit-frame-pointer
+FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/cli $(DEP_CFLAGS) $(SANFLAGS)
+
+LIB_SRC  := $(sort $(wildcard src/lib/*.c)) src/cli/options.c
+LIB_OBJ  := $(LIB_SRC:%.c=$(FBUILD)/%.o) $(FBUILD)/gen/guest_runtime.o
+FUZZERS  ?= $(patsubst fuzz/fuzz_%.c,%,$(sort $(wildcard fuzz/fuzz_*.c)))
+FUZZ_BIN := $(FUZZERS:%=$(FBUILD)/fuzz_%)
+
+.PHONY: fuzz fuzz-build
+fuzz: fuzz-build
+	@new=0; for n in $(FUZZERS); do \
+	    mkdir -p fuzz/corpus/$$n fuzz/crashes/$$n; \
+	    before=$$(ls fuzz/crashes/$$n | wc -l); \
+	    echo "== fuzz_$$n for $(FUZZ_SECONDS) s"; \
+	    $(FBUILD)/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	        -print_final_stats=0 -artifact_prefix=fuzz/crashes/$$n/ fuzz/corpus/$$n \
+	        >$(FBUILD)/fuzz_$$n.log 2>&1; \
+	    rc=$$?; \
+	    after=$$(ls fuzz/crashes/$$n | wc -l); \
+	    grep -E '^#[0-9]+ *DONE' $(FBUILD)/fuzz_$$n.log | tail -1; \
+	    if [ $$after -gt $$before ] || [ $$rc -ne 0 ]; then \
+	        new=$$((new + 1)); \
+	        echo "fuzz_$$n: NEW CRASH (rc $$rc), see $(FBUILD)/fuzz_$$n.log and fuzz/crashes/$$n/"; \
+	        grep -E 'ERROR: |SUMMARY: ' $(FBUILD)/fuzz_$$n.log | head -5; \
+	    fi; \
+	done; \
+	echo "fuzz: $(words $(FUZZERS)) fuzzers, $$new with new crashes"; \
+	[ $$new -eq 0 ]
+
+fuzz-build: $(FUZZ_BIN)
+
+$(FBUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CLANG   $<"
+	@$(FCC) $(FCFLAGS) -c $< -o $@
+
+$(FBUILD)/gen/guest_runtime.c: src/guest/runtime.py
+	@mkdir -p $(dir $@)
+	@{ echo 'const unsigned char guest_runtime_py[] = {'; \
+	   od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	   echo '0x00};'; \
+	   echo 'const unsigned long guest_runtime_py_len = sizeof(guest_runtime_py) - 1;'; } > $@
+$(FBUILD)/gen/guest_runtime.o: $(FBUILD)/gen/guest_runtime.c
+	@$(FCC) -c $< -o $@
+
+$(FBUILD)/fuzz_%: fuzz/fuzz_%.c $(LIB_OBJ)
+	@echo "  FUZZER  $@"
+	@$(FCC) $(FCFLAGS) -fsanitize=fuzzer -o $@ $< $(LIB_OBJ) $(DEP_LIBS) -lpthread

@@ -1,0 +1,54 @@
+/* Fuzzes the tools file loader: the input is written to a file in a private
+ * temporary folder and loaded into a fresh registry. */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tools.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char dir[64];
+static char file[96];
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+        if (!dir[0]) {
+                strcpy(dir, "/tmp/airlock-fuzz-XXXXXX");
+                if (!mkdtemp(dir))
+                        abort();
+                snprintf(file, sizeof(file), "%s/tools.json", dir);
+        }
+        int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+                abort();
+        size_t off = 0;
+        while (off < size) {
+                ssize_t n = write(fd, data + off, size - off);
+                if (n <= 0)
+                        abort();
+                off += (size_t)n;
+        }
+        close(fd);
+
+        tool_registry *reg = NULL;
+        airlock_error err = {0};
+        if (toolreg_new(&reg, &err) < 0)
+                abort();
+        int r = toolreg_load_file(reg, file, 30, &err);
+        if (r < 0 && !err.message[0])
+                abort();
+        if (r >= 0) {
+                for (size_t i = 0; i < toolreg_count(reg); i++) {
+                        const tool_info *t = toolreg_get(reg, i);
+                        if (!t || !t->name || !json_is_object(t->parameters))
+                                abort();
+                }
+                free(toolreg_fingerprint_text(reg));
+        }
+        toolreg_free(reg);
+        return 0;
+}
