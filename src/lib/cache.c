@@ -38,17 +38,13 @@ static int fp_field(dynbuf *b, const char *name, const char *value)
         return r;
 }
 
-static int fp_tree(dynbuf *b, const char *name, const char *host_path, const fsx_limits *lim,
-                   airlock_error *err)
+static int fp_signature(dynbuf *b, const char *host_path, const fsx_limits *lim, airlock_error *err)
 {
         char hex[FSX_SIGNATURE_HEX];
         int r = fsx_tree_signature(host_path, lim, CACHE_CONTENT_THRESHOLD, hex, err);
         if (r < 0)
                 return r;
-        r = fp_field(b, name, host_path);
-        if (r >= 0)
-                r = fp_field(b, "signature", hex);
-        return r;
+        return fp_field(b, "signature", hex);
 }
 
 static int fp_limits(dynbuf *b, const airlock_limits *l)
@@ -71,7 +67,13 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
             l->http_timeout_s);
 }
 
-int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err)
+/* The text has two parts: what the configuration says (tools, approval,
+ * allow-list, limits, preloads, the paths of the workspace and mounts), then
+ * the signatures of the trees at those paths. *ret_static_len is the length
+ * of the first part: two keys that share it are two versions of one
+ * configuration, and the older one is stale. */
+static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t *ret_static_len,
+                             airlock_error *err)
 {
         dynbuf b;
         dynbuf_init(&b, FINGERPRINT_CAP);
@@ -93,19 +95,24 @@ int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error 
                 r = fp_limits(&b, &cfg->limits);
         for (size_t i = 0; r >= 0 && i < cfg->n_preloads; i++)
                 r = fp_field(&b, "preload", cfg->preloads[i]);
+        if (r >= 0 && cfg->workspace)
+                r = fp_field(&b, "workspace", cfg->workspace);
+        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++) {
+                r = fp_field(&b, "mount_dest", cfg->mounts[i].dest);
+                if (r >= 0)
+                        r = fp_field(&b, "mount_host", cfg->mounts[i].host);
+        }
         if (r < 0) {
                 dynbuf_free(&b);
                 return al_error(err, r, NULL, "configuration fingerprint: %s", strerror(-r));
         }
-        /* The trees last: their signatures are the part that can fail on bad
-         * input, and the error they set must reach the caller unchanged. */
+        size_t static_len = b.len;
+        /* The signatures are the part that can fail on bad input (a link in
+         * the workspace, a missing mount), and their error names the path. */
         if (cfg->workspace)
-                r = fp_tree(&b, "workspace", cfg->workspace, &lim, err);
-        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++) {
-                r = fp_field(&b, "mount_dest", cfg->mounts[i].dest);
-                if (r >= 0)
-                        r = fp_tree(&b, "mount", cfg->mounts[i].host, &lim, err);
-        }
+                r = fp_signature(&b, cfg->workspace, &lim, err);
+        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
+                r = fp_signature(&b, cfg->mounts[i].host, &lim, err);
         if (r < 0) {
                 dynbuf_free(&b);
                 if (r == -ENOMEM || r == -E2BIG)
@@ -114,7 +121,14 @@ int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error 
                 return r;
         }
         *ret_text = dynbuf_take(&b, NULL);
+        if (ret_static_len)
+                *ret_static_len = static_len;
         return 0;
+}
+
+int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err)
+{
+        return fingerprint_parts(cfg, ret_text, NULL, err);
 }
 
 static uint64_t fnv1a(const char *s)
@@ -136,8 +150,9 @@ typedef enum entry_state {
 } entry_state;
 
 typedef struct cache_entry {
-        char *key;     /* fingerprint text */
-        uint64_t hash; /* of key, to skip most string compares */
+        char *key;         /* fingerprint text */
+        size_t static_len; /* length of its part without tree signatures */
+        uint64_t hash;     /* of key, to skip most string compares */
         airlock_sandbox *sb;
         entry_state state;
         airlock_error build_err;
@@ -430,7 +445,7 @@ static void entry_release(airlock_cache *c, cache_entry *e)
  * its sandbox when this run is the first. Returns the entry, ready, or a
  * negative errno with err filled. Caller holds a run slot, not the lock. */
 static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char *key,
-                         uint64_t hash, cache_entry **ret, airlock_error *err)
+                         size_t static_len, uint64_t hash, cache_entry **ret, airlock_error *err)
 {
         close_list l = {0};
         pthread_mutex_lock(&c->lock);
@@ -454,7 +469,16 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                         close_list_run(c, &l);
                         return al_error(err, -ENOMEM, NULL, "out of memory");
                 }
+                /* The same configuration with other tree signatures is a
+                 * stale version (the workspace changed since): it would only
+                 * be hit again if the edit were undone, so it goes now. */
+                for (cache_entry *o = c->head, *next; o; o = next) {
+                        next = o->next;
+                        if (o->static_len == static_len && memcmp(o->key, key, static_len) == 0)
+                                close_list_add(&l, entry_doom_locked(c, o));
+                }
                 e->key = k;
+                e->static_len = static_len;
                 e->hash = hash;
                 e->state = ENTRY_BUILDING;
                 e->refs = 1;
@@ -537,7 +561,8 @@ int airlock_cache_run_ex(airlock_cache *c, const airlock_config *cfg, const char
                 return al_error(err, -EINVAL, NULL,
                                 "cache run: missing cache, configuration or code");
         _cleanup_free_ char *key = NULL;
-        int r = cache_fingerprint(cfg, &key, err);
+        size_t static_len = 0;
+        int r = fingerprint_parts(cfg, &key, &static_len, err);
         if (r < 0)
                 return r;
         uint64_t hash = fnv1a(key);
@@ -548,7 +573,7 @@ int airlock_cache_run_ex(airlock_cache *c, const airlock_config *cfg, const char
          * run tried again on the new one; a second death is reported. */
         for (int attempt = 0;; attempt++) {
                 cache_entry *e = NULL;
-                r = entry_acquire(c, cfg, key, hash, &e, err);
+                r = entry_acquire(c, cfg, key, static_len, hash, &e, err);
                 if (r < 0)
                         break;
                 airlock_result *res = NULL;

@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -639,6 +640,194 @@ static void test_eviction_waits_for_running(void **state)
         airlock_config_free(b);
 }
 
+/* A workspace edit makes a new sandbox and retires the stale one at once. */
+static void test_workspace_edit_replaces_sandbox(void **state)
+{
+        char ws[128], f[160];
+        snprintf(ws, sizeof(ws), "%s/ws_edit", tmp_root);
+        assert_int_equal(mkdir(ws, 0755), 0);
+        snprintf(f, sizeof(f), "%s/a.txt", ws);
+        write_file(f, "one");
+        airlock_cache *c = fake_cache(4, -1);
+        airlock_config *a = new_config();
+        airlock_config *other = config_n(1);
+        airlock_error err = {0};
+        assert_int_equal(airlock_config_set_workspace(a, ws, &err), 0);
+        assert_int_equal(run_on(c, a, "1"), 0);
+        assert_int_equal(run_on(c, other, "2"), 1);
+        assert_int_equal(run_on(c, a, "3"), 0);
+        write_file(f, "two");
+        assert_int_equal(run_on(c, a, "4"), 2);
+        assert_true(fk.fakes[0].closed);  /* the stale version */
+        assert_false(fk.fakes[1].closed); /* another configuration */
+        cache_stats st;
+        cache_get_stats(c, &st);
+        assert_int_equal(st.sandboxes, 2);
+        airlock_cache_close(c);
+        airlock_config_free(a);
+        airlock_config_free(other);
+}
+
+/* ---- real sandboxes ---------------------------------------------------- */
+
+static int count_fds(void)
+{
+        int n = 0;
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *de;
+        while (d && (de = readdir(d)))
+                n += de->d_name[0] != '.';
+        if (d)
+                closedir(d);
+        return n;
+}
+
+/* Processes whose parent is this process. */
+static int count_children(void)
+{
+        int n = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        pid_t self = getpid();
+        while (d && (de = readdir(d))) {
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                char path[300], buf[512];
+                snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+                FILE *fp = fopen(path, "re");
+                if (!fp)
+                        continue;
+                size_t len = fread(buf, 1, sizeof(buf) - 1, fp);
+                fclose(fp);
+                buf[len] = '\0';
+                char *rp = strrchr(buf, ')');
+                int ppid = 0;
+                if (rp && sscanf(rp + 2, "%*c %d", &ppid) == 1 && ppid == self)
+                        n++;
+        }
+        if (d)
+                closedir(d);
+        return n;
+}
+
+/* Runs code through the cache; skips the test when this machine cannot make
+ * a sandbox at all. Returns stdout (malloc'd). */
+static char *real_run(airlock_cache *c, const airlock_config *cfg, const char *code)
+{
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        int r = airlock_cache_run(c, cfg, code, strlen(code), &res, &err);
+        if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
+                print_message("no sandbox here: %s\n", err.message);
+                airlock_cache_close(c);
+                skip();
+        }
+        if (r < 0)
+                fail_msg("airlock_cache_run: %s", err.message);
+        if (!res->success)
+                fail_msg("run failed: %s %s", res->error_message ? res->error_message : "",
+                         res->stderr_data ? res->stderr_data : "");
+        char *out = strndup(res->stdout_data ? res->stdout_data : "", res->stdout_len);
+        airlock_result_free(res);
+        return out;
+}
+
+static void test_real_reuse_edit_and_close(void **state)
+{
+        char ws[128], f[160];
+        snprintf(ws, sizeof(ws), "%s/ws_real", tmp_root);
+        assert_int_equal(mkdir(ws, 0755), 0);
+        snprintf(f, sizeof(f), "%s/a.txt", ws);
+        write_file(f, "one");
+        struct stat st;
+        assert_int_equal(stat(f, &st), 0);
+
+        int fds_before = count_fds();
+        int children_before = count_children();
+        airlock_cache *c = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_new(0, 0, &c, &err), 0);
+        airlock_config *cfg = new_config();
+        assert_int_equal(airlock_config_set_workspace(cfg, ws, &err), 0);
+        const char *code = "print(open('/input/a.txt').read())";
+        char *out = real_run(c, cfg, code);
+        assert_string_equal(out, "one\n");
+        free(out);
+        out = real_run(c, cfg, code);
+        assert_string_equal(out, "one\n");
+        free(out);
+        cache_stats cs;
+        cache_get_stats(c, &cs);
+        assert_int_equal(cs.created, 1);
+        assert_int_equal(cs.hits, 1);
+
+        /* Same size, same mtime: still seen at the next run. */
+        write_file(f, "two");
+        struct timespec times[2] = {st.st_atim, st.st_mtim};
+        assert_int_equal(utimensat(AT_FDCWD, f, times, 0), 0);
+        out = real_run(c, cfg, code);
+        assert_string_equal(out, "two\n");
+        free(out);
+        cache_get_stats(c, &cs);
+        assert_int_equal(cs.created, 2);
+        assert_int_equal(cs.sandboxes, 1);
+        assert_int_equal(cs.closed, 1);
+
+        airlock_cache_close(c);
+        airlock_config_free(cfg);
+        /* Nothing left: no child process, no open fd. */
+        assert_int_equal(count_children(), children_before);
+        assert_int_equal(count_fds(), fds_before);
+}
+
+typedef struct real_arg {
+        airlock_cache *c;
+        const airlock_config *cfg;
+        int index;
+        int wrong; /* runs whose output was not their own */
+} real_arg;
+
+static void *real_thread(void *p)
+{
+        real_arg *a = p;
+        for (int i = 0; i < 5; i++) {
+                char code[64], expect[64];
+                snprintf(code, sizeof(code), "print('t%d-%d')", a->index, i);
+                snprintf(expect, sizeof(expect), "t%d-%d\n", a->index, i);
+                airlock_result *res = NULL;
+                airlock_error err = {0};
+                if (airlock_cache_run(a->c, a->cfg, code, strlen(code), &res, &err) < 0 ||
+                    !res->stdout_data || strcmp(res->stdout_data, expect) != 0)
+                        a->wrong++;
+                airlock_result_free(res);
+        }
+        return NULL;
+}
+
+static void test_real_threads_results_never_mix(void **state)
+{
+        airlock_cache *c = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_new(0, 0, &c, &err), 0);
+        airlock_config *cfg = new_config();
+        free(real_run(c, cfg, "pass")); /* skips when there is no sandbox */
+        pthread_t t[8];
+        real_arg args[8];
+        for (int i = 0; i < 8; i++) {
+                args[i] = (real_arg){.c = c, .cfg = cfg, .index = i};
+                pthread_create(&t[i], NULL, real_thread, &args[i]);
+        }
+        for (int i = 0; i < 8; i++)
+                pthread_join(t[i], NULL);
+        for (int i = 0; i < 8; i++)
+                assert_int_equal(args[i].wrong, 0);
+        cache_stats cs;
+        cache_get_stats(c, &cs);
+        assert_int_equal(cs.created, 1);
+        airlock_cache_close(c);
+        airlock_config_free(cfg);
+}
+
 static void test_close_without_runs(void **state)
 {
         airlock_cache *c = NULL;
@@ -664,6 +853,9 @@ int main(void)
             cmocka_unit_test(test_parallel_limit),
             cmocka_unit_test(test_eviction_waits_for_running),
             cmocka_unit_test(test_close_without_runs),
+            cmocka_unit_test(test_workspace_edit_replaces_sandbox),
+            cmocka_unit_test(test_real_reuse_edit_and_close),
+            cmocka_unit_test(test_real_threads_results_never_mix),
         };
         return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
