@@ -38,10 +38,10 @@ typedef enum airlock_error_kind {
 } airlock_error_kind;
 
 typedef struct airlock_error {
-        int code;                           /* negative errno, 0 when unset */
+        int code; /* negative errno, 0 when unset */
         airlock_error_kind kind;
-        char message[AIRLOCK_MESSAGE_MAX];  /* one line, names what is at fault */
-        char path[AIRLOCK_PATH_MAX];        /* the path at fault, or "" */
+        char message[AIRLOCK_MESSAGE_MAX]; /* one line, names what is at fault */
+        char path[AIRLOCK_PATH_MAX];       /* the path at fault, or "" */
 } airlock_error;
 
 /* Clears an error record (code 0, empty strings). */
@@ -63,7 +63,8 @@ typedef struct airlock_limits {
         uint32_t max_output_files;  /* capture: number of files (default 1000) */
         uint32_t max_output_depth;  /* capture: directory depth (default 64) */
         uint64_t max_stdout;        /* each of stdout and stderr (default 1 MiB) */
-        uint64_t max_stage_bytes;   /* staging: total bytes (default 1 GiB... see airlock_limits_default) */
+        uint64_t max_stage_bytes;   /* staging: total bytes (default 1 GiB... see
+                                       airlock_limits_default) */
         uint64_t max_stage_files;   /* staging: number of entries (default 100000) */
         uint32_t max_stage_depth;   /* staging: directory depth (default 256) */
         double tool_timeout_s;      /* default timeout of a command tool (default 30) */
@@ -108,8 +109,8 @@ AIRLOCK_PUBLIC int airlock_config_set_workspace(airlock_config *cfg, const char 
                                                 airlock_error *err);
 /* Stages host (a file or directory) at /input/path; path NULL means host as
  * given, normalised. The same normalised path again replaces the host path. */
-AIRLOCK_PUBLIC int airlock_config_add_mount(airlock_config *cfg, const char *host,
-                                            const char *path, airlock_error *err);
+AIRLOCK_PUBLIC int airlock_config_add_mount(airlock_config *cfg, const char *host, const char *path,
+                                            airlock_error *err);
 /* Allows outbound HTTP to target; methods is comma-separated or NULL for all. */
 AIRLOCK_PUBLIC int airlock_config_allow(airlock_config *cfg, const char *target,
                                         const char *methods, airlock_error *err);

@@ -26,24 +26,24 @@ enum {
 };
 
 static const struct option long_options[] = {
-        {"workspace", required_argument, NULL, 'w'},
-        {"mount", required_argument, NULL, 'm'},
-        {"allow-domain", required_argument, NULL, 'a'},
-        {"tools", required_argument, NULL, 't'},
-        {"timeout", required_argument, NULL, OPT_TIMEOUT},
-        {"memory", required_argument, NULL, OPT_MEMORY},
-        {"pids", required_argument, NULL, OPT_PIDS},
-        {"max-output-file", required_argument, NULL, OPT_MAX_OUTPUT_FILE},
-        {"max-output-total", required_argument, NULL, OPT_MAX_OUTPUT_TOTAL},
-        {"max-output-files", required_argument, NULL, OPT_MAX_OUTPUT_FILES},
-        {"max-stdout", required_argument, NULL, OPT_MAX_STDOUT},
-        {"preload", required_argument, NULL, OPT_PRELOAD},
-        {"approval", required_argument, NULL, OPT_APPROVAL},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
-        {"yes", no_argument, NULL, 'y'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    {"workspace", required_argument, NULL, 'w'},
+    {"mount", required_argument, NULL, 'm'},
+    {"allow-domain", required_argument, NULL, 'a'},
+    {"tools", required_argument, NULL, 't'},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"memory", required_argument, NULL, OPT_MEMORY},
+    {"pids", required_argument, NULL, OPT_PIDS},
+    {"max-output-file", required_argument, NULL, OPT_MAX_OUTPUT_FILE},
+    {"max-output-total", required_argument, NULL, OPT_MAX_OUTPUT_TOTAL},
+    {"max-output-files", required_argument, NULL, OPT_MAX_OUTPUT_FILES},
+    {"max-stdout", required_argument, NULL, OPT_MAX_STDOUT},
+    {"preload", required_argument, NULL, OPT_PRELOAD},
+    {"approval", required_argument, NULL, OPT_APPROVAL},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
+    {"yes", no_argument, NULL, 'y'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
 };
 
 void cli_usage(FILE *f)
@@ -101,8 +101,8 @@ static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, u
         *ret = v;
         return 0;
 bad:
-        return al_error(err, -EINVAL, NULL, "--%s: '%s' is not a whole number in [%llu, %llu]",
-                        opt, s, (unsigned long long)lo, (unsigned long long)hi);
+        return al_error(err, -EINVAL, NULL, "--%s: '%s' is not a whole number in [%llu, %llu]", opt,
+                        s, (unsigned long long)lo, (unsigned long long)hi);
 }
 
 /* --mount HOST[:PATH]: the last ':' splits, so HOST may not contain one
@@ -218,8 +218,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                                 airlock_config_set_approval(o.cfg, AIRLOCK_APPROVAL_ALWAYS);
                         else
                                 r = al_error(err, -EINVAL, NULL,
-                                             "--approval: '%s' is not 'never' or 'always'",
-                                             optarg);
+                                             "--approval: '%s' is not 'never' or 'always'", optarg);
                         break;
                 case OPT_JSON:
                         if (cmd == CLI_MCP)

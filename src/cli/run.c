@@ -84,10 +84,11 @@ static bool ask_approval(const char *code)
         FILE *tty = fopen("/dev/tty", "r+e");
         if (!tty)
                 return false;
-        fprintf(tty, "airlock: this code needs approval before it runs:\n"
-                     "----------------------------------------\n%s\n"
-                     "----------------------------------------\n"
-                     "Run it? [y/N] ",
+        fprintf(tty,
+                "airlock: this code needs approval before it runs:\n"
+                "----------------------------------------\n%s\n"
+                "----------------------------------------\n"
+                "Run it? [y/N] ",
                 code);
         fflush(tty);
         char line[16] = "";
@@ -133,8 +134,8 @@ static int write_output_file(int dirfd, const airlock_file *f, airlock_error *er
         while (part) {
                 char *next = strtok_r(NULL, "/", &save);
                 if (!next) {
-                        int fd = openat(cur, part, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                                        0644);
+                        int fd = openat(cur, part,
+                                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
                         int r = fd < 0 ? -errno : al_write_full(fd, f->data, f->size);
                         if (fd >= 0)
                                 close(fd);
@@ -213,7 +214,8 @@ int cmd_run(int argc, char **argv)
                 goto fail;
         }
         if (airlock_config_effective_approval(o.cfg) == AIRLOCK_APPROVAL_ALWAYS && !o.yes) {
-                bool interactive = isatty(STDIN_FILENO) || (o.code || (o.file && strcmp(o.file, "-")));
+                bool interactive =
+                    isatty(STDIN_FILENO) || (o.code || (o.file && strcmp(o.file, "-")));
                 if (!interactive || !isatty(STDERR_FILENO) || !ask_approval(code)) {
                         r = al_error(&err, -EPERM, NULL,
                                      "approval required and not given: nothing ran (pass --yes "

@@ -85,13 +85,20 @@ static PyObject *py_call(PyObject *self, PyObject *arg)
 }
 
 static PyMethodDef airlock_methods[] = {
-        {"call", py_call, METH_O, "Send one request to the host and return its reply."},
-        {NULL, NULL, 0, NULL},
+    {"call", py_call, METH_O, "Send one request to the host and return its reply."},
+    {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef airlock_module = {
-        PyModuleDef_HEAD_INIT, "_airlock", "The airlock host channel.", -1, airlock_methods,
-        NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "_airlock",
+    "The airlock host channel.",
+    -1,
+    airlock_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 static PyObject *init_airlock_module(void)
@@ -122,6 +129,17 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                 snprintf(errbuf, errlen, "python: cannot register the _airlock module");
                 return -EIO;
         }
+        /* UTF-8 mode: the guest's environment is empty (the C locale), and
+         * its text, file names and output should still be UTF-8. */
+        PyPreConfig pre;
+        PyPreConfig_InitIsolatedConfig(&pre);
+        pre.utf8_mode = 1;
+        PyStatus pst = Py_PreInitialize(&pre);
+        if (PyStatus_Exception(pst)) {
+                snprintf(errbuf, errlen, "python: pre-initialisation failed: %s",
+                         pst.err_msg ? pst.err_msg : "unknown error");
+                return -EIO;
+        }
         PyConfig config;
         /* Isolated: no environment variables, no user site, no current
          * directory on sys.path. Site stays on so Debian's dist-packages
@@ -146,8 +164,8 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                 return -EIO;
         }
 
-        PyObject *code = Py_CompileString((const char *)guest_runtime_py, "<airlock-runtime>",
-                                          Py_file_input);
+        PyObject *code =
+            Py_CompileString((const char *)guest_runtime_py, "<airlock-runtime>", Py_file_input);
         PyObject *mod = code ? PyImport_ExecCodeModule("_airlock_runtime", code) : NULL;
         Py_XDECREF(code);
         if (!mod) {
@@ -183,9 +201,9 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
         /* Warm-up: import what the runner and typical snippets need and run
          * a snippet once, so a copy does none of this work. */
         static const char warmup[] =
-                "import traceback, random, json, base64, tempfile, os, io, re, math, csv\n"
-                "import collections, itertools, functools, datetime, pathlib, string\n"
-                "print('', end='')\n";
+            "import traceback, random, json, base64, tempfile, os, io, re, math, csv\n"
+            "import collections, itertools, functools, datetime, pathlib, string\n"
+            "print('', end='')\n";
         const char *status = NULL;
         (void)guest_run(warmup, sizeof(warmup) - 1, &status);
         if (!status || strcmp(status, "ok") != 0) {

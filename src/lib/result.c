@@ -7,9 +7,9 @@
 #include "util.h"
 
 static const char *const status_names[] = {
-        [AIRLOCK_STATUS_OK] = "ok",           [AIRLOCK_STATUS_ERROR] = "error",
-        [AIRLOCK_STATUS_TIMEOUT] = "timeout", [AIRLOCK_STATUS_MEMORY] = "memory",
-        [AIRLOCK_STATUS_KILLED] = "killed",
+    [AIRLOCK_STATUS_OK] = "ok",           [AIRLOCK_STATUS_ERROR] = "error",
+    [AIRLOCK_STATUS_TIMEOUT] = "timeout", [AIRLOCK_STATUS_MEMORY] = "memory",
+    [AIRLOCK_STATUS_KILLED] = "killed",
 };
 
 const char *airlock_status_name(airlock_status s)
@@ -82,10 +82,9 @@ char *airlock_result_to_json(const airlock_result *r)
                                                        "media_type", f->media_type, "size",
                                                        (json_int_t)f->size, "data_base64",
                                                        b64 ? b64 : ""));
-                json_array_append_new(contents,
-                                      json_pack("{s:s, s:s, s:s, s:s}", "type", "data",
-                                                "media_type", f->media_type, "path", f->path,
-                                                "data_base64", b64 ? b64 : ""));
+                json_array_append_new(contents, json_pack("{s:s, s:s, s:s, s:s}", "type", "data",
+                                                          "media_type", f->media_type, "path",
+                                                          f->path, "data_base64", b64 ? b64 : ""));
                 free(b64);
         }
         for (size_t i = 0; i < r->n_refused; i++)
@@ -94,20 +93,18 @@ char *airlock_result_to_json(const airlock_result *r)
         if (r->success) {
                 if (r->stderr_len)
                         json_array_append_new(
-                                contents,
-                                json_pack("{s:s, s:o}", "type", "text", "text",
-                                          text_value(r->stderr_data, r->stderr_len, true)));
+                            contents, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                text_value(r->stderr_data, r->stderr_len, true)));
                 if (json_array_size(contents) == 0)
                         json_array_append_new(
-                                contents, json_pack("{s:s, s:s}", "type", "text", "text",
-                                                    "The code ran successfully without output."));
+                            contents, json_pack("{s:s, s:s}", "type", "text", "text",
+                                                "The code ran successfully without output."));
         } else {
-                json_t *details = r->stderr_len
-                                          ? text_value(r->stderr_data, r->stderr_len, true)
-                                          : json_string(r->error_message ? r->error_message
-                                                                         : "The code failed "
-                                                                           "without an error "
-                                                                           "message.");
+                json_t *details = r->stderr_len ? text_value(r->stderr_data, r->stderr_len, true)
+                                                : json_string(r->error_message ? r->error_message
+                                                                               : "The code failed "
+                                                                                 "without an error "
+                                                                                 "message.");
                 /* On a limit, the details say which limit and its value even
                  * when the code printed something to stderr. */
                 if (r->stderr_len && r->error_message && r->status != AIRLOCK_STATUS_ERROR) {
@@ -119,11 +116,10 @@ char *airlock_result_to_json(const airlock_result *r)
                                 free(both);
                         }
                 }
-                json_array_append_new(contents,
-                                      json_pack("{s:s, s:s, s:o}", "type", "error", "message",
-                                                r->error_message ? r->error_message
-                                                                 : "The code failed.",
-                                                "details", details));
+                json_array_append_new(
+                    contents, json_pack("{s:s, s:s, s:o}", "type", "error", "message",
+                                        r->error_message ? r->error_message : "The code failed.",
+                                        "details", details));
         }
         json_object_set_new(root, "files", files);
         json_object_set_new(root, "refused", refused);

@@ -31,10 +31,10 @@
 #include "tools.h"
 #include "util.h"
 
-#define MAX_CODE_BYTES       (16u << 20)
-#define TEMPLATE_START_S     120.0
-#define COPY_START_S         30.0
-#define PRESTARTED_COPIES    1
+#define MAX_CODE_BYTES    (16u << 20)
+#define TEMPLATE_START_S  120.0
+#define COPY_START_S      30.0
+#define PRESTARTED_COPIES 1
 
 typedef struct copy {
         pid_t pid;
@@ -69,7 +69,7 @@ static void copy_close(copy *c, bool kill_it)
                 siginfo_t si;
                 /* The copy is our child (CLONE_PARENT): reap it. */
                 while (waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL) <
-                               0 &&
+                           0 &&
                        errno == EINTR)
                         ;
                 close(c->pidfd);
@@ -109,8 +109,8 @@ static ssize_t recv_with_fds(int sock, char *buf, size_t len, int *fds, size_t m
 {
         char cbuf[CMSG_SPACE(sizeof(int) * 8)];
         struct iovec iov = {buf, len};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                            .msg_controllen = sizeof(cbuf)};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
         ssize_t n;
         do
                 n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
@@ -183,16 +183,15 @@ static char *params_json(const airlock_sandbox *sb, bool has_input)
         json_t *pre = json_array();
         for (size_t i = 0; i < sb->cfg->n_preloads; i++)
                 json_array_append_new(pre, json_string(sb->cfg->preloads[i]));
-        uint64_t out_fs = l->output_fs_bytes ? l->output_fs_bytes
-                                             : l->max_output_total + (1u << 20);
-        json_t *j = json_pack("{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o}",
-                              "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
-                              (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids,
-                              "open_files", (json_int_t)l->open_files, "max_file_bytes",
-                              (json_int_t)l->max_file_bytes, "tmp_bytes",
-                              (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs,
-                              "max_output_files", (json_int_t)l->max_output_files, "has_input",
-                              has_input, "preloads", pre);
+        uint64_t out_fs =
+            l->output_fs_bytes ? l->output_fs_bytes : l->max_output_total + (1u << 20);
+        json_t *j = json_pack(
+            "{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "timeout_s", l->timeout_s,
+            "cpu_s", l->cpu_s, "memory_bytes", (json_int_t)l->memory_bytes, "pids",
+            (json_int_t)l->pids, "open_files", (json_int_t)l->open_files, "max_file_bytes",
+            (json_int_t)l->max_file_bytes, "tmp_bytes", (json_int_t)l->tmp_bytes, "output_fs_bytes",
+            (json_int_t)out_fs, "max_output_files", (json_int_t)l->max_output_files, "has_input",
+            has_input, "preloads", pre);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;
@@ -324,7 +323,7 @@ static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
         if (!sb->stage_name)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         _cleanup_close_ int stage_fd =
-                openat(sb->stage_parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            openat(sb->stage_parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (stage_fd < 0)
                 return al_error(err, -errno, name, "cannot open the staging directory: %m");
         if (mkdirat(stage_fd, "input", 0755) < 0)
@@ -353,9 +352,9 @@ static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
         for (size_t i = 0; i < cfg->n_mounts; i++)
                 src[k++] = (fsx_source){cfg->mounts[i].host, cfg->mounts[i].dest};
         fsx_limits lim = {
-                .max_bytes = cfg->limits.max_stage_bytes,
-                .max_files = cfg->limits.max_stage_files,
-                .max_depth = cfg->limits.max_stage_depth,
+            .max_bytes = cfg->limits.max_stage_bytes,
+            .max_files = cfg->limits.max_stage_files,
+            .max_depth = cfg->limits.max_stage_depth,
         };
         fsx_stage_stats stats;
         int r = fsx_stage(input_fd, src, n, &lim, owner, group, &stats, err);
@@ -608,8 +607,8 @@ static void serve_request(run_state *st, json_t *msg)
                 } else {
                         json_t *result = NULL;
                         char *message = NULL;
-                        tool_fail f = toolreg_call(st->sb->cfg->tools, name, args, &result,
-                                                   &message);
+                        tool_fail f =
+                            toolreg_call(st->sb->cfg->tools, name, args, &result, &message);
                         if (f == TOOL_OK)
                                 reply = json_pack("{s:b, s:o}", "ok", 1, "result",
                                                   result ? result : json_null());
@@ -626,11 +625,11 @@ static void serve_request(run_state *st, json_t *msg)
                 if (r >= 0) {
                         reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
                 } else {
-                        const char *kind = r == -EACCES        ? "permission"
-                                           : r == -ETIMEDOUT   ? "timeout"
-                                           : r == -EINVAL      ? "invalid"
-                                           : r == -EFBIG       ? "runtime"
-                                                               : "os";
+                        const char *kind = r == -EACCES      ? "permission"
+                                           : r == -ETIMEDOUT ? "timeout"
+                                           : r == -EINVAL    ? "invalid"
+                                           : r == -EFBIG     ? "runtime"
+                                                             : "os";
                         reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
                 }
         } else {
@@ -743,10 +742,10 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
 
         if (outdir >= 0) {
                 fsx_limits lim = {
-                        .max_bytes = l->max_output_total,
-                        .max_files = l->max_output_files,
-                        .max_depth = l->max_output_depth,
-                        .max_file = l->max_output_file,
+                    .max_bytes = l->max_output_total,
+                    .max_files = l->max_output_files,
+                    .max_depth = l->max_output_depth,
+                    .max_file = l->max_output_file,
                 };
                 airlock_error cerr;
                 int r = fsx_capture(outdir, &lim, &res->files, &res->n_files, &res->refused,
@@ -891,8 +890,7 @@ static int run_in_copy(airlock_sandbox *sb, copy *c, const char *code, size_t le
 
         siginfo_t si = {0};
         int w;
-        while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL)) <
-                       0 &&
+        while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL)) < 0 &&
                errno == EINTR)
                 ;
         if (w < 0) {
@@ -917,9 +915,8 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
         if (!code)
                 return al_error(err, -EINVAL, NULL, "no code to run");
         if (len > MAX_CODE_BYTES)
-                return al_error(err, -E2BIG, NULL,
-                                "the code is %zu bytes, over the cap of %u MiB", len,
-                                MAX_CODE_BYTES >> 20);
+                return al_error(err, -E2BIG, NULL, "the code is %zu bytes, over the cap of %u MiB",
+                                len, MAX_CODE_BYTES >> 20);
         if (memchr(code, '\0', len))
                 return al_error(err, -EINVAL, NULL, "the code contains a NUL byte");
         if (!al_utf8_valid(code, len))

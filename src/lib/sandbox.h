@@ -16,7 +16,7 @@
  * control socket on fd 3 and the staged /input on fd 4. Executing afresh
  * means nothing of the host process's memory (environment, heap, earlier
  * results) is ever visible to a guest. */
-#define TEMPLATE_ARGV0 "airlock-template"
+#define TEMPLATE_ARGV0    "airlock-template"
 #define TEMPLATE_CTL_FD   3
 #define TEMPLATE_INPUT_FD 4
 

@@ -21,17 +21,70 @@
  * Each fails with EPERM; denying instead of killing keeps Python's own
  * feature probes (which try some of these) working. */
 static const char *const denied_calls[] = {
-        "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount", "umount2",
-        "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
-        "mount_setattr", "unshare", "setns", "bpf", "perf_event_open", "keyctl", "add_key",
-        "request_key", "init_module", "finit_module", "delete_module", "kexec_load",
-        "kexec_file_load", "userfaultfd", "io_uring_setup", "io_uring_enter",
-        "io_uring_register", "open_by_handle_at", "name_to_handle_at", "chroot", "swapon",
-        "swapoff", "reboot", "acct", "settimeofday", "clock_settime", "clock_adjtime",
-        "adjtimex", "syslog", "quotactl", "quotactl_fd", "lookup_dcookie", "vhangup", "iopl",
-        "ioperm", "uselib", "sysfs", "fanotify_init", "kcmp", "pidfd_getfd", "process_madvise",
-        "process_mrelease", "vmsplice", "memfd_secret", "nfsservctl", "_sysctl",
-        "set_mempolicy_home_node", "move_pages", "migrate_pages", "mbind", "set_mempolicy",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount",
+    "umount2",
+    "pivot_root",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "chroot",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "syslog",
+    "quotactl",
+    "quotactl_fd",
+    "lookup_dcookie",
+    "vhangup",
+    "iopl",
+    "ioperm",
+    "uselib",
+    "sysfs",
+    "fanotify_init",
+    "kcmp",
+    "pidfd_getfd",
+    "process_madvise",
+    "process_mrelease",
+    "vmsplice",
+    "memfd_secret",
+    "nfsservctl",
+    "_sysctl",
+    "set_mempolicy_home_node",
+    "move_pages",
+    "migrate_pages",
+    "mbind",
+    "set_mempolicy",
 };
 
 int seccomp_build_guest_filter(struct sock_fprog *ret, char *errbuf, size_t errlen)
@@ -54,9 +107,9 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, char *errbuf, size_t errl
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
         /* One rule per namespace flag: a filter argument test can only ask
          * "masked value equals", so "any of these bits" takes one rule each. */
-        const unsigned long ns_flags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS |
-                                       CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |
-                                       CLONE_NEWNET | 0x00000080 /* CLONE_NEWTIME */;
+        const unsigned long ns_flags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
+                                       CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
+                                       0x00000080 /* CLONE_NEWTIME */;
         for (int bit = 0; r >= 0 && bit < 64; bit++) {
                 unsigned long f = 1ul << bit;
                 if (ns_flags & f)

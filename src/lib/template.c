@@ -58,8 +58,8 @@ _Noreturn static void fail(int err, const char *feature, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
-        int n = snprintf(buf, sizeof(buf), "%c%d %s|%s", CTL_ERROR, err < 0 ? -err : err,
-                         feature, msg);
+        int n =
+            snprintf(buf, sizeof(buf), "%c%d %s|%s", CTL_ERROR, err < 0 ? -err : err, feature, msg);
         if (n > 0)
                 (void)!send(ctl_fd, buf, (size_t)MIN(n, (int)sizeof(buf) - 1), MSG_NOSIGNAL);
         _exit(127);
@@ -116,7 +116,7 @@ static void read_params(void)
         params.preloads = calloc(n_pre + 1, sizeof(char *));
         for (size_t i = 0; params.preloads && i < n_pre; i++)
                 params.preloads[params.n_preloads++] =
-                        strdup(json_string_value(json_array_get(pre, i)) ?: "");
+                    strdup(json_string_value(json_array_get(pre, i)) ?: "");
         json_decref(j);
 }
 
@@ -140,8 +140,8 @@ static void make_dir(const char *path, mode_t mode)
 static int make_readonly(const char *path, bool dev_ok, bool noexec)
 {
         struct mount_attr attr = {
-                .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | (dev_ok ? 0 : MOUNT_ATTR_NODEV) |
-                            (noexec ? MOUNT_ATTR_NOEXEC : 0),
+            .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | (dev_ok ? 0 : MOUNT_ATTR_NODEV) |
+                        (noexec ? MOUNT_ATTR_NOEXEC : 0),
         };
         if (syscall(SYS_mount_setattr, AT_FDCWD, path, AT_RECURSIVE, &attr, sizeof(attr)) == 0)
                 return 0;
@@ -215,8 +215,8 @@ static void build_root(void)
         if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755") < 0)
                 fail(-errno, "tmpfs", "cannot mount the root tmpfs: %m");
 
-        static const char *const sys_entries[] = {"usr", "bin", "sbin", "lib", "lib64",
-                                                  "lib32", "libx32"};
+        static const char *const sys_entries[] = {"usr",   "bin",   "sbin",  "lib",
+                                                  "lib64", "lib32", "libx32"};
         for (size_t i = 0; i < ARRAY_SIZE(sys_entries); i++)
                 add_system_entry(sys_entries[i]);
 
@@ -431,9 +431,8 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
         if (chdir("/tmp") < 0)
                 copy_fail(chan, "cannot enter /tmp: %m");
 
-        rlim_t cpu = (rlim_t)(params.limits.cpu_s > 0 ? params.limits.cpu_s
-                                                      : params.limits.timeout_s) +
-                     1;
+        rlim_t cpu =
+            (rlim_t)(params.limits.cpu_s > 0 ? params.limits.cpu_s : params.limits.timeout_s) + 1;
         set_limit(RLIMIT_CPU, cpu);
         set_limit(RLIMIT_DATA, params.limits.memory_bytes);
         set_limit(RLIMIT_FSIZE, params.limits.max_file_bytes);
@@ -477,8 +476,8 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
         int exit_code = code ? guest_run(code, len, &status) : 1;
         json_decref(msg);
 
-        json_t *end = json_pack("{s:s, s:s, s:i}", "op", "end", "status", status, "exit_code",
-                                exit_code);
+        json_t *end =
+            json_pack("{s:s, s:s, s:i}", "op", "end", "status", status, "exit_code", exit_code);
         if (end)
                 channel_send(chan, end);
         _exit(exit_code & 0xff);
@@ -500,9 +499,9 @@ static void spawn_copy(void)
         }
         int pidfd = -1;
         struct clone_args args = {
-                .flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_PARENT | CLONE_PIDFD,
-                .pidfd = (uint64_t)(uintptr_t)&pidfd,
-                .exit_signal = 0,
+            .flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_PARENT | CLONE_PIDFD,
+            .pidfd = (uint64_t)(uintptr_t)&pidfd,
+            .exit_signal = 0,
         };
         guest_before_fork();
         long pid = syscall(SYS_clone3, &args, sizeof(args));
@@ -516,8 +515,8 @@ static void spawn_copy(void)
         guest_after_fork_parent();
         if (pid < 0) {
                 char msg[160];
-                int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot start a copy: %s",
-                                 CTL_ERROR, saved, strerror(saved));
+                int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot start a copy: %s", CTL_ERROR,
+                                 saved, strerror(saved));
                 (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
                 goto out;
         }

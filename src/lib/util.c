@@ -212,7 +212,7 @@ char *al_utf8_sanitize(const char *s, size_t len)
 }
 
 static const char b64_alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 char *al_base64_encode(const unsigned char *data, size_t len, size_t *ret_len)
 {

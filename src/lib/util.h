@@ -43,11 +43,11 @@ static inline void closep(int *fd)
                 errno = saved;
         }
 }
-#define _cleanup_(f)     __attribute__((cleanup(f)))
-#define _cleanup_free_   _cleanup_(freep)
-#define _cleanup_close_  _cleanup_(closep)
-#define _unused_         __attribute__((unused))
-#define _printf_(a, b)   __attribute__((format(printf, a, b)))
+#define _cleanup_(f)    __attribute__((cleanup(f)))
+#define _cleanup_free_  _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+#define _unused_        __attribute__((unused))
+#define _printf_(a, b)  __attribute__((format(printf, a, b)))
 
 /* Fills err (when not NULL) and returns code, which must be a negative errno.
  * path may be NULL. The message is formatted like printf. */
