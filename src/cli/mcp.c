@@ -174,15 +174,24 @@ static void *call_main(void *arg)
                 /* The warm-up failed; the first call reports why. */
                 fprintf(stderr, "airlock mcp: could not prepare the sandbox: %s\n", err.message);
         }
-        airlock_result_free(res);
+        const char *status = r < 0 ? "not run" : airlock_status_name(res->status);
         /* Decide and answer under the list lock's verdict: once the call is off
          * the list a cancellation can no longer find it. */
         json_t *id = c->id ? json_incref(c->id) : NULL;
         bool cancelled = call_finish(srv, c);
-        if (id && !cancelled)
+        if (id && !cancelled) {
                 send_result(srv, id, result);
-        else
+        } else {
                 json_decref(result);
+                /* A cancelled request gets no response; the log says how its
+                 * run ended (stderr is the server's log on stdio). */
+                if (id) {
+                        _cleanup_free_ char *idtext = json_dumps(id, JSON_ENCODE_ANY);
+                        fprintf(stderr, "airlock mcp: request %s cancelled; the run ended as %s\n",
+                                idtext ? idtext : "?", status);
+                }
+        }
+        airlock_result_free(res);
         json_decref(id);
         call_free(c);
         return NULL;

@@ -134,6 +134,31 @@ const tests = [
     assertEqual(m.result, {}, 'answer');
   })],
 
+  ['notifications/cancelled stops the run and its request gets no response', async () => {
+    const p = new RawPeer(['--timeout', '900']);
+    try {
+      await p.initialize();
+      await p.send({ jsonrpc: '2.0', id: 'long', method: 'tools/call', params: { name: 'execute_code', arguments: { code: 'import time\ntime.sleep(600)\nprint("not cancelled")' } } });
+      // A call that finishes shows the sandbox is up, so the long one runs.
+      const r = await p.request('tools/call', { name: 'execute_code', arguments: { code: 'print("ready")' } }, 'ready', 120000);
+      assertIncludes(r.result.content[0].text, 'ready', 'second call');
+      await p.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'long', reason: 'test' } });
+      // The server logs how the cancelled run ended; it must be stopped, long
+      // before its 600 s sleep would end.
+      const deadline = Date.now() + 120000;
+      while (!p.stderr.includes('request "long" cancelled') && Date.now() < deadline) {
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      assertIncludes(p.stderr, 'request "long" cancelled; the run ended as killed', 'server log');
+      const after = await p.request('ping', {}, 'after');
+      assertEqual(after.result, {}, 'ping after cancel');
+      assert(!p.messages.some((m) => m.id === 'long'), 'no response to the cancelled request');
+    } finally {
+      const { code } = await p.close();
+      assertEqual(code, 0, 'exit status');
+    }
+  }],
+
   ['end of input without initialize exits 0', async () => {
     const p = new RawPeer(args);
     const { code } = await p.close();
