@@ -1,0 +1,636 @@
+"""Attacks on the sandbox through the built airlock binary: guest code that
+tries to leak host files through /output, to hang or exhaust the host, to
+escape, to abuse the gateways, and hostile workspaces. Each scenario has one
+exact expected outcome and then checks that the next run still works."""
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import AIRLOCK, airlock, run, run_json, tmpdir  # noqa: E402
+
+MiB = 1 << 20
+
+
+def next_run_works():
+    rc, r = run_json("print(6 * 7)")
+    assert rc == 0 and r["status"] == "ok" and r["stdout"] == "42\n", (rc, r)
+
+
+def host_marker():
+    """A host file in /tmp with unique content; returns (path, content)."""
+    content = f"HOST-SECRET-{uuid.uuid4().hex}"
+    path = os.path.join(tmpdir(), "secret.txt")
+    with open(path, "w") as f:
+        f.write(content)
+    return path, content
+
+
+def all_data(r):
+    """Every captured byte, stdout and stderr: where a leak would show."""
+    parts = [r.get("stdout", ""), r.get("stderr", "")]
+    for f in r.get("files", []):
+        parts.append(base64.b64decode(f.get("data_base64", "")).decode("latin-1"))
+    return "\n".join(parts)
+
+
+def refused(r):
+    return {x["path"]: x["reason"] for x in r.get("refused", [])}
+
+
+def no_leak(r, *secrets):
+    text = all_data(r)
+    for s in secrets:
+        assert s not in text, f"host data {s[:40]!r} leaked: {r}"
+    with open("/etc/passwd") as f:
+        host_root = next((ln for ln in f.read().splitlines() if ln.startswith("root:")), None)
+    if host_root and host_root != "root:x:0:0:sandbox:/tmp:/bin/sh":
+        for f in r.get("files", []):
+            data = base64.b64decode(f.get("data_base64", "")).decode("latin-1")
+            assert host_root not in data, f"host /etc/passwd leaked in {f['path']}"
+
+
+# ---- leaking host files through /output -----------------------------------
+
+def test_output_symlink_to_host_file():
+    path, secret = host_marker()
+    rc, r = run_json(f"import os\nos.symlink({path!r}, '/output/secret')\n"
+                     "os.symlink('/etc/passwd', '/output/passwd')")
+    assert rc == 0, r
+    assert r["files"] == [], r["files"]
+    assert refused(r) == {"/output/secret": "symlink", "/output/passwd": "symlink"}, r["refused"]
+    no_leak(r, secret)
+    next_run_works()
+
+
+def test_output_symlinked_directory():
+    path, secret = host_marker()
+    rc, r = run_json(f"import os\nos.symlink({os.path.dirname(path)!r}, '/output/dir')\n"
+                     "os.symlink('/etc', '/output/etc')\n"
+                     "os.mkdir('/output/real')\nos.symlink('/', '/output/real/root')")
+    assert rc == 0, r
+    assert r["files"] == [], r["files"]
+    assert refused(r) == {"/output/dir": "symlink", "/output/etc": "symlink",
+                          "/output/real/root": "symlink"}, r["refused"]
+    no_leak(r, secret)
+    next_run_works()
+
+
+def test_output_hard_link_to_other_filesystem_fails():
+    path, secret = host_marker()
+    code = f"""
+import errno, os
+for src in ({path!r}, '/etc/passwd', '/usr/bin/env', '/proc/self/environ'):
+    try:
+        os.link(src, '/output/h')
+        print('linked', src)
+    except OSError as e:
+        print(src, errno.errorcode[e.errno])
+"""
+    rc, r = run_json(code)
+    assert rc == 0, r
+    lines = r["stdout"].splitlines()
+    assert lines[0] == f"{path} ENOENT", lines  # the host file is not even visible
+    assert all(not ln.startswith("linked") for ln in lines), lines
+    assert r["files"] == [], r
+    no_leak(r, secret)
+    next_run_works()
+
+
+def test_output_magic_links_refused():
+    rc, r = run_json("import os\nos.symlink('/proc/self/root', '/output/root')\n"
+                     "os.symlink('/proc/1/cwd', '/output/cwd')\n"
+                     "os.symlink('/proc/self/fd/0', '/output/fd0')")
+    assert rc == 0, r
+    assert r["files"] == [], r
+    assert refused(r) == {"/output/root": "symlink", "/output/cwd": "symlink",
+                          "/output/fd0": "symlink"}, r["refused"]
+    next_run_works()
+
+
+def test_output_swapped_for_links_in_background():
+    """A child keeps swapping a file and its parent directory for links to a
+    host file while the run ends; whatever the timing, no host data."""
+    path, secret = host_marker()
+    hostdir = os.path.dirname(path)
+    for delay in (0, 0.02, 0.2):
+        code = f"""
+import os, time
+os.makedirs('/output/d')
+if os.fork() == 0:
+    while True:
+        for fn in (lambda: os.symlink({path!r}, '/output/d/.n'), lambda: None):
+            try:
+                os.rename('/output/d', '/output/d.old')
+                os.symlink({hostdir!r}, '/output/d')
+                os.rename('/output/d.old', '/output/d2')
+                os.unlink('/output/d')
+                os.rename('/output/d2', '/output/d')
+                with open('/output/d/.t', 'w') as f:
+                    f.write('safe')
+                os.rename('/output/d/.t', '/output/d/f')
+                os.symlink({path!r}, '/output/d/.l')
+                os.rename('/output/d/.l', '/output/d/f')
+            except OSError:
+                pass
+time.sleep({delay})
+"""
+        rc, r = run_json(code, "--timeout", "10")
+        assert r["status"] == "ok", r
+        no_leak(r, secret)
+        for f in r["files"]:
+            assert base64.b64decode(f["data_base64"]) == b"safe", f
+        for p, why in refused(r).items():
+            assert why in ("symlink", "changed while read") or "changed" in why, (p, why)
+    next_run_works()
+
+
+# ---- things that could hang or exhaust the host -------------------------------
+
+def test_output_fifo_socket_device_refused_without_hanging():
+    code = """
+import errno, os, socket
+os.mkfifo('/output/fifo')
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind('/output/sock')
+s.listen(1)
+try:
+    os.mknod('/output/null', 0o600 | 0o20000, os.makedev(1, 3))
+    print('mknod worked')
+except OSError as e:
+    print('mknod', errno.errorcode[e.errno])
+with open('/output/ok.txt', 'w') as f:
+    f.write('fine')
+"""
+    rc, r = run_json(code, timeout=60)
+    assert rc == 0, r
+    assert r["stdout"] == "mknod EPERM\n", r["stdout"]
+    assert [f["path"] for f in r["files"]] == ["/output/ok.txt"], r["files"]
+    assert refused(r) == {"/output/fifo": "not a regular file",
+                          "/output/sock": "not a regular file"}, r["refused"]
+    next_run_works()
+
+
+def test_output_very_deep_tree():
+    code = """
+import os
+os.chdir('/output')
+n = 0
+try:
+    for i in range(10000):
+        os.mkdir('d')
+        os.chdir('d')
+        n += 1
+except OSError as e:
+    print('stopped', e.errno)
+open('leaf.txt', 'w').write('x')
+print(n)
+"""
+    rc, r = run_json(code, timeout=120)
+    assert r["status"] == "ok", r
+    depth = int(r["stdout"].split()[-1])
+    assert depth > 64, r["stdout"]
+    assert r["files"] == [], [f["path"] for f in r["files"]]
+    reasons = set(refused(r).values())
+    assert reasons == {"too deep"}, r["refused"]
+    next_run_works()
+
+
+def test_output_too_many_files():
+    code = """
+import os
+n = 0
+try:
+    for i in range(100000):
+        open(f'/output/f{i:06d}', 'w').close()
+        n += 1
+except OSError as e:
+    print('stopped', e.errno)
+print(n)
+"""
+    rc, r = run_json(code, timeout=120)
+    assert r["status"] == "ok", r
+    made = int(r["stdout"].split()[-1])
+    assert made > 1000, r["stdout"]
+    assert len(r["files"]) <= 1000, len(r["files"])
+    assert "too many files" in set(refused(r).values()), r["refused"][:3]
+    # The refusal list is capped too: 100 entries plus one summary.
+    assert len(r["refused"]) <= 101, len(r["refused"])
+    assert len(json.dumps(r)) < 4 * MiB
+    next_run_works()
+
+
+def test_output_sparse_huge_file():
+    code = """
+import errno, os
+try:
+    with open('/output/sparse', 'wb') as f:
+        f.truncate(100 << 30)
+    print('truncated')
+except OSError as e:
+    print('failed', errno.errorcode[e.errno])
+"""
+    rc, r = run_json(code, timeout=60)
+    assert rc in (0, 1), r
+    out = r["stdout"].strip()
+    if out == "truncated":
+        assert r["files"] == [], [f["path"] for f in r["files"]]
+        assert refused(r) == {"/output/sparse": "too large"}, r["refused"]
+    else:
+        assert out in ("failed EFBIG", "failed ENOSPC"), r
+    next_run_works()
+
+
+def test_output_file_growing_forever():
+    code = """
+import threading, time
+def grow():
+    with open('/output/grow', 'wb') as f:
+        while True:
+            f.write(b'x' * 65536)
+threading.Thread(target=grow, daemon=True).start()
+while True:
+    time.sleep(1)
+"""
+    rc, r = run_json(code, "--timeout", "2", timeout=60)
+    assert r["status"] == "timeout", r
+    for f in r["files"]:
+        assert f["size"] <= 16 * MiB, (f["path"], f["size"])
+    assert refused(r).get("/output/grow") == "too large", r["refused"]
+    next_run_works()
+
+
+def test_stdout_and_stderr_floods_are_bounded():
+    code = """
+import sys
+for i in range(64):
+    sys.stdout.write('o' * 262144)
+    sys.stderr.write('e' * 262144)
+"""
+    p = airlock("run", "--json", "-c", code, timeout=120)
+    assert len(p.stdout) < 4 * MiB, len(p.stdout)
+    r = json.loads(p.stdout)
+    assert r["stdout_truncated"] is True and r["stderr_truncated"] is True, r.keys()
+    assert 0 < len(r["stdout"]) <= MiB and 0 < len(r["stderr"]) <= MiB
+    assert set(r["stdout"]) == {"o"} and set(r["stderr"]) == {"e"}
+    next_run_works()
+
+
+def test_fork_bomb():
+    code = """
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+"""
+    rc, r = run_json(code, "--pids", "32", "--timeout", "3", timeout=60)
+    assert r["status"] in ("timeout", "killed", "error"), r
+    assert r["status"] != "ok"
+    next_run_works()
+
+
+def test_thread_bomb():
+    code = """
+import threading, time
+n = 0
+try:
+    while True:
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        n += 1
+except RuntimeError:
+    pass
+print(n)
+"""
+    rc, r = run_json(code, "--pids", "32", "--timeout", "10", timeout=60)
+    assert r["status"] == "ok", r
+    n = int(r["stdout"])
+    assert 0 < n < 32, n
+    next_run_works()
+
+
+def test_memory_bomb():
+    rc, r = run_json("x = []\nwhile True:\n    x.append(bytearray(1 << 20))", "--memory", "64",
+                     timeout=60)
+    assert r["status"] == "memory", r
+    next_run_works()
+
+
+def test_endless_loop_times_out():
+    rc, r = run_json("while True:\n    pass", "--timeout", "1", timeout=60)
+    assert r["status"] == "timeout", r
+    next_run_works()
+
+
+def host_procs_with(marker):
+    n = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    n += 1
+        except OSError:
+            pass
+    return n
+
+
+def test_daemonised_children_do_not_outlive_the_run():
+    marker = f"airlock-daemon-{uuid.uuid4().hex}"
+    before = host_procs_with(marker)
+    code = f"""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        try:
+            os.execv('/usr/bin/sleep', ['sleep', '300', {marker!r}])
+        except OSError:
+            time.sleep(300)
+    os._exit(0)
+if os.fork() == 0:
+    time.sleep(300)
+print('parent done')
+"""
+    rc, r = run_json(code, timeout=60)
+    assert rc == 0 and r["stdout"] == "parent done\n", r
+    assert host_procs_with(marker) == before == 0
+    rc, r = run_json("import os\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()))")
+    assert r["stdout"] == "['1']\n", r
+
+
+# ---- escapes ------------------------------------------------------------------
+
+def test_privileged_syscalls_fail():
+    code = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+print('ptrace', libc.ptrace(0, 0, 0, 0), errno.errorcode[ctypes.get_errno()])
+for name, nr in [('mount', 165), ('unshare', 272), ('setns', 308), ('bpf', 321),
+                 ('keyctl', 250), ('io_uring_setup', 425), ('init_module', 175),
+                 ('kexec_load', 246), ('open_by_handle_at', 304), ('perf_event_open', 298),
+                 ('userfaultfd', 323), ('fsopen', 430), ('move_mount', 429)]:
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, 0, 0, 0, 0, 0)
+    print(name, r, errno.errorcode.get(ctypes.get_errno()))
+"""
+    rc, r = run_json(code)
+    assert rc == 0, r
+    lines = r["stdout"].splitlines()
+    assert len(lines) == 14, lines
+    for ln in lines:
+        name, res, err = ln.split()
+        assert res == "-1" and err in ("EPERM", "ENOSYS"), ln
+    next_run_works()
+
+
+def test_network_sockets_refused():
+    code = """
+import errno, socket
+for fam, typ in [(socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET6, socket.SOCK_DGRAM),
+                 (socket.AF_PACKET, socket.SOCK_RAW), (socket.AF_INET, socket.SOCK_RAW),
+                 (socket.AF_NETLINK, socket.SOCK_RAW)]:
+    try:
+        socket.socket(fam, typ)
+        print('opened', fam)
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+"""
+    rc, r = run_json(code)
+    assert rc == 0, r
+    assert r["stdout"].split() == ["EAFNOSUPPORT"] * 5, r["stdout"]
+    next_run_works()
+
+
+def test_host_files_invisible_and_input_read_only():
+    path, secret = host_marker()
+    code = f"""
+import errno, os
+def probe(p):
+    try:
+        if os.path.isdir(p):
+            return 'dir ' + ','.join(sorted(os.listdir(p)))
+        with open(p) as f:
+            return 'read ' + f.read(100)
+    except OSError as e:
+        return errno.errorcode[e.errno]
+for p in ('/etc/shadow', '/root', '/home', '/work', {path!r}, {os.path.dirname(path)!r}):
+    print(p, probe(p))
+print('/tmp', sorted(os.listdir('/tmp')))
+try:
+    open('/input/x', 'w')
+    print('input writable')
+except OSError as e:
+    print('input', errno.errorcode[e.errno])
+"""
+    rc, r = run_json(code)
+    assert rc == 0, r
+    lines = r["stdout"].splitlines()
+    assert lines[:6] == ["/etc/shadow ENOENT", "/root ENOENT", "/home ENOENT", "/work ENOENT",
+                         f"{path} ENOENT", f"{os.path.dirname(path)} ENOENT"], lines
+    assert lines[6] == "/tmp []", lines
+    assert lines[7] == "input EROFS", lines
+    no_leak(r, secret)
+    next_run_works()
+
+
+def test_signalling_host_processes():
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        code = """
+import os, signal
+os.kill(1, 0)
+print(sorted(p for p in os.listdir('/proc') if p.isdigit()))
+for pid in (victim, 2, 100, 300000):
+    try:
+        os.kill(pid, signal.SIGKILL)
+        print(pid, 'killed')
+    except OSError as e:
+        print(pid, e.strerror)
+os.kill(-1, signal.SIGKILL)
+print('still here')
+""".replace("victim", str(victim.pid))
+        rc, r = run_json(code)
+        assert rc == 0, r
+        lines = r["stdout"].splitlines()
+        assert lines[0] == "['1']", lines
+        assert all(ln.endswith("No such process") for ln in lines[1:5]), lines
+        assert lines[5] == "still here", lines
+        assert victim.poll() is None, "a host process was killed"
+    finally:
+        victim.kill()
+        victim.wait()
+    next_run_works()
+
+
+def test_rlimits_cannot_be_raised():
+    code = """
+import resource
+for name in ('RLIMIT_NOFILE', 'RLIMIT_NPROC', 'RLIMIT_AS', 'RLIMIT_FSIZE', 'RLIMIT_CPU'):
+    res = getattr(resource, name)
+    soft, hard = resource.getrlimit(res)
+    if hard == resource.RLIM_INFINITY:
+        print(name, 'unlimited')
+        continue
+    try:
+        resource.setrlimit(res, (hard + 1, hard + 1))
+        print(name, 'raised')
+    except (ValueError, OSError):
+        print(name, 'refused')
+"""
+    rc, r = run_json(code)
+    assert rc == 0, r
+    lines = r["stdout"].splitlines()
+    assert len(lines) == 5 and not any(ln.endswith("raised") for ln in lines), lines
+    assert "RLIMIT_FSIZE refused" in lines and "RLIMIT_NPROC refused" in lines, lines
+    next_run_works()
+
+
+def test_setuid_binaries_do_not_help():
+    code = """
+import os, subprocess
+for argv in (['su', '-c', 'id'], ['mount', '-t', 'tmpfs', 'x', '/tmp'], ['sudo', 'id']):
+    try:
+        p = subprocess.run(argv, capture_output=True, timeout=10)
+        print(argv[0], 'rc', p.returncode)
+    except OSError as e:
+        print(argv[0], 'oserror')
+print(os.getresuid())
+print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])
+"""
+    rc, r = run_json(code)
+    assert rc == 0, r
+    lines = r["stdout"].splitlines()
+    for ln in lines[:3]:
+        assert ln.endswith("oserror") or (ln.split()[-2] == "rc" and ln.split()[-1] != "0"), ln
+    assert int(lines[4], 16) == 0, f"effective capabilities: {lines[4]}"
+    next_run_works()
+
+
+# ---- gateways -----------------------------------------------------------------
+
+def test_http_without_allow_list_is_permission_error():
+    code = """
+for m, u in [('GET', 'http://127.0.0.1:9/secret'), ('POST', 'https://example.com/x?q=1')]:
+    try:
+        http_request(m, u)
+        print('sent')
+    except PermissionError as e:
+        print(str(e))
+"""
+    rc, r = run_json(code)
+    assert rc == 0, r
+    lines = r["stdout"].splitlines()
+    assert len(lines) == 2, lines
+    assert "GET" in lines[0] and "http://127.0.0.1:9/secret" in lines[0], lines
+    assert "POST" in lines[1] and "https://example.com/x" in lines[1], lines
+    next_run_works()
+
+
+def test_tool_calls_without_tools():
+    code = """
+try:
+    call_tool('no_such_tool', a=1)
+except Exception as e:
+    print(type(e).__name__, 'no_such_tool' in str(e))
+try:
+    call_tool('no_such_tool', 1)
+except TypeError as e:
+    print('TypeError')
+"""
+    rc, r = run_json(code)
+    assert rc == 0, r
+    assert r["stdout"] == "ValueError True\nTypeError\n", r["stdout"]
+    next_run_works()
+
+
+def test_garbage_on_the_channel():
+    code = """
+import os
+for fd in (3, 4):
+    try:
+        os.write(fd, b'\\xff\\xff\\xff\\xff' + os.urandom(4096))
+        os.write(fd, b'\\x00\\x00\\x00\\x05[1,2]' + b'\\x00\\x00\\x00\\x03abc')
+    except OSError:
+        pass
+try:
+    call_tool('x', a=1)
+except Exception as e:
+    print(type(e).__name__)
+import time
+time.sleep(0.2)
+"""
+    rc, r = run_json(code, "--timeout", "10", timeout=60)
+    assert r["status"] == "error", r
+    next_run_works()
+
+
+# ---- hostile workspaces -------------------------------------------------------
+
+def test_workspace_with_symlink_refused():
+    ws = tmpdir()
+    with open(os.path.join(ws, "ok.txt"), "w") as f:
+        f.write("ok")
+    os.mkdir(os.path.join(ws, "sub"))
+    os.symlink("/etc/passwd", os.path.join(ws, "sub", "link"))
+    p = airlock("run", "-w", ws, "-c", "print(1)")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and os.path.join(ws, "sub", "link") in lines[0], p.stderr
+    assert p.stdout == "", p.stdout
+    next_run_works()
+
+
+def test_workspace_with_fifo_skipped():
+    ws = tmpdir()
+    with open(os.path.join(ws, "ok.txt"), "w") as f:
+        f.write("ok")
+    os.mkfifo(os.path.join(ws, "fifo"))
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(os.path.join(ws, "sock"))
+    try:
+        rc, r = run_json("import os\nprint(sorted(os.listdir('/input')))", "-w", ws, timeout=60)
+    finally:
+        s.close()
+    assert rc == 0 and r["stdout"] == "['ok.txt']\n", r
+    next_run_works()
+
+
+def test_workspace_with_non_utf8_names():
+    ws = tmpdir()
+    with open(os.path.join(os.fsencode(ws), b"caf\xe9.txt"), "w") as f:
+        f.write("latin-1 name")
+    with open(os.path.join(ws, "ok.txt"), "w") as f:
+        f.write("ok")
+    p = airlock("run", "--json", "-w", ws, "-c",
+                "import os\nprint(sorted(os.listdir(b'/input')))", timeout=60)
+    if p.returncode == 2:
+        # Refused up front: one line naming the file.
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "caf" in lines[0], p.stderr
+    else:
+        r = json.loads(p.stdout)
+        assert p.returncode == 0 and r["status"] == "ok", r
+        assert r["stdout"] == "[b'caf\\xe9.txt', b'ok.txt']\n", r["stdout"]
+    next_run_works()
+
+
+def test_output_non_utf8_name_refused():
+    rc, r = run_json("open(b'/output/caf\\xe9.txt', 'w').write('x')\n"
+                     "open('/output/ok.txt', 'w').write('y')")
+    assert rc == 0, r
+    assert [f["path"] for f in r["files"]] == ["/output/ok.txt"], r["files"]
+    assert len(r["refused"]) == 1, r["refused"]
+    next_run_works()
+
+
+if __name__ == "__main__":
+    run()
