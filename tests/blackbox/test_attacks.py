@@ -144,10 +144,12 @@ time.sleep({delay})
         rc, r = run_json(code, "--timeout", "10")
         assert r["status"] == "ok", r
         no_leak(r, secret)
+        # A file the child had created but not yet written when it was
+        # killed comes back empty; anything else must be its own data.
         for f in r["files"]:
-            assert base64.b64decode(f["data_base64"]) == b"safe", f
+            assert base64.b64decode(f["data_base64"]) in (b"", b"safe"), f
         for p, why in refused(r).items():
-            assert why in ("symlink", "changed while read") or "changed" in why, (p, why)
+            assert why in ("symlink", "changed while reading", "not a regular file"), (p, why)
     next_run_works()
 
 
@@ -189,7 +191,10 @@ try:
         n += 1
 except OSError as e:
     print('stopped', e.errno)
-open('leaf.txt', 'w').write('x')
+try:
+    open('leaf.txt', 'w').write('x')
+except OSError as e:
+    print('no leaf', e.errno)
 print(n)
 """
     rc, r = run_json(code, timeout=120)
@@ -274,7 +279,8 @@ for i in range(64):
     sys.stderr.write('e' * 262144)
 """
     p = airlock("run", "--json", "-c", code, timeout=120)
-    assert len(p.stdout) < 4 * MiB, len(p.stdout)
+    # stdout and stderr appear twice each (the fields and "contents").
+    assert len(p.stdout) < 5 * MiB, len(p.stdout)
     r = json.loads(p.stdout)
     assert r["stdout_truncated"] is True and r["stderr_truncated"] is True, r.keys()
     assert 0 < len(r["stdout"]) <= MiB and 0 < len(r["stderr"]) <= MiB
@@ -312,7 +318,9 @@ print(n)
     rc, r = run_json(code, "--pids", "32", "--timeout", "10", timeout=60)
     assert r["status"] == "ok", r
     n = int(r["stdout"])
-    assert 0 < n < 32, n
+    # The limit is RLIMIT_NPROC = pids + 4 (room for the runtime), counting
+    # the main thread: at most 35 threads in all.
+    assert 0 < n <= 32 + 4 - 1, n
     next_run_works()
 
 
@@ -455,15 +463,18 @@ for pid in (victim, 2, 100, 300000):
         print(pid, 'killed')
     except OSError as e:
         print(pid, e.strerror)
+if os.fork() == 0:
+    os.setsid()
+    signal.pause()
 os.kill(-1, signal.SIGKILL)
-print('still here')
+print('still here', os.waitpid(-1, 0)[1] == signal.SIGKILL)
 """.replace("victim", str(victim.pid))
         rc, r = run_json(code)
         assert rc == 0, r
         lines = r["stdout"].splitlines()
         assert lines[0] == "['1']", lines
         assert all(ln.endswith("No such process") for ln in lines[1:5]), lines
-        assert lines[5] == "still here", lines
+        assert lines[5] == "still here True", lines
         assert victim.poll() is None, "a host process was killed"
     finally:
         victim.kill()
@@ -569,7 +580,8 @@ import time
 time.sleep(0.2)
 """
     rc, r = run_json(code, "--timeout", "10", timeout=60)
-    assert r["status"] == "error", r
+    # The host stops a guest that breaks the protocol.
+    assert r["success"] is False and r["status"] in ("error", "killed"), r
     next_run_works()
 
 
@@ -628,7 +640,7 @@ def test_output_non_utf8_name_refused():
                      "open('/output/ok.txt', 'w').write('y')")
     assert rc == 0, r
     assert [f["path"] for f in r["files"]] == ["/output/ok.txt"], r["files"]
-    assert len(r["refused"]) == 1, r["refused"]
+    assert refused(r) == {"/output/caf\ufffd.txt": "name not UTF-8"}, r["refused"]
     next_run_works()
 
 
