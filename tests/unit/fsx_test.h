@@ -24,12 +24,19 @@ typedef struct scratch {
         int fd;
 } scratch;
 
-static inline void scratch_new(scratch *s)
+/* A scratch directory below base ("/tmp", or "/dev/shm" for the cases that
+ * create very many files and would spend minutes on a slow disk). */
+static inline void scratch_new_in(scratch *s, const char *base)
 {
-        snprintf(s->path, sizeof(s->path), "/tmp/fsx-test.XXXXXX");
+        snprintf(s->path, sizeof(s->path), "%s/fsx-test.XXXXXX", base);
         assert_non_null(mkdtemp(s->path));
         s->fd = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         assert_true(s->fd >= 0);
+}
+
+static inline void scratch_new(scratch *s)
+{
+        scratch_new_in(s, "/tmp");
 }
 
 /* Removes the scratch directory with the code under test (fsx_remove_at),
@@ -40,10 +47,13 @@ static inline void scratch_free(scratch *s)
                 return;
         close(s->fd);
         s->fd = -1;
-        int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        char *slash = strrchr(s->path, '/');
+        *slash = '\0';
+        int tmp = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        *slash = '/';
         assert_true(tmp >= 0);
         airlock_error err = {0};
-        int r = fsx_remove_at(tmp, s->path + strlen("/tmp/"), &err);
+        int r = fsx_remove_at(tmp, slash + 1, &err);
         close(tmp);
         if (r < 0)
                 fail_msg("cleaning %s: %s", s->path, err.message);
