@@ -546,6 +546,23 @@ for m, u in [('GET', 'http://127.0.0.1:9/secret'), ('POST', 'https://example.com
     next_run_works()
 
 
+def test_http_bad_headers_are_errors_not_host_crashes():
+    """Headers the gateway refuses (control characters, reserved names, bad
+    names) must raise ValueError in the guest, not crash the host."""
+    code = """
+for h in ({'X': 'a\\nb'}, {'Host': 'x'}, {'bad name': 'x'}, {'X': 'a\\x00b'}):
+    try:
+        http_get('http://127.0.0.1:9/', headers=h)
+        print('sent')
+    except Exception as e:
+        print(type(e).__name__)
+"""
+    rc, r = run_json(code, "--allow-domain", "127.0.0.1:9")
+    assert rc == 0, r
+    assert r["stdout"] == "ValueError\n" * 4, r["stdout"]
+    next_run_works()
+
+
 def test_tool_calls_without_tools():
     code = """
 try:
