@@ -18,7 +18,10 @@ SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=un
 FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/cli $(DEP_CFLAGS) $(SANFLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/lib/*.c)) src/cli/options.c
-LIB_OBJ  := $(LIB_SRC:%.c=$(FBUILD)/%.o) $(FBUILD)/gen/guest_runtime.o
+# EXTRA_OBJ: objects from the gcc build linked in uninstrumented, for a source
+# clang cannot compile at the moment (drop it from LIB_SRC on the command line).
+EXTRA_OBJ ?=
+LIB_OBJ  := $(LIB_SRC:%.c=$(FBUILD)/%.o) $(FBUILD)/gen/guest_runtime.o $(EXTRA_OBJ)
 FUZZERS  ?= $(patsubst fuzz/fuzz_%.c,%,$(sort $(wildcard fuzz/fuzz_*.c)))
 FUZZ_BIN := $(FUZZERS:%=$(FBUILD)/fuzz_%)
 

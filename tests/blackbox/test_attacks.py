@@ -602,6 +602,31 @@ time.sleep(0.2)
     next_run_works()
 
 
+def test_malformed_requests_through_the_native_channel():
+    """Requests that skip the runtime's checks: deep nesting, bad UTF-8, not
+    an object, too large. The host answers or stops the run; it never dies."""
+    for payload in ("b'[' * 200000 + b']' * 200000",
+                    "b'{\"op\":\"tool\",\"name\":\"x\",\"args\":' + b'[' * 100000 + b']' * 100000 + b'}'",
+                    "b'\\xff\\xfe'", "b'[1, 2]'", "b'{\"op\": 7}'", "b'x' * (30 << 20)"):
+        rc, r = run_json(f"import _airlock\nprint(_airlock.call({payload})[:100])", timeout=60)
+        assert r["status"] in ("ok", "error", "killed"), (payload, r)
+        next_run_works()
+
+
+def test_state_does_not_survive_into_the_next_run():
+    code = """
+import builtins, os, sys
+print(sorted(os.listdir('/tmp')), sorted(os.listdir('/output')), hasattr(builtins, 'planted'))
+open('/tmp/planted', 'w').write('x')
+os.mkdir('/output/planted')
+builtins.planted = True
+sys.modules['os'].planted = True
+"""
+    for _ in range(3):
+        rc, r = run_json(code)
+        assert rc == 0 and r["stdout"] == "[] [] False\n", r
+
+
 # ---- hostile workspaces -------------------------------------------------------
 
 def test_workspace_with_symlink_refused():
