@@ -12,7 +12,7 @@ profile=${1:-build}
 build_pkgs=(build-essential pkg-config libseccomp-dev libjansson-dev
             libcurl4-openssl-dev libpython3-dev python3 media-types)
 check_pkgs=(libcmocka-dev clang-format nodejs iproute2)
-bench_pkgs=(bubblewrap firejail gnutls-bin)
+bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 
 pkgs=("${build_pkgs[@]}")

@@ -1,0 +1,637 @@
+#!/usr/bin/python3
+"""Measures airlock against the alternatives on this machine, side by side.
+
+Called by bench/run.sh (`make bench`, `make bench QUICK=1`) after it has built
+the library-level helpers and installed the npm peers. Every system is timed
+the same way from here (a new process per run for the command-line peers,
+calls spaced 10 ms apart); a system that cannot be installed or run is listed
+with the reason it was skipped. Writes bench/results/latest.{md,json,svg}.
+Standard library only.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = "/usr/bin/python3"
+BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+         "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+FIREJAIL = ["firejail", "--quiet", "--noprofile", "--net=none"]
+RUNSC = ["runsc", "--network=none", "do"]
+
+# Published figures of the Hyperlight sandbox (Python guest); no hardware stated.
+HYPERLIGHT = [("cold start", 143.9), ("restore", 11.4), ("restore+run", 1.5),
+              ("warm tool dispatch", 0.4)]
+
+CSV_CODE = """import csv
+total = 0
+with open('{inp}/data.csv', newline='') as f:
+    rows = csv.reader(f)
+    next(rows)
+    for row in rows:
+        total += int(row[1])
+with open('{out}/out.bin', 'wb') as f:
+    f.write(b'x' * 1048576)
+print(total)
+"""
+
+SYSTEMS = {
+    "airlock": "airlock (library, in-process)",
+    "airlock-run": "`airlock run` (CLI, whole command)",
+    "airlock-mcp": "`airlock mcp` (stdio round trip)",
+    "python3": "python3, no isolation (floor)",
+    "bwrap": "bubblewrap + python3",
+    "firejail": "firejail + python3",
+    "gvisor": "gVisor `runsc do` + python3",
+    "srt": "sandbox-runtime `srt` + python3",
+    "pyodide": "Pyodide in Node (no OS isolation)",
+}
+OS_ISOLATED = ["bwrap", "firejail", "gvisor", "srt"]
+WORKLOADS = {
+    "fresh": "1. fresh isolated run of print(1)",
+    "cold": "2. cold start: new sandbox + first run",
+    "csv": "3. 10 MB CSV in, sum, 1 MB file out",
+    "tools": "4. 100 host tool calls in one run",
+}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def pct(samples, p):
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(len(s) * p))] if s else None
+
+
+def summary(samples, **extra):
+    d = {"median_ms": pct(samples, 0.5), "p90_ms": pct(samples, 0.9),
+         "min_ms": min(samples), "n": len(samples), "samples_ms": samples}
+    d.update(extra)
+    return d
+
+
+def pss_tree_kib(root):
+    """PSS of a process and all its descendants, from smaps_rollup."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(d))
+        except (OSError, IndexError, ValueError):
+            pass
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+class Bench:
+    def __init__(self, build, quick, tmp):
+        self.build, self.quick, self.tmp = build, quick, tmp
+        self.n_fast = 30 if quick else 100
+        self.res = {w: {} for w in list(WORKLOADS) + ["memory", "throughput"]}
+        self.skipped = {}
+        self.extra = {}
+
+    def runs_for(self, first_ms):
+        """>= 100 runs (30 quick) where a run is under 100 ms; fewer for slow ones."""
+        if first_ms < 100:
+            return self.n_fast
+        if first_ms < 1000:
+            return 6 if self.quick else 30
+        return 3 if self.quick else 8
+
+    def skip(self, system, reason):
+        self.skipped[system] = reason
+        log(f"  skip {system}: {reason}")
+
+    # ---- command-line peers -------------------------------------------
+
+    def time_cmd(self, argv, want=b"1\n", timeout=120, env=None):
+        t = time.perf_counter()
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, timeout=timeout, env=env)
+        ms = (time.perf_counter() - t) * 1e3
+        if p.returncode != 0 or (want is not None and p.stdout.strip() != want.strip()):
+            raise RuntimeError(f"{argv[0]} exited {p.returncode}: "
+                               f"{(p.stderr or p.stdout).decode(errors='replace').strip()[:300]}")
+        return ms, p.stdout
+
+    def sample_cmd(self, make_argv, want=b"1\n", before=None, after=None, n=None):
+        """Times a fresh process per run, calls spaced 10 ms apart. One untimed
+        run first warms the page cache and decides the number of runs."""
+        if before:
+            before()
+        first, _ = self.time_cmd(make_argv(), want)
+        if after:
+            after()
+        n = n or self.runs_for(first)
+        out = []
+        for _ in range(n):
+            time.sleep(0.01)
+            if before:
+                before()
+            ms, _ = self.time_cmd(make_argv(), want)
+            if after:
+                after()
+            out.append(ms)
+        return out
+
+    def idle_pss(self, argv):
+        """PSS of a sandbox whose python3 is up and waiting on its stdin."""
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+        try:
+            p.stdout.readline()  # "ready"
+            time.sleep(0.2)
+            return pss_tree_kib(p.pid)
+        finally:
+            p.stdin.close()
+            p.wait(timeout=30)
+
+    def throughput_cmd(self, argv, workers, total):
+        """Runs per second with `workers` concurrent callers, each starting a
+        new process per run."""
+        left = [total]
+        lock = threading.Lock()
+        errors = []
+
+        def worker():
+            while True:
+                with lock:
+                    if left[0] <= 0:
+                        return
+                    left[0] -= 1
+                try:
+                    self.time_cmd(argv)
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(str(e))
+                    return
+
+        t = time.perf_counter()
+        ts = [threading.Thread(target=worker) for _ in range(workers)]
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        if errors:
+            raise RuntimeError(errors[0])
+        return total / (time.perf_counter() - t)
+
+    def peer(self, name, prefix, csv_argv=None, csv_dirs=None, idle=True, throughput=True):
+        """Fresh run, cold start (the same thing for a process per run), CSV,
+        idle memory and throughput of a command-line sandbox."""
+        log(f"- {name}")
+        try:
+            fresh = self.sample_cmd(lambda: prefix + [PY, "-c", "print(1)"])
+        except Exception as e:  # noqa: BLE001
+            return self.skip(name, str(e))
+        self.res["fresh"][name] = summary(fresh)
+        self.res["cold"][name] = summary(fresh, note="same as a fresh run: new sandbox per run")
+        if csv_argv:
+            try:
+                self.res["csv"][name] = summary(self.csv_peer(csv_argv, csv_dirs))
+            except Exception as e:  # noqa: BLE001
+                self.res["csv"][name] = {"skipped": str(e)[:200]}
+        if idle:
+            try:
+                self.res["memory"][name] = {"pss_kib": self.idle_pss(
+                    prefix + [PY, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"])}
+            except Exception as e:  # noqa: BLE001
+                self.res["memory"][name] = {"skipped": str(e)[:200]}
+        if throughput and self.res["fresh"][name]["median_ms"] < 1000:
+            tp = {}
+            for w in (1, 2, 8):
+                total = max(4 * w, int(4000 / self.res["fresh"][name]["median_ms"])
+                            // (3 if self.quick else 1))
+                tp[str(w)] = self.throughput_cmd(prefix + [PY, "-c", "print(1)"], w, total)
+            self.res["throughput"][name] = tp
+
+    def csv_peer(self, make_argv, dirs):
+        inp, out = dirs
+
+        def clear():
+            for f in os.listdir(out):
+                os.unlink(os.path.join(out, f))
+
+        def check():
+            size = os.path.getsize(os.path.join(out, "out.bin"))
+            if size != 1048576:
+                raise RuntimeError(f"the output came back with {size} bytes")
+
+        clear()
+        return self.sample_cmd(make_argv, want=self.csv_sum, before=clear, after=check)
+
+    # ---- the workloads' data ------------------------------------------
+
+    def make_csv(self):
+        self.csv_in = os.path.join(self.tmp, "in")
+        self.csv_out = os.path.join(self.tmp, "out")
+        os.makedirs(self.csv_in)
+        os.makedirs(self.csv_out)
+        os.chmod(self.csv_out, 0o777)
+        total, rows = 0, ["id,value,label"]
+        size, i = 0, 0
+        while size < 10 * 1024 * 1024:
+            v = (i * 7919) % 100003
+            line = f"{i},{v},item-{i % 977}-abcdefghijklmnop"
+            rows.append(line)
+            size += len(line) + 1
+            total += v
+            i += 1
+        with open(os.path.join(self.csv_in, "data.csv"), "w") as f:
+            f.write("\n".join(rows) + "\n")
+        self.csv_sum = f"{total}\n".encode()
+        self.extra["csv_rows"] = i
+        self.extra["csv_bytes"] = os.path.getsize(os.path.join(self.csv_in, "data.csv"))
+
+    def code_file(self, name, inp, out):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(CSV_CODE.format(inp=inp, out=out))
+        return path
+
+    # ---- airlock --------------------------------------------------------
+
+    def tool(self, *args):
+        p = subprocess.run([os.path.join(self.build, "bench_workloads"), *map(str, args)],
+                           stdout=subprocess.PIPE, timeout=600, check=True)
+        return json.loads(p.stdout)
+
+    def airlock_lib(self):
+        log("- airlock library")
+        n = self.n_fast
+        self.res["fresh"]["airlock"] = summary(self.tool("print", n)["samples_ms"])
+        self.res["cold"]["airlock"] = summary(self.tool("cold", 10 if self.quick else 30)["samples_ms"])
+        code = self.code_file("csv_airlock.py", "/input", "/output")
+        r = self.tool("csv", self.csv_in, 10 if self.quick else 30, code)
+        if r["stdout"].encode() != self.csv_sum:
+            raise RuntimeError(f"airlock CSV sum {r['stdout']!r} != {self.csv_sum!r}")
+        self.res["csv"]["airlock"] = summary(r["samples_ms"], staging_ms=r["setup_ms"],
+                                             note="workspace staged once")
+        self.res["tools"]["airlock"] = summary(self.tool("tools", 10 if self.quick else 30, 100)["samples_ms"],
+                                               note="C callback via airlock_config_add_tool")
+        tp = {}
+        for w in (1, 2, 8):
+            tp[str(w)] = self.tool("throughput", w, 60 if self.quick else 300)["runs_per_s"]
+        self.res["throughput"]["airlock"] = tp
+        # The lead's benchmark: cold start, restore+run, idle PSS, soak growth.
+        p = subprocess.run([os.path.join(self.build, "bench_sandbox"), str(n),
+                            "100" if self.quick else "1000"],
+                           stdout=subprocess.PIPE, timeout=600, check=True)
+        bs = json.loads(p.stdout)
+        self.extra["bench_sandbox"] = bs
+        self.res["memory"]["airlock"] = {"pss_kib": bs["idle_pss_kib"],
+                                         "note": "template + pre-started copy"}
+
+    def airlock_run(self):
+        log("- airlock run")
+        exe = os.path.join(self.build, "airlock")
+        s = self.sample_cmd(lambda: [exe, "run", "-c", "print(1)"])
+        self.res["fresh"]["airlock-run"] = summary(s, note="new sandbox per command")
+        self.res["cold"]["airlock-run"] = summary(s, note="whole command")
+        code = CSV_CODE.format(inp="/input", out="/output")
+        outdir = os.path.join(self.tmp, "cli-out")
+
+        def clear():
+            shutil.rmtree(outdir, ignore_errors=True)
+
+        def check():
+            if os.path.getsize(os.path.join(outdir, "out.bin")) != 1048576:
+                raise RuntimeError("airlock run: the output did not come back")
+
+        s = self.sample_cmd(lambda: [exe, "run", "-w", self.csv_in, "--output-dir", outdir,
+                                     "-c", code], want=self.csv_sum, before=clear, after=check)
+        self.res["csv"]["airlock-run"] = summary(s, note="stages the workspace every command")
+        tools = os.path.join(self.tmp, "tools.json")
+        with open(tools, "w") as f:
+            json.dump({"tools": [{"name": "add", "description": "Add two integers.",
+                                  "parameters": {"type": "object", "properties": {
+                                      "a": {"type": "integer"}, "b": {"type": "integer"}},
+                                      "required": ["a", "b"]},
+                                  "command": [PY, "-c", "import json,sys; a=json.load(sys.stdin); "
+                                              "print(json.dumps({'sum': a['a'] + a['b']}))"],
+                                  "approval_mode": "never_require"}]}, f)
+        code = "s = 0\nfor i in range(100):\n    s += call_tool('add', a=i, b=1)['sum']\nprint(s)\n"
+        if self.quick:
+            self.res["tools"]["airlock-run"] = {"skipped": "QUICK mode (a python3 per call: seconds)"}
+            return
+        try:
+            s = self.sample_cmd(lambda: [exe, "run", "-t", tools, "-c", code], want=b"5050\n", n=3)
+            self.res["tools"]["airlock-run"] = summary(s, note="command tool: a python3 per call")
+        except Exception as e:  # noqa: BLE001
+            self.res["tools"]["airlock-run"] = {"skipped": str(e)[:200]}
+
+    def airlock_mcp(self):
+        log("- airlock mcp")
+        exe = os.path.join(self.build, "airlock")
+        t0 = time.perf_counter()
+        p = subprocess.Popen([exe, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+        ids = iter(range(1, 1 << 30))
+
+        def rpc(method, params, notify=False):
+            msg = {"jsonrpc": "2.0", "method": method, "params": params}
+            if not notify:
+                msg["id"] = next(ids)
+            p.stdin.write((json.dumps(msg) + "\n").encode())
+            p.stdin.flush()
+            if notify:
+                return None
+            while True:
+                line = p.stdout.readline()
+                if not line:
+                    raise RuntimeError("airlock mcp closed its output")
+                r = json.loads(line)
+                if r.get("id") == msg["id"]:
+                    if "error" in r:
+                        raise RuntimeError(f"airlock mcp: {r['error']}")
+                    return r["result"]
+
+        def call():
+            r = rpc("tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
+            sc = r.get("structuredContent") or {}
+            if r.get("isError") or sc.get("stdout", "1\n") != "1\n":
+                raise RuntimeError(f"airlock mcp: unexpected result {str(r)[:200]}")
+
+        try:
+            rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "airlock-bench", "version": "1"}})
+            rpc("notifications/initialized", {}, notify=True)
+            call()
+            cold = (time.perf_counter() - t0) * 1e3
+            out = []
+            for _ in range(self.n_fast):
+                time.sleep(0.01)
+                t = time.perf_counter()
+                call()
+                out.append((time.perf_counter() - t) * 1e3)
+            time.sleep(0.1)
+            self.res["memory"]["airlock-mcp"] = {"pss_kib": pss_tree_kib(p.pid),
+                                                 "note": "server + its sandbox"}
+        finally:
+            p.stdin.close()
+            p.wait(timeout=30)
+        self.res["fresh"]["airlock-mcp"] = summary(out, note="tools/call round trip")
+        self.res["cold"]["airlock-mcp"] = summary([cold], note="spawn, initialize, first call")
+
+    # ---- other peers ----------------------------------------------------
+
+    def peers(self):
+        inp, out = self.csv_in, self.csv_out
+        code_host = self.code_file("csv_host.py", inp, out)
+        code_box = self.code_file("csv_box.py", "/input", "/output")
+        self.peer("python3", [], csv_argv=lambda: [PY, code_host], csv_dirs=(inp, out))
+        if shutil.which("bwrap"):
+            cb = BWRAP + ["--ro-bind", inp, "/input", "--bind", out, "/output",
+                          "--ro-bind", code_box, "/code.py"]
+            self.peer("bwrap", BWRAP, csv_argv=lambda: cb + [PY, "/code.py"], csv_dirs=(inp, out))
+        else:
+            self.skip("bwrap", "bwrap is not installed (Debian package bubblewrap)")
+        if shutil.which("firejail"):
+            self.peer("firejail", FIREJAIL, csv_argv=lambda: FIREJAIL + [PY, code_host],
+                      csv_dirs=(inp, out))
+        else:
+            self.skip("firejail", "firejail is not installed (Debian package firejail)")
+        if self.quick:
+            self.skip("gvisor", "skipped in QUICK mode (several seconds per run)")
+        elif shutil.which("runsc"):
+            self.peer("gvisor", RUNSC, throughput=False)
+            self.res["csv"]["gvisor"] = {"skipped": "`runsc do` keeps writes in its own overlay: "
+                                                    "the output file does not come back"}
+        else:
+            self.skip("gvisor", "runsc is not installed (Debian package runsc)")
+        srt = os.path.join(HERE, "node_modules", ".bin", "srt")
+        if os.path.exists(srt):
+            settings = os.path.join(self.tmp, "srt-settings.json")
+            with open(settings, "w") as f:
+                json.dump({"filesystem": {"denyRead": [], "allowWrite": [out], "denyWrite": []},
+                           "network": {"allowedDomains": [], "deniedDomains": []}}, f)
+            base = [srt, "--settings", settings, "-c"]
+            self.peer_srt(base, code_host)
+        else:
+            self.skip("srt", "npm @anthropic-ai/sandbox-runtime is not installed")
+        self.pyodide()
+
+    def peer_srt(self, base, code_host):
+        log("- srt")
+        mk = lambda cmd: base + [cmd]  # noqa: E731 - srt takes one shell command string
+        try:
+            if self.quick:
+                s = self.sample_cmd(lambda: mk(f"{PY} -c 'print(1)'"), n=3)
+            else:
+                s = self.sample_cmd(lambda: mk(f"{PY} -c 'print(1)'"))
+        except Exception as e:  # noqa: BLE001
+            return self.skip("srt", str(e)[:200])
+        self.res["fresh"]["srt"] = summary(s)
+        self.res["cold"]["srt"] = summary(s, note="same as a fresh run: new sandbox per run")
+        try:
+            self.res["csv"]["srt"] = summary(self.csv_peer(lambda: mk(f"{PY} {code_host}"),
+                                                           (self.csv_in, self.csv_out)))
+        except Exception as e:  # noqa: BLE001
+            self.res["csv"]["srt"] = {"skipped": str(e)[:200]}
+
+    def pyodide(self):
+        log("- pyodide")
+        if not os.path.isdir(os.path.join(HERE, "node_modules", "pyodide")):
+            return self.skip("pyodide", "npm pyodide is not installed")
+        code = self.code_file("csv_pyodide.py", "/input", "/output")
+        try:
+            p = subprocess.run(["node", os.path.join(HERE, "pyodide_bench.mjs"), str(self.n_fast),
+                                str(5 if self.quick else 30), self.csv_in, code],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
+                               cwd=HERE)
+            if p.returncode != 0:
+                raise RuntimeError(p.stderr.decode(errors="replace").strip()[-300:])
+            r = json.loads(p.stdout)
+        except Exception as e:  # noqa: BLE001
+            return self.skip("pyodide", str(e)[:300])
+        note = "same interpreter reused: state persists, no OS isolation"
+        self.res["fresh"]["pyodide"] = summary(r["samples_ms"], note=note)
+        self.res["cold"]["pyodide"] = summary([r["cold_ms"]], note="loadPyodide + first run")
+        if r["csv_stdout"].encode() != self.csv_sum:
+            self.res["csv"]["pyodide"] = {"skipped": f"wrong sum {r['csv_stdout']!r}"}
+        else:
+            self.res["csv"]["pyodide"] = summary(r["csv_samples_ms"], staging_ms=r["csv_stage_ms"],
+                                                 note="input copied into MEMFS once")
+        self.res["memory"]["pyodide"] = {"pss_kib": r["pss_kib"], "note": "node process after load"}
+        self.extra["pyodide_version"] = r["version"]
+
+
+def machine():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "loadavg_at_start": os.getloadavg()}
+
+
+def fmt_ms(v):
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
+def ratio(v, base):
+    if not v or not base:
+        return "-"
+    r = v / base
+    return f"{r:.2f}x" if r < 10 else f"{r:.0f}x"
+
+
+def report(data):
+    res, m = data["results"], data["machine"]
+    L = [f"# airlock benchmark ({'QUICK' if data['quick'] else 'full'} run)", "",
+         f"Machine: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}; {m['date']}; "
+         f"load average at start {m['loadavg_at_start'][0]:.2f}.", "",
+         "Median and p90 in milliseconds over n runs, calls spaced 10 ms apart. "
+         "Ratio = the system's median / airlock library's median (higher is slower than airlock).",
+         ""]
+    for w, title in WORKLOADS.items():
+        rows = res.get(w, {})
+        if not rows:
+            continue
+        base = (rows.get("airlock") or {}).get("median_ms")
+        L += [f"## {title}", "", "| system | median ms | p90 ms | n | vs airlock | note |",
+              "|---|---:|---:|---:|---:|---|"]
+        for sysname, r in rows.items():
+            label = SYSTEMS[sysname]
+            if "skipped" in r:
+                L.append(f"| {label} | - | - | - | - | not measured: {r['skipped']} |")
+                continue
+            note = r.get("note", "")
+            if "staging_ms" in r:
+                note += f" (staging {fmt_ms(r['staging_ms'])} ms)"
+            L.append(f"| {label} | {fmt_ms(r['median_ms'])} | {fmt_ms(r['p90_ms'])} | {r['n']} | "
+                     f"{ratio(r['median_ms'], base)} | {note} |")
+        L.append("")
+    L += ["## 5. memory of one idle, ready sandbox (PSS)", "",
+          "| system | PSS MiB | vs airlock | note |", "|---|---:|---:|---|"]
+    base = (res["memory"].get("airlock") or {}).get("pss_kib")
+    for sysname, r in res["memory"].items():
+        if "skipped" in r:
+            L.append(f"| {SYSTEMS[sysname]} | - | - | not measured: {r['skipped']} |")
+            continue
+        L.append(f"| {SYSTEMS[sysname]} | {r['pss_kib'] / 1024:.1f} | {ratio(r['pss_kib'], base)} | "
+                 f"{r.get('note', 'process tree, python3 waiting on stdin')} |")
+    L += ["", "## 6. throughput: print(1) runs per second by concurrent callers", "",
+          "| system | 1 caller | 2 callers | 8 callers | 8 callers vs airlock |",
+          "|---|---:|---:|---:|---:|"]
+    tb = res["throughput"].get("airlock", {}).get("8")
+    for sysname, r in res["throughput"].items():
+        L.append(f"| {SYSTEMS[sysname]} | {r['1']:.0f} | {r['2']:.0f} | {r['8']:.0f} | "
+                 f"{ratio(tb, r['8']) if sysname != 'airlock' else '1.00x'} |")
+    L += ["", "airlock: threads calling airlock_sandbox_run on one sandbox; others: parallel "
+          "processes. The last column is airlock's rate / the system's (higher: airlock does more).",
+          ""]
+    if data["skipped"]:
+        L += ["## Not measured", ""]
+        L += [f"- {SYSTEMS[k]}: {v}" for k, v in data["skipped"].items()]
+        L.append("")
+    L += ["## Targets (reported, not asserted)", ""]
+    L += [f"- {t['what']}: {t['figure']} -- **{t['verdict']}**" for t in data["targets"]]
+    L += ["", "## Hyperlight sandbox: published figures, not measured here", "",
+          "Hyperlight cannot be installed on this machine. Its project publishes these figures "
+          "for its Python guest, with no hardware stated; they are not comparable to the "
+          "measurements above and are shown only for orientation.", "",
+          "| Hyperlight (published) | ms |", "|---|---:|"]
+    L += [f"| {k} | {v} |" for k, v in HYPERLIGHT]
+    bs = data["extra"].get("bench_sandbox")
+    if bs:
+        L += ["", f"bench_sandbox (library): cold start {bs['cold_start_ms']:.1f} ms, restore+run "
+              f"median {bs['run_median_ms']:.2f} ms / p90 {bs['run_p90_ms']:.2f} ms, idle PSS "
+              f"{bs['idle_pss_kib'] / 1024:.1f} MiB; soak {bs['soak_runs']} runs at "
+              f"{bs['soak_runs_per_s']:.0f}/s: fds {bs['fds_before']} -> {bs['fds_after']}, RSS "
+              f"{bs['rss_before_kib']} -> {bs['rss_after_kib']} KiB."]
+    return "\n".join(L) + "\n"
+
+
+def targets(res):
+    out = []
+    a = (res["fresh"].get("airlock") or {}).get("median_ms")
+    for peer in OS_ISOLATED:
+        r = res["fresh"].get(peer)
+        if not a or not r or "median_ms" not in r:
+            continue
+        x = r["median_ms"] / a
+        out.append({"what": f"fresh run: airlock >= 40x faster than {SYSTEMS[peer]}",
+                    "figure": f"{x:.1f}x", "verdict": "met" if x >= 40 else "missed"})
+    c = (res["cold"].get("airlock") or {}).get("median_ms")
+    b = (res["fresh"].get("bwrap") or {}).get("median_ms")
+    if c and b:
+        out.append({"what": "cold start <= 2x one bwrap+python3 run",
+                    "figure": f"{c:.1f} ms vs 2 x {b:.1f} ms ({c / b:.2f}x)",
+                    "verdict": "met" if c <= 2 * b else "missed"})
+    p = (res["memory"].get("airlock") or {}).get("pss_kib")
+    if p:
+        out.append({"what": "idle sandbox < 15 MiB PSS", "figure": f"{p / 1024:.1f} MiB",
+                    "verdict": "met" if p < 15 * 1024 else "missed"})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    tmp = tempfile.mkdtemp(prefix="airlock-bench.")
+    try:
+        b = Bench(os.path.abspath(args.build), args.quick, tmp)
+        mach = machine()
+        b.make_csv()
+        b.airlock_lib()
+        b.airlock_run()
+        b.airlock_mcp()
+        b.peers()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    data = {"quick": args.quick, "machine": mach, "results": b.res, "skipped": b.skipped,
+            "extra": b.extra, "hyperlight_published_ms": dict(HYPERLIGHT),
+            "elapsed_s": time.perf_counter() - t_start}
+    data["targets"] = targets(b.res)
+    os.makedirs(args.out, exist_ok=True)
+    md = report(data)
+    md += f"\nWhole benchmark: {data['elapsed_s']:.0f} s.\n"
+    with open(os.path.join(args.out, "latest.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(args.out, "latest.json"), "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    sys.path.insert(0, HERE)
+    import chart  # noqa: E402 - a sibling script
+
+    with open(os.path.join(args.out, "latest.svg"), "w") as f:
+        f.write(chart.svg(data))
+    print(md)
+    print(f"wrote {args.out}/latest.md, latest.json, latest.svg")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `make bench`: measures airlock against the alternatives on this machine, side
+# by side in one run. Builds the library-level helpers, installs the npm peers
+# (Pyodide, sandbox-runtime) into bench/node_modules, then bench/bench.py
+# times every system and writes bench/results/latest.{md,json,svg}. Debian
+# peers (bubblewrap, firejail, runsc, ...) come from scripts/deps.sh bench.
+#
+# usage: bench/run.sh BUILD_DIR [--quick]
+set -euo pipefail
+
+build=${1:-build}
+quick=${2:-}
+cd "$(dirname "$0")/.."
+
+libs="$(pkg-config --libs libseccomp jansson libcurl python3-embed) -lpthread"
+for prog in bench_sandbox bench_workloads; do
+    # shellcheck disable=SC2086 # $libs is a list of flags
+    cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o "$build/$prog" "bench/$prog.c" \
+        "$build/libairlock.a" $libs
+done
+
+# npm peers: installed once; a failure only means those peers are skipped.
+if [ ! -d bench/node_modules/pyodide ] || [ ! -e bench/node_modules/.bin/srt ]; then
+    echo "bench: installing npm peers (pyodide, @anthropic-ai/sandbox-runtime)" >&2
+    (cd bench && timeout 300 npm install --no-audit --no-fund --no-package-lock \
+        --loglevel=error >/dev/null 2>&1) ||
+        echo "bench: npm install failed; Pyodide and srt will be listed as skipped" >&2
+fi
+
+# bench.py prints the table; `make bench QUICK=1` passes --quick.
+exec /usr/bin/python3 bench/bench.py "$build" $quick
