@@ -2,9 +2,11 @@
 #   make fuzz [FUZZ_SECONDS=60] [FUZZERS="frame allowlist"]
 # The library sources are compiled again with clang and the fuzzer, address
 # and undefined-behaviour sanitizers into build/fuzz-clang/. Each fuzzer runs
-# for FUZZ_SECONDS on its corpus (fuzz/corpus/NAME/, new inputs are added
-# there) and writes crashing inputs to fuzz/crashes/NAME/; the closing line
-# counts the fuzzers that found a new crash.
+# for FUZZ_SECONDS from its committed seeds (fuzz/corpus/NAME/, read only)
+# plus the inputs it found before (build/fuzz-clang/corpus/NAME/, where new
+# ones go, so the committed seeds stay a small, meaningful set) and writes
+# crashing inputs to fuzz/crashes/NAME/, which the replays in `make check`
+# then run for ever after. The closing line counts fuzzers with new crashes.
 
 FUZZ_SECONDS ?= 60
 FCC      := clang
@@ -26,17 +28,19 @@ FUZZERS  ?= $(patsubst fuzz/fuzz_%.c,%,$(sort $(wildcard fuzz/fuzz_*.c)))
 FUZZ_BIN := $(FUZZERS:%=$(FBUILD)/fuzz_%)
 
 .PHONY: fuzz fuzz-build
+# Keep the clang objects between runs (they are intermediates of a chain).
+.SECONDARY:
 fuzz: fuzz-build
 	@new=0; for n in $(FUZZERS); do \
-	    mkdir -p fuzz/corpus/$$n fuzz/crashes/$$n; \
+	    mkdir -p fuzz/corpus/$$n fuzz/crashes/$$n $(FBUILD)/corpus/$$n; \
 	    before=$$(ls fuzz/crashes/$$n | wc -l); \
 	    echo "== fuzz_$$n for $(FUZZ_SECONDS) s"; \
 	    $(FBUILD)/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	        -print_final_stats=0 -artifact_prefix=fuzz/crashes/$$n/ fuzz/corpus/$$n \
+	        -print_final_stats=0 -artifact_prefix=fuzz/crashes/$$n/ $(FBUILD)/corpus/$$n fuzz/corpus/$$n \
 	        >$(FBUILD)/fuzz_$$n.log 2>&1; \
 	    rc=$$?; \
 	    after=$$(ls fuzz/crashes/$$n | wc -l); \
-	    grep -E '^#[0-9]+ *DONE' $(FBUILD)/fuzz_$$n.log | tail -1; \
+	    echo "fuzz_$$n: $$(grep -E '^Done [0-9]+ runs' $(FBUILD)/fuzz_$$n.log | tail -n 1)"; \
 	    if [ $$after -gt $$before ] || [ $$rc -ne 0 ]; then \
 	        new=$$((new + 1)); \
 	        echo "fuzz_$$n: NEW CRASH (rc $$rc), see $(FBUILD)/fuzz_$$n.log and fuzz/crashes/$$n/"; \
