@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,7 @@ typedef struct mcp_server {
         json_t *tool; /* the execute_code entry of tools/list */
         char *instructions;
         bool initialized;
-        bool output_broken; /* standard output is gone: stop serving */
+        atomic_bool output_broken; /* standard output is gone: stop serving */
         pthread_mutex_t out_lock;
         pthread_mutex_t lock; /* calls, n_calls */
         pthread_cond_t calls_done;
@@ -135,7 +136,7 @@ static void call_free(mcp_call *c)
 
 /* Takes c off the list of calls in progress. Returns whether it had been
  * cancelled: a cancelled request gets no response. */
-static bool call_finish(mcp_server *srv, mcp_call *c)
+static bool call_unlist(mcp_server *srv, mcp_call *c)
 {
         pthread_mutex_lock(&srv->lock);
         for (mcp_call **p = &srv->calls; *p; p = &(*p)->next)
@@ -143,11 +144,19 @@ static bool call_finish(mcp_server *srv, mcp_call *c)
                         *p = c->next;
                         break;
                 }
-        srv->n_calls--;
         bool cancelled = c->cancelled;
-        pthread_cond_broadcast(&srv->calls_done);
         pthread_mutex_unlock(&srv->lock);
         return cancelled;
+}
+
+/* The worker's last touch of the server: after this the main thread may tear
+ * the server down, so nothing (not even the output lock) is used afterwards. */
+static void call_done(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->lock);
+        srv->n_calls--;
+        pthread_cond_broadcast(&srv->calls_done);
+        pthread_mutex_unlock(&srv->lock);
 }
 
 static void *call_main(void *arg)
@@ -178,7 +187,7 @@ static void *call_main(void *arg)
         /* Decide and answer under the list lock's verdict: once the call is off
          * the list a cancellation can no longer find it. */
         json_t *id = c->id ? json_incref(c->id) : NULL;
-        bool cancelled = call_finish(srv, c);
+        bool cancelled = call_unlist(srv, c);
         if (id && !cancelled) {
                 send_result(srv, id, result);
         } else {
@@ -194,6 +203,7 @@ static void *call_main(void *arg)
         airlock_result_free(res);
         json_decref(id);
         call_free(c);
+        call_done(srv);
         return NULL;
 }
 
@@ -226,8 +236,9 @@ static int call_start(mcp_server *srv, mcp_call *c)
         int r = pthread_create(&t, &attr, call_main, c);
         pthread_attr_destroy(&attr);
         if (r != 0) {
-                call_finish(srv, c);
+                call_unlist(srv, c);
                 call_free(c);
+                call_done(srv);
                 return -r;
         }
         return 0;

@@ -119,6 +119,7 @@ static void test_network_entries(void **state)
         airlock_error err = {0};
         assert_int_equal(airlock_config_allow(cfg, "api.example.com", "GET,POST", &err), 0);
         assert_int_equal(airlock_config_allow(cfg, "https://data.example.org/v1", "GET", &err), 0);
+        assert_int_equal(airlock_config_allow(cfg, "localhost:8080", NULL, &err), 0);
         char *d = NULL, *i = NULL;
         describe(cfg, &d, &i);
         assert_not_contains(d, "Network: none");
@@ -128,6 +129,8 @@ static void test_network_entries(void **state)
         assert_contains(d, "http_request(method, url, headers=None, body=None)");
         assert_contains(d, "- api.example.com (http and https, any path): GET, POST");
         assert_contains(d, "- https://data.example.org/v1 (and paths below it): GET");
+        assert_contains(d, "- localhost:8080 (http and https, any path): any method but CONNECT "
+                           "and TRACE");
         assert_contains(i, "HTTP is allowed only");
         free(d);
         free(i);
