@@ -360,7 +360,8 @@ if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         try:
-            os.execv('/usr/bin/sleep', ['sleep', '300', {marker!r}])
+            # The marker in a host-visible argv: sh stays (a command follows).
+            os.execv('/bin/sh', ['sh', '-c', 'sleep 300; :', {marker!r}])
         except OSError:
             time.sleep(300)
     os._exit(0)
