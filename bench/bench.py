@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import platform
+import select
 import shutil
 import subprocess
 import sys
@@ -64,8 +65,11 @@ WORKLOADS = {
 }
 
 
+T0 = time.perf_counter()
+
+
 def log(msg):
-    print(msg, file=sys.stderr, flush=True)
+    print(f"[{time.perf_counter() - T0:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
 
 def pct(samples, p):
@@ -163,12 +167,18 @@ class Bench:
         p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL)
         try:
-            p.stdout.readline()  # "ready"
+            # "ready" once python3 is up; a sandbox that never starts is skipped.
+            if not select.select([p.stdout], [], [], 60)[0] or not p.stdout.readline():
+                raise RuntimeError("the sandbox did not start within 60 s")
             time.sleep(0.2)
             return pss_tree_kib(p.pid)
         finally:
             p.stdin.close()
-            p.wait(timeout=30)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
     def throughput_cmd(self, argv, workers, total):
         """Runs per second with `workers` concurrent callers, each starting a
@@ -223,8 +233,9 @@ class Bench:
         if throughput and self.res["fresh"][name]["median_ms"] < 1000:
             tp = {}
             for w in (1, 2, 8):
-                total = max(4 * w, int(4000 / self.res["fresh"][name]["median_ms"])
-                            // (3 if self.quick else 1))
+                budget_ms = 1000 if self.quick else 4000
+                total = max((2 if self.quick else 4) * w,
+                            int(budget_ms / self.res["fresh"][name]["median_ms"]))
                 tp[str(w)] = self.throughput_cmd(prefix + [PY, "-c", "print(1)"], w, total)
             self.res["throughput"][name] = tp
 
@@ -294,7 +305,7 @@ class Bench:
                                                note="C callback via airlock_config_add_tool")
         tp = {}
         for w in (1, 2, 8):
-            tp[str(w)] = self.tool("throughput", w, 60 if self.quick else 300)["runs_per_s"]
+            tp[str(w)] = self.tool("throughput", w, 40 if self.quick else 300)["runs_per_s"]
         self.res["throughput"]["airlock"] = tp
         # The lead's benchmark: cold start, restore+run, idle PSS, soak growth.
         p = subprocess.run([os.path.join(self.build, "bench_sandbox"), str(n),
@@ -417,9 +428,13 @@ class Bench:
         if self.quick:
             self.skip("gvisor", "skipped in QUICK mode (several seconds per run)")
         elif shutil.which("runsc"):
-            self.peer("gvisor", RUNSC, throughput=False)
-            self.res["csv"]["gvisor"] = {"skipped": "`runsc do` keeps writes in its own overlay: "
-                                                    "the output file does not come back"}
+            # `runsc do` keeps writes in a tmpfs overlay; only without it does the
+            # output file come back (the host tree is then writable: noted).
+            rw = ["runsc", "--network=none", "do", "--force-overlay=false"]
+            self.peer("gvisor", RUNSC, csv_argv=lambda: rw + [PY, code_host],
+                      csv_dirs=(inp, out), throughput=False)
+            if "median_ms" in self.res["csv"].get("gvisor", {}):
+                self.res["csv"]["gvisor"]["note"] = "--force-overlay=false, so /output comes back"
         else:
             self.skip("gvisor", "runsc is not installed (Debian package runsc)")
         srt = os.path.join(HERE, "node_modules", ".bin", "srt")
@@ -446,6 +461,9 @@ class Bench:
             return self.skip("srt", str(e)[:200])
         self.res["fresh"]["srt"] = summary(s)
         self.res["cold"]["srt"] = summary(s, note="same as a fresh run: new sandbox per run")
+        if self.quick:
+            self.res["csv"]["srt"] = {"skipped": "QUICK mode (seconds per run)"}
+            return
         try:
             self.res["csv"]["srt"] = summary(self.csv_peer(lambda: mk(f"{PY} {code_host}"),
                                                            (self.csv_in, self.csv_out)))
@@ -477,6 +495,37 @@ class Bench:
                                                  note="input copied into MEMFS once")
         self.res["memory"]["pyodide"] = {"pss_kib": r["pss_kib"], "note": "node process after load"}
         self.extra["pyodide_version"] = r["version"]
+
+
+def others(b):
+    """The project's other benchmarks: the sandbox cache from 1, 2 and 8
+    threads, and the file transfer core against cp -a (when present)."""
+    q = ["--quick"] if b.quick else []
+    exe = os.path.join(b.build, "bench_cache")
+    if os.path.exists(exe):
+        log("- bench_cache")
+        try:
+            p = subprocess.run([exe, "60" if b.quick else "300"], stdout=subprocess.PIPE,
+                               timeout=300, check=True)
+            b.extra["bench_cache"] = json.loads(p.stdout)
+        except Exception as e:  # noqa: BLE001
+            b.extra["bench_cache"] = {"skipped": str(e)[:200]}
+    exe = os.path.join(b.build, "bench_fsx")
+    script = os.path.join(HERE, "bench_fsx.sh")
+    argv = ([exe, *q, "--dir", b.tmp] if os.path.exists(exe)
+            else ["bash", script, b.build, *q] if os.path.exists(script) else None)
+    if argv and b.quick:
+        b.extra["bench_fsx_md"] = "Skipped in QUICK mode; `make bench` runs it."
+    elif argv:
+        log("- file transfer (bench_fsx)")
+        try:
+            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=600)
+            if p.returncode != 0:
+                raise RuntimeError(p.stderr.decode(errors="replace").strip()[-300:])
+            b.extra["bench_fsx_md"] = p.stdout.decode(errors="replace").strip()
+        except Exception as e:  # noqa: BLE001
+            b.extra["bench_fsx_md"] = f"bench_fsx failed: {str(e)[:300]}"
 
 
 def machine():
@@ -553,6 +602,14 @@ def report(data):
         L += ["## Not measured", ""]
         L += [f"- {SYSTEMS[k]}: {v}" for k, v in data["skipped"].items()]
         L.append("")
+    bc = data["extra"].get("bench_cache")
+    if bc and "rps_1" in bc:
+        L += ["Through the sandbox cache (airlock_cache_run, bench_cache): "
+              f"{bc['rps_1']:.0f} / {bc['rps_2']:.0f} / {bc['rps_8']:.0f} runs/s from 1 / 2 / 8 "
+              f"threads ({bc['failures']} failures).", ""]
+    if data["extra"].get("bench_fsx_md"):
+        L += ["## File transfer (bench_fsx): airlock staging and capture vs cp -a", "",
+              data["extra"]["bench_fsx_md"], ""]
     L += ["## Targets (reported, not asserted)", ""]
     L += [f"- {t['what']}: {t['figure']} -- **{t['verdict']}**" for t in data["targets"]]
     L += ["", "## Hyperlight sandbox: published figures, not measured here", "",
@@ -610,6 +667,7 @@ def main():
         b.airlock_run()
         b.airlock_mcp()
         b.peers()
+        others(b)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     data = {"quick": args.quick, "machine": mach, "results": b.res, "skipped": b.skipped,

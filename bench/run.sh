@@ -13,11 +13,19 @@ quick=${2:-}
 cd "$(dirname "$0")/.."
 
 libs="$(pkg-config --libs libseccomp jansson libcurl python3-embed) -lpthread"
-for prog in bench_sandbox bench_workloads; do
+for prog in bench_sandbox bench_workloads bench_cache; do
     # shellcheck disable=SC2086 # $libs is a list of flags
     cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o "$build/$prog" "bench/$prog.c" \
         "$build/libairlock.a" $libs
 done
+# The file transfer benchmark uses library internals (fsx.h); it is optional.
+rm -f "$build/bench_fsx"
+if [ -f bench/bench_fsx.c ]; then
+    # shellcheck disable=SC2086
+    cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -o "$build/bench_fsx" bench/bench_fsx.c \
+        "$build/libairlock.a" $libs ||
+        echo "bench: bench/bench_fsx.c does not build; file transfer figures skipped" >&2
+fi
 
 # npm peers: installed once; a failure only means those peers are skipped.
 if [ ! -d bench/node_modules/pyodide ] || [ ! -e bench/node_modules/.bin/srt ]; then
