@@ -14,6 +14,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char dir[64];
 static char file[96];
 
+static void remove_temp(void)
+{
+        unlink(file);
+        rmdir(dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         if (!dir[0]) {
@@ -21,6 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (!mkdtemp(dir))
                         abort();
                 snprintf(file, sizeof(file), "%s/tools.json", dir);
+                atexit(remove_temp);
         }
         int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0)
