@@ -484,6 +484,23 @@ print('still here', os.waitpid(-1, 0)[1] == signal.SIGKILL)
     next_run_works()
 
 
+def test_guest_cannot_read_host_stdin_or_fds():
+    """airlock's own stdin (the MCP request stream, in mcp mode) is not the
+    guest's; the guest holds only stdio and the channel."""
+    code = """
+import os, sys
+print(repr(sys.stdin.read()))
+print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))
+"""
+    p = airlock("run", "--json", "-c", code, input="HOST-STDIN-SECRET\n", timeout=60)
+    r = json.loads(p.stdout)
+    assert p.returncode == 0, r
+    lines = r["stdout"].splitlines()
+    assert lines[0] == "''", lines
+    assert lines[1] == "[0, 1, 2, 3, 4]", lines  # 4: the listing's own fd
+    next_run_works()
+
+
 def test_rlimits_cannot_be_raised():
     code = """
 import resource
