@@ -4,6 +4,7 @@
 #define AIRLOCK_GATEWAY_H
 
 #include <jansson.h>
+#include <sys/socket.h>
 
 #include "airlock.h"
 #include "netpolicy.h"
@@ -22,5 +23,30 @@
  * value}, "body_base64": "..."}. Thread-safe. */
 int gateway_request(const net_allowlist *al, const airlock_limits *lim, const json_t *request,
                     json_t **ret_response, airlock_error *err);
+
+/* Errors of gateway_request() and what the guest should raise for them:
+ *   -EACCES        allow-list or address refusal      PermissionError
+ *   -EINVAL        malformed request (URL, method,    ValueError
+ *                  headers, base64)
+ *   -E2BIG         request or response over its cap   ValueError
+ *   -ETIMEDOUT     no complete response in time       TimeoutError
+ *   -ECONNREFUSED  nothing listens there              ConnectionRefusedError
+ *   -ECONNRESET    connection dropped mid-way         ConnectionResetError
+ *   -EHOSTUNREACH  the name does not resolve          ConnectionError
+ *   -EIO           any other transfer failure (TLS)   ConnectionError
+ *   -ENOMEM        out of memory                      MemoryError
+ * The message is always one line naming the method and the URL. */
+
+/* The kind of a special address ("loopback", "private", "link-local",
+ * "metadata", ...), or NULL for an ordinary public address. IPv4-mapped,
+ * IPv4-compatible, NAT64 and 6to4 IPv6 forms are judged by the IPv4 address
+ * they carry. */
+const char *gateway_address_kind(const struct sockaddr *sa);
+
+/* Test hook: replaces the resolver (getaddrinfo) for every later request;
+ * NULL restores it. fn fills up to max addresses (port unset) and returns
+ * their number, or a negative errno. Not thread-safe; tests only. */
+typedef int (*gateway_resolver_fn)(const char *host, struct sockaddr_storage *addrs, size_t max);
+void gateway_set_resolver(gateway_resolver_fn fn);
 
 #endif

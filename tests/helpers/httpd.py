@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""A small HTTP server for the gateway tests, on a loopback address and an
+ephemeral port. It prints the port on its first line of stdout, then serves
+until it is terminated.
+
+Routes (any method):
+  /echo...            200, JSON {"method", "path", "headers", "body_base64"}
+                      with two "X-Multi" headers
+  /redirect?to=URL    302 to URL
+  /big?n=N&cl=1       N bytes of "a"; with cl=0 no Content-Length (body ends
+                      when the connection closes)
+  /slow?s=S           waits S seconds, then 200
+  /status?code=N      status N, empty body
+  /manyheaders?n=N    N response headers
+Usage: httpd.py [BIND_ADDRESS]
+"""
+import base64
+import json
+import sys
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def __getattr__(self, name):
+        # Every method, including ones the standard handler does not know.
+        if name.startswith("do_"):
+            return self.handle_any
+        raise AttributeError(name)
+
+    def send(self, code, body=b"", headers=(), length=True):
+        self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        if length:
+            self.send_header("Content-Length", str(len(body)))
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def handle_any(self):
+        url = urllib.parse.urlsplit(self.path)
+        q = dict(urllib.parse.parse_qsl(url.query))
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        if url.path.startswith("/echo"):
+            out = json.dumps({
+                "method": self.command,
+                "path": self.path,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body_base64": base64.b64encode(body).decode(),
+            }).encode()
+            self.send(200, out, [("Content-Type", "application/json"),
+                                 ("X-Multi", "a"), ("X-Multi", "b")])
+        elif url.path == "/redirect":
+            self.send(302, b"", [("Location", q.get("to", "/"))])
+        elif url.path == "/big":
+            size = int(q.get("n", "0"))
+            self.send(200, b"a" * size, length=q.get("cl", "1") == "1")
+        elif url.path == "/slow":
+            time.sleep(float(q.get("s", "5")))
+            self.send(200, b"late")
+        elif url.path == "/status":
+            self.send(int(q.get("code", "200")))
+        elif url.path == "/manyheaders":
+            self.send(200, b"", [("X-H%d" % i, "v" * 100) for i in range(int(q.get("n", "1")))])
+        else:
+            self.send(404, b"no such route")
+
+
+def main():
+    bind = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1"
+    server = ThreadingHTTPServer((bind, 0), Handler)
+    server.daemon_threads = True
+    # Clients that give up early (caps, timeouts) are part of the tests.
+    server.handle_error = lambda request, address: None
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
