@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "channel.h"
 #include "config.h"
 #include "fsx.h"
@@ -37,11 +38,11 @@
 #define PRESTARTED_COPIES 1
 
 typedef struct copy {
-        pid_t pid;
         int pidfd;
         int chan;
         int out_r;
         int err_r;
+        cg_copy cg;
 } copy;
 
 struct airlock_sandbox {
@@ -57,9 +58,10 @@ struct airlock_sandbox {
         size_t n_ready;
         unsigned pending;
         bool broken;
+        cg_sandbox cg; /* per-run memory and process limits, where available */
 };
 
-static void copy_close(copy *c, bool kill_it)
+static void copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
 {
         if (!c)
                 return;
@@ -80,6 +82,7 @@ static void copy_close(copy *c, bool kill_it)
                 close(c->out_r);
         if (c->err_r >= 0)
                 close(c->err_r);
+        cg_copy_destroy(&sb->cg, &c->cg);
         free(c);
 }
 
@@ -389,6 +392,23 @@ static int request_copy_locked(airlock_sandbox *sb)
         return 0;
 }
 
+/* The pid (in our namespace) behind a pidfd, from its fdinfo. */
+static pid_t pidfd_to_pid(int pidfd)
+{
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        ssize_t n = al_read_full(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -1;
+        buf[n] = '\0';
+        const char *p = strstr(buf, "\nPid:");
+        return p ? (pid_t)atoi(p + 6) : -1;
+}
+
 /* Reads one pending copy from the template. Caller holds sb->lock. */
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
@@ -427,6 +447,21 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         c->pidfd = fds[1];
         c->out_r = fds[2];
         c->err_r = fds[3];
+        c->cg = (cg_copy){.dirfd = {-1, -1}};
+        if (sb->cg.enabled) {
+                /* The copy waits for its code, so it is placed in its cgroup
+                 * before any guest code can run. */
+                pid_t pid = pidfd_to_pid(c->pidfd);
+                r = pid > 0 ? cg_copy_create(&sb->cg, &c->cg) : -ESRCH;
+                if (r >= 0)
+                        r = cg_copy_attach(&sb->cg, &c->cg, pid);
+                if (r < 0) {
+                        copy_close(sb, c, true);
+                        return al_error(err, r, NULL,
+                                        "cannot place a sandbox copy in its cgroup: %s",
+                                        strerror(-r));
+                }
+        }
         *ret = c;
         return 0;
 }
@@ -469,6 +504,7 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         sb->stage_parent_fd = -1;
         sb->ctl = -1;
         sb->tpl_pid = -1;
+        sb->cg.dirfd[0] = sb->cg.dirfd[1] = sb->cg.parentfd[0] = sb->cg.parentfd[1] = -1;
         pthread_mutex_init(&sb->lock, NULL);
         /* The guest's ids map to an unprivileged host id: nobody when we are
          * root, ourselves otherwise (the only id we may map). */
@@ -476,6 +512,8 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         sb->guest_gid = geteuid() == 0 ? 65534 : getegid();
 
         int r = config_clone(cfg, &sb->cfg, err);
+        if (r >= 0)
+                cg_sandbox_init(&sb->cg, &sb->cfg->limits);
         int input_fd = -1;
         if (r >= 0)
                 r = stage_inputs(sb, &input_fd, err);
@@ -504,7 +542,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                 return;
         pthread_mutex_lock(&sb->lock);
         for (size_t i = 0; i < sb->n_ready; i++)
-                copy_close(sb->ready[i], true);
+                copy_close(sb, sb->ready[i], true);
         sb->n_ready = 0;
         /* Copies the template already started are our children: collect
          * them from the control socket so they can be killed and reaped. */
@@ -512,7 +550,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                 copy *c = NULL;
                 if (receive_copy_locked(sb, &c, NULL) < 0)
                         break;
-                copy_close(c, true);
+                copy_close(sb, c, true);
         }
         pthread_mutex_unlock(&sb->lock);
         if (sb->ctl >= 0)
@@ -523,6 +561,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                         ;
         }
         cleanup_staging(sb);
+        cg_sandbox_destroy(&sb->cg);
         airlock_config_free(sb->cfg);
         pthread_mutex_destroy(&sb->lock);
         free(sb);
@@ -712,6 +751,11 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
                         snprintf(msg, sizeof(msg),
                                  "killed: a file exceeded the size limit of %llu bytes",
                                  (unsigned long long)l->max_file_bytes);
+                } else if (sig == SIGKILL && cg_copy_oom_killed(&st->sb->cg, &st->c->cg)) {
+                        res->status = AIRLOCK_STATUS_MEMORY;
+                        snprintf(msg, sizeof(msg),
+                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 (unsigned long long)(l->memory_bytes >> 20));
                 } else {
                         res->status = AIRLOCK_STATUS_KILLED;
                         snprintf(msg, sizeof(msg), "killed: the run was terminated by %s",
@@ -926,7 +970,7 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
         if (r < 0)
                 return r;
         r = run_in_copy(sb, c, code, len, opts, ret, err);
-        copy_close(c, true);
+        copy_close(sb, c, true);
         /* Start the next copy only now: started earlier, it would compete
          * with this run for the CPU. It is ready long before an agent's
          * next call arrives. */

@@ -1,0 +1,204 @@
+/* cgroup v1 (memory and pids hierarchies) and v2 support for per-run limits.
+ * Files are opened relative to directory fds of cgroups we created. */
+#include "cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+static int write_at(int dirfd, const char *file, const char *value)
+{
+        int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = al_write_full(fd, value, strlen(value));
+        close(fd);
+        return r;
+}
+
+static ssize_t read_at(int dirfd, const char *file, char *buf, size_t len)
+{
+        int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        ssize_t n = al_read_full(fd, buf, len - 1);
+        close(fd);
+        if (n >= 0)
+                buf[n] = '\0';
+        return n;
+}
+
+/* Our own cgroup in the hierarchy named key ("memory", "pids", or "" for
+ * the v2 line "0::"), from /proc/self/cgroup. */
+static int own_cgroup(const char *key, char *ret, size_t len)
+{
+        FILE *f = fopen("/proc/self/cgroup", "re");
+        if (!f)
+                return -errno;
+        char line[1024];
+        int r = -ENOENT;
+        while (fgets(line, sizeof(line), f)) {
+                char *c1 = strchr(line, ':');
+                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c2 = '\0';
+                char *ctrls = c1 + 1;
+                bool match = key[0] ? false : ctrls[0] == '\0';
+                for (char *save = NULL, *t = strtok_r(ctrls, ",", &save); t && key[0];
+                     t = strtok_r(NULL, ",", &save))
+                        if (strcmp(t, key) == 0)
+                                match = true;
+                if (!match)
+                        continue;
+                char *p = c2 + 1;
+                p[strcspn(p, "\n")] = '\0';
+                snprintf(ret, len, "%s", p);
+                r = 0;
+                break;
+        }
+        fclose(f);
+        return r;
+}
+
+static int open_parent(const char *mount, const char *key)
+{
+        char own[512], path[1024];
+        if (own_cgroup(key, own, sizeof(own)) < 0)
+                return -1;
+        snprintf(path, sizeof(path), "%s%s", mount, own);
+        return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim)
+{
+        memset(cg, 0, sizeof(*cg));
+        cg->dirfd[0] = cg->dirfd[1] = cg->parentfd[0] = cg->parentfd[1] = -1;
+        cg->memory = lim->memory_bytes;
+        cg->pids = lim->pids;
+        if (geteuid() != 0)
+                return;
+        snprintf(cg->name, sizeof(cg->name), "airlock-%d-%lx", (int)getpid(),
+                 (unsigned long)(al_now_ns() & 0xffffffffff));
+        struct stat st;
+        if (stat("/sys/fs/cgroup/memory/memory.limit_in_bytes", &st) == 0 &&
+            stat("/sys/fs/cgroup/pids", &st) == 0) {
+                cg->parentfd[0] = open_parent("/sys/fs/cgroup/memory", "memory");
+                cg->parentfd[1] = open_parent("/sys/fs/cgroup/pids", "pids");
+                cg->n = 2;
+        } else if (stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
+                cg->parentfd[0] = open_parent("/sys/fs/cgroup", "");
+                cg->n = 1;
+                cg->v2 = true;
+        } else {
+                return;
+        }
+        for (int i = 0; i < cg->n; i++) {
+                if (cg->parentfd[i] < 0 || mkdirat(cg->parentfd[i], cg->name, 0700) < 0)
+                        goto fail;
+                cg->dirfd[i] = openat(cg->parentfd[i], cg->name,
+                                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (cg->dirfd[i] < 0)
+                        goto fail;
+        }
+        /* v2 puts processes only in leaves: enable the controllers for the
+         * copies' cgroups below ours. */
+        if (cg->v2 && write_at(cg->dirfd[0], "cgroup.subtree_control", "+memory +pids") < 0)
+                goto fail;
+        cg->enabled = true;
+        return;
+fail:
+        cg_sandbox_destroy(cg);
+}
+
+void cg_sandbox_destroy(cg_sandbox *cg)
+{
+        for (int i = 0; i < 2; i++) {
+                if (cg->dirfd[i] >= 0)
+                        close(cg->dirfd[i]);
+                if (cg->parentfd[i] >= 0) {
+                        unlinkat(cg->parentfd[i], cg->name, AT_REMOVEDIR);
+                        close(cg->parentfd[i]);
+                }
+                cg->dirfd[i] = cg->parentfd[i] = -1;
+        }
+        cg->enabled = false;
+}
+
+int cg_copy_create(cg_sandbox *cg, cg_copy *ret)
+{
+        cg_copy c = {.dirfd = {-1, -1}};
+        snprintf(c.name, sizeof(c.name), "c%u", cg->next_id++);
+        char mem[32], pids[32];
+        snprintf(mem, sizeof(mem), "%llu", (unsigned long long)cg->memory);
+        snprintf(pids, sizeof(pids), "%u", cg->pids);
+        int r = 0;
+        for (int i = 0; i < cg->n && r >= 0; i++) {
+                if (mkdirat(cg->dirfd[i], c.name, 0700) < 0 && errno != EEXIST)
+                        r = -errno;
+                else if ((c.dirfd[i] = openat(cg->dirfd[i], c.name,
+                                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+                        r = -errno;
+        }
+        if (r >= 0 && cg->v2) {
+                r = write_at(c.dirfd[0], "memory.max", mem);
+                if (r >= 0)
+                        write_at(c.dirfd[0], "memory.swap.max", "0");
+                if (r >= 0)
+                        r = write_at(c.dirfd[0], "pids.max", pids);
+        } else if (r >= 0) {
+                r = write_at(c.dirfd[0], "memory.limit_in_bytes", mem);
+                /* Swap would let a run exceed its limit; where swap is
+                 * accounted, close that door too. */
+                if (r >= 0)
+                        write_at(c.dirfd[0], "memory.memsw.limit_in_bytes", mem);
+                if (r >= 0)
+                        r = write_at(c.dirfd[1], "pids.max", pids);
+        }
+        if (r < 0) {
+                cg_copy_destroy(cg, &c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}
+
+int cg_copy_attach(const cg_sandbox *cg, const cg_copy *c, pid_t pid)
+{
+        char s[32];
+        snprintf(s, sizeof(s), "%d", (int)pid);
+        for (int i = 0; i < cg->n; i++) {
+                int r = write_at(c->dirfd[i], "cgroup.procs", s);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+bool cg_copy_oom_killed(const cg_sandbox *cg, const cg_copy *c)
+{
+        char buf[1024];
+        const char *file = cg->v2 ? "memory.events" : "memory.oom_control";
+        if (c->dirfd[0] < 0 || read_at(c->dirfd[0], file, buf, sizeof(buf)) < 0)
+                return false;
+        const char *p = strstr(buf, "oom_kill ");
+        return p && strtoull(p + 9, NULL, 10) > 0;
+}
+
+void cg_copy_destroy(cg_sandbox *cg, cg_copy *c)
+{
+        for (int i = 0; i < 2; i++) {
+                if (c->dirfd[i] >= 0) {
+                        close(c->dirfd[i]);
+                        c->dirfd[i] = -1;
+                        if (cg->dirfd[i] >= 0)
+                                unlinkat(cg->dirfd[i], c->name, AT_REMOVEDIR);
+                }
+        }
+}
