@@ -125,20 +125,21 @@ import os, time
 os.makedirs('/output/d')
 if os.fork() == 0:
     while True:
-        for fn in (lambda: os.symlink({path!r}, '/output/d/.n'), lambda: None):
-            try:
-                os.rename('/output/d', '/output/d.old')
-                os.symlink({hostdir!r}, '/output/d')
-                os.rename('/output/d.old', '/output/d2')
-                os.unlink('/output/d')
-                os.rename('/output/d2', '/output/d')
-                with open('/output/d/.t', 'w') as f:
-                    f.write('safe')
-                os.rename('/output/d/.t', '/output/d/f')
-                os.symlink({path!r}, '/output/d/.l')
-                os.rename('/output/d/.l', '/output/d/f')
-            except OSError:
-                pass
+        try:
+            # The directory becomes a link to the host folder and back ...
+            os.rename('/output/d', '/output/d.old')
+            os.symlink({hostdir!r}, '/output/d')
+            os.rename('/output/d.old', '/output/d2')
+            os.unlink('/output/d')
+            os.rename('/output/d2', '/output/d')
+            # ... and the file inside a regular file, then a link.
+            with open('/output/d/.t', 'w') as f:
+                f.write('safe')
+            os.rename('/output/d/.t', '/output/d/f')
+            os.symlink({path!r}, '/output/d/.l')
+            os.rename('/output/d/.l', '/output/d/f')
+        except OSError:
+            pass
 time.sleep({delay})
 """
         rc, r = run_json(code, "--timeout", "10")
