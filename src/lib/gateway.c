@@ -469,6 +469,14 @@ static int curl_failure(CURLcode c, const transfer *t, const char *errbuf, const
         }
 }
 
+/* Methods that carry a body by nature get "Content-Length: 0" even when it
+ * is empty; servers may refuse them without (411 Length Required). */
+static bool sends_length(const char *method)
+{
+        return strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+               strcmp(method, "PATCH") == 0;
+}
+
 /* Runs the checked request. The RESOLVE list pins curl to addrs. */
 static int transfer_run(const url_parts *u, const char *method, const char *shown,
                         struct curl_slist *headers, const unsigned char *body, size_t body_len,
@@ -508,9 +516,9 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                                 shown);
         }
         char errbuf[CURL_ERROR_SIZE] = "";
-        long timeout_ms = (long)(lim->http_timeout_s * 1000.0);
-        if (timeout_ms < 1)
-                timeout_ms = 1;
+        /* Clamped to [1 ms, 30 days] so that no limit value overflows a long. */
+        double t_ms = lim->http_timeout_s * 1000.0;
+        long timeout_ms = !(t_ms >= 1) ? 1 : t_ms > 2592000000.0 ? 2592000000L : (long)t_ms;
         CURLcode c = CURLE_OK;
 #define SET(opt, val)                                                                              \
         do {                                                                                       \
@@ -542,7 +550,7 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         } else if (strcmp(method, "GET") == 0 && !has_body) {
                 SET(CURLOPT_HTTPGET, 1L);
         } else {
-                if (has_body || strcmp(method, "POST") == 0) {
+                if (has_body || sends_length(method)) {
                         SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
                         SET(CURLOPT_POSTFIELDS, body ? (const char *)body : "");
                 }
@@ -668,9 +676,12 @@ int gateway_request(const net_allowlist *al, const airlock_limits *lim_in, const
                                      shown);
                         goto out;
                 }
+                /* The guest runtime always sends a body, "" for none; an empty
+                 * body on a GET would add a needless Content-Length. */
+                has_body = body_len > 0;
         }
         /* curl would label a body without a type as a form; send none. */
-        if ((has_body || strcmp(method, "POST") == 0) && !has_ctype) {
+        if ((has_body || sends_length(method)) && !has_ctype) {
                 struct curl_slist *l = curl_slist_append(headers, "Content-Type:");
                 if (!l) {
                         r = al_error(err, -ENOMEM, NULL, "out of memory");

@@ -285,6 +285,25 @@ static void test_post_roundtrip(void **state)
         assert_int_equal(len, 0);
         assert_int_equal(json_integer_value(json_object_get(resp, "status")), 200);
         json_decref(resp);
+        /* An empty body (what the guest runtime sends for none) adds no
+         * Content-Length to a GET, and "Content-Length: 0" to a PUT. */
+        const char *const empty_cases[][2] = {{"GET", NULL}, {"PUT", "0"}};
+        for (size_t i = 0; i < ARRAY_SIZE(empty_cases); i++) {
+                r = request(al, NULL, empty_cases[i][0], url, NULL, "", 0, &resp, &err);
+                if (r < 0)
+                        fail_msg("%s: %s", empty_cases[i][0], err.message);
+                char *eb = body_of(resp, NULL);
+                echo = json_loads(eb, 0, NULL);
+                free(eb);
+                const json_t *cl =
+                    json_object_get(json_object_get(echo, "headers"), "content-length");
+                if (empty_cases[i][1])
+                        assert_string_equal(json_string_value(cl), empty_cases[i][1]);
+                else
+                        assert_null(cl);
+                json_decref(echo);
+                json_decref(resp);
+        }
         allowlist_free(al);
 }
 
