@@ -47,6 +47,11 @@ static int fp_signature(dynbuf *b, const char *host_path, const fsx_limits *lim,
         return fp_field(b, "signature", hex);
 }
 
+/* Every field of airlock_limits is in the text below. A field added to the
+ * struct must be added here too, or two configurations that differ only in
+ * it would share a sandbox: this assertion fails the build until it is. */
+_Static_assert(sizeof(airlock_limits) == 144, "update fp_limits for the new airlock_limits field");
+
 static int fp_limits(dynbuf *b, const airlock_limits *l)
 {
         /* %a prints doubles exactly, so two limits differ in the text exactly
@@ -66,6 +71,11 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
             (unsigned long long)l->http_max_request, (unsigned long long)l->http_max_response,
             l->http_timeout_s);
 }
+
+/* The same for the configuration itself: a new member changes what a sandbox
+ * is, so it belongs in the fingerprint. */
+_Static_assert(sizeof(struct airlock_config) == 208,
+               "update fingerprint_parts for the new airlock_config member");
 
 /* The text has two parts: what the configuration says (tools, approval,
  * allow-list, limits, preloads, the paths of the workspace and mounts), then
