@@ -32,10 +32,10 @@ extern bool fsx_force_fallback;
 int fsx_normalize_mount_path(const char *in, char **ret, airlock_error *err);
 
 typedef struct fsx_limits {
-        uint64_t max_bytes;  /* total bytes of regular files */
-        uint64_t max_files;  /* entries of every kind */
-        uint32_t max_depth;  /* directory depth below the root */
-        uint64_t max_file;   /* one file (capture only; 0: no separate cap) */
+        uint64_t max_bytes; /* total bytes of regular files */
+        uint64_t max_files; /* entries of every kind */
+        uint32_t max_depth; /* directory depth below the root */
+        uint64_t max_file;  /* one file (capture only; 0: no separate cap) */
 } fsx_limits;
 
 typedef struct fsx_source {
@@ -90,7 +90,8 @@ int fsx_clear_dir(int dirfd, airlock_error *err);
 /* Removes the entry name in parentfd, whatever it is, as fsx_clear_dir does. */
 int fsx_remove_at(int parentfd, const char *name, airlock_error *err);
 
-/* Frees capture results. */
+/* Frees capture results. Each captured file is one allocation (path, media
+ * type and data share it), so free them only with fsx_files_free. */
 void fsx_files_free(airlock_file *files, size_t n);
 void fsx_refused_free(airlock_refusal *refused, size_t n);
 

@@ -99,8 +99,8 @@ void fsx_hash_update(fsx_hash *h, const void *data, size_t len);
 void fsx_hash_u64(fsx_hash *h, uint64_t v);
 void fsx_hash_final(const fsx_hash *h, char ret_hex[33]);
 
-/* Test hook: called by capture after a file's bytes were read and before it
- * is checked for changes; lets tests grow a file "while" it is read. */
+/* Test hook: called by capture after a file was opened and checked and
+ * before its bytes are read; lets tests grow a file "while" it is read. */
 extern void (*fsx_capture_read_hook)(int fd, const char *path);
 
 /* The refusal list is capped at this many entries, then one more entry says

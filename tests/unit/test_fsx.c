@@ -366,11 +366,22 @@ static void test_capture_refusal_cap(void **state)
         scratch_free(&s);
 }
 
-static int grow_fd = -1;
-static void grow_hook(int fd, const char *path)
+static int hook_dir = -1;
+
+/* Grows grow.txt and big-grow.bin, and shrinks shrink.txt, between the
+ * check of each file and the read of its bytes. */
+static void change_hook(int fd, const char *path)
 {
-        if (grow_fd >= 0 && strcmp(path, "/output/grow.txt") == 0)
-                assert_int_equal(write(grow_fd, "more", 4), 4);
+        const char *name = strrchr(path, '/') + 1;
+        if (strcmp(name, "grow.txt") == 0 || strcmp(name, "big-grow.bin") == 0) {
+                int w = openat(hook_dir, name, O_WRONLY | O_APPEND | O_CLOEXEC);
+                assert_int_equal(write(w, "more", 4), 4);
+                close(w);
+        } else if (strcmp(name, "shrink.txt") == 0) {
+                int w = openat(hook_dir, name, O_WRONLY | O_CLOEXEC);
+                assert_int_equal(ftruncate(w, 2), 0);
+                close(w);
+        }
 }
 
 static void test_capture_changed(void **state)
@@ -380,22 +391,25 @@ static void test_capture_changed(void **state)
         put_dir(s.fd, "out");
         int out = open_dir(s.fd, "out");
         put_file(out, "grow.txt", "start");
+        put_file(out, "shrink.txt", "longer text");
+        put_bytes(out, "big-grow.bin", 200000, 'b');
         put_file(out, "calm.txt", "calm");
-        grow_fd = openat(out, "grow.txt", O_WRONLY | O_APPEND | O_CLOEXEC);
-        assert_true(grow_fd >= 0);
-        fsx_capture_read_hook = grow_hook;
+        hook_dir = out;
+        fsx_capture_read_hook = change_hook;
         fsx_limits lim = capture_limits();
+        lim.max_file = 0;
         captured c;
         airlock_error err = {0};
         int r = do_capture(out, &lim, &c, &err);
         fsx_capture_read_hook = NULL;
-        close(grow_fd);
-        grow_fd = -1;
+        hook_dir = -1;
         assert_int_equal(r, 0);
         assert_int_equal(c.n_files, 1);
         assert_string_equal(c.files[0].path, "/output/calm.txt");
-        static const char *const want[] = {"/output/grow.txt changed while reading"};
-        expect_refused(&c, want, 1);
+        static const char *const want[] = {"/output/big-grow.bin changed while reading",
+                                           "/output/grow.txt changed while reading",
+                                           "/output/shrink.txt changed while reading"};
+        expect_refused(&c, want, ARRAY_SIZE(want));
         captured_free(&c);
         close(out);
         scratch_free(&s);
