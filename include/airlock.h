@@ -203,6 +203,32 @@ AIRLOCK_PUBLIC int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code,
 /* Closes the sandbox: kills every process, closes every fd, removes staging. */
 AIRLOCK_PUBLIC void airlock_sandbox_close(airlock_sandbox *sb);
 
+/* Sessions keep interpreter state across runs (a notebook-style kernel),
+ * in one copy of the template, until closed. /output is captured and then
+ * emptied after every run; /tmp persists. A run that times out or is
+ * cancelled ends the session (later calls fail with -ESRCH). */
+typedef struct airlock_session airlock_session;
+typedef struct airlock_snapshot airlock_snapshot;
+
+AIRLOCK_PUBLIC int airlock_session_open(airlock_sandbox *sb, airlock_session **ret,
+                                        airlock_error *err);
+AIRLOCK_PUBLIC int airlock_session_run(airlock_session *s, const char *code, size_t len,
+                                       const airlock_run_options *opts, airlock_result **ret,
+                                       airlock_error *err);
+/* Takes a snapshot of the session's interpreter state (memory only: not the
+ * files in /tmp, and not threads other than the main one). */
+AIRLOCK_PUBLIC int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret,
+                                            airlock_error *err);
+/* Replaces the session's interpreter state with the snapshot's; every
+ * process the current state started ends. A snapshot can be restored any
+ * number of times. */
+AIRLOCK_PUBLIC int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap,
+                                           airlock_error *err);
+/* Frees a snapshot (and ends its frozen process while the session lives). */
+AIRLOCK_PUBLIC void airlock_snapshot_free(airlock_snapshot *snap);
+/* Ends every process of the session. The sandbox must outlive its sessions. */
+AIRLOCK_PUBLIC void airlock_session_close(airlock_session *s);
+
 /* ---- tool surface ------------------------------------------------------ */
 
 /* The execute_code tool description and agent instructions, generated from

@@ -86,14 +86,23 @@ def http_post(url, body="", content_type="application/json", headers=None):
     return http_request("POST", url, headers=h, body=body)
 
 
-def _run(code):
+_session_main = None
+
+
+def _run(code, keep=False):
     """Runs code as the __main__ script. Returns (status, exit_code), where
-    status is "ok", "error" or "memory"."""
+    status is "ok", "error" or "memory". With keep (a session), every run
+    shares one __main__, so names defined by one run are seen by the next."""
+    global _session_main
     import traceback
-    main = _types.ModuleType("__main__")
-    main.__dict__.update({"__builtins__": _builtins, "call_tool": call_tool,
-                          "http_get": http_get, "http_post": http_post,
-                          "http_request": http_request})
+    main = _session_main if keep else None
+    if main is None:
+        main = _types.ModuleType("__main__")
+        main.__dict__.update({"__builtins__": _builtins, "call_tool": call_tool,
+                              "http_get": http_get, "http_post": http_post,
+                              "http_request": http_request})
+        if keep:
+            _session_main = main
     _sys.modules["__main__"] = main
     status, exit_code = "ok", 0
     try:

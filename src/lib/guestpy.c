@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,7 @@ extern const unsigned long guest_runtime_py_len;
 static PyObject *runtime_run;        /* runtime._run */
 static PyObject *runtime_after_fork; /* runtime._after_fork */
 static int channel_fd = -1;
+static bool session_mode; /* runs share one __main__ */
 /* One request at a time on the channel, whatever the guest's threads do. */
 static pthread_mutex_t channel_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -223,6 +225,11 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
         return 0;
 }
 
+void guest_set_session(void)
+{
+        session_mode = true;
+}
+
 void guest_before_fork(void)
 {
         PyOS_BeforeFork();
@@ -251,7 +258,8 @@ int guest_run(const char *code, size_t len, const char **ret_status)
                 fputs("SyntaxError: the code is not valid UTF-8\n", stderr);
                 return 1;
         }
-        PyObject *res = PyObject_CallOneArg(runtime_run, src);
+        PyObject *res =
+            PyObject_CallFunction(runtime_run, "OO", src, session_mode ? Py_True : Py_False);
         Py_DECREF(src);
         int exit_code = 1;
         *ret_status = "error";

@@ -37,14 +37,6 @@
 #define COPY_START_S      30.0
 #define PRESTARTED_COPIES 1
 
-typedef struct copy {
-        int pidfd;
-        int chan;
-        int out_r;
-        int err_r;
-        cg_copy cg;
-} copy;
-
 struct airlock_sandbox {
         airlock_config *cfg;
         int stage_parent_fd; /* the directory holding the staging dir */
@@ -61,7 +53,7 @@ struct airlock_sandbox {
         cg_sandbox cg; /* per-run memory and process limits, where available */
 };
 
-static void copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
+void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
 {
         if (!c)
                 return;
@@ -456,7 +448,7 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
                 if (r >= 0)
                         r = cg_copy_attach(&sb->cg, &c->cg, pid);
                 if (r < 0) {
-                        copy_close(sb, c, true);
+                        sbx_copy_close(sb, c, true);
                         return al_error(err, r, NULL,
                                         "cannot place a sandbox copy in its cgroup: %s",
                                         strerror(-r));
@@ -468,7 +460,7 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
 
 /* Takes a ready copy (or waits for one) and asks for its successor, so the
  * next run finds a copy already started. */
-static int take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
+int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
         pthread_mutex_lock(&sb->lock);
         int r = 0;
@@ -542,7 +534,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                 return;
         pthread_mutex_lock(&sb->lock);
         for (size_t i = 0; i < sb->n_ready; i++)
-                copy_close(sb, sb->ready[i], true);
+                sbx_copy_close(sb, sb->ready[i], true);
         sb->n_ready = 0;
         /* Copies the template already started are our children: collect
          * them from the control socket so they can be killed and reaped. */
@@ -550,7 +542,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                 copy *c = NULL;
                 if (receive_copy_locked(sb, &c, NULL) < 0)
                         break;
-                copy_close(sb, c, true);
+                sbx_copy_close(sb, c, true);
         }
         pthread_mutex_unlock(&sb->lock);
         if (sb->ctl >= 0)
@@ -577,6 +569,7 @@ typedef struct run_state {
         bool out_trunc, err_trunc;
         bool timed_out, cancelled, protocol_error;
         char claimed_status[16];
+        int claimed_exit;
         bool ended;
         frame_reader fr;
 } run_state;
@@ -636,6 +629,7 @@ static void serve_request(run_state *st, json_t *msg)
         if (op && strcmp(op, "end") == 0) {
                 const char *s = json_string_value(json_object_get(msg, "status"));
                 snprintf(st->claimed_status, sizeof(st->claimed_status), "%s", s ? s : "");
+                st->claimed_exit = (int)json_integer_value(json_object_get(msg, "exit_code"));
                 st->ended = true;
                 return;
         } else if (op && strcmp(op, "tool") == 0) {
@@ -812,13 +806,10 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
         return 0;
 }
 
-static int run_in_copy(airlock_sandbox *sb, copy *c, const char *code, size_t len,
-                       const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
-        uint64_t t0 = al_now_ns();
-        const airlock_limits *l = &sb->cfg->limits;
         /* The copy's first byte: ready, with its /output fd. */
-        int r = wait_readable(c->chan, t0 + (uint64_t)(COPY_START_S * 1e9));
+        int r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
         char tag[512];
         int outdir = -1;
         size_t nfds = 0;
@@ -838,7 +829,22 @@ static int run_in_copy(airlock_sandbox *sb, copy *c, const char *code, size_t le
                         err->kind = AIRLOCK_ERROR_RUN;
                 return r;
         }
+        *ret_outdir = outdir;
+        return 0;
+}
 
+/* Runs code in copy c and collects its result. Single runs end when the
+ * copy's PID namespace is gone; session runs (active_pidfd >= 0, the
+ * session's current interpreter) end at the guest's "end" frame, and
+ * *ret_dead tells whether the session survived. */
+int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
+                 size_t len, const airlock_run_options *opts, bool *ret_dead, airlock_result **ret,
+                 airlock_error *err)
+{
+        uint64_t t0 = al_now_ns();
+        const airlock_limits *l = &sb->cfg->limits;
+        bool session = active_pidfd >= 0;
+        int r;
         run_state st = {.sb = sb, .c = c};
         st.deadline = t0 + (uint64_t)(l->timeout_s * 1e9);
         dynbuf_init(&st.out, l->max_stdout);
@@ -849,7 +855,6 @@ static int run_in_copy(airlock_sandbox *sb, copy *c, const char *code, size_t le
         r = msg ? channel_send(c->chan, msg) : -ENOMEM;
         json_decref(msg);
         if (r < 0) {
-                close(outdir);
                 dynbuf_free(&st.out);
                 dynbuf_free(&st.err);
                 al_error(err, r, NULL, "cannot send the code to the sandbox: %s", strerror(-r));
@@ -862,9 +867,17 @@ static int run_in_copy(airlock_sandbox *sb, copy *c, const char *code, size_t le
         fcntl(c->err_r, F_SETFL, O_NONBLOCK);
 
         bool out_open = true, err_open = true, chan_open = true, exited = false;
+        bool active_dead = false;
         int cancel_fd = opts ? opts->cancel_fd : -1;
         while (!exited || out_open || err_open) {
-                struct pollfd p[5];
+                if (session && (st.ended || active_dead) && !st.timed_out && !st.cancelled) {
+                        /* The guest flushed its output before "end": what
+                         * the pipes hold now is all of this run's. */
+                        drain_pipe(c->out_r, &st.out, &st.out_trunc);
+                        drain_pipe(c->err_r, &st.err, &st.err_trunc);
+                        break;
+                }
+                struct pollfd p[6];
                 int np = 0, i_out = -1, i_err = -1, i_chan = -1, i_pid = -1, i_cancel = -1;
                 if (out_open)
                         p[i_out = np++] = (struct pollfd){c->out_r, POLLIN, 0};
@@ -876,6 +889,9 @@ static int run_in_copy(airlock_sandbox *sb, copy *c, const char *code, size_t le
                         p[i_pid = np++] = (struct pollfd){c->pidfd, POLLIN, 0};
                 if (cancel_fd >= 0 && !exited && !st.cancelled)
                         p[i_cancel = np++] = (struct pollfd){cancel_fd, POLLIN, 0};
+                int i_active = -1;
+                if (session && !exited)
+                        p[i_active = np++] = (struct pollfd){active_pidfd, POLLIN, 0};
                 int timeout_ms = -1;
                 if (!exited && !st.timed_out) {
                         uint64_t now = al_now_ns();
@@ -929,32 +945,55 @@ static int run_in_copy(airlock_sandbox *sb, copy *c, const char *code, size_t le
                 }
                 if (i_pid >= 0 && p[i_pid].revents)
                         exited = true;
+                if (i_active >= 0 && p[i_active].revents)
+                        active_dead = true;
         }
         frame_reader_free(&st.fr);
 
         siginfo_t si = {0};
-        int w;
-        while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL)) < 0 &&
-               errno == EINTR)
-                ;
-        if (w < 0) {
-                /* Someone else reaped it (SIGCHLD ignored): trust the claim. */
+        if (session && !exited && st.ended) {
+                /* The session lives on; its interpreter reported how the
+                 * code ended. */
                 si.si_code = CLD_EXITED;
-                si.si_status = strcmp(st.claimed_status, "ok") == 0 ? 0 : 1;
+                si.si_status = st.claimed_exit & 0xff;
+        } else if (session && !exited) {
+                si.si_code = CLD_KILLED;
+                si.si_status = SIGKILL;
+                kill_copy(&st);
+        } else {
+                int w;
+                while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si,
+                                   WEXITED | __WALL)) < 0 &&
+                       errno == EINTR)
+                        ;
+                if (w < 0) {
+                        /* Someone else reaped it (SIGCHLD ignored): trust the claim. */
+                        si.si_code = CLD_EXITED;
+                        si.si_status = strcmp(st.claimed_status, "ok") == 0 ? 0 : 1;
+                }
+                close(c->pidfd);
+                c->pidfd = -1;
         }
-        close(c->pidfd);
-        c->pidfd = -1;
+        if (ret_dead)
+                *ret_dead = !session || exited || !st.ended || st.protocol_error;
         r = finish_result(&st, &si, outdir, t0, ret, err);
-        if (outdir >= 0)
-                close(outdir);
         dynbuf_free(&st.out);
         dynbuf_free(&st.err);
         return r;
 }
 
-int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
-                           const airlock_run_options *opts, airlock_result **ret,
-                           airlock_error *err)
+void sbx_replenish(airlock_sandbox *sb)
+{
+        /* Start the next copy only now: started earlier, it would compete
+         * with this run for the CPU. It is ready long before an agent's
+         * next call arrives. */
+        pthread_mutex_lock(&sb->lock);
+        if (!sb->broken && sb->pending < PRESTARTED_COPIES && request_copy_locked(sb) < 0)
+                sb->broken = true;
+        pthread_mutex_unlock(&sb->lock);
+}
+
+int sbx_check_code(const char *code, size_t len, airlock_error *err)
 {
         if (!code)
                 return al_error(err, -EINVAL, NULL, "no code to run");
@@ -965,19 +1004,28 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
                 return al_error(err, -EINVAL, NULL, "the code contains a NUL byte");
         if (!al_utf8_valid(code, len))
                 return al_error(err, -EILSEQ, NULL, "the code is not valid UTF-8");
-        copy *c = NULL;
-        int r = take_copy(sb, &c, err);
+        return 0;
+}
+
+int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
+                           const airlock_run_options *opts, airlock_result **ret,
+                           airlock_error *err)
+{
+        int r = sbx_check_code(code, len, err);
         if (r < 0)
                 return r;
-        r = run_in_copy(sb, c, code, len, opts, ret, err);
-        copy_close(sb, c, true);
-        /* Start the next copy only now: started earlier, it would compete
-         * with this run for the CPU. It is ready long before an agent's
-         * next call arrives. */
-        pthread_mutex_lock(&sb->lock);
-        if (!sb->broken && sb->pending < PRESTARTED_COPIES && request_copy_locked(sb) < 0)
-                sb->broken = true;
-        pthread_mutex_unlock(&sb->lock);
+        copy *c = NULL;
+        r = sbx_take_copy(sb, &c, err);
+        if (r < 0)
+                return r;
+        int outdir = -1;
+        r = sbx_copy_wait_ready(c, &outdir, err);
+        if (r >= 0)
+                r = sbx_exec_run(sb, c, outdir, -1, code, len, opts, NULL, ret, err);
+        if (outdir >= 0)
+                close(outdir);
+        sbx_copy_close(sb, c, true);
+        sbx_replenish(sb);
         return r;
 }
 
@@ -985,4 +1033,9 @@ int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len, airlo
                         airlock_error *err)
 {
         return airlock_sandbox_run_ex(sb, code, len, NULL, ret, err);
+}
+
+const airlock_limits *sbx_limits(const airlock_sandbox *sb)
+{
+        return &sb->cfg->limits;
 }

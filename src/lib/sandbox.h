@@ -51,12 +51,36 @@ typedef struct template_params {
 /* Runs the template; never returns. */
 _Noreturn void template_main(void);
 
+/* --- host side (sandbox.c), shared with sessions (session.c) --- */
+
+#include "cgroup.h"
+
+typedef struct copy {
+        int pidfd; /* pid 1 of the copy's PID namespace; the host is its parent */
+        int chan;  /* the guest channel */
+        int out_r; /* stdout and stderr of the run */
+        int err_r;
+        cg_copy cg;
+} copy;
+
+int sbx_check_code(const char *code, size_t len, airlock_error *err);
+int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err);
+int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err);
+int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
+                 size_t len, const airlock_run_options *opts, bool *ret_dead, airlock_result **ret,
+                 airlock_error *err);
+void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
+void sbx_replenish(airlock_sandbox *sb);
+const airlock_limits *sbx_limits(const airlock_sandbox *sb);
+
 /* --- embedded interpreter (guestpy.c), used inside the template only --- */
 
 /* Initialises CPython, installs the runtime, imports preloads and warms up.
  * On failure returns < 0 with a message in errbuf. */
 int guest_init(const template_params *p, char *errbuf, size_t errlen);
 void guest_before_fork(void);
+/* From now on, runs share one __main__ (a session). */
+void guest_set_session(void);
 void guest_after_fork_parent(void);
 /* In a fresh copy: reinitialise the interpreter's per-process state and
  * reseed every secret. */

@@ -5,6 +5,7 @@
  * TEMPLATE_ARGV0, so the template begins with a clean address space; a
  * constructor in this file catches that argv[0] before the program's main().
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -399,6 +400,164 @@ _Noreturn static void copy_fail(int chan, const char *fmt, ...)
         _exit(126);
 }
 
+/* Sends one JSON frame, or ends this process if the host is gone. */
+static void reply(int chan, json_t *msg)
+{
+        if (!msg || channel_send(chan, msg) < 0)
+                _exit(0);
+        json_decref(msg);
+}
+
+/* A new active session process announces itself with a pidfd of itself, so
+ * the host notices at once when the state it talks to has died. */
+static void announce_active(int chan, const char *op)
+{
+        int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
+        if (self < 0 || send_fds(chan, 'P', &self, 1) < 0)
+                _exit(0);
+        close(self);
+        reply(chan, json_pack("{s:s}", "op", op));
+}
+
+static pid_t fork_interpreter(void)
+{
+        guest_before_fork();
+        pid_t pid = fork();
+        if (pid == 0)
+                guest_after_fork_child(COPY_CHANNEL_FD);
+        else
+                guest_after_fork_parent();
+        return pid;
+}
+
+/* The session's pid 1 after it has handed the interpreter to its first
+ * active process: it only reaps. Its death would end the session's PID
+ * namespace, which is what the host does to close a session. */
+_Noreturn static void session_root(void)
+{
+        close(COPY_CHANNEL_FD);
+        for (;;) {
+                if (wait(NULL) < 0 && errno == ECHILD)
+                        pause();
+        }
+}
+
+/* A snapshot: a frozen copy of the interpreter at the moment it was taken.
+ * It sleeps until a restore wakes it (SIGUSR1, blocked since before the
+ * fork), then forks the new active process and sleeps again, so the same
+ * snapshot can be restored any number of times. Returns in the new active
+ * process. */
+static void snapshot_wait(void)
+{
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGUSR1);
+        for (;;) {
+                siginfo_t si;
+                if (sigwaitinfo(&set, &si) < 0)
+                        continue;
+                pid_t pid = fork_interpreter();
+                if (pid == 0) {
+                        sigprocmask(SIG_UNBLOCK, &set, NULL);
+                        return;
+                }
+        }
+}
+
+/* Ends every process of the session but pid 1, this one and the snapshots
+ * in keep, so a restored state starts without the old state's processes.
+ * Passes repeat until one finds nothing left to end. */
+static void end_other_processes(json_t *keep)
+{
+        for (int pass = 0; pass < 100; pass++) {
+                DIR *d = opendir("/proc");
+                if (!d)
+                        return;
+                int killed = 0;
+                struct dirent *de;
+                while ((de = readdir(d))) {
+                        pid_t pid = (pid_t)atoi(de->d_name);
+                        if (pid <= 1 || pid == getpid())
+                                continue;
+                        bool kept = false;
+                        size_t i;
+                        json_t *v;
+                        json_array_foreach (keep, i, v)
+                                kept |= json_integer_value(v) == pid;
+                        if (!kept && kill(pid, SIGKILL) == 0)
+                                killed++;
+                }
+                closedir(d);
+                if (!killed)
+                        return;
+        }
+}
+
+/* The copy's loop: one run and exit, or, once the host opens a session,
+ * runs, snapshots and restores until the host closes it. */
+_Noreturn static void serve_host(int chan)
+{
+        bool session = false;
+        frame_reader fr;
+        frame_reader_init(&fr, CHANNEL_MAX_FRAME);
+        for (;;) {
+                json_t *msg = NULL;
+                if (frame_reader_feed(&fr, chan, &msg) != 1)
+                        _exit(0); /* the host is gone or closed this copy */
+                const char *op = json_string_value(json_object_get(msg, "op"));
+                op = op ? op : "";
+                if (strcmp(op, "run") == 0) {
+                        json_t *jc = json_object_get(msg, "code");
+                        const char *code = json_string_value(jc);
+                        const char *status = "error";
+                        int exit_code = code ? guest_run(code, json_string_length(jc), &status) : 1;
+                        reply(chan, json_pack("{s:s, s:s, s:i}", "op", "end", "status", status,
+                                              "exit_code", exit_code));
+                        if (!session)
+                                _exit(exit_code & 0xff);
+                } else if (strcmp(op, "session") == 0 && !session) {
+                        pid_t pid = fork_interpreter();
+                        if (pid < 0)
+                                _exit(1);
+                        if (pid > 0)
+                                session_root();
+                        session = true;
+                        guest_set_session();
+                        announce_active(chan, "session");
+                } else if (strcmp(op, "snapshot") == 0 && session) {
+                        sigset_t set, old;
+                        sigemptyset(&set);
+                        sigaddset(&set, SIGUSR1);
+                        sigprocmask(SIG_BLOCK, &set, &old);
+                        pid_t pid = fork_interpreter();
+                        if (pid == 0) {
+                                snapshot_wait();
+                                announce_active(chan, "restored");
+                        } else {
+                                sigprocmask(SIG_SETMASK, &old, NULL);
+                                if (pid < 0)
+                                        reply(chan, json_pack("{s:s, s:s}", "op", "error", "error",
+                                                              strerror(errno)));
+                                else
+                                        reply(chan, json_pack("{s:s, s:i}", "op", "snapshot", "id",
+                                                              (int)pid));
+                        }
+                } else if (strcmp(op, "restore") == 0 && session) {
+                        pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
+                        end_other_processes(json_object_get(msg, "keep"));
+                        if (id > 1 && kill(id, SIGUSR1) == 0)
+                                _exit(0);
+                        reply(chan, json_pack("{s:s, s:s}", "op", "error", "error",
+                                              "the snapshot is gone"));
+                } else if (strcmp(op, "drop") == 0 && session) {
+                        pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
+                        if (id > 1)
+                                kill(id, SIGKILL);
+                }
+                json_decref(msg);
+        }
+}
+
 /* A fresh copy: pid 1 of its own PID namespace, in its own mount namespace.
  * It mounts its private /output, /tmp and /proc, hands the host its /output
  * fd, drops every privilege, loads the seccomp filter, and waits for code.
@@ -462,25 +621,7 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
                 _exit(126);
         close(outdir);
 
-        /* Wait for the code. */
-        frame_reader fr;
-        frame_reader_init(&fr, CHANNEL_MAX_FRAME);
-        json_t *msg = NULL;
-        r = frame_reader_feed(&fr, chan, &msg);
-        frame_reader_free(&fr);
-        if (r != 1)
-                _exit(0); /* the host is gone or closed this copy unused */
-        const char *code = json_string_value(json_object_get(msg, "code"));
-        size_t len = json_string_length(json_object_get(msg, "code"));
-        const char *status = "error";
-        int exit_code = code ? guest_run(code, len, &status) : 1;
-        json_decref(msg);
-
-        json_t *end =
-            json_pack("{s:s, s:s, s:i}", "op", "end", "status", status, "exit_code", exit_code);
-        if (end)
-                channel_send(chan, end);
-        _exit(exit_code & 0xff);
+        serve_host(chan);
 }
 
 /* Forks a copy for the host: clone3 with a new PID and mount namespace,

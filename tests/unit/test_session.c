@@ -1,0 +1,168 @@
+/* Sessions against a real sandbox: state across runs, snapshots that can be
+ * restored more than once, /output emptied between runs, and a timeout that
+ * ends the session without harming the sandbox. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <string.h>
+
+#include "airlock.h"
+
+static airlock_sandbox *sb;
+
+static int setup(void **state)
+{
+        airlock_error err;
+        airlock_config *cfg;
+        if (airlock_config_new(&cfg, &err) < 0)
+                return -1;
+        airlock_limits lim;
+        airlock_limits_default(&lim);
+        lim.timeout_s = 2;
+        airlock_config_set_limits(cfg, &lim, &err);
+        int r = airlock_sandbox_new(cfg, &sb, &err);
+        if (r < 0)
+                print_error("sandbox: %s\n", err.message);
+        airlock_config_free(cfg);
+        return r < 0 ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+        airlock_sandbox_close(sb);
+        return 0;
+}
+
+static airlock_result *run(airlock_session *s, const char *code)
+{
+        airlock_error err;
+        airlock_result *res = NULL;
+        int r = airlock_session_run(s, code, strlen(code), NULL, &res, &err);
+        if (r < 0)
+                print_error("run: %s\n", err.message);
+        assert_int_equal(r, 0);
+        return res;
+}
+
+static void expect_stdout(airlock_session *s, const char *code, const char *out)
+{
+        airlock_result *res = run(s, code);
+        assert_true(res->success);
+        assert_string_equal(res->stdout_data, out);
+        airlock_result_free(res);
+}
+
+static void test_state_persists(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "x = 41", "");
+        expect_stdout(s, "x += 1\nprint(x)", "42\n");
+        /* An exception fails the run but keeps the session. */
+        airlock_result *res = run(s, "raise KeyError('k')");
+        assert_false(res->success);
+        assert_non_null(strstr(res->stderr_data, "KeyError"));
+        airlock_result_free(res);
+        expect_stdout(s, "print(x)", "42\n");
+        airlock_session_close(s);
+}
+
+static void test_single_runs_stay_fresh(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "y = 1", "");
+        airlock_result *res;
+        const char *code = "print('y' in globals())";
+        assert_int_equal(airlock_sandbox_run(sb, code, strlen(code), &res, &err), 0);
+        assert_string_equal(res->stdout_data, "False\n");
+        airlock_result_free(res);
+        airlock_session_close(s);
+}
+
+static void test_snapshot_restore_twice(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        airlock_snapshot *snap;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "n = 1", "");
+        assert_int_equal(airlock_session_snapshot(s, &snap, &err), 0);
+        expect_stdout(
+            s, "n = 100\nimport os\nif os.fork() == 0:\n    import time; time.sleep(60)\n", "");
+        expect_stdout(s, "print(n)", "100\n");
+        assert_int_equal(airlock_session_restore(s, snap, &err), 0);
+        expect_stdout(s, "print(n); n += 1", "1\n");
+        /* The old state's background process is gone: only pid 1 (the
+         * session's root), the snapshot and the active interpreter remain. */
+        expect_stdout(s, "import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))",
+                      "3\n");
+        assert_int_equal(airlock_session_restore(s, snap, &err), 0);
+        expect_stdout(s, "print(n)", "1\n");
+        airlock_snapshot_free(snap);
+        airlock_session_close(s);
+}
+
+static void test_output_is_emptied_between_runs(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        airlock_result *res = run(s, "open('/output/a.txt','w').write('A')");
+        assert_int_equal(res->n_files, 1);
+        assert_string_equal(res->files[0].path, "/output/a.txt");
+        airlock_result_free(res);
+        res = run(s, "import os; print(os.listdir('/output'))");
+        assert_int_equal(res->n_files, 0);
+        assert_string_equal(res->stdout_data, "[]\n");
+        airlock_result_free(res);
+        airlock_session_close(s);
+}
+
+static void test_timeout_ends_session(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        airlock_result *res = run(s, "while True: pass");
+        assert_int_equal(res->status, AIRLOCK_STATUS_TIMEOUT);
+        airlock_result_free(res);
+        res = NULL;
+        assert_int_equal(airlock_session_run(s, "print(1)", 8, NULL, &res, &err), -ESRCH);
+        assert_null(res);
+        airlock_session_close(s);
+        /* The sandbox still works. */
+        assert_int_equal(airlock_sandbox_run(sb, "print(2)", 8, &res, &err), 0);
+        assert_string_equal(res->stdout_data, "2\n");
+        airlock_result_free(res);
+}
+
+static void test_snapshot_outlives_nothing(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        airlock_snapshot *snap;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        assert_int_equal(airlock_session_snapshot(s, &snap, &err), 0);
+        airlock_session_close(s);
+        /* Freeing a snapshot after its session is closed is safe. */
+        airlock_snapshot_free(snap);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_state_persists),
+            cmocka_unit_test(test_single_runs_stay_fresh),
+            cmocka_unit_test(test_snapshot_restore_twice),
+            cmocka_unit_test(test_output_is_emptied_between_runs),
+            cmocka_unit_test(test_timeout_ends_session),
+            cmocka_unit_test(test_snapshot_outlives_nothing),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}
