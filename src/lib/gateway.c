@@ -368,7 +368,9 @@ static int headers_build(const json_t *headers, const char *method, const char *
                 }
                 const char *val = json_string_value(v);
                 size_t vlen = json_string_length(v);
-                bool name_ok = nlen > 0;
+                /* A NUL inside a key would hide the rest of it from strlen(). */
+                bool name_ok =
+                    nlen > 0 && json_object_iter_key_len(json_object_key_to_iter(name)) == nlen;
                 for (size_t i = 0; i < nlen; i++)
                         name_ok &= is_tchar((unsigned char)name[i]);
                 if (!name_ok) {

@@ -741,6 +741,10 @@ int tools_validate(const tool_info *tool, const json_t *args, airlock_error *err
         const char *key;
         const json_t *v;
         json_object_foreach ((json_t *)args, key, v) {
+                if (json_object_iter_key_len(json_object_key_to_iter(key)) != strlen(key))
+                        return al_error(err, -EINVAL, NULL,
+                                        "tool '%s': an argument name contains a NUL character",
+                                        name);
                 const json_t *p = json_object_get(props, key);
                 if (!p) {
                         if (additional_allowed(schema))

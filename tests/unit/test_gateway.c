@@ -377,8 +377,16 @@ static void test_bad_requests(void **state)
 
         json_t *resp = NULL;
         airlock_error err = {0};
-        json_t *req = json_pack("{s:s,s:s,s:s}", "method", "POST", "url", url, "body_base64",
-                                "@@not base64@@");
+        /* A NUL inside a header name (possible in a built object, not a
+         * parsed one) must not hide "\r\nInjected" from the check. */
+        json_t *req = json_pack("{s:s,s:s,s:{}}", "method", "GET", "url", url, "headers");
+        json_object_setn_new(json_object_get(req, "headers"), "X\0\r\nInjected", 12,
+                             json_string("v"));
+        assert_int_equal(gateway_request(al, NULL, req, &resp, &err), -EINVAL);
+        assert_non_null(strstr(err.message, "not a valid header name"));
+        json_decref(req);
+        req = json_pack("{s:s,s:s,s:s}", "method", "POST", "url", url, "body_base64",
+                        "@@not base64@@");
         assert_int_equal(gateway_request(al, NULL, req, &resp, &err), -EINVAL);
         assert_non_null(strstr(err.message, "not valid base64"));
         json_decref(req);
