@@ -31,9 +31,14 @@ extern bool fsx_force_fallback;
  * like "data/x.csv" (never empty, no leading '/'). */
 int fsx_normalize_mount_path(const char *in, char **ret, airlock_error *err);
 
+/* Caps. Zero means zero (nothing allowed), except max_file. Depth counts
+ * directories: the root is 0, its subdirectories 1; a directory deeper than
+ * max_depth is refused ("too deep"). Walks hold one directory fd per level
+ * (staging two), so a depth cap above the fd limit ends in a clean -EMFILE. */
 typedef struct fsx_limits {
-        uint64_t max_bytes; /* total bytes of regular files */
-        uint64_t max_files; /* entries of every kind */
+        uint64_t max_bytes; /* total bytes of regular files (by st_size) */
+        uint64_t max_files; /* staging: entries of every kind, all sources together;
+                               capture: regular files returned */
         uint32_t max_depth; /* directory depth below the root */
         uint64_t max_file;  /* one file (capture only; 0: no separate cap) */
 } fsx_limits;
@@ -48,7 +53,15 @@ typedef struct fsx_stage_stats {
 } fsx_stage_stats;
 
 /* Stages sources into the empty directory dest_dirfd: the workspace's
- * children first (sorted by name), then each mount in order at its dest.
+ * children first (sources with dest NULL, whatever their place in the
+ * array), then each mount in order at its dest (normalised again here with
+ * fsx_normalize_mount_path, so ".." can never leave dest_dirfd; missing
+ * parents are created 0755). Entries are created relative to destination
+ * directory fds with O_EXCL|O_NOFOLLOW. Errors: -ELOOP symlink (the message
+ * and err->path name it), -EFBIG too large (checked by st_size before any
+ * copy), -E2BIG too many files, -ENAMETOOLONG too deep, -EEXIST/-ENOTDIR
+ * collisions, -ESTALE an entry changed type or identity while staged. What
+ * was copied before an error stays in dest_dirfd for the caller to remove.
  * Any symlink anywhere fails the whole staging with an error naming its path;
  * sockets, FIFOs and devices are skipped; mount points inside a tree are not
  * crossed; collisions between sources are errors. Files are copied from the
@@ -73,7 +86,10 @@ int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t co
  * depth; names that are not UTF-8 refused; a file that changes while read is
  * refused. Files are sorted by path, paths are "/output/...", media types come
  * from fsx_media_type. The refusal list is capped at 100 entries plus one
- * that says how many more there were. Out-params untouched on failure. */
+ * (path "/output", reason "N more refused (list capped at 100)"). Host memory
+ * is bounded by the caps: at most 4 * max_files + 1024 entries are listed,
+ * then the directory being listed is refused "too many files" and no further
+ * directory is entered. Out-params untouched on failure. */
 int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, size_t *ret_n_files,
                 airlock_refusal **ret_refused, size_t *ret_n_refused, airlock_error *err);
 
@@ -87,7 +103,8 @@ const char *fsx_media_type(const char *name);
  * first error at the end. */
 int fsx_clear_dir(int dirfd, airlock_error *err);
 
-/* Removes the entry name in parentfd, whatever it is, as fsx_clear_dir does. */
+/* Removes the entry name (a single component) in parentfd, whatever it is,
+ * as fsx_clear_dir does. A missing entry is not an error. */
 int fsx_remove_at(int parentfd, const char *name, airlock_error *err);
 
 /* Frees capture results. Each captured file is one allocation (path, media

@@ -12,6 +12,7 @@
 #include "unit/fsx_test.h"
 
 #include <dirent.h>
+#include <sys/sysmacros.h>
 #include <sys/mount.h>
 
 static int setup_fallback(void **state)
@@ -415,6 +416,49 @@ static void test_capture_changed(void **state)
         scratch_free(&s);
 }
 
+/* Device nodes (when this process may make them): refused by capture
+ * without being opened, skipped by staging, removed by clearing. */
+static void test_devices(void **state)
+{
+        scratch s;
+        scratch_new(&s);
+        put_dir(s.fd, "out");
+        int out = open_dir(s.fd, "out");
+        if (mknodat(out, "null", S_IFCHR | 0666, makedev(1, 3)) < 0 ||
+            mknodat(out, "zero", S_IFCHR | 0666, makedev(1, 5)) < 0) {
+                close(out);
+                scratch_free(&s);
+                skip();
+        }
+        put_file(out, "x", "x");
+        fsx_limits lim = capture_limits();
+        captured c;
+        airlock_error err = {0};
+        assert_int_equal(do_capture(out, &lim, &c, &err), 0);
+        assert_int_equal(c.n_files, 1);
+        static const char *const want[] = {"/output/null not a regular file",
+                                           "/output/zero not a regular file"};
+        expect_refused(&c, want, ARRAY_SIZE(want));
+        captured_free(&c);
+
+        char ws[128];
+        snprintf(ws, sizeof(ws), "%s/out", s.path);
+        fsx_source src[] = {{.host_path = ws}};
+        put_dir(s.fd, "dest");
+        int dest = open_dir(s.fd, "dest");
+        fsx_stage_stats st;
+        assert_int_equal(fsx_stage(dest, src, 1, &lim, (uid_t)-1, (gid_t)-1, &st, &err), 0);
+        assert_int_equal(st.files, 1);
+        assert_int_equal(st.skipped, 2);
+        assert_int_equal(faccessat(dest, "null", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+        close(dest);
+
+        assert_int_equal(fsx_clear_dir(out, &err), 0);
+        assert_int_equal(faccessat(out, "zero", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+        close(out);
+        scratch_free(&s);
+}
+
 /* A deep tree in /output is refused at the depth cap, never a crash, and
  * clearing takes it away whatever its depth. */
 static void test_capture_and_clear_deep(void **state)
@@ -546,6 +590,7 @@ int main(void)
             cmocka_unit_test(test_capture_caps),
             cmocka_unit_test(test_capture_refusal_cap),
             cmocka_unit_test(test_capture_changed),
+            cmocka_unit_test(test_devices),
             cmocka_unit_test(test_capture_and_clear_deep),
             cmocka_unit_test(test_clear_corpus),
             cmocka_unit_test(test_clear_reports_first_error),
