@@ -196,6 +196,20 @@ static void test_workspace_and_mounts(void **state)
         free(d);
         free(i);
 
+        /* A name that is not UTF-8 is shown with U+FFFD, so the texts stay
+         * valid UTF-8 and the JSON encodes. */
+        snprintf(p, sizeof(p), "%s/ws/bad\xffname.txt", dir);
+        write_file(p, "x");
+        snprintf(p, sizeof(p), "%s/ws", dir);
+        assert_int_equal(airlock_config_set_workspace(cfg, p, &err), 0);
+        describe(cfg, &d, NULL);
+        assert_contains(d, "/input/bad\xef\xbf\xbdname.txt");
+        assert_true(al_utf8_valid(d, strlen(d)));
+        free(d);
+        char *json = airlock_describe_json(cfg, &err);
+        assert_non_null(json);
+        free(json);
+
         /* A workspace that does not exist is an error naming it. */
         snprintf(p, sizeof(p), "%s/missing", dir);
         assert_int_equal(airlock_config_set_workspace(cfg, p, &err), 0);
