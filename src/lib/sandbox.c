@@ -229,7 +229,10 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 sigemptyset(&all);
                 sigprocmask(SIG_SETMASK, &all, NULL);
                 char *argv[] = {TEMPLATE_ARGV0, NULL};
-                char *envp[] = {NULL};
+                /* Resolve every symbol once, in the template: with lazy
+                 * binding each copy would redo the lookups and fault in the
+                 * pages they write. Nothing else of our environment goes in. */
+                char *envp[] = {"LD_BIND_NOW=1", NULL};
                 execve("/proc/self/exe", argv, envp);
                 _exit(127);
         }
