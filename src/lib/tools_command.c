@@ -125,19 +125,20 @@ static int command_spawn(const tool_info *t, command_run *run)
 }
 
 /* Reads what is available on *fd into b. Past the cap of b the data is
- * dropped and *overflow set. Closes *fd at end of file. */
-static void drain(int *fd, dynbuf *b, bool *overflow)
+ * dropped and *overflow set. Closes *fd at end of file or on an error.
+ * Returns false when nothing could be read now (EAGAIN, EINTR, closed). */
+static bool drain(int *fd, dynbuf *b, bool *overflow)
 {
         char chunk[READ_CHUNK];
         ssize_t n = read(*fd, chunk, sizeof(chunk));
         if (n < 0) {
                 if (errno != EINTR && errno != EAGAIN)
                         close_fd(fd);
-                return;
+                return false;
         }
         if (n == 0) {
                 close_fd(fd);
-                return;
+                return false;
         }
         if (dynbuf_append(b, chunk, (size_t)n) < 0) {
                 /* Keep what fits, so a message can still quote it. */
@@ -146,6 +147,26 @@ static void drain(int *fd, dynbuf *b, bool *overflow)
                         dynbuf_append(b, chunk, MIN(room, (size_t)n));
                 *overflow = true;
         }
+        return true;
+}
+
+/* Once the tool itself has exited: kills what it left running in its group
+ * and takes what is already in the pipes, without waiting for end of file.
+ * Everything the tool wrote is in the pipe by now (it could not have exited
+ * while blocked on a full pipe), so a process that escaped the group (by
+ * setsid()) and holds stdout open cannot stall the call. */
+static void finish_after_exit(command_run *run, bool *err_overflow)
+{
+        kill(-run->pid, SIGKILL);
+        if (run->out_fd >= 0)
+                fcntl(run->out_fd, F_SETFL, O_NONBLOCK);
+        if (run->err_fd >= 0)
+                fcntl(run->err_fd, F_SETFL, O_NONBLOCK);
+        while (run->out_fd >= 0 && !run->out_too_big &&
+               drain(&run->out_fd, &run->out, &run->out_too_big))
+                ;
+        while (run->err_fd >= 0 && drain(&run->err_fd, &run->err, err_overflow))
+                ;
 }
 
 /* True once the child has exited (not yet reaped). Used when pidfds are
@@ -168,8 +189,10 @@ static void command_pump(command_run *run, const char *input, size_t input_len, 
         for (;;) {
                 if (!run->exited && run->pidfd < 0 && child_exited(run->pid))
                         run->exited = true;
-                if (run->exited && run->out_fd < 0 && run->err_fd < 0)
+                if (run->exited) {
+                        finish_after_exit(run, &err_overflow);
                         return;
+                }
                 uint64_t now = al_now_ns();
                 if (now >= deadline) {
                         run->timed_out = true;
@@ -217,12 +240,8 @@ static void command_pump(command_run *run, const char *input, size_t input_len, 
                 }
                 if (i_err >= 0 && p[i_err].revents)
                         drain(&run->err_fd, &run->err, &err_overflow);
-                if (i_pid >= 0 && p[i_pid].revents) {
+                if (i_pid >= 0 && p[i_pid].revents)
                         run->exited = true;
-                        /* Take down what the tool left running in its group, so
-                         * a stray grandchild holding stdout cannot stall us. */
-                        kill(-run->pid, SIGKILL);
-                }
         }
 }
 

@@ -155,6 +155,11 @@ static void test_misbehaving_commands(void **state)
         /* A grandchild holding stdout open is killed with the tool's group. */
         assert_int_equal(call(reg, "daemon", "{}", &b), TOOL_OK);
         assert_string_equal(b, "{\"ok\":true}");
+        /* So is one that left the group: the call ends when the tool does,
+         * not at its 20 s timeout (whose message would say so). */
+        _cleanup_free_ char *d = NULL;
+        assert_int_equal(call(reg, "escape", "{}", &d), TOOL_OK);
+        assert_string_equal(d, "{\"escaped\":true}");
         /* A flood on stderr is drained and dropped, not a deadlock. */
         assert_int_equal(call(reg, "stderrflood", "{}", &c), TOOL_OK);
         assert_string_equal(c, "[1]");

@@ -35,6 +35,13 @@ elif mode == "daemon":
         time.sleep(3600)
         os._exit(0)
     print('{"ok": true}')
+elif mode == "escape":
+    # A grandchild leaves the tool's process group and keeps stdout open.
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(10)
+        os._exit(0)
+    print('{"escaped": true}')
 elif mode == "stderrflood":
     sys.stderr.write("x" * (10 << 20))
     print("[1]")
