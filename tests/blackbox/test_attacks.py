@@ -2,20 +2,32 @@
 tries to leak host files through /output, to hang or exhaust the host, to
 escape, to abuse the gateways, and hostile workspaces. Each scenario has one
 exact expected outcome and then checks that the next run still works."""
+import atexit
 import base64
 import json
 import os
-import signal
+import shutil
 import socket
 import subprocess
 import sys
-import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, airlock, run, run_json, tmpdir  # noqa: E402
+from harness import airlock, run, run_json  # noqa: E402
+from harness import tmpdir as _tmpdir  # noqa: E402
 
 MiB = 1 << 20
+_made = []
+
+
+def tmpdir():
+    """A temporary folder removed when the suite ends."""
+    d = _tmpdir()
+    _made.append(d)
+    return d
+
+
+atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _made])
 
 
 def next_run_works():
@@ -613,7 +625,6 @@ try:
     call_tool('x', a=1)
 except Exception as e:
     print(type(e).__name__)
-import time
 time.sleep(0.2)
 """
     rc, r = run_json(code, "--timeout", "10", timeout=60)
