@@ -16,6 +16,7 @@ Usage: httpd.py [BIND_ADDRESS]
 """
 import base64
 import json
+import socket
 import sys
 import time
 import urllib.parse
@@ -79,6 +80,8 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     bind = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1"
+    if ":" in bind:
+        ThreadingHTTPServer.address_family = socket.AF_INET6
     server = ThreadingHTTPServer((bind, 0), Handler)
     server.daemon_threads = True
     # Clients that give up early (caps, timeouts) are part of the tests.

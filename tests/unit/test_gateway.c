@@ -560,6 +560,37 @@ static void test_address_checks(void **state)
         allowlist_free(al);
 }
 
+/* An IPv6 literal, named by its entry, in brackets. Skipped when this
+ * machine has no IPv6 loopback. */
+static void test_ipv6_literal(void **state)
+{
+        server v6 = {-1, 0};
+        if (server_start("::1", &v6) < 0) {
+                server_stop(&v6);
+                skip();
+        }
+        _cleanup_free_ char *entry = fmt("[0::1]:%d", v6.port);
+        _cleanup_free_ char *url = fmt("http://[::1]:%d/echo", v6.port);
+        _cleanup_free_ char *other = fmt("http://127.0.0.1:%d/echo", v6.port);
+        net_allowlist *al = list_of(entry, "GET");
+        json_t *resp;
+        airlock_error err;
+        int r = request(al, NULL, "GET", url, NULL, NULL, 0, &resp, &err);
+        server_stop(&v6);
+        if (r < 0)
+                fail_msg("[::1]: %s", err.message);
+        char *body = body_of(resp, NULL);
+        json_t *echo = json_loads(body, 0, NULL);
+        free(body);
+        _cleanup_free_ char *host = fmt("[::1]:%d", v6.port);
+        assert_string_equal(
+            json_string_value(json_object_get(json_object_get(echo, "headers"), "host")), host);
+        json_decref(echo);
+        json_decref(resp);
+        expect_error(al, NULL, "GET", other, NULL, -EACCES, "no allow-list entry");
+        allowlist_free(al);
+}
+
 static void test_address_kinds(void **state)
 {
         struct {
@@ -628,6 +659,7 @@ int main(void)
             cmocka_unit_test(test_post_roundtrip),   cmocka_unit_test(test_denials),
             cmocka_unit_test(test_bad_requests),     cmocka_unit_test(test_redirect_not_followed),
             cmocka_unit_test(test_caps_and_timeout), cmocka_unit_test(test_address_checks),
+            cmocka_unit_test(test_ipv6_literal),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
