@@ -159,7 +159,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         airlock_config_get_limits(o.cfg, &lim);
 
         const char *shortopts = cmd == CLI_RUN ? "+w:m:a:t:c:yh" : "+w:m:a:t:h";
-        optind = 1;
+        /* 0, not 1: glibc then also forgets its position inside a bundle
+         * of short options left by an earlier parse. */
+        optind = 0;
         opterr = 0;
         int c;
         while ((c = getopt_long(argc, argv, shortopts, long_options, NULL)) != -1) {

@@ -735,6 +735,14 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
                 res->status = AIRLOCK_STATUS_KILLED;
                 res->exit_code = -1;
                 snprintf(msg, sizeof(msg), "killed: the run was cancelled");
+        } else if (st->protocol_error) {
+                /* The host ended the run because the guest wrote something
+                 * that is not a valid request on its channel. */
+                res->status = AIRLOCK_STATUS_ERROR;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg),
+                         "error: the guest broke the host channel protocol (a malformed, "
+                         "oversized or truncated request)");
         } else if (si->si_code == CLD_KILLED || si->si_code == CLD_DUMPED) {
                 int sig = si->si_status;
                 res->exit_code = 128 + sig;
