@@ -107,8 +107,9 @@ int fsx_clear_dir(int dirfd, airlock_error *err);
  * as fsx_clear_dir does. A missing entry is not an error. */
 int fsx_remove_at(int parentfd, const char *name, airlock_error *err);
 
-/* Frees capture results. Each captured file is one allocation (path, media
- * type and data share it), so free them only with fsx_files_free. */
+/* Frees capture results. The paths, media types and data of all captured
+ * files share one mapping, recorded past the last element, so free them
+ * only with fsx_files_free (never field by field). */
 void fsx_files_free(airlock_file *files, size_t n);
 void fsx_refused_free(airlock_refusal *refused, size_t n);
 

@@ -7,17 +7,43 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 /* Files larger than this are checked for changes on the fd after reading. */
 #define CAPTURE_RECHECK_MIN (64u * 1024)
 
 void (*fsx_capture_read_hook)(int fd, const char *path) = NULL;
 
+/* Captured bytes live in one anonymous mapping, grown with mremap and
+ * populated a megabyte at a time (with transparent huge pages where the
+ * kernel offers them). Taking page faults one 4 KiB page at a time was the
+ * largest single cost of capturing many small files (on a virtual machine
+ * more than the system calls); a mapping also gives the memory back whole.
+ * Entries hold offsets while the mapping may still move. */
+#define ARENA_MIN      (2u << 20)
+#define ARENA_POPULATE (1u << 20)
+
+typedef struct arena {
+        char *base;
+        size_t len, used, populated;
+} arena;
+
+typedef struct cap_entry {
+        size_t off; /* path, NUL, media type, NUL, padding, data */
+        size_t path_len, data_off;
+        uint64_t size;
+} cap_entry;
+
 typedef struct capture_ctx {
         const fsx_limits *lim;
         airlock_error *err;
-        airlock_file *files;
+        arena a;
+        cap_entry *ents;
         size_t n_files, cap_files;
         uint64_t total;
         airlock_refusal *refused;
@@ -50,6 +76,36 @@ static int add_refusal(capture_ctx *c, const char *path, size_t len, const char 
 static int capture_refuse(void *ctx, const fsx_item *it, fsx_reason r)
 {
         return add_refusal(ctx, it->path, it->path_len, fsx_reason_text(r));
+}
+
+/* Makes room for need more bytes at a.used. */
+static int arena_reserve(arena *a, size_t need)
+{
+        if (need > SIZE_MAX / 4 - a->used)
+                return -ENOMEM;
+        size_t want = a->used + need;
+        if (want > a->len) {
+                size_t len = a->len ? a->len : ARENA_MIN;
+                while (len < want)
+                        len *= 2;
+                void *p = a->base ? mremap(a->base, a->len, len, MREMAP_MAYMOVE)
+                                  : mmap(NULL, len, PROT_READ | PROT_WRITE,
+                                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p == MAP_FAILED)
+                        return -ENOMEM;
+                a->base = p;
+                a->len = len;
+                /* Advice only: without huge pages or MADV_POPULATE_WRITE
+                 * (Linux 5.14) the pages simply fault in one by one. */
+                (void)madvise(a->base, a->len, MADV_HUGEPAGE);
+        }
+        if (want > a->populated) {
+                size_t end =
+                    MIN(a->len, (want + ARENA_POPULATE - 1) / ARENA_POPULATE * ARENA_POPULATE);
+                (void)madvise(a->base + a->populated, end - a->populated, MADV_POPULATE_WRITE);
+                a->populated = end;
+        }
+        return 0;
 }
 
 static bool same_file_state(const struct stat *a, const struct stat *b)
@@ -85,18 +141,17 @@ static int capture_file(void *ctx, const fsx_item *it)
             c->total + size > c->lim->max_bytes)
                 return capture_refuse(c, it, FSX_TOO_LARGE);
 
-        /* One block per file: the path, the media type, then the data; it
-         * is freed through path by fsx_files_free. One allocation instead of
-         * three is a measurable part of capturing many small files. */
+        /* One block per file in the arena: the path, the media type, then
+         * the data (one byte more is read, to see growth). */
         const char *type = fsx_media_type(it->name);
         size_t type_len = strlen(type);
         size_t head = it->path_len + 1 + type_len + 1;
         size_t pad = (16 - head % 16) % 16;
-        if (size > SIZE_MAX - head - pad - 1)
+        if (size > SIZE_MAX / 4)
                 return capture_refuse(c, it, FSX_TOO_LARGE);
-        _cleanup_free_ char *block = malloc(head + pad + size + 1);
-        if (!block)
+        if (arena_reserve(&c->a, head + pad + size + 1) < 0)
                 return al_error(c->err, -ENOMEM, it->path, "out of memory reading %s", it->path);
+        char *block = c->a.base + c->a.used;
         unsigned char *data = (unsigned char *)block + head + pad;
 
         /* Ask for one byte more than the size: a regular file that returns
@@ -131,23 +186,19 @@ static int capture_file(void *ctx, const fsx_item *it)
                 return capture_refuse(c, it, FSX_CHANGED);
 
         if (c->n_files == c->cap_files) {
-                size_t nc = c->cap_files ? c->cap_files * 2 : 16;
-                airlock_file *nf = realloc(c->files, nc * sizeof(*nf));
-                if (!nf)
+                size_t nc = c->cap_files ? c->cap_files * 2 : 64;
+                cap_entry *ne = realloc(c->ents, nc * sizeof(*ne));
+                if (!ne)
                         return al_error(c->err, -ENOMEM, NULL, "out of memory");
-                c->files = nf;
+                c->ents = ne;
                 c->cap_files = nc;
         }
         memcpy(block, it->path, it->path_len);
         block[it->path_len] = '\0';
         memcpy(block + it->path_len + 1, type, type_len + 1);
-        c->files[c->n_files++] = (airlock_file){
-            .path = block,
-            .media_type = block + it->path_len + 1,
-            .size = size,
-            .data = data,
-        };
-        block = NULL;
+        c->ents[c->n_files++] = (cap_entry){
+            .off = c->a.used, .path_len = it->path_len, .data_off = head + pad, .size = size};
+        c->a.used += head + pad + size;
         c->total += size;
         return 0;
 }
@@ -158,14 +209,43 @@ static int file_cmp(const void *x, const void *y)
         return strcmp(a->path, b->path);
 }
 
+/* fsx_capture's array has one hidden element past the last file that holds
+ * the arena (data: its base, size: its length). */
 void fsx_files_free(airlock_file *files, size_t n)
 {
         if (!files)
                 return;
-        /* Each file is one block that starts at its path (fsx_capture). */
-        for (size_t i = 0; i < n; i++)
-                free(files[i].path);
+        if (!files[n].path && files[n].data)
+                munmap(files[n].data, (size_t)files[n].size);
         free(files);
+}
+
+/* Turns the entries into the result array, with the hidden arena element. */
+static int build_files(capture_ctx *c, airlock_file **ret)
+{
+        if (c->n_files == 0) {
+                if (c->a.base)
+                        munmap(c->a.base, c->a.len);
+                c->a = (arena){0};
+                *ret = NULL;
+                return 0;
+        }
+        airlock_file *files = calloc(c->n_files + 1, sizeof(*files));
+        if (!files)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_files; i++) {
+                char *b = c->a.base + c->ents[i].off;
+                files[i] = (airlock_file){
+                    .path = b,
+                    .media_type = b + c->ents[i].path_len + 1,
+                    .size = c->ents[i].size,
+                    .data = (unsigned char *)b + c->ents[i].data_off,
+                };
+        }
+        files[c->n_files] = (airlock_file){.data = (unsigned char *)c->a.base, .size = c->a.len};
+        c->a = (arena){0};
+        *ret = files;
+        return 0;
 }
 
 void fsx_refused_free(airlock_refusal *refused, size_t n)
@@ -217,8 +297,13 @@ int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, 
                 if (!c.refused[c.n_refused - 1].path || !c.refused[c.n_refused - 1].reason)
                         r = al_error(err, -ENOMEM, NULL, "out of memory");
         }
+        airlock_file *files = NULL;
+        if (r >= 0 && build_files(&c, &files) < 0)
+                r = al_error(err, -ENOMEM, NULL, "out of memory");
+        free(c.ents);
         if (r < 0) {
-                fsx_files_free(c.files, c.n_files);
+                if (c.a.base)
+                        munmap(c.a.base, c.a.len);
                 fsx_refused_free(c.refused, c.n_refused);
                 return r;
         }
@@ -226,8 +311,8 @@ int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, 
          * contract hold even if an entry changed type between listing and
          * opening. */
         if (c.n_files > 1)
-                qsort(c.files, c.n_files, sizeof(*c.files), file_cmp);
-        *ret_files = c.files;
+                qsort(files, c.n_files, sizeof(*files), file_cmp);
+        *ret_files = files;
         *ret_n_files = c.n_files;
         *ret_refused = c.refused;
         *ret_n_refused = c.n_refused;

@@ -265,6 +265,11 @@ static int open_listed_dir(const fsx_item *it, struct stat *st, fsx_reason *reas
                         *reason = FSX_SYMLINK;
                         return -EAGAIN;
                 }
+                if (r == -EXDEV) {
+                        /* Moved out of its parent while opened (openat2). */
+                        *reason = FSX_CHANGED;
+                        return -EAGAIN;
+                }
                 if (r == -ENOTDIR) {
                         /* Swapped for something else since it was listed. */
                         bool lnk =
@@ -314,9 +319,12 @@ int fsx_open_listed(const fsx_item *it, struct stat *ret_st, fsx_reason *ret_rea
                         *ret_reason = FSX_SYMLINK;
                         return -EAGAIN;
                 }
-                if (r == -ENXIO || r == -EISDIR || r == -ENODEV || r == -EOPNOTSUPP) {
+                if (r == -ENXIO || r == -EISDIR || r == -ENODEV || r == -EOPNOTSUPP ||
+                    r == -EXDEV) {
                         /* A socket (ENXIO), a directory or a device swapped
-                         * in since the listing. */
+                         * in since the listing; or (EXDEV, from openat2's
+                         * final RESOLVE_BENEATH check) the entry was moved
+                         * out of its directory while it was being opened. */
                         *ret_reason = FSX_CHANGED;
                         return -EAGAIN;
                 }
