@@ -232,6 +232,8 @@ typedef struct transfer {
         bool body_too_big;
         bool headers_too_big;
         bool bad_socket;
+        bool cancelled;
+        bool run_limit; /* the run's deadline, not the HTTP timeout, bounds it */
         const struct sockaddr_storage *addrs;
         size_t n_addrs;
         uint16_t port;
@@ -448,6 +450,13 @@ static int curl_failure(CURLcode c, const transfer *t, const char *errbuf, const
                 return al_error(err, -E2BIG, NULL,
                                 "%s %s failed: response headers exceed %u bytes or %d lines",
                                 method, shown, GW_MAX_RESP_HEADERS, GW_MAX_RESP_HDR_N);
+        if (t->cancelled)
+                return al_error(err, -ECANCELED, NULL, "%s %s was stopped: the run was cancelled",
+                                method, shown);
+        if (c == CURLE_OPERATION_TIMEDOUT && t->run_limit)
+                return al_error(err, -ETIMEDOUT, NULL,
+                                "%s %s failed: no complete response before the run's time limit",
+                                method, shown);
         switch (c) {
         case CURLE_OPERATION_TIMEDOUT:
                 return al_error(err, -ETIMEDOUT, NULL,
@@ -479,11 +488,52 @@ static bool sends_length(const char *method)
                strcmp(method, "PATCH") == 0;
 }
 
+/* Runs the transfer; with a cancel fd through a multi handle, whose poll
+ * watches that fd too, so that cancelling takes effect at once. */
+static CURLcode perform(CURL *h, int cancel_fd, bool *ret_cancelled)
+{
+        if (cancel_fd < 0)
+                return curl_easy_perform(h);
+        CURLM *m = curl_multi_init();
+        if (!m)
+                return CURLE_OUT_OF_MEMORY;
+        if (curl_multi_add_handle(m, h) != CURLM_OK) {
+                curl_multi_cleanup(m);
+                return CURLE_FAILED_INIT;
+        }
+        CURLcode result = CURLE_FAILED_INIT;
+        int running = 1;
+        while (running) {
+                if (curl_multi_perform(m, &running) != CURLM_OK)
+                        break;
+                if (!running) {
+                        int left;
+                        CURLMsg *msg;
+                        while ((msg = curl_multi_info_read(m, &left)))
+                                if (msg->msg == CURLMSG_DONE)
+                                        result = msg->data.result;
+                        break;
+                }
+                struct curl_waitfd w = {.fd = cancel_fd, .events = CURL_WAIT_POLLIN};
+                if (curl_multi_poll(m, &w, 1, 1000, NULL) != CURLM_OK)
+                        break;
+                if (w.revents) {
+                        *ret_cancelled = true;
+                        result = CURLE_ABORTED_BY_CALLBACK;
+                        break;
+                }
+        }
+        curl_multi_remove_handle(m, h);
+        curl_multi_cleanup(m);
+        return result;
+}
+
 /* Runs the checked request. The RESOLVE list pins curl to addrs. */
 static int transfer_run(const url_parts *u, const char *method, const char *shown,
                         struct curl_slist *headers, const unsigned char *body, size_t body_len,
                         bool has_body, const struct sockaddr_storage *addrs, size_t n_addrs,
-                        const airlock_limits *lim, json_t **ret_response, airlock_error *err)
+                        const airlock_limits *lim, uint64_t deadline_ns, int cancel_fd,
+                        json_t **ret_response, airlock_error *err)
 {
         _cleanup_free_ char *url = url_format(u, true, true);
         if (!url)
@@ -521,6 +571,16 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         /* Clamped to [1 ms, 30 days] so that no limit value overflows a long. */
         double t_ms = lim->http_timeout_s * 1000.0;
         long timeout_ms = !(t_ms >= 1) ? 1 : t_ms > 2592000000.0 ? 2592000000L : (long)t_ms;
+        if (deadline_ns) {
+                uint64_t now = al_now_ns();
+                long left_ms = now >= deadline_ns
+                                   ? 1
+                                   : (long)MIN((deadline_ns - now) / 1000000 + 1, 2592000000ull);
+                if (left_ms < timeout_ms) {
+                        timeout_ms = left_ms;
+                        t.run_limit = true;
+                }
+        }
         CURLcode c = CURLE_OK;
 #define SET(opt, val)                                                                              \
         do {                                                                                       \
@@ -564,7 +624,7 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                 r = al_error(err, -EIO, NULL, "%s %s: cannot set up the transfer: %s", method,
                              shown, curl_easy_strerror(c));
         } else {
-                c = curl_easy_perform(h);
+                c = perform(h, cancel_fd, &t.cancelled);
                 if (c != CURLE_OK)
                         r = curl_failure(c, &t, errbuf, method, shown, lim, err);
         }
@@ -589,8 +649,15 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         return r;
 }
 
-int gateway_request(const net_allowlist *al, const airlock_limits *lim_in, const json_t *request,
+int gateway_request(const net_allowlist *al, const airlock_limits *lim, const json_t *request,
                     json_t **ret_response, airlock_error *err)
+{
+        return gateway_request_ex(al, lim, request, 0, -1, ret_response, err);
+}
+
+int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, const json_t *request,
+                       uint64_t deadline_ns, int cancel_fd, json_t **ret_response,
+                       airlock_error *err)
 {
         airlock_limits lim;
         if (lim_in)
@@ -695,7 +762,7 @@ int gateway_request(const net_allowlist *al, const airlock_limits *lim_in, const
         if (r < 0)
                 goto out;
         r = transfer_run(&u, method, shown, headers, body, body_len, has_body, addrs, n_addrs, &lim,
-                         ret_response, err);
+                         deadline_ns, cancel_fd, ret_response, err);
 out:
         curl_slist_free_all(headers);
         free(body);

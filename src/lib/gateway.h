@@ -4,6 +4,7 @@
 #define AIRLOCK_GATEWAY_H
 
 #include <jansson.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "airlock.h"
@@ -24,6 +25,14 @@
 int gateway_request(const net_allowlist *al, const airlock_limits *lim, const json_t *request,
                     json_t **ret_response, airlock_error *err);
 
+/* gateway_request() bounded by the run it serves as well: deadline_ns is a
+ * CLOCK_MONOTONIC time (al_now_ns()) or 0 for none, and the request ends in
+ * -ETIMEDOUT when it passes first; cancel_fd, when >= 0, ends it in
+ * -ECANCELED as soon as it becomes readable (an eventfd or a pipe). */
+int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim, const json_t *request,
+                       uint64_t deadline_ns, int cancel_fd, json_t **ret_response,
+                       airlock_error *err);
+
 /* Errors of gateway_request() and what the guest should raise for them:
  *   -EACCES        allow-list or address refusal      PermissionError
  *   -EINVAL        malformed request (URL, method,    ValueError
@@ -34,6 +43,7 @@ int gateway_request(const net_allowlist *al, const airlock_limits *lim, const js
  *   -ECONNRESET    connection dropped mid-way         ConnectionResetError
  *   -EHOSTUNREACH  the name does not resolve          ConnectionError
  *   -EIO           any other transfer failure (TLS)   ConnectionError
+ *   -ECANCELED     the run was cancelled meanwhile    (the run ends anyway)
  *   -ENOMEM        out of memory                      MemoryError
  * The message is always one line naming the method and the URL. */
 

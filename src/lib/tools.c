@@ -841,6 +841,12 @@ static tool_fail call_callback(const tool_info *t, const char *input, json_t **r
 tool_fail toolreg_call(const tool_registry *reg, const char *name, const json_t *args,
                        json_t **ret_result, char **ret_message)
 {
+        return toolreg_call_ex(reg, name, args, NULL, ret_result, ret_message);
+}
+
+tool_fail toolreg_call_ex(const tool_registry *reg, const char *name, const json_t *args,
+                          const tool_call_bounds *bounds, json_t **ret_result, char **ret_message)
+{
         const tool_info *t = toolreg_find(reg, name);
         if (!t) {
                 char known[512] = "";
@@ -860,7 +866,7 @@ tool_fail toolreg_call(const tool_registry *reg, const char *name, const json_t 
                 return fail_msg(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
         if (t->fn)
                 return call_callback(t, input, ret_result, ret_message);
-        return tools_run_command(t, input, strlen(input), ret_result, ret_message);
+        return tools_run_command(t, input, strlen(input), bounds, ret_result, ret_message);
 }
 
 /* ---- fingerprints ------------------------------------------------------- */

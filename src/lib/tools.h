@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "airlock.h"
 
@@ -77,10 +78,26 @@ typedef enum tool_fail {
 tool_fail toolreg_call(const tool_registry *reg, const char *name, const json_t *args,
                        json_t **ret_result, char **ret_message);
 
+/* What bounds one call from outside, besides the tool's own timeout: the
+ * run it serves. deadline_ns is a CLOCK_MONOTONIC time (al_now_ns()) or 0
+ * for none; cancel_fd, when >= 0, stops the call as soon as it becomes
+ * readable (an eventfd or a pipe). A command tool is then killed and the
+ * call ends in TOOL_FAIL_RUNTIME saying why. A C callback cannot be
+ * interrupted; these only bound command tools. */
+typedef struct tool_call_bounds {
+        uint64_t deadline_ns;
+        int cancel_fd;
+} tool_call_bounds;
+
+/* toolreg_call() within bounds (NULL: none). Thread-safe. */
+tool_fail toolreg_call_ex(const tool_registry *reg, const char *name, const json_t *args,
+                          const tool_call_bounds *bounds, json_t **ret_result, char **ret_message);
+
 /* Runs a command tool with input (the arguments as JSON) on its stdin; the
  * part of toolreg_call() after validation. Internal, exposed for tests. */
 tool_fail tools_run_command(const tool_info *tool, const char *input, size_t input_len,
-                            json_t **ret_result, char **ret_message);
+                            const tool_call_bounds *bounds, json_t **ret_result,
+                            char **ret_message);
 
 /* A canonical JSON description of every tool (names, descriptions, schemas,
  * approval, commands and timeouts, callback addresses) for fingerprints. */

@@ -34,6 +34,7 @@ typedef struct command_run {
         dynbuf err;
         bool out_too_big;
         bool timed_out;
+        bool cancelled;
         bool exited;
 } command_run;
 
@@ -180,7 +181,8 @@ static bool child_exited(pid_t pid)
 /* Feeds input, collects output, and waits for the child's exit, all until
  * the deadline. The child is left unreaped (a zombie at worst), so its
  * process group id cannot be reused before the caller kills the group. */
-static void command_pump(command_run *run, const char *input, size_t input_len, uint64_t deadline)
+static void command_pump(command_run *run, const char *input, size_t input_len, uint64_t deadline,
+                         int cancel_fd)
 {
         size_t sent = 0;
         bool err_overflow = false;
@@ -198,8 +200,12 @@ static void command_pump(command_run *run, const char *input, size_t input_len, 
                         run->timed_out = true;
                         return;
                 }
-                struct pollfd p[4];
-                int n = 0, i_in = -1, i_out = -1, i_err = -1, i_pid = -1;
+                struct pollfd p[5];
+                int n = 0, i_in = -1, i_out = -1, i_err = -1, i_pid = -1, i_cancel = -1;
+                if (cancel_fd >= 0) {
+                        i_cancel = n;
+                        p[n++] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
+                }
                 if (run->in_fd >= 0) {
                         i_in = n;
                         p[n++] = (struct pollfd){.fd = run->in_fd, .events = POLLOUT};
@@ -224,6 +230,10 @@ static void command_pump(command_run *run, const char *input, size_t input_len, 
                         return;
                 if (k <= 0)
                         continue;
+                if (i_cancel >= 0 && p[i_cancel].revents) {
+                        run->cancelled = true;
+                        return;
+                }
                 if (i_in >= 0 && p[i_in].revents) {
                         ssize_t w = send(run->in_fd, input + sent, input_len - sent,
                                          MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -277,17 +287,25 @@ static tool_fail fail(char **ret_message, const char *fmt, ...)
 }
 
 tool_fail tools_run_command(const tool_info *t, const char *input, size_t input_len,
-                            json_t **ret_result, char **ret_message)
+                            const tool_call_bounds *bounds, json_t **ret_result, char **ret_message)
 {
         command_run run = {.pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1};
+        uint64_t deadline = al_now_ns() + (uint64_t)(t->timeout_s * 1e9);
+        /* The run's own limit, when it comes first, is the one that counts. */
+        bool run_limit = bounds && bounds->deadline_ns && bounds->deadline_ns < deadline;
+        if (run_limit)
+                deadline = bounds->deadline_ns;
+        int cancel_fd = bounds ? bounds->cancel_fd : -1;
+        if (run_limit && al_now_ns() >= deadline)
+                return fail(ret_message,
+                            "tool '%s' was not started: the run's time limit was reached", t->name);
         dynbuf_init(&run.out, TOOLS_MAX_RESULT);
         dynbuf_init(&run.err, TOOLS_MAX_STDERR);
-        uint64_t deadline = al_now_ns() + (uint64_t)(t->timeout_s * 1e9);
         int r = command_spawn(t, &run);
         if (r)
                 return fail(ret_message, "tool '%s': cannot run '%s': %s", t->name, t->argv[0],
                             strerror(r));
-        command_pump(&run, input, input_len, deadline);
+        command_pump(&run, input, input_len, deadline, cancel_fd);
         /* Whatever happened, nothing of the tool may outlive the call. The
          * leader is not reaped yet, so its group id still names its group. */
         kill(-run.pid, SIGKILL);
@@ -302,7 +320,13 @@ tool_fail tools_run_command(const tool_info *t, const char *input, size_t input_
         tool_fail f = TOOL_OK;
         _cleanup_free_ char *errtext = stderr_text(&run.err);
         const char *e = errtext ? errtext : "";
-        if (run.timed_out) {
+        if (run.cancelled) {
+                f = fail(ret_message, "tool '%s' was stopped: the run was cancelled", t->name);
+        } else if (run.timed_out && run_limit) {
+                f = fail(ret_message,
+                         "tool '%s' was stopped: the run's time limit was reached while it ran",
+                         t->name);
+        } else if (run.timed_out) {
                 f = fail(ret_message,
                          "tool '%s' did not finish within its timeout of %g s and "
                          "was killed",

@@ -473,6 +473,41 @@ static void test_caps_and_timeout(void **state)
         allowlist_free(al);
 }
 
+/* The run's deadline and cancellation bound a request as well. */
+static void test_run_bounds(void **state)
+{
+        _cleanup_free_ char *entry = fmt("127.0.0.1:%d", main_srv.port);
+        net_allowlist *al = list_of(entry, NULL);
+        _cleanup_free_ char *slow = fmt("http://127.0.0.1:%d/slow?s=5", main_srv.port);
+        _cleanup_free_ char *echo = fmt("http://127.0.0.1:%d/echo", main_srv.port);
+        json_t *req = json_pack("{s:s,s:s}", "method", "GET", "url", slow);
+        json_t *fast = json_pack("{s:s,s:s}", "method", "GET", "url", echo);
+        json_t *resp = NULL;
+        airlock_error err = {0};
+        /* The HTTP timeout is 30 s; the run's deadline comes first. */
+        assert_int_equal(
+            gateway_request_ex(al, NULL, req, al_now_ns() + 300000000ull, -1, &resp, &err),
+            -ETIMEDOUT);
+        assert_non_null(strstr(err.message, "before the run's time limit"));
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        /* An idle cancel fd: the request goes through the multi handle. */
+        assert_int_equal(gateway_request_ex(al, NULL, fast, 0, p[0], &resp, &err), 0);
+        assert_int_equal(json_integer_value(json_object_get(resp, "status")), 200);
+        json_decref(resp);
+        resp = NULL;
+        /* A readable one stops the slow request. */
+        assert_int_equal(write(p[1], "x", 1), 1);
+        assert_int_equal(gateway_request_ex(al, NULL, req, 0, p[0], &resp, &err), -ECANCELED);
+        assert_non_null(strstr(err.message, "the run was cancelled"));
+        assert_null(resp);
+        close(p[0]);
+        close(p[1]);
+        json_decref(req);
+        json_decref(fast);
+        allowlist_free(al);
+}
+
 /* ---- addresses ---------------------------------------------------------- */
 
 static int fake_resolver(const char *host, struct sockaddr_storage *addrs, size_t max)
@@ -659,7 +694,7 @@ int main(void)
             cmocka_unit_test(test_post_roundtrip),   cmocka_unit_test(test_denials),
             cmocka_unit_test(test_bad_requests),     cmocka_unit_test(test_redirect_not_followed),
             cmocka_unit_test(test_caps_and_timeout), cmocka_unit_test(test_address_checks),
-            cmocka_unit_test(test_ipv6_literal),
+            cmocka_unit_test(test_ipv6_literal),     cmocka_unit_test(test_run_bounds),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -181,7 +181,7 @@ static void test_big_input_not_read(void **state)
         char *in = json_dumps(args, JSON_COMPACT);
         json_t *res = NULL;
         char *msg = NULL;
-        tool_fail f = tools_run_command(&t, in, strlen(in), &res, &msg);
+        tool_fail f = tools_run_command(&t, in, strlen(in), NULL, &res, &msg);
         if (f != TOOL_OK)
                 fail_msg("noread: %s", msg);
         json_decref(res);
@@ -191,6 +191,40 @@ static void test_big_input_not_read(void **state)
         if (f != TOOL_OK)
                 fail_msg("echo: %s", msg);
         assert_true(json_equal(args, res));
+        json_decref(res);
+        json_decref(args);
+        toolreg_free(reg);
+}
+
+/* The run's deadline and cancellation bound a call too. */
+static void test_call_bounds(void **state)
+{
+        tool_registry *reg = load_sample();
+        json_t *args = json_object();
+        json_t *res = NULL;
+        char *msg = NULL;
+        /* The hang tool's own timeout is 0.5 s; a nearer run deadline wins. */
+        tool_call_bounds b = {.deadline_ns = al_now_ns() + 200000000ull, .cancel_fd = -1};
+        assert_int_equal(toolreg_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
+        assert_non_null(strstr(msg, "the run's time limit was reached while it ran"));
+        free(msg);
+        b.deadline_ns = al_now_ns() - 1;
+        assert_int_equal(toolreg_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
+        assert_non_null(strstr(msg, "was not started"));
+        free(msg);
+        /* A cancel fd that is readable stops the call. */
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        assert_int_equal(write(p[1], "x", 1), 1);
+        b = (tool_call_bounds){.deadline_ns = 0, .cancel_fd = p[0]};
+        assert_int_equal(toolreg_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
+        assert_non_null(strstr(msg, "the run was cancelled"));
+        free(msg);
+        close(p[0]);
+        close(p[1]);
+        /* A far deadline changes nothing. */
+        b = (tool_call_bounds){.deadline_ns = al_now_ns() + 60000000000ull, .cancel_fd = -1};
+        assert_int_equal(toolreg_call_ex(reg, "noread", args, &b, &res, &msg), TOOL_OK);
         json_decref(res);
         json_decref(args);
         toolreg_free(reg);
@@ -625,6 +659,7 @@ int main(void)
             cmocka_unit_test(test_roundtrip_values),
             cmocka_unit_test(test_misbehaving_commands),
             cmocka_unit_test(test_big_input_not_read),
+            cmocka_unit_test(test_call_bounds),
             cmocka_unit_test(test_concurrent_calls),
             cmocka_unit_test(test_no_fd_leak),
             cmocka_unit_test(test_validation),
