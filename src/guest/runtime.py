@@ -23,6 +23,9 @@ _EXCEPTIONS = {
     "runtime": RuntimeError,
     "os": OSError,
     "timeout": TimeoutError,
+    "refused": ConnectionRefusedError,
+    "reset": ConnectionResetError,
+    "connection": ConnectionError,
 }
 
 

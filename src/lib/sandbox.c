@@ -571,6 +571,7 @@ typedef struct run_state {
         dynbuf out, err;
         bool out_trunc, err_trunc;
         bool timed_out, cancelled, protocol_error;
+        int cancel_fd;
         char claimed_status[16];
         int claimed_exit;
         bool ended;
@@ -643,8 +644,11 @@ static void serve_request(run_state *st, json_t *msg)
                 } else {
                         json_t *result = NULL;
                         char *message = NULL;
+                        /* Bounded by the run: a slow tool cannot hold the run past
+                         * its limit, and a cancel stops it. */
+                        tool_call_bounds b = {st->deadline, st->cancel_fd};
                         tool_fail f =
-                            toolreg_call(st->sb->cfg->tools, name, args, &result, &message);
+                            toolreg_call_ex(st->sb->cfg->tools, name, args, &b, &result, &message);
                         if (f == TOOL_OK)
                                 reply = json_pack("{s:b, s:o}", "ok", 1, "result",
                                                   result ? result : json_null());
@@ -657,15 +661,20 @@ static void serve_request(run_state *st, json_t *msg)
                 json_t *resp = NULL;
                 airlock_error e;
                 airlock_error_clear(&e);
-                int r = gateway_request(st->sb->cfg->allow, &st->sb->cfg->limits, msg, &resp, &e);
+                int r = gateway_request_ex(st->sb->cfg->allow, &st->sb->cfg->limits, msg,
+                                           st->deadline, st->cancel_fd, &resp, &e);
                 if (r >= 0) {
                         reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
                 } else {
-                        const char *kind = r == -EACCES      ? "permission"
-                                           : r == -ETIMEDOUT ? "timeout"
-                                           : r == -EINVAL    ? "invalid"
-                                           : r == -EFBIG     ? "runtime"
-                                                             : "os";
+                        const char *kind = r == -EACCES         ? "permission"
+                                           : r == -ETIMEDOUT    ? "timeout"
+                                           : r == -EINVAL       ? "invalid"
+                                           : r == -E2BIG        ? "invalid"
+                                           : r == -ECONNREFUSED ? "refused"
+                                           : r == -ECONNRESET   ? "reset"
+                                           : r == -EHOSTUNREACH ? "connection"
+                                           : r == -EIO          ? "connection"
+                                                                : "os";
                         reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
                 }
         } else {
@@ -856,7 +865,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         const airlock_limits *l = &sb->cfg->limits;
         bool session = active_pidfd >= 0;
         int r;
-        run_state st = {.sb = sb, .c = c};
+        run_state st = {.sb = sb, .c = c, .cancel_fd = opts ? opts->cancel_fd : -1};
         st.deadline = t0 + (uint64_t)(l->timeout_s * 1e9);
         dynbuf_init(&st.out, l->max_stdout);
         dynbuf_init(&st.err, l->max_stdout);

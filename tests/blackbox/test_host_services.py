@@ -80,6 +80,15 @@ def test_tool_validation_errors():
     assert lines[4] == "TypeError"
 
 
+def test_slow_tool_cannot_hold_the_run_past_its_limit():
+    import time
+    t = time.monotonic()
+    rc, r = run_json("call_tool('compute', operation='hang')\nwhile True: pass",
+                     "-t", tools_file(timeout=60), "--timeout", "2")
+    assert r["status"] == "timeout", r
+    assert time.monotonic() - t < 30
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
