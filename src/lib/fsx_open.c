@@ -140,7 +140,9 @@ int fsx_open_beneath(int dirfd, const char *relpath, int flags, mode_t mode)
         if (!fsx_force_fallback && !atomic_load_explicit(&openat2_missing, memory_order_relaxed)) {
                 struct open_how how = {
                     .flags = (uint64_t)(flags | O_CLOEXEC),
-                    .mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
+                    /* openat2 refuses a mode without O_CREAT or O_TMPFILE
+                     * (whose bits include O_DIRECTORY's). */
+                    .mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? mode : 0,
                     .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
                 };
                 const char *p = *relpath ? relpath : ".";

@@ -148,12 +148,8 @@ static int list_dir(fsx_walker *w, fsx_frame *f, const fsx_item *self)
         dynbuf_init(&pool, SIZE_MAX / 2);
         size_t cap = 0;
         int r = 0;
-        /* getdents64 continues from the fd's file offset: start at 0 in
-         * case the caller's fd was read before. */
-        if (lseek(f->fd, 0, SEEK_SET) < 0) {
-                r = al_error(w->err, -errno, self->path, "cannot rewind directory %s", self->path);
-                goto fail;
-        }
+        /* Every frame's fd is a fresh open file description (the root's
+         * too), so getdents64 starts at the beginning without a seek. */
         for (;;) {
                 ssize_t n = getdents64(f->fd, w->dbuf, DENTS_BUF);
                 if (n < 0) {

@@ -126,6 +126,19 @@ static void test_open_beneath(void **state)
         /* Plain errors stay themselves. */
         assert_int_equal(fsx_open_beneath(s.fd, "dir/missing", O_RDONLY, 0), -ENOENT);
         assert_int_equal(fsx_open_beneath(s.fd, "dir/sub/f/x", O_RDONLY, 0), -ENOTDIR);
+        /* Creating beneath works, with the mode; a mode given without
+         * O_CREAT is ignored rather than an error. */
+        fd = fsx_open_beneath(s.fd, "dir/sub/new", O_WRONLY | O_CREAT | O_EXCL, 0600);
+        assert_true(fd >= 0);
+        struct stat st;
+        assert_int_equal(fstat(fd, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0600);
+        close(fd);
+        assert_int_equal(fsx_open_beneath(s.fd, "dir/sub/new", O_WRONLY | O_CREAT | O_EXCL, 0600),
+                         -EEXIST);
+        fd = fsx_open_beneath(s.fd, "dir", O_RDONLY | O_DIRECTORY, 0755);
+        assert_true(fd >= 0);
+        close(fd);
         /* O_CLOEXEC is always set. */
         fd = fsx_open_beneath(s.fd, "dir", O_RDONLY | O_DIRECTORY, 0);
         assert_true(fd >= 0);
