@@ -505,17 +505,19 @@ static int file_read_capped(const char *path, char **ret, size_t *ret_len, airlo
         if (st.st_size > (off_t)TOOLS_MAX_FILE)
                 return al_error(err, -EFBIG, path, "tools file %s is larger than %u bytes", path,
                                 TOOLS_MAX_FILE);
-        _cleanup_free_ char *buf = malloc(TOOLS_MAX_FILE + 1);
+        /* Room for what fstat() saw plus one byte, so a file that grew since
+         * is noticed without allocating the whole cap for every load. */
+        size_t want = (size_t)st.st_size + 1;
+        _cleanup_free_ char *buf = malloc(want + 1);
         if (!buf)
                 return al_error(err, -ENOMEM, path, "out of memory");
-        /* Read one byte past the cap: the file may have grown since fstat(). */
-        ssize_t n = al_read_full(fd, buf, TOOLS_MAX_FILE + 1);
+        ssize_t n = al_read_full(fd, buf, want);
         if (n < 0)
                 return al_error(err, (int)n, path, "cannot read tools file %s: %s", path,
                                 strerror((int)-n));
-        if ((size_t)n > TOOLS_MAX_FILE)
-                return al_error(err, -EFBIG, path, "tools file %s is larger than %u bytes", path,
-                                TOOLS_MAX_FILE);
+        if ((size_t)n > (size_t)st.st_size)
+                return al_error(err, -EBUSY, path, "tools file %s changed while being read",
+                                path);
         *ret_len = (size_t)n;
         *ret = TAKE_PTR(buf);
         return 0;
