@@ -1,0 +1,283 @@
+/* bench_fsx: measures the file transfer core against `cp -a` of the same
+ * trees, side by side in one run, and prints a Markdown table.
+ *
+ *   bench_fsx [--quick] [--dir DIR]
+ *
+ * Cases: staging 10,000 files of 4 KiB; staging one 1 GiB file; capturing
+ * 10,000 files of 1 KiB (with the peak RSS of a process doing only that).
+ * Each figure is the median of a few repetitions, each copy timed from a
+ * synced page cache, the order alternating; the ratio is airlock's
+ * time over cp's (below 1: airlock is faster). cp is timed from fork to
+ * exit, so it carries one exec (about a millisecond) that airlock does not.
+ * Data lives under DIR (default /tmp) and is removed at the end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fsx.h"
+#include "util.h"
+
+extern char **environ;
+
+static double now_ms(void)
+{
+        return (double)al_now_ns() / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+        qsort(v, (size_t)n, sizeof(*v), cmp_double);
+        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void die(const char *what)
+{
+        fprintf(stderr, "bench_fsx: %s: %s\n", what, strerror(errno));
+        exit(1);
+}
+
+static int run(char *const argv[])
+{
+        pid_t pid;
+        if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0)
+                die(argv[0]);
+        int status;
+        if (waitpid(pid, &status, 0) < 0)
+                die("waitpid");
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void rm_rf(const char *path)
+{
+        char *argv[] = {"rm", "-rf", (char *)path, NULL};
+        run(argv);
+}
+
+static double time_cp(const char *src, const char *dst)
+{
+        rm_rf(dst);
+        char *argv[] = {"cp", "-a", (char *)src, (char *)dst, NULL};
+        sync();
+        double t = now_ms();
+        if (run(argv) != 0) {
+                fprintf(stderr, "bench_fsx: cp -a %s %s failed\n", src, dst);
+                exit(1);
+        }
+        return now_ms() - t;
+}
+
+static double time_stage(const char *src, bool is_dir, const char *dst)
+{
+        rm_rf(dst);
+        if (mkdir(dst, 0755) < 0)
+                die(dst);
+        int fd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                die(dst);
+        fsx_source s = {.host_path = src, .dest = is_dir ? NULL : "file"};
+        fsx_limits lim = {.max_bytes = 4ull << 30, .max_files = 1000000, .max_depth = 256};
+        airlock_error err = {0};
+        sync();
+        double t = now_ms();
+        int r = fsx_stage(fd, &s, 1, &lim, (uid_t)-1, (gid_t)-1, NULL, &err);
+        double dt = now_ms() - t;
+        close(fd);
+        if (r < 0) {
+                fprintf(stderr, "bench_fsx: staging %s: %s\n", src, err.message);
+                exit(1);
+        }
+        return dt;
+}
+
+/* Captures dir in a child process so that its peak RSS is the capture's. */
+static double time_capture(const char *dir, long *ret_rss_kib)
+{
+        int pfd[2];
+        if (pipe(pfd) < 0)
+                die("pipe");
+        pid_t pid = fork();
+        if (pid < 0)
+                die("fork");
+        if (pid == 0) {
+                close(pfd[0]);
+                int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                fsx_limits lim = {.max_bytes = 64 << 20,
+                                  .max_files = 100000,
+                                  .max_depth = 64,
+                                  .max_file = 16 << 20};
+                airlock_file *f = NULL;
+                airlock_refusal *rf = NULL;
+                size_t nf = 0, nr = 0;
+                airlock_error err = {0};
+                double t = now_ms();
+                int r = fsx_capture(fd, &lim, &f, &nf, &rf, &nr, &err);
+                double dt = now_ms() - t;
+                if (r < 0 || nr != 0) {
+                        fprintf(stderr, "bench_fsx: capture: %s (%zu refused)\n", err.message, nr);
+                        _exit(1);
+                }
+                fsx_files_free(f, nf);
+                fsx_refused_free(rf, nr);
+                if (write(pfd[1], &dt, sizeof(dt)) != sizeof(dt))
+                        _exit(1);
+                _exit(0);
+        }
+        close(pfd[1]);
+        double dt = -1;
+        if (read(pfd[0], &dt, sizeof(dt)) != sizeof(dt))
+                dt = -1;
+        close(pfd[0]);
+        int status;
+        struct rusage ru;
+        if (wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+            dt < 0) {
+                fprintf(stderr, "bench_fsx: capture child failed\n");
+                exit(1);
+        }
+        *ret_rss_kib = ru.ru_maxrss;
+        return dt;
+}
+
+static void make_tree(const char *root, int files, size_t size)
+{
+        if (mkdir(root, 0755) < 0)
+                die(root);
+        char *buf = malloc(size);
+        for (size_t i = 0; i < size; i++)
+                buf[i] = (char)('a' + i % 26);
+        char path[4096];
+        int per_dir = 100;
+        for (int i = 0; i < files; i++) {
+                if (i % per_dir == 0) {
+                        snprintf(path, sizeof(path), "%s/d%03d", root, i / per_dir);
+                        if (mkdir(path, 0755) < 0)
+                                die(path);
+                }
+                snprintf(path, sizeof(path), "%s/d%03d/f%05d.txt", root, i / per_dir, i);
+                int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+                if (fd < 0 || al_write_full(fd, buf, size) < 0)
+                        die(path);
+                close(fd);
+        }
+        free(buf);
+}
+
+static void make_big_file(const char *path, uint64_t size)
+{
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0)
+                die(path);
+        size_t chunk = 1 << 20;
+        char *buf = malloc(chunk);
+        for (size_t i = 0; i < chunk; i++)
+                buf[i] = (char)(i * 131 + 7);
+        for (uint64_t done = 0; done < size; done += chunk)
+                if (al_write_full(fd, buf, chunk) < 0)
+                        die(path);
+        free(buf);
+        close(fd);
+}
+
+typedef struct row {
+        const char *what;
+        double airlock, cp;
+        long rss;
+} row;
+
+int main(int argc, char **argv)
+{
+        const char *base = "/tmp";
+        bool quick = false;
+        for (int i = 1; i < argc; i++) {
+                if (strcmp(argv[i], "--quick") == 0)
+                        quick = true;
+                else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+                        base = argv[++i];
+                else {
+                        fprintf(stderr, "usage: bench_fsx [--quick] [--dir DIR]\n");
+                        return 2;
+                }
+        }
+        char root[256];
+        snprintf(root, sizeof(root), "%s/bench-fsx.XXXXXX", base);
+        if (!mkdtemp(root))
+                die(root);
+        char small[300], tiny[300], big[300], dst[300];
+        snprintf(small, sizeof(small), "%s/small", root);
+        snprintf(tiny, sizeof(tiny), "%s/tiny", root);
+        snprintf(big, sizeof(big), "%s/big.bin", root);
+        snprintf(dst, sizeof(dst), "%s/dst", root);
+        int reps = quick ? 3 : 5;
+        uint64_t big_size = quick ? 256ull << 20 : 1ull << 30;
+        row rows[3];
+        double a[9], c[9];
+
+        make_tree(small, 10000, 4096);
+        for (int i = 0; i < reps; i++) {
+                /* Alternate who goes first, so drift and cache state hit
+                 * both alike; every timed copy starts after a sync, so no
+                 * one pays for the other's write-back. */
+                if (i % 2) {
+                        c[i] = time_cp(small, dst);
+                        a[i] = time_stage(small, true, dst);
+                } else {
+                        a[i] = time_stage(small, true, dst);
+                        c[i] = time_cp(small, dst);
+                }
+        }
+        rows[0] = (row){"stage 10,000 files of 4 KiB", median(a, reps), median(c, reps), 0};
+
+        make_big_file(big, big_size);
+        int big_reps = quick ? 1 : 3;
+        for (int i = 0; i < big_reps; i++) {
+                if (i % 2) {
+                        c[i] = time_cp(big, dst);
+                        a[i] = time_stage(big, false, dst);
+                } else {
+                        a[i] = time_stage(big, false, dst);
+                        c[i] = time_cp(big, dst);
+                }
+        }
+        rows[1] = (row){quick ? "stage one 256 MiB file" : "stage one 1 GiB file",
+                        median(a, big_reps), median(c, big_reps), 0};
+        rm_rf(dst);
+        unlink(big);
+
+        make_tree(tiny, 10000, 1024);
+        long rss[9];
+        for (int i = 0; i < reps; i++) {
+                a[i] = time_capture(tiny, &rss[i]);
+                c[i] = time_cp(tiny, dst);
+        }
+        long max_rss = 0;
+        for (int i = 0; i < reps; i++)
+                max_rss = MAX(max_rss, rss[i]);
+        rows[2] = (row){"capture 10,000 files of 1 KiB", median(a, reps), median(c, reps), max_rss};
+        rm_rf(root);
+
+        printf("| file transfer (median of %d) | airlock ms | cp -a ms | ratio | peak RSS |\n",
+               reps);
+        printf("|---|---:|---:|---:|---:|\n");
+        for (int i = 0; i < 3; i++) {
+                char rs[32] = "";
+                if (rows[i].rss)
+                        snprintf(rs, sizeof(rs), "%.1f MiB", (double)rows[i].rss / 1024);
+                printf("| %s | %.1f | %.1f | %.2f | %s |\n", rows[i].what, rows[i].airlock,
+                       rows[i].cp, rows[i].airlock / rows[i].cp, rs);
+        }
+        return 0;
+}
