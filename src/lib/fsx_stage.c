@@ -425,14 +425,14 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
                                         "collision: mount %s would overwrite /input/%s, already "
                                         "staged",
                                         src->host_path, dest);
-                return al_error(c->err, -errno, src->host_path, "cannot create /input/%s: %s",
-                                dest, strerror(errno));
+                return al_error(c->err, -errno, src->host_path, "cannot create /input/%s: %s", dest,
+                                strerror(errno));
         }
         stage_dir root = {
             .fd = openat(parent, last, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
         if (root.fd < 0)
-                return al_error(c->err, -errno, src->host_path, "cannot open /input/%s: %s",
-                                dest, strerror(errno));
+                return al_error(c->err, -errno, src->host_path, "cannot open /input/%s: %s", dest,
+                                strerror(errno));
         c->stats.dirs++;
         r = fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
         if (r >= 0) {

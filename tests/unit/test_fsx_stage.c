@@ -90,9 +90,9 @@ static void test_stage_basic(void **state)
         snprintf(single, sizeof(single), "%s/single.csv", s.path);
         snprintf(m, sizeof(m), "%s/m", s.path);
         fsx_source src[] = {
-                {.host_path = single, .dest = "data/x.csv"},
-                {.host_path = ws, .dest = NULL},
-                {.host_path = m, .dest = "/input/more"},
+            {.host_path = single, .dest = "data/x.csv"},
+            {.host_path = ws, .dest = NULL},
+            {.host_path = m, .dest = "/input/more"},
         };
         fsx_limits lim = stage_limits();
         fsx_stage_stats st = {0};
@@ -139,13 +139,13 @@ static void test_stage_links_fail_closed(void **state)
         static const struct {
                 const char *link, *target, *where;
         } cases[] = {
-                {"ws/final", "a.txt", "ws/final"},
-                {"ws/sub/deeper/inner", "../../a.txt", "ws/sub/deeper/inner"},
-                {"ws/dirlink", "sub", "ws/dirlink"},
-                {"ws/outside", "../secret", "ws/outside"},
-                {"ws/dangling", "nowhere", "ws/dangling"},
-                {"ws/loop", "loop", "ws/loop"},
-                {"ws/abs", "/etc/passwd", "ws/abs"},
+            {"ws/final", "a.txt", "ws/final"},
+            {"ws/sub/deeper/inner", "../../a.txt", "ws/sub/deeper/inner"},
+            {"ws/dirlink", "sub", "ws/dirlink"},
+            {"ws/outside", "../secret", "ws/outside"},
+            {"ws/dangling", "nowhere", "ws/dangling"},
+            {"ws/loop", "loop", "ws/loop"},
+            {"ws/abs", "/etc/passwd", "ws/abs"},
         };
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
                 scratch s;
@@ -465,7 +465,7 @@ static void test_signature(void **state)
         snprintf(ws, sizeof(ws), "%s/ws", s.path);
         snprintf(fa, sizeof(fa), "%s/ws/a", s.path);
         char h1[FSX_SIGNATURE_HEX], h2[FSX_SIGNATURE_HEX], m1[FSX_SIGNATURE_HEX],
-                m2[FSX_SIGNATURE_HEX], f1[FSX_SIGNATURE_HEX], f2[FSX_SIGNATURE_HEX];
+            m2[FSX_SIGNATURE_HEX], f1[FSX_SIGNATURE_HEX], f2[FSX_SIGNATURE_HEX];
         sig(ws, 4096, h1);
         sig(ws, 4096, h2);
         assert_string_equal(h1, h2);
@@ -554,22 +554,21 @@ static void test_stage_deep(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_stage_basic),
-                cmocka_unit_test(test_stage_links_fail_closed),
-                cmocka_unit_test(test_stage_special_files_skipped),
-                cmocka_unit_test(test_stage_collisions),
-                cmocka_unit_test(test_stage_caps),
-                cmocka_unit_test(test_stage_mount_point),
-                cmocka_unit_test(test_stage_owner),
-                cmocka_unit_test(test_stage_sparse),
-                cmocka_unit_test(test_signature),
-                cmocka_unit_test(test_stage_deep),
-                cmocka_unit_test_setup_teardown(test_stage_basic, setup_fallback,
-                                                teardown_fallback),
-                cmocka_unit_test_setup_teardown(test_stage_links_fail_closed, setup_fallback,
-                                                teardown_fallback),
-                cmocka_unit_test_setup_teardown(test_stage_special_files_skipped,
-                                                setup_fallback, teardown_fallback),
+            cmocka_unit_test(test_stage_basic),
+            cmocka_unit_test(test_stage_links_fail_closed),
+            cmocka_unit_test(test_stage_special_files_skipped),
+            cmocka_unit_test(test_stage_collisions),
+            cmocka_unit_test(test_stage_caps),
+            cmocka_unit_test(test_stage_mount_point),
+            cmocka_unit_test(test_stage_owner),
+            cmocka_unit_test(test_stage_sparse),
+            cmocka_unit_test(test_signature),
+            cmocka_unit_test(test_stage_deep),
+            cmocka_unit_test_setup_teardown(test_stage_basic, setup_fallback, teardown_fallback),
+            cmocka_unit_test_setup_teardown(test_stage_links_fail_closed, setup_fallback,
+                                            teardown_fallback),
+            cmocka_unit_test_setup_teardown(test_stage_special_files_skipped, setup_fallback,
+                                            teardown_fallback),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
