@@ -5,6 +5,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
+/* The version of the embedded interpreter, from the headers it was built
+ * against (the guest runs the same libpython). */
+#include <patchlevel.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -289,11 +292,15 @@ static int build_description(const airlock_config *cfg, char **ret, airlock_erro
         dynbuf b;
         dynbuf_init(&b, DESCRIBE_CAP);
         int r = dynbuf_appendf(
-            &b, "Run Python 3 code in an isolated sandbox and return what it prints. Every "
-                "call starts from a fresh interpreter: variables, imports and files do not "
-                "survive from one call to the next. The code runs as a script, so the value "
-                "of the last expression is not returned: print() what you need. Output files "
-                "go to /output.\n");
+            &b,
+            "Run Python 3 code in an isolated sandbox and return what it prints. Every "
+            "call starts from a fresh interpreter: variables, imports and files do not "
+            "survive from one call to the next. The code runs as a script, so the value "
+            "of the last expression is not returned: print() what you need. Output files "
+            "go to /output. The interpreter is Python %d.%d with its standard library and "
+            "the Python packages installed on the host; nothing can be installed at run "
+            "time.\n",
+            PY_MAJOR_VERSION, PY_MINOR_VERSION);
         size_t n = toolreg_count(cfg->tools);
         if (r >= 0 && n == 0)
                 r = dynbuf_appendf(&b, "\nHost tools: none are configured.\n");
