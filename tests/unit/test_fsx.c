@@ -429,6 +429,50 @@ static void test_capture_changed(void **state)
         scratch_free(&s);
 }
 
+/* Names that are not UTF-8: a file is refused with U+FFFD in its path, a
+ * directory is refused whole and not entered; staging copies both names
+ * byte for byte. */
+static void test_bad_utf8_names(void **state)
+{
+        scratch s;
+        scratch_new(&s);
+        put_dir(s.fd, "out");
+        int out = open_dir(s.fd, "out");
+        put_dir(out, "d\xc3");
+        put_file(out, "d\xc3/inside", "i");
+        put_file(out, "overlong\xc0\xaf", "o");
+        put_file(out, "ok-\xc3\xa9", "e"); /* valid: e-acute */
+        fsx_limits lim = capture_limits();
+        captured c;
+        airlock_error err = {0};
+        assert_int_equal(do_capture(out, &lim, &c, &err), 0);
+        assert_int_equal(c.n_files, 1);
+        assert_string_equal(c.files[0].path, "/output/ok-\xc3\xa9");
+        assert_int_equal(c.n_refused, 2);
+        assert_string_equal(c.refused[0].reason, "name not UTF-8");
+        assert_string_equal(c.refused[1].reason, "name not UTF-8");
+        assert_true(al_utf8_valid(c.refused[0].path, strlen(c.refused[0].path)));
+        assert_true(al_utf8_valid(c.refused[1].path, strlen(c.refused[1].path)));
+        assert_non_null(strstr(c.refused[0].path, "/output/d\xef\xbf\xbd"));
+        assert_non_null(strstr(c.refused[1].path, "/output/overlong\xef\xbf\xbd"));
+        captured_free(&c);
+
+        char ws[128];
+        snprintf(ws, sizeof(ws), "%s/out", s.path);
+        fsx_source src[] = {{.host_path = ws}};
+        put_dir(s.fd, "dest");
+        int dest = open_dir(s.fd, "dest");
+        assert_int_equal(fsx_stage(dest, src, 1, &lim, (uid_t)-1, (gid_t)-1, NULL, &err), 0);
+        char *got = get_file(dest, "d\xc3/inside");
+        assert_non_null(got);
+        assert_string_equal(got, "i");
+        free(got);
+        assert_int_equal(faccessat(dest, "overlong\xc0\xaf", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+        close(dest);
+        close(out);
+        scratch_free(&s);
+}
+
 /* Device nodes (when this process may make them): refused by capture
  * without being opened, skipped by staging, removed by clearing. */
 static void test_devices(void **state)
@@ -603,6 +647,7 @@ int main(void)
             cmocka_unit_test(test_capture_caps),
             cmocka_unit_test(test_capture_refusal_cap),
             cmocka_unit_test(test_capture_changed),
+            cmocka_unit_test(test_bad_utf8_names),
             cmocka_unit_test(test_devices),
             cmocka_unit_test(test_capture_and_clear_deep),
             cmocka_unit_test(test_clear_corpus),
