@@ -1,6 +1,7 @@
 // The MCP server at the JSON-RPC level, spoken raw over its stdio: error
 // codes for every kind of bad input, version negotiation, notifications that
 // get no answer, a 100 MB line, and that the server keeps serving after each.
+import fs from 'node:fs';
 import { RawPeer, TOOLS_FILE, assert, assertEqual, assertIncludes, makeWorkspace, rmrf, runTests } from './lib.mjs';
 
 const ws = makeWorkspace();
@@ -14,6 +15,22 @@ async function withPeer(fn) {
     const { code } = await peer.close();
     assertEqual(code, 0, 'exit status after end of input');
   }
+}
+
+// The children of pid, found through /proc.
+function children(pid) {
+  const kids = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const st = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) kids.push(Number(d));
+    } catch {
+      // gone already
+    }
+  }
+  return kids;
 }
 
 const tests = [
@@ -153,6 +170,40 @@ const tests = [
       const after = await p.request('ping', {}, 'after');
       assertEqual(after.result, {}, 'ping after cancel');
       assert(!p.messages.some((m) => m.id === 'long'), 'no response to the cancelled request');
+    } finally {
+      const { code } = await p.close();
+      assertEqual(code, 0, 'exit status');
+    }
+  }],
+
+  ['a sandbox whose processes were killed is rebuilt at the next call', async () => {
+    const p = new RawPeer([]);
+    try {
+      await p.initialize();
+      const first = await p.request('tools/call', { name: 'execute_code', arguments: { code: 'print("first")' } }, 1, 120000);
+      assertIncludes(first.result.content[0].text, 'first', 'first call');
+      // The server's own children: the sandbox's template (its copies are
+      // below it and go with it).
+      const victims = children(p.child.pid);
+      assert(victims.length > 0, 'the server has sandbox processes');
+      for (const pid of victims) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      // The copy that was already started when the template was killed may
+      // answer the first call with an error result (the sandbox cannot tell
+      // a killed copy from a misbehaving guest); from then on the dead
+      // template is noticed and the sandbox rebuilt without the caller seeing.
+      for (let i = 0; i < 3; i++) {
+        const r = await p.request('tools/call', { name: 'execute_code', arguments: { code: `print("again ${i}")` } }, `again${i}`, 120000);
+        assert(r.result, JSON.stringify(r));
+        if (i === 0 && r.result.isError) continue;
+        assertEqual(r.result.isError, false, `call ${i} after the kill: ${JSON.stringify(r.result.content)}`);
+        assertIncludes(r.result.content[0].text, `again ${i}`, 'output after the kill');
+      }
     } finally {
       const { code } = await p.close();
       assertEqual(code, 0, 'exit status');
