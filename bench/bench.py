@@ -212,13 +212,9 @@ class Bench:
     def peer(self, name, prefix, csv_argv=None, csv_dirs=None, idle=True, throughput=True):
         """Fresh run, cold start (the same thing for a process per run), CSV,
         idle memory and throughput of a command-line sandbox."""
+        if name not in self.res["fresh"]:
+            return  # skipped (reason recorded) or failed in the interleaved runs
         log(f"- {name}")
-        try:
-            fresh = self.sample_cmd(lambda: prefix + [PY, "-c", "print(1)"])
-        except Exception as e:  # noqa: BLE001
-            return self.skip(name, str(e))
-        self.res["fresh"][name] = summary(fresh)
-        self.res["cold"][name] = summary(fresh, note="same as a fresh run: new sandbox per run")
         if csv_argv:
             try:
                 self.res["csv"][name] = summary(self.csv_peer(csv_argv, csv_dirs))
@@ -293,7 +289,6 @@ class Bench:
     def airlock_lib(self):
         log("- airlock library")
         n = self.n_fast
-        self.res["fresh"]["airlock"] = summary(self.tool("print", n)["samples_ms"])
         self.res["cold"]["airlock"] = summary(self.tool("cold", 10 if self.quick else 30)["samples_ms"])
         code = self.code_file("csv_airlock.py", "/input", "/output")
         r = self.tool("csv", self.csv_in, 10 if self.quick else 30, code)
@@ -319,9 +314,6 @@ class Bench:
     def airlock_run(self):
         log("- airlock run")
         exe = os.path.join(self.build, "airlock")
-        s = self.sample_cmd(lambda: [exe, "run", "-c", "print(1)"])
-        self.res["fresh"]["airlock-run"] = summary(s, note="new sandbox per command")
-        self.res["cold"]["airlock-run"] = summary(s, note="whole command")
         code = CSV_CODE.format(inp="/input", out="/output")
         outdir = os.path.join(self.tmp, "cli-out")
 
@@ -354,58 +346,146 @@ class Bench:
         except Exception as e:  # noqa: BLE001
             self.res["tools"]["airlock-run"] = {"skipped": str(e)[:200]}
 
-    def airlock_mcp(self):
-        log("- airlock mcp")
+    def mcp_start(self):
+        """Starts `airlock mcp`, initialises it and makes the first call; the
+        time until that call has returned is its cold start."""
         exe = os.path.join(self.build, "airlock")
         t0 = time.perf_counter()
-        p = subprocess.Popen([exe, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL)
-        ids = iter(range(1, 1 << 30))
+        self.mcp = subprocess.Popen([exe, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL)
+        self.mcp_ids = iter(range(1, 1 << 30))
+        self.mcp_rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "airlock-bench", "version": "1"}})
+        self.mcp_rpc("notifications/initialized", {}, notify=True)
+        self.mcp_call()
+        self.res["cold"]["airlock-mcp"] = summary([(time.perf_counter() - t0) * 1e3],
+                                                  note="spawn, initialize, first call")
 
-        def rpc(method, params, notify=False):
-            msg = {"jsonrpc": "2.0", "method": method, "params": params}
-            if not notify:
-                msg["id"] = next(ids)
-            p.stdin.write((json.dumps(msg) + "\n").encode())
-            p.stdin.flush()
-            if notify:
-                return None
-            while True:
-                line = p.stdout.readline()
-                if not line:
-                    raise RuntimeError("airlock mcp closed its output")
-                r = json.loads(line)
-                if r.get("id") == msg["id"]:
-                    if "error" in r:
-                        raise RuntimeError(f"airlock mcp: {r['error']}")
-                    return r["result"]
+    def mcp_rpc(self, method, params, notify=False):
+        p = self.mcp
+        msg = {"jsonrpc": "2.0", "method": method, "params": params}
+        if not notify:
+            msg["id"] = next(self.mcp_ids)
+        p.stdin.write((json.dumps(msg) + "\n").encode())
+        p.stdin.flush()
+        if notify:
+            return None
+        while True:
+            line = p.stdout.readline()
+            if not line:
+                raise RuntimeError("airlock mcp closed its output")
+            r = json.loads(line)
+            if r.get("id") == msg["id"]:
+                if "error" in r:
+                    raise RuntimeError(f"airlock mcp: {r['error']}")
+                return r["result"]
 
-        def call():
-            r = rpc("tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
-            sc = r.get("structuredContent") or {}
-            if r.get("isError") or sc.get("stdout", "1\n") != "1\n":
-                raise RuntimeError(f"airlock mcp: unexpected result {str(r)[:200]}")
+    def mcp_call(self):
+        t = time.perf_counter()
+        r = self.mcp_rpc("tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
+        ms = (time.perf_counter() - t) * 1e3
+        sc = r.get("structuredContent") or {}
+        if r.get("isError") or sc.get("stdout", "1\n") != "1\n":
+            raise RuntimeError(f"airlock mcp: unexpected result {str(r)[:200]}")
+        return ms
 
+    def airlock_mcp(self):
+        """Idle memory of the MCP server started for the interleaved runs."""
+        if not getattr(self, "mcp", None):
+            return
         try:
-            rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                               "clientInfo": {"name": "airlock-bench", "version": "1"}})
-            rpc("notifications/initialized", {}, notify=True)
-            call()
-            cold = (time.perf_counter() - t0) * 1e3
-            out = []
-            for _ in range(self.n_fast):
-                time.sleep(0.01)
-                t = time.perf_counter()
-                call()
-                out.append((time.perf_counter() - t) * 1e3)
             time.sleep(0.1)
-            self.res["memory"]["airlock-mcp"] = {"pss_kib": pss_tree_kib(p.pid),
+            self.res["memory"]["airlock-mcp"] = {"pss_kib": pss_tree_kib(self.mcp.pid),
                                                  "note": "server + its sandbox"}
         finally:
-            p.stdin.close()
-            p.wait(timeout=30)
-        self.res["fresh"]["airlock-mcp"] = summary(out, note="tools/call round trip")
-        self.res["cold"]["airlock-mcp"] = summary([cold], note="spawn, initialize, first call")
+            self.mcp.stdin.close()
+            self.mcp.wait(timeout=30)
+            self.mcp = None
+
+    def srt_base(self):
+        srt = os.path.join(HERE, "node_modules", ".bin", "srt")
+        if not os.path.exists(srt):
+            return None
+        settings = os.path.join(self.tmp, "srt-settings.json")
+        with open(settings, "w") as f:
+            json.dump({"filesystem": {"denyRead": [], "allowWrite": [self.csv_out],
+                                      "denyWrite": []},
+                       "network": {"allowedDomains": [], "deniedDomains": []}}, f)
+        return [srt, "--settings", settings, "-c"]
+
+    def fresh_interleaved(self):
+        """Workload 1 for every system at once: round after round, one sample
+        of each system in turn, calls 10 ms apart, so that load that comes and
+        goes on the machine hits every system alike and the ratios hold. A
+        system slower than 100 ms is sampled every 3rd round, slower than 1 s
+        every 10th."""
+        log("- fresh runs of print(1), all systems interleaved")
+        exe = os.path.join(self.build, "airlock")
+        f = {}
+        srv = subprocess.Popen([os.path.join(self.build, "bench_workloads"), "serve"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        if srv.stdout.readline() != b"ready\n":
+            srv.wait()
+            raise RuntimeError("bench_workloads serve did not start")
+
+        def lib():
+            srv.stdin.write(b"run\n")
+            srv.stdin.flush()
+            line = srv.stdout.readline()
+            if not line:
+                raise RuntimeError("bench_workloads serve stopped")
+            return float(line)
+
+        f["airlock"] = lib
+        try:
+            self.mcp_start()
+            f["airlock-mcp"] = self.mcp_call
+        except Exception as e:  # noqa: BLE001
+            self.skip("airlock-mcp", f"failed: {str(e)[:300]}")
+        f["airlock-run"] = lambda: self.time_cmd([exe, "run", "-c", "print(1)"])[0]
+        f["python3"] = lambda: self.time_cmd([PY, "-c", "print(1)"])[0]
+        for name, prefix, pkg in (("bwrap", BWRAP, "bubblewrap"), ("firejail", FIREJAIL, "firejail"),
+                                  ("gvisor", RUNSC, "runsc")):
+            if name == "gvisor" and self.quick:
+                self.skip("gvisor", "skipped in QUICK mode (a second or more per run)")
+            elif shutil.which(prefix[0]):
+                f[name] = lambda p=prefix: self.time_cmd(p + [PY, "-c", "print(1)"])[0]
+            else:
+                self.skip(name, f"{prefix[0]} is not installed (Debian package {pkg})")
+        base = self.srt_base()
+        if base:
+            f["srt"] = lambda: self.time_cmd(base + [f"{PY} -c 'print(1)'"])[0]
+        else:
+            self.skip("srt", "npm @anthropic-ai/sandbox-runtime is not installed")
+        period, samples = {}, {}
+        for name, fn in list(f.items()):
+            try:
+                first = fn()  # untimed: warms caches, sets the sampling period
+                period[name] = 1 if first < 100 else 3 if first < 1000 else 10
+                samples[name] = []
+            except Exception as e:  # noqa: BLE001
+                self.skip(name, str(e)[:300])
+                del f[name]
+        for r in range(self.n_fast):
+            for name, fn in list(f.items()):
+                if r % period[name]:
+                    continue
+                time.sleep(0.01)
+                try:
+                    samples[name].append(fn())
+                except Exception as e:  # noqa: BLE001
+                    self.skip(name, str(e)[:300])
+                    del f[name]
+        srv.stdin.close()
+        srv.wait(timeout=60)
+        notes = {"airlock": "restore+run of a ready sandbox",
+                 "airlock-mcp": "tools/call round trip", "airlock-run": "new sandbox per command"}
+        for name in f:
+            self.res["fresh"][name] = summary(samples[name], note=notes.get(name, ""))
+            if name not in ("airlock", "airlock-mcp"):
+                self.res["cold"][name] = summary(
+                    samples[name], note="whole command" if name == "airlock-run"
+                    else "same as a fresh run: new sandbox per run")
 
     # ---- other peers ----------------------------------------------------
 
@@ -414,53 +494,25 @@ class Bench:
         code_host = self.code_file("csv_host.py", inp, out)
         code_box = self.code_file("csv_box.py", "/input", "/output")
         self.peer("python3", [], csv_argv=lambda: [PY, code_host], csv_dirs=(inp, out))
-        if shutil.which("bwrap"):
-            cb = BWRAP + ["--ro-bind", inp, "/input", "--bind", out, "/output",
-                          "--ro-bind", code_box, "/code.py"]
-            self.peer("bwrap", BWRAP, csv_argv=lambda: cb + [PY, "/code.py"], csv_dirs=(inp, out))
-        else:
-            self.skip("bwrap", "bwrap is not installed (Debian package bubblewrap)")
-        if shutil.which("firejail"):
-            self.peer("firejail", FIREJAIL, csv_argv=lambda: FIREJAIL + [PY, code_host],
-                      csv_dirs=(inp, out))
-        else:
-            self.skip("firejail", "firejail is not installed (Debian package firejail)")
-        if self.quick:
-            self.skip("gvisor", "skipped in QUICK mode (several seconds per run)")
-        elif shutil.which("runsc"):
-            # `runsc do` keeps writes in a tmpfs overlay; only without it does the
-            # output file come back (the host tree is then writable: noted).
-            rw = ["runsc", "--network=none", "do", "--force-overlay=false"]
-            self.peer("gvisor", RUNSC, csv_argv=lambda: rw + [PY, code_host],
-                      csv_dirs=(inp, out), throughput=False)
-            if "median_ms" in self.res["csv"].get("gvisor", {}):
-                self.res["csv"]["gvisor"]["note"] = "--force-overlay=false, so /output comes back"
-        else:
-            self.skip("gvisor", "runsc is not installed (Debian package runsc)")
-        srt = os.path.join(HERE, "node_modules", ".bin", "srt")
-        if os.path.exists(srt):
-            settings = os.path.join(self.tmp, "srt-settings.json")
-            with open(settings, "w") as f:
-                json.dump({"filesystem": {"denyRead": [], "allowWrite": [out], "denyWrite": []},
-                           "network": {"allowedDomains": [], "deniedDomains": []}}, f)
-            base = [srt, "--settings", settings, "-c"]
-            self.peer_srt(base, code_host)
-        else:
-            self.skip("srt", "npm @anthropic-ai/sandbox-runtime is not installed")
+        cb = BWRAP + ["--ro-bind", inp, "/input", "--bind", out, "/output",
+                      "--ro-bind", code_box, "/code.py"]
+        self.peer("bwrap", BWRAP, csv_argv=lambda: cb + [PY, "/code.py"], csv_dirs=(inp, out))
+        self.peer("firejail", FIREJAIL, csv_argv=lambda: FIREJAIL + [PY, code_host],
+                  csv_dirs=(inp, out))
+        # `runsc do` keeps writes in a tmpfs overlay; only without it does the
+        # output file come back (the host tree is then writable: noted).
+        rw = ["runsc", "--network=none", "do", "--force-overlay=false"]
+        self.peer("gvisor", RUNSC, csv_argv=lambda: rw + [PY, code_host],
+                  csv_dirs=(inp, out), throughput=False)
+        if "median_ms" in self.res["csv"].get("gvisor", {}):
+            self.res["csv"]["gvisor"]["note"] = "--force-overlay=false, so /output comes back"
+        if "srt" in self.res["fresh"]:
+            self.peer_srt(self.srt_base(), code_host)
         self.pyodide()
 
     def peer_srt(self, base, code_host):
         log("- srt")
         mk = lambda cmd: base + [cmd]  # noqa: E731 - srt takes one shell command string
-        try:
-            if self.quick:
-                s = self.sample_cmd(lambda: mk(f"{PY} -c 'print(1)'"), n=3)
-            else:
-                s = self.sample_cmd(lambda: mk(f"{PY} -c 'print(1)'"))
-        except Exception as e:  # noqa: BLE001
-            return self.skip("srt", str(e)[:200])
-        self.res["fresh"]["srt"] = summary(s)
-        self.res["cold"]["srt"] = summary(s, note="same as a fresh run: new sandbox per run")
         if self.quick:
             self.res["csv"]["srt"] = {"skipped": "QUICK mode (seconds per run)"}
             return
@@ -573,7 +625,7 @@ def report(data):
         base = (rows.get("airlock") or {}).get("median_ms")
         L += [f"## {title}", "", "| system | median ms | p90 ms | n | vs airlock | note |",
               "|---|---:|---:|---:|---:|---|"]
-        for sysname, r in rows.items():
+        for sysname, r in sorted(rows.items(), key=lambda kv: list(SYSTEMS).index(kv[0])):
             label = SYSTEMS[sysname]
             if "skipped" in r:
                 L.append(f"| {label} | - | - | - | - | not measured: {r['skipped']} |")
@@ -669,7 +721,7 @@ def main():
         mach = machine()
         b.make_csv()
         # A system that fails midway is listed as not measured; the rest go on.
-        for name, step in (("airlock", b.airlock_lib), ("airlock-run", b.airlock_run),
+        for name, step in (("airlock", b.fresh_interleaved), ("airlock", b.airlock_lib), ("airlock-run", b.airlock_run),
                            ("airlock-mcp", b.airlock_mcp), (None, b.peers),
                            (None, lambda: others(b))):
             try:

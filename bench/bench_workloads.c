@@ -10,6 +10,11 @@
  *                                           spaced 10 ms apart (every sample)
  *   bench_workloads cold RUNS                a new sandbox per sample, timed
  *                                           until its first run has finished
+ *   bench_workloads serve                    one ready sandbox; for each line
+ *                                           read, one restore+run of print(1),
+ *                                           answered with its time in ms on a
+ *                                           line (lets bench.py interleave
+ *                                           airlock's samples with the peers')
  *   bench_workloads throughput THREADS RUNS  RUNS runs of print(1) in total,
  *                                           from THREADS threads sharing one
  *                                           sandbox
@@ -246,6 +251,38 @@ static int mode_print(int runs, bool cold)
         return 0;
 }
 
+static int mode_serve(void)
+{
+        airlock_error err;
+        airlock_config *cfg;
+        airlock_result *res;
+        airlock_sandbox *sb;
+        char line[64];
+        if (airlock_config_new(&cfg, &err) < 0)
+                return die("config", &err);
+        if (airlock_sandbox_new(cfg, &sb, &err) < 0)
+                return die("sandbox", &err);
+        if (run_checked(sb, "print(1)", &res, &err) < 0)
+                return die("first run", &err);
+        airlock_result_free(res);
+        printf("ready\n");
+        fflush(stdout);
+        while (fgets(line, sizeof(line), stdin)) {
+                double s = now_ms();
+                if (run_checked(sb, "print(1)", &res, &err) < 0)
+                        return die("print run", &err);
+                double ms = now_ms() - s;
+                if (res->stdout_len != 2 || memcmp(res->stdout_data, "1\n", 2))
+                        return die("print(1) wrote something else", NULL);
+                airlock_result_free(res);
+                printf("%.4f\n", ms);
+                fflush(stdout);
+        }
+        airlock_sandbox_close(sb);
+        airlock_config_free(cfg);
+        return 0;
+}
+
 struct worker {
         pthread_t thread;
         airlock_sandbox *sb;
@@ -312,12 +349,15 @@ int main(int argc, char **argv)
                 return mode_tools(atoi(argv[2]), atoi(argv[3]));
         if (argc == 3 && !strcmp(argv[1], "print"))
                 return mode_print(atoi(argv[2]), false);
+        if (argc == 2 && !strcmp(argv[1], "serve"))
+                return mode_serve();
         if (argc == 3 && !strcmp(argv[1], "cold"))
                 return mode_print(atoi(argv[2]), true);
         if (argc == 4 && !strcmp(argv[1], "throughput"))
                 return mode_throughput(atoi(argv[2]), atoi(argv[3]));
-        fprintf(stderr, "usage: bench_workloads print RUNS | cold RUNS | csv DIR RUNS CODE_FILE | "
-                        "tools RUNS N | "
-                        "throughput THREADS RUNS\n");
+        fprintf(stderr,
+                "usage: bench_workloads print RUNS | cold RUNS | serve | csv DIR RUNS CODE_FILE | "
+                "tools RUNS N | "
+                "throughput THREADS RUNS\n");
         return 2;
 }

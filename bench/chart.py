@@ -16,7 +16,8 @@ def svg(data):
 
     groups = []
     for w, title in WORKLOADS.items():
-        rows = [(k, r) for k, r in data["results"].get(w, {}).items() if "median_ms" in r]
+        got = data["results"].get(w, {})
+        rows = [(k, got[k]) for k in SYSTEMS if "median_ms" in got.get(k, {})]
         if rows:
             groups.append((title, rows))
     vals = [r["p90_ms"] for _, rows in groups for _, r in rows] or [1]
