@@ -9,7 +9,9 @@
  * after every error; end of input cancels what still runs, closes the
  * sandbox cache and exits 0. */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -476,6 +478,60 @@ out:
 
 /* ---- input ------------------------------------------------------------- */
 
+/* ---- shutdown on signals ----------------------------------------------- */
+
+/* SIGTERM, SIGINT and SIGHUP end the server as end of input does: runs are
+ * stopped and every sandbox is closed, so nothing is left behind. The handler
+ * only writes a byte to a pipe that the reader polls beside standard input. */
+static int stop_pipe[2] = {-1, -1};
+static pid_t server_pid;
+
+static void on_stop_signal(int sig)
+{
+        int saved = errno;
+        /* A child between fork and exec still has this handler: only the
+         * server itself may ask the server to stop. */
+        if (getpid() == server_pid && stop_pipe[1] >= 0) {
+                char c = (char)sig;
+                ssize_t n = write(stop_pipe[1], &c, 1);
+                (void)n; /* a full pipe already holds a stop request */
+        }
+        errno = saved;
+}
+
+static void install_stop_signals(void)
+{
+        server_pid = getpid();
+        if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+                return; /* signals then keep their default action */
+        struct sigaction sa = {.sa_handler = on_stop_signal};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+}
+
+/* Waits until standard input is readable (true) or a stop signal came
+ * (false). */
+static bool wait_input(void)
+{
+        struct pollfd fds[2] = {
+            {.fd = STDIN_FILENO, .events = POLLIN},
+            {.fd = stop_pipe[0], .events = POLLIN},
+        };
+        for (;;) {
+                int n = poll(fds, stop_pipe[0] >= 0 ? 2 : 1, -1);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return true; /* let read() report the problem */
+                if (stop_pipe[0] >= 0 && (fds[1].revents & POLLIN))
+                        return false;
+                if (fds[0].revents)
+                        return true;
+        }
+}
+
 /* Reads standard input line by line until end of input (or until standard
  * output is gone). A line longer than MCP_MAX_LINE is discarded up to its
  * newline, without being held in memory, and answered with an error. */
@@ -487,7 +543,12 @@ static void serve(mcp_server *srv)
         dynbuf line;
         dynbuf_init(&line, MCP_MAX_LINE);
         bool discarding = false;
+        bool stopped = false;
         for (;;) {
+                if (!wait_input()) {
+                        stopped = true;
+                        break;
+                }
                 ssize_t n = read(STDIN_FILENO, chunk, MCP_CHUNK);
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -526,7 +587,7 @@ static void serve(mcp_server *srv)
                         break;
         }
         /* A last message without a newline still counts. */
-        if (!discarding && line.len && !srv->output_broken)
+        if (!stopped && !discarding && line.len && !srv->output_broken)
                 handle_line(srv, line.data, line.len);
         dynbuf_free(&line);
         free(chunk);
@@ -580,6 +641,7 @@ int cmd_mcp(int argc, char **argv)
         /* A client that goes away must not kill the server in the middle of
          * closing its sandboxes: writes then fail with EPIPE instead. */
         signal(SIGPIPE, SIG_IGN);
+        install_stop_signals();
         mcp_server srv = {0};
         r = server_init(&srv, o.cfg, &err);
         if (r < 0) {

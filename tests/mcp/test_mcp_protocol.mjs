@@ -33,6 +33,20 @@ function children(pid) {
   return kids;
 }
 
+// Every process below pid.
+function descendants(pid) {
+  return children(pid).flatMap((k) => [k, ...descendants(k)]);
+}
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const tests = [
   ['request before initialize is refused, ping is answered', () => withPeer(async (p) => {
     const r = await p.request('tools/list', {}, 1);
@@ -207,6 +221,23 @@ const tests = [
     } finally {
       const { code } = await p.close();
       assertEqual(code, 0, 'exit status');
+    }
+  }],
+
+  ['SIGTERM closes every sandbox and exits 0', async () => {
+    for (const sig of ['SIGTERM', 'SIGINT']) {
+      const p = new RawPeer([]);
+      await p.initialize();
+      const r = await p.request('tools/call', { name: 'execute_code', arguments: { code: 'print(1)' } }, 1, 120000);
+      assertEqual(r.result.isError, false, 'call');
+      const procs = descendants(p.child.pid);
+      assert(procs.length > 0, 'the server has sandbox processes');
+      p.child.kill(sig);
+      const { code } = await p.exited;
+      assertEqual(code, 0, `exit status after ${sig}`);
+      // Killed processes may linger a moment as zombies before they are reaped.
+      for (let i = 0; i < 100 && procs.some(alive); i++) await new Promise((res) => setTimeout(res, 100));
+      assertEqual(procs.filter(alive), [], `sandbox processes left after ${sig}`);
     }
   }],
 
