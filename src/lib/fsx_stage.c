@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -25,7 +26,29 @@ typedef struct stage_ctx {
         bool no_clone; /* FICLONE failed once: the file systems cannot share extents */
         bool no_cfr;   /* copy_file_range is unusable here: read and write */
         char *buf;     /* COPY_BUF for the read/write fallback */
+        mode_t umask;  /* the process's, or 0777 when unknown */
 } stage_ctx;
+
+/* The process umask, read without changing it (umask(2) would change it
+ * for every thread for a moment); 0777 when it cannot be read, which makes
+ * every file get an explicit fchmod. */
+static mode_t read_umask(void)
+{
+        _cleanup_close_ int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return 0777;
+        char buf[4096];
+        ssize_t n = al_read_full(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return 0777;
+        buf[n] = '\0';
+        const char *p = strstr(buf, "\nUmask:");
+        if (!p)
+                return 0777;
+        char *end = NULL;
+        unsigned long m = strtoul(p + 8, &end, 8);
+        return end == p + 8 || m > 0777 ? 0777 : (mode_t)m;
+}
 
 /* A destination directory being filled: its fd, and the source's metadata
  * to apply once its children are in. */
@@ -130,11 +153,11 @@ static int copy_data(stage_ctx *c, int in, int out, uint64_t size)
 
 /* Applies owner, mode and times to a created entry, in that order: chown
  * clears set-id bits and futimens must come after every write. */
-static int apply_meta(stage_ctx *c, int fd, const struct stat *st, mode_t extra)
+static int apply_meta(stage_ctx *c, int fd, const struct stat *st, mode_t extra, bool mode_set)
 {
         if (c->owner != (uid_t)-1 && fchown(fd, c->owner, c->group) < 0)
                 return -errno;
-        if (fchmod(fd, (st->st_mode & 0777) | extra) < 0)
+        if (!mode_set && fchmod(fd, (st->st_mode & 0777) | extra) < 0)
                 return -errno;
         struct timespec ts[2] = {st->st_atim, st->st_mtim};
         if (futimens(fd, ts) < 0)
@@ -153,8 +176,13 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
                                 "of %llu bytes",
                                 path, (unsigned long long)size,
                                 (unsigned long long)c->lim->max_bytes);
+        /* Created with its final mode when the umask leaves that intact,
+         * which saves an fchmod per file; else 0600 and fchmod later. */
+        mode_t mode = (st->st_mode & 0777) | S_IRUSR;
+        bool mode_set = (mode & ~c->umask) == mode;
         _cleanup_close_ int out =
-            openat(destfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            openat(destfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   mode_set ? mode : 0600);
         if (out < 0) {
                 if (errno == EEXIST)
                         return al_error(c->err, -EEXIST, path,
@@ -170,7 +198,7 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
                                 path);
         if (r < 0)
                 return al_error(c->err, r, path, "cannot copy %s: %s", path, strerror(-r));
-        r = apply_meta(c, out, st, S_IRUSR);
+        r = apply_meta(c, out, st, S_IRUSR, mode_set);
         if (r < 0)
                 return al_error(c->err, r, path, "cannot set owner, mode or times of %s: %s", path,
                                 strerror(-r));
@@ -272,7 +300,7 @@ static int stage_dir_leave(void *ctx, void *data, int fd, const struct stat *st,
         int r = 0;
         if (ok) {
                 /* Directories stay readable and searchable by their owner. */
-                r = apply_meta(c, d->fd, st, S_IRUSR | S_IXUSR);
+                r = apply_meta(c, d->fd, st, S_IRUSR | S_IXUSR, false);
                 if (r < 0)
                         r = al_error(c->err, r, NULL,
                                      "cannot set owner, mode or times of a staged directory: %s",
@@ -436,7 +464,7 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
         c->stats.dirs++;
         r = fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
         if (r >= 0) {
-                r = apply_meta(c, root.fd, &st, S_IRUSR | S_IXUSR);
+                r = apply_meta(c, root.fd, &st, S_IRUSR | S_IXUSR, false);
                 if (r < 0)
                         r = al_error(c->err, r, src->host_path,
                                      "cannot set owner, mode or times of /input/%s: %s", dest,
@@ -451,7 +479,8 @@ int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const
 {
         if (!lim || (n_sources && !sources))
                 return al_error(err, -EINVAL, NULL, "staging: missing argument");
-        stage_ctx c = {.lim = lim, .err = err, .owner = owner, .group = group};
+        stage_ctx c = {
+            .lim = lim, .err = err, .owner = owner, .group = group, .umask = read_umask()};
         int r = 0;
         /* The workspace first, then the mounts in the order given: a mount
          * that lands on a workspace entry is then a collision, never an
