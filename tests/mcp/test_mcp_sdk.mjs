@@ -174,6 +174,28 @@ const tests = [
     assertIncludes(r.content[0].text, 'added after start', 'new file visible');
   }],
 
+  ['file names are percent-encoded in resource URIs; larger files arrive whole', async () => {
+    const code = [
+      'import os, hashlib',
+      'os.makedirs("/output/sub dir", exist_ok=True)',
+      'open("/output/sub dir/a b#\u00fc.txt", "w").write("hello\\n")',
+      'data = bytes(range(256)) * 8192',
+      'open("/output/big.bin", "wb").write(data)',
+      'print(hashlib.sha256(data).hexdigest())',
+    ].join('\n');
+    const r = await client.callTool({ name: 'execute_code', arguments: { code } }, undefined, CALL_OPTS);
+    assertEqual(r.isError, false, `isError: ${JSON.stringify(r.content).slice(0, 500)}`);
+    const resources = r.content.filter((c) => c.type === 'resource').map((c) => c.resource);
+    assertEqual(resources.map((x) => x.uri), ['file:///output/big.bin', 'file:///output/sub%20dir/a%20b%23%C3%BC.txt'], 'uris');
+    assertEqual(decodeURIComponent(new URL(resources[1].uri).pathname), '/output/sub dir/a b#\u00fc.txt', 'decoded path');
+    assertEqual(resources[1].mimeType, 'text/plain', 'text file media type');
+    assertEqual(Buffer.from(resources[1].blob, 'base64').toString('utf8'), 'hello\n', 'text file bytes');
+    const big = Buffer.from(resources[0].blob, 'base64');
+    assertEqual(big.length, 256 * 8192, 'big file size');
+    assertEqual(crypto.createHash('sha256').update(big).digest('hex'), r.content[0].text.trim(), 'big file bytes');
+    assertEqual(r.structuredContent.files[1].path, '/output/sub dir/a b#\u00fc.txt', 'structured path');
+  }],
+
   ['ping', async () => {
     const r = await client.ping();
     assertEqual(r, {}, 'ping result');
