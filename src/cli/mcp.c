@@ -363,9 +363,11 @@ static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *p
                 c->cancel_fd = -1;
                 c->len = json_string_length(code);
                 c->code = malloc(c->len + 1);
-                c->id = json_incref((json_t *)id);
+                /* A copy of its own: the worker never shares a JSON value
+                 * with the reader thread. */
+                c->id = json_deep_copy(id);
         }
-        if (!c || !c->code) {
+        if (!c || !c->code || !c->id) {
                 call_free(c);
                 send_error(srv, id, RPC_INTERNAL_ERROR, "out of memory");
                 return;
