@@ -11,6 +11,7 @@
 
 #include "unit/fsx_test.h"
 
+#include <dirent.h>
 #include <sys/mount.h>
 
 static int setup_fallback(void **state)
@@ -553,6 +554,63 @@ static void test_stage_deep(void **state)
         scratch_free(&s);
 }
 
+static int count_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        assert_non_null(d);
+        int n = 0;
+        while (readdir(d))
+                n++;
+        closedir(d);
+        return n;
+}
+
+/* Every path out of staging, signatures, capture and clearing, failing or
+ * not, closes what it opened: a long-running server must not leak fds. */
+static void test_no_fd_leaks(void **state)
+{
+        scratch s;
+        scratch_new(&s);
+        put_dir(s.fd, "ws");
+        put_dir(s.fd, "ws/a");
+        put_dir(s.fd, "ws/a/b");
+        put_file(s.fd, "ws/a/b/f", "f");
+        put_fifo(s.fd, "ws/a/fifo");
+        put_file(s.fd, "m", "m");
+        char ws[128], m[128];
+        snprintf(ws, sizeof(ws), "%s/ws", s.path);
+        snprintf(m, sizeof(m), "%s/m", s.path);
+        int before = count_fds();
+        fsx_limits lim = stage_limits();
+        airlock_error err = {0};
+        char hex[FSX_SIGNATURE_HEX];
+        fsx_source ok[] = {{.host_path = ws}, {.host_path = m, .dest = "x/y"}};
+        fsx_source clash[] = {{.host_path = ws}, {.host_path = m, .dest = "a/b/f"}};
+        assert_int_equal(stage(&s, ok, 2, &lim, NULL, &err), 0);
+        assert_int_equal(stage(&s, clash, 2, &lim, NULL, &err), -EEXIST);
+        lim.max_depth = 1;
+        assert_int_equal(stage(&s, ok, 2, &lim, NULL, &err), -ENAMETOOLONG);
+        assert_int_equal(fsx_tree_signature(ws, &lim, 4096, hex, &err), -ENAMETOOLONG);
+        lim = stage_limits();
+        put_link(s.fd, "ws/a/b/link", "f");
+        assert_int_equal(stage(&s, ok, 2, &lim, NULL, &err), -ELOOP);
+        assert_int_equal(fsx_tree_signature(ws, &lim, 4096, hex, &err), -ELOOP);
+        int wsfd = open_dir(s.fd, "ws");
+        airlock_file *f = NULL;
+        airlock_refusal *rf = NULL;
+        size_t nf = 0, nr = 0;
+        assert_int_equal(fsx_capture(wsfd, &lim, &f, &nf, &rf, &nr, &err), 0);
+        assert_int_equal(nf, 1);
+        assert_int_equal(nr, 2);
+        fsx_files_free(f, nf);
+        fsx_refused_free(rf, nr);
+        assert_int_equal(fsx_clear_dir(wsfd, &err), 0);
+        close(wsfd);
+        assert_int_equal(fsx_remove_at(s.fd, "dest", &err), 0);
+        assert_int_equal(count_fds(), before);
+        scratch_free(&s);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -566,6 +624,7 @@ int main(void)
             cmocka_unit_test(test_stage_sparse),
             cmocka_unit_test(test_signature),
             cmocka_unit_test(test_stage_deep),
+            cmocka_unit_test(test_no_fd_leaks),
             cmocka_unit_test_setup_teardown(test_stage_basic, setup_fallback, teardown_fallback),
             cmocka_unit_test_setup_teardown(test_stage_links_fail_closed, setup_fallback,
                                             teardown_fallback),
