@@ -287,6 +287,54 @@ static int put_limits(dynbuf *b, const airlock_limits *l)
                               l->timeout_s, mem, l->pids, out, l->max_output_files, file, total);
 }
 
+/* A placeholder value of a JSON type, written as Python. */
+static const char *example_value(const json_t *type)
+{
+        const char *t = json_is_string(type)  ? json_string_value(type)
+                        : json_is_array(type) ? json_string_value(json_array_get(type, 0))
+                                              : NULL;
+        if (!t)
+                return "...";
+        if (strcmp(t, "string") == 0)
+                return "\"...\"";
+        if (strcmp(t, "number") == 0)
+                return "1.5";
+        if (strcmp(t, "integer") == 0)
+                return "1";
+        if (strcmp(t, "boolean") == 0)
+                return "True";
+        if (strcmp(t, "array") == 0)
+                return "[]";
+        if (strcmp(t, "object") == 0)
+                return "{}";
+        if (strcmp(t, "null") == 0)
+                return "None";
+        return "...";
+}
+
+/* An example call of a tool with its required arguments (all of them when
+ * none is required), e.g. call_tool("compute", operation="...", a=1.5). */
+static int put_example(dynbuf *b, const tool_info *t)
+{
+        const json_t *props = json_object_get(t->parameters, "properties");
+        bool any_required = false;
+        const char *key;
+        const json_t *prop;
+        json_object_foreach ((json_t *)props, key, prop)
+                any_required |= is_required(t->parameters, key);
+        int r = dynbuf_appendf(b, "call_tool(\"%s\"", t->name);
+        json_object_foreach ((json_t *)props, key, prop) {
+                if (r < 0)
+                        break;
+                if (any_required && !is_required(t->parameters, key))
+                        continue;
+                r = dynbuf_appendf(b, ", %s=%s", key, example_value(json_object_get(prop, "type")));
+        }
+        if (r >= 0)
+                r = dynbuf_append(b, ")", 1);
+        return r;
+}
+
 static int build_description(const airlock_config *cfg, char **ret, airlock_error *err)
 {
         dynbuf b;
@@ -306,15 +354,17 @@ static int build_description(const airlock_config *cfg, char **ret, airlock_erro
                 r = dynbuf_appendf(&b, "\nHost tools: none are configured.\n");
         if (r >= 0 && n > 0)
                 r = dynbuf_appendf(
-                    &b,
-                    "\nHost tools: call them from the code with call_tool(name, **kwargs): "
-                    "the tool name first, then keyword arguments only, e.g. "
-                    "call_tool(\"%s\", key=value). Positional arguments after the name "
-                    "raise TypeError. call_tool returns the tool's JSON result as Python "
-                    "values; a failing tool raises RuntimeError, invalid arguments raise "
-                    "ValueError. It can also be imported: from airlock import call_tool.\n"
-                    "Tools:\n",
-                    toolreg_get(cfg->tools, 0)->name);
+                    &b, "\nHost tools: call them from the code with call_tool(name, **kwargs): "
+                        "the tool name first, then keyword arguments only, e.g. ");
+        if (r >= 0 && n > 0)
+                r = put_example(&b, toolreg_get(cfg->tools, 0));
+        if (r >= 0 && n > 0)
+                r = dynbuf_appendf(
+                    &b, ". Positional arguments after the name raise TypeError. call_tool "
+                        "returns the tool's JSON result as Python values; a failing tool "
+                        "raises RuntimeError, invalid arguments raise ValueError. It can also "
+                        "be imported: from airlock import call_tool.\n"
+                        "Tools:\n");
         for (size_t i = 0; r >= 0 && i < n; i++)
                 r = put_tool(&b, toolreg_get(cfg->tools, i));
         if (r >= 0)

@@ -98,6 +98,8 @@ static void test_tools_listed_with_arguments(void **state)
         describe(cfg, &d, &i);
         assert_contains(d, "call_tool(name, **kwargs)");
         assert_contains(d, "keyword arguments only");
+        /* The example uses the first tool's required arguments only. */
+        assert_contains(d, "e.g. call_tool(\"compute\", operation=\"...\", a=1.5).");
         assert_contains(d, "- compute: Add, subtract, multiply or divide.");
         assert_contains(d, "operation (string, required): add, sub, mul or div");
         assert_contains(d, "a (number, required)");
