@@ -1,0 +1,367 @@
+/* Faults from outside the library: the template or the pre-started copy of
+ * a sandbox killed between runs. A sandbox whose template died must answer
+ * with a clean error (never hang or crash), close must still clean up every
+ * process, staging folder and cgroup, and the cache must rebuild the sandbox
+ * transparently. Skipped when the kernel offers no isolation. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "airlock.h"
+#include "util.h"
+
+/* A hang is a failure: the alarm kills the test process and the runner
+ * counts the test as failed. */
+#define TEST_ALARM_S 300
+
+static char tmp_root[64];
+static char stage_dir[96];
+
+static int setup(void **state)
+{
+        snprintf(tmp_root, sizeof(tmp_root), "/tmp/airlock-faults-XXXXXX");
+        if (!mkdtemp(tmp_root))
+                return -1;
+        /* Staging goes below our own folder, so leftovers are ours to see. */
+        snprintf(stage_dir, sizeof(stage_dir), "%s/stage", tmp_root);
+        if (mkdir(stage_dir, 0700) < 0 || setenv("TMPDIR", stage_dir, 1) < 0)
+                return -1;
+        char ws[128];
+        snprintf(ws, sizeof(ws), "%s/ws", tmp_root);
+        if (mkdir(ws, 0755) < 0)
+                return -1;
+        char f[160];
+        snprintf(f, sizeof(f), "%s/a.txt", ws);
+        FILE *fp = fopen(f, "w");
+        if (!fp)
+                return -1;
+        fputs("workspace", fp);
+        fclose(fp);
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_root);
+        return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ---- the process table ------------------------------------------------- */
+
+static bool read_small(const char *path, char *buf, size_t len)
+{
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        size_t n = fread(buf, 1, len - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        return true;
+}
+
+static int parent_of(int pid)
+{
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        if (!read_small(path, buf, sizeof(buf)))
+                return -1;
+        char *rp = strrchr(buf, ')');
+        char state = 0;
+        int ppid = -1;
+        if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2 || state == 'Z')
+                return -1;
+        return ppid;
+}
+
+static bool is_sandbox_process(int pid)
+{
+        char path[64], buf[64];
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+        return read_small(path, buf, sizeof(buf)) && strncmp(buf, "airlock-template", 16) == 0;
+}
+
+/* How many pid namespaces deep the process is, counted from ours: the
+ * template shares our pid namespace (1), each copy is pid 1 of its own (2). */
+static int ns_depth(int pid)
+{
+        char path[64], buf[4096];
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        if (!read_small(path, buf, sizeof(buf)))
+                return 0;
+        char *p = strstr(buf, "\nNSpid:");
+        if (!p)
+                return 1;
+        p += 7;
+        int n = 0;
+        char *end = strchr(p, '\n');
+        if (end)
+                *end = '\0';
+        for (char *tok = strtok(p, " \t"); tok; tok = strtok(NULL, " \t"))
+                n++;
+        return n;
+}
+
+/* The live sandbox processes that are our children (the template, and the
+ * copies, which it starts as our children), optionally only those at the
+ * given pid namespace depth (0: any). Returns how many; fills pids. */
+static int sandbox_children(int depth, int *pids, int max)
+{
+        DIR *d = opendir("/proc");
+        assert_non_null(d);
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                int pid = atoi(de->d_name);
+                if (pid <= 0 || parent_of(pid) != getpid() || !is_sandbox_process(pid))
+                        continue;
+                if (depth && ns_depth(pid) != depth)
+                        continue;
+                if (n < max)
+                        pids[n] = pid;
+                n++;
+        }
+        closedir(d);
+        return n;
+}
+
+static int the_template(void)
+{
+        int pids[4];
+        int n = sandbox_children(1, pids, 4);
+        if (n != 1)
+                fail_msg("expected one template among our children, found %d", n);
+        return pids[0];
+}
+
+static int stage_entries(void)
+{
+        DIR *d = opendir(stage_dir);
+        assert_non_null(d);
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+                        n++;
+        closedir(d);
+        return n;
+}
+
+/* Cgroups the library made for this process: named airlock-PID-... below
+ * the controllers' roots (v1: below our own cgroup, a few levels down). */
+static int our_cgroups(void)
+{
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd),
+                 "find /sys/fs/cgroup -maxdepth 5 -type d -name 'airlock-%d-*' 2>/dev/null | "
+                 "wc -l",
+                 (int)getpid());
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        int n = -1;
+        if (fscanf(p, "%d", &n) != 1)
+                n = -1;
+        pclose(p);
+        return n;
+}
+
+static void no_leftovers(void)
+{
+        int pids[4];
+        assert_int_equal(sandbox_children(0, pids, 4), 0);
+        assert_int_equal(stage_entries(), 0);
+        assert_int_equal(our_cgroups(), 0);
+}
+
+/* ---- runs -------------------------------------------------------------- */
+
+static airlock_config *ws_config(void)
+{
+        airlock_config *cfg = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        char ws[128];
+        snprintf(ws, sizeof(ws), "%s/ws", tmp_root);
+        assert_int_equal(airlock_config_set_workspace(cfg, ws, &err), 0);
+        return cfg;
+}
+
+static const char CODE[] = "print(open('/input/a.txt').read())";
+static const char EXPECT[] = "workspace\n";
+
+/* Creates a sandbox, or skips the test when this machine cannot. */
+static airlock_sandbox *new_sandbox(const airlock_config *cfg)
+{
+        airlock_sandbox *sb = NULL;
+        airlock_error err = {0};
+        int r = airlock_sandbox_new(cfg, &sb, &err);
+        if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
+                print_message("no sandbox here: %s\n", err.message);
+                skip();
+        }
+        if (r < 0)
+                fail_msg("airlock_sandbox_new: %s", err.message);
+        return sb;
+}
+
+static void expect_ok(airlock_result *res)
+{
+        assert_non_null(res);
+        if (!res->success)
+                fail_msg("run failed: %s %s", res->error_message ? res->error_message : "",
+                         res->stderr_data ? res->stderr_data : "");
+        assert_string_equal(res->stdout_data, EXPECT);
+}
+
+static void test_template_killed_between_runs(void **state)
+{
+        alarm(TEST_ALARM_S);
+        airlock_config *cfg = ws_config();
+        airlock_sandbox *sb = new_sandbox(cfg);
+        airlock_error err = {0};
+        airlock_result *res = NULL;
+        assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err), 0);
+        expect_ok(res);
+        airlock_result_free(res);
+
+        assert_int_equal(kill(the_template(), SIGKILL), 0);
+        /* A copy started before the template died may still serve a run;
+         * after at most a few runs the sandbox must say it is broken, with
+         * a clean error, and keep saying so. */
+        int r = 0, attempts = 0;
+        for (; attempts < 4; attempts++) {
+                res = NULL;
+                airlock_error_clear(&err);
+                r = airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err);
+                if (r < 0)
+                        break;
+                expect_ok(res);
+                airlock_result_free(res);
+        }
+        assert_true(r < 0);
+        assert_null(res);
+        assert_int_equal(err.code, r);
+        assert_int_equal(err.kind, AIRLOCK_ERROR_RUN);
+        assert_true(err.message[0] != '\0');
+        assert_null(strchr(err.message, '\n'));
+        print_message("after %d good runs: %s\n", attempts, err.message);
+        airlock_error_clear(&err);
+        res = NULL;
+        assert_true(airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err) < 0);
+        assert_null(res);
+        assert_true(err.message[0] != '\0');
+
+        airlock_sandbox_close(sb);
+        airlock_config_free(cfg);
+        no_leftovers();
+        alarm(0);
+}
+
+static void test_copy_killed_between_runs(void **state)
+{
+        alarm(TEST_ALARM_S);
+        airlock_config *cfg = ws_config();
+        airlock_sandbox *sb = new_sandbox(cfg);
+        airlock_error err = {0};
+        airlock_result *res = NULL;
+        assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err), 0);
+        expect_ok(res);
+        airlock_result_free(res);
+
+        /* The copies waiting for the next run die; the run that gets one
+         * fails cleanly (or gets another), and the sandbox keeps working. */
+        int pids[8], n = 0;
+        /* The next copy is started after the run: wait until it exists. */
+        for (int i = 0; i < 3000 && n == 0; i++) {
+                n = sandbox_children(2, pids, 8);
+                if (n == 0)
+                        usleep(10000);
+        }
+        assert_true(n >= 1 && n <= 8);
+        for (int i = 0; i < n; i++)
+                assert_int_equal(kill(pids[i], SIGKILL), 0);
+        res = NULL;
+        int r = airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err);
+        if (r >= 0) {
+                assert_non_null(res);
+                print_message("the run after the copy died: success %d status %s: %s\n",
+                              res->success, airlock_status_name(res->status),
+                              res->error_message ? res->error_message : "");
+                airlock_result_free(res);
+        } else {
+                assert_null(res);
+                assert_true(err.message[0] != '\0');
+                print_message("the run after the copy died: %s\n", err.message);
+        }
+        for (int i = 0; i < 3; i++) {
+                res = NULL;
+                assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err), 0);
+                expect_ok(res);
+                airlock_result_free(res);
+        }
+        airlock_sandbox_close(sb);
+        airlock_config_free(cfg);
+        no_leftovers();
+        alarm(0);
+}
+
+static void test_cache_rebuilds_after_template_death(void **state)
+{
+        alarm(TEST_ALARM_S);
+        airlock_config *cfg = ws_config();
+        airlock_cache *c = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_new(0, 0, &c, &err), 0);
+        airlock_result *res = NULL;
+        int r = airlock_cache_run(c, cfg, CODE, strlen(CODE), &res, &err);
+        if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
+                airlock_cache_close(c);
+                airlock_config_free(cfg);
+                print_message("no sandbox here: %s\n", err.message);
+                skip();
+        }
+        assert_int_equal(r, 0);
+        expect_ok(res);
+        airlock_result_free(res);
+
+        /* Twice: every death is rebuilt from, not only the first. */
+        for (int round = 0; round < 2; round++) {
+                int old = the_template();
+                assert_int_equal(kill(old, SIGKILL), 0);
+                for (int i = 0; i < 4; i++) {
+                        res = NULL;
+                        airlock_error_clear(&err);
+                        r = airlock_cache_run(c, cfg, CODE, strlen(CODE), &res, &err);
+                        if (r < 0)
+                                fail_msg("round %d run %d after the template died: %s", round, i,
+                                         err.message);
+                        expect_ok(res);
+                        airlock_result_free(res);
+                }
+                assert_int_not_equal(the_template(), old);
+        }
+        airlock_cache_close(c);
+        airlock_config_free(cfg);
+        no_leftovers();
+        alarm(0);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_template_killed_between_runs),
+            cmocka_unit_test(test_copy_killed_between_runs),
+            cmocka_unit_test(test_cache_rebuilds_after_template_death),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}
