@@ -6,8 +6,9 @@
  * reader keeps reading and a notifications/cancelled can stop the run it
  * names (through the run's cancel eventfd). Writes to standard output are
  * serialised by one mutex, one whole line at a time. The server keeps serving
- * after every error; end of input cancels what still runs, closes the
- * sandbox cache and exits 0. */
+ * after every error. End of input lets the calls in progress finish and
+ * answers them; SIGTERM, SIGINT or SIGHUP cancels them. Either way the
+ * sandbox cache is closed and the server exits 0. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -279,6 +281,30 @@ static void cancel_all_and_wait(mcp_server *srv)
         pthread_mutex_unlock(&srv->lock);
 }
 
+/* After end of input: calls in progress finish and are answered (a script
+ * may write its requests and close its end at once), unless a stop signal
+ * comes while waiting, which cancels them. */
+static bool stop_requested(void);
+
+static void finish_calls(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->lock);
+        while (srv->n_calls > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 200 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                        ts.tv_sec++;
+                        ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&srv->calls_done, &srv->lock, &ts);
+                if (srv->n_calls > 0 && stop_requested())
+                        for (mcp_call *c = srv->calls; c; c = c->next)
+                                cancel_locked(c);
+        }
+        pthread_mutex_unlock(&srv->lock);
+}
+
 /* Builds the sandbox in the background right after initialize, so that the
  * first call does not wait for staging and the interpreter start. */
 static void warm_up(mcp_server *srv)
@@ -534,14 +560,23 @@ static bool wait_input(void)
         }
 }
 
-/* Reads standard input line by line until end of input (or until standard
- * output is gone). A line longer than MCP_MAX_LINE is discarded up to its
- * newline, without being held in memory, and answered with an error. */
-static void serve(mcp_server *srv)
+/* True once a stop signal has come. */
+static bool stop_requested(void)
+{
+        if (stop_pipe[0] < 0)
+                return false;
+        struct pollfd p = {.fd = stop_pipe[0], .events = POLLIN};
+        return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
+/* Reads standard input line by line until end of input, a stop signal
+ * (returns true) or until standard output is gone. A line longer than MCP_MAX_LINE is discarded up
+ * to its newline, without being held in memory, and answered with an error. */
+static bool serve(mcp_server *srv)
 {
         char *chunk = malloc(MCP_CHUNK);
         if (!chunk)
-                return;
+                return false;
         dynbuf line;
         dynbuf_init(&line, MCP_MAX_LINE);
         bool discarding = false;
@@ -593,6 +628,7 @@ static void serve(mcp_server *srv)
                 handle_line(srv, line.data, line.len);
         dynbuf_free(&line);
         free(chunk);
+        return stopped;
 }
 
 /* ---- the command ------------------------------------------------------- */
@@ -653,8 +689,10 @@ int cmd_mcp(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
-        serve(&srv);
-        cancel_all_and_wait(&srv);
+        if (serve(&srv))
+                cancel_all_and_wait(&srv);
+        else
+                finish_calls(&srv);
         airlock_cache_close(srv.cache);
         json_decref(srv.tool);
         free(srv.instructions);

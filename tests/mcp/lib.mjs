@@ -88,7 +88,8 @@ export class RawPeer {
     this.stderr = '';
     this.buffer = '';
     this.exited = new Promise((resolve) => {
-      this.child.on('exit', (code, signal) => resolve({ code, signal }));
+      // 'close' comes after the child's output has all been read.
+      this.child.on('close', (code, signal) => resolve({ code, signal }));
     });
     this.child.stdin.on('error', () => {});
     this.child.stderr.setEncoding('utf8');

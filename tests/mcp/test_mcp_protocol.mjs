@@ -241,6 +241,17 @@ const tests = [
     }
   }],
 
+  ['calls in progress at end of input are answered before the exit', async () => {
+    const p = new RawPeer([]);
+    await p.initialize();
+    await p.send({ jsonrpc: '2.0', id: 'last', method: 'tools/call', params: { name: 'execute_code', arguments: { code: 'import time\ntime.sleep(0.5)\nprint("answered")' } } });
+    const { code } = await p.close(120000);
+    assertEqual(code, 0, 'exit status');
+    const r = p.messages.find((m) => m.id === 'last');
+    assert(r && r.result, `response to the last call: ${JSON.stringify(p.messages)}`);
+    assertIncludes(r.result.content[0].text, 'answered', 'output');
+  }],
+
   ['end of input without initialize exits 0', async () => {
     const p = new RawPeer(args);
     const { code } = await p.close();
