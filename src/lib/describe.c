@@ -231,15 +231,18 @@ static int put_network(dynbuf *b, const airlock_config *cfg)
                 return dynbuf_appendf(b,
                                       "\nNetwork: none. The code has no network access; http_get, "
                                       "http_post and http_request raise PermissionError.\n");
-        int r = dynbuf_appendf(b, "\nNetwork: HTTP only through these functions, and only to "
-                                  "the targets below (anything else raises PermissionError):\n"
-                                  "  http_get(url, headers=None)\n"
-                                  "  http_post(url, body=\"\", "
-                                  "content_type=\"application/json\", headers=None)\n"
-                                  "  http_request(method, url, headers=None, body=None)\n"
-                                  "  Each returns a dict with \"status\", \"headers\" and "
-                                  "\"body\". Redirects are returned, not followed.\n"
-                                  "Allowed:\n");
+        int r =
+            dynbuf_appendf(b, "\nNetwork: HTTP only through these functions, and only to "
+                              "the targets below (anything else raises PermissionError):\n"
+                              "  http_get(url, headers=None)\n"
+                              "  http_post(url, body=\"\", "
+                              "content_type=\"application/json\", headers=None)\n"
+                              "  http_request(method, url, headers=None, body=None)\n"
+                              "  Each returns a dict with \"status\" (int), \"headers\" (dict) and "
+                              "\"body\" (str when it is UTF-8, else bytes); a body that is "
+                              "not str or bytes is sent as JSON. Redirects are returned, "
+                              "not followed.\n"
+                              "Allowed:\n");
         for (size_t i = 0; r >= 0 && i < n; i++) {
                 const allow_entry *e = allowlist_get(cfg->allow, i);
                 r = dynbuf_appendf(b, "- %s", e->target);
