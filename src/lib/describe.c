@@ -352,6 +352,11 @@ static int build_description(const airlock_config *cfg, char **ret, airlock_erro
             "the Python packages installed on the host; nothing can be installed at run "
             "time.\n",
             PY_MAJOR_VERSION, PY_MINOR_VERSION);
+        /* Preloaded modules cost nothing to import: worth knowing. */
+        for (size_t i = 0; r >= 0 && i < cfg->n_preloads; i++)
+                r = dynbuf_appendf(&b, "%s%s%s",
+                                   i ? ", " : "Already loaded (importing is instant): ",
+                                   cfg->preloads[i], i + 1 == cfg->n_preloads ? ".\n" : "");
         size_t n = toolreg_count(cfg->tools);
         if (r >= 0 && n == 0)
                 r = dynbuf_appendf(&b, "\nHost tools: none are configured.\n");

@@ -157,6 +157,11 @@ static void test_limits_follow_config(void **state)
         assert_contains(d, "12 processes");
         assert_contains(d, "at most 9 files");
         free(d);
+        assert_int_equal(airlock_config_add_preload(cfg, "json", &err), 0);
+        assert_int_equal(airlock_config_add_preload(cfg, "csv", &err), 0);
+        describe(cfg, &d, NULL);
+        assert_contains(d, "Already loaded (importing is instant): json, csv.\n");
+        free(d);
         airlock_config_free(cfg);
 }
 
