@@ -132,6 +132,8 @@ static int capture_file(void *ctx, const fsx_item *it)
                 return capture_refuse(c, it, reason);
         if (fd == -ENOENT)
                 return 0;
+        if (fd == -EACCES || fd == -EPERM)
+                return capture_refuse(c, it, FSX_UNREADABLE);
         if (fd < 0)
                 return al_error(c->err, fd, it->path, "cannot open %s: %s", it->path,
                                 strerror(-fd));

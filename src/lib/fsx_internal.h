@@ -14,7 +14,10 @@
 
 /* Why an entry was not taken. The text of each is part of the result JSON
  * contract (DESIGN.md, "Result JSON"), except FSX_MOUNT_POINT, which only
- * staging sees (it skips mount points) and capture reports as not regular. */
+ * staging sees (it skips mount points) and capture reports as not regular,
+ * and FSX_UNREADABLE ("unreadable"): an entry the host may not open (the
+ * guest can chmod 000 its own files), refused rather than failing the whole
+ * capture. */
 typedef enum fsx_reason {
         FSX_SYMLINK,
         FSX_NOT_REGULAR,
@@ -24,6 +27,7 @@ typedef enum fsx_reason {
         FSX_BAD_NAME,
         FSX_CHANGED,
         FSX_MOUNT_POINT,
+        FSX_UNREADABLE,
 } fsx_reason;
 
 const char *fsx_reason_text(fsx_reason r);

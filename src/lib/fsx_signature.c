@@ -160,6 +160,9 @@ static int sig_refuse(void *ctx, const fsx_item *it, fsx_reason r)
                 return al_error(c->err, -E2BIG, it->path,
                                 "too many files: more than %llu entries to stage (reached in %s)",
                                 (unsigned long long)c->lim->max_files, it->path);
+        case FSX_UNREADABLE:
+                return al_error(c->err, -EACCES, it->path, "cannot stage %s: permission denied",
+                                it->path);
         default:
                 break;
         }

@@ -31,6 +31,8 @@ const char *fsx_reason_text(fsx_reason r)
                 return "name not UTF-8";
         case FSX_CHANGED:
                 return "changed while reading";
+        case FSX_UNREADABLE:
+                return "unreadable";
         }
         return "refused";
 }
@@ -391,6 +393,8 @@ static int visit(fsx_walker *w, size_t fi, const fsx_dent *d)
                 return w->ops->refuse(w->ctx, &it, reason);
         if (fd == -ENOENT)
                 return 0;
+        if (fd == -EACCES || fd == -EPERM)
+                return w->ops->refuse(w->ctx, &it, FSX_UNREADABLE);
         if (fd == -EMFILE || fd == -ENFILE)
                 return al_error(w->err, fd, it.path,
                                 "out of file descriptors at %s (depth %u): lower the depth cap",

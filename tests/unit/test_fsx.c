@@ -13,7 +13,9 @@
 
 #include <dirent.h>
 #include <sys/sysmacros.h>
+#include <grp.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 
 static int setup_fallback(void **state)
 {
@@ -473,6 +475,59 @@ static void test_bad_utf8_names(void **state)
         scratch_free(&s);
 }
 
+/* Entries the host may not open (a guest can chmod 000 its own files) are
+ * refused "unreadable", never a failure of the whole capture. Root reads
+ * everything, so as root the capture runs in a child that became nobody. */
+static void test_capture_unreadable(void **state)
+{
+        scratch s;
+        scratch_new(&s);
+        put_dir(s.fd, "out");
+        int out = open_dir(s.fd, "out");
+        put_file(out, "a.txt", "a");
+        put_file(out, "closed.txt", "c");
+        put_dir(out, "locked");
+        put_file(out, "locked/inside", "i");
+        assert_int_equal(fchmodat(out, "closed.txt", 0, 0), 0);
+        assert_int_equal(fchmodat(out, "locked", 0, 0), 0);
+        bool root = geteuid() == 0;
+        if (root) {
+                const char *names[] = {".", "a.txt", "closed.txt", "locked", "locked/inside"};
+                for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+                        assert_int_equal(fchownat(out, names[i], 65534, 65534, 0), 0);
+                assert_int_equal(fchmod(s.fd, 0755), 0);
+        }
+        pid_t pid = root ? fork() : 0;
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                if (root && (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+                             setresuid(65534, 65534, 65534) < 0))
+                        _exit(3);
+                fsx_limits lim = capture_limits();
+                captured c;
+                airlock_error err = {0};
+                int r = do_capture(out, &lim, &c, &err);
+                bool ok = r == 0 && c.n_files == 1 &&
+                          strcmp(c.files[0].path, "/output/a.txt") == 0 && c.n_refused == 2 &&
+                          strcmp(c.refused[0].path, "/output/closed.txt") == 0 &&
+                          strcmp(c.refused[0].reason, "unreadable") == 0 &&
+                          strcmp(c.refused[1].path, "/output/locked") == 0 &&
+                          strcmp(c.refused[1].reason, "unreadable") == 0;
+                captured_free(&c);
+                if (root)
+                        _exit(ok ? 0 : 1);
+                assert_true(ok);
+        } else {
+                int status = 0;
+                assert_int_equal(waitpid(pid, &status, 0), pid);
+                assert_true(WIFEXITED(status));
+                assert_int_equal(WEXITSTATUS(status), 0);
+        }
+        assert_int_equal(fchmodat(out, "locked", 0700, 0), 0);
+        close(out);
+        scratch_free(&s);
+}
+
 /* Device nodes (when this process may make them): refused by capture
  * without being opened, skipped by staging, removed by clearing. */
 static void test_devices(void **state)
@@ -648,6 +703,7 @@ int main(void)
             cmocka_unit_test(test_capture_refusal_cap),
             cmocka_unit_test(test_capture_changed),
             cmocka_unit_test(test_bad_utf8_names),
+            cmocka_unit_test(test_capture_unreadable),
             cmocka_unit_test(test_devices),
             cmocka_unit_test(test_capture_and_clear_deep),
             cmocka_unit_test(test_clear_corpus),
