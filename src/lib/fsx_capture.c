@@ -261,8 +261,9 @@ void fsx_refused_free(airlock_refusal *refused, size_t n)
         free(refused);
 }
 
-int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, size_t *ret_n_files,
-                airlock_refusal **ret_refused, size_t *ret_n_refused, airlock_error *err)
+static int capture_run(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files,
+                       size_t *ret_n_files, airlock_refusal **ret_refused, size_t *ret_n_refused,
+                       airlock_error *err)
 {
         if (!lim || !ret_files || !ret_n_files || !ret_refused || !ret_n_refused)
                 return al_error(err, -EINVAL, NULL, "capture: missing argument");
@@ -319,4 +320,11 @@ int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, 
         *ret_refused = c.refused;
         *ret_n_refused = c.n_refused;
         return 0;
+}
+
+int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, size_t *ret_n_files,
+                airlock_refusal **ret_refused, size_t *ret_n_refused, airlock_error *err)
+{
+        return fsx_error_utf8(err, capture_run(out_dirfd, lim, ret_files, ret_n_files, ret_refused,
+                                               ret_n_refused, err));
 }

@@ -49,7 +49,7 @@ static int move_up(clear_state *s, int dirfd, const char *name, int rootfd)
         return -EEXIST;
 }
 
-int fsx_clear_dir(int dir_fd, airlock_error *err)
+static int clear_run(int dir_fd, airlock_error *err)
 {
         clear_state s = {.err = err};
         struct stat root;
@@ -173,7 +173,12 @@ int fsx_clear_dir(int dir_fd, airlock_error *err)
         return s.first;
 }
 
-int fsx_remove_at(int parentfd, const char *name, airlock_error *err)
+int fsx_clear_dir(int dir_fd, airlock_error *err)
+{
+        return fsx_error_utf8(err, clear_run(dir_fd, err));
+}
+
+static int remove_run(int parentfd, const char *name, airlock_error *err)
 {
         if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 ||
             strcmp(name, "..") == 0)
@@ -204,4 +209,9 @@ int fsx_remove_at(int parentfd, const char *name, airlock_error *err)
                 return r;
         }
         return al_error(err, -EBUSY, name, "cannot remove %s: it keeps changing", name);
+}
+
+int fsx_remove_at(int parentfd, const char *name, airlock_error *err)
+{
+        return fsx_error_utf8(err, remove_run(parentfd, name, err));
 }

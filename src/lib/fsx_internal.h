@@ -92,6 +92,11 @@ int fsx_walk(int root_fd, const struct stat *root_st, void *root_data, const fsx
  * another -errno on error. */
 int fsx_open_listed(const fsx_item *it, struct stat *ret_st, fsx_reason *ret_reason);
 
+/* Makes err's message and path valid UTF-8 (bad bytes become U+FFFD, a
+ * sequence cut by the buffer's end is dropped): errors name paths from
+ * untrusted trees, and they end up in JSON. Returns code, for tail calls. */
+int fsx_error_utf8(airlock_error *err, int code);
+
 /* 128-bit non-cryptographic hash: two independent 64-bit lanes, for cache
  * staleness only (never for security decisions). */
 typedef struct fsx_hash {

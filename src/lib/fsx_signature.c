@@ -208,8 +208,8 @@ static int sig_dir_enter(void *ctx, const fsx_item *it, int fd, const struct sta
         return 0;
 }
 
-int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
-                       char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
+static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
+                         char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
 {
         if (!host_path || !lim || !ret_hex)
                 return al_error(err, -EINVAL, NULL, "signature: missing argument");
@@ -258,4 +258,10 @@ int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t co
                 return r;
         fsx_hash_final(&c.h, ret_hex);
         return 0;
+}
+
+int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
+                       char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
+{
+        return fsx_error_utf8(err, signature_run(host_path, lim, content_threshold, ret_hex, err));
 }

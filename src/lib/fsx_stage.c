@@ -477,8 +477,9 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
         return r;
 }
 
-int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const fsx_limits *lim,
-              uid_t owner, gid_t group, fsx_stage_stats *ret_stats, airlock_error *err)
+static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources,
+                     const fsx_limits *lim, uid_t owner, gid_t group, fsx_stage_stats *ret_stats,
+                     airlock_error *err)
 {
         if (!lim || (n_sources && !sources))
                 return al_error(err, -EINVAL, NULL, "staging: missing argument");
@@ -500,4 +501,11 @@ int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const
         if (ret_stats)
                 *ret_stats = c.stats;
         return 0;
+}
+
+int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const fsx_limits *lim,
+              uid_t owner, gid_t group, fsx_stage_stats *ret_stats, airlock_error *err)
+{
+        return fsx_error_utf8(
+            err, stage_run(dest_dirfd, sources, n_sources, lim, owner, group, ret_stats, err));
 }

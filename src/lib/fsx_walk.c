@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -35,6 +36,36 @@ const char *fsx_reason_text(fsx_reason r)
                 return "unreadable";
         }
         return "refused";
+}
+
+static void utf8_field(char *buf, size_t size)
+{
+        size_t len = strlen(buf);
+        if (al_utf8_valid(buf, len))
+                return;
+        char *clean = al_utf8_sanitize(buf, len);
+        if (!clean) {
+                /* No memory: keep only the ASCII, never invalid bytes. */
+                for (char *p = buf; *p; p++)
+                        if ((unsigned char)*p >= 0x80)
+                                *p = '?';
+                return;
+        }
+        snprintf(buf, size, "%s", clean);
+        free(clean);
+        /* Truncation may have cut a multi-byte sequence: drop its head. */
+        len = strlen(buf);
+        while (len > 0 && !al_utf8_valid(buf, len))
+                buf[--len] = '\0';
+}
+
+int fsx_error_utf8(airlock_error *err, int code)
+{
+        if (err && code < 0) {
+                utf8_field(err->message, sizeof(err->message));
+                utf8_field(err->path, sizeof(err->path));
+        }
+        return code;
 }
 
 typedef struct fsx_dent {

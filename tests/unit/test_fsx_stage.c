@@ -554,6 +554,38 @@ static void test_stage_deep(void **state)
         scratch_free(&s);
 }
 
+/* Errors name paths from untrusted trees; they must stay valid UTF-8 (they
+ * end up in JSON), even when the name is not and the path is cut short. */
+static void test_error_utf8(void **state)
+{
+        scratch s;
+        scratch_new(&s);
+        put_dir(s.fd, "ws");
+        put_link(s.fd, "ws/bad\xff\xfename", "x");
+        char ws[128];
+        snprintf(ws, sizeof(ws), "%s/ws", s.path);
+        fsx_source src[] = {{.host_path = ws}};
+        fsx_limits lim = stage_limits();
+        airlock_error err = {0};
+        assert_int_equal(stage(&s, src, 1, &lim, NULL, &err), -ELOOP);
+        assert_true(al_utf8_valid(err.message, strlen(err.message)));
+        assert_true(al_utf8_valid(err.path, strlen(err.path)));
+        assert_non_null(strstr(err.path, "/ws/bad\xef\xbf\xbd\xef\xbf\xbdname"));
+        char hex[FSX_SIGNATURE_HEX];
+        assert_int_equal(fsx_tree_signature(ws, &lim, 0, hex, &err), -ELOOP);
+        assert_true(al_utf8_valid(err.message, strlen(err.message)));
+
+        /* A message cut inside a multi-byte sequence loses the whole one. */
+        airlock_error e = {0};
+        memset(e.message, 'a', sizeof(e.message));
+        memcpy(e.message + sizeof(e.message) - 3, "\xc3\xa9", 2);
+        e.message[sizeof(e.message) - 1] = '\0';
+        memcpy(e.message + sizeof(e.message) - 4, "\xff", 1);
+        assert_int_equal(fsx_error_utf8(&e, -EINVAL), -EINVAL);
+        assert_true(al_utf8_valid(e.message, strlen(e.message)));
+        scratch_free(&s);
+}
+
 static int count_fds(void)
 {
         DIR *d = opendir("/proc/self/fd");
@@ -625,6 +657,7 @@ int main(void)
             cmocka_unit_test(test_signature),
             cmocka_unit_test(test_stage_deep),
             cmocka_unit_test(test_no_fd_leaks),
+            cmocka_unit_test(test_error_utf8),
             cmocka_unit_test_setup_teardown(test_stage_basic, setup_fallback, teardown_fallback),
             cmocka_unit_test_setup_teardown(test_stage_links_fail_closed, setup_fallback,
                                             teardown_fallback),
