@@ -462,6 +462,30 @@ static void test_idle_timeout(void **state)
         airlock_config_free(b);
 }
 
+/* The reaper thread closes an idle sandbox without any cache call. */
+static void test_reaper_thread(void **state)
+{
+        airlock_cache *c = fake_cache(4, 10.0);
+        airlock_config *a = config_n(1);
+        assert_int_equal(run_on(c, a, "1"), 0);
+        advance(11);
+        /* The reaper wakes at least once a second; allow it plenty. */
+        bool closed = false;
+        for (int i = 0; i < 300 && !closed; i++) {
+                pthread_mutex_lock(&fk.lock);
+                closed = fk.fakes[0].closed;
+                pthread_mutex_unlock(&fk.lock);
+                if (!closed)
+                        usleep(100000);
+        }
+        assert_true(closed);
+        cache_stats st;
+        cache_get_stats(c, &st);
+        assert_int_equal(st.sandboxes, 0);
+        airlock_cache_close(c);
+        airlock_config_free(a);
+}
+
 static void test_dead_template_rebuilt_once(void **state)
 {
         airlock_cache *c = fake_cache(4, -1);
@@ -847,6 +871,7 @@ int main(void)
             cmocka_unit_test(test_lru_eviction_order),
             cmocka_unit_test(test_default_cap_is_four),
             cmocka_unit_test(test_idle_timeout),
+            cmocka_unit_test(test_reaper_thread),
             cmocka_unit_test(test_dead_template_rebuilt_once),
             cmocka_unit_test(test_failed_build_not_cached),
             cmocka_unit_test(test_parallel_runs_share_one_sandbox),
