@@ -431,14 +431,18 @@ static pid_t fork_interpreter(void)
 }
 
 /* The session's pid 1 after it has handed the interpreter to its first
- * active process: it only reaps. Its death would end the session's PID
- * namespace, which is what the host does to close a session. */
-_Noreturn static void session_root(void)
+ * active process: it reaps, and it watches the channel without reading it.
+ * When the host closes its end (session closed, or the host died), pid 1
+ * exits, and with it every process of the session's PID namespace, the
+ * frozen snapshots included. */
+_Noreturn static void session_root(int chan)
 {
-        close(COPY_CHANNEL_FD);
         for (;;) {
-                if (wait(NULL) < 0 && errno == ECHILD)
-                        pause();
+                struct pollfd p = {chan, POLLRDHUP, 0};
+                if (poll(&p, 1, 1000) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        _exit(0);
+                while (waitpid(-1, NULL, WNOHANG) > 0)
+                        ;
         }
 }
 
@@ -520,7 +524,7 @@ _Noreturn static void serve_host(int chan)
                         if (pid < 0)
                                 _exit(1);
                         if (pid > 0)
-                                session_root();
+                                session_root(chan);
                         session = true;
                         guest_set_session();
                         announce_active(chan, "session");
@@ -593,7 +597,11 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
         rlim_t cpu =
             (rlim_t)(params.limits.cpu_s > 0 ? params.limits.cpu_s : params.limits.timeout_s) + 1;
         set_limit(RLIMIT_CPU, cpu);
+#if !defined(__SANITIZE_ADDRESS__)
+        /* Not under AddressSanitizer, whose shadow mappings count as data
+         * and exceed any sensible limit; the run's cgroup still applies. */
         set_limit(RLIMIT_DATA, params.limits.memory_bytes);
+#endif
         set_limit(RLIMIT_FSIZE, params.limits.max_file_bytes);
         set_limit(RLIMIT_NOFILE, params.limits.open_files);
         set_limit(RLIMIT_CORE, 0);
