@@ -133,9 +133,18 @@ class Bench:
     # ---- command-line peers -------------------------------------------
 
     def time_cmd(self, argv, want=b"1\n", timeout=120, env=None):
-        t = time.perf_counter()
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           stdin=subprocess.DEVNULL, timeout=timeout, env=env)
+        # A binary being relinked (a build in the same tree) cannot be executed
+        # for a moment: such an attempt is retried and not timed.
+        for attempt in range(10):
+            t = time.perf_counter()
+            try:
+                p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, timeout=timeout, env=env)
+                break
+            except (PermissionError, FileNotFoundError, OSError) as e:
+                if attempt == 9 or isinstance(e, subprocess.SubprocessError):
+                    raise
+                time.sleep(1)
         ms = (time.perf_counter() - t) * 1e3
         if p.returncode != 0 or (want is not None and p.stdout.strip() != want.strip()):
             raise RuntimeError(f"{argv[0]} exited {p.returncode}: "
