@@ -73,31 +73,37 @@ $(BUILD)/libairlock.a: $(LIB_OBJ)
 	@ar rcs $@.tmp $^ && mv $@.tmp $@
 
 $(BUILD)/libairlock.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LIBS)
+	@echo "  CCLD    $@"
+	@$(CC) -shared -o $@ $^ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/airlock: $(CLI_OBJ) $(BUILD)/libairlock.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
+	@echo "  CCLD    $@"
+	@$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libairlock.a build/.deps-check
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) -lcmocka
+	@echo "  CCLD    $@"
+	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) -lcmocka
 
 $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a build/.deps-check
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
+	@echo "  CCLD    $@"
+	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
 
 # Fuzz corpus replays: each fuzzer's entry point built as a plain program.
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY_BIN := $(FUZZ_SRC:fuzz/fuzz_%.c=$(BUILD)/fuzz/replay_%)
-$(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(BUILD)/src/cli/options.o $(BUILD)/libairlock.a
+$(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(BUILD)/src/cli/options.o $(BUILD)/src/cli/mcp_parse.o $(BUILD)/libairlock.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc/cli -DFUZZ_NAME='"$*"' -DFUZZ_DIR='"$(CURDIR)/fuzz"' -o $@ \
-		fuzz/fuzz_$*.c fuzz/replay_main.c $(BUILD)/src/cli/options.o $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
+	@echo "  CCLD    $@"
+	@$(CC) $(CFLAGS) -Isrc/cli -DFUZZ_NAME='"$*"' -DFUZZ_DIR='"$(CURDIR)/fuzz"' -o $@ \
+		fuzz/fuzz_$*.c fuzz/replay_main.c $(BUILD)/src/cli/options.o $(BUILD)/src/cli/mcp_parse.o $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
 
 tests: all $(TEST_BIN) $(TEST_HELPER_BIN) $(FUZZ_REPLAY_BIN)
 
 check: build/.deps-check
 	@$(MAKE) --no-print-directory tests
+	@$(MAKE) --no-print-directory SAN=asan tests
 	@bash tests/run.sh $(BUILD)
 
 asan:
@@ -110,7 +116,7 @@ bench: build/.deps-bench all
 	@bash bench/run.sh $(BUILD) $(if $(QUICK),--quick)
 
 soak: build/.deps-check
-	@$(MAKE) --no-print-directory SAN=asan all
+	@$(MAKE) --no-print-directory SAN=asan all build/asan/tests/soak
 	@bash tests/soak.sh build/asan
 
 fuzz: build/.deps-fuzz

@@ -40,14 +40,6 @@
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                 "2024-11-05"};
 
-enum {
-        RPC_PARSE_ERROR = -32700,
-        RPC_INVALID_REQUEST = -32600,
-        RPC_METHOD_NOT_FOUND = -32601,
-        RPC_INVALID_PARAMS = -32602,
-        RPC_INTERNAL_ERROR = -32603,
-};
-
 typedef struct mcp_call mcp_call;
 
 typedef struct mcp_server {
@@ -441,67 +433,20 @@ static void handle_notification(mcp_server *srv, const char *method, const json_
          * action; notifications are never answered. */
 }
 
-/* An id must be a string or an integer (MCP forbids null). */
-static bool id_valid(const json_t *id)
-{
-        return json_is_string(id) || json_is_integer(id);
-}
-
 static void handle_line(mcp_server *srv, const char *line, size_t len)
 {
-        json_error_t je;
-        json_t *msg =
-            json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
-        if (!msg) {
-                send_error(srv, NULL, RPC_PARSE_ERROR, "parse error: %s (line %d, column %d)",
-                           je.text, je.line, je.column);
-                return;
-        }
-        if (json_is_array(msg)) {
-                send_error(srv, NULL, RPC_INVALID_REQUEST,
-                           "batches (JSON arrays) are not supported: send one message per line");
-                goto out;
-        }
-        if (!json_is_object(msg)) {
-                send_error(srv, NULL, RPC_INVALID_REQUEST, "a message must be a JSON object");
-                goto out;
-        }
-        const json_t *id = json_object_get(msg, "id");
-        const json_t *method = json_object_get(msg, "method");
-        const json_t *params = json_object_get(msg, "params");
-        const char *version = json_string_value(json_object_get(msg, "jsonrpc"));
-        bool has_id = id != NULL;
-        if (has_id && !id_valid(id)) {
-                send_error(srv, NULL, RPC_INVALID_REQUEST, "id must be a string or an integer");
-                goto out;
-        }
-        if (!version || strcmp(version, "2.0") != 0) {
-                send_error(srv, id, RPC_INVALID_REQUEST, "jsonrpc must be \"2.0\"");
-                goto out;
-        }
-        if (!method) {
-                /* A response from the client: this server sends no requests,
-                 * so there is nothing to match it with. */
-                if (has_id && (json_object_get(msg, "result") || json_object_get(msg, "error")))
-                        goto out;
-                send_error(srv, id, RPC_INVALID_REQUEST, "method is missing");
-                goto out;
-        }
-        if (!json_is_string(method)) {
-                send_error(srv, id, RPC_INVALID_REQUEST, "method must be a string");
-                goto out;
-        }
-        if (params && !json_is_object(params)) {
-                if (has_id)
-                        send_error(srv, id, RPC_INVALID_PARAMS, "params must be an object");
-                goto out;
-        }
-        if (has_id)
-                handle_request(srv, json_string_value(method), id, params);
-        else
-                handle_notification(srv, json_string_value(method), params);
-out:
-        json_decref(msg);
+        mcp_message m;
+        char why[256];
+        int code = mcp_parse_message(line, len, &m, why, sizeof(why));
+        if (code != 0)
+                send_error(srv, m.id, code, "%s", why);
+        else if (m.method && m.id)
+                handle_request(srv, m.method, m.id, m.params);
+        else if (m.method)
+                handle_notification(srv, m.method, m.params);
+        /* else: a response from the client; this server sends no requests,
+         * so there is nothing to match it with. */
+        json_decref(m.root);
 }
 
 /* ---- input ------------------------------------------------------------- */

@@ -1,0 +1,68 @@
+/* The JSON-RPC envelope of `airlock mcp`: the first code to touch what a
+ * client sends, so it takes any bytes and never trusts a field's type. */
+#include <stdio.h>
+#include <string.h>
+
+#include "mcp.h"
+
+/* An id must be a string or an integer (MCP forbids null). */
+static bool id_valid(const json_t *id)
+{
+        return json_is_string(id) || json_is_integer(id);
+}
+
+int mcp_parse_message(const char *line, size_t len, mcp_message *ret, char *why, size_t why_len)
+{
+        memset(ret, 0, sizeof(*ret));
+        json_error_t je;
+        json_t *msg =
+            json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
+        if (!msg) {
+                snprintf(why, why_len, "parse error: %s (line %d, column %d)", je.text, je.line,
+                         je.column);
+                return RPC_PARSE_ERROR;
+        }
+        ret->root = msg;
+        if (json_is_array(msg)) {
+                snprintf(why, why_len,
+                         "batches (JSON arrays) are not supported: send one message per line");
+                return RPC_INVALID_REQUEST;
+        }
+        if (!json_is_object(msg)) {
+                snprintf(why, why_len, "a message must be a JSON object");
+                return RPC_INVALID_REQUEST;
+        }
+        const json_t *id = json_object_get(msg, "id");
+        const json_t *method = json_object_get(msg, "method");
+        const json_t *params = json_object_get(msg, "params");
+        const char *version = json_string_value(json_object_get(msg, "jsonrpc"));
+        if (id && !id_valid(id)) {
+                snprintf(why, why_len, "id must be a string or an integer");
+                return RPC_INVALID_REQUEST;
+        }
+        ret->id = id;
+        if (!version || strcmp(version, "2.0") != 0) {
+                snprintf(why, why_len, "jsonrpc must be \"2.0\"");
+                return RPC_INVALID_REQUEST;
+        }
+        if (!method) {
+                /* A response from the client: nothing to do with it. */
+                if (id && (json_object_get(msg, "result") || json_object_get(msg, "error")))
+                        return 0;
+                snprintf(why, why_len, "method is missing");
+                return RPC_INVALID_REQUEST;
+        }
+        if (!json_is_string(method)) {
+                snprintf(why, why_len, "method must be a string");
+                return RPC_INVALID_REQUEST;
+        }
+        if (params && !json_is_object(params)) {
+                if (!id)
+                        return 0; /* a notification is never answered */
+                snprintf(why, why_len, "params must be an object");
+                return RPC_INVALID_PARAMS;
+        }
+        ret->method = json_string_value(method);
+        ret->params = params;
+        return 0;
+}
