@@ -26,6 +26,7 @@ typedef struct race {
         scratch s;
         int tree; /* the tree under attack ("tree") */
         int alt;  /* outside it: the links that get swapped in ("alt") */
+        int dir;  /* the real "tree/d", for the swapper */
         atomic_bool stop;
         atomic_ulong swaps;
 } race;
@@ -59,37 +60,49 @@ static void race_build(race *r)
         put_link(s, "alt/d", target);
         r->tree = open_dir(s, "tree");
         r->alt = open_dir(s, "alt");
+        r->dir = open_dir(s, "tree/d");
 }
 
 static void race_free(race *r)
 {
         close(r->tree);
         close(r->alt);
+        close(r->dir);
         scratch_free(&r->s);
 }
 
 static void *swapper(void *arg)
 {
         race *r = arg;
-        int dir = open_dir(r->tree, "d");
+        /* No cmocka assertions in this thread: failures are the main
+         * thread's to report. The fd on the real directory is opened before
+         * the thread starts and refreshed when a new "d" appears (the
+         * clearing test removes and recreates it). */
+        int dir = r->dir;
         unsigned long n = 0;
         while (!atomic_load(&r->stop)) {
-                /* Files for links and back (through an fd on the real
-                 * directory, valid wherever it is), then the parent
-                 * directory itself for a link and back. */
-                for (int i = 0; i < TREE_FILES; i++) {
-                        char name[16];
-                        snprintf(name, sizeof(name), "f%02d", i);
-                        renameat2(dir, name, r->alt, name, RENAME_EXCHANGE);
-                        renameat2(dir, name, r->alt, name, RENAME_EXCHANGE);
+                int fresh = openat(r->tree, "d", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fresh >= 0) {
+                        close(dir);
+                        dir = fresh;
                 }
-                renameat2(dir, "fifo-slot", r->alt, "fifo-slot", RENAME_EXCHANGE);
-                renameat2(r->tree, "d", r->alt, "d", RENAME_EXCHANGE);
-                renameat2(r->tree, "d", r->alt, "d", RENAME_EXCHANGE);
-                renameat2(dir, "fifo-slot", r->alt, "fifo-slot", RENAME_EXCHANGE);
+                /* Files for links and back (through an fd on the real
+                 * directory, valid wherever it is); then the parent
+                 * directory itself for a link, held for about as long
+                 * while its files keep moving, and back. */
+                for (int half = 0; half < 2; half++) {
+                        for (int i = 0; i < TREE_FILES; i++) {
+                                char name[16];
+                                snprintf(name, sizeof(name), "f%02d", i);
+                                renameat2(dir, name, r->alt, name, RENAME_EXCHANGE);
+                                renameat2(dir, name, r->alt, name, RENAME_EXCHANGE);
+                        }
+                        renameat2(dir, "fifo-slot", r->alt, "fifo-slot", RENAME_EXCHANGE);
+                        renameat2(r->tree, "d", r->alt, "d", RENAME_EXCHANGE);
+                }
                 n++;
         }
-        close(dir);
+        r->dir = dir;
         atomic_store(&r->swaps, n);
         return NULL;
 }
@@ -203,11 +216,71 @@ static void test_race_capture(void **state)
         race_free(&r);
 }
 
+/* Makes dfd/name a link to target again: when the clearing removed a link
+ * that was swapped into the tree, the real entry stayed on the other side,
+ * and without this the swapper would go on exchanging real for real. */
+static void relink(int dfd, const char *name, const char *target)
+{
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISLNK(st.st_mode))
+                fsx_remove_at(dfd, name, NULL);
+        (void)!symlinkat(target, dfd, name);
+}
+
+/* Clearing while the tree's directory and files are swapped for links to
+ * the secret directory: links are unlinked, never followed, so every secret
+ * file survives every round. */
+static void test_race_clear(void **state)
+{
+        race r = {0};
+        race_build(&r);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, swapper, &r), 0);
+        char target[160];
+        unsigned failed = 0;
+        for (int i = 0; i < ROUNDS; i++) {
+                /* Put back whatever the last round removed (names may exist
+                 * or be mid-swap: errors here are expected). */
+                mkdirat(r.tree, "d", 0755);
+                int d = openat(r.tree, "d", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                for (int k = 0; k < TREE_FILES && d >= 0; k++) {
+                        char name[16];
+                        snprintf(name, sizeof(name), "f%02d", k);
+                        int fd = openat(d, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+                        if (fd >= 0)
+                                close(fd);
+                        snprintf(target, sizeof(target), "%s/secret/f%02d", r.s.path, k);
+                        relink(r.alt, name, target);
+                }
+                if (d >= 0)
+                        close(d);
+                snprintf(target, sizeof(target), "%s/secret", r.s.path);
+                relink(r.alt, "d", target);
+                airlock_error err = {0};
+                failed += fsx_clear_dir(r.tree, &err) < 0;
+        }
+        atomic_store(&r.stop, true);
+        pthread_join(t, NULL);
+        for (int k = 0; k < TREE_FILES; k++) {
+                char name[32];
+                snprintf(name, sizeof(name), "secret/f%02d", k);
+                char *data = get_file(r.s.fd, name);
+                if (!data)
+                        fail_msg("%s was removed through a link", name);
+                assert_string_equal(data, MARKER " " MARKER);
+                free(data);
+        }
+        print_message("clear: %u of %d rounds reported an error; %lu swap rounds\n", failed, ROUNDS,
+                      (unsigned long)atomic_load(&r.swaps));
+        race_free(&r);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_race_stage_and_signature),
             cmocka_unit_test(test_race_capture),
+            cmocka_unit_test(test_race_clear),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
