@@ -202,6 +202,16 @@ static int remove_run(int parentfd, const char *name, airlock_error *err)
                         return al_error(err, -errno, name, "cannot open %s: %s", name,
                                         strerror(errno));
                 }
+                /* A mount point is never emptied: what is mounted there is
+                 * not part of the tree (the same rule as inside a clear). */
+                struct stat pst, st;
+                if (fstat(parentfd, &pst) < 0 || fstat(fd, &st) < 0)
+                        return al_error(err, -errno, name, "cannot inspect %s: %s", name,
+                                        strerror(errno));
+                if (st.st_dev != pst.st_dev)
+                        return al_error(err, -EBUSY, name,
+                                        "cannot remove %s: another file system is mounted there",
+                                        name);
                 int r = fsx_clear_dir(fd, err);
                 if (unlinkat(parentfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
                         r = al_error(err, -errno, name, "cannot remove directory %s: %s", name,

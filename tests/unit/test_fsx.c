@@ -680,6 +680,10 @@ static void test_clear_reports_first_error(void **state)
         }
         put_file(c, "busy/inside", "i");
         airlock_error err = {0};
+        /* Removing the mount point itself leaves what is mounted alone. */
+        assert_int_equal(fsx_remove_at(c, "busy", &err), -EBUSY);
+        assert_non_null(strstr(err.message, "another file system is mounted there"));
+        assert_int_equal(faccessat(c, "busy/inside", F_OK, AT_SYMLINK_NOFOLLOW), 0);
         int r = fsx_clear_dir(c, &err);
         assert_int_equal(r, -EBUSY);
         assert_string_equal(err.path, "busy");
