@@ -140,7 +140,7 @@ static int capture_file(void *ctx, const fsx_item *it)
 
         uint64_t size = (uint64_t)st.st_size;
         if ((c->lim->max_file && size > c->lim->max_file) || size > c->lim->max_bytes ||
-            c->total + size > c->lim->max_bytes)
+            size > c->lim->max_bytes - c->total)
                 return capture_refuse(c, it, FSX_TOO_LARGE);
 
         /* One block per file in the arena: the path, the media type, then
@@ -284,7 +284,8 @@ static int capture_run(int out_dirfd, const fsx_limits *lim, airlock_file **ret_
         fsx_walk_opts opts = {
             .prefix = "/output",
             .max_depth = lim->max_depth,
-            .max_entries = lim->max_files * 4 + 1024,
+            .max_entries =
+                lim->max_files > (UINT64_MAX - 1024) / 4 ? UINT64_MAX : lim->max_files * 4 + 1024,
             .listed = &listed,
             .refuse_bad_utf8 = true,
         };

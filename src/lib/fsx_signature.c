@@ -173,7 +173,7 @@ static int sig_file_fd(sig_ctx *c, int fd, const struct stat *st, const char *re
                        const char *path)
 {
         uint64_t size = (uint64_t)st->st_size;
-        if (size > c->lim->max_bytes || c->bytes + size > c->lim->max_bytes)
+        if (size > c->lim->max_bytes || size > c->lim->max_bytes - c->bytes)
                 return al_error(c->err, -EFBIG, path,
                                 "too large: staging %s (%llu bytes) would exceed the staging cap "
                                 "of %llu bytes",

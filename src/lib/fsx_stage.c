@@ -170,7 +170,7 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
                            const char *name, const char *path)
 {
         uint64_t size = (uint64_t)st->st_size;
-        if (size > c->lim->max_bytes || c->stats.bytes + size > c->lim->max_bytes)
+        if (size > c->lim->max_bytes || size > c->lim->max_bytes - c->stats.bytes)
                 return al_error(c->err, -EFBIG, path,
                                 "too large: staging %s (%llu bytes) would exceed the staging cap "
                                 "of %llu bytes",

@@ -343,6 +343,27 @@ static void test_capture_caps(void **state)
         expect_refused(&c, large, ARRAY_SIZE(large));
         captured_free(&c);
 
+        /* Caps at their largest values are "no cap", not an overflow. */
+        lim = (fsx_limits){.max_bytes = UINT64_MAX,
+                           .max_files = UINT64_MAX,
+                           .max_depth = UINT32_MAX,
+                           .max_file = UINT64_MAX};
+        assert_int_equal(do_capture(out, &lim, &c, &err), 0);
+        assert_int_equal(c.n_files, 7);
+        assert_int_equal(c.n_refused, 0);
+        captured_free(&c);
+        put_dir(s.fd, "dest");
+        int dest = open_dir(s.fd, "dest");
+        char ws[128];
+        snprintf(ws, sizeof(ws), "%s/out", s.path);
+        fsx_source src[] = {{.host_path = ws}};
+        fsx_stage_stats st;
+        assert_int_equal(fsx_stage(dest, src, 1, &lim, (uid_t)-1, (gid_t)-1, &st, &err), 0);
+        assert_int_equal(st.files, 7);
+        close(dest);
+        char hex[FSX_SIGNATURE_HEX];
+        assert_int_equal(fsx_tree_signature(ws, &lim, UINT64_MAX, hex, &err), 0);
+
         /* Per file. */
         lim = capture_limits();
         lim.max_file = 99;
