@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test tier and ends with one closing line, "check: N passed, N failed".
-#   1. unit tests (cmocka), each in its own process with a time limit;
+#   1. unit tests (cmocka), each in its own process with a time limit, then
+#      the same built with ASan/UBSan (build/asan);
 #   2. the file-transfer tests again with openat2 forced to fail (ENOSYS), so
 #      the component-by-component fallback is exercised on every run;
 #   3. black-box tests that drive the built airlock binary (tests/blackbox);
@@ -68,6 +69,24 @@ for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
     run_cmocka "$(basename "$t")" "$t"
 done
+
+# The same unit tests built with ASan/UBSan (make check builds them first,
+# into build/asan): memory errors, undefined behaviour and, where
+# LeakSanitizer can run, leaks. AIRLOCK_TEST_QUICK=1 lets a test leave out
+# what is too slow under the sanitizers. Missing when the build was skipped.
+echo "== unit tests under ASan/UBSan"
+asan_build=${AIRLOCK_ASAN_BUILD:-build/asan}
+if [ "$asan_build" != "$build" ] && ls "$asan_build"/tests/test_* >/dev/null 2>&1; then
+    for t in "$asan_build"/tests/test_*; do
+        [ -x "$t" ] || continue
+        run_cmocka "$(basename "$t")[asan]" env AIRLOCK_TEST_QUICK=1 \
+            ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
+            UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" "$t"
+    done
+else
+    record "asan-build" 1
+    echo "asan: FAILED: no sanitizer build of the unit tests in $asan_build (make SAN=asan tests)"
+fi
 
 echo "== file transfer tests with openat2 forced to ENOSYS"
 if [ -x "$build/tests/no_openat2" ]; then

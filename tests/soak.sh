@@ -37,7 +37,7 @@ log=$work.log
 status=0
 
 template_count() { # sandbox processes on the whole machine (informative only)
-    grep -lasx 'airlock-template' /proc/[0-9]*/cmdline 2>/dev/null | wc -l
+    pgrep -cf '^airlock-template$' || true
 }
 
 echo "soak: $runs library runs, then $mcp_runs MCP calls, with $build (log $log)"
