@@ -366,9 +366,7 @@ def test_sigterm_mid_run_leaves_nothing_behind():
         f.write("workspace\n")
     marker = f"airlock-fault-{uuid.uuid4().hex}"
     # A child with the marker in a host-visible argv, and the run sleeping.
-    code = (f"import os, time\nif os.fork() == 0:\n"
-            f"    os.execv('/bin/sh', ['sh', '-c', 'sleep 300; :', {marker!r}])\n"
-            "time.sleep(30)\n")
+    code = marked_code(marker, 30)
     env = dict(os.environ, TMPDIR=stage)
     p = subprocess.Popen([AIRLOCK, "run", "-w", ws, "-c", code], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
@@ -402,6 +400,104 @@ def test_sigterm_mid_run_leaves_nothing_behind():
     remove_cgroups(cgroups)
     assert cgroups == [], cgroups
     next_run_works()
+
+
+def start_mcp(*args, env=None):
+    """airlock mcp, initialized, with a call of execute_code in progress."""
+    p = subprocess.Popen([AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def send(msg):
+        p.stdin.write(json.dumps(msg) + "\n")
+        p.stdin.flush()
+    send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+          "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                     "clientInfo": {"name": "test_faults", "version": "1"}}})
+    assert "result" in json.loads(p.stdout.readline())
+    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return p, send
+
+
+def wait_for_marker(p, marker):
+    """Waits until a process below p has marker in its argv; returns p's
+    descendants at that moment."""
+    for _ in range(1200):
+        live = descendants(p.pid)
+        if any(marker.encode() in cmdline(pid) for pid, _ in live) or p.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert any(marker.encode() in cmdline(pid) for pid, _ in live), p.poll()
+    return live
+
+
+def marked_code(marker, seconds):
+    """Guest code with a child whose host-visible argv holds marker."""
+    return (f"import os, time\nif os.fork() == 0:\n"
+            f"    os.execv('/bin/sh', ['sh', '-c', 'sleep {seconds}; :', {marker!r}])\n"
+            f"time.sleep({seconds})\n")
+
+
+def test_mcp_sigterm_mid_call_leaves_nothing_behind():
+    stage = tmpdir()
+    ws = tmpdir()
+    with open(os.path.join(ws, "data.txt"), "w") as f:
+        f.write("workspace\n")
+    marker = f"airlock-fault-{uuid.uuid4().hex}"
+    p, send = start_mcp("-w", ws, env=dict(os.environ, TMPDIR=stage))
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+              "params": {"name": "execute_code", "arguments": {"code": marked_code(marker, 60)}}})
+        live = wait_for_marker(p, marker)
+        p.send_signal(signal.SIGTERM)
+        p.stdin.close()
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, p.returncode
+    assert survivors(live) == set(), survivors(live)
+    assert os.listdir(stage) == [], os.listdir(stage)
+    cgroups = cgroups_of(p.pid)
+    remove_cgroups(cgroups)
+    assert cgroups == [], cgroups
+    next_run_works()
+
+
+def test_sigkill_of_the_host_ends_the_run():
+    """SIGKILL cannot be caught, so the host cannot clean up; but the run it
+    started must not outlive it (its time limit is the host's to enforce).
+    Known to fail today: the running copy and its children survive,
+    reparented to init, until the guest's code ends by itself. Runs only
+    with AIRLOCK_KNOWN_BUGS=1 until the sandbox is fixed."""
+    if os.environ.get("AIRLOCK_KNOWN_BUGS") != "1":
+        print("skipped test_sigkill_of_the_host_ends_the_run: known bug, "
+              "set AIRLOCK_KNOWN_BUGS=1 to run it")
+        return
+    marker = f"airlock-fault-{uuid.uuid4().hex}"
+    for cmd in (["run", "--timeout", "5", "-c", marked_code(marker, 120)], ["mcp"]):
+        if cmd[0] == "run":
+            p = subprocess.Popen([AIRLOCK, *cmd], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        else:
+            p, send = start_mcp()
+            send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                  "params": {"name": "execute_code",
+                             "arguments": {"code": marked_code(marker, 120)}}})
+        live = wait_for_marker(p, marker)
+        p.kill()
+        p.wait()
+        left = set()
+        for _ in range(100):  # the kernel may take a moment
+            left = survivors(live)
+            if not left:
+                break
+            time.sleep(0.1)
+        for pid, _ in left:
+            os.kill(pid, signal.SIGKILL)
+        cgroups = cgroups_of(p.pid)
+        remove_cgroups(cgroups)
+        assert left == set(), (cmd[0], left)
 
 
 def cmdline(pid):
