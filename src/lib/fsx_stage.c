@@ -117,9 +117,17 @@ static int copy_data(stage_ctx *c, int in, int out, uint64_t size)
         if (size == 0)
                 return 0;
         if (!c->no_clone) {
-                if (ioctl(out, FICLONE, in) == 0)
-                        /* The clone takes the whole file, which may have grown. */
+                if (ioctl(out, FICLONE, in) == 0) {
+                        /* The clone takes the whole file as it is now: cut
+                         * what it grew by; a file that shrank is an error,
+                         * as in a copy. */
+                        struct stat st;
+                        if (fstat(out, &st) < 0)
+                                return -errno;
+                        if ((uint64_t)st.st_size < size)
+                                return -ENODATA;
                         return ftruncate(out, (off_t)size) < 0 ? -errno : 0;
+                }
                 c->no_clone = true;
         }
         if (size < SPARSE_MIN)
