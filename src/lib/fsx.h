@@ -74,9 +74,12 @@ int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const
 #define FSX_SIGNATURE_HEX 33 /* 128-bit digest as hex, NUL included */
 
 /* Signature of the tree at host_path (file or directory), for cache staleness:
- * the same walk and refusal of links as fsx_stage, over relative path, type,
- * size, mtime in ns and inode, and the content hash of every file under
- * content_threshold bytes. ret_hex receives 32 hex digits. */
+ * the same walk, refusals and caps as fsx_stage (the same errors), over
+ * relative path, type and mode, size, mtime in ns and inode of every file and
+ * directory staging would copy, and the content hash of every file under
+ * content_threshold bytes (so a same-size edit within one mtime tick shows).
+ * The hash is fsx's own 128-bit non-cryptographic one, not for security.
+ * ret_hex receives 32 hex digits. */
 int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
                        char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
 
@@ -84,12 +87,12 @@ int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t co
  * guest process has ended). Links and non-regular files are refused and never
  * followed or opened in a way that can block; caps per file, total, count and
  * depth; names that are not UTF-8 refused; a file that changes while read is
- * refused. Files are sorted by path, paths are "/output/...", media types come
- * from fsx_media_type. The refusal list is capped at 100 entries plus one
- * (path "/output", reason "N more refused (list capped at 100)"). Host memory
- * is bounded by the caps: at most 4 * max_files + 1024 entries are listed,
- * then the directory being listed is refused "too many files" and no further
- * directory is entered. Out-params untouched on failure. */
+ * refused; an entry the host may not open is refused "unreadable" (a guest
+ * can chmod 000 its files) rather than failing the capture. Files are sorted by path, paths are
+ * "/output/...", media types come from fsx_media_type. The refusal list is capped at 100 entries
+ * plus one (path "/output", reason "N more refused (list capped at 100)"). Host memory is bounded
+ * by the caps: at most 4 * max_files + 1024 entries are listed, then the directory being listed is
+ * refused "too many files" and no further directory is entered. Out-params untouched on failure. */
 int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, size_t *ret_n_files,
                 airlock_refusal **ret_refused, size_t *ret_n_refused, airlock_error *err);
 
@@ -98,9 +101,12 @@ int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, 
 const char *fsx_media_type(const char *name);
 
 /* Empties the directory dirfd: unlinks links without touching their targets,
- * removes FIFOs, sockets, devices and directories of any depth without
- * recursion limits. Continues past entries it cannot remove and reports the
- * first error at the end. */
+ * removes FIFOs, sockets and devices without opening them, and directories of
+ * any depth without recursion and with at most 65 directory fds open (deeper
+ * directories are first moved up into dirfd under ".airlock-clear.N").
+ * Never descends into another file system (a mount point fails -EBUSY).
+ * Continues past entries it cannot remove and reports the first error at the
+ * end. Error messages and paths are valid UTF-8, as for every function here. */
 int fsx_clear_dir(int dirfd, airlock_error *err);
 
 /* Removes the entry name (a single component) in parentfd, whatever it is,
