@@ -480,6 +480,18 @@ int fsx_walk(int root_fd, const struct stat *root_st, void *root_data, const fsx
         /* The root is listed from a private open file description, so that
          * the walk neither moves nor depends on the caller's file offset. */
         int fd = openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 && (errno == EACCES || errno == EPERM)) {
+                /* A root the host may not list (a guest can chmod 000 its
+                 * /output) is a refusal like any unreadable entry. */
+                fsx_item self = {.path = w.path.data,
+                                 .path_len = w.path.len,
+                                 .rel = "",
+                                 .name = "",
+                                 .parent_fd = root_fd,
+                                 .root_dev = w.root_dev};
+                r = ops->refuse(ctx, &self, FSX_UNREADABLE);
+                goto out;
+        }
         if (fd < 0) {
                 r = al_error(err, -errno, prefix, "cannot open directory %s: %s", prefix,
                              strerror(errno));
