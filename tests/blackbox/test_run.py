@@ -246,5 +246,34 @@ def test_guest_ids_are_unprivileged_on_host():
     assert r["stdout"] == "0\n"
 
 
+def test_works_as_an_unprivileged_user():
+    # As root (CI), run the binary as nobody through setpriv: the user
+    # namespace must come up without privileges, staging and capture too.
+    import shutil
+    if os.geteuid() != 0:
+        rc, r = run_json("print('ok')")
+        assert rc == 0 and r["stdout"] == "ok\n"
+        return
+    d = tmpdir()
+    os.chmod(d, 0o755)
+    exe = os.path.join(d, "airlock")
+    shutil.copy(AIRLOCK, exe)
+    os.chmod(exe, 0o755)
+    ws = os.path.join(d, "ws")
+    os.mkdir(ws)
+    with open(os.path.join(ws, "in.txt"), "w") as f:
+        f.write("data")
+    os.chmod(ws, 0o755)
+    os.chmod(os.path.join(ws, "in.txt"), 0o644)
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", exe,
+                        "run", "--json", "-w", ws, "-c",
+                        "import os; print(open('/input/in.txt').read(), os.getuid())\n"
+                        "open('/output/o.txt', 'w').write('x')"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["stdout"] == "data 0\n" and [f["path"] for f in r["files"]] == ["/output/o.txt"]
+
+
 if __name__ == "__main__":
     run()
