@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <sys/sysmacros.h>
 #include <grp.h>
+#include <pthread.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 
@@ -166,6 +167,41 @@ static void test_media_type(void **state)
         assert_string_equal(fsx_media_type("x.definitely-not-a-type"), "application/octet-stream");
         assert_string_equal(fsx_media_type(""), "application/octet-stream");
         assert_string_equal(fsx_media_type(NULL), "application/octet-stream");
+}
+
+static void *lookup_thread(void *arg)
+{
+        bool ok = true;
+        for (int i = 0; i < 1000 && ok; i++)
+                ok = strcmp(fsx_media_type("x.csv"), "text/csv") == 0 &&
+                     strcmp(fsx_media_type("y.PNG"), "image/png") == 0;
+        *(bool *)arg = ok;
+        return NULL;
+}
+
+/* The table is loaded once, whichever of many threads asks first: run in a
+ * fresh child, where nothing has loaded it yet. */
+static void test_media_type_threads(void **state)
+{
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                pthread_t t[8];
+                bool ok[8];
+                for (int i = 0; i < 8; i++)
+                        if (pthread_create(&t[i], NULL, lookup_thread, &ok[i]) != 0)
+                                _exit(2);
+                bool all = true;
+                for (int i = 0; i < 8; i++) {
+                        pthread_join(t[i], NULL);
+                        all = all && ok[i];
+                }
+                _exit(all ? 0 : 1);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 /* ---- capture ------------------------------------------------------------- */
@@ -731,6 +767,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_normalize_table),
             cmocka_unit_test(test_open_beneath),
+            cmocka_unit_test(test_media_type_threads),
             cmocka_unit_test(test_media_type),
             cmocka_unit_test(test_capture_corpus),
             cmocka_unit_test(test_capture_caps),
