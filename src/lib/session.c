@@ -44,6 +44,43 @@ static int session_dead_error(airlock_error *err)
         return -ESRCH;
 }
 
+/* Reads one reply frame of the session before the deadline and checks
+ * that its op is expect. The frame is small; anything else is an error. */
+static int read_reply(airlock_session *s, uint64_t deadline, const char *expect, json_t **ret,
+                      airlock_error *err)
+{
+        frame_reader fr;
+        frame_reader_init(&fr, 4096);
+        json_t *reply = NULL;
+        struct pollfd p = {s->c->chan, POLLIN, 0};
+        int r = 0;
+        while (r == 0) {
+                uint64_t now = al_now_ns();
+                if (now >= deadline) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+                if (poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
+                        continue;
+                r = frame_reader_feed(&fr, s->c->chan, &reply);
+        }
+        frame_reader_free(&fr);
+        if (r != 1)
+                return al_error(err, r < 0 ? r : -EPROTO, NULL, "the session did not answer");
+        const char *op = json_string_value(json_object_get(reply, "op"));
+        if (!op || strcmp(op, expect) != 0) {
+                const char *e = json_string_value(json_object_get(reply, "error"));
+                r = al_error(err, -EIO, NULL, "the session refused: %s", e ? e : "protocol error");
+                json_decref(reply);
+                return r;
+        }
+        if (ret)
+                *ret = reply;
+        else
+                json_decref(reply);
+        return 0;
+}
+
 /* Reads the announcement of a new active interpreter: one byte with its
  * pidfd, then a frame {"op": expect}. */
 static int read_active(airlock_session *s, const char *expect, airlock_error *err)
@@ -68,27 +105,7 @@ static int read_active(airlock_session *s, const char *expect, airlock_error *er
                 close(s->active_pidfd);
         s->active_pidfd = fd;
 
-        frame_reader fr;
-        frame_reader_init(&fr, 4096);
-        json_t *msg = NULL;
-        int r = 0;
-        while (r == 0) {
-                uint64_t now = al_now_ns();
-                if (now >= deadline) {
-                        r = -ETIMEDOUT;
-                        break;
-                }
-                if (poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
-                        continue;
-                r = frame_reader_feed(&fr, s->c->chan, &msg);
-        }
-        frame_reader_free(&fr);
-        if (r != 1)
-                return al_error(err, r < 0 ? r : -EPROTO, NULL, "the session did not answer");
-        const char *op = json_string_value(json_object_get(msg, "op"));
-        bool ok = op && strcmp(op, expect) == 0;
-        json_decref(msg);
-        return ok ? 0 : al_error(err, -EPROTO, NULL, "the session broke the protocol");
+        return read_reply(s, deadline, expect, NULL, err);
 }
 
 /* Sends one control frame and, unless expect is NULL, reads a reply frame
@@ -104,34 +121,7 @@ static int request(airlock_session *s, json_t *msg, const char *expect, json_t *
         }
         if (!expect)
                 return 0;
-        uint64_t deadline = al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9);
-        frame_reader fr;
-        frame_reader_init(&fr, 4096);
-        json_t *reply = NULL;
-        struct pollfd p = {s->c->chan, POLLIN, 0};
-        r = 0;
-        while (r == 0) {
-                uint64_t now = al_now_ns();
-                if (now >= deadline) {
-                        r = -ETIMEDOUT;
-                        break;
-                }
-                if (poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
-                        continue;
-                r = frame_reader_feed(&fr, s->c->chan, &reply);
-        }
-        frame_reader_free(&fr);
-        if (r != 1)
-                return al_error(err, r < 0 ? r : -EPROTO, NULL, "the session did not answer");
-        const char *op = json_string_value(json_object_get(reply, "op"));
-        if (!op || strcmp(op, expect) != 0) {
-                const char *e = json_string_value(json_object_get(reply, "error"));
-                r = al_error(err, -EIO, NULL, "the session refused: %s", e ? e : "protocol error");
-                json_decref(reply);
-                return r;
-        }
-        *ret = reply;
-        return 0;
+        return read_reply(s, al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9), expect, ret, err);
 }
 
 int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_error *err)

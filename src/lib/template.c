@@ -435,14 +435,30 @@ static pid_t fork_interpreter(void)
  * When the host closes its end (session closed, or the host died), pid 1
  * exits, and with it every process of the session's PID namespace, the
  * frozen snapshots included. */
+static void on_sigchld(int sig)
+{
+        (void)sig;
+}
+
 _Noreturn static void session_root(int chan)
 {
+        /* SIGCHLD stays blocked except inside ppoll, so a child's exit
+         * interrupts the wait at once and no zombie lingers in /proc. */
+        struct sigaction sa = {.sa_handler = on_sigchld};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGCHLD, &sa, NULL);
+        sigset_t chld, open_mask;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &chld, &open_mask);
+        sigdelset(&open_mask, SIGCHLD);
         for (;;) {
-                struct pollfd p = {chan, POLLRDHUP, 0};
-                if (poll(&p, 1, 1000) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-                        _exit(0);
                 while (waitpid(-1, NULL, WNOHANG) > 0)
                         ;
+                struct pollfd p = {chan, POLLRDHUP, 0};
+                if (ppoll(&p, 1, NULL, &open_mask) > 0 &&
+                    (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        _exit(0);
         }
 }
 
