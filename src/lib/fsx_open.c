@@ -156,6 +156,12 @@ int fsx_open_beneath(int dirfd, const char *relpath, int flags, mode_t mode)
                          * is no ".." here, but stay correct if it ever does. */
                         if (errno == EAGAIN)
                                 break;
+                        /* Some container seccomp profiles answer EPERM for
+                         * system calls they do not know, openat2 among them:
+                         * let the fallback decide (it gives the same EPERM
+                         * if that is the real answer). */
+                        if (errno == EPERM)
+                                break;
                         if (errno != ENOSYS)
                                 return -errno;
                         atomic_store_explicit(&openat2_missing, true, memory_order_relaxed);
