@@ -115,10 +115,13 @@ static bool same_file_state(const struct stat *a, const struct stat *b)
                a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
-/* Reads one listed file. Memory use is bounded by the caps: the size is
- * checked against them before any byte is read, and exactly st_size bytes
- * are read; one byte more, a short read or a different size or time on the
- * fd afterwards means the file changed, and it is refused. */
+/* Reads one listed file through the fd whose type, inode and device were
+ * checked (fsx_open_listed: O_NOFOLLOW|O_NONBLOCK, so a link is never
+ * followed and a FIFO never blocks). Memory use is bounded by the caps: the
+ * size is checked against them before any byte is read, and at most
+ * st_size + 1 bytes are read; more or fewer than st_size (or, for a large
+ * file, a different size or time on the fd afterwards) means the file
+ * changed, and it is refused. */
 static int capture_file(void *ctx, const fsx_item *it)
 {
         capture_ctx *c = ctx;
