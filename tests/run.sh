@@ -76,7 +76,9 @@ done
 # what is too slow under the sanitizers. Missing when the build was skipped.
 echo "== unit tests under ASan/UBSan"
 asan_build=${AIRLOCK_ASAN_BUILD:-build/asan}
-if [ "$asan_build" != "$build" ] && ls "$asan_build"/tests/test_* >/dev/null 2>&1; then
+if [ "$(realpath -m "$asan_build")" = "$(realpath -m "$build")" ]; then
+    echo "asan: the unit tests above were the sanitizer build already"
+elif ls "$asan_build"/tests/test_* >/dev/null 2>&1; then
     for t in "$asan_build"/tests/test_*; do
         [ -x "$t" ] || continue
         run_cmocka "$(basename "$t")[asan]" env AIRLOCK_TEST_QUICK=1 \
