@@ -586,6 +586,51 @@ static void test_error_utf8(void **state)
         scratch_free(&s);
 }
 
+/* From one file system to another, copy_file_range answers EXDEV and the
+ * read/write fallback copies: same bytes, holes included. */
+static void test_stage_cross_fs(void **state)
+{
+        struct stat a, b;
+        if (stat("/dev/shm", &a) < 0 || stat("/tmp", &b) < 0 || a.st_dev == b.st_dev)
+                skip();
+        scratch src, dst;
+        scratch_new_in(&src, "/dev/shm");
+        scratch_new(&dst);
+        put_dir(src.fd, "ws");
+        put_file(src.fd, "ws/small", "small file");
+        int fd = openat(src.fd, "ws/sparse", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        assert_true(fd >= 0);
+        assert_int_equal(pwrite(fd, "start", 5, 0), 5);
+        assert_int_equal(pwrite(fd, "end", 3, (8 << 20) - 3), 3);
+        close(fd);
+        char ws[128];
+        snprintf(ws, sizeof(ws), "%s/ws", src.path);
+        fsx_source srcs[] = {{.host_path = ws}};
+        fsx_limits lim = stage_limits();
+        lim.max_bytes = 64 << 20;
+        fsx_stage_stats st;
+        airlock_error err = {0};
+        int r = stage(&dst, srcs, 1, &lim, &st, &err);
+        if (r < 0)
+                fail_msg("stage: %s", err.message);
+        int d = open_dir(dst.fd, "dest");
+        expect_file(d, "small", "small file");
+        struct stat sb;
+        assert_int_equal(fstatat(d, "sparse", &sb, 0), 0);
+        assert_int_equal(sb.st_size, 8 << 20);
+        assert_true((uint64_t)sb.st_blocks * 512 < (1u << 20));
+        fd = openat(d, "sparse", O_RDONLY | O_CLOEXEC);
+        char buf[8];
+        assert_int_equal(pread(fd, buf, 5, 0), 5);
+        assert_memory_equal(buf, "start", 5);
+        assert_int_equal(pread(fd, buf, 3, (8 << 20) - 3), 3);
+        assert_memory_equal(buf, "end", 3);
+        close(fd);
+        close(d);
+        scratch_free(&dst);
+        scratch_free(&src);
+}
+
 static int count_fds(void)
 {
         DIR *d = opendir("/proc/self/fd");
@@ -656,6 +701,7 @@ int main(void)
             cmocka_unit_test(test_stage_sparse),
             cmocka_unit_test(test_signature),
             cmocka_unit_test(test_stage_deep),
+            cmocka_unit_test(test_stage_cross_fs),
             cmocka_unit_test(test_no_fd_leaks),
             cmocka_unit_test(test_error_utf8),
             cmocka_unit_test_setup_teardown(test_stage_basic, setup_fallback, teardown_fallback),
