@@ -642,7 +642,7 @@ static void test_devices(void **state)
 static void test_capture_and_clear_deep(void **state)
 {
         scratch s;
-        scratch_new(&s);
+        scratch_new_fast(&s, 128u << 20);
         put_dir(s.fd, "out");
         int out = open_dir(s.fd, "out");
         put_deep(out, 10000, "leaf");

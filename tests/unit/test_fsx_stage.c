@@ -530,7 +530,7 @@ static void test_signature(void **state)
 static void test_stage_deep(void **state)
 {
         scratch s;
-        scratch_new(&s);
+        scratch_new_fast(&s, 256u << 20);
         put_dir(s.fd, "ws");
         int ws_fd = open_dir(s.fd, "ws");
         put_deep(ws_fd, 10000, "leaf");
