@@ -112,6 +112,8 @@ static double time_capture(const char *dir, long *ret_rss_kib)
         int pfd[2];
         if (pipe(pfd) < 0)
                 die("pipe");
+        /* As for the copies: no one else's write-back runs during it. */
+        sync();
         pid_t pid = fork();
         if (pid < 0)
                 die("fork");
