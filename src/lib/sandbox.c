@@ -318,8 +318,10 @@ static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
                         return al_error(err, -errno, tmp, "cannot create a staging directory: %m");
         }
         sb->stage_name = strdup(name);
-        if (!sb->stage_name)
+        if (!sb->stage_name) {
+                unlinkat(sb->stage_parent_fd, name, AT_REMOVEDIR);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
         _cleanup_close_ int stage_fd =
             openat(sb->stage_parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (stage_fd < 0)
@@ -367,8 +369,16 @@ static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
 
 static void cleanup_staging(airlock_sandbox *sb)
 {
-        if (sb->stage_parent_fd >= 0 && sb->stage_name)
-                fsx_remove_at(sb->stage_parent_fd, sb->stage_name, NULL);
+        if (sb->stage_parent_fd >= 0 && sb->stage_name &&
+            fsx_remove_at(sb->stage_parent_fd, sb->stage_name, NULL) < 0) {
+                /* Out of fds (the walk needs some), staging had not begun:
+                 * remove the two empty directories we made without opening
+                 * anything. Both are ours, in a directory only we can enter. */
+                char input[64];
+                snprintf(input, sizeof(input), "%s/input", sb->stage_name);
+                unlinkat(sb->stage_parent_fd, input, AT_REMOVEDIR);
+                unlinkat(sb->stage_parent_fd, sb->stage_name, AT_REMOVEDIR);
+        }
         if (sb->stage_parent_fd >= 0)
                 close(sb->stage_parent_fd);
         sb->stage_parent_fd = -1;
