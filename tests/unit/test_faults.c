@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,6 +268,67 @@ static void test_template_killed_between_runs(void **state)
         alarm(0);
 }
 
+typedef struct run_arg {
+        airlock_sandbox *sb;
+        const char *code;
+        int r;
+        airlock_result *res;
+        airlock_error err;
+} run_arg;
+
+static void *run_thread(void *p)
+{
+        run_arg *a = p;
+        a->r = airlock_sandbox_run(a->sb, a->code, strlen(a->code), &a->res, &a->err);
+        return NULL;
+}
+
+/* The template dies while a copy runs code: the copy is already ours, so
+ * the run finishes (or fails cleanly); the sandbox is broken afterwards. */
+static void test_template_killed_during_run(void **state)
+{
+        alarm(TEST_ALARM_S);
+        airlock_config *cfg = ws_config();
+        airlock_sandbox *sb = new_sandbox(cfg);
+        run_arg a = {.sb = sb, .code = "import time\ntime.sleep(2)\nprint('done')"};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, run_thread, &a), 0);
+        /* The run is live once a copy is busy with it: the template has
+         * started the next one by then or soon after. Half a second is
+         * enough on a quiet machine; either way the outcome below holds. */
+        usleep(500000);
+        assert_int_equal(kill(the_template(), SIGKILL), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        if (a.r >= 0) {
+                assert_non_null(a.res);
+                assert_true(a.res->success);
+                assert_string_equal(a.res->stdout_data, "done\n");
+                airlock_result_free(a.res);
+        } else {
+                assert_null(a.res);
+                assert_true(a.err.message[0] != '\0');
+                print_message("the run in progress: %s\n", a.err.message);
+        }
+        int r = 0;
+        for (int i = 0; i < 4 && r >= 0; i++) {
+                airlock_result *res = NULL;
+                airlock_error err = {0};
+                r = airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err);
+                if (r >= 0) {
+                        expect_ok(res);
+                        airlock_result_free(res);
+                } else {
+                        assert_null(res);
+                        assert_int_equal(err.kind, AIRLOCK_ERROR_RUN);
+                }
+        }
+        assert_true(r < 0);
+        airlock_sandbox_close(sb);
+        airlock_config_free(cfg);
+        no_leftovers();
+        alarm(0);
+}
+
 static void test_copy_killed_between_runs(void **state)
 {
         alarm(TEST_ALARM_S);
@@ -360,6 +422,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_template_killed_between_runs),
+            cmocka_unit_test(test_template_killed_during_run),
             cmocka_unit_test(test_copy_killed_between_runs),
             cmocka_unit_test(test_cache_rebuilds_after_template_death),
         };
