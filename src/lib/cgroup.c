@@ -80,8 +80,6 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim)
 {
         memset(cg, 0, sizeof(*cg));
         cg->dirfd[0] = cg->dirfd[1] = cg->parentfd[0] = cg->parentfd[1] = -1;
-        cg->memory = lim->memory_bytes;
-        cg->pids = lim->pids;
         if (geteuid() != 0)
                 return;
         snprintf(cg->name, sizeof(cg->name), "airlock-%d-%lx", (int)getpid(),
@@ -107,10 +105,23 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim)
                 if (cg->dirfd[i] < 0)
                         goto fail;
         }
-        /* v2 puts processes only in leaves: enable the controllers for the
-         * copies' cgroups below ours. */
-        if (cg->v2 && write_at(cg->dirfd[0], "cgroup.subtree_control", "+memory +pids") < 0)
-                goto fail;
+        char mem[32], pids[32];
+        snprintf(mem, sizeof(mem), "%llu",
+                 (unsigned long long)(lim->memory_bytes + CG_MEMORY_SLACK));
+        snprintf(pids, sizeof(pids), "%u", lim->pids + CG_PIDS_SLACK);
+        if (cg->v2) {
+                if (write_at(cg->dirfd[0], "memory.max", mem) < 0 ||
+                    write_at(cg->dirfd[0], "pids.max", pids) < 0)
+                        goto fail;
+                write_at(cg->dirfd[0], "memory.swap.max", "0");
+        } else {
+                if (write_at(cg->dirfd[0], "memory.limit_in_bytes", mem) < 0 ||
+                    write_at(cg->dirfd[1], "pids.max", pids) < 0)
+                        goto fail;
+                /* Swap would let runs exceed the limit; where swap is
+                 * accounted, close that door too. */
+                write_at(cg->dirfd[0], "memory.memsw.limit_in_bytes", mem);
+        }
         cg->enabled = true;
         return;
 fail:
@@ -131,74 +142,24 @@ void cg_sandbox_destroy(cg_sandbox *cg)
         cg->enabled = false;
 }
 
-int cg_copy_create(cg_sandbox *cg, cg_copy *ret)
-{
-        cg_copy c = {.dirfd = {-1, -1}};
-        snprintf(c.name, sizeof(c.name), "c%u", cg->next_id++);
-        char mem[32], pids[32];
-        snprintf(mem, sizeof(mem), "%llu", (unsigned long long)cg->memory);
-        snprintf(pids, sizeof(pids), "%u", cg->pids);
-        int r = 0;
-        for (int i = 0; i < cg->n && r >= 0; i++) {
-                if (mkdirat(cg->dirfd[i], c.name, 0700) < 0 && errno != EEXIST)
-                        r = -errno;
-                else if ((c.dirfd[i] = openat(cg->dirfd[i], c.name,
-                                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-                        r = -errno;
-        }
-        if (r >= 0 && cg->v2) {
-                r = write_at(c.dirfd[0], "memory.max", mem);
-                if (r >= 0)
-                        write_at(c.dirfd[0], "memory.swap.max", "0");
-                if (r >= 0)
-                        r = write_at(c.dirfd[0], "pids.max", pids);
-        } else if (r >= 0) {
-                r = write_at(c.dirfd[0], "memory.limit_in_bytes", mem);
-                /* Swap would let a run exceed its limit; where swap is
-                 * accounted, close that door too. */
-                if (r >= 0)
-                        write_at(c.dirfd[0], "memory.memsw.limit_in_bytes", mem);
-                if (r >= 0)
-                        r = write_at(c.dirfd[1], "pids.max", pids);
-        }
-        if (r < 0) {
-                cg_copy_destroy(cg, &c);
-                return r;
-        }
-        *ret = c;
-        return 0;
-}
-
-int cg_copy_attach(const cg_sandbox *cg, const cg_copy *c, pid_t pid)
+int cg_sandbox_attach(const cg_sandbox *cg, pid_t pid)
 {
         char s[32];
         snprintf(s, sizeof(s), "%d", (int)pid);
         for (int i = 0; i < cg->n; i++) {
-                int r = write_at(c->dirfd[i], "cgroup.procs", s);
+                int r = write_at(cg->dirfd[i], "cgroup.procs", s);
                 if (r < 0)
                         return r;
         }
         return 0;
 }
 
-bool cg_copy_oom_killed(const cg_sandbox *cg, const cg_copy *c)
+uint64_t cg_sandbox_oom_kills(const cg_sandbox *cg)
 {
         char buf[1024];
         const char *file = cg->v2 ? "memory.events" : "memory.oom_control";
-        if (c->dirfd[0] < 0 || read_at(c->dirfd[0], file, buf, sizeof(buf)) < 0)
-                return false;
+        if (!cg->enabled || read_at(cg->dirfd[0], file, buf, sizeof(buf)) < 0)
+                return 0;
         const char *p = strstr(buf, "oom_kill ");
-        return p && strtoull(p + 9, NULL, 10) > 0;
-}
-
-void cg_copy_destroy(cg_sandbox *cg, cg_copy *c)
-{
-        for (int i = 0; i < 2; i++) {
-                if (c->dirfd[i] >= 0) {
-                        close(c->dirfd[i]);
-                        c->dirfd[i] = -1;
-                        if (cg->dirfd[i] >= 0)
-                                unlinkat(cg->dirfd[i], c->name, AT_REMOVEDIR);
-                }
-        }
+        return p ? strtoull(p + 9, NULL, 10) : 0;
 }

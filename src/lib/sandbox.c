@@ -50,7 +50,7 @@ struct airlock_sandbox {
         size_t n_ready;
         unsigned pending;
         bool broken;
-        cg_sandbox cg; /* per-run memory and process limits, where available */
+        cg_sandbox cg; /* memory and process limits on the sandbox, where available */
 };
 
 void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
@@ -74,7 +74,6 @@ void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
                 close(c->out_r);
         if (c->err_r >= 0)
                 close(c->err_r);
-        cg_copy_destroy(&sb->cg, &c->cg);
         free(c);
 }
 
@@ -239,6 +238,14 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
         close(sv[1]);
         sb->ctl = sv[0];
         sb->tpl_pid = pid;
+        /* Into the sandbox's cgroup before it starts anything: the template
+         * waits for its parameters, and every copy is then born inside. */
+        if (sb->cg.enabled) {
+                int r = cg_sandbox_attach(&sb->cg, pid);
+                if (r < 0)
+                        return al_error(err, r, NULL, "cannot place the sandbox in its cgroup: %s",
+                                        strerror(-r));
+        }
         if (send(sb->ctl, params, strlen(params), MSG_NOSIGNAL) < 0)
                 return al_error(err, -errno, NULL, "cannot talk to the sandbox template: %m");
 
@@ -397,23 +404,6 @@ static int request_copy_locked(airlock_sandbox *sb)
         return 0;
 }
 
-/* The pid (in our namespace) behind a pidfd, from its fdinfo. */
-static pid_t pidfd_to_pid(int pidfd)
-{
-        char path[64], buf[1024];
-        snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -1;
-        ssize_t n = al_read_full(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return -1;
-        buf[n] = '\0';
-        const char *p = strstr(buf, "\nPid:");
-        return p ? (pid_t)atoi(p + 6) : -1;
-}
-
 /* Reads one pending copy from the template. Caller holds sb->lock. */
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
@@ -452,21 +442,6 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         c->pidfd = fds[1];
         c->out_r = fds[2];
         c->err_r = fds[3];
-        c->cg = (cg_copy){.dirfd = {-1, -1}};
-        if (sb->cg.enabled) {
-                /* The copy waits for its code, so it is placed in its cgroup
-                 * before any guest code can run. */
-                pid_t pid = pidfd_to_pid(c->pidfd);
-                r = pid > 0 ? cg_copy_create(&sb->cg, &c->cg) : -ESRCH;
-                if (r >= 0)
-                        r = cg_copy_attach(&sb->cg, &c->cg, pid);
-                if (r < 0) {
-                        sbx_copy_close(sb, c, true);
-                        return al_error(err, r, NULL,
-                                        "cannot place a sandbox copy in its cgroup: %s",
-                                        strerror(-r));
-                }
-        }
         *ret = c;
         return 0;
 }
@@ -582,6 +557,7 @@ typedef struct run_state {
         bool out_trunc, err_trunc;
         bool timed_out, cancelled, protocol_error;
         int cancel_fd;
+        uint64_t oom_before; /* the cgroup's OOM kills before this run */
         char claimed_status[16];
         int claimed_exit;
         bool ended;
@@ -775,7 +751,7 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
                         snprintf(msg, sizeof(msg),
                                  "killed: a file exceeded the size limit of %llu bytes",
                                  (unsigned long long)l->max_file_bytes);
-                } else if (sig == SIGKILL && cg_copy_oom_killed(&st->sb->cg, &st->c->cg)) {
+                } else if (sig == SIGKILL && cg_sandbox_oom_kills(&st->sb->cg) > st->oom_before) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),
                                  "memory: the run exceeded its memory limit of %llu MiB",
@@ -876,6 +852,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         bool session = active_pidfd >= 0;
         int r;
         run_state st = {.sb = sb, .c = c, .cancel_fd = opts ? opts->cancel_fd : -1};
+        st.oom_before = cg_sandbox_oom_kills(&sb->cg);
         st.deadline = t0 + (uint64_t)(l->timeout_s * 1e9);
         dynbuf_init(&st.out, l->max_stdout);
         dynbuf_init(&st.err, l->max_stdout);

@@ -60,7 +60,6 @@ typedef struct copy {
         int chan;  /* the guest channel */
         int out_r; /* stdout and stderr of the run */
         int err_r;
-        cg_copy cg;
 } copy;
 
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
