@@ -2,7 +2,9 @@
  * Files are opened relative to directory fds of cgroups we created. */
 #include "cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,36 @@ static int open_parent(const char *mount, const char *key)
         return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
+/* Removes the cgroups of sandboxes whose process died without closing them
+ * (SIGKILL, a crash): names are "airlock-PID-...", and a cgroup still in use
+ * cannot be removed anyway. */
+static void sweep_stale(int parentfd)
+{
+        int fd = dup(parentfd);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                if (fd >= 0)
+                        close(fd);
+                return;
+        }
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                int pid = 0;
+                if (sscanf(de->d_name, "airlock-%d-", &pid) != 1 || pid <= 0)
+                        continue;
+                if (kill(pid, 0) < 0 && errno == ESRCH) {
+                        /* Per-run child cgroups "cN" of older versions first. */
+                        for (int k = 0; k < 64; k++) {
+                                char child[300];
+                                snprintf(child, sizeof(child), "%s/c%d", de->d_name, k);
+                                unlinkat(parentfd, child, AT_REMOVEDIR);
+                        }
+                        unlinkat(parentfd, de->d_name, AT_REMOVEDIR);
+                }
+        }
+        closedir(d);
+}
+
 void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim)
 {
         memset(cg, 0, sizeof(*cg));
@@ -98,6 +130,8 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim)
                 return;
         }
         for (int i = 0; i < cg->n; i++) {
+                if (cg->parentfd[i] >= 0)
+                        sweep_stale(cg->parentfd[i]);
                 if (cg->parentfd[i] < 0 || mkdirat(cg->parentfd[i], cg->name, 0700) < 0)
                         goto fail;
                 cg->dirfd[i] = openat(cg->parentfd[i], cg->name,
@@ -128,13 +162,25 @@ fail:
         cg_sandbox_destroy(cg);
 }
 
+/* rmdir of a cgroup whose last task was just reaped can fail with EBUSY
+ * for a moment, until the kernel has dropped the task's reference; wait for
+ * that, briefly and boundedly. */
+static void remove_cgroup(int parentfd, const char *name)
+{
+        for (int i = 0; i < 50; i++) {
+                if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY)
+                        return;
+                usleep(2000);
+        }
+}
+
 void cg_sandbox_destroy(cg_sandbox *cg)
 {
         for (int i = 0; i < 2; i++) {
                 if (cg->dirfd[i] >= 0)
                         close(cg->dirfd[i]);
                 if (cg->parentfd[i] >= 0) {
-                        unlinkat(cg->parentfd[i], cg->name, AT_REMOVEDIR);
+                        remove_cgroup(cg->parentfd[i], cg->name);
                         close(cg->parentfd[i]);
                 }
                 cg->dirfd[i] = cg->parentfd[i] = -1;

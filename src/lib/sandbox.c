@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@
 #define TEMPLATE_START_S  120.0
 #define COPY_START_S      30.0
 #define PRESTARTED_COPIES 1
+#define SANDBOX_MIN_FDS   32
 
 struct airlock_sandbox {
         airlock_config *cfg;
@@ -478,6 +480,17 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         static void (*volatile keep)(void) = template_main;
         (void)keep;
 
+        /* The host side holds a handful of fds per sandbox and per run, the
+         * template and each copy a dozen more: refuse a limit below that with
+         * a message that says so, rather than failing half-way. */
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < SANDBOX_MIN_FDS)
+                return al_error(err, -EMFILE, NULL,
+                                "%s: the open file limit is %llu, a sandbox needs at least %d "
+                                "(raise it with ulimit -n)",
+                                strerror(EMFILE), (unsigned long long)nofile.rlim_cur,
+                                SANDBOX_MIN_FDS);
+
         airlock_sandbox *sb = calloc(1, sizeof(*sb));
         if (!sb)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -526,7 +539,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
         sb->n_ready = 0;
         /* Copies the template already started are our children: collect
          * them from the control socket so they can be killed and reaped. */
-        while (sb->pending > 0 && !sb->broken) {
+        while (sb->pending > 0) {
                 copy *c = NULL;
                 if (receive_copy_locked(sb, &c, NULL) < 0)
                         break;
@@ -844,8 +857,8 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
  * session's current interpreter) end at the guest's "end" frame, and
  * *ret_dead tells whether the session survived. */
 int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
-                 size_t len, const airlock_run_options *opts, bool *ret_dead, airlock_result **ret,
-                 airlock_error *err)
+                 size_t len, const airlock_run_options *opts, bool *ret_dead, bool *ret_delivered,
+                 airlock_result **ret, airlock_error *err)
 {
         uint64_t t0 = al_now_ns();
         const airlock_limits *l = &sb->cfg->limits;
@@ -861,6 +874,8 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         json_t *msg = json_pack("{s:s, s:s%}", "op", "run", "code", code, len);
         r = msg ? channel_send(c->chan, msg) : -ENOMEM;
         json_decref(msg);
+        if (ret_delivered)
+                *ret_delivered = r >= 0;
         if (r < 0) {
                 dynbuf_free(&st.out);
                 dynbuf_free(&st.err);
@@ -938,7 +953,10 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                                 }
                                 if (fr < 0) {
                                         chan_open = false;
-                                        if (fr != -EPIPE) {
+                                        /* End of stream or a reset: the copy
+                                         * died, which its exit status tells;
+                                         * anything else is the guest's doing. */
+                                        if (fr != -EPIPE && fr != -ECONNRESET) {
                                                 st.protocol_error = true;
                                                 kill_copy(&st);
                                         }
@@ -1021,19 +1039,26 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
         int r = sbx_check_code(code, len, err);
         if (r < 0)
                 return r;
-        copy *c = NULL;
-        r = sbx_take_copy(sb, &c, err);
-        if (r < 0)
-                return r;
-        int outdir = -1;
-        r = sbx_copy_wait_ready(c, &outdir, err);
-        if (r >= 0)
-                r = sbx_exec_run(sb, c, outdir, -1, code, len, opts, NULL, ret, err);
-        if (outdir >= 0)
-                close(outdir);
-        sbx_copy_close(sb, c, true);
-        sbx_replenish(sb);
-        return r;
+        /* A copy that died before the code reached it (killed from
+         * outside, say) ran nothing: take another one, once. */
+        for (int attempt = 0;; attempt++) {
+                copy *c = NULL;
+                r = sbx_take_copy(sb, &c, err);
+                if (r < 0)
+                        return r;
+                int outdir = -1;
+                bool delivered = false;
+                r = sbx_copy_wait_ready(c, &outdir, err);
+                if (r >= 0)
+                        r = sbx_exec_run(sb, c, outdir, -1, code, len, opts, NULL, &delivered, ret,
+                                         err);
+                if (outdir >= 0)
+                        close(outdir);
+                sbx_copy_close(sb, c, true);
+                sbx_replenish(sb);
+                if (r >= 0 || delivered || attempt > 0)
+                        return r;
+        }
 }
 
 int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len, airlock_result **ret,

@@ -66,8 +66,8 @@ int sbx_check_code(const char *code, size_t len, airlock_error *err);
 int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err);
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err);
 int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
-                 size_t len, const airlock_run_options *opts, bool *ret_dead, airlock_result **ret,
-                 airlock_error *err);
+                 size_t len, const airlock_run_options *opts, bool *ret_dead, bool *ret_delivered,
+                 airlock_result **ret, airlock_error *err);
 void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
 void sbx_replenish(airlock_sandbox *sb);
 const airlock_limits *sbx_limits(const airlock_sandbox *sb);

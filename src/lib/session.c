@@ -157,7 +157,8 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
         if (r < 0)
                 return r;
         bool dead = false;
-        r = sbx_exec_run(s->sb, s->c, s->outdir, s->active_pidfd, code, len, opts, &dead, ret, err);
+        r = sbx_exec_run(s->sb, s->c, s->outdir, s->active_pidfd, code, len, opts, &dead, NULL, ret,
+                         err);
         if (r < 0 || dead) {
                 s->dead = true;
                 return r;

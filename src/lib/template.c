@@ -44,6 +44,35 @@
 #define NEWROOT "/tmp"
 
 static int ctl_fd = TEMPLATE_CTL_FD;
+
+/* pidfds of the copies this template started that may still live. The
+ * copies are the host's children, but if the host dies (even by SIGKILL)
+ * the template sees its control socket close and ends them, so no run
+ * outlives its host. */
+#define MAX_LIVE_COPIES 4096
+static int live_copies[MAX_LIVE_COPIES];
+static size_t n_live_copies;
+
+static void forget_dead_copies(void)
+{
+        size_t k = 0;
+        for (size_t i = 0; i < n_live_copies; i++) {
+                struct pollfd p = {live_copies[i], POLLIN, 0};
+                if (poll(&p, 1, 0) > 0) {
+                        close(live_copies[i]);
+                        continue;
+                }
+                live_copies[k++] = live_copies[i];
+        }
+        n_live_copies = k;
+}
+
+_Noreturn static void host_gone(void)
+{
+        for (size_t i = 0; i < n_live_copies; i++)
+                syscall(SYS_pidfd_send_signal, live_copies[i], SIGKILL, NULL, 0);
+        _exit(0);
+}
 static template_params params;
 static struct sock_fprog guest_filter;
 static char tmp_opts[128], out_opts[128];
@@ -80,7 +109,7 @@ static char ctl_recv_byte(void)
                 n = recv(ctl_fd, &c, 1, 0);
         while (n < 0 && errno == EINTR);
         if (n != 1)
-                _exit(0); /* the host is gone */
+                host_gone();
         return c;
 }
 
@@ -686,9 +715,13 @@ static void spawn_copy(void)
                 goto out;
         }
         int fds[4] = {sv[0], pidfd, out[0], err[0]};
+        forget_dead_copies();
+        if (n_live_copies < MAX_LIVE_COPIES)
+                live_copies[n_live_copies++] = pidfd;
+        else
+                close(pidfd);
         if (send_fds(ctl_fd, CTL_COPY, fds, 4) < 0)
-                _exit(0);
-        close(pidfd);
+                host_gone();
 out:
         for (int i = 0; i < 2; i++) {
                 if (sv[i] >= 0)

@@ -466,14 +466,8 @@ def test_mcp_sigterm_mid_call_leaves_nothing_behind():
 
 def test_sigkill_of_the_host_ends_the_run():
     """SIGKILL cannot be caught, so the host cannot clean up; but the run it
-    started must not outlive it (its time limit is the host's to enforce).
-    Known to fail today: the running copy and its children survive,
-    reparented to init, until the guest's code ends by itself. Runs only
-    with AIRLOCK_KNOWN_BUGS=1 until the sandbox is fixed."""
-    if os.environ.get("AIRLOCK_KNOWN_BUGS") != "1":
-        print("skipped test_sigkill_of_the_host_ends_the_run: known bug, "
-              "set AIRLOCK_KNOWN_BUGS=1 to run it")
-        return
+    started must not outlive it (its time limit is the host's to enforce):
+    the template sees its control socket close and ends every copy."""
     marker = f"airlock-fault-{uuid.uuid4().hex}"
     for cmd in (["run", "--timeout", "5", "-c", marked_code(marker, 120)], ["mcp"]):
         if cmd[0] == "run":
@@ -543,15 +537,7 @@ def test_out_of_file_descriptors():
 
 def test_out_of_file_descriptors_leaves_nothing_behind():
     """A run that fails for want of descriptors removes its staging folder and
-    its cgroups, and its message says what ran out. Known to fail today (a
-    copy's cgroup is left when the limit is 15 or 16; at 11 to 14 without a
-    workspace the message is "the sandbox template is gone" or "... cgroup:
-    No such process"), so it runs only with AIRLOCK_KNOWN_BUGS=1 until the
-    sandbox is fixed."""
-    if os.environ.get("AIRLOCK_KNOWN_BUGS") != "1":
-        print("skipped test_out_of_file_descriptors_leaves_nothing_behind: known bug, "
-              "set AIRLOCK_KNOWN_BUGS=1 to run it")
-        return
+    its cgroups, and its message says what ran out."""
     ws = tmpdir()
     with open(os.path.join(ws, "a.txt"), "w") as f:
         f.write("hi\n")
