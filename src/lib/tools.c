@@ -516,8 +516,7 @@ static int file_read_capped(const char *path, char **ret, size_t *ret_len, airlo
                 return al_error(err, (int)n, path, "cannot read tools file %s: %s", path,
                                 strerror((int)-n));
         if ((size_t)n > (size_t)st.st_size)
-                return al_error(err, -EBUSY, path, "tools file %s changed while being read",
-                                path);
+                return al_error(err, -EBUSY, path, "tools file %s changed while being read", path);
         *ret_len = (size_t)n;
         *ret = TAKE_PTR(buf);
         return 0;
