@@ -92,6 +92,11 @@ int fsx_walk(int root_fd, const struct stat *root_st, void *root_data, const fsx
  * another -errno on error. */
 int fsx_open_listed(const fsx_item *it, struct stat *ret_st, fsx_reason *ret_reason);
 
+/* The error that staging and tree signatures give for an entry the walk
+ * refused with r (other than the skipped kinds): the same walk must fail
+ * the same way in both. */
+int fsx_stage_refusal(const fsx_item *it, fsx_reason r, const fsx_limits *lim, airlock_error *err);
+
 /* Makes err's message and path valid UTF-8 (bad bytes become U+FFFD, a
  * sequence cut by the buffer's end is dropped): errors name paths from
  * untrusted trees, and they end up in JSON. Returns code, for tail calls. */

@@ -144,29 +144,9 @@ static int hash_content(sig_ctx *c, int fd, uint64_t size, const char *path)
 static int sig_refuse(void *ctx, const fsx_item *it, fsx_reason r)
 {
         sig_ctx *c = ctx;
-        switch (r) {
-        case FSX_NOT_REGULAR:
-        case FSX_MOUNT_POINT:
+        if (r == FSX_NOT_REGULAR || r == FSX_MOUNT_POINT)
                 return 0; /* staging skips them; they change nothing staged */
-        case FSX_SYMLINK:
-                return al_error(c->err, -ELOOP, it->path,
-                                "symlink at %s: staging refuses symbolic links", it->path);
-        case FSX_TOO_DEEP:
-                return al_error(c->err, -ENAMETOOLONG, it->path,
-                                "too deep: %s is more than %u directories below its root "
-                                "(staging depth cap)",
-                                it->path, (unsigned)c->lim->max_depth);
-        case FSX_TOO_MANY:
-                return al_error(c->err, -E2BIG, it->path,
-                                "too many files: more than %llu entries to stage (reached in %s)",
-                                (unsigned long long)c->lim->max_files, it->path);
-        case FSX_UNREADABLE:
-                return al_error(c->err, -EACCES, it->path, "cannot stage %s: permission denied",
-                                it->path);
-        default:
-                break;
-        }
-        return al_error(c->err, -ESTALE, it->path, "%s changed while it was read", it->path);
+        return fsx_stage_refusal(it, r, c->lim, c->err);
 }
 
 static int sig_file_fd(sig_ctx *c, int fd, const struct stat *st, const char *rel, size_t rel_len,

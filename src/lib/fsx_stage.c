@@ -243,38 +243,40 @@ static int stage_file(void *ctx, const fsx_item *it)
         return stage_copy_file(c, fd, &st, parent->fd, it->name, it->path);
 }
 
+int fsx_stage_refusal(const fsx_item *it, fsx_reason r, const fsx_limits *lim, airlock_error *err)
+{
+        switch (r) {
+        case FSX_SYMLINK:
+                return al_error(err, -ELOOP, it->path,
+                                "symlink at %s: staging refuses symbolic links", it->path);
+        case FSX_TOO_DEEP:
+                return al_error(err, -ENAMETOOLONG, it->path,
+                                "too deep: %s is more than %u directories below its root "
+                                "(staging depth cap)",
+                                it->path, (unsigned)lim->max_depth);
+        case FSX_TOO_MANY:
+                return al_error(err, -E2BIG, it->path,
+                                "too many files: more than %llu entries to stage (reached in %s)",
+                                (unsigned long long)lim->max_files, it->path);
+        case FSX_UNREADABLE:
+                return al_error(err, -EACCES, it->path, "cannot stage %s: permission denied",
+                                it->path);
+        default:
+                return al_error(err, -ESTALE, it->path,
+                                "%s changed while it was staged (type or identity)", it->path);
+        }
+}
+
 static int stage_refuse(void *ctx, const fsx_item *it, fsx_reason r)
 {
         stage_ctx *c = ctx;
-        switch (r) {
-        case FSX_NOT_REGULAR:
-        case FSX_MOUNT_POINT:
+        if (r == FSX_NOT_REGULAR || r == FSX_MOUNT_POINT) {
                 /* Sockets, FIFOs and devices have no content to stage, and
                  * another file system inside the tree is not ours to copy. */
                 c->stats.skipped++;
                 return 0;
-        case FSX_SYMLINK:
-                return al_error(c->err, -ELOOP, it->path,
-                                "symlink at %s: staging refuses symbolic links", it->path);
-        case FSX_TOO_DEEP:
-                return al_error(c->err, -ENAMETOOLONG, it->path,
-                                "too deep: %s is more than %u directories below its root "
-                                "(staging depth cap)",
-                                it->path, (unsigned)c->lim->max_depth);
-        case FSX_TOO_MANY:
-                return al_error(c->err, -E2BIG, it->path,
-                                "too many files: more than %llu entries to stage (reached in %s)",
-                                (unsigned long long)c->lim->max_files, it->path);
-        case FSX_UNREADABLE:
-                return al_error(c->err, -EACCES, it->path, "cannot stage %s: permission denied",
-                                it->path);
-        case FSX_CHANGED:
-        case FSX_BAD_NAME:
-        case FSX_TOO_LARGE:
-                break;
         }
-        return al_error(c->err, -ESTALE, it->path,
-                        "%s changed while it was staged (type or identity)", it->path);
+        return fsx_stage_refusal(it, r, c->lim, c->err);
 }
 
 static int stage_dir_enter(void *ctx, const fsx_item *it, int fd, const struct stat *st,
