@@ -3,8 +3,10 @@
 Each test module defines functions named test_*; run() calls each in order,
 prints one line per test and a closing line "NAME: N passed, N failed".
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,8 +31,21 @@ def run_json(code, *args, timeout=120):
         raise AssertionError(f"not JSON (rc {p.returncode}): {p.stdout[:500]!r} {p.stderr[:500]!r}")
 
 
+_made = []
+atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _made])
+
+
 def tmpdir():
-    return tempfile.mkdtemp(prefix="airlock-test-")
+    """A temporary folder, removed when the test module ends."""
+    d = tempfile.mkdtemp(prefix="airlock-test-")
+    _made.append(d)
+    return d
+
+
+def next_run_works():
+    """After a hostile scenario, a plain run must still succeed."""
+    rc, r = run_json("print(6 * 7)")
+    assert rc == 0 and r["status"] == "ok" and r["stdout"] == "42\n", (rc, r)
 
 
 def run(name=None):

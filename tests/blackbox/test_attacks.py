@@ -2,11 +2,9 @@
 tries to leak host files through /output, to hang or exhaust the host, to
 escape, to abuse the gateways, and hostile workspaces. Each scenario has one
 exact expected outcome and then checks that the next run still works."""
-import atexit
 import base64
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,25 +12,9 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import airlock, run, run_json  # noqa: E402
-from harness import tmpdir as _tmpdir  # noqa: E402
+from harness import next_run_works, tmpdir  # noqa: E402
 
 MiB = 1 << 20
-_made = []
-
-
-def tmpdir():
-    """A temporary folder removed when the suite ends."""
-    d = _tmpdir()
-    _made.append(d)
-    return d
-
-
-atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _made])
-
-
-def next_run_works():
-    rc, r = run_json("print(6 * 7)")
-    assert rc == 0 and r["status"] == "ok" and r["stdout"] == "42\n", (rc, r)
 
 
 def host_marker():

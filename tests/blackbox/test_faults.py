@@ -6,11 +6,9 @@ expected outcome and then checks that the next run still works.
 
 The template killed between runs is in tests/unit/test_faults.c: it needs
 the library, not the command line."""
-import atexit
 import errno
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -21,25 +19,9 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import AIRLOCK, airlock, run, run_json  # noqa: E402
-from harness import tmpdir as _tmpdir  # noqa: E402
+from harness import next_run_works, tmpdir  # noqa: E402
 
 MiB = 1 << 20
-_made = []
-
-
-def tmpdir():
-    """A temporary folder removed when the suite ends."""
-    d = _tmpdir()
-    _made.append(d)
-    return d
-
-
-atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _made])
-
-
-def next_run_works():
-    rc, r = run_json("print(6 * 7)")
-    assert rc == 0 and r["status"] == "ok" and r["stdout"] == "42\n", (rc, r)
 
 
 # ---- host processes -----------------------------------------------------------
