@@ -246,6 +246,22 @@ def test_guest_ids_are_unprivileged_on_host():
     assert r["stdout"] == "0\n"
 
 
+def test_missing_kernel_feature_exits_3_naming_it():
+    # tests/helpers/deny_syscall makes the named calls fail with EPERM, as a
+    # host policy would; airlock must exit 3 with one line naming the feature.
+    deny = os.path.join(os.environ.get("AIRLOCK_BUILD", os.path.dirname(AIRLOCK)), "tests",
+                        "deny_syscall")
+    cases = {"unshare": "user namespaces", "mount": "mount namespace",
+             "pivot_root": "pivot_root", "clone3": "copy"}
+    for call, feature in cases.items():
+        p = subprocess.run([deny, call, AIRLOCK, "run", "-c", "print(1)"],
+                           capture_output=True, text=True, timeout=120)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 3, (call, p.returncode, p.stderr)
+        assert len(lines) == 1 and feature in lines[0], (call, lines)
+        assert p.stdout == ""
+
+
 def test_works_as_an_unprivileged_user():
     # As root (CI), run the binary as nobody through setpriv: the user
     # namespace must come up without privileges, staging and capture too.
