@@ -92,6 +92,58 @@ static long children_pss_kib(void)
         return total;
 }
 
+/* The host tool of the tool-call measurement: a C callback that answers at
+ * once, so the figure is the round trip guest -> host -> guest. */
+static int echo_tool(void *userdata, const char *args, char **ret_result, char **ret_error)
+{
+        (void)userdata;
+        (void)args;
+        (void)ret_error;
+        *ret_result = strdup("{\"ok\": true}");
+        return *ret_result ? 0 : -1;
+}
+
+/* 10,000 tool calls in one run, each timed inside the guest; prints the
+ * median and p90 in microseconds into med and p90. */
+static int tool_round_trip(double *med, double *p90)
+{
+        airlock_error err;
+        airlock_config *cfg;
+        if (airlock_config_new(&cfg, &err) < 0)
+                return -1;
+        airlock_tool_def def = {
+            .name = "echo",
+            .description = "Answers at once.",
+            .parameters_json = "{\"type\": \"object\", \"additionalProperties\": true}",
+            .fn = echo_tool,
+        };
+        airlock_sandbox *sb = NULL;
+        if (airlock_config_add_tool(cfg, &def, &err) < 0 ||
+            airlock_sandbox_new(cfg, &sb, &err) < 0) {
+                fprintf(stderr, "bench_sandbox: %s\n", err.message);
+                airlock_config_free(cfg);
+                return -1;
+        }
+        const char *code = "import time\n"
+                           "ts = []\n"
+                           "for i in range(10000):\n"
+                           "    t = time.perf_counter()\n"
+                           "    call_tool('echo', i=i)\n"
+                           "    ts.append(time.perf_counter() - t)\n"
+                           "ts.sort()\n"
+                           "print(ts[5000] * 1e6, ts[9000] * 1e6)\n";
+        airlock_result *res = NULL;
+        int r = airlock_sandbox_run(sb, code, strlen(code), &res, &err);
+        if (r >= 0 && res->success && sscanf(res->stdout_data, "%lf %lf", med, p90) == 2)
+                r = 0;
+        else
+                r = -1;
+        airlock_result_free(res);
+        airlock_sandbox_close(sb);
+        airlock_config_free(cfg);
+        return r;
+}
+
 int main(int argc, char **argv)
 {
         int runs = argc > 1 ? atoi(argv[1]) : 200;
@@ -147,12 +199,17 @@ int main(int argc, char **argv)
         airlock_sandbox_close(sb);
         airlock_config_free(cfg);
 
+        double tool_med = -1, tool_p90 = -1;
+        if (tool_round_trip(&tool_med, &tool_p90) < 0)
+                fprintf(stderr, "bench_sandbox: the tool call measurement failed\n");
+
         printf("{\"cold_start_ms\": %.3f, \"run_median_ms\": %.4f, \"run_p90_ms\": %.4f, "
                "\"run_min_ms\": %.4f, \"runs\": %d, \"idle_pss_kib\": %ld, "
                "\"soak_runs\": %d, \"soak_runs_per_s\": %.1f, \"fds_before\": %d, "
-               "\"fds_after\": %d, \"rss_before_kib\": %ld, \"rss_after_kib\": %ld}\n",
+               "\"fds_after\": %d, \"rss_before_kib\": %ld, \"rss_after_kib\": %ld, "
+               "\"tool_call_median_us\": %.1f, \"tool_call_p90_us\": %.1f}\n",
                cold, lat[runs / 2], lat[runs * 9 / 10], lat[0], runs, pss, soak,
-               soak * 1000.0 / soak_ms, fds0, fds1, rss0, rss1);
+               soak * 1000.0 / soak_ms, fds0, fds1, rss0, rss1, tool_med, tool_p90);
         free(lat);
         return 0;
 }
