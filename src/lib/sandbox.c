@@ -234,8 +234,10 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 char *argv[] = {TEMPLATE_ARGV0, NULL};
                 /* Resolve every symbol once, in the template: with lazy
                  * binding each copy would redo the lookups and fault in the
-                 * pages they write. Nothing else of our environment goes in. */
-                char *envp[] = {"LD_BIND_NOW=1", NULL};
+                 * pages they write. Besides that, the guest sees a fixed
+                 * PATH, HOME and LANG: nothing of our environment goes in. */
+                char *envp[] = {"LD_BIND_NOW=1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
+                                "LANG=C.UTF-8", NULL};
                 execve("/proc/self/exe", argv, envp);
                 _exit(127);
         }

@@ -738,6 +738,9 @@ _Noreturn void template_main(void)
         /* Signals meant for the host's terminal are not the template's. */
         setsid();
         signal(SIGPIPE, SIG_IGN);
+        /* LD_BIND_NOW did its work when this program was loaded; the
+         * guest's own programs need not pay for it. */
+        unsetenv("LD_BIND_NOW");
         read_params();
 
         int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
