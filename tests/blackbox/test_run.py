@@ -107,6 +107,14 @@ def test_guest_view_of_filesystem():
     assert "1" in eval(lines[7])
 
 
+def test_guest_environment_is_fixed():
+    env = dict(os.environ, AIRLOCK_TEST_SECRET="do-not-leak")
+    p = subprocess.run([AIRLOCK, "run", "--json", "-c", "import os; print(sorted(os.environ))"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    r = json.loads(p.stdout)
+    assert r["stdout"] == "['HOME', 'LANG', 'PATH']\n", r
+
+
 def test_workspace_is_read_only_input():
     ws = tmpdir()
     with open(os.path.join(ws, "data.csv"), "w") as f:
