@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,9 +79,35 @@ static int open_parent(const char *mount, const char *key)
         return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
+/* The start time of a process (clock ticks after boot, /proc/PID/stat field
+ * 22), or 0 when it does not exist. With the pid it names a process
+ * uniquely, even after the pid is reused. */
+static unsigned long long start_time(int pid)
+{
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        ssize_t n = al_read_full(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return 0;
+        buf[n] = '\0';
+        const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+        unsigned long long t = 0;
+        if (p && sscanf(p + 2,
+                        "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                        "%*d %*d %*d %*d %llu",
+                        &t) != 1)
+                t = 0;
+        return t;
+}
+
 /* Removes the cgroups of sandboxes whose process died without closing them
- * (SIGKILL, a crash): names are "airlock-PID-...", and a cgroup still in use
- * cannot be removed anyway. */
+ * (SIGKILL, a crash). Names are "airlock-PID-STARTTIME-N": a cgroup whose
+ * process no longer exists, or whose pid now belongs to a later process, is
+ * stale. One still in use cannot be removed anyway. */
 static void sweep_stale(int parentfd)
 {
         int fd = dup(parentfd);
@@ -93,17 +120,19 @@ static void sweep_stale(int parentfd)
         struct dirent *de;
         while ((de = readdir(d))) {
                 int pid = 0;
-                if (sscanf(de->d_name, "airlock-%d-", &pid) != 1 || pid <= 0)
+                unsigned long long t = 0;
+                int k = sscanf(de->d_name, "airlock-%d-%llu-", &pid, &t);
+                if (k < 1 || pid <= 0)
                         continue;
-                if (kill(pid, 0) < 0 && errno == ESRCH) {
-                        /* Per-run child cgroups "cN" of older versions first. */
-                        for (int k = 0; k < 64; k++) {
-                                char child[300];
-                                snprintf(child, sizeof(child), "%s/c%d", de->d_name, k);
-                                unlinkat(parentfd, child, AT_REMOVEDIR);
-                        }
-                        unlinkat(parentfd, de->d_name, AT_REMOVEDIR);
+                if (k == 2 ? start_time(pid) == t : kill(pid, 0) == 0 || errno != ESRCH)
+                        continue;
+                /* Per-run child cgroups "cN" of older versions first. */
+                for (int c = 0; c < 64; c++) {
+                        char child[300];
+                        snprintf(child, sizeof(child), "%s/c%d", de->d_name, c);
+                        unlinkat(parentfd, child, AT_REMOVEDIR);
                 }
+                unlinkat(parentfd, de->d_name, AT_REMOVEDIR);
         }
         closedir(d);
 }
@@ -114,8 +143,9 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim)
         cg->dirfd[0] = cg->dirfd[1] = cg->parentfd[0] = cg->parentfd[1] = -1;
         if (geteuid() != 0)
                 return;
-        snprintf(cg->name, sizeof(cg->name), "airlock-%d-%lx", (int)getpid(),
-                 (unsigned long)(al_now_ns() & 0xffffffffff));
+        static atomic_uint seq;
+        snprintf(cg->name, sizeof(cg->name), "airlock-%d-%llu-%u", (int)getpid(),
+                 start_time(getpid()), atomic_fetch_add(&seq, 1));
         struct stat st;
         if (stat("/sys/fs/cgroup/memory/memory.limit_in_bytes", &st) == 0 &&
             stat("/sys/fs/cgroup/pids", &st) == 0) {

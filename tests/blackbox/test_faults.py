@@ -65,13 +65,19 @@ def survivors(procs):
             if p in table and table[p][1] == t and table[p][2] not in ("Z", "X")}
 
 
+def cgroups_of_any():
+    """Every cgroup directory the library made, for any process."""
+    return cgroups_of("")
+
+
 def cgroups_of(pid):
     """Cgroup directories the library made for the host process pid (they are
     named airlock-PID-...), wherever the hierarchy puts them."""
     found = []
+    prefix = f"airlock-{pid}-" if pid != "" else "airlock-"
     for dirpath, dirnames, _ in os.walk("/sys/fs/cgroup"):
         for d in dirnames:
-            if d.startswith(f"airlock-{pid}-"):
+            if d.startswith(prefix):
                 found.append(os.path.join(dirpath, d))
         # The library's cgroups sit a few levels below the caller's own
         # (v1: controller/own path/airlock-...); do not walk a huge hierarchy.
@@ -342,6 +348,7 @@ with open('/output/small.txt', 'w') as f:
 # ---- the host process -------------------------------------------------------------
 
 def test_sigterm_mid_run_leaves_nothing_behind():
+    cgroups_before = set(cgroups_of_any())  # left by earlier, killed processes
     stage = tmpdir()  # the run's TMPDIR: staging happens here
     ws = tmpdir()
     with open(os.path.join(ws, "data.txt"), "w") as f:
@@ -378,7 +385,7 @@ def test_sigterm_mid_run_leaves_nothing_behind():
     assert survivors(live) == set(), survivors(live)
     assert [pid for pid in pids() if marker.encode() in cmdline(pid)] == []
     assert os.listdir(stage) == [], os.listdir(stage)
-    cgroups = cgroups_of(p.pid)
+    cgroups = [c for c in cgroups_of(p.pid) if c not in cgroups_before]
     remove_cgroups(cgroups)
     assert cgroups == [], cgroups
     next_run_works()
@@ -420,6 +427,7 @@ def marked_code(marker, seconds):
 
 
 def test_mcp_sigterm_mid_call_leaves_nothing_behind():
+    cgroups_before = set(cgroups_of_any())  # left by earlier, killed processes
     stage = tmpdir()
     ws = tmpdir()
     with open(os.path.join(ws, "data.txt"), "w") as f:
@@ -440,7 +448,7 @@ def test_mcp_sigterm_mid_call_leaves_nothing_behind():
     assert p.returncode == 0, p.returncode
     assert survivors(live) == set(), survivors(live)
     assert os.listdir(stage) == [], os.listdir(stage)
-    cgroups = cgroups_of(p.pid)
+    cgroups = [c for c in cgroups_of(p.pid) if c not in cgroups_before]
     remove_cgroups(cgroups)
     assert cgroups == [], cgroups
     next_run_works()
@@ -527,12 +535,15 @@ def test_out_of_file_descriptors_leaves_nothing_behind():
     for n in range(4, 33):
         for args in ([], ["-w", ws]):
             stage = tmpdir()
+            # A cgroup left by an earlier process (killed by an earlier test)
+            # whose pid this run happens to reuse is not this run's.
+            before = set(cgroups_of_any())
             p = subprocess.Popen(["prlimit", f"--nofile={n}", AIRLOCK, "run", *args, "-c",
                                   "print(1)"], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True,
                                  env=dict(os.environ, TMPDIR=stage))
             _, err = p.communicate(timeout=120)
-            cgroups = cgroups_of(p.pid)
+            cgroups = [c for c in cgroups_of(p.pid) if c not in before]
             unclear = p.returncode != 0 and "Too many open files" not in err
             if os.listdir(stage) or cgroups or unclear:
                 left.append((n, bool(args), os.listdir(stage), cgroups, err.strip()))
