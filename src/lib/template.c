@@ -382,9 +382,14 @@ static void set_limit(int resource, rlim_t value)
  * effective, permitted and inheritable sets. */
 static int drop_capabilities(void)
 {
+        /* EINVAL marks the first capability this kernel does not know:
+         * every one below it has been dropped. */
         for (int cap = 0; cap <= 63; cap++) {
-                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-                        return -errno;
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+                        continue;
+                if (errno == EINVAL && cap > 0)
+                        break;
+                return -errno;
         }
         if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
                 return -errno;

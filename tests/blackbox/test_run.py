@@ -107,6 +107,17 @@ def test_guest_view_of_filesystem():
     assert "1" in eval(lines[7])
 
 
+def test_guest_has_no_capabilities_and_no_new_privs():
+    code = ("for l in open('/proc/self/status'):\n"
+            "    if l.startswith(('Cap', 'NoNewPrivs', 'Seccomp:')):\n"
+            "        print(l.split()[0], l.split()[1])\n")
+    rc, r = run_json(code)
+    got = dict(line.split() for line in r["stdout"].splitlines())
+    for k in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
+        assert got[k] == "0000000000000000", (k, got)
+    assert got["NoNewPrivs:"] == "1" and got["Seccomp:"] == "2", got
+
+
 def test_guest_environment_is_fixed():
     env = dict(os.environ, AIRLOCK_TEST_SECRET="do-not-leak")
     p = subprocess.run([AIRLOCK, "run", "--json", "-c", "import os; print(sorted(os.environ))"],
