@@ -786,8 +786,7 @@ int tools_validate(const tool_info *tool, const json_t *args, airlock_error *err
 
 /* ---- calls -------------------------------------------------------------- */
 
-static tool_fail fail_msg(tool_fail kind, char **ret_message, const char *fmt, ...) _printf_(3, 4);
-static tool_fail fail_msg(tool_fail kind, char **ret_message, const char *fmt, ...)
+tool_fail tools_fail(tool_fail kind, char **ret_message, const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
@@ -808,11 +807,11 @@ static tool_fail call_callback(const tool_info *t, const char *input, json_t **r
                 tool_fail f;
                 if (msg) {
                         _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-                        f = fail_msg(TOOL_FAIL_RUNTIME, ret_message, "%s",
-                                     clean ? clean : "tool failed");
+                        f = tools_fail(TOOL_FAIL_RUNTIME, ret_message, "%s",
+                                       clean ? clean : "tool failed");
                 } else {
-                        f = fail_msg(TOOL_FAIL_RUNTIME, ret_message,
-                                     "tool '%s' failed (error %d) without a message", t->name, r);
+                        f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                                       "tool '%s' failed (error %d) without a message", t->name, r);
                 }
                 free(out);
                 free(msg);
@@ -820,21 +819,22 @@ static tool_fail call_callback(const tool_info *t, const char *input, json_t **r
         }
         free(msg);
         if (!out)
-                return fail_msg(TOOL_FAIL_RUNTIME, ret_message, "tool '%s' returned no result",
-                                t->name);
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "tool '%s' returned no result",
+                                  t->name);
         size_t len = strlen(out);
         if (len > TOOLS_MAX_RESULT) {
                 free(out);
-                return fail_msg(TOOL_FAIL_RUNTIME, ret_message,
-                                "tool '%s' returned more than %u bytes", t->name, TOOLS_MAX_RESULT);
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                                  "tool '%s' returned more than %u bytes", t->name,
+                                  TOOLS_MAX_RESULT);
         }
         json_error_t jerr;
         json_t *v = json_loadb(out, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
         free(out);
         if (!v)
-                return fail_msg(TOOL_FAIL_RUNTIME, ret_message,
-                                "tool '%s' returned something that is not one JSON value: %s",
-                                t->name, jerr.text);
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                                  "tool '%s' returned something that is not one JSON value: %s",
+                                  t->name, jerr.text);
         *ret_result = v;
         return TOOL_OK;
 }
@@ -855,16 +855,16 @@ tool_fail toolreg_call_ex(const tool_registry *reg, const char *name, const json
                 for (size_t i = 0; reg && i < reg->n && k < sizeof(known); i++)
                         k += (size_t)snprintf(known + k, sizeof(known) - k, "%s%s", i ? ", " : "",
                                               reg->tools[i].name);
-                return fail_msg(TOOL_FAIL_INVALID, ret_message, "unknown tool '%.100s' (%s%s)",
-                                name ? name : "", k ? "available: " : "no tools are registered",
-                                known);
+                return tools_fail(TOOL_FAIL_INVALID, ret_message, "unknown tool '%.100s' (%s%s)",
+                                  name ? name : "", k ? "available: " : "no tools are registered",
+                                  known);
         }
         airlock_error err = {0};
         if (tools_validate(t, args, &err) < 0)
-                return fail_msg(TOOL_FAIL_INVALID, ret_message, "%s", err.message);
+                return tools_fail(TOOL_FAIL_INVALID, ret_message, "%s", err.message);
         _cleanup_free_ char *input = json_dumps(args, JSON_COMPACT);
         if (!input)
-                return fail_msg(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
         if (t->fn)
                 return call_callback(t, input, ret_result, ret_message);
         return tools_run_command(t, input, strlen(input), bounds, ret_result, ret_message);

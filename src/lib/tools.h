@@ -70,6 +70,11 @@ typedef enum tool_fail {
         TOOL_FAIL_RUNTIME, /* the tool ran and failed: RuntimeError in the guest */
 } tool_fail;
 
+/* Sets *ret_message to a malloc'd message formatted like printf and
+ * returns kind: the one way a call reports its failure. */
+tool_fail tools_fail(tool_fail kind, char **ret_message, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Validates and runs the named tool. On success *ret_result holds the result
  * (any JSON value). On failure returns TOOL_FAIL_* and *ret_message holds a
  * malloc'd message. A command tool that crashes, hangs past its timeout,

@@ -273,19 +273,6 @@ static char *stderr_text(const dynbuf *b)
         return withdots;
 }
 
-static tool_fail fail(char **ret_message, const char *fmt, ...) _printf_(2, 3);
-static tool_fail fail(char **ret_message, const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        char *s = NULL;
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
-        va_end(ap);
-        *ret_message = s ? s : strdup("out of memory");
-        return TOOL_FAIL_RUNTIME;
-}
-
 tool_fail tools_run_command(const tool_info *t, const char *input, size_t input_len,
                             const tool_call_bounds *bounds, json_t **ret_result, char **ret_message)
 {
@@ -297,14 +284,15 @@ tool_fail tools_run_command(const tool_info *t, const char *input, size_t input_
                 deadline = bounds->deadline_ns;
         int cancel_fd = bounds ? bounds->cancel_fd : -1;
         if (run_limit && al_now_ns() >= deadline)
-                return fail(ret_message,
-                            "tool '%s' was not started: the run's time limit was reached", t->name);
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                                  "tool '%s' was not started: the run's time limit was reached",
+                                  t->name);
         dynbuf_init(&run.out, TOOLS_MAX_RESULT);
         dynbuf_init(&run.err, TOOLS_MAX_STDERR);
         int r = command_spawn(t, &run);
         if (r)
-                return fail(ret_message, "tool '%s': cannot run '%s': %s", t->name, t->argv[0],
-                            strerror(r));
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "tool '%s': cannot run '%s': %s",
+                                  t->name, t->argv[0], strerror(r));
         command_pump(&run, input, input_len, deadline, cancel_fd);
         /* Whatever happened, nothing of the tool may outlive the call. The
          * leader is not reaped yet, so its group id still names its group. */
@@ -321,48 +309,52 @@ tool_fail tools_run_command(const tool_info *t, const char *input, size_t input_
         _cleanup_free_ char *errtext = stderr_text(&run.err);
         const char *e = errtext ? errtext : "";
         if (run.cancelled) {
-                f = fail(ret_message, "tool '%s' was stopped: the run was cancelled", t->name);
+                f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                               "tool '%s' was stopped: the run was cancelled", t->name);
         } else if (run.timed_out && run_limit) {
-                f = fail(ret_message,
-                         "tool '%s' was stopped: the run's time limit was reached while it ran",
-                         t->name);
+                f = tools_fail(
+                    TOOL_FAIL_RUNTIME, ret_message,
+                    "tool '%s' was stopped: the run's time limit was reached while it ran",
+                    t->name);
         } else if (run.timed_out) {
-                f = fail(ret_message,
-                         "tool '%s' did not finish within its timeout of %g s and "
-                         "was killed",
-                         t->name, t->timeout_s);
+                f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                               "tool '%s' did not finish within its timeout of %g s and "
+                               "was killed",
+                               t->name, t->timeout_s);
         } else if (run.out_too_big) {
-                f = fail(ret_message,
-                         "tool '%s' printed more than %u bytes on stdout (the limit) and was "
-                         "killed",
-                         t->name, TOOLS_MAX_RESULT);
+                f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                               "tool '%s' printed more than %u bytes on stdout (the limit) and was "
+                               "killed",
+                               t->name, TOOLS_MAX_RESULT);
         } else if (WIFSIGNALED(status)) {
-                f = fail(ret_message, "tool '%s' was killed by signal %d (%s)%s%s", t->name,
-                         WTERMSIG(status), strsignal(WTERMSIG(status)), *e ? ": " : "", e);
+                f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                               "tool '%s' was killed by signal %d (%s)%s%s", t->name,
+                               WTERMSIG(status), strsignal(WTERMSIG(status)), *e ? ": " : "", e);
         } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
                 if (*e)
-                        f = fail(ret_message, "%s", e);
+                        f = tools_fail(TOOL_FAIL_RUNTIME, ret_message, "%s", e);
                 else
-                        f = fail(ret_message,
-                                 "tool '%s' failed with exit status %d and no message on stderr",
-                                 t->name, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+                        f = tools_fail(
+                            TOOL_FAIL_RUNTIME, ret_message,
+                            "tool '%s' failed with exit status %d and no message on stderr",
+                            t->name, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         } else {
                 const char *o = run.out.data ? run.out.data : "";
                 size_t n = run.out.len, ws = strspn(o, " \t\r\n");
                 json_error_t jerr;
                 json_t *v = NULL;
                 if (ws == n)
-                        f = fail(ret_message,
-                                 "tool '%s' printed nothing on stdout; a tool must print one "
-                                 "JSON value",
-                                 t->name);
+                        f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                                       "tool '%s' printed nothing on stdout; a tool must print one "
+                                       "JSON value",
+                                       t->name);
                 else if (!(v = json_loadb(o, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr))) {
                         _cleanup_free_ char *head = al_utf8_sanitize(o, MIN(n, 80u));
-                        f = fail(ret_message,
-                                 "tool '%s' printed output that is not one JSON value (%s, line "
-                                 "%d): %s%s",
-                                 t->name, jerr.text, jerr.line, head ? head : "",
-                                 n > 80 ? "..." : "");
+                        f = tools_fail(
+                            TOOL_FAIL_RUNTIME, ret_message,
+                            "tool '%s' printed output that is not one JSON value (%s, line "
+                            "%d): %s%s",
+                            t->name, jerr.text, jerr.line, head ? head : "", n > 80 ? "..." : "");
                 } else {
                         *ret_result = v;
                 }
