@@ -140,6 +140,16 @@ def _run(code, keep=False):
             traceback.print_exception(etype, value, tb.tb_next if tb else None)
         except MemoryError:
             status = "memory"
+    if not keep:
+        # As at the end of a Python program, wait for the threads the code
+        # started and did not mark as daemons: their work is part of the
+        # run. The run's time limit still bounds the wait.
+        threading = _sys.modules.get("threading")
+        try:
+            if threading is not None:
+                threading._shutdown()
+        except BaseException:
+            pass
     for stream in (_sys.stdout, _sys.stderr):
         try:
             stream.flush()

@@ -40,6 +40,7 @@
 #define SANDBOX_MIN_FDS   32
 #define REQUEST_SPIN_NS   30000    /* 30 us */
 #define SERVE_SLICE_NS    10000000 /* 10 ms */
+#define MAX_DYING         16
 
 struct airlock_sandbox {
         airlock_config *cfg;
@@ -54,23 +55,47 @@ struct airlock_sandbox {
         size_t n_ready;
         unsigned pending;
         bool broken;
+        /* Copies killed after their run, whose exit (the teardown of a
+         * whole interpreter, milliseconds here) nobody waits for: reaped
+         * before the next copy is taken, and at close. */
+        int dying[MAX_DYING];
+        size_t n_dying;
         cg_sandbox cg; /* memory and process limits on the sandbox, where available */
 };
 
-void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
+/* Reaps the dying copies: all of them with block, else those already
+ * gone. Caller holds sb->lock. */
+static void reap_dying_locked(airlock_sandbox *sb, bool block)
+{
+        size_t kept = 0;
+        for (size_t i = 0; i < sb->n_dying; i++) {
+                /* The copy is our child (CLONE_PARENT): reap it. */
+                siginfo_t si = {0};
+                int w;
+                while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)sb->dying[i], &si,
+                                   WEXITED | __WALL | (block ? 0 : WNOHANG))) < 0 &&
+                       errno == EINTR)
+                        ;
+                if (w == 0 && si.si_pid == 0)
+                        sb->dying[kept++] = sb->dying[i];
+                else
+                        close(sb->dying[i]);
+        }
+        sb->n_dying = kept;
+}
+
+/* Closes copy c, killing it first with kill_it; its reaping is left to
+ * reap_dying_locked. Caller holds sb->lock. */
+static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
 {
         if (!c)
                 return;
         if (c->pidfd >= 0) {
                 if (kill_it)
                         syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
-                siginfo_t si;
-                /* The copy is our child (CLONE_PARENT): reap it. */
-                while (waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL) <
-                           0 &&
-                       errno == EINTR)
-                        ;
-                close(c->pidfd);
+                if (sb->n_dying == MAX_DYING)
+                        reap_dying_locked(sb, true);
+                sb->dying[sb->n_dying++] = c->pidfd;
         }
         if (c->chan >= 0)
                 close(c->chan);
@@ -79,6 +104,13 @@ void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
         if (c->err_r >= 0)
                 close(c->err_r);
         free(c);
+}
+
+void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
+{
+        pthread_mutex_lock(&sb->lock);
+        copy_close_locked(sb, c, kill_it);
+        pthread_mutex_unlock(&sb->lock);
 }
 
 /* Waits until fd is readable or the deadline (monotonic ns) passes. */
@@ -459,6 +491,7 @@ int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
         pthread_mutex_lock(&sb->lock);
         int r = 0;
         copy *c = NULL;
+        reap_dying_locked(sb, false);
         if (sb->broken) {
                 r = al_error(err, -ECHILD, NULL, "the sandbox template is gone");
                 goto out;
@@ -539,7 +572,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                 return;
         pthread_mutex_lock(&sb->lock);
         for (size_t i = 0; i < sb->n_ready; i++)
-                sbx_copy_close(sb, sb->ready[i], true);
+                copy_close_locked(sb, sb->ready[i], true);
         sb->n_ready = 0;
         /* Copies the template already started are our children: collect
          * them from the control socket so they can be killed and reaped. */
@@ -547,8 +580,9 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                 copy *c = NULL;
                 if (receive_copy_locked(sb, &c, NULL) < 0)
                         break;
-                sbx_copy_close(sb, c, true);
+                copy_close_locked(sb, c, true);
         }
+        reap_dying_locked(sb, true);
         pthread_mutex_unlock(&sb->lock);
         if (sb->ctl >= 0)
                 close(sb->ctl);
@@ -578,6 +612,7 @@ typedef struct run_state {
         char claimed_status[16];
         int claimed_exit;
         bool ended;
+        bool alone; /* a single run's copy ended with nothing else of the run left */
         frame_reader fr;
 } run_state;
 
@@ -638,6 +673,7 @@ static void serve_request(run_state *st, json_t *msg)
                 snprintf(st->claimed_status, sizeof(st->claimed_status), "%s", s ? s : "");
                 st->claimed_exit = (int)json_integer_value(json_object_get(msg, "exit_code"));
                 st->ended = true;
+                st->alone = json_is_true(json_object_get(msg, "alone"));
                 return;
         } else if (op && strcmp(op, "tool") == 0) {
                 const char *name = json_string_value(json_object_get(msg, "name"));
@@ -896,6 +932,10 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         bool active_dead = false;
         int cancel_fd = opts ? opts->cancel_fd : -1;
         while (!exited || out_open || err_open) {
+                bool early = !session && st.ended && st.alone && !st.timed_out && !st.cancelled &&
+                             !st.protocol_error;
+                if (early && !out_open && !err_open)
+                        break;
                 if (session && (st.ended || active_dead) && !st.timed_out && !st.cancelled) {
                         /* The guest flushed its output before "end": what
                          * the pipes hold now is all of this run's. */
@@ -1003,6 +1043,12 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                 si.si_code = CLD_KILLED;
                 si.si_status = SIGKILL;
                 kill_copy(&st);
+        } else if (!exited && st.ended && st.alone) {
+                /* Every other process of the run is gone and its output
+                 * pipes are closed: the copy's exit adds nothing but
+                 * waiting, so it is killed and reaped after the capture. */
+                si.si_code = CLD_EXITED;
+                si.si_status = st.claimed_exit & 0xff;
         } else {
                 int w;
                 while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si,

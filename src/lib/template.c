@@ -547,6 +547,53 @@ static void end_other_processes(json_t *keep)
         }
 }
 
+/* The number of threads of this process, from /proc/self/stat (field 20),
+ * or -1 when it cannot be read. */
+static int own_threads(void)
+{
+        int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        char buf[1024];
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -1;
+        buf[n] = '\0';
+        /* The name (field 2) may hold spaces and parentheses: count fields
+         * from its closing parenthesis, after which field 3 starts. */
+        char *p = strrchr(buf, ')');
+        for (int field = 2; p && field < 20; field++)
+                p = strchr(p + 1, ' ');
+        return p ? atoi(p + 1) : -1;
+}
+
+/* Contract: called in a single run's copy, pid 1 of its PID namespace,
+ * after the guest's code has returned. Kills every other process of the
+ * namespace and reaps them all, then tells whether this process is left
+ * alone with a single thread. Only then can nothing of the guest's write
+ * to /output or the output pipes any more, and the host may capture at
+ * once rather than wait for this process's exit, which tears down the
+ * whole interpreter. A guest that fakes the answer (it owns this
+ * process's memory) only races its own capture, which is safe against
+ * concurrent writers by design. */
+static bool end_run_alone(void)
+{
+        /* As pid 1, kill(-1) reaches every other process of the namespace;
+         * orphans are re-parented to us, so reaping until ECHILD collects
+         * them all. Repeat until nothing is left to signal. */
+        for (int pass = 0; pass < 100; pass++) {
+                if (kill(-1, SIGKILL) < 0 && errno == ESRCH)
+                        return own_threads() == 1;
+                for (;;) {
+                        pid_t w = waitpid(-1, NULL, __WALL);
+                        if (w < 0 && errno != EINTR)
+                                break;
+                }
+        }
+        return false;
+}
+
 /* The copy's loop: one run and exit, or, once the host opens a session,
  * runs, snapshots and restores until the host closes it. */
 _Noreturn static void serve_host(int chan)
@@ -565,10 +612,29 @@ _Noreturn static void serve_host(int chan)
                         const char *code = json_string_value(jc);
                         const char *status = "error";
                         int exit_code = code ? guest_run(code, json_string_length(jc), &status) : 1;
-                        reply(chan, json_pack("{s:s, s:s, s:i}", "op", "end", "status", status,
-                                              "exit_code", exit_code));
-                        if (!session)
-                                _exit(exit_code & 0xff);
+                        if (session) {
+                                reply(chan, json_pack("{s:s, s:s, s:i}", "op", "end", "status",
+                                                      status, "exit_code", exit_code));
+                                json_decref(msg);
+                                continue;
+                        }
+                        /* A single run: when nothing else of the run is
+                         * left, close the output pipes and say so, then wait
+                         * for the host to end this copy after its capture;
+                         * otherwise exit, and the host waits for the rest. */
+                        bool alone = end_run_alone();
+                        if (alone) {
+                                close(1);
+                                close(2);
+                        }
+                        reply(chan, json_pack("{s:s, s:s, s:i, s:b}", "op", "end", "status", status,
+                                              "exit_code", exit_code, "alone", alone));
+                        for (char b; alone;) {
+                                ssize_t k = read(chan, &b, 1);
+                                if (k == 0 || (k < 0 && errno != EINTR))
+                                        break;
+                        }
+                        _exit(exit_code & 0xff);
                 } else if (strcmp(op, "session") == 0 && !session) {
                         pid_t pid = fork_interpreter();
                         if (pid < 0)

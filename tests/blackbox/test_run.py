@@ -226,6 +226,34 @@ def test_background_process_does_not_outlive_run():
     assert r["stdout"] == "[1]\n", r
 
 
+def test_threads_finish_before_the_run_ends():
+    # As at the end of a Python program, threads that are not daemons
+    # finish their work; a daemon thread is stopped with the run.
+    code = ("import threading, time\n"
+            "def work():\n    time.sleep(0.3)\n    open('/output/t.txt', 'w').write('T')\n"
+            "    print('thread done')\n"
+            "def late():\n    time.sleep(30)\n    open('/output/late.txt', 'w').write('L')\n"
+            "threading.Thread(target=work).start()\n"
+            "threading.Thread(target=late, daemon=True).start()\n"
+            "print('main done')\n")
+    rc, r = run_json(code, "--timeout", "20")
+    assert rc == 0, r
+    assert r["stdout"] == "main done\nthread done\n", r
+    assert [f["path"] for f in r["files"]] == ["/output/t.txt"], r["files"]
+
+
+def test_background_writer_is_gone_before_capture():
+    # A child that writes after the code has returned must not reach the
+    # capture: the run's processes are ended first.
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n    time.sleep(0.5)\n"
+            "    open('/output/late.txt', 'w').write('L')\n    os._exit(0)\n"
+            "open('/output/main.txt', 'w').write('M')\n")
+    rc, r = run_json(code)
+    assert rc == 0, r
+    assert [f["path"] for f in r["files"]] == ["/output/main.txt"], r["files"]
+
+
 def test_no_network_sockets():
     code = ("import socket\n"
             "for fam in (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET):\n"
