@@ -10,7 +10,7 @@ runs=${2:-200}
 cd "$(dirname "$0")/.."
 make --no-print-directory "$build/libairlock.a" >/dev/null
 PKG_CONFIG="env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config"
-libs="$($PKG_CONFIG --libs libseccomp jansson libcurl python3-embed) -lpthread"
+libs="$($PKG_CONFIG --libs libseccomp jansson python3-embed) -lpthread"
 cflags="$($PKG_CONFIG --cflags jansson)"
 # shellcheck disable=SC2086 # flag lists
 cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib $cflags -o "$build/bench_tools" \

@@ -14,7 +14,7 @@ FBUILD   := build/fuzz-clang
 PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
 PKGS     := libseccomp jansson libcurl python3-embed
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null | sed 's/-I/-isystem /g')
-DEP_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libseccomp jansson python3-embed 2>/dev/null)
 SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer
 FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/cli $(DEP_CFLAGS) $(SANFLAGS)
