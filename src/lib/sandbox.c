@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -442,10 +443,42 @@ static int request_copy_locked(airlock_sandbox *sb)
         return 0;
 }
 
+/* Raises a process that prepares copies at idle priority (see
+ * template.c) to normal priority, because a run is waiting for it. */
+static void raise_priority(pid_t pid)
+{
+        struct sched_param sp = {0};
+        if (pid > 0)
+                (void)sched_setscheduler(pid, SCHED_OTHER, &sp);
+}
+
+/* The pid behind a pidfd, from its fdinfo; -1 when it cannot be read. */
+static pid_t pidfd_pid(int pidfd)
+{
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        buf[n > 0 ? n : 0] = '\0';
+        const char *p = strstr(buf, "\nPid:");
+        return p ? (pid_t)atoi(p + 5) : -1;
+}
+
+static bool readable_now(int fd)
+{
+        struct pollfd p = {fd, POLLIN, 0};
+        return poll(&p, 1, 0) > 0;
+}
+
 /* Reads one pending copy from the template. Caller holds sb->lock. */
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
         uint64_t deadline = al_now_ns() + (uint64_t)(COPY_START_S * 1e9);
+        if (!readable_now(sb->ctl))
+                raise_priority(sb->tpl_pid);
         int r = wait_readable(sb->ctl, deadline);
         if (r < 0)
                 return al_error(err, r, NULL, "the sandbox did not start a copy in time");
@@ -868,6 +901,8 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
         /* The copy's first byte: ready, with its /output fd. */
+        if (!readable_now(c->chan))
+                raise_priority(pidfd_pid(c->pidfd));
         int r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
         char tag[512];
         int outdir = -1;

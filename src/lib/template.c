@@ -594,17 +594,35 @@ static bool end_run_alone(void)
         return false;
 }
 
+/* Copies are prepared at idle priority: the fork, the interpreter's
+ * after-fork work and the pre-warm run take some 10 ms of CPU here, and at
+ * normal priority they would delay whatever the host and its caller do
+ * meanwhile (an MCP client waiting for its answer, say). A host that finds
+ * no copy ready raises the template or the copy back to normal priority,
+ * which an unprivileged process may do for its own processes at nice 0,
+ * so a busy machine cannot starve a run of its copy. */
+static void set_policy(int policy)
+{
+        struct sched_param sp = {0};
+        (void)sched_setscheduler(0, policy, &sp);
+}
+
 /* The copy's loop: one run and exit, or, once the host opens a session,
  * runs, snapshots and restores until the host closes it. */
 _Noreturn static void serve_host(int chan)
 {
-        bool session = false;
+        bool session = false, first = true;
         frame_reader fr;
         frame_reader_init(&fr, CHANNEL_MAX_FRAME);
         for (;;) {
                 json_t *msg = NULL;
                 if (frame_reader_feed(&fr, chan, &msg) != 1)
                         _exit(0); /* the host is gone or closed this copy */
+                /* Prepared at idle priority; the host's work runs at normal
+                 * priority. */
+                if (first)
+                        set_policy(SCHED_OTHER);
+                first = false;
                 const char *op = json_string_value(json_object_get(msg, "op"));
                 op = op ? op : "";
                 if (strcmp(op, "run") == 0) {
@@ -619,9 +637,9 @@ _Noreturn static void serve_host(int chan)
                                 continue;
                         }
                         /* A single run: when nothing else of the run is
-                         * left, close the output pipes and say so, then wait
-                         * for the host to end this copy after its capture;
-                         * otherwise exit, and the host waits for the rest. */
+                         * left, close the output pipes and say so, so that
+                         * the host captures at once; otherwise the host
+                         * waits for the exit, which ends the rest. */
                         bool alone = end_run_alone();
                         if (alone) {
                                 close(1);
@@ -629,11 +647,12 @@ _Noreturn static void serve_host(int chan)
                         }
                         reply(chan, json_pack("{s:s, s:s, s:i, s:b}", "op", "end", "status", status,
                                               "exit_code", exit_code, "alone", alone));
-                        for (char b; alone;) {
-                                ssize_t k = read(chan, &b, 1);
-                                if (k == 0 || (k < 0 && errno != EINTR))
-                                        break;
-                        }
+                        /* The exit tears down a whole interpreter, a
+                         * millisecond or more of CPU here. Alone, nobody
+                         * waits for it, so it runs at idle priority and
+                         * does not delay the host's capture and answer. */
+                        if (alone)
+                                set_policy(SCHED_IDLE);
                         _exit(exit_code & 0xff);
                 } else if (strcmp(op, "session") == 0 && !session) {
                         pid_t pid = fork_interpreter();
@@ -878,6 +897,8 @@ _Noreturn void template_main(void)
 
         ctl_send_byte(CTL_READY);
         for (;;) {
+                /* Again after each copy, in case the host raised it. */
+                set_policy(SCHED_IDLE);
                 char c = ctl_recv_byte();
                 if (c == CTL_SPAWN)
                         spawn_copy();

@@ -254,6 +254,12 @@ def test_background_writer_is_gone_before_capture():
     assert [f["path"] for f in r["files"]] == ["/output/main.txt"], r["files"]
 
 
+def test_code_runs_at_normal_priority():
+    # Copies are prepared at idle priority; the code itself must not be.
+    rc, r = run_json("import os; print(os.sched_getscheduler(0) == os.SCHED_OTHER, os.nice(0))")
+    assert rc == 0 and r["stdout"] == "True 0\n", r
+
+
 def test_no_network_sockets():
     code = ("import socket\n"
             "for fam in (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET):\n"
