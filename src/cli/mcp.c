@@ -50,10 +50,16 @@ typedef struct mcp_server {
         bool initialized;
         atomic_bool output_broken; /* standard output is gone: stop serving */
         pthread_mutex_t out_lock;
-        pthread_mutex_t lock; /* calls, n_calls */
+        pthread_mutex_t lock; /* everything below */
         pthread_cond_t calls_done;
         mcp_call *calls;
         unsigned n_calls;
+        /* Workers stay for the next call: a new thread per call cost a
+         * stack's worth of page faults and a wake-up on another CPU. */
+        pthread_cond_t work;
+        mcp_call *queue, **queue_end; /* calls not yet taken by a worker */
+        unsigned n_queued, n_workers, idle_workers;
+        bool stopping;
 } mcp_server;
 
 /* A tools/call in progress (or the warm-up run, which has no id). */
@@ -64,7 +70,8 @@ struct mcp_call {
         size_t len;
         int cancel_fd; /* eventfd handed to the run as airlock_run_options.cancel_fd */
         bool cancelled;
-        mcp_call *next;
+        mcp_call *next;  /* in the list of calls in progress */
+        mcp_call *qnext; /* in the queue */
 };
 
 /* ---- output ------------------------------------------------------------ */
@@ -145,8 +152,7 @@ static bool call_unlist(mcp_server *srv, mcp_call *c)
         return cancelled;
 }
 
-/* The worker's last touch of the server: after this the main thread may tear
- * the server down, so nothing (not even the output lock) is used afterwards. */
+/* The call is over: the server may stop once no call is left. */
 static void call_done(mcp_server *srv)
 {
         pthread_mutex_lock(&srv->lock);
@@ -155,9 +161,8 @@ static void call_done(mcp_server *srv)
         pthread_mutex_unlock(&srv->lock);
 }
 
-static void *call_main(void *arg)
+static void run_call(mcp_call *c)
 {
-        mcp_call *c = arg;
         mcp_server *srv = c->srv;
         airlock_run_options opts = {.cancel_fd = c->cancel_fd};
         airlock_result *res = NULL;
@@ -200,11 +205,51 @@ static void *call_main(void *arg)
         json_decref(id);
         call_free(c);
         call_done(srv);
+}
+
+/* A worker: takes queued calls until the server stops. Its last touch of
+ * the server is the unlock after it has counted itself out, so that
+ * stop_workers may tear the server down after that. */
+static void *worker_main(void *arg)
+{
+        mcp_server *srv = arg;
+        pthread_mutex_lock(&srv->lock);
+        for (;;) {
+                while (!srv->queue && !srv->stopping) {
+                        srv->idle_workers++;
+                        pthread_cond_wait(&srv->work, &srv->lock);
+                        srv->idle_workers--;
+                }
+                mcp_call *c = srv->queue;
+                if (!c)
+                        break;
+                srv->queue = c->qnext;
+                if (!srv->queue)
+                        srv->queue_end = &srv->queue;
+                srv->n_queued--;
+                pthread_mutex_unlock(&srv->lock);
+                run_call(c);
+                pthread_mutex_lock(&srv->lock);
+        }
+        srv->n_workers--;
+        pthread_cond_broadcast(&srv->calls_done);
+        pthread_mutex_unlock(&srv->lock);
         return NULL;
 }
 
-/* Starts a detached worker for the call. Returns < 0 (and frees c) when the
- * call cannot be started. */
+/* Ends the workers once no call is left. */
+static void stop_workers(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->lock);
+        srv->stopping = true;
+        pthread_cond_broadcast(&srv->work);
+        while (srv->n_workers > 0)
+                pthread_cond_wait(&srv->calls_done, &srv->lock);
+        pthread_mutex_unlock(&srv->lock);
+}
+
+/* Queues the call for an idle worker, or starts a worker for it. Returns
+ * < 0 (and frees c) when the call cannot be started. */
 static int call_start(mcp_server *srv, mcp_call *c)
 {
         c->srv = srv;
@@ -223,20 +268,38 @@ static int call_start(mcp_server *srv, mcp_call *c)
         c->next = srv->calls;
         srv->calls = c;
         srv->n_calls++;
-        pthread_mutex_unlock(&srv->lock);
-
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_t t;
-        int r = pthread_create(&t, &attr, call_main, c);
-        pthread_attr_destroy(&attr);
-        if (r != 0) {
-                call_unlist(srv, c);
+        c->qnext = NULL;
+        *srv->queue_end = c;
+        srv->queue_end = &c->qnext;
+        srv->n_queued++;
+        /* Idle workers take queued calls in order: one more is needed only
+         * when there are more queued calls than idle workers. */
+        int r = 0;
+        if (srv->idle_workers >= srv->n_queued) {
+                pthread_cond_signal(&srv->work);
+        } else {
+                pthread_attr_t attr;
+                pthread_attr_init(&attr);
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                pthread_t t;
+                r = pthread_create(&t, &attr, worker_main, srv);
+                pthread_attr_destroy(&attr);
+                if (r == 0)
+                        srv->n_workers++;
+        }
+        if (r != 0 && srv->n_workers == 0) {
+                /* Nobody could ever take it: take it back. */
+                srv->queue = NULL;
+                srv->queue_end = &srv->queue;
+                srv->n_queued = 0;
+                srv->calls = c->next;
+                srv->n_calls--;
+                pthread_mutex_unlock(&srv->lock);
                 call_free(c);
-                call_done(srv);
                 return -r;
         }
+        /* Without a new worker, a busy one takes it when it is free. */
+        pthread_mutex_unlock(&srv->lock);
         return 0;
 }
 
@@ -605,6 +668,8 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
         pthread_mutex_init(&srv->out_lock, NULL);
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
+        pthread_cond_init(&srv->work, NULL);
+        srv->queue_end = &srv->queue;
         return 0;
 }
 
@@ -638,9 +703,11 @@ int cmd_mcp(int argc, char **argv)
                 cancel_all_and_wait(&srv);
         else
                 finish_calls(&srv);
+        stop_workers(&srv);
         airlock_cache_close(srv.cache);
         json_decref(srv.tool);
         free(srv.instructions);
+        pthread_cond_destroy(&srv.work);
         pthread_cond_destroy(&srv.calls_done);
         pthread_mutex_destroy(&srv.lock);
         pthread_mutex_destroy(&srv.out_lock);
