@@ -7,9 +7,7 @@ copy of that interpreter, so nothing defined by one run's code survives into
 the next. The host side of every call is untrusted-input-proof; this side
 only has to be convenient and honest.
 """
-import base64 as _base64
 import builtins as _builtins
-import json as _json
 import sys as _sys
 import types as _types
 
@@ -30,6 +28,10 @@ _EXCEPTIONS = {
 
 
 def _request(msg):
+    # Imported here, not at the top: the template's first copy is made
+    # before the warm-up imports, so that a new sandbox's first run does not
+    # wait for modules it may not need (json alone takes 15 ms here).
+    import json as _json
     reply = _json.loads(_airlock.call(_json.dumps(msg, ensure_ascii=False).encode("utf-8")))
     if reply.get("ok"):
         return reply.get("result")
@@ -55,6 +57,8 @@ def http_request(method, url, headers=None, body=None):
     A request outside the allow-list raises PermissionError."""
     if not isinstance(method, str) or not isinstance(url, str):
         raise TypeError("http_request(method, url): method and url must be strings")
+    import base64 as _base64
+    import json as _json
     if body is None:
         raw = b""
     elif isinstance(body, str):
@@ -92,12 +96,13 @@ def http_post(url, body="", content_type="application/json", headers=None):
 _session_main = None
 
 
-def _run(code, keep=False):
+def _run(code, keep=False, last=False):
     """Runs code as the __main__ script. Returns (status, exit_code), where
     status is "ok", "error" or "memory". With keep (a session), every run
-    shares one __main__, so names defined by one run are seen by the next."""
+    shares one __main__, so names defined by one run are seen by the next.
+    With last (the agent's run in a single-run copy), the run ends as a
+    Python program does: after the threads that are not daemons."""
     global _session_main
-    import traceback
     main = _session_main if keep else None
     if main is None:
         main = _types.ModuleType("__main__")
@@ -135,15 +140,17 @@ def _run(code, keep=False):
     except BaseException:
         status, exit_code = "error", 1
         try:
+            import traceback
             etype, value, tb = _sys.exc_info()
             # Drop the runner's own frame so the traceback starts at the code.
             traceback.print_exception(etype, value, tb.tb_next if tb else None)
         except MemoryError:
             status = "memory"
-    if not keep:
+    if last:
         # As at the end of a Python program, wait for the threads the code
         # started and did not mark as daemons: their work is part of the
-        # run. The run's time limit still bounds the wait.
+        # run. The run's time limit still bounds the wait. Only in the
+        # process's last run: it marks the main thread as stopped.
         threading = _sys.modules.get("threading")
         try:
             if threading is not None:
@@ -159,14 +166,14 @@ def _run(code, keep=False):
 
 
 def _after_fork():
-    """Reseeds every per-process secret of a fresh copy."""
-    import random
-    random.seed()
-    try:
-        import tempfile
+    """Reseeds every per-process secret of a fresh copy. Modules not yet
+    imported need nothing: they seed themselves when a run imports them."""
+    random = _sys.modules.get("random")
+    if random is not None:
+        random.seed()
+    tempfile = _sys.modules.get("tempfile")
+    if tempfile is not None:
         tempfile._name_sequence = None
-    except Exception:
-        pass
 
 
 def _install():

@@ -147,6 +147,20 @@ static void format_exception(const char *what, char *errbuf, size_t errlen)
         PyErr_Clear();
 }
 
+/* Moves every object that exists now out of the collector's reach: a
+ * collection in a copy would otherwise touch, and so copy, every page of
+ * the template's heap. */
+static void freeze_heap(void)
+{
+        PyObject *gc = PyImport_ImportModule("gc");
+        PyObject *fr = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
+        Py_XDECREF(fr);
+        fr = gc ? PyObject_CallMethod(gc, "freeze", NULL) : NULL;
+        Py_XDECREF(fr);
+        Py_XDECREF(gc);
+        PyErr_Clear();
+}
+
 int guest_init(const template_params *p, char *errbuf, size_t errlen)
 {
         if (PyImport_AppendInittab("_airlock", init_airlock_module) < 0) {
@@ -222,28 +236,25 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                 Py_DECREF(m);
         }
 
-        /* Warm-up: import what the runner and typical snippets need and run
-         * a snippet once, so a copy does none of this work. */
+        freeze_heap();
+        return 0;
+}
+
+int guest_warm_up(char *errbuf, size_t errlen)
+{
+        /* Import what the runner and typical snippets need and run a
+         * snippet once, so a copy does none of this work. */
         static const char warmup[] =
             "import traceback, random, json, base64, tempfile, os, io, re, math, csv\n"
             "import collections, itertools, functools, datetime, pathlib, string\n"
             "print('', end='')\n";
         const char *status = NULL;
-        (void)guest_run(warmup, sizeof(warmup) - 1, &status);
+        (void)guest_run(warmup, sizeof(warmup) - 1, false, &status);
         if (!status || strcmp(status, "ok") != 0) {
                 snprintf(errbuf, errlen, "python: the warm-up run failed");
                 return -EIO;
         }
-        /* Move every object that exists now out of the collector's reach:
-         * a collection in a copy would otherwise touch, and so copy, every
-         * page of the template's heap. */
-        PyObject *gc = PyImport_ImportModule("gc");
-        PyObject *fr = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
-        Py_XDECREF(fr);
-        fr = gc ? PyObject_CallMethod(gc, "freeze", NULL) : NULL;
-        Py_XDECREF(fr);
-        Py_XDECREF(gc);
-        PyErr_Clear();
+        freeze_heap();
         return 0;
 }
 
@@ -271,7 +282,7 @@ void guest_after_fork_child(int fd)
         PyErr_Clear();
 }
 
-int guest_run(const char *code, size_t len, const char **ret_status)
+int guest_run(const char *code, size_t len, bool last, const char **ret_status)
 {
         PyObject *src = PyUnicode_DecodeUTF8(code, (Py_ssize_t)len, "strict");
         if (!src) {
@@ -281,7 +292,8 @@ int guest_run(const char *code, size_t len, const char **ret_status)
                 return 1;
         }
         PyObject *res =
-            PyObject_CallFunction(runtime_run, "OO", src, session_mode ? Py_True : Py_False);
+            PyObject_CallFunction(runtime_run, "OOO", src, session_mode ? Py_True : Py_False,
+                                  last && !session_mode ? Py_True : Py_False);
         Py_DECREF(src);
         int exit_code = 1;
         *ret_status = "error";

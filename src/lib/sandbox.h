@@ -74,9 +74,12 @@ const airlock_limits *sbx_limits(const airlock_sandbox *sb);
 
 /* --- embedded interpreter (guestpy.c), used inside the template only --- */
 
-/* Initialises CPython, installs the runtime, imports preloads and warms up.
- * On failure returns < 0 with a message in errbuf. */
+/* Initialises CPython, installs the runtime and imports the preloads. On
+ * failure returns < 0 with a message in errbuf. */
 int guest_init(const template_params *p, char *errbuf, size_t errlen);
+/* Imports what typical code needs and runs a snippet, so that copies made
+ * afterwards need not. */
+int guest_warm_up(char *errbuf, size_t errlen);
 void guest_before_fork(void);
 /* From now on, runs share one __main__ (a session). */
 void guest_set_session(void);
@@ -85,8 +88,9 @@ void guest_after_fork_parent(void);
  * reseed every secret. */
 void guest_after_fork_child(int channel_fd);
 /* Runs code (UTF-8) as __main__; returns the exit code and sets *ret_status
- * to "ok", "error" or "memory". */
-int guest_run(const char *code, size_t len, const char **ret_status);
+ * to "ok", "error" or "memory". last: the process's final run, which ends
+ * after the code's non-daemon threads. */
+int guest_run(const char *code, size_t len, bool last, const char **ret_status);
 
 /* --- seccomp (seccomp.c) --- */
 

@@ -74,6 +74,8 @@ _Noreturn static void host_gone(void)
         _exit(0);
 }
 static template_params params;
+/* Whether the interpreter has been warmed up (see template_main). */
+static bool warmed_up;
 static struct sock_fprog guest_filter;
 static char tmp_opts[128], out_opts[128];
 
@@ -629,7 +631,8 @@ _Noreturn static void serve_host(int chan)
                         json_t *jc = json_object_get(msg, "code");
                         const char *code = json_string_value(jc);
                         const char *status = "error";
-                        int exit_code = code ? guest_run(code, json_string_length(jc), &status) : 1;
+                        int exit_code =
+                            code ? guest_run(code, json_string_length(jc), true, &status) : 1;
                         if (session) {
                                 reply(chan, json_pack("{s:s, s:s, s:i}", "op", "end", "status",
                                                       status, "exit_code", exit_code));
@@ -721,7 +724,8 @@ static void prewarm_copy(void)
         if (r >= 0 && frame_reader_feed(&fr, sv[1], &msg) == 1) {
                 json_t *jc = json_object_get(msg, "code");
                 const char *status = "error";
-                int exit_code = guest_run(json_string_value(jc), json_string_length(jc), &status);
+                int exit_code =
+                    guest_run(json_string_value(jc), json_string_length(jc), false, &status);
                 bool alone = end_run_alone();
                 json_t *end = json_pack("{s:s, s:s, s:i, s:b}", "op", "end", "status", status,
                                         "exit_code", exit_code, "alone", alone);
@@ -798,7 +802,11 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
         if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &guest_filter) < 0)
                 copy_fail(chan, "cannot load the seccomp filter: %m");
 
-        prewarm_copy();
+        /* The first copy is made before the template's own warm-up, for a
+         * new sandbox's first run, which is waited for: warming would only
+         * move the same work ahead of it. */
+        if (warmed_up)
+                prewarm_copy();
 
         if (send_fds(chan, COPY_READY, &outdir, 1) < 0)
                 _exit(126);
@@ -902,6 +910,15 @@ _Noreturn void template_main(void)
                 char c = ctl_recv_byte();
                 if (c == CTL_SPAWN)
                         spawn_copy();
+                /* The warm-up comes after the first copy, so that a new
+                 * sandbox's first run does not wait for imports it may not
+                 * need; every later copy starts with them done. */
+                if (c == CTL_SPAWN && !warmed_up) {
+                        r = guest_warm_up(errbuf, sizeof(errbuf));
+                        if (r < 0)
+                                fail(r, "python", "%s", errbuf);
+                        warmed_up = true;
+                }
         }
 }
 
