@@ -56,10 +56,11 @@ struct airlock_sandbox {
         size_t n_ready;
         unsigned pending;
         bool broken;
-        /* Copies killed after their run, whose exit (the teardown of a
-         * whole interpreter, milliseconds here) nobody waits for: reaped
-         * before the next copy is taken, and at close. */
-        int dying[MAX_DYING];
+        /* Pids of copies killed after their run, whose exit (the teardown
+         * of a whole interpreter, milliseconds here) nobody waits for:
+         * reaped before the next copy is taken, and at close. A zombie's
+         * pid cannot be reused, so no fd is held for them. */
+        pid_t dying[MAX_DYING];
         size_t n_dying;
         cg_sandbox cg; /* memory and process limits on the sandbox, where available */
 };
@@ -71,16 +72,12 @@ static void reap_dying_locked(airlock_sandbox *sb, bool block)
         size_t kept = 0;
         for (size_t i = 0; i < sb->n_dying; i++) {
                 /* The copy is our child (CLONE_PARENT): reap it. */
-                siginfo_t si = {0};
-                int w;
-                while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)sb->dying[i], &si,
-                                   WEXITED | __WALL | (block ? 0 : WNOHANG))) < 0 &&
+                pid_t w;
+                while ((w = waitpid(sb->dying[i], NULL, __WALL | (block ? 0 : WNOHANG))) < 0 &&
                        errno == EINTR)
                         ;
-                if (w == 0 && si.si_pid == 0)
+                if (w == 0)
                         sb->dying[kept++] = sb->dying[i];
-                else
-                        close(sb->dying[i]);
         }
         sb->n_dying = kept;
 }
@@ -96,7 +93,8 @@ static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
                         syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
                 if (sb->n_dying == MAX_DYING)
                         reap_dying_locked(sb, true);
-                sb->dying[sb->n_dying++] = c->pidfd;
+                sb->dying[sb->n_dying++] = c->pid;
+                close(c->pidfd);
         }
         if (c->chan >= 0)
                 close(c->chan);
@@ -452,21 +450,6 @@ static void raise_priority(pid_t pid)
                 (void)sched_setscheduler(pid, SCHED_OTHER, &sp);
 }
 
-/* The pid behind a pidfd, from its fdinfo; -1 when it cannot be read. */
-static pid_t pidfd_pid(int pidfd)
-{
-        char path[64], buf[512];
-        snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -1;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        buf[n > 0 ? n : 0] = '\0';
-        const char *p = strstr(buf, "\nPid:");
-        return p ? (pid_t)atoi(p + 5) : -1;
-}
-
 static bool readable_now(int fd)
 {
         struct pollfd p = {fd, POLLIN, 0};
@@ -497,7 +480,15 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
                         close(fds[i]);
                 return template_error(buf, (size_t)n, err);
         }
-        if (buf[0] != CTL_COPY || nfds != 4) {
+        long pid = 0;
+        if (buf[0] == CTL_COPY && (size_t)n < sizeof(buf)) {
+                buf[n] = '\0';
+                char *end = NULL;
+                pid = strtol(buf + 1, &end, 10);
+                if (!end || *end)
+                        pid = 0;
+        }
+        if (buf[0] != CTL_COPY || nfds != 4 || pid <= 0) {
                 for (size_t i = 0; i < nfds; i++)
                         close(fds[i]);
                 sb->broken = true;
@@ -509,6 +500,7 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
                         close(fds[i]);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
+        c->pid = (pid_t)pid;
         c->chan = fds[0];
         c->pidfd = fds[1];
         c->out_r = fds[2];
@@ -902,7 +894,7 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
         /* The copy's first byte: ready, with its /output fd. */
         if (!readable_now(c->chan))
-                raise_priority(pidfd_pid(c->pidfd));
+                raise_priority(c->pid);
         int r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
         char tag[512];
         int outdir = -1;

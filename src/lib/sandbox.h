@@ -27,7 +27,7 @@ enum {
         CTL_READY = 'R',  /* template -> host: interpreter initialised */
         CTL_ERROR = 'E',  /* template -> host: "E<errno> <feature>|<message>" */
         CTL_SPAWN = 'S',  /* host -> template: start a copy */
-        CTL_COPY = 'C',   /* template -> host: a copy, with [channel, pidfd, stdout, stderr] */
+        CTL_COPY = 'C', /* template -> host: a copy's pid, with [channel, pidfd, stdout, stderr] */
 };
 
 /* First byte a copy sends on its channel: ready with the /output fd attached,
@@ -56,7 +56,8 @@ _Noreturn void template_main(void);
 #include "cgroup.h"
 
 typedef struct copy {
-        int pidfd; /* pid 1 of the copy's PID namespace; the host is its parent */
+        pid_t pid; /* pid 1 of the copy's PID namespace; the host is its parent */
+        int pidfd;
         int chan;  /* the guest channel */
         int out_r; /* stdout and stderr of the run */
         int err_r;

@@ -404,12 +404,14 @@ static int drop_capabilities(void)
 }
 
 /* Sends one byte with fds attached. */
-static int send_fds(int sock, char tag, const int *fds, size_t n)
+/* Sends the tag, then text (may be NULL), with fds attached. */
+static int send_fds(int sock, char tag, const char *text, const int *fds, size_t n)
 {
         char cbuf[CMSG_SPACE(sizeof(int) * 8)];
         memset(cbuf, 0, sizeof(cbuf));
-        struct iovec iov = {&tag, 1};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        size_t tlen = text ? strlen(text) : 0;
+        struct iovec iov[2] = {{&tag, 1}, {(void *)text, tlen}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = tlen ? 2 : 1};
         if (n) {
                 mh.msg_control = cbuf;
                 mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
@@ -419,7 +421,8 @@ static int send_fds(int sock, char tag, const int *fds, size_t n)
                 cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
                 memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
         }
-        return sendmsg(sock, &mh, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+        ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        return w == (ssize_t)(1 + tlen) ? 0 : w < 0 ? -errno : -EIO;
 }
 
 _Noreturn static void copy_fail(int chan, const char *fmt, ...) _printf_(2, 3);
@@ -449,7 +452,7 @@ static void reply(int chan, json_t *msg)
 static void announce_active(int chan, const char *op)
 {
         int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
-        if (self < 0 || send_fds(chan, 'P', &self, 1) < 0)
+        if (self < 0 || send_fds(chan, 'P', NULL, &self, 1) < 0)
                 _exit(0);
         close(self);
         reply(chan, json_pack("{s:s}", "op", op));
@@ -808,7 +811,7 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
         if (warmed_up)
                 prewarm_copy();
 
-        if (send_fds(chan, COPY_READY, &outdir, 1) < 0)
+        if (send_fds(chan, COPY_READY, NULL, &outdir, 1) < 0)
                 _exit(126);
         close(outdir);
 
@@ -858,7 +861,10 @@ static void spawn_copy(void)
                 live_copies[n_live_copies++] = pidfd;
         else
                 close(pidfd);
-        if (send_fds(ctl_fd, CTL_COPY, fds, 4) < 0)
+        /* With its pid, by which the host reaps it once it is dead. */
+        char pidtext[24];
+        snprintf(pidtext, sizeof(pidtext), "%ld", pid);
+        if (send_fds(ctl_fd, CTL_COPY, pidtext, fds, 4) < 0)
                 host_gone();
 out:
         for (int i = 0; i < 2; i++) {
