@@ -192,9 +192,12 @@ AIRLOCK_PUBLIC int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbo
 AIRLOCK_PUBLIC int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
                                        airlock_result **ret, airlock_error *err);
 /* Options of one run. cancel_fd: when it becomes readable (an eventfd or a
- * pipe), the run is stopped and ends with status "killed"; -1 for none. */
+ * pipe), the run is stopped and ends with status "killed"; -1 for none.
+ * last: the sandbox's last run (a one-shot command). No copy is prepared
+ * for a next run, so airlock_sandbox_close right after it is quick. */
 typedef struct airlock_run_options {
         int cancel_fd;
+        bool last;
 } airlock_run_options;
 
 AIRLOCK_PUBLIC int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,

@@ -1146,7 +1146,8 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
                 if (outdir >= 0)
                         close(outdir);
                 sbx_copy_close(sb, c, true);
-                sbx_replenish(sb);
+                if (!(opts && opts->last) || (r < 0 && !delivered && attempt == 0))
+                        sbx_replenish(sb);
                 if (r >= 0 || delivered || attempt > 0)
                         return r;
         }

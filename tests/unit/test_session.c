@@ -85,6 +85,24 @@ static void test_single_runs_stay_fresh(void **state)
         airlock_session_close(s);
 }
 
+/* A run marked last prepares no copy; a run after it still works, on a
+ * copy started on demand. */
+static void test_run_after_a_last_run(void **state)
+{
+        airlock_error err;
+        airlock_result *res;
+        const airlock_run_options last = {.cancel_fd = -1, .last = true};
+        const char *code = "print(7)";
+        for (int i = 0; i < 2; i++) {
+                assert_int_equal(airlock_sandbox_run_ex(sb, code, strlen(code),
+                                                        i == 0 ? &last : NULL, &res, &err),
+                                 0);
+                assert_true(res->success);
+                assert_string_equal(res->stdout_data, "7\n");
+                airlock_result_free(res);
+        }
+}
+
 static void test_snapshot_restore_twice(void **state)
 {
         airlock_error err;
@@ -159,6 +177,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_state_persists),
             cmocka_unit_test(test_single_runs_stay_fresh),
+            cmocka_unit_test(test_run_after_a_last_run),
             cmocka_unit_test(test_snapshot_restore_twice),
             cmocka_unit_test(test_output_is_emptied_between_runs),
             cmocka_unit_test(test_timeout_ends_session),
