@@ -1,10 +1,12 @@
 /* Measures the sandbox through the library: cold start, restore+run of
- * print(1) with calls spaced 10 ms apart (the way agents call), idle memory
+ * print(1) with calls spaced 50 ms apart (agents call seconds apart; a
+ * copy takes about 12 ms of preparation here, which the back-to-back soak
+ * figure includes), idle memory
  * (PSS of the template and its pre-started copy), and growth of host fds and
  * memory over many runs. Prints one JSON object; bench/run.sh tabulates it.
  *
  * usage: bench_sandbox [RUNS] [SOAK_RUNS]
- * GAP_US sets the pause between timed runs (default 10000). */
+ * GAP_US sets the pause between timed runs (default 50000). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -171,7 +173,7 @@ int main(int argc, char **argv)
         airlock_result_free(res);
 
         for (int i = 0; i < runs; i++) {
-                usleep(getenv("GAP_US") ? (useconds_t)atoi(getenv("GAP_US")) : 10000);
+                usleep(getenv("GAP_US") ? (useconds_t)atoi(getenv("GAP_US")) : 50000);
                 double s = now_ms();
                 if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0 || !res->success) {
                         fprintf(stderr, "bench_sandbox: run %d failed: %s\n", i, err.message);
