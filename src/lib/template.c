@@ -588,6 +588,11 @@ static bool end_run_alone(void)
          * orphans are re-parented to us, so reaping until ECHILD collects
          * them all. Repeat until nothing is left to signal. */
         for (int pass = 0; pass < 100; pass++) {
+                /* No child at all means no other process: orphans would be
+                 * ours. This is one cheap call, where kill(-1) walks every
+                 * process of the machine. */
+                if (waitpid(-1, NULL, WNOHANG | __WALL) < 0 && errno == ECHILD)
+                        return own_threads() == 1;
                 if (kill(-1, SIGKILL) < 0 && errno == ESRCH)
                         return own_threads() == 1;
                 for (;;) {
@@ -612,12 +617,12 @@ static void set_policy(int policy)
         (void)sched_setscheduler(0, policy, &sp);
 }
 
-/* How long a copy's exit and the next copy's fork hold off after a run.
- * Both are milliseconds of page-table work in the kernel, which this
- * kernel (PREEMPT_NONE) does not preempt even for a waking process; right
- * after a run they would land on the moment the host hands its result to
- * its caller (an MCP client waking up to read its answer), and they
- * doubled the p90 of an MCP round trip in measurements here. */
+/* How long the next copy's fork holds off after a run. The fork is
+ * milliseconds of page-table work in the kernel, which this kernel
+ * (PREEMPT_NONE) does not preempt even for a waking process; right after a
+ * run it would land on the moment the host hands its result to its caller
+ * (an MCP client waking up to read its answer), and it doubled the p90 of
+ * an MCP round trip in measurements here. */
 #define QUIET_AFTER_RUN_MS 2
 
 /* The copy's loop: one run and exit, or, once the host opens a session,
@@ -665,11 +670,8 @@ _Noreturn static void serve_host(int chan)
                          * millisecond or more of CPU here. Alone, nobody
                          * waits for it, so it runs at idle priority and
                          * does not delay the host's capture and answer. */
-                        if (alone) {
+                        if (alone)
                                 set_policy(SCHED_IDLE);
-                                struct pollfd p = {chan, POLLIN, 0};
-                                (void)poll(&p, 1, QUIET_AFTER_RUN_MS);
-                        }
                         _exit(exit_code & 0xff);
                 } else if (strcmp(op, "session") == 0 && !session) {
                         pid_t pid = fork_interpreter();
