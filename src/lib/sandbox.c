@@ -460,9 +460,11 @@ static bool readable_now(int fd)
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
         uint64_t deadline = al_now_ns() + (uint64_t)(COPY_START_S * 1e9);
-        if (!readable_now(sb->ctl))
+        int r = 0;
+        if (!readable_now(sb->ctl)) {
                 raise_priority(sb->tpl_pid);
-        int r = wait_readable(sb->ctl, deadline);
+                r = wait_readable(sb->ctl, deadline);
+        }
         if (r < 0)
                 return al_error(err, r, NULL, "the sandbox did not start a copy in time");
         char buf[1100];
@@ -893,9 +895,11 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
         /* The copy's first byte: ready, with its /output fd. */
-        if (!readable_now(c->chan))
+        int r = 0;
+        if (!readable_now(c->chan)) {
                 raise_priority(c->pid);
-        int r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
+                r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
+        }
         char tag[512];
         int outdir = -1;
         size_t nfds = 0;
@@ -951,9 +955,8 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                         err->kind = AIRLOCK_ERROR_RUN;
                 return r;
         }
+        /* The output pipes come non-blocking from the template. */
         fcntl(c->chan, F_SETFL, O_NONBLOCK);
-        fcntl(c->out_r, F_SETFL, O_NONBLOCK);
-        fcntl(c->err_r, F_SETFL, O_NONBLOCK);
 
         bool out_open = true, err_open = true, chan_open = true, exited = false;
         bool active_dead = false;

@@ -837,8 +837,11 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
 static void spawn_copy(void)
 {
         int sv[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+        /* The host's ends of the output pipes are non-blocking (it drains
+         * them between other events), set here rather than on every run. */
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
-            pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+            pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
+            fcntl(out[0], F_SETFL, O_NONBLOCK) < 0 || fcntl(err[0], F_SETFL, O_NONBLOCK) < 0) {
                 char msg[128];
                 int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot create the channel: %s",
                                  CTL_ERROR, errno, strerror(errno));
