@@ -1143,6 +1143,11 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
                 int outdir = -1;
                 bool delivered = false;
                 r = sbx_copy_wait_ready(c, &outdir, err);
+                /* The copy waits at idle priority, where the code's
+                 * arrival would not even preempt a busy CPU's other work:
+                 * raise it first. */
+                if (r >= 0)
+                        raise_priority(c->pid);
                 if (r >= 0)
                         r = sbx_exec_run(sb, c, outdir, -1, code, len, opts, NULL, &delivered, ret,
                                          err);
