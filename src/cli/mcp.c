@@ -60,6 +60,19 @@ typedef struct mcp_server {
         mcp_call *queue, **queue_end; /* calls not yet taken by a worker */
         unsigned n_queued, n_workers, idle_workers;
         bool stopping;
+        /* Reading standard input is a role that moves between threads: a
+         * reader that gets a tools/call with nothing after it hands the
+         * role to a waiting thread and runs the call itself, which saves
+         * the wake-up of a worker on the call's path. Only the thread with
+         * the role touches the reader state below. */
+        bool reader_free;   /* the role waits for a thread to take it */
+        bool input_done;    /* end of input or a stop signal: nobody reads */
+        bool input_stopped; /* ... and it was a stop signal */
+        bool may_inline;    /* the line being handled is the last one read */
+        mcp_call *inline_call;
+        char *chunk;
+        dynbuf line;
+        bool discarding;
 } mcp_server;
 
 /* A tools/call in progress (or the warm-up run, which has no id). */
@@ -207,22 +220,20 @@ static void run_call(mcp_call *c)
         call_done(srv);
 }
 
-/* A worker: takes queued calls until the server stops. Its last touch of
- * the server is the unlock after it has counted itself out, so that
- * stop_workers may tear the server down after that. */
-static void *worker_main(void *arg)
+static void reader_loop(mcp_server *srv);
+
+static bool reader_wanted_locked(const mcp_server *srv)
 {
-        mcp_server *srv = arg;
-        pthread_mutex_lock(&srv->lock);
-        for (;;) {
-                while (!srv->queue && !srv->stopping) {
-                        srv->idle_workers++;
-                        pthread_cond_wait(&srv->work, &srv->lock);
-                        srv->idle_workers--;
-                }
-                mcp_call *c = srv->queue;
-                if (!c)
-                        break;
+        return srv->reader_free && !srv->input_done;
+}
+
+/* Does one piece of work, with srv->lock held on entry and on return: a
+ * queued call, or the reader role if it is free. Returns false when there
+ * is neither. */
+static bool take_work_locked(mcp_server *srv)
+{
+        mcp_call *c = srv->queue;
+        if (c) {
                 srv->queue = c->qnext;
                 if (!srv->queue)
                         srv->queue_end = &srv->queue;
@@ -230,11 +241,78 @@ static void *worker_main(void *arg)
                 pthread_mutex_unlock(&srv->lock);
                 run_call(c);
                 pthread_mutex_lock(&srv->lock);
+                return true;
+        }
+        if (reader_wanted_locked(srv)) {
+                srv->reader_free = false;
+                pthread_mutex_unlock(&srv->lock);
+                reader_loop(srv);
+                pthread_mutex_lock(&srv->lock);
+                return true;
+        }
+        return false;
+}
+
+/* A worker: takes queued calls and the reader role until the server stops.
+ * Its last touch of the server is the unlock after it has counted itself
+ * out, so that stop_workers may tear the server down after that. */
+static void *worker_main(void *arg)
+{
+        mcp_server *srv = arg;
+        pthread_mutex_lock(&srv->lock);
+        for (;;) {
+                if (take_work_locked(srv))
+                        continue;
+                if (srv->stopping)
+                        break;
+                srv->idle_workers++;
+                pthread_cond_wait(&srv->work, &srv->lock);
+                srv->idle_workers--;
         }
         srv->n_workers--;
         pthread_cond_broadcast(&srv->calls_done);
         pthread_mutex_unlock(&srv->lock);
         return NULL;
+}
+
+/* Wakes an idle worker for new work, or starts one. Caller holds
+ * srv->lock. Returns 0 or a positive error number. */
+static int wake_worker_locked(mcp_server *srv, unsigned wanted)
+{
+        if (srv->idle_workers >= wanted) {
+                pthread_cond_signal(&srv->work);
+                return 0;
+        }
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        int r = pthread_create(&t, &attr, worker_main, srv);
+        pthread_attr_destroy(&attr);
+        if (r == 0)
+                srv->n_workers++;
+        return r;
+}
+
+/* The reader hands its role on, to run a call itself. */
+static void hand_off_reader(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->lock);
+        srv->reader_free = true;
+        /* Without another thread, this one takes the role back after its
+         * call (see take_work_locked). */
+        (void)wake_worker_locked(srv, srv->n_queued + 1);
+        pthread_mutex_unlock(&srv->lock);
+}
+
+/* Input ended (or a stop signal came): wakes whoever waits for it. */
+static void finish_input(mcp_server *srv, bool stopped)
+{
+        pthread_mutex_lock(&srv->lock);
+        srv->input_done = true;
+        srv->input_stopped = stopped;
+        pthread_cond_broadcast(&srv->work);
+        pthread_mutex_unlock(&srv->lock);
 }
 
 /* Ends the workers once no call is left. */
@@ -268,25 +346,19 @@ static int call_start(mcp_server *srv, mcp_call *c)
         c->next = srv->calls;
         srv->calls = c;
         srv->n_calls++;
+        if (srv->may_inline && !srv->inline_call) {
+                /* The reader runs it once it has handed its role on. */
+                srv->inline_call = c;
+                pthread_mutex_unlock(&srv->lock);
+                return 0;
+        }
         c->qnext = NULL;
         *srv->queue_end = c;
         srv->queue_end = &c->qnext;
         srv->n_queued++;
         /* Idle workers take queued calls in order: one more is needed only
          * when there are more queued calls than idle workers. */
-        int r = 0;
-        if (srv->idle_workers >= srv->n_queued) {
-                pthread_cond_signal(&srv->work);
-        } else {
-                pthread_attr_t attr;
-                pthread_attr_init(&attr);
-                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-                pthread_t t;
-                r = pthread_create(&t, &attr, worker_main, srv);
-                pthread_attr_destroy(&attr);
-                if (r == 0)
-                        srv->n_workers++;
-        }
+        int r = wake_worker_locked(srv, srv->n_queued);
         if (r != 0 && srv->n_workers == 0) {
                 /* Nobody could ever take it: take it back. */
                 srv->queue = NULL;
@@ -577,65 +649,94 @@ static bool stop_requested(void)
         return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
 }
 
-/* Reads standard input line by line until end of input, a stop signal
- * (returns true) or until standard output is gone. A line longer than MCP_MAX_LINE is discarded up
- * to its newline, without being held in memory, and answered with an error. */
-static bool serve(mcp_server *srv)
+/* Holds the reader role: handles messages until end of input, a stop
+ * signal or the loss of standard output (then marks the input done), or
+ * until it hands the role on to run a call on this thread. */
+static void reader_loop(mcp_server *srv)
 {
-        char *chunk = malloc(MCP_CHUNK);
-        if (!chunk)
-                return false;
-        dynbuf line;
-        dynbuf_init(&line, MCP_MAX_LINE);
-        bool discarding = false;
-        bool stopped = false;
+        dynbuf *line = &srv->line;
         for (;;) {
                 if (!wait_input()) {
-                        stopped = true;
-                        break;
+                        finish_input(srv, true);
+                        return;
                 }
-                ssize_t n = read(STDIN_FILENO, chunk, MCP_CHUNK);
+                ssize_t n = read(STDIN_FILENO, srv->chunk, MCP_CHUNK);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0)
                         break;
-                const char *p = chunk, *end = chunk + n;
+                const char *p = srv->chunk, *end = srv->chunk + n;
                 while (p < end) {
                         const char *nl = memchr(p, '\n', (size_t)(end - p));
                         const char *stop = nl ? nl : end;
-                        if (!discarding && dynbuf_append(&line, p, (size_t)(stop - p)) < 0) {
-                                dynbuf_free(&line);
-                                dynbuf_init(&line, MCP_MAX_LINE);
-                                discarding = true;
+                        if (!srv->discarding && dynbuf_append(line, p, (size_t)(stop - p)) < 0) {
+                                dynbuf_free(line);
+                                dynbuf_init(line, MCP_MAX_LINE);
+                                srv->discarding = true;
                         }
                         p = stop;
                         if (!nl)
                                 break;
                         p++;
-                        if (discarding) {
+                        if (srv->discarding) {
                                 send_error(srv, NULL, RPC_INVALID_REQUEST,
                                            "message longer than %u MiB: discarded",
                                            MCP_MAX_LINE >> 20);
-                                discarding = false;
-                        } else {
-                                size_t len = line.len;
-                                while (len &&
-                                       (line.data[len - 1] == '\r' || line.data[len - 1] == ' ' ||
-                                        line.data[len - 1] == '\t'))
-                                        len--;
-                                if (len)
-                                        handle_line(srv, line.data, len);
-                                line.len = 0;
+                                srv->discarding = false;
+                                continue;
+                        }
+                        size_t len = line->len;
+                        while (len && (line->data[len - 1] == '\r' || line->data[len - 1] == ' ' ||
+                                       line->data[len - 1] == '\t'))
+                                len--;
+                        /* Only a call with nothing read after it may run on
+                         * this thread: anything after it is still to be
+                         * handled by the next reader, from this chunk. */
+                        srv->may_inline = p == end;
+                        if (len)
+                                handle_line(srv, line->data, len);
+                        srv->may_inline = false;
+                        line->len = 0;
+                        mcp_call *c = srv->inline_call;
+                        if (c) {
+                                srv->inline_call = NULL;
+                                hand_off_reader(srv);
+                                run_call(c);
+                                return;
                         }
                 }
-                if (srv->output_broken)
-                        break;
+                if (srv->output_broken) {
+                        finish_input(srv, false);
+                        return;
+                }
         }
         /* A last message without a newline still counts. */
-        if (!stopped && !discarding && line.len && !srv->output_broken)
-                handle_line(srv, line.data, line.len);
-        dynbuf_free(&line);
-        free(chunk);
+        if (!srv->discarding && line->len && !srv->output_broken)
+                handle_line(srv, line->data, line->len);
+        finish_input(srv, false);
+}
+
+/* Serves standard input on the calling (main) thread and on the workers
+ * until end of input or a stop signal; returns true for a stop signal.
+ * Standard input is read line by line; a line longer than MCP_MAX_LINE is
+ * discarded up to its newline, without being held in memory, and answered
+ * with an error. */
+static bool serve(mcp_server *srv)
+{
+        srv->chunk = malloc(MCP_CHUNK);
+        if (!srv->chunk)
+                return false;
+        dynbuf_init(&srv->line, MCP_MAX_LINE);
+        reader_loop(srv);
+        /* Between calls the main thread works as a worker until nobody
+         * reads any more. */
+        pthread_mutex_lock(&srv->lock);
+        while (!srv->input_done) {
+                if (!take_work_locked(srv))
+                        pthread_cond_wait(&srv->work, &srv->lock);
+        }
+        bool stopped = srv->input_stopped;
+        pthread_mutex_unlock(&srv->lock);
         return stopped;
 }
 
@@ -704,6 +805,8 @@ int cmd_mcp(int argc, char **argv)
         else
                 finish_calls(&srv);
         stop_workers(&srv);
+        dynbuf_free(&srv.line);
+        free(srv.chunk);
         airlock_cache_close(srv.cache);
         json_decref(srv.tool);
         free(srv.instructions);
