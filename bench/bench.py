@@ -692,6 +692,11 @@ def report(data):
               f"{bs['idle_pss_kib'] / 1024:.1f} MiB; soak {bs['soak_runs']} runs at "
               f"{bs['soak_runs_per_s']:.0f}/s: fds {bs['fds_before']} -> {bs['fds_after']}, RSS "
               f"{bs['rss_before_kib']} -> {bs['rss_after_kib']} KiB."]
+        if bs.get("session_run_median_ms", -1) >= 0:
+            L += ["", f"The same print(1) run again in one existing process (a session): median "
+                  f"{bs['session_run_median_ms']:.2f} ms spaced like the fresh runs above, "
+                  f"{bs['session_back_to_back_median_ms']:.2f} ms back to back. A fresh run's "
+                  f"extra time over the first figure is the cost of a new process."]
         if bs.get("tool_call_median_us", -1) >= 0:
             L += ["", f"Tool call round trip (guest -> C callback -> guest), 10,000 calls in one run: "
                   f"median {bs['tool_call_median_us']:.1f} us, p90 {bs['tool_call_p90_us']:.1f} us; "

@@ -157,6 +157,7 @@ int main(int argc, char **argv)
                 return 1;
         const char *code = "print(1)";
         double *lat = calloc((size_t)runs, sizeof(double));
+        useconds_t gap_us = getenv("GAP_US") ? (useconds_t)atoi(getenv("GAP_US")) : 50000;
 
         double t0 = now_ms();
         airlock_sandbox *sb;
@@ -173,7 +174,7 @@ int main(int argc, char **argv)
         airlock_result_free(res);
 
         for (int i = 0; i < runs; i++) {
-                usleep(getenv("GAP_US") ? (useconds_t)atoi(getenv("GAP_US")) : 50000);
+                usleep(gap_us);
                 double s = now_ms();
                 if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0 || !res->success) {
                         fprintf(stderr, "bench_sandbox: run %d failed: %s\n", i, err.message);
@@ -183,8 +184,37 @@ int main(int argc, char **argv)
                 airlock_result_free(res);
         }
         qsort(lat, (size_t)runs, sizeof(double), cmp_double);
+
         usleep(50000);
         long pss = children_pss_kib();
+
+        /* The same code run again in one existing process (a session),
+         * spaced like the fresh runs and back to back: what a fresh copy
+         * costs over an existing process, and what idling costs. */
+        double sess_gap = -1, sess_b2b = -1;
+        airlock_session *sess = NULL;
+        if (airlock_session_open(sb, &sess, &err) == 0) {
+                double *sl = calloc((size_t)runs, sizeof(double));
+                for (int pass = 0; sl && pass < 2; pass++) {
+                        for (int i = 0; i < runs; i++) {
+                                if (pass == 0)
+                                        usleep(gap_us);
+                                double s0 = now_ms();
+                                if (airlock_session_run(sess, code, strlen(code), NULL, &res,
+                                                        &err) < 0) {
+                                        fprintf(stderr, "bench_sandbox: session run failed: %s\n",
+                                                err.message);
+                                        return 1;
+                                }
+                                sl[i] = now_ms() - s0;
+                                airlock_result_free(res);
+                        }
+                        qsort(sl, (size_t)runs, sizeof(double), cmp_double);
+                        *(pass == 0 ? &sess_gap : &sess_b2b) = sl[runs / 2];
+                }
+                free(sl);
+                airlock_session_close(sess);
+        }
 
         int fds0 = count_fds();
         long rss0 = rss_kib();
@@ -210,9 +240,11 @@ int main(int argc, char **argv)
                "\"run_min_ms\": %.4f, \"runs\": %d, \"idle_pss_kib\": %ld, "
                "\"soak_runs\": %d, \"soak_runs_per_s\": %.1f, \"fds_before\": %d, "
                "\"fds_after\": %d, \"rss_before_kib\": %ld, \"rss_after_kib\": %ld, "
-               "\"tool_call_median_us\": %.1f, \"tool_call_p90_us\": %.1f}\n",
+               "\"tool_call_median_us\": %.1f, \"tool_call_p90_us\": %.1f, "
+               "\"session_run_median_ms\": %.4f, \"session_back_to_back_median_ms\": %.4f}\n",
                cold, lat[runs / 2], lat[runs * 9 / 10], lat[0], runs, pss, soak,
-               soak * 1000.0 / soak_ms, fds0, fds1, rss0, rss1, tool_med, tool_p90);
+               soak * 1000.0 / soak_ms, fds0, fds1, rss0, rss1, tool_med, tool_p90, sess_gap,
+               sess_b2b);
         free(lat);
         return 0;
 }
