@@ -406,6 +406,15 @@ class Bench:
             time.sleep(0.1)
             self.res["memory"]["airlock-mcp"] = {"pss_kib": pss_tree_kib(self.mcp.pid),
                                                  "note": "server + its sandbox"}
+            # The transport's own round trip, from the same client: ping,
+            # which the server answers on its reading thread.
+            pings = []
+            for _ in range(20 if self.quick else 100):
+                time.sleep(0.01)
+                t = time.perf_counter()
+                self.mcp_rpc("ping", {})
+                pings.append((time.perf_counter() - t) * 1e3)
+            self.extra["mcp_ping"] = summary(pings)
         finally:
             self.mcp.stdin.close()
             self.mcp.wait(timeout=30)
@@ -692,6 +701,13 @@ def report(data):
               f"{bs['idle_pss_kib'] / 1024:.1f} MiB; soak {bs['soak_runs']} runs at "
               f"{bs['soak_runs_per_s']:.0f}/s: fds {bs['fds_before']} -> {bs['fds_after']}, RSS "
               f"{bs['rss_before_kib']} -> {bs['rss_after_kib']} KiB."]
+        mp, fr = data["extra"].get("mcp_ping"), res.get("fresh", {})
+        if mp and "median_ms" in fr.get("airlock-mcp", {}) and "median_ms" in fr.get("airlock", {}):
+            over = fr["airlock-mcp"]["median_ms"] - fr["airlock"]["median_ms"]
+            L += ["", f"`airlock mcp` from a Python client: tools/call of print(1) adds "
+                  f"{over:.2f} ms to the in-process run (median against median); a ping round "
+                  f"trip through the same pipes takes {mp['median_ms']:.2f} ms "
+                  f"(p90 {mp['p90_ms']:.2f} ms)."]
         if bs.get("session_run_median_ms", -1) >= 0:
             L += ["", f"The same print(1) run again in one existing process (a session): median "
                   f"{bs['session_run_median_ms']:.2f} ms spaced like the fresh runs above, "
@@ -725,6 +741,11 @@ def targets(res):
     if p:
         out.append({"what": "idle sandbox < 15 MiB PSS", "figure": f"{p / 1024:.1f} MiB",
                     "verdict": "met" if p < 15 * 1024 else "missed"})
+    m = (res["fresh"].get("airlock-mcp") or {}).get("median_ms")
+    if a and m:
+        out.append({"what": "MCP tools/call adds < 0.2 ms to the in-process run",
+                    "figure": f"{m - a:.2f} ms ({m:.2f} ms vs {a:.2f} ms, {m / a:.2f}x)",
+                    "verdict": "met" if m - a < 0.2 else "missed"})
     return out
 
 
