@@ -403,7 +403,6 @@ static int drop_capabilities(void)
         return 0;
 }
 
-/* Sends one byte with fds attached. */
 /* Sends the tag, then text (may be NULL), with fds attached. */
 static int send_fds(int sock, char tag, const char *text, const int *fds, size_t n)
 {
