@@ -456,6 +456,17 @@ static int visit(fsx_walker *w, size_t fi, const fsx_dent *d)
         return r;
 }
 
+/* The walk's root as an item, seen from dir_fd. */
+static fsx_item root_item(const fsx_walker *w, int dir_fd)
+{
+        return (fsx_item){.path = w->path.data,
+                          .path_len = w->path.len,
+                          .rel = "",
+                          .name = "",
+                          .parent_fd = dir_fd,
+                          .root_dev = w->root_dev};
+}
+
 int fsx_walk(int root_fd, const struct stat *root_st, void *root_data, const fsx_walk_opts *opts,
              const fsx_walk_ops *ops, void *ctx, airlock_error *err)
 {
@@ -483,12 +494,7 @@ int fsx_walk(int root_fd, const struct stat *root_st, void *root_data, const fsx
         if (fd < 0 && (errno == EACCES || errno == EPERM)) {
                 /* A root the host may not list (a guest can chmod 000 its
                  * /output) is a refusal like any unreadable entry. */
-                fsx_item self = {.path = w.path.data,
-                                 .path_len = w.path.len,
-                                 .rel = "",
-                                 .name = "",
-                                 .parent_fd = root_fd,
-                                 .root_dev = w.root_dev};
+                fsx_item self = root_item(&w, root_fd);
                 r = ops->refuse(ctx, &self, FSX_UNREADABLE);
                 goto out;
         }
@@ -501,12 +507,7 @@ int fsx_walk(int root_fd, const struct stat *root_st, void *root_data, const fsx
         if (r < 0)
                 goto out;
         {
-                fsx_item self = {.path = w.path.data,
-                                 .path_len = w.path.len,
-                                 .rel = "",
-                                 .name = "",
-                                 .parent_fd = fd,
-                                 .root_dev = w.root_dev};
+                fsx_item self = root_item(&w, fd);
                 r = list_dir(&w, &w.frames[0], &self);
                 if (r < 0)
                         goto out;
