@@ -450,21 +450,22 @@ static void raise_priority(pid_t pid)
                 (void)sched_setscheduler(pid, SCHED_OTHER, &sp);
 }
 
-static bool readable_now(int fd)
+/* Waits until fd is readable, for a copy that pid (the template or the
+ * copy itself) prepares: if it is not readable yet, a run is waiting for
+ * that process, which is raised from idle priority first. */
+static int wait_for_copy(int fd, pid_t pid)
 {
         struct pollfd p = {fd, POLLIN, 0};
-        return poll(&p, 1, 0) > 0;
+        if (poll(&p, 1, 0) > 0)
+                return 0;
+        raise_priority(pid);
+        return wait_readable(fd, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
 }
 
 /* Reads one pending copy from the template. Caller holds sb->lock. */
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
-        uint64_t deadline = al_now_ns() + (uint64_t)(COPY_START_S * 1e9);
-        int r = 0;
-        if (!readable_now(sb->ctl)) {
-                raise_priority(sb->tpl_pid);
-                r = wait_readable(sb->ctl, deadline);
-        }
+        int r = wait_for_copy(sb->ctl, sb->tpl_pid);
         if (r < 0)
                 return al_error(err, r, NULL, "the sandbox did not start a copy in time");
         char buf[1100];
@@ -895,11 +896,7 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
         /* The copy's first byte: ready, with its /output fd. */
-        int r = 0;
-        if (!readable_now(c->chan)) {
-                raise_priority(c->pid);
-                r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
-        }
+        int r = wait_for_copy(c->chan, c->pid);
         char tag[512];
         int outdir = -1;
         size_t nfds = 0;
