@@ -23,6 +23,7 @@ typedef struct cg_sandbox {
         int n;           /* hierarchies in use: 1 (v2) or 2 (v1 memory, pids) */
         int dirfd[2];    /* the sandbox's cgroup in each hierarchy */
         int parentfd[2]; /* its parent, for removal */
+        int oomfd;       /* its OOM kill count, read at every run */
         char name[64];   /* its name there */
 } cg_sandbox;
 

@@ -40,11 +40,16 @@ int frame_parse(const char *body, size_t len, json_t **ret)
         return 0;
 }
 
+static ssize_t reader_read(const frame_reader *r, int fd, void *buf, size_t len)
+{
+        return r->nonblock ? recv(fd, buf, len, MSG_DONTWAIT) : read(fd, buf, len);
+}
+
 int frame_reader_feed(frame_reader *r, int fd, json_t **ret)
 {
         for (;;) {
                 if (r->hdr_got < 4) {
-                        ssize_t n = read(fd, r->hdr + r->hdr_got, 4 - r->hdr_got);
+                        ssize_t n = reader_read(r, fd, r->hdr + r->hdr_got, 4 - r->hdr_got);
                         if (n < 0) {
                                 if (errno == EINTR)
                                         continue;
@@ -68,7 +73,7 @@ int frame_reader_feed(frame_reader *r, int fd, json_t **ret)
                                 return -ENOMEM;
                 }
                 while (r->got < r->need) {
-                        ssize_t n = read(fd, r->body + r->got, r->need - r->got);
+                        ssize_t n = reader_read(r, fd, r->body + r->got, r->need - r->got);
                         if (n < 0) {
                                 if (errno == EINTR)
                                         continue;

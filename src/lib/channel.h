@@ -5,14 +5,18 @@
 #define AIRLOCK_CHANNEL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Largest frame either side accepts: a 16 MiB HTTP body in base64 plus room. */
 #define CHANNEL_MAX_FRAME (24u << 20)
 
-/* Incremental reader for a non-blocking fd. */
+/* Incremental reader of frames. With nonblock set (on a socket), the
+ * reads do not block even when the fd does, so a caller that polls need
+ * not switch the fd's own mode. */
 typedef struct frame_reader {
+        bool nonblock;
         unsigned char hdr[4];
         size_t hdr_got;
         char *body;

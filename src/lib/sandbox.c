@@ -41,6 +41,7 @@
 #define SANDBOX_MIN_FDS   32
 #define REQUEST_SPIN_NS   30000    /* 30 us */
 #define SERVE_SLICE_NS    10000000 /* 10 ms */
+#define PIPES_QUIET_NS    2000000  /* 2 ms */
 #define MAX_DYING         16
 
 struct airlock_sandbox {
@@ -134,7 +135,7 @@ static int wait_readable(int fd, uint64_t deadline)
 /* Receives one message with up to max_fds fds attached. Extra or missing fds
  * are an error; every received fd is closed on error. */
 static ssize_t recv_with_fds(int sock, char *buf, size_t len, int *fds, size_t max_fds,
-                             size_t *ret_nfds)
+                             size_t *ret_nfds, int flags)
 {
         char cbuf[CMSG_SPACE(sizeof(int) * 8)];
         struct iovec iov = {buf, len};
@@ -142,7 +143,7 @@ static ssize_t recv_with_fds(int sock, char *buf, size_t len, int *fds, size_t m
             .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
         ssize_t n;
         do
-                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
         while (n < 0 && errno == EINTR);
         if (n < 0)
                 return -errno;
@@ -450,28 +451,32 @@ static void raise_priority(pid_t pid)
                 (void)sched_setscheduler(pid, SCHED_OTHER, &sp);
 }
 
-/* Waits until fd is readable, for a copy that pid (the template or the
- * copy itself) prepares: if it is not readable yet, a run is waiting for
- * that process, which is raised from idle priority first. */
-static int wait_for_copy(int fd, pid_t pid)
+/* Receives the message that announces a copy on fd, which pid (the
+ * template or the copy itself) prepares. It is usually there already, so
+ * the first try does not block; otherwise a run is waiting for that
+ * process, which is raised from idle priority before the wait. */
+static ssize_t receive_for_copy(int fd, pid_t pid, char *buf, size_t len, int *fds, size_t max_fds,
+                                size_t *ret_nfds)
 {
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 0) > 0)
-                return 0;
+        ssize_t n = recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
+        if (n != -EAGAIN)
+                return n;
         raise_priority(pid);
-        return wait_readable(fd, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
+        int r = wait_readable(fd, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
+        if (r < 0)
+                return r;
+        return recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, 0);
 }
 
 /* Reads one pending copy from the template. Caller holds sb->lock. */
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
-        int r = wait_for_copy(sb->ctl, sb->tpl_pid);
-        if (r < 0)
-                return al_error(err, r, NULL, "the sandbox did not start a copy in time");
         char buf[1100];
         int fds[4];
         size_t nfds = 0;
-        ssize_t n = recv_with_fds(sb->ctl, buf, sizeof(buf), fds, 4, &nfds);
+        ssize_t n = receive_for_copy(sb->ctl, sb->tpl_pid, buf, sizeof(buf), fds, 4, &nfds);
+        if (n == -ETIMEDOUT)
+                return al_error(err, -ETIMEDOUT, NULL, "the sandbox did not start a copy in time");
         sb->pending--;
         if (n <= 0) {
                 sb->broken = true;
@@ -563,6 +568,7 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         sb->ctl = -1;
         sb->tpl_pid = -1;
         sb->cg.dirfd[0] = sb->cg.dirfd[1] = sb->cg.parentfd[0] = sb->cg.parentfd[1] = -1;
+        sb->cg.oomfd = -1;
         pthread_mutex_init(&sb->lock, NULL);
         /* The guest's ids map to an unprivileged host id: nobody when we are
          * root, ourselves otherwise (the only id we may map). */
@@ -640,7 +646,8 @@ typedef struct run_state {
         char claimed_status[16];
         int claimed_exit;
         bool ended;
-        bool alone; /* a single run's copy ended with nothing else of the run left */
+        bool alone;         /* a single run's copy ended with nothing else of the run left */
+        bool drained_early; /* the pipes were read once the copy said so */
         frame_reader fr;
 } run_state;
 
@@ -896,11 +903,10 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
         /* The copy's first byte: ready, with its /output fd. */
-        int r = wait_for_copy(c->chan, c->pid);
         char tag[512];
-        int outdir = -1;
+        int outdir = -1, r = 0;
         size_t nfds = 0;
-        ssize_t n = r < 0 ? r : recv_with_fds(c->chan, tag, 1, &outdir, 1, &nfds);
+        ssize_t n = receive_for_copy(c->chan, c->pid, tag, 1, &outdir, 1, &nfds);
         if (n <= 0 || tag[0] != COPY_READY || nfds != 1) {
                 if (nfds)
                         close(outdir);
@@ -938,6 +944,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         dynbuf_init(&st.out, l->max_stdout);
         dynbuf_init(&st.err, l->max_stdout);
         frame_reader_init(&st.fr, CHANNEL_MAX_FRAME);
+        st.fr.nonblock = true; /* the loop below polls */
 
         json_t *msg = json_pack("{s:s, s:s%}", "op", "run", "code", code, len);
         r = msg ? channel_send(c->chan, msg) : -ENOMEM;
@@ -952,15 +959,28 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                         err->kind = AIRLOCK_ERROR_RUN;
                 return r;
         }
-        /* The output pipes come non-blocking from the template. */
-        fcntl(c->chan, F_SETFL, O_NONBLOCK);
 
+        /* Output is read once the run ends or after PIPES_QUIET_NS: each
+         * read while the copy runs would wake this thread, which on the
+         * copy's CPU preempts it twice (the copy is woken on the waker's
+         * CPU). The pipes hold 64 KiB meanwhile; a guest that writes more
+         * waits for the first read. */
+        uint64_t pipes_from = al_now_ns() + PIPES_QUIET_NS;
         bool out_open = true, err_open = true, chan_open = true, exited = false;
         bool active_dead = false;
         int cancel_fd = opts ? opts->cancel_fd : -1;
         while (!exited || out_open || err_open) {
                 bool early = !session && st.ended && st.alone && !st.timed_out && !st.cancelled &&
                              !st.protocol_error;
+                if (early && !st.drained_early) {
+                        /* The copy closed its ends of the pipes before it
+                         * said so: read to their end without a poll. */
+                        st.drained_early = true;
+                        if (out_open)
+                                out_open = drain_pipe(c->out_r, &st.out, &st.out_trunc);
+                        if (err_open)
+                                err_open = drain_pipe(c->err_r, &st.err, &st.err_trunc);
+                }
                 if (early && !out_open && !err_open)
                         break;
                 if (session && (st.ended || active_dead) && !st.timed_out && !st.cancelled) {
@@ -972,9 +992,12 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                 }
                 struct pollfd p[6];
                 int np = 0, i_out = -1, i_err = -1, i_chan = -1, i_pid = -1, i_cancel = -1;
-                if (out_open)
+                uint64_t now = al_now_ns();
+                bool quiet =
+                    now < pipes_from && !st.ended && !exited && !st.timed_out && !st.cancelled;
+                if (out_open && !quiet)
                         p[i_out = np++] = (struct pollfd){c->out_r, POLLIN, 0};
-                if (err_open)
+                if (err_open && !quiet)
                         p[i_err = np++] = (struct pollfd){c->err_r, POLLIN, 0};
                 if (chan_open && !exited)
                         p[i_chan = np++] = (struct pollfd){c->chan, POLLIN, 0};
@@ -987,13 +1010,13 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                         p[i_active = np++] = (struct pollfd){active_pidfd, POLLIN, 0};
                 int timeout_ms = -1;
                 if (!exited && !st.timed_out) {
-                        uint64_t now = al_now_ns();
                         if (now >= st.deadline) {
                                 st.timed_out = true;
                                 kill_copy(&st);
                                 continue;
                         }
-                        timeout_ms = (int)MIN((st.deadline - now) / 1000000 + 1, 1000000u);
+                        uint64_t until = quiet ? MIN(st.deadline, pipes_from) : st.deadline;
+                        timeout_ms = (int)MIN((until - now) / 1000000 + 1, 1000000u);
                 } else if (exited) {
                         /* Every process of the run is gone, so the pipes
                          * reach end of file at once. */
@@ -1015,8 +1038,8 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                                  * deadline, a cancel and the output pipes
                                  * are seen while a guest calls tools in a
                                  * tight loop. */
-                                uint64_t now = al_now_ns();
-                                if (now >= st.deadline || now - served_since > SERVE_SLICE_NS)
+                                uint64_t t = al_now_ns();
+                                if (t >= st.deadline || t - served_since > SERVE_SLICE_NS)
                                         break;
                                 json_t *req = NULL;
                                 int fr = frame_reader_feed(&st.fr, c->chan, &req);

@@ -51,6 +51,7 @@ static int read_reply(airlock_session *s, uint64_t deadline, const char *expect,
 {
         frame_reader fr;
         frame_reader_init(&fr, 4096);
+        fr.nonblock = true; /* polled below */
         json_t *reply = NULL;
         struct pollfd p = {s->c->chan, POLLIN, 0};
         int r = 0;

@@ -659,10 +659,8 @@ _Noreturn static void serve_host(int chan)
                          * the host captures at once; otherwise the host
                          * waits for the exit, which ends the rest. */
                         bool alone = end_run_alone();
-                        if (alone) {
-                                close(1);
-                                close(2);
-                        }
+                        if (alone)
+                                syscall(SYS_close_range, 1, 2, 0);
                         reply(chan, json_pack("{s:s, s:s, s:i, s:b}", "op", "end", "status", status,
                                               "exit_code", exit_code, "alone", alone));
                         /* The exit tears down a whole interpreter, a
