@@ -50,6 +50,7 @@ struct airlock_sandbox {
         char *stage_name;    /* its name there, for removal */
         pid_t tpl_pid;
         int ctl;
+        int req_w; /* the request socket: copies asked for once a run's copy exits */
         uid_t guest_uid;
         gid_t guest_gid;
         pthread_mutex_t lock; /* ctl, ready list, pending count */
@@ -233,33 +234,45 @@ static char *params_json(const airlock_sandbox *sb, bool has_input)
  * namespace, then waits until the interpreter is initialised. */
 static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
 {
-        int sv[2];
+        int sv[2], req[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return al_error(err, -errno, NULL, "socketpair: %m");
-        _cleanup_free_ char *params = params_json(sb, input_fd >= 0);
-        if (!params) {
-                close(sv[0]);
-                close(sv[1]);
-                return al_error(err, -ENOMEM, NULL, "out of memory");
-        }
-        pid_t pid = fork();
-        if (pid < 0) {
+        /* Non-blocking at both ends: the host never waits to ask, and the
+         * template reads what is there. A socket rather than a pipe, so
+         * that asking a dead template raises no SIGPIPE (MSG_NOSIGNAL). */
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, req) < 0) {
                 int e = errno;
                 close(sv[0]);
                 close(sv[1]);
+                return al_error(err, -e, NULL, "socketpair: %s", strerror(e));
+        }
+        _cleanup_free_ char *params = params_json(sb, input_fd >= 0);
+        pid_t pid = params ? fork() : -1;
+        if (pid < 0) {
+                int e = params ? errno : ENOMEM;
+                close(sv[0]);
+                close(sv[1]);
+                close(req[0]);
+                close(req[1]);
                 return al_error(err, -e, NULL, "fork: %s", strerror(e));
         }
         if (pid == 0) {
-                /* Only async-signal-safe calls until execve. */
-                if (dup2(sv[1], TEMPLATE_CTL_FD) < 0)
+                /* Only async-signal-safe calls until execve. Each fd is
+                 * first moved above the fixed numbers, where none of them
+                 * can overwrite another on its way. */
+                int ctl = fcntl(sv[1], F_DUPFD, TEMPLATE_REQ_FD + 1);
+                int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, TEMPLATE_REQ_FD + 1) : -1;
+                int rq = fcntl(req[0], F_DUPFD, TEMPLATE_REQ_FD + 1);
+                if (ctl < 0 || rq < 0 || (input_fd >= 0 && in < 0) ||
+                    dup2(ctl, TEMPLATE_CTL_FD) < 0 || dup2(rq, TEMPLATE_REQ_FD) < 0)
                         _exit(127);
-                if (input_fd >= 0) {
-                        if (dup2(input_fd, TEMPLATE_INPUT_FD) < 0)
+                if (in >= 0) {
+                        if (dup2(in, TEMPLATE_INPUT_FD) < 0)
                                 _exit(127);
                 } else {
                         close(TEMPLATE_INPUT_FD);
                 }
-                syscall(SYS_close_range, TEMPLATE_INPUT_FD + 1, ~0u, 0);
+                syscall(SYS_close_range, TEMPLATE_REQ_FD + 1, ~0u, 0);
                 sigset_t all;
                 sigemptyset(&all);
                 sigprocmask(SIG_SETMASK, &all, NULL);
@@ -274,7 +287,9 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 _exit(127);
         }
         close(sv[1]);
+        close(req[0]);
         sb->ctl = sv[0];
+        sb->req_w = req[1];
         sb->tpl_pid = pid;
         /* Into the sandbox's cgroup before it starts anything: the template
          * waits for its parameters, and every copy is then born inside. */
@@ -442,6 +457,22 @@ static int request_copy_locked(airlock_sandbox *sb)
         return 0;
 }
 
+/* Asks for one more copy without waking the template: the request waits
+ * in the request socket until the template wakes, which it does when any
+ * copy exits. For a run's copy, which exits right after the run, so that
+ * the wake-up of the template (tens of microseconds here, more when it
+ * sleeps on the other CPU) is not on the run's path. Must come before the
+ * copy can exit; a request that still finds the template asleep is served
+ * when a run waits for it (CTL_NUDGE). Caller holds sb->lock. */
+static int request_copy_later_locked(airlock_sandbox *sb)
+{
+        char c = CTL_SPAWN;
+        if (send(sb->req_w, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+                return request_copy_locked(sb);
+        sb->pending++;
+        return 0;
+}
+
 /* Raises a process that prepares copies at idle priority (see
  * template.c) to normal priority, because a run is waiting for it. */
 static void raise_priority(pid_t pid)
@@ -454,14 +485,19 @@ static void raise_priority(pid_t pid)
 /* Receives the message that announces a copy on fd, which pid (the
  * template or the copy itself) prepares. It is usually there already, so
  * the first try does not block; otherwise a run is waiting for that
- * process, which is raised from idle priority before the wait. */
-static ssize_t receive_for_copy(int fd, pid_t pid, char *buf, size_t len, int *fds, size_t max_fds,
-                                size_t *ret_nfds)
+ * process, which is raised from idle priority before the wait, and woken
+ * through nudge (the control socket, for the template) if not -1. */
+static ssize_t receive_for_copy(int fd, pid_t pid, int nudge, char *buf, size_t len, int *fds,
+                                size_t max_fds, size_t *ret_nfds)
 {
         ssize_t n = recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
         if (n != -EAGAIN)
                 return n;
         raise_priority(pid);
+        if (nudge >= 0) {
+                char c = CTL_NUDGE;
+                (void)!send(nudge, &c, 1, MSG_NOSIGNAL);
+        }
         int r = wait_readable(fd, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
         if (r < 0)
                 return r;
@@ -474,7 +510,8 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         char buf[1100];
         int fds[4];
         size_t nfds = 0;
-        ssize_t n = receive_for_copy(sb->ctl, sb->tpl_pid, buf, sizeof(buf), fds, 4, &nfds);
+        ssize_t n =
+            receive_for_copy(sb->ctl, sb->tpl_pid, sb->ctl, buf, sizeof(buf), fds, 4, &nfds);
         if (n == -ETIMEDOUT)
                 return al_error(err, -ETIMEDOUT, NULL, "the sandbox did not start a copy in time");
         sb->pending--;
@@ -566,6 +603,7 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         sb->stage_parent_fd = -1;
         sb->ctl = -1;
+        sb->req_w = -1;
         sb->tpl_pid = -1;
         sb->cg.dirfd[0] = sb->cg.dirfd[1] = sb->cg.parentfd[0] = sb->cg.parentfd[1] = -1;
         sb->cg.oomfd = -1;
@@ -620,6 +658,8 @@ void airlock_sandbox_close(airlock_sandbox *sb)
         pthread_mutex_unlock(&sb->lock);
         if (sb->ctl >= 0)
                 close(sb->ctl);
+        if (sb->req_w >= 0)
+                close(sb->req_w);
         if (sb->tpl_pid > 0) {
                 kill(sb->tpl_pid, SIGKILL);
                 while (waitpid(sb->tpl_pid, NULL, 0) < 0 && errno == EINTR)
@@ -906,7 +946,7 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
         char tag[512];
         int outdir = -1, r = 0;
         size_t nfds = 0;
-        ssize_t n = receive_for_copy(c->chan, c->pid, tag, 1, &outdir, 1, &nfds);
+        ssize_t n = receive_for_copy(c->chan, c->pid, -1, tag, 1, &outdir, 1, &nfds);
         if (n <= 0 || tag[0] != COPY_READY || nfds != 1) {
                 if (nfds)
                         close(outdir);
@@ -1132,6 +1172,16 @@ void sbx_replenish(airlock_sandbox *sb)
         pthread_mutex_unlock(&sb->lock);
 }
 
+/* As sbx_replenish, for a copy that is about to run single code and exit:
+ * the request is served when it exits. */
+static void replenish_after_run(airlock_sandbox *sb)
+{
+        pthread_mutex_lock(&sb->lock);
+        if (!sb->broken && sb->pending < PRESTARTED_COPIES && request_copy_later_locked(sb) < 0)
+                sb->broken = true;
+        pthread_mutex_unlock(&sb->lock);
+}
+
 int sbx_check_code(const char *code, size_t len, airlock_error *err)
 {
         if (!code)
@@ -1161,20 +1211,24 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
                 if (r < 0)
                         return r;
                 int outdir = -1;
-                bool delivered = false;
+                bool delivered = false, asked = false;
                 r = sbx_copy_wait_ready(c, &outdir, err);
-                /* The copy waits at idle priority, where the code's
-                 * arrival would not even preempt a busy CPU's other work:
-                 * raise it first. */
-                if (r >= 0)
+                if (r >= 0) {
+                        /* The copy waits at idle priority, where the
+                         * code's arrival would not even preempt a busy
+                         * CPU's other work: raise it first. */
                         raise_priority(c->pid);
-                if (r >= 0)
+                        if (!(opts && opts->last)) {
+                                replenish_after_run(sb);
+                                asked = true;
+                        }
                         r = sbx_exec_run(sb, c, outdir, -1, code, len, opts, NULL, &delivered, ret,
                                          err);
+                }
                 if (outdir >= 0)
                         close(outdir);
                 sbx_copy_close(sb, c, true);
-                if (!(opts && opts->last) || (r < 0 && !delivered && attempt == 0))
+                if (!asked && (!(opts && opts->last) || (r < 0 && !delivered && attempt == 0)))
                         sbx_replenish(sb);
                 if (r >= 0 || delivered || attempt > 0)
                         return r;

@@ -13,12 +13,14 @@
 #include "airlock.h"
 
 /* The template is this very program, executed again with this argv[0], the
- * control socket on fd 3 and the staged /input on fd 4. Executing afresh
- * means nothing of the host process's memory (environment, heap, earlier
- * results) is ever visible to a guest. */
+ * control socket on fd 3, the staged /input on fd 4 and the read end of the
+ * request socket on fd 5. Executing afresh means nothing of the host
+ * process's memory (environment, heap, earlier results) is ever visible to
+ * a guest. */
 #define TEMPLATE_ARGV0    "airlock-template"
 #define TEMPLATE_CTL_FD   3
 #define TEMPLATE_INPUT_FD 4
+#define TEMPLATE_REQ_FD   5
 
 /* Control messages on the template's SOCK_SEQPACKET socket. */
 enum {
@@ -27,6 +29,7 @@ enum {
         CTL_READY = 'R',  /* template -> host: interpreter initialised */
         CTL_ERROR = 'E',  /* template -> host: "E<errno> <feature>|<message>" */
         CTL_SPAWN = 'S',  /* host -> template: start a copy */
+        CTL_NUDGE = 'N',  /* host -> template: a copy is awaited, serve the request socket */
         CTL_COPY = 'C', /* template -> host: a copy's pid, with [channel, pidfd, stdout, stderr] */
 };
 

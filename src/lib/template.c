@@ -73,6 +73,42 @@ _Noreturn static void host_gone(void)
                 syscall(SYS_pidfd_send_signal, live_copies[i], SIGKILL, NULL, 0);
         _exit(0);
 }
+
+static char ctl_recv_byte(void);
+
+/* Waits for work: returns a message from the host, or 0 when a copy has
+ * exited, which is when the requests a run left in the request socket are
+ * due (see sandbox.c). The socket itself is not watched, so that asking
+ * wakes nobody. */
+static char wait_for_work(void)
+{
+        static struct pollfd p[MAX_LIVE_COPIES + 1];
+        for (;;) {
+                nfds_t n = 0;
+                p[n++] = (struct pollfd){ctl_fd, POLLIN, 0};
+                for (size_t i = 0; i < n_live_copies; i++)
+                        p[n++] = (struct pollfd){live_copies[i], POLLIN, 0};
+                int k = poll(p, n, -1);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0 || p[0].revents)
+                        return ctl_recv_byte();
+                return 0;
+        }
+}
+
+/* How many copies the host asked for in the request socket, read without
+ * blocking. Only the host holds its write end. */
+static unsigned requested_copies(void)
+{
+        unsigned want = 0;
+        char buf[64];
+        ssize_t n;
+        while ((n = read(TEMPLATE_REQ_FD, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))
+                for (ssize_t i = 0; i < n; i++)
+                        want += buf[i] == CTL_SPAWN;
+        return want;
+}
 static template_params params;
 /* Whether the interpreter has been warmed up (see template_main). */
 static bool warmed_up;
@@ -934,21 +970,26 @@ _Noreturn void template_main(void)
         for (;;) {
                 /* Again after each copy, in case the host raised it. */
                 set_policy(SCHED_IDLE);
-                char c = ctl_recv_byte();
-                /* Unless the host waits for this copy (it raised our
-                 * priority), let the run that asked for it finish first. */
-                if (c == CTL_SPAWN && sched_getscheduler(0) == SCHED_IDLE)
-                        (void)poll(NULL, 0, QUIET_AFTER_RUN_MS);
-                if (c == CTL_SPAWN)
+                char c = wait_for_work();
+                forget_dead_copies();
+                unsigned want = requested_copies() + (c == CTL_SPAWN);
+                for (unsigned i = 0; i < want; i++) {
+                        /* Unless the host waits for this copy (it raised
+                         * our priority), let the run that asked for it
+                         * finish first. */
+                        if (sched_getscheduler(0) == SCHED_IDLE)
+                                (void)poll(NULL, 0, QUIET_AFTER_RUN_MS);
                         spawn_copy();
-                /* The warm-up comes after the first copy, so that a new
-                 * sandbox's first run does not wait for imports it may not
-                 * need; every later copy starts with them done. */
-                if (c == CTL_SPAWN && !warmed_up) {
-                        r = guest_warm_up(errbuf, sizeof(errbuf));
-                        if (r < 0)
-                                fail(r, "python", "%s", errbuf);
-                        warmed_up = true;
+                        /* The warm-up comes after the first copy, so that
+                         * a new sandbox's first run does not wait for
+                         * imports it may not need; every later copy starts
+                         * with them done. */
+                        if (!warmed_up) {
+                                r = guest_warm_up(errbuf, sizeof(errbuf));
+                                if (r < 0)
+                                        fail(r, "python", "%s", errbuf);
+                                warmed_up = true;
+                        }
                 }
         }
 }
