@@ -194,10 +194,21 @@ AIRLOCK_PUBLIC int airlock_sandbox_run(airlock_sandbox *sb, const char *code, si
 /* Options of one run. cancel_fd: when it becomes readable (an eventfd or a
  * pipe), the run is stopped and ends with status "killed"; -1 for none.
  * last: the sandbox's last run (a one-shot command). No copy is prepared
- * for a next run, so airlock_sandbox_close right after it is quick. */
+ * for a next run, so airlock_sandbox_close right after it is quick.
+ * on_watch, watch_fd, watch_arg: for a caller that lends its thread to the
+ * run while other input may arrive (a server's reader): on_watch(watch_arg)
+ * is called at most once, on the calling thread, when watch_fd becomes
+ * readable while the code runs, or before any step that may take long (a
+ * sandbox build, a workspace check, a wait for a copy or a run slot), so
+ * that the caller can hand its input to another thread. Honoured by
+ * airlock_sandbox_run_ex and airlock_cache_run_ex; unused while on_watch
+ * is NULL. */
 typedef struct airlock_run_options {
         int cancel_fd;
         bool last;
+        int watch_fd;
+        void (*on_watch)(void *arg);
+        void *watch_arg;
 } airlock_run_options;
 
 AIRLOCK_PUBLIC int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,

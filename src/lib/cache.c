@@ -503,6 +503,7 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
         if (build) {
                 airlock_sandbox *sb = NULL;
                 airlock_error berr = {0};
+                al_watch_fire();
                 int r = c->ops.sandbox_new(cfg, &sb, &berr);
                 pthread_mutex_lock(&c->lock);
                 if (r < 0) {
@@ -525,6 +526,11 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                 pthread_mutex_unlock(&c->lock);
         } else {
                 pthread_mutex_lock(&c->lock);
+                if (e->state == ENTRY_BUILDING) {
+                        pthread_mutex_unlock(&c->lock);
+                        al_watch_fire();
+                        pthread_mutex_lock(&c->lock);
+                }
                 while (e->state == ENTRY_BUILDING)
                         pthread_cond_wait(&c->changed, &c->lock);
                 pthread_mutex_unlock(&c->lock);
@@ -545,8 +551,14 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
 static int slot_acquire(airlock_cache *c, airlock_error *err)
 {
         pthread_mutex_lock(&c->lock);
-        while (!c->closing && c->running >= c->max_parallel)
+        while (!c->closing && c->running >= c->max_parallel) {
+                pthread_mutex_unlock(&c->lock);
+                al_watch_fire();
+                pthread_mutex_lock(&c->lock);
+                if (c->closing || c->running < c->max_parallel)
+                        break;
                 pthread_cond_wait(&c->changed, &c->lock);
+        }
         if (c->closing) {
                 pthread_mutex_unlock(&c->lock);
                 return al_error(err, -ECANCELED, NULL, "the sandbox cache is closing");
@@ -564,12 +576,28 @@ static void slot_release(airlock_cache *c)
         pthread_mutex_unlock(&c->lock);
 }
 
+static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+
 int airlock_cache_run_ex(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
                          const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         if (!c || !cfg || (!code && len))
                 return al_error(err, -EINVAL, NULL,
                                 "cache run: missing cache, configuration or code");
+        bool began = al_watch_begin(opts);
+        int r = cache_run(c, cfg, code, len, opts, ret, err);
+        al_watch_end(began);
+        return r;
+}
+
+static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        /* The tree signatures of a workspace and mounts are read at every
+         * run, which takes as long as their trees are large. */
+        if (cfg->workspace || cfg->n_mounts)
+                al_watch_fire();
         _cleanup_free_ char *key = NULL;
         size_t static_len = 0;
         int r = fingerprint_parts(cfg, &key, &static_len, err);

@@ -493,6 +493,7 @@ static ssize_t receive_for_copy(int fd, pid_t pid, int nudge, char *buf, size_t 
         ssize_t n = recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
         if (n != -EAGAIN)
                 return n;
+        al_watch_fire();
         raise_priority(pid);
         if (nudge >= 0) {
                 char c = CTL_NUDGE;
@@ -1030,7 +1031,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                         drain_pipe(c->err_r, &st.err, &st.err_trunc);
                         break;
                 }
-                struct pollfd p[6];
+                struct pollfd p[7];
                 int np = 0, i_out = -1, i_err = -1, i_chan = -1, i_pid = -1, i_cancel = -1;
                 uint64_t now = al_now_ns();
                 bool quiet =
@@ -1048,6 +1049,9 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                 int i_active = -1;
                 if (session && !exited)
                         p[i_active = np++] = (struct pollfd){active_pidfd, POLLIN, 0};
+                int i_watch = -1;
+                if (al_watch_fd() >= 0 && !exited)
+                        p[i_watch = np++] = (struct pollfd){al_watch_fd(), POLLIN, 0};
                 int timeout_ms = -1;
                 if (!exited && !st.timed_out) {
                         if (now >= st.deadline) {
@@ -1065,6 +1069,8 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                 int k = poll(p, (nfds_t)np, timeout_ms);
                 if (k < 0 && errno == EINTR)
                         continue;
+                if (i_watch >= 0 && p[i_watch].revents)
+                        al_watch_fire();
                 if (k == 0 && exited)
                         break;
                 if (i_out >= 0 && p[i_out].revents)
@@ -1196,9 +1202,21 @@ int sbx_check_code(const char *code, size_t len, airlock_error *err)
         return 0;
 }
 
+static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+
 int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
                            const airlock_run_options *opts, airlock_result **ret,
                            airlock_error *err)
+{
+        bool began = al_watch_begin(opts);
+        int r = run_fresh(sb, code, len, opts, ret, err);
+        al_watch_end(began);
+        return r;
+}
+
+static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         int r = sbx_check_code(code, len, err);
         if (r < 0)

@@ -74,6 +74,17 @@ void dynbuf_free(dynbuf *b);
 /* Monotonic clock in nanoseconds. */
 uint64_t al_now_ns(void);
 
+/* The caller's watch of this thread's run (airlock_run_options.on_watch).
+ * al_watch_begin arms it from opts unless an outer call on this thread has
+ * (the cache runs through the sandbox) and returns whether it did, which
+ * is then passed to al_watch_end. */
+bool al_watch_begin(const airlock_run_options *opts);
+void al_watch_end(bool began);
+/* Hands the caller's input on now, before a step that may take long. */
+void al_watch_fire(void);
+/* The fd to poll while the code runs, or -1 when there is none (left). */
+int al_watch_fd(void);
+
 /* Reads or writes all of len bytes, retrying on EINTR and short transfers. */
 ssize_t al_read_full(int fd, void *buf, size_t len);
 int al_write_full(int fd, const void *buf, size_t len);
