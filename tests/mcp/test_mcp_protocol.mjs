@@ -241,6 +241,31 @@ const tests = [
     }
   }],
 
+  ['a call that holds the reading thread hands it on for input and for SIGTERM', async () => {
+    // The reader runs a call on its own thread and hands reading on only
+    // when input comes: a ping and a stop signal must reach it all the same.
+    const p = new RawPeer(['--timeout', '900']);
+    await p.initialize();
+    const r = await p.request('tools/call', { name: 'execute_code', arguments: { code: 'print(1)' } }, 1, 120000);
+    assertEqual(r.result.isError, false, 'first call');
+    // Once the next copy is ready, the call below waits for nothing and
+    // keeps the reading thread.
+    await new Promise((res) => setTimeout(res, 1000));
+    await p.send({ jsonrpc: '2.0', id: 'long', method: 'tools/call', params: { name: 'execute_code', arguments: { code: 'import time\ntime.sleep(600)' } } });
+    await new Promise((res) => setTimeout(res, 1500));
+    const ping = await p.request('ping', {}, 'during', 10000);
+    assertEqual(ping.result, {}, 'ping during the call');
+    assert(!p.messages.some((m) => m.id === 'long'), 'the long call is still running');
+    const procs = descendants(p.child.pid);
+    p.child.kill('SIGTERM');
+    const ended = await Promise.race([p.exited, new Promise((res) => setTimeout(res, 60000, null))]);
+    if (!ended) p.child.kill('SIGKILL');
+    assert(ended, 'the server was still running 60 s after SIGTERM');
+    assertEqual(ended.code, 0, 'exit status');
+    for (let i = 0; i < 100 && procs.some(alive); i++) await new Promise((res) => setTimeout(res, 100));
+    assertEqual(procs.filter(alive), [], 'sandbox processes left');
+  }],
+
   ['calls in progress at end of input are answered before the exit', async () => {
     const p = new RawPeer([]);
     await p.initialize();
