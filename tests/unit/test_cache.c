@@ -852,6 +852,89 @@ static void test_real_threads_results_never_mix(void **state)
         airlock_config_free(cfg);
 }
 
+typedef struct watch_state {
+        int calls;
+        pthread_t thread; /* the thread on_watch ran on */
+} watch_state;
+
+static void on_watch(void *arg)
+{
+        watch_state *w = arg;
+        w->calls++;
+        w->thread = pthread_self();
+}
+
+static int watched_run(airlock_cache *c, const airlock_config *cfg, const char *code, int fd,
+                       watch_state *w)
+{
+        airlock_run_options opts = {
+            .cancel_fd = -1, .watch_fd = fd, .on_watch = on_watch, .watch_arg = w};
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        int r = airlock_cache_run_ex(c, cfg, code, strlen(code), &opts, &res, &err);
+        if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
+                print_message("no sandbox here: %s\n", err.message);
+                skip();
+        }
+        if (r >= 0)
+                r = res->success ? 0 : -EIO;
+        airlock_result_free(res);
+        return r;
+}
+
+static void *write_later(void *p)
+{
+        usleep(300000);
+        assert_int_equal(write(*(int *)p, "x", 1), 1);
+        return NULL;
+}
+
+/* The watch of a caller that lends its thread: called once, on that
+ * thread, for input during the run and before a build; never for a run
+ * that neither waits nor sees input. */
+static void test_real_watch(void **state)
+{
+        airlock_cache *c = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_cache_new(0, 0, &c, &err), 0);
+        airlock_config *cfg = new_config();
+        int p[2];
+        assert_int_equal(pipe(p), 0);
+
+        /* The first run builds the sandbox: the watch fires first. */
+        watch_state w = {0};
+        assert_int_equal(watched_run(c, cfg, "print(1)", p[0], &w), 0);
+        assert_int_equal(w.calls, 1);
+        assert_true(pthread_equal(w.thread, pthread_self()));
+
+        /* A ready copy and no input: the run keeps the thread. The next
+         * copy is prepared at idle priority, so a busy machine may need a
+         * few tries before one is ready. */
+        w.calls = -1;
+        for (int i = 0; i < 50 && w.calls != 0; i++) {
+                usleep(200000);
+                memset(&w, 0, sizeof(w));
+                assert_int_equal(watched_run(c, cfg, "print(1)", p[0], &w), 0);
+                assert_true(w.calls <= 1);
+        }
+        assert_int_equal(w.calls, 0);
+
+        /* Input while the code runs: once, on this thread. */
+        usleep(500000);
+        memset(&w, 0, sizeof(w));
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, write_later, &p[1]), 0);
+        assert_int_equal(watched_run(c, cfg, "import time\ntime.sleep(1.5)", p[0], &w), 0);
+        pthread_join(t, NULL);
+        assert_int_equal(w.calls, 1);
+        assert_true(pthread_equal(w.thread, pthread_self()));
+
+        close(p[0]);
+        close(p[1]);
+        airlock_cache_close(c);
+        airlock_config_free(cfg);
+}
+
 static void test_close_without_runs(void **state)
 {
         airlock_cache *c = NULL;
@@ -881,6 +964,7 @@ int main(void)
             cmocka_unit_test(test_workspace_edit_replaces_sandbox),
             cmocka_unit_test(test_real_reuse_edit_and_close),
             cmocka_unit_test(test_real_threads_results_never_mix),
+            cmocka_unit_test(test_real_watch),
         };
         return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
