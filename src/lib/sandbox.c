@@ -1017,10 +1017,14 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                         /* The copy closed its ends of the pipes before it
                          * said so: read to their end without a poll. */
                         st.drained_early = true;
+                        /* A read that got data stops short of the end of
+                         * file; the second read sees it. */
                         if (out_open)
-                                out_open = drain_pipe(c->out_r, &st.out, &st.out_trunc);
+                                out_open = drain_pipe(c->out_r, &st.out, &st.out_trunc) &&
+                                           drain_pipe(c->out_r, &st.out, &st.out_trunc);
                         if (err_open)
-                                err_open = drain_pipe(c->err_r, &st.err, &st.err_trunc);
+                                err_open = drain_pipe(c->err_r, &st.err, &st.err_trunc) &&
+                                           drain_pipe(c->err_r, &st.err, &st.err_trunc);
                 }
                 if (early && !out_open && !err_open)
                         break;
