@@ -55,6 +55,10 @@ typedef struct mcp_server {
         pthread_cond_t calls_done;
         mcp_call *calls;
         unsigned n_calls;
+        /* Cancel eventfds of finished calls that were never signalled, for
+         * the next calls: two system calls fewer on each call's path. */
+        int spare_fds[8];
+        unsigned n_spare;
         /* Workers stay for the next call: a new thread per call cost a
          * stack's worth of page faults and a wake-up on another CPU. */
         pthread_cond_t work;
@@ -147,6 +151,15 @@ static void call_free(mcp_call *c)
                 return;
         json_decref(c->id);
         free(c->code);
+        if (c->cancel_fd >= 0 && c->srv && !c->cancelled) {
+                mcp_server *srv = c->srv;
+                pthread_mutex_lock(&srv->lock);
+                if (srv->n_spare < ARRAY_SIZE(srv->spare_fds)) {
+                        srv->spare_fds[srv->n_spare++] = c->cancel_fd;
+                        c->cancel_fd = -1;
+                }
+                pthread_mutex_unlock(&srv->lock);
+        }
         if (c->cancel_fd >= 0)
                 close(c->cancel_fd);
         free(c);
@@ -355,7 +368,13 @@ static void stop_workers(mcp_server *srv)
 static int call_start(mcp_server *srv, mcp_call *c)
 {
         c->srv = srv;
-        c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        c->cancel_fd = -1;
+        pthread_mutex_lock(&srv->lock);
+        if (srv->n_spare)
+                c->cancel_fd = srv->spare_fds[--srv->n_spare];
+        pthread_mutex_unlock(&srv->lock);
+        if (c->cancel_fd < 0)
+                c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (c->cancel_fd < 0) {
                 int e = errno;
                 call_free(c);
@@ -859,6 +878,8 @@ int cmd_mcp(int argc, char **argv)
         stop_workers(&srv);
         if (srv.input_watch >= 0)
                 close(srv.input_watch);
+        for (unsigned i = 0; i < srv.n_spare; i++)
+                close(srv.spare_fds[i]);
         dynbuf_free(&srv.line);
         free(srv.chunk);
         airlock_cache_close(srv.cache);
