@@ -200,9 +200,10 @@ AIRLOCK_PUBLIC int airlock_sandbox_run(airlock_sandbox *sb, const char *code, si
  * is called at most once, on the calling thread, when watch_fd becomes
  * readable while the code runs, or before any step that may take long (a
  * sandbox build, a workspace check, a wait for a copy or a run slot), so
- * that the caller can hand its input to another thread. Honoured by
- * airlock_sandbox_run_ex and airlock_cache_run_ex; unused while on_watch
- * is NULL. */
+ * that the caller can hand its input to another thread. It may be called
+ * while the sandbox's own lock is held, so it must return promptly and
+ * must not call into airlock. Honoured by airlock_sandbox_run_ex and
+ * airlock_cache_run_ex; unused while on_watch is NULL. */
 typedef struct airlock_run_options {
         int cancel_fd;
         bool last;
