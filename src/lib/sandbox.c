@@ -945,12 +945,13 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
         /* The copy's first byte: ready, with its /output fd. */
         char tag[512];
-        int outdir = -1, r = 0;
+        int outdir = -1;
         size_t nfds = 0;
         ssize_t n = receive_for_copy(c->chan, c->pid, -1, tag, 1, &outdir, 1, &nfds);
         if (n <= 0 || tag[0] != COPY_READY || nfds != 1) {
                 if (nfds)
                         close(outdir);
+                int r;
                 if (n > 0 && tag[0] == COPY_ERROR) {
                         ssize_t k = recv(c->chan, tag, sizeof(tag) - 1, MSG_DONTWAIT);
                         tag[k > 0 ? k : 0] = '\0';
@@ -1171,25 +1172,21 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         return r;
 }
 
-void sbx_replenish(airlock_sandbox *sb)
+/* Asks for the next copy unless one is already coming: at once, or with
+ * after_exit through the request socket, for a copy that is about to run
+ * single code and exit (see request_copy_later_locked). */
+static void replenish(airlock_sandbox *sb, bool after_exit)
 {
-        /* Start the next copy only now: started earlier, it would compete
-         * with this run for the CPU. It is ready long before an agent's
-         * next call arrives. */
         pthread_mutex_lock(&sb->lock);
-        if (!sb->broken && sb->pending < PRESTARTED_COPIES && request_copy_locked(sb) < 0)
+        if (!sb->broken && sb->pending < PRESTARTED_COPIES &&
+            (after_exit ? request_copy_later_locked(sb) : request_copy_locked(sb)) < 0)
                 sb->broken = true;
         pthread_mutex_unlock(&sb->lock);
 }
 
-/* As sbx_replenish, for a copy that is about to run single code and exit:
- * the request is served when it exits. */
-static void replenish_after_run(airlock_sandbox *sb)
+void sbx_replenish(airlock_sandbox *sb)
 {
-        pthread_mutex_lock(&sb->lock);
-        if (!sb->broken && sb->pending < PRESTARTED_COPIES && request_copy_later_locked(sb) < 0)
-                sb->broken = true;
-        pthread_mutex_unlock(&sb->lock);
+        replenish(sb, false);
 }
 
 int sbx_check_code(const char *code, size_t len, airlock_error *err)
@@ -1241,7 +1238,7 @@ static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                          * CPU's other work: raise it first. */
                         raise_priority(c->pid);
                         if (!(opts && opts->last)) {
-                                replenish_after_run(sb);
+                                replenish(sb, true);
                                 asked = true;
                         }
                         r = sbx_exec_run(sb, c, outdir, -1, code, len, opts, NULL, &delivered, ret,
