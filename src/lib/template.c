@@ -639,6 +639,13 @@ static bool end_run_alone(void)
         return false;
 }
 
+/* The "end" frame of a single run, the agent's or a pre-warm one. */
+static json_t *end_frame(const char *status, int exit_code, bool alone)
+{
+        return json_pack("{s:s, s:s, s:i, s:b}", "op", "end", "status", status, "exit_code",
+                         exit_code, "alone", alone);
+}
+
 /* Copies are prepared at idle priority: the fork, the interpreter's
  * after-fork work and the pre-warm run take some 10 ms of CPU here, and at
  * normal priority they would delay whatever the host and its caller do
@@ -697,8 +704,7 @@ _Noreturn static void serve_host(int chan)
                         bool alone = end_run_alone();
                         if (alone)
                                 syscall(SYS_close_range, 1, 2, 0);
-                        reply(chan, json_pack("{s:s, s:s, s:i, s:b}", "op", "end", "status", status,
-                                              "exit_code", exit_code, "alone", alone));
+                        reply(chan, end_frame(status, exit_code, alone));
                         /* The exit tears down a whole interpreter, a
                          * millisecond or more of CPU here. Alone, nobody
                          * waits for it, so it runs at idle priority and
@@ -783,9 +789,7 @@ static void prewarm_copy(void)
                 const char *status = "error";
                 int exit_code =
                     guest_run(json_string_value(jc), json_string_length(jc), false, &status);
-                bool alone = end_run_alone();
-                json_t *end = json_pack("{s:s, s:s, s:i, s:b}", "op", "end", "status", status,
-                                        "exit_code", exit_code, "alone", alone);
+                json_t *end = end_frame(status, exit_code, end_run_alone());
                 if (end)
                         (void)channel_send(sv[1], end);
                 json_decref(end);
@@ -798,7 +802,7 @@ out:
         if (saved_err >= 0)
                 dup2(saved_err, 2);
         int fds[] = {null, saved_out, saved_err, sv[0], sv[1]};
-        for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
                 if (fds[i] >= 0)
                         close(fds[i]);
 }
