@@ -66,10 +66,11 @@ typedef struct mcp_server {
         unsigned n_queued, n_workers, idle_workers;
         bool stopping;
         /* Reading standard input is a role that moves between threads: a
-         * reader that gets a tools/call with nothing after it hands the
-         * role to a waiting thread and runs the call itself, which saves
-         * the wake-up of a worker on the call's path. Only the thread with
-         * the role touches the reader state below. */
+         * reader that gets a tools/call with nothing after it runs the call
+         * itself, which saves the wake-up of a worker on the call's path,
+         * and hands the role to another thread only once input comes or
+         * the run has to wait (see run_call). Only the thread with the
+         * role touches the reader state below. */
         bool reader_free;   /* the role waits for a thread to take it */
         bool input_done;    /* end of input or a stop signal: nobody reads */
         bool input_stopped; /* ... and it was a stop signal */
@@ -390,7 +391,7 @@ static int call_start(mcp_server *srv, mcp_call *c)
         srv->calls = c;
         srv->n_calls++;
         if (srv->may_inline && !srv->inline_call) {
-                /* The reader runs it once it has handed its role on. */
+                /* The reader runs it on its own thread. */
                 srv->inline_call = c;
                 pthread_mutex_unlock(&srv->lock);
                 return 0;
@@ -745,14 +746,12 @@ static void reader_loop(mcp_server *srv)
                                 srv->inline_call = NULL;
                                 /* Waking another thread to read costs the
                                  * waker about 0.1 ms here: do it only once
-                                 * input comes or the run has to wait. */
-                                if (srv->input_watch < 0) {
-                                        hand_off_reader(srv);
-                                        run_call(c, NULL);
-                                        return;
-                                }
+                                 * input comes or the run has to wait, or
+                                 * at once when nothing can watch the input. */
                                 reader_watch w = {.srv = srv};
-                                run_call(c, &w);
+                                if (srv->input_watch < 0)
+                                        on_input(&w);
+                                run_call(c, w.handed_off ? NULL : &w);
                                 if (w.handed_off)
                                         return;
                         }
@@ -768,11 +767,6 @@ static void reader_loop(mcp_server *srv)
         finish_input(srv, false);
 }
 
-/* Serves standard input on the calling (main) thread and on the workers
- * until end of input or a stop signal; returns true for a stop signal.
- * Standard input is read line by line; a line longer than MCP_MAX_LINE is
- * discarded up to its newline, without being held in memory, and answered
- * with an error. */
 /* An epoll set that is readable when standard input or the stop pipe is,
  * for a run to watch while the reader runs a call (-1 when standard input
  * cannot be watched that way, a regular file say). */
@@ -791,6 +785,11 @@ static int make_input_watch(void)
         return ep;
 }
 
+/* Serves standard input on the calling (main) thread and on the workers
+ * until end of input or a stop signal; returns true for a stop signal.
+ * Standard input is read line by line; a line longer than MCP_MAX_LINE is
+ * discarded up to its newline, without being held in memory, and answered
+ * with an error. */
 static bool serve(mcp_server *srv)
 {
         srv->chunk = malloc(MCP_CHUNK);
