@@ -44,7 +44,8 @@ void dynbuf_init(dynbuf *b, size_t cap)
         b->cap = cap;
 }
 
-int dynbuf_append(dynbuf *b, const void *data, size_t len)
+/* Room for len more bytes and a NUL, within the cap. */
+static int dynbuf_reserve(dynbuf *b, size_t len)
 {
         if (len > b->cap || b->len > b->cap - len)
                 return -E2BIG;
@@ -60,6 +61,14 @@ int dynbuf_append(dynbuf *b, const void *data, size_t len)
                 b->data = p;
                 b->alloc = n;
         }
+        return 0;
+}
+
+int dynbuf_append(dynbuf *b, const void *data, size_t len)
+{
+        int r = dynbuf_reserve(b, len);
+        if (r < 0)
+                return r;
         if (len)
                 memcpy(b->data + b->len, data, len);
         b->len += len;
@@ -67,18 +76,33 @@ int dynbuf_append(dynbuf *b, const void *data, size_t len)
         return 0;
 }
 
+/* Formats straight into the buffer's spare room, and only when that is too
+ * small grows it and formats again: no temporary string per call, which the
+ * cache fingerprint of every run would otherwise allocate and free. */
 int dynbuf_appendf(dynbuf *b, const char *fmt, ...)
 {
-        va_list ap;
+        va_list ap, again;
         va_start(ap, fmt);
-        char *s = NULL;
-        int n = vasprintf(&s, fmt, ap);
+        va_copy(again, ap);
+        size_t room = b->alloc > b->len ? b->alloc - b->len : 0;
+        int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
         va_end(ap);
-        if (n < 0)
-                return -ENOMEM;
-        int r = dynbuf_append(b, s, (size_t)n);
-        free(s);
-        return r;
+        int r = n < 0 ? -EINVAL : 0;
+        if (r >= 0 && (size_t)n >= room) {
+                r = dynbuf_reserve(b, (size_t)n);
+                if (r >= 0)
+                        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, again);
+        } else if (r >= 0 && ((size_t)n > b->cap || b->len > b->cap - (size_t)n)) {
+                r = -E2BIG;
+        }
+        va_end(again);
+        if (r < 0) {
+                if (b->data)
+                        b->data[b->len] = '\0';
+                return r;
+        }
+        b->len += (size_t)n;
+        return 0;
 }
 
 char *dynbuf_take(dynbuf *b, size_t *ret_len)

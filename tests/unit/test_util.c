@@ -1,0 +1,77 @@
+/* The capped byte buffer every text builder uses: growth, the cap, and a
+ * failed append that leaves the buffer as it was. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "util.h"
+
+static void test_appendf_grows_past_the_first_allocation(void **state)
+{
+        dynbuf b;
+        dynbuf_init(&b, 1u << 20);
+        assert_int_equal(dynbuf_appendf(&b, "%s", "x"), 0);
+        /* Longer than the 256 bytes of the first allocation: formatted a
+         * second time into the grown buffer. */
+        char big[1000];
+        memset(big, 'a', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        assert_int_equal(dynbuf_appendf(&b, "[%s]%d", big, 42), 0);
+        assert_int_equal(b.len, 1 + 1 + 999 + 1 + 2);
+        assert_int_equal(b.data[0], 'x');
+        assert_int_equal(b.data[1], '[');
+        assert_string_equal(b.data + 1 + 1 + 999, "]42");
+        for (int i = 0; i < 100; i++)
+                assert_int_equal(dynbuf_appendf(&b, "%d,", i), 0);
+        assert_int_equal(strlen(b.data), b.len);
+        assert_memory_equal(b.data + b.len - 3, "99,", 3);
+        dynbuf_free(&b);
+}
+
+static void test_appendf_past_the_cap_changes_nothing(void **state)
+{
+        dynbuf b;
+        dynbuf_init(&b, 10);
+        assert_int_equal(dynbuf_appendf(&b, "%s", "12345"), 0);
+        /* Past the cap by one byte, then by hundreds. */
+        assert_int_equal(dynbuf_appendf(&b, "%s", "678901"), -E2BIG);
+        assert_int_equal(b.len, 5);
+        assert_string_equal(b.data, "12345");
+        assert_int_equal(dynbuf_appendf(&b, "%0300d", 7), -E2BIG);
+        assert_string_equal(b.data, "12345");
+        assert_int_equal(dynbuf_appendf(&b, "%s", "67890"), 0);
+        assert_string_equal(b.data, "1234567890");
+        assert_int_equal(dynbuf_appendf(&b, "%s", ""), 0);
+        assert_int_equal(dynbuf_appendf(&b, "x"), -E2BIG);
+        size_t len = 0;
+        char *s = dynbuf_take(&b, &len);
+        assert_int_equal(len, 10);
+        assert_string_equal(s, "1234567890");
+        free(s);
+        dynbuf_free(&b);
+}
+
+static void test_appendf_into_an_empty_buffer(void **state)
+{
+        dynbuf b;
+        dynbuf_init(&b, 100);
+        assert_int_equal(dynbuf_appendf(&b, "%s", ""), 0);
+        assert_non_null(b.data);
+        assert_string_equal(b.data, "");
+        dynbuf_free(&b);
+        assert_null(b.data);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_appendf_grows_past_the_first_allocation),
+            cmocka_unit_test(test_appendf_past_the_cap_changes_nothing),
+            cmocka_unit_test(test_appendf_into_an_empty_buffer),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
