@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mcp.h"
+#include "result.h"
 #include "util.h"
 
 char *mcp_file_uri(const char *path)
@@ -133,14 +134,9 @@ static json_t *refused_item(const json_t *refused)
 
 json_t *mcp_tool_result(const airlock_result *res)
 {
-        _cleanup_free_ char *text = airlock_result_to_json(res);
-        if (!text)
+        json_t *structured = al_result_json(res);
+        if (!structured)
                 return NULL;
-        json_t *structured = json_loads(text, JSON_ALLOW_NUL, NULL);
-        if (!json_is_object(structured)) {
-                json_decref(structured);
-                return NULL;
-        }
         json_t *content = json_array();
         const json_t *contents = json_object_get(structured, "contents");
         size_t i;

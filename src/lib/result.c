@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "fsx.h"
+#include "result.h"
 #include "util.h"
 
 static const char *const status_names[] = {
@@ -52,7 +53,7 @@ static json_t *text_value(const char *s, size_t len, bool crlf_to_lf)
         return j;
 }
 
-char *airlock_result_to_json(const airlock_result *r)
+json_t *al_result_json(const airlock_result *r)
 {
         json_t *root = json_object();
         json_t *files = json_array(), *refused = json_array(), *contents = json_array();
@@ -125,6 +126,14 @@ char *airlock_result_to_json(const airlock_result *r)
         json_object_set_new(root, "refused", refused);
         json_object_set_new(root, "contents", contents);
         json_object_set_new(root, "duration_ms", json_real(r->duration_ms));
+        return root;
+}
+
+char *airlock_result_to_json(const airlock_result *r)
+{
+        json_t *root = al_result_json(r);
+        if (!root)
+                return NULL;
         char *s = json_dumps(root, JSON_COMPACT);
         json_decref(root);
         return s;

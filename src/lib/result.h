@@ -1,0 +1,14 @@
+/* The result JSON of DESIGN.md as a jansson value, for the code in this
+ * project that goes on building on it (the MCP server's CallToolResult)
+ * instead of encoding the text and parsing it again. */
+#ifndef AIRLOCK_RESULT_H
+#define AIRLOCK_RESULT_H
+
+#include <jansson.h>
+
+#include "airlock.h"
+
+/* The object airlock_result_to_json() encodes; NULL when out of memory. */
+json_t *al_result_json(const airlock_result *r);
+
+#endif
