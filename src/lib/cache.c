@@ -11,6 +11,7 @@
 #include "cache.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -73,25 +74,16 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
 }
 
 /* The same for the configuration itself: a new member changes what a sandbox
- * is, so it belongs in the fingerprint. */
-_Static_assert(sizeof(struct airlock_config) == 208,
-               "update fingerprint_parts for the new airlock_config member");
+ * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
+ * own memo), and its setter must call config_changed(). */
+_Static_assert(sizeof(struct airlock_config) == 216,
+               "update config_text for the new airlock_config member");
 
-/* The text has two parts: what the configuration says (tools, approval,
- * allow-list, limits, preloads, the paths of the workspace and mounts), then
- * the signatures of the trees at those paths. *ret_static_len is the length
- * of the first part: two keys that share it are two versions of one
- * configuration, and the older one is stale. */
-static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t *ret_static_len,
-                             airlock_error *err)
+/* What the configuration says, as text (the first part described below). */
+static char *config_text(const airlock_config *cfg)
 {
         dynbuf b;
         dynbuf_init(&b, FINGERPRINT_CAP);
-        const fsx_limits lim = {
-            .max_bytes = cfg->limits.max_stage_bytes,
-            .max_files = cfg->limits.max_stage_files,
-            .max_depth = cfg->limits.max_stage_depth,
-        };
         _cleanup_free_ char *tools = toolreg_fingerprint_text(cfg->tools);
         _cleanup_free_ char *allow = allowlist_fingerprint_text(cfg->allow);
         int r = (tools && allow) ? 0 : -ENOMEM;
@@ -114,9 +106,52 @@ static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t 
         }
         if (r < 0) {
                 dynbuf_free(&b);
+                return NULL;
+        }
+        return dynbuf_take(&b, NULL);
+}
+
+/* The text has two parts: what the configuration says (tools, approval,
+ * allow-list, limits, preloads, the paths of the workspace and mounts), then
+ * the signatures of the trees at those paths. *ret_static_len is the length
+ * of the first part: two keys that share it are two versions of one
+ * configuration, and the older one is stale.
+ *
+ * The first part changes only through a setter, which drops the memo in cfg,
+ * so it is made once per version of the configuration and not at every run.
+ * The trees can change at any time, so their signatures are read every time. */
+static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t *ret_static_len,
+                             airlock_error *err)
+{
+        /* The memo is a cache inside a configuration that callers share
+         * read-only: the object is not const, only this view of it. */
+        _Atomic(char *) *memo = &((airlock_config *)cfg)->fp_memo;
+        char *text = atomic_load(memo);
+        if (!text) {
+                char *made = config_text(cfg);
+                if (!made)
+                        return al_error(err, -ENOMEM, NULL, "configuration fingerprint: %s",
+                                        strerror(ENOMEM));
+                /* Two runs may make it at once; the first one's stays. */
+                text = NULL;
+                if (atomic_compare_exchange_strong(memo, &text, made))
+                        text = made;
+                else
+                        free(made);
+        }
+        dynbuf b;
+        dynbuf_init(&b, FINGERPRINT_CAP);
+        int r = dynbuf_append(&b, text, strlen(text));
+        if (r < 0) {
+                dynbuf_free(&b);
                 return al_error(err, r, NULL, "configuration fingerprint: %s", strerror(-r));
         }
         size_t static_len = b.len;
+        const fsx_limits lim = {
+            .max_bytes = cfg->limits.max_stage_bytes,
+            .max_files = cfg->limits.max_stage_files,
+            .max_depth = cfg->limits.max_stage_depth,
+        };
         /* The signatures are the part that can fail on bad input (a link in
          * the workspace, a missing mount), and their error names the path. */
         if (cfg->workspace)

@@ -52,10 +52,16 @@ int airlock_config_new(airlock_config **ret, airlock_error *err)
         return 0;
 }
 
+void config_changed(airlock_config *c)
+{
+        free(atomic_exchange(&c->fp_memo, NULL));
+}
+
 void airlock_config_free(airlock_config *c)
 {
         if (!c)
                 return;
+        config_changed(c);
         free(c->workspace);
         for (size_t i = 0; i < c->n_mounts; i++) {
                 free(c->mounts[i].host);
@@ -72,6 +78,7 @@ void airlock_config_free(airlock_config *c)
 
 int airlock_config_set_workspace(airlock_config *c, const char *dir, airlock_error *err)
 {
+        config_changed(c);
         if (!dir || !*dir)
                 return al_error(err, -EINVAL, NULL, "workspace path is empty");
         char *copy = strdup(dir);
@@ -85,6 +92,7 @@ int airlock_config_set_workspace(airlock_config *c, const char *dir, airlock_err
 int airlock_config_add_mount(airlock_config *c, const char *host, const char *path,
                              airlock_error *err)
 {
+        config_changed(c);
         if (!host || !*host)
                 return al_error(err, -EINVAL, NULL, "mount host path is empty");
         _cleanup_free_ char *dest = NULL;
@@ -118,26 +126,31 @@ int airlock_config_add_mount(airlock_config *c, const char *host, const char *pa
 int airlock_config_allow(airlock_config *c, const char *target, const char *methods,
                          airlock_error *err)
 {
+        config_changed(c);
         return allowlist_add(c->allow, target, methods, err);
 }
 
 int airlock_config_load_tools(airlock_config *c, const char *file, airlock_error *err)
 {
+        config_changed(c);
         return toolreg_load_file(c->tools, file, c->limits.tool_timeout_s, err);
 }
 
 int airlock_config_add_tool(airlock_config *c, const airlock_tool_def *def, airlock_error *err)
 {
+        config_changed(c);
         return toolreg_add_callback(c->tools, def, err);
 }
 
 int airlock_config_remove_tool(airlock_config *c, const char *name, airlock_error *err)
 {
+        config_changed(c);
         return toolreg_remove(c->tools, name, err);
 }
 
 int airlock_config_set_limits(airlock_config *c, const airlock_limits *l, airlock_error *err)
 {
+        config_changed(c);
         if (!(l->timeout_s > 0) || l->timeout_s > 86400)
                 return al_error(err, -EINVAL, NULL, "timeout %g s is out of range (0, 86400]",
                                 l->timeout_s);
@@ -183,6 +196,7 @@ static bool module_name_valid(const char *m)
 
 int airlock_config_add_preload(airlock_config *c, const char *module, airlock_error *err)
 {
+        config_changed(c);
         if (!module || !module_name_valid(module))
                 return al_error(err, -EINVAL, NULL, "preload '%s' is not a module name",
                                 module ? module : "");
@@ -204,6 +218,7 @@ int airlock_config_add_preload(airlock_config *c, const char *module, airlock_er
 
 void airlock_config_set_approval(airlock_config *c, airlock_approval mode)
 {
+        config_changed(c);
         c->approval = mode;
 }
 

@@ -2,6 +2,8 @@
 #ifndef AIRLOCK_CONFIG_H
 #define AIRLOCK_CONFIG_H
 
+#include <stdatomic.h>
+
 #include "airlock.h"
 #include "netpolicy.h"
 #include "tools.h"
@@ -21,7 +23,15 @@ struct airlock_config {
         char **preloads;
         size_t n_preloads;
         airlock_approval approval;
+        /* The part of the cache fingerprint that this structure alone
+         * decides (cache.c), made by the first run that needs it and dropped
+         * by every setter: runs share a built configuration read-only, and
+         * the first of them to finish the text publishes it atomically. */
+        _Atomic(char *) fp_memo;
 };
+
+/* Drops the fingerprint memo: every setter calls it before changing c. */
+void config_changed(airlock_config *c);
 
 /* Deep copy, so that a sandbox keeps the configuration it was made from. */
 int config_clone(const airlock_config *cfg, airlock_config **ret, airlock_error *err);

@@ -99,7 +99,13 @@ static void test_fingerprint_components(void **state)
 
         airlock_limits lim;
         airlock_tool_def def = {.name = "t1", .description = "d", .fn = cb_tool};
-        for (int step = 0; step < 12; step++) {
+        char tools[160];
+        snprintf(tools, sizeof(tools), "%s/tools.json", tmp_root);
+        write_file(tools, "{\"tools\": [{\"name\": \"t2\", \"description\": \"d\", "
+                          "\"command\": [\"true\"]}]}");
+        /* Every setter must change the fingerprint, also once the text of the
+         * configuration has been kept from the step before. */
+        for (int step = 0; step < 15; step++) {
                 switch (step) {
                 case 0:
                         assert_int_equal(airlock_config_set_workspace(cfg, ws, &err), 0);
@@ -144,6 +150,20 @@ static void test_fingerprint_components(void **state)
                         break;
                 case 11:
                         assert_int_equal(airlock_config_add_preload(cfg, "json", &err), 0);
+                        break;
+                case 12:
+                        assert_int_equal(airlock_config_remove_tool(cfg, "t1", &err), 0);
+                        break;
+                case 13:
+                        assert_int_equal(airlock_config_load_tools(cfg, tools, &err), 0);
+                        break;
+                case 14:
+                        /* A clone starts without the memo and keeps its own. */
+                        assert_int_equal(config_clone(cfg, &copy, &err), 0);
+                        airlock_config_free(cfg);
+                        cfg = copy;
+                        assert_int_equal(airlock_config_add_mount(cfg, mnt, "m/third.txt", &err),
+                                         0);
                         break;
                 }
                 char *next = fingerprint(cfg);
