@@ -1,13 +1,20 @@
 /* Sessions against a real sandbox: state across runs, snapshots that can be
  * restored more than once, /output emptied between runs, and a timeout that
- * ends the session without harming the sandbox. */
+ * ends the session without harming the sandbox. Also the single runs of
+ * copies that populate their pages ahead (template.c), with and without a
+ * kernel that supports it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "airlock.h"
 
@@ -172,6 +179,73 @@ static void test_snapshot_outlives_nothing(void **state)
         airlock_snapshot_free(snap);
 }
 
+/* From the third copy on, a copy starts by populating the pages a probe
+ * copy was seen to touch (template.c). Those are private copies: nothing
+ * one run writes may reach the next, and each copy still reseeds. */
+static void test_prefaulted_copies_stay_fresh(void **state)
+{
+        const char *code = "import builtins, random\n"
+                           "print(hasattr(builtins, 'planted'), random.getrandbits(64))\n"
+                           "builtins.planted = True\n"
+                           "random.seed(1)\n";
+        char seen[8][64];
+        for (int i = 0; i < 8; i++) {
+                airlock_error err;
+                airlock_result *res;
+                /* Spaced like an agent's calls, so that each run takes a
+                 * copy made after the probe rather than one on demand. */
+                usleep(30000);
+                assert_int_equal(airlock_sandbox_run(sb, code, strlen(code), &res, &err), 0);
+                assert_true(res->success);
+                assert_int_equal(strncmp(res->stdout_data, "False ", 6), 0);
+                snprintf(seen[i], sizeof(seen[i]), "%s", res->stdout_data);
+                airlock_result_free(res);
+                for (int j = 0; j < i; j++)
+                        assert_string_not_equal(seen[i], seen[j]);
+        }
+}
+
+/* The population advices came with Linux 5.14; on an older kernel madvise
+ * refuses them with EINVAL, and copies must prepare and run as before. The
+ * filter is installed in a child, which the template and copies inherit. */
+static void test_copies_without_populate_advice(void **state)
+{
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+                if (!ctx ||
+                    seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), SCMP_SYS(madvise), 1,
+                                     SCMP_A2(SCMP_CMP_EQ, 22 /* MADV_POPULATE_READ */)) < 0 ||
+                    seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), SCMP_SYS(madvise), 1,
+                                     SCMP_A2(SCMP_CMP_EQ, 23 /* MADV_POPULATE_WRITE */)) < 0 ||
+                    seccomp_load(ctx) < 0)
+                        _exit(2);
+                seccomp_release(ctx);
+                airlock_error err;
+                airlock_config *cfg;
+                airlock_sandbox *old;
+                if (airlock_config_new(&cfg, &err) < 0 || airlock_sandbox_new(cfg, &old, &err) < 0)
+                        _exit(3);
+                for (int i = 0; i < 5; i++) {
+                        airlock_result *res;
+                        const char *code = "print(6 * 7)";
+                        usleep(30000);
+                        if (airlock_sandbox_run(old, code, strlen(code), &res, &err) < 0 ||
+                            !res->success || strcmp(res->stdout_data, "42\n") != 0)
+                                _exit(4);
+                        airlock_result_free(res);
+                }
+                airlock_sandbox_close(old);
+                airlock_config_free(cfg);
+                _exit(0);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -182,6 +256,8 @@ int main(void)
             cmocka_unit_test(test_output_is_emptied_between_runs),
             cmocka_unit_test(test_timeout_ends_session),
             cmocka_unit_test(test_snapshot_outlives_nothing),
+            cmocka_unit_test(test_prefaulted_copies_stay_fresh),
+            cmocka_unit_test(test_copies_without_populate_advice),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
