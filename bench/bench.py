@@ -439,6 +439,77 @@ class Bench:
                        "network": {"allowedDomains": [], "deniedDomains": []}}, f)
         return [srt, "--settings", settings, "-c"]
 
+    def serve_start(self):
+        """A process that holds one ready sandbox and runs print(1) for each
+        line it reads (bench_workloads serve)."""
+        self.srv = subprocess.Popen([os.path.join(self.build, "bench_workloads"), "serve"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        if self.srv.stdout.readline() != b"ready\n":
+            self.srv.wait()
+            raise RuntimeError("bench_workloads serve did not start")
+
+    def serve_line(self, line):
+        t = time.perf_counter()
+        self.srv.stdin.write(line)
+        self.srv.stdin.flush()
+        answer = self.srv.stdout.readline()
+        if not answer:
+            raise RuntimeError("bench_workloads serve stopped")
+        return (time.perf_counter() - t) * 1e3, answer
+
+    def piped_run(self):
+        """One restore+run behind the bare pipe: the client's round trip and
+        the run's time inside the serving process, in ms."""
+        client_ms, answer = self.serve_line(b"run\n")
+        return client_ms, float(answer)
+
+    def pipe_echo(self):
+        """A line through the same pipes, answered with no run: the floor of
+        any process boundary for this client."""
+        client_ms, answer = self.serve_line(b"echo\n")
+        if answer != b"0\n":
+            raise RuntimeError("bench_workloads serve did not echo")
+        return client_ms
+
+    def mcp_overhead(self):
+        """The protocol's cost as the issue states it: 1,000 tools/call round
+        trips of print(1), each round also timing the same run behind a bare
+        pipe (with its time inside the serving process, the in-process run)
+        and an echo through that pipe, in a new random order each round and
+        10 ms apart, with nothing else running between them."""
+        try:
+            if not getattr(self, "mcp", None) or not getattr(self, "srv", None):
+                return
+            n = 100 if self.quick else 1000
+            log(f"- airlock mcp: {n} tools/call round trips against the same run in process, "
+                "behind a bare pipe, and an echo")
+            S = {k: [] for k in ("mcp", "client_json", "piped", "in_process", "echo")}
+            order = random.Random(2)
+            kinds = ["mcp", "piped", "echo"]
+            for _ in range(n):
+                order.shuffle(kinds)
+                for kind in kinds:
+                    time.sleep(0.01)
+                    if kind == "mcp":
+                        S["mcp"].append(self.mcp_call())
+                        S["client_json"].append(self.mcp_json_s * 1e3)
+                    elif kind == "piped":
+                        client_ms, run_ms = self.piped_run()
+                        S["piped"].append(client_ms)
+                        S["in_process"].append(run_ms)
+                    else:
+                        S["echo"].append(self.pipe_echo())
+            out = {k: summary(v) for k, v in S.items()}
+            out["mcp_without_client_json"] = summary(
+                [m - j for m, j in zip(S["mcp"], S["client_json"])])
+            out["rounds"] = n
+            self.extra["mcp_overhead"] = out
+        finally:
+            if getattr(self, "srv", None):
+                self.srv.stdin.close()
+                self.srv.wait(timeout=60)
+                self.srv = None
+
     def fresh_interleaved(self):
         """Workload 1 for every system at once: round after round, one sample
         of each system in turn, calls 10 ms apart, so that load that comes and
@@ -448,26 +519,16 @@ class Bench:
         log("- fresh runs of print(1), all systems interleaved")
         exe = os.path.join(self.build, "airlock")
         f = {}
-        srv = subprocess.Popen([os.path.join(self.build, "bench_workloads"), "serve"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        if srv.stdout.readline() != b"ready\n":
-            srv.wait()
-            raise RuntimeError("bench_workloads serve did not start")
-
+        self.serve_start()
         # The same run behind a bare pipe, timed by this client: what any
         # process boundary costs, against which the MCP round trip shows
         # what the protocol itself adds.
         piped = []
 
         def lib():
-            t = time.perf_counter()
-            srv.stdin.write(b"run\n")
-            srv.stdin.flush()
-            line = srv.stdout.readline()
-            if not line:
-                raise RuntimeError("bench_workloads serve stopped")
-            piped.append((time.perf_counter() - t) * 1e3)
-            return float(line)
+            client_ms, run_ms = self.piped_run()
+            piped.append(client_ms)
+            return run_ms
 
         f["airlock"] = lib
         mcp_json = []
@@ -525,8 +586,6 @@ class Bench:
                 except Exception as e:  # noqa: BLE001
                     self.skip(name, str(e)[:300])
                     del f[name]
-        srv.stdin.close()
-        srv.wait(timeout=60)
         # The first three calls were untimed warm-ups.
         if len(piped) > 3:
             self.extra["airlock_piped"] = summary(piped[3:])
@@ -738,25 +797,38 @@ def report(data):
               f"{bs['idle_pss_kib'] / 1024:.1f} MiB; soak {bs['soak_runs']} runs at "
               f"{bs['soak_runs_per_s']:.0f}/s: fds {bs['fds_before']} -> {bs['fds_after']}, RSS "
               f"{bs['rss_before_kib']} -> {bs['rss_after_kib']} KiB."]
-        mp, fr = data["extra"].get("mcp_ping"), res.get("fresh", {})
-        if mp and "median_ms" in fr.get("airlock-mcp", {}) and "median_ms" in fr.get("airlock", {}):
-            over = fr["airlock-mcp"]["median_ms"] - fr["airlock"]["median_ms"]
-            L += ["", f"`airlock mcp` from a Python client: tools/call of print(1) adds "
-                  f"{over:.2f} ms to the in-process run (median against median); a ping round "
-                  f"trip through the same pipes takes {mp['median_ms']:.2f} ms "
-                  f"(p90 {mp['p90_ms']:.2f} ms)."]
-            pp = data["extra"].get("airlock_piped")
-            if pp:
-                L[-1] += (f" The in-process run behind a bare pipe, timed by the same client "
-                          f"in the same interleaved rounds, takes {pp['median_ms']:.2f} ms "
-                          f"(p90 {pp['p90_ms']:.2f} ms), so the protocol itself adds "
-                          f"{fr['airlock-mcp']['median_ms'] - pp['median_ms']:.2f} ms.")
-            cj, wj = data["extra"].get("mcp_client_json"), data["extra"].get("mcp_without_client_json")
-            if pp and cj and wj:
-                L[-1] += (f" Of that, the client's own json.dumps and json.loads take "
-                          f"{cj['median_ms']:.2f} ms (median); without them a round trip takes "
-                          f"{wj['median_ms']:.2f} ms, {wj['median_ms'] - pp['median_ms']:.2f} ms "
-                          f"over the bare pipe.")
+        if bs.get("run_gap10_median_ms", -1) >= 0:
+            L[-1] += (f" With 10 ms between runs, DESIGN.md's closest spacing, restore+run "
+                      f"takes {bs['run_gap10_median_ms']:.2f} ms (p90 "
+                      f"{bs['run_gap10_p90_ms']:.2f} ms): the next copy is ready by then.")
+        mo, mp = data["extra"].get("mcp_overhead"), data["extra"].get("mcp_ping")
+        if mo:
+            L += ["", f"`airlock mcp` from a Python client, {mo['rounds']} rounds, each timing "
+                  f"three things in a new random order, 10 ms apart: a tools/call of print(1) "
+                  f"takes {mo['mcp']['median_ms']:.2f} ms (p90 {mo['mcp']['p90_ms']:.2f} ms); "
+                  f"the same run behind a bare pipe {mo['piped']['median_ms']:.2f} ms, of which "
+                  f"{mo['in_process']['median_ms']:.2f} ms is the run itself, timed in the "
+                  f"serving process; a line echoed through that pipe with no run "
+                  f"{mo['echo']['median_ms']:.2f} ms (p90 {mo['echo']['p90_ms']:.2f} ms), the "
+                  f"floor of any process boundary for this client on this machine. The client's "
+                  f"own json.dumps and json.loads take {mo['client_json']['median_ms']:.2f} ms "
+                  f"a call; without them a call takes "
+                  f"{mo['mcp_without_client_json']['median_ms']:.2f} ms."]
+            if mp:
+                L[-1] += (f" A ping round trip through the same pipes takes "
+                          f"{mp['median_ms']:.2f} ms (p90 {mp['p90_ms']:.2f} ms).")
+        fr, pp = res.get("fresh", {}), data["extra"].get("airlock_piped")
+        if pp and "median_ms" in fr.get("airlock-mcp", {}) and "median_ms" in fr.get("airlock", {}):
+            L += ["", f"In the interleaved rounds of table 1, with the peers running between "
+                  f"calls, tools/call adds "
+                  f"{fr['airlock-mcp']['median_ms'] - fr['airlock']['median_ms']:.2f} ms to the "
+                  f"in-process run and "
+                  f"{fr['airlock-mcp']['median_ms'] - pp['median_ms']:.2f} ms to the same run "
+                  f"behind a bare pipe ({pp['median_ms']:.2f} ms)."]
+            cj = data["extra"].get("mcp_client_json")
+            if cj:
+                L[-1] += (f" There the client's own JSON work takes {cj['median_ms']:.2f} ms "
+                          f"a call.")
         if bs.get("session_run_median_ms", -1) >= 0:
             L += ["", f"The same print(1) run again in one existing process (a session): median "
                   f"{bs['session_run_median_ms']:.2f} ms spaced like the fresh runs above, "
@@ -790,20 +862,32 @@ def targets(res, extra=None):
     if p:
         out.append({"what": "idle sandbox < 15 MiB PSS", "figure": f"{p / 1024:.1f} MiB",
                     "verdict": "met" if p < 15 * 1024 else "missed"})
-    # The MCP round trip against three baselines: the run timed in-process,
-    # the same run behind a bare pipe, and that without the client's JSON.
-    m = (res["fresh"].get("airlock-mcp") or {}).get("median_ms")
-    pp = ((extra or {}).get("airlock_piped") or {}).get("median_ms")
-    wj = ((extra or {}).get("mcp_without_client_json") or {}).get("median_ms")
-    for what, x, base, ratio in (
-            ("MCP tools/call adds < 0.2 ms to the in-process run", m, a, True),
-            ("MCP protocol overhead < 0.2 ms: tools/call against the same run behind a bare "
-             "pipe, both timed by one client", m, pp, False),
-            ("MCP protocol overhead < 0.2 ms, as above without the client's own JSON encoding "
-             "and decoding", wj, pp, False)):
-        if x and base:
-            fig = f"{x - base:.2f} ms ({x:.2f} ms vs {base:.2f} ms"
-            fig += f", {x / base:.2f}x)" if ratio else ")"
+    # DESIGN.md measures latency with 10 ms or more between calls, so the
+    # next copy must be ready within 10 ms: runs that close are no slower.
+    bs = (extra or {}).get("bench_sandbox") or {}
+    g10, g50 = bs.get("run_gap10_median_ms", -1), bs.get("run_median_ms", -1)
+    if g10 >= 0 and g50 > 0:
+        out.append({"what": "next copy ready within 10 ms: restore+run 10 ms apart within 1.25x "
+                            "of 50 ms apart (bench_sandbox)",
+                    "figure": f"{g10:.2f} ms vs {g50:.2f} ms ({g10 / g50:.2f}x)",
+                    "verdict": "met" if g10 <= 1.25 * g50 else "missed"})
+    # The MCP round trip of the 1,000 rounds against three baselines timed
+    # in the same rounds: the run in process, the same run behind a bare
+    # pipe, and that pipe with the client's own JSON work taken out.
+    mo = (extra or {}).get("mcp_overhead")
+    if mo:
+        med = {k: v.get("median_ms") for k, v in mo.items() if isinstance(v, dict)}
+        for what, x, base, floor in (
+                ("MCP tools/call adds < 0.2 ms to the in-process run", med["mcp"],
+                 med["in_process"], True),
+                ("MCP protocol overhead < 0.2 ms: tools/call against the same run behind a "
+                 "bare pipe, both timed by one client", med["mcp"], med["piped"], False),
+                ("MCP protocol overhead < 0.2 ms, as above without the client's own JSON "
+                 "encoding and decoding", med["mcp_without_client_json"], med["piped"], False)):
+            fig = (f"{x - base:.2f} ms ({x:.2f} ms vs {base:.2f} ms, {x / base:.2f}x, "
+                   f"{mo['rounds']} calls)")
+            if floor:
+                fig += f"; an echo through a bare pipe alone takes {med['echo']:.2f} ms"
             out.append({"what": what, "figure": fig,
                         "verdict": "met" if x - base < 0.2 else "missed"})
     return out
@@ -822,7 +906,8 @@ def main():
         mach = machine()
         b.make_csv()
         # A system that fails midway is listed as not measured; the rest go on.
-        for name, step in (("airlock", b.fresh_interleaved), ("airlock", b.airlock_lib), ("airlock-run", b.airlock_run),
+        for name, step in (("airlock", b.fresh_interleaved), ("airlock-mcp", b.mcp_overhead),
+                           ("airlock", b.airlock_lib), ("airlock-run", b.airlock_run),
                            ("airlock-mcp", b.airlock_mcp), (None, b.peers),
                            (None, lambda: others(b))):
             try:
