@@ -660,14 +660,6 @@ static void set_policy(int policy)
         (void)sched_setscheduler(0, policy, &sp);
 }
 
-/* How long the next copy's fork holds off after a run. The fork is
- * milliseconds of page-table work in the kernel, which this kernel
- * (PREEMPT_NONE) does not preempt even for a waking process; right after a
- * run it would land on the moment the host hands its result to its caller
- * (an MCP client waking up to read its answer), and it doubled the p90 of
- * an MCP round trip in measurements here. */
-#define QUIET_AFTER_RUN_MS 2
-
 /* The copy's loop: one run and exit, or, once the host opens a session,
  * runs, snapshots and restores until the host closes it. */
 _Noreturn static void serve_host(int chan)
@@ -1129,11 +1121,12 @@ _Noreturn void template_main(void)
                 forget_dead_copies();
                 unsigned want = requested_copies() + (c == CTL_SPAWN);
                 for (unsigned i = 0; i < want; i++) {
-                        /* Unless the host waits for this copy (it raised
-                         * our priority), let the run that asked for it
-                         * finish first. */
-                        if (sched_getscheduler(0) == SCHED_IDLE)
-                                (void)poll(NULL, 0, QUIET_AFTER_RUN_MS);
+                        /* No pause before the fork: a run's request is
+                         * acted on only once its copy has exited, after
+                         * the host had its result (wait_for_work), and the
+                         * 2 ms pause once kept here, from when the fork
+                         * could land on the host's answer, only delayed
+                         * the next copy past the 10 ms between calls. */
                         spawn_copy();
                         /* The warm-up comes after the first copy, so that
                          * a new sandbox's first run does not wait for
