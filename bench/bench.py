@@ -798,9 +798,11 @@ def report(data):
               f"{bs['soak_runs_per_s']:.0f}/s: fds {bs['fds_before']} -> {bs['fds_after']}, RSS "
               f"{bs['rss_before_kib']} -> {bs['rss_after_kib']} KiB."]
         if bs.get("run_gap10_median_ms", -1) >= 0:
+            ready = bs["run_gap10_median_ms"] <= 1.25 * bs["run_median_ms"]
             L[-1] += (f" With 10 ms between runs, DESIGN.md's closest spacing, restore+run "
                       f"takes {bs['run_gap10_median_ms']:.2f} ms (p90 "
-                      f"{bs['run_gap10_p90_ms']:.2f} ms): the next copy is ready by then.")
+                      f"{bs['run_gap10_p90_ms']:.2f} ms): the next copy is "
+                      f"{'' if ready else 'not always '}ready by then.")
         mo, mp = data["extra"].get("mcp_overhead"), data["extra"].get("mcp_ping")
         if mo:
             L += ["", f"`airlock mcp` from a Python client, {mo['rounds']} rounds, each timing "
