@@ -148,6 +148,27 @@ static int tool_round_trip(double *med, double *p90)
         return r;
 }
 
+/* RUNS runs of code, each gap_us after the end of the one before, their
+ * times sorted into lat. */
+static int timed_runs(airlock_sandbox *sb, const char *code, int runs, useconds_t gap_us,
+                      double *lat)
+{
+        for (int i = 0; i < runs; i++) {
+                airlock_error err;
+                airlock_result *res;
+                usleep(gap_us);
+                double s = now_ms();
+                if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0 || !res->success) {
+                        fprintf(stderr, "bench_sandbox: run %d failed: %s\n", i, err.message);
+                        return -1;
+                }
+                lat[i] = now_ms() - s;
+                airlock_result_free(res);
+        }
+        qsort(lat, (size_t)runs, sizeof(double), cmp_double);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         int runs = argc > 1 ? atoi(argv[1]) : 200;
@@ -174,33 +195,13 @@ int main(int argc, char **argv)
         double cold = now_ms() - t0;
         airlock_result_free(res);
 
-        for (int i = 0; i < runs; i++) {
-                usleep(gap_us);
-                double s = now_ms();
-                if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0 || !res->success) {
-                        fprintf(stderr, "bench_sandbox: run %d failed: %s\n", i, err.message);
-                        return 1;
-                }
-                lat[i] = now_ms() - s;
-                airlock_result_free(res);
-        }
-        qsort(lat, (size_t)runs, sizeof(double), cmp_double);
-
+        if (timed_runs(sb, code, runs, gap_us, lat) < 0)
+                return 1;
         /* The same at DESIGN.md's closest spacing: slower only if the next
          * copy is not ready 10 ms after a run. */
         double *lat10 = calloc((size_t)runs, sizeof(double));
-        for (int i = 0; lat10 && i < runs; i++) {
-                usleep(10000);
-                double s = now_ms();
-                if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0 || !res->success) {
-                        fprintf(stderr, "bench_sandbox: run %d failed: %s\n", i, err.message);
-                        return 1;
-                }
-                lat10[i] = now_ms() - s;
-                airlock_result_free(res);
-        }
-        if (lat10)
-                qsort(lat10, (size_t)runs, sizeof(double), cmp_double);
+        if (!lat10 || timed_runs(sb, code, runs, 10000, lat10) < 0)
+                return 1;
 
         usleep(50000);
         long pss = children_pss_kib();
@@ -262,7 +263,7 @@ int main(int argc, char **argv)
                "\"run_gap10_median_ms\": %.4f, \"run_gap10_p90_ms\": %.4f}\n",
                cold, lat[runs / 2], lat[runs * 9 / 10], lat[0], runs, pss, soak,
                soak * 1000.0 / soak_ms, fds0, fds1, rss0, rss1, tool_med, tool_p90, sess_gap,
-               sess_b2b, lat10 ? lat10[runs / 2] : -1.0, lat10 ? lat10[runs * 9 / 10] : -1.0);
+               sess_b2b, lat10[runs / 2], lat10[runs * 9 / 10]);
         free(lat);
         free(lat10);
         return 0;
