@@ -828,6 +828,7 @@ out:
 #define PREFAULT_MAX_PAGES   16384
 #define PREFAULT_MAX_MAPPING (1ull << 30)
 #define PREFAULT_MAX_SCANNED (1ull << 32)
+#define PROBE_TIMEOUT_MS     2000
 
 typedef struct prefault_range {
         uint64_t start, len;
@@ -926,10 +927,29 @@ static void learn_prefault(void)
         guest_after_fork_parent();
         close(p[1]);
         if (pid > 0) {
+                /* The probe takes milliseconds; one that takes longer than
+                 * PROBE_TIMEOUT_MS is stopped rather than left holding up
+                 * every later copy. */
+                uint64_t deadline = al_now_ns() + PROBE_TIMEOUT_MS * 1000000ull;
                 prefault_range r;
-                while (n_prefault < PREFAULT_MAX_RANGES &&
-                       read(p[0], &r, sizeof(r)) == (ssize_t)sizeof(r))
+                for (;;) {
+                        uint64_t now = al_now_ns();
+                        struct pollfd pf = {p[0], POLLIN, 0};
+                        int k = now < deadline ? poll(&pf, 1, (int)((deadline - now) / 1000000 + 1))
+                                               : 0;
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0) {
+                                kill(pid, SIGKILL);
+                                break;
+                        }
+                        ssize_t n = read(p[0], &r, sizeof(r));
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n != (ssize_t)sizeof(r) || n_prefault >= PREFAULT_MAX_RANGES)
+                                break;
                         prefault[n_prefault++] = r;
+                }
                 int status = 0;
                 while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
                         ;
