@@ -79,8 +79,9 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
 _Static_assert(sizeof(struct airlock_config) == 216,
                "update config_text for the new airlock_config member");
 
-/* What the configuration says, as text (the first part described below). */
-static char *config_text(const airlock_config *cfg)
+/* What the configuration says, as text (the first part described below):
+ * 0 and *ret, or -ENOMEM or -E2BIG (over FINGERPRINT_CAP). */
+static int config_text(const airlock_config *cfg, char **ret)
 {
         dynbuf b;
         dynbuf_init(&b, FINGERPRINT_CAP);
@@ -106,9 +107,10 @@ static char *config_text(const airlock_config *cfg)
         }
         if (r < 0) {
                 dynbuf_free(&b);
-                return NULL;
+                return r;
         }
-        return dynbuf_take(&b, NULL);
+        *ret = dynbuf_take(&b, NULL);
+        return *ret ? 0 : -ENOMEM;
 }
 
 /* The text has two parts: what the configuration says (tools, approval,
@@ -128,10 +130,11 @@ static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t 
         _Atomic(char *) *memo = &((airlock_config *)cfg)->fp_memo;
         char *text = atomic_load(memo);
         if (!text) {
-                char *made = config_text(cfg);
-                if (!made)
-                        return al_error(err, -ENOMEM, NULL, "configuration fingerprint: %s",
-                                        strerror(ENOMEM));
+                char *made = NULL;
+                int r = config_text(cfg, &made);
+                if (r < 0)
+                        return al_error(err, r, NULL, "configuration fingerprint: %s",
+                                        strerror(-r));
                 /* Two runs may make it at once; the first one's stays. */
                 text = NULL;
                 if (atomic_compare_exchange_strong(memo, &text, made))
