@@ -54,12 +54,13 @@ static int ctl_fd = TEMPLATE_CTL_FD;
 static int live_copies[MAX_LIVE_COPIES];
 static size_t n_live_copies;
 
-static void forget_dead_copies(void)
+/* Drops the copies whose pidfd polled readable (they exited): polled[i]
+ * is the poll entry of live_copies[i]. */
+static void forget_exited_copies(const struct pollfd *polled)
 {
         size_t k = 0;
         for (size_t i = 0; i < n_live_copies; i++) {
-                struct pollfd p = {live_copies[i], POLLIN, 0};
-                if (poll(&p, 1, 0) > 0) {
+                if (polled[i].revents) {
                         close(live_copies[i]);
                         continue;
                 }
@@ -80,7 +81,8 @@ static char ctl_recv_byte(void);
 /* Waits for work: returns a message from the host, or 0 when a copy has
  * exited, which is when the requests a run left in the request socket are
  * due (see sandbox.c). The socket itself is not watched, so that asking
- * wakes nobody. */
+ * wakes nobody. The copies seen to have exited are forgotten here, from
+ * the same poll. */
 static char wait_for_work(void)
 {
         static struct pollfd p[MAX_LIVE_COPIES + 1];
@@ -92,6 +94,8 @@ static char wait_for_work(void)
                 int k = poll(p, n, -1);
                 if (k < 0 && errno == EINTR)
                         continue;
+                if (k > 0)
+                        forget_exited_copies(p + 1);
                 if (k < 0 || p[0].revents)
                         return ctl_recv_byte();
                 return 0;
@@ -1080,7 +1084,6 @@ static void spawn_copy(void)
                 goto out;
         }
         int fds[4] = {sv[0], pidfd, out[0], err[0]};
-        forget_dead_copies();
         if (n_live_copies < MAX_LIVE_COPIES)
                 live_copies[n_live_copies++] = pidfd;
         else
@@ -1138,7 +1141,6 @@ _Noreturn void template_main(void)
                 /* Again after each copy, in case the host raised it. */
                 set_policy(SCHED_IDLE);
                 char c = wait_for_work();
-                forget_dead_copies();
                 unsigned want = requested_copies() + (c == CTL_SPAWN);
                 for (unsigned i = 0; i < want; i++) {
                         /* No pause before the fork: a run's request is
