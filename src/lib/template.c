@@ -890,7 +890,10 @@ static void probe_report(int out)
                         if (n <= 0)
                                 break;
                         for (size_t i = 0; i < (size_t)n / sizeof(ent[0]); i++, v += page) {
-                                bool hit = (ent[i] & want) == want && pages < PREFAULT_MAX_PAGES;
+                                /* Past a cap, the open range ends and no
+                                 * new one starts. */
+                                bool hit = (ent[i] & want) == want && pages < PREFAULT_MAX_PAGES &&
+                                           ranges < PREFAULT_MAX_RANGES;
                                 if (hit && !r.len)
                                         r.start = v;
                                 if (hit) {
