@@ -87,13 +87,13 @@ int dynbuf_appendf(dynbuf *b, const char *fmt, ...)
         size_t room = b->alloc > b->len ? b->alloc - b->len : 0;
         int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
         va_end(ap);
+        /* Text that fits the room is within the cap: dynbuf_reserve never
+         * allocates past cap + 1. */
         int r = n < 0 ? -EINVAL : 0;
         if (r >= 0 && (size_t)n >= room) {
                 r = dynbuf_reserve(b, (size_t)n);
                 if (r >= 0)
                         vsnprintf(b->data + b->len, (size_t)n + 1, fmt, again);
-        } else if (r >= 0 && ((size_t)n > b->cap || b->len > b->cap - (size_t)n)) {
-                r = -E2BIG;
         }
         va_end(again);
         if (r < 0) {
