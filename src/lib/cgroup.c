@@ -92,6 +92,37 @@ static unsigned long long start_time(int pid)
         return t;
 }
 
+/* rmdir of a cgroup whose last task was just reaped can fail with EBUSY
+ * for a moment, until the kernel has dropped the task's reference; wait for
+ * that, briefly and boundedly. */
+static void remove_cgroup(int parentfd, const char *name)
+{
+        for (int i = 0; i < 50; i++) {
+                if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY)
+                        return;
+                usleep(2000);
+        }
+}
+
+/* Removes every child cgroup of the cgroup open as dirfd (the template's
+ * and the copies'); a cgroup's only subdirectories are its children. */
+static void remove_children(int dirfd)
+{
+        int fd = dup(dirfd);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                if (fd >= 0)
+                        close(fd);
+                return;
+        }
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (de->d_type == DT_DIR && strcmp(de->d_name, ".") != 0 &&
+                    strcmp(de->d_name, "..") != 0)
+                        remove_cgroup(dirfd, de->d_name);
+        closedir(d);
+}
+
 /* Removes the cgroups of sandboxes whose process died without closing them
  * (SIGKILL, a crash). Names are "airlock-PID-STARTTIME-N": a cgroup whose
  * process no longer exists, or whose pid now belongs to a later process, is
@@ -114,21 +145,21 @@ static void sweep_stale(int parentfd)
                         continue;
                 if (k == 2 ? start_time(pid) == t : kill(pid, 0) == 0 || errno != ESRCH)
                         continue;
-                /* Per-run child cgroups "cN" of older versions first. */
-                for (int c = 0; c < 64; c++) {
-                        char child[300];
-                        snprintf(child, sizeof(child), "%s/c%d", de->d_name, c);
-                        unlinkat(parentfd, child, AT_REMOVEDIR);
+                int dfd = openat(parentfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (dfd >= 0) {
+                        remove_children(dfd);
+                        close(dfd);
                 }
                 unlinkat(parentfd, de->d_name, AT_REMOVEDIR);
         }
         closedir(d);
 }
 
-void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim)
+void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim, uid_t uid, gid_t gid)
 {
         memset(cg, 0, sizeof(*cg));
-        cg->dirfd[0] = cg->dirfd[1] = cg->parentfd[0] = cg->parentfd[1] = cg->oomfd = -1;
+        for (int i = 0; i < 2; i++)
+                cg->dirfd[i] = cg->parentfd[i] = cg->tplfd[i] = -1;
         if (geteuid() != 0)
                 return;
         static atomic_uint seq;
@@ -150,67 +181,67 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim)
         for (int i = 0; i < cg->n; i++) {
                 if (cg->parentfd[i] >= 0)
                         sweep_stale(cg->parentfd[i]);
-                if (cg->parentfd[i] < 0 || mkdirat(cg->parentfd[i], cg->name, 0700) < 0)
+                if (cg->parentfd[i] < 0 || mkdirat(cg->parentfd[i], cg->name, 0755) < 0)
                         goto fail;
                 cg->dirfd[i] = openat(cg->parentfd[i], cg->name,
                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (cg->dirfd[i] < 0)
                         goto fail;
+                /* The template makes the copies' cgroups here, as the guest
+                 * ids; on v2 it also moves copies between two children,
+                 * which takes write access to this cgroup's procs file. */
+                if (fchown(cg->dirfd[i], uid, gid) < 0)
+                        goto fail;
+                if (cg->v2 && (write_at(cg->dirfd[i], "cgroup.subtree_control", "+memory +pids") <
+                                   0 ||
+                               fchownat(cg->dirfd[i], "cgroup.procs", uid, gid, 0) < 0))
+                        goto fail;
+                if (mkdirat(cg->dirfd[i], "tpl", 0755) < 0)
+                        goto fail;
+                cg->tplfd[i] =
+                    openat(cg->dirfd[i], "tpl", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (cg->tplfd[i] < 0)
+                        goto fail;
         }
+        /* The template: one interpreter and the copies it has just started,
+         * before each moves itself into its own cgroup. */
         char mem[32], pids[32];
         snprintf(mem, sizeof(mem), "%llu",
                  (unsigned long long)(lim->memory_bytes + CG_MEMORY_SLACK));
         snprintf(pids, sizeof(pids), "%u", lim->pids + CG_PIDS_SLACK);
         if (cg->v2) {
-                if (write_at(cg->dirfd[0], "memory.max", mem) < 0 ||
-                    write_at(cg->dirfd[0], "pids.max", pids) < 0)
+                if (write_at(cg->tplfd[0], "memory.max", mem) < 0 ||
+                    write_at(cg->tplfd[0], "pids.max", pids) < 0)
                         goto fail;
-                write_at(cg->dirfd[0], "memory.swap.max", "0");
+                write_at(cg->tplfd[0], "memory.swap.max", "0");
         } else {
-                if (write_at(cg->dirfd[0], "memory.limit_in_bytes", mem) < 0 ||
-                    write_at(cg->dirfd[1], "pids.max", pids) < 0)
+                if (write_at(cg->tplfd[0], "memory.limit_in_bytes", mem) < 0 ||
+                    write_at(cg->tplfd[1], "pids.max", pids) < 0)
                         goto fail;
-                /* Swap would let runs exceed the limit; where swap is
-                 * accounted, close that door too. */
-                write_at(cg->dirfd[0], "memory.memsw.limit_in_bytes", mem);
+                /* Swap would let the template exceed the limit; where swap
+                 * is accounted, close that door too. */
+                write_at(cg->tplfd[0], "memory.memsw.limit_in_bytes", mem);
         }
-        /* Kept open: a run reads it, and a fresh open costs several times
-         * a read (tens of microseconds on a machine that was idle). */
-        cg->oomfd = openat(cg->dirfd[0], cg->v2 ? "memory.events" : "memory.oom_control",
-                           O_RDONLY | O_CLOEXEC);
-        if (cg->oomfd < 0)
-                goto fail;
         cg->enabled = true;
         return;
 fail:
         cg_sandbox_destroy(cg);
 }
 
-/* rmdir of a cgroup whose last task was just reaped can fail with EBUSY
- * for a moment, until the kernel has dropped the task's reference; wait for
- * that, briefly and boundedly. */
-static void remove_cgroup(int parentfd, const char *name)
-{
-        for (int i = 0; i < 50; i++) {
-                if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY)
-                        return;
-                usleep(2000);
-        }
-}
-
 void cg_sandbox_destroy(cg_sandbox *cg)
 {
-        if (cg->oomfd >= 0)
-                close(cg->oomfd);
-        cg->oomfd = -1;
         for (int i = 0; i < 2; i++) {
-                if (cg->dirfd[i] >= 0)
+                if (cg->tplfd[i] >= 0)
+                        close(cg->tplfd[i]);
+                if (cg->dirfd[i] >= 0) {
+                        remove_children(cg->dirfd[i]);
                         close(cg->dirfd[i]);
+                }
                 if (cg->parentfd[i] >= 0) {
                         remove_cgroup(cg->parentfd[i], cg->name);
                         close(cg->parentfd[i]);
                 }
-                cg->dirfd[i] = cg->parentfd[i] = -1;
+                cg->dirfd[i] = cg->parentfd[i] = cg->tplfd[i] = -1;
         }
         cg->enabled = false;
 }
@@ -220,19 +251,19 @@ int cg_sandbox_attach(const cg_sandbox *cg, pid_t pid)
         char s[32];
         snprintf(s, sizeof(s), "%d", (int)pid);
         for (int i = 0; i < cg->n; i++) {
-                int r = write_at(cg->dirfd[i], "cgroup.procs", s);
+                int r = write_at(cg->tplfd[i], "cgroup.procs", s);
                 if (r < 0)
                         return r;
         }
         return 0;
 }
 
-uint64_t cg_sandbox_oom_kills(const cg_sandbox *cg)
+uint64_t cg_oom_kills(int fd)
 {
         char buf[1024];
-        if (!cg->enabled)
+        if (fd < 0)
                 return 0;
-        ssize_t n = pread(cg->oomfd, buf, sizeof(buf) - 1, 0);
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
         if (n <= 0)
                 return 0;
         buf[n] = '\0';

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/mount.h>
 #include <math.h>
 #include <poll.h>
 #include <sched.h>
@@ -43,6 +44,10 @@
 #define SERVE_SLICE_NS    10000000 /* 10 ms */
 #define PIPES_QUIET_NS    2000000  /* 2 ms */
 #define MAX_DYING         16
+/* Once a copy has exited, every process of its run is gone, and its pipes
+ * reach end of file as soon as what they hold is read. Data that keeps
+ * coming after that is no run's output: it is read for at most this long. */
+#define DRAIN_AFTER_EXIT_NS 250000000 /* 250 ms */
 
 struct airlock_sandbox {
         airlock_config *cfg;
@@ -104,6 +109,8 @@ static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
                 close(c->out_r);
         if (c->err_r >= 0)
                 close(c->err_r);
+        if (c->oomfd >= 0)
+                close(c->oomfd);
         free(c);
 }
 
@@ -208,7 +215,7 @@ static int write_id_map(pid_t pid, const char *file, const char *map)
         return r;
 }
 
-static char *params_json(const airlock_sandbox *sb, bool has_input)
+static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_tree)
 {
         const airlock_limits *l = &sb->cfg->limits;
         json_t *pre = json_array();
@@ -217,12 +224,15 @@ static char *params_json(const airlock_sandbox *sb, bool has_input)
         uint64_t out_fs =
             l->output_fs_bytes ? l->output_fs_bytes : l->max_output_total + (1u << 20);
         json_t *j = json_pack(
-            "{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "timeout_s", l->timeout_s,
+            "{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:i, s:o}",
+            "timeout_s", l->timeout_s,
             "cpu_s", l->cpu_s, "memory_bytes", (json_int_t)l->memory_bytes, "pids",
             (json_int_t)l->pids, "open_files", (json_int_t)l->open_files, "max_file_bytes",
             (json_int_t)l->max_file_bytes, "tmp_bytes", (json_int_t)l->tmp_bytes, "output_fs_bytes",
             (json_int_t)out_fs, "max_output_files", (json_int_t)l->max_output_files, "has_input",
-            has_input, "preloads", pre);
+            has_input, "input_tree", input_tree, "guest_uid", (json_int_t)sb->guest_uid,
+            "guest_gid", (json_int_t)sb->guest_gid, "cgroup",
+            sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0, "preloads", pre);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;
@@ -232,7 +242,7 @@ static char *params_json(const airlock_sandbox *sb, bool has_input)
  * memory reaches the sandbox) with the control socket and the staged input
  * on fixed fds. Writes the id maps when the template has made its user
  * namespace, then waits until the interpreter is initialised. */
-static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
+static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, airlock_error *err)
 {
         int sv[2], req[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -246,7 +256,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 close(sv[1]);
                 return al_error(err, -e, NULL, "socketpair: %s", strerror(e));
         }
-        _cleanup_free_ char *params = params_json(sb, input_fd >= 0);
+        _cleanup_free_ char *params = params_json(sb, input_fd >= 0, input_tree);
         pid_t pid = params ? fork() : -1;
         if (pid < 0) {
                 int e = params ? errno : ENOMEM;
@@ -260,9 +270,14 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 /* Only async-signal-safe calls until execve. Each fd is
                  * first moved above the fixed numbers, where none of them
                  * can overwrite another on its way. */
-                int ctl = fcntl(sv[1], F_DUPFD, TEMPLATE_REQ_FD + 1);
-                int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, TEMPLATE_REQ_FD + 1) : -1;
-                int rq = fcntl(req[0], F_DUPFD, TEMPLATE_REQ_FD + 1);
+                const int top = TEMPLATE_CG2_FD + 1;
+                int ctl = fcntl(sv[1], F_DUPFD, top);
+                int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, top) : -1;
+                int rq = fcntl(req[0], F_DUPFD, top);
+                int cg[2] = {-1, -1};
+                for (int i = 0; sb->cg.enabled && i < sb->cg.n; i++)
+                        if ((cg[i] = fcntl(sb->cg.dirfd[i], F_DUPFD, top)) < 0)
+                                _exit(127);
                 if (ctl < 0 || rq < 0 || (input_fd >= 0 && in < 0) ||
                     dup2(ctl, TEMPLATE_CTL_FD) < 0 || dup2(rq, TEMPLATE_REQ_FD) < 0)
                         _exit(127);
@@ -272,7 +287,14 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 } else {
                         close(TEMPLATE_INPUT_FD);
                 }
-                syscall(SYS_close_range, TEMPLATE_REQ_FD + 1, ~0u, 0);
+                const int cg_fixed[2] = {TEMPLATE_CG_FD, TEMPLATE_CG2_FD};
+                for (int i = 0; i < 2; i++) {
+                        if (cg[i] < 0)
+                                close(cg_fixed[i]);
+                        else if (dup2(cg[i], cg_fixed[i]) < 0)
+                                _exit(127);
+                }
+                syscall(SYS_close_range, top, ~0u, 0);
                 sigset_t all;
                 sigemptyset(&all);
                 sigprocmask(SIG_SETMASK, &all, NULL);
@@ -509,10 +531,10 @@ static ssize_t receive_for_copy(int fd, pid_t pid, int nudge, char *buf, size_t 
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
         char buf[1100];
-        int fds[4];
+        int fds[5];
         size_t nfds = 0;
         ssize_t n =
-            receive_for_copy(sb->ctl, sb->tpl_pid, sb->ctl, buf, sizeof(buf), fds, 4, &nfds);
+            receive_for_copy(sb->ctl, sb->tpl_pid, sb->ctl, buf, sizeof(buf), fds, 5, &nfds);
         if (n == -ETIMEDOUT)
                 return al_error(err, -ETIMEDOUT, NULL, "the sandbox did not start a copy in time");
         sb->pending--;
@@ -534,7 +556,9 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
                 if (!end || *end)
                         pid = 0;
         }
-        if (buf[0] != CTL_COPY || nfds != 4 || pid <= 0) {
+        /* With per-copy cgroups the copy's OOM counter comes too. */
+        size_t want = sb->cg.enabled ? 5 : 4;
+        if (buf[0] != CTL_COPY || nfds != want || pid <= 0) {
                 for (size_t i = 0; i < nfds; i++)
                         close(fds[i]);
                 sb->broken = true;
@@ -551,6 +575,7 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         c->pidfd = fds[1];
         c->out_r = fds[2];
         c->err_r = fds[3];
+        c->oomfd = nfds == 5 ? fds[4] : -1;
         *ret = c;
         return 0;
 }
@@ -606,8 +631,8 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         sb->ctl = -1;
         sb->req_w = -1;
         sb->tpl_pid = -1;
-        sb->cg.dirfd[0] = sb->cg.dirfd[1] = sb->cg.parentfd[0] = sb->cg.parentfd[1] = -1;
-        sb->cg.oomfd = -1;
+        for (int i = 0; i < 2; i++)
+                sb->cg.dirfd[i] = sb->cg.parentfd[i] = sb->cg.tplfd[i] = -1;
         pthread_mutex_init(&sb->lock, NULL);
         /* The guest's ids map to an unprivileged host id: nobody when we are
          * root, ourselves otherwise (the only id we may map). */
@@ -616,12 +641,32 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
 
         int r = config_clone(cfg, &sb->cfg, err);
         if (r >= 0)
-                cg_sandbox_init(&sb->cg, &sb->cfg->limits);
+                cg_sandbox_init(&sb->cg, &sb->cfg->limits, sb->guest_uid, sb->guest_gid);
         int input_fd = -1;
         if (r >= 0)
                 r = stage_inputs(sb, &input_fd, err);
+        /* As root, the template runs as the guest ids and cannot reach the
+         * staging directory by path: it gets a detached copy of the staged
+         * tree to attach (open_tree). */
+        bool input_tree = false;
+        if (r >= 0 && input_fd >= 0 && geteuid() == 0) {
+                int tree = (int)syscall(SYS_open_tree, input_fd, "",
+                                        AT_EMPTY_PATH | AT_RECURSIVE | OPEN_TREE_CLONE |
+                                            OPEN_TREE_CLOEXEC);
+                if (tree < 0) {
+                        r = al_error(err, -errno, NULL,
+                                     "sandbox unavailable (open_tree): cannot clone the staged "
+                                     "input: %m");
+                        if (err)
+                                err->kind = AIRLOCK_ERROR_SANDBOX;
+                } else {
+                        close(input_fd);
+                        input_fd = tree;
+                        input_tree = true;
+                }
+        }
         if (r >= 0)
-                r = start_template(sb, input_fd, err);
+                r = start_template(sb, input_fd, input_tree, err);
         if (input_fd >= 0)
                 close(input_fd);
         if (r >= 0) {
@@ -692,8 +737,12 @@ typedef struct run_state {
         frame_reader fr;
 } run_state;
 
-/* Sends a reply frame before the run's deadline; a guest that stops
- * reading cannot block the host past it. */
+static void kill_copy(run_state *st);
+
+/* Sends a reply frame. A guest that stops reading its replies cannot hold
+ * the host: the wait for room also watches the run's deadline (-ETIMEDOUT,
+ * the run timed out), its cancellation (-ECANCELED, the run was cancelled)
+ * and the caller's watch. */
 static int send_reply(run_state *st, json_t *msg)
 {
         char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -722,13 +771,25 @@ static int send_reply(run_state *st, json_t *msg)
                         r = -errno;
                         break;
                 }
-                struct pollfd pf = {st->c->chan, POLLOUT, 0};
+                struct pollfd pf[3] = {{st->c->chan, POLLOUT, 0}, {st->cancel_fd, POLLIN, 0},
+                                       {al_watch_fd(), POLLIN, 0}};
                 uint64_t now = al_now_ns();
                 if (now >= st->deadline) {
+                        st->timed_out = true;
+                        kill_copy(st);
                         r = -ETIMEDOUT;
                         break;
                 }
-                poll(&pf, 1, (int)((st->deadline - now) / 1000000 + 1));
+                /* A negative fd is not polled. */
+                int k = poll(pf, 3, (int)MIN((st->deadline - now) / 1000000 + 1, 1000000u));
+                if (k > 0 && pf[2].revents)
+                        al_watch_fire();
+                if (k > 0 && pf[1].revents) {
+                        st->cancelled = true;
+                        kill_copy(st);
+                        r = -ECANCELED;
+                        break;
+                }
         }
         free(s);
         return r;
@@ -795,7 +856,8 @@ static void serve_request(run_state *st, json_t *msg)
         } else {
                 reply = error_reply("invalid", "unknown request to the host");
         }
-        if (!reply || send_reply(st, reply) < 0)
+        int sent = reply ? send_reply(st, reply) : -ENOMEM;
+        if (sent < 0 && sent != -ETIMEDOUT && sent != -ECANCELED)
                 st->protocol_error = true;
         json_decref(reply);
 }
@@ -880,7 +942,7 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
                         snprintf(msg, sizeof(msg),
                                  "killed: a file exceeded the size limit of %llu bytes",
                                  (unsigned long long)l->max_file_bytes);
-                } else if (sig == SIGKILL && cg_sandbox_oom_kills(&st->sb->cg) > st->oom_before) {
+                } else if (sig == SIGKILL && cg_oom_kills(st->c->oomfd) > st->oom_before) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),
                                  "memory: the run exceeded its memory limit of %llu MiB",
@@ -981,7 +1043,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         bool session = active_pidfd >= 0;
         int r;
         run_state st = {.sb = sb, .c = c, .cancel_fd = opts ? opts->cancel_fd : -1};
-        st.oom_before = cg_sandbox_oom_kills(&sb->cg);
+        st.oom_before = cg_oom_kills(c->oomfd);
         st.deadline = t0 + (uint64_t)(l->timeout_s * 1e9);
         dynbuf_init(&st.out, l->max_stdout);
         dynbuf_init(&st.err, l->max_stdout);
@@ -1010,6 +1072,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         uint64_t pipes_from = al_now_ns() + PIPES_QUIET_NS;
         bool out_open = true, err_open = true, chan_open = true, exited = false;
         bool active_dead = false;
+        uint64_t drain_until = 0; /* set when the copy is seen to exit */
         int cancel_fd = opts ? opts->cancel_fd : -1;
         while (!exited || out_open || err_open) {
                 bool early = !session && st.ended && st.alone && !st.timed_out && !st.cancelled &&
@@ -1067,9 +1130,9 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                         uint64_t until = quiet ? MIN(st.deadline, pipes_from) : st.deadline;
                         timeout_ms = (int)MIN((until - now) / 1000000 + 1, 1000000u);
                 } else if (exited) {
-                        /* Every process of the run is gone, so the pipes
-                         * reach end of file at once. */
-                        timeout_ms = 1000;
+                        if (now >= drain_until)
+                                break;
+                        timeout_ms = (int)((drain_until - now) / 1000000 + 1);
                 }
                 int k = poll(p, (nfds_t)np, timeout_ms);
                 if (k < 0 && errno == EINTR)
@@ -1102,6 +1165,8 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                                                 chan_open = false;
                                                 break;
                                         }
+                                        if (st.cancelled || st.timed_out)
+                                                break;
                                         /* Code that calls tools in a loop sends
                                          * its next request within microseconds:
                                          * look for it briefly before sleeping. */
@@ -1127,8 +1192,10 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                         st.cancelled = true;
                         kill_copy(&st);
                 }
-                if (i_pid >= 0 && p[i_pid].revents)
+                if (i_pid >= 0 && p[i_pid].revents) {
                         exited = true;
+                        drain_until = al_now_ns() + DRAIN_AFTER_EXIT_NS;
+                }
                 if (i_active >= 0 && p[i_active].revents)
                         active_dead = true;
         }

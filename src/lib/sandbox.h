@@ -21,6 +21,12 @@
 #define TEMPLATE_CTL_FD   3
 #define TEMPLATE_INPUT_FD 4
 #define TEMPLATE_REQ_FD   5
+/* Where the host gives the template the sandbox's cgroup directories (the
+ * memory and the pids hierarchy of cgroup v1, or the one v2 directory), in
+ * which the template makes one child cgroup per copy. Absent without
+ * cgroups. */
+#define TEMPLATE_CG_FD  6
+#define TEMPLATE_CG2_FD 7
 
 /* Control messages on the template's SOCK_SEQPACKET socket. */
 enum {
@@ -30,7 +36,9 @@ enum {
         CTL_ERROR = 'E',  /* template -> host: "E<errno> <feature>|<message>" */
         CTL_SPAWN = 'S',  /* host -> template: start a copy */
         CTL_NUDGE = 'N',  /* host -> template: a copy is awaited, serve the request socket */
-        CTL_COPY = 'C', /* template -> host: a copy's pid, with [channel, pidfd, stdout, stderr] */
+        /* template -> host: a copy's pid, with [channel, pidfd, stdout, stderr]
+         * and, with per-copy cgroups, the OOM counter of the copy's cgroup */
+        CTL_COPY = 'C',
 };
 
 /* First byte a copy sends on its channel: ready with the /output fd attached,
@@ -47,6 +55,15 @@ enum {
 typedef struct template_params {
         airlock_limits limits;
         bool has_input;
+        /* The staged input on TEMPLATE_INPUT_FD is a detached mount tree
+         * (open_tree) to attach, not a directory to bind by path. */
+        bool input_tree;
+        /* The host ids the guest maps to. A template started by root drops
+         * to them before it makes the user namespace, so that everything
+         * the guest owns is charged to them, not to root. */
+        uid_t guest_uid;
+        gid_t guest_gid;
+        int cgroup; /* 0: no cgroups, 1: cgroup v1, 2: cgroup v2 */
         char **preloads;
         size_t n_preloads;
 } template_params;
@@ -64,6 +81,7 @@ typedef struct copy {
         int chan;  /* the guest channel */
         int out_r; /* stdout and stderr of the run */
         int err_r;
+        int oomfd; /* the OOM counter of the copy's own cgroup, or -1 */
 } copy;
 
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
@@ -98,7 +116,11 @@ int guest_run(const char *code, size_t len, bool last, const char **ret_status);
 
 /* --- seccomp (seccomp.c) --- */
 
-/* Builds the guest filter as a BPF program (malloc'd filter array). */
-int seccomp_build_guest_filter(struct sock_fprog *ret, char *errbuf, size_t errlen);
+/* Builds the guest filter as a BPF program (malloc'd filter array). With
+ * no_shared_memory (no cgroup counts a run's memory), kinds of memory that
+ * no per-process limit counts are refused: shared anonymous mappings,
+ * memfds and SysV shared memory. */
+int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
+                               size_t errlen);
 
 #endif

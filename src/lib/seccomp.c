@@ -87,7 +87,8 @@ static const char *const denied_calls[] = {
     "set_mempolicy",
 };
 
-int seccomp_build_guest_filter(struct sock_fprog *ret, char *errbuf, size_t errlen)
+int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
+                               size_t errlen)
 {
         scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
         if (!ctx) {
@@ -132,6 +133,22 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, char *errbuf, size_t errl
         if (r >= 0)
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
                                      SCMP_A0(SCMP_CMP_NE, 0));
+        /* Without a cgroup, RLIMIT_DATA is the memory limit, and it counts
+         * only private memory. Shared anonymous mappings, memfds and SysV
+         * segments would hold memory that nothing counts, so they are
+         * refused (ENOMEM, as from a limit); files in /tmp and /output are
+         * capped by their mounts' sizes. With a cgroup every kind is
+         * charged to the run, and all of them work. */
+        if (r >= 0 && no_shared_memory) {
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(mmap), 1,
+                                     SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS,
+                                             MAP_SHARED | MAP_ANONYMOUS));
+                if (r >= 0)
+                        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(memfd_create),
+                                             0);
+                if (r >= 0)
+                        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(shmget), 0);
+        }
         if (r < 0) {
                 snprintf(errbuf, errlen, "seccomp: cannot add a rule: %s", strerror(-r));
                 seccomp_release(ctx);

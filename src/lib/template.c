@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
 #include <linux/sched.h>
@@ -52,21 +53,29 @@ static int ctl_fd = TEMPLATE_CTL_FD;
  * outlives its host. */
 #define MAX_LIVE_COPIES 4096
 static int live_copies[MAX_LIVE_COPIES];
+/* The number of each live copy's own cgroup (c<N>), or 0 without one. */
+static unsigned live_cgroups[MAX_LIVE_COPIES];
 static size_t n_live_copies;
 
-/* Drops the copies whose pidfd polled readable (they exited): polled[i]
- * is the poll entry of live_copies[i]. */
+static void copy_cgroup_remove(unsigned seq);
+static void copy_cgroups_retry(void);
+
+/* Drops the copies whose pidfd polled readable (they exited), and their
+ * cgroups with them: polled[i] is the poll entry of live_copies[i]. */
 static void forget_exited_copies(const struct pollfd *polled)
 {
         size_t k = 0;
         for (size_t i = 0; i < n_live_copies; i++) {
                 if (polled[i].revents) {
                         close(live_copies[i]);
+                        copy_cgroup_remove(live_cgroups[i]);
                         continue;
                 }
+                live_cgroups[k] = live_cgroups[i];
                 live_copies[k++] = live_copies[i];
         }
         n_live_copies = k;
+        copy_cgroups_retry();
 }
 
 _Noreturn static void host_gone(void)
@@ -184,6 +193,10 @@ static void read_params(void)
         l->output_fs_bytes = (uint64_t)json_integer_value(json_object_get(j, "output_fs_bytes"));
         l->max_output_files = (uint32_t)json_integer_value(json_object_get(j, "max_output_files"));
         params.has_input = json_is_true(json_object_get(j, "has_input"));
+        params.input_tree = json_is_true(json_object_get(j, "input_tree"));
+        params.guest_uid = (uid_t)json_integer_value(json_object_get(j, "guest_uid"));
+        params.guest_gid = (gid_t)json_integer_value(json_object_get(j, "guest_gid"));
+        params.cgroup = (int)json_integer_value(json_object_get(j, "cgroup"));
         json_t *pre = json_object_get(j, "preloads");
         size_t n_pre = json_array_size(pre);
         params.preloads = calloc(n_pre + 1, sizeof(char *));
@@ -324,11 +337,20 @@ static void build_root(void)
                 fail(-errno, "mount namespace", "cannot create /dev links: %m");
 
         make_dir(NEWROOT "/input", 0755);
-        if (params.has_input) {
+        if (params.has_input && params.input_tree) {
+                /* A detached copy of the staged tree that the host made
+                 * (open_tree): attached here without naming any host path,
+                 * which this template, no longer root, could not reach. */
+                if (syscall(SYS_move_mount, TEMPLATE_INPUT_FD, "", AT_FDCWD, NEWROOT "/input",
+                            MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                        fail(-errno, "bind mount", "cannot attach the staged input: %m");
+        } else if (params.has_input) {
                 char src[64];
                 snprintf(src, sizeof(src), "/proc/self/fd/%d", TEMPLATE_INPUT_FD);
                 if (mount(src, NEWROOT "/input", NULL, MS_BIND | MS_REC, NULL) < 0)
                         fail(-errno, "bind mount", "cannot bind the staged input: %m");
+        }
+        if (params.has_input) {
                 int r = make_readonly(NEWROOT "/input", false, true);
                 if (r < 0)
                         fail(r, "read-only bind mount", "cannot make /input read-only: %s",
@@ -378,8 +400,27 @@ static void reopen_input(void)
         close(fd);
 }
 
+/* Contract: started by root, the template becomes the unprivileged guest
+ * ids in the host's user namespace BEFORE it creates the sandbox's user
+ * namespace. The kernel charges what a user namespace's processes own
+ * (inotify instances and watches, queued signals, message queue bytes,
+ * processes) to the namespace's creator at every level above it; created
+ * by root, a guest could exhaust root's own quotas. Created by the guest
+ * ids, the charges above the sandbox fall on those ids. */
+static void drop_to_guest_ids(void)
+{
+        if (geteuid() != 0 || params.guest_uid == 0)
+                return;
+        if (setgroups(0, NULL) < 0 ||
+            setresgid(params.guest_gid, params.guest_gid, params.guest_gid) < 0 ||
+            setresuid(params.guest_uid, params.guest_uid, params.guest_uid) < 0)
+                fail(-errno, "user namespaces", "cannot switch to the guest ids %u:%u: %m",
+                     (unsigned)params.guest_uid, (unsigned)params.guest_gid);
+}
+
 static void setup_namespaces(void)
 {
+        drop_to_guest_ids();
         if (unshare(CLONE_NEWUSER) < 0)
                 fail(-errno, "user namespaces",
                      "cannot create a user namespace: %m (is kernel.unprivileged_userns_clone or "
@@ -389,7 +430,7 @@ static void setup_namespaces(void)
                 _exit(127);
         if (unshare(CLONE_NEWNS) < 0)
                 fail(-errno, "mount namespaces", "cannot create a mount namespace: %m");
-        if (params.has_input)
+        if (params.has_input && !params.input_tree)
                 reopen_input();
         /* The host mapped uid and gid 0 to an unprivileged host id; become it. */
         if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
@@ -400,8 +441,8 @@ static void setup_namespaces(void)
                 fail(-errno, "IPC namespaces", "cannot create an IPC namespace: %m");
         if (unshare(CLONE_NEWUTS) < 0)
                 fail(-errno, "UTS namespaces", "cannot create a UTS namespace: %m");
-        if (unshare(CLONE_NEWCGROUP) < 0)
-                fail(-errno, "cgroup namespaces", "cannot create a cgroup namespace: %m");
+        /* The cgroup namespace is each copy's own, made once the copy is in
+         * its own cgroup (copy_main), so that it sees only that. */
         if (sethostname("airlock", 7) < 0)
                 fail(-errno, "UTS namespaces", "cannot set the host name: %m");
         build_root();
@@ -976,12 +1017,275 @@ static void populate_learned(void)
                               prefault[i].write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 }
 
+/* ---- what makes each copy its own ---------------------------------------
+ *
+ * Copies of one template must never meet: a copy gets its own user, IPC,
+ * mount and PID namespace, its own cgroup where the host has cgroups, and a
+ * Landlock domain that scopes abstract Unix sockets and signals to it (or,
+ * on a kernel without Landlock scopes, its own network namespace, which
+ * costs about 0.4 ms of the template's time per copy here). */
+
+/* Per-run caps on counters the kernel keeps per user namespace. */
+#define COPY_MAX_SIGPENDING       256
+#define COPY_MAX_MEMLOCK          (64u << 10)
+#define COPY_MAX_INOTIFY          32
+#define COPY_MAX_INOTIFY_WATCHES  4096
+#define COPY_MAX_FANOTIFY         0
+
+#ifndef LANDLOCK_CREATE_RULESET_VERSION
+#define LANDLOCK_CREATE_RULESET_VERSION (1u << 0)
+#endif
+#define AL_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (1ull << 0)
+#define AL_LANDLOCK_SCOPE_SIGNAL               (1ull << 1)
+
+/* The ruleset attribute of Landlock ABI 6, which Debian 12's headers
+ * predate. */
+struct al_landlock_ruleset_attr {
+        uint64_t handled_access_fs;
+        uint64_t handled_access_net;
+        uint64_t scoped;
+};
+
+/* Whether this kernel's Landlock can scope abstract Unix sockets and
+ * signals (ABI 6, Linux 6.12). Found once, in the template. */
+static bool landlock_scopes;
+
+static void probe_landlock(void)
+{
+        long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+        landlock_scopes = abi >= 6;
+}
+
+/* Contract: in a copy, after no_new_privs and before any guest code. From
+ * then on the copy and everything it starts can connect only to abstract
+ * Unix sockets, and signal only processes, of its own domain: another
+ * copy's (or the template's) are out of reach. Restricts nothing else. */
+static int scope_copy(void)
+{
+        if (!landlock_scopes)
+                return 0; /* the copy has its own network namespace instead */
+        struct al_landlock_ruleset_attr attr = {
+            .scoped = AL_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | AL_LANDLOCK_SCOPE_SIGNAL,
+        };
+        int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
+        if (fd < 0)
+                return -errno;
+        int r = (int)syscall(SYS_landlock_restrict_self, fd, 0);
+        int e = errno;
+        close(fd);
+        return r < 0 ? -e : 0;
+}
+
+static int write_proc_file(const char *path, const char *text)
+{
+        int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        int r = al_write_full(fd, text, strlen(text));
+        close(fd);
+        return r < 0 ? r : 0;
+}
+
+/* In a new copy, cloned into its own user namespace: maps its uid and gid
+ * 0 to the template's own (so its files are owned by the guest ids, as
+ * before), then caps the per-user counters of that namespace. The kernel
+ * counts them at every level up to the host, so a copy can spend neither
+ * another copy's share nor (see drop_to_guest_ids) the host user's.
+ *
+ * A process may map only its own ids, and only through its own /proc
+ * files, which the kernel gives to root while the process is not dumpable
+ * (as every copy of a template that changed its ids is). So the copy is
+ * dumpable for the few calls that write the maps: in that time it holds
+ * nothing but the template's memory and runs no guest code. */
+static int enter_own_user_namespace(void)
+{
+        static const char *const files[] = {"/proc/self/setgroups", "/proc/self/uid_map",
+                                            "/proc/self/gid_map"};
+        static const char *const texts[] = {"deny\n", "0 0 1\n", "0 0 1\n"};
+        if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+                return -errno;
+        int r = 0;
+        for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(files); i++)
+                r = write_proc_file(files[i], texts[i]);
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 && r >= 0)
+                r = -errno;
+        if (r < 0)
+                return r;
+        /* These files still belong to the host's procfs here, which
+         * answers for the caller's own user namespace. */
+        static const struct {
+                const char *name;
+                unsigned value;
+        } caps[] = {
+            {"/proc/sys/user/max_inotify_instances", COPY_MAX_INOTIFY},
+            {"/proc/sys/user/max_inotify_watches", COPY_MAX_INOTIFY_WATCHES},
+            {"/proc/sys/user/max_fanotify_groups", COPY_MAX_FANOTIFY},
+            {"/proc/sys/user/max_fanotify_marks", COPY_MAX_FANOTIFY},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(caps); i++) {
+                char text[16];
+                snprintf(text, sizeof(text), "%u\n", caps[i].value);
+                r = write_proc_file(caps[i].name, text);
+                /* A kernel without fanotify has no such file. */
+                if (r < 0 && !(r == -ENOENT && strstr(caps[i].name, "fanotify")))
+                        return r;
+        }
+        return 0;
+}
+
+/* ---- per-copy cgroups ----------------------------------------------------
+ *
+ * As root, the host makes the sandbox's cgroup, owned by the guest ids, and
+ * hands its directories to the template. The template makes one child
+ * cgroup c<N> per copy, with the run's memory and process limits, and the
+ * copy moves itself there before it does anything else, so parallel runs
+ * of one sandbox never share a limit and one run's memory hog ends only
+ * itself. The move is in the copy's preparation, off a run's path. */
+
+static unsigned copy_cgroup_seq;
+/* Copies' cgroups whose removal failed (EBUSY for a moment after the last
+ * task went), retried at the template's next wake-up. */
+#define MAX_PENDING_RM 256
+static unsigned pending_rm[MAX_PENDING_RM];
+static size_t n_pending_rm;
+
+static int cg_dirs(int dirs[2])
+{
+        dirs[0] = params.cgroup ? TEMPLATE_CG_FD : -1;
+        dirs[1] = params.cgroup == 1 ? TEMPLATE_CG2_FD : -1;
+        return params.cgroup == 1 ? 2 : params.cgroup == 2 ? 1 : 0;
+}
+
+static int cg_write(int dirfd, const char *file, const char *text)
+{
+        int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        int r = al_write_full(fd, text, strlen(text));
+        close(fd);
+        return r < 0 ? r : 0;
+}
+
+static bool cg_remove_now(unsigned seq)
+{
+        char name[24];
+        snprintf(name, sizeof(name), "c%u", seq);
+        int dirs[2], n = cg_dirs(dirs);
+        bool done = true;
+        for (int i = 0; i < n; i++)
+                if (unlinkat(dirs[i], name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                        done = false;
+        return done;
+}
+
+static void copy_cgroup_remove(unsigned seq)
+{
+        if (!seq || cg_remove_now(seq))
+                return;
+        if (n_pending_rm < MAX_PENDING_RM)
+                pending_rm[n_pending_rm++] = seq;
+}
+
+static void copy_cgroups_retry(void)
+{
+        size_t k = 0;
+        for (size_t i = 0; i < n_pending_rm; i++)
+                if (!cg_remove_now(pending_rm[i]))
+                        pending_rm[k++] = pending_rm[i];
+        n_pending_rm = k;
+}
+
+/* Makes the next copy's cgroup with the run's limits. Returns in procs the
+ * cgroup.procs files the copy writes itself into, and in ret_oom the file
+ * whose OOM kill count the host reads after the run. Without cgroups,
+ * *ret_seq is 0 and nothing is opened. */
+static int copy_cgroup_make(unsigned *ret_seq, int procs[2], int *ret_oom)
+{
+        int dirs[2], n = cg_dirs(dirs);
+        if (n == 0)
+                return 0;
+        unsigned seq = ++copy_cgroup_seq;
+        char name[24], mem[32], pids[32];
+        snprintf(name, sizeof(name), "c%u", seq);
+        snprintf(mem, sizeof(mem), "%llu", (unsigned long long)params.limits.memory_bytes);
+        snprintf(pids, sizeof(pids), "%u", params.limits.pids + CG_PIDS_SLACK);
+        int cg[2] = {-1, -1}, r = 0;
+        for (int i = 0; i < n && r >= 0; i++) {
+                if (mkdirat(dirs[i], name, 0755) < 0 && errno != EEXIST)
+                        r = -errno;
+                else if ((cg[i] = openat(dirs[i], name,
+                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+                        r = -errno;
+        }
+        if (r >= 0 && params.cgroup == 1) {
+                r = cg_write(cg[0], "memory.limit_in_bytes", mem);
+                /* Swap would let a run exceed the limit; where swap is
+                 * accounted, that door is closed too. */
+                if (r >= 0)
+                        (void)cg_write(cg[0], "memory.memsw.limit_in_bytes", mem);
+                if (r >= 0)
+                        r = cg_write(cg[1], "pids.max", pids);
+        } else if (r >= 0) {
+                r = cg_write(cg[0], "memory.max", mem);
+                if (r >= 0)
+                        (void)cg_write(cg[0], "memory.swap.max", "0");
+                if (r >= 0)
+                        r = cg_write(cg[0], "pids.max", pids);
+        }
+        int oom = -1;
+        if (r >= 0) {
+                oom = openat(cg[0], params.cgroup == 1 ? "memory.oom_control" : "memory.events",
+                             O_RDONLY | O_CLOEXEC);
+                if (oom < 0)
+                        r = -errno;
+        }
+        for (int i = 0; i < n && r >= 0; i++)
+                if ((procs[i] = openat(cg[i], "cgroup.procs", O_WRONLY | O_CLOEXEC)) < 0)
+                        r = -errno;
+        for (int i = 0; i < n; i++)
+                if (cg[i] >= 0)
+                        close(cg[i]);
+        if (r < 0) {
+                for (int i = 0; i < 2; i++)
+                        if (procs[i] >= 0)
+                                close(procs[i]);
+                procs[0] = procs[1] = -1;
+                if (oom >= 0)
+                        close(oom);
+                copy_cgroup_remove(seq);
+                return r;
+        }
+        *ret_seq = seq;
+        *ret_oom = oom;
+        return 0;
+}
+
+/* In a new copy, first of all: moves itself into its cgroup, then makes
+ * its cgroup namespace, so that the guest sees that cgroup as its root. */
+static int join_copy_cgroup(const int procs[2])
+{
+        int r = 0;
+        for (int i = 0; i < 2; i++) {
+                if (procs[i] < 0)
+                        continue;
+                if (r >= 0 && al_write_full(procs[i], "0", 1) < 0)
+                        r = -errno;
+                close(procs[i]);
+        }
+        if (r >= 0 && unshare(CLONE_NEWCGROUP) < 0)
+                r = -errno;
+        return r;
+}
+
 /* A fresh copy: pid 1 of its own PID namespace, in its own mount namespace.
  * It mounts its private /output, /tmp and /proc, hands the host its /output
  * fd, drops every privilege, loads the seccomp filter, and waits for code.
  * Everything here runs before any guest code. */
-_Noreturn static void copy_main(int chan, int out_w, int err_w)
+_Noreturn static void copy_main(int chan, int out_w, int err_w, const int procs[2])
 {
+        /* Into the copy's own cgroup before it allocates anything, so that
+         * every page it writes from now on is charged to this run alone. */
+        int r = join_copy_cgroup(procs);
         if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 || dup3(chan, COPY_CHANNEL_FD, O_CLOEXEC) < 0)
                 _exit(126);
         chan = COPY_CHANNEL_FD;
@@ -989,6 +1293,11 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
          * socket, not other copies' fds. */
         syscall(SYS_close_range, COPY_CHANNEL_FD + 1, ~0u, 0);
         ctl_fd = -1;
+        if (r < 0)
+                copy_fail(chan, "cannot join the run's cgroup: %s", strerror(-r));
+        r = enter_own_user_namespace();
+        if (r < 0)
+                copy_fail(chan, "cannot set up the run's user namespace: %s", strerror(-r));
 
         populate_learned();
         guest_after_fork_child(chan);
@@ -1021,15 +1330,22 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
         set_limit(RLIMIT_NOFILE, params.limits.open_files);
         set_limit(RLIMIT_CORE, 0);
         set_limit(RLIMIT_MSGQUEUE, 0);
-        /* Tasks of this user in this user namespace: the copy's share of
-         * the process limit (the host adds a cgroup limit where it can). */
+        /* Tasks of this user in the copy's own user namespace: the run's
+         * process limit (the host adds a cgroup limit where it can). */
         set_limit(RLIMIT_NPROC, params.limits.pids + 4);
+        /* Counted per user namespace, so per run: signals a run may queue
+         * and memory it may lock. */
+        set_limit(RLIMIT_SIGPENDING, COPY_MAX_SIGPENDING);
+        set_limit(RLIMIT_MEMLOCK, COPY_MAX_MEMLOCK);
 
-        int r = drop_capabilities();
+        r = drop_capabilities();
         if (r < 0)
                 copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 copy_fail(chan, "cannot set no_new_privs: %m");
+        r = scope_copy();
+        if (r < 0)
+                copy_fail(chan, "cannot scope the run with Landlock: %s", strerror(-r));
         if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &guest_filter) < 0)
                 copy_fail(chan, "cannot load the seccomp filter: %m");
 
@@ -1063,9 +1379,23 @@ static void spawn_copy(void)
                 (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
                 goto out;
         }
-        int pidfd = -1;
+        int pidfd = -1, procs[2] = {-1, -1}, oomfd = -1;
+        unsigned seq = 0;
+        int r = copy_cgroup_make(&seq, procs, &oomfd);
+        if (r < 0) {
+                char msg[160];
+                int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot create the run's cgroup: %s",
+                                 CTL_ERROR, -r, strerror(-r));
+                (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
+                goto out;
+        }
+        /* Each copy has its own user namespace (its per-user counters and
+         * limits are the run's alone), IPC namespace (no SysV object of one
+         * run reaches another or outlives it) and, where Landlock cannot
+         * scope abstract Unix sockets, network namespace. */
         struct clone_args args = {
-            .flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_PARENT | CLONE_PIDFD,
+            .flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWIPC | CLONE_PARENT |
+                     CLONE_PIDFD | (landlock_scopes ? 0 : CLONE_NEWNET),
             .pidfd = (uint64_t)(uintptr_t)&pidfd,
             .exit_signal = 0,
         };
@@ -1075,27 +1405,39 @@ static void spawn_copy(void)
                 close(sv[0]);
                 close(out[0]);
                 close(err[0]);
-                copy_main(sv[1], out[1], err[1]);
+                if (oomfd >= 0)
+                        close(oomfd);
+                copy_main(sv[1], out[1], err[1], procs);
         }
         int saved = errno;
         guest_after_fork_parent();
+        for (int i = 0; i < 2; i++)
+                if (procs[i] >= 0)
+                        close(procs[i]);
         if (pid < 0) {
                 char msg[160];
                 int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot start a copy: %s", CTL_ERROR,
                                  saved, strerror(saved));
                 (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
+                if (oomfd >= 0)
+                        close(oomfd);
+                copy_cgroup_remove(seq);
                 goto out;
         }
-        int fds[4] = {sv[0], pidfd, out[0], err[0]};
-        if (n_live_copies < MAX_LIVE_COPIES)
+        int fds[5] = {sv[0], pidfd, out[0], err[0], oomfd};
+        if (n_live_copies < MAX_LIVE_COPIES) {
+                live_cgroups[n_live_copies] = seq;
                 live_copies[n_live_copies++] = pidfd;
-        else
+        } else {
                 close(pidfd);
+        }
         /* With its pid, by which the host reaps it once it is dead. */
         char pidtext[24];
         snprintf(pidtext, sizeof(pidtext), "%ld", pid);
-        if (send_fds(ctl_fd, CTL_COPY, pidtext, fds, 4) < 0)
+        if (send_fds(ctl_fd, CTL_COPY, pidtext, fds, oomfd >= 0 ? 5 : 4) < 0)
                 host_gone();
+        if (oomfd >= 0)
+                close(oomfd);
 out:
         for (int i = 0; i < 2; i++) {
                 if (sv[i] >= 0)
@@ -1123,16 +1465,24 @@ _Noreturn void template_main(void)
         close(devnull);
 
         setup_namespaces();
+        probe_landlock();
 
-        uint64_t out_bytes = params.limits.output_fs_bytes;
+        /* Without a cgroup nothing counts what the tmpfs mounts hold
+         * against the memory limit: each is capped at it instead. */
+        uint64_t out_bytes = params.limits.output_fs_bytes, tmp_bytes = params.limits.tmp_bytes;
+        if (!params.cgroup) {
+                out_bytes = MIN(out_bytes, params.limits.memory_bytes);
+                tmp_bytes = MIN(tmp_bytes, params.limits.memory_bytes);
+        }
         uint64_t inodes = (uint64_t)params.limits.max_output_files * 4 + 1024;
         snprintf(out_opts, sizeof(out_opts), "size=%llu,nr_inodes=%llu,mode=0755",
                  (unsigned long long)out_bytes, (unsigned long long)inodes);
         snprintf(tmp_opts, sizeof(tmp_opts), "size=%llu,nr_inodes=65536,mode=01777",
-                 (unsigned long long)params.limits.tmp_bytes);
+                 (unsigned long long)tmp_bytes);
 
         char errbuf[900];
-        int r = seccomp_build_guest_filter(&guest_filter, errbuf, sizeof(errbuf));
+        int r = seccomp_build_guest_filter(&guest_filter, params.cgroup == 0, errbuf,
+                                           sizeof(errbuf));
         if (r < 0)
                 fail(r, "seccomp", "%s", errbuf);
         r = guest_init(&params, errbuf, sizeof(errbuf));

@@ -1,0 +1,421 @@
+#!/usr/bin/python3
+"""Black-box tests: runs of one sandbox never meet, and a guest spends none
+of the host user's quotas (issue 13).
+
+Runs of one sandbox are driven through one `airlock mcp` server, whose
+workers run calls in parallel on copies of one template. Where two runs must
+be in flight at once, they agree with the test through a host tool: a run
+marks a file on the host when it is ready and asks whether it may end, so
+no test depends on how fast anything is.
+"""
+import ctypes
+import errno
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import AIRLOCK, airlock, next_run_works, run, run_json, tmpdir  # noqa: E402
+
+ROOT = os.geteuid() == 0
+
+# A host tool: "mark" creates the file named by the argument, "seen" says
+# whether it exists. The test and the runs use them to take turns.
+TOOL = r'''
+import json, os, sys
+a = json.load(sys.stdin)
+if a["op"] == "mark":
+    open(a["path"], "w").close()
+    print("true")
+else:
+    print(json.dumps(os.path.exists(a["path"])))
+'''
+
+
+def tools_file():
+    d = tmpdir()
+    with open(os.path.join(d, "tool.py"), "w") as f:
+        f.write(TOOL)
+    spec = {"tools": [{
+        "name": "flag", "description": "Marks or checks a file on the host.",
+        "parameters": {"type": "object",
+                       "properties": {"op": {"type": "string"}, "path": {"type": "string"}},
+                       "required": ["op", "path"]},
+        "command": [sys.executable, "tool.py"], "timeout": 10}]}
+    path = os.path.join(d, "tools.json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return path, d
+
+
+# Guest code that waits, boundedly, until the host file `path` exists.
+WAIT = '''
+def _wait(path):
+    import time
+    for _ in range(2000):
+        if call_tool("flag", op="seen", path=path):
+            return True
+        time.sleep(0.01)
+    return False
+'''
+
+
+def wait_for(path, proc, limit=60):
+    """Waits until a run marked path (or the server died)."""
+    for _ in range(limit * 100):
+        if os.path.exists(path):
+            return
+        if proc.poll() is not None:
+            raise AssertionError("the MCP server exited")
+        time.sleep(0.01)
+    raise AssertionError(f"the run never marked {path}")
+
+
+class Mcp:
+    """A raw MCP client over the server's stdio, with calls in parallel."""
+
+    def __init__(self, *args):
+        self.p = subprocess.Popen([AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.replies = {}
+        self.cv = threading.Condition()
+        self.next_id = 1
+        threading.Thread(target=self._read, daemon=True).start()
+        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "test", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _read(self):
+        for line in self.p.stdout:
+            msg = json.loads(line)
+            if "id" in msg:
+                with self.cv:
+                    self.replies[msg["id"]] = msg
+                    self.cv.notify_all()
+
+    def send(self, msg):
+        self.p.stdin.write(json.dumps(msg) + "\n")
+        self.p.stdin.flush()
+
+    def start(self, method, params):
+        with self.cv:
+            i = self.next_id
+            self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+        return i
+
+    def wait(self, i, timeout=120):
+        with self.cv:
+            ok = self.cv.wait_for(lambda: i in self.replies, timeout)
+        assert ok, f"no reply to request {i}"
+        return self.replies.pop(i)
+
+    def request(self, method, params):
+        return self.wait(self.start(method, params))
+
+    def call(self, code):
+        return self.start("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+
+    def result(self, i):
+        r = self.wait(i)
+        assert "result" in r, r
+        return r["result"]
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+        self.p.stdout.close()
+        self.p.stderr.close()
+
+
+def text_of(result):
+    return "".join(c.get("text", "") for c in result["content"] if c["type"] == "text")
+
+
+def status_of(result):
+    sc = result.get("structuredContent") or {}
+    return sc.get("status")
+
+
+IPC = '''
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+def shm(key, size, flags):
+    return libc.shmget(key, ctypes.c_size_t(size), flags)
+'''
+
+
+def test_sysv_ipc_objects_do_not_outlive_their_run():
+    # A run leaves a message queue, a semaphore set and a 96 MiB shared
+    # memory segment it touched in full; the next run of the same sandbox
+    # sees none of them and can use its whole memory limit.
+    srv = Mcp("--memory", "160")
+    try:
+        first = srv.result(srv.call(IPC + '''
+assert libc.msgget(0x4a11, 0o1600) >= 0
+assert libc.semget(0x4a12, 4, 0o1600) >= 0
+sid = shm(0x4a13, 96 << 20, 0o1600)
+assert sid >= 0, ctypes.get_errno()
+p = libc.shmat(sid, None, 0)
+ctypes.memset(p, 1, 96 << 20)
+libc.shmdt(ctypes.c_void_p(p))
+print("left")
+'''))
+        assert text_of(first) == "left\n", first
+        for _ in range(3):
+            second = srv.result(srv.call(IPC + '''
+seen = [libc.msgget(0x4a11, 0) >= 0, libc.semget(0x4a12, 0, 0) >= 0,
+        shm(0x4a13, 0, 0) >= 0]
+b = bytearray(100 << 20)
+print(seen)
+'''))
+            assert text_of(second) == "[False, False, False]\n", second
+            assert status_of(second) == "ok", second
+    finally:
+        srv.close()
+
+
+def test_parallel_runs_share_no_ipc_objects():
+    # Two runs in flight: one creates a queue and waits; the other must not
+    # see it.
+    tools, d = tools_file()
+    srv = Mcp("-t", tools)
+    try:
+        ready, done = os.path.join(d, "ready"), os.path.join(d, "done")
+        a = srv.call(IPC + WAIT + f'''
+assert libc.msgget(0x4a21, 0o1600) >= 0
+call_tool("flag", op="mark", path={ready!r})
+print(_wait({done!r}))
+''')
+        wait_for(ready, srv.p)
+        b = srv.result(srv.call(IPC + "print(libc.msgget(0x4a21, 0) >= 0)"))
+        open(done, "w").close()
+        assert text_of(b) == "False\n", b
+        assert text_of(srv.result(a)) == "True\n"
+    finally:
+        srv.close()
+
+
+def test_parallel_runs_cannot_meet_on_an_abstract_socket():
+    # One run listens on an abstract Unix socket; a run in flight at the
+    # same time must not reach it (and so cannot pass it a descriptor of
+    # its own output pipe to write into the other's result).
+    tools, d = tools_file()
+    srv = Mcp("-t", tools)
+    try:
+        ready, done = os.path.join(d, "ready"), os.path.join(d, "done")
+        a = srv.call(WAIT + f'''
+import socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\\0airlock-isolation-test")
+s.listen(4)
+s.settimeout(0.05)
+call_tool("flag", op="mark", path={ready!r})
+got = 0
+while not call_tool("flag", op="seen", path={done!r}):
+    try:
+        c, _ = s.accept()
+        got += 1
+        c.sendall(b"from the other run")
+        c.close()
+    except socket.timeout:
+        pass
+print("accepted", got)
+''')
+        wait_for(ready, srv.p)
+        b = srv.result(srv.call('''
+import socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect("\\0airlock-isolation-test")
+    print("connected", s.recv(100))
+except OSError as e:
+    print("refused")
+'''))
+        open(done, "w").close()
+        assert text_of(b) == "refused\n", b
+        assert text_of(srv.result(a)) == "accepted 0\n"
+    finally:
+        srv.close()
+
+
+def test_parallel_runs_have_their_own_memory_limits():
+    # Two runs in flight each hold 100 MiB, under their own limit of
+    # 150 MiB: together they exceed what one shared limit would allow, and
+    # neither may be ended as "memory". A third run that exceeds its limit
+    # ends as "memory" alone.
+    if not ROOT:
+        print("  (memory cgroups need root: skipped as not root)")
+        return
+    tools, d = tools_file()
+    srv = Mcp("-t", tools, "--memory", "150")
+    try:
+        ready = [os.path.join(d, f"ready{i}") for i in range(2)]
+        done = os.path.join(d, "done")
+        calls = []
+        for i in range(2):
+            calls.append(srv.call(WAIT + f'''
+b = bytearray(100 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+call_tool("flag", op="mark", path={ready[i]!r})
+print(_wait({done!r}))
+'''))
+            wait_for(ready[i], srv.p)
+        hog = srv.result(srv.call('''
+chunks = []
+while True:
+    chunks.append(bytearray(16 << 20))
+    for i in range(0, len(chunks[-1]), 4096):
+        chunks[-1][i] = 1
+'''))
+        open(done, "w").close()
+        assert status_of(hog) == "memory", hog
+        for c in calls:
+            r = srv.result(c)
+            assert status_of(r) == "ok" and text_of(r) == "True\n", r
+    finally:
+        srv.close()
+
+
+def test_guest_inotify_and_signals_do_not_spend_host_quotas():
+    # A run takes every inotify instance and queues every signal it can;
+    # while it holds them, this (host) process, as the same host user that
+    # runs airlock, can still make an inotify instance and a timer. The run
+    # itself is capped well below the host's per-user limits.
+    tools, d = tools_file()
+    srv = Mcp("-t", tools)
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        ready, done = os.path.join(d, "ready"), os.path.join(d, "done")
+        a = srv.call(WAIT + f'''
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 100000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    fds.append(fd)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+class sigval(ctypes.Union):
+    _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
+queued = 0
+while queued < 1000000 and libc.sigqueue(os.getpid(), signal.SIGRTMIN, sigval(0)) == 0:
+    queued += 1
+call_tool("flag", op="mark", path={ready!r})
+_wait({done!r})
+print(len(fds), queued)
+''')
+        wait_for(ready, srv.p)
+        fd = libc.inotify_init1(0)
+        e1 = ctypes.get_errno()
+        timer = ctypes.c_void_p()
+        t = libc.timer_create(1, None, ctypes.byref(timer))  # CLOCK_MONOTONIC
+        e2 = ctypes.get_errno()
+        open(done, "w").close()
+        r = srv.result(a)
+        if fd >= 0:
+            os.close(fd)
+        if t == 0:
+            libc.timer_delete(timer)
+        assert fd >= 0, f"the host's inotify_init1 failed: {os.strerror(e1)}"
+        assert t == 0, f"the host's timer_create failed: {os.strerror(e2)}"
+        instances, queued = map(int, text_of(r).split())
+        assert 0 < instances <= 64, instances
+        assert 0 < queued <= 1024, queued
+    finally:
+        srv.close()
+
+
+def test_cancellation_wins_over_a_guest_that_never_reads_replies():
+    # The guest floods its host channel with requests and never reads the
+    # replies, so the host's replies fill the socket. SIGTERM must still end
+    # `airlock run` at once, not at the run's 120 s time limit.
+    code = r'''
+import json, os, struct
+req = json.dumps({"op": "tool", "name": "nosuch", "args": {}}).encode()
+frame = struct.pack("<I", len(req)) + req
+while True:
+    os.write(3, frame)
+'''
+    p = subprocess.Popen([AIRLOCK, "run", "--json", "--timeout", "120", "-c", code],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Long enough for the guest to fill the channel both ways; the test
+    # asserts nothing about this time.
+    time.sleep(1.5)
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise AssertionError("airlock run ignored SIGTERM while the guest flooded its channel")
+    r = json.loads(out)
+    assert r["status"] == "killed", r
+    next_run_works()
+
+
+def as_nobody():
+    """Arguments that run a command as the unprivileged user nobody."""
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+
+
+def nobody_run(code, *args):
+    p = subprocess.run([*as_nobody(), AIRLOCK, "run", "--json", *args, "-c", code],
+                       capture_output=True, text=True, timeout=120, cwd="/")
+    return p.returncode, json.loads(p.stdout)
+
+
+def test_unprivileged_memory_limit_covers_shared_memory():
+    # Without root there is no cgroup: shared anonymous memory, memfds and
+    # SysV segments must not let a run with --memory 32 hold 256 MiB.
+    if not ROOT:
+        print("  (needs root to become nobody: skipped)")
+        return
+    attempts = {
+        "map_shared": '''
+import mmap
+m = mmap.mmap(-1, 256 << 20, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+for i in range(0, 256 << 20, 4096):
+    m[i] = 1
+print("held")
+''',
+        "memfd": '''
+import os
+fd = os.memfd_create("x")
+for i in range(256):
+    os.write(fd, b"x" * (1 << 20))
+print("held")
+''',
+        "sysv": IPC + '''
+sid = shm(0x4a31, 256 << 20, 0o1600)
+assert sid >= 0, os.strerror(ctypes.get_errno())
+p = libc.shmat(sid, None, 0)
+assert p not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+ctypes.memset(p, 1, 256 << 20)
+print("held")
+''',
+        "tmp": '''
+with open("/tmp/big", "wb") as f:
+    for i in range(256):
+        f.write(b"x" * (1 << 20))
+print("held")
+''',
+    }
+    for name, code in attempts.items():
+        rc, r = nobody_run(code, "--memory", "32")
+        assert r["stdout"] != "held\n", (name, r)
+        assert not r["success"], (name, r)
+    rc, r = nobody_run("print(sum(range(10)))", "--memory", "32")
+    assert rc == 0 and r["stdout"] == "45\n", r
+
+
+if __name__ == "__main__":
+    run()
