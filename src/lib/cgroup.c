@@ -145,7 +145,8 @@ static void sweep_stale(int parentfd)
                         continue;
                 if (k == 2 ? start_time(pid) == t : kill(pid, 0) == 0 || errno != ESRCH)
                         continue;
-                int dfd = openat(parentfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                int dfd =
+                    openat(parentfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (dfd >= 0) {
                         remove_children(dfd);
                         close(dfd);
@@ -192,9 +193,9 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim, uid_t uid, gid_t
                  * which takes write access to this cgroup's procs file. */
                 if (fchown(cg->dirfd[i], uid, gid) < 0)
                         goto fail;
-                if (cg->v2 && (write_at(cg->dirfd[i], "cgroup.subtree_control", "+memory +pids") <
-                                   0 ||
-                               fchownat(cg->dirfd[i], "cgroup.procs", uid, gid, 0) < 0))
+                if (cg->v2 &&
+                    (write_at(cg->dirfd[i], "cgroup.subtree_control", "+memory +pids") < 0 ||
+                     fchownat(cg->dirfd[i], "cgroup.procs", uid, gid, 0) < 0))
                         goto fail;
                 if (mkdirat(cg->dirfd[i], "tpl", 0755) < 0)
                         goto fail;

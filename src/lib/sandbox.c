@@ -225,14 +225,13 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
             l->output_fs_bytes ? l->output_fs_bytes : l->max_output_total + (1u << 20);
         json_t *j = json_pack(
             "{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:i, s:o}",
-            "timeout_s", l->timeout_s,
-            "cpu_s", l->cpu_s, "memory_bytes", (json_int_t)l->memory_bytes, "pids",
-            (json_int_t)l->pids, "open_files", (json_int_t)l->open_files, "max_file_bytes",
-            (json_int_t)l->max_file_bytes, "tmp_bytes", (json_int_t)l->tmp_bytes, "output_fs_bytes",
-            (json_int_t)out_fs, "max_output_files", (json_int_t)l->max_output_files, "has_input",
-            has_input, "input_tree", input_tree, "guest_uid", (json_int_t)sb->guest_uid,
-            "guest_gid", (json_int_t)sb->guest_gid, "cgroup",
-            sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0, "preloads", pre);
+            "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
+            (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids, "open_files",
+            (json_int_t)l->open_files, "max_file_bytes", (json_int_t)l->max_file_bytes, "tmp_bytes",
+            (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs, "max_output_files",
+            (json_int_t)l->max_output_files, "has_input", has_input, "input_tree", input_tree,
+            "guest_uid", (json_int_t)sb->guest_uid, "guest_gid", (json_int_t)sb->guest_gid,
+            "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0, "preloads", pre);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;
@@ -771,7 +770,8 @@ static int send_reply(run_state *st, json_t *msg)
                         r = -errno;
                         break;
                 }
-                struct pollfd pf[3] = {{st->c->chan, POLLOUT, 0}, {st->cancel_fd, POLLIN, 0},
+                struct pollfd pf[3] = {{st->c->chan, POLLOUT, 0},
+                                       {st->cancel_fd, POLLIN, 0},
                                        {al_watch_fd(), POLLIN, 0}};
                 uint64_t now = al_now_ns();
                 if (now >= st->deadline) {

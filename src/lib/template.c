@@ -1026,11 +1026,11 @@ static void populate_learned(void)
  * costs about 0.4 ms of the template's time per copy here). */
 
 /* Per-run caps on counters the kernel keeps per user namespace. */
-#define COPY_MAX_SIGPENDING       256
-#define COPY_MAX_MEMLOCK          (64u << 10)
-#define COPY_MAX_INOTIFY          32
-#define COPY_MAX_INOTIFY_WATCHES  4096
-#define COPY_MAX_FANOTIFY         0
+#define COPY_MAX_SIGPENDING      256
+#define COPY_MAX_MEMLOCK         (64u << 10)
+#define COPY_MAX_INOTIFY         32
+#define COPY_MAX_INOTIFY_WATCHES 4096
+#define COPY_MAX_FANOTIFY        0
 
 #ifndef LANDLOCK_CREATE_RULESET_VERSION
 #define LANDLOCK_CREATE_RULESET_VERSION (1u << 0)
@@ -1481,8 +1481,8 @@ _Noreturn void template_main(void)
                  (unsigned long long)tmp_bytes);
 
         char errbuf[900];
-        int r = seccomp_build_guest_filter(&guest_filter, params.cgroup == 0, errbuf,
-                                           sizeof(errbuf));
+        int r =
+            seccomp_build_guest_filter(&guest_filter, params.cgroup == 0, errbuf, sizeof(errbuf));
         if (r < 0)
                 fail(r, "seccomp", "%s", errbuf);
         r = guest_init(&params, errbuf, sizeof(errbuf));
