@@ -121,6 +121,26 @@ void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
         pthread_mutex_unlock(&sb->lock);
 }
 
+void sbx_copy_end(airlock_sandbox *sb, copy *c)
+{
+        if (!c)
+                return;
+        /* Killing pid 1 of the copy's PID namespace ends every process in
+         * it, and pid 1 exits only after all of them have: once reaped,
+         * nothing of the copy is left. */
+        if (c->pidfd >= 0) {
+                syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
+                siginfo_t si;
+                while (waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL) <
+                           0 &&
+                       errno == EINTR)
+                        ;
+                close(c->pidfd);
+                c->pidfd = -1;
+        }
+        sbx_copy_close(sb, c, false);
+}
+
 /* Waits until fd is readable or the deadline (monotonic ns) passes. */
 static int wait_readable(int fd, uint64_t deadline)
 {

@@ -91,6 +91,9 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                  size_t len, const airlock_run_options *opts, bool *ret_dead, bool *ret_delivered,
                  airlock_result **ret, airlock_error *err);
 void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
+/* Kills copy c and returns once it and every process it started are gone
+ * (reaped), then closes it. */
+void sbx_copy_end(airlock_sandbox *sb, copy *c);
 void sbx_replenish(airlock_sandbox *sb);
 const airlock_limits *sbx_limits(const airlock_sandbox *sb);
 

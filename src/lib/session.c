@@ -246,7 +246,7 @@ void airlock_session_close(airlock_session *s)
                 close(s->active_pidfd);
         if (s->outdir >= 0)
                 close(s->outdir);
-        /* Killing pid 1 of the session's namespace ends every process in it. */
-        sbx_copy_close(s->sb, s->c, true);
+        /* Returns once every process of the session is gone. */
+        sbx_copy_end(s->sb, s->c);
         free(s);
 }

@@ -539,6 +539,15 @@ static void announce_active(int chan, const char *op)
         reply(chan, json_pack("{s:s}", "op", op));
 }
 
+/* The session's reap pipe, inherited by every process of a session: pid 1
+ * writes a byte into it each time it has
+ * reaped something, so that a process waiting for others to be gone can
+ * sleep until the set of processes changed (see wait_until_gone). A guest
+ * can only write false wake-ups into it, or close it, which makes its own
+ * session's restore fail rather than wait. */
+static int reap_wait = -1;   /* the read end */
+static int reap_notify = -1; /* the write end, pid 1's */
+
 static pid_t fork_interpreter(void)
 {
         guest_before_fork();
@@ -573,8 +582,11 @@ _Noreturn static void session_root(int chan)
         sigprocmask(SIG_BLOCK, &chld, &open_mask);
         sigdelset(&open_mask, SIGCHLD);
         for (;;) {
-                while (waitpid(-1, NULL, WNOHANG) > 0)
-                        ;
+                bool reaped = false;
+                while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+                        reaped = true;
+                if (reaped)
+                        (void)!write(reap_notify, "r", 1);
                 struct pollfd p = {chan, POLLRDHUP, 0};
                 if (ppoll(&p, 1, NULL, &open_mask) > 0 &&
                     (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
@@ -582,11 +594,94 @@ _Noreturn static void session_root(int chan)
         }
 }
 
+/* Whether pid is one of the session's processes that a restore keeps. */
+static bool kept_pid(pid_t pid, json_t *keep)
+{
+        size_t i;
+        json_t *v;
+        if (pid <= 1 || pid == getpid())
+                return true;
+        json_array_foreach (keep, i, v)
+                if (json_integer_value(v) == pid)
+                        return true;
+        return false;
+}
+
+/* Contract: returns 0 once no process of the session is left but pid 1,
+ * this one, and those in keep (NULL: only `only` is waited for, if > 0),
+ * every other one having been killed with kill_them and REAPED, so that
+ * nothing of it is left even in /proc. It sleeps between checks until pid
+ * 1 reaps something or a child of this process exits, never on a timer;
+ * -ETIMEDOUT after SESSION_GONE_S if something will not go. */
+#define SESSION_GONE_S 10
+static int wait_until_gone(json_t *keep, pid_t only, bool kill_them)
+{
+        struct sigaction sa = {.sa_handler = on_sigchld}, old_sa;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGCHLD, &sa, &old_sa);
+        sigset_t chld, old_mask, open_mask;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &chld, &old_mask);
+        open_mask = old_mask;
+        sigdelset(&open_mask, SIGCHLD);
+        uint64_t deadline = al_now_ns() + SESSION_GONE_S * 1000000000ull;
+        int r = -ETIMEDOUT;
+        while (al_now_ns() < deadline) {
+                /* Our own killed children are ours to reap. */
+                while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+                        ;
+                char buf[64];
+                while (read(reap_wait, buf, sizeof(buf)) > 0)
+                        ;
+                int left = 0;
+                if (only > 0) {
+                        left = kill(only, 0) == 0 || errno != ESRCH;
+                } else {
+                        DIR *d = opendir("/proc");
+                        if (!d) {
+                                r = -errno;
+                                break;
+                        }
+                        struct dirent *de;
+                        while ((de = readdir(d))) {
+                                pid_t pid = (pid_t)atoi(de->d_name);
+                                if (pid <= 0 || kept_pid(pid, keep))
+                                        continue;
+                                left++;
+                                if (kill_them)
+                                        kill(pid, SIGKILL);
+                        }
+                        closedir(d);
+                }
+                if (!left) {
+                        r = 0;
+                        break;
+                }
+                uint64_t now = al_now_ns();
+                struct timespec ts = {.tv_sec = (time_t)((deadline - now) / 1000000000ull),
+                                      .tv_nsec = (long)((deadline - now) % 1000000000ull)};
+                struct pollfd p = {reap_wait, POLLIN, 0};
+                if (ppoll(&p, 1, &ts, &open_mask) > 0 && (p.revents & (POLLERR | POLLNVAL))) {
+                        r = -EBADF;
+                        break;
+                }
+        }
+        sigprocmask(SIG_SETMASK, &old_mask, NULL);
+        sigaction(SIGCHLD, &old_sa, NULL);
+        return r;
+}
+
 /* A snapshot: a frozen copy of the interpreter at the moment it was taken.
  * It sleeps until a restore wakes it (SIGUSR1, blocked since before the
- * fork), then forks the new active process and sleeps again, so the same
+ * fork), then starts the new active process and sleeps again, so the same
  * snapshot can be restored any number of times. Returns in the new active
- * process. */
+ * process, once the old active process (the sender of SIGUSR1) is gone.
+ *
+ * The new active process is made with CLONE_PARENT: a child of the
+ * snapshot's parent, never of the snapshot, which never reaps. So every
+ * process a session ends is reaped by pid 1 in the end, and none lingers
+ * as a zombie of a sleeping snapshot. */
 static void snapshot_wait(void)
 {
         sigset_t set;
@@ -596,40 +691,19 @@ static void snapshot_wait(void)
                 siginfo_t si;
                 if (sigwaitinfo(&set, &si) < 0)
                         continue;
-                pid_t pid = fork_interpreter();
+                /* Plain clone: the guest's seccomp filter, in force here,
+                 * refuses clone3. With CLONE_PARENT the child's exit signal
+                 * is the snapshot's own, SIGCHLD. */
+                guest_before_fork();
+                long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0);
                 if (pid == 0) {
+                        guest_after_fork_child(COPY_CHANNEL_FD);
                         sigprocmask(SIG_UNBLOCK, &set, NULL);
+                        if (wait_until_gone(NULL, si.si_pid, false) < 0)
+                                _exit(0); /* the host sees the session end */
                         return;
                 }
-        }
-}
-
-/* Ends every process of the session but pid 1, this one and the snapshots
- * in keep, so a restored state starts without the old state's processes.
- * Passes repeat until one finds nothing left to end. */
-static void end_other_processes(json_t *keep)
-{
-        for (int pass = 0; pass < 100; pass++) {
-                DIR *d = opendir("/proc");
-                if (!d)
-                        return;
-                int killed = 0;
-                struct dirent *de;
-                while ((de = readdir(d))) {
-                        pid_t pid = (pid_t)atoi(de->d_name);
-                        if (pid <= 1 || pid == getpid())
-                                continue;
-                        bool kept = false;
-                        size_t i;
-                        json_t *v;
-                        json_array_foreach (keep, i, v)
-                                kept |= json_integer_value(v) == pid;
-                        if (!kept && kill(pid, SIGKILL) == 0)
-                                killed++;
-                }
-                closedir(d);
-                if (!killed)
-                        return;
+                guest_after_fork_parent();
         }
 }
 
@@ -751,11 +825,18 @@ _Noreturn static void serve_host(int chan)
                                 set_policy(SCHED_IDLE);
                         _exit(exit_code & 0xff);
                 } else if (strcmp(op, "session") == 0 && !session) {
+                        int rp[2];
+                        if (pipe2(rp, O_NONBLOCK | O_CLOEXEC) < 0)
+                                _exit(1);
+                        reap_wait = rp[0];
+                        reap_notify = rp[1];
                         pid_t pid = fork_interpreter();
                         if (pid < 0)
                                 _exit(1);
                         if (pid > 0)
                                 session_root(chan);
+                        close(reap_notify);
+                        reap_notify = -1;
                         session = true;
                         guest_set_session();
                         announce_active(chan, "session");
@@ -779,8 +860,14 @@ _Noreturn static void serve_host(int chan)
                         }
                 } else if (strcmp(op, "restore") == 0 && session) {
                         pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
-                        end_other_processes(json_object_get(msg, "keep"));
-                        if (id > 1 && kill(id, SIGUSR1) == 0)
+                        /* The old state's processes are ended and
+                         * reaped before the snapshot is woken, and the new
+                         * active process waits for this one to be gone
+                         * before it announces itself: the host's restore
+                         * returns only then. */
+                        json_t *keep = json_object_get(msg, "keep");
+                        if (id > 1 && kept_pid(id, keep) && wait_until_gone(keep, 0, true) == 0 &&
+                            kill(id, SIGUSR1) == 0)
                                 _exit(0);
                         reply(chan, json_pack("{s:s, s:s}", "op", "error", "error",
                                               "the snapshot is gone"));

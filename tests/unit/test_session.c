@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <dirent.h>
 #include <errno.h>
 #include <seccomp.h>
 #include <stdio.h>
@@ -129,8 +130,59 @@ static void test_snapshot_restore_twice(void **state)
                       "3\n");
         assert_int_equal(airlock_session_restore(s, snap, &err), 0);
         expect_stdout(s, "print(n)", "1\n");
+        /* Again after the second restore: the first restored state's
+         * process is gone too, reaped rather than left as a zombie of the
+         * snapshot it came from. */
+        expect_stdout(s, "import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))",
+                      "3\n");
         airlock_snapshot_free(snap);
         airlock_session_close(s);
+}
+
+/* The host processes whose name (comm) is name. */
+static int count_named(const char *name)
+{
+        int n = 0;
+        DIR *d = opendir("/proc");
+        assert_non_null(d);
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                char path[300], comm[64];
+                if (atoi(de->d_name) <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/comm", de->d_name);
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        continue;
+                if (fgets(comm, sizeof(comm), f) && strncmp(comm, name, strlen(name)) == 0)
+                        n++;
+                fclose(f);
+        }
+        closedir(d);
+        return n;
+}
+
+/* A session's close returns only once every process of the session is
+ * gone: a background process it started no longer exists, not even as a
+ * zombie, the moment close returns. */
+static void test_close_returns_once_the_session_is_gone(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s,
+                      "import ctypes, os, time\n"
+                      "r, w = os.pipe()\n"
+                      "if os.fork() == 0:\n"
+                      "    ctypes.CDLL(None).prctl(15, b'airlock-linger', 0, 0, 0)\n"
+                      "    os.write(w, b'x')\n"
+                      "    time.sleep(60)\n"
+                      "    os._exit(0)\n"
+                      "print(os.read(r, 1).decode(), end='')\n",
+                      "x");
+        assert_int_equal(count_named("airlock-linger"), 1);
+        airlock_session_close(s);
+        assert_int_equal(count_named("airlock-linger"), 0);
 }
 
 static void test_output_is_emptied_between_runs(void **state)
@@ -256,6 +308,7 @@ int main(void)
             cmocka_unit_test(test_output_is_emptied_between_runs),
             cmocka_unit_test(test_timeout_ends_session),
             cmocka_unit_test(test_snapshot_outlives_nothing),
+            cmocka_unit_test(test_close_returns_once_the_session_is_gone),
             cmocka_unit_test(test_prefaulted_copies_stay_fresh),
             cmocka_unit_test(test_copies_without_populate_advice),
         };
