@@ -1197,10 +1197,13 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                                         continue;
                                 if (fr < 0) {
                                         chan_open = false;
-                                        /* End of stream or a reset: the copy
-                                         * died, which its exit status tells;
+                                        /* End of stream, a reset, or the end in
+                                         * the middle of a frame: the copy died
+                                         * (killed by a limit, say, while it
+                                         * wrote), which its exit status tells;
                                          * anything else is the guest's doing. */
-                                        if (fr != -EPIPE && fr != -ECONNRESET) {
+                                        if (fr != -EPIPE && fr != -ECONNRESET &&
+                                            fr != -EPROTO) {
                                                 st.protocol_error = true;
                                                 kill_copy(&st);
                                         }
