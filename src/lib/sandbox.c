@@ -1202,8 +1202,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                                          * (killed by a limit, say, while it
                                          * wrote), which its exit status tells;
                                          * anything else is the guest's doing. */
-                                        if (fr != -EPIPE && fr != -ECONNRESET &&
-                                            fr != -EPROTO) {
+                                        if (fr != -EPIPE && fr != -ECONNRESET && fr != -EPROTO) {
                                                 st.protocol_error = true;
                                                 kill_copy(&st);
                                         }
