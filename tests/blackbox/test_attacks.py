@@ -11,7 +11,7 @@ import sys
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import airlock, run, run_json  # noqa: E402
+from harness import AIRLOCK, airlock, run, run_json  # noqa: E402
 from harness import next_run_works, tmpdir  # noqa: E402
 
 MiB = 1 << 20
@@ -696,6 +696,38 @@ def test_output_non_utf8_name_refused():
     assert rc == 0, r
     assert [f["path"] for f in r["files"]] == ["/output/ok.txt"], r["files"]
     assert refused(r) == {"/output/caf\ufffd.txt": "name not UTF-8"}, r["refused"]
+    next_run_works()
+
+
+# ---- output the guest writes ------------------------------------------------
+
+NUL_CODE = ("import os\nos.write(1, b'a\\x00b\\r\\n')\nos.write(2, b'c\\x00d')\n"
+            "raise SystemExit(3)")
+
+
+def test_nul_bytes_in_output_are_kept():
+    """A NUL the guest writes is a byte like any other: the JSON result, the
+    MCP result and plain output keep everything after it."""
+    rc, r = run_json(NUL_CODE)
+    assert rc == 1, r
+    assert r["stdout"] == "a\x00b\r\n" and r["stderr"] == "c\x00d", r
+    assert not r["stdout_truncated"] and not r["stderr_truncated"], r
+    assert r["contents"][0] == {"type": "text", "text": "a\x00b\n"}, r["contents"]
+    assert r["contents"][-1]["details"] == "c\x00d", r["contents"]
+    p = subprocess.run([AIRLOCK, "run", "-c", NUL_CODE], capture_output=True, timeout=120)
+    assert p.returncode == 1 and p.stdout == b"a\x00b\r\n", p
+    assert p.stderr.startswith(b"c\x00d"), p.stderr
+    msgs = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"}}},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "execute_code", "arguments": {"code": NUL_CODE}}}]
+    p = airlock("mcp", input="".join(json.dumps(m) + "\n" for m in msgs), timeout=120)
+    assert p.returncode == 0, p.stderr
+    res = [json.loads(ln) for ln in p.stdout.splitlines()][-1]["result"]
+    texts = [c["text"] for c in res["content"] if c["type"] == "text"]
+    assert texts[0] == "a\x00b\n" and texts[-1].endswith("\nc\x00d"), texts
+    assert res["structuredContent"]["stdout"] == "a\x00b\r\n", res
     next_run_works()
 
 
