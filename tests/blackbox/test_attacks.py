@@ -577,6 +577,48 @@ for h in ({'X': 'a\\nb'}, {'Host': 'x'}, {'bad name': 'x'}, {'X': 'a\\x00b'}):
     next_run_works()
 
 
+def httpd():
+    """Starts tests/helpers/httpd.py on loopback; returns (process, port)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    srv = subprocess.Popen([sys.executable, os.path.join(here, "..", "helpers", "httpd.py")],
+                           stdout=subprocess.PIPE, text=True)
+    return srv, int(srv.stdout.readline())
+
+
+SMUGGLED = ["/echo/..;/admin", "/echo/..;x=1/admin", "/echo/.;/../admin", "/echo/%2e%2e/admin",
+            "/echo/.%2E/admin", "/echo/..%2fadmin", "/echo%2f..%2fadmin", "/echo/..%5cadmin",
+            "/echo/..\\admin", "/echo/..%3b/admin", "/echo/%252e%252e/admin",
+            "/echo/..%252fadmin", "/echo/..%255cadmin", "/echo/%25252e%25252e/admin"]
+
+
+def test_http_path_smuggling_refused():
+    """With only /echo allowed, no spelling of a path that a lenient server
+    resolves to /admin gets out: each is a PermissionError naming the URL and
+    why. Escapes that move nothing (%20, %25, ;params on a name) still pass."""
+    srv, port = httpd()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        code = ("import json\nfor p in json.loads(%r):\n"
+                "    try:\n        r = http_get(%r + p)\n        print('SENT', r['status'], r['body'])\n"
+                "    except PermissionError as e:\n        print('denied', str(e))\n"
+                "r = http_get(%r + '/echo/a%%20b;v=1/100%%25?q=..%%2f')\n"
+                "print(r['status'], json.loads(r['body'])['path'])\n"
+                % (json.dumps(SMUGGLED), base, base))
+        rc, r = run_json(code, "-a", f"{base}/echo=GET")
+    finally:
+        srv.terminate()
+        srv.wait()
+    assert rc == 0, r
+    lines = r["stdout"].splitlines()
+    assert "ADMIN AREA" not in r["stdout"], lines
+    assert len(lines) == len(SMUGGLED) + 1, lines
+    for p, line in zip(SMUGGLED, lines):
+        assert line.startswith("denied ") and base + p in line, (p, line)
+        assert "which" in line, (p, line)  # the reason, not only the URL
+    assert lines[-1] == "200 /echo/a%20b;v=1/100%25?q=..%2f", lines[-1]
+    next_run_works()
+
+
 def test_tool_calls_without_tools():
     code = """
 try:
