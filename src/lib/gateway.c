@@ -56,6 +56,19 @@ static const char *ipv4_kind(uint32_t a)
         return NULL;
 }
 
+const char *gateway_guest_exception(int r)
+{
+#define GATEWAY_EXCEPTION_CASE(code, when, exception)                                              \
+        case -code:                                                                                \
+                return exception;
+        switch (r) {
+                GATEWAY_ERRORS(GATEWAY_EXCEPTION_CASE)
+        default:
+                return "OSError";
+        }
+#undef GATEWAY_EXCEPTION_CASE
+}
+
 const char *gateway_address_kind(const struct sockaddr *sa)
 {
         if (sa->sa_family == AF_INET)

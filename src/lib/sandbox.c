@@ -734,6 +734,8 @@ static int send_reply(run_state *st, json_t *msg)
         return r;
 }
 
+/* A refusal for the guest: kind is the name of the built-in exception it
+ * raises (gateway_guest_exception() for HTTP errors). */
 static json_t *error_reply(const char *kind, const char *message)
 {
         return json_pack("{s:b, s:s, s:s}", "ok", 0, "kind", kind, "error", message);
@@ -755,7 +757,8 @@ static void serve_request(run_state *st, json_t *msg)
                 const char *name = json_string_value(json_object_get(msg, "name"));
                 json_t *args = json_object_get(msg, "args");
                 if (!name) {
-                        reply = error_reply("invalid", "call_tool: the tool name must be a string");
+                        reply =
+                            error_reply("ValueError", "call_tool: the tool name must be a string");
                 } else {
                         json_t *result = NULL;
                         char *message = NULL;
@@ -768,7 +771,8 @@ static void serve_request(run_state *st, json_t *msg)
                                 reply = json_pack("{s:b, s:o}", "ok", 1, "result",
                                                   result ? result : json_null());
                         else
-                                reply = error_reply(f == TOOL_FAIL_INVALID ? "invalid" : "runtime",
+                                reply = error_reply(f == TOOL_FAIL_INVALID ? "ValueError"
+                                                                           : "RuntimeError",
                                                     message ? message : "the tool failed");
                         free(message);
                 }
@@ -781,19 +785,11 @@ static void serve_request(run_state *st, json_t *msg)
                 if (r >= 0) {
                         reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
                 } else {
-                        const char *kind = r == -EACCES         ? "permission"
-                                           : r == -ETIMEDOUT    ? "timeout"
-                                           : r == -EINVAL       ? "invalid"
-                                           : r == -E2BIG        ? "invalid"
-                                           : r == -ECONNREFUSED ? "refused"
-                                           : r == -ECONNRESET   ? "reset"
-                                           : r == -EHOSTUNREACH ? "connection"
-                                           : r == -EIO          ? "connection"
-                                                                : "os";
+                        const char *kind = gateway_guest_exception(r);
                         reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
                 }
         } else {
-                reply = error_reply("invalid", "unknown request to the host");
+                reply = error_reply("ValueError", "unknown request to the host");
         }
         if (!reply || send_reply(st, reply) < 0)
                 st->protocol_error = true;

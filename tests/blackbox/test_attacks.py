@@ -619,6 +619,27 @@ def test_http_path_smuggling_refused():
     next_run_works()
 
 
+def test_host_error_kinds_become_the_promised_exceptions():
+    """The host names the exception for each refusal (gateway.h's table); the
+    guest raises exactly that built-in, MemoryError for ENOMEM included, and
+    RuntimeError for a name that is no exception class."""
+    code = """
+import sys
+rt = sys.modules['_airlock_runtime']
+for k in ('MemoryError', 'PermissionError', 'ConnectionRefusedError', 'print', 'nope', None):
+    print(rt._host_exception(k).__name__)
+try:
+    http_get('http://127.0.0.1:1/x')
+except ConnectionRefusedError:
+    print('refused')
+"""
+    rc, r = run_json(code, "-a", "127.0.0.1:1")
+    assert rc == 0, r
+    assert r["stdout"] == ("MemoryError\nPermissionError\nConnectionRefusedError\n"
+                           "RuntimeError\nRuntimeError\nRuntimeError\nrefused\n"), r
+    next_run_works()
+
+
 def test_tool_calls_without_tools():
     code = """
 try:
