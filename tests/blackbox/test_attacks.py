@@ -794,5 +794,40 @@ def test_nul_bytes_in_output_are_kept():
     next_run_works()
 
 
+# ---- collisions in /input ---------------------------------------------------
+
+def test_mount_collisions_are_errors():
+    """Two sources at one /input path never hide one another: exit 2, one
+    line naming the /input path, nothing runs."""
+    d = tmpdir()
+    for rel, text in (("A/x.txt", "a"), ("B/y.txt", "b"), ("ws/data/x.txt", "w"),
+                      ("D/z", "d")):
+        os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
+        with open(os.path.join(d, rel), "w") as f:
+            f.write(text)
+    a, b, ws, dd = (os.path.join(d, n) for n in ("A/x.txt", "B/y.txt", "ws", "D"))
+    cases = [
+        (["-m", f"{a}:data/x.txt", "-m", f"{b}:data/x.txt"], "/input/data/x.txt"),
+        (["-m", f"{a}:data", "-m", f"{b}:data/y.txt"], "/input/data"),
+        (["-m", f"{b}:data/y.txt", "-m", f"{a}:data"], "/input/data,"),
+        (["-w", ws, "-m", f"{b}:data/x.txt"], "/input/data/x.txt"),
+        (["-w", ws, "-m", f"{dd}:data"], "/input/data"),
+        (["-m", f"{dd}:data", "-m", f"{a}:data/z"], "/input/data/z"),
+    ]
+    for args, where in cases:
+        p = airlock("run", *args, "-c", "open('/output/ran', 'w')\nprint('ran')", timeout=60)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and p.stdout == "", (args, p)
+        assert len(lines) == 1 and "collision" in lines[0] and where in lines[0], (args, lines)
+    # The same mount given twice is one mount, and a file into a mounted
+    # directory is no collision.
+    rc, r = run_json("import os\nprint(open('/input/data/x.txt').read(), "
+                     "sorted(os.listdir('/input/d')))",
+                     "-m", f"{a}:data/x.txt", "-m", f"{a}:data/x.txt", "-m", f"{dd}:d",
+                     "-m", f"{b}:d/y.txt")
+    assert rc == 0 and r["stdout"] == "a ['y.txt', 'z']\n", r
+    next_run_works()
+
+
 if __name__ == "__main__":
     run()
