@@ -829,5 +829,28 @@ def test_mount_collisions_are_errors():
     next_run_works()
 
 
+# ---- several tools files ------------------------------------------------------
+
+def test_tools_files_add_up_and_collide_by_name():
+    """Each --tools file adds its tools; a name that two files declare stops
+    the run (exit 2) with one line naming the tool and both files."""
+    d = tmpdir()
+    def tools_file(sub, names):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+        path = os.path.join(d, sub, "tools.json")
+        with open(path, "w") as f:
+            json.dump({"tools": [{"name": n, "command": [sys.executable, "-c",
+                       f"import sys; sys.stdin.read(); print('\"{n}\"')"]} for n in names]}, f)
+        return path
+    a, b, c = tools_file("a", ["one"]), tools_file("b", ["two"]), tools_file("c", ["one"])
+    rc, r = run_json("print(call_tool('one'), call_tool('two'))", "-t", a, "-t", b)
+    assert rc == 0 and r["stdout"] == "one two\n", r
+    p = airlock("run", "-t", a, "-t", c, "-c", "print('ran')", timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and p.stdout == "", p
+    assert len(lines) == 1 and "'one'" in lines[0] and a in lines[0] and c in lines[0], lines
+    next_run_works()
+
+
 if __name__ == "__main__":
     run()
