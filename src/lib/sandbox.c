@@ -31,6 +31,7 @@
 #include "fsx.h"
 #include "gateway.h"
 #include "sandbox.h"
+#include "selfexe.h"
 #include "tools.h"
 #include "util.h"
 
@@ -228,10 +229,10 @@ static char *params_json(const airlock_sandbox *sb, bool has_input)
         return s;
 }
 
-/* Starts the template: fork, then exec this program afresh (so no host
- * memory reaches the sandbox) with the control socket and the staged input
- * on fixed fds. Writes the id maps when the template has made its user
- * namespace, then waits until the interpreter is initialised. */
+/* Starts the template: fork, then exec this program afresh from its sealed
+ * memfd copy (so no host memory and no host path reaches the sandbox) with
+ * the control socket and the staged input on fixed fds. Writes the id maps when the template has
+ * made its user namespace, then waits until the interpreter is initialised. */
 static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
 {
         int sv[2], req[2];
@@ -245,6 +246,16 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 close(sv[0]);
                 close(sv[1]);
                 return al_error(err, -e, NULL, "socketpair: %s", strerror(e));
+        }
+        /* A sealed memfd copy of this program, not /proc/self/exe: the
+         * template's exe link and maps then name no host path (selfexe.c). */
+        int exe = selfexe_fd(err);
+        if (exe < 0) {
+                close(sv[0]);
+                close(sv[1]);
+                close(req[0]);
+                close(req[1]);
+                return exe;
         }
         _cleanup_free_ char *params = params_json(sb, input_fd >= 0);
         pid_t pid = params ? fork() : -1;
@@ -263,7 +274,10 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 int ctl = fcntl(sv[1], F_DUPFD, TEMPLATE_REQ_FD + 1);
                 int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, TEMPLATE_REQ_FD + 1) : -1;
                 int rq = fcntl(req[0], F_DUPFD, TEMPLATE_REQ_FD + 1);
-                if (ctl < 0 || rq < 0 || (input_fd >= 0 && in < 0) ||
+                /* The program's memfd stays open, close-on-exec, for
+                 * execveat; every other fd above the fixed ones goes. */
+                int ex = fcntl(exe, F_DUPFD_CLOEXEC, TEMPLATE_REQ_FD + 1);
+                if (ctl < 0 || rq < 0 || ex < 0 || (input_fd >= 0 && in < 0) ||
                     dup2(ctl, TEMPLATE_CTL_FD) < 0 || dup2(rq, TEMPLATE_REQ_FD) < 0)
                         _exit(127);
                 if (in >= 0) {
@@ -272,7 +286,8 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 } else {
                         close(TEMPLATE_INPUT_FD);
                 }
-                syscall(SYS_close_range, TEMPLATE_REQ_FD + 1, ~0u, 0);
+                syscall(SYS_close_range, TEMPLATE_REQ_FD + 1, ex - 1, 0);
+                syscall(SYS_close_range, ex + 1, ~0u, 0);
                 sigset_t all;
                 sigemptyset(&all);
                 sigprocmask(SIG_SETMASK, &all, NULL);
@@ -283,7 +298,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                  * PATH, HOME and LANG: nothing of our environment goes in. */
                 char *envp[] = {"LD_BIND_NOW=1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
                                 "LANG=C.UTF-8", NULL};
-                execve("/proc/self/exe", argv, envp);
+                syscall(SYS_execveat, ex, "", argv, envp, AT_EMPTY_PATH);
                 _exit(127);
         }
         close(sv[1]);
@@ -314,7 +329,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, airlock_error *err)
                 if (n <= 0) {
                         al_error(err, -ECHILD, NULL,
                                  "sandbox unavailable: the template exited during setup "
-                                 "(could not execute /proc/self/exe?)");
+                                 "(could not execute the program's memfd copy?)");
                         if (err)
                                 err->kind = AIRLOCK_ERROR_SANDBOX;
                         return -ECHILD;
