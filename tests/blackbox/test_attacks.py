@@ -447,6 +447,48 @@ except OSError as e:
     next_run_works()
 
 
+def test_no_host_path_visible_through_proc():
+    """The guest's /proc names no host path: not the program's (exe, maps),
+    not the staging folder (mountinfo), not the caller's environment or
+    command line, and the program's bytes carry none either. A file that
+    cannot be read shows nothing."""
+    ws = tmpdir()
+    with open(os.path.join(ws, "a.txt"), "w") as f:
+        f.write("a")
+    binary = os.path.realpath(AIRLOCK)
+    here = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    forbidden = sorted({binary, os.path.dirname(binary), here, os.path.realpath(ws), ws,
+                        "/tmp/airlock-stage", "airlock-stage", "/root", "/work", "/home"})
+    code = f"""
+import os
+bad = {forbidden!r}
+texts = {{'exe link': os.readlink('/proc/self/exe').encode()}}
+for p in ('/proc/self/exe', '/proc/self/maps', '/proc/self/mountinfo', '/proc/self/environ',
+          '/proc/1/cmdline', '/proc/1/environ', '/proc/self/cmdline', '/proc/1/maps',
+          '/proc/1/mountinfo', '/proc/self/mounts'):
+    try:
+        texts[p] = open(p, 'rb').read()
+    except OSError as e:
+        texts[p] = type(e).__name__.encode()
+for k, t in texts.items():
+    for b in bad:
+        # The program's bytes hold the name pattern of staging folders, but
+        # no folder of the host.
+        if k == '/proc/self/exe' and 'airlock-stage' in b:
+            continue
+        if b.encode() in t:
+            i = t.index(b.encode())
+            print('VISIBLE', repr(b), 'in', k, repr(t[max(0, i - 80):i + 80]))
+print(texts['exe link'].decode())
+print([ln for ln in texts['/proc/self/mountinfo'].decode().splitlines() if '/input' in ln])
+"""
+    rc, r = run_json(code, "-w", ws)
+    assert rc == 0, r
+    assert "VISIBLE" not in r["stdout"], r["stdout"]
+    assert "/input" in r["stdout"], r["stdout"]
+    next_run_works()
+
+
 def test_signalling_host_processes():
     victim = subprocess.Popen(["sleep", "60"])
     try:
