@@ -117,7 +117,10 @@ AIRLOCK_PUBLIC int airlock_config_add_mount(airlock_config *cfg, const char *hos
 /* Allows outbound HTTP to target; methods is comma-separated or NULL for all. */
 AIRLOCK_PUBLIC int airlock_config_allow(airlock_config *cfg, const char *target,
                                         const char *methods, airlock_error *err);
-/* Loads host tools declared in a JSON tools file (see DESIGN.md). */
+/* Loads host tools declared in a JSON tools file (see DESIGN.md), all or
+ * nothing. The tools of several files add up; a tool name that another
+ * tools file declared already is -EEXIST, naming the tool and both files.
+ * Loading the same file again replaces its tools. */
 AIRLOCK_PUBLIC int airlock_config_load_tools(airlock_config *cfg, const char *file,
                                              airlock_error *err);
 /* Registers a C tool; an existing name is replaced and moves last. */
