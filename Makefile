@@ -26,8 +26,11 @@ DEP_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null | sed 's/-I/-isy
 DEP_LIBS   = $(shell $(PKG_CONFIG) --libs $(LINK_PKGS) 2>/dev/null)
 
 CFLAGS  ?= -O2 -g
+# The program's bytes are readable in the guest (it runs them): its debug
+# information and __FILE__ name sources relative to the repository, never by
+# the host path of the build folder.
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fvisibility=hidden -Iinclude -Isrc/lib $(WARN) $(HARDEN) \
-           $(DEP_CFLAGS) -MMD -MP
+           $(DEP_CFLAGS) -MMD -MP -ffile-prefix-map=$(CURDIR)=.
 LDFLAGS += -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(LDSAN)
 LIBS    = $(DEP_LIBS) -lpthread
 

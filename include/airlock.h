@@ -108,13 +108,19 @@ AIRLOCK_PUBLIC void airlock_config_free(airlock_config *cfg);
 AIRLOCK_PUBLIC int airlock_config_set_workspace(airlock_config *cfg, const char *dir,
                                                 airlock_error *err);
 /* Stages host (a file or directory) at /input/path; path NULL means host as
- * given, normalised. The same normalised path again replaces the host path. */
+ * given, normalised. The same normalised path for another host is a
+ * collision (-EEXIST, naming both hosts and the /input path); the same
+ * mount again changes nothing. Other collisions (a file where another mount
+ * needs a directory, a mount onto a workspace entry) fail the staging. */
 AIRLOCK_PUBLIC int airlock_config_add_mount(airlock_config *cfg, const char *host, const char *path,
                                             airlock_error *err);
 /* Allows outbound HTTP to target; methods is comma-separated or NULL for all. */
 AIRLOCK_PUBLIC int airlock_config_allow(airlock_config *cfg, const char *target,
                                         const char *methods, airlock_error *err);
-/* Loads host tools declared in a JSON tools file (see DESIGN.md). */
+/* Loads host tools declared in a JSON tools file (see DESIGN.md), all or
+ * nothing. The tools of several files add up; a tool name that another
+ * tools file declared already is -EEXIST, naming the tool and both files.
+ * Loading the same file again replaces its tools. */
 AIRLOCK_PUBLIC int airlock_config_load_tools(airlock_config *cfg, const char *file,
                                              airlock_error *err);
 /* Registers a C tool; an existing name is replaced and moves last. */

@@ -94,14 +94,21 @@ static json_t *content_item(const json_t *item)
                                  uri, "mimeType", mt, "blob", data);
         }
         if (strcmp(type, "error") == 0) {
+                /* The details are the guest's stderr and may hold U+0000:
+                 * joined by length, never through a C string. */
                 const char *msg = json_string_value(json_object_get(item, "message"));
-                const char *details = json_string_value(json_object_get(item, "details"));
-                char *text = NULL;
-                if (asprintf(&text, "Error: %s%s%s", msg ? msg : "the code failed",
-                             details && *details ? "\n" : "", details ? details : "") < 0)
-                        return NULL;
-                json_t *o = json_pack("{s:s, s:s}", "type", "text", "text", text);
-                free(text);
+                const json_t *jd = json_object_get(item, "details");
+                const char *details = json_string_value(jd);
+                size_t details_len = details ? json_string_length(jd) : 0;
+                dynbuf b;
+                dynbuf_init(&b, 1u << 30);
+                int r = dynbuf_appendf(&b, "Error: %s%s", msg ? msg : "the code failed",
+                                       details_len ? "\n" : "");
+                if (r >= 0 && details_len)
+                        r = dynbuf_append(&b, details, details_len);
+                json_t *o =
+                    r >= 0 ? json_pack("{s:s, s:s%}", "type", "text", "text", b.data, b.len) : NULL;
+                dynbuf_free(&b);
                 return o;
         }
         return NULL;

@@ -11,6 +11,10 @@
 #include "cli.h"
 #include "util.h"
 
+/* More --tools files than anyone writes by hand; the cap keeps the list on
+ * the stack. */
+#define CLI_MAX_TOOLS_FILES 64
+
 enum {
         OPT_TIMEOUT = 256,
         OPT_MEMORY,
@@ -57,7 +61,7 @@ void cli_usage(FILE *f)
               "  -w, --workspace DIR            stage the contents of DIR under /input\n"
               "  -m, --mount HOST[:PATH]        stage HOST at /input/PATH\n"
               "  -a, --allow-domain TARGET[=METHODS]  allow outbound HTTP to TARGET\n"
-              "  -t, --tools FILE               host tools declared in JSON\n"
+              "  -t, --tools FILE               host tools declared in JSON (repeatable)\n"
               "      --timeout SEC              wall-clock limit of one run (30)\n"
               "      --memory MIB               memory limit of one run (512)\n"
               "      --pids N                   process/thread limit (64)\n"
@@ -152,7 +156,10 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
 {
         cli_options o = {0};
         airlock_limits lim;
-        const char *tools_file = NULL;
+        /* Every --tools file, loaded in order once the limits are known;
+         * their tools add up. */
+        const char *tools_files[CLI_MAX_TOOLS_FILES];
+        size_t n_tools_files = 0;
         int r = airlock_config_new(&o.cfg, err);
         if (r < 0)
                 return r;
@@ -179,7 +186,12 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         r = add_allow(o.cfg, optarg, err);
                         break;
                 case 't':
-                        tools_file = optarg;
+                        if (n_tools_files >= CLI_MAX_TOOLS_FILES)
+                                r = al_error(err, -E2BIG, optarg,
+                                             "more than %d --tools files (at %s)",
+                                             CLI_MAX_TOOLS_FILES, optarg);
+                        else
+                                tools_files[n_tools_files++] = optarg;
                         break;
                 case OPT_TIMEOUT:
                         r = parse_double("timeout", optarg, 0.001, 86400, &d, err);
@@ -266,8 +278,8 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         }
         /* Limits first, so the tools file sees the configured default timeout. */
         r = airlock_config_set_limits(o.cfg, &lim, err);
-        if (r >= 0 && tools_file)
-                r = airlock_config_load_tools(o.cfg, tools_file, err);
+        for (size_t i = 0; r >= 0 && i < n_tools_files; i++)
+                r = airlock_config_load_tools(o.cfg, tools_files[i], err);
         if (r < 0) {
                 cli_options_free(&o);
                 return r;

@@ -15,16 +15,12 @@ import _airlock  # the native channel to the host (see guestpy.c)
 
 __all__ = ["call_tool", "http_get", "http_post", "http_request"]
 
-_EXCEPTIONS = {
-    "permission": PermissionError,
-    "invalid": ValueError,
-    "runtime": RuntimeError,
-    "os": OSError,
-    "timeout": TimeoutError,
-    "refused": ConnectionRefusedError,
-    "reset": ConnectionResetError,
-    "connection": ConnectionError,
-}
+# The host names the built-in exception to raise for a refusal
+# (GATEWAY_ERRORS in src/lib/gateway.h is the one table from an errno to
+# it); anything that is not an exception class becomes RuntimeError.
+def _host_exception(kind):
+    exc = getattr(_builtins, kind, None) if isinstance(kind, str) else None
+    return exc if isinstance(exc, type) and issubclass(exc, Exception) else RuntimeError
 
 
 def _request(msg):
@@ -35,8 +31,7 @@ def _request(msg):
     reply = _json.loads(_airlock.call(_json.dumps(msg, ensure_ascii=False).encode("utf-8")))
     if reply.get("ok"):
         return reply.get("result")
-    exc = _EXCEPTIONS.get(reply.get("kind"), RuntimeError)
-    raise exc(reply.get("error", "the host refused the request"))
+    raise _host_exception(reply.get("kind"))(reply.get("error", "the host refused the request"))
 
 
 def call_tool(name, *args, **kwargs):

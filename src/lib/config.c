@@ -102,13 +102,20 @@ int airlock_config_add_mount(airlock_config *c, const char *host, const char *pa
         _cleanup_free_ char *h = strdup(host);
         if (!h)
                 return al_error(err, -ENOMEM, host, "out of memory");
-        /* The same destination again replaces the host path (keyed by dest). */
+        /* Two mounts at one destination are a collision (DESIGN.md): the
+         * second would silently hide the first. The same mount given twice
+         * asks for nothing new and is kept once. A file mount that another
+         * mount needs as a directory is only known when the sources are
+         * opened, and staging refuses it then. */
         for (size_t i = 0; i < c->n_mounts; i++) {
-                if (strcmp(c->mounts[i].dest, dest) == 0) {
-                        free(c->mounts[i].host);
-                        c->mounts[i].host = TAKE_PTR(h);
+                if (strcmp(c->mounts[i].dest, dest) != 0)
+                        continue;
+                if (strcmp(c->mounts[i].host, host) == 0)
                         return 0;
-                }
+                return al_error(err, -EEXIST, host,
+                                "collision: mounts %s and %s both go to /input/%s; give one of "
+                                "them another path (HOST:PATH)",
+                                c->mounts[i].host, host, dest);
         }
         if (c->n_mounts >= CONFIG_MAX_MOUNTS)
                 return al_error(err, -E2BIG, host, "too many mounts (at most %d)",

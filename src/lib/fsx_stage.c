@@ -27,7 +27,24 @@ typedef struct stage_ctx {
         bool no_cfr;   /* copy_file_range is unusable here: read and write */
         char *buf;     /* COPY_BUF for the read/write fallback */
         mode_t umask;  /* the process's, or 0777 when unknown */
+        /* Where the source being staged lands, relative to /input: "" for
+         * the workspace, the normalised destination for a mount. Collision
+         * messages name the /input path, which is what the user sees as
+         * shared, not only the host path. */
+        const char *dest_base;
 } stage_ctx;
+
+/* The error for an entry that is already staged at the /input path where
+ * host_path should go: rel is the path below the current source's
+ * destination ("" for the destination itself). */
+static int collision_error(stage_ctx *c, const char *host_path, const char *rel)
+{
+        const char *base = c->dest_base ? c->dest_base : "";
+        return al_error(c->err, -EEXIST, host_path,
+                        "collision: %s would overwrite /input/%s%s%s, already staged from the "
+                        "workspace or another mount",
+                        host_path, base, *base && *rel ? "/" : "", rel);
+}
 
 /* The process umask, read without changing it (umask(2) would change it
  * for every thread for a moment); 0777 when it cannot be read, which makes
@@ -177,7 +194,7 @@ static int apply_meta(stage_ctx *c, int fd, const struct stat *st, mode_t extra,
 
 /* Copies the checked, open regular file in to a new entry name in destfd. */
 static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int destfd,
-                           const char *name, const char *path)
+                           const char *name, const char *path, const char *rel)
 {
         uint64_t size = (uint64_t)st->st_size;
         if (size > c->lim->max_bytes || size > c->lim->max_bytes - c->stats.bytes)
@@ -195,10 +212,7 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
                    mode_set ? mode : 0600);
         if (out < 0) {
                 if (errno == EEXIST)
-                        return al_error(c->err, -EEXIST, path,
-                                        "collision: %s would overwrite an entry already staged "
-                                        "under /input",
-                                        path);
+                        return collision_error(c, path, rel);
                 return al_error(c->err, -errno, path, "cannot create the copy of %s: %s", path,
                                 strerror(errno));
         }
@@ -240,7 +254,7 @@ static int stage_file(void *ctx, const fsx_item *it)
         if (fd < 0)
                 return al_error(c->err, fd, it->path, "cannot open %s: %s", it->path,
                                 strerror(-fd));
-        return stage_copy_file(c, fd, &st, parent->fd, it->name, it->path);
+        return stage_copy_file(c, fd, &st, parent->fd, it->name, it->path, it->rel);
 }
 
 int fsx_stage_refusal(const fsx_item *it, fsx_reason r, const fsx_limits *lim, airlock_error *err)
@@ -286,10 +300,7 @@ static int stage_dir_enter(void *ctx, const fsx_item *it, int fd, const struct s
         stage_dir *parent = it->parent_data;
         if (mkdirat(parent->fd, it->name, 0700) < 0) {
                 if (errno == EEXIST)
-                        return al_error(c->err, -EEXIST, it->path,
-                                        "collision: %s would overwrite an entry already staged "
-                                        "under /input",
-                                        it->path);
+                        return collision_error(c, it->path, it->rel);
                 return al_error(c->err, -errno, it->path, "cannot create the copy of %s: %s",
                                 it->path, strerror(errno));
         }
@@ -432,6 +443,7 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
             .listed = &c->listed,
         };
 
+        c->dest_base = "";
         if (!src->dest) {
                 if (!S_ISDIR(st.st_mode))
                         return al_error(c->err, -ENOTDIR, src->host_path,
@@ -459,14 +471,19 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
         _cleanup_close_ int parent = open_dest_parent(c, dest_dirfd, dest, &buf, &last);
         if (parent < 0)
                 return parent;
-        if (S_ISREG(st.st_mode))
-                return stage_copy_file(c, fd, &st, parent, last, src->host_path);
+        /* dest_base points into dest only while this source is staged. */
+        if (S_ISREG(st.st_mode)) {
+                c->dest_base = dest;
+                r = stage_copy_file(c, fd, &st, parent, last, src->host_path, "");
+                c->dest_base = "";
+                return r;
+        }
 
         if (mkdirat(parent, last, 0700) < 0) {
                 if (errno == EEXIST)
                         return al_error(c->err, -EEXIST, src->host_path,
                                         "collision: mount %s would overwrite /input/%s, already "
-                                        "staged",
+                                        "staged from the workspace or another mount",
                                         src->host_path, dest);
                 return al_error(c->err, -errno, src->host_path, "cannot create /input/%s: %s", dest,
                                 strerror(errno));
@@ -477,7 +494,9 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
                 return al_error(c->err, -errno, src->host_path, "cannot open /input/%s: %s", dest,
                                 strerror(errno));
         c->stats.dirs++;
+        c->dest_base = dest;
         r = fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
+        c->dest_base = "";
         if (r >= 0) {
                 r = apply_meta(c, root.fd, &st, S_IRUSR | S_IXUSR, false);
                 if (r < 0)

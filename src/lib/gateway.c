@@ -56,6 +56,19 @@ static const char *ipv4_kind(uint32_t a)
         return NULL;
 }
 
+const char *gateway_guest_exception(int r)
+{
+#define GATEWAY_EXCEPTION_CASE(code, when, exception)                                              \
+        case -code:                                                                                \
+                return exception;
+        switch (r) {
+                GATEWAY_ERRORS(GATEWAY_EXCEPTION_CASE)
+        default:
+                return "OSError";
+        }
+#undef GATEWAY_EXCEPTION_CASE
+}
+
 const char *gateway_address_kind(const struct sockaddr *sa)
 {
         if (sa->sa_family == AF_INET)
@@ -761,6 +774,13 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
 
         url_parts u = {0};
         int r = url_parse(json_string_value(ju), &u, err);
+        if (r == -EACCES && err) {
+                /* A path refused as a way out of the allowed one is a
+                 * refusal like the allow-list's: it names the method too. */
+                char why[sizeof(err->message)];
+                snprintf(why, sizeof(why), "%s", err->message);
+                return al_error(err, r, NULL, "%s %s", method, why);
+        }
         if (r < 0)
                 return r;
         _cleanup_free_ char *shown_full = url_format(&u, true, false);

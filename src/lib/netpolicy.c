@@ -258,40 +258,118 @@ static int text_check(const char *s, size_t n, const char *part, const char *wha
         return 0;
 }
 
-/* Refuses "." and ".." segments, also when spelt with %2e, or hidden behind
- * an encoded separator (%2f, %5c): a server that decodes before normalising
- * would otherwise turn "/api/..%2fadmin" into "/admin", past a "/api" rule. */
-static int path_check_dots(const char *p, size_t n, const char *what, airlock_error *err)
+/* How many times a path is percent-decoded in search of a hidden '.', '/'
+ * or '\'. Every level but the last is an encoding of '%' itself ("%25"),
+ * which no real client nests this deep. */
+#define PATH_DECODE_LEVELS 8
+
+/* True when seg[0..len) is "." or "..": the segment a server resolves as
+ * "here" or "up", once its path parameters (";..." as in RFC 2396, which
+ * Tomcat, Jetty and Spring drop before they resolve dot segments) are gone. */
+static bool segment_is_dots(const char *seg, size_t len)
 {
-        _cleanup_free_ char *d = malloc(n + 1);
-        if (!d)
-                return al_error(err, -ENOMEM, NULL, "out of memory");
+        const char *semi = memchr(seg, ';', len);
+        if (semi)
+                len = (size_t)(semi - seg);
+        return (len == 1 && seg[0] == '.') || (len == 2 && seg[0] == '.' && seg[1] == '.');
+}
+
+/* Decodes every well-formed %XX of s[0..n) into d (room for n bytes);
+ * returns the new length. A '%' without two hex digits stays as it is. */
+static size_t percent_decode(const char *s, size_t n, char *d)
+{
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
-                /* Escapes are well formed here: text_check() ran first. */
-                if (p[i] == '%' && i + 2 < n) {
-                        int v = hex_value((unsigned char)p[i + 1]) * 16 +
-                                hex_value((unsigned char)p[i + 2]);
-                        if (v == '.' || v == '/' || v == '\\') {
-                                d[k++] = v == '.' ? '.' : '/';
-                                i += 2;
-                                continue;
-                        }
+                if (s[i] == '%' && i + 2 < n && is_hex((unsigned char)s[i + 1]) &&
+                    is_hex((unsigned char)s[i + 2])) {
+                        d[k++] = (char)(hex_value((unsigned char)s[i + 1]) * 16 +
+                                        hex_value((unsigned char)s[i + 2]));
+                        i += 2;
+                        continue;
                 }
-                d[k++] = p[i];
+                d[k++] = s[i];
         }
-        d[k] = '\0';
-        for (char *seg = d; seg;) {
-                char *slash = strchr(seg, '/');
-                size_t len = slash ? (size_t)(slash - seg) : strlen(seg);
-                if ((len == 1 && seg[0] == '.') || (len == 2 && seg[0] == '.' && seg[1] == '.'))
-                        return al_error(err, -EINVAL, NULL,
-                                        "%s: the path has a '.' or '..' segment (maybe "
-                                        "percent-encoded); write the path without them",
-                                        what);
-                seg = slash ? slash + 1 : NULL;
+        return k;
+}
+
+/* Contract: returns 0 only when no spelling of the path p[0..n) can lead a
+ * server outside the folder the allow-list compared it with; else code
+ * (-EACCES for a request, -EINVAL for an entry) and a message saying why.
+ *
+ * Servers disagree on what a path means: some decode %2F into a separator,
+ * some treat '\' as one (IIS, and Tomcat or Spring behind a proxy), some
+ * drop ";parameters" before resolving "..", some decode twice (a proxy, then
+ * the application). The allow-list compares the path as sent, so each of
+ * those readings must lead where the text says. The path is therefore
+ * refused when, at any level of percent-decoding (as sent, decoded once,
+ * twice, ...), it holds a '\' or an encoded '.', '/' or '\' (%2E, %2F, %5C,
+ * so also %252E and deeper), or a segment that is "." or ".." once its
+ * ";" parameters are dropped. No client needs these: '.' is unreserved and
+ * never needs encoding (RFC 3986, section 2.3), and "." and ".." segments
+ * are resolved by the client before sending (section 5.2.4). Other escapes
+ * ("%20", "%25", "%3B" in a name) pass unchanged. Like Apache's default
+ * (AllowEncodedSlashes Off) and Tomcat's, an encoded '/' is refused even
+ * where it would be harmless, because the allow-list cannot know which
+ * reading the server takes. */
+static int path_check_smuggling(const char *p, size_t n, int code, const char *what,
+                                airlock_error *err)
+{
+        _cleanup_free_ char *a = malloc(n + 1), *b = malloc(n + 1);
+        if (!a || !b)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        memcpy(a, p, n);
+        size_t len = n;
+        for (int level = 0;; level++) {
+                if (memchr(a, '\\', len))
+                        return al_error(err, code, NULL,
+                                        "%s: the path contains a backslash%s, which some servers "
+                                        "read as '/'",
+                                        what, level ? " (percent-encoded)" : "");
+                for (size_t i = 0; i + 2 < len; i++) {
+                        if (a[i] != '%' || !is_hex((unsigned char)a[i + 1]) ||
+                            !is_hex((unsigned char)a[i + 2]))
+                                continue;
+                        int v = hex_value((unsigned char)a[i + 1]) * 16 +
+                                hex_value((unsigned char)a[i + 2]);
+                        if (v == '.' || v == '/' || v == '\\')
+                                return al_error(err, code, NULL,
+                                                "%s: the path contains an encoded '%c' (%s%%%02X), "
+                                                "which servers decode differently, so the "
+                                                "allow-list cannot tell where it leads; write "
+                                                "the path without it",
+                                                what, v, level ? "encoded again as " : "", v);
+                }
+                for (size_t i = 0; i <= len;) {
+                        const char *seg = a + i;
+                        const char *slash = memchr(seg, '/', len - i);
+                        size_t seg_len = slash ? (size_t)(slash - seg) : len - i;
+                        if (segment_is_dots(seg, seg_len))
+                                return al_error(err, code, NULL,
+                                                "%s: the path has a '.' or '..' segment%s, which "
+                                                "a server may resolve outside the allowed path; "
+                                                "write the path without it",
+                                                what,
+                                                level ? " once percent-decoded"
+                                                : memchr(seg, ';', seg_len)
+                                                    ? " once its ';' parameters are dropped"
+                                                    : "");
+                        i += seg_len + 1;
+                }
+                if (!memchr(a, '%', len))
+                        return 0;
+                if (level + 1 >= PATH_DECODE_LEVELS)
+                        return al_error(err, code, NULL,
+                                        "%s: the path is still percent-encoded after %d rounds "
+                                        "of decoding",
+                                        what, PATH_DECODE_LEVELS);
+                size_t next = percent_decode(a, len, b);
+                if (next == len)
+                        return 0; /* only stray '%' left: nothing decodes any more */
+                char *t = a;
+                a = b;
+                b = t;
+                len = next;
         }
-        return 0;
 }
 
 /* ---- URLs --------------------------------------------------------------- */
@@ -349,11 +427,6 @@ int url_parse(const char *url, url_parts *ret, airlock_error *err)
                                         "%s contains a space, control or non-ASCII character at "
                                         "offset %zu (percent-encode it)",
                                         what, i);
-                if (c == '\\')
-                        return al_error(err, -EINVAL, NULL,
-                                        "%s contains a backslash at offset %zu (percent-encode "
-                                        "it as %%5C)",
-                                        what, i);
         }
         url_parts u = {0};
         const char *rest;
@@ -361,6 +434,12 @@ int url_parse(const char *url, url_parts *ret, airlock_error *err)
         if (r < 0)
                 return r;
         size_t auth_len = strcspn(rest, "/?#");
+        /* WHATWG parsers read '\\' as '/' in http URLs, so a backslash in
+         * the authority would end the host for them and not for us. */
+        if (memchr(rest, '\\', auth_len)) {
+                r = al_error(err, -EINVAL, NULL, "%s contains a backslash in the host part", what);
+                goto fail;
+        }
         int port = 0;
         r = authority_parse(rest, auth_len, what, &u.host, &port, &u.host_is_ip, err);
         if (r < 0)
@@ -368,9 +447,13 @@ int url_parse(const char *url, url_parts *ret, airlock_error *err)
         u.port = port ? port : default_port(u.scheme);
         const char *p = rest + auth_len;
         size_t path_len = strcspn(p, "?#");
-        r = text_check(p, path_len, "path", what, err);
+        /* A path that could be read as leaving the allowed folder is a
+         * refusal of the allow-list (PermissionError), not a malformed URL;
+         * it is judged before the character check so that a backslash gets
+         * the reason that matters. */
+        r = path_check_smuggling(p, path_len, -EACCES, what, err);
         if (r >= 0)
-                r = path_check_dots(p, path_len, what, err);
+                r = text_check(p, path_len, "path", what, err);
         if (r < 0)
                 goto fail;
         u.path = path_len ? strndup(p, path_len) : strdup("/");
@@ -647,7 +730,7 @@ static int target_parse(const char *t, size_t n, const char *what, allow_entry *
                                         "%s: an entry cannot have a query or a fragment", what);
                 r = text_check(p, path_len, "path", what, err);
                 if (r >= 0)
-                        r = path_check_dots(p, path_len, what, err);
+                        r = path_check_smuggling(p, path_len, -EINVAL, what, err);
                 if (r < 0)
                         return r;
                 while (path_len > 0 && p[path_len - 1] == '/')

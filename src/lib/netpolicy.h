@@ -51,9 +51,13 @@ typedef struct url_parts {
  * host; percent-escapes must be well formed. Host names that only look like
  * numbers ("2130706433", "0x7f.1", "0177.0.0.1") are refused: an address must
  * be a canonical dotted quad or a bracketed IPv6 literal, so that no other
- * parser can read the host as an address this one did not check. Paths with
- * "." or ".." segments, also percent-encoded ("%2e%2e", "..%2f"), are refused
- * so that a path prefix rule cannot be escaped. The fragment is dropped. */
+ * parser can read the host as an address this one did not check. A path
+ * that some server could resolve elsewhere than its text says is refused
+ * with -EACCES (the guest's PermissionError), so that a path prefix rule
+ * cannot be escaped: a '.' or '..' segment, also with ";" parameters
+ * ("..;/"), a backslash, or an encoded '.', '/' or '\' (%2E, %2F, %5C) at
+ * any depth of encoding ("%252e"). Other escapes ("%20") pass unchanged.
+ * The fragment is dropped. */
 int url_parse(const char *url, url_parts *ret, airlock_error *err);
 void url_parts_free(url_parts *u);
 /* The URL again, normalised: scheme://host[:port]path[?query], the port only

@@ -33,23 +33,50 @@ void airlock_result_free(airlock_result *r)
 }
 
 /* Text a guest printed is bytes; JSON needs UTF-8, so bad sequences become
- * U+FFFD. CRLF becomes LF when asked (the "contents" text items). */
+ * U+FFFD. CRLF becomes LF when asked (the "contents" text items). Every byte
+ * is kept, U+0000 included: a JSON string can hold it (jansson writes
+ * \u0000), so the text is handled by its length, never as a C string, and a
+ * NUL the guest wrote cannot cut the output short. */
 static json_t *text_value(const char *s, size_t len, bool crlf_to_lf)
 {
-        char *clean = al_utf8_sanitize(s ? s : "", s ? len : 0);
+        size_t n;
+        char *clean = al_utf8_sanitize_n(s ? s : "", s ? len : 0, &n);
         if (!clean)
                 return NULL;
         if (crlf_to_lf) {
-                char *w = clean;
-                for (const char *p = clean; *p; p++) {
-                        if (p[0] == '\r' && p[1] == '\n')
+                size_t w = 0;
+                for (size_t i = 0; i < n; i++) {
+                        if (clean[i] == '\r' && i + 1 < n && clean[i + 1] == '\n')
                                 continue;
-                        *w++ = *p;
+                        clean[w++] = clean[i];
                 }
-                *w = '\0';
+                n = w;
         }
-        json_t *j = json_string(clean);
+        json_t *j = json_stringn(clean, n);
         free(clean);
+        return j;
+}
+
+/* Appends "\n" and message to the JSON string details, by length (details
+ * may hold U+0000). Returns the new string, or details itself when out of
+ * memory. */
+static json_t *text_append_line(json_t *details, const char *message)
+{
+        const char *d = json_string_value(details);
+        if (!d)
+                return details;
+        size_t dn = json_string_length(details), mn = strlen(message);
+        char *both = malloc(dn + 1 + mn);
+        if (!both)
+                return details;
+        memcpy(both, d, dn);
+        both[dn] = '\n';
+        memcpy(both + dn + 1, message, mn);
+        json_t *j = json_stringn(both, dn + 1 + mn);
+        free(both);
+        if (!j)
+                return details;
+        json_decref(details);
         return j;
 }
 
@@ -108,15 +135,8 @@ json_t *al_result_json(const airlock_result *r)
                                                                                  "message.");
                 /* On a limit, the details say which limit and its value even
                  * when the code printed something to stderr. */
-                if (r->stderr_len && r->error_message && r->status != AIRLOCK_STATUS_ERROR) {
-                        const char *d = json_string_value(details);
-                        char *both = NULL;
-                        if (d && asprintf(&both, "%s\n%s", d, r->error_message) >= 0) {
-                                json_decref(details);
-                                details = json_string(both);
-                                free(both);
-                        }
-                }
+                if (r->stderr_len && r->error_message && r->status != AIRLOCK_STATUS_ERROR)
+                        details = text_append_line(details, r->error_message);
                 json_array_append_new(
                     contents, json_pack("{s:s, s:s, s:o}", "type", "error", "message",
                                         r->error_message ? r->error_message : "The code failed.",

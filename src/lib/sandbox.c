@@ -32,6 +32,7 @@
 #include "fsx.h"
 #include "gateway.h"
 #include "sandbox.h"
+#include "selfexe.h"
 #include "tools.h"
 #include "util.h"
 
@@ -257,10 +258,11 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
         return s;
 }
 
-/* Starts the template: fork, then exec this program afresh (so no host
- * memory reaches the sandbox) with the control socket and the staged input
- * on fixed fds. Writes the id maps when the template has made its user
- * namespace, then waits until the interpreter is initialised. */
+/* Starts the template: fork, then exec this program afresh from its sealed
+ * memfd copy (so no host memory and no host path reaches the sandbox) with
+ * the control socket, the staged input and the cgroup directories on fixed
+ * fds. Writes the id maps when the template has made its user namespace,
+ * then waits until the interpreter is initialised. */
 static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, airlock_error *err)
 {
         int sv[2], req[2];
@@ -274,6 +276,16 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 close(sv[0]);
                 close(sv[1]);
                 return al_error(err, -e, NULL, "socketpair: %s", strerror(e));
+        }
+        /* A sealed memfd copy of this program, not /proc/self/exe: the
+         * template's exe link and maps then name no host path (selfexe.c). */
+        int exe = selfexe_fd(err);
+        if (exe < 0) {
+                close(sv[0]);
+                close(sv[1]);
+                close(req[0]);
+                close(req[1]);
+                return exe;
         }
         _cleanup_free_ char *params = params_json(sb, input_fd >= 0, input_tree);
         pid_t pid = params ? fork() : -1;
@@ -297,7 +309,10 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 for (int i = 0; sb->cg.enabled && i < sb->cg.n; i++)
                         if ((cg[i] = fcntl(sb->cg.dirfd[i], F_DUPFD, top)) < 0)
                                 _exit(127);
-                if (ctl < 0 || rq < 0 || (input_fd >= 0 && in < 0) ||
+                /* The program's memfd stays open, close-on-exec, for
+                 * execveat; every other fd above the fixed ones goes. */
+                int ex = fcntl(exe, F_DUPFD_CLOEXEC, top);
+                if (ctl < 0 || rq < 0 || ex < 0 || (input_fd >= 0 && in < 0) ||
                     dup2(ctl, TEMPLATE_CTL_FD) < 0 || dup2(rq, TEMPLATE_REQ_FD) < 0)
                         _exit(127);
                 if (in >= 0) {
@@ -313,7 +328,8 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                         else if (dup2(cg[i], cg_fixed[i]) < 0)
                                 _exit(127);
                 }
-                syscall(SYS_close_range, top, ~0u, 0);
+                syscall(SYS_close_range, top, ex - 1, 0);
+                syscall(SYS_close_range, ex + 1, ~0u, 0);
                 sigset_t all;
                 sigemptyset(&all);
                 sigprocmask(SIG_SETMASK, &all, NULL);
@@ -324,7 +340,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                  * PATH, HOME and LANG: nothing of our environment goes in. */
                 char *envp[] = {"LD_BIND_NOW=1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
                                 "LANG=C.UTF-8", NULL};
-                execve("/proc/self/exe", argv, envp);
+                syscall(SYS_execveat, ex, "", argv, envp, AT_EMPTY_PATH);
                 _exit(127);
         }
         close(sv[1]);
@@ -332,8 +348,9 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
         sb->ctl = sv[0];
         sb->req_w = req[1];
         sb->tpl_pid = pid;
-        /* Into the sandbox's cgroup before it starts anything: the template
-         * waits for its parameters, and every copy is then born inside. */
+        /* Into the template's cgroup before it starts anything: the template
+         * waits for its parameters, and every copy is born inside, then
+         * moves itself into a cgroup of its own (template.c). */
         if (sb->cg.enabled) {
                 int r = cg_sandbox_attach(&sb->cg, pid);
                 if (r < 0)
@@ -355,7 +372,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 if (n <= 0) {
                         al_error(err, -ECHILD, NULL,
                                  "sandbox unavailable: the template exited during setup "
-                                 "(could not execute /proc/self/exe?)");
+                                 "(could not execute the program's memfd copy?)");
                         if (err)
                                 err->kind = AIRLOCK_ERROR_SANDBOX;
                         return -ECHILD;
@@ -815,6 +832,8 @@ static int send_reply(run_state *st, json_t *msg)
         return r;
 }
 
+/* A refusal for the guest: kind is the name of the built-in exception it
+ * raises (gateway_guest_exception() for HTTP errors). */
 static json_t *error_reply(const char *kind, const char *message)
 {
         return json_pack("{s:b, s:s, s:s}", "ok", 0, "kind", kind, "error", message);
@@ -836,7 +855,8 @@ static void serve_request(run_state *st, json_t *msg)
                 const char *name = json_string_value(json_object_get(msg, "name"));
                 json_t *args = json_object_get(msg, "args");
                 if (!name) {
-                        reply = error_reply("invalid", "call_tool: the tool name must be a string");
+                        reply =
+                            error_reply("ValueError", "call_tool: the tool name must be a string");
                 } else {
                         json_t *result = NULL;
                         char *message = NULL;
@@ -849,7 +869,8 @@ static void serve_request(run_state *st, json_t *msg)
                                 reply = json_pack("{s:b, s:o}", "ok", 1, "result",
                                                   result ? result : json_null());
                         else
-                                reply = error_reply(f == TOOL_FAIL_INVALID ? "invalid" : "runtime",
+                                reply = error_reply(f == TOOL_FAIL_INVALID ? "ValueError"
+                                                                           : "RuntimeError",
                                                     message ? message : "the tool failed");
                         free(message);
                 }
@@ -862,19 +883,11 @@ static void serve_request(run_state *st, json_t *msg)
                 if (r >= 0) {
                         reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
                 } else {
-                        const char *kind = r == -EACCES         ? "permission"
-                                           : r == -ETIMEDOUT    ? "timeout"
-                                           : r == -EINVAL       ? "invalid"
-                                           : r == -E2BIG        ? "invalid"
-                                           : r == -ECONNREFUSED ? "refused"
-                                           : r == -ECONNRESET   ? "reset"
-                                           : r == -EHOSTUNREACH ? "connection"
-                                           : r == -EIO          ? "connection"
-                                                                : "os";
+                        const char *kind = gateway_guest_exception(r);
                         reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
                 }
         } else {
-                reply = error_reply("invalid", "unknown request to the host");
+                reply = error_reply("ValueError", "unknown request to the host");
         }
         int sent = reply ? send_reply(st, reply) : -ENOMEM;
         if (sent < 0 && sent != -ETIMEDOUT && sent != -ECANCELED)

@@ -259,6 +259,63 @@ static void bind_ro(const char *src, const char *dst, bool dev_ok)
                 fail(r, "read-only bind mount", "cannot make %s read-only: %s", dst, strerror(-r));
 }
 
+/* Mounts the staged input (TEMPLATE_INPUT_FD) read-only at NEWROOT/input.
+ *
+ * A bind mount would show the host's staging path in the guest's
+ * /proc/self/mountinfo, as the root of the mount within its file system
+ * ("/tmp/airlock-stage-XXXXXX/input"): the kernel prints a bind mount's root
+ * relative to its superblock and nothing in a bind can change that. A
+ * read-only overlay is a file system of its own, whose root is "/", and its
+ * options name its layers only as given, here /proc/self/fd links. Its lower
+ * layers are the staged tree and the empty mount point itself (an overlay
+ * without an upper layer needs two); the root is made read-only later, so
+ * that one stays empty. Nothing is copied: overlay reads the staged files in
+ * place. redirect_dir=nofollow: no xattr on a layer can send a lookup
+ * elsewhere. Kernels that refuse overlay in a user namespace (before 5.11)
+ * get the bind mount, and then the staging path shows. */
+#define INPUT_ATTACH NEWROOT "/.staged-input"
+
+static void mount_input(void)
+{
+        /* As root, the host sends a detached copy of the staged tree
+         * (open_tree), which this template, no longer root, could not
+         * reach by path. Overlay takes layers only from this namespace, so
+         * the copy is attached for the time the overlay is made, then
+         * detached again: mountinfo shows no trace of it. */
+        if (params.input_tree) {
+                make_dir(INPUT_ATTACH, 0700);
+                if (syscall(SYS_move_mount, TEMPLATE_INPUT_FD, "", AT_FDCWD, INPUT_ATTACH,
+                            MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                        fail(-errno, "bind mount", "cannot attach the staged input: %m");
+                int fd = open(INPUT_ATTACH, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0 || dup2(fd, TEMPLATE_INPUT_FD) < 0)
+                        fail(-errno, "bind mount", "cannot open the staged input: %m");
+                close(fd);
+        }
+        int empty = open(NEWROOT "/input", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (empty < 0)
+                fail(-errno, "mount namespace", "cannot open /input: %m");
+        char opts[128];
+        snprintf(opts, sizeof(opts),
+                 "lowerdir=/proc/self/fd/%d:/proc/self/fd/%d,redirect_dir=nofollow",
+                 TEMPLATE_INPUT_FD, empty);
+        if (mount("airlock-input", NEWROOT "/input", "overlay",
+                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0) {
+                if (errno != ENODEV && errno != EPERM && errno != EINVAL)
+                        fail(-errno, "overlay mount", "cannot mount the staged input: %m");
+                char src[64];
+                snprintf(src, sizeof(src), "/proc/self/fd/%d", TEMPLATE_INPUT_FD);
+                if (mount(src, NEWROOT "/input", NULL, MS_BIND | MS_REC, NULL) < 0)
+                        fail(-errno, "bind mount", "cannot bind the staged input: %m");
+        }
+        close(empty);
+        int r = make_readonly(NEWROOT "/input", false, true);
+        if (r < 0)
+                fail(r, "read-only bind mount", "cannot make /input read-only: %s", strerror(-r));
+        if (params.input_tree && (umount2(INPUT_ATTACH, MNT_DETACH) < 0 || rmdir(INPUT_ATTACH) < 0))
+                fail(-errno, "bind mount", "cannot detach the staged input: %m");
+}
+
 /* A top-level entry of the host root that Python needs: merged-/usr
  * symlinks are copied as symlinks, directories are bound read-only. */
 static void add_system_entry(const char *name)
@@ -337,25 +394,8 @@ static void build_root(void)
                 fail(-errno, "mount namespace", "cannot create /dev links: %m");
 
         make_dir(NEWROOT "/input", 0755);
-        if (params.has_input && params.input_tree) {
-                /* A detached copy of the staged tree that the host made
-                 * (open_tree): attached here without naming any host path,
-                 * which this template, no longer root, could not reach. */
-                if (syscall(SYS_move_mount, TEMPLATE_INPUT_FD, "", AT_FDCWD, NEWROOT "/input",
-                            MOVE_MOUNT_F_EMPTY_PATH) < 0)
-                        fail(-errno, "bind mount", "cannot attach the staged input: %m");
-        } else if (params.has_input) {
-                char src[64];
-                snprintf(src, sizeof(src), "/proc/self/fd/%d", TEMPLATE_INPUT_FD);
-                if (mount(src, NEWROOT "/input", NULL, MS_BIND | MS_REC, NULL) < 0)
-                        fail(-errno, "bind mount", "cannot bind the staged input: %m");
-        }
-        if (params.has_input) {
-                int r = make_readonly(NEWROOT "/input", false, true);
-                if (r < 0)
-                        fail(r, "read-only bind mount", "cannot make /input read-only: %s",
-                             strerror(-r));
-        }
+        if (params.has_input)
+                mount_input();
         close(TEMPLATE_INPUT_FD);
         make_dir(NEWROOT "/output", 0755);
         make_dir(NEWROOT "/tmp", 01777);

@@ -42,6 +42,7 @@ static void tool_clear(tool_info *t)
         if (t->cwd_fd >= 0)
                 close(t->cwd_fd);
         free(t->dir);
+        free(t->file);
         *t = (tool_info){.cwd_fd = -1};
 }
 
@@ -57,6 +58,8 @@ static int tool_copy(const tool_info *src, tool_info *dst)
         dst->parameters = json_deep_copy(src->parameters);
         bool oom = !dst->name || !dst->description || !dst->parameters;
         if (!oom && src->dir && !(dst->dir = strdup(src->dir)))
+                oom = true;
+        if (!oom && src->file && !(dst->file = strdup(src->file)))
                 oom = true;
         if (!oom && src->argv) {
                 size_t n = 0;
@@ -542,6 +545,8 @@ int toolreg_load_file(tool_registry *reg, const char *path, double default_timeo
         _cleanup_close_ int dir_fd = -1;
         _cleanup_free_ char *dir_copy = strdup(path);
         _cleanup_free_ char *dir_abs = NULL;
+        _cleanup_free_ char *base_copy = NULL;
+        _cleanup_free_ char *file_abs = NULL;
         const json_t *tools = json_object_get(root, "tools");
         if (!json_is_object(root) || !json_is_array(tools) || json_object_size(root) != 1) {
                 r = al_error(err, -EINVAL, path,
@@ -568,7 +573,11 @@ int toolreg_load_file(tool_registry *reg, const char *path, double default_timeo
                 goto out;
         }
         parsed = calloc(json_array_size(tools) + 1, sizeof(*parsed));
-        if (!parsed) {
+        base_copy = strdup(path);
+        if (!parsed || !base_copy ||
+            asprintf(&file_abs, "%s/%s", strcmp(dir_abs, "/") ? dir_abs : "", basename(base_copy)) <
+                0) {
+                file_abs = NULL;
                 r = al_error(err, -ENOMEM, path, "out of memory");
                 goto out;
         }
@@ -578,6 +587,10 @@ int toolreg_load_file(tool_registry *reg, const char *path, double default_timeo
                 if (r < 0)
                         goto out;
                 n_parsed++;
+                if (!(parsed[i].file = strdup(file_abs))) {
+                        r = al_error(err, -ENOMEM, path, "out of memory");
+                        goto out;
+                }
                 for (size_t j = 0; j < i; j++)
                         if (strcmp(parsed[j].name, parsed[i].name) == 0) {
                                 r = al_error(err, -EINVAL, path, "%s: tool '%s' is declared twice",
@@ -585,10 +598,23 @@ int toolreg_load_file(tool_registry *reg, const char *path, double default_timeo
                                 goto out;
                         }
         }
-        /* All or nothing: check the count cap before changing the registry. */
+        /* All or nothing: check the names and the count cap before changing
+         * the registry. Tools files add up (several --tools); a name that
+         * another tools file declared already is an error, since which of the
+         * two the agent would get is a guess. The same file loaded again
+         * replaces its own tools, and so would a callback tool's name. */
         size_t fresh = 0;
-        for (size_t i = 0; i < n_parsed; i++)
-                fresh += toolreg_find(reg, parsed[i].name) == NULL;
+        for (size_t i = 0; i < n_parsed; i++) {
+                const tool_info *old = toolreg_find(reg, parsed[i].name);
+                if (old && old->file && strcmp(old->file, file_abs) != 0) {
+                        r = al_error(err, -EEXIST, path,
+                                     "tool '%s' is declared in both %s and %s; rename one of "
+                                     "them",
+                                     parsed[i].name, old->file, file_abs);
+                        goto out;
+                }
+                fresh += old == NULL;
+        }
         if (reg->n + fresh > TOOLS_MAX_TOOLS) {
                 r = al_error(err, -E2BIG, path, "%s: too many tools in all (at most %d)", path,
                              TOOLS_MAX_TOOLS);

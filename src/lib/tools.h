@@ -29,6 +29,8 @@ typedef struct tool_info {
                            * bare argv[0] is looked up on PATH */
         int cwd_fd;       /* the tools file's folder for command tools, else -1 */
         char *dir;        /* that folder's absolute path (messages, fingerprints) */
+        char *file;       /* the tools file that declared it (absolute folder and
+                           * its name), or NULL for a callback tool */
         double timeout_s; /* command tools */
 } tool_info;
 

@@ -250,6 +250,11 @@ bool al_utf8_valid(const char *s, size_t len)
 
 char *al_utf8_sanitize(const char *s, size_t len)
 {
+        return al_utf8_sanitize_n(s, len, NULL);
+}
+
+char *al_utf8_sanitize_n(const char *s, size_t len, size_t *ret_len)
+{
         const unsigned char *p = (const unsigned char *)s;
         /* Each bad byte becomes three bytes of U+FFFD. */
         if (len > (SIZE_MAX - 1) / 3)
@@ -271,6 +276,8 @@ char *al_utf8_sanitize(const char *s, size_t len)
                 }
         }
         out[o] = '\0';
+        if (ret_len)
+                *ret_len = o;
         return out;
 }
 

@@ -93,6 +93,9 @@ int al_write_full(int fd, const void *buf, size_t len);
 bool al_utf8_valid(const char *s, size_t len);
 /* Copies s[0..len) replacing every invalid UTF-8 sequence with U+FFFD. */
 char *al_utf8_sanitize(const char *s, size_t len);
+/* The same, and *ret_len (when not NULL) is the length of the copy, which
+ * holds every byte of s, U+0000 included: only the terminator is added. */
+char *al_utf8_sanitize_n(const char *s, size_t len, size_t *ret_len);
 
 /* Standard base64 (RFC 4648) encoding; returns malloc'd text. */
 char *al_base64_encode(const unsigned char *data, size_t len, size_t *ret_len);

@@ -11,7 +11,7 @@ import sys
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import airlock, run, run_json  # noqa: E402
+from harness import AIRLOCK, airlock, run, run_json  # noqa: E402
 from harness import next_run_works, tmpdir  # noqa: E402
 
 MiB = 1 << 20
@@ -447,6 +447,48 @@ except OSError as e:
     next_run_works()
 
 
+def test_no_host_path_visible_through_proc():
+    """The guest's /proc names no host path: not the program's (exe, maps),
+    not the staging folder (mountinfo), not the caller's environment or
+    command line, and the program's bytes carry none either. A file that
+    cannot be read shows nothing."""
+    ws = tmpdir()
+    with open(os.path.join(ws, "a.txt"), "w") as f:
+        f.write("a")
+    binary = os.path.realpath(AIRLOCK)
+    here = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    forbidden = sorted({binary, os.path.dirname(binary), here, os.path.realpath(ws), ws,
+                        "/tmp/airlock-stage", "airlock-stage", "/root", "/work", "/home"})
+    code = f"""
+import os
+bad = {forbidden!r}
+texts = {{'exe link': os.readlink('/proc/self/exe').encode()}}
+for p in ('/proc/self/exe', '/proc/self/maps', '/proc/self/mountinfo', '/proc/self/environ',
+          '/proc/1/cmdline', '/proc/1/environ', '/proc/self/cmdline', '/proc/1/maps',
+          '/proc/1/mountinfo', '/proc/self/mounts'):
+    try:
+        texts[p] = open(p, 'rb').read()
+    except OSError as e:
+        texts[p] = type(e).__name__.encode()
+for k, t in texts.items():
+    for b in bad:
+        # The program's bytes hold the name pattern of staging folders, but
+        # no folder of the host.
+        if k == '/proc/self/exe' and 'airlock-stage' in b:
+            continue
+        if b.encode() in t:
+            i = t.index(b.encode())
+            print('VISIBLE', repr(b), 'in', k, repr(t[max(0, i - 80):i + 80]))
+print(texts['exe link'].decode())
+print([ln for ln in texts['/proc/self/mountinfo'].decode().splitlines() if '/input' in ln])
+"""
+    rc, r = run_json(code, "-w", ws)
+    assert rc == 0, r
+    assert "VISIBLE" not in r["stdout"], r["stdout"]
+    assert "/input" in r["stdout"], r["stdout"]
+    next_run_works()
+
+
 def test_signalling_host_processes():
     victim = subprocess.Popen(["sleep", "60"])
     try:
@@ -577,6 +619,69 @@ for h in ({'X': 'a\\nb'}, {'Host': 'x'}, {'bad name': 'x'}, {'X': 'a\\x00b'}):
     next_run_works()
 
 
+def httpd():
+    """Starts tests/helpers/httpd.py on loopback; returns (process, port)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    srv = subprocess.Popen([sys.executable, os.path.join(here, "..", "helpers", "httpd.py")],
+                           stdout=subprocess.PIPE, text=True)
+    return srv, int(srv.stdout.readline())
+
+
+SMUGGLED = ["/echo/..;/admin", "/echo/..;x=1/admin", "/echo/.;/../admin", "/echo/%2e%2e/admin",
+            "/echo/.%2E/admin", "/echo/..%2fadmin", "/echo%2f..%2fadmin", "/echo/..%5cadmin",
+            "/echo/..\\admin", "/echo/..%3b/admin", "/echo/%252e%252e/admin",
+            "/echo/..%252fadmin", "/echo/..%255cadmin", "/echo/%25252e%25252e/admin"]
+
+
+def test_http_path_smuggling_refused():
+    """With only /echo allowed, no spelling of a path that a lenient server
+    resolves to /admin gets out: each is a PermissionError naming the URL and
+    why. Escapes that move nothing (%20, %25, ;params on a name) still pass."""
+    srv, port = httpd()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        code = ("import json\nfor p in json.loads(%r):\n"
+                "    try:\n        r = http_get(%r + p)\n        print('SENT', r['status'], r['body'])\n"
+                "    except PermissionError as e:\n        print('denied', str(e))\n"
+                "r = http_get(%r + '/echo/a%%20b;v=1/100%%25?q=..%%2f')\n"
+                "print(r['status'], json.loads(r['body'])['path'])\n"
+                % (json.dumps(SMUGGLED), base, base))
+        rc, r = run_json(code, "-a", f"{base}/echo=GET")
+    finally:
+        srv.terminate()
+        srv.wait()
+    assert rc == 0, r
+    lines = r["stdout"].splitlines()
+    assert "ADMIN AREA" not in r["stdout"], lines
+    assert len(lines) == len(SMUGGLED) + 1, lines
+    for p, line in zip(SMUGGLED, lines):
+        assert line.startswith(f"denied GET URL '{base + p}'"), (p, line)
+        assert "which" in line, (p, line)  # the reason, not only the URL
+    assert lines[-1] == "200 /echo/a%20b;v=1/100%25?q=..%2f", lines[-1]
+    next_run_works()
+
+
+def test_host_error_kinds_become_the_promised_exceptions():
+    """The host names the exception for each refusal (gateway.h's table); the
+    guest raises exactly that built-in, MemoryError for ENOMEM included, and
+    RuntimeError for a name that is no exception class."""
+    code = """
+import sys
+rt = sys.modules['_airlock_runtime']
+for k in ('MemoryError', 'PermissionError', 'ConnectionRefusedError', 'print', 'nope', None):
+    print(rt._host_exception(k).__name__)
+try:
+    http_get('http://127.0.0.1:1/x')
+except ConnectionRefusedError:
+    print('refused')
+"""
+    rc, r = run_json(code, "-a", "127.0.0.1:1")
+    assert rc == 0, r
+    assert r["stdout"] == ("MemoryError\nPermissionError\nConnectionRefusedError\n"
+                           "RuntimeError\nRuntimeError\nRuntimeError\nrefused\n"), r
+    next_run_works()
+
+
 def test_tool_calls_without_tools():
     code = """
 try:
@@ -696,6 +801,96 @@ def test_output_non_utf8_name_refused():
     assert rc == 0, r
     assert [f["path"] for f in r["files"]] == ["/output/ok.txt"], r["files"]
     assert refused(r) == {"/output/caf\ufffd.txt": "name not UTF-8"}, r["refused"]
+    next_run_works()
+
+
+# ---- output the guest writes ------------------------------------------------
+
+NUL_CODE = ("import os\nos.write(1, b'a\\x00b\\r\\n')\nos.write(2, b'c\\x00d')\n"
+            "raise SystemExit(3)")
+
+
+def test_nul_bytes_in_output_are_kept():
+    """A NUL the guest writes is a byte like any other: the JSON result, the
+    MCP result and plain output keep everything after it."""
+    rc, r = run_json(NUL_CODE)
+    assert rc == 1, r
+    assert r["stdout"] == "a\x00b\r\n" and r["stderr"] == "c\x00d", r
+    assert not r["stdout_truncated"] and not r["stderr_truncated"], r
+    assert r["contents"][0] == {"type": "text", "text": "a\x00b\n"}, r["contents"]
+    assert r["contents"][-1]["details"] == "c\x00d", r["contents"]
+    p = subprocess.run([AIRLOCK, "run", "-c", NUL_CODE], capture_output=True, timeout=120)
+    assert p.returncode == 1 and p.stdout == b"a\x00b\r\n", p
+    assert p.stderr.startswith(b"c\x00d"), p.stderr
+    msgs = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"}}},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "execute_code", "arguments": {"code": NUL_CODE}}}]
+    p = airlock("mcp", input="".join(json.dumps(m) + "\n" for m in msgs), timeout=120)
+    assert p.returncode == 0, p.stderr
+    res = [json.loads(ln) for ln in p.stdout.splitlines()][-1]["result"]
+    texts = [c["text"] for c in res["content"] if c["type"] == "text"]
+    assert texts[0] == "a\x00b\n" and texts[-1].endswith("\nc\x00d"), texts
+    assert res["structuredContent"]["stdout"] == "a\x00b\r\n", res
+    next_run_works()
+
+
+# ---- collisions in /input ---------------------------------------------------
+
+def test_mount_collisions_are_errors():
+    """Two sources at one /input path never hide one another: exit 2, one
+    line naming the /input path, nothing runs."""
+    d = tmpdir()
+    for rel, text in (("A/x.txt", "a"), ("B/y.txt", "b"), ("ws/data/x.txt", "w"),
+                      ("D/z", "d")):
+        os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
+        with open(os.path.join(d, rel), "w") as f:
+            f.write(text)
+    a, b, ws, dd = (os.path.join(d, n) for n in ("A/x.txt", "B/y.txt", "ws", "D"))
+    cases = [
+        (["-m", f"{a}:data/x.txt", "-m", f"{b}:data/x.txt"], "/input/data/x.txt"),
+        (["-m", f"{a}:data", "-m", f"{b}:data/y.txt"], "/input/data"),
+        (["-m", f"{b}:data/y.txt", "-m", f"{a}:data"], "/input/data,"),
+        (["-w", ws, "-m", f"{b}:data/x.txt"], "/input/data/x.txt"),
+        (["-w", ws, "-m", f"{dd}:data"], "/input/data"),
+        (["-m", f"{dd}:data", "-m", f"{a}:data/z"], "/input/data/z"),
+    ]
+    for args, where in cases:
+        p = airlock("run", *args, "-c", "open('/output/ran', 'w')\nprint('ran')", timeout=60)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and p.stdout == "", (args, p)
+        assert len(lines) == 1 and "collision" in lines[0] and where in lines[0], (args, lines)
+    # The same mount given twice is one mount, and a file into a mounted
+    # directory is no collision.
+    rc, r = run_json("import os\nprint(open('/input/data/x.txt').read(), "
+                     "sorted(os.listdir('/input/d')))",
+                     "-m", f"{a}:data/x.txt", "-m", f"{a}:data/x.txt", "-m", f"{dd}:d",
+                     "-m", f"{b}:d/y.txt")
+    assert rc == 0 and r["stdout"] == "a ['y.txt', 'z']\n", r
+    next_run_works()
+
+
+# ---- several tools files ------------------------------------------------------
+
+def test_tools_files_add_up_and_collide_by_name():
+    """Each --tools file adds its tools; a name that two files declare stops
+    the run (exit 2) with one line naming the tool and both files."""
+    d = tmpdir()
+    def tools_file(sub, names):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+        path = os.path.join(d, sub, "tools.json")
+        with open(path, "w") as f:
+            json.dump({"tools": [{"name": n, "command": [sys.executable, "-c",
+                       f"import sys; sys.stdin.read(); print('\"{n}\"')"]} for n in names]}, f)
+        return path
+    a, b, c = tools_file("a", ["one"]), tools_file("b", ["two"]), tools_file("c", ["one"])
+    rc, r = run_json("print(call_tool('one'), call_tool('two'))", "-t", a, "-t", b)
+    assert rc == 0 and r["stdout"] == "one two\n", r
+    p = airlock("run", "-t", a, "-t", c, "-c", "print('ran')", timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and p.stdout == "", p
+    assert len(lines) == 1 and "'one'" in lines[0] and a in lines[0] and c in lines[0], lines
     next_run_works()
 
 

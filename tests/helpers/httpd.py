@@ -12,6 +12,10 @@ Routes (any method):
   /slow?s=S           waits S seconds, then 200
   /status?code=N      status N, empty body
   /manyheaders?n=N    N response headers
+  any path that a lenient server resolves to /admin (decoding escapes up
+  to eight times, reading '\\' as '/', dropping ";" path parameters before
+  dot segments, as Tomcat, Jetty and IIS variously do): 200 "ADMIN AREA",
+  the page a smuggled path must never reach
 Usage: httpd.py [BIND_ADDRESS]
 """
 import base64
@@ -21,6 +25,22 @@ import sys
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def lenient_path(path):
+    """The path as the most lenient common server would resolve it."""
+    for _ in range(8):
+        path = urllib.parse.unquote(path)
+    path = path.replace("\\", "/")
+    out = []
+    for seg in path.split("/"):
+        seg = seg.split(";", 1)[0]
+        if seg == "..":
+            if out:
+                out.pop()
+        elif seg not in (".", ""):
+            out.append(seg)
+    return "/" + "/".join(out)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -53,7 +73,9 @@ class Handler(BaseHTTPRequestHandler):
         q = dict(urllib.parse.parse_qsl(url.query))
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
-        if url.path.startswith("/echo"):
+        if lenient_path(url.path) == "/admin":
+            self.send(200, b"ADMIN AREA")
+        elif url.path.startswith("/echo"):
             out = json.dumps({
                 "method": self.command,
                 "path": self.path,

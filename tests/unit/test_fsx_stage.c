@@ -253,6 +253,9 @@ static void test_stage_collisions(void **state)
         fsx_source a[] = {{.host_path = ws}, {.host_path = mf, .dest = "a.txt"}};
         assert_int_equal(stage(&s, a, 2, &lim, NULL, &err), -EEXIST);
         assert_non_null(strstr(err.message, "collision"));
+        /* The message names the /input path the two share, not only the
+         * host path. */
+        assert_non_null(strstr(err.message, "would overwrite /input/a.txt,"));
         int d = open_dir(s.fd, "dest");
         expect_file(d, "a.txt", "workspace");
         close(d);
@@ -266,6 +269,13 @@ static void test_stage_collisions(void **state)
         fsx_source c[] = {{.host_path = ws}, {.host_path = md, .dest = "sub"}};
         assert_int_equal(stage(&s, c, 2, &lim, NULL, &err), -EEXIST);
         assert_non_null(strstr(err.message, "collision"));
+        assert_non_null(strstr(err.message, "/input/sub,"));
+
+        /* A file mount inside a directory mount, onto one of its files. */
+        fsx_source nested[] = {{.host_path = md, .dest = "d"},
+                               {.host_path = mf, .dest = "d/a.txt"}};
+        assert_int_equal(stage(&s, nested, 2, &lim, NULL, &err), -EEXIST);
+        assert_non_null(strstr(err.message, "would overwrite /input/d/a.txt,"));
 
         /* Two mounts at one place; and a mount into an existing directory,
          * which is allowed. */

@@ -652,10 +652,58 @@ static void test_tools_file_errors(void **state)
         rmdir(dir);
 }
 
+static void put_text(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+}
+
+/* Tools files add up; a name that two files declare is an error naming it
+ * and both files, and leaves the registry as it was; the same file loaded
+ * again replaces its own tools. */
+static void test_tools_files_merge(void **state)
+{
+        (void)state;
+        char dir[] = "/tmp/airlock-tools-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char a[PATH_MAX], b[PATH_MAX], c[PATH_MAX];
+        snprintf(a, sizeof(a), "%s/a.json", dir);
+        snprintf(b, sizeof(b), "%s/b.json", dir);
+        snprintf(c, sizeof(c), "%s/c.json", dir);
+        put_text(a, "{\"tools\":[{\"name\":\"one\",\"command\":[\"true\"]}]}");
+        put_text(b, "{\"tools\":[{\"name\":\"two\",\"command\":[\"true\"]}]}");
+        put_text(c, "{\"tools\":[{\"name\":\"three\",\"command\":[\"true\"]},"
+                    "{\"name\":\"one\",\"command\":[\"false\"]}]}");
+        tool_registry *reg;
+        assert_int_equal(toolreg_new(&reg, NULL), 0);
+        assert_int_equal(toolreg_load_file(reg, a, 7, NULL), 0);
+        assert_int_equal(toolreg_load_file(reg, b, 7, NULL), 0);
+        assert_int_equal(toolreg_count(reg), 2);
+        assert_non_null(toolreg_find(reg, "one"));
+        assert_non_null(toolreg_find(reg, "two"));
+        airlock_error err = {0};
+        assert_int_equal(toolreg_load_file(reg, c, 7, &err), -EEXIST);
+        assert_non_null(strstr(err.message, "'one'"));
+        assert_non_null(strstr(err.message, "/a.json"));
+        assert_non_null(strstr(err.message, "/c.json"));
+        assert_int_equal(toolreg_count(reg), 2);
+        assert_null(toolreg_find(reg, "three"));
+        assert_int_equal(toolreg_load_file(reg, a, 7, NULL), 0);
+        assert_int_equal(toolreg_count(reg), 2);
+        toolreg_free(reg);
+        unlink(a);
+        unlink(b);
+        unlink(c);
+        rmdir(dir);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_compute),
+            cmocka_unit_test(test_tools_files_merge),
             cmocka_unit_test(test_roundtrip_values),
             cmocka_unit_test(test_misbehaving_commands),
             cmocka_unit_test(test_big_input_not_read),

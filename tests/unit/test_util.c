@@ -1,11 +1,12 @@
 /* The capped byte buffer every text builder uses: growth, the cap, and a
- * failed append that leaves the buffer as it was. */
+ * failed append that leaves the buffer as it was; UTF-8 clean-up by length. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -66,12 +67,25 @@ static void test_appendf_into_an_empty_buffer(void **state)
         assert_null(b.data);
 }
 
+/* A NUL is valid UTF-8 and stays in the copy; its length says so. */
+static void test_utf8_sanitize_keeps_nul_bytes(void **state)
+{
+        (void)state;
+        size_t n = 0;
+        char *s = al_utf8_sanitize_n("a\0b\xff", 4, &n);
+        assert_non_null(s);
+        assert_int_equal(n, 6);
+        assert_memory_equal(s, "a\0b\xef\xbf\xbd", 7);
+        free(s);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_appendf_grows_past_the_first_allocation),
             cmocka_unit_test(test_appendf_past_the_cap_changes_nothing),
             cmocka_unit_test(test_appendf_into_an_empty_buffer),
+            cmocka_unit_test(test_utf8_sanitize_keeps_nul_bytes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
