@@ -1158,6 +1158,10 @@ static void populate_learned(void)
 #define COPY_MAX_INOTIFY         32
 #define COPY_MAX_INOTIFY_WATCHES 4096
 #define COPY_MAX_FANOTIFY        0
+#define COPY_MAX_SYSV_IDS        32
+#define COPY_MAX_MSGQUEUE_BYTES  65536
+/* SEMMSL SEMMNS SEMOPM SEMMNI: at most 32 sets, 8000 semaphores in all. */
+#define COPY_SEM_LIMITS "250 8000 32 32\n"
 
 #ifndef LANDLOCK_CREATE_RULESET_VERSION
 #define LANDLOCK_CREATE_RULESET_VERSION (1u << 0)
@@ -1248,6 +1252,13 @@ static int enter_own_user_namespace(void)
             {"/proc/sys/user/max_inotify_watches", COPY_MAX_INOTIFY_WATCHES},
             {"/proc/sys/user/max_fanotify_groups", COPY_MAX_FANOTIFY},
             {"/proc/sys/user/max_fanotify_marks", COPY_MAX_FANOTIFY},
+            /* The copy's own IPC namespace: few SysV queues and segments,
+             * and small queues. With a cgroup what they hold is charged
+             * to the run; without one, queues are kernel memory that no
+             * rlimit counts. */
+            {"/proc/sys/kernel/msgmni", COPY_MAX_SYSV_IDS},
+            {"/proc/sys/kernel/msgmnb", COPY_MAX_MSGQUEUE_BYTES},
+            {"/proc/sys/kernel/shmmni", COPY_MAX_SYSV_IDS},
         };
         for (size_t i = 0; i < ARRAY_SIZE(caps); i++) {
                 char text[16];
@@ -1257,7 +1268,7 @@ static int enter_own_user_namespace(void)
                 if (r < 0 && !(r == -ENOENT && strstr(caps[i].name, "fanotify")))
                         return r;
         }
-        return 0;
+        return write_proc_file("/proc/sys/kernel/sem", COPY_SEM_LIMITS);
 }
 
 /* ---- per-copy cgroups ----------------------------------------------------

@@ -181,6 +181,21 @@ print(seen)
         srv.close()
 
 
+def test_sysv_ipc_is_capped_per_run():
+    # Without a cgroup, SysV queues and semaphores are kernel memory that
+    # no rlimit counts: each run has few of them, in its own namespace.
+    rc, r = run_json(IPC + '''
+n = [0, 0, 0]
+while n[0] < 1000 and libc.msgget(0, 0o1600) >= 0: n[0] += 1
+while n[1] < 1000 and libc.semget(0, 250, 0o1600) >= 0: n[1] += 1
+while n[2] < 1000 and shm(0, 4096, 0o1600) >= 0: n[2] += 1
+print(n)
+''')
+    assert rc == 0, r
+    counts = json.loads(r["stdout"])
+    assert all(0 < c <= 32 for c in counts), counts
+
+
 def test_parallel_runs_share_no_ipc_objects():
     # Two runs in flight: one creates a queue and waits; the other must not
     # see it.
