@@ -47,13 +47,16 @@ void dynbuf_init(dynbuf *b, size_t cap)
 /* Room for len more bytes and a NUL, within the cap. */
 static int dynbuf_reserve(dynbuf *b, size_t len)
 {
-        if (len > b->cap || b->len > b->cap - len)
+        /* The terminating NUL needs one byte past the content: a cap of
+         * SIZE_MAX leaves no room for it, and must not wrap to 0. */
+        if (len > b->cap || b->len > b->cap - len || b->len + len == SIZE_MAX)
                 return -E2BIG;
-        if (b->len + len + 1 > b->alloc) {
+        size_t need = b->len + len + 1;
+        if (need > b->alloc) {
                 size_t n = b->alloc ? b->alloc : 256;
-                while (n < b->len + len + 1)
-                        n *= 2;
-                if (n > b->cap + 1)
+                while (n < need)
+                        n = n > SIZE_MAX / 2 ? need : n * 2;
+                if (b->cap < SIZE_MAX && n > b->cap + 1)
                         n = b->cap + 1;
                 char *p = realloc(b->data, n);
                 if (!p)

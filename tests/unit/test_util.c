@@ -33,6 +33,24 @@ static void test_appendf_grows_past_the_first_allocation(void **state)
         dynbuf_free(&b);
 }
 
+/* A buffer without a practical cap (SIZE_MAX) grows like any other: the
+ * room for the terminating NUL must not wrap the allocation size to 0. */
+static void test_uncapped_buffer_grows(void **state)
+{
+        dynbuf b;
+        dynbuf_init(&b, SIZE_MAX);
+        char chunk[300];
+        memset(chunk, 'z', sizeof(chunk));
+        for (int i = 0; i < 10; i++)
+                assert_int_equal(dynbuf_append(&b, chunk, sizeof(chunk)), 0);
+        assert_int_equal(b.len, 3000);
+        assert_int_equal(b.data[2999], 'z');
+        assert_int_equal(b.data[3000], '\0');
+        assert_int_equal(dynbuf_append(&b, chunk, SIZE_MAX - b.len), -E2BIG);
+        assert_int_equal(b.len, 3000);
+        dynbuf_free(&b);
+}
+
 static void test_appendf_past_the_cap_changes_nothing(void **state)
 {
         dynbuf b;
@@ -83,6 +101,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_appendf_grows_past_the_first_allocation),
+            cmocka_unit_test(test_uncapped_buffer_grows),
             cmocka_unit_test(test_appendf_past_the_cap_changes_nothing),
             cmocka_unit_test(test_appendf_into_an_empty_buffer),
             cmocka_unit_test(test_utf8_sanitize_keeps_nul_bytes),
