@@ -15,6 +15,9 @@
 
 #include "util.h"
 
+/* How deep below a sandbox's cgroup removal looks. */
+#define CG_MAX_DEPTH 8
+
 static int write_at(int dirfd, const char *file, const char *value)
 {
         int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
@@ -104,9 +107,10 @@ static void remove_cgroup(int parentfd, const char *name)
         }
 }
 
-/* Removes every child cgroup of the cgroup open as dirfd (the template's
- * and the copies'); a cgroup's only subdirectories are its children. */
-static void remove_children(int dirfd)
+/* Removes every cgroup below the one open as dirfd (the template's and
+ * the copies', and anything made below them), depth first: a cgroup's only
+ * subdirectories are its children. depth bounds the walk. */
+static void remove_children(int dirfd, int depth)
 {
         int fd = dup(dirfd);
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -116,11 +120,30 @@ static void remove_children(int dirfd)
                 return;
         }
         struct dirent *de;
-        while ((de = readdir(d)))
-                if (de->d_type == DT_DIR && strcmp(de->d_name, ".") != 0 &&
-                    strcmp(de->d_name, "..") != 0)
-                        remove_cgroup(dirfd, de->d_name);
+        while ((de = readdir(d))) {
+                if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 ||
+                    strcmp(de->d_name, "..") == 0)
+                        continue;
+                int sub =
+                    openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub >= 0 && depth > 0)
+                        remove_children(sub, depth - 1);
+                if (sub >= 0)
+                        close(sub);
+                remove_cgroup(dirfd, de->d_name);
+        }
         closedir(d);
+}
+
+int cg_sandbox_remove_copy(const cg_sandbox *cg, unsigned seq)
+{
+        char name[24];
+        snprintf(name, sizeof(name), "c%u", seq);
+        int r = 0;
+        for (int i = 0; cg->enabled && i < cg->n; i++)
+                if (unlinkat(cg->dirfd[i], name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                        r = -errno;
+        return r;
 }
 
 /* Removes the cgroups of sandboxes whose process died without closing them
@@ -148,7 +171,7 @@ static void sweep_stale(int parentfd)
                 int dfd =
                     openat(parentfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (dfd >= 0) {
-                        remove_children(dfd);
+                        remove_children(dfd, CG_MAX_DEPTH);
                         close(dfd);
                 }
                 unlinkat(parentfd, de->d_name, AT_REMOVEDIR);
@@ -235,7 +258,7 @@ void cg_sandbox_destroy(cg_sandbox *cg)
                 if (cg->tplfd[i] >= 0)
                         close(cg->tplfd[i]);
                 if (cg->dirfd[i] >= 0) {
-                        remove_children(cg->dirfd[i]);
+                        remove_children(cg->dirfd[i], CG_MAX_DEPTH);
                         close(cg->dirfd[i]);
                 }
                 if (cg->parentfd[i] >= 0) {

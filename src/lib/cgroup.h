@@ -39,6 +39,8 @@ int cg_sandbox_attach(const cg_sandbox *cg, pid_t pid);
 /* How many times the kernel's OOM killer acted in the cgroup whose
  * memory.oom_control (v1) or memory.events (v2) is open as fd; 0 for -1. */
 uint64_t cg_oom_kills(int fd);
+/* Removes the cgroup c<seq> of a copy that is gone (reaped). */
+int cg_sandbox_remove_copy(const cg_sandbox *cg, unsigned seq);
 /* Removes the cgroups, the copies' included; every process in them must
  * be gone. */
 void cg_sandbox_destroy(cg_sandbox *cg);

@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,24 +69,47 @@ struct airlock_sandbox {
          * of a whole interpreter, milliseconds here) nobody waits for:
          * reaped before the next copy is taken, and at close. A zombie's
          * pid cannot be reused, so no fd is held for them. */
-        pid_t dying[MAX_DYING];
+        struct {
+                pid_t pid;
+                unsigned cg; /* its cgroup, removed once it is reaped */
+        } dying[MAX_DYING];
         size_t n_dying;
+        /* Copies' cgroups whose removal failed (EBUSY for a moment after
+         * the last task went), retried at the next reaping. */
+        unsigned stale_cg[MAX_DYING];
+        size_t n_stale_cg;
         cg_sandbox cg; /* memory and process limits on the sandbox, where available */
 };
 
 /* Reaps the dying copies: all of them with block, else those already
  * gone. Caller holds sb->lock. */
+/* Removes the cgroup of a copy that is gone, or keeps it for a retry.
+ * Caller holds sb->lock. */
+static void remove_copy_cgroup_locked(airlock_sandbox *sb, unsigned cg)
+{
+        if (!cg || cg_sandbox_remove_copy(&sb->cg, cg) == 0)
+                return;
+        if (sb->n_stale_cg < MAX_DYING)
+                sb->stale_cg[sb->n_stale_cg++] = cg;
+}
+
 static void reap_dying_locked(airlock_sandbox *sb, bool block)
 {
         size_t kept = 0;
+        size_t stale = sb->n_stale_cg;
+        sb->n_stale_cg = 0;
+        for (size_t i = 0; i < stale; i++)
+                remove_copy_cgroup_locked(sb, sb->stale_cg[i]);
         for (size_t i = 0; i < sb->n_dying; i++) {
                 /* The copy is our child (CLONE_PARENT): reap it. */
                 pid_t w;
-                while ((w = waitpid(sb->dying[i], NULL, __WALL | (block ? 0 : WNOHANG))) < 0 &&
+                while ((w = waitpid(sb->dying[i].pid, NULL, __WALL | (block ? 0 : WNOHANG))) < 0 &&
                        errno == EINTR)
                         ;
                 if (w == 0)
                         sb->dying[kept++] = sb->dying[i];
+                else
+                        remove_copy_cgroup_locked(sb, sb->dying[i].cg);
         }
         sb->n_dying = kept;
 }
@@ -101,8 +125,12 @@ static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
                         syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
                 if (sb->n_dying == MAX_DYING)
                         reap_dying_locked(sb, true);
-                sb->dying[sb->n_dying++] = c->pid;
+                sb->dying[sb->n_dying].pid = c->pid;
+                sb->dying[sb->n_dying++].cg = c->cg;
                 close(c->pidfd);
+        } else {
+                /* Reaped already (sbx_copy_end). */
+                remove_copy_cgroup_locked(sb, c->cg);
         }
         if (c->chan >= 0)
                 close(c->chan);
@@ -585,12 +613,15 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
                 return template_error(buf, (size_t)n, err);
         }
         long pid = 0;
+        unsigned cg_seq = 0;
         if (buf[0] == CTL_COPY && (size_t)n < sizeof(buf)) {
                 buf[n] = '\0';
                 char *end = NULL;
                 pid = strtol(buf + 1, &end, 10);
-                if (!end || *end)
+                unsigned long seq = end && *end == ' ' ? strtoul(end + 1, &end, 10) : 0;
+                if (!end || *end || seq > UINT32_MAX)
                         pid = 0;
+                cg_seq = (unsigned)seq;
         }
         /* With per-copy cgroups the copy's OOM counter comes too. */
         size_t want = sb->cg.enabled ? 5 : 4;
@@ -612,6 +643,7 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         c->out_r = fds[2];
         c->err_r = fds[3];
         c->oomfd = nfds == 5 ? fds[4] : -1;
+        c->cg = sb->cg.enabled ? cg_seq : 0;
         *ret = c;
         return 0;
 }
@@ -643,6 +675,34 @@ out:
         return r;
 }
 
+/* As root, each sandbox's guest runs as host ids of its own, drawn at
+ * random from a block that no account uses, and never as a shared one such
+ * as nobody: the sandbox's user namespace, the copies' cgroups and the
+ * per-user kernel quotas above the namespace belong to those ids, so no
+ * other host process and no other sandbox may signal, trace or charge
+ * anything of this one's. Two sandboxes draw the same ids with a chance of
+ * about one in 65,536 per pair, and are then only as apart as two runs of
+ * one sandbox are from the host's point of view of quotas. */
+#define GUEST_ID_BASE  0x5a1a0000u
+#define GUEST_ID_SLOTS 65536u
+
+static void pick_guest_ids(uid_t *ret_uid, gid_t *ret_gid)
+{
+        /* A random start per process, then the next slot per sandbox: the
+         * sandboxes of one process never share ids. */
+        static atomic_uint next;
+        static atomic_bool seeded;
+        if (!atomic_exchange(&seeded, true)) {
+                uint32_t start = 0;
+                if (getrandom(&start, sizeof(start), 0) != sizeof(start))
+                        start = (uint32_t)getpid() ^ (uint32_t)al_now_ns();
+                atomic_fetch_add(&next, start);
+        }
+        uint32_t slot = atomic_fetch_add(&next, 1);
+        *ret_uid = (uid_t)(GUEST_ID_BASE + slot % GUEST_ID_SLOTS);
+        *ret_gid = (gid_t)*ret_uid;
+}
+
 int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
 {
         /* Keep the template's constructor linked into every program. */
@@ -670,10 +730,13 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         for (int i = 0; i < 2; i++)
                 sb->cg.dirfd[i] = sb->cg.parentfd[i] = sb->cg.tplfd[i] = -1;
         pthread_mutex_init(&sb->lock, NULL);
-        /* The guest's ids map to an unprivileged host id: nobody when we are
-         * root, ourselves otherwise (the only id we may map). */
-        sb->guest_uid = geteuid() == 0 ? 65534 : geteuid();
-        sb->guest_gid = geteuid() == 0 ? 65534 : getegid();
+        /* The guest's ids map to an unprivileged host id: ourselves when we
+         * are not root (the only id we may map), else an id of the
+         * sandbox's own (pick_guest_ids). */
+        sb->guest_uid = geteuid();
+        sb->guest_gid = getegid();
+        if (geteuid() == 0)
+                pick_guest_ids(&sb->guest_uid, &sb->guest_gid);
 
         int r = config_clone(cfg, &sb->cfg, err);
         if (r >= 0)

@@ -81,7 +81,8 @@ typedef struct copy {
         int chan;  /* the guest channel */
         int out_r; /* stdout and stderr of the run */
         int err_r;
-        int oomfd; /* the OOM counter of the copy's own cgroup, or -1 */
+        int oomfd;   /* the OOM counter of the copy's own cgroup, or -1 */
+        unsigned cg; /* the number of that cgroup (c<N>), 0 for none */
 } copy;
 
 int sbx_check_code(const char *code, size_t len, airlock_error *err);

@@ -133,6 +133,12 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, ch
         if (r >= 0)
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
                                      SCMP_A0(SCMP_CMP_NE, 0));
+        /* A stack-like mapping that grows down on its own is counted by
+         * no rlimit; nothing a guest runs needs one (thread stacks are
+         * plain mappings). */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mmap), 1,
+                                     SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_GROWSDOWN, MAP_GROWSDOWN));
         /* Without a cgroup, RLIMIT_DATA is the memory limit, and it counts
          * only private memory. Shared anonymous mappings, memfds and SysV
          * segments would hold memory that nothing counts, so they are

@@ -53,29 +53,22 @@ static int ctl_fd = TEMPLATE_CTL_FD;
  * outlives its host. */
 #define MAX_LIVE_COPIES 4096
 static int live_copies[MAX_LIVE_COPIES];
-/* The number of each live copy's own cgroup (c<N>), or 0 without one. */
-static unsigned live_cgroups[MAX_LIVE_COPIES];
 static size_t n_live_copies;
 
-static void copy_cgroup_remove(unsigned seq);
-static void copy_cgroups_retry(void);
-
-/* Drops the copies whose pidfd polled readable (they exited), and their
- * cgroups with them: polled[i] is the poll entry of live_copies[i]. */
+/* Drops the copies whose pidfd polled readable (they exited): polled[i]
+ * is the poll entry of live_copies[i]. Their cgroups are the host's to
+ * remove, once it has read how the run ended. */
 static void forget_exited_copies(const struct pollfd *polled)
 {
         size_t k = 0;
         for (size_t i = 0; i < n_live_copies; i++) {
                 if (polled[i].revents) {
                         close(live_copies[i]);
-                        copy_cgroup_remove(live_cgroups[i]);
                         continue;
                 }
-                live_cgroups[k] = live_cgroups[i];
                 live_copies[k++] = live_copies[i];
         }
         n_live_copies = k;
-        copy_cgroups_retry();
 }
 
 _Noreturn static void host_gone(void)
@@ -382,6 +375,11 @@ static void build_root(void)
         make_dir(NEWROOT "/dev", 0755);
         static const char *const devs[] = {"null", "zero", "full", "random", "urandom"};
         for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
+                /* A shared mapping of /dev/zero is shared memory that no
+                 * rlimit counts: without a cgroup to charge it to, the
+                 * guest has no /dev/zero. */
+                if (!params.cgroup && strcmp(devs[i], "zero") == 0)
+                        continue;
                 char host[32], dst[64];
                 snprintf(host, sizeof(host), "/dev/%s", devs[i]);
                 snprintf(dst, sizeof(dst), NEWROOT "/dev/%s", devs[i]);
@@ -1158,6 +1156,7 @@ static void populate_learned(void)
 #define COPY_MAX_INOTIFY         32
 #define COPY_MAX_INOTIFY_WATCHES 4096
 #define COPY_MAX_FANOTIFY        0
+#define COPY_MAX_STACK           (8u << 20)
 #define COPY_MAX_SYSV_IDS        32
 #define COPY_MAX_MSGQUEUE_BYTES  65536
 /* SEMMSL SEMMNS SEMOPM SEMMNI: at most 32 sets, 8000 semaphores in all. */
@@ -1281,11 +1280,6 @@ static int enter_own_user_namespace(void)
  * itself. The move is in the copy's preparation, off a run's path. */
 
 static unsigned copy_cgroup_seq;
-/* Copies' cgroups whose removal failed (EBUSY for a moment after the last
- * task went), retried at the template's next wake-up. */
-#define MAX_PENDING_RM 256
-static unsigned pending_rm[MAX_PENDING_RM];
-static size_t n_pending_rm;
 
 static int cg_dirs(int dirs[2])
 {
@@ -1304,33 +1298,15 @@ static int cg_write(int dirfd, const char *file, const char *text)
         return r < 0 ? r : 0;
 }
 
-static bool cg_remove_now(unsigned seq)
+/* Removes the cgroup of a copy that never ran (the host removes the
+ * others). */
+static void copy_cgroup_remove(unsigned seq)
 {
         char name[24];
         snprintf(name, sizeof(name), "c%u", seq);
         int dirs[2], n = cg_dirs(dirs);
-        bool done = true;
-        for (int i = 0; i < n; i++)
-                if (unlinkat(dirs[i], name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-                        done = false;
-        return done;
-}
-
-static void copy_cgroup_remove(unsigned seq)
-{
-        if (!seq || cg_remove_now(seq))
-                return;
-        if (n_pending_rm < MAX_PENDING_RM)
-                pending_rm[n_pending_rm++] = seq;
-}
-
-static void copy_cgroups_retry(void)
-{
-        size_t k = 0;
-        for (size_t i = 0; i < n_pending_rm; i++)
-                if (!cg_remove_now(pending_rm[i]))
-                        pending_rm[k++] = pending_rm[i];
-        n_pending_rm = k;
+        for (int i = 0; seq && i < n; i++)
+                unlinkat(dirs[i], name, AT_REMOVEDIR);
 }
 
 /* Makes the next copy's cgroup with the run's limits. Returns in procs the
@@ -1349,7 +1325,9 @@ static int copy_cgroup_make(unsigned *ret_seq, int procs[2], int *ret_oom)
         snprintf(pids, sizeof(pids), "%u", params.limits.pids + CG_PIDS_SLACK);
         int cg[2] = {-1, -1}, r = 0;
         for (int i = 0; i < n && r >= 0; i++) {
-                if (mkdirat(dirs[i], name, 0755) < 0 && errno != EEXIST)
+                /* A cgroup of that name that is already there is not ours
+                 * to use: it may have other limits, or other tasks. */
+                if (mkdirat(dirs[i], name, 0755) < 0)
                         r = -errno;
                 else if ((cg[i] = openat(dirs[i], name,
                                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
@@ -1475,6 +1453,9 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w, const int procs[
          * and memory it may lock. */
         set_limit(RLIMIT_SIGPENDING, COPY_MAX_SIGPENDING);
         set_limit(RLIMIT_MEMLOCK, COPY_MAX_MEMLOCK);
+        /* The main stack is not data: without this a host started with an
+         * unlimited stack would give the guest unlimited memory there. */
+        set_limit(RLIMIT_STACK, COPY_MAX_STACK);
 
         r = drop_capabilities();
         if (r < 0)
@@ -1563,15 +1544,14 @@ static void spawn_copy(void)
                 goto out;
         }
         int fds[5] = {sv[0], pidfd, out[0], err[0], oomfd};
-        if (n_live_copies < MAX_LIVE_COPIES) {
-                live_cgroups[n_live_copies] = seq;
+        if (n_live_copies < MAX_LIVE_COPIES)
                 live_copies[n_live_copies++] = pidfd;
-        } else {
+        else
                 close(pidfd);
-        }
-        /* With its pid, by which the host reaps it once it is dead. */
-        char pidtext[24];
-        snprintf(pidtext, sizeof(pidtext), "%ld", pid);
+        /* With its pid, by which the host reaps it once it is dead, and the
+         * number of its cgroup, which the host removes after that. */
+        char pidtext[40];
+        snprintf(pidtext, sizeof(pidtext), "%ld %u", pid, seq);
         if (send_fds(ctl_fd, CTL_COPY, pidtext, fds, oomfd >= 0 ? 5 : 4) < 0)
                 host_gone();
         if (oomfd >= 0)
@@ -1615,8 +1595,12 @@ _Noreturn void template_main(void)
         uint64_t inodes = (uint64_t)params.limits.max_output_files * 4 + 1024;
         snprintf(out_opts, sizeof(out_opts), "size=%llu,nr_inodes=%llu,mode=0755",
                  (unsigned long long)out_bytes, (unsigned long long)inodes);
-        snprintf(tmp_opts, sizeof(tmp_opts), "size=%llu,nr_inodes=65536,mode=01777",
-                 (unsigned long long)tmp_bytes);
+        /* Inodes are kernel memory too: without a cgroup, one per 16 KiB
+         * of the memory limit. */
+        uint64_t tmp_inodes =
+            params.cgroup ? 65536 : MAX(1024, MIN(65536, params.limits.memory_bytes >> 14));
+        snprintf(tmp_opts, sizeof(tmp_opts), "size=%llu,nr_inodes=%llu,mode=01777",
+                 (unsigned long long)tmp_bytes, (unsigned long long)tmp_inodes);
 
         char errbuf[900];
         int r =

@@ -299,6 +299,68 @@ while True:
         srv.close()
 
 
+def host_uids_of_children(pid):
+    """The host uids of the processes whose parent is pid, but root's."""
+    uids = set()
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/status") as f:
+                st = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if int(st["PPid"]) == pid:
+            uid = int(st["Uid"].split()[0])
+            if uid != 0:
+                uids.add(uid)
+    return uids
+
+
+def test_each_sandbox_runs_as_host_ids_of_its_own():
+    # As root, a sandbox's template and copies run as host ids that no
+    # other process shares (not nobody, whose processes could otherwise
+    # trace a copy or spend its quotas).
+    if not ROOT:
+        print("  (the guest is the caller's own id without root: skipped)")
+        return
+    tools, d = tools_file()
+    srv = Mcp("-t", tools)
+    try:
+        ready, done = os.path.join(d, "ready"), os.path.join(d, "done")
+        a = srv.call(WAIT + f'call_tool("flag", op="mark", path={ready!r})\nprint(_wait({done!r}))')
+        wait_for(ready, srv.p)
+        uids = host_uids_of_children(srv.p.pid)
+        open(done, "w").close()
+        assert text_of(srv.result(a)) == "True\n"
+        assert len(uids) == 1 and 65534 not in uids, uids
+    finally:
+        srv.close()
+
+
+def test_a_run_ended_by_its_memory_limit_says_memory_every_time():
+    # The copy's cgroup must outlive the reading of its OOM counter, also
+    # when the copy's exit wakes the template at once (a single run).
+    if not ROOT:
+        print("  (memory cgroups need root: skipped as not root)")
+        return
+    code = '''
+import socket
+pairs = [socket.socketpair() for _ in range(40)]
+for a, b in pairs:
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+'''
+    for _ in range(10):
+        rc, r = run_json(code, "--memory", "32")
+        assert r["status"] == "memory", r
+
+
 def test_guest_inotify_and_signals_do_not_spend_host_quotas():
     # A run takes every inotify instance and queues every signal it can;
     # while it holds them, this (host) process, as the same host user that
@@ -436,6 +498,25 @@ sid = shm(0x4a31, 256 << 20, 0o1600)
 assert sid >= 0, os.strerror(ctypes.get_errno())
 p = libc.shmat(sid, None, 0)
 assert p not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+ctypes.memset(p, 1, 256 << 20)
+print("held")
+''',
+        "dev_zero": '''
+import mmap, os
+fd = os.open("/dev/zero", os.O_RDWR)
+m = mmap.mmap(fd, 256 << 20, flags=mmap.MAP_SHARED)
+for i in range(0, 256 << 20, 4096):
+    m[i] = 1
+print("held")
+''',
+        "growsdown": '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+p = libc.mmap(None, 256 << 20, 3, 0x22 | 0x100, -1, 0)
+assert p not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
 ctypes.memset(p, 1, 256 << 20)
 print("held")
 ''',
