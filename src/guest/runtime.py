@@ -7,6 +7,7 @@ copy of that interpreter, so nothing defined by one run's code survives into
 the next. The host side of every call is untrusted-input-proof; this side
 only has to be convenient and honest.
 """
+import atexit as _atexit
 import builtins as _builtins
 import sys as _sys
 import types as _types
@@ -176,9 +177,12 @@ def _run(code, keep=False, last=False):
             _return_figures()
         except BaseException:
             pass
-    if last:
+    if last or not keep:
+        # A run that is neither the last nor a session's is a pre-warm run
+        # (template.c): it rehearses the end of a run, all but the atexit
+        # handlers, so that the agent's run finds those pages its own.
         try:
-            _end_like_a_script(main)
+            _end_like_a_script(main, rehearsal=not last)
         except BaseException:
             pass
     _flush_std()
@@ -204,7 +208,7 @@ def _print_unraisable(obj):
         pass
 
 
-def _end_like_a_script(main):
+def _end_like_a_script(main, rehearsal=False):
     """Ends the run's copy as `python3 script.py` ends, as far as the
     program or its files can tell, without a full Py_Finalize (tens of
     milliseconds with the scientific stack, for teardown nobody sees):
@@ -228,11 +232,11 @@ def _end_like_a_script(main):
     globals), and the freeing of memory. The process exits right after,
     before the host captures /output. The run's time limit bounds all of
     it: an atexit handler that never returns ends as a timeout."""
-    import atexit
     # Flushed first too, so that what the code printed is not lost with
     # the process when a handler runs into the time limit.
     _flush_std()
-    atexit._run_exitfuncs()
+    if not rehearsal:
+        _atexit._run_exitfuncs()
     _flush_std()
     threading = _sys.modules.get("threading")
     alone = threading is None or threading.active_count() <= 1

@@ -461,7 +461,24 @@ static void build_etc(void)
         write_file(NEWROOT "/etc/hostname", "airlock\n");
         write_file(NEWROOT "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
 
-        static etc_copy st; /* the template builds one root, once */
+        /* The copying runs in a child: its allocations (directory
+         * streams, link names) would otherwise stay in the template's heap
+         * as holes, which every copy inherits and the page-learning probe
+         * must cover (in measurements, this alone made a fresh run of
+         * print(1) 0.4 ms slower). The child works in the same mount
+         * namespace and reports a failure to the host itself. */
+        pid_t pid = fork();
+        if (pid < 0)
+                fail(-errno, "mount namespace", "cannot fork to copy /etc: %m");
+        if (pid > 0) {
+                int status = 0;
+                while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                        ;
+                if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                        _exit(127);
+                return;
+        }
+        static etc_copy st;
         st.root_fd = open(NEWROOT, O_PATH | O_DIRECTORY | O_CLOEXEC);
         _cleanup_close_ int host_etc =
             open("/etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -469,10 +486,8 @@ static void build_etc(void)
             open(NEWROOT "/etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (st.root_fd < 0 || guest_etc < 0)
                 fail(-errno, "mount namespace", "cannot open the new root: %m");
-        if (host_etc < 0) {
-                close(st.root_fd);
-                return;
-        }
+        if (host_etc < 0)
+                _exit(0);
         /* The file systems a link may reach: the root's tmpfs and each
          * system directory bound into it. */
         static const char *const roots[] = {".",   "usr",   "bin",   "sbin",
@@ -487,7 +502,7 @@ static void build_etc(void)
                 etc_copy_entry(&st, host_etc, guest_etc, "etc", etc_exposed[i], 0,
                                strcmp(etc_exposed[i], "alternatives") == 0);
         etc_check_links(&st);
-        close(st.root_fd);
+        _exit(0);
 }
 
 /* The template's cache directory, GUEST_CACHE_DIR: a tmpfs of its own,
