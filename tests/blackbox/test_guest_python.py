@@ -487,5 +487,13 @@ def test_matplotlib_is_not_imported_by_runs_that_do_not_use_it():
     assert r["stdout"] == "False module://_airlock_figures\n", r["stdout"]
 
 
+def test_description_tells_the_model_about_figures():
+    on = airlock("describe")
+    off = airlock("describe", "--no-auto-figures")
+    assert on.returncode == 0 and off.returncode == 0, (on.stderr, off.stderr)
+    assert "plt.show()" in on.stdout and "PNG" in on.stdout, on.stdout
+    assert "plt.show()" not in off.stdout, off.stdout
+
+
 if __name__ == "__main__":
     run()
