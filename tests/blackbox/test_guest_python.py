@@ -10,6 +10,7 @@ Debian's netlib BLAS and libopenblas0-pthread are installed) and restore
 it afterwards, whatever happens."""
 import base64
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -110,9 +111,28 @@ def alternative_state(name):
     return status, value
 
 
+@contextlib.contextmanager
+def machine_lock():
+    """Held while a test changes the machine (its BLAS alternatives, links
+    planted in /etc/alternatives): other checkouts may run this suite on
+    the same machine at the same time, and would see the change."""
+    fd = os.open("/tmp/airlock-test-machine.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def blas_configurations():
     """Yields "netlib" and "openblas" with the machine switched to each,
-    where it can be; else the machine's configuration as it is."""
+    where it can be; else the machine's configuration as it is. The
+    machine lock is held throughout."""
+    with machine_lock():
+        yield from _blas_configurations()
+
+
+def _blas_configurations():
     can_switch = (os.geteuid() == 0 and all(os.path.exists(p) for a in ALT.values()
                                             for p in a.values()))
     if not can_switch:
@@ -333,23 +353,25 @@ def test_etc_links_that_leave_the_exposed_set_are_dropped():
     if os.geteuid() != 0:
         print("  (not root: cannot plant links in /etc/alternatives)")
         return
-    secret = "/root/.airlock-test-secret"
-    planted = {"libairlock-test-ok.so.1": "/usr/lib/os-release",
-               "libairlock-test-abs.so.1": secret,
-               "libairlock-test-rel.so.1": "../../root/.airlock-test-secret",
-               "libairlock-test-proc.so.1": "/proc/self/environ",
-               "libairlock-test-chain.so.1": "libairlock-test-abs.so.1",
-               "libairlock-test-dangling.so.1": "/usr/lib/airlock-no-such-file"}
+    tag = f"airlock-test-{os.getpid()}"
+    secret = f"/root/.{tag}-secret"
+    planted = {f"lib{tag}-ok.so.1": "/usr/lib/os-release",
+               f"lib{tag}-abs.so.1": secret,
+               f"lib{tag}-rel.so.1": f"../../root/.{tag}-secret",
+               f"lib{tag}-proc.so.1": "/proc/self/environ",
+               f"lib{tag}-chain.so.1": f"lib{tag}-abs.so.1",
+               f"lib{tag}-dangling.so.1": "/usr/lib/airlock-no-such-file"}
     with open(secret, "w") as f:
         f.write("host secret\n")
     try:
-        for name, target in planted.items():
-            os.symlink(target, os.path.join("/etc/alternatives", name))
-        code = ("import os\nfor n in sorted(os.listdir('/etc/alternatives')):\n"
-                "    if 'airlock-test' in n: print(n, open('/etc/alternatives/' + n).read()[:4])")
-        rc, r = run_json(code)
+        with machine_lock():
+            for name, target in planted.items():
+                os.symlink(target, os.path.join("/etc/alternatives", name))
+            code = ("import os\nfor n in sorted(os.listdir('/etc/alternatives')):\n"
+                    f"    if {tag!r} in n: print(n, open('/etc/alternatives/' + n).read()[:4])")
+            rc, r = run_json(code)
         assert rc == 0, r["stderr"]
-        assert r["stdout"].splitlines() == ["libairlock-test-ok.so.1 PRET"], r["stdout"]
+        assert r["stdout"].splitlines() == [f"lib{tag}-ok.so.1 PRET"], r["stdout"]
         assert "host secret" not in r["stdout"]
     finally:
         for name in planted:
