@@ -27,6 +27,7 @@ enum {
         OPT_APPROVAL,
         OPT_JSON,
         OPT_OUTPUT_DIR,
+        OPT_NO_AUTO_FIGURES,
 };
 
 static const struct option long_options[] = {
@@ -43,6 +44,7 @@ static const struct option long_options[] = {
     {"max-stdout", required_argument, NULL, OPT_MAX_STDOUT},
     {"preload", required_argument, NULL, OPT_PRELOAD},
     {"approval", required_argument, NULL, OPT_APPROVAL},
+    {"no-auto-figures", no_argument, NULL, OPT_NO_AUTO_FIGURES},
     {"json", no_argument, NULL, OPT_JSON},
     {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
     {"yes", no_argument, NULL, 'y'},
@@ -71,6 +73,7 @@ void cli_usage(FILE *f)
               "      --max-stdout KIB           cap on each of stdout and stderr (1024)\n"
               "      --preload MOD[,MOD]        import modules once, before the snapshot\n"
               "      --approval never|always    base approval mode\n"
+              "      --no-auto-figures          do not return matplotlib figures as PNG files\n"
               "run only:\n"
               "  -c CODE                        the code to run\n"
               "      --json                     print the result JSON\n"
@@ -233,6 +236,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         else
                                 r = al_error(err, -EINVAL, NULL,
                                              "--approval: '%s' is not 'never' or 'always'", optarg);
+                        break;
+                case OPT_NO_AUTO_FIGURES:
+                        airlock_config_set_auto_figures(o.cfg, false);
                         break;
                 case OPT_JSON:
                         if (cmd == CLI_MCP)

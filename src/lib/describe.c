@@ -221,6 +221,11 @@ static int put_files(dynbuf *b, const airlock_config *cfg, airlock_error *err)
                        "(subdirectories too) are returned with the result: images are shown, "
                        "other files are attached. Links and special files are not returned.\n"
                        "- /tmp is private scratch space, emptied between calls.\n");
+        /* What a notebook user expects, and what saves the model a savefig. */
+        if (r >= 0 && !cfg->no_auto_figures)
+                r = dynbuf_appendf(b, "- matplotlib figures shown with plt.show() or left open "
+                                      "come back as PNG images by themselves "
+                                      "(/output/figure-N.png); no need to save them.\n");
         return r;
 }
 

@@ -273,14 +273,15 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
         uint64_t out_fs =
             l->output_fs_bytes ? l->output_fs_bytes : l->max_output_total + (1u << 20);
         json_t *j = json_pack(
-            "{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:i, s:o}",
+            "{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:i, s:b, s:o}",
             "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
             (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids, "open_files",
             (json_int_t)l->open_files, "max_file_bytes", (json_int_t)l->max_file_bytes, "tmp_bytes",
             (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs, "max_output_files",
             (json_int_t)l->max_output_files, "has_input", has_input, "input_tree", input_tree,
             "guest_uid", (json_int_t)sb->guest_uid, "guest_gid", (json_int_t)sb->guest_gid,
-            "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0, "preloads", pre);
+            "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0, "auto_figures",
+            !sb->cfg->no_auto_figures, "preloads", pre);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;

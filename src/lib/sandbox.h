@@ -48,6 +48,11 @@ enum {
         COPY_ERROR = 'E',
 };
 
+/* The template's read-only cache in the guest's root (template.c). */
+#define GUEST_CACHE_DIR "/cache"
+/* The module name of the guest's matplotlib backend (runtime.py). */
+#define GUEST_FIGURES_BACKEND "_airlock_figures"
+
 /* Fixed fd numbers inside a copy. */
 #define COPY_CHANNEL_FD 3
 
@@ -66,6 +71,7 @@ typedef struct template_params {
         int cgroup; /* 0: no cgroups, 1: cgroup v1, 2: cgroup v2 */
         char **preloads;
         size_t n_preloads;
+        bool auto_figures; /* return matplotlib figures as PNG files */
 } template_params;
 
 /* Runs the template; never returns. */
@@ -107,6 +113,9 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen);
  * afterwards need not. */
 int guest_warm_up(char *errbuf, size_t errlen);
 void guest_before_fork(void);
+/* Forks a process of the template's interpreter that fills GUEST_CACHE_DIR
+ * (matplotlib's font list) and exits; returns its pid, or -errno. */
+pid_t guest_start_cache_builder(void);
 /* From now on, runs share one __main__ (a session). */
 void guest_set_session(void);
 void guest_after_fork_parent(void);
