@@ -20,6 +20,7 @@ enum {
         OPT_MAX_OUTPUT_FILES,
         OPT_MAX_STDOUT,
         OPT_PRELOAD,
+        OPT_PYTHON_PATH,
         OPT_APPROVAL,
         OPT_JSON,
         OPT_OUTPUT_DIR,
@@ -38,6 +39,7 @@ static const struct option long_options[] = {
     {"max-output-files", required_argument, NULL, OPT_MAX_OUTPUT_FILES},
     {"max-stdout", required_argument, NULL, OPT_MAX_STDOUT},
     {"preload", required_argument, NULL, OPT_PRELOAD},
+    {"python-path", required_argument, NULL, OPT_PYTHON_PATH},
     {"approval", required_argument, NULL, OPT_APPROVAL},
     {"json", no_argument, NULL, OPT_JSON},
     {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
@@ -66,6 +68,8 @@ void cli_usage(FILE *f)
               "      --max-output-files N       capture cap on files (1000)\n"
               "      --max-stdout KIB           cap on each of stdout and stderr (1024)\n"
               "      --preload MOD[,MOD]        import modules once, before the snapshot\n"
+              "      --python-path DIR          make a folder of Python packages importable,\n"
+              "                                 read-only (repeatable)\n"
               "      --approval never|always    base approval mode\n"
               "run only:\n"
               "  -c CODE                        the code to run\n"
@@ -211,6 +215,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case OPT_PRELOAD:
                         r = add_preloads(o.cfg, optarg, err);
+                        break;
+                case OPT_PYTHON_PATH:
+                        r = airlock_config_add_python_path(o.cfg, optarg, err);
                         break;
                 case OPT_APPROVAL:
                         if (strcmp(optarg, "never") == 0 || strcmp(optarg, "never_require") == 0)

@@ -176,7 +176,13 @@ def _after_fork():
         tempfile._name_sequence = None
 
 
-def _install():
+def _install(python_paths=()):
+    # The --python-path folders (and the .pth entries inside them) come
+    # before the system's site folders, as a virtualenv's site-packages
+    # comes before the system's, and after the standard library.
+    if python_paths:
+        at = next((i for i, p in enumerate(_sys.path) if p.endswith("-packages")), len(_sys.path))
+        _sys.path[at:at] = list(python_paths)
     mod = _types.ModuleType("airlock")
     mod.__doc__ = "Host functions of the airlock sandbox."
     for name in __all__:

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "fsx.h"
 #include "netpolicy.h"
+#include "pythonpath.h"
 #include "tools.h"
 #include "util.h"
 
@@ -76,7 +77,7 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
 /* The same for the configuration itself: a new member changes what a sandbox
  * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
  * own memo), and its setter must call config_changed(). */
-_Static_assert(sizeof(struct airlock_config) == 216,
+_Static_assert(sizeof(struct airlock_config) == 232,
                "update config_text for the new airlock_config member");
 
 /* What the configuration says, as text (the first part described below):
@@ -98,6 +99,8 @@ static int config_text(const airlock_config *cfg, char **ret)
                 r = fp_limits(&b, &cfg->limits);
         for (size_t i = 0; r >= 0 && i < cfg->n_preloads; i++)
                 r = fp_field(&b, "preload", cfg->preloads[i]);
+        for (size_t i = 0; r >= 0 && i < cfg->n_python_paths; i++)
+                r = fp_field(&b, "python_path", cfg->python_paths[i]);
         if (r >= 0 && cfg->workspace)
                 r = fp_field(&b, "workspace", cfg->workspace);
         for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++) {
@@ -161,6 +164,15 @@ static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t 
                 r = fp_signature(&b, cfg->workspace, &lim, err);
         for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
                 r = fp_signature(&b, cfg->mounts[i].host, &lim, err);
+        /* The Python installation and the --python-path folders: a
+         * template that preloaded the old version of a package must not
+         * serve runs that would import the rest of it lazily from the new
+         * one. */
+        char py[17];
+        if (r >= 0) {
+                pyenv_signature(cfg->python_paths, cfg->n_python_paths, py);
+                r = fp_field(&b, "python", py);
+        }
         if (r < 0) {
                 dynbuf_free(&b);
                 if (r == -ENOMEM || r == -E2BIG)

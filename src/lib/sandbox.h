@@ -21,6 +21,9 @@
 #define TEMPLATE_CTL_FD   3
 #define TEMPLATE_INPUT_FD 4
 #define TEMPLATE_REQ_FD   5
+/* The read-only mounts of the --python-path folders, when the host could
+ * make them (as root), on fds TEMPLATE_PYPATH_FD + N. */
+#define TEMPLATE_PYPATH_FD 6
 
 /* Control messages on the template's SOCK_SEQPACKET socket. */
 enum {
@@ -47,8 +50,16 @@ enum {
 typedef struct template_params {
         airlock_limits limits;
         bool has_input;
+        uid_t guest_uid; /* the host id the guest's uid 0 maps to, for messages */
         char **preloads;
         size_t n_preloads;
+        /* --python-path folders: host paths, whether each came as a mount
+         * fd, and the guest's sys.path entries made of them. */
+        char **python_paths;
+        bool *python_path_fd;
+        size_t n_python_paths;
+        char **sys_path;
+        size_t n_sys_path;
 } template_params;
 
 /* Runs the template; never returns. */
@@ -75,6 +86,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
 void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
 void sbx_replenish(airlock_sandbox *sb);
 const airlock_limits *sbx_limits(const airlock_sandbox *sb);
+const airlock_config *sbx_config(const airlock_sandbox *sb);
 
 /* --- embedded interpreter (guestpy.c), used inside the template only --- */
 
