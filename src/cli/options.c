@@ -283,6 +283,15 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         return 0;
 }
 
+void print_warnings(const char *warnings, const char *prefix)
+{
+        for (const char *p = warnings; p && *p;) {
+                size_t n = strcspn(p, "\n");
+                fprintf(stderr, "%s: warning: %.*s\n", prefix, (int)n, p);
+                p += n + (p[n] == '\n');
+        }
+}
+
 void cli_options_free(cli_options *o)
 {
         airlock_config_free(o->cfg);

@@ -697,6 +697,26 @@ int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *c
         return airlock_cache_run_ex(c, cfg, code, len, &opts, ret, err);
 }
 
+char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, airlock_error *err)
+{
+        if (!c || !cfg) {
+                al_error(err, -EINVAL, NULL, "cache describe: missing cache or configuration");
+                return NULL;
+        }
+        _cleanup_free_ char *key = NULL;
+        size_t static_len = 0;
+        if (fingerprint_parts(cfg, &key, &static_len, err) < 0 || slot_acquire(c, err) < 0)
+                return NULL;
+        cache_entry *e = NULL;
+        char *text = NULL;
+        if (entry_acquire(c, cfg, key, static_len, fnv1a(key), &e, err) >= 0) {
+                text = airlock_sandbox_describe_json(e->sb, err);
+                entry_release(c, e);
+        }
+        slot_release(c);
+        return text;
+}
+
 void airlock_cache_close(airlock_cache *c)
 {
         if (!c)

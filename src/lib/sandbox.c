@@ -1334,6 +1334,18 @@ const char *airlock_sandbox_warnings(const airlock_sandbox *sb)
         return sb ? sb->warnings : NULL;
 }
 
+const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv)
+{
+        pthread_mutex_lock(&sb->lock);
+        if (!sb->inventory)
+                sb->inventory = inv;
+        else
+                json_decref(inv);
+        const json_t *have = sb->inventory;
+        pthread_mutex_unlock(&sb->lock);
+        return have;
+}
+
 const airlock_config *sbx_config(const airlock_sandbox *sb)
 {
         return sb->cfg;

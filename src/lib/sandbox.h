@@ -87,6 +87,9 @@ void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
 void sbx_replenish(airlock_sandbox *sb);
 const airlock_limits *sbx_limits(const airlock_sandbox *sb);
 const airlock_config *sbx_config(const airlock_sandbox *sb);
+/* The packages the guest can import (describe.c): the one kept, after
+ * keeping inv (taken) when none was; inv NULL only looks. */
+const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv);
 
 /* --- embedded interpreter (guestpy.c), used inside the template only --- */
 
