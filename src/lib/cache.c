@@ -124,7 +124,9 @@ static int config_text(const airlock_config *cfg, char **ret)
  *
  * The first part changes only through a setter, which drops the memo in cfg,
  * so it is made once per version of the configuration and not at every run.
- * The trees can change at any time, so their signatures are read every time. */
+ * The trees can change at any time, so their signatures are read every time,
+ * and so is the signature of the Python installation and the --python-path
+ * folders (pyenv_signature, some 20 us). */
 static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t *ret_static_len,
                              airlock_error *err)
 {

@@ -34,9 +34,9 @@ int pypath_open_tree(const char *dir, uid_t guest_uid, gid_t guest_gid, int *ret
                      airlock_error *err);
 
 /* A signature of the Python installation and of the configured folders,
- * cheap enough for every run: the status of the standard library's folders,
- * of each site-packages folder and each of their top-level entries, and the
- * same for every --python-path folder. Any install, removal or upgrade
+ * cheap enough for every run: the status of the standard library's folders
+ * and of each site-packages folder, and of every --python-path folder and
+ * each of its top-level entries. Any install, removal or upgrade
  * there changes it. ret_hex holds 16 hex digits. */
 void pyenv_signature(char *const *python_paths, size_t n, char ret_hex[17]);
 
