@@ -265,6 +265,9 @@ int pypath_inspect(const char *dir, size_t index, json_t *sys_path, dynbuf *warn
                 close(fd);
                 return al_error(err, r, dir, "--python-path %s: out of memory", dir);
         }
+        /* The dup shared the directory's offset, which its readdir left
+         * at the end. */
+        (void)lseek(fd, 0, SEEK_SET);
         scan s = {0};
         scan_extensions(fd, "", 0, st.st_dev, &s);
         if (s.found)
