@@ -405,24 +405,6 @@ static void build_root(void)
                         bind_file(host, dst, false);
         }
 
-        /* Debian finds libblas.so.3 and liblapack.so.3 (numpy, scipy)
-         * through links in /etc/alternatives, which point into /usr, and
-         * matplotlib reads /etc/matplotlibrc and fontconfig /etc/fonts. A
-         * stopgap for the benchmarks of --python-path until the guest's
-         * /etc is redone (issue 14, the i14-guest branch). */
-        static const char *const etc_dirs[] = {"alternatives", "fonts"};
-        for (size_t i = 0; i < ARRAY_SIZE(etc_dirs); i++) {
-                char host[64], dst[96];
-                snprintf(host, sizeof(host), "/etc/%s", etc_dirs[i]);
-                snprintf(dst, sizeof(dst), NEWROOT "/etc/%s", etc_dirs[i]);
-                if (access(host, X_OK) == 0) {
-                        make_dir(dst, 0755);
-                        bind_ro(host, dst, false);
-                }
-        }
-        if (access("/etc/matplotlibrc", R_OK) == 0)
-                bind_file("/etc/matplotlibrc", NEWROOT "/etc/matplotlibrc", false);
-
         make_dir(NEWROOT "/dev", 0755);
         static const char *const devs[] = {"null", "zero", "full", "random", "urandom"};
         for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
