@@ -111,7 +111,7 @@ check: build/.deps-check
 asan:
 	@$(MAKE) --no-print-directory SAN=asan tests
 
-demo: all
+demo: build/.deps-demo all
 	@bash examples/demo.sh $(BUILD)/airlock
 
 bench: build/.deps-bench all

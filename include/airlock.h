@@ -137,6 +137,11 @@ AIRLOCK_PUBLIC int airlock_config_add_preload(airlock_config *cfg, const char *m
 AIRLOCK_PUBLIC int airlock_config_add_python_path(airlock_config *cfg, const char *dir,
                                                   airlock_error *err);
 AIRLOCK_PUBLIC void airlock_config_set_approval(airlock_config *cfg, airlock_approval mode);
+/* Whether matplotlib figures come back without being asked (default on):
+ * every figure shown with plt.show() or still open at the end of a run,
+ * and not written with savefig in that run, is saved as
+ * /output/figure-N.png. Off, matplotlib's default backend is plain Agg. */
+AIRLOCK_PUBLIC void airlock_config_set_auto_figures(airlock_config *cfg, bool on);
 /* always when the base mode is always or any registered tool is; else never. */
 AIRLOCK_PUBLIC airlock_approval airlock_config_effective_approval(const airlock_config *cfg);
 

@@ -4,24 +4,33 @@
 # `make demo` and `make check` work on a fresh machine. It is idempotent and
 # quiet when everything is already present.
 #
-# Usage: scripts/deps.sh [build|check|bench|fuzz]
+# Usage: scripts/deps.sh [build|demo|check|bench|fuzz]
 set -euo pipefail
 
 profile=${1:-build}
 
 build_pkgs=(build-essential pkg-config libseccomp-dev libjansson-dev
             libcurl4-openssl-dev libpython3-dev python3 media-types)
-check_pkgs=(libcmocka-dev clang-format nodejs iproute2)
+# The guest's scientific stack, as Debian packages it: the demo draws its
+# chart with pandas and matplotlib.
+demo_pkgs=(python3-numpy python3-pandas python3-matplotlib)
+# The tests run the whole stack in the guest, fontconfig's tools included,
+# and BLAS both as Debian's default netlib build and as OpenBLAS with its
+# thread pool (tests/blackbox/test_guest_python.py switches between them).
+# Installing libopenblas0-pthread makes OpenBLAS the machine's default.
+check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3-scipy
+            python3-pil fontconfig libblas3 liblapack3 libopenblas0-pthread)
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 
 pkgs=("${build_pkgs[@]}")
 case "$profile" in
 build) ;;
+demo) pkgs+=("${demo_pkgs[@]}") ;;
 check) pkgs+=("${check_pkgs[@]}") ;;
 bench) pkgs+=("${check_pkgs[@]}" "${bench_pkgs[@]}") ;;
 fuzz) pkgs+=("${check_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
-*) echo "deps.sh: unknown profile '$profile' (build, check, bench or fuzz)" >&2; exit 2 ;;
+*) echo "deps.sh: unknown profile '$profile' (build, demo, check, bench or fuzz)" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -32,7 +41,7 @@ for p in "${pkgs[@]}"; do
 done
 # npm ships inside some builds of the nodejs package; ask for Debian's npm
 # package only when the command itself is missing.
-if [ "$profile" != build ] && ! command -v npm >/dev/null 2>&1; then
+if [ "$profile" != build ] && [ "$profile" != demo ] && ! command -v npm >/dev/null 2>&1; then
     missing+=(npm)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -24,6 +24,7 @@ enum {
         OPT_APPROVAL,
         OPT_JSON,
         OPT_OUTPUT_DIR,
+        OPT_NO_AUTO_FIGURES,
 };
 
 static const struct option long_options[] = {
@@ -41,6 +42,7 @@ static const struct option long_options[] = {
     {"preload", required_argument, NULL, OPT_PRELOAD},
     {"python-path", required_argument, NULL, OPT_PYTHON_PATH},
     {"approval", required_argument, NULL, OPT_APPROVAL},
+    {"no-auto-figures", no_argument, NULL, OPT_NO_AUTO_FIGURES},
     {"json", no_argument, NULL, OPT_JSON},
     {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
     {"yes", no_argument, NULL, 'y'},
@@ -71,6 +73,7 @@ void cli_usage(FILE *f)
               "      --python-path DIR          make a folder of Python packages importable,\n"
               "                                 read-only (repeatable)\n"
               "      --approval never|always    base approval mode\n"
+              "      --no-auto-figures          do not return matplotlib figures as PNG files\n"
               "run only:\n"
               "  -c CODE                        the code to run\n"
               "      --json                     print the result JSON\n"
@@ -228,6 +231,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         else
                                 r = al_error(err, -EINVAL, NULL,
                                              "--approval: '%s' is not 'never' or 'always'", optarg);
+                        break;
+                case OPT_NO_AUTO_FIGURES:
+                        airlock_config_set_auto_figures(o.cfg, false);
                         break;
                 case OPT_JSON:
                         if (cmd == CLI_MCP)

@@ -95,6 +95,16 @@ def http_post(url, body="", content_type="application/json", headers=None):
 
 _session_main = None
 
+# Whether figures come back without being asked (airlock_config_set_auto_figures).
+_auto_figures = True
+# The template's read-only cache (GUEST_CACHE_DIR in sandbox.h).
+_CACHE = "/cache"
+# matplotlib's backend when figures come back (GUEST_FIGURES_BACKEND).
+_BACKEND = "_airlock_figures"
+# Figures saved in this run: /output/figure-N.png takes the next N.
+_figures_saved = 0
+_mpl_prepared = False
+
 
 def _run(code, keep=False, last=False):
     """Runs code as the __main__ script. Returns (status, exit_code), where
@@ -102,7 +112,8 @@ def _run(code, keep=False, last=False):
     shares one __main__, so names defined by one run are seen by the next.
     With last (the agent's run in a single-run copy), the run ends as a
     Python program does: after the threads that are not daemons."""
-    global _session_main
+    global _session_main, _figures_saved
+    _figures_saved = 0
     main = _session_main if keep else None
     if main is None:
         main = _types.ModuleType("__main__")
@@ -157,12 +168,315 @@ def _run(code, keep=False, last=False):
                 threading._shutdown()
         except BaseException:
             pass
-    for stream in (_sys.stdout, _sys.stderr):
+    # Figures are the run's display, as a notebook shows them after a
+    # cell: in every run, a session's cells included, whether the code
+    # failed or not.
+    if _auto_figures:
+        try:
+            _return_figures()
+        except BaseException:
+            pass
+    if last:
+        try:
+            _end_like_a_script(main)
+        except BaseException:
+            pass
+    _flush_std()
+    return status, exit_code
+
+
+def _flush_std():
+    for stream in (_sys.stdout, _sys.stderr, _sys.__stdout__, _sys.__stderr__):
         try:
             stream.flush()
         except Exception:
             pass
-    return status, exit_code
+
+
+def _print_unraisable(obj):
+    """Reports an exception that a shutdown step swallows, in the words
+    CPython uses for the same case ("Exception ignored in: ...")."""
+    try:
+        import traceback
+        _sys.stderr.write(f"Exception ignored in: {obj!r}\n")
+        traceback.print_exc()
+    except Exception:
+        pass
+
+
+def _end_like_a_script(main):
+    """Ends the run's copy as `python3 script.py` ends, as far as the
+    program or its files can tell, without a full Py_Finalize (tens of
+    milliseconds with the scientific stack, for teardown nobody sees):
+
+    1. stdout and stderr flushed, then the atexit handlers, last
+       registered first; an exception in one is
+       printed to stderr ("Exception ignored in atexit callback") and the
+       exit status is unchanged, as in CPython;
+    2. stdout and stderr flushed;
+    3. __main__'s globals cleared, underscore names first, as CPython's
+       module teardown does, so that objects only they hold are finalised
+       (a zipfile.ZipFile writes its directory, a file closes); then a
+       collection for the cycles among them. Skipped while daemon threads
+       still run: CPython stops them first, and they may be using those
+       globals;
+    4. every Python file object still open flushed and closed, wrappers
+       before what they wrap, and sqlite3 connections closed.
+
+    What is left out is what CPython does not promise at exit either:
+    __del__ of objects that are still alive after this (other modules'
+    globals), and the freeing of memory. The process exits right after,
+    before the host captures /output. The run's time limit bounds all of
+    it: an atexit handler that never returns ends as a timeout."""
+    import atexit
+    # Flushed first too, so that what the code printed is not lost with
+    # the process when a handler runs into the time limit.
+    _flush_std()
+    atexit._run_exitfuncs()
+    _flush_std()
+    threading = _sys.modules.get("threading")
+    alone = threading is None or threading.active_count() <= 1
+    if alone:
+        d = main.__dict__
+        for names in ([k for k in d if k.startswith("_") and k != "__builtins__"],
+                      [k for k in d if k != "__builtins__"]):
+            for k in names:
+                try:
+                    d[k] = None
+                except Exception:
+                    pass
+        import gc
+        gc.collect()
+    _close_open_files()
+
+
+def _close_open_files():
+    """Flushes and closes every open file object of the run, and closes
+    every sqlite3 connection (which rolls back what was not committed and
+    removes its journal, as its finaliser would). The template's own
+    objects are frozen out of the collector's lists (guestpy.c), so only
+    objects made in this copy are seen; stdin, stdout and stderr are
+    among the template's. Wrappers close first: Python-level file classes
+    (gzip, zipfile's), then text files, then buffered ones, then raw."""
+    import gc
+    import _io
+    sqlite3 = _sys.modules.get("sqlite3")
+    connection = getattr(sqlite3, "Connection", None)
+    in_memory = (_io.BytesIO, _io.StringIO)
+    files, conns = [], []
+    for o in gc.get_objects():
+        if isinstance(o, _io._IOBase) and not isinstance(o, in_memory):
+            files.append(o)
+        elif connection is not None and isinstance(o, connection):
+            conns.append(o)
+
+    def rank(f):
+        t = type(f)
+        if t.__module__ not in ("_io", "io"):
+            return 0
+        if isinstance(f, _io._TextIOBase):
+            return 1
+        if isinstance(f, _io._BufferedIOBase):
+            return 2
+        return 3
+    files.sort(key=rank)
+    for f in files:
+        try:
+            if f.closed:
+                continue
+        except Exception:
+            continue
+        try:
+            f.close()
+        except Exception:
+            _print_unraisable(f)
+    for c in conns:
+        try:
+            c.close()
+        except Exception:
+            _print_unraisable(c)
+
+
+# ---- matplotlib ---------------------------------------------------------
+#
+# matplotlib is never imported for a run that does not use it. The import
+# hook below (_Finder, first on sys.meta_path) acts when a run imports it:
+#
+# - the first import of matplotlib in a copy copies the font list that the
+#   template built once (_build_caches) into matplotlib's cache directory
+#   under HOME, so the run does not spend a second rebuilding it;
+# - matplotlib.backend_bases gets a print_figure that marks each figure it
+#   writes, so a figure the code saved itself is not returned again;
+# - the backend module named by MPLBACKEND (guestpy.c), Agg with a show()
+#   that returns the figures.
+
+
+def _build_caches():
+    """Runs in a process forked from the template for this alone, while the
+    cache is writable: builds matplotlib's font list in it."""
+    global _mpl_prepared
+    import os
+    _mpl_prepared = True
+    os.environ["MPLCONFIGDIR"] = _CACHE + "/matplotlib"
+    if "matplotlib" in _sys.modules:
+        return  # preloaded: the preload wrote the font list already
+    try:
+        import matplotlib.font_manager  # noqa: F401 (it writes the cache)
+    except Exception:
+        pass
+
+
+def _after_preloads():
+    import os
+    os.environ.pop("MPLCONFIGDIR", None)
+
+
+def _prepare_matplotlib():
+    global _mpl_prepared
+    if _mpl_prepared:
+        return
+    _mpl_prepared = True
+    import os
+    env = os.environ
+    target = env.get("MPLCONFIGDIR") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "matplotlib")
+    src = _CACHE + "/matplotlib"
+    try:
+        names = [n for n in os.listdir(src) if n.startswith("fontlist-") and n.endswith(".json")]
+    except OSError:
+        return
+    for name in names:
+        dst = os.path.join(target, name)
+        try:
+            if os.path.exists(dst):
+                continue
+            os.makedirs(target, exist_ok=True)
+            with open(os.path.join(src, name), "rb") as f:
+                data = f.read()
+            with open(dst, "xb") as f:
+                f.write(data)
+        except OSError:
+            pass
+
+
+class _WrappingLoader:
+    """The loader of a module, with `after(module)` run once it is loaded."""
+
+    def __init__(self, inner, after):
+        self._inner, self._after = inner, after
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        self._after(module)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _patch_backend_bases(module):
+    canvas = module.FigureCanvasBase
+    original = canvas.print_figure
+
+    def print_figure(self, *args, **kwargs):
+        # Any savefig, to a file or a buffer, is the code's own way of
+        # keeping the figure: it is not returned again at the end.
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            fig = getattr(self, "figure", None)
+            if fig is not None:
+                fig._airlock_returned = True
+    print_figure.__doc__ = original.__doc__
+    print_figure.__wrapped__ = original
+    canvas.print_figure = print_figure
+
+
+class _BackendLoader:
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        from matplotlib.backend_bases import _Backend
+        from matplotlib.backends.backend_agg import _BackendAgg
+
+        class _BackendAirlock(_BackendAgg):
+            """Agg, whose show() returns the figures: each one not saved
+            yet goes to /output as a PNG, and all are closed, as after
+            the windows of a script's plt.show() are closed."""
+
+            @classmethod
+            def show(cls, *args, **kwargs):
+                _return_figures()
+
+        _BackendAirlock.__module__ = module.__name__
+        module.__doc__ = "matplotlib's Agg backend, whose show() returns the figures."
+        _Backend.export(_BackendAirlock)
+
+
+class _Finder:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "matplotlib":
+            _prepare_matplotlib()
+        elif name == _BACKEND and _auto_figures:
+            import importlib.util
+            return importlib.util.spec_from_loader(name, _BackendLoader)
+        elif name == "matplotlib.backend_bases" and _auto_figures:
+            import importlib.machinery
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _WrappingLoader(spec.loader, _patch_backend_bases)
+            return spec
+        return None
+
+
+def _save_figure(fig):
+    """Saves fig as the next free /output/figure-N.png (a file of the
+    code's own of that name is never overwritten)."""
+    global _figures_saved
+    import os
+    while True:
+        _figures_saved += 1
+        path = f"/output/figure-{_figures_saved}.png"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            break
+        except FileExistsError:
+            continue
+        except OSError as e:
+            _sys.stderr.write(f"airlock: cannot save a figure as {path}: {e}\n")
+            return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png")
+    except Exception as e:
+        _sys.stderr.write(f"airlock: cannot save a figure as {path}: "
+                          f"{type(e).__name__}: {e}\n")
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    fig._airlock_returned = True
+
+
+def _return_figures():
+    """Saves every open pyplot figure that was not written with savefig,
+    in the order of their numbers, then closes them all."""
+    helpers = _sys.modules.get("matplotlib._pylab_helpers")
+    if helpers is None:
+        return
+    gcf = helpers.Gcf
+    for manager in gcf.get_all_fig_managers():
+        fig = manager.canvas.figure
+        if not getattr(fig, "_airlock_returned", False):
+            _save_figure(fig)
+    gcf.destroy_all()
 
 
 def _after_fork():
@@ -171,6 +485,15 @@ def _after_fork():
     random = _sys.modules.get("random")
     if random is not None:
         random.seed()
+    # numpy's global RandomState (np.random.rand and friends) was seeded in
+    # the template, once for every copy. Generators made with
+    # np.random.default_rng() seed themselves from the OS at creation.
+    np_random = _sys.modules.get("numpy.random")
+    if np_random is not None:
+        try:
+            np_random.seed()
+        except Exception:
+            pass
     tempfile = _sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile._name_sequence = None
@@ -253,7 +576,10 @@ def _inventory(folders):
     print(json.dumps({"packages": notable, "python_path": out}))
 
 
-def _install(python_paths=()):
+def _install(auto_figures=True, python_paths=()):
+    global _auto_figures
+    _auto_figures = bool(auto_figures)
+    _sys.meta_path.insert(0, _Finder)
     # The --python-path folders (and the .pth entries inside them) come
     # before the system's site folders, as a virtualenv's site-packages
     # comes before the system's, and after the standard library.

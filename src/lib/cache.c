@@ -94,6 +94,8 @@ static int config_text(const airlock_config *cfg, char **ret)
         if (r >= 0)
                 r = dynbuf_appendf(&b, "approval:%d\n", (int)cfg->approval);
         if (r >= 0)
+                r = dynbuf_appendf(&b, "auto_figures:%d\n", !cfg->no_auto_figures);
+        if (r >= 0)
                 r = fp_field(&b, "allow", allow);
         if (r >= 0)
                 r = fp_limits(&b, &cfg->limits);

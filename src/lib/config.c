@@ -247,6 +247,12 @@ void airlock_config_set_approval(airlock_config *c, airlock_approval mode)
         c->approval = mode;
 }
 
+void airlock_config_set_auto_figures(airlock_config *c, bool on)
+{
+        config_changed(c);
+        c->no_auto_figures = !on;
+}
+
 airlock_approval airlock_config_effective_approval(const airlock_config *c)
 {
         if (c->approval == AIRLOCK_APPROVAL_ALWAYS || toolreg_any_requires_approval(c->tools))
@@ -261,6 +267,7 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         c->limits = src->limits;
         c->approval = src->approval;
+        c->no_auto_figures = src->no_auto_figures;
         int r = 0;
         if (src->workspace && !(c->workspace = strdup(src->workspace)))
                 r = -ENOMEM;

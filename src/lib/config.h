@@ -25,6 +25,7 @@ struct airlock_config {
         char **python_paths; /* absolute, resolved host folders (--python-path) */
         size_t n_python_paths;
         airlock_approval approval;
+        bool no_auto_figures; /* airlock_config_set_auto_figures(cfg, false) */
         /* The part of the cache fingerprint that this structure alone
          * decides (cache.c), made by the first run that needs it and dropped
          * by every setter: runs share a built configuration read-only, and

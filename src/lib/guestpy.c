@@ -4,12 +4,19 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "channel.h"
 #include "sandbox.h"
@@ -18,8 +25,10 @@
 extern const unsigned char guest_runtime_py[];
 extern const unsigned long guest_runtime_py_len;
 
-static PyObject *runtime_run;        /* runtime._run */
-static PyObject *runtime_after_fork; /* runtime._after_fork */
+static PyObject *runtime_run;            /* runtime._run */
+static PyObject *runtime_after_fork;     /* runtime._after_fork */
+static PyObject *runtime_build;          /* runtime._build_caches */
+static PyObject *runtime_after_preloads; /* runtime._after_preloads */
 static int channel_fd = -1;
 static bool session_mode; /* runs share one __main__ */
 /* One request at a time on the channel, whatever the guest's threads do. */
@@ -161,8 +170,80 @@ static void freeze_heap(void)
         PyErr_Clear();
 }
 
+/* OpenBLAS starts a pool of threads when it is loaded, and a copy made by
+ * clone3 has none of them: only the forking thread is copied, and clone3
+ * runs no pthread_atfork handlers (where OpenBLAS would stop its pool).
+ * A copy that found the pool marked running would hand work to threads
+ * that do not exist, and wait for them forever. So the template stops the
+ * pool itself before every fork, as OpenBLAS's own fork handler does, and
+ * each copy's first parallel product starts a pool of its own. Debian's
+ * netlib BLAS has no threads and no such function. */
+#define MAX_BLAS_POOLS 4
+static void (*blas_shutdown[MAX_BLAS_POOLS])(void);
+static size_t n_blas_shutdown;
+
+/* Finds the pool-stopping function of every OpenBLAS the preloads loaded
+ * (each of Debian's OpenBLAS variants has its own pool). Libraries loaded
+ * later, by a run, are loaded in that run's copy and need nothing. */
+static void find_blas_pools(void)
+{
+        static const char *const libs[] = {"libopenblas.so.0", "libblas.so.3", "liblapack.so.3",
+                                           "libopenblasp-r0.3.so"};
+        for (size_t i = 0; i < ARRAY_SIZE(libs) && n_blas_shutdown < MAX_BLAS_POOLS; i++) {
+                void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
+                if (!h)
+                        continue;
+                void (*fn)(void) = (void (*)(void))dlsym(h, "blas_thread_shutdown_");
+                bool known = false;
+                for (size_t k = 0; k < n_blas_shutdown; k++)
+                        known |= blas_shutdown[k] == fn;
+                if (fn && !known)
+                        blas_shutdown[n_blas_shutdown++] = fn;
+                /* Not unloaded: NOLOAD took a reference of a library that
+                 * stays loaded anyway, and the function must stay valid. */
+        }
+}
+
+/* The threads a library's pool may use in one run: no more than the CPUs
+ * the sandbox may run on, and at most half the run's process limit, so
+ * that BLAS alone never uses up the threads the code may start (with
+ * --pids 1, BLAS runs on the calling thread only). */
+static unsigned pool_threads(const template_params *p)
+{
+        cpu_set_t set;
+        unsigned cpus = 1;
+        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+                cpus = (unsigned)CPU_COUNT(&set);
+        unsigned half = p->limits.pids / 2;
+        return MAX(1u, MIN(cpus, half));
+}
+
+/* The environment the guest's libraries read when they load: pool sizes
+ * (OpenBLAS, OpenMP, MKL, numexpr), and matplotlib's default backend. The
+ * backend is only named here: matplotlib is imported by the runs that use
+ * it, or by a preload. */
+static void set_library_environment(const template_params *p)
+{
+        char n[16];
+        snprintf(n, sizeof(n), "%u", pool_threads(p));
+        static const char *const pools[] = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                            "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS"};
+        for (size_t i = 0; i < ARRAY_SIZE(pools); i++)
+                setenv(pools[i], n, 1);
+        /* With figures returned, a backend of airlock's own (Agg, with a
+         * show() that returns the figures instead of warning that it
+         * cannot show them); else plain Agg. */
+        setenv("MPLBACKEND", p->auto_figures ? "module://" GUEST_FIGURES_BACKEND : "Agg", 1);
+        /* A preload of matplotlib writes its font list into the template's
+         * cache, writable until the template seals it. In a copy,
+         * matplotlib's directories are writable ones under HOME instead,
+         * the font list copied in from the cache (runtime.py). */
+        setenv("MPLCONFIGDIR", GUEST_CACHE_DIR "/matplotlib", 1);
+}
+
 int guest_init(const template_params *p, char *errbuf, size_t errlen)
 {
+        set_library_environment(p);
         if (PyImport_AppendInittab("_airlock", init_airlock_module) < 0) {
                 snprintf(errbuf, errlen, "python: cannot register the _airlock module");
                 return -EIO;
@@ -219,7 +300,9 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                         Py_CLEAR(paths);
                 Py_XDECREF(s);
         }
-        PyObject *r = paths ? PyObject_CallMethod(mod, "_install", "O", paths) : NULL;
+        PyObject *r = paths ? PyObject_CallMethod(mod, "_install", "OO",
+                                                  p->auto_figures ? Py_True : Py_False, paths)
+                            : NULL;
         Py_XDECREF(paths);
         if (!r) {
                 format_exception("python: the guest runtime failed to install", errbuf, errlen);
@@ -229,8 +312,10 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
         Py_DECREF(r);
         runtime_run = PyObject_GetAttrString(mod, "_run");
         runtime_after_fork = PyObject_GetAttrString(mod, "_after_fork");
+        runtime_build = PyObject_GetAttrString(mod, "_build_caches");
+        runtime_after_preloads = PyObject_GetAttrString(mod, "_after_preloads");
         Py_DECREF(mod);
-        if (!runtime_run || !runtime_after_fork) {
+        if (!runtime_run || !runtime_after_fork || !runtime_build || !runtime_after_preloads) {
                 format_exception("python: the guest runtime is incomplete", errbuf, errlen);
                 return -EIO;
         }
@@ -245,6 +330,15 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                 }
                 Py_DECREF(m);
         }
+        /* MPLCONFIGDIR was for the preloads only (set_library_environment). */
+        r = PyObject_CallNoArgs(runtime_after_preloads);
+        if (!r) {
+                format_exception("python: the guest runtime failed after the preloads", errbuf,
+                                 errlen);
+                return -EIO;
+        }
+        Py_DECREF(r);
+        find_blas_pools();
 
         freeze_heap();
         return 0;
@@ -275,7 +369,30 @@ void guest_set_session(void)
 
 void guest_before_fork(void)
 {
+        for (size_t i = 0; i < n_blas_shutdown; i++)
+                blas_shutdown[i]();
         PyOS_BeforeFork();
+}
+
+pid_t guest_start_cache_builder(void)
+{
+        guest_before_fork();
+        pid_t pid = fork();
+        if (pid == 0) {
+                PyOS_AfterFork_Child();
+                /* It holds nothing of the template's but memory: not the
+                 * control socket, whose closing tells the host that the
+                 * template is gone, nor any copy's fd. It dies with the
+                 * template. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                syscall(SYS_close_range, 3, ~0u, 0);
+                PyObject *r = PyObject_CallNoArgs(runtime_build);
+                Py_XDECREF(r);
+                _exit(r ? 0 : 1);
+        }
+        int saved = errno;
+        guest_after_fork_parent();
+        return pid < 0 ? -saved : pid;
 }
 
 void guest_after_fork_parent(void)

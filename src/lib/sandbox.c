@@ -232,15 +232,15 @@ static char *params_json(const airlock_sandbox *sb, bool has_input)
                 json_array_append_new(paths, json_string(sb->cfg->python_paths[i]));
                 json_array_append_new(fds, json_boolean(sb->pypath_fd[i] >= 0));
         }
-        json_t *j =
-            json_pack("{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o, s:o, s:o, s:O, s:I}",
-                      "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
-                      (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids, "open_files",
-                      (json_int_t)l->open_files, "max_file_bytes", (json_int_t)l->max_file_bytes,
-                      "tmp_bytes", (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs,
-                      "max_output_files", (json_int_t)l->max_output_files, "has_input", has_input,
-                      "preloads", pre, "python_paths", paths, "python_path_fds", fds, "sys_path",
-                      sb->sys_path, "guest_uid", (json_int_t)sb->guest_uid);
+        json_t *j = json_pack(
+            "{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:o, s:o, s:o, s:O, s:I}",
+            "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
+            (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids, "open_files",
+            (json_int_t)l->open_files, "max_file_bytes", (json_int_t)l->max_file_bytes, "tmp_bytes",
+            (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs, "max_output_files",
+            (json_int_t)l->max_output_files, "has_input", has_input, "auto_figures",
+            !sb->cfg->no_auto_figures, "preloads", pre, "python_paths", paths, "python_path_fds",
+            fds, "sys_path", sb->sys_path, "guest_uid", (json_int_t)sb->guest_uid);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;

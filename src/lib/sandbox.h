@@ -43,6 +43,11 @@ enum {
         COPY_ERROR = 'E',
 };
 
+/* The template's read-only cache in the guest's root (template.c). */
+#define GUEST_CACHE_DIR "/cache"
+/* The module name of the guest's matplotlib backend (runtime.py). */
+#define GUEST_FIGURES_BACKEND "_airlock_figures"
+
 /* Fixed fd numbers inside a copy. */
 #define COPY_CHANNEL_FD 3
 
@@ -60,6 +65,7 @@ typedef struct template_params {
         size_t n_python_paths;
         char **sys_path;
         size_t n_sys_path;
+        bool auto_figures; /* return matplotlib figures as PNG files */
 } template_params;
 
 /* Runs the template; never returns. */
@@ -100,6 +106,9 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen);
  * afterwards need not. */
 int guest_warm_up(char *errbuf, size_t errlen);
 void guest_before_fork(void);
+/* Forks a process of the template's interpreter that fills GUEST_CACHE_DIR
+ * (matplotlib's font list) and exits; returns its pid, or -errno. */
+pid_t guest_start_cache_builder(void);
 /* From now on, runs share one __main__ (a session). */
 void guest_set_session(void);
 void guest_after_fork_parent(void);

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
@@ -39,6 +40,9 @@
 #endif
 #ifndef MOUNT_ATTR_NOSYMFOLLOW
 #define MOUNT_ATTR_NOSYMFOLLOW 0x00200000
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
 #endif
 
 /* The new root is built on a tmpfs mounted over /tmp inside the template's
@@ -186,6 +190,7 @@ static void read_params(void)
         l->max_output_files = (uint32_t)json_integer_value(json_object_get(j, "max_output_files"));
         params.has_input = json_is_true(json_object_get(j, "has_input"));
         params.guest_uid = (uid_t)json_integer_value(json_object_get(j, "guest_uid"));
+        params.auto_figures = !json_is_false(json_object_get(j, "auto_figures"));
         json_t *pre = json_object_get(j, "preloads");
         size_t n_pre = json_array_size(pre);
         params.preloads = calloc(n_pre + 1, sizeof(char *));
@@ -373,6 +378,252 @@ static void mount_python_paths(void)
         }
 }
 
+/* ---- what the guest sees of the host's /etc ----------------------------
+ *
+ * Debian's libraries read a few files under /etc: the dynamic linker's
+ * cache; the alternatives links through which libblas.so.3, liblapack.so.3
+ * and their kind are found; fontconfig's configuration; matplotlib's
+ * system matplotlibrc; the media types; the time zone. The guest gets
+ * copies of exactly these, taken when the template starts, and nothing
+ * else of the host's /etc: no accounts, host name, machine id, resolver,
+ * keys or credentials (README, "What the guest sees of /etc").
+ *
+ * The copies are made through directory fds with O_NOFOLLOW, so no link of
+ * the host's /etc is ever followed on the host: a link is copied as a
+ * link, and kept only if, resolved inside the guest's own root (openat2
+ * with RESOLVE_IN_ROOT, from a fd of that root), it reaches a file of the
+ * root's tmpfs or of a system directory bound into it. A link that
+ * dangles there, or that reaches the host's /proc (still bound in the
+ * root while it is built), is removed before any guest code runs. Files
+ * are read from the fd that was checked to be a regular file. */
+#define ETC_MAX_FILE    (1u << 20)
+#define ETC_MAX_BYTES   (2u << 20)
+#define ETC_MAX_ENTRIES 2048
+#define ETC_MAX_DEPTH   6
+
+typedef struct etc_copy {
+        int root_fd; /* the new root, for resolving links inside it */
+        dev_t devs[16];
+        size_t n_devs;
+        size_t entries, bytes;
+        char *links[ETC_MAX_ENTRIES]; /* copied links, as paths below the root */
+        size_t n_links;
+} etc_copy;
+
+/* The entries of the host's /etc that the guest gets. "alternatives" is
+ * filtered: only the links of shared libraries (a name with ".so"). */
+static const char *const etc_exposed[] = {"ld.so.cache",  "mime.types", "localtime",
+                                          "matplotlibrc", "fonts",      "alternatives"};
+
+static void etc_copy_entry(etc_copy *st, int src_dir, int dst_dir, const char *rel_dir,
+                           const char *name, int depth, bool only_libs);
+
+static void etc_copy_file(etc_copy *st, int src_dir, int dst_dir, const char *name)
+{
+        _cleanup_close_ int in =
+            openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        struct stat sb;
+        if (in < 0 || fstat(in, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > ETC_MAX_FILE ||
+            st->bytes + (size_t)sb.st_size > ETC_MAX_BYTES)
+                return;
+        _cleanup_close_ int out =
+            openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (out < 0)
+                fail(-errno, "mount namespace", "cannot create /etc/.../%s: %m", name);
+        char buf[16384];
+        size_t left = (size_t)sb.st_size;
+        /* Only as many bytes as the checked size: a file that grows while
+         * it is read does not push the copy past its caps. */
+        while (left > 0) {
+                ssize_t n = read(in, buf, MIN(left, sizeof(buf)));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                if (al_write_full(out, buf, (size_t)n) < 0)
+                        fail(-errno, "mount namespace", "cannot write /etc/.../%s: %m", name);
+                left -= (size_t)n;
+        }
+        st->bytes += (size_t)sb.st_size - left;
+}
+
+static void etc_copy_dir(etc_copy *st, int src_dir, int dst_dir, const char *rel, const char *name,
+                         int depth, bool only_libs)
+{
+        int in = openat(src_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (in < 0)
+                return;
+        DIR *d = fdopendir(in);
+        if (!d) {
+                close(in);
+                return;
+        }
+        if (mkdirat(dst_dir, name, 0755) < 0 && errno != EEXIST)
+                fail(-errno, "mount namespace", "cannot create /%s: %m", rel);
+        _cleanup_close_ int out =
+            openat(dst_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (out < 0)
+                fail(-errno, "mount namespace", "cannot open /%s: %m", rel);
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (only_libs && !strstr(de->d_name, ".so"))
+                        continue;
+                etc_copy_entry(st, dirfd(d), out, rel, de->d_name, depth + 1, false);
+        }
+        closedir(d);
+}
+
+/* Copies src_dir/name to dst_dir/name, whose path below the new root is
+ * rel_dir/name: a regular file by content, a directory entry by entry, a
+ * link as a link (checked later, in etc_check_links); anything else, and
+ * anything past the caps, is left out. */
+static void etc_copy_entry(etc_copy *st, int src_dir, int dst_dir, const char *rel_dir,
+                           const char *name, int depth, bool only_libs)
+{
+        struct stat sb;
+        char rel[512];
+        int n = snprintf(rel, sizeof(rel), "%s/%s", rel_dir, name);
+        if (n < 0 || (size_t)n >= sizeof(rel) || st->entries >= ETC_MAX_ENTRIES ||
+            fstatat(src_dir, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+                return;
+        st->entries++;
+        if (S_ISREG(sb.st_mode)) {
+                etc_copy_file(st, src_dir, dst_dir, name);
+        } else if (S_ISDIR(sb.st_mode) && depth < ETC_MAX_DEPTH) {
+                etc_copy_dir(st, src_dir, dst_dir, rel, name, depth, only_libs);
+        } else if (S_ISLNK(sb.st_mode) && st->n_links < ETC_MAX_ENTRIES) {
+                char target[1024];
+                ssize_t k = readlinkat(src_dir, name, target, sizeof(target));
+                if (k <= 0 || (size_t)k >= sizeof(target))
+                        return;
+                target[k] = '\0';
+                if (symlinkat(target, dst_dir, name) < 0)
+                        fail(-errno, "mount namespace", "cannot create /%s: %m", rel);
+                st->links[st->n_links] = strdup(rel);
+                if (!st->links[st->n_links])
+                        fail(-ENOMEM, "mount namespace", "out of memory");
+                st->n_links++;
+        }
+}
+
+/* Whether the link at rel (below the new root) resolves, inside that root,
+ * to a file on one of the exposed file systems. The kernel resolves every
+ * component and every link on the way as the guest will, confined to the
+ * root; the answer is about the inode reached, not about a path. */
+static bool etc_link_stays_inside(const etc_copy *st, const char *rel)
+{
+        struct open_how how = {
+            .flags = O_PATH | O_CLOEXEC,
+            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+        };
+        _cleanup_close_ int fd = (int)syscall(SYS_openat2, st->root_fd, rel, &how, sizeof(how));
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) < 0)
+                return false;
+        for (size_t i = 0; i < st->n_devs; i++)
+                if (sb.st_dev == st->devs[i])
+                        return true;
+        return false;
+}
+
+/* Removes every copied link that does not stay inside. Where openat2 is
+ * missing (before Linux 5.6), nothing can be checked, and every link
+ * goes. Removing one link can make another dangle, which is harmless: a
+ * dangling link reaches nothing. */
+static void etc_check_links(etc_copy *st)
+{
+        for (size_t i = 0; i < st->n_links; i++) {
+                if (!etc_link_stays_inside(st, st->links[i]) &&
+                    unlinkat(st->root_fd, st->links[i], 0) < 0)
+                        fail(-errno, "mount namespace", "cannot remove /%s: %m", st->links[i]);
+                free(st->links[i]);
+        }
+        st->n_links = 0;
+}
+
+/* The guest's /etc: the few files airlock writes itself, then the copies
+ * of etc_exposed. Runs after the system directories are bound into the
+ * new root, whose file systems the copied links may reach. */
+static void build_etc(void)
+{
+        make_dir(NEWROOT "/etc", 0755);
+        write_file(NEWROOT "/etc/passwd", "root:x:0:0:sandbox:/tmp:/bin/sh\n"
+                                          "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n");
+        write_file(NEWROOT "/etc/group", "root:x:0:\nnogroup:x:65534:\n");
+        write_file(NEWROOT "/etc/hosts", "127.0.0.1 localhost airlock\n::1 localhost\n");
+        write_file(NEWROOT "/etc/hostname", "airlock\n");
+        write_file(NEWROOT "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
+
+        static etc_copy st; /* the template builds one root, once */
+        st.root_fd = open(NEWROOT, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int host_etc =
+            open("/etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int guest_etc =
+            open(NEWROOT "/etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (st.root_fd < 0 || guest_etc < 0)
+                fail(-errno, "mount namespace", "cannot open the new root: %m");
+        if (host_etc < 0) {
+                close(st.root_fd);
+                return;
+        }
+        /* The file systems a link may reach: the root's tmpfs and each
+         * system directory bound into it. */
+        static const char *const roots[] = {".",   "usr",   "bin",   "sbin",
+                                            "lib", "lib64", "lib32", "libx32"};
+        for (size_t i = 0; i < ARRAY_SIZE(roots); i++) {
+                struct stat sb;
+                if (fstatat(st.root_fd, roots[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISDIR(sb.st_mode) && st.n_devs < ARRAY_SIZE(st.devs))
+                        st.devs[st.n_devs++] = sb.st_dev;
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(etc_exposed); i++)
+                etc_copy_entry(&st, host_etc, guest_etc, "etc", etc_exposed[i], 0,
+                               strcmp(etc_exposed[i], "alternatives") == 0);
+        etc_check_links(&st);
+        close(st.root_fd);
+}
+
+/* The template's cache directory, GUEST_CACHE_DIR: a tmpfs of its own,
+ * writable only while the template fills it (matplotlib's font list, see
+ * guest_start_cache_builder) and read-only to every guest. The guest's
+ * /tmp is fresh in every run, so a cache kept there would be rebuilt by
+ * every run that imports matplotlib, about a second each here. */
+#define CACHE_TMPFS_OPTS "size=16m,nr_inodes=4096,mode=0755"
+static pid_t cache_builder; /* 0 until it is started, then its pid (or < 0) */
+static bool cache_sealed;
+
+static void make_cache_dir(void)
+{
+        make_dir(NEWROOT GUEST_CACHE_DIR, 0755);
+        if (mount("tmpfs", NEWROOT GUEST_CACHE_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  CACHE_TMPFS_OPTS) < 0)
+                fail(-errno, "tmpfs", "cannot mount the cache tmpfs: %m");
+}
+
+/* Once the cache builder has exited (or could not start), the cache
+ * becomes read-only for the template, and so for every copy made from
+ * then on. Copies made before make their own view of it read-only
+ * (copy_main). */
+static void settle_cache(void)
+{
+        if (cache_sealed || cache_builder == 0)
+                return;
+        if (cache_builder > 0) {
+                pid_t w;
+                while ((w = waitpid(cache_builder, NULL, WNOHANG)) < 0 && errno == EINTR)
+                        ;
+                if (w == 0)
+                        return;
+        }
+        int r = make_readonly(GUEST_CACHE_DIR, false, true);
+        if (r < 0)
+                fail(r, "read-only bind mount", "cannot make %s read-only: %s", GUEST_CACHE_DIR,
+                     strerror(-r));
+        cache_sealed = true;
+}
+
 /* Builds the guest's root: a read-only tmpfs holding /usr (and the merged
  * links), a minimal /etc, a minimal /dev, /input, and mount points for the
  * per-copy /output, /tmp and /proc. No other host path is reachable. */
@@ -389,21 +640,8 @@ static void build_root(void)
         for (size_t i = 0; i < ARRAY_SIZE(sys_entries); i++)
                 add_system_entry(sys_entries[i]);
 
-        make_dir(NEWROOT "/etc", 0755);
-        write_file(NEWROOT "/etc/passwd", "root:x:0:0:sandbox:/tmp:/bin/sh\n"
-                                          "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n");
-        write_file(NEWROOT "/etc/group", "root:x:0:\nnogroup:x:65534:\n");
-        write_file(NEWROOT "/etc/hosts", "127.0.0.1 localhost airlock\n::1 localhost\n");
-        write_file(NEWROOT "/etc/hostname", "airlock\n");
-        write_file(NEWROOT "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
-        static const char *const etc_files[] = {"ld.so.cache", "mime.types", "localtime"};
-        for (size_t i = 0; i < ARRAY_SIZE(etc_files); i++) {
-                char host[64], dst[96];
-                snprintf(host, sizeof(host), "/etc/%s", etc_files[i]);
-                snprintf(dst, sizeof(dst), NEWROOT "/etc/%s", etc_files[i]);
-                if (access(host, R_OK) == 0)
-                        bind_file(host, dst, false);
-        }
+        build_etc();
+        make_cache_dir();
 
         make_dir(NEWROOT "/dev", 0755);
         static const char *const devs[] = {"null", "zero", "full", "random", "urandom"};
@@ -1100,6 +1338,10 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w)
         if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
                 copy_fail(chan, "cannot mount /proc: %m");
+        /* The cache is still being filled for later copies: this one sees
+         * it read-only all the same. */
+        if (!cache_sealed && make_readonly(GUEST_CACHE_DIR, false, true) < 0)
+                copy_fail(chan, "cannot make %s read-only: %m", GUEST_CACHE_DIR);
         int outdir = open("/output", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (outdir < 0)
                 copy_fail(chan, "cannot open /output: %m");
@@ -1249,6 +1491,7 @@ _Noreturn void template_main(void)
                          * 2 ms pause once kept here, from when the fork
                          * could land on the host's answer, only delayed
                          * the next copy past the 10 ms between calls. */
+                        settle_cache();
                         spawn_copy();
                         /* The warm-up comes after the first copy, so that
                          * a new sandbox's first run does not wait for
@@ -1259,6 +1502,9 @@ _Noreturn void template_main(void)
                                 if (r < 0)
                                         fail(r, "python", "%s", errbuf);
                                 warmed_up = true;
+                                /* At idle priority, off every run's path. */
+                                cache_builder = guest_start_cache_builder();
+                                settle_cache();
                         } else if (!prefault_learned) {
                                 /* After the second copy, not the first: a
                                  * new sandbox's first run is then over,

@@ -110,6 +110,41 @@ static void test_run_after_a_last_run(void **state)
         }
 }
 
+/* A session's cells are not the end of a program: atexit handlers wait
+ * for the session's end, while figures come back after every cell, as a
+ * notebook shows them, each once. */
+static void test_cells_return_figures_but_run_no_atexit(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        airlock_result *res =
+            run(s, "import atexit\n"
+                   "atexit.register(lambda: open('/output/bye', 'w').write('x'))\n"
+                   "f = open('/output/kept.txt', 'w')\nf.write('a')\nf.flush()\n");
+        assert_true(res->success);
+        assert_int_equal(res->n_files, 1);
+        assert_string_equal(res->files[0].path, "/output/kept.txt");
+        airlock_result_free(res);
+        /* The file the first cell left open is still open. */
+        expect_stdout(s, "print(f.closed)", "False\n");
+
+        res = run(s, "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n");
+        if (!res->success)
+                print_error("%s\n", res->stderr_data);
+        assert_true(res->success);
+        assert_int_equal(res->n_files, 1);
+        assert_string_equal(res->files[0].path, "/output/figure-1.png");
+        assert_memory_equal(res->files[0].data, "\x89PNG", 4);
+        airlock_result_free(res);
+        res = run(s, "print(len(plt.get_fignums()))\n");
+        assert_true(res->success);
+        assert_string_equal(res->stdout_data, "0\n");
+        assert_int_equal(res->n_files, 0);
+        airlock_result_free(res);
+        airlock_session_close(s);
+}
+
 static void test_snapshot_restore_twice(void **state)
 {
         airlock_error err;
@@ -252,6 +287,7 @@ int main(void)
             cmocka_unit_test(test_state_persists),
             cmocka_unit_test(test_single_runs_stay_fresh),
             cmocka_unit_test(test_run_after_a_last_run),
+            cmocka_unit_test(test_cells_return_figures_but_run_no_atexit),
             cmocka_unit_test(test_snapshot_restore_twice),
             cmocka_unit_test(test_output_is_emptied_between_runs),
             cmocka_unit_test(test_timeout_ends_session),
