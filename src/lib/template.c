@@ -1110,7 +1110,12 @@ static void prewarm_copy(void)
         if (null < 0 || saved_out < 0 || saved_err < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 ||
             socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
                 goto out;
-        json_t *msg = json_pack("{s:s, s:s}", "op", "run", "code", "print(1)\n");
+        /* Then the common paths of preloaded numpy and pandas, if any
+         * (runtime._prewarm): their pages are written by a copy here, at
+         * idle priority, and learned by the probe, not by the agent's run. */
+        json_t *msg =
+            json_pack("{s:s, s:s}", "op", "run", "code",
+                      "print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
         int r = msg ? channel_send(sv[0], msg) : -ENOMEM;
         json_decref(msg);
         msg = NULL;
