@@ -587,7 +587,9 @@ def _prewarm():
     np = _sys.modules.get("numpy")
     if np is not None:
         a = np.arange(16, dtype=float)
-        (a * 2 + 1).sum(), a.mean(), a.reshape(4, 4).T @ a.reshape(4, 4)
+        # Not a matrix product: that would start BLAS, and OpenBLAS's
+        # threads, in a copy that the agent's run may never need them in.
+        (a * 2 + 1).sum(), a.mean()
     pd = _sys.modules.get("pandas")
     if pd is not None:
         df = pd.DataFrame({"a": [1, 2, 3], "b": [1.5, 2.5, 3.5]})
