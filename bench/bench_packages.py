@@ -179,10 +179,10 @@ def interleave(fns, rounds, log):
 
 def run(build, quick, log=lambda m: print(m, file=sys.stderr, flush=True)):
     exe = os.path.join(build, "airlock")
-    res = {"pandas": {}, "data": {}, "memory": {}, "skipped": {}}
+    res = {"pandas": {}, "data": {}, "memory": {}, "not_measured": {}}
     have_bwrap = bool(shutil.which("bwrap"))
     if not have_bwrap:
-        res["skipped"]["bwrap"] = "bwrap is not installed (Debian package bubblewrap)"
+        res["not_measured"]["bwrap"] = "bwrap is not installed (Debian package bubblewrap)"
     tmp = tempfile.mkdtemp(prefix="airlock-bench-pkgs.")
     try:
         inp, out = os.path.join(tmp, "in"), os.path.join(tmp, "out")
@@ -316,7 +316,7 @@ def report_lines(res):
                 L.append(f"| {n} | {r['pss_kib'] / 1024:.1f} | {ratio(r['pss_kib'], base)} | "
                          f"{r['note']} |")
         L.append("")
-    for n, why in (res.get("skipped") or {}).items():
+    for n, why in (res.get("not_measured") or {}).items():
         L.append(f"- {n} not measured: {why}")
     return L
 
