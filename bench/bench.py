@@ -918,14 +918,28 @@ def main():
                 if name is None:
                     raise
                 b.skip(name, f"failed: {str(e)[:300]}")
+        # Section 7: the scientific stack preloaded (bench_packages.py).
+        sys.path.insert(0, HERE)
+        import bench_packages  # noqa: E402 - a sibling script
+
+        try:
+            b.extra["packages"] = bench_packages.run(b.build, b.quick, log)
+        except Exception as e:  # noqa: BLE001
+            b.extra["packages"] = {"skipped": f"failed: {str(e)[:300]}"}
+            log(f"  skip packages: {str(e)[:300]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     data = {"quick": args.quick, "machine": mach, "results": b.res, "skipped": b.skipped,
             "extra": b.extra, "hyperlight_published_ms": dict(HYPERLIGHT),
             "elapsed_s": time.perf_counter() - t_start, "loadavg_at_end": os.getloadavg()}
     data["targets"] = targets(b.res, b.extra)
+    pk = b.extra.get("packages") or {}
+    if "skipped" not in pk:
+        data["targets"] += bench_packages.targets(pk)
     os.makedirs(args.out, exist_ok=True)
     md = report(data)
+    md += "\n" + ("\n".join(bench_packages.report_lines(pk)) if "skipped" not in pk else
+                  f"## 7. the scientific stack preloaded\n\nnot measured: {pk['skipped']}") + "\n"
     md += f"\nWhole benchmark: {data['elapsed_s']:.0f} s.\n"
     with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(md)

@@ -133,6 +133,15 @@ AIRLOCK_PUBLIC int airlock_config_set_limits(airlock_config *cfg, const airlock_
 AIRLOCK_PUBLIC void airlock_config_get_limits(const airlock_config *cfg, airlock_limits *ret);
 AIRLOCK_PUBLIC int airlock_config_add_preload(airlock_config *cfg, const char *module,
                                               airlock_error *err);
+/* Makes the host folder dir of Python packages (a virtualenv's site-packages,
+ * say, built for the sandbox's Python version) importable in the guest: bound
+ * read-only (no copy) at /opt/airlock/pythonpath/N, N counting from 0 in the
+ * order added, and put on sys.path before the system's packages. dir is made
+ * absolute and resolved; the same folder again is not added twice. Fails,
+ * naming dir, when it is missing, not a folder, or names another Python
+ * version in its path; airlock_sandbox_new checks its C extensions too. */
+AIRLOCK_PUBLIC int airlock_config_add_python_path(airlock_config *cfg, const char *dir,
+                                                  airlock_error *err);
 AIRLOCK_PUBLIC void airlock_config_set_approval(airlock_config *cfg, airlock_approval mode);
 /* Whether matplotlib figures come back without being asked (default on):
  * every figure shown with plt.show() or still open at the end of a run,
@@ -226,6 +235,10 @@ typedef struct airlock_run_options {
 AIRLOCK_PUBLIC int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
                                           const airlock_run_options *opts, airlock_result **ret,
                                           airlock_error *err);
+/* Warnings about the sandbox's configuration that did not stop it, one line
+ * each ending in a newline (a .pth entry of a --python-path folder that
+ * points outside it, not followed), or NULL. Owned by the sandbox. */
+AIRLOCK_PUBLIC const char *airlock_sandbox_warnings(const airlock_sandbox *sb);
 /* Closes the sandbox: kills every process, closes every fd, removes staging. */
 AIRLOCK_PUBLIC void airlock_sandbox_close(airlock_sandbox *sb);
 
@@ -264,6 +277,15 @@ AIRLOCK_PUBLIC int airlock_describe(const airlock_config *cfg, char **ret_descri
 /* {"name","description","input_schema","instructions","approval_mode"} */
 AIRLOCK_PUBLIC char *airlock_describe_json(const airlock_config *cfg, airlock_error *err);
 
+/* The same texts for a running sandbox, which also name the notable Python
+ * packages the guest can import, with their versions, and the top-level
+ * packages of each --python-path folder, as found inside the guest (by a run
+ * made on the first call, which reads package metadata and imports none).
+ * The JSON adds "packages", "python_path" and "warnings". */
+AIRLOCK_PUBLIC int airlock_sandbox_describe(airlock_sandbox *sb, char **ret_description,
+                                            char **ret_instructions, airlock_error *err);
+AIRLOCK_PUBLIC char *airlock_sandbox_describe_json(airlock_sandbox *sb, airlock_error *err);
+
 /* A cache of sandboxes keyed by configuration fingerprint, LRU-evicted. */
 typedef struct airlock_cache airlock_cache;
 
@@ -278,6 +300,10 @@ AIRLOCK_PUBLIC int airlock_cache_run_ex(airlock_cache *cache, const airlock_conf
                                         const char *code, size_t len,
                                         const airlock_run_options *opts, airlock_result **ret,
                                         airlock_error *err);
+/* airlock_sandbox_describe_json of the cached sandbox for cfg, built as
+ * airlock_cache_run would. */
+AIRLOCK_PUBLIC char *airlock_cache_describe_json(airlock_cache *cache, const airlock_config *cfg,
+                                                 airlock_error *err);
 AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
 
 #ifdef __cplusplus

@@ -28,6 +28,8 @@ typedef struct cli_options {
 int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, airlock_error *err);
 void cli_options_free(cli_options *o);
 void cli_usage(FILE *f);
+/* Prints each line of warnings (NULL: none) as "PREFIX: warning: LINE". */
+void print_warnings(const char *warnings, const char *prefix);
 
 int cmd_run(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);

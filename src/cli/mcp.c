@@ -815,12 +815,36 @@ static bool serve(mcp_server *srv)
 static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
 {
         srv->cfg = cfg;
-        _cleanup_free_ char *desc_json = airlock_describe_json(cfg, err);
+        int r = airlock_cache_new(0, 0, &srv->cache, err);
+        if (r < 0)
+                return r;
+        /* The sandbox is built now, through the cache the calls use, so
+         * that the description names the packages found inside it. A
+         * configured path at fault is a configuration error; a sandbox that
+         * cannot start (a kernel feature) leaves the description without
+         * them, and each call reports the failure. */
+        airlock_error berr = {0};
+        _cleanup_free_ char *desc_json = airlock_cache_describe_json(srv->cache, cfg, &berr);
+        if (!desc_json && berr.kind == AIRLOCK_ERROR_INPUT && berr.path[0]) {
+                *err = berr;
+                return berr.code < 0 ? berr.code : -EINVAL;
+        }
+        if (!desc_json) {
+                fprintf(stderr,
+                        "airlock mcp: warning: %s; the tool description does not list "
+                        "the packages\n",
+                        berr.message);
+                desc_json = airlock_describe_json(cfg, err);
+        }
         if (!desc_json)
                 return -EINVAL;
         json_t *d = json_loads(desc_json, 0, NULL);
         if (!d)
                 return al_error(err, -ENOMEM, NULL, "cannot read the tool description");
+        size_t i;
+        json_t *w;
+        json_array_foreach (json_object_get(d, "warnings"), i, w)
+                fprintf(stderr, "airlock mcp: warning: %s\n", json_string_value(w));
         srv->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
         srv->tool = json_pack("{s:s, s:s, s:O, s:O, s:o, s:{s:s, s:b, s:b, s:b, s:b}, s:{s:O}}",
                               "name", "execute_code", "title", "Execute Python code", "description",
@@ -833,9 +857,6 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
         json_decref(d);
         if (!srv->instructions || !srv->tool)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        int r = airlock_cache_new(0, 0, &srv->cache, err);
-        if (r < 0)
-                return r;
         pthread_mutex_init(&srv->out_lock, NULL);
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
@@ -865,6 +886,7 @@ int cmd_mcp(int argc, char **argv)
         r = server_init(&srv, o.cfg, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
+                airlock_cache_close(srv.cache);
                 json_decref(srv.tool);
                 free(srv.instructions);
                 cli_options_free(&o);

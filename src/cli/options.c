@@ -24,6 +24,7 @@ enum {
         OPT_MAX_OUTPUT_FILES,
         OPT_MAX_STDOUT,
         OPT_PRELOAD,
+        OPT_PYTHON_PATH,
         OPT_APPROVAL,
         OPT_JSON,
         OPT_OUTPUT_DIR,
@@ -43,6 +44,7 @@ static const struct option long_options[] = {
     {"max-output-files", required_argument, NULL, OPT_MAX_OUTPUT_FILES},
     {"max-stdout", required_argument, NULL, OPT_MAX_STDOUT},
     {"preload", required_argument, NULL, OPT_PRELOAD},
+    {"python-path", required_argument, NULL, OPT_PYTHON_PATH},
     {"approval", required_argument, NULL, OPT_APPROVAL},
     {"no-auto-figures", no_argument, NULL, OPT_NO_AUTO_FIGURES},
     {"json", no_argument, NULL, OPT_JSON},
@@ -72,6 +74,8 @@ void cli_usage(FILE *f)
               "      --max-output-files N       capture cap on files (1000)\n"
               "      --max-stdout KIB           cap on each of stdout and stderr (1024)\n"
               "      --preload MOD[,MOD]        import modules once, before the snapshot\n"
+              "      --python-path DIR          make a folder of Python packages importable,\n"
+              "                                 read-only (repeatable)\n"
               "      --approval never|always    base approval mode\n"
               "      --no-auto-figures          do not return matplotlib figures as PNG files\n"
               "run only:\n"
@@ -227,6 +231,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                 case OPT_PRELOAD:
                         r = add_preloads(o.cfg, optarg, err);
                         break;
+                case OPT_PYTHON_PATH:
+                        r = airlock_config_add_python_path(o.cfg, optarg, err);
+                        break;
                 case OPT_APPROVAL:
                         if (strcmp(optarg, "never") == 0 || strcmp(optarg, "never_require") == 0)
                                 airlock_config_set_approval(o.cfg, AIRLOCK_APPROVAL_NEVER);
@@ -292,6 +299,15 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         }
         *ret = o;
         return 0;
+}
+
+void print_warnings(const char *warnings, const char *prefix)
+{
+        for (const char *p = warnings; p && *p;) {
+                size_t n = strcspn(p, "\n");
+                fprintf(stderr, "%s: warning: %.*s\n", prefix, (int)n, p);
+                p += n + (p[n] == '\n');
+        }
 }
 
 void cli_options_free(cli_options *o)

@@ -243,6 +243,7 @@ int cmd_run(int argc, char **argv)
                 status = err.kind == AIRLOCK_ERROR_SANDBOX ? EXIT_SANDBOX : EXIT_USAGE;
                 goto fail;
         }
+        print_warnings(airlock_sandbox_warnings(sb), "airlock");
         airlock_run_options ropts = {.cancel_fd = cancel_pipe[0], .last = true};
         r = airlock_sandbox_run_ex(sb, code, len, &ropts, &res, &err);
         if (r < 0) {

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "fsx.h"
 #include "netpolicy.h"
+#include "pythonpath.h"
 #include "tools.h"
 #include "util.h"
 
@@ -76,7 +77,7 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
 /* The same for the configuration itself: a new member changes what a sandbox
  * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
  * own memo), and its setter must call config_changed(). */
-_Static_assert(sizeof(struct airlock_config) == 216,
+_Static_assert(sizeof(struct airlock_config) == 232,
                "update config_text for the new airlock_config member");
 
 /* What the configuration says, as text (the first part described below):
@@ -100,6 +101,8 @@ static int config_text(const airlock_config *cfg, char **ret)
                 r = fp_limits(&b, &cfg->limits);
         for (size_t i = 0; r >= 0 && i < cfg->n_preloads; i++)
                 r = fp_field(&b, "preload", cfg->preloads[i]);
+        for (size_t i = 0; r >= 0 && i < cfg->n_python_paths; i++)
+                r = fp_field(&b, "python_path", cfg->python_paths[i]);
         if (r >= 0 && cfg->workspace)
                 r = fp_field(&b, "workspace", cfg->workspace);
         for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++) {
@@ -123,7 +126,9 @@ static int config_text(const airlock_config *cfg, char **ret)
  *
  * The first part changes only through a setter, which drops the memo in cfg,
  * so it is made once per version of the configuration and not at every run.
- * The trees can change at any time, so their signatures are read every time. */
+ * The trees can change at any time, so their signatures are read every time,
+ * and so is the signature of the Python installation and the --python-path
+ * folders (pyenv_signature, some 20 us). */
 static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t *ret_static_len,
                              airlock_error *err)
 {
@@ -163,6 +168,15 @@ static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t 
                 r = fp_signature(&b, cfg->workspace, &lim, err);
         for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
                 r = fp_signature(&b, cfg->mounts[i].host, &lim, err);
+        /* The Python installation and the --python-path folders: a
+         * template that preloaded the old version of a package must not
+         * serve runs that would import the rest of it lazily from the new
+         * one. */
+        char py[17];
+        if (r >= 0) {
+                pyenv_signature(cfg->python_paths, cfg->n_python_paths, py);
+                r = fp_field(&b, "python", py);
+        }
         if (r < 0) {
                 dynbuf_free(&b);
                 if (r == -ENOMEM || r == -E2BIG)
@@ -685,6 +699,26 @@ int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *c
 {
         const airlock_run_options opts = {.cancel_fd = -1};
         return airlock_cache_run_ex(c, cfg, code, len, &opts, ret, err);
+}
+
+char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, airlock_error *err)
+{
+        if (!c || !cfg) {
+                al_error(err, -EINVAL, NULL, "cache describe: missing cache or configuration");
+                return NULL;
+        }
+        _cleanup_free_ char *key = NULL;
+        size_t static_len = 0;
+        if (fingerprint_parts(cfg, &key, &static_len, err) < 0 || slot_acquire(c, err) < 0)
+                return NULL;
+        cache_entry *e = NULL;
+        char *text = NULL;
+        if (entry_acquire(c, cfg, key, static_len, fnv1a(key), &e, err) >= 0) {
+                text = airlock_sandbox_describe_json(e->sb, err);
+                entry_release(c, e);
+        }
+        slot_release(c);
+        return text;
 }
 
 void airlock_cache_close(airlock_cache *c)

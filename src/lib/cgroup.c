@@ -232,7 +232,10 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim, uid_t uid, gid_t
         char mem[32], pids[32];
         snprintf(mem, sizeof(mem), "%llu",
                  (unsigned long long)(lim->memory_bytes + CG_MEMORY_SLACK));
-        snprintf(pids, sizeof(pids), "%u", lim->pids + CG_PIDS_SLACK);
+        /* The template's own helpers (the page probe, the font cache
+         * builder and its fc-list) and copies not yet in their own cgroup
+         * count here too. */
+        snprintf(pids, sizeof(pids), "%u", lim->pids + CG_PIDS_SLACK + 8);
         if (cg->v2) {
                 if (write_at(cg->tplfd[0], "memory.max", mem) < 0 ||
                     write_at(cg->tplfd[0], "pids.max", pids) < 0)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "fsx.h"
+#include "pythonpath.h"
 #include "util.h"
 
 #define CONFIG_MAX_MOUNTS   256
@@ -73,6 +74,9 @@ void airlock_config_free(airlock_config *c)
         for (size_t i = 0; i < c->n_preloads; i++)
                 free(c->preloads[i]);
         free(c->preloads);
+        for (size_t i = 0; i < c->n_python_paths; i++)
+                free(c->python_paths[i]);
+        free(c->python_paths);
         free(c);
 }
 
@@ -223,6 +227,27 @@ int airlock_config_add_preload(airlock_config *c, const char *module, airlock_er
         return 0;
 }
 
+int airlock_config_add_python_path(airlock_config *c, const char *dir, airlock_error *err)
+{
+        config_changed(c);
+        _cleanup_free_ char *abs = NULL;
+        int r = pypath_normalize(dir, &abs, err);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < c->n_python_paths; i++)
+                if (strcmp(c->python_paths[i], abs) == 0)
+                        return 0;
+        if (c->n_python_paths >= PYPATH_MAX)
+                return al_error(err, -E2BIG, dir, "--python-path %s: too many folders (at most %d)",
+                                dir, PYPATH_MAX);
+        char **p = realloc(c->python_paths, (c->n_python_paths + 1) * sizeof(*p));
+        if (!p)
+                return al_error(err, -ENOMEM, dir, "out of memory");
+        c->python_paths = p;
+        p[c->n_python_paths++] = TAKE_PTR(abs);
+        return 0;
+}
+
 void airlock_config_set_approval(airlock_config *c, airlock_approval mode)
 {
         config_changed(c);
@@ -273,6 +298,16 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
                         if (!(c->preloads[i] = strdup(src->preloads[i])))
                                 r = -ENOMEM;
                         c->n_preloads++;
+                }
+        }
+        if (r >= 0 && src->n_python_paths) {
+                c->python_paths = calloc(src->n_python_paths, sizeof(*c->python_paths));
+                if (!c->python_paths)
+                        r = -ENOMEM;
+                for (size_t i = 0; r >= 0 && i < src->n_python_paths; i++) {
+                        if (!(c->python_paths[i] = strdup(src->python_paths[i])))
+                                r = -ENOMEM;
+                        c->n_python_paths++;
                 }
         }
         if (r < 0) {

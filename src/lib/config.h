@@ -22,6 +22,8 @@ struct airlock_config {
         airlock_limits limits;
         char **preloads;
         size_t n_preloads;
+        char **python_paths; /* absolute, resolved host folders (--python-path) */
+        size_t n_python_paths;
         airlock_approval approval;
         bool no_auto_figures; /* airlock_config_set_auto_figures(cfg, false) */
         /* The part of the cache fingerprint that this structure alone

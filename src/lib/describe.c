@@ -13,6 +13,8 @@
 
 #include "config.h"
 #include "netpolicy.h"
+#include "pythonpath.h"
+#include "sandbox.h"
 #include "tools.h"
 #include "util.h"
 
@@ -343,7 +345,61 @@ static int put_example(dynbuf *b, const tool_info *t)
         return r;
 }
 
-static int build_description(const airlock_config *cfg, char **ret, airlock_error *err)
+/* A package as "numpy 1.24.2", or "Pillow 9.4.0 (import PIL)" when the
+ * import name differs from the distribution's. */
+static int put_package(dynbuf *b, const json_t *p, bool first)
+{
+        const char *imp = json_string_value(json_object_get(p, "import"));
+        const char *name = json_string_value(json_object_get(p, "name"));
+        const char *ver = json_string_value(json_object_get(p, "version"));
+        int r = dynbuf_appendf(b, "%s%s", first ? "" : ", ", name ? name : imp);
+        if (r >= 0 && ver)
+                r = dynbuf_appendf(b, " %s", ver);
+        if (r >= 0 && name && strcmp(name, imp) != 0)
+                r = dynbuf_appendf(b, " (import %s)", imp);
+        return r;
+}
+
+#define DESCRIBE_MAX_FOLDER_PACKAGES 30
+
+/* What the guest can import, as found inside it (inv, see
+ * clean_inventory): short, since a model reads it at every turn. */
+static int put_packages(dynbuf *b, const json_t *inv)
+{
+        const json_t *pkgs = json_object_get(inv, "packages");
+        int r = 0;
+        size_t i;
+        const json_t *p;
+        json_array_foreach (pkgs, i, p) {
+                if (r >= 0 && i == 0)
+                        r = dynbuf_appendf(b, "Notable packages: ");
+                if (r >= 0)
+                        r = put_package(b, p, i == 0);
+        }
+        if (r >= 0 && json_array_size(pkgs))
+                r = dynbuf_appendf(b, ".\n");
+        const json_t *folders = json_object_get(inv, "python_path");
+        size_t f;
+        const json_t *folder;
+        json_array_foreach (folders, f, folder) {
+                size_t n = json_array_size(folder);
+                if (r >= 0)
+                        r = dynbuf_appendf(b, "Packages from " PYPATH_GUEST_DIR "/%zu: ", f);
+                json_array_foreach (folder, i, p) {
+                        if (r < 0 || i >= DESCRIBE_MAX_FOLDER_PACKAGES)
+                                break;
+                        r = put_package(b, p, i == 0);
+                }
+                if (r >= 0 && n > DESCRIBE_MAX_FOLDER_PACKAGES)
+                        r = dynbuf_appendf(b, ", and %zu more", n - DESCRIBE_MAX_FOLDER_PACKAGES);
+                if (r >= 0)
+                        r = dynbuf_appendf(b, n ? ".\n" : "none.\n");
+        }
+        return r;
+}
+
+static int build_description(const airlock_config *cfg, const json_t *inv, char **ret,
+                             airlock_error *err)
 {
         dynbuf b;
         dynbuf_init(&b, DESCRIBE_CAP);
@@ -357,6 +413,8 @@ static int build_description(const airlock_config *cfg, char **ret, airlock_erro
             "the Python packages installed on the host; nothing can be installed at run "
             "time.\n",
             PY_MAJOR_VERSION, PY_MINOR_VERSION);
+        if (r >= 0 && inv)
+                r = put_packages(&b, inv);
         /* Preloaded modules cost nothing to import: worth knowing. */
         for (size_t i = 0; r >= 0 && i < cfg->n_preloads; i++)
                 r = dynbuf_appendf(&b, "%s%s%s",
@@ -443,14 +501,14 @@ static int build_instructions(const airlock_config *cfg, char **ret, airlock_err
         return 0;
 }
 
-int airlock_describe(const airlock_config *cfg, char **ret_description, char **ret_instructions,
-                     airlock_error *err)
+static int describe(const airlock_config *cfg, const json_t *inv, char **ret_description,
+                    char **ret_instructions, airlock_error *err)
 {
         if (!cfg)
                 return al_error(err, -EINVAL, NULL, "describe: no configuration");
         _cleanup_free_ char *desc = NULL;
         _cleanup_free_ char *instr = NULL;
-        int r = build_description(cfg, &desc, err);
+        int r = build_description(cfg, inv, &desc, err);
         if (r >= 0)
                 r = build_instructions(cfg, &instr, err);
         if (r < 0)
@@ -462,11 +520,129 @@ int airlock_describe(const airlock_config *cfg, char **ret_description, char **r
         return 0;
 }
 
+int airlock_describe(const airlock_config *cfg, char **ret_description, char **ret_instructions,
+                     airlock_error *err)
+{
+        return describe(cfg, NULL, ret_description, ret_instructions, err);
+}
+
+/* A name or version from the guest, kept only when it is short and made of
+ * the characters package names and versions use: the guest's output is
+ * not trusted, even from a run of airlock's own code. */
+static json_t *clean_token(const json_t *v, size_t max)
+{
+        const char *s = json_string_value(v);
+        if (!s || !*s || strlen(s) > max)
+                return json_null();
+        for (const char *p = s; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                      (*p >= '0' && *p <= '9') || strchr("._-+!", *p)))
+                        return json_null();
+        return json_string(s);
+}
+
+static json_t *clean_packages(const json_t *list, size_t max)
+{
+        json_t *out = json_array();
+        size_t i;
+        const json_t *p;
+        json_array_foreach (list, i, p) {
+                if (!out || i >= max)
+                        break;
+                json_t *imp = clean_token(json_object_get(p, "import"), 100);
+                if (json_is_null(imp)) {
+                        json_decref(imp);
+                        continue;
+                }
+                json_array_append_new(
+                    out, json_pack("{s:o, s:o, s:o}", "import", imp, "name",
+                                   clean_token(json_object_get(p, "name"), 100), "version",
+                                   clean_token(json_object_get(p, "version"), 64)));
+        }
+        return out;
+}
+
+/* The inventory a guest printed, re-made from its parts that pass the
+ * checks: {"packages": [...], "python_path": [[...] per folder]}. */
+static json_t *clean_inventory(const char *text, size_t len, size_t folders)
+{
+        json_t *j = json_loadb(text, len, 0, NULL);
+        if (!j)
+                return NULL;
+        json_t *pp = json_array();
+        const json_t *in = json_object_get(j, "python_path");
+        for (size_t i = 0; pp && i < folders; i++)
+                json_array_append_new(pp, clean_packages(json_array_get(in, i), 1000));
+        json_t *out =
+            json_pack("{s:o, s:o}", "packages", clean_packages(json_object_get(j, "packages"), 64),
+                      "python_path", pp ? pp : json_array());
+        json_decref(j);
+        return out;
+}
+
+/* Runs the guest's inventory in a fresh copy of sb, once per sandbox. */
+static const json_t *sandbox_inventory(airlock_sandbox *sb, airlock_error *err)
+{
+        const json_t *have = sbx_inventory(sb, NULL);
+        if (have)
+                return have;
+        const airlock_config *cfg = sbx_config(sb);
+        char code[128];
+        snprintf(code, sizeof(code),
+                 "import sys\nsys.modules['_airlock_runtime']._inventory(%zu)\n",
+                 cfg->n_python_paths);
+        airlock_result *res = NULL;
+        int r = airlock_sandbox_run(sb, code, strlen(code), &res, err);
+        if (r < 0)
+                return NULL;
+        json_t *inv = res->success && res->stdout_data
+                          ? clean_inventory(res->stdout_data, res->stdout_len, cfg->n_python_paths)
+                          : NULL;
+        airlock_result_free(res);
+        if (!inv) {
+                al_error(err, -EIO, NULL, "describe: the guest did not list its packages");
+                return NULL;
+        }
+        return sbx_inventory(sb, inv);
+}
+
+int airlock_sandbox_describe(airlock_sandbox *sb, char **ret_description, char **ret_instructions,
+                             airlock_error *err)
+{
+        if (!sb)
+                return al_error(err, -EINVAL, NULL, "describe: no sandbox");
+        const json_t *inv = sandbox_inventory(sb, err);
+        if (!inv)
+                return err && err->code ? err->code : -EIO;
+        return describe(sbx_config(sb), inv, ret_description, ret_instructions, err);
+}
+
+static char *describe_json(const airlock_config *cfg, const json_t *inv, const char *warnings,
+                           airlock_error *err);
+
 char *airlock_describe_json(const airlock_config *cfg, airlock_error *err)
+{
+        return describe_json(cfg, NULL, NULL, err);
+}
+
+char *airlock_sandbox_describe_json(airlock_sandbox *sb, airlock_error *err)
+{
+        if (!sb) {
+                al_error(err, -EINVAL, NULL, "describe: no sandbox");
+                return NULL;
+        }
+        const json_t *inv = sandbox_inventory(sb, err);
+        if (!inv)
+                return NULL;
+        return describe_json(sbx_config(sb), inv, airlock_sandbox_warnings(sb), err);
+}
+
+static char *describe_json(const airlock_config *cfg, const json_t *inv, const char *warnings,
+                           airlock_error *err)
 {
         _cleanup_free_ char *desc = NULL;
         _cleanup_free_ char *instr = NULL;
-        if (airlock_describe(cfg, &desc, &instr, err) < 0)
+        if (describe(cfg, inv, &desc, &instr, err) < 0)
                 return NULL;
         json_t *o = json_pack(
             "{s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s]}, s:s, s:s}", "name", "execute_code",
@@ -477,6 +653,27 @@ char *airlock_describe_json(const airlock_config *cfg, airlock_error *err)
             "required", "code", "instructions", instr, "approval_mode",
             airlock_config_effective_approval(cfg) == AIRLOCK_APPROVAL_ALWAYS ? "always_require"
                                                                               : "never_require");
+        if (o && inv) {
+                json_object_set(o, "packages", json_object_get(inv, "packages"));
+                json_t *folders = json_array();
+                for (size_t i = 0; folders && i < cfg->n_python_paths; i++) {
+                        char guest[64];
+                        snprintf(guest, sizeof(guest), PYPATH_GUEST_DIR "/%zu", i);
+                        json_array_append_new(
+                            folders,
+                            json_pack("{s:s, s:s, s:O}", "path", cfg->python_paths[i], "guest_path",
+                                      guest, "packages",
+                                      json_array_get(json_object_get(inv, "python_path"), i)));
+                }
+                json_object_set_new(o, "python_path", folders ? folders : json_array());
+                json_t *w = json_array();
+                for (const char *p = warnings; w && p && *p;) {
+                        size_t n = strcspn(p, "\n");
+                        json_array_append_new(w, json_stringn(p, n));
+                        p += n + (p[n] == '\n');
+                }
+                json_object_set_new(o, "warnings", w ? w : json_array());
+        }
         char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
         json_decref(o);
         if (!text)

@@ -291,8 +291,19 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                 format_exception("python: the guest runtime failed to load", errbuf, errlen);
                 return -EIO;
         }
-        PyObject *r =
-            PyObject_CallMethod(mod, "_install", "O", p->auto_figures ? Py_True : Py_False);
+        /* The --python-path folders go on sys.path before any preload,
+         * which may come from one of them. */
+        PyObject *paths = PyList_New(0);
+        for (size_t i = 0; paths && i < p->n_sys_path; i++) {
+                PyObject *s = PyUnicode_DecodeFSDefault(p->sys_path[i]);
+                if (!s || PyList_Append(paths, s) < 0)
+                        Py_CLEAR(paths);
+                Py_XDECREF(s);
+        }
+        PyObject *r = paths ? PyObject_CallMethod(mod, "_install", "OO",
+                                                  p->auto_figures ? Py_True : Py_False, paths)
+                            : NULL;
+        Py_XDECREF(paths);
         if (!r) {
                 format_exception("python: the guest runtime failed to install", errbuf, errlen);
                 Py_DECREF(mod);

@@ -32,6 +32,7 @@
 #include "config.h"
 #include "fsx.h"
 #include "gateway.h"
+#include "pythonpath.h"
 #include "sandbox.h"
 #include "selfexe.h"
 #include "tools.h"
@@ -79,6 +80,14 @@ struct airlock_sandbox {
         unsigned stale_cg[MAX_DYING];
         size_t n_stale_cg;
         cg_sandbox cg; /* memory and process limits on the sandbox, where available */
+        /* --python-path: the guest's sys.path entries, warnings about the
+         * folders (one line each, or NULL), detached mounts of the folders
+         * for the template (-1: bound by path), and what the guest can
+         * import, learned from a run on the first describe. */
+        json_t *sys_path;
+        char *warnings;
+        int pypath_fd[PYPATH_MAX];
+        json_t *inventory;
 };
 
 /* Reaps the dying copies: all of them with block, else those already
@@ -242,7 +251,9 @@ static int template_error(const char *msg, size_t len, airlock_error *err)
         }
         if (code <= 0)
                 code = EIO;
-        if (strcmp(feature, "preload") == 0) {
+        /* A preload that fails and a --python-path folder the guest
+         * cannot read are the configuration's fault, not the kernel's. */
+        if (strcmp(feature, "preload") == 0 || strcmp(feature, "python-path") == 0) {
                 al_error(err, -code, NULL, "%s", text);
                 return -code;
         }
@@ -272,16 +283,24 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
                 json_array_append_new(pre, json_string(sb->cfg->preloads[i]));
         uint64_t out_fs =
             l->output_fs_bytes ? l->output_fs_bytes : l->max_output_total + (1u << 20);
-        json_t *j = json_pack(
-            "{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:i, s:b, s:o}",
-            "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
-            (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids, "open_files",
-            (json_int_t)l->open_files, "max_file_bytes", (json_int_t)l->max_file_bytes, "tmp_bytes",
-            (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs, "max_output_files",
-            (json_int_t)l->max_output_files, "has_input", has_input, "input_tree", input_tree,
-            "guest_uid", (json_int_t)sb->guest_uid, "guest_gid", (json_int_t)sb->guest_gid,
-            "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0, "auto_figures",
-            !sb->cfg->no_auto_figures, "preloads", pre);
+        json_t *paths = json_array(), *fds = json_array();
+        for (size_t i = 0; i < sb->cfg->n_python_paths; i++) {
+                json_array_append_new(paths, json_string(sb->cfg->python_paths[i]));
+                json_array_append_new(fds, json_boolean(sb->pypath_fd[i] >= 0));
+        }
+        json_t *j =
+            json_pack("{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:i, s:b, "
+                      "s:o, s:o, s:o, "
+                      "s:O}",
+                      "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
+                      (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids, "open_files",
+                      (json_int_t)l->open_files, "max_file_bytes", (json_int_t)l->max_file_bytes,
+                      "tmp_bytes", (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs,
+                      "max_output_files", (json_int_t)l->max_output_files, "has_input", has_input,
+                      "input_tree", input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
+                      (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
+                      "auto_figures", !sb->cfg->no_auto_figures, "preloads", pre, "python_paths",
+                      paths, "python_path_fds", fds, "sys_path", sb->sys_path);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         return s;
@@ -330,7 +349,8 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 /* Only async-signal-safe calls until execve. Each fd is
                  * first moved above the fixed numbers, where none of them
                  * can overwrite another on its way. */
-                const int top = TEMPLATE_CG2_FD + 1;
+                const int top = TEMPLATE_PYPATH_FD + PYPATH_MAX;
+                const size_t n_py = sb->cfg->n_python_paths;
                 int ctl = fcntl(sv[1], F_DUPFD, top);
                 int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, top) : -1;
                 int rq = fcntl(req[0], F_DUPFD, top);
@@ -338,6 +358,12 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 for (int i = 0; sb->cg.enabled && i < sb->cg.n; i++)
                         if ((cg[i] = fcntl(sb->cg.dirfd[i], F_DUPFD, top)) < 0)
                                 _exit(127);
+                int py[PYPATH_MAX];
+                for (size_t i = 0; i < n_py; i++) {
+                        py[i] = sb->pypath_fd[i] >= 0 ? fcntl(sb->pypath_fd[i], F_DUPFD, top) : -1;
+                        if (sb->pypath_fd[i] >= 0 && py[i] < 0)
+                                _exit(127);
+                }
                 /* The program's memfd stays open, close-on-exec, for
                  * execveat; every other fd above the fixed ones goes. */
                 int ex = fcntl(exe, F_DUPFD_CLOEXEC, top);
@@ -356,6 +382,16 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                                 close(cg_fixed[i]);
                         else if (dup2(cg[i], cg_fixed[i]) < 0)
                                 _exit(127);
+                }
+                /* The folders' mounts on TEMPLATE_PYPATH_FD + N; a folder
+                 * the template binds by its path leaves its number closed. */
+                for (size_t i = 0; i < PYPATH_MAX; i++) {
+                        if (i < n_py && py[i] >= 0) {
+                                if (dup2(py[i], TEMPLATE_PYPATH_FD + (int)i) < 0)
+                                        _exit(127);
+                        } else {
+                                close(TEMPLATE_PYPATH_FD + (int)i);
+                        }
                 }
                 syscall(SYS_close_range, top, ex - 1, 0);
                 syscall(SYS_close_range, ex + 1, ~0u, 0);
@@ -704,6 +740,30 @@ static void pick_guest_ids(uid_t *ret_uid, gid_t *ret_gid)
         *ret_gid = (gid_t)*ret_uid;
 }
 
+/* Checks every --python-path folder again (it may have changed since it
+ * was configured), reads its .pth files into the guest's sys.path and the
+ * warnings, and, as root, opens its read-only mount for the template. */
+static int prepare_python_paths(airlock_sandbox *sb, airlock_error *err)
+{
+        const airlock_config *cfg = sb->cfg;
+        sb->sys_path = json_array();
+        if (!sb->sys_path)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        dynbuf w;
+        dynbuf_init(&w, 64u << 10);
+        int r = 0;
+        for (size_t i = 0; r >= 0 && i < cfg->n_python_paths; i++) {
+                r = pypath_inspect(cfg->python_paths[i], i, sb->sys_path, &w, err);
+                if (r >= 0)
+                        r = pypath_open_tree(cfg->python_paths[i], sb->guest_uid, sb->guest_gid,
+                                             &sb->pypath_fd[i], err);
+        }
+        if (r >= 0 && w.len)
+                sb->warnings = dynbuf_take(&w, NULL);
+        dynbuf_free(&w);
+        return r;
+}
+
 int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
 {
         /* Keep the template's constructor linked into every program. */
@@ -742,6 +802,10 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         int r = config_clone(cfg, &sb->cfg, err);
         if (r >= 0)
                 cg_sandbox_init(&sb->cg, &sb->cfg->limits, sb->guest_uid, sb->guest_gid);
+        for (size_t i = 0; i < PYPATH_MAX; i++)
+                sb->pypath_fd[i] = -1;
+        if (r >= 0)
+                r = prepare_python_paths(sb, err);
         int input_fd = -1;
         if (r >= 0)
                 r = stage_inputs(sb, &input_fd, err);
@@ -812,6 +876,12 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                         ;
         }
         cleanup_staging(sb);
+        for (size_t i = 0; i < PYPATH_MAX; i++)
+                if (sb->pypath_fd[i] >= 0)
+                        close(sb->pypath_fd[i]);
+        json_decref(sb->sys_path);
+        json_decref(sb->inventory);
+        free(sb->warnings);
         cg_sandbox_destroy(&sb->cg);
         airlock_config_free(sb->cfg);
         pthread_mutex_destroy(&sb->lock);
@@ -1424,6 +1494,28 @@ int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len, airlo
                         airlock_error *err)
 {
         return airlock_sandbox_run_ex(sb, code, len, NULL, ret, err);
+}
+
+const char *airlock_sandbox_warnings(const airlock_sandbox *sb)
+{
+        return sb ? sb->warnings : NULL;
+}
+
+const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv)
+{
+        pthread_mutex_lock(&sb->lock);
+        if (!sb->inventory)
+                sb->inventory = inv;
+        else
+                json_decref(inv);
+        const json_t *have = sb->inventory;
+        pthread_mutex_unlock(&sb->lock);
+        return have;
+}
+
+const airlock_config *sbx_config(const airlock_sandbox *sb)
+{
+        return sb->cfg;
 }
 
 const airlock_limits *sbx_limits(const airlock_sandbox *sb)

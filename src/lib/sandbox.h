@@ -27,6 +27,9 @@
  * cgroups. */
 #define TEMPLATE_CG_FD  6
 #define TEMPLATE_CG2_FD 7
+/* The read-only mounts of the --python-path folders, when the host could
+ * make them (as root), on fds TEMPLATE_PYPATH_FD + N. */
+#define TEMPLATE_PYPATH_FD 8
 
 /* Control messages on the template's SOCK_SEQPACKET socket. */
 enum {
@@ -71,6 +74,13 @@ typedef struct template_params {
         int cgroup; /* 0: no cgroups, 1: cgroup v1, 2: cgroup v2 */
         char **preloads;
         size_t n_preloads;
+        /* --python-path folders: host paths, whether each came as a mount
+         * fd, and the guest's sys.path entries made of them. */
+        char **python_paths;
+        bool *python_path_fd;
+        size_t n_python_paths;
+        char **sys_path;
+        size_t n_sys_path;
         bool auto_figures; /* return matplotlib figures as PNG files */
 } template_params;
 
@@ -103,6 +113,10 @@ void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
 void sbx_copy_end(airlock_sandbox *sb, copy *c);
 void sbx_replenish(airlock_sandbox *sb);
 const airlock_limits *sbx_limits(const airlock_sandbox *sb);
+const airlock_config *sbx_config(const airlock_sandbox *sb);
+/* The packages the guest can import (describe.c): the one kept, after
+ * keeping inv (taken) when none was; inv NULL only looks. */
+const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv);
 
 /* --- embedded interpreter (guestpy.c), used inside the template only --- */
 

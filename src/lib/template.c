@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "channel.h"
+#include "pythonpath.h"
 #include "sandbox.h"
 #include "util.h"
 
@@ -201,6 +202,22 @@ static void read_params(void)
         for (size_t i = 0; params.preloads && i < n_pre; i++)
                 params.preloads[params.n_preloads++] =
                     strdup(json_string_value(json_array_get(pre, i)) ?: "");
+        json_t *py = json_object_get(j, "python_paths");
+        json_t *py_fd = json_object_get(j, "python_path_fds");
+        size_t n_py = MIN(json_array_size(py), (size_t)PYPATH_MAX);
+        params.python_paths = calloc(n_py + 1, sizeof(char *));
+        params.python_path_fd = calloc(n_py + 1, sizeof(bool));
+        for (size_t i = 0; params.python_paths && params.python_path_fd && i < n_py; i++) {
+                params.python_paths[i] = strdup(json_string_value(json_array_get(py, i)) ?: "");
+                params.python_path_fd[i] = json_is_true(json_array_get(py_fd, i));
+                params.n_python_paths++;
+        }
+        json_t *sp = json_object_get(j, "sys_path");
+        size_t n_sp = json_array_size(sp);
+        params.sys_path = calloc(n_sp + 1, sizeof(char *));
+        for (size_t i = 0; params.sys_path && i < n_sp; i++)
+                params.sys_path[params.n_sys_path++] =
+                    strdup(json_string_value(json_array_get(sp, i)) ?: "");
         json_decref(j);
 }
 
@@ -344,6 +361,83 @@ static void bind_file(const char *host, const char *dst, bool dev)
                 fail(-errno, "mount namespace", "cannot create %s: %m", dst);
         close(fd);
         bind_ro(host, dst, dev);
+}
+
+/* A --python-path folder the host did not send as a mount (the host is
+ * not root) is cloned here by its path, looked up with the guest's ids,
+ * before the new root's tmpfs covers /tmp, where the folder may be. The
+ * clone goes on the fd number the host's mount would have had. */
+static void open_python_paths(void)
+{
+        for (size_t i = 0; i < params.n_python_paths; i++) {
+                if (params.python_path_fd[i])
+                        continue;
+                const char *host = params.python_paths[i];
+                int fd = (int)syscall(SYS_open_tree, AT_FDCWD, host, OPEN_TREE_CLONE | O_CLOEXEC);
+                /* Mounts below it that came locked from the host's
+                 * namespace cannot be left out. */
+                if (fd < 0 && errno == EINVAL)
+                        fd = (int)syscall(SYS_open_tree, AT_FDCWD, host,
+                                          OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
+                if (fd < 0)
+                        fail(-errno, "python-path",
+                             "--python-path %s cannot be reached by the sandbox's user (uid %u "
+                             "on the host): %m; make it and the folders above it readable and "
+                             "searchable for that user",
+                             host, (unsigned)params.guest_uid);
+                if (dup3(fd, TEMPLATE_PYPATH_FD + (int)i, O_CLOEXEC) < 0)
+                        fail(-errno, "bind mount", "cannot mount --python-path %s: %m", host);
+                close(fd);
+        }
+}
+
+/* Contract: mounts each --python-path folder N read-only, nosuid and nodev
+ * at /opt/airlock/pythonpath/N of the new root, and nothing else of the
+ * host: not the path that leads to it, not the mounts below it. A link in
+ * the folder resolves in the guest's root, so it reaches only what the
+ * guest sees anyway (/usr, /input, the other folders); that is why the
+ * mount keeps following links, as packages need (lib.so -> lib.so.1). Not
+ * noexec: C extensions are mapped executable. As root the host sends a
+ * detached mount of the folder, idmapped so that its owner is the guest's
+ * id; otherwise open_python_paths cloned it by its path, looked up with
+ * the guest's ids. Either way a folder the guest could not read fails here,
+ * naming it, rather than at the first import. */
+static void mount_python_paths(void)
+{
+        if (!params.n_python_paths)
+                return;
+        make_dir(NEWROOT "/opt", 0755);
+        make_dir(NEWROOT "/opt/airlock", 0755);
+        make_dir(NEWROOT PYPATH_GUEST_DIR, 0755);
+        for (size_t i = 0; i < params.n_python_paths; i++) {
+                const char *host = params.python_paths[i];
+                char dst[96];
+                snprintf(dst, sizeof(dst), NEWROOT PYPATH_GUEST_DIR "/%zu", i);
+                make_dir(dst, 0755);
+                int fd = TEMPLATE_PYPATH_FD + (int)i;
+                if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                        fail(-errno, "bind mount", "cannot mount --python-path %s: %m", host);
+                close(fd);
+                struct mount_attr attr = {
+                    .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                };
+                if (syscall(SYS_mount_setattr, AT_FDCWD, dst, 0, &attr, sizeof(attr)) < 0 &&
+                    (errno != ENOSYS ||
+                     mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                           NULL) < 0))
+                        fail(-errno, "read-only bind mount",
+                             "cannot make --python-path %s read-only: %m", host);
+                /* Reading as the guest will: the template's capabilities
+                 * cover only files its own id owns, which the guest owns
+                 * too. */
+                int dir = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dir < 0 || faccessat(dir, ".", R_OK | X_OK, AT_EACCESS) < 0)
+                        fail(-errno, "python-path",
+                             "--python-path %s cannot be read by the sandbox's user (uid %u on "
+                             "the host): %m; make it readable for that user",
+                             host, (unsigned)params.guest_uid);
+                close(dir);
+        }
 }
 
 /* ---- what the guest sees of the host's /etc ----------------------------
@@ -614,6 +708,7 @@ static void build_root(void)
 {
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 fail(-errno, "mount namespace", "cannot make mounts private: %m");
+        open_python_paths();
         if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755") < 0)
                 fail(-errno, "tmpfs", "cannot mount the root tmpfs: %m");
 
@@ -650,6 +745,7 @@ static void build_root(void)
         close(TEMPLATE_INPUT_FD);
         make_dir(NEWROOT "/output", 0755);
         make_dir(NEWROOT "/tmp", 01777);
+        mount_python_paths();
 
         /* Each copy mounts its own procfs. The kernel allows that in a user
          * namespace only while a fully visible procfs is mounted in the
@@ -1194,7 +1290,12 @@ static void prewarm_copy(void)
         if (null < 0 || saved_out < 0 || saved_err < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 ||
             socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
                 goto out;
-        json_t *msg = json_pack("{s:s, s:s}", "op", "run", "code", "print(1)\n");
+        /* Then the common paths of preloaded numpy and pandas, if any
+         * (runtime._prewarm): their pages are written by a copy here, at
+         * idle priority, and learned by the probe, not by the agent's run. */
+        json_t *msg =
+            json_pack("{s:s, s:s}", "op", "run", "code",
+                      "print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
         int r = msg ? channel_send(sv[0], msg) : -ENOMEM;
         json_decref(msg);
         msg = NULL;
