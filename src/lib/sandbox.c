@@ -123,6 +123,19 @@ static void reap_dying_locked(airlock_sandbox *sb, bool block)
         sb->n_dying = kept;
 }
 
+/* Tells the template that the host is done with a copy's cgroup (it has
+ * read the copy's OOM counter), which the template then removes, off every
+ * run's path. False when the request socket is full: the host then removes
+ * the cgroup itself once the copy is reaped. Caller holds sb->lock. */
+static bool cgroup_done_locked(airlock_sandbox *sb, unsigned cg)
+{
+        if (!cg)
+                return true;
+        unsigned char rec[5] = {REQ_DONE, (unsigned char)cg, (unsigned char)(cg >> 8),
+                                (unsigned char)(cg >> 16), (unsigned char)(cg >> 24)};
+        return send(sb->req_w, rec, sizeof(rec), MSG_NOSIGNAL | MSG_DONTWAIT) == sizeof(rec);
+}
+
 /* Closes copy c, killing it first with kill_it; its reaping is left to
  * reap_dying_locked. Caller holds sb->lock. */
 static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
@@ -135,9 +148,9 @@ static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
                 if (sb->n_dying == MAX_DYING)
                         reap_dying_locked(sb, true);
                 sb->dying[sb->n_dying].pid = c->pid;
-                sb->dying[sb->n_dying++].cg = c->cg;
+                sb->dying[sb->n_dying++].cg = cgroup_done_locked(sb, c->cg) ? 0 : c->cg;
                 close(c->pidfd);
-        } else {
+        } else if (!cgroup_done_locked(sb, c->cg)) {
                 /* Reaped already (sbx_copy_end). */
                 remove_copy_cgroup_locked(sb, c->cg);
         }

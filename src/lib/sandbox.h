@@ -42,6 +42,9 @@ enum {
         /* template -> host: a copy's pid, with [channel, pidfd, stdout, stderr]
          * and, with per-copy cgroups, the OOM counter of the copy's cgroup */
         CTL_COPY = 'C',
+        /* host -> template, on the request socket: the host is done with a
+         * copy's cgroup, whose number follows (4 bytes, little-endian) */
+        REQ_DONE = 'D',
 };
 
 /* First byte a copy sends on its channel: ready with the /output fd attached,

@@ -84,6 +84,8 @@ _Noreturn static void host_gone(void)
 }
 
 static char ctl_recv_byte(void);
+static void copy_cgroup_done(uint32_t seq);
+static void copy_cgroups_retry(void);
 
 /* Waits for work: returns a message from the host, or 0 when a copy has
  * exited, which is when the requests a run left in the request socket are
@@ -103,6 +105,7 @@ static char wait_for_work(void)
                         continue;
                 if (k > 0)
                         forget_exited_copies(p + 1);
+                copy_cgroups_retry();
                 if (k < 0 || p[0].revents)
                         return ctl_recv_byte();
                 return 0;
@@ -110,15 +113,32 @@ static char wait_for_work(void)
 }
 
 /* How many copies the host asked for in the request socket, read without
- * blocking. Only the host holds its write end. */
+ * blocking; also the copies' cgroups the host is done with (REQ_DONE and
+ * the cgroup's number, 4 bytes little-endian), which are removed. Only the
+ * host holds its write end; a record may span two reads. */
 static unsigned requested_copies(void)
 {
+        static int done_bytes = -1; /* bytes of a REQ_DONE number read so far */
+        static uint32_t done_seq;
         unsigned want = 0;
-        char buf[64];
+        unsigned char buf[256];
         ssize_t n;
-        while ((n = read(TEMPLATE_REQ_FD, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))
-                for (ssize_t i = 0; i < n; i++)
-                        want += buf[i] == CTL_SPAWN;
+        while ((n = read(TEMPLATE_REQ_FD, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+                for (ssize_t i = 0; i < n; i++) {
+                        if (done_bytes >= 0) {
+                                done_seq |= (uint32_t)buf[i] << (8 * done_bytes);
+                                if (++done_bytes == 4) {
+                                        copy_cgroup_done(done_seq);
+                                        done_bytes = -1;
+                                }
+                        } else if (buf[i] == REQ_DONE) {
+                                done_bytes = 0;
+                                done_seq = 0;
+                        } else {
+                                want += buf[i] == CTL_SPAWN;
+                        }
+                }
+        }
         return want;
 }
 static template_params params;
@@ -1652,15 +1672,51 @@ static int cg_write(int dirfd, const char *file, const char *text)
         return r < 0 ? r : 0;
 }
 
-/* Removes the cgroup of a copy that never ran (the host removes the
- * others). */
-static void copy_cgroup_remove(unsigned seq)
+static bool cg_remove_now(uint32_t seq)
 {
         char name[24];
-        snprintf(name, sizeof(name), "c%u", seq);
+        snprintf(name, sizeof(name), "c%u", (unsigned)seq);
         int dirs[2], n = cg_dirs(dirs);
-        for (int i = 0; seq && i < n; i++)
-                unlinkat(dirs[i], name, AT_REMOVEDIR);
+        bool done = true;
+        for (int i = 0; i < n; i++)
+                if (unlinkat(dirs[i], name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                        done = false;
+        return done;
+}
+
+/* Copies' cgroups that the host is done with but that could not be
+ * removed yet (the copy was still exiting), retried at every wake-up: a
+ * copy's exit is one. Past the cap, the host removes what is left when it
+ * closes the sandbox. */
+#define MAX_PENDING_RM 256
+static uint32_t pending_rm[MAX_PENDING_RM];
+static size_t n_pending_rm;
+
+static void copy_cgroups_retry(void)
+{
+        size_t k = 0;
+        for (size_t i = 0; i < n_pending_rm; i++)
+                if (!cg_remove_now(pending_rm[i]))
+                        pending_rm[k++] = pending_rm[i];
+        n_pending_rm = k;
+}
+
+/* The host has read how the copy's run ended (its OOM counter): its cgroup
+ * may go. The host tells this only after the run's result, so removing the
+ * cgroup is never on a run's path. */
+static void copy_cgroup_done(uint32_t seq)
+{
+        if (!seq || seq > copy_cgroup_seq || cg_remove_now(seq))
+                return;
+        if (n_pending_rm < MAX_PENDING_RM)
+                pending_rm[n_pending_rm++] = seq;
+}
+
+/* Removes the cgroup of a copy that never reached the host. */
+static void copy_cgroup_remove(unsigned seq)
+{
+        if (seq)
+                (void)cg_remove_now(seq);
 }
 
 /* Makes the next copy's cgroup with the run's limits. Returns in procs the
