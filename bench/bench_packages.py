@@ -56,16 +56,9 @@ IMPORT_CODE = ("import sys, numpy, pandas, matplotlib; matplotlib.use('Agg'); "
                "import matplotlib.pyplot; print('ready', flush=True); sys.stdin.read()")
 
 
-def pct(samples, p):
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(len(s) * p))] if s else None
-
-
-def summary(samples, **extra):
-    d = {"median_ms": pct(samples, 0.5), "p90_ms": pct(samples, 0.9),
-         "min_ms": min(samples), "n": len(samples), "samples_ms": samples}
-    d.update(extra)
-    return d
+# The same percentiles and summaries as the rest of make bench (bench.py,
+# whose module level only defines; its main() runs as a script only).
+from bench import pct, summary  # noqa: E402
 
 
 def pss_kib(pid):

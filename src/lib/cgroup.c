@@ -107,18 +107,25 @@ static void remove_cgroup(int parentfd, const char *name)
         }
 }
 
+/* A directory stream of the directory open as dirfd, which stays open;
+ * NULL on failure. */
+static DIR *dir_stream(int dirfd)
+{
+        int fd = dup(dirfd);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d && fd >= 0)
+                close(fd);
+        return d;
+}
+
 /* Removes every cgroup below the one open as dirfd (the template's and
  * the copies', and anything made below them), depth first: a cgroup's only
  * subdirectories are its children. depth bounds the walk. */
 static void remove_children(int dirfd, int depth)
 {
-        int fd = dup(dirfd);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d) {
-                if (fd >= 0)
-                        close(fd);
+        DIR *d = dir_stream(dirfd);
+        if (!d)
                 return;
-        }
         struct dirent *de;
         while ((de = readdir(d))) {
                 if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 ||
@@ -152,13 +159,9 @@ int cg_sandbox_remove_copy(const cg_sandbox *cg, unsigned seq)
  * stale. One still in use cannot be removed anyway. */
 static void sweep_stale(int parentfd)
 {
-        int fd = dup(parentfd);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d) {
-                if (fd >= 0)
-                        close(fd);
+        DIR *d = dir_stream(parentfd);
+        if (!d)
                 return;
-        }
         struct dirent *de;
         while ((de = readdir(d))) {
                 int pid = 0;
