@@ -95,12 +95,16 @@ static unsigned long long start_time(int pid)
         return t;
 }
 
-/* rmdir of a cgroup whose last task was just reaped can fail with EBUSY
- * for a moment, until the kernel has dropped the task's reference; wait for
- * that, briefly and boundedly. */
+/* rmdir of a cgroup whose last task was just reaped, or whose children
+ * were just removed, fails with EBUSY until the kernel has taken them
+ * offline, which it does after an RCU grace period: milliseconds, and on a
+ * busy machine sometimes over 100 ms (a CI run saw a sandbox's cgroup left
+ * behind with a 100 ms bound). Nothing tells when; so wait for it, in 2 ms
+ * steps, for at most 2 s. A cgroup still left then is removed by the stale
+ * sweep of a later process. */
 static void remove_cgroup(int parentfd, const char *name)
 {
-        for (int i = 0; i < 50; i++) {
+        for (int i = 0; i < 1000; i++) {
                 if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY)
                         return;
                 usleep(2000);
@@ -264,6 +268,18 @@ void cg_sandbox_destroy(cg_sandbox *cg)
                 if (cg->tplfd[i] >= 0)
                         close(cg->tplfd[i]);
                 if (cg->dirfd[i] >= 0) {
+                        /* By name first, which takes no file descriptor: a
+                         * sandbox closed because the process ran out of
+                         * them must still leave no cgroup behind. Then
+                         * whatever else is there. */
+                        char name[24];
+                        remove_cgroup(cg->dirfd[i], "tpl");
+                        for (unsigned k = 1; k <= cg->max_copy; k++) {
+                                snprintf(name, sizeof(name), "c%u", k);
+                                if (unlinkat(cg->dirfd[i], name, AT_REMOVEDIR) < 0 &&
+                                    errno == EBUSY)
+                                        remove_cgroup(cg->dirfd[i], name);
+                        }
                         remove_children(cg->dirfd[i], CG_MAX_DEPTH);
                         close(cg->dirfd[i]);
                 }

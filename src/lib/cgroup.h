@@ -27,11 +27,12 @@
 typedef struct cg_sandbox {
         bool enabled;
         bool v2;
-        int n;           /* hierarchies in use: 1 (v2) or 2 (v1 memory, pids) */
-        int dirfd[2];    /* the sandbox's cgroup in each hierarchy */
-        int parentfd[2]; /* its parent, for removal */
-        int tplfd[2];    /* the template's cgroup "tpl" below it */
-        char name[64];   /* its name there */
+        int n;             /* hierarchies in use: 1 (v2) or 2 (v1 memory, pids) */
+        int dirfd[2];      /* the sandbox's cgroup in each hierarchy */
+        int parentfd[2];   /* its parent, for removal */
+        int tplfd[2];      /* the template's cgroup "tpl" below it */
+        unsigned max_copy; /* the highest copy cgroup number c<N> the host saw */
+        char name[64];     /* its name there */
 } cg_sandbox;
 
 /* Creates the sandbox's cgroups, with the template's limits from lim,

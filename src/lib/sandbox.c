@@ -694,6 +694,8 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         c->err_r = fds[3];
         c->oomfd = nfds == 5 ? fds[4] : -1;
         c->cg = sb->cg.enabled ? cg_seq : 0;
+        if (c->cg > sb->cg.max_copy)
+                sb->cg.max_copy = c->cg;
         *ret = c;
         return 0;
 }
