@@ -183,6 +183,18 @@ static char ctl_recv_byte(void)
         return c;
 }
 
+/* A NULL-terminated copy of a JSON array of strings from the host (a
+ * non-string is ""), its length in *ret_n; NULL when out of memory. */
+static char **string_array(json_t *a, size_t *ret_n)
+{
+        size_t n = json_array_size(a);
+        char **v = calloc(n + 1, sizeof(char *));
+        *ret_n = 0;
+        for (size_t i = 0; v && i < n; i++)
+                v[(*ret_n)++] = strdup(json_string_value(json_array_get(a, i)) ?: "");
+        return v;
+}
+
 static void read_params(void)
 {
         char *buf = malloc(65536);
@@ -216,12 +228,7 @@ static void read_params(void)
         params.guest_gid = (gid_t)json_integer_value(json_object_get(j, "guest_gid"));
         params.cgroup = (int)json_integer_value(json_object_get(j, "cgroup"));
         params.auto_figures = !json_is_false(json_object_get(j, "auto_figures"));
-        json_t *pre = json_object_get(j, "preloads");
-        size_t n_pre = json_array_size(pre);
-        params.preloads = calloc(n_pre + 1, sizeof(char *));
-        for (size_t i = 0; params.preloads && i < n_pre; i++)
-                params.preloads[params.n_preloads++] =
-                    strdup(json_string_value(json_array_get(pre, i)) ?: "");
+        params.preloads = string_array(json_object_get(j, "preloads"), &params.n_preloads);
         json_t *py = json_object_get(j, "python_paths");
         json_t *py_fd = json_object_get(j, "python_path_fds");
         size_t n_py = MIN(json_array_size(py), (size_t)PYPATH_MAX);
@@ -232,12 +239,7 @@ static void read_params(void)
                 params.python_path_fd[i] = json_is_true(json_array_get(py_fd, i));
                 params.n_python_paths++;
         }
-        json_t *sp = json_object_get(j, "sys_path");
-        size_t n_sp = json_array_size(sp);
-        params.sys_path = calloc(n_sp + 1, sizeof(char *));
-        for (size_t i = 0; params.sys_path && i < n_sp; i++)
-                params.sys_path[params.n_sys_path++] =
-                    strdup(json_string_value(json_array_get(sp, i)) ?: "");
+        params.sys_path = string_array(json_object_get(j, "sys_path"), &params.n_sys_path);
         json_decref(j);
 }
 
