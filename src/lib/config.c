@@ -267,6 +267,23 @@ airlock_approval airlock_config_effective_approval(const airlock_config *c)
         return AIRLOCK_APPROVAL_NEVER;
 }
 
+/* Copies n strings into a new array in *ret (NULL for none), counting in
+ * *ret_n those copied, so that a partial copy is freed like a whole one. */
+static int strv_copy(char *const *src, size_t n, char ***ret, size_t *ret_n)
+{
+        if (!n)
+                return 0;
+        *ret = calloc(n, sizeof(**ret));
+        if (!*ret)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                if (!((*ret)[i] = strdup(src[i])))
+                        return -ENOMEM;
+                (*ret_n)++;
+        }
+        return 0;
+}
+
 int config_clone(const airlock_config *src, airlock_config **ret, airlock_error *err)
 {
         airlock_config *c = calloc(1, sizeof(*c));
@@ -290,26 +307,11 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
                                 r = -ENOMEM;
                 }
         }
-        if (r >= 0 && src->n_preloads) {
-                c->preloads = calloc(src->n_preloads, sizeof(*c->preloads));
-                if (!c->preloads)
-                        r = -ENOMEM;
-                for (size_t i = 0; r >= 0 && i < src->n_preloads; i++) {
-                        if (!(c->preloads[i] = strdup(src->preloads[i])))
-                                r = -ENOMEM;
-                        c->n_preloads++;
-                }
-        }
-        if (r >= 0 && src->n_python_paths) {
-                c->python_paths = calloc(src->n_python_paths, sizeof(*c->python_paths));
-                if (!c->python_paths)
-                        r = -ENOMEM;
-                for (size_t i = 0; r >= 0 && i < src->n_python_paths; i++) {
-                        if (!(c->python_paths[i] = strdup(src->python_paths[i])))
-                                r = -ENOMEM;
-                        c->n_python_paths++;
-                }
-        }
+        if (r >= 0)
+                r = strv_copy(src->preloads, src->n_preloads, &c->preloads, &c->n_preloads);
+        if (r >= 0)
+                r = strv_copy(src->python_paths, src->n_python_paths, &c->python_paths,
+                              &c->n_python_paths);
         if (r < 0) {
                 airlock_config_free(c);
                 return al_error(err, r, NULL, "out of memory");
