@@ -8,7 +8,7 @@ CC        ?= cc
 # Debian's pkg-config and Debian's .pc files, whatever else is first on PATH.
 PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
 PKGS      := libseccomp jansson libcurl python3-embed
-# libcurl is opened at run time (see src/lib/gateway.c): its headers only.
+# libcurl is opened at run time (see src/lib/host/gateway.c): its headers only.
 LINK_PKGS := libseccomp jansson python3-embed
 
 WARN := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wpointer-arith -Wmissing-prototypes \
@@ -34,7 +34,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -fvisibility=hidden -Iinclude -Isrc/lib $(WARN
 LDFLAGS += -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(LDSAN)
 LIBS    = $(DEP_LIBS) -lpthread
 
-LIB_SRC  := $(sort $(wildcard src/lib/*.c))
+LIB_SRC  := $(sort $(wildcard src/lib/*/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/guest_runtime.o
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)

@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fsx.h"
-#include "util.h"
+#include "fsx/fsx.h"
+#include "core/util.h"
 
 extern char **environ;
 

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "tools.h"
-#include "util.h"
+#include "host/tools.h"
+#include "core/util.h"
 
 extern char **environ;
 

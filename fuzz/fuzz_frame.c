@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "channel.h"
+#include "core/channel.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools.h"
+#include "host/tools.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

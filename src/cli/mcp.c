@@ -27,10 +27,10 @@
 #include "cli.h"
 /* The library's internal view of a configuration, for the one fact the public
  * API does not offer: whether the allow-list is empty (openWorldHint). */
-#include "config.h"
+#include "config/config.h"
 #include "mcp.h"
-#include "netpolicy.h"
-#include "util.h"
+#include "host/netpolicy.h"
+#include "core/util.h"
 
 #define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
 #define MCP_MAX_CALLS 64          /* tools/call in progress at once */

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "mcp.h"
-#include "result.h"
-#include "util.h"
+#include "surface/result.h"
+#include "core/util.h"
 
 char *mcp_file_uri(const char *path)
 {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "util.h"
+#include "core/util.h"
 
 /* More --tools files than anyone writes by hand; the cap keeps the list on
  * the stack. */

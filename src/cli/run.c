@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "util.h"
+#include "core/util.h"
 
 #define CODE_CAP (16u << 20)
 

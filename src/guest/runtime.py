@@ -17,7 +17,7 @@ import _airlock  # the native channel to the host (see guestpy.c)
 __all__ = ["call_tool", "http_get", "http_post", "http_request"]
 
 # The host names the built-in exception to raise for a refusal
-# (GATEWAY_ERRORS in src/lib/gateway.h is the one table from an errno to
+# (GATEWAY_ERRORS in src/lib/host/gateway.h is the one table from an errno to
 # it); anything that is not an exception class becomes RuntimeError.
 def _host_exception(kind):
     exc = getattr(_builtins, kind, None) if isinstance(kind, str) else None

@@ -15,9 +15,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "fsx.h"
-#include "fsx_internal.h"
-#include "util.h"
+#include "fsx/fsx.h"
+#include "fsx/fsx_internal.h"
+#include "core/util.h"
 
 /* A scratch directory under /tmp: its path and an fd on it. */
 typedef struct scratch {

@@ -16,10 +16,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "cache.h"
-#include "selfexe.h"
-#include "config.h"
-#include "util.h"
+#include "surface/cache.h"
+#include "sandbox/selfexe.h"
+#include "config/config.h"
+#include "core/util.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 

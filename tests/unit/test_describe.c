@@ -11,8 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "config.h"
-#include "util.h"
+#include "config/config.h"
+#include "core/util.h"
 
 static int cb_tool(void *ud, const char *args, char **ret, char **ret_err)
 {

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "airlock.h"
-#include "util.h"
+#include "core/util.h"
 
 /* A hang is a failure: the alarm kills the test process and the runner
  * counts the test as failed. */

@@ -18,8 +18,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
-#include "gateway.h"
-#include "util.h"
+#include "host/gateway.h"
+#include "core/util.h"
 
 extern char **environ;
 

@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "netpolicy.h"
-#include "util.h"
+#include "host/netpolicy.h"
+#include "core/util.h"
 
 /* ---- entries ------------------------------------------------------------ */
 

@@ -13,8 +13,8 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
-#include "tools.h"
-#include "util.h"
+#include "host/tools.h"
+#include "core/util.h"
 
 static char data_dir[PATH_MAX + 64];   /* tests/data/tools */
 static char tools_file[PATH_MAX + 64]; /* tests/data/tools/tools.json */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 static void test_appendf_grows_past_the_first_allocation(void **state)
 {

@@ -1,0 +1,328 @@
+/* Building and copying configurations. */
+#include "config/config.h"
+
+#include <string.h>
+
+#include "fsx/fsx.h"
+#include "config/pythonpath.h"
+#include "core/util.h"
+
+#define CONFIG_MAX_MOUNTS   256
+#define CONFIG_MAX_PRELOADS 64
+
+void airlock_limits_default(airlock_limits *l)
+{
+        *l = (airlock_limits){
+            .timeout_s = 30,
+            .cpu_s = 0,
+            .memory_bytes = 512ull << 20,
+            .pids = 64,
+            .open_files = 256,
+            .max_file_bytes = 64ull << 20,
+            .tmp_bytes = 64ull << 20,
+            .output_fs_bytes = 0,
+            .max_output_file = 16ull << 20,
+            .max_output_total = 64ull << 20,
+            .max_output_files = 1000,
+            .max_output_depth = 64,
+            .max_stdout = 1ull << 20,
+            .max_stage_bytes = 4ull << 30,
+            .max_stage_files = 100000,
+            .max_stage_depth = 256,
+            .tool_timeout_s = 30,
+            .http_max_request = 16ull << 20,
+            .http_max_response = 16ull << 20,
+            .http_timeout_s = 30,
+        };
+}
+
+int airlock_config_new(airlock_config **ret, airlock_error *err)
+{
+        airlock_config *c = calloc(1, sizeof(*c));
+        if (!c)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        airlock_limits_default(&c->limits);
+        int r = allowlist_new(&c->allow, err);
+        if (r >= 0)
+                r = toolreg_new(&c->tools, err);
+        if (r < 0) {
+                airlock_config_free(c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}
+
+void config_changed(airlock_config *c)
+{
+        free(atomic_exchange(&c->fp_memo, NULL));
+}
+
+void airlock_config_free(airlock_config *c)
+{
+        if (!c)
+                return;
+        config_changed(c);
+        free(c->workspace);
+        for (size_t i = 0; i < c->n_mounts; i++) {
+                free(c->mounts[i].host);
+                free(c->mounts[i].dest);
+        }
+        free(c->mounts);
+        allowlist_free(c->allow);
+        toolreg_free(c->tools);
+        for (size_t i = 0; i < c->n_preloads; i++)
+                free(c->preloads[i]);
+        free(c->preloads);
+        for (size_t i = 0; i < c->n_python_paths; i++)
+                free(c->python_paths[i]);
+        free(c->python_paths);
+        free(c);
+}
+
+int airlock_config_set_workspace(airlock_config *c, const char *dir, airlock_error *err)
+{
+        config_changed(c);
+        if (!dir || !*dir)
+                return al_error(err, -EINVAL, NULL, "workspace path is empty");
+        char *copy = strdup(dir);
+        if (!copy)
+                return al_error(err, -ENOMEM, dir, "out of memory");
+        free(c->workspace);
+        c->workspace = copy;
+        return 0;
+}
+
+int airlock_config_add_mount(airlock_config *c, const char *host, const char *path,
+                             airlock_error *err)
+{
+        config_changed(c);
+        if (!host || !*host)
+                return al_error(err, -EINVAL, NULL, "mount host path is empty");
+        _cleanup_free_ char *dest = NULL;
+        int r = fsx_normalize_mount_path(path ? path : host, &dest, err);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *h = strdup(host);
+        if (!h)
+                return al_error(err, -ENOMEM, host, "out of memory");
+        /* Two mounts at one destination are a collision (DESIGN.md): the
+         * second would silently hide the first. The same mount given twice
+         * asks for nothing new and is kept once. A file mount that another
+         * mount needs as a directory is only known when the sources are
+         * opened, and staging refuses it then. */
+        for (size_t i = 0; i < c->n_mounts; i++) {
+                if (strcmp(c->mounts[i].dest, dest) != 0)
+                        continue;
+                if (strcmp(c->mounts[i].host, host) == 0)
+                        return 0;
+                return al_error(err, -EEXIST, host,
+                                "collision: mounts %s and %s both go to /input/%s; give one of "
+                                "them another path (HOST:PATH)",
+                                c->mounts[i].host, host, dest);
+        }
+        if (c->n_mounts >= CONFIG_MAX_MOUNTS)
+                return al_error(err, -E2BIG, host, "too many mounts (at most %d)",
+                                CONFIG_MAX_MOUNTS);
+        config_mount *m = realloc(c->mounts, (c->n_mounts + 1) * sizeof(*m));
+        if (!m)
+                return al_error(err, -ENOMEM, host, "out of memory");
+        c->mounts = m;
+        m[c->n_mounts].host = TAKE_PTR(h);
+        m[c->n_mounts].dest = TAKE_PTR(dest);
+        c->n_mounts++;
+        return 0;
+}
+
+int airlock_config_allow(airlock_config *c, const char *target, const char *methods,
+                         airlock_error *err)
+{
+        config_changed(c);
+        return allowlist_add(c->allow, target, methods, err);
+}
+
+int airlock_config_load_tools(airlock_config *c, const char *file, airlock_error *err)
+{
+        config_changed(c);
+        return toolreg_load_file(c->tools, file, c->limits.tool_timeout_s, err);
+}
+
+int airlock_config_add_tool(airlock_config *c, const airlock_tool_def *def, airlock_error *err)
+{
+        config_changed(c);
+        return toolreg_add_callback(c->tools, def, err);
+}
+
+int airlock_config_remove_tool(airlock_config *c, const char *name, airlock_error *err)
+{
+        config_changed(c);
+        return toolreg_remove(c->tools, name, err);
+}
+
+int airlock_config_set_limits(airlock_config *c, const airlock_limits *l, airlock_error *err)
+{
+        config_changed(c);
+        if (!(l->timeout_s > 0) || l->timeout_s > 86400)
+                return al_error(err, -EINVAL, NULL, "timeout %g s is out of range (0, 86400]",
+                                l->timeout_s);
+        if (l->cpu_s < 0)
+                return al_error(err, -EINVAL, NULL, "CPU time %g s is negative", l->cpu_s);
+        if (l->memory_bytes < (16ull << 20))
+                return al_error(err, -EINVAL, NULL,
+                                "memory limit %llu MiB is too small (at least 16 MiB)",
+                                (unsigned long long)(l->memory_bytes >> 20));
+        if (l->pids < 1 || l->pids > 65536)
+                return al_error(err, -EINVAL, NULL, "process limit %u is out of range [1, 65536]",
+                                l->pids);
+        if (l->open_files < 16)
+                return al_error(err, -EINVAL, NULL, "open file limit %u is too small (16)",
+                                l->open_files);
+        if (l->max_output_files < 1)
+                return al_error(err, -EINVAL, NULL, "max output files must be at least 1");
+        if (l->max_stdout < 1)
+                return al_error(err, -EINVAL, NULL, "max stdout must be at least 1 byte");
+        c->limits = *l;
+        return 0;
+}
+
+void airlock_config_get_limits(const airlock_config *c, airlock_limits *ret)
+{
+        *ret = c->limits;
+}
+
+/* A preload is a dotted module name; anything else could smuggle code. */
+static bool module_name_valid(const char *m)
+{
+        size_t n = strlen(m);
+        if (n == 0 || n > 128 || m[0] == '.' || m[n - 1] == '.')
+                return false;
+        for (const char *p = m; *p; p++) {
+                bool ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                          (*p >= '0' && *p <= '9') || *p == '_' || (*p == '.' && p[1] != '.');
+                if (!ok)
+                        return false;
+        }
+        return !(m[0] >= '0' && m[0] <= '9');
+}
+
+int airlock_config_add_preload(airlock_config *c, const char *module, airlock_error *err)
+{
+        config_changed(c);
+        if (!module || !module_name_valid(module))
+                return al_error(err, -EINVAL, NULL, "preload '%s' is not a module name",
+                                module ? module : "");
+        for (size_t i = 0; i < c->n_preloads; i++)
+                if (strcmp(c->preloads[i], module) == 0)
+                        return 0;
+        if (c->n_preloads >= CONFIG_MAX_PRELOADS)
+                return al_error(err, -E2BIG, NULL, "too many preloads (at most %d)",
+                                CONFIG_MAX_PRELOADS);
+        char **p = realloc(c->preloads, (c->n_preloads + 1) * sizeof(*p));
+        if (!p)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        c->preloads = p;
+        if (!(p[c->n_preloads] = strdup(module)))
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        c->n_preloads++;
+        return 0;
+}
+
+int airlock_config_add_python_path(airlock_config *c, const char *dir, airlock_error *err)
+{
+        config_changed(c);
+        _cleanup_free_ char *abs = NULL;
+        int r = pypath_normalize(dir, &abs, err);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < c->n_python_paths; i++)
+                if (strcmp(c->python_paths[i], abs) == 0)
+                        return 0;
+        if (c->n_python_paths >= PYPATH_MAX)
+                return al_error(err, -E2BIG, dir, "--python-path %s: too many folders (at most %d)",
+                                dir, PYPATH_MAX);
+        char **p = realloc(c->python_paths, (c->n_python_paths + 1) * sizeof(*p));
+        if (!p)
+                return al_error(err, -ENOMEM, dir, "out of memory");
+        c->python_paths = p;
+        p[c->n_python_paths++] = TAKE_PTR(abs);
+        return 0;
+}
+
+void airlock_config_set_approval(airlock_config *c, airlock_approval mode)
+{
+        config_changed(c);
+        c->approval = mode;
+}
+
+void airlock_config_set_auto_figures(airlock_config *c, bool on)
+{
+        config_changed(c);
+        c->no_auto_figures = !on;
+}
+
+airlock_approval airlock_config_effective_approval(const airlock_config *c)
+{
+        if (c->approval == AIRLOCK_APPROVAL_ALWAYS || toolreg_any_requires_approval(c->tools))
+                return AIRLOCK_APPROVAL_ALWAYS;
+        return AIRLOCK_APPROVAL_NEVER;
+}
+
+/* Copies n strings into a new array in *ret (NULL for none), counting in
+ * *ret_n those copied, so that a partial copy is freed like a whole one. */
+static int strv_copy(char *const *src, size_t n, char ***ret, size_t *ret_n)
+{
+        if (!n)
+                return 0;
+        *ret = calloc(n, sizeof(**ret));
+        if (!*ret)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                if (!((*ret)[i] = strdup(src[i])))
+                        return -ENOMEM;
+                (*ret_n)++;
+        }
+        return 0;
+}
+
+int config_clone(const airlock_config *src, airlock_config **ret, airlock_error *err)
+{
+        airlock_config *c = calloc(1, sizeof(*c));
+        if (!c)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        c->limits = src->limits;
+        c->approval = src->approval;
+        c->no_auto_figures = src->no_auto_figures;
+        int r = 0;
+        if (src->workspace && !(c->workspace = strdup(src->workspace)))
+                r = -ENOMEM;
+        if (r >= 0 && src->n_mounts) {
+                c->mounts = calloc(src->n_mounts, sizeof(*c->mounts));
+                if (!c->mounts)
+                        r = -ENOMEM;
+                for (size_t i = 0; r >= 0 && i < src->n_mounts; i++) {
+                        c->mounts[i].host = strdup(src->mounts[i].host);
+                        c->mounts[i].dest = strdup(src->mounts[i].dest);
+                        c->n_mounts++;
+                        if (!c->mounts[i].host || !c->mounts[i].dest)
+                                r = -ENOMEM;
+                }
+        }
+        if (r >= 0)
+                r = strv_copy(src->preloads, src->n_preloads, &c->preloads, &c->n_preloads);
+        if (r >= 0)
+                r = strv_copy(src->python_paths, src->n_python_paths, &c->python_paths,
+                              &c->n_python_paths);
+        if (r < 0) {
+                airlock_config_free(c);
+                return al_error(err, r, NULL, "out of memory");
+        }
+        r = allowlist_clone(src->allow, &c->allow, err);
+        if (r >= 0)
+                r = toolreg_clone(src->tools, &c->tools, err);
+        if (r < 0) {
+                airlock_config_free(c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}

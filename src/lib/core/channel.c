@@ -1,0 +1,139 @@
+/* Length-prefixed JSON frames: 4 bytes of little-endian length, then a JSON
+ * object of that many bytes. */
+#include "core/channel.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/util.h"
+
+void frame_reader_init(frame_reader *r, size_t max)
+{
+        memset(r, 0, sizeof(*r));
+        r->max = max ? max : CHANNEL_MAX_FRAME;
+}
+
+void frame_reader_free(frame_reader *r)
+{
+        free(r->body);
+        r->body = NULL;
+        r->hdr_got = r->need = r->got = 0;
+}
+
+int frame_parse(const char *body, size_t len, json_t **ret)
+{
+        json_error_t jerr;
+        /* NUL is legal inside JSON strings ("\u0000"); allow it so tool
+         * arguments round-trip, but refuse anything that is not an object. */
+        json_t *j = json_loadb(body, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &jerr);
+        if (!j)
+                return -EBADMSG;
+        if (!json_is_object(j)) {
+                json_decref(j);
+                return -EBADMSG;
+        }
+        *ret = j;
+        return 0;
+}
+
+static ssize_t reader_read(const frame_reader *r, int fd, void *buf, size_t len)
+{
+        return r->nonblock ? recv(fd, buf, len, MSG_DONTWAIT) : read(fd, buf, len);
+}
+
+int frame_reader_feed(frame_reader *r, int fd, json_t **ret)
+{
+        for (;;) {
+                if (r->hdr_got < 4) {
+                        ssize_t n = reader_read(r, fd, r->hdr + r->hdr_got, 4 - r->hdr_got);
+                        if (n < 0) {
+                                if (errno == EINTR)
+                                        continue;
+                                if (errno == EAGAIN)
+                                        return 0;
+                                return -errno;
+                        }
+                        if (n == 0)
+                                return r->hdr_got ? -EPROTO : -EPIPE;
+                        r->hdr_got += (size_t)n;
+                        if (r->hdr_got < 4)
+                                continue;
+                        uint32_t len = (uint32_t)r->hdr[0] | (uint32_t)r->hdr[1] << 8 |
+                                       (uint32_t)r->hdr[2] << 16 | (uint32_t)r->hdr[3] << 24;
+                        if (len > r->max)
+                                return -EMSGSIZE;
+                        r->need = len;
+                        r->got = 0;
+                        r->body = malloc(len + 1);
+                        if (!r->body)
+                                return -ENOMEM;
+                }
+                while (r->got < r->need) {
+                        ssize_t n = reader_read(r, fd, r->body + r->got, r->need - r->got);
+                        if (n < 0) {
+                                if (errno == EINTR)
+                                        continue;
+                                if (errno == EAGAIN)
+                                        return 0;
+                                return -errno;
+                        }
+                        if (n == 0)
+                                return -EPROTO;
+                        r->got += (size_t)n;
+                }
+                json_t *j = NULL;
+                int k = frame_parse(r->body, r->need, &j);
+                free(r->body);
+                r->body = NULL;
+                r->hdr_got = 0;
+                if (k < 0)
+                        return k;
+                *ret = j;
+                return 1;
+        }
+}
+
+int channel_send_raw(int fd, const char *body, size_t len)
+{
+        if (len > CHANNEL_MAX_FRAME)
+                return -EMSGSIZE;
+        unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                                (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+        struct iovec iov[2] = {{hdr, 4}, {(void *)body, len}};
+        size_t total = 4 + len, done = 0;
+        while (done < total) {
+                struct msghdr mh = {0};
+                struct iovec v[2];
+                int nv = 0;
+                if (done < 4) {
+                        v[nv++] = (struct iovec){hdr + done, 4 - done};
+                        v[nv++] = iov[1];
+                } else {
+                        v[nv++] = (struct iovec){(char *)body + (done - 4), len - (done - 4)};
+                }
+                mh.msg_iov = v;
+                mh.msg_iovlen = (size_t)nv;
+                ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                done += (size_t)n;
+        }
+        return 0;
+}
+
+int channel_send(int fd, const json_t *msg)
+{
+        char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!s)
+                return -ENOMEM;
+        int r = channel_send_raw(fd, s, strlen(s));
+        free(s);
+        return r;
+}

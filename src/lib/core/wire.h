@@ -1,0 +1,98 @@
+/* The host <-> template <-> copy protocol: the fds the template is started
+ * with, the control messages on its sockets, the first byte a copy sends,
+ * and the parameters the host sends after exec. Shared by the host side
+ * (sandbox/) and the process inside the isolation (template/). */
+#ifndef AIRLOCK_WIRE_H
+#define AIRLOCK_WIRE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "airlock.h"
+
+/* The template is this very program, executed again with this argv[0], the
+ * control socket on fd 3, the staged /input on fd 4 and the read end of the
+ * request socket on fd 5. Executing afresh means nothing of the host
+ * process's memory (environment, heap, earlier results) is ever visible to
+ * a guest. */
+#define TEMPLATE_ARGV0    "airlock-template"
+#define TEMPLATE_CTL_FD   3
+#define TEMPLATE_INPUT_FD 4
+#define TEMPLATE_REQ_FD   5
+/* Where the host gives the template the sandbox's cgroup directories (the
+ * memory and the pids hierarchy of cgroup v1, or the one v2 directory), in
+ * which the template makes one child cgroup per copy. Absent without
+ * cgroups. */
+#define TEMPLATE_CG_FD  6
+#define TEMPLATE_CG2_FD 7
+/* The read-only mounts of the --python-path folders, when the host could
+ * make them (as root), on fds TEMPLATE_PYPATH_FD + N. */
+#define TEMPLATE_PYPATH_FD 8
+
+/* Control messages on the template's SOCK_SEQPACKET socket. */
+enum {
+        CTL_USERNS = 'U', /* template -> host: user namespace made, write the id maps */
+        CTL_GO = 'G',     /* host -> template: maps written */
+        CTL_READY = 'R',  /* template -> host: interpreter initialised */
+        CTL_ERROR = 'E',  /* template -> host: "E<errno> <feature>|<message>" */
+        CTL_SPAWN = 'S',  /* host -> template: start a copy */
+        CTL_NUDGE = 'N',  /* host -> template: a copy is awaited, serve the request socket */
+        /* template -> host: a copy's pid, with [channel, pidfd, stdout, stderr]
+         * and, with per-copy cgroups, the OOM counter of the copy's cgroup */
+        CTL_COPY = 'C',
+        /* host -> template, on the request socket: the host is done with a
+         * copy's cgroup, whose number follows (4 bytes, little-endian) */
+        REQ_DONE = 'D',
+};
+
+/* First byte a copy sends on its channel: ready with the /output fd attached,
+ * or an error followed by a message. */
+enum {
+        COPY_READY = 'R',
+        COPY_ERROR = 'E',
+};
+
+/* The template's read-only cache in the guest's root (template.c). */
+#define GUEST_CACHE_DIR "/cache"
+/* The module name of the guest's matplotlib backend (runtime.py). */
+#define GUEST_FIGURES_BACKEND "_airlock_figures"
+
+/* Fixed fd numbers inside a copy. */
+#define COPY_CHANNEL_FD 3
+
+/* What the template needs to know, sent as JSON after exec. */
+typedef struct template_params {
+        airlock_limits limits;
+        bool has_input;
+        /* The staged input on TEMPLATE_INPUT_FD is a detached mount tree
+         * (open_tree) to attach, not a directory to bind by path. */
+        bool input_tree;
+        /* The host ids the guest maps to. A template started by root drops
+         * to them before it makes the user namespace, so that everything
+         * the guest owns is charged to them, not to root. */
+        uid_t guest_uid;
+        gid_t guest_gid;
+        int cgroup; /* 0: no cgroups, 1: cgroup v1, 2: cgroup v2 */
+        char **preloads;
+        size_t n_preloads;
+        /* --python-path folders: host paths, whether each came as a mount
+         * fd, and the guest's sys.path entries made of them. */
+        char **python_paths;
+        bool *python_path_fd;
+        size_t n_python_paths;
+        char **sys_path;
+        size_t n_sys_path;
+        bool auto_figures; /* return matplotlib figures as PNG files */
+} template_params;
+
+/* Room for the template and a pre-started copy on top of a run's limits,
+ * and for the copies that have ended and are still being torn down (at
+ * idle priority, a preloaded numpy's interpreter takes milliseconds): with
+ * a room of 4, --pids 1 --preload numpy failed to start a copy (EAGAIN) in
+ * about half the runs of test_blas_in_preloaded_copies. A run's own tasks
+ * stay bounded by RLIMIT_NPROC (template/template.c, copy_main). */
+#define CG_MEMORY_SLACK (64ull << 20)
+#define CG_PIDS_SLACK   8
+
+#endif

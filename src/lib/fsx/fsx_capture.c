@@ -1,0 +1,334 @@
+/* Capture of the run's /output: every regular file, read through a checked
+ * fd, and every other entry listed as refused with its reason. */
+#include "fsx/fsx.h"
+#include "fsx/fsx_internal.h"
+#include "core/util.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Files larger than this are checked for changes on the fd after reading. */
+#define CAPTURE_RECHECK_MIN (64u * 1024)
+
+void (*fsx_capture_read_hook)(int fd, const char *path) = NULL;
+
+/* Captured bytes live in one anonymous mapping, grown with mremap and
+ * populated a megabyte at a time (with transparent huge pages where the
+ * kernel offers them). Taking page faults one 4 KiB page at a time was the
+ * largest single cost of capturing many small files (on a virtual machine
+ * more than the system calls); a mapping also gives the memory back whole.
+ * Entries hold offsets while the mapping may still move. */
+#define ARENA_MIN      (2u << 20)
+#define ARENA_POPULATE (1u << 20)
+
+typedef struct arena {
+        char *base;
+        size_t len, used, populated;
+} arena;
+
+typedef struct cap_entry {
+        size_t off; /* path, NUL, media type, NUL, padding, data */
+        size_t path_len, data_off;
+        uint64_t size;
+} cap_entry;
+
+typedef struct capture_ctx {
+        const fsx_limits *lim;
+        airlock_error *err;
+        arena a;
+        cap_entry *ents;
+        size_t n_files, cap_files;
+        uint64_t total;
+        airlock_refusal *refused;
+        size_t n_refused;
+        uint64_t more_refused; /* refusals past FSX_REFUSED_MAX */
+} capture_ctx;
+
+static int add_refusal(capture_ctx *c, const char *path, size_t len, const char *reason)
+{
+        if (c->n_refused >= FSX_REFUSED_MAX) {
+                c->more_refused++;
+                return 0;
+        }
+        if (!c->refused) {
+                c->refused = calloc(FSX_REFUSED_MAX + 1, sizeof(*c->refused));
+                if (!c->refused)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        }
+        char *p = al_utf8_sanitize(path, len);
+        char *r = strdup(reason);
+        if (!p || !r) {
+                free(p);
+                free(r);
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        }
+        c->refused[c->n_refused++] = (airlock_refusal){.path = p, .reason = r};
+        return 0;
+}
+
+static int capture_refuse(void *ctx, const fsx_item *it, fsx_reason r)
+{
+        return add_refusal(ctx, it->path, it->path_len, fsx_reason_text(r));
+}
+
+/* Makes room for need more bytes at a.used. */
+static int arena_reserve(arena *a, size_t need)
+{
+        if (need > SIZE_MAX / 4 - a->used)
+                return -ENOMEM;
+        size_t want = a->used + need;
+        if (want > a->len) {
+                size_t len = a->len ? a->len : ARENA_MIN;
+                while (len < want)
+                        len *= 2;
+                void *p = a->base ? mremap(a->base, a->len, len, MREMAP_MAYMOVE)
+                                  : mmap(NULL, len, PROT_READ | PROT_WRITE,
+                                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p == MAP_FAILED)
+                        return -ENOMEM;
+                a->base = p;
+                a->len = len;
+                /* Advice only: without huge pages or MADV_POPULATE_WRITE
+                 * (Linux 5.14) the pages simply fault in one by one. */
+                (void)madvise(a->base, a->len, MADV_HUGEPAGE);
+        }
+        if (want > a->populated) {
+                size_t end =
+                    MIN(a->len, (want + ARENA_POPULATE - 1) / ARENA_POPULATE * ARENA_POPULATE);
+                (void)madvise(a->base + a->populated, end - a->populated, MADV_POPULATE_WRITE);
+                a->populated = end;
+        }
+        return 0;
+}
+
+static bool same_file_state(const struct stat *a, const struct stat *b)
+{
+        return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+               a->st_mtim.tv_nsec == b->st_mtim.tv_nsec && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+               a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* Reads one listed file through the fd whose type, inode and device were
+ * checked (fsx_open_listed: O_NOFOLLOW|O_NONBLOCK, so a link is never
+ * followed and a FIFO never blocks). Memory use is bounded by the caps: the
+ * size is checked against them before any byte is read, and at most
+ * st_size + 1 bytes are read; more or fewer than st_size (or, for a large
+ * file, a different size or time on the fd afterwards) means the file
+ * changed, and it is refused. */
+static int capture_file(void *ctx, const fsx_item *it)
+{
+        capture_ctx *c = ctx;
+        if (c->n_files >= c->lim->max_files)
+                return capture_refuse(c, it, FSX_TOO_MANY);
+
+        struct stat st;
+        fsx_reason reason = FSX_CHANGED;
+        _cleanup_close_ int fd = fsx_open_listed(it, &st, &reason);
+        if (fd == -EAGAIN)
+                return capture_refuse(c, it, reason);
+        if (fd == -ENOENT)
+                return 0;
+        if (fd == -EACCES || fd == -EPERM)
+                return capture_refuse(c, it, FSX_UNREADABLE);
+        if (fd < 0)
+                return al_error(c->err, fd, it->path, "cannot open %s: %s", it->path,
+                                strerror(-fd));
+
+        uint64_t size = (uint64_t)st.st_size;
+        if ((c->lim->max_file && size > c->lim->max_file) || size > c->lim->max_bytes ||
+            size > c->lim->max_bytes - c->total)
+                return capture_refuse(c, it, FSX_TOO_LARGE);
+
+        /* One block per file in the arena: the path, the media type, then
+         * the data (one byte more is read, to see growth). */
+        const char *type = fsx_media_type(it->name);
+        size_t type_len = strlen(type);
+        size_t head = it->path_len + 1 + type_len + 1;
+        size_t pad = (16 - head % 16) % 16;
+        if (size > SIZE_MAX / 4)
+                return capture_refuse(c, it, FSX_TOO_LARGE);
+        if (arena_reserve(&c->a, head + pad + size + 1) < 0)
+                return al_error(c->err, -ENOMEM, it->path, "out of memory reading %s", it->path);
+        char *block = c->a.base + c->a.used;
+        unsigned char *data = (unsigned char *)block + head + pad;
+
+        /* Ask for one byte more than the size: a regular file that returns
+         * exactly st_size bytes in one read is at its end, so a small file
+         * takes one read. More bytes than st_size or fewer mean it changed
+         * since it was checked. A file big enough for its read to take a
+         * while is also checked on the fd afterwards (size, mtime, ctime);
+         * for a small one that would add a system call per file to catch
+         * only a same-size rewrite inside one read, within one clock tick,
+         * after every guest process has ended. */
+        if (fsx_capture_read_hook)
+                fsx_capture_read_hook(fd, it->path);
+        uint64_t got = 0;
+        while (got <= size) {
+                ssize_t n = read(fd, data + got, (size_t)MIN(size + 1 - got, 1u << 30));
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return al_error(c->err, -errno, it->path, "cannot read %s: %s", it->path,
+                                        strerror(errno));
+                }
+                if (n == 0)
+                        break;
+                got += (uint64_t)n;
+                if (got == size)
+                        break;
+        }
+        if (got != size)
+                return capture_refuse(c, it, FSX_CHANGED);
+        struct stat after;
+        if (size > CAPTURE_RECHECK_MIN && (fstat(fd, &after) < 0 || !same_file_state(&st, &after)))
+                return capture_refuse(c, it, FSX_CHANGED);
+
+        if (c->n_files == c->cap_files) {
+                size_t nc = c->cap_files ? c->cap_files * 2 : 64;
+                cap_entry *ne = realloc(c->ents, nc * sizeof(*ne));
+                if (!ne)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+                c->ents = ne;
+                c->cap_files = nc;
+        }
+        memcpy(block, it->path, it->path_len);
+        block[it->path_len] = '\0';
+        memcpy(block + it->path_len + 1, type, type_len + 1);
+        c->ents[c->n_files++] = (cap_entry){
+            .off = c->a.used, .path_len = it->path_len, .data_off = head + pad, .size = size};
+        c->a.used += head + pad + size;
+        c->total += size;
+        return 0;
+}
+
+static int file_cmp(const void *x, const void *y)
+{
+        const airlock_file *a = x, *b = y;
+        return strcmp(a->path, b->path);
+}
+
+/* fsx_capture's array has one hidden element past the last file that holds
+ * the arena (data: its base, size: its length). */
+void fsx_files_free(airlock_file *files, size_t n)
+{
+        if (!files)
+                return;
+        if (!files[n].path && files[n].data)
+                munmap(files[n].data, (size_t)files[n].size);
+        free(files);
+}
+
+/* Turns the entries into the result array, with the hidden arena element. */
+static int build_files(capture_ctx *c, airlock_file **ret)
+{
+        if (c->n_files == 0) {
+                if (c->a.base)
+                        munmap(c->a.base, c->a.len);
+                c->a = (arena){0};
+                *ret = NULL;
+                return 0;
+        }
+        airlock_file *files = calloc(c->n_files + 1, sizeof(*files));
+        if (!files)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_files; i++) {
+                char *b = c->a.base + c->ents[i].off;
+                files[i] = (airlock_file){
+                    .path = b,
+                    .media_type = b + c->ents[i].path_len + 1,
+                    .size = c->ents[i].size,
+                    .data = (unsigned char *)b + c->ents[i].data_off,
+                };
+        }
+        files[c->n_files] = (airlock_file){.data = (unsigned char *)c->a.base, .size = c->a.len};
+        c->a = (arena){0};
+        *ret = files;
+        return 0;
+}
+
+void fsx_refused_free(airlock_refusal *refused, size_t n)
+{
+        if (!refused)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                free(refused[i].path);
+                free(refused[i].reason);
+        }
+        free(refused);
+}
+
+static int capture_run(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files,
+                       size_t *ret_n_files, airlock_refusal **ret_refused, size_t *ret_n_refused,
+                       airlock_error *err)
+{
+        if (!lim || !ret_files || !ret_n_files || !ret_refused || !ret_n_refused)
+                return al_error(err, -EINVAL, NULL, "capture: missing argument");
+
+        struct stat st;
+        if (fstat(out_dirfd, &st) < 0)
+                return al_error(err, -errno, "/output", "cannot inspect /output: %s",
+                                strerror(errno));
+        if (!S_ISDIR(st.st_mode))
+                return al_error(err, -ENOTDIR, "/output", "/output is not a directory");
+
+        capture_ctx c = {.lim = lim, .err = err};
+        /* The listing budget bounds host memory whatever the guest left: a
+         * few times the file cap, so that refusals past the cap are still
+         * reported by name for a while, then one "too many files" refusal for
+         * the directory where listing stopped. */
+        uint64_t listed = 0;
+        fsx_walk_opts opts = {
+            .prefix = "/output",
+            .max_depth = lim->max_depth,
+            .max_entries =
+                lim->max_files > (UINT64_MAX - 1024) / 4 ? UINT64_MAX : lim->max_files * 4 + 1024,
+            .listed = &listed,
+            .refuse_bad_utf8 = true,
+        };
+        fsx_walk_ops ops = {.file = capture_file, .refuse = capture_refuse};
+        int r = fsx_walk(out_dirfd, &st, NULL, &opts, &ops, &c, err);
+        if (r >= 0 && c.more_refused > 0) {
+                char msg[96];
+                snprintf(msg, sizeof(msg), "%llu more refused (list capped at %d)",
+                         (unsigned long long)c.more_refused, FSX_REFUSED_MAX);
+                c.refused[c.n_refused].path = strdup("/output");
+                c.refused[c.n_refused].reason = strdup(msg);
+                c.n_refused++;
+                if (!c.refused[c.n_refused - 1].path || !c.refused[c.n_refused - 1].reason)
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        airlock_file *files = NULL;
+        if (r >= 0 && build_files(&c, &files) < 0)
+                r = al_error(err, -ENOMEM, NULL, "out of memory");
+        free(c.ents);
+        if (r < 0) {
+                if (c.a.base)
+                        munmap(c.a.base, c.a.len);
+                fsx_refused_free(c.refused, c.n_refused);
+                return r;
+        }
+        /* The walk already meets files in path order; the sort makes the
+         * contract hold even if an entry changed type between listing and
+         * opening. */
+        if (c.n_files > 1)
+                qsort(files, c.n_files, sizeof(*files), file_cmp);
+        *ret_files = files;
+        *ret_n_files = c.n_files;
+        *ret_refused = c.refused;
+        *ret_n_refused = c.n_refused;
+        return 0;
+}
+
+int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, size_t *ret_n_files,
+                airlock_refusal **ret_refused, size_t *ret_n_refused, airlock_error *err)
+{
+        return fsx_error_utf8(err, capture_run(out_dirfd, lim, ret_files, ret_n_files, ret_refused,
+                                               ret_n_refused, err));
+}

@@ -1,0 +1,542 @@
+/* Staging: copies the workspace and the mounts into the sandbox's /input
+ * tree, failing closed on any link and never reading through a path. */
+#include "fsx/fsx.h"
+#include "fsx/fsx_internal.h"
+#include "core/util.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+
+/* Files at least this big are copied segment by segment with SEEK_DATA and
+ * SEEK_HOLE, so holes stay holes; smaller ones are copied in one go. */
+#define SPARSE_MIN (1u << 20)
+#define COPY_BUF   (256u * 1024)
+
+typedef struct stage_ctx {
+        const fsx_limits *lim;
+        airlock_error *err;
+        uid_t owner;
+        gid_t group;
+        fsx_stage_stats stats;
+        uint64_t listed;
+        bool no_clone; /* FICLONE failed once: the file systems cannot share extents */
+        bool no_cfr;   /* copy_file_range is unusable here: read and write */
+        char *buf;     /* COPY_BUF for the read/write fallback */
+        mode_t umask;  /* the process's, or 0777 when unknown */
+        /* Where the source being staged lands, relative to /input: "" for
+         * the workspace, the normalised destination for a mount. Collision
+         * messages name the /input path, which is what the user sees as
+         * shared, not only the host path. */
+        const char *dest_base;
+} stage_ctx;
+
+/* The error for an entry that is already staged at the /input path where
+ * host_path should go: rel is the path below the current source's
+ * destination ("" for the destination itself). */
+static int collision_error(stage_ctx *c, const char *host_path, const char *rel)
+{
+        const char *base = c->dest_base ? c->dest_base : "";
+        return al_error(c->err, -EEXIST, host_path,
+                        "collision: %s would overwrite /input/%s%s%s, already staged from the "
+                        "workspace or another mount",
+                        host_path, base, *base && *rel ? "/" : "", rel);
+}
+
+/* The process umask, read without changing it (umask(2) would change it
+ * for every thread for a moment); 0777 when it cannot be read, which makes
+ * every file get an explicit fchmod. */
+static mode_t read_umask(void)
+{
+        _cleanup_close_ int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return 0777;
+        char buf[4096];
+        ssize_t n = al_read_full(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return 0777;
+        buf[n] = '\0';
+        const char *p = strstr(buf, "\nUmask:");
+        if (!p)
+                return 0777;
+        char *end = NULL;
+        unsigned long m = strtoul(p + 8, &end, 8);
+        return end == p + 8 || m > 0777 ? 0777 : (mode_t)m;
+}
+
+/* A destination directory being filled: its fd, and the source's metadata
+ * to apply once its children are in. */
+typedef struct stage_dir {
+        int fd;
+} stage_dir;
+
+static int copy_range_rw(stage_ctx *c, int in, int out, off_t off, uint64_t len)
+{
+        if (!c->buf) {
+                c->buf = malloc(COPY_BUF);
+                if (!c->buf)
+                        return -ENOMEM;
+        }
+        while (len > 0) {
+                ssize_t n = pread(in, c->buf, MIN(len, COPY_BUF), off);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        return -ENODATA; /* shrank while copied */
+                for (ssize_t done = 0; done < n;) {
+                        ssize_t w = pwrite(out, c->buf + done, (size_t)(n - done), off + done);
+                        if (w < 0) {
+                                if (errno == EINTR)
+                                        continue;
+                                return -errno;
+                        }
+                        done += w;
+                }
+                off += n;
+                len -= (uint64_t)n;
+        }
+        return 0;
+}
+
+/* Copies len bytes at off from in to out (same offset), in the kernel when
+ * it can. Returns -ENODATA when the source ended early. */
+static int copy_range(stage_ctx *c, int in, int out, off_t off, uint64_t len)
+{
+        while (len > 0 && !c->no_cfr) {
+                loff_t ioff = off, ooff = off;
+                ssize_t n = copy_file_range(in, &ioff, out, &ooff, MIN(len, 1u << 30), 0);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP ||
+                            errno == EINVAL || errno == EBADF || errno == EPERM) {
+                                c->no_cfr = true;
+                                break;
+                        }
+                        return -errno;
+                }
+                if (n == 0)
+                        return -ENODATA;
+                off += n;
+                len -= (uint64_t)n;
+        }
+        return len ? copy_range_rw(c, in, out, off, len) : 0;
+}
+
+static int copy_data(stage_ctx *c, int in, int out, uint64_t size)
+{
+        if (size == 0)
+                return 0;
+        if (!c->no_clone) {
+                if (ioctl(out, FICLONE, in) == 0) {
+                        /* The clone takes the whole file as it is now: cut
+                         * what it grew by; a file that shrank is an error,
+                         * as in a copy. */
+                        struct stat st;
+                        if (fstat(out, &st) < 0)
+                                return -errno;
+                        if ((uint64_t)st.st_size < size)
+                                return -ENODATA;
+                        return ftruncate(out, (off_t)size) < 0 ? -errno : 0;
+                }
+                c->no_clone = true;
+        }
+        if (size < SPARSE_MIN)
+                return copy_range(c, in, out, 0, size);
+
+        /* As cp does: a large file is read once, front to back. */
+        (void)posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
+        off_t pos = 0, end = (off_t)size;
+        while (pos < end) {
+                off_t data = lseek(in, pos, SEEK_DATA);
+                if (data < 0) {
+                        if (errno == ENXIO)
+                                break; /* only a hole is left */
+                        /* No SEEK_DATA here: copy everything. */
+                        int r = copy_range(c, in, out, pos, (uint64_t)(end - pos));
+                        if (r < 0)
+                                return r;
+                        break;
+                }
+                if (data >= end)
+                        break;
+                off_t hole = lseek(in, data, SEEK_HOLE);
+                if (hole < 0 || hole > end)
+                        hole = end;
+                int r = copy_range(c, in, out, data, (uint64_t)(hole - data));
+                if (r < 0)
+                        return r;
+                pos = hole;
+        }
+        /* Trailing holes: give the copy its full length. */
+        return ftruncate(out, end) < 0 ? -errno : 0;
+}
+
+/* Applies owner, mode and times to a created entry, in that order: chown
+ * clears set-id bits and futimens must come after every write. */
+static int apply_meta(stage_ctx *c, int fd, const struct stat *st, mode_t extra, bool mode_set)
+{
+        if (c->owner != (uid_t)-1 && fchown(fd, c->owner, c->group) < 0)
+                return -errno;
+        if (!mode_set && fchmod(fd, (st->st_mode & 0777) | extra) < 0)
+                return -errno;
+        struct timespec ts[2] = {st->st_atim, st->st_mtim};
+        if (futimens(fd, ts) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Copies the checked, open regular file in to a new entry name in destfd. */
+static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int destfd,
+                           const char *name, const char *path, const char *rel)
+{
+        uint64_t size = (uint64_t)st->st_size;
+        if (size > c->lim->max_bytes || size > c->lim->max_bytes - c->stats.bytes)
+                return al_error(c->err, -EFBIG, path,
+                                "too large: staging %s (%llu bytes) would exceed the staging cap "
+                                "of %llu bytes",
+                                path, (unsigned long long)size,
+                                (unsigned long long)c->lim->max_bytes);
+        /* Created with its final mode when the umask leaves that intact,
+         * which saves an fchmod per file; else 0600 and fchmod later. */
+        mode_t mode = (st->st_mode & 0777) | S_IRUSR;
+        bool mode_set = (mode & ~c->umask) == mode;
+        _cleanup_close_ int out =
+            openat(destfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   mode_set ? mode : 0600);
+        if (out < 0) {
+                if (errno == EEXIST)
+                        return collision_error(c, path, rel);
+                return al_error(c->err, -errno, path, "cannot create the copy of %s: %s", path,
+                                strerror(errno));
+        }
+        int r = copy_data(c, in, out, size);
+        if (r == -ENODATA)
+                return al_error(c->err, -ESTALE, path, "%s changed while it was staged (it shrank)",
+                                path);
+        if (r < 0)
+                return al_error(c->err, r, path, "cannot copy %s: %s", path, strerror(-r));
+        r = apply_meta(c, out, st, S_IRUSR, mode_set);
+        if (r < 0)
+                return al_error(c->err, r, path, "cannot set owner, mode or times of %s: %s", path,
+                                strerror(-r));
+        c->stats.files++;
+        c->stats.bytes += size;
+        return 0;
+}
+
+static int stage_file(void *ctx, const fsx_item *it)
+{
+        stage_ctx *c = ctx;
+        stage_dir *parent = it->parent_data;
+        struct stat st;
+        fsx_reason reason = FSX_CHANGED;
+        _cleanup_close_ int fd = fsx_open_listed(it, &st, &reason);
+        if (fd == -EAGAIN) {
+                if (reason == FSX_MOUNT_POINT) {
+                        c->stats.skipped++;
+                        return 0;
+                }
+                if (reason == FSX_SYMLINK)
+                        return al_error(c->err, -ELOOP, it->path,
+                                        "symlink at %s: staging refuses symbolic links", it->path);
+                return al_error(c->err, -ESTALE, it->path,
+                                "%s changed while it was staged (type or identity)", it->path);
+        }
+        if (fd == -ENOENT)
+                return 0;
+        if (fd < 0)
+                return al_error(c->err, fd, it->path, "cannot open %s: %s", it->path,
+                                strerror(-fd));
+        return stage_copy_file(c, fd, &st, parent->fd, it->name, it->path, it->rel);
+}
+
+int fsx_stage_refusal(const fsx_item *it, fsx_reason r, const fsx_limits *lim, airlock_error *err)
+{
+        switch (r) {
+        case FSX_SYMLINK:
+                return al_error(err, -ELOOP, it->path,
+                                "symlink at %s: staging refuses symbolic links", it->path);
+        case FSX_TOO_DEEP:
+                return al_error(err, -ENAMETOOLONG, it->path,
+                                "too deep: %s is more than %u directories below its root "
+                                "(staging depth cap)",
+                                it->path, (unsigned)lim->max_depth);
+        case FSX_TOO_MANY:
+                return al_error(err, -E2BIG, it->path,
+                                "too many files: more than %llu entries to stage (reached in %s)",
+                                (unsigned long long)lim->max_files, it->path);
+        case FSX_UNREADABLE:
+                return al_error(err, -EACCES, it->path, "cannot stage %s: permission denied",
+                                it->path);
+        default:
+                return al_error(err, -ESTALE, it->path,
+                                "%s changed while it was staged (type or identity)", it->path);
+        }
+}
+
+static int stage_refuse(void *ctx, const fsx_item *it, fsx_reason r)
+{
+        stage_ctx *c = ctx;
+        if (r == FSX_NOT_REGULAR || r == FSX_MOUNT_POINT) {
+                /* Sockets, FIFOs and devices have no content to stage, and
+                 * another file system inside the tree is not ours to copy. */
+                c->stats.skipped++;
+                return 0;
+        }
+        return fsx_stage_refusal(it, r, c->lim, c->err);
+}
+
+static int stage_dir_enter(void *ctx, const fsx_item *it, int fd, const struct stat *st,
+                           void **ret_data)
+{
+        stage_ctx *c = ctx;
+        stage_dir *parent = it->parent_data;
+        if (mkdirat(parent->fd, it->name, 0700) < 0) {
+                if (errno == EEXIST)
+                        return collision_error(c, it->path, it->rel);
+                return al_error(c->err, -errno, it->path, "cannot create the copy of %s: %s",
+                                it->path, strerror(errno));
+        }
+        stage_dir *d = malloc(sizeof(*d));
+        if (!d)
+                return al_error(c->err, -ENOMEM, it->path, "out of memory");
+        d->fd = openat(parent->fd, it->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (d->fd < 0) {
+                int r = -errno;
+                free(d);
+                return al_error(c->err, r, it->path, "cannot open the copy of %s: %s", it->path,
+                                strerror(-r));
+        }
+        c->stats.dirs++;
+        *ret_data = d;
+        return 0;
+}
+
+static int stage_dir_leave(void *ctx, void *data, int fd, const struct stat *st, bool ok)
+{
+        stage_ctx *c = ctx;
+        stage_dir *d = data;
+        int r = 0;
+        if (ok) {
+                /* Directories stay readable and searchable by their owner. */
+                r = apply_meta(c, d->fd, st, S_IRUSR | S_IXUSR, false);
+                if (r < 0)
+                        r = al_error(c->err, r, NULL,
+                                     "cannot set owner, mode or times of a staged directory: %s",
+                                     strerror(-r));
+        }
+        close(d->fd);
+        free(d);
+        return r;
+}
+
+static const fsx_walk_ops stage_ops = {
+    .file = stage_file,
+    .dir_enter = stage_dir_enter,
+    .dir_leave = stage_dir_leave,
+    .refuse = stage_refuse,
+};
+
+/* Opens the host path of a source: the path itself is the user's choice and
+ * may go through links, but its last component must not be one. */
+static int open_source(stage_ctx *c, const char *host, struct stat *st)
+{
+        int fd = open(host, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) {
+                if (errno == ELOOP)
+                        return al_error(c->err, -ELOOP, host,
+                                        "symlink at %s: staging refuses symbolic links", host);
+                return al_error(c->err, -errno, host, "cannot open %s: %s", host, strerror(errno));
+        }
+        if (fstat(fd, st) < 0) {
+                int r = -errno;
+                close(fd);
+                return al_error(c->err, r, host, "cannot inspect %s: %s", host, strerror(-r));
+        }
+        return fd;
+}
+
+/* Opens (creating as needed) the parent directories of dest below destfd and
+ * returns the fd of the last one; *ret_last points into the copy in *buf. */
+static int open_dest_parent(stage_ctx *c, int destfd, const char *dest, char **buf,
+                            const char **ret_last)
+{
+        char *copy = strdup(dest);
+        if (!copy)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        *buf = copy;
+        char *last = strrchr(copy, '/');
+        if (!last) {
+                *ret_last = copy;
+                int fd = openat(destfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                return fd < 0 ? al_error(c->err, -errno, NULL, "cannot open /input: %s",
+                                         strerror(errno))
+                              : fd;
+        }
+        *last = '\0';
+        *ret_last = last + 1;
+        _cleanup_close_ int cur = openat(destfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (cur < 0)
+                return al_error(c->err, -errno, NULL, "cannot open /input: %s", strerror(errno));
+        for (char *s = copy; *s;) {
+                char *e = strchrnul(s, '/');
+                bool end = *e == '\0';
+                *e = '\0';
+                int fd = openat(cur, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0 && errno == ENOENT) {
+                        if (mkdirat(cur, s, 0755) < 0 && errno != EEXIST)
+                                return al_error(c->err, -errno, dest, "cannot create /input/%s: %s",
+                                                copy, strerror(errno));
+                        fd = openat(cur, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (fd >= 0 && c->owner != (uid_t)-1 &&
+                            fchown(fd, c->owner, c->group) < 0) {
+                                int r = -errno;
+                                close(fd);
+                                return al_error(c->err, r, dest, "cannot chown /input/%s: %s", copy,
+                                                strerror(-r));
+                        }
+                }
+                if (fd < 0) {
+                        if (errno == ENOTDIR || errno == ELOOP)
+                                return al_error(c->err, -ENOTDIR, dest,
+                                                "collision: mount /input/%s needs a directory at "
+                                                "/input/%s, where a file is already staged",
+                                                dest, copy);
+                        return al_error(c->err, -errno, dest, "cannot open /input/%s: %s", copy,
+                                        strerror(errno));
+                }
+                closep(&cur);
+                cur = fd;
+                if (!end)
+                        *e = '/';
+                s = end ? e : e + 1;
+        }
+        return TAKE_FD(cur);
+}
+
+static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
+{
+        if (!src->host_path || !*src->host_path)
+                return al_error(c->err, -EINVAL, NULL, "staging: a source has no host path");
+        struct stat st;
+        _cleanup_close_ int fd = open_source(c, src->host_path, &st);
+        if (fd < 0)
+                return fd;
+
+        /* Display paths are the host path without trailing slashes. */
+        _cleanup_free_ char *prefix = strdup(src->host_path);
+        if (!prefix)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        for (size_t l = strlen(prefix); l > 1 && prefix[l - 1] == '/'; l--)
+                prefix[l - 1] = '\0';
+        fsx_walk_opts opts = {
+            .prefix = prefix,
+            .max_depth = c->lim->max_depth,
+            .max_entries = c->lim->max_files,
+            .listed = &c->listed,
+        };
+
+        c->dest_base = "";
+        if (!src->dest) {
+                if (!S_ISDIR(st.st_mode))
+                        return al_error(c->err, -ENOTDIR, src->host_path,
+                                        "workspace %s is not a directory", src->host_path);
+                stage_dir root = {.fd = dest_dirfd};
+                return fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
+        }
+
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+                return al_error(c->err, -EINVAL, src->host_path,
+                                "mount %s is neither a regular file nor a directory",
+                                src->host_path);
+        if (++c->listed > c->lim->max_files)
+                return al_error(c->err, -E2BIG, src->host_path,
+                                "too many files: more than %llu entries to stage (reached at %s)",
+                                (unsigned long long)c->lim->max_files, src->host_path);
+        /* Normalised again here, whatever the caller did: a ".." or an
+         * absolute part must never steer the copy out of dest_dirfd. */
+        _cleanup_free_ char *dest = NULL;
+        int r = fsx_normalize_mount_path(src->dest, &dest, c->err);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *buf = NULL;
+        const char *last = NULL;
+        _cleanup_close_ int parent = open_dest_parent(c, dest_dirfd, dest, &buf, &last);
+        if (parent < 0)
+                return parent;
+        /* dest_base points into dest only while this source is staged. */
+        if (S_ISREG(st.st_mode)) {
+                c->dest_base = dest;
+                r = stage_copy_file(c, fd, &st, parent, last, src->host_path, "");
+                c->dest_base = "";
+                return r;
+        }
+
+        if (mkdirat(parent, last, 0700) < 0) {
+                if (errno == EEXIST)
+                        return al_error(c->err, -EEXIST, src->host_path,
+                                        "collision: mount %s would overwrite /input/%s, already "
+                                        "staged from the workspace or another mount",
+                                        src->host_path, dest);
+                return al_error(c->err, -errno, src->host_path, "cannot create /input/%s: %s", dest,
+                                strerror(errno));
+        }
+        stage_dir root = {
+            .fd = openat(parent, last, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+        if (root.fd < 0)
+                return al_error(c->err, -errno, src->host_path, "cannot open /input/%s: %s", dest,
+                                strerror(errno));
+        c->stats.dirs++;
+        c->dest_base = dest;
+        r = fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
+        c->dest_base = "";
+        if (r >= 0) {
+                r = apply_meta(c, root.fd, &st, S_IRUSR | S_IXUSR, false);
+                if (r < 0)
+                        r = al_error(c->err, r, src->host_path,
+                                     "cannot set owner, mode or times of /input/%s: %s", dest,
+                                     strerror(-r));
+        }
+        close(root.fd);
+        return r;
+}
+
+static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources,
+                     const fsx_limits *lim, uid_t owner, gid_t group, fsx_stage_stats *ret_stats,
+                     airlock_error *err)
+{
+        if (!lim || (n_sources && !sources))
+                return al_error(err, -EINVAL, NULL, "staging: missing argument");
+        stage_ctx c = {
+            .lim = lim, .err = err, .owner = owner, .group = group, .umask = read_umask()};
+        int r = 0;
+        /* The workspace first, then the mounts in the order given: a mount
+         * that lands on a workspace entry is then a collision, never an
+         * overwrite of it. */
+        for (size_t i = 0; i < n_sources && r >= 0; i++)
+                if (!sources[i].dest)
+                        r = stage_source(&c, dest_dirfd, &sources[i]);
+        for (size_t i = 0; i < n_sources && r >= 0; i++)
+                if (sources[i].dest)
+                        r = stage_source(&c, dest_dirfd, &sources[i]);
+        free(c.buf);
+        if (r < 0)
+                return r;
+        if (ret_stats)
+                *ret_stats = c.stats;
+        return 0;
+}
+
+int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const fsx_limits *lim,
+              uid_t owner, gid_t group, fsx_stage_stats *ret_stats, airlock_error *err)
+{
+        return fsx_error_utf8(
+            err, stage_run(dest_dirfd, sources, n_sources, lim, owner, group, ret_stats, err));
+}

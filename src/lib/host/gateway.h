@@ -1,0 +1,71 @@
+/* The HTTP gateway: performs a guest's request on the host with libcurl after
+ * the allow-list and address checks. */
+#ifndef AIRLOCK_GATEWAY_H
+#define AIRLOCK_GATEWAY_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "airlock.h"
+#include "host/netpolicy.h"
+
+/* Performs request, a JSON object {"method", "url", "headers": {name: value},
+ * "body_base64"} from the guest. Checks: method and URL against the list
+ * (-EACCES, message names method, URL and the missing entry); header names
+ * and values free of CR/LF/NUL; request body within lim->http_max_request;
+ * the resolved addresses (a name resolving to loopback, private, link-local,
+ * unique-local, multicast or metadata addresses is refused unless the entry
+ * names that address or "localhost"), and the connection is pinned to the
+ * checked address. Redirects are returned, not followed. The response body
+ * is capped at lim->http_max_response and the whole request at
+ * lim->http_timeout_s; exceeding either is an error.
+ * On success *ret_response is {"status": int, "headers": {lower-case name:
+ * value}, "body_base64": "..."}. Thread-safe. */
+int gateway_request(const net_allowlist *al, const airlock_limits *lim, const json_t *request,
+                    json_t **ret_response, airlock_error *err);
+
+/* gateway_request() bounded by the run it serves as well: deadline_ns is a
+ * CLOCK_MONOTONIC time (al_now_ns()) or 0 for none, and the request ends in
+ * -ETIMEDOUT when it passes first; cancel_fd, when >= 0, ends it in
+ * -ECANCELED as soon as it becomes readable (an eventfd or a pipe). */
+int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim, const json_t *request,
+                       uint64_t deadline_ns, int cancel_fd, json_t **ret_response,
+                       airlock_error *err);
+
+/* Errors of gateway_request() and the exception the guest raises for each.
+ * This table is the only mapping from an errno to a guest exception: the
+ * host sends the exception's name and the guest runtime raises the built-in
+ * of that name, so the two sides cannot disagree. Any other error is an
+ * OSError. The message is always one line naming the method and the URL.
+ *   errno          when                                   guest exception */
+#define GATEWAY_ERRORS(X)                                                                          \
+        X(EACCES, "allow-list, path or address refusal", "PermissionError")                        \
+        X(EINVAL, "malformed request (URL, method, headers, base64)", "ValueError")                \
+        X(E2BIG, "request or response over its cap", "ValueError")                                 \
+        X(ETIMEDOUT, "no complete response in time", "TimeoutError")                               \
+        X(ECONNREFUSED, "nothing listens there", "ConnectionRefusedError")                         \
+        X(ECONNRESET, "connection dropped mid-way", "ConnectionResetError")                        \
+        X(EHOSTUNREACH, "the name does not resolve", "ConnectionError")                            \
+        X(EIO, "any other transfer failure (TLS)", "ConnectionError")                              \
+        X(ECANCELED, "the run was cancelled meanwhile (it ends anyway)", "InterruptedError")       \
+        X(ENOMEM, "out of memory", "MemoryError")
+
+/* The name of the built-in exception the guest raises for r (a negative
+ * errno from gateway_request()), from GATEWAY_ERRORS; "OSError" for any
+ * other value. */
+const char *gateway_guest_exception(int r);
+
+/* The kind of a special address ("loopback", "private", "link-local",
+ * "metadata", ...), or NULL for an ordinary public address. IPv4-mapped,
+ * IPv4-compatible, NAT64 and 6to4 IPv6 forms are judged by the IPv4 address
+ * they carry. */
+const char *gateway_address_kind(const struct sockaddr *sa);
+
+/* Test hook: replaces the resolver (getaddrinfo) for every later request;
+ * NULL restores it. fn fills up to max addresses (port unset) and returns
+ * their number, or a negative errno. Not thread-safe; tests only. */
+typedef int (*gateway_resolver_fn)(const char *host, struct sockaddr_storage *addrs, size_t max);
+void gateway_set_resolver(gateway_resolver_fn fn);
+
+#endif

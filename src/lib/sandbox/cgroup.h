@@ -1,0 +1,46 @@
+/* The sandbox's cgroups, where the host may create them (as root, with
+ * cgroup v1 memory and pids controllers, or cgroup v2). The sandbox has a
+ * cgroup of its own, owned by the guest ids and without limits of its
+ * own; the template lives in its child "tpl", limited to a run's memory
+ * plus slack; and each copy moves itself at its start into a child "c<N>"
+ * that the template makes with the run's limits (see template.c), so
+ * parallel runs never share a limit. Without cgroups, runs fall back to
+ * per-process rlimits and the seccomp rules of seccomp.c. */
+#ifndef AIRLOCK_CGROUP_H
+#define AIRLOCK_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "airlock.h"
+#include "core/wire.h"
+
+typedef struct cg_sandbox {
+        bool enabled;
+        bool v2;
+        int n;             /* hierarchies in use: 1 (v2) or 2 (v1 memory, pids) */
+        int dirfd[2];      /* the sandbox's cgroup in each hierarchy */
+        int parentfd[2];   /* its parent, for removal */
+        int tplfd[2];      /* the template's cgroup "tpl" below it */
+        unsigned max_copy; /* the highest copy cgroup number c<N> the host saw */
+        char name[64];     /* its name there */
+} cg_sandbox;
+
+/* Creates the sandbox's cgroups, with the template's limits from lim,
+ * owned by uid and gid so that the template (running as them) can make
+ * the copies' cgroups. Never fails: where cgroups are not available,
+ * enabled is false. */
+void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim, uid_t uid, gid_t gid);
+/* Moves pid (the template, before it starts any copy) into "tpl". */
+int cg_sandbox_attach(const cg_sandbox *cg, pid_t pid);
+/* How many times the kernel's OOM killer acted in the cgroup whose
+ * memory.oom_control (v1) or memory.events (v2) is open as fd; 0 for -1. */
+uint64_t cg_oom_kills(int fd);
+/* Removes the cgroup c<seq> of a copy that is gone (reaped). */
+int cg_sandbox_remove_copy(const cg_sandbox *cg, unsigned seq);
+/* Removes the cgroups, the copies' included; every process in them must
+ * be gone. */
+void cg_sandbox_destroy(cg_sandbox *cg);
+
+#endif

@@ -1,0 +1,1540 @@
+/* The host side of the namespace sandbox: staging, starting the template,
+ * keeping a pre-started copy ready, running code in a copy, serving its tool
+ * and HTTP requests, enforcing the wall-clock limit, and capturing /output.
+ *
+ * Nothing a guest sends is trusted: frames are capped and parsed with
+ * jansson, /output is read through the fd the copy handed over (never a
+ * path), and the run's status comes from how the process ended, not from
+ * what it claimed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <math.h>
+#include <poll.h>
+#include <sched.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sandbox/cgroup.h"
+#include "core/channel.h"
+#include "config/config.h"
+#include "fsx/fsx.h"
+#include "host/gateway.h"
+#include "config/pythonpath.h"
+#include "sandbox/sandbox.h"
+#include "template/template.h"
+#include "sandbox/selfexe.h"
+#include "host/tools.h"
+#include "core/util.h"
+
+#define MAX_CODE_BYTES    (16u << 20)
+#define TEMPLATE_START_S  120.0
+#define COPY_START_S      30.0
+#define PRESTARTED_COPIES 1
+#define SANDBOX_MIN_FDS   32
+#define REQUEST_SPIN_NS   30000    /* 30 us */
+#define SERVE_SLICE_NS    10000000 /* 10 ms */
+#define PIPES_QUIET_NS    2000000  /* 2 ms */
+#define MAX_DYING         16
+/* Once a copy has exited, every process of its run is gone, and its pipes
+ * reach end of file as soon as what they hold is read. Data that keeps
+ * coming after that is no run's output: it is read for at most this long. */
+#define DRAIN_AFTER_EXIT_NS 250000000 /* 250 ms */
+
+struct airlock_sandbox {
+        airlock_config *cfg;
+        int stage_parent_fd; /* the directory holding the staging dir */
+        char *stage_name;    /* its name there, for removal */
+        pid_t tpl_pid;
+        int ctl;
+        int req_w; /* the request socket: copies asked for once a run's copy exits */
+        uid_t guest_uid;
+        gid_t guest_gid;
+        pthread_mutex_t lock; /* ctl, ready list, pending count */
+        copy *ready[8];
+        size_t n_ready;
+        unsigned pending;
+        bool broken;
+        /* Pids of copies killed after their run, whose exit (the teardown
+         * of a whole interpreter, milliseconds here) nobody waits for:
+         * reaped before the next copy is taken, and at close. A zombie's
+         * pid cannot be reused, so no fd is held for them. */
+        struct {
+                pid_t pid;
+                unsigned cg; /* its cgroup, removed once it is reaped */
+        } dying[MAX_DYING];
+        size_t n_dying;
+        /* Copies' cgroups whose removal failed (EBUSY for a moment after
+         * the last task went), retried at the next reaping. */
+        unsigned stale_cg[MAX_DYING];
+        size_t n_stale_cg;
+        cg_sandbox cg; /* memory and process limits on the sandbox, where available */
+        /* --python-path: the guest's sys.path entries, warnings about the
+         * folders (one line each, or NULL), detached mounts of the folders
+         * for the template (-1: bound by path), and what the guest can
+         * import, learned from a run on the first describe. */
+        json_t *sys_path;
+        char *warnings;
+        int pypath_fd[PYPATH_MAX];
+        json_t *inventory;
+};
+
+/* Reaps the dying copies: all of them with block, else those already
+ * gone. Caller holds sb->lock. */
+/* Removes the cgroup of a copy that is gone, or keeps it for a retry.
+ * Caller holds sb->lock. */
+static void remove_copy_cgroup_locked(airlock_sandbox *sb, unsigned cg)
+{
+        if (!cg || cg_sandbox_remove_copy(&sb->cg, cg) == 0)
+                return;
+        if (sb->n_stale_cg < MAX_DYING)
+                sb->stale_cg[sb->n_stale_cg++] = cg;
+}
+
+static void reap_dying_locked(airlock_sandbox *sb, bool block)
+{
+        size_t kept = 0;
+        size_t stale = sb->n_stale_cg;
+        sb->n_stale_cg = 0;
+        for (size_t i = 0; i < stale; i++)
+                remove_copy_cgroup_locked(sb, sb->stale_cg[i]);
+        for (size_t i = 0; i < sb->n_dying; i++) {
+                /* The copy is our child (CLONE_PARENT): reap it. */
+                pid_t w;
+                while ((w = waitpid(sb->dying[i].pid, NULL, __WALL | (block ? 0 : WNOHANG))) < 0 &&
+                       errno == EINTR)
+                        ;
+                if (w == 0)
+                        sb->dying[kept++] = sb->dying[i];
+                else
+                        remove_copy_cgroup_locked(sb, sb->dying[i].cg);
+        }
+        sb->n_dying = kept;
+}
+
+/* Tells the template that the host is done with a copy's cgroup (it has
+ * read the copy's OOM counter), which the template then removes, off every
+ * run's path. False when the request socket is full: the host then removes
+ * the cgroup itself once the copy is reaped. Caller holds sb->lock. */
+static bool cgroup_done_locked(airlock_sandbox *sb, unsigned cg)
+{
+        if (!cg)
+                return true;
+        unsigned char rec[5] = {REQ_DONE, (unsigned char)cg, (unsigned char)(cg >> 8),
+                                (unsigned char)(cg >> 16), (unsigned char)(cg >> 24)};
+        return send(sb->req_w, rec, sizeof(rec), MSG_NOSIGNAL | MSG_DONTWAIT) == sizeof(rec);
+}
+
+/* Closes copy c, killing it first with kill_it; its reaping is left to
+ * reap_dying_locked. Caller holds sb->lock. */
+static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
+{
+        if (!c)
+                return;
+        if (c->pidfd >= 0) {
+                if (kill_it)
+                        syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
+                if (sb->n_dying == MAX_DYING)
+                        reap_dying_locked(sb, true);
+                sb->dying[sb->n_dying].pid = c->pid;
+                sb->dying[sb->n_dying++].cg = cgroup_done_locked(sb, c->cg) ? 0 : c->cg;
+                close(c->pidfd);
+        } else if (!cgroup_done_locked(sb, c->cg)) {
+                /* Reaped already (sbx_copy_end). */
+                remove_copy_cgroup_locked(sb, c->cg);
+        }
+        if (c->chan >= 0)
+                close(c->chan);
+        if (c->out_r >= 0)
+                close(c->out_r);
+        if (c->err_r >= 0)
+                close(c->err_r);
+        if (c->oomfd >= 0)
+                close(c->oomfd);
+        free(c);
+}
+
+void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it)
+{
+        pthread_mutex_lock(&sb->lock);
+        copy_close_locked(sb, c, kill_it);
+        pthread_mutex_unlock(&sb->lock);
+}
+
+void sbx_copy_end(airlock_sandbox *sb, copy *c)
+{
+        if (!c)
+                return;
+        /* Killing pid 1 of the copy's PID namespace ends every process in
+         * it, and pid 1 exits only after all of them have: once reaped,
+         * nothing of the copy is left. */
+        if (c->pidfd >= 0) {
+                syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
+                siginfo_t si;
+                while (waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si, WEXITED | __WALL) <
+                           0 &&
+                       errno == EINTR)
+                        ;
+                close(c->pidfd);
+                c->pidfd = -1;
+        }
+        sbx_copy_close(sb, c, false);
+}
+
+/* Waits until fd is readable or the deadline (monotonic ns) passes. */
+static int wait_readable(int fd, uint64_t deadline)
+{
+        for (;;) {
+                uint64_t now = al_now_ns();
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                struct pollfd p = {fd, POLLIN, 0};
+                int ms = (int)MIN((deadline - now) / 1000000 + 1, (uint64_t)INT32_MAX);
+                int r = poll(&p, 1, ms);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0)
+                        return -errno;
+                if (r > 0)
+                        return 0;
+        }
+}
+
+/* Receives one message with up to max_fds fds attached. Extra or missing fds
+ * are an error; every received fd is closed on error. */
+static ssize_t recv_with_fds(int sock, char *buf, size_t len, int *fds, size_t max_fds,
+                             size_t *ret_nfds, int flags)
+{
+        char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+        struct iovec iov = {buf, len};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+        ssize_t n;
+        do
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        size_t got = 0;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                        continue;
+                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                int *p = (int *)CMSG_DATA(cm);
+                for (size_t i = 0; i < k; i++) {
+                        if (got < max_fds)
+                                fds[got++] = p[i];
+                        else
+                                close(p[i]);
+                }
+        }
+        if (mh.msg_flags & MSG_CTRUNC) {
+                for (size_t i = 0; i < got; i++)
+                        close(fds[i]);
+                return -EPROTO;
+        }
+        *ret_nfds = got;
+        return n;
+}
+
+/* Turns a template's "E<errno> <feature>|<message>" into an error record. */
+static int template_error(const char *msg, size_t len, airlock_error *err)
+{
+        char buf[1100];
+        snprintf(buf, sizeof(buf), "%.*s", (int)MIN(len, sizeof(buf) - 1), msg);
+        int code = atoi(buf + 1);
+        char *sp = strchr(buf, ' ');
+        char *bar = sp ? strchr(sp, '|') : NULL;
+        const char *feature = "sandbox", *text = buf + 1;
+        if (sp && bar) {
+                *bar = '\0';
+                feature = sp + 1;
+                text = bar + 1;
+        }
+        if (code <= 0)
+                code = EIO;
+        /* A preload that fails and a --python-path folder the guest
+         * cannot read are the configuration's fault, not the kernel's. */
+        if (strcmp(feature, "preload") == 0 || strcmp(feature, "python-path") == 0) {
+                al_error(err, -code, NULL, "%s", text);
+                return -code;
+        }
+        al_error(err, -code, NULL, "sandbox unavailable (%s): %s", feature, text);
+        if (err)
+                err->kind = AIRLOCK_ERROR_SANDBOX;
+        return -code;
+}
+
+static int write_id_map(pid_t pid, const char *file, const char *map)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = al_write_full(fd, map, strlen(map));
+        close(fd);
+        return r;
+}
+
+static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_tree)
+{
+        const airlock_limits *l = &sb->cfg->limits;
+        json_t *pre = json_array();
+        for (size_t i = 0; i < sb->cfg->n_preloads; i++)
+                json_array_append_new(pre, json_string(sb->cfg->preloads[i]));
+        uint64_t out_fs =
+            l->output_fs_bytes ? l->output_fs_bytes : l->max_output_total + (1u << 20);
+        json_t *paths = json_array(), *fds = json_array();
+        for (size_t i = 0; i < sb->cfg->n_python_paths; i++) {
+                json_array_append_new(paths, json_string(sb->cfg->python_paths[i]));
+                json_array_append_new(fds, json_boolean(sb->pypath_fd[i] >= 0));
+        }
+        json_t *j =
+            json_pack("{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:i, s:b, "
+                      "s:o, s:o, s:o, "
+                      "s:O}",
+                      "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
+                      (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids, "open_files",
+                      (json_int_t)l->open_files, "max_file_bytes", (json_int_t)l->max_file_bytes,
+                      "tmp_bytes", (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs,
+                      "max_output_files", (json_int_t)l->max_output_files, "has_input", has_input,
+                      "input_tree", input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
+                      (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
+                      "auto_figures", !sb->cfg->no_auto_figures, "preloads", pre, "python_paths",
+                      paths, "python_path_fds", fds, "sys_path", sb->sys_path);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return s;
+}
+
+/* Starts the template: fork, then exec this program afresh from its sealed
+ * memfd copy (so no host memory and no host path reaches the sandbox) with
+ * the control socket, the staged input and the cgroup directories on fixed
+ * fds. Writes the id maps when the template has made its user namespace,
+ * then waits until the interpreter is initialised. */
+static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, airlock_error *err)
+{
+        int sv[2], req[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return al_error(err, -errno, NULL, "socketpair: %m");
+        /* Non-blocking at both ends: the host never waits to ask, and the
+         * template reads what is there. A socket rather than a pipe, so
+         * that asking a dead template raises no SIGPIPE (MSG_NOSIGNAL). */
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, req) < 0) {
+                int e = errno;
+                close(sv[0]);
+                close(sv[1]);
+                return al_error(err, -e, NULL, "socketpair: %s", strerror(e));
+        }
+        /* A sealed memfd copy of this program, not /proc/self/exe: the
+         * template's exe link and maps then name no host path (selfexe.c). */
+        int exe = selfexe_fd(err);
+        if (exe < 0) {
+                close(sv[0]);
+                close(sv[1]);
+                close(req[0]);
+                close(req[1]);
+                return exe;
+        }
+        _cleanup_free_ char *params = params_json(sb, input_fd >= 0, input_tree);
+        pid_t pid = params ? fork() : -1;
+        if (pid < 0) {
+                int e = params ? errno : ENOMEM;
+                close(sv[0]);
+                close(sv[1]);
+                close(req[0]);
+                close(req[1]);
+                return al_error(err, -e, NULL, "fork: %s", strerror(e));
+        }
+        if (pid == 0) {
+                /* Only async-signal-safe calls until execve. Each fd is
+                 * first moved above the fixed numbers, where none of them
+                 * can overwrite another on its way. */
+                const int top = TEMPLATE_PYPATH_FD + PYPATH_MAX;
+                const size_t n_py = sb->cfg->n_python_paths;
+                int ctl = fcntl(sv[1], F_DUPFD, top);
+                int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, top) : -1;
+                int rq = fcntl(req[0], F_DUPFD, top);
+                int cg[2] = {-1, -1};
+                for (int i = 0; sb->cg.enabled && i < sb->cg.n; i++)
+                        if ((cg[i] = fcntl(sb->cg.dirfd[i], F_DUPFD, top)) < 0)
+                                _exit(127);
+                int py[PYPATH_MAX];
+                for (size_t i = 0; i < n_py; i++) {
+                        py[i] = sb->pypath_fd[i] >= 0 ? fcntl(sb->pypath_fd[i], F_DUPFD, top) : -1;
+                        if (sb->pypath_fd[i] >= 0 && py[i] < 0)
+                                _exit(127);
+                }
+                /* The program's memfd stays open, close-on-exec, for
+                 * execveat; every other fd above the fixed ones goes. */
+                int ex = fcntl(exe, F_DUPFD_CLOEXEC, top);
+                if (ctl < 0 || rq < 0 || ex < 0 || (input_fd >= 0 && in < 0) ||
+                    dup2(ctl, TEMPLATE_CTL_FD) < 0 || dup2(rq, TEMPLATE_REQ_FD) < 0)
+                        _exit(127);
+                if (in >= 0) {
+                        if (dup2(in, TEMPLATE_INPUT_FD) < 0)
+                                _exit(127);
+                } else {
+                        close(TEMPLATE_INPUT_FD);
+                }
+                const int cg_fixed[2] = {TEMPLATE_CG_FD, TEMPLATE_CG2_FD};
+                for (int i = 0; i < 2; i++) {
+                        if (cg[i] < 0)
+                                close(cg_fixed[i]);
+                        else if (dup2(cg[i], cg_fixed[i]) < 0)
+                                _exit(127);
+                }
+                /* The folders' mounts on TEMPLATE_PYPATH_FD + N; a folder
+                 * the template binds by its path leaves its number closed. */
+                for (size_t i = 0; i < PYPATH_MAX; i++) {
+                        if (i < n_py && py[i] >= 0) {
+                                if (dup2(py[i], TEMPLATE_PYPATH_FD + (int)i) < 0)
+                                        _exit(127);
+                        } else {
+                                close(TEMPLATE_PYPATH_FD + (int)i);
+                        }
+                }
+                syscall(SYS_close_range, top, ex - 1, 0);
+                syscall(SYS_close_range, ex + 1, ~0u, 0);
+                sigset_t all;
+                sigemptyset(&all);
+                sigprocmask(SIG_SETMASK, &all, NULL);
+                char *argv[] = {TEMPLATE_ARGV0, NULL};
+                /* Resolve every symbol once, in the template: with lazy
+                 * binding each copy would redo the lookups and fault in the
+                 * pages they write. Besides that, the guest sees a fixed
+                 * PATH, HOME and LANG: nothing of our environment goes in. */
+                char *envp[] = {"LD_BIND_NOW=1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
+                                "LANG=C.UTF-8", NULL};
+                syscall(SYS_execveat, ex, "", argv, envp, AT_EMPTY_PATH);
+                _exit(127);
+        }
+        close(sv[1]);
+        close(req[0]);
+        sb->ctl = sv[0];
+        sb->req_w = req[1];
+        sb->tpl_pid = pid;
+        /* Into the template's cgroup before it starts anything: the template
+         * waits for its parameters, and every copy is born inside, then
+         * moves itself into a cgroup of its own (template.c). */
+        if (sb->cg.enabled) {
+                int r = cg_sandbox_attach(&sb->cg, pid);
+                if (r < 0)
+                        return al_error(err, r, NULL, "cannot place the sandbox in its cgroup: %s",
+                                        strerror(-r));
+        }
+        if (send(sb->ctl, params, strlen(params), MSG_NOSIGNAL) < 0)
+                return al_error(err, -errno, NULL, "cannot talk to the sandbox template: %m");
+
+        uint64_t deadline = al_now_ns() + (uint64_t)(TEMPLATE_START_S * 1e9);
+        char buf[1100];
+        for (;;) {
+                int r = wait_readable(sb->ctl, deadline);
+                if (r < 0)
+                        return al_error(err, r, NULL,
+                                        "the sandbox template did not start within %.0f s",
+                                        TEMPLATE_START_S);
+                ssize_t n = recv(sb->ctl, buf, sizeof(buf), 0);
+                if (n <= 0) {
+                        al_error(err, -ECHILD, NULL,
+                                 "sandbox unavailable: the template exited during setup "
+                                 "(could not execute the program's memfd copy?)");
+                        if (err)
+                                err->kind = AIRLOCK_ERROR_SANDBOX;
+                        return -ECHILD;
+                }
+                if (buf[0] == CTL_ERROR)
+                        return template_error(buf, (size_t)n, err);
+                if (buf[0] == CTL_READY)
+                        return 0;
+                if (buf[0] != CTL_USERNS)
+                        return al_error(err, -EPROTO, NULL, "sandbox template protocol error");
+                char map[64];
+                snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)sb->guest_uid);
+                r = write_id_map(pid, "setgroups", "deny\n");
+                if (r >= 0 || r == -ENOENT)
+                        r = write_id_map(pid, "uid_map", map);
+                if (r >= 0) {
+                        snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)sb->guest_gid);
+                        r = write_id_map(pid, "gid_map", map);
+                }
+                if (r < 0) {
+                        al_error(err, r, NULL,
+                                 "sandbox unavailable (user namespaces): cannot write the id "
+                                 "maps: %s",
+                                 strerror(-r));
+                        if (err)
+                                err->kind = AIRLOCK_ERROR_SANDBOX;
+                        return r;
+                }
+                char go = CTL_GO;
+                if (send(sb->ctl, &go, 1, MSG_NOSIGNAL) != 1)
+                        return al_error(err, -errno, NULL, "cannot talk to the template: %m");
+        }
+}
+
+/* Stages the workspace and mounts into a fresh private directory. Returns
+ * an O_PATH fd of the staged tree, or -1 when there is nothing to stage. */
+static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
+{
+        const airlock_config *cfg = sb->cfg;
+        *ret_fd = -1;
+        if (!cfg->workspace && cfg->n_mounts == 0)
+                return 0;
+        const char *tmp = getenv("TMPDIR");
+        if (!tmp || tmp[0] != '/')
+                tmp = "/tmp";
+        sb->stage_parent_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sb->stage_parent_fd < 0)
+                return al_error(err, -errno, tmp, "cannot open the staging area %s: %m", tmp);
+        char name[] = "airlock-stage-XXXXXX";
+        /* mkdtemp needs a path; build the name and create it beneath the fd. */
+        for (int attempt = 0; attempt < 100; attempt++) {
+                static const char alnum[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+                unsigned char rnd[6];
+                if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+                        return al_error(err, -EIO, NULL, "getrandom failed");
+                for (int i = 0; i < 6; i++)
+                        name[sizeof(name) - 7 + i] = alnum[rnd[i] % 36];
+                if (mkdirat(sb->stage_parent_fd, name, 0700) == 0)
+                        break;
+                if (errno != EEXIST)
+                        return al_error(err, -errno, tmp, "cannot create a staging directory: %m");
+        }
+        sb->stage_name = strdup(name);
+        if (!sb->stage_name) {
+                unlinkat(sb->stage_parent_fd, name, AT_REMOVEDIR);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        _cleanup_close_ int stage_fd =
+            openat(sb->stage_parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (stage_fd < 0)
+                return al_error(err, -errno, name, "cannot open the staging directory: %m");
+        if (mkdirat(stage_fd, "input", 0755) < 0)
+                return al_error(err, -errno, name, "cannot create the staging directory: %m");
+        int input_fd = openat(stage_fd, "input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (input_fd < 0)
+                return al_error(err, -errno, name, "cannot open the staging directory: %m");
+        uid_t owner = geteuid() == 0 ? sb->guest_uid : (uid_t)-1;
+        gid_t group = geteuid() == 0 ? sb->guest_gid : (gid_t)-1;
+        if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0) {
+                int e = errno;
+                close(input_fd);
+                return al_error(err, -e, name, "cannot chown the staging directory: %s",
+                                strerror(e));
+        }
+
+        size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts;
+        fsx_source *src = calloc(n, sizeof(*src));
+        if (!src) {
+                close(input_fd);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        size_t k = 0;
+        if (cfg->workspace)
+                src[k++] = (fsx_source){cfg->workspace, NULL};
+        for (size_t i = 0; i < cfg->n_mounts; i++)
+                src[k++] = (fsx_source){cfg->mounts[i].host, cfg->mounts[i].dest};
+        fsx_limits lim = {
+            .max_bytes = cfg->limits.max_stage_bytes,
+            .max_files = cfg->limits.max_stage_files,
+            .max_depth = cfg->limits.max_stage_depth,
+        };
+        fsx_stage_stats stats;
+        int r = fsx_stage(input_fd, src, n, &lim, owner, group, &stats, err);
+        free(src);
+        if (r < 0) {
+                close(input_fd);
+                return r;
+        }
+        *ret_fd = input_fd;
+        return 0;
+}
+
+static void cleanup_staging(airlock_sandbox *sb)
+{
+        if (sb->stage_parent_fd >= 0 && sb->stage_name &&
+            fsx_remove_at(sb->stage_parent_fd, sb->stage_name, NULL) < 0) {
+                /* Out of fds (the walk needs some), staging had not begun:
+                 * remove the two empty directories we made without opening
+                 * anything. Both are ours, in a directory only we can enter. */
+                char input[64];
+                snprintf(input, sizeof(input), "%s/input", sb->stage_name);
+                unlinkat(sb->stage_parent_fd, input, AT_REMOVEDIR);
+                unlinkat(sb->stage_parent_fd, sb->stage_name, AT_REMOVEDIR);
+        }
+        if (sb->stage_parent_fd >= 0)
+                close(sb->stage_parent_fd);
+        sb->stage_parent_fd = -1;
+        free(sb->stage_name);
+        sb->stage_name = NULL;
+}
+
+/* Asks the template for one more copy (the reply is read later). Caller
+ * holds sb->lock. */
+static int request_copy_locked(airlock_sandbox *sb)
+{
+        char c = CTL_SPAWN;
+        if (send(sb->ctl, &c, 1, MSG_NOSIGNAL) != 1)
+                return -errno;
+        sb->pending++;
+        return 0;
+}
+
+/* Asks for one more copy without waking the template: the request waits
+ * in the request socket until the template wakes, which it does when any
+ * copy exits. For a run's copy, which exits right after the run, so that
+ * the wake-up of the template (tens of microseconds here, more when it
+ * sleeps on the other CPU) is not on the run's path. Must come before the
+ * copy can exit; a request that still finds the template asleep is served
+ * when a run waits for it (CTL_NUDGE). Caller holds sb->lock. */
+static int request_copy_later_locked(airlock_sandbox *sb)
+{
+        char c = CTL_SPAWN;
+        if (send(sb->req_w, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+                return request_copy_locked(sb);
+        sb->pending++;
+        return 0;
+}
+
+/* Raises a process that prepares copies at idle priority (see
+ * template.c) to normal priority, because a run is waiting for it. */
+static void raise_priority(pid_t pid)
+{
+        struct sched_param sp = {0};
+        if (pid > 0)
+                (void)sched_setscheduler(pid, SCHED_OTHER, &sp);
+}
+
+/* Receives the message that announces a copy on fd, which pid (the
+ * template or the copy itself) prepares. It is usually there already, so
+ * the first try does not block; otherwise a run is waiting for that
+ * process, which is raised from idle priority before the wait, and woken
+ * through nudge (the control socket, for the template) if not -1. */
+static ssize_t receive_for_copy(int fd, pid_t pid, int nudge, char *buf, size_t len, int *fds,
+                                size_t max_fds, size_t *ret_nfds)
+{
+        ssize_t n = recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
+        if (n != -EAGAIN)
+                return n;
+        al_watch_fire();
+        raise_priority(pid);
+        if (nudge >= 0) {
+                char c = CTL_NUDGE;
+                (void)!send(nudge, &c, 1, MSG_NOSIGNAL);
+        }
+        int r = wait_readable(fd, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
+        if (r < 0)
+                return r;
+        return recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, 0);
+}
+
+/* Reads one pending copy from the template. Caller holds sb->lock. */
+static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
+{
+        char buf[1100];
+        int fds[5];
+        size_t nfds = 0;
+        ssize_t n =
+            receive_for_copy(sb->ctl, sb->tpl_pid, sb->ctl, buf, sizeof(buf), fds, 5, &nfds);
+        if (n == -ETIMEDOUT)
+                return al_error(err, -ETIMEDOUT, NULL, "the sandbox did not start a copy in time");
+        sb->pending--;
+        if (n <= 0) {
+                sb->broken = true;
+                return al_error(err, n < 0 ? (int)n : -ECHILD, NULL,
+                                "the sandbox template is gone");
+        }
+        if (buf[0] == CTL_ERROR) {
+                for (size_t i = 0; i < nfds; i++)
+                        close(fds[i]);
+                return template_error(buf, (size_t)n, err);
+        }
+        long pid = 0;
+        unsigned cg_seq = 0;
+        if (buf[0] == CTL_COPY && (size_t)n < sizeof(buf)) {
+                buf[n] = '\0';
+                char *end = NULL;
+                pid = strtol(buf + 1, &end, 10);
+                unsigned long seq = end && *end == ' ' ? strtoul(end + 1, &end, 10) : 0;
+                if (!end || *end || seq > UINT32_MAX)
+                        pid = 0;
+                cg_seq = (unsigned)seq;
+        }
+        /* With per-copy cgroups the copy's OOM counter comes too. */
+        size_t want = sb->cg.enabled ? 5 : 4;
+        if (buf[0] != CTL_COPY || nfds != want || pid <= 0) {
+                for (size_t i = 0; i < nfds; i++)
+                        close(fds[i]);
+                sb->broken = true;
+                return al_error(err, -EPROTO, NULL, "sandbox template protocol error");
+        }
+        copy *c = calloc(1, sizeof(*c));
+        if (!c) {
+                for (size_t i = 0; i < nfds; i++)
+                        close(fds[i]);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        c->pid = (pid_t)pid;
+        c->chan = fds[0];
+        c->pidfd = fds[1];
+        c->out_r = fds[2];
+        c->err_r = fds[3];
+        c->oomfd = nfds == 5 ? fds[4] : -1;
+        c->cg = sb->cg.enabled ? cg_seq : 0;
+        if (c->cg > sb->cg.max_copy)
+                sb->cg.max_copy = c->cg;
+        *ret = c;
+        return 0;
+}
+
+/* Takes a ready copy (or waits for one) and asks for its successor, so the
+ * next run finds a copy already started. */
+int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
+{
+        pthread_mutex_lock(&sb->lock);
+        int r = 0;
+        copy *c = NULL;
+        reap_dying_locked(sb, false);
+        if (sb->broken) {
+                r = al_error(err, -ECHILD, NULL, "the sandbox template is gone");
+                goto out;
+        }
+        if (sb->pending == 0)
+                r = request_copy_locked(sb);
+        if (r >= 0)
+                r = receive_copy_locked(sb, &c, err);
+        else
+                sb->broken = true;
+out:
+        if (r < 0 && err)
+                err->kind = AIRLOCK_ERROR_RUN;
+        pthread_mutex_unlock(&sb->lock);
+        if (r >= 0)
+                *ret = c;
+        return r;
+}
+
+/* As root, each sandbox's guest runs as host ids of its own, drawn at
+ * random from a block that no account uses, and never as a shared one such
+ * as nobody: the sandbox's user namespace, the copies' cgroups and the
+ * per-user kernel quotas above the namespace belong to those ids, so no
+ * other host process and no other sandbox may signal, trace or charge
+ * anything of this one's. Two sandboxes draw the same ids with a chance of
+ * about one in 65,536 per pair, and are then only as apart as two runs of
+ * one sandbox are from the host's point of view of quotas. */
+#define GUEST_ID_BASE  0x5a1a0000u
+#define GUEST_ID_SLOTS 65536u
+
+static void pick_guest_ids(uid_t *ret_uid, gid_t *ret_gid)
+{
+        /* A random start per process, then the next slot per sandbox: the
+         * sandboxes of one process never share ids. */
+        static atomic_uint next;
+        static atomic_bool seeded;
+        if (!atomic_exchange(&seeded, true)) {
+                uint32_t start = 0;
+                if (getrandom(&start, sizeof(start), 0) != sizeof(start))
+                        start = (uint32_t)getpid() ^ (uint32_t)al_now_ns();
+                atomic_fetch_add(&next, start);
+        }
+        uint32_t slot = atomic_fetch_add(&next, 1);
+        *ret_uid = (uid_t)(GUEST_ID_BASE + slot % GUEST_ID_SLOTS);
+        *ret_gid = (gid_t)*ret_uid;
+}
+
+/* Checks every --python-path folder again (it may have changed since it
+ * was configured), reads its .pth files into the guest's sys.path and the
+ * warnings, and, as root, opens its read-only mount for the template. */
+static int prepare_python_paths(airlock_sandbox *sb, airlock_error *err)
+{
+        const airlock_config *cfg = sb->cfg;
+        sb->sys_path = json_array();
+        if (!sb->sys_path)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        dynbuf w;
+        dynbuf_init(&w, 64u << 10);
+        int r = 0;
+        for (size_t i = 0; r >= 0 && i < cfg->n_python_paths; i++) {
+                r = pypath_inspect(cfg->python_paths[i], i, sb->sys_path, &w, err);
+                if (r >= 0)
+                        r = pypath_open_tree(cfg->python_paths[i], sb->guest_uid, sb->guest_gid,
+                                             &sb->pypath_fd[i], err);
+        }
+        if (r >= 0 && w.len)
+                sb->warnings = dynbuf_take(&w, NULL);
+        dynbuf_free(&w);
+        return r;
+}
+
+int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
+{
+        /* Keep the template's constructor linked into every program. */
+        static void (*volatile keep)(void) = template_main;
+        (void)keep;
+
+        /* The host side holds a handful of fds per sandbox and per run, the
+         * template and each copy a dozen more: refuse a limit below that with
+         * a message that says so, rather than failing half-way. */
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < SANDBOX_MIN_FDS)
+                return al_error(err, -EMFILE, NULL,
+                                "%s: the open file limit is %llu, a sandbox needs at least %d "
+                                "(raise it with ulimit -n)",
+                                strerror(EMFILE), (unsigned long long)nofile.rlim_cur,
+                                SANDBOX_MIN_FDS);
+
+        airlock_sandbox *sb = calloc(1, sizeof(*sb));
+        if (!sb)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        sb->stage_parent_fd = -1;
+        sb->ctl = -1;
+        sb->req_w = -1;
+        sb->tpl_pid = -1;
+        for (int i = 0; i < 2; i++)
+                sb->cg.dirfd[i] = sb->cg.parentfd[i] = sb->cg.tplfd[i] = -1;
+        pthread_mutex_init(&sb->lock, NULL);
+        /* The guest's ids map to an unprivileged host id: ourselves when we
+         * are not root (the only id we may map), else an id of the
+         * sandbox's own (pick_guest_ids). */
+        sb->guest_uid = geteuid();
+        sb->guest_gid = getegid();
+        if (geteuid() == 0)
+                pick_guest_ids(&sb->guest_uid, &sb->guest_gid);
+
+        int r = config_clone(cfg, &sb->cfg, err);
+        if (r >= 0)
+                cg_sandbox_init(&sb->cg, &sb->cfg->limits, sb->guest_uid, sb->guest_gid);
+        for (size_t i = 0; i < PYPATH_MAX; i++)
+                sb->pypath_fd[i] = -1;
+        if (r >= 0)
+                r = prepare_python_paths(sb, err);
+        int input_fd = -1;
+        if (r >= 0)
+                r = stage_inputs(sb, &input_fd, err);
+        /* As root, the template runs as the guest ids and cannot reach the
+         * staging directory by path: it gets a detached copy of the staged
+         * tree to attach (open_tree). */
+        bool input_tree = false;
+        if (r >= 0 && input_fd >= 0 && geteuid() == 0) {
+                int tree = (int)syscall(SYS_open_tree, input_fd, "",
+                                        AT_EMPTY_PATH | AT_RECURSIVE | OPEN_TREE_CLONE |
+                                            OPEN_TREE_CLOEXEC);
+                if (tree < 0) {
+                        r = al_error(err, -errno, NULL,
+                                     "sandbox unavailable (open_tree): cannot clone the staged "
+                                     "input: %m");
+                        if (err)
+                                err->kind = AIRLOCK_ERROR_SANDBOX;
+                } else {
+                        close(input_fd);
+                        input_fd = tree;
+                        input_tree = true;
+                }
+        }
+        if (r >= 0)
+                r = start_template(sb, input_fd, input_tree, err);
+        if (input_fd >= 0)
+                close(input_fd);
+        if (r >= 0) {
+                pthread_mutex_lock(&sb->lock);
+                r = request_copy_locked(sb);
+                pthread_mutex_unlock(&sb->lock);
+                if (r < 0)
+                        al_error(err, r, NULL, "cannot talk to the sandbox template: %m");
+        }
+        if (r < 0) {
+                airlock_sandbox_close(sb);
+                return r;
+        }
+        *ret = sb;
+        return 0;
+}
+
+void airlock_sandbox_close(airlock_sandbox *sb)
+{
+        if (!sb)
+                return;
+        pthread_mutex_lock(&sb->lock);
+        for (size_t i = 0; i < sb->n_ready; i++)
+                copy_close_locked(sb, sb->ready[i], true);
+        sb->n_ready = 0;
+        /* Copies the template already started are our children: collect
+         * them from the control socket so they can be killed and reaped. */
+        while (sb->pending > 0) {
+                copy *c = NULL;
+                if (receive_copy_locked(sb, &c, NULL) < 0)
+                        break;
+                copy_close_locked(sb, c, true);
+        }
+        reap_dying_locked(sb, true);
+        pthread_mutex_unlock(&sb->lock);
+        if (sb->ctl >= 0)
+                close(sb->ctl);
+        if (sb->req_w >= 0)
+                close(sb->req_w);
+        if (sb->tpl_pid > 0) {
+                kill(sb->tpl_pid, SIGKILL);
+                while (waitpid(sb->tpl_pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+        }
+        cleanup_staging(sb);
+        for (size_t i = 0; i < PYPATH_MAX; i++)
+                if (sb->pypath_fd[i] >= 0)
+                        close(sb->pypath_fd[i]);
+        json_decref(sb->sys_path);
+        json_decref(sb->inventory);
+        free(sb->warnings);
+        cg_sandbox_destroy(&sb->cg);
+        airlock_config_free(sb->cfg);
+        pthread_mutex_destroy(&sb->lock);
+        free(sb);
+}
+
+/* ---- one run ------------------------------------------------------------ */
+
+typedef struct run_state {
+        airlock_sandbox *sb;
+        copy *c;
+        uint64_t deadline;
+        dynbuf out, err;
+        bool out_trunc, err_trunc;
+        bool timed_out, cancelled, protocol_error;
+        int cancel_fd;
+        uint64_t oom_before; /* the cgroup's OOM kills before this run */
+        char claimed_status[16];
+        int claimed_exit;
+        bool ended;
+        bool alone;         /* a single run's copy ended with nothing else of the run left */
+        bool drained_early; /* the pipes were read once the copy said so */
+        frame_reader fr;
+} run_state;
+
+static void kill_copy(run_state *st);
+
+/* Sends a reply frame. A guest that stops reading its replies cannot hold
+ * the host: the wait for room also watches the run's deadline (-ETIMEDOUT,
+ * the run timed out), its cancellation (-ECANCELED, the run was cancelled)
+ * and the caller's watch. */
+static int send_reply(run_state *st, json_t *msg)
+{
+        char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!s)
+                return -ENOMEM;
+        size_t len = strlen(s);
+        int r = 0;
+        if (len > CHANNEL_MAX_FRAME) {
+                free(s);
+                return -EMSGSIZE;
+        }
+        unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                                (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+        size_t total = 4 + len, done = 0;
+        while (done < total) {
+                const char *p = done < 4 ? (const char *)hdr + done : s + (done - 4);
+                size_t n = done < 4 ? 4 - done : total - done;
+                ssize_t w = send(st->c->chan, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w >= 0) {
+                        done += (size_t)w;
+                        continue;
+                }
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN) {
+                        r = -errno;
+                        break;
+                }
+                struct pollfd pf[3] = {{st->c->chan, POLLOUT, 0},
+                                       {st->cancel_fd, POLLIN, 0},
+                                       {al_watch_fd(), POLLIN, 0}};
+                uint64_t now = al_now_ns();
+                if (now >= st->deadline) {
+                        st->timed_out = true;
+                        kill_copy(st);
+                        r = -ETIMEDOUT;
+                        break;
+                }
+                /* A negative fd is not polled. */
+                int k = poll(pf, 3, (int)MIN((st->deadline - now) / 1000000 + 1, 1000000u));
+                if (k > 0 && pf[2].revents)
+                        al_watch_fire();
+                if (k > 0 && pf[1].revents) {
+                        st->cancelled = true;
+                        kill_copy(st);
+                        r = -ECANCELED;
+                        break;
+                }
+        }
+        free(s);
+        return r;
+}
+
+/* A refusal for the guest: kind is the name of the built-in exception it
+ * raises (gateway_guest_exception() for HTTP errors). */
+static json_t *error_reply(const char *kind, const char *message)
+{
+        return json_pack("{s:b, s:s, s:s}", "ok", 0, "kind", kind, "error", message);
+}
+
+/* Serves one request of the guest: a tool call or an HTTP request. */
+static void serve_request(run_state *st, json_t *msg)
+{
+        const char *op = json_string_value(json_object_get(msg, "op"));
+        json_t *reply = NULL;
+        if (op && strcmp(op, "end") == 0) {
+                const char *s = json_string_value(json_object_get(msg, "status"));
+                snprintf(st->claimed_status, sizeof(st->claimed_status), "%s", s ? s : "");
+                st->claimed_exit = (int)json_integer_value(json_object_get(msg, "exit_code"));
+                st->ended = true;
+                st->alone = json_is_true(json_object_get(msg, "alone"));
+                return;
+        } else if (op && strcmp(op, "tool") == 0) {
+                const char *name = json_string_value(json_object_get(msg, "name"));
+                json_t *args = json_object_get(msg, "args");
+                if (!name) {
+                        reply =
+                            error_reply("ValueError", "call_tool: the tool name must be a string");
+                } else {
+                        json_t *result = NULL;
+                        char *message = NULL;
+                        /* Bounded by the run: a slow tool cannot hold the run past
+                         * its limit, and a cancel stops it. */
+                        tool_call_bounds b = {st->deadline, st->cancel_fd};
+                        tool_fail f =
+                            toolreg_call_ex(st->sb->cfg->tools, name, args, &b, &result, &message);
+                        if (f == TOOL_OK)
+                                reply = json_pack("{s:b, s:o}", "ok", 1, "result",
+                                                  result ? result : json_null());
+                        else
+                                reply = error_reply(f == TOOL_FAIL_INVALID ? "ValueError"
+                                                                           : "RuntimeError",
+                                                    message ? message : "the tool failed");
+                        free(message);
+                }
+        } else if (op && strcmp(op, "http") == 0) {
+                json_t *resp = NULL;
+                airlock_error e;
+                airlock_error_clear(&e);
+                int r = gateway_request_ex(st->sb->cfg->allow, &st->sb->cfg->limits, msg,
+                                           st->deadline, st->cancel_fd, &resp, &e);
+                if (r >= 0) {
+                        reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
+                } else {
+                        const char *kind = gateway_guest_exception(r);
+                        reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
+                }
+        } else {
+                reply = error_reply("ValueError", "unknown request to the host");
+        }
+        int sent = reply ? send_reply(st, reply) : -ENOMEM;
+        if (sent < 0 && sent != -ETIMEDOUT && sent != -ECANCELED)
+                st->protocol_error = true;
+        json_decref(reply);
+}
+
+/* Reads what a pipe has; keeps up to cap bytes and discards the rest, so a
+ * flood costs the host no memory. Returns false at end of file. */
+static bool drain_pipe(int fd, dynbuf *b, bool *trunc)
+{
+        char buf[65536];
+        for (;;) {
+                ssize_t n = read(fd, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return errno == EAGAIN;
+                if (n == 0)
+                        return false;
+                size_t room = b->cap - b->len;
+                if ((size_t)n > room) {
+                        *trunc = true;
+                        if (room)
+                                dynbuf_append(b, buf, room);
+                } else {
+                        dynbuf_append(b, buf, (size_t)n);
+                }
+                if ((size_t)n < sizeof(buf))
+                        return true;
+        }
+}
+
+static void kill_copy(run_state *st)
+{
+        syscall(SYS_pidfd_send_signal, st->c->pidfd, SIGKILL, NULL, 0);
+}
+
+static const char *signal_text(int sig)
+{
+        const char *s = sigdescr_np(sig);
+        return s ? s : "unknown signal";
+}
+
+static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_t t0,
+                         airlock_result **ret, airlock_error *err)
+{
+        const airlock_limits *l = &st->sb->cfg->limits;
+        airlock_result *res = calloc(1, sizeof(*res));
+        if (!res)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        res->stdout_data = dynbuf_take(&st->out, &res->stdout_len);
+        res->stderr_data = dynbuf_take(&st->err, &res->stderr_len);
+        res->stdout_truncated = st->out_trunc;
+        res->stderr_truncated = st->err_trunc;
+
+        char msg[512] = "";
+        if (st->timed_out) {
+                res->status = AIRLOCK_STATUS_TIMEOUT;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg), "timeout: the run exceeded its time limit of %g s",
+                         l->timeout_s);
+        } else if (st->cancelled) {
+                res->status = AIRLOCK_STATUS_KILLED;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg), "killed: the run was cancelled");
+        } else if (st->protocol_error) {
+                /* The host ended the run because the guest wrote something
+                 * that is not a valid request on its channel. */
+                res->status = AIRLOCK_STATUS_ERROR;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg),
+                         "error: the guest broke the host channel protocol (a malformed, "
+                         "oversized or truncated request)");
+        } else if (si->si_code == CLD_KILLED || si->si_code == CLD_DUMPED) {
+                int sig = si->si_status;
+                res->exit_code = 128 + sig;
+                if (sig == SIGXCPU) {
+                        res->status = AIRLOCK_STATUS_TIMEOUT;
+                        snprintf(msg, sizeof(msg),
+                                 "timeout: the run exceeded its CPU time limit of %g s",
+                                 l->cpu_s > 0 ? l->cpu_s : l->timeout_s);
+                } else if (sig == SIGXFSZ) {
+                        res->status = AIRLOCK_STATUS_KILLED;
+                        snprintf(msg, sizeof(msg),
+                                 "killed: a file exceeded the size limit of %llu bytes",
+                                 (unsigned long long)l->max_file_bytes);
+                } else if (sig == SIGKILL && cg_oom_kills(st->c->oomfd) > st->oom_before) {
+                        res->status = AIRLOCK_STATUS_MEMORY;
+                        snprintf(msg, sizeof(msg),
+                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 (unsigned long long)(l->memory_bytes >> 20));
+                } else {
+                        res->status = AIRLOCK_STATUS_KILLED;
+                        snprintf(msg, sizeof(msg), "killed: the run was terminated by %s",
+                                 signal_text(sig));
+                }
+        } else {
+                res->exit_code = si->si_status;
+                if (strcmp(st->claimed_status, "memory") == 0) {
+                        res->status = AIRLOCK_STATUS_MEMORY;
+                        snprintf(msg, sizeof(msg),
+                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 (unsigned long long)(l->memory_bytes >> 20));
+                } else if (res->exit_code == 0 && !st->protocol_error) {
+                        res->status = AIRLOCK_STATUS_OK;
+                } else {
+                        res->status = AIRLOCK_STATUS_ERROR;
+                        if (st->protocol_error)
+                                snprintf(msg, sizeof(msg),
+                                         "error: the guest broke the host channel protocol");
+                        else
+                                snprintf(msg, sizeof(msg), "error: the code exited with status %d",
+                                         res->exit_code);
+                }
+        }
+        res->success = res->status == AIRLOCK_STATUS_OK;
+        if (msg[0])
+                res->error_message = strdup(msg);
+
+        if (outdir >= 0) {
+                fsx_limits lim = {
+                    .max_bytes = l->max_output_total,
+                    .max_files = l->max_output_files,
+                    .max_depth = l->max_output_depth,
+                    .max_file = l->max_output_file,
+                };
+                airlock_error cerr;
+                int r = fsx_capture(outdir, &lim, &res->files, &res->n_files, &res->refused,
+                                    &res->n_refused, &cerr);
+                if (r < 0) {
+                        res->files = NULL;
+                        res->n_files = 0;
+                        res->refused = NULL;
+                        res->n_refused = 0;
+                        if (res->success) {
+                                res->success = false;
+                                res->status = AIRLOCK_STATUS_ERROR;
+                        }
+                        free(res->error_message);
+                        res->error_message = strdup(cerr.message);
+                }
+        }
+        res->duration_ms = (double)(al_now_ns() - t0) / 1e6;
+        *ret = res;
+        return 0;
+}
+
+int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
+{
+        /* The copy's first byte: ready, with its /output fd. */
+        char tag[512];
+        int outdir = -1;
+        size_t nfds = 0;
+        ssize_t n = receive_for_copy(c->chan, c->pid, -1, tag, 1, &outdir, 1, &nfds);
+        if (n <= 0 || tag[0] != COPY_READY || nfds != 1) {
+                if (nfds)
+                        close(outdir);
+                int r;
+                if (n > 0 && tag[0] == COPY_ERROR) {
+                        ssize_t k = recv(c->chan, tag, sizeof(tag) - 1, MSG_DONTWAIT);
+                        tag[k > 0 ? k : 0] = '\0';
+                        r = al_error(err, -EIO, NULL, "sandbox copy failed to start: %s", tag);
+                } else {
+                        r = al_error(err, n < 0 ? (int)n : -ECHILD, NULL,
+                                     "sandbox copy failed to start");
+                }
+                if (err)
+                        err->kind = AIRLOCK_ERROR_RUN;
+                return r;
+        }
+        *ret_outdir = outdir;
+        return 0;
+}
+
+/* Runs code in copy c and collects its result. Single runs end when the
+ * copy's PID namespace is gone; session runs (active_pidfd >= 0, the
+ * session's current interpreter) end at the guest's "end" frame, and
+ * *ret_dead tells whether the session survived. */
+int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
+                 size_t len, const airlock_run_options *opts, bool *ret_dead, bool *ret_delivered,
+                 airlock_result **ret, airlock_error *err)
+{
+        uint64_t t0 = al_now_ns();
+        const airlock_limits *l = &sb->cfg->limits;
+        bool session = active_pidfd >= 0;
+        int r;
+        run_state st = {.sb = sb, .c = c, .cancel_fd = opts ? opts->cancel_fd : -1};
+        st.oom_before = cg_oom_kills(c->oomfd);
+        st.deadline = t0 + (uint64_t)(l->timeout_s * 1e9);
+        dynbuf_init(&st.out, l->max_stdout);
+        dynbuf_init(&st.err, l->max_stdout);
+        frame_reader_init(&st.fr, CHANNEL_MAX_FRAME);
+        st.fr.nonblock = true; /* the loop below polls */
+
+        json_t *msg = json_pack("{s:s, s:s%}", "op", "run", "code", code, len);
+        r = msg ? channel_send(c->chan, msg) : -ENOMEM;
+        json_decref(msg);
+        if (ret_delivered)
+                *ret_delivered = r >= 0;
+        if (r < 0) {
+                dynbuf_free(&st.out);
+                dynbuf_free(&st.err);
+                al_error(err, r, NULL, "cannot send the code to the sandbox: %s", strerror(-r));
+                if (err)
+                        err->kind = AIRLOCK_ERROR_RUN;
+                return r;
+        }
+
+        /* Output is read once the run ends or after PIPES_QUIET_NS: each
+         * read while the copy runs would wake this thread, which on the
+         * copy's CPU preempts it twice (the copy is woken on the waker's
+         * CPU). The pipes hold 64 KiB meanwhile; a guest that writes more
+         * waits for the first read. */
+        uint64_t pipes_from = al_now_ns() + PIPES_QUIET_NS;
+        bool out_open = true, err_open = true, chan_open = true, exited = false;
+        bool active_dead = false;
+        uint64_t drain_until = 0; /* set when the copy is seen to exit */
+        int cancel_fd = opts ? opts->cancel_fd : -1;
+        while (!exited || out_open || err_open) {
+                bool early = !session && st.ended && st.alone && !st.timed_out && !st.cancelled &&
+                             !st.protocol_error;
+                if (early && !st.drained_early) {
+                        /* The copy closed its ends of the pipes before it
+                         * said so: read to their end without a poll. */
+                        st.drained_early = true;
+                        /* A read that got data stops short of the end of
+                         * file; the second read sees it. */
+                        if (out_open)
+                                out_open = drain_pipe(c->out_r, &st.out, &st.out_trunc) &&
+                                           drain_pipe(c->out_r, &st.out, &st.out_trunc);
+                        if (err_open)
+                                err_open = drain_pipe(c->err_r, &st.err, &st.err_trunc) &&
+                                           drain_pipe(c->err_r, &st.err, &st.err_trunc);
+                }
+                if (early && !out_open && !err_open)
+                        break;
+                if (session && (st.ended || active_dead) && !st.timed_out && !st.cancelled) {
+                        /* The guest flushed its output before "end": what
+                         * the pipes hold now is all of this run's. */
+                        drain_pipe(c->out_r, &st.out, &st.out_trunc);
+                        drain_pipe(c->err_r, &st.err, &st.err_trunc);
+                        break;
+                }
+                struct pollfd p[7];
+                int np = 0, i_out = -1, i_err = -1, i_chan = -1, i_pid = -1, i_cancel = -1;
+                uint64_t now = al_now_ns();
+                bool quiet =
+                    now < pipes_from && !st.ended && !exited && !st.timed_out && !st.cancelled;
+                if (out_open && !quiet)
+                        p[i_out = np++] = (struct pollfd){c->out_r, POLLIN, 0};
+                if (err_open && !quiet)
+                        p[i_err = np++] = (struct pollfd){c->err_r, POLLIN, 0};
+                if (chan_open && !exited)
+                        p[i_chan = np++] = (struct pollfd){c->chan, POLLIN, 0};
+                if (!exited)
+                        p[i_pid = np++] = (struct pollfd){c->pidfd, POLLIN, 0};
+                if (cancel_fd >= 0 && !exited && !st.cancelled)
+                        p[i_cancel = np++] = (struct pollfd){cancel_fd, POLLIN, 0};
+                int i_active = -1;
+                if (session && !exited)
+                        p[i_active = np++] = (struct pollfd){active_pidfd, POLLIN, 0};
+                int i_watch = -1;
+                if (al_watch_fd() >= 0 && !exited)
+                        p[i_watch = np++] = (struct pollfd){al_watch_fd(), POLLIN, 0};
+                int timeout_ms = -1;
+                if (!exited && !st.timed_out) {
+                        if (now >= st.deadline) {
+                                st.timed_out = true;
+                                kill_copy(&st);
+                                continue;
+                        }
+                        uint64_t until = quiet ? MIN(st.deadline, pipes_from) : st.deadline;
+                        timeout_ms = (int)MIN((until - now) / 1000000 + 1, 1000000u);
+                } else if (exited) {
+                        if (now >= drain_until)
+                                break;
+                        timeout_ms = (int)((drain_until - now) / 1000000 + 1);
+                }
+                int k = poll(p, (nfds_t)np, timeout_ms);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (i_watch >= 0 && p[i_watch].revents)
+                        al_watch_fire();
+                if (k == 0 && exited)
+                        break;
+                if (i_out >= 0 && p[i_out].revents)
+                        out_open = drain_pipe(c->out_r, &st.out, &st.out_trunc);
+                if (i_err >= 0 && p[i_err].revents)
+                        err_open = drain_pipe(c->err_r, &st.err, &st.err_trunc);
+                if (i_chan >= 0 && p[i_chan].revents) {
+                        uint64_t spin_until = 0, served_since = al_now_ns();
+                        for (;;) {
+                                /* Back to poll now and then, so that the
+                                 * deadline, a cancel and the output pipes
+                                 * are seen while a guest calls tools in a
+                                 * tight loop. */
+                                uint64_t t = al_now_ns();
+                                if (t >= st.deadline || t - served_since > SERVE_SLICE_NS)
+                                        break;
+                                json_t *req = NULL;
+                                int fr = frame_reader_feed(&st.fr, c->chan, &req);
+                                if (fr == 1) {
+                                        serve_request(&st, req);
+                                        json_decref(req);
+                                        if (st.protocol_error) {
+                                                kill_copy(&st);
+                                                chan_open = false;
+                                                break;
+                                        }
+                                        if (st.cancelled || st.timed_out)
+                                                break;
+                                        /* Code that calls tools in a loop sends
+                                         * its next request within microseconds:
+                                         * look for it briefly before sleeping. */
+                                        spin_until = al_now_ns() + REQUEST_SPIN_NS;
+                                        continue;
+                                }
+                                if (fr == 0 && al_now_ns() < spin_until)
+                                        continue;
+                                if (fr < 0) {
+                                        chan_open = false;
+                                        /* End of stream, a reset, or the end in
+                                         * the middle of a frame: the copy died
+                                         * (killed by a limit, say, while it
+                                         * wrote), which its exit status tells;
+                                         * anything else is the guest's doing. */
+                                        if (fr != -EPIPE && fr != -ECONNRESET && fr != -EPROTO) {
+                                                st.protocol_error = true;
+                                                kill_copy(&st);
+                                        }
+                                }
+                                break;
+                        }
+                }
+                if (i_cancel >= 0 && p[i_cancel].revents) {
+                        st.cancelled = true;
+                        kill_copy(&st);
+                }
+                if (i_pid >= 0 && p[i_pid].revents) {
+                        exited = true;
+                        drain_until = al_now_ns() + DRAIN_AFTER_EXIT_NS;
+                }
+                if (i_active >= 0 && p[i_active].revents)
+                        active_dead = true;
+        }
+        frame_reader_free(&st.fr);
+
+        siginfo_t si = {0};
+        if (session && !exited && st.ended) {
+                /* The session lives on; its interpreter reported how the
+                 * code ended. */
+                si.si_code = CLD_EXITED;
+                si.si_status = st.claimed_exit & 0xff;
+        } else if (session && !exited) {
+                si.si_code = CLD_KILLED;
+                si.si_status = SIGKILL;
+                kill_copy(&st);
+        } else if (!exited && st.ended && st.alone) {
+                /* Every other process of the run is gone and its output
+                 * pipes are closed: the copy's exit adds nothing but
+                 * waiting, so it is killed and reaped after the capture. */
+                si.si_code = CLD_EXITED;
+                si.si_status = st.claimed_exit & 0xff;
+        } else {
+                int w;
+                while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si,
+                                   WEXITED | __WALL)) < 0 &&
+                       errno == EINTR)
+                        ;
+                if (w < 0) {
+                        /* Someone else reaped it (SIGCHLD ignored): trust the claim. */
+                        si.si_code = CLD_EXITED;
+                        si.si_status = strcmp(st.claimed_status, "ok") == 0 ? 0 : 1;
+                }
+                close(c->pidfd);
+                c->pidfd = -1;
+        }
+        if (ret_dead)
+                *ret_dead = !session || exited || !st.ended || st.protocol_error;
+        r = finish_result(&st, &si, outdir, t0, ret, err);
+        dynbuf_free(&st.out);
+        dynbuf_free(&st.err);
+        return r;
+}
+
+/* Asks for the next copy unless one is already coming: at once, or with
+ * after_exit through the request socket, for a copy that is about to run
+ * single code and exit (see request_copy_later_locked). */
+static void replenish(airlock_sandbox *sb, bool after_exit)
+{
+        pthread_mutex_lock(&sb->lock);
+        if (!sb->broken && sb->pending < PRESTARTED_COPIES &&
+            (after_exit ? request_copy_later_locked(sb) : request_copy_locked(sb)) < 0)
+                sb->broken = true;
+        pthread_mutex_unlock(&sb->lock);
+}
+
+void sbx_replenish(airlock_sandbox *sb)
+{
+        replenish(sb, false);
+}
+
+int sbx_check_code(const char *code, size_t len, airlock_error *err)
+{
+        if (!code)
+                return al_error(err, -EINVAL, NULL, "no code to run");
+        if (len > MAX_CODE_BYTES)
+                return al_error(err, -E2BIG, NULL, "the code is %zu bytes, over the cap of %u MiB",
+                                len, MAX_CODE_BYTES >> 20);
+        if (memchr(code, '\0', len))
+                return al_error(err, -EINVAL, NULL, "the code contains a NUL byte");
+        if (!al_utf8_valid(code, len))
+                return al_error(err, -EILSEQ, NULL, "the code is not valid UTF-8");
+        return 0;
+}
+
+static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+
+int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
+                           const airlock_run_options *opts, airlock_result **ret,
+                           airlock_error *err)
+{
+        bool began = al_watch_begin(opts);
+        int r = run_fresh(sb, code, len, opts, ret, err);
+        al_watch_end(began);
+        return r;
+}
+
+static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        int r = sbx_check_code(code, len, err);
+        if (r < 0)
+                return r;
+        /* A copy that died before the code reached it (killed from
+         * outside, say) ran nothing: take another one, once. */
+        for (int attempt = 0;; attempt++) {
+                copy *c = NULL;
+                r = sbx_take_copy(sb, &c, err);
+                if (r < 0)
+                        return r;
+                int outdir = -1;
+                bool delivered = false, asked = false;
+                r = sbx_copy_wait_ready(c, &outdir, err);
+                if (r >= 0) {
+                        /* The copy waits at idle priority, where the
+                         * code's arrival would not even preempt a busy
+                         * CPU's other work: raise it first. */
+                        raise_priority(c->pid);
+                        if (!(opts && opts->last)) {
+                                replenish(sb, true);
+                                asked = true;
+                        }
+                        r = sbx_exec_run(sb, c, outdir, -1, code, len, opts, NULL, &delivered, ret,
+                                         err);
+                }
+                if (outdir >= 0)
+                        close(outdir);
+                sbx_copy_close(sb, c, true);
+                if (!asked && (!(opts && opts->last) || (r < 0 && !delivered && attempt == 0)))
+                        sbx_replenish(sb);
+                if (r >= 0 || delivered || attempt > 0)
+                        return r;
+        }
+}
+
+int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len, airlock_result **ret,
+                        airlock_error *err)
+{
+        return airlock_sandbox_run_ex(sb, code, len, NULL, ret, err);
+}
+
+const char *airlock_sandbox_warnings(const airlock_sandbox *sb)
+{
+        return sb ? sb->warnings : NULL;
+}
+
+const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv)
+{
+        pthread_mutex_lock(&sb->lock);
+        if (!sb->inventory)
+                sb->inventory = inv;
+        else
+                json_decref(inv);
+        const json_t *have = sb->inventory;
+        pthread_mutex_unlock(&sb->lock);
+        return have;
+}
+
+const airlock_config *sbx_config(const airlock_sandbox *sb)
+{
+        return sb->cfg;
+}
+
+const airlock_limits *sbx_limits(const airlock_sandbox *sb)
+{
+        return &sb->cfg->limits;
+}

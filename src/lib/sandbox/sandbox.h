@@ -1,0 +1,46 @@
+/* The host side of the namespace sandbox: the copies of the template a
+ * sandbox keeps ready and runs code in (sandbox.c), shared with sessions
+ * (session.c). */
+#ifndef AIRLOCK_SANDBOX_H
+#define AIRLOCK_SANDBOX_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "airlock.h"
+#include "core/wire.h"
+
+/* --- host side (sandbox.c), shared with sessions (session.c) --- */
+
+#include "sandbox/cgroup.h"
+
+typedef struct copy {
+        pid_t pid; /* pid 1 of the copy's PID namespace; the host is its parent */
+        int pidfd;
+        int chan;  /* the guest channel */
+        int out_r; /* stdout and stderr of the run */
+        int err_r;
+        int oomfd;   /* the OOM counter of the copy's own cgroup, or -1 */
+        unsigned cg; /* the number of that cgroup (c<N>), 0 for none */
+} copy;
+
+int sbx_check_code(const char *code, size_t len, airlock_error *err);
+int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err);
+int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err);
+int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
+                 size_t len, const airlock_run_options *opts, bool *ret_dead, bool *ret_delivered,
+                 airlock_result **ret, airlock_error *err);
+void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
+/* Kills copy c and returns once it and every process it started are gone
+ * (reaped), then closes it. */
+void sbx_copy_end(airlock_sandbox *sb, copy *c);
+void sbx_replenish(airlock_sandbox *sb);
+const airlock_limits *sbx_limits(const airlock_sandbox *sb);
+const airlock_config *sbx_config(const airlock_sandbox *sb);
+/* The packages the guest can import (describe.c): the one kept, after
+ * keeping inv (taken) when none was; inv NULL only looks. */
+const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv);
+
+#endif

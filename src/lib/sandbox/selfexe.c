@@ -1,0 +1,92 @@
+/* The template is this program executed afresh. Executing /proc/self/exe
+ * would make the template's /proc/self/exe and /proc/self/maps name the
+ * host's copy of the program (its path gives away the host's layout, such as
+ * a home or build folder, which DESIGN.md keeps out of the guest's view),
+ * and the guest could read the host file through that link for as long as
+ * it exists. Executing a memfd copy instead shows only "/memfd:airlock
+ * (deleted)". The copy is made once per host process and sealed, so that no
+ * sandbox can change what the next template runs. */
+#include "sandbox/selfexe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/util.h"
+
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
+#endif
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int exe_fd = -1;
+static int exe_errno;
+static char exe_problem[160];
+
+/* memfd_create, asking for an executable memfd where the kernel knows the
+ * flag (6.3 and later warn without it; vm.memfd_noexec=1 would otherwise
+ * make it non-executable), and without it on older kernels. */
+static int memfd_exec(const char *name)
+{
+        int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+        if (fd < 0 && errno == EINVAL)
+                fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        return fd;
+}
+
+static void selfexe_make(void)
+{
+        _cleanup_close_ int in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (in < 0 || fstat(in, &st) < 0) {
+                exe_errno = errno;
+                snprintf(exe_problem, sizeof(exe_problem), "cannot open /proc/self/exe: %s",
+                         strerror(errno));
+                return;
+        }
+        _cleanup_close_ int fd = memfd_exec("airlock");
+        if (fd < 0) {
+                exe_errno = errno;
+                snprintf(exe_problem, sizeof(exe_problem), "memfd_create: %s", strerror(errno));
+                return;
+        }
+        off_t off = 0;
+        while (off < st.st_size) {
+                ssize_t n = sendfile(fd, in, &off, (size_t)(st.st_size - off));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        exe_errno = n < 0 ? errno : EIO;
+                        snprintf(exe_problem, sizeof(exe_problem),
+                                 "cannot copy /proc/self/exe into a memfd: %s",
+                                 strerror(exe_errno));
+                        return;
+                }
+        }
+        /* Sealed for good: no write, no resize, no new seals. */
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+                exe_errno = errno;
+                snprintf(exe_problem, sizeof(exe_problem), "cannot seal the program's memfd: %s",
+                         strerror(errno));
+                return;
+        }
+        exe_fd = TAKE_FD(fd);
+}
+
+int selfexe_fd(airlock_error *err)
+{
+        pthread_once(&once, selfexe_make);
+        if (exe_fd >= 0)
+                return exe_fd;
+        int r = al_error(err, -(exe_errno ? exe_errno : EIO), NULL, "sandbox unavailable: %s",
+                         exe_problem);
+        if (err)
+                err->kind = AIRLOCK_ERROR_SANDBOX;
+        return r;
+}

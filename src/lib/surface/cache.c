@@ -1,0 +1,749 @@
+/* The sandbox cache: one sandbox per configuration fingerprint, shared by
+ * every run with that fingerprint, evicted least-recently-used first and when
+ * idle too long.
+ *
+ * Locking: one mutex guards the entry list, the counters and the state of
+ * each entry. It is held only for lookups and bookkeeping, never while a
+ * sandbox is created, runs code or is closed. Each entry is reference
+ * counted by the runs that use it; an entry that is evicted while in use is
+ * taken off the list at once ("doomed") and closed by the last run that
+ * releases it, so a run never sees its sandbox closed under it. */
+#include "surface/cache.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "config/config.h"
+#include "fsx/fsx.h"
+#include "host/netpolicy.h"
+#include "config/pythonpath.h"
+#include "host/tools.h"
+#include "core/util.h"
+
+#define FINGERPRINT_CAP (64u << 20)
+
+/* ---- fingerprint ------------------------------------------------------- */
+
+/* Every field is written as "name:length:value\n", so no value can be
+ * mistaken for the boundary of another whatever bytes it holds. */
+static int fp_field(dynbuf *b, const char *name, const char *value)
+{
+        size_t n = value ? strlen(value) : 0;
+        int r = dynbuf_appendf(b, "%s:%zu:", name, n);
+        if (r >= 0 && n)
+                r = dynbuf_append(b, value, n);
+        if (r >= 0)
+                r = dynbuf_append(b, "\n", 1);
+        return r;
+}
+
+static int fp_signature(dynbuf *b, const char *host_path, const fsx_limits *lim, airlock_error *err)
+{
+        char hex[FSX_SIGNATURE_HEX];
+        int r = fsx_tree_signature(host_path, lim, CACHE_CONTENT_THRESHOLD, hex, err);
+        if (r < 0)
+                return r;
+        return fp_field(b, "signature", hex);
+}
+
+/* Every field of airlock_limits is in the text below. A field added to the
+ * struct must be added here too, or two configurations that differ only in
+ * it would share a sandbox: this assertion fails the build until it is. */
+_Static_assert(sizeof(airlock_limits) == 144, "update fp_limits for the new airlock_limits field");
+
+static int fp_limits(dynbuf *b, const airlock_limits *l)
+{
+        /* %a prints doubles exactly, so two limits differ in the text exactly
+         * when they differ in value. */
+        return dynbuf_appendf(
+            b,
+            "limits:timeout=%a cpu=%a memory=%llu pids=%u open_files=%u max_file=%llu "
+            "tmp=%llu output_fs=%llu out_file=%llu out_total=%llu out_files=%u "
+            "out_depth=%u stdout=%llu stage_bytes=%llu stage_files=%llu stage_depth=%u "
+            "tool_timeout=%a http_req=%llu http_resp=%llu http_timeout=%a\n",
+            l->timeout_s, l->cpu_s, (unsigned long long)l->memory_bytes, l->pids, l->open_files,
+            (unsigned long long)l->max_file_bytes, (unsigned long long)l->tmp_bytes,
+            (unsigned long long)l->output_fs_bytes, (unsigned long long)l->max_output_file,
+            (unsigned long long)l->max_output_total, l->max_output_files, l->max_output_depth,
+            (unsigned long long)l->max_stdout, (unsigned long long)l->max_stage_bytes,
+            (unsigned long long)l->max_stage_files, l->max_stage_depth, l->tool_timeout_s,
+            (unsigned long long)l->http_max_request, (unsigned long long)l->http_max_response,
+            l->http_timeout_s);
+}
+
+/* The same for the configuration itself: a new member changes what a sandbox
+ * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
+ * own memo), and its setter must call config_changed(). */
+_Static_assert(sizeof(struct airlock_config) == 232,
+               "update config_text for the new airlock_config member");
+
+/* What the configuration says, as text (the first part described below):
+ * 0 and *ret, or -ENOMEM or -E2BIG (over FINGERPRINT_CAP). */
+static int config_text(const airlock_config *cfg, char **ret)
+{
+        dynbuf b;
+        dynbuf_init(&b, FINGERPRINT_CAP);
+        _cleanup_free_ char *tools = toolreg_fingerprint_text(cfg->tools);
+        _cleanup_free_ char *allow = allowlist_fingerprint_text(cfg->allow);
+        int r = (tools && allow) ? 0 : -ENOMEM;
+        if (r >= 0)
+                r = fp_field(&b, "tools", tools);
+        if (r >= 0)
+                r = dynbuf_appendf(&b, "approval:%d\n", (int)cfg->approval);
+        if (r >= 0)
+                r = dynbuf_appendf(&b, "auto_figures:%d\n", !cfg->no_auto_figures);
+        if (r >= 0)
+                r = fp_field(&b, "allow", allow);
+        if (r >= 0)
+                r = fp_limits(&b, &cfg->limits);
+        for (size_t i = 0; r >= 0 && i < cfg->n_preloads; i++)
+                r = fp_field(&b, "preload", cfg->preloads[i]);
+        for (size_t i = 0; r >= 0 && i < cfg->n_python_paths; i++)
+                r = fp_field(&b, "python_path", cfg->python_paths[i]);
+        if (r >= 0 && cfg->workspace)
+                r = fp_field(&b, "workspace", cfg->workspace);
+        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++) {
+                r = fp_field(&b, "mount_dest", cfg->mounts[i].dest);
+                if (r >= 0)
+                        r = fp_field(&b, "mount_host", cfg->mounts[i].host);
+        }
+        if (r < 0) {
+                dynbuf_free(&b);
+                return r;
+        }
+        *ret = dynbuf_take(&b, NULL);
+        return *ret ? 0 : -ENOMEM;
+}
+
+/* The text has two parts: what the configuration says (tools, approval,
+ * allow-list, limits, preloads, the paths of the workspace and mounts), then
+ * the signatures of the trees at those paths. *ret_static_len is the length
+ * of the first part: two keys that share it are two versions of one
+ * configuration, and the older one is stale.
+ *
+ * The first part changes only through a setter, which drops the memo in cfg,
+ * so it is made once per version of the configuration and not at every run.
+ * The trees can change at any time, so their signatures are read every time,
+ * and so is the signature of the Python installation and the --python-path
+ * folders (pyenv_signature, some 20 us). */
+static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t *ret_static_len,
+                             airlock_error *err)
+{
+        /* The memo is a cache inside a configuration that callers share
+         * read-only: the object is not const, only this view of it. */
+        _Atomic(char *) *memo = &((airlock_config *)cfg)->fp_memo;
+        char *text = atomic_load(memo);
+        if (!text) {
+                char *made = NULL;
+                int r = config_text(cfg, &made);
+                if (r < 0)
+                        return al_error(err, r, NULL, "configuration fingerprint: %s",
+                                        strerror(-r));
+                /* Two runs may make it at once; the first one's stays. */
+                text = NULL;
+                if (atomic_compare_exchange_strong(memo, &text, made))
+                        text = made;
+                else
+                        free(made);
+        }
+        dynbuf b;
+        dynbuf_init(&b, FINGERPRINT_CAP);
+        int r = dynbuf_append(&b, text, strlen(text));
+        if (r < 0) {
+                dynbuf_free(&b);
+                return al_error(err, r, NULL, "configuration fingerprint: %s", strerror(-r));
+        }
+        size_t static_len = b.len;
+        const fsx_limits lim = {
+            .max_bytes = cfg->limits.max_stage_bytes,
+            .max_files = cfg->limits.max_stage_files,
+            .max_depth = cfg->limits.max_stage_depth,
+        };
+        /* The signatures are the part that can fail on bad input (a link in
+         * the workspace, a missing mount), and their error names the path. */
+        if (cfg->workspace)
+                r = fp_signature(&b, cfg->workspace, &lim, err);
+        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
+                r = fp_signature(&b, cfg->mounts[i].host, &lim, err);
+        /* The Python installation and the --python-path folders: a
+         * template that preloaded the old version of a package must not
+         * serve runs that would import the rest of it lazily from the new
+         * one. */
+        char py[17];
+        if (r >= 0) {
+                pyenv_signature(cfg->python_paths, cfg->n_python_paths, py);
+                r = fp_field(&b, "python", py);
+        }
+        if (r < 0) {
+                dynbuf_free(&b);
+                if (r == -ENOMEM || r == -E2BIG)
+                        return al_error(err, r, NULL, "configuration fingerprint: %s",
+                                        strerror(-r));
+                return r;
+        }
+        *ret_text = dynbuf_take(&b, NULL);
+        if (ret_static_len)
+                *ret_static_len = static_len;
+        return 0;
+}
+
+int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err)
+{
+        return fingerprint_parts(cfg, ret_text, NULL, err);
+}
+
+static uint64_t fnv1a(const char *s)
+{
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (; *s; s++) {
+                h ^= (unsigned char)*s;
+                h *= 0x100000001b3ull;
+        }
+        return h;
+}
+
+/* ---- the cache --------------------------------------------------------- */
+
+typedef enum entry_state {
+        ENTRY_BUILDING, /* one run is creating the sandbox; others wait */
+        ENTRY_READY,
+        ENTRY_FAILED, /* creation failed; err holds why */
+} entry_state;
+
+typedef struct cache_entry {
+        char *key;         /* fingerprint text */
+        size_t static_len; /* length of its part without tree signatures */
+        uint64_t hash;     /* of key, to skip most string compares */
+        airlock_sandbox *sb;
+        entry_state state;
+        airlock_error build_err;
+        unsigned refs; /* runs holding the entry */
+        bool doomed;   /* off the list; closed when refs drops to 0 */
+        uint64_t last_used_ns;
+        struct cache_entry *prev, *next; /* LRU list: head is the most recent */
+} cache_entry;
+
+struct airlock_cache {
+        pthread_mutex_t lock;
+        pthread_cond_t changed; /* a build ended, a run slot freed, or closing */
+        pthread_cond_t reaper_wake;
+        pthread_t reaper;
+        bool reaper_started;
+        bool closing;
+        unsigned max_sandboxes;
+        uint64_t idle_ns; /* 0: no idle eviction */
+        unsigned max_parallel;
+        unsigned running;
+        cache_entry *head, *tail;
+        unsigned n_entries;
+        cache_ops ops;
+        cache_stats stats;
+};
+
+static uint64_t real_now_ns(void)
+{
+        return al_now_ns();
+}
+
+static const cache_ops real_ops = {
+    .sandbox_new = airlock_sandbox_new,
+    .sandbox_run_ex = airlock_sandbox_run_ex,
+    .sandbox_close = airlock_sandbox_close,
+    .now_ns = real_now_ns,
+};
+
+static void list_unlink(airlock_cache *c, cache_entry *e)
+{
+        if (e->prev)
+                e->prev->next = e->next;
+        else
+                c->head = e->next;
+        if (e->next)
+                e->next->prev = e->prev;
+        else
+                c->tail = e->prev;
+        e->prev = e->next = NULL;
+        c->n_entries--;
+}
+
+static void list_push_front(airlock_cache *c, cache_entry *e)
+{
+        e->prev = NULL;
+        e->next = c->head;
+        if (c->head)
+                c->head->prev = e;
+        c->head = e;
+        if (!c->tail)
+                c->tail = e;
+        c->n_entries++;
+}
+
+static void entry_free(cache_entry *e)
+{
+        if (!e)
+                return;
+        free(e->key);
+        free(e);
+}
+
+/* Takes e off the list. Returns e when nothing uses it (the caller closes it
+ * after dropping the lock), NULL when its last run will. Caller holds lock. */
+static cache_entry *entry_doom_locked(airlock_cache *c, cache_entry *e)
+{
+        if (!e->doomed) {
+                list_unlink(c, e);
+                e->doomed = true;
+        }
+        return e->refs == 0 ? e : NULL;
+}
+
+/* A small list of entries to close once the lock is dropped. */
+typedef struct close_list {
+        cache_entry *items[16];
+        size_t n;
+        cache_entry *overflow; /* chained through next when items is full */
+} close_list;
+
+static void close_list_add(close_list *l, cache_entry *e)
+{
+        if (!e)
+                return;
+        if (l->n < ARRAY_SIZE(l->items)) {
+                l->items[l->n++] = e;
+        } else {
+                e->next = l->overflow;
+                l->overflow = e;
+        }
+}
+
+/* Closes and frees every entry in l. Called without the lock: closing kills
+ * processes and may take a while. */
+static void close_list_run(airlock_cache *c, close_list *l)
+{
+        unsigned closed = 0;
+        for (size_t i = 0; i < l->n; i++) {
+                if (l->items[i]->sb) {
+                        c->ops.sandbox_close(l->items[i]->sb);
+                        closed++;
+                }
+                entry_free(l->items[i]);
+        }
+        while (l->overflow) {
+                cache_entry *e = l->overflow;
+                l->overflow = e->next;
+                if (e->sb) {
+                        c->ops.sandbox_close(e->sb);
+                        closed++;
+                }
+                entry_free(e);
+        }
+        l->n = 0;
+        if (closed) {
+                pthread_mutex_lock(&c->lock);
+                c->stats.closed += closed;
+                pthread_mutex_unlock(&c->lock);
+        }
+}
+
+/* Dooms entries idle longer than the timeout. Caller holds lock. */
+static void reap_locked(airlock_cache *c, close_list *out)
+{
+        if (!c->idle_ns)
+                return;
+        uint64_t now = c->ops.now_ns();
+        for (cache_entry *e = c->tail, *prev; e; e = prev) {
+                prev = e->prev;
+                if (e->refs == 0 && e->state != ENTRY_BUILDING && now > e->last_used_ns &&
+                    now - e->last_used_ns > c->idle_ns)
+                        close_list_add(out, entry_doom_locked(c, e));
+        }
+}
+
+/* Keeps at most max_sandboxes entries on the list: the least recently used
+ * go first, idle ones before busy ones (a busy one is closed when its runs
+ * end). Caller holds lock. */
+static void evict_locked(airlock_cache *c, close_list *out)
+{
+        while (c->n_entries > c->max_sandboxes) {
+                cache_entry *victim = NULL;
+                for (cache_entry *e = c->tail; e; e = e->prev)
+                        if (e->refs == 0) {
+                                victim = e;
+                                break;
+                        }
+                if (!victim)
+                        victim = c->tail;
+                close_list_add(out, entry_doom_locked(c, victim));
+        }
+}
+
+static void *reaper_main(void *arg)
+{
+        airlock_cache *c = arg;
+        pthread_mutex_lock(&c->lock);
+        while (!c->closing) {
+                /* Wake a few times per idle period, at most once a second, so
+                 * that an idle sandbox outlives its timeout by little. */
+                uint64_t step = MIN(c->idle_ns / 4, 1000000000ull);
+                if (step < 10000000ull)
+                        step = 10000000ull;
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t when = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + step;
+                ts.tv_sec = (time_t)(when / 1000000000ull);
+                ts.tv_nsec = (long)(when % 1000000000ull);
+                pthread_cond_timedwait(&c->reaper_wake, &c->lock, &ts);
+                if (c->closing)
+                        break;
+                close_list l = {0};
+                reap_locked(c, &l);
+                if (l.n || l.overflow) {
+                        pthread_mutex_unlock(&c->lock);
+                        close_list_run(c, &l);
+                        pthread_mutex_lock(&c->lock);
+                }
+        }
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+}
+
+int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cache **ret,
+                      airlock_error *err)
+{
+        if (idle_timeout_s != idle_timeout_s || idle_timeout_s > 1e9)
+                return al_error(err, -EINVAL, NULL, "cache idle timeout %g s is out of range",
+                                idle_timeout_s);
+        airlock_cache *c = calloc(1, sizeof(*c));
+        if (!c)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        c->max_sandboxes = max_sandboxes ? max_sandboxes : CACHE_DEFAULT_MAX_SANDBOXES;
+        /* 0 means the default; a negative timeout turns idle eviction off. */
+        if (idle_timeout_s == 0)
+                idle_timeout_s = CACHE_DEFAULT_IDLE_S;
+        c->idle_ns = idle_timeout_s > 0 ? (uint64_t)(idle_timeout_s * 1e9) : 0;
+        if (idle_timeout_s > 0 && !c->idle_ns)
+                c->idle_ns = 1;
+        c->max_parallel = CACHE_DEFAULT_MAX_PARALLEL;
+        c->ops = real_ops;
+        pthread_mutex_init(&c->lock, NULL);
+        pthread_cond_init(&c->changed, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&c->reaper_wake, &ca);
+        pthread_condattr_destroy(&ca);
+        if (c->idle_ns) {
+                int r = pthread_create(&c->reaper, NULL, reaper_main, c);
+                if (r != 0) {
+                        airlock_cache_close(c);
+                        return al_error(err, -r, NULL, "cannot start the cache reaper thread: %s",
+                                        strerror(r));
+                }
+                c->reaper_started = true;
+        }
+        *ret = c;
+        return 0;
+}
+
+void cache_set_ops(airlock_cache *c, const cache_ops *ops)
+{
+        pthread_mutex_lock(&c->lock);
+        c->ops.sandbox_new = ops->sandbox_new ? ops->sandbox_new : real_ops.sandbox_new;
+        c->ops.sandbox_run_ex = ops->sandbox_run_ex ? ops->sandbox_run_ex : real_ops.sandbox_run_ex;
+        c->ops.sandbox_close = ops->sandbox_close ? ops->sandbox_close : real_ops.sandbox_close;
+        c->ops.now_ns = ops->now_ns ? ops->now_ns : real_ops.now_ns;
+        pthread_mutex_unlock(&c->lock);
+}
+
+void cache_set_max_parallel(airlock_cache *c, unsigned n)
+{
+        pthread_mutex_lock(&c->lock);
+        c->max_parallel = n ? n : 1;
+        pthread_cond_broadcast(&c->changed);
+        pthread_mutex_unlock(&c->lock);
+}
+
+void cache_get_stats(airlock_cache *c, cache_stats *ret)
+{
+        pthread_mutex_lock(&c->lock);
+        *ret = c->stats;
+        ret->sandboxes = c->n_entries;
+        ret->running = c->running;
+        pthread_mutex_unlock(&c->lock);
+}
+
+void cache_reap(airlock_cache *c)
+{
+        close_list l = {0};
+        pthread_mutex_lock(&c->lock);
+        reap_locked(c, &l);
+        pthread_mutex_unlock(&c->lock);
+        close_list_run(c, &l);
+}
+
+/* Errors of airlock_sandbox_run_ex that mean the template process or its
+ * channel is gone, so the sandbox cannot run anything any more. */
+static bool template_died(int r)
+{
+        return r == -ECHILD || r == -EPIPE || r == -ESRCH || r == -ECONNRESET;
+}
+
+/* Drops a reference taken by entry_acquire; the last run of a doomed entry
+ * closes its sandbox. */
+static void entry_release(airlock_cache *c, cache_entry *e)
+{
+        close_list l = {0};
+        pthread_mutex_lock(&c->lock);
+        e->refs--;
+        e->last_used_ns = c->ops.now_ns();
+        if (e->doomed && e->refs == 0)
+                close_list_add(&l, e);
+        pthread_mutex_unlock(&c->lock);
+        close_list_run(c, &l);
+}
+
+/* Finds or creates the entry for key and takes a reference on it; creates
+ * its sandbox when this run is the first. Returns the entry, ready, or a
+ * negative errno with err filled. Caller holds a run slot, not the lock. */
+static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char *key,
+                         size_t static_len, uint64_t hash, cache_entry **ret, airlock_error *err)
+{
+        close_list l = {0};
+        pthread_mutex_lock(&c->lock);
+        reap_locked(c, &l);
+        cache_entry *e = c->head;
+        for (; e; e = e->next)
+                if (e->hash == hash && strcmp(e->key, key) == 0)
+                        break;
+        bool build = false;
+        if (e) {
+                e->refs++;
+                list_unlink(c, e);
+                list_push_front(c, e);
+                c->stats.hits++;
+        } else {
+                e = calloc(1, sizeof(*e));
+                char *k = e ? strdup(key) : NULL;
+                if (!k) {
+                        free(e);
+                        pthread_mutex_unlock(&c->lock);
+                        close_list_run(c, &l);
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                }
+                /* The same configuration with other tree signatures is a
+                 * stale version (the workspace changed since): it would only
+                 * be hit again if the edit were undone, so it goes now. */
+                for (cache_entry *o = c->head, *next; o; o = next) {
+                        next = o->next;
+                        if (o->static_len == static_len && memcmp(o->key, key, static_len) == 0)
+                                close_list_add(&l, entry_doom_locked(c, o));
+                }
+                e->key = k;
+                e->static_len = static_len;
+                e->hash = hash;
+                e->state = ENTRY_BUILDING;
+                e->refs = 1;
+                list_push_front(c, e);
+                evict_locked(c, &l);
+                build = true;
+        }
+        e->last_used_ns = c->ops.now_ns();
+        pthread_mutex_unlock(&c->lock);
+        close_list_run(c, &l);
+
+        if (build) {
+                airlock_sandbox *sb = NULL;
+                airlock_error berr = {0};
+                al_watch_fire();
+                int r = c->ops.sandbox_new(cfg, &sb, &berr);
+                pthread_mutex_lock(&c->lock);
+                if (r < 0) {
+                        e->state = ENTRY_FAILED;
+                        e->build_err = berr;
+                        if (!e->build_err.code)
+                                e->build_err.code = r;
+                        /* A failed build is not cached: the next run tries
+                         * again (the cause may be fixed by then). */
+                        if (!e->doomed) {
+                                list_unlink(c, e);
+                                e->doomed = true;
+                        }
+                } else {
+                        e->sb = sb;
+                        e->state = ENTRY_READY;
+                        c->stats.created++;
+                }
+                pthread_cond_broadcast(&c->changed);
+                pthread_mutex_unlock(&c->lock);
+        } else {
+                pthread_mutex_lock(&c->lock);
+                if (e->state == ENTRY_BUILDING) {
+                        pthread_mutex_unlock(&c->lock);
+                        al_watch_fire();
+                        pthread_mutex_lock(&c->lock);
+                }
+                while (e->state == ENTRY_BUILDING)
+                        pthread_cond_wait(&c->changed, &c->lock);
+                pthread_mutex_unlock(&c->lock);
+        }
+        /* The state no longer changes once it left BUILDING. */
+        if (e->state == ENTRY_FAILED) {
+                int r = e->build_err.code < 0 ? e->build_err.code : -EIO;
+                if (err)
+                        *err = e->build_err;
+                entry_release(c, e);
+                return r;
+        }
+        *ret = e;
+        return 0;
+}
+
+/* Waits for one of the max_parallel run slots. */
+static int slot_acquire(airlock_cache *c, airlock_error *err)
+{
+        pthread_mutex_lock(&c->lock);
+        while (!c->closing && c->running >= c->max_parallel) {
+                pthread_mutex_unlock(&c->lock);
+                al_watch_fire();
+                pthread_mutex_lock(&c->lock);
+                if (c->closing || c->running < c->max_parallel)
+                        break;
+                pthread_cond_wait(&c->changed, &c->lock);
+        }
+        if (c->closing) {
+                pthread_mutex_unlock(&c->lock);
+                return al_error(err, -ECANCELED, NULL, "the sandbox cache is closing");
+        }
+        c->running++;
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
+static void slot_release(airlock_cache *c)
+{
+        pthread_mutex_lock(&c->lock);
+        c->running--;
+        pthread_cond_broadcast(&c->changed);
+        pthread_mutex_unlock(&c->lock);
+}
+
+static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+
+int airlock_cache_run_ex(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
+                         const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        if (!c || !cfg || (!code && len))
+                return al_error(err, -EINVAL, NULL,
+                                "cache run: missing cache, configuration or code");
+        bool began = al_watch_begin(opts);
+        int r = cache_run(c, cfg, code, len, opts, ret, err);
+        al_watch_end(began);
+        return r;
+}
+
+static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        /* The tree signatures of a workspace and mounts are read at every
+         * run, which takes as long as their trees are large. */
+        if (cfg->workspace || cfg->n_mounts)
+                al_watch_fire();
+        _cleanup_free_ char *key = NULL;
+        size_t static_len = 0;
+        int r = fingerprint_parts(cfg, &key, &static_len, err);
+        if (r < 0)
+                return r;
+        uint64_t hash = fnv1a(key);
+        r = slot_acquire(c, err);
+        if (r < 0)
+                return r;
+        /* A sandbox whose template died is closed and rebuilt once, and the
+         * run tried again on the new one; a second death is reported. */
+        for (int attempt = 0;; attempt++) {
+                cache_entry *e = NULL;
+                r = entry_acquire(c, cfg, key, static_len, hash, &e, err);
+                if (r < 0)
+                        break;
+                airlock_result *res = NULL;
+                r = c->ops.sandbox_run_ex(e->sb, code ? code : "", len, opts, &res, err);
+                if (r >= 0) {
+                        entry_release(c, e);
+                        *ret = res;
+                        break;
+                }
+                if (!template_died(r)) {
+                        entry_release(c, e);
+                        break;
+                }
+                close_list l = {0};
+                pthread_mutex_lock(&c->lock);
+                close_list_add(&l, entry_doom_locked(c, e));
+                if (attempt == 0)
+                        c->stats.rebuilds++;
+                pthread_mutex_unlock(&c->lock);
+                close_list_run(c, &l);
+                entry_release(c, e);
+                if (attempt > 0)
+                        break;
+        }
+        slot_release(c);
+        return r;
+}
+
+int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
+                      airlock_result **ret, airlock_error *err)
+{
+        const airlock_run_options opts = {.cancel_fd = -1};
+        return airlock_cache_run_ex(c, cfg, code, len, &opts, ret, err);
+}
+
+char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, airlock_error *err)
+{
+        if (!c || !cfg) {
+                al_error(err, -EINVAL, NULL, "cache describe: missing cache or configuration");
+                return NULL;
+        }
+        _cleanup_free_ char *key = NULL;
+        size_t static_len = 0;
+        if (fingerprint_parts(cfg, &key, &static_len, err) < 0 || slot_acquire(c, err) < 0)
+                return NULL;
+        cache_entry *e = NULL;
+        char *text = NULL;
+        if (entry_acquire(c, cfg, key, static_len, fnv1a(key), &e, err) >= 0) {
+                text = airlock_sandbox_describe_json(e->sb, err);
+                entry_release(c, e);
+        }
+        slot_release(c);
+        return text;
+}
+
+void airlock_cache_close(airlock_cache *c)
+{
+        if (!c)
+                return;
+        pthread_mutex_lock(&c->lock);
+        c->closing = true;
+        pthread_cond_broadcast(&c->changed);
+        pthread_cond_broadcast(&c->reaper_wake);
+        /* Runs in progress finish first: their sandboxes are closed by them
+         * or below, never under them. */
+        while (c->running > 0)
+                pthread_cond_wait(&c->changed, &c->lock);
+        pthread_mutex_unlock(&c->lock);
+        if (c->reaper_started)
+                pthread_join(c->reaper, NULL);
+        close_list l = {0};
+        pthread_mutex_lock(&c->lock);
+        while (c->head)
+                close_list_add(&l, entry_doom_locked(c, c->head));
+        pthread_mutex_unlock(&c->lock);
+        close_list_run(c, &l);
+        pthread_cond_destroy(&c->reaper_wake);
+        pthread_cond_destroy(&c->changed);
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+}

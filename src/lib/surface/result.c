@@ -1,0 +1,160 @@
+/* Run results: freeing them and the result JSON of DESIGN.md, including the
+ * ordered "contents" list an agent framework hands to the model. */
+#include <jansson.h>
+#include <string.h>
+
+#include "fsx/fsx.h"
+#include "surface/result.h"
+#include "core/util.h"
+
+static const char *const status_names[] = {
+    [AIRLOCK_STATUS_OK] = "ok",           [AIRLOCK_STATUS_ERROR] = "error",
+    [AIRLOCK_STATUS_TIMEOUT] = "timeout", [AIRLOCK_STATUS_MEMORY] = "memory",
+    [AIRLOCK_STATUS_KILLED] = "killed",
+};
+
+const char *airlock_status_name(airlock_status s)
+{
+        if ((size_t)s < ARRAY_SIZE(status_names) && status_names[s])
+                return status_names[s];
+        return "error";
+}
+
+void airlock_result_free(airlock_result *r)
+{
+        if (!r)
+                return;
+        free(r->stdout_data);
+        free(r->stderr_data);
+        fsx_files_free(r->files, r->n_files);
+        fsx_refused_free(r->refused, r->n_refused);
+        free(r->error_message);
+        free(r);
+}
+
+/* Text a guest printed is bytes; JSON needs UTF-8, so bad sequences become
+ * U+FFFD. CRLF becomes LF when asked (the "contents" text items). Every byte
+ * is kept, U+0000 included: a JSON string can hold it (jansson writes
+ * \u0000), so the text is handled by its length, never as a C string, and a
+ * NUL the guest wrote cannot cut the output short. */
+static json_t *text_value(const char *s, size_t len, bool crlf_to_lf)
+{
+        size_t n;
+        char *clean = al_utf8_sanitize_n(s ? s : "", s ? len : 0, &n);
+        if (!clean)
+                return NULL;
+        if (crlf_to_lf) {
+                size_t w = 0;
+                for (size_t i = 0; i < n; i++) {
+                        if (clean[i] == '\r' && i + 1 < n && clean[i + 1] == '\n')
+                                continue;
+                        clean[w++] = clean[i];
+                }
+                n = w;
+        }
+        json_t *j = json_stringn(clean, n);
+        free(clean);
+        return j;
+}
+
+/* Appends "\n" and message to the JSON string details, by length (details
+ * may hold U+0000). Returns the new string, or details itself when out of
+ * memory. */
+static json_t *text_append_line(json_t *details, const char *message)
+{
+        const char *d = json_string_value(details);
+        if (!d)
+                return details;
+        size_t dn = json_string_length(details), mn = strlen(message);
+        char *both = malloc(dn + 1 + mn);
+        if (!both)
+                return details;
+        memcpy(both, d, dn);
+        both[dn] = '\n';
+        memcpy(both + dn + 1, message, mn);
+        json_t *j = json_stringn(both, dn + 1 + mn);
+        free(both);
+        if (!j)
+                return details;
+        json_decref(details);
+        return j;
+}
+
+json_t *al_result_json(const airlock_result *r)
+{
+        json_t *root = json_object();
+        json_t *files = json_array(), *refused = json_array(), *contents = json_array();
+        if (!root || !files || !refused || !contents) {
+                json_decref(root);
+                json_decref(files);
+                json_decref(refused);
+                json_decref(contents);
+                return NULL;
+        }
+        json_object_set_new(root, "success", json_boolean(r->success));
+        json_object_set_new(root, "status", json_string(airlock_status_name(r->status)));
+        json_object_set_new(root, "exit_code", json_integer(r->exit_code));
+        json_object_set_new(root, "stdout", text_value(r->stdout_data, r->stdout_len, false));
+        json_object_set_new(root, "stderr", text_value(r->stderr_data, r->stderr_len, false));
+        json_object_set_new(root, "stdout_truncated", json_boolean(r->stdout_truncated));
+        json_object_set_new(root, "stderr_truncated", json_boolean(r->stderr_truncated));
+
+        if (r->stdout_len)
+                json_array_append_new(contents,
+                                      json_pack("{s:s, s:o}", "type", "text", "text",
+                                                text_value(r->stdout_data, r->stdout_len, true)));
+        for (size_t i = 0; i < r->n_files; i++) {
+                const airlock_file *f = &r->files[i];
+                char *b64 = al_base64_encode(f->data, f->size, NULL);
+                json_array_append_new(files, json_pack("{s:s, s:s, s:I, s:s}", "path", f->path,
+                                                       "media_type", f->media_type, "size",
+                                                       (json_int_t)f->size, "data_base64",
+                                                       b64 ? b64 : ""));
+                json_array_append_new(contents, json_pack("{s:s, s:s, s:s, s:s}", "type", "data",
+                                                          "media_type", f->media_type, "path",
+                                                          f->path, "data_base64", b64 ? b64 : ""));
+                free(b64);
+        }
+        for (size_t i = 0; i < r->n_refused; i++)
+                json_array_append_new(refused, json_pack("{s:s, s:s}", "path", r->refused[i].path,
+                                                         "reason", r->refused[i].reason));
+        if (r->success) {
+                if (r->stderr_len)
+                        json_array_append_new(
+                            contents, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                text_value(r->stderr_data, r->stderr_len, true)));
+                if (json_array_size(contents) == 0)
+                        json_array_append_new(
+                            contents, json_pack("{s:s, s:s}", "type", "text", "text",
+                                                "The code ran successfully without output."));
+        } else {
+                json_t *details = r->stderr_len ? text_value(r->stderr_data, r->stderr_len, true)
+                                                : json_string(r->error_message ? r->error_message
+                                                                               : "The code failed "
+                                                                                 "without an error "
+                                                                                 "message.");
+                /* On a limit, the details say which limit and its value even
+                 * when the code printed something to stderr. */
+                if (r->stderr_len && r->error_message && r->status != AIRLOCK_STATUS_ERROR)
+                        details = text_append_line(details, r->error_message);
+                json_array_append_new(
+                    contents, json_pack("{s:s, s:s, s:o}", "type", "error", "message",
+                                        r->error_message ? r->error_message : "The code failed.",
+                                        "details", details));
+        }
+        json_object_set_new(root, "files", files);
+        json_object_set_new(root, "refused", refused);
+        json_object_set_new(root, "contents", contents);
+        json_object_set_new(root, "duration_ms", json_real(r->duration_ms));
+        return root;
+}
+
+char *airlock_result_to_json(const airlock_result *r)
+{
+        json_t *root = al_result_json(r);
+        if (!root)
+                return NULL;
+        char *s = json_dumps(root, JSON_COMPACT);
+        json_decref(root);
+        return s;
+}

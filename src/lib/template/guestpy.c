@@ -1,0 +1,441 @@
+/* The embedded CPython of the template and its copies. Python is initialised
+ * once per sandbox, in the template; every run is a copy-on-write fork of
+ * that initialised interpreter. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/channel.h"
+#include "template/template.h"
+#include "core/util.h"
+
+extern const unsigned char guest_runtime_py[];
+extern const unsigned long guest_runtime_py_len;
+
+static PyObject *runtime_run;            /* runtime._run */
+static PyObject *runtime_after_fork;     /* runtime._after_fork */
+static PyObject *runtime_build;          /* runtime._build_caches */
+static PyObject *runtime_after_preloads; /* runtime._after_preloads */
+static int channel_fd = -1;
+static bool session_mode; /* runs share one __main__ */
+/* One request at a time on the channel, whatever the guest's threads do. */
+static pthread_mutex_t channel_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* How long the guest polls for a reply before it sleeps: most host
+ * replies (a C tool, a validation error) come back within this, and a
+ * reply found while polling saves a sleep and a cross-CPU wake-up. */
+#define REPLY_SPIN_NS 30000
+
+/* Reads one reply frame from the host: first without blocking for up to
+ * REPLY_SPIN_NS, then blocking. The host sends exactly one frame per
+ * request, so a read never takes bytes of anything else; sizes are capped
+ * all the same. Returns a malloc'd body. */
+static char *read_reply(int fd, size_t *ret_len)
+{
+        static char first[65536]; /* under channel_lock */
+        ssize_t n = -1;
+        uint64_t until = al_now_ns() + REPLY_SPIN_NS;
+        do {
+                n = recv(fd, first, sizeof(first), MSG_DONTWAIT);
+        } while (n < 0 && (errno == EAGAIN || errno == EINTR) && al_now_ns() < until);
+        while (n < 0 && (errno == EAGAIN || errno == EINTR))
+                n = recv(fd, first, sizeof(first), 0);
+        if (n <= 0)
+                return NULL;
+        size_t have = (size_t)n;
+        if (have < 4 && al_read_full(fd, first + have, 4 - have) != (ssize_t)(4 - have))
+                return NULL;
+        if (have < 4)
+                have = 4;
+        const unsigned char *h = (const unsigned char *)first;
+        uint32_t len =
+            (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        if (len > CHANNEL_MAX_FRAME || have - 4 > len)
+                return NULL;
+        char *body = malloc((size_t)len + 1);
+        if (!body)
+                return NULL;
+        memcpy(body, first + 4, have - 4);
+        size_t rest = len - (have - 4);
+        if (rest && al_read_full(fd, body + (have - 4), rest) != (ssize_t)rest) {
+                free(body);
+                return NULL;
+        }
+        body[len] = '\0';
+        *ret_len = len;
+        return body;
+}
+
+/* _airlock.call(bytes) -> bytes: one request/reply round trip to the host. */
+static PyObject *py_call(PyObject *self, PyObject *arg)
+{
+        Py_buffer buf;
+        if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0)
+                return NULL;
+        if (channel_fd < 0) {
+                PyBuffer_Release(&buf);
+                PyErr_SetString(PyExc_RuntimeError, "no host channel in this process");
+                return NULL;
+        }
+        char *reply = NULL;
+        size_t reply_len = 0;
+        int r;
+        Py_BEGIN_ALLOW_THREADS;
+        pthread_mutex_lock(&channel_lock);
+        r = channel_send_raw(channel_fd, buf.buf, (size_t)buf.len);
+        if (r >= 0) {
+                reply = read_reply(channel_fd, &reply_len);
+                if (!reply)
+                        r = -EPIPE;
+        }
+        pthread_mutex_unlock(&channel_lock);
+        Py_END_ALLOW_THREADS;
+        PyBuffer_Release(&buf);
+        if (r == -EMSGSIZE) {
+                PyErr_SetString(PyExc_ValueError, "request too large for the host channel");
+                return NULL;
+        }
+        if (r < 0) {
+                PyErr_SetString(PyExc_ConnectionError, "the host channel is closed");
+                return NULL;
+        }
+        PyObject *res = PyBytes_FromStringAndSize(reply, (Py_ssize_t)reply_len);
+        free(reply);
+        return res;
+}
+
+static PyMethodDef airlock_methods[] = {
+    {"call", py_call, METH_O, "Send one request to the host and return its reply."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef airlock_module = {
+    PyModuleDef_HEAD_INIT,
+    "_airlock",
+    "The airlock host channel.",
+    -1,
+    airlock_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+static PyObject *init_airlock_module(void)
+{
+        return PyModule_Create(&airlock_module);
+}
+
+/* Formats the pending Python exception into errbuf. */
+static void format_exception(const char *what, char *errbuf, size_t errlen)
+{
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        const char *tname = type ? ((PyTypeObject *)type)->tp_name : "error";
+        PyObject *s = value ? PyObject_Str(value) : NULL;
+        const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+        snprintf(errbuf, errlen, "%s: %s: %s", what, tname, msg ? msg : "");
+        Py_XDECREF(s);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+}
+
+/* Moves every object that exists now out of the collector's reach: a
+ * collection in a copy would otherwise touch, and so copy, every page of
+ * the template's heap. */
+static void freeze_heap(void)
+{
+        PyObject *gc = PyImport_ImportModule("gc");
+        PyObject *fr = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
+        Py_XDECREF(fr);
+        fr = gc ? PyObject_CallMethod(gc, "freeze", NULL) : NULL;
+        Py_XDECREF(fr);
+        Py_XDECREF(gc);
+        PyErr_Clear();
+}
+
+/* OpenBLAS starts a pool of threads when it is loaded, and a copy made by
+ * clone3 has none of them: only the forking thread is copied, and clone3
+ * runs no pthread_atfork handlers (where OpenBLAS would stop its pool).
+ * A copy that found the pool marked running would hand work to threads
+ * that do not exist, and wait for them forever. So the template stops the
+ * pool itself before every fork, as OpenBLAS's own fork handler does, and
+ * each copy's first parallel product starts a pool of its own. Debian's
+ * netlib BLAS has no threads and no such function. */
+#define MAX_BLAS_POOLS 4
+static void (*blas_shutdown[MAX_BLAS_POOLS])(void);
+static size_t n_blas_shutdown;
+
+/* Finds the pool-stopping function of every OpenBLAS the preloads loaded
+ * (each of Debian's OpenBLAS variants has its own pool). Libraries loaded
+ * later, by a run, are loaded in that run's copy and need nothing. */
+static void find_blas_pools(void)
+{
+        static const char *const libs[] = {"libopenblas.so.0", "libblas.so.3", "liblapack.so.3",
+                                           "libopenblasp-r0.3.so"};
+        for (size_t i = 0; i < ARRAY_SIZE(libs) && n_blas_shutdown < MAX_BLAS_POOLS; i++) {
+                void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
+                if (!h)
+                        continue;
+                void (*fn)(void) = (void (*)(void))dlsym(h, "blas_thread_shutdown_");
+                bool known = false;
+                for (size_t k = 0; k < n_blas_shutdown; k++)
+                        known |= blas_shutdown[k] == fn;
+                if (fn && !known)
+                        blas_shutdown[n_blas_shutdown++] = fn;
+                /* Not unloaded: NOLOAD took a reference of a library that
+                 * stays loaded anyway, and the function must stay valid. */
+        }
+}
+
+/* The threads a library's pool may use in one run: no more than the CPUs
+ * the sandbox may run on, and at most half the run's process limit, so
+ * that BLAS alone never uses up the threads the code may start (with
+ * --pids 1, BLAS runs on the calling thread only). */
+static unsigned pool_threads(const template_params *p)
+{
+        cpu_set_t set;
+        unsigned cpus = 1;
+        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+                cpus = (unsigned)CPU_COUNT(&set);
+        unsigned half = p->limits.pids / 2;
+        return MAX(1u, MIN(cpus, half));
+}
+
+/* The environment the guest's libraries read when they load: pool sizes
+ * (OpenBLAS, OpenMP, MKL, numexpr), and matplotlib's default backend. The
+ * backend is only named here: matplotlib is imported by the runs that use
+ * it, or by a preload. */
+static void set_library_environment(const template_params *p)
+{
+        char n[16];
+        snprintf(n, sizeof(n), "%u", pool_threads(p));
+        static const char *const pools[] = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                            "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS"};
+        for (size_t i = 0; i < ARRAY_SIZE(pools); i++)
+                setenv(pools[i], n, 1);
+        /* With figures returned, a backend of airlock's own (Agg, with a
+         * show() that returns the figures instead of warning that it
+         * cannot show them); else plain Agg. */
+        setenv("MPLBACKEND", p->auto_figures ? "module://" GUEST_FIGURES_BACKEND : "Agg", 1);
+        /* A preload of matplotlib writes its font list into the template's
+         * cache, writable until the template seals it. In a copy,
+         * matplotlib's directories are writable ones under HOME instead,
+         * the font list copied in from the cache (runtime.py). */
+        setenv("MPLCONFIGDIR", GUEST_CACHE_DIR "/matplotlib", 1);
+}
+
+int guest_init(const template_params *p, char *errbuf, size_t errlen)
+{
+        set_library_environment(p);
+        if (PyImport_AppendInittab("_airlock", init_airlock_module) < 0) {
+                snprintf(errbuf, errlen, "python: cannot register the _airlock module");
+                return -EIO;
+        }
+        /* UTF-8 mode: the guest's environment is empty (the C locale), and
+         * its text, file names and output should still be UTF-8. */
+        PyPreConfig pre;
+        PyPreConfig_InitIsolatedConfig(&pre);
+        pre.utf8_mode = 1;
+        PyStatus pst = Py_PreInitialize(&pre);
+        if (PyStatus_Exception(pst)) {
+                snprintf(errbuf, errlen, "python: pre-initialisation failed: %s",
+                         pst.err_msg ? pst.err_msg : "unknown error");
+                return -EIO;
+        }
+        PyConfig config;
+        /* Isolated: no environment variables, no user site, no current
+         * directory on sys.path. Site stays on so Debian's dist-packages
+         * (numpy and friends, for --preload) are importable. */
+        PyConfig_InitIsolatedConfig(&config);
+        config.install_signal_handlers = 1;
+        config.write_bytecode = 0;
+        config.site_import = 1;
+        config.parse_argv = 0;
+        config.buffered_stdio = 1;
+        PyStatus st = PyConfig_SetString(&config, &config.program_name, L"/usr/bin/python3");
+        if (!PyStatus_Exception(st)) {
+                wchar_t *argv[] = {L"", NULL};
+                st = PyConfig_SetArgv(&config, 1, argv);
+        }
+        if (!PyStatus_Exception(st))
+                st = Py_InitializeFromConfig(&config);
+        PyConfig_Clear(&config);
+        if (PyStatus_Exception(st)) {
+                snprintf(errbuf, errlen, "python: initialisation failed: %s",
+                         st.err_msg ? st.err_msg : "unknown error");
+                return -EIO;
+        }
+
+        PyObject *code =
+            Py_CompileString((const char *)guest_runtime_py, "<airlock-runtime>", Py_file_input);
+        PyObject *mod = code ? PyImport_ExecCodeModule("_airlock_runtime", code) : NULL;
+        Py_XDECREF(code);
+        if (!mod) {
+                format_exception("python: the guest runtime failed to load", errbuf, errlen);
+                return -EIO;
+        }
+        /* The --python-path folders go on sys.path before any preload,
+         * which may come from one of them. */
+        PyObject *paths = PyList_New(0);
+        for (size_t i = 0; paths && i < p->n_sys_path; i++) {
+                PyObject *s = PyUnicode_DecodeFSDefault(p->sys_path[i]);
+                if (!s || PyList_Append(paths, s) < 0)
+                        Py_CLEAR(paths);
+                Py_XDECREF(s);
+        }
+        PyObject *r = paths ? PyObject_CallMethod(mod, "_install", "OO",
+                                                  p->auto_figures ? Py_True : Py_False, paths)
+                            : NULL;
+        Py_XDECREF(paths);
+        if (!r) {
+                format_exception("python: the guest runtime failed to install", errbuf, errlen);
+                Py_DECREF(mod);
+                return -EIO;
+        }
+        Py_DECREF(r);
+        runtime_run = PyObject_GetAttrString(mod, "_run");
+        runtime_after_fork = PyObject_GetAttrString(mod, "_after_fork");
+        runtime_build = PyObject_GetAttrString(mod, "_build_caches");
+        runtime_after_preloads = PyObject_GetAttrString(mod, "_after_preloads");
+        Py_DECREF(mod);
+        if (!runtime_run || !runtime_after_fork || !runtime_build || !runtime_after_preloads) {
+                format_exception("python: the guest runtime is incomplete", errbuf, errlen);
+                return -EIO;
+        }
+
+        for (size_t i = 0; i < p->n_preloads; i++) {
+                PyObject *m = PyImport_ImportModule(p->preloads[i]);
+                if (!m) {
+                        char what[256];
+                        snprintf(what, sizeof(what), "preload '%s' failed", p->preloads[i]);
+                        format_exception(what, errbuf, errlen);
+                        return -ENOENT;
+                }
+                Py_DECREF(m);
+        }
+        /* MPLCONFIGDIR was for the preloads only (set_library_environment). */
+        r = PyObject_CallNoArgs(runtime_after_preloads);
+        if (!r) {
+                format_exception("python: the guest runtime failed after the preloads", errbuf,
+                                 errlen);
+                return -EIO;
+        }
+        Py_DECREF(r);
+        find_blas_pools();
+
+        freeze_heap();
+        return 0;
+}
+
+int guest_warm_up(char *errbuf, size_t errlen)
+{
+        /* Import what the runner and typical snippets need and run a
+         * snippet once, so a copy does none of this work. */
+        static const char warmup[] =
+            "import traceback, random, json, base64, tempfile, os, io, re, math, csv\n"
+            "import collections, itertools, functools, datetime, pathlib, string\n"
+            "print('', end='')\n";
+        const char *status = NULL;
+        (void)guest_run(warmup, sizeof(warmup) - 1, false, &status);
+        if (!status || strcmp(status, "ok") != 0) {
+                snprintf(errbuf, errlen, "python: the warm-up run failed");
+                return -EIO;
+        }
+        freeze_heap();
+        return 0;
+}
+
+void guest_set_session(void)
+{
+        session_mode = true;
+}
+
+void guest_before_fork(void)
+{
+        for (size_t i = 0; i < n_blas_shutdown; i++)
+                blas_shutdown[i]();
+        PyOS_BeforeFork();
+}
+
+pid_t guest_start_cache_builder(void)
+{
+        guest_before_fork();
+        pid_t pid = fork();
+        if (pid == 0) {
+                PyOS_AfterFork_Child();
+                /* It holds nothing of the template's but memory: not the
+                 * control socket, whose closing tells the host that the
+                 * template is gone, nor any copy's fd. It dies with the
+                 * template. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                syscall(SYS_close_range, 3, ~0u, 0);
+                PyObject *r = PyObject_CallNoArgs(runtime_build);
+                Py_XDECREF(r);
+                _exit(r ? 0 : 1);
+        }
+        int saved = errno;
+        guest_after_fork_parent();
+        return pid < 0 ? -saved : pid;
+}
+
+void guest_after_fork_parent(void)
+{
+        PyOS_AfterFork_Parent();
+}
+
+void guest_after_fork_child(int fd)
+{
+        PyOS_AfterFork_Child();
+        channel_fd = fd;
+        PyObject *r = PyObject_CallNoArgs(runtime_after_fork);
+        Py_XDECREF(r);
+        PyErr_Clear();
+}
+
+int guest_run(const char *code, size_t len, bool last, const char **ret_status)
+{
+        PyObject *src = PyUnicode_DecodeUTF8(code, (Py_ssize_t)len, "strict");
+        if (!src) {
+                PyErr_Clear();
+                *ret_status = "error";
+                fputs("SyntaxError: the code is not valid UTF-8\n", stderr);
+                return 1;
+        }
+        PyObject *res =
+            PyObject_CallFunction(runtime_run, "OOO", src, session_mode ? Py_True : Py_False,
+                                  last && !session_mode ? Py_True : Py_False);
+        Py_DECREF(src);
+        int exit_code = 1;
+        *ret_status = "error";
+        if (res && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2) {
+                const char *s = PyUnicode_AsUTF8(PyTuple_GET_ITEM(res, 0));
+                long c = PyLong_AsLong(PyTuple_GET_ITEM(res, 1));
+                if (s && strcmp(s, "ok") == 0)
+                        *ret_status = "ok";
+                else if (s && strcmp(s, "memory") == 0)
+                        *ret_status = "memory";
+                exit_code = (int)c;
+        } else if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                *ret_status = "memory";
+        }
+        Py_XDECREF(res);
+        PyErr_Clear();
+        return exit_code;
+}

@@ -1,0 +1,191 @@
+/* The guest's seccomp filter. It is built once in the template with
+ * libseccomp, exported as BPF, and loaded by every copy with one syscall, so
+ * the per-copy cost is a few microseconds. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "template/template.h"
+#include "core/util.h"
+
+/* Calls that let a process reach outside its sandbox, read another
+ * process, widen its privileges or attack the kernel's less-tested paths.
+ * Each fails with EPERM; denying instead of killing keeps Python's own
+ * feature probes (which try some of these) working. */
+static const char *const denied_calls[] = {
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount",
+    "umount2",
+    "pivot_root",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "chroot",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "syslog",
+    "quotactl",
+    "quotactl_fd",
+    "lookup_dcookie",
+    "vhangup",
+    "iopl",
+    "ioperm",
+    "uselib",
+    "sysfs",
+    "fanotify_init",
+    "kcmp",
+    "pidfd_getfd",
+    "process_madvise",
+    "process_mrelease",
+    "vmsplice",
+    "memfd_secret",
+    "nfsservctl",
+    "_sysctl",
+    "set_mempolicy_home_node",
+    "move_pages",
+    "migrate_pages",
+    "mbind",
+    "set_mempolicy",
+};
+
+int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
+                               size_t errlen)
+{
+        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx) {
+                snprintf(errbuf, errlen, "seccomp: cannot create a filter (libseccomp)");
+                return -ENOMEM;
+        }
+        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(denied_calls); i++) {
+                int nr = seccomp_syscall_resolve_name(denied_calls[i]);
+                if (nr == __NR_SCMP_ERROR)
+                        continue; /* not on this architecture */
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+        }
+        /* clone3 passes its flags in memory, where a filter cannot look;
+         * ENOSYS makes glibc fall back to clone, whose flags it can check. */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+        /* One rule per namespace flag: a filter argument test can only ask
+         * "masked value equals", so "any of these bits" takes one rule each. */
+        const unsigned long ns_flags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
+                                       CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
+                                       0x00000080 /* CLONE_NEWTIME */;
+        for (int bit = 0; r >= 0 && bit < 64; bit++) {
+                unsigned long f = 1ul << bit;
+                if (ns_flags & f)
+                        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                                             SCMP_A0(SCMP_CMP_MASKED_EQ, f, f));
+        }
+        /* Only Unix sockets: no IP, raw, netlink or packet sockets at all,
+         * so the host gateway is the only way out. */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+                                     SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socketpair), 1,
+                                     SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+        /* TIOCSTI would let a guest type into a terminal it shares. */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                                     SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, 0x5412));
+        /* personality() flags such as READ_IMPLIES_EXEC weaken the address space. */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                                     SCMP_A0(SCMP_CMP_NE, 0));
+        /* A stack-like mapping that grows down on its own is counted by
+         * no rlimit; nothing a guest runs needs one (thread stacks are
+         * plain mappings). */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mmap), 1,
+                                     SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_GROWSDOWN, MAP_GROWSDOWN));
+        /* Without a cgroup, RLIMIT_DATA is the memory limit, and it counts
+         * only private memory. Shared anonymous mappings, memfds and SysV
+         * segments would hold memory that nothing counts, so they are
+         * refused (ENOMEM, as from a limit); files in /tmp and /output are
+         * capped by their mounts' sizes. With a cgroup every kind is
+         * charged to the run, and all of them work. */
+        if (r >= 0 && no_shared_memory) {
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(mmap), 1,
+                                     SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS,
+                                             MAP_SHARED | MAP_ANONYMOUS));
+                if (r >= 0)
+                        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(memfd_create),
+                                             0);
+                if (r >= 0)
+                        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(shmget), 0);
+        }
+        if (r < 0) {
+                snprintf(errbuf, errlen, "seccomp: cannot add a rule: %s", strerror(-r));
+                seccomp_release(ctx);
+                return r;
+        }
+
+        /* Export through a memfd: libseccomp 2.5 has no export-to-memory call. */
+        int fd = memfd_create("airlock-bpf", MFD_CLOEXEC);
+        if (fd < 0) {
+                r = -errno;
+                seccomp_release(ctx);
+                snprintf(errbuf, errlen, "seccomp: memfd_create: %s", strerror(-r));
+                return r;
+        }
+        r = seccomp_export_bpf(ctx, fd);
+        seccomp_release(ctx);
+        off_t len = lseek(fd, 0, SEEK_END);
+        if (r < 0 || len <= 0 || len % (off_t)sizeof(struct sock_filter)) {
+                close(fd);
+                snprintf(errbuf, errlen, "seccomp: cannot export the filter");
+                return r < 0 ? r : -EIO;
+        }
+        struct sock_filter *prog = malloc((size_t)len);
+        if (!prog || pread(fd, prog, (size_t)len, 0) != len) {
+                free(prog);
+                close(fd);
+                snprintf(errbuf, errlen, "seccomp: cannot read the exported filter");
+                return -EIO;
+        }
+        close(fd);
+        ret->len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
+        ret->filter = prog;
+        return 0;
+}

@@ -1,0 +1,49 @@
+/* The process inside the isolation: the template (template.c), its
+ * embedded interpreter (guestpy.c) and the guest's seccomp filter
+ * (seccomp.c). */
+#ifndef AIRLOCK_TEMPLATE_H
+#define AIRLOCK_TEMPLATE_H
+
+#include <linux/filter.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "core/wire.h"
+
+/* Runs the template; never returns. */
+_Noreturn void template_main(void);
+
+/* --- embedded interpreter (guestpy.c), used inside the template only --- */
+
+/* Initialises CPython, installs the runtime and imports the preloads. On
+ * failure returns < 0 with a message in errbuf. */
+int guest_init(const template_params *p, char *errbuf, size_t errlen);
+/* Imports what typical code needs and runs a snippet, so that copies made
+ * afterwards need not. */
+int guest_warm_up(char *errbuf, size_t errlen);
+void guest_before_fork(void);
+/* Forks a process of the template's interpreter that fills GUEST_CACHE_DIR
+ * (matplotlib's font list) and exits; returns its pid, or -errno. */
+pid_t guest_start_cache_builder(void);
+/* From now on, runs share one __main__ (a session). */
+void guest_set_session(void);
+void guest_after_fork_parent(void);
+/* In a fresh copy: reinitialise the interpreter's per-process state and
+ * reseed every secret. */
+void guest_after_fork_child(int channel_fd);
+/* Runs code (UTF-8) as __main__; returns the exit code and sets *ret_status
+ * to "ok", "error" or "memory". last: the process's final run, which ends
+ * after the code's non-daemon threads. */
+int guest_run(const char *code, size_t len, bool last, const char **ret_status);
+
+/* --- seccomp (seccomp.c) --- */
+
+/* Builds the guest filter as a BPF program (malloc'd filter array). With
+ * no_shared_memory (no cgroup counts a run's memory), kinds of memory that
+ * no per-process limit counts are refused: shared anonymous mappings,
+ * memfds and SysV shared memory. */
+int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
+                               size_t errlen);
+
+#endif
