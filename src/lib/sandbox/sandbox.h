@@ -1,6 +1,6 @@
 /* The host side of the namespace sandbox: the copies of the template a
- * sandbox keeps ready and runs code in (sandbox.c), shared with sessions
- * (session.c). */
+ * sandbox keeps ready (sandbox.c), the run of code in one of them (run.c),
+ * shared with sessions (session.c). */
 #ifndef AIRLOCK_SANDBOX_H
 #define AIRLOCK_SANDBOX_H
 
@@ -12,7 +12,7 @@
 #include "airlock.h"
 #include "core/wire.h"
 
-/* --- host side (sandbox.c), shared with sessions (session.c) --- */
+/* --- the copies (sandbox.c) --- */
 
 #include "sandbox/cgroup.h"
 
@@ -29,9 +29,7 @@ typedef struct copy {
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
 int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err);
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err);
-int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
-                 size_t len, const airlock_run_options *opts, bool *ret_dead, bool *ret_delivered,
-                 airlock_result **ret, airlock_error *err);
+
 void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
 /* Kills copy c and returns once it and every process it started are gone
  * (reaped), then closes it. */
@@ -42,5 +40,26 @@ const airlock_config *sbx_config(const airlock_sandbox *sb);
 /* The packages the guest can import (describe.c): the one kept, after
  * keeping inv (taken) when none was; inv NULL only looks. */
 const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv);
+
+/* --- the run loop (run.c) --- */
+
+/* Runs code once in copy c, which is spent afterwards (the caller closes it,
+ * killing it), and collects the result, /output captured from outdir.
+ * The run ends when the copy's PID namespace is gone, or when the guest
+ * says that nothing else of the run is left. *ret_delivered (when not NULL)
+ * is set, on failure too, to whether the code reached the copy: one that
+ * died before ran nothing, and another copy may run the code. */
+int sbx_run_single(airlock_sandbox *sb, copy *c, int outdir, const char *code, size_t len,
+                   const airlock_run_options *opts, bool *ret_delivered, airlock_result **ret,
+                   airlock_error *err);
+/* Runs one cell of a session in copy c, whose current interpreter is
+ * watched through active_pidfd, and collects the result. The cell ends at
+ * the guest's "end" frame; the copy must survive it, and *ret_alive tells
+ * whether it did: false when the copy or the interpreter died, or the host
+ * killed the copy (deadline, cancel, a protocol error). Untouched on
+ * failure, when the session is over anyway. */
+int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
+                 size_t len, const airlock_run_options *opts, bool *ret_alive, airlock_result **ret,
+                 airlock_error *err);
 
 #endif

@@ -157,10 +157,10 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
         int r = sbx_check_code(code, len, err);
         if (r < 0)
                 return r;
-        bool dead = false;
-        r = sbx_exec_run(s->sb, s->c, s->outdir, s->active_pidfd, code, len, opts, &dead, NULL, ret,
+        bool alive = false;
+        r = sbx_run_cell(s->sb, s->c, s->outdir, s->active_pidfd, code, len, opts, &alive, ret,
                          err);
-        if (r < 0 || dead) {
+        if (r < 0 || !alive) {
                 s->dead = true;
                 return r;
         }

@@ -1,0 +1,675 @@
+/* One run of code in one copy of the template: the code is delivered, the
+ * guest's requests on its channel are served (tools, HTTP through the
+ * gateway), its stdout and stderr are read, the deadline, the caller's
+ * cancel fd and watch are watched, and how the copy ended becomes the
+ * result, with the files of /output.
+ *
+ * The run is a small state machine: a phase (enum run_phase) says what is
+ * polled and what moves the run on, and one struct holds the run's state.
+ * A single run ends when the copy's PID namespace is gone (or when its
+ * guest says it is the last thing left); a session's cell ends at the
+ * guest's "end" frame, and the copy must survive it.
+ *
+ * Nothing the guest sends is trusted: frames are capped and parsed with
+ * jansson, /output is read through the fd the copy handed over (never a
+ * path), and the run's status comes from how the copy ended, not from what
+ * it claimed, except where the copy is known to outlive the claim.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/channel.h"
+#include "core/util.h"
+#include "fsx/fsx.h"
+#include "host/gateway.h"
+#include "host/tools.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/sandbox.h"
+
+#define REQUEST_SPIN_NS 30000    /* 30 us */
+#define SERVE_SLICE_NS  10000000 /* 10 ms */
+/* Output is read once the run ends or after PIPES_QUIET_NS: each read while
+ * the copy runs would wake this thread, which on the copy's CPU preempts it
+ * twice (the copy is woken on the waker's CPU). The pipes hold 64 KiB
+ * meanwhile; a guest that writes more waits for the first read. */
+#define PIPES_QUIET_NS 2000000 /* 2 ms */
+/* Once a copy has exited, every process of its run is gone, and its pipes
+ * reach end of file as soon as what they hold is read. Data that keeps
+ * coming after that is no run's output: it is read for at most this long. */
+#define DRAIN_AFTER_EXIT_NS 250000000 /* 250 ms */
+
+/* Where a run is. The code is delivered, then runs (quiet at first); from
+ * there a run ends in one of four ways:
+ *   - the copy exits: DRAINING, then DONE;
+ *   - the host kills it (deadline, cancel, a protocol error): STOPPING until
+ *     it has exited, then DRAINING, then DONE;
+ *   - a single run's guest says "end" and that nothing else of the run is
+ *     left: ENDING until the pipes are at their end, then DONE (the copy is
+ *     killed and reaped after the capture, off the run's path);
+ *   - a cell's guest says "end", or the session's interpreter dies: DONE.
+ */
+typedef enum run_phase {
+        /* The code is being sent to the copy. */
+        RUN_DELIVERING,
+        /* The code runs and its output pipes are left alone for
+         * PIPES_QUIET_NS; otherwise as RUN_RUNNING. */
+        RUN_QUIET,
+        /* The code runs: the channel is served, the pipes read, and the
+         * deadline, the cancel fd, the copy's exit (and a cell's
+         * interpreter) watched. */
+        RUN_RUNNING,
+        /* As RUN_RUNNING, and done once both pipes are at end of file. */
+        RUN_ENDING,
+        /* The host has killed the copy (run.stop says why): its exit is
+         * awaited, its pipes still read. Nothing else is served. */
+        RUN_STOPPING,
+        /* The copy has exited: its pipes are read to their end, for at most
+         * DRAIN_AFTER_EXIT_NS. */
+        RUN_DRAINING,
+        RUN_DONE,
+} run_phase;
+
+/* Why the host killed the copy. The first reason is the run's status. */
+typedef enum run_stop {
+        STOP_NONE,
+        STOP_TIMEOUT,  /* the deadline passed */
+        STOP_CANCEL,   /* the caller's cancel fd became readable */
+        STOP_PROTOCOL, /* the guest wrote something that is not a valid request */
+} run_stop;
+
+typedef struct run_pipe {
+        int fd;
+        bool open; /* not yet at end of file */
+        bool truncated;
+        dynbuf buf;
+} run_pipe;
+
+typedef struct run_state {
+        run_phase phase;
+        run_stop stop;
+        airlock_sandbox *sb;
+        const airlock_limits *lim;
+        copy *c;
+        /* A cell's: the session's current interpreter, -1 for a single run. */
+        int active_pidfd;
+        int cancel_fd;
+        uint64_t t0, deadline;
+        uint64_t quiet_until; /* RUN_QUIET ends */
+        uint64_t drain_until; /* RUN_DRAINING ends */
+        uint64_t oom_before;  /* the copy's cgroup's OOM kills before this run */
+        run_pipe out, err;
+        frame_reader fr;
+        bool chan_open;
+        bool exited;      /* the copy's pidfd said it exited */
+        bool active_dead; /* a cell's interpreter is gone */
+        struct {
+                bool seen;
+                bool alone; /* nothing else of a single run is left */
+                int exit_code;
+                char status[16];
+        } end; /* the guest's "end" frame: how it says the code ended */
+} run_state;
+
+static bool run_is_cell(const run_state *run)
+{
+        return run->active_pidfd >= 0;
+}
+
+/* The phases in which the code may still be running on its own: the
+ * channel is served and the deadline and the cancel fd are watched. */
+static bool run_is_live(const run_state *run)
+{
+        return run->phase == RUN_QUIET || run->phase == RUN_RUNNING || run->phase == RUN_ENDING;
+}
+
+static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pidfd,
+                     const airlock_run_options *opts)
+{
+        const airlock_limits *l = sbx_limits(sb);
+        *run = (run_state){
+            .phase = RUN_DELIVERING,
+            .sb = sb,
+            .lim = l,
+            .c = c,
+            .active_pidfd = active_pidfd,
+            .cancel_fd = opts ? opts->cancel_fd : -1,
+            .out = {.fd = c->out_r, .open = true},
+            .err = {.fd = c->err_r, .open = true},
+            .chan_open = true,
+        };
+        run->t0 = al_now_ns();
+        run->oom_before = cg_oom_kills(c->oomfd);
+        run->deadline = run->t0 + (uint64_t)(l->timeout_s * 1e9);
+        dynbuf_init(&run->out.buf, l->max_stdout);
+        dynbuf_init(&run->err.buf, l->max_stdout);
+        frame_reader_init(&run->fr, CHANNEL_MAX_FRAME);
+        run->fr.nonblock = true; /* the loop polls */
+}
+
+static void run_free(run_state *run)
+{
+        dynbuf_free(&run->out.buf);
+        dynbuf_free(&run->err.buf);
+        frame_reader_free(&run->fr);
+}
+
+static void kill_copy(run_state *run)
+{
+        syscall(SYS_pidfd_send_signal, run->c->pidfd, SIGKILL, NULL, 0);
+}
+
+/* Kills the copy for reason why, once: a run the host has stopped only
+ * waits for the copy's exit. */
+static void run_stop_copy(run_state *run, run_stop why)
+{
+        if (!run_is_live(run))
+                return;
+        run->stop = why;
+        run->phase = RUN_STOPPING;
+        kill_copy(run);
+}
+
+/* Sends a reply frame. A guest that stops reading its replies cannot hold
+ * the host: the wait for room also watches the run's deadline (-ETIMEDOUT,
+ * the run timed out), its cancellation (-ECANCELED, the run was cancelled)
+ * and the caller's watch. */
+static int send_reply(run_state *run, json_t *msg)
+{
+        _cleanup_free_ char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!s)
+                return -ENOMEM;
+        size_t len = strlen(s);
+        if (len > CHANNEL_MAX_FRAME)
+                return -EMSGSIZE;
+        unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                                (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+        size_t total = 4 + len, done = 0;
+        while (done < total) {
+                const char *p = done < 4 ? (const char *)hdr + done : s + (done - 4);
+                size_t n = done < 4 ? 4 - done : total - done;
+                ssize_t w = send(run->c->chan, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w >= 0) {
+                        done += (size_t)w;
+                        continue;
+                }
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN)
+                        return -errno;
+                struct pollfd pf[3] = {{run->c->chan, POLLOUT, 0},
+                                       {run->cancel_fd, POLLIN, 0},
+                                       {al_watch_fd(), POLLIN, 0}};
+                uint64_t now = al_now_ns();
+                if (now >= run->deadline) {
+                        run_stop_copy(run, STOP_TIMEOUT);
+                        return -ETIMEDOUT;
+                }
+                /* A negative fd is not polled. */
+                int k = poll(pf, 3, (int)MIN((run->deadline - now) / 1000000 + 1, 1000000u));
+                if (k > 0 && pf[2].revents)
+                        al_watch_fire();
+                if (k > 0 && pf[1].revents) {
+                        run_stop_copy(run, STOP_CANCEL);
+                        return -ECANCELED;
+                }
+        }
+        return 0;
+}
+
+/* A refusal for the guest: kind is the name of the built-in exception it
+ * raises (gateway_guest_exception() for HTTP errors). */
+static json_t *error_reply(const char *kind, const char *message)
+{
+        return json_pack("{s:b, s:s, s:s}", "ok", 0, "kind", kind, "error", message);
+}
+
+/* Records the guest's "end" frame: how it says the code ended. */
+static void guest_ended(run_state *run, const json_t *msg)
+{
+        const char *s = json_string_value(json_object_get(msg, "status"));
+        snprintf(run->end.status, sizeof(run->end.status), "%s", s ? s : "");
+        run->end.exit_code = (int)json_integer_value(json_object_get(msg, "exit_code"));
+        run->end.alone = json_is_true(json_object_get(msg, "alone"));
+        run->end.seen = true;
+}
+
+/* Serves one request of the guest: a tool call or an HTTP request. */
+static void serve_request(run_state *run, json_t *msg)
+{
+        const airlock_config *cfg = sbx_config(run->sb);
+        const char *op = json_string_value(json_object_get(msg, "op"));
+        _cleanup_json_ json_t *reply = NULL;
+        if (op && strcmp(op, "tool") == 0) {
+                const char *name = json_string_value(json_object_get(msg, "name"));
+                json_t *args = json_object_get(msg, "args");
+                if (!name) {
+                        reply =
+                            error_reply("ValueError", "call_tool: the tool name must be a string");
+                } else {
+                        json_t *result = NULL;
+                        _cleanup_free_ char *message = NULL;
+                        /* Bounded by the run: a slow tool cannot hold the run past
+                         * its limit, and a cancel stops it. */
+                        tool_call_bounds b = {run->deadline, run->cancel_fd};
+                        tool_fail f =
+                            toolreg_call_ex(cfg->tools, name, args, &b, &result, &message);
+                        if (f == TOOL_OK)
+                                reply = json_pack("{s:b, s:o}", "ok", 1, "result",
+                                                  result ? result : json_null());
+                        else
+                                reply = error_reply(f == TOOL_FAIL_INVALID ? "ValueError"
+                                                                           : "RuntimeError",
+                                                    message ? message : "the tool failed");
+                }
+        } else if (op && strcmp(op, "http") == 0) {
+                json_t *resp = NULL;
+                airlock_error e;
+                airlock_error_clear(&e);
+                int r = gateway_request_ex(cfg->allow, run->lim, msg, run->deadline, run->cancel_fd,
+                                           &resp, &e);
+                if (r >= 0) {
+                        reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
+                } else {
+                        const char *kind = gateway_guest_exception(r);
+                        reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
+                }
+        } else {
+                reply = error_reply("ValueError", "unknown request to the host");
+        }
+        int sent = reply ? send_reply(run, reply) : -ENOMEM;
+        if (sent < 0 && sent != -ETIMEDOUT && sent != -ECANCELED)
+                run_stop_copy(run, STOP_PROTOCOL);
+}
+
+/* Serves the frames the channel has, until it has none for
+ * REQUEST_SPIN_NS, the guest's "end", or SERVE_SLICE_NS: back to the poll
+ * now and then, so that the deadline, a cancel and the output pipes are
+ * seen while a guest calls tools in a tight loop. */
+static void serve_channel(run_state *run)
+{
+        uint64_t spin_until = 0, served_since = al_now_ns();
+        while (run_is_live(run)) {
+                uint64_t t = al_now_ns();
+                if (t >= run->deadline || t - served_since > SERVE_SLICE_NS)
+                        return;
+                _cleanup_json_ json_t *req = NULL;
+                int fr = frame_reader_feed(&run->fr, run->c->chan, &req);
+                if (fr == 1) {
+                        const char *op = json_string_value(json_object_get(req, "op"));
+                        if (op && strcmp(op, "end") == 0) {
+                                guest_ended(run, req);
+                                return;
+                        }
+                        serve_request(run, req);
+                        /* Code that calls tools in a loop sends its next
+                         * request within microseconds: look for it briefly
+                         * before sleeping. */
+                        spin_until = al_now_ns() + REQUEST_SPIN_NS;
+                        continue;
+                }
+                if (fr == 0 && al_now_ns() < spin_until)
+                        continue;
+                if (fr < 0) {
+                        run->chan_open = false;
+                        /* End of stream, a reset, or the end in the middle
+                         * of a frame: the copy died (killed by a limit, say,
+                         * while it wrote), which its exit status tells;
+                         * anything else is the guest's doing. */
+                        if (fr != -EPIPE && fr != -ECONNRESET && fr != -EPROTO)
+                                run_stop_copy(run, STOP_PROTOCOL);
+                }
+                return;
+        }
+}
+
+/* Reads what a pipe has; keeps up to the buffer's cap and discards the
+ * rest, so a flood costs the host no memory. Returns false at end of file,
+ * which it also records. */
+static bool drain_pipe(run_pipe *p)
+{
+        char buf[65536];
+        dynbuf *b = &p->buf;
+        for (;;) {
+                ssize_t n = read(p->fd, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return p->open = errno == EAGAIN;
+                if (n == 0)
+                        return p->open = false;
+                size_t room = b->cap - b->len;
+                if ((size_t)n > room) {
+                        p->truncated = true;
+                        if (room)
+                                dynbuf_append(b, buf, room);
+                } else {
+                        dynbuf_append(b, buf, (size_t)n);
+                }
+                if ((size_t)n < sizeof(buf))
+                        return true;
+        }
+}
+
+static bool pipes_at_end(const run_state *run)
+{
+        return !run->out.open && !run->err.open;
+}
+
+/* Moves the run on after the events of one poll, from what they
+ * recorded. */
+static void run_settle(run_state *run)
+{
+        switch (run->phase) {
+        case RUN_QUIET:
+        case RUN_RUNNING:
+                if (run_is_cell(run) && (run->end.seen || run->active_dead)) {
+                        /* The guest flushed its output before "end": what
+                         * the pipes hold now is all of this cell's. */
+                        drain_pipe(&run->out);
+                        drain_pipe(&run->err);
+                        run->phase = RUN_DONE;
+                } else if (!run_is_cell(run) && run->end.seen && run->end.alone) {
+                        /* The copy closed its ends of the pipes before it
+                         * said so: read to their end without a poll. A read
+                         * that got data stops short of the end of file; the
+                         * second read sees it. */
+                        run->phase = RUN_ENDING;
+                        for (int i = 0; i < 2; i++) {
+                                run_pipe *p = i ? &run->err : &run->out;
+                                if (p->open && drain_pipe(p))
+                                        drain_pipe(p);
+                        }
+                        if (pipes_at_end(run))
+                                run->phase = RUN_DONE;
+                } else if (run->end.seen) {
+                        /* The code ended; its output is read from now. */
+                        run->phase = RUN_RUNNING;
+                }
+                break;
+        case RUN_ENDING:
+        case RUN_DRAINING:
+                if (pipes_at_end(run))
+                        run->phase = RUN_DONE;
+                break;
+        default:
+                break;
+        }
+}
+
+/* One round of the run: the poll set of its phase, one poll, the events. */
+static void run_step(run_state *run)
+{
+        uint64_t now = al_now_ns();
+        if (run->phase == RUN_QUIET && now >= run->quiet_until)
+                run->phase = RUN_RUNNING;
+        if (run_is_live(run) && now >= run->deadline) {
+                run_stop_copy(run, STOP_TIMEOUT);
+                return;
+        }
+        if (run->phase == RUN_DRAINING && now >= run->drain_until) {
+                run->phase = RUN_DONE;
+                return;
+        }
+
+        bool live = run_is_live(run);
+        bool alive = live || run->phase == RUN_STOPPING; /* not yet seen to exit */
+        bool reading = run->phase != RUN_QUIET;
+        struct pollfd p[7];
+        int np = 0, i_out = -1, i_err = -1, i_chan = -1, i_pid = -1, i_cancel = -1;
+        int i_active = -1, i_watch = -1;
+        if (reading && run->out.open)
+                p[i_out = np++] = (struct pollfd){run->out.fd, POLLIN, 0};
+        if (reading && run->err.open)
+                p[i_err = np++] = (struct pollfd){run->err.fd, POLLIN, 0};
+        if (live && run->chan_open)
+                p[i_chan = np++] = (struct pollfd){run->c->chan, POLLIN, 0};
+        if (alive)
+                p[i_pid = np++] = (struct pollfd){run->c->pidfd, POLLIN, 0};
+        if (live && run->cancel_fd >= 0)
+                p[i_cancel = np++] = (struct pollfd){run->cancel_fd, POLLIN, 0};
+        if (live && run_is_cell(run))
+                p[i_active = np++] = (struct pollfd){run->active_pidfd, POLLIN, 0};
+        if (alive && al_watch_fd() >= 0)
+                p[i_watch = np++] = (struct pollfd){al_watch_fd(), POLLIN, 0};
+
+        int timeout_ms = -1; /* RUN_STOPPING: until the copy exits */
+        if (live) {
+                uint64_t until =
+                    run->phase == RUN_QUIET ? MIN(run->deadline, run->quiet_until) : run->deadline;
+                timeout_ms = (int)MIN((until - now) / 1000000 + 1, 1000000u);
+        } else if (run->phase == RUN_DRAINING) {
+                timeout_ms = (int)((run->drain_until - now) / 1000000 + 1);
+        }
+        int k = poll(p, (nfds_t)np, timeout_ms);
+        if (k < 0)
+                return; /* EINTR: round again */
+        if (i_watch >= 0 && p[i_watch].revents)
+                al_watch_fire();
+        if (k == 0 && run->phase == RUN_DRAINING) {
+                run->phase = RUN_DONE;
+                return;
+        }
+        /* A cancel first: nothing more is served for a run the caller has
+         * given up. */
+        if (i_cancel >= 0 && p[i_cancel].revents)
+                run_stop_copy(run, STOP_CANCEL);
+        if (i_out >= 0 && p[i_out].revents)
+                drain_pipe(&run->out);
+        if (i_err >= 0 && p[i_err].revents)
+                drain_pipe(&run->err);
+        if (i_chan >= 0 && p[i_chan].revents)
+                serve_channel(run);
+        if (i_pid >= 0 && p[i_pid].revents) {
+                run->exited = true;
+                run->phase = RUN_DRAINING;
+                run->drain_until = al_now_ns() + DRAIN_AFTER_EXIT_NS;
+        }
+        if (i_active >= 0 && p[i_active].revents)
+                run->active_dead = true;
+        run_settle(run);
+}
+
+/* How the copy ended, in the terms of a child's exit. */
+static void run_reap(run_state *run, siginfo_t *si)
+{
+        copy *c = run->c;
+        if (run->exited) {
+                int w;
+                while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, si,
+                                   WEXITED | __WALL)) < 0 &&
+                       errno == EINTR)
+                        ;
+                if (w < 0) {
+                        /* Someone else reaped it (SIGCHLD ignored): trust the claim. */
+                        si->si_code = CLD_EXITED;
+                        si->si_status = strcmp(run->end.status, "ok") == 0 ? 0 : 1;
+                }
+                close(c->pidfd);
+                c->pidfd = -1;
+        } else if (run->end.seen) {
+                /* A cell's copy lives on, and a single run's has nothing
+                 * else of the run left and its output pipes closed (it is
+                 * killed and reaped after the capture, as its exit adds
+                 * nothing but waiting): the guest's word is how the code
+                 * ended. */
+                si->si_code = CLD_EXITED;
+                si->si_status = run->end.exit_code & 0xff;
+        } else {
+                /* A cell whose interpreter died without an "end": the
+                 * session is over. */
+                si->si_code = CLD_KILLED;
+                si->si_status = SIGKILL;
+                kill_copy(run);
+        }
+}
+
+static const char *signal_text(int sig)
+{
+        const char *s = sigdescr_np(sig);
+        return s ? s : "unknown signal";
+}
+
+/* Builds the result from how the copy ended and captures /output from
+ * outdir (when >= 0). */
+static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_result **ret,
+                      airlock_error *err)
+{
+        const airlock_limits *l = run->lim;
+        airlock_result *res = calloc(1, sizeof(*res));
+        if (!res)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        res->stdout_data = dynbuf_take(&run->out.buf, &res->stdout_len);
+        res->stderr_data = dynbuf_take(&run->err.buf, &res->stderr_len);
+        res->stdout_truncated = run->out.truncated;
+        res->stderr_truncated = run->err.truncated;
+
+        char msg[512] = "";
+        if (run->stop == STOP_TIMEOUT) {
+                res->status = AIRLOCK_STATUS_TIMEOUT;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg), "timeout: the run exceeded its time limit of %g s",
+                         l->timeout_s);
+        } else if (run->stop == STOP_CANCEL) {
+                res->status = AIRLOCK_STATUS_KILLED;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg), "killed: the run was cancelled");
+        } else if (run->stop == STOP_PROTOCOL) {
+                /* The host ended the run because the guest wrote something
+                 * that is not a valid request on its channel. */
+                res->status = AIRLOCK_STATUS_ERROR;
+                res->exit_code = -1;
+                snprintf(msg, sizeof(msg),
+                         "error: the guest broke the host channel protocol (a malformed, "
+                         "oversized or truncated request)");
+        } else if (si->si_code == CLD_KILLED || si->si_code == CLD_DUMPED) {
+                int sig = si->si_status;
+                res->exit_code = 128 + sig;
+                if (sig == SIGXCPU) {
+                        res->status = AIRLOCK_STATUS_TIMEOUT;
+                        snprintf(msg, sizeof(msg),
+                                 "timeout: the run exceeded its CPU time limit of %g s",
+                                 l->cpu_s > 0 ? l->cpu_s : l->timeout_s);
+                } else if (sig == SIGXFSZ) {
+                        res->status = AIRLOCK_STATUS_KILLED;
+                        snprintf(msg, sizeof(msg),
+                                 "killed: a file exceeded the size limit of %llu bytes",
+                                 (unsigned long long)l->max_file_bytes);
+                } else if (sig == SIGKILL && cg_oom_kills(run->c->oomfd) > run->oom_before) {
+                        res->status = AIRLOCK_STATUS_MEMORY;
+                        snprintf(msg, sizeof(msg),
+                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 (unsigned long long)(l->memory_bytes >> 20));
+                } else {
+                        res->status = AIRLOCK_STATUS_KILLED;
+                        snprintf(msg, sizeof(msg), "killed: the run was terminated by %s",
+                                 signal_text(sig));
+                }
+        } else {
+                res->exit_code = si->si_status;
+                if (strcmp(run->end.status, "memory") == 0) {
+                        res->status = AIRLOCK_STATUS_MEMORY;
+                        snprintf(msg, sizeof(msg),
+                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 (unsigned long long)(l->memory_bytes >> 20));
+                } else if (res->exit_code == 0) {
+                        res->status = AIRLOCK_STATUS_OK;
+                } else {
+                        res->status = AIRLOCK_STATUS_ERROR;
+                        snprintf(msg, sizeof(msg), "error: the code exited with status %d",
+                                 res->exit_code);
+                }
+        }
+        res->success = res->status == AIRLOCK_STATUS_OK;
+        if (msg[0])
+                res->error_message = strdup(msg);
+
+        if (outdir >= 0) {
+                fsx_limits lim = {
+                    .max_bytes = l->max_output_total,
+                    .max_files = l->max_output_files,
+                    .max_depth = l->max_output_depth,
+                    .max_file = l->max_output_file,
+                };
+                airlock_error cerr;
+                int r = fsx_capture(outdir, &lim, &res->files, &res->n_files, &res->refused,
+                                    &res->n_refused, &cerr);
+                if (r < 0) {
+                        res->files = NULL;
+                        res->n_files = 0;
+                        res->refused = NULL;
+                        res->n_refused = 0;
+                        if (res->success) {
+                                res->success = false;
+                                res->status = AIRLOCK_STATUS_ERROR;
+                        }
+                        free(res->error_message);
+                        res->error_message = strdup(cerr.message);
+                }
+        }
+        res->duration_ms = (double)(al_now_ns() - run->t0) / 1e6;
+        *ret = res;
+        return 0;
+}
+
+/* Sends the code to the copy. *ret_delivered (when not NULL) tells whether
+ * it got there, failure or not. */
+static int run_deliver(run_state *run, const char *code, size_t len, bool *ret_delivered,
+                       airlock_error *err)
+{
+        _cleanup_json_ json_t *msg = json_pack("{s:s, s:s%}", "op", "run", "code", code, len);
+        int r = msg ? channel_send(run->c->chan, msg) : -ENOMEM;
+        if (ret_delivered)
+                *ret_delivered = r >= 0;
+        if (r < 0) {
+                al_error(err, r, NULL, "cannot send the code to the sandbox: %s", strerror(-r));
+                if (err)
+                        err->kind = AIRLOCK_ERROR_RUN;
+                return r;
+        }
+        run->quiet_until = al_now_ns() + PIPES_QUIET_NS;
+        run->phase = RUN_QUIET;
+        return 0;
+}
+
+static int run_code(run_state *run, int outdir, const char *code, size_t len, bool *ret_delivered,
+                    airlock_result **ret, airlock_error *err)
+{
+        int r = run_deliver(run, code, len, ret_delivered, err);
+        if (r < 0)
+                return r;
+        while (run->phase != RUN_DONE)
+                run_step(run);
+        siginfo_t si = {0};
+        run_reap(run, &si);
+        return run_result(run, &si, outdir, ret, err);
+}
+
+int sbx_run_single(airlock_sandbox *sb, copy *c, int outdir, const char *code, size_t len,
+                   const airlock_run_options *opts, bool *ret_delivered, airlock_result **ret,
+                   airlock_error *err)
+{
+        _cleanup_(run_free) run_state run;
+        run_init(&run, sb, c, -1, opts);
+        return run_code(&run, outdir, code, len, ret_delivered, ret, err);
+}
+
+int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
+                 size_t len, const airlock_run_options *opts, bool *ret_alive, airlock_result **ret,
+                 airlock_error *err)
+{
+        _cleanup_(run_free) run_state run;
+        run_init(&run, sb, c, active_pidfd, opts);
+        int r = run_code(&run, outdir, code, len, NULL, ret, err);
+        if (r >= 0)
+                *ret_alive = !run.exited && run.end.seen && run.stop == STOP_NONE;
+        return r;
+}
