@@ -71,6 +71,29 @@ typedef struct fsx_stage_stats {
 int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const fsx_limits *lim,
               uid_t owner, gid_t group, fsx_stage_stats *ret_stats, airlock_error *err);
 
+/* The staging area of a sandbox: a private directory (mode 0700, named
+ * "airlock-stage-XXXXXX" with random X's) made in a directory the caller
+ * chose, whose subdirectory "input" holds the staged tree. */
+typedef struct fsx_staging {
+        int parent_fd; /* the directory it was made in, or -1 */
+        char *name;    /* its name there, for removal */
+} fsx_staging;
+
+/* Makes a staging area in the directory parent and stages sources into its
+ * "input" (0755, chowned to owner:group unless owner is (uid_t)-1) with
+ * fsx_stage, the same caps and errors. On success *ret_staging describes the
+ * area, for fsx_staging_remove, and *ret_fd is an O_RDONLY|O_DIRECTORY fd of
+ * the staged tree (both -1, and nothing made, when n_sources is 0). On
+ * failure whatever was made is removed and both are left untouched. */
+int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_sources,
+                       const fsx_limits *lim, uid_t owner, gid_t group, fsx_staging *ret_staging,
+                       int *ret_fd, airlock_error *err);
+
+/* Removes the staging area and everything in it, as fsx_remove_at does,
+ * even when no fd is left to walk it with (then only while it is still
+ * empty), and resets *staging. Nothing to do for one never made. */
+void fsx_staging_remove(fsx_staging *staging);
+
 #define FSX_SIGNATURE_HEX 33 /* 128-bit digest as hex, NUL included */
 
 /* Signature of the tree at host_path (file or directory), for cache staleness:

@@ -45,8 +45,7 @@
 
 struct airlock_sandbox {
         airlock_config *cfg;
-        int stage_parent_fd; /* the directory holding the staging dir */
-        char *stage_name;    /* its name there, for removal */
+        fsx_staging staging; /* the staged /input, removed at close */
         pid_t tpl_pid;
         int ctl;
         int req_w; /* the request socket: copies asked for once a run's copy exits */
@@ -476,63 +475,19 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
         }
 }
 
-/* Stages the workspace and mounts into a fresh private directory. Returns
- * an O_PATH fd of the staged tree, or -1 when there is nothing to stage. */
+/* Stages the workspace and mounts into a fresh staging area in $TMPDIR
+ * (or /tmp). *ret_fd is a fd of the staged tree, or -1 when there is
+ * nothing to stage. */
 static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
 {
         const airlock_config *cfg = sb->cfg;
-        *ret_fd = -1;
-        if (!cfg->workspace && cfg->n_mounts == 0)
-                return 0;
         const char *tmp = getenv("TMPDIR");
         if (!tmp || tmp[0] != '/')
                 tmp = "/tmp";
-        sb->stage_parent_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (sb->stage_parent_fd < 0)
-                return al_error(err, -errno, tmp, "cannot open the staging area %s: %m", tmp);
-        char name[] = "airlock-stage-XXXXXX";
-        /* mkdtemp needs a path; build the name and create it beneath the fd. */
-        for (int attempt = 0; attempt < 100; attempt++) {
-                static const char alnum[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-                unsigned char rnd[6];
-                if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-                        return al_error(err, -EIO, NULL, "getrandom failed");
-                for (int i = 0; i < 6; i++)
-                        name[sizeof(name) - 7 + i] = alnum[rnd[i] % 36];
-                if (mkdirat(sb->stage_parent_fd, name, 0700) == 0)
-                        break;
-                if (errno != EEXIST)
-                        return al_error(err, -errno, tmp, "cannot create a staging directory: %m");
-        }
-        sb->stage_name = strdup(name);
-        if (!sb->stage_name) {
-                unlinkat(sb->stage_parent_fd, name, AT_REMOVEDIR);
-                return al_error(err, -ENOMEM, NULL, "out of memory");
-        }
-        _cleanup_close_ int stage_fd =
-            openat(sb->stage_parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (stage_fd < 0)
-                return al_error(err, -errno, name, "cannot open the staging directory: %m");
-        if (mkdirat(stage_fd, "input", 0755) < 0)
-                return al_error(err, -errno, name, "cannot create the staging directory: %m");
-        int input_fd = openat(stage_fd, "input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (input_fd < 0)
-                return al_error(err, -errno, name, "cannot open the staging directory: %m");
-        uid_t owner = geteuid() == 0 ? sb->guest_uid : (uid_t)-1;
-        gid_t group = geteuid() == 0 ? sb->guest_gid : (gid_t)-1;
-        if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0) {
-                int e = errno;
-                close(input_fd);
-                return al_error(err, -e, name, "cannot chown the staging directory: %s",
-                                strerror(e));
-        }
-
         size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts;
-        fsx_source *src = calloc(n, sizeof(*src));
-        if (!src) {
-                close(input_fd);
+        _cleanup_free_ fsx_source *src = n ? calloc(n, sizeof(*src)) : NULL;
+        if (n && !src)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        }
         size_t k = 0;
         if (cfg->workspace)
                 src[k++] = (fsx_source){cfg->workspace, NULL};
@@ -543,34 +498,9 @@ static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
             .max_files = cfg->limits.max_stage_files,
             .max_depth = cfg->limits.max_stage_depth,
         };
-        fsx_stage_stats stats;
-        int r = fsx_stage(input_fd, src, n, &lim, owner, group, &stats, err);
-        free(src);
-        if (r < 0) {
-                close(input_fd);
-                return r;
-        }
-        *ret_fd = input_fd;
-        return 0;
-}
-
-static void cleanup_staging(airlock_sandbox *sb)
-{
-        if (sb->stage_parent_fd >= 0 && sb->stage_name &&
-            fsx_remove_at(sb->stage_parent_fd, sb->stage_name, NULL) < 0) {
-                /* Out of fds (the walk needs some), staging had not begun:
-                 * remove the two empty directories we made without opening
-                 * anything. Both are ours, in a directory only we can enter. */
-                char input[64];
-                snprintf(input, sizeof(input), "%s/input", sb->stage_name);
-                unlinkat(sb->stage_parent_fd, input, AT_REMOVEDIR);
-                unlinkat(sb->stage_parent_fd, sb->stage_name, AT_REMOVEDIR);
-        }
-        if (sb->stage_parent_fd >= 0)
-                close(sb->stage_parent_fd);
-        sb->stage_parent_fd = -1;
-        free(sb->stage_name);
-        sb->stage_name = NULL;
+        uid_t owner = geteuid() == 0 ? sb->guest_uid : (uid_t)-1;
+        gid_t group = geteuid() == 0 ? sb->guest_gid : (gid_t)-1;
+        return fsx_staging_create(tmp, src, n, &lim, owner, group, &sb->staging, ret_fd, err);
 }
 
 /* Asks the template for one more copy (the reply is read later). Caller
@@ -790,7 +720,7 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         airlock_sandbox *sb = calloc(1, sizeof(*sb));
         if (!sb)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        sb->stage_parent_fd = -1;
+        sb->staging.parent_fd = -1;
         sb->ctl = -1;
         sb->req_w = -1;
         sb->tpl_pid = -1;
@@ -881,7 +811,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                 while (waitpid(sb->tpl_pid, NULL, 0) < 0 && errno == EINTR)
                         ;
         }
-        cleanup_staging(sb);
+        fsx_staging_remove(&sb->staging);
         for (size_t i = 0; i < PYPATH_MAX; i++)
                 if (sb->pypath_fd[i] >= 0)
                         close(sb->pypath_fd[i]);

@@ -1,0 +1,107 @@
+/* The staging area: a private directory, made fresh for each sandbox, whose
+ * "input" subdirectory holds the staged workspace and mounts that the
+ * sandbox shows at /input. Made and removed through a fd of the directory
+ * it lives in, never by a path built and resolved again. */
+#include "fsx/fsx.h"
+#include "core/util.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#define STAGING_NAME     "airlock-stage-XXXXXX"
+#define STAGING_ATTEMPTS 100
+
+static void staging_removep(fsx_staging *staging)
+{
+        fsx_staging_remove(staging);
+}
+
+/* Makes the directory STAGING_NAME, its X's random, in staging->parent_fd
+ * (mkdtemp needs a path; this creates it beneath the fd), and records its
+ * name once it exists. */
+static int make_staging_dir(fsx_staging *staging, const char *parent, airlock_error *err)
+{
+        static const char alnum[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+        char name[] = STAGING_NAME;
+        for (int attempt = 0; attempt < STAGING_ATTEMPTS; attempt++) {
+                unsigned char rnd[6];
+                if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+                        return al_error(err, -EIO, NULL, "getrandom failed");
+                for (int i = 0; i < 6; i++)
+                        name[sizeof(name) - 7 + i] = alnum[rnd[i] % 36];
+                if (mkdirat(staging->parent_fd, name, 0700) == 0) {
+                        staging->name = strdup(name);
+                        if (staging->name)
+                                return 0;
+                        unlinkat(staging->parent_fd, name, AT_REMOVEDIR);
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                }
+                if (errno != EEXIST)
+                        return al_error(err, -errno, parent,
+                                        "cannot create a staging directory: %m");
+        }
+        return al_error(err, -EEXIST, parent, "cannot create a staging directory: %s",
+                        strerror(EEXIST));
+}
+
+int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_sources,
+                       const fsx_limits *lim, uid_t owner, gid_t group, fsx_staging *ret_staging,
+                       int *ret_fd, airlock_error *err)
+{
+        if (n_sources == 0) {
+                *ret_staging = (fsx_staging){.parent_fd = -1};
+                *ret_fd = -1;
+                return 0;
+        }
+        /* Whatever is made here is removed again on an error. */
+        _cleanup_(staging_removep)
+            fsx_staging staging = {.parent_fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+        if (staging.parent_fd < 0)
+                return al_error(err, -errno, parent, "cannot open the staging area %s: %m", parent);
+        int r = make_staging_dir(&staging, parent, err);
+        if (r < 0)
+                return r;
+        const char *name = staging.name;
+        _cleanup_close_ int stage_fd =
+            openat(staging.parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (stage_fd < 0)
+                return al_error(err, -errno, name, "cannot open the staging directory: %m");
+        if (mkdirat(stage_fd, "input", 0755) < 0)
+                return al_error(err, -errno, name, "cannot create the staging directory: %m");
+        _cleanup_close_ int input_fd =
+            openat(stage_fd, "input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (input_fd < 0)
+                return al_error(err, -errno, name, "cannot open the staging directory: %m");
+        if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0)
+                return al_error(err, -errno, name, "cannot chown the staging directory: %m");
+        fsx_stage_stats stats;
+        r = fsx_stage(input_fd, sources, n_sources, lim, owner, group, &stats, err);
+        if (r < 0)
+                return r;
+        *ret_staging = staging;
+        staging = (fsx_staging){.parent_fd = -1};
+        *ret_fd = TAKE_FD(input_fd);
+        return 0;
+}
+
+void fsx_staging_remove(fsx_staging *staging)
+{
+        if (staging->parent_fd >= 0 && staging->name &&
+            fsx_remove_at(staging->parent_fd, staging->name, NULL) < 0) {
+                /* Out of fds (the walk needs some), staging had not begun:
+                 * remove the two empty directories we made without opening
+                 * anything. Both are ours, in a directory only we can enter. */
+                char input[64];
+                snprintf(input, sizeof(input), "%s/input", staging->name);
+                unlinkat(staging->parent_fd, input, AT_REMOVEDIR);
+                unlinkat(staging->parent_fd, staging->name, AT_REMOVEDIR);
+        }
+        if (staging->parent_fd >= 0)
+                close(staging->parent_fd);
+        staging->parent_fd = -1;
+        free(staging->name);
+        staging->name = NULL;
+}
