@@ -20,12 +20,10 @@
 
 static int write_at(int dirfd, const char *file, const char *value)
 {
-        int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
-        int r = al_write_full(fd, value, strlen(value));
-        close(fd);
-        return r;
+        return al_write_full(fd, value, strlen(value));
 }
 
 /* Our own cgroup in the hierarchy named key ("memory", "pids", or "" for
@@ -77,11 +75,10 @@ static unsigned long long start_time(int pid)
 {
         char path[64], buf[1024];
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return 0;
         ssize_t n = al_read_full(fd, buf, sizeof(buf) - 1);
-        close(fd);
         if (n <= 0)
                 return 0;
         buf[n] = '\0';

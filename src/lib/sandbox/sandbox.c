@@ -144,14 +144,10 @@ static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
                 /* Reaped already (sbx_copy_end). */
                 remove_copy_cgroup_locked(sb, c->cg);
         }
-        if (c->chan >= 0)
-                close(c->chan);
-        if (c->out_r >= 0)
-                close(c->out_r);
-        if (c->err_r >= 0)
-                close(c->err_r);
-        if (c->oomfd >= 0)
-                close(c->oomfd);
+        closep(&c->chan);
+        closep(&c->out_r);
+        closep(&c->err_r);
+        closep(&c->oomfd);
         free(c);
 }
 
@@ -270,12 +266,10 @@ static int write_id_map(pid_t pid, const char *file, const char *map)
 {
         char path[64];
         snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
-        int r = al_write_full(fd, map, strlen(map));
-        close(fd);
-        return r;
+        return al_write_full(fd, map, strlen(map));
 }
 
 static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_tree)
@@ -316,36 +310,31 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
  * then waits until the interpreter is initialised. */
 static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, airlock_error *err)
 {
+        /* The control socket and the request socket, each the host's end
+         * and the template's. */
+        _cleanup_close_ int ctl_host = -1, ctl_tpl = -1, req_tpl = -1, req_host = -1;
         int sv[2], req[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return al_error(err, -errno, NULL, "socketpair: %m");
+        ctl_host = sv[0];
+        ctl_tpl = sv[1];
         /* Non-blocking at both ends: the host never waits to ask, and the
          * template reads what is there. A socket rather than a pipe, so
          * that asking a dead template raises no SIGPIPE (MSG_NOSIGNAL). */
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, req) < 0) {
-                int e = errno;
-                close(sv[0]);
-                close(sv[1]);
-                return al_error(err, -e, NULL, "socketpair: %s", strerror(e));
-        }
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, req) < 0)
+                return al_error(err, -errno, NULL, "socketpair: %m");
+        req_tpl = req[0];
+        req_host = req[1];
         /* A sealed memfd copy of this program, not /proc/self/exe: the
          * template's exe link and maps then name no host path (selfexe.c). */
         int exe = selfexe_fd(err);
-        if (exe < 0) {
-                close(sv[0]);
-                close(sv[1]);
-                close(req[0]);
-                close(req[1]);
+        if (exe < 0)
                 return exe;
-        }
         _cleanup_free_ char *params = params_json(sb, input_fd >= 0, input_tree);
-        pid_t pid = params ? fork() : -1;
+        /* Killed and reaped on every way out but success. */
+        _cleanup_pid_ pid_t pid = params ? fork() : -1;
         if (pid < 0) {
                 int e = params ? errno : ENOMEM;
-                close(sv[0]);
-                close(sv[1]);
-                close(req[0]);
-                close(req[1]);
                 return al_error(err, -e, NULL, "fork: %s", strerror(e));
         }
         if (pid == 0) {
@@ -354,9 +343,9 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                  * can overwrite another on its way. */
                 const int top = TEMPLATE_PYPATH_FD + PYPATH_MAX;
                 const size_t n_py = sb->cfg->n_python_paths;
-                int ctl = fcntl(sv[1], F_DUPFD, top);
+                int ctl = fcntl(ctl_tpl, F_DUPFD, top);
                 int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, top) : -1;
-                int rq = fcntl(req[0], F_DUPFD, top);
+                int rq = fcntl(req_tpl, F_DUPFD, top);
                 int cg[2] = {-1, -1};
                 for (int i = 0; sb->cg.enabled && i < sb->cg.n; i++)
                         if ((cg[i] = fcntl(sb->cg.dirfd[i], F_DUPFD, top)) < 0)
@@ -411,11 +400,12 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 syscall(SYS_execveat, ex, "", argv, envp, AT_EMPTY_PATH);
                 _exit(127);
         }
-        close(sv[1]);
-        close(req[0]);
-        sb->ctl = sv[0];
-        sb->req_w = req[1];
-        sb->tpl_pid = pid;
+        /* The template's ends go now: a template that dies during setup
+         * must show as the end of the control socket. */
+        close(TAKE_FD(ctl_tpl));
+        close(TAKE_FD(req_tpl));
+        sb->ctl = TAKE_FD(ctl_host);
+        sb->req_w = TAKE_FD(req_host);
         /* Into the template's cgroup before it starts anything: the template
          * waits for its parameters, and every copy is born inside, then
          * moves itself into a cgroup of its own (template.c). */
@@ -447,8 +437,10 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 }
                 if (buf[0] == CTL_ERROR)
                         return template_error(buf, (size_t)n, err);
-                if (buf[0] == CTL_READY)
+                if (buf[0] == CTL_READY) {
+                        sb->tpl_pid = TAKE_PID(pid);
                         return 0;
+                }
                 if (buf[0] != CTL_USERNS)
                         return al_error(err, -EPROTO, NULL, "sandbox template protocol error");
                 char map[64];
@@ -562,14 +554,26 @@ static ssize_t receive_for_copy(int fd, pid_t pid, int nudge, char *buf, size_t 
         return recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, 0);
 }
 
+/* The fds that came with a message: those not taken (TAKE_FD) are closed
+ * when the scope is left. */
+typedef struct received_fds {
+        int fd[5];
+        size_t n;
+} received_fds;
+
+static void received_fds_close(received_fds *got)
+{
+        for (size_t i = 0; i < got->n; i++)
+                closep(&got->fd[i]);
+}
+
 /* Reads one pending copy from the template. Caller holds sb->lock. */
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
         char buf[1100];
-        int fds[5];
-        size_t nfds = 0;
-        ssize_t n =
-            receive_for_copy(sb->ctl, sb->tpl_pid, sb->ctl, buf, sizeof(buf), fds, 5, &nfds);
+        _cleanup_(received_fds_close) received_fds got = {.n = 0};
+        ssize_t n = receive_for_copy(sb->ctl, sb->tpl_pid, sb->ctl, buf, sizeof(buf), got.fd,
+                                     ARRAY_SIZE(got.fd), &got.n);
         if (n == -ETIMEDOUT)
                 return al_error(err, -ETIMEDOUT, NULL, "the sandbox did not start a copy in time");
         sb->pending--;
@@ -578,11 +582,8 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
                 return al_error(err, n < 0 ? (int)n : -ECHILD, NULL,
                                 "the sandbox template is gone");
         }
-        if (buf[0] == CTL_ERROR) {
-                for (size_t i = 0; i < nfds; i++)
-                        close(fds[i]);
+        if (buf[0] == CTL_ERROR)
                 return template_error(buf, (size_t)n, err);
-        }
         long pid = 0;
         unsigned cg_seq = 0;
         if (buf[0] == CTL_COPY && (size_t)n < sizeof(buf)) {
@@ -596,24 +597,19 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         }
         /* With per-copy cgroups the copy's OOM counter comes too. */
         size_t want = sb->cg.enabled ? 5 : 4;
-        if (buf[0] != CTL_COPY || nfds != want || pid <= 0) {
-                for (size_t i = 0; i < nfds; i++)
-                        close(fds[i]);
+        if (buf[0] != CTL_COPY || got.n != want || pid <= 0) {
                 sb->broken = true;
                 return al_error(err, -EPROTO, NULL, "sandbox template protocol error");
         }
         copy *c = calloc(1, sizeof(*c));
-        if (!c) {
-                for (size_t i = 0; i < nfds; i++)
-                        close(fds[i]);
+        if (!c)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        }
         c->pid = (pid_t)pid;
-        c->chan = fds[0];
-        c->pidfd = fds[1];
-        c->out_r = fds[2];
-        c->err_r = fds[3];
-        c->oomfd = nfds == 5 ? fds[4] : -1;
+        c->chan = TAKE_FD(got.fd[0]);
+        c->pidfd = TAKE_FD(got.fd[1]);
+        c->out_r = TAKE_FD(got.fd[2]);
+        c->err_r = TAKE_FD(got.fd[3]);
+        c->oomfd = got.n == 5 ? TAKE_FD(got.fd[4]) : -1;
         c->cg = sb->cg.enabled ? cg_seq : 0;
         if (c->cg > sb->cg.max_copy)
                 sb->cg.max_copy = c->cg;
@@ -742,7 +738,7 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
                 sb->pypath_fd[i] = -1;
         if (r >= 0)
                 r = prepare_python_paths(sb, err);
-        int input_fd = -1;
+        _cleanup_close_ int input_fd = -1;
         if (r >= 0)
                 r = stage_inputs(sb, &input_fd, err);
         /* As root, the template runs as the guest ids and cannot reach the
@@ -767,8 +763,6 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         }
         if (r >= 0)
                 r = start_template(sb, input_fd, input_tree, err);
-        if (input_fd >= 0)
-                close(input_fd);
         if (r >= 0) {
                 pthread_mutex_lock(&sb->lock);
                 r = request_copy_locked(sb);
@@ -806,11 +800,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                 close(sb->ctl);
         if (sb->req_w >= 0)
                 close(sb->req_w);
-        if (sb->tpl_pid > 0) {
-                kill(sb->tpl_pid, SIGKILL);
-                while (waitpid(sb->tpl_pid, NULL, 0) < 0 && errno == EINTR)
-                        ;
-        }
+        pid_killp(&sb->tpl_pid);
         fsx_staging_remove(&sb->staging);
         for (size_t i = 0; i < PYPATH_MAX; i++)
                 if (sb->pypath_fd[i] >= 0)
@@ -828,12 +818,10 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
         /* The copy's first byte: ready, with its /output fd. */
         char tag[512];
-        int outdir = -1;
+        _cleanup_close_ int outdir = -1;
         size_t nfds = 0;
         ssize_t n = receive_for_copy(c->chan, c->pid, -1, tag, 1, &outdir, 1, &nfds);
         if (n <= 0 || tag[0] != COPY_READY || nfds != 1) {
-                if (nfds)
-                        close(outdir);
                 int r;
                 if (n > 0 && tag[0] == COPY_ERROR) {
                         ssize_t k = recv(c->chan, tag, sizeof(tag) - 1, MSG_DONTWAIT);
@@ -847,7 +835,7 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
                         err->kind = AIRLOCK_ERROR_RUN;
                 return r;
         }
-        *ret_outdir = outdir;
+        *ret_outdir = TAKE_FD(outdir);
         return 0;
 }
 

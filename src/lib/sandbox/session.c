@@ -52,7 +52,7 @@ static int read_reply(airlock_session *s, uint64_t deadline, const char *expect,
         frame_reader fr;
         frame_reader_init(&fr, 4096);
         fr.nonblock = true; /* polled below */
-        json_t *reply = NULL;
+        _cleanup_json_ json_t *reply = NULL;
         struct pollfd p = {s->c->chan, POLLIN, 0};
         int r = 0;
         while (r == 0) {
@@ -71,14 +71,11 @@ static int read_reply(airlock_session *s, uint64_t deadline, const char *expect,
         const char *op = json_string_value(json_object_get(reply, "op"));
         if (!op || strcmp(op, expect) != 0) {
                 const char *e = json_string_value(json_object_get(reply, "error"));
-                r = al_error(err, -EIO, NULL, "the session refused: %s", e ? e : "protocol error");
-                json_decref(reply);
-                return r;
+                return al_error(err, -EIO, NULL, "the session refused: %s",
+                                e ? e : "protocol error");
         }
         if (ret)
-                *ret = reply;
-        else
-                json_decref(reply);
+                *ret = TAKE_PTR(reply);
         return 0;
 }
 
@@ -96,15 +93,18 @@ static int read_active(airlock_session *s, const char *expect, airlock_error *er
         struct msghdr mh = {
             .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
         ssize_t n = recvmsg(s->c->chan, &mh, MSG_CMSG_CLOEXEC);
-        struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if (!cm || tag != 'P' || cm->cmsg_type != SCM_RIGHTS ||
-            cm->cmsg_len != CMSG_LEN(sizeof(int)) || (mh.msg_flags & MSG_CTRUNC))
+        struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+        /* A fd that came is closed on every way out but success, the
+         * wrong tag or a truncated message included. */
+        _cleanup_close_ int fd = -1;
+        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+            cm->cmsg_len == CMSG_LEN(sizeof(int)))
+                memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+        if (n != 1 || fd < 0 || tag != 'P' || (mh.msg_flags & MSG_CTRUNC))
                 return al_error(err, -EPROTO, NULL, "the session broke the protocol");
-        int fd;
-        memcpy(&fd, CMSG_DATA(cm), sizeof(int));
         if (s->active_pidfd >= 0)
                 close(s->active_pidfd);
-        s->active_pidfd = fd;
+        s->active_pidfd = TAKE_FD(fd);
 
         return read_reply(s, deadline, expect, NULL, err);
 }
@@ -176,25 +176,20 @@ int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock
         if (s->n_snapshots >= SESSION_MAX_SNAPSHOTS)
                 return al_error(err, -E2BIG, NULL, "too many snapshots (at most %d)",
                                 SESSION_MAX_SNAPSHOTS);
-        airlock_snapshot *snap = calloc(1, sizeof(*snap));
+        _cleanup_free_ airlock_snapshot *snap = calloc(1, sizeof(*snap));
         if (!snap)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        json_t *reply = NULL;
+        _cleanup_json_ json_t *reply = NULL;
         int r = request(s, json_pack("{s:s}", "op", "snapshot"), "snapshot", &reply, err);
-        if (r < 0) {
-                free(snap);
+        if (r < 0)
                 return r;
-        }
         json_int_t id = json_integer_value(json_object_get(reply, "id"));
-        json_decref(reply);
-        if (id <= 1 || id > 4194304) {
-                free(snap);
+        if (id <= 1 || id > 4194304)
                 return al_error(err, -EPROTO, NULL, "the session broke the protocol");
-        }
         snap->s = s;
         snap->id = (int)id;
         s->snapshots[s->n_snapshots++] = snap;
-        *ret = snap;
+        *ret = TAKE_PTR(snap);
         return 0;
 }
 
