@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "core/wire_table.h"
 
 #define GW_MAX_ADDRS         16
 #define GW_MAX_REQ_HEADERS   100
@@ -58,13 +59,13 @@ static const char *ipv4_kind(uint32_t a)
 
 const char *gateway_guest_exception(int r)
 {
-#define GATEWAY_EXCEPTION_CASE(code, when, exception)                                              \
+#define GATEWAY_EXCEPTION_CASE(code, when, kind)                                                   \
         case -code:                                                                                \
-                return exception;
+                return WIRE_KIND_##kind;
         switch (r) {
-                GATEWAY_ERRORS(GATEWAY_EXCEPTION_CASE)
+                WIRE_ERRORS(GATEWAY_EXCEPTION_CASE)
         default:
-                return "OSError";
+                return WIRE_KIND_OS;
         }
 #undef GATEWAY_EXCEPTION_CASE
 }

@@ -986,7 +986,8 @@ static int send_reply(run_state *st, json_t *msg)
  * raises (gateway_guest_exception() for HTTP errors). */
 static json_t *error_reply(const char *kind, const char *message)
 {
-        return json_pack("{s:b, s:s, s:s}", "ok", 0, "kind", kind, "error", message);
+        return json_pack("{s:b, s:s, s:s}", WIRE_KEY_OK, 0, WIRE_KEY_KIND, kind, WIRE_KEY_ERROR,
+                         message);
 }
 
 /* Serves one request of the guest: a tool call or an HTTP request. */
@@ -994,19 +995,19 @@ static void serve_request(run_state *st, json_t *msg)
 {
         const char *op = json_string_value(json_object_get(msg, "op"));
         json_t *reply = NULL;
-        if (op && strcmp(op, "end") == 0) {
+        if (op && strcmp(op, WIRE_OP_END) == 0) {
                 const char *s = json_string_value(json_object_get(msg, "status"));
                 snprintf(st->claimed_status, sizeof(st->claimed_status), "%s", s ? s : "");
                 st->claimed_exit = (int)json_integer_value(json_object_get(msg, "exit_code"));
                 st->ended = true;
                 st->alone = json_is_true(json_object_get(msg, "alone"));
                 return;
-        } else if (op && strcmp(op, "tool") == 0) {
+        } else if (op && strcmp(op, WIRE_OP_TOOL) == 0) {
                 const char *name = json_string_value(json_object_get(msg, "name"));
                 json_t *args = json_object_get(msg, "args");
                 if (!name) {
-                        reply =
-                            error_reply("ValueError", "call_tool: the tool name must be a string");
+                        reply = error_reply(WIRE_KIND_VALUE,
+                                            "call_tool: the tool name must be a string");
                 } else {
                         json_t *result = NULL;
                         char *message = NULL;
@@ -1016,28 +1017,28 @@ static void serve_request(run_state *st, json_t *msg)
                         tool_fail f =
                             toolreg_call_ex(st->sb->cfg->tools, name, args, &b, &result, &message);
                         if (f == TOOL_OK)
-                                reply = json_pack("{s:b, s:o}", "ok", 1, "result",
+                                reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
                                                   result ? result : json_null());
                         else
-                                reply = error_reply(f == TOOL_FAIL_INVALID ? "ValueError"
-                                                                           : "RuntimeError",
+                                reply = error_reply(f == TOOL_FAIL_INVALID ? WIRE_KIND_VALUE
+                                                                           : WIRE_KIND_RUNTIME,
                                                     message ? message : "the tool failed");
                         free(message);
                 }
-        } else if (op && strcmp(op, "http") == 0) {
+        } else if (op && strcmp(op, WIRE_OP_HTTP) == 0) {
                 json_t *resp = NULL;
                 airlock_error e;
                 airlock_error_clear(&e);
                 int r = gateway_request_ex(st->sb->cfg->allow, &st->sb->cfg->limits, msg,
                                            st->deadline, st->cancel_fd, &resp, &e);
                 if (r >= 0) {
-                        reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
+                        reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, resp);
                 } else {
                         const char *kind = gateway_guest_exception(r);
                         reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
                 }
         } else {
-                reply = error_reply("ValueError", "unknown request to the host");
+                reply = error_reply(WIRE_KIND_VALUE, "unknown request to the host");
         }
         int sent = reply ? send_reply(st, reply) : -ENOMEM;
         if (sent < 0 && sent != -ETIMEDOUT && sent != -ECANCELED)
@@ -1137,7 +1138,7 @@ static int finish_result(run_state *st, const siginfo_t *si, int outdir, uint64_
                 }
         } else {
                 res->exit_code = si->si_status;
-                if (strcmp(st->claimed_status, "memory") == 0) {
+                if (strcmp(st->claimed_status, WIRE_STATUS_MEMORY) == 0) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),
                                  "memory: the run exceeded its memory limit of %llu MiB",
@@ -1233,7 +1234,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         frame_reader_init(&st.fr, CHANNEL_MAX_FRAME);
         st.fr.nonblock = true; /* the loop below polls */
 
-        json_t *msg = json_pack("{s:s, s:s%}", "op", "run", "code", code, len);
+        json_t *msg = json_pack("{s:s, s:s%}", "op", WIRE_OP_RUN, "code", code, len);
         r = msg ? channel_send(c->chan, msg) : -ENOMEM;
         json_decref(msg);
         if (ret_delivered)
@@ -1411,7 +1412,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                 if (w < 0) {
                         /* Someone else reaped it (SIGCHLD ignored): trust the claim. */
                         si.si_code = CLD_EXITED;
-                        si.si_status = strcmp(st.claimed_status, "ok") == 0 ? 0 : 1;
+                        si.si_status = strcmp(st.claimed_status, WIRE_STATUS_OK) == 0 ? 0 : 1;
                 }
                 close(c->pidfd);
                 c->pidfd = -1;

@@ -97,7 +97,7 @@ static int read_active(airlock_session *s, const char *expect, airlock_error *er
             .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
         ssize_t n = recvmsg(s->c->chan, &mh, MSG_CMSG_CLOEXEC);
         struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if (!cm || tag != 'P' || cm->cmsg_type != SCM_RIGHTS ||
+        if (!cm || tag != COPY_ACTIVE || cm->cmsg_type != SCM_RIGHTS ||
             cm->cmsg_len != CMSG_LEN(sizeof(int)) || (mh.msg_flags & MSG_CTRUNC))
                 return al_error(err, -EPROTO, NULL, "the session broke the protocol");
         int fd;
@@ -137,9 +137,9 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
         if (r >= 0)
                 r = sbx_copy_wait_ready(s->c, &s->outdir, err);
         if (r >= 0)
-                r = request(s, json_pack("{s:s}", "op", "session"), NULL, NULL, err);
+                r = request(s, json_pack("{s:s}", "op", WIRE_OP_SESSION), NULL, NULL, err);
         if (r >= 0)
-                r = read_active(s, "session", err);
+                r = read_active(s, WIRE_OP_SESSION, err);
         sbx_replenish(sb);
         if (r < 0) {
                 airlock_session_close(s);
@@ -180,7 +180,8 @@ int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock
         if (!snap)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         json_t *reply = NULL;
-        int r = request(s, json_pack("{s:s}", "op", "snapshot"), "snapshot", &reply, err);
+        int r =
+            request(s, json_pack("{s:s}", "op", WIRE_OP_SNAPSHOT), WIRE_OP_SNAPSHOT, &reply, err);
         if (r < 0) {
                 free(snap);
                 return r;
@@ -207,11 +208,11 @@ int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, ai
         json_t *keep = json_array();
         for (size_t i = 0; i < s->n_snapshots; i++)
                 json_array_append_new(keep, json_integer(s->snapshots[i]->id));
-        int r =
-            request(s, json_pack("{s:s, s:i, s:o}", "op", "restore", "id", snap->id, "keep", keep),
-                    NULL, NULL, err);
+        int r = request(
+            s, json_pack("{s:s, s:i, s:o}", "op", WIRE_OP_RESTORE, "id", snap->id, "keep", keep),
+            NULL, NULL, err);
         if (r >= 0)
-                r = read_active(s, "restored", err);
+                r = read_active(s, WIRE_OP_RESTORED, err);
         if (r < 0)
                 s->dead = true;
         else
@@ -229,8 +230,8 @@ void airlock_snapshot_free(airlock_snapshot *snap)
                         continue;
                 s->snapshots[i] = s->snapshots[--s->n_snapshots];
                 if (!s->dead)
-                        request(s, json_pack("{s:s, s:i}", "op", "drop", "id", snap->id), NULL,
-                                NULL, NULL);
+                        request(s, json_pack("{s:s, s:i}", "op", WIRE_OP_DROP, "id", snap->id),
+                                NULL, NULL, NULL);
                 break;
         }
         free(snap);
