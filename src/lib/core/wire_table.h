@@ -39,14 +39,27 @@
 #define WIRE_OP_DROP     "drop"
 #define WIRE_OP_ERROR    "error"
 #define WIRE_OPS(X)                                                                                \
-        X(TOOL) X(HTTP) X(RUN) X(END) X(SESSION) X(SNAPSHOT) X(RESTORE) X(RESTORED) X(DROP) X(ERROR)
+        X(TOOL)                                                                                    \
+        X(HTTP)                                                                                    \
+        X(RUN)                                                                                     \
+        X(END)                                                                                     \
+        X(SESSION)                                                                                 \
+        X(SNAPSHOT)                                                                                \
+        X(RESTORE)                                                                                 \
+        X(RESTORED)                                                                                \
+        X(DROP)                                                                                    \
+        X(ERROR)
 
 /* The keys of a reply to a guest request (WIRE_KEY_*; _KEY_* in Python). */
-#define WIRE_KEY_OK        "ok"
-#define WIRE_KEY_RESULT    "result"
-#define WIRE_KEY_KIND      "kind"
-#define WIRE_KEY_ERROR     "error"
-#define WIRE_REPLY_KEYS(X) X(OK) X(RESULT) X(KIND) X(ERROR)
+#define WIRE_KEY_OK     "ok"
+#define WIRE_KEY_RESULT "result"
+#define WIRE_KEY_KIND   "kind"
+#define WIRE_KEY_ERROR  "error"
+#define WIRE_REPLY_KEYS(X)                                                                         \
+        X(OK)                                                                                      \
+        X(RESULT)                                                                                  \
+        X(KIND)                                                                                    \
+        X(ERROR)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's
  * _run, template/guestpy.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"
@@ -56,7 +69,10 @@
 #define WIRE_STATUS_OK     "ok"
 #define WIRE_STATUS_ERROR  "error"
 #define WIRE_STATUS_MEMORY "memory"
-#define WIRE_STATUSES(X)   X(OK) X(ERROR) X(MEMORY)
+#define WIRE_STATUSES(X)                                                                           \
+        X(OK)                                                                                      \
+        X(ERROR)                                                                                   \
+        X(MEMORY)
 
 /* The "kind" of a refusal: the name of the built-in exception the guest
  * raises for it (WIRE_KIND_*). In Python, _KINDS is the set of them, and a
@@ -75,8 +91,13 @@
         X(PERMISSION)                                                                              \
         X(VALUE)                                                                                   \
         X(RUNTIME)                                                                                 \
-        X(TIMEOUT) X(CONNECTION_REFUSED) X(CONNECTION_RESET) X(CONNECTION) X(INTERRUPTED)          \
-            X(MEMORY) X(OS)
+        X(TIMEOUT)                                                                                 \
+        X(CONNECTION_REFUSED)                                                                      \
+        X(CONNECTION_RESET)                                                                        \
+        X(CONNECTION)                                                                              \
+        X(INTERRUPTED)                                                                             \
+        X(MEMORY)                                                                                  \
+        X(OS)
 
 /* The errors of an HTTP request (gateway_request() in host/gateway.h) and
  * the kind the host sends for each: the only mapping from an errno to a
@@ -101,6 +122,8 @@
  * (_GUEST_* in Python). */
 #define GUEST_CACHE_DIR       "/cache"           /* the template's read-only cache */
 #define GUEST_FIGURES_BACKEND "_airlock_figures" /* module of the matplotlib backend */
-#define WIRE_GUEST(X)         X(GUEST_CACHE_DIR) X(GUEST_FIGURES_BACKEND)
+#define WIRE_GUEST(X)                                                                              \
+        X(GUEST_CACHE_DIR)                                                                         \
+        X(GUEST_FIGURES_BACKEND)
 
 #endif

@@ -37,11 +37,8 @@ struct airlock_snapshot {
 
 static int session_dead_error(airlock_error *err)
 {
-        al_error(err, -ESRCH, NULL,
-                 "the session has ended (timeout, cancel or exit); open a new one");
-        if (err)
-                err->kind = AIRLOCK_ERROR_RUN;
-        return -ESRCH;
+        return al_error_kind(err, AIRLOCK_ERROR_RUN, -ESRCH, NULL,
+                             "the session has ended (timeout, cancel or exit); open a new one");
 }
 
 /* Reads one reply frame of the session before the deadline and checks
@@ -127,6 +124,7 @@ static int request(airlock_session *s, json_t *msg, const char *expect, json_t *
 
 int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         airlock_session *s = calloc(1, sizeof(*s));
         if (!s)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -152,6 +150,7 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
 int airlock_session_run(airlock_session *s, const char *code, size_t len,
                         const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (s->dead)
                 return session_dead_error(err);
         int r = sbx_check_code(code, len, err);
@@ -171,6 +170,7 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
 
 int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (s->dead)
                 return session_dead_error(err);
         if (s->n_snapshots >= SESSION_MAX_SNAPSHOTS)
@@ -201,6 +201,7 @@ int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock
 
 int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (s->dead)
                 return session_dead_error(err);
         if (!snap || snap->s != s)
