@@ -37,7 +37,7 @@ int main(void)
 #define STATUS(id) r |= constant("_STATUS_", #id, WIRE_STATUS_##id);
 #define GUEST(id)  r |= constant("_", #id, id);
         WIRE_OPS(OP)
-        WIRE_REPLY_KEYS(KEY)
+        WIRE_KEYS(KEY)
         WIRE_STATUSES(STATUS)
         WIRE_GUEST(GUEST)
         r |= printf("# The built-in exceptions a refusal of the host may name.\n"

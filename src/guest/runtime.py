@@ -60,7 +60,7 @@ def call_tool(name, *args, **kwargs):
             f"call_tool({name!r}, key=value, ...)")
     if not isinstance(name, str):
         raise TypeError("call_tool: the tool name must be a string")
-    return _request({"op": _OP_TOOL, "name": name, "args": kwargs})
+    return _request({_KEY_OP: _OP_TOOL, _KEY_NAME: name, _KEY_ARGS: kwargs})
 
 
 def http_request(method, url, headers=None, body=None):
@@ -84,14 +84,14 @@ def http_request(method, url, headers=None, body=None):
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError("http headers must map strings to strings")
         hdrs[k] = v
-    res = _request({"op": _OP_HTTP, "method": method.upper(), "url": url, "headers": hdrs,
-                    "body_base64": _base64.b64encode(raw).decode("ascii")})
-    data = _base64.b64decode(res.get("body_base64", ""))
+    res = _request({_KEY_OP: _OP_HTTP, _KEY_METHOD: method.upper(), _KEY_URL: url,
+                    _KEY_HEADERS: hdrs, _KEY_BODY_BASE64: _base64.b64encode(raw).decode("ascii")})
+    data = _base64.b64decode(res.get(_KEY_BODY_BASE64, ""))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = data
-    return {"status": res.get("status"), "headers": res.get("headers", {}), "body": text}
+    return {"status": res.get(_KEY_STATUS), "headers": res.get(_KEY_HEADERS, {}), "body": text}
 
 
 def http_get(url, headers=None):

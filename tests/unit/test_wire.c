@@ -84,7 +84,7 @@ static void test_runtime_follows_the_host_tables(void **state)
 #define ASK_STATUS(id) ask(&code, &want, "_STATUS_" #id, WIRE_STATUS_##id);
 #define ASK_GUEST(id)  ask(&code, &want, "_" #id, id);
         WIRE_OPS(ASK_OP)
-        WIRE_REPLY_KEYS(ASK_KEY)
+        WIRE_KEYS(ASK_KEY)
         WIRE_STATUSES(ASK_STATUS)
         WIRE_GUEST(ASK_GUEST)
         /* The kinds as one sorted line: the guest has exactly these. */

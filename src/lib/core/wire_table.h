@@ -50,16 +50,45 @@
         X(DROP)                                                                                    \
         X(ERROR)
 
-/* The keys of a reply to a guest request (WIRE_KEY_*; _KEY_* in Python). */
-#define WIRE_KEY_OK     "ok"
-#define WIRE_KEY_RESULT "result"
-#define WIRE_KEY_KIND   "kind"
-#define WIRE_KEY_ERROR  "error"
-#define WIRE_REPLY_KEYS(X)                                                                         \
+/* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
+ * frame, the reply to a guest request ({"ok": true, "result": ...} or
+ * {"ok": false, "kind", "error"}), and the fields of each op above. An
+ * HTTP reply's result is {"status", "headers", "body_base64"}. */
+#define WIRE_KEY_OP          "op"
+#define WIRE_KEY_OK          "ok"
+#define WIRE_KEY_RESULT      "result"
+#define WIRE_KEY_KIND        "kind"
+#define WIRE_KEY_ERROR       "error"
+#define WIRE_KEY_NAME        "name"
+#define WIRE_KEY_ARGS        "args"
+#define WIRE_KEY_METHOD      "method"
+#define WIRE_KEY_URL         "url"
+#define WIRE_KEY_HEADERS     "headers"
+#define WIRE_KEY_BODY_BASE64 "body_base64"
+#define WIRE_KEY_STATUS      "status"
+#define WIRE_KEY_CODE        "code"
+#define WIRE_KEY_EXIT_CODE   "exit_code"
+#define WIRE_KEY_ALONE       "alone"
+#define WIRE_KEY_ID          "id"
+#define WIRE_KEY_KEEP        "keep"
+#define WIRE_KEYS(X)                                                                               \
+        X(OP)                                                                                      \
         X(OK)                                                                                      \
         X(RESULT)                                                                                  \
         X(KIND)                                                                                    \
-        X(ERROR)
+        X(ERROR)                                                                                   \
+        X(NAME)                                                                                    \
+        X(ARGS)                                                                                    \
+        X(METHOD)                                                                                  \
+        X(URL)                                                                                     \
+        X(HEADERS)                                                                                 \
+        X(BODY_BASE64)                                                                             \
+        X(STATUS)                                                                                  \
+        X(CODE)                                                                                    \
+        X(EXIT_CODE)                                                                               \
+        X(ALONE)                                                                                   \
+        X(ID)                                                                                      \
+        X(KEEP)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's
  * _run, template/guestpy.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"

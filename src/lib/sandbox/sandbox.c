@@ -985,18 +985,19 @@ static json_t *error_reply(const char *kind, const char *message)
 /* Serves one request of the guest: a tool call or an HTTP request. */
 static void serve_request(run_state *st, json_t *msg)
 {
-        const char *op = json_string_value(json_object_get(msg, "op"));
+        const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
         json_t *reply = NULL;
         if (op && strcmp(op, WIRE_OP_END) == 0) {
-                const char *s = json_string_value(json_object_get(msg, "status"));
+                const char *s = json_string_value(json_object_get(msg, WIRE_KEY_STATUS));
                 snprintf(st->claimed_status, sizeof(st->claimed_status), "%s", s ? s : "");
-                st->claimed_exit = (int)json_integer_value(json_object_get(msg, "exit_code"));
+                st->claimed_exit =
+                    (int)json_integer_value(json_object_get(msg, WIRE_KEY_EXIT_CODE));
                 st->ended = true;
-                st->alone = json_is_true(json_object_get(msg, "alone"));
+                st->alone = json_is_true(json_object_get(msg, WIRE_KEY_ALONE));
                 return;
         } else if (op && strcmp(op, WIRE_OP_TOOL) == 0) {
-                const char *name = json_string_value(json_object_get(msg, "name"));
-                json_t *args = json_object_get(msg, "args");
+                const char *name = json_string_value(json_object_get(msg, WIRE_KEY_NAME));
+                json_t *args = json_object_get(msg, WIRE_KEY_ARGS);
                 if (!name) {
                         reply = error_reply(WIRE_KIND_VALUE,
                                             "call_tool: the tool name must be a string");
@@ -1225,7 +1226,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         frame_reader_init(&st.fr, CHANNEL_MAX_FRAME);
         st.fr.nonblock = true; /* the loop below polls */
 
-        json_t *msg = json_pack("{s:s, s:s%}", "op", WIRE_OP_RUN, "code", code, len);
+        json_t *msg = json_pack("{s:s, s:s%}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE, code, len);
         r = msg ? channel_send(c->chan, msg) : -ENOMEM;
         json_decref(msg);
         if (ret_delivered)

@@ -65,9 +65,9 @@ static int read_reply(airlock_session *s, uint64_t deadline, const char *expect,
         frame_reader_free(&fr);
         if (r != 1)
                 return al_error(err, r < 0 ? r : -EPROTO, NULL, "the session did not answer");
-        const char *op = json_string_value(json_object_get(reply, "op"));
+        const char *op = json_string_value(json_object_get(reply, WIRE_KEY_OP));
         if (!op || strcmp(op, expect) != 0) {
-                const char *e = json_string_value(json_object_get(reply, "error"));
+                const char *e = json_string_value(json_object_get(reply, WIRE_KEY_ERROR));
                 r = al_error(err, -EIO, NULL, "the session refused: %s", e ? e : "protocol error");
                 json_decref(reply);
                 return r;
@@ -135,7 +135,7 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
         if (r >= 0)
                 r = sbx_copy_wait_ready(s->c, &s->outdir, err);
         if (r >= 0)
-                r = request(s, json_pack("{s:s}", "op", WIRE_OP_SESSION), NULL, NULL, err);
+                r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SESSION), NULL, NULL, err);
         if (r >= 0)
                 r = read_active(s, WIRE_OP_SESSION, err);
         sbx_replenish(sb);
@@ -180,13 +180,13 @@ int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock
         if (!snap)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         json_t *reply = NULL;
-        int r =
-            request(s, json_pack("{s:s}", "op", WIRE_OP_SNAPSHOT), WIRE_OP_SNAPSHOT, &reply, err);
+        int r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT), WIRE_OP_SNAPSHOT,
+                        &reply, err);
         if (r < 0) {
                 free(snap);
                 return r;
         }
-        json_int_t id = json_integer_value(json_object_get(reply, "id"));
+        json_int_t id = json_integer_value(json_object_get(reply, WIRE_KEY_ID));
         json_decref(reply);
         if (id <= 1 || id > 4194304) {
                 free(snap);
@@ -209,9 +209,10 @@ int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, ai
         json_t *keep = json_array();
         for (size_t i = 0; i < s->n_snapshots; i++)
                 json_array_append_new(keep, json_integer(s->snapshots[i]->id));
-        int r = request(
-            s, json_pack("{s:s, s:i, s:o}", "op", WIRE_OP_RESTORE, "id", snap->id, "keep", keep),
-            NULL, NULL, err);
+        int r = request(s,
+                        json_pack("{s:s, s:i, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE, WIRE_KEY_ID,
+                                  snap->id, WIRE_KEY_KEEP, keep),
+                        NULL, NULL, err);
         if (r >= 0)
                 r = read_active(s, WIRE_OP_RESTORED, err);
         if (r < 0)
@@ -231,7 +232,9 @@ void airlock_snapshot_free(airlock_snapshot *snap)
                         continue;
                 s->snapshots[i] = s->snapshots[--s->n_snapshots];
                 if (!s->dead)
-                        request(s, json_pack("{s:s, s:i}", "op", WIRE_OP_DROP, "id", snap->id),
+                        request(s,
+                                json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_DROP, WIRE_KEY_ID,
+                                          snap->id),
                                 NULL, NULL, NULL);
                 break;
         }
