@@ -62,14 +62,13 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@echo "  CC      $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
-# The guest runtime is Python source compiled into the library as a byte array.
-$(BUILD)/gen/guest_runtime.c: src/guest/runtime.py
-	@mkdir -p $(dir $@)
-	@{ echo '/* Generated from src/guest/runtime.py. */'; \
-	   echo 'const unsigned char guest_runtime_py[] = {'; \
-	   od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
-	   echo '0x00};'; \
-	   echo 'const unsigned long guest_runtime_py_len = sizeof(guest_runtime_py) - 1;'; } > $@
+# The guest runtime is Python source compiled into the library as a byte
+# array, after the protocol constants generated from the host's tables.
+RUNTIME_SRC := src/guest/runtime.py src/guest/gen_wire.c src/lib/core/wire_table.h \
+               scripts/embed_runtime.sh
+$(BUILD)/gen/guest_runtime.c: $(RUNTIME_SRC)
+	@echo "  GEN     $@"
+	@sh scripts/embed_runtime.sh '$(CC)' $@
 $(BUILD)/gen/guest_runtime.o: $(BUILD)/gen/guest_runtime.c
 	$(CC) -c $< -o $@ -fPIC
 

@@ -57,12 +57,9 @@ $(FBUILD)/%.o: %.c
 	@echo "  CLANG   $<"
 	@$(FCC) $(FCFLAGS) -c $< -o $@
 
-$(FBUILD)/gen/guest_runtime.c: src/guest/runtime.py
-	@mkdir -p $(dir $@)
-	@{ echo 'const unsigned char guest_runtime_py[] = {'; \
-	   od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
-	   echo '0x00};'; \
-	   echo 'const unsigned long guest_runtime_py_len = sizeof(guest_runtime_py) - 1;'; } > $@
+$(FBUILD)/gen/guest_runtime.c: src/guest/runtime.py src/guest/gen_wire.c src/lib/core/wire_table.h \
+                               scripts/embed_runtime.sh
+	@sh scripts/embed_runtime.sh cc $@
 $(FBUILD)/gen/guest_runtime.o: $(FBUILD)/gen/guest_runtime.c
 	@$(FCC) -c $< -o $@
 

@@ -43,4 +43,12 @@ enum {
         EXIT_SANDBOX = 3,
 };
 
+/* The exit status for a failed call of the library, from its error record
+ * alone: EXIT_USAGE for bad input, configuration or staging, EXIT_SANDBOX
+ * when the sandbox could not be started or a run could not be carried out.
+ * The record is always the failed call's own (every public function clears
+ * it on entry and every error fills all of it), so no caller has to clear
+ * it first. */
+int cli_exit_status(const airlock_error *err);
+
 #endif

@@ -240,14 +240,14 @@ int cmd_run(int argc, char **argv)
         }
         r = airlock_sandbox_new(o.cfg, &sb, &err);
         if (r < 0) {
-                status = err.kind == AIRLOCK_ERROR_SANDBOX ? EXIT_SANDBOX : EXIT_USAGE;
+                status = cli_exit_status(&err);
                 goto fail;
         }
         print_warnings(airlock_sandbox_warnings(sb), "airlock");
         airlock_run_options ropts = {.cancel_fd = cancel_pipe[0], .last = true};
         r = airlock_sandbox_run_ex(sb, code, len, &ropts, &res, &err);
         if (r < 0) {
-                status = err.kind == AIRLOCK_ERROR_INPUT ? EXIT_USAGE : EXIT_SANDBOX;
+                status = cli_exit_status(&err);
                 goto fail;
         }
         if (outfd >= 0)

@@ -6,6 +6,12 @@ sandbox's template interpreter, before the snapshot. Every run is a fresh
 copy of that interpreter, so nothing defined by one run's code survives into
 the next. The host side of every call is untrusted-input-proof; this side
 only has to be convenient and honest.
+
+The names it exchanges with the host (_OP_*, _KEY_*, _STATUS_*, _KINDS,
+_GUEST_*) are not defined here: scripts/embed_runtime.sh appends the
+constants that src/guest/gen_wire.c writes from the host's tables
+(src/lib/core/wire_table.h) to this file, after it so that its line numbers
+stay those of this file. Only functions use them.
 """
 import atexit as _atexit
 import builtins as _builtins
@@ -16,12 +22,22 @@ import _airlock  # the native channel to the host (see guestpy.c)
 
 __all__ = ["call_tool", "http_get", "http_post", "http_request"]
 
-# The host names the built-in exception to raise for a refusal
-# (GATEWAY_ERRORS in src/lib/host/gateway.h is the one table from an errno to
-# it); anything that is not an exception class becomes RuntimeError.
+# The host names the built-in exception to raise for a refusal, one of
+# _KINDS (WIRE_ERRORS in src/lib/core/wire_table.h is the one table from an
+# errno to it); anything else becomes RuntimeError.
 def _host_exception(kind):
-    exc = getattr(_builtins, kind, None) if isinstance(kind, str) else None
+    exc = getattr(_builtins, kind, None) if isinstance(kind, str) and kind in _KINDS else None
     return exc if isinstance(exc, type) and issubclass(exc, Exception) else RuntimeError
+
+
+def _refusal(reply):
+    """The exception for a refusal of the host. It is marked as the host's:
+    a MemoryError of the host's (it ran out of memory for the request) is
+    not the run exceeding its own memory limit (see _run)."""
+    exc = _host_exception(reply.get(_KEY_KIND))(
+        reply.get(_KEY_ERROR, "the host refused the request"))
+    exc._airlock_host = True
+    return exc
 
 
 def _request(msg):
@@ -30,9 +46,9 @@ def _request(msg):
     # wait for modules it may not need (json alone takes 15 ms here).
     import json as _json
     reply = _json.loads(_airlock.call(_json.dumps(msg, ensure_ascii=False).encode("utf-8")))
-    if reply.get("ok"):
-        return reply.get("result")
-    raise _host_exception(reply.get("kind"))(reply.get("error", "the host refused the request"))
+    if reply.get(_KEY_OK):
+        return reply.get(_KEY_RESULT)
+    raise _refusal(reply)
 
 
 def call_tool(name, *args, **kwargs):
@@ -44,7 +60,7 @@ def call_tool(name, *args, **kwargs):
             f"call_tool({name!r}, key=value, ...)")
     if not isinstance(name, str):
         raise TypeError("call_tool: the tool name must be a string")
-    return _request({"op": "tool", "name": name, "args": kwargs})
+    return _request({_KEY_OP: _OP_TOOL, _KEY_NAME: name, _KEY_ARGS: kwargs})
 
 
 def http_request(method, url, headers=None, body=None):
@@ -68,14 +84,14 @@ def http_request(method, url, headers=None, body=None):
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError("http headers must map strings to strings")
         hdrs[k] = v
-    res = _request({"op": "http", "method": method.upper(), "url": url, "headers": hdrs,
-                    "body_base64": _base64.b64encode(raw).decode("ascii")})
-    data = _base64.b64decode(res.get("body_base64", ""))
+    res = _request({_KEY_OP: _OP_HTTP, _KEY_METHOD: method.upper(), _KEY_URL: url,
+                    _KEY_HEADERS: hdrs, _KEY_BODY_BASE64: _base64.b64encode(raw).decode("ascii")})
+    data = _base64.b64decode(res.get(_KEY_BODY_BASE64, ""))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = data
-    return {"status": res.get("status"), "headers": res.get("headers", {}), "body": text}
+    return {"status": res.get(_KEY_STATUS), "headers": res.get(_KEY_HEADERS, {}), "body": text}
 
 
 def http_get(url, headers=None):
@@ -93,10 +109,6 @@ _session_main = None
 
 # Whether figures come back without being asked (airlock_config_set_auto_figures).
 _auto_figures = True
-# The template's read-only cache (GUEST_CACHE_DIR in sandbox.h).
-_CACHE = "/cache"
-# matplotlib's backend when figures come back (GUEST_FIGURES_BACKEND).
-_BACKEND = "_airlock_figures"
 # Figures saved in this run: /output/figure-N.png takes the next N.
 _figures_saved = 0
 _mpl_prepared = False
@@ -104,8 +116,9 @@ _mpl_prepared = False
 
 def _run(code, keep=False, last=False):
     """Runs code as the __main__ script. Returns (status, exit_code), where
-    status is "ok", "error" or "memory". With keep (a session), every run
-    shares one __main__, so names defined by one run are seen by the next.
+    status is _STATUS_OK, _STATUS_ERROR or _STATUS_MEMORY (the run's own
+    MemoryError). With keep (a session), every run shares one __main__, so
+    names defined by one run are seen by the next.
     With last (the agent's run in a single-run copy), the run ends as a
     Python program does: after the threads that are not daemons."""
     global _session_main, _figures_saved
@@ -119,7 +132,7 @@ def _run(code, keep=False, last=False):
         if keep:
             _session_main = main
     _sys.modules["__main__"] = main
-    status, exit_code = "ok", 0
+    status, exit_code = _STATUS_OK, 0
     try:
         compiled = compile(code, "<code>", "exec", dont_inherit=True)
         exec(compiled, main.__dict__)
@@ -137,22 +150,25 @@ def _run(code, keep=False, last=False):
             except Exception:
                 pass
             exit_code = 1
-        status = "ok" if exit_code == 0 else "error"
-    except MemoryError:
-        status, exit_code = "memory", 1
-        try:
-            _sys.stderr.write("MemoryError: the run exceeded its memory limit\n")
-        except Exception:
-            pass
-    except BaseException:
-        status, exit_code = "error", 1
-        try:
-            import traceback
-            etype, value, tb = _sys.exc_info()
-            # Drop the runner's own frame so the traceback starts at the code.
-            traceback.print_exception(etype, value, tb.tb_next if tb else None)
-        except MemoryError:
-            status = "memory"
+        status = _STATUS_OK if exit_code == 0 else _STATUS_ERROR
+    except BaseException as e:
+        status, exit_code = _STATUS_ERROR, 1
+        if isinstance(e, MemoryError) and not getattr(e, "_airlock_host", False):
+            # The run's own memory. A MemoryError of the host's (it ran out
+            # of memory for a request, _refusal) is an ordinary exception.
+            status = _STATUS_MEMORY
+            try:
+                _sys.stderr.write("MemoryError: the run exceeded its memory limit\n")
+            except Exception:
+                pass
+        else:
+            try:
+                import traceback
+                etype, value, tb = _sys.exc_info()
+                # Drop the runner's own frame so the traceback starts at the code.
+                traceback.print_exception(etype, value, tb.tb_next if tb else None)
+            except MemoryError:
+                status = _STATUS_MEMORY
     if last:
         # As at the end of a Python program, wait for the threads the code
         # started and did not mark as daemons: their work is part of the
@@ -316,7 +332,7 @@ def _build_caches():
     global _mpl_prepared
     import os
     _mpl_prepared = True
-    os.environ["MPLCONFIGDIR"] = _CACHE + "/matplotlib"
+    os.environ["MPLCONFIGDIR"] = _GUEST_CACHE_DIR + "/matplotlib"
     if "matplotlib" in _sys.modules:
         return  # preloaded: the preload wrote the font list already
     try:
@@ -340,7 +356,7 @@ def _prepare_matplotlib():
     target = env.get("MPLCONFIGDIR") or os.path.join(
         env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "matplotlib")
-    src = _CACHE + "/matplotlib"
+    src = _GUEST_CACHE_DIR + "/matplotlib"
     try:
         names = [n for n in os.listdir(src) if n.startswith("fontlist-") and n.endswith(".json")]
     except OSError:
@@ -423,7 +439,7 @@ class _Finder:
     def find_spec(cls, name, path=None, target=None):
         if name == "matplotlib":
             _prepare_matplotlib()
-        elif name == _BACKEND and _auto_figures:
+        elif name == _GUEST_FIGURES_BACKEND and _auto_figures:
             import importlib.util
             return importlib.util.spec_from_loader(name, _BackendLoader)
         elif name == "matplotlib.backend_bases" and _auto_figures:

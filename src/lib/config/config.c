@@ -38,6 +38,7 @@ void airlock_limits_default(airlock_limits *l)
 
 int airlock_config_new(airlock_config **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         airlock_config *c = calloc(1, sizeof(*c));
         if (!c)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -82,6 +83,7 @@ void airlock_config_free(airlock_config *c)
 
 int airlock_config_set_workspace(airlock_config *c, const char *dir, airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         if (!dir || !*dir)
                 return al_error(err, -EINVAL, NULL, "workspace path is empty");
@@ -96,6 +98,7 @@ int airlock_config_set_workspace(airlock_config *c, const char *dir, airlock_err
 int airlock_config_add_mount(airlock_config *c, const char *host, const char *path,
                              airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         if (!host || !*host)
                 return al_error(err, -EINVAL, NULL, "mount host path is empty");
@@ -137,30 +140,35 @@ int airlock_config_add_mount(airlock_config *c, const char *host, const char *pa
 int airlock_config_allow(airlock_config *c, const char *target, const char *methods,
                          airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         return allowlist_add(c->allow, target, methods, err);
 }
 
 int airlock_config_load_tools(airlock_config *c, const char *file, airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         return toolreg_load_file(c->tools, file, c->limits.tool_timeout_s, err);
 }
 
 int airlock_config_add_tool(airlock_config *c, const airlock_tool_def *def, airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         return toolreg_add_callback(c->tools, def, err);
 }
 
 int airlock_config_remove_tool(airlock_config *c, const char *name, airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         return toolreg_remove(c->tools, name, err);
 }
 
 int airlock_config_set_limits(airlock_config *c, const airlock_limits *l, airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         if (!(l->timeout_s > 0) || l->timeout_s > 86400)
                 return al_error(err, -EINVAL, NULL, "timeout %g s is out of range (0, 86400]",
@@ -207,6 +215,7 @@ static bool module_name_valid(const char *m)
 
 int airlock_config_add_preload(airlock_config *c, const char *module, airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         if (!module || !module_name_valid(module))
                 return al_error(err, -EINVAL, NULL, "preload '%s' is not a module name",
@@ -229,6 +238,7 @@ int airlock_config_add_preload(airlock_config *c, const char *module, airlock_er
 
 int airlock_config_add_python_path(airlock_config *c, const char *dir, airlock_error *err)
 {
+        airlock_error_clear(err);
         config_changed(c);
         _cleanup_free_ char *abs = NULL;
         int r = pypath_normalize(dir, &abs, err);

@@ -15,13 +15,15 @@ void airlock_error_clear(airlock_error *err)
         err->path[0] = '\0';
 }
 
-int al_verror(airlock_error *err, int code, const char *path, const char *fmt, va_list ap)
+int al_verror(airlock_error *err, airlock_error_kind kind, int code, const char *path,
+              const char *fmt, va_list ap)
 {
         if (code >= 0)
                 code = -EINVAL;
         if (!err)
                 return code;
         err->code = code;
+        err->kind = kind;
         vsnprintf(err->message, sizeof(err->message), fmt, ap);
         snprintf(err->path, sizeof(err->path), "%s", path ? path : "");
         return code;
@@ -31,8 +33,31 @@ int al_error(airlock_error *err, int code, const char *path, const char *fmt, ..
 {
         va_list ap;
         va_start(ap, fmt);
-        code = al_verror(err, code, path, fmt, ap);
+        code = al_verror(err, AIRLOCK_ERROR_INPUT, code, path, fmt, ap);
         va_end(ap);
+        return code;
+}
+
+int al_error_kind(airlock_error *err, airlock_error_kind kind, int code, const char *path,
+                  const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        code = al_verror(err, kind, code, path, fmt, ap);
+        va_end(ap);
+        return code;
+}
+
+int al_error_as(airlock_error *err, airlock_error_kind kind, int code)
+{
+        if (code >= 0)
+                code = -EINVAL;
+        if (!err)
+                return code;
+        if (err->code == 0)
+                return al_error_kind(err, kind, code, NULL, "%s", strerror(-code));
+        err->code = code;
+        err->kind = kind;
         return code;
 }
 

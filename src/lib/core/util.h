@@ -76,11 +76,30 @@ static inline void pid_killp(pid_t *pid)
 #define _unused_        __attribute__((unused))
 #define _printf_(a, b)  __attribute__((format(printf, a, b)))
 
-/* Fills err (when not NULL) and returns code, which must be a negative errno.
- * path may be NULL. The message is formatted like printf. */
+/* The error record. Every field of it is written here, so that what a
+ * record says is always the last error's, never a mix with an earlier one:
+ * its code, its kind (which the command line maps to its exit status), its
+ * message and its path. Each public function clears the record on entry
+ * (airlock_error_clear), so that a caller's record left over from an
+ * earlier failed call says nothing about a later one that succeeds.
+ *
+ * Fills err (when not NULL) with an error of kind AIRLOCK_ERROR_INPUT and
+ * returns code, which must be a negative errno (anything else becomes
+ * -EINVAL). path may be NULL. The message is formatted like printf. */
 int al_error(airlock_error *err, int code, const char *path, const char *fmt, ...) _printf_(4, 5);
+/* Same, of the given kind: AIRLOCK_ERROR_SANDBOX when isolation is
+ * unavailable, AIRLOCK_ERROR_RUN when a run could not be carried out. */
+int al_error_kind(airlock_error *err, airlock_error_kind kind, int code, const char *path,
+                  const char *fmt, ...) _printf_(5, 6);
 /* Same, from a va_list. */
-int al_verror(airlock_error *err, int code, const char *path, const char *fmt, va_list ap);
+int al_verror(airlock_error *err, airlock_error_kind kind, int code, const char *path,
+              const char *fmt, va_list ap);
+/* Reports the error a callee returned (code, with err filled by it) as one
+ * of kind: a step of a run that failed makes the run fail, whatever the
+ * step's own kind. The record takes code, the return value, so that the
+ * two never disagree; a callee that returned it without filling err (an
+ * empty record) leaves its strerror() text as the message. Returns code. */
+int al_error_as(airlock_error *err, airlock_error_kind kind, int code);
 
 /* A growable byte buffer with a hard cap (after curl's dynbuf). Appending past
  * the cap fails with -E2BIG and leaves the buffer as it was. */

@@ -1,7 +1,11 @@
-/* The host <-> template <-> copy protocol: the fds the template is started
- * with, the control messages on its sockets, the first byte a copy sends,
- * and the parameters the host sends after exec. Shared by the host side
- * (sandbox/) and the process inside the isolation (template/). */
+/* The host <-> template <-> copy protocol, the one header for it: the fds
+ * the template is started with, the control bytes on its sockets, the bytes
+ * a copy sends with fds attached, and the parameters the host sends after
+ * exec; the names of the JSON frames on a copy's channel (ops, reply keys,
+ * statuses, error kinds and the errno -> guest exception table) are in
+ * core/wire_table.h, which the guest runtime's Python constants are
+ * generated from. Shared by the host side (sandbox/, host/) and the process
+ * inside the isolation (template/). */
 #ifndef AIRLOCK_WIRE_H
 #define AIRLOCK_WIRE_H
 
@@ -10,6 +14,7 @@
 #include <sys/types.h>
 
 #include "airlock.h"
+#include "core/wire_table.h"
 
 /* The template is this very program, executed again with this argv[0], the
  * control socket on fd 3, the staged /input on fd 4 and the read end of the
@@ -47,16 +52,13 @@ enum {
 };
 
 /* First byte a copy sends on its channel: ready with the /output fd attached,
- * or an error followed by a message. */
+ * or an error followed by a message; and, in a session, the byte with which
+ * a newly active process sends a pidfd of itself before its frame. */
 enum {
         COPY_READY = 'R',
         COPY_ERROR = 'E',
+        COPY_ACTIVE = 'P',
 };
-
-/* The template's read-only cache in the guest's root (template.c). */
-#define GUEST_CACHE_DIR "/cache"
-/* The module name of the guest's matplotlib backend (runtime.py). */
-#define GUEST_FIGURES_BACKEND "_airlock_figures"
 
 /* Fixed fd numbers inside a copy. */
 #define COPY_CHANNEL_FD 3

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "core/wire_table.h"
 
 #define GW_MAX_ADDRS         16
 #define GW_MAX_REQ_HEADERS   100
@@ -58,13 +59,13 @@ static const char *ipv4_kind(uint32_t a)
 
 const char *gateway_guest_exception(int r)
 {
-#define GATEWAY_EXCEPTION_CASE(code, when, exception)                                              \
+#define GATEWAY_EXCEPTION_CASE(code, when, kind)                                                   \
         case -code:                                                                                \
-                return exception;
+                return WIRE_KIND_##kind;
         switch (r) {
-                GATEWAY_ERRORS(GATEWAY_EXCEPTION_CASE)
+                WIRE_ERRORS(GATEWAY_EXCEPTION_CASE)
         default:
-                return "OSError";
+                return WIRE_KIND_OS;
         }
 #undef GATEWAY_EXCEPTION_CASE
 }
@@ -718,9 +719,10 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                 size_t b64_len = 0;
                 _cleanup_free_ char *b64 = al_base64_encode(
                     (const unsigned char *)(t.body.data ? t.body.data : ""), t.body.len, &b64_len);
-                json_t *resp = b64 ? json_pack("{s:i,s:O,s:s%}", "status", (json_int_t)status,
-                                               "headers", t.headers, "body_base64", b64, b64_len)
-                                   : NULL;
+                json_t *resp =
+                    b64 ? json_pack("{s:i,s:O,s:s%}", WIRE_KEY_STATUS, (json_int_t)status,
+                                    WIRE_KEY_HEADERS, t.headers, WIRE_KEY_BODY_BASE64, b64, b64_len)
+                        : NULL;
                 if (!resp)
                         r = al_error(err, -ENOMEM, NULL, "%s %s: out of memory", method, shown);
                 else
@@ -753,8 +755,8 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
                 return al_error(err, -EIO, NULL, "HTTP is unavailable: %s", curl_problem);
         if (!json_is_object(request))
                 return al_error(err, -EINVAL, NULL, "an HTTP request must be a JSON object");
-        const json_t *jm = json_object_get(request, "method");
-        const json_t *ju = json_object_get(request, "url");
+        const json_t *jm = json_object_get(request, WIRE_KEY_METHOD);
+        const json_t *ju = json_object_get(request, WIRE_KEY_URL);
         if (!json_is_string(jm) || !json_is_string(ju))
                 return al_error(err, -EINVAL, NULL,
                                 "an HTTP request needs \"method\" and \"url\" strings");
@@ -797,11 +799,11 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
         r = allowlist_check(al, method, &u, NULL, err);
         if (r < 0)
                 goto out;
-        r = headers_build(json_object_get(request, "headers"), method, shown, &headers, &has_ctype,
-                          err);
+        r = headers_build(json_object_get(request, WIRE_KEY_HEADERS), method, shown, &headers,
+                          &has_ctype, err);
         if (r < 0)
                 goto out;
-        const json_t *jb = json_object_get(request, "body_base64");
+        const json_t *jb = json_object_get(request, WIRE_KEY_BODY_BASE64);
         bool has_body = jb && !json_is_null(jb);
         if (has_body) {
                 if (!json_is_string(jb)) {

@@ -33,27 +33,10 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim, const
                        uint64_t deadline_ns, int cancel_fd, json_t **ret_response,
                        airlock_error *err);
 
-/* Errors of gateway_request() and the exception the guest raises for each.
- * This table is the only mapping from an errno to a guest exception: the
- * host sends the exception's name and the guest runtime raises the built-in
- * of that name, so the two sides cannot disagree. Any other error is an
- * OSError. The message is always one line naming the method and the URL.
- *   errno          when                                   guest exception */
-#define GATEWAY_ERRORS(X)                                                                          \
-        X(EACCES, "allow-list, path or address refusal", "PermissionError")                        \
-        X(EINVAL, "malformed request (URL, method, headers, base64)", "ValueError")                \
-        X(E2BIG, "request or response over its cap", "ValueError")                                 \
-        X(ETIMEDOUT, "no complete response in time", "TimeoutError")                               \
-        X(ECONNREFUSED, "nothing listens there", "ConnectionRefusedError")                         \
-        X(ECONNRESET, "connection dropped mid-way", "ConnectionResetError")                        \
-        X(EHOSTUNREACH, "the name does not resolve", "ConnectionError")                            \
-        X(EIO, "any other transfer failure (TLS)", "ConnectionError")                              \
-        X(ECANCELED, "the run was cancelled meanwhile (it ends anyway)", "InterruptedError")       \
-        X(ENOMEM, "out of memory", "MemoryError")
-
 /* The name of the built-in exception the guest raises for r (a negative
- * errno from gateway_request()), from GATEWAY_ERRORS; "OSError" for any
- * other value. */
+ * errno from gateway_request()): the kind WIRE_ERRORS (core/wire_table.h,
+ * the one table from an errno to a guest exception) gives it, and
+ * WIRE_KIND_OS for any other value. */
 const char *gateway_guest_exception(int r);
 
 /* The kind of a special address ("loopback", "private", "link-local",

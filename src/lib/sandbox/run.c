@@ -229,16 +229,17 @@ static int send_reply(run_state *run, json_t *msg)
  * raises (gateway_guest_exception() for HTTP errors). */
 static json_t *error_reply(const char *kind, const char *message)
 {
-        return json_pack("{s:b, s:s, s:s}", "ok", 0, "kind", kind, "error", message);
+        return json_pack("{s:b, s:s, s:s}", WIRE_KEY_OK, 0, WIRE_KEY_KIND, kind, WIRE_KEY_ERROR,
+                         message);
 }
 
 /* Records the guest's "end" frame: how it says the code ended. */
 static void guest_ended(run_state *run, const json_t *msg)
 {
-        const char *s = json_string_value(json_object_get(msg, "status"));
+        const char *s = json_string_value(json_object_get(msg, WIRE_KEY_STATUS));
         snprintf(run->end.status, sizeof(run->end.status), "%s", s ? s : "");
-        run->end.exit_code = (int)json_integer_value(json_object_get(msg, "exit_code"));
-        run->end.alone = json_is_true(json_object_get(msg, "alone"));
+        run->end.exit_code = (int)json_integer_value(json_object_get(msg, WIRE_KEY_EXIT_CODE));
+        run->end.alone = json_is_true(json_object_get(msg, WIRE_KEY_ALONE));
         run->end.seen = true;
 }
 
@@ -246,14 +247,14 @@ static void guest_ended(run_state *run, const json_t *msg)
 static void serve_request(run_state *run, json_t *msg)
 {
         const airlock_config *cfg = sbx_config(run->sb);
-        const char *op = json_string_value(json_object_get(msg, "op"));
+        const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
         _cleanup_json_ json_t *reply = NULL;
-        if (op && strcmp(op, "tool") == 0) {
-                const char *name = json_string_value(json_object_get(msg, "name"));
-                json_t *args = json_object_get(msg, "args");
+        if (op && strcmp(op, WIRE_OP_TOOL) == 0) {
+                const char *name = json_string_value(json_object_get(msg, WIRE_KEY_NAME));
+                json_t *args = json_object_get(msg, WIRE_KEY_ARGS);
                 if (!name) {
-                        reply =
-                            error_reply("ValueError", "call_tool: the tool name must be a string");
+                        reply = error_reply(WIRE_KIND_VALUE,
+                                            "call_tool: the tool name must be a string");
                 } else {
                         json_t *result = NULL;
                         _cleanup_free_ char *message = NULL;
@@ -263,27 +264,27 @@ static void serve_request(run_state *run, json_t *msg)
                         tool_fail f =
                             toolreg_call_ex(cfg->tools, name, args, &b, &result, &message);
                         if (f == TOOL_OK)
-                                reply = json_pack("{s:b, s:o}", "ok", 1, "result",
+                                reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
                                                   result ? result : json_null());
                         else
-                                reply = error_reply(f == TOOL_FAIL_INVALID ? "ValueError"
-                                                                           : "RuntimeError",
+                                reply = error_reply(f == TOOL_FAIL_INVALID ? WIRE_KIND_VALUE
+                                                                           : WIRE_KIND_RUNTIME,
                                                     message ? message : "the tool failed");
                 }
-        } else if (op && strcmp(op, "http") == 0) {
+        } else if (op && strcmp(op, WIRE_OP_HTTP) == 0) {
                 json_t *resp = NULL;
                 airlock_error e;
                 airlock_error_clear(&e);
                 int r = gateway_request_ex(cfg->allow, run->lim, msg, run->deadline, run->cancel_fd,
                                            &resp, &e);
                 if (r >= 0) {
-                        reply = json_pack("{s:b, s:o}", "ok", 1, "result", resp);
+                        reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, resp);
                 } else {
                         const char *kind = gateway_guest_exception(r);
                         reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
                 }
         } else {
-                reply = error_reply("ValueError", "unknown request to the host");
+                reply = error_reply(WIRE_KIND_VALUE, "unknown request to the host");
         }
         int sent = reply ? send_reply(run, reply) : -ENOMEM;
         if (sent < 0 && sent != -ETIMEDOUT && sent != -ECANCELED)
@@ -304,8 +305,8 @@ static void serve_channel(run_state *run)
                 _cleanup_json_ json_t *req = NULL;
                 int fr = frame_reader_feed(&run->fr, run->c->chan, &req);
                 if (fr == 1) {
-                        const char *op = json_string_value(json_object_get(req, "op"));
-                        if (op && strcmp(op, "end") == 0) {
+                        const char *op = json_string_value(json_object_get(req, WIRE_KEY_OP));
+                        if (op && strcmp(op, WIRE_OP_END) == 0) {
                                 guest_ended(run, req);
                                 return;
                         }
@@ -491,7 +492,7 @@ static void run_reap(run_state *run, siginfo_t *si)
                 if (w < 0) {
                         /* Someone else reaped it (SIGCHLD ignored): trust the claim. */
                         si->si_code = CLD_EXITED;
-                        si->si_status = strcmp(run->end.status, "ok") == 0 ? 0 : 1;
+                        si->si_status = strcmp(run->end.status, WIRE_STATUS_OK) == 0 ? 0 : 1;
                 }
                 close(c->pidfd);
                 c->pidfd = -1;
@@ -575,7 +576,7 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
                 }
         } else {
                 res->exit_code = si->si_status;
-                if (strcmp(run->end.status, "memory") == 0) {
+                if (strcmp(run->end.status, WIRE_STATUS_MEMORY) == 0) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),
                                  "memory: the run exceeded its memory limit of %llu MiB",
@@ -625,15 +626,14 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
 static int run_deliver(run_state *run, const char *code, size_t len, bool *ret_delivered,
                        airlock_error *err)
 {
-        _cleanup_json_ json_t *msg = json_pack("{s:s, s:s%}", "op", "run", "code", code, len);
+        _cleanup_json_ json_t *msg =
+            json_pack("{s:s, s:s%}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE, code, len);
         int r = msg ? channel_send(run->c->chan, msg) : -ENOMEM;
         if (ret_delivered)
                 *ret_delivered = r >= 0;
         if (r < 0) {
-                al_error(err, r, NULL, "cannot send the code to the sandbox: %s", strerror(-r));
-                if (err)
-                        err->kind = AIRLOCK_ERROR_RUN;
-                return r;
+                return al_error_kind(err, AIRLOCK_ERROR_RUN, r, NULL,
+                                     "cannot send the code to the sandbox: %s", strerror(-r));
         }
         run->quiet_until = al_now_ns() + PIPES_QUIET_NS;
         run->phase = RUN_QUIET;

@@ -256,10 +256,8 @@ static int template_error(const char *msg, size_t len, airlock_error *err)
                 al_error(err, -code, NULL, "%s", text);
                 return -code;
         }
-        al_error(err, -code, NULL, "sandbox unavailable (%s): %s", feature, text);
-        if (err)
-                err->kind = AIRLOCK_ERROR_SANDBOX;
-        return -code;
+        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -code, NULL,
+                             "sandbox unavailable (%s): %s", feature, text);
 }
 
 static int write_id_map(pid_t pid, const char *file, const char *map)
@@ -428,12 +426,10 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                                         TEMPLATE_START_S);
                 ssize_t n = recv(sb->ctl, buf, sizeof(buf), 0);
                 if (n <= 0) {
-                        al_error(err, -ECHILD, NULL,
-                                 "sandbox unavailable: the template exited during setup "
-                                 "(could not execute the program's memfd copy?)");
-                        if (err)
-                                err->kind = AIRLOCK_ERROR_SANDBOX;
-                        return -ECHILD;
+                        return al_error_kind(
+                            err, AIRLOCK_ERROR_SANDBOX, -ECHILD, NULL,
+                            "sandbox unavailable: the template exited during setup "
+                            "(could not execute the program's memfd copy?)");
                 }
                 if (buf[0] == CTL_ERROR)
                         return template_error(buf, (size_t)n, err);
@@ -452,15 +448,11 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                         snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)sb->guest_gid);
                         r = write_id_map(pid, "gid_map", map);
                 }
-                if (r < 0) {
-                        al_error(err, r, NULL,
-                                 "sandbox unavailable (user namespaces): cannot write the id "
-                                 "maps: %s",
-                                 strerror(-r));
-                        if (err)
-                                err->kind = AIRLOCK_ERROR_SANDBOX;
-                        return r;
-                }
+                if (r < 0)
+                        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, r, NULL,
+                                             "sandbox unavailable (user namespaces): cannot "
+                                             "write the id maps: %s",
+                                             strerror(-r));
                 char go = CTL_GO;
                 if (send(sb->ctl, &go, 1, MSG_NOSIGNAL) != 1)
                         return al_error(err, -errno, NULL, "cannot talk to the template: %m");
@@ -636,8 +628,8 @@ int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
         else
                 sb->broken = true;
 out:
-        if (r < 0 && err)
-                err->kind = AIRLOCK_ERROR_RUN;
+        if (r < 0)
+                r = al_error_as(err, AIRLOCK_ERROR_RUN, r);
         pthread_mutex_unlock(&sb->lock);
         if (r >= 0)
                 *ret = c;
@@ -698,6 +690,7 @@ static int prepare_python_paths(airlock_sandbox *sb, airlock_error *err)
 
 int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         /* Keep the template's constructor linked into every program. */
         static void (*volatile keep)(void) = template_main;
         (void)keep;
@@ -750,11 +743,9 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
                                         AT_EMPTY_PATH | AT_RECURSIVE | OPEN_TREE_CLONE |
                                             OPEN_TREE_CLOEXEC);
                 if (tree < 0) {
-                        r = al_error(err, -errno, NULL,
-                                     "sandbox unavailable (open_tree): cannot clone the staged "
-                                     "input: %m");
-                        if (err)
-                                err->kind = AIRLOCK_ERROR_SANDBOX;
+                        r = al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -errno, NULL,
+                                          "sandbox unavailable (open_tree): cannot clone the "
+                                          "staged input: %m");
                 } else {
                         close(input_fd);
                         input_fd = tree;
@@ -768,7 +759,8 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
                 r = request_copy_locked(sb);
                 pthread_mutex_unlock(&sb->lock);
                 if (r < 0)
-                        al_error(err, r, NULL, "cannot talk to the sandbox template: %m");
+                        al_error(err, r, NULL, "cannot talk to the sandbox template: %s",
+                                 strerror(-r));
         }
         if (r < 0) {
                 airlock_sandbox_close(sb);
@@ -826,13 +818,12 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
                 if (n > 0 && tag[0] == COPY_ERROR) {
                         ssize_t k = recv(c->chan, tag, sizeof(tag) - 1, MSG_DONTWAIT);
                         tag[k > 0 ? k : 0] = '\0';
-                        r = al_error(err, -EIO, NULL, "sandbox copy failed to start: %s", tag);
+                        r = al_error_kind(err, AIRLOCK_ERROR_RUN, -EIO, NULL,
+                                          "sandbox copy failed to start: %s", tag);
                 } else {
-                        r = al_error(err, n < 0 ? (int)n : -ECHILD, NULL,
-                                     "sandbox copy failed to start");
+                        r = al_error_kind(err, AIRLOCK_ERROR_RUN, n < 0 ? (int)n : -ECHILD, NULL,
+                                          "sandbox copy failed to start");
                 }
-                if (err)
-                        err->kind = AIRLOCK_ERROR_RUN;
                 return r;
         }
         *ret_outdir = TAKE_FD(outdir);
@@ -877,6 +868,7 @@ int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
                            const airlock_run_options *opts, airlock_result **ret,
                            airlock_error *err)
 {
+        airlock_error_clear(err);
         bool began = al_watch_begin(opts);
         int r = run_fresh(sb, code, len, opts, ret, err);
         al_watch_end(began);
@@ -923,6 +915,7 @@ static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
 int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len, airlock_result **ret,
                         airlock_error *err)
 {
+        airlock_error_clear(err);
         return airlock_sandbox_run_ex(sb, code, len, NULL, ret, err);
 }
 

@@ -84,9 +84,6 @@ int selfexe_fd(airlock_error *err)
         pthread_once(&once, selfexe_make);
         if (exe_fd >= 0)
                 return exe_fd;
-        int r = al_error(err, -(exe_errno ? exe_errno : EIO), NULL, "sandbox unavailable: %s",
-                         exe_problem);
-        if (err)
-                err->kind = AIRLOCK_ERROR_SANDBOX;
-        return r;
+        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -(exe_errno ? exe_errno : EIO), NULL,
+                             "sandbox unavailable: %s", exe_problem);
 }

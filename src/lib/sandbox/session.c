@@ -37,11 +37,8 @@ struct airlock_snapshot {
 
 static int session_dead_error(airlock_error *err)
 {
-        al_error(err, -ESRCH, NULL,
-                 "the session has ended (timeout, cancel or exit); open a new one");
-        if (err)
-                err->kind = AIRLOCK_ERROR_RUN;
-        return -ESRCH;
+        return al_error_kind(err, AIRLOCK_ERROR_RUN, -ESRCH, NULL,
+                             "the session has ended (timeout, cancel or exit); open a new one");
 }
 
 /* Reads one reply frame of the session before the deadline and checks
@@ -68,9 +65,9 @@ static int read_reply(airlock_session *s, uint64_t deadline, const char *expect,
         frame_reader_free(&fr);
         if (r != 1)
                 return al_error(err, r < 0 ? r : -EPROTO, NULL, "the session did not answer");
-        const char *op = json_string_value(json_object_get(reply, "op"));
+        const char *op = json_string_value(json_object_get(reply, WIRE_KEY_OP));
         if (!op || strcmp(op, expect) != 0) {
-                const char *e = json_string_value(json_object_get(reply, "error"));
+                const char *e = json_string_value(json_object_get(reply, WIRE_KEY_ERROR));
                 return al_error(err, -EIO, NULL, "the session refused: %s",
                                 e ? e : "protocol error");
         }
@@ -100,7 +97,7 @@ static int read_active(airlock_session *s, const char *expect, airlock_error *er
         if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
             cm->cmsg_len == CMSG_LEN(sizeof(int)))
                 memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-        if (n != 1 || fd < 0 || tag != 'P' || (mh.msg_flags & MSG_CTRUNC))
+        if (n != 1 || fd < 0 || tag != COPY_ACTIVE || (mh.msg_flags & MSG_CTRUNC))
                 return al_error(err, -EPROTO, NULL, "the session broke the protocol");
         if (s->active_pidfd >= 0)
                 close(s->active_pidfd);
@@ -127,6 +124,7 @@ static int request(airlock_session *s, json_t *msg, const char *expect, json_t *
 
 int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         airlock_session *s = calloc(1, sizeof(*s));
         if (!s)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -137,9 +135,9 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
         if (r >= 0)
                 r = sbx_copy_wait_ready(s->c, &s->outdir, err);
         if (r >= 0)
-                r = request(s, json_pack("{s:s}", "op", "session"), NULL, NULL, err);
+                r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SESSION), NULL, NULL, err);
         if (r >= 0)
-                r = read_active(s, "session", err);
+                r = read_active(s, WIRE_OP_SESSION, err);
         sbx_replenish(sb);
         if (r < 0) {
                 airlock_session_close(s);
@@ -152,6 +150,7 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
 int airlock_session_run(airlock_session *s, const char *code, size_t len,
                         const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (s->dead)
                 return session_dead_error(err);
         int r = sbx_check_code(code, len, err);
@@ -171,6 +170,7 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
 
 int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (s->dead)
                 return session_dead_error(err);
         if (s->n_snapshots >= SESSION_MAX_SNAPSHOTS)
@@ -180,10 +180,11 @@ int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock
         if (!snap)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         _cleanup_json_ json_t *reply = NULL;
-        int r = request(s, json_pack("{s:s}", "op", "snapshot"), "snapshot", &reply, err);
+        int r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT), WIRE_OP_SNAPSHOT,
+                        &reply, err);
         if (r < 0)
                 return r;
-        json_int_t id = json_integer_value(json_object_get(reply, "id"));
+        json_int_t id = json_integer_value(json_object_get(reply, WIRE_KEY_ID));
         if (id <= 1 || id > 4194304)
                 return al_error(err, -EPROTO, NULL, "the session broke the protocol");
         snap->s = s;
@@ -195,6 +196,7 @@ int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock
 
 int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (s->dead)
                 return session_dead_error(err);
         if (!snap || snap->s != s)
@@ -202,11 +204,12 @@ int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, ai
         json_t *keep = json_array();
         for (size_t i = 0; i < s->n_snapshots; i++)
                 json_array_append_new(keep, json_integer(s->snapshots[i]->id));
-        int r =
-            request(s, json_pack("{s:s, s:i, s:o}", "op", "restore", "id", snap->id, "keep", keep),
-                    NULL, NULL, err);
+        int r = request(s,
+                        json_pack("{s:s, s:i, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE, WIRE_KEY_ID,
+                                  snap->id, WIRE_KEY_KEEP, keep),
+                        NULL, NULL, err);
         if (r >= 0)
-                r = read_active(s, "restored", err);
+                r = read_active(s, WIRE_OP_RESTORED, err);
         if (r < 0)
                 s->dead = true;
         else
@@ -224,8 +227,10 @@ void airlock_snapshot_free(airlock_snapshot *snap)
                         continue;
                 s->snapshots[i] = s->snapshots[--s->n_snapshots];
                 if (!s->dead)
-                        request(s, json_pack("{s:s, s:i}", "op", "drop", "id", snap->id), NULL,
-                                NULL, NULL);
+                        request(s,
+                                json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_DROP, WIRE_KEY_ID,
+                                          snap->id),
+                                NULL, NULL, NULL);
                 break;
         }
         free(snap);

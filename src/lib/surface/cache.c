@@ -413,6 +413,7 @@ static void *reaper_main(void *arg)
 int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cache **ret,
                       airlock_error *err)
 {
+        airlock_error_clear(err);
         if (idle_timeout_s != idle_timeout_s || idle_timeout_s > 1e9)
                 return al_error(err, -EINVAL, NULL, "cache idle timeout %g s is out of range",
                                 idle_timeout_s);
@@ -636,6 +637,7 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
 int airlock_cache_run_ex(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
                          const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (!c || !cfg || (!code && len))
                 return al_error(err, -EINVAL, NULL,
                                 "cache run: missing cache, configuration or code");
@@ -697,12 +699,14 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
 int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
                       airlock_result **ret, airlock_error *err)
 {
+        airlock_error_clear(err);
         const airlock_run_options opts = {.cancel_fd = -1};
         return airlock_cache_run_ex(c, cfg, code, len, &opts, ret, err);
 }
 
 char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (!c || !cfg) {
                 al_error(err, -EINVAL, NULL, "cache describe: missing cache or configuration");
                 return NULL;

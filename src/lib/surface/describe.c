@@ -523,6 +523,7 @@ static int describe(const airlock_config *cfg, const json_t *inv, char **ret_des
 int airlock_describe(const airlock_config *cfg, char **ret_description, char **ret_instructions,
                      airlock_error *err)
 {
+        airlock_error_clear(err);
         return describe(cfg, NULL, ret_description, ret_instructions, err);
 }
 
@@ -609,6 +610,7 @@ static const json_t *sandbox_inventory(airlock_sandbox *sb, airlock_error *err)
 int airlock_sandbox_describe(airlock_sandbox *sb, char **ret_description, char **ret_instructions,
                              airlock_error *err)
 {
+        airlock_error_clear(err);
         if (!sb)
                 return al_error(err, -EINVAL, NULL, "describe: no sandbox");
         const json_t *inv = sandbox_inventory(sb, err);
@@ -622,11 +624,13 @@ static char *describe_json(const airlock_config *cfg, const json_t *inv, const c
 
 char *airlock_describe_json(const airlock_config *cfg, airlock_error *err)
 {
+        airlock_error_clear(err);
         return describe_json(cfg, NULL, NULL, err);
 }
 
 char *airlock_sandbox_describe_json(airlock_sandbox *sb, airlock_error *err)
 {
+        airlock_error_clear(err);
         if (!sb) {
                 al_error(err, -EINVAL, NULL, "describe: no sandbox");
                 return NULL;

@@ -354,7 +354,7 @@ int guest_warm_up(char *errbuf, size_t errlen)
             "print('', end='')\n";
         const char *status = NULL;
         (void)guest_run(warmup, sizeof(warmup) - 1, false, &status);
-        if (!status || strcmp(status, "ok") != 0) {
+        if (!status || strcmp(status, WIRE_STATUS_OK) != 0) {
                 snprintf(errbuf, errlen, "python: the warm-up run failed");
                 return -EIO;
         }
@@ -414,7 +414,7 @@ int guest_run(const char *code, size_t len, bool last, const char **ret_status)
         PyObject *src = PyUnicode_DecodeUTF8(code, (Py_ssize_t)len, "strict");
         if (!src) {
                 PyErr_Clear();
-                *ret_status = "error";
+                *ret_status = WIRE_STATUS_ERROR;
                 fputs("SyntaxError: the code is not valid UTF-8\n", stderr);
                 return 1;
         }
@@ -423,17 +423,17 @@ int guest_run(const char *code, size_t len, bool last, const char **ret_status)
                                   last && !session_mode ? Py_True : Py_False);
         Py_DECREF(src);
         int exit_code = 1;
-        *ret_status = "error";
+        *ret_status = WIRE_STATUS_ERROR;
         if (res && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2) {
                 const char *s = PyUnicode_AsUTF8(PyTuple_GET_ITEM(res, 0));
                 long c = PyLong_AsLong(PyTuple_GET_ITEM(res, 1));
-                if (s && strcmp(s, "ok") == 0)
-                        *ret_status = "ok";
-                else if (s && strcmp(s, "memory") == 0)
-                        *ret_status = "memory";
+                if (s && strcmp(s, WIRE_STATUS_OK) == 0)
+                        *ret_status = WIRE_STATUS_OK;
+                else if (s && strcmp(s, WIRE_STATUS_MEMORY) == 0)
+                        *ret_status = WIRE_STATUS_MEMORY;
                 exit_code = (int)c;
         } else if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) {
-                *ret_status = "memory";
+                *ret_status = WIRE_STATUS_MEMORY;
         }
         Py_XDECREF(res);
         PyErr_Clear();

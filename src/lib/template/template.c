@@ -942,10 +942,10 @@ static void reply(int chan, json_t *msg)
 static void announce_active(int chan, const char *op)
 {
         int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
-        if (self < 0 || send_fds(chan, 'P', NULL, &self, 1) < 0)
+        if (self < 0 || send_fds(chan, COPY_ACTIVE, NULL, &self, 1) < 0)
                 _exit(0);
         close(self);
-        reply(chan, json_pack("{s:s}", "op", op));
+        reply(chan, json_pack("{s:s}", WIRE_KEY_OP, op));
 }
 
 /* The session's reap pipe, inherited by every process of a session: pid 1
@@ -1171,8 +1171,8 @@ static bool end_run_alone(void)
 /* The "end" frame of a single run, the agent's or a pre-warm one. */
 static json_t *end_frame(const char *status, int exit_code, bool alone)
 {
-        return json_pack("{s:s, s:s, s:i, s:b}", "op", "end", "status", status, "exit_code",
-                         exit_code, "alone", alone);
+        return json_pack("{s:s, s:s, s:i, s:b}", WIRE_KEY_OP, WIRE_OP_END, WIRE_KEY_STATUS, status,
+                         WIRE_KEY_EXIT_CODE, exit_code, WIRE_KEY_ALONE, alone);
 }
 
 /* Copies are prepared at idle priority: the fork, the interpreter's
@@ -1204,17 +1204,18 @@ _Noreturn static void serve_host(int chan)
                 if (first)
                         set_policy(SCHED_OTHER);
                 first = false;
-                const char *op = json_string_value(json_object_get(msg, "op"));
+                const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
                 op = op ? op : "";
-                if (strcmp(op, "run") == 0) {
-                        json_t *jc = json_object_get(msg, "code");
+                if (strcmp(op, WIRE_OP_RUN) == 0) {
+                        json_t *jc = json_object_get(msg, WIRE_KEY_CODE);
                         const char *code = json_string_value(jc);
-                        const char *status = "error";
+                        const char *status = WIRE_STATUS_ERROR;
                         int exit_code =
                             code ? guest_run(code, json_string_length(jc), true, &status) : 1;
                         if (session) {
-                                reply(chan, json_pack("{s:s, s:s, s:i}", "op", "end", "status",
-                                                      status, "exit_code", exit_code));
+                                reply(chan, json_pack("{s:s, s:s, s:i}", WIRE_KEY_OP, WIRE_OP_END,
+                                                      WIRE_KEY_STATUS, status, WIRE_KEY_EXIT_CODE,
+                                                      exit_code));
                                 json_decref(msg);
                                 continue;
                         }
@@ -1233,7 +1234,7 @@ _Noreturn static void serve_host(int chan)
                         if (alone)
                                 set_policy(SCHED_IDLE);
                         _exit(exit_code & 0xff);
-                } else if (strcmp(op, "session") == 0 && !session) {
+                } else if (strcmp(op, WIRE_OP_SESSION) == 0 && !session) {
                         int rp[2];
                         if (pipe2(rp, O_NONBLOCK | O_CLOEXEC) < 0)
                                 _exit(1);
@@ -1248,8 +1249,8 @@ _Noreturn static void serve_host(int chan)
                         reap_notify = -1;
                         session = true;
                         guest_set_session();
-                        announce_active(chan, "session");
-                } else if (strcmp(op, "snapshot") == 0 && session) {
+                        announce_active(chan, WIRE_OP_SESSION);
+                } else if (strcmp(op, WIRE_OP_SNAPSHOT) == 0 && session) {
                         sigset_t set, old;
                         sigemptyset(&set);
                         sigaddset(&set, SIGUSR1);
@@ -1257,31 +1258,33 @@ _Noreturn static void serve_host(int chan)
                         pid_t pid = fork_interpreter();
                         if (pid == 0) {
                                 snapshot_wait();
-                                announce_active(chan, "restored");
+                                announce_active(chan, WIRE_OP_RESTORED);
                         } else {
                                 sigprocmask(SIG_SETMASK, &old, NULL);
                                 if (pid < 0)
-                                        reply(chan, json_pack("{s:s, s:s}", "op", "error", "error",
-                                                              strerror(errno)));
+                                        reply(chan,
+                                              json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR,
+                                                        WIRE_KEY_ERROR, strerror(errno)));
                                 else
-                                        reply(chan, json_pack("{s:s, s:i}", "op", "snapshot", "id",
-                                                              (int)pid));
+                                        reply(chan,
+                                              json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT,
+                                                        WIRE_KEY_ID, (int)pid));
                         }
-                } else if (strcmp(op, "restore") == 0 && session) {
-                        pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
+                } else if (strcmp(op, WIRE_OP_RESTORE) == 0 && session) {
+                        pid_t id = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_ID));
                         /* The old state's processes are ended and
                          * reaped before the snapshot is woken, and the new
                          * active process waits for this one to be gone
                          * before it announces itself: the host's restore
                          * returns only then. */
-                        json_t *keep = json_object_get(msg, "keep");
+                        json_t *keep = json_object_get(msg, WIRE_KEY_KEEP);
                         if (id > 1 && kept_pid(id, keep) && wait_until_gone(keep, 0, true) == 0 &&
                             kill(id, SIGUSR1) == 0)
                                 _exit(0);
-                        reply(chan, json_pack("{s:s, s:s}", "op", "error", "error",
-                                              "the snapshot is gone"));
-                } else if (strcmp(op, "drop") == 0 && session) {
-                        pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
+                        reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR,
+                                              WIRE_KEY_ERROR, "the snapshot is gone"));
+                } else if (strcmp(op, WIRE_OP_DROP) == 0 && session) {
+                        pid_t id = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_ID));
                         if (id > 1)
                                 kill(id, SIGKILL);
                 }
@@ -1316,7 +1319,7 @@ static void prewarm_copy(void)
          * (runtime._prewarm): their pages are written by a copy here, at
          * idle priority, and learned by the probe, not by the agent's run. */
         json_t *msg =
-            json_pack("{s:s, s:s}", "op", "run", "code",
+            json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE,
                       "print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
         int r = msg ? channel_send(sv[0], msg) : -ENOMEM;
         json_decref(msg);
@@ -1324,8 +1327,8 @@ static void prewarm_copy(void)
         frame_reader fr;
         frame_reader_init(&fr, CHANNEL_MAX_FRAME);
         if (r >= 0 && frame_reader_feed(&fr, sv[1], &msg) == 1) {
-                json_t *jc = json_object_get(msg, "code");
-                const char *status = "error";
+                json_t *jc = json_object_get(msg, WIRE_KEY_CODE);
+                const char *status = WIRE_STATUS_ERROR;
                 int exit_code =
                     guest_run(json_string_value(jc), json_string_length(jc), false, &status);
                 json_t *end = end_frame(status, exit_code, end_run_alone());

@@ -1,0 +1,158 @@
+/* The guest channel's protocol, as tables: the one place where the names
+ * that the host (C) and the guest runtime (src/guest/runtime.py) exchange
+ * are written down. The C side includes this through core/wire.h; the
+ * guest runtime gets the same names as Python constants, which
+ * src/guest/gen_wire.c writes from these tables at build time and
+ * scripts/embed_runtime.sh appends to runtime.py, so that the two sides
+ * cannot disagree. Nothing here but macros (the errno names of WIRE_ERRORS
+ * are used only by C code that includes <errno.h>), so that the generator
+ * needs nothing else.
+ *
+ * A frame on a copy's channel is a JSON object (core/channel.h) whose "op"
+ * is one of WIRE_OPS; a guest request is answered by a reply frame
+ * {"ok": true, "result": ...} or {"ok": false, "kind": K, "error": message},
+ * K being one of WIRE_KINDS. */
+#ifndef AIRLOCK_WIRE_TABLE_H
+#define AIRLOCK_WIRE_TABLE_H
+
+/* The "op" of each frame (WIRE_OP_*; _OP_* in Python).
+ *   tool      guest -> host  call_tool: {"name", "args"}
+ *   http      guest -> host  an HTTP request: {"method", "url", "headers",
+ *                            "body_base64"} (host/gateway.h)
+ *   run       host -> copy   run {"code"}
+ *   end       copy -> host   the run ended: {"status" (WIRE_STATUS_*),
+ *                            "exit_code", "alone"}
+ *   session   both ways      become a session / the session is active
+ *   snapshot  both ways      take a snapshot / taken: {"id"}
+ *   restore   host -> copy   go back to snapshot {"id", "keep"}
+ *   restored  copy -> host   the restored state is active
+ *   drop      host -> copy   forget snapshot {"id"}
+ *   error     copy -> host   a session request failed: {"error"} */
+#define WIRE_OP_TOOL     "tool"
+#define WIRE_OP_HTTP     "http"
+#define WIRE_OP_RUN      "run"
+#define WIRE_OP_END      "end"
+#define WIRE_OP_SESSION  "session"
+#define WIRE_OP_SNAPSHOT "snapshot"
+#define WIRE_OP_RESTORE  "restore"
+#define WIRE_OP_RESTORED "restored"
+#define WIRE_OP_DROP     "drop"
+#define WIRE_OP_ERROR    "error"
+#define WIRE_OPS(X)                                                                                \
+        X(TOOL)                                                                                    \
+        X(HTTP)                                                                                    \
+        X(RUN)                                                                                     \
+        X(END)                                                                                     \
+        X(SESSION)                                                                                 \
+        X(SNAPSHOT)                                                                                \
+        X(RESTORE)                                                                                 \
+        X(RESTORED)                                                                                \
+        X(DROP)                                                                                    \
+        X(ERROR)
+
+/* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
+ * frame, the reply to a guest request ({"ok": true, "result": ...} or
+ * {"ok": false, "kind", "error"}), and the fields of each op above. An
+ * HTTP reply's result is {"status", "headers", "body_base64"}. */
+#define WIRE_KEY_OP          "op"
+#define WIRE_KEY_OK          "ok"
+#define WIRE_KEY_RESULT      "result"
+#define WIRE_KEY_KIND        "kind"
+#define WIRE_KEY_ERROR       "error"
+#define WIRE_KEY_NAME        "name"
+#define WIRE_KEY_ARGS        "args"
+#define WIRE_KEY_METHOD      "method"
+#define WIRE_KEY_URL         "url"
+#define WIRE_KEY_HEADERS     "headers"
+#define WIRE_KEY_BODY_BASE64 "body_base64"
+#define WIRE_KEY_STATUS      "status"
+#define WIRE_KEY_CODE        "code"
+#define WIRE_KEY_EXIT_CODE   "exit_code"
+#define WIRE_KEY_ALONE       "alone"
+#define WIRE_KEY_ID          "id"
+#define WIRE_KEY_KEEP        "keep"
+#define WIRE_KEYS(X)                                                                               \
+        X(OP)                                                                                      \
+        X(OK)                                                                                      \
+        X(RESULT)                                                                                  \
+        X(KIND)                                                                                    \
+        X(ERROR)                                                                                   \
+        X(NAME)                                                                                    \
+        X(ARGS)                                                                                    \
+        X(METHOD)                                                                                  \
+        X(URL)                                                                                     \
+        X(HEADERS)                                                                                 \
+        X(BODY_BASE64)                                                                             \
+        X(STATUS)                                                                                  \
+        X(CODE)                                                                                    \
+        X(EXIT_CODE)                                                                               \
+        X(ALONE)                                                                                   \
+        X(ID)                                                                                      \
+        X(KEEP)
+
+/* How the guest's code ended, the "status" of an "end" frame (runtime.py's
+ * _run, template/guestpy.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"
+ * is the run's own MemoryError, which the host reports as the run
+ * exceeding its memory limit; a MemoryError that the host raised for its
+ * own lack of memory (WIRE_ERRORS) is an ordinary "error". */
+#define WIRE_STATUS_OK     "ok"
+#define WIRE_STATUS_ERROR  "error"
+#define WIRE_STATUS_MEMORY "memory"
+#define WIRE_STATUSES(X)                                                                           \
+        X(OK)                                                                                      \
+        X(ERROR)                                                                                   \
+        X(MEMORY)
+
+/* The "kind" of a refusal: the name of the built-in exception the guest
+ * raises for it (WIRE_KIND_*). In Python, _KINDS is the set of them, and a
+ * reply naming anything else raises RuntimeError. */
+#define WIRE_KIND_PERMISSION         "PermissionError"
+#define WIRE_KIND_VALUE              "ValueError"
+#define WIRE_KIND_RUNTIME            "RuntimeError"
+#define WIRE_KIND_TIMEOUT            "TimeoutError"
+#define WIRE_KIND_CONNECTION_REFUSED "ConnectionRefusedError"
+#define WIRE_KIND_CONNECTION_RESET   "ConnectionResetError"
+#define WIRE_KIND_CONNECTION         "ConnectionError"
+#define WIRE_KIND_INTERRUPTED        "InterruptedError"
+#define WIRE_KIND_MEMORY             "MemoryError"
+#define WIRE_KIND_OS                 "OSError"
+#define WIRE_KINDS(X)                                                                              \
+        X(PERMISSION)                                                                              \
+        X(VALUE)                                                                                   \
+        X(RUNTIME)                                                                                 \
+        X(TIMEOUT)                                                                                 \
+        X(CONNECTION_REFUSED)                                                                      \
+        X(CONNECTION_RESET)                                                                        \
+        X(CONNECTION)                                                                              \
+        X(INTERRUPTED)                                                                             \
+        X(MEMORY)                                                                                  \
+        X(OS)
+
+/* The errors of an HTTP request (gateway_request() in host/gateway.h) and
+ * the kind the host sends for each: the only mapping from an errno to a
+ * guest exception (gateway_guest_exception()). Any other errno is
+ * WIRE_KIND_OS. A tool's failure is WIRE_KIND_VALUE (unknown tool, bad
+ * arguments) or WIRE_KIND_RUNTIME (the tool failed), whatever its cause.
+ * The message is always one line naming the method and the URL.
+ *   X(errno,       when,                                  kind) */
+#define WIRE_ERRORS(X)                                                                             \
+        X(EACCES, "allow-list, path or address refusal", PERMISSION)                               \
+        X(EINVAL, "malformed request (URL, method, headers, base64)", VALUE)                       \
+        X(E2BIG, "request or response over its cap", VALUE)                                        \
+        X(ETIMEDOUT, "no complete response in time", TIMEOUT)                                      \
+        X(ECONNREFUSED, "nothing listens there", CONNECTION_REFUSED)                               \
+        X(ECONNRESET, "connection dropped mid-way", CONNECTION_RESET)                              \
+        X(EHOSTUNREACH, "the name does not resolve", CONNECTION)                                   \
+        X(EIO, "any other transfer failure (TLS)", CONNECTION)                                     \
+        X(ECANCELED, "the run was cancelled meanwhile (it ends anyway)", INTERRUPTED)              \
+        X(ENOMEM, "the host is out of memory", MEMORY)
+
+/* Paths and names of the guest's world that the host and the runtime share
+ * (_GUEST_* in Python). */
+#define GUEST_CACHE_DIR       "/cache"           /* the template's read-only cache */
+#define GUEST_FIGURES_BACKEND "_airlock_figures" /* module of the matplotlib backend */
+#define WIRE_GUEST(X)                                                                              \
+        X(GUEST_CACHE_DIR)                                                                         \
+        X(GUEST_FIGURES_BACKEND)
+
+#endif
