@@ -174,6 +174,9 @@ AIRLOCK_PUBLIC void airlock_config_set_approval(airlock_config *cfg, airlock_app
  * and not written with savefig in that run, is saved as
  * /output/figure-N.png. Off, matplotlib's default backend is plain Agg. */
 AIRLOCK_PUBLIC void airlock_config_set_auto_figures(airlock_config *cfg, bool on);
+/* The number of targets added with airlock_config_allow: 0 when the guest
+ * may make no HTTP request at all. */
+AIRLOCK_PUBLIC size_t airlock_config_allow_count(const airlock_config *cfg);
 /* always when the base mode is always or any registered tool is; else never. */
 AIRLOCK_PUBLIC airlock_approval airlock_config_effective_approval(const airlock_config *cfg);
 
@@ -232,6 +235,11 @@ typedef struct airlock_sandbox airlock_sandbox;
  * naming the missing kernel feature when isolation cannot be set up. */
 AIRLOCK_PUBLIC int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret,
                                        airlock_error *err);
+/* Checks code as every run does before it starts: -EINVAL for NULL or a
+ * NUL byte, -EILSEQ for text that is not valid UTF-8, -E2BIG past the cap
+ * of 16 MiB. For a caller that wants to refuse such code early (before it
+ * asks a user to approve it, say). */
+AIRLOCK_PUBLIC int airlock_check_code(const char *code, size_t len, airlock_error *err);
 /* Runs code in a fresh copy of the template. A failing run is not an error:
  * it returns 0 with result->success false. Negative only when the run could
  * not be carried out at all. */

@@ -219,6 +219,11 @@ void airlock_config_set_auto_figures(airlock_config *c, bool on)
         c->no_auto_figures = !on;
 }
 
+size_t airlock_config_allow_count(const airlock_config *c)
+{
+        return allowlist_count(c->allow);
+}
+
 airlock_approval airlock_config_effective_approval(const airlock_config *c)
 {
         if (c->approval == AIRLOCK_APPROVAL_ALWAYS || toolreg_any_requires_approval(c->tools))

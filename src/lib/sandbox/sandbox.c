@@ -1454,6 +1454,11 @@ int sbx_check_code(const char *code, size_t len, airlock_error *err)
         return 0;
 }
 
+int airlock_check_code(const char *code, size_t len, airlock_error *err)
+{
+        return sbx_check_code(code, len, err);
+}
+
 static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
 
