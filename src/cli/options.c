@@ -1,6 +1,8 @@
 /* Option parsing shared by run, mcp and describe. Numbers are parsed strictly:
  * the whole text must be a number in range, or the option is refused with a
- * message naming it and its value. */
+ * message naming it and its value. The limits' options, their units and
+ * ranges are the library's (the limits table, through
+ * airlock_limit_option_at and airlock_limits_set_option). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -65,7 +67,7 @@ void cli_usage(FILE *f)
         airlock_limits defaults;
         airlock_limits_default(&defaults);
         const airlock_limit_option *lo;
-        for (size_t i = 0; (lo = airlock_limit_option_at(i)); i++) {
+        for (size_t i = 0; i < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(i)); i++) {
                 char left[64], dflt[32];
                 snprintf(left, sizeof(left), "--%s %s", lo->name, lo->unit);
                 if (airlock_limits_format_option(&defaults, lo->name, dflt, sizeof(dflt)) < 0)
