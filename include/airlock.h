@@ -225,6 +225,13 @@ typedef struct airlock_result {
 AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
 /* The result JSON of DESIGN.md, "contents" included. Returns malloc'd text or NULL. */
 AIRLOCK_PUBLIC char *airlock_result_to_json(const airlock_result *result);
+/* The same object as a jansson value (jansson's json_t, which the library
+ * links), for a program that goes on building on it (an MCP server's tool
+ * result) instead of parsing the text again, which costs seconds for a
+ * result with tens of MiB of files. The caller owns the reference
+ * (json_decref). NULL when out of memory. */
+struct json_t;
+AIRLOCK_PUBLIC struct json_t *airlock_result_to_jansson(const airlock_result *result);
 
 /* ---- sandbox ----------------------------------------------------------- */
 

@@ -140,10 +140,7 @@ static json_t *refused_item(const json_t *refused)
 
 json_t *mcp_tool_result(const airlock_result *res)
 {
-        /* The result JSON through the public API, encoded and read back;
-         * JSON_ALLOW_NUL, as stdout may hold U+0000. */
-        _cleanup_free_ char *text = airlock_result_to_json(res);
-        json_t *structured = text ? json_loads(text, JSON_ALLOW_NUL, NULL) : NULL;
+        json_t *structured = airlock_result_to_jansson(res);
         if (!structured)
                 return NULL;
         json_t *content = json_array();
