@@ -62,6 +62,13 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@echo "  CC      $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
+# The command line is built on the public API alone: without -Isrc/lib, an
+# include of the library's internals does not compile.
+$(BUILD)/src/cli/%.o: src/cli/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(filter-out -Isrc/lib,$(CFLAGS)) -c $< -o $@
+
 # The guest runtime is Python source compiled into the library as a byte
 # array, after the protocol constants generated from the host's tables.
 RUNTIME_SRC := src/guest/runtime.py src/guest/gen_wire.c src/lib/core/wire_table.h \
@@ -97,11 +104,12 @@ $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a build/.deps-check
 # Fuzz corpus replays: each fuzzer's entry point built as a plain program.
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY_BIN := $(FUZZ_SRC:fuzz/fuzz_%.c=$(BUILD)/fuzz/replay_%)
-$(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(BUILD)/src/cli/options.o $(BUILD)/src/cli/mcp_parse.o $(BUILD)/libairlock.a
+FUZZ_CLI_OBJ := $(addprefix $(BUILD)/src/cli/,options.o mcp_parse.o cli_util.o)
+$(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(FUZZ_CLI_OBJ) $(BUILD)/libairlock.a
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
 	@$(CC) $(CFLAGS) -Isrc/cli -DFUZZ_NAME='"$*"' -DFUZZ_DIR='"$(CURDIR)/fuzz"' -o $@ \
-		fuzz/fuzz_$*.c fuzz/replay_main.c $(BUILD)/src/cli/options.o $(BUILD)/src/cli/mcp_parse.o $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
+		fuzz/fuzz_$*.c fuzz/replay_main.c $(FUZZ_CLI_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
 
 tests: all $(TEST_BIN) $(TEST_HELPER_BIN) $(FUZZ_REPLAY_BIN)
 

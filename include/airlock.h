@@ -63,8 +63,7 @@ typedef struct airlock_limits {
         uint32_t max_output_files;  /* capture: number of files (default 1000) */
         uint32_t max_output_depth;  /* capture: directory depth (default 64) */
         uint64_t max_stdout;        /* each of stdout and stderr (default 1 MiB) */
-        uint64_t max_stage_bytes;   /* staging: total bytes (default 1 GiB... see
-                                       airlock_limits_default) */
+        uint64_t max_stage_bytes;   /* staging: total bytes (default 4 GiB) */
         uint64_t max_stage_files;   /* staging: number of entries (default 100000) */
         uint32_t max_stage_depth;   /* staging: directory depth (default 256) */
         double tool_timeout_s;      /* default timeout of a command tool (default 30) */
@@ -75,6 +74,31 @@ typedef struct airlock_limits {
 
 /* Fills every field with its default. */
 AIRLOCK_PUBLIC void airlock_limits_default(airlock_limits *limits);
+
+/* A limit that a user sets by name and value, as the command line's
+ * --NAME VALUE does. */
+typedef struct airlock_limit_option {
+        const char *name; /* the long option without "--": "timeout", "memory", ... */
+        const char *unit; /* what VALUE counts: "SEC" (seconds), "MIB", "KIB" or "N" */
+        const char *help; /* what the limit caps, a few words for a usage line */
+} airlock_limit_option;
+
+/* The i-th limit that is set by name, counting from 0 in a fixed order, or
+ * NULL past the last. Owned by the library. */
+AIRLOCK_PUBLIC const airlock_limit_option *airlock_limit_option_at(size_t i);
+/* Sets the limit called name from value, text in the option's unit. The
+ * whole text must be a number in the limit's range, and a whole number
+ * unless the unit is SEC; otherwise -EINVAL, with a message that names the
+ * option as "--NAME", the value and the range. -ENOENT for a name that
+ * airlock_limit_option_at does not list. limits is left as it was on
+ * failure; airlock_config_set_limits checks the whole set. */
+AIRLOCK_PUBLIC int airlock_limits_set_option(airlock_limits *limits, const char *name,
+                                             const char *value, airlock_error *err);
+/* Writes the limit called name as text in the option's unit ("30", "512")
+ * into buf. Returns its length, -ENOENT for an unknown name, or -ENOBUFS
+ * when buf is too small. */
+AIRLOCK_PUBLIC int airlock_limits_format_option(const airlock_limits *limits, const char *name,
+                                                char *buf, size_t size);
 
 /* ---- configuration ----------------------------------------------------- */
 
@@ -128,6 +152,8 @@ AIRLOCK_PUBLIC int airlock_config_add_tool(airlock_config *cfg, const airlock_to
                                            airlock_error *err);
 AIRLOCK_PUBLIC int airlock_config_remove_tool(airlock_config *cfg, const char *name,
                                               airlock_error *err);
+/* Sets every limit at once. A field out of its range is -EINVAL, naming
+ * the field, its value and the range, and changes nothing. */
 AIRLOCK_PUBLIC int airlock_config_set_limits(airlock_config *cfg, const airlock_limits *limits,
                                              airlock_error *err);
 AIRLOCK_PUBLIC void airlock_config_get_limits(const airlock_config *cfg, airlock_limits *ret);
@@ -148,6 +174,9 @@ AIRLOCK_PUBLIC void airlock_config_set_approval(airlock_config *cfg, airlock_app
  * and not written with savefig in that run, is saved as
  * /output/figure-N.png. Off, matplotlib's default backend is plain Agg. */
 AIRLOCK_PUBLIC void airlock_config_set_auto_figures(airlock_config *cfg, bool on);
+/* The number of targets added with airlock_config_allow: 0 when the guest
+ * may make no HTTP request at all. */
+AIRLOCK_PUBLIC size_t airlock_config_allow_count(const airlock_config *cfg);
 /* always when the base mode is always or any registered tool is; else never. */
 AIRLOCK_PUBLIC airlock_approval airlock_config_effective_approval(const airlock_config *cfg);
 
@@ -196,6 +225,13 @@ typedef struct airlock_result {
 AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
 /* The result JSON of DESIGN.md, "contents" included. Returns malloc'd text or NULL. */
 AIRLOCK_PUBLIC char *airlock_result_to_json(const airlock_result *result);
+/* The same object as a jansson value (jansson's json_t, which the library
+ * links), for a program that goes on building on it (an MCP server's tool
+ * result) instead of parsing the text again, which costs seconds for a
+ * result with tens of MiB of files. The caller owns the reference
+ * (json_decref). NULL when out of memory. */
+struct json_t;
+AIRLOCK_PUBLIC struct json_t *airlock_result_to_jansson(const airlock_result *result);
 
 /* ---- sandbox ----------------------------------------------------------- */
 
@@ -206,6 +242,11 @@ typedef struct airlock_sandbox airlock_sandbox;
  * naming the missing kernel feature when isolation cannot be set up. */
 AIRLOCK_PUBLIC int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret,
                                        airlock_error *err);
+/* Checks code as every run does before it starts: -EINVAL for NULL or a
+ * NUL byte, -EILSEQ for text that is not valid UTF-8, -E2BIG past the cap
+ * of 16 MiB. For a caller that wants to refuse such code early (before it
+ * asks a user to approve it, say). */
+AIRLOCK_PUBLIC int airlock_check_code(const char *code, size_t len, airlock_error *err);
 /* Runs code in a fresh copy of the template. A failing run is not an error:
  * it returns 0 with result->success false. Negative only when the run could
  * not be carried out at all. */

@@ -25,12 +25,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-/* The library's internal view of a configuration, for the one fact the public
- * API does not offer: whether the allow-list is empty (openWorldHint). */
-#include "config/config.h"
+#include "cli_util.h"
 #include "mcp.h"
-#include "host/netpolicy.h"
-#include "core/util.h"
 
 #define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
 #define MCP_MAX_CALLS 64          /* tools/call in progress at once */
@@ -78,7 +74,7 @@ typedef struct mcp_server {
         mcp_call *inline_call;
         int input_watch; /* epoll set of stdin and the stop pipe, or -1 */
         char *chunk;
-        dynbuf line;
+        cli_buf line;
         bool discarding;
 } mcp_server;
 
@@ -109,7 +105,7 @@ static void send_message(mcp_server *srv, json_t *msg)
         size_t n = strlen(text);
         text[n] = '\n'; /* replaces the NUL; written with its length */
         pthread_mutex_lock(&srv->out_lock);
-        if (!srv->output_broken && al_write_full(STDOUT_FILENO, text, n + 1) < 0)
+        if (!srv->output_broken && cli_write_full(STDOUT_FILENO, text, n + 1) < 0)
                 srv->output_broken = true;
         pthread_mutex_unlock(&srv->out_lock);
         free(text);
@@ -138,7 +134,7 @@ static void send_error(mcp_server *srv, const json_t *id, int code, const char *
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
         /* The message may quote client input: keep it valid UTF-8. */
-        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+        _cleanup_free_ char *clean = cli_utf8_sanitize(msg, strlen(msg));
         json_t *jid = id ? json_incref((json_t *)id) : json_null();
         send_message(srv, json_pack("{s:s, s:o, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", jid,
                                     "error", "code", code, "message", clean ? clean : msg));
@@ -550,7 +546,7 @@ static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *p
                         snprintf(msg, sizeof(msg),
                                  "execute_code has no argument \"%.200s\"; it takes only \"code\"",
                                  key);
-                        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+                        _cleanup_free_ char *clean = cli_utf8_sanitize(msg, strlen(msg));
                         send_result(srv, id, mcp_tool_error(clean ? clean : msg));
                         return;
                 }
@@ -698,7 +694,7 @@ static bool stop_requested(void)
  * until it hands the role on to run a call on this thread. */
 static void reader_loop(mcp_server *srv)
 {
-        dynbuf *line = &srv->line;
+        cli_buf *line = &srv->line;
         for (;;) {
                 if (!wait_input()) {
                         finish_input(srv, true);
@@ -713,9 +709,9 @@ static void reader_loop(mcp_server *srv)
                 while (p < end) {
                         const char *nl = memchr(p, '\n', (size_t)(end - p));
                         const char *stop = nl ? nl : end;
-                        if (!srv->discarding && dynbuf_append(line, p, (size_t)(stop - p)) < 0) {
-                                dynbuf_free(line);
-                                dynbuf_init(line, MCP_MAX_LINE);
+                        if (!srv->discarding && cli_buf_append(line, p, (size_t)(stop - p)) < 0) {
+                                cli_buf_free(line);
+                                cli_buf_init(line, MCP_MAX_LINE);
                                 srv->discarding = true;
                         }
                         p = stop;
@@ -795,7 +791,7 @@ static bool serve(mcp_server *srv)
         srv->chunk = malloc(MCP_CHUNK);
         if (!srv->chunk)
                 return false;
-        dynbuf_init(&srv->line, MCP_MAX_LINE);
+        cli_buf_init(&srv->line, MCP_MAX_LINE);
         srv->input_watch = make_input_watch();
         reader_loop(srv);
         /* Between calls the main thread works as a worker until nobody
@@ -840,7 +836,7 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
                 return -EINVAL;
         json_t *d = json_loads(desc_json, 0, NULL);
         if (!d)
-                return al_error(err, -ENOMEM, NULL, "cannot read the tool description");
+                return cli_error(err, -ENOMEM, NULL, "cannot read the tool description");
         size_t i;
         json_t *w;
         json_array_foreach (json_object_get(d, "warnings"), i, w)
@@ -852,11 +848,11 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
                               json_object_get(d, "input_schema"), "outputSchema",
                               mcp_output_schema(), "annotations", "title", "Execute Python code",
                               "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
-                              "openWorldHint", allowlist_count(cfg->allow) > 0, "_meta",
+                              "openWorldHint", airlock_config_allow_count(cfg) > 0, "_meta",
                               "airlock/approval_mode", json_object_get(d, "approval_mode"));
         json_decref(d);
         if (!srv->instructions || !srv->tool)
-                return al_error(err, -ENOMEM, NULL, "out of memory");
+                return cli_error(err, -ENOMEM, NULL, "out of memory");
         pthread_mutex_init(&srv->out_lock, NULL);
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
@@ -901,7 +897,7 @@ int cmd_mcp(int argc, char **argv)
                 close(srv.input_watch);
         for (unsigned i = 0; i < srv.n_spare; i++)
                 close(srv.spare_fds[i]);
-        dynbuf_free(&srv.line);
+        cli_buf_free(&srv.line);
         free(srv.chunk);
         airlock_cache_close(srv.cache);
         json_decref(srv.tool);

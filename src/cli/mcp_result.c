@@ -6,8 +6,7 @@
 #include <string.h>
 
 #include "mcp.h"
-#include "surface/result.h"
-#include "core/util.h"
+#include "cli_util.h"
 
 char *mcp_file_uri(const char *path)
 {
@@ -100,15 +99,15 @@ static json_t *content_item(const json_t *item)
                 const json_t *jd = json_object_get(item, "details");
                 const char *details = json_string_value(jd);
                 size_t details_len = details ? json_string_length(jd) : 0;
-                dynbuf b;
-                dynbuf_init(&b, 1u << 30);
-                int r = dynbuf_appendf(&b, "Error: %s%s", msg ? msg : "the code failed",
-                                       details_len ? "\n" : "");
+                cli_buf b;
+                cli_buf_init(&b, 1u << 30);
+                int r = cli_buf_appendf(&b, "Error: %s%s", msg ? msg : "the code failed",
+                                        details_len ? "\n" : "");
                 if (r >= 0 && details_len)
-                        r = dynbuf_append(&b, details, details_len);
+                        r = cli_buf_append(&b, details, details_len);
                 json_t *o =
                     r >= 0 ? json_pack("{s:s, s:s%}", "type", "text", "text", b.data, b.len) : NULL;
-                dynbuf_free(&b);
+                cli_buf_free(&b);
                 return o;
         }
         return NULL;
@@ -118,30 +117,30 @@ static json_t *content_item(const json_t *item)
  * one text item; the reference dropped such entries silently. */
 static json_t *refused_item(const json_t *refused)
 {
-        dynbuf b;
-        dynbuf_init(&b, 1u << 20);
-        int r = dynbuf_appendf(&b, "Not returned from /output:");
+        cli_buf b;
+        cli_buf_init(&b, 1u << 20);
+        int r = cli_buf_appendf(&b, "Not returned from /output:");
         size_t i;
         const json_t *e;
         json_array_foreach (refused, i, e) {
                 const char *path = json_string_value(json_object_get(e, "path"));
                 const char *reason = json_string_value(json_object_get(e, "reason"));
                 if (r >= 0)
-                        r = dynbuf_appendf(&b, "\n- %s (%s)", path ? path : "?",
-                                           reason ? reason : "refused");
+                        r = cli_buf_appendf(&b, "\n- %s (%s)", path ? path : "?",
+                                            reason ? reason : "refused");
         }
         if (r < 0) {
-                dynbuf_free(&b);
+                cli_buf_free(&b);
                 return NULL;
         }
         json_t *o = json_pack("{s:s, s:s}", "type", "text", "text", b.data);
-        dynbuf_free(&b);
+        cli_buf_free(&b);
         return o;
 }
 
 json_t *mcp_tool_result(const airlock_result *res)
 {
-        json_t *structured = al_result_json(res);
+        json_t *structured = airlock_result_to_jansson(res);
         if (!structured)
                 return NULL;
         json_t *content = json_array();

@@ -1,48 +1,44 @@
 /* Option parsing shared by run, mcp and describe. Numbers are parsed strictly:
  * the whole text must be a number in range, or the option is refused with a
- * message naming it and its value. */
+ * message naming it and its value. The limits' options, their units and
+ * ranges are the library's (the limits table, through
+ * airlock_limit_option_at and airlock_limits_set_option). */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "core/util.h"
+#include "cli_util.h"
 
 /* More --tools files than anyone writes by hand; the cap keeps the list on
  * the stack. */
 #define CLI_MAX_TOOLS_FILES 64
 
+/* The limits' options (airlock_limit_option_at) come from the library; the
+ * cap keeps their getopt entries on the stack. */
+#define CLI_MAX_LIMIT_OPTIONS 32
+
 enum {
-        OPT_TIMEOUT = 256,
-        OPT_MEMORY,
-        OPT_PIDS,
-        OPT_MAX_OUTPUT_FILE,
-        OPT_MAX_OUTPUT_TOTAL,
-        OPT_MAX_OUTPUT_FILES,
-        OPT_MAX_STDOUT,
-        OPT_PRELOAD,
+        OPT_PRELOAD = 256,
         OPT_PYTHON_PATH,
         OPT_APPROVAL,
         OPT_JSON,
         OPT_OUTPUT_DIR,
         OPT_NO_AUTO_FIGURES,
+        /* The limit option i is OPT_LIMIT + i. */
+        OPT_LIMIT = 1024,
 };
 
-static const struct option long_options[] = {
+/* The options before the limits' options, and after them. */
+static const struct option head_options[] = {
     {"workspace", required_argument, NULL, 'w'},
     {"mount", required_argument, NULL, 'm'},
     {"allow-domain", required_argument, NULL, 'a'},
     {"tools", required_argument, NULL, 't'},
-    {"timeout", required_argument, NULL, OPT_TIMEOUT},
-    {"memory", required_argument, NULL, OPT_MEMORY},
-    {"pids", required_argument, NULL, OPT_PIDS},
-    {"max-output-file", required_argument, NULL, OPT_MAX_OUTPUT_FILE},
-    {"max-output-total", required_argument, NULL, OPT_MAX_OUTPUT_TOTAL},
-    {"max-output-files", required_argument, NULL, OPT_MAX_OUTPUT_FILES},
-    {"max-stdout", required_argument, NULL, OPT_MAX_STDOUT},
+};
+static const struct option tail_options[] = {
     {"preload", required_argument, NULL, OPT_PRELOAD},
     {"python-path", required_argument, NULL, OPT_PYTHON_PATH},
     {"approval", required_argument, NULL, OPT_APPROVAL},
@@ -65,15 +61,20 @@ void cli_usage(FILE *f)
               "  -w, --workspace DIR            stage the contents of DIR under /input\n"
               "  -m, --mount HOST[:PATH]        stage HOST at /input/PATH\n"
               "  -a, --allow-domain TARGET[=METHODS]  allow outbound HTTP to TARGET\n"
-              "  -t, --tools FILE               host tools declared in JSON (repeatable)\n"
-              "      --timeout SEC              wall-clock limit of one run (30)\n"
-              "      --memory MIB               memory limit of one run (512)\n"
-              "      --pids N                   process/thread limit (64)\n"
-              "      --max-output-file MIB      capture cap per file (16)\n"
-              "      --max-output-total MIB     capture cap in total (64)\n"
-              "      --max-output-files N       capture cap on files (1000)\n"
-              "      --max-stdout KIB           cap on each of stdout and stderr (1024)\n"
-              "      --preload MOD[,MOD]        import modules once, before the snapshot\n"
+              "  -t, --tools FILE               host tools declared in JSON (repeatable)\n",
+              f);
+        /* One line per limit, with its default in the option's unit. */
+        airlock_limits defaults;
+        airlock_limits_default(&defaults);
+        const airlock_limit_option *lo;
+        for (size_t i = 0; i < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(i)); i++) {
+                char left[64], dflt[32];
+                snprintf(left, sizeof(left), "--%s %s", lo->name, lo->unit);
+                if (airlock_limits_format_option(&defaults, lo->name, dflt, sizeof(dflt)) < 0)
+                        dflt[0] = '\0';
+                fprintf(f, "      %-27s%s (%s)\n", left, lo->help, dflt);
+        }
+        fputs("      --preload MOD[,MOD]        import modules once, before the snapshot\n"
               "      --python-path DIR          make a folder of Python packages importable,\n"
               "                                 read-only (repeatable)\n"
               "      --approval never|always    base approval mode\n"
@@ -84,36 +85,6 @@ void cli_usage(FILE *f)
               "      --output-dir DIR           also write captured files to DIR\n"
               "  -y, --yes                      approve when approval is required\n",
               f);
-}
-
-static int parse_double(const char *opt, const char *s, double lo, double hi, double *ret,
-                        airlock_error *err)
-{
-        char *end = NULL;
-        errno = 0;
-        double v = strtod(s, &end);
-        if (!*s || errno || !end || *end || !isfinite(v) || v < lo || v > hi)
-                return al_error(err, -EINVAL, NULL, "--%s: '%s' is not a number in [%g, %g]", opt,
-                                s, lo, hi);
-        *ret = v;
-        return 0;
-}
-
-static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *ret,
-                     airlock_error *err)
-{
-        char *end = NULL;
-        errno = 0;
-        if (!*s || *s == '-' || *s == '+')
-                goto bad;
-        unsigned long long v = strtoull(s, &end, 10);
-        if (errno || !end || *end || v < lo || v > hi)
-                goto bad;
-        *ret = v;
-        return 0;
-bad:
-        return al_error(err, -EINVAL, NULL, "--%s: '%s' is not a whole number in [%llu, %llu]", opt,
-                        s, (unsigned long long)lo, (unsigned long long)hi);
 }
 
 /* --mount HOST[:PATH]: the last ':' splits, so HOST may not contain one
@@ -155,8 +126,22 @@ static int add_preloads(airlock_config *cfg, const char *arg, airlock_error *err
                 n++;
         }
         if (!n)
-                return al_error(err, -EINVAL, NULL, "--preload: no module named in '%s'", arg);
+                return cli_error(err, -EINVAL, NULL, "--preload: no module named in '%s'", arg);
         return 0;
+}
+
+/* Fills opts (room for every head, limit and tail option) with the
+ * options in the order of the usage text, and the terminating entry. */
+static void build_long_options(struct option *opts)
+{
+        size_t n = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(head_options); i++)
+                opts[n++] = head_options[i];
+        const airlock_limit_option *lo;
+        for (size_t i = 0; i < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(i)); i++)
+                opts[n++] = (struct option){lo->name, required_argument, NULL, OPT_LIMIT + (int)i};
+        for (size_t i = 0; i < ARRAY_SIZE(tail_options); i++)
+                opts[n++] = tail_options[i];
 }
 
 int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, airlock_error *err)
@@ -172,6 +157,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                 return r;
         airlock_config_get_limits(o.cfg, &lim);
 
+        struct option long_options[ARRAY_SIZE(head_options) + CLI_MAX_LIMIT_OPTIONS +
+                                   ARRAY_SIZE(tail_options)];
+        build_long_options(long_options);
         const char *shortopts = cmd == CLI_RUN ? "+w:m:a:t:c:yh" : "+w:m:a:t:h";
         /* 0, not 1: glibc then also forgets its position inside a bundle
          * of short options left by an earlier parse. */
@@ -179,8 +167,6 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         opterr = 0;
         int c;
         while ((c = getopt_long(argc, argv, shortopts, long_options, NULL)) != -1) {
-                double d = 0;
-                uint64_t u = 0;
                 r = 0;
                 switch (c) {
                 case 'w':
@@ -194,39 +180,11 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case 't':
                         if (n_tools_files >= CLI_MAX_TOOLS_FILES)
-                                r = al_error(err, -E2BIG, optarg,
-                                             "more than %d --tools files (at %s)",
-                                             CLI_MAX_TOOLS_FILES, optarg);
+                                r = cli_error(err, -E2BIG, optarg,
+                                              "more than %d --tools files (at %s)",
+                                              CLI_MAX_TOOLS_FILES, optarg);
                         else
                                 tools_files[n_tools_files++] = optarg;
-                        break;
-                case OPT_TIMEOUT:
-                        r = parse_double("timeout", optarg, 0.001, 86400, &d, err);
-                        lim.timeout_s = d;
-                        break;
-                case OPT_MEMORY:
-                        r = parse_u64("memory", optarg, 16, 1u << 20, &u, err);
-                        lim.memory_bytes = u << 20;
-                        break;
-                case OPT_PIDS:
-                        r = parse_u64("pids", optarg, 1, 65536, &u, err);
-                        lim.pids = (uint32_t)u;
-                        break;
-                case OPT_MAX_OUTPUT_FILE:
-                        r = parse_u64("max-output-file", optarg, 0, 1u << 20, &u, err);
-                        lim.max_output_file = u << 20;
-                        break;
-                case OPT_MAX_OUTPUT_TOTAL:
-                        r = parse_u64("max-output-total", optarg, 0, 1u << 20, &u, err);
-                        lim.max_output_total = u << 20;
-                        break;
-                case OPT_MAX_OUTPUT_FILES:
-                        r = parse_u64("max-output-files", optarg, 1, 1000000, &u, err);
-                        lim.max_output_files = (uint32_t)u;
-                        break;
-                case OPT_MAX_STDOUT:
-                        r = parse_u64("max-stdout", optarg, 1, 1u << 22, &u, err);
-                        lim.max_stdout = u << 10;
                         break;
                 case OPT_PRELOAD:
                         r = add_preloads(o.cfg, optarg, err);
@@ -241,20 +199,21 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                                  strcmp(optarg, "always_require") == 0)
                                 airlock_config_set_approval(o.cfg, AIRLOCK_APPROVAL_ALWAYS);
                         else
-                                r = al_error(err, -EINVAL, NULL,
-                                             "--approval: '%s' is not 'never' or 'always'", optarg);
+                                r = cli_error(err, -EINVAL, NULL,
+                                              "--approval: '%s' is not 'never' or 'always'",
+                                              optarg);
                         break;
                 case OPT_NO_AUTO_FIGURES:
                         airlock_config_set_auto_figures(o.cfg, false);
                         break;
                 case OPT_JSON:
                         if (cmd == CLI_MCP)
-                                r = al_error(err, -EINVAL, NULL, "--json is not an option of mcp");
+                                r = cli_error(err, -EINVAL, NULL, "--json is not an option of mcp");
                         o.json = true;
                         break;
                 case OPT_OUTPUT_DIR:
                         if (cmd != CLI_RUN)
-                                r = al_error(err, -EINVAL, NULL, "--output-dir is for run only");
+                                r = cli_error(err, -EINVAL, NULL, "--output-dir is for run only");
                         o.output_dir = optarg;
                         break;
                 case 'c':
@@ -262,18 +221,26 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case 'y':
                         if (cmd != CLI_RUN)
-                                r = al_error(err, -EINVAL, NULL, "--yes is for run only");
+                                r = cli_error(err, -EINVAL, NULL, "--yes is for run only");
                         o.yes = true;
                         break;
                 case 'h':
                         cli_options_free(&o);
                         return 1;
                 case ':':
-                        r = al_error(err, -EINVAL, NULL, "option %s needs a value",
-                                     argv[optind - 1]);
+                        r = cli_error(err, -EINVAL, NULL, "option %s needs a value",
+                                      argv[optind - 1]);
                         break;
                 default:
-                        r = al_error(err, -EINVAL, NULL, "unknown option '%s'", argv[optind - 1]);
+                        /* A limit: the value is the library's to read, which
+                         * knows each limit's unit and range. */
+                        if (c >= OPT_LIMIT) {
+                                const airlock_limit_option *lo =
+                                    airlock_limit_option_at((size_t)(c - OPT_LIMIT));
+                                r = airlock_limits_set_option(&lim, lo->name, optarg, err);
+                                break;
+                        }
+                        r = cli_error(err, -EINVAL, NULL, "unknown option '%s'", argv[optind - 1]);
                         break;
                 }
                 if (r < 0) {
@@ -283,7 +250,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         }
         if (optind < argc) {
                 if (cmd != CLI_RUN || argc - optind > 1 || o.code) {
-                        r = al_error(err, -EINVAL, NULL, "unexpected argument '%s'", argv[optind]);
+                        r = cli_error(err, -EINVAL, NULL, "unexpected argument '%s'", argv[optind]);
                         cli_options_free(&o);
                         return r;
                 }

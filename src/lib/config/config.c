@@ -4,37 +4,12 @@
 #include <string.h>
 
 #include "fsx/fsx.h"
+#include "config/limits.h"
 #include "config/pythonpath.h"
 #include "core/util.h"
 
 #define CONFIG_MAX_MOUNTS   256
 #define CONFIG_MAX_PRELOADS 64
-
-void airlock_limits_default(airlock_limits *l)
-{
-        *l = (airlock_limits){
-            .timeout_s = 30,
-            .cpu_s = 0,
-            .memory_bytes = 512ull << 20,
-            .pids = 64,
-            .open_files = 256,
-            .max_file_bytes = 64ull << 20,
-            .tmp_bytes = 64ull << 20,
-            .output_fs_bytes = 0,
-            .max_output_file = 16ull << 20,
-            .max_output_total = 64ull << 20,
-            .max_output_files = 1000,
-            .max_output_depth = 64,
-            .max_stdout = 1ull << 20,
-            .max_stage_bytes = 4ull << 30,
-            .max_stage_files = 100000,
-            .max_stage_depth = 256,
-            .tool_timeout_s = 30,
-            .http_max_request = 16ull << 20,
-            .http_max_response = 16ull << 20,
-            .http_timeout_s = 30,
-        };
-}
 
 int airlock_config_new(airlock_config **ret, airlock_error *err)
 {
@@ -170,25 +145,9 @@ int airlock_config_set_limits(airlock_config *c, const airlock_limits *l, airloc
 {
         airlock_error_clear(err);
         config_changed(c);
-        if (!(l->timeout_s > 0) || l->timeout_s > 86400)
-                return al_error(err, -EINVAL, NULL, "timeout %g s is out of range (0, 86400]",
-                                l->timeout_s);
-        if (l->cpu_s < 0)
-                return al_error(err, -EINVAL, NULL, "CPU time %g s is negative", l->cpu_s);
-        if (l->memory_bytes < (16ull << 20))
-                return al_error(err, -EINVAL, NULL,
-                                "memory limit %llu MiB is too small (at least 16 MiB)",
-                                (unsigned long long)(l->memory_bytes >> 20));
-        if (l->pids < 1 || l->pids > 65536)
-                return al_error(err, -EINVAL, NULL, "process limit %u is out of range [1, 65536]",
-                                l->pids);
-        if (l->open_files < 16)
-                return al_error(err, -EINVAL, NULL, "open file limit %u is too small (16)",
-                                l->open_files);
-        if (l->max_output_files < 1)
-                return al_error(err, -EINVAL, NULL, "max output files must be at least 1");
-        if (l->max_stdout < 1)
-                return al_error(err, -EINVAL, NULL, "max stdout must be at least 1 byte");
+        int r = limits_check(l, err);
+        if (r < 0)
+                return r;
         c->limits = *l;
         return 0;
 }
@@ -268,6 +227,11 @@ void airlock_config_set_auto_figures(airlock_config *c, bool on)
 {
         config_changed(c);
         c->no_auto_figures = !on;
+}
+
+size_t airlock_config_allow_count(const airlock_config *c)
+{
+        return allowlist_count(c->allow);
 }
 
 airlock_approval airlock_config_effective_approval(const airlock_config *c)

@@ -29,6 +29,7 @@
 
 #include "sandbox/cgroup.h"
 #include "config/config.h"
+#include "config/limits.h"
 #include "fsx/fsx.h"
 #include "config/pythonpath.h"
 #include "sandbox/sandbox.h"
@@ -270,35 +271,33 @@ static int write_id_map(pid_t pid, const char *file, const char *map)
         return al_write_full(fd, map, strlen(map));
 }
 
+/* The template's parameters (template_params in core/wire.h) as JSON text:
+ * the limits the template needs, from the limits table, and the rest of
+ * what it cannot learn by itself. NULL when out of memory. */
 static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_tree)
 {
-        const airlock_limits *l = &sb->cfg->limits;
+        /* The size of /output is resolved here: the template does not get
+         * max_output_total. */
+        airlock_limits l = sb->cfg->limits;
+        if (!l.output_fs_bytes)
+                l.output_fs_bytes = l.max_output_total + (1u << 20);
         json_t *pre = json_array();
         for (size_t i = 0; i < sb->cfg->n_preloads; i++)
                 json_array_append_new(pre, json_string(sb->cfg->preloads[i]));
-        uint64_t out_fs =
-            l->output_fs_bytes ? l->output_fs_bytes : l->max_output_total + (1u << 20);
         json_t *paths = json_array(), *fds = json_array();
         for (size_t i = 0; i < sb->cfg->n_python_paths; i++) {
                 json_array_append_new(paths, json_string(sb->cfg->python_paths[i]));
                 json_array_append_new(fds, json_boolean(sb->pypath_fd[i] >= 0));
         }
-        json_t *j =
-            json_pack("{s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:i, s:b, "
-                      "s:o, s:o, s:o, "
-                      "s:O}",
-                      "timeout_s", l->timeout_s, "cpu_s", l->cpu_s, "memory_bytes",
-                      (json_int_t)l->memory_bytes, "pids", (json_int_t)l->pids, "open_files",
-                      (json_int_t)l->open_files, "max_file_bytes", (json_int_t)l->max_file_bytes,
-                      "tmp_bytes", (json_int_t)l->tmp_bytes, "output_fs_bytes", (json_int_t)out_fs,
-                      "max_output_files", (json_int_t)l->max_output_files, "has_input", has_input,
+        _cleanup_json_ json_t *j =
+            json_pack("{s:b, s:b, s:I, s:I, s:i, s:b, s:o, s:o, s:o, s:O}", "has_input", has_input,
                       "input_tree", input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
                       (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
                       "auto_figures", !sb->cfg->no_auto_figures, "preloads", pre, "python_paths",
                       paths, "python_path_fds", fds, "sys_path", sb->sys_path);
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        return s;
+        if (!j || limits_to_json(&l, j) < 0)
+                return NULL;
+        return json_dumps(j, JSON_COMPACT);
 }
 
 /* Starts the template: fork, then exec this program afresh from its sealed
@@ -859,6 +858,11 @@ int sbx_check_code(const char *code, size_t len, airlock_error *err)
         if (!al_utf8_valid(code, len))
                 return al_error(err, -EILSEQ, NULL, "the code is not valid UTF-8");
         return 0;
+}
+
+int airlock_check_code(const char *code, size_t len, airlock_error *err)
+{
+        return sbx_check_code(code, len, err);
 }
 
 static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "config/config.h"
+#include "config/limits.h"
 #include "fsx/fsx.h"
 #include "host/netpolicy.h"
 #include "config/pythonpath.h"
@@ -49,29 +50,14 @@ static int fp_signature(dynbuf *b, const char *host_path, const fsx_limits *lim,
         return fp_field(b, "signature", hex);
 }
 
-/* Every field of airlock_limits is in the text below. A field added to the
- * struct must be added here too, or two configurations that differ only in
- * it would share a sandbox: this assertion fails the build until it is. */
-_Static_assert(sizeof(airlock_limits) == 144, "update fp_limits for the new airlock_limits field");
-
+/* Every field of airlock_limits is in the text, generated from the limits
+ * table, which limits.c checks against the struct: a field added to the
+ * struct alone fails the build, so two configurations that differ only in
+ * it can never share a sandbox. */
 static int fp_limits(dynbuf *b, const airlock_limits *l)
 {
-        /* %a prints doubles exactly, so two limits differ in the text exactly
-         * when they differ in value. */
-        return dynbuf_appendf(
-            b,
-            "limits:timeout=%a cpu=%a memory=%llu pids=%u open_files=%u max_file=%llu "
-            "tmp=%llu output_fs=%llu out_file=%llu out_total=%llu out_files=%u "
-            "out_depth=%u stdout=%llu stage_bytes=%llu stage_files=%llu stage_depth=%u "
-            "tool_timeout=%a http_req=%llu http_resp=%llu http_timeout=%a\n",
-            l->timeout_s, l->cpu_s, (unsigned long long)l->memory_bytes, l->pids, l->open_files,
-            (unsigned long long)l->max_file_bytes, (unsigned long long)l->tmp_bytes,
-            (unsigned long long)l->output_fs_bytes, (unsigned long long)l->max_output_file,
-            (unsigned long long)l->max_output_total, l->max_output_files, l->max_output_depth,
-            (unsigned long long)l->max_stdout, (unsigned long long)l->max_stage_bytes,
-            (unsigned long long)l->max_stage_files, l->max_stage_depth, l->tool_timeout_s,
-            (unsigned long long)l->http_max_request, (unsigned long long)l->http_max_response,
-            l->http_timeout_s);
+        _cleanup_free_ char *text = limits_fingerprint_text(l);
+        return text ? fp_field(b, "limits", text) : -ENOMEM;
 }
 
 /* The same for the configuration itself: a new member changes what a sandbox

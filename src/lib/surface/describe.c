@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "config/config.h"
+#include "config/limits.h"
 #include "host/netpolicy.h"
 #include "config/pythonpath.h"
 #include "sandbox/sandbox.h"
@@ -270,31 +271,11 @@ static int put_network(dynbuf *b, const airlock_config *cfg)
         return r;
 }
 
-static void size_text(uint64_t bytes, char *buf, size_t size)
-{
-        if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0)
-                snprintf(buf, size, "%llu GiB", (unsigned long long)(bytes >> 30));
-        else if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0)
-                snprintf(buf, size, "%llu MiB", (unsigned long long)(bytes >> 20));
-        else if (bytes >= (1ull << 10) && bytes % (1ull << 10) == 0)
-                snprintf(buf, size, "%llu KiB", (unsigned long long)(bytes >> 10));
-        else
-                snprintf(buf, size, "%llu bytes", (unsigned long long)bytes);
-}
-
+/* The sentence comes from the limits table (config/limits.h). */
 static int put_limits(dynbuf *b, const airlock_limits *l)
 {
-        char mem[32], out[32], file[32], total[32];
-        size_text(l->memory_bytes, mem, sizeof(mem));
-        size_text(l->max_stdout, out, sizeof(out));
-        size_text(l->max_output_file, file, sizeof(file));
-        size_text(l->max_output_total, total, sizeof(total));
-        return dynbuf_appendf(b,
-                              "\nLimits of one call: %g s wall clock, %s of memory, %u processes "
-                              "and threads; stdout and stderr are each cut at %s; /output "
-                              "returns at most %u files, %s each, %s in total. A call that "
-                              "exceeds a limit is stopped and reported as failed.\n",
-                              l->timeout_s, mem, l->pids, out, l->max_output_files, file, total);
+        _cleanup_free_ char *text = limits_description_text(l);
+        return text ? dynbuf_append(b, text, strlen(text)) : -ENOMEM;
 }
 
 /* A placeholder value of a JSON type, written as Python. */

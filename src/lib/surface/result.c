@@ -149,6 +149,11 @@ json_t *al_result_json(const airlock_result *r)
         return root;
 }
 
+json_t *airlock_result_to_jansson(const airlock_result *r)
+{
+        return al_result_json(r);
+}
+
 char *airlock_result_to_json(const airlock_result *r)
 {
         json_t *root = al_result_json(r);

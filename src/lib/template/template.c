@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "core/channel.h"
+#include "config/limits.h"
 #include "config/pythonpath.h"
 #include "template/template.h"
 #include "core/util.h"
@@ -211,17 +212,10 @@ static void read_params(void)
         free(buf);
         if (!j)
                 fail(EINVAL, "setup", "bad parameters from the host");
-        airlock_limits *l = &params.limits;
-        airlock_limits_default(l);
-        l->timeout_s = json_number_value(json_object_get(j, "timeout_s"));
-        l->cpu_s = json_number_value(json_object_get(j, "cpu_s"));
-        l->memory_bytes = (uint64_t)json_integer_value(json_object_get(j, "memory_bytes"));
-        l->pids = (uint32_t)json_integer_value(json_object_get(j, "pids"));
-        l->open_files = (uint32_t)json_integer_value(json_object_get(j, "open_files"));
-        l->max_file_bytes = (uint64_t)json_integer_value(json_object_get(j, "max_file_bytes"));
-        l->tmp_bytes = (uint64_t)json_integer_value(json_object_get(j, "tmp_bytes"));
-        l->output_fs_bytes = (uint64_t)json_integer_value(json_object_get(j, "output_fs_bytes"));
-        l->max_output_files = (uint32_t)json_integer_value(json_object_get(j, "max_output_files"));
+        /* The limits the host sends (the limits table's template column);
+         * the others keep their defaults. */
+        airlock_limits_default(&params.limits);
+        limits_from_json(&params.limits, j);
         params.has_input = json_is_true(json_object_get(j, "has_input"));
         params.input_tree = json_is_true(json_object_get(j, "input_tree"));
         params.guest_uid = (uid_t)json_integer_value(json_object_get(j, "guest_uid"));
