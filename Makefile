@@ -29,12 +29,12 @@ CFLAGS  ?= -O2 -g
 # The program's bytes are readable in the guest (it runs them): its debug
 # information and __FILE__ name sources relative to the repository, never by
 # the host path of the build folder.
-CFLAGS  += -std=c11 -D_GNU_SOURCE -fvisibility=hidden -Iinclude -Isrc/lib $(WARN) $(HARDEN) \
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fvisibility=hidden -Iinclude -Isrc/common -Isrc/lib $(WARN) $(HARDEN) \
            $(DEP_CFLAGS) -MMD -MP -ffile-prefix-map=$(CURDIR)=.
 LDFLAGS += -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(LDSAN)
 LIBS    = $(DEP_LIBS) -lpthread
 
-LIB_SRC  := $(sort $(wildcard src/lib/*/*.c))
+LIB_SRC  := $(sort $(wildcard src/common/*.c src/lib/*/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/guest_runtime.o
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -104,7 +104,7 @@ $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a build/.deps-check
 # Fuzz corpus replays: each fuzzer's entry point built as a plain program.
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY_BIN := $(FUZZ_SRC:fuzz/fuzz_%.c=$(BUILD)/fuzz/replay_%)
-FUZZ_CLI_OBJ := $(addprefix $(BUILD)/src/cli/,options.o mcp_parse.o cli_util.o)
+FUZZ_CLI_OBJ := $(addprefix $(BUILD)/src/cli/,options.o mcp_parse.o)
 $(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(FUZZ_CLI_OBJ) $(BUILD)/libairlock.a
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"

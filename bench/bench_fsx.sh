@@ -20,7 +20,7 @@ done
 # The fsx objects and util are all the program needs from the library.
 make -s --no-print-directory "$build/libairlock.a" >&2
 mkdir -p "$build/bench"
-${CC:-cc} -O2 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Wall -Wextra -Werror \
+${CC:-cc} -O2 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/common -Isrc/lib -Wall -Wextra -Werror \
     -Wno-unused-parameter -o "$build/bench/bench_fsx" bench/bench_fsx.c \
     "$build/libairlock.a" -lpthread
 exec "$build/bench/bench_fsx" --dir "${TMPDIR:-/tmp}" "${args[@]}"

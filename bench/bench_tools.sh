@@ -13,6 +13,6 @@ PKG_CONFIG="env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/usr/lib/x86_64-linux-gnu/p
 libs="$($PKG_CONFIG --libs libseccomp jansson python3-embed) -lpthread"
 cflags="$($PKG_CONFIG --cflags jansson)"
 # shellcheck disable=SC2086 # flag lists
-cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib $cflags -o "$build/bench_tools" \
+cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/common -Isrc/lib $cflags -o "$build/bench_tools" \
     bench/bench_tools.c "$build/libairlock.a" $libs
 "$build/bench_tools" "$runs"

@@ -23,7 +23,7 @@ done
 rm -f "$build/bench_fsx"
 if [ -f bench/bench_fsx.c ]; then
     # shellcheck disable=SC2086
-    cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -o "$build/bench_fsx" bench/bench_fsx.c \
+    cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/common -Isrc/lib -o "$build/bench_fsx" bench/bench_fsx.c \
         "$build/libairlock.a" $libs ||
         echo "bench: bench/bench_fsx.c does not build; file transfer figures skipped" >&2
 fi

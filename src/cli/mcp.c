@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "cli_util.h"
+#include "base.h"
 #include "mcp.h"
 
 #define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
@@ -74,7 +74,7 @@ typedef struct mcp_server {
         mcp_call *inline_call;
         int input_watch; /* epoll set of stdin and the stop pipe, or -1 */
         char *chunk;
-        cli_buf line;
+        dynbuf line;
         bool discarding;
 } mcp_server;
 
@@ -105,7 +105,7 @@ static void send_message(mcp_server *srv, json_t *msg)
         size_t n = strlen(text);
         text[n] = '\n'; /* replaces the NUL; written with its length */
         pthread_mutex_lock(&srv->out_lock);
-        if (!srv->output_broken && cli_write_full(STDOUT_FILENO, text, n + 1) < 0)
+        if (!srv->output_broken && al_write_full(STDOUT_FILENO, text, n + 1) < 0)
                 srv->output_broken = true;
         pthread_mutex_unlock(&srv->out_lock);
         free(text);
@@ -134,7 +134,7 @@ static void send_error(mcp_server *srv, const json_t *id, int code, const char *
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
         /* The message may quote client input: keep it valid UTF-8. */
-        _cleanup_free_ char *clean = cli_utf8_sanitize(msg, strlen(msg));
+        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
         json_t *jid = id ? json_incref((json_t *)id) : json_null();
         send_message(srv, json_pack("{s:s, s:o, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", jid,
                                     "error", "code", code, "message", clean ? clean : msg));
@@ -546,7 +546,7 @@ static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *p
                         snprintf(msg, sizeof(msg),
                                  "execute_code has no argument \"%.200s\"; it takes only \"code\"",
                                  key);
-                        _cleanup_free_ char *clean = cli_utf8_sanitize(msg, strlen(msg));
+                        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
                         send_result(srv, id, mcp_tool_error(clean ? clean : msg));
                         return;
                 }
@@ -694,7 +694,7 @@ static bool stop_requested(void)
  * until it hands the role on to run a call on this thread. */
 static void reader_loop(mcp_server *srv)
 {
-        cli_buf *line = &srv->line;
+        dynbuf *line = &srv->line;
         for (;;) {
                 if (!wait_input()) {
                         finish_input(srv, true);
@@ -709,9 +709,9 @@ static void reader_loop(mcp_server *srv)
                 while (p < end) {
                         const char *nl = memchr(p, '\n', (size_t)(end - p));
                         const char *stop = nl ? nl : end;
-                        if (!srv->discarding && cli_buf_append(line, p, (size_t)(stop - p)) < 0) {
-                                cli_buf_free(line);
-                                cli_buf_init(line, MCP_MAX_LINE);
+                        if (!srv->discarding && dynbuf_append(line, p, (size_t)(stop - p)) < 0) {
+                                dynbuf_free(line);
+                                dynbuf_init(line, MCP_MAX_LINE);
                                 srv->discarding = true;
                         }
                         p = stop;
@@ -791,7 +791,7 @@ static bool serve(mcp_server *srv)
         srv->chunk = malloc(MCP_CHUNK);
         if (!srv->chunk)
                 return false;
-        cli_buf_init(&srv->line, MCP_MAX_LINE);
+        dynbuf_init(&srv->line, MCP_MAX_LINE);
         srv->input_watch = make_input_watch();
         reader_loop(srv);
         /* Between calls the main thread works as a worker until nobody
@@ -836,7 +836,7 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
                 return -EINVAL;
         json_t *d = json_loads(desc_json, 0, NULL);
         if (!d)
-                return cli_error(err, -ENOMEM, NULL, "cannot read the tool description");
+                return al_error(err, -ENOMEM, NULL, "cannot read the tool description");
         size_t i;
         json_t *w;
         json_array_foreach (json_object_get(d, "warnings"), i, w)
@@ -852,7 +852,7 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
                               "airlock/approval_mode", json_object_get(d, "approval_mode"));
         json_decref(d);
         if (!srv->instructions || !srv->tool)
-                return cli_error(err, -ENOMEM, NULL, "out of memory");
+                return al_error(err, -ENOMEM, NULL, "out of memory");
         pthread_mutex_init(&srv->out_lock, NULL);
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
@@ -897,7 +897,7 @@ int cmd_mcp(int argc, char **argv)
                 close(srv.input_watch);
         for (unsigned i = 0; i < srv.n_spare; i++)
                 close(srv.spare_fds[i]);
-        cli_buf_free(&srv.line);
+        dynbuf_free(&srv.line);
         free(srv.chunk);
         airlock_cache_close(srv.cache);
         json_decref(srv.tool);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "mcp.h"
-#include "cli_util.h"
+#include "base.h"
 
 char *mcp_file_uri(const char *path)
 {
@@ -99,15 +99,15 @@ static json_t *content_item(const json_t *item)
                 const json_t *jd = json_object_get(item, "details");
                 const char *details = json_string_value(jd);
                 size_t details_len = details ? json_string_length(jd) : 0;
-                cli_buf b;
-                cli_buf_init(&b, 1u << 30);
-                int r = cli_buf_appendf(&b, "Error: %s%s", msg ? msg : "the code failed",
-                                        details_len ? "\n" : "");
+                dynbuf b;
+                dynbuf_init(&b, 1u << 30);
+                int r = dynbuf_appendf(&b, "Error: %s%s", msg ? msg : "the code failed",
+                                       details_len ? "\n" : "");
                 if (r >= 0 && details_len)
-                        r = cli_buf_append(&b, details, details_len);
+                        r = dynbuf_append(&b, details, details_len);
                 json_t *o =
                     r >= 0 ? json_pack("{s:s, s:s%}", "type", "text", "text", b.data, b.len) : NULL;
-                cli_buf_free(&b);
+                dynbuf_free(&b);
                 return o;
         }
         return NULL;
@@ -117,24 +117,24 @@ static json_t *content_item(const json_t *item)
  * one text item; the reference dropped such entries silently. */
 static json_t *refused_item(const json_t *refused)
 {
-        cli_buf b;
-        cli_buf_init(&b, 1u << 20);
-        int r = cli_buf_appendf(&b, "Not returned from /output:");
+        dynbuf b;
+        dynbuf_init(&b, 1u << 20);
+        int r = dynbuf_appendf(&b, "Not returned from /output:");
         size_t i;
         const json_t *e;
         json_array_foreach (refused, i, e) {
                 const char *path = json_string_value(json_object_get(e, "path"));
                 const char *reason = json_string_value(json_object_get(e, "reason"));
                 if (r >= 0)
-                        r = cli_buf_appendf(&b, "\n- %s (%s)", path ? path : "?",
-                                            reason ? reason : "refused");
+                        r = dynbuf_appendf(&b, "\n- %s (%s)", path ? path : "?",
+                                           reason ? reason : "refused");
         }
         if (r < 0) {
-                cli_buf_free(&b);
+                dynbuf_free(&b);
                 return NULL;
         }
         json_t *o = json_pack("{s:s, s:s}", "type", "text", "text", b.data);
-        cli_buf_free(&b);
+        dynbuf_free(&b);
         return o;
 }
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "cli_util.h"
+#include "base.h"
 
 /* More --tools files than anyone writes by hand; the cap keeps the list on
  * the stack. */
@@ -126,7 +126,7 @@ static int add_preloads(airlock_config *cfg, const char *arg, airlock_error *err
                 n++;
         }
         if (!n)
-                return cli_error(err, -EINVAL, NULL, "--preload: no module named in '%s'", arg);
+                return al_error(err, -EINVAL, NULL, "--preload: no module named in '%s'", arg);
         return 0;
 }
 
@@ -180,9 +180,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case 't':
                         if (n_tools_files >= CLI_MAX_TOOLS_FILES)
-                                r = cli_error(err, -E2BIG, optarg,
-                                              "more than %d --tools files (at %s)",
-                                              CLI_MAX_TOOLS_FILES, optarg);
+                                r = al_error(err, -E2BIG, optarg,
+                                             "more than %d --tools files (at %s)",
+                                             CLI_MAX_TOOLS_FILES, optarg);
                         else
                                 tools_files[n_tools_files++] = optarg;
                         break;
@@ -199,21 +199,20 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                                  strcmp(optarg, "always_require") == 0)
                                 airlock_config_set_approval(o.cfg, AIRLOCK_APPROVAL_ALWAYS);
                         else
-                                r = cli_error(err, -EINVAL, NULL,
-                                              "--approval: '%s' is not 'never' or 'always'",
-                                              optarg);
+                                r = al_error(err, -EINVAL, NULL,
+                                             "--approval: '%s' is not 'never' or 'always'", optarg);
                         break;
                 case OPT_NO_AUTO_FIGURES:
                         airlock_config_set_auto_figures(o.cfg, false);
                         break;
                 case OPT_JSON:
                         if (cmd == CLI_MCP)
-                                r = cli_error(err, -EINVAL, NULL, "--json is not an option of mcp");
+                                r = al_error(err, -EINVAL, NULL, "--json is not an option of mcp");
                         o.json = true;
                         break;
                 case OPT_OUTPUT_DIR:
                         if (cmd != CLI_RUN)
-                                r = cli_error(err, -EINVAL, NULL, "--output-dir is for run only");
+                                r = al_error(err, -EINVAL, NULL, "--output-dir is for run only");
                         o.output_dir = optarg;
                         break;
                 case 'c':
@@ -221,15 +220,15 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case 'y':
                         if (cmd != CLI_RUN)
-                                r = cli_error(err, -EINVAL, NULL, "--yes is for run only");
+                                r = al_error(err, -EINVAL, NULL, "--yes is for run only");
                         o.yes = true;
                         break;
                 case 'h':
                         cli_options_free(&o);
                         return 1;
                 case ':':
-                        r = cli_error(err, -EINVAL, NULL, "option %s needs a value",
-                                      argv[optind - 1]);
+                        r = al_error(err, -EINVAL, NULL, "option %s needs a value",
+                                     argv[optind - 1]);
                         break;
                 default:
                         /* A limit: the value is the library's to read, which
@@ -240,7 +239,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                                 r = airlock_limits_set_option(&lim, lo->name, optarg, err);
                                 break;
                         }
-                        r = cli_error(err, -EINVAL, NULL, "unknown option '%s'", argv[optind - 1]);
+                        r = al_error(err, -EINVAL, NULL, "unknown option '%s'", argv[optind - 1]);
                         break;
                 }
                 if (r < 0) {
@@ -250,7 +249,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         }
         if (optind < argc) {
                 if (cmd != CLI_RUN || argc - optind > 1 || o.code) {
-                        r = cli_error(err, -EINVAL, NULL, "unexpected argument '%s'", argv[optind]);
+                        r = al_error(err, -EINVAL, NULL, "unexpected argument '%s'", argv[optind]);
                         cli_options_free(&o);
                         return r;
                 }

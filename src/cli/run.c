@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "cli_util.h"
+#include "base.h"
 
 #define CODE_CAP (16u << 20)
 
@@ -28,8 +28,8 @@ static void on_signal(int sig)
 /* Reads all of fd up to CODE_CAP bytes; more is an error. */
 static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airlock_error *err)
 {
-        cli_buf b;
-        cli_buf_init(&b, CODE_CAP);
+        dynbuf b;
+        dynbuf_init(&b, CODE_CAP);
         char buf[65536];
         for (;;) {
                 ssize_t n = read(fd, buf, sizeof(buf));
@@ -37,18 +37,18 @@ static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airl
                         continue;
                 if (n < 0) {
                         int e = errno;
-                        cli_buf_free(&b);
-                        return cli_error(err, -e, what, "cannot read %s: %s", what, strerror(e));
+                        dynbuf_free(&b);
+                        return al_error(err, -e, what, "cannot read %s: %s", what, strerror(e));
                 }
                 if (n == 0)
                         break;
-                if (cli_buf_append(&b, buf, (size_t)n) < 0) {
-                        cli_buf_free(&b);
-                        return cli_error(err, -E2BIG, what, "%s is larger than the cap of %u MiB",
-                                         what, CODE_CAP >> 20);
+                if (dynbuf_append(&b, buf, (size_t)n) < 0) {
+                        dynbuf_free(&b);
+                        return al_error(err, -E2BIG, what, "%s is larger than the cap of %u MiB",
+                                        what, CODE_CAP >> 20);
                 }
         }
-        *ret = cli_buf_take(&b, ret_len);
+        *ret = dynbuf_take(&b, ret_len);
         return *ret ? 0 : -ENOMEM;
 }
 
@@ -57,8 +57,8 @@ static int load_code(const cli_options *o, char **ret, size_t *ret_len, airlock_
         if (o->code) {
                 size_t len = strlen(o->code);
                 if (len > CODE_CAP)
-                        return cli_error(err, -E2BIG, NULL, "-c: the code is larger than %u MiB",
-                                         CODE_CAP >> 20);
+                        return al_error(err, -E2BIG, NULL, "-c: the code is larger than %u MiB",
+                                        CODE_CAP >> 20);
                 *ret = strdup(o->code);
                 *ret_len = len;
                 return *ret ? 0 : -ENOMEM;
@@ -67,11 +67,11 @@ static int load_code(const cli_options *o, char **ret, size_t *ret_len, airlock_
                 return read_code(STDIN_FILENO, "standard input", ret, ret_len, err);
         int fd = open(o->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd < 0)
-                return cli_error(err, -errno, o->file, "cannot open %s: %m", o->file);
+                return al_error(err, -errno, o->file, "cannot open %s: %m", o->file);
         struct stat st;
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
                 close(fd);
-                return cli_error(err, -EINVAL, o->file, "%s is not a regular file", o->file);
+                return al_error(err, -EINVAL, o->file, "%s is not a regular file", o->file);
         }
         int r = read_code(fd, o->file, ret, ret_len, err);
         close(fd);
@@ -101,10 +101,10 @@ static bool ask_approval(const char *code)
 static int open_output_dir(const char *dir, airlock_error *err)
 {
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-                return cli_error(err, -errno, dir, "--output-dir %s: %m", dir);
+                return al_error(err, -errno, dir, "--output-dir %s: %m", dir);
         int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
-                return cli_error(err, -errno, dir, "--output-dir %s: %m", dir);
+                return al_error(err, -errno, dir, "--output-dir %s: %m", dir);
         int probe = dup(fd);
         DIR *d = probe >= 0 ? fdopendir(probe) : NULL;
         bool empty = true;
@@ -116,7 +116,7 @@ static int open_output_dir(const char *dir, airlock_error *err)
                 closedir(d);
         if (!empty) {
                 close(fd);
-                return cli_error(err, -ENOTEMPTY, dir, "--output-dir %s is not empty", dir);
+                return al_error(err, -ENOTEMPTY, dir, "--output-dir %s is not empty", dir);
         }
         return fd;
 }
@@ -136,25 +136,25 @@ static int write_output_file(int dirfd, const airlock_file *f, airlock_error *er
                 if (!next) {
                         int fd = openat(cur, part,
                                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-                        int r = fd < 0 ? -errno : cli_write_full(fd, f->data, f->size);
+                        int r = fd < 0 ? -errno : al_write_full(fd, f->data, f->size);
                         if (fd >= 0)
                                 close(fd);
                         close(cur);
                         if (r < 0)
-                                return cli_error(err, r, f->path, "cannot write %s: %s", f->path,
-                                                 strerror(-r));
+                                return al_error(err, r, f->path, "cannot write %s: %s", f->path,
+                                                strerror(-r));
                         return 0;
                 }
                 if (mkdirat(cur, part, 0755) < 0 && errno != EEXIST) {
                         close(cur);
-                        return cli_error(err, -errno, f->path, "cannot create a folder for %s: %m",
-                                         f->path);
+                        return al_error(err, -errno, f->path, "cannot create a folder for %s: %m",
+                                        f->path);
                 }
                 int nfd = openat(cur, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 close(cur);
                 if (nfd < 0)
-                        return cli_error(err, -errno, f->path, "cannot open a folder for %s: %m",
-                                         f->path);
+                        return al_error(err, -errno, f->path, "cannot open a folder for %s: %m",
+                                        f->path);
                 cur = nfd;
                 part = next;
         }
@@ -214,9 +214,9 @@ int cmd_run(int argc, char **argv)
                 bool interactive =
                     isatty(STDIN_FILENO) || (o.code || (o.file && strcmp(o.file, "-")));
                 if (!interactive || !isatty(STDERR_FILENO) || !ask_approval(code)) {
-                        r = cli_error(&err, -EPERM, NULL,
-                                      "approval required and not given: nothing ran (pass --yes "
-                                      "to approve)");
+                        r = al_error(&err, -EPERM, NULL,
+                                     "approval required and not given: nothing ran (pass --yes "
+                                     "to approve)");
                         goto fail;
                 }
         }

@@ -62,6 +62,20 @@ static airlock_result *run(const char *code)
         return res;
 }
 
+/* Runs the code built in code, expects it to succeed and print exactly
+ * want, and frees both. */
+static void expect_output(dynbuf *code, dynbuf *want)
+{
+        airlock_result *res = run(code->data);
+        if (!res->success)
+                print_error("%s\n", res->stderr_data);
+        assert_true(res->success);
+        assert_string_equal(res->stdout_data, want->data);
+        airlock_result_free(res);
+        dynbuf_free(code);
+        dynbuf_free(want);
+}
+
 /* Appends a line of Python to b that prints what the runtime holds under
  * name, for the host's value to be compared with. */
 static void ask(dynbuf *b, dynbuf *want, const char *name, const char *value)
@@ -104,14 +118,7 @@ static void test_runtime_follows_the_host_tables(void **state)
                 assert_int_equal(dynbuf_appendf(&want, "%s%s", i ? " " : "", sorted[i]), 0);
         assert_int_equal(dynbuf_append(&want, "\n", 1), 0);
 
-        airlock_result *res = run(code.data);
-        if (!res->success)
-                print_error("%s\n", res->stderr_data);
-        assert_true(res->success);
-        assert_string_equal(res->stdout_data, want.data);
-        airlock_result_free(res);
-        dynbuf_free(&code);
-        dynbuf_free(&want);
+        expect_output(&code, &want);
 }
 
 /* Each kind the host may send is a built-in exception of the guest's
@@ -135,14 +142,7 @@ static void test_every_kind_is_a_guest_exception(void **state)
         WIRE_KINDS(ASK_KIND)
         assert_int_equal(dynbuf_appendf(&code, "check('print')\n"), 0);
         assert_int_equal(dynbuf_appendf(&want, "RuntimeError False\n"), 0);
-        airlock_result *res = run(code.data);
-        if (!res->success)
-                print_error("%s\n", res->stderr_data);
-        assert_true(res->success);
-        assert_string_equal(res->stdout_data, want.data);
-        airlock_result_free(res);
-        dynbuf_free(&code);
-        dynbuf_free(&want);
+        expect_output(&code, &want);
 }
 
 /* ENOMEM of the host is MemoryError in the guest (WIRE_ERRORS), which the

@@ -1,0 +1,143 @@
+/* The base that the library and the command line share: cleanup
+ * attributes, the error record's filling, bounded buffers, full reads and
+ * writes, UTF-8 and base64. Nothing here knows about sandboxes, and nothing
+ * here is part of the public API: it is compiled into the library, whose
+ * command line (built on airlock.h alone) may use it too. */
+#ifndef AIRLOCK_BASE_H
+#define AIRLOCK_BASE_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <jansson.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "airlock.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define MAX(a, b)     ((a) > (b) ? (a) : (b))
+
+/* Ownership transfer out of a cleanup-annotated variable. */
+#define TAKE_PTR(p)                                                                                \
+        ({                                                                                         \
+                __typeof__(p) _tp = (p);                                                           \
+                (p) = NULL;                                                                        \
+                _tp;                                                                               \
+        })
+#define TAKE_FD(fd)                                                                                \
+        ({                                                                                         \
+                int _tf = (fd);                                                                    \
+                (fd) = -1;                                                                         \
+                _tf;                                                                               \
+        })
+
+static inline void freep(void *p)
+{
+        free(*(void **)p);
+}
+static inline void closep(int *fd)
+{
+        if (*fd >= 0) {
+                int saved = errno;
+                close(*fd);
+                errno = saved;
+        }
+}
+#define TAKE_PID(pid)                                                                              \
+        ({                                                                                         \
+                pid_t _tpid = (pid);                                                               \
+                (pid) = 0;                                                                         \
+                _tpid;                                                                             \
+        })
+
+/* json_decrefp comes with jansson (it is what json_auto_t uses). */
+/* A child this scope started and still owns: on leaving the scope it is
+ * killed and reaped, so that no error path leaves a process behind or a
+ * zombie unreaped. A pid <= 0 is nothing to do (TAKE_PID leaves 0). */
+static inline void pid_killp(pid_t *pid)
+{
+        if (*pid > 0) {
+                int saved = errno;
+                (void)kill(*pid, SIGKILL);
+                while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                errno = saved;
+        }
+}
+#define _cleanup_(f)    __attribute__((cleanup(f)))
+#define _cleanup_free_  _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+#define _cleanup_json_  _cleanup_(json_decrefp)
+#define _cleanup_pid_   _cleanup_(pid_killp)
+#define _unused_        __attribute__((unused))
+#define _printf_(a, b)  __attribute__((format(printf, a, b)))
+
+/* The error record. Every field of it is written here, so that what a
+ * record says is always the last error's, never a mix with an earlier one:
+ * its code, its kind (which the command line maps to its exit status), its
+ * message and its path. Each public function clears the record on entry
+ * (airlock_error_clear), so that a caller's record left over from an
+ * earlier failed call says nothing about a later one that succeeds.
+ *
+ * Fills err (when not NULL) with an error of kind AIRLOCK_ERROR_INPUT and
+ * returns code, which must be a negative errno (anything else becomes
+ * -EINVAL). path may be NULL. The message is formatted like printf. */
+int al_error(airlock_error *err, int code, const char *path, const char *fmt, ...) _printf_(4, 5);
+/* Same, of the given kind: AIRLOCK_ERROR_SANDBOX when isolation is
+ * unavailable, AIRLOCK_ERROR_RUN when a run could not be carried out. */
+int al_error_kind(airlock_error *err, airlock_error_kind kind, int code, const char *path,
+                  const char *fmt, ...) _printf_(5, 6);
+/* Same, from a va_list. */
+int al_verror(airlock_error *err, airlock_error_kind kind, int code, const char *path,
+              const char *fmt, va_list ap);
+/* Reports the error a callee returned (code, with err filled by it) as one
+ * of kind: a step of a run that failed makes the run fail, whatever the
+ * step's own kind. The record takes code, the return value, so that the
+ * two never disagree; a callee that returned it without filling err (an
+ * empty record) leaves its strerror() text as the message. Returns code. */
+int al_error_as(airlock_error *err, airlock_error_kind kind, int code);
+
+/* A growable byte buffer with a hard cap (after curl's dynbuf). Appending past
+ * the cap fails with -E2BIG and leaves the buffer as it was. */
+typedef struct dynbuf {
+        char *data;
+        size_t len;
+        size_t alloc;
+        size_t cap;
+} dynbuf;
+
+void dynbuf_init(dynbuf *b, size_t cap);
+int dynbuf_append(dynbuf *b, const void *data, size_t len);
+int dynbuf_appendf(dynbuf *b, const char *fmt, ...) _printf_(2, 3);
+/* Gives the NUL-terminated data to the caller and resets the buffer. */
+char *dynbuf_take(dynbuf *b, size_t *ret_len);
+void dynbuf_free(dynbuf *b);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t al_now_ns(void);
+
+/* Reads or writes all of len bytes, retrying on EINTR and short transfers. */
+ssize_t al_read_full(int fd, void *buf, size_t len);
+int al_write_full(int fd, const void *buf, size_t len);
+
+/* True when s[0..len) is valid UTF-8 (no overlongs, no surrogates). */
+bool al_utf8_valid(const char *s, size_t len);
+/* Copies s[0..len) replacing every invalid UTF-8 sequence with U+FFFD. */
+char *al_utf8_sanitize(const char *s, size_t len);
+/* The same, and *ret_len (when not NULL) is the length of the copy, which
+ * holds every byte of s, U+0000 included: only the terminator is added. */
+char *al_utf8_sanitize_n(const char *s, size_t len, size_t *ret_len);
+
+/* Standard base64 (RFC 4648) encoding; returns malloc'd text. */
+char *al_base64_encode(const unsigned char *data, size_t len, size_t *ret_len);
+/* Decodes standard base64; returns -EINVAL on bad input. */
+int al_base64_decode(const char *text, size_t len, unsigned char **ret, size_t *ret_len);
+
+#endif
