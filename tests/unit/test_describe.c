@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "core/util.h"
+#include "common/files.h"
 
 static int cb_tool(void *ud, const char *args, char **ret, char **ret_err)
 {
@@ -165,14 +166,6 @@ static void test_limits_follow_config(void **state)
         airlock_config_free(cfg);
 }
 
-static void write_file(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "w");
-        assert_non_null(f);
-        fputs(text, f);
-        fclose(f);
-}
-
 static void test_workspace_and_mounts(void **state)
 {
         char dir[] = "/tmp/airlock-describe-XXXXXX";
@@ -181,11 +174,11 @@ static void test_workspace_and_mounts(void **state)
         snprintf(p, sizeof(p), "%s/ws", dir);
         assert_int_equal(mkdir(p, 0755), 0);
         snprintf(p, sizeof(p), "%s/ws/data.csv", dir);
-        write_file(p, "a,b\n1,2\n");
+        write_text(p, "a,b\n1,2\n");
         snprintf(p, sizeof(p), "%s/ws/reports", dir);
         assert_int_equal(mkdir(p, 0755), 0);
         snprintf(p, sizeof(p), "%s/extra.txt", dir);
-        write_file(p, "x");
+        write_text(p, "x");
 
         airlock_config *cfg = new_config();
         airlock_error err = {0};
@@ -206,7 +199,7 @@ static void test_workspace_and_mounts(void **state)
         /* A name that is not UTF-8 is shown with U+FFFD, so the texts stay
          * valid UTF-8 and the JSON encodes. */
         snprintf(p, sizeof(p), "%s/ws/bad\xffname.txt", dir);
-        write_file(p, "x");
+        write_text(p, "x");
         snprintf(p, sizeof(p), "%s/ws", dir);
         assert_int_equal(airlock_config_set_workspace(cfg, p, &err), 0);
         describe(cfg, &d, NULL);
