@@ -63,8 +63,7 @@ typedef struct airlock_limits {
         uint32_t max_output_files;  /* capture: number of files (default 1000) */
         uint32_t max_output_depth;  /* capture: directory depth (default 64) */
         uint64_t max_stdout;        /* each of stdout and stderr (default 1 MiB) */
-        uint64_t max_stage_bytes;   /* staging: total bytes (default 1 GiB... see
-                                       airlock_limits_default) */
+        uint64_t max_stage_bytes;   /* staging: total bytes (default 4 GiB) */
         uint64_t max_stage_files;   /* staging: number of entries (default 100000) */
         uint32_t max_stage_depth;   /* staging: directory depth (default 256) */
         double tool_timeout_s;      /* default timeout of a command tool (default 30) */
@@ -117,7 +116,7 @@ AIRLOCK_PUBLIC int airlock_config_add_mount(airlock_config *cfg, const char *hos
 /* Allows outbound HTTP to target; methods is comma-separated or NULL for all. */
 AIRLOCK_PUBLIC int airlock_config_allow(airlock_config *cfg, const char *target,
                                         const char *methods, airlock_error *err);
-/* Loads host tools declared in a JSON tools file (see DESIGN.md), all or
+/* Loads host tools declared in a JSON tools file (see docs/design.md), all or
  * nothing. The tools of several files add up; a tool name that another
  * tools file declared already is -EEXIST, naming the tool and both files.
  * Loading the same file again replaces its tools. */
@@ -194,7 +193,7 @@ typedef struct airlock_result {
 } airlock_result;
 
 AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
-/* The result JSON of DESIGN.md, "contents" included. Returns malloc'd text or NULL. */
+/* The result JSON of docs/design.md, "contents" included. Returns malloc'd text or NULL. */
 AIRLOCK_PUBLIC char *airlock_result_to_json(const airlock_result *result);
 
 /* ---- sandbox ----------------------------------------------------------- */

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Black-box tests: runs of one sandbox never meet, and a guest spends none
-of the host user's quotas (issue 13).
+of the host user's quotas.
 
 Runs of one sandbox are driven through one `airlock mcp` server, whose
 workers run calls in parallel on copies of one template. Where two runs must
