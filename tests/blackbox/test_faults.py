@@ -4,7 +4,7 @@ never stop sending; a full /output; the host process receiving SIGTERM;
 the host running out of file descriptors. Each scenario has one exact
 expected outcome and then checks that the next run still works.
 
-The template killed between runs is in tests/unit/test_faults.c: it needs
+The template killed between runs is in tests/sandbox/test_faults.c: it needs
 the library, not the command line."""
 import errno
 import json
