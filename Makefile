@@ -123,20 +123,18 @@ $(BUILD)/airlock: $(CLI_OBJ) $(BUILD)/libairlock.a
 
 # Test programs are compiled and linked in one step; -MMD writes their .d
 # next to them (included at the end), so a header edit rebuilds them too.
+# $(1): the extra libraries (cmocka for the tests, none for the helpers).
+define link_test
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) $(1)
+endef
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libairlock.a | build/.deps-check
-	@mkdir -p $(dir $@)
-	@echo "  CCLD    $@"
-	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) -lcmocka
-
+	$(call link_test,-lcmocka)
 $(BUILD)/tests/%: tests/sandbox/%.c $(BUILD)/libairlock.a | build/.deps-check
-	@mkdir -p $(dir $@)
-	@echo "  CCLD    $@"
-	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) -lcmocka
-
+	$(call link_test,-lcmocka)
 $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a | build/.deps-check
-	@mkdir -p $(dir $@)
-	@echo "  CCLD    $@"
-	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
+	$(call link_test,)
 
 # Fuzz corpus replays: each fuzzer's entry point built as a plain program.
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
