@@ -20,20 +20,12 @@
 #include "sandbox/selfexe.h"
 #include "config/config.h"
 #include "core/util.h"
-#include "common/files.h"
+#include "common/airlock_test.h"
 #include "common/proc.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
 static char tmp_root[64];
-
-static airlock_config *new_config(void)
-{
-        airlock_config *cfg = NULL;
-        airlock_error err = {0};
-        assert_int_equal(airlock_config_new(&cfg, &err), 0);
-        return cfg;
-}
 
 static char *fingerprint(const airlock_config *cfg)
 {

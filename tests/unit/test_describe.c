@@ -13,20 +13,12 @@
 
 #include "config/config.h"
 #include "core/util.h"
-#include "common/files.h"
+#include "common/airlock_test.h"
 
 static int cb_tool(void *ud, const char *args, char **ret, char **ret_err)
 {
         *ret = strdup("0");
         return 0;
-}
-
-static airlock_config *new_config(void)
-{
-        airlock_config *cfg = NULL;
-        airlock_error err = {0};
-        assert_int_equal(airlock_config_new(&cfg, &err), 0);
-        return cfg;
 }
 
 static void add_tool(airlock_config *cfg, const char *name, const char *desc, const char *params,

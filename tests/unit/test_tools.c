@@ -15,7 +15,7 @@
 
 #include "host/tools.h"
 #include "core/util.h"
-#include "common/files.h"
+#include "common/airlock_test.h"
 
 static char data_dir[PATH_MAX + 64];   /* tests/data/tools */
 static char tools_file[PATH_MAX + 64]; /* tests/data/tools/tools.json */
