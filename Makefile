@@ -1,12 +1,18 @@
 # airlock: GNU make and pkg-config. `make` builds, `make check` runs every test,
-# `make demo` runs the bundled example, `make bench` measures, `make fuzz`
-# fuzzes. Missing Debian packages are installed by scripts/deps.sh.
+# `make check-unit` only the unit tests that need no sandbox, `make demo` runs
+# the bundled example, `make bench` measures, `make fuzz` fuzzes, `make install`
+# installs. Missing Debian packages are installed by scripts/deps.sh, and only
+# by the targets that say so (deps, demo, check, check-unit, bench, soak,
+# fuzz): plain `make` and the test binaries' rules only verify them, and stop
+# with one line naming what is missing.
 
 BUILD     ?= build
 SAN       ?=
 CC        ?= cc
 # Debian's pkg-config and Debian's .pc files, whatever else is first on PATH.
-PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
+# The multiarch folder is the machine's own (x86_64-linux-gnu, aarch64-linux-gnu...).
+MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || $(CC) -print-multiarch 2>/dev/null)
+PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=$(if $(MULTIARCH),/usr/lib/$(MULTIARCH)/pkgconfig:)/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
 PKGS      := libseccomp jansson libcurl python3-embed
 # libcurl is opened at run time (see src/lib/host/gateway.c): its headers only.
 LINK_PKGS := libseccomp jansson python3-embed
@@ -34,28 +40,49 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -fvisibility=hidden -Iinclude -Isrc/common -Is
 LDFLAGS += -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(LDSAN)
 LIBS    = $(DEP_LIBS) -lpthread
 
+# The shared library's name: its SONAME changes only when the ABI breaks.
+VERSION := $(shell sed -n 's/^\#define AIRLOCK_VERSION "\(.*\)"/\1/p' include/airlock.h)
+SOMAJOR := 0
+SONAME  := libairlock.so.$(SOMAJOR)
+SOFILE  := libairlock.so.$(VERSION)
+
 LIB_SRC  := $(sort $(wildcard src/common/*.c src/lib/*/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/guest_runtime.o
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
-TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+# Test tiers by what they need: tests/unit/ runs anywhere (no namespaces, no
+# root, no sandbox), tests/sandbox/ starts real sandboxes. Both build into
+# $(BUILD)/tests/, one binary per file.
+UNIT_TEST_SRC    := $(sort $(wildcard tests/unit/test_*.c))
+SANDBOX_TEST_SRC := $(sort $(wildcard tests/sandbox/test_*.c))
+UNIT_TEST_BIN    := $(UNIT_TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+SANDBOX_TEST_BIN := $(SANDBOX_TEST_SRC:tests/sandbox/%.c=$(BUILD)/tests/%)
+TEST_BIN := $(UNIT_TEST_BIN) $(SANDBOX_TEST_BIN)
 TEST_HELPERS := $(sort $(wildcard tests/helpers/*.c))
 TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check demo bench soak fuzz asan format format-check clean install-deps
+.PHONY: all deps check check-unit tests demo bench soak fuzz asan format format-check clean \
+        install uninstall
 all: $(BUILD)/airlock $(BUILD)/libairlock.so $(BUILD)/libairlock.a
 
-# Dependencies: a stamp per profile, so the check runs once per build tree.
+# Dependencies. A stamp per profile records that its packages were present:
+# the rules below only verify (scripts/deps.sh --verify never installs). The
+# targets that install call `scripts/deps.sh PROFILE` in their own recipe,
+# before anything that needs the stamp, so installing is never a side effect
+# of building a file.
 DEPS_STAMP := build/.deps-build
-$(DEPS_STAMP): scripts/deps.sh
-	@mkdir -p build
-	@bash scripts/deps.sh build
-	@touch $@
 build/.deps-%: scripts/deps.sh
 	@mkdir -p build
-	@bash scripts/deps.sh $*
+	@bash scripts/deps.sh --verify $*
 	@touch $@
+# A stamp is no intermediate file: make must not delete it after the build.
+.PRECIOUS: build/.deps-%
+INSTALL_DEPS = bash scripts/deps.sh
+# `make deps` installs what `make check` needs (a superset of the build's and
+# the demo's); DEPS=bench or DEPS=fuzz for those.
+DEPS ?= check
+deps:
+	@$(INSTALL_DEPS) $(DEPS)
 
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -83,23 +110,37 @@ $(BUILD)/libairlock.a: $(LIB_OBJ)
 	@rm -f $@.tmp
 	@ar rcs $@.tmp $^ && mv $@.tmp $@
 
-$(BUILD)/libairlock.so: $(LIB_OBJ)
+# The shared library exports the public API only: -fvisibility=hidden keeps
+# everything not marked AIRLOCK_PUBLIC inside, and the version script
+# (src/lib/libairlock.map) keeps out anything else a linked object exports,
+# such as the generated guest runtime's bytes.
+$(BUILD)/$(SOFILE): $(LIB_OBJ) src/lib/libairlock.map
 	@echo "  CCLD    $@"
-	@$(CC) -shared -o $@ $^ $(LDFLAGS) $(LIBS)
+	@$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname,$(SONAME) \
+		-Wl,--version-script=src/lib/libairlock.map $(LDFLAGS) $(LIBS)
+$(BUILD)/$(SONAME): $(BUILD)/$(SOFILE)
+	@ln -sfn $(SOFILE) $@
+$(BUILD)/libairlock.so: $(BUILD)/$(SONAME)
+	@ln -sfn $(SONAME) $@
 
 $(BUILD)/airlock: $(CLI_OBJ) $(BUILD)/libairlock.a
 	@echo "  CCLD    $@"
 	@$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libairlock.a build/.deps-check
+# Test programs are compiled and linked in one step; -MMD writes their .d
+# next to them (included at the end), so a header edit rebuilds them too.
+# $(1): the extra libraries (cmocka for the tests, none for the helpers).
+define link_test
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) -lcmocka
-
-$(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a build/.deps-check
-	@mkdir -p $(dir $@)
-	@echo "  CCLD    $@"
-	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
+	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) $(1)
+endef
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libairlock.a | build/.deps-check
+	$(call link_test,-lcmocka)
+$(BUILD)/tests/%: tests/sandbox/%.c $(BUILD)/libairlock.a | build/.deps-check
+	$(call link_test,-lcmocka)
+$(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a | build/.deps-check
+	$(call link_test,)
 
 # Fuzz corpus replays: each fuzzer's entry point built as a plain program.
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
@@ -113,26 +154,81 @@ $(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(FUZZ_CLI_OBJ) $(BUILD
 
 tests: all $(TEST_BIN) $(TEST_HELPER_BIN) $(FUZZ_REPLAY_BIN)
 
-check: build/.deps-check
+# The targets that install what they need first. Each installs in its own
+# recipe, then builds through a sub-make, so that with -j nothing is compiled
+# before the packages are there.
+check:
+	@$(INSTALL_DEPS) check
 	@$(MAKE) --no-print-directory tests
 	@$(MAKE) --no-print-directory SAN=asan tests
 	@bash tests/run.sh $(BUILD)
 
+# The pure unit tests alone: no sandbox, no namespaces, no root; seconds.
+check-unit:
+	@$(INSTALL_DEPS) check
+	@$(MAKE) --no-print-directory $(UNIT_TEST_BIN)
+	@bash tests/run.sh $(BUILD) unit
+
 asan:
 	@$(MAKE) --no-print-directory SAN=asan tests
 
-demo: build/.deps-demo all
+demo:
+	@$(INSTALL_DEPS) demo
+	@$(MAKE) --no-print-directory all
 	@bash examples/demo.sh $(BUILD)/airlock
 
-bench: build/.deps-bench all
+bench:
+	@$(INSTALL_DEPS) bench
+	@$(MAKE) --no-print-directory all
 	@bash bench/run.sh $(BUILD) $(if $(QUICK),--quick)
 
-soak: build/.deps-check
+soak:
+	@$(INSTALL_DEPS) check
 	@$(MAKE) --no-print-directory SAN=asan all build/asan/tests/soak
 	@bash tests/soak.sh build/asan
 
-fuzz: build/.deps-fuzz
+fuzz:
+	@$(INSTALL_DEPS) fuzz
 	@$(MAKE) --no-print-directory -f fuzz/fuzz.mk fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
+
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the shared library (with its
+# SONAME link and the development link), airlock.h, the airlock program and
+# airlock.pc. Nothing here needs root unless the folders do.
+PREFIX     ?= /usr/local
+prefix     ?= $(PREFIX)
+exec_prefix ?= $(prefix)
+bindir     ?= $(exec_prefix)/bin
+libdir     ?= $(exec_prefix)/lib
+includedir ?= $(prefix)/include
+pkgconfigdir ?= $(libdir)/pkgconfig
+
+$(BUILD)/airlock.pc: Makefile include/airlock.h
+	@mkdir -p $(dir $@)
+	@{ echo 'prefix=$(prefix)'; \
+	   echo 'exec_prefix=$(if $(filter $(prefix),$(exec_prefix)),$${prefix},$(exec_prefix))'; \
+	   echo 'libdir=$(if $(filter $(exec_prefix)/lib,$(libdir)),$${exec_prefix}/lib,$(libdir))'; \
+	   echo 'includedir=$(if $(filter $(prefix)/include,$(includedir)),$${prefix}/include,$(includedir))'; \
+	   echo; \
+	   echo 'Name: airlock'; \
+	   echo 'Description: run untrusted Python in a Linux sandbox, move files in and out safely'; \
+	   echo 'Version: $(VERSION)'; \
+	   echo 'Cflags: -I$${includedir}'; \
+	   echo 'Libs: -L$${libdir} -lairlock'; } > $@.tmp && mv $@.tmp $@
+
+install: all $(BUILD)/airlock.pc
+	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(libdir) $(DESTDIR)$(includedir) \
+		$(DESTDIR)$(pkgconfigdir)
+	install -m 0755 $(BUILD)/airlock $(DESTDIR)$(bindir)/airlock
+	install -m 0755 $(BUILD)/$(SOFILE) $(DESTDIR)$(libdir)/$(SOFILE)
+	ln -sfn $(SOFILE) $(DESTDIR)$(libdir)/$(SONAME)
+	ln -sfn $(SONAME) $(DESTDIR)$(libdir)/libairlock.so
+	install -m 0644 include/airlock.h $(DESTDIR)$(includedir)/airlock.h
+	install -m 0644 $(BUILD)/airlock.pc $(DESTDIR)$(pkgconfigdir)/airlock.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(bindir)/airlock $(DESTDIR)$(libdir)/$(SOFILE) \
+		$(DESTDIR)$(libdir)/$(SONAME) $(DESTDIR)$(libdir)/libairlock.so \
+		$(DESTDIR)$(includedir)/airlock.h $(DESTDIR)$(pkgconfigdir)/airlock.pc
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find include src tests fuzz bench -name '*.[ch]')
 format:
@@ -143,4 +239,5 @@ format-check:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_HELPER_BIN:=.d) \
+         $(FUZZ_REPLAY_BIN:=.d)

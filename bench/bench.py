@@ -799,7 +799,7 @@ def report(data):
               f"{bs['rss_before_kib']} -> {bs['rss_after_kib']} KiB."]
         if bs.get("run_gap10_median_ms", -1) >= 0:
             ready = bs["run_gap10_median_ms"] <= 1.25 * bs["run_median_ms"]
-            L[-1] += (f" With 10 ms between runs, DESIGN.md's closest spacing, restore+run "
+            L[-1] += (f" With 10 ms between runs, docs/design.md's closest spacing, restore+run "
                       f"takes {bs['run_gap10_median_ms']:.2f} ms (p90 "
                       f"{bs['run_gap10_p90_ms']:.2f} ms): the next copy is "
                       f"{'' if ready else 'not always '}ready by then.")
@@ -864,7 +864,7 @@ def targets(res, extra=None):
     if p:
         out.append({"what": "idle sandbox < 15 MiB PSS", "figure": f"{p / 1024:.1f} MiB",
                     "verdict": "met" if p < 15 * 1024 else "missed"})
-    # DESIGN.md measures latency with 10 ms or more between calls, so the
+    # docs/design.md measures latency with 10 ms or more between calls, so the
     # next copy must be ready within 10 ms: runs that close are no slower.
     bs = (extra or {}).get("bench_sandbox") or {}
     g10, g50 = bs.get("run_gap10_median_ms", -1), bs.get("run_median_ms", -1)

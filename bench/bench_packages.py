@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The scientific stack preloaded (issue 14): airlock against the peers that
+"""The scientific stack preloaded: airlock against the peers that
 must import it at every run.
 
   a. a fresh run of `import pandas as pd; print(pd.DataFrame(...).a.sum())`

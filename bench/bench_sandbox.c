@@ -1,6 +1,6 @@
 /* Measures the sandbox through the library: cold start, restore+run of
  * print(1) with calls spaced 50 ms apart (agents call seconds apart), the
- * same with the 10 ms spacing of DESIGN.md, within which the next copy must
+ * same with the 10 ms spacing of docs/design.md, within which the next copy must
  * be ready (the back-to-back soak figure includes its preparation), idle
  * memory
  * (PSS of the template and its pre-started copy), and growth of host fds and
@@ -197,7 +197,7 @@ int main(int argc, char **argv)
 
         if (timed_runs(sb, code, runs, gap_us, lat) < 0)
                 return 1;
-        /* The same at DESIGN.md's closest spacing: slower only if the next
+        /* The same at docs/design.md's closest spacing: slower only if the next
          * copy is not ready 10 ms after a run. */
         double *lat10 = calloc((size_t)runs, sizeof(double));
         if (!lat10 || timed_runs(sb, code, runs, 10000, lat10) < 0)

@@ -9,7 +9,8 @@ build=${1:-build}
 runs=${2:-200}
 cd "$(dirname "$0")/.."
 make --no-print-directory "$build/libairlock.a" >/dev/null
-PKG_CONFIG="env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config"
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch 2>/dev/null || true)
+PKG_CONFIG="env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=${multiarch:+/usr/lib/$multiarch/pkgconfig:}/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config"
 libs="$($PKG_CONFIG --libs libseccomp jansson python3-embed) -lpthread"
 cflags="$($PKG_CONFIG --cflags jansson)"
 # shellcheck disable=SC2086 # flag lists

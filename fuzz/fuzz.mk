@@ -11,7 +11,8 @@
 FUZZ_SECONDS ?= 60
 FCC      := clang
 FBUILD   := build/fuzz-clang
-PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
+MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch 2>/dev/null)
+PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=$(if $(MULTIARCH),/usr/lib/$(MULTIARCH)/pkgconfig:)/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
 PKGS     := libseccomp jansson libcurl python3-embed
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null | sed 's/-I/-isystem /g')
 DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libseccomp jansson python3-embed 2>/dev/null)

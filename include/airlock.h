@@ -141,7 +141,7 @@ AIRLOCK_PUBLIC int airlock_config_add_mount(airlock_config *cfg, const char *hos
 /* Allows outbound HTTP to target; methods is comma-separated or NULL for all. */
 AIRLOCK_PUBLIC int airlock_config_allow(airlock_config *cfg, const char *target,
                                         const char *methods, airlock_error *err);
-/* Loads host tools declared in a JSON tools file (see DESIGN.md), all or
+/* Loads host tools declared in a JSON tools file (see docs/design.md), all or
  * nothing. The tools of several files add up; a tool name that another
  * tools file declared already is -EEXIST, naming the tool and both files.
  * Loading the same file again replaces its tools. */
@@ -223,7 +223,7 @@ typedef struct airlock_result {
 } airlock_result;
 
 AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
-/* The result JSON of DESIGN.md, "contents" included. Returns malloc'd text or NULL. */
+/* The result JSON of docs/design.md, "contents" included. Returns malloc'd text or NULL. */
 AIRLOCK_PUBLIC char *airlock_result_to_json(const airlock_result *result);
 /* The same object as a jansson value (jansson's json_t, which the library
  * links), for a program that goes on building on it (an MCP server's tool

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages airlock needs to build and test. Called by the
-# Makefile whenever a required header, library or tool is missing, so that
+# Installs the Debian 12 packages airlock needs to build and test, so that
 # `make demo` and `make check` work on a fresh machine. It is idempotent and
 # quiet when everything is already present.
 #
-# Usage: scripts/deps.sh [build|demo|check|bench|fuzz]
+# With --verify it installs nothing: it names what is missing and exits 1.
+# Plain `make` and the test binaries' rules call it that way, so that only the
+# targets that promise to install (deps, demo, check, check-unit, bench, soak,
+# fuzz) ever run apt-get.
+#
+# Usage: scripts/deps.sh [--verify] [build|demo|check|bench|fuzz]
 set -euo pipefail
 
+verify=0
+if [ "${1:-}" = --verify ]; then
+    verify=1
+    shift
+fi
 profile=${1:-build}
 
 build_pkgs=(build-essential pkg-config libseccomp-dev libjansson-dev
@@ -45,6 +54,12 @@ if [ "$profile" != build ] && [ "$profile" != demo ] && ! command -v npm >/dev/n
     missing+=(npm)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ $verify -eq 1 ]; then
+    # One line the reader can act on, whatever make prints after it.
+    echo "airlock: missing Debian package(s) ${missing[*]}: run 'make deps' (as root), or apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "airlock needs these Debian packages: ${missing[*]}" >&2

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# Runs every test tier and ends with one closing line, "check: N passed, N failed".
-#   1. unit tests (cmocka), each in its own process with a time limit, then
-#      the same built with ASan/UBSan (build/asan);
-#   2. the file-transfer tests again with openat2 forced to fail (ENOSYS), so
-#      the component-by-component fallback is exercised on every run;
-#   3. black-box tests that drive the built airlock binary (tests/blackbox);
-#   4. the MCP server driven by the official TypeScript SDK (tests/mcp);
-#   5. fuzz corpus and crash replays;
-#   6. the format check.
-# Usage: tests/run.sh BUILD_DIR
+# Runs test tiers and ends with one closing line, "check: N passed, N failed".
+# Each tier says what it needs:
+#   unit      pure unit tests (tests/unit, cmocka): no sandbox, no namespaces,
+#             no root (a few cases skip themselves without root);
+#   sandbox   C tests that start real sandboxes (tests/sandbox, cmocka);
+#   asan      both of those again, built with ASan/UBSan (build/asan);
+#   openat2   the file-transfer tests with openat2 forced to fail (ENOSYS),
+#             so the component-by-component fallback runs every time;
+#   install   `make install` into a temporary DESTDIR and a program linked
+#             through pkg-config (tests/build);
+#   blackbox  the built airlock binary driven as users do (tests/blackbox);
+#   mcp       the MCP server driven by the official TypeScript SDK (tests/mcp);
+#   fuzz      fuzz corpus and crash replays;
+#   format    the format check.
+# Every C test runs in its own process with a time limit.
+# Usage: tests/run.sh BUILD_DIR [TIER...]   (no TIER: all of them, in that order)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
+shift || true
+all_tiers=(unit sandbox asan openat2 install blackbox mcp fuzz format)
+tiers=("$@")
+[ ${#tiers[@]} -eq 0 ] && tiers=("${all_tiers[@]}")
+for t in "${tiers[@]}"; do
+    [[ " ${all_tiers[*]} " == *" $t "* ]] || { echo "run.sh: unknown tier '$t' (${all_tiers[*]})" >&2; exit 2; }
+done
+want() { [[ " ${tiers[*]} " == *" $1 "* ]]; }
 export AIRLOCK="$PWD/$build/airlock" AIRLOCK_BUILD="$PWD/$build"
 passed=0 failed=0 failures=()
 
@@ -64,48 +78,76 @@ run_cmocka() { # name cmd...
     rm -f "$out"
 }
 
-echo "== unit tests"
-for t in "$build"/tests/test_*; do
-    [ -x "$t" ] || continue
-    run_cmocka "$(basename "$t")" "$t"
-done
+# The binaries of one tier of C tests, from where their sources live.
+tier_bins() { # build_dir tier_folder
+    local src
+    for src in tests/"$2"/test_*.c; do
+        [ -f "$src" ] || continue
+        echo "$1/tests/$(basename "$src" .c)"
+    done
+}
+
+run_c_tier() { # title folder
+    echo "== $1"
+    local t
+    for t in $(tier_bins "$build" "$2"); do
+        if [ -x "$t" ]; then run_cmocka "$(basename "$t")" "$t"
+        else record "$(basename "$t")" 1; echo "$(basename "$t"): FAILED: not built"; fi
+    done
+}
+want unit && run_c_tier "unit tests (no sandbox)" unit
+want sandbox && run_c_tier "sandbox tests (C, real sandboxes)" sandbox
 
 # The same unit tests built with ASan/UBSan (make check builds them first,
 # into build/asan): memory errors, undefined behaviour and, where
 # LeakSanitizer can run, leaks. AIRLOCK_TEST_QUICK=1 lets a test leave out
 # what is too slow under the sanitizers. Missing when the build was skipped.
-echo "== unit tests under ASan/UBSan"
-asan_build=${AIRLOCK_ASAN_BUILD:-build/asan}
-if [ "$(realpath -m "$asan_build")" = "$(realpath -m "$build")" ]; then
-    echo "asan: the unit tests above were the sanitizer build already"
-elif ls "$asan_build"/tests/test_* >/dev/null 2>&1; then
-    for t in "$asan_build"/tests/test_*; do
-        [ -x "$t" ] || continue
-        run_cmocka "$(basename "$t")[asan]" env AIRLOCK_TEST_QUICK=1 \
-            ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
-            UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" "$t"
-    done
-else
-    record "asan-build" 1
-    echo "asan: FAILED: no sanitizer build of the unit tests in $asan_build (make SAN=asan tests)"
+if want asan; then
+    echo "== unit and sandbox tests under ASan/UBSan"
+    asan_build=${AIRLOCK_ASAN_BUILD:-build/asan}
+    if [ "$(realpath -m "$asan_build")" = "$(realpath -m "$build")" ]; then
+        echo "asan: the tests above were the sanitizer build already"
+    elif ls "$asan_build"/tests/test_* >/dev/null 2>&1; then
+        for t in $(tier_bins "$asan_build" unit) $(tier_bins "$asan_build" sandbox); do
+            [ -x "$t" ] || continue
+            run_cmocka "$(basename "$t")[asan]" env AIRLOCK_TEST_QUICK=1 \
+                ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
+                UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" "$t"
+        done
+    else
+        record "asan-build" 1
+        echo "asan: FAILED: no sanitizer build of the tests in $asan_build (make SAN=asan tests)"
+    fi
 fi
 
-echo "== file transfer tests with openat2 forced to ENOSYS"
-if [ -x "$build/tests/no_openat2" ]; then
-    for t in "$build"/tests/test_fsx*; do
-        [ -x "$t" ] || continue
-        run_cmocka "$(basename "$t")[no-openat2]" "$build/tests/no_openat2" "$t"
+if want openat2; then
+    echo "== file transfer tests with openat2 forced to ENOSYS"
+    if [ -x "$build/tests/no_openat2" ]; then
+        for t in "$build"/tests/test_fsx*; do
+            [ -x "$t" ] || continue
+            run_cmocka "$(basename "$t")[no-openat2]" "$build/tests/no_openat2" "$t"
+        done
+    fi
+fi
+
+if want install; then
+    echo "== install and link through pkg-config"
+    for t in tests/build/test_*.sh; do
+        [ -f "$t" ] || continue
+        run_counted "$(basename "$t" .sh)" bash "$t" "$build"
     done
 fi
 
-echo "== black-box tests"
-for t in tests/blackbox/test_*.py; do
-    [ -f "$t" ] || continue
-    run_counted "$(basename "$t" .py)" /usr/bin/python3 "$t"
-done
+if want blackbox; then
+    echo "== black-box tests"
+    for t in tests/blackbox/test_*.py; do
+        [ -f "$t" ] || continue
+        run_counted "$(basename "$t" .py)" /usr/bin/python3 "$t"
+    done
+fi
 
-echo "== MCP tests with the official SDK client"
-if [ -f tests/mcp/package.json ]; then
+if want mcp && [ -f tests/mcp/package.json ]; then
+    echo "== MCP tests with the official SDK client"
     if [ ! -d tests/mcp/node_modules/@modelcontextprotocol/sdk ]; then
         (cd tests/mcp && npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
             echo "npm install in tests/mcp failed"
@@ -116,15 +158,19 @@ if [ -f tests/mcp/package.json ]; then
     done
 fi
 
-echo "== fuzz corpus replays"
-for t in "$build"/fuzz/replay_*; do
-    [ -x "$t" ] || continue
-    run_counted "$(basename "$t")" "$t"
-done
+if want fuzz; then
+    echo "== fuzz corpus replays"
+    for t in "$build"/fuzz/replay_*; do
+        [ -x "$t" ] || continue
+        run_counted "$(basename "$t")" "$t"
+    done
+fi
 
-echo "== format check"
-if make --no-print-directory format-check >/dev/null 2>&1; then record format 0; echo "format: ok"
-else record format 1; echo "format: FAILED (run make format)"; fi
+if want format; then
+    echo "== format check"
+    if make --no-print-directory format-check >/dev/null 2>&1; then record format 0; echo "format: ok"
+    else record format 1; echo "format: FAILED (run make format)"; fi
+fi
 
 if [ ${#failures[@]} -gt 0 ]; then echo "failed: ${failures[*]}"; fi
 echo "check: $passed passed, $failed failed"

@@ -35,7 +35,7 @@ int cmd_run(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 
-/* Exit status of every command, as DESIGN.md. */
+/* Exit status of every command, as docs/design.md. */
 enum {
         EXIT_OK = 0,
         EXIT_CODE_FAILED = 1,

@@ -7,7 +7,7 @@
 
 #include "airlock.h"
 
-/* The JSON Schema of structuredContent: the result JSON of DESIGN.md. */
+/* The JSON Schema of structuredContent: the result JSON of docs/design.md. */
 json_t *mcp_output_schema(void);
 
 /* The CallToolResult of a finished run: content items in the order of the

@@ -1,4 +1,4 @@
-/* From a run's result to an MCP CallToolResult. The result JSON of DESIGN.md
+/* From a run's result to an MCP CallToolResult. The result JSON of docs/design.md
  * is the single source: its "contents" list gives the items and their order,
  * and the whole object is the structuredContent. */
 #include <stdio.h>
@@ -41,7 +41,7 @@ json_t *mcp_output_schema(void)
             /* success */ "success", "type", "boolean",
             /* status */ "status", "type", "string", "enum", "ok", "error", "timeout", "memory",
             "killed",
-            /* exit_code: null when the guest did not exit by itself */
+            /* exit_code: -1 when the guest did not exit by itself (null is never sent) */
             "exit_code", "type", "integer", "null",
             /* streams */ "stdout", "type", "string", "stderr", "type", "string",
             "stdout_truncated", "type", "boolean", "stderr_truncated", "type", "boolean",

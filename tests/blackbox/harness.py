@@ -4,12 +4,14 @@ Each test module defines functions named test_*; run() calls each in order,
 prints one line per test and a closing line "NAME: N passed, N failed".
 """
 import atexit
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 
 AIRLOCK = os.environ.get("AIRLOCK") or os.path.join(
@@ -40,6 +42,116 @@ def tmpdir():
     d = tempfile.mkdtemp(prefix="airlock-test-")
     _made.append(d)
     return d
+
+
+def tools_file(name, description, properties, required, script, timeout, folder=None,
+               python=sys.executable):
+    """A tools file declaring one command tool, `python script` (the source
+    given, saved as tool.py beside it); returns the tools file's path."""
+    d = folder or tmpdir()
+    with open(os.path.join(d, "tool.py"), "w") as f:
+        f.write(script)
+    spec = {"tools": [{"name": name, "description": description,
+                       "parameters": {"type": "object", "properties": properties,
+                                      "required": required},
+                       "command": [python, "tool.py"], "timeout": timeout}]}
+    path = os.path.join(d, "tools.json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
+class Mcp:
+    """One `airlock mcp` server spoken to over its stdio, initialized. Requests
+    may be in flight in parallel: start() sends one, wait() takes its reply."""
+
+    def __init__(self, *args, client="test"):
+        self.p = subprocess.Popen([AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.replies = {}
+        self.ended = False
+        self.errors = []
+        self.cv = threading.Condition()
+        self.next_id = 1
+        threading.Thread(target=self._read, daemon=True).start()
+        # stderr is drained too, so that a chatty server never blocks on it.
+        threading.Thread(target=lambda: self.errors.extend(self.p.stderr), daemon=True).start()
+        init = self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                           "clientInfo": {"name": client, "version": "1"}})
+        assert "result" in init, init
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _read(self):
+        for line in self.p.stdout:
+            msg = json.loads(line)
+            if "id" in msg:
+                with self.cv:
+                    self.replies[msg["id"]] = msg
+                    self.cv.notify_all()
+        with self.cv:
+            self.ended = True
+            self.cv.notify_all()
+
+    def send(self, msg):
+        self.p.stdin.write(json.dumps(msg) + "\n")
+        self.p.stdin.flush()
+
+    def start(self, method, params):
+        with self.cv:
+            i = self.next_id
+            self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+        return i
+
+    def wait(self, i, timeout=120):
+        with self.cv:
+            ok = self.cv.wait_for(lambda: i in self.replies or self.ended, timeout)
+            assert i in self.replies, (f"airlock mcp ended: {''.join(self.errors)[:2000]}"
+                                       if ok else f"no reply to request {i}")
+            return self.replies.pop(i)
+
+    def request(self, method, params):
+        return self.wait(self.start(method, params))
+
+    def start_call(self, code):
+        """Sends execute_code(code); returns the request's id for result()."""
+        return self.start("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+
+    def result(self, i):
+        """The CallToolResult of the call started as request i."""
+        r = self.wait(i)
+        assert "result" in r, r
+        return r["result"]
+
+    def call(self, code):
+        """The CallToolResult of execute_code(code)."""
+        return self.result(self.start_call(code))
+
+    def run(self, code):
+        """The result JSON of execute_code(code)."""
+        return self.call(code)["structuredContent"]
+
+    def close(self):
+        """Ends the server's input; returns its exit status."""
+        self.p.stdin.close()
+        status = self.p.wait(timeout=60)
+        self.p.stdout.close()
+        return status
+
+
+@contextlib.contextmanager
+def mcp(*args):
+    """An Mcp for a with block: it must exit 0 when its input ends."""
+    m = Mcp(*args)
+    try:
+        yield m
+    finally:
+        if m.p.poll() is None:
+            try:
+                assert m.close() == 0
+            except Exception:
+                m.p.kill()
+                m.p.wait()
 
 
 def next_run_works():

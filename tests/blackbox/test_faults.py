@@ -4,7 +4,7 @@ never stop sending; a full /output; the host process receiving SIGTERM;
 the host running out of file descriptors. Each scenario has one exact
 expected outcome and then checks that the next run still works.
 
-The template killed between runs is in tests/unit/test_faults.c: it needs
+The template killed between runs is in tests/sandbox/test_faults.c: it needs
 the library, not the command line."""
 import errno
 import json
@@ -20,6 +20,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import AIRLOCK, airlock, run, run_json  # noqa: E402
 from harness import next_run_works, tmpdir  # noqa: E402
+import harness  # noqa: E402
 
 MiB = 1 << 20
 
@@ -126,18 +127,9 @@ print(json.dumps({"op": op}))
 
 
 def tools_file(d, timeout):
-    with open(os.path.join(d, "tool.py"), "w") as f:
-        f.write(TOOL)
-    spec = {"tools": [{"name": "t", "description": "Misbehaves on request.",
-                       "parameters": {"type": "object",
-                                      "properties": {"op": {"type": "string"},
-                                                     "pidfile": {"type": "string"}},
-                                      "required": ["op"]},
-                       "command": ["/usr/bin/python3", "tool.py"], "timeout": timeout}]}
-    path = os.path.join(d, "tools.json")
-    with open(path, "w") as f:
-        json.dump(spec, f)
-    return path
+    return harness.tools_file("t", "Misbehaves on request.",
+                              {"op": {"type": "string"}, "pidfile": {"type": "string"}}, ["op"],
+                              TOOL, timeout, folder=d, python="/usr/bin/python3")
 
 
 def test_tool_crashes_and_hangs_are_runtime_errors():

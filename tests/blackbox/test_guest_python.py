@@ -17,65 +17,11 @@ import os
 import subprocess
 import time
 
-from harness import AIRLOCK, airlock, run, run_json, tmpdir
+from harness import airlock, mcp, run, run_json, tmpdir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HERE = os.path.dirname(os.path.abspath(__file__))
 SALES = os.path.join(HERE, "..", "..", "examples", "sales")
-
-
-class Mcp:
-    """One `airlock mcp` server spoken to over its stdio, initialized."""
-
-    def __init__(self, *args):
-        self.p = subprocess.Popen([AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.id = 0
-        init = self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                           "clientInfo": {"name": "test", "version": "1"}})
-        assert "result" in init, init
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, msg):
-        self.p.stdin.write(json.dumps(msg) + "\n")
-        self.p.stdin.flush()
-
-    def request(self, method, params):
-        self.id += 1
-        self.send({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params})
-        while True:
-            line = self.p.stdout.readline()
-            assert line, f"airlock mcp ended: {self.p.stderr.read()[:2000]}"
-            msg = json.loads(line)
-            if msg.get("id") == self.id:
-                return msg
-
-    def call(self, code):
-        """The CallToolResult of execute_code(code)."""
-        return self.request("tools/call", {"name": "execute_code",
-                                           "arguments": {"code": code}})["result"]
-
-    def run(self, code):
-        """The result JSON of execute_code(code)."""
-        return self.call(code)["structuredContent"]
-
-    def close(self):
-        self.p.stdin.close()
-        assert self.p.wait(60) == 0
-
-
-@contextlib.contextmanager
-def mcp(*args):
-    m = Mcp(*args)
-    try:
-        yield m
-    finally:
-        if m.p.poll() is None:
-            try:
-                m.close()
-            except Exception:
-                m.p.kill()
-                m.p.wait()
 
 
 def ok(r):

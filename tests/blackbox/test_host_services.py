@@ -6,7 +6,8 @@ import os
 import socketserver
 import threading
 
-from harness import run, run_json, tmpdir
+import harness
+from harness import run, run_json
 
 TOOL = r'''
 import json, sys, time
@@ -29,20 +30,10 @@ else:
 
 
 def tools_file(timeout=2):
-    d = tmpdir()
-    with open(os.path.join(d, "tool.py"), "w") as f:
-        f.write(TOOL)
-    spec = {"tools": [{"name": "compute", "description": "Does arithmetic and misbehaves.",
-                       "parameters": {"type": "object",
-                                      "properties": {"operation": {"type": "string"},
-                                                     "a": {"type": "number"},
-                                                     "b": {"type": "number"}},
-                                      "required": ["operation"]},
-                       "command": ["/usr/bin/python3", "tool.py"], "timeout": timeout}]}
-    path = os.path.join(d, "tools.json")
-    with open(path, "w") as f:
-        json.dump(spec, f)
-    return path
+    return harness.tools_file("compute", "Does arithmetic and misbehaves.",
+                              {"operation": {"type": "string"}, "a": {"type": "number"},
+                               "b": {"type": "number"}}, ["operation"],
+                              TOOL, timeout, python="/usr/bin/python3")
 
 
 def test_tool_round_trip_nested_unicode_nul():

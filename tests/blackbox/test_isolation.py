@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Black-box tests: runs of one sandbox never meet, and a guest spends none
-of the host user's quotas (issue 13).
+of the host user's quotas.
 
 Runs of one sandbox are driven through one `airlock mcp` server, whose
 workers run calls in parallel on copies of one template. Where two runs must
@@ -16,11 +16,11 @@ import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, airlock, next_run_works, run, run_json, tmpdir  # noqa: E402
+import harness  # noqa: E402
+from harness import AIRLOCK, Mcp, airlock, next_run_works, run, run_json, tmpdir  # noqa: E402
 
 ROOT = os.geteuid() == 0
 
@@ -39,18 +39,9 @@ else:
 
 def tools_file():
     d = tmpdir()
-    with open(os.path.join(d, "tool.py"), "w") as f:
-        f.write(TOOL)
-    spec = {"tools": [{
-        "name": "flag", "description": "Marks or checks a file on the host.",
-        "parameters": {"type": "object",
-                       "properties": {"op": {"type": "string"}, "path": {"type": "string"}},
-                       "required": ["op", "path"]},
-        "command": [sys.executable, "tool.py"], "timeout": 10}]}
-    path = os.path.join(d, "tools.json")
-    with open(path, "w") as f:
-        json.dump(spec, f)
-    return path, d
+    return harness.tools_file("flag", "Marks or checks a file on the host.",
+                              {"op": {"type": "string"}, "path": {"type": "string"}},
+                              ["op", "path"], TOOL, 10, folder=d), d
 
 
 # Guest code that waits, boundedly, until the host file `path` exists.
@@ -74,63 +65,6 @@ def wait_for(path, proc, limit=60):
             raise AssertionError("the MCP server exited")
         time.sleep(0.01)
     raise AssertionError(f"the run never marked {path}")
-
-
-class Mcp:
-    """A raw MCP client over the server's stdio, with calls in parallel."""
-
-    def __init__(self, *args):
-        self.p = subprocess.Popen([AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.replies = {}
-        self.cv = threading.Condition()
-        self.next_id = 1
-        threading.Thread(target=self._read, daemon=True).start()
-        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                    "clientInfo": {"name": "test", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def _read(self):
-        for line in self.p.stdout:
-            msg = json.loads(line)
-            if "id" in msg:
-                with self.cv:
-                    self.replies[msg["id"]] = msg
-                    self.cv.notify_all()
-
-    def send(self, msg):
-        self.p.stdin.write(json.dumps(msg) + "\n")
-        self.p.stdin.flush()
-
-    def start(self, method, params):
-        with self.cv:
-            i = self.next_id
-            self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        return i
-
-    def wait(self, i, timeout=120):
-        with self.cv:
-            ok = self.cv.wait_for(lambda: i in self.replies, timeout)
-        assert ok, f"no reply to request {i}"
-        return self.replies.pop(i)
-
-    def request(self, method, params):
-        return self.wait(self.start(method, params))
-
-    def call(self, code):
-        return self.start("tools/call", {"name": "execute_code", "arguments": {"code": code}})
-
-    def result(self, i):
-        r = self.wait(i)
-        assert "result" in r, r
-        return r["result"]
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=60)
-        self.p.stdout.close()
-        self.p.stderr.close()
 
 
 def text_of(result):
@@ -157,7 +91,7 @@ def test_sysv_ipc_objects_do_not_outlive_their_run():
     # sees none of them and can use its whole memory limit.
     srv = Mcp("--memory", "160")
     try:
-        first = srv.result(srv.call(IPC + '''
+        first = srv.result(srv.start_call(IPC + '''
 assert libc.msgget(0x4a11, 0o1600) >= 0
 assert libc.semget(0x4a12, 4, 0o1600) >= 0
 sid = shm(0x4a13, 96 << 20, 0o1600)
@@ -169,7 +103,7 @@ print("left")
 '''))
         assert text_of(first) == "left\n", first
         for _ in range(3):
-            second = srv.result(srv.call(IPC + '''
+            second = srv.result(srv.start_call(IPC + '''
 seen = [libc.msgget(0x4a11, 0) >= 0, libc.semget(0x4a12, 0, 0) >= 0,
         shm(0x4a13, 0, 0) >= 0]
 b = bytearray(100 << 20)
@@ -203,13 +137,13 @@ def test_parallel_runs_share_no_ipc_objects():
     srv = Mcp("-t", tools)
     try:
         ready, done = os.path.join(d, "ready"), os.path.join(d, "done")
-        a = srv.call(IPC + WAIT + f'''
+        a = srv.start_call(IPC + WAIT + f'''
 assert libc.msgget(0x4a21, 0o1600) >= 0
 call_tool("flag", op="mark", path={ready!r})
 print(_wait({done!r}))
 ''')
         wait_for(ready, srv.p)
-        b = srv.result(srv.call(IPC + "print(libc.msgget(0x4a21, 0) >= 0)"))
+        b = srv.result(srv.start_call(IPC + "print(libc.msgget(0x4a21, 0) >= 0)"))
         open(done, "w").close()
         assert text_of(b) == "False\n", b
         assert text_of(srv.result(a)) == "True\n"
@@ -225,7 +159,7 @@ def test_parallel_runs_cannot_meet_on_an_abstract_socket():
     srv = Mcp("-t", tools)
     try:
         ready, done = os.path.join(d, "ready"), os.path.join(d, "done")
-        a = srv.call(WAIT + f'''
+        a = srv.start_call(WAIT + f'''
 import socket
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.bind("\\0airlock-isolation-test")
@@ -244,7 +178,7 @@ while not call_tool("flag", op="seen", path={done!r}):
 print("accepted", got)
 ''')
         wait_for(ready, srv.p)
-        b = srv.result(srv.call('''
+        b = srv.result(srv.start_call('''
 import socket
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
@@ -275,7 +209,7 @@ def test_parallel_runs_have_their_own_memory_limits():
         done = os.path.join(d, "done")
         calls = []
         for i in range(2):
-            calls.append(srv.call(WAIT + f'''
+            calls.append(srv.start_call(WAIT + f'''
 b = bytearray(100 << 20)
 for i in range(0, len(b), 4096):
     b[i] = 1
@@ -283,7 +217,7 @@ call_tool("flag", op="mark", path={ready[i]!r})
 print(_wait({done!r}))
 '''))
             wait_for(ready[i], srv.p)
-        hog = srv.result(srv.call('''
+        hog = srv.result(srv.start_call('''
 chunks = []
 while True:
     chunks.append(bytearray(16 << 20))
@@ -328,7 +262,7 @@ def test_each_sandbox_runs_as_host_ids_of_its_own():
     srv = Mcp("-t", tools)
     try:
         ready, done = os.path.join(d, "ready"), os.path.join(d, "done")
-        a = srv.call(WAIT + f'call_tool("flag", op="mark", path={ready!r})\nprint(_wait({done!r}))')
+        a = srv.start_call(WAIT + f'call_tool("flag", op="mark", path={ready!r})\nprint(_wait({done!r}))')
         wait_for(ready, srv.p)
         uids = host_uids_of_children(srv.p.pid)
         open(done, "w").close()
@@ -371,7 +305,7 @@ def test_guest_inotify_and_signals_do_not_spend_host_quotas():
     libc = ctypes.CDLL(None, use_errno=True)
     try:
         ready, done = os.path.join(d, "ready"), os.path.join(d, "done")
-        a = srv.call(WAIT + f'''
+        a = srv.start_call(WAIT + f'''
 import ctypes, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
 fds = []

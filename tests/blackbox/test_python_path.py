@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, airlock, run, run_json, tmpdir  # noqa: E402
+from harness import AIRLOCK, Mcp, airlock, run, run_json, tmpdir  # noqa: E402
 
 PYVER = "3.11"  # Debian 12's python3, the guest's libpython
 
@@ -268,32 +268,6 @@ def test_describe_names_packages_found_inside_the_guest():
     p = airlock("mcp", "--python-path", d, input="".join(json.dumps(m) + "\n" for m in msgs))
     tools = json.loads(p.stdout.splitlines()[1])["result"]["tools"]
     assert tools[0]["description"] == desc, (tools[0]["description"], desc)
-
-
-class Mcp:
-    def __init__(self, *args):
-        self.p = subprocess.Popen([AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.n = 0
-        self.send("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                 "clientInfo": {"name": "test_python_path", "version": "1"}})
-
-    def send(self, method, params):
-        self.n += 1
-        self.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                       "params": params}) + "\n")
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
-
-    def run(self, code):
-        r = self.send("tools/call", {"name": "execute_code", "arguments": {"code": code}})
-        return r["result"]["structuredContent"]
-
-    def close(self):
-        self.p.stdin.close()
-        err = self.p.stderr.read()
-        self.p.wait(timeout=60)
-        return err
 
 
 def replace_file(path, text):

@@ -263,7 +263,8 @@ def test_background_writer_is_gone_before_capture():
 
 def test_code_runs_at_normal_priority():
     # Copies are prepared at idle priority; the code itself must not be: it
-    # runs at the caller's own priority (which is not 0 under `nice make check`).
+    # runs at the caller's own priority (nice 0 unless the tests themselves
+    # run under nice, as `nice make check` does).
     rc, r = run_json("import os; print(os.sched_getscheduler(0) == os.SCHED_OTHER, os.nice(0))")
     assert rc == 0 and r["stdout"] == f"True {os.nice(0)}\n", r
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "airlock.h"
+#include "common/proc.h"
 
 static int failures;
 
@@ -144,37 +145,19 @@ static int count_dir(const char *path, const char *prefix)
 }
 
 /* Our children: all of them, and those that are sandbox processes. */
-static void count_children(int *ret_all, int *ret_sandbox)
+static void count_our_children(int *ret_all, int *ret_sandbox)
 {
         DIR *d = opendir("/proc");
         int all = 0, sandbox = 0;
         struct dirent *de;
         while (d && (de = readdir(d))) {
                 int pid = atoi(de->d_name);
-                if (pid <= 0)
-                        continue;
-                char path[64], buf[1024];
-                snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-                FILE *f = fopen(path, "re");
-                if (!f)
-                        continue;
-                size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-                fclose(f);
-                buf[n] = '\0';
-                char *rp = strrchr(buf, ')');
-                int ppid = 0;
-                if (!rp || sscanf(rp + 2, "%*c %d", &ppid) != 1 || ppid != getpid())
+                char state;
+                int ppid;
+                if (pid <= 0 || proc_stat(pid, &state, &ppid) < 0 || ppid != getpid())
                         continue;
                 all++;
-                snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
-                f = fopen(path, "re");
-                if (!f)
-                        continue;
-                n = fread(buf, 1, 32, f);
-                fclose(f);
-                buf[n] = '\0';
-                if (strncmp(buf, "airlock-template", 16) == 0)
-                        sandbox++;
+                sandbox += is_sandbox_process(pid);
         }
         if (d)
                 closedir(d);
@@ -194,23 +177,6 @@ static int count_lines(const char *path)
         return n;
 }
 
-/* Cgroups named after this process (airlock-PID-...), a few levels down. */
-static int our_cgroups(void)
-{
-        char cmd[256];
-        snprintf(cmd, sizeof(cmd),
-                 "find /sys/fs/cgroup -maxdepth 5 -type d -name 'airlock-%d-*' 2>/dev/null | "
-                 "wc -l",
-                 (int)getpid());
-        FILE *p = popen(cmd, "re");
-        int n = -1;
-        if (p && fscanf(p, "%d", &n) != 1)
-                n = -1;
-        if (p)
-                pclose(p);
-        return n;
-}
-
 typedef struct snapshot {
         long rss_kib;
         int fds, children, sandbox_children;
@@ -222,7 +188,7 @@ static snapshot measure(void)
          * let them settle so the figures compare like with like. */
         sleep(1);
         snapshot s = {.rss_kib = rss_kib(), .fds = count_dir("/proc/self/fd", NULL)};
-        count_children(&s.children, &s.sandbox_children);
+        count_our_children(&s.children, &s.sandbox_children);
         return s;
 }
 

@@ -101,7 +101,7 @@ const tests = [
   ['tools/call: stdout, tool call, image and resource items, structuredContent', async () => {
     const r = await client.callTool({ name: 'execute_code', arguments: { code: MAIN_CODE } }, undefined, CALL_OPTS);
     assertEqual(r.isError, false, `isError (content: ${JSON.stringify(r.content).slice(0, 1500)})`);
-    // Order of DESIGN.md "contents": stdout, then one item per file (sorted).
+    // Order of docs/design.md "contents": stdout, then one item per file (sorted).
     assertEqual(r.content.map((c) => c.type), ['text', 'image', 'resource'], 'content types');
     const out = r.content[0].text;
     assertIncludes(out, 'rows 3 total 42', 'stdout');

@@ -13,19 +13,12 @@
 
 #include "config/config.h"
 #include "core/util.h"
+#include "common/airlock_test.h"
 
 static int cb_tool(void *ud, const char *args, char **ret, char **ret_err)
 {
         *ret = strdup("0");
         return 0;
-}
-
-static airlock_config *new_config(void)
-{
-        airlock_config *cfg = NULL;
-        airlock_error err = {0};
-        assert_int_equal(airlock_config_new(&cfg, &err), 0);
-        return cfg;
 }
 
 static void add_tool(airlock_config *cfg, const char *name, const char *desc, const char *params,
@@ -165,14 +158,6 @@ static void test_limits_follow_config(void **state)
         airlock_config_free(cfg);
 }
 
-static void write_file(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "w");
-        assert_non_null(f);
-        fputs(text, f);
-        fclose(f);
-}
-
 static void test_workspace_and_mounts(void **state)
 {
         char dir[] = "/tmp/airlock-describe-XXXXXX";
@@ -181,11 +166,11 @@ static void test_workspace_and_mounts(void **state)
         snprintf(p, sizeof(p), "%s/ws", dir);
         assert_int_equal(mkdir(p, 0755), 0);
         snprintf(p, sizeof(p), "%s/ws/data.csv", dir);
-        write_file(p, "a,b\n1,2\n");
+        write_text(p, "a,b\n1,2\n");
         snprintf(p, sizeof(p), "%s/ws/reports", dir);
         assert_int_equal(mkdir(p, 0755), 0);
         snprintf(p, sizeof(p), "%s/extra.txt", dir);
-        write_file(p, "x");
+        write_text(p, "x");
 
         airlock_config *cfg = new_config();
         airlock_error err = {0};
@@ -206,7 +191,7 @@ static void test_workspace_and_mounts(void **state)
         /* A name that is not UTF-8 is shown with U+FFFD, so the texts stay
          * valid UTF-8 and the JSON encodes. */
         snprintf(p, sizeof(p), "%s/ws/bad\xffname.txt", dir);
-        write_file(p, "x");
+        write_text(p, "x");
         snprintf(p, sizeof(p), "%s/ws", dir);
         assert_int_equal(airlock_config_set_workspace(cfg, p, &err), 0);
         describe(cfg, &d, NULL);

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "unit/fsx_test.h"
+#include "common/fsx_test.h"
 
 #include <dirent.h>
 #include <sys/sysmacros.h>
@@ -17,18 +17,6 @@
 #include <pthread.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
-
-static int setup_fallback(void **state)
-{
-        fsx_force_fallback = true;
-        return 0;
-}
-
-static int teardown_fallback(void **state)
-{
-        fsx_force_fallback = false;
-        return 0;
-}
 
 /* ---- mount path normalisation ------------------------------------------ */
 

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "unit/fsx_test.h"
+#include "common/fsx_test.h"
 
 #include <sys/statvfs.h>
 

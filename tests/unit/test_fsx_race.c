@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "unit/fsx_test.h"
+#include "common/fsx_test.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -9,22 +9,11 @@
 
 #include <cmocka.h>
 
-#include "unit/fsx_test.h"
+#include "common/fsx_test.h"
+#include "common/proc.h"
 
 #include <dirent.h>
 #include <sys/mount.h>
-
-static int setup_fallback(void **state)
-{
-        fsx_force_fallback = true;
-        return 0;
-}
-
-static int teardown_fallback(void **state)
-{
-        fsx_force_fallback = false;
-        return 0;
-}
 
 static fsx_limits stage_limits(void)
 {
@@ -639,17 +628,6 @@ static void test_stage_cross_fs(void **state)
         close(d);
         scratch_free(&dst);
         scratch_free(&src);
-}
-
-static int count_fds(void)
-{
-        DIR *d = opendir("/proc/self/fd");
-        assert_non_null(d);
-        int n = 0;
-        while (readdir(d))
-                n++;
-        closedir(d);
-        return n;
 }
 
 /* Every path out of staging, signatures, capture and clearing, failing or

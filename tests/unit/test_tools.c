@@ -15,6 +15,7 @@
 
 #include "host/tools.h"
 #include "core/util.h"
+#include "common/airlock_test.h"
 
 static char data_dir[PATH_MAX + 64];   /* tests/data/tools */
 static char tools_file[PATH_MAX + 64]; /* tests/data/tools/tools.json */
@@ -652,14 +653,6 @@ static void test_tools_file_errors(void **state)
         rmdir(dir);
 }
 
-static void put_text(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "w");
-        assert_non_null(f);
-        fputs(text, f);
-        fclose(f);
-}
-
 /* Tools files add up; a name that two files declare is an error naming it
  * and both files, and leaves the registry as it was; the same file loaded
  * again replaces its own tools. */
@@ -672,10 +665,10 @@ static void test_tools_files_merge(void **state)
         snprintf(a, sizeof(a), "%s/a.json", dir);
         snprintf(b, sizeof(b), "%s/b.json", dir);
         snprintf(c, sizeof(c), "%s/c.json", dir);
-        put_text(a, "{\"tools\":[{\"name\":\"one\",\"command\":[\"true\"]}]}");
-        put_text(b, "{\"tools\":[{\"name\":\"two\",\"command\":[\"true\"]}]}");
-        put_text(c, "{\"tools\":[{\"name\":\"three\",\"command\":[\"true\"]},"
-                    "{\"name\":\"one\",\"command\":[\"false\"]}]}");
+        write_text(a, "{\"tools\":[{\"name\":\"one\",\"command\":[\"true\"]}]}");
+        write_text(b, "{\"tools\":[{\"name\":\"two\",\"command\":[\"true\"]}]}");
+        write_text(c, "{\"tools\":[{\"name\":\"three\",\"command\":[\"true\"]},"
+                      "{\"name\":\"one\",\"command\":[\"false\"]}]}");
         tool_registry *reg;
         assert_int_equal(toolreg_new(&reg, NULL), 0);
         assert_int_equal(toolreg_load_file(reg, a, 7, NULL), 0);

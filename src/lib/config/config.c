@@ -84,7 +84,7 @@ int airlock_config_add_mount(airlock_config *c, const char *host, const char *pa
         _cleanup_free_ char *h = strdup(host);
         if (!h)
                 return al_error(err, -ENOMEM, host, "out of memory");
-        /* Two mounts at one destination are a collision (DESIGN.md): the
+        /* Two mounts at one destination are a collision (docs/design.md): the
          * second would silently hide the first. The same mount given twice
          * asks for nothing new and is kept once. A file mount that another
          * mount needs as a directory is only known when the sources are

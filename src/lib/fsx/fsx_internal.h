@@ -13,7 +13,7 @@
 #include "airlock.h"
 
 /* Why an entry was not taken. The text of each is part of the result JSON
- * contract (DESIGN.md, "Result JSON"), except FSX_MOUNT_POINT, which only
+ * contract (docs/design.md, "Result JSON"), except FSX_MOUNT_POINT, which only
  * staging sees (it skips mount points) and capture reports as not regular,
  * and FSX_UNREADABLE ("unreadable"): an entry the host may not open (the
  * guest can chmod 000 its own files), refused rather than failing the whole

@@ -1,7 +1,7 @@
 /* The network allow-list: entries, URL parsing and request matching.
  *
  * Everything here is pure string work. The gateway (gateway.c) adds the
- * address checks that need the resolver. The rules are those of DESIGN.md,
+ * address checks that need the resolver. The rules are those of docs/design.md,
  * "Network allow-list": deny by default, never CONNECT or TRACE, exact
  * case-insensitive host names, path prefixes on a segment boundary. */
 #include "host/netpolicy.h"

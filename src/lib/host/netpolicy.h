@@ -28,7 +28,7 @@ int allowlist_clone(const net_allowlist *al, net_allowlist **ret, airlock_error 
 
 /* Adds target ("host", "host:port", or "scheme://host[:port][/path]") with
  * methods (comma-separated; NULL means every method but CONNECT and TRACE).
- * Normalisation as DESIGN.md: trim, lower-case the host, drop a trailing '/';
+ * Normalisation as docs/design.md: trim, lower-case the host, drop a trailing '/';
  * empty entries, empty methods and an empty list are errors; methods are
  * upper-cased, de-duplicated and sorted; CONNECT and TRACE are refused; an
  * existing target gets its methods replaced. */

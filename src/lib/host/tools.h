@@ -45,7 +45,7 @@ int toolreg_clone(const tool_registry *reg, tool_registry **ret, airlock_error *
  * last; "execute_code" is refused; names are 1-64 chars of [A-Za-z0-9_.-];
  * parameters must parse as a JSON object. */
 int toolreg_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err);
-/* Loads a tools file (DESIGN.md "Tools file"): relative commands resolve
+/* Loads a tools file (docs/design.md "Tools file"): relative commands resolve
  * against the file's folder; every error names the file and the tool. */
 int toolreg_load_file(tool_registry *reg, const char *path, double default_timeout_s,
                       airlock_error *err);

@@ -1,7 +1,7 @@
 /* The template is this program executed afresh. Executing /proc/self/exe
  * would make the template's /proc/self/exe and /proc/self/maps name the
  * host's copy of the program (its path gives away the host's layout, such as
- * a home or build folder, which DESIGN.md keeps out of the guest's view),
+ * a home or build folder, which docs/design.md keeps out of the guest's view),
  * and the guest could read the host file through that link for as long as
  * it exists. Executing a memfd copy instead shows only "/memfd:airlock
  * (deleted)". The copy is made once per host process and sealed, so that no

@@ -1,4 +1,4 @@
-/* Run results: freeing them and the result JSON of DESIGN.md, including the
+/* Run results: freeing them and the result JSON of docs/design.md, including the
  * ordered "contents" list an agent framework hands to the model. */
 #include <jansson.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* The result JSON of DESIGN.md as a jansson value, for the code in this
+/* The result JSON of docs/design.md as a jansson value, for the code in this
  * project that goes on building on it (the MCP server's CallToolResult)
  * instead of encoding the text and parsing it again. */
 #ifndef AIRLOCK_RESULT_H

@@ -20,6 +20,7 @@
 
 #include "airlock.h"
 #include "core/util.h"
+#include "common/proc.h"
 
 /* A hang is a failure: the alarm kills the test process and the runner
  * counts the test as failed. */
@@ -60,36 +61,14 @@ static int teardown(void **state)
 
 /* ---- the process table ------------------------------------------------- */
 
-static bool read_small(const char *path, char *buf, size_t len)
-{
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return false;
-        size_t n = fread(buf, 1, len - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        return true;
-}
-
+/* The parent of a live process; -1 for a zombie or one that is gone. */
 static int parent_of(int pid)
 {
-        char path[64], buf[1024];
-        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        if (!read_small(path, buf, sizeof(buf)))
-                return -1;
-        char *rp = strrchr(buf, ')');
-        char state = 0;
-        int ppid = -1;
-        if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2 || state == 'Z')
+        char state;
+        int ppid;
+        if (proc_stat(pid, &state, &ppid) < 0 || state == 'Z')
                 return -1;
         return ppid;
-}
-
-static bool is_sandbox_process(int pid)
-{
-        char path[64], buf[64];
-        snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
-        return read_small(path, buf, sizeof(buf)) && strncmp(buf, "airlock-template", 16) == 0;
 }
 
 /* How many pid namespaces deep the process is, counted from ours: the
@@ -155,24 +134,6 @@ static int stage_entries(void)
                 if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
                         n++;
         closedir(d);
-        return n;
-}
-
-/* Cgroups the library made for this process: named airlock-PID-... below
- * the controllers' roots (v1: below our own cgroup, a few levels down). */
-static int our_cgroups(void)
-{
-        char cmd[256];
-        snprintf(cmd, sizeof(cmd),
-                 "find /sys/fs/cgroup -maxdepth 5 -type d -name 'airlock-%d-*' 2>/dev/null | "
-                 "wc -l",
-                 (int)getpid());
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        int n = -1;
-        if (fscanf(p, "%d", &n) != 1)
-                n = -1;
-        pclose(p);
         return n;
 }
 

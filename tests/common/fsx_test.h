@@ -19,6 +19,20 @@
 #include "fsx/fsx_internal.h"
 #include "core/util.h"
 
+/* Group setup and teardown that force the component-by-component fallback
+ * of fsx_open_beneath, as if the kernel had no openat2. */
+static inline int setup_fallback(void **state)
+{
+        fsx_force_fallback = true;
+        return 0;
+}
+
+static inline int teardown_fallback(void **state)
+{
+        fsx_force_fallback = false;
+        return 0;
+}
+
 /* A scratch directory under /tmp: its path and an fd on it. */
 typedef struct scratch {
         char path[64];

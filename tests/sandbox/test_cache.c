@@ -20,26 +20,12 @@
 #include "sandbox/selfexe.h"
 #include "config/config.h"
 #include "core/util.h"
+#include "common/airlock_test.h"
+#include "common/proc.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
 static char tmp_root[64];
-
-static void write_file(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "w");
-        assert_non_null(f);
-        fputs(text, f);
-        fclose(f);
-}
-
-static airlock_config *new_config(void)
-{
-        airlock_config *cfg = NULL;
-        airlock_error err = {0};
-        assert_int_equal(airlock_config_new(&cfg, &err), 0);
-        return cfg;
-}
 
 static char *fingerprint(const airlock_config *cfg)
 {
@@ -81,9 +67,9 @@ static void test_fingerprint_components(void **state)
         snprintf(ws, sizeof(ws), "%s/ws", tmp_root);
         assert_int_equal(mkdir(ws, 0755), 0);
         snprintf(f, sizeof(f), "%s/data.csv", ws);
-        write_file(f, "a,b\n");
+        write_text(f, "a,b\n");
         snprintf(mnt, sizeof(mnt), "%s/extra.txt", tmp_root);
-        write_file(mnt, "extra");
+        write_text(mnt, "extra");
 
         airlock_config *cfg = new_config();
         char *prev = fingerprint(cfg);
@@ -102,7 +88,7 @@ static void test_fingerprint_components(void **state)
         airlock_tool_def def = {.name = "t1", .description = "d", .fn = cb_tool};
         char tools[160];
         snprintf(tools, sizeof(tools), "%s/tools.json", tmp_root);
-        write_file(tools, "{\"tools\": [{\"name\": \"t2\", \"description\": \"d\", "
+        write_text(tools, "{\"tools\": [{\"name\": \"t2\", \"description\": \"d\", "
                           "\"command\": [\"true\"]}]}");
         /* Every setter must change the fingerprint, also once the text of the
          * configuration has been kept from the step before. */
@@ -112,7 +98,7 @@ static void test_fingerprint_components(void **state)
                         assert_int_equal(airlock_config_set_workspace(cfg, ws, &err), 0);
                         break;
                 case 1:
-                        write_file(f, "a,b\n1,2\n"); /* content of the workspace */
+                        write_text(f, "a,b\n1,2\n"); /* content of the workspace */
                         break;
                 case 2:
                         assert_int_equal(airlock_config_add_mount(cfg, mnt, "m/extra.txt", &err),
@@ -185,7 +171,7 @@ static void test_fingerprint_same_size_same_mtime(void **state)
         snprintf(ws, sizeof(ws), "%s/ws2", tmp_root);
         assert_int_equal(mkdir(ws, 0755), 0);
         snprintf(f, sizeof(f), "%s/data.txt", ws);
-        write_file(f, "aaaa");
+        write_text(f, "aaaa");
         struct stat st;
         assert_int_equal(stat(f, &st), 0);
         struct timespec times[2] = {st.st_atim, st.st_mtim};
@@ -692,7 +678,7 @@ static void test_workspace_edit_replaces_sandbox(void **state)
         snprintf(ws, sizeof(ws), "%s/ws_edit", tmp_root);
         assert_int_equal(mkdir(ws, 0755), 0);
         snprintf(f, sizeof(f), "%s/a.txt", ws);
-        write_file(f, "one");
+        write_text(f, "one");
         airlock_cache *c = fake_cache(4, -1);
         airlock_config *a = new_config();
         airlock_config *other = config_n(1);
@@ -701,7 +687,7 @@ static void test_workspace_edit_replaces_sandbox(void **state)
         assert_int_equal(run_on(c, a, "1"), 0);
         assert_int_equal(run_on(c, other, "2"), 1);
         assert_int_equal(run_on(c, a, "3"), 0);
-        write_file(f, "two");
+        write_text(f, "two");
         assert_int_equal(run_on(c, a, "4"), 2);
         assert_true(fk.fakes[0].closed);  /* the stale version */
         assert_false(fk.fakes[1].closed); /* another configuration */
@@ -714,46 +700,6 @@ static void test_workspace_edit_replaces_sandbox(void **state)
 }
 
 /* ---- real sandboxes ---------------------------------------------------- */
-
-static int count_fds(void)
-{
-        int n = 0;
-        DIR *d = opendir("/proc/self/fd");
-        struct dirent *de;
-        while (d && (de = readdir(d)))
-                n += de->d_name[0] != '.';
-        if (d)
-                closedir(d);
-        return n;
-}
-
-/* Processes whose parent is this process. */
-static int count_children(void)
-{
-        int n = 0;
-        DIR *d = opendir("/proc");
-        struct dirent *de;
-        pid_t self = getpid();
-        while (d && (de = readdir(d))) {
-                if (de->d_name[0] < '0' || de->d_name[0] > '9')
-                        continue;
-                char path[300], buf[512];
-                snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-                FILE *fp = fopen(path, "re");
-                if (!fp)
-                        continue;
-                size_t len = fread(buf, 1, sizeof(buf) - 1, fp);
-                fclose(fp);
-                buf[len] = '\0';
-                char *rp = strrchr(buf, ')');
-                int ppid = 0;
-                if (rp && sscanf(rp + 2, "%*c %d", &ppid) == 1 && ppid == self)
-                        n++;
-        }
-        if (d)
-                closedir(d);
-        return n;
-}
 
 /* Runs code through the cache; skips the test when this machine cannot make
  * a sandbox at all. Returns stdout (malloc'd). */
@@ -783,7 +729,7 @@ static void test_real_reuse_edit_and_close(void **state)
         snprintf(ws, sizeof(ws), "%s/ws_real", tmp_root);
         assert_int_equal(mkdir(ws, 0755), 0);
         snprintf(f, sizeof(f), "%s/a.txt", ws);
-        write_file(f, "one");
+        write_text(f, "one");
         struct stat st;
         assert_int_equal(stat(f, &st), 0);
 
@@ -811,7 +757,7 @@ static void test_real_reuse_edit_and_close(void **state)
         assert_int_equal(cs.hits, 1);
 
         /* Same size, same mtime: still seen at the next run. */
-        write_file(f, "two");
+        write_text(f, "two");
         struct timespec times[2] = {st.st_atim, st.st_mtim};
         assert_int_equal(utimensat(AT_FDCWD, f, times, 0), 0);
         out = real_run(c, cfg, code);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The installed library as a user gets it: `make install` into a temporary
+# DESTDIR, then a small program compiled and linked with nothing but
+# `pkg-config --cflags --libs airlock`, run against the installed copy (one
+# sandbox, one run). Also: the library's SONAME, its exports (exactly the
+# AIRLOCK_PUBLIC functions of airlock.h), and the installed airlock program.
+# Usage: tests/build/test_install.sh BUILD_DIR
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+passed=0 failed=0
+check() { # name command...
+    local name=$1; shift
+    if "$@"; then passed=$((passed + 1)); echo "ok $name"
+    else failed=$((failed + 1)); echo "not ok $name"; fi
+}
+
+dest=$(mktemp -d /tmp/airlock-install.XXXXXX)
+trap 'rm -rf "$dest"' EXIT
+prefix=/usr/local
+
+install_ok() {
+    make --no-print-directory -s install BUILD="$build" DESTDIR="$dest" PREFIX="$prefix" >"$dest/install.log" 2>&1 ||
+        { cat "$dest/install.log"; return 1; }
+    for f in bin/airlock include/airlock.h lib/libairlock.so lib/libairlock.so.0 lib/pkgconfig/airlock.pc; do
+        [ -e "$dest$prefix/$f" ] || { echo "missing $prefix/$f"; return 1; }
+    done
+}
+check "make install puts the library, header, program and airlock.pc in DESTDIR" install_ok
+
+lib=$dest$prefix/lib/libairlock.so.0
+soname_ok() {
+    local so
+    so=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')
+    [ "$so" = libairlock.so.0 ] || { echo "SONAME is '$so'"; return 1; }
+}
+check "the library's SONAME is libairlock.so.0" soname_ok
+
+exports_ok() {
+    local want got
+    want=$(grep -E '^AIRLOCK_PUBLIC' include/airlock.h | sed -E 's/.*[ *](airlock_[a-z0-9_]+)\(.*/\1/' | sort -u)
+    got=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBR]$/ {sub(/@.*/, "", $3); print $3}' | sort -u)
+    [ "$want" = "$got" ] || { diff <(echo "$want") <(echo "$got"); return 1; }
+}
+check "the library exports exactly the AIRLOCK_PUBLIC functions of airlock.h" exports_ok
+
+cat >"$dest/tiny.c" <<'C'
+#include <airlock.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(void)
+{
+        airlock_error err = {0};
+        airlock_config *cfg;
+        airlock_sandbox *sb;
+        airlock_result *res;
+        if (airlock_config_new(&cfg, &err) < 0 || airlock_sandbox_new(cfg, &sb, &err) < 0) {
+                fprintf(stderr, "tiny: %s\n", err.message);
+                return 3;
+        }
+        const char *code = "print(6 * 7)";
+        if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0) {
+                fprintf(stderr, "tiny: %s\n", err.message);
+                return 1;
+        }
+        char *json = airlock_result_to_json(res);
+        puts(json ? json : "null");
+        free(json);
+        airlock_result_free(res);
+        airlock_sandbox_close(sb);
+        airlock_config_free(cfg);
+        return 0;
+}
+C
+link_ok() {
+    local flags
+    # The sysroot prefixes the .pc's -I and -L with DESTDIR, as for a staged
+    # install; the .pc itself names /usr/local.
+    flags=$(PKG_CONFIG_PATH="$dest$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest" \
+        pkg-config --cflags --libs airlock) || return 1
+    # The rpath stands for the loader's default folders of a real install:
+    # the template is the program executed afresh with an empty environment,
+    # so LD_LIBRARY_PATH would not reach it.
+    # shellcheck disable=SC2086
+    cc -std=c11 -Wall -Werror -o "$dest/tiny" "$dest/tiny.c" $flags \
+        -Wl,-rpath,"$dest$prefix/lib" || return 1
+    readelf -d "$dest/tiny" | grep -q 'NEEDED.*\[libairlock.so.0\]' ||
+        { echo "tiny does not need libairlock.so.0"; return 1; }
+    local out
+    out=$(timeout 120 "$dest/tiny") || { echo "tiny: $out"; return 1; }
+    grep -q '"stdout": *"42\\n"' <<<"$out" || { echo "tiny printed: $out"; return 1; }
+}
+check "a program built with pkg-config --cflags --libs airlock runs code through the installed library" link_ok
+
+program_ok() {
+    "$dest$prefix/bin/airlock" version | grep -q '^airlock [0-9]' || return 1
+    [ "$(timeout 120 "$dest$prefix/bin/airlock" run -c 'print(6 * 7)')" = 42 ]
+}
+check "the installed airlock program runs" program_ok
+
+echo "test_install: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
