@@ -37,6 +37,7 @@
 #include "template/template.h"
 #include "sandbox/selfexe.h"
 #include "host/tools.h"
+#include "surface/live.h"
 #include "core/util.h"
 
 #define MAX_CODE_BYTES    (16u << 20)
@@ -1058,6 +1059,7 @@ static bool drain_pipe(int fd, dynbuf *b, bool *trunc)
                         return errno == EAGAIN;
                 if (n == 0)
                         return false;
+                al_live_output(fd, buf, (size_t)n);
                 size_t room = b->cap - b->len;
                 if ((size_t)n > room) {
                         *trunc = true;
@@ -1232,6 +1234,7 @@ int sbx_exec_run(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         dynbuf_init(&st.err, l->max_stdout);
         frame_reader_init(&st.fr, CHANNEL_MAX_FRAME);
         st.fr.nonblock = true; /* the loop below polls */
+        al_live_streams(c->out_r, c->err_r);
 
         json_t *msg = json_pack("{s:s, s:s%}", "op", "run", "code", code, len);
         r = msg ? channel_send(c->chan, msg) : -ENOMEM;
