@@ -5,7 +5,8 @@
 #   2. the file-transfer tests again with openat2 forced to fail (ENOSYS), so
 #      the component-by-component fallback is exercised on every run;
 #   3. black-box tests that drive the built airlock binary (tests/blackbox);
-#   4. the MCP server driven by the official TypeScript SDK (tests/mcp);
+#   4. the MCP server driven by the official TypeScript SDK and the MCP
+#      Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp);
 #   5. fuzz corpus and crash replays;
 #   6. the format check.
 # Usage: tests/run.sh BUILD_DIR
@@ -104,11 +105,18 @@ for t in tests/blackbox/test_*.py; do
     run_counted "$(basename "$t" .py)" /usr/bin/python3 "$t"
 done
 
-echo "== MCP tests with the official SDK client"
+echo "== MCP tests with the official SDK client and the third-party clients"
 if [ -f tests/mcp/package.json ]; then
-    if [ ! -d tests/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+    # Installs when any package listed in package.json is missing (the
+    # versions are pinned there and in package-lock.json).
+    missing=$(cd tests/mcp && node -e '
+        const fs = require("fs");
+        const deps = Object.keys(require("./package.json").dependencies || {});
+        console.log(deps.filter((d) => !fs.existsSync(`node_modules/${d}/package.json`)).join(" "));' 2>/dev/null ||
+        echo "?")
+    if [ -n "$missing" ]; then
         (cd tests/mcp && npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
-            echo "npm install in tests/mcp failed"
+            echo "npm install in tests/mcp failed (missing: $missing)"
     fi
     for t in tests/mcp/test_*.mjs; do
         [ -f "$t" ] || continue

@@ -58,11 +58,11 @@ static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "202
 static const char *const modern_versions[] = {"2026-07-28"};
 
 /* The per-request _meta keys of revision 2026-07-28 (basic/index, "_meta"). */
-#define META_PROTOCOL_VERSION "io.modelcontextprotocol/protocolVersion"
-#define META_CLIENT_CAPS      "io.modelcontextprotocol/clientCapabilities"
-#define META_CLIENT_INFO      "io.modelcontextprotocol/clientInfo"
-#define META_SERVER_INFO      "io.modelcontextprotocol/serverInfo"
-#define META_SUBSCRIPTION_ID  "io.modelcontextprotocol/subscriptionId"
+#define META_PROTOCOL_VERSION            "io.modelcontextprotocol/protocolVersion"
+#define META_CLIENT_CAPS                 "io.modelcontextprotocol/clientCapabilities"
+#define META_CLIENT_INFO                 "io.modelcontextprotocol/clientInfo"
+#define META_SERVER_INFO                 "io.modelcontextprotocol/serverInfo"
+#define META_SUBSCRIPTION_ID             "io.modelcontextprotocol/subscriptionId"
 #define RPC_UNSUPPORTED_PROTOCOL_VERSION (-32022)
 
 /* Progress of a tools/call that carries _meta.progressToken: a notification
@@ -245,9 +245,9 @@ static json_t *modern_result(json_t *result, bool cacheable)
                 json_object_set_new(result, "_meta", meta);
         }
         if (meta && !json_object_get(meta, META_SERVER_INFO))
-                json_object_set_new(meta, META_SERVER_INFO,
-                                    json_pack("{s:s, s:s}", "name", "airlock", "version",
-                                              AIRLOCK_VERSION));
+                json_object_set_new(
+                    meta, META_SERVER_INFO,
+                    json_pack("{s:s, s:s}", "name", "airlock", "version", AIRLOCK_VERSION));
         if (cacheable) {
                 if (!json_object_get(result, "ttlMs"))
                         json_object_set_new(result, "ttlMs", json_integer(0));
@@ -350,10 +350,10 @@ static void progress_tick(mcp_server *srv, mcp_call *c, uint64_t now)
         c->sent_ns = now;
         c->sent_seq = seq;
         c->sent_progress = progress;
-        send_message(srv, json_pack("{s:s, s:s, s:{s:O, s:f, s:s}}", "jsonrpc", "2.0", "method",
-                                    "notifications/progress", "params", "progressToken",
-                                    c->progress, "progress", progress, "message",
-                                    line ? line : status));
+        send_message(srv,
+                     json_pack("{s:s, s:s, s:{s:O, s:f, s:s}}", "jsonrpc", "2.0", "method",
+                               "notifications/progress", "params", "progressToken", c->progress,
+                               "progress", progress, "message", line ? line : status));
 }
 
 /* The progress thread: wakes every PROGRESS_TICK_NS while some call with a
@@ -369,8 +369,8 @@ static void *progress_main(void *arg)
                 }
                 struct timespec ts;
                 clock_gettime(CLOCK_MONOTONIC, &ts);
-                uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
-                              PROGRESS_TICK_NS;
+                uint64_t at =
+                    (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + PROGRESS_TICK_NS;
                 ts.tv_sec = (time_t)(at / 1000000000ull);
                 ts.tv_nsec = (long)(at % 1000000000ull);
                 pthread_cond_timedwait(&srv->prog_wake, &srv->prog_lock, &ts);
@@ -496,10 +496,10 @@ static void run_call(mcp_call *c, reader_watch *w)
         airlock_error err = {0};
         /* Only a call with a progress token pays for watching the output. */
         bool live = c->progress && progress_add(srv, c);
-        int r = live ? airlock_cache_run_live(srv->cache, srv->cfg, c->code, c->len, &opts,
-                                              on_output, c, &res, &err)
-                     : airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res,
-                                            &err);
+        int r =
+            live ? airlock_cache_run_live(srv->cache, srv->cfg, c->code, c->len, &opts, on_output,
+                                          c, &res, &err)
+                 : airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res, &err);
         if (live)
                 progress_remove(srv, c);
         json_t *result = NULL;
@@ -828,9 +828,9 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
         } else if (!json_is_object(caps)) {
                 key = META_CLIENT_CAPS;
                 problem = "expected an object";
-        } else if (info && (!json_is_object(info) ||
-                            !json_is_string(json_object_get(info, "name")) ||
-                            !json_is_string(json_object_get(info, "version")))) {
+        } else if (info &&
+                   (!json_is_object(info) || !json_is_string(json_object_get(info, "name")) ||
+                    !json_is_string(json_object_get(info, "version")))) {
                 key = META_CLIENT_INFO;
                 problem = "expected an object with string name and version";
         } else if (token && !json_is_string(token) && !json_is_integer(token)) {
@@ -838,10 +838,10 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
                 problem = "expected a string or an integer";
         }
         if (key) {
-                send_error_data(srv, rq->id, RPC_INVALID_PARAMS,
-                                json_pack("{s:{s:s, s:s}}", "envelope", "key", key, "problem",
-                                          problem),
-                                "Invalid _meta envelope: %s: %s", key, problem);
+                send_error_data(
+                    srv, rq->id, RPC_INVALID_PARAMS,
+                    json_pack("{s:{s:s, s:s}}", "envelope", "key", key, "problem", problem),
+                    "Invalid _meta envelope: %s: %s", key, problem);
                 return false;
         }
         const char *asked = json_string_value(version);
@@ -857,8 +857,8 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
                         json_pack("{s:o, s:s}", "supported", supported, "requested", asked),
                         "Unsupported protocol version: %.100s (this server speaks %s in _meta, "
                         "and %s to %s through initialize)",
-                        asked, modern_versions[0], protocol_versions[ARRAY_SIZE(protocol_versions) - 1],
-                        protocol_versions[0]);
+                        asked, modern_versions[0],
+                        protocol_versions[ARRAY_SIZE(protocol_versions) - 1], protocol_versions[0]);
         return false;
 }
 

@@ -38,8 +38,9 @@ int airlock_cache_run_live(airlock_cache *cache, const airlock_config *cfg, cons
         /* A hook inside a hook would report the inner run as the outer one:
          * there is no such caller, so refuse it rather than mix them. */
         if (live.fn)
-                return al_error(err, -EBUSY, NULL, "cache run: a live run is already in progress "
-                                                   "on this thread");
+                return al_error(err, -EBUSY, NULL,
+                                "cache run: a live run is already in progress "
+                                "on this thread");
         live.fn = on_output;
         live.arg = output_arg;
         int r = airlock_cache_run_ex(cache, cfg, code, len, opts, ret, err);
