@@ -69,7 +69,7 @@ const INSPECTOR = path.join(NM, '@modelcontextprotocol', 'inspector', 'clients',
 function inspector(era, method, extra, server) {
   const home = path.join(work, 'home');
   fs.mkdirSync(home, { recursive: true });
-  const argv = [INSPECTOR, '--cli', '--protocol-era', era, '--format', 'json', '--method', method, ...extra,
+  const argv = [INSPECTOR, '--cli', '--protocol-era', era, '--connect-timeout', '120000', '--format', 'json', '--method', method, ...extra,
     '--', server.command, ...server.args];
   return new Promise((resolve) => {
     execFile(process.execPath, argv, { env: { ...process.env, HOME: home }, timeout: 180000, maxBuffer: 64 << 20 },
@@ -101,6 +101,11 @@ async function inspectorRound(era, expectEra) {
 }
 
 // ---- the Vercel AI SDK --------------------------------------------------
+
+// Over stdio it waits only 1 s for the answer to server/discover before it
+// falls back to initialize; airlock answers once its sandbox is built, about
+// 0.25 s after the start on the 2-core test machine under a load of 8. A
+// fallback shows here as the era "legacy".
 
 async function aiSdkRound(discovery, expectEra) {
   const { createMCPClient } = await import('@ai-sdk/mcp');
