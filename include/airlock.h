@@ -347,6 +347,30 @@ AIRLOCK_PUBLIC char *airlock_cache_describe_json(airlock_cache *cache, const air
                                                  airlock_error *err);
 AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
 
+/* MCP surface accessors */
+
+/* Live output of a run, for a caller that reports on a long run while it
+ * lasts (the MCP server's notifications/progress). on_output(arg, stream,
+ * data, len) is called with the bytes of the code's stdout (stream 1) or
+ * stderr (stream 2) as they reach the host, in the order each stream wrote
+ * them; data is not NUL-terminated and is valid only during the call. The
+ * bytes are captured into the result all the same (and cut there at
+ * max_stdout; the hook sees everything the host read). The guest's stdout
+ * is block-buffered when it is not a terminal, as a script's is when
+ * piped, so its output arrives when the code flushes it
+ * (print(..., flush=True), a full buffer, or the end of the run); stderr
+ * arrives line by line. on_output runs on the calling thread, inside the
+ * run's loop: it must return promptly and must not call into airlock.
+ * Otherwise the same as airlock_cache_run_ex; one live run at a time per
+ * thread (-EBUSY when nested). */
+typedef void (*airlock_output_fn)(void *arg, int stream, const char *data, size_t len);
+
+AIRLOCK_PUBLIC int airlock_cache_run_live(airlock_cache *cache, const airlock_config *cfg,
+                                          const char *code, size_t len,
+                                          const airlock_run_options *opts,
+                                          airlock_output_fn on_output, void *output_arg,
+                                          airlock_result **ret, airlock_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,7 +10,8 @@
 #   install   `make install` into a temporary DESTDIR and a program linked
 #             through pkg-config (tests/build);
 #   blackbox  the built airlock binary driven as users do (tests/blackbox);
-#   mcp       the MCP server driven by the official TypeScript SDK (tests/mcp);
+#   mcp       the MCP server driven by the official TypeScript SDK and the MCP
+#             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp);
 #   fuzz      fuzz corpus and crash replays;
 #   format    the format check.
 # Every C test runs in its own process with a time limit.
@@ -147,10 +148,17 @@ if want blackbox; then
 fi
 
 if want mcp && [ -f tests/mcp/package.json ]; then
-    echo "== MCP tests with the official SDK client"
-    if [ ! -d tests/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+    echo "== MCP tests with the official SDK client and the third-party clients"
+    # Installs when any package listed in package.json is missing (the
+    # versions are pinned there and in package-lock.json).
+    missing=$(cd tests/mcp && node -e '
+        const fs = require("fs");
+        const deps = Object.keys(require("./package.json").dependencies || {});
+        console.log(deps.filter((d) => !fs.existsSync(`node_modules/${d}/package.json`)).join(" "));' 2>/dev/null ||
+        echo "?")
+    if [ -n "$missing" ]; then
         (cd tests/mcp && npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
-            echo "npm install in tests/mcp failed"
+            echo "npm install in tests/mcp failed (missing: $missing)"
     fi
     for t in tests/mcp/test_*.mjs; do
         [ -f "$t" ] || continue

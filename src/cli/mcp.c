@@ -1,14 +1,26 @@
 /* airlock mcp: the execute_code tool served over the Model Context Protocol
  * on stdio (JSON-RPC 2.0, one message per line).
  *
+ * Two eras of the protocol are served side by side, request by request. A
+ * request whose params._meta names its protocol version
+ * ("io.modelcontextprotocol/protocolVersion", revision 2026-07-28 and later)
+ * is served statelessly as that revision asks: no handshake, its results
+ * carry "resultType" and the server's identity in _meta, and server/discover
+ * tells the versions, capabilities and identity. Any other request belongs to
+ * the initialize handshake of 2025-11-25 and earlier, answered as those
+ * revisions ask (and as this server always has).
+ *
  * The main thread reads standard input and answers every request but
  * tools/call itself. Each tools/call runs on its own worker thread, so the
  * reader keeps reading and a notifications/cancelled can stop the run it
- * names (through the run's cancel eventfd). Writes to standard output are
- * serialised by one mutex, one whole line at a time. The server keeps serving
- * after every error. End of input lets the calls in progress finish and
- * answers them; SIGTERM, SIGINT or SIGHUP cancels them. Either way the
- * sandbox cache is closed and the server exits 0. */
+ * names (through the run's cancel eventfd). A call that carries a progress
+ * token is reported on by one progress thread while it runs. Writes to
+ * standard output are serialised by one mutex, one whole line at a time. The
+ * server keeps serving after every error. End of input lets the calls in
+ * progress finish and answers them, as long as someone still reads standard
+ * output; SIGTERM, SIGINT or SIGHUP, or the loss of the reader of standard
+ * output (the client went away), cancels them. Either way the sandbox cache
+ * is closed and the server exits 0. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -32,10 +44,29 @@
 #define MCP_MAX_CALLS 64          /* tools/call in progress at once */
 #define MCP_CHUNK     (64u << 10)
 
-/* Protocol revisions this server speaks, newest first. The tool surface
- * (tools/list, tools/call, ping, cancellation) is the same in all of them. */
+/* Protocol revisions of the initialize handshake this server speaks, newest
+ * first. The tool surface (tools/list, tools/call, ping, cancellation) is the
+ * same in all of them. */
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                 "2024-11-05"};
+
+/* Revisions without a handshake (each request names its own), newest first. */
+static const char *const modern_versions[] = {"2026-07-28"};
+
+/* The per-request _meta keys of revision 2026-07-28 (basic/index, "_meta"). */
+#define META_PROTOCOL_VERSION            "io.modelcontextprotocol/protocolVersion"
+#define META_CLIENT_CAPS                 "io.modelcontextprotocol/clientCapabilities"
+#define META_CLIENT_INFO                 "io.modelcontextprotocol/clientInfo"
+#define META_SERVER_INFO                 "io.modelcontextprotocol/serverInfo"
+#define META_SUBSCRIPTION_ID             "io.modelcontextprotocol/subscriptionId"
+#define RPC_UNSUPPORTED_PROTOCOL_VERSION (-32022)
+
+/* Progress of a tools/call that carries _meta.progressToken: a notification
+ * at least every PROGRESS_EVERY_NS while it runs, and one within
+ * PROGRESS_TICK_NS of new output, never two closer than that. */
+#define PROGRESS_EVERY_NS (2000ull * 1000000)
+#define PROGRESS_TICK_NS  (250ull * 1000000)
+#define PROGRESS_LINE_MAX 200 /* bytes of the latest output line in "message" */
 
 typedef struct mcp_call mcp_call;
 
@@ -45,6 +76,7 @@ typedef struct mcp_server {
         json_t *tool; /* the execute_code entry of tools/list */
         char *instructions;
         bool initialized;
+        bool warmed_up;            /* the warm-up run was started */
         atomic_bool output_broken; /* standard output is gone: stop serving */
         pthread_mutex_t out_lock;
         pthread_mutex_t lock; /* everything below */
@@ -72,10 +104,24 @@ typedef struct mcp_server {
         bool input_stopped; /* ... and it was a stop signal */
         bool may_inline;    /* the line being handled is the last one read */
         mcp_call *inline_call;
-        int input_watch; /* epoll set of stdin and the stop pipe, or -1 */
+        int input_watch; /* epoll set of stdin, stdout's errors and the stop pipe, or -1 */
         char *chunk;
         dynbuf line;
         bool discarding;
+        /* Progress: the calls with a progress token, reported on by one
+         * thread. Notifications are sent under prog_lock, and a call leaves
+         * the list under it before its response is sent, so that no
+         * notification ever follows the response. Lock order: srv->lock is
+         * never held while prog_lock is taken. */
+        pthread_mutex_t prog_lock;
+        pthread_cond_t prog_wake;
+        mcp_call *prog_calls;
+        bool prog_started, prog_stop;
+        pthread_t prog_thread;
+        /* What the runs' output hooks write and the progress thread reads
+         * (mcp_call.live): held only to copy a few bytes, never across I/O,
+         * because the hook runs inside a run's loop. */
+        pthread_mutex_t live_lock;
 } mcp_server;
 
 /* A tools/call in progress (or the warm-up run, which has no id). */
@@ -86,6 +132,21 @@ struct mcp_call {
         size_t len;
         int cancel_fd; /* eventfd handed to the run as airlock_run_options.cancel_fd */
         bool cancelled;
+        bool modern;      /* the request named revision 2026-07-28 or later in _meta */
+        json_t *progress; /* its _meta.progressToken, or NULL */
+        /* Read and written by the progress thread only, under prog_lock. */
+        atomic_bool silenced; /* cancelled: no message may go out for it any more */
+        uint64_t started_ns, sent_ns;
+        unsigned long sent_seq;
+        double sent_progress;
+        mcp_call *pnext;
+        /* The latest line of output, under live_lock: written by the run's
+         * output hook, read by the progress thread. */
+        struct {
+                char cur[PROGRESS_LINE_MAX], last[PROGRESS_LINE_MAX];
+                size_t cur_len, last_len;
+                unsigned long seq; /* output events so far */
+        } live;
         mcp_call *next;  /* in the list of calls in progress */
         mcp_call *qnext; /* in the queue */
 };
@@ -123,21 +184,235 @@ static void send_result(mcp_server *srv, const json_t *id, json_t *result)
                      json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
 }
 
+static void send_error_va(mcp_server *srv, const json_t *id, int code, json_t *data,
+                          const char *fmt, va_list ap)
+{
+        char msg[512];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        /* The message may quote client input: keep it valid UTF-8. */
+        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+        json_t *jid = id ? json_incref((json_t *)id) : json_null();
+        json_t *err = json_pack("{s:i, s:s}", "code", code, "message", clean ? clean : msg);
+        if (err && data)
+                json_object_set_new(err, "data", data);
+        else
+                json_decref(data);
+        send_message(srv, json_pack("{s:s, s:o, s:o}", "jsonrpc", "2.0", "id", jid, "error", err));
+}
+
 /* id NULL answers with "id": null (the request's id could not be read). */
 static void send_error(mcp_server *srv, const json_t *id, int code, const char *fmt, ...)
     _printf_(4, 5);
 static void send_error(mcp_server *srv, const json_t *id, int code, const char *fmt, ...)
 {
-        char msg[512];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
+        send_error_va(srv, id, code, NULL, fmt, ap);
         va_end(ap);
-        /* The message may quote client input: keep it valid UTF-8. */
-        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-        json_t *jid = id ? json_incref((json_t *)id) : json_null();
-        send_message(srv, json_pack("{s:s, s:o, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", jid,
-                                    "error", "code", code, "message", clean ? clean : msg));
+}
+
+/* The same with the error's "data" member (taken, may be NULL). */
+static void send_error_data(mcp_server *srv, const json_t *id, int code, json_t *data,
+                            const char *fmt, ...) _printf_(5, 6);
+static void send_error_data(mcp_server *srv, const json_t *id, int code, json_t *data,
+                            const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        send_error_va(srv, id, code, data, fmt, ap);
+        va_end(ap);
+}
+
+/* A result as revision 2026-07-28 asks for it: "resultType", the server's
+ * identity in _meta (beside whatever _meta the result already has) and, for
+ * the results a client may cache, "ttlMs" and "cacheScope". The hints are the
+ * official SDK's defaults: 0 (fetch again when needed) and "private" (the tool
+ * description names this configuration's workspace and tools). Takes and
+ * returns result; NULL stays NULL. */
+static json_t *modern_result(json_t *result, bool cacheable)
+{
+        if (!result)
+                return NULL;
+        if (!json_object_get(result, "resultType"))
+                json_object_set_new(result, "resultType", json_string("complete"));
+        json_t *meta = json_object_get(result, "_meta");
+        if (!json_is_object(meta)) {
+                meta = json_object();
+                json_object_set_new(result, "_meta", meta);
+        }
+        if (meta && !json_object_get(meta, META_SERVER_INFO))
+                json_object_set_new(
+                    meta, META_SERVER_INFO,
+                    json_pack("{s:s, s:s}", "name", "airlock", "version", AIRLOCK_VERSION));
+        if (cacheable) {
+                if (!json_object_get(result, "ttlMs"))
+                        json_object_set_new(result, "ttlMs", json_integer(0));
+                if (!json_object_get(result, "cacheScope"))
+                        json_object_set_new(result, "cacheScope", json_string("private"));
+        }
+        return result;
+}
+
+/* A request as the dispatcher sees it: its id, params and era. */
+typedef struct mcp_request {
+        const json_t *id;
+        const json_t *params;
+        bool modern; /* params._meta named a revision without handshake */
+} mcp_request;
+
+/* Answers rq with result (taken), in the form of the request's era. */
+static void reply(mcp_server *srv, const mcp_request *rq, json_t *result, bool cacheable)
+{
+        send_result(srv, rq->id, rq->modern ? modern_result(result, cacheable) : result);
+}
+
+/* ---- progress ---------------------------------------------------------- */
+
+static uint64_t mono_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The run's output hook (airlock_cache_run_live), on the run's thread: keeps
+ * the latest line of output, stdout and stderr alike, for the progress
+ * thread. A line ends at "\n" or "\r" (a progress bar redraws its line after
+ * "\r"); blank lines are skipped; a line longer than PROGRESS_LINE_MAX keeps
+ * its start; control characters become spaces. */
+static void on_output(void *arg, int stream, const char *data, size_t len)
+{
+        (void)stream;
+        mcp_call *c = arg;
+        pthread_mutex_lock(&c->srv->live_lock);
+        for (size_t i = 0; i < len; i++) {
+                unsigned char ch = (unsigned char)data[i];
+                if (ch == '\n' || ch == '\r') {
+                        bool blank = true;
+                        for (size_t k = 0; k < c->live.cur_len && blank; k++)
+                                blank = c->live.cur[k] == ' ';
+                        if (!blank) {
+                                memcpy(c->live.last, c->live.cur, c->live.cur_len);
+                                c->live.last_len = c->live.cur_len;
+                        }
+                        c->live.cur_len = 0;
+                } else if (c->live.cur_len < sizeof(c->live.cur)) {
+                        c->live.cur[c->live.cur_len++] = ch < 0x20 || ch == 0x7f ? ' ' : (char)ch;
+                }
+        }
+        c->live.seq++;
+        pthread_mutex_unlock(&c->srv->live_lock);
+}
+
+/* Sends c's next notifications/progress if one is due at now: on new output
+ * (at most one per PROGRESS_TICK_NS) and at least every PROGRESS_EVERY_NS.
+ * "progress" is the seconds the call has run, which only grows; "message" the
+ * latest line of output (the line being written when it has not ended), or
+ * how long the code has run while it has printed nothing. Caller holds
+ * prog_lock. */
+static void progress_tick(mcp_server *srv, mcp_call *c, uint64_t now)
+{
+        if (atomic_load(&c->silenced))
+                return;
+        char text[PROGRESS_LINE_MAX + 1];
+        size_t n;
+        pthread_mutex_lock(&srv->live_lock);
+        unsigned long seq = c->live.seq;
+        if (c->live.cur_len) {
+                n = c->live.cur_len;
+                memcpy(text, c->live.cur, n);
+        } else {
+                n = c->live.last_len;
+                memcpy(text, c->live.last, n);
+        }
+        pthread_mutex_unlock(&srv->live_lock);
+        uint64_t since = now - c->sent_ns;
+        if (since < PROGRESS_EVERY_NS && (seq == c->sent_seq || since < PROGRESS_TICK_NS))
+                return;
+        /* Trimmed; a character cut at the end becomes U+FFFD. */
+        size_t start = 0;
+        while (start < n && text[start] == ' ')
+                start++;
+        while (n > start && text[n - 1] == ' ')
+                n--;
+        text[n] = '\0';
+        double elapsed = (double)(now - c->started_ns) / 1e9;
+        double progress = (double)(uint64_t)(elapsed * 1000) / 1000;
+        if (progress <= c->sent_progress)
+                progress = c->sent_progress + 0.001;
+        char status[64];
+        snprintf(status, sizeof(status), "running for %.0f s", elapsed);
+        _cleanup_free_ char *line = n > start ? al_utf8_sanitize(text + start, n - start) : NULL;
+        c->sent_ns = now;
+        c->sent_seq = seq;
+        c->sent_progress = progress;
+        send_message(srv,
+                     json_pack("{s:s, s:s, s:{s:O, s:f, s:s}}", "jsonrpc", "2.0", "method",
+                               "notifications/progress", "params", "progressToken", c->progress,
+                               "progress", progress, "message", line ? line : status));
+}
+
+/* The progress thread: wakes every PROGRESS_TICK_NS while some call with a
+ * progress token runs, sleeps otherwise. */
+static void *progress_main(void *arg)
+{
+        mcp_server *srv = arg;
+        pthread_mutex_lock(&srv->prog_lock);
+        while (!srv->prog_stop) {
+                if (!srv->prog_calls) {
+                        pthread_cond_wait(&srv->prog_wake, &srv->prog_lock);
+                        continue;
+                }
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t at =
+                    (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + PROGRESS_TICK_NS;
+                ts.tv_sec = (time_t)(at / 1000000000ull);
+                ts.tv_nsec = (long)(at % 1000000000ull);
+                pthread_cond_timedwait(&srv->prog_wake, &srv->prog_lock, &ts);
+                uint64_t now = mono_ns();
+                for (mcp_call *c = srv->prog_calls; c && !srv->prog_stop; c = c->pnext)
+                        progress_tick(srv, c, now);
+        }
+        pthread_mutex_unlock(&srv->prog_lock);
+        return NULL;
+}
+
+/* c's run starts: the progress thread reports on it from now on (starting
+ * the thread with the first such call). Returns false when there is no
+ * progress thread; the call then runs without progress. */
+static bool progress_add(mcp_server *srv, mcp_call *c)
+{
+        pthread_mutex_lock(&srv->prog_lock);
+        if (!srv->prog_started) {
+                int r = pthread_create(&srv->prog_thread, NULL, progress_main, srv);
+                if (r != 0) {
+                        pthread_mutex_unlock(&srv->prog_lock);
+                        fprintf(stderr, "airlock mcp: no progress notifications: %s\n",
+                                strerror(r));
+                        return false;
+                }
+                srv->prog_started = true;
+        }
+        c->started_ns = c->sent_ns = mono_ns();
+        c->pnext = srv->prog_calls;
+        srv->prog_calls = c;
+        pthread_cond_signal(&srv->prog_wake);
+        pthread_mutex_unlock(&srv->prog_lock);
+        return true;
+}
+
+/* c's run is over: after this no notification for it is sent, so its
+ * response may go out. */
+static void progress_remove(mcp_server *srv, mcp_call *c)
+{
+        pthread_mutex_lock(&srv->prog_lock);
+        for (mcp_call **p = &srv->prog_calls; *p; p = &(*p)->pnext)
+                if (*p == c) {
+                        *p = c->pnext;
+                        break;
+                }
+        pthread_mutex_unlock(&srv->prog_lock);
 }
 
 /* ---- tools/call workers ------------------------------------------------ */
@@ -147,6 +422,7 @@ static void call_free(mcp_call *c)
         if (!c)
                 return;
         json_decref(c->id);
+        json_decref(c->progress);
         free(c->code);
         if (c->cancel_fd >= 0 && c->srv && !c->cancelled) {
                 mcp_server *srv = c->srv;
@@ -214,7 +490,14 @@ static void run_call(mcp_call *c, reader_watch *w)
         }
         airlock_result *res = NULL;
         airlock_error err = {0};
-        int r = airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res, &err);
+        /* Only a call with a progress token pays for watching the output. */
+        bool live = c->progress && progress_add(srv, c);
+        int r =
+            live ? airlock_cache_run_live(srv->cache, srv->cfg, c->code, c->len, &opts, on_output,
+                                          c, &res, &err)
+                 : airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res, &err);
+        if (live)
+                progress_remove(srv, c);
         json_t *result = NULL;
         if (c->id) {
                 if (r < 0) {
@@ -237,7 +520,7 @@ static void run_call(mcp_call *c, reader_watch *w)
         json_t *id = c->id ? json_incref(c->id) : NULL;
         bool cancelled = call_unlist(srv, c);
         if (id && !cancelled) {
-                send_result(srv, id, result);
+                send_result(srv, id, c->modern ? modern_result(result, false) : result);
         } else {
                 json_decref(result);
                 /* A cancelled request gets no response; the log says how its
@@ -339,12 +622,21 @@ static void hand_off_reader(mcp_server *srv)
         pthread_mutex_unlock(&srv->lock);
 }
 
-/* Input ended (or a stop signal came): wakes whoever waits for it. */
+static void cancel_locked(mcp_call *c);
+
+/* Input ended, or a stop signal came or the client went away (stopped):
+ * wakes whoever waits for it. When stopped, the calls in progress are
+ * cancelled here and now, by the thread that saw it: the main thread may be
+ * the one running a call (it lends itself to the calls it reads), and could
+ * not cancel it before the run ends. */
 static void finish_input(mcp_server *srv, bool stopped)
 {
         pthread_mutex_lock(&srv->lock);
         srv->input_done = true;
         srv->input_stopped = stopped;
+        if (stopped)
+                for (mcp_call *c = srv->calls; c; c = c->next)
+                        cancel_locked(c);
         pthread_cond_broadcast(&srv->work);
         pthread_mutex_unlock(&srv->lock);
 }
@@ -420,6 +712,7 @@ static void cancel_locked(mcp_call *c)
         if (c->cancelled)
                 return;
         c->cancelled = true;
+        atomic_store(&c->silenced, true);
         uint64_t one = 1;
         ssize_t n = write(c->cancel_fd, &one, sizeof(one));
         (void)n; /* an eventfd write fails only on overflow, which is still readable */
@@ -436,6 +729,10 @@ static void cancel_request(mcp_server *srv, const json_t *request_id)
                 if (c->id && json_equal(c->id, (json_t *)request_id))
                         cancel_locked(c);
         pthread_mutex_unlock(&srv->lock);
+        /* A notification for the call that the progress thread was sending
+         * goes out before this returns; none after: the request is done with. */
+        pthread_mutex_lock(&srv->prog_lock);
+        pthread_mutex_unlock(&srv->prog_lock);
 }
 
 static void cancel_all_and_wait(mcp_server *srv)
@@ -450,8 +747,10 @@ static void cancel_all_and_wait(mcp_server *srv)
 
 /* After end of input: calls in progress finish and are answered (a script
  * may write its requests and close its end at once), unless a stop signal
- * comes while waiting, which cancels them. */
+ * comes while waiting or standard output loses its reader, which cancel
+ * them. */
 static bool stop_requested(void);
+static bool output_gone(mcp_server *srv);
 
 static void finish_calls(mcp_server *srv)
 {
@@ -465,17 +764,21 @@ static void finish_calls(mcp_server *srv)
                         ts.tv_nsec -= 1000000000L;
                 }
                 pthread_cond_timedwait(&srv->calls_done, &srv->lock, &ts);
-                if (srv->n_calls > 0 && stop_requested())
+                if (srv->n_calls > 0 && (stop_requested() || output_gone(srv)))
                         for (mcp_call *c = srv->calls; c; c = c->next)
                                 cancel_locked(c);
         }
         pthread_mutex_unlock(&srv->lock);
 }
 
-/* Builds the sandbox in the background right after initialize, so that the
+/* Builds the sandbox's next copy in the background once a client shows up
+ * (initialize, or its first request of revision 2026-07-28), so that the
  * first call does not wait for staging and the interpreter start. */
 static void warm_up(mcp_server *srv)
 {
+        if (srv->warmed_up)
+                return;
+        srv->warmed_up = true;
         mcp_call *c = calloc(1, sizeof(*c));
         if (!c || !(c->code = strdup("pass"))) {
                 free(c);
@@ -486,6 +789,74 @@ static void warm_up(mcp_server *srv)
 }
 
 /* ---- requests ---------------------------------------------------------- */
+
+/* What this server offers, the same in initialize and server/discover. */
+static json_t *server_capabilities(void)
+{
+        return json_pack("{s:{s:b}}", "tools", "listChanged", 0);
+}
+
+/* Reads the era of a request from its params._meta (basic/index, "_meta";
+ * basic/versioning). A request whose _meta names
+ * "io.modelcontextprotocol/protocolVersion" is of revision 2026-07-28 or
+ * later and must carry the whole envelope: a malformed one is -32602 with the
+ * key at fault in data.envelope, a revision this server does not speak is
+ * -32022 with the revisions it does (the modern ones: the older need the
+ * handshake). Any other request is of the handshake era. Returns false when
+ * it answered the request with an error. */
+static bool read_envelope(mcp_server *srv, mcp_request *rq)
+{
+        const json_t *meta = json_object_get(rq->params, "_meta");
+        const json_t *version = json_object_get(meta, META_PROTOCOL_VERSION);
+        rq->modern = false;
+        if (!json_is_object(meta) || !version)
+                return true;
+        const char *key = NULL, *problem = NULL;
+        const json_t *caps = json_object_get(meta, META_CLIENT_CAPS);
+        const json_t *info = json_object_get(meta, META_CLIENT_INFO);
+        const json_t *token = json_object_get(meta, "progressToken");
+        if (!json_is_string(version)) {
+                key = META_PROTOCOL_VERSION;
+                problem = "expected a string";
+        } else if (!caps) {
+                key = META_CLIENT_CAPS;
+                problem = "missing";
+        } else if (!json_is_object(caps)) {
+                key = META_CLIENT_CAPS;
+                problem = "expected an object";
+        } else if (info &&
+                   (!json_is_object(info) || !json_is_string(json_object_get(info, "name")) ||
+                    !json_is_string(json_object_get(info, "version")))) {
+                key = META_CLIENT_INFO;
+                problem = "expected an object with string name and version";
+        } else if (token && !json_is_string(token) && !json_is_integer(token)) {
+                key = "progressToken";
+                problem = "expected a string or an integer";
+        }
+        if (key) {
+                send_error_data(
+                    srv, rq->id, RPC_INVALID_PARAMS,
+                    json_pack("{s:{s:s, s:s}}", "envelope", "key", key, "problem", problem),
+                    "Invalid _meta envelope: %s: %s", key, problem);
+                return false;
+        }
+        const char *asked = json_string_value(version);
+        for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
+                if (strcmp(asked, modern_versions[i]) == 0) {
+                        rq->modern = true;
+                        return true;
+                }
+        json_t *supported = json_array();
+        for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
+                json_array_append_new(supported, json_string(modern_versions[i]));
+        send_error_data(srv, rq->id, RPC_UNSUPPORTED_PROTOCOL_VERSION,
+                        json_pack("{s:o, s:s}", "supported", supported, "requested", asked),
+                        "Unsupported protocol version: %.100s (this server speaks %s in _meta, "
+                        "and %s to %s through initialize)",
+                        asked, modern_versions[0],
+                        protocol_versions[ARRAY_SIZE(protocol_versions) - 1], protocol_versions[0]);
+        return false;
+}
 
 static void handle_initialize(mcp_server *srv, const json_t *id, const json_t *params)
 {
@@ -507,15 +878,47 @@ static void handle_initialize(mcp_server *srv, const json_t *id, const json_t *p
                         version = protocol_versions[i];
         srv->initialized = true;
         send_result(srv, id,
-                    json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s}, s:s}", "protocolVersion", version,
-                              "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
+                    json_pack("{s:s, s:o, s:{s:s, s:s}, s:s}", "protocolVersion", version,
+                              "capabilities", server_capabilities(), "serverInfo", "name",
                               "airlock", "version", AIRLOCK_VERSION, "instructions",
                               srv->instructions));
         warm_up(srv);
 }
 
-static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *params)
+/* server/discover (server/discover.mdx): the revisions without handshake,
+ * the capabilities, the instructions and, in _meta, the server's identity. */
+static void handle_discover(mcp_server *srv, const mcp_request *rq)
 {
+        json_t *versions = json_array();
+        for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
+                json_array_append_new(versions, json_string(modern_versions[i]));
+        reply(srv, rq,
+              json_pack("{s:o, s:o, s:s}", "supportedVersions", versions, "capabilities",
+                        server_capabilities(), "instructions", srv->instructions),
+              true);
+}
+
+/* subscriptions/listen (basic/patterns/subscriptions.mdx): this server has
+ * no change to tell (the tool list is fixed, listChanged false), so it
+ * honours none of the requested notification types: the acknowledgment says
+ * so, and the stream closes at once, gracefully, with the listen request's
+ * result, as the official SDK does for an empty filter. */
+static void handle_listen(mcp_server *srv, const mcp_request *rq)
+{
+        if (!json_is_object(json_object_get(rq->params, "notifications"))) {
+                send_error(srv, rq->id, RPC_INVALID_PARAMS,
+                           "subscriptions/listen: params.notifications must be an object");
+                return;
+        }
+        send_message(srv, json_pack("{s:s, s:s, s:{s:{s:O}, s:{}}}", "jsonrpc", "2.0", "method",
+                                    "notifications/subscriptions/acknowledged", "params", "_meta",
+                                    META_SUBSCRIPTION_ID, rq->id, "notifications"));
+        reply(srv, rq, json_pack("{s:{s:O}}", "_meta", META_SUBSCRIPTION_ID, rq->id), false);
+}
+
+static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
+{
+        const json_t *id = rq->id, *params = rq->params;
         const char *name = json_string_value(json_object_get(params, "name"));
         if (!name) {
                 send_error(srv, id, RPC_INVALID_PARAMS, "tools/call: params.name must be a string");
@@ -533,9 +936,10 @@ static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *p
         const json_t *args = json_object_get(params, "arguments");
         const json_t *code = json_object_get(args, "code");
         if (!json_is_string(code)) {
-                send_result(srv, id,
-                            mcp_tool_error("execute_code needs the argument \"code\": a string "
-                                           "of Python source"));
+                reply(srv, rq,
+                      mcp_tool_error("execute_code needs the argument \"code\": a string "
+                                     "of Python source"),
+                      false);
                 return;
         }
         const char *key;
@@ -547,55 +951,95 @@ static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *p
                                  "execute_code has no argument \"%.200s\"; it takes only \"code\"",
                                  key);
                         _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-                        send_result(srv, id, mcp_tool_error(clean ? clean : msg));
+                        reply(srv, rq, mcp_tool_error(clean ? clean : msg), false);
                         return;
                 }
         }
+        /* A progress token of another type is not one (the handshake era
+         * does not check _meta; the envelope check refused it already). */
+        const json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+        if (!json_is_string(token) && !json_is_integer(token))
+                token = NULL;
         mcp_call *c = calloc(1, sizeof(*c));
         if (c) {
                 c->cancel_fd = -1;
+                c->modern = rq->modern;
                 c->len = json_string_length(code);
                 c->code = malloc(c->len + 1);
-                /* A copy of its own: the worker never shares a JSON value
+                /* Copies of its own: the worker never shares a JSON value
                  * with the reader thread. */
                 c->id = json_deep_copy(id);
+                c->progress = token ? json_deep_copy(token) : NULL;
         }
-        if (!c || !c->code || !c->id) {
+        if (!c || !c->code || !c->id || (token && !c->progress)) {
                 call_free(c);
                 send_error(srv, id, RPC_INTERNAL_ERROR, "out of memory");
                 return;
         }
         memcpy(c->code, json_string_value(code), c->len + 1);
+        srv->warmed_up = true; /* the call prepares the sandbox itself */
         int r = call_start(srv, c);
         if (r == -EBUSY)
-                send_result(srv, id,
-                            mcp_tool_error("too many execute_code calls in progress; wait for "
-                                           "one to finish"));
+                reply(srv, rq,
+                      mcp_tool_error("too many execute_code calls in progress; wait for "
+                                     "one to finish"),
+                      false);
         else if (r < 0)
                 send_error(srv, id, RPC_INTERNAL_ERROR, "cannot start the call: %s", strerror(-r));
 }
 
+/* The dispatcher. A request of revision 2026-07-28 (see read_envelope) needs
+ * no handshake and is answered in that revision's form; initialize, even
+ * after such requests, starts the handshake era, whose requests other than
+ * ping wait for it. The two eras may share one connection, as
+ * basic/versioning allows a dual-era server. */
 static void handle_request(mcp_server *srv, const char *method, const json_t *id,
                            const json_t *params)
 {
-        if (strcmp(method, "initialize") == 0) {
+        mcp_request rq = {.id = id, .params = params};
+        if (!read_envelope(srv, &rq))
+                return;
+        if (!rq.modern && strcmp(method, "initialize") == 0) {
                 handle_initialize(srv, id, params);
                 return;
         }
         /* ping is allowed before initialize; everything else is not. */
         if (strcmp(method, "ping") == 0) {
-                send_result(srv, id, json_object());
+                reply(srv, &rq, json_object(), false);
                 return;
         }
-        if (!srv->initialized) {
+        if (strcmp(method, "server/discover") == 0) {
+                /* Part of revision 2026-07-28 only, whose requests must
+                 * carry the envelope. */
+                if (!rq.modern) {
+                        send_error(srv, id, RPC_INVALID_PARAMS,
+                                   "server/discover needs params._meta with \"%s\" (%s) and "
+                                   "\"%s\"",
+                                   META_PROTOCOL_VERSION, modern_versions[0], META_CLIENT_CAPS);
+                        return;
+                }
+                warm_up(srv);
+                handle_discover(srv, &rq);
+                return;
+        }
+        if (rq.modern) {
+                if (strcmp(method, "tools/call") != 0)
+                        warm_up(srv);
+                if (strcmp(method, "subscriptions/listen") == 0) {
+                        handle_listen(srv, &rq);
+                        return;
+                }
+        } else if (!srv->initialized) {
                 send_error(srv, id, RPC_INVALID_REQUEST,
-                           "server not initialized: send initialize first (got %.100s)", method);
+                           "server not initialized: send initialize first, or name the protocol "
+                           "version %s in params._meta (got %.100s)",
+                           modern_versions[0], method);
                 return;
         }
         if (strcmp(method, "tools/list") == 0)
-                send_result(srv, id, json_pack("{s:[O]}", "tools", srv->tool));
+                reply(srv, &rq, json_pack("{s:[O]}", "tools", srv->tool), true);
         else if (strcmp(method, "tools/call") == 0)
-                handle_tools_call(srv, id, params);
+                handle_tools_call(srv, &rq);
         else
                 send_error(srv, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s", method);
 }
@@ -659,24 +1103,48 @@ static void install_stop_signals(void)
         sigaction(SIGHUP, &sa, NULL);
 }
 
-/* Waits until standard input is readable (true) or a stop signal came
- * (false). */
-static bool wait_input(void)
+/* True when nobody reads standard output any more: the client went away
+ * (a pipe whose reading end is closed reports POLLERR, a terminal that hung
+ * up POLLHUP), or a write to it failed. Standard output that cannot tell
+ * (a regular file) is never gone. */
+static bool output_gone(mcp_server *srv)
 {
-        struct pollfd fds[2] = {
+        if (srv->output_broken)
+                return true;
+        struct pollfd p = {.fd = STDOUT_FILENO, .events = 0};
+        return poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL));
+}
+
+typedef enum wait_outcome {
+        INPUT_READY,
+        INPUT_STOP,        /* a stop signal came */
+        INPUT_CLIENT_GONE, /* standard output lost its reader */
+} wait_outcome;
+
+/* Waits until standard input is readable, a stop signal comes or standard
+ * output loses its reader, whichever is first. */
+static wait_outcome wait_input(mcp_server *srv)
+{
+        struct pollfd fds[3] = {
             {.fd = STDIN_FILENO, .events = POLLIN},
+            /* No events asked: only its errors and hang-up are reported. */
+            {.fd = STDOUT_FILENO, .events = 0},
             {.fd = stop_pipe[0], .events = POLLIN},
         };
         for (;;) {
-                int n = poll(fds, stop_pipe[0] >= 0 ? 2 : 1, -1);
+                if (srv->output_broken)
+                        return INPUT_CLIENT_GONE;
+                int n = poll(fds, stop_pipe[0] >= 0 ? 3 : 2, -1);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
-                        return true; /* let read() report the problem */
-                if (stop_pipe[0] >= 0 && (fds[1].revents & POLLIN))
-                        return false;
+                        return INPUT_READY; /* let read() report the problem */
+                if (stop_pipe[0] >= 0 && (fds[2].revents & POLLIN))
+                        return INPUT_STOP;
+                if (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL))
+                        return INPUT_CLIENT_GONE;
                 if (fds[0].revents)
-                        return true;
+                        return INPUT_READY;
         }
 }
 
@@ -689,6 +1157,16 @@ static bool stop_requested(void)
         return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
 }
 
+/* The client went away: nobody can read the answers, so the calls in
+ * progress are cancelled as a stop signal cancels them. */
+static void client_gone(mcp_server *srv)
+{
+        srv->output_broken = true;
+        fprintf(stderr, "airlock mcp: the client closed its end of standard output; stopping "
+                        "the calls in progress\n");
+        finish_input(srv, true);
+}
+
 /* Holds the reader role: handles messages until end of input, a stop
  * signal or the loss of standard output (then marks the input done), or
  * until it hands the role on to run a call on this thread. */
@@ -696,8 +1174,13 @@ static void reader_loop(mcp_server *srv)
 {
         dynbuf *line = &srv->line;
         for (;;) {
-                if (!wait_input()) {
+                wait_outcome waited = wait_input(srv);
+                if (waited == INPUT_STOP) {
                         finish_input(srv, true);
+                        return;
+                }
+                if (waited == INPUT_CLIENT_GONE) {
+                        client_gone(srv);
                         return;
                 }
                 ssize_t n = read(STDIN_FILENO, srv->chunk, MCP_CHUNK);
@@ -753,31 +1236,41 @@ static void reader_loop(mcp_server *srv)
                         }
                 }
                 if (srv->output_broken) {
-                        finish_input(srv, false);
+                        client_gone(srv);
                         return;
                 }
         }
         /* A last message without a newline still counts. */
         if (!srv->discarding && line->len && !srv->output_broken)
                 handle_line(srv, line->data, line->len);
+        /* End of input with nobody reading the answers either: a client
+         * that died closes both at once. */
+        if (output_gone(srv)) {
+                client_gone(srv);
+                return;
+        }
         finish_input(srv, false);
 }
 
 /* An epoll set that is readable when standard input or the stop pipe is,
- * for a run to watch while the reader runs a call (-1 when standard input
- * cannot be watched that way, a regular file say). */
+ * or standard output lost its reader, for a run to watch while the reader
+ * runs a call (-1 when standard input cannot be watched that way, a regular
+ * file say). Standard output joins only where it can (a pipe, a socket, a
+ * terminal); with no events asked, only its errors and hang-up wake. */
 static int make_input_watch(void)
 {
         int ep = epoll_create1(EPOLL_CLOEXEC);
         if (ep < 0)
                 return -1;
         struct epoll_event in = {.events = EPOLLIN, .data.fd = STDIN_FILENO};
+        struct epoll_event out = {.events = 0, .data.fd = STDOUT_FILENO};
         struct epoll_event stop = {.events = EPOLLIN, .data.fd = stop_pipe[0]};
         if (epoll_ctl(ep, EPOLL_CTL_ADD, STDIN_FILENO, &in) < 0 ||
             (stop_pipe[0] >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, stop_pipe[0], &stop) < 0)) {
                 close(ep);
                 return -1;
         }
+        (void)epoll_ctl(ep, EPOLL_CTL_ADD, STDOUT_FILENO, &out);
         return ep;
 }
 
@@ -849,7 +1342,7 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
                               mcp_output_schema(), "annotations", "title", "Execute Python code",
                               "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
                               "openWorldHint", airlock_config_allow_count(cfg) > 0, "_meta",
-                              "airlock/approval_mode", json_object_get(d, "approval_mode"));
+                              "dev.airlock/approval_mode", json_object_get(d, "approval_mode"));
         json_decref(d);
         if (!srv->instructions || !srv->tool)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -857,8 +1350,28 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
         pthread_cond_init(&srv->work, NULL);
+        pthread_mutex_init(&srv->prog_lock, NULL);
+        pthread_mutex_init(&srv->live_lock, NULL);
+        /* The progress thread's waits are timed on the monotonic clock. */
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&srv->prog_wake, &ca);
+        pthread_condattr_destroy(&ca);
         srv->queue_end = &srv->queue;
         return 0;
+}
+
+/* Ends the progress thread (every call is over by now). */
+static void stop_progress(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->prog_lock);
+        srv->prog_stop = true;
+        bool started = srv->prog_started;
+        pthread_cond_signal(&srv->prog_wake);
+        pthread_mutex_unlock(&srv->prog_lock);
+        if (started)
+                pthread_join(srv->prog_thread, NULL);
 }
 
 int cmd_mcp(int argc, char **argv)
@@ -893,6 +1406,7 @@ int cmd_mcp(int argc, char **argv)
         else
                 finish_calls(&srv);
         stop_workers(&srv);
+        stop_progress(&srv);
         if (srv.input_watch >= 0)
                 close(srv.input_watch);
         for (unsigned i = 0; i < srv.n_spare; i++)
@@ -904,6 +1418,9 @@ int cmd_mcp(int argc, char **argv)
         free(srv.instructions);
         pthread_cond_destroy(&srv.work);
         pthread_cond_destroy(&srv.calls_done);
+        pthread_cond_destroy(&srv.prog_wake);
+        pthread_mutex_destroy(&srv.prog_lock);
+        pthread_mutex_destroy(&srv.live_lock);
         pthread_mutex_destroy(&srv.lock);
         pthread_mutex_destroy(&srv.out_lock);
         cli_options_free(&o);

@@ -94,7 +94,7 @@ const tests = [
     assertEqual(t.annotations.idempotentHint, false, 'idempotentHint');
     assertEqual(t.annotations.openWorldHint, false, 'openWorldHint without an allow-list');
     assert(typeof t.annotations.title === 'string', 'annotations.title');
-    assertEqual(t._meta['airlock/approval_mode'], 'never_require', 'approval mode');
+    assertEqual(t._meta['dev.airlock/approval_mode'], 'never_require', 'approval mode');
     assertEqual(t.outputSchema && t.outputSchema.type, 'object', 'outputSchema');
   }],
 
@@ -263,7 +263,7 @@ const tests = [
       const { tools } = await c.listTools();
       const t = tools[0];
       assertEqual(t.annotations.openWorldHint, true, 'openWorldHint with an allow-list');
-      assertEqual(t._meta['airlock/approval_mode'], 'always_require', 'approval mode');
+      assertEqual(t._meta['dev.airlock/approval_mode'], 'always_require', 'approval mode');
       assertIncludes(t.description, 'api.example.com', 'description');
       assertIncludes(t.description, 'There is no /input', 'description without workspace');
     } finally {

@@ -34,6 +34,7 @@
 #include "host/tools.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/sandbox.h"
+#include "surface/live.h"
 
 #define REQUEST_SPIN_NS 30000    /* 30 us */
 #define SERVE_SLICE_NS  10000000 /* 10 ms */
@@ -153,6 +154,7 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
         dynbuf_init(&run->err.buf, l->max_stdout);
         frame_reader_init(&run->fr, CHANNEL_MAX_FRAME);
         run->fr.nonblock = true; /* the loop polls */
+        al_live_streams(c->out_r, c->err_r);
 }
 
 static void run_free(run_state *run)
@@ -347,6 +349,7 @@ static bool drain_pipe(run_pipe *p)
                         return p->open = errno == EAGAIN;
                 if (n == 0)
                         return p->open = false;
+                al_live_output(p->fd, buf, (size_t)n);
                 size_t room = b->cap - b->len;
                 if ((size_t)n > room) {
                         p->truncated = true;

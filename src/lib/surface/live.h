@@ -1,0 +1,17 @@
+/* Live output of a run (airlock_cache_run_live): the caller's hook, armed on
+ * the thread that runs the code, and the run loop's report of what its
+ * stdout and stderr pipes delivered. */
+#ifndef AIRLOCK_LIVE_H
+#define AIRLOCK_LIVE_H
+
+#include <stddef.h>
+
+/* The run loop names the pipes of the run it is about to serve, so that
+ * al_live_output can tell stdout from stderr. A no-op unless a hook is armed
+ * on this thread. */
+void al_live_streams(int out_fd, int err_fd);
+/* Bytes just read from fd (one of the pipes named above) go to the armed
+ * hook, if any. */
+void al_live_output(int fd, const char *data, size_t len);
+
+#endif
