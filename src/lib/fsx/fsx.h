@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "airlock.h"
@@ -82,6 +83,22 @@ int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const
  * ret_hex receives 32 hex digits. */
 int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
                        char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
+
+/* ---- issue 21: hooks for change detection (fsx/watch.c) ---- */
+
+/* Called by fsx_tree_signature_hooked for the root (is_root, a file or a
+ * directory) and for every directory the walk enters, with the checked fd
+ * the walk holds (opened beneath its parent with no link followed, on the
+ * root's device), before the directory is listed. The fd stays the walk's. */
+typedef struct fsx_sig_hook {
+        void (*entered)(void *ctx, int fd, const struct stat *st, bool is_root);
+        void *ctx;
+} fsx_sig_hook;
+
+/* fsx_tree_signature, calling hook as it goes (hook may be NULL). */
+int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
+                              uint64_t content_threshold, const fsx_sig_hook *hook,
+                              char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
 
 /* Captures the regular files below out_dirfd (the run's /output, after every
  * guest process has ended). Links and non-regular files are refused and never
