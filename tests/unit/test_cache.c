@@ -703,6 +703,7 @@ static void test_workspace_edit_replaces_sandbox(void **state)
         assert_int_equal(run_on(c, a, "3"), 0);
         write_file(f, "two");
         assert_int_equal(run_on(c, a, "4"), 2);
+        cache_wait_later_closes(c);
         assert_true(fk.fakes[0].closed);  /* the stale version */
         assert_false(fk.fakes[1].closed); /* another configuration */
         cache_stats st;
@@ -857,6 +858,7 @@ static void test_real_reuse_edit_and_close(void **state)
         out = real_run(c, cfg, code);
         assert_string_equal(out, "two\n");
         free(out);
+        cache_wait_later_closes(c);
         cache_get_stats(c, &cs);
         assert_int_equal(cs.created, 2);
         assert_int_equal(cs.sandboxes, 1);

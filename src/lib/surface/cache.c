@@ -251,6 +251,7 @@ struct airlock_cache {
         uint64_t idle_ns; /* 0: no idle eviction */
         unsigned max_parallel;
         unsigned running;
+        unsigned closing_later; /* stale sandboxes being closed on threads of their own */
         cache_entry *head, *tail;
         unsigned n_entries;
         cache_ops ops;
@@ -537,6 +538,56 @@ static void close_list_run(airlock_cache *c, close_list *l)
         }
 }
 
+typedef struct later_close {
+        airlock_cache *c;
+        close_list l;
+} later_close;
+
+static void *later_close_main(void *arg)
+{
+        later_close *lc = arg;
+        airlock_cache *c = lc->c;
+        close_list_run(c, &lc->l);
+        free(lc);
+        pthread_mutex_lock(&c->lock);
+        c->closing_later--;
+        pthread_cond_broadcast(&c->changed);
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+}
+
+/* Closes the entries of l on a detached thread of their own (or here, when
+ * no thread can be started); airlock_cache_close waits for every one. */
+static void close_list_run_later(airlock_cache *c, close_list *l)
+{
+        if (!l->n && !l->overflow)
+                return;
+        later_close *lc = malloc(sizeof(*lc));
+        pthread_attr_t a;
+        bool started = false;
+        if (lc && pthread_attr_init(&a) == 0) {
+                lc->c = c;
+                lc->l = *l;
+                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+                pthread_mutex_lock(&c->lock);
+                c->closing_later++;
+                pthread_mutex_unlock(&c->lock);
+                pthread_t t;
+                started = pthread_create(&t, &a, later_close_main, lc) == 0;
+                pthread_attr_destroy(&a);
+                if (!started) {
+                        pthread_mutex_lock(&c->lock);
+                        c->closing_later--;
+                        pthread_mutex_unlock(&c->lock);
+                }
+        }
+        if (!started) {
+                free(lc);
+                close_list_run(c, l);
+        }
+        *l = (close_list){0};
+}
+
 /* Dooms entries idle longer than the timeout. Caller holds lock. */
 static void reap_locked(airlock_cache *c, close_list *out)
 {
@@ -674,6 +725,14 @@ void cache_get_stats(airlock_cache *c, cache_stats *ret)
         pthread_mutex_unlock(&c->lock);
 }
 
+void cache_wait_later_closes(airlock_cache *c)
+{
+        pthread_mutex_lock(&c->lock);
+        while (c->closing_later > 0)
+                pthread_cond_wait(&c->changed, &c->lock);
+        pthread_mutex_unlock(&c->lock);
+}
+
 void cache_reap(airlock_cache *c)
 {
         close_list l = {0};
@@ -710,7 +769,7 @@ static void entry_release(airlock_cache *c, cache_entry *e)
 static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char *key,
                          size_t static_len, uint64_t hash, cache_entry **ret, airlock_error *err)
 {
-        close_list l = {0};
+        close_list l = {0}, stale = {0};
         pthread_mutex_lock(&c->lock);
         reap_locked(c, &l);
         cache_entry *e = c->head;
@@ -738,7 +797,7 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                 for (cache_entry *o = c->head, *next; o; o = next) {
                         next = o->next;
                         if (o->static_len == static_len && memcmp(o->key, key, static_len) == 0)
-                                close_list_add(&l, entry_doom_locked(c, o));
+                                close_list_add(&stale, entry_doom_locked(c, o));
                 }
                 e->key = k;
                 e->static_len = static_len;
@@ -752,6 +811,10 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
         e->last_used_ns = c->ops.now_ns();
         pthread_mutex_unlock(&c->lock);
         close_list_run(c, &l);
+        /* Closing a stale version removes its staged copy, which takes as
+         * long as the workspace is large (seconds for 10,000 files on a busy
+         * disk): it is done beside the run that replaces it, not before. */
+        close_list_run_later(c, &stale);
 
         if (build) {
                 airlock_sandbox *sb = NULL;
@@ -957,7 +1020,7 @@ void airlock_cache_close(airlock_cache *c)
         pthread_cond_broadcast(&c->reaper_wake);
         /* Runs in progress finish first: their sandboxes are closed by them
          * or below, never under them. */
-        while (c->running > 0)
+        while (c->running > 0 || c->closing_later > 0)
                 pthread_cond_wait(&c->changed, &c->lock);
         pthread_mutex_unlock(&c->lock);
         if (c->reaper_started)
