@@ -425,17 +425,23 @@ static json_t *watch_report(airlock_cache *c, const airlock_config *cfg, char **
         };
         _cleanup_free_ char *key = tree_key(cfg, &lim);
         fsx_watch_info info;
-        bool found = false;
+        tree_set *found = NULL;
         pthread_mutex_lock(&c->lock);
         for (tree_set *t = c->trees; key && t; t = t->next)
                 if (strcmp(t->key, key) == 0) {
-                        fsx_watch_get_info(t->w, &info);
-                        found = true;
+                        found = t;
+                        found->refs++;
                         break;
                 }
         pthread_mutex_unlock(&c->lock);
         if (!found)
                 return NULL;
+        /* Without the cache's lock: the watcher's own is held through a
+         * walk, which must not stop every other caller of the cache. */
+        fsx_watch_get_info(found->w, &info);
+        pthread_mutex_lock(&c->lock);
+        found->refs--;
+        pthread_mutex_unlock(&c->lock);
         if (info.reason[0])
                 *ret_warning = strdup(info.reason);
         return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:s?}", "mode",
