@@ -677,6 +677,17 @@ def others(b):
             b.extra["bench_cache"] = json.loads(p.stdout)
         except Exception as e:  # noqa: BLE001
             b.extra["bench_cache"] = {"skipped": str(e)[:200]}
+    ws = os.path.join(HERE, "bench_workspace.py")
+    if os.path.exists(ws):
+        log("- workspace of 10,000 files (bench_workspace)")
+        try:
+            p = subprocess.run([sys.executable, ws, b.build, *q], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=900)
+            if p.returncode != 0:
+                raise RuntimeError(p.stderr.decode(errors="replace").strip()[-300:])
+            b.extra["bench_workspace_md"] = p.stdout.decode(errors="replace").strip()
+        except Exception as e:  # noqa: BLE001
+            b.extra["bench_workspace_md"] = f"bench_workspace failed: {str(e)[:300]}"
     exe = os.path.join(b.build, "bench_fsx")
     script = os.path.join(HERE, "bench_fsx.sh")
     argv = ([exe, *q, "--dir", b.tmp] if os.path.exists(exe)
@@ -779,6 +790,9 @@ def report(data):
         L += ["Through the sandbox cache (airlock_cache_run, bench_cache): "
               f"{bc['rps_1']:.0f} / {bc['rps_2']:.0f} / {bc['rps_8']:.0f} runs/s from 1 / 2 / 8 "
               f"threads ({bc['failures']} failures).", ""]
+    if data["extra"].get("bench_workspace_md"):
+        L += ["## Workspaces of 10,000 files (bench_workspace)", "",
+              data["extra"]["bench_workspace_md"], ""]
     if data["extra"].get("bench_fsx_md"):
         L += ["## File transfer (bench_fsx): airlock staging and capture vs cp -a", "",
               data["extra"]["bench_fsx_md"], ""]

@@ -238,6 +238,63 @@ static row stage_small(const char *base, const char *what, int reps)
         return (row){what, median(a, reps), median(c, reps), 0};
 }
 
+/* Restaging 10,000 files of 4 KiB after one of them was edited, reusing the
+ * previous staged copy (hard links for the 9,999 unchanged files), against
+ * cp -a of the whole tree. */
+static row restage_small(const char *base, int reps)
+{
+        char root[256], small[300], prev[300], dst[300], edit[400];
+        snprintf(root, sizeof(root), "%s/bench-fsx.XXXXXX", base);
+        if (!mkdtemp(root))
+                die(root);
+        snprintf(small, sizeof(small), "%s/small", root);
+        snprintf(prev, sizeof(prev), "%s/prev", root);
+        snprintf(dst, sizeof(dst), "%s/dst", root);
+        snprintf(edit, sizeof(edit), "%s/d042/f04200.txt", small);
+        make_tree(small, 10000, 4096);
+        if (mkdir(prev, 0755) < 0)
+                die(prev);
+        int pfd = open(prev, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        fsx_source s = {.host_path = small, .dest = NULL};
+        fsx_limits lim = {.max_bytes = 4ull << 30, .max_files = 1000000, .max_depth = 256};
+        airlock_error err = {0};
+        fsx_manifest *m = NULL;
+        if (pfd < 0 ||
+            fsx_stage_reuse(pfd, &s, 1, &lim, (uid_t)-1, (gid_t)-1, -1, NULL, &m, NULL, &err) < 0) {
+                fprintf(stderr, "bench_fsx: staging %s: %s\n", small, err.message);
+                exit(1);
+        }
+        double a[9], c[9];
+        for (int i = 0; i < reps; i++) {
+                int fd = open(edit, O_WRONLY | O_APPEND | O_CLOEXEC);
+                if (fd < 0 || write(fd, "e", 1) != 1)
+                        die(edit);
+                close(fd);
+                c[i] = time_cp(small, dst);
+                rm_rf(dst);
+                if (mkdir(dst, 0755) < 0)
+                        die(dst);
+                int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                fsx_stage_stats st = {0};
+                sync();
+                double t = now_ms();
+                int r = fsx_stage_reuse(dfd, &s, 1, &lim, (uid_t)-1, (gid_t)-1, pfd, m, NULL, &st,
+                                        &err);
+                a[i] = now_ms() - t;
+                close(dfd);
+                if (r < 0 || st.reused != 9999) {
+                        fprintf(stderr, "bench_fsx: restaging: %s (%llu reused)\n", err.message,
+                                (unsigned long long)st.reused);
+                        exit(1);
+                }
+        }
+        fsx_manifest_free(m);
+        close(pfd);
+        rm_rf(root);
+        return (row){"restage 10,000 files of 4 KiB after one edit (links to the previous copy)",
+                     median(a, reps), median(c, reps), 0};
+}
+
 static const char *fs_name(const char *path)
 {
         struct statfs sf;
@@ -274,7 +331,7 @@ int main(int argc, char **argv)
         }
         int reps = quick ? 3 : 5;
         uint64_t big_size = quick ? 256ull << 20 : 1ull << 30;
-        row rows[4];
+        row rows[5];
         int n_rows = 0;
         double a[9], c[9];
         char label[128];
@@ -288,6 +345,8 @@ int main(int argc, char **argv)
             (uint64_t)vfs.f_bavail * vfs.f_frsize > (512ull << 20))
                 rows[n_rows++] =
                     stage_small("/dev/shm", "stage 10,000 files of 4 KiB (tmpfs)", reps);
+
+        rows[n_rows++] = restage_small(base, reps);
 
         char root[256];
         snprintf(root, sizeof(root), "%s/bench-fsx.XXXXXX", base);

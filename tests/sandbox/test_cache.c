@@ -689,6 +689,7 @@ static void test_workspace_edit_replaces_sandbox(void **state)
         assert_int_equal(run_on(c, a, "3"), 0);
         write_text(f, "two");
         assert_int_equal(run_on(c, a, "4"), 2);
+        cache_wait_later_closes(c);
         assert_true(fk.fakes[0].closed);  /* the stale version */
         assert_false(fk.fakes[1].closed); /* another configuration */
         cache_stats st;
@@ -697,6 +698,46 @@ static void test_workspace_edit_replaces_sandbox(void **state)
         airlock_cache_close(c);
         airlock_config_free(a);
         airlock_config_free(other);
+}
+
+/* An unchanged workspace is not walked again: the tree set's watches
+ * answer; an edit makes the next call walk (and rebuild); past the watch
+ * cap every call walks, and edits are still seen. */
+static void test_unchanged_workspace_is_not_walked(void **state)
+{
+        char ws[128], f[200], sub[160];
+        snprintf(ws, sizeof(ws), "%s/ws_watch", tmp_root);
+        assert_int_equal(mkdir(ws, 0755), 0);
+        snprintf(sub, sizeof(sub), "%s/sub", ws);
+        assert_int_equal(mkdir(sub, 0755), 0);
+        snprintf(f, sizeof(f), "%s/a.txt", sub);
+        write_file(f, "one");
+        airlock_cache *c = fake_cache(4, -1);
+        airlock_config *a = new_config();
+        airlock_error err = {0};
+        assert_int_equal(airlock_config_set_workspace(a, ws, &err), 0);
+        cache_stats st;
+        for (int i = 0; i < 3; i++)
+                assert_int_equal(run_on(c, a, "1"), 0);
+        cache_get_stats(c, &st);
+        assert_int_equal(st.tree_walks, 1);
+        assert_int_equal(st.tree_checks, 2);
+        write_file(f, "two");
+        assert_int_equal(run_on(c, a, "2"), 1);
+        assert_int_equal(run_on(c, a, "3"), 1);
+        cache_get_stats(c, &st);
+        assert_int_equal(st.tree_walks, 2);
+        assert_int_equal(st.tree_checks, 3);
+
+        cache_set_watch_knobs(c, 1, 0); /* two directories, one watch */
+        assert_int_equal(run_on(c, a, "4"), 1);
+        assert_int_equal(run_on(c, a, "5"), 1);
+        cache_get_stats(c, &st);
+        assert_int_equal(st.tree_walks, 4);
+        write_file(f, "tri");
+        assert_int_equal(run_on(c, a, "6"), 2);
+        airlock_cache_close(c);
+        airlock_config_free(a);
 }
 
 /* ---- real sandboxes ---------------------------------------------------- */
@@ -763,6 +804,7 @@ static void test_real_reuse_edit_and_close(void **state)
         out = real_run(c, cfg, code);
         assert_string_equal(out, "two\n");
         free(out);
+        cache_wait_later_closes(c);
         cache_get_stats(c, &cs);
         assert_int_equal(cs.created, 2);
         assert_int_equal(cs.sandboxes, 1);
@@ -933,6 +975,7 @@ int main(void)
             cmocka_unit_test(test_eviction_waits_for_running),
             cmocka_unit_test(test_close_without_runs),
             cmocka_unit_test(test_workspace_edit_replaces_sandbox),
+            cmocka_unit_test(test_unchanged_workspace_is_not_walked),
             cmocka_unit_test(test_real_reuse_edit_and_close),
             cmocka_unit_test(test_real_threads_results_never_mix),
             cmocka_unit_test(test_real_watch),

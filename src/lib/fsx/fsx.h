@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "airlock.h"
@@ -50,6 +51,7 @@ typedef struct fsx_source {
 
 typedef struct fsx_stage_stats {
         uint64_t files, dirs, bytes, skipped;
+        uint64_t reused; /* of files: hard links to the previous staged copy (fsx_stage_reuse) */
 } fsx_stage_stats;
 
 /* Stages sources into the empty directory dest_dirfd: the workspace's
@@ -105,6 +107,46 @@ void fsx_staging_remove(fsx_staging *staging);
  * ret_hex receives 32 hex digits. */
 int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
                        char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
+
+/* ---- issue 21: hooks for change detection (fsx/watch.c) ---- */
+
+/* Called by fsx_tree_signature_hooked for the root (is_root, a file or a
+ * directory) and for every directory the walk enters, with the checked fd
+ * the walk holds (opened beneath its parent with no link followed, on the
+ * root's device), before the directory is listed. The fd stays the walk's. */
+typedef struct fsx_sig_hook {
+        void (*entered)(void *ctx, int fd, const struct stat *st, bool is_root);
+        void *ctx;
+} fsx_sig_hook;
+
+/* fsx_tree_signature, calling hook as it goes (hook may be NULL). */
+int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
+                              uint64_t content_threshold, const fsx_sig_hook *hook,
+                              char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
+
+/* ---- issue 21: cheap rebuilds (fsx_stage.c) ---- */
+
+/* What one staging copied: for every regular file staged, its /input path,
+ * the identity of its source (dev, ino, size, mtime, ctime, mode) and of the
+ * copy (dev, ino). Bounded by the staging caps (about 100 bytes a file). */
+typedef struct fsx_manifest fsx_manifest;
+
+void fsx_manifest_free(fsx_manifest *m);
+size_t fsx_manifest_count(const fsx_manifest *m);
+
+/* fsx_stage, reusing the previous staged copy: a file whose source has the
+ * identity recorded in prev (the manifest of the staging into prev_dirfd)
+ * and whose previous copy is still the recorded inode, with the same size
+ * (and, under 64 KiB, the same bytes as the source), is a hard link to that
+ * copy instead of a new copy. Everything else is staged exactly as
+ * fsx_stage does (same walk, same refusals, same errors). prev_dirfd -1 or
+ * prev NULL: no reuse. ret_manifest (may be NULL) receives the manifest of
+ * this staging, for the next one. Never links into a source tree. See the
+ * contract comment above reuse_previous() for why a link is safe. */
+int fsx_stage_reuse(int dest_dirfd, const fsx_source *sources, size_t n_sources,
+                    const fsx_limits *lim, uid_t owner, gid_t group, int prev_dirfd,
+                    const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                    fsx_stage_stats *ret_stats, airlock_error *err);
 
 /* Captures the regular files below out_dirfd (the run's /output, after every
  * guest process has ended). Links and non-regular files are refused and never

@@ -87,6 +87,7 @@ void fsx_hash_final(const fsx_hash *h, char ret_hex[33])
 
 typedef struct sig_ctx {
         const fsx_limits *lim;
+        const fsx_sig_hook *hook;
         airlock_error *err;
         uint64_t threshold;
         uint64_t bytes;
@@ -184,12 +185,18 @@ static int sig_dir_enter(void *ctx, const fsx_item *it, int fd, const struct sta
                          void **ret_data)
 {
         sig_ctx *c = ctx;
+        /* The hook sees the directory before it is listed: a change made
+         * after the hook's watch is set shows as an event, one made before
+         * shows in the listing below. */
+        if (c->hook)
+                c->hook->entered(c->hook->ctx, fd, st, false);
         hash_meta(c, 'd', it->rel, it->rel_len, st);
         return 0;
 }
 
 static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
-                         char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
+                         const fsx_sig_hook *hook, char ret_hex[FSX_SIGNATURE_HEX],
+                         airlock_error *err)
 {
         if (!host_path || !lim || !ret_hex)
                 return al_error(err, -EINVAL, NULL, "signature: missing argument");
@@ -207,8 +214,10 @@ static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t 
                 return al_error(err, -errno, host_path, "cannot inspect %s: %s", host_path,
                                 strerror(errno));
 
-        sig_ctx c = {.lim = lim, .err = err, .threshold = content_threshold};
+        sig_ctx c = {.lim = lim, .hook = hook, .err = err, .threshold = content_threshold};
         fsx_hash_init(&c.h);
+        if (hook && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)))
+                hook->entered(hook->ctx, fd, &st, true);
         int r;
         if (S_ISREG(st.st_mode)) {
                 r = sig_file_fd(&c, fd, &st, "", 0, host_path);
@@ -243,5 +252,14 @@ static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t 
 int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
                        char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
 {
-        return fsx_error_utf8(err, signature_run(host_path, lim, content_threshold, ret_hex, err));
+        return fsx_error_utf8(err,
+                              signature_run(host_path, lim, content_threshold, NULL, ret_hex, err));
+}
+
+int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
+                              uint64_t content_threshold, const fsx_sig_hook *hook,
+                              char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
+{
+        return fsx_error_utf8(err,
+                              signature_run(host_path, lim, content_threshold, hook, ret_hex, err));
 }

@@ -32,6 +32,15 @@ typedef struct stage_ctx {
          * messages name the /input path, which is what the user sees as
          * shared, not only the host path. */
         const char *dest_base;
+        /* Reuse of the previous staged copy (fsx_stage_reuse): its root,
+         * its manifest, the last parent directory opened in it (files come
+         * grouped by directory), and the manifest being made. */
+        int prev_dirfd;
+        const fsx_manifest *prev;
+        char *pp_rel;
+        int pp_fd;
+        fsx_manifest *out;
+        char *cmp; /* 2 * REUSE_COMPARE bytes */
 } stage_ctx;
 
 /* The error for an entry that is already staged at the /input path where
@@ -72,6 +81,218 @@ static mode_t read_umask(void)
 typedef struct stage_dir {
         int fd;
 } stage_dir;
+
+/* ---- the manifest, and reuse of the previous staged copy ---------------- */
+
+/* Files under this size are compared byte for byte with their previous copy
+ * before it is reused: the same threshold as the content part of the cache's
+ * tree signatures, so reuse is never looser than staleness. */
+#define REUSE_COMPARE (64u << 10)
+
+typedef struct fsx_mrec {
+        char *path; /* below /input */
+        dev_t sdev;
+        ino_t sino;
+        off_t size;
+        struct timespec mtim, ctim;
+        mode_t mode;
+        dev_t cdev; /* the copy */
+        ino_t cino;
+} fsx_mrec;
+
+struct fsx_manifest {
+        fsx_mrec *v;
+        size_t n, cap;
+        bool sorted;
+};
+
+void fsx_manifest_free(fsx_manifest *m)
+{
+        if (!m)
+                return;
+        for (size_t i = 0; i < m->n; i++)
+                free(m->v[i].path);
+        free(m->v);
+        free(m);
+}
+
+size_t fsx_manifest_count(const fsx_manifest *m)
+{
+        return m ? m->n : 0;
+}
+
+static int mrec_cmp(const void *a, const void *b)
+{
+        return strcmp(((const fsx_mrec *)a)->path, ((const fsx_mrec *)b)->path);
+}
+
+static const fsx_mrec *manifest_find(const fsx_manifest *m, const char *path)
+{
+        if (!m || !m->n)
+                return NULL;
+        fsx_mrec key = {.path = (char *)path};
+        return bsearch(&key, m->v, m->n, sizeof(*m->v), mrec_cmp);
+}
+
+static int manifest_add(fsx_manifest *m, const char *path, const struct stat *src,
+                        const struct stat *copy)
+{
+        if (m->n == m->cap) {
+                size_t nc = m->cap ? m->cap * 2 : 256;
+                fsx_mrec *nv = realloc(m->v, nc * sizeof(*nv));
+                if (!nv)
+                        return -ENOMEM;
+                m->v = nv;
+                m->cap = nc;
+        }
+        char *p = strdup(path);
+        if (!p)
+                return -ENOMEM;
+        m->v[m->n++] = (fsx_mrec){
+            .path = p,
+            .sdev = src->st_dev,
+            .sino = src->st_ino,
+            .size = src->st_size,
+            .mtim = src->st_mtim,
+            .ctim = src->st_ctim,
+            .mode = src->st_mode,
+            .cdev = copy->st_dev,
+            .cino = copy->st_ino,
+        };
+        return 0;
+}
+
+/* The /input path of an entry rel below the current source's destination. */
+static char *input_path(const stage_ctx *c, const char *rel)
+{
+        const char *base = c->dest_base ? c->dest_base : "";
+        size_t lb = strlen(base), lr = strlen(rel);
+        char *p = malloc(lb + lr + 2);
+        if (!p)
+                return NULL;
+        memcpy(p, base, lb);
+        size_t k = lb;
+        if (lb && lr)
+                p[k++] = '/';
+        memcpy(p + k, rel, lr + 1);
+        return p;
+}
+
+/* The directory of the previous copy that holds ipath's entry, opened
+ * beneath prev_dirfd without following anything (O_PATH), kept for the
+ * files after it in the same directory. -errno when it cannot be. */
+static int prev_parent(stage_ctx *c, const char *ipath)
+{
+        const char *slash = strrchr(ipath, '/');
+        size_t len = slash ? (size_t)(slash - ipath) : 0;
+        if (len == 0)
+                return c->prev_dirfd;
+        if (c->pp_rel && strlen(c->pp_rel) == len && memcmp(c->pp_rel, ipath, len) == 0)
+                return c->pp_fd;
+        free(c->pp_rel);
+        c->pp_rel = NULL;
+        if (c->pp_fd >= 0)
+                close(c->pp_fd);
+        c->pp_fd = -1;
+        char *rel = strndup(ipath, len);
+        if (!rel)
+                return -ENOMEM;
+        int fd = fsx_open_beneath(c->prev_dirfd, rel, O_PATH | O_DIRECTORY | O_NOFOLLOW, 0);
+        if (fd < 0) {
+                free(rel);
+                return fd;
+        }
+        c->pp_rel = rel;
+        c->pp_fd = fd;
+        return fd;
+}
+
+/* True when the first size bytes of a and b are equal (both read from 0). */
+static bool same_bytes(stage_ctx *c, int a, int b, uint64_t size)
+{
+        if (!c->cmp && !(c->cmp = malloc(2 * REUSE_COMPARE)))
+                return false;
+        ssize_t na = pread(a, c->cmp, size, 0);
+        ssize_t nb = pread(b, c->cmp + REUSE_COMPARE, size, 0);
+        return na == (ssize_t)size && nb == (ssize_t)size &&
+               memcmp(c->cmp, c->cmp + REUSE_COMPARE, size) == 0;
+}
+
+/* Contract: links name in destfd to the previous staged copy of the source
+ * file in (checked, open; st its fstat), when that copy can stand for a new
+ * one. Returns 1 when linked, 0 when the file must be copied (no record,
+ * anything differs, any doubt), or a negative errno with err filled for a
+ * collision, exactly as a copy would fail.
+ *
+ * Why a hard link is safe. It links only within airlock's own staging area,
+ * from the previous staged copy (a private 0700 directory that airlock made
+ * and filled), never from or into a source tree: what the host tree holds
+ * is read, never linked. A staged copy is never written after staging: the
+ * host writes it only while staging (then futimens), and the guest sees it
+ * only as the read-only lower layer of /input (overlayfs; a read-only bind
+ * mount where the kernel has no overlay in a user namespace), through which
+ * no write, chmod, chown or utime reaches the file; the guest cannot reach
+ * the staging directory by path at all (it is outside its root). So the two
+ * names of the inode always hold the bytes staged from a source with this
+ * identity. The identity (dev, ino, size, mtime, ctime, mode) of the source
+ * must equal the one recorded when the copy was made: a write changes ctime,
+ * which no caller can set, and a replacement changes the inode; files under
+ * REUSE_COMPARE bytes are also compared byte for byte, for an edit within
+ * one ctime tick. The copy must still be the recorded inode, a regular file
+ * of the recorded size, owned by the owner this staging would give it (as
+ * root, sandboxes have distinct guest ids: a copy owned by another
+ * sandbox's guest is never shared). The staging caps count a linked file as
+ * a copied one. */
+static int reuse_previous(stage_ctx *c, int in, const struct stat *st, int destfd, const char *name,
+                          const char *path, const char *rel, const char *ipath)
+{
+        const fsx_mrec *m = manifest_find(c->prev, ipath);
+        if (!m || m->sdev != st->st_dev || m->sino != st->st_ino || m->size != st->st_size ||
+            m->mode != st->st_mode || m->mtim.tv_sec != st->st_mtim.tv_sec ||
+            m->mtim.tv_nsec != st->st_mtim.tv_nsec || m->ctim.tv_sec != st->st_ctim.tv_sec ||
+            m->ctim.tv_nsec != st->st_ctim.tv_nsec)
+                return 0;
+        int pfd = prev_parent(c, ipath);
+        if (pfd < 0)
+                return 0;
+        const char *slash = strrchr(ipath, '/');
+        const char *pname = slash ? slash + 1 : ipath;
+        struct stat pst;
+        if (fstatat(pfd, pname, &pst, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(pst.st_mode) ||
+            pst.st_dev != m->cdev || pst.st_ino != m->cino || pst.st_size != st->st_size)
+                return 0;
+        if (c->owner != (uid_t)-1 && (pst.st_uid != c->owner || pst.st_gid != c->group))
+                return 0;
+        if ((uint64_t)st->st_size < REUSE_COMPARE) {
+                _cleanup_close_ int pf =
+                    openat(pfd, pname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+                struct stat fst;
+                if (pf < 0 || fstat(pf, &fst) < 0 || fst.st_ino != m->cino ||
+                    fst.st_dev != m->cdev || !same_bytes(c, in, pf, (uint64_t)st->st_size))
+                        return 0;
+        }
+        if (linkat(pfd, pname, destfd, name, 0) < 0) {
+                if (errno == EEXIST)
+                        return collision_error(c, path, rel);
+                return 0; /* EMLINK, EXDEV, EPERM...: copy instead */
+        }
+        struct stat lst;
+        if (fstatat(destfd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0 || lst.st_ino != m->cino ||
+            lst.st_dev != m->cdev) {
+                /* Cannot happen in a directory only airlock writes; if it
+                 * does, the entry is not trusted and the file is copied. */
+                if (unlinkat(destfd, name, 0) < 0)
+                        return al_error(c->err, -errno, path, "cannot replace the copy of %s: %s",
+                                        path, strerror(errno));
+                return 0;
+        }
+        if (c->out && manifest_add(c->out, ipath, st, &lst) < 0)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        c->stats.files++;
+        c->stats.reused++;
+        c->stats.bytes += (uint64_t)st->st_size;
+        return 1;
+}
 
 static int copy_range_rw(stage_ctx *c, int in, int out, off_t off, uint64_t len)
 {
@@ -203,6 +424,17 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
                                 "of %llu bytes",
                                 path, (unsigned long long)size,
                                 (unsigned long long)c->lim->max_bytes);
+        _cleanup_free_ char *ipath = NULL;
+        if (c->prev || c->out) {
+                ipath = input_path(c, rel);
+                if (!ipath)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        }
+        if (c->prev) {
+                int k = reuse_previous(c, in, st, destfd, name, path, rel, ipath);
+                if (k != 0)
+                        return k < 0 ? k : 0;
+        }
         /* Created with its final mode when the umask leaves that intact,
          * which saves an fchmod per file; else 0600 and fchmod later. */
         mode_t mode = (st->st_mode & 0777) | S_IRUSR;
@@ -226,6 +458,14 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
         if (r < 0)
                 return al_error(c->err, r, path, "cannot set owner, mode or times of %s: %s", path,
                                 strerror(-r));
+        if (c->out) {
+                struct stat cst;
+                if (fstat(out, &cst) < 0)
+                        return al_error(c->err, -errno, path, "cannot inspect the copy of %s: %s",
+                                        path, strerror(errno));
+                if (manifest_add(c->out, ipath, st, &cst) < 0)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        }
         c->stats.files++;
         c->stats.bytes += size;
         return 0;
@@ -509,13 +749,25 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
 }
 
 static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources,
-                     const fsx_limits *lim, uid_t owner, gid_t group, fsx_stage_stats *ret_stats,
-                     airlock_error *err)
+                     const fsx_limits *lim, uid_t owner, gid_t group, int prev_dirfd,
+                     const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                     fsx_stage_stats *ret_stats, airlock_error *err)
 {
         if (!lim || (n_sources && !sources))
                 return al_error(err, -EINVAL, NULL, "staging: missing argument");
-        stage_ctx c = {
-            .lim = lim, .err = err, .owner = owner, .group = group, .umask = read_umask()};
+        stage_ctx c = {.lim = lim,
+                       .err = err,
+                       .owner = owner,
+                       .group = group,
+                       .umask = read_umask(),
+                       .prev_dirfd = prev_dirfd,
+                       .prev = prev_dirfd >= 0 ? prev : NULL,
+                       .pp_fd = -1};
+        if (ret_manifest) {
+                c.out = calloc(1, sizeof(*c.out));
+                if (!c.out)
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
         int r = 0;
         /* The workspace first, then the mounts in the order given: a mount
          * that lands on a workspace entry is then a collision, never an
@@ -527,8 +779,20 @@ static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources
                 if (sources[i].dest)
                         r = stage_source(&c, dest_dirfd, &sources[i]);
         free(c.buf);
-        if (r < 0)
+        free(c.cmp);
+        free(c.pp_rel);
+        if (c.pp_fd >= 0)
+                close(c.pp_fd);
+        if (r < 0) {
+                fsx_manifest_free(c.out);
                 return r;
+        }
+        if (c.out) {
+                if (c.out->n > 1)
+                        qsort(c.out->v, c.out->n, sizeof(*c.out->v), mrec_cmp);
+                c.out->sorted = true;
+                *ret_manifest = c.out;
+        }
         if (ret_stats)
                 *ret_stats = c.stats;
         return 0;
@@ -537,6 +801,15 @@ static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources
 int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const fsx_limits *lim,
               uid_t owner, gid_t group, fsx_stage_stats *ret_stats, airlock_error *err)
 {
-        return fsx_error_utf8(
-            err, stage_run(dest_dirfd, sources, n_sources, lim, owner, group, ret_stats, err));
+        return fsx_error_utf8(err, stage_run(dest_dirfd, sources, n_sources, lim, owner, group, -1,
+                                             NULL, NULL, ret_stats, err));
+}
+
+int fsx_stage_reuse(int dest_dirfd, const fsx_source *sources, size_t n_sources,
+                    const fsx_limits *lim, uid_t owner, gid_t group, int prev_dirfd,
+                    const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                    fsx_stage_stats *ret_stats, airlock_error *err)
+{
+        return fsx_error_utf8(err, stage_run(dest_dirfd, sources, n_sources, lim, owner, group,
+                                             prev_dirfd, prev, ret_manifest, ret_stats, err));
 }

@@ -10,15 +10,18 @@
  * releases it, so a run never sees its sandbox closed under it. */
 #include "surface/cache.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "config/config.h"
 #include "config/limits.h"
 #include "fsx/fsx.h"
+#include "fsx/watch.h"
 #include "host/netpolicy.h"
 #include "config/pythonpath.h"
 #include "host/tools.h"
@@ -115,8 +118,11 @@ static int config_text(const airlock_config *cfg, char **ret)
  * The trees can change at any time, so their signatures are read every time,
  * and so is the signature of the Python installation and the --python-path
  * folders (pyenv_signature, some 20 us). */
-static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t *ret_static_len,
-                             airlock_error *err)
+static int fp_trees(airlock_cache *c, const airlock_config *cfg, dynbuf *b, const fsx_limits *lim,
+                    airlock_error *err);
+
+static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char **ret_text,
+                             size_t *ret_static_len, airlock_error *err)
 {
         /* The memo is a cache inside a configuration that callers share
          * read-only: the object is not const, only this view of it. */
@@ -150,10 +156,7 @@ static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t 
         };
         /* The signatures are the part that can fail on bad input (a link in
          * the workspace, a missing mount), and their error names the path. */
-        if (cfg->workspace)
-                r = fp_signature(&b, cfg->workspace, &lim, err);
-        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
-                r = fp_signature(&b, cfg->mounts[i].host, &lim, err);
+        r = fp_trees(c, cfg, &b, &lim, err);
         /* The Python installation and the --python-path folders: a
          * template that preloaded the old version of a package must not
          * serve runs that would import the rest of it lazily from the new
@@ -178,7 +181,7 @@ static int fingerprint_parts(const airlock_config *cfg, char **ret_text, size_t 
 
 int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err)
 {
-        return fingerprint_parts(cfg, ret_text, NULL, err);
+        return fingerprint_parts(NULL, cfg, ret_text, NULL, err);
 }
 
 static uint64_t fnv1a(const char *s)
@@ -212,6 +215,17 @@ typedef struct cache_entry {
         struct cache_entry *prev, *next; /* LRU list: head is the most recent */
 } cache_entry;
 
+/* The change detection of one set of trees (a workspace and its mounts,
+ * signed with one set of staging caps), shared by every configuration that
+ * names them. Kept on its own list, not in an entry: an entry is replaced
+ * when its trees change, the watches must outlive that. */
+typedef struct tree_set {
+        char *key; /* the paths and caps, as fingerprint fields */
+        fsx_watch *w;
+        unsigned refs; /* callers inside fsx_watch_signatures */
+        struct tree_set *next;
+} tree_set;
+
 struct airlock_cache {
         pthread_mutex_t lock;
         pthread_cond_t changed; /* a build ended, a run slot freed, or closing */
@@ -223,10 +237,15 @@ struct airlock_cache {
         uint64_t idle_ns; /* 0: no idle eviction */
         unsigned max_parallel;
         unsigned running;
+        unsigned closing_later; /* stale sandboxes being closed on threads of their own */
         cache_entry *head, *tail;
         unsigned n_entries;
         cache_ops ops;
         cache_stats stats;
+        tree_set *trees; /* most recently used first, at most max_sandboxes unused */
+        unsigned n_trees;
+        unsigned watch_max;       /* 0: FSX_WATCH_MAX_DEFAULT */
+        uint64_t watch_period_ns; /* 0: FSX_WATCH_PERIOD_NS */
 };
 
 static uint64_t real_now_ns(void)
@@ -240,6 +259,183 @@ static const cache_ops real_ops = {
     .sandbox_close = airlock_sandbox_close,
     .now_ns = real_now_ns,
 };
+
+/* ---- change detection of the trees -------------------------------------- */
+
+/* The key of the tree set of cfg: every path signed, in order, and the caps
+ * the signatures are made with. */
+static char *tree_key(const airlock_config *cfg, const fsx_limits *lim)
+{
+        dynbuf b;
+        dynbuf_init(&b, FINGERPRINT_CAP);
+        int r = dynbuf_appendf(&b, "caps:%llu:%llu:%u\n", (unsigned long long)lim->max_bytes,
+                               (unsigned long long)lim->max_files, (unsigned)lim->max_depth);
+        if (r >= 0 && cfg->workspace)
+                r = fp_field(&b, "workspace", cfg->workspace);
+        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
+                r = fp_field(&b, "mount_host", cfg->mounts[i].host);
+        if (r < 0) {
+                dynbuf_free(&b);
+                return NULL;
+        }
+        return dynbuf_take(&b, NULL);
+}
+
+/* Finds or makes the tree set for cfg and takes a reference on it; NULL
+ * when out of memory (the caller then walks without one). Unused sets past
+ * max_sandboxes go, least recently used first, into *ret_drop (the caller
+ * frees them without the lock: closing an inotify instance waits for the
+ * kernel to release its watches). */
+static tree_set *tree_set_get(airlock_cache *c, const airlock_config *cfg, const fsx_limits *lim,
+                              tree_set **ret_drop)
+{
+        *ret_drop = NULL;
+        _cleanup_free_ char *key = tree_key(cfg, lim);
+        if (!key)
+                return NULL;
+        pthread_mutex_lock(&c->lock);
+        tree_set **pp = &c->trees, *t = NULL;
+        for (; *pp; pp = &(*pp)->next)
+                if (strcmp((*pp)->key, key) == 0) {
+                        t = *pp;
+                        *pp = t->next; /* moved to the front below */
+                        break;
+                }
+        if (!t) {
+                size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts, k = 0;
+                _cleanup_free_ const char **paths = calloc(n, sizeof(*paths));
+                if (paths && cfg->workspace)
+                        paths[k++] = cfg->workspace;
+                for (size_t i = 0; paths && i < cfg->n_mounts; i++)
+                        paths[k++] = cfg->mounts[i].host;
+                t = paths ? calloc(1, sizeof(*t)) : NULL;
+                if (!t || fsx_watch_new(paths, n, lim, CACHE_CONTENT_THRESHOLD, &t->w, NULL) < 0) {
+                        free(t);
+                        pthread_mutex_unlock(&c->lock);
+                        return NULL;
+                }
+                fsx_watch_set_knobs(t->w, c->watch_max, c->watch_period_ns);
+                t->key = TAKE_PTR(key);
+                c->n_trees++;
+        }
+        t->next = c->trees;
+        c->trees = t;
+        t->refs++;
+        /* Keep the sets in use and max_sandboxes more. */
+        unsigned kept = 0;
+        for (pp = &c->trees; *pp;) {
+                tree_set *o = *pp;
+                if (o->refs == 0 && ++kept > c->max_sandboxes) {
+                        *pp = o->next;
+                        o->next = *ret_drop;
+                        *ret_drop = o;
+                        c->n_trees--;
+                        continue;
+                }
+                pp = &o->next;
+        }
+        pthread_mutex_unlock(&c->lock);
+        return t;
+}
+
+static void tree_set_free_list(tree_set *t)
+{
+        while (t) {
+                tree_set *next = t->next;
+                fsx_watch_free(t->w);
+                free(t->key);
+                free(t);
+                t = next;
+        }
+}
+
+/* The signature fields of cfg's trees, in the order of today's walk (the
+ * workspace, then each mount). With a cache, through its tree set: a check
+ * of the inotify events when nothing changed, a walk otherwise. */
+static int fp_trees(airlock_cache *c, const airlock_config *cfg, dynbuf *b, const fsx_limits *lim,
+                    airlock_error *err)
+{
+        int r = 0;
+        tree_set *drop = NULL, *t = NULL;
+        if (c && (cfg->workspace || cfg->n_mounts))
+                t = tree_set_get(c, cfg, lim, &drop);
+        tree_set_free_list(drop);
+        if (!t) {
+                if (cfg->workspace)
+                        r = fp_signature(b, cfg->workspace, lim, err);
+                for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
+                        r = fp_signature(b, cfg->mounts[i].host, lim, err);
+                return r;
+        }
+        size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts;
+        char(*hex)[FSX_SIGNATURE_HEX] = calloc(n, sizeof(*hex));
+        if (!hex)
+                r = al_error(err, -ENOMEM, NULL, "out of memory");
+        bool walked = false;
+        if (r >= 0)
+                r = fsx_watch_signatures(t->w, hex, &walked, err);
+        for (size_t i = 0; r >= 0 && i < n; i++)
+                r = fp_field(b, "signature", hex[i]);
+        free(hex);
+        pthread_mutex_lock(&c->lock);
+        t->refs--;
+        if (walked)
+                c->stats.tree_walks++;
+        else
+                c->stats.tree_checks++;
+        pthread_mutex_unlock(&c->lock);
+        return r;
+}
+
+void cache_set_watch_knobs(airlock_cache *c, unsigned max_watches, uint64_t period_ns)
+{
+        pthread_mutex_lock(&c->lock);
+        c->watch_max = max_watches;
+        c->watch_period_ns = period_ns;
+        for (tree_set *t = c->trees; t; t = t->next)
+                fsx_watch_set_knobs(t->w, max_watches, period_ns);
+        pthread_mutex_unlock(&c->lock);
+}
+
+/* What the tree set of cfg reports, as the describe key "workspace_watch";
+ * NULL without workspace and mounts. A set in fallback adds a warning. */
+static json_t *watch_report(airlock_cache *c, const airlock_config *cfg, char **ret_warning)
+{
+        *ret_warning = NULL;
+        if (!cfg->workspace && !cfg->n_mounts)
+                return NULL;
+        const fsx_limits lim = {
+            .max_bytes = cfg->limits.max_stage_bytes,
+            .max_files = cfg->limits.max_stage_files,
+            .max_depth = cfg->limits.max_stage_depth,
+        };
+        _cleanup_free_ char *key = tree_key(cfg, &lim);
+        fsx_watch_info info;
+        tree_set *found = NULL;
+        pthread_mutex_lock(&c->lock);
+        for (tree_set *t = c->trees; key && t; t = t->next)
+                if (strcmp(t->key, key) == 0) {
+                        found = t;
+                        found->refs++;
+                        break;
+                }
+        pthread_mutex_unlock(&c->lock);
+        if (!found)
+                return NULL;
+        /* Without the cache's lock: the watcher's own is held through a
+         * walk, which must not stop every other caller of the cache. */
+        fsx_watch_get_info(found->w, &info);
+        pthread_mutex_lock(&c->lock);
+        found->refs--;
+        pthread_mutex_unlock(&c->lock);
+        if (info.reason[0])
+                *ret_warning = strdup(info.reason);
+        return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:s?}", "mode",
+                         info.active ? "inotify" : "walk", "watches", (json_int_t)info.watches,
+                         "max_watches", (json_int_t)info.max_watches, "safety_walk_s",
+                         (double)info.period_ns / 1e9, "walks", (json_int_t)info.walks, "checks",
+                         (json_int_t)info.checks, "reason", info.reason[0] ? info.reason : NULL);
+}
 
 static void list_unlink(airlock_cache *c, cache_entry *e)
 {
@@ -334,6 +530,56 @@ static void close_list_run(airlock_cache *c, close_list *l)
         }
 }
 
+typedef struct later_close {
+        airlock_cache *c;
+        close_list l;
+} later_close;
+
+static void *later_close_main(void *arg)
+{
+        later_close *lc = arg;
+        airlock_cache *c = lc->c;
+        close_list_run(c, &lc->l);
+        free(lc);
+        pthread_mutex_lock(&c->lock);
+        c->closing_later--;
+        pthread_cond_broadcast(&c->changed);
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+}
+
+/* Closes the entries of l on a detached thread of their own (or here, when
+ * no thread can be started); airlock_cache_close waits for every one. */
+static void close_list_run_later(airlock_cache *c, close_list *l)
+{
+        if (!l->n && !l->overflow)
+                return;
+        later_close *lc = malloc(sizeof(*lc));
+        pthread_attr_t a;
+        bool started = false;
+        if (lc && pthread_attr_init(&a) == 0) {
+                lc->c = c;
+                lc->l = *l;
+                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+                pthread_mutex_lock(&c->lock);
+                c->closing_later++;
+                pthread_mutex_unlock(&c->lock);
+                pthread_t t;
+                started = pthread_create(&t, &a, later_close_main, lc) == 0;
+                pthread_attr_destroy(&a);
+                if (!started) {
+                        pthread_mutex_lock(&c->lock);
+                        c->closing_later--;
+                        pthread_mutex_unlock(&c->lock);
+                }
+        }
+        if (!started) {
+                free(lc);
+                close_list_run(c, l);
+        }
+        *l = (close_list){0};
+}
+
 /* Dooms entries idle longer than the timeout. Caller holds lock. */
 static void reap_locked(airlock_cache *c, close_list *out)
 {
@@ -415,6 +661,16 @@ int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cac
                 c->idle_ns = 1;
         c->max_parallel = CACHE_DEFAULT_MAX_PARALLEL;
         c->ops = real_ops;
+        /* A test knob for the black-box tests: AIRLOCK_WATCH_MAX lowers the
+         * cap on watches per tree set (it can only lower it, so the most it
+         * does is make calls walk the trees, as without watches). */
+        const char *wm = secure_getenv("AIRLOCK_WATCH_MAX");
+        if (wm && *wm) {
+                char *end = NULL;
+                unsigned long v = strtoul(wm, &end, 10);
+                if (end && !*end && v > 0 && v < FSX_WATCH_MAX_DEFAULT)
+                        c->watch_max = (unsigned)v;
+        }
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->changed, NULL);
         pthread_condattr_t ca;
@@ -462,6 +718,14 @@ void cache_get_stats(airlock_cache *c, cache_stats *ret)
         pthread_mutex_unlock(&c->lock);
 }
 
+void cache_wait_later_closes(airlock_cache *c)
+{
+        pthread_mutex_lock(&c->lock);
+        while (c->closing_later > 0)
+                pthread_cond_wait(&c->changed, &c->lock);
+        pthread_mutex_unlock(&c->lock);
+}
+
 void cache_reap(airlock_cache *c)
 {
         close_list l = {0};
@@ -498,7 +762,7 @@ static void entry_release(airlock_cache *c, cache_entry *e)
 static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char *key,
                          size_t static_len, uint64_t hash, cache_entry **ret, airlock_error *err)
 {
-        close_list l = {0};
+        close_list l = {0}, stale = {0};
         pthread_mutex_lock(&c->lock);
         reap_locked(c, &l);
         cache_entry *e = c->head;
@@ -526,7 +790,7 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                 for (cache_entry *o = c->head, *next; o; o = next) {
                         next = o->next;
                         if (o->static_len == static_len && memcmp(o->key, key, static_len) == 0)
-                                close_list_add(&l, entry_doom_locked(c, o));
+                                close_list_add(&stale, entry_doom_locked(c, o));
                 }
                 e->key = k;
                 e->static_len = static_len;
@@ -540,6 +804,10 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
         e->last_used_ns = c->ops.now_ns();
         pthread_mutex_unlock(&c->lock);
         close_list_run(c, &l);
+        /* Closing a stale version removes its staged copy, which takes as
+         * long as the workspace is large (seconds for 10,000 files on a busy
+         * disk): it is done beside the run that replaces it, not before. */
+        close_list_run_later(c, &stale);
 
         if (build) {
                 airlock_sandbox *sb = NULL;
@@ -642,7 +910,7 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
                 al_watch_fire();
         _cleanup_free_ char *key = NULL;
         size_t static_len = 0;
-        int r = fingerprint_parts(cfg, &key, &static_len, err);
+        int r = fingerprint_parts(c, cfg, &key, &static_len, err);
         if (r < 0)
                 return r;
         uint64_t hash = fnv1a(key);
@@ -690,6 +958,33 @@ int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *c
         return airlock_cache_run_ex(c, cfg, code, len, &opts, ret, err);
 }
 
+/* Adds "workspace_watch" (how changes of the trees are detected, and the
+ * watches held) to a sandbox's describe JSON, and a warning when the trees
+ * are walked at every call. text is consumed. */
+static char *with_watch_report(airlock_cache *c, const airlock_config *cfg, char *text)
+{
+        _cleanup_free_ char *warning = NULL;
+        json_t *report = watch_report(c, cfg, &warning);
+        if (!report)
+                return text;
+        json_t *o = json_loads(text, 0, NULL);
+        if (!o || !json_is_object(o)) {
+                json_decref(o);
+                json_decref(report);
+                return text;
+        }
+        json_object_set_new(o, "workspace_watch", report);
+        json_t *w = json_object_get(o, "warnings");
+        if (warning && json_is_array(w))
+                json_array_append_new(w, json_string(warning));
+        char *out = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        json_decref(o);
+        if (!out)
+                return text;
+        free(text);
+        return out;
+}
+
 char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, airlock_error *err)
 {
         airlock_error_clear(err);
@@ -699,7 +994,7 @@ char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, a
         }
         _cleanup_free_ char *key = NULL;
         size_t static_len = 0;
-        if (fingerprint_parts(cfg, &key, &static_len, err) < 0 || slot_acquire(c, err) < 0)
+        if (fingerprint_parts(c, cfg, &key, &static_len, err) < 0 || slot_acquire(c, err) < 0)
                 return NULL;
         cache_entry *e = NULL;
         char *text = NULL;
@@ -708,7 +1003,7 @@ char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, a
                 entry_release(c, e);
         }
         slot_release(c);
-        return text;
+        return text ? with_watch_report(c, cfg, text) : NULL;
 }
 
 void airlock_cache_close(airlock_cache *c)
@@ -721,7 +1016,7 @@ void airlock_cache_close(airlock_cache *c)
         pthread_cond_broadcast(&c->reaper_wake);
         /* Runs in progress finish first: their sandboxes are closed by them
          * or below, never under them. */
-        while (c->running > 0)
+        while (c->running > 0 || c->closing_later > 0)
                 pthread_cond_wait(&c->changed, &c->lock);
         pthread_mutex_unlock(&c->lock);
         if (c->reaper_started)
@@ -732,6 +1027,7 @@ void airlock_cache_close(airlock_cache *c)
                 close_list_add(&l, entry_doom_locked(c, c->head));
         pthread_mutex_unlock(&c->lock);
         close_list_run(c, &l);
+        tree_set_free_list(c->trees);
         pthread_cond_destroy(&c->reaper_wake);
         pthread_cond_destroy(&c->changed);
         pthread_mutex_destroy(&c->lock);

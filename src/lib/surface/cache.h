@@ -19,7 +19,8 @@
  * approval mode, workspace and mounts with the signatures of their trees,
  * allow-list, limits and preloads. Two configurations whose texts are equal
  * make interchangeable sandboxes. The tree signatures are recomputed on every
- * call, so an edit in the workspace changes the text. Fails (naming the path)
+ * call (this function keeps no watches; the cache's runs do, fsx/watch.h),
+ * so an edit in the workspace changes the text. Fails (naming the path)
  * when a tree cannot be signed, e.g. because it holds a symlink. */
 int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err);
 
@@ -42,15 +43,26 @@ void cache_set_max_parallel(airlock_cache *cache, unsigned n);
 
 /* Introspection for tests and diagnostics. */
 typedef struct cache_stats {
-        unsigned sandboxes; /* entries in the LRU list */
-        unsigned running;   /* runs in progress */
-        uint64_t created;   /* sandboxes made so far */
-        uint64_t closed;    /* sandboxes closed so far */
-        uint64_t hits;      /* runs that found their sandbox */
-        uint64_t rebuilds;  /* sandboxes rebuilt after their template died */
+        unsigned sandboxes;   /* entries in the LRU list */
+        unsigned running;     /* runs in progress */
+        uint64_t created;     /* sandboxes made so far */
+        uint64_t closed;      /* sandboxes closed so far */
+        uint64_t hits;        /* runs that found their sandbox */
+        uint64_t rebuilds;    /* sandboxes rebuilt after their template died */
+        uint64_t tree_walks;  /* calls that walked the workspace and mount trees */
+        uint64_t tree_checks; /* calls that found them unchanged from inotify alone */
 } cache_stats;
 
+/* The watches on the workspace and mount trees (fsx/watch.h): a lower cap
+ * on watches per tree set (0: the default, FSX_WATCH_MAX_DEFAULT) and the
+ * safety-net period (0: FSX_WATCH_PERIOD_NS), for tests. */
+void cache_set_watch_knobs(airlock_cache *cache, unsigned max_watches, uint64_t period_ns);
+
 void cache_get_stats(airlock_cache *cache, cache_stats *ret);
+/* A stale version of a configuration (its trees changed) is closed on a
+ * thread of its own, beside the run that replaced it: this waits until every
+ * such close is done (airlock_cache_close waits for them too). */
+void cache_wait_later_closes(airlock_cache *cache);
 /* Evicts sandboxes idle longer than the idle timeout now (the reaper thread
  * and every cache call do this too). */
 void cache_reap(airlock_cache *cache);

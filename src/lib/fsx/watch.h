@@ -1,0 +1,63 @@
+/* Change detection for the trees of a workspace and its mounts: inotify
+ * watches kept between calls, so that asking "did anything change?" costs a
+ * non-blocking read and one lstat per tree instead of a walk of every file.
+ *
+ * A full signature walk (fsx_tree_signature) is made when events arrived,
+ * when the event queue overflowed, when the watches could not all be set
+ * (then at every call, as before this module), and at least once per safety
+ * period, for what inotify cannot see. */
+#ifndef AIRLOCK_FSX_WATCH_H
+#define AIRLOCK_FSX_WATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "airlock.h"
+#include "fsx/fsx.h"
+
+/* Watches one tree set may hold (one per directory, one for a file mount).
+ * A set of trees with more directories falls back to a walk per call. The
+ * kernel keeps about 1 KiB per watch, so this bounds the state at ~8 MiB. */
+#define FSX_WATCH_MAX_DEFAULT 8192u
+/* The safety net: a full walk at least this often, whatever the events. */
+#define FSX_WATCH_PERIOD_NS (10ull * 1000000000ull)
+
+typedef struct fsx_watch fsx_watch;
+
+typedef struct fsx_watch_info {
+        bool active;          /* the last walk set every watch: calls check events */
+        unsigned watches;     /* watches held now */
+        unsigned max_watches; /* the cap */
+        uint64_t period_ns;   /* the safety-net period */
+        uint64_t walks;       /* full signature walks so far */
+        uint64_t checks;      /* calls answered from the events, without a walk */
+        char reason[256];     /* why watches are not in use (empty when active) */
+} fsx_watch_info;
+
+/* A watcher for the n trees at paths (the workspace first, then the mounts'
+ * host paths), signed with lim and content_threshold as fsx_tree_signature
+ * does. Nothing is opened before the first fsx_watch_signatures. */
+int fsx_watch_new(const char *const *paths, size_t n, const fsx_limits *lim,
+                  uint64_t content_threshold, fsx_watch **ret, airlock_error *err);
+
+/* Lowers the cap on watches (0 keeps it) and sets the safety period (0
+ * keeps it): for tests, and for callers that want a smaller footprint. */
+void fsx_watch_set_knobs(fsx_watch *w, unsigned max_watches, uint64_t period_ns);
+
+/* The signature of every tree, in the order of paths, into ret_hex[0..n-1]:
+ * the same values fsx_tree_signature gives for the trees as they are now,
+ * either from the last walk (no event since, watches complete, the root
+ * paths still name the same inodes, within the period) or from a new walk
+ * that also sets the watches again. Errors are those of the walk; after an
+ * error the next call walks again. *ret_walked (may be NULL) tells which.
+ * Thread-safe: calls on one watcher are serialised. */
+int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
+                         airlock_error *err);
+
+void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret);
+
+/* Closes the inotify instance (every watch goes with it). NULL is fine. */
+void fsx_watch_free(fsx_watch *w);
+
+#endif

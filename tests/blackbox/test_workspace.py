@@ -1,0 +1,189 @@
+"""Workspaces watched between calls (issue 21): through `airlock mcp`, every
+kind of change made to the workspace between two calls is seen by the next
+call, a link fails closed, a tree past the watch cap falls back to walking
+(and says so) and stays correct, and a run sees the copy it started with."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import AIRLOCK, run, tmpdir  # noqa: E402
+
+
+class Mcp:
+    def __init__(self, *args, env=None):
+        self.err = open(os.path.join(tmpdir(), "stderr"), "w+")
+        self.p = subprocess.Popen([AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                  env=env)
+        self.n = 0
+        self.call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                 "clientInfo": {"name": "test_workspace", "version": "1"}})
+
+    def send(self, method, params):
+        self.n += 1
+        self.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
+                                       "params": params}) + "\n")
+        self.p.stdin.flush()
+        return self.n
+
+    def read(self):
+        return json.loads(self.p.stdout.readline())
+
+    def call(self, method, params):
+        self.send(method, params)
+        return self.read()
+
+    def run(self, code):
+        r = self.call("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        return r["result"]["structuredContent"]
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+        self.err.seek(0)
+        return self.err.read()
+
+
+LIST = ("import os\n"
+        "for d, _, fs in sorted(os.walk('/input')):\n"
+        "    for f in sorted(fs):\n"
+        "        p = os.path.join(d, f)\n"
+        "        print(p[7:], open(p).read())\n")
+
+
+def listing(m):
+    r = m.run(LIST)
+    assert r["status"] == "ok", r
+    return dict(line.split(" ", 1) for line in r["stdout"].splitlines())
+
+
+def make_ws(files):
+    d = tmpdir()
+    for rel, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+        with open(os.path.join(d, rel), "w") as f:
+            f.write(text)
+    return d
+
+
+def test_edits_creations_deletions_renames():
+    ws = make_ws({"a.txt": "one", "sub/b.txt": "two"})
+    m = Mcp("-w", ws)
+    try:
+        assert listing(m) == {"a.txt": "one", "sub/b.txt": "two"}
+        assert listing(m) == {"a.txt": "one", "sub/b.txt": "two"}
+        with open(os.path.join(ws, "sub/b.txt"), "a") as f:
+            f.write("+")
+        assert listing(m) == {"a.txt": "one", "sub/b.txt": "two+"}
+        with open(os.path.join(ws, "sub/c.txt"), "w") as f:
+            f.write("new")
+        assert listing(m)["sub/c.txt"] == "new"
+        os.rename(os.path.join(ws, "sub/c.txt"), os.path.join(ws, "c.txt"))
+        got = listing(m)
+        assert got.get("c.txt") == "new" and "sub/c.txt" not in got, got
+        os.unlink(os.path.join(ws, "a.txt"))
+        assert "a.txt" not in listing(m)
+        # A folder made after the watches were set, then a file in it.
+        os.makedirs(os.path.join(ws, "sub/new"))
+        assert listing(m) == {"c.txt": "new", "sub/b.txt": "two+"}
+        with open(os.path.join(ws, "sub/new/d.txt"), "w") as f:
+            f.write("deep")
+        assert listing(m)["sub/new/d.txt"] == "deep"
+        os.rename(os.path.join(ws, "sub"), os.path.join(ws, "moved"))
+        assert listing(m) == {"c.txt": "new", "moved/b.txt": "two+", "moved/new/d.txt": "deep"}
+    finally:
+        m.close()
+
+
+def test_same_size_edit_within_one_mtime_tick():
+    ws = make_ws({"v.txt": "aaaa"})
+    path = os.path.join(ws, "v.txt")
+    m = Mcp("-w", ws)
+    try:
+        assert listing(m) == {"v.txt": "aaaa"}
+        st = os.stat(path)
+        with open(path, "r+") as f:
+            f.write("bbbb")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert os.stat(path).st_mtime_ns == st.st_mtime_ns
+        assert listing(m) == {"v.txt": "bbbb"}
+    finally:
+        m.close()
+
+
+def test_a_file_replaced_by_a_symlink_fails_closed():
+    ws = make_ws({"a.txt": "one", "sub/b.txt": "two"})
+    m = Mcp("-w", ws)
+    try:
+        assert listing(m)["sub/b.txt"] == "two"
+        os.unlink(os.path.join(ws, "sub/b.txt"))
+        os.symlink("/etc/passwd", os.path.join(ws, "sub/b.txt"))
+        r = m.call("tools/call", {"name": "execute_code",
+                                  "arguments": {"code": "print(open('/input/sub/b.txt').read())"}})
+        text = json.dumps(r)
+        assert "root:" not in text, text
+        assert "symlink" in text and "sub/b.txt" in text, text
+        os.unlink(os.path.join(ws, "sub/b.txt"))
+        assert listing(m) == {"a.txt": "one"}
+    finally:
+        m.close()
+
+
+def test_deep_tree():
+    ws = make_ws({"top.txt": "t"})
+    rel = "/".join(["d"] * 60)
+    os.makedirs(os.path.join(ws, rel))
+    m = Mcp("-w", ws)
+    try:
+        assert listing(m) == {"top.txt": "t"}
+        with open(os.path.join(ws, rel, "leaf.txt"), "w") as f:
+            f.write("leaf")
+        assert listing(m)[rel + "/leaf.txt"] == "leaf"
+    finally:
+        m.close()
+
+
+def test_a_tree_past_the_watch_cap_is_walked_and_correct():
+    ws = make_ws({f"d{i}/f.txt": str(i) for i in range(10)})
+    env = dict(os.environ, AIRLOCK_WATCH_MAX="4")
+    m = Mcp("-w", ws, env=env)
+    try:
+        assert listing(m)["d3/f.txt"] == "3"
+        with open(os.path.join(ws, "d9/f.txt"), "w") as f:
+            f.write("nine")
+        assert listing(m)["d9/f.txt"] == "nine"
+        st = os.stat(os.path.join(ws, "d2/f.txt"))
+        with open(os.path.join(ws, "d2/f.txt"), "w") as f:
+            f.write("X")
+        os.utime(os.path.join(ws, "d2/f.txt"), ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert listing(m)["d2/f.txt"] == "X"
+    finally:
+        log = m.close()
+    # Said once, at start-up, in the server's log.
+    assert log.count("watch cap") == 1, log
+
+
+def test_a_run_sees_the_copy_it_started_with():
+    ws = make_ws({"a.txt": "old"})
+    m = Mcp("-w", ws)
+    try:
+        assert listing(m) == {"a.txt": "old"}
+        code = ("import time\n"
+                "time.sleep(1.5)\n"
+                "print(open('/input/a.txt').read())\n")
+        m.send("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        time.sleep(0.5)
+        with open(os.path.join(ws, "a.txt"), "w") as f:
+            f.write("new")
+        r = m.read()["result"]["structuredContent"]
+        assert r["stdout"] == "old\n", r
+        assert listing(m) == {"a.txt": "new"}
+    finally:
+        m.close()
+
+
+if __name__ == "__main__":
+    run()
