@@ -711,7 +711,7 @@ static void test_unchanged_workspace_is_not_walked(void **state)
         snprintf(sub, sizeof(sub), "%s/sub", ws);
         assert_int_equal(mkdir(sub, 0755), 0);
         snprintf(f, sizeof(f), "%s/a.txt", sub);
-        write_file(f, "one");
+        write_text(f, "one");
         airlock_cache *c = fake_cache(4, -1);
         airlock_config *a = new_config();
         airlock_error err = {0};
@@ -722,7 +722,7 @@ static void test_unchanged_workspace_is_not_walked(void **state)
         cache_get_stats(c, &st);
         assert_int_equal(st.tree_walks, 1);
         assert_int_equal(st.tree_checks, 2);
-        write_file(f, "two");
+        write_text(f, "two");
         assert_int_equal(run_on(c, a, "2"), 1);
         assert_int_equal(run_on(c, a, "3"), 1);
         cache_get_stats(c, &st);
@@ -734,7 +734,7 @@ static void test_unchanged_workspace_is_not_walked(void **state)
         assert_int_equal(run_on(c, a, "5"), 1);
         cache_get_stats(c, &st);
         assert_int_equal(st.tree_walks, 4);
-        write_file(f, "tri");
+        write_text(f, "tri");
         assert_int_equal(run_on(c, a, "6"), 2);
         airlock_cache_close(c);
         airlock_config_free(a);

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "unit/fsx_test.h"
+#include "common/fsx_test.h"
 
 static const fsx_limits lim = {.max_bytes = 64 << 20, .max_files = 1000, .max_depth = 16};
 

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "unit/fsx_test.h"
+#include "common/fsx_test.h"
 #include "fsx/watch.h"
 
 #include <sys/mman.h>
