@@ -34,6 +34,7 @@
 #include "core/channel.h"
 #include "config/pythonpath.h"
 #include "template/template.h"
+#include "template/template_internal.h"
 #include "core/util.h"
 
 #ifndef MS_NOSYMFOLLOW
@@ -50,64 +51,54 @@
  * own mount namespace; the host's /tmp is not touched. */
 #define NEWROOT "/tmp"
 
-static int ctl_fd = TEMPLATE_CTL_FD;
-
-/* pidfds of the copies this template started that may still live. The
- * copies are the host's children, but if the host dies (even by SIGKILL)
- * the template sees its control socket close and ends them, so no run
- * outlives its host. */
-#define MAX_LIVE_COPIES 4096
-static int live_copies[MAX_LIVE_COPIES];
-static size_t n_live_copies;
-
 /* Drops the copies whose pidfd polled readable (they exited): polled[i]
  * is the poll entry of live_copies[i]. Their cgroups are the host's to
  * remove, once it has read how the run ended. */
-static void forget_exited_copies(const struct pollfd *polled)
+static void forget_exited_copies(struct template_state *tpl, const struct pollfd *polled)
 {
         size_t k = 0;
-        for (size_t i = 0; i < n_live_copies; i++) {
+        for (size_t i = 0; i < tpl->n_live_copies; i++) {
                 if (polled[i].revents) {
-                        close(live_copies[i]);
+                        close(tpl->live_copies[i]);
                         continue;
                 }
-                live_copies[k++] = live_copies[i];
+                tpl->live_copies[k++] = tpl->live_copies[i];
         }
-        n_live_copies = k;
+        tpl->n_live_copies = k;
 }
 
-_Noreturn static void host_gone(void)
+_Noreturn static void host_gone(const struct template_state *tpl)
 {
-        for (size_t i = 0; i < n_live_copies; i++)
-                syscall(SYS_pidfd_send_signal, live_copies[i], SIGKILL, NULL, 0);
+        for (size_t i = 0; i < tpl->n_live_copies; i++)
+                syscall(SYS_pidfd_send_signal, tpl->live_copies[i], SIGKILL, NULL, 0);
         _exit(0);
 }
 
-static char ctl_recv_byte(void);
-static void copy_cgroup_done(uint32_t seq);
-static void copy_cgroups_retry(void);
+static char ctl_recv_byte(const struct template_state *tpl);
+static void copy_cgroup_done(struct template_state *tpl, uint32_t seq);
+static void copy_cgroups_retry(struct template_state *tpl);
 
 /* Waits for work: returns a message from the host, or 0 when a copy has
  * exited, which is when the requests a run left in the request socket are
  * due (see sandbox.c). The socket itself is not watched, so that asking
  * wakes nobody. The copies seen to have exited are forgotten here, from
  * the same poll. */
-static char wait_for_work(void)
+static char wait_for_work(struct template_state *tpl)
 {
         static struct pollfd p[MAX_LIVE_COPIES + 1];
         for (;;) {
                 nfds_t n = 0;
-                p[n++] = (struct pollfd){ctl_fd, POLLIN, 0};
-                for (size_t i = 0; i < n_live_copies; i++)
-                        p[n++] = (struct pollfd){live_copies[i], POLLIN, 0};
+                p[n++] = (struct pollfd){tpl->ctl_fd, POLLIN, 0};
+                for (size_t i = 0; i < tpl->n_live_copies; i++)
+                        p[n++] = (struct pollfd){tpl->live_copies[i], POLLIN, 0};
                 int k = poll(p, n, -1);
                 if (k < 0 && errno == EINTR)
                         continue;
                 if (k > 0)
-                        forget_exited_copies(p + 1);
-                copy_cgroups_retry();
+                        forget_exited_copies(tpl, p + 1);
+                copy_cgroups_retry(tpl);
                 if (k < 0 || p[0].revents)
-                        return ctl_recv_byte();
+                        return ctl_recv_byte(tpl);
                 return 0;
         }
 }
@@ -116,24 +107,22 @@ static char wait_for_work(void)
  * blocking; also the copies' cgroups the host is done with (REQ_DONE and
  * the cgroup's number, 4 bytes little-endian), which are removed. Only the
  * host holds its write end; a record may span two reads. */
-static unsigned requested_copies(void)
+static unsigned requested_copies(struct template_state *tpl)
 {
-        static int done_bytes = -1; /* bytes of a REQ_DONE number read so far */
-        static uint32_t done_seq;
         unsigned want = 0;
         unsigned char buf[256];
         ssize_t n;
         while ((n = read(TEMPLATE_REQ_FD, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
                 for (ssize_t i = 0; i < n; i++) {
-                        if (done_bytes >= 0) {
-                                done_seq |= (uint32_t)buf[i] << (8 * done_bytes);
-                                if (++done_bytes == 4) {
-                                        copy_cgroup_done(done_seq);
-                                        done_bytes = -1;
+                        if (tpl->req_done_bytes >= 0) {
+                                tpl->req_done_seq |= (uint32_t)buf[i] << (8 * tpl->req_done_bytes);
+                                if (++tpl->req_done_bytes == 4) {
+                                        copy_cgroup_done(tpl, tpl->req_done_seq);
+                                        tpl->req_done_bytes = -1;
                                 }
                         } else if (buf[i] == REQ_DONE) {
-                                done_bytes = 0;
-                                done_seq = 0;
+                                tpl->req_done_bytes = 0;
+                                tpl->req_done_seq = 0;
                         } else {
                                 want += buf[i] == CTL_SPAWN;
                         }
@@ -141,17 +130,13 @@ static unsigned requested_copies(void)
         }
         return want;
 }
-static template_params params;
-/* Whether the interpreter has been warmed up (see template_main). */
-static bool warmed_up;
-static struct sock_fprog guest_filter;
-static char tmp_opts[128], out_opts[128];
-
 /* Reports a failure to the host ("E<errno> <feature>|<message>") and exits.
  * feature names the kernel feature or step, so `airlock run` can say what
  * is missing. */
-_Noreturn static void fail(int err, const char *feature, const char *fmt, ...) _printf_(3, 4);
-_Noreturn static void fail(int err, const char *feature, const char *fmt, ...)
+_Noreturn static void fail(const struct template_state *tpl, int err, const char *feature,
+                           const char *fmt, ...) _printf_(4, 5);
+_Noreturn static void fail(const struct template_state *tpl, int err, const char *feature,
+                           const char *fmt, ...)
 {
         char msg[900], buf[1024];
         va_list ap;
@@ -161,25 +146,25 @@ _Noreturn static void fail(int err, const char *feature, const char *fmt, ...)
         int n =
             snprintf(buf, sizeof(buf), "%c%d %s|%s", CTL_ERROR, err < 0 ? -err : err, feature, msg);
         if (n > 0)
-                (void)!send(ctl_fd, buf, (size_t)MIN(n, (int)sizeof(buf) - 1), MSG_NOSIGNAL);
+                (void)!send(tpl->ctl_fd, buf, (size_t)MIN(n, (int)sizeof(buf) - 1), MSG_NOSIGNAL);
         _exit(127);
 }
 
-static void ctl_send_byte(char c)
+static void ctl_send_byte(const struct template_state *tpl, char c)
 {
-        if (send(ctl_fd, &c, 1, MSG_NOSIGNAL) != 1)
+        if (send(tpl->ctl_fd, &c, 1, MSG_NOSIGNAL) != 1)
                 _exit(127);
 }
 
-static char ctl_recv_byte(void)
+static char ctl_recv_byte(const struct template_state *tpl)
 {
         char c;
         ssize_t n;
         do
-                n = recv(ctl_fd, &c, 1, 0);
+                n = recv(tpl->ctl_fd, &c, 1, 0);
         while (n < 0 && errno == EINTR);
         if (n != 1)
-                host_gone();
+                host_gone(tpl);
         return c;
 }
 
@@ -195,14 +180,16 @@ static char **string_array(json_t *a, size_t *ret_n)
         return v;
 }
 
-static void read_params(void)
+static void read_params(struct template_state *tpl)
 {
+        /* Parsed into a local, and into the state once complete. */
+        template_params params = {0};
         char *buf = malloc(65536);
         if (!buf)
                 _exit(127);
         ssize_t n;
         do
-                n = recv(ctl_fd, buf, 65536, 0);
+                n = recv(tpl->ctl_fd, buf, 65536, 0);
         while (n < 0 && errno == EINTR);
         if (n <= 0)
                 _exit(127);
@@ -210,7 +197,7 @@ static void read_params(void)
         json_t *j = json_loadb(buf, (size_t)n, 0, &jerr);
         free(buf);
         if (!j)
-                fail(EINVAL, "setup", "bad parameters from the host");
+                fail(tpl, EINVAL, "setup", "bad parameters from the host");
         airlock_limits *l = &params.limits;
         airlock_limits_default(l);
         l->timeout_s = json_number_value(json_object_get(j, "timeout_s"));
@@ -241,20 +228,21 @@ static void read_params(void)
         }
         params.sys_path = string_array(json_object_get(j, "sys_path"), &params.n_sys_path);
         json_decref(j);
+        tpl->params = params;
 }
 
-static void write_file(const char *path, const char *data)
+static void write_file(const struct template_state *tpl, const char *path, const char *data)
 {
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0 || al_write_full(fd, data, strlen(data)) < 0)
-                fail(-errno, "mount namespace", "cannot write %s: %m", path);
+                fail(tpl, -errno, "mount namespace", "cannot write %s: %m", path);
         close(fd);
 }
 
-static void make_dir(const char *path, mode_t mode)
+static void make_dir(const struct template_state *tpl, const char *path, mode_t mode)
 {
         if (mkdir(path, mode) < 0 && errno != EEXIST)
-                fail(-errno, "mount namespace", "cannot create %s: %m", path);
+                fail(tpl, -errno, "mount namespace", "cannot create %s: %m", path);
 }
 
 /* Makes a mount read-only (and nosuid, nodev unless dev_ok) without
@@ -287,13 +275,14 @@ static int make_readonly(const char *path, bool dev_ok, bool noexec)
         return mount(NULL, path, NULL, flags, NULL) < 0 ? -errno : 0;
 }
 
-static void bind_ro(const char *src, const char *dst, bool dev_ok)
+static void bind_ro(const struct template_state *tpl, const char *src, const char *dst, bool dev_ok)
 {
         if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
-                fail(-errno, "bind mount", "cannot bind %s: %m", src);
+                fail(tpl, -errno, "bind mount", "cannot bind %s: %m", src);
         int r = make_readonly(dst, dev_ok, false);
         if (r < 0)
-                fail(r, "read-only bind mount", "cannot make %s read-only: %s", dst, strerror(-r));
+                fail(tpl, r, "read-only bind mount", "cannot make %s read-only: %s", dst,
+                     strerror(-r));
 }
 
 /* Mounts the staged input (TEMPLATE_INPUT_FD) read-only at NEWROOT/input.
@@ -312,26 +301,26 @@ static void bind_ro(const char *src, const char *dst, bool dev_ok)
  * get the bind mount, and then the staging path shows. */
 #define INPUT_ATTACH NEWROOT "/.staged-input"
 
-static void mount_input(void)
+static void mount_input(const struct template_state *tpl)
 {
         /* As root, the host sends a detached copy of the staged tree
          * (open_tree), which this template, no longer root, could not
          * reach by path. Overlay takes layers only from this namespace, so
          * the copy is attached for the time the overlay is made, then
          * detached again: mountinfo shows no trace of it. */
-        if (params.input_tree) {
-                make_dir(INPUT_ATTACH, 0700);
+        if (tpl->params.input_tree) {
+                make_dir(tpl, INPUT_ATTACH, 0700);
                 if (syscall(SYS_move_mount, TEMPLATE_INPUT_FD, "", AT_FDCWD, INPUT_ATTACH,
                             MOVE_MOUNT_F_EMPTY_PATH) < 0)
-                        fail(-errno, "bind mount", "cannot attach the staged input: %m");
+                        fail(tpl, -errno, "bind mount", "cannot attach the staged input: %m");
                 int fd = open(INPUT_ATTACH, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (fd < 0 || dup2(fd, TEMPLATE_INPUT_FD) < 0)
-                        fail(-errno, "bind mount", "cannot open the staged input: %m");
+                        fail(tpl, -errno, "bind mount", "cannot open the staged input: %m");
                 close(fd);
         }
         int empty = open(NEWROOT "/input", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (empty < 0)
-                fail(-errno, "mount namespace", "cannot open /input: %m");
+                fail(tpl, -errno, "mount namespace", "cannot open /input: %m");
         char opts[128];
         snprintf(opts, sizeof(opts),
                  "lowerdir=/proc/self/fd/%d:/proc/self/fd/%d,redirect_dir=nofollow",
@@ -339,62 +328,64 @@ static void mount_input(void)
         if (mount("airlock-input", NEWROOT "/input", "overlay",
                   MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0) {
                 if (errno != ENODEV && errno != EPERM && errno != EINVAL)
-                        fail(-errno, "overlay mount", "cannot mount the staged input: %m");
+                        fail(tpl, -errno, "overlay mount", "cannot mount the staged input: %m");
                 char src[64];
                 snprintf(src, sizeof(src), "/proc/self/fd/%d", TEMPLATE_INPUT_FD);
                 if (mount(src, NEWROOT "/input", NULL, MS_BIND | MS_REC, NULL) < 0)
-                        fail(-errno, "bind mount", "cannot bind the staged input: %m");
+                        fail(tpl, -errno, "bind mount", "cannot bind the staged input: %m");
         }
         close(empty);
         int r = make_readonly(NEWROOT "/input", false, true);
         if (r < 0)
-                fail(r, "read-only bind mount", "cannot make /input read-only: %s", strerror(-r));
-        if (params.input_tree && (umount2(INPUT_ATTACH, MNT_DETACH) < 0 || rmdir(INPUT_ATTACH) < 0))
-                fail(-errno, "bind mount", "cannot detach the staged input: %m");
+                fail(tpl, r, "read-only bind mount", "cannot make /input read-only: %s",
+                     strerror(-r));
+        if (tpl->params.input_tree &&
+            (umount2(INPUT_ATTACH, MNT_DETACH) < 0 || rmdir(INPUT_ATTACH) < 0))
+                fail(tpl, -errno, "bind mount", "cannot detach the staged input: %m");
 }
 
 /* A top-level entry of the host root that Python needs: merged-/usr
  * symlinks are copied as symlinks, directories are bound read-only. */
-static void add_system_entry(const char *name)
+static void add_system_entry(const struct template_state *tpl, const char *name)
 {
         char host[64], dst[96], target[256];
         snprintf(host, sizeof(host), "/%s", name);
         snprintf(dst, sizeof(dst), NEWROOT "/%s", name);
-        struct stat st;
-        if (lstat(host, &st) < 0)
+        struct stat sb;
+        if (lstat(host, &sb) < 0)
                 return;
-        if (S_ISLNK(st.st_mode)) {
+        if (S_ISLNK(sb.st_mode)) {
                 ssize_t n = readlink(host, target, sizeof(target) - 1);
                 if (n <= 0)
                         return;
                 target[n] = '\0';
                 if (symlink(target, dst) < 0)
-                        fail(-errno, "mount namespace", "cannot create %s: %m", dst);
-        } else if (S_ISDIR(st.st_mode)) {
-                make_dir(dst, 0755);
-                bind_ro(host, dst, false);
+                        fail(tpl, -errno, "mount namespace", "cannot create %s: %m", dst);
+        } else if (S_ISDIR(sb.st_mode)) {
+                make_dir(tpl, dst, 0755);
+                bind_ro(tpl, host, dst, false);
         }
 }
 
-static void bind_file(const char *host, const char *dst, bool dev)
+static void bind_file(const struct template_state *tpl, const char *host, const char *dst, bool dev)
 {
         int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0)
-                fail(-errno, "mount namespace", "cannot create %s: %m", dst);
+                fail(tpl, -errno, "mount namespace", "cannot create %s: %m", dst);
         close(fd);
-        bind_ro(host, dst, dev);
+        bind_ro(tpl, host, dst, dev);
 }
 
 /* A --python-path folder the host did not send as a mount (the host is
  * not root) is cloned here by its path, looked up with the guest's ids,
  * before the new root's tmpfs covers /tmp, where the folder may be. The
  * clone goes on the fd number the host's mount would have had. */
-static void open_python_paths(void)
+static void open_python_paths(const struct template_state *tpl)
 {
-        for (size_t i = 0; i < params.n_python_paths; i++) {
-                if (params.python_path_fd[i])
+        for (size_t i = 0; i < tpl->params.n_python_paths; i++) {
+                if (tpl->params.python_path_fd[i])
                         continue;
-                const char *host = params.python_paths[i];
+                const char *host = tpl->params.python_paths[i];
                 int fd = (int)syscall(SYS_open_tree, AT_FDCWD, host, OPEN_TREE_CLONE | O_CLOEXEC);
                 /* Mounts below it that came locked from the host's
                  * namespace cannot be left out. */
@@ -402,13 +393,13 @@ static void open_python_paths(void)
                         fd = (int)syscall(SYS_open_tree, AT_FDCWD, host,
                                           OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
                 if (fd < 0)
-                        fail(-errno, "python-path",
+                        fail(tpl, -errno, "python-path",
                              "--python-path %s cannot be reached by the sandbox's user (uid %u "
                              "on the host): %m; make it and the folders above it readable and "
                              "searchable for that user",
-                             host, (unsigned)params.guest_uid);
+                             host, (unsigned)tpl->params.guest_uid);
                 if (dup3(fd, TEMPLATE_PYPATH_FD + (int)i, O_CLOEXEC) < 0)
-                        fail(-errno, "bind mount", "cannot mount --python-path %s: %m", host);
+                        fail(tpl, -errno, "bind mount", "cannot mount --python-path %s: %m", host);
                 close(fd);
         }
 }
@@ -424,21 +415,21 @@ static void open_python_paths(void)
  * id; otherwise open_python_paths cloned it by its path, looked up with
  * the guest's ids. Either way a folder the guest could not read fails here,
  * naming it, rather than at the first import. */
-static void mount_python_paths(void)
+static void mount_python_paths(const struct template_state *tpl)
 {
-        if (!params.n_python_paths)
+        if (!tpl->params.n_python_paths)
                 return;
-        make_dir(NEWROOT "/opt", 0755);
-        make_dir(NEWROOT "/opt/airlock", 0755);
-        make_dir(NEWROOT PYPATH_GUEST_DIR, 0755);
-        for (size_t i = 0; i < params.n_python_paths; i++) {
-                const char *host = params.python_paths[i];
+        make_dir(tpl, NEWROOT "/opt", 0755);
+        make_dir(tpl, NEWROOT "/opt/airlock", 0755);
+        make_dir(tpl, NEWROOT PYPATH_GUEST_DIR, 0755);
+        for (size_t i = 0; i < tpl->params.n_python_paths; i++) {
+                const char *host = tpl->params.python_paths[i];
                 char dst[96];
                 snprintf(dst, sizeof(dst), NEWROOT PYPATH_GUEST_DIR "/%zu", i);
-                make_dir(dst, 0755);
+                make_dir(tpl, dst, 0755);
                 int fd = TEMPLATE_PYPATH_FD + (int)i;
                 if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-                        fail(-errno, "bind mount", "cannot mount --python-path %s: %m", host);
+                        fail(tpl, -errno, "bind mount", "cannot mount --python-path %s: %m", host);
                 close(fd);
                 struct mount_attr attr = {
                     .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
@@ -447,17 +438,17 @@ static void mount_python_paths(void)
                     (errno != ENOSYS ||
                      mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
                            NULL) < 0))
-                        fail(-errno, "read-only bind mount",
+                        fail(tpl, -errno, "read-only bind mount",
                              "cannot make --python-path %s read-only: %m", host);
                 /* Reading as the guest will: the template's capabilities
                  * cover only files its own id owns, which the guest owns
                  * too. */
                 int dir = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (dir < 0 || faccessat(dir, ".", R_OK | X_OK, AT_EACCESS) < 0)
-                        fail(-errno, "python-path",
+                        fail(tpl, -errno, "python-path",
                              "--python-path %s cannot be read by the sandbox's user (uid %u on "
                              "the host): %m; make it readable for that user",
-                             host, (unsigned)params.guest_uid);
+                             host, (unsigned)tpl->params.guest_uid);
                 close(dir);
         }
 }
@@ -499,21 +490,22 @@ typedef struct etc_copy {
 static const char *const etc_exposed[] = {"ld.so.cache",  "mime.types", "localtime",
                                           "matplotlibrc", "fonts",      "alternatives"};
 
-static void etc_copy_entry(etc_copy *st, int src_dir, int dst_dir, const char *rel_dir,
-                           const char *name, int depth, bool only_libs);
+static void etc_copy_entry(const struct template_state *tpl, etc_copy *ec, int src_dir, int dst_dir,
+                           const char *rel_dir, const char *name, int depth, bool only_libs);
 
-static void etc_copy_file(etc_copy *st, int src_dir, int dst_dir, const char *name)
+static void etc_copy_file(const struct template_state *tpl, etc_copy *ec, int src_dir, int dst_dir,
+                          const char *name)
 {
         _cleanup_close_ int in =
             openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
         struct stat sb;
         if (in < 0 || fstat(in, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > ETC_MAX_FILE ||
-            st->bytes + (size_t)sb.st_size > ETC_MAX_BYTES)
+            ec->bytes + (size_t)sb.st_size > ETC_MAX_BYTES)
                 return;
         _cleanup_close_ int out =
             openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (out < 0)
-                fail(-errno, "mount namespace", "cannot create /etc/.../%s: %m", name);
+                fail(tpl, -errno, "mount namespace", "cannot create /etc/.../%s: %m", name);
         char buf[16384];
         size_t left = (size_t)sb.st_size;
         /* Only as many bytes as the checked size: a file that grows while
@@ -525,14 +517,14 @@ static void etc_copy_file(etc_copy *st, int src_dir, int dst_dir, const char *na
                 if (n <= 0)
                         break;
                 if (al_write_full(out, buf, (size_t)n) < 0)
-                        fail(-errno, "mount namespace", "cannot write /etc/.../%s: %m", name);
+                        fail(tpl, -errno, "mount namespace", "cannot write /etc/.../%s: %m", name);
                 left -= (size_t)n;
         }
-        st->bytes += (size_t)sb.st_size - left;
+        ec->bytes += (size_t)sb.st_size - left;
 }
 
-static void etc_copy_dir(etc_copy *st, int src_dir, int dst_dir, const char *rel, const char *name,
-                         int depth, bool only_libs)
+static void etc_copy_dir(const struct template_state *tpl, etc_copy *ec, int src_dir, int dst_dir,
+                         const char *rel, const char *name, int depth, bool only_libs)
 {
         int in = openat(src_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (in < 0)
@@ -543,18 +535,18 @@ static void etc_copy_dir(etc_copy *st, int src_dir, int dst_dir, const char *rel
                 return;
         }
         if (mkdirat(dst_dir, name, 0755) < 0 && errno != EEXIST)
-                fail(-errno, "mount namespace", "cannot create /%s: %m", rel);
+                fail(tpl, -errno, "mount namespace", "cannot create /%s: %m", rel);
         _cleanup_close_ int out =
             openat(dst_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (out < 0)
-                fail(-errno, "mount namespace", "cannot open /%s: %m", rel);
+                fail(tpl, -errno, "mount namespace", "cannot open /%s: %m", rel);
         struct dirent *de;
         while ((de = readdir(d))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
                 if (only_libs && !strstr(de->d_name, ".so"))
                         continue;
-                etc_copy_entry(st, dirfd(d), out, rel, de->d_name, depth + 1, false);
+                etc_copy_entry(tpl, ec, dirfd(d), out, rel, de->d_name, depth + 1, false);
         }
         closedir(d);
 }
@@ -563,32 +555,32 @@ static void etc_copy_dir(etc_copy *st, int src_dir, int dst_dir, const char *rel
  * rel_dir/name: a regular file by content, a directory entry by entry, a
  * link as a link (checked later, in etc_check_links); anything else, and
  * anything past the caps, is left out. */
-static void etc_copy_entry(etc_copy *st, int src_dir, int dst_dir, const char *rel_dir,
-                           const char *name, int depth, bool only_libs)
+static void etc_copy_entry(const struct template_state *tpl, etc_copy *ec, int src_dir, int dst_dir,
+                           const char *rel_dir, const char *name, int depth, bool only_libs)
 {
         struct stat sb;
         char rel[512];
         int n = snprintf(rel, sizeof(rel), "%s/%s", rel_dir, name);
-        if (n < 0 || (size_t)n >= sizeof(rel) || st->entries >= ETC_MAX_ENTRIES ||
+        if (n < 0 || (size_t)n >= sizeof(rel) || ec->entries >= ETC_MAX_ENTRIES ||
             fstatat(src_dir, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
                 return;
-        st->entries++;
+        ec->entries++;
         if (S_ISREG(sb.st_mode)) {
-                etc_copy_file(st, src_dir, dst_dir, name);
+                etc_copy_file(tpl, ec, src_dir, dst_dir, name);
         } else if (S_ISDIR(sb.st_mode) && depth < ETC_MAX_DEPTH) {
-                etc_copy_dir(st, src_dir, dst_dir, rel, name, depth, only_libs);
-        } else if (S_ISLNK(sb.st_mode) && st->n_links < ETC_MAX_ENTRIES) {
+                etc_copy_dir(tpl, ec, src_dir, dst_dir, rel, name, depth, only_libs);
+        } else if (S_ISLNK(sb.st_mode) && ec->n_links < ETC_MAX_ENTRIES) {
                 char target[1024];
                 ssize_t k = readlinkat(src_dir, name, target, sizeof(target));
                 if (k <= 0 || (size_t)k >= sizeof(target))
                         return;
                 target[k] = '\0';
                 if (symlinkat(target, dst_dir, name) < 0)
-                        fail(-errno, "mount namespace", "cannot create /%s: %m", rel);
-                st->links[st->n_links] = strdup(rel);
-                if (!st->links[st->n_links])
-                        fail(-ENOMEM, "mount namespace", "out of memory");
-                st->n_links++;
+                        fail(tpl, -errno, "mount namespace", "cannot create /%s: %m", rel);
+                ec->links[ec->n_links] = strdup(rel);
+                if (!ec->links[ec->n_links])
+                        fail(tpl, -ENOMEM, "mount namespace", "out of memory");
+                ec->n_links++;
         }
 }
 
@@ -596,18 +588,18 @@ static void etc_copy_entry(etc_copy *st, int src_dir, int dst_dir, const char *r
  * to a file on one of the exposed file systems. The kernel resolves every
  * component and every link on the way as the guest will, confined to the
  * root; the answer is about the inode reached, not about a path. */
-static bool etc_link_stays_inside(const etc_copy *st, const char *rel)
+static bool etc_link_stays_inside(const etc_copy *ec, const char *rel)
 {
         struct open_how how = {
             .flags = O_PATH | O_CLOEXEC,
             .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
         };
-        _cleanup_close_ int fd = (int)syscall(SYS_openat2, st->root_fd, rel, &how, sizeof(how));
+        _cleanup_close_ int fd = (int)syscall(SYS_openat2, ec->root_fd, rel, &how, sizeof(how));
         struct stat sb;
         if (fd < 0 || fstat(fd, &sb) < 0)
                 return false;
-        for (size_t i = 0; i < st->n_devs; i++)
-                if (sb.st_dev == st->devs[i])
+        for (size_t i = 0; i < ec->n_devs; i++)
+                if (sb.st_dev == ec->devs[i])
                         return true;
         return false;
 }
@@ -616,29 +608,31 @@ static bool etc_link_stays_inside(const etc_copy *st, const char *rel)
  * missing (before Linux 5.6), nothing can be checked, and every link
  * goes. Removing one link can make another dangle, which is harmless: a
  * dangling link reaches nothing. */
-static void etc_check_links(etc_copy *st)
+static void etc_check_links(const struct template_state *tpl, etc_copy *ec)
 {
-        for (size_t i = 0; i < st->n_links; i++) {
-                if (!etc_link_stays_inside(st, st->links[i]) &&
-                    unlinkat(st->root_fd, st->links[i], 0) < 0)
-                        fail(-errno, "mount namespace", "cannot remove /%s: %m", st->links[i]);
-                free(st->links[i]);
+        for (size_t i = 0; i < ec->n_links; i++) {
+                if (!etc_link_stays_inside(ec, ec->links[i]) &&
+                    unlinkat(ec->root_fd, ec->links[i], 0) < 0)
+                        fail(tpl, -errno, "mount namespace", "cannot remove /%s: %m", ec->links[i]);
+                free(ec->links[i]);
         }
-        st->n_links = 0;
+        ec->n_links = 0;
 }
 
 /* The guest's /etc: the few files airlock writes itself, then the copies
  * of etc_exposed. Runs after the system directories are bound into the
  * new root, whose file systems the copied links may reach. */
-static void build_etc(void)
+static void build_etc(const struct template_state *tpl)
 {
-        make_dir(NEWROOT "/etc", 0755);
-        write_file(NEWROOT "/etc/passwd", "root:x:0:0:sandbox:/tmp:/bin/sh\n"
-                                          "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n");
-        write_file(NEWROOT "/etc/group", "root:x:0:\nnogroup:x:65534:\n");
-        write_file(NEWROOT "/etc/hosts", "127.0.0.1 localhost airlock\n::1 localhost\n");
-        write_file(NEWROOT "/etc/hostname", "airlock\n");
-        write_file(NEWROOT "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
+        make_dir(tpl, NEWROOT "/etc", 0755);
+        write_file(tpl, NEWROOT "/etc/passwd",
+                   "root:x:0:0:sandbox:/tmp:/bin/sh\n"
+                   "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n");
+        write_file(tpl, NEWROOT "/etc/group", "root:x:0:\nnogroup:x:65534:\n");
+        write_file(tpl, NEWROOT "/etc/hosts", "127.0.0.1 localhost airlock\n::1 localhost\n");
+        write_file(tpl, NEWROOT "/etc/hostname", "airlock\n");
+        write_file(tpl, NEWROOT "/etc/nsswitch.conf",
+                   "passwd: files\ngroup: files\nhosts: files\n");
 
         /* The copying runs in a child: its allocations (directory
          * streams, link names) would otherwise stay in the template's heap
@@ -648,7 +642,7 @@ static void build_etc(void)
          * namespace and reports a failure to the host itself. */
         pid_t pid = fork();
         if (pid < 0)
-                fail(-errno, "mount namespace", "cannot fork to copy /etc: %m");
+                fail(tpl, -errno, "mount namespace", "cannot fork to copy /etc: %m");
         if (pid > 0) {
                 int status = 0;
                 while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
@@ -657,14 +651,14 @@ static void build_etc(void)
                         _exit(127);
                 return;
         }
-        static etc_copy st;
-        st.root_fd = open(NEWROOT, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        static etc_copy ec;
+        ec.root_fd = open(NEWROOT, O_PATH | O_DIRECTORY | O_CLOEXEC);
         _cleanup_close_ int host_etc =
             open("/etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         _cleanup_close_ int guest_etc =
             open(NEWROOT "/etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (st.root_fd < 0 || guest_etc < 0)
-                fail(-errno, "mount namespace", "cannot open the new root: %m");
+        if (ec.root_fd < 0 || guest_etc < 0)
+                fail(tpl, -errno, "mount namespace", "cannot open the new root: %m");
         if (host_etc < 0)
                 _exit(0);
         /* The file systems a link may reach: the root's tmpfs and each
@@ -673,14 +667,14 @@ static void build_etc(void)
                                             "lib", "lib64", "lib32", "libx32"};
         for (size_t i = 0; i < ARRAY_SIZE(roots); i++) {
                 struct stat sb;
-                if (fstatat(st.root_fd, roots[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    S_ISDIR(sb.st_mode) && st.n_devs < ARRAY_SIZE(st.devs))
-                        st.devs[st.n_devs++] = sb.st_dev;
+                if (fstatat(ec.root_fd, roots[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISDIR(sb.st_mode) && ec.n_devs < ARRAY_SIZE(ec.devs))
+                        ec.devs[ec.n_devs++] = sb.st_dev;
         }
         for (size_t i = 0; i < ARRAY_SIZE(etc_exposed); i++)
-                etc_copy_entry(&st, host_etc, guest_etc, "etc", etc_exposed[i], 0,
+                etc_copy_entry(tpl, &ec, host_etc, guest_etc, "etc", etc_exposed[i], 0,
                                strcmp(etc_exposed[i], "alternatives") == 0);
-        etc_check_links(&st);
+        etc_check_links(tpl, &ec);
         _exit(0);
 }
 
@@ -690,122 +684,120 @@ static void build_etc(void)
  * /tmp is fresh in every run, so a cache kept there would be rebuilt by
  * every run that imports matplotlib, about a second each here. */
 #define CACHE_TMPFS_OPTS "size=16m,nr_inodes=4096,mode=0755"
-static pid_t cache_builder; /* 0 until it is started, then its pid (or < 0) */
-static bool cache_sealed;
 
-static void make_cache_dir(void)
+static void make_cache_dir(const struct template_state *tpl)
 {
-        make_dir(NEWROOT GUEST_CACHE_DIR, 0755);
+        make_dir(tpl, NEWROOT GUEST_CACHE_DIR, 0755);
         if (mount("tmpfs", NEWROOT GUEST_CACHE_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                   CACHE_TMPFS_OPTS) < 0)
-                fail(-errno, "tmpfs", "cannot mount the cache tmpfs: %m");
+                fail(tpl, -errno, "tmpfs", "cannot mount the cache tmpfs: %m");
 }
 
 /* Once the cache builder has exited (or could not start), the cache
  * becomes read-only for the template, and so for every copy made from
  * then on. Copies made before make their own view of it read-only
  * (copy_main). */
-static void settle_cache(void)
+static void settle_cache(struct template_state *tpl)
 {
-        if (cache_sealed || cache_builder == 0)
+        if (tpl->cache_sealed || tpl->cache_builder == 0)
                 return;
-        if (cache_builder > 0) {
+        if (tpl->cache_builder > 0) {
                 pid_t w;
-                while ((w = waitpid(cache_builder, NULL, WNOHANG)) < 0 && errno == EINTR)
+                while ((w = waitpid(tpl->cache_builder, NULL, WNOHANG)) < 0 && errno == EINTR)
                         ;
                 if (w == 0)
                         return;
         }
         int r = make_readonly(GUEST_CACHE_DIR, false, true);
         if (r < 0)
-                fail(r, "read-only bind mount", "cannot make %s read-only: %s", GUEST_CACHE_DIR,
-                     strerror(-r));
-        cache_sealed = true;
+                fail(tpl, r, "read-only bind mount", "cannot make %s read-only: %s",
+                     GUEST_CACHE_DIR, strerror(-r));
+        tpl->cache_sealed = true;
 }
 
 /* Builds the guest's root: a read-only tmpfs holding /usr (and the merged
  * links), a minimal /etc, a minimal /dev, /input, and mount points for the
  * per-copy /output, /tmp and /proc. No other host path is reachable. */
-static void build_root(void)
+static void build_root(const struct template_state *tpl)
 {
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-                fail(-errno, "mount namespace", "cannot make mounts private: %m");
-        open_python_paths();
+                fail(tpl, -errno, "mount namespace", "cannot make mounts private: %m");
+        open_python_paths(tpl);
         if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755") < 0)
-                fail(-errno, "tmpfs", "cannot mount the root tmpfs: %m");
+                fail(tpl, -errno, "tmpfs", "cannot mount the root tmpfs: %m");
 
         static const char *const sys_entries[] = {"usr",   "bin",   "sbin",  "lib",
                                                   "lib64", "lib32", "libx32"};
         for (size_t i = 0; i < ARRAY_SIZE(sys_entries); i++)
-                add_system_entry(sys_entries[i]);
+                add_system_entry(tpl, sys_entries[i]);
 
-        build_etc();
-        make_cache_dir();
+        build_etc(tpl);
+        make_cache_dir(tpl);
 
-        make_dir(NEWROOT "/dev", 0755);
+        make_dir(tpl, NEWROOT "/dev", 0755);
         static const char *const devs[] = {"null", "zero", "full", "random", "urandom"};
         for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
                 /* A shared mapping of /dev/zero is shared memory that no
                  * rlimit counts: without a cgroup to charge it to, the
                  * guest has no /dev/zero. */
-                if (!params.cgroup && strcmp(devs[i], "zero") == 0)
+                if (!tpl->params.cgroup && strcmp(devs[i], "zero") == 0)
                         continue;
                 char host[32], dst[64];
                 snprintf(host, sizeof(host), "/dev/%s", devs[i]);
                 snprintf(dst, sizeof(dst), NEWROOT "/dev/%s", devs[i]);
-                bind_file(host, dst, true);
+                bind_file(tpl, host, dst, true);
         }
         if (symlink("/proc/self/fd", NEWROOT "/dev/fd") < 0 ||
             symlink("/proc/self/fd/0", NEWROOT "/dev/stdin") < 0 ||
             symlink("/proc/self/fd/1", NEWROOT "/dev/stdout") < 0 ||
             symlink("/proc/self/fd/2", NEWROOT "/dev/stderr") < 0)
-                fail(-errno, "mount namespace", "cannot create /dev links: %m");
+                fail(tpl, -errno, "mount namespace", "cannot create /dev links: %m");
 
-        make_dir(NEWROOT "/input", 0755);
-        if (params.has_input)
-                mount_input();
+        make_dir(tpl, NEWROOT "/input", 0755);
+        if (tpl->params.has_input)
+                mount_input(tpl);
         close(TEMPLATE_INPUT_FD);
-        make_dir(NEWROOT "/output", 0755);
-        make_dir(NEWROOT "/tmp", 01777);
-        mount_python_paths();
+        make_dir(tpl, NEWROOT "/output", 0755);
+        make_dir(tpl, NEWROOT "/tmp", 01777);
+        mount_python_paths(tpl);
 
         /* Each copy mounts its own procfs. The kernel allows that in a user
          * namespace only while a fully visible procfs is mounted in the
          * mount namespace, so the host's stays under the copy's new one;
          * it is covered before any guest code runs. */
-        make_dir(NEWROOT "/proc", 0555);
+        make_dir(tpl, NEWROOT "/proc", 0555);
         if (mount("/proc", NEWROOT "/proc", NULL, MS_BIND | MS_REC, NULL) < 0)
-                fail(-errno, "proc", "cannot bind /proc: %m");
+                fail(tpl, -errno, "proc", "cannot bind /proc: %m");
 
         if (chdir(NEWROOT) < 0 || syscall(SYS_pivot_root, ".", ".") < 0)
-                fail(-errno, "pivot_root", "cannot switch to the new root: %m");
+                fail(tpl, -errno, "pivot_root", "cannot switch to the new root: %m");
         if (umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
-                fail(-errno, "pivot_root", "cannot detach the old root: %m");
+                fail(tpl, -errno, "pivot_root", "cannot detach the old root: %m");
         if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) <
             0)
-                fail(-errno, "read-only root", "cannot make the root read-only: %m");
+                fail(tpl, -errno, "read-only root", "cannot make the root read-only: %m");
 }
 
 /* The staged input fd came from the host's mount namespace, and the kernel
  * binds only mounts of the caller's own namespace. Open the same directory
  * again in ours, while we still have the host's ids (the staging directory
  * is private to them), and keep it only if it is the very same inode. */
-static void reopen_input(void)
+static void reopen_input(const struct template_state *tpl)
 {
         char link[64], path[4096];
         snprintf(link, sizeof(link), "/proc/self/fd/%d", TEMPLATE_INPUT_FD);
         ssize_t n = readlink(link, path, sizeof(path) - 1);
         if (n <= 0 || path[0] != '/')
-                fail(-EINVAL, "bind mount", "cannot locate the staged input");
+                fail(tpl, -EINVAL, "bind mount", "cannot locate the staged input");
         path[n] = '\0';
         struct stat a, b;
         int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 || fstat(fd, &a) < 0 || fstat(TEMPLATE_INPUT_FD, &b) < 0)
-                fail(-errno, "bind mount", "cannot reopen the staged input %s: %m", path);
+                fail(tpl, -errno, "bind mount", "cannot reopen the staged input %s: %m", path);
         if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
-                fail(-EXDEV, "bind mount", "the staged input %s was replaced", path);
+                fail(tpl, -EXDEV, "bind mount", "the staged input %s was replaced", path);
         if (dup2(fd, TEMPLATE_INPUT_FD) < 0)
-                fail(-errno, "bind mount", "cannot reopen the staged input: %m");
+                fail(tpl, -errno, "bind mount", "cannot reopen the staged input: %m");
         close(fd);
 }
 
@@ -816,45 +808,45 @@ static void reopen_input(void)
  * processes) to the namespace's creator at every level above it; created
  * by root, a guest could exhaust root's own quotas. Created by the guest
  * ids, the charges above the sandbox fall on those ids. */
-static void drop_to_guest_ids(void)
+static void drop_to_guest_ids(const struct template_state *tpl)
 {
-        if (geteuid() != 0 || params.guest_uid == 0)
+        if (geteuid() != 0 || tpl->params.guest_uid == 0)
                 return;
         if (setgroups(0, NULL) < 0 ||
-            setresgid(params.guest_gid, params.guest_gid, params.guest_gid) < 0 ||
-            setresuid(params.guest_uid, params.guest_uid, params.guest_uid) < 0)
-                fail(-errno, "user namespaces", "cannot switch to the guest ids %u:%u: %m",
-                     (unsigned)params.guest_uid, (unsigned)params.guest_gid);
+            setresgid(tpl->params.guest_gid, tpl->params.guest_gid, tpl->params.guest_gid) < 0 ||
+            setresuid(tpl->params.guest_uid, tpl->params.guest_uid, tpl->params.guest_uid) < 0)
+                fail(tpl, -errno, "user namespaces", "cannot switch to the guest ids %u:%u: %m",
+                     (unsigned)tpl->params.guest_uid, (unsigned)tpl->params.guest_gid);
 }
 
-static void setup_namespaces(void)
+static void setup_namespaces(const struct template_state *tpl)
 {
-        drop_to_guest_ids();
+        drop_to_guest_ids(tpl);
         if (unshare(CLONE_NEWUSER) < 0)
-                fail(-errno, "user namespaces",
+                fail(tpl, -errno, "user namespaces",
                      "cannot create a user namespace: %m (is kernel.unprivileged_userns_clone or "
                      "user.max_user_namespaces 0?)");
-        ctl_send_byte(CTL_USERNS);
-        if (ctl_recv_byte() != CTL_GO)
+        ctl_send_byte(tpl, CTL_USERNS);
+        if (ctl_recv_byte(tpl) != CTL_GO)
                 _exit(127);
         if (unshare(CLONE_NEWNS) < 0)
-                fail(-errno, "mount namespaces", "cannot create a mount namespace: %m");
-        if (params.has_input && !params.input_tree)
-                reopen_input();
+                fail(tpl, -errno, "mount namespaces", "cannot create a mount namespace: %m");
+        if (tpl->params.has_input && !tpl->params.input_tree)
+                reopen_input(tpl);
         /* The host mapped uid and gid 0 to an unprivileged host id; become it. */
         if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
-                fail(-errno, "user namespaces", "cannot switch to the mapped ids: %m");
+                fail(tpl, -errno, "user namespaces", "cannot switch to the mapped ids: %m");
         if (unshare(CLONE_NEWNET) < 0)
-                fail(-errno, "network namespaces", "cannot create a network namespace: %m");
+                fail(tpl, -errno, "network namespaces", "cannot create a network namespace: %m");
         if (unshare(CLONE_NEWIPC) < 0)
-                fail(-errno, "IPC namespaces", "cannot create an IPC namespace: %m");
+                fail(tpl, -errno, "IPC namespaces", "cannot create an IPC namespace: %m");
         if (unshare(CLONE_NEWUTS) < 0)
-                fail(-errno, "UTS namespaces", "cannot create a UTS namespace: %m");
+                fail(tpl, -errno, "UTS namespaces", "cannot create a UTS namespace: %m");
         /* The cgroup namespace is each copy's own, made once the copy is in
          * its own cgroup (copy_main), so that it sees only that. */
         if (sethostname("airlock", 7) < 0)
-                fail(-errno, "UTS namespaces", "cannot set the host name: %m");
-        build_root();
+                fail(tpl, -errno, "UTS namespaces", "cannot set the host name: %m");
+        build_root(tpl);
 }
 
 static void set_limit(int resource, rlim_t value)
@@ -948,15 +940,6 @@ static void announce_active(int chan, const char *op)
         reply(chan, json_pack("{s:s}", "op", op));
 }
 
-/* The session's reap pipe, inherited by every process of a session: pid 1
- * writes a byte into it each time it has
- * reaped something, so that a process waiting for others to be gone can
- * sleep until the set of processes changed (see wait_until_gone). A guest
- * can only write false wake-ups into it, or close it, which makes its own
- * session's restore fail rather than wait. */
-static int reap_wait = -1;   /* the read end */
-static int reap_notify = -1; /* the write end, pid 1's */
-
 static pid_t fork_interpreter(void)
 {
         guest_before_fork();
@@ -978,7 +961,7 @@ static void on_sigchld(int sig)
         (void)sig;
 }
 
-_Noreturn static void session_root(int chan)
+_Noreturn static void session_root(const struct template_state *tpl, int chan)
 {
         /* SIGCHLD stays blocked except inside ppoll, so a child's exit
          * interrupts the wait at once and no zombie lingers in /proc. */
@@ -995,7 +978,7 @@ _Noreturn static void session_root(int chan)
                 while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
                         reaped = true;
                 if (reaped)
-                        (void)!write(reap_notify, "r", 1);
+                        (void)!write(tpl->reap_notify, "r", 1);
                 struct pollfd p = {chan, POLLRDHUP, 0};
                 if (ppoll(&p, 1, NULL, &open_mask) > 0 &&
                     (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
@@ -1023,7 +1006,8 @@ static bool kept_pid(pid_t pid, json_t *keep)
  * 1 reaps something or a child of this process exits, never on a timer;
  * -ETIMEDOUT after SESSION_GONE_S if something will not go. */
 #define SESSION_GONE_S 10
-static int wait_until_gone(json_t *keep, pid_t only, bool kill_them)
+static int wait_until_gone(const struct template_state *tpl, json_t *keep, pid_t only,
+                           bool kill_them)
 {
         struct sigaction sa = {.sa_handler = on_sigchld}, old_sa;
         sigemptyset(&sa.sa_mask);
@@ -1041,7 +1025,7 @@ static int wait_until_gone(json_t *keep, pid_t only, bool kill_them)
                 while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
                         ;
                 char buf[64];
-                while (read(reap_wait, buf, sizeof(buf)) > 0)
+                while (read(tpl->reap_wait, buf, sizeof(buf)) > 0)
                         ;
                 int left = 0;
                 if (only > 0) {
@@ -1070,7 +1054,7 @@ static int wait_until_gone(json_t *keep, pid_t only, bool kill_them)
                 uint64_t now = al_now_ns();
                 struct timespec ts = {.tv_sec = (time_t)((deadline - now) / 1000000000ull),
                                       .tv_nsec = (long)((deadline - now) % 1000000000ull)};
-                struct pollfd p = {reap_wait, POLLIN, 0};
+                struct pollfd p = {tpl->reap_wait, POLLIN, 0};
                 if (ppoll(&p, 1, &ts, &open_mask) > 0 && (p.revents & (POLLERR | POLLNVAL))) {
                         r = -EBADF;
                         break;
@@ -1091,7 +1075,7 @@ static int wait_until_gone(json_t *keep, pid_t only, bool kill_them)
  * snapshot's parent, never of the snapshot, which never reaps. So every
  * process a session ends is reaped by pid 1 in the end, and none lingers
  * as a zombie of a sleeping snapshot. */
-static void snapshot_wait(void)
+static void snapshot_wait(const struct template_state *tpl)
 {
         sigset_t set;
         sigemptyset(&set);
@@ -1108,7 +1092,7 @@ static void snapshot_wait(void)
                 if (pid == 0) {
                         guest_after_fork_child(COPY_CHANNEL_FD);
                         sigprocmask(SIG_UNBLOCK, &set, NULL);
-                        if (wait_until_gone(NULL, si.si_pid, false) < 0)
+                        if (wait_until_gone(tpl, NULL, si.si_pid, false) < 0)
                                 _exit(0); /* the host sees the session end */
                         return;
                 }
@@ -1190,7 +1174,7 @@ static void set_policy(int policy)
 
 /* The copy's loop: one run and exit, or, once the host opens a session,
  * runs, snapshots and restores until the host closes it. */
-_Noreturn static void serve_host(int chan)
+_Noreturn static void serve_host(struct template_state *tpl, int chan)
 {
         bool session = false, first = true;
         frame_reader fr;
@@ -1237,15 +1221,15 @@ _Noreturn static void serve_host(int chan)
                         int rp[2];
                         if (pipe2(rp, O_NONBLOCK | O_CLOEXEC) < 0)
                                 _exit(1);
-                        reap_wait = rp[0];
-                        reap_notify = rp[1];
+                        tpl->reap_wait = rp[0];
+                        tpl->reap_notify = rp[1];
                         pid_t pid = fork_interpreter();
                         if (pid < 0)
                                 _exit(1);
                         if (pid > 0)
-                                session_root(chan);
-                        close(reap_notify);
-                        reap_notify = -1;
+                                session_root(tpl, chan);
+                        close(tpl->reap_notify);
+                        tpl->reap_notify = -1;
                         session = true;
                         guest_set_session();
                         announce_active(chan, "session");
@@ -1256,7 +1240,7 @@ _Noreturn static void serve_host(int chan)
                         sigprocmask(SIG_BLOCK, &set, &old);
                         pid_t pid = fork_interpreter();
                         if (pid == 0) {
-                                snapshot_wait();
+                                snapshot_wait(tpl);
                                 announce_active(chan, "restored");
                         } else {
                                 sigprocmask(SIG_SETMASK, &old, NULL);
@@ -1275,8 +1259,8 @@ _Noreturn static void serve_host(int chan)
                          * before it announces itself: the host's restore
                          * returns only then. */
                         json_t *keep = json_object_get(msg, "keep");
-                        if (id > 1 && kept_pid(id, keep) && wait_until_gone(keep, 0, true) == 0 &&
-                            kill(id, SIGUSR1) == 0)
+                        if (id > 1 && kept_pid(id, keep) &&
+                            wait_until_gone(tpl, keep, 0, true) == 0 && kill(id, SIGUSR1) == 0)
                                 _exit(0);
                         reply(chan, json_pack("{s:s, s:s}", "op", "error", "error",
                                               "the snapshot is gone"));
@@ -1366,24 +1350,8 @@ out:
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-/* Caps: ranges kept, and pages in them (64 MiB), whatever the probe saw;
- * and the address space it reads the page map of: mappings over 1 GiB
- * (AddressSanitizer's shadow, reserved arenas) are skipped, and at most
- * 4 GiB in all is read. */
-#define PREFAULT_MAX_RANGES  1024
-#define PREFAULT_MAX_PAGES   16384
-#define PREFAULT_MAX_MAPPING (1ull << 30)
-#define PREFAULT_MAX_SCANNED (1ull << 32)
-#define PROBE_TIMEOUT_MS     2000
-
-typedef struct prefault_range {
-        uint64_t start, len;
-        uint64_t write; /* MADV_POPULATE_WRITE, else MADV_POPULATE_READ */
-} prefault_range;
-
-static prefault_range prefault[PREFAULT_MAX_RANGES];
-static size_t n_prefault;
-static bool prefault_learned;
+/* The probe's time limit. */
+#define PROBE_TIMEOUT_MS 2000
 
 #define PAGEMAP_PRESENT   (1ull << 63)
 #define PAGEMAP_EXCLUSIVE (1ull << 56)
@@ -1459,7 +1427,7 @@ static void probe_report(int out)
  * after-fork reset and the warming runs, airlock's own code only) and
  * reports what it touched. A probe that fails leaves nothing learned, and
  * copies prepare as they did without it. */
-static void learn_prefault(void)
+static void learn_prefault(struct template_state *tpl)
 {
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -1495,27 +1463,27 @@ static void learn_prefault(void)
                         ssize_t n = read(p[0], &r, sizeof(r));
                         if (n < 0 && errno == EINTR)
                                 continue;
-                        if (n != (ssize_t)sizeof(r) || n_prefault >= PREFAULT_MAX_RANGES)
+                        if (n != (ssize_t)sizeof(r) || tpl->n_prefault >= PREFAULT_MAX_RANGES)
                                 break;
-                        prefault[n_prefault++] = r;
+                        tpl->prefault[tpl->n_prefault++] = r;
                 }
                 int status = 0;
                 while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
                         ;
                 /* A probe cut short reported only part: use none of it. */
                 if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-                        n_prefault = 0;
+                        tpl->n_prefault = 0;
         }
         close(p[0]);
 }
 
 /* In a new copy, before anything else touches memory: its own copies of
  * the pages the probe wrote, and page table entries for those it read. */
-static void populate_learned(void)
+static void populate_learned(const struct template_state *tpl)
 {
-        for (size_t i = 0; i < n_prefault; i++)
-                (void)madvise((void *)(uintptr_t)prefault[i].start, prefault[i].len,
-                              prefault[i].write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+        for (size_t i = 0; i < tpl->n_prefault; i++)
+                (void)madvise((void *)(uintptr_t)tpl->prefault[i].start, tpl->prefault[i].len,
+                              tpl->prefault[i].write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 }
 
 /* ---- what makes each copy its own ---------------------------------------
@@ -1552,23 +1520,21 @@ struct al_landlock_ruleset_attr {
         uint64_t scoped;
 };
 
-/* Whether this kernel's Landlock can scope abstract Unix sockets and
- * signals (ABI 6, Linux 6.12). Found once, in the template. */
-static bool landlock_scopes;
-
-static void probe_landlock(void)
+/* Finds, once, in the template, whether this kernel's Landlock can scope
+ * abstract Unix sockets and signals. */
+static void probe_landlock(struct template_state *tpl)
 {
         long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
-        landlock_scopes = abi >= 6;
+        tpl->landlock_scopes = abi >= 6;
 }
 
 /* Contract: in a copy, after no_new_privs and before any guest code. From
  * then on the copy and everything it starts can connect only to abstract
  * Unix sockets, and signal only processes, of its own domain: another
  * copy's (or the template's) are out of reach. Restricts nothing else. */
-static int scope_copy(void)
+static int scope_copy(const struct template_state *tpl)
 {
-        if (!landlock_scopes)
+        if (!tpl->landlock_scopes)
                 return 0; /* the copy has its own network namespace instead */
         struct al_landlock_ruleset_attr attr = {
             .scoped = AL_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | AL_LANDLOCK_SCOPE_SIGNAL,
@@ -1655,13 +1621,11 @@ static int enter_own_user_namespace(void)
  * of one sandbox never share a limit and one run's memory hog ends only
  * itself. The move is in the copy's preparation, off a run's path. */
 
-static unsigned copy_cgroup_seq;
-
-static int cg_dirs(int dirs[2])
+static int cg_dirs(const struct template_state *tpl, int dirs[2])
 {
-        dirs[0] = params.cgroup ? TEMPLATE_CG_FD : -1;
-        dirs[1] = params.cgroup == 1 ? TEMPLATE_CG2_FD : -1;
-        return params.cgroup == 1 ? 2 : params.cgroup == 2 ? 1 : 0;
+        dirs[0] = tpl->params.cgroup ? TEMPLATE_CG_FD : -1;
+        dirs[1] = tpl->params.cgroup == 1 ? TEMPLATE_CG2_FD : -1;
+        return tpl->params.cgroup == 1 ? 2 : tpl->params.cgroup == 2 ? 1 : 0;
 }
 
 static int cg_write(int dirfd, const char *file, const char *text)
@@ -1674,11 +1638,11 @@ static int cg_write(int dirfd, const char *file, const char *text)
         return r < 0 ? r : 0;
 }
 
-static bool cg_remove_now(uint32_t seq)
+static bool cg_remove_now(const struct template_state *tpl, uint32_t seq)
 {
         char name[24];
         snprintf(name, sizeof(name), "c%u", (unsigned)seq);
-        int dirs[2], n = cg_dirs(dirs);
+        int dirs[2], n = cg_dirs(tpl, dirs);
         bool done = true;
         for (int i = 0; i < n; i++)
                 if (unlinkat(dirs[i], name, AT_REMOVEDIR) < 0 && errno != ENOENT)
@@ -1686,55 +1650,48 @@ static bool cg_remove_now(uint32_t seq)
         return done;
 }
 
-/* Copies' cgroups that the host is done with but that could not be
- * removed yet (the copy was still exiting), retried at every wake-up: a
- * copy's exit is one. Past the cap, the host removes what is left when it
- * closes the sandbox. */
-#define MAX_PENDING_RM 256
-static uint32_t pending_rm[MAX_PENDING_RM];
-static size_t n_pending_rm;
-
-static void copy_cgroups_retry(void)
+static void copy_cgroups_retry(struct template_state *tpl)
 {
         size_t k = 0;
-        for (size_t i = 0; i < n_pending_rm; i++)
-                if (!cg_remove_now(pending_rm[i]))
-                        pending_rm[k++] = pending_rm[i];
-        n_pending_rm = k;
+        for (size_t i = 0; i < tpl->n_pending_rm; i++)
+                if (!cg_remove_now(tpl, tpl->pending_rm[i]))
+                        tpl->pending_rm[k++] = tpl->pending_rm[i];
+        tpl->n_pending_rm = k;
 }
 
 /* The host has read how the copy's run ended (its OOM counter): its cgroup
  * may go. The host tells this only after the run's result, so removing the
  * cgroup is never on a run's path. */
-static void copy_cgroup_done(uint32_t seq)
+static void copy_cgroup_done(struct template_state *tpl, uint32_t seq)
 {
-        if (!seq || seq > copy_cgroup_seq || cg_remove_now(seq))
+        if (!seq || seq > tpl->copy_cgroup_seq || cg_remove_now(tpl, seq))
                 return;
-        if (n_pending_rm < MAX_PENDING_RM)
-                pending_rm[n_pending_rm++] = seq;
+        if (tpl->n_pending_rm < MAX_PENDING_RM)
+                tpl->pending_rm[tpl->n_pending_rm++] = seq;
 }
 
 /* Removes the cgroup of a copy that never reached the host. */
-static void copy_cgroup_remove(unsigned seq)
+static void copy_cgroup_remove(const struct template_state *tpl, unsigned seq)
 {
         if (seq)
-                (void)cg_remove_now(seq);
+                (void)cg_remove_now(tpl, seq);
 }
 
 /* Makes the next copy's cgroup with the run's limits. Returns in procs the
  * cgroup.procs files the copy writes itself into, and in ret_oom the file
  * whose OOM kill count the host reads after the run. Without cgroups,
  * *ret_seq is 0 and nothing is opened. */
-static int copy_cgroup_make(unsigned *ret_seq, int procs[2], int *ret_oom)
+static int copy_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2],
+                            int *ret_oom)
 {
-        int dirs[2], n = cg_dirs(dirs);
+        int dirs[2], n = cg_dirs(tpl, dirs);
         if (n == 0)
                 return 0;
-        unsigned seq = ++copy_cgroup_seq;
+        unsigned seq = ++tpl->copy_cgroup_seq;
         char name[24], mem[32], pids[32];
         snprintf(name, sizeof(name), "c%u", seq);
-        snprintf(mem, sizeof(mem), "%llu", (unsigned long long)params.limits.memory_bytes);
-        snprintf(pids, sizeof(pids), "%u", params.limits.pids + CG_PIDS_SLACK);
+        snprintf(mem, sizeof(mem), "%llu", (unsigned long long)tpl->params.limits.memory_bytes);
+        snprintf(pids, sizeof(pids), "%u", tpl->params.limits.pids + CG_PIDS_SLACK);
         int cg[2] = {-1, -1}, r = 0;
         for (int i = 0; i < n && r >= 0; i++) {
                 /* A cgroup of that name that is already there is not ours
@@ -1745,7 +1702,7 @@ static int copy_cgroup_make(unsigned *ret_seq, int procs[2], int *ret_oom)
                                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
                         r = -errno;
         }
-        if (r >= 0 && params.cgroup == 1) {
+        if (r >= 0 && tpl->params.cgroup == 1) {
                 r = cg_write(cg[0], "memory.limit_in_bytes", mem);
                 /* Swap would let a run exceed the limit; where swap is
                  * accounted, that door is closed too. */
@@ -1762,8 +1719,9 @@ static int copy_cgroup_make(unsigned *ret_seq, int procs[2], int *ret_oom)
         }
         int oom = -1;
         if (r >= 0) {
-                oom = openat(cg[0], params.cgroup == 1 ? "memory.oom_control" : "memory.events",
-                             O_RDONLY | O_CLOEXEC);
+                oom =
+                    openat(cg[0], tpl->params.cgroup == 1 ? "memory.oom_control" : "memory.events",
+                           O_RDONLY | O_CLOEXEC);
                 if (oom < 0)
                         r = -errno;
         }
@@ -1780,7 +1738,7 @@ static int copy_cgroup_make(unsigned *ret_seq, int procs[2], int *ret_oom)
                 procs[0] = procs[1] = -1;
                 if (oom >= 0)
                         close(oom);
-                copy_cgroup_remove(seq);
+                copy_cgroup_remove(tpl, seq);
                 return r;
         }
         *ret_seq = seq;
@@ -1809,7 +1767,8 @@ static int join_copy_cgroup(const int procs[2])
  * It mounts its private /output, /tmp and /proc, hands the host its /output
  * fd, drops every privilege, loads the seccomp filter, and waits for code.
  * Everything here runs before any guest code. */
-_Noreturn static void copy_main(int chan, int out_w, int err_w, const int procs[2])
+_Noreturn static void copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
+                                const int procs[2])
 {
         /* Into the copy's own cgroup before it allocates anything, so that
          * every page it writes from now on is charged to this run alone. */
@@ -1820,29 +1779,29 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w, const int procs[
         /* Nothing of the template's may reach the guest: not the control
          * socket, not other copies' fds. */
         syscall(SYS_close_range, COPY_CHANNEL_FD + 1, ~0u, 0);
-        ctl_fd = -1;
+        tpl->ctl_fd = -1;
         if (r < 0)
                 copy_fail(chan, "cannot join the run's cgroup: %s", strerror(-r));
         r = enter_own_user_namespace();
         if (r < 0)
                 copy_fail(chan, "cannot set up the run's user namespace: %s", strerror(-r));
 
-        populate_learned();
+        populate_learned(tpl);
         guest_after_fork_child(chan);
 
         const unsigned long tmpfs_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOSYMFOLLOW;
-        if (mount("tmpfs", "/output", "tmpfs", tmpfs_flags, out_opts) < 0 &&
-            mount("tmpfs", "/output", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, out_opts) < 0)
+        if (mount("tmpfs", "/output", "tmpfs", tmpfs_flags, tpl->out_opts) < 0 &&
+            mount("tmpfs", "/output", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->out_opts) < 0)
                 copy_fail(chan, "cannot mount /output: %m");
-        if (mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags, tmp_opts) < 0 &&
-            mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tmp_opts) < 0)
+        if (mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags, tpl->tmp_opts) < 0 &&
+            mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->tmp_opts) < 0)
                 copy_fail(chan, "cannot mount /tmp: %m");
         if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
                 copy_fail(chan, "cannot mount /proc: %m");
         /* The cache is still being filled for later copies: this one sees
          * it read-only all the same. */
-        if (!cache_sealed && make_readonly(GUEST_CACHE_DIR, false, true) < 0)
+        if (!tpl->cache_sealed && make_readonly(GUEST_CACHE_DIR, false, true) < 0)
                 copy_fail(chan, "cannot make %s read-only: %m", GUEST_CACHE_DIR);
         int outdir = open("/output", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (outdir < 0)
@@ -1850,21 +1809,22 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w, const int procs[
         if (chdir("/tmp") < 0)
                 copy_fail(chan, "cannot enter /tmp: %m");
 
-        rlim_t cpu =
-            (rlim_t)(params.limits.cpu_s > 0 ? params.limits.cpu_s : params.limits.timeout_s) + 1;
+        rlim_t cpu = (rlim_t)(tpl->params.limits.cpu_s > 0 ? tpl->params.limits.cpu_s
+                                                           : tpl->params.limits.timeout_s) +
+                     1;
         set_limit(RLIMIT_CPU, cpu);
 #if !defined(__SANITIZE_ADDRESS__)
         /* Not under AddressSanitizer, whose shadow mappings count as data
          * and exceed any sensible limit; the run's cgroup still applies. */
-        set_limit(RLIMIT_DATA, params.limits.memory_bytes);
+        set_limit(RLIMIT_DATA, tpl->params.limits.memory_bytes);
 #endif
-        set_limit(RLIMIT_FSIZE, params.limits.max_file_bytes);
-        set_limit(RLIMIT_NOFILE, params.limits.open_files);
+        set_limit(RLIMIT_FSIZE, tpl->params.limits.max_file_bytes);
+        set_limit(RLIMIT_NOFILE, tpl->params.limits.open_files);
         set_limit(RLIMIT_CORE, 0);
         set_limit(RLIMIT_MSGQUEUE, 0);
         /* Tasks of this user in the copy's own user namespace: the run's
          * process limit (the host adds a cgroup limit where it can). */
-        set_limit(RLIMIT_NPROC, params.limits.pids + 4);
+        set_limit(RLIMIT_NPROC, tpl->params.limits.pids + 4);
         /* Counted per user namespace, so per run: signals a run may queue
          * and memory it may lock. */
         set_limit(RLIMIT_SIGPENDING, COPY_MAX_SIGPENDING);
@@ -1878,29 +1838,29 @@ _Noreturn static void copy_main(int chan, int out_w, int err_w, const int procs[
                 copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 copy_fail(chan, "cannot set no_new_privs: %m");
-        r = scope_copy();
+        r = scope_copy(tpl);
         if (r < 0)
                 copy_fail(chan, "cannot scope the run with Landlock: %s", strerror(-r));
-        if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &guest_filter) < 0)
+        if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->guest_filter) < 0)
                 copy_fail(chan, "cannot load the seccomp filter: %m");
 
         /* The first copy is made before the template's own warm-up, for a
          * new sandbox's first run, which is waited for: warming would only
          * move the same work ahead of it. */
-        for (int pass = 0; warmed_up && pass < PREWARM_PASSES; pass++)
+        for (int pass = 0; tpl->warmed_up && pass < PREWARM_PASSES; pass++)
                 prewarm_copy();
 
         if (send_fds(chan, COPY_READY, NULL, &outdir, 1) < 0)
                 _exit(126);
         close(outdir);
 
-        serve_host(chan);
+        serve_host(tpl, chan);
 }
 
 /* Forks a copy for the host: clone3 with a new PID and mount namespace,
  * CLONE_PARENT so the host (not the template) is its parent and can wait
  * for it through its pidfd. */
-static void spawn_copy(void)
+static void spawn_copy(struct template_state *tpl)
 {
         int sv[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
         /* The host's ends of the output pipes are non-blocking (it drains
@@ -1911,17 +1871,17 @@ static void spawn_copy(void)
                 char msg[128];
                 int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot create the channel: %s",
                                  CTL_ERROR, errno, strerror(errno));
-                (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
+                (void)!send(tpl->ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
                 goto out;
         }
         int pidfd = -1, procs[2] = {-1, -1}, oomfd = -1;
         unsigned seq = 0;
-        int r = copy_cgroup_make(&seq, procs, &oomfd);
+        int r = copy_cgroup_make(tpl, &seq, procs, &oomfd);
         if (r < 0) {
                 char msg[160];
                 int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot create the run's cgroup: %s",
                                  CTL_ERROR, -r, strerror(-r));
-                (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
+                (void)!send(tpl->ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
                 goto out;
         }
         /* Each copy has its own user namespace (its per-user counters and
@@ -1930,7 +1890,7 @@ static void spawn_copy(void)
          * scope abstract Unix sockets, network namespace. */
         struct clone_args args = {
             .flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWIPC | CLONE_PARENT |
-                     CLONE_PIDFD | (landlock_scopes ? 0 : CLONE_NEWNET),
+                     CLONE_PIDFD | (tpl->landlock_scopes ? 0 : CLONE_NEWNET),
             .pidfd = (uint64_t)(uintptr_t)&pidfd,
             .exit_signal = 0,
         };
@@ -1942,7 +1902,7 @@ static void spawn_copy(void)
                 close(err[0]);
                 if (oomfd >= 0)
                         close(oomfd);
-                copy_main(sv[1], out[1], err[1], procs);
+                copy_main(tpl, sv[1], out[1], err[1], procs);
         }
         int saved = errno;
         guest_after_fork_parent();
@@ -1953,23 +1913,23 @@ static void spawn_copy(void)
                 char msg[160];
                 int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot start a copy: %s", CTL_ERROR,
                                  saved, strerror(saved));
-                (void)!send(ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
+                (void)!send(tpl->ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
                 if (oomfd >= 0)
                         close(oomfd);
-                copy_cgroup_remove(seq);
+                copy_cgroup_remove(tpl, seq);
                 goto out;
         }
         int fds[5] = {sv[0], pidfd, out[0], err[0], oomfd};
-        if (n_live_copies < MAX_LIVE_COPIES)
-                live_copies[n_live_copies++] = pidfd;
+        if (tpl->n_live_copies < MAX_LIVE_COPIES)
+                tpl->live_copies[tpl->n_live_copies++] = pidfd;
         else
                 close(pidfd);
         /* With its pid, by which the host reaps it once it is dead, and the
          * number of its cgroup, which the host removes after that. */
         char pidtext[40];
         snprintf(pidtext, sizeof(pidtext), "%ld %u", pid, seq);
-        if (send_fds(ctl_fd, CTL_COPY, pidtext, fds, oomfd >= 0 ? 5 : 4) < 0)
-                host_gone();
+        if (send_fds(tpl->ctl_fd, CTL_COPY, pidtext, fds, oomfd >= 0 ? 5 : 4) < 0)
+                host_gone(tpl);
         if (oomfd >= 0)
                 close(oomfd);
 out:
@@ -1985,54 +1945,66 @@ out:
 
 _Noreturn void template_main(void)
 {
+        /* The template's one state (template_internal.h). Static, not on
+         * this frame, which the guest's code runs above in every copy; in
+         * .bss, as the globals it replaces were, with the members that
+         * start as "no fd" set here. */
+        static struct template_state state;
+        struct template_state *tpl = &state;
+        tpl->ctl_fd = TEMPLATE_CTL_FD;
+        tpl->req_done_bytes = -1;
+        tpl->reap_wait = tpl->reap_notify = -1;
+
         /* Signals meant for the host's terminal are not the template's. */
         setsid();
         signal(SIGPIPE, SIG_IGN);
         /* LD_BIND_NOW did its work when this program was loaded; the
          * guest's own programs need not pay for it. */
         unsetenv("LD_BIND_NOW");
-        read_params();
+        read_params(tpl);
 
         int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0)
-                fail(-errno, "setup", "cannot open /dev/null: %m");
+                fail(tpl, -errno, "setup", "cannot open /dev/null: %m");
         close(devnull);
 
-        setup_namespaces();
-        probe_landlock();
+        setup_namespaces(tpl);
+        probe_landlock(tpl);
 
         /* Without a cgroup nothing counts what the tmpfs mounts hold
          * against the memory limit: each is capped at it instead. */
-        uint64_t out_bytes = params.limits.output_fs_bytes, tmp_bytes = params.limits.tmp_bytes;
-        if (!params.cgroup) {
-                out_bytes = MIN(out_bytes, params.limits.memory_bytes);
-                tmp_bytes = MIN(tmp_bytes, params.limits.memory_bytes);
+        uint64_t out_bytes = tpl->params.limits.output_fs_bytes,
+                 tmp_bytes = tpl->params.limits.tmp_bytes;
+        if (!tpl->params.cgroup) {
+                out_bytes = MIN(out_bytes, tpl->params.limits.memory_bytes);
+                tmp_bytes = MIN(tmp_bytes, tpl->params.limits.memory_bytes);
         }
-        uint64_t inodes = (uint64_t)params.limits.max_output_files * 4 + 1024;
-        snprintf(out_opts, sizeof(out_opts), "size=%llu,nr_inodes=%llu,mode=0755",
+        uint64_t inodes = (uint64_t)tpl->params.limits.max_output_files * 4 + 1024;
+        snprintf(tpl->out_opts, sizeof(tpl->out_opts), "size=%llu,nr_inodes=%llu,mode=0755",
                  (unsigned long long)out_bytes, (unsigned long long)inodes);
         /* Inodes are kernel memory too: without a cgroup, one per 16 KiB
          * of the memory limit. */
-        uint64_t tmp_inodes =
-            params.cgroup ? 65536 : MAX(1024, MIN(65536, params.limits.memory_bytes >> 14));
-        snprintf(tmp_opts, sizeof(tmp_opts), "size=%llu,nr_inodes=%llu,mode=01777",
+        uint64_t tmp_inodes = tpl->params.cgroup
+                                  ? 65536
+                                  : MAX(1024, MIN(65536, tpl->params.limits.memory_bytes >> 14));
+        snprintf(tpl->tmp_opts, sizeof(tpl->tmp_opts), "size=%llu,nr_inodes=%llu,mode=01777",
                  (unsigned long long)tmp_bytes, (unsigned long long)tmp_inodes);
 
         char errbuf[900];
-        int r =
-            seccomp_build_guest_filter(&guest_filter, params.cgroup == 0, errbuf, sizeof(errbuf));
+        int r = seccomp_build_guest_filter(&tpl->guest_filter, tpl->params.cgroup == 0, errbuf,
+                                           sizeof(errbuf));
         if (r < 0)
-                fail(r, "seccomp", "%s", errbuf);
-        r = guest_init(&params, errbuf, sizeof(errbuf));
+                fail(tpl, r, "seccomp", "%s", errbuf);
+        r = guest_init(&tpl->params, errbuf, sizeof(errbuf));
         if (r < 0)
-                fail(r, r == -ENOENT ? "preload" : "python", "%s", errbuf);
+                fail(tpl, r, r == -ENOENT ? "preload" : "python", "%s", errbuf);
 
-        ctl_send_byte(CTL_READY);
+        ctl_send_byte(tpl, CTL_READY);
         for (;;) {
                 /* Again after each copy, in case the host raised it. */
                 set_policy(SCHED_IDLE);
-                char c = wait_for_work();
-                unsigned want = requested_copies() + (c == CTL_SPAWN);
+                char c = wait_for_work(tpl);
+                unsigned want = requested_copies(tpl) + (c == CTL_SPAWN);
                 for (unsigned i = 0; i < want; i++) {
                         /* No pause before the fork: a run's request is
                          * acted on only once its copy has exited, after
@@ -2040,26 +2012,26 @@ _Noreturn void template_main(void)
                          * 2 ms pause once kept here, from when the fork
                          * could land on the host's answer, only delayed
                          * the next copy past the 10 ms between calls. */
-                        settle_cache();
-                        spawn_copy();
+                        settle_cache(tpl);
+                        spawn_copy(tpl);
                         /* The warm-up comes after the first copy, so that
                          * a new sandbox's first run does not wait for
                          * imports it may not need; every later copy starts
                          * with them done. */
-                        if (!warmed_up) {
+                        if (!tpl->warmed_up) {
                                 r = guest_warm_up(errbuf, sizeof(errbuf));
                                 if (r < 0)
-                                        fail(r, "python", "%s", errbuf);
-                                warmed_up = true;
+                                        fail(tpl, r, "python", "%s", errbuf);
+                                tpl->warmed_up = true;
                                 /* At idle priority, off every run's path. */
-                                cache_builder = guest_start_cache_builder();
-                                settle_cache();
-                        } else if (!prefault_learned) {
+                                tpl->cache_builder = guest_start_cache_builder();
+                                settle_cache(tpl);
+                        } else if (!tpl->prefault_learned) {
                                 /* After the second copy, not the first: a
                                  * new sandbox's first run is then over,
                                  * and the probe does not compete with it. */
-                                learn_prefault();
-                                prefault_learned = true;
+                                learn_prefault(tpl);
+                                tpl->prefault_learned = true;
                         }
                 }
         }
