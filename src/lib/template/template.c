@@ -1100,6 +1100,76 @@ static void snapshot_wait(const struct template_state *tpl)
         }
 }
 
+/* "session": the copy becomes a session. This process forks; the parent
+ * stays as the session's pid 1 (session_root, never returns) and the child
+ * returns as its first active process, which holds the interpreter from
+ * now on and has told the host so. */
+static void session_open(struct template_state *tpl, int chan)
+{
+        int rp[2];
+        if (pipe2(rp, O_NONBLOCK | O_CLOEXEC) < 0)
+                _exit(1);
+        tpl->reap_wait = rp[0];
+        tpl->reap_notify = rp[1];
+        pid_t pid = fork_interpreter();
+        if (pid < 0)
+                _exit(1);
+        if (pid > 0)
+                session_root(tpl, chan);
+        close(tpl->reap_notify);
+        tpl->reap_notify = -1;
+        guest_set_session();
+        announce_active(chan, "session");
+}
+
+/* "snapshot": forks a frozen copy of the interpreter and tells the host
+ * its id. Returns in the active process, and, each time the snapshot is
+ * restored, in a new active process made from it (snapshot_wait), which
+ * has announced itself. */
+static void session_snapshot(const struct template_state *tpl, int chan)
+{
+        sigset_t set, old;
+        sigemptyset(&set);
+        sigaddset(&set, SIGUSR1);
+        sigprocmask(SIG_BLOCK, &set, &old);
+        pid_t pid = fork_interpreter();
+        if (pid == 0) {
+                snapshot_wait(tpl);
+                announce_active(chan, "restored");
+        } else {
+                sigprocmask(SIG_SETMASK, &old, NULL);
+                if (pid < 0)
+                        reply(chan,
+                              json_pack("{s:s, s:s}", "op", "error", "error", strerror(errno)));
+                else
+                        reply(chan, json_pack("{s:s, s:i}", "op", "snapshot", "id", (int)pid));
+        }
+}
+
+/* "restore": the active process ends, and the snapshot msg names wakes up
+ * to make the next one; returns only when it cannot, having told the host. */
+static void session_restore(const struct template_state *tpl, int chan, json_t *msg)
+{
+        pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
+        /* The old state's processes are ended and reaped before the
+         * snapshot is woken, and the new active process waits for this one
+         * to be gone before it announces itself: the host's restore returns
+         * only then. */
+        json_t *keep = json_object_get(msg, "keep");
+        if (id > 1 && kept_pid(id, keep) && wait_until_gone(tpl, keep, 0, true) == 0 &&
+            kill(id, SIGUSR1) == 0)
+                _exit(0);
+        reply(chan, json_pack("{s:s, s:s}", "op", "error", "error", "the snapshot is gone"));
+}
+
+/* "drop": the snapshot msg names is no longer wanted. */
+static void session_drop(json_t *msg)
+{
+        pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
+        if (id > 1)
+                kill(id, SIGKILL);
+}
+
 /* The number of threads of this process, from /proc/self/stat (field 20),
  * or -1 when it cannot be read. */
 static int own_threads(void)
@@ -1218,56 +1288,14 @@ _Noreturn static void serve_host(struct template_state *tpl, int chan)
                                 set_policy(SCHED_IDLE);
                         _exit(exit_code & 0xff);
                 } else if (strcmp(op, "session") == 0 && !session) {
-                        int rp[2];
-                        if (pipe2(rp, O_NONBLOCK | O_CLOEXEC) < 0)
-                                _exit(1);
-                        tpl->reap_wait = rp[0];
-                        tpl->reap_notify = rp[1];
-                        pid_t pid = fork_interpreter();
-                        if (pid < 0)
-                                _exit(1);
-                        if (pid > 0)
-                                session_root(tpl, chan);
-                        close(tpl->reap_notify);
-                        tpl->reap_notify = -1;
+                        session_open(tpl, chan);
                         session = true;
-                        guest_set_session();
-                        announce_active(chan, "session");
                 } else if (strcmp(op, "snapshot") == 0 && session) {
-                        sigset_t set, old;
-                        sigemptyset(&set);
-                        sigaddset(&set, SIGUSR1);
-                        sigprocmask(SIG_BLOCK, &set, &old);
-                        pid_t pid = fork_interpreter();
-                        if (pid == 0) {
-                                snapshot_wait(tpl);
-                                announce_active(chan, "restored");
-                        } else {
-                                sigprocmask(SIG_SETMASK, &old, NULL);
-                                if (pid < 0)
-                                        reply(chan, json_pack("{s:s, s:s}", "op", "error", "error",
-                                                              strerror(errno)));
-                                else
-                                        reply(chan, json_pack("{s:s, s:i}", "op", "snapshot", "id",
-                                                              (int)pid));
-                        }
+                        session_snapshot(tpl, chan);
                 } else if (strcmp(op, "restore") == 0 && session) {
-                        pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
-                        /* The old state's processes are ended and
-                         * reaped before the snapshot is woken, and the new
-                         * active process waits for this one to be gone
-                         * before it announces itself: the host's restore
-                         * returns only then. */
-                        json_t *keep = json_object_get(msg, "keep");
-                        if (id > 1 && kept_pid(id, keep) &&
-                            wait_until_gone(tpl, keep, 0, true) == 0 && kill(id, SIGUSR1) == 0)
-                                _exit(0);
-                        reply(chan, json_pack("{s:s, s:s}", "op", "error", "error",
-                                              "the snapshot is gone"));
+                        session_restore(tpl, chan, msg);
                 } else if (strcmp(op, "drop") == 0 && session) {
-                        pid_t id = (pid_t)json_integer_value(json_object_get(msg, "id"));
-                        if (id > 1)
-                                kill(id, SIGKILL);
+                        session_drop(msg);
                 }
                 json_decref(msg);
         }
