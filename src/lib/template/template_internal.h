@@ -1,15 +1,35 @@
 /* What the files of the template share, and nothing the rest of the library
- * needs (that is template.h): the template's state, one struct.
+ * needs (that is template.h): the template's state, one struct, and the
+ * functions one file of the template calls in another.
+ *
+ * The files, each calling only into those below it, so that no two depend
+ * on each other:
+ *
+ *   template.c      the template's life: parameters, setup, the loop that
+ *                   spawns copies, the live copies
+ *   tpl_copy.c      a copy's setup, up to the first byte it reads
+ *   tpl_prefault.c  the pages a copy will touch, learned from a probe
+ *   tpl_run.c       a copy serving the host: runs, the end of a run, the
+ *                   warming run
+ *   tpl_session.c   a copy as a session: pid 1, snapshots, restores
+ *   tpl_ns.c        namespaces and ids: the template's, each copy's user
+ *                   namespace, the Landlock scope
+ *   tpl_cgroup.c    per-copy cgroups
+ *   tpl_root.c      the guest's root, the mount helpers
+ *   tpl_etc.c       the guest's copy of a few files of the host's /etc
+ *   tpl_ctl.c       the template's ends of its sockets: failures, control
+ *                   bytes, fds, replies
  *
  * The template is a single-threaded process that forks copies. Its state
  * is one static instance of struct template_state, defined inside
  * template_main, which hands a pointer to it down to every function that
- * reads or changes it, or that may end the template with fail() (which
- * reports on the control socket held in it). So each signature says what a
- * step depends on, and a function without that pointer touches none of it.
- * A copy is a fork of the template: it holds its own copy of the instance,
- * as of the fork; what it changes there (ctl_fd, the session's reap pipe)
- * the template never sees. */
+ * reads or changes it, or that may end the template with tpl_fail() (which
+ * reports on the control socket held in it); const where a function only
+ * reads. So each signature says what a step depends on and whether it may
+ * change the state, and a function without that pointer touches none of
+ * it. A copy is a fork of the template: it holds its own copy of the
+ * instance, as of the fork; what it changes there (ctl_fd, the session's
+ * reap pipe) the template never sees. */
 #ifndef AIRLOCK_TEMPLATE_INTERNAL_H
 #define AIRLOCK_TEMPLATE_INTERNAL_H
 
@@ -19,18 +39,27 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
+#include "core/util.h"
 #include "core/wire.h"
+
+/* The new root is built on a tmpfs mounted over /tmp inside the template's
+ * own mount namespace; the host's /tmp is not touched. */
+#define NEWROOT "/tmp"
+
+/* How many times a copy goes through a run before it reports ready. The
+ * second pass reuses what the first allocated and freed, as the agent's
+ * run will: in ten alternating pairs of bench/bench_sandbox runs here, a
+ * second pass made every pair faster, the median of a fresh run going
+ * from 1.01-1.58 ms to 0.83-1.11 ms, for about 3 ms more of the copy's
+ * idle-priority preparation. */
+#define PREWARM_PASSES 2
 
 /* The most copies the template tracks at once (live_copies). */
 #define MAX_LIVE_COPIES 4096
-/* Caps: ranges kept, and pages in them (64 MiB), whatever the probe saw;
- * and the address space it reads the page map of: mappings over 1 GiB
- * (AddressSanitizer's shadow, reserved arenas) are skipped, and at most
- * 4 GiB in all is read. */
-#define PREFAULT_MAX_RANGES  1024
-#define PREFAULT_MAX_PAGES   16384
-#define PREFAULT_MAX_MAPPING (1ull << 30)
-#define PREFAULT_MAX_SCANNED (1ull << 32)
+/* The most page ranges a probe's report keeps (tpl_prefault.c). */
+#define PREFAULT_MAX_RANGES 1024
 /* Copies' cgroups that the host is done with but that could not be
  * removed yet (the copy was still exiting), retried at every wake-up: a
  * copy's exit is one. Past the cap, the host removes what is left when it
@@ -116,5 +145,93 @@ struct template_state {
         int reap_wait;
         int reap_notify;
 };
+
+/* --- tpl_copy.c --- */
+
+/* A fresh copy, in the namespaces spawn_copy gave it: sets itself up,
+ * reports ready to the host with its /output fd, and serves it. */
+_Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
+                             const int procs[2]);
+
+/* --- tpl_prefault.c --- */
+
+/* In the warm template: learns the pages a copy touches from a probe. */
+void tpl_learn_prefault(struct template_state *tpl);
+/* In a new copy, before anything else touches memory: populates them. */
+void tpl_populate_learned(const struct template_state *tpl);
+
+/* --- tpl_run.c --- */
+
+/* The copy's loop: one run and exit, or a session. */
+_Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
+/* One whole single run of print(1) and the runtime's own warming code,
+ * its output to /dev/null, so that a copy has touched its pages before
+ * the agent's run. */
+void tpl_prewarm_copy(void);
+/* SCHED_IDLE while a copy is prepared, SCHED_OTHER once it serves. */
+void tpl_set_policy(int policy);
+
+/* --- tpl_session.c: the session ops of tpl_serve_host --- */
+
+void tpl_session_open(struct template_state *tpl, int chan);
+void tpl_session_snapshot(const struct template_state *tpl, int chan);
+void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg);
+void tpl_session_drop(json_t *msg);
+
+/* --- tpl_ns.c --- */
+
+/* The template's own namespaces and ids, then its root (tpl_build_root). */
+void tpl_setup_namespaces(const struct template_state *tpl);
+/* Sets landlock_scopes. */
+void tpl_probe_landlock(struct template_state *tpl);
+/* In a copy: scopes its abstract Unix sockets and signals to itself. */
+int tpl_scope_copy(const struct template_state *tpl);
+/* In a copy: maps its ids in its own user namespace and caps its
+ * counters. */
+int tpl_enter_own_user_namespace(void);
+
+/* --- tpl_cgroup.c --- */
+
+/* In the template: the next copy's cgroup, and the files the copy and the
+ * host need of it. */
+int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2], int *ret_oom);
+/* In a new copy, first of all: joins its cgroup. */
+int tpl_cgroup_join(const int procs[2]);
+/* The host is done with copy seq's cgroup. */
+void tpl_cgroup_done(struct template_state *tpl, uint32_t seq);
+/* Removes the cgroup of a copy that never reached the host. */
+void tpl_cgroup_remove(const struct template_state *tpl, unsigned seq);
+/* Retries the removals that could not be done yet. */
+void tpl_cgroups_retry(struct template_state *tpl);
+
+/* --- tpl_root.c --- */
+
+void tpl_build_root(const struct template_state *tpl);
+/* Makes the cache read-only once its builder has exited. */
+void tpl_settle_cache(struct template_state *tpl);
+/* Makes a mount read-only, nosuid, nodev unless dev_ok, noexec if asked,
+ * keeping the flags the kernel locked. */
+int tpl_make_readonly(const char *path, bool dev_ok, bool noexec);
+
+/* --- tpl_etc.c --- */
+
+/* Copies the few entries of the host's /etc the guest gets into the new
+ * root's /etc (in a child of the template). */
+void tpl_copy_host_etc(const struct template_state *tpl);
+
+/* --- tpl_ctl.c --- */
+
+/* Reports a failure to the host on the control socket and exits. */
+_Noreturn void tpl_fail(const struct template_state *tpl, int err, const char *feature,
+                        const char *fmt, ...) _printf_(4, 5);
+void tpl_ctl_send(const struct template_state *tpl, char c);
+/* A byte from the host; when the host is gone, tpl_host_gone. */
+char tpl_ctl_recv(const struct template_state *tpl);
+/* Ends every live copy, then the template. */
+_Noreturn void tpl_host_gone(const struct template_state *tpl);
+int tpl_send_fds(int sock, char tag, const char *text, const int *fds, size_t n);
+/* Sends one JSON frame and frees it, or ends this process if the host is
+ * gone. */
+void tpl_reply(int chan, json_t *msg);
 
 #endif
