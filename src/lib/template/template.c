@@ -114,7 +114,7 @@ static void read_params(struct template_state *tpl)
 {
         /* Parsed into a local, and into the state once complete. */
         template_params params = {0};
-        char *buf = malloc(65536);
+        _cleanup_free_ char *buf = malloc(65536);
         if (!buf)
                 _exit(127);
         ssize_t n;
@@ -124,8 +124,10 @@ static void read_params(struct template_state *tpl)
         if (n <= 0)
                 _exit(127);
         json_error_t jerr;
-        json_t *j = json_loadb(buf, (size_t)n, 0, &jerr);
-        free(buf);
+        _cleanup_json_ json_t *j = json_loadb(buf, (size_t)n, 0, &jerr);
+        /* Freed before the strings are copied, which may reuse its room
+         * in the heap every copy inherits. */
+        free(TAKE_PTR(buf));
         if (!j)
                 tpl_fail(tpl, EINVAL, "setup", "bad parameters from the host");
         airlock_limits *l = &params.limits;
@@ -157,36 +159,49 @@ static void read_params(struct template_state *tpl)
                 params.n_python_paths++;
         }
         params.sys_path = string_array(json_object_get(j, "sys_path"), &params.n_sys_path);
-        json_decref(j);
         tpl->params = params;
 }
 
-/* Forks a copy for the host: clone3 with a new PID and mount namespace,
- * CLONE_PARENT so the host (not the template) is its parent and can wait
- * for it through its pidfd. */
+/* Tells the host why it gets no copy this time ("E<errno> copy|<what>:
+ * <reason>"); the template goes on. */
+static void report_no_copy(const struct template_state *tpl, int err, const char *what)
+{
+        char msg[160];
+        int n = snprintf(msg, sizeof(msg), "%c%d copy|%s: %s", CTL_ERROR, err, what, strerror(err));
+        if (n > 0)
+                (void)!send(tpl->ctl_fd, msg, (size_t)MIN(n, (int)sizeof(msg) - 1), MSG_NOSIGNAL);
+}
+
+/* Contract: forks a copy for the host: clone3 with a new PID, mount, user
+ * and IPC namespace (and network namespace where Landlock cannot scope
+ * the copy), CLONE_PARENT so that the host, not the template, is its
+ * parent and waits for it, through the pidfd it is sent with the copy's
+ * channel, output pipes and OOM counter (CTL_COPY). The template keeps the
+ * pidfd (live_copies) and never waits for a copy. On failure the host is
+ * told why (CTL_ERROR) and the copy's cgroup is removed. Every fd made
+ * here is closed in the template on every path; the copy, which never
+ * returns here, closes the template's ends itself. */
 static void spawn_copy(struct template_state *tpl)
 {
-        int sv[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+        _cleanup_close_pair_ int sv[2] = {-1, -1};
+        _cleanup_close_pair_ int out[2] = {-1, -1};
+        _cleanup_close_pair_ int err[2] = {-1, -1};
         /* The host's ends of the output pipes are non-blocking (it drains
          * them between other events), set here rather than on every run. */
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
             pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
             fcntl(out[0], F_SETFL, O_NONBLOCK) < 0 || fcntl(err[0], F_SETFL, O_NONBLOCK) < 0) {
-                char msg[128];
-                int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot create the channel: %s",
-                                 CTL_ERROR, errno, strerror(errno));
-                (void)!send(tpl->ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
-                goto out;
+                report_no_copy(tpl, errno, "cannot create the channel");
+                return;
         }
-        int pidfd = -1, procs[2] = {-1, -1}, oomfd = -1;
+        _cleanup_close_pair_ int procs[2] = {-1, -1};
+        _cleanup_close_ int oomfd = -1;
+        int pidfd = -1;
         unsigned seq = 0;
         int r = tpl_cgroup_make(tpl, &seq, procs, &oomfd);
         if (r < 0) {
-                char msg[160];
-                int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot create the run's cgroup: %s",
-                                 CTL_ERROR, -r, strerror(-r));
-                (void)!send(tpl->ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
-                goto out;
+                report_no_copy(tpl, -r, "cannot create the run's cgroup");
+                return;
         }
         /* Each copy has its own user namespace (its per-user counters and
          * limits are the run's alone), IPC namespace (no SysV object of one
@@ -201,6 +216,8 @@ static void spawn_copy(struct template_state *tpl)
         guest_before_fork();
         long pid = syscall(SYS_clone3, &args, sizeof(args));
         if (pid == 0) {
+                /* The copy: tpl_copy_main never returns, so no cleanup of
+                 * this frame runs in it. */
                 close(sv[0]);
                 close(out[0]);
                 close(err[0]);
@@ -210,18 +227,14 @@ static void spawn_copy(struct template_state *tpl)
         }
         int saved = errno;
         guest_after_fork_parent();
-        for (int i = 0; i < 2; i++)
-                if (procs[i] >= 0)
-                        close(procs[i]);
+        /* The copy's ends of its cgroup.procs files are its own now. */
+        tpl_close_pair(procs);
         if (pid < 0) {
-                char msg[160];
-                int n = snprintf(msg, sizeof(msg), "%c%d copy|cannot start a copy: %s", CTL_ERROR,
-                                 saved, strerror(saved));
-                (void)!send(tpl->ctl_fd, msg, (size_t)n, MSG_NOSIGNAL);
-                if (oomfd >= 0)
-                        close(oomfd);
+                report_no_copy(tpl, saved, "cannot start a copy");
+                /* Nothing of the cgroup stays open when it is removed. */
+                oomfd = tpl_close(oomfd);
                 tpl_cgroup_remove(tpl, seq);
-                goto out;
+                return;
         }
         int fds[5] = {sv[0], pidfd, out[0], err[0], oomfd};
         if (tpl->n_live_copies < MAX_LIVE_COPIES)
@@ -234,17 +247,6 @@ static void spawn_copy(struct template_state *tpl)
         snprintf(pidtext, sizeof(pidtext), "%ld %u", pid, seq);
         if (tpl_send_fds(tpl->ctl_fd, CTL_COPY, pidtext, fds, oomfd >= 0 ? 5 : 4) < 0)
                 tpl_host_gone(tpl);
-        if (oomfd >= 0)
-                close(oomfd);
-out:
-        for (int i = 0; i < 2; i++) {
-                if (sv[i] >= 0)
-                        close(sv[i]);
-                if (out[i] >= 0)
-                        close(out[i]);
-                if (err[i] >= 0)
-                        close(err[i]);
-        }
 }
 
 _Noreturn void template_main(void)

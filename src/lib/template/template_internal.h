@@ -33,6 +33,7 @@
 #ifndef AIRLOCK_TEMPLATE_INTERNAL_H
 #define AIRLOCK_TEMPLATE_INTERNAL_H
 
+#include <dirent.h>
 #include <linux/filter.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -65,6 +66,37 @@
  * copy's exit is one. Past the cap, the host removes what is left when it
  * closes the sandbox. */
 #define MAX_PENDING_RM 256
+
+/* Cleanups beside core/util.h's, for the template's error paths: both fds
+ * of a pipe or socket pair, and a directory stream. tpl_close and
+ * tpl_close_pair close at once and leave -1 behind, where the moment of
+ * the close matters (before a cgroup is removed) in a variable that a
+ * cleanup would otherwise close later. None of them kills or reaps: a
+ * scope of the template that forks keeps its child's pid in the open. */
+static inline int tpl_close(int fd)
+{
+        closep(&fd);
+        return -1;
+}
+static inline void tpl_close_pair(int fds[2])
+{
+        fds[0] = tpl_close(fds[0]);
+        fds[1] = tpl_close(fds[1]);
+}
+static inline void tpl_close_pairp(int (*fds)[2])
+{
+        tpl_close_pair(*fds);
+}
+static inline void tpl_closedirp(DIR **d)
+{
+        if (*d) {
+                int saved = errno;
+                closedir(*d);
+                errno = saved;
+        }
+}
+#define _cleanup_close_pair_ _cleanup_(tpl_close_pairp)
+#define _cleanup_closedir_   _cleanup_(tpl_closedirp)
 
 /* A range of pages a copy will touch, learned from the probe. */
 typedef struct prefault_range {

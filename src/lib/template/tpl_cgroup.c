@@ -35,11 +35,10 @@ static int cg_dirs(const struct template_state *tpl, int dirs[2])
 
 static int cg_write(int dirfd, const char *file, const char *text)
 {
-        int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0)
                 return -errno;
         int r = al_write_full(fd, text, strlen(text));
-        close(fd);
         return r < 0 ? r : 0;
 }
 
@@ -82,21 +81,20 @@ void tpl_cgroup_remove(const struct template_state *tpl, unsigned seq)
                 (void)cg_remove_now(tpl, seq);
 }
 
-/* Makes the next copy's cgroup with the run's limits. Returns in procs the
- * cgroup.procs files the copy writes itself into, and in ret_oom the file
- * whose OOM kill count the host reads after the run. Without cgroups,
- * *ret_seq is 0 and nothing is opened. */
-int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2], int *ret_oom)
+/* Makes cgroup c<seq> in each of the n hierarchies of dirs, with the run's
+ * limits, and opens what the copy and the host need of it (see
+ * tpl_cgroup_make). On failure everything it opened is closed again, on
+ * its return, so before the caller removes the cgroup; ret_procs and
+ * ret_oom are then left untouched. */
+static int cgroup_open(const struct template_state *tpl, const int dirs[2], int n, unsigned seq,
+                       int ret_procs[2], int *ret_oom)
 {
-        int dirs[2], n = cg_dirs(tpl, dirs);
-        if (n == 0)
-                return 0;
-        unsigned seq = ++tpl->copy_cgroup_seq;
         char name[24], mem[32], pids[32];
         snprintf(name, sizeof(name), "c%u", seq);
         snprintf(mem, sizeof(mem), "%llu", (unsigned long long)tpl->params.limits.memory_bytes);
         snprintf(pids, sizeof(pids), "%u", tpl->params.limits.pids + CG_PIDS_SLACK);
-        int cg[2] = {-1, -1}, r = 0;
+        _cleanup_close_pair_ int cg[2] = {-1, -1};
+        int r = 0;
         for (int i = 0; i < n && r >= 0; i++) {
                 /* A cgroup of that name that is already there is not ours
                  * to use: it may have other limits, or other tasks. */
@@ -121,7 +119,7 @@ int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2],
                 if (r >= 0)
                         r = cg_write(cg[0], "pids.max", pids);
         }
-        int oom = -1;
+        _cleanup_close_ int oom = -1;
         if (r >= 0) {
                 oom =
                     openat(cg[0], tpl->params.cgroup == 1 ? "memory.oom_control" : "memory.events",
@@ -129,24 +127,35 @@ int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2],
                 if (oom < 0)
                         r = -errno;
         }
+        _cleanup_close_pair_ int procs[2] = {-1, -1};
         for (int i = 0; i < n && r >= 0; i++)
                 if ((procs[i] = openat(cg[i], "cgroup.procs", O_WRONLY | O_CLOEXEC)) < 0)
                         r = -errno;
-        for (int i = 0; i < n; i++)
-                if (cg[i] >= 0)
-                        close(cg[i]);
+        if (r < 0)
+                return r;
+        ret_procs[0] = TAKE_FD(procs[0]);
+        ret_procs[1] = TAKE_FD(procs[1]);
+        *ret_oom = TAKE_FD(oom);
+        return 0;
+}
+
+/* Makes the next copy's cgroup with the run's limits. Returns in procs the
+ * cgroup.procs files the copy writes itself into, and in ret_oom the file
+ * whose OOM kill count the host reads after the run. Without cgroups,
+ * *ret_seq is 0 and nothing is opened. On failure the cgroup is removed
+ * again and procs and ret_oom are left untouched. */
+int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2], int *ret_oom)
+{
+        int dirs[2], n = cg_dirs(tpl, dirs);
+        if (n == 0)
+                return 0;
+        unsigned seq = ++tpl->copy_cgroup_seq;
+        int r = cgroup_open(tpl, dirs, n, seq, procs, ret_oom);
         if (r < 0) {
-                for (int i = 0; i < 2; i++)
-                        if (procs[i] >= 0)
-                                close(procs[i]);
-                procs[0] = procs[1] = -1;
-                if (oom >= 0)
-                        close(oom);
                 tpl_cgroup_remove(tpl, seq);
                 return r;
         }
         *ret_seq = seq;
-        *ret_oom = oom;
         return 0;
 }
 

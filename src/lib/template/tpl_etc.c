@@ -109,14 +109,14 @@ static void etc_copy_file(const struct template_state *tpl, etc_copy *ec, int sr
 static void etc_copy_dir(const struct template_state *tpl, etc_copy *ec, int src_dir, int dst_dir,
                          const char *rel, const char *name, int depth, bool only_libs)
 {
-        int in = openat(src_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int in =
+            openat(src_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (in < 0)
                 return;
-        DIR *d = fdopendir(in);
-        if (!d) {
-                close(in);
+        _cleanup_closedir_ DIR *d = fdopendir(in);
+        if (!d)
                 return;
-        }
+        TAKE_FD(in); /* the stream's now */
         if (mkdirat(dst_dir, name, 0755) < 0 && errno != EEXIST)
                 tpl_fail(tpl, -errno, "mount namespace", "cannot create /%s: %m", rel);
         _cleanup_close_ int out =
@@ -131,7 +131,6 @@ static void etc_copy_dir(const struct template_state *tpl, etc_copy *ec, int src
                         continue;
                 etc_copy_entry(tpl, ec, dirfd(d), out, rel, de->d_name, depth + 1, false);
         }
-        closedir(d);
 }
 
 /* Copies src_dir/name to dst_dir/name, whose path below the new root is

@@ -40,14 +40,13 @@ static void reopen_input(const struct template_state *tpl)
                 tpl_fail(tpl, -EINVAL, "bind mount", "cannot locate the staged input");
         path[n] = '\0';
         struct stat a, b;
-        int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 || fstat(fd, &a) < 0 || fstat(TEMPLATE_INPUT_FD, &b) < 0)
                 tpl_fail(tpl, -errno, "bind mount", "cannot reopen the staged input %s: %m", path);
         if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
                 tpl_fail(tpl, -EXDEV, "bind mount", "the staged input %s was replaced", path);
         if (dup2(fd, TEMPLATE_INPUT_FD) < 0)
                 tpl_fail(tpl, -errno, "bind mount", "cannot reopen the staged input: %m");
-        close(fd);
 }
 
 /* Contract: started by root, the template becomes the unprivileged guest
@@ -141,22 +140,20 @@ int tpl_scope_copy(const struct template_state *tpl)
         struct al_landlock_ruleset_attr attr = {
             .scoped = AL_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | AL_LANDLOCK_SCOPE_SIGNAL,
         };
-        int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
+        _cleanup_close_ int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
         if (fd < 0)
                 return -errno;
-        int r = (int)syscall(SYS_landlock_restrict_self, fd, 0);
-        int e = errno;
-        close(fd);
-        return r < 0 ? -e : 0;
+        if (syscall(SYS_landlock_restrict_self, fd, 0) < 0)
+                return -errno;
+        return 0;
 }
 
 static int write_proc_file(const char *path, const char *text)
 {
-        int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0)
                 return -errno;
         int r = al_write_full(fd, text, strlen(text));
-        close(fd);
         return r < 0 ? r : 0;
 }
 

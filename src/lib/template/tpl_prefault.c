@@ -51,7 +51,7 @@
  * and other readable mappings the pages present (fork copies no page table
  * entries for those, so present means read by the probe). Special
  * mappings ([vdso], [vvar]) are left out: they cannot be populated. */
-static void probe_report(int out)
+_Noreturn static void probe_report(int out)
 {
         /* Changing to the mapped ids made the template undumpable, which
          * puts its /proc files out of its own reach; the probe only reads
@@ -118,7 +118,7 @@ static void probe_report(int out)
  * copies prepare as they did without it. */
 void tpl_learn_prefault(struct template_state *tpl)
 {
-        int p[2];
+        _cleanup_close_pair_ int p[2] = {-1, -1};
         if (pipe2(p, O_CLOEXEC) < 0)
                 return;
         guest_before_fork();
@@ -131,7 +131,11 @@ void tpl_learn_prefault(struct template_state *tpl)
                 probe_report(p[1]);
         }
         guest_after_fork_parent();
-        close(p[1]);
+        /* The probe's end: read until it closes. */
+        p[1] = tpl_close(p[1]);
+        /* The probe is reaped below on every path, after a kill if it
+         * overruns, for its exit status, which says whether its report is
+         * whole. */
         if (pid > 0) {
                 /* The probe takes milliseconds; one that takes longer than
                  * PROBE_TIMEOUT_MS is stopped rather than left holding up
@@ -163,7 +167,6 @@ void tpl_learn_prefault(struct template_state *tpl)
                 if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
                         tpl->n_prefault = 0;
         }
-        close(p[0]);
 }
 
 /* In a new copy, before anything else touches memory: its own copies of

@@ -21,10 +21,10 @@
 
 static void write_file(const struct template_state *tpl, const char *path, const char *data)
 {
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        _cleanup_close_ int fd =
+            open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0 || al_write_full(fd, data, strlen(data)) < 0)
                 tpl_fail(tpl, -errno, "mount namespace", "cannot write %s: %m", path);
-        close(fd);
 }
 
 static void make_dir(const struct template_state *tpl, const char *path, mode_t mode)
@@ -101,10 +101,10 @@ static void mount_input(const struct template_state *tpl)
                 if (syscall(SYS_move_mount, TEMPLATE_INPUT_FD, "", AT_FDCWD, INPUT_ATTACH,
                             MOVE_MOUNT_F_EMPTY_PATH) < 0)
                         tpl_fail(tpl, -errno, "bind mount", "cannot attach the staged input: %m");
-                int fd = open(INPUT_ATTACH, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                _cleanup_close_ int fd =
+                    open(INPUT_ATTACH, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (fd < 0 || dup2(fd, TEMPLATE_INPUT_FD) < 0)
                         tpl_fail(tpl, -errno, "bind mount", "cannot open the staged input: %m");
-                close(fd);
         }
         int empty = open(NEWROOT "/input", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (empty < 0)
@@ -174,7 +174,8 @@ static void open_python_paths(const struct template_state *tpl)
                 if (tpl->params.python_path_fd[i])
                         continue;
                 const char *host = tpl->params.python_paths[i];
-                int fd = (int)syscall(SYS_open_tree, AT_FDCWD, host, OPEN_TREE_CLONE | O_CLOEXEC);
+                _cleanup_close_ int fd =
+                    (int)syscall(SYS_open_tree, AT_FDCWD, host, OPEN_TREE_CLONE | O_CLOEXEC);
                 /* Mounts below it that came locked from the host's
                  * namespace cannot be left out. */
                 if (fd < 0 && errno == EINVAL)
@@ -189,7 +190,6 @@ static void open_python_paths(const struct template_state *tpl)
                 if (dup3(fd, TEMPLATE_PYPATH_FD + (int)i, O_CLOEXEC) < 0)
                         tpl_fail(tpl, -errno, "bind mount", "cannot mount --python-path %s: %m",
                                  host);
-                close(fd);
         }
 }
 
@@ -233,13 +233,12 @@ static void mount_python_paths(const struct template_state *tpl)
                 /* Reading as the guest will: the template's capabilities
                  * cover only files its own id owns, which the guest owns
                  * too. */
-                int dir = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                _cleanup_close_ int dir = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (dir < 0 || faccessat(dir, ".", R_OK | X_OK, AT_EACCESS) < 0)
                         tpl_fail(tpl, -errno, "python-path",
                                  "--python-path %s cannot be read by the sandbox's user (uid %u on "
                                  "the host): %m; make it readable for that user",
                                  host, (unsigned)tpl->params.guest_uid);
-                close(dir);
         }
 }
 

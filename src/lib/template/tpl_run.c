@@ -22,12 +22,14 @@
  * or -1 when it cannot be read. */
 static int own_threads(void)
 {
-        int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -1;
         char buf[1024];
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
+        ssize_t n;
+        {
+                _cleanup_close_ int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return -1;
+                n = read(fd, buf, sizeof(buf) - 1);
+        }
         if (n <= 0)
                 return -1;
         buf[n] = '\0';
@@ -149,21 +151,11 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
         }
 }
 
-/* Warms a copy before it is needed by going through a whole single run
- * once, with the output going to /dev/null: reading the "run" frame from a
- * channel, running print(1), ending the run's processes and writing the
- * "end" frame. On this kind of machine the first touch of each page in a
- * new process costs microseconds (more for a copy-on-write fault), so
- * every page the agent's run will touch is best touched here, off the
- * critical path. */
-void tpl_prewarm_copy(void)
+/* The warming run itself: the "run" frame written on one end of a socket
+ * pair and read from the other, as from the host, and the "end" frame
+ * written back. */
+static void prewarm_run(const int sv[2])
 {
-        int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-        int saved_out = fcntl(1, F_DUPFD_CLOEXEC, 3), saved_err = fcntl(2, F_DUPFD_CLOEXEC, 3);
-        int sv[2] = {-1, -1};
-        if (null < 0 || saved_out < 0 || saved_err < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 ||
-            socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-                goto out;
         /* Then the common paths of preloaded numpy and pandas, if any
          * (runtime._prewarm): their pages are written by a copy here, at
          * idle priority, and learned by the probe, not by the agent's run. */
@@ -180,20 +172,33 @@ void tpl_prewarm_copy(void)
                 const char *status = "error";
                 int exit_code =
                     guest_run(json_string_value(jc), json_string_length(jc), false, &status);
-                json_t *end = end_frame(status, exit_code, end_run_alone());
+                _cleanup_json_ json_t *end = end_frame(status, exit_code, end_run_alone());
                 if (end)
                         (void)channel_send(sv[1], end);
-                json_decref(end);
         }
         json_decref(msg);
         frame_reader_free(&fr);
-out:
+}
+
+/* Warms a copy before it is needed by going through a whole single run
+ * once, with the output going to /dev/null: reading the "run" frame from a
+ * channel, running print(1), ending the run's processes and writing the
+ * "end" frame. On this kind of machine the first touch of each page in a
+ * new process costs microseconds (more for a copy-on-write fault), so
+ * every page the agent's run will touch is best touched here, off the
+ * critical path. */
+void tpl_prewarm_copy(void)
+{
+        _cleanup_close_ int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        _cleanup_close_ int saved_out = fcntl(1, F_DUPFD_CLOEXEC, 3);
+        _cleanup_close_ int saved_err = fcntl(2, F_DUPFD_CLOEXEC, 3);
+        _cleanup_close_pair_ int sv[2] = {-1, -1};
+        if (null >= 0 && saved_out >= 0 && saved_err >= 0 && dup2(null, 1) >= 0 &&
+            dup2(null, 2) >= 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0)
+                prewarm_run(sv);
+        /* Before the cleanups close the saved fds. */
         if (saved_out >= 0)
                 dup2(saved_out, 1);
         if (saved_err >= 0)
                 dup2(saved_err, 2);
-        int fds[] = {null, saved_out, saved_err, sv[0], sv[1]};
-        for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
-                if (fds[i] >= 0)
-                        close(fds[i]);
 }

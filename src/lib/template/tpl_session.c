@@ -120,7 +120,7 @@ static int wait_until_gone(const struct template_state *tpl, json_t *keep, pid_t
                 if (only > 0) {
                         left = kill(only, 0) == 0 || errno != ESRCH;
                 } else {
-                        DIR *d = opendir("/proc");
+                        _cleanup_closedir_ DIR *d = opendir("/proc");
                         if (!d) {
                                 r = -errno;
                                 break;
@@ -134,7 +134,6 @@ static int wait_until_gone(const struct template_state *tpl, json_t *keep, pid_t
                                 if (kill_them)
                                         kill(pid, SIGKILL);
                         }
-                        closedir(d);
                 }
                 if (!left) {
                         r = 0;
