@@ -1,12 +1,12 @@
 /* The pages a copy will write.
  *
- * On this kind of machine a copy-on-write fault costs about 20 us (a plain
- * C loop over fresh pages after fork, throwaway /tmp/pp/cow.c), and a copy
+ * On this kind of machine a copy-on-write fault costs about 20 us (timed
+ * with a plain C loop over fresh pages after fork), and a copy
  * takes hundreds of them while it reinitialises the interpreter and goes
  * through its warming runs: most of its preparation time, which decides how
  * soon after a run the next copy is ready. madvise(MADV_POPULATE_WRITE)
- * makes the same private copies in one call, at about 5.6 us a page
- * (/tmp/pp/cow2.c). So, once warm, the template learns which pages a copy
+ * makes the same private copies in one call, at about 5.6 us a page (the
+ * same loop). So, once warm, the template learns which pages a copy
  * writes, from a probe copy that goes through the same steps, and every
  * later copy populates those pages first. File-backed pages the probe read
  * are populated for reading likewise (MADV_POPULATE_READ): fork does not
