@@ -111,12 +111,12 @@ struct template_state {
          * from then on. */
         template_params params;
         /* The control socket to the host: TEMPLATE_CTL_FD in the template.
-         * copy_main sets it to -1 in every copy, where that fd number is
+         * tpl_copy_main sets it to -1 in every copy, where that fd number is
          * the copy's channel, so that nothing meant for the host's control
          * socket can ever be written there. */
         int ctl_fd;
         /* Whether this kernel's Landlock can scope abstract Unix sockets
-         * and signals (ABI 6, Linux 6.12): probe_landlock, once the
+         * and signals (ABI 6, Linux 6.12): tpl_probe_landlock, once the
          * namespaces are made. Read by spawn_copy and by every copy. */
         bool landlock_scopes;
         /* The guest's seccomp filter, built by template_main and loaded by
@@ -133,7 +133,7 @@ struct template_state {
          * added by spawn_copy, dropped by forget_exited_copies. The copies
          * are the host's children, but if the host dies (even by SIGKILL)
          * the template sees its control socket close and ends them
-         * (host_gone), so no run outlives its host. */
+         * (tpl_host_gone), so no run outlives its host. */
         int live_copies[MAX_LIVE_COPIES];
         size_t n_live_copies;
         /* A REQ_DONE record being read from the request socket, which may
@@ -147,33 +147,33 @@ struct template_state {
         /* The cache builder (guest_start_cache_builder): 0 until it is
          * started, then its pid (or < 0); template_main. cache_sealed:
          * GUEST_CACHE_DIR is read-only in the template, set by
-         * settle_cache once the builder has exited; a copy made before
-         * makes its own view read-only (copy_main). */
+         * tpl_settle_cache once the builder has exited; a copy made before
+         * makes its own view read-only (tpl_copy_main). */
         pid_t cache_builder;
         bool cache_sealed;
-        /* The pages a copy will touch (learn_prefault, after the second
+        /* The pages a copy will touch (tpl_learn_prefault, after the second
          * copy); every later copy populates them first
-         * (populate_learned). */
+         * (tpl_populate_learned). */
         prefault_range prefault[PREFAULT_MAX_RANGES];
         size_t n_prefault;
         bool prefault_learned;
-        /* The number of the last copy's cgroup c<N> (copy_cgroup_make),
+        /* The number of the last copy's cgroup c<N> (tpl_cgroup_make),
          * and the cgroups the host is done with that could not be removed
-         * yet (copy_cgroup_done, copy_cgroups_retry). */
+         * yet (tpl_cgroup_done, tpl_cgroups_retry). */
         unsigned copy_cgroup_seq;
         uint32_t pending_rm[MAX_PENDING_RM];
         size_t n_pending_rm;
 
         /* --- per copy: set in a copy, never in the template --- */
 
-        /* The session's reap pipe, made when the host opens a session and
-         * inherited by every process of it: pid 1 writes a byte into it
-         * (reap_notify, pid 1's only) each time it has reaped something,
-         * so that a process waiting for others to be gone can sleep until
-         * the set of processes changed (reap_wait, see wait_until_gone). A
-         * guest can only write false wake-ups into it, or close it, which
-         * makes its own session's restore fail rather than wait. -1 outside
-         * a session. */
+        /* The session's reap pipe, made when the host opens a session
+         * (tpl_session_open) and inherited by every process of it: pid 1
+         * writes a byte into it (reap_notify, pid 1's only) each time it
+         * has reaped something, so that a process waiting for others to be
+         * gone can sleep until the set of processes changed (reap_wait, see
+         * wait_until_gone). A guest can only write false wake-ups into it,
+         * or close it, which makes its own session's restore fail rather
+         * than wait. -1 outside a session. */
         int reap_wait;
         int reap_notify;
 };

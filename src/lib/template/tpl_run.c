@@ -100,7 +100,9 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
         frame_reader fr;
         frame_reader_init(&fr, CHANNEL_MAX_FRAME);
         for (;;) {
-                json_t *msg = NULL;
+                /* Freed at the end of each pass, also in the processes a
+                 * session op returns in (a fork's own copy of it). */
+                _cleanup_json_ json_t *msg = NULL;
                 if (frame_reader_feed(&fr, chan, &msg) != 1)
                         _exit(0); /* the host is gone or closed this copy */
                 /* Prepared at idle priority; the host's work runs at normal
@@ -119,7 +121,6 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         if (session) {
                                 tpl_reply(chan, json_pack("{s:s, s:s, s:i}", "op", "end", "status",
                                                           status, "exit_code", exit_code));
-                                json_decref(msg);
                                 continue;
                         }
                         /* A single run: when nothing else of the run is
@@ -147,7 +148,6 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                 } else if (strcmp(op, "drop") == 0 && session) {
                         tpl_session_drop(msg);
                 }
-                json_decref(msg);
         }
 }
 
