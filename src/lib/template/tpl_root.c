@@ -243,8 +243,9 @@ static void mount_python_paths(const struct template_state *tpl)
 }
 
 /* The guest's /etc: the few files airlock writes itself, then the copies
- * of the host's few that libraries read (tpl_etc.c). Runs after the system directories are bound
- * into the new root, whose file systems the copied links may reach. */
+ * of the few of the host's that libraries read (tpl_etc.c). Runs after
+ * the system directories are bound into the new root, whose file systems
+ * the copied links may reach. */
 static void build_etc(const struct template_state *tpl)
 {
         make_dir(tpl, NEWROOT "/etc", 0755);
