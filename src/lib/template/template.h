@@ -1,6 +1,6 @@
-/* The process inside the isolation: the template (template.c), its
- * embedded interpreter (guestpy.c) and the guest's seccomp filter
- * (seccomp.c). */
+/* The process inside the isolation: the template (template.c and the
+ * tpl_*.c files, which share template_internal.h), its embedded
+ * interpreter (guestpy.c) and the guest's seccomp filter (seccomp.c). */
 #ifndef AIRLOCK_TEMPLATE_H
 #define AIRLOCK_TEMPLATE_H
 

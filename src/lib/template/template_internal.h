@@ -1,0 +1,269 @@
+/* What the files of the template share, and nothing the rest of the library
+ * needs (that is template.h): the template's state, one struct, and the
+ * functions one file of the template calls in another.
+ *
+ * The files, each calling only into those below it, so that no two depend
+ * on each other:
+ *
+ *   template.c      the template's life: parameters, setup, the loop that
+ *                   spawns copies, the live copies
+ *   tpl_copy.c      a copy's setup, up to the first byte it reads
+ *   tpl_prefault.c  the pages a copy will touch, learned from a probe
+ *   tpl_run.c       a copy serving the host: runs, the end of a run, the
+ *                   warming run
+ *   tpl_session.c   a copy as a session: pid 1, snapshots, restores
+ *   tpl_ns.c        namespaces and ids: the template's, each copy's user
+ *                   namespace, the Landlock scope
+ *   tpl_cgroup.c    per-copy cgroups
+ *   tpl_root.c      the guest's root, the mount helpers
+ *   tpl_etc.c       the guest's copy of a few files of the host's /etc
+ *   tpl_ctl.c       the template's ends of its sockets: failures, control
+ *                   bytes, fds, replies
+ *
+ * The template is a single-threaded process that forks copies. Its state
+ * is one static instance of struct template_state, defined inside
+ * template_main, which hands a pointer to it down to every function that
+ * reads or changes it, or that may end the template with tpl_fail() (which
+ * reports on the control socket held in it); const where a function only
+ * reads. So each signature says what a step depends on and whether it may
+ * change the state, and a function without that pointer touches none of
+ * it. A copy is a fork of the template: it holds its own copy of the
+ * instance, as of the fork; what it changes there (ctl_fd, the session's
+ * reap pipe) the template never sees. */
+#ifndef AIRLOCK_TEMPLATE_INTERNAL_H
+#define AIRLOCK_TEMPLATE_INTERNAL_H
+
+#include <dirent.h>
+#include <linux/filter.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "core/util.h"
+#include "core/wire.h"
+
+/* The new root is built on a tmpfs mounted over /tmp inside the template's
+ * own mount namespace; the host's /tmp is not touched. */
+#define NEWROOT "/tmp"
+
+/* How many times a copy goes through a run before it reports ready. The
+ * second pass reuses what the first allocated and freed, as the agent's
+ * run will: in ten alternating pairs of bench/bench_sandbox runs here, a
+ * second pass made every pair faster, the median of a fresh run going
+ * from 1.01-1.58 ms to 0.83-1.11 ms, for about 3 ms more of the copy's
+ * idle-priority preparation. */
+#define PREWARM_PASSES 2
+
+/* The most copies the template tracks at once (live_copies). */
+#define MAX_LIVE_COPIES 4096
+/* The most page ranges a probe's report keeps (tpl_prefault.c). */
+#define PREFAULT_MAX_RANGES 1024
+/* Copies' cgroups that the host is done with but that could not be
+ * removed yet (the copy was still exiting), retried at every wake-up: a
+ * copy's exit is one. Past the cap, the host removes what is left when it
+ * closes the sandbox. */
+#define MAX_PENDING_RM 256
+
+/* Cleanups beside core/util.h's, for the template's error paths: both fds
+ * of a pipe or socket pair, and a directory stream. tpl_close and
+ * tpl_close_pair close at once and leave -1 behind, where the moment of
+ * the close matters (before a cgroup is removed) in a variable that a
+ * cleanup would otherwise close later. None of them kills or reaps: a
+ * scope of the template that forks keeps its child's pid in the open. */
+static inline int tpl_close(int fd)
+{
+        closep(&fd);
+        return -1;
+}
+static inline void tpl_close_pair(int fds[2])
+{
+        fds[0] = tpl_close(fds[0]);
+        fds[1] = tpl_close(fds[1]);
+}
+static inline void tpl_close_pairp(int (*fds)[2])
+{
+        tpl_close_pair(*fds);
+}
+static inline void tpl_closedirp(DIR **d)
+{
+        if (*d) {
+                int saved = errno;
+                closedir(*d);
+                errno = saved;
+        }
+}
+#define _cleanup_close_pair_ _cleanup_(tpl_close_pairp)
+#define _cleanup_closedir_   _cleanup_(tpl_closedirp)
+
+/* A range of pages a copy will touch, learned from the probe. */
+typedef struct prefault_range {
+        uint64_t start, len;
+        uint64_t write; /* MADV_POPULATE_WRITE, else MADV_POPULATE_READ */
+} prefault_range;
+
+struct template_state {
+        /* --- set while the template starts, before the first copy --- */
+
+        /* The host's parameters: read_params, first of all; read-only
+         * from then on. */
+        template_params params;
+        /* The control socket to the host: TEMPLATE_CTL_FD in the template.
+         * tpl_copy_main sets it to -1 in every copy, where that fd number is
+         * the copy's channel, so that nothing meant for the host's control
+         * socket can ever be written there. */
+        int ctl_fd;
+        /* Whether this kernel's Landlock can scope abstract Unix sockets
+         * and signals (ABI 6, Linux 6.12): tpl_probe_landlock, once the
+         * namespaces are made. Read by spawn_copy and by every copy. */
+        bool landlock_scopes;
+        /* The guest's seccomp filter, built by template_main and loaded by
+         * every copy. */
+        struct sock_fprog guest_filter;
+        /* The mount options of a copy's /tmp and /output tmpfs, from the
+         * limits: template_main; read by every copy. */
+        char tmp_opts[128], out_opts[128];
+
+        /* --- changed by the template between copies; a copy sees them
+         * as they were when it was forked --- */
+
+        /* pidfds of the copies this template started that may still live:
+         * added by spawn_copy, dropped by forget_exited_copies. The copies
+         * are the host's children, but if the host dies (even by SIGKILL)
+         * the template sees its control socket close and ends them
+         * (tpl_host_gone), so no run outlives its host. */
+        int live_copies[MAX_LIVE_COPIES];
+        size_t n_live_copies;
+        /* A REQ_DONE record being read from the request socket, which may
+         * span two reads (requested_copies): the bytes of its number read
+         * so far (-1: none), and the number. */
+        int req_done_bytes;
+        uint32_t req_done_seq;
+        /* Whether the interpreter has been warmed up: template_main, after
+         * the first copy. Copies forked before do not pre-warm. */
+        bool warmed_up;
+        /* The cache builder (guest_start_cache_builder): 0 until it is
+         * started, then its pid (or < 0); template_main. cache_sealed:
+         * GUEST_CACHE_DIR is read-only in the template, set by
+         * tpl_settle_cache once the builder has exited; a copy made before
+         * makes its own view read-only (tpl_copy_main). */
+        pid_t cache_builder;
+        bool cache_sealed;
+        /* The pages a copy will touch (tpl_learn_prefault, after the second
+         * copy); every later copy populates them first
+         * (tpl_populate_learned). */
+        prefault_range prefault[PREFAULT_MAX_RANGES];
+        size_t n_prefault;
+        bool prefault_learned;
+        /* The number of the last copy's cgroup c<N> (tpl_cgroup_make),
+         * and the cgroups the host is done with that could not be removed
+         * yet (tpl_cgroup_done, tpl_cgroups_retry). */
+        unsigned copy_cgroup_seq;
+        uint32_t pending_rm[MAX_PENDING_RM];
+        size_t n_pending_rm;
+
+        /* --- per copy: set in a copy, never in the template --- */
+
+        /* The session's reap pipe, made when the host opens a session
+         * (tpl_session_open) and inherited by every process of it: pid 1
+         * writes a byte into it (reap_notify, pid 1's only) each time it
+         * has reaped something, so that a process waiting for others to be
+         * gone can sleep until the set of processes changed (reap_wait, see
+         * wait_until_gone). A guest can only write false wake-ups into it,
+         * or close it, which makes its own session's restore fail rather
+         * than wait. -1 outside a session. */
+        int reap_wait;
+        int reap_notify;
+};
+
+/* --- tpl_copy.c --- */
+
+/* A fresh copy, in the namespaces spawn_copy gave it: sets itself up,
+ * reports ready to the host with its /output fd, and serves it. */
+_Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
+                             const int procs[2]);
+
+/* --- tpl_prefault.c --- */
+
+/* In the warm template: learns the pages a copy touches from a probe. */
+void tpl_learn_prefault(struct template_state *tpl);
+/* In a new copy, before anything else touches memory: populates them. */
+void tpl_populate_learned(const struct template_state *tpl);
+
+/* --- tpl_run.c --- */
+
+/* The copy's loop: one run and exit, or a session. */
+_Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
+/* One whole single run of print(1) and the runtime's own warming code,
+ * its output to /dev/null, so that a copy has touched its pages before
+ * the agent's run. */
+void tpl_prewarm_copy(void);
+/* SCHED_IDLE while a copy is prepared, SCHED_OTHER once it serves. */
+void tpl_set_policy(int policy);
+
+/* --- tpl_session.c: the session ops of tpl_serve_host --- */
+
+void tpl_session_open(struct template_state *tpl, int chan);
+void tpl_session_snapshot(const struct template_state *tpl, int chan);
+void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg);
+void tpl_session_drop(json_t *msg);
+
+/* --- tpl_ns.c --- */
+
+/* The template's own namespaces and ids, then its root (tpl_build_root). */
+void tpl_setup_namespaces(const struct template_state *tpl);
+/* Sets landlock_scopes. */
+void tpl_probe_landlock(struct template_state *tpl);
+/* In a copy: scopes its abstract Unix sockets and signals to itself. */
+int tpl_scope_copy(const struct template_state *tpl);
+/* In a copy: maps its ids in its own user namespace and caps its
+ * counters. */
+int tpl_enter_own_user_namespace(void);
+
+/* --- tpl_cgroup.c --- */
+
+/* In the template: the next copy's cgroup, and the files the copy and the
+ * host need of it. */
+int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2], int *ret_oom);
+/* In a new copy, first of all: joins its cgroup. */
+int tpl_cgroup_join(const int procs[2]);
+/* The host is done with copy seq's cgroup. */
+void tpl_cgroup_done(struct template_state *tpl, uint32_t seq);
+/* Removes the cgroup of a copy that never reached the host. */
+void tpl_cgroup_remove(const struct template_state *tpl, unsigned seq);
+/* Retries the removals that could not be done yet. */
+void tpl_cgroups_retry(struct template_state *tpl);
+
+/* --- tpl_root.c --- */
+
+void tpl_build_root(const struct template_state *tpl);
+/* Makes the cache read-only once its builder has exited. */
+void tpl_settle_cache(struct template_state *tpl);
+/* Makes a mount read-only, nosuid, nodev unless dev_ok, noexec if asked,
+ * keeping the flags the kernel locked. */
+int tpl_make_readonly(const char *path, bool dev_ok, bool noexec);
+
+/* --- tpl_etc.c --- */
+
+/* Copies the few entries of the host's /etc the guest gets into the new
+ * root's /etc (in a child of the template). */
+void tpl_copy_host_etc(const struct template_state *tpl);
+
+/* --- tpl_ctl.c --- */
+
+/* Reports a failure to the host on the control socket and exits. */
+_Noreturn void tpl_fail(const struct template_state *tpl, int err, const char *feature,
+                        const char *fmt, ...) _printf_(4, 5);
+void tpl_ctl_send(const struct template_state *tpl, char c);
+/* A byte from the host; when the host is gone, tpl_host_gone. */
+char tpl_ctl_recv(const struct template_state *tpl);
+/* Ends every live copy, then the template. */
+_Noreturn void tpl_host_gone(const struct template_state *tpl);
+int tpl_send_fds(int sock, char tag, const char *text, const int *fds, size_t n);
+/* Sends one JSON frame and frees it, or ends this process if the host is
+ * gone. */
+void tpl_reply(int chan, json_t *msg);
+
+#endif

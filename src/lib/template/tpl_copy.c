@@ -1,0 +1,182 @@
+/* A copy's setup, from its first instruction to the first byte it reads
+ * from the host: the cgroup it joins, its own user namespace, its private
+ * /output, /tmp and /proc, its limits, the privileges it drops and the
+ * seccomp filter it loads. Everything here runs before any guest code.
+ *
+ * Copies of one template must never meet: a copy gets its own user, IPC,
+ * mount and PID namespace (spawn_copy's clone flags, template.c), its own
+ * cgroup where the host has cgroups, and a Landlock domain that scopes
+ * abstract Unix sockets and signals to it (or, on a kernel without Landlock
+ * scopes, its own network namespace, which costs about 0.4 ms of the
+ * template's time per copy here). */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "template/template.h"
+#include "template/template_internal.h"
+
+#ifndef MS_NOSYMFOLLOW
+#define MS_NOSYMFOLLOW 256
+#endif
+
+/* Caps on what a run may hold, as the rlimits of its own user namespace:
+ * the signals it may queue and the memory it may lock (counted per user
+ * namespace, so per run), and its main stack. */
+#define COPY_MAX_SIGPENDING 256
+#define COPY_MAX_MEMLOCK    (64u << 10)
+#define COPY_MAX_STACK      (8u << 20)
+
+static void set_limit(int resource, rlim_t value)
+{
+        struct rlimit rl = {value, value};
+        if (setrlimit(resource, &rl) < 0) {
+                /* Never raise past the hard limit we were given. */
+                struct rlimit cur;
+                if (getrlimit(resource, &cur) == 0 && cur.rlim_max < value) {
+                        rl.rlim_cur = rl.rlim_max = cur.rlim_max;
+                        setrlimit(resource, &rl);
+                }
+        }
+}
+
+/* Drops every capability for good: the bounding set (so no execve can
+ * regain any, even as uid 0 of the namespace), the ambient set, and the
+ * effective, permitted and inheritable sets. */
+static int drop_capabilities(void)
+{
+        /* EINVAL marks the first capability this kernel does not know:
+         * every one below it has been dropped. */
+        for (int cap = 0; cap <= 63; cap++) {
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+                        continue;
+                if (errno == EINVAL && cap > 0)
+                        break;
+                return -errno;
+        }
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                return -errno;
+        struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct data[2];
+        memset(data, 0, sizeof(data));
+        if (syscall(SYS_capset, &hdr, data) < 0)
+                return -errno;
+        return 0;
+}
+
+_Noreturn static void copy_fail(int chan, const char *fmt, ...) _printf_(2, 3);
+_Noreturn static void copy_fail(int chan, const char *fmt, ...)
+{
+        char buf[512];
+        buf[0] = COPY_ERROR;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(buf + 1, sizeof(buf) - 1, fmt, ap);
+        va_end(ap);
+        if (n > 0)
+                (void)!send(chan, buf, 1 + (size_t)MIN(n, (int)sizeof(buf) - 2), MSG_NOSIGNAL);
+        _exit(126);
+}
+
+/* A fresh copy: pid 1 of its own PID namespace, in its own mount namespace.
+ * It mounts its private /output, /tmp and /proc, hands the host its /output
+ * fd, drops every privilege, loads the seccomp filter, and waits for code.
+ * Everything here runs before any guest code. */
+_Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
+                             const int procs[2])
+{
+        const airlock_limits *lim = &tpl->params.limits;
+        /* Into the copy's own cgroup before it allocates anything, so that
+         * every page it writes from now on is charged to this run alone. */
+        int r = tpl_cgroup_join(procs);
+        if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 || dup3(chan, COPY_CHANNEL_FD, O_CLOEXEC) < 0)
+                _exit(126);
+        chan = COPY_CHANNEL_FD;
+        /* Nothing of the template's may reach the guest: not the control
+         * socket, not other copies' fds. */
+        syscall(SYS_close_range, COPY_CHANNEL_FD + 1, ~0u, 0);
+        tpl->ctl_fd = -1;
+        if (r < 0)
+                copy_fail(chan, "cannot join the run's cgroup: %s", strerror(-r));
+        r = tpl_enter_own_user_namespace();
+        if (r < 0)
+                copy_fail(chan, "cannot set up the run's user namespace: %s", strerror(-r));
+
+        tpl_populate_learned(tpl);
+        guest_after_fork_child(chan);
+
+        const unsigned long tmpfs_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOSYMFOLLOW;
+        if (mount("tmpfs", "/output", "tmpfs", tmpfs_flags, tpl->out_opts) < 0 &&
+            mount("tmpfs", "/output", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->out_opts) < 0)
+                copy_fail(chan, "cannot mount /output: %m");
+        if (mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags, tpl->tmp_opts) < 0 &&
+            mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->tmp_opts) < 0)
+                copy_fail(chan, "cannot mount /tmp: %m");
+        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                copy_fail(chan, "cannot mount /proc: %m");
+        /* The cache is still being filled for later copies: this one sees
+         * it read-only all the same. */
+        if (!tpl->cache_sealed && tpl_make_readonly(GUEST_CACHE_DIR, false, true) < 0)
+                copy_fail(chan, "cannot make %s read-only: %m", GUEST_CACHE_DIR);
+        int outdir = open("/output", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (outdir < 0)
+                copy_fail(chan, "cannot open /output: %m");
+        if (chdir("/tmp") < 0)
+                copy_fail(chan, "cannot enter /tmp: %m");
+
+        rlim_t cpu = (rlim_t)(lim->cpu_s > 0 ? lim->cpu_s : lim->timeout_s) + 1;
+        set_limit(RLIMIT_CPU, cpu);
+#if !defined(__SANITIZE_ADDRESS__)
+        /* Not under AddressSanitizer, whose shadow mappings count as data
+         * and exceed any sensible limit; the run's cgroup still applies. */
+        set_limit(RLIMIT_DATA, lim->memory_bytes);
+#endif
+        set_limit(RLIMIT_FSIZE, lim->max_file_bytes);
+        set_limit(RLIMIT_NOFILE, lim->open_files);
+        set_limit(RLIMIT_CORE, 0);
+        set_limit(RLIMIT_MSGQUEUE, 0);
+        /* Tasks of this user in the copy's own user namespace: the run's
+         * process limit (the host adds a cgroup limit where it can). */
+        set_limit(RLIMIT_NPROC, lim->pids + 4);
+        /* Counted per user namespace, so per run: signals a run may queue
+         * and memory it may lock. */
+        set_limit(RLIMIT_SIGPENDING, COPY_MAX_SIGPENDING);
+        set_limit(RLIMIT_MEMLOCK, COPY_MAX_MEMLOCK);
+        /* The main stack is not data: without this a host started with an
+         * unlimited stack would give the guest unlimited memory there. */
+        set_limit(RLIMIT_STACK, COPY_MAX_STACK);
+
+        r = drop_capabilities();
+        if (r < 0)
+                copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                copy_fail(chan, "cannot set no_new_privs: %m");
+        r = tpl_scope_copy(tpl);
+        if (r < 0)
+                copy_fail(chan, "cannot scope the run with Landlock: %s", strerror(-r));
+        if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->guest_filter) < 0)
+                copy_fail(chan, "cannot load the seccomp filter: %m");
+
+        /* The first copy is made before the template's own warm-up, for a
+         * new sandbox's first run, which is waited for: warming would only
+         * move the same work ahead of it. */
+        for (int pass = 0; tpl->warmed_up && pass < PREWARM_PASSES; pass++)
+                tpl_prewarm_copy();
+
+        if (tpl_send_fds(chan, COPY_READY, NULL, &outdir, 1) < 0)
+                _exit(126);
+        close(outdir);
+
+        tpl_serve_host(tpl, chan);
+}

@@ -1,0 +1,205 @@
+/* A copy serving the host: the loop that reads the host's frames (one run,
+ * or a session's runs, snapshots and restores), the end of a single run,
+ * and the warming run a copy goes through before it reports ready. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/channel.h"
+#include "core/util.h"
+#include "template/template.h"
+#include "template/template_internal.h"
+
+/* The number of threads of this process, from /proc/self/stat (field 20),
+ * or -1 when it cannot be read. */
+static int own_threads(void)
+{
+        char buf[1024];
+        ssize_t n;
+        {
+                _cleanup_close_ int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return -1;
+                n = read(fd, buf, sizeof(buf) - 1);
+        }
+        if (n <= 0)
+                return -1;
+        buf[n] = '\0';
+        /* The name (field 2) may hold spaces and parentheses: count fields
+         * from its closing parenthesis, after which field 3 starts. */
+        char *p = strrchr(buf, ')');
+        for (int field = 2; p && field < 20; field++)
+                p = strchr(p + 1, ' ');
+        return p ? atoi(p + 1) : -1;
+}
+
+/* Contract: called in a single run's copy, pid 1 of its PID namespace,
+ * after the guest's code has returned. Kills every other process of the
+ * namespace and reaps them all, then tells whether this process is left
+ * alone with a single thread. Only then can nothing of the guest's write
+ * to /output or the output pipes any more, and the host may capture at
+ * once rather than wait for this process's exit, which tears down the
+ * whole interpreter. A guest that fakes the answer (it owns this
+ * process's memory) only races its own capture, which is safe against
+ * concurrent writers by design. */
+static bool end_run_alone(void)
+{
+        /* As pid 1, kill(-1) reaches every other process of the namespace;
+         * orphans are re-parented to us, so reaping until ECHILD collects
+         * them all. Repeat until nothing is left to signal. */
+        for (int pass = 0; pass < 100; pass++) {
+                /* No child at all means no other process: orphans would be
+                 * ours. This is one cheap call, where kill(-1) walks every
+                 * process of the machine. */
+                if (waitpid(-1, NULL, WNOHANG | __WALL) < 0 && errno == ECHILD)
+                        return own_threads() == 1;
+                if (kill(-1, SIGKILL) < 0 && errno == ESRCH)
+                        return own_threads() == 1;
+                for (;;) {
+                        pid_t w = waitpid(-1, NULL, __WALL);
+                        if (w < 0 && errno != EINTR)
+                                break;
+                }
+        }
+        return false;
+}
+
+/* The "end" frame of a single run, the agent's or a pre-warm one. */
+static json_t *end_frame(const char *status, int exit_code, bool alone)
+{
+        return json_pack("{s:s, s:s, s:i, s:b}", WIRE_KEY_OP, WIRE_OP_END, WIRE_KEY_STATUS, status,
+                         WIRE_KEY_EXIT_CODE, exit_code, WIRE_KEY_ALONE, alone);
+}
+
+/* Copies are prepared at idle priority: the fork, the interpreter's
+ * after-fork work and the pre-warm run take some 10 ms of CPU here, and at
+ * normal priority they would delay whatever the host and its caller do
+ * meanwhile (an MCP client waiting for its answer, say). A host that finds
+ * no copy ready raises the template or the copy back to normal priority,
+ * which an unprivileged process may do for its own processes at nice 0,
+ * so a busy machine cannot starve a run of its copy. */
+void tpl_set_policy(int policy)
+{
+        struct sched_param sp = {0};
+        (void)sched_setscheduler(0, policy, &sp);
+}
+
+/* The copy's loop: one run and exit, or, once the host opens a session,
+ * runs, snapshots and restores until the host closes it. */
+_Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
+{
+        bool session = false, first = true;
+        frame_reader fr;
+        frame_reader_init(&fr, CHANNEL_MAX_FRAME);
+        for (;;) {
+                /* Freed at the end of each pass, also in the processes a
+                 * session op returns in (a fork's own copy of it). */
+                _cleanup_json_ json_t *msg = NULL;
+                if (frame_reader_feed(&fr, chan, &msg) != 1)
+                        _exit(0); /* the host is gone or closed this copy */
+                /* Prepared at idle priority; the host's work runs at normal
+                 * priority. */
+                if (first)
+                        tpl_set_policy(SCHED_OTHER);
+                first = false;
+                const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
+                op = op ? op : "";
+                if (strcmp(op, WIRE_OP_RUN) == 0) {
+                        json_t *jc = json_object_get(msg, WIRE_KEY_CODE);
+                        const char *code = json_string_value(jc);
+                        const char *status = WIRE_STATUS_ERROR;
+                        int exit_code =
+                            code ? guest_run(code, json_string_length(jc), true, &status) : 1;
+                        if (session) {
+                                tpl_reply(chan, json_pack("{s:s, s:s, s:i}", WIRE_KEY_OP,
+                                                          WIRE_OP_END, WIRE_KEY_STATUS, status,
+                                                          WIRE_KEY_EXIT_CODE, exit_code));
+                                continue;
+                        }
+                        /* A single run: when nothing else of the run is
+                         * left, close the output pipes and say so, so that
+                         * the host captures at once; otherwise the host
+                         * waits for the exit, which ends the rest. */
+                        bool alone = end_run_alone();
+                        if (alone)
+                                syscall(SYS_close_range, 1, 2, 0);
+                        tpl_reply(chan, end_frame(status, exit_code, alone));
+                        /* The exit tears down a whole interpreter, a
+                         * millisecond or more of CPU here. Alone, nobody
+                         * waits for it, so it runs at idle priority and
+                         * does not delay the host's capture and answer. */
+                        if (alone)
+                                tpl_set_policy(SCHED_IDLE);
+                        _exit(exit_code & 0xff);
+                } else if (strcmp(op, WIRE_OP_SESSION) == 0 && !session) {
+                        tpl_session_open(tpl, chan);
+                        session = true;
+                } else if (strcmp(op, WIRE_OP_SNAPSHOT) == 0 && session) {
+                        tpl_session_snapshot(tpl, chan);
+                } else if (strcmp(op, WIRE_OP_RESTORE) == 0 && session) {
+                        tpl_session_restore(tpl, chan, msg);
+                } else if (strcmp(op, WIRE_OP_DROP) == 0 && session) {
+                        tpl_session_drop(msg);
+                }
+        }
+}
+
+/* The warming run itself: the "run" frame written on one end of a socket
+ * pair and read from the other, as from the host, and the "end" frame
+ * written back. */
+static void prewarm_run(const int sv[2])
+{
+        /* Then the common paths of preloaded numpy and pandas, if any
+         * (runtime._prewarm): their pages are written by a copy here, at
+         * idle priority, and learned by the probe, not by the agent's run. */
+        json_t *msg =
+            json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE,
+                      "print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
+        int r = msg ? channel_send(sv[0], msg) : -ENOMEM;
+        json_decref(msg);
+        msg = NULL;
+        frame_reader fr;
+        frame_reader_init(&fr, CHANNEL_MAX_FRAME);
+        if (r >= 0 && frame_reader_feed(&fr, sv[1], &msg) == 1) {
+                json_t *jc = json_object_get(msg, WIRE_KEY_CODE);
+                const char *status = WIRE_STATUS_ERROR;
+                int exit_code =
+                    guest_run(json_string_value(jc), json_string_length(jc), false, &status);
+                _cleanup_json_ json_t *end = end_frame(status, exit_code, end_run_alone());
+                if (end)
+                        (void)channel_send(sv[1], end);
+        }
+        json_decref(msg);
+        frame_reader_free(&fr);
+}
+
+/* Warms a copy before it is needed by going through a whole single run
+ * once, with the output going to /dev/null: reading the "run" frame from a
+ * channel, running print(1), ending the run's processes and writing the
+ * "end" frame. On this kind of machine the first touch of each page in a
+ * new process costs microseconds (more for a copy-on-write fault), so
+ * every page the agent's run will touch is best touched here, off the
+ * critical path. */
+void tpl_prewarm_copy(void)
+{
+        _cleanup_close_ int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        _cleanup_close_ int saved_out = fcntl(1, F_DUPFD_CLOEXEC, 3);
+        _cleanup_close_ int saved_err = fcntl(2, F_DUPFD_CLOEXEC, 3);
+        _cleanup_close_pair_ int sv[2] = {-1, -1};
+        if (null >= 0 && saved_out >= 0 && saved_err >= 0 && dup2(null, 1) >= 0 &&
+            dup2(null, 2) >= 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0)
+                prewarm_run(sv);
+        /* Before the cleanups close the saved fds. */
+        if (saved_out >= 0)
+                dup2(saved_out, 1);
+        if (saved_err >= 0)
+                dup2(saved_err, 2);
+}
