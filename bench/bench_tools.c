@@ -1,6 +1,6 @@
 /* What a host tool call costs on top of the command itself.
  *
- * For each command: the median time of toolreg_call() (validation, spawn,
+ * For each command: the median time of tools_call() (validation, spawn,
  * stdin, stdout, JSON parse, reap) against the median time of starting the
  * same command alone with posix_spawn() and waiting for it (stdin and
  * stdout /dev/null). Also a C callback tool, where only validation and JSON
@@ -59,7 +59,7 @@ static double via_registry(const tool_registry *reg, const char *name, int n)
                 json_t *res = NULL;
                 char *msg = NULL;
                 uint64_t t0 = al_now_ns();
-                tool_fail f = toolreg_call(reg, name, args, &res, &msg);
+                tool_fail f = tools_call(reg, name, args, &res, &msg);
                 t[i] = al_now_ns() - t0;
                 if (f != TOOL_OK) {
                         fprintf(stderr, "bench_tools: %s failed: %s\n", name, msg);
@@ -103,8 +103,8 @@ int main(int argc, char **argv)
         airlock_tool_def def = {.name = "callback",
                                 .parameters_json = "{\"additionalProperties\":true}",
                                 .fn = echo_fn};
-        if (toolreg_new(&reg, &err) < 0 || toolreg_load_file(reg, file, 30, &err) < 0 ||
-            toolreg_add_callback(reg, &def, &err) < 0) {
+        if (tools_new(&reg, &err) < 0 || tools_load_file(reg, file, 30, &err) < 0 ||
+            tools_add_callback(reg, &def, &err) < 0) {
                 fprintf(stderr, "bench_tools: %s\n", err.message);
                 return 1;
         }
@@ -121,7 +121,7 @@ int main(int argc, char **argv)
         printf("%-34s %12.1f %12.1f %12.1f\n", "/usr/bin/python3 -S -c ...", py_bare, py_call,
                py_call - py_bare);
         printf("%-34s %12s %12.1f %12s\n", "C callback tool", "-", cb, "-");
-        toolreg_free(reg);
+        tools_free(reg);
         unlink(file);
         rmdir(dir);
         return 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a host tool call costs on top of the command it runs: builds
 # bench/bench_tools.c against the library and prints, per command, the median
-# time of starting it alone and of a full toolreg_call() (validation, spawn,
+# time of starting it alone and of a full tools_call() (validation, spawn,
 # arguments on stdin, JSON result on stdout, reap), and of a C callback tool.
 # usage: bench/bench_tools.sh [BUILD_DIR] [RUNS]
 set -euo pipefail

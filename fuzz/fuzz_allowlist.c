@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host/netpolicy.h"
+#include "host/allowlist.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -109,21 +109,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(fp);
 
         url_parts u = {0};
-        if (url_parse(url, &u, &err) >= 0) {
+        if (allowlist_parse_url(url, &u, &err) >= 0) {
                 if (!u.scheme || !u.host || !u.host[0] || !u.path || u.path[0] != '/' ||
                     u.port < 1 || u.port > 65535)
                         abort();
-                char *again = url_format(&u, true, false);
+                char *again = allowlist_format_url(&u, true, false);
                 if (again) {
                         url_parts v = {0};
                         /* The normalised form must parse and be stable. */
-                        if (url_parse(again, &v, &err) < 0)
+                        if (allowlist_parse_url(again, &v, &err) < 0)
                                 abort();
-                        char *twice = url_format(&v, true, false);
+                        char *twice = allowlist_format_url(&v, true, false);
                         if (twice && strcmp(again, twice) != 0)
                                 abort();
                         free(twice);
-                        url_parts_free(&v);
+                        allowlist_url_free(&v);
                         free(again);
                 }
                 const allow_entry *e = NULL;
@@ -133,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 abort();
                         lenient_check(u.path, e->path);
                 }
-                url_parts_free(&u);
+                allowlist_url_free(&u);
         }
 out:
         allowlist_free(al);

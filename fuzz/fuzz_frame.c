@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         json_t *j = NULL;
-        if (frame_parse((const char *)data, size, &j) >= 0) {
+        if (channel_frame_parse((const char *)data, size, &j) >= 0) {
                 if (!json_is_object(j))
                         abort();
                 json_decref(j);
@@ -35,10 +35,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         close(p[1]);
         frame_reader r;
-        frame_reader_init(&r, 4096);
+        channel_reader_init(&r, 4096);
         for (int i = 0; i < 100000; i++) {
                 json_t *msg = NULL;
-                int k = frame_reader_feed(&r, p[0], &msg);
+                int k = channel_reader_feed(&r, p[0], &msg);
                 if (k == 1) {
                         if (!json_is_object(msg))
                                 abort();
@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (k < 0)
                         break;
         }
-        frame_reader_free(&r);
+        channel_reader_free(&r);
         close(p[0]);
         return 0;
 }

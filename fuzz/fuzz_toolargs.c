@@ -30,14 +30,14 @@ static tool_registry *registry(void)
                                 .description = "fuzz target",
                                 .parameters_json = SCHEMA,
                                 .fn = never_called};
-        if (toolreg_new(&reg, &err) < 0 || toolreg_add_callback(reg, &def, &err) < 0)
+        if (tools_new(&reg, &err) < 0 || tools_add_callback(reg, &def, &err) < 0)
                 abort();
         return reg;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-        const tool_info *t = toolreg_find(registry(), "search");
+        const tool_info *t = tools_find(registry(), "search");
         if (!t)
                 abort();
         json_t *args = json_loadb((const char *)data, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);

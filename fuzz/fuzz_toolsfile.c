@@ -47,19 +47,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         tool_registry *reg = NULL;
         airlock_error err = {0};
-        if (toolreg_new(&reg, &err) < 0)
+        if (tools_new(&reg, &err) < 0)
                 abort();
-        int r = toolreg_load_file(reg, file, 30, &err);
+        int r = tools_load_file(reg, file, 30, &err);
         if (r < 0 && !err.message[0])
                 abort();
         if (r >= 0) {
-                for (size_t i = 0; i < toolreg_count(reg); i++) {
-                        const tool_info *t = toolreg_get(reg, i);
+                for (size_t i = 0; i < tools_count(reg); i++) {
+                        const tool_info *t = tools_get(reg, i);
                         if (!t || !t->name || !json_is_object(t->parameters))
                                 abort();
                 }
-                free(toolreg_fingerprint_text(reg));
+                free(tools_fingerprint_text(reg));
         }
-        toolreg_free(reg);
+        tools_free(reg);
         return 0;
 }

@@ -18,7 +18,7 @@ import builtins as _builtins
 import sys as _sys
 import types as _types
 
-import _airlock  # the native channel to the host (see guestpy.c)
+import _airlock  # the native channel to the host (see guest.c)
 
 __all__ = ["call_tool", "http_get", "http_post", "http_request"]
 
@@ -269,7 +269,7 @@ def _close_open_files():
     """Flushes and closes every open file object of the run, and closes
     every sqlite3 connection (which rolls back what was not committed and
     removes its journal, as its finaliser would). The template's own
-    objects are frozen out of the collector's lists (guestpy.c), so only
+    objects are frozen out of the collector's lists (guest.c), so only
     objects made in this copy are seen; stdin, stdout and stderr are
     among the template's. Wrappers close first: Python-level file classes
     (gzip, zipfile's), then text files, then buffered ones, then raw."""
@@ -322,7 +322,7 @@ def _close_open_files():
 #   under HOME, so the run does not spend a second rebuilding it;
 # - matplotlib.backend_bases gets a print_figure that marks each figure it
 #   writes, so a figure the code saved itself is not returned again;
-# - the backend module named by MPLBACKEND (guestpy.c), Agg with a show()
+# - the backend module named by MPLBACKEND (guest.c), Agg with a show()
 #   that returns the figures.
 
 

@@ -124,7 +124,7 @@ def test_guest_environment_is_fixed():
                        capture_output=True, text=True, timeout=120, env=env)
     r = json.loads(p.stdout)
     # Besides HOME, LANG and PATH, the variables libraries read when they
-    # load: thread pool sizes and matplotlib's backend (guestpy.c).
+    # load: thread pool sizes and matplotlib's backend (guest.c).
     assert r["stdout"] == ("['HOME', 'LANG', 'MKL_NUM_THREADS', 'MPLBACKEND', "
                            "'NUMEXPR_MAX_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', "
                            "'PATH']\n"), r

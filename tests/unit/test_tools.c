@@ -48,8 +48,8 @@ static tool_registry *load_sample(void)
 {
         tool_registry *reg;
         airlock_error err = {0};
-        assert_int_equal(toolreg_new(&reg, NULL), 0);
-        if (toolreg_load_file(reg, tools_file, 30, &err) < 0)
+        assert_int_equal(tools_new(&reg, NULL), 0);
+        if (tools_load_file(reg, tools_file, 30, &err) < 0)
                 fail_msg("loading %s: %s", tools_file, err.message);
         return reg;
 }
@@ -69,7 +69,7 @@ static tool_fail call(const tool_registry *reg, const char *name, const char *ar
         json_t *a = parse(args);
         json_t *res = NULL;
         char *msg = NULL;
-        tool_fail f = toolreg_call(reg, name, a, &res, &msg);
+        tool_fail f = tools_call(reg, name, a, &res, &msg);
         json_decref(a);
         if (f == TOOL_OK) {
                 assert_null(msg);
@@ -105,15 +105,15 @@ static void test_compute(void **state)
         /* stderr is the message when the exit status is not zero. */
         expect_fail(reg, "compute", "{\"operation\":\"divide\",\"a\":1,\"b\":0}", TOOL_FAIL_RUNTIME,
                     "division by zero");
-        const tool_info *t = toolreg_find(reg, "compute");
+        const tool_info *t = tools_find(reg, "compute");
         assert_non_null(t);
         assert_true(t->timeout_s == 10);
         assert_int_equal(t->approval, AIRLOCK_APPROVAL_NEVER);
         assert_true(t->cwd_fd >= 0);
         /* The default timeout applies when the file gives none. */
-        assert_true(toolreg_find(reg, "crash")->timeout_s == 30);
-        assert_true(toolreg_any_requires_approval(reg));
-        toolreg_free(reg);
+        assert_true(tools_find(reg, "crash")->timeout_s == 30);
+        assert_true(tools_any_requires_approval(reg));
+        tools_free(reg);
 }
 
 static void test_roundtrip_values(void **state)
@@ -128,14 +128,14 @@ static void test_roundtrip_values(void **state)
         json_t *in = parse(args);
         json_t *res = NULL;
         char *msg = NULL;
-        tool_fail f = toolreg_call(reg, "echo", in, &res, &msg);
+        tool_fail f = tools_call(reg, "echo", in, &res, &msg);
         if (f != TOOL_OK)
                 fail_msg("echo failed: %s", msg);
         assert_true(json_equal(in, res));
         assert_int_equal(json_string_length(json_object_get(res, "s")), 3);
         json_decref(in);
         json_decref(res);
-        toolreg_free(reg);
+        tools_free(reg);
 }
 
 static void test_misbehaving_commands(void **state)
@@ -164,7 +164,7 @@ static void test_misbehaving_commands(void **state)
         /* A flood on stderr is drained and dropped, not a deadlock. */
         assert_int_equal(call(reg, "stderrflood", "{}", &c), TOOL_OK);
         assert_string_equal(c, "[1]");
-        toolreg_free(reg);
+        tools_free(reg);
 }
 
 static void test_big_input_not_read(void **state)
@@ -178,7 +178,7 @@ static void test_big_input_not_read(void **state)
         s[n] = '\0';
         json_t *args = json_pack("{s:s}", "pad", s);
         free(s);
-        tool_info t = *toolreg_find(reg, "noread");
+        tool_info t = *tools_find(reg, "noread");
         char *in = json_dumps(args, JSON_COMPACT);
         json_t *res = NULL;
         char *msg = NULL;
@@ -188,13 +188,13 @@ static void test_big_input_not_read(void **state)
         json_decref(res);
         free(in);
         /* The same through the echo tool, which does read: it comes back. */
-        f = toolreg_call(reg, "echo", args, &res, &msg);
+        f = tools_call(reg, "echo", args, &res, &msg);
         if (f != TOOL_OK)
                 fail_msg("echo: %s", msg);
         assert_true(json_equal(args, res));
         json_decref(res);
         json_decref(args);
-        toolreg_free(reg);
+        tools_free(reg);
 }
 
 /* The run's deadline and cancellation bound a call too. */
@@ -206,11 +206,11 @@ static void test_call_bounds(void **state)
         char *msg = NULL;
         /* The hang tool's own timeout is 0.5 s; a nearer run deadline wins. */
         tool_call_bounds b = {.deadline_ns = al_now_ns() + 200000000ull, .cancel_fd = -1};
-        assert_int_equal(toolreg_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
+        assert_int_equal(tools_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
         assert_non_null(strstr(msg, "the run's time limit was reached while it ran"));
         free(msg);
         b.deadline_ns = al_now_ns() - 1;
-        assert_int_equal(toolreg_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
+        assert_int_equal(tools_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
         assert_non_null(strstr(msg, "was not started"));
         free(msg);
         /* A cancel fd that is readable stops the call. */
@@ -218,17 +218,17 @@ static void test_call_bounds(void **state)
         assert_int_equal(pipe2(p, O_CLOEXEC), 0);
         assert_int_equal(write(p[1], "x", 1), 1);
         b = (tool_call_bounds){.deadline_ns = 0, .cancel_fd = p[0]};
-        assert_int_equal(toolreg_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
+        assert_int_equal(tools_call_ex(reg, "hang", args, &b, &res, &msg), TOOL_FAIL_RUNTIME);
         assert_non_null(strstr(msg, "the run was cancelled"));
         free(msg);
         close(p[0]);
         close(p[1]);
         /* A far deadline changes nothing. */
         b = (tool_call_bounds){.deadline_ns = al_now_ns() + 60000000000ull, .cancel_fd = -1};
-        assert_int_equal(toolreg_call_ex(reg, "noread", args, &b, &res, &msg), TOOL_OK);
+        assert_int_equal(tools_call_ex(reg, "noread", args, &b, &res, &msg), TOOL_OK);
         json_decref(res);
         json_decref(args);
-        toolreg_free(reg);
+        tools_free(reg);
 }
 
 typedef struct thread_arg {
@@ -243,7 +243,7 @@ static void *thread_call(void *p)
         json_t *args = json_pack("{s:s,s:i,s:i}", "operation", "multiply", "a", a->i, "b", 3);
         json_t *res = NULL;
         char *msg = NULL;
-        if (toolreg_call(a->reg, "compute", args, &res, &msg) == TOOL_OK &&
+        if (tools_call(a->reg, "compute", args, &res, &msg) == TOOL_OK &&
             json_integer_value(json_object_get(res, "result")) == a->i * 3)
                 a->ok = 1;
         free(msg);
@@ -265,7 +265,7 @@ static void test_concurrent_calls(void **state)
                 pthread_join(th[i], NULL);
                 assert_int_equal(args[i].ok, 1);
         }
-        toolreg_free(reg);
+        tools_free(reg);
 }
 
 static void test_no_fd_leak(void **state)
@@ -280,7 +280,7 @@ static void test_no_fd_leak(void **state)
         int after = open("/dev/null", O_RDONLY | O_CLOEXEC);
         close(after);
         assert_int_equal(before, after);
-        toolreg_free(reg);
+        tools_free(reg);
 }
 
 /* ---- validation --------------------------------------------------------- */
@@ -331,12 +331,12 @@ static int dummy_fn(void *userdata, const char *args, char **ret, char **ret_err
 static void test_validation(void **state)
 {
         tool_registry *reg;
-        assert_int_equal(toolreg_new(&reg, NULL), 0);
+        assert_int_equal(tools_new(&reg, NULL), 0);
         airlock_tool_def def = {.name = "calc", .parameters_json = schema, .fn = dummy_fn};
         airlock_error err = {0};
-        if (toolreg_add_callback(reg, &def, &err) < 0)
+        if (tools_add_callback(reg, &def, &err) < 0)
                 fail_msg("add: %s", err.message);
-        const tool_info *t = toolreg_find(reg, "calc");
+        const tool_info *t = tools_find(reg, "calc");
         for (size_t i = 0; i < ARRAY_SIZE(validate_cases); i++) {
                 const validate_case *c = &validate_cases[i];
                 json_t *a = parse(c->args);
@@ -372,7 +372,7 @@ static void test_validation(void **state)
         assert_int_equal(tools_validate(t, big, &e), -E2BIG);
         assert_non_null(strstr(e.message, "more than the limit of 1048576"));
         json_decref(big);
-        toolreg_free(reg);
+        tools_free(reg);
 }
 
 /* ---- callback tools ----------------------------------------------------- */
@@ -398,7 +398,7 @@ static int cb_tool(void *userdata, const char *args, char **ret, char **ret_err)
 static void test_callbacks(void **state)
 {
         tool_registry *reg;
-        assert_int_equal(toolreg_new(&reg, NULL), 0);
+        assert_int_equal(tools_new(&reg, NULL), 0);
         const char *modes[] = {"echo", "fail", "failnomsg", "garbage", "scalar", "none"};
         for (size_t i = 0; i < ARRAY_SIZE(modes); i++) {
                 airlock_tool_def def = {.name = modes[i],
@@ -406,12 +406,12 @@ static void test_callbacks(void **state)
                                         .parameters_json = "{\"additionalProperties\":true}",
                                         .fn = cb_tool,
                                         .userdata = (void *)modes[i]};
-                assert_int_equal(toolreg_add_callback(reg, &def, NULL), 0);
+                assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
         }
         json_t *in = parse("{\"s\":\"x\\u0000y\\u00e9\",\"l\":[{\"a\":null}]}");
         json_t *res = NULL;
         char *msg = NULL;
-        assert_int_equal(toolreg_call(reg, "echo", in, &res, &msg), TOOL_OK);
+        assert_int_equal(tools_call(reg, "echo", in, &res, &msg), TOOL_OK);
         assert_true(json_equal(in, res));
         json_decref(res);
         json_decref(in);
@@ -422,7 +422,7 @@ static void test_callbacks(void **state)
         _cleanup_free_ char *out = NULL;
         assert_int_equal(call(reg, "scalar", "{}", &out), TOOL_OK);
         assert_string_equal(out, "42");
-        toolreg_free(reg);
+        tools_free(reg);
 }
 
 /* ---- registry rules ----------------------------------------------------- */
@@ -430,38 +430,38 @@ static void test_callbacks(void **state)
 static void test_registry_rules(void **state)
 {
         tool_registry *reg;
-        assert_int_equal(toolreg_new(&reg, NULL), 0);
+        assert_int_equal(tools_new(&reg, NULL), 0);
         airlock_tool_def def = {.name = "a", .fn = dummy_fn};
-        assert_int_equal(toolreg_add_callback(reg, &def, NULL), 0);
+        assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
         def.name = "b";
-        assert_int_equal(toolreg_add_callback(reg, &def, NULL), 0);
+        assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
         /* The same name replaces the tool and moves it last. */
         def.name = "a";
         def.description = "second";
         def.approval = AIRLOCK_APPROVAL_ALWAYS;
-        assert_int_equal(toolreg_add_callback(reg, &def, NULL), 0);
-        assert_int_equal(toolreg_count(reg), 2);
-        assert_string_equal(toolreg_get(reg, 0)->name, "b");
-        assert_string_equal(toolreg_get(reg, 1)->name, "a");
-        assert_string_equal(toolreg_get(reg, 1)->description, "second");
-        assert_true(toolreg_any_requires_approval(reg));
+        assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
+        assert_int_equal(tools_count(reg), 2);
+        assert_string_equal(tools_get(reg, 0)->name, "b");
+        assert_string_equal(tools_get(reg, 1)->name, "a");
+        assert_string_equal(tools_get(reg, 1)->description, "second");
+        assert_true(tools_any_requires_approval(reg));
         /* Parameters default to an object schema. */
-        assert_true(json_is_object(toolreg_get(reg, 1)->parameters));
+        assert_true(json_is_object(tools_get(reg, 1)->parameters));
 
         airlock_error err = {0};
         def.name = "execute_code";
-        assert_int_equal(toolreg_add_callback(reg, &def, &err), -EINVAL);
+        assert_int_equal(tools_add_callback(reg, &def, &err), -EINVAL);
         assert_non_null(strstr(err.message, "reserved"));
         const char *bad_names[] = {
             "", "has space", "semi;colon", "ünï",
             "x2345678901234567890123456789012345678901234567890123456789012345"};
         for (size_t i = 0; i < ARRAY_SIZE(bad_names); i++) {
                 def.name = bad_names[i];
-                assert_int_equal(toolreg_add_callback(reg, &def, &err), -EINVAL);
+                assert_int_equal(tools_add_callback(reg, &def, &err), -EINVAL);
         }
         def.name = "ok.name-1_2";
         def.fn = NULL;
-        assert_int_equal(toolreg_add_callback(reg, &def, &err), -EINVAL);
+        assert_int_equal(tools_add_callback(reg, &def, &err), -EINVAL);
         def.fn = dummy_fn;
         const char *bad_schemas[][2] = {
             {"[1]", "must be a JSON object"},
@@ -475,17 +475,17 @@ static void test_registry_rules(void **state)
         };
         for (size_t i = 0; i < ARRAY_SIZE(bad_schemas); i++) {
                 def.parameters_json = bad_schemas[i][0];
-                int r = toolreg_add_callback(reg, &def, &err);
+                int r = tools_add_callback(reg, &def, &err);
                 if (r != -EINVAL || !strstr(err.message, bad_schemas[i][1]))
                         fail_msg("schema %s: got %d '%s'", bad_schemas[i][0], r, err.message);
         }
-        assert_int_equal(toolreg_count(reg), 2);
+        assert_int_equal(tools_count(reg), 2);
 
-        assert_int_equal(toolreg_remove(reg, "zzz", &err), -ENOENT);
+        assert_int_equal(tools_remove(reg, "zzz", &err), -ENOENT);
         assert_non_null(strstr(err.message, "'zzz'"));
-        assert_int_equal(toolreg_remove(reg, "b", NULL), 0);
-        assert_int_equal(toolreg_count(reg), 1);
-        assert_false(toolreg_find(reg, "b"));
+        assert_int_equal(tools_remove(reg, "b", NULL), 0);
+        assert_int_equal(tools_count(reg), 1);
+        assert_false(tools_find(reg, "b"));
 
         /* The count cap; replacing does not count. */
         char name[32];
@@ -493,13 +493,13 @@ static void test_registry_rules(void **state)
         for (int i = 0; i < TOOLS_MAX_TOOLS - 1; i++) {
                 snprintf(name, sizeof(name), "t%d", i);
                 def.name = name;
-                assert_int_equal(toolreg_add_callback(reg, &def, NULL), 0);
+                assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
         }
         def.name = "one_too_many";
-        assert_int_equal(toolreg_add_callback(reg, &def, &err), -E2BIG);
+        assert_int_equal(tools_add_callback(reg, &def, &err), -E2BIG);
         def.name = "t5";
-        assert_int_equal(toolreg_add_callback(reg, &def, NULL), 0);
-        toolreg_free(reg);
+        assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
+        tools_free(reg);
 }
 
 static void test_clone_and_fingerprint(void **state)
@@ -507,14 +507,14 @@ static void test_clone_and_fingerprint(void **state)
         tool_registry *reg = load_sample(), *copy;
         int x = 1, y = 2;
         airlock_tool_def def = {.name = "cb", .fn = dummy_fn, .userdata = &x};
-        assert_int_equal(toolreg_add_callback(reg, &def, NULL), 0);
-        assert_int_equal(toolreg_clone(reg, &copy, NULL), 0);
-        _cleanup_free_ char *f1 = toolreg_fingerprint_text(reg);
-        _cleanup_free_ char *f2 = toolreg_fingerprint_text(copy);
+        assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
+        assert_int_equal(tools_clone(reg, &copy, NULL), 0);
+        _cleanup_free_ char *f1 = tools_fingerprint_text(reg);
+        _cleanup_free_ char *f2 = tools_fingerprint_text(copy);
         assert_non_null(f1);
         assert_string_equal(f1, f2);
         assert_non_null(strstr(f1, "\"command\":[\"python3\",\"compute.py\"]"));
-        toolreg_free(reg);
+        tools_free(reg);
         /* The copy works on its own (its own folder descriptor). */
         _cleanup_free_ char *out = NULL;
         assert_int_equal(
@@ -522,10 +522,10 @@ static void test_clone_and_fingerprint(void **state)
         assert_string_equal(out, "{\"result\":-1}");
         /* Other userdata is another tool. */
         def.userdata = &y;
-        assert_int_equal(toolreg_add_callback(copy, &def, NULL), 0);
-        _cleanup_free_ char *f3 = toolreg_fingerprint_text(copy);
+        assert_int_equal(tools_add_callback(copy, &def, NULL), 0);
+        _cleanup_free_ char *f3 = tools_fingerprint_text(copy);
         assert_string_not_equal(f2, f3);
-        toolreg_free(copy);
+        tools_free(copy);
 }
 
 /* ---- the tools file ----------------------------------------------------- */
@@ -599,12 +599,12 @@ static void test_tools_file_errors(void **state)
                 fputs(c->text, f);
                 fclose(f);
                 tool_registry *reg;
-                assert_int_equal(toolreg_new(&reg, NULL), 0);
+                assert_int_equal(tools_new(&reg, NULL), 0);
                 /* An existing tool survives a file that fails (all or nothing). */
                 airlock_tool_def def = {.name = "keep", .fn = dummy_fn};
-                assert_int_equal(toolreg_add_callback(reg, &def, NULL), 0);
+                assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
                 airlock_error err = {0};
-                int r = toolreg_load_file(reg, file, 7, &err);
+                int r = tools_load_file(reg, file, 7, &err);
                 if (r != c->code)
                         fail_msg("file %s: got %d (%s), want %d", c->text, r, err.message, c->code);
                 if (r < 0) {
@@ -612,9 +612,9 @@ static void test_tools_file_errors(void **state)
                                 fail_msg("file %s: message '%s' lacks '%s' or the file name",
                                          c->text, err.message, c->part);
                         assert_string_equal(err.path, file);
-                        assert_int_equal(toolreg_count(reg), 1);
+                        assert_int_equal(tools_count(reg), 1);
                 }
-                toolreg_free(reg);
+                tools_free(reg);
         }
         /* The relative command runs in the file's folder, whatever the
          * working directory of the caller. */
@@ -622,9 +622,9 @@ static void test_tools_file_errors(void **state)
         fputs("{\"tools\":[{\"name\":\"t\",\"command\":[\"./echo.sh\"]}]}", f);
         fclose(f);
         tool_registry *reg;
-        assert_int_equal(toolreg_new(&reg, NULL), 0);
-        assert_int_equal(toolreg_load_file(reg, file, 7, NULL), 0);
-        assert_true(toolreg_find(reg, "t")->timeout_s == 7);
+        assert_int_equal(tools_new(&reg, NULL), 0);
+        assert_int_equal(tools_load_file(reg, file, 7, NULL), 0);
+        assert_true(tools_find(reg, "t")->timeout_s == 7);
         _cleanup_free_ char *out = NULL;
         char cwd[PATH_MAX];
         assert_non_null(getcwd(cwd, sizeof(cwd)));
@@ -632,23 +632,23 @@ static void test_tools_file_errors(void **state)
         assert_int_equal(call(reg, "t", "{}", &out), TOOL_OK);
         assert_int_equal(chdir(cwd), 0);
         assert_string_equal(out, "{}");
-        toolreg_free(reg);
+        tools_free(reg);
 
         /* Not a regular file, too big, missing. */
-        assert_int_equal(toolreg_new(&reg, NULL), 0);
+        assert_int_equal(tools_new(&reg, NULL), 0);
         airlock_error err = {0};
-        assert_int_equal(toolreg_load_file(reg, dir, 7, &err), -EINVAL);
+        assert_int_equal(tools_load_file(reg, dir, 7, &err), -EINVAL);
         assert_non_null(strstr(err.message, "not a regular file"));
         f = fopen(file, "w");
         for (int i = 0; i < 70000; i++)
                 fputs("                ", f);
         fclose(f);
-        assert_int_equal(toolreg_load_file(reg, file, 7, &err), -EFBIG);
+        assert_int_equal(tools_load_file(reg, file, 7, &err), -EFBIG);
         assert_non_null(strstr(err.message, "larger than 1048576"));
         unlink(file);
-        assert_int_equal(toolreg_load_file(reg, file, 7, &err), -ENOENT);
+        assert_int_equal(tools_load_file(reg, file, 7, &err), -ENOENT);
         assert_non_null(strstr(err.message, file));
-        toolreg_free(reg);
+        tools_free(reg);
         unlink(script);
         rmdir(dir);
 }
@@ -670,22 +670,22 @@ static void test_tools_files_merge(void **state)
         write_text(c, "{\"tools\":[{\"name\":\"three\",\"command\":[\"true\"]},"
                       "{\"name\":\"one\",\"command\":[\"false\"]}]}");
         tool_registry *reg;
-        assert_int_equal(toolreg_new(&reg, NULL), 0);
-        assert_int_equal(toolreg_load_file(reg, a, 7, NULL), 0);
-        assert_int_equal(toolreg_load_file(reg, b, 7, NULL), 0);
-        assert_int_equal(toolreg_count(reg), 2);
-        assert_non_null(toolreg_find(reg, "one"));
-        assert_non_null(toolreg_find(reg, "two"));
+        assert_int_equal(tools_new(&reg, NULL), 0);
+        assert_int_equal(tools_load_file(reg, a, 7, NULL), 0);
+        assert_int_equal(tools_load_file(reg, b, 7, NULL), 0);
+        assert_int_equal(tools_count(reg), 2);
+        assert_non_null(tools_find(reg, "one"));
+        assert_non_null(tools_find(reg, "two"));
         airlock_error err = {0};
-        assert_int_equal(toolreg_load_file(reg, c, 7, &err), -EEXIST);
+        assert_int_equal(tools_load_file(reg, c, 7, &err), -EEXIST);
         assert_non_null(strstr(err.message, "'one'"));
         assert_non_null(strstr(err.message, "/a.json"));
         assert_non_null(strstr(err.message, "/c.json"));
-        assert_int_equal(toolreg_count(reg), 2);
-        assert_null(toolreg_find(reg, "three"));
-        assert_int_equal(toolreg_load_file(reg, a, 7, NULL), 0);
-        assert_int_equal(toolreg_count(reg), 2);
-        toolreg_free(reg);
+        assert_int_equal(tools_count(reg), 2);
+        assert_null(tools_find(reg, "three"));
+        assert_int_equal(tools_load_file(reg, a, 7, NULL), 0);
+        assert_int_equal(tools_count(reg), 2);
+        tools_free(reg);
         unlink(a);
         unlink(b);
         unlink(c);

@@ -1,4 +1,4 @@
-/* Change detection with inotify (fsx/watch.c): a call on an unchanged tree
+/* Change detection with inotify (fsx/fsx_watch.c): a call on an unchanged tree
  * does not walk it, and every kind of change makes the next call walk and
  * give exactly the signature fsx_tree_signature gives; links fail closed;
  * past the watch cap every call walks, still correct; the safety period
@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "common/fsx_test.h"
-#include "fsx/watch.h"
+#include "fsx/fsx_watch.h"
 
 #include <sys/mman.h>
 

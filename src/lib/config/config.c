@@ -5,7 +5,7 @@
 
 #include "fsx/fsx.h"
 #include "config/limits.h"
-#include "config/pythonpath.h"
+#include "config/pypath.h"
 #include "core/util.h"
 
 #define CONFIG_MAX_MOUNTS   256
@@ -20,7 +20,7 @@ int airlock_config_new(airlock_config **ret, airlock_error *err)
         airlock_limits_default(&c->limits);
         int r = allowlist_new(&c->allow, err);
         if (r >= 0)
-                r = toolreg_new(&c->tools, err);
+                r = tools_new(&c->tools, err);
         if (r < 0) {
                 airlock_config_free(c);
                 return r;
@@ -46,7 +46,7 @@ void airlock_config_free(airlock_config *c)
         }
         free(c->mounts);
         allowlist_free(c->allow);
-        toolreg_free(c->tools);
+        tools_free(c->tools);
         for (size_t i = 0; i < c->n_preloads; i++)
                 free(c->preloads[i]);
         free(c->preloads);
@@ -124,21 +124,21 @@ int airlock_config_load_tools(airlock_config *c, const char *file, airlock_error
 {
         airlock_error_clear(err);
         config_changed(c);
-        return toolreg_load_file(c->tools, file, c->limits.tool_timeout_s, err);
+        return tools_load_file(c->tools, file, c->limits.tool_timeout_s, err);
 }
 
 int airlock_config_add_tool(airlock_config *c, const airlock_tool_def *def, airlock_error *err)
 {
         airlock_error_clear(err);
         config_changed(c);
-        return toolreg_add_callback(c->tools, def, err);
+        return tools_add_callback(c->tools, def, err);
 }
 
 int airlock_config_remove_tool(airlock_config *c, const char *name, airlock_error *err)
 {
         airlock_error_clear(err);
         config_changed(c);
-        return toolreg_remove(c->tools, name, err);
+        return tools_remove(c->tools, name, err);
 }
 
 int airlock_config_set_limits(airlock_config *c, const airlock_limits *l, airlock_error *err)
@@ -236,7 +236,7 @@ size_t airlock_config_allow_count(const airlock_config *c)
 
 airlock_approval airlock_config_effective_approval(const airlock_config *c)
 {
-        if (c->approval == AIRLOCK_APPROVAL_ALWAYS || toolreg_any_requires_approval(c->tools))
+        if (c->approval == AIRLOCK_APPROVAL_ALWAYS || tools_any_requires_approval(c->tools))
                 return AIRLOCK_APPROVAL_ALWAYS;
         return AIRLOCK_APPROVAL_NEVER;
 }
@@ -292,7 +292,7 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
         }
         r = allowlist_clone(src->allow, &c->allow, err);
         if (r >= 0)
-                r = toolreg_clone(src->tools, &c->tools, err);
+                r = tools_clone(src->tools, &c->tools, err);
         if (r < 0) {
                 airlock_config_free(c);
                 return r;

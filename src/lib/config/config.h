@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 
 #include "airlock.h"
-#include "host/netpolicy.h"
+#include "host/allowlist.h"
 #include "host/tools.h"
 
 typedef struct config_mount {

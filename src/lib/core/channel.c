@@ -11,20 +11,20 @@
 
 #include "core/util.h"
 
-void frame_reader_init(frame_reader *r, size_t max)
+void channel_reader_init(frame_reader *r, size_t max)
 {
         memset(r, 0, sizeof(*r));
         r->max = max ? max : CHANNEL_MAX_FRAME;
 }
 
-void frame_reader_free(frame_reader *r)
+void channel_reader_free(frame_reader *r)
 {
         free(r->body);
         r->body = NULL;
         r->hdr_got = r->need = r->got = 0;
 }
 
-int frame_parse(const char *body, size_t len, json_t **ret)
+int channel_frame_parse(const char *body, size_t len, json_t **ret)
 {
         json_error_t jerr;
         /* NUL is legal inside JSON strings ("\u0000"); allow it so tool
@@ -45,7 +45,7 @@ static ssize_t reader_read(const frame_reader *r, int fd, void *buf, size_t len)
         return r->nonblock ? recv(fd, buf, len, MSG_DONTWAIT) : read(fd, buf, len);
 }
 
-int frame_reader_feed(frame_reader *r, int fd, json_t **ret)
+int channel_reader_feed(frame_reader *r, int fd, json_t **ret)
 {
         for (;;) {
                 if (r->hdr_got < 4) {
@@ -86,7 +86,7 @@ int frame_reader_feed(frame_reader *r, int fd, json_t **ret)
                         r->got += (size_t)n;
                 }
                 json_t *j = NULL;
-                int k = frame_parse(r->body, r->need, &j);
+                int k = channel_frame_parse(r->body, r->need, &j);
                 free(r->body);
                 r->body = NULL;
                 r->hdr_got = 0;

@@ -25,17 +25,17 @@ typedef struct frame_reader {
         size_t max;
 } frame_reader;
 
-void frame_reader_init(frame_reader *r, size_t max);
-void frame_reader_free(frame_reader *r);
+void channel_reader_init(frame_reader *r, size_t max);
+void channel_reader_free(frame_reader *r);
 
 /* Reads what is available from fd. Returns 1 and a parsed JSON object in
  * *ret when a frame is complete, 0 when more bytes are needed (EAGAIN),
  * -EPIPE at end of stream (-EPROTO if it ends inside a frame), -EMSGSIZE for
  * a frame over the cap, -EBADMSG for a body that is not a JSON object. */
-int frame_reader_feed(frame_reader *r, int fd, json_t **ret);
+int channel_reader_feed(frame_reader *r, int fd, json_t **ret);
 
 /* Parses one complete frame body (exposed for the fuzzer). */
-int frame_parse(const char *body, size_t len, json_t **ret);
+int channel_frame_parse(const char *body, size_t len, json_t **ret);
 
 /* Sends msg as one frame (blocking, MSG_NOSIGNAL). */
 int channel_send(int fd, const json_t *msg);

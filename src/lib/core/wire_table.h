@@ -91,7 +91,7 @@
         X(KEEP)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's
- * _run, template/guestpy.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"
+ * _run, template/guest.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"
  * is the run's own MemoryError, which the host reports as the run
  * exceeding its memory limit; a MemoryError that the host raised for its
  * own lack of memory (WIRE_ERRORS) is an ordinary "error". */

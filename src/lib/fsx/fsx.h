@@ -108,7 +108,7 @@ void fsx_staging_remove(fsx_staging *staging);
 int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
                        char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
 
-/* ---- issue 21: hooks for change detection (fsx/watch.c) ---- */
+/* ---- issue 21: hooks for change detection (fsx/fsx_watch.c) ---- */
 
 /* Called by fsx_tree_signature_hooked for the root (is_root, a file or a
  * directory) and for every directory the walk enters, with the checked fd

@@ -620,7 +620,7 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                         const airlock_limits *lim, uint64_t deadline_ns, int cancel_fd,
                         json_t **ret_response, airlock_error *err)
 {
-        _cleanup_free_ char *url = url_format(u, true, true);
+        _cleanup_free_ char *url = allowlist_format_url(u, true, true);
         if (!url)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         struct curl_slist *resolve = NULL;
@@ -775,7 +775,7 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
                 return al_error(err, -EINVAL, NULL, "the URL contains a NUL character");
 
         url_parts u = {0};
-        int r = url_parse(json_string_value(ju), &u, err);
+        int r = allowlist_parse_url(json_string_value(ju), &u, err);
         if (r == -EACCES && err) {
                 /* A path refused as a way out of the allowed one is a
                  * refusal like the allow-list's: it names the method too. */
@@ -785,7 +785,7 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
         }
         if (r < 0)
                 return r;
-        _cleanup_free_ char *shown_full = url_format(&u, true, false);
+        _cleanup_free_ char *shown_full = allowlist_format_url(&u, true, false);
         char shown[240];
         snprintf(shown, sizeof(shown), "%.200s%s", shown_full ? shown_full : u.host,
                  shown_full && strlen(shown_full) > 200 ? "..." : "");
@@ -858,6 +858,6 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
 out:
         cu.slist_free_all(headers);
         free(body);
-        url_parts_free(&u);
+        allowlist_url_free(&u);
         return r;
 }

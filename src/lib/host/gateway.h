@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 
 #include "airlock.h"
-#include "host/netpolicy.h"
+#include "host/allowlist.h"
 
 /* Performs request, a JSON object {"method", "url", "headers": {name: value},
  * "body_base64"} from the guest. Checks: method and URL against the list

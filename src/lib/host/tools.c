@@ -85,7 +85,7 @@ static int tool_copy(const tool_info *src, tool_info *dst)
 
 /* ---- the registry ------------------------------------------------------- */
 
-int toolreg_new(tool_registry **ret, airlock_error *err)
+int tools_new(tool_registry **ret, airlock_error *err)
 {
         tool_registry *reg = calloc(1, sizeof(*reg));
         if (!reg)
@@ -94,7 +94,7 @@ int toolreg_new(tool_registry **ret, airlock_error *err)
         return 0;
 }
 
-void toolreg_free(tool_registry *reg)
+void tools_free(tool_registry *reg)
 {
         if (!reg)
                 return;
@@ -104,7 +104,7 @@ void toolreg_free(tool_registry *reg)
         free(reg);
 }
 
-int toolreg_clone(const tool_registry *reg, tool_registry **ret, airlock_error *err)
+int tools_clone(const tool_registry *reg, tool_registry **ret, airlock_error *err)
 {
         tool_registry *c = calloc(1, sizeof(*c));
         if (!c)
@@ -116,7 +116,7 @@ int toolreg_clone(const tool_registry *reg, tool_registry **ret, airlock_error *
         for (size_t i = 0; i < reg->n; i++) {
                 int r = tool_copy(&reg->tools[i], &c->tools[i]);
                 if (r < 0) {
-                        toolreg_free(c);
+                        tools_free(c);
                         return al_error(err, r, NULL, "cannot copy tool '%s': %s",
                                         reg->tools[i].name, strerror(-r));
                 }
@@ -126,17 +126,17 @@ int toolreg_clone(const tool_registry *reg, tool_registry **ret, airlock_error *
         return 0;
 }
 
-size_t toolreg_count(const tool_registry *reg)
+size_t tools_count(const tool_registry *reg)
 {
         return reg ? reg->n : 0;
 }
 
-const tool_info *toolreg_get(const tool_registry *reg, size_t i)
+const tool_info *tools_get(const tool_registry *reg, size_t i)
 {
         return reg && i < reg->n ? &reg->tools[i] : NULL;
 }
 
-const tool_info *toolreg_find(const tool_registry *reg, const char *name)
+const tool_info *tools_find(const tool_registry *reg, const char *name)
 {
         for (size_t i = 0; name && reg && i < reg->n; i++)
                 if (strcmp(reg->tools[i].name, name) == 0)
@@ -144,7 +144,7 @@ const tool_info *toolreg_find(const tool_registry *reg, const char *name)
         return NULL;
 }
 
-bool toolreg_any_requires_approval(const tool_registry *reg)
+bool tools_any_requires_approval(const tool_registry *reg)
 {
         for (size_t i = 0; reg && i < reg->n; i++)
                 if (reg->tools[i].approval == AIRLOCK_APPROVAL_ALWAYS)
@@ -293,7 +293,7 @@ static int registry_put(tool_registry *reg, tool_info *t, airlock_error *err)
         return 0;
 }
 
-int toolreg_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err)
+int tools_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err)
 {
         if (!def)
                 return al_error(err, -EINVAL, NULL, "tool definition is NULL");
@@ -342,7 +342,7 @@ int toolreg_add_callback(tool_registry *reg, const airlock_tool_def *def, airloc
         return r;
 }
 
-int toolreg_remove(tool_registry *reg, const char *name, airlock_error *err)
+int tools_remove(tool_registry *reg, const char *name, airlock_error *err)
 {
         for (size_t i = 0; name && i < reg->n; i++) {
                 if (strcmp(reg->tools[i].name, name) == 0) {
@@ -525,8 +525,8 @@ static int file_read_capped(const char *path, char **ret, size_t *ret_len, airlo
         return 0;
 }
 
-int toolreg_load_file(tool_registry *reg, const char *path, double default_timeout_s,
-                      airlock_error *err)
+int tools_load_file(tool_registry *reg, const char *path, double default_timeout_s,
+                    airlock_error *err)
 {
         if (!path || !*path)
                 return al_error(err, -EINVAL, NULL, "tools file path is empty");
@@ -605,7 +605,7 @@ int toolreg_load_file(tool_registry *reg, const char *path, double default_timeo
          * replaces its own tools, and so would a callback tool's name. */
         size_t fresh = 0;
         for (size_t i = 0; i < n_parsed; i++) {
-                const tool_info *old = toolreg_find(reg, parsed[i].name);
+                const tool_info *old = tools_find(reg, parsed[i].name);
                 if (old && old->file && strcmp(old->file, file_abs) != 0) {
                         r = al_error(err, -EEXIST, path,
                                      "tool '%s' is declared in both %s and %s; rename one of "
@@ -865,16 +865,16 @@ static tool_fail call_callback(const tool_info *t, const char *input, json_t **r
         return TOOL_OK;
 }
 
-tool_fail toolreg_call(const tool_registry *reg, const char *name, const json_t *args,
-                       json_t **ret_result, char **ret_message)
+tool_fail tools_call(const tool_registry *reg, const char *name, const json_t *args,
+                     json_t **ret_result, char **ret_message)
 {
-        return toolreg_call_ex(reg, name, args, NULL, ret_result, ret_message);
+        return tools_call_ex(reg, name, args, NULL, ret_result, ret_message);
 }
 
-tool_fail toolreg_call_ex(const tool_registry *reg, const char *name, const json_t *args,
-                          const tool_call_bounds *bounds, json_t **ret_result, char **ret_message)
+tool_fail tools_call_ex(const tool_registry *reg, const char *name, const json_t *args,
+                        const tool_call_bounds *bounds, json_t **ret_result, char **ret_message)
 {
-        const tool_info *t = toolreg_find(reg, name);
+        const tool_info *t = tools_find(reg, name);
         if (!t) {
                 char known[512] = "";
                 size_t k = 0;
@@ -898,7 +898,7 @@ tool_fail toolreg_call_ex(const tool_registry *reg, const char *name, const json
 
 /* ---- fingerprints ------------------------------------------------------- */
 
-char *toolreg_fingerprint_text(const tool_registry *reg)
+char *tools_fingerprint_text(const tool_registry *reg)
 {
         json_t *arr = json_array();
         if (!arr)

@@ -36,27 +36,27 @@ typedef struct tool_info {
 
 typedef struct tool_registry tool_registry;
 
-int toolreg_new(tool_registry **ret, airlock_error *err);
-void toolreg_free(tool_registry *reg);
+int tools_new(tool_registry **ret, airlock_error *err);
+void tools_free(tool_registry *reg);
 /* Deep copy (for configuration copies held by a cached sandbox). */
-int toolreg_clone(const tool_registry *reg, tool_registry **ret, airlock_error *err);
+int tools_clone(const tool_registry *reg, tool_registry **ret, airlock_error *err);
 
 /* Registers a C tool. Rules: a name already present is replaced and moves
  * last; "execute_code" is refused; names are 1-64 chars of [A-Za-z0-9_.-];
  * parameters must parse as a JSON object. */
-int toolreg_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err);
+int tools_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err);
 /* Loads a tools file (docs/design.md "Tools file"): relative commands resolve
  * against the file's folder; every error names the file and the tool. */
-int toolreg_load_file(tool_registry *reg, const char *path, double default_timeout_s,
-                      airlock_error *err);
+int tools_load_file(tool_registry *reg, const char *path, double default_timeout_s,
+                    airlock_error *err);
 /* Removing an unknown name is -ENOENT naming it. */
-int toolreg_remove(tool_registry *reg, const char *name, airlock_error *err);
+int tools_remove(tool_registry *reg, const char *name, airlock_error *err);
 
-size_t toolreg_count(const tool_registry *reg);
-const tool_info *toolreg_get(const tool_registry *reg, size_t i);
-const tool_info *toolreg_find(const tool_registry *reg, const char *name);
+size_t tools_count(const tool_registry *reg);
+const tool_info *tools_get(const tool_registry *reg, size_t i);
+const tool_info *tools_find(const tool_registry *reg, const char *name);
 /* True when any registered tool requires approval. */
-bool toolreg_any_requires_approval(const tool_registry *reg);
+bool tools_any_requires_approval(const tool_registry *reg);
 
 /* Validates args against the tool's parameters: an object; required keys
  * present; known keys of the declared JSON type ("string", "number",
@@ -82,8 +82,8 @@ tool_fail tools_fail(tool_fail kind, char **ret_message, const char *fmt, ...)
  * malloc'd message. A command tool that crashes, hangs past its timeout,
  * prints something that is not one JSON value, or prints more than
  * TOOLS_MAX_RESULT is a TOOL_FAIL_RUNTIME, never a hang. Thread-safe. */
-tool_fail toolreg_call(const tool_registry *reg, const char *name, const json_t *args,
-                       json_t **ret_result, char **ret_message);
+tool_fail tools_call(const tool_registry *reg, const char *name, const json_t *args,
+                     json_t **ret_result, char **ret_message);
 
 /* What bounds one call from outside, besides the tool's own timeout: the
  * run it serves. deadline_ns is a CLOCK_MONOTONIC time (al_now_ns()) or 0
@@ -96,18 +96,18 @@ typedef struct tool_call_bounds {
         int cancel_fd;
 } tool_call_bounds;
 
-/* toolreg_call() within bounds (NULL: none). Thread-safe. */
-tool_fail toolreg_call_ex(const tool_registry *reg, const char *name, const json_t *args,
-                          const tool_call_bounds *bounds, json_t **ret_result, char **ret_message);
+/* tools_call() within bounds (NULL: none). Thread-safe. */
+tool_fail tools_call_ex(const tool_registry *reg, const char *name, const json_t *args,
+                        const tool_call_bounds *bounds, json_t **ret_result, char **ret_message);
 
 /* Runs a command tool with input (the arguments as JSON) on its stdin; the
- * part of toolreg_call() after validation. Internal, exposed for tests. */
+ * part of tools_call() after validation. Internal, exposed for tests. */
 tool_fail tools_run_command(const tool_info *tool, const char *input, size_t input_len,
                             const tool_call_bounds *bounds, json_t **ret_result,
                             char **ret_message);
 
 /* A canonical JSON description of every tool (names, descriptions, schemas,
  * approval, commands and timeouts, callback addresses) for fingerprints. */
-char *toolreg_fingerprint_text(const tool_registry *reg);
+char *tools_fingerprint_text(const tool_registry *reg);
 
 #endif

@@ -152,16 +152,16 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
         run->deadline = run->t0 + (uint64_t)(l->timeout_s * 1e9);
         dynbuf_init(&run->out.buf, l->max_stdout);
         dynbuf_init(&run->err.buf, l->max_stdout);
-        frame_reader_init(&run->fr, CHANNEL_MAX_FRAME);
+        channel_reader_init(&run->fr, CHANNEL_MAX_FRAME);
         run->fr.nonblock = true; /* the loop polls */
-        al_live_streams(c->out_r, c->err_r);
+        live_streams(c->out_r, c->err_r);
 }
 
 static void run_free(run_state *run)
 {
         dynbuf_free(&run->out.buf);
         dynbuf_free(&run->err.buf);
-        frame_reader_free(&run->fr);
+        channel_reader_free(&run->fr);
 }
 
 static void kill_copy(run_state *run)
@@ -263,8 +263,7 @@ static void serve_request(run_state *run, json_t *msg)
                         /* Bounded by the run: a slow tool cannot hold the run past
                          * its limit, and a cancel stops it. */
                         tool_call_bounds b = {run->deadline, run->cancel_fd};
-                        tool_fail f =
-                            toolreg_call_ex(cfg->tools, name, args, &b, &result, &message);
+                        tool_fail f = tools_call_ex(cfg->tools, name, args, &b, &result, &message);
                         if (f == TOOL_OK)
                                 reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
                                                   result ? result : json_null());
@@ -305,7 +304,7 @@ static void serve_channel(run_state *run)
                 if (t >= run->deadline || t - served_since > SERVE_SLICE_NS)
                         return;
                 _cleanup_json_ json_t *req = NULL;
-                int fr = frame_reader_feed(&run->fr, run->c->chan, &req);
+                int fr = channel_reader_feed(&run->fr, run->c->chan, &req);
                 if (fr == 1) {
                         const char *op = json_string_value(json_object_get(req, WIRE_KEY_OP));
                         if (op && strcmp(op, WIRE_OP_END) == 0) {
@@ -349,7 +348,7 @@ static bool drain_pipe(run_pipe *p)
                         return p->open = errno == EAGAIN;
                 if (n == 0)
                         return p->open = false;
-                al_live_output(p->fd, buf, (size_t)n);
+                live_output(p->fd, buf, (size_t)n);
                 size_t room = b->cap - b->len;
                 if ((size_t)n > room) {
                         p->truncated = true;

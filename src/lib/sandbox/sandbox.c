@@ -31,7 +31,7 @@
 #include "config/config.h"
 #include "config/limits.h"
 #include "fsx/fsx.h"
-#include "config/pythonpath.h"
+#include "config/pypath.h"
 #include "sandbox/sandbox.h"
 #include "template/template.h"
 #include "sandbox/selfexe.h"

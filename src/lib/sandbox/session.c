@@ -47,7 +47,7 @@ static int read_reply(airlock_session *s, uint64_t deadline, const char *expect,
                       airlock_error *err)
 {
         frame_reader fr;
-        frame_reader_init(&fr, 4096);
+        channel_reader_init(&fr, 4096);
         fr.nonblock = true; /* polled below */
         _cleanup_json_ json_t *reply = NULL;
         struct pollfd p = {s->c->chan, POLLIN, 0};
@@ -60,9 +60,9 @@ static int read_reply(airlock_session *s, uint64_t deadline, const char *expect,
                 }
                 if (poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
                         continue;
-                r = frame_reader_feed(&fr, s->c->chan, &reply);
+                r = channel_reader_feed(&fr, s->c->chan, &reply);
         }
-        frame_reader_free(&fr);
+        channel_reader_free(&fr);
         if (r != 1)
                 return al_error(err, r < 0 ? r : -EPROTO, NULL, "the session did not answer");
         const char *op = json_string_value(json_object_get(reply, WIRE_KEY_OP));

@@ -21,9 +21,9 @@
 #include "config/config.h"
 #include "config/limits.h"
 #include "fsx/fsx.h"
-#include "fsx/watch.h"
-#include "host/netpolicy.h"
-#include "config/pythonpath.h"
+#include "fsx/fsx_watch.h"
+#include "host/allowlist.h"
+#include "config/pypath.h"
 #include "host/tools.h"
 #include "core/util.h"
 
@@ -75,7 +75,7 @@ static int config_text(const airlock_config *cfg, char **ret)
 {
         dynbuf b;
         dynbuf_init(&b, FINGERPRINT_CAP);
-        _cleanup_free_ char *tools = toolreg_fingerprint_text(cfg->tools);
+        _cleanup_free_ char *tools = tools_fingerprint_text(cfg->tools);
         _cleanup_free_ char *allow = allowlist_fingerprint_text(cfg->allow);
         int r = (tools && allow) ? 0 : -ENOMEM;
         if (r >= 0)
@@ -117,7 +117,7 @@ static int config_text(const airlock_config *cfg, char **ret)
  * so it is made once per version of the configuration and not at every run.
  * The trees can change at any time, so their signatures are read every time,
  * and so is the signature of the Python installation and the --python-path
- * folders (pyenv_signature, some 20 us). */
+ * folders (pypath_env_signature, some 20 us). */
 static int fp_trees(airlock_cache *c, const airlock_config *cfg, dynbuf *b, const fsx_limits *lim,
                     airlock_error *err);
 
@@ -163,7 +163,7 @@ static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char *
          * one. */
         char py[17];
         if (r >= 0) {
-                pyenv_signature(cfg->python_paths, cfg->n_python_paths, py);
+                pypath_env_signature(cfg->python_paths, cfg->n_python_paths, py);
                 r = fp_field(&b, "python", py);
         }
         if (r < 0) {

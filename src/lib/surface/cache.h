@@ -19,7 +19,7 @@
  * approval mode, workspace and mounts with the signatures of their trees,
  * allow-list, limits and preloads. Two configurations whose texts are equal
  * make interchangeable sandboxes. The tree signatures are recomputed on every
- * call (this function keeps no watches; the cache's runs do, fsx/watch.h),
+ * call (this function keeps no watches; the cache's runs do, fsx/fsx_watch.h),
  * so an edit in the workspace changes the text. Fails (naming the path)
  * when a tree cannot be signed, e.g. because it holds a symlink. */
 int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err);
@@ -53,7 +53,7 @@ typedef struct cache_stats {
         uint64_t tree_checks; /* calls that found them unchanged from inotify alone */
 } cache_stats;
 
-/* The watches on the workspace and mount trees (fsx/watch.h): a lower cap
+/* The watches on the workspace and mount trees (fsx/fsx_watch.h): a lower cap
  * on watches per tree set (0: the default, FSX_WATCH_MAX_DEFAULT) and the
  * safety-net period (0: FSX_WATCH_PERIOD_NS), for tests. */
 void cache_set_watch_knobs(airlock_cache *cache, unsigned max_watches, uint64_t period_ns);

@@ -13,8 +13,8 @@
 
 #include "config/config.h"
 #include "config/limits.h"
-#include "host/netpolicy.h"
-#include "config/pythonpath.h"
+#include "host/allowlist.h"
+#include "config/pypath.h"
 #include "sandbox/sandbox.h"
 #include "host/tools.h"
 #include "core/util.h"
@@ -401,7 +401,7 @@ static int build_description(const airlock_config *cfg, const json_t *inv, char 
                 r = dynbuf_appendf(&b, "%s%s%s",
                                    i ? ", " : "Already loaded (importing is instant): ",
                                    cfg->preloads[i], i + 1 == cfg->n_preloads ? ".\n" : "");
-        size_t n = toolreg_count(cfg->tools);
+        size_t n = tools_count(cfg->tools);
         if (r >= 0 && n == 0)
                 r = dynbuf_appendf(&b, "\nHost tools: none are configured.\n");
         if (r >= 0 && n > 0)
@@ -409,7 +409,7 @@ static int build_description(const airlock_config *cfg, const json_t *inv, char 
                     &b, "\nHost tools: call them from the code with call_tool(name, **kwargs): "
                         "the tool name first, then keyword arguments only, e.g. ");
         if (r >= 0 && n > 0)
-                r = put_example(&b, toolreg_get(cfg->tools, 0));
+                r = put_example(&b, tools_get(cfg->tools, 0));
         if (r >= 0 && n > 0)
                 r = dynbuf_appendf(
                     &b, ". Positional arguments after the name raise TypeError. call_tool "
@@ -418,7 +418,7 @@ static int build_description(const airlock_config *cfg, const json_t *inv, char 
                         "be imported: from airlock import call_tool.\n"
                         "Tools:\n");
         for (size_t i = 0; r >= 0 && i < n; i++)
-                r = put_tool(&b, toolreg_get(cfg->tools, i));
+                r = put_tool(&b, tools_get(cfg->tools, i));
         if (r >= 0)
                 r = put_files(&b, cfg, err);
         if (r >= 0)
@@ -451,12 +451,12 @@ static int build_instructions(const airlock_config *cfg, char **ret, airlock_err
                 "of printing them; they are returned as attachments.\n");
         if (r >= 0 && (cfg->workspace || cfg->n_mounts))
                 r = dynbuf_appendf(&b, "- The host files are under /input (read-only).\n");
-        size_t n = toolreg_count(cfg->tools);
+        size_t n = tools_count(cfg->tools);
         if (r >= 0 && n > 0) {
                 r = dynbuf_appendf(&b, "- The host tools (");
                 for (size_t i = 0; r >= 0 && i < n && i < 20; i++)
                         r = dynbuf_appendf(&b, "%s%s", i ? ", " : "",
-                                           toolreg_get(cfg->tools, i)->name);
+                                           tools_get(cfg->tools, i)->name);
                 if (r >= 0 && n > 20)
                         r = dynbuf_appendf(&b, ", and %zu more", n - 20);
                 if (r >= 0)

@@ -13,7 +13,7 @@ static _Thread_local struct {
         int out_fd, err_fd;
 } live = {.out_fd = -1, .err_fd = -1};
 
-void al_live_streams(int out_fd, int err_fd)
+void live_streams(int out_fd, int err_fd)
 {
         if (!live.fn)
                 return;
@@ -21,7 +21,7 @@ void al_live_streams(int out_fd, int err_fd)
         live.err_fd = err_fd;
 }
 
-void al_live_output(int fd, const char *data, size_t len)
+void live_output(int fd, const char *data, size_t len)
 {
         if (!live.fn || len == 0 || fd < 0)
                 return;

@@ -7,11 +7,11 @@
 #include <stddef.h>
 
 /* The run loop names the pipes of the run it is about to serve, so that
- * al_live_output can tell stdout from stderr. A no-op unless a hook is armed
+ * live_output can tell stdout from stderr. A no-op unless a hook is armed
  * on this thread. */
-void al_live_streams(int out_fd, int err_fd);
+void live_streams(int out_fd, int err_fd);
 /* Bytes just read from fd (one of the pipes named above) go to the armed
  * hook, if any. */
-void al_live_output(int fd, const char *data, size_t len);
+void live_output(int fd, const char *data, size_t len);
 
 #endif

@@ -80,7 +80,7 @@ static json_t *text_append_line(json_t *details, const char *message)
         return j;
 }
 
-json_t *al_result_json(const airlock_result *r)
+json_t *result_json(const airlock_result *r)
 {
         json_t *root = json_object();
         json_t *files = json_array(), *refused = json_array(), *contents = json_array();
@@ -151,12 +151,12 @@ json_t *al_result_json(const airlock_result *r)
 
 json_t *airlock_result_to_jansson(const airlock_result *r)
 {
-        return al_result_json(r);
+        return result_json(r);
 }
 
 char *airlock_result_to_json(const airlock_result *r)
 {
-        json_t *root = al_result_json(r);
+        json_t *root = result_json(r);
         if (!root)
                 return NULL;
         char *s = json_dumps(root, JSON_COMPACT);

@@ -9,6 +9,6 @@
 #include "airlock.h"
 
 /* The object airlock_result_to_json() encodes; NULL when out of memory. */
-json_t *al_result_json(const airlock_result *r);
+json_t *result_json(const airlock_result *r);
 
 #endif

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "config/limits.h"
-#include "config/pythonpath.h"
+#include "config/pypath.h"
 #include "core/util.h"
 #include "template/template.h"
 #include "template/template_internal.h"

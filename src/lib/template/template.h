@@ -1,6 +1,6 @@
 /* The process inside the isolation: the template (template.c and the
  * tpl_*.c files, which share template_internal.h), its embedded
- * interpreter (guestpy.c) and the guest's seccomp filter (seccomp.c). */
+ * interpreter (guest.c) and the guest's seccomp filter (seccomp.c). */
 #ifndef AIRLOCK_TEMPLATE_H
 #define AIRLOCK_TEMPLATE_H
 
@@ -14,7 +14,7 @@
 /* Runs the template; never returns. */
 _Noreturn void template_main(void);
 
-/* --- embedded interpreter (guestpy.c), used inside the template only --- */
+/* --- embedded interpreter (guest.c), used inside the template only --- */
 
 /* Initialises CPython, installs the runtime and imports the preloads. On
  * failure returns < 0 with a message in errbuf. */

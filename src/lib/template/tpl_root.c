@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "config/pythonpath.h"
+#include "config/pypath.h"
 #include "core/util.h"
 #include "template/template_internal.h"
 

@@ -98,12 +98,12 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
 {
         bool session = false, first = true;
         frame_reader fr;
-        frame_reader_init(&fr, CHANNEL_MAX_FRAME);
+        channel_reader_init(&fr, CHANNEL_MAX_FRAME);
         for (;;) {
                 /* Freed at the end of each pass, also in the processes a
                  * session op returns in (a fork's own copy of it). */
                 _cleanup_json_ json_t *msg = NULL;
-                if (frame_reader_feed(&fr, chan, &msg) != 1)
+                if (channel_reader_feed(&fr, chan, &msg) != 1)
                         _exit(0); /* the host is gone or closed this copy */
                 /* Prepared at idle priority; the host's work runs at normal
                  * priority. */
@@ -167,8 +167,8 @@ static void prewarm_run(const int sv[2])
         json_decref(msg);
         msg = NULL;
         frame_reader fr;
-        frame_reader_init(&fr, CHANNEL_MAX_FRAME);
-        if (r >= 0 && frame_reader_feed(&fr, sv[1], &msg) == 1) {
+        channel_reader_init(&fr, CHANNEL_MAX_FRAME);
+        if (r >= 0 && channel_reader_feed(&fr, sv[1], &msg) == 1) {
                 json_t *jc = json_object_get(msg, WIRE_KEY_CODE);
                 const char *status = WIRE_STATUS_ERROR;
                 int exit_code =
@@ -178,7 +178,7 @@ static void prewarm_run(const int sv[2])
                         (void)channel_send(sv[1], end);
         }
         json_decref(msg);
-        frame_reader_free(&fr);
+        channel_reader_free(&fr);
 }
 
 /* Warms a copy before it is needed by going through a whole single run

@@ -15,7 +15,7 @@
  * on another machine of a network file system (NFS, SMB, FUSE servers), and
  * writes to a file through a hard link that lives outside the tree (events
  * go to the watches of the directory the writer named). */
-#include "fsx/watch.h"
+#include "fsx/fsx_watch.h"
 
 #include <errno.h>
 #include <fcntl.h>

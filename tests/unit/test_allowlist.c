@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "host/netpolicy.h"
+#include "host/allowlist.h"
 #include "core/util.h"
 
 /* ---- entries ------------------------------------------------------------ */
@@ -235,7 +235,7 @@ static void test_urls(void **state)
                 const url_case *c = &url_cases[i];
                 url_parts u = {0};
                 airlock_error err = {0};
-                int r = url_parse(c->url, &u, &err);
+                int r = allowlist_parse_url(c->url, &u, &err);
                 if (r != c->code)
                         fail_msg("url '%s': got %d (%s), want %d", c->url, r, err.message, c->code);
                 if (r == 0) {
@@ -252,19 +252,19 @@ static void test_urls(void **state)
                         fail_msg("url '%s': message '%s' lacks '%s'", c->url, err.message,
                                  c->msg_part);
                 }
-                url_parts_free(&u);
+                allowlist_url_free(&u);
         }
 }
 
 static void test_url_format(void **state)
 {
         url_parts u = {0};
-        assert_int_equal(url_parse("HTTPS://[::1]:443/a?b=c#d", &u, NULL), 0);
-        _cleanup_free_ char *a = url_format(&u, true, false);
-        _cleanup_free_ char *b = url_format(&u, false, true);
+        assert_int_equal(allowlist_parse_url("HTTPS://[::1]:443/a?b=c#d", &u, NULL), 0);
+        _cleanup_free_ char *a = allowlist_format_url(&u, true, false);
+        _cleanup_free_ char *b = allowlist_format_url(&u, false, true);
         assert_string_equal(a, "https://[::1]/a?b=c");
         assert_string_equal(b, "https://[::1]:443/a");
-        url_parts_free(&u);
+        allowlist_url_free(&u);
 }
 
 /* ---- matching ----------------------------------------------------------- */
@@ -348,7 +348,7 @@ static void test_matching(void **state)
                 const match_case *c = &match_cases[i];
                 url_parts u = {0};
                 airlock_error err = {0};
-                if (url_parse(c->url, &u, &err) < 0)
+                if (allowlist_parse_url(c->url, &u, &err) < 0)
                         fail_msg("url %s: %s", c->url, err.message);
                 const allow_entry *e = NULL;
                 int r = allowlist_check(al, c->method, &u, &e, &err);
@@ -364,7 +364,7 @@ static void test_matching(void **state)
                         fail_msg("%s %s: message '%s' lacks '%s'", c->method, c->url, err.message,
                                  c->msg_part);
                 }
-                url_parts_free(&u);
+                allowlist_url_free(&u);
         }
         allowlist_free(al);
 }
@@ -374,11 +374,11 @@ static void test_empty_list_denies(void **state)
         net_allowlist *al;
         assert_int_equal(allowlist_new(&al, NULL), 0);
         url_parts u = {0};
-        assert_int_equal(url_parse("https://example.com/", &u, NULL), 0);
+        assert_int_equal(allowlist_parse_url("https://example.com/", &u, NULL), 0);
         airlock_error err = {0};
         assert_int_equal(allowlist_check(al, "GET", &u, NULL, &err), -EACCES);
         assert_int_equal(err.code, -EACCES);
-        url_parts_free(&u);
+        allowlist_url_free(&u);
         allowlist_free(al);
 }
 

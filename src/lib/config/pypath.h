@@ -1,7 +1,7 @@
 /* Host folders of Python packages (--python-path) and the signature of the
  * Python installation a sandbox was built from. */
-#ifndef AIRLOCK_PYTHONPATH_H
-#define AIRLOCK_PYTHONPATH_H
+#ifndef AIRLOCK_PYPATH_H
+#define AIRLOCK_PYPATH_H
 
 #include <jansson.h>
 #include <sys/types.h>
@@ -38,6 +38,6 @@ int pypath_open_tree(const char *dir, uid_t guest_uid, gid_t guest_gid, int *ret
  * and of each site-packages folder, and of every --python-path folder and
  * each of its top-level entries. Any install, removal or upgrade
  * there changes it. ret_hex holds 16 hex digits. */
-void pyenv_signature(char *const *python_paths, size_t n, char ret_hex[17]);
+void pypath_env_signature(char *const *python_paths, size_t n, char ret_hex[17]);
 
 #endif

@@ -8,7 +8,7 @@
  * the guest gets, never to stage anything. The guest sees them through a
  * read-only bind mount inside its own root, so a link in one can only
  * resolve to what the guest's root holds anyway. */
-#include "config/pythonpath.h"
+#include "config/pypath.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -452,7 +452,7 @@ static void hash_folder(uint64_t *h, const char *dir, bool entries)
 #define STR(x)  STR_(x)
 #define PYVER   STR(PY_MAJOR_VERSION) "." STR(PY_MINOR_VERSION)
 
-void pyenv_signature(char *const *python_paths, size_t n, char ret_hex[17])
+void pypath_env_signature(char *const *python_paths, size_t n, char ret_hex[17])
 {
         uint64_t h = 0xcbf29ce484222325ull;
         /* The standard library is upgraded as one Debian package, whose

@@ -1,7 +1,7 @@
 /* The network allow-list: parsing and normalising entries, and matching a
  * request (method, URL) against them. Pure functions, no I/O. */
-#ifndef AIRLOCK_NETPOLICY_H
-#define AIRLOCK_NETPOLICY_H
+#ifndef AIRLOCK_ALLOWLIST_H
+#define AIRLOCK_ALLOWLIST_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,12 +58,12 @@ typedef struct url_parts {
  * ("..;/"), a backslash, or an encoded '.', '/' or '\' (%2E, %2F, %5C) at
  * any depth of encoding ("%252e"). Other escapes ("%20") pass unchanged.
  * The fragment is dropped. */
-int url_parse(const char *url, url_parts *ret, airlock_error *err);
-void url_parts_free(url_parts *u);
+int allowlist_parse_url(const char *url, url_parts *ret, airlock_error *err);
+void allowlist_url_free(url_parts *u);
 /* The URL again, normalised: scheme://host[:port]path[?query], the port only
  * when it is not the scheme's default (always with always_port), IPv6 in
  * brackets. Malloc'd, NULL when out of memory. */
-char *url_format(const url_parts *u, bool with_query, bool always_port);
+char *allowlist_format_url(const url_parts *u, bool with_query, bool always_port);
 
 /* Checks a request. Returns 0 and the matching entry, or -EACCES with a
  * message naming the method, the URL and the entry that would allow it. */

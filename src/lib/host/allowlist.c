@@ -4,7 +4,7 @@
  * address checks that need the resolver. The rules are those of docs/design.md,
  * "Network allow-list": deny by default, never CONNECT or TRACE, exact
  * case-insensitive host names, path prefixes on a segment boundary. */
-#include "host/netpolicy.h"
+#include "host/allowlist.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -374,7 +374,7 @@ static int path_check_smuggling(const char *p, size_t n, int code, const char *w
 
 /* ---- URLs --------------------------------------------------------------- */
 
-void url_parts_free(url_parts *u)
+void allowlist_url_free(url_parts *u)
 {
         if (!u)
                 return;
@@ -410,7 +410,7 @@ static int scheme_split(const char *s, const char *what, char **ret_scheme, cons
         return 0;
 }
 
-int url_parse(const char *url, url_parts *ret, airlock_error *err)
+int allowlist_parse_url(const char *url, url_parts *ret, airlock_error *err)
 {
         if (!url || !*url)
                 return al_error(err, -EINVAL, NULL, "the URL is empty");
@@ -475,7 +475,7 @@ int url_parse(const char *url, url_parts *ret, airlock_error *err)
         *ret = u;
         return 0;
 fail:
-        url_parts_free(&u);
+        allowlist_url_free(&u);
         return r;
 }
 
@@ -489,7 +489,7 @@ static int origin_append(dynbuf *b, const char *scheme, const char *host, bool i
         return r;
 }
 
-char *url_format(const url_parts *u, bool with_query, bool always_port)
+char *allowlist_format_url(const url_parts *u, bool with_query, bool always_port)
 {
         dynbuf b;
         dynbuf_init(&b, URL_MAX + 64);
@@ -863,7 +863,7 @@ static void methods_join(const allow_entry *e, const char *extra, char *buf, siz
 int allowlist_check(const net_allowlist *al, const char *method, const url_parts *url,
                     const allow_entry **ret_entry, airlock_error *err)
 {
-        _cleanup_free_ char *shown = url_format(url, true, false);
+        _cleanup_free_ char *shown = allowlist_format_url(url, true, false);
         if (!shown)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         if (!method || method_check(method, strlen(method), "request", NULL) < 0) {
