@@ -306,6 +306,28 @@ AIRLOCK_PUBLIC char *airlock_cache_describe_json(airlock_cache *cache, const air
                                                  airlock_error *err);
 AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
 
+/* MCP surface accessors */
+
+/* For a caller that hands run results to a model (the MCP server): the
+ * library's own text handling, so that callers of the public API present
+ * the guest's bytes the way the result JSON does. */
+
+/* Whether a file of this media type (as airlock_file.media_type gives it)
+ * is text a model reads as text: every text type, JSON, XML (and the +json, +xml
+ * types, SVG included), CSV, YAML, TOML, SQL, shell and other source code.
+ * The file's bytes must still be checked with airlock_utf8_valid. */
+AIRLOCK_PUBLIC bool airlock_media_type_is_text(const char *media_type);
+/* Whether data[0..len) is valid UTF-8 (U+0000 allowed; no overlong forms,
+ * surrogates or code points above U+10FFFF). */
+AIRLOCK_PUBLIC bool airlock_utf8_valid(const char *data, size_t len);
+/* A malloc'd copy of data[0..len) in which every byte that is not part of
+ * valid UTF-8 is U+FFFD, NUL-terminated, its length in *ret_len; NULL when
+ * out of memory. */
+AIRLOCK_PUBLIC char *airlock_utf8_sanitize(const char *data, size_t len, size_t *ret_len);
+/* Standard base64 (with padding) of data, malloc'd and NUL-terminated, its
+ * length in *ret_len (may be NULL); NULL when out of memory. */
+AIRLOCK_PUBLIC char *airlock_base64_encode(const unsigned char *data, size_t len, size_t *ret_len);
+
 #ifdef __cplusplus
 }
 #endif

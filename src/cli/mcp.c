@@ -46,7 +46,9 @@ typedef struct mcp_call mcp_call;
 typedef struct mcp_server {
         airlock_config *cfg;
         airlock_cache *cache;
-        json_t *tool; /* the execute_code entry of tools/list */
+        json_t *tool;        /* the execute_code entry of tools/list */
+        mcp_store *store;    /* the files of recent runs, for resources/read */
+        uint64_t max_stdout; /* the configured cap of stdout and stderr */
         char *instructions;
         bool initialized;
         atomic_bool output_broken; /* standard output is gone: stop serving */
@@ -220,6 +222,12 @@ static void run_call(mcp_call *c, reader_watch *w)
         airlock_error err = {0};
         int r = airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res, &err);
         json_t *result = NULL;
+        char run_id[MCP_RUN_ID_LEN + 1];
+        if (c->id && r >= 0 && mcp_run_id(run_id) < 0) {
+                airlock_result_free(res);
+                res = NULL;
+                r = al_error(&err, -EIO, NULL, "no random bytes for the run's id");
+        }
         if (c->id) {
                 if (r < 0) {
                         char msg[AIRLOCK_MESSAGE_MAX + 64];
@@ -227,7 +235,7 @@ static void run_call(mcp_call *c, reader_watch *w)
                                  err.message[0] ? err.message : strerror(-r));
                         result = mcp_tool_error(msg);
                 } else {
-                        result = mcp_tool_result(res);
+                        result = mcp_tool_result(res, run_id, srv->max_stdout);
                         if (!result)
                                 result = mcp_tool_error("airlock could not encode the result");
                 }
@@ -242,6 +250,11 @@ static void run_call(mcp_call *c, reader_watch *w)
         bool cancelled = call_unlist(srv, c);
         if (id && !cancelled) {
                 send_result(srv, id, result);
+                /* The files stay readable by the URIs the result named. */
+                if (r >= 0) {
+                        mcp_store_keep(srv->store, run_id, res);
+                        res = NULL;
+                }
         } else {
                 json_decref(result);
                 /* A cancelled request gets no response; the log says how its
@@ -511,8 +524,9 @@ static void handle_initialize(mcp_server *srv, const json_t *id, const json_t *p
                         version = protocol_versions[i];
         srv->initialized = true;
         send_result(srv, id,
-                    json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s}, s:s}", "protocolVersion", version,
-                              "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
+                    json_pack("{s:s, s:{s:{s:b}, s:{s:b, s:b}}, s:{s:s, s:s}, s:s}",
+                              "protocolVersion", version, "capabilities", "tools", "listChanged", 0,
+                              "resources", "subscribe", 0, "listChanged", 0, "serverInfo", "name",
                               "airlock", "version", AIRLOCK_VERSION, "instructions",
                               srv->instructions));
         warm_up(srv);
@@ -579,6 +593,39 @@ static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *p
                 send_error(srv, id, RPC_INTERNAL_ERROR, "cannot start the call: %s", strerror(-r));
 }
 
+/* resources/list and resources/read: the files of recent runs, by the URIs
+ * their results named (see mcp_resources.c). A URI this process does not
+ * hold is the error -32002, which says so. */
+static void handle_resources(mcp_server *srv, const char *method, const json_t *id,
+                             const json_t *params)
+{
+        int code = 0;
+        char why[1024];
+        json_t *result;
+        if (strcmp(method, "resources/read") == 0) {
+                const char *uri = json_string_value(json_object_get(params, "uri"));
+                if (!uri) {
+                        send_error(srv, id, RPC_INVALID_PARAMS,
+                                   "resources/read: params.uri must be a string");
+                        return;
+                }
+                result = mcp_store_read(srv->store, uri, &code, why, sizeof(why));
+        } else {
+                const json_t *cursor = json_object_get(params, "cursor");
+                if (cursor && !json_is_string(cursor)) {
+                        send_error(srv, id, RPC_INVALID_PARAMS,
+                                   "resources/list: params.cursor must be a string");
+                        return;
+                }
+                result =
+                    mcp_store_list(srv->store, json_string_value(cursor), &code, why, sizeof(why));
+        }
+        if (result)
+                send_result(srv, id, result);
+        else
+                send_error(srv, id, code, "%s", why);
+}
+
 static void handle_request(mcp_server *srv, const char *method, const json_t *id,
                            const json_t *params)
 {
@@ -600,6 +647,8 @@ static void handle_request(mcp_server *srv, const char *method, const json_t *id
                 send_result(srv, id, json_pack("{s:[O]}", "tools", srv->tool));
         else if (strcmp(method, "tools/call") == 0)
                 handle_tools_call(srv, id, params);
+        else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0)
+                handle_resources(srv, method, id, params);
         else
                 send_error(srv, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s", method);
 }
@@ -846,17 +895,22 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
         json_array_foreach (json_object_get(d, "warnings"), i, w)
                 fprintf(stderr, "airlock mcp: warning: %s\n", json_string_value(w));
         srv->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
-        srv->tool = json_pack("{s:s, s:s, s:O, s:O, s:o, s:{s:s, s:b, s:b, s:b, s:b}, s:{s:O}}",
-                              "name", "execute_code", "title", "Execute Python code", "description",
-                              json_object_get(d, "description"), "inputSchema",
-                              json_object_get(d, "input_schema"), "outputSchema",
-                              mcp_output_schema(), "annotations", "title", "Execute Python code",
-                              "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
-                              "openWorldHint", allowlist_count(cfg->allow) > 0, "_meta",
-                              "airlock/approval_mode", json_object_get(d, "approval_mode"));
+        /* No outputSchema: a client that sees one hands its model the
+         * structured result instead of the content (Mastra), so images and
+         * files would not reach it. The run record is in the result's _meta. */
+        srv->tool = json_pack(
+            "{s:s, s:s, s:O, s:O, s:{s:s, s:b, s:b, s:b, s:b}, s:{s:O}}", "name", "execute_code",
+            "title", "Execute Python code", "description", json_object_get(d, "description"),
+            "inputSchema", json_object_get(d, "input_schema"), "annotations", "title",
+            "Execute Python code", "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
+            "openWorldHint", allowlist_count(cfg->allow) > 0, "_meta", "airlock/approval_mode",
+            json_object_get(d, "approval_mode"));
         json_decref(d);
-        if (!srv->instructions || !srv->tool)
+        if (!srv->instructions || !srv->tool || mcp_store_new(&srv->store) < 0)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
+        airlock_limits lim;
+        airlock_config_get_limits(cfg, &lim);
+        srv->max_stdout = lim.max_stdout;
         pthread_mutex_init(&srv->out_lock, NULL);
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
@@ -887,6 +941,7 @@ int cmd_mcp(int argc, char **argv)
         if (r < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
                 airlock_cache_close(srv.cache);
+                mcp_store_free(srv.store);
                 json_decref(srv.tool);
                 free(srv.instructions);
                 cli_options_free(&o);
@@ -904,6 +959,7 @@ int cmd_mcp(int argc, char **argv)
         dynbuf_free(&srv.line);
         free(srv.chunk);
         airlock_cache_close(srv.cache);
+        mcp_store_free(srv.store);
         json_decref(srv.tool);
         free(srv.instructions);
         pthread_cond_destroy(&srv.work);
