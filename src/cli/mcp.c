@@ -90,7 +90,8 @@ struct mcp_call {
         json_t *id; /* NULL for the warm-up run */
         char *code;
         size_t len;
-        int cancel_fd; /* eventfd handed to the run as airlock_run_options.cancel_fd */
+        int cancel_fd;   /* eventfd handed to the run as airlock_run_options.cancel_fd */
+        bool run_record; /* the client asked for _meta[MCP_META_RUN] */
         bool cancelled;
         mcp_call *next;  /* in the list of calls in progress */
         mcp_call *qnext; /* in the queue */
@@ -235,7 +236,7 @@ static void run_call(mcp_call *c, reader_watch *w)
                                  err.message[0] ? err.message : strerror(-r));
                         result = mcp_tool_error(msg);
                 } else {
-                        result = mcp_tool_result(res, run_id, srv->max_stdout);
+                        result = mcp_tool_result(res, run_id, srv->max_stdout, c->run_record);
                         if (!result)
                                 result = mcp_tool_error("airlock could not encode the result");
                 }
@@ -584,6 +585,10 @@ static void handle_tools_call(mcp_server *srv, const json_t *id, const json_t *p
                 return;
         }
         memcpy(c->code, json_string_value(code), c->len + 1);
+        /* The run record is for programs, on request: LangChain's adapter
+         * puts a result's _meta into the text its model reads. */
+        c->run_record =
+            json_is_true(json_object_get(json_object_get(params, "_meta"), MCP_META_RUN));
         int r = call_start(srv, c);
         if (r == -EBUSY)
                 send_result(srv, id,

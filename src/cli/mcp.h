@@ -13,7 +13,8 @@
  * path percent-encoded: airlock://run/3f0c.../output/a%20b.csv. */
 #define MCP_URI_PREFIX "airlock://run/"
 #define MCP_RUN_ID_LEN 32
-/* The _meta key of the run record of a CallToolResult. */
+/* The _meta key of the run record of a CallToolResult, sent when the
+ * tools/call request's params._meta has this key set to true. */
 #define MCP_META_RUN "dev.airlock/run"
 
 /* The CallToolResult of a finished run, each payload once: content items
@@ -22,13 +23,14 @@
  * resource for the rest, each with its run's URI; on success stderr as
  * text, on failure one text item with stderr and how the run ended; a line
  * for stdout or stderr cut at max_stdout bytes; a line naming what /output
- * refused), isError when the run failed, and _meta[MCP_META_RUN]: {id,
+ * refused), isError when the run failed, and, with run_record, _meta[MCP_META_RUN]: {id,
  * status, exit_code, duration_ms, stdout_bytes, stdout_truncated,
  * stderr_bytes, stderr_truncated, files [{path, uri, media_type, size}],
  * refused [{path, reason}], parts (the kind of each content item: "stdout",
  * "file", "stderr", "error", "notice", "refused" or "empty")}. NULL when out
  * of memory. */
-json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t max_stdout);
+json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t max_stdout,
+                        bool run_record);
 
 /* A CallToolResult that reports a failure to run at all (isError, one text
  * item). */

@@ -6,9 +6,10 @@
  * as one text item, and a short line for anything cut or refused. Nothing
  * is repeated beside them: the small record for programs (status, exit
  * code, duration, file names, sizes, media types, URIs, refusals) travels in
- * the result's _meta under "dev.airlock/run", which no client shows its
- * model, and there is no structuredContent (see README, "What the client
- * sees", for why). Only the public API is used here. */
+ * the result's _meta under "dev.airlock/run" when the call asks for it (a
+ * result's _meta reaches the model in LangChain's and Mastra's adapters),
+ * and there is no structuredContent (see README, "What the client sees",
+ * for why). Only the public API is used here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,7 +233,8 @@ static bool add_part(json_t *content, json_t *parts, const char *kind, json_t *i
                json_array_append_new(parts, json_string(kind)) == 0;
 }
 
-json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t max_stdout)
+json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t max_stdout,
+                        bool run_record)
 {
         json_t *content = json_array(), *parts = json_array(), *files = json_array(),
                *refused = json_array();
@@ -290,6 +292,10 @@ json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t 
         if (!run) {
                 json_decref(content);
                 return NULL;
+        }
+        if (!run_record) {
+                json_decref(run);
+                return json_pack("{s:o, s:b}", "content", content, "isError", !res->success);
         }
         return json_pack("{s:o, s:b, s:{s:o}}", "content", content, "isError", !res->success,
                          "_meta", MCP_META_RUN, run);
