@@ -401,8 +401,7 @@ class Bench:
         t = time.perf_counter()
         r = self.mcp_rpc("tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
         ms = (time.perf_counter() - t) * 1e3
-        sc = r.get("structuredContent") or {}
-        if r.get("isError") or sc.get("stdout", "1\n") != "1\n":
+        if r.get("isError") or r["content"] != [{"type": "text", "text": "1\n"}]:
             raise RuntimeError(f"airlock mcp: unexpected result {str(r)[:200]}")
         return ms
 

@@ -17,7 +17,7 @@ import os
 import subprocess
 import time
 
-from harness import AIRLOCK, airlock, run, run_json, tmpdir
+from harness import AIRLOCK, airlock, mcp_call_params, mcp_result_json, run, run_json, tmpdir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,12 +52,11 @@ class Mcp:
 
     def call(self, code):
         """The CallToolResult of execute_code(code)."""
-        return self.request("tools/call", {"name": "execute_code",
-                                           "arguments": {"code": code}})["result"]
+        return self.request("tools/call", mcp_call_params(code))["result"]
 
     def run(self, code):
         """The result JSON of execute_code(code)."""
-        return self.call(code)["structuredContent"]
+        return mcp_result_json(self.call(code))
 
     def close(self):
         self.p.stdin.close()

@@ -20,7 +20,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, airlock, next_run_works, run, run_json, tmpdir  # noqa: E402
+from harness import AIRLOCK, MCP_RUN, airlock, mcp_call_params, next_run_works, run, run_json, tmpdir  # noqa: E402
 
 ROOT = os.geteuid() == 0
 
@@ -119,7 +119,7 @@ class Mcp:
         return self.wait(self.start(method, params))
 
     def call(self, code):
-        return self.start("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        return self.start("tools/call", mcp_call_params(code))
 
     def result(self, i):
         r = self.wait(i)
@@ -138,8 +138,7 @@ def text_of(result):
 
 
 def status_of(result):
-    sc = result.get("structuredContent") or {}
-    return sc.get("status")
+    return result["_meta"][MCP_RUN]["status"]
 
 
 IPC = '''

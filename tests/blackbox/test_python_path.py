@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, airlock, run, run_json, tmpdir  # noqa: E402
+from harness import AIRLOCK, airlock, mcp_call_params, mcp_result_json, run, run_json, tmpdir  # noqa: E402
 
 PYVER = "3.11"  # Debian 12's python3, the guest's libpython
 
@@ -286,8 +286,8 @@ class Mcp:
         return json.loads(self.p.stdout.readline())
 
     def run(self, code):
-        r = self.send("tools/call", {"name": "execute_code", "arguments": {"code": code}})
-        return r["result"]["structuredContent"]
+        r = self.send("tools/call", mcp_call_params(code))
+        return mcp_result_json(r["result"])
 
     def close(self):
         self.p.stdin.close()
