@@ -46,6 +46,9 @@ char *mcp_resource_uri(const char *run_id, const char *path);
  * as text/plain), else {uri, mimeType, blob}. The bytes are never altered:
  * a text-typed file that is not valid UTF-8 goes as a blob. */
 json_t *mcp_resource_contents(const airlock_file *f, const char *uri);
+/* The media type a file is served as text with (see above), or NULL when it
+ * goes as a blob. */
+const char *mcp_text_type(const airlock_file *f);
 
 /* The files of recent runs, for resources/read and resources/list, bounded
  * in runs, bytes and age (the caps are in mcp_resources.c). Thread-safe. */

@@ -190,13 +190,15 @@ json_t *mcp_store_list(mcp_store *st, const char *cursor, int *ret_code, char *w
                                 break;
                         }
                         const airlock_file *f = &r->res->files[i];
+                        const char *text_type = mcp_text_type(f);
                         char *uri = mcp_resource_uri(r->id, f->path);
                         if (uri)
                                 json_array_append_new(
                                     list,
                                     json_pack("{s:s, s:s, s:s, s:s, s:I}", "uri", uri, "name",
                                               base_name(f->path), "title", f->path, "mimeType",
-                                              f->media_type, "size", (json_int_t)f->size));
+                                              text_type ? text_type : f->media_type, "size",
+                                              (json_int_t)f->size));
                         free(uri);
                 }
         }

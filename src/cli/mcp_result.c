@@ -151,16 +151,23 @@ static json_t *truncated_item(const char *stream, uint64_t max_bytes)
         return json_pack("{s:s, s:s}", "type", "text", "text", line);
 }
 
+const char *mcp_text_type(const airlock_file *f)
+{
+        const char *data = (const char *)f->data;
+        size_t size = (size_t)f->size;
+        if (airlock_media_type_is_text(f->media_type) && airlock_utf8_valid(data, size))
+                return f->media_type;
+        if (strcmp(f->media_type, "application/octet-stream") == 0 &&
+            (size == 0 || !memchr(data, '\0', size)) && airlock_utf8_valid(data, size))
+                return "text/plain";
+        return NULL;
+}
+
 json_t *mcp_resource_contents(const airlock_file *f, const char *uri)
 {
         const char *data = (const char *)f->data;
         size_t size = (size_t)f->size;
-        const char *text_type = NULL;
-        if (airlock_media_type_is_text(f->media_type) && airlock_utf8_valid(data, size))
-                text_type = f->media_type;
-        else if (strcmp(f->media_type, "application/octet-stream") == 0 &&
-                 (size == 0 || !memchr(data, '\0', size)) && airlock_utf8_valid(data, size))
-                text_type = "text/plain";
+        const char *text_type = mcp_text_type(f);
         if (text_type)
                 return json_pack("{s:s, s:s, s:s%}", "uri", uri, "mimeType", text_type, "text",
                                  size ? data : "", size);
