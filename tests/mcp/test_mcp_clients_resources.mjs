@@ -40,6 +40,29 @@ const tests = [
     assertIncludes(other.error.message, 'no such file', 'message');
   }],
 
+  ['text files by media type and bytes: text resources; the rest blobs, unaltered', async () => {
+    const code = [
+      'open("/output/a.json", "w").write("{\\"k\\": 1}")',
+      'open("/output/b.svg", "w").write("<svg/>")',
+      'open("/output/c.csv", "wb").write(b"x,\\xff\\n")',
+      'open("/output/d", "w").write("plain words\\n")',
+      'open("/output/e.py", "w").write("print(1)\\n")',
+      'open("/output/f.dat", "wb").write(b"a\\x00b")',
+    ].join('\n');
+    const r = await call(code);
+    const got = r.content.map((c) => c.resource).map((x) => [x.uri.replace(/.*\/output\//, ''), x.mimeType, 'text' in x ? x.text : `blob:${x.blob}`]);
+    assertEqual(got, [
+      ['a.json', 'application/json', '{"k": 1}'],
+      ['b.svg', 'image/svg+xml', '<svg/>'],
+      // Not UTF-8: the bytes as they are, in base64.
+      ['c.csv', 'text/csv', `blob:${Buffer.from('x,\xff\n', 'latin1').toString('base64')}`],
+      // No known type, but UTF-8 text.
+      ['d', 'text/plain', 'plain words\n'],
+      ['e.py', 'text/x-python', 'print(1)\n'],
+      ['f.dat', 'application/octet-stream', `blob:${Buffer.from('a\0b').toString('base64')}`],
+    ], 'the items');
+  }],
+
   ['URIs that are not this server\'s are clear errors', async () => {
     for (const [uri, why] of [
       [`airlock://run/${'a'.repeat(32)}/output/x`, 'another airlock mcp process'],
