@@ -250,12 +250,13 @@ static void run_call(mcp_call *c, reader_watch *w)
         json_t *id = c->id ? json_incref(c->id) : NULL;
         bool cancelled = call_unlist(srv, c);
         if (id && !cancelled) {
-                send_result(srv, id, result);
-                /* The files stay readable by the URIs the result named. */
+                /* The files stay readable by the URIs the result names, from
+                 * before the client can have read them. */
                 if (r >= 0) {
                         mcp_store_keep(srv->store, run_id, res);
                         res = NULL;
                 }
+                send_result(srv, id, result);
         } else {
                 json_decref(result);
                 /* A cancelled request gets no response; the log says how its
