@@ -58,9 +58,9 @@ int mcp_store_new(mcp_store **ret);
 void mcp_store_free(mcp_store *st);
 /* A new run id: MCP_RUN_ID_LEN hex digits and a NUL. Returns 0 or -errno. */
 int mcp_run_id(char out[MCP_RUN_ID_LEN + 1]);
-/* Keeps the files of res under run_id, taking res (freed now when it has
- * no files or is larger than the store), and drops the oldest runs past
- * the caps. */
+/* Keeps a copy of the files of res under run_id (none when it has no
+ * files or they are larger than the store) and frees res; drops the oldest
+ * runs past the caps. */
 void mcp_store_keep(mcp_store *st, const char *run_id, airlock_result *res);
 /* The result of resources/list: the files held, newest run first, a page
  * at a time (cursor NULL for the first), or NULL with the JSON-RPC error

@@ -25,8 +25,12 @@
 
 typedef struct stored_run {
         char id[MCP_RUN_ID_LEN + 1];
-        airlock_result *res; /* its files; stdout and stderr already freed */
-        uint64_t bytes;
+        /* Copies of the run's files in one block: the result's own files
+         * sit in a capture arena that keeps a megabyte or more resident
+         * however small they are. */
+        airlock_file *files;
+        size_t n_files;
+        uint64_t bytes; /* the block's size */
         double added_s; /* CLOCK_MONOTONIC */
         struct stored_run *next;
 } stored_run;
@@ -57,8 +61,40 @@ int mcp_store_new(mcp_store **ret)
 
 static void run_free(stored_run *r)
 {
-        airlock_result_free(r->res);
+        free(r->files);
         free(r);
+}
+
+/* The files of res copied into one malloc'd block: the airlock_file array,
+ * then each file's path, media type and data. NULL when out of memory. */
+static airlock_file *copy_files(const airlock_result *res, uint64_t *ret_bytes)
+{
+        size_t total = res->n_files * sizeof(airlock_file);
+        for (size_t i = 0; i < res->n_files; i++) {
+                const airlock_file *f = &res->files[i];
+                size_t n = strlen(f->path) + strlen(f->media_type) + 2;
+                if (f->size > SIZE_MAX / 2 || total > SIZE_MAX / 2 - n - (size_t)f->size)
+                        return NULL;
+                total += n + (size_t)f->size;
+        }
+        airlock_file *files = malloc(total ? total : 1);
+        if (!files)
+                return NULL;
+        char *p = (char *)(files + res->n_files);
+        for (size_t i = 0; i < res->n_files; i++) {
+                const airlock_file *f = &res->files[i];
+                files[i].size = f->size;
+                files[i].path = p;
+                p = stpcpy(p, f->path) + 1;
+                files[i].media_type = p;
+                p = stpcpy(p, f->media_type) + 1;
+                files[i].data = (unsigned char *)p;
+                if (f->size)
+                        memcpy(p, f->data, (size_t)f->size);
+                p += f->size;
+        }
+        *ret_bytes = total;
+        return files;
 }
 
 void mcp_store_free(mcp_store *st)
@@ -128,24 +164,22 @@ void mcp_store_keep(mcp_store *st, const char *run_id, airlock_result *res)
         for (size_t i = 0; i < res->n_files; i++)
                 bytes += res->files[i].size;
         stored_run *r = res->n_files && bytes <= MCP_STORE_BYTES ? calloc(1, sizeof(*r)) : NULL;
-        if (!r) {
-                airlock_result_free(res);
-                return;
+        if (r && !(r->files = copy_files(res, &r->bytes))) {
+                free(r);
+                r = NULL;
         }
-        /* Only the files are ever read back. */
-        free(res->stdout_data);
-        free(res->stderr_data);
-        res->stdout_data = res->stderr_data = NULL;
-        res->stdout_len = res->stderr_len = 0;
+        if (r)
+                r->n_files = res->n_files;
+        airlock_result_free(res);
+        if (!r)
+                return;
         snprintf(r->id, sizeof(r->id), "%s", run_id);
-        r->res = res;
-        r->bytes = bytes;
         r->added_s = now_s();
         pthread_mutex_lock(&st->lock);
         r->next = st->runs;
         st->runs = r;
         st->n_runs++;
-        st->bytes += bytes;
+        st->bytes += r->bytes;
         evict_locked(st);
         pthread_mutex_unlock(&st->lock);
 }
@@ -182,14 +216,14 @@ json_t *mcp_store_list(mcp_store *st, const char *cursor, int *ret_code, char *w
         pthread_mutex_lock(&st->lock);
         evict_locked(st);
         for (stored_run *r = st->runs; r && !more; r = r->next) {
-                for (size_t i = 0; i < r->res->n_files; i++, index++) {
+                for (size_t i = 0; i < r->n_files; i++, index++) {
                         if (index < skip)
                                 continue;
                         if (json_array_size(list) == MCP_STORE_LIST_PAGE) {
                                 more = true;
                                 break;
                         }
-                        const airlock_file *f = &r->res->files[i];
+                        const airlock_file *f = &r->files[i];
                         const char *text_type = mcp_text_type(f);
                         char *uri = mcp_resource_uri(r->id, f->path);
                         if (uri)
@@ -281,9 +315,9 @@ json_t *mcp_store_read(mcp_store *st, const char *uri, int *ret_code, char *why,
         while (r && memcmp(r->id, id, MCP_RUN_ID_LEN) != 0)
                 r = r->next;
         const airlock_file *f = NULL;
-        for (size_t i = 0; r && i < r->res->n_files && !f; i++)
-                if (strcmp(r->res->files[i].path, path) == 0)
-                        f = &r->res->files[i];
+        for (size_t i = 0; r && i < r->n_files && !f; i++)
+                if (strcmp(r->files[i].path, path) == 0)
+                        f = &r->files[i];
         if (f) {
                 json_t *c = mcp_resource_contents(f, uri);
                 out = c ? json_pack("{s:[o]}", "contents", c) : NULL;
