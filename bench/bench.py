@@ -401,8 +401,7 @@ class Bench:
         t = time.perf_counter()
         r = self.mcp_rpc("tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
         ms = (time.perf_counter() - t) * 1e3
-        sc = r.get("structuredContent") or {}
-        if r.get("isError") or sc.get("stdout", "1\n") != "1\n":
+        if r.get("isError") or r["content"] != [{"type": "text", "text": "1\n"}]:
             raise RuntimeError(f"airlock mcp: unexpected result {str(r)[:200]}")
         return ms
 
@@ -423,10 +422,44 @@ class Bench:
                 self.mcp_rpc("ping", {})
                 pings.append((time.perf_counter() - t) * 1e3)
             self.extra["mcp_ping"] = summary(pings)
+            self.mcp_sizes()
         finally:
             self.mcp.stdin.close()
             self.mcp.wait(timeout=30)
             self.mcp = None
+
+    # The payloads of the response-size figures: a 1 MiB PNG written to
+    # /output (random bytes after the signature, so nothing compresses) and
+    # 100 KB of stdout.
+    MCP_SIZE_RUNS = (
+        ("png_1mib", "import os\nopen('/output/big.png', 'wb').write("
+                     "b'\\x89PNG\\r\\n\\x1a\\n' + os.urandom((1 << 20) - 8))",
+         (1 << 20) // 3 * 4 + 4, "its base64"),
+        ("stdout_100kb", "import sys\nsys.stdout.write('0123456789' * 10240)", 102400,
+         "its size"),
+    )
+
+    def mcp_sizes(self):
+        """The bytes of the tools/call response line for each payload of
+        MCP_SIZE_RUNS, against the payload's own size on the wire."""
+        out = {}
+        for name, code, base, what in self.MCP_SIZE_RUNS:
+            p = self.mcp
+            msg = {"jsonrpc": "2.0", "id": next(self.mcp_ids), "method": "tools/call",
+                   "params": {"name": "execute_code", "arguments": {"code": code}}}
+            p.stdin.write((json.dumps(msg) + "\n").encode())
+            p.stdin.flush()
+            while True:
+                line = p.stdout.readline()
+                if not line:
+                    raise RuntimeError("airlock mcp closed its output")
+                r = json.loads(line)
+                if r.get("id") == msg["id"]:
+                    break
+            if "error" in r or r["result"].get("isError"):
+                raise RuntimeError(f"airlock mcp: {str(r)[:300]}")
+            out[name] = {"response_bytes": len(line) - 1, "payload_bytes": base, "payload": what}
+        self.extra["mcp_sizes"] = out
 
     def srt_base(self):
         srt = os.path.join(HERE, "node_modules", ".bin", "srt")
@@ -833,6 +866,12 @@ def report(data):
             if mp:
                 L[-1] += (f" A ping round trip through the same pipes takes "
                           f"{mp['median_ms']:.2f} ms (p90 {mp['p90_ms']:.2f} ms).")
+        ms = data["extra"].get("mcp_sizes")
+        if ms:
+            L += ["", "Each payload crosses the wire once: the tools/call response for a "
+                  f"1 MiB PNG is {ms['png_1mib']['response_bytes']:,} bytes (its base64 "
+                  f"{ms['png_1mib']['payload_bytes']:,}), for 100 KB of stdout "
+                  f"{ms['stdout_100kb']['response_bytes']:,} bytes."]
         fr, pp = res.get("fresh", {}), data["extra"].get("airlock_piped")
         if pp and "median_ms" in fr.get("airlock-mcp", {}) and "median_ms" in fr.get("airlock", {}):
             L += ["", f"In the interleaved rounds of table 1, with the peers running between "
@@ -906,6 +945,18 @@ def targets(res, extra=None):
                 fig += f"; an echo through a bare pipe alone takes {med['echo']:.2f} ms"
             out.append({"what": what, "figure": fig,
                         "verdict": "met" if x - base < 0.2 else "missed"})
+    # The response sizes: each payload once, plus a little JSON around it.
+    for name, what in (("png_1mib", "MCP response for a 1 MiB PNG"),
+                       ("stdout_100kb", "MCP response for 100 KB of stdout")):
+        m = ((extra or {}).get("mcp_sizes") or {}).get(name)
+        if m:
+            limit = 1.05 * m["payload_bytes"] + 2048
+            out.append({"what": f"{what} <= 1.05 x {m['payload']} + 2 KB",
+                        "figure": f"{m['response_bytes']:,} bytes ({m['payload']} "
+                                  f"{m['payload_bytes']:,} bytes, "
+                                  f"{m['response_bytes'] / m['payload_bytes']:.3f}x; "
+                                  f"limit {limit:,.0f})",
+                        "verdict": "met" if m["response_bytes"] <= limit else "missed"})
     return out
 
 

@@ -198,16 +198,16 @@ def run(build, quick, log=lambda m: print(m, file=sys.stderr, flush=True)):
         try:
             def airlock_pandas():
                 ms, r = mcp.call(PANDAS_CODE)
-                if r.get("isError") or r["structuredContent"]["stdout"] != PANDAS_WANT:
+                if r.get("isError") or r["content"][0].get("text") != PANDAS_WANT:
                     raise RuntimeError(f"airlock mcp: {str(r)[:300]}")
                 return ms
 
             def airlock_data():
                 ms, r = mcp.call(DATA_CODE.format(inp="/input", out="/output"))
-                sc = r["structuredContent"]
-                png = [f for f in sc["files"] if f["path"] == "/output/plot.png"]
-                if r.get("isError") or sc["stdout"] != want_data or not png or \
-                        not base64.b64decode(png[0]["data_base64"]).startswith(b"\x89PNG"):
+                # stdout, then the files: plot.png is the one image item.
+                png = [c["data"] for c in r["content"] if c["type"] == "image"]
+                if r.get("isError") or r["content"][0].get("text") != want_data or not png or \
+                        not base64.b64decode(png[0]).startswith(b"\x89PNG"):
                     raise RuntimeError(f"airlock mcp: {str(r)[:300]}")
                 return ms
 

@@ -371,6 +371,15 @@ AIRLOCK_PUBLIC int airlock_cache_run_live(airlock_cache *cache, const airlock_co
                                           airlock_output_fn on_output, void *output_arg,
                                           airlock_result **ret, airlock_error *err);
 
+/* For a caller that hands run results to a model (the MCP server): the
+ * library's view of which files are text. */
+
+/* Whether a file of this media type (as airlock_file.media_type gives it)
+ * is text a model reads as text: every text type, JSON, XML (and the +json, +xml
+ * types, SVG included), CSV, YAML, TOML, SQL, shell and other source code.
+ * The file's bytes must still be checked with airlock_utf8_valid. */
+AIRLOCK_PUBLIC bool airlock_media_type_is_text(const char *media_type);
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,7 +73,9 @@ typedef struct mcp_call mcp_call;
 typedef struct mcp_server {
         airlock_config *cfg;
         airlock_cache *cache;
-        json_t *tool; /* the execute_code entry of tools/list */
+        json_t *tool;        /* the execute_code entry of tools/list */
+        mcp_store *store;    /* the files of recent runs, for resources/read */
+        uint64_t max_stdout; /* the configured cap of stdout and stderr */
         char *instructions;
         bool initialized;
         bool warmed_up;            /* the warm-up run was started */
@@ -130,7 +132,8 @@ struct mcp_call {
         json_t *id; /* NULL for the warm-up run */
         char *code;
         size_t len;
-        int cancel_fd; /* eventfd handed to the run as airlock_run_options.cancel_fd */
+        int cancel_fd;   /* eventfd handed to the run as airlock_run_options.cancel_fd */
+        bool run_record; /* the client asked for _meta[MCP_META_RUN] */
         bool cancelled;
         bool modern;      /* the request named revision 2026-07-28 or later in _meta */
         json_t *progress; /* its _meta.progressToken, or NULL */
@@ -499,6 +502,12 @@ static void run_call(mcp_call *c, reader_watch *w)
         if (live)
                 progress_remove(srv, c);
         json_t *result = NULL;
+        char run_id[MCP_RUN_ID_LEN + 1];
+        if (c->id && r >= 0 && mcp_run_id(run_id) < 0) {
+                airlock_result_free(res);
+                res = NULL;
+                r = al_error(&err, -EIO, NULL, "no random bytes for the run's id");
+        }
         if (c->id) {
                 if (r < 0) {
                         char msg[AIRLOCK_MESSAGE_MAX + 64];
@@ -506,7 +515,7 @@ static void run_call(mcp_call *c, reader_watch *w)
                                  err.message[0] ? err.message : strerror(-r));
                         result = mcp_tool_error(msg);
                 } else {
-                        result = mcp_tool_result(res);
+                        result = mcp_tool_result(res, run_id, srv->max_stdout, c->run_record);
                         if (!result)
                                 result = mcp_tool_error("airlock could not encode the result");
                 }
@@ -520,6 +529,12 @@ static void run_call(mcp_call *c, reader_watch *w)
         json_t *id = c->id ? json_incref(c->id) : NULL;
         bool cancelled = call_unlist(srv, c);
         if (id && !cancelled) {
+                /* The files stay readable by the URIs the result names, from
+                 * before the client can have read them. */
+                if (r >= 0) {
+                        mcp_store_keep(srv->store, run_id, res);
+                        res = NULL;
+                }
                 send_result(srv, id, c->modern ? modern_result(result, false) : result);
         } else {
                 json_decref(result);
@@ -793,7 +808,8 @@ static void warm_up(mcp_server *srv)
 /* What this server offers, the same in initialize and server/discover. */
 static json_t *server_capabilities(void)
 {
-        return json_pack("{s:{s:b}}", "tools", "listChanged", 0);
+        return json_pack("{s:{s:b}, s:{s:b, s:b}}", "tools", "listChanged", 0, "resources",
+                         "subscribe", 0, "listChanged", 0);
 }
 
 /* Reads the era of a request from its params._meta (basic/index, "_meta";
@@ -978,6 +994,10 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
         }
         memcpy(c->code, json_string_value(code), c->len + 1);
         srv->warmed_up = true; /* the call prepares the sandbox itself */
+        /* The run record is for programs, on request: LangChain's adapter
+         * puts a result's _meta into the text its model reads. */
+        c->run_record =
+            json_is_true(json_object_get(json_object_get(params, "_meta"), MCP_META_RUN));
         int r = call_start(srv, c);
         if (r == -EBUSY)
                 reply(srv, rq,
@@ -986,6 +1006,39 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
                       false);
         else if (r < 0)
                 send_error(srv, id, RPC_INTERNAL_ERROR, "cannot start the call: %s", strerror(-r));
+}
+
+/* resources/list and resources/read: the files of recent runs, by the URIs
+ * their results named (see mcp_resources.c). A URI this process does not
+ * hold is the error -32002, which says so. */
+static void handle_resources(mcp_server *srv, const char *method, const mcp_request *rq)
+{
+        const json_t *id = rq->id, *params = rq->params;
+        int code = 0;
+        char why[1024];
+        json_t *result;
+        if (strcmp(method, "resources/read") == 0) {
+                const char *uri = json_string_value(json_object_get(params, "uri"));
+                if (!uri) {
+                        send_error(srv, id, RPC_INVALID_PARAMS,
+                                   "resources/read: params.uri must be a string");
+                        return;
+                }
+                result = mcp_store_read(srv->store, uri, &code, why, sizeof(why));
+        } else {
+                const json_t *cursor = json_object_get(params, "cursor");
+                if (cursor && !json_is_string(cursor)) {
+                        send_error(srv, id, RPC_INVALID_PARAMS,
+                                   "resources/list: params.cursor must be a string");
+                        return;
+                }
+                result =
+                    mcp_store_list(srv->store, json_string_value(cursor), &code, why, sizeof(why));
+        }
+        if (result)
+                reply(srv, rq, result, false);
+        else
+                send_error(srv, id, code, "%s", why);
 }
 
 /* The dispatcher. A request of revision 2026-07-28 (see read_envelope) needs
@@ -1040,6 +1093,8 @@ static void handle_request(mcp_server *srv, const char *method, const json_t *id
                 reply(srv, &rq, json_pack("{s:[O]}", "tools", srv->tool), true);
         else if (strcmp(method, "tools/call") == 0)
                 handle_tools_call(srv, &rq);
+        else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0)
+                handle_resources(srv, method, &rq);
         else
                 send_error(srv, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s", method);
 }
@@ -1335,17 +1390,22 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
         json_array_foreach (json_object_get(d, "warnings"), i, w)
                 fprintf(stderr, "airlock mcp: warning: %s\n", json_string_value(w));
         srv->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
-        srv->tool = json_pack("{s:s, s:s, s:O, s:O, s:o, s:{s:s, s:b, s:b, s:b, s:b}, s:{s:O}}",
-                              "name", "execute_code", "title", "Execute Python code", "description",
-                              json_object_get(d, "description"), "inputSchema",
-                              json_object_get(d, "input_schema"), "outputSchema",
-                              mcp_output_schema(), "annotations", "title", "Execute Python code",
-                              "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
-                              "openWorldHint", airlock_config_allow_count(cfg) > 0, "_meta",
-                              "dev.airlock/approval_mode", json_object_get(d, "approval_mode"));
+        /* No outputSchema: a client that sees one hands its model the
+         * structured result instead of the content (Mastra), so images and
+         * files would not reach it. The run record is in the result's _meta. */
+        srv->tool = json_pack(
+            "{s:s, s:s, s:O, s:O, s:{s:s, s:b, s:b, s:b, s:b}, s:{s:O}}", "name", "execute_code",
+            "title", "Execute Python code", "description", json_object_get(d, "description"),
+            "inputSchema", json_object_get(d, "input_schema"), "annotations", "title",
+            "Execute Python code", "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
+            "openWorldHint", airlock_config_allow_count(cfg) > 0, "_meta",
+            "dev.airlock/approval_mode", json_object_get(d, "approval_mode"));
         json_decref(d);
-        if (!srv->instructions || !srv->tool)
+        if (!srv->instructions || !srv->tool || mcp_store_new(&srv->store) < 0)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
+        airlock_limits lim;
+        airlock_config_get_limits(cfg, &lim);
+        srv->max_stdout = lim.max_stdout;
         pthread_mutex_init(&srv->out_lock, NULL);
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
@@ -1396,6 +1456,7 @@ int cmd_mcp(int argc, char **argv)
         if (r < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
                 airlock_cache_close(srv.cache);
+                mcp_store_free(srv.store);
                 json_decref(srv.tool);
                 free(srv.instructions);
                 cli_options_free(&o);
@@ -1414,6 +1475,7 @@ int cmd_mcp(int argc, char **argv)
         dynbuf_free(&srv.line);
         free(srv.chunk);
         airlock_cache_close(srv.cache);
+        mcp_store_free(srv.store);
         json_decref(srv.tool);
         free(srv.instructions);
         pthread_cond_destroy(&srv.work);

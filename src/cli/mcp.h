@@ -4,26 +4,71 @@
 #define AIRLOCK_CLI_MCP_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "airlock.h"
 
-/* The JSON Schema of structuredContent: the result JSON of docs/design.md. */
-json_t *mcp_output_schema(void);
+/* Where a run's files can be read back: MCP_URI_PREFIX, the run's id (32
+ * hex digits from getrandom, so a URI cannot be guessed), then the file's
+ * path percent-encoded: airlock://run/3f0c.../output/a%20b.csv. */
+#define MCP_URI_PREFIX "airlock://run/"
+#define MCP_RUN_ID_LEN 32
+/* The _meta key of the run record of a CallToolResult, sent when the
+ * tools/call request's params._meta has this key set to true. */
+#define MCP_META_RUN "dev.airlock/run"
 
-/* The CallToolResult of a finished run: content items in the order of the
- * result's "contents" (stdout text, an image item per image file, an
- * embedded resource per other file, stderr or the error), a text item naming
- * what /output refused, isError when the run failed, and the result JSON as
- * structuredContent. NULL when out of memory or the result JSON is unusable. */
-json_t *mcp_tool_result(const airlock_result *res);
+/* The CallToolResult of a finished run, each payload once: content items
+ * (stdout text; one item per file of /output, sorted: an image item for
+ * PNG, JPEG, GIF and WebP, an embedded text resource for text files, a blob
+ * resource for the rest, each with its run's URI; on success stderr as
+ * text, on failure one text item with stderr and how the run ended; a line
+ * for stdout or stderr cut at max_stdout bytes; a line naming what /output
+ * refused), isError when the run failed, and, with run_record, _meta[MCP_META_RUN]: {id,
+ * status, exit_code, duration_ms, stdout_bytes, stdout_truncated,
+ * stderr_bytes, stderr_truncated, files [{path, uri, media_type, size}],
+ * refused [{path, reason}], parts (the kind of each content item: "stdout",
+ * "file", "stderr", "error", "notice", "refused" or "empty")}. NULL when out
+ * of memory. */
+json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t max_stdout,
+                        bool run_record);
 
 /* A CallToolResult that reports a failure to run at all (isError, one text
- * item, no structuredContent). */
+ * item). */
 json_t *mcp_tool_error(const char *message);
 
-/* "file:///output/a%20b.csv" for "/output/a b.csv": every byte outside the
- * unreserved set and '/' is percent-encoded. Malloc'd. */
-char *mcp_file_uri(const char *path);
+/* MCP_URI_PREFIX run_id path, every byte of path outside the unreserved set
+ * and '/' percent-encoded. Malloc'd. */
+char *mcp_resource_uri(const char *run_id, const char *path);
+
+/* The contents entry of a file for resources/read and embedded resources:
+ * {uri, mimeType, text} when the file is text (by its media type, or an
+ * application/octet-stream file that is valid UTF-8 without U+0000, served
+ * as text/plain), else {uri, mimeType, blob}. The bytes are never altered:
+ * a text-typed file that is not valid UTF-8 goes as a blob. */
+json_t *mcp_resource_contents(const airlock_file *f, const char *uri);
+/* The media type a file is served as text with (see above), or NULL when it
+ * goes as a blob. */
+const char *mcp_text_type(const airlock_file *f);
+
+/* The files of recent runs, for resources/read and resources/list, bounded
+ * in runs, bytes and age (the caps are in mcp_resources.c). Thread-safe. */
+typedef struct mcp_store mcp_store;
+
+int mcp_store_new(mcp_store **ret);
+void mcp_store_free(mcp_store *st);
+/* A new run id: MCP_RUN_ID_LEN hex digits and a NUL. Returns 0 or -errno. */
+int mcp_run_id(char out[MCP_RUN_ID_LEN + 1]);
+/* Keeps a copy of the files of res under run_id (none when it has no
+ * files or they are larger than the store) and frees res; drops the oldest
+ * runs past the caps. */
+void mcp_store_keep(mcp_store *st, const char *run_id, airlock_result *res);
+/* The result of resources/list: the files held, newest run first, a page
+ * at a time (cursor NULL for the first), or NULL with the JSON-RPC error
+ * code in *ret_code and the message in why. */
+json_t *mcp_store_list(mcp_store *st, const char *cursor, int *ret_code, char *why, size_t why_len);
+/* The result of resources/read for uri, or NULL with the JSON-RPC error
+ * code in *ret_code and the message in why. */
+json_t *mcp_store_read(mcp_store *st, const char *uri, int *ret_code, char *why, size_t why_len);
 
 /* JSON-RPC error codes the server answers with. */
 enum {
@@ -32,6 +77,7 @@ enum {
         RPC_METHOD_NOT_FOUND = -32601,
         RPC_INVALID_PARAMS = -32602,
         RPC_INTERNAL_ERROR = -32603,
+        RPC_RESOURCE_NOT_FOUND = -32002, /* MCP's code for resources/read */
 };
 
 /* One message from the client, checked against JSON-RPC 2.0 as MCP uses it.

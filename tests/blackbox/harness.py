@@ -5,6 +5,7 @@ prints one line per test and a closing line "NAME: N passed, N failed".
 """
 import atexit
 import contextlib
+import base64
 import json
 import os
 import shutil
@@ -31,6 +32,45 @@ def run_json(code, *args, timeout=120):
         return p.returncode, json.loads(p.stdout)
     except json.JSONDecodeError:
         raise AssertionError(f"not JSON (rc {p.returncode}): {p.stdout[:500]!r} {p.stderr[:500]!r}")
+
+
+# A tools/call asks for the run record in the result's _meta this way (see
+# README, "What the client sees").
+MCP_RUN = "dev.airlock/run"
+
+
+def mcp_call_params(code):
+    """The params of a tools/call of execute_code(code) with the run record."""
+    return {"name": "execute_code", "arguments": {"code": code}, "_meta": {MCP_RUN: True}}
+
+
+def mcp_result_json(result):
+    """The result JSON of `airlock run --json`, as far as a CallToolResult
+    asked for with mcp_call_params carries it: its content items told apart
+    by the record's "parts". stdout and stderr are the model's text (CRLF as
+    LF); on failure stderr is the error item (stderr and how the run ended)."""
+    rec = result["_meta"][MCP_RUN]
+    out = {"success": not result["isError"], "status": rec["status"],
+           "exit_code": rec["exit_code"], "stdout": "", "stderr": "",
+           "stdout_truncated": rec["stdout_truncated"],
+           "stderr_truncated": rec["stderr_truncated"], "files": [],
+           "refused": rec["refused"], "duration_ms": rec["duration_ms"]}
+    files = iter(rec["files"])
+    for kind, item in zip(rec["parts"], result["content"]):
+        if kind == "stdout":
+            out["stdout"] = item["text"]
+        elif kind in ("stderr", "error"):
+            out["stderr"] = item["text"]
+        elif kind == "file":
+            f = dict(next(files))
+            if item["type"] == "image":
+                f["data_base64"] = item["data"]
+            elif "blob" in item["resource"]:
+                f["data_base64"] = item["resource"]["blob"]
+            else:
+                f["data_base64"] = base64.b64encode(item["resource"]["text"].encode()).decode()
+            out["files"].append(f)
+    return out
 
 
 _made = []
@@ -115,7 +155,7 @@ class Mcp:
 
     def start_call(self, code):
         """Sends execute_code(code); returns the request's id for result()."""
-        return self.start("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        return self.start("tools/call", mcp_call_params(code))
 
     def result(self, i):
         """The CallToolResult of the call started as request i."""
@@ -128,8 +168,8 @@ class Mcp:
         return self.result(self.start_call(code))
 
     def run(self, code):
-        """The result JSON of execute_code(code)."""
-        return self.call(code)["structuredContent"]
+        """The result JSON of execute_code(code), from the run record."""
+        return mcp_result_json(self.call(code))
 
     def close(self):
         """Ends the server's input; returns its exit status."""

@@ -17,7 +17,7 @@ import os
 import subprocess
 import time
 
-from harness import airlock, mcp, run, run_json, tmpdir
+from harness import AIRLOCK, airlock, mcp, mcp_call_params, mcp_result_json, run, run_json, tmpdir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import harness  # noqa: E402
-from harness import AIRLOCK, Mcp, airlock, next_run_works, run, run_json, tmpdir  # noqa: E402
+from harness import AIRLOCK, MCP_RUN, Mcp, airlock, mcp_call_params, next_run_works, run, run_json, tmpdir  # noqa: E402
 
 ROOT = os.geteuid() == 0
 
@@ -72,8 +72,7 @@ def text_of(result):
 
 
 def status_of(result):
-    sc = result.get("structuredContent") or {}
-    return sc.get("status")
+    return result["_meta"][MCP_RUN]["status"]
 
 
 IPC = '''

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, Mcp, airlock, run, run_json, tmpdir  # noqa: E402
+from harness import AIRLOCK, Mcp, airlock, mcp_call_params, mcp_result_json, run, run_json, tmpdir  # noqa: E402
 
 PYVER = "3.11"  # Debian 12's python3, the guest's libpython
 

@@ -21,6 +21,10 @@ import tempfile
 import threading
 import time
 
+# The result JSON as a tools/call result carries it (tests/blackbox/harness.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "blackbox"))
+from harness import mcp_call_params, mcp_result_json  # noqa: E402
+
 TOOL = r'''
 import json, sys
 a = json.load(sys.stdin)
@@ -107,7 +111,7 @@ def measure(pid):
 
 
 def call_for(i, port):
-    """(code, check) for call i; check(structuredContent) returns an error or None."""
+    """(code, check) for call i; check(result JSON) returns an error or None."""
     kind = i % 6
     if kind == 0:
         code = f"print(open('/input/a.txt').read(), {i})"
@@ -198,9 +202,9 @@ def main():
                 warm = measure(p.pid)
             kind, code, check = call_for(i, port)
             send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
-                  "params": {"name": "execute_code", "arguments": {"code": code}}})
+                  "params": mcp_call_params(code)})
             r = receive(i + 1)
-            res = r.get("result", {}).get("structuredContent")
+            res = mcp_result_json(r["result"]) if "_meta" in r.get("result", {}) else None
             if res is None:
                 fail(f"call {i} ({kind}): no result: {str(r)[:300]}")
                 continue

@@ -71,7 +71,8 @@ const tests = [
         else assert(['2025-11-25', '2025-06-18'].includes(res.protocolVersion), `unknown version answered with ${res.protocolVersion}`);
         assertEqual(res.serverInfo.name, 'airlock', 'serverInfo.name');
         assert(typeof res.serverInfo.version === 'string' && res.serverInfo.version.length > 0, 'serverInfo.version');
-        assertEqual(res.capabilities, { tools: { listChanged: false } }, 'capabilities');
+        assertEqual(res.capabilities.tools, { listChanged: false }, 'capabilities.tools');
+        assertEqual(res.capabilities.resources, { subscribe: false, listChanged: false }, 'capabilities.resources');
         assertIncludes(res.instructions, 'execute_code', 'instructions');
         assertIncludes(res.instructions, 'call_tool', 'instructions');
       });
@@ -108,7 +109,7 @@ const tests = [
       assertEqual(m.error && m.error.code, code, `answer to ${line}: ${JSON.stringify(m)}`);
       assert(typeof m.error.message === 'string' && m.error.message.length > 0, 'error message');
     }
-    const unknown = await p.request('resources/list', {}, 10);
+    const unknown = await p.request('prompts/list', {}, 10);
     assertEqual(unknown.error && unknown.error.code, -32601, 'unknown method');
     const badParams = await p.request('tools/call', [1, 2], 11);
     assertEqual(badParams.error && badParams.error.code, -32602, 'params not an object');

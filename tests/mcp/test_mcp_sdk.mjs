@@ -1,7 +1,8 @@
 // `airlock mcp` driven by the official MCP TypeScript SDK client, the way an
 // agent framework uses it: connect, list the tool, run code that reads
 // /input, calls a host tool and writes a PNG and a CSV to /output, and check
-// every content item and the structuredContent.
+// every content item, the run record sent on request in _meta, and reading
+// a run's files back as resources.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -16,6 +17,8 @@ let stderr = '';
 
 // Generous: the first call waits for the sandbox to be built.
 const CALL_OPTS = { timeout: 120000 };
+// The run record a program asks for with the call.
+const RECORD = { 'dev.airlock/run': true };
 
 async function connect(args) {
   const t = new StdioClientTransport({ command: AIRLOCK, args: ['mcp', ...args], stderr: 'pipe' });
@@ -71,6 +74,7 @@ const tests = [
     assert(typeof info.version === 'string' && info.version.length > 0, 'server version');
     const caps = client.getServerCapabilities();
     assert(caps.tools, 'tools capability');
+    assert(caps.resources, 'resources capability');
     const instr = client.getInstructions();
     assertIncludes(instr, 'execute_code', 'instructions');
     assertIncludes(instr, 'compute', 'instructions name the tool');
@@ -95,13 +99,15 @@ const tests = [
     assertEqual(t.annotations.openWorldHint, false, 'openWorldHint without an allow-list');
     assert(typeof t.annotations.title === 'string', 'annotations.title');
     assertEqual(t._meta['dev.airlock/approval_mode'], 'never_require', 'approval mode');
-    assertEqual(t.outputSchema && t.outputSchema.type, 'object', 'outputSchema');
+    // No outputSchema: a client that sees one hands its model the structured
+    // result instead of the content (Mastra), and images would not reach it.
+    assertEqual(t.outputSchema, undefined, 'outputSchema');
   }],
 
-  ['tools/call: stdout, tool call, image and resource items, structuredContent', async () => {
-    const r = await client.callTool({ name: 'execute_code', arguments: { code: MAIN_CODE } }, undefined, CALL_OPTS);
+  ['tools/call: stdout, tool call, image and text resource items, each once', async () => {
+    const r = await client.callTool({ name: 'execute_code', arguments: { code: MAIN_CODE }, _meta: RECORD }, undefined, CALL_OPTS);
     assertEqual(r.isError, false, `isError (content: ${JSON.stringify(r.content).slice(0, 1500)})`);
-    // Order of docs/design.md "contents": stdout, then one item per file (sorted).
+    // stdout, then one item per file (sorted by path).
     assertEqual(r.content.map((c) => c.type), ['text', 'image', 'resource'], 'content types');
     const out = r.content[0].text;
     assertIncludes(out, 'rows 3 total 42', 'stdout');
@@ -117,22 +123,54 @@ const tests = [
     assertEqual(crypto.createHash('sha256').update(png).digest('hex'), pngHash, 'PNG bytes');
 
     const res = r.content[2].resource;
-    assertEqual(res.uri, 'file:///output/summary.csv', 'resource uri');
+    assert(/^airlock:\/\/run\/[0-9a-f]{32}\/output\/summary\.csv$/.test(res.uri), `resource uri ${res.uri}`);
     assertEqual(res.mimeType, 'text/csv', 'resource mimeType');
-    assertEqual(Buffer.from(res.blob, 'base64').toString('utf8'), 'name,doubled\nalpha,2\nbeta,4\ngamma,78\n', 'CSV bytes');
+    assertEqual(res.text, 'name,doubled\nalpha,2\nbeta,4\ngamma,78\n', 'CSV as text');
+    assertEqual(res.blob, undefined, 'no base64 of a text file');
 
-    const s = r.structuredContent;
-    assertEqual(s.success, true, 'success');
+    assertEqual(r.structuredContent, undefined, 'no structuredContent');
+    const s = r._meta['dev.airlock/run'];
     assertEqual(s.status, 'ok', 'status');
     assertEqual(s.exit_code, 0, 'exit_code');
-    assertIncludes(s.stdout, 'rows 3 total 42', 'structured stdout');
+    assert(/^[0-9a-f]{32}$/.test(s.id), 'run id');
     assertEqual(s.files.map((f) => f.path), ['/output/chart.png', '/output/summary.csv'], 'files sorted by path');
     assertEqual(s.files[0].media_type, 'image/png', 'file media type');
     assertEqual(s.files[0].size, png.length, 'file size');
-    assertEqual(s.files[0].data_base64, img.data, 'file data matches the image item');
+    assertEqual(s.files[1].uri, res.uri, 'the record names the resource URI');
     assertEqual(s.refused, [], 'refused');
-    assert(Array.isArray(s.contents) && s.contents.length === 3, 'contents');
+    assertEqual(s.parts, ['stdout', 'file', 'file'], 'the kind of each content item');
     assert(typeof s.duration_ms === 'number' && s.duration_ms >= 0, 'duration_ms');
+    // The record holds no payload: every byte of the files went once.
+    assert(!JSON.stringify(s).includes(img.data.slice(0, 40)), 'no image data in the record');
+
+    // The files can be read back by the URIs, and listed.
+    const back = await client.readResource({ uri: s.files[0].uri });
+    assertEqual(back.contents[0].blob, img.data, 'the image read back');
+    assertEqual(back.contents[0].mimeType, 'image/png', 'its media type');
+    const csv = await client.readResource({ uri: res.uri });
+    assertEqual(csv.contents[0].text, res.text, 'the CSV read back as text');
+    const { resources } = await client.listResources();
+    for (const f of s.files) assert(resources.some((x) => x.uri === f.uri), `${f.uri} listed`);
+  }],
+
+  ['tools/call: without the request, no run record', async () => {
+    const r = await client.callTool({ name: 'execute_code', arguments: { code: 'print(1)' } }, undefined, CALL_OPTS);
+    assertEqual(r.content, [{ type: 'text', text: '1\n' }], 'content');
+    assertEqual(r._meta, undefined, 'no _meta');
+  }],
+
+  ['resources/read: a URI this server does not hold is a clear error', async () => {
+    for (const uri of [`airlock://run/${'0'.repeat(32)}/output/x.csv`, 'file:///etc/passwd']) {
+      let error;
+      try {
+        await client.readResource({ uri });
+      } catch (e) {
+        error = e;
+      }
+      assert(error, `reading ${uri} must fail`);
+      assertEqual(error.code, -32002, `error code (${error.message})`);
+      assertIncludes(error.message, 'resource not found', 'message');
+    }
   }],
 
   ['tools/call: a failing snippet is isError with the traceback', async () => {
@@ -142,8 +180,9 @@ const tests = [
     assertIncludes(texts, 'before', 'stdout before the error');
     assertIncludes(texts, 'ValueError', 'error text');
     assertIncludes(texts, 'boom 42', 'error text');
-    assertEqual(r.structuredContent.success, false, 'success');
-    assertEqual(r.structuredContent.status, 'error', 'status');
+    // The error is told once, without a doubled "Error: error:".
+    assertEqual(texts.split('exited with status 1').length, 2, `status line once: ${texts}`);
+    assert(!texts.includes('Error: error'), `no doubled prefix: ${texts}`);
   }],
 
   ['tools/call: a failing host tool raises RuntimeError in the guest', async () => {
@@ -183,17 +222,20 @@ const tests = [
       'open("/output/big.bin", "wb").write(data)',
       'print(hashlib.sha256(data).hexdigest())',
     ].join('\n');
-    const r = await client.callTool({ name: 'execute_code', arguments: { code } }, undefined, CALL_OPTS);
+    const r = await client.callTool({ name: 'execute_code', arguments: { code }, _meta: RECORD }, undefined, CALL_OPTS);
     assertEqual(r.isError, false, `isError: ${JSON.stringify(r.content).slice(0, 500)}`);
     const resources = r.content.filter((c) => c.type === 'resource').map((c) => c.resource);
-    assertEqual(resources.map((x) => x.uri), ['file:///output/big.bin', 'file:///output/sub%20dir/a%20b%23%C3%BC.txt'], 'uris');
-    assertEqual(decodeURIComponent(new URL(resources[1].uri).pathname), '/output/sub dir/a b#\u00fc.txt', 'decoded path');
+    const id = r._meta['dev.airlock/run'].id;
+    assertEqual(resources.map((x) => x.uri), [`airlock://run/${id}/output/big.bin`, `airlock://run/${id}/output/sub%20dir/a%20b%23%C3%BC.txt`], 'uris');
+    assertEqual(decodeURIComponent(new URL(resources[1].uri).pathname), `/${id}/output/sub dir/a b#\u00fc.txt`, 'decoded path');
     assertEqual(resources[1].mimeType, 'text/plain', 'text file media type');
-    assertEqual(Buffer.from(resources[1].blob, 'base64').toString('utf8'), 'hello\n', 'text file bytes');
+    assertEqual(resources[1].text, 'hello\n', 'text file as text');
+    const back = await client.readResource({ uri: resources[1].uri });
+    assertEqual(back.contents[0].text, 'hello\n', 'read back by its encoded URI');
     const big = Buffer.from(resources[0].blob, 'base64');
     assertEqual(big.length, 256 * 8192, 'big file size');
     assertEqual(crypto.createHash('sha256').update(big).digest('hex'), r.content[0].text.trim(), 'big file bytes');
-    assertEqual(r.structuredContent.files[1].path, '/output/sub dir/a b#\u00fc.txt', 'structured path');
+    assertEqual(r._meta['dev.airlock/run'].files[1].path, '/output/sub dir/a b#\u00fc.txt', 'path in the record');
   }],
 
   ['ping', async () => {
@@ -232,12 +274,13 @@ const tests = [
   ['parallel calls return their own results', async () => {
     const calls = [];
     for (let i = 0; i < 6; i++) {
-      calls.push(client.callTool({ name: 'execute_code', arguments: { code: `print("call-${i}")\nopen("/output/f${i}.txt", "w").write("${i}")` } }, undefined, CALL_OPTS));
+      calls.push(client.callTool({ name: 'execute_code', arguments: { code: `print("call-${i}")\nopen("/output/f${i}.txt", "w").write("${i}")` }, _meta: RECORD }, undefined, CALL_OPTS));
     }
     const results = await Promise.all(calls);
     results.forEach((r, i) => {
       assertEqual(r.content[0].text.trim(), `call-${i}`, `stdout of call ${i}`);
-      assertEqual(r.structuredContent.files.map((f) => f.path), [`/output/f${i}.txt`], `files of call ${i}`);
+      assertEqual(r._meta['dev.airlock/run'].files.map((f) => f.path), [`/output/f${i}.txt`], `files of call ${i}`);
+      assertEqual(r.content[1].resource.text, `${i}`, `file of call ${i}`);
     });
   }],
 

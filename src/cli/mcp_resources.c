@@ -1,0 +1,342 @@
+/* The MCP resources of `airlock mcp`: the files that recent runs returned,
+ * held so that a client can read one back by its URI (resources/read) or
+ * list them (resources/list) after the tool result has gone to the model.
+ *
+ * Each run gets an id of 128 random bits, and every URI names it: a URI
+ * cannot be guessed, and one run's files never answer for another's. The
+ * store is bounded in runs, bytes and age (the caps below, in one place);
+ * past them the oldest runs go. A URI of a run this process does not hold
+ * (dropped, or made by another airlock process of a multi-instance
+ * deployment) is a clear error, never another file. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "mcp.h"
+
+#define MCP_STORE_RUNS      32           /* runs whose files are held */
+#define MCP_STORE_BYTES     (128u << 20) /* bytes of the files held, in all */
+#define MCP_STORE_AGE_S     (30 * 60)    /* how long a run's files are held */
+#define MCP_STORE_LIST_PAGE 500          /* resources/list entries per page */
+
+typedef struct stored_run {
+        char id[MCP_RUN_ID_LEN + 1];
+        /* Copies of the run's files in one block: the result's own files
+         * sit in a capture arena that keeps a megabyte or more resident
+         * however small they are. */
+        airlock_file *files;
+        size_t n_files;
+        uint64_t bytes; /* the block's size */
+        double added_s; /* CLOCK_MONOTONIC */
+        struct stored_run *next;
+} stored_run;
+
+struct mcp_store {
+        pthread_mutex_t lock;
+        stored_run *runs; /* newest first */
+        unsigned n_runs;
+        uint64_t bytes;
+};
+
+static double now_s(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int mcp_store_new(mcp_store **ret)
+{
+        mcp_store *st = calloc(1, sizeof(*st));
+        if (!st)
+                return -ENOMEM;
+        pthread_mutex_init(&st->lock, NULL);
+        *ret = st;
+        return 0;
+}
+
+static void run_free(stored_run *r)
+{
+        free(r->files);
+        free(r);
+}
+
+/* The files of res copied into one malloc'd block: the airlock_file array,
+ * then each file's path, media type and data. NULL when out of memory. */
+static airlock_file *copy_files(const airlock_result *res, uint64_t *ret_bytes)
+{
+        size_t total = res->n_files * sizeof(airlock_file);
+        for (size_t i = 0; i < res->n_files; i++) {
+                const airlock_file *f = &res->files[i];
+                size_t n = strlen(f->path) + strlen(f->media_type) + 2;
+                if (f->size > SIZE_MAX / 2 || total > SIZE_MAX / 2 - n - (size_t)f->size)
+                        return NULL;
+                total += n + (size_t)f->size;
+        }
+        airlock_file *files = malloc(total ? total : 1);
+        if (!files)
+                return NULL;
+        char *p = (char *)(files + res->n_files);
+        for (size_t i = 0; i < res->n_files; i++) {
+                const airlock_file *f = &res->files[i];
+                files[i].size = f->size;
+                files[i].path = p;
+                p = stpcpy(p, f->path) + 1;
+                files[i].media_type = p;
+                p = stpcpy(p, f->media_type) + 1;
+                files[i].data = (unsigned char *)p;
+                if (f->size)
+                        memcpy(p, f->data, (size_t)f->size);
+                p += f->size;
+        }
+        *ret_bytes = total;
+        return files;
+}
+
+void mcp_store_free(mcp_store *st)
+{
+        if (!st)
+                return;
+        for (stored_run *r = st->runs, *next; r; r = next) {
+                next = r->next;
+                run_free(r);
+        }
+        pthread_mutex_destroy(&st->lock);
+        free(st);
+}
+
+int mcp_run_id(char out[MCP_RUN_ID_LEN + 1])
+{
+        static const char hex[] = "0123456789abcdef";
+        unsigned char raw[MCP_RUN_ID_LEN / 2];
+        size_t got = 0;
+        while (got < sizeof(raw)) {
+                ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                got += (size_t)n;
+        }
+        for (size_t i = 0; i < sizeof(raw); i++) {
+                out[2 * i] = hex[raw[i] >> 4];
+                out[2 * i + 1] = hex[raw[i] & 15];
+        }
+        out[MCP_RUN_ID_LEN] = '\0';
+        return 0;
+}
+
+/* Drops the runs past the caps, oldest first. Caller holds st->lock. */
+static void evict_locked(mcp_store *st)
+{
+        double oldest_kept = now_s() - MCP_STORE_AGE_S;
+        unsigned i = 0;
+        uint64_t bytes = 0;
+        for (stored_run **p = &st->runs; *p;) {
+                stored_run *r = *p;
+                if (i >= MCP_STORE_RUNS || bytes + r->bytes > MCP_STORE_BYTES ||
+                    r->added_s < oldest_kept) {
+                        /* Everything after it is older still: drop it all. */
+                        *p = NULL;
+                        for (stored_run *next; r; r = next) {
+                                next = r->next;
+                                st->n_runs--;
+                                st->bytes -= r->bytes;
+                                run_free(r);
+                        }
+                        break;
+                }
+                i++;
+                bytes += r->bytes;
+                p = &r->next;
+        }
+}
+
+void mcp_store_keep(mcp_store *st, const char *run_id, airlock_result *res)
+{
+        if (!res)
+                return;
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < res->n_files; i++)
+                bytes += res->files[i].size;
+        stored_run *r = res->n_files && bytes <= MCP_STORE_BYTES ? calloc(1, sizeof(*r)) : NULL;
+        if (r && !(r->files = copy_files(res, &r->bytes))) {
+                free(r);
+                r = NULL;
+        }
+        if (r)
+                r->n_files = res->n_files;
+        airlock_result_free(res);
+        if (!r)
+                return;
+        snprintf(r->id, sizeof(r->id), "%s", run_id);
+        r->added_s = now_s();
+        pthread_mutex_lock(&st->lock);
+        r->next = st->runs;
+        st->runs = r;
+        st->n_runs++;
+        st->bytes += r->bytes;
+        evict_locked(st);
+        pthread_mutex_unlock(&st->lock);
+}
+
+/* The last path component, for a resource's name. */
+static const char *base_name(const char *path)
+{
+        const char *slash = strrchr(path, '/');
+        return slash ? slash + 1 : path;
+}
+
+json_t *mcp_store_list(mcp_store *st, const char *cursor, int *ret_code, char *why, size_t why_len)
+{
+        size_t skip = 0;
+        if (cursor) {
+                char *end;
+                errno = 0;
+                unsigned long long v = strtoull(cursor, &end, 10);
+                if (errno || end == cursor || *end) {
+                        *ret_code = RPC_INVALID_PARAMS;
+                        snprintf(why, why_len, "resources/list: not a cursor of this server");
+                        return NULL;
+                }
+                skip = (size_t)v;
+        }
+        json_t *list = json_array();
+        if (!list) {
+                *ret_code = RPC_INTERNAL_ERROR;
+                snprintf(why, why_len, "out of memory");
+                return NULL;
+        }
+        size_t index = 0;
+        bool more = false;
+        pthread_mutex_lock(&st->lock);
+        evict_locked(st);
+        for (stored_run *r = st->runs; r && !more; r = r->next) {
+                for (size_t i = 0; i < r->n_files; i++, index++) {
+                        if (index < skip)
+                                continue;
+                        if (json_array_size(list) == MCP_STORE_LIST_PAGE) {
+                                more = true;
+                                break;
+                        }
+                        const airlock_file *f = &r->files[i];
+                        const char *text_type = mcp_text_type(f);
+                        char *uri = mcp_resource_uri(r->id, f->path);
+                        if (uri)
+                                json_array_append_new(
+                                    list,
+                                    json_pack("{s:s, s:s, s:s, s:s, s:I}", "uri", uri, "name",
+                                              base_name(f->path), "title", f->path, "mimeType",
+                                              text_type ? text_type : f->media_type, "size",
+                                              (json_int_t)f->size));
+                        free(uri);
+                }
+        }
+        pthread_mutex_unlock(&st->lock);
+        json_t *out = json_pack("{s:o}", "resources", list);
+        if (out && more) {
+                char next[32];
+                snprintf(next, sizeof(next), "%zu", index);
+                json_object_set_new(out, "nextCursor", json_string(next));
+        }
+        return out;
+}
+
+static int hex_value(char c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+/* The path of a URI's tail, percent-decoded into out (as long as s, plus
+ * a NUL). False for a bad escape or an encoded NUL. */
+static bool percent_decode(const char *s, char *out)
+{
+        while (*s) {
+                if (*s != '%') {
+                        *out++ = *s++;
+                        continue;
+                }
+                int hi = hex_value(s[1]), lo = hi >= 0 ? hex_value(s[2]) : -1;
+                if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+                        return false;
+                *out++ = (char)(hi << 4 | lo);
+                s += 3;
+        }
+        *out = '\0';
+        return true;
+}
+
+json_t *mcp_store_read(mcp_store *st, const char *uri, int *ret_code, char *why, size_t why_len)
+{
+        const size_t plen = strlen(MCP_URI_PREFIX);
+        *ret_code = RPC_RESOURCE_NOT_FOUND;
+        if (strncmp(uri, MCP_URI_PREFIX, plen) != 0) {
+                snprintf(why, why_len,
+                         "resource not found: %.300s: this server serves only the files of its "
+                         "recent runs, as " MCP_URI_PREFIX "... URIs",
+                         uri);
+                return NULL;
+        }
+        const char *id = uri + plen;
+        size_t id_len = strspn(id, "0123456789abcdef");
+        const char *tail = id + id_len;
+        if (id_len != MCP_RUN_ID_LEN || strncmp(tail, "/output/", 8) != 0) {
+                snprintf(why, why_len,
+                         "resource not found: %.300s: not a URI this server makes (" MCP_URI_PREFIX
+                         "RUN-ID/output/PATH)",
+                         uri);
+                return NULL;
+        }
+        char *path = malloc(strlen(tail) + 1);
+        if (!path) {
+                *ret_code = RPC_INTERNAL_ERROR;
+                snprintf(why, why_len, "out of memory");
+                return NULL;
+        }
+        if (!percent_decode(tail, path)) {
+                free(path);
+                snprintf(why, why_len, "resource not found: %.300s: a bad percent-encoding", uri);
+                return NULL;
+        }
+        json_t *out = NULL;
+        pthread_mutex_lock(&st->lock);
+        evict_locked(st);
+        stored_run *r = st->runs;
+        while (r && memcmp(r->id, id, MCP_RUN_ID_LEN) != 0)
+                r = r->next;
+        const airlock_file *f = NULL;
+        for (size_t i = 0; r && i < r->n_files && !f; i++)
+                if (strcmp(r->files[i].path, path) == 0)
+                        f = &r->files[i];
+        if (f) {
+                json_t *c = mcp_resource_contents(f, uri);
+                out = c ? json_pack("{s:[o]}", "contents", c) : NULL;
+                if (!out) {
+                        *ret_code = RPC_INTERNAL_ERROR;
+                        snprintf(why, why_len, "out of memory");
+                }
+        } else if (r) {
+                snprintf(why, why_len, "resource not found: %.300s: that run returned no such file",
+                         uri);
+        } else {
+                snprintf(why, why_len,
+                         "resource not found: %.300s: this server holds no run %.*s. It keeps "
+                         "the files of its last %d runs (%u MiB in all) for %d minutes; the "
+                         "URI may also come from another airlock mcp process",
+                         uri, MCP_RUN_ID_LEN, id, MCP_STORE_RUNS, MCP_STORE_BYTES >> 20,
+                         MCP_STORE_AGE_S / 60);
+        }
+        pthread_mutex_unlock(&st->lock);
+        free(path);
+        return out;
+}
