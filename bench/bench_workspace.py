@@ -43,10 +43,10 @@ class Mcp:
         t = time.perf_counter()
         r = self.rpc("tools/call", {"name": "execute_code", "arguments": {"code": code}})
         dt = (time.perf_counter() - t) * 1e3
-        sc = r["result"]["structuredContent"]
-        if sc["status"] != "ok":
-            raise RuntimeError(f"call failed: {sc}")
-        return dt, sc["stdout"]
+        res = r["result"]
+        if res.get("isError"):
+            raise RuntimeError(f"call failed: {res}")
+        return dt, "".join(c.get("text", "") for c in res["content"] if c["type"] == "text")
 
     def close(self):
         self.p.stdin.close()

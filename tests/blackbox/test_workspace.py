@@ -9,7 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, run, tmpdir  # noqa: E402
+from harness import AIRLOCK, mcp_call_params, mcp_result_json, run, tmpdir  # noqa: E402
 
 
 class Mcp:
@@ -37,8 +37,8 @@ class Mcp:
         return self.read()
 
     def run(self, code):
-        r = self.call("tools/call", {"name": "execute_code", "arguments": {"code": code}})
-        return r["result"]["structuredContent"]
+        r = self.call("tools/call", mcp_call_params(code))
+        return mcp_result_json(r["result"])
 
     def close(self):
         self.p.stdin.close()
@@ -174,11 +174,11 @@ def test_a_run_sees_the_copy_it_started_with():
         code = ("import time\n"
                 "time.sleep(1.5)\n"
                 "print(open('/input/a.txt').read())\n")
-        m.send("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        m.send("tools/call", mcp_call_params(code))
         time.sleep(0.5)
         with open(os.path.join(ws, "a.txt"), "w") as f:
             f.write("new")
-        r = m.read()["result"]["structuredContent"]
+        r = mcp_result_json(m.read()["result"])
         assert r["stdout"] == "old\n", r
         assert listing(m) == {"a.txt": "new"}
     finally:
