@@ -13,6 +13,36 @@ export const AIRLOCK = process.env.AIRLOCK || path.join(ROOT, 'build', 'airlock'
 export const FIXTURES = path.join(here, 'fixtures');
 export const TOOLS_FILE = path.join(FIXTURES, 'tools.json');
 
+// The processes below pid, found through /proc: its children, and every
+// process below it.
+export function children(pid) {
+  const kids = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const st = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) kids.push(Number(d));
+    } catch {
+      // gone already
+    }
+  }
+  return kids;
+}
+
+export function descendants(pid) {
+  return children(pid).flatMap((k) => [k, ...descendants(k)]);
+}
+
+export function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export class AssertionError extends Error {}
 
 export function assert(cond, message) {

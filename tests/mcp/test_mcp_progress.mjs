@@ -4,41 +4,12 @@
 import fs from 'node:fs';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { AIRLOCK, RawPeer, assert, assertEqual, assertIncludes, runTests } from './lib.mjs';
+import { AIRLOCK, RawPeer, alive, assert, assertEqual, assertIncludes, descendants, runTests } from './lib.mjs';
 
 const MODERN_META = {
   'io.modelcontextprotocol/protocolVersion': '2026-07-28',
   'io.modelcontextprotocol/clientCapabilities': {},
 };
-
-// The children of pid, found through /proc, and every process below it.
-function children(pid) {
-  const kids = [];
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const st = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const ppid = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === pid) kids.push(Number(d));
-    } catch {
-      // gone already
-    }
-  }
-  return kids;
-}
-
-function descendants(pid) {
-  return children(pid).flatMap((k) => [k, ...descendants(k)]);
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 

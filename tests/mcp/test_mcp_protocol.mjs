@@ -2,7 +2,7 @@
 // codes for every kind of bad input, version negotiation, notifications that
 // get no answer, a 100 MB line, and that the server keeps serving after each.
 import fs from 'node:fs';
-import { RawPeer, TOOLS_FILE, assert, assertEqual, assertIncludes, makeWorkspace, rmrf, runTests } from './lib.mjs';
+import { RawPeer, TOOLS_FILE, alive, assert, assertEqual, assertIncludes, children, descendants, makeWorkspace, rmrf, runTests } from './lib.mjs';
 
 const ws = makeWorkspace();
 const args = ['--workspace', ws, '--tools', TOOLS_FILE];
@@ -14,36 +14,6 @@ async function withPeer(fn) {
   } finally {
     const { code } = await peer.close();
     assertEqual(code, 0, 'exit status after end of input');
-  }
-}
-
-// The children of pid, found through /proc.
-function children(pid) {
-  const kids = [];
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const st = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const ppid = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === pid) kids.push(Number(d));
-    } catch {
-      // gone already
-    }
-  }
-  return kids;
-}
-
-// Every process below pid.
-function descendants(pid) {
-  return children(pid).flatMap((k) => [k, ...descendants(k)]);
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
   }
 }
 
