@@ -1,11 +1,11 @@
 // What each MCP client that agent developers use hands its model from
 // `airlock mcp`: not the raw JSON-RPC, but the tool output after the
 // client's own conversion. The clients: the official TypeScript SDK (whose
-// result a host gives its model as is), the Vercel AI SDK (@ai-sdk/mcp:
+// result a host gives its model as is), the Vercel AI SDK (@ai-sdk/mcp 2:
 // tool.toModelOutput), LangChain (@langchain/mcp-adapters: the ToolMessage,
-// or the ToolException an agent turns into one), Mastra (@mastra/mcp: what
-// the tool's execute returns, which becomes the tool result) and the MCP
-// Inspector CLI (what it prints).
+// or the ToolException an agent turns into one), Mastra (@mastra/mcp 2 in a
+// @mastra/core Agent: the tool-result output in the prompt its model gets)
+// and the MCP Inspector 2 CLI (what it prints).
 //
 // Each client must hand its model stdout as text, an error, an image written
 // to /output as an image, a CSV as text (never base64), a visible line when
@@ -13,6 +13,7 @@
 // costs at most 1.05 times its size plus 2 KB).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -93,9 +94,15 @@ const clients = {
         const output = await tool.execute({ code }, { toolCallId: 't1', messages: [] });
         const model = await tool.toModelOutput({ toolCallId: 't1', input: { code }, output });
         assertEqual(model.type, 'content', 'AI SDK model output type');
-        // The AI SDK hands an embedded resource to the model as its JSON text.
+        // @ai-sdk/mcp 2.0 hands an image item to the model as a file part
+        // (LanguageModelV4's one media part: a provider sends a part whose
+        // mediaType is image/* as an image) and an embedded resource as its
+        // JSON text.
         const items = model.value.map((v) => {
-          if (v.type === 'image-data') return { kind: 'image', data: v.data, mime: v.mediaType };
+          if (v.type === 'file' && v.data && v.data.type === 'data' && /^image\//.test(v.mediaType)) {
+            return { kind: 'image', data: v.data.data, mime: v.mediaType };
+          }
+          if (v.type === 'file') return { kind: 'file-part', mime: v.mediaType };
           if (v.type === 'text' && v.text.startsWith('{"type":"resource"')) {
             const r = JSON.parse(v.text).resource;
             return { kind: 'file', ...r, mime: r.mimeType };
@@ -141,30 +148,78 @@ const clients = {
   },
 
   async mastra() {
+    // What Mastra hands its model is read where the model gets it: an Agent
+    // whose model records its prompt calls execute_code, and the second
+    // prompt's tool-result output is the model's view. Mastra (core 1.71)
+    // sends a result whose content holds an image as content parts (text,
+    // image-data, any other item as its JSON text), any other result as the
+    // JSON of the whole result, and a failed run (isError) as error-text.
     const { MCPClient } = await need('@mastra/mcp');
+    const { Agent } = await need('@mastra/core/agent');
     const c = new MCPClient({ id: `airlock-test-${process.pid}`, servers: { airlock: { command: AIRLOCK, args: ['mcp'] } } });
-    const tool = (await c.getTools()).airlock_execute_code;
-    assert(tool, 'Mastra lists airlock_execute_code');
+    const tools = await c.listTools();
+    assert(tools.airlock_execute_code, `Mastra lists airlock_execute_code: ${Object.keys(tools)}`);
+    const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
     return {
       async call(code) {
-        const out = await tool.execute({ context: { code } });
-        // Without an outputSchema the whole result is the tool result.
-        assert(Array.isArray(out.content), `Mastra hands its model the content: ${JSON.stringify(out).slice(0, 300)}`);
-        return { items: fromMcpContent(out.content), isError: out.isError, size: JSON.stringify(out).length,
-          error: out.isError ? out.content.map((x) => x.text || '').join('\n') : undefined };
+        const prompts = [];
+        const model = {
+          specificationVersion: 'v2', provider: 'airlock-test', modelId: 'recorder', supportedUrls: {},
+          async doGenerate(options) {
+            prompts.push(options.prompt);
+            const content = prompts.length === 1
+              ? [{ type: 'tool-call', toolCallId: 't1', toolName: 'airlock_execute_code', input: JSON.stringify({ code }) }]
+              : [{ type: 'text', text: 'done' }];
+            return { content, finishReason: prompts.length === 1 ? 'tool-calls' : 'stop', usage, warnings: [] };
+          },
+          async doStream() {
+            throw new Error('the recorder only generates');
+          },
+        };
+        const agent = new Agent({ id: 'airlock-test', name: 'airlock-test', instructions: 'Run the code.', model, tools });
+        await agent.generate('Run the code.', { maxSteps: 2 });
+        assertEqual(prompts.length, 2, 'Mastra calls its model again with the tool result');
+        const result = prompts[1].flatMap((m) => (m.role === 'tool' ? m.content : [])).find((p) => p.type === 'tool-result');
+        assert(result, `Mastra hands its model the tool result: ${JSON.stringify(prompts[1]).slice(0, 300)}`);
+        const out = result.output;
+        const size = JSON.stringify(out.value).length;
+        if (out.type === 'error-text') return { items: [], isError: true, error: out.value, size };
+        if (out.type === 'json') {
+          // The JSON of the whole CallToolResult: stdout and a text file are
+          // strings in it the model reads, but an image there is base64 text,
+          // not an image.
+          assert(Array.isArray(out.value.content), `Mastra hands its model the content: ${JSON.stringify(out.value).slice(0, 300)}`);
+          const items = fromMcpContent(out.value.content).map((i) => (i.kind === 'image' ? { kind: 'image-as-json', mime: i.mime } : i));
+          return { items, isError: out.value.isError, size };
+        }
+        assertEqual(out.type, 'content', `Mastra model output type: ${JSON.stringify(out).slice(0, 300)}`);
+        const items = out.value.map((v) => {
+          if (v.type === 'image-data') return { kind: 'image', data: v.data, mime: v.mediaType };
+          if (v.type === 'text' && v.text.startsWith('{"type":"resource"')) {
+            const r = JSON.parse(v.text).resource;
+            return { kind: 'file', ...r, mime: r.mimeType };
+          }
+          return { kind: v.type, text: v.text };
+        });
+        return { items, isError: false, size };
       },
       close: () => c.disconnect(),
     };
   },
 
   async inspector() {
-    const cli = path.join(here, 'node_modules', '@modelcontextprotocol', 'inspector', 'cli', 'build', 'cli.js');
+    // Inspector 2's CLI is the launcher's --cli mode (the package's bin
+    // "mcp-inspector"); it prints {"result": CallToolResult} with --format
+    // json, and keeps its catalog under $HOME, so it gets a HOME of its own.
+    const cli = path.join(here, 'node_modules', '@modelcontextprotocol', 'inspector', 'clients', 'launcher', 'build', 'index.js');
     if (!fs.existsSync(cli)) throw new Error('@modelcontextprotocol/inspector is not installed (cd tests/mcp && npm install)');
+    const home = fs.mkdtempSync(path.join(os.tmpdir(), 'airlock-inspector-'));
     return {
       call(code) {
         return new Promise((resolve, reject) => {
-          const p = spawn(process.execPath, [cli, '--cli', AIRLOCK, 'mcp', '--method', 'tools/call',
-            '--tool-name', 'execute_code', '--tool-arg', `code=${code}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+          const p = spawn(process.execPath, [cli, '--cli', '--connect-timeout', '120000', '--format', 'json',
+            '--method', 'tools/call', '--tool-name', 'execute_code', '--tool-args-json', JSON.stringify({ code }),
+            '--', AIRLOCK, 'mcp'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HOME: home } });
           let out = '';
           let err = '';
           p.stdout.on('data', (d) => { out += d; });
@@ -173,7 +228,7 @@ const clients = {
           p.on('close', (rc) => {
             clearTimeout(t);
             try {
-              const r = JSON.parse(out);
+              const r = JSON.parse(out).result;
               resolve({ items: fromMcpContent(r.content), isError: r.isError, size: JSON.stringify(r).length,
                 error: r.isError ? r.content.map((x) => x.text || '').join('\n') : undefined });
             } catch (e) {
@@ -182,7 +237,7 @@ const clients = {
           });
         });
       },
-      close: async () => {},
+      close: async () => fs.rmSync(home, { recursive: true, force: true }),
     };
   },
 };
