@@ -259,7 +259,8 @@ static void fake_reset(void)
         pthread_mutex_unlock(&fk.lock);
 }
 
-static int fake_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
+static int fake_new(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
+                    airlock_error *err)
 {
         pthread_mutex_lock(&fk.lock);
         if (fk.fail_new > 0) {
