@@ -135,15 +135,20 @@ int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
 
 /* What one staging copied: for every regular file staged, its /input path,
  * the identity of its source (dev, ino, size, mtime, ctime, mode) and of the
- * copy (dev, ino). Bounded by the staging caps (about 100 bytes a file). */
+ * copy (dev, ino), and whether that identity is racy (a ctime within 3 s of
+ * the staging's start, or a network or FUSE file system: the bytes must be
+ * compared before reuse). Bounded by the staging caps (about 100 bytes a
+ * file). */
 void fsx_manifest_free(fsx_manifest *m);
 size_t fsx_manifest_count(const fsx_manifest *m);
 
 /* fsx_stage, reusing the previous staged copy: a file whose source has the
  * identity recorded in prev (the manifest of the staging into prev_dirfd)
  * and whose previous copy is still the recorded inode, with the same size
- * (and, under 64 KiB, the same bytes as the source), is a hard link to that
- * copy instead of a new copy. Everything else is staged exactly as
+ * (and, when the record is racy and the file under 64 KiB, the same bytes as
+ * the source), is a hard link to that copy instead of a new copy; an
+ * unchanged file with a record that is not racy is linked without being
+ * opened (after an lstat of its name). Everything else is staged exactly as
  * fsx_stage does (same walk, same refusals, same errors). prev_dirfd -1 or
  * prev NULL: no reuse. ret_manifest (may be NULL) receives the manifest of
  * this staging, for the next one. Never links into a source tree. See the

@@ -168,7 +168,7 @@ static bool racy(const stage_ctx *c, const struct stat *st)
                 return true;
         uint64_t t0 = (uint64_t)c->t0.tv_sec * 1000000000ull + (uint64_t)c->t0.tv_nsec;
         if (st->st_ctim.tv_sec < 0)
-                return false;
+                return true; /* a clock that was wrong: no proof */
         uint64_t ct = (uint64_t)st->st_ctim.tv_sec * 1000000000ull + (uint64_t)st->st_ctim.tv_nsec;
         return t0 < RACY_NS || ct >= t0 - RACY_NS;
 }
@@ -308,11 +308,12 @@ static bool same_bytes(stage_ctx *c, int a, int b, uint64_t size)
  * record is racy (racy(): a ctime close to the staging that made the copy,
  * or a network file system) a file under REUSE_COMPARE bytes is compared
  * byte for byte, through in, with the previous copy; a larger one is
- * vouched for by its identity, as the tree signatures do. The new name must then be the recorded
- * inode, a regular file of the source's size, owned by the owner this staging would give it (as
- * root, sandboxes have distinct guest ids unless one replaces the other,
- * sbx_sandbox_new_from: a copy owned by another guest is never shared);
- * otherwise it is removed and the file copied. The staging caps count a
+ * vouched for by its identity, as the tree signatures do. The new name
+ * must then be the recorded inode, a regular file of the source's size,
+ * owned by the owner this staging would give it (as root, sandboxes have
+ * distinct guest ids unless one replaces the other, sbx_sandbox_new_from:
+ * a copy owned by another guest is never shared); otherwise it is removed
+ * and the file copied. The staging caps count a
  * linked file as a copied one (the caller checked the byte cap). */
 static int reuse_previous(stage_ctx *c, int in, const struct stat *st, int destfd, const char *name,
                           const char *path, const char *rel, const char *ipath)
