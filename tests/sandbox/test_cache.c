@@ -227,7 +227,9 @@ struct airlock_sandbox {
         int id;
         bool closed;
         int runs;
-        int die_next; /* run_ex returns -EPIPE this many more times */
+        int die_next;   /* run_ex returns -EPIPE this many more times */
+        int prev_id;    /* the sandbox it was built from (sandbox_new's prev), or -1 */
+        bool prev_open; /* that one was still open while this one was built */
 };
 
 static struct {
@@ -259,7 +261,8 @@ static void fake_reset(void)
         pthread_mutex_unlock(&fk.lock);
 }
 
-static int fake_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
+static int fake_new(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
+                    airlock_error *err)
 {
         pthread_mutex_lock(&fk.lock);
         if (fk.fail_new > 0) {
@@ -273,6 +276,8 @@ static int fake_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_er
         }
         airlock_sandbox *sb = &fk.fakes[fk.n];
         sb->id = fk.n++;
+        sb->prev_id = prev ? prev->id : -1;
+        sb->prev_open = prev && !prev->closed;
         sb->die_next = fk.die_budget > 0 ? fk.die_each : 0;
         if (fk.die_budget > 0)
                 fk.die_budget--;
@@ -692,6 +697,13 @@ static void test_workspace_edit_replaces_sandbox(void **state)
         cache_wait_later_closes(c);
         assert_true(fk.fakes[0].closed);  /* the stale version */
         assert_false(fk.fakes[1].closed); /* another configuration */
+        /* The new version was built from the stale one (to reuse its
+         * staged copy), which was closed only after that build; the
+         * other configuration's was built from nothing. */
+        assert_int_equal(fk.fakes[0].prev_id, -1);
+        assert_int_equal(fk.fakes[1].prev_id, -1);
+        assert_int_equal(fk.fakes[2].prev_id, 0);
+        assert_true(fk.fakes[2].prev_open);
         cache_stats st;
         cache_get_stats(c, &st);
         assert_int_equal(st.sandboxes, 2);

@@ -73,6 +73,8 @@ typedef struct fsx_stage_stats {
 int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const fsx_limits *lim,
               uid_t owner, gid_t group, fsx_stage_stats *ret_stats, airlock_error *err);
 
+typedef struct fsx_manifest fsx_manifest;
+
 /* The staging area of a sandbox: a private directory (mode 0700, named
  * "airlock-stage-XXXXXX" with random X's) made in a directory the caller
  * chose, whose subdirectory "input" holds the staged tree. */
@@ -83,13 +85,18 @@ typedef struct fsx_staging {
 
 /* Makes a staging area in the directory parent and stages sources into its
  * "input" (0755, chowned to owner:group unless owner is (uid_t)-1) with
- * fsx_stage, the same caps and errors. On success *ret_staging describes the
- * area, for fsx_staging_remove, and *ret_fd is an O_RDONLY|O_DIRECTORY fd of
- * the staged tree (both -1, and nothing made, when n_sources is 0). On
- * failure whatever was made is removed and both are left untouched. */
+ * fsx_stage_reuse, the same caps and errors: prev_fd (or -1) and prev (or
+ * NULL) are the staged tree and the manifest of a previous staging, whose
+ * unchanged files are hard links instead of copies; *ret_manifest (when
+ * ret_manifest is not NULL; NULL when nothing was staged) receives this
+ * staging's manifest, for the next one. On success *ret_staging describes
+ * the area, for fsx_staging_remove, and *ret_fd is an O_RDONLY|O_DIRECTORY
+ * fd of the staged tree (both -1, and nothing made, when n_sources is 0).
+ * On failure whatever was made is removed and both are left untouched. */
 int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_sources,
-                       const fsx_limits *lim, uid_t owner, gid_t group, fsx_staging *ret_staging,
-                       int *ret_fd, airlock_error *err);
+                       const fsx_limits *lim, uid_t owner, gid_t group, int prev_fd,
+                       const fsx_manifest *prev, fsx_staging *ret_staging, int *ret_fd,
+                       fsx_manifest **ret_manifest, airlock_error *err);
 
 /* Removes the staging area and everything in it, as fsx_remove_at does,
  * even when no fd is left to walk it with (then only while it is still
@@ -128,17 +135,20 @@ int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
 
 /* What one staging copied: for every regular file staged, its /input path,
  * the identity of its source (dev, ino, size, mtime, ctime, mode) and of the
- * copy (dev, ino). Bounded by the staging caps (about 100 bytes a file). */
-typedef struct fsx_manifest fsx_manifest;
-
+ * copy (dev, ino), and whether that identity is racy (a ctime within 3 s of
+ * the staging's start, or a network or FUSE file system: the bytes must be
+ * compared before reuse). Bounded by the staging caps (about 100 bytes a
+ * file). */
 void fsx_manifest_free(fsx_manifest *m);
 size_t fsx_manifest_count(const fsx_manifest *m);
 
 /* fsx_stage, reusing the previous staged copy: a file whose source has the
  * identity recorded in prev (the manifest of the staging into prev_dirfd)
  * and whose previous copy is still the recorded inode, with the same size
- * (and, under 64 KiB, the same bytes as the source), is a hard link to that
- * copy instead of a new copy. Everything else is staged exactly as
+ * (and, when the record is racy and the file under 64 KiB, the same bytes as
+ * the source), is a hard link to that copy instead of a new copy; an
+ * unchanged file with a record that is not racy is linked without being
+ * opened (after an lstat of its name). Everything else is staged exactly as
  * fsx_stage does (same walk, same refusals, same errors). prev_dirfd -1 or
  * prev NULL: no reuse. ret_manifest (may be NULL) receives the manifest of
  * this staging, for the next one. Never links into a source tree. See the

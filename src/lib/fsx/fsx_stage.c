@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
 
 /* Files at least this big are copied segment by segment with SEEK_DATA and
  * SEEK_HOLE, so holes stay holes; smaller ones are copied in one go. */
@@ -41,6 +43,12 @@ typedef struct stage_ctx {
         int pp_fd;
         fsx_manifest *out;
         char *cmp; /* 2 * REUSE_COMPARE bytes */
+        /* The realtime clock when this staging began, before any file was
+         * read, and whether the source being staged is on a file system
+         * whose times do not come from this kernel's clock (network, FUSE):
+         * see racy(). */
+        struct timespec t0;
+        bool remote;
 } stage_ctx;
 
 /* The error for an entry that is already staged at the /input path where
@@ -98,6 +106,7 @@ typedef struct fsx_mrec {
         mode_t mode;
         dev_t cdev; /* the copy */
         ino_t cino;
+        bool compare; /* the identity alone cannot vouch for the copy: racy() */
 } fsx_mrec;
 
 struct fsx_manifest {
@@ -134,8 +143,65 @@ static const fsx_mrec *manifest_find(const fsx_manifest *m, const char *path)
         return bsearch(&key, m->v, m->n, sizeof(*m->v), mrec_cmp);
 }
 
+/* Files whose ctime is this close to the start of their staging, or
+ * later, are "racy": compared byte for byte before reuse. More than the
+ * coarsest timestamps of a local file system (2 s on FAT, 1 s on ext4 with
+ * small inodes) plus the kernel clock's tick. */
+#define RACY_NS (3ull * 1000000000ull)
+
+/* Contract: true when the identity recorded for a source (st, read by a
+ * staging that began at c->t0) does not prove that its bytes are the ones
+ * copied. On a local file system the kernel sets ctime from its own clock
+ * at every change of a file, and nobody can set it otherwise; a change
+ * after the copy was read (at t0 or later) therefore gets a ctime of at
+ * least t0 less the timestamp granularity. A recorded ctime older than
+ * t0 - RACY_NS can thus not be the ctime of any later version: equal
+ * identity means equal bytes. A younger ctime might be shared with an edit
+ * made within the same tick after the read (git's "racily clean" index
+ * entries), and on network and FUSE file systems times come from another
+ * clock or from user space: those are compared. What this leaves is what
+ * the tree signatures leave as well: a host clock set back by root, and
+ * writes that change no ctime (mmap writes before their write-back). */
+static bool racy(const stage_ctx *c, const struct stat *st)
+{
+        if (c->remote)
+                return true;
+        uint64_t t0 = (uint64_t)c->t0.tv_sec * 1000000000ull + (uint64_t)c->t0.tv_nsec;
+        if (st->st_ctim.tv_sec < 0)
+                return true; /* a clock that was wrong: no proof */
+        uint64_t ct = (uint64_t)st->st_ctim.tv_sec * 1000000000ull + (uint64_t)st->st_ctim.tv_nsec;
+        return t0 < RACY_NS || ct >= t0 - RACY_NS;
+}
+
+/* File systems whose times are not set by this kernel's clock alone. */
+static bool remote_fs(int fd)
+{
+        struct statfs sf;
+        if (fstatfs(fd, &sf) < 0)
+                return true;
+        switch ((unsigned long)sf.f_type) {
+        case 0x6969ul:     /* NFS */
+        case 0x517bul:     /* SMB */
+        case 0xfe534d42ul: /* SMB2 */
+        case 0xff534d42ul: /* CIFS */
+        case 0x65735546ul: /* FUSE */
+        case 0x01021997ul: /* 9P */
+        case 0x00c36400ul: /* Ceph */
+        case 0x5346414ful: /* AFS */
+        case 0x6b414653ul: /* kAFS */
+        case 0x73757245ul: /* Coda */
+        case 0x01161970ul: /* GFS2 */
+        case 0x7461636ful: /* OCFS2 */
+        case 0x47504653ul: /* GPFS */
+        case 0x0bd00bd0ul: /* Lustre */
+                return true;
+        default:
+                return false;
+        }
+}
+
 static int manifest_add(fsx_manifest *m, const char *path, const struct stat *src,
-                        const struct stat *copy)
+                        const struct stat *copy, bool compare)
 {
         if (m->n == m->cap) {
                 size_t nc = m->cap ? m->cap * 2 : 256;
@@ -158,6 +224,7 @@ static int manifest_add(fsx_manifest *m, const char *path, const struct stat *sr
             .mode = src->st_mode,
             .cdev = copy->st_dev,
             .cino = copy->st_ino,
+            .compare = compare,
         };
         return 0;
 }
@@ -219,10 +286,11 @@ static bool same_bytes(stage_ctx *c, int a, int b, uint64_t size)
 }
 
 /* Contract: links name in destfd to the previous staged copy of the source
- * file in (checked, open; st its fstat), when that copy can stand for a new
- * one. Returns 1 when linked, 0 when the file must be copied (no record,
- * anything differs, any doubt), or a negative errno with err filled for a
- * collision, exactly as a copy would fail.
+ * file (st its lstat or fstat; in its checked open fd, or -1 when it was not
+ * opened), when that copy can stand for a new one. Returns 1 when linked, 0
+ * when the file must be copied (no record, anything differs, any doubt, or
+ * the bytes must be compared and in is -1), or a negative errno with err
+ * filled for a collision, exactly as a copy would fail.
  *
  * Why a hard link is safe. It links only within airlock's own staging area,
  * from the previous staged copy (a private 0700 directory that airlock made
@@ -236,13 +304,17 @@ static bool same_bytes(stage_ctx *c, int a, int b, uint64_t size)
  * names of the inode always hold the bytes staged from a source with this
  * identity. The identity (dev, ino, size, mtime, ctime, mode) of the source
  * must equal the one recorded when the copy was made: a write changes ctime,
- * which no caller can set, and a replacement changes the inode; files under
- * REUSE_COMPARE bytes are also compared byte for byte, for an edit within
- * one ctime tick. The copy must still be the recorded inode, a regular file
- * of the recorded size, owned by the owner this staging would give it (as
- * root, sandboxes have distinct guest ids: a copy owned by another
- * sandbox's guest is never shared). The staging caps count a linked file as
- * a copied one. */
+ * which no caller can set, and a replacement changes the inode. When the
+ * record is racy (racy(): a ctime close to the staging that made the copy,
+ * or a network file system) a file under REUSE_COMPARE bytes is compared
+ * byte for byte, through in, with the previous copy; a larger one is
+ * vouched for by its identity, as the tree signatures do. The new name
+ * must then be the recorded inode, a regular file of the source's size,
+ * owned by the owner this staging would give it (as root, sandboxes have
+ * distinct guest ids unless one replaces the other, sbx_sandbox_new_from:
+ * a copy owned by another guest is never shared); otherwise it is removed
+ * and the file copied. The staging caps count a
+ * linked file as a copied one (the caller checked the byte cap). */
 static int reuse_previous(stage_ctx *c, int in, const struct stat *st, int destfd, const char *name,
                           const char *path, const char *rel, const char *ipath)
 {
@@ -252,18 +324,17 @@ static int reuse_previous(stage_ctx *c, int in, const struct stat *st, int destf
             m->mtim.tv_nsec != st->st_mtim.tv_nsec || m->ctim.tv_sec != st->st_ctim.tv_sec ||
             m->ctim.tv_nsec != st->st_ctim.tv_nsec)
                 return 0;
+        /* Larger files are vouched for by their identity alone, as in the
+         * tree signatures: reuse is never looser than staleness. */
+        bool compare = m->compare && (uint64_t)st->st_size < REUSE_COMPARE;
+        if (compare && in < 0)
+                return 0;
         int pfd = prev_parent(c, ipath);
         if (pfd < 0)
                 return 0;
         const char *slash = strrchr(ipath, '/');
         const char *pname = slash ? slash + 1 : ipath;
-        struct stat pst;
-        if (fstatat(pfd, pname, &pst, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(pst.st_mode) ||
-            pst.st_dev != m->cdev || pst.st_ino != m->cino || pst.st_size != st->st_size)
-                return 0;
-        if (c->owner != (uid_t)-1 && (pst.st_uid != c->owner || pst.st_gid != c->group))
-                return 0;
-        if ((uint64_t)st->st_size < REUSE_COMPARE) {
+        if (compare) {
                 _cleanup_close_ int pf =
                     openat(pfd, pname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
                 struct stat fst;
@@ -274,19 +345,22 @@ static int reuse_previous(stage_ctx *c, int in, const struct stat *st, int destf
         if (linkat(pfd, pname, destfd, name, 0) < 0) {
                 if (errno == EEXIST)
                         return collision_error(c, path, rel);
-                return 0; /* EMLINK, EXDEV, EPERM...: copy instead */
+                return 0; /* ENOENT, EMLINK, EXDEV, EPERM...: copy instead */
         }
+        /* Checked on the new name, which is what the guest will see: the
+         * previous copy is then the recorded inode still, unchanged in
+         * type, size and owner. */
         struct stat lst;
         if (fstatat(destfd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0 || lst.st_ino != m->cino ||
-            lst.st_dev != m->cdev) {
-                /* Cannot happen in a directory only airlock writes; if it
-                 * does, the entry is not trusted and the file is copied. */
+            lst.st_dev != m->cdev || !S_ISREG(lst.st_mode) || lst.st_size != st->st_size ||
+            (c->owner != (uid_t)-1 && (lst.st_uid != c->owner || lst.st_gid != c->group))) {
                 if (unlinkat(destfd, name, 0) < 0)
                         return al_error(c->err, -errno, path, "cannot replace the copy of %s: %s",
                                         path, strerror(errno));
                 return 0;
         }
-        if (c->out && manifest_add(c->out, ipath, st, &lst) < 0)
+        /* Compared now, the record vouches from this staging's start on. */
+        if (c->out && manifest_add(c->out, ipath, st, &lst, compare ? racy(c, st) : m->compare) < 0)
                 return al_error(c->err, -ENOMEM, NULL, "out of memory");
         c->stats.files++;
         c->stats.reused++;
@@ -413,12 +487,17 @@ static int apply_meta(stage_ctx *c, int fd, const struct stat *st, mode_t extra,
         return 0;
 }
 
+static bool fits_cap(const stage_ctx *c, uint64_t size)
+{
+        return size <= c->lim->max_bytes && size <= c->lim->max_bytes - c->stats.bytes;
+}
+
 /* Copies the checked, open regular file in to a new entry name in destfd. */
 static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int destfd,
                            const char *name, const char *path, const char *rel)
 {
         uint64_t size = (uint64_t)st->st_size;
-        if (size > c->lim->max_bytes || size > c->lim->max_bytes - c->stats.bytes)
+        if (!fits_cap(c, size))
                 return al_error(c->err, -EFBIG, path,
                                 "too large: staging %s (%llu bytes) would exceed the staging cap "
                                 "of %llu bytes",
@@ -463,7 +542,7 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
                 if (fstat(out, &cst) < 0)
                         return al_error(c->err, -errno, path, "cannot inspect the copy of %s: %s",
                                         path, strerror(errno));
-                if (manifest_add(c->out, ipath, st, &cst) < 0)
+                if (manifest_add(c->out, ipath, st, &cst, racy(c, st)) < 0)
                         return al_error(c->err, -ENOMEM, NULL, "out of memory");
         }
         c->stats.files++;
@@ -471,10 +550,36 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
         return 0;
 }
 
+/* The reuse of an unchanged file without opening it (most files of a
+ * rebuild): its lstat must show the regular file the listing named, on the
+ * walk's device (not a mount point), under the byte cap, with a record that
+ * needs no comparison of bytes. 1 when linked, 0 to go the usual way (which
+ * refuses, copies or compares), or a negative errno. Opening the file would
+ * add nothing here: no byte of it is read, and the checks of
+ * fsx_open_listed are these on the name, with the type and identity then
+ * checked again on the new link by reuse_previous. */
+static int reuse_unopened(stage_ctx *c, const fsx_item *it, stage_dir *parent)
+{
+        struct stat st;
+        if (fstatat(it->parent_fd, it->name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode) || st.st_ino != it->ino || st.st_dev != it->root_dev ||
+            !fits_cap(c, (uint64_t)st.st_size))
+                return 0;
+        _cleanup_free_ char *ipath = input_path(c, it->rel);
+        if (!ipath)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        return reuse_previous(c, -1, &st, parent->fd, it->name, it->path, it->rel, ipath);
+}
+
 static int stage_file(void *ctx, const fsx_item *it)
 {
         stage_ctx *c = ctx;
         stage_dir *parent = it->parent_data;
+        if (c->prev) {
+                int k = reuse_unopened(c, it, parent);
+                if (k != 0)
+                        return k < 0 ? k : 0;
+        }
         struct stat st;
         fsx_reason reason = FSX_CHANGED;
         _cleanup_close_ int fd = fsx_open_listed(it, &st, &reason);
@@ -683,6 +788,7 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
             .listed = &c->listed,
         };
 
+        c->remote = remote_fs(fd);
         c->dest_base = "";
         if (!src->dest) {
                 if (!S_ISDIR(st.st_mode))
@@ -763,6 +869,8 @@ static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources
                        .prev_dirfd = prev_dirfd,
                        .prev = prev_dirfd >= 0 ? prev : NULL,
                        .pp_fd = -1};
+        /* Before any file is read: racy() measures from here. */
+        clock_gettime(CLOCK_REALTIME, &c.t0);
         if (ret_manifest) {
                 c.out = calloc(1, sizeof(*c.out));
                 if (!c.out)

@@ -48,9 +48,12 @@ static int make_staging_dir(fsx_staging *staging, const char *parent, airlock_er
 }
 
 int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_sources,
-                       const fsx_limits *lim, uid_t owner, gid_t group, fsx_staging *ret_staging,
-                       int *ret_fd, airlock_error *err)
+                       const fsx_limits *lim, uid_t owner, gid_t group, int prev_fd,
+                       const fsx_manifest *prev, fsx_staging *ret_staging, int *ret_fd,
+                       fsx_manifest **ret_manifest, airlock_error *err)
 {
+        if (ret_manifest)
+                *ret_manifest = NULL;
         if (n_sources == 0) {
                 *ret_staging = (fsx_staging){.parent_fd = -1};
                 *ret_fd = -1;
@@ -77,8 +80,12 @@ int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_s
                 return al_error(err, -errno, name, "cannot open the staging directory: %m");
         if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0)
                 return al_error(err, -errno, name, "cannot chown the staging directory: %m");
+        /* The previous staged copy is only read here (linkat takes a name
+         * in it, never writes the inode); fsx_stage_reuse says when a link
+         * may stand for a copy. */
         fsx_stage_stats stats;
-        r = fsx_stage(input_fd, sources, n_sources, lim, owner, group, &stats, err);
+        r = fsx_stage_reuse(input_fd, sources, n_sources, lim, owner, group, prev_fd, prev,
+                            ret_manifest, &stats, err);
         if (r < 0)
                 return r;
         *ret_staging = staging;

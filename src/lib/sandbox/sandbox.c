@@ -47,6 +47,12 @@
 struct airlock_sandbox {
         airlock_config *cfg;
         fsx_staging staging; /* the staged /input, removed at close */
+        /* The staged tree (a fd of the staging area's "input", not the
+         * detached clone the template attaches) and its manifest, kept for
+         * the next sandbox of this configuration to reuse (-1 and NULL
+         * when nothing was staged). Read-only after staging. */
+        int staged_fd;
+        fsx_manifest *manifest;
         pid_t tpl_pid;
         int ctl;
         int req_w; /* the request socket: copies asked for once a run's copy exits */
@@ -459,9 +465,12 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
 }
 
 /* Stages the workspace and mounts into a fresh staging area in $TMPDIR
- * (or /tmp). *ret_fd is a fd of the staged tree, or -1 when there is
- * nothing to stage. */
-static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
+ * (or /tmp), reusing the unchanged files of prev's staged copy when prev is
+ * not NULL (see sbx_sandbox_new_from). *ret_fd is a fd of the staged tree,
+ * or -1 when there is nothing to stage; sb keeps a fd of its own of the
+ * tree and the manifest, for the sandbox that will replace it. */
+static int stage_inputs(airlock_sandbox *sb, const airlock_sandbox *prev, int *ret_fd,
+                        airlock_error *err)
 {
         const airlock_config *cfg = sb->cfg;
         const char *tmp = getenv("TMPDIR");
@@ -483,7 +492,19 @@ static int stage_inputs(airlock_sandbox *sb, int *ret_fd, airlock_error *err)
         };
         uid_t owner = geteuid() == 0 ? sb->guest_uid : (uid_t)-1;
         gid_t group = geteuid() == 0 ? sb->guest_gid : (gid_t)-1;
-        return fsx_staging_create(tmp, src, n, &lim, owner, group, &sb->staging, ret_fd, err);
+        int prev_fd = prev ? prev->staged_fd : -1;
+        int r = fsx_staging_create(tmp, src, n, &lim, owner, group, prev_fd,
+                                   prev_fd >= 0 ? prev->manifest : NULL, &sb->staging, ret_fd,
+                                   &sb->manifest, err);
+        if (r < 0 || *ret_fd < 0)
+                return r;
+        sb->staged_fd = fcntl(*ret_fd, F_DUPFD_CLOEXEC, 3);
+        if (sb->staged_fd < 0) {
+                /* Only the next rebuild's reuse needs it: it then copies. */
+                fsx_manifest_free(sb->manifest);
+                sb->manifest = NULL;
+        }
+        return 0;
 }
 
 /* Asks the template for one more copy (the reply is read later). Caller
@@ -642,7 +663,9 @@ out:
  * other host process and no other sandbox may signal, trace or charge
  * anything of this one's. Two sandboxes draw the same ids with a chance of
  * about one in 65,536 per pair, and are then only as apart as two runs of
- * one sandbox are from the host's point of view of quotas. */
+ * one sandbox are from the host's point of view of quotas. The one
+ * exception is deliberate: a sandbox that replaces a stale version of its
+ * configuration keeps that version's ids (sbx_sandbox_new_from says why). */
 #define GUEST_ID_BASE  0x5a1a0000u
 #define GUEST_ID_SLOTS 65536u
 
@@ -689,6 +712,41 @@ static int prepare_python_paths(airlock_sandbox *sb, airlock_error *err)
 
 int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
 {
+        return sbx_sandbox_new_from(cfg, NULL, ret, err);
+}
+
+/* Contract: makes a sandbox for cfg as airlock_sandbox_new does; with prev
+ * (the sandbox this one replaces, of the same configuration, alive and not
+ * closed until this returns), the unchanged files of prev's staged copy are
+ * hard links instead of copies, and as root the guest runs as prev's ids.
+ *
+ * Why a link into prev's copy is safe: see reuse_previous() (fsx_stage.c).
+ * In short: the link is made from a name in prev's staging area (airlock's
+ * own 0700 directory, never a source tree) into this one's; neither copy is
+ * written after its staging, by the host or by any guest (the guest sees it
+ * only through the read-only /input, and cannot reach the staging area by
+ * any path); the source's identity and (under 64 KiB) bytes must match what
+ * was recorded when prev's copy was made. So a linked inode always holds
+ * what a fresh copy would.
+ *
+ * Why the ids are kept: a hard link shares the inode and so its owner, and
+ * as root the staged files are owned by the guest's ids; with ids of its
+ * own the new sandbox could reuse nothing. Keeping them does not open a
+ * channel between the two: they are two versions of one configuration (the
+ * same caller, code, tools and trees, one replacing the other), prev takes
+ * no new run once the cache has replaced it (only runs that began on it
+ * end there, within their time limit) and is closed after the new one is
+ * built; and what the host id keys between two sandboxes is only the
+ * per-user quotas above their user namespaces. Each sandbox still has its
+ * own user, PID, network, IPC and mount namespaces and cgroup, so neither
+ * can see, signal or trace the other's processes (no pid of one is visible
+ * in the other), and they share no writable path (every writable mount is a
+ * private tmpfs; the cgroup directories are reached by fd and moves between
+ * them need the root-owned common parent). A sandbox made without prev
+ * draws new ids, as pick_guest_ids says. */
+int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
+                         airlock_error *err)
+{
         airlock_error_clear(err);
         /* Keep the template's constructor linked into every program. */
         static void (*volatile keep)(void) = template_main;
@@ -709,6 +767,7 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
         if (!sb)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         sb->staging.parent_fd = -1;
+        sb->staged_fd = -1;
         sb->ctl = -1;
         sb->req_w = -1;
         sb->tpl_pid = -1;
@@ -720,8 +779,12 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
          * sandbox's own (pick_guest_ids). */
         sb->guest_uid = geteuid();
         sb->guest_gid = getegid();
-        if (geteuid() == 0)
+        if (geteuid() == 0 && prev && prev->manifest) {
+                sb->guest_uid = prev->guest_uid;
+                sb->guest_gid = prev->guest_gid;
+        } else if (geteuid() == 0) {
                 pick_guest_ids(&sb->guest_uid, &sb->guest_gid);
+        }
 
         int r = config_clone(cfg, &sb->cfg, err);
         if (r >= 0)
@@ -732,7 +795,7 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
                 r = prepare_python_paths(sb, err);
         _cleanup_close_ int input_fd = -1;
         if (r >= 0)
-                r = stage_inputs(sb, &input_fd, err);
+                r = stage_inputs(sb, prev, &input_fd, err);
         /* As root, the template runs as the guest ids and cannot reach the
          * staging directory by path: it gets a detached copy of the staged
          * tree to attach (open_tree). */
@@ -792,6 +855,9 @@ void airlock_sandbox_close(airlock_sandbox *sb)
         if (sb->req_w >= 0)
                 close(sb->req_w);
         pid_killp(&sb->tpl_pid);
+        if (sb->staged_fd >= 0)
+                close(sb->staged_fd);
+        fsx_manifest_free(sb->manifest);
         fsx_staging_remove(&sb->staging);
         for (size_t i = 0; i < PYPATH_MAX; i++)
                 if (sb->pypath_fd[i] >= 0)

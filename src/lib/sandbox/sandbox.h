@@ -26,6 +26,12 @@ typedef struct copy {
         unsigned cg; /* the number of that cgroup (c<N>), 0 for none */
 } copy;
 
+/* airlock_sandbox_new, reusing the staged copy of prev (the sandbox of the
+ * same configuration that this one replaces; may be NULL), which must stay
+ * open until this returns. The contract is above its definition. */
+int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
+                         airlock_error *err);
+
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
 int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err);
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err);

@@ -25,6 +25,7 @@
 #include "host/allowlist.h"
 #include "config/pypath.h"
 #include "host/tools.h"
+#include "sandbox/sandbox.h"
 #include "core/util.h"
 
 #define FINGERPRINT_CAP (64u << 20)
@@ -254,7 +255,7 @@ static uint64_t real_now_ns(void)
 }
 
 static const cache_ops real_ops = {
-    .sandbox_new = airlock_sandbox_new,
+    .sandbox_new = sbx_sandbox_new_from,
     .sandbox_run_ex = airlock_sandbox_run_ex,
     .sandbox_close = airlock_sandbox_close,
     .now_ns = real_now_ns,
@@ -763,6 +764,7 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                          size_t static_len, uint64_t hash, cache_entry **ret, airlock_error *err)
 {
         close_list l = {0}, stale = {0};
+        cache_entry *from = NULL; /* the stale version the build reuses */
         pthread_mutex_lock(&c->lock);
         reap_locked(c, &l);
         cache_entry *e = c->head;
@@ -786,11 +788,20 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                 }
                 /* The same configuration with other tree signatures is a
                  * stale version (the workspace changed since): it would only
-                 * be hit again if the edit were undone, so it goes now. */
+                 * be hit again if the edit were undone, so it goes now. The
+                 * most recent ready one is kept open, by a reference of the
+                 * build's own, until the new sandbox is built from its
+                 * staged copy (sbx_sandbox_new_from): closing it first would
+                 * remove the files the build links to. */
                 for (cache_entry *o = c->head, *next; o; o = next) {
                         next = o->next;
-                        if (o->static_len == static_len && memcmp(o->key, key, static_len) == 0)
-                                close_list_add(&stale, entry_doom_locked(c, o));
+                        if (o->static_len != static_len || memcmp(o->key, key, static_len) != 0)
+                                continue;
+                        if (!from && o->state == ENTRY_READY && o->sb) {
+                                from = o;
+                                from->refs++;
+                        }
+                        close_list_add(&stale, entry_doom_locked(c, o));
                 }
                 e->key = k;
                 e->static_len = static_len;
@@ -806,15 +817,24 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
         close_list_run(c, &l);
         /* Closing a stale version removes its staged copy, which takes as
          * long as the workspace is large (seconds for 10,000 files on a busy
-         * disk): it is done beside the run that replaces it, not before. */
+         * disk): it is done beside the run that replaces it, not before; the
+         * one the build reuses, once the build is over. */
         close_list_run_later(c, &stale);
 
         if (build) {
                 airlock_sandbox *sb = NULL;
                 airlock_error berr = {0};
                 al_watch_fire();
-                int r = c->ops.sandbox_new(cfg, &sb, &berr);
+                int r = c->ops.sandbox_new(cfg, from ? from->sb : NULL, &sb, &berr);
                 pthread_mutex_lock(&c->lock);
+                if (from) {
+                        /* Its close, now that nothing links from it any
+                         * more, goes beside the run, as for the others. */
+                        from->refs--;
+                        if (from->refs == 0)
+                                close_list_add(&stale, from);
+                        from = NULL;
+                }
                 if (r < 0) {
                         e->state = ENTRY_FAILED;
                         e->build_err = berr;
@@ -833,6 +853,7 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                 }
                 pthread_cond_broadcast(&c->changed);
                 pthread_mutex_unlock(&c->lock);
+                close_list_run_later(c, &stale);
         } else {
                 pthread_mutex_lock(&c->lock);
                 if (e->state == ENTRY_BUILDING) {

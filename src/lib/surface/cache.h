@@ -27,7 +27,11 @@ int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error 
 /* The sandbox operations the cache uses. Tests replace them with fakes to
  * check eviction and rebuilding without starting real sandboxes. */
 typedef struct cache_ops {
-        int (*sandbox_new)(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err);
+        /* prev: the sandbox of the same configuration being replaced
+         * (its trees changed), whose staged copy the new one may reuse; it
+         * stays open until this returns. NULL for none. */
+        int (*sandbox_new)(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
+                           airlock_error *err);
         int (*sandbox_run_ex)(airlock_sandbox *sb, const char *code, size_t len,
                               const airlock_run_options *opts, airlock_result **ret,
                               airlock_error *err);
