@@ -204,6 +204,14 @@ typedef struct airlock_refusal {
         char *reason; /* "symlink", "not a regular file", "too large", ... */
 } airlock_refusal;
 
+/* What a session's cell did to the session's interpreter state. */
+typedef enum airlock_cell_state {
+        AIRLOCK_CELL_NONE = 0,    /* not a cell: a single run */
+        AIRLOCK_CELL_KEPT,        /* the cell succeeded: its state is the session's */
+        AIRLOCK_CELL_ROLLED_BACK, /* it failed, timed out, hit a limit or was cancelled:
+                                   * the state is as it was before the cell */
+} airlock_cell_state;
+
 typedef struct airlock_result {
         bool success;
         airlock_status status;
@@ -220,6 +228,7 @@ typedef struct airlock_result {
         size_t n_refused;
         char *error_message; /* on failure: what failed, or which limit and its value */
         double duration_ms;
+        airlock_cell_state cell_state; /* a session's cell: kept or rolled back */
 } airlock_result;
 
 AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
@@ -285,8 +294,24 @@ AIRLOCK_PUBLIC void airlock_sandbox_close(airlock_sandbox *sb);
 
 /* Sessions keep interpreter state across runs (a notebook-style kernel),
  * in one copy of the template, until closed. /output is captured and then
- * emptied after every run; /tmp persists. A run that times out or is
- * cancelled ends the session (later calls fail with -ESRCH). */
+ * emptied after every run; /tmp persists.
+ *
+ * Cells are transactional: a cell runs in the session's state, which a
+ * frozen fork taken before the cell keeps a copy of. When the cell succeeds
+ * its state becomes the session's (result->cell_state AIRLOCK_CELL_KEPT).
+ * When it fails (an exception, a non-zero exit), times out, hits a limit
+ * (memory, CPU, file size) or is cancelled, its interpreter is killed and
+ * the copy taken before the cell becomes the session's interpreter
+ * (AIRLOCK_CELL_ROLLED_BACK): variables, imports and objects are as they
+ * were before the cell, and the session goes on. What lives outside the
+ * interpreter's memory does not roll back: files in /tmp, bytes a cell
+ * wrote into a file, the offset of a file opened before the cell (the fork
+ * shares it: it stays where the failed cell left it), anything sent over
+ * HTTP or to a tool. A
+ * rollback ends every process and thread that earlier cells started, the
+ * interpreter's main thread aside. The session ends (later calls fail with
+ * -ESRCH) only when the rollback itself fails or the session's processes
+ * are killed from outside. */
 typedef struct airlock_session airlock_session;
 typedef struct airlock_snapshot airlock_snapshot;
 

@@ -54,10 +54,11 @@ int sbx_run_single(airlock_sandbox *sb, copy *c, int outdir, const char *code, s
                    airlock_error *err);
 /* Runs one cell of a session in copy c, whose current interpreter is
  * watched through active_pidfd, and collects the result. The cell ends at
- * the guest's "end" frame; the copy must survive it, and *ret_alive tells
- * whether it did: false when the copy or the interpreter died, or the host
- * killed the copy (deadline, cancel, a protocol error). Untouched on
- * failure, when the session is over anyway. */
+ * the guest's "end" frame or the interpreter's death; a deadline, a cancel
+ * or a protocol error kills the interpreter only (never the copy), so that
+ * the session can roll back. *ret_alive tells whether the copy survived
+ * (the session's pid 1 and its snapshots). Untouched on failure, when the
+ * session is over anyway. */
 int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
                  size_t len, const airlock_run_options *opts, bool *ret_alive, airlock_result **ret,
                  airlock_error *err);

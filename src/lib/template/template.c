@@ -1075,6 +1075,54 @@ static int wait_until_gone(json_t *keep, pid_t only, bool kill_them)
         return r;
 }
 
+/* Waits until the killed process pid is reaped (by this process when it is
+ * its child, else by pid 1), so that a dropped snapshot is gone from /proc
+ * before the next request is served, for at most SESSION_GONE_S. Reaps
+ * nothing else: the guest's own children stay the guest's. */
+static void wait_reaped(pid_t pid)
+{
+        uint64_t deadline = al_now_ns() + SESSION_GONE_S * 1000000000ull;
+        while (al_now_ns() < deadline) {
+                (void)waitpid(pid, NULL, WNOHANG | __WALL);
+                if (kill(pid, 0) < 0 && errno == ESRCH)
+                        return;
+                char buf[64];
+                while (read(reap_wait, buf, sizeof(buf)) > 0)
+                        ;
+                struct pollfd p = {reap_wait, POLLIN, 0};
+                if (poll(&p, 1, 10) > 0 && (p.revents & (POLLERR | POLLNVAL | POLLHUP)))
+                        return;
+        }
+}
+
+/* Contract: runs in the new active process of a rollback that the host
+ * started (the old active process is dead, killed by the host after a
+ * failed, timed-out or cancelled cell). Whatever the dead process left
+ * unread on the channel is discarded, which leaves the stream at a frame
+ * boundary even if the host stopped in the middle of a reply; then it asks
+ * the host which snapshots to keep, ends and reaps every other process of
+ * the session (the old state's children), and returns. Ends this process
+ * (the host sees the session end) when any step fails. */
+static void host_rollback(int chan)
+{
+        char junk[4096];
+        while (recv(chan, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+                ;
+        reply(chan, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_RESTORE));
+        frame_reader fr;
+        frame_reader_init(&fr, CHANNEL_MAX_FRAME);
+        json_t *msg = NULL;
+        if (frame_reader_feed(&fr, chan, &msg) != 1)
+                _exit(0);
+        frame_reader_free(&fr);
+        const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
+        json_t *keep = json_object_get(msg, WIRE_KEY_KEEP);
+        if (!op || strcmp(op, WIRE_OP_RESTORE) != 0 || !json_is_array(keep) ||
+            wait_until_gone(keep, 0, true) < 0)
+                _exit(0);
+        json_decref(msg);
+}
+
 /* A snapshot: a frozen copy of the interpreter at the moment it was taken.
  * It sleeps until a restore wakes it (SIGUSR1, blocked since before the
  * fork), then starts the new active process and sleeps again, so the same
@@ -1085,7 +1133,7 @@ static int wait_until_gone(json_t *keep, pid_t only, bool kill_them)
  * snapshot's parent, never of the snapshot, which never reaps. So every
  * process a session ends is reaped by pid 1 in the end, and none lingers
  * as a zombie of a sleeping snapshot. */
-static void snapshot_wait(void)
+static void snapshot_wait(int chan)
 {
         sigset_t set;
         sigemptyset(&set);
@@ -1094,6 +1142,11 @@ static void snapshot_wait(void)
                 siginfo_t si;
                 if (sigwaitinfo(&set, &si) < 0)
                         continue;
+                /* A signal from outside the session's PID namespace (si_pid
+                 * 0) is the host rolling a failed cell back: the old active
+                 * process is already dead, so the new one ends the rest of
+                 * the old state itself (see host_rollback). */
+                bool from_host = si.si_pid == 0;
                 /* Plain clone: the guest's seccomp filter, in force here,
                  * refuses clone3. With CLONE_PARENT the child's exit signal
                  * is the snapshot's own, SIGCHLD. */
@@ -1102,6 +1155,10 @@ static void snapshot_wait(void)
                 if (pid == 0) {
                         guest_after_fork_child(COPY_CHANNEL_FD);
                         sigprocmask(SIG_UNBLOCK, &set, NULL);
+                        if (from_host) {
+                                host_rollback(chan);
+                                return;
+                        }
                         if (wait_until_gone(NULL, si.si_pid, false) < 0)
                                 _exit(0); /* the host sees the session end */
                         return;
@@ -1251,14 +1308,27 @@ _Noreturn static void serve_host(int chan)
                         sigprocmask(SIG_BLOCK, &set, &old);
                         pid_t pid = fork_interpreter();
                         if (pid == 0) {
-                                snapshot_wait();
+                                snapshot_wait(chan);
                                 announce_active(chan, WIRE_OP_RESTORED);
                         } else {
                                 sigprocmask(SIG_SETMASK, &old, NULL);
-                                if (pid < 0)
+                                /* A pidfd of the snapshot comes first, so
+                                 * that the host can wake it when this
+                                 * process is dead (a rollback). */
+                                int e = errno;
+                                int sfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+                                if (pid > 0 && sfd < 0) {
+                                        e = errno;
+                                        kill(pid, SIGKILL);
+                                }
+                                if (send_fds(chan, COPY_SNAPSHOT, NULL, &sfd, sfd >= 0) < 0)
+                                        _exit(0);
+                                if (sfd >= 0)
+                                        close(sfd);
+                                if (sfd < 0)
                                         reply(chan,
                                               json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR,
-                                                        WIRE_KEY_ERROR, strerror(errno)));
+                                                        WIRE_KEY_ERROR, strerror(e)));
                                 else
                                         reply(chan,
                                               json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT,
@@ -1279,8 +1349,8 @@ _Noreturn static void serve_host(int chan)
                                               WIRE_KEY_ERROR, "the snapshot is gone"));
                 } else if (strcmp(op, WIRE_OP_DROP) == 0 && session) {
                         pid_t id = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_ID));
-                        if (id > 1)
-                                kill(id, SIGKILL);
+                        if (id > 1 && id != getpid() && kill(id, SIGKILL) == 0)
+                                wait_reaped(id);
                 }
                 json_decref(msg);
         }
