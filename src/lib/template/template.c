@@ -1081,14 +1081,21 @@ static int wait_until_gone(json_t *keep, pid_t only, bool kill_them)
  * nothing else: the guest's own children stay the guest's. */
 static void wait_reaped(pid_t pid)
 {
+        /* Our own child (the base this process forked): reaped here. */
+        pid_t w;
+        while ((w = waitpid(pid, NULL, __WALL)) < 0 && errno == EINTR)
+                ;
+        if (w == pid)
+                return;
         uint64_t deadline = al_now_ns() + SESSION_GONE_S * 1000000000ull;
         while (al_now_ns() < deadline) {
-                (void)waitpid(pid, NULL, WNOHANG | __WALL);
-                if (kill(pid, 0) < 0 && errno == ESRCH)
-                        return;
+                /* The pipe is emptied before the check, so that a reap
+                 * after the check still wakes the poll. */
                 char buf[64];
                 while (read(reap_wait, buf, sizeof(buf)) > 0)
                         ;
+                if (kill(pid, 0) < 0 && errno == ESRCH)
+                        return;
                 struct pollfd p = {reap_wait, POLLIN, 0};
                 if (poll(&p, 1, 10) > 0 && (p.revents & (POLLERR | POLLNVAL | POLLHUP)))
                         return;
