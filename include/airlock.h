@@ -331,6 +331,18 @@ AIRLOCK_PUBLIC int airlock_session_restore(airlock_session *s, const airlock_sna
                                            airlock_error *err);
 /* Frees a snapshot (and ends its frozen process while the session lives). */
 AIRLOCK_PUBLIC void airlock_snapshot_free(airlock_snapshot *snap);
+/* The memory the session holds between cells, in bytes: the proportional
+ * set size (PSS) of its interpreter and of the copy of its state that a
+ * failed cell rolls back to. A page only these two share counts once (their
+ * private sizes would miss it), a page shared with the template and other
+ * copies in proportion: close to the session's own memory (its USS as one
+ * unit). Processes the cells started are not counted. */
+AIRLOCK_PUBLIC int airlock_session_memory(airlock_session *s, uint64_t *ret_bytes,
+                                          airlock_error *err);
+/* Whether the session can still run cells (false once a call failed with
+ * -ESRCH, or a cell's result came back with cell_state AIRLOCK_CELL_NONE:
+ * its rollback failed and the session ended). */
+AIRLOCK_PUBLIC bool airlock_session_alive(const airlock_session *s);
 /* Ends every process of the session. The sandbox must outlive its sessions. */
 AIRLOCK_PUBLIC void airlock_session_close(airlock_session *s);
 
@@ -366,6 +378,14 @@ AIRLOCK_PUBLIC int airlock_cache_run_ex(airlock_cache *cache, const airlock_conf
                                         const char *code, size_t len,
                                         const airlock_run_options *opts, airlock_result **ret,
                                         airlock_error *err);
+/* Opens a session in the cached sandbox for cfg, built as airlock_cache_run
+ * would. The session keeps that sandbox, and so the workspace as it was
+ * staged then, until it is closed, even once the cache has replaced the
+ * sandbox (a changed workspace) or evicted it: a new session sees a changed
+ * workspace. Every such session must be closed before the cache is.
+ * Thread-safe; one session is used by one thread at a time. */
+AIRLOCK_PUBLIC int airlock_cache_session_open(airlock_cache *cache, const airlock_config *cfg,
+                                              airlock_session **ret, airlock_error *err);
 /* airlock_sandbox_describe_json of the cached sandbox for cfg, built as
  * airlock_cache_run would. */
 AIRLOCK_PUBLIC char *airlock_cache_describe_json(airlock_cache *cache, const airlock_config *cfg,
@@ -395,6 +415,11 @@ AIRLOCK_PUBLIC int airlock_cache_run_live(airlock_cache *cache, const airlock_co
                                           const airlock_run_options *opts,
                                           airlock_output_fn on_output, void *output_arg,
                                           airlock_result **ret, airlock_error *err);
+/* The same for a session's cell: airlock_session_run with on_output. */
+AIRLOCK_PUBLIC int airlock_session_run_live(airlock_session *s, const char *code, size_t len,
+                                            const airlock_run_options *opts,
+                                            airlock_output_fn on_output, void *output_arg,
+                                            airlock_result **ret, airlock_error *err);
 
 #ifdef __cplusplus
 }

@@ -362,6 +362,40 @@ static void test_memory_limit_rolls_back(void **state)
         airlock_sandbox_close(own);
 }
 
+/* A cell shows the value of its final expression as a notebook does (its
+ * repr, capped; _repr_png_ as an image); a single run stays a script. */
+static void test_final_expression_is_displayed(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "x = 6\nx * 7", "42\n");
+        expect_stdout(s, "print(_)\nNone", "42\n");
+        expect_stdout(s, "x = 1  # no final expression", "");
+        airlock_result *res = run(s, "'a' * 30000");
+        assert_true(res->success);
+        assert_int_equal(strncmp(res->stdout_data, "'aaa", 4), 0);
+        assert_non_null(strstr(res->stdout_data, "more characters not shown"));
+        assert_true(res->stdout_len < 20200);
+        airlock_result_free(res);
+        res = run(s, "class P:\n    def _repr_png_(self):\n        return b'\\x89PNG fake'\nP()");
+        assert_true(res->success);
+        assert_int_equal(res->n_files, 1);
+        assert_string_equal(res->files[0].path, "/output/display-1.png");
+        assert_string_equal(res->stdout_data, "");
+        airlock_result_free(res);
+        /* A failing final expression fails the cell, which rolls back. */
+        res = run(s, "x = 2\n1 / 0");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        assert_non_null(strstr(res->stderr_data, "ZeroDivisionError"));
+        airlock_result_free(res);
+        expect_stdout(s, "x", "1\n");
+        airlock_session_close(s);
+        assert_int_equal(airlock_sandbox_run(sb, "6 * 7", 5, &res, &err), 0);
+        assert_string_equal(res->stdout_data, "");
+        airlock_result_free(res);
+}
+
 static void test_snapshot_outlives_nothing(void **state)
 {
         airlock_error err;
@@ -451,6 +485,7 @@ int main(void)
             cmocka_unit_test(test_snapshot_restore_twice),
             cmocka_unit_test(test_output_is_emptied_between_runs),
             cmocka_unit_test(test_failed_cell_rolls_back),
+            cmocka_unit_test(test_final_expression_is_displayed),
             cmocka_unit_test(test_timeout_rolls_back),
             cmocka_unit_test(test_cancel_rolls_back),
             cmocka_unit_test(test_memory_limit_rolls_back),

@@ -63,4 +63,10 @@ int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                  size_t len, const airlock_run_options *opts, bool *ret_alive, airlock_result **ret,
                  airlock_error *err);
 
+/* --- sessions (session.c) --- */
+
+/* Calls fn(arg) once the session is closed and every process of it gone:
+ * for a caller that holds something the session runs in (a cache entry). */
+void sbx_session_on_close(airlock_session *s, void (*fn)(void *), void *arg);
+
 #endif

@@ -4,6 +4,8 @@
  * like any guest: replies are read with deadlines and caps, and the host
  * watches the active interpreter through a pidfd it sent at its start. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -36,6 +38,8 @@ struct airlock_session {
         int base_id;
         int base_pidfd;
         bool base_pending;
+        void (*on_close)(void *);
+        void *on_close_arg;
 };
 
 struct airlock_snapshot {
@@ -357,8 +361,10 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
         if (r < 0)
                 return r;
         bool alive = false;
+        bool began = al_watch_begin(opts);
         r = sbx_run_cell(s->sb, s->c, s->outdir, s->active_pidfd, code, len, opts, &alive, ret,
                          err);
+        al_watch_end(began);
         if (r < 0 || !alive) {
                 s->dead = true;
                 return r;
@@ -480,5 +486,72 @@ void airlock_session_close(airlock_session *s)
         /* Returns once every process of the session is gone. */
         if (s->c)
                 sbx_copy_end(s->sb, s->c);
+        if (s->on_close)
+                s->on_close(s->on_close_arg);
         free(s);
+}
+
+void sbx_session_on_close(airlock_session *s, void (*fn)(void *), void *arg)
+{
+        s->on_close = fn;
+        s->on_close_arg = arg;
+}
+
+/* The pid, in the host's namespace, of the process behind pidfd, from
+ * /proc/self/fdinfo; -1 when it is gone. */
+static pid_t pidfd_pid(int pidfd)
+{
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -1;
+        pid_t pid = -1;
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, "Pid:", 4) == 0)
+                        pid = (pid_t)atoi(line + 4);
+        fclose(f);
+        return pid;
+}
+
+/* The proportional set size of a process, in bytes, from its
+ * smaps_rollup; 0 when it cannot be read. Summed over the interpreter and
+ * its rollback copy, a page only the two share counts once, which their
+ * private sizes (USS) would miss right after every fork. */
+static uint64_t pss_bytes(pid_t pid)
+{
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return 0;
+        uint64_t kib = 0;
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long long v;
+                if (sscanf(line, "Pss: %llu kB", &v) == 1)
+                        kib += v;
+        }
+        fclose(f);
+        return kib * 1024;
+}
+
+int airlock_session_memory(airlock_session *s, uint64_t *ret_bytes, airlock_error *err)
+{
+        airlock_error_clear(err);
+        if (s->dead)
+                return session_dead_error(err);
+        uint64_t total = 0;
+        int fds[2] = {s->active_pidfd, s->base_pidfd};
+        for (int i = 0; i < 2; i++) {
+                pid_t pid = fds[i] >= 0 ? pidfd_pid(fds[i]) : -1;
+                if (pid > 0)
+                        total += pss_bytes(pid);
+        }
+        *ret_bytes = total;
+        return 0;
+}
+
+bool airlock_session_alive(const airlock_session *s)
+{
+        return s && !s->dead;
 }
