@@ -331,12 +331,13 @@ AIRLOCK_PUBLIC int airlock_session_restore(airlock_session *s, const airlock_sna
                                            airlock_error *err);
 /* Frees a snapshot (and ends its frozen process while the session lives). */
 AIRLOCK_PUBLIC void airlock_snapshot_free(airlock_snapshot *snap);
-/* The memory the session holds between cells, in bytes: the proportional
- * set size (PSS) of its interpreter and of the copy of its state that a
- * failed cell rolls back to. A page only these two share counts once (their
- * private sizes would miss it), a page shared with the template and other
- * copies in proportion: close to the session's own memory (its USS as one
- * unit). Processes the cells started are not counted. */
+/* The memory the session holds of its own, in bytes: where the sandbox has
+ * a cgroup per copy, what is charged to the session's (its interpreter, the
+ * copy of its state that a failed cell rolls back to, the processes its
+ * cells started and its files in /tmp; not the template's pages they still
+ * share): the session's USS taken as one unit. Elsewhere, the proportional
+ * set size (PSS) of the interpreter and its rollback copy, a page only the
+ * two share counted once. */
 AIRLOCK_PUBLIC int airlock_session_memory(airlock_session *s, uint64_t *ret_bytes,
                                           airlock_error *err);
 /* Whether the session can still run cells (false once a call failed with

@@ -32,7 +32,9 @@ typedef struct entry {
         uint64_t opened_ns, used_ns;
         unsigned cells;
         bool busy;
-        bool closing; /* close when the cell in progress ends */
+        bool closing;   /* close when the cell in progress ends */
+        bool measure;   /* a cell ended: the memory it holds is to be measured */
+        bool measuring; /* ... by the sweeper, now */
         struct entry *next;
 } entry;
 
@@ -52,6 +54,7 @@ struct mcp_sessions {
         tombstone dead[TOMBSTONES];
         unsigned n_dead; /* total written; the ring holds the last TOMBSTONES */
         bool stopping;
+        unsigned to_measure; /* entries with measure set */
         pthread_t sweeper;
         bool sweeper_started;
 };
@@ -189,6 +192,10 @@ static entry *find_locked(mcp_sessions *m, const char *handle)
 
 static void unlink_locked(mcp_sessions *m, entry *e, const char *why)
 {
+        if (e->measure) {
+                e->measure = false;
+                m->to_measure--;
+        }
         for (entry **p = &m->head; *p; p = &(*p)->next)
                 if (*p == e) {
                         *p = e->next;
@@ -241,12 +248,51 @@ static void *sweep_main(void *arg)
                 struct timespec ts;
                 clock_gettime(CLOCK_MONOTONIC, &ts);
                 ts.tv_sec += (time_t)SWEEP_PERIOD_S;
-                pthread_cond_timedwait(&m->changed, &m->lock, &ts);
-                uint64_t now = now_ns();
+                if (!m->to_measure)
+                        pthread_cond_timedwait(&m->changed, &m->lock, &ts);
                 entry *doomed = NULL;
+                /* The memory a session holds is measured here, beside the
+                 * answer to the cell that just ended rather than before it:
+                 * reading the page tables of the interpreter and its copy
+                 * takes half a millisecond. The next call of that session
+                 * waits for the verdict. */
+                for (entry *e = m->head, *next; e && !m->stopping; e = next) {
+                        next = e->next;
+                        if (!e->measure || e->busy)
+                                continue;
+                        e->measure = false;
+                        e->measuring = true;
+                        m->to_measure--;
+                        pthread_mutex_unlock(&m->lock);
+                        uint64_t held = 0;
+                        int r = airlock_session_memory(e->s, &held, NULL);
+                        pthread_mutex_lock(&m->lock);
+                        e->measuring = false;
+                        /* The list may have changed meanwhile: scan again
+                         * (the flags cleared above end the scan). */
+                        next = m->head;
+                        if (e->closing) {
+                                /* session_close came meanwhile and left
+                                 * the closing to this thread. */
+                                e->next = doomed;
+                                doomed = e;
+                        } else if (r >= 0 && held > m->caps.max_memory) {
+                                char why[160];
+                                snprintf(why, sizeof(why),
+                                         "closed: it held %llu MiB between calls, more than the "
+                                         "cap of %llu MiB (--session-memory)",
+                                         (unsigned long long)(held >> 20),
+                                         (unsigned long long)(m->caps.max_memory >> 20));
+                                unlink_locked(m, e, why);
+                                e->next = doomed;
+                                doomed = e;
+                        }
+                        pthread_cond_broadcast(&m->changed);
+                }
+                uint64_t now = now_ns();
                 for (entry *e = m->head, *next; e; e = next) {
                         next = e->next;
-                        if (e->busy)
+                        if (e->busy || e->measure)
                                 continue;
                         const char *why = NULL;
                         char text[160];
@@ -459,7 +505,7 @@ static json_t *session_close(mcp_sessions *m, const json_t *args)
                 return unknown_handle(m, handle);
         }
         unlink_locked(m, e, "closed (session_close)");
-        bool busy = e->busy;
+        bool busy = e->busy || e->measuring;
         if (busy)
                 e->closing = true; /* the cell in progress closes it */
         pthread_mutex_unlock(&m->lock);
@@ -498,6 +544,11 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, mcp_session_us
                                       "from session_open");
         pthread_mutex_lock(&m->lock);
         entry *e = find_locked(m, h);
+        /* The memory the last cell left is measured first (sweep_main). */
+        while (e && !e->busy && (e->measure || e->measuring) && m->sweeper_started) {
+                pthread_cond_wait(&m->changed, &m->lock);
+                e = find_locked(m, h);
+        }
         if (e && e->busy) {
                 pthread_mutex_unlock(&m->lock);
                 char msg[256];
@@ -549,7 +600,6 @@ json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_resul
         free(u);
         char note[512] = "";
         const char *ended = NULL;
-        char why[160];
         if (!airlock_session_alive(e->s)) {
                 snprintf(note, sizeof(note),
                          "Session %s ended: its state could not be kept or restored. Open a "
@@ -564,20 +614,6 @@ json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_resul
                          "were before this call.",
                          e->handle);
         }
-        uint64_t held = 0;
-        if (!ended && airlock_session_memory(e->s, &held, NULL) >= 0 && held > m->caps.max_memory) {
-                size_t n = strlen(note);
-                snprintf(note + n, sizeof(note) - n,
-                         "%sSession %s is closed: it holds %llu MiB between calls, more than "
-                         "the cap of %llu MiB (--session-memory).",
-                         n ? " " : "", e->handle, (unsigned long long)(held >> 20),
-                         (unsigned long long)(m->caps.max_memory >> 20));
-                snprintf(why, sizeof(why),
-                         "closed: it held %llu MiB between calls, over the cap of %llu MiB",
-                         (unsigned long long)(held >> 20),
-                         (unsigned long long)(m->caps.max_memory >> 20));
-                ended = why;
-        }
         if (note[0] && result)
                 add_text(result, note);
         json_t *sc = result ? json_object_get(result, "structuredContent") : NULL;
@@ -588,6 +624,10 @@ json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_resul
         e->used_ns = now_ns();
         e->cells++;
         bool close_it = e->closing;
+        if (!close_it && !ended && !e->measure) {
+                e->measure = true;
+                m->to_measure++;
+        }
         if (ended && !close_it) {
                 unlink_locked(m, e, ended);
                 close_it = true;

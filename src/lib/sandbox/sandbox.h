@@ -63,6 +63,11 @@ int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
                  size_t len, const airlock_run_options *opts, bool *ret_alive, airlock_result **ret,
                  airlock_error *err);
 
+/* The memory charged to copy c's own cgroup (the processes of the copy and
+ * the files they wrote to its tmpfs, not the template's pages they share),
+ * in bytes; -ENOENT without per-copy cgroups. Cheap: one small file. */
+int sbx_copy_memory(const airlock_sandbox *sb, const copy *c, uint64_t *ret);
+
 /* --- sessions (session.c) --- */
 
 /* Calls fn(arg) once the session is closed and every process of it gone:
