@@ -132,5 +132,27 @@ def test_a_session_keeps_its_workspace():
         assert r["structuredContent"]["stdout"] == "'two'\n", r
 
 
+def test_a_cancelled_call_rolls_back_and_the_session_goes_on():
+    with mcp() as m:
+        h = open_session(m)
+        cell(m, h, "x = 'before'")
+        i = m.start("tools/call", {"name": "execute_code", "arguments": {
+            "code": "x = 'during'\nprint('go', flush=True)\nimport time\ntime.sleep(60)",
+            "session": h}})
+        time.sleep(1.5)
+        m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": i}})
+        # A cancelled request gets no response; the session is free again
+        # once its cell is rolled back.
+        deadline = time.time() + 30
+        while True:
+            r = cell(m, h, "x")
+            if not r["isError"] or "running another call" not in text(r):
+                break
+            assert time.time() < deadline, r
+            time.sleep(0.1)
+        assert r["structuredContent"]["stdout"] == "'before'\n", r
+
+
 if __name__ == "__main__":
     run()
