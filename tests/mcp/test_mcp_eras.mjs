@@ -117,7 +117,7 @@ async function aiSdkRound(discovery, expectEra) {
   });
   try {
     const tools = await client.tools();
-    assertEqual(Object.keys(tools), ['execute_code'], 'tools');
+    assertEqual(Object.keys(tools), ['execute_code', 'session_open', 'session_close'], 'tools');
     const out = await tools.execute_code.execute({ code: PRINT_CODE }, { toolCallId: 'c1', messages: [] });
     assertEqual(out.isError, false, 'isError');
     assertIncludes(out.content.map((c) => c.text || '').join('\n'), EXPECTED, 'content');
@@ -138,7 +138,7 @@ async function mastraRound(protocolVersion, expectEra) {
   const mcp = new MCPClient({ id: `eras-${nlog}`, servers: { airlock: def }, timeout: 120000 });
   try {
     const tools = await mcp.listTools();
-    assertEqual(Object.keys(tools), ['airlock_execute_code'], 'tools');
+    assertEqual(Object.keys(tools), ['airlock_execute_code', 'airlock_session_open', 'airlock_session_close'], 'tools');
     const versions = mcp.getServerProtocolVersions();
     if (expectEra === 'modern') assertEqual(versions.airlock, MODERN, 'negotiated version');
     else assert(versions.airlock && versions.airlock < MODERN, `negotiated version ${versions.airlock}`);
