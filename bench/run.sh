@@ -37,4 +37,9 @@ if [ ! -d bench/node_modules/pyodide ] || [ ! -e bench/node_modules/.bin/srt ]; 
 fi
 
 # bench.py prints the table; `make bench QUICK=1` passes --quick.
-exec /usr/bin/python3 bench/bench.py "$build" $quick
+/usr/bin/python3 bench/bench.py "$build" $quick || exit
+# Sessions through airlock mcp against fresh runs and a notebook kernel.
+rounds=300
+[ -n "$quick" ] && rounds=100
+PYDEVD_DISABLE_FILE_VALIDATION=1 /usr/bin/python3 bench/bench_session.py "$build" "$rounds" ||
+    echo "bench: bench/bench_session.py failed" >&2

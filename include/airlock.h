@@ -204,6 +204,14 @@ typedef struct airlock_refusal {
         char *reason; /* "symlink", "not a regular file", "too large", ... */
 } airlock_refusal;
 
+/* What a session's cell did to the session's interpreter state. */
+typedef enum airlock_cell_state {
+        AIRLOCK_CELL_NONE = 0,    /* not a cell: a single run */
+        AIRLOCK_CELL_KEPT,        /* the cell succeeded: its state is the session's */
+        AIRLOCK_CELL_ROLLED_BACK, /* it failed, timed out, hit a limit or was cancelled:
+                                   * the state is as it was before the cell */
+} airlock_cell_state;
+
 typedef struct airlock_result {
         bool success;
         airlock_status status;
@@ -220,6 +228,7 @@ typedef struct airlock_result {
         size_t n_refused;
         char *error_message; /* on failure: what failed, or which limit and its value */
         double duration_ms;
+        airlock_cell_state cell_state; /* a session's cell: kept or rolled back */
 } airlock_result;
 
 AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
@@ -285,8 +294,24 @@ AIRLOCK_PUBLIC void airlock_sandbox_close(airlock_sandbox *sb);
 
 /* Sessions keep interpreter state across runs (a notebook-style kernel),
  * in one copy of the template, until closed. /output is captured and then
- * emptied after every run; /tmp persists. A run that times out or is
- * cancelled ends the session (later calls fail with -ESRCH). */
+ * emptied after every run; /tmp persists.
+ *
+ * Cells are transactional: a cell runs in the session's state, which a
+ * frozen fork taken before the cell keeps a copy of. When the cell succeeds
+ * its state becomes the session's (result->cell_state AIRLOCK_CELL_KEPT).
+ * When it fails (an exception, a non-zero exit), times out, hits a limit
+ * (memory, CPU, file size) or is cancelled, its interpreter is killed and
+ * the copy taken before the cell becomes the session's interpreter
+ * (AIRLOCK_CELL_ROLLED_BACK): variables, imports and objects are as they
+ * were before the cell, and the session goes on. What lives outside the
+ * interpreter's memory does not roll back: files in /tmp, bytes a cell
+ * wrote into a file, the offset of a file opened before the cell (the fork
+ * shares it: it stays where the failed cell left it), anything sent over
+ * HTTP or to a tool. A
+ * rollback ends every process and thread that earlier cells started, the
+ * interpreter's main thread aside. The session ends (later calls fail with
+ * -ESRCH) only when the rollback itself fails or the session's processes
+ * are killed from outside. */
 typedef struct airlock_session airlock_session;
 typedef struct airlock_snapshot airlock_snapshot;
 
@@ -306,6 +331,19 @@ AIRLOCK_PUBLIC int airlock_session_restore(airlock_session *s, const airlock_sna
                                            airlock_error *err);
 /* Frees a snapshot (and ends its frozen process while the session lives). */
 AIRLOCK_PUBLIC void airlock_snapshot_free(airlock_snapshot *snap);
+/* The memory the session holds of its own, in bytes: where the sandbox has
+ * a cgroup per copy, what is charged to the session's (its interpreter, the
+ * copy of its state that a failed cell rolls back to, the processes its
+ * cells started and its files in /tmp; not the template's pages they still
+ * share): the session's USS taken as one unit. Elsewhere, the proportional
+ * set size (PSS) of the interpreter and its rollback copy, a page only the
+ * two share counted once. */
+AIRLOCK_PUBLIC int airlock_session_memory(airlock_session *s, uint64_t *ret_bytes,
+                                          airlock_error *err);
+/* Whether the session can still run cells (false once a call failed with
+ * -ESRCH, or a cell's result came back with cell_state AIRLOCK_CELL_NONE:
+ * its rollback failed and the session ended). */
+AIRLOCK_PUBLIC bool airlock_session_alive(const airlock_session *s);
 /* Ends every process of the session. The sandbox must outlive its sessions. */
 AIRLOCK_PUBLIC void airlock_session_close(airlock_session *s);
 
@@ -341,6 +379,14 @@ AIRLOCK_PUBLIC int airlock_cache_run_ex(airlock_cache *cache, const airlock_conf
                                         const char *code, size_t len,
                                         const airlock_run_options *opts, airlock_result **ret,
                                         airlock_error *err);
+/* Opens a session in the cached sandbox for cfg, built as airlock_cache_run
+ * would. The session keeps that sandbox, and so the workspace as it was
+ * staged then, until it is closed, even once the cache has replaced the
+ * sandbox (a changed workspace) or evicted it: a new session sees a changed
+ * workspace. Every such session must be closed before the cache is.
+ * Thread-safe; one session is used by one thread at a time. */
+AIRLOCK_PUBLIC int airlock_cache_session_open(airlock_cache *cache, const airlock_config *cfg,
+                                              airlock_session **ret, airlock_error *err);
 /* airlock_sandbox_describe_json of the cached sandbox for cfg, built as
  * airlock_cache_run would. */
 AIRLOCK_PUBLIC char *airlock_cache_describe_json(airlock_cache *cache, const airlock_config *cfg,
@@ -370,6 +416,11 @@ AIRLOCK_PUBLIC int airlock_cache_run_live(airlock_cache *cache, const airlock_co
                                           const airlock_run_options *opts,
                                           airlock_output_fn on_output, void *output_arg,
                                           airlock_result **ret, airlock_error *err);
+/* The same for a session's cell: airlock_session_run with on_output. */
+AIRLOCK_PUBLIC int airlock_session_run_live(airlock_session *s, const char *code, size_t len,
+                                            const airlock_run_options *opts,
+                                            airlock_output_fn on_output, void *output_arg,
+                                            airlock_result **ret, airlock_error *err);
 
 /* For a caller that hands run results to a model (the MCP server): the
  * library's view of which files are text. */

@@ -29,7 +29,7 @@ demo_pkgs=(python3-numpy python3-pandas python3-matplotlib)
 # Installing libopenblas0-pthread makes OpenBLAS the machine's default.
 check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3-scipy
             python3-pil fontconfig libblas3 liblapack3 libopenblas0-pthread)
-bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep)
+bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 
 pkgs=("${build_pkgs[@]}")

@@ -5,7 +5,9 @@
 # `airlock mcp` process (tests/helpers/soak_mcp.py), both built with
 # ASan/UBSan. Fails on any sanitizer report, any wrong result, growth of the
 # host's resident memory beyond 1 MiB or of its descriptors after the warm-up
-# runs, and any process, staging folder, cgroup or mount left behind.
+# runs, and any process, staging folder, cgroup or mount left behind; then
+# SOAK_SESSIONS (default 1000) MCP sessions opened and closed
+# (tests/helpers/soak_sessions.py).
 #
 # ASan's quarantine keeps freed memory out of use on purpose (256 MiB by
 # default) and would read as growth; it is made small here so resident
@@ -48,6 +50,12 @@ before_templates=$(template_count)
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 /usr/bin/python3 tests/helpers/soak_mcp.py "$build/airlock" "$mcp_runs" "$warmup" 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+# SOAK_SESSIONS (default 1000) sessions opened, used and closed through one
+# `airlock mcp`: no growth of its memory, descriptors or processes.
+/usr/bin/python3 tests/helpers/soak_sessions.py "$build/airlock" "${SOAK_SESSIONS:-1000}" \
+    "$(( ${SOAK_SESSIONS:-1000} / 10 ))" 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 # Reports of the host processes, of the template (its stderr is ours) and of

@@ -29,6 +29,8 @@ int main(int argc, char **argv)
                 return cmd_mcp(argc - 1, argv + 1);
         if (strcmp(cmd, "describe") == 0)
                 return cmd_describe(argc - 1, argv + 1);
+        if (strcmp(cmd, "repl") == 0)
+                return cmd_repl(argc - 1, argv + 1);
         if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
                 printf("airlock %s\n", AIRLOCK_VERSION);
                 return EXIT_OK;
@@ -37,6 +39,6 @@ int main(int argc, char **argv)
                 cli_usage(stdout);
                 return EXIT_OK;
         }
-        fprintf(stderr, "airlock: unknown command '%s' (run, mcp, describe, version)\n", cmd);
+        fprintf(stderr, "airlock: unknown command '%s' (run, mcp, describe, repl, version)\n", cmd);
         return EXIT_USAGE;
 }

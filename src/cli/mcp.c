@@ -39,6 +39,7 @@
 #include "cli.h"
 #include "base.h"
 #include "mcp.h"
+#include "mcp_session.h"
 
 #define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
 #define MCP_MAX_CALLS 64          /* tools/call in progress at once */
@@ -73,7 +74,9 @@ typedef struct mcp_call mcp_call;
 typedef struct mcp_server {
         airlock_config *cfg;
         airlock_cache *cache;
-        json_t *tool;        /* the execute_code entry of tools/list */
+        json_t *tool;  /* the execute_code entry of tools/list */
+        json_t *tools; /* every entry of tools/list */
+        mcp_sessions *sessions;
         mcp_store *store;    /* the files of recent runs, for resources/read */
         uint64_t max_stdout; /* the configured cap of stdout and stderr */
         char *instructions;
@@ -132,8 +135,9 @@ struct mcp_call {
         json_t *id; /* NULL for the warm-up run */
         char *code;
         size_t len;
-        int cancel_fd;   /* eventfd handed to the run as airlock_run_options.cancel_fd */
-        bool run_record; /* the client asked for _meta[MCP_META_RUN] */
+        mcp_session_use *session; /* execute_code with a session handle, or NULL */
+        int cancel_fd;            /* eventfd handed to the run as airlock_run_options.cancel_fd */
+        bool run_record;          /* the client asked for _meta[MCP_META_RUN] */
         bool cancelled;
         bool modern;      /* the request named revision 2026-07-28 or later in _meta */
         json_t *progress; /* its _meta.progressToken, or NULL */
@@ -427,6 +431,8 @@ static void call_free(mcp_call *c)
         json_decref(c->id);
         json_decref(c->progress);
         free(c->code);
+        if (c->session) /* never run: the session is free again */
+                json_decref(mcp_sessions_end(c->session, NULL, NULL));
         if (c->cancel_fd >= 0 && c->srv && !c->cancelled) {
                 mcp_server *srv = c->srv;
                 pthread_mutex_lock(&srv->lock);
@@ -496,9 +502,11 @@ static void run_call(mcp_call *c, reader_watch *w)
         /* Only a call with a progress token pays for watching the output. */
         bool live = c->progress && progress_add(srv, c);
         int r =
-            live ? airlock_cache_run_live(srv->cache, srv->cfg, c->code, c->len, &opts, on_output,
-                                          c, &res, &err)
-                 : airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res, &err);
+            c->session ? mcp_sessions_run(c->session, c->code, c->len, &opts,
+                                          live ? on_output : NULL, c, &res, &err)
+            : live ? airlock_cache_run_live(srv->cache, srv->cfg, c->code, c->len, &opts, on_output,
+                                            c, &res, &err)
+                   : airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res, &err);
         if (live)
                 progress_remove(srv, c);
         json_t *result = NULL;
@@ -522,6 +530,10 @@ static void run_call(mcp_call *c, reader_watch *w)
         } else if (r < 0) {
                 /* The warm-up failed; the first call reports why. */
                 fprintf(stderr, "airlock mcp: could not prepare the sandbox: %s\n", err.message);
+        }
+        if (c->session) {
+                result = mcp_sessions_end(c->session, result, r < 0 ? NULL : res);
+                c->session = NULL;
         }
         const char *status = r < 0 ? "not run" : airlock_status_name(res->status);
         /* Decide and answer under the list lock's verdict: once the call is off
@@ -940,10 +952,16 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
                 send_error(srv, id, RPC_INVALID_PARAMS, "tools/call: params.name must be a string");
                 return;
         }
+        if (mcp_sessions_is_tool(name)) {
+                reply(srv, rq,
+                      mcp_sessions_call(srv->sessions, name, json_object_get(params, "arguments")),
+                      false);
+                return;
+        }
         if (strcmp(name, "execute_code") != 0) {
                 send_error(srv, id, RPC_INVALID_PARAMS,
                            "Unknown tool: %.200s (this server has "
-                           "only execute_code)",
+                           "execute_code, session_open and session_close)",
                            name);
                 return;
         }
@@ -961,10 +979,11 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
         const char *key;
         const json_t *v;
         json_object_foreach ((json_t *)args, key, v) {
-                if (strcmp(key, "code") != 0) {
+                if (strcmp(key, "code") != 0 && strcmp(key, "session") != 0) {
                         char msg[300];
                         snprintf(msg, sizeof(msg),
-                                 "execute_code has no argument \"%.200s\"; it takes only \"code\"",
+                                 "execute_code has no argument \"%.200s\"; it takes only "
+                                 "\"code\" and \"session\"",
                                  key);
                         _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
                         reply(srv, rq, mcp_tool_error(clean ? clean : msg), false);
@@ -993,6 +1012,15 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
                 return;
         }
         memcpy(c->code, json_string_value(code), c->len + 1);
+        const json_t *handle = json_object_get(args, "session");
+        if (handle) {
+                json_t *e = mcp_sessions_begin(srv->sessions, handle, &c->session);
+                if (e) {
+                        call_free(c);
+                        reply(srv, rq, e, false);
+                        return;
+                }
+        }
         srv->warmed_up = true; /* the call prepares the sandbox itself */
         /* The run record is for programs, on request: LangChain's adapter
          * puts a result's _meta into the text its model reads. */
@@ -1090,7 +1118,7 @@ static void handle_request(mcp_server *srv, const char *method, const json_t *id
                 return;
         }
         if (strcmp(method, "tools/list") == 0)
-                reply(srv, &rq, json_pack("{s:[O]}", "tools", srv->tool), true);
+                reply(srv, &rq, json_pack("{s:O}", "tools", srv->tools), true);
         else if (strcmp(method, "tools/call") == 0)
                 handle_tools_call(srv, &rq);
         else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0)
@@ -1356,7 +1384,8 @@ static bool serve(mcp_server *srv)
 
 /* ---- the command ------------------------------------------------------- */
 
-static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
+static int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
+                       airlock_error *err)
 {
         srv->cfg = cfg;
         int r = airlock_cache_new(0, 0, &srv->cache, err);
@@ -1406,6 +1435,11 @@ static int server_init(mcp_server *srv, airlock_config *cfg, airlock_error *err)
         airlock_limits lim;
         airlock_config_get_limits(cfg, &lim);
         srv->max_stdout = lim.max_stdout;
+        srv->tools = json_array();
+        if (!srv->tools || json_array_append(srv->tools, srv->tool) < 0 ||
+            mcp_sessions_new(srv->cache, cfg, caps, &srv->sessions) < 0)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        mcp_sessions_add_tools(srv->sessions, srv->tool, srv->tools);
         pthread_mutex_init(&srv->out_lock, NULL);
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
@@ -1438,6 +1472,13 @@ int cmd_mcp(int argc, char **argv)
 {
         cli_options o;
         airlock_error err = {0};
+        mcp_session_caps caps;
+        mcp_session_caps_default(&caps);
+        char why[256];
+        if (mcp_session_take_options(&argc, argv, &caps, why, sizeof(why)) < 0) {
+                fprintf(stderr, "airlock mcp: %s\n", why);
+                return EXIT_USAGE;
+        }
         int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
         if (r == 1) {
                 cli_usage(stdout);
@@ -1452,11 +1493,13 @@ int cmd_mcp(int argc, char **argv)
         signal(SIGPIPE, SIG_IGN);
         install_stop_signals();
         mcp_server srv = {.input_watch = -1};
-        r = server_init(&srv, o.cfg, &err);
+        r = server_init(&srv, o.cfg, &caps, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
+                mcp_sessions_free(srv.sessions);
                 airlock_cache_close(srv.cache);
                 mcp_store_free(srv.store);
+                json_decref(srv.tools);
                 json_decref(srv.tool);
                 free(srv.instructions);
                 cli_options_free(&o);
@@ -1474,8 +1517,11 @@ int cmd_mcp(int argc, char **argv)
                 close(srv.spare_fds[i]);
         dynbuf_free(&srv.line);
         free(srv.chunk);
+        /* Every session closed cleanly before the sandboxes they run in. */
+        mcp_sessions_free(srv.sessions);
         airlock_cache_close(srv.cache);
         mcp_store_free(srv.store);
+        json_decref(srv.tools);
         json_decref(srv.tool);
         free(srv.instructions);
         pthread_cond_destroy(&srv.work);

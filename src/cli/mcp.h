@@ -16,6 +16,9 @@
 /* The _meta key of the run record of a CallToolResult, sent when the
  * tools/call request's params._meta has this key set to true. */
 #define MCP_META_RUN "dev.airlock/run"
+/* The _meta key of the handle in the results of session_open and
+ * session_close. */
+#define MCP_META_SESSION "dev.airlock/session"
 
 /* The CallToolResult of a finished run, each payload once: content items
  * (stdout text; one item per file of /output, sorted: an image item for

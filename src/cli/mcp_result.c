@@ -301,6 +301,11 @@ json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t 
                 json_decref(content);
                 return NULL;
         }
+        /* A session cell's outcome for the interpreter's state. */
+        if (res->cell_state != AIRLOCK_CELL_NONE)
+                json_object_set_new(
+                    run, "state",
+                    json_string(res->cell_state == AIRLOCK_CELL_KEPT ? "kept" : "rolled_back"));
         if (!run_record) {
                 json_decref(run);
                 return json_pack("{s:o, s:b}", "content", content, "isError", !res->success);

@@ -54,7 +54,10 @@ void cli_usage(FILE *f)
 {
         fputs("usage: airlock run [OPTIONS] [FILE]     run code once: FILE, -c CODE, or stdin\n"
               "       airlock mcp [OPTIONS]            serve execute_code over MCP on stdio\n"
+              "         (sessions: --max-sessions N, --session-idle SEC, --session-lifetime SEC,\n"
+              "          --session-memory MIB)\n"
               "       airlock describe [OPTIONS]       print the tool description (--json)\n"
+              "       airlock repl [OPTIONS]           run cells from stdin in one session\n"
               "       airlock version\n"
               "\n"
               "options:\n"

@@ -134,8 +134,22 @@ def _run(code, keep=False, last=False):
     _sys.modules["__main__"] = main
     status, exit_code = _STATUS_OK, 0
     try:
-        compiled = compile(code, "<code>", "exec", dont_inherit=True)
-        exec(compiled, main.__dict__)
+        if keep:
+            # A session's cell is a notebook cell: the value of a final
+            # expression is displayed (_display). Inline, so that a
+            # traceback starts at the code as in a single run.
+            import ast
+            tree = compile(code, "<code>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            final = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                final = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, "<code>", "exec", dont_inherit=True), main.__dict__)
+            if final is not None:
+                _display(eval(compile(final, "<code>", "eval", dont_inherit=True),
+                              main.__dict__), main)
+        else:
+            compiled = compile(code, "<code>", "exec", dont_inherit=True)
+            exec(compiled, main.__dict__)
     except SystemExit as e:
         c = e.code
         if c is None:
@@ -198,6 +212,52 @@ def _run(code, keep=False, last=False):
             pass
     _flush_std()
     return status, exit_code
+
+
+# The longest repr of a final expression that a cell prints, in characters.
+_DISPLAY_MAX = 20000
+
+
+def _display(value, main):
+    """Shows the value of a session cell's final expression as a notebook
+    does: nothing for None; a matplotlib figure comes back as the cell's
+    figures do; an object with _repr_png_ as /output/display-N.png (an
+    image); anything else as its repr on stdout, cut at _DISPLAY_MAX
+    characters. The value is kept as _, as IPython keeps it."""
+    if value is None:
+        return
+    main.__dict__["_"] = value
+    figure = _sys.modules.get("matplotlib.figure")
+    if figure is not None and isinstance(value, figure.Figure):
+        if _auto_figures and not getattr(value, "_airlock_returned", False):
+            helpers = _sys.modules.get("matplotlib._pylab_helpers")
+            managed = helpers is not None and any(
+                m.canvas.figure is value for m in helpers.Gcf.get_all_fig_managers())
+            if not managed:
+                _save_figure(value)
+            return
+    png = getattr(type(value), "_repr_png_", None)
+    if callable(png):
+        data = value._repr_png_()
+        if isinstance(data, (bytes, bytearray)) and data:
+            import os
+            n = 0
+            while True:
+                n += 1
+                path = f"/output/display-{n}.png"
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                    break
+                except FileExistsError:
+                    continue
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return
+    text = repr(value)
+    if len(text) > _DISPLAY_MAX:
+        text = (text[:_DISPLAY_MAX] +
+                f"... ({len(text) - _DISPLAY_MAX} more characters not shown)")
+    print(text)
 
 
 def _flush_std():

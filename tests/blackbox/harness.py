@@ -55,6 +55,10 @@ def mcp_result_json(result):
            "stdout_truncated": rec["stdout_truncated"],
            "stderr_truncated": rec["stderr_truncated"], "files": [],
            "refused": rec["refused"], "duration_ms": rec["duration_ms"]}
+    # A session cell's outcome and handle, when the call had one.
+    for key in ("state", "session"):
+        if key in rec:
+            out[key] = rec[key]
     files = iter(rec["files"])
     for kind, item in zip(rec["parts"], result["content"]):
         if kind == "stdout":

@@ -81,9 +81,9 @@ const tests = [
     assertIncludes(instr, 'reachable only', 'instructions say tools are inside execute_code');
   }],
 
-  ['tools/list: one execute_code tool with the generated description', async () => {
+  ['tools/list: execute_code with the generated description, and the session tools', async () => {
     const { tools } = await client.listTools();
-    assertEqual(tools.map((t) => t.name), ['execute_code'], 'tool names');
+    assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close'], 'tool names');
     const t = tools[0];
     assertIncludes(t.description, 'compute', 'description');
     assertIncludes(t.description, 'operation (string, required)', 'description');

@@ -1,6 +1,7 @@
 /* Sessions against a real sandbox: state across runs, snapshots that can be
- * restored more than once, /output emptied between runs, and a timeout that
- * ends the session without harming the sandbox. Also the single runs of
+ * restored more than once, /output emptied between runs, and cells that
+ * roll back when they fail, time out, are cancelled or hit the memory
+ * limit, without losing the session. Also the single runs of
  * copies that populate their pages ahead (template.c), with and without a
  * kernel that supports it. */
 #include <setjmp.h>
@@ -169,16 +170,17 @@ static void test_snapshot_restore_twice(void **state)
         assert_int_equal(airlock_session_restore(s, snap, &err), 0);
         expect_stdout(s, "print(n); n += 1", "1\n");
         /* The old state's background process is gone: only pid 1 (the
-         * session's root), the snapshot and the active interpreter remain. */
+         * session's root), the snapshot, the cell base and the active
+         * interpreter remain. */
         expect_stdout(s, "import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))",
-                      "3\n");
+                      "4\n");
         assert_int_equal(airlock_session_restore(s, snap, &err), 0);
         expect_stdout(s, "print(n)", "1\n");
         /* Again after the second restore: the first restored state's
          * process is gone too, reaped rather than left as a zombie of the
          * snapshot it came from. */
         expect_stdout(s, "import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))",
-                      "3\n");
+                      "4\n");
         airlock_snapshot_free(snap);
         airlock_session_close(s);
 }
@@ -245,21 +247,152 @@ static void test_output_is_emptied_between_runs(void **state)
         airlock_session_close(s);
 }
 
-static void test_timeout_ends_session(void **state)
+/* The session's processes, counted from inside: pid 1, the cell base and
+ * the active interpreter, and whatever the cells started. */
+#define COUNT_PROCS "import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))"
+
+/* A cell that fails rolls the state back: what it set is gone, what came
+ * before is as it was, and the result says which happened. */
+static void test_failed_cell_rolls_back(void **state)
 {
         airlock_error err;
         airlock_session *s;
         assert_int_equal(airlock_session_open(sb, &s, &err), 0);
-        airlock_result *res = run(s, "while True: pass");
-        assert_int_equal(res->status, AIRLOCK_STATUS_TIMEOUT);
+        airlock_result *res = run(s, "x = 1\nimport json\n");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_KEPT);
         airlock_result_free(res);
-        res = NULL;
-        assert_int_equal(airlock_session_run(s, "print(1)", 8, NULL, &res, &err), -ESRCH);
-        assert_null(res);
+        res = run(s, "x = 2\ny = 3\nimport decimal\nraise ValueError('no')");
+        assert_false(res->success);
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        assert_non_null(strstr(res->stderr_data, "ValueError"));
+        airlock_result_free(res);
+        expect_stdout(s,
+                      "import sys\nprint(x, 'y' in globals(), 'decimal' in sys.modules, "
+                      "'json' in sys.modules)",
+                      "1 False False True\n");
+        /* A non-zero exit fails the cell too. */
+        res = run(s, "x = 5\nimport sys; sys.exit(3)");
+        assert_int_equal(res->exit_code, 3);
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        expect_stdout(s, "print(x)", "1\n");
+        /* A rollback leaves nothing of the failed cell behind: pid 1, the
+         * base and the interpreter. */
+        res = run(s, "import os\nif os.fork() == 0:\n    import time; time.sleep(60)\n"
+                     "raise KeyError(1)");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        expect_stdout(s, COUNT_PROCS, "3\n");
+        airlock_session_close(s);
+}
+
+/* A cell that times out is killed and rolled back; the session goes on
+ * with the state from before the cell, and so does the sandbox. */
+static void test_timeout_rolls_back(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "x = 41", "");
+        airlock_result *res = run(s, "x = 0\nprint('started', flush=True)\nwhile True: pass");
+        assert_int_equal(res->status, AIRLOCK_STATUS_TIMEOUT);
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        assert_string_equal(res->stdout_data, "started\n");
+        airlock_result_free(res);
+        expect_stdout(s, "x += 1\nprint(x)", "42\n");
+        /* Twice in a row: the base taken after the rollback serves again. */
+        res = run(s, "x = 0\nwhile True: pass");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        expect_stdout(s, "print(x)", "42\n");
         airlock_session_close(s);
         /* The sandbox still works. */
         assert_int_equal(airlock_sandbox_run(sb, "print(2)", 8, &res, &err), 0);
         assert_string_equal(res->stdout_data, "2\n");
+        airlock_result_free(res);
+}
+
+static void test_cancel_rolls_back(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "x = 'before'", "");
+        int p[2];
+        assert_int_equal(pipe(p), 0);
+        /* Readable at once: the cell is cancelled as soon as it runs. */
+        assert_int_equal(write(p[1], "c", 1), 1);
+        airlock_run_options o = {.cancel_fd = p[0], .watch_fd = -1};
+        const char *code = "x = 'during'\nimport time\ntime.sleep(30)";
+        airlock_result *res = NULL;
+        assert_int_equal(airlock_session_run(s, code, strlen(code), &o, &res, &err), 0);
+        assert_int_equal(res->status, AIRLOCK_STATUS_KILLED);
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        close(p[0]);
+        close(p[1]);
+        expect_stdout(s, "print(x)", "before\n");
+        airlock_session_close(s);
+}
+
+/* A cell killed by the memory limit (the cgroup's OOM killer, or a
+ * MemoryError) rolls back; the data the session held survives. */
+static void test_memory_limit_rolls_back(void **state)
+{
+        airlock_error err;
+        airlock_config *cfg;
+        airlock_sandbox *own;
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        airlock_limits lim;
+        airlock_limits_default(&lim);
+        lim.memory_bytes = 256ull << 20;
+        assert_int_equal(airlock_config_set_limits(cfg, &lim, &err), 0);
+        assert_int_equal(airlock_sandbox_new(cfg, &own, &err), 0);
+        airlock_config_free(cfg);
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(own, &s, &err), 0);
+        expect_stdout(s, "data = bytearray(32 << 20)\ndata[0] = 7", "");
+        airlock_result *res = run(s, "data[0] = 8\nhog = []\n"
+                                     "while True: hog.append(bytearray(16 << 20))\n");
+        assert_int_equal(res->status, AIRLOCK_STATUS_MEMORY);
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        expect_stdout(s, "print(len(data) >> 20, data[0], 'hog' in globals())", "32 7 False\n");
+        airlock_session_close(s);
+        airlock_sandbox_close(own);
+}
+
+/* A cell shows the value of its final expression as a notebook does (its
+ * repr, capped; _repr_png_ as an image); a single run stays a script. */
+static void test_final_expression_is_displayed(void **state)
+{
+        airlock_error err;
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "x = 6\nx * 7", "42\n");
+        expect_stdout(s, "print(_)\nNone", "42\n");
+        expect_stdout(s, "x = 1  # no final expression", "");
+        airlock_result *res = run(s, "'a' * 30000");
+        assert_true(res->success);
+        assert_int_equal(strncmp(res->stdout_data, "'aaa", 4), 0);
+        assert_non_null(strstr(res->stdout_data, "more characters not shown"));
+        assert_true(res->stdout_len < 20200);
+        airlock_result_free(res);
+        res = run(s, "class P:\n    def _repr_png_(self):\n        return b'\\x89PNG fake'\nP()");
+        assert_true(res->success);
+        assert_int_equal(res->n_files, 1);
+        assert_string_equal(res->files[0].path, "/output/display-1.png");
+        assert_string_equal(res->stdout_data, "");
+        airlock_result_free(res);
+        /* A failing final expression fails the cell, which rolls back. */
+        res = run(s, "x = 2\n1 / 0");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        assert_non_null(strstr(res->stderr_data, "ZeroDivisionError"));
+        airlock_result_free(res);
+        expect_stdout(s, "x", "1\n");
+        airlock_session_close(s);
+        assert_int_equal(airlock_sandbox_run(sb, "6 * 7", 5, &res, &err), 0);
+        assert_string_equal(res->stdout_data, "");
         airlock_result_free(res);
 }
 
@@ -351,7 +484,11 @@ int main(void)
             cmocka_unit_test(test_cells_return_figures_but_run_no_atexit),
             cmocka_unit_test(test_snapshot_restore_twice),
             cmocka_unit_test(test_output_is_emptied_between_runs),
-            cmocka_unit_test(test_timeout_ends_session),
+            cmocka_unit_test(test_failed_cell_rolls_back),
+            cmocka_unit_test(test_final_expression_is_displayed),
+            cmocka_unit_test(test_timeout_rolls_back),
+            cmocka_unit_test(test_cancel_rolls_back),
+            cmocka_unit_test(test_memory_limit_rolls_back),
             cmocka_unit_test(test_snapshot_outlives_nothing),
             cmocka_unit_test(test_close_returns_once_the_session_is_gone),
             cmocka_unit_test(test_prefaulted_copies_stay_fresh),

@@ -58,6 +58,9 @@ enum {
         COPY_READY = 'R',
         COPY_ERROR = 'E',
         COPY_ACTIVE = 'P',
+        /* in a session, the byte with which a snapshot's pidfd comes before
+         * the reply to "snapshot" */
+        COPY_SNAPSHOT = 'S',
 };
 
 /* Fixed fd numbers inside a copy. */

@@ -170,14 +170,19 @@ static void kill_copy(run_state *run)
 }
 
 /* Kills the copy for reason why, once: a run the host has stopped only
- * waits for the copy's exit. */
+ * waits for the copy's exit. A cell's stop kills only the session's
+ * interpreter, so that the session can roll back to the state before the
+ * cell (session.c). */
 static void run_stop_copy(run_state *run, run_stop why)
 {
         if (!run_is_live(run))
                 return;
         run->stop = why;
         run->phase = RUN_STOPPING;
-        kill_copy(run);
+        if (run_is_cell(run))
+                syscall(SYS_pidfd_send_signal, run->active_pidfd, SIGKILL, NULL, 0);
+        else
+                kill_copy(run);
 }
 
 /* Sends a reply frame. A guest that stops reading its replies cannot hold
@@ -439,7 +444,7 @@ static void run_step(run_state *run)
                 p[i_pid = np++] = (struct pollfd){run->c->pidfd, POLLIN, 0};
         if (live && run->cancel_fd >= 0)
                 p[i_cancel = np++] = (struct pollfd){run->cancel_fd, POLLIN, 0};
-        if (live && run_is_cell(run))
+        if (alive && run_is_cell(run))
                 p[i_active = np++] = (struct pollfd){run->active_pidfd, POLLIN, 0};
         if (alive && al_watch_fd() >= 0)
                 p[i_watch = np++] = (struct pollfd){al_watch_fd(), POLLIN, 0};
@@ -478,6 +483,13 @@ static void run_step(run_state *run)
         }
         if (i_active >= 0 && p[i_active].revents)
                 run->active_dead = true;
+        if (run->phase == RUN_STOPPING && run->active_dead) {
+                /* A stopped cell: its interpreter is gone, and what the
+                 * pipes hold now is the last of its output. */
+                drain_pipe(&run->out);
+                drain_pipe(&run->err);
+                run->phase = RUN_DONE;
+        }
         run_settle(run);
 }
 
@@ -507,11 +519,10 @@ static void run_reap(run_state *run, siginfo_t *si)
                 si->si_code = CLD_EXITED;
                 si->si_status = run->end.exit_code & 0xff;
         } else {
-                /* A cell whose interpreter died without an "end": the
-                 * session is over. */
+                /* A cell whose interpreter died without an "end" (killed by
+                 * the host or a limit): the session rolls back. */
                 si->si_code = CLD_KILLED;
                 si->si_status = SIGKILL;
-                kill_copy(run);
         }
 }
 
@@ -672,6 +683,6 @@ int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, con
         run_init(&run, sb, c, active_pidfd, opts);
         int r = run_code(&run, outdir, code, len, NULL, ret, err);
         if (r >= 0)
-                *ret_alive = !run.exited && run.end.seen && run.stop == STOP_NONE;
+                *ret_alive = !run.exited;
         return r;
 }

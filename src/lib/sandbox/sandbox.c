@@ -1015,3 +1015,23 @@ const airlock_limits *sbx_limits(const airlock_sandbox *sb)
 {
         return &sb->cfg->limits;
 }
+
+int sbx_copy_memory(const airlock_sandbox *sb, const copy *c, uint64_t *ret)
+{
+        if (!sb->cg.enabled || !c->cg)
+                return -ENOENT;
+        char path[64];
+        snprintf(path, sizeof(path), "c%u/%s", c->cg,
+                 sb->cg.v2 ? "memory.current" : "memory.usage_in_bytes");
+        int fd = openat(sb->cg.dirfd[0], path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        char buf[32];
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -EIO;
+        buf[n] = '\0';
+        *ret = strtoull(buf, NULL, 10);
+        return 0;
+}

@@ -60,12 +60,24 @@ int sbx_run_single(airlock_sandbox *sb, copy *c, int outdir, const char *code, s
                    airlock_error *err);
 /* Runs one cell of a session in copy c, whose current interpreter is
  * watched through active_pidfd, and collects the result. The cell ends at
- * the guest's "end" frame; the copy must survive it, and *ret_alive tells
- * whether it did: false when the copy or the interpreter died, or the host
- * killed the copy (deadline, cancel, a protocol error). Untouched on
- * failure, when the session is over anyway. */
+ * the guest's "end" frame or the interpreter's death; a deadline, a cancel
+ * or a protocol error kills the interpreter only (never the copy), so that
+ * the session can roll back. *ret_alive tells whether the copy survived
+ * (the session's pid 1 and its snapshots). Untouched on failure, when the
+ * session is over anyway. */
 int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
                  size_t len, const airlock_run_options *opts, bool *ret_alive, airlock_result **ret,
                  airlock_error *err);
+
+/* The memory charged to copy c's own cgroup (the processes of the copy and
+ * the files they wrote to its tmpfs, not the template's pages they share),
+ * in bytes; -ENOENT without per-copy cgroups. Cheap: one small file. */
+int sbx_copy_memory(const airlock_sandbox *sb, const copy *c, uint64_t *ret);
+
+/* --- sessions (session.c) --- */
+
+/* Calls fn(arg) once the session is closed and every process of it gone:
+ * for a caller that holds something the session runs in (a cache entry). */
+void sbx_session_on_close(airlock_session *s, void (*fn)(void *), void *arg);
 
 #endif

@@ -4,6 +4,8 @@
  * like any guest: replies are read with deadlines and caps, and the host
  * watches the active interpreter through a pidfd it sent at its start. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -28,6 +30,16 @@ struct airlock_session {
         bool dead;
         airlock_snapshot *snapshots[SESSION_MAX_SNAPSHOTS];
         size_t n_snapshots;
+        /* The cell base: a frozen fork of the current state, taken after
+         * each kept cell (and before the first), that a failed cell rolls
+         * back to. base_id is its pid in the session's namespace, -1 for
+         * none; base_pending: asked for, its reply not yet read (the fork
+         * happens while the caller handles the cell's result). */
+        int base_id;
+        int base_pidfd;
+        bool base_pending;
+        void (*on_close)(void *);
+        void *on_close_arg;
 };
 
 struct airlock_snapshot {
@@ -76,11 +88,11 @@ static int read_reply(airlock_session *s, uint64_t deadline, const char *expect,
         return 0;
 }
 
-/* Reads the announcement of a new active interpreter: one byte with its
- * pidfd, then a frame {"op": expect}. */
-static int read_active(airlock_session *s, const char *expect, airlock_error *err)
+/* Reads one byte that must be tag, with at most one fd attached, which
+ * it stores in *ret_fd (-1 when none came). */
+static int read_tagged_fd(airlock_session *s, char want, int *ret_fd, airlock_error *err)
 {
-        uint64_t deadline = al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9);
+        *ret_fd = -1;
         struct pollfd p = {s->c->chan, POLLIN, 0};
         if (poll(&p, 1, (int)(SESSION_REPLY_S * 1000)) <= 0)
                 return al_error(err, -ETIMEDOUT, NULL, "the session did not answer");
@@ -97,13 +109,52 @@ static int read_active(airlock_session *s, const char *expect, airlock_error *er
         if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
             cm->cmsg_len == CMSG_LEN(sizeof(int)))
                 memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-        if (n != 1 || fd < 0 || tag != COPY_ACTIVE || (mh.msg_flags & MSG_CTRUNC))
+        if (n != 1 || tag != want || (mh.msg_flags & MSG_CTRUNC))
+                return al_error(err, -EPROTO, NULL, "the session broke the protocol");
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+/* Reads the announcement of a new active interpreter: one byte with its
+ * pidfd, then a frame {"op": expect}. */
+static int read_active(airlock_session *s, const char *expect, airlock_error *err)
+{
+        uint64_t deadline = al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9);
+        _cleanup_close_ int fd = -1;
+        int r = read_tagged_fd(s, COPY_ACTIVE, &fd, err);
+        if (r < 0)
+                return r;
+        if (fd < 0)
                 return al_error(err, -EPROTO, NULL, "the session broke the protocol");
         if (s->active_pidfd >= 0)
                 close(s->active_pidfd);
         s->active_pidfd = TAKE_FD(fd);
 
         return read_reply(s, deadline, expect, NULL, err);
+}
+
+/* Reads the reply to "snapshot": a byte with the snapshot's pidfd, then
+ * {"op": "snapshot", "id": its pid}. -EIO when the session refused (the
+ * fork failed: a limit on processes or memory, say), which leaves the
+ * session as it was. */
+static int read_snapshot(airlock_session *s, int *ret_id, int *ret_pidfd, airlock_error *err)
+{
+        uint64_t deadline = al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9);
+        _cleanup_close_ int fd = -1;
+        int r = read_tagged_fd(s, COPY_SNAPSHOT, &fd, err);
+        if (r < 0)
+                return r;
+        _cleanup_json_ json_t *reply = NULL;
+        r = read_reply(s, deadline, WIRE_OP_SNAPSHOT, &reply, err);
+        if (r < 0)
+                return r;
+        json_int_t id = json_integer_value(json_object_get(reply, WIRE_KEY_ID));
+        if (fd < 0 || id <= 1 || id > 4194304)
+                return al_error(err, -EPROTO, NULL, "the session broke the protocol");
+        *ret_id = (int)id;
+        if (ret_pidfd)
+                *ret_pidfd = TAKE_FD(fd);
+        return 0;
 }
 
 /* Sends one control frame and, unless expect is NULL, reads a reply frame
@@ -122,6 +173,151 @@ static int request(airlock_session *s, json_t *msg, const char *expect, json_t *
         return read_reply(s, al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9), expect, ret, err);
 }
 
+/* Sends "snapshot" for a new cell base, whose reply settle_base reads. */
+static int base_request(airlock_session *s, airlock_error *err)
+{
+        int r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT), NULL, NULL, err);
+        if (r >= 0)
+                s->base_pending = true;
+        return r;
+}
+
+/* Reads the reply to a base_request, if one is outstanding: every other
+ * exchange with the session waits for it. A refused fork leaves the
+ * session without a base (the next cell asks again); anything else ends
+ * the session. */
+static int settle_base(airlock_session *s, airlock_error *err)
+{
+        if (!s->base_pending)
+                return 0;
+        s->base_pending = false;
+        int r = read_snapshot(s, &s->base_id, &s->base_pidfd, err);
+        if (r < 0 && r != -EIO)
+                s->dead = true;
+        return r;
+}
+
+/* Forgets the cell base; drop also ends its process (a restore that does
+ * not keep it ends it anyway). */
+static void base_forget(airlock_session *s, bool drop)
+{
+        if (s->base_id < 0)
+                return;
+        if (drop && !s->dead)
+                request(s,
+                        json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_DROP, WIRE_KEY_ID, s->base_id),
+                        NULL, NULL, NULL);
+        close(s->base_pidfd);
+        s->base_pidfd = -1;
+        s->base_id = -1;
+}
+
+/* A cell base before a cell: the one taken after the last cell, or a new
+ * one now. */
+static int base_ensure(airlock_session *s, airlock_error *err)
+{
+        int r = settle_base(s, err);
+        if (r >= 0 && s->base_id < 0) {
+                r = base_request(s, err);
+                if (r >= 0)
+                        r = settle_base(s, err);
+        }
+        if (r == -EIO)
+                return al_error_kind(err, AIRLOCK_ERROR_RUN, -EAGAIN, NULL,
+                                     "the session cannot keep a copy of its state for the cell "
+                                     "(%s); the cell did not run",
+                                     err ? err->message : "the fork failed");
+        return r;
+}
+
+/* Waits until pidfd's process has exited, for at most SESSION_REPLY_S. */
+static int wait_exit(int pidfd)
+{
+        struct pollfd p = {pidfd, POLLIN, 0};
+        uint64_t deadline = al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9);
+        for (;;) {
+                uint64_t now = al_now_ns();
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                int k = poll(&p, 1, (int)((deadline - now) / 1000000 + 1));
+                if (k > 0)
+                        return 0;
+                if (k < 0 && errno != EINTR)
+                        return -errno;
+        }
+}
+
+/* Discards what the channel holds for the host (frames and fds a dead
+ * interpreter sent, unread). */
+static void drain_channel(airlock_session *s)
+{
+        for (;;) {
+                char buf[4096];
+                char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+                struct iovec iov = {buf, sizeof(buf)};
+                struct msghdr mh = {.msg_iov = &iov,
+                                    .msg_iovlen = 1,
+                                    .msg_control = cbuf,
+                                    .msg_controllen = sizeof(cbuf)};
+                ssize_t n = recvmsg(s->c->chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+                if (n <= 0)
+                        return;
+                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                                continue;
+                        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                        for (size_t k = 0; k < nfd; k++) {
+                                int fd;
+                                memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
+                                close(fd);
+                        }
+                }
+        }
+}
+
+/* The snapshots a restore keeps: the caller's, and the base unless
+ * without_base. */
+static json_t *keep_list(airlock_session *s, bool with_base)
+{
+        json_t *keep = json_array();
+        for (size_t i = 0; keep && i < s->n_snapshots; i++)
+                json_array_append_new(keep, json_integer(s->snapshots[i]->id));
+        if (keep && with_base && s->base_id > 0)
+                json_array_append_new(keep, json_integer(s->base_id));
+        return keep;
+}
+
+/* Contract: after a failed cell, makes the cell base the session's
+ * interpreter again. The host kills the cell's interpreter and waits for
+ * its death, discards what it left unread, and wakes the base with
+ * SIGUSR1 from outside the session's namespace; the base's new active
+ * process discards what the dead one left unread on its side, asks for the
+ * snapshots to keep, ends every other process of the session and announces
+ * itself (template.c, host_rollback). The base stays, frozen: it still
+ * holds the state the session now has. Any failure ends the session. */
+static int rollback(airlock_session *s, airlock_error *err)
+{
+        if (s->base_id < 0)
+                return al_error(err, -ESRCH, NULL, "the session has no copy of its state");
+        syscall(SYS_pidfd_send_signal, s->active_pidfd, SIGKILL, NULL, 0);
+        int r = wait_exit(s->active_pidfd);
+        if (r < 0)
+                return al_error(err, r, NULL, "the session's interpreter did not end");
+        drain_channel(s);
+        if (syscall(SYS_pidfd_send_signal, s->base_pidfd, SIGUSR1, NULL, 0) < 0)
+                return al_error(err, -errno, NULL, "the session's copy of its state is gone");
+        r = read_reply(s, al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9), WIRE_OP_RESTORE, NULL,
+                       err);
+        if (r >= 0)
+                r = request(s,
+                            json_pack("{s:s, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE, WIRE_KEY_KEEP,
+                                      keep_list(s, true)),
+                            NULL, NULL, err);
+        if (r >= 0)
+                r = read_active(s, WIRE_OP_RESTORED, err);
+        return r;
+}
+
 int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_error *err)
 {
         airlock_error_clear(err);
@@ -131,6 +327,8 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
         s->sb = sb;
         s->outdir = -1;
         s->active_pidfd = -1;
+        s->base_id = -1;
+        s->base_pidfd = -1;
         int r = sbx_take_copy(sb, &s->c, err);
         if (r >= 0)
                 r = sbx_copy_wait_ready(s->c, &s->outdir, err);
@@ -138,6 +336,9 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
                 r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SESSION), NULL, NULL, err);
         if (r >= 0)
                 r = read_active(s, WIRE_OP_SESSION, err);
+        /* The first cell's base is forked while the caller gets ready. */
+        if (r >= 0)
+                r = base_request(s, err);
         sbx_replenish(sb);
         if (r < 0) {
                 airlock_session_close(s);
@@ -156,16 +357,45 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
         int r = sbx_check_code(code, len, err);
         if (r < 0)
                 return r;
+        r = base_ensure(s, err);
+        if (r < 0)
+                return r;
         bool alive = false;
+        bool began = al_watch_begin(opts);
         r = sbx_run_cell(s->sb, s->c, s->outdir, s->active_pidfd, code, len, opts, &alive, ret,
                          err);
+        al_watch_end(began);
         if (r < 0 || !alive) {
                 s->dead = true;
                 return r;
         }
+        airlock_result *res = *ret;
+        if (res->success) {
+                /* The cell's state is the session's: the old base goes,
+                 * and the next cell's is forked while the caller reads
+                 * this result. */
+                res->cell_state = AIRLOCK_CELL_KEPT;
+                base_forget(s, true);
+                if (base_request(s, NULL) < 0)
+                        s->dead = true;
+        } else {
+                airlock_error rerr;
+                if (rollback(s, &rerr) < 0) {
+                        s->dead = true;
+                        char *m = NULL;
+                        if (asprintf(&m, "%s; the session ended: %s",
+                                     res->error_message ? res->error_message : "the cell failed",
+                                     rerr.message) >= 0) {
+                                free(res->error_message);
+                                res->error_message = m;
+                        }
+                } else {
+                        res->cell_state = AIRLOCK_CELL_ROLLED_BACK;
+                }
+        }
         /* The next run starts with an empty /output, as a single run does. */
         fsx_clear_dir(s->outdir, NULL);
-        return r;
+        return 0;
 }
 
 int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock_error *err)
@@ -176,19 +406,21 @@ int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock
         if (s->n_snapshots >= SESSION_MAX_SNAPSHOTS)
                 return al_error(err, -E2BIG, NULL, "too many snapshots (at most %d)",
                                 SESSION_MAX_SNAPSHOTS);
+        int r = settle_base(s, err);
+        if (r < 0 && s->dead)
+                return r;
         _cleanup_free_ airlock_snapshot *snap = calloc(1, sizeof(*snap));
         if (!snap)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        _cleanup_json_ json_t *reply = NULL;
-        int r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT), WIRE_OP_SNAPSHOT,
-                        &reply, err);
-        if (r < 0)
+        r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT), NULL, NULL, err);
+        if (r >= 0)
+                r = read_snapshot(s, &snap->id, NULL, err);
+        if (r < 0) {
+                if (r != -EIO)
+                        s->dead = true;
                 return r;
-        json_int_t id = json_integer_value(json_object_get(reply, WIRE_KEY_ID));
-        if (id <= 1 || id > 4194304)
-                return al_error(err, -EPROTO, NULL, "the session broke the protocol");
+        }
         snap->s = s;
-        snap->id = (int)id;
         s->snapshots[s->n_snapshots++] = snap;
         *ret = TAKE_PTR(snap);
         return 0;
@@ -201,13 +433,16 @@ int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, ai
                 return session_dead_error(err);
         if (!snap || snap->s != s)
                 return al_error(err, -EINVAL, NULL, "the snapshot belongs to another session");
-        json_t *keep = json_array();
-        for (size_t i = 0; i < s->n_snapshots; i++)
-                json_array_append_new(keep, json_integer(s->snapshots[i]->id));
-        int r = request(s,
-                        json_pack("{s:s, s:i, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE, WIRE_KEY_ID,
-                                  snap->id, WIRE_KEY_KEEP, keep),
-                        NULL, NULL, err);
+        int r = settle_base(s, err);
+        if (r < 0 && s->dead)
+                return r;
+        /* The base holds the state that the restore replaces: the restore
+         * ends it, and the next cell forks a new one. */
+        base_forget(s, false);
+        r = request(s,
+                    json_pack("{s:s, s:i, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE, WIRE_KEY_ID,
+                              snap->id, WIRE_KEY_KEEP, keep_list(s, false)),
+                    NULL, NULL, err);
         if (r >= 0)
                 r = read_active(s, WIRE_OP_RESTORED, err);
         if (r < 0)
@@ -242,11 +477,87 @@ void airlock_session_close(airlock_session *s)
                 return;
         for (size_t i = 0; i < s->n_snapshots; i++)
                 s->snapshots[i]->s = NULL;
+        if (s->base_pidfd >= 0)
+                close(s->base_pidfd);
         if (s->active_pidfd >= 0)
                 close(s->active_pidfd);
         if (s->outdir >= 0)
                 close(s->outdir);
         /* Returns once every process of the session is gone. */
-        sbx_copy_end(s->sb, s->c);
+        if (s->c)
+                sbx_copy_end(s->sb, s->c);
+        if (s->on_close)
+                s->on_close(s->on_close_arg);
         free(s);
+}
+
+void sbx_session_on_close(airlock_session *s, void (*fn)(void *), void *arg)
+{
+        s->on_close = fn;
+        s->on_close_arg = arg;
+}
+
+/* The pid, in the host's namespace, of the process behind pidfd, from
+ * /proc/self/fdinfo; -1 when it is gone. */
+static pid_t pidfd_pid(int pidfd)
+{
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -1;
+        pid_t pid = -1;
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, "Pid:", 4) == 0)
+                        pid = (pid_t)atoi(line + 4);
+        fclose(f);
+        return pid;
+}
+
+/* The proportional set size of a process, in bytes, from its
+ * smaps_rollup; 0 when it cannot be read. Summed over the interpreter and
+ * its rollback copy, a page only the two share counts once, which their
+ * private sizes (USS) would miss right after every fork. */
+static uint64_t pss_bytes(pid_t pid)
+{
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return 0;
+        uint64_t kib = 0;
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long long v;
+                if (sscanf(line, "Pss: %llu kB", &v) == 1)
+                        kib += v;
+        }
+        fclose(f);
+        return kib * 1024;
+}
+
+int airlock_session_memory(airlock_session *s, uint64_t *ret_bytes, airlock_error *err)
+{
+        airlock_error_clear(err);
+        if (s->dead)
+                return session_dead_error(err);
+        uint64_t total = 0;
+        /* The copy's own cgroup where there is one: everything the
+         * session holds, in one cheap read. */
+        if (sbx_copy_memory(s->sb, s->c, &total) >= 0) {
+                *ret_bytes = total;
+                return 0;
+        }
+        int fds[2] = {s->active_pidfd, s->base_pidfd};
+        for (int i = 0; i < 2; i++) {
+                pid_t pid = fds[i] >= 0 ? pidfd_pid(fds[i]) : -1;
+                if (pid > 0)
+                        total += pss_bytes(pid);
+        }
+        *ret_bytes = total;
+        return 0;
+}
+
+bool airlock_session_alive(const airlock_session *s)
+{
+        return s && !s->dead;
 }

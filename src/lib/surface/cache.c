@@ -27,6 +27,7 @@
 #include "host/tools.h"
 #include "sandbox/sandbox.h"
 #include "core/util.h"
+#include "sandbox/sandbox.h"
 
 #define FINGERPRINT_CAP (64u << 20)
 
@@ -977,6 +978,54 @@ int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *c
         airlock_error_clear(err);
         const airlock_run_options opts = {.cancel_fd = -1};
         return airlock_cache_run_ex(c, cfg, code, len, &opts, ret, err);
+}
+
+/* A session's hold on the cache entry whose sandbox it runs in: the entry
+ * (and its sandbox) stays until the session is closed, even once the cache
+ * has replaced it (a changed workspace) or evicted it. */
+typedef struct cache_hold {
+        airlock_cache *c;
+        cache_entry *e;
+} cache_hold;
+
+static void cache_hold_release(void *arg)
+{
+        cache_hold *h = arg;
+        entry_release(h->c, h->e);
+        free(h);
+}
+
+int airlock_cache_session_open(airlock_cache *c, const airlock_config *cfg, airlock_session **ret,
+                               airlock_error *err)
+{
+        airlock_error_clear(err);
+        if (!c || !cfg || !ret)
+                return al_error(err, -EINVAL, NULL,
+                                "cache session: missing cache, configuration or result");
+        _cleanup_free_ char *key = NULL;
+        size_t static_len = 0;
+        int r = fingerprint_parts(c, cfg, &key, &static_len, err);
+        if (r < 0)
+                return r;
+        cache_hold *h = calloc(1, sizeof(*h));
+        if (!h)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        h->c = c;
+        r = slot_acquire(c, err);
+        if (r >= 0) {
+                r = entry_acquire(c, cfg, key, static_len, fnv1a(key), &h->e, err);
+                if (r >= 0) {
+                        r = airlock_session_open(h->e->sb, ret, err);
+                        if (r >= 0)
+                                sbx_session_on_close(*ret, cache_hold_release, h);
+                        else
+                                entry_release(c, h->e);
+                }
+                slot_release(c);
+        }
+        if (r < 0)
+                free(h);
+        return r;
 }
 
 /* Adds "workspace_watch" (how changes of the trees are detected, and the

@@ -49,3 +49,19 @@ int airlock_cache_run_live(airlock_cache *cache, const airlock_config *cfg, cons
         live.out_fd = live.err_fd = -1;
         return r;
 }
+
+int airlock_session_run_live(airlock_session *s, const char *code, size_t len,
+                             const airlock_run_options *opts, airlock_output_fn on_output,
+                             void *output_arg, airlock_result **ret, airlock_error *err)
+{
+        if (live.fn)
+                return al_error(err, -EBUSY, NULL,
+                                "session run: a live run is already in progress on this thread");
+        live.fn = on_output;
+        live.arg = output_arg;
+        int r = airlock_session_run(s, code, len, opts, ret, err);
+        live.fn = NULL;
+        live.arg = NULL;
+        live.out_fd = live.err_fd = -1;
+        return r;
+}

@@ -146,6 +146,11 @@ json_t *result_json(const airlock_result *r)
         json_object_set_new(root, "refused", refused);
         json_object_set_new(root, "contents", contents);
         json_object_set_new(root, "duration_ms", json_real(r->duration_ms));
+        /* A session's cell says what became of the session's state. */
+        if (r->cell_state != AIRLOCK_CELL_NONE)
+                json_object_set_new(
+                    root, "state",
+                    json_string(r->cell_state == AIRLOCK_CELL_KEPT ? "kept" : "rolled_back"));
         return root;
 }
 

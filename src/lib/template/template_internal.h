@@ -206,9 +206,9 @@ void tpl_set_policy(int policy);
 /* --- tpl_session.c: the session ops of tpl_serve_host --- */
 
 void tpl_session_open(struct template_state *tpl, int chan);
-void tpl_session_snapshot(const struct template_state *tpl, int chan);
+bool tpl_session_snapshot(const struct template_state *tpl, int chan);
 void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg);
-void tpl_session_drop(json_t *msg);
+void tpl_session_drop(const struct template_state *tpl, json_t *msg);
 
 /* --- tpl_ns.c --- */
 

@@ -143,11 +143,17 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         tpl_session_open(tpl, chan);
                         session = true;
                 } else if (strcmp(op, WIRE_OP_SNAPSHOT) == 0 && session) {
-                        tpl_session_snapshot(tpl, chan);
+                        /* The fork made every page copy-on-write again.
+                         * The pages a run writes are copied now, while the
+                         * host is busy with the last result, at a quarter
+                         * of a fault's cost each, rather than one fault at
+                         * a time in the next cell. */
+                        if (tpl_session_snapshot(tpl, chan))
+                                tpl_populate_learned(tpl);
                 } else if (strcmp(op, WIRE_OP_RESTORE) == 0 && session) {
                         tpl_session_restore(tpl, chan, msg);
                 } else if (strcmp(op, WIRE_OP_DROP) == 0 && session) {
-                        tpl_session_drop(msg);
+                        tpl_session_drop(tpl, msg);
                 }
         }
 }

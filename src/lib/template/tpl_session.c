@@ -10,10 +10,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/channel.h"
 #include "core/util.h"
 #include "template/template.h"
 #include "template/template_internal.h"
@@ -153,6 +155,61 @@ static int wait_until_gone(const struct template_state *tpl, json_t *keep, pid_t
         return r;
 }
 
+/* Waits until the killed process pid is reaped (by this process when it is
+ * its child, else by pid 1), so that a dropped snapshot is gone from /proc
+ * before the next request is served, for at most SESSION_GONE_S. Reaps
+ * nothing else: the guest's own children stay the guest's. */
+static void wait_reaped(const struct template_state *tpl, pid_t pid)
+{
+        /* Our own child (the base this process forked): reaped here. */
+        pid_t w;
+        while ((w = waitpid(pid, NULL, __WALL)) < 0 && errno == EINTR)
+                ;
+        if (w == pid)
+                return;
+        uint64_t deadline = al_now_ns() + SESSION_GONE_S * 1000000000ull;
+        while (al_now_ns() < deadline) {
+                /* The pipe is emptied before the check, so that a reap
+                 * after the check still wakes the poll. */
+                char buf[64];
+                while (read(tpl->reap_wait, buf, sizeof(buf)) > 0)
+                        ;
+                if (kill(pid, 0) < 0 && errno == ESRCH)
+                        return;
+                struct pollfd p = {tpl->reap_wait, POLLIN, 0};
+                if (poll(&p, 1, 10) > 0 && (p.revents & (POLLERR | POLLNVAL | POLLHUP)))
+                        return;
+        }
+}
+
+/* Contract: runs in the new active process of a rollback that the host
+ * started (the old active process is dead, killed by the host after a
+ * failed, timed-out or cancelled cell). Whatever the dead process left
+ * unread on the channel is discarded, which leaves the stream at a frame
+ * boundary even if the host stopped in the middle of a reply; then it asks
+ * the host which snapshots to keep, ends and reaps every other process of
+ * the session (the old state's children), and returns. Ends this process
+ * (the host sees the session end) when any step fails. */
+static void host_rollback(const struct template_state *tpl, int chan)
+{
+        char junk[4096];
+        while (recv(chan, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+                ;
+        tpl_reply(chan, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_RESTORE));
+        frame_reader fr;
+        channel_reader_init(&fr, CHANNEL_MAX_FRAME);
+        json_t *msg = NULL;
+        if (channel_reader_feed(&fr, chan, &msg) != 1)
+                _exit(0);
+        channel_reader_free(&fr);
+        const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
+        json_t *keep = json_object_get(msg, WIRE_KEY_KEEP);
+        if (!op || strcmp(op, WIRE_OP_RESTORE) != 0 || !json_is_array(keep) ||
+            wait_until_gone(tpl, keep, 0, true) < 0)
+                _exit(0);
+        json_decref(msg);
+}
+
 /* A snapshot: a frozen copy of the interpreter at the moment it was taken.
  * It sleeps until a restore wakes it (SIGUSR1, blocked since before the
  * fork), then starts the new active process and sleeps again, so the same
@@ -163,7 +220,7 @@ static int wait_until_gone(const struct template_state *tpl, json_t *keep, pid_t
  * snapshot's parent, never of the snapshot, which never reaps. So every
  * process a session ends is reaped by pid 1 in the end, and none lingers
  * as a zombie of a sleeping snapshot. */
-static void snapshot_wait(const struct template_state *tpl)
+static void snapshot_wait(const struct template_state *tpl, int chan)
 {
         sigset_t set;
         sigemptyset(&set);
@@ -172,6 +229,11 @@ static void snapshot_wait(const struct template_state *tpl)
                 siginfo_t si;
                 if (sigwaitinfo(&set, &si) < 0)
                         continue;
+                /* A signal from outside the session's PID namespace (si_pid
+                 * 0) is the host rolling a failed cell back: the old active
+                 * process is already dead, so the new one ends the rest of
+                 * the old state itself (see host_rollback). */
+                bool from_host = si.si_pid == 0;
                 /* Plain clone: the guest's seccomp filter, in force here,
                  * refuses clone3. With CLONE_PARENT the child's exit signal
                  * is the snapshot's own, SIGCHLD. */
@@ -180,6 +242,10 @@ static void snapshot_wait(const struct template_state *tpl)
                 if (pid == 0) {
                         guest_after_fork_child(COPY_CHANNEL_FD);
                         sigprocmask(SIG_UNBLOCK, &set, NULL);
+                        if (from_host) {
+                                host_rollback(tpl, chan);
+                                return;
+                        }
                         if (wait_until_gone(tpl, NULL, si.si_pid, false) < 0)
                                 _exit(0); /* the host sees the session end */
                         return;
@@ -211,10 +277,12 @@ void tpl_session_open(struct template_state *tpl, int chan)
 }
 
 /* "snapshot": forks a frozen copy of the interpreter and tells the host
- * its id. Returns in the active process, and, each time the snapshot is
- * restored, in a new active process made from it (snapshot_wait), which
- * has announced itself. */
-void tpl_session_snapshot(const struct template_state *tpl, int chan)
+ * its id, after a pidfd of it (so that the host can wake it when this
+ * process is dead: a rollback). Returns in the active process, true when it
+ * took the snapshot, and, each time the snapshot is restored, in a new
+ * active process made from it (snapshot_wait), which has announced itself,
+ * false. */
+bool tpl_session_snapshot(const struct template_state *tpl, int chan)
 {
         sigset_t set, old;
         sigemptyset(&set);
@@ -222,17 +290,28 @@ void tpl_session_snapshot(const struct template_state *tpl, int chan)
         sigprocmask(SIG_BLOCK, &set, &old);
         pid_t pid = fork_interpreter();
         if (pid == 0) {
-                snapshot_wait(tpl);
+                snapshot_wait(tpl, chan);
                 announce_active(chan, WIRE_OP_RESTORED);
-        } else {
-                sigprocmask(SIG_SETMASK, &old, NULL);
-                if (pid < 0)
-                        tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR,
-                                                  WIRE_KEY_ERROR, strerror(errno)));
-                else
-                        tpl_reply(chan, json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT,
-                                                  WIRE_KEY_ID, (int)pid));
+                return false;
         }
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        int e = errno;
+        int sfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+        if (pid > 0 && sfd < 0) {
+                e = errno;
+                kill(pid, SIGKILL);
+        }
+        if (tpl_send_fds(chan, COPY_SNAPSHOT, NULL, &sfd, sfd >= 0) < 0)
+                _exit(0);
+        if (sfd < 0) {
+                tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
+                                          strerror(e)));
+                return false;
+        }
+        close(sfd);
+        tpl_reply(chan,
+                  json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT, WIRE_KEY_ID, (int)pid));
+        return true;
 }
 
 /* "restore": the active process ends, and the snapshot msg names wakes up
@@ -253,9 +332,9 @@ void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg
 }
 
 /* "drop": the snapshot msg names is no longer wanted. */
-void tpl_session_drop(json_t *msg)
+void tpl_session_drop(const struct template_state *tpl, json_t *msg)
 {
         pid_t id = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_ID));
-        if (id > 1)
-                kill(id, SIGKILL);
+        if (id > 1 && id != getpid() && kill(id, SIGKILL) == 0)
+                wait_reaped(tpl, id);
 }

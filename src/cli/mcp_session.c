@@ -1,0 +1,643 @@
+/* Sessions of `airlock mcp` as handles (see mcp_session.h). A handle is
+ * "sess_" and 26 base32 characters of 128 bits from getrandom: it cannot be
+ * guessed, and it names a session only in the table of the server process
+ * that made it, so it is bound to that process. A handle that is not in the
+ * table is a tool error that names it and says whether it was closed,
+ * expired or never known here.
+ *
+ * A session is used by one call at a time (a second call meanwhile is told
+ * so); closing a session that runs a cell closes it when the cell ends. A
+ * thread closes idle and old sessions; caps are checked when a session is
+ * opened (how many) and after each cell (the memory it holds). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "base.h"
+#include "mcp.h"
+#include "mcp_session.h"
+
+#define HANDLE_PREFIX  "sess_"
+#define HANDLE_LEN     (sizeof(HANDLE_PREFIX) - 1 + 26)
+#define TOMBSTONES     256
+#define SWEEP_PERIOD_S 1.0
+
+typedef struct entry {
+        char handle[HANDLE_LEN + 1];
+        airlock_session *s;
+        uint64_t opened_ns, used_ns;
+        unsigned cells;
+        bool busy;
+        bool closing;   /* close when the cell in progress ends */
+        bool measure;   /* a cell ended: the memory it holds is to be measured */
+        bool measuring; /* ... by the sweeper, now */
+        struct entry *next;
+} entry;
+
+typedef struct tombstone {
+        char handle[HANDLE_LEN + 1];
+        char why[160];
+} tombstone;
+
+struct mcp_sessions {
+        airlock_cache *cache;
+        const airlock_config *cfg;
+        mcp_session_caps caps;
+        pthread_mutex_t lock;
+        pthread_cond_t changed; /* a cell ended, or stopping */
+        entry *head;
+        unsigned n;
+        tombstone dead[TOMBSTONES];
+        unsigned n_dead; /* total written; the ring holds the last TOMBSTONES */
+        bool stopping;
+        unsigned to_measure; /* entries with measure set */
+        pthread_t sweeper;
+        bool sweeper_started;
+};
+
+struct mcp_session_use {
+        mcp_sessions *m;
+        entry *e;
+};
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void mcp_session_caps_default(mcp_session_caps *caps)
+{
+        *caps = (mcp_session_caps){
+            .max_sessions = 8,
+            .idle_s = 1800,
+            .lifetime_s = 8 * 3600,
+            .max_memory = 2048ull << 20,
+        };
+}
+
+/* One option's value: a number in [lo, hi]. */
+static int parse_number(const char *opt, const char *text, double lo, double hi, double *ret,
+                        char *why, size_t why_len)
+{
+        char *end = NULL;
+        errno = 0;
+        double v = text ? strtod(text, &end) : 0;
+        if (!text || !*text || *end || errno || v < lo || v > hi) {
+                snprintf(why, why_len, "%s: '%s' is not a number from %g to %g", opt,
+                         text ? text : "", lo, hi);
+                return -EINVAL;
+        }
+        *ret = v;
+        return 0;
+}
+
+int mcp_session_take_options(int *argc, char **argv, mcp_session_caps *caps, char *why,
+                             size_t why_len)
+{
+        int out = 1;
+        for (int i = 1; i < *argc; i++) {
+                const char *a = argv[i];
+                const char *names[] = {"--max-sessions", "--session-idle", "--session-lifetime",
+                                       "--session-memory"};
+                int k = -1;
+                const char *val = NULL;
+                for (int j = 0; j < 4; j++) {
+                        size_t n = strlen(names[j]);
+                        if (strncmp(a, names[j], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
+                                k = j;
+                                val = a[n] == '=' ? a + n + 1 : NULL;
+                        }
+                }
+                if (k < 0) {
+                        argv[out++] = argv[i];
+                        continue;
+                }
+                if (!val) {
+                        if (i + 1 >= *argc) {
+                                snprintf(why, why_len, "%s needs a value", names[k]);
+                                return -EINVAL;
+                        }
+                        val = argv[++i];
+                }
+                double v;
+                int r = 0;
+                switch (k) {
+                case 0:
+                        r = parse_number(names[k], val, 0, 1024, &v, why, why_len);
+                        if (r == 0 && v != (unsigned)v) {
+                                snprintf(why, why_len, "%s: '%s' is not a whole number", names[k],
+                                         val);
+                                r = -EINVAL;
+                        }
+                        caps->max_sessions = (unsigned)v;
+                        break;
+                case 1:
+                        r = parse_number(names[k], val, 1, 7 * 86400, &v, why, why_len);
+                        caps->idle_s = v;
+                        break;
+                case 2:
+                        r = parse_number(names[k], val, 1, 30 * 86400, &v, why, why_len);
+                        caps->lifetime_s = v;
+                        break;
+                default:
+                        r = parse_number(names[k], val, 1, 1 << 20, &v, why, why_len);
+                        caps->max_memory = (uint64_t)v << 20;
+                        break;
+                }
+                if (r < 0)
+                        return r;
+        }
+        argv[out] = NULL;
+        *argc = out;
+        return 0;
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+static int new_handle(char *buf)
+{
+        static const char b32[] = "abcdefghijklmnopqrstuvwxyz234567";
+        unsigned char rnd[16];
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+                return -EIO;
+        char *p = stpcpy(buf, HANDLE_PREFIX);
+        unsigned acc = 0, bits = 0;
+        for (size_t i = 0; i < sizeof(rnd); i++) {
+                acc = (acc << 8) | rnd[i];
+                bits += 8;
+                while (bits >= 5) {
+                        *p++ = b32[(acc >> (bits - 5)) & 31];
+                        bits -= 5;
+                }
+        }
+        if (bits)
+                *p++ = b32[(acc << (5 - bits)) & 31];
+        *p = '\0';
+        return 0;
+}
+
+static entry *find_locked(mcp_sessions *m, const char *handle)
+{
+        for (entry *e = m->head; e; e = e->next)
+                if (strcmp(e->handle, handle) == 0)
+                        return e;
+        return NULL;
+}
+
+static void unlink_locked(mcp_sessions *m, entry *e, const char *why)
+{
+        if (e->measure) {
+                e->measure = false;
+                m->to_measure--;
+        }
+        for (entry **p = &m->head; *p; p = &(*p)->next)
+                if (*p == e) {
+                        *p = e->next;
+                        m->n--;
+                        break;
+                }
+        tombstone *t = &m->dead[m->n_dead++ % TOMBSTONES];
+        snprintf(t->handle, sizeof(t->handle), "%s", e->handle);
+        snprintf(t->why, sizeof(t->why), "%s", why);
+}
+
+static void entry_close(entry *e)
+{
+        airlock_session_close(e->s);
+        free(e);
+}
+
+/* The tool error for a handle that names no open session. */
+static json_t *unknown_handle(mcp_sessions *m, const char *handle)
+{
+        char msg[512];
+        const char *why = NULL;
+        pthread_mutex_lock(&m->lock);
+        unsigned n = m->n_dead < TOMBSTONES ? m->n_dead : TOMBSTONES;
+        for (unsigned i = 0; i < n; i++)
+                if (strcmp(m->dead[i].handle, handle) == 0)
+                        why = m->dead[i].why;
+        if (why)
+                snprintf(msg, sizeof(msg),
+                         "session %s is %s; open a new one with session_open (its variables "
+                         "are gone)",
+                         handle, why);
+        pthread_mutex_unlock(&m->lock);
+        if (!why)
+                snprintf(msg, sizeof(msg),
+                         "unknown session %.100s: this server never opened it (handles are "
+                         "valid only in the server that made them, until it stops); open one "
+                         "with session_open",
+                         handle);
+        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+        return mcp_tool_error(clean ? clean : msg);
+}
+
+/* Closes idle and old sessions, once a second. */
+static void *sweep_main(void *arg)
+{
+        mcp_sessions *m = arg;
+        pthread_mutex_lock(&m->lock);
+        while (!m->stopping) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_sec += (time_t)SWEEP_PERIOD_S;
+                if (!m->to_measure)
+                        pthread_cond_timedwait(&m->changed, &m->lock, &ts);
+                entry *doomed = NULL;
+                /* The memory a session holds is measured here, beside the
+                 * answer to the cell that just ended rather than before it:
+                 * reading the page tables of the interpreter and its copy
+                 * takes half a millisecond. The next call of that session
+                 * waits for the verdict. */
+                for (entry *e = m->head, *next; e && !m->stopping; e = next) {
+                        next = e->next;
+                        if (!e->measure || e->busy)
+                                continue;
+                        e->measure = false;
+                        e->measuring = true;
+                        m->to_measure--;
+                        pthread_mutex_unlock(&m->lock);
+                        uint64_t held = 0;
+                        int r = airlock_session_memory(e->s, &held, NULL);
+                        pthread_mutex_lock(&m->lock);
+                        e->measuring = false;
+                        /* The list may have changed meanwhile: scan again
+                         * (the flags cleared above end the scan). */
+                        next = m->head;
+                        if (e->closing) {
+                                /* session_close came meanwhile and left
+                                 * the closing to this thread. */
+                                e->next = doomed;
+                                doomed = e;
+                        } else if (r >= 0 && held > m->caps.max_memory) {
+                                char why[160];
+                                snprintf(why, sizeof(why),
+                                         "closed: it held %llu MiB between calls, more than the "
+                                         "cap of %llu MiB (--session-memory)",
+                                         (unsigned long long)(held >> 20),
+                                         (unsigned long long)(m->caps.max_memory >> 20));
+                                unlink_locked(m, e, why);
+                                e->next = doomed;
+                                doomed = e;
+                        }
+                        pthread_cond_broadcast(&m->changed);
+                }
+                uint64_t now = now_ns();
+                for (entry *e = m->head, *next; e; e = next) {
+                        next = e->next;
+                        if (e->busy || e->measure)
+                                continue;
+                        const char *why = NULL;
+                        char text[160];
+                        if (now - e->used_ns > (uint64_t)(m->caps.idle_s * 1e9)) {
+                                snprintf(text, sizeof(text),
+                                         "expired: unused for %g s (--session-idle)",
+                                         m->caps.idle_s);
+                                why = text;
+                        } else if (now - e->opened_ns > (uint64_t)(m->caps.lifetime_s * 1e9)) {
+                                snprintf(text, sizeof(text),
+                                         "expired: open for %g s, its lifetime "
+                                         "(--session-lifetime)",
+                                         m->caps.lifetime_s);
+                                why = text;
+                        }
+                        if (why) {
+                                unlink_locked(m, e, why);
+                                e->next = doomed;
+                                doomed = e;
+                        }
+                }
+                pthread_mutex_unlock(&m->lock);
+                while (doomed) {
+                        entry *e = doomed;
+                        doomed = e->next;
+                        entry_close(e);
+                }
+                pthread_mutex_lock(&m->lock);
+        }
+        pthread_mutex_unlock(&m->lock);
+        return NULL;
+}
+
+int mcp_sessions_new(airlock_cache *cache, const airlock_config *cfg, const mcp_session_caps *caps,
+                     mcp_sessions **ret)
+{
+        mcp_sessions *m = calloc(1, sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        m->cache = cache;
+        m->cfg = cfg;
+        m->caps = *caps;
+        pthread_mutex_init(&m->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&m->changed, &ca);
+        pthread_condattr_destroy(&ca);
+        *ret = m;
+        return 0;
+}
+
+void mcp_sessions_free(mcp_sessions *m)
+{
+        if (!m)
+                return;
+        pthread_mutex_lock(&m->lock);
+        m->stopping = true;
+        pthread_cond_broadcast(&m->changed);
+        pthread_mutex_unlock(&m->lock);
+        if (m->sweeper_started)
+                pthread_join(m->sweeper, NULL);
+        pthread_mutex_lock(&m->lock);
+        /* Cells in progress were cancelled by the server; they end soon. */
+        for (;;) {
+                bool busy = false;
+                for (entry *e = m->head; e; e = e->next)
+                        busy |= e->busy;
+                if (!busy)
+                        break;
+                pthread_cond_wait(&m->changed, &m->lock);
+        }
+        entry *e = m->head;
+        m->head = NULL;
+        pthread_mutex_unlock(&m->lock);
+        while (e) {
+                entry *next = e->next;
+                entry_close(e);
+                e = next;
+        }
+        pthread_cond_destroy(&m->changed);
+        pthread_mutex_destroy(&m->lock);
+        free(m);
+}
+
+/* ---- the tools --------------------------------------------------------- */
+
+bool mcp_sessions_is_tool(const char *name)
+{
+        return strcmp(name, "session_open") == 0 || strcmp(name, "session_close") == 0;
+}
+
+void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t *tools)
+{
+        json_t *props = json_object_get(json_object_get(execute_code, "inputSchema"), "properties");
+        if (props)
+                json_object_set_new(
+                    props, "session",
+                    json_pack("{s:s, s:s}", "type", "string", "description",
+                              "Optional: a handle from session_open. The code then runs in "
+                              "that session's state, as a notebook cell: the variables and "
+                              "imports of earlier calls are there, and the value of a final "
+                              "expression is shown. Without it, every call is a fresh, "
+                              "isolated run of a script, and a final expression shows "
+                              "nothing."));
+        char open_desc[2048];
+        snprintf(open_desc, sizeof(open_desc),
+                 "Opens a Python session that keeps its state across execute_code calls, like a "
+                 "notebook kernel: load data once, then ask about it in later calls. Returns a "
+                 "handle (\"sess_...\"); pass it as execute_code's \"session\" argument.\n"
+                 "- Each call is a transaction. If it succeeds, its variables, imports and objects "
+                 "stay; if it fails, times out, hits a limit or is cancelled, they are as they "
+                 "were before the call, and the result says \"state kept\" or \"state rolled "
+                 "back\".\n"
+                 "- In a session the value of a final expression is shown (its repr, or an image "
+                 "for a figure or an object with _repr_png_); a fresh run shows nothing for it.\n"
+                 "- Survives a successful call: variables, imports, open files, threads, child "
+                 "processes, files in /tmp. A rollback restores the variables and imports but not "
+                 "files in /tmp or what a call wrote to files, and it ends the threads and child "
+                 "processes of earlier calls. /output is fresh for every call.\n"
+                 "- A session sees /input as it was when it opened; open a new session to see a "
+                 "changed workspace.\n"
+                 "- At most %u sessions at once; one is closed after %g minutes unused, after %g "
+                 "hours, or when it holds more than %llu MiB between calls. Close it with "
+                 "session_close when done.",
+                 m->caps.max_sessions, m->caps.idle_s / 60, m->caps.lifetime_s / 3600,
+                 (unsigned long long)(m->caps.max_memory >> 20));
+        json_array_append_new(
+            tools,
+            json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
+                      "session_open", "title", "Open a Python session", "description", open_desc,
+                      "inputSchema", "type", "object", "properties", "additionalProperties", 0,
+                      "annotations", "title", "Open a Python session", "readOnlyHint", 0,
+                      "destructiveHint", 0, "idempotentHint", 0, "openWorldHint", 0));
+        json_array_append_new(
+            tools,
+            json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s], s:b}, s:{s:s, s:b, "
+                      "s:b, s:b, s:b}}",
+                      "name", "session_close", "title", "Close a Python session", "description",
+                      "Closes a session opened with session_open and frees its memory; its "
+                      "variables are gone and its handle is no longer valid.",
+                      "inputSchema", "type", "object", "properties", "session", "type", "string",
+                      "description", "The handle session_open returned.", "required", "session",
+                      "additionalProperties", 0, "annotations", "title", "Close a Python session",
+                      "readOnlyHint", 0, "destructiveHint", 1, "idempotentHint", 1, "openWorldHint",
+                      0));
+}
+
+static json_t *text_result(const char *text, const char *handle)
+{
+        /* The handle is in the text, which every client hands its model, and
+         * for programs in _meta (no structuredContent: see mcp_result.c). */
+        return json_pack("{s:[{s:s, s:s}], s:{s:s}, s:b}", "content", "type", "text", "text", text,
+                         "_meta", MCP_META_SESSION, handle, "isError", 0);
+}
+
+static json_t *session_open(mcp_sessions *m)
+{
+        pthread_mutex_lock(&m->lock);
+        if (m->n >= m->caps.max_sessions) {
+                unsigned n = m->n;
+                pthread_mutex_unlock(&m->lock);
+                char msg[256];
+                snprintf(msg, sizeof(msg),
+                         "too many sessions: %u are open, the cap (--max-sessions %u); close "
+                         "one with session_close",
+                         n, m->caps.max_sessions);
+                return mcp_tool_error(msg);
+        }
+        /* Counted now, so that opens in parallel cannot pass the cap. */
+        m->n++;
+        if (!m->sweeper_started && pthread_create(&m->sweeper, NULL, sweep_main, m) == 0)
+                m->sweeper_started = true;
+        pthread_mutex_unlock(&m->lock);
+        entry *e = calloc(1, sizeof(*e));
+        airlock_error err = {0};
+        int r = e ? new_handle(e->handle) : -ENOMEM;
+        if (r >= 0)
+                r = airlock_cache_session_open(m->cache, m->cfg, &e->s, &err);
+        pthread_mutex_lock(&m->lock);
+        if (r < 0) {
+                m->n--;
+                pthread_mutex_unlock(&m->lock);
+                free(e);
+                char msg[AIRLOCK_MESSAGE_MAX + 64];
+                snprintf(msg, sizeof(msg), "airlock could not open a session: %s",
+                         err.message[0] ? err.message : strerror(-r));
+                return mcp_tool_error(msg);
+        }
+        e->opened_ns = e->used_ns = now_ns();
+        e->next = m->head;
+        m->head = e;
+        pthread_mutex_unlock(&m->lock);
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "Session %s is open. Pass \"session\": \"%s\" to execute_code to run code in "
+                 "it; close it with session_close when done.",
+                 e->handle, e->handle);
+        return text_result(msg, e->handle);
+}
+
+static json_t *session_close(mcp_sessions *m, const json_t *args)
+{
+        const char *handle = json_string_value(json_object_get(args, "session"));
+        if (!handle)
+                return mcp_tool_error("session_close needs the argument \"session\": the handle "
+                                      "session_open returned");
+        pthread_mutex_lock(&m->lock);
+        entry *e = find_locked(m, handle);
+        if (!e) {
+                pthread_mutex_unlock(&m->lock);
+                return unknown_handle(m, handle);
+        }
+        unlink_locked(m, e, "closed (session_close)");
+        bool busy = e->busy || e->measuring;
+        if (busy)
+                e->closing = true; /* the cell in progress closes it */
+        pthread_mutex_unlock(&m->lock);
+        if (!busy)
+                entry_close(e);
+        char msg[256];
+        snprintf(msg, sizeof(msg), "Session %s is closed%s.", handle,
+                 busy ? " (once the call running in it ends)" : "");
+        return text_result(msg, handle);
+}
+
+json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args)
+{
+        const char *key;
+        const json_t *v;
+        bool open = strcmp(name, "session_open") == 0;
+        json_object_foreach ((json_t *)args, key, v) {
+                if (open || strcmp(key, "session") != 0) {
+                        char msg[300];
+                        snprintf(msg, sizeof(msg), "%s has no argument \"%.200s\"%s", name, key,
+                                 open ? "; it takes none" : "; it takes only \"session\"");
+                        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+                        return mcp_tool_error(clean ? clean : msg);
+                }
+        }
+        return open ? session_open(m) : session_close(m, args);
+}
+
+/* ---- execute_code in a session ----------------------------------------- */
+
+json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, mcp_session_use **ret)
+{
+        const char *h = json_string_value(handle);
+        if (!h)
+                return mcp_tool_error("execute_code: \"session\" must be a string, a handle "
+                                      "from session_open");
+        pthread_mutex_lock(&m->lock);
+        entry *e = find_locked(m, h);
+        /* The memory the last cell left is measured first (sweep_main). */
+        while (e && !e->busy && (e->measure || e->measuring) && m->sweeper_started) {
+                pthread_cond_wait(&m->changed, &m->lock);
+                e = find_locked(m, h);
+        }
+        if (e && e->busy) {
+                pthread_mutex_unlock(&m->lock);
+                char msg[256];
+                snprintf(msg, sizeof(msg),
+                         "session %s is running another call; wait for it to finish (one call "
+                         "at a time per session)",
+                         h);
+                return mcp_tool_error(msg);
+        }
+        if (e)
+                e->busy = true;
+        pthread_mutex_unlock(&m->lock);
+        if (!e)
+                return unknown_handle(m, h);
+        mcp_session_use *u = malloc(sizeof(*u));
+        if (!u) {
+                pthread_mutex_lock(&m->lock);
+                e->busy = false;
+                pthread_mutex_unlock(&m->lock);
+                return mcp_tool_error("out of memory");
+        }
+        *u = (mcp_session_use){m, e};
+        *ret = u;
+        return NULL;
+}
+
+int mcp_sessions_run(mcp_session_use *u, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_output_fn on_output, void *output_arg,
+                     airlock_result **ret, airlock_error *err)
+{
+        return on_output ? airlock_session_run_live(u->e->s, code, len, opts, on_output, output_arg,
+                                                    ret, err)
+                         : airlock_session_run(u->e->s, code, len, opts, ret, err);
+}
+
+/* Appends one text item to a CallToolResult's content. */
+static void add_text(json_t *result, const char *text)
+{
+        json_t *content = json_object_get(result, "content");
+        if (json_is_array(content))
+                json_array_append_new(content,
+                                      json_pack("{s:s, s:s}", "type", "text", "text", text));
+}
+
+json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_result *res)
+{
+        mcp_sessions *m = u->m;
+        entry *e = u->e;
+        free(u);
+        char note[512] = "";
+        const char *ended = NULL;
+        if (!airlock_session_alive(e->s)) {
+                snprintf(note, sizeof(note),
+                         "Session %s ended: its state could not be kept or restored. Open a "
+                         "new one with session_open.",
+                         e->handle);
+                ended = "ended (its interpreter could not be restored)";
+        } else if (res && res->cell_state == AIRLOCK_CELL_KEPT) {
+                snprintf(note, sizeof(note), "Session %s: state kept.", e->handle);
+        } else if (res && res->cell_state == AIRLOCK_CELL_ROLLED_BACK) {
+                snprintf(note, sizeof(note),
+                         "Session %s: state rolled back: its variables and imports are as they "
+                         "were before this call.",
+                         e->handle);
+        }
+        if (note[0] && result)
+                add_text(result, note);
+        json_t *rec =
+            result ? json_object_get(json_object_get(result, "_meta"), MCP_META_RUN) : NULL;
+        if (json_is_object(rec))
+                json_object_set_new(rec, "session", json_string(e->handle));
+        pthread_mutex_lock(&m->lock);
+        e->busy = false;
+        e->used_ns = now_ns();
+        e->cells++;
+        bool close_it = e->closing;
+        if (!close_it && !ended && !e->measure) {
+                e->measure = true;
+                m->to_measure++;
+        }
+        if (ended && !close_it) {
+                unlink_locked(m, e, ended);
+                close_it = true;
+        }
+        pthread_cond_broadcast(&m->changed);
+        pthread_mutex_unlock(&m->lock);
+        if (close_it)
+                entry_close(e);
+        return result;
+}

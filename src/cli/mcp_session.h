@@ -1,0 +1,61 @@
+/* Sessions of `airlock mcp`: handles that a tool returns and the client
+ * passes back as execute_code's "session" argument, since protocol revision
+ * 2026-07-28 has no protocol sessions. The table of this server process's
+ * sessions, their caps (number, idle time, lifetime, memory held between
+ * cells) and the session tools' entries and calls. */
+#ifndef AIRLOCK_CLI_MCP_SESSION_H
+#define AIRLOCK_CLI_MCP_SESSION_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "airlock.h"
+
+typedef struct mcp_session_caps {
+        unsigned max_sessions; /* open at once (default 8) */
+        double idle_s;         /* a session unused this long is closed (default 1800) */
+        double lifetime_s;     /* a session this old is closed (default 28800) */
+        uint64_t max_memory;   /* held between cells (default 2 GiB) */
+} mcp_session_caps;
+
+void mcp_session_caps_default(mcp_session_caps *caps);
+
+/* Takes the session options (--max-sessions N, --session-idle SEC,
+ * --session-lifetime SEC, --session-memory MIB) out of argv, which the
+ * command's own parser then reads without them. Returns 0, or -EINVAL with
+ * a message in why that names the option and its value. */
+int mcp_session_take_options(int *argc, char **argv, mcp_session_caps *caps, char *why,
+                             size_t why_len);
+
+typedef struct mcp_sessions mcp_sessions;
+
+int mcp_sessions_new(airlock_cache *cache, const airlock_config *cfg, const mcp_session_caps *caps,
+                     mcp_sessions **ret);
+/* Closes every session (waiting for cells in progress, which the caller
+ * has cancelled), then frees the table. Before the cache is closed. */
+void mcp_sessions_free(mcp_sessions *m);
+
+/* Adds the "session" argument to execute_code's input schema (whose
+ * description says what a session changes; the tool's description, the
+ * library's, stays as it is), and appends the session tools to tools (a
+ * JSON array of tool entries). */
+void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t *tools);
+bool mcp_sessions_is_tool(const char *name);
+/* A call of a session tool: the CallToolResult. */
+json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args);
+
+/* execute_code with a session: begin resolves the handle and marks the
+ * session busy (NULL and *ret set), or returns the tool error to answer
+ * with. run runs the cell; end adds what became of the state to result
+ * (the CallToolResult built from res, which may be NULL when the run
+ * failed), applies the memory cap, and releases the session. */
+typedef struct mcp_session_use mcp_session_use;
+
+json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, mcp_session_use **ret);
+int mcp_sessions_run(mcp_session_use *u, const char *code, size_t len,
+                     const airlock_run_options *opts, airlock_output_fn on_output, void *output_arg,
+                     airlock_result **ret, airlock_error *err);
+json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_result *res);
+
+#endif
