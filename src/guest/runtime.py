@@ -241,15 +241,7 @@ def _display(value, main):
         data = value._repr_png_()
         if isinstance(data, (bytes, bytearray)) and data:
             import os
-            n = 0
-            while True:
-                n += 1
-                path = f"/output/display-{n}.png"
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-                    break
-                except FileExistsError:
-                    continue
+            fd, _, _ = _create_numbered("display", 0)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             return
@@ -511,22 +503,31 @@ class _Finder:
         return None
 
 
+def _create_numbered(prefix, last):
+    """Creates the first free /output/PREFIX-N.png with N above last, never
+    one the code made itself (O_EXCL); returns its fd, its path and N. An
+    error other than an existing name is raised, its filename the path."""
+    import os
+    n = last
+    while True:
+        n += 1
+        path = f"/output/{prefix}-{n}.png"
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), path, n
+        except FileExistsError:
+            continue
+
+
 def _save_figure(fig):
     """Saves fig as the next free /output/figure-N.png (a file of the
     code's own of that name is never overwritten)."""
     global _figures_saved
     import os
-    while True:
-        _figures_saved += 1
-        path = f"/output/figure-{_figures_saved}.png"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            break
-        except FileExistsError:
-            continue
-        except OSError as e:
-            _sys.stderr.write(f"airlock: cannot save a figure as {path}: {e}\n")
-            return
+    try:
+        fd, path, _figures_saved = _create_numbered("figure", _figures_saved)
+    except OSError as e:
+        _sys.stderr.write(f"airlock: cannot save a figure as {e.filename}: {e}\n")
+        return
     try:
         with os.fdopen(fd, "wb") as f:
             fig.savefig(f, format="png")

@@ -43,6 +43,18 @@ export function alive(pid) {
   }
 }
 
+// Runs fn with a RawPeer of `airlock mcp ARGS`, which must exit 0 once its
+// input ends.
+export async function withPeer(args, fn) {
+  const peer = new RawPeer(args);
+  try {
+    await fn(peer);
+  } finally {
+    const { code } = await peer.close();
+    assertEqual(code, 0, 'exit status after end of input');
+  }
+}
+
 export class AssertionError extends Error {}
 
 export function assert(cond, message) {

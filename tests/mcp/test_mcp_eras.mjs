@@ -13,7 +13,7 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { AIRLOCK, ROOT, RawPeer, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir } from './lib.mjs';
+import { AIRLOCK, ROOT, RawPeer, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir, withPeer } from './lib.mjs';
 
 const MODERN = '2026-07-28';
 const PV = 'io.modelcontextprotocol/protocolVersion';
@@ -173,18 +173,9 @@ async function langchainRound() {
 
 // ---- raw ------------------------------------------------------------------
 
-async function withPeer(fn) {
-  const peer = new RawPeer([]);
-  try {
-    await fn(peer);
-  } finally {
-    const { code } = await peer.close();
-    assertEqual(code, 0, 'exit status after end of input');
-  }
-}
 
 const tests = [
-  ['raw: server/discover without initialize', () => withPeer(async (p) => {
+  ['raw: server/discover without initialize', () => withPeer([], async (p) => {
     const r = await p.request('server/discover', { _meta: envelope() }, 'd1');
     const res = r.result;
     assert(res, `discover result: ${JSON.stringify(r)}`);
@@ -197,7 +188,7 @@ const tests = [
     assertEqual([res.ttlMs, res.cacheScope], [0, 'private'], 'cache hints');
   })],
 
-  ['raw: requests of 2026-07-28 need no handshake and carry its fields', () => withPeer(async (p) => {
+  ['raw: requests of 2026-07-28 need no handshake and carry its fields', () => withPeer([], async (p) => {
     const list = await p.request('tools/list', { _meta: envelope() }, 'l1');
     assertEqual(list.result.tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close'], 'tools');
     assertEqual([list.result.resultType, list.result.ttlMs, list.result.cacheScope], ['complete', 0, 'private'], 'list fields');
@@ -216,7 +207,7 @@ const tests = [
     assertIncludes(legacy.error.message, MODERN, 'the message names both ways in');
   })],
 
-  ['raw: bad envelopes and unknown revisions', () => withPeer(async (p) => {
+  ['raw: bad envelopes and unknown revisions', () => withPeer([], async (p) => {
     const old = await p.request('tools/list', { _meta: { ...envelope(), [PV]: '1900-01-01' } }, 'v1');
     assertEqual(old.error && old.error.code, -32022, 'unsupported version');
     assertEqual(old.error.data, { supported: [MODERN], requested: '1900-01-01' }, 'error data');
@@ -238,7 +229,7 @@ const tests = [
     assertEqual(ack.params, { _meta: { 'io.modelcontextprotocol/subscriptionId': 'sub1' }, notifications: {} }, 'nothing honoured');
   })],
 
-  ['raw: the handshake era is unchanged', () => withPeer(async (p) => {
+  ['raw: the handshake era is unchanged', () => withPeer([], async (p) => {
     const init = await p.initialize('2025-11-25');
     assertEqual(init.result.protocolVersion, '2025-11-25', 'negotiated');
     assertEqual(init.result.resultType, undefined, 'no resultType in the handshake era');

@@ -2,23 +2,14 @@
 // codes for every kind of bad input, version negotiation, notifications that
 // get no answer, a 100 MB line, and that the server keeps serving after each.
 import fs from 'node:fs';
-import { RawPeer, TOOLS_FILE, alive, assert, assertEqual, assertIncludes, children, descendants, makeWorkspace, rmrf, runTests } from './lib.mjs';
+import { RawPeer, TOOLS_FILE, alive, assert, assertEqual, assertIncludes, children, descendants, makeWorkspace, rmrf, runTests, withPeer } from './lib.mjs';
 
 const ws = makeWorkspace();
 const args = ['--workspace', ws, '--tools', TOOLS_FILE];
 
-async function withPeer(fn) {
-  const peer = new RawPeer(args);
-  try {
-    await fn(peer);
-  } finally {
-    const { code } = await peer.close();
-    assertEqual(code, 0, 'exit status after end of input');
-  }
-}
 
 const tests = [
-  ['request before initialize is refused, ping is answered', () => withPeer(async (p) => {
+  ['request before initialize is refused, ping is answered', () => withPeer(args, async (p) => {
     const r = await p.request('tools/list', {}, 1);
     assertEqual(r.error && r.error.code, -32600, 'error code');
     assertIncludes(r.error.message, 'initialize');
@@ -33,7 +24,7 @@ const tests = [
   ['initialize: result shape and version negotiation', async () => {
     for (const [asked, expected] of [['2025-06-18', '2025-06-18'], ['2025-03-26', '2025-03-26'],
       ['2024-11-05', '2024-11-05'], ['2025-11-25', '2025-11-25'], ['1999-01-01', null]]) {
-      await withPeer(async (p) => {
+      await withPeer(args, async (p) => {
         const r = await p.initialize(asked);
         const res = r.result;
         assert(res, `initialize ${asked}: ${JSON.stringify(r)}`);
@@ -49,7 +40,7 @@ const tests = [
     }
   }],
 
-  ['initialize without protocolVersion is invalid params; a second initialize is refused', () => withPeer(async (p) => {
+  ['initialize without protocolVersion is invalid params; a second initialize is refused', () => withPeer(args, async (p) => {
     const bad = await p.request('initialize', { capabilities: {} }, 'a');
     assertEqual(bad.error && bad.error.code, -32602, 'missing protocolVersion');
     await p.initialize();
@@ -57,7 +48,7 @@ const tests = [
     assertEqual(again.error && again.error.code, -32600, 'second initialize');
   })],
 
-  ['malformed JSON, invalid requests, batches, unknown methods', () => withPeer(async (p) => {
+  ['malformed JSON, invalid requests, batches, unknown methods', () => withPeer(args, async (p) => {
     await p.initialize();
     const cases = [
       ['{"jsonrpc":"2.0","id":1,"method":"ping"', -32700],
@@ -91,7 +82,7 @@ const tests = [
     assertEqual(ping.result, {}, 'ping after errors');
   })],
 
-  ['bad execute_code arguments are tool errors the model can read', () => withPeer(async (p) => {
+  ['bad execute_code arguments are tool errors the model can read', () => withPeer(args, async (p) => {
     await p.initialize();
     for (const [i, a] of [[1, {}], [2, { code: 5 }], [3, { code: 'print(1)', extra: true }]].entries()) {
       const r = await p.request('tools/call', { name: 'execute_code', arguments: a[1] }, `t${i}`);
@@ -102,7 +93,7 @@ const tests = [
     }
   })],
 
-  ['notifications get no answer and ids keep their type', () => withPeer(async (p) => {
+  ['notifications get no answer and ids keep their type', () => withPeer(args, async (p) => {
     await p.initialize();
     await p.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'nothing-running' } });
     await p.send({ jsonrpc: '2.0', method: 'notifications/whatever' });
@@ -115,7 +106,7 @@ const tests = [
     assertEqual(p.messages.length, 0, 'nothing else was sent');
   })],
 
-  ['a 100 MB line is discarded and the server keeps serving', () => withPeer(async (p) => {
+  ['a 100 MB line is discarded and the server keeps serving', () => withPeer(args, async (p) => {
     await p.initialize();
     const chunk = 'a'.repeat(1 << 20);
     await p.write('{"jsonrpc":"2.0","id":"big","method":"ping","params":{"x":"');
@@ -128,7 +119,7 @@ const tests = [
     assertEqual(r.result.tools[0].name, 'execute_code', 'served after the big line');
   })],
 
-  ['CRLF line endings and blank lines are accepted', () => withPeer(async (p) => {
+  ['CRLF line endings and blank lines are accepted', () => withPeer(args, async (p) => {
     await p.initialize();
     await p.write('\n\r\n{"jsonrpc":"2.0","id":"crlf","method":"ping"}\r\n');
     const m = await p.next();
