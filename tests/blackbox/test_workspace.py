@@ -1,4 +1,4 @@
-"""Workspaces watched between calls (issue 21): through `airlock mcp`, every
+"""Workspaces watched between calls: through `airlock mcp`, every
 kind of change made to the workspace between two calls is seen by the next
 call, a link fails closed, a tree past the watch cap falls back to walking
 (and says so) and stays correct, and a run sees the copy it started with."""

@@ -115,7 +115,7 @@ void fsx_staging_remove(fsx_staging *staging);
 int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
                        char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
 
-/* ---- issue 21: hooks for change detection (fsx/fsx_watch.c) ---- */
+/* ---- hooks for change detection (fsx/fsx_watch.c) ---- */
 
 /* Called by fsx_tree_signature_hooked for the root (is_root, a file or a
  * directory) and for every directory the walk enters, with the checked fd
@@ -131,7 +131,7 @@ int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
                               uint64_t content_threshold, const fsx_sig_hook *hook,
                               char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
 
-/* ---- issue 21: cheap rebuilds (fsx_stage.c) ---- */
+/* ---- cheap rebuilds (fsx_stage.c) ---- */
 
 /* What one staging copied: for every regular file staged, its /input path,
  * the identity of its source (dev, ino, size, mtime, ctime, mode) and of the
