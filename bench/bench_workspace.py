@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Workspaces the size of real repositories (issue 21), side by side in one run:
+"""Workspaces the size of real repositories, side by side in one run:
 
   1. `tools/call` of print(1) through `airlock mcp` with an unchanged
      workspace of 10,000 files of 1 KB in 100 folders, against the same call
