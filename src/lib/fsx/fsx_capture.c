@@ -342,6 +342,14 @@ static int changes_refuse(void *ctx, const fsx_item *it, fsx_reason r)
                 struct stat lst;
                 return lower_stat(it, &lst) == 0 ? add_deleted(c, it) : 0;
         }
+        /* A link or special file made in place of a staged entry: that
+         * entry is gone (deleted), and what replaced it is refused. */
+        struct stat lst;
+        if ((r == FSX_SYMLINK || r == FSX_NOT_REGULAR) && lower_stat(it, &lst) == 0) {
+                int k = add_deleted(c, it);
+                if (k < 0)
+                        return k;
+        }
         return capture_refuse(c, it, r);
 }
 

