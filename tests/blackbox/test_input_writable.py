@@ -143,6 +143,7 @@ def test_each_run_sees_the_staged_input_again():
             ("/input/a.txt", "modified"), ("/input/b.txt", "deleted")], rec
         # A short text item lists the changes, then the changed file comes
         # back as an /output file does.
+        assert rec["refused"] == [], rec
         parts = dict(zip(rec["parts"], r["content"]))
         assert "modified /input/a.txt" in parts["input_changes"]["text"], r["content"]
         assert parts["input_file"]["resource"]["text"] == "changed", r["content"]
@@ -152,6 +153,31 @@ def test_each_run_sees_the_staged_input_again():
             assert r["content"][0]["text"] == "alpha\n True\n", r
             assert "input_changes" not in rec, rec
     assert tree_state(d) == before, "the host workspace was written"
+
+
+def test_a_session_lists_the_changes_since_it_began():
+    d = workspace()
+    before = tree_state(d)
+
+    def cell(m, h, code):
+        r = m.request("tools/call", {"name": "execute_code",
+                                     "arguments": {"code": code, "session": h},
+                                     "_meta": {"dev.airlock/run": True}})
+        assert "result" in r, r
+        rec = r["result"]["_meta"]["dev.airlock/run"]
+        return [(c["path"], c["change"]) for c in rec.get("input_changes", [])]
+
+    with mcp("-w", d, "--input-writable") as m:
+        r = m.request("tools/call", {"name": "session_open", "arguments": {}})
+        h = r["result"]["_meta"]["dev.airlock/session"]
+        assert cell(m, h, "open('/input/new.txt', 'w').write('1')") == [
+            ("/input/new.txt", "created")]
+        assert cell(m, h, "import os; os.remove('/input/a.txt')") == [
+            ("/input/a.txt", "deleted"), ("/input/new.txt", "created")]
+        # A single run beside the session sees the staged copy.
+        r = m.call("import os; print(sorted(os.listdir('/input')))")
+        assert r["content"][0]["text"] == "['a.txt', 'b.txt', 'old', 'same.txt', 'src']\n", r
+    assert tree_state(d) == before
 
 
 def test_links_and_special_files_are_refused():
