@@ -174,6 +174,14 @@ AIRLOCK_PUBLIC void airlock_config_set_approval(airlock_config *cfg, airlock_app
  * and not written with savefig in that run, is saved as
  * /output/figure-N.png. Off, matplotlib's default backend is plain Agg. */
 AIRLOCK_PUBLIC void airlock_config_set_auto_figures(airlock_config *cfg, bool on);
+/* Whether /input is writable (default off: read-only). On, every run gets
+ * /input as a private overlay: the staged copy below (never written, and
+ * the host's tree is never written by airlock), the run's writes in a tmpfs
+ * of its own capped like /output. The result lists what the run created,
+ * modified and deleted there (airlock_result.input_changes); nothing is
+ * applied to the host. A session's cells share one overlay: each cell's
+ * result lists the changes since the session began. */
+AIRLOCK_PUBLIC void airlock_config_set_input_writable(airlock_config *cfg, bool on);
 /* The number of targets added with airlock_config_allow: 0 when the guest
  * may make no HTTP request at all. */
 AIRLOCK_PUBLIC size_t airlock_config_allow_count(const airlock_config *cfg);
@@ -204,6 +212,27 @@ typedef struct airlock_refusal {
         char *reason; /* "symlink", "not a regular file", "too large", ... */
 } airlock_refusal;
 
+/* What a run did to an entry of a writable /input
+ * (airlock_config_set_input_writable). */
+typedef enum airlock_change {
+        AIRLOCK_CHANGE_CREATED = 0,
+        AIRLOCK_CHANGE_MODIFIED,
+        AIRLOCK_CHANGE_DELETED,
+} airlock_change;
+
+/* "created", "modified" or "deleted" (the result JSON's words). */
+AIRLOCK_PUBLIC const char *airlock_change_name(airlock_change change);
+
+typedef struct airlock_input_change {
+        char *path; /* "/input/rel/name" */
+        airlock_change change;
+        /* created and modified: the file's new contents, as an /output file's;
+         * deleted (a file or a whole directory): NULL, 0, NULL. */
+        char *media_type;
+        uint64_t size;
+        unsigned char *data;
+} airlock_input_change;
+
 /* What a session's cell did to the session's interpreter state. */
 typedef enum airlock_cell_state {
         AIRLOCK_CELL_NONE = 0,    /* not a cell: a single run */
@@ -229,6 +258,12 @@ typedef struct airlock_result {
         char *error_message; /* on failure: what failed, or which limit and its value */
         double duration_ms;
         airlock_cell_state cell_state; /* a session's cell: kept or rolled back */
+        /* With a writable /input: what the run created, modified and deleted
+         * there, sorted by path (a deletion before a creation at the same
+         * path), with the caps and refusals of /output (refused entries are
+         * in refused, under "/input/..."). NULL and 0 otherwise. */
+        airlock_input_change *input_changes;
+        size_t n_input_changes;
 } airlock_result;
 
 AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);

@@ -221,13 +221,31 @@ static json_t *error_item(const airlock_result *res)
 static json_t *refused_item(const airlock_result *res)
 {
         text_buf b = {0};
-        tb_str(&b, "Not returned from /output:");
+        bool input = false;
+        for (size_t i = 0; i < res->n_refused; i++)
+                input |= res->refused[i].path && strncmp(res->refused[i].path, "/input", 6) == 0;
+        tb_str(&b, input ? "Not returned from /output or /input:" : "Not returned from /output:");
         for (size_t i = 0; i < res->n_refused; i++) {
                 tb_str(&b, "\n- ");
                 tb_str(&b, res->refused[i].path ? res->refused[i].path : "?");
                 tb_str(&b, " (");
                 tb_str(&b, res->refused[i].reason ? res->refused[i].reason : "refused");
                 tb_str(&b, ")");
+        }
+        return tb_item(&b);
+}
+
+/* What the run changed under a writable /input, one line each, in one text
+ * item: the agent's host decides what to apply. */
+static json_t *changes_item(const airlock_result *res)
+{
+        text_buf b = {0};
+        tb_str(&b, "Changes under /input (not applied to the host):");
+        for (size_t i = 0; i < res->n_input_changes; i++) {
+                tb_str(&b, "\n- ");
+                tb_str(&b, airlock_change_name(res->input_changes[i].change));
+                tb_str(&b, " ");
+                tb_str(&b, res->input_changes[i].path);
         }
         return tb_item(&b);
 }
@@ -263,6 +281,29 @@ json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t 
                                                             "size", (json_int_t)f->size)) == 0;
                 free(uri);
         }
+        /* Each created or modified file of /input comes back as an /output
+         * file does (its uri names the run and the /input path; the run
+         * record lists the changes, not these files). */
+        json_t *changes = res->n_input_changes ? json_array() : NULL;
+        if (ok && changes)
+                ok = add_part(content, parts, "input_changes", changes_item(res));
+        for (size_t i = 0; ok && changes && i < res->n_input_changes; i++) {
+                const airlock_input_change *ch = &res->input_changes[i];
+                json_t *e = json_pack("{s:s, s:s}", "path", ch->path, "change",
+                                      airlock_change_name(ch->change));
+                ok = e && json_array_append_new(changes, e) == 0;
+                if (!ok || ch->change == AIRLOCK_CHANGE_DELETED)
+                        continue;
+                airlock_file f = {.path = ch->path,
+                                  .media_type = ch->media_type,
+                                  .size = ch->size,
+                                  .data = ch->data};
+                char *uri = mcp_resource_uri(run_id, f.path);
+                ok = uri && add_part(content, parts, "input_file", file_item(&f, uri));
+                json_object_set_new(e, "media_type", json_string(ch->media_type));
+                json_object_set_new(e, "size", json_integer((json_int_t)ch->size));
+                free(uri);
+        }
         if (ok && res->success && res->stderr_len) {
                 text_buf b = {0};
                 tb_guest_text(&b, res->stderr_data, res->stderr_len);
@@ -289,6 +330,7 @@ json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t 
                 json_decref(parts);
                 json_decref(files);
                 json_decref(refused);
+                json_decref(changes);
                 return NULL;
         }
         json_t *run = json_pack(
@@ -299,8 +341,11 @@ json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t 
             res->stderr_truncated, "files", files, "refused", refused, "parts", parts);
         if (!run) {
                 json_decref(content);
+                json_decref(changes);
                 return NULL;
         }
+        if (changes)
+                json_object_set_new(run, "input_changes", changes);
         /* A session cell's outcome for the interpreter's state. */
         if (res->cell_state != AIRLOCK_CELL_NONE)
                 json_object_set_new(

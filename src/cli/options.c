@@ -27,6 +27,7 @@ enum {
         OPT_JSON,
         OPT_OUTPUT_DIR,
         OPT_NO_AUTO_FIGURES,
+        OPT_INPUT_WRITABLE,
         /* The limit option i is OPT_LIMIT + i. */
         OPT_LIMIT = 1024,
 };
@@ -43,6 +44,7 @@ static const struct option tail_options[] = {
     {"python-path", required_argument, NULL, OPT_PYTHON_PATH},
     {"approval", required_argument, NULL, OPT_APPROVAL},
     {"no-auto-figures", no_argument, NULL, OPT_NO_AUTO_FIGURES},
+    {"input-writable", no_argument, NULL, OPT_INPUT_WRITABLE},
     {"json", no_argument, NULL, OPT_JSON},
     {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
     {"yes", no_argument, NULL, 'y'},
@@ -82,6 +84,8 @@ void cli_usage(FILE *f)
               "                                 read-only (repeatable)\n"
               "      --approval never|always    base approval mode\n"
               "      --no-auto-figures          do not return matplotlib figures as PNG files\n"
+              "      --input-writable           /input writable per run; the result lists the\n"
+              "                                 changes (the host's files are never written)\n"
               "run only:\n"
               "  -c CODE                        the code to run\n"
               "      --json                     print the result JSON\n"
@@ -207,6 +211,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case OPT_NO_AUTO_FIGURES:
                         airlock_config_set_auto_figures(o.cfg, false);
+                        break;
+                case OPT_INPUT_WRITABLE:
+                        airlock_config_set_input_writable(o.cfg, true);
                         break;
                 case OPT_JSON:
                         if (cmd == CLI_MCP)

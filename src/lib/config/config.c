@@ -229,6 +229,12 @@ void airlock_config_set_auto_figures(airlock_config *c, bool on)
         c->no_auto_figures = !on;
 }
 
+void airlock_config_set_input_writable(airlock_config *c, bool on)
+{
+        config_changed(c);
+        c->input_writable = on;
+}
+
 size_t airlock_config_allow_count(const airlock_config *c)
 {
         return allowlist_count(c->allow);
@@ -266,6 +272,7 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
         c->limits = src->limits;
         c->approval = src->approval;
         c->no_auto_figures = src->no_auto_figures;
+        c->input_writable = src->input_writable;
         int r = 0;
         if (src->workspace && !(c->workspace = strdup(src->workspace)))
                 r = -ENOMEM;

@@ -26,6 +26,7 @@ struct airlock_config {
         size_t n_python_paths;
         airlock_approval approval;
         bool no_auto_figures; /* airlock_config_set_auto_figures(cfg, false) */
+        bool input_writable;  /* airlock_config_set_input_writable(cfg, true) */
         /* The part of the cache fingerprint that this structure alone
          * decides (cache.c), made by the first run that needs it and dropped
          * by every setter: runs share a built configuration read-only, and

@@ -89,6 +89,10 @@ typedef struct template_params {
         char **sys_path;
         size_t n_sys_path;
         bool auto_figures; /* return matplotlib figures as PNG files */
+        /* /input is a private writable overlay per copy, whose upper dir
+         * (on a tmpfs capped like /output) goes back to the host at
+         * COPY_READY (airlock_config_set_input_writable). */
+        bool input_writable;
 } template_params;
 
 /* Room for the template and a pre-started copy on top of a run's limits,

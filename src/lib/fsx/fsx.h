@@ -171,6 +171,22 @@ int fsx_stage_reuse(int dest_dirfd, const fsx_source *sources, size_t n_sources,
 int fsx_capture(int out_dirfd, const fsx_limits *lim, airlock_file **ret_files, size_t *ret_n_files,
                 airlock_refusal **ret_refused, size_t *ret_n_refused, airlock_error *err);
 
+/* Lists what a run changed under a writable /input, from upper_fd (the
+ * upper dir of the run's overlay, after every guest process has ended) and
+ * lower_fd (the staged tree below it; -1: none). Regular files of the upper
+ * dir are created, or modified when they shadow a lower regular file with
+ * other bytes (copied up and left as they were: no change); overlay
+ * whiteouts (0/0 character devices) and opaque directories are deletions of
+ * the lower entry, and so is a link or special file made in its place (which
+ * is refused, as every link and special file is). The walk, the caps (deletions count as files),
+ * the refusals (links, FIFOs, other special files: never followed or opened in a way that can
+ * block) and the reading of each file are fsx_capture's; paths are "/input/...". Out-params
+ * untouched on failure. Free the array with fsx_changes_free. */
+int fsx_capture_changes(int upper_fd, int lower_fd, const fsx_limits *lim,
+                        airlock_input_change **ret, size_t *ret_n, airlock_refusal **ret_refused,
+                        size_t *ret_n_refused, airlock_error *err);
+void fsx_changes_free(airlock_input_change *changes, size_t n);
+
 /* Media type of a file name from /etc/mime.types (read once, thread-safe),
  * else "application/octet-stream". Never NULL. */
 const char *fsx_media_type(const char *name);

@@ -1,14 +1,20 @@
 /* Capture of the run's /output: every regular file, read through a checked
- * fd, and every other entry listed as refused with its reason. */
+ * fd, and every other entry listed as refused with its reason. The same
+ * capture, walking the upper dir of a writable /input's overlay, lists what
+ * a run created, modified and deleted there (fsx_capture_changes). */
 #include "fsx/fsx.h"
 #include "fsx/fsx_internal.h"
 #include "core/util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <unistd.h>
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -37,6 +43,7 @@ typedef struct cap_entry {
         size_t off; /* path, NUL, media type, NUL, padding, data */
         size_t path_len, data_off;
         uint64_t size;
+        airlock_change change; /* fsx_capture_changes only */
 } cap_entry;
 
 typedef struct capture_ctx {
@@ -49,6 +56,7 @@ typedef struct capture_ctx {
         airlock_refusal *refused;
         size_t n_refused;
         uint64_t more_refused; /* refusals past FSX_REFUSED_MAX */
+        airlock_change change; /* what the file being captured is (changes only) */
 } capture_ctx;
 
 static int add_refusal(capture_ctx *c, const char *path, size_t len, const char *reason)
@@ -201,11 +209,311 @@ static int capture_file(void *ctx, const fsx_item *it)
         memcpy(block, it->path, it->path_len);
         block[it->path_len] = '\0';
         memcpy(block + it->path_len + 1, type, type_len + 1);
-        c->ents[c->n_files++] = (cap_entry){
-            .off = c->a.used, .path_len = it->path_len, .data_off = head + pad, .size = size};
+        c->ents[c->n_files++] = (cap_entry){.off = c->a.used,
+                                            .path_len = it->path_len,
+                                            .data_off = head + pad,
+                                            .size = size,
+                                            .change = c->change};
         c->a.used += head + pad + size;
         c->total += size;
         return 0;
+}
+
+/* ---- changes under a writable /input ---------------------------------- */
+
+/* The lower directory (the staged copy, as the overlay saw it) matching the
+ * upper directory being walked; NULL as parent_data where there is none (a
+ * directory the run created, or an opaque one). */
+typedef struct lower_dir {
+        int fd;
+} lower_dir;
+
+static int grow_entries(capture_ctx *c)
+{
+        if (c->n_files < c->cap_files)
+                return 0;
+        size_t nc = c->cap_files ? c->cap_files * 2 : 64;
+        cap_entry *ne = realloc(c->ents, nc * sizeof(*ne));
+        if (!ne)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        c->ents = ne;
+        c->cap_files = nc;
+        return 0;
+}
+
+/* Records a deletion of path (no data): counted against the file cap, like
+ * a captured file, so that a run cannot grow the list without bound. */
+static int add_deleted(capture_ctx *c, const fsx_item *it)
+{
+        if (c->n_files >= c->lim->max_files)
+                return capture_refuse(c, it, FSX_TOO_MANY);
+        size_t head = it->path_len + 2;
+        if (arena_reserve(&c->a, head) < 0 || grow_entries(c) < 0)
+                return al_error(c->err, -ENOMEM, it->path, "out of memory");
+        char *block = c->a.base + c->a.used;
+        memcpy(block, it->path, it->path_len);
+        block[it->path_len] = '\0';
+        block[it->path_len + 1] = '\0';
+        c->ents[c->n_files++] = (cap_entry){.off = c->a.used,
+                                            .path_len = it->path_len,
+                                            .data_off = head,
+                                            .size = 0,
+                                            .change = AIRLOCK_CHANGE_DELETED};
+        c->a.used += head;
+        return 0;
+}
+
+/* What the lower layer holds at the item's name: 0 with *st filled, -ENOENT
+ * when nothing (or no lower directory), another -errno on error. Never
+ * follows a link. */
+static int lower_stat(const fsx_item *it, struct stat *st)
+{
+        const lower_dir *ld = it->parent_data;
+        if (!ld)
+                return -ENOENT;
+        return fstatat(ld->fd, it->name, st, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
+/* Whether the lower regular file at the item's name holds exactly the
+ * size bytes at data: a file the run opened for writing (which copies it
+ * up) and left as it was is no change. */
+static bool same_as_lower(const fsx_item *it, const unsigned char *data, uint64_t size)
+{
+        const lower_dir *ld = it->parent_data;
+        _cleanup_close_ int fd =
+            openat(ld->fd, it->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size)
+                return false;
+        unsigned char buf[65536];
+        uint64_t off = 0;
+        while (off < size) {
+                ssize_t n = read(fd, buf, (size_t)MIN(sizeof(buf), size - off));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0 || memcmp(buf, data + off, (size_t)n) != 0)
+                        return false;
+                off += (uint64_t)n;
+        }
+        return true;
+}
+
+/* A regular file of the upper dir: modified when it shadows a lower regular
+ * file (and its bytes differ), created otherwise; one that replaces a lower
+ * entry of another kind is that entry's deletion, then a creation. */
+static int changes_file(void *ctx, const fsx_item *it)
+{
+        capture_ctx *c = ctx;
+        struct stat lst;
+        int r = lower_stat(it, &lst);
+        if (r < 0 && r != -ENOENT)
+                return al_error(c->err, r, it->path, "cannot inspect the staged %s: %s", it->path,
+                                strerror(-r));
+        bool modified = r == 0 && S_ISREG(lst.st_mode);
+        if (r == 0 && !modified) {
+                r = add_deleted(c, it);
+                if (r < 0)
+                        return r;
+        }
+        c->change = modified ? AIRLOCK_CHANGE_MODIFIED : AIRLOCK_CHANGE_CREATED;
+        size_t before = c->n_files;
+        r = capture_file(c, it);
+        if (r < 0 || !modified || c->n_files == before)
+                return r;
+        cap_entry *e = &c->ents[c->n_files - 1];
+        if (same_as_lower(it, (unsigned char *)c->a.base + e->off + e->data_off, e->size)) {
+                c->a.used = e->off;
+                c->total -= e->size;
+                c->n_files--;
+        }
+        return 0;
+}
+
+/* An overlay whiteout (a 0/0 character device) is a deletion of the lower
+ * entry of that name; any other refused entry (a link, a FIFO, a socket) is
+ * refused as in /output, and never followed or opened. */
+static int changes_refuse(void *ctx, const fsx_item *it, fsx_reason r)
+{
+        capture_ctx *c = ctx;
+        struct stat st;
+        if (r == FSX_NOT_REGULAR && it->d_type == DT_CHR &&
+            fstatat(it->parent_fd, it->name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) {
+                struct stat lst;
+                return lower_stat(it, &lst) == 0 ? add_deleted(c, it) : 0;
+        }
+        /* A link or special file made in place of a staged entry: that
+         * entry is gone (deleted), and what replaced it is refused. */
+        struct stat lst;
+        if ((r == FSX_SYMLINK || r == FSX_NOT_REGULAR) && lower_stat(it, &lst) == 0) {
+                int k = add_deleted(c, it);
+                if (k < 0)
+                        return k;
+        }
+        return capture_refuse(c, it, r);
+}
+
+/* Whether the upper directory fd is opaque: the lower directory of its name
+ * was deleted and this one made in its place (the overlay's xattr, in the
+ * user.* namespace for an overlay mounted with userxattr). */
+static bool is_opaque(int fd)
+{
+        char v[2];
+        ssize_t n = fgetxattr(fd, "user.overlay.opaque", v, sizeof(v));
+        if (n < 0)
+                n = fgetxattr(fd, "trusted.overlay.opaque", v, sizeof(v));
+        return n == 1 && v[0] == 'y';
+}
+
+static int changes_dir_enter(void *ctx, const fsx_item *it, int fd, const struct stat *st,
+                             void **ret_data)
+{
+        (void)st;
+        capture_ctx *c = ctx;
+        *ret_data = NULL;
+        struct stat lst;
+        int r = lower_stat(it, &lst);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return al_error(c->err, r, it->path, "cannot inspect the staged %s: %s", it->path,
+                                strerror(-r));
+        if (!S_ISDIR(lst.st_mode) || is_opaque(fd))
+                return add_deleted(c, it);
+        const lower_dir *parent = it->parent_data;
+        lower_dir *ld = malloc(sizeof(*ld));
+        if (!ld)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        ld->fd = openat(parent->fd, it->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (ld->fd < 0) {
+                r = -errno;
+                free(ld);
+                return al_error(c->err, r, it->path, "cannot open the staged %s: %s", it->path,
+                                strerror(-r));
+        }
+        *ret_data = ld;
+        return 0;
+}
+
+static int changes_dir_leave(void *ctx, void *data, int fd, const struct stat *st, bool ok)
+{
+        (void)ctx, (void)fd, (void)st, (void)ok;
+        lower_dir *ld = data;
+        if (ld) {
+                close(ld->fd);
+                free(ld);
+        }
+        return 0;
+}
+
+static int change_rank(airlock_change k)
+{
+        /* A deletion comes before a creation at the same path: applied in
+         * order, the list replaces the entry. */
+        return k == AIRLOCK_CHANGE_DELETED ? 0 : 1;
+}
+
+static int change_cmp(const void *x, const void *y)
+{
+        const airlock_input_change *a = x, *b = y;
+        int r = strcmp(a->path, b->path);
+        return r ? r : change_rank(a->change) - change_rank(b->change);
+}
+
+void fsx_changes_free(airlock_input_change *changes, size_t n)
+{
+        if (!changes)
+                return;
+        if (!changes[n].path && changes[n].data)
+                munmap(changes[n].data, (size_t)changes[n].size);
+        free(changes);
+}
+
+static int changes_run(int upper_fd, int lower_fd, const fsx_limits *lim,
+                       airlock_input_change **ret, size_t *ret_n, airlock_refusal **ret_refused,
+                       size_t *ret_n_refused, airlock_error *err)
+{
+        if (!lim || !ret || !ret_n || !ret_refused || !ret_n_refused)
+                return al_error(err, -EINVAL, NULL, "capture: missing argument");
+        struct stat st;
+        if (fstat(upper_fd, &st) < 0)
+                return al_error(err, -errno, "/input", "cannot inspect the changes of /input: %s",
+                                strerror(errno));
+        if (!S_ISDIR(st.st_mode))
+                return al_error(err, -ENOTDIR, "/input",
+                                "the changes of /input are not a directory");
+
+        capture_ctx c = {.lim = lim, .err = err};
+        uint64_t listed = 0;
+        fsx_walk_opts opts = {
+            .prefix = "/input",
+            .max_depth = lim->max_depth,
+            .max_entries =
+                lim->max_files > (UINT64_MAX - 1024) / 4 ? UINT64_MAX : lim->max_files * 4 + 1024,
+            .listed = &listed,
+            .refuse_bad_utf8 = true,
+        };
+        fsx_walk_ops ops = {.file = changes_file,
+                            .dir_enter = changes_dir_enter,
+                            .dir_leave = changes_dir_leave,
+                            .refuse = changes_refuse};
+        lower_dir root = {.fd = lower_fd};
+        int r = fsx_walk(upper_fd, &st, lower_fd >= 0 ? &root : NULL, &opts, &ops, &c, err);
+        if (r >= 0 && c.more_refused > 0) {
+                char msg[96];
+                snprintf(msg, sizeof(msg), "%llu more refused (list capped at %d)",
+                         (unsigned long long)c.more_refused, FSX_REFUSED_MAX);
+                c.refused[c.n_refused].path = strdup("/input");
+                c.refused[c.n_refused].reason = strdup(msg);
+                c.n_refused++;
+                if (!c.refused[c.n_refused - 1].path || !c.refused[c.n_refused - 1].reason)
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        airlock_input_change *out = NULL;
+        if (r >= 0 && c.n_files > 0) {
+                out = calloc(c.n_files + 1, sizeof(*out));
+                if (!out)
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        if (r < 0) {
+                free(c.ents);
+                if (c.a.base)
+                        munmap(c.a.base, c.a.len);
+                fsx_refused_free(c.refused, c.n_refused);
+                return r;
+        }
+        for (size_t i = 0; i < c.n_files; i++) {
+                char *b = c.a.base + c.ents[i].off;
+                bool deleted = c.ents[i].change == AIRLOCK_CHANGE_DELETED;
+                out[i] = (airlock_input_change){
+                    .path = b,
+                    .change = c.ents[i].change,
+                    .media_type = deleted ? NULL : b + c.ents[i].path_len + 1,
+                    .size = c.ents[i].size,
+                    .data = deleted ? NULL : (unsigned char *)b + c.ents[i].data_off,
+                };
+        }
+        if (out)
+                out[c.n_files] =
+                    (airlock_input_change){.data = (unsigned char *)c.a.base, .size = c.a.len};
+        else if (c.a.base)
+                munmap(c.a.base, c.a.len);
+        free(c.ents);
+        if (c.n_files > 1)
+                qsort(out, c.n_files, sizeof(*out), change_cmp);
+        *ret = out;
+        *ret_n = c.n_files;
+        *ret_refused = c.refused;
+        *ret_n_refused = c.n_refused;
+        return 0;
+}
+
+int fsx_capture_changes(int upper_fd, int lower_fd, const fsx_limits *lim,
+                        airlock_input_change **ret, size_t *ret_n, airlock_refusal **ret_refused,
+                        size_t *ret_n_refused, airlock_error *err)
+{
+        return fsx_error_utf8(
+            err, changes_run(upper_fd, lower_fd, lim, ret, ret_n, ret_refused, ret_n_refused, err));
 }
 
 static int file_cmp(const void *x, const void *y)

@@ -532,6 +532,62 @@ static const char *signal_text(int sig)
         return s ? s : "unknown signal";
 }
 
+/* Appends n refusals to the result's list (the /input ones after /output's);
+ * on failure the refusals are freed. */
+static int append_refused(airlock_result *res, airlock_refusal *more, size_t n)
+{
+        if (n == 0) {
+                free(more);
+                return 0;
+        }
+        airlock_refusal *all = realloc(res->refused, (res->n_refused + n) * sizeof(*all));
+        if (!all) {
+                fsx_refused_free(more, n);
+                return -ENOMEM;
+        }
+        memcpy(all + res->n_refused, more, n * sizeof(*all));
+        free(more);
+        res->refused = all;
+        res->n_refused += n;
+        return 0;
+}
+
+/* With a writable /input: lists what the run created, modified and deleted
+ * there, from the upper dir of the copy's overlay, with /output's caps (a
+ * cap of its own for each, not shared with /output's files). A failure
+ * fails the run, as a failed capture of /output does. */
+static void run_input_changes(run_state *run, airlock_result *res)
+{
+        const airlock_limits *l = run->lim;
+        fsx_limits lim = {
+            .max_bytes = l->max_output_total,
+            .max_files = l->max_output_files,
+            .max_depth = l->max_output_depth,
+            .max_file = l->max_output_file,
+        };
+        airlock_error cerr;
+        airlock_refusal *refused = NULL;
+        size_t n_refused = 0;
+        int r =
+            fsx_capture_changes(run->c->input_upper, run->c->input_lower, &lim, &res->input_changes,
+                                &res->n_input_changes, &refused, &n_refused, &cerr);
+        if (r >= 0)
+                r = append_refused(res, refused, n_refused);
+        if (r >= 0)
+                return;
+        if (r == -ENOMEM)
+                snprintf(cerr.message, sizeof(cerr.message), "out of memory listing /input");
+        fsx_changes_free(res->input_changes, res->n_input_changes);
+        res->input_changes = NULL;
+        res->n_input_changes = 0;
+        if (res->success) {
+                res->success = false;
+                res->status = AIRLOCK_STATUS_ERROR;
+        }
+        free(res->error_message);
+        res->error_message = strdup(cerr.message);
+}
+
 /* Builds the result from how the copy ended and captures /output from
  * outdir (when >= 0). */
 static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_result **ret,
@@ -629,6 +685,8 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
                         res->error_message = strdup(cerr.message);
                 }
         }
+        if (run->c->input_upper >= 0)
+                run_input_changes(run, res);
         res->duration_ms = (double)(al_now_ns() - run->t0) / 1e6;
         *ret = res;
         return 0;

@@ -155,6 +155,8 @@ static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
         closep(&c->out_r);
         closep(&c->err_r);
         closep(&c->oomfd);
+        closep(&c->input_upper);
+        closep(&c->input_lower);
         free(c);
 }
 
@@ -296,8 +298,9 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
                 json_array_append_new(fds, json_boolean(sb->pypath_fd[i] >= 0));
         }
         _cleanup_json_ json_t *j =
-            json_pack("{s:b, s:b, s:I, s:I, s:i, s:b, s:o, s:o, s:o, s:O}", "has_input", has_input,
-                      "input_tree", input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
+            json_pack("{s:b, s:b, s:b, s:I, s:I, s:i, s:b, s:o, s:o, s:o, s:O}", "has_input",
+                      has_input, "input_writable", sb->cfg->input_writable, "input_tree",
+                      input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
                       (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
                       "auto_figures", !sb->cfg->no_auto_figures, "preloads", pre, "python_paths",
                       paths, "python_path_fds", fds, "sys_path", sb->sys_path);
@@ -622,6 +625,7 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         c->out_r = TAKE_FD(got.fd[2]);
         c->err_r = TAKE_FD(got.fd[3]);
         c->oomfd = got.n == 5 ? TAKE_FD(got.fd[4]) : -1;
+        c->input_upper = c->input_lower = -1;
         c->cg = sb->cg.enabled ? cg_seq : 0;
         if (c->cg > sb->cg.max_copy)
                 sb->cg.max_copy = c->cg;
@@ -873,12 +877,16 @@ void airlock_sandbox_close(airlock_sandbox *sb)
 
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 {
-        /* The copy's first byte: ready, with its /output fd. */
+        /* The copy's first byte: ready, with its /output fd, and with a
+         * writable /input the upper dir and lower layer of its overlay. */
         char tag[512];
-        _cleanup_close_ int outdir = -1;
+        int fds[3] = {-1, -1, -1};
         size_t nfds = 0;
-        ssize_t n = receive_for_copy(c->chan, c->pid, -1, tag, 1, &outdir, 1, &nfds);
-        if (n <= 0 || tag[0] != COPY_READY || nfds != 1) {
+        ssize_t n = receive_for_copy(c->chan, c->pid, -1, tag, 1, fds, ARRAY_SIZE(fds), &nfds);
+        _cleanup_close_ int outdir = fds[0];
+        _cleanup_close_ int upper = fds[1];
+        _cleanup_close_ int lower = fds[2];
+        if (n <= 0 || tag[0] != COPY_READY || (nfds != 1 && nfds != 3)) {
                 int r;
                 if (n > 0 && tag[0] == COPY_ERROR) {
                         ssize_t k = recv(c->chan, tag, sizeof(tag) - 1, MSG_DONTWAIT);
@@ -891,6 +899,10 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
                 }
                 return r;
         }
+        closep(&c->input_upper);
+        closep(&c->input_lower);
+        c->input_upper = TAKE_FD(upper);
+        c->input_lower = TAKE_FD(lower);
         *ret_outdir = TAKE_FD(outdir);
         return 0;
 }

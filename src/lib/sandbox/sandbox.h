@@ -24,6 +24,11 @@ typedef struct copy {
         int err_r;
         int oomfd;   /* the OOM counter of the copy's own cgroup, or -1 */
         unsigned cg; /* the number of that cgroup (c<N>), 0 for none */
+        /* With a writable /input, from COPY_READY: the upper dir of the
+         * copy's /input overlay and its lower layer (fsx_capture_changes);
+         * else -1. */
+        int input_upper;
+        int input_lower;
 } copy;
 
 /* airlock_sandbox_new, reusing the staged copy of prev (the sandbox of the

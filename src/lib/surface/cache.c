@@ -87,6 +87,8 @@ static int config_text(const airlock_config *cfg, char **ret)
         if (r >= 0)
                 r = dynbuf_appendf(&b, "auto_figures:%d\n", !cfg->no_auto_figures);
         if (r >= 0)
+                r = dynbuf_appendf(&b, "input_writable:%d\n", cfg->input_writable);
+        if (r >= 0)
                 r = fp_field(&b, "allow", allow);
         if (r >= 0)
                 r = fp_limits(&b, &cfg->limits);

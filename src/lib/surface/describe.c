@@ -195,9 +195,17 @@ static int put_files(dynbuf *b, const airlock_config *cfg, airlock_error *err)
         if (!cfg->workspace && cfg->n_mounts == 0) {
                 r = dynbuf_appendf(b, "- There is no /input: no host files are available to "
                                       "the code.\n");
+        } else if (cfg->input_writable) {
+                r = dynbuf_appendf(b, "- /input holds the host files, copied when the sandbox "
+                                      "was created. The code may change them: each run starts "
+                                      "from that copy again, and what a run created, modified "
+                                      "and deleted there is returned with its result (the host "
+                                      "files themselves are not changed).\n");
         } else {
                 r = dynbuf_appendf(b, "- /input (read-only) holds the host files, copied when "
                                       "the sandbox was created.\n");
+        }
+        if (cfg->workspace || cfg->n_mounts) {
                 if (r >= 0 && cfg->workspace)
                         r = put_workspace(b, cfg->workspace, err);
                 if (r < 0)
@@ -450,7 +458,10 @@ static int build_instructions(const airlock_config *cfg, char **ret, airlock_err
                 "- Write large results (tables, images, reports) to files in /output instead "
                 "of printing them; they are returned as attachments.\n");
         if (r >= 0 && (cfg->workspace || cfg->n_mounts))
-                r = dynbuf_appendf(&b, "- The host files are under /input (read-only).\n");
+                r = dynbuf_appendf(&b, cfg->input_writable
+                                           ? "- The host files are under /input (writable: "
+                                             "the changes are returned, not applied).\n"
+                                           : "- The host files are under /input (read-only).\n");
         size_t n = tools_count(cfg->tools);
         if (r >= 0 && n > 0) {
                 r = dynbuf_appendf(&b, "- The host tools (");

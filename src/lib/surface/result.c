@@ -20,6 +20,35 @@ const char *airlock_status_name(airlock_status s)
         return "error";
 }
 
+static const char *const change_names[] = {
+    [AIRLOCK_CHANGE_CREATED] = "created",
+    [AIRLOCK_CHANGE_MODIFIED] = "modified",
+    [AIRLOCK_CHANGE_DELETED] = "deleted",
+};
+
+const char *airlock_change_name(airlock_change c)
+{
+        if ((size_t)c < ARRAY_SIZE(change_names) && change_names[c])
+                return change_names[c];
+        return "modified";
+}
+
+static char *result_changes_text(const airlock_result *r)
+{
+        dynbuf b;
+        dynbuf_init(&b, SIZE_MAX);
+        int k = dynbuf_appendf(&b, "Changes under /input (not applied to the host):");
+        for (size_t i = 0; k >= 0 && i < r->n_input_changes; i++)
+                k = dynbuf_appendf(&b, "\n%s %s", airlock_change_name(r->input_changes[i].change),
+                                   r->input_changes[i].path);
+        if (k < 0) {
+                dynbuf_free(&b);
+                return NULL;
+        }
+        size_t len;
+        return dynbuf_take(&b, &len);
+}
+
 void airlock_result_free(airlock_result *r)
 {
         if (!r)
@@ -28,6 +57,7 @@ void airlock_result_free(airlock_result *r)
         free(r->stderr_data);
         fsx_files_free(r->files, r->n_files);
         fsx_refused_free(r->refused, r->n_refused);
+        fsx_changes_free(r->input_changes, r->n_input_changes);
         free(r->error_message);
         free(r);
 }
@@ -115,6 +145,35 @@ json_t *result_json(const airlock_result *r)
                                                           f->path, "data_base64", b64 ? b64 : ""));
                 free(b64);
         }
+        /* With a writable /input, what the run changed there: the key only
+         * when something changed, so that results without the option keep
+         * their exact shape. */
+        json_t *changes = r->n_input_changes ? json_array() : NULL;
+        if (changes) {
+                char *text = result_changes_text(r);
+                json_array_append_new(
+                    contents, json_pack("{s:s, s:s}", "type", "text", "text", text ? text : ""));
+                free(text);
+        }
+        for (size_t i = 0; changes && i < r->n_input_changes; i++) {
+                const airlock_input_change *ch = &r->input_changes[i];
+                json_t *e = json_pack("{s:s, s:s}", "path", ch->path, "change",
+                                      airlock_change_name(ch->change));
+                if (e && ch->change != AIRLOCK_CHANGE_DELETED) {
+                        char *b64 = al_base64_encode(ch->data, ch->size, NULL);
+                        json_object_set_new(e, "media_type", json_string(ch->media_type));
+                        json_object_set_new(e, "size", json_integer((json_int_t)ch->size));
+                        json_object_set_new(e, "data_base64", json_string(b64 ? b64 : ""));
+                        json_array_append_new(contents,
+                                              json_pack("{s:s, s:s, s:s, s:s}", "type", "data",
+                                                        "media_type", ch->media_type, "path",
+                                                        ch->path, "data_base64", b64 ? b64 : ""));
+                        free(b64);
+                }
+                json_array_append_new(changes, e);
+        }
+        if (changes)
+                json_object_set_new(root, "input_changes", changes);
         for (size_t i = 0; i < r->n_refused; i++)
                 json_array_append_new(refused, json_pack("{s:s, s:s}", "path", r->refused[i].path,
                                                          "reason", r->refused[i].reason));

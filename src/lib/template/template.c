@@ -141,6 +141,7 @@ static void read_params(struct template_state *tpl)
         params.guest_gid = (gid_t)json_integer_value(json_object_get(j, "guest_gid"));
         params.cgroup = (int)json_integer_value(json_object_get(j, "cgroup"));
         params.auto_figures = !json_is_false(json_object_get(j, "auto_figures"));
+        params.input_writable = json_is_true(json_object_get(j, "input_writable"));
         params.preloads = string_array(json_object_get(j, "preloads"), &params.n_preloads);
         json_t *py = json_object_get(j, "python_paths");
         json_t *py_fd = json_object_get(j, "python_path_fds");

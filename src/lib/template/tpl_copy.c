@@ -19,6 +19,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -88,6 +89,57 @@ _Noreturn static void copy_fail(int chan, const char *fmt, ...)
         _exit(126);
 }
 
+/* Makes this copy's /input a private writable overlay
+ * (airlock_config_set_input_writable) and returns fds of its upper dir and
+ * of its lower layer for the host, which lists the run's changes from them
+ * after the run (fsx_capture_changes).
+ *
+ * Contract: the lower layer is the template's read-only /input (the staged
+ * copy), which nothing here can write: overlay writes only to its upper
+ * layer, and the staged tree itself stays read-only below the template's
+ * mount. The upper and work dirs are on a tmpfs of this copy alone, mounted
+ * over /input with /output's options (size and inode caps), so a run's
+ * writes to /input are bounded as its writes to /output are, are gone with
+ * the copy, and the next copy sees the staged /input again. userxattr: the
+ * overlay keeps its own attributes (opaque dirs) in user.overlay.*, which a
+ * user namespace may write and which the overlay hides from the guest and
+ * refuses to let it set; redirect_dir=nofollow: no attribute can send a
+ * lookup elsewhere (renaming a directory that came from the staged copy
+ * fails with EXDEV, which mv and shutil.move handle by copying). The guest
+ * never holds a fd of the tmpfs's root, and without capabilities cannot
+ * unmount the overlay to reach it. */
+static void mount_writable_input(const struct template_state *tpl, int chan, int *ret_upper,
+                                 int *ret_lower)
+{
+        int lower = open("/input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (lower < 0)
+                copy_fail(chan, "cannot open /input: %m");
+        const unsigned long flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+        if (mount("tmpfs", "/input", "tmpfs", flags, tpl->out_opts) < 0)
+                copy_fail(chan, "cannot mount the tmpfs of a writable /input: %m");
+        /* "wd", the overlay's work dir: no string of the program may look
+         * like a host path ("/work"; test_attacks.py reads the binary). */
+        if (mkdir("/input/upper", 0755) < 0 || mkdir("/input/wd", 0700) < 0)
+                copy_fail(chan, "cannot make the layers of a writable /input: %m");
+        int upper = open("/input/upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int work = open("/input/wd", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (upper < 0 || work < 0)
+                copy_fail(chan, "cannot open the layers of a writable /input: %m");
+        char opts[256];
+        snprintf(opts, sizeof(opts),
+                 "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d,"
+                 "userxattr,redirect_dir=nofollow",
+                 lower, upper, work);
+        if (mount("airlock-input", "/input", "overlay", flags | MS_NOSYMFOLLOW, opts) < 0 &&
+            mount("airlock-input", "/input", "overlay", flags, opts) < 0)
+                copy_fail(chan,
+                          "cannot mount a writable /input (overlayfs in a user namespace needs "
+                          "Linux 5.11, user xattrs on tmpfs 6.6): %m");
+        close(work);
+        *ret_upper = upper;
+        *ret_lower = lower;
+}
+
 /* A fresh copy: pid 1 of its own PID namespace, in its own mount namespace.
  * It mounts its private /output, /tmp and /proc, hands the host its /output
  * fd, drops every privilege, loads the seccomp filter, and waits for code.
@@ -122,6 +174,14 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         if (mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags, tpl->tmp_opts) < 0 &&
             mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->tmp_opts) < 0)
                 copy_fail(chan, "cannot mount /tmp: %m");
+        /* Before the copy's own /proc: the layers are named by
+         * /proc/self/fd links, which the template's /proc resolves. */
+        int ready_fds[3] = {-1, -1, -1};
+        size_t n_ready = 1;
+        if (tpl->params.input_writable) {
+                mount_writable_input(tpl, chan, &ready_fds[1], &ready_fds[2]);
+                n_ready = 3;
+        }
         if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
                 copy_fail(chan, "cannot mount /proc: %m");
@@ -129,8 +189,8 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
          * it read-only all the same. */
         if (!tpl->cache_sealed && tpl_make_readonly(GUEST_CACHE_DIR, false, true) < 0)
                 copy_fail(chan, "cannot make %s read-only: %m", GUEST_CACHE_DIR);
-        int outdir = open("/output", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (outdir < 0)
+        ready_fds[0] = open("/output", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (ready_fds[0] < 0)
                 copy_fail(chan, "cannot open /output: %m");
         if (chdir("/tmp") < 0)
                 copy_fail(chan, "cannot enter /tmp: %m");
@@ -174,9 +234,12 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         for (int pass = 0; tpl->warmed_up && pass < PREWARM_PASSES; pass++)
                 tpl_prewarm_copy();
 
-        if (tpl_send_fds(chan, COPY_READY, NULL, &outdir, 1) < 0)
+        /* /output's fd, and with a writable /input its upper dir and
+         * lower layer: the guest keeps none of them. */
+        if (tpl_send_fds(chan, COPY_READY, NULL, ready_fds, n_ready) < 0)
                 _exit(126);
-        close(outdir);
+        for (size_t i = 0; i < n_ready; i++)
+                close(ready_fds[i]);
 
         tpl_serve_host(tpl, chan);
 }
