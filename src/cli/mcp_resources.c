@@ -67,11 +67,11 @@ static void run_free(stored_run *r)
 
 /* The files of res copied into one malloc'd block: the airlock_file array,
  * then each file's path, media type and data. NULL when out of memory. */
-static airlock_file *copy_files(const airlock_result *res, uint64_t *ret_bytes)
+static airlock_file *copy_files(const airlock_file *src, size_t n_files, uint64_t *ret_bytes)
 {
-        size_t total = res->n_files * sizeof(airlock_file);
-        for (size_t i = 0; i < res->n_files; i++) {
-                const airlock_file *f = &res->files[i];
+        size_t total = n_files * sizeof(airlock_file);
+        for (size_t i = 0; i < n_files; i++) {
+                const airlock_file *f = &src[i];
                 size_t n = strlen(f->path) + strlen(f->media_type) + 2;
                 if (f->size > SIZE_MAX / 2 || total > SIZE_MAX / 2 - n - (size_t)f->size)
                         return NULL;
@@ -80,9 +80,9 @@ static airlock_file *copy_files(const airlock_result *res, uint64_t *ret_bytes)
         airlock_file *files = malloc(total ? total : 1);
         if (!files)
                 return NULL;
-        char *p = (char *)(files + res->n_files);
-        for (size_t i = 0; i < res->n_files; i++) {
-                const airlock_file *f = &res->files[i];
+        char *p = (char *)(files + n_files);
+        for (size_t i = 0; i < n_files; i++) {
+                const airlock_file *f = &src[i];
                 files[i].size = f->size;
                 files[i].path = p;
                 p = stpcpy(p, f->path) + 1;
@@ -160,16 +160,32 @@ void mcp_store_keep(mcp_store *st, const char *run_id, airlock_result *res)
 {
         if (!res)
                 return;
+        /* The run's /output files and the new contents of the /input files
+         * it created or modified (--input-writable): every file whose URI
+         * the result named. */
+        size_t n = 0;
+        airlock_file *all = calloc(res->n_files + res->n_input_changes + 1, sizeof(*all));
+        for (size_t i = 0; all && i < res->n_files; i++)
+                all[n++] = res->files[i];
+        for (size_t i = 0; all && i < res->n_input_changes; i++) {
+                const airlock_input_change *ch = &res->input_changes[i];
+                if (ch->media_type)
+                        all[n++] = (airlock_file){.path = ch->path,
+                                                  .media_type = ch->media_type,
+                                                  .size = ch->size,
+                                                  .data = ch->data};
+        }
         uint64_t bytes = 0;
-        for (size_t i = 0; i < res->n_files; i++)
-                bytes += res->files[i].size;
-        stored_run *r = res->n_files && bytes <= MCP_STORE_BYTES ? calloc(1, sizeof(*r)) : NULL;
-        if (r && !(r->files = copy_files(res, &r->bytes))) {
+        for (size_t i = 0; i < n; i++)
+                bytes += all[i].size;
+        stored_run *r = n && bytes <= MCP_STORE_BYTES ? calloc(1, sizeof(*r)) : NULL;
+        if (r && !(r->files = copy_files(all, n, &r->bytes))) {
                 free(r);
                 r = NULL;
         }
         if (r)
-                r->n_files = res->n_files;
+                r->n_files = n;
+        free(all);
         airlock_result_free(res);
         if (!r)
                 return;
@@ -290,10 +306,11 @@ json_t *mcp_store_read(mcp_store *st, const char *uri, int *ret_code, char *why,
         const char *id = uri + plen;
         size_t id_len = strspn(id, "0123456789abcdef");
         const char *tail = id + id_len;
-        if (id_len != MCP_RUN_ID_LEN || strncmp(tail, "/output/", 8) != 0) {
+        if (id_len != MCP_RUN_ID_LEN ||
+            (strncmp(tail, "/output/", 8) != 0 && strncmp(tail, "/input/", 7) != 0)) {
                 snprintf(why, why_len,
                          "resource not found: %.300s: not a URI this server makes (" MCP_URI_PREFIX
-                         "RUN-ID/output/PATH)",
+                         "RUN-ID/output/PATH or RUN-ID/input/PATH)",
                          uri);
                 return NULL;
         }

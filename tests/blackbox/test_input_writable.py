@@ -147,6 +147,11 @@ def test_each_run_sees_the_staged_input_again():
         parts = dict(zip(rec["parts"], r["content"]))
         assert "modified /input/a.txt" in parts["input_changes"]["text"], r["content"]
         assert parts["input_file"]["resource"]["text"] == "changed", r["content"]
+        # Its URI is served like an /output file's.
+        uri = parts["input_file"]["resource"]["uri"]
+        assert "/input/a.txt" in uri, uri
+        got = m.request("resources/read", {"uri": uri})
+        assert got["result"]["contents"][0]["text"] == "changed", got
         for _ in range(2):
             r = m.call("import os; print(open('/input/a.txt').read(), os.path.exists('/input/b.txt'))")
             rec = r["_meta"]["dev.airlock/run"]
