@@ -81,6 +81,23 @@ static int add_refusal(capture_ctx *c, const char *path, size_t len, const char 
         return 0;
 }
 
+/* When refusals went past the list's cap, one last entry at root says how
+ * many more there were (the list has room for it). */
+static int close_refusals(capture_ctx *c, const char *root, airlock_error *err)
+{
+        if (c->more_refused == 0)
+                return 0;
+        char msg[96];
+        snprintf(msg, sizeof(msg), "%llu more refused (list capped at %d)",
+                 (unsigned long long)c->more_refused, FSX_REFUSED_MAX);
+        c->refused[c->n_refused].path = strdup(root);
+        c->refused[c->n_refused].reason = strdup(msg);
+        c->n_refused++;
+        if (!c->refused[c->n_refused - 1].path || !c->refused[c->n_refused - 1].reason)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        return 0;
+}
+
 static int capture_refuse(void *ctx, const fsx_item *it, fsx_reason r)
 {
         return add_refusal(ctx, it->path, it->path_len, fsx_reason_text(r));
@@ -459,16 +476,8 @@ static int changes_run(int upper_fd, int lower_fd, const fsx_limits *lim,
                             .refuse = changes_refuse};
         lower_dir root = {.fd = lower_fd};
         int r = fsx_walk(upper_fd, &st, lower_fd >= 0 ? &root : NULL, &opts, &ops, &c, err);
-        if (r >= 0 && c.more_refused > 0) {
-                char msg[96];
-                snprintf(msg, sizeof(msg), "%llu more refused (list capped at %d)",
-                         (unsigned long long)c.more_refused, FSX_REFUSED_MAX);
-                c.refused[c.n_refused].path = strdup("/input");
-                c.refused[c.n_refused].reason = strdup(msg);
-                c.n_refused++;
-                if (!c.refused[c.n_refused - 1].path || !c.refused[c.n_refused - 1].reason)
-                        r = al_error(err, -ENOMEM, NULL, "out of memory");
-        }
+        if (r >= 0)
+                r = close_refusals(&c, "/input", err);
         airlock_input_change *out = NULL;
         if (r >= 0 && c.n_files > 0) {
                 out = calloc(c.n_files + 1, sizeof(*out));
@@ -602,16 +611,8 @@ static int capture_run(int out_dirfd, const fsx_limits *lim, airlock_file **ret_
         };
         fsx_walk_ops ops = {.file = capture_file, .refuse = capture_refuse};
         int r = fsx_walk(out_dirfd, &st, NULL, &opts, &ops, &c, err);
-        if (r >= 0 && c.more_refused > 0) {
-                char msg[96];
-                snprintf(msg, sizeof(msg), "%llu more refused (list capped at %d)",
-                         (unsigned long long)c.more_refused, FSX_REFUSED_MAX);
-                c.refused[c.n_refused].path = strdup("/output");
-                c.refused[c.n_refused].reason = strdup(msg);
-                c.n_refused++;
-                if (!c.refused[c.n_refused - 1].path || !c.refused[c.n_refused - 1].reason)
-                        r = al_error(err, -ENOMEM, NULL, "out of memory");
-        }
+        if (r >= 0)
+                r = close_refusals(&c, "/output", err);
         airlock_file *files = NULL;
         if (r >= 0 && build_files(&c, &files) < 0)
                 r = al_error(err, -ENOMEM, NULL, "out of memory");
