@@ -552,6 +552,18 @@ static int append_refused(airlock_result *res, airlock_refusal *more, size_t n)
         return 0;
 }
 
+/* A capture that failed fails a run that had succeeded, with the capture's
+ * message in place of the run's. */
+static void result_fail_capture(airlock_result *res, const char *message)
+{
+        if (res->success) {
+                res->success = false;
+                res->status = AIRLOCK_STATUS_ERROR;
+        }
+        free(res->error_message);
+        res->error_message = strdup(message);
+}
+
 /* With a writable /input: lists what the run created, modified and deleted
  * there, from the upper dir of the copy's overlay, with /output's caps (a
  * cap of its own for each, not shared with /output's files). A failure
@@ -580,12 +592,7 @@ static void run_input_changes(run_state *run, airlock_result *res)
         fsx_changes_free(res->input_changes, res->n_input_changes);
         res->input_changes = NULL;
         res->n_input_changes = 0;
-        if (res->success) {
-                res->success = false;
-                res->status = AIRLOCK_STATUS_ERROR;
-        }
-        free(res->error_message);
-        res->error_message = strdup(cerr.message);
+        result_fail_capture(res, cerr.message);
 }
 
 /* Builds the result from how the copy ended and captures /output from
@@ -677,12 +684,7 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
                         res->n_files = 0;
                         res->refused = NULL;
                         res->n_refused = 0;
-                        if (res->success) {
-                                res->success = false;
-                                res->status = AIRLOCK_STATUS_ERROR;
-                        }
-                        free(res->error_message);
-                        res->error_message = strdup(cerr.message);
+                        result_fail_capture(res, cerr.message);
                 }
         }
         if (run->c->input_upper >= 0)
