@@ -81,6 +81,15 @@ static int add_refusal(capture_ctx *c, const char *path, size_t len, const char 
         return 0;
 }
 
+/* The listing budget bounds host memory whatever the guest left: a few
+ * times the file cap, so that refusals past the cap are still reported by
+ * name for a while, then one "too many files" refusal for the directory
+ * where listing stopped. */
+static uint64_t listing_budget(const fsx_limits *lim)
+{
+        return lim->max_files > (UINT64_MAX - 1024) / 4 ? UINT64_MAX : lim->max_files * 4 + 1024;
+}
+
 /* When refusals went past the list's cap, one last entry at root says how
  * many more there were (the list has room for it). */
 static int close_refusals(capture_ctx *c, const char *root, airlock_error *err)
@@ -465,8 +474,7 @@ static int changes_run(int upper_fd, int lower_fd, const fsx_limits *lim,
         fsx_walk_opts opts = {
             .prefix = "/input",
             .max_depth = lim->max_depth,
-            .max_entries =
-                lim->max_files > (UINT64_MAX - 1024) / 4 ? UINT64_MAX : lim->max_files * 4 + 1024,
+            .max_entries = listing_budget(lim),
             .listed = &listed,
             .refuse_bad_utf8 = true,
         };
@@ -596,16 +604,11 @@ static int capture_run(int out_dirfd, const fsx_limits *lim, airlock_file **ret_
                 return al_error(err, -ENOTDIR, "/output", "/output is not a directory");
 
         capture_ctx c = {.lim = lim, .err = err};
-        /* The listing budget bounds host memory whatever the guest left: a
-         * few times the file cap, so that refusals past the cap are still
-         * reported by name for a while, then one "too many files" refusal for
-         * the directory where listing stopped. */
         uint64_t listed = 0;
         fsx_walk_opts opts = {
             .prefix = "/output",
             .max_depth = lim->max_depth,
-            .max_entries =
-                lim->max_files > (UINT64_MAX - 1024) / 4 ? UINT64_MAX : lim->max_files * 4 + 1024,
+            .max_entries = listing_budget(lim),
             .listed = &listed,
             .refuse_bad_utf8 = true,
         };
