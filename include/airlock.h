@@ -188,6 +188,36 @@ AIRLOCK_PUBLIC size_t airlock_config_allow_count(const airlock_config *cfg);
 /* always when the base mode is always or any registered tool is; else never. */
 AIRLOCK_PUBLIC airlock_approval airlock_config_effective_approval(const airlock_config *cfg);
 
+/* ---- secrets ----------------------------------------------------------- */
+
+/* Where else than in request headers a secret's placeholder is replaced. */
+#define AIRLOCK_SECRET_IN_QUERY (1u << 0)
+#define AIRLOCK_SECRET_IN_BODY  (1u << 1)
+
+/* Declares the secret name (letters, digits, '_'; at most 64) with value
+ * (8 to 8192 bytes, no control characters), which the caller reads from
+ * wherever it keeps it; the configuration keeps a copy, zeroed when freed.
+ * targets is a NULL-terminated list of "TARGET[=METHODS]" in the syntax of
+ * airlock_config_allow (at most 16). The guest sees only a placeholder
+ * (airlock.secret(name)); the gateway puts the value in its place, in
+ * request headers (and the query or body with the flags), only on requests
+ * that the allow-list allows and that match one of targets: a secret allows
+ * nothing by itself. Any other request carries the placeholder unchanged.
+ * Every response has the value, raw or encoded, replaced by the
+ * placeholder. Declaring a name again replaces its value and targets
+ * (rotation): sandboxes made afterwards (and the cache's next run) use the
+ * new value, under the same placeholder. Errors never contain the value. */
+AIRLOCK_PUBLIC int airlock_config_add_secret(airlock_config *cfg, const char *name,
+                                             const void *value, size_t len, unsigned flags,
+                                             const char *const *targets, airlock_error *err);
+/* The placeholder that the guest sees for the secret name, for logs and
+ * tests: stable for the life of the process, whatever the value. buf holds
+ * at least 128 bytes. -EINVAL for a name that is not a secret's name. */
+AIRLOCK_PUBLIC int airlock_secret_placeholder(const char *name, char *buf, size_t size);
+/* The number of secrets and the name of the i-th (NULL past the end). */
+AIRLOCK_PUBLIC size_t airlock_config_secret_count(const airlock_config *cfg);
+AIRLOCK_PUBLIC const char *airlock_config_secret_name(const airlock_config *cfg, size_t i);
+
 /* ---- results ----------------------------------------------------------- */
 
 typedef enum airlock_status {

@@ -4,10 +4,12 @@
  * ranges are the library's (the limits table, through
  * airlock_limit_option_at and airlock_limits_set_option). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "base.h"
@@ -28,6 +30,7 @@ enum {
         OPT_OUTPUT_DIR,
         OPT_NO_AUTO_FIGURES,
         OPT_INPUT_WRITABLE,
+        OPT_SECRET,
         /* The limit option i is OPT_LIMIT + i. */
         OPT_LIMIT = 1024,
 };
@@ -45,6 +48,7 @@ static const struct option tail_options[] = {
     {"approval", required_argument, NULL, OPT_APPROVAL},
     {"no-auto-figures", no_argument, NULL, OPT_NO_AUTO_FIGURES},
     {"input-writable", no_argument, NULL, OPT_INPUT_WRITABLE},
+    {"secret", required_argument, NULL, OPT_SECRET},
     {"json", no_argument, NULL, OPT_JSON},
     {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
     {"yes", no_argument, NULL, 'y'},
@@ -86,6 +90,8 @@ void cli_usage(FILE *f)
               "      --no-auto-figures          do not return matplotlib figures as PNG files\n"
               "      --input-writable           /input writable per run; the result lists the\n"
               "                                 changes (the host's files are never written)\n"
+              "      --secret NAME[+query][+body]=env:VAR|file:PATH@TARGET[=METHODS][@TARGET...]\n"
+              "                                 a secret the guest sees as airlock.secret(NAME)\n"
               "run only:\n"
               "  -c CODE                        the code to run\n"
               "      --json                     print the result JSON\n"
@@ -117,6 +123,124 @@ static int add_allow(airlock_config *cfg, const char *arg, airlock_error *err)
         if (!target)
                 return -ENOMEM;
         return airlock_config_allow(cfg, target, eq + 1, err);
+}
+
+/* Reads a secret's value from "env:VAR" or "file:PATH" (one trailing
+ * newline dropped, as a file written by echo has). The value is never taken
+ * from the command line itself: other users can read that in /proc. */
+#define CLI_SECRET_FILE_MAX 8192
+static int secret_value(const char *name, const char *src, char **ret, size_t *ret_len,
+                        airlock_error *err)
+{
+        if (strncmp(src, "env:", 4) == 0) {
+                const char *v = getenv(src + 4);
+                if (!v)
+                        return al_error(err, -ENOENT, NULL,
+                                        "--secret %s: the environment variable %s is not set", name,
+                                        src + 4);
+                *ret_len = strlen(v);
+                *ret = strdup(v);
+                return *ret ? 0 : -ENOMEM;
+        }
+        if (strncmp(src, "file:", 5) == 0) {
+                _cleanup_close_ int fd = open(src + 5, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+                if (fd < 0)
+                        return al_error(err, -errno, src + 5, "--secret %s: cannot open %s: %s",
+                                        name, src + 5, strerror(errno));
+                char *buf = malloc(CLI_SECRET_FILE_MAX + 2);
+                if (!buf)
+                        return -ENOMEM;
+                size_t n = 0;
+                for (;;) {
+                        ssize_t k = read(fd, buf + n, CLI_SECRET_FILE_MAX + 1 - n);
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k < 0) {
+                                int e = -errno;
+                                explicit_bzero(buf, n);
+                                free(buf);
+                                return al_error(err, e, src + 5, "--secret %s: cannot read %s",
+                                                name, src + 5);
+                        }
+                        if (k == 0 || (n += (size_t)k) > CLI_SECRET_FILE_MAX)
+                                break;
+                }
+                if (n > CLI_SECRET_FILE_MAX) {
+                        explicit_bzero(buf, n);
+                        free(buf);
+                        return al_error(err, -E2BIG, src + 5,
+                                        "--secret %s: %s holds more than %d bytes", name, src + 5,
+                                        CLI_SECRET_FILE_MAX);
+                }
+                if (n && buf[n - 1] == '\n')
+                        n--;
+                if (n && buf[n - 1] == '\r')
+                        n--;
+                buf[n] = '\0';
+                *ret = buf;
+                *ret_len = n;
+                return 0;
+        }
+        return al_error(err, -EINVAL, NULL,
+                        "--secret %s: the value comes from env:VAR or file:PATH, never from the "
+                        "command line",
+                        name);
+}
+
+/* --secret NAME[+query][+body]=SOURCE@TARGET[=METHODS][@TARGET[=METHODS]...]:
+ * '@' splits, as no allow-list target may hold one (no userinfo). */
+static int add_secret(airlock_config *cfg, const char *arg, airlock_error *err)
+{
+        _cleanup_free_ char *copy = strdup(arg);
+        if (!copy)
+                return -ENOMEM;
+        char *eq = strchr(copy, '=');
+        char *at = eq ? strchr(eq, '@') : NULL;
+        if (!eq || !at)
+                return al_error(err, -EINVAL, NULL,
+                                "--secret: '%.80s' is not NAME=env:VAR@TARGET[=METHODS] (or "
+                                "file:PATH)",
+                                eq ? copy : arg);
+        *eq = '\0';
+        *at = '\0';
+        unsigned flags = 0;
+        char *plus = strchr(copy, '+');
+        if (plus) {
+                *plus = '\0';
+                char *save = NULL;
+                for (char *p = strtok_r(plus + 1, "+", &save); p; p = strtok_r(NULL, "+", &save)) {
+                        if (strcmp(p, "query") == 0)
+                                flags |= AIRLOCK_SECRET_IN_QUERY;
+                        else if (strcmp(p, "body") == 0)
+                                flags |= AIRLOCK_SECRET_IN_BODY;
+                        else
+                                return al_error(err, -EINVAL, NULL,
+                                                "--secret %s: '+%s' is not '+query' or '+body'",
+                                                copy, p);
+                }
+        }
+        const char *targets[17];
+        size_t n = 0;
+        for (char *t = at + 1; t; n++) {
+                if (n >= 16)
+                        return al_error(err, -E2BIG, NULL, "--secret %s: more than 16 targets",
+                                        copy);
+                char *next = strchr(t, '@');
+                if (next)
+                        *next++ = '\0';
+                targets[n] = t;
+                t = next;
+        }
+        targets[n] = NULL;
+        char *value = NULL;
+        size_t len = 0;
+        int r = secret_value(copy, eq + 1, &value, &len, err);
+        if (r < 0)
+                return r;
+        r = airlock_config_add_secret(cfg, copy, value, len, flags, targets, err);
+        explicit_bzero(value, len);
+        free(value);
+        return r;
 }
 
 static int add_preloads(airlock_config *cfg, const char *arg, airlock_error *err)
@@ -214,6 +338,13 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case OPT_INPUT_WRITABLE:
                         airlock_config_set_input_writable(o.cfg, true);
+                        break;
+                case OPT_SECRET:
+                        if (cmd != CLI_RUN && cmd != CLI_MCP)
+                                r = al_error(err, -EINVAL, NULL,
+                                             "--secret is for run and mcp only");
+                        else
+                                r = add_secret(o.cfg, optarg, err);
                         break;
                 case OPT_JSON:
                         if (cmd == CLI_MCP)

@@ -94,6 +94,17 @@ def http_request(method, url, headers=None, body=None):
     return {"status": res.get(_KEY_STATUS), "headers": res.get(_KEY_HEADERS, {}), "body": text}
 
 
+def secret(name):
+    """The placeholder of the host's secret `name`: put it where the value
+    goes (a header, say); the host's gateway puts the value in its place on
+    requests to the secret's targets, and the placeholder back in responses.
+    The value itself never enters the sandbox. An unknown name raises
+    ValueError."""
+    if not isinstance(name, str):
+        raise TypeError("airlock.secret(name): the name must be a string")
+    return _request({_KEY_OP: _OP_SECRET, _KEY_NAME: name})
+
+
 def http_get(url, headers=None):
     return http_request("GET", url, headers=headers)
 
@@ -686,6 +697,8 @@ def _install(auto_figures=True, python_paths=()):
     mod.__doc__ = "Host functions of the airlock sandbox."
     for name in __all__:
         setattr(mod, name, globals()[name])
+    # In the module only, not a builtin: `secret` is too common a name.
+    mod.secret = secret
     _sys.modules["airlock"] = mod
     # Make the functions available to code that does not import them.
     for name in __all__:

@@ -7,6 +7,10 @@ Routes (any method):
   /echo...            200, JSON {"method", "path", "headers", "body_base64"}
                       with two "X-Multi" headers
   /redirect?to=URL    302 to URL
+  /mirror             200; the Authorization header it received (after
+                      "Bearer "), in every common encoding, in response
+                      headers and in the body: what a server echoing a
+                      secret back does
   /big?n=N&cl=1       N bytes of "a"; with cl=0 no Content-Length (body ends
                       when the connection closes)
   /slow?s=S           waits S seconds, then 200
@@ -20,6 +24,7 @@ Usage: httpd.py [BIND_ADDRESS]
 """
 import base64
 import json
+import re
 import socket
 import sys
 import time
@@ -84,6 +89,27 @@ class Handler(BaseHTTPRequestHandler):
             }).encode()
             self.send(200, out, [("Content-Type", "application/json"),
                                  ("X-Multi", "a"), ("X-Multi", "b")])
+        elif url.path == "/mirror":
+            # Header text is latin-1 here: that gives back the bytes sent.
+            v = self.headers.get("Authorization", "").removeprefix("Bearer ").encode("latin-1")
+            forms = {
+                "raw": v,
+                "b64": base64.b64encode(v),
+                "b64url": base64.urlsafe_b64encode(v).rstrip(b"="),
+                "b64-1": base64.b64encode(b"x" + v + b"y"),
+                "b64-2": base64.b64encode(b"xy" + v),
+                "pct": urllib.parse.quote(v, safe="").encode(),
+                "pct-lower": re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(),
+                                    urllib.parse.quote(v, safe="")).encode(),
+                "pct-all": "".join("%%%02X" % c for c in v).encode(),
+                "form": urllib.parse.quote_plus(v).encode(),
+                "json": json.dumps(v.decode("utf-8", "replace")).encode(),
+                "json-slash": json.dumps(v.decode("utf-8", "replace")).replace("/", "\\/").encode(),
+                "json-utf8": json.dumps(v.decode("utf-8", "replace"), ensure_ascii=False).encode(),
+            }
+            body = b"\n".join(k.encode() + b"=" + f for k, f in forms.items())
+            hdrs = [("X-" + k, f.decode("latin-1")) for k, f in forms.items()]
+            self.send(200, body, hdrs + [("Location", "/x?token=" + forms["pct"].decode())])
         elif url.path == "/redirect":
             self.send(302, b"", [("Location", q.get("to", "/"))])
         elif url.path == "/big":

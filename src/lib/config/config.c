@@ -21,6 +21,8 @@ int airlock_config_new(airlock_config **ret, airlock_error *err)
         int r = allowlist_new(&c->allow, err);
         if (r >= 0)
                 r = tools_new(&c->tools, err);
+        if (r >= 0)
+                r = secrets_new(&c->secrets, err);
         if (r < 0) {
                 airlock_config_free(c);
                 return r;
@@ -47,6 +49,7 @@ void airlock_config_free(airlock_config *c)
         free(c->mounts);
         allowlist_free(c->allow);
         tools_free(c->tools);
+        secrets_free(c->secrets);
         for (size_t i = 0; i < c->n_preloads; i++)
                 free(c->preloads[i]);
         free(c->preloads);
@@ -300,10 +303,43 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
         r = allowlist_clone(src->allow, &c->allow, err);
         if (r >= 0)
                 r = tools_clone(src->tools, &c->tools, err);
+        if (r >= 0)
+                r = secrets_clone(src->secrets, &c->secrets, err);
         if (r < 0) {
                 airlock_config_free(c);
                 return r;
         }
         *ret = c;
         return 0;
+}
+
+int airlock_config_add_secret(airlock_config *c, const char *name, const void *value, size_t len,
+                              unsigned flags, const char *const *targets, airlock_error *err)
+{
+        airlock_error_clear(err);
+        config_changed(c);
+        return secrets_add(c->secrets, name, value, len, flags, targets, err);
+}
+
+int airlock_secret_placeholder(const char *name, char *buf, size_t size)
+{
+        /* A name secrets_add() would refuse has no placeholder. */
+        char probe[SECRET_PLACEHOLDER_SIZE];
+        if (!name || !buf || secrets_add_check_name(name) < 0)
+                return -EINVAL;
+        secrets_placeholder(name, probe);
+        if (strlen(probe) >= size)
+                return -ERANGE;
+        memcpy(buf, probe, strlen(probe) + 1);
+        return 0;
+}
+
+size_t airlock_config_secret_count(const airlock_config *c)
+{
+        return secrets_count(c->secrets);
+}
+
+const char *airlock_config_secret_name(const airlock_config *c, size_t i)
+{
+        return secrets_name(c->secrets, i);
 }

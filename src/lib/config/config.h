@@ -6,6 +6,7 @@
 
 #include "airlock.h"
 #include "host/allowlist.h"
+#include "host/secrets.h"
 #include "host/tools.h"
 
 typedef struct config_mount {
@@ -18,6 +19,7 @@ struct airlock_config {
         config_mount *mounts;
         size_t n_mounts;
         net_allowlist *allow;
+        secret_store *secrets; /* airlock_config_add_secret */
         tool_registry *tools;
         airlock_limits limits;
         char **preloads;

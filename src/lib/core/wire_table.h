@@ -27,7 +27,9 @@
  *   restore   host -> copy   go back to snapshot {"id", "keep"}
  *   restored  copy -> host   the restored state is active
  *   drop      host -> copy   forget snapshot {"id"}
- *   error     copy -> host   a session request failed: {"error"} */
+ *   error     copy -> host   a session request failed: {"error"}
+ *   secret    guest -> host  airlock.secret(name): {"name"}; the result is
+ *                            the secret's placeholder (host/secrets.h) */
 #define WIRE_OP_TOOL     "tool"
 #define WIRE_OP_HTTP     "http"
 #define WIRE_OP_RUN      "run"
@@ -38,6 +40,7 @@
 #define WIRE_OP_RESTORED "restored"
 #define WIRE_OP_DROP     "drop"
 #define WIRE_OP_ERROR    "error"
+#define WIRE_OP_SECRET   "secret"
 #define WIRE_OPS(X)                                                                                \
         X(TOOL)                                                                                    \
         X(HTTP)                                                                                    \
@@ -48,7 +51,8 @@
         X(RESTORE)                                                                                 \
         X(RESTORED)                                                                                \
         X(DROP)                                                                                    \
-        X(ERROR)
+        X(ERROR)                                                                                   \
+        X(SECRET)
 
 /* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
  * frame, the reply to a guest request ({"ok": true, "result": ...} or

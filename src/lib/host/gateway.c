@@ -19,6 +19,7 @@
 
 #include "core/util.h"
 #include "core/wire_table.h"
+#include "host/secrets.h"
 
 #define GW_MAX_ADDRS         16
 #define GW_MAX_REQ_HEADERS   100
@@ -424,11 +425,24 @@ static bool is_tchar(unsigned char c)
         return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
+/* Frees a header list whose lines may hold a secret's value, zeroing
+ * them first. */
+static void headers_wipe_free(struct curl_slist *list)
+{
+        for (struct curl_slist *l = list; l; l = l->next)
+                explicit_bzero(l->data, strlen(l->data));
+        cu.slist_free_all(list);
+}
+
 /* Builds the curl header list from the guest's {"name": "value"} object.
  * Names must be tokens; values may not hold CR, LF, NUL or other control
- * characters but tab, which is what header injection needs. */
+ * characters but tab, which is what header injection needs. A value with
+ * the placeholder of a secret whose targets match (method, u) carries the
+ * secret's value instead (secrets_substitute); the caps apply to what the
+ * guest sent. */
 static int headers_build(const json_t *headers, const char *method, const char *shown,
-                         struct curl_slist **ret, bool *ret_has_ctype, airlock_error *err)
+                         const secret_store *ss, const url_parts *u, struct curl_slist **ret,
+                         bool *ret_has_ctype, airlock_error *err)
 {
         struct curl_slist *list = NULL;
         bool has_ctype = false;
@@ -491,13 +505,24 @@ static int headers_build(const json_t *headers, const char *method, const char *
                         goto fail;
                 }
                 has_ctype |= strcasecmp(name, "content-type") == 0;
+                char *real = NULL;
+                size_t real_len = 0;
+                int sr = secrets_substitute(ss, method, u, SECRET_IN_HEADER, val, vlen, &real,
+                                            &real_len);
+                if (sr < 0) {
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        goto fail;
+                }
                 /* "Name;" is curl's way to send a header with an empty value;
                  * "Name:" would remove it. */
-                if (asprintf(&line, vlen ? "%s: %s" : "%s;", name, val) < 0) {
+                int lr = asprintf(&line, vlen ? "%s: %s" : "%s;", name, sr > 0 ? real : val);
+                secrets_wipe_free(real, real_len);
+                if (lr < 0) {
                         r = al_error(err, -ENOMEM, NULL, "out of memory");
                         goto fail;
                 }
                 struct curl_slist *l = cu.slist_append(list, line);
+                explicit_bzero(line, (size_t)lr);
                 if (!l) {
                         r = al_error(err, -ENOMEM, NULL, "out of memory");
                         goto fail;
@@ -505,13 +530,13 @@ static int headers_build(const json_t *headers, const char *method, const char *
                 list = l;
                 continue;
         fail:
-                cu.slist_free_all(list);
+                headers_wipe_free(list);
                 return r;
         }
         /* No "Expect: 100-continue" round trip for large bodies. */
         struct curl_slist *l = cu.slist_append(list, "Expect:");
         if (!l) {
-                cu.slist_free_all(list);
+                headers_wipe_free(list);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
         *ret = l;
@@ -614,15 +639,68 @@ static CURLcode perform(CURL *h, int cancel_fd, bool *ret_cancelled)
 }
 
 /* Runs the checked request. The RESOLVE list pins curl to addrs. */
+/* Puts the placeholder in place of every secret's value, raw or encoded,
+ * in the response's header names and values and its body, before the guest
+ * sees them: a server that echoes the request echoes the value. */
+static int response_scrub(const secret_store *ss, transfer *t)
+{
+        if (!secrets_count(ss))
+                return 0;
+        char *clean = NULL;
+        size_t n = 0;
+        int r = secrets_scrub(ss, t->body.data ? t->body.data : "", t->body.len, &clean, &n);
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                explicit_bzero(t->body.data, t->body.len);
+                dynbuf_free(&t->body);
+                dynbuf_init(&t->body, n + 1);
+                r = dynbuf_append(&t->body, clean, n);
+                free(clean);
+                if (r < 0)
+                        return r;
+        }
+        json_t *out = json_object();
+        if (!out)
+                return -ENOMEM;
+        const char *name;
+        json_t *v;
+        json_object_foreach (t->headers, name, v) {
+                char *cn = NULL, *cv = NULL;
+                size_t nn = 0, nv = 0;
+                int a = secrets_scrub(ss, name, strlen(name), &cn, &nn);
+                int b = a < 0 ? a
+                              : secrets_scrub(ss, json_string_value(v), json_string_length(v), &cv,
+                                              &nv);
+                int set = a < 0 || b < 0
+                              ? -1
+                              : json_object_set_new(out, a > 0 ? cn : name,
+                                                    b > 0 ? json_stringn(cv, nv) : json_incref(v));
+                free(cn);
+                free(cv);
+                if (set < 0) {
+                        json_decref(out);
+                        return -ENOMEM;
+                }
+        }
+        /* The old object is wiped by dropping it: jansson frees its strings. */
+        json_decref(t->headers);
+        t->headers = out;
+        return 0;
+}
+
 static int transfer_run(const url_parts *u, const char *method, const char *shown,
                         struct curl_slist *headers, const unsigned char *body, size_t body_len,
                         bool has_body, const struct sockaddr_storage *addrs, size_t n_addrs,
                         const airlock_limits *lim, uint64_t deadline_ns, int cancel_fd,
-                        json_t **ret_response, airlock_error *err)
+                        const secret_store *ss, gateway_record *rec, json_t **ret_response,
+                        airlock_error *err)
 {
-        _cleanup_free_ char *url = allowlist_format_url(u, true, true);
+        /* The URL may carry a secret's value in its query: wiped below. */
+        char *url = allowlist_format_url(u, true, true);
         if (!url)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
+        size_t url_len = strlen(url);
         struct curl_slist *resolve = NULL;
         if (!u->host_is_ip) {
                 dynbuf b;
@@ -637,8 +715,10 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                 }
                 _cleanup_free_ char *line = r >= 0 ? dynbuf_take(&b, NULL) : NULL;
                 dynbuf_free(&b);
-                if (!line || !(resolve = cu.slist_append(NULL, line)))
+                if (!line || !(resolve = cu.slist_append(NULL, line))) {
+                        secrets_wipe_free(url, url_len);
                         return al_error(err, -ENOMEM, NULL, "out of memory");
+                }
         }
         transfer t = {.addrs = addrs, .n_addrs = n_addrs, .port = (uint16_t)u->port};
         dynbuf_init(&t.body, lim->http_max_response);
@@ -649,6 +729,7 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                 json_decref(t.headers);
                 if (h)
                         cu.easy_cleanup(h);
+                secrets_wipe_free(url, url_len);
                 return al_error(err, -ENOMEM, NULL, "%s %s: cannot set up the transfer", method,
                                 shown);
         }
@@ -713,6 +794,14 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                 if (c != CURLE_OK)
                         r = curl_failure(c, &t, errbuf, method, shown, lim, err);
         }
+        if (rec) {
+                long status = 0;
+                cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+                rec->status = (int)status;
+                rec->bytes_received = t.body.len;
+        }
+        if (r >= 0 && response_scrub(ss, &t) < 0)
+                r = al_error(err, -ENOMEM, NULL, "%s %s: out of memory", method, shown);
         if (r >= 0) {
                 long status = 0;
                 cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -732,6 +821,7 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         cu.slist_free_all(resolve);
         json_decref(t.headers);
         dynbuf_free(&t.body);
+        secrets_wipe_free(url, url_len);
         return r;
 }
 
@@ -741,9 +831,42 @@ int gateway_request(const net_allowlist *al, const airlock_limits *lim, const js
         return gateway_request_ex(al, lim, request, 0, -1, ret_response, err);
 }
 
-int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, const json_t *request,
+int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim, const json_t *request,
                        uint64_t deadline_ns, int cancel_fd, json_t **ret_response,
                        airlock_error *err)
+{
+        return gateway_request_full(al, NULL, lim, request, deadline_ns, cancel_fd, NULL,
+                                    ret_response, err);
+}
+
+static int request_checked(const net_allowlist *al, const secret_store *ss,
+                           const airlock_limits *lim_in, const json_t *request,
+                           uint64_t deadline_ns, int cancel_fd, gateway_record *rec,
+                           json_t **ret_response, airlock_error *err);
+
+int gateway_request_full(const net_allowlist *al, const secret_store *ss, const airlock_limits *lim,
+                         const json_t *request, uint64_t deadline_ns, int cancel_fd,
+                         gateway_record *rec, json_t **ret_response, airlock_error *err)
+{
+        if (rec)
+                *rec = (gateway_record){0};
+        int r =
+            request_checked(al, ss, lim, request, deadline_ns, cancel_fd, rec, ret_response, err);
+        /* Whatever went wrong, the message the guest reads has no value:
+         * curl's own text may quote what it sent. */
+        if (r < 0 && err && secrets_count(ss))
+                secrets_scrub_text(ss, err->message, sizeof(err->message));
+        if (rec && rec->method[0] == '\0' && json_is_object(request)) {
+                const char *m = json_string_value(json_object_get(request, WIRE_KEY_METHOD));
+                snprintf(rec->method, sizeof(rec->method), "%s", m ? m : "");
+        }
+        return r;
+}
+
+static int request_checked(const net_allowlist *al, const secret_store *ss,
+                           const airlock_limits *lim_in, const json_t *request,
+                           uint64_t deadline_ns, int cancel_fd, gateway_record *rec,
+                           json_t **ret_response, airlock_error *err)
 {
         airlock_limits lim;
         if (lim_in)
@@ -771,6 +894,8 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
         if (!m_ok)
                 return al_error(err, -EINVAL, NULL, "'%.40s' is not an HTTP method", m);
         method[mlen] = '\0';
+        if (rec)
+                memcpy(rec->method, method, mlen + 1);
         if (strlen(json_string_value(ju)) != json_string_length(ju))
                 return al_error(err, -EINVAL, NULL, "the URL contains a NUL character");
 
@@ -796,11 +921,17 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
         size_t n_addrs = 0;
         bool has_ctype = false;
 
+        if (rec) {
+                _cleanup_free_ char *bare = allowlist_format_url(&u, false, false);
+                snprintf(rec->url, sizeof(rec->url), "%s", bare ? bare : u.host);
+        }
         r = allowlist_check(al, method, &u, NULL, err);
         if (r < 0)
                 goto out;
-        r = headers_build(json_object_get(request, WIRE_KEY_HEADERS), method, shown, &headers,
-                          &has_ctype, err);
+        if (rec)
+                rec->allowed = true;
+        r = headers_build(json_object_get(request, WIRE_KEY_HEADERS), method, shown, ss, &u,
+                          &headers, &has_ctype, err);
         if (r < 0)
                 goto out;
         const json_t *jb = json_object_get(request, WIRE_KEY_BODY_BASE64);
@@ -840,7 +971,38 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
                 /* The guest runtime always sends a body, "" for none; an empty
                  * body on a GET would add a needless Content-Length. */
                 has_body = body_len > 0;
+                char *real = NULL;
+                size_t real_len = 0;
+                int sr = has_body
+                             ? secrets_substitute(ss, method, &u, SECRET_IN_BODY,
+                                                  (const char *)body, body_len, &real, &real_len)
+                             : 0;
+                if (sr < 0) {
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        goto out;
+                }
+                if (sr > 0) {
+                        free(body);
+                        body = (unsigned char *)real;
+                        body_len = real_len;
+                }
         }
+        if (u.query) {
+                char *real = NULL;
+                size_t real_len = 0;
+                int sr = secrets_substitute(ss, method, &u, SECRET_IN_QUERY, u.query,
+                                            strlen(u.query), &real, &real_len);
+                if (sr < 0) {
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        goto out;
+                }
+                if (sr > 0) {
+                        free(u.query);
+                        u.query = real;
+                }
+        }
+        if (rec)
+                rec->bytes_sent = body_len;
         /* curl would label a body without a type as a form; send none. */
         if ((has_body || sends_length(method)) && !has_ctype) {
                 struct curl_slist *l = cu.slist_append(headers, "Content-Type:");
@@ -853,11 +1015,17 @@ int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim_in, co
         r = addresses_check(&u, method, shown, addrs, &n_addrs, err);
         if (r < 0)
                 goto out;
+        if (rec)
+                rec->start_ns = al_now_ns();
         r = transfer_run(&u, method, shown, headers, body, body_len, has_body, addrs, n_addrs, &lim,
-                         deadline_ns, cancel_fd, ret_response, err);
+                         deadline_ns, cancel_fd, ss, rec, ret_response, err);
+        if (rec)
+                rec->duration_ns = al_now_ns() - rec->start_ns;
 out:
-        cu.slist_free_all(headers);
-        free(body);
+        headers_wipe_free(headers);
+        secrets_wipe_free(body, body_len);
+        if (u.query)
+                explicit_bzero(u.query, strlen(u.query));
         allowlist_url_free(&u);
         return r;
 }

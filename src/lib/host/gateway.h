@@ -9,6 +9,7 @@
 
 #include "airlock.h"
 #include "host/allowlist.h"
+#include "host/secrets.h"
 
 /* Performs request, a JSON object {"method", "url", "headers": {name: value},
  * "body_base64"} from the guest. Checks: method and URL against the list
@@ -32,6 +33,35 @@ int gateway_request(const net_allowlist *al, const airlock_limits *lim, const js
 int gateway_request_ex(const net_allowlist *al, const airlock_limits *lim, const json_t *request,
                        uint64_t deadline_ns, int cancel_fd, json_t **ret_response,
                        airlock_error *err);
+
+/* What one request did, for the run's usage record: the method, the URL
+ * without its query (the query may carry anything), the status (0 when no
+ * response came), the body bytes each way, and whether the allow-list let
+ * it through. */
+typedef struct gateway_record {
+        char method[33];
+        char url[256];
+        int status;
+        bool allowed;
+        uint64_t bytes_sent;
+        uint64_t bytes_received;
+        uint64_t start_ns;
+        uint64_t duration_ns;
+} gateway_record;
+
+/* gateway_request_ex() with the sandbox's secrets (NULL: none): a
+ * secret's placeholder in a header value (and the query or body where its
+ * rule says so) becomes its value on a request that the list allows and
+ * that matches the secret's targets, checked anew for every request (so for
+ * every hop of a redirect the guest follows); elsewhere it is sent
+ * unchanged. The response's header names, values and body, and any error
+ * message, have every value (raw, base64, base64url, percent-encoded,
+ * JSON-escaped) replaced by its placeholder. Copies of a value that the
+ * gateway makes are zeroed before they are freed. With rec, fills it in
+ * whatever the outcome. */
+int gateway_request_full(const net_allowlist *al, const secret_store *ss, const airlock_limits *lim,
+                         const json_t *request, uint64_t deadline_ns, int cancel_fd,
+                         gateway_record *rec, json_t **ret_response, airlock_error *err);
 
 /* The name of the built-in exception the guest raises for r (a negative
  * errno from gateway_request()): the kind WIRE_ERRORS (core/wire_table.h,

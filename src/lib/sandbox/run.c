@@ -250,6 +250,28 @@ static void guest_ended(run_state *run, const json_t *msg)
         run->end.seen = true;
 }
 
+/* The reply to airlock.secret(name): the placeholder of a declared secret,
+ * never its value; an unknown name is a ValueError naming the secrets there
+ * are (names are not secret; the tool description may list them too). */
+static json_t *secret_reply(const airlock_config *cfg, const char *name)
+{
+        char ph[SECRET_PLACEHOLDER_SIZE];
+        if (name && secrets_lookup(cfg->secrets, name, ph) == 0)
+                return json_pack("{s:b, s:s}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, ph);
+        char names[512] = "";
+        size_t n = secrets_count(cfg->secrets), at = 0;
+        for (size_t i = 0; i < n && at < sizeof(names) - 1; i++) {
+                int w = snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "",
+                                 secrets_name(cfg->secrets, i));
+                at += w > 0 ? (size_t)w : 0;
+        }
+        char msg[700];
+        snprintf(msg, sizeof(msg), "airlock.secret: no secret named '%.64s' (%s%s)",
+                 name ? name : "", n ? "the secrets are: " : "no secret is declared",
+                 n ? names : "");
+        return error_reply(WIRE_KIND_VALUE, msg);
+}
+
 /* Serves one request of the guest: a tool call or an HTTP request. */
 static void serve_request(run_state *run, json_t *msg)
 {
@@ -281,14 +303,16 @@ static void serve_request(run_state *run, json_t *msg)
                 json_t *resp = NULL;
                 airlock_error e;
                 airlock_error_clear(&e);
-                int r = gateway_request_ex(cfg->allow, run->lim, msg, run->deadline, run->cancel_fd,
-                                           &resp, &e);
+                int r = gateway_request_full(cfg->allow, cfg->secrets, run->lim, msg, run->deadline,
+                                             run->cancel_fd, NULL, &resp, &e);
                 if (r >= 0) {
                         reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, resp);
                 } else {
                         const char *kind = gateway_guest_exception(r);
                         reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
                 }
+        } else if (op && strcmp(op, WIRE_OP_SECRET) == 0) {
+                reply = secret_reply(cfg, json_string_value(json_object_get(msg, WIRE_KEY_NAME)));
         } else {
                 reply = error_reply(WIRE_KIND_VALUE, "unknown request to the host");
         }

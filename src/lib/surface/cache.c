@@ -68,7 +68,7 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
 /* The same for the configuration itself: a new member changes what a sandbox
  * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
  * own memo), and its setter must call config_changed(). */
-_Static_assert(sizeof(struct airlock_config) == 232,
+_Static_assert(sizeof(struct airlock_config) == 240,
                "update config_text for the new airlock_config member");
 
 /* What the configuration says, as text (the first part described below):
@@ -79,7 +79,12 @@ static int config_text(const airlock_config *cfg, char **ret)
         dynbuf_init(&b, FINGERPRINT_CAP);
         _cleanup_free_ char *tools = tools_fingerprint_text(cfg->tools);
         _cleanup_free_ char *allow = allowlist_fingerprint_text(cfg->allow);
-        int r = (tools && allow) ? 0 : -ENOMEM;
+        /* Names, targets and a keyed digest of each value, never a value:
+         * a rotated value is a new configuration. */
+        _cleanup_free_ char *secrets = secrets_fingerprint_text(cfg->secrets);
+        int r = (tools && allow && secrets) ? 0 : -ENOMEM;
+        if (r >= 0 && *secrets)
+                r = fp_field(&b, "secrets", secrets);
         if (r >= 0)
                 r = fp_field(&b, "tools", tools);
         if (r >= 0)

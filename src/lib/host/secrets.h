@@ -1,0 +1,90 @@
+/* Secrets at the egress: values that the host holds and the guest never
+ * sees. The guest has a placeholder per secret; the gateway puts the value
+ * in place of the placeholder only on requests to the secret's targets, and
+ * puts the placeholder back wherever a response carries the value. */
+#ifndef AIRLOCK_SECRETS_H
+#define AIRLOCK_SECRETS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "airlock.h"
+#include "host/allowlist.h"
+
+#define SECRETS_MAX             64
+#define SECRET_NAME_MAX         64
+#define SECRET_VALUE_MIN        8
+#define SECRET_VALUE_MAX        8192
+#define SECRET_TARGETS_MAX      16
+#define SECRET_PLACEHOLDER_SIZE (sizeof("airlock-secret-") + SECRET_NAME_MAX + 1 + 32)
+
+typedef struct secret_store secret_store;
+
+int secrets_new(secret_store **ret, airlock_error *err);
+/* Zeroes every value and every encoded form of it before freeing. */
+void secrets_free(secret_store *s);
+int secrets_clone(const secret_store *s, secret_store **ret, airlock_error *err);
+
+/* Adds the secret name (letters, digits and '_', not starting with a
+ * digit) with value (SECRET_VALUE_MIN to SECRET_VALUE_MAX bytes, no control
+ * characters: it goes into header values) and targets (NULL-terminated,
+ * each "TARGET[=METHODS]" in the allow-list's syntax, at least one). A
+ * secret of that name already there is replaced: that is rotation. flags:
+ * AIRLOCK_SECRET_IN_*. Errors name the secret, never the value. */
+int secrets_add(secret_store *s, const char *name, const void *value, size_t len, unsigned flags,
+                const char *const *targets, airlock_error *err);
+
+/* 0 when name is a valid secret name, else -EINVAL. */
+int secrets_add_check_name(const char *name);
+
+size_t secrets_count(const secret_store *s);
+const char *secrets_name(const secret_store *s, size_t i);
+
+/* The placeholder of the secret name, whether or not a store holds it:
+ * "airlock-secret-NAME-" and 32 hex digits of a keyed hash (SipHash-2-4,
+ * twice) of the name under a key drawn from getrandom once per process. So
+ * it is stable for the life of the process, also across sandbox rebuilds,
+ * distinct per name, and tells nothing about the value. buf holds at least
+ * SECRET_PLACEHOLDER_SIZE bytes. */
+void secrets_placeholder(const char *name, char *buf);
+
+/* The placeholder if s holds name (0), else -ENOENT. */
+int secrets_lookup(const secret_store *s, const char *name, char *buf);
+
+/* Text for the cache fingerprint: names, flags, targets and a keyed hash of
+ * each value (never the value), so that a rotated value is a new
+ * configuration. Malloc'd; NULL when out of memory. */
+char *secrets_fingerprint_text(const secret_store *s);
+
+/* Where a request carries placeholders. */
+typedef enum {
+        SECRET_IN_HEADER = 0,
+        SECRET_IN_QUERY = AIRLOCK_SECRET_IN_QUERY,
+        SECRET_IN_BODY = AIRLOCK_SECRET_IN_BODY,
+} secret_place;
+
+/* Replaces, in data, the placeholder of each secret whose targets allow
+ * method and url and whose rule allows place (headers always) by its value.
+ * Returns 0 when nothing changed (*ret untouched), 1 with *ret and *ret_len a
+ * malloc'd copy (NUL-terminated; the caller zeroes it before freeing: it
+ * holds a value), -ENOMEM. Placeholders of secrets that do not match stay as
+ * they are: they are worthless outside the gateway. The caller has already
+ * checked the request against the sandbox's allow-list. */
+int secrets_substitute(const secret_store *s, const char *method, const url_parts *url,
+                       secret_place place, const char *data, size_t len, char **ret,
+                       size_t *ret_len);
+
+/* Replaces in data every occurrence of a value, raw or encoded (base64 and
+ * base64url at each alignment, percent-encoding, JSON escaping), by its
+ * placeholder. Same returns as secrets_substitute; the copy holds no value. */
+int secrets_scrub(const secret_store *s, const char *data, size_t len, char **ret, size_t *ret_len);
+
+/* secrets_scrub() on a NUL-terminated text in a buffer of size bytes, in
+ * place (truncated if the placeholders make it longer). */
+void secrets_scrub_text(const secret_store *s, char *text, size_t size);
+
+/* Zeroes and frees a buffer that held a value. */
+void secrets_wipe_free(void *p, size_t len);
+
+#endif
