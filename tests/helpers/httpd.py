@@ -23,6 +23,7 @@ Routes (any method):
 Usage: httpd.py [BIND_ADDRESS]
 """
 import base64
+import hashlib
 import json
 import re
 import socket
@@ -107,7 +108,9 @@ class Handler(BaseHTTPRequestHandler):
                 "json-slash": json.dumps(v.decode("utf-8", "replace")).replace("/", "\\/").encode(),
                 "json-utf8": json.dumps(v.decode("utf-8", "replace"), ensure_ascii=False).encode(),
             }
-            body = b"\n".join(k.encode() + b"=" + f for k, f in forms.items())
+            # What the server received, as a digest the test can compare.
+            body = b"sha256=" + hashlib.sha256(v).hexdigest().encode() + b"\n"
+            body += b"\n".join(k.encode() + b"=" + f for k, f in forms.items())
             hdrs = [("X-" + k, f.decode("latin-1")) for k, f in forms.items()]
             self.send(200, body, hdrs + [("Location", "/x?token=" + forms["pct"].decode())])
         elif url.path == "/redirect":

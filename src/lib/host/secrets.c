@@ -253,10 +253,6 @@ static int form_percent(secret *s, int mode, bool lower)
         return form_add(s, out, n);
 }
 
-/* JSON string escaping: '"' and '\\' always, '/' with slash, every
- * character beyond ASCII as \uXXXX (surrogate pairs beyond the BMP) with
- * ascii, in lower- or upper-case hex. A value that is not UTF-8 has no
- * ascii form. */
 /* Writes \uXXXX at out, returning 6. */
 static size_t json_u(char *out, uint32_t cp, bool upper)
 {
@@ -268,7 +264,13 @@ static size_t json_u(char *out, uint32_t cp, bool upper)
         return 6;
 }
 
-static int form_json(secret *s, bool slash, bool ascii, bool upper)
+/* JSON string escaping: '"' and '\\' always, '/' with slash, every
+ * character beyond ASCII as \uXXXX (surrogate pairs beyond the BMP) with
+ * ascii, in lower- or upper-case hex. A value that is not UTF-8 has no
+ * ascii form. With latin1, each byte beyond ASCII is its own \u00XX: what a
+ * server that reads header bytes as Latin-1 (as HTTP/1.1 once said, and
+ * Python's http.server does) writes when it echoes them as JSON. */
+static int form_json(secret *s, bool slash, bool ascii, bool upper, bool latin1)
 {
         size_t cap = s->len * 12 + 1, n = 0;
         char *out = malloc(cap);
@@ -282,6 +284,9 @@ static int form_json(secret *s, bool slash, bool ascii, bool upper)
                         i++;
                 } else if (c < 0x80 || !ascii) {
                         out[n++] = (char)c;
+                        i++;
+                } else if (latin1) {
+                        n += json_u(out + n, c, upper);
                         i++;
                 } else {
                         uint32_t cp;
@@ -319,8 +324,8 @@ static int forms_make(secret *s)
                 if (r >= 0)
                         r = form_percent(s, mode, true);
         }
-        for (int j = 0; r >= 0 && j < 8; j++)
-                r = form_json(s, j & 1, j & 2, j & 4);
+        for (int j = 0; r >= 0 && j < 16; j++)
+                r = form_json(s, j & 1, j & 2, j & 4, j & 8);
         return r;
 }
 

@@ -1,0 +1,275 @@
+/* Secrets (host/secrets.h) without a network: placeholders, which requests
+ * get the value and where, the encodings scrubbed from responses and error
+ * texts, rotation, copies and the caps. The same paths end to end, with a
+ * real server and sandbox, are in tests/blackbox/test_secrets.py. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config/config.h"
+#include "core/util.h"
+#include "host/secrets.h"
+
+#define VALUE "tok/3+Zq\"w\\e=9%\xc3\xa9~end"
+
+static secret_store *store_with(const char *name, const char *value, unsigned flags,
+                                const char *const *targets)
+{
+        secret_store *s = NULL;
+        airlock_error e;
+        assert_int_equal(secrets_new(&s, &e), 0);
+        int r = secrets_add(s, name, value, strlen(value), flags, targets, &e);
+        if (r < 0)
+                fail_msg("secrets_add: %s", e.message);
+        return s;
+}
+
+static url_parts url(const char *text)
+{
+        url_parts u = {0};
+        airlock_error e;
+        if (allowlist_parse_url(text, &u, &e) < 0)
+                fail_msg("%s: %s", text, e.message);
+        return u;
+}
+
+/* The text data after substitution for (method, url) at place. */
+static char *subst(const secret_store *s, const char *method, const char *u_text,
+                   secret_place place, const char *data)
+{
+        url_parts u = url(u_text);
+        char *out = NULL;
+        size_t n = 0;
+        int r = secrets_substitute(s, method, &u, place, data, strlen(data), &out, &n);
+        allowlist_url_free(&u);
+        assert_true(r >= 0);
+        return r ? out : strdup(data);
+}
+
+static void test_placeholders(void **state)
+{
+        (void)state;
+        char a[SECRET_PLACEHOLDER_SIZE], b[SECRET_PLACEHOLDER_SIZE], c[SECRET_PLACEHOLDER_SIZE];
+        secrets_placeholder("API_KEY", a);
+        secrets_placeholder("API_KEY", b);
+        secrets_placeholder("API_KEZ", c);
+        assert_string_equal(a, b);
+        assert_string_not_equal(a, c);
+        assert_int_equal(strncmp(a, "airlock-secret-API_KEY-", 23), 0);
+        assert_int_equal(strlen(a), 23 + 32);
+        /* The placeholder does not depend on the value or the store: a
+         * rotated value and a rebuilt sandbox keep it. */
+        const char *t[] = {"https://api.example.com", NULL};
+        secret_store *s1 = store_with("API_KEY", "first-value-1", 0, t);
+        secret_store *s2 = store_with("API_KEY", "second-value-2", 0, t);
+        char p1[SECRET_PLACEHOLDER_SIZE], p2[SECRET_PLACEHOLDER_SIZE];
+        assert_int_equal(secrets_lookup(s1, "API_KEY", p1), 0);
+        assert_int_equal(secrets_lookup(s2, "API_KEY", p2), 0);
+        assert_string_equal(p1, a);
+        assert_string_equal(p2, a);
+        assert_int_equal(secrets_lookup(s1, "OTHER", p1), -ENOENT);
+        char pub[128];
+        assert_int_equal(airlock_secret_placeholder("API_KEY", pub, sizeof(pub)), 0);
+        assert_string_equal(pub, a);
+        assert_int_equal(airlock_secret_placeholder("bad name", pub, sizeof(pub)), -EINVAL);
+        assert_int_equal(airlock_secret_placeholder("API_KEY", pub, 10), -ERANGE);
+        secrets_free(s1);
+        secrets_free(s2);
+}
+
+static void test_substitution_targets_methods_places(void **state)
+{
+        (void)state;
+        const char *t[] = {"https://api.example.com/v1=GET,POST", "http://localhost:8080", NULL};
+        secret_store *s = store_with("K", VALUE, AIRLOCK_SECRET_IN_QUERY, t);
+        char ph[SECRET_PLACEHOLDER_SIZE];
+        secrets_placeholder("K", ph);
+        char hdr[200];
+        snprintf(hdr, sizeof(hdr), "Bearer %s", ph);
+        char want[200];
+        snprintf(want, sizeof(want), "Bearer %s", VALUE);
+        struct {
+                const char *method, *url;
+                bool value;
+        } cases[] = {
+            {"GET", "https://api.example.com/v1/models", true},
+            {"POST", "https://api.example.com/v1", true},
+            {"DELETE", "https://api.example.com/v1/x", false}, /* a method it does not name */
+            {"GET", "https://api.example.com/v2", false},      /* outside the path prefix */
+            {"GET", "https://api.example.com/v1x", false},     /* a prefix, not a string prefix */
+            {"GET", "http://api.example.com/v1", false},       /* another scheme */
+            {"GET", "https://api.example.com:444/v1", false},  /* another port */
+            {"GET", "https://evil.example.com/v1", false},     /* another host */
+            {"GET", "https://api.example.com.evil.com/v1", false},
+            {"PUT", "http://localhost:8080/anything", true},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                _cleanup_free_ char *out =
+                    subst(s, cases[i].method, cases[i].url, SECRET_IN_HEADER, hdr);
+                if (strcmp(out, cases[i].value ? want : hdr) != 0)
+                        fail_msg("%s %s: got '%s'", cases[i].method, cases[i].url, out);
+        }
+        /* Query with the flag, body without: the body keeps the placeholder. */
+        _cleanup_free_ char *q = subst(s, "GET", "https://api.example.com/v1", SECRET_IN_QUERY, ph);
+        assert_string_equal(q, VALUE);
+        _cleanup_free_ char *b = subst(s, "GET", "https://api.example.com/v1", SECRET_IN_BODY, ph);
+        assert_string_equal(b, ph);
+        /* Every occurrence, and text around it kept. */
+        char two[300], two_want[300];
+        snprintf(two, sizeof(two), "a%sb%sc", ph, ph);
+        snprintf(two_want, sizeof(two_want), "a%sb%sc", VALUE, VALUE);
+        _cleanup_free_ char *t2 = subst(s, "GET", "http://localhost:8080/", SECRET_IN_HEADER, two);
+        assert_string_equal(t2, two_want);
+        /* Text without a placeholder is not copied. */
+        url_parts u = url("http://localhost:8080/");
+        char *none = NULL;
+        size_t n = 0;
+        assert_int_equal(secrets_substitute(s, "GET", &u, SECRET_IN_HEADER, "plain", 5, &none, &n),
+                         0);
+        assert_null(none);
+        allowlist_url_free(&u);
+        secrets_free(s);
+}
+
+static void test_scrub_every_encoding(void **state)
+{
+        (void)state;
+        const char *t[] = {"api.example.com", NULL};
+        secret_store *s = store_with("K", VALUE, 0, t);
+        char ph[SECRET_PLACEHOLDER_SIZE];
+        secrets_placeholder("K", ph);
+        const unsigned char *v = (const unsigned char *)VALUE;
+        size_t vl = strlen(VALUE);
+        /* Each form embedded in other text: none may survive. */
+        const char *forms[] = {
+            VALUE,
+            "dG9rLzMrWnEid1xlPTklw6l+ZW5k",            /* base64 */
+            "dG9rLzMrWnEid1xlPTklw6l-ZW5k",            /* base64url */
+            "tok%2F3%2BZq%22w%5Ce%3D9%25%C3%A9~end",   /* percent */
+            "tok%2f3%2bZq%22w%5ce%3d9%25%c3%a9~end",   /* percent, lower case */
+            "tok/3+Zq\\\"w\\\\e=9%\\u00e9~end",        /* JSON, ensure_ascii */
+            "tok\\/3+Zq\\\"w\\\\e=9%\\u00E9~end",      /* JSON, '\/', upper hex */
+            "tok/3+Zq\\\"w\\\\e=9%\\u00c3\\u00a9~end", /* JSON of the Latin-1 reading */
+            "tok/3+Zq\\\"w\\\\e=9%\xc3\xa9~end",       /* JSON, UTF-8 kept */
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(forms); i++) {
+                char text[400];
+                int tn = snprintf(text, sizeof(text), "before[%s]after", forms[i]);
+                char *out = NULL;
+                size_t n = 0;
+                assert_int_equal(secrets_scrub(s, text, (size_t)tn, &out, &n), 1);
+                char want[400];
+                snprintf(want, sizeof(want), "before[%s]after", ph);
+                if (strcmp(out, want) != 0)
+                        fail_msg("form %zu: got '%s'", i, out);
+                free(out);
+        }
+        /* base64 of the value at each offset inside a longer input: only
+         * the characters that mix a value byte with a neighbour remain. */
+        for (size_t k = 0; k < 3; k++) {
+                unsigned char in[64] = "xyz";
+                memcpy(in + k, v, vl);
+                memcpy(in + k + vl, "QRS", 3);
+                size_t el = 0;
+                _cleanup_free_ char *enc = al_base64_encode(in, k + vl + 3, &el);
+                char *out = NULL;
+                size_t n = 0;
+                assert_int_equal(secrets_scrub(s, enc, el, &out, &n), 1);
+                assert_non_null(strstr(out, ph));
+                /* The neighbours' own characters (up to 3 and 4) and one
+                 * character at each end that mixes them with the value. */
+                if (n - strlen(ph) > 9)
+                        fail_msg("offset %zu: '%s'", k, out);
+                free(out);
+        }
+        /* Nothing to scrub: no copy. */
+        char *out = NULL;
+        size_t n = 0;
+        assert_int_equal(secrets_scrub(s, "nothing here", 12, &out, &n), 0);
+        /* An error text in its fixed buffer. */
+        char msg[256];
+        snprintf(msg, sizeof(msg), "GET https://h/?k=%s failed: %s", VALUE, VALUE);
+        secrets_scrub_text(s, msg, sizeof(msg));
+        assert_null(strstr(msg, "tok/3"));
+        assert_non_null(strstr(msg, ph));
+        secrets_free(s);
+}
+
+static void test_rotation_copies_and_fingerprint(void **state)
+{
+        (void)state;
+        airlock_config *cfg = NULL;
+        airlock_error e;
+        assert_int_equal(airlock_config_new(&cfg, &e), 0);
+        const char *t[] = {"https://api.example.com=GET", NULL};
+        assert_int_equal(airlock_config_add_secret(cfg, "K", "value-one-1", 11, 0, t, &e), 0);
+        assert_int_equal(airlock_config_secret_count(cfg), 1);
+        assert_string_equal(airlock_config_secret_name(cfg, 0), "K");
+        _cleanup_free_ char *fp1 = secrets_fingerprint_text(cfg->secrets);
+        assert_null(strstr(fp1, "value-one"));
+        airlock_config *copy = NULL;
+        assert_int_equal(config_clone(cfg, &copy, &e), 0);
+        /* Rotation: the same name again replaces value and targets. */
+        assert_int_equal(airlock_config_add_secret(cfg, "K", "value-two-2", 11, 0, t, &e), 0);
+        assert_int_equal(airlock_config_secret_count(cfg), 1);
+        _cleanup_free_ char *fp2 = secrets_fingerprint_text(cfg->secrets);
+        assert_string_not_equal(fp1, fp2);
+        /* The copy (a sandbox's) keeps the value it was made with. */
+        _cleanup_free_ char *fpc = secrets_fingerprint_text(copy->secrets);
+        assert_string_equal(fpc, fp1);
+        char ph[SECRET_PLACEHOLDER_SIZE];
+        secrets_placeholder("K", ph);
+        _cleanup_free_ char *now = subst(cfg->secrets, "GET", "https://api.example.com/", 0, ph);
+        _cleanup_free_ char *old = subst(copy->secrets, "GET", "https://api.example.com/", 0, ph);
+        assert_string_equal(now, "value-two-2");
+        assert_string_equal(old, "value-one-1");
+        airlock_config_free(copy);
+        airlock_config_free(cfg);
+}
+
+static void test_refusals_name_no_value(void **state)
+{
+        (void)state;
+        secret_store *s = NULL;
+        airlock_error e;
+        assert_int_equal(secrets_new(&s, &e), 0);
+        const char *t[] = {"https://api.example.com", NULL};
+        const char *bad_t[] = {"ftp://api.example.com", NULL};
+        const char *none[] = {NULL};
+        assert_int_equal(secrets_add(s, "1BAD", "long-enough-1", 13, 0, t, &e), -EINVAL);
+        assert_int_equal(secrets_add(s, "bad-name", "long-enough-1", 13, 0, t, &e), -EINVAL);
+        assert_int_equal(secrets_add(s, "K", "short", 5, 0, t, &e), -EINVAL);
+        assert_null(strstr(e.message, "short"));
+        assert_int_equal(secrets_add(s, "K", "has\nXYZQW-12", 13, 0, t, &e), -EINVAL);
+        assert_null(strstr(e.message, "XYZQW"));
+        assert_int_equal(secrets_add(s, "K", "long-enough-1", 13, 0, none, &e), -EINVAL);
+        assert_int_equal(secrets_add(s, "K", "long-enough-1", 13, 0, bad_t, &e), -EINVAL);
+        assert_non_null(strstr(e.message, "secret K"));
+        assert_null(strstr(e.message, "long-enough"));
+        assert_int_equal(secrets_add(s, "K", "long-enough-1", 13, 1u << 7, t, &e), -EINVAL);
+        assert_int_equal(secrets_count(s), 0);
+        for (int i = 0; i < SECRETS_MAX; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "S%d", i);
+                assert_int_equal(secrets_add(s, name, "long-enough-1", 13, 0, t, &e), 0);
+        }
+        assert_int_equal(secrets_add(s, "ONE_MORE", "long-enough-1", 13, 0, t, &e), -E2BIG);
+        secrets_free(s);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_placeholders),
+            cmocka_unit_test(test_substitution_targets_methods_places),
+            cmocka_unit_test(test_scrub_every_encoding),
+            cmocka_unit_test(test_rotation_copies_and_fingerprint),
+            cmocka_unit_test(test_refusals_name_no_value),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
