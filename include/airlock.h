@@ -271,6 +271,47 @@ typedef enum airlock_cell_state {
                                    * the state is as it was before the cell */
 } airlock_cell_state;
 
+/* One host tool call of a run, for its usage record. */
+typedef struct airlock_tool_record {
+        char *name; /* as the guest gave it (bad UTF-8 as U+FFFD), at most 64 bytes */
+        double duration_ms;
+        bool ok; /* false: the tool failed, or the call was refused */
+} airlock_tool_record;
+
+/* One HTTP request of a run, for its usage record. */
+typedef struct airlock_http_record {
+        char *method;
+        char *url;  /* scheme://host[:port]/path: never the query, which may carry anything */
+        int status; /* 0: no response (refused, failed) */
+        uint64_t bytes_sent;     /* request body, as sent */
+        uint64_t bytes_received; /* response body, as received */
+        bool allowed;            /* false: refused by the allow-list or the address checks */
+        double duration_ms;
+} airlock_http_record;
+
+/* Caps on a usage record's lists; what is left out is counted. */
+#define AIRLOCK_USAGE_MAX_TOOL_CALLS 100
+#define AIRLOCK_USAGE_MAX_HTTP       100
+
+/* What a run used (docs/design.md, "usage" in the result JSON). A value
+ * not measured is -1 (cpu_ms) or UINT64_MAX (peak_private_bytes). */
+typedef struct airlock_usage {
+        double wall_ms;
+        double cpu_ms;               /* user + system of the run's processes */
+        const char *cpu_source;      /* "cgroup" (the copy's cpu.stat) or "proc" (/proc stat of the
+                                      * copy and its reaped children) */
+        uint64_t peak_private_bytes; /* USS: pages of the run's own, not the template's */
+        const char *memory_source;   /* "cgroup" (the copy's memory peak) or "smaps_rollup"
+                                      * (Private_* of the copy, sampled every 20 ms) */
+        uint64_t output_bytes;       /* the files captured from /output */
+        airlock_tool_record *tool_calls;
+        size_t n_tool_calls;
+        size_t tool_calls_omitted;
+        airlock_http_record *http;
+        size_t n_http;
+        size_t http_omitted;
+} airlock_usage;
+
 typedef struct airlock_result {
         bool success;
         airlock_status status;
@@ -294,9 +335,14 @@ typedef struct airlock_result {
          * in refused, under "/input/..."). NULL and 0 otherwise. */
         airlock_input_change *input_changes;
         size_t n_input_changes;
+        airlock_usage usage; /* what the run used */
 } airlock_result;
 
 AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
+/* The result's usage record alone, as the result JSON's "usage" object
+ * (for audit logs: no code, output or secret in it). Malloc'd; NULL when
+ * out of memory. */
+AIRLOCK_PUBLIC char *airlock_usage_to_json(const airlock_result *result);
 /* The result JSON of docs/design.md, "contents" included. Returns malloc'd text or NULL. */
 AIRLOCK_PUBLIC char *airlock_result_to_json(const airlock_result *result);
 /* The same object as a jansson value (jansson's json_t, which the library

@@ -20,6 +20,7 @@ typedef struct cli_options {
         const char *output_dir;
         bool json;
         bool yes;
+        const char *audit; /* mcp: --audit FILE, or NULL */
 } cli_options;
 
 /* Parses argv (argv[0] is the command name) into ret. Configuration errors

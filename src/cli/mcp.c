@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "cli.h"
 #include "base.h"
 #include "mcp.h"
@@ -110,6 +111,7 @@ typedef struct mcp_server {
         bool may_inline;    /* the line being handled is the last one read */
         mcp_call *inline_call;
         int input_watch; /* epoll set of stdin, stdout's errors and the stop pipe, or -1 */
+        int audit_fd;    /* --audit FILE, or -1 */
         char *chunk;
         dynbuf line;
         bool discarding;
@@ -138,6 +140,7 @@ struct mcp_call {
         mcp_session_use *session; /* execute_code with a session handle, or NULL */
         int cancel_fd;            /* eventfd handed to the run as airlock_run_options.cancel_fd */
         bool run_record;          /* the client asked for _meta[MCP_META_RUN] */
+        bool usage_record;        /* ... or for _meta[MCP_META_USAGE] */
         bool cancelled;
         bool modern;      /* the request named revision 2026-07-28 or later in _meta */
         json_t *progress; /* its _meta.progressToken, or NULL */
@@ -524,6 +527,8 @@ static void run_call(mcp_call *c, reader_watch *w)
                         result = mcp_tool_error(msg);
                 } else {
                         result = mcp_tool_result(res, run_id, srv->max_stdout, c->run_record);
+                        if (c->usage_record)
+                                mcp_result_add_usage(result, res);
                         if (!result)
                                 result = mcp_tool_error("airlock could not encode the result");
                 }
@@ -531,6 +536,9 @@ static void run_call(mcp_call *c, reader_watch *w)
                 /* The warm-up failed; the first call reports why. */
                 fprintf(stderr, "airlock mcp: could not prepare the sandbox: %s\n", err.message);
         }
+        if (c->id)
+                cli_audit_write(srv->audit_fd, "mcp", r >= 0 ? run_id : NULL, NULL,
+                                r >= 0 ? res : NULL);
         if (c->session) {
                 result = mcp_sessions_end(c->session, result, r < 0 ? NULL : res);
                 c->session = NULL;
@@ -1026,6 +1034,9 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
          * puts a result's _meta into the text its model reads. */
         c->run_record =
             json_is_true(json_object_get(json_object_get(params, "_meta"), MCP_META_RUN));
+        c->usage_record =
+            c->run_record ||
+            json_is_true(json_object_get(json_object_get(params, "_meta"), MCP_META_USAGE));
         int r = call_start(srv, c);
         if (r == -EBUSY)
                 reply(srv, rq,
@@ -1492,7 +1503,12 @@ int cmd_mcp(int argc, char **argv)
          * closing its sandboxes: writes then fail with EPIPE instead. */
         signal(SIGPIPE, SIG_IGN);
         install_stop_signals();
-        mcp_server srv = {.input_watch = -1};
+        mcp_server srv = {.input_watch = -1, .audit_fd = -1};
+        if (o.audit && (srv.audit_fd = cli_audit_open(o.audit, &err)) < 0) {
+                fprintf(stderr, "airlock mcp: %s\n", err.message);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
         r = server_init(&srv, o.cfg, &caps, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
@@ -1513,6 +1529,8 @@ int cmd_mcp(int argc, char **argv)
         stop_progress(&srv);
         if (srv.input_watch >= 0)
                 close(srv.input_watch);
+        if (srv.audit_fd >= 0)
+                close(srv.audit_fd);
         for (unsigned i = 0; i < srv.n_spare; i++)
                 close(srv.spare_fds[i]);
         dynbuf_free(&srv.line);

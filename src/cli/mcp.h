@@ -16,6 +16,10 @@
 /* The _meta key of the run record of a CallToolResult, sent when the
  * tools/call request's params._meta has this key set to true. */
 #define MCP_META_RUN "dev.airlock/run"
+/* The _meta key of the usage record (docs/design.md, the result JSON's
+ * "usage"), sent when the request's params._meta has it, or MCP_META_RUN,
+ * set to true. */
+#define MCP_META_USAGE "dev.airlock/usage"
 /* The _meta key of the handle in the results of session_open and
  * session_close. */
 #define MCP_META_SESSION "dev.airlock/session"
@@ -34,6 +38,10 @@
  * of memory. */
 json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t max_stdout,
                         bool run_record);
+
+/* Adds res's usage record to result (a CallToolResult of mcp_tool_result)
+ * as _meta[MCP_META_USAGE]. */
+void mcp_result_add_usage(json_t *result, const airlock_result *res);
 
 /* A CallToolResult that reports a failure to run at all (isError, one text
  * item). */

@@ -358,3 +358,21 @@ json_t *mcp_tool_result(const airlock_result *res, const char *run_id, uint64_t 
         return json_pack("{s:o, s:b, s:{s:o}}", "content", content, "isError", !res->success,
                          "_meta", MCP_META_RUN, run);
 }
+
+void mcp_result_add_usage(json_t *result, const airlock_result *res)
+{
+        char *text = result && res ? airlock_usage_to_json(res) : NULL;
+        json_t *usage = text ? json_loads(text, 0, NULL) : NULL;
+        free(text);
+        if (!usage)
+                return;
+        json_t *meta = json_object_get(result, "_meta");
+        if (!meta) {
+                meta = json_object();
+                if (!meta || json_object_set_new(result, "_meta", meta) < 0) {
+                        json_decref(usage);
+                        return;
+                }
+        }
+        json_object_set_new(meta, MCP_META_USAGE, usage);
+}

@@ -31,6 +31,7 @@ enum {
         OPT_NO_AUTO_FIGURES,
         OPT_INPUT_WRITABLE,
         OPT_SECRET,
+        OPT_AUDIT,
         /* The limit option i is OPT_LIMIT + i. */
         OPT_LIMIT = 1024,
 };
@@ -49,6 +50,7 @@ static const struct option tail_options[] = {
     {"no-auto-figures", no_argument, NULL, OPT_NO_AUTO_FIGURES},
     {"input-writable", no_argument, NULL, OPT_INPUT_WRITABLE},
     {"secret", required_argument, NULL, OPT_SECRET},
+    {"audit", required_argument, NULL, OPT_AUDIT},
     {"json", no_argument, NULL, OPT_JSON},
     {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
     {"yes", no_argument, NULL, 'y'},
@@ -92,6 +94,8 @@ void cli_usage(FILE *f)
               "                                 changes (the host's files are never written)\n"
               "      --secret NAME[+query][+body]=env:VAR|file:PATH@TARGET[=METHODS][@TARGET...]\n"
               "                                 a secret the guest sees as airlock.secret(NAME)\n"
+              "mcp only:\n"
+              "      --audit FILE               append one JSON line per call: what it used\n"
               "run only:\n"
               "  -c CODE                        the code to run\n"
               "      --json                     print the result JSON\n"
@@ -338,6 +342,11 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case OPT_INPUT_WRITABLE:
                         airlock_config_set_input_writable(o.cfg, true);
+                        break;
+                case OPT_AUDIT:
+                        if (cmd != CLI_MCP)
+                                r = al_error(err, -EINVAL, NULL, "--audit is for mcp only");
+                        o.audit = optarg;
                         break;
                 case OPT_SECRET:
                         if (cmd != CLI_RUN && cmd != CLI_MCP)

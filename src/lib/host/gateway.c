@@ -852,6 +852,9 @@ int gateway_request_full(const net_allowlist *al, const secret_store *ss, const 
                 *rec = (gateway_record){0};
         int r =
             request_checked(al, ss, lim, request, deadline_ns, cancel_fd, rec, ret_response, err);
+        /* A refusal of the address checks is a refusal too. */
+        if (rec && r == -EACCES)
+                rec->allowed = false;
         /* Whatever went wrong, the message the guest reads has no value:
          * curl's own text may quote what it sent. */
         if (r < 0 && err && secrets_count(ss))

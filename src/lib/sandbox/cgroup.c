@@ -313,3 +313,50 @@ uint64_t cg_oom_kills(int fd)
         const char *p = strstr(buf, "oom_kill ");
         return p ? strtoull(p + 9, NULL, 10) : 0;
 }
+
+/* The number after key (a line "key N") in the file, or UINT64_MAX; with
+ * key NULL, the file's first number. */
+static uint64_t cg_read_number(int dirfd, const char *file, const char *key)
+{
+        _cleanup_close_ int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return UINT64_MAX;
+        char buf[1024];
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return UINT64_MAX;
+        buf[n] = '\0';
+        const char *p = buf;
+        if (key) {
+                size_t kl = strlen(key);
+                for (p = buf; p && !(strncmp(p, key, kl) == 0 && p[kl] == ' ');) {
+                        p = strchr(p, '\n');
+                        p = p ? p + 1 : NULL;
+                }
+                if (!p)
+                        return UINT64_MAX;
+                p += kl + 1;
+        }
+        char *end = NULL;
+        unsigned long long v = strtoull(p, &end, 10);
+        return end == p ? UINT64_MAX : (uint64_t)v;
+}
+
+void cg_copy_usage(const cg_sandbox *cg, unsigned seq, uint64_t *ret_cpu_us, uint64_t *ret_mem_peak)
+{
+        *ret_cpu_us = *ret_mem_peak = UINT64_MAX;
+        if (!cg->enabled || !seq)
+                return;
+        char name[24];
+        snprintf(name, sizeof(name), "c%u", seq);
+        _cleanup_close_ int d =
+            openat(cg->dirfd[0], name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (d < 0)
+                return;
+        if (cg->v2) {
+                *ret_cpu_us = cg_read_number(d, "cpu.stat", "usage_usec");
+                *ret_mem_peak = cg_read_number(d, "memory.peak", NULL);
+        } else {
+                *ret_mem_peak = cg_read_number(d, "memory.max_usage_in_bytes", NULL);
+        }
+}

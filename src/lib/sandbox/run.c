@@ -16,6 +16,7 @@
  * it claimed, except where the copy is known to outlive the claim.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -47,6 +48,8 @@
  * reach end of file as soon as what they hold is read. Data that keeps
  * coming after that is no run's output: it is read for at most this long. */
 #define DRAIN_AFTER_EXIT_NS 250000000 /* 250 ms */
+/* Without a cgroup, the copy's private memory is sampled this often. */
+#define USAGE_SAMPLE_NS 20000000 /* 20 ms */
 
 /* Where a run is. The code is delivered, then runs (quiet at first); from
  * there a run ends in one of four ways:
@@ -118,7 +121,175 @@ typedef struct run_state {
                 int exit_code;
                 char status[16];
         } end; /* the guest's "end" frame: how it says the code ended */
+        /* The usage record under way (airlock_usage): the lists, capped,
+         * and the baselines that the end is measured against. */
+        struct {
+                airlock_tool_record *tools;
+                size_t n_tools, tools_omitted;
+                airlock_http_record *http;
+                size_t n_http, http_omitted;
+                uint64_t cpu_before_us; /* UINT64_MAX: unknown */
+                uint64_t cpu_after_us;  /* without a cgroup: read before the reap */
+                bool cpu_cgroup;
+                uint64_t uss_peak; /* sampled; UINT64_MAX: never sampled */
+                uint64_t next_sample;
+        } use;
 } run_state;
+
+/* ---- the usage record --------------------------------------------------- */
+
+/* The CPU time of the copy's pid and its reaped children, in
+ * microseconds, from /proc/PID/stat (utime, stime, cutime, cstime), or
+ * UINT64_MAX. */
+static uint64_t proc_cpu_us(pid_t pid)
+{
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        if (n <= 0)
+                return UINT64_MAX;
+        buf[n] = '\0';
+        /* The name may hold anything, ')' too: the fields follow the last ')'. */
+        const char *p = strrchr(buf, ')');
+        unsigned long long t[4];
+        if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+                         &t[0], &t[1], &t[2], &t[3]) != 4)
+                return UINT64_MAX;
+        long hz = sysconf(_SC_CLK_TCK);
+        return (t[0] + t[1] + t[2] + t[3]) * 1000000ull / (uint64_t)(hz > 0 ? hz : 100);
+}
+
+/* The copy's private memory now (smaps_rollup's Private_Clean,
+ * Private_Dirty and Private_Hugetlb: USS, not RSS, since the pages it
+ * shares with the template are the template's), or UINT64_MAX. */
+static uint64_t proc_uss(pid_t pid)
+{
+        char path[64], buf[4096];
+        snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        if (n <= 0)
+                return UINT64_MAX;
+        buf[n] = '\0';
+        uint64_t kib = 0;
+        bool any = false;
+        for (const char *p = buf; p && *p;) {
+                unsigned long long v;
+                const char *colon = strchr(p, ':');
+                if (strncmp(p, "Private_", 8) == 0 && colon && sscanf(colon + 1, "%llu", &v) == 1) {
+                        kib += v;
+                        any = true;
+                }
+                p = strchr(p, '\n');
+                p = p ? p + 1 : NULL;
+        }
+        return any ? kib * 1024 : UINT64_MAX;
+}
+
+static void usage_begin(run_state *run)
+{
+        uint64_t cpu, peak;
+        cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, &peak);
+        run->use.cpu_cgroup = cpu != UINT64_MAX;
+        run->use.cpu_before_us = run->use.cpu_cgroup ? cpu : proc_cpu_us(run->c->pid);
+        run->use.cpu_after_us = UINT64_MAX;
+        run->use.uss_peak = UINT64_MAX;
+        run->use.next_sample = 0;
+}
+
+/* Samples the copy's private memory where no cgroup keeps its peak, at
+ * most every USAGE_SAMPLE_NS (reading smaps_rollup costs tens of us). */
+static void usage_sample(run_state *run, uint64_t now)
+{
+        if (run->c->cg || now < run->use.next_sample || run->exited)
+                return;
+        run->use.next_sample = now + USAGE_SAMPLE_NS;
+        uint64_t u = proc_uss(run->c->pid);
+        if (u != UINT64_MAX && (run->use.uss_peak == UINT64_MAX || u > run->use.uss_peak))
+                run->use.uss_peak = u;
+}
+
+static void usage_add_tool(run_state *run, const char *name, uint64_t t0, bool ok)
+{
+        if (run->use.n_tools >= AIRLOCK_USAGE_MAX_TOOL_CALLS) {
+                run->use.tools_omitted++;
+                return;
+        }
+        airlock_tool_record *v =
+            realloc(run->use.tools, (run->use.n_tools + 1) * sizeof(*run->use.tools));
+        if (v)
+                run->use.tools = v;
+        char *n = v ? al_utf8_sanitize(name ? name : "", name ? strnlen(name, 64) : 0) : NULL;
+        if (!n) {
+                run->use.tools_omitted++;
+                return;
+        }
+        v[run->use.n_tools++] = (airlock_tool_record){
+            .name = n, .duration_ms = (double)(al_now_ns() - t0) / 1e6, .ok = ok};
+}
+
+static void usage_add_http(run_state *run, const gateway_record *g, uint64_t t0)
+{
+        if (run->use.n_http >= AIRLOCK_USAGE_MAX_HTTP) {
+                run->use.http_omitted++;
+                return;
+        }
+        airlock_http_record *v =
+            realloc(run->use.http, (run->use.n_http + 1) * sizeof(*run->use.http));
+        if (v)
+                run->use.http = v;
+        char *m = v ? al_utf8_sanitize(g->method, strlen(g->method)) : NULL;
+        char *u = v ? al_utf8_sanitize(g->url, strlen(g->url)) : NULL;
+        if (!m || !u) {
+                free(m);
+                free(u);
+                run->use.http_omitted++;
+                return;
+        }
+        v[run->use.n_http++] = (airlock_http_record){
+            .method = m,
+            .url = u,
+            .status = g->status,
+            .bytes_sent = g->bytes_sent,
+            .bytes_received = g->bytes_received,
+            .allowed = g->allowed,
+            .duration_ms = (double)(al_now_ns() - t0) / 1e6,
+        };
+}
+
+/* Fills res->usage from what the run collected; the lists move into it. */
+static void usage_end(run_state *run, airlock_result *res)
+{
+        airlock_usage *u = &res->usage;
+        u->cpu_ms = -1;
+        u->peak_private_bytes = UINT64_MAX;
+        uint64_t cpu = UINT64_MAX, peak = UINT64_MAX;
+        cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, &peak);
+        if (!run->use.cpu_cgroup)
+                cpu = run->use.cpu_after_us;
+        if (cpu != UINT64_MAX && run->use.cpu_before_us != UINT64_MAX &&
+            cpu >= run->use.cpu_before_us) {
+                u->cpu_ms = (double)(cpu - run->use.cpu_before_us) / 1e3;
+                u->cpu_source = run->use.cpu_cgroup ? "cgroup" : "proc";
+        }
+        if (peak != UINT64_MAX) {
+                u->peak_private_bytes = peak;
+                u->memory_source = "cgroup";
+        } else if (run->use.uss_peak != UINT64_MAX) {
+                u->peak_private_bytes = run->use.uss_peak;
+                u->memory_source = "smaps_rollup";
+        }
+        for (size_t i = 0; i < res->n_files; i++)
+                u->output_bytes += res->files[i].size;
+        u->tool_calls = TAKE_PTR(run->use.tools);
+        u->n_tool_calls = run->use.n_tools;
+        u->tool_calls_omitted = run->use.tools_omitted;
+        u->http = TAKE_PTR(run->use.http);
+        u->n_http = run->use.n_http;
+        u->http_omitted = run->use.http_omitted;
+        run->use.n_tools = run->use.n_http = 0;
+}
 
 static bool run_is_cell(const run_state *run)
 {
@@ -155,10 +326,19 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
         channel_reader_init(&run->fr, CHANNEL_MAX_FRAME);
         run->fr.nonblock = true; /* the loop polls */
         live_streams(c->out_r, c->err_r);
+        usage_begin(run);
 }
 
 static void run_free(run_state *run)
 {
+        for (size_t i = 0; i < run->use.n_tools; i++)
+                free(run->use.tools[i].name);
+        free(run->use.tools);
+        for (size_t i = 0; i < run->use.n_http; i++) {
+                free(run->use.http[i].method);
+                free(run->use.http[i].url);
+        }
+        free(run->use.http);
         dynbuf_free(&run->out.buf);
         dynbuf_free(&run->err.buf);
         channel_reader_free(&run->fr);
@@ -284,13 +464,16 @@ static void serve_request(run_state *run, json_t *msg)
                 if (!name) {
                         reply = error_reply(WIRE_KIND_VALUE,
                                             "call_tool: the tool name must be a string");
+                        usage_add_tool(run, "", al_now_ns(), false);
                 } else {
                         json_t *result = NULL;
                         _cleanup_free_ char *message = NULL;
                         /* Bounded by the run: a slow tool cannot hold the run past
                          * its limit, and a cancel stops it. */
                         tool_call_bounds b = {run->deadline, run->cancel_fd};
+                        uint64_t t0 = al_now_ns();
                         tool_fail f = tools_call_ex(cfg->tools, name, args, &b, &result, &message);
+                        usage_add_tool(run, name, t0, f == TOOL_OK);
                         if (f == TOOL_OK)
                                 reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
                                                   result ? result : json_null());
@@ -303,8 +486,11 @@ static void serve_request(run_state *run, json_t *msg)
                 json_t *resp = NULL;
                 airlock_error e;
                 airlock_error_clear(&e);
+                gateway_record rec;
+                uint64_t t0 = al_now_ns();
                 int r = gateway_request_full(cfg->allow, cfg->secrets, run->lim, msg, run->deadline,
-                                             run->cancel_fd, NULL, &resp, &e);
+                                             run->cancel_fd, &rec, &resp, &e);
+                usage_add_http(run, &rec, t0);
                 if (r >= 0) {
                         reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, resp);
                 } else {
@@ -441,6 +627,7 @@ static void run_settle(run_state *run)
 static void run_step(run_state *run)
 {
         uint64_t now = al_now_ns();
+        usage_sample(run, now);
         if (run->phase == RUN_QUIET && now >= run->quiet_until)
                 run->phase = RUN_RUNNING;
         if (run_is_live(run) && now >= run->deadline) {
@@ -521,6 +708,9 @@ static void run_step(run_state *run)
 static void run_reap(run_state *run, siginfo_t *si)
 {
         copy *c = run->c;
+        /* The copy's CPU time, while its zombie still has it. */
+        if (!run->use.cpu_cgroup)
+                run->use.cpu_after_us = proc_cpu_us(c->pid);
         if (run->exited) {
                 int w;
                 while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, si,
@@ -714,6 +904,8 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
         if (run->c->input_upper >= 0)
                 run_input_changes(run, res);
         res->duration_ms = (double)(al_now_ns() - run->t0) / 1e6;
+        usage_end(run, res);
+        res->usage.wall_ms = res->duration_ms;
         *ret = res;
         return 0;
 }

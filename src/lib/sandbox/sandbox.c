@@ -1023,6 +1023,11 @@ const airlock_config *sbx_config(const airlock_sandbox *sb)
         return sb->cfg;
 }
 
+const cg_sandbox *sbx_cgroup(const airlock_sandbox *sb)
+{
+        return &sb->cg;
+}
+
 const airlock_limits *sbx_limits(const airlock_sandbox *sb)
 {
         return &sb->cfg->limits;

@@ -47,6 +47,8 @@ void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
 void sbx_copy_end(airlock_sandbox *sb, copy *c);
 void sbx_replenish(airlock_sandbox *sb);
 const airlock_limits *sbx_limits(const airlock_sandbox *sb);
+/* The sandbox's cgroups (for a copy's usage, cg_copy_usage). */
+const cg_sandbox *sbx_cgroup(const airlock_sandbox *sb);
 const airlock_config *sbx_config(const airlock_sandbox *sb);
 /* The packages the guest can import (describe.c): the one kept, after
  * keeping inv (taken) when none was; inv NULL only looks. */

@@ -59,6 +59,14 @@ void airlock_result_free(airlock_result *r)
         fsx_refused_free(r->refused, r->n_refused);
         fsx_changes_free(r->input_changes, r->n_input_changes);
         free(r->error_message);
+        for (size_t i = 0; i < r->usage.n_tool_calls; i++)
+                free(r->usage.tool_calls[i].name);
+        free(r->usage.tool_calls);
+        for (size_t i = 0; i < r->usage.n_http; i++) {
+                free(r->usage.http[i].method);
+                free(r->usage.http[i].url);
+        }
+        free(r->usage.http);
         free(r);
 }
 
@@ -108,6 +116,57 @@ static json_t *text_append_line(json_t *details, const char *message)
                 return details;
         json_decref(details);
         return j;
+}
+
+json_t *result_usage_json(const airlock_usage *u)
+{
+        json_t *tools = json_array(), *http = json_array();
+        json_t *o = json_object();
+        if (!tools || !http || !o) {
+                json_decref(tools);
+                json_decref(http);
+                json_decref(o);
+                return NULL;
+        }
+        for (size_t i = 0; i < u->n_tool_calls; i++)
+                json_array_append_new(tools,
+                                      json_pack("{s:s, s:f, s:b}", "name", u->tool_calls[i].name,
+                                                "duration_ms", u->tool_calls[i].duration_ms, "ok",
+                                                u->tool_calls[i].ok));
+        for (size_t i = 0; i < u->n_http; i++) {
+                const airlock_http_record *h = &u->http[i];
+                json_array_append_new(http, json_pack("{s:s, s:s, s:i, s:I, s:I, s:b, s:f}",
+                                                      "method", h->method, "url", h->url, "status",
+                                                      h->status, "bytes_sent",
+                                                      (json_int_t)h->bytes_sent, "bytes_received",
+                                                      (json_int_t)h->bytes_received, "allowed",
+                                                      h->allowed, "duration_ms", h->duration_ms));
+        }
+        json_object_set_new(o, "wall_ms", json_real(u->wall_ms));
+        json_object_set_new(o, "cpu_ms", u->cpu_ms >= 0 ? json_real(u->cpu_ms) : json_null());
+        json_object_set_new(o, "cpu_source",
+                            u->cpu_source ? json_string(u->cpu_source) : json_null());
+        json_object_set_new(o, "peak_private_bytes",
+                            u->peak_private_bytes != UINT64_MAX
+                                ? json_integer((json_int_t)u->peak_private_bytes)
+                                : json_null());
+        json_object_set_new(o, "memory_source",
+                            u->memory_source ? json_string(u->memory_source) : json_null());
+        json_object_set_new(o, "output_bytes", json_integer((json_int_t)u->output_bytes));
+        json_object_set_new(o, "tool_calls", tools);
+        json_object_set_new(o, "tool_calls_omitted",
+                            json_integer((json_int_t)u->tool_calls_omitted));
+        json_object_set_new(o, "http_requests", http);
+        json_object_set_new(o, "http_requests_omitted", json_integer((json_int_t)u->http_omitted));
+        return o;
+}
+
+char *airlock_usage_to_json(const airlock_result *r)
+{
+        json_t *o = r ? result_usage_json(&r->usage) : NULL;
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        return s;
 }
 
 json_t *result_json(const airlock_result *r)
@@ -205,6 +264,7 @@ json_t *result_json(const airlock_result *r)
         json_object_set_new(root, "refused", refused);
         json_object_set_new(root, "contents", contents);
         json_object_set_new(root, "duration_ms", json_real(r->duration_ms));
+        json_object_set_new(root, "usage", result_usage_json(&r->usage));
         /* A session's cell says what became of the session's state. */
         if (r->cell_state != AIRLOCK_CELL_NONE)
                 json_object_set_new(

@@ -10,5 +10,7 @@
 
 /* The object airlock_result_to_json() encodes; NULL when out of memory. */
 json_t *result_json(const airlock_result *r);
+/* The result JSON's "usage" object (docs/design.md); NULL when out of memory. */
+json_t *result_usage_json(const airlock_usage *u);
 
 #endif
