@@ -43,3 +43,8 @@ rounds=300
 [ -n "$quick" ] && rounds=100
 PYDEVD_DISABLE_FILE_VALIDATION=1 /usr/bin/python3 bench/bench_session.py "$build" "$rounds" ||
     echo "bench: bench/bench_session.py failed" >&2
+# What a secret adds to the gateway's own time (the rewrite functions and a
+# loopback request with and without one).
+runs=2000
+[ -n "$quick" ] && runs=400
+bash bench/bench_secrets.sh "$build" "$runs" || echo "bench: bench/bench_secrets.sh failed" >&2

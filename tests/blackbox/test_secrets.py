@@ -218,6 +218,30 @@ print(json.loads(r['body'])['path'])
         srv.wait()
 
 
+def test_compressed_responses_cannot_hide_the_value():
+    srv, port = start_server()
+    try:
+        L = f"http://localhost:{port}"
+        code = GUEST_HELPERS + f"""
+H = {{'Authorization': 'Bearer ' + PH, 'Accept-Encoding': 'gzip'}}
+print(json.loads(http_get('{L}/echo', headers=H)['body'])['headers'].get('accept-encoding'))
+try:
+    r = http_get('{L}/gzip', headers=H)
+    import gzip
+    print('passed on', gzip.decompress(r['body'] if isinstance(r['body'], bytes) else r['body'].encode('latin-1')))
+except OSError as e:
+    print(type(e).__name__, e)
+"""
+        rc, r = run_guest(code, "-a", f"localhost:{port}", "--secret",
+                          f"TOKEN=env:S19_TOKEN@{L}")
+        lines = r["stdout"].splitlines()
+        assert lines[0] == "identity", r
+        assert "Content-Encoding: gzip" in lines[1] and "passed on" not in lines[1], r
+    finally:
+        srv.kill()
+        srv.wait()
+
+
 def test_error_messages_hold_no_value():
     srv, port = start_server()
     try:

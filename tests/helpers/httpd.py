@@ -7,6 +7,7 @@ Routes (any method):
   /echo...            200, JSON {"method", "path", "headers", "body_base64"}
                       with two "X-Multi" headers
   /redirect?to=URL    302 to URL
+  /gzip               the Authorization header gzipped, whatever was asked
   /mirror             200; the Authorization header it received (after
                       "Bearer "), in every common encoding, in response
                       headers and in the body: what a server echoing a
@@ -23,6 +24,7 @@ Routes (any method):
 Usage: httpd.py [BIND_ADDRESS]
 """
 import base64
+import gzip
 import hashlib
 import json
 import re
@@ -113,6 +115,10 @@ class Handler(BaseHTTPRequestHandler):
             body += b"\n".join(k.encode() + b"=" + f for k, f in forms.items())
             hdrs = [("X-" + k, f.decode("latin-1")) for k, f in forms.items()]
             self.send(200, body, hdrs + [("Location", "/x?token=" + forms["pct"].decode())])
+        elif url.path == "/gzip":
+            # Compressed whatever the client asked for, as some servers do.
+            v = self.headers.get("Authorization", "").encode("latin-1")
+            self.send(200, gzip.compress(v), [("Content-Encoding", "gzip")])
         elif url.path == "/redirect":
             self.send(302, b"", [("Location", q.get("to", "/"))])
         elif url.path == "/big":
