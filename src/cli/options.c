@@ -349,11 +349,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         o.audit = optarg;
                         break;
                 case OPT_SECRET:
-                        if (cmd != CLI_RUN && cmd != CLI_MCP)
-                                r = al_error(err, -EINVAL, NULL,
-                                             "--secret is for run and mcp only");
-                        else
-                                r = add_secret(o.cfg, optarg, err);
+                        r = add_secret(o.cfg, optarg, err);
                         break;
                 case OPT_JSON:
                         if (cmd == CLI_MCP)

@@ -290,9 +290,13 @@ def test_value_only_from_env_or_file():
 
 
 def test_describe_names_no_value():
-    p = airlock("describe", "--json", "-a", "localhost:9", env=env())
+    p = airlock("describe", "--json", "-a", "localhost:9", "--secret",
+                "TOKEN=env:S19_TOKEN@http://localhost:9/v1=GET", env=env())
     assert p.returncode == 0, p.stderr
     assert_no_value(p.stdout, "describe")
+    d = json.loads(p.stdout)
+    assert "- TOKEN: http://localhost:9/v1" in d["description"], d["description"]
+    assert "airlock-secret-" not in p.stdout
 
 
 # The guest looks for the value in every readable mapping of its own memory

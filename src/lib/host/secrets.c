@@ -524,6 +524,11 @@ const char *secrets_name(const secret_store *s, size_t i)
         return s && i < s->n ? s->v[i].name : NULL;
 }
 
+const net_allowlist *secrets_targets(const secret_store *s, size_t i)
+{
+        return s && i < s->n ? s->v[i].targets : NULL;
+}
+
 int secrets_lookup(const secret_store *s, const char *name, char *buf)
 {
         for (size_t i = 0; s && i < s->n; i++)

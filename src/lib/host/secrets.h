@@ -40,6 +40,8 @@ int secrets_add_check_name(const char *name);
 
 size_t secrets_count(const secret_store *s);
 const char *secrets_name(const secret_store *s, size_t i);
+/* The targets of the i-th secret (for the tool description). */
+const net_allowlist *secrets_targets(const secret_store *s, size_t i);
 
 /* The placeholder of the secret name, whether or not a store holds it:
  * "airlock-secret-NAME-" and 32 hex digits of a keyed hash (SipHash-2-4,

@@ -240,6 +240,28 @@ static int put_files(dynbuf *b, const airlock_config *cfg, airlock_error *err)
         return r;
 }
 
+/* The secrets by name and target, never by value (docs/design.md,
+ * "Secrets"): the agent needs the names to ask for the placeholders. */
+static int put_secrets(dynbuf *b, const airlock_config *cfg)
+{
+        size_t n = secrets_count(cfg->secrets);
+        int r = n ? dynbuf_appendf(b, "Secrets: airlock.secret('NAME') gives a placeholder to use "
+                                      "where the secret goes, e.g. headers={'Authorization': "
+                                      "'Bearer ' + airlock.secret('NAME')}; the host puts the "
+                                      "real value in on requests to its targets and never lets "
+                                      "the code see it:\n")
+                  : 0;
+        for (size_t i = 0; r >= 0 && i < n; i++) {
+                const net_allowlist *t = secrets_targets(cfg->secrets, i);
+                r = dynbuf_appendf(b, "- %s:", secrets_name(cfg->secrets, i));
+                for (size_t j = 0; r >= 0 && j < allowlist_count(t); j++)
+                        r = dynbuf_appendf(b, "%s %s", j ? "," : "", allowlist_get(t, j)->target);
+                if (r >= 0)
+                        r = dynbuf_append(b, "\n", 1);
+        }
+        return r;
+}
+
 static int put_network(dynbuf *b, const airlock_config *cfg)
 {
         size_t n = allowlist_count(cfg->allow);
@@ -276,7 +298,7 @@ static int put_network(dynbuf *b, const airlock_config *cfg)
                 if (r >= 0)
                         r = dynbuf_append(b, "\n", 1);
         }
-        return r;
+        return r >= 0 ? put_secrets(b, cfg) : r;
 }
 
 /* The sentence comes from the limits table (config/limits.h). */
