@@ -187,6 +187,37 @@ static void test_scrub_every_encoding(void **state)
                         fail_msg("offset %zu: '%s'", k, out);
                 free(out);
         }
+        /* A response full of the value cannot multiply the host's memory,
+         * nor a request full of placeholders. */
+        {
+                size_t big = 200000 * vl;
+                char *many = malloc(big);
+                for (size_t i = 0; i < big; i += vl)
+                        memcpy(many + i, VALUE, vl);
+                char *o = NULL;
+                size_t on = 0;
+                assert_int_equal(secrets_scrub(s, many, big, &o, &on), -E2BIG);
+                assert_null(o);
+                free(many);
+                size_t pl = strlen(ph), pbig = 100000 * pl;
+                char *phs = malloc(pbig);
+                for (size_t i = 0; i < pbig; i += pl)
+                        memcpy(phs + i, ph, pl);
+                url_parts u = url("http://x/");
+                const char *tt[] = {"http://x", NULL};
+                secret_store *long_v = NULL;
+                char lv[4096];
+                memset(lv, 'v', sizeof(lv));
+                airlock_error e;
+                assert_int_equal(secrets_new(&long_v, &e), 0);
+                assert_int_equal(secrets_add(long_v, "K", lv, sizeof(lv), 0, tt, &e), 0);
+                assert_int_equal(
+                    secrets_substitute(long_v, "GET", &u, SECRET_IN_HEADER, phs, pbig, &o, &on),
+                    -E2BIG);
+                allowlist_url_free(&u);
+                secrets_free(long_v);
+                free(phs);
+        }
         /* Nothing to scrub: no copy. */
         char *out = NULL;
         size_t n = 0;

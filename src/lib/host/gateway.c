@@ -515,7 +515,11 @@ static int headers_build(const json_t *headers, const char *method, const char *
                 int sr = secrets_substitute(ss, method, u, SECRET_IN_HEADER, val, vlen, &real,
                                             &real_len);
                 if (sr < 0) {
-                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        r = sr == -E2BIG ? al_error(err, -E2BIG, NULL,
+                                                    "%s %s: the header '%.64s' grows past %u "
+                                                    "bytes with the secrets' values",
+                                                    method, shown, name, SECRETS_GROWTH_MAX)
+                                         : al_error(err, -ENOMEM, NULL, "out of memory");
                         goto fail;
                 }
                 /* "Name;" is curl's way to send a header with an empty value;
@@ -832,7 +836,13 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                              "although identity was asked for; with secrets declared the "
                              "gateway passes on only bodies it can check",
                              method, shown, enc);
-        if (r >= 0 && response_scrub(ss, &t) < 0)
+        int sr = r >= 0 ? response_scrub(ss, &t) : 0;
+        if (sr == -E2BIG)
+                r = al_error(err, -E2BIG, NULL,
+                             "%s %s failed: the response grows past the cap with the secrets' "
+                             "placeholders in place of their values",
+                             method, shown);
+        else if (sr < 0)
                 r = al_error(err, -ENOMEM, NULL, "%s %s: out of memory", method, shown);
         if (r >= 0) {
                 long status = 0;
@@ -1013,7 +1023,11 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
                                                   (const char *)body, body_len, &real, &real_len)
                              : 0;
                 if (sr < 0) {
-                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        r = sr == -E2BIG ? al_error(err, -E2BIG, NULL,
+                                                    "%s %s: the request grows past the cap with "
+                                                    "the secrets' values",
+                                                    method, shown)
+                                         : al_error(err, -ENOMEM, NULL, "out of memory");
                         goto out;
                 }
                 if (sr > 0) {
@@ -1028,7 +1042,11 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
                 int sr = secrets_substitute(ss, method, &u, SECRET_IN_QUERY, u.query,
                                             strlen(u.query), &real, &real_len);
                 if (sr < 0) {
-                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        r = sr == -E2BIG ? al_error(err, -E2BIG, NULL,
+                                                    "%s %s: the request grows past the cap with "
+                                                    "the secrets' values",
+                                                    method, shown)
+                                         : al_error(err, -ENOMEM, NULL, "out of memory");
                         goto out;
                 }
                 if (sr > 0) {

@@ -564,7 +564,7 @@ char *secrets_fingerprint_text(const secret_store *s)
  * whether *buf is a malloc'd copy of ours) by rep. The copy it drops is
  * zeroed: it may hold a value. */
 static int replace_all(const char **buf, size_t *len, bool *owned, const char *needle, size_t nlen,
-                       const char *rep, size_t rlen)
+                       const char *rep, size_t rlen, size_t limit)
 {
         const char *hit = memmem(*buf, *len, needle, nlen);
         if (!hit)
@@ -574,6 +574,8 @@ static int replace_all(const char **buf, size_t *len, bool *owned, const char *n
              p = memmem(p + nlen, (size_t)(*buf + *len - p - nlen), needle, nlen))
                 count++;
         size_t out_len = *len - count * nlen + count * rlen;
+        if (out_len > limit)
+                return -E2BIG;
         char *out = malloc(out_len + 1);
         if (!out)
                 return -ENOMEM;
@@ -618,7 +620,7 @@ int secrets_substitute(const secret_store *s, const char *method, const url_part
                 if (allowlist_check(x->targets, method, url, NULL, NULL) < 0)
                         continue;
                 int r = replace_all(&cur, &cur_len, &owned, x->placeholder, x->ph_len,
-                                    (const char *)x->value, x->len);
+                                    (const char *)x->value, x->len, len + SECRETS_GROWTH_MAX);
                 if (r < 0) {
                         if (owned)
                                 secrets_wipe_free((char *)cur, cur_len);
@@ -643,7 +645,7 @@ int secrets_scrub(const secret_store *s, const char *data, size_t len, char **re
                 const secret *x = &s->v[i];
                 for (size_t f = 0; f < x->n_forms; f++) {
                         int r = replace_all(&cur, &cur_len, &owned, x->forms[f].s, x->forms[f].n,
-                                            x->placeholder, x->ph_len);
+                                            x->placeholder, x->ph_len, len + SECRETS_GROWTH_MAX);
                         if (r < 0) {
                                 if (owned)
                                         free((char *)cur);

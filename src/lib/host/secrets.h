@@ -12,11 +12,15 @@
 #include "airlock.h"
 #include "host/allowlist.h"
 
-#define SECRETS_MAX             64
-#define SECRET_NAME_MAX         64
-#define SECRET_VALUE_MIN        8
-#define SECRET_VALUE_MAX        8192
-#define SECRET_TARGETS_MAX      16
+#define SECRETS_MAX        64
+#define SECRET_NAME_MAX    64
+#define SECRET_VALUE_MIN   8
+#define SECRET_VALUE_MAX   8192
+#define SECRET_TARGETS_MAX 16
+/* A rewrite grows a text by at most this much (-E2BIG past it): a body
+ * full of placeholders, or a response full of short values, would
+ * otherwise multiply the host's memory. */
+#define SECRETS_GROWTH_MAX      (1u << 20)
 #define SECRET_PLACEHOLDER_SIZE (sizeof("airlock-secret-") + SECRET_NAME_MAX + 1 + 32)
 
 typedef struct secret_store secret_store;
@@ -70,7 +74,8 @@ typedef enum {
  * method and url and whose rule allows place (headers always) by its value.
  * Returns 0 when nothing changed (*ret untouched), 1 with *ret and *ret_len a
  * malloc'd copy (NUL-terminated; the caller zeroes it before freeing: it
- * holds a value), -ENOMEM. Placeholders of secrets that do not match stay as
+ * holds a value), -ENOMEM, or -E2BIG when the copy would be more than
+ * SECRETS_GROWTH_MAX longer than data. Placeholders of secrets that do not match stay as
  * they are: they are worthless outside the gateway. The caller has already
  * checked the request against the sandbox's allow-list. */
 int secrets_substitute(const secret_store *s, const char *method, const url_parts *url,
