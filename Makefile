@@ -241,3 +241,14 @@ clean:
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_HELPER_BIN:=.d) \
          $(FUZZ_REPLAY_BIN:=.d)
+
+# The Python package (python/, `import airlock`): the extension built in place
+# against this tree's build/libairlock.so (its rpath), with Debian's
+# python3 and setuptools, no network. PYTHONPATH=python then imports it;
+# `pip install --no-build-isolation ./python` installs it (see python/README.md).
+PYTHON ?= /usr/bin/python3
+python: $(BUILD)/libairlock.so
+	@echo "  PYEXT   python/airlock/_airlock"
+	@cd python && AIRLOCK_BUILD=$(CURDIR)/$(BUILD) $(PYTHON) -W ignore setup.py -q build_ext \
+		--inplace --build-temp $(CURDIR)/$(BUILD)/python
+.PHONY: python

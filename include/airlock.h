@@ -188,6 +188,29 @@ AIRLOCK_PUBLIC size_t airlock_config_allow_count(const airlock_config *cfg);
 /* always when the base mode is always or any registered tool is; else never. */
 AIRLOCK_PUBLIC airlock_approval airlock_config_effective_approval(const airlock_config *cfg);
 
+/* ---- typed host tools (the Python package) ---------------------------- */
+
+/* A host tool that, when it fails, also names the type of its failure (the
+ * class of a Python exception, say: "ValueError"). The same contract as
+ * airlock_tool_fn, and on failure it may set *ret_error_type to a malloc'd
+ * name: letters, digits, '_' and '.', at most 64 bytes (anything else is
+ * dropped). The guest's RuntimeError then carries it as its
+ * tool_error_type attribute (docs/design.md, "Guest API"). */
+typedef int (*airlock_tool_typed_fn)(void *userdata, const char *args_json, char **ret_result_json,
+                                     char **ret_error, char **ret_error_type);
+/* airlock_config_add_tool with fn in place of def->fn (which is ignored). */
+AIRLOCK_PUBLIC int airlock_config_add_typed_tool(airlock_config *cfg, const airlock_tool_def *def,
+                                                 airlock_tool_typed_fn fn, airlock_error *err);
+
+/* The program that templates run (see docs/design.md, "Isolation"): by
+ * default a copy of the running program itself (/proc/self/exe), which must
+ * be linked with libairlock so that its constructor catches the template's
+ * start. A host program that is not (an interpreter that loads libairlock
+ * as a plug-in, as the Python package does) names one that is: the airlock
+ * command of the same build. path must be absolute and an executable file.
+ * Must be called before the first sandbox of the process: -EBUSY after. */
+AIRLOCK_PUBLIC int airlock_set_template_program(const char *path, airlock_error *err);
+
 /* ---- results ----------------------------------------------------------- */
 
 typedef enum airlock_status {

@@ -134,6 +134,14 @@ int airlock_config_add_tool(airlock_config *c, const airlock_tool_def *def, airl
         return tools_add_callback(c->tools, def, err);
 }
 
+int airlock_config_add_typed_tool(airlock_config *c, const airlock_tool_def *def,
+                                  airlock_tool_typed_fn fn, airlock_error *err)
+{
+        airlock_error_clear(err);
+        config_changed(c);
+        return tools_add_typed_callback(c->tools, def, fn, err);
+}
+
 int airlock_config_remove_tool(airlock_config *c, const char *name, airlock_error *err)
 {
         airlock_error_clear(err);

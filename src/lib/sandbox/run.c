@@ -264,11 +264,12 @@ static void serve_request(run_state *run, json_t *msg)
                                             "call_tool: the tool name must be a string");
                 } else {
                         json_t *result = NULL;
-                        _cleanup_free_ char *message = NULL;
+                        _cleanup_free_ char *message = NULL, *type = NULL;
                         /* Bounded by the run: a slow tool cannot hold the run past
                          * its limit, and a cancel stops it. */
                         tool_call_bounds b = {run->deadline, run->cancel_fd};
-                        tool_fail f = tools_call_ex(cfg->tools, name, args, &b, &result, &message);
+                        tool_fail f =
+                            tools_call_typed(cfg->tools, name, args, &b, &result, &message, &type);
                         if (f == TOOL_OK)
                                 reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
                                                   result ? result : json_null());
@@ -276,6 +277,10 @@ static void serve_request(run_state *run, json_t *msg)
                                 reply = error_reply(f == TOOL_FAIL_INVALID ? WIRE_KIND_VALUE
                                                                            : WIRE_KIND_RUNTIME,
                                                     message ? message : "the tool failed");
+                        /* A typed tool's failure names its type (additive: the
+                         * key is there only then). */
+                        if (reply && type)
+                                json_object_set_new(reply, WIRE_KEY_ERROR_TYPE, json_string(type));
                 }
         } else if (op && strcmp(op, WIRE_OP_HTTP) == 0) {
                 json_t *resp = NULL;
