@@ -161,6 +161,7 @@ check:
 	@$(INSTALL_DEPS) check
 	@$(MAKE) --no-print-directory tests
 	@$(MAKE) --no-print-directory SAN=asan tests
+	@$(MAKE) --no-print-directory python
 	@bash tests/run.sh $(BUILD)
 
 # The pure unit tests alone: no sandbox, no namespaces, no root; seconds.
@@ -186,6 +187,9 @@ soak:
 	@$(INSTALL_DEPS) check
 	@$(MAKE) --no-print-directory SAN=asan all build/asan/tests/soak
 	@bash tests/soak.sh build/asan
+	@$(MAKE) --no-print-directory python
+	@AIRLOCK_PY_LEAK_RUNS=$(or $(SOAK_RUNS),10000) $(PYTHON) -m pytest -q -s -p no:cacheprovider \
+		tests/python/test_leak.py
 
 fuzz:
 	@$(INSTALL_DEPS) fuzz
