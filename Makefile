@@ -180,7 +180,7 @@ demo:
 
 bench:
 	@$(INSTALL_DEPS) bench
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all python
 	@bash bench/run.sh $(BUILD) $(if $(QUICK),--quick)
 
 soak:
