@@ -608,6 +608,22 @@ def _json_dumps(v) -> str:
     return json.dumps(v, ensure_ascii=False)
 
 
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _executor():
+    """The threads of arun: their own pool, not the loop's default one, and
+    a large one, so that an async tool that awaits another arun never waits
+    for a thread that runs its caller."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="airlock-run")
+        return _pool
+
+
 async def _arun(loop, call):
     """Runs call(cancel_fd) in a thread whose async tools use loop; a
     cancellation of the awaiting task writes to the eventfd (the library
@@ -621,7 +637,7 @@ async def _arun(loop, call):
         finally:
             _set_caller_loop(None)
 
-    fut = loop.run_in_executor(None, work)
+    fut = loop.run_in_executor(_executor(), work)
     try:
         try:
             d = await asyncio.shield(fut)

@@ -196,3 +196,22 @@ def test_tool_decorator_and_callable_object():
     r = s.run('print(call_tool("mul", a=1.5, b=2), call_tool("count"), call_tool("count", step=5))')
     assert r.stdout == "3.0 1 6\n", r.stderr
     s.close()
+
+
+def test_async_tool_that_awaits_another_run():
+    # A tool on the caller's loop that itself awaits a run: no thread of
+    # the pool is held by a run that waits for it.
+    inner = airlock.Sandbox()
+
+    async def nested(n: int) -> str:
+        return (await inner.arun(f"print({n} * 2)")).stdout.strip()
+
+    outer = airlock.Sandbox(tools=[nested], limits={"timeout": 30})
+
+    async def main():
+        rs = await asyncio.gather(*(outer.arun(f'print(call_tool("nested", n={i}))')
+                                    for i in range(10)))
+        return [r.stdout for r in rs]
+    assert asyncio.run(main()) == [f"{2 * i}\n" for i in range(10)]
+    outer.close()
+    inner.close()
