@@ -11,6 +11,8 @@ C library in the same run. Prints one table and one JSON line.
   run_c_ms         airlock_cache_run of print(1) from C (bench_python_c,
                    built here), the same spacing, in the same run
   ratio            run_py_ms / run_c_ms (target <= 1.1)
+  inproc_*         the two alternating sample by sample in this process (the
+                   C side through ctypes, for the bench only)
 
 usage: bench/bench_python.py BUILD_DIR [--quick]
 """
@@ -128,6 +130,44 @@ def py_run_median(sb, runs=RUNS // 2):
     return statistics.median(lat)
 
 
+def inproc_pair(sb, runs=RUNS):
+    """Python's run and the C library's, called from this same process one
+    after the other for each sample (the C one through ctypes on the very
+    libairlock.so the extension uses, for the bench only: the package
+    itself has no ctypes): the same template, the same process, the same
+    moment of the machine's load."""
+    import ctypes
+    lib = ctypes.CDLL(os.path.join(build, "libairlock.so"))
+    err = ctypes.create_string_buffer(8 + 1024 + 4096 + 64)
+    cfg, cache, res = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    lib.airlock_cache_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+                                      ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+                                      ctypes.c_void_p]
+    lib.airlock_result_free.argtypes = [ctypes.c_void_p]
+    assert lib.airlock_config_new(ctypes.byref(cfg), err) == 0
+    assert lib.airlock_cache_new(2, ctypes.c_double(0), ctypes.byref(cache), err) == 0
+    code = b"print(1)"
+    cl, pl = [], []
+    for i in range(-5, runs):
+        time.sleep(GAP_S)
+        t0 = time.perf_counter()
+        r = lib.airlock_cache_run(cache, cfg, code, len(code), ctypes.byref(res), err)
+        t1 = time.perf_counter()
+        assert r == 0 and ctypes.cast(res, ctypes.POINTER(ctypes.c_bool))[0]
+        lib.airlock_result_free(res)
+        time.sleep(GAP_S)
+        t2 = time.perf_counter()
+        pr = sb.run("print(1)")
+        t3 = time.perf_counter()
+        assert pr.success
+        if i >= 0:
+            cl.append((t1 - t0) * 1e3)
+            pl.append((t3 - t2) * 1e3)
+    lib.airlock_cache_close(cache)
+    lib.airlock_config_free(cfg)
+    return statistics.median(pl), statistics.median(cl)
+
+
 def main():
     build_c()
     sb = airlock.Sandbox(tools=[echo, aecho], limits={"timeout": 120})
@@ -150,18 +190,23 @@ def main():
     for _ in range(2 if quick else 4):
         cs.append(c_run(runs=RUNS // 2))
         ps.append(py_run_median(plain))
+    in_py, in_c = inproc_pair(plain)
     plain.close()
     c_ms, py_ms = statistics.median(cs), statistics.median(ps)
     res = {"tool_sync_us": round(sync_us, 2), "tool_c_us": round(c_tool_us, 2),
            "tool_async_us": round(async_us, 2),
            "run_py_ms": round(py_ms, 4), "run_c_ms": round(c_ms, 4),
-           "ratio": round(py_ms / c_ms, 3), "calls": CALLS, "runs": RUNS}
+           "ratio": round(py_ms / c_ms, 3), "inproc_py_ms": round(in_py, 4),
+           "inproc_c_ms": round(in_c, 4), "inproc_ratio": round(in_py / in_c, 3),
+           "calls": CALLS, "runs": RUNS}
     print("Python package (bench/bench_python.py)")
     print(f"  sync tool round trip   median {sync_us:8.2f} us   (target < 30)")
     print(f"  C callback tool (same)  median {c_tool_us:8.2f} us   (the library's own floor)")
     print(f"  async tool, caller loop median {async_us:8.2f} us")
     print(f"  run('print(1)') Python  median {py_ms:8.3f} ms")
     print(f"  run('print(1)') C       median {c_ms:8.3f} ms   ratio {py_ms / c_ms:.3f} (target <= 1.1)")
+    print(f"  same process, alternating: Python {in_py:.3f} ms, C {in_c:.3f} ms, "
+          f"ratio {in_py / in_c:.3f}")
     print(json.dumps(res))
 
 

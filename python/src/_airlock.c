@@ -94,8 +94,8 @@ static int tool_trampoline(void *userdata, const char *args_json, char **ret_res
                 PyObject *et, *ev, *tb;
                 PyErr_Fetch(&et, &ev, &tb);
                 PyErr_NormalizeException(&et, &ev, &tb);
-                PyObject *tname = et && PyType_Check(et) ? PyType_GetName((PyTypeObject *)et)
-                                                         : NULL;
+                PyObject *tname =
+                    et && PyType_Check(et) ? PyType_GetName((PyTypeObject *)et) : NULL;
                 PyErr_Clear();
                 PyObject *text = ev ? PyObject_Str(ev) : NULL;
                 PyErr_Clear();
@@ -431,18 +431,18 @@ static PyObject *result_to_dict(airlock_result *res)
                         goto out;
                 PyList_SET_ITEM(changes, (Py_ssize_t)i, t);
         }
-        d = Py_BuildValue(
-            "{s:O, s:s, s:i, s:N, s:O, s:N, s:O, s:O, s:O, s:O, s:z, s:d, s:s}", "success",
-            res->success ? Py_True : Py_False, "status", airlock_status_name(res->status),
-            "exit_code", res->exit_code, "stdout", bytes_or_empty(res->stdout_data, res->stdout_len),
-            "stdout_truncated", res->stdout_truncated ? Py_True : Py_False, "stderr",
-            bytes_or_empty(res->stderr_data, res->stderr_len), "stderr_truncated",
-            res->stderr_truncated ? Py_True : Py_False, "files", files, "refused", refused,
-            "input_changes", changes, "error_message", res->error_message, "duration_ms",
-            res->duration_ms, "cell_state",
-            res->cell_state == AIRLOCK_CELL_KEPT          ? "kept"
-            : res->cell_state == AIRLOCK_CELL_ROLLED_BACK ? "rolled_back"
-                                                          : "none");
+        d = Py_BuildValue("{s:O, s:s, s:i, s:N, s:O, s:N, s:O, s:O, s:O, s:O, s:z, s:d, s:s}",
+                          "success", res->success ? Py_True : Py_False, "status",
+                          airlock_status_name(res->status), "exit_code", res->exit_code, "stdout",
+                          bytes_or_empty(res->stdout_data, res->stdout_len), "stdout_truncated",
+                          res->stdout_truncated ? Py_True : Py_False, "stderr",
+                          bytes_or_empty(res->stderr_data, res->stderr_len), "stderr_truncated",
+                          res->stderr_truncated ? Py_True : Py_False, "files", files, "refused",
+                          refused, "input_changes", changes, "error_message", res->error_message,
+                          "duration_ms", res->duration_ms, "cell_state",
+                          res->cell_state == AIRLOCK_CELL_KEPT          ? "kept"
+                          : res->cell_state == AIRLOCK_CELL_ROLLED_BACK ? "rolled_back"
+                                                                        : "none");
 out:
         Py_XDECREF(files);
         Py_XDECREF(refused);
@@ -746,8 +746,10 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, .m_name = "airlock._airlock",
-    .m_doc = "The C library airlock (include/airlock.h), thinly.", .m_size = -1,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "airlock._airlock",
+    .m_doc = "The C library airlock (include/airlock.h), thinly.",
+    .m_size = -1,
     .m_methods = module_methods,
 };
 
