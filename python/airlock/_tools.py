@@ -16,6 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# One encoder for every result: json.dumps with options builds a new one
+# per call, which is most of a fast tool's cost.
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+_decode = json.JSONDecoder().decode
 
 # The loop of the run in progress on this thread, when the run came from
 # Sandbox.arun (the awaiting task's loop): an async tool runs there.
@@ -181,6 +185,9 @@ def schema_from_callable(fn: Callable) -> dict:
     return schema
 
 
+_PLAIN = frozenset({int, float, str, bool, list, dict, type(None), tuple})
+
+
 class Tool:
     """A host tool: a Python callable, sync or ``async def``, with its name,
     description, JSON Schema and approval mode.
@@ -224,14 +231,14 @@ class Tool:
         """What the C library calls, on the run's thread, with the GIL:
         the validated arguments' JSON in, the result's JSON out. A raised
         exception becomes the tool's failure (the guest's RuntimeError)."""
-        kwargs = json.loads(args_json)
+        kwargs = _decode(args_json)
         if self._is_async:
             result = self._await(self.func(**kwargs))
         else:
             result = self.func(**kwargs)
-            if inspect.isawaitable(result):
+            if type(result) not in _PLAIN and inspect.isawaitable(result):
                 result = self._await(result)
-        return json.dumps(result, ensure_ascii=False, allow_nan=False)
+        return _encode(result)
 
     @staticmethod
     def _await(coro):
