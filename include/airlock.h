@@ -202,6 +202,18 @@ typedef int (*airlock_tool_typed_fn)(void *userdata, const char *args_json, char
 AIRLOCK_PUBLIC int airlock_config_add_typed_tool(airlock_config *cfg, const airlock_tool_def *def,
                                                  airlock_tool_typed_fn fn, airlock_error *err);
 
+/* The configuration read back as JSON text (malloc'd; NULL when out of
+ * memory), every entry as the library normalised it:
+ * {"workspace": DIR|null, "mounts": [{"host", "path": "/input/..."}],
+ *  "allowed_domains": [{"target", "methods": [...]|null (all)}],
+ *  "tools": [{"name", "description", "parameters", "approval_mode",
+ *             "kind": "callback"|"command"}],
+ *  "preloads": [...], "python_paths": [...], "limits": {NAME: TEXT},
+ *  "approval_mode", "auto_figures", "input_writable"}
+ * in the order added (a replaced allow-list entry or tool keeps its place
+ * or moves last as its setter says). */
+AIRLOCK_PUBLIC char *airlock_config_to_json(const airlock_config *cfg, airlock_error *err);
+
 /* The program that templates run (see docs/design.md, "Isolation"): by
  * default a copy of the running program itself (/proc/self/exe), which must
  * be linked with libairlock so that its constructor catches the template's

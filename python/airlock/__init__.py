@@ -165,13 +165,27 @@ def _normalize_methods(methods) -> tuple[str, ...] | None:
 
 def _domain_of(item) -> AllowedDomain:
     if isinstance(item, AllowedDomain):
-        return AllowedDomain(_normalize_domain(item.target), _normalize_methods(item.methods))
-    if isinstance(item, str):
-        return AllowedDomain(_normalize_domain(item), None)
-    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-        return AllowedDomain(_normalize_domain(item[0]), _normalize_methods(item[1]))
-    raise TypeError("an allowed domain is a string, a (target, methods) pair or an "
-                    f"AllowedDomain, not {item!r}")
+        d = AllowedDomain(_normalize_domain(item.target), _normalize_methods(item.methods))
+    elif isinstance(item, str):
+        d = AllowedDomain(_normalize_domain(item), None)
+    elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+        d = AllowedDomain(_normalize_domain(item[0]), _normalize_methods(item[1]))
+    else:
+        raise TypeError("an allowed domain is a string, a (target, methods) pair or an "
+                        f"AllowedDomain, not {item!r}")
+    return _library_domain(d)
+
+
+def _library_domain(d: AllowedDomain) -> AllowedDomain:
+    """The entry as the C library normalises it (airlock_config_to_json of a
+    configuration that holds it alone): its key is the library's, so that
+    two spellings the library takes for one target are one entry here too.
+    A target or method the library refuses is its InputError, now."""
+    import json
+    probe = _airlock.Config()
+    probe.allow(d.target, ",".join(d.methods) if d.methods else None)
+    e = json.loads(probe.to_json())["allowed_domains"][0]
+    return AllowedDomain(e["target"], tuple(e["methods"]) if e["methods"] is not None else None)
 
 
 def _is_single_domain(x) -> bool:
@@ -506,6 +520,13 @@ class Sandbox:
         with self._lock:
             self._limits.update(text)
             self._changed()
+
+    def settings(self) -> dict:
+        """The configuration as the C library holds it (airlock_config_to_json):
+        workspace, mounts, allowed_domains, tools, preloads, python_paths,
+        limits, approval_mode, auto_figures, input_writable."""
+        import json
+        return json.loads(self._config().to_json())
 
     def get_limits(self) -> dict[str, str]:
         """Every limit, as text in its unit ("30", "512")."""

@@ -356,7 +356,17 @@ static PyObject *config_describe_json(ConfigObject *self, PyObject *noargs)
         return take_text(s);
 }
 
+static PyObject *config_to_json(ConfigObject *self, PyObject *noargs)
+{
+        airlock_error e = {0};
+        char *s = airlock_config_to_json(self->cfg, &e);
+        if (!s)
+                return raise_error(-ENOMEM, &e);
+        return take_text(s);
+}
+
 static PyMethodDef config_methods[] = {
+    {"to_json", (PyCFunction)config_to_json, METH_NOARGS, NULL},
     {"set_workspace", (PyCFunction)config_set_workspace, METH_VARARGS, NULL},
     {"add_mount", (PyCFunction)config_add_mount, METH_VARARGS, NULL},
     {"allow", (PyCFunction)config_allow, METH_VARARGS, NULL},

@@ -212,3 +212,28 @@ def test_preloads():
     with pytest.raises(airlock.InputError):
         sb.add_preload("not a module")
     sb.close()
+
+
+def test_settings_are_the_librarys(tree):
+    def t1(x: int) -> int:
+        return x
+
+    sb = airlock.Sandbox(workspace="data", mounts=[("notes.txt", "n/notes.txt")],
+                         allowed_domains=[("HTTPS://API.example.com:8443/v1/", "get, post"),
+                                          "Plain.example.com"],
+                         tools=[t1], limits={"timeout": 7}, preloads=["json"])
+    s = sb.settings()
+    assert s["workspace"] == str(tree / "data")
+    assert s["mounts"] == [{"host": str(tree / "notes.txt"), "path": "/input/n/notes.txt"}]
+    assert s["allowed_domains"] == [
+        {"target": "https://api.example.com:8443/v1", "methods": ["GET", "POST"]},
+        {"target": "plain.example.com", "methods": None}]
+    assert [(d.target, d.methods) for d in sb.get_allowed_domains()] == [
+        ("https://api.example.com:8443/v1", ("GET", "POST")), ("plain.example.com", None)]
+    assert [t["name"] for t in s["tools"]] == ["t1"] and s["tools"][0]["kind"] == "callback"
+    assert s["limits"]["timeout"] == "7" and s["preloads"] == ["json"]
+    assert s["approval_mode"] == "never_require" and s["auto_figures"] is True
+    # A method the library refuses is refused when added, naming it.
+    with pytest.raises(airlock.InputError, match="CONNECT"):
+        sb.add_allowed_domains(("x.example.com", "CONNECT"))
+    sb.close()
