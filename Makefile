@@ -161,6 +161,7 @@ check:
 	@$(INSTALL_DEPS) check
 	@$(MAKE) --no-print-directory tests
 	@$(MAKE) --no-print-directory SAN=asan tests
+	@$(MAKE) --no-print-directory python
 	@bash tests/run.sh $(BUILD)
 
 # The pure unit tests alone: no sandbox, no namespaces, no root; seconds.
@@ -179,13 +180,16 @@ demo:
 
 bench:
 	@$(INSTALL_DEPS) bench
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all python
 	@bash bench/run.sh $(BUILD) $(if $(QUICK),--quick)
 
 soak:
 	@$(INSTALL_DEPS) check
 	@$(MAKE) --no-print-directory SAN=asan all build/asan/tests/soak
 	@bash tests/soak.sh build/asan
+	@$(MAKE) --no-print-directory python
+	@AIRLOCK_PY_LEAK_RUNS=$(or $(SOAK_RUNS),10000) $(PYTHON) -m pytest -q -s -p no:cacheprovider \
+		tests/python/test_leak.py
 
 fuzz:
 	@$(INSTALL_DEPS) fuzz
@@ -241,3 +245,14 @@ clean:
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_HELPER_BIN:=.d) \
          $(FUZZ_REPLAY_BIN:=.d)
+
+# The Python package (python/, `import airlock`): the extension built in place
+# against this tree's build/libairlock.so (its rpath), with Debian's
+# python3 and setuptools, no network. PYTHONPATH=python then imports it;
+# `pip install --no-build-isolation ./python` installs it (see python/README.md).
+PYTHON ?= /usr/bin/python3
+python: $(BUILD)/libairlock.so
+	@echo "  PYEXT   python/airlock/_airlock"
+	@cd python && AIRLOCK_BUILD=$(CURDIR)/$(BUILD) $(PYTHON) -W ignore setup.py -q build_ext \
+		--inplace --build-temp $(CURDIR)/$(BUILD)/python
+.PHONY: python

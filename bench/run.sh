@@ -48,3 +48,9 @@ PYDEVD_DISABLE_FILE_VALIDATION=1 /usr/bin/python3 bench/bench_session.py "$build
 runs=2000
 [ -n "$quick" ] && runs=400
 bash bench/bench_secrets.sh "$build" "$runs" || echo "bench: bench/bench_secrets.sh failed" >&2
+# The Python package against the C library (make bench builds it first).
+if ls python/airlock/_airlock*.so >/dev/null 2>&1; then
+    /usr/bin/python3 bench/bench_python.py "$build" $quick || echo "bench: bench/bench_python.py failed" >&2
+else
+    echo "bench: the Python package is not built (make python); its figures skipped" >&2
+fi

@@ -217,6 +217,40 @@ AIRLOCK_PUBLIC int airlock_secret_placeholder(const char *name, char *buf, size_
 /* The number of secrets and the name of the i-th (NULL past the end). */
 AIRLOCK_PUBLIC size_t airlock_config_secret_count(const airlock_config *cfg);
 AIRLOCK_PUBLIC const char *airlock_config_secret_name(const airlock_config *cfg, size_t i);
+/* ---- typed host tools (the Python package) ---------------------------- */
+
+/* A host tool that, when it fails, also names the type of its failure (the
+ * class of a Python exception, say: "ValueError"). The same contract as
+ * airlock_tool_fn, and on failure it may set *ret_error_type to a malloc'd
+ * name: letters, digits, '_' and '.', at most 64 bytes (anything else is
+ * dropped). The guest's RuntimeError then carries it as its
+ * tool_error_type attribute (docs/design.md, "Guest API"). */
+typedef int (*airlock_tool_typed_fn)(void *userdata, const char *args_json, char **ret_result_json,
+                                     char **ret_error, char **ret_error_type);
+/* airlock_config_add_tool with fn in place of def->fn (which is ignored). */
+AIRLOCK_PUBLIC int airlock_config_add_typed_tool(airlock_config *cfg, const airlock_tool_def *def,
+                                                 airlock_tool_typed_fn fn, airlock_error *err);
+
+/* The configuration read back as JSON text (malloc'd; NULL when out of
+ * memory), every entry as the library normalised it:
+ * {"workspace": DIR|null, "mounts": [{"host", "path": "/input/..."}],
+ *  "allowed_domains": [{"target", "methods": [...]|null (all)}],
+ *  "tools": [{"name", "description", "parameters", "approval_mode",
+ *             "kind": "callback"|"command"}],
+ *  "preloads": [...], "python_paths": [...], "limits": {NAME: TEXT},
+ *  "approval_mode", "auto_figures", "input_writable"}
+ * in the order added (a replaced allow-list entry or tool keeps its place
+ * or moves last as its setter says). */
+AIRLOCK_PUBLIC char *airlock_config_to_json(const airlock_config *cfg, airlock_error *err);
+
+/* The program that templates run (see docs/design.md, "Isolation"): by
+ * default a copy of the running program itself (/proc/self/exe), which must
+ * be linked with libairlock so that its constructor catches the template's
+ * start. A host program that is not (an interpreter that loads libairlock
+ * as a plug-in, as the Python package does) names one that is: the airlock
+ * command of the same build. path must be absolute and an executable file.
+ * Must be called before the first sandbox of the process: -EBUSY after. */
+AIRLOCK_PUBLIC int airlock_set_template_program(const char *path, airlock_error *err);
 
 /* ---- results ----------------------------------------------------------- */
 

@@ -29,6 +29,8 @@ demo_pkgs=(python3-numpy python3-pandas python3-matplotlib)
 # Installing libopenblas0-pthread makes OpenBLAS the machine's default.
 check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3-scipy
             python3-pil fontconfig libblas3 liblapack3 libopenblas0-pthread)
+# The Python package: its extension's headers and build (make python), its tests.
+check_pkgs+=(python3-dev python3-setuptools python3-pytest)
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 

@@ -10,6 +10,8 @@
 #   install   `make install` into a temporary DESTDIR and a program linked
 #             through pkg-config (tests/build);
 #   blackbox  the built airlock binary driven as users do (tests/blackbox);
+#   python    the Python package (python/, built by `make python`) with
+#             Debian's python3-pytest (tests/python);
 #   mcp       the MCP server driven by the official TypeScript SDK and the MCP
 #             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp);
 #   fuzz      fuzz corpus and crash replays;
@@ -20,7 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
-all_tiers=(unit sandbox asan openat2 install blackbox mcp fuzz format)
+all_tiers=(unit sandbox asan openat2 install blackbox python mcp fuzz format)
 tiers=("$@")
 [ ${#tiers[@]} -eq 0 ] && tiers=("${all_tiers[@]}")
 for t in "${tiers[@]}"; do
@@ -145,6 +147,15 @@ if want blackbox; then
         [ -f "$t" ] || continue
         run_counted "$(basename "$t" .py)" /usr/bin/python3 "$t"
     done
+fi
+
+if want python; then
+    echo "== the Python package (tests/python, pytest)"
+    if ls python/airlock/_airlock*.so >/dev/null 2>&1; then
+        run_counted python env AIRLOCK_BUILD="$PWD/$build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+    else
+        echo "python: the extension is not built (make python)"; record python 1
+    fi
 fi
 
 if want mcp && [ -f tests/mcp/package.json ]; then

@@ -60,7 +60,19 @@ def call_tool(name, *args, **kwargs):
             f"call_tool({name!r}, key=value, ...)")
     if not isinstance(name, str):
         raise TypeError("call_tool: the tool name must be a string")
-    return _request({_KEY_OP: _OP_TOOL, _KEY_NAME: name, _KEY_ARGS: kwargs})
+    import json as _json
+    reply = _json.loads(_airlock.call(_json.dumps(
+        {_KEY_OP: _OP_TOOL, _KEY_NAME: name, _KEY_ARGS: kwargs},
+        ensure_ascii=False).encode("utf-8")))
+    if reply.get(_KEY_OK):
+        return reply.get(_KEY_RESULT)
+    exc = _refusal(reply)
+    # A tool's failure says which type of error the tool raised, when the
+    # host knows it (a Python tool of the airlock package): None otherwise.
+    if isinstance(exc, RuntimeError):
+        etype = reply.get(_KEY_ERROR_TYPE)
+        exc.tool_error_type = etype if isinstance(etype, str) else None
+    raise exc
 
 
 def http_request(method, url, headers=None, body=None):

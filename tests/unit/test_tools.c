@@ -425,6 +425,61 @@ static void test_callbacks(void **state)
         tools_free(reg);
 }
 
+/* A typed tool: fails naming a type, or a name that is no identifier. */
+static int typed_tool(void *userdata, const char *args, char **ret, char **ret_err, char **ret_type)
+{
+        const char *mode = userdata;
+        if (strcmp(mode, "ok") == 0) {
+                *ret = strdup("true");
+                *ret_type = strdup("Ignored"); /* set on success: dropped */
+                return 0;
+        }
+        *ret_err = strdup("ValueError: bad value");
+        *ret_type = strdup(strcmp(mode, "typed") == 0 ? "ValueError" : "no good\nname");
+        return -1;
+}
+
+static void test_typed_callbacks(void **state)
+{
+        tool_registry *reg;
+        assert_int_equal(tools_new(&reg, NULL), 0);
+        const char *modes[] = {"ok", "typed", "badname"};
+        for (size_t i = 0; i < ARRAY_SIZE(modes); i++) {
+                airlock_tool_def def = {.name = modes[i], .userdata = (void *)modes[i]};
+                assert_int_equal(tools_add_typed_callback(reg, &def, typed_tool, NULL), 0);
+        }
+        airlock_tool_def none = {.name = "none"};
+        assert_int_equal(tools_add_typed_callback(reg, &none, NULL, NULL), -EINVAL);
+        json_t *in = parse("{}");
+        json_t *res = NULL;
+        char *msg = NULL, *type = NULL;
+        assert_int_equal(tools_call_typed(reg, "ok", in, NULL, &res, &msg, &type), TOOL_OK);
+        assert_null(type);
+        json_decref(res);
+        res = NULL;
+        assert_int_equal(tools_call_typed(reg, "typed", in, NULL, &res, &msg, &type),
+                         TOOL_FAIL_RUNTIME);
+        assert_string_equal(msg, "ValueError: bad value");
+        assert_string_equal(type, "ValueError");
+        free(msg);
+        free(type);
+        msg = type = NULL;
+        assert_int_equal(tools_call_typed(reg, "badname", in, NULL, &res, &msg, &type),
+                         TOOL_FAIL_RUNTIME);
+        assert_null(type);
+        free(msg);
+        msg = NULL;
+        /* Without the out parameter, as tools_call_ex: the name is freed. */
+        assert_int_equal(tools_call_ex(reg, "typed", in, NULL, &res, &msg), TOOL_FAIL_RUNTIME);
+        free(msg);
+        /* The fingerprint tells a typed tool apart by its function too. */
+        _cleanup_free_ char *fp = tools_fingerprint_text(reg);
+        assert_non_null(fp);
+        assert_null(strstr(fp, "\"fn\":\"(nil)\""));
+        json_decref(in);
+        tools_free(reg);
+}
+
 /* ---- registry rules ----------------------------------------------------- */
 
 static void test_registry_rules(void **state)
@@ -705,6 +760,7 @@ int main(void)
             cmocka_unit_test(test_no_fd_leak),
             cmocka_unit_test(test_validation),
             cmocka_unit_test(test_callbacks),
+            cmocka_unit_test(test_typed_callbacks),
             cmocka_unit_test(test_registry_rules),
             cmocka_unit_test(test_clone_and_fingerprint),
             cmocka_unit_test(test_tools_file_errors),

@@ -137,6 +137,14 @@ int airlock_config_add_tool(airlock_config *c, const airlock_tool_def *def, airl
         return tools_add_callback(c->tools, def, err);
 }
 
+int airlock_config_add_typed_tool(airlock_config *c, const airlock_tool_def *def,
+                                  airlock_tool_typed_fn fn, airlock_error *err)
+{
+        airlock_error_clear(err);
+        config_changed(c);
+        return tools_add_typed_callback(c->tools, def, fn, err);
+}
+
 int airlock_config_remove_tool(airlock_config *c, const char *name, airlock_error *err)
 {
         airlock_error_clear(err);
@@ -342,4 +350,84 @@ size_t airlock_config_secret_count(const airlock_config *c)
 const char *airlock_config_secret_name(const airlock_config *c, size_t i)
 {
         return secrets_name(c->secrets, i);
+}
+
+/* ---- the configuration read back (the Python package) ------------------- */
+
+/* The configuration as data, every entry as the library normalised it: what
+ * a binding reads back instead of keeping its own idea of the normal form.
+ * NULL with err filled when out of memory. */
+char *airlock_config_to_json(const airlock_config *c, airlock_error *err)
+{
+        airlock_error_clear(err);
+        _cleanup_json_ json_t *root = json_object();
+        json_t *mounts = json_array(), *allow = json_array(), *tools = json_array();
+        json_t *pre = json_array(), *paths = json_array(), *limits = json_object();
+        if (!root || !mounts || !allow || !tools || !pre || !paths || !limits) {
+                json_decref(mounts);
+                json_decref(allow);
+                json_decref(tools);
+                json_decref(pre);
+                json_decref(paths);
+                json_decref(limits);
+                al_error(err, -ENOMEM, NULL, "out of memory");
+                return NULL;
+        }
+        json_object_set_new(root, "workspace",
+                            c->workspace ? json_string(c->workspace) : json_null());
+        json_object_set_new(root, "mounts", mounts);
+        json_object_set_new(root, "allowed_domains", allow);
+        json_object_set_new(root, "tools", tools);
+        json_object_set_new(root, "preloads", pre);
+        json_object_set_new(root, "python_paths", paths);
+        json_object_set_new(root, "limits", limits);
+        for (size_t i = 0; i < c->n_mounts; i++) {
+                char *dest = NULL;
+                if (asprintf(&dest, "/input/%s", c->mounts[i].dest) < 0)
+                        dest = NULL;
+                json_array_append_new(mounts, json_pack("{s:s, s:s}", "host", c->mounts[i].host,
+                                                        "path", dest ? dest : ""));
+                free(dest);
+        }
+        for (size_t i = 0; i < allowlist_count(c->allow); i++) {
+                const allow_entry *e = allowlist_get(c->allow, i);
+                json_t *m = json_array();
+                bool all = e->n_methods == 1 && strcmp(e->methods[0], "*") == 0;
+                for (size_t j = 0; m && !all && j < e->n_methods; j++)
+                        json_array_append_new(m, json_string(e->methods[j]));
+                if (all) {
+                        json_decref(m);
+                        m = json_null();
+                }
+                json_array_append_new(allow, json_pack("{s:s, s:o}", "target", e->target, "methods",
+                                                       m ? m : json_null()));
+        }
+        for (size_t i = 0; i < tools_count(c->tools); i++) {
+                const tool_info *t = tools_get(c->tools, i);
+                json_array_append_new(
+                    tools, json_pack("{s:s, s:s, s:O, s:s, s:s}", "name", t->name, "description",
+                                     t->description, "parameters", t->parameters, "approval_mode",
+                                     t->approval == AIRLOCK_APPROVAL_ALWAYS ? "always_require"
+                                                                            : "never_require",
+                                     "kind", t->argv ? "command" : "callback"));
+        }
+        for (size_t i = 0; i < c->n_preloads; i++)
+                json_array_append_new(pre, json_string(c->preloads[i]));
+        for (size_t i = 0; i < c->n_python_paths; i++)
+                json_array_append_new(paths, json_string(c->python_paths[i]));
+        const airlock_limit_option *o;
+        for (size_t i = 0; (o = airlock_limit_option_at(i)); i++) {
+                char buf[64];
+                if (airlock_limits_format_option(&c->limits, o->name, buf, sizeof(buf)) >= 0)
+                        json_object_set_new(limits, o->name, json_string(buf));
+        }
+        json_object_set_new(root, "approval_mode",
+                            json_string(c->approval == AIRLOCK_APPROVAL_ALWAYS ? "always_require"
+                                                                               : "never_require"));
+        json_object_set_new(root, "auto_figures", json_boolean(!c->no_auto_figures));
+        json_object_set_new(root, "input_writable", json_boolean(c->input_writable));
+        char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (!s)
+                al_error(err, -ENOMEM, NULL, "out of memory");
+        return s;
 }

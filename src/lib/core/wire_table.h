@@ -75,6 +75,9 @@
 #define WIRE_KEY_ALONE       "alone"
 #define WIRE_KEY_ID          "id"
 #define WIRE_KEY_KEEP        "keep"
+/* A failed tool call's reply may add "error_type": the type name a typed
+ * tool (airlock_config_add_typed_tool) gave for its failure. */
+#define WIRE_KEY_ERROR_TYPE "error_type"
 #define WIRE_KEYS(X)                                                                               \
         X(OP)                                                                                      \
         X(OK)                                                                                      \
@@ -92,7 +95,8 @@
         X(EXIT_CODE)                                                                               \
         X(ALONE)                                                                                   \
         X(ID)                                                                                      \
-        X(KEEP)
+        X(KEEP)                                                                                    \
+        X(ERROR_TYPE)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's
  * _run, template/guest.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"

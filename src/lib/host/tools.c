@@ -51,6 +51,7 @@ static int tool_copy(const tool_info *src, tool_info *dst)
         *dst = (tool_info){.cwd_fd = -1};
         dst->approval = src->approval;
         dst->fn = src->fn;
+        dst->typed_fn = src->typed_fn;
         dst->userdata = src->userdata;
         dst->timeout_s = src->timeout_s;
         dst->name = strdup(src->name);
@@ -293,7 +294,10 @@ static int registry_put(tool_registry *reg, tool_info *t, airlock_error *err)
         return 0;
 }
 
-int tools_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err)
+/* Registers a callback tool: def->fn, or typed_fn in its place when it is
+ * set (a tool that also names the type of its failures). */
+static int add_callback(tool_registry *reg, const airlock_tool_def *def,
+                        airlock_tool_typed_fn typed_fn, airlock_error *err)
 {
         if (!def)
                 return al_error(err, -EINVAL, NULL, "tool definition is NULL");
@@ -302,7 +306,7 @@ int tools_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_
                 return r;
         char prefix[TOOL_NAME_MAX + 16];
         snprintf(prefix, sizeof(prefix), "tool '%s'", def->name);
-        if (!def->fn)
+        if (!def->fn && !typed_fn)
                 return al_error(err, -EINVAL, NULL, "%s: no function given", prefix);
         if (def->approval != AIRLOCK_APPROVAL_NEVER && def->approval != AIRLOCK_APPROVAL_ALWAYS)
                 return al_error(err, -EINVAL, NULL, "%s: approval mode %d is not valid", prefix,
@@ -331,7 +335,8 @@ int tools_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_
         t.description = strdup(def->description ? def->description : "");
         t.parameters = params;
         t.approval = def->approval;
-        t.fn = def->fn;
+        t.fn = typed_fn ? NULL : def->fn;
+        t.typed_fn = typed_fn;
         t.userdata = def->userdata;
         if (!t.name || !t.description) {
                 tool_clear(&t);
@@ -340,6 +345,20 @@ int tools_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_
         r = registry_put(reg, &t, err);
         tool_clear(&t);
         return r;
+}
+
+int tools_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err)
+{
+        return add_callback(reg, def, NULL, err);
+}
+
+int tools_add_typed_callback(tool_registry *reg, const airlock_tool_def *def,
+                             airlock_tool_typed_fn fn, airlock_error *err)
+{
+        if (!fn)
+                return al_error(err, -EINVAL, NULL, "tool '%s': no function given",
+                                def && def->name ? def->name : "");
+        return add_callback(reg, def, fn, err);
 }
 
 int tools_remove(tool_registry *reg, const char *name, airlock_error *err)
@@ -824,11 +843,31 @@ tool_fail tools_fail(tool_fail kind, char **ret_message, const char *fmt, ...)
         return kind;
 }
 
-static tool_fail call_callback(const tool_info *t, const char *input, json_t **ret_result,
-                               char **ret_message)
+/* The name a failing typed tool gave for the type of its failure, kept
+ * only when it looks like a Python identifier (letters, digits, '_' and
+ * dots, at most TOOL_NAME_MAX bytes): it is shown to the guest as data,
+ * and a name is all it may be. */
+static char *error_type_clean(char *type)
 {
-        char *out = NULL, *msg = NULL;
-        int r = t->fn(t->userdata, input, &out, &msg);
+        size_t n = type ? strlen(type) : 0;
+        bool ok = n > 0 && n <= TOOL_NAME_MAX;
+        for (size_t i = 0; ok && i < n; i++) {
+                char c = type[i];
+                ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+                     (i > 0 && c >= '0' && c <= '9');
+        }
+        if (ok)
+                return type;
+        free(type);
+        return NULL;
+}
+
+static tool_fail call_callback(const tool_info *t, const char *input, json_t **ret_result,
+                               char **ret_message, char **ret_type)
+{
+        char *out = NULL, *msg = NULL, *type = NULL;
+        int r = t->typed_fn ? t->typed_fn(t->userdata, input, &out, &msg, &type)
+                            : t->fn(t->userdata, input, &out, &msg);
         if (r < 0) {
                 tool_fail f;
                 if (msg) {
@@ -839,10 +878,15 @@ static tool_fail call_callback(const tool_info *t, const char *input, json_t **r
                         f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
                                        "tool '%s' failed (error %d) without a message", t->name, r);
                 }
+                type = error_type_clean(type);
+                if (ret_type)
+                        *ret_type = TAKE_PTR(type);
+                free(type);
                 free(out);
                 free(msg);
                 return f;
         }
+        free(type);
         free(msg);
         if (!out)
                 return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "tool '%s' returned no result",
@@ -874,6 +918,13 @@ tool_fail tools_call(const tool_registry *reg, const char *name, const json_t *a
 tool_fail tools_call_ex(const tool_registry *reg, const char *name, const json_t *args,
                         const tool_call_bounds *bounds, json_t **ret_result, char **ret_message)
 {
+        return tools_call_typed(reg, name, args, bounds, ret_result, ret_message, NULL);
+}
+
+tool_fail tools_call_typed(const tool_registry *reg, const char *name, const json_t *args,
+                           const tool_call_bounds *bounds, json_t **ret_result, char **ret_message,
+                           char **ret_error_type)
+{
         const tool_info *t = tools_find(reg, name);
         if (!t) {
                 char known[512] = "";
@@ -891,8 +942,8 @@ tool_fail tools_call_ex(const tool_registry *reg, const char *name, const json_t
         _cleanup_free_ char *input = json_dumps(args, JSON_COMPACT);
         if (!input)
                 return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
-        if (t->fn)
-                return call_callback(t, input, ret_result, ret_message);
+        if (t->fn || t->typed_fn)
+                return call_callback(t, input, ret_result, ret_message, ret_error_type);
         return tools_run_command(t, input, strlen(input), bounds, ret_result, ret_message);
 }
 
@@ -927,6 +978,12 @@ char *tools_fingerprint_text(const tool_registry *reg)
                                 airlock_tool_fn fn;
                                 void *p;
                         } u = {.fn = t->fn};
+                        union {
+                                airlock_tool_typed_fn fn;
+                                void *p;
+                        } ut = {.fn = t->typed_fn};
+                        if (t->typed_fn)
+                                u.p = ut.p;
                         snprintf(buf, sizeof(buf), "%p", u.p);
                         json_object_set_new(o, "fn", json_string(buf));
                         snprintf(buf, sizeof(buf), "%p", t->userdata);

@@ -20,8 +20,9 @@ typedef struct tool_info {
         char *description;
         json_t *parameters; /* JSON Schema object, never NULL ({"type":"object"}) */
         airlock_approval approval;
-        /* Exactly one of fn or argv is set. */
+        /* Exactly one of fn, typed_fn or argv is set. */
         airlock_tool_fn fn;
+        airlock_tool_typed_fn typed_fn; /* in place of fn: it also names its failure's type */
         void *userdata;
         char **argv;      /* NULL-terminated, as written in the tools file; the
                            * command runs in cwd_fd, so relative paths (argv[0]
@@ -45,6 +46,9 @@ int tools_clone(const tool_registry *reg, tool_registry **ret, airlock_error *er
  * last; "execute_code" is refused; names are 1-64 chars of [A-Za-z0-9_.-];
  * parameters must parse as a JSON object. */
 int tools_add_callback(tool_registry *reg, const airlock_tool_def *def, airlock_error *err);
+/* The same for a typed tool: fn in place of def->fn (which is ignored). */
+int tools_add_typed_callback(tool_registry *reg, const airlock_tool_def *def,
+                             airlock_tool_typed_fn fn, airlock_error *err);
 /* Loads a tools file (docs/design.md "Tools file"): relative commands resolve
  * against the file's folder; every error names the file and the tool. */
 int tools_load_file(tool_registry *reg, const char *path, double default_timeout_s,
@@ -99,6 +103,11 @@ typedef struct tool_call_bounds {
 /* tools_call() within bounds (NULL: none). Thread-safe. */
 tool_fail tools_call_ex(const tool_registry *reg, const char *name, const json_t *args,
                         const tool_call_bounds *bounds, json_t **ret_result, char **ret_message);
+/* tools_call_ex() that also sets *ret_error_type (when not NULL) to the
+ * malloc'd type name a failing typed tool gave, or leaves it NULL. */
+tool_fail tools_call_typed(const tool_registry *reg, const char *name, const json_t *args,
+                           const tool_call_bounds *bounds, json_t **ret_result, char **ret_message,
+                           char **ret_error_type);
 
 /* Runs a command tool with input (the arguments as JSON) on its stdin; the
  * part of tools_call() after validation. Internal, exposed for tests. */

@@ -467,12 +467,13 @@ static void serve_request(run_state *run, json_t *msg)
                         usage_add_tool(run, "", al_now_ns(), false);
                 } else {
                         json_t *result = NULL;
-                        _cleanup_free_ char *message = NULL;
+                        _cleanup_free_ char *message = NULL, *type = NULL;
                         /* Bounded by the run: a slow tool cannot hold the run past
                          * its limit, and a cancel stops it. */
                         tool_call_bounds b = {run->deadline, run->cancel_fd};
                         uint64_t t0 = al_now_ns();
-                        tool_fail f = tools_call_ex(cfg->tools, name, args, &b, &result, &message);
+                        tool_fail f =
+                            tools_call_typed(cfg->tools, name, args, &b, &result, &message, &type);
                         usage_add_tool(run, name, t0, f == TOOL_OK);
                         if (f == TOOL_OK)
                                 reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
@@ -481,6 +482,10 @@ static void serve_request(run_state *run, json_t *msg)
                                 reply = error_reply(f == TOOL_FAIL_INVALID ? WIRE_KIND_VALUE
                                                                            : WIRE_KIND_RUNTIME,
                                                     message ? message : "the tool failed");
+                        /* A typed tool's failure names its type (additive: the
+                         * key is there only then). */
+                        if (reply && type)
+                                json_object_set_new(reply, WIRE_KEY_ERROR_TYPE, json_string(type));
                 }
         } else if (op && strcmp(op, WIRE_OP_HTTP) == 0) {
                 json_t *resp = NULL;

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +30,11 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int exe_fd = -1;
 static int exe_errno;
 static char exe_problem[160];
+/* The program to copy in place of /proc/self/exe
+ * (airlock_set_template_program), or NULL. */
+static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *exe_path;
+static bool exe_made;
 
 /* memfd_create, asking for an executable memfd where the kernel knows the
  * flag (6.3 and later warn without it; vm.memfd_noexec=1 would otherwise
@@ -42,12 +49,18 @@ static int memfd_exec(const char *name)
 
 static void selfexe_make(void)
 {
-        _cleanup_close_ int in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        pthread_mutex_lock(&path_lock);
+        exe_made = true;
+        const char *path = exe_path ? exe_path : "/proc/self/exe";
+        pthread_mutex_unlock(&path_lock);
+        _cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        if (in < 0 || fstat(in, &st) < 0) {
-                exe_errno = errno;
-                snprintf(exe_problem, sizeof(exe_problem), "cannot open /proc/self/exe: %s",
-                         strerror(errno));
+        if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode)) {
+                exe_errno = in < 0 || errno ? errno : EINVAL;
+                if (in >= 0 && !S_ISREG(st.st_mode))
+                        exe_errno = EINVAL;
+                snprintf(exe_problem, sizeof(exe_problem), "cannot open %.100s: %s", path,
+                         strerror(exe_errno));
                 return;
         }
         _cleanup_close_ int fd = memfd_exec("airlock");
@@ -64,8 +77,7 @@ static void selfexe_make(void)
                 if (n <= 0) {
                         exe_errno = n < 0 ? errno : EIO;
                         snprintf(exe_problem, sizeof(exe_problem),
-                                 "cannot copy /proc/self/exe into a memfd: %s",
-                                 strerror(exe_errno));
+                                 "cannot copy %.100s into a memfd: %s", path, strerror(exe_errno));
                         return;
                 }
         }
@@ -86,4 +98,37 @@ int selfexe_fd(airlock_error *err)
                 return exe_fd;
         return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -(exe_errno ? exe_errno : EIO), NULL,
                              "sandbox unavailable: %s", exe_problem);
+}
+
+int airlock_set_template_program(const char *path, airlock_error *err)
+{
+        airlock_error_clear(err);
+        if (!path || !*path)
+                return al_error(err, -EINVAL, NULL, "template program: no path given");
+        if (path[0] != '/')
+                return al_error(err, -EINVAL, path, "template program %s: not an absolute path",
+                                path);
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return al_error(err, -errno, path, "template program %s: %m", path);
+        if (!S_ISREG(st.st_mode) || !(st.st_mode & 0111))
+                return al_error(err, -EACCES, path, "template program %s: not an executable file",
+                                path);
+        char *copy = strdup(path);
+        if (!copy)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        pthread_mutex_lock(&path_lock);
+        int r = 0;
+        if (exe_made) {
+                r = -EBUSY;
+                free(copy);
+        } else {
+                free(exe_path);
+                exe_path = copy;
+        }
+        pthread_mutex_unlock(&path_lock);
+        if (r < 0)
+                return al_error(err, r, path, "template program %s: a sandbox was started already",
+                                path);
+        return 0;
 }

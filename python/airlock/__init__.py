@@ -1,0 +1,714 @@
+"""airlock: run an AI agent's Python code in the airlock sandbox.
+
+    import airlock
+
+    def get_weather(city: str) -> dict:
+        "The weather in a city."
+        return {"city": city, "temp_c": 21}
+
+    with airlock.Sandbox(workspace="data", tools=[get_weather]) as sb:
+        r = sb.run('print(call_tool("get_weather", city="Oslo"))')
+        print(r.status, r.stdout)
+
+The package is a CPython extension over the C library (``airlock._airlock``
+over include/airlock.h) and this layer. A Sandbox is configured like the
+Hyperlight ``execute_code`` tool of Microsoft Agent Framework: a workspace,
+file mounts, allowed domains with methods, tools, an approval mode, limits
+and preloads, changed at run time with add/remove/clear and read back
+normalised. Every change builds a new configuration of the C library; the
+library's cache of sandboxes (keyed by the configuration's fingerprint)
+starts a sandbox for a configuration it has not seen, and keeps the last few.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
+
+from . import _airlock
+from ._airlock import Error, InputError, RunError, SandboxError
+from ._tools import Tool, _set_caller_loop, as_tool, schema_from_callable, tool
+
+__all__ = [
+    "AllowedDomain", "Error", "File", "FileMount", "InputChange", "InputError", "Refusal",
+    "Result", "RunError", "Sandbox", "SandboxError", "Session", "Tool", "limit_options",
+    "schema_from_callable", "tool",
+]
+__version__ = "0.1.0"
+LIBRARY_VERSION = _airlock.LIBRARY_VERSION
+
+APPROVAL_MODES = ("never_require", "always_require")
+
+
+class FileMount(NamedTuple):
+    """A file or folder of the host staged under /input."""
+    host_path: Path
+    mount_path: str
+
+
+class AllowedDomain(NamedTuple):
+    """An allow-list entry: a target, and its HTTP methods (None: all)."""
+    target: str
+    methods: tuple[str, ...] | None = None
+
+
+class File(NamedTuple):
+    path: str         # "/output/rel/name"
+    media_type: str
+    data: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+class Refusal(NamedTuple):
+    path: str
+    reason: str
+
+
+class InputChange(NamedTuple):
+    path: str                 # "/input/rel/name"
+    change: str               # "created", "modified" or "deleted"
+    media_type: str | None
+    data: bytes | None
+
+
+def limit_options() -> list[tuple[str, str, str]]:
+    """The limits a Sandbox takes in ``limits={...}``: (name, unit, help),
+    the names of the command line's --NAME options."""
+    return _airlock.limit_options()
+
+
+# ---- normalisation, as the reference does it --------------------------------
+
+def _normalize_mount_path(mount_path: str) -> str:
+    raw = str(mount_path).strip().replace("\\", "/")
+    if not raw:
+        raise ValueError("mount_path must not be empty.")
+    parts = [p for p in PurePosixPath(raw).parts if p not in {"", "/", "."}]
+    if parts and parts[0] == "input":
+        parts = parts[1:]
+    if any(p == ".." for p in parts):
+        raise ValueError("mount_path must stay within /input.")
+    if not parts:
+        raise ValueError("mount_path must point to a concrete path under /input.")
+    return "/".join(parts)
+
+
+def _resolve_existing(value) -> Path:
+    # strict: a missing path is FileNotFoundError naming it.
+    return Path(value).expanduser().resolve(strict=True)
+
+
+def _mount_of(item) -> tuple[str, Path]:
+    """(normalised sandbox path, host path) of one mount: a string
+    ("path" for the same relative path on both sides, as the reference's
+    shorthand, or "host:/input/path" as the command line's -m), or a
+    (host, sandbox) pair, or a FileMount."""
+    if isinstance(item, str):
+        host, sep, path = item.rpartition(":")
+        if not sep:
+            host = path = item
+    elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], (str, os.PathLike)) \
+            and isinstance(item[1], str):
+        host, path = item
+    else:
+        raise TypeError("a file mount is a string ('path' or 'host:/input/path'), a (host, "
+                        f"sandbox) pair or a FileMount, not {item!r}")
+    return _normalize_mount_path(path), _resolve_existing(host)
+
+
+def _is_single_mount(x) -> bool:
+    return isinstance(x, str) or (isinstance(x, tuple) and len(x) == 2 and
+                                  isinstance(x[1], str) and isinstance(x[0], (str, os.PathLike)))
+
+
+def _normalize_domain(target: str) -> str:
+    """Trim, lower-case the scheme and host, drop a trailing '/'; a URL
+    keeps its scheme and path (the C library allows exactly those)."""
+    candidate = str(target).strip()
+    if not candidate:
+        raise ValueError("Allowed domain entries must not be empty.")
+    if "://" in candidate:
+        u = urlsplit(candidate)
+        if not u.netloc:
+            raise ValueError(f"Could not normalize allowed domain entry: {target!r}.")
+        normalized = f"{u.scheme.lower()}://{u.netloc.lower()}{u.path}".rstrip("/")
+    else:
+        normalized = candidate.rstrip("/").lower()
+    if not normalized:
+        raise ValueError(f"Could not normalize allowed domain entry: {target!r}.")
+    return normalized
+
+
+def _normalize_methods(methods) -> tuple[str, ...] | None:
+    if methods is None:
+        return None
+    items = [methods] if isinstance(methods, str) else list(methods)
+    out = set()
+    for m in items:
+        m = str(m).strip().upper()
+        if not m:
+            raise ValueError("HTTP method entries must not be empty.")
+        out.add(m)
+    if not out:
+        raise ValueError("Allowed domain methods must not be empty when provided.")
+    return tuple(sorted(out))
+
+
+def _domain_of(item) -> AllowedDomain:
+    if isinstance(item, AllowedDomain):
+        d = AllowedDomain(_normalize_domain(item.target), _normalize_methods(item.methods))
+    elif isinstance(item, str):
+        d = AllowedDomain(_normalize_domain(item), None)
+    elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+        d = AllowedDomain(_normalize_domain(item[0]), _normalize_methods(item[1]))
+    else:
+        raise TypeError("an allowed domain is a string, a (target, methods) pair or an "
+                        f"AllowedDomain, not {item!r}")
+    return _library_domain(d)
+
+
+def _library_domain(d: AllowedDomain) -> AllowedDomain:
+    """The entry as the C library normalises it (airlock_config_to_json of a
+    configuration that holds it alone): its key is the library's, so that
+    two spellings the library takes for one target are one entry here too.
+    A target or method the library refuses is its InputError, now."""
+    import json
+    probe = _airlock.Config()
+    probe.allow(d.target, ",".join(d.methods) if d.methods else None)
+    e = json.loads(probe.to_json())["allowed_domains"][0]
+    return AllowedDomain(e["target"], tuple(e["methods"]) if e["methods"] is not None else None)
+
+
+def _is_single_domain(x) -> bool:
+    return isinstance(x, (str, AllowedDomain)) or (
+        isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) and
+        (isinstance(x[1], str) or x[1] is None or isinstance(x[1], Sequence)))
+
+
+# ---- results ----------------------------------------------------------------
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+class Result:
+    """What a run did: as the C library's airlock_result, with the result
+    JSON's "contents" (docs/design.md) built in the same order."""
+
+    __slots__ = ("success", "status", "exit_code", "stdout_bytes", "stderr_bytes",
+                 "stdout_truncated", "stderr_truncated", "files", "refused", "input_changes",
+                 "error_message", "duration_ms", "cell_state")
+
+    def __init__(self, d: dict):
+        self.success: bool = d["success"]
+        self.status: str = d["status"]
+        self.exit_code: int = d["exit_code"]
+        self.stdout_bytes: bytes = d["stdout"]
+        self.stderr_bytes: bytes = d["stderr"]
+        self.stdout_truncated: bool = d["stdout_truncated"]
+        self.stderr_truncated: bool = d["stderr_truncated"]
+        self.files = [File(*f) for f in d["files"]]
+        self.refused = [Refusal(*r) for r in d["refused"]]
+        self.input_changes = [InputChange(*c) for c in d["input_changes"]]
+        self.error_message: str | None = d["error_message"]
+        self.duration_ms: float = d["duration_ms"]
+        #: "kept" or "rolled_back" for a session's cell, None for a run.
+        self.cell_state: str | None = None if d["cell_state"] == "none" else d["cell_state"]
+
+    @property
+    def stdout(self) -> str:
+        return _text(self.stdout_bytes)
+
+    @property
+    def stderr(self) -> str:
+        return _text(self.stderr_bytes)
+
+    @property
+    def duration(self) -> float:
+        """Seconds."""
+        return self.duration_ms / 1000.0
+
+    @property
+    def contents(self) -> list[dict]:
+        """The ordered items an agent framework hands to the model, as the
+        result JSON's "contents": stdout text, the files (and a writable
+        /input's changes), then stderr on success or one error item."""
+        out: list[dict] = []
+        if self.stdout_bytes:
+            out.append({"type": "text", "text": self.stdout.replace("\r\n", "\n")})
+        for f in self.files:
+            out.append({"type": "data", "media_type": f.media_type, "path": f.path,
+                        "data": f.data})
+        if self.input_changes:
+            lines = [f"{c.change} {c.path}" for c in self.input_changes]
+            out.append({"type": "text", "text": "\n".join(lines)})
+            for c in self.input_changes:
+                if c.change != "deleted":
+                    out.append({"type": "data", "media_type": c.media_type, "path": c.path,
+                                "data": c.data})
+        if self.success:
+            if self.stderr_bytes:
+                out.append({"type": "text", "text": self.stderr.replace("\r\n", "\n")})
+            if not out:
+                out.append({"type": "text", "text": "The code ran successfully without output."})
+        else:
+            if self.stderr_bytes:
+                details = self.stderr.replace("\r\n", "\n")
+                if self.error_message and self.status != "error":
+                    details = details.rstrip("\n") + "\n" + self.error_message
+            else:
+                details = self.error_message or "The code failed without an error message."
+            out.append({"type": "error", "message": self.error_message or "The code failed.",
+                        "details": details})
+        return out
+
+    def to_dict(self) -> dict:
+        """The result JSON of docs/design.md (files as base64)."""
+        d = {
+            "success": self.success, "status": self.status, "exit_code": self.exit_code,
+            "stdout": self.stdout, "stderr": self.stderr,
+            "stdout_truncated": self.stdout_truncated, "stderr_truncated": self.stderr_truncated,
+            "files": [{"path": f.path, "media_type": f.media_type, "size": f.size,
+                       "data_base64": base64.b64encode(f.data).decode()} for f in self.files],
+            "refused": [{"path": r.path, "reason": r.reason} for r in self.refused],
+            "contents": [
+                {k: (base64.b64encode(v).decode() if k == "data" else v) for k, v in c.items()}
+                if c["type"] != "data" else
+                {"type": "data", "media_type": c["media_type"], "path": c["path"],
+                 "data_base64": base64.b64encode(c["data"]).decode()}
+                for c in self.contents],
+            "duration_ms": self.duration_ms,
+        }
+        if self.cell_state:
+            d["state"] = self.cell_state
+        return d
+
+    def __repr__(self):
+        return (f"Result(status={self.status!r}, exit_code={self.exit_code}, "
+                f"stdout={self.stdout[:60]!r}, files={[f.path for f in self.files]!r})")
+
+
+# ---- the sandbox --------------------------------------------------------------
+
+class Sandbox:
+    """A configured sandbox: ``run(code)``, ``await arun(code)``, ``session()``.
+
+    workspace: a folder staged as /input (read-only in the guest).
+    mounts: file mounts under /input: "path" (the same relative path on the
+        host and under /input, as the reference's shorthand), "host:/input/path"
+        (as the command line's -m), a (host, sandbox) pair or a FileMount.
+    allowed_domains: outbound HTTP: "host", "https://host/path", or
+        (target, methods) with methods a string or a list ("GET", ["GET", "POST"]).
+    tools: Python callables (sync or async def) or Tool objects.
+    approval_mode: "never_require" or "always_require" (the execute_code
+        tool's; any tool's "always_require" makes it so too).
+    limits: {name: value} with the command line's names and units
+        (``limit_options()``): {"timeout": 10, "memory": 256}.
+    preloads: modules imported once into the template ("numpy", "pandas").
+    python_path: folders of Python packages made importable in the guest.
+    tools_files: JSON tools files (command tools), as ``airlock run -t``.
+
+    Thread-safe: runs from many threads at once, and configuration changes
+    between them (a run uses the configuration it started with).
+    """
+
+    def __init__(self, *, workspace: str | os.PathLike | None = None,
+                 mounts: Any = None, allowed_domains: Any = None,
+                 tools: Any = None, approval_mode: str | None = None,
+                 limits: Mapping[str, Any] | None = None, preloads: Iterable[str] = (),
+                 python_path: Iterable[str | os.PathLike] = (),
+                 tools_files: Iterable[str | os.PathLike] = (),
+                 auto_figures: bool = True, input_writable: bool = False,
+                 max_sandboxes: int = 2):
+        self._lock = threading.RLock()
+        self._workspace = self._check_workspace(workspace)
+        self._mounts: dict[str, Path] = {}
+        self._domains: dict[str, AllowedDomain] = {}
+        self._tools: dict[str, Tool] = {}
+        self._retired: dict[int, Tool] = {}  # every tool a configuration held (see _config)
+        if approval_mode is None:
+            approval_mode = "never_require"
+        if approval_mode not in APPROVAL_MODES:
+            raise ValueError(f"approval_mode must be one of {APPROVAL_MODES}, not "
+                             f"{approval_mode!r}")
+        self._approval = approval_mode
+        self._limits: dict[str, str] = {}
+        self._preloads = [str(m) for m in preloads]
+        self._python_path = [str(Path(p)) for p in python_path]
+        self._tools_files = [str(Path(p).resolve()) for p in tools_files]
+        self._auto_figures = bool(auto_figures)
+        self._input_writable = bool(input_writable)
+        self._cfg = None
+        self._cache = _airlock.Cache(max_sandboxes=max_sandboxes)
+        if limits:
+            self.set_limits(limits)
+        if mounts is not None:
+            self.add_file_mounts(mounts)
+        if allowed_domains is not None:
+            self.add_allowed_domains(allowed_domains)
+        if tools is not None:
+            self.add_tools(tools)
+        self._config()  # every value checked by the library now, not at the first run
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        """Stops the sandboxes (refused while a run or a session is live)."""
+        self._cache.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- configuration
+
+    @staticmethod
+    def _check_workspace(workspace) -> Path | None:
+        if workspace is None:
+            return None
+        p = _resolve_existing(workspace)
+        if not p.is_dir():
+            raise ValueError("workspace_root must point to an existing directory.")
+        return p
+
+    @property
+    def workspace(self) -> Path | None:
+        return self._workspace
+
+    def _changed(self):
+        self._cfg = None
+
+    def add_file_mounts(self, file_mounts) -> None:
+        """Adds one mount or a list of them; a mount at an existing sandbox
+        path replaces it. All or nothing."""
+        items = [file_mounts] if _is_single_mount(file_mounts) else list(file_mounts)
+        normalized = [_mount_of(m) for m in items]
+        with self._lock:
+            old = dict(self._mounts)
+            for path, host in normalized:
+                self._mounts.pop(path, None)
+                self._mounts[path] = host
+            self._changed()
+            try:
+                self._config()
+            except BaseException:
+                self._mounts = old
+                self._changed()
+                raise
+
+    add_file_mount = add_file_mounts
+
+    def get_file_mounts(self) -> list[FileMount]:
+        with self._lock:
+            return [FileMount(h, f"/input/{p}") for p, h in self._mounts.items()]
+
+    def remove_file_mount(self, mount_path: str) -> None:
+        path = _normalize_mount_path(mount_path)
+        with self._lock:
+            if path not in self._mounts:
+                raise KeyError(f"No file mount exists for {mount_path!r}.")
+            del self._mounts[path]
+            self._changed()
+
+    def clear_file_mounts(self) -> None:
+        with self._lock:
+            self._mounts.clear()
+            self._changed()
+
+    def add_allowed_domains(self, domains) -> None:
+        """Adds one entry or a list of them; an entry for an existing target
+        replaces its methods."""
+        items = [domains] if _is_single_domain(domains) else list(domains)
+        normalized = [_domain_of(d) for d in items]
+        with self._lock:
+            old = dict(self._domains)
+            for d in normalized:
+                self._domains[d.target] = d
+            self._changed()
+            try:
+                self._config()
+            except BaseException:
+                self._domains = old
+                self._changed()
+                raise
+
+    add_allowed_domain = add_allowed_domains
+
+    def get_allowed_domains(self) -> list[AllowedDomain]:
+        with self._lock:
+            return sorted(self._domains.values(), key=lambda d: d.target)
+
+    def remove_allowed_domain(self, domain: str) -> None:
+        target = _normalize_domain(domain)
+        with self._lock:
+            if target not in self._domains:
+                raise KeyError(f"No allowed domain exists for {domain!r}.")
+            del self._domains[target]
+            self._changed()
+
+    def clear_allowed_domains(self) -> None:
+        with self._lock:
+            self._domains.clear()
+            self._changed()
+
+    def add_tools(self, tools) -> None:
+        """Adds a callable, a Tool, or a list of them; a tool whose name
+        exists replaces it (and moves last)."""
+        items = [tools] if callable(tools) or isinstance(tools, Tool) else list(tools)
+        new = [as_tool(t) for t in items]
+        with self._lock:
+            old = dict(self._tools)
+            for t in new:
+                self._tools.pop(t.name, None)
+                self._tools[t.name] = t
+            self._changed()
+            try:
+                self._config()
+            except BaseException:
+                self._tools = old
+                self._changed()
+                raise
+
+    add_tool = add_tools
+
+    def get_tools(self) -> list[Tool]:
+        with self._lock:
+            return list(self._tools.values())
+
+    def remove_tool(self, name: str) -> None:
+        with self._lock:
+            if name not in self._tools:
+                raise KeyError(f"No managed tool named {name!r} is registered.")
+            del self._tools[name]
+            self._changed()
+
+    def clear_tools(self) -> None:
+        with self._lock:
+            self._tools.clear()
+            self._changed()
+
+    @property
+    def approval_mode(self) -> str:
+        """The execute_code tool's: always_require when the base mode or any
+        tool requires approval (airlock_config_effective_approval)."""
+        return self._config().effective_approval()
+
+    @approval_mode.setter
+    def approval_mode(self, mode: str) -> None:
+        if mode not in APPROVAL_MODES:
+            raise ValueError(f"approval_mode must be one of {APPROVAL_MODES}, not {mode!r}")
+        with self._lock:
+            self._approval = mode
+            self._changed()
+
+    def set_limits(self, limits: Mapping[str, Any]) -> None:
+        """Sets limits by the command line's names and units; all or nothing."""
+        text = {str(k): (repr(v) if isinstance(v, float) else str(v)) for k, v in limits.items()}
+        probe = _airlock.Config()
+        probe.set_limits({**self._limits, **text})  # InputError naming --NAME and the range
+        with self._lock:
+            self._limits.update(text)
+            self._changed()
+
+    def settings(self) -> dict:
+        """The configuration as the C library holds it (airlock_config_to_json):
+        workspace, mounts, allowed_domains, tools, preloads, python_paths,
+        limits, approval_mode, auto_figures, input_writable."""
+        import json
+        return json.loads(self._config().to_json())
+
+    def get_limits(self) -> dict[str, str]:
+        """Every limit, as text in its unit ("30", "512")."""
+        return self._config().get_limits()
+
+    def add_preload(self, module: str) -> None:
+        with self._lock:
+            if module not in self._preloads:
+                self._preloads.append(module)
+            self._changed()
+            self._config()
+
+    def get_preloads(self) -> list[str]:
+        return list(self._preloads)
+
+    def _config(self):
+        """The C library's configuration for the current settings, built once
+        per change. A run holds the one it started with; the callables of a
+        replaced configuration stay referenced (self._retired) as long as the
+        sandbox, because a cached sandbox keeps a copy that points to them."""
+        with self._lock:
+            if self._cfg is not None:
+                return self._cfg
+            c = _airlock.Config()
+            if self._workspace is not None:
+                c.set_workspace(str(self._workspace))
+            for path, host in self._mounts.items():
+                c.add_mount(str(host), path)
+            for d in self._domains.values():
+                c.allow(d.target, ",".join(d.methods) if d.methods else None)
+            for f in self._tools_files:
+                c.load_tools(f)
+            for t in self._tools.values():
+                self._retired[id(t)] = t
+                c.add_tool(t.name, t.description or "", _json_dumps(t.parameters),
+                           t.approval_mode == "always_require", t.entry)
+            if self._limits:
+                c.set_limits(self._limits)
+            for m in self._preloads:
+                c.add_preload(m)
+            for p in self._python_path:
+                c.add_python_path(p)
+            c.set_flags(approval_always=self._approval == "always_require",
+                        auto_figures=self._auto_figures, input_writable=self._input_writable)
+            self._cfg = c
+            return c
+
+    # -- runs
+
+    def run(self, code: str, *, cancel_fd: int = -1) -> Result:
+        """Runs code in a fresh copy of the sandbox's template; the GIL is
+        released meanwhile. A failing run is a Result with success False;
+        an exception only when nothing could run (InputError, SandboxError,
+        RunError)."""
+        cfg = self._config()
+        return Result(self._cache.run(cfg, code, cancel_fd=cancel_fd))
+
+    async def arun(self, code: str) -> Result:
+        """``run`` for asyncio: in a thread, an ``async def`` tool running on
+        this task's loop. Cancelling the awaiting task stops the run (it ends
+        as "killed") and then raises CancelledError."""
+        loop = asyncio.get_running_loop()
+        cfg = self._config()
+        return await _arun(loop, lambda fd: self._cache.run(cfg, code, cancel_fd=fd))
+
+    def session(self) -> Session:
+        """A session (a notebook-style kernel) in the sandbox for the current
+        configuration; use it as a context manager or close() it."""
+        cfg = self._config()
+        return Session(self._cache.session(cfg))
+
+    # -- descriptions
+
+    def describe(self) -> dict:
+        """The execute_code tool as the C library describes the running
+        sandbox (airlock_sandbox_describe_json): name, description,
+        input_schema, instructions, approval_mode, packages, ..."""
+        import json
+        return json.loads(self._cache.describe_json(self._config()))
+
+    @property
+    def description(self) -> str:
+        """The execute_code tool's description from the configuration
+        (airlock_describe)."""
+        return self._config().describe()[0]
+
+    def build_instructions(self) -> str:
+        """The agent instructions from the configuration (airlock_describe)."""
+        return self._config().describe()[1]
+
+    def tool_definition(self) -> dict:
+        """{"name", "description", "input_schema", "instructions",
+        "approval_mode"} (airlock_describe_json)."""
+        import json
+        return json.loads(self._config().describe_json())
+
+
+def _json_dumps(v) -> str:
+    import json
+    return json.dumps(v, ensure_ascii=False)
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _executor():
+    """The threads of arun: their own pool, not the loop's default one, and
+    a large one, so that an async tool that awaits another arun never waits
+    for a thread that runs its caller."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="airlock-run")
+        return _pool
+
+
+async def _arun(loop, call):
+    """Runs call(cancel_fd) in a thread whose async tools use loop; a
+    cancellation of the awaiting task writes to the eventfd (the library
+    stops the run), waits for the run to end, and re-raises."""
+    efd = os.eventfd(0, os.EFD_CLOEXEC)
+
+    def work():
+        _set_caller_loop(loop)
+        try:
+            return call(efd)
+        finally:
+            _set_caller_loop(None)
+
+    fut = loop.run_in_executor(_executor(), work)
+    try:
+        try:
+            d = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            os.eventfd_write(efd, 1)
+            # The run ends promptly once cancelled; its async tools may need
+            # this loop meanwhile, so wait on it rather than block it.
+            while not fut.done():
+                try:
+                    await asyncio.shield(fut)
+                except asyncio.CancelledError:
+                    continue
+                except BaseException:
+                    break
+            raise
+        return Result(d)
+    finally:
+        if fut.done():
+            os.close(efd)
+        else:
+            fut.add_done_callback(lambda _f: os.close(efd))
+
+
+class Session:
+    """A session: cells share interpreter state; a failing cell rolls back
+    (Result.cell_state "kept" or "rolled_back"). One cell at a time."""
+
+    def __init__(self, native):
+        self._s = native
+
+    def run(self, code: str, *, cancel_fd: int = -1) -> Result:
+        return Result(self._s.run(code, cancel_fd=cancel_fd))
+
+    async def arun(self, code: str) -> Result:
+        loop = asyncio.get_running_loop()
+        return await _arun(loop, lambda fd: self._s.run(code, cancel_fd=fd))
+
+    @property
+    def alive(self) -> bool:
+        return self._s.alive()
+
+    def memory(self) -> int:
+        """Bytes the session holds of its own (airlock_session_memory)."""
+        return self._s.memory()
+
+    def close(self) -> None:
+        self._s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,63 @@
+"""Builds airlock._airlock, the extension over libairlock.
+
+Where the library comes from, first match wins:
+  AIRLOCK_BUILD=DIR   a built tree: DIR/libairlock.so and DIR/../include
+                      (make python sets it; the module gets DIR as its rpath);
+  pkg-config airlock  an installed library (make install writes airlock.pc);
+  ../build            the tree this folder sits in, when it has been built.
+The airlock command next to the library (DIR/airlock, or EXEC_PREFIX/bin/airlock)
+runs the sandbox's template: Python itself is not linked with libairlock.
+The Python headers are the interpreter's own (python3-dev on Debian).
+"""
+import os
+import shlex
+import subprocess
+
+from setuptools import Extension, setup
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def library_flags():
+    build = os.environ.get("AIRLOCK_BUILD")
+    if not build:
+        try:
+            cflags = subprocess.run(["pkg-config", "--cflags", "airlock"], check=True,
+                                    capture_output=True, text=True).stdout
+            libs = subprocess.run(["pkg-config", "--libs-only-L", "airlock"], check=True,
+                                  capture_output=True, text=True).stdout
+            prefix = subprocess.run(["pkg-config", "--variable=exec_prefix", "airlock"],
+                                    check=True, capture_output=True, text=True).stdout.strip()
+            incs = [f[2:] for f in shlex.split(cflags) if f.startswith("-I")]
+            libdirs = [f[2:] for f in shlex.split(libs) if f.startswith("-L")]
+            return incs, libdirs, [], os.path.join(prefix, "bin", "airlock")
+        except (OSError, subprocess.CalledProcessError):
+            build = os.path.join(here, "..", "build")
+    build = os.path.abspath(build)
+    include = os.path.join(os.path.dirname(build), "include")
+    if not os.path.exists(os.path.join(include, "airlock.h")):
+        include = os.path.join(here, "..", "include")
+    return [os.path.abspath(include)], [build], [build], os.path.join(build, "airlock")
+
+
+incs, libdirs, rpath, program = library_flags()
+
+setup(
+    ext_modules=[
+        Extension(
+            "airlock._airlock",
+            sources=["src/_airlock.c"],
+            include_dirs=incs,
+            library_dirs=libdirs,
+            runtime_library_dirs=rpath,
+            libraries=["airlock"],
+            # The program that runs the sandbox's template (airlock.h,
+            # airlock_set_template_program): the airlock command of the same
+            # build; AIRLOCK_TEMPLATE_PROGRAM in the environment overrides it.
+            define_macros=[("AIRLOCK_TEMPLATE_PROGRAM", '"%s"' % program.replace('"', '\\"'))],
+            extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
+                                "-Wno-missing-field-initializers", "-Wno-unused-parameter",
+                                "-Wno-cast-function-type"],
+        )
+    ],
+)

@@ -1,0 +1,825 @@
+/* airlock._airlock: the CPython extension over libairlock (include/airlock.h).
+ *
+ * It is deliberately thin: three types (Config, Cache, Session) that own the
+ * library's objects, a result converter, the exceptions and the trampoline
+ * through which the library calls a Python host tool. Policy (mounts
+ * shorthand, normalisation, schemas, asyncio) lives in the pure-Python
+ * layer, python/airlock/__init__.py.
+ *
+ * Threads: every run releases the GIL for its whole length; the library's
+ * cache is thread-safe and its configuration is shared read-only once built
+ * (the Python layer builds a new Config for every change and never changes
+ * one that a run may hold). A tool callback comes on the running thread
+ * without the GIL and takes it for the call. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "airlock.h"
+
+static PyObject *Error, *InputError, *SandboxError, *RunError;
+
+/* The template program (airlock_set_template_program): Python is not
+ * linked with libairlock, so a template cannot be a copy of it. The airlock
+ * command of the build this module was built against is: setup.py names it
+ * as AIRLOCK_TEMPLATE_PROGRAM, and the environment variable of that name
+ * overrides it. Set at import; a failure is reported by the first Cache. */
+#ifndef AIRLOCK_TEMPLATE_PROGRAM
+#define AIRLOCK_TEMPLATE_PROGRAM "/usr/local/bin/airlock"
+#endif
+static int template_r;
+static airlock_error template_err;
+
+/* Raises the exception of an error record: InputError, SandboxError or
+ * RunError by its kind, with errno, kind and path as attributes. */
+static PyObject *raise_error(int r, const airlock_error *e)
+{
+        PyObject *cls = e->kind == AIRLOCK_ERROR_SANDBOX ? SandboxError
+                        : e->kind == AIRLOCK_ERROR_RUN   ? RunError
+                                                         : InputError;
+        const char *msg = e->message[0] ? e->message : strerror(r < 0 ? -r : r);
+        PyObject *exc = PyObject_CallFunction(cls, "s", msg);
+        if (!exc)
+                return NULL;
+        PyObject *en = PyLong_FromLong(r < 0 ? -r : r);
+        PyObject *kind = PyUnicode_FromString(e->kind == AIRLOCK_ERROR_SANDBOX ? "sandbox"
+                                              : e->kind == AIRLOCK_ERROR_RUN   ? "run"
+                                                                               : "input");
+        PyObject *path = e->path[0] ? PyUnicode_DecodeFSDefault(e->path) : Py_NewRef(Py_None);
+        if (en && kind && path) {
+                PyObject_SetAttrString(exc, "errno", en);
+                PyObject_SetAttrString(exc, "kind", kind);
+                PyObject_SetAttrString(exc, "path", path);
+                PyErr_SetObject(cls, exc);
+        }
+        Py_XDECREF(en);
+        Py_XDECREF(kind);
+        Py_XDECREF(path);
+        Py_DECREF(exc);
+        return NULL;
+}
+
+/* ---- host tools ---------------------------------------------------------- */
+
+/* Calls a Python tool: userdata is a callable taking the arguments' JSON
+ * text and returning the result's JSON text (python/airlock/_tools.py).
+ * Runs on the library's run thread without the GIL, so it takes it. A
+ * raised exception (any BaseException, so that a KeyboardInterrupt in a
+ * tool cannot unwind through C) becomes the tool's failure: the message
+ * "Type: text" and the type name on its own. */
+static int tool_trampoline(void *userdata, const char *args_json, char **ret_result,
+                           char **ret_error, char **ret_error_type)
+{
+        PyGILState_STATE g = PyGILState_Ensure();
+        int r = 0;
+        PyObject *out = PyObject_CallFunction((PyObject *)userdata, "s", args_json);
+        if (out && PyUnicode_Check(out)) {
+                Py_ssize_t n;
+                const char *s = PyUnicode_AsUTF8AndSize(out, &n);
+                if (s && (*ret_result = malloc((size_t)n + 1))) {
+                        memcpy(*ret_result, s, (size_t)n + 1);
+                } else {
+                        r = -ENOMEM;
+                        *ret_error = strdup("the tool's result could not be encoded");
+                }
+        } else if (out) {
+                r = -EINVAL;
+                *ret_error = strdup("the tool's wrapper returned no JSON text");
+        } else {
+                PyObject *et, *ev, *tb;
+                PyErr_Fetch(&et, &ev, &tb);
+                PyErr_NormalizeException(&et, &ev, &tb);
+                PyObject *tname =
+                    et && PyType_Check(et) ? PyType_GetName((PyTypeObject *)et) : NULL;
+                PyErr_Clear();
+                PyObject *text = ev ? PyObject_Str(ev) : NULL;
+                PyErr_Clear();
+                const char *tn = tname ? PyUnicode_AsUTF8(tname) : NULL;
+                PyErr_Clear();
+                const char *tx = text ? PyUnicode_AsUTF8(text) : NULL;
+                PyErr_Clear();
+                tn = tn ? tn : "Exception";
+                char *msg = NULL;
+                int n = tx && *tx ? asprintf(&msg, "%s: %s", tn, tx) : asprintf(&msg, "%s", tn);
+                *ret_error = n < 0 ? NULL : msg;
+                *ret_error_type = strdup(tn);
+                Py_XDECREF(tname);
+                Py_XDECREF(text);
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+                r = -EIO;
+        }
+        Py_XDECREF(out);
+        PyGILState_Release(g);
+        return r;
+}
+
+/* ---- Config -------------------------------------------------------------- */
+
+typedef struct {
+        PyObject_HEAD airlock_config *cfg;
+        PyObject *tools; /* list: the callables the library's tools point to */
+} ConfigObject;
+
+static PyTypeObject ConfigType;
+
+static int config_init(ConfigObject *self, PyObject *args, PyObject *kw)
+{
+        if (!PyArg_ParseTuple(args, ":Config"))
+                return -1;
+        if (self->cfg)
+                return 0;
+        airlock_error e = {0};
+        int r = airlock_config_new(&self->cfg, &e);
+        if (r < 0) {
+                raise_error(r, &e);
+                return -1;
+        }
+        self->tools = PyList_New(0);
+        return self->tools ? 0 : -1;
+}
+
+static int config_traverse(ConfigObject *self, visitproc visit, void *arg)
+{
+        Py_VISIT(self->tools);
+        return 0;
+}
+
+static int config_clear(ConfigObject *self)
+{
+        Py_CLEAR(self->tools);
+        return 0;
+}
+
+static void config_dealloc(ConfigObject *self)
+{
+        PyObject_GC_UnTrack(self);
+        airlock_config_free(self->cfg);
+        config_clear(self);
+        Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+#define CFG_CALL(expr)                                                                             \
+        do {                                                                                       \
+                airlock_error e = {0};                                                             \
+                int r_ = (expr);                                                                   \
+                if (r_ < 0)                                                                        \
+                        return raise_error(r_, &e);                                                \
+                Py_RETURN_NONE;                                                                    \
+        } while (0)
+
+static PyObject *config_set_workspace(ConfigObject *self, PyObject *args)
+{
+        const char *dir;
+        if (!PyArg_ParseTuple(args, "s:set_workspace", &dir))
+                return NULL;
+        CFG_CALL(airlock_config_set_workspace(self->cfg, dir, &e));
+}
+
+static PyObject *config_add_mount(ConfigObject *self, PyObject *args)
+{
+        const char *host, *path = NULL;
+        if (!PyArg_ParseTuple(args, "s|z:add_mount", &host, &path))
+                return NULL;
+        CFG_CALL(airlock_config_add_mount(self->cfg, host, path, &e));
+}
+
+static PyObject *config_allow(ConfigObject *self, PyObject *args)
+{
+        const char *target, *methods = NULL;
+        if (!PyArg_ParseTuple(args, "s|z:allow", &target, &methods))
+                return NULL;
+        CFG_CALL(airlock_config_allow(self->cfg, target, methods, &e));
+}
+
+static PyObject *config_load_tools(ConfigObject *self, PyObject *args)
+{
+        const char *file;
+        if (!PyArg_ParseTuple(args, "s:load_tools", &file))
+                return NULL;
+        CFG_CALL(airlock_config_load_tools(self->cfg, file, &e));
+}
+
+/* add_tool(name, description, parameters_json, always, callable): the
+ * callable is kept alive by the Config (and by the caller's registry, since
+ * a cached sandbox's copy of the configuration points to it too). */
+static PyObject *config_add_tool(ConfigObject *self, PyObject *args)
+{
+        const char *name, *desc, *params = NULL;
+        int always;
+        PyObject *fn;
+        if (!PyArg_ParseTuple(args, "sszpO:add_tool", &name, &desc, &params, &always, &fn))
+                return NULL;
+        if (!PyCallable_Check(fn)) {
+                PyErr_SetString(PyExc_TypeError, "add_tool: the tool must be callable");
+                return NULL;
+        }
+        if (PyList_Append(self->tools, fn) < 0)
+                return NULL;
+        airlock_tool_def def = {
+            .name = name,
+            .description = desc,
+            .parameters_json = params,
+            .approval = always ? AIRLOCK_APPROVAL_ALWAYS : AIRLOCK_APPROVAL_NEVER,
+            .userdata = fn,
+        };
+        CFG_CALL(airlock_config_add_typed_tool(self->cfg, &def, tool_trampoline, &e));
+}
+
+static PyObject *config_remove_tool(ConfigObject *self, PyObject *args)
+{
+        const char *name;
+        if (!PyArg_ParseTuple(args, "s:remove_tool", &name))
+                return NULL;
+        CFG_CALL(airlock_config_remove_tool(self->cfg, name, &e));
+}
+
+/* set_limits({name: text}): every name as airlock_limit_option_at lists it,
+ * all or nothing. */
+static PyObject *config_set_limits(ConfigObject *self, PyObject *args)
+{
+        PyObject *d, *k, *v;
+        if (!PyArg_ParseTuple(args, "O!:set_limits", &PyDict_Type, &d))
+                return NULL;
+        airlock_limits l;
+        airlock_config_get_limits(self->cfg, &l);
+        Py_ssize_t pos = 0;
+        airlock_error e = {0};
+        while (PyDict_Next(d, &pos, &k, &v)) {
+                const char *name = PyUnicode_AsUTF8(k);
+                const char *text = PyUnicode_AsUTF8(v);
+                if (!name || !text)
+                        return NULL;
+                int r = airlock_limits_set_option(&l, name, text, &e);
+                if (r == -ENOENT && !e.message[0])
+                        snprintf(e.message, sizeof(e.message), "unknown limit '%s'", name);
+                if (r < 0)
+                        return raise_error(r, &e);
+        }
+        CFG_CALL(airlock_config_set_limits(self->cfg, &l, &e));
+}
+
+static PyObject *config_get_limits(ConfigObject *self, PyObject *noargs)
+{
+        airlock_limits l;
+        airlock_config_get_limits(self->cfg, &l);
+        PyObject *d = PyDict_New();
+        const airlock_limit_option *o;
+        for (size_t i = 0; d && (o = airlock_limit_option_at(i)); i++) {
+                char buf[64];
+                if (airlock_limits_format_option(&l, o->name, buf, sizeof(buf)) < 0)
+                        continue;
+                PyObject *v = PyUnicode_FromString(buf);
+                if (!v || PyDict_SetItemString(d, o->name, v) < 0) {
+                        Py_XDECREF(v);
+                        Py_CLEAR(d);
+                        break;
+                }
+                Py_DECREF(v);
+        }
+        return d;
+}
+
+static PyObject *config_add_preload(ConfigObject *self, PyObject *args)
+{
+        const char *m;
+        if (!PyArg_ParseTuple(args, "s:add_preload", &m))
+                return NULL;
+        CFG_CALL(airlock_config_add_preload(self->cfg, m, &e));
+}
+
+static PyObject *config_add_python_path(ConfigObject *self, PyObject *args)
+{
+        const char *d;
+        if (!PyArg_ParseTuple(args, "s:add_python_path", &d))
+                return NULL;
+        CFG_CALL(airlock_config_add_python_path(self->cfg, d, &e));
+}
+
+static PyObject *config_set_flags(ConfigObject *self, PyObject *args, PyObject *kw)
+{
+        static char *names[] = {"approval_always", "auto_figures", "input_writable", NULL};
+        int always = 0, figures = 1, writable = 0;
+        if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ppp:set_flags", names, &always, &figures,
+                                         &writable))
+                return NULL;
+        airlock_config_set_approval(self->cfg,
+                                    always ? AIRLOCK_APPROVAL_ALWAYS : AIRLOCK_APPROVAL_NEVER);
+        airlock_config_set_auto_figures(self->cfg, figures);
+        airlock_config_set_input_writable(self->cfg, writable);
+        Py_RETURN_NONE;
+}
+
+static PyObject *config_effective_approval(ConfigObject *self, PyObject *noargs)
+{
+        return PyUnicode_FromString(airlock_config_effective_approval(self->cfg) ==
+                                            AIRLOCK_APPROVAL_ALWAYS
+                                        ? "always_require"
+                                        : "never_require");
+}
+
+static PyObject *take_text(char *s)
+{
+        PyObject *o = PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+        free(s);
+        return o;
+}
+
+static PyObject *config_describe(ConfigObject *self, PyObject *noargs)
+{
+        char *d = NULL, *i = NULL;
+        airlock_error e = {0};
+        int r = airlock_describe(self->cfg, &d, &i, &e);
+        if (r < 0)
+                return raise_error(r, &e);
+        PyObject *dd = take_text(d), *ii = take_text(i);
+        if (!dd || !ii) {
+                Py_XDECREF(dd);
+                Py_XDECREF(ii);
+                return NULL;
+        }
+        return Py_BuildValue("(NN)", dd, ii);
+}
+
+static PyObject *config_describe_json(ConfigObject *self, PyObject *noargs)
+{
+        airlock_error e = {0};
+        char *s = airlock_describe_json(self->cfg, &e);
+        if (!s)
+                return raise_error(-ENOMEM, &e);
+        return take_text(s);
+}
+
+static PyObject *config_to_json(ConfigObject *self, PyObject *noargs)
+{
+        airlock_error e = {0};
+        char *s = airlock_config_to_json(self->cfg, &e);
+        if (!s)
+                return raise_error(-ENOMEM, &e);
+        return take_text(s);
+}
+
+static PyMethodDef config_methods[] = {
+    {"to_json", (PyCFunction)config_to_json, METH_NOARGS, NULL},
+    {"set_workspace", (PyCFunction)config_set_workspace, METH_VARARGS, NULL},
+    {"add_mount", (PyCFunction)config_add_mount, METH_VARARGS, NULL},
+    {"allow", (PyCFunction)config_allow, METH_VARARGS, NULL},
+    {"load_tools", (PyCFunction)config_load_tools, METH_VARARGS, NULL},
+    {"add_tool", (PyCFunction)config_add_tool, METH_VARARGS, NULL},
+    {"remove_tool", (PyCFunction)config_remove_tool, METH_VARARGS, NULL},
+    {"set_limits", (PyCFunction)config_set_limits, METH_VARARGS, NULL},
+    {"get_limits", (PyCFunction)config_get_limits, METH_NOARGS, NULL},
+    {"add_preload", (PyCFunction)config_add_preload, METH_VARARGS, NULL},
+    {"add_python_path", (PyCFunction)config_add_python_path, METH_VARARGS, NULL},
+    {"set_flags", (PyCFunction)(void (*)(void))config_set_flags, METH_VARARGS | METH_KEYWORDS,
+     NULL},
+    {"effective_approval", (PyCFunction)config_effective_approval, METH_NOARGS, NULL},
+    {"describe", (PyCFunction)config_describe, METH_NOARGS, NULL},
+    {"describe_json", (PyCFunction)config_describe_json, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static PyTypeObject ConfigType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "airlock._airlock.Config",
+    .tp_basicsize = sizeof(ConfigObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A configuration of the C library (airlock_config); built once, then shared.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)config_init,
+    .tp_dealloc = (destructor)config_dealloc,
+    .tp_traverse = (traverseproc)config_traverse,
+    .tp_clear = (inquiry)config_clear,
+    .tp_methods = config_methods,
+};
+
+/* ---- results ------------------------------------------------------------- */
+
+static PyObject *bytes_or_empty(const void *p, size_t n)
+{
+        return PyBytes_FromStringAndSize(p ? p : "", (Py_ssize_t)(p ? n : 0));
+}
+
+/* The result as a dict of plain values; stdout and stderr stay bytes (the
+ * Python layer decodes them). Frees the result. */
+static PyObject *result_to_dict(airlock_result *res)
+{
+        PyObject *files = PyList_New((Py_ssize_t)res->n_files);
+        PyObject *refused = PyList_New((Py_ssize_t)res->n_refused);
+        PyObject *changes = PyList_New((Py_ssize_t)res->n_input_changes);
+        PyObject *d = NULL;
+        if (!files || !refused || !changes)
+                goto out;
+        for (size_t i = 0; i < res->n_files; i++) {
+                const airlock_file *f = &res->files[i];
+                PyObject *t = Py_BuildValue("(s s N)", f->path, f->media_type,
+                                            bytes_or_empty(f->data, f->size));
+                if (!t)
+                        goto out;
+                PyList_SET_ITEM(files, (Py_ssize_t)i, t);
+        }
+        for (size_t i = 0; i < res->n_refused; i++) {
+                PyObject *t = Py_BuildValue("(s s)", res->refused[i].path, res->refused[i].reason);
+                if (!t)
+                        goto out;
+                PyList_SET_ITEM(refused, (Py_ssize_t)i, t);
+        }
+        for (size_t i = 0; i < res->n_input_changes; i++) {
+                const airlock_input_change *c = &res->input_changes[i];
+                PyObject *t =
+                    c->change == AIRLOCK_CHANGE_DELETED
+                        ? Py_BuildValue("(s s O O)", c->path, airlock_change_name(c->change),
+                                        Py_None, Py_None)
+                        : Py_BuildValue("(s s s N)", c->path, airlock_change_name(c->change),
+                                        c->media_type, bytes_or_empty(c->data, c->size));
+                if (!t)
+                        goto out;
+                PyList_SET_ITEM(changes, (Py_ssize_t)i, t);
+        }
+        d = Py_BuildValue("{s:O, s:s, s:i, s:N, s:O, s:N, s:O, s:O, s:O, s:O, s:z, s:d, s:s}",
+                          "success", res->success ? Py_True : Py_False, "status",
+                          airlock_status_name(res->status), "exit_code", res->exit_code, "stdout",
+                          bytes_or_empty(res->stdout_data, res->stdout_len), "stdout_truncated",
+                          res->stdout_truncated ? Py_True : Py_False, "stderr",
+                          bytes_or_empty(res->stderr_data, res->stderr_len), "stderr_truncated",
+                          res->stderr_truncated ? Py_True : Py_False, "files", files, "refused",
+                          refused, "input_changes", changes, "error_message", res->error_message,
+                          "duration_ms", res->duration_ms, "cell_state",
+                          res->cell_state == AIRLOCK_CELL_KEPT          ? "kept"
+                          : res->cell_state == AIRLOCK_CELL_ROLLED_BACK ? "rolled_back"
+                                                                        : "none");
+out:
+        Py_XDECREF(files);
+        Py_XDECREF(refused);
+        Py_XDECREF(changes);
+        airlock_result_free(res);
+        return d;
+}
+
+/* ---- Cache --------------------------------------------------------------- */
+
+typedef struct {
+        PyObject_HEAD airlock_cache *cache;
+        atomic_int users; /* runs in flight and open sessions: close waits for none */
+} CacheObject;
+
+static PyTypeObject CacheType;
+
+static int cache_init(CacheObject *self, PyObject *args, PyObject *kw)
+{
+        static char *names[] = {"max_sandboxes", "idle_timeout", NULL};
+        unsigned max = 2;
+        double idle = 0;
+        if (!PyArg_ParseTupleAndKeywords(args, kw, "|Id:Cache", names, &max, &idle))
+                return -1;
+        if (self->cache)
+                return 0;
+        if (template_r < 0) {
+                raise_error(template_r, &template_err);
+                return -1;
+        }
+        airlock_error e = {0};
+        int r = airlock_cache_new(max, idle, &self->cache, &e);
+        if (r < 0) {
+                raise_error(r, &e);
+                return -1;
+        }
+        return 0;
+}
+
+static void cache_dealloc(CacheObject *self)
+{
+        /* Sessions hold a reference, and a run holds one through its
+         * arguments: nothing uses the cache any more. */
+        if (self->cache)
+                airlock_cache_close(self->cache);
+        Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static bool cache_live(CacheObject *self)
+{
+        if (self->cache)
+                return true;
+        PyErr_SetString(PyExc_ValueError, "the sandbox is closed");
+        return false;
+}
+
+/* close(): frees the cached sandboxes now; refused while a run or a session
+ * of this cache is live (the library requires sessions closed first). */
+static PyObject *cache_close(CacheObject *self, PyObject *noargs)
+{
+        if (atomic_load(&self->users) > 0) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "the sandbox has a run or an open session: close them first");
+                return NULL;
+        }
+        airlock_cache *c = self->cache;
+        self->cache = NULL;
+        if (c) {
+                Py_BEGIN_ALLOW_THREADS airlock_cache_close(c);
+                Py_END_ALLOW_THREADS
+        }
+        Py_RETURN_NONE;
+}
+
+/* run(config, code, cancel_fd=-1) -> dict, the GIL released meanwhile. */
+static PyObject *cache_run(CacheObject *self, PyObject *args, PyObject *kw)
+{
+        static char *names[] = {"config", "code", "cancel_fd", NULL};
+        ConfigObject *cfg;
+        const char *code;
+        Py_ssize_t len;
+        int cancel_fd = -1;
+        if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s#|i:run", names, &ConfigType, &cfg, &code,
+                                         &len, &cancel_fd))
+                return NULL;
+        if (!cache_live(self))
+                return NULL;
+        airlock_run_options o = {.cancel_fd = cancel_fd, .watch_fd = -1};
+        airlock_result *res = NULL;
+        airlock_error e = {0};
+        int r;
+        atomic_fetch_add(&self->users, 1);
+        Py_BEGIN_ALLOW_THREADS r =
+            airlock_cache_run_ex(self->cache, cfg->cfg, code, (size_t)len, &o, &res, &e);
+        Py_END_ALLOW_THREADS atomic_fetch_sub(&self->users, 1);
+        if (r < 0)
+                return raise_error(r, &e);
+        return result_to_dict(res);
+}
+
+static PyObject *cache_describe_json(CacheObject *self, PyObject *args)
+{
+        ConfigObject *cfg;
+        if (!PyArg_ParseTuple(args, "O!:describe_json", &ConfigType, &cfg))
+                return NULL;
+        if (!cache_live(self))
+                return NULL;
+        airlock_error e = {0};
+        char *s;
+        atomic_fetch_add(&self->users, 1);
+        Py_BEGIN_ALLOW_THREADS s = airlock_cache_describe_json(self->cache, cfg->cfg, &e);
+        Py_END_ALLOW_THREADS atomic_fetch_sub(&self->users, 1);
+        if (!s)
+                return raise_error(e.code ? e.code : -ENOMEM, &e);
+        return take_text(s);
+}
+
+/* ---- Session ------------------------------------------------------------- */
+
+typedef struct {
+        PyObject_HEAD airlock_session *s;
+        CacheObject *cache;   /* kept alive: the cache must outlive its sessions */
+        ConfigObject *config; /* the tools its cells call */
+        pthread_mutex_t lock; /* one cell at a time, as the library requires */
+} SessionObject;
+
+static PyTypeObject SessionType;
+
+static PyObject *cache_session(CacheObject *self, PyObject *args)
+{
+        ConfigObject *cfg;
+        if (!PyArg_ParseTuple(args, "O!:session", &ConfigType, &cfg))
+                return NULL;
+        if (!cache_live(self))
+                return NULL;
+        SessionObject *so = PyObject_New(SessionObject, &SessionType);
+        if (!so)
+                return NULL;
+        so->s = NULL;
+        so->cache = (CacheObject *)Py_NewRef(self);
+        so->config = (ConfigObject *)Py_NewRef(cfg);
+        pthread_mutex_init(&so->lock, NULL);
+        airlock_error e = {0};
+        int r;
+        atomic_fetch_add(&self->users, 1);
+        Py_BEGIN_ALLOW_THREADS r = airlock_cache_session_open(self->cache, cfg->cfg, &so->s, &e);
+        Py_END_ALLOW_THREADS if (r < 0)
+        {
+                atomic_fetch_sub(&self->users, 1);
+                Py_DECREF(so);
+                return raise_error(r, &e);
+        }
+        return (PyObject *)so;
+}
+
+static void session_end(SessionObject *self)
+{
+        airlock_session *s = self->s;
+        if (!s)
+                return;
+        self->s = NULL;
+        Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+        airlock_session_close(s);
+        pthread_mutex_unlock(&self->lock);
+        Py_END_ALLOW_THREADS atomic_fetch_sub(&self->cache->users, 1);
+}
+
+static void session_dealloc(SessionObject *self)
+{
+        session_end(self);
+        pthread_mutex_destroy(&self->lock);
+        Py_XDECREF(self->cache);
+        Py_XDECREF(self->config);
+        PyObject_Free(self);
+}
+
+static PyObject *session_close(SessionObject *self, PyObject *noargs)
+{
+        session_end(self);
+        Py_RETURN_NONE;
+}
+
+static PyObject *session_run(SessionObject *self, PyObject *args, PyObject *kw)
+{
+        static char *names[] = {"code", "cancel_fd", NULL};
+        const char *code;
+        Py_ssize_t len;
+        int cancel_fd = -1;
+        if (!PyArg_ParseTupleAndKeywords(args, kw, "s#|i:run", names, &code, &len, &cancel_fd))
+                return NULL;
+        if (!self->s) {
+                PyErr_SetString(PyExc_ValueError, "the session is closed");
+                return NULL;
+        }
+        airlock_run_options o = {.cancel_fd = cancel_fd, .watch_fd = -1};
+        airlock_result *res = NULL;
+        airlock_error e = {0};
+        int r = -ESRCH;
+        Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+        if (self->s)
+                r = airlock_session_run(self->s, code, (size_t)len, &o, &res, &e);
+        pthread_mutex_unlock(&self->lock);
+        Py_END_ALLOW_THREADS if (r < 0)
+        {
+                if (!e.message[0])
+                        snprintf(e.message, sizeof(e.message), "the session is closed");
+                e.kind = AIRLOCK_ERROR_RUN;
+                return raise_error(r, &e);
+        }
+        return result_to_dict(res);
+}
+
+static PyObject *session_alive(SessionObject *self, PyObject *noargs)
+{
+        return PyBool_FromLong(self->s && airlock_session_alive(self->s));
+}
+
+static PyObject *session_memory(SessionObject *self, PyObject *noargs)
+{
+        if (!self->s) {
+                PyErr_SetString(PyExc_ValueError, "the session is closed");
+                return NULL;
+        }
+        uint64_t b = 0;
+        airlock_error e = {0};
+        int r;
+        Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+        r = airlock_session_memory(self->s, &b, &e);
+        pthread_mutex_unlock(&self->lock);
+        Py_END_ALLOW_THREADS if (r < 0) return raise_error(r, &e);
+        return PyLong_FromUnsignedLongLong(b);
+}
+
+static PyMethodDef session_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))session_run, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"close", (PyCFunction)session_close, METH_NOARGS, NULL},
+    {"alive", (PyCFunction)session_alive, METH_NOARGS, NULL},
+    {"memory", (PyCFunction)session_memory, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static PyTypeObject SessionType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "airlock._airlock.Session",
+    .tp_basicsize = sizeof(SessionObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A session of the C library (airlock_session).",
+    .tp_dealloc = (destructor)session_dealloc,
+    .tp_methods = session_methods,
+};
+
+static PyMethodDef cache_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))cache_run, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"session", (PyCFunction)cache_session, METH_VARARGS, NULL},
+    {"describe_json", (PyCFunction)cache_describe_json, METH_VARARGS, NULL},
+    {"close", (PyCFunction)cache_close, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static PyTypeObject CacheType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "airlock._airlock.Cache",
+    .tp_basicsize = sizeof(CacheObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A cache of sandboxes of the C library (airlock_cache); thread-safe.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)cache_init,
+    .tp_dealloc = (destructor)cache_dealloc,
+    .tp_methods = cache_methods,
+};
+
+/* ---- module -------------------------------------------------------------- */
+
+static PyObject *mod_limit_options(PyObject *m, PyObject *noargs)
+{
+        PyObject *l = PyList_New(0);
+        const airlock_limit_option *o;
+        for (size_t i = 0; l && (o = airlock_limit_option_at(i)); i++) {
+                PyObject *t = Py_BuildValue("(sss)", o->name, o->unit, o->help);
+                if (!t || PyList_Append(l, t) < 0) {
+                        Py_XDECREF(t);
+                        Py_CLEAR(l);
+                        break;
+                }
+                Py_DECREF(t);
+        }
+        return l;
+}
+
+static PyObject *mod_check_code(PyObject *m, PyObject *args)
+{
+        const char *code;
+        Py_ssize_t len;
+        if (!PyArg_ParseTuple(args, "s#:check_code", &code, &len))
+                return NULL;
+        CFG_CALL(airlock_check_code(code, (size_t)len, &e));
+}
+
+static PyMethodDef module_methods[] = {
+    {"limit_options", mod_limit_options, METH_NOARGS, NULL},
+    {"check_code", mod_check_code, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "airlock._airlock",
+    .m_doc = "The C library airlock (include/airlock.h), thinly.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static int add_exception(PyObject *m, PyObject **slot, const char *name, PyObject *bases,
+                         const char *doc)
+{
+        char full[64];
+        snprintf(full, sizeof(full), "airlock.%s", name);
+        *slot = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+        return *slot ? PyModule_AddObjectRef(m, name, *slot) : -1;
+}
+
+PyMODINIT_FUNC PyInit__airlock(void)
+{
+        if (PyType_Ready(&ConfigType) < 0 || PyType_Ready(&CacheType) < 0 ||
+            PyType_Ready(&SessionType) < 0)
+                return NULL;
+        PyObject *m = PyModule_Create(&module_def);
+        if (!m)
+                return NULL;
+        PyObject *in_bases = NULL, *run_bases = NULL;
+        if (add_exception(m, &Error, "Error", NULL, "An error of the airlock library.") < 0)
+                goto fail;
+        in_bases = PyTuple_Pack(2, Error, PyExc_ValueError);
+        run_bases = PyTuple_Pack(2, Error, PyExc_RuntimeError);
+        if (!in_bases || !run_bases ||
+            add_exception(m, &InputError, "InputError", in_bases,
+                          "Bad input, configuration or staging: nothing ran.") < 0 ||
+            add_exception(m, &SandboxError, "SandboxError", run_bases,
+                          "Isolation is unavailable: a kernel feature is missing.") < 0 ||
+            add_exception(m, &RunError, "RunError", run_bases,
+                          "A run could not be carried out (the sandbox broke).") < 0)
+                goto fail;
+        Py_DECREF(in_bases);
+        Py_DECREF(run_bases);
+        const char *prog = getenv("AIRLOCK_TEMPLATE_PROGRAM");
+        if (!prog || !*prog)
+                prog = AIRLOCK_TEMPLATE_PROGRAM;
+        template_r = airlock_set_template_program(prog, &template_err);
+        if (template_r < 0) {
+                /* Say what to do about it, in the message the first Cache raises. */
+                char m[AIRLOCK_MESSAGE_MAX];
+                snprintf(m, sizeof(m),
+                         "%.700s (the airlock command of the same build runs the sandbox's "
+                         "template; set AIRLOCK_TEMPLATE_PROGRAM)",
+                         template_err.message);
+                memcpy(template_err.message, m, sizeof(m));
+                template_err.kind = AIRLOCK_ERROR_SANDBOX;
+        }
+        if (PyModule_AddStringConstant(m, "TEMPLATE_PROGRAM", prog) < 0)
+                goto fail;
+        if (PyModule_AddObjectRef(m, "Config", (PyObject *)&ConfigType) < 0 ||
+            PyModule_AddObjectRef(m, "Cache", (PyObject *)&CacheType) < 0 ||
+            PyModule_AddObjectRef(m, "Session", (PyObject *)&SessionType) < 0 ||
+            PyModule_AddStringConstant(m, "LIBRARY_VERSION", AIRLOCK_VERSION) < 0)
+                goto fail;
+        return m;
+fail:
+        Py_XDECREF(in_bases);
+        Py_XDECREF(run_bases);
+        Py_DECREF(m);
+        return NULL;
+}

@@ -1,0 +1,217 @@
+"""Host tools as Python callables: sync, async, raising, slow, from guest
+threads, from runs started in threads and in asyncio."""
+import asyncio
+import threading
+import time
+
+import pytest
+
+import airlock
+
+calls = []
+
+
+def add(a: int, b: int) -> int:
+    """Adds two integers."""
+    return a + b
+
+
+async def shout(text: str) -> str:
+    """Upper-cases text after a short wait."""
+    await asyncio.sleep(0.01)
+    calls.append(asyncio.get_running_loop())
+    return text.upper()
+
+
+class Refused(Exception):
+    pass
+
+
+def fail(kind: str) -> None:
+    """Raises."""
+    if kind == "value":
+        raise ValueError("bad value")
+    if kind == "custom":
+        raise Refused("not allowed")
+    if kind == "empty":
+        raise KeyError()
+    raise KeyboardInterrupt
+
+
+def slow(seconds: float) -> str:
+    time.sleep(seconds)
+    return "done"
+
+
+def weird() -> object:
+    return object()
+
+
+@pytest.fixture(scope="module")
+def tsb():
+    s = airlock.Sandbox(tools=[add, shout, fail, slow, weird], limits={"timeout": 20})
+    yield s
+    s.close()
+
+
+def test_sync_tool(tsb):
+    r = tsb.run('print(call_tool("add", a=2, b=40))')
+    assert r.stdout == "42\n", r.stderr
+
+
+def test_async_tool_from_sync_run(tsb):
+    r = tsb.run('print(call_tool("shout", text="hi"))')
+    assert r.stdout == "HI\n", r.stderr
+
+
+def test_async_tool_runs_on_the_callers_loop(tsb):
+    calls.clear()
+
+    async def main():
+        r = await tsb.arun('print(call_tool("shout", text="loop"))')
+        return r, asyncio.get_running_loop()
+    r, loop = asyncio.run(main())
+    assert r.stdout == "LOOP\n", r.stderr
+    assert calls == [loop]
+
+
+@pytest.mark.parametrize("kind,typ,msg", [
+    ("value", "ValueError", "ValueError: bad value"),
+    ("custom", "Refused", "Refused: not allowed"),
+    ("empty", "KeyError", "KeyError"),
+    ("interrupt", "KeyboardInterrupt", "KeyboardInterrupt"),
+])
+def test_raising_tool(tsb, kind, typ, msg):
+    code = (f'try:\n  call_tool("fail", kind="{kind}")\n'
+            'except RuntimeError as e:\n  print(type(e).__name__, e.tool_error_type, str(e), sep="|")')
+    r = tsb.run(code)
+    assert r.success, r.stderr
+    assert r.stdout == f"RuntimeError|{typ}|{msg}\n"
+
+
+def test_unserialisable_result_is_a_tool_error(tsb):
+    r = tsb.run('try:\n  call_tool("weird")\nexcept RuntimeError as e:\n  print(e.tool_error_type, e)')
+    assert r.stdout == "TypeError TypeError: Object of type object is not JSON serializable\n"
+
+
+def test_tool_error_type_is_none_for_other_tools(tmp_path):
+    # A command tool (a tools file) names no type.
+    import json, sys
+    (tmp_path / "t.json").write_text(json.dumps({"tools": [{
+        "name": "nope", "description": "fails", "command": ["sh", "-c", "echo broken >&2; exit 1"]}]}))
+    s = airlock.Sandbox(tools_files=[tmp_path / "t.json"])
+    r = s.run('try:\n  call_tool("nope")\nexcept RuntimeError as e:\n  print(e.tool_error_type)')
+    assert r.stdout == "None\n", r.stderr
+    s.close()
+
+
+def test_bad_arguments_are_value_errors(tsb):
+    r = tsb.run('call_tool("add", a=1)')
+    assert "ValueError: tool 'add': missing required argument 'b'" in r.stderr or \
+        ("ValueError" in r.stderr and "'b'" in r.stderr), r.stderr
+
+
+def test_slow_tool_and_timeout():
+    s = airlock.Sandbox(tools=[slow], limits={"timeout": 2})
+    r = s.run('print(call_tool("slow", seconds=0.3))')
+    assert r.stdout == "done\n"
+    t0 = time.monotonic()
+    r = s.run('call_tool("slow", seconds=4)')
+    # The run's limit holds the run; the Python call itself ends when it ends.
+    assert r.status == "timeout", (r.status, r.stderr)
+    assert time.monotonic() - t0 < 6
+    s.close()
+
+
+def test_tools_from_guest_threads(tsb):
+    code = '''
+import threading
+out = [None] * 8
+def w(i):
+    out[i] = call_tool("add", a=i, b=100)
+ts = [threading.Thread(target=w, args=(i,)) for i in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(out)
+'''
+    r = tsb.run(code)
+    assert r.stdout == str([100 + i for i in range(8)]) + "\n", r.stderr
+
+
+def test_tools_from_host_threads(tsb):
+    results = {}
+
+    def worker(i):
+        r = tsb.run(f'print(call_tool("add", a={i}, b=1), call_tool("shout", text="t{i}"))')
+        results[i] = r.stdout
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert results == {i: f"{i + 1} T{i}\n" for i in range(6)}
+
+
+def test_async_tools_from_many_aruns(tsb):
+    async def main():
+        rs = await asyncio.gather(*(tsb.arun(f'print(call_tool("shout", text="x{i}"))')
+                                    for i in range(6)))
+        return [r.stdout for r in rs]
+    assert asyncio.run(main()) == [f"X{i}\n" for i in range(6)]
+
+
+def test_sync_tool_from_arun_does_not_block_the_loop(tsb):
+    # A slow sync tool runs on the run's thread: the loop keeps ticking.
+    ticks = []
+
+    async def ticker():
+        while True:
+            ticks.append(1)
+            await asyncio.sleep(0.02)
+
+    async def main():
+        t = asyncio.create_task(ticker())
+        r = await tsb.arun('print(call_tool("slow", seconds=0.5))')
+        t.cancel()
+        return r
+    r = asyncio.run(main())
+    assert r.stdout == "done\n"
+    assert len(ticks) >= 10
+
+
+def test_tool_decorator_and_callable_object():
+    @airlock.tool(name="mul", description="Multiplies.")
+    def m(a: float, b: float) -> float:
+        return a * b
+
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def __call__(self, step: int = 1) -> int:
+            self.n += step
+            return self.n
+
+    s = airlock.Sandbox(tools=[m, airlock.Tool(Counter(), name="count")])
+    r = s.run('print(call_tool("mul", a=1.5, b=2), call_tool("count"), call_tool("count", step=5))')
+    assert r.stdout == "3.0 1 6\n", r.stderr
+    s.close()
+
+
+def test_async_tool_that_awaits_another_run():
+    # A tool on the caller's loop that itself awaits a run: no thread of
+    # the pool is held by a run that waits for it.
+    inner = airlock.Sandbox()
+
+    async def nested(n: int) -> str:
+        return (await inner.arun(f"print({n} * 2)")).stdout.strip()
+
+    outer = airlock.Sandbox(tools=[nested], limits={"timeout": 30})
+
+    async def main():
+        rs = await asyncio.gather(*(outer.arun(f'print(call_tool("nested", n={i}))')
+                                    for i in range(10)))
+        return [r.stdout for r in rs]
+    assert asyncio.run(main()) == [f"{2 * i}\n" for i in range(10)]
+    outer.close()
+    inner.close()
