@@ -841,7 +841,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                 json_decref(m.root);
                 return MHD_NO;
         }
-        if (!m.id) { /* a notification, or the client's response */
+        if (!m.id || !m.method) { /* a notification, or the client's response */
                 (void)mcp_core_handle(s->core, &rq->sink->base, &m);
                 json_decref(m.root);
                 rq->method[0] = '\0'; /* not a call: no log line */
@@ -1358,10 +1358,18 @@ int cmd_serve(int argc, char **argv)
         int lfd = MHD_quiesce_daemon(s->d);
         if (lfd >= 0)
                 close(lfd);
+        uint64_t deadline = mono_ns() + (uint64_t)(s->opt.grace_s * 1e9);
         if (!mcp_core_wait_calls(s->core, s->opt.grace_s)) {
                 fprintf(stderr, "airlock serve: grace period over: cancelling %u call(s)\n",
                         mcp_core_calls(s->core));
                 mcp_core_cancel_all(s->core);
+        }
+        /* The answers of the calls that finished are written before the
+         * connections close (within the grace period, and a second more
+         * for the cancelled ones' answers). */
+        while (atomic_load(&s->requests) > 0 && mono_ns() < deadline + 1000000000ull) {
+                struct timespec pause = {0, 10 * 1000000L};
+                nanosleep(&pause, NULL);
         }
         MHD_stop_daemon(s->d);
         mcp_core_free(s->core);

@@ -154,7 +154,7 @@ int serve_take_options(int *argc, char **argv, serve_options *o, char *why, size
                         o->max_body = (uint64_t)v;
                         break;
                 case 8:
-                        r = number(names[k], val, 1, 64, true, &v, why, why_len);
+                        r = number(names[k], val, 1, 32, true, &v, why, why_len);
                         o->max_runs = (unsigned)v;
                         break;
                 case 9:
