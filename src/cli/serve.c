@@ -69,11 +69,12 @@ enum refusal {
         RF_BAD_ORIGIN,
         RF_BAD_REQUEST,
         RF_BAD_VERSION,
+        RF_WARMING_UP,
         RF_N
 };
 static const char *const refusal_names[RF_N] = {
-    "body_too_large", "queue_full",  "queue_timeout",       "draining",
-    "bad_origin",     "bad_request", "bad_protocol_version"};
+    "body_too_large", "queue_full",  "queue_timeout",        "draining",
+    "bad_origin",     "bad_request", "bad_protocol_version", "warming_up"};
 static const double latency_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                          1,     2.5,  5,     10,   30,  60,   300};
 #define N_BUCKETS ARRAY_SIZE(latency_buckets)
@@ -96,6 +97,7 @@ typedef struct server {
         mcp_server *core;
         struct MHD_Daemon *d;
         metrics m;
+        atomic_bool core_ready; /* core may be used (it is built) */
         atomic_bool ready, draining;
         /* Tokens, swapped whole on SIGHUP under the write lock. */
         pthread_rwlock_t tokens_lock;
@@ -808,6 +810,13 @@ static enum MHD_Result answer(struct MHD_Connection *c, request *rq)
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
 {
         server *s = rq->srv;
+        if (!atomic_load(&s->core_ready)) {
+                refuse(rq, RF_WARMING_UP);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "the server is starting; retry shortly", "Retry-After",
+                                       RETRY_AFTER_S);
+        }
         if (!version_ok(c)) {
                 refuse(rq, RF_BAD_VERSION);
                 snprintf(rq->method, sizeof(rq->method), "?");
@@ -1056,6 +1065,7 @@ static void put(dynbuf *b, const char *fmt, ...)
 
 static void format_metrics(server *s, dynbuf *b)
 {
+        bool core = atomic_load(&s->core_ready);
         put(b, "# HELP airlock_calls_total MCP requests answered, by outcome.\n"
                "# TYPE airlock_calls_total counter\n");
         for (int i = 0; i < ST_N; i++)
@@ -1117,7 +1127,7 @@ static void format_metrics(server *s, dynbuf *b)
             "# HELP airlock_ready 1 when ready for calls.\n"
             "# TYPE airlock_ready gauge\n"
             "airlock_ready %d\n",
-            mcp_core_calls(s->core), mcp_core_sessions(s->core),
+            core ? mcp_core_calls(s->core) : 0, core ? mcp_core_sessions(s->core) : 0,
             atomic_load(&s->ready) && !atomic_load(&s->draining));
         put(b,
             "# HELP airlock_instance_info This instance's name.\n"
@@ -1301,14 +1311,6 @@ int cmd_serve(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_SANDBOX;
         }
-        mcp_core_options co = {.stateless = true, .instance = s->opt.instance};
-        r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
-        if (r < 0) {
-                fprintf(stderr, "airlock serve: %s\n", err.message);
-                mcp_core_free(s->core);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                          MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
         if (ss.ss_family == AF_INET6)
@@ -1323,7 +1325,6 @@ int cmd_serve(int argc, char **argv)
         if (!s->d) {
                 fprintf(stderr, "airlock serve: cannot listen on %s: %s\n", so.listen,
                         strerror(errno));
-                mcp_core_free(s->core);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
@@ -1332,6 +1333,19 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "airlock serve: instance %s listening on %s (port %u)%s\n", s->opt.instance,
                 so.listen, di ? (unsigned)di->port : 0,
                 so.tokens_file ? "" : ", without authentication");
+        /* The server is built while /healthz already answers (and /readyz
+         * says warming up): the sandbox, the tool description, then one
+         * warm-up run. */
+        mcp_core_options co = {.stateless = true, .instance = s->opt.instance};
+        r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
+        if (r < 0) {
+                fprintf(stderr, "airlock serve: %s\n", err.message);
+                MHD_stop_daemon(s->d);
+                mcp_core_free(s->core);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        atomic_store(&s->core_ready, true);
         warm_up(s);
         atomic_store(&s->ready, true);
         fprintf(stderr, "airlock serve: ready\n");
