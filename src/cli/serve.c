@@ -467,6 +467,10 @@ typedef struct request {
         unsigned http_status;
         enum call_status status;
         bool logged;
+        /* A call run on this thread: who watches the socket meanwhile. */
+        pthread_t watcher;
+        bool watcher_started;
+        int watch_stop; /* eventfd that ends the watcher */
 } request;
 
 static void json_log(request *rq)
@@ -807,6 +811,71 @@ static enum MHD_Result answer(struct MHD_Connection *c, request *rq)
         }
 }
 
+static bool client_gone(int sock)
+{
+        struct pollfd p = {.fd = sock, .events = POLLRDHUP};
+        return sock >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Watches the socket of a call that runs on its connection's thread, once
+ * the run could not (see on_watch), until the run ends. */
+static void *watcher_main(void *arg)
+{
+        request *rq = arg;
+        struct pollfd p[2] = {{.fd = rq->sock, .events = POLLRDHUP},
+                              {.fd = rq->watch_stop, .events = POLLIN}};
+        for (;;) {
+                if (poll(p, 2, -1) < 0 && errno != EINTR)
+                        break;
+                if (p[1].revents)
+                        break;
+                if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+                        mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
+                        break;
+                }
+        }
+        return NULL;
+}
+
+/* The run's watch of the socket fired (it was readable, or the run is
+ * about to wait long): a client that left has its call cancelled; else a
+ * thread of its own watches the socket from now on, since the run watches
+ * only once. Returns promptly and calls nothing of airlock, as the run
+ * asks. */
+static void on_watch(void *arg)
+{
+        request *rq = arg;
+        if (client_gone(rq->sock)) {
+                mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
+                return;
+        }
+        if (rq->watcher_started)
+                return;
+        rq->watch_stop = eventfd(0, EFD_CLOEXEC);
+        if (rq->watch_stop >= 0 && pthread_create(&rq->watcher, NULL, watcher_main, rq) == 0) {
+                rq->watcher_started = true;
+                return;
+        }
+        if (rq->watch_stop >= 0)
+                close(rq->watch_stop);
+        rq->watch_stop = -1;
+}
+
+/* Runs the call left for this thread, the socket watched. */
+static void run_here(request *rq)
+{
+        mcp_core_run_here(rq->srv->core, &rq->sink->base, rq->sock, rq->sock >= 0 ? on_watch : NULL,
+                          rq);
+        if (rq->watcher_started) {
+                uint64_t one = 1;
+                ssize_t n = write(rq->watch_stop, &one, sizeof(one));
+                (void)n;
+                pthread_join(rq->watcher, NULL);
+                close(rq->watch_stop);
+                rq->watcher_started = false;
+        }
+}
+
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
 {
         server *s = rq->srv;
@@ -877,12 +946,18 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                 }
         }
         uint64_t t0 = mono_ns();
+        /* A call runs on this thread unless it streams progress over SSE,
+         * which this thread writes while a worker runs the code. */
+        const json_t *token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
+        rq->sink->base.run_here = !(rq->sse && (json_is_string(token) || json_is_integer(token)));
         int started = mcp_core_handle(s->core, &rq->sink->base, &m);
         json_decref(m.root);
         if (started)
                 rq->sink->pending = true;
         else if (is_call)
                 slot_give(s);
+        if (started && rq->sink->base.here)
+                run_here(rq);
         enum MHD_Result r = answer(c, rq);
         if (is_call && !rq->streaming)
                 observe_latency(s, (double)(mono_ns() - t0) / 1e9);

@@ -351,26 +351,31 @@ def test_slow_clients_hold_no_run():
 
 
 def test_client_disconnect_cancels_the_run():
+    # A call run on its connection's thread, and one streaming progress (run
+    # by a worker while the connection's thread writes the stream).
     with serve() as s:
-        k = socket.create_connection(("127.0.0.1", s.port))
-        body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                           "params": {"name": "execute_code",
-                                      "arguments": {"code": "import time; time.sleep(60)"},
-                                      "_meta": MODERN}}).encode()
-        k.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        for _ in range(400):
-            if s.metrics()["airlock_runs_in_flight"] == 1:
-                break
-            time.sleep(0.02)
-        k.close()
-        for _ in range(600):
-            m = s.metrics()
-            if m['airlock_calls_total{status="cancelled"}'] == 1 and \
-                    m["airlock_runs_in_flight"] == 0:
-                break
-            time.sleep(0.05)
-        assert m['airlock_calls_total{status="cancelled"}'] == 1, m
+        for n, meta in ((1, MODERN), (2, dict(MODERN, progressToken="p"))):
+            k = socket.create_connection(("127.0.0.1", s.port))
+            body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                               "params": {"name": "execute_code",
+                                          "arguments": {"code": "import time; time.sleep(60)"},
+                                          "_meta": meta}}).encode()
+            k.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Accept: application/json, text/event-stream\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            for _ in range(400):
+                if s.metrics()["airlock_runs_in_flight"] == 1:
+                    break
+                time.sleep(0.02)
+            time.sleep(0.5)
+            k.close()
+            for _ in range(600):
+                m = s.metrics()
+                if m['airlock_calls_total{status="cancelled"}'] == n and \
+                        m["airlock_runs_in_flight"] == 0:
+                    break
+                time.sleep(0.05)
+            assert m['airlock_calls_total{status="cancelled"}'] == n, m
         assert m["airlock_runs_in_flight"] == 0 and m["airlock_sandbox_runs"] == 0, m
         status, _, body = s.call("print('next')")
         assert status == 200 and b"next" in body
