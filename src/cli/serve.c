@@ -1128,7 +1128,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void put(dynbuf *b, const char *fmt, ...) _printf_(2, 3);
 static void put(dynbuf *b, const char *fmt, ...)
 {
-        char line[512];
+        char line[2048];
         va_list ap;
         va_start(ap, fmt);
         int n = vsnprintf(line, sizeof(line), fmt, ap);
@@ -1204,6 +1204,16 @@ static void format_metrics(server *s, dynbuf *b)
             "airlock_ready %d\n",
             core ? mcp_core_calls(s->core) : 0, core ? mcp_core_sessions(s->core) : 0,
             atomic_load(&s->ready) && !atomic_load(&s->draining));
+        const union MHD_DaemonInfo *di =
+            s->d ? MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
+        put(b,
+            "# HELP airlock_http_connections Open HTTP connections.\n"
+            "# TYPE airlock_http_connections gauge\n"
+            "airlock_http_connections %u\n"
+            "# HELP airlock_http_connections_max The cap (--max-connections).\n"
+            "# TYPE airlock_http_connections_max gauge\n"
+            "airlock_http_connections_max %u\n",
+            di ? di->num_connections : 0, s->opt.max_connections);
         put(b,
             "# HELP airlock_instance_info This instance's name.\n"
             "# TYPE airlock_instance_info gauge\n"
