@@ -467,6 +467,7 @@ typedef struct request {
         unsigned http_status;
         enum call_status status;
         bool logged;
+        uint64_t call_t0; /* a tools/call: when it got its run slot */
         /* A call run on this thread: who watches the socket meanwhile. */
         pthread_t watcher;
         bool watcher_started;
@@ -504,6 +505,8 @@ static void json_log(request *rq)
                 free(text);
         }
         atomic_fetch_add(&rq->srv->m.calls[rq->status], 1);
+        if (rq->call_t0)
+                observe_latency(rq->srv, (double)(mono_ns() - rq->call_t0) / 1e9);
 }
 
 static enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
@@ -518,9 +521,10 @@ static enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned cod
         MHD_add_response_header(r, "Airlock-Instance", rq->srv->opt.instance);
         if (atomic_load(&rq->srv->draining))
                 MHD_add_response_header(r, "Connection", "close");
+        rq->http_status = code;
+        json_log(rq); /* counted before the client can see the answer */
         enum MHD_Result ret = MHD_queue_response(c, code, r);
         MHD_destroy_response(r);
-        rq->http_status = code;
         return ret;
 }
 
@@ -554,9 +558,10 @@ static enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, un
                 MHD_add_response_header(r, h1, v1);
         if (atomic_load(&rq->srv->draining))
                 MHD_add_response_header(r, "Connection", "close");
+        rq->http_status = code;
+        json_log(rq); /* counted before the client can see the answer */
         enum MHD_Result ret = MHD_queue_response(c, code, r);
         MHD_destroy_response(r);
-        rq->http_status = code;
         return ret;
 }
 
@@ -596,6 +601,7 @@ static enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq,
                  missing ? "" : ", error=\"invalid_token\"");
         atomic_fetch_add(missing ? &rq->srv->m.auth_missing : &rq->srv->m.auth_invalid, 1);
         rq->status = ST_REFUSED;
+        snprintf(rq->method, sizeof(rq->method), "?"); /* logged, unread */
         return queue_rpc_error(c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
                                missing ? "authorization required: send Authorization: Bearer TOKEN"
                                        : "invalid token",
@@ -730,8 +736,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
         (void)pos;
         request *rq = cls;
         while (rq->out_off >= rq->out_len) {
-                if (rq->resp_sent)
+                if (rq->resp_sent) {
+                        json_log(rq); /* before the client sees the stream end */
                         return MHD_CONTENT_READER_END_OF_STREAM;
+                }
                 bool gone = false;
                 msg *e = wait_message(rq, &gone);
                 if (gone) {
@@ -958,12 +966,8 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                 slot_give(s);
         if (started && rq->sink->base.here)
                 run_here(rq);
-        enum MHD_Result r = answer(c, rq);
-        if (is_call && !rq->streaming)
-                observe_latency(s, (double)(mono_ns() - t0) / 1e9);
-        else if (is_call)
-                rq->t0 = rq->t0 ? rq->t0 : t0;
-        return r;
+        rq->call_t0 = is_call ? t0 : 0;
+        return answer(c, rq);
 }
 
 static void format_metrics(server *s, dynbuf *b);
@@ -1043,6 +1047,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 }
                 if (!origin_ok(rq, c)) {
                         refuse(rq, RF_BAD_ORIGIN);
+                        snprintf(rq->method, sizeof(rq->method), "?");
                         return queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
                                                "Origin not allowed", NULL, NULL);
                 }
@@ -1059,9 +1064,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                 return MHD_NO;
                         MHD_add_response_header(r, "Allow", "POST");
                         MHD_add_response_header(r, "Airlock-Instance", s->opt.instance);
+                        rq->http_status = MHD_HTTP_METHOD_NOT_ALLOWED;
                         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
                         MHD_destroy_response(r);
-                        rq->http_status = MHD_HTTP_METHOD_NOT_ALLOWED;
                         return ret;
                 }
                 if (atomic_load(&s->draining)) {
@@ -1113,8 +1118,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && rq->streaming && rq->status == ST_OK &&
             !(rq->sink && rq->sink->got_resp))
                 rq->status = ST_CANCELLED;
-        if (rq->streaming && rq->sink && rq->sink->pending)
-                observe_latency(s, (double)(mono_ns() - rq->t0) / 1e9);
         sink_free(rq->sink); /* cancels a call still running: its client is gone */
         json_log(rq);
         dynbuf_free(&rq->body);

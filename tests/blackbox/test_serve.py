@@ -87,8 +87,17 @@ class Serve:
                 out[k] = float(v)
         return out
 
-    def log(self):
-        return [json.loads(l) for l in self.lines if l.startswith("{")]
+    def log(self, method=None, count=0):
+        """The JSON log lines (of method), waiting until there are count of
+        them: a line is written before its answer, but read from the pipe
+        by a thread of this test."""
+        for _ in range(400):
+            out = [json.loads(l) for l in list(self.lines) if l.startswith("{")]
+            out = [l for l in out if method is None or l["method"] == method]
+            if len(out) >= count:
+                break
+            time.sleep(0.025)
+        return out
 
     def stop(self):
         if self.p.poll() is None:
@@ -379,8 +388,9 @@ def test_client_disconnect_cancels_the_run():
         assert m["airlock_runs_in_flight"] == 0 and m["airlock_sandbox_runs"] == 0, m
         status, _, body = s.call("print('next')")
         assert status == 200 and b"next" in body
-        assert any(l["status"] == "cancelled" and l["tool"] == "execute_code"
-                   for l in s.log()), s.log()
+        log = s.log("tools/call", 2)
+        assert [l["status"] for l in log if l["tool"] == "execute_code"][:2] == \
+            ["cancelled", "cancelled"], log
 
 
 def test_progress_streams_as_sse():
@@ -414,8 +424,8 @@ def test_metrics_and_log_lines_add_up():
         assert m["airlock_run_duration_seconds_count"] == 3, m
         assert m['airlock_run_duration_seconds_bucket{le="+Inf"}'] == 3, m
         assert m["airlock_runs_in_flight"] == 0 and m["airlock_queue_depth"] == 0, m
+        calls = s.log("tools/call", 3)
         log = s.log()
-        calls = [l for l in log if l["method"] == "tools/call"]
         assert len(calls) == 3 and all(l["tool"] == "execute_code" for l in calls), log
         assert sorted(l["status"] for l in calls) == ["ok", "ok", "tool_error"], calls
         for l in log:
@@ -496,7 +506,7 @@ def test_session_handles_name_their_instance():
         r = result_of(body)
         assert r["isError"] and "belongs to instance beta-2; this is alpha" in \
             r["content"][0]["text"], r
-        log = [l for l in s.log() if l["method"] == "tools/call"]
+        log = s.log("tools/call", 4)
         assert [l["session"] for l in log] == [False, True, True, True], log
 
 
