@@ -117,6 +117,9 @@ def serve(*args, **kw):
         yield s
     finally:
         s.stop()
+    # Every server drains and exits 0 on SIGTERM (and a sanitizer's
+    # report would make it fail).
+    assert s.p.returncode == 0, (s.p.returncode, "".join(s.lines)[-3000:])
 
 
 def tools_list(s, headers=None):
