@@ -70,11 +70,13 @@ enum refusal {
         RF_BAD_REQUEST,
         RF_BAD_VERSION,
         RF_WARMING_UP,
+        RF_BODY_MEMORY,
+        RF_SLOW_BODY,
         RF_N
 };
 static const char *const refusal_names[RF_N] = {
-    "body_too_large", "queue_full",  "queue_timeout",        "draining",
-    "bad_origin",     "bad_request", "bad_protocol_version", "warming_up"};
+    "body_too_large", "queue_full",           "queue_timeout", "draining",    "bad_origin",
+    "bad_request",    "bad_protocol_version", "warming_up",    "body_memory", "slow_body"};
 static const double latency_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                          1,     2.5,  5,     10,   30,  60,   300};
 #define N_BUCKETS ARRAY_SIZE(latency_buckets)
@@ -107,7 +109,8 @@ typedef struct server {
         pthread_mutex_t slot_lock;
         pthread_cond_t slot_free;
         unsigned running, waiting;
-        atomic_uint requests; /* HTTP requests in progress, for the drain */
+        atomic_uint requests;     /* HTTP requests in progress, for the drain */
+        atomic_ullong body_bytes; /* request bodies held, against --max-body-total */
 } server;
 
 static uint64_t mono_ns(void)
@@ -450,7 +453,9 @@ typedef struct request {
         server *srv;
         dynbuf body;
         bool too_large;
-        bool started; /* past the first call of the handler */
+        bool over_budget; /* the bodies of all requests would pass --max-body-total */
+        uint64_t held;    /* bytes of body counted in srv->body_bytes */
+        bool started;     /* past the first call of the handler */
         http_sink *sink;
         int sock;
         bool sse;       /* the client accepts text/event-stream */
@@ -884,6 +889,14 @@ static void run_here(request *rq)
         }
 }
 
+/* The body is parsed: its bytes leave the budget. */
+static void release_body(request *rq)
+{
+        dynbuf_free(&rq->body);
+        atomic_fetch_sub(&rq->srv->body_bytes, rq->held);
+        rq->held = 0;
+}
+
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
 {
         server *s = rq->srv;
@@ -906,6 +919,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         char why[256];
         int code = mcp_parse_message(rq->body.data ? rq->body.data : "", rq->body.len, &m, why,
                                      sizeof(why));
+        release_body(rq);
         if (code != 0) {
                 json_decref(m.root);
                 refuse(rq, RF_BAD_REQUEST);
@@ -1089,13 +1103,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 return MHD_YES;
         }
         if (*upload_data_size) {
-                if (!rq->too_large && dynbuf_append(&rq->body, upload_data, *upload_data_size) < 0)
-                        rq->too_large = true;
+                size_t n = *upload_data_size;
                 *upload_data_size = 0;
+                /* A body that trickles in holds its connection's thread: it
+                 * has twice the idle timeout to arrive in full. */
+                if (mono_ns() - rq->t0 > 2ull * s->opt.http_timeout_s * 1000000000ull) {
+                        refuse(rq, RF_SLOW_BODY);
+                        snprintf(rq->method, sizeof(rq->method), "?");
+                        rq->http_status = MHD_HTTP_REQUEST_TIMEOUT;
+                        return MHD_NO;
+                }
+                if (rq->too_large || rq->over_budget)
+                        return MHD_YES; /* read and dropped, then refused */
+                if (atomic_fetch_add(&s->body_bytes, n) + n > s->opt.max_body_total) {
+                        atomic_fetch_sub(&s->body_bytes, n);
+                        rq->over_budget = true;
+                        return MHD_YES;
+                }
+                rq->held += n;
+                if (dynbuf_append(&rq->body, upload_data, n) < 0)
+                        rq->too_large = true;
                 return MHD_YES;
         }
         if (rq->http_status)
                 return MHD_YES; /* answered already */
+        if (rq->over_budget && !rq->too_large) {
+                refuse(rq, RF_BODY_MEMORY);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "too many request bodies held at once; retry later",
+                                       "Retry-After", RETRY_AFTER_S);
+        }
         if (rq->too_large) {
                 refuse(rq, RF_BODY_TOO_LARGE);
                 snprintf(rq->method, sizeof(rq->method), "?");
@@ -1120,7 +1158,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                 rq->status = ST_CANCELLED;
         sink_free(rq->sink); /* cancels a call still running: its client is gone */
         json_log(rq);
-        dynbuf_free(&rq->body);
+        release_body(rq);
         free(rq->out);
         free(rq);
         atomic_fetch_sub(&s->requests, 1);

@@ -251,6 +251,12 @@ def test_oversized_body_is_413():
         c.close()
         assert s.call("print('small')")[0] == 200
         assert s.metrics()['airlock_refusals_total{reason="body_too_large"}'] >= 1
+    # All the bodies held at once have a budget too: past it 503, not 413.
+    with serve("--max-body", "1048576", "--max-body-total", "65536") as s:
+        status, h, body = s.call("#" + "x" * 100000)
+        assert status == 503 and h["retry-after"] == "1", (status, body)
+        assert s.call("print('small')")[0] == 200
+        assert s.metrics()['airlock_refusals_total{reason="body_memory"}'] == 1
 
 
 def test_malformed_requests():
@@ -329,6 +335,21 @@ def test_slow_clients_hold_no_run():
         k.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100000\r\n\r\n{\"jsonrpc\"")
         socks.append(k)
+        # A body that trickles in, a byte within each idle timeout, is cut
+        # off at twice the timeout.
+        trickle = socket.create_connection(("127.0.0.1", s.port))
+        trickle.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 100\r\n\r\n{")
+        start = time.monotonic()
+        closed = False
+        while time.monotonic() - start < 40 and not closed:
+            time.sleep(1)
+            try:
+                trickle.sendall(b" ")
+            except OSError:
+                closed = True
+        assert closed, "a trickling body is cut off"
+        trickle.close()
         # The only run slot is free for a real client meanwhile.
         status, _, body = s.call("print('through')")
         assert status == 200 and b"through" in body, (status, body)
