@@ -370,10 +370,12 @@ static void sink_call_done(mcp_sink *base)
         /* The run slot is free as soon as the run is over, before the
          * response is written to a client that may read it slowly. */
         slot_give(k->srv);
+        /* Woken under the lock: the request's thread may free the sink as
+         * soon as it sees done, which it reads under the lock. */
         pthread_mutex_lock(&k->lock);
         k->done = true;
-        pthread_mutex_unlock(&k->lock);
         sink_wake(k);
+        pthread_mutex_unlock(&k->lock);
 }
 
 static http_sink *sink_new(server *s, const char *owner)
@@ -455,7 +457,6 @@ typedef struct request {
         bool too_large;
         bool over_budget; /* the bodies of all requests would pass --max-body-total */
         uint64_t held;    /* bytes of body counted in srv->body_bytes */
-        bool started;     /* past the first call of the handler */
         http_sink *sink;
         int sock;
         bool sse;       /* the client accepts text/event-stream */
@@ -493,10 +494,14 @@ static void json_log(request *rq)
         char stamp[64];
         snprintf(stamp, sizeof(stamp), "%s.%03ldZ", when, ts.tv_nsec / 1000000);
         double ms = (double)(mono_ns() - rq->t0) / 1e6;
+        /* The names come from the client, cut to their buffers: kept valid
+         * UTF-8 so that the line is always written. */
+        _cleanup_free_ char *method = al_utf8_sanitize(rq->method, strlen(rq->method));
+        _cleanup_free_ char *tool = al_utf8_sanitize(rq->tool, strlen(rq->tool));
         json_t *l = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:b}", "ts", stamp,
                               "instance", rq->srv->opt.instance, "client", rq->client, "method",
-                              rq->method, "tool", rq->tool, "status", status_names[rq->status],
-                              "http", (int)rq->http_status, "duration_ms",
+                              method ? method : "?", "tool", tool ? tool : "?", "status",
+                              status_names[rq->status], "http", (int)rq->http_status, "duration_ms",
                               (double)(uint64_t)(ms * 1000) / 1000, "session", rq->has_session);
         if (!rq->tool[0])
                 json_object_del(l, "tool");
