@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -94,6 +95,8 @@ typedef struct metrics {
 
 /* ---- the server --------------------------------------------------------- */
 
+typedef struct http_sink http_sink;
+
 typedef struct server {
         serve_options opt;
         mcp_server *core;
@@ -111,6 +114,17 @@ typedef struct server {
         unsigned running, waiting;
         atomic_uint requests;     /* HTTP requests in progress, for the drain */
         atomic_ullong body_bytes; /* request bodies held, against --max-body-total */
+        /* Hang-ups (see hup_main). */
+        int hup_ep, hup_stop;
+        pthread_t hup_thread;
+        bool hup_started;
+        pthread_mutex_t hup_lock;
+        struct hup_slot {
+                http_sink *sink;
+                uint32_t gen;
+        } * hup;
+        uint32_t *hup_free;
+        unsigned n_hup, n_free;
 } server;
 
 static uint64_t mono_ns(void)
@@ -312,7 +326,7 @@ typedef struct msg {
         struct msg *next;
 } msg;
 
-typedef struct http_sink {
+struct http_sink {
         mcp_sink base;
         server *srv;
         pthread_mutex_t lock;
@@ -322,7 +336,7 @@ typedef struct http_sink {
         bool pending;  /* a call was started: done comes with call_done */
         bool got_resp; /* the response was queued */
         enum call_status status;
-} http_sink;
+};
 
 static void sink_wake(http_sink *k)
 {
@@ -474,10 +488,6 @@ typedef struct request {
         enum call_status status;
         bool logged;
         uint64_t call_t0; /* a tools/call: when it got its run slot */
-        /* A call run on this thread: who watches the socket meanwhile. */
-        pthread_t watcher;
-        bool watcher_started;
-        int watch_stop; /* eventfd that ends the watcher */
 } request;
 
 static void json_log(request *rq)
@@ -829,69 +839,127 @@ static enum MHD_Result answer(struct MHD_Connection *c, request *rq)
         }
 }
 
-static bool client_gone(int sock)
-{
-        struct pollfd p = {.fd = sock, .events = POLLRDHUP};
-        return sock >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
+/* ---- hang-ups of calls run on their connection's thread ---------------- */
 
-/* Watches the socket of a call that runs on its connection's thread, once
- * the run could not (see on_watch), until the run ends. */
-static void *watcher_main(void *arg)
+/* While a call runs on its connection's thread, nobody polls its socket:
+ * one thread of the server watches those sockets in one epoll set (two
+ * system calls a call, no thread per call) and cancels the call of a client
+ * that hangs up. A registration is a slot of a table (one per connection),
+ * named in the event with a generation, so that an event that comes after
+ * its call ended is recognised and dropped. */
+#define HUP_STOP UINT64_MAX
+
+static void *hup_main(void *arg)
 {
-        request *rq = arg;
-        struct pollfd p[2] = {{.fd = rq->sock, .events = POLLRDHUP},
-                              {.fd = rq->watch_stop, .events = POLLIN}};
+        server *s = arg;
+        struct epoll_event ev[16];
         for (;;) {
-                if (poll(p, 2, -1) < 0 && errno != EINTR)
-                        break;
-                if (p[1].revents)
-                        break;
-                if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-                        mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
-                        break;
+                int n = epoll_wait(s->hup_ep, ev, (int)ARRAY_SIZE(ev), -1);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return NULL;
+                pthread_mutex_lock(&s->hup_lock);
+                for (int i = 0; i < n; i++) {
+                        if (ev[i].data.u64 == HUP_STOP) {
+                                pthread_mutex_unlock(&s->hup_lock);
+                                return NULL;
+                        }
+                        uint32_t slot = (uint32_t)ev[i].data.u64;
+                        uint32_t gen = (uint32_t)(ev[i].data.u64 >> 32);
+                        if (slot < s->n_hup && s->hup[slot].sink && s->hup[slot].gen == gen)
+                                mcp_core_cancel_sink(s->core, &s->hup[slot].sink->base);
                 }
+                pthread_mutex_unlock(&s->hup_lock);
         }
-        return NULL;
 }
 
-/* The run's watch of the socket fired (it was readable, or the run is
- * about to wait long): a client that left has its call cancelled; else a
- * thread of its own watches the socket from now on, since the run watches
- * only once. Returns promptly and calls nothing of airlock, as the run
- * asks. */
-static void on_watch(void *arg)
+static int hup_init(server *s)
 {
-        request *rq = arg;
-        if (client_gone(rq->sock)) {
-                mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
-                return;
-        }
-        if (rq->watcher_started)
-                return;
-        rq->watch_stop = eventfd(0, EFD_CLOEXEC);
-        if (rq->watch_stop >= 0 && pthread_create(&rq->watcher, NULL, watcher_main, rq) == 0) {
-                rq->watcher_started = true;
-                return;
-        }
-        if (rq->watch_stop >= 0)
-                close(rq->watch_stop);
-        rq->watch_stop = -1;
+        s->n_hup = s->opt.max_connections + 4;
+        s->hup = calloc(s->n_hup, sizeof(*s->hup));
+        s->hup_free = calloc(s->n_hup, sizeof(*s->hup_free));
+        s->hup_ep = epoll_create1(EPOLL_CLOEXEC);
+        s->hup_stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (!s->hup || !s->hup_free || s->hup_ep < 0 || s->hup_stop < 0)
+                return -ENOMEM;
+        for (unsigned i = 0; i < s->n_hup; i++)
+                s->hup_free[s->n_free++] = s->n_hup - 1 - i;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = HUP_STOP};
+        if (epoll_ctl(s->hup_ep, EPOLL_CTL_ADD, s->hup_stop, &ev) < 0)
+                return -errno;
+        int r = pthread_create(&s->hup_thread, NULL, hup_main, s);
+        if (r != 0)
+                return -r;
+        s->hup_started = true;
+        return 0;
 }
 
-/* Runs the call left for this thread, the socket watched. */
+static void hup_fini(server *s)
+{
+        if (s->hup_started) {
+                uint64_t one = 1;
+                ssize_t n = write(s->hup_stop, &one, sizeof(one));
+                (void)n;
+                pthread_join(s->hup_thread, NULL);
+        }
+        if (s->hup_ep >= 0)
+                close(s->hup_ep);
+        if (s->hup_stop >= 0)
+                close(s->hup_stop);
+        free(s->hup);
+        free(s->hup_free);
+}
+
+/* Watches rq's socket for a hang-up; returns the slot, or -1 (the call
+ * then runs unwatched: its client's leaving is seen once it ends). */
+static int hup_watch(request *rq)
+{
+        server *s = rq->srv;
+        if (rq->sock < 0 || !s->hup_started)
+                return -1;
+        pthread_mutex_lock(&s->hup_lock);
+        if (!s->n_free) {
+                pthread_mutex_unlock(&s->hup_lock);
+                return -1;
+        }
+        uint32_t slot = s->hup_free[--s->n_free];
+        s->hup[slot].sink = rq->sink;
+        uint32_t gen = ++s->hup[slot].gen;
+        pthread_mutex_unlock(&s->hup_lock);
+        /* One event is enough: the call is cancelled once. */
+        struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT,
+                                 .data.u64 = ((uint64_t)gen << 32) | slot};
+        if (epoll_ctl(s->hup_ep, EPOLL_CTL_ADD, rq->sock, &ev) == 0)
+                return (int)slot;
+        pthread_mutex_lock(&s->hup_lock);
+        s->hup[slot].sink = NULL;
+        s->hup_free[s->n_free++] = slot;
+        pthread_mutex_unlock(&s->hup_lock);
+        return -1;
+}
+
+static void hup_unwatch(request *rq, int slot)
+{
+        server *s = rq->srv;
+        if (slot < 0)
+                return;
+        (void)epoll_ctl(s->hup_ep, EPOLL_CTL_DEL, rq->sock, NULL);
+        /* Under the lock: the watcher is not using the sink, and a late
+         * event finds the slot empty or of another generation. */
+        pthread_mutex_lock(&s->hup_lock);
+        s->hup[slot].sink = NULL;
+        s->hup[slot].gen++;
+        s->hup_free[s->n_free++] = (uint32_t)slot;
+        pthread_mutex_unlock(&s->hup_lock);
+}
+
+/* Runs the call left for this thread, its socket watched meanwhile. */
 static void run_here(request *rq)
 {
-        mcp_core_run_here(rq->srv->core, &rq->sink->base, rq->sock, rq->sock >= 0 ? on_watch : NULL,
-                          rq);
-        if (rq->watcher_started) {
-                uint64_t one = 1;
-                ssize_t n = write(rq->watch_stop, &one, sizeof(one));
-                (void)n;
-                pthread_join(rq->watcher, NULL);
-                close(rq->watch_stop);
-                rq->watcher_started = false;
-        }
+        int slot = hup_watch(rq);
+        mcp_core_run_here(rq->srv->core, &rq->sink->base, -1, NULL, NULL);
+        hup_unwatch(rq, slot);
 }
 
 /* The body is parsed: its bytes leave the budget. */
@@ -1427,6 +1495,14 @@ int cmd_serve(int argc, char **argv)
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&s->slot_free, &ca);
         pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&s->hup_lock, NULL);
+        s->hup_ep = s->hup_stop = -1;
+        if (hup_init(s) < 0) {
+                fprintf(stderr, "airlock serve: cannot watch connections: %s\n", strerror(errno));
+                hup_fini(s);
+                cli_options_free(&o);
+                return EXIT_SANDBOX;
+        }
         if (so.tokens_file) {
                 int n = load_tokens(so.tokens_file, &s->tokens, why, sizeof(why));
                 if (n < 0) {
@@ -1517,6 +1593,7 @@ int cmd_serve(int argc, char **argv)
                 nanosleep(&pause, NULL);
         }
         MHD_stop_daemon(s->d);
+        hup_fini(s);
         mcp_core_free(s->core);
         free_tokens(s->tokens, s->n_tokens);
         cli_options_free(&o);
