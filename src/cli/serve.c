@@ -3,10 +3,12 @@
  * libmicrohttpd parsing HTTP.
  *
  * Threading: libmicrohttpd's thread per connection. A tools/call blocks its
- * request until the run ends (seconds), and the handler can then simply wait
- * on its connection's thread, polling the socket to see the client leave;
- * the number of those threads is bounded by --max-connections. Runs
- * themselves happen on the MCP core's workers (mcp.c), and a request takes
+ * request until the run ends (seconds), so the run simply happens on its
+ * connection's thread (mcp_core_run_here: no wake-up of another thread
+ * either way), while one thread watches those sockets for a client that
+ * leaves (hup_main); the number of connection threads is bounded by
+ * --max-connections. A call that streams progress over SSE runs on the MCP
+ * core's workers (mcp.c) while its thread writes the stream. A request takes
  * one of --max-runs run slots only once its whole body is in: a slow or
  * stalled client holds its own connection (closed after --http-timeout idle
  * seconds), never a run slot. Past the slots, at most --max-queue calls wait
