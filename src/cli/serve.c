@@ -482,6 +482,7 @@ typedef struct request {
         bool resp_sent; /* SSE: the response's event was formatted */
         uint64_t t0;
         char client[INET6_ADDRSTRLEN + 8];
+        char forwarded[64]; /* X-Forwarded-For, as a proxy in front says (unchecked) */
         char owner[32];
         /* For the log line. */
         char method[48], tool[48];
@@ -517,6 +518,8 @@ static void json_log(request *rq)
                               (double)(uint64_t)(ms * 1000) / 1000, "session", rq->has_session);
         if (!rq->tool[0])
                 json_object_del(l, "tool");
+        if (l && rq->forwarded[0])
+                json_object_set_new(l, "forwarded_for", json_string(rq->forwarded));
         char *text = l ? json_dumps(l, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
         json_decref(l);
         if (text) {
@@ -1096,6 +1099,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                 snprintf(rq->client, sizeof(rq->client), "[%s]:%u", ip, port);
                         }
                 }
+                /* The address a proxy in front names, for the log only:
+                 * printable ASCII, cut to its buffer. */
+                const char *xff =
+                    MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Forwarded-For");
+                for (size_t i = 0; xff && xff[i] && i + 1 < sizeof(rq->forwarded); i++)
+                        rq->forwarded[i] = xff[i] >= 0x20 && xff[i] < 0x7f ? xff[i] : '?';
                 *con_cls = rq;
                 atomic_fetch_add(&s->requests, 1);
                 atomic_fetch_add(&s->m.http_requests, 1);

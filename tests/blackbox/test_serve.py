@@ -437,7 +437,8 @@ def test_metrics_and_log_lines_add_up():
     with serve() as s:
         assert s.call("print(1)")[0] == 200
         assert s.call("raise SystemExit(3)")[0] == 200
-        assert s.call("print(2)", {"Accept": "application/json"})[0] == 200
+        assert s.call("print(2)", {"Accept": "application/json",
+                                   "X-Forwarded-For": "203.0.113.7\x7f"})[0] == 200
         assert s.post(b"nope")[0] == 400
         tools_list(s)
         m = s.metrics()
@@ -456,6 +457,7 @@ def test_metrics_and_log_lines_add_up():
             assert set(l) >= {"ts", "method", "status", "http", "duration_ms", "session",
                               "client", "instance"}, l
             assert "code" not in l and "print" not in json.dumps(l), l
+        assert [l.get("forwarded_for") for l in calls].count("203.0.113.7?") == 1, calls
 
 
 def test_sigterm_drains():
