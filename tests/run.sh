@@ -13,7 +13,8 @@
 #   python    the Python package (python/, built by `make python`) with
 #             Debian's python3-pytest (tests/python);
 #   mcp       the MCP server driven by the official TypeScript SDK and the MCP
-#             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp);
+#             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp),
+#             on stdio and over HTTP (airlock serve, test_mcp_http.mjs);
 #   fuzz      fuzz corpus and crash replays;
 #   format    the format check.
 # Every C test runs in its own process with a time limit.

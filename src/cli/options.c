@@ -64,6 +64,8 @@ void cli_usage(FILE *f)
               "       airlock mcp [OPTIONS]            serve execute_code over MCP on stdio\n"
               "         (sessions: --max-sessions N, --session-idle SEC, --session-lifetime SEC,\n"
               "          --session-memory MIB)\n"
+              "       airlock serve [OPTIONS]          the same over MCP Streamable HTTP\n"
+              "         (airlock serve --help for its options)\n"
               "       airlock describe [OPTIONS]       print the tool description (--json)\n"
               "       airlock repl [OPTIONS]           run cells from stdin in one session\n"
               "       airlock version\n"
