@@ -566,7 +566,7 @@ static void run_call(mcp_call *c, reader_watch *w)
                 /* The warm-up failed; the first call reports why. */
                 fprintf(stderr, "airlock mcp: could not prepare the sandbox: %s\n", err.message);
         }
-        if (c->id)
+        if (c->id && !(c->sink && c->sink->internal))
                 cli_audit_write(srv->audit_fd, srv->transport ? srv->transport : "mcp",
                                 r >= 0 ? run_id : NULL, NULL, r >= 0 ? res : NULL);
         if (c->session) {

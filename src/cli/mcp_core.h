@@ -38,6 +38,8 @@ struct mcp_sink {
          * another thread fewer each way). */
         bool run_here;
         mcp_call *here;
+        /* The server's own request (the warm-up run): no audit line. */
+        bool internal;
 };
 
 typedef struct mcp_core_options {

@@ -1434,6 +1434,7 @@ static void warm_up(server *s)
         http_sink *k = sink_new(s, "airlock-warm-up");
         if (!k)
                 return;
+        k->base.internal = true;
         json_t *root =
             json_pack("{s:s, s:i, s:s, s:{s:s, s:{s:s}}}", "jsonrpc", "2.0", "id", 0, "method",
                       "tools/call", "params", "name", "execute_code", "arguments", "code", "pass");

@@ -559,5 +559,26 @@ def test_listen_rules():
             assert s.call("print('v6')")[0] == 200
 
 
+def test_audit_file_has_one_line_per_client_call():
+    """--audit works for serve as for mcp: a line per client call (the
+    server's own warm-up run is not one), naming the HTTP transport, with the
+    usage record and never the code or its output."""
+    d = tmpdir()
+    path = os.path.join(d, "audit.jsonl")
+    with serve("--audit", path) as s:
+        for i in range(3):
+            status, _, body = s.call(f"print('secret-output-{i}')", rid=i + 1)
+            assert status == 200, body
+        s.log("tools/call", 3)
+    with open(path) as f:
+        text = f.read()
+    lines = [json.loads(l) for l in text.splitlines()]
+    assert len(lines) == 3, text
+    assert all(l["transport"] == "http" and l["status"] == "ok" for l in lines), lines
+    assert all("wall_ms" in l["usage"] for l in lines), lines
+    assert "secret-output" not in text and "print(" not in text, text
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
 if __name__ == "__main__":
     run()
