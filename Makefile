@@ -13,7 +13,7 @@ CC        ?= cc
 # The multiarch folder is the machine's own (x86_64-linux-gnu, aarch64-linux-gnu...).
 MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || $(CC) -print-multiarch 2>/dev/null)
 PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=$(if $(MULTIARCH),/usr/lib/$(MULTIARCH)/pkgconfig:)/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
-PKGS      := libseccomp jansson libcurl python3-embed
+PKGS      := libseccomp jansson libcurl python3-embed libmicrohttpd
 # libcurl is opened at run time (see src/lib/host/gateway.c): its headers only.
 LINK_PKGS := libseccomp jansson python3-embed
 
@@ -39,6 +39,8 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -fvisibility=hidden -Iinclude -Isrc/common -Is
            $(DEP_CFLAGS) -MMD -MP -ffile-prefix-map=$(CURDIR)=.
 LDFLAGS += -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(LDSAN)
 LIBS    = $(DEP_LIBS) -lpthread
+# Only the command line serves HTTP (airlock serve): the library never links it.
+CLI_LIBS = $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null)
 
 # The shared library's name: its SONAME changes only when the ABI breaks.
 VERSION := $(shell sed -n 's/^\#define AIRLOCK_VERSION "\(.*\)"/\1/p' include/airlock.h)
@@ -125,7 +127,7 @@ $(BUILD)/libairlock.so: $(BUILD)/$(SONAME)
 
 $(BUILD)/airlock: $(CLI_OBJ) $(BUILD)/libairlock.a
 	@echo "  CCLD    $@"
-	@$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
+	@$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) $(CLI_LIBS)
 
 # Test programs are compiled and linked in one step; -MMD writes their .d
 # next to them (included at the end), so a header edit rebuilds them too.

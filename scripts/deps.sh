@@ -19,7 +19,8 @@ fi
 profile=${1:-build}
 
 build_pkgs=(build-essential pkg-config libseccomp-dev libjansson-dev
-            libcurl4-openssl-dev libpython3-dev python3 media-types)
+            libcurl4-openssl-dev libpython3-dev python3 media-types
+            libmicrohttpd-dev)
 # The guest's scientific stack, as Debian packages it: the demo draws its
 # chart with pandas and matplotlib.
 demo_pkgs=(python3-numpy python3-pandas python3-matplotlib)
@@ -28,7 +29,7 @@ demo_pkgs=(python3-numpy python3-pandas python3-matplotlib)
 # thread pool (tests/blackbox/test_guest_python.py switches between them).
 # Installing libopenblas0-pthread makes OpenBLAS the machine's default.
 check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3-scipy
-            python3-pil fontconfig libblas3 liblapack3 libopenblas0-pthread)
+            python3-pil fontconfig libblas3 liblapack3 libopenblas0-pthread curl)
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 

@@ -33,6 +33,7 @@ void print_warnings(const char *warnings, const char *prefix);
 
 int cmd_run(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_repl(int argc, char **argv);
 

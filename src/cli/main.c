@@ -27,6 +27,8 @@ int main(int argc, char **argv)
                 return cmd_run(argc - 1, argv + 1);
         if (strcmp(cmd, "mcp") == 0)
                 return cmd_mcp(argc - 1, argv + 1);
+        if (strcmp(cmd, "serve") == 0)
+                return cmd_serve(argc - 1, argv + 1);
         if (strcmp(cmd, "describe") == 0)
                 return cmd_describe(argc - 1, argv + 1);
         if (strcmp(cmd, "repl") == 0)
@@ -39,6 +41,7 @@ int main(int argc, char **argv)
                 cli_usage(stdout);
                 return EXIT_OK;
         }
-        fprintf(stderr, "airlock: unknown command '%s' (run, mcp, describe, repl, version)\n", cmd);
+        fprintf(stderr,
+                "airlock: unknown command '%s' (run, mcp, serve, describe, repl, version)\n", cmd);
         return EXIT_USAGE;
 }

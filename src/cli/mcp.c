@@ -39,6 +39,7 @@
 #include "cli.h"
 #include "base.h"
 #include "mcp.h"
+#include "mcp_core.h"
 #include "mcp_session.h"
 
 #define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
@@ -71,7 +72,7 @@ static const char *const modern_versions[] = {"2026-07-28"};
 
 typedef struct mcp_call mcp_call;
 
-typedef struct mcp_server {
+struct mcp_server {
         airlock_config *cfg;
         airlock_cache *cache;
         json_t *tool;  /* the execute_code entry of tools/list */
@@ -81,7 +82,7 @@ typedef struct mcp_server {
         uint64_t max_stdout; /* the configured cap of stdout and stderr */
         char *instructions;
         bool initialized;
-        bool warmed_up;            /* the warm-up run was started */
+        atomic_bool warmed_up;     /* the warm-up run was started */
         atomic_bool output_broken; /* standard output is gone: stop serving */
         pthread_mutex_t out_lock;
         pthread_mutex_t lock; /* everything below */
@@ -127,12 +128,16 @@ typedef struct mcp_server {
          * (mcp_call.live): held only to copy a few bytes, never across I/O,
          * because the hook runs inside a run's loop. */
         pthread_mutex_t live_lock;
-} mcp_server;
+        /* The HTTP transport: no handshake state (mcp_core_options). */
+        bool stateless;
+        bool locks_ready; /* server_init got as far as its locks */
+};
 
 /* A tools/call in progress (or the warm-up run, which has no id). */
 struct mcp_call {
         mcp_server *srv;
-        json_t *id; /* NULL for the warm-up run */
+        mcp_sink *sink; /* where its messages go (NULL: standard output) */
+        json_t *id;     /* NULL for the warm-up run */
         char *code;
         size_t len;
         mcp_session_use *session; /* execute_code with a session handle, or NULL */
@@ -162,8 +167,14 @@ struct mcp_call {
 
 /* Writes one message as one line. Thread-safe; after a failed write the
  * server stops reading. */
-static void send_message(mcp_server *srv, json_t *msg)
+static void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
 {
+        if (sink) {
+                /* Another transport: the sink takes the message. */
+                if (msg)
+                        sink->send(sink, msg);
+                return;
+        }
         char *text = json_dumps(msg, JSON_COMPACT);
         json_decref(msg);
         if (!text) {
@@ -179,19 +190,20 @@ static void send_message(mcp_server *srv, json_t *msg)
         free(text);
 }
 
-static void send_result(mcp_server *srv, const json_t *id, json_t *result)
+static void send_result(mcp_server *srv, mcp_sink *sink, const json_t *id, json_t *result)
 {
         if (!result) {
-                send_message(srv, json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
-                                            "error", "code", RPC_INTERNAL_ERROR, "message",
-                                            "out of memory"));
+                send_message(srv, sink,
+                             json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
+                                       "error", "code", RPC_INTERNAL_ERROR, "message",
+                                       "out of memory"));
                 return;
         }
-        send_message(srv,
+        send_message(srv, sink,
                      json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
 }
 
-static void send_error_va(mcp_server *srv, const json_t *id, int code, json_t *data,
+static void send_error_va(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, json_t *data,
                           const char *fmt, va_list ap)
 {
         char msg[512];
@@ -204,29 +216,31 @@ static void send_error_va(mcp_server *srv, const json_t *id, int code, json_t *d
                 json_object_set_new(err, "data", data);
         else
                 json_decref(data);
-        send_message(srv, json_pack("{s:s, s:o, s:o}", "jsonrpc", "2.0", "id", jid, "error", err));
+        send_message(srv, sink,
+                     json_pack("{s:s, s:o, s:o}", "jsonrpc", "2.0", "id", jid, "error", err));
 }
 
 /* id NULL answers with "id": null (the request's id could not be read). */
-static void send_error(mcp_server *srv, const json_t *id, int code, const char *fmt, ...)
-    _printf_(4, 5);
-static void send_error(mcp_server *srv, const json_t *id, int code, const char *fmt, ...)
+static void send_error(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, const char *fmt,
+                       ...) _printf_(5, 6);
+static void send_error(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, const char *fmt,
+                       ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        send_error_va(srv, id, code, NULL, fmt, ap);
+        send_error_va(srv, sink, id, code, NULL, fmt, ap);
         va_end(ap);
 }
 
 /* The same with the error's "data" member (taken, may be NULL). */
-static void send_error_data(mcp_server *srv, const json_t *id, int code, json_t *data,
-                            const char *fmt, ...) _printf_(5, 6);
-static void send_error_data(mcp_server *srv, const json_t *id, int code, json_t *data,
-                            const char *fmt, ...)
+static void send_error_data(mcp_server *srv, mcp_sink *sink, const json_t *id, int code,
+                            json_t *data, const char *fmt, ...) _printf_(6, 7);
+static void send_error_data(mcp_server *srv, mcp_sink *sink, const json_t *id, int code,
+                            json_t *data, const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        send_error_va(srv, id, code, data, fmt, ap);
+        send_error_va(srv, sink, id, code, data, fmt, ap);
         va_end(ap);
 }
 
@@ -262,6 +276,7 @@ static json_t *modern_result(json_t *result, bool cacheable)
 
 /* A request as the dispatcher sees it: its id, params and era. */
 typedef struct mcp_request {
+        mcp_sink *sink; /* where its messages go; NULL: standard output */
         const json_t *id;
         const json_t *params;
         bool modern; /* params._meta named a revision without handshake */
@@ -270,7 +285,7 @@ typedef struct mcp_request {
 /* Answers rq with result (taken), in the form of the request's era. */
 static void reply(mcp_server *srv, const mcp_request *rq, json_t *result, bool cacheable)
 {
-        send_result(srv, rq->id, rq->modern ? modern_result(result, cacheable) : result);
+        send_result(srv, rq->sink, rq->id, rq->modern ? modern_result(result, cacheable) : result);
 }
 
 /* ---- progress ---------------------------------------------------------- */
@@ -353,7 +368,7 @@ static void progress_tick(mcp_server *srv, mcp_call *c, uint64_t now)
         c->sent_ns = now;
         c->sent_seq = seq;
         c->sent_progress = progress;
-        send_message(srv,
+        send_message(srv, c->sink,
                      json_pack("{s:s, s:s, s:{s:O, s:f, s:s}}", "jsonrpc", "2.0", "method",
                                "notifications/progress", "params", "progressToken", c->progress,
                                "progress", progress, "message", line ? line : status));
@@ -547,7 +562,7 @@ static void run_call(mcp_call *c, reader_watch *w)
                         mcp_store_keep(srv->store, run_id, res);
                         res = NULL;
                 }
-                send_result(srv, id, c->modern ? modern_result(result, false) : result);
+                send_result(srv, c->sink, id, c->modern ? modern_result(result, false) : result);
         } else {
                 json_decref(result);
                 /* A cancelled request gets no response; the log says how its
@@ -560,7 +575,11 @@ static void run_call(mcp_call *c, reader_watch *w)
         }
         airlock_result_free(res);
         json_decref(id);
+        mcp_sink *sink = c->sink;
         call_free(c);
+        /* The transport may free the sink from here on. */
+        if (sink && sink->call_done)
+                sink->call_done(sink);
         call_done(srv);
 }
 
@@ -745,15 +764,23 @@ static void cancel_locked(mcp_call *c)
         (void)n; /* an eventfd write fails only on overflow, which is still readable */
 }
 
-/* notifications/cancelled: stops the run of the request it names. Unknown or
- * finished requests are ignored, as the protocol asks. */
-static void cancel_request(mcp_server *srv, const json_t *request_id)
+static bool same_owner(const mcp_call *c, const char *owner)
+{
+        const char *o = c->sink ? c->sink->owner : NULL;
+        return (!o && !owner) || (o && owner && strcmp(o, owner) == 0);
+}
+
+/* notifications/cancelled: stops the run of the request it names, among
+ * the calls of the same owner (over HTTP, request ids are chosen by each
+ * client: one client must not stop another's call). Unknown or finished
+ * requests are ignored, as the protocol asks. */
+static void cancel_request(mcp_server *srv, const char *owner, const json_t *request_id)
 {
         if (!request_id)
                 return;
         pthread_mutex_lock(&srv->lock);
         for (mcp_call *c = srv->calls; c; c = c->next)
-                if (c->id && json_equal(c->id, (json_t *)request_id))
+                if (c->id && same_owner(c, owner) && json_equal(c->id, (json_t *)request_id))
                         cancel_locked(c);
         pthread_mutex_unlock(&srv->lock);
         /* A notification for the call that the progress thread was sending
@@ -803,9 +830,8 @@ static void finish_calls(mcp_server *srv)
  * first call does not wait for staging and the interpreter start. */
 static void warm_up(mcp_server *srv)
 {
-        if (srv->warmed_up)
+        if (atomic_exchange(&srv->warmed_up, true))
                 return;
-        srv->warmed_up = true;
         mcp_call *c = calloc(1, sizeof(*c));
         if (!c || !(c->code = strdup("pass"))) {
                 free(c);
@@ -863,7 +889,7 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
         }
         if (key) {
                 send_error_data(
-                    srv, rq->id, RPC_INVALID_PARAMS,
+                    srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
                     json_pack("{s:{s:s, s:s}}", "envelope", "key", key, "problem", problem),
                     "Invalid _meta envelope: %s: %s", key, problem);
                 return false;
@@ -877,7 +903,7 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
         json_t *supported = json_array();
         for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
                 json_array_append_new(supported, json_string(modern_versions[i]));
-        send_error_data(srv, rq->id, RPC_UNSUPPORTED_PROTOCOL_VERSION,
+        send_error_data(srv, rq->sink, rq->id, RPC_UNSUPPORTED_PROTOCOL_VERSION,
                         json_pack("{s:o, s:s}", "supported", supported, "requested", asked),
                         "Unsupported protocol version: %.100s (this server speaks %s in _meta, "
                         "and %s to %s through initialize)",
@@ -886,15 +912,16 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
         return false;
 }
 
-static void handle_initialize(mcp_server *srv, const json_t *id, const json_t *params)
+static void handle_initialize(mcp_server *srv, const mcp_request *rq)
 {
-        if (srv->initialized) {
-                send_error(srv, id, RPC_INVALID_REQUEST, "already initialized");
+        const json_t *id = rq->id, *params = rq->params;
+        if (srv->initialized && !srv->stateless) {
+                send_error(srv, rq->sink, id, RPC_INVALID_REQUEST, "already initialized");
                 return;
         }
         const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
         if (!asked) {
-                send_error(srv, id, RPC_INVALID_PARAMS,
+                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
                            "initialize: params.protocolVersion must be a string");
                 return;
         }
@@ -904,8 +931,9 @@ static void handle_initialize(mcp_server *srv, const json_t *id, const json_t *p
         for (size_t i = 0; i < ARRAY_SIZE(protocol_versions); i++)
                 if (strcmp(asked, protocol_versions[i]) == 0)
                         version = protocol_versions[i];
-        srv->initialized = true;
-        send_result(srv, id,
+        if (!srv->stateless)
+                srv->initialized = true;
+        send_result(srv, rq->sink, id,
                     json_pack("{s:s, s:o, s:{s:s, s:s}, s:s}", "protocolVersion", version,
                               "capabilities", server_capabilities(), "serverInfo", "name",
                               "airlock", "version", AIRLOCK_VERSION, "instructions",
@@ -934,36 +962,39 @@ static void handle_discover(mcp_server *srv, const mcp_request *rq)
 static void handle_listen(mcp_server *srv, const mcp_request *rq)
 {
         if (!json_is_object(json_object_get(rq->params, "notifications"))) {
-                send_error(srv, rq->id, RPC_INVALID_PARAMS,
+                send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
                            "subscriptions/listen: params.notifications must be an object");
                 return;
         }
-        send_message(srv, json_pack("{s:s, s:s, s:{s:{s:O}, s:{}}}", "jsonrpc", "2.0", "method",
-                                    "notifications/subscriptions/acknowledged", "params", "_meta",
-                                    META_SUBSCRIPTION_ID, rq->id, "notifications"));
+        send_message(srv, rq->sink,
+                     json_pack("{s:s, s:s, s:{s:{s:O}, s:{}}}", "jsonrpc", "2.0", "method",
+                               "notifications/subscriptions/acknowledged", "params", "_meta",
+                               META_SUBSCRIPTION_ID, rq->id, "notifications"));
         reply(srv, rq, json_pack("{s:{s:O}}", "_meta", META_SUBSCRIPTION_ID, rq->id), false);
 }
 
-static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
+/* Returns whether a call was started (it answers later). */
+static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
 {
         const json_t *id = rq->id, *params = rq->params;
         const char *name = json_string_value(json_object_get(params, "name"));
         if (!name) {
-                send_error(srv, id, RPC_INVALID_PARAMS, "tools/call: params.name must be a string");
-                return;
+                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
+                           "tools/call: params.name must be a string");
+                return false;
         }
         if (mcp_sessions_is_tool(name)) {
                 reply(srv, rq,
                       mcp_sessions_call(srv->sessions, name, json_object_get(params, "arguments")),
                       false);
-                return;
+                return false;
         }
         if (strcmp(name, "execute_code") != 0) {
-                send_error(srv, id, RPC_INVALID_PARAMS,
+                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
                            "Unknown tool: %.200s (this server has "
                            "execute_code, session_open and session_close)",
                            name);
-                return;
+                return false;
         }
         /* Bad arguments are a tool error, not a protocol error, so the model
          * sees what to fix. */
@@ -974,7 +1005,7 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
                       mcp_tool_error("execute_code needs the argument \"code\": a string "
                                      "of Python source"),
                       false);
-                return;
+                return false;
         }
         const char *key;
         const json_t *v;
@@ -987,7 +1018,7 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
                                  key);
                         _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
                         reply(srv, rq, mcp_tool_error(clean ? clean : msg), false);
-                        return;
+                        return false;
                 }
         }
         /* A progress token of another type is not one (the handshake era
@@ -998,6 +1029,7 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
         mcp_call *c = calloc(1, sizeof(*c));
         if (c) {
                 c->cancel_fd = -1;
+                c->sink = rq->sink;
                 c->modern = rq->modern;
                 c->len = json_string_length(code);
                 c->code = malloc(c->len + 1);
@@ -1008,8 +1040,8 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
         }
         if (!c || !c->code || !c->id || (token && !c->progress)) {
                 call_free(c);
-                send_error(srv, id, RPC_INTERNAL_ERROR, "out of memory");
-                return;
+                send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "out of memory");
+                return false;
         }
         memcpy(c->code, json_string_value(code), c->len + 1);
         const json_t *handle = json_object_get(args, "session");
@@ -1018,7 +1050,7 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
                 if (e) {
                         call_free(c);
                         reply(srv, rq, e, false);
-                        return;
+                        return false;
                 }
         }
         srv->warmed_up = true; /* the call prepares the sandbox itself */
@@ -1027,13 +1059,17 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
         c->run_record =
             json_is_true(json_object_get(json_object_get(params, "_meta"), MCP_META_RUN));
         int r = call_start(srv, c);
+        if (r == 0)
+                return true;
         if (r == -EBUSY)
                 reply(srv, rq,
                       mcp_tool_error("too many execute_code calls in progress; wait for "
                                      "one to finish"),
                       false);
         else if (r < 0)
-                send_error(srv, id, RPC_INTERNAL_ERROR, "cannot start the call: %s", strerror(-r));
+                send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "cannot start the call: %s",
+                           strerror(-r));
+        return false;
 }
 
 /* resources/list and resources/read: the files of recent runs, by the URIs
@@ -1048,7 +1084,7 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
         if (strcmp(method, "resources/read") == 0) {
                 const char *uri = json_string_value(json_object_get(params, "uri"));
                 if (!uri) {
-                        send_error(srv, id, RPC_INVALID_PARAMS,
+                        send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
                                    "resources/read: params.uri must be a string");
                         return;
                 }
@@ -1056,7 +1092,7 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
         } else {
                 const json_t *cursor = json_object_get(params, "cursor");
                 if (cursor && !json_is_string(cursor)) {
-                        send_error(srv, id, RPC_INVALID_PARAMS,
+                        send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
                                    "resources/list: params.cursor must be a string");
                         return;
                 }
@@ -1066,7 +1102,7 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
         if (result)
                 reply(srv, rq, result, false);
         else
-                send_error(srv, id, code, "%s", why);
+                send_error(srv, rq->sink, id, code, "%s", why);
 }
 
 /* The dispatcher. A request of revision 2026-07-28 (see read_envelope) needs
@@ -1074,63 +1110,68 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
  * after such requests, starts the handshake era, whose requests other than
  * ping wait for it. The two eras may share one connection, as
  * basic/versioning allows a dual-era server. */
-static void handle_request(mcp_server *srv, const char *method, const json_t *id,
+static bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
                            const json_t *params)
 {
-        mcp_request rq = {.id = id, .params = params};
-        if (!read_envelope(srv, &rq))
-                return;
-        if (!rq.modern && strcmp(method, "initialize") == 0) {
-                handle_initialize(srv, id, params);
-                return;
+        mcp_request rq_ = {.sink = sink, .id = id, .params = params};
+        mcp_request *const rq = &rq_;
+        if (!read_envelope(srv, rq))
+                return false;
+        if (!rq->modern && strcmp(method, "initialize") == 0) {
+                handle_initialize(srv, rq);
+                return false;
         }
         /* ping is allowed before initialize; everything else is not. */
         if (strcmp(method, "ping") == 0) {
-                reply(srv, &rq, json_object(), false);
-                return;
+                reply(srv, rq, json_object(), false);
+                return false;
         }
         if (strcmp(method, "server/discover") == 0) {
                 /* Part of revision 2026-07-28 only, whose requests must
                  * carry the envelope. */
-                if (!rq.modern) {
-                        send_error(srv, id, RPC_INVALID_PARAMS,
+                if (!rq->modern) {
+                        send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
                                    "server/discover needs params._meta with \"%s\" (%s) and "
                                    "\"%s\"",
                                    META_PROTOCOL_VERSION, modern_versions[0], META_CLIENT_CAPS);
-                        return;
+                        return false;
                 }
                 warm_up(srv);
-                handle_discover(srv, &rq);
-                return;
+                handle_discover(srv, rq);
+                return false;
         }
-        if (rq.modern) {
+        if (rq->modern) {
                 if (strcmp(method, "tools/call") != 0)
                         warm_up(srv);
                 if (strcmp(method, "subscriptions/listen") == 0) {
-                        handle_listen(srv, &rq);
-                        return;
+                        handle_listen(srv, rq);
+                        return false;
                 }
-        } else if (!srv->initialized) {
-                send_error(srv, id, RPC_INVALID_REQUEST,
+        } else if (!srv->initialized && !srv->stateless) {
+                send_error(srv, rq->sink, id, RPC_INVALID_REQUEST,
                            "server not initialized: send initialize first, or name the protocol "
                            "version %s in params._meta (got %.100s)",
                            modern_versions[0], method);
-                return;
+                return false;
         }
         if (strcmp(method, "tools/list") == 0)
-                reply(srv, &rq, json_pack("{s:O}", "tools", srv->tools), true);
+                reply(srv, rq, json_pack("{s:O}", "tools", srv->tools), true);
         else if (strcmp(method, "tools/call") == 0)
-                handle_tools_call(srv, &rq);
+                return handle_tools_call(srv, rq);
         else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0)
-                handle_resources(srv, method, &rq);
+                handle_resources(srv, method, rq);
         else
-                send_error(srv, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s", method);
+                send_error(srv, rq->sink, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s",
+                           method);
+        return false;
 }
 
-static void handle_notification(mcp_server *srv, const char *method, const json_t *params)
+static void handle_notification(mcp_server *srv, mcp_sink *sink, const char *method,
+                                const json_t *params)
 {
         if (strcmp(method, "notifications/cancelled") == 0)
-                cancel_request(srv, json_object_get(params, "requestId"));
+                cancel_request(srv, sink ? sink->owner : NULL,
+                               json_object_get(params, "requestId"));
         /* notifications/initialized and every other notification need no
          * action; notifications are never answered. */
 }
@@ -1141,11 +1182,11 @@ static void handle_line(mcp_server *srv, const char *line, size_t len)
         char why[256];
         int code = mcp_parse_message(line, len, &m, why, sizeof(why));
         if (code != 0)
-                send_error(srv, m.id, code, "%s", why);
+                send_error(srv, NULL, m.id, code, "%s", why);
         else if (m.method && m.id)
-                handle_request(srv, m.method, m.id, m.params);
+                (void)handle_request(srv, NULL, m.method, m.id, m.params);
         else if (m.method)
-                handle_notification(srv, m.method, m.params);
+                handle_notification(srv, NULL, m.method, m.params);
         /* else: a response from the client; this server sends no requests,
          * so there is nothing to match it with. */
         json_decref(m.root);
@@ -1285,7 +1326,7 @@ static void reader_loop(mcp_server *srv)
                                 break;
                         p++;
                         if (srv->discarding) {
-                                send_error(srv, NULL, RPC_INVALID_REQUEST,
+                                send_error(srv, NULL, NULL, RPC_INVALID_REQUEST,
                                            "message longer than %u MiB: discarded",
                                            MCP_MAX_LINE >> 20);
                                 srv->discarding = false;
@@ -1453,6 +1494,7 @@ static int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_c
         pthread_cond_init(&srv->prog_wake, &ca);
         pthread_condattr_destroy(&ca);
         srv->queue_end = &srv->queue;
+        srv->locks_ready = true;
         return 0;
 }
 
@@ -1466,6 +1508,37 @@ static void stop_progress(mcp_server *srv)
         pthread_mutex_unlock(&srv->prog_lock);
         if (started)
                 pthread_join(srv->prog_thread, NULL);
+}
+
+/* Frees everything server_init made, once no call is left. */
+static void server_teardown(mcp_server *srv)
+{
+        if (srv->locks_ready) {
+                stop_workers(srv);
+                stop_progress(srv);
+        }
+        if (srv->input_watch >= 0)
+                close(srv->input_watch);
+        for (unsigned i = 0; i < srv->n_spare; i++)
+                close(srv->spare_fds[i]);
+        dynbuf_free(&srv->line);
+        free(srv->chunk);
+        /* Every session closed cleanly before the sandboxes they run in. */
+        mcp_sessions_free(srv->sessions);
+        airlock_cache_close(srv->cache);
+        mcp_store_free(srv->store);
+        json_decref(srv->tools);
+        json_decref(srv->tool);
+        free(srv->instructions);
+        if (srv->locks_ready) {
+                pthread_cond_destroy(&srv->work);
+                pthread_cond_destroy(&srv->calls_done);
+                pthread_cond_destroy(&srv->prog_wake);
+                pthread_mutex_destroy(&srv->prog_lock);
+                pthread_mutex_destroy(&srv->live_lock);
+                pthread_mutex_destroy(&srv->lock);
+                pthread_mutex_destroy(&srv->out_lock);
+        }
 }
 
 int cmd_mcp(int argc, char **argv)
@@ -1509,28 +1582,90 @@ int cmd_mcp(int argc, char **argv)
                 cancel_all_and_wait(&srv);
         else
                 finish_calls(&srv);
-        stop_workers(&srv);
-        stop_progress(&srv);
-        if (srv.input_watch >= 0)
-                close(srv.input_watch);
-        for (unsigned i = 0; i < srv.n_spare; i++)
-                close(srv.spare_fds[i]);
-        dynbuf_free(&srv.line);
-        free(srv.chunk);
-        /* Every session closed cleanly before the sandboxes they run in. */
-        mcp_sessions_free(srv.sessions);
-        airlock_cache_close(srv.cache);
-        mcp_store_free(srv.store);
-        json_decref(srv.tools);
-        json_decref(srv.tool);
-        free(srv.instructions);
-        pthread_cond_destroy(&srv.work);
-        pthread_cond_destroy(&srv.calls_done);
-        pthread_cond_destroy(&srv.prog_wake);
-        pthread_mutex_destroy(&srv.prog_lock);
-        pthread_mutex_destroy(&srv.live_lock);
-        pthread_mutex_destroy(&srv.lock);
-        pthread_mutex_destroy(&srv.out_lock);
+        server_teardown(&srv);
         cli_options_free(&o);
         return EXIT_OK;
+}
+
+/* ---- the core, for other transports (mcp_core.h) ------------------------ */
+
+int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_core_options *o,
+                 mcp_server **ret, airlock_error *err)
+{
+        mcp_server *srv = calloc(1, sizeof(*srv));
+        *ret = srv;
+        if (!srv)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        srv->input_watch = -1;
+        srv->stateless = o && o->stateless;
+        /* No reader thread: nothing may run on one. */
+        srv->input_done = true;
+        int r = server_init(srv, cfg, caps, err);
+        if (r >= 0 && o && o->instance)
+                mcp_sessions_set_instance(srv->sessions, o->instance);
+        return r;
+}
+
+int mcp_core_handle(mcp_server *srv, mcp_sink *sink, const mcp_message *m)
+{
+        if (m->method && m->id)
+                return handle_request(srv, sink, m->method, m->id, m->params) ? 1 : 0;
+        if (m->method)
+                handle_notification(srv, sink, m->method, m->params);
+        return 0;
+}
+
+void mcp_core_cancel_sink(mcp_server *srv, mcp_sink *sink)
+{
+        pthread_mutex_lock(&srv->lock);
+        for (mcp_call *c = srv->calls; c; c = c->next)
+                if (c->sink == sink)
+                        cancel_locked(c);
+        pthread_mutex_unlock(&srv->lock);
+        /* As cancel_request: no progress notification for it after this. */
+        pthread_mutex_lock(&srv->prog_lock);
+        pthread_mutex_unlock(&srv->prog_lock);
+}
+
+void mcp_core_cancel_all(mcp_server *srv)
+{
+        cancel_all_and_wait(srv);
+}
+
+bool mcp_core_wait_calls(mcp_server *srv, double timeout_s)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+                      (uint64_t)(timeout_s * 1e9);
+        ts.tv_sec = (time_t)(at / 1000000000ull);
+        ts.tv_nsec = (long)(at % 1000000000ull);
+        pthread_mutex_lock(&srv->lock);
+        int r = 0;
+        while (srv->n_calls > 0 && r != ETIMEDOUT)
+                r = pthread_cond_timedwait(&srv->calls_done, &srv->lock, &ts);
+        bool none = srv->n_calls == 0;
+        pthread_mutex_unlock(&srv->lock);
+        return none;
+}
+
+unsigned mcp_core_calls(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->lock);
+        unsigned n = srv->n_calls;
+        pthread_mutex_unlock(&srv->lock);
+        return n;
+}
+
+unsigned mcp_core_sessions(mcp_server *srv)
+{
+        return mcp_sessions_count(srv->sessions);
+}
+
+void mcp_core_free(mcp_server *srv)
+{
+        if (!srv)
+                return;
+        server_teardown(srv);
+        free(srv);
 }

@@ -21,8 +21,12 @@
 #include "mcp.h"
 #include "mcp_session.h"
 
-#define HANDLE_PREFIX  "sess_"
-#define HANDLE_LEN     (sizeof(HANDLE_PREFIX) - 1 + 26)
+#define HANDLE_PREFIX "sess_"
+#define HANDLE_RANDOM 26 /* base32 characters of 128 bits */
+/* "sess_", then under `airlock serve` the instance's name and "_", then
+ * the random part: sess_<instance>_<random>, so that a load balancer can
+ * route a call to the instance that holds its session. */
+#define HANDLE_LEN     (sizeof(HANDLE_PREFIX) - 1 + MCP_INSTANCE_MAX + 1 + HANDLE_RANDOM)
 #define TOMBSTONES     256
 #define SWEEP_PERIOD_S 1.0
 
@@ -57,6 +61,7 @@ struct mcp_sessions {
         unsigned to_measure; /* entries with measure set */
         pthread_t sweeper;
         bool sweeper_started;
+        char instance[MCP_INSTANCE_MAX + 1]; /* named in new handles; "" on stdio */
 };
 
 struct mcp_session_use {
@@ -160,13 +165,17 @@ int mcp_session_take_options(int *argc, char **argv, mcp_session_caps *caps, cha
 
 /* ---- the table --------------------------------------------------------- */
 
-static int new_handle(char *buf)
+static int new_handle(const mcp_sessions *m, char *buf)
 {
         static const char b32[] = "abcdefghijklmnopqrstuvwxyz234567";
         unsigned char rnd[16];
         if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
                 return -EIO;
         char *p = stpcpy(buf, HANDLE_PREFIX);
+        if (m->instance[0]) {
+                p = stpcpy(p, m->instance);
+                *p++ = '_';
+        }
         unsigned acc = 0, bits = 0;
         for (size_t i = 0; i < sizeof(rnd); i++) {
                 acc = (acc << 8) | rnd[i];
@@ -213,6 +222,49 @@ static void entry_close(entry *e)
         free(e);
 }
 
+/* Copies the instance a handle names (sess_<instance>_<random>) to out;
+ * false when it names none (the stdio form, or not a handle at all). */
+static bool handle_instance(const char *handle, char out[MCP_INSTANCE_MAX + 1])
+{
+        size_t pre = sizeof(HANDLE_PREFIX) - 1;
+        if (strncmp(handle, HANDLE_PREFIX, pre) != 0)
+                return false;
+        const char *rest = handle + pre;
+        const char *us = strrchr(rest, '_');
+        if (!us || strlen(us + 1) != HANDLE_RANDOM)
+                return false;
+        size_t n = (size_t)(us - rest);
+        if (!mcp_instance_valid(rest, n))
+                return false;
+        memcpy(out, rest, n);
+        out[n] = '\0';
+        return true;
+}
+
+bool mcp_instance_valid(const char *id, size_t n)
+{
+        if (n < 1 || n > MCP_INSTANCE_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') ||
+                      id[i] == '-'))
+                        return false;
+        return true;
+}
+
+void mcp_sessions_set_instance(mcp_sessions *m, const char *instance)
+{
+        snprintf(m->instance, sizeof(m->instance), "%s", instance);
+}
+
+unsigned mcp_sessions_count(mcp_sessions *m)
+{
+        pthread_mutex_lock(&m->lock);
+        unsigned n = m->n;
+        pthread_mutex_unlock(&m->lock);
+        return n;
+}
+
 /* The tool error for a handle that names no open session. */
 static json_t *unknown_handle(mcp_sessions *m, const char *handle)
 {
@@ -229,7 +281,15 @@ static json_t *unknown_handle(mcp_sessions *m, const char *handle)
                          "are gone)",
                          handle, why);
         pthread_mutex_unlock(&m->lock);
-        if (!why)
+        char other[MCP_INSTANCE_MAX + 1];
+        if (!why && handle_instance(handle, other) && strcmp(other, m->instance) != 0)
+                snprintf(msg, sizeof(msg),
+                         "session %s belongs to instance %s; this is %s. Send the call to the "
+                         "instance that opened the session (if %s is gone, so is the session: "
+                         "open a new one with session_open)",
+                         handle, other,
+                         m->instance[0] ? m->instance : "a server without an instance name", other);
+        else if (!why)
                 snprintf(msg, sizeof(msg),
                          "unknown session %.100s: this server never opened it (handles are "
                          "valid only in the server that made them, until it stops); open one "
@@ -469,7 +529,7 @@ static json_t *session_open(mcp_sessions *m)
         pthread_mutex_unlock(&m->lock);
         entry *e = calloc(1, sizeof(*e));
         airlock_error err = {0};
-        int r = e ? new_handle(e->handle) : -ENOMEM;
+        int r = e ? new_handle(m, e->handle) : -ENOMEM;
         if (r >= 0)
                 r = airlock_cache_session_open(m->cache, m->cfg, &e->s, &err);
         pthread_mutex_lock(&m->lock);

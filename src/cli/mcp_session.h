@@ -58,4 +58,13 @@ int mcp_sessions_run(mcp_session_use *u, const char *code, size_t len,
                      airlock_result **ret, airlock_error *err);
 json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_result *res);
 
+/* `airlock serve`: the instance's name, [a-z0-9-]{1,MCP_INSTANCE_MAX}, that
+ * new handles carry (sess_<instance>_<random>); a handle naming another
+ * instance is a tool error that names both. */
+#define MCP_INSTANCE_MAX 32
+bool mcp_instance_valid(const char *id, size_t n);
+void mcp_sessions_set_instance(mcp_sessions *m, const char *instance);
+/* Sessions open now. */
+unsigned mcp_sessions_count(mcp_sessions *m);
+
 #endif

@@ -1,0 +1,68 @@
+/* The MCP server without its transport: what `airlock mcp` (stdio, in
+ * mcp.c) and `airlock serve` (Streamable HTTP, serve*.c) share. One parsed
+ * JSON-RPC message is handed to mcp_core_handle with a sink; every message
+ * the request produces (progress notifications, then its response) goes to
+ * that sink, in order, from whichever thread produces it. */
+#ifndef AIRLOCK_CLI_MCP_CORE_H
+#define AIRLOCK_CLI_MCP_CORE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "airlock.h"
+#include "mcp.h"
+#include "mcp_session.h"
+
+typedef struct mcp_server mcp_server;
+
+/* Where the messages of one request go. The transport owns it and keeps it
+ * alive until the request is over: at once when mcp_core_handle returns 0,
+ * else once call_done has been called. */
+typedef struct mcp_sink mcp_sink;
+struct mcp_sink {
+        /* Takes msg (a notification, or the response, which is the last
+         * message). Called under the server's progress lock or from a worker:
+         * it must queue and return, never wait for the client. */
+        void (*send)(mcp_sink *sink, json_t *msg);
+        /* The tools/call started for this request is over, answered or not
+         * (a cancelled request gets no response). The last touch of the sink
+         * by the server. */
+        void (*call_done)(mcp_sink *sink);
+        /* Who sent it (the HTTP transport: the bearer token's line), or
+         * NULL: notifications/cancelled stops only calls of the same owner. */
+        const char *owner;
+};
+
+typedef struct mcp_core_options {
+        /* No handshake state: every initialize is answered and no request
+         * waits for one (HTTP, where each POST may reach another instance
+         * and the connection is not the client's session). */
+        bool stateless;
+        /* Session handles name this instance (NULL: the stdio form). */
+        const char *instance;
+} mcp_core_options;
+
+/* Builds the server (the sandbox cache, the tool description, sessions).
+ * Returns 0 or -errno with err filled; *ret is set either way and needs
+ * mcp_core_free. */
+int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_core_options *o,
+                 mcp_server **ret, airlock_error *err);
+/* Handles one message (a request, a notification or a client's response).
+ * Returns 1 when a tools/call was started for it (its response comes later,
+ * then call_done), 0 when everything it produces has been sent already. */
+int mcp_core_handle(mcp_server *srv, mcp_sink *sink, const mcp_message *m);
+/* Cancels the call started for sink, if any (its client went away); the
+ * call ends soon and call_done follows. */
+void mcp_core_cancel_sink(mcp_server *srv, mcp_sink *sink);
+/* Cancels every call and waits until none is left. */
+void mcp_core_cancel_all(mcp_server *srv);
+/* Waits until no call is left, at most timeout_s seconds; returns whether
+ * none is left. */
+bool mcp_core_wait_calls(mcp_server *srv, double timeout_s);
+/* Calls in progress (the warm-up run included) and open sessions. */
+unsigned mcp_core_calls(mcp_server *srv);
+unsigned mcp_core_sessions(mcp_server *srv);
+/* Stops the workers, closes every session and the sandbox cache, frees. */
+void mcp_core_free(mcp_server *srv);
+
+#endif

@@ -1,0 +1,1372 @@
+/* airlock serve: the execute_code tool served over MCP's Streamable HTTP
+ * transport (revisions 2025-11-25 and 2026-07-28) at /mcp, with GNU
+ * libmicrohttpd parsing HTTP.
+ *
+ * Threading: libmicrohttpd's thread per connection. A tools/call blocks its
+ * request until the run ends (seconds), and the handler can then simply wait
+ * on its connection's thread, polling the socket to see the client leave;
+ * the number of those threads is bounded by --max-connections. Runs
+ * themselves happen on the MCP core's workers (mcp.c), and a request takes
+ * one of --max-runs run slots only once its whole body is in: a slow or
+ * stalled client holds its own connection (closed after --http-timeout idle
+ * seconds), never a run slot. Past the slots, at most --max-queue calls wait
+ * for one (at most --queue-wait seconds, then 503); past that, 429 with
+ * Retry-After.
+ *
+ * A POST carries one JSON-RPC message. A request is answered with
+ * application/json; a tools/call that streams progress (its _meta has a
+ * progressToken, and the client accepts text/event-stream) switches to an
+ * SSE stream when its first notification comes, and the stream ends with the
+ * response. Notifications and the client's responses get 202. A client that
+ * disconnects cancels its run. The main thread handles the signals: SIGHUP
+ * reloads the tokens, SIGTERM and SIGINT drain (stop accepting, let calls
+ * finish for --grace seconds, cancel the rest, close every session and
+ * sandbox). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "cli.h"
+#include "mcp.h"
+#include "mcp_core.h"
+#include "mcp_session.h"
+#include "serve.h"
+
+#define MAX_TOKENS     1024
+#define MAX_TOKEN_LEN  512
+#define MAX_HEADER_MEM (64u << 10) /* headers of one request, libmicrohttpd's pool */
+#define RETRY_AFTER_S  "1"
+
+/* Revisions the MCP-Protocol-Version header may name. */
+static const char *const http_versions[] = {"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26",
+                                            "2024-11-05"};
+
+/* ---- metrics ------------------------------------------------------------ */
+
+enum call_status { ST_OK, ST_TOOL_ERROR, ST_RPC_ERROR, ST_CANCELLED, ST_REFUSED, ST_N };
+static const char *const status_names[ST_N] = {"ok", "tool_error", "rpc_error", "cancelled",
+                                               "refused"};
+enum refusal {
+        RF_BODY_TOO_LARGE,
+        RF_QUEUE_FULL,
+        RF_QUEUE_TIMEOUT,
+        RF_DRAINING,
+        RF_BAD_ORIGIN,
+        RF_BAD_REQUEST,
+        RF_BAD_VERSION,
+        RF_N
+};
+static const char *const refusal_names[RF_N] = {
+    "body_too_large", "queue_full",  "queue_timeout",       "draining",
+    "bad_origin",     "bad_request", "bad_protocol_version"};
+static const double latency_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                         1,     2.5,  5,     10,   30,  60,   300};
+#define N_BUCKETS ARRAY_SIZE(latency_buckets)
+
+typedef struct metrics {
+        atomic_ulong calls[ST_N];
+        atomic_ulong refusals[RF_N];
+        atomic_ulong auth_missing, auth_invalid;
+        atomic_ulong http_requests;
+        pthread_mutex_t hist_lock;
+        unsigned long hist[N_BUCKETS + 1]; /* the last one is +Inf */
+        double hist_sum;
+        unsigned long hist_count;
+} metrics;
+
+/* ---- the server --------------------------------------------------------- */
+
+typedef struct server {
+        serve_options opt;
+        mcp_server *core;
+        struct MHD_Daemon *d;
+        metrics m;
+        atomic_bool ready, draining;
+        /* Tokens, swapped whole on SIGHUP under the write lock. */
+        pthread_rwlock_t tokens_lock;
+        char **tokens;
+        size_t n_tokens;
+        /* Run slots and the bounded queue in front of them. */
+        pthread_mutex_t slot_lock;
+        pthread_cond_t slot_free;
+        unsigned running, waiting;
+        atomic_uint requests; /* HTTP requests in progress, for the drain */
+} server;
+
+static uint64_t mono_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void observe_latency(server *s, double sec)
+{
+        pthread_mutex_lock(&s->m.hist_lock);
+        size_t i = 0;
+        while (i < N_BUCKETS && sec > latency_buckets[i])
+                i++;
+        s->m.hist[i]++;
+        s->m.hist_sum += sec;
+        s->m.hist_count++;
+        pthread_mutex_unlock(&s->m.hist_lock);
+}
+
+/* ---- tokens ------------------------------------------------------------- */
+
+static void free_tokens(char **t, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                explicit_bzero(t[i], strlen(t[i]));
+                free(t[i]);
+        }
+        free(t);
+}
+
+/* Reads FILE: one token per line, surrounding blanks trimmed, empty lines
+ * and lines starting with '#' skipped; at most MAX_TOKENS of at most
+ * MAX_TOKEN_LEN bytes. Returns the count or -errno with why filled. */
+static int load_tokens(const char *path, char ***ret, char *why, size_t why_len)
+{
+        FILE *f = fopen(path, "re");
+        if (!f) {
+                int e = errno;
+                snprintf(why, why_len, "--tokens %s: %s", path, strerror(e));
+                return -e;
+        }
+        char **t = calloc(MAX_TOKENS, sizeof(*t));
+        size_t n = 0;
+        char line[MAX_TOKEN_LEN + 2];
+        int r = t ? 0 : -ENOMEM;
+        unsigned lineno = 0;
+        while (r == 0 && fgets(line, sizeof(line), f)) {
+                lineno++;
+                size_t len = strlen(line);
+                if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
+                        snprintf(why, why_len, "--tokens %s:%u: longer than %d bytes", path, lineno,
+                                 MAX_TOKEN_LEN);
+                        r = -E2BIG;
+                        break;
+                }
+                char *p = line;
+                while (*p == ' ' || *p == '\t')
+                        p++;
+                len = strlen(p);
+                while (len && (p[len - 1] == '\n' || p[len - 1] == '\r' || p[len - 1] == ' ' ||
+                               p[len - 1] == '\t'))
+                        p[--len] = '\0';
+                if (!len || *p == '#')
+                        continue;
+                if (n >= MAX_TOKENS) {
+                        snprintf(why, why_len, "--tokens %s: more than %d tokens", path,
+                                 MAX_TOKENS);
+                        r = -E2BIG;
+                        break;
+                }
+                if (!(t[n++] = strdup(p)))
+                        r = -ENOMEM;
+        }
+        explicit_bzero(line, sizeof(line));
+        fclose(f);
+        if (r == 0 && n == 0) {
+                snprintf(why, why_len, "--tokens %s: no token in the file", path);
+                r = -EINVAL;
+        }
+        if (r < 0) {
+                if (r == -ENOMEM)
+                        snprintf(why, why_len, "out of memory");
+                if (t)
+                        free_tokens(t, n);
+                return r;
+        }
+        *ret = t;
+        return (int)n;
+}
+
+/* Compares a and b in time that depends on their lengths only, never on
+ * where they differ. */
+static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
+{
+        unsigned char diff = alen != blen;
+        for (size_t i = 0; i < alen; i++)
+                diff |= (unsigned char)a[i] ^ (unsigned char)(i < blen ? b[i] : 0);
+        return diff == 0;
+}
+
+/* Checks a presented token against every configured one, each compared in
+ * constant time and all of them always compared, so that the time tells
+ * neither which token nor how much of one matched. Returns the 1-based
+ * index of the token, or 0. */
+static size_t check_token(server *s, const char *tok, size_t len)
+{
+        size_t found = 0;
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        for (size_t i = 0; i < s->n_tokens; i++) {
+                bool eq = same_secret(tok, len, s->tokens[i], strlen(s->tokens[i]));
+                found |= eq ? i + 1 : 0;
+        }
+        pthread_rwlock_unlock(&s->tokens_lock);
+        return found;
+}
+
+static void reload_tokens(server *s)
+{
+        if (!s->opt.tokens_file)
+                return;
+        char **t = NULL;
+        char why[512];
+        int n = load_tokens(s->opt.tokens_file, &t, why, sizeof(why));
+        if (n < 0) {
+                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", why);
+                return;
+        }
+        pthread_rwlock_wrlock(&s->tokens_lock);
+        char **old = s->tokens;
+        size_t old_n = s->n_tokens;
+        s->tokens = t;
+        s->n_tokens = (size_t)n;
+        pthread_rwlock_unlock(&s->tokens_lock);
+        free_tokens(old, old_n);
+        fprintf(stderr, "airlock serve: SIGHUP: %d token%s loaded from %s\n", n, n == 1 ? "" : "s",
+                s->opt.tokens_file);
+}
+
+/* ---- run slots ---------------------------------------------------------- */
+
+typedef enum admit { ADMIT_OK, ADMIT_QUEUE_FULL, ADMIT_TIMEOUT, ADMIT_DRAINING } admit;
+
+/* Takes a run slot, waiting in the queue when all are busy: at most
+ * max_queue requests wait, each at most queue_wait_s seconds. */
+static admit slot_take(server *s)
+{
+        pthread_mutex_lock(&s->slot_lock);
+        if (s->running < s->opt.max_runs && !s->waiting) {
+                s->running++;
+                pthread_mutex_unlock(&s->slot_lock);
+                return ADMIT_OK;
+        }
+        if (s->waiting >= s->opt.max_queue) {
+                pthread_mutex_unlock(&s->slot_lock);
+                return ADMIT_QUEUE_FULL;
+        }
+        s->waiting++;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+                      (uint64_t)(s->opt.queue_wait_s * 1e9);
+        ts.tv_sec = (time_t)(at / 1000000000ull);
+        ts.tv_nsec = (long)(at % 1000000000ull);
+        admit a = ADMIT_OK;
+        int r = 0;
+        while (s->running >= s->opt.max_runs) {
+                if (atomic_load(&s->draining)) {
+                        a = ADMIT_DRAINING;
+                        break;
+                }
+                if (r == ETIMEDOUT) {
+                        a = ADMIT_TIMEOUT;
+                        break;
+                }
+                r = pthread_cond_timedwait(&s->slot_free, &s->slot_lock, &ts);
+        }
+        s->waiting--;
+        if (a == ADMIT_OK)
+                s->running++;
+        pthread_mutex_unlock(&s->slot_lock);
+        return a;
+}
+
+static void slot_give(server *s)
+{
+        pthread_mutex_lock(&s->slot_lock);
+        s->running--;
+        pthread_cond_broadcast(&s->slot_free);
+        pthread_mutex_unlock(&s->slot_lock);
+}
+
+/* ---- the sink of one request -------------------------------------------- */
+
+typedef struct msg {
+        char *text; /* compact JSON */
+        bool response;
+        struct msg *next;
+} msg;
+
+typedef struct http_sink {
+        mcp_sink base;
+        server *srv;
+        pthread_mutex_t lock;
+        int efd; /* readable when a message or the end came */
+        msg *head, **tail;
+        bool done;     /* nothing more will come */
+        bool pending;  /* a call was started: done comes with call_done */
+        bool got_resp; /* the response was queued */
+        enum call_status status;
+} http_sink;
+
+static void sink_wake(http_sink *k)
+{
+        uint64_t one = 1;
+        ssize_t n = write(k->efd, &one, sizeof(one));
+        (void)n; /* an eventfd full of wake-ups is still readable */
+}
+
+static enum call_status status_of(const json_t *m)
+{
+        if (json_object_get(m, "error"))
+                return ST_RPC_ERROR;
+        if (json_is_true(json_object_get(json_object_get(m, "result"), "isError")))
+                return ST_TOOL_ERROR;
+        return ST_OK;
+}
+
+static void sink_send(mcp_sink *base, json_t *m)
+{
+        http_sink *k = (http_sink *)base;
+        bool response = json_object_get(m, "id") && !json_object_get(m, "method");
+        enum call_status st = response ? status_of(m) : ST_OK;
+        char *text = json_dumps(m, JSON_COMPACT);
+        json_decref(m);
+        msg *e = text ? malloc(sizeof(*e)) : NULL;
+        if (!e) {
+                free(text);
+                return;
+        }
+        *e = (msg){.text = text, .response = response};
+        pthread_mutex_lock(&k->lock);
+        *k->tail = e;
+        k->tail = &e->next;
+        if (response) {
+                k->got_resp = true;
+                k->status = st;
+        }
+        pthread_mutex_unlock(&k->lock);
+        sink_wake(k);
+}
+
+static void sink_call_done(mcp_sink *base)
+{
+        http_sink *k = (http_sink *)base;
+        /* The run slot is free as soon as the run is over, before the
+         * response is written to a client that may read it slowly. */
+        slot_give(k->srv);
+        pthread_mutex_lock(&k->lock);
+        k->done = true;
+        pthread_mutex_unlock(&k->lock);
+        sink_wake(k);
+}
+
+static http_sink *sink_new(server *s, const char *owner)
+{
+        http_sink *k = calloc(1, sizeof(*k));
+        if (!k)
+                return NULL;
+        k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (k->efd < 0) {
+                free(k);
+                return NULL;
+        }
+        k->base.send = sink_send;
+        k->base.call_done = sink_call_done;
+        k->base.owner = owner;
+        k->srv = s;
+        k->tail = &k->head;
+        pthread_mutex_init(&k->lock, NULL);
+        return k;
+}
+
+static msg *sink_pop_locked(http_sink *k)
+{
+        msg *e = k->head;
+        if (e) {
+                k->head = e->next;
+                if (!k->head)
+                        k->tail = &k->head;
+        }
+        return e;
+}
+
+static void msg_free(msg *e)
+{
+        if (e) {
+                free(e->text);
+                free(e);
+        }
+}
+
+/* Waits until the call started for k is over (after a cancel). */
+static void sink_wait_done(http_sink *k)
+{
+        for (;;) {
+                pthread_mutex_lock(&k->lock);
+                bool done = k->done;
+                pthread_mutex_unlock(&k->lock);
+                if (done)
+                        return;
+                struct pollfd p = {.fd = k->efd, .events = POLLIN};
+                (void)poll(&p, 1, 1000);
+                uint64_t v;
+                ssize_t n = read(k->efd, &v, sizeof(v));
+                (void)n;
+        }
+}
+
+static void sink_free(http_sink *k)
+{
+        if (!k)
+                return;
+        if (k->pending) {
+                mcp_core_cancel_sink(k->srv->core, &k->base);
+                sink_wait_done(k);
+        }
+        msg *e;
+        while ((e = sink_pop_locked(k)))
+                msg_free(e);
+        close(k->efd);
+        pthread_mutex_destroy(&k->lock);
+        free(k);
+}
+
+/* ---- one HTTP request --------------------------------------------------- */
+
+typedef struct request {
+        server *srv;
+        dynbuf body;
+        bool too_large;
+        bool started; /* past the first call of the handler */
+        http_sink *sink;
+        int sock;
+        bool sse;       /* the client accepts text/event-stream */
+        bool streaming; /* the SSE response was started */
+        char *out;      /* SSE: the event being written */
+        size_t out_len, out_off;
+        bool resp_sent; /* SSE: the response's event was formatted */
+        uint64_t t0;
+        char client[INET6_ADDRSTRLEN + 8];
+        char owner[32];
+        /* For the log line. */
+        char method[48], tool[48];
+        bool has_session;
+        unsigned http_status;
+        enum call_status status;
+        bool logged;
+} request;
+
+static void json_log(request *rq)
+{
+        if (rq->logged || !rq->method[0])
+                return;
+        rq->logged = true;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        char when[40];
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+        char stamp[64];
+        snprintf(stamp, sizeof(stamp), "%s.%03ldZ", when, ts.tv_nsec / 1000000);
+        double ms = (double)(mono_ns() - rq->t0) / 1e6;
+        json_t *l = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:b}", "ts", stamp,
+                              "instance", rq->srv->opt.instance, "client", rq->client, "method",
+                              rq->method, "tool", rq->tool, "status", status_names[rq->status],
+                              "http", (int)rq->http_status, "duration_ms",
+                              (double)(uint64_t)(ms * 1000) / 1000, "session", rq->has_session);
+        if (!rq->tool[0])
+                json_object_del(l, "tool");
+        char *text = l ? json_dumps(l, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+        json_decref(l);
+        if (text) {
+                /* One write per line, so lines of threads never mix. */
+                size_t n = strlen(text);
+                text[n] = '\n';
+                (void)al_write_full(STDERR_FILENO, text, n + 1);
+                free(text);
+        }
+        atomic_fetch_add(&rq->srv->m.calls[rq->status], 1);
+}
+
+static enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
+                             const char *body, size_t len)
+{
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+        if (!r)
+                return MHD_NO;
+        if (type)
+                MHD_add_response_header(r, "Content-Type", type);
+        MHD_add_response_header(r, "Airlock-Instance", rq->srv->opt.instance);
+        if (atomic_load(&rq->srv->draining))
+                MHD_add_response_header(r, "Connection", "close");
+        enum MHD_Result ret = MHD_queue_response(c, code, r);
+        MHD_destroy_response(r);
+        rq->http_status = code;
+        return ret;
+}
+
+static enum MHD_Result queue_text(struct MHD_Connection *c, request *rq, unsigned code,
+                                  const char *text)
+{
+        return queue(c, rq, code, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* An HTTP error with a JSON-RPC error body without id, as the transport
+ * allows, plus headers (name, value pairs, NULL-terminated). */
+static enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, unsigned code,
+                                       int rpc_code, const char *message, const char *h1,
+                                       const char *v1)
+{
+        json_t *e = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error", "code",
+                              rpc_code, "message", message);
+        char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        json_decref(e);
+        if (!text)
+                return MHD_NO;
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+        if (!r) {
+                free(text);
+                return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        MHD_add_response_header(r, "Airlock-Instance", rq->srv->opt.instance);
+        if (h1)
+                MHD_add_response_header(r, h1, v1);
+        if (atomic_load(&rq->srv->draining))
+                MHD_add_response_header(r, "Connection", "close");
+        enum MHD_Result ret = MHD_queue_response(c, code, r);
+        MHD_destroy_response(r);
+        rq->http_status = code;
+        return ret;
+}
+
+static void refuse(request *rq, enum refusal why)
+{
+        atomic_fetch_add(&rq->srv->m.refusals[why], 1);
+        rq->status = ST_REFUSED;
+}
+
+/* The public base URL of this server, for the metadata: --resource-url
+ * without its path, else http:// and the Host header when it is a plain
+ * host[:port], else the listening address. */
+static void base_url(request *rq, struct MHD_Connection *c, char *out, size_t len)
+{
+        const serve_options *o = &rq->srv->opt;
+        if (o->resource_url) {
+                const char *p = strstr(o->resource_url, "://");
+                p = p ? strchr(p + 3, '/') : NULL;
+                size_t n = p ? (size_t)(p - o->resource_url) : strlen(o->resource_url);
+                snprintf(out, len, "%.*s", (int)n, o->resource_url);
+                return;
+        }
+        const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+        bool plain = host && *host && strlen(host) < 256;
+        for (const char *p = host; plain && *p; p++)
+                plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                        (*p >= '0' && *p <= '9') || strchr(".-:[]", *p);
+        snprintf(out, len, "http://%s", plain ? host : o->listen);
+}
+
+static enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool missing)
+{
+        char base[300], hdr[512];
+        base_url(rq, c, base, sizeof(base));
+        snprintf(hdr, sizeof(hdr),
+                 "Bearer resource_metadata=\"%s/.well-known/oauth-protected-resource/mcp\"%s", base,
+                 missing ? "" : ", error=\"invalid_token\"");
+        atomic_fetch_add(missing ? &rq->srv->m.auth_missing : &rq->srv->m.auth_invalid, 1);
+        rq->status = ST_REFUSED;
+        return queue_rpc_error(c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
+                               missing ? "authorization required: send Authorization: Bearer TOKEN"
+                                       : "invalid token",
+                               "WWW-Authenticate", hdr);
+}
+
+/* RFC 9728 protected-resource metadata. */
+static enum MHD_Result queue_resource_metadata(struct MHD_Connection *c, request *rq)
+{
+        char base[300], resource[400];
+        base_url(rq, c, base, sizeof(base));
+        if (rq->srv->opt.resource_url)
+                snprintf(resource, sizeof(resource), "%s", rq->srv->opt.resource_url);
+        else
+                snprintf(resource, sizeof(resource), "%s/mcp", base);
+        json_t *m = json_pack("{s:s, s:[s], s:s}", "resource", resource, "bearer_methods_supported",
+                              "header", "resource_name", "airlock");
+        if (m && rq->srv->opt.auth_server)
+                json_object_set_new(m, "authorization_servers",
+                                    json_pack("[s]", rq->srv->opt.auth_server));
+        char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
+        json_decref(m);
+        if (!text)
+                return MHD_NO;
+        enum MHD_Result r = queue(c, rq, MHD_HTTP_OK, "application/json", text, strlen(text));
+        free(text);
+        return r;
+}
+
+/* Origin, as the transport asks against DNS rebinding: a request without
+ * one (not from a browser) or with one of --allow-origin. The server's own
+ * name is not trusted by itself: a rebinding attack makes the page's origin
+ * and the Host header name the same attacker's domain. */
+static bool origin_ok(request *rq, struct MHD_Connection *c)
+{
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        if (!origin)
+                return true;
+        for (unsigned i = 0; i < rq->srv->opt.n_origins; i++)
+                if (strcmp(origin, rq->srv->opt.origins[i]) == 0)
+                        return true;
+        return false;
+}
+
+/* Authorization: Bearer TOKEN, when tokens are configured. Returns 1 when
+ * allowed (owner filled), 0 for no token, -1 for a bad one. */
+static int authorize(request *rq, struct MHD_Connection *c)
+{
+        if (!rq->srv->opt.tokens_file)
+                return 1;
+        const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        if (!a)
+                return 0;
+        if (strncasecmp(a, "Bearer ", 7) != 0)
+                return -1;
+        const char *tok = a + 7;
+        while (*tok == ' ')
+                tok++;
+        size_t n = strlen(tok);
+        while (n && tok[n - 1] == ' ')
+                n--;
+        size_t which = check_token(rq->srv, tok, n);
+        if (!which)
+                return -1;
+        snprintf(rq->owner, sizeof(rq->owner), "token%zu", which);
+        return 1;
+}
+
+static bool version_ok(struct MHD_Connection *c)
+{
+        const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
+        if (!v)
+                return true;
+        for (size_t i = 0; i < ARRAY_SIZE(http_versions); i++)
+                if (strcmp(v, http_versions[i]) == 0)
+                        return true;
+        return false;
+}
+
+/* Waits for the next message of k or its end, watching the client's
+ * socket. Returns the message (NULL at the end); *gone when the client went
+ * away (its call is then cancelled and over). */
+static msg *wait_message(request *rq, bool *gone)
+{
+        http_sink *k = rq->sink;
+        *gone = false;
+        for (;;) {
+                pthread_mutex_lock(&k->lock);
+                msg *e = sink_pop_locked(k);
+                bool done = k->done || !k->pending;
+                pthread_mutex_unlock(&k->lock);
+                if (e || done)
+                        return e;
+                struct pollfd p[2] = {{.fd = k->efd, .events = POLLIN},
+                                      {.fd = rq->sock, .events = POLLRDHUP}};
+                int n = poll(p, rq->sock >= 0 ? 2 : 1, -1);
+                if (n < 0 && errno != EINTR)
+                        return NULL;
+                if (p[0].revents & POLLIN) {
+                        uint64_t v;
+                        ssize_t r = read(k->efd, &v, sizeof(v));
+                        (void)r;
+                }
+                if (rq->sock >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                        *gone = true;
+                        mcp_core_cancel_sink(rq->srv->core, &k->base);
+                        sink_wait_done(k);
+                        return NULL;
+                }
+        }
+}
+
+/* Formats e as one SSE event into rq->out (and frees e). */
+static int sse_event(request *rq, msg *e)
+{
+        size_t n = strlen(e->text) + 32;
+        free(rq->out);
+        rq->out = malloc(n);
+        rq->out_len = rq->out_off = 0;
+        if (rq->out)
+                rq->out_len = (size_t)snprintf(rq->out, n, "event: message\ndata: %s\n\n", e->text);
+        if (e->response)
+                rq->resp_sent = true;
+        msg_free(e);
+        return rq->out ? 0 : -ENOMEM;
+}
+
+/* The SSE stream: one event per message, the response last, then the end.
+ * Blocks on the connection's thread. */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+        (void)pos;
+        request *rq = cls;
+        while (rq->out_off >= rq->out_len) {
+                if (rq->resp_sent)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                bool gone = false;
+                msg *e = wait_message(rq, &gone);
+                if (gone) {
+                        rq->status = ST_CANCELLED;
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+                if (!e) {
+                        rq->status = ST_CANCELLED;
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                }
+                if (e->response) {
+                        pthread_mutex_lock(&rq->sink->lock);
+                        rq->status = rq->sink->status;
+                        pthread_mutex_unlock(&rq->sink->lock);
+                }
+                if (sse_event(rq, e) < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        size_t n = rq->out_len - rq->out_off;
+        if (n > max)
+                n = max;
+        memcpy(buf, rq->out + rq->out_off, n);
+        rq->out_off += n;
+        return (ssize_t)n;
+}
+
+static enum MHD_Result start_sse(struct MHD_Connection *c, request *rq, msg *first)
+{
+        /* The first message goes first. */
+        if (sse_event(rq, first) < 0)
+                return MHD_NO;
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 << 10, sse_read, rq, NULL);
+        if (!r)
+                return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-store");
+        MHD_add_response_header(r, "Airlock-Instance", rq->srv->opt.instance);
+        rq->streaming = true;
+        rq->http_status = MHD_HTTP_OK;
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+}
+
+/* Answers with the response of the request (the last message): JSON, or
+ * SSE when notifications came first and the client accepts it. */
+static enum MHD_Result answer(struct MHD_Connection *c, request *rq)
+{
+        http_sink *k = rq->sink;
+        for (;;) {
+                bool gone = false;
+                msg *e = wait_message(rq, &gone);
+                if (gone) {
+                        rq->status = ST_CANCELLED;
+                        rq->http_status = 499; /* the log's name for "client went away" */
+                        return MHD_NO;
+                }
+                if (!e) {
+                        /* Over without a response: cancelled. */
+                        rq->status = ST_CANCELLED;
+                        return queue_rpc_error(c, rq, MHD_HTTP_OK, RPC_INTERNAL_ERROR,
+                                               "request cancelled", NULL, NULL);
+                }
+                if (e->response) {
+                        pthread_mutex_lock(&k->lock);
+                        rq->status = k->status;
+                        pthread_mutex_unlock(&k->lock);
+                        enum MHD_Result r =
+                            queue(c, rq, MHD_HTTP_OK, "application/json", e->text, strlen(e->text));
+                        msg_free(e);
+                        return r;
+                }
+                if (rq->sse)
+                        return start_sse(c, rq, e);
+                msg_free(e); /* a JSON response carries no notification */
+        }
+}
+
+static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
+{
+        server *s = rq->srv;
+        if (!version_ok(c)) {
+                refuse(rq, RF_BAD_VERSION);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                       "unsupported MCP-Protocol-Version header (this server "
+                                       "speaks 2026-07-28 and 2024-11-05 to 2025-11-25)",
+                                       NULL, NULL);
+        }
+        mcp_message m;
+        char why[256];
+        int code = mcp_parse_message(rq->body.data ? rq->body.data : "", rq->body.len, &m, why,
+                                     sizeof(why));
+        if (code != 0) {
+                json_decref(m.root);
+                refuse(rq, RF_BAD_REQUEST);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, code, why, NULL, NULL);
+        }
+        const char *method = m.method ? m.method : "";
+        snprintf(rq->method, sizeof(rq->method), "%s", m.method ? m.method : "response");
+        const json_t *args = json_object_get(m.params, "arguments");
+        if (strcmp(method, "tools/call") == 0) {
+                snprintf(rq->tool, sizeof(rq->tool), "%s",
+                         json_string_value(json_object_get(m.params, "name"))
+                             ? json_string_value(json_object_get(m.params, "name"))
+                             : "?");
+                rq->has_session = json_object_get(args, "session") != NULL;
+        }
+        rq->sink = sink_new(s, rq->owner[0] ? rq->owner : NULL);
+        if (!rq->sink) {
+                json_decref(m.root);
+                return MHD_NO;
+        }
+        if (!m.id) { /* a notification, or the client's response */
+                (void)mcp_core_handle(s->core, &rq->sink->base, &m);
+                json_decref(m.root);
+                rq->method[0] = '\0'; /* not a call: no log line */
+                return queue(c, rq, MHD_HTTP_ACCEPTED, NULL, "", 0);
+        }
+        bool is_call = strcmp(method, "tools/call") == 0;
+        if (is_call) {
+                admit a = slot_take(s);
+                if (a != ADMIT_OK) {
+                        json_decref(m.root);
+                        refuse(rq, a == ADMIT_QUEUE_FULL ? RF_QUEUE_FULL
+                                   : a == ADMIT_TIMEOUT  ? RF_QUEUE_TIMEOUT
+                                                         : RF_DRAINING);
+                        return queue_rpc_error(
+                            c, rq,
+                            a == ADMIT_QUEUE_FULL ? MHD_HTTP_TOO_MANY_REQUESTS
+                                                  : MHD_HTTP_SERVICE_UNAVAILABLE,
+                            RPC_INTERNAL_ERROR,
+                            a == ADMIT_QUEUE_FULL ? "too many calls: every run slot is busy and "
+                                                    "the queue is full; retry later"
+                            : a == ADMIT_TIMEOUT  ? "no run slot came free in time; retry later"
+                                                  : "the server is shutting down",
+                            "Retry-After", RETRY_AFTER_S);
+                }
+        }
+        uint64_t t0 = mono_ns();
+        int started = mcp_core_handle(s->core, &rq->sink->base, &m);
+        json_decref(m.root);
+        if (started)
+                rq->sink->pending = true;
+        else if (is_call)
+                slot_give(s);
+        enum MHD_Result r = answer(c, rq);
+        if (is_call && !rq->streaming)
+                observe_latency(s, (double)(mono_ns() - t0) / 1e9);
+        else if (is_call)
+                rq->t0 = rq->t0 ? rq->t0 : t0;
+        return r;
+}
+
+static void format_metrics(server *s, dynbuf *b);
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+        server *s = cls;
+        request *rq = *con_cls;
+        if (!rq) {
+                rq = calloc(1, sizeof(*rq));
+                if (!rq)
+                        return MHD_NO;
+                rq->srv = s;
+                rq->t0 = mono_ns();
+                rq->sock = -1;
+                dynbuf_init(&rq->body, s->opt.max_body);
+                const union MHD_ConnectionInfo *ci =
+                    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+                if (ci)
+                        rq->sock = ci->connect_fd;
+                ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+                if (ci && ci->client_addr) {
+                        const struct sockaddr *sa = ci->client_addr;
+                        char ip[INET6_ADDRSTRLEN] = "?";
+                        unsigned port = 0;
+                        if (sa->sa_family == AF_INET) {
+                                const struct sockaddr_in *in = (const void *)sa;
+                                inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+                                port = ntohs(in->sin_port);
+                                snprintf(rq->client, sizeof(rq->client), "%s:%u", ip, port);
+                        } else if (sa->sa_family == AF_INET6) {
+                                const struct sockaddr_in6 *in6 = (const void *)sa;
+                                inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+                                port = ntohs(in6->sin6_port);
+                                snprintf(rq->client, sizeof(rq->client), "[%s]:%u", ip, port);
+                        }
+                }
+                *con_cls = rq;
+                atomic_fetch_add(&s->requests, 1);
+                atomic_fetch_add(&s->m.http_requests, 1);
+                bool is_mcp = strcmp(url, "/mcp") == 0;
+                if (!is_mcp) {
+                        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+                                return queue_text(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                                  "method not allowed\n");
+                        if (strcmp(url, "/healthz") == 0)
+                                return queue_text(c, rq, MHD_HTTP_OK, "ok\n");
+                        if (strcmp(url, "/readyz") == 0) {
+                                bool ready = atomic_load(&s->ready) && !atomic_load(&s->draining);
+                                return queue_text(
+                                    c, rq, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+                                    atomic_load(&s->draining) ? "draining\n"
+                                    : ready                   ? "ready\n"
+                                                              : "warming up\n");
+                        }
+                        if (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
+                            strcmp(url, "/.well-known/oauth-protected-resource/mcp") == 0)
+                                return queue_resource_metadata(c, rq);
+                        if (strcmp(url, "/metrics") == 0) {
+                                /* Metrics name no secret, but they tell
+                                 * load: behind the tokens when there are. */
+                                int a = authorize(rq, c);
+                                if (a <= 0)
+                                        return queue_unauthorized(c, rq, a == 0);
+                                dynbuf b;
+                                dynbuf_init(&b, 1u << 20);
+                                format_metrics(s, &b);
+                                enum MHD_Result r =
+                                    queue(c, rq, MHD_HTTP_OK, "text/plain; version=0.0.4",
+                                          b.data ? b.data : "", b.len);
+                                dynbuf_free(&b);
+                                return r;
+                        }
+                        return queue_text(c, rq, MHD_HTTP_NOT_FOUND, "not found\n");
+                }
+                if (!origin_ok(rq, c)) {
+                        refuse(rq, RF_BAD_ORIGIN);
+                        return queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
+                                               "Origin not allowed", NULL, NULL);
+                }
+                int a = authorize(rq, c);
+                if (a <= 0)
+                        return queue_unauthorized(c, rq, a == 0);
+                if (strcmp(method, "POST") != 0) {
+                        /* No standalone SSE stream: the server sends nothing
+                         * outside a request (2025-11-25 allows 405 for GET;
+                         * 2026-07-28 has no GET stream). */
+                        struct MHD_Response *r =
+                            MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+                        if (!r)
+                                return MHD_NO;
+                        MHD_add_response_header(r, "Allow", "POST");
+                        MHD_add_response_header(r, "Airlock-Instance", s->opt.instance);
+                        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
+                        MHD_destroy_response(r);
+                        rq->http_status = MHD_HTTP_METHOD_NOT_ALLOWED;
+                        return ret;
+                }
+                if (atomic_load(&s->draining)) {
+                        refuse(rq, RF_DRAINING);
+                        snprintf(rq->method, sizeof(rq->method), "?");
+                        return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE,
+                                               RPC_INTERNAL_ERROR, "the server is shutting down",
+                                               "Retry-After", RETRY_AFTER_S);
+                }
+                const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+                if (len && strtoull(len, NULL, 10) > s->opt.max_body) {
+                        refuse(rq, RF_BODY_TOO_LARGE);
+                        snprintf(rq->method, sizeof(rq->method), "?");
+                        return queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE,
+                                               RPC_INVALID_REQUEST, "request body too large", NULL,
+                                               NULL);
+                }
+                const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+                rq->sse = accept && strstr(accept, "text/event-stream");
+                return MHD_YES;
+        }
+        if (*upload_data_size) {
+                if (!rq->too_large && dynbuf_append(&rq->body, upload_data, *upload_data_size) < 0)
+                        rq->too_large = true;
+                *upload_data_size = 0;
+                return MHD_YES;
+        }
+        if (rq->http_status)
+                return MHD_YES; /* answered already */
+        if (rq->too_large) {
+                refuse(rq, RF_BODY_TOO_LARGE);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                       "request body too large", NULL, NULL);
+        }
+        (void)version;
+        return handle_mcp(c, rq);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+        (void)c;
+        server *s = cls;
+        request *rq = *con_cls;
+        if (!rq)
+                return;
+        *con_cls = NULL;
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && rq->streaming && rq->status == ST_OK &&
+            !(rq->sink && rq->sink->got_resp))
+                rq->status = ST_CANCELLED;
+        if (rq->streaming && rq->sink && rq->sink->pending)
+                observe_latency(s, (double)(mono_ns() - rq->t0) / 1e9);
+        sink_free(rq->sink); /* cancels a call still running: its client is gone */
+        json_log(rq);
+        dynbuf_free(&rq->body);
+        free(rq->out);
+        free(rq);
+        atomic_fetch_sub(&s->requests, 1);
+}
+
+/* ---- metrics text ------------------------------------------------------- */
+
+static void put(dynbuf *b, const char *fmt, ...) _printf_(2, 3);
+static void put(dynbuf *b, const char *fmt, ...)
+{
+        char line[512];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
+        if (n > 0)
+                (void)dynbuf_append(b, line,
+                                    (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static void format_metrics(server *s, dynbuf *b)
+{
+        put(b, "# HELP airlock_calls_total MCP requests answered, by outcome.\n"
+               "# TYPE airlock_calls_total counter\n");
+        for (int i = 0; i < ST_N; i++)
+                put(b, "airlock_calls_total{status=\"%s\"} %lu\n", status_names[i],
+                    atomic_load(&s->m.calls[i]));
+        put(b, "# HELP airlock_refusals_total Requests refused before they ran, by reason.\n"
+               "# TYPE airlock_refusals_total counter\n");
+        for (int i = 0; i < RF_N; i++)
+                put(b, "airlock_refusals_total{reason=\"%s\"} %lu\n", refusal_names[i],
+                    atomic_load(&s->m.refusals[i]));
+        put(b,
+            "# HELP airlock_auth_failures_total Requests without a valid bearer token.\n"
+            "# TYPE airlock_auth_failures_total counter\n"
+            "airlock_auth_failures_total{reason=\"missing\"} %lu\n"
+            "airlock_auth_failures_total{reason=\"invalid\"} %lu\n",
+            atomic_load(&s->m.auth_missing), atomic_load(&s->m.auth_invalid));
+        put(b,
+            "# HELP airlock_http_requests_total HTTP requests received.\n"
+            "# TYPE airlock_http_requests_total counter\n"
+            "airlock_http_requests_total %lu\n",
+            atomic_load(&s->m.http_requests));
+        pthread_mutex_lock(&s->m.hist_lock);
+        put(b, "# HELP airlock_run_duration_seconds tools/call latency, admission to response.\n"
+               "# TYPE airlock_run_duration_seconds histogram\n");
+        unsigned long cum = 0;
+        for (size_t i = 0; i < N_BUCKETS; i++) {
+                cum += s->m.hist[i];
+                put(b, "airlock_run_duration_seconds_bucket{le=\"%g\"} %lu\n", latency_buckets[i],
+                    cum);
+        }
+        cum += s->m.hist[N_BUCKETS];
+        put(b,
+            "airlock_run_duration_seconds_bucket{le=\"+Inf\"} %lu\n"
+            "airlock_run_duration_seconds_sum %.6f\n"
+            "airlock_run_duration_seconds_count %lu\n",
+            cum, s->m.hist_sum, s->m.hist_count);
+        pthread_mutex_unlock(&s->m.hist_lock);
+        pthread_mutex_lock(&s->slot_lock);
+        unsigned running = s->running, waiting = s->waiting;
+        pthread_mutex_unlock(&s->slot_lock);
+        put(b,
+            "# HELP airlock_runs_in_flight tools/call holding a run slot.\n"
+            "# TYPE airlock_runs_in_flight gauge\n"
+            "airlock_runs_in_flight %u\n"
+            "# HELP airlock_queue_depth tools/call waiting for a run slot.\n"
+            "# TYPE airlock_queue_depth gauge\n"
+            "airlock_queue_depth %u\n"
+            "# HELP airlock_run_slots Run slots (--max-runs).\n"
+            "# TYPE airlock_run_slots gauge\n"
+            "airlock_run_slots %u\n",
+            running, waiting, s->opt.max_runs);
+        put(b,
+            "# HELP airlock_sandbox_runs Runs in progress in sandboxes (warm-up included).\n"
+            "# TYPE airlock_sandbox_runs gauge\n"
+            "airlock_sandbox_runs %u\n"
+            "# HELP airlock_sessions_open Sessions open on this instance.\n"
+            "# TYPE airlock_sessions_open gauge\n"
+            "airlock_sessions_open %u\n"
+            "# HELP airlock_ready 1 when ready for calls.\n"
+            "# TYPE airlock_ready gauge\n"
+            "airlock_ready %d\n",
+            mcp_core_calls(s->core), mcp_core_sessions(s->core),
+            atomic_load(&s->ready) && !atomic_load(&s->draining));
+        put(b,
+            "# HELP airlock_instance_info This instance's name.\n"
+            "# TYPE airlock_instance_info gauge\n"
+            "airlock_instance_info{instance=\"%s\",version=\"%s\"} 1\n",
+            s->opt.instance, AIRLOCK_VERSION);
+}
+
+/* ---- signals ------------------------------------------------------------ */
+
+static int sig_pipe[2] = {-1, -1};
+static pid_t server_pid;
+
+static void on_signal(int sig)
+{
+        int saved = errno;
+        /* A child between fork and exec still has this handler: only the
+         * server itself may act on it. */
+        if (getpid() == server_pid && sig_pipe[1] >= 0) {
+                char c = (char)sig;
+                ssize_t n = write(sig_pipe[1], &c, 1);
+                (void)n;
+        }
+        errno = saved;
+}
+
+static int install_signals(void)
+{
+        server_pid = getpid();
+        if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+                return -errno;
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        return 0;
+}
+
+/* ---- listening ---------------------------------------------------------- */
+
+/* ADDR:PORT or [V6ADDR]:PORT into ss; *loopback tells whether only this
+ * machine can connect. */
+static int parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *sl,
+                        bool *loopback, char *why, size_t why_len)
+{
+        char host[INET6_ADDRSTRLEN + 2];
+        const char *colon;
+        if (text[0] == '[') {
+                const char *end = strchr(text, ']');
+                if (!end || end[1] != ':' || (size_t)(end - text - 1) >= sizeof(host))
+                        goto bad;
+                snprintf(host, sizeof(host), "%.*s", (int)(end - text - 1), text + 1);
+                colon = end + 1;
+        } else {
+                colon = strrchr(text, ':');
+                if (!colon || (size_t)(colon - text) >= sizeof(host))
+                        goto bad;
+                snprintf(host, sizeof(host), "%.*s", (int)(colon - text), text);
+        }
+        char *end = NULL;
+        unsigned long port = strtoul(colon + 1, &end, 10);
+        if (!colon[1] || *end || port > 65535)
+                goto bad;
+        memset(ss, 0, sizeof(*ss));
+        struct sockaddr_in *in = (struct sockaddr_in *)ss;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+        if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
+                in->sin_family = AF_INET;
+                in->sin_port = htons((uint16_t)port);
+                *sl = sizeof(*in);
+                *loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+                return 0;
+        }
+        if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+                in6->sin6_family = AF_INET6;
+                in6->sin6_port = htons((uint16_t)port);
+                *sl = sizeof(*in6);
+                *loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+                return 0;
+        }
+bad:
+        snprintf(why, why_len,
+                 "--listen: '%.100s' is not ADDR:PORT or [V6ADDR]:PORT with a numeric address",
+                 text);
+        return -EINVAL;
+}
+
+/* Runs the warm-up call (the first copy of the sandbox) through the core
+ * before /readyz says ready. */
+static void warm_up(server *s)
+{
+        http_sink *k = sink_new(s, "airlock-warm-up");
+        if (!k)
+                return;
+        json_t *root =
+            json_pack("{s:s, s:i, s:s, s:{s:s, s:{s:s}}}", "jsonrpc", "2.0", "id", 0, "method",
+                      "tools/call", "params", "name", "execute_code", "arguments", "code", "pass");
+        mcp_message m = {.root = root,
+                         .id = json_object_get(root, "id"),
+                         .method = "tools/call",
+                         .params = json_object_get(root, "params")};
+        pthread_mutex_lock(&s->slot_lock);
+        s->running++;
+        pthread_mutex_unlock(&s->slot_lock);
+        if (root && mcp_core_handle(s->core, &k->base, &m) == 1) {
+                k->pending = true;
+                sink_wait_done(k);
+                k->pending = false;
+        } else {
+                slot_give(s);
+        }
+        json_decref(root);
+        sink_free(k);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+        serve_options so;
+        serve_options_default(&so);
+        mcp_session_caps caps;
+        mcp_session_caps_default(&caps);
+        char why[512];
+        if (serve_take_options(&argc, argv, &so, why, sizeof(why)) < 0 ||
+            mcp_session_take_options(&argc, argv, &caps, why, sizeof(why)) < 0) {
+                fprintf(stderr, "airlock serve: %s\n", why);
+                return EXIT_USAGE;
+        }
+        cli_options o;
+        airlock_error err = {0};
+        int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
+        if (r == 1) {
+                serve_usage(stdout);
+                cli_usage(stdout);
+                return EXIT_OK;
+        }
+        if (r < 0) {
+                fprintf(stderr, "airlock serve: %s\n", err.message);
+                return EXIT_USAGE;
+        }
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        bool loopback;
+        if (parse_listen(so.listen, &ss, &sl, &loopback, why, sizeof(why)) < 0) {
+                fprintf(stderr, "airlock serve: %s\n", why);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        if (!loopback && !so.tokens_file && !so.insecure_no_auth) {
+                fprintf(stderr,
+                        "airlock serve: --listen %s is reachable from other machines: give "
+                        "--tokens FILE (or --insecure-no-auth to serve without authentication)\n",
+                        so.listen);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        static server srv;
+        server *s = &srv;
+        s->opt = so;
+        pthread_rwlock_init(&s->tokens_lock, NULL);
+        pthread_mutex_init(&s->slot_lock, NULL);
+        pthread_mutex_init(&s->m.hist_lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&s->slot_free, &ca);
+        pthread_condattr_destroy(&ca);
+        if (so.tokens_file) {
+                int n = load_tokens(so.tokens_file, &s->tokens, why, sizeof(why));
+                if (n < 0) {
+                        fprintf(stderr, "airlock serve: %s\n", why);
+                        cli_options_free(&o);
+                        return EXIT_USAGE;
+                }
+                s->n_tokens = (size_t)n;
+        }
+        signal(SIGPIPE, SIG_IGN);
+        if (install_signals() < 0) {
+                fprintf(stderr, "airlock serve: cannot watch signals: %s\n", strerror(errno));
+                cli_options_free(&o);
+                return EXIT_SANDBOX;
+        }
+        mcp_core_options co = {.stateless = true, .instance = s->opt.instance};
+        r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
+        if (r < 0) {
+                fprintf(stderr, "airlock serve: %s\n", err.message);
+                mcp_core_free(s->core);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                         MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+        if (ss.ss_family == AF_INET6)
+                flags |= MHD_USE_IPv6;
+        s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                                (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
+                                (unsigned)so.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                                (unsigned)so.http_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                (size_t)MAX_HEADER_MEM, MHD_OPTION_THREAD_STACK_SIZE,
+                                (size_t)(512u << 10), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+        if (!s->d) {
+                fprintf(stderr, "airlock serve: cannot listen on %s: %s\n", so.listen,
+                        strerror(errno));
+                mcp_core_free(s->core);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        /* The port actually bound (--listen ...:0 picks one). */
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+        fprintf(stderr, "airlock serve: instance %s listening on %s (port %u)%s\n", s->opt.instance,
+                so.listen, di ? (unsigned)di->port : 0,
+                so.tokens_file ? "" : ", without authentication");
+        warm_up(s);
+        atomic_store(&s->ready, true);
+        fprintf(stderr, "airlock serve: ready\n");
+        for (;;) {
+                char c;
+                struct pollfd p = {.fd = sig_pipe[0], .events = POLLIN};
+                if (poll(&p, 1, -1) < 0 && errno == EINTR)
+                        continue;
+                if (read(sig_pipe[0], &c, 1) != 1)
+                        continue;
+                if (c == SIGHUP) {
+                        reload_tokens(s);
+                        continue;
+                }
+                break;
+        }
+        /* Drain: stop accepting, let the calls finish for the grace period,
+         * cancel the rest, then close every session and sandbox. */
+        atomic_store(&s->draining, true);
+        fprintf(stderr, "airlock serve: draining (grace %.0f s)\n", s->opt.grace_s);
+        pthread_mutex_lock(&s->slot_lock);
+        pthread_cond_broadcast(&s->slot_free);
+        pthread_mutex_unlock(&s->slot_lock);
+        int lfd = MHD_quiesce_daemon(s->d);
+        if (lfd >= 0)
+                close(lfd);
+        if (!mcp_core_wait_calls(s->core, s->opt.grace_s)) {
+                fprintf(stderr, "airlock serve: grace period over: cancelling %u call(s)\n",
+                        mcp_core_calls(s->core));
+                mcp_core_cancel_all(s->core);
+        }
+        MHD_stop_daemon(s->d);
+        mcp_core_free(s->core);
+        free_tokens(s->tokens, s->n_tokens);
+        cli_options_free(&o);
+        fprintf(stderr, "airlock serve: stopped\n");
+        return EXIT_OK;
+}

@@ -1,0 +1,37 @@
+/* airlock serve: the MCP server over Streamable HTTP (serve.c), its
+ * options and caps (serve_options.c). */
+#ifndef AIRLOCK_CLI_SERVE_H
+#define AIRLOCK_CLI_SERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mcp_session.h"
+
+typedef struct serve_options {
+        const char *listen;       /* ADDR:PORT, [V6ADDR]:PORT (default 127.0.0.1:8080) */
+        const char *tokens_file;  /* --tokens FILE, or NULL */
+        const char *auth_server;  /* --authorization-server URL, or NULL */
+        const char *resource_url; /* --resource-url URL (this server's public /mcp URL) */
+        const char *origins[16];  /* --allow-origin, repeatable */
+        unsigned n_origins;
+        bool insecure_no_auth; /* --insecure-no-auth: serve a non-loopback address without tokens */
+        char instance[MCP_INSTANCE_MAX + 1];
+        uint64_t max_body;        /* --max-body BYTES (413 past it) */
+        unsigned max_runs;        /* --max-runs N: tools/call running at once */
+        unsigned max_queue;       /* --max-queue N: tools/call waiting for a run slot */
+        double queue_wait_s;      /* --queue-wait SEC: longest wait for a slot (then 503) */
+        unsigned max_connections; /* --max-connections N */
+        unsigned http_timeout_s;  /* --http-timeout SEC: idle connection closed */
+        double grace_s;           /* --grace SEC: SIGTERM lets calls finish this long */
+} serve_options;
+
+void serve_options_default(serve_options *o);
+/* Takes the serve options out of argv (as mcp_session_take_options does),
+ * leaving the configuration options to cli_parse_options. Returns 0, or
+ * -EINVAL with a message in why naming the option and its value. */
+int serve_take_options(int *argc, char **argv, serve_options *o, char *why, size_t why_len);
+void serve_usage(FILE *f);
+
+#endif
