@@ -43,3 +43,7 @@ rounds=300
 [ -n "$quick" ] && rounds=100
 PYDEVD_DISABLE_FILE_VALIDATION=1 /usr/bin/python3 bench/bench_session.py "$build" "$rounds" ||
     echo "bench: bench/bench_session.py failed" >&2
+# airlock serve over HTTP against stdio, with and without HAProxy in front,
+# and three instances behind HAProxy against one alone.
+/usr/bin/python3 bench/bench_serve.py "$build" "$rounds" ||
+    echo "bench: bench/bench_serve.py failed" >&2
