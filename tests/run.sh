@@ -11,7 +11,8 @@
 #             through pkg-config (tests/build);
 #   blackbox  the built airlock binary driven as users do (tests/blackbox);
 #   mcp       the MCP server driven by the official TypeScript SDK and the MCP
-#             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp);
+#             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp),
+#             on stdio and over HTTP (airlock serve, test_mcp_http.mjs);
 #   fuzz      fuzz corpus and crash replays;
 #   format    the format check.
 # Every C test runs in its own process with a time limit.

@@ -70,8 +70,6 @@ static const char *const modern_versions[] = {"2026-07-28"};
 #define PROGRESS_TICK_NS  (250ull * 1000000)
 #define PROGRESS_LINE_MAX 200 /* bytes of the latest output line in "message" */
 
-typedef struct mcp_call mcp_call;
-
 struct mcp_server {
         airlock_config *cfg;
         airlock_cache *cache;
@@ -137,7 +135,12 @@ struct mcp_server {
 struct mcp_call {
         mcp_server *srv;
         mcp_sink *sink; /* where its messages go (NULL: standard output) */
-        json_t *id;     /* NULL for the warm-up run */
+        /* A transport's watch of its own input while the call runs on the
+         * transport's thread (mcp_core_run_here), or on_watch NULL. */
+        int watch_fd;
+        void (*on_watch)(void *arg);
+        void *watch_arg;
+        json_t *id; /* NULL for the warm-up run */
         char *code;
         size_t len;
         mcp_session_use *session; /* execute_code with a session handle, or NULL */
@@ -511,6 +514,10 @@ static void run_call(mcp_call *c, reader_watch *w)
                 opts.watch_fd = srv->input_watch;
                 opts.on_watch = on_input;
                 opts.watch_arg = w;
+        } else if (c->on_watch) {
+                opts.watch_fd = c->watch_fd;
+                opts.on_watch = c->on_watch;
+                opts.watch_arg = c->watch_arg;
         }
         airlock_result *res = NULL;
         airlock_error err = {0};
@@ -724,6 +731,12 @@ static int call_start(mcp_server *srv, mcp_call *c)
         c->next = srv->calls;
         srv->calls = c;
         srv->n_calls++;
+        if (c->sink && c->sink->run_here && !c->sink->here) {
+                /* The transport runs it on its own thread (mcp_core_run_here). */
+                c->sink->here = c;
+                pthread_mutex_unlock(&srv->lock);
+                return 0;
+        }
         if (srv->may_inline && !srv->inline_call) {
                 /* The reader runs it on its own thread. */
                 srv->inline_call = c;
@@ -1613,6 +1626,20 @@ int mcp_core_handle(mcp_server *srv, mcp_sink *sink, const mcp_message *m)
         if (m->method)
                 handle_notification(srv, sink, m->method, m->params);
         return 0;
+}
+
+void mcp_core_run_here(mcp_server *srv, mcp_sink *sink, int watch_fd, void (*on_watch)(void *),
+                       void *watch_arg)
+{
+        (void)srv;
+        mcp_call *c = sink->here;
+        if (!c)
+                return;
+        sink->here = NULL;
+        c->watch_fd = watch_fd;
+        c->on_watch = on_watch;
+        c->watch_arg = watch_arg;
+        run_call(c, NULL);
 }
 
 void mcp_core_cancel_sink(mcp_server *srv, mcp_sink *sink)

@@ -14,6 +14,7 @@
 #include "mcp_session.h"
 
 typedef struct mcp_server mcp_server;
+typedef struct mcp_call mcp_call;
 
 /* Where the messages of one request go. The transport owns it and keeps it
  * alive until the request is over: at once when mcp_core_handle returns 0,
@@ -31,6 +32,12 @@ struct mcp_sink {
         /* Who sent it (the HTTP transport: the bearer token's line), or
          * NULL: notifications/cancelled stops only calls of the same owner. */
         const char *owner;
+        /* Set by the transport: a tools/call started for this request is
+         * not queued for a worker but left in here, for the transport to
+         * run on its own thread with mcp_core_run_here (one wake-up of
+         * another thread fewer each way). */
+        bool run_here;
+        mcp_call *here;
 };
 
 typedef struct mcp_core_options {
@@ -51,6 +58,13 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
  * Returns 1 when a tools/call was started for it (its response comes later,
  * then call_done), 0 when everything it produces has been sent already. */
 int mcp_core_handle(mcp_server *srv, mcp_sink *sink, const mcp_message *m);
+/* Runs the call left in sink->here on the calling thread; the run calls
+ * on_watch(watch_arg) at most once, when watch_fd becomes readable or
+ * before a step that may take long (airlock_run_options), on this thread:
+ * it must return promptly and not call into airlock. call_done follows
+ * before this returns. */
+void mcp_core_run_here(mcp_server *srv, mcp_sink *sink, int watch_fd, void (*on_watch)(void *),
+                       void *watch_arg);
 /* Cancels the call started for sink, if any (its client went away); the
  * call ends soon and call_done follows. */
 void mcp_core_cancel_sink(mcp_server *srv, mcp_sink *sink);

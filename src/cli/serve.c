@@ -69,11 +69,12 @@ enum refusal {
         RF_BAD_ORIGIN,
         RF_BAD_REQUEST,
         RF_BAD_VERSION,
+        RF_WARMING_UP,
         RF_N
 };
 static const char *const refusal_names[RF_N] = {
-    "body_too_large", "queue_full",  "queue_timeout",       "draining",
-    "bad_origin",     "bad_request", "bad_protocol_version"};
+    "body_too_large", "queue_full",  "queue_timeout",        "draining",
+    "bad_origin",     "bad_request", "bad_protocol_version", "warming_up"};
 static const double latency_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                          1,     2.5,  5,     10,   30,  60,   300};
 #define N_BUCKETS ARRAY_SIZE(latency_buckets)
@@ -96,6 +97,7 @@ typedef struct server {
         mcp_server *core;
         struct MHD_Daemon *d;
         metrics m;
+        atomic_bool core_ready; /* core may be used (it is built) */
         atomic_bool ready, draining;
         /* Tokens, swapped whole on SIGHUP under the write lock. */
         pthread_rwlock_t tokens_lock;
@@ -465,6 +467,10 @@ typedef struct request {
         unsigned http_status;
         enum call_status status;
         bool logged;
+        /* A call run on this thread: who watches the socket meanwhile. */
+        pthread_t watcher;
+        bool watcher_started;
+        int watch_stop; /* eventfd that ends the watcher */
 } request;
 
 static void json_log(request *rq)
@@ -805,9 +811,81 @@ static enum MHD_Result answer(struct MHD_Connection *c, request *rq)
         }
 }
 
+static bool client_gone(int sock)
+{
+        struct pollfd p = {.fd = sock, .events = POLLRDHUP};
+        return sock >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Watches the socket of a call that runs on its connection's thread, once
+ * the run could not (see on_watch), until the run ends. */
+static void *watcher_main(void *arg)
+{
+        request *rq = arg;
+        struct pollfd p[2] = {{.fd = rq->sock, .events = POLLRDHUP},
+                              {.fd = rq->watch_stop, .events = POLLIN}};
+        for (;;) {
+                if (poll(p, 2, -1) < 0 && errno != EINTR)
+                        break;
+                if (p[1].revents)
+                        break;
+                if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+                        mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
+                        break;
+                }
+        }
+        return NULL;
+}
+
+/* The run's watch of the socket fired (it was readable, or the run is
+ * about to wait long): a client that left has its call cancelled; else a
+ * thread of its own watches the socket from now on, since the run watches
+ * only once. Returns promptly and calls nothing of airlock, as the run
+ * asks. */
+static void on_watch(void *arg)
+{
+        request *rq = arg;
+        if (client_gone(rq->sock)) {
+                mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
+                return;
+        }
+        if (rq->watcher_started)
+                return;
+        rq->watch_stop = eventfd(0, EFD_CLOEXEC);
+        if (rq->watch_stop >= 0 && pthread_create(&rq->watcher, NULL, watcher_main, rq) == 0) {
+                rq->watcher_started = true;
+                return;
+        }
+        if (rq->watch_stop >= 0)
+                close(rq->watch_stop);
+        rq->watch_stop = -1;
+}
+
+/* Runs the call left for this thread, the socket watched. */
+static void run_here(request *rq)
+{
+        mcp_core_run_here(rq->srv->core, &rq->sink->base, rq->sock, rq->sock >= 0 ? on_watch : NULL,
+                          rq);
+        if (rq->watcher_started) {
+                uint64_t one = 1;
+                ssize_t n = write(rq->watch_stop, &one, sizeof(one));
+                (void)n;
+                pthread_join(rq->watcher, NULL);
+                close(rq->watch_stop);
+                rq->watcher_started = false;
+        }
+}
+
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
 {
         server *s = rq->srv;
+        if (!atomic_load(&s->core_ready)) {
+                refuse(rq, RF_WARMING_UP);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "the server is starting; retry shortly", "Retry-After",
+                                       RETRY_AFTER_S);
+        }
         if (!version_ok(c)) {
                 refuse(rq, RF_BAD_VERSION);
                 snprintf(rq->method, sizeof(rq->method), "?");
@@ -841,7 +919,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                 json_decref(m.root);
                 return MHD_NO;
         }
-        if (!m.id) { /* a notification, or the client's response */
+        if (!m.id || !m.method) { /* a notification, or the client's response */
                 (void)mcp_core_handle(s->core, &rq->sink->base, &m);
                 json_decref(m.root);
                 rq->method[0] = '\0'; /* not a call: no log line */
@@ -868,12 +946,18 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                 }
         }
         uint64_t t0 = mono_ns();
+        /* A call runs on this thread unless it streams progress over SSE,
+         * which this thread writes while a worker runs the code. */
+        const json_t *token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
+        rq->sink->base.run_here = !(rq->sse && (json_is_string(token) || json_is_integer(token)));
         int started = mcp_core_handle(s->core, &rq->sink->base, &m);
         json_decref(m.root);
         if (started)
                 rq->sink->pending = true;
         else if (is_call)
                 slot_give(s);
+        if (started && rq->sink->base.here)
+                run_here(rq);
         enum MHD_Result r = answer(c, rq);
         if (is_call && !rq->streaming)
                 observe_latency(s, (double)(mono_ns() - t0) / 1e9);
@@ -1044,7 +1128,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void put(dynbuf *b, const char *fmt, ...) _printf_(2, 3);
 static void put(dynbuf *b, const char *fmt, ...)
 {
-        char line[512];
+        char line[2048];
         va_list ap;
         va_start(ap, fmt);
         int n = vsnprintf(line, sizeof(line), fmt, ap);
@@ -1056,6 +1140,7 @@ static void put(dynbuf *b, const char *fmt, ...)
 
 static void format_metrics(server *s, dynbuf *b)
 {
+        bool core = atomic_load(&s->core_ready);
         put(b, "# HELP airlock_calls_total MCP requests answered, by outcome.\n"
                "# TYPE airlock_calls_total counter\n");
         for (int i = 0; i < ST_N; i++)
@@ -1117,8 +1202,18 @@ static void format_metrics(server *s, dynbuf *b)
             "# HELP airlock_ready 1 when ready for calls.\n"
             "# TYPE airlock_ready gauge\n"
             "airlock_ready %d\n",
-            mcp_core_calls(s->core), mcp_core_sessions(s->core),
+            core ? mcp_core_calls(s->core) : 0, core ? mcp_core_sessions(s->core) : 0,
             atomic_load(&s->ready) && !atomic_load(&s->draining));
+        const union MHD_DaemonInfo *di =
+            s->d ? MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
+        put(b,
+            "# HELP airlock_http_connections Open HTTP connections.\n"
+            "# TYPE airlock_http_connections gauge\n"
+            "airlock_http_connections %u\n"
+            "# HELP airlock_http_connections_max The cap (--max-connections).\n"
+            "# TYPE airlock_http_connections_max gauge\n"
+            "airlock_http_connections_max %u\n",
+            di ? di->num_connections : 0, s->opt.max_connections);
         put(b,
             "# HELP airlock_instance_info This instance's name.\n"
             "# TYPE airlock_instance_info gauge\n"
@@ -1301,14 +1396,6 @@ int cmd_serve(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_SANDBOX;
         }
-        mcp_core_options co = {.stateless = true, .instance = s->opt.instance};
-        r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
-        if (r < 0) {
-                fprintf(stderr, "airlock serve: %s\n", err.message);
-                mcp_core_free(s->core);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                          MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
         if (ss.ss_family == AF_INET6)
@@ -1323,7 +1410,6 @@ int cmd_serve(int argc, char **argv)
         if (!s->d) {
                 fprintf(stderr, "airlock serve: cannot listen on %s: %s\n", so.listen,
                         strerror(errno));
-                mcp_core_free(s->core);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
@@ -1332,6 +1418,19 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "airlock serve: instance %s listening on %s (port %u)%s\n", s->opt.instance,
                 so.listen, di ? (unsigned)di->port : 0,
                 so.tokens_file ? "" : ", without authentication");
+        /* The server is built while /healthz already answers (and /readyz
+         * says warming up): the sandbox, the tool description, then one
+         * warm-up run. */
+        mcp_core_options co = {.stateless = true, .instance = s->opt.instance};
+        r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
+        if (r < 0) {
+                fprintf(stderr, "airlock serve: %s\n", err.message);
+                MHD_stop_daemon(s->d);
+                mcp_core_free(s->core);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        atomic_store(&s->core_ready, true);
         warm_up(s);
         atomic_store(&s->ready, true);
         fprintf(stderr, "airlock serve: ready\n");
@@ -1358,10 +1457,18 @@ int cmd_serve(int argc, char **argv)
         int lfd = MHD_quiesce_daemon(s->d);
         if (lfd >= 0)
                 close(lfd);
+        uint64_t deadline = mono_ns() + (uint64_t)(s->opt.grace_s * 1e9);
         if (!mcp_core_wait_calls(s->core, s->opt.grace_s)) {
                 fprintf(stderr, "airlock serve: grace period over: cancelling %u call(s)\n",
                         mcp_core_calls(s->core));
                 mcp_core_cancel_all(s->core);
+        }
+        /* The answers of the calls that finished are written before the
+         * connections close (within the grace period, and a second more
+         * for the cancelled ones' answers). */
+        while (atomic_load(&s->requests) > 0 && mono_ns() < deadline + 1000000000ull) {
+                struct timespec pause = {0, 10 * 1000000L};
+                nanosleep(&pause, NULL);
         }
         MHD_stop_daemon(s->d);
         mcp_core_free(s->core);

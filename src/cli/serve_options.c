@@ -47,8 +47,8 @@ void serve_usage(FILE *f)
               "                                 stops on it)\n"
               "      --authorization-server URL named in the protected-resource metadata\n"
               "      --resource-url URL         this server's public URL of /mcp\n"
-              "      --allow-origin ORIGIN      a browser Origin allowed besides the server's\n"
-              "                                 own (repeatable)\n"
+              "      --allow-origin ORIGIN      a browser Origin allowed (repeatable; others\n"
+              "                                 are refused, 403)\n"
               "      --insecure-no-auth         serve a non-loopback address without --tokens\n"
               "      --instance ID              [a-z0-9-]{1,32}, named in session handles\n"
               "                                 (default: random)\n"
@@ -154,7 +154,7 @@ int serve_take_options(int *argc, char **argv, serve_options *o, char *why, size
                         o->max_body = (uint64_t)v;
                         break;
                 case 8:
-                        r = number(names[k], val, 1, 64, true, &v, why, why_len);
+                        r = number(names[k], val, 1, 32, true, &v, why, why_len);
                         o->max_runs = (unsigned)v;
                         break;
                 case 9:

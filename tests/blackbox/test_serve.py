@@ -1,0 +1,527 @@
+"""airlock serve: MCP over Streamable HTTP, driven with raw HTTP (http.client
+and plain sockets) on loopback: authentication, Origin, the caps and their
+refusals, slow clients, cancel on disconnect, metrics, readiness, the drain
+on SIGTERM and session handles that name their instance."""
+import contextlib
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+from harness import AIRLOCK, run, tmpdir
+
+MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+          "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+class Serve:
+    """One `airlock serve` on 127.0.0.1 and a port the kernel picks."""
+
+    def __init__(self, *args, listen="127.0.0.1:0"):
+        self.p = subprocess.Popen([AIRLOCK, "serve", "--listen", listen, *args],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self.port = None
+        self.ready = threading.Event()
+        self.started = threading.Event()
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+        if not self.ready.wait(120):
+            self.p.kill()
+            raise AssertionError("serve did not become ready: " + "".join(self.lines))
+        self.host = "[::1]" if listen.startswith("[") else "127.0.0.1"
+
+    def _read(self):
+        for line in self.p.stderr:
+            self.lines.append(line)
+            m = re.search(r"\(port (\d+)\)", line)
+            if m:
+                self.port = int(m.group(1))
+                self.started.set()
+            if line.strip() == "airlock serve: ready":
+                self.ready.set()
+
+    def conn(self, timeout=120):
+        host = "::1" if self.host == "[::1]" else self.host
+        return http.client.HTTPConnection(host, self.port, timeout=timeout)
+
+    def post(self, body, headers=None, conn=None, path="/mcp"):
+        """POSTs body (a dict, or bytes as is); returns (status, headers, body bytes)."""
+        c = conn or self.conn()
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        h.update(headers or {})
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        c.request("POST", path, body=data, headers=h)
+        r = c.getresponse()
+        out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        if not conn:
+            c.close()
+        return out
+
+    def get(self, path, headers=None):
+        c = self.conn()
+        c.request("GET", path, headers=headers or {})
+        r = c.getresponse()
+        out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        c.close()
+        return out
+
+    def call(self, code, headers=None, rid=1, **meta):
+        status, h, body = self.post({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                     "params": {"name": "execute_code", "arguments": {"code": code},
+                                                "_meta": dict(MODERN, **meta)}}, headers)
+        return status, h, body
+
+    def metrics(self, headers=None):
+        status, _, body = self.get("/metrics", headers)
+        assert status == 200, (status, body)
+        out = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def log(self):
+        return [json.loads(l) for l in self.lines if l.startswith("{")]
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.t.join(10)
+
+
+@contextlib.contextmanager
+def serve(*args, **kw):
+    s = Serve(*args, **kw)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def tools_list(s, headers=None):
+    return s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                   "params": {"_meta": MODERN}}, headers)
+
+
+def result_of(body):
+    m = json.loads(body)
+    assert "result" in m, m
+    return m["result"]
+
+
+def test_calls_answer_json_with_the_instance_header():
+    with serve("--instance", "alpha") as s:
+        status, h, body = s.call("print(6 * 7)")
+        assert status == 200 and h["content-type"] == "application/json", (status, h, body)
+        assert h["airlock-instance"] == "alpha", h
+        r = result_of(body)
+        assert r["content"][0]["text"] == "42\n" and not r["isError"], r
+        # The handshake era works too, without a protocol session: each POST
+        # stands alone, so initialize may come any number of times.
+        for _ in range(2):
+            status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                      "params": {"protocolVersion": "2025-11-25",
+                                                 "capabilities": {},
+                                                 "clientInfo": {"name": "t", "version": "1"}}})
+            assert status == 200 and result_of(body)["protocolVersion"] == "2025-11-25", body
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                                 {"MCP-Protocol-Version": "2025-11-25"})
+        names = [t["name"] for t in result_of(body)["tools"]]
+        assert status == 200 and "execute_code" in names, body
+        assert s.get("/healthz")[0] == 200 and s.get("/readyz")[0] == 200
+
+
+def test_tokens_401_and_protected_resource_metadata():
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("# comment\n  secret-one  \nsecret-two\n")
+    with serve("--tokens", tokens, "--authorization-server", "https://auth.example") as s:
+        status, h, body = tools_list(s)
+        assert status == 401, (status, body)
+        www = h["www-authenticate"]
+        assert www.startswith("Bearer resource_metadata=\"http://") and \
+            www.endswith("/.well-known/oauth-protected-resource/mcp\""), www
+        status, h, _ = tools_list(s, {"Authorization": "Bearer secret-on"})
+        assert status == 401 and 'error="invalid_token"' in h["www-authenticate"], h
+        assert tools_list(s, {"Authorization": "Basic c2VjcmV0LW9uZQ=="})[0] == 401
+        assert tools_list(s, {"Authorization": "Bearer secret-one"})[0] == 200
+        assert tools_list(s, {"Authorization": "bearer secret-two"})[0] == 200
+        for path in ("/.well-known/oauth-protected-resource",
+                     "/.well-known/oauth-protected-resource/mcp"):
+            status, h, body = s.get(path)
+            meta = json.loads(body)
+            assert status == 200 and meta["authorization_servers"] == ["https://auth.example"], meta
+            assert meta["resource"].endswith("/mcp"), meta
+        # Metrics sit behind the tokens too, and count the failures.
+        assert s.get("/metrics")[0] == 401
+        m = s.metrics({"Authorization": "Bearer secret-two"})
+        assert m['airlock_auth_failures_total{reason="missing"}'] == 2, m
+        assert m['airlock_auth_failures_total{reason="invalid"}'] == 2, m
+        assert "secret" not in "".join(s.lines), s.lines
+
+
+def test_tokens_reload_on_sighup():
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("old-token\n")
+    with serve("--tokens", tokens) as s:
+        assert tools_list(s, {"Authorization": "Bearer old-token"})[0] == 200
+        with open(tokens + ".new", "w") as f:
+            f.write("new-token\n")
+        os.rename(tokens + ".new", tokens)
+        s.p.send_signal(signal.SIGHUP)
+        for _ in range(200):
+            if any("token loaded" in l or "tokens loaded" in l for l in s.lines):
+                break
+            time.sleep(0.05)
+        assert tools_list(s, {"Authorization": "Bearer new-token"})[0] == 200
+        assert tools_list(s, {"Authorization": "Bearer old-token"})[0] == 401
+        # A file that cannot be read keeps the tokens in force.
+        os.unlink(tokens)
+        s.p.send_signal(signal.SIGHUP)
+        for _ in range(200):
+            if any("keeping the old tokens" in l for l in s.lines):
+                break
+            time.sleep(0.05)
+        assert tools_list(s, {"Authorization": "Bearer new-token"})[0] == 200
+        assert s.p.poll() is None
+
+
+def test_origin_is_checked():
+    with serve("--allow-origin", "https://app.example") as s:
+        status, _, body = tools_list(s, {"Origin": "http://evil.example"})
+        assert status == 403, (status, body)
+        # A rebinding page's origin names the Host it reached: still refused.
+        status, _, _ = tools_list(s, {"Origin": f"http://127.0.0.1:{s.port}"})
+        assert status == 403
+        assert tools_list(s, {"Origin": "https://app.example"})[0] == 200
+        assert tools_list(s)[0] == 200
+        assert s.metrics()['airlock_refusals_total{reason="bad_origin"}'] == 2
+
+
+def test_oversized_body_is_413():
+    with serve("--max-body", "4096") as s:
+        big = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "execute_code", "arguments": {"code": "#" + "x" * 8000},
+                          "_meta": MODERN}}
+        status, _, body = s.post(big)
+        assert status == 413, (status, body)
+        # Without Content-Length (chunked), the cap holds while reading.
+        c = s.conn()
+        c.putrequest("POST", "/mcp")
+        c.putheader("Content-Type", "application/json")
+        c.putheader("Transfer-Encoding", "chunked")
+        c.endheaders()
+        data = json.dumps(big).encode()
+        try:
+            for i in range(0, len(data), 1000):
+                part = data[i:i + 1000]
+                c.send(b"%x\r\n%s\r\n" % (len(part), part))
+            c.send(b"0\r\n\r\n")
+            status = c.getresponse().status
+        except (ConnectionError, http.client.HTTPException):
+            status = "closed"
+        assert status in (413, "closed"), status
+        c.close()
+        assert s.call("print('small')")[0] == 200
+        assert s.metrics()['airlock_refusals_total{reason="body_too_large"}'] >= 1
+
+
+def test_malformed_requests():
+    with serve() as s:
+        status, h, body = s.post(b"{not json")
+        assert status == 400 and json.loads(body)["error"]["code"] == -32700, (status, body)
+        status, _, body = s.post(b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]')
+        assert status == 400, (status, body)
+        status, _, body = s.post(b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
+                                 {"MCP-Protocol-Version": "1999-01-01"})
+        assert status == 400 and "MCP-Protocol-Version" in json.loads(body)["error"]["message"]
+        # Notifications and the client's responses: 202, no body.
+        status, _, body = s.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert status == 202 and body == b"", (status, body)
+        status, _, _ = s.post({"jsonrpc": "2.0", "id": 9, "result": {}})
+        assert status == 202
+        # No standalone stream: GET /mcp is 405 with Allow.
+        status, h, _ = s.get("/mcp")
+        assert status == 405 and h["allow"] == "POST", (status, h)
+        assert s.get("/nothing")[0] == 404
+        # A JSON-RPC error of the protocol is still HTTP 200.
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 3, "method": "no/such",
+                                  "params": {"_meta": MODERN}})
+        assert status == 200 and json.loads(body)["error"]["code"] == -32601, body
+        assert s.call("print(1)")[0] == 200
+
+
+def test_too_many_concurrent_calls_are_429_or_503_with_retry_after():
+    with serve("--max-runs", "1", "--max-queue", "1", "--queue-wait", "60") as s:
+        results = {}
+
+        def slow(name):
+            results[name] = s.call("import time; time.sleep(3); print('done')")
+
+        t1 = threading.Thread(target=slow, args=("a",))
+        t1.start()
+        for _ in range(400):
+            if s.metrics()["airlock_runs_in_flight"] == 1:
+                break
+            time.sleep(0.02)
+        t2 = threading.Thread(target=slow, args=("b",))
+        t2.start()
+        for _ in range(400):
+            if s.metrics()["airlock_queue_depth"] == 1:
+                break
+            time.sleep(0.02)
+        status, h, body = s.call("print(3)")
+        assert status == 429 and h["retry-after"] == "1", (status, h, body)
+        t1.join()
+        t2.join()
+        for k in ("a", "b"):
+            assert results[k][0] == 200 and b"done" in results[k][2], results[k]
+        m = s.metrics()
+        assert m['airlock_refusals_total{reason="queue_full"}'] == 1, m
+    with serve("--max-runs", "1", "--max-queue", "4", "--queue-wait", "0.3") as s:
+        t = threading.Thread(target=lambda: s.call("import time; time.sleep(3)"))
+        t.start()
+        for _ in range(400):
+            if s.metrics()["airlock_runs_in_flight"] == 1:
+                break
+            time.sleep(0.02)
+        status, h, _ = s.call("print(3)")
+        assert status == 503 and h["retry-after"] == "1", (status, h)
+        t.join()
+
+
+def test_slow_clients_hold_no_run():
+    with serve("--http-timeout", "2", "--max-runs", "1") as s:
+        # Slowloris: headers that never end, and a body that never comes.
+        socks = []
+        for i in range(4):
+            k = socket.create_connection(("127.0.0.1", s.port))
+            k.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * i)
+            socks.append(k)
+        k = socket.create_connection(("127.0.0.1", s.port))
+        k.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100000\r\n\r\n{\"jsonrpc\"")
+        socks.append(k)
+        # The only run slot is free for a real client meanwhile.
+        status, _, body = s.call("print('through')")
+        assert status == 200 and b"through" in body, (status, body)
+        # The stalled connections are closed by the server once idle.
+        for k in socks:
+            k.settimeout(30)
+            try:
+                data = k.recv(65536)
+                while data and b"HTTP/1.1" not in data:
+                    data = k.recv(65536)
+            except ConnectionResetError:
+                data = b""
+            assert data == b"" or data.startswith(b"HTTP/1.1"), data
+            k.close()
+        # A client that does not read its (large) answer does not hold a
+        # run either: the run slot is free once the run is over.
+        k = socket.create_connection(("127.0.0.1", s.port))
+        k.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": "execute_code",
+                                      "arguments": {"code": "print('y' * 4000000)"},
+                                      "_meta": MODERN}}).encode()
+        k.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        for _ in range(600):
+            if s.metrics()["airlock_calls_total{status=\"ok\"}"] >= 2:
+                break
+            time.sleep(0.05)
+        status, _, body = s.call("print('still')")
+        assert status == 200 and b"still" in body
+        k.close()
+
+
+def test_client_disconnect_cancels_the_run():
+    # A call run on its connection's thread, and one streaming progress (run
+    # by a worker while the connection's thread writes the stream).
+    with serve() as s:
+        for n, meta in ((1, MODERN), (2, dict(MODERN, progressToken="p"))):
+            k = socket.create_connection(("127.0.0.1", s.port))
+            body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                               "params": {"name": "execute_code",
+                                          "arguments": {"code": "import time; time.sleep(60)"},
+                                          "_meta": meta}}).encode()
+            k.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Accept: application/json, text/event-stream\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            for _ in range(400):
+                if s.metrics()["airlock_runs_in_flight"] == 1:
+                    break
+                time.sleep(0.02)
+            time.sleep(0.5)
+            k.close()
+            for _ in range(600):
+                m = s.metrics()
+                if m['airlock_calls_total{status="cancelled"}'] == n and \
+                        m["airlock_runs_in_flight"] == 0:
+                    break
+                time.sleep(0.05)
+            assert m['airlock_calls_total{status="cancelled"}'] == n, m
+        assert m["airlock_runs_in_flight"] == 0 and m["airlock_sandbox_runs"] == 0, m
+        status, _, body = s.call("print('next')")
+        assert status == 200 and b"next" in body
+        assert any(l["status"] == "cancelled" and l["tool"] == "execute_code"
+                   for l in s.log()), s.log()
+
+
+def test_progress_streams_as_sse():
+    with serve() as s:
+        status, h, body = s.call("import time\nfor i in range(3):\n print(i, flush=True)\n"
+                                 " time.sleep(0.7)", progressToken="tok")
+        assert status == 200 and h["content-type"] == "text/event-stream", (status, h)
+        events = [json.loads(l[6:]) for l in body.decode().splitlines() if l.startswith("data: ")]
+        assert events[-1]["id"] == 1 and events[-1]["result"]["content"][0]["text"] == "0\n1\n2\n"
+        progress = [e for e in events[:-1] if e["method"] == "notifications/progress"]
+        assert progress and all(e["params"]["progressToken"] == "tok" for e in progress), events
+        # A client that accepts JSON only gets JSON, progress dropped.
+        status, h, body = s.call("import time; time.sleep(0.7); print(5)",
+                                 {"Accept": "application/json"}, progressToken="t2")
+        assert status == 200 and h["content-type"] == "application/json", h
+        assert result_of(body)["content"][0]["text"] == "5\n"
+
+
+def test_metrics_and_log_lines_add_up():
+    with serve() as s:
+        assert s.call("print(1)")[0] == 200
+        assert s.call("raise SystemExit(3)")[0] == 200
+        assert s.call("print(2)", {"Accept": "application/json"})[0] == 200
+        assert s.post(b"nope")[0] == 400
+        tools_list(s)
+        m = s.metrics()
+        assert m['airlock_calls_total{status="ok"}'] == 3, m  # two calls and tools/list
+        assert m['airlock_calls_total{status="tool_error"}'] == 1, m
+        assert m['airlock_calls_total{status="refused"}'] == 1, m
+        assert m['airlock_refusals_total{reason="bad_request"}'] == 1, m
+        assert m["airlock_run_duration_seconds_count"] == 3, m
+        assert m['airlock_run_duration_seconds_bucket{le="+Inf"}'] == 3, m
+        assert m["airlock_runs_in_flight"] == 0 and m["airlock_queue_depth"] == 0, m
+        log = s.log()
+        calls = [l for l in log if l["method"] == "tools/call"]
+        assert len(calls) == 3 and all(l["tool"] == "execute_code" for l in calls), log
+        assert sorted(l["status"] for l in calls) == ["ok", "ok", "tool_error"], calls
+        for l in log:
+            assert set(l) >= {"ts", "method", "status", "http", "duration_ms", "session",
+                              "client", "instance"}, l
+            assert "code" not in l and "print" not in json.dumps(l), l
+
+
+def test_sigterm_drains():
+    with serve("--grace", "30") as s:
+        keep = s.conn()
+        status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "ping",
+                               "params": {"_meta": MODERN}}, conn=keep)
+        assert status == 200
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault(
+            "r", s.call("import time; time.sleep(2); print('finished')")))
+        t.start()
+        for _ in range(400):
+            if s.metrics()["airlock_runs_in_flight"] == 1:
+                break
+            time.sleep(0.02)
+        s.p.send_signal(signal.SIGTERM)
+        for _ in range(200):
+            if any("draining" in l for l in s.lines):
+                break
+            time.sleep(0.02)
+        # Not ready any more, and no new call on a kept connection.
+        keep.request("GET", "/readyz")
+        r = keep.getresponse()
+        assert r.status == 503 and r.read() == b"draining\n", r.status
+        keep.close()
+        t.join(60)
+        status, _, body = out["r"]
+        assert status == 200 and b"finished" in body, out
+        assert s.p.wait(60) == 0
+        assert any("stopped" in l for l in s.lines), s.lines
+    # Past the grace period the calls are cancelled, and the server still
+    # closes everything and exits 0.
+    with serve("--grace", "0.5") as s:
+        t = threading.Thread(target=lambda: s.call("import time; time.sleep(60)"))
+        t.start()
+        for _ in range(400):
+            if s.metrics()["airlock_runs_in_flight"] == 1:
+                break
+            time.sleep(0.02)
+        start = time.monotonic()
+        s.p.send_signal(signal.SIGTERM)
+        assert s.p.wait(60) == 0
+        assert time.monotonic() - start < 30
+        t.join(60)
+        assert any("cancelling 1 call" in l for l in s.lines), s.lines
+
+
+def test_session_handles_name_their_instance():
+    with serve("--instance", "alpha") as s:
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": "session_open", "arguments": {},
+                                             "_meta": MODERN}})
+        h = result_of(body)["_meta"]["dev.airlock/session"]
+        assert re.fullmatch(r"sess_alpha_[a-z2-7]{26}", h), h
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                  "params": {"name": "execute_code",
+                                             "arguments": {"code": "x = 5", "session": h},
+                                             "_meta": MODERN}})
+        assert not result_of(body)["isError"], body
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                  "params": {"name": "execute_code",
+                                             "arguments": {"code": "print(x)", "session": h},
+                                             "_meta": MODERN}})
+        assert result_of(body)["content"][0]["text"] == "5\n", body
+        assert s.metrics()["airlock_sessions_open"] == 1
+        other = "sess_beta-2_" + "a" * 26
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                                  "params": {"name": "execute_code",
+                                             "arguments": {"code": "1", "session": other},
+                                             "_meta": MODERN}})
+        r = result_of(body)
+        assert r["isError"] and "belongs to instance beta-2; this is alpha" in \
+            r["content"][0]["text"], r
+        log = [l for l in s.log() if l["method"] == "tools/call"]
+        assert [l["session"] for l in log] == [False, True, True, True], log
+
+
+def test_listen_rules():
+    p = subprocess.run([AIRLOCK, "serve", "--listen", "0.0.0.0:0"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "--tokens" in p.stderr, (p.returncode, p.stderr)
+    for bad in ("nothing", "127.0.0.1:99999", "[::1]8080", "localhost:80"):
+        p = subprocess.run([AIRLOCK, "serve", "--listen", bad], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 2 and "--listen" in p.stderr, (bad, p.stderr)
+    for bad in ("--instance=UPPER", "--instance=" + "a" * 33, "--max-runs=0"):
+        p = subprocess.run([AIRLOCK, "serve", bad], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (bad, p.stderr)
+    p = subprocess.run([AIRLOCK, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "SIGHUP" in p.stdout, p.stdout
+    if socket.has_ipv6:
+        try:
+            with socket.socket(socket.AF_INET6) as k:
+                k.bind(("::1", 0))
+        except OSError:
+            return
+        with serve(listen="[::1]:0") as s:
+            assert s.call("print('v6')")[0] == 200
+
+
+if __name__ == "__main__":
+    run()
