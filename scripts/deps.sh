@@ -29,10 +29,11 @@ demo_pkgs=(python3-numpy python3-pandas python3-matplotlib)
 # thread pool (tests/blackbox/test_guest_python.py switches between them).
 # Installing libopenblas0-pthread makes OpenBLAS the machine's default.
 # HAProxy: tests/blackbox/test_multi_instance.py and bench/bench_serve.py run
-# airlock serve instances behind deploy/haproxy.cfg.
+# airlock serve instances behind deploy/haproxy.cfg; the same test reads the
+# Kubernetes manifests with python3-yaml.
 check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3-scipy
             python3-pil fontconfig libblas3 liblapack3 libopenblas0-pthread curl
-            haproxy)
+            haproxy python3-yaml)
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 

@@ -434,5 +434,42 @@ def test_three_instances_one_killed_under_load():
             assert up == (0 if inst == victim else 1), (inst, up)
 
 
+def test_deploy_files_are_valid():
+    """HAProxy accepts deploy/haproxy.cfg; the Kubernetes manifests parse and
+    keep what the pod needs (deploy/k8s/README.md), and their probes name
+    airlock serve's endpoints."""
+    p = subprocess.run([HAPROXY, "-c", "-f", HAPROXY_CFG], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0 and "WARNING" not in p.stdout + p.stderr, p.stdout + p.stderr
+    import yaml
+    k8s = os.path.join(ROOT, "deploy", "k8s")
+    docs = {}
+    for name in sorted(os.listdir(k8s)):
+        if name.endswith(".yaml"):
+            with open(os.path.join(k8s, name)) as f:
+                for d in yaml.safe_load_all(f):
+                    docs[(d["kind"], d.get("metadata", {}).get("name"))] = d
+    kinds = {k for k, _ in docs}
+    assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Secret",
+            "Kustomization"} <= kinds, kinds
+    pod = docs[("Deployment", "airlock")]["spec"]["template"]["spec"]
+    assert pod["hostUsers"] is False and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    c = pod["containers"][0]
+    sc = c["securityContext"]
+    assert sc["procMount"] == "Unmasked" and sc["seccompProfile"]["type"] == "Unconfined", sc
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"], sc
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["args"][0] == "serve" and "--instance" in c["args"] and "--tokens" in c["args"]
+    # The grace the pod gets covers airlock serve's own drain (--grace 30).
+    assert pod["terminationGracePeriodSeconds"] > 30 + 5
+    hpa = docs[("HorizontalPodAutoscaler", "airlock")]["spec"]
+    assert hpa["scaleTargetRef"]["name"] == "airlock" and hpa["minReplicas"] >= 2
+    kust = docs[("Kustomization", None)]
+    assert sorted(kust["resources"]) == sorted(n for n in os.listdir(k8s)
+                                                if n.endswith(".yaml") and n != "kustomization.yaml")
+
+
 if __name__ == "__main__":
     run()
