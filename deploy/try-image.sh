@@ -36,6 +36,9 @@ stage() { # tree command
         chroot "$tree" /bin/bash -c "$*"' _ "$tree" "$@"
 }
 
+if [ "${TRY_IMAGE_REUSE:-}" = 1 ] && [ -x "$work/runtime/usr/local/bin/airlock" ]; then
+    echo "== reusing $work/runtime (TRY_IMAGE_REUSE=1)"
+else
 echo "== build stage (as the Containerfile: scripts/deps.sh build, make, make install)"
 rm -rf "$work/build"
 cp -a "$base" "$work/build"
@@ -55,6 +58,7 @@ stage "$work/runtime" "apt-get update >/dev/null && DEBIAN_FRONTEND=noninteracti
 cp -a "$work/build/staging/usr/local/." "$work/runtime/usr/local/"
 stage "$work/runtime" 'ldconfig && groupadd --gid 10001 airlock && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin airlock'
 echo "image: $(du -sh "$work/runtime" | cut -f1) (an uncompressed tree, apt lists included)"
+fi
 
 token=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
 mkdir -p "$work/runtime/etc/airlock"
@@ -67,6 +71,7 @@ chown -R 100000:100000 "$work/runtime/tmp"
 # uid 10001 of the pod is 110001 outside.
 chown 110001:110001 "$work/runtime/etc/airlock/tokens"
 
+mkdir -p "$work/runtime/.oldroot"
 port=$((20000 + RANDOM % 20000))
 pod() { # masks...  (runs airlock serve in the pod, calls it once, stops it)
     local masks=$1
@@ -79,8 +84,14 @@ pod() { # masks...  (runs airlock serve in the pod, calls it once, stops it)
         mount --rbind /dev "$root/dev"
         mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
         eval "$masks"
-        exec chroot --userspec=10001:10001 "$root" /usr/bin/env -i PATH=/usr/bin:/bin TMPDIR=/tmp HOME=/tmp \
-            /usr/local/bin/airlock serve --listen 127.0.0.1:$port --tokens /etc/airlock/tokens --instance pod1' \
+        # pivot_root as a runtime does, not chroot: the kernel refuses a new
+        # user namespace to a process in a chroot.
+        cd "$root"
+        pivot_root . .oldroot
+        cd /
+        exec /bin/sh -c "umount -l /.oldroot && exec setpriv --reuid 10001 --regid 10001 --clear-groups \
+            env -i PATH=/usr/bin:/bin TMPDIR=/tmp HOME=/tmp \
+            /usr/local/bin/airlock serve --listen 127.0.0.1:$port --tokens /etc/airlock/tokens --instance pod1"' \
         _ "$work/runtime" "$port" "$masks" >"$work/serve.log" 2>&1 &
     local pid=$!
     for _ in $(seq 100); do
