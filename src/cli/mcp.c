@@ -20,7 +20,13 @@
  * progress finish and answers them, as long as someone still reads standard
  * output; SIGTERM, SIGINT or SIGHUP, or the loss of the reader of standard
  * output (the client went away), cancels them. Either way the sandbox cache
- * is closed and the server exits 0. */
+ * is closed and the server exits 0.
+ *
+ * The handling of one message does not depend on stdio: each request names
+ * a sink (mcp_core.h) that receives what it produces, NULL for standard
+ * output. `airlock serve` (serve.c) drives the same dispatcher, workers,
+ * progress thread and sessions through the functions at the end of this
+ * file, with a sink per HTTP request and no handshake state. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>

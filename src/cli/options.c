@@ -54,23 +54,22 @@ static const struct option tail_options[] = {
 
 void cli_usage(FILE *f)
 {
-        fputs(
-            "usage: airlock run [OPTIONS] [FILE]     run code once: FILE, -c CODE, or stdin\n"
-            "       airlock mcp [OPTIONS]            serve execute_code over MCP on stdio\n"
-            "         (sessions: --max-sessions N, --session-idle SEC, --session-lifetime SEC,\n"
-            "          --session-memory MIB)\n"
-            "       airlock serve [OPTIONS]          serve execute_code over MCP Streamable HTTP\n"
-            "                                       (airlock serve --help for its options)\n"
-            "       airlock describe [OPTIONS]       print the tool description (--json)\n"
-            "       airlock repl [OPTIONS]           run cells from stdin in one session\n"
-            "       airlock version\n"
-            "\n"
-            "options:\n"
-            "  -w, --workspace DIR            stage the contents of DIR under /input\n"
-            "  -m, --mount HOST[:PATH]        stage HOST at /input/PATH\n"
-            "  -a, --allow-domain TARGET[=METHODS]  allow outbound HTTP to TARGET\n"
-            "  -t, --tools FILE               host tools declared in JSON (repeatable)\n",
-            f);
+        fputs("usage: airlock run [OPTIONS] [FILE]     run code once: FILE, -c CODE, or stdin\n"
+              "       airlock mcp [OPTIONS]            serve execute_code over MCP on stdio\n"
+              "         (sessions: --max-sessions N, --session-idle SEC, --session-lifetime SEC,\n"
+              "          --session-memory MIB)\n"
+              "       airlock serve [OPTIONS]          the same over MCP Streamable HTTP\n"
+              "         (airlock serve --help for its options)\n"
+              "       airlock describe [OPTIONS]       print the tool description (--json)\n"
+              "       airlock repl [OPTIONS]           run cells from stdin in one session\n"
+              "       airlock version\n"
+              "\n"
+              "options:\n"
+              "  -w, --workspace DIR            stage the contents of DIR under /input\n"
+              "  -m, --mount HOST[:PATH]        stage HOST at /input/PATH\n"
+              "  -a, --allow-domain TARGET[=METHODS]  allow outbound HTTP to TARGET\n"
+              "  -t, --tools FILE               host tools declared in JSON (repeatable)\n",
+              f);
         /* One line per limit, with its default in the option's unit. */
         airlock_limits defaults;
         airlock_limits_default(&defaults);

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -70,11 +71,13 @@ enum refusal {
         RF_BAD_REQUEST,
         RF_BAD_VERSION,
         RF_WARMING_UP,
+        RF_BODY_MEMORY,
+        RF_SLOW_BODY,
         RF_N
 };
 static const char *const refusal_names[RF_N] = {
-    "body_too_large", "queue_full",  "queue_timeout",        "draining",
-    "bad_origin",     "bad_request", "bad_protocol_version", "warming_up"};
+    "body_too_large", "queue_full",           "queue_timeout", "draining",    "bad_origin",
+    "bad_request",    "bad_protocol_version", "warming_up",    "body_memory", "slow_body"};
 static const double latency_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                          1,     2.5,  5,     10,   30,  60,   300};
 #define N_BUCKETS ARRAY_SIZE(latency_buckets)
@@ -92,6 +95,8 @@ typedef struct metrics {
 
 /* ---- the server --------------------------------------------------------- */
 
+typedef struct http_sink http_sink;
+
 typedef struct server {
         serve_options opt;
         mcp_server *core;
@@ -107,7 +112,19 @@ typedef struct server {
         pthread_mutex_t slot_lock;
         pthread_cond_t slot_free;
         unsigned running, waiting;
-        atomic_uint requests; /* HTTP requests in progress, for the drain */
+        atomic_uint requests;     /* HTTP requests in progress, for the drain */
+        atomic_ullong body_bytes; /* request bodies held, against --max-body-total */
+        /* Hang-ups (see hup_main). */
+        int hup_ep, hup_stop;
+        pthread_t hup_thread;
+        bool hup_started;
+        pthread_mutex_t hup_lock;
+        struct hup_slot {
+                http_sink *sink;
+                uint32_t gen;
+        } * hup;
+        uint32_t *hup_free;
+        unsigned n_hup, n_free;
 } server;
 
 static uint64_t mono_ns(void)
@@ -309,7 +326,7 @@ typedef struct msg {
         struct msg *next;
 } msg;
 
-typedef struct http_sink {
+struct http_sink {
         mcp_sink base;
         server *srv;
         pthread_mutex_t lock;
@@ -319,7 +336,7 @@ typedef struct http_sink {
         bool pending;  /* a call was started: done comes with call_done */
         bool got_resp; /* the response was queued */
         enum call_status status;
-} http_sink;
+};
 
 static void sink_wake(http_sink *k)
 {
@@ -367,10 +384,12 @@ static void sink_call_done(mcp_sink *base)
         /* The run slot is free as soon as the run is over, before the
          * response is written to a client that may read it slowly. */
         slot_give(k->srv);
+        /* Woken under the lock: the request's thread may free the sink as
+         * soon as it sees done, which it reads under the lock. */
         pthread_mutex_lock(&k->lock);
         k->done = true;
-        pthread_mutex_unlock(&k->lock);
         sink_wake(k);
+        pthread_mutex_unlock(&k->lock);
 }
 
 static http_sink *sink_new(server *s, const char *owner)
@@ -450,7 +469,8 @@ typedef struct request {
         server *srv;
         dynbuf body;
         bool too_large;
-        bool started; /* past the first call of the handler */
+        bool over_budget; /* the bodies of all requests would pass --max-body-total */
+        uint64_t held;    /* bytes of body counted in srv->body_bytes */
         http_sink *sink;
         int sock;
         bool sse;       /* the client accepts text/event-stream */
@@ -467,10 +487,7 @@ typedef struct request {
         unsigned http_status;
         enum call_status status;
         bool logged;
-        /* A call run on this thread: who watches the socket meanwhile. */
-        pthread_t watcher;
-        bool watcher_started;
-        int watch_stop; /* eventfd that ends the watcher */
+        uint64_t call_t0; /* a tools/call: when it got its run slot */
 } request;
 
 static void json_log(request *rq)
@@ -487,10 +504,14 @@ static void json_log(request *rq)
         char stamp[64];
         snprintf(stamp, sizeof(stamp), "%s.%03ldZ", when, ts.tv_nsec / 1000000);
         double ms = (double)(mono_ns() - rq->t0) / 1e6;
+        /* The names come from the client, cut to their buffers: kept valid
+         * UTF-8 so that the line is always written. */
+        _cleanup_free_ char *method = al_utf8_sanitize(rq->method, strlen(rq->method));
+        _cleanup_free_ char *tool = al_utf8_sanitize(rq->tool, strlen(rq->tool));
         json_t *l = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:b}", "ts", stamp,
                               "instance", rq->srv->opt.instance, "client", rq->client, "method",
-                              rq->method, "tool", rq->tool, "status", status_names[rq->status],
-                              "http", (int)rq->http_status, "duration_ms",
+                              method ? method : "?", "tool", tool ? tool : "?", "status",
+                              status_names[rq->status], "http", (int)rq->http_status, "duration_ms",
                               (double)(uint64_t)(ms * 1000) / 1000, "session", rq->has_session);
         if (!rq->tool[0])
                 json_object_del(l, "tool");
@@ -504,6 +525,8 @@ static void json_log(request *rq)
                 free(text);
         }
         atomic_fetch_add(&rq->srv->m.calls[rq->status], 1);
+        if (rq->call_t0)
+                observe_latency(rq->srv, (double)(mono_ns() - rq->call_t0) / 1e9);
 }
 
 static enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
@@ -518,9 +541,10 @@ static enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned cod
         MHD_add_response_header(r, "Airlock-Instance", rq->srv->opt.instance);
         if (atomic_load(&rq->srv->draining))
                 MHD_add_response_header(r, "Connection", "close");
+        rq->http_status = code;
+        json_log(rq); /* counted before the client can see the answer */
         enum MHD_Result ret = MHD_queue_response(c, code, r);
         MHD_destroy_response(r);
-        rq->http_status = code;
         return ret;
 }
 
@@ -554,9 +578,10 @@ static enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, un
                 MHD_add_response_header(r, h1, v1);
         if (atomic_load(&rq->srv->draining))
                 MHD_add_response_header(r, "Connection", "close");
+        rq->http_status = code;
+        json_log(rq); /* counted before the client can see the answer */
         enum MHD_Result ret = MHD_queue_response(c, code, r);
         MHD_destroy_response(r);
-        rq->http_status = code;
         return ret;
 }
 
@@ -596,6 +621,7 @@ static enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq,
                  missing ? "" : ", error=\"invalid_token\"");
         atomic_fetch_add(missing ? &rq->srv->m.auth_missing : &rq->srv->m.auth_invalid, 1);
         rq->status = ST_REFUSED;
+        snprintf(rq->method, sizeof(rq->method), "?"); /* logged, unread */
         return queue_rpc_error(c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
                                missing ? "authorization required: send Authorization: Bearer TOKEN"
                                        : "invalid token",
@@ -730,8 +756,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
         (void)pos;
         request *rq = cls;
         while (rq->out_off >= rq->out_len) {
-                if (rq->resp_sent)
+                if (rq->resp_sent) {
+                        json_log(rq); /* before the client sees the stream end */
                         return MHD_CONTENT_READER_END_OF_STREAM;
+                }
                 bool gone = false;
                 msg *e = wait_message(rq, &gone);
                 if (gone) {
@@ -811,69 +839,135 @@ static enum MHD_Result answer(struct MHD_Connection *c, request *rq)
         }
 }
 
-static bool client_gone(int sock)
-{
-        struct pollfd p = {.fd = sock, .events = POLLRDHUP};
-        return sock >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
+/* ---- hang-ups of calls run on their connection's thread ---------------- */
 
-/* Watches the socket of a call that runs on its connection's thread, once
- * the run could not (see on_watch), until the run ends. */
-static void *watcher_main(void *arg)
+/* While a call runs on its connection's thread, nobody polls its socket:
+ * one thread of the server watches those sockets in one epoll set (two
+ * system calls a call, no thread per call) and cancels the call of a client
+ * that hangs up. A registration is a slot of a table (one per connection),
+ * named in the event with a generation, so that an event that comes after
+ * its call ended is recognised and dropped. */
+#define HUP_STOP UINT64_MAX
+
+static void *hup_main(void *arg)
 {
-        request *rq = arg;
-        struct pollfd p[2] = {{.fd = rq->sock, .events = POLLRDHUP},
-                              {.fd = rq->watch_stop, .events = POLLIN}};
+        server *s = arg;
+        struct epoll_event ev[16];
         for (;;) {
-                if (poll(p, 2, -1) < 0 && errno != EINTR)
-                        break;
-                if (p[1].revents)
-                        break;
-                if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-                        mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
-                        break;
+                int n = epoll_wait(s->hup_ep, ev, (int)ARRAY_SIZE(ev), -1);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return NULL;
+                pthread_mutex_lock(&s->hup_lock);
+                for (int i = 0; i < n; i++) {
+                        if (ev[i].data.u64 == HUP_STOP) {
+                                pthread_mutex_unlock(&s->hup_lock);
+                                return NULL;
+                        }
+                        uint32_t slot = (uint32_t)ev[i].data.u64;
+                        uint32_t gen = (uint32_t)(ev[i].data.u64 >> 32);
+                        if (slot < s->n_hup && s->hup[slot].sink && s->hup[slot].gen == gen)
+                                mcp_core_cancel_sink(s->core, &s->hup[slot].sink->base);
                 }
+                pthread_mutex_unlock(&s->hup_lock);
         }
-        return NULL;
 }
 
-/* The run's watch of the socket fired (it was readable, or the run is
- * about to wait long): a client that left has its call cancelled; else a
- * thread of its own watches the socket from now on, since the run watches
- * only once. Returns promptly and calls nothing of airlock, as the run
- * asks. */
-static void on_watch(void *arg)
+static int hup_init(server *s)
 {
-        request *rq = arg;
-        if (client_gone(rq->sock)) {
-                mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
-                return;
-        }
-        if (rq->watcher_started)
-                return;
-        rq->watch_stop = eventfd(0, EFD_CLOEXEC);
-        if (rq->watch_stop >= 0 && pthread_create(&rq->watcher, NULL, watcher_main, rq) == 0) {
-                rq->watcher_started = true;
-                return;
-        }
-        if (rq->watch_stop >= 0)
-                close(rq->watch_stop);
-        rq->watch_stop = -1;
+        s->n_hup = s->opt.max_connections + 4;
+        s->hup = calloc(s->n_hup, sizeof(*s->hup));
+        s->hup_free = calloc(s->n_hup, sizeof(*s->hup_free));
+        s->hup_ep = epoll_create1(EPOLL_CLOEXEC);
+        s->hup_stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (!s->hup || !s->hup_free || s->hup_ep < 0 || s->hup_stop < 0)
+                return -ENOMEM;
+        for (unsigned i = 0; i < s->n_hup; i++)
+                s->hup_free[s->n_free++] = s->n_hup - 1 - i;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = HUP_STOP};
+        if (epoll_ctl(s->hup_ep, EPOLL_CTL_ADD, s->hup_stop, &ev) < 0)
+                return -errno;
+        int r = pthread_create(&s->hup_thread, NULL, hup_main, s);
+        if (r != 0)
+                return -r;
+        s->hup_started = true;
+        return 0;
 }
 
-/* Runs the call left for this thread, the socket watched. */
+static void hup_fini(server *s)
+{
+        if (s->hup_started) {
+                uint64_t one = 1;
+                ssize_t n = write(s->hup_stop, &one, sizeof(one));
+                (void)n;
+                pthread_join(s->hup_thread, NULL);
+        }
+        if (s->hup_ep >= 0)
+                close(s->hup_ep);
+        if (s->hup_stop >= 0)
+                close(s->hup_stop);
+        free(s->hup);
+        free(s->hup_free);
+}
+
+/* Watches rq's socket for a hang-up; returns the slot, or -1 (the call
+ * then runs unwatched: its client's leaving is seen once it ends). */
+static int hup_watch(request *rq)
+{
+        server *s = rq->srv;
+        if (rq->sock < 0 || !s->hup_started)
+                return -1;
+        pthread_mutex_lock(&s->hup_lock);
+        if (!s->n_free) {
+                pthread_mutex_unlock(&s->hup_lock);
+                return -1;
+        }
+        uint32_t slot = s->hup_free[--s->n_free];
+        s->hup[slot].sink = rq->sink;
+        uint32_t gen = ++s->hup[slot].gen;
+        pthread_mutex_unlock(&s->hup_lock);
+        /* One event is enough: the call is cancelled once. */
+        struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT,
+                                 .data.u64 = ((uint64_t)gen << 32) | slot};
+        if (epoll_ctl(s->hup_ep, EPOLL_CTL_ADD, rq->sock, &ev) == 0)
+                return (int)slot;
+        pthread_mutex_lock(&s->hup_lock);
+        s->hup[slot].sink = NULL;
+        s->hup_free[s->n_free++] = slot;
+        pthread_mutex_unlock(&s->hup_lock);
+        return -1;
+}
+
+static void hup_unwatch(request *rq, int slot)
+{
+        server *s = rq->srv;
+        if (slot < 0)
+                return;
+        (void)epoll_ctl(s->hup_ep, EPOLL_CTL_DEL, rq->sock, NULL);
+        /* Under the lock: the watcher is not using the sink, and a late
+         * event finds the slot empty or of another generation. */
+        pthread_mutex_lock(&s->hup_lock);
+        s->hup[slot].sink = NULL;
+        s->hup[slot].gen++;
+        s->hup_free[s->n_free++] = (uint32_t)slot;
+        pthread_mutex_unlock(&s->hup_lock);
+}
+
+/* Runs the call left for this thread, its socket watched meanwhile. */
 static void run_here(request *rq)
 {
-        mcp_core_run_here(rq->srv->core, &rq->sink->base, rq->sock, rq->sock >= 0 ? on_watch : NULL,
-                          rq);
-        if (rq->watcher_started) {
-                uint64_t one = 1;
-                ssize_t n = write(rq->watch_stop, &one, sizeof(one));
-                (void)n;
-                pthread_join(rq->watcher, NULL);
-                close(rq->watch_stop);
-                rq->watcher_started = false;
-        }
+        int slot = hup_watch(rq);
+        mcp_core_run_here(rq->srv->core, &rq->sink->base, -1, NULL, NULL);
+        hup_unwatch(rq, slot);
+}
+
+/* The body is parsed: its bytes leave the budget. */
+static void release_body(request *rq)
+{
+        dynbuf_free(&rq->body);
+        atomic_fetch_sub(&rq->srv->body_bytes, rq->held);
+        rq->held = 0;
 }
 
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
@@ -898,6 +992,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         char why[256];
         int code = mcp_parse_message(rq->body.data ? rq->body.data : "", rq->body.len, &m, why,
                                      sizeof(why));
+        release_body(rq);
         if (code != 0) {
                 json_decref(m.root);
                 refuse(rq, RF_BAD_REQUEST);
@@ -958,12 +1053,8 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                 slot_give(s);
         if (started && rq->sink->base.here)
                 run_here(rq);
-        enum MHD_Result r = answer(c, rq);
-        if (is_call && !rq->streaming)
-                observe_latency(s, (double)(mono_ns() - t0) / 1e9);
-        else if (is_call)
-                rq->t0 = rq->t0 ? rq->t0 : t0;
-        return r;
+        rq->call_t0 = is_call ? t0 : 0;
+        return answer(c, rq);
 }
 
 static void format_metrics(server *s, dynbuf *b);
@@ -1043,6 +1134,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 }
                 if (!origin_ok(rq, c)) {
                         refuse(rq, RF_BAD_ORIGIN);
+                        snprintf(rq->method, sizeof(rq->method), "?");
                         return queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
                                                "Origin not allowed", NULL, NULL);
                 }
@@ -1059,9 +1151,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                 return MHD_NO;
                         MHD_add_response_header(r, "Allow", "POST");
                         MHD_add_response_header(r, "Airlock-Instance", s->opt.instance);
+                        rq->http_status = MHD_HTTP_METHOD_NOT_ALLOWED;
                         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
                         MHD_destroy_response(r);
-                        rq->http_status = MHD_HTTP_METHOD_NOT_ALLOWED;
                         return ret;
                 }
                 if (atomic_load(&s->draining)) {
@@ -1084,13 +1176,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 return MHD_YES;
         }
         if (*upload_data_size) {
-                if (!rq->too_large && dynbuf_append(&rq->body, upload_data, *upload_data_size) < 0)
-                        rq->too_large = true;
+                size_t n = *upload_data_size;
                 *upload_data_size = 0;
+                /* A body that trickles in holds its connection's thread: it
+                 * has twice the idle timeout to arrive in full. */
+                if (mono_ns() - rq->t0 > 2ull * s->opt.http_timeout_s * 1000000000ull) {
+                        refuse(rq, RF_SLOW_BODY);
+                        snprintf(rq->method, sizeof(rq->method), "?");
+                        rq->http_status = MHD_HTTP_REQUEST_TIMEOUT;
+                        return MHD_NO;
+                }
+                if (rq->too_large || rq->over_budget)
+                        return MHD_YES; /* read and dropped, then refused */
+                if (atomic_fetch_add(&s->body_bytes, n) + n > s->opt.max_body_total) {
+                        atomic_fetch_sub(&s->body_bytes, n);
+                        rq->over_budget = true;
+                        return MHD_YES;
+                }
+                rq->held += n;
+                if (dynbuf_append(&rq->body, upload_data, n) < 0)
+                        rq->too_large = true;
                 return MHD_YES;
         }
         if (rq->http_status)
                 return MHD_YES; /* answered already */
+        if (rq->over_budget && !rq->too_large) {
+                refuse(rq, RF_BODY_MEMORY);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "too many request bodies held at once; retry later",
+                                       "Retry-After", RETRY_AFTER_S);
+        }
         if (rq->too_large) {
                 refuse(rq, RF_BODY_TOO_LARGE);
                 snprintf(rq->method, sizeof(rq->method), "?");
@@ -1113,11 +1229,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && rq->streaming && rq->status == ST_OK &&
             !(rq->sink && rq->sink->got_resp))
                 rq->status = ST_CANCELLED;
-        if (rq->streaming && rq->sink && rq->sink->pending)
-                observe_latency(s, (double)(mono_ns() - rq->t0) / 1e9);
         sink_free(rq->sink); /* cancels a call still running: its client is gone */
         json_log(rq);
-        dynbuf_free(&rq->body);
+        release_body(rq);
         free(rq->out);
         free(rq);
         atomic_fetch_sub(&s->requests, 1);
@@ -1381,6 +1495,14 @@ int cmd_serve(int argc, char **argv)
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&s->slot_free, &ca);
         pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&s->hup_lock, NULL);
+        s->hup_ep = s->hup_stop = -1;
+        if (hup_init(s) < 0) {
+                fprintf(stderr, "airlock serve: cannot watch connections: %s\n", strerror(errno));
+                hup_fini(s);
+                cli_options_free(&o);
+                return EXIT_SANDBOX;
+        }
         if (so.tokens_file) {
                 int n = load_tokens(so.tokens_file, &s->tokens, why, sizeof(why));
                 if (n < 0) {
@@ -1471,6 +1593,7 @@ int cmd_serve(int argc, char **argv)
                 nanosleep(&pause, NULL);
         }
         MHD_stop_daemon(s->d);
+        hup_fini(s);
         mcp_core_free(s->core);
         free_tokens(s->tokens, s->n_tokens);
         cli_options_free(&o);

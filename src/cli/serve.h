@@ -19,6 +19,7 @@ typedef struct serve_options {
         bool insecure_no_auth; /* --insecure-no-auth: serve a non-loopback address without tokens */
         char instance[MCP_INSTANCE_MAX + 1];
         uint64_t max_body;        /* --max-body BYTES (413 past it) */
+        uint64_t max_body_total;  /* --max-body-total BYTES: all bodies held at once (503) */
         unsigned max_runs;        /* --max-runs N: tools/call running at once */
         unsigned max_queue;       /* --max-queue N: tools/call waiting for a run slot */
         double queue_wait_s;      /* --queue-wait SEC: longest wait for a slot (then 503) */

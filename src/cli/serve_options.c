@@ -14,6 +14,7 @@ void serve_options_default(serve_options *o)
         *o = (serve_options){
             .listen = "127.0.0.1:8080",
             .max_body = 4u << 20,
+            .max_body_total = 64u << 20,
             .max_runs = 4,
             .max_queue = 16,
             .queue_wait_s = 30,
@@ -53,6 +54,7 @@ void serve_usage(FILE *f)
               "      --instance ID              [a-z0-9-]{1,32}, named in session handles\n"
               "                                 (default: random)\n"
               "      --max-body BYTES           largest request body (4194304)\n"
+              "      --max-body-total BYTES     request bodies held at once (67108864)\n"
               "      --max-runs N               tools/call running at once (4)\n"
               "      --max-queue N              tools/call waiting for a run (16)\n"
               "      --queue-wait SEC           longest wait for a run (30)\n"
@@ -84,7 +86,7 @@ int serve_take_options(int *argc, char **argv, serve_options *o, char *why, size
             "--resource-url", "--allow-origin", "--insecure-no-auth",
             "--instance",     "--max-body",     "--max-runs",
             "--max-queue",    "--queue-wait",   "--max-connections",
-            "--http-timeout", "--grace",
+            "--http-timeout", "--grace",        "--max-body-total",
         };
         int out = 1;
         for (int i = 1; i < *argc; i++) {
@@ -173,9 +175,13 @@ int serve_take_options(int *argc, char **argv, serve_options *o, char *why, size
                         r = number(names[k], val, 1, 3600, true, &v, why, why_len);
                         o->http_timeout_s = (unsigned)v;
                         break;
-                default:
+                case 13:
                         r = number(names[k], val, 0, 86400, false, &v, why, why_len);
                         o->grace_s = v;
+                        break;
+                default:
+                        r = number(names[k], val, 65536, 16.0 * (1u << 30), true, &v, why, why_len);
+                        o->max_body_total = (uint64_t)v;
                         break;
                 }
                 if (r < 0)

@@ -87,8 +87,17 @@ class Serve:
                 out[k] = float(v)
         return out
 
-    def log(self):
-        return [json.loads(l) for l in self.lines if l.startswith("{")]
+    def log(self, method=None, count=0):
+        """The JSON log lines (of method), waiting until there are count of
+        them: a line is written before its answer, but read from the pipe
+        by a thread of this test."""
+        for _ in range(400):
+            out = [json.loads(l) for l in list(self.lines) if l.startswith("{")]
+            out = [l for l in out if method is None or l["method"] == method]
+            if len(out) >= count:
+                break
+            time.sleep(0.025)
+        return out
 
     def stop(self):
         if self.p.poll() is None:
@@ -108,6 +117,9 @@ def serve(*args, **kw):
         yield s
     finally:
         s.stop()
+    # Every server drains and exits 0 on SIGTERM (and a sanitizer's
+    # report would make it fail).
+    assert s.p.returncode == 0, (s.p.returncode, "".join(s.lines)[-3000:])
 
 
 def tools_list(s, headers=None):
@@ -239,6 +251,12 @@ def test_oversized_body_is_413():
         c.close()
         assert s.call("print('small')")[0] == 200
         assert s.metrics()['airlock_refusals_total{reason="body_too_large"}'] >= 1
+    # All the bodies held at once have a budget too: past it 503, not 413.
+    with serve("--max-body", "1048576", "--max-body-total", "65536") as s:
+        status, h, body = s.call("#" + "x" * 100000)
+        assert status == 503 and h["retry-after"] == "1", (status, body)
+        assert s.call("print('small')")[0] == 200
+        assert s.metrics()['airlock_refusals_total{reason="body_memory"}'] == 1
 
 
 def test_malformed_requests():
@@ -317,6 +335,21 @@ def test_slow_clients_hold_no_run():
         k.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100000\r\n\r\n{\"jsonrpc\"")
         socks.append(k)
+        # A body that trickles in, a byte within each idle timeout, is cut
+        # off at twice the timeout.
+        trickle = socket.create_connection(("127.0.0.1", s.port))
+        trickle.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 100\r\n\r\n{")
+        start = time.monotonic()
+        closed = False
+        while time.monotonic() - start < 40 and not closed:
+            time.sleep(1)
+            try:
+                trickle.sendall(b" ")
+            except OSError:
+                closed = True
+        assert closed, "a trickling body is cut off"
+        trickle.close()
         # The only run slot is free for a real client meanwhile.
         status, _, body = s.call("print('through')")
         assert status == 200 and b"through" in body, (status, body)
@@ -379,8 +412,9 @@ def test_client_disconnect_cancels_the_run():
         assert m["airlock_runs_in_flight"] == 0 and m["airlock_sandbox_runs"] == 0, m
         status, _, body = s.call("print('next')")
         assert status == 200 and b"next" in body
-        assert any(l["status"] == "cancelled" and l["tool"] == "execute_code"
-                   for l in s.log()), s.log()
+        log = s.log("tools/call", 2)
+        assert [l["status"] for l in log if l["tool"] == "execute_code"][:2] == \
+            ["cancelled", "cancelled"], log
 
 
 def test_progress_streams_as_sse():
@@ -414,8 +448,8 @@ def test_metrics_and_log_lines_add_up():
         assert m["airlock_run_duration_seconds_count"] == 3, m
         assert m['airlock_run_duration_seconds_bucket{le="+Inf"}'] == 3, m
         assert m["airlock_runs_in_flight"] == 0 and m["airlock_queue_depth"] == 0, m
+        calls = s.log("tools/call", 3)
         log = s.log()
-        calls = [l for l in log if l["method"] == "tools/call"]
         assert len(calls) == 3 and all(l["tool"] == "execute_code" for l in calls), log
         assert sorted(l["status"] for l in calls) == ["ok", "ok", "tool_error"], calls
         for l in log:
@@ -496,7 +530,7 @@ def test_session_handles_name_their_instance():
         r = result_of(body)
         assert r["isError"] and "belongs to instance beta-2; this is alpha" in \
             r["content"][0]["text"], r
-        log = [l for l in s.log() if l["method"] == "tools/call"]
+        log = s.log("tools/call", 4)
         assert [l["session"] for l in log] == [False, True, True, True], log
 
 
