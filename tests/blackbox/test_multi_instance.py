@@ -342,7 +342,8 @@ def test_three_instances_one_killed_under_load():
                     r, inst, failures = call_with_retry(c, f"print({k} * 1000 + {i})")
                     assert not r["isError"] and r["content"][0]["text"] == f"{k * 1000 + i}\n", r
                     results[(k, i)] = (inst, failures)
-                    done[0] += 1
+                    with Client.lock:
+                        done[0] += 1
             except Exception as e:
                 errors.append(repr(e))
             finally:
