@@ -12,6 +12,7 @@ the difference is the transport's and the server's, not a client library's.
 Prints one table and one JSON line.
 
 Usage: bench_serve.py BUILD_DIR [ROUNDS]"""
+import ctypes
 import json
 import os
 import shutil
@@ -52,7 +53,8 @@ def check(msg):
 
 class Stdio:
     def __init__(self):
-        self.p = subprocess.Popen([AIRLOCK, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.p = subprocess.Popen([AIRLOCK, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  preexec_fn=die_with_parent)
         self.n = 0
 
     def call(self):
@@ -122,6 +124,12 @@ class Http:
             self.s = None
 
 
+
+def die_with_parent():
+    """For Popen's preexec_fn: the child gets SIGKILL when this process ends,
+    however it ends (a watchdog's exit, a crash), so nothing outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
 def free_ports(n):
     socks = [socket.socket() for _ in range(n)]
     for s in socks:
@@ -155,6 +163,13 @@ class Fleet:
 
     def __init__(self, work, n, lb_servers):
         self.procs = []
+        try:
+            self.start(work, n, lb_servers)
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, work, n, lb_servers):
         ports = free_ports(n + 2)
         self.ports, self.lb, stats = ports[:n], ports[n], ports[n + 1]
         tokens = os.path.join(work, "tokens")
@@ -164,7 +179,7 @@ class Fleet:
             self.procs.append(subprocess.Popen(
                 [AIRLOCK, "serve", "--listen", f"127.0.0.1:{port}", "--instance", f"a{i + 1}",
                  "--tokens", tokens], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL))
+                stderr=subprocess.DEVNULL, preexec_fn=die_with_parent))
         deadline = time.monotonic() + 60
         for p, port in zip(self.procs, self.ports):
             wait_ready(port, p, "airlock serve", deadline)
@@ -177,7 +192,8 @@ class Fleet:
         cfg = os.environ.get("AIRLOCK_HAPROXY_CFG") or os.path.join(ROOT, "deploy", "haproxy.cfg")
         self.procs.append(subprocess.Popen([HAPROXY, "-db", "-f", cfg], env=env,
                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL))
+                                           stderr=subprocess.DEVNULL,
+                                           preexec_fn=die_with_parent))
         # HAProxy marks a server up after two good checks (1 s apart): wait
         # until a call goes through, then for every server to be up.
         c = Http(self.lb)
@@ -257,9 +273,14 @@ def med(xs):
     return statistics.median(xs) * 1000
 
 
+def p90(xs):
+    return sorted(xs)[int(len(xs) * 0.9)] * 1000
+
+
 def main():
     work = tempfile.mkdtemp(prefix="airlock-bench-serve-")
     out = {"rounds": rounds}
+    fleet = stdio = None
     try:
         # Latency: one instance, reached directly and through HAProxy.
         fleet = Fleet(work, 1, lb_servers=True)
@@ -280,7 +301,8 @@ def main():
         d_http = [h - s for h, s in zip(t_http, t_stdio)]
         d_lb = [v - h for v, h in zip(t_lb, t_http)]
         out.update({"stdio_median_ms": med(t_stdio), "http_median_ms": med(t_http),
-                    "haproxy_median_ms": med(t_lb),
+                    "haproxy_median_ms": med(t_lb), "stdio_p90_ms": p90(t_stdio),
+                    "http_p90_ms": p90(t_http), "haproxy_p90_ms": p90(t_lb),
                     "http_minus_stdio_ms": med(t_http) - med(t_stdio),
                     "http_minus_stdio_paired_ms": med(d_http),
                     "haproxy_minus_http_ms": med(t_lb) - med(t_http),
@@ -295,10 +317,17 @@ def main():
         out["three_behind_haproxy_calls_per_s"] = throughput(fleet.lb, secs)
         fleet.close()
     finally:
+        # Nothing started here outlives the benchmark, whatever failed.
+        if stdio and stdio.p.poll() is None:
+            stdio.p.kill()
+            stdio.p.wait()
+        if fleet:
+            fleet.close()
         shutil.rmtree(work, ignore_errors=True)
 
     def line(name, key, note=""):
-        print(f"  {name:<44} median {out[key]:.3f} ms{note}")
+        p = out[key.replace("median", "p90")]
+        print(f"  {name:<36} median {out[key]:.3f} ms (p90 {p:.3f}){note}")
     print(f"airlock serve, tools/call of print(1), {rounds} rounds, calls {GAP_S * 1000:.0f} ms "
           "apart, one instance:")
     line("stdio (airlock mcp)", "stdio_median_ms")

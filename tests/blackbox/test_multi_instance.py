@@ -9,6 +9,7 @@ naming it, nothing waits longer than a few seconds, and the instances'
 end, and a watchdog ends the module if anything hangs."""
 import faulthandler
 import http.client
+import ctypes
 import json
 import os
 import re
@@ -32,6 +33,12 @@ CLIENTS, CALLS = 4, 30
 # The whole module, teardown included, ends within this (run.sh allows more).
 faulthandler.dump_traceback_later(420, exit=True)
 
+
+
+def die_with_parent():
+    """For Popen's preexec_fn: the child gets SIGKILL when this process ends,
+    however it ends (a watchdog's exit, a crash), so nothing outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 def free_ports(n):
     socks = [socket.socket() for _ in range(n)]
@@ -158,7 +165,8 @@ class Cluster:
             self.procs[name] = subprocess.Popen(
                 [AIRLOCK, "serve", "--listen", f"127.0.0.1:{port}", "--instance", name,
                  "--tokens", self.tokens, "--timeout", "20"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent)
         env = dict(os.environ, AIRLOCK_LB_BIND=f"127.0.0.1:{self.lb}",
                    AIRLOCK_LB_STATS=f"127.0.0.1:{self.lb_stats}",
                    **{f"AIRLOCK_{n.upper()}": f"127.0.0.1:{p}" for n, p in self.ports.items()})
@@ -166,7 +174,7 @@ class Cluster:
         self.logs["haproxy"] = log
         self.haproxy = subprocess.Popen([HAPROXY, "-db", "-f", HAPROXY_CFG], env=env,
                                         stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT)
+                                        stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         deadline = time.monotonic() + 60
         for name, port in self.ports.items():
             while True:
