@@ -54,3 +54,7 @@ if ls python/airlock/_airlock*.so >/dev/null 2>&1; then
 else
     echo "bench: the Python package is not built (make python); its figures skipped" >&2
 fi
+# airlock serve over HTTP against stdio, with and without HAProxy in front,
+# and three instances behind HAProxy against one alone.
+/usr/bin/python3 bench/bench_serve.py "$build" "$rounds" ||
+    echo "bench: bench/bench_serve.py failed" >&2

@@ -28,8 +28,12 @@ demo_pkgs=(python3-numpy python3-pandas python3-matplotlib)
 # and BLAS both as Debian's default netlib build and as OpenBLAS with its
 # thread pool (tests/blackbox/test_guest_python.py switches between them).
 # Installing libopenblas0-pthread makes OpenBLAS the machine's default.
+# HAProxy: tests/blackbox/test_multi_instance.py and bench/bench_serve.py run
+# airlock serve instances behind deploy/haproxy.cfg; the same test reads the
+# Kubernetes manifests (as text).
 check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3-scipy
-            python3-pil fontconfig libblas3 liblapack3 libopenblas0-pthread curl)
+            python3-pil fontconfig libblas3 liblapack3 libopenblas0-pthread curl
+            haproxy)
 # The Python package: its extension's headers and build (make python), its tests.
 check_pkgs+=(python3-dev python3-setuptools python3-pytest)
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client)
