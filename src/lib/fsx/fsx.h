@@ -158,6 +158,31 @@ int fsx_stage_reuse(int dest_dirfd, const fsx_source *sources, size_t n_sources,
                     const fsx_manifest *prev, fsx_manifest **ret_manifest,
                     fsx_stage_stats *ret_stats, airlock_error *err);
 
+/* Contract: updates dest_dirfd, the staged copy that prev describes (the
+ * manifest of the staging that filled it), where it stands, into a staging
+ * of the one workspace source (dest NULL; mounts are refused -EINVAL): the
+ * same walk, refusals, caps and errors as fsx_stage. An unchanged file (the
+ * rules of fsx_stage_reuse, checked on the copy's name instead of a new
+ * link) is kept as it is; a changed one is replaced by a new copy; entries
+ * of the copy that the source no longer has (or now skips) are removed;
+ * directories get their mode and times again. The caller must own the copy
+ * exclusively: nothing may read it while it is updated (fsx_staging_take).
+ * On error the copy is half updated, and must be removed. */
+int fsx_stage_update(int dest_dirfd, const fsx_source *source, const fsx_limits *lim, uid_t owner,
+                     gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                     fsx_stage_stats *ret_stats, airlock_error *err);
+
+/* fsx_staging_create for one workspace source, by taking over the staging
+ * area *prev (reset to "none", so that its owner removes nothing) and
+ * updating its tree in place with fsx_stage_update against prev_manifest.
+ * For a caller that replaces the staging's only user, when no run can read
+ * that tree any more (sbx_sandbox_new_from with a yielded prev). On failure
+ * the taken area is removed. */
+int fsx_staging_take(fsx_staging *prev, const fsx_source *source, const fsx_limits *lim,
+                     uid_t owner, gid_t group, const fsx_manifest *prev_manifest,
+                     fsx_staging *ret_staging, int *ret_fd, fsx_manifest **ret_manifest,
+                     fsx_stage_stats *ret_stats, airlock_error *err);
+
 /* Captures the regular files below out_dirfd (the run's /output, after every
  * guest process has ended). Links and non-regular files are refused and never
  * followed or opened in a way that can block; caps per file, total, count and

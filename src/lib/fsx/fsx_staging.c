@@ -94,6 +94,40 @@ int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_s
         return 0;
 }
 
+int fsx_staging_take(fsx_staging *prev, const fsx_source *source, const fsx_limits *lim,
+                     uid_t owner, gid_t group, const fsx_manifest *prev_manifest,
+                     fsx_staging *ret_staging, int *ret_fd, fsx_manifest **ret_manifest,
+                     fsx_stage_stats *ret_stats, airlock_error *err)
+{
+        if (ret_manifest)
+                *ret_manifest = NULL;
+        if (!prev || prev->parent_fd < 0 || !prev->name || !prev_manifest)
+                return al_error(err, -EINVAL, NULL, "staging: nothing to take over");
+        /* From here the area is ours: removed again on an error, never
+         * left half updated for anyone. */
+        _cleanup_(staging_removep) fsx_staging staging = *prev;
+        *prev = (fsx_staging){.parent_fd = -1};
+        _cleanup_close_ int stage_fd = openat(staging.parent_fd, staging.name,
+                                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (stage_fd < 0)
+                return al_error(err, -errno, staging.name, "cannot open the staging directory: %m");
+        _cleanup_close_ int input_fd =
+            openat(stage_fd, "input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (input_fd < 0)
+                return al_error(err, -errno, staging.name, "cannot open the staging directory: %m");
+        fsx_stage_stats stats;
+        int r = fsx_stage_update(input_fd, source, lim, owner, group, prev_manifest, ret_manifest,
+                                 &stats, err);
+        if (r < 0)
+                return r;
+        if (ret_stats)
+                *ret_stats = stats;
+        *ret_staging = staging;
+        staging = (fsx_staging){.parent_fd = -1};
+        *ret_fd = TAKE_FD(input_fd);
+        return 0;
+}
+
 void fsx_staging_remove(fsx_staging *staging)
 {
         if (staging->parent_fd >= 0 && staging->name &&
