@@ -70,6 +70,7 @@ typedef struct fsx_walk_opts {
         uint64_t max_entries; /* listing budget over *listed: bounds memory */
         uint64_t *listed;     /* running count of listed entries (shared by walks) */
         bool refuse_bad_utf8; /* refuse names that are not UTF-8 (capture) */
+        bool no_descend;      /* list the root only: subdirectories are passed over */
 } fsx_walk_opts;
 
 /* Walks the directory root_fd (already opened and checked by the caller; not

@@ -435,11 +435,12 @@ static json_t *watch_report(airlock_cache *c, const airlock_config *cfg, char **
         pthread_mutex_unlock(&c->lock);
         if (info.reason[0])
                 *ret_warning = strdup(info.reason);
-        return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:s?}", "mode",
+        return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:s?}", "mode",
                          info.active ? "inotify" : "walk", "watches", (json_int_t)info.watches,
                          "max_watches", (json_int_t)info.max_watches, "safety_walk_s",
                          (double)info.period_ns / 1e9, "walks", (json_int_t)info.walks, "checks",
-                         (json_int_t)info.checks, "reason", info.reason[0] ? info.reason : NULL);
+                         (json_int_t)info.checks, "partial_walks", (json_int_t)info.partial,
+                         "reason", info.reason[0] ? info.reason : NULL);
 }
 
 static void list_unlink(airlock_cache *c, cache_entry *e)
