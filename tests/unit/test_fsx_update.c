@@ -229,6 +229,65 @@ static void test_mounts_are_refused(void **state)
         close(dfd);
 }
 
+/* A file replaced by a folder between its listing and its open, once (the
+ * staging fails -ESTALE, "changed while it was staged"): the staging is
+ * tried again instead of failing the build, in place and into a new area
+ * alike. */
+static int replaced;
+static void replace_once(int parent_fd, const char *name)
+{
+        if (replaced || strcmp(name, "a.txt") != 0)
+                return;
+        replaced++;
+        assert_int_equal(unlinkat(parent_fd, "a.txt", 0), 0);
+        put_dir(parent_fd, "a.txt");
+        put_file(parent_fd, "a.txt/inner", "replaced");
+}
+
+static void test_a_file_replaced_while_staged_is_staged_again(void **state)
+{
+        ut *t = *state;
+        put_file(t->wfd, "a.txt", "edited");
+        fsx_staging area = {.parent_fd = dup(t->s.fd), .name = strdup("area")};
+        put_dir(t->s.fd, "area");
+        assert_int_equal(renameat(t->s.fd, "a", t->s.fd, "area/input"), 0);
+        fsx_source src = {t->ws, NULL};
+        fsx_staging next;
+        int fd = -1;
+        fsx_manifest *m2 = NULL;
+        airlock_error err = {0};
+        replaced = 0;
+        fsx_stage_file_hook = replace_once;
+        int r = fsx_staging_take(&area, &src, &lim, (uid_t)-1, (gid_t)-1, t->m, &next, &fd, &m2,
+                                 NULL, &err);
+        fsx_stage_file_hook = NULL;
+        assert_int_equal(r, 0);
+        assert_int_equal(replaced, 1);
+        char *a = get_file(fd, "a.txt/inner");
+        assert_string_equal(a, "replaced");
+        free(a);
+        close(fd);
+        /* The same for a new area. */
+        fsx_staging fresh;
+        replaced = 0;
+        airlock_error e = {0};
+        assert_int_equal(fsx_remove_at(t->wfd, "a.txt", &e), 0);
+        put_file(t->wfd, "a.txt", "edited again");
+        fsx_stage_file_hook = replace_once;
+        r = fsx_staging_create(t->s.path, &src, 1, &lim, (uid_t)-1, (gid_t)-1, -1, NULL, &fresh,
+                               &fd, NULL, &err);
+        fsx_stage_file_hook = NULL;
+        assert_int_equal(r, 0);
+        assert_int_equal(replaced, 1);
+        a = get_file(fd, "a.txt/inner");
+        assert_string_equal(a, "replaced");
+        free(a);
+        close(fd);
+        fsx_staging_remove(&fresh);
+        fsx_staging_remove(&next);
+        fsx_manifest_free(m2);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -237,6 +296,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_directory_metadata_is_set_again, setup, teardown),
             cmocka_unit_test_setup_teardown(test_a_link_still_fails_closed, setup, teardown),
             cmocka_unit_test_setup_teardown(test_mounts_are_refused, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_a_file_replaced_while_staged_is_staged_again,
+                                            setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

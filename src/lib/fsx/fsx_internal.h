@@ -118,6 +118,11 @@ void fsx_hash_final(const fsx_hash *h, char ret_hex[33]);
  * before its bytes are read; lets tests grow a file "while" it is read. */
 extern void (*fsx_capture_read_hook)(int fd, const char *path);
 
+/* Test hook: called by staging for each listed file before it is looked at
+ * (parent_fd is the source directory); lets tests replace a file between
+ * its listing and its open. */
+extern void (*fsx_stage_file_hook)(int parent_fd, const char *name);
+
 /* The refusal list is capped at this many entries, then one more entry says
  * how many others were refused. */
 #define FSX_REFUSED_MAX 100

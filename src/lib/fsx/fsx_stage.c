@@ -691,8 +691,12 @@ static int reuse_unopened(stage_ctx *c, const fsx_item *it, stage_dir *parent)
 
 /* Stages one listed file: 1 when its copy is now in place (linked, kept
  * or copied), 0 when it was skipped or vanished, or a negative errno. */
+void (*fsx_stage_file_hook)(int parent_fd, const char *name) = NULL;
+
 static int stage_file_one(stage_ctx *c, const fsx_item *it, stage_dir *parent)
 {
+        if (fsx_stage_file_hook)
+                fsx_stage_file_hook(it->parent_fd, it->name);
         if (c->prev) {
                 int k = reuse_unopened(c, it, parent);
                 if (k != 0)
@@ -1015,6 +1019,28 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
         return r;
 }
 
+/* On ext2/3/4, marks the (empty, airlock-made) destination as the top of a
+ * directory hierarchy (FS_TOPDIR_FL, chattr +T), so that the allocator
+ * spreads the directories staged in it over the file system's block groups
+ * (Orlov) instead of packing every new inode into the group of the
+ * destination's parent. Why it matters: ext4 skips inodes freed in the last
+ * minutes when it allocates (recently_deleted()), and a /tmp where copies
+ * are made and removed all day has its groups full of them; a create there
+ * cost 0.5-1.5 ms here against tens of microseconds in a fresh group
+ * (10,000 files: 11-15 s against 0.75 s, measured with perf in
+ * ext4_create). Best effort: no other file system, no error. */
+static void spread_hint(int dest_dirfd)
+{
+        struct statfs sf;
+        if (fstatfs(dest_dirfd, &sf) < 0 || sf.f_type != 0xEF53)
+                return;
+        int flags = 0;
+        if (ioctl(dest_dirfd, FS_IOC_GETFLAGS, &flags) < 0 || (flags & FS_TOPDIR_FL))
+                return;
+        flags |= FS_TOPDIR_FL;
+        (void)ioctl(dest_dirfd, FS_IOC_SETFLAGS, &flags);
+}
+
 static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources,
                      const fsx_limits *lim, uid_t owner, gid_t group, int prev_dirfd,
                      const fsx_manifest *prev, bool inplace, fsx_manifest **ret_manifest,
@@ -1037,6 +1063,8 @@ static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources
                        .inplace = inplace};
         /* Before any file is read: racy() measures from here. */
         clock_gettime(CLOCK_REALTIME, &c.t0);
+        if (!inplace)
+                spread_hint(dest_dirfd);
         if (ret_manifest) {
                 c.out = calloc(1, sizeof(*c.out));
                 if (!c.out)
