@@ -145,6 +145,30 @@ static void test_file_events_sign_one_directory(void **state)
         assert_non_null(strstr(err.message, "sub/new/l"));
 }
 
+/* A folder in two trees (the workspace and a mount of one of its folders)
+ * has one watch descriptor: an edit in it signs it again in both. */
+static void test_a_folder_in_two_trees(void **state)
+{
+        wt *t = *state;
+        char sub[160];
+        snprintf(sub, sizeof(sub), "%s/sub", t->ws);
+        const char *paths[] = {t->ws, sub};
+        fsx_watch *w = NULL;
+        airlock_error err = {0};
+        assert_int_equal(fsx_watch_new(paths, 2, &lim, 4096, &w, &err), 0);
+        char hex[2][FSX_SIGNATURE_HEX], want[FSX_SIGNATURE_HEX];
+        assert_int_equal(fsx_watch_signatures(w, hex, NULL, &err), 0);
+        put_file(t->wfd, "sub/b.txt", "edited in both");
+        bool walked = false;
+        assert_int_equal(fsx_watch_signatures(w, hex, &walked, &err), 0);
+        assert_true(walked);
+        for (int i = 0; i < 2; i++) {
+                assert_int_equal(fsx_tree_signature(paths[i], &lim, 4096, want, &err), 0);
+                assert_string_equal(hex[i], want);
+        }
+        fsx_watch_free(w);
+}
+
 static void test_create_delete_rename(void **state)
 {
         wt *t = *state;
@@ -320,6 +344,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_reads_are_not_changes, setup, teardown),
             cmocka_unit_test_setup_teardown(test_same_size_same_mtime, setup, teardown),
             cmocka_unit_test_setup_teardown(test_file_events_sign_one_directory, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_a_folder_in_two_trees, setup, teardown),
             cmocka_unit_test_setup_teardown(test_create_delete_rename, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dir_moved_out, setup, teardown),
             cmocka_unit_test_setup_teardown(test_symlink_fails_closed, setup, teardown),

@@ -378,6 +378,8 @@ int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
 static int redo_dir(int root_fd, const fsx_sig_dir *d, const fsx_limits *lim, uint64_t threshold,
                     fsx_sig_dir *ret)
 {
+        if (!d->rel)
+                return 1; /* a state kept without paths */
         _cleanup_close_ int fd =
             d->rel[0] ? fsx_open_beneath(root_fd, d->rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0)
                       : openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

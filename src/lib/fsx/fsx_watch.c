@@ -226,6 +226,9 @@ enum { UNCHANGED, DIRS_CHANGED, WALK };
  * no such watch, wds not in the walk's order, too many directories. */
 static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
 {
+        /* Every tree that holds the directory: one directory can be both in
+         * the workspace and a mount (inotify gives one inode one wd). */
+        bool found = false;
         for (size_t i = 0; i < w->n; i++) {
                 tree_root *t = &w->roots[i];
                 if (!t->sig.n || t->fd < 0 || !t->wd_order)
@@ -243,14 +246,14 @@ static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
                         continue;
                 if (!t->dirty && !(t->dirty = calloc(t->sig.n, sizeof(*t->dirty))))
                         return WALK;
+                found = true;
                 if (!t->dirty[lo]) {
                         t->dirty[lo] = true;
                         if (++*n_dirty > DIRTY_MAX)
                                 return WALK;
                 }
-                return DIRS_CHANGED;
         }
-        return WALK;
+        return found ? DIRS_CHANGED : WALK;
 }
 
 /* Reads the queued events: UNCHANGED when there are none and every root
