@@ -132,6 +132,31 @@ def test_a_rebuild_reuses_the_unchanged_files():
         m.close()
 
 
+def test_an_idle_copy_is_updated_in_place():
+    """When no run or session holds the stale version, the rebuild takes its
+    staged copy over and updates it where it stands: the same staging area,
+    the unchanged files' inodes, and one link each as seen by the guest."""
+    ws = make_ws({"a.txt": "one", "sub/b.txt": "two", "gone/c.txt": "three"})
+    tmp, env = private_tmp()
+    m = Mcp("-w", ws, env=env)
+    try:
+        assert listing(m)["sub/b.txt"] == "two"
+        areas = sorted(a for a in os.listdir(tmp) if a.startswith("airlock-stage-"))
+        before = staged_inodes(tmp)
+        with open(os.path.join(ws, "sub/b.txt"), "w") as f:
+            f.write("TWO")
+        os.unlink(os.path.join(ws, "gone/c.txt"))
+        os.rmdir(os.path.join(ws, "gone"))
+        assert listing(m) == {"a.txt": "one", "sub/b.txt": "TWO"}
+        assert sorted(a for a in os.listdir(tmp) if a.startswith("airlock-stage-")) == areas
+        after = staged_inodes(tmp)
+        assert after["a.txt"] == before["a.txt"], (before, after)
+        r = m.run("import os\nprint(os.stat('/input/a.txt').st_nlink, os.path.exists('/input/gone'))")
+        assert r["stdout"].split() == ["1", "False"], r
+    finally:
+        m.close()
+
+
 def test_edits_creations_deletions_renames():
     ws = make_ws({"a.txt": "one", "sub/b.txt": "two"})
     m = Mcp("-w", ws)

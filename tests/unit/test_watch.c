@@ -114,6 +114,61 @@ static void test_same_size_same_mtime(void **state)
         assert_false(call(t));
 }
 
+/* An edit of a file signs its directory again, alone; a new directory
+ * (the set of directories changed) makes a full walk. Both give the
+ * signature of a full walk (checked by call()). */
+static void test_file_events_sign_one_directory(void **state)
+{
+        wt *t = *state;
+        assert_true(call(t));
+        put_file(t->wfd, "sub/b.txt", "changed");
+        assert_true(call(t));
+        put_file(t->wfd, "a.txt", "changed too");
+        assert_true(call(t));
+        assert_int_equal(unlinkat(t->wfd, "sub/b.txt", 0), 0);
+        assert_true(call(t));
+        fsx_watch_info info;
+        fsx_watch_get_info(t->w, &info);
+        assert_int_equal(info.walks, 1);
+        assert_int_equal(info.partial, 3);
+        put_dir(t->wfd, "sub/new");
+        assert_true(call(t));
+        fsx_watch_get_info(t->w, &info);
+        assert_int_equal(info.walks, 2);
+        assert_int_equal(info.partial, 3);
+        /* A file replaced by a link in a known directory: the directory
+         * alone cannot vouch for it, the full walk fails closed. */
+        put_link(t->wfd, "sub/new/l", "/etc/passwd");
+        char hex[1][FSX_SIGNATURE_HEX];
+        airlock_error err = {0};
+        assert_int_equal(fsx_watch_signatures(t->w, hex, NULL, &err), -ELOOP);
+        assert_non_null(strstr(err.message, "sub/new/l"));
+}
+
+/* A folder in two trees (the workspace and a mount of one of its folders)
+ * has one watch descriptor: an edit in it signs it again in both. */
+static void test_a_folder_in_two_trees(void **state)
+{
+        wt *t = *state;
+        char sub[160];
+        snprintf(sub, sizeof(sub), "%s/sub", t->ws);
+        const char *paths[] = {t->ws, sub};
+        fsx_watch *w = NULL;
+        airlock_error err = {0};
+        assert_int_equal(fsx_watch_new(paths, 2, &lim, 4096, &w, &err), 0);
+        char hex[2][FSX_SIGNATURE_HEX], want[FSX_SIGNATURE_HEX];
+        assert_int_equal(fsx_watch_signatures(w, hex, NULL, &err), 0);
+        put_file(t->wfd, "sub/b.txt", "edited in both");
+        bool walked = false;
+        assert_int_equal(fsx_watch_signatures(w, hex, &walked, &err), 0);
+        assert_true(walked);
+        for (int i = 0; i < 2; i++) {
+                assert_int_equal(fsx_tree_signature(paths[i], &lim, 4096, want, &err), 0);
+                assert_string_equal(hex[i], want);
+        }
+        fsx_watch_free(w);
+}
+
 static void test_create_delete_rename(void **state)
 {
         wt *t = *state;
@@ -288,6 +343,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_unchanged_does_not_walk, setup, teardown),
             cmocka_unit_test_setup_teardown(test_reads_are_not_changes, setup, teardown),
             cmocka_unit_test_setup_teardown(test_same_size_same_mtime, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_file_events_sign_one_directory, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_a_folder_in_two_trees, setup, teardown),
             cmocka_unit_test_setup_teardown(test_create_delete_rename, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dir_moved_out, setup, teardown),
             cmocka_unit_test_setup_teardown(test_symlink_fails_closed, setup, teardown),

@@ -120,16 +120,57 @@ int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t co
 /* Called by fsx_tree_signature_hooked for the root (is_root, a file or a
  * directory) and for every directory the walk enters, with the checked fd
  * the walk holds (opened beneath its parent with no link followed, on the
- * root's device), before the directory is listed. The fd stays the walk's. */
+ * root's device), before the directory is listed. The fd stays the walk's.
+ * Returns the watch descriptor set on it, or -1. */
 typedef struct fsx_sig_hook {
-        void (*entered)(void *ctx, int fd, const struct stat *st, bool is_root);
+        int (*entered)(void *ctx, int fd, const struct stat *st, bool is_root);
         void *ctx;
 } fsx_sig_hook;
 
-/* fsx_tree_signature, calling hook as it goes (hook may be NULL). */
+/* A tree's signature is a hash over one digest per directory, in the walk's
+ * order: the directory's relative path, type, mode, size, mtime and inode,
+ * then the name, metadata and (under the threshold) content hash of each of
+ * its own regular files. So a directory whose files changed can be signed
+ * again alone (fsx_tree_signature_update), and the result is the one a full
+ * walk gives. The state of one walk: */
+typedef struct fsx_sig_dir {
+        char *rel; /* below the root, "" for the root itself */
+        dev_t dev; /* identity of the directory when it was signed */
+        ino_t ino;
+        int wd;          /* the hook's watch descriptor, or -1 */
+        uint64_t bytes;  /* of its own regular files */
+        uint64_t listed; /* its own entries, as the walk's listing counts them */
+        char hex[33];    /* its digest */
+} fsx_sig_dir;
+
+typedef struct fsx_sig_state {
+        fsx_sig_dir *dirs; /* the walk's order: the root first, parents before children */
+        size_t n, cap;
+        uint64_t bytes, listed; /* totals, checked against the caps */
+        bool is_dir;            /* the root is a directory (a file has no dirs) */
+} fsx_sig_state;
+
+void fsx_sig_state_free(fsx_sig_state *s);
+
+/* fsx_tree_signature, calling hook as it goes (hook may be NULL), and
+ * filling *state (may be NULL; freed and reset first) for later updates. */
 int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
                               uint64_t content_threshold, const fsx_sig_hook *hook,
-                              char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err);
+                              fsx_sig_state *state, char ret_hex[FSX_SIGNATURE_HEX],
+                              airlock_error *err);
+
+/* Contract: signs again only the directories dirs[idx[0..n-1]] of *state
+ * (a directory tree's), reopened beneath root_fd (the tree's root, as the
+ * walk opened it) with no link followed, each required to be the directory
+ * recorded (dev, ino), listed alone (their subdirectories keep their
+ * digests), and puts the tree's signature in ret_hex. Returns 0 when done;
+ * 1 when this cannot stand for a full walk (a directory moved, anything
+ * refused or over a cap, any error: a full walk then gives the exact
+ * error), with *state unchanged. Changes to which subdirectories exist are
+ * the caller's to detect (they need a full walk). */
+int fsx_tree_signature_update(int root_fd, fsx_sig_state *state, const size_t *idx, size_t n,
+                              const fsx_limits *lim, uint64_t content_threshold,
+                              char ret_hex[FSX_SIGNATURE_HEX]);
 
 /* ---- cheap rebuilds (fsx_stage.c) ---- */
 
@@ -157,6 +198,31 @@ int fsx_stage_reuse(int dest_dirfd, const fsx_source *sources, size_t n_sources,
                     const fsx_limits *lim, uid_t owner, gid_t group, int prev_dirfd,
                     const fsx_manifest *prev, fsx_manifest **ret_manifest,
                     fsx_stage_stats *ret_stats, airlock_error *err);
+
+/* Contract: updates dest_dirfd, the staged copy that prev describes (the
+ * manifest of the staging that filled it), where it stands, into a staging
+ * of the one workspace source (dest NULL; mounts are refused -EINVAL): the
+ * same walk, refusals, caps and errors as fsx_stage. An unchanged file (the
+ * rules of fsx_stage_reuse, checked on the copy's name instead of a new
+ * link) is kept as it is; a changed one is replaced by a new copy; entries
+ * of the copy that the source no longer has (or now skips) are removed;
+ * directories get their mode and times again. The caller must own the copy
+ * exclusively: nothing may read it while it is updated (fsx_staging_take).
+ * On error the copy is half updated, and must be removed. */
+int fsx_stage_update(int dest_dirfd, const fsx_source *source, const fsx_limits *lim, uid_t owner,
+                     gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                     fsx_stage_stats *ret_stats, airlock_error *err);
+
+/* fsx_staging_create for one workspace source, by taking over the staging
+ * area *prev (reset to "none", so that its owner removes nothing) and
+ * updating its tree in place with fsx_stage_update against prev_manifest.
+ * For a caller that replaces the staging's only user, when no run can read
+ * that tree any more (sbx_sandbox_new_from with a yielded prev). On failure
+ * the taken area is removed. */
+int fsx_staging_take(fsx_staging *prev, const fsx_source *source, const fsx_limits *lim,
+                     uid_t owner, gid_t group, const fsx_manifest *prev_manifest,
+                     fsx_staging *ret_staging, int *ret_fd, fsx_manifest **ret_manifest,
+                     fsx_stage_stats *ret_stats, airlock_error *err);
 
 /* Captures the regular files below out_dirfd (the run's /output, after every
  * guest process has ended). Links and non-regular files are refused and never

@@ -70,6 +70,7 @@ typedef struct fsx_walk_opts {
         uint64_t max_entries; /* listing budget over *listed: bounds memory */
         uint64_t *listed;     /* running count of listed entries (shared by walks) */
         bool refuse_bad_utf8; /* refuse names that are not UTF-8 (capture) */
+        bool no_descend;      /* list the root only: subdirectories are passed over */
 } fsx_walk_opts;
 
 /* Walks the directory root_fd (already opened and checked by the caller; not
@@ -116,6 +117,11 @@ void fsx_hash_final(const fsx_hash *h, char ret_hex[33]);
 /* Test hook: called by capture after a file was opened and checked and
  * before its bytes are read; lets tests grow a file "while" it is read. */
 extern void (*fsx_capture_read_hook)(int fd, const char *path);
+
+/* Test hook: called by staging for each listed file before it is looked at
+ * (parent_fd is the source directory); lets tests replace a file between
+ * its listing and its open. */
+extern void (*fsx_stage_file_hook)(int parent_fd, const char *name);
 
 /* The refusal list is capped at this many entries, then one more entry says
  * how many others were refused. */

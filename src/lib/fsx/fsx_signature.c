@@ -91,26 +91,48 @@ typedef struct sig_ctx {
         airlock_error *err;
         uint64_t threshold;
         uint64_t bytes;
-        fsx_hash h;
+        fsx_hash h;      /* a file root's hash */
+        fsx_hash *dir_h; /* one per directory of state, while walking */
+        size_t cap_h;
+        fsx_sig_state *state;
+        bool keep_rel;
+        const uint64_t *listed;
+        /* The directory entered last, whose own listing count is settled at
+         * the next callback: the walk lists a directory whole right after
+         * entering it, before any callback for its entries. */
+        size_t pending;
+        uint64_t pending_from;
         unsigned char *buf;
 } sig_ctx;
 
-#define SIG_BUF (64 * 1024)
+#define SIG_BUF    (64 * 1024)
+#define NO_PENDING SIZE_MAX
 
-static void hash_meta(sig_ctx *c, char kind, const char *rel, size_t rel_len, const struct stat *st)
+void fsx_sig_state_free(fsx_sig_state *s)
 {
-        fsx_hash_update(&c->h, &kind, 1);
-        fsx_hash_update(&c->h, rel, rel_len);
-        fsx_hash_u64(&c->h, (uint64_t)st->st_mode);
-        fsx_hash_u64(&c->h, (uint64_t)st->st_size);
-        fsx_hash_u64(&c->h, (uint64_t)st->st_mtim.tv_sec);
-        fsx_hash_u64(&c->h, (uint64_t)st->st_mtim.tv_nsec);
-        fsx_hash_u64(&c->h, (uint64_t)st->st_ino);
+        if (!s)
+                return;
+        for (size_t i = 0; i < s->n; i++)
+                free(s->dirs[i].rel);
+        free(s->dirs);
+        *s = (fsx_sig_state){0};
+}
+
+static void hash_meta(fsx_hash *h, char kind, const char *rel, size_t rel_len,
+                      const struct stat *st)
+{
+        fsx_hash_update(h, &kind, 1);
+        fsx_hash_update(h, rel, rel_len);
+        fsx_hash_u64(h, (uint64_t)st->st_mode);
+        fsx_hash_u64(h, (uint64_t)st->st_size);
+        fsx_hash_u64(h, (uint64_t)st->st_mtim.tv_sec);
+        fsx_hash_u64(h, (uint64_t)st->st_mtim.tv_nsec);
+        fsx_hash_u64(h, (uint64_t)st->st_ino);
 }
 
 /* Adds the content of a small file, read from its checked fd, so an edit
  * that keeps size and mtime (within one timestamp tick) still shows. */
-static int hash_content(sig_ctx *c, int fd, uint64_t size, const char *path)
+static int hash_content(sig_ctx *c, fsx_hash *h, int fd, uint64_t size, const char *path)
 {
         if (size >= c->threshold)
                 return 0;
@@ -138,20 +160,65 @@ static int hash_content(sig_ctx *c, int fd, uint64_t size, const char *path)
         }
         char hex[33];
         fsx_hash_final(&content, hex);
-        fsx_hash_update(&c->h, hex, 32);
+        fsx_hash_update(h, hex, 32);
+        return 0;
+}
+
+static void settle(sig_ctx *c)
+{
+        if (c->pending == NO_PENDING)
+                return;
+        c->state->dirs[c->pending].listed = *c->listed - c->pending_from;
+        c->pending = NO_PENDING;
+}
+
+/* Adds the record of a directory about to be listed; its index + 1 is the
+ * walk's data for its entries. */
+static int add_dir(sig_ctx *c, const char *rel, size_t rel_len, int fd, const struct stat *st,
+                   bool is_root, size_t *ret_idx)
+{
+        fsx_sig_state *s = c->state;
+        if (s->n == s->cap || s->n == c->cap_h) {
+                size_t nc = s->cap ? s->cap * 2 : 16;
+                fsx_sig_dir *nd = realloc(s->dirs, nc * sizeof(*nd));
+                if (nd)
+                        s->dirs = nd, s->cap = nc;
+                fsx_hash *nh = nd ? realloc(c->dir_h, nc * sizeof(*nh)) : NULL;
+                if (nh)
+                        c->dir_h = nh, c->cap_h = nc;
+                if (!nd || !nh)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        }
+        char *r = c->keep_rel ? strndup(rel, rel_len) : NULL;
+        if (c->keep_rel && !r)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        size_t i = s->n++;
+        s->dirs[i] = (fsx_sig_dir){.rel = r, .dev = st->st_dev, .ino = st->st_ino, .wd = -1};
+        fsx_hash_init(&c->dir_h[i]);
+        /* The hook sees the directory before it is listed: a change made
+         * after the hook's watch is set shows as an event, one made before
+         * shows in the listing. */
+        if (c->hook)
+                s->dirs[i].wd = c->hook->entered(c->hook->ctx, fd, st, is_root);
+        hash_meta(&c->dir_h[i], 'd', rel, rel_len, st);
+        c->pending = i;
+        c->pending_from = *c->listed;
+        *ret_idx = i;
         return 0;
 }
 
 static int sig_refuse(void *ctx, const fsx_item *it, fsx_reason r)
 {
         sig_ctx *c = ctx;
+        if (c->listed)
+                settle(c);
         if (r == FSX_NOT_REGULAR || r == FSX_MOUNT_POINT)
                 return 0; /* staging skips them; they change nothing staged */
         return fsx_stage_refusal(it, r, c->lim, c->err);
 }
 
-static int sig_file_fd(sig_ctx *c, int fd, const struct stat *st, const char *rel, size_t rel_len,
-                       const char *path)
+static int sig_file_fd(sig_ctx *c, fsx_hash *h, uint64_t *dir_bytes, int fd, const struct stat *st,
+                       const char *name, size_t name_len, const char *path)
 {
         uint64_t size = (uint64_t)st->st_size;
         if (size > c->lim->max_bytes || size > c->lim->max_bytes - c->bytes)
@@ -161,13 +228,17 @@ static int sig_file_fd(sig_ctx *c, int fd, const struct stat *st, const char *re
                                 path, (unsigned long long)size,
                                 (unsigned long long)c->lim->max_bytes);
         c->bytes += size;
-        hash_meta(c, 'f', rel, rel_len, st);
-        return hash_content(c, fd, size, path);
+        if (dir_bytes)
+                *dir_bytes += size;
+        hash_meta(h, 'f', name, name_len, st);
+        return hash_content(c, h, fd, size, path);
 }
 
 static int sig_file(void *ctx, const fsx_item *it)
 {
         sig_ctx *c = ctx;
+        settle(c);
+        size_t di = (size_t)(uintptr_t)it->parent_data - 1;
         struct stat st;
         fsx_reason reason = FSX_CHANGED;
         _cleanup_close_ int fd = fsx_open_listed(it, &st, &reason);
@@ -178,28 +249,42 @@ static int sig_file(void *ctx, const fsx_item *it)
         if (fd < 0)
                 return al_error(c->err, fd, it->path, "cannot open %s: %s", it->path,
                                 strerror(-fd));
-        return sig_file_fd(c, fd, &st, it->rel, it->rel_len, it->path);
+        return sig_file_fd(c, &c->dir_h[di], &c->state->dirs[di].bytes, fd, &st, it->name,
+                           it->name_len, it->path);
 }
 
 static int sig_dir_enter(void *ctx, const fsx_item *it, int fd, const struct stat *st,
                          void **ret_data)
 {
         sig_ctx *c = ctx;
-        /* The hook sees the directory before it is listed: a change made
-         * after the hook's watch is set shows as an event, one made before
-         * shows in the listing below. */
-        if (c->hook)
-                c->hook->entered(c->hook->ctx, fd, st, false);
-        hash_meta(c, 'd', it->rel, it->rel_len, st);
+        settle(c);
+        size_t i;
+        int r = add_dir(c, it->rel, it->rel_len, fd, st, false, &i);
+        if (r < 0)
+                return r;
+        *ret_data = (void *)(uintptr_t)(i + 1);
         return 0;
 }
 
+/* The tree's signature from the directories' digests, in order. */
+static void combine(const fsx_sig_state *s, char ret_hex[FSX_SIGNATURE_HEX])
+{
+        fsx_hash h;
+        fsx_hash_init(&h);
+        fsx_hash_update(&h, "tree", 4);
+        for (size_t i = 0; i < s->n; i++)
+                fsx_hash_update(&h, s->dirs[i].hex, 32);
+        fsx_hash_final(&h, ret_hex);
+}
+
 static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
-                         const fsx_sig_hook *hook, char ret_hex[FSX_SIGNATURE_HEX],
-                         airlock_error *err)
+                         const fsx_sig_hook *hook, fsx_sig_state *ret_state,
+                         char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
 {
         if (!host_path || !lim || !ret_hex)
                 return al_error(err, -EINVAL, NULL, "signature: missing argument");
+        if (ret_state)
+                fsx_sig_state_free(ret_state);
         _cleanup_close_ int fd =
             open(host_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
         if (fd < 0) {
@@ -214,16 +299,27 @@ static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t 
                 return al_error(err, -errno, host_path, "cannot inspect %s: %s", host_path,
                                 strerror(errno));
 
-        sig_ctx c = {.lim = lim, .hook = hook, .err = err, .threshold = content_threshold};
+        fsx_sig_state local = {0};
+        sig_ctx c = {.lim = lim,
+                     .hook = hook,
+                     .err = err,
+                     .threshold = content_threshold,
+                     .state = ret_state ? ret_state : &local,
+                     .keep_rel = ret_state != NULL,
+                     .pending = NO_PENDING};
         fsx_hash_init(&c.h);
-        if (hook && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)))
-                hook->entered(hook->ctx, fd, &st, true);
         int r;
         if (S_ISREG(st.st_mode)) {
-                r = sig_file_fd(&c, fd, &st, "", 0, host_path);
+                if (hook)
+                        hook->entered(hook->ctx, fd, &st, true);
+                hash_meta(&c.h, 'f', "", 0, &st);
+                r = sig_file_fd(&c, &c.h, NULL, fd, &st, "", 0, host_path);
+                if (r >= 0)
+                        fsx_hash_final(&c.h, ret_hex);
         } else if (S_ISDIR(st.st_mode)) {
-                hash_meta(&c, 'd', "", 0, &st);
                 uint64_t listed = 0;
+                c.listed = &listed;
+                c.state->is_dir = true;
                 _cleanup_free_ char *prefix = strdup(host_path);
                 if (!prefix)
                         return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -237,29 +333,127 @@ static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t 
                 };
                 fsx_walk_ops ops = {
                     .file = sig_file, .dir_enter = sig_dir_enter, .refuse = sig_refuse};
-                r = fsx_walk(fd, &st, NULL, &opts, &ops, &c, err);
+                size_t root;
+                r = add_dir(&c, "", 0, fd, &st, true, &root);
+                if (r >= 0)
+                        r = fsx_walk(fd, &st, (void *)(uintptr_t)1, &opts, &ops, &c, err);
+                settle(&c);
+                if (r >= 0) {
+                        for (size_t i = 0; i < c.state->n; i++)
+                                fsx_hash_final(&c.dir_h[i], c.state->dirs[i].hex);
+                        c.state->bytes = c.bytes;
+                        c.state->listed = listed;
+                        combine(c.state, ret_hex);
+                }
         } else {
                 r = al_error(err, -EINVAL, host_path,
                              "%s is neither a regular file nor a directory", host_path);
         }
         free(c.buf);
-        if (r < 0)
-                return r;
-        fsx_hash_final(&c.h, ret_hex);
-        return 0;
+        free(c.dir_h);
+        fsx_sig_state_free(&local);
+        if (r < 0 && ret_state)
+                fsx_sig_state_free(ret_state);
+        return r;
 }
 
 int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t content_threshold,
                        char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
 {
-        return fsx_error_utf8(err,
-                              signature_run(host_path, lim, content_threshold, NULL, ret_hex, err));
+        return fsx_error_utf8(
+            err, signature_run(host_path, lim, content_threshold, NULL, NULL, ret_hex, err));
 }
 
 int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
                               uint64_t content_threshold, const fsx_sig_hook *hook,
-                              char ret_hex[FSX_SIGNATURE_HEX], airlock_error *err)
+                              fsx_sig_state *state, char ret_hex[FSX_SIGNATURE_HEX],
+                              airlock_error *err)
 {
-        return fsx_error_utf8(err,
-                              signature_run(host_path, lim, content_threshold, hook, ret_hex, err));
+        return fsx_error_utf8(
+            err, signature_run(host_path, lim, content_threshold, hook, state, ret_hex, err));
+}
+
+/* Signs the one directory d again, listed alone, into *ret (hex, bytes,
+ * listed). 0, or 1 when it cannot be done here. */
+static int redo_dir(int root_fd, const fsx_sig_dir *d, const fsx_limits *lim, uint64_t threshold,
+                    fsx_sig_dir *ret)
+{
+        if (!d->rel)
+                return 1; /* a state kept without paths */
+        _cleanup_close_ int fd =
+            d->rel[0] ? fsx_open_beneath(root_fd, d->rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0)
+                      : openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_dev != d->dev ||
+            st.st_ino != d->ino)
+                return 1;
+        airlock_error err = {0};
+        fsx_sig_state one = {0};
+        uint64_t listed = 0;
+        sig_ctx c = {.lim = lim,
+                     .err = &err,
+                     .threshold = threshold,
+                     .state = &one,
+                     .listed = &listed,
+                     .pending = NO_PENDING};
+        size_t rel_len = strlen(d->rel);
+        size_t i;
+        fsx_walk_opts opts = {.prefix = "",
+                              .max_depth = lim->max_depth,
+                              .max_entries = lim->max_files,
+                              .listed = &listed,
+                              .no_descend = true};
+        fsx_walk_ops ops = {.file = sig_file, .refuse = sig_refuse};
+        int r = add_dir(&c, d->rel, rel_len, fd, &st, false, &i);
+        if (r >= 0)
+                r = fsx_walk(fd, &st, (void *)(uintptr_t)1, &opts, &ops, &c, &err);
+        settle(&c);
+        if (r >= 0) {
+                *ret = *d;
+                fsx_hash_final(&c.dir_h[0], ret->hex);
+                ret->bytes = one.dirs[0].bytes;
+                ret->listed = one.dirs[0].listed;
+        }
+        free(c.buf);
+        free(c.dir_h);
+        fsx_sig_state_free(&one);
+        return r >= 0 ? 0 : 1;
+}
+
+int fsx_tree_signature_update(int root_fd, fsx_sig_state *state, const size_t *idx, size_t n,
+                              const fsx_limits *lim, uint64_t content_threshold,
+                              char ret_hex[FSX_SIGNATURE_HEX])
+{
+        if (!state->is_dir || root_fd < 0)
+                return 1;
+        /* Worked out aside, applied only when every directory could be done
+         * and the totals stay within the caps. */
+        fsx_sig_dir *redone = calloc(n ? n : 1, sizeof(*redone));
+        if (!redone)
+                return 1;
+        uint64_t bytes = state->bytes, listed = state->listed;
+        int r = 0;
+        for (size_t k = 0; k < n && r == 0; k++) {
+                if (idx[k] >= state->n) {
+                        r = 1;
+                        break;
+                }
+                const fsx_sig_dir *d = &state->dirs[idx[k]];
+                r = redo_dir(root_fd, d, lim, content_threshold, &redone[k]);
+                if (r == 0) {
+                        bytes = bytes - d->bytes + redone[k].bytes;
+                        listed = listed - d->listed + redone[k].listed;
+                }
+        }
+        if (r == 0 && (bytes > lim->max_bytes || listed > lim->max_files))
+                r = 1;
+        if (r == 0) {
+                for (size_t k = 0; k < n; k++)
+                        state->dirs[idx[k]] = redone[k]; /* rel and wd are the same */
+                state->bytes = bytes;
+                state->listed = listed;
+                combine(state, ret_hex);
+        }
+        free(redone);
+        return r;
 }

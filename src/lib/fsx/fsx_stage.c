@@ -4,6 +4,7 @@
 #include "fsx/fsx_internal.h"
 #include "core/util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <stdlib.h>
@@ -49,6 +50,11 @@ typedef struct stage_ctx {
          * see racy(). */
         struct timespec t0;
         bool remote;
+        /* Updating the previous staged copy where it stands (fsx_stage_update)
+         * instead of filling an empty destination: entries already there are
+         * kept when unchanged, replaced when not, removed when the source no
+         * longer has them. */
+        bool inplace;
 } stage_ctx;
 
 /* The error for an entry that is already staged at the /input path where
@@ -88,7 +94,106 @@ static mode_t read_umask(void)
  * to apply once its children are in. */
 typedef struct stage_dir {
         int fd;
+        /* In place (fsx_stage_update), for a directory that was already in
+         * the copy: the names this staging put or kept in it, so that what
+         * is left over from the previous version can be removed once its
+         * children are done. Bounded by the listing budget of the walk. */
+        bool existed;
+        char **names;
+        size_t n_names, cap_names;
 } stage_dir;
+
+static void stage_dir_names_free(stage_dir *d)
+{
+        for (size_t i = 0; i < d->n_names; i++)
+                free(d->names[i]);
+        free(d->names);
+        d->names = NULL;
+        d->n_names = d->cap_names = 0;
+}
+
+/* Records that name now holds this staging's version in d (in place only). */
+static int placed(const stage_ctx *c, stage_dir *d, const char *name)
+{
+        if (!c->inplace || !d->existed)
+                return 0;
+        if (d->n_names == d->cap_names) {
+                size_t nc = d->cap_names ? d->cap_names * 2 : 64;
+                char **nv = realloc(d->names, nc * sizeof(*nv));
+                if (!nv)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+                d->names = nv;
+                d->cap_names = nc;
+        }
+        if (!(d->names[d->n_names] = strdup(name)))
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        d->n_names++;
+        return 0;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Contract: removes from the staged directory d (in place, a directory of
+ * airlock's own copy, reached by fd) every entry that this staging did not
+ * put or keep there: what the source no longer has, and what it now skips
+ * (a file that became a FIFO). Entries are removed with fsx_remove_at,
+ * which never follows a link; the copy holds none anyway. */
+static int prune_dir(stage_ctx *c, stage_dir *d, const char *path)
+{
+        if (!c->inplace || !d->existed)
+                return 0;
+        if (d->n_names > 1)
+                qsort(d->names, d->n_names, sizeof(*d->names), name_cmp);
+        int lfd = openat(d->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *dir = lfd >= 0 ? fdopendir(lfd) : NULL;
+        if (!dir) {
+                int r = -errno;
+                if (lfd >= 0)
+                        close(lfd);
+                return al_error(c->err, r, path, "cannot list a staged directory: %s",
+                                strerror(-r));
+        }
+        /* Names are gathered first: removing while reading a directory
+         * stream may skip or repeat entries. */
+        char **gone = NULL;
+        size_t n_gone = 0, cap_gone = 0;
+        int r = 0;
+        struct dirent *de;
+        while (r >= 0 && (errno = 0, de = readdir(dir))) {
+                const char *n = de->d_name;
+                if (n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])))
+                        continue;
+                if (d->n_names && bsearch(&n, d->names, d->n_names, sizeof(*d->names), name_cmp))
+                        continue;
+                if (n_gone == cap_gone) {
+                        size_t nc = cap_gone ? cap_gone * 2 : 16;
+                        char **nv = realloc(gone, nc * sizeof(*nv));
+                        if (!nv) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        gone = nv;
+                        cap_gone = nc;
+                }
+                if (!(gone[n_gone] = strdup(n)))
+                        r = -ENOMEM;
+                else
+                        n_gone++;
+        }
+        closedir(dir);
+        for (size_t i = 0; i < n_gone; i++) {
+                if (r >= 0)
+                        r = fsx_remove_at(d->fd, gone[i], c->err);
+                free(gone[i]);
+        }
+        free(gone);
+        if (r == -ENOMEM)
+                return al_error(c->err, r, NULL, "out of memory");
+        return r;
+}
 
 /* ---- the manifest, and reuse of the previous staged copy ---------------- */
 
@@ -342,7 +447,9 @@ static int reuse_previous(stage_ctx *c, int in, const struct stat *st, int destf
                     fst.st_dev != m->cdev || !same_bytes(c, in, pf, (uint64_t)st->st_size))
                         return 0;
         }
-        if (linkat(pfd, pname, destfd, name, 0) < 0) {
+        /* In place, the previous copy is already at name: it is checked
+         * there, as a link would be. */
+        if (!c->inplace && linkat(pfd, pname, destfd, name, 0) < 0) {
                 if (errno == EEXIST)
                         return collision_error(c, path, rel);
                 return 0; /* ENOENT, EMLINK, EXDEV, EPERM...: copy instead */
@@ -354,7 +461,8 @@ static int reuse_previous(stage_ctx *c, int in, const struct stat *st, int destf
         if (fstatat(destfd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0 || lst.st_ino != m->cino ||
             lst.st_dev != m->cdev || !S_ISREG(lst.st_mode) || lst.st_size != st->st_size ||
             (c->owner != (uid_t)-1 && (lst.st_uid != c->owner || lst.st_gid != c->group))) {
-                if (unlinkat(destfd, name, 0) < 0)
+                if (unlinkat(destfd, name, 0) < 0 &&
+                    !(c->inplace && (errno == ENOENT || errno == EISDIR)))
                         return al_error(c->err, -errno, path, "cannot replace the copy of %s: %s",
                                         path, strerror(errno));
                 return 0;
@@ -518,6 +626,16 @@ static int stage_copy_file(stage_ctx *c, int in, const struct stat *st, int dest
          * which saves an fchmod per file; else 0600 and fchmod later. */
         mode_t mode = (st->st_mode & 0777) | S_IRUSR;
         bool mode_set = (mode & ~c->umask) == mode;
+        /* In place, the previous version goes first (a directory there
+         * too): nothing else uses this copy while it is updated. */
+        if (c->inplace && unlinkat(destfd, name, 0) < 0 && errno != ENOENT) {
+                if (errno != EISDIR)
+                        return al_error(c->err, -errno, path, "cannot replace the copy of %s: %s",
+                                        path, strerror(errno));
+                int r = fsx_remove_at(destfd, name, c->err);
+                if (r < 0)
+                        return r;
+        }
         _cleanup_close_ int out =
             openat(destfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                    mode_set ? mode : 0600);
@@ -571,14 +689,18 @@ static int reuse_unopened(stage_ctx *c, const fsx_item *it, stage_dir *parent)
         return reuse_previous(c, -1, &st, parent->fd, it->name, it->path, it->rel, ipath);
 }
 
-static int stage_file(void *ctx, const fsx_item *it)
+/* Stages one listed file: 1 when its copy is now in place (linked, kept
+ * or copied), 0 when it was skipped or vanished, or a negative errno. */
+void (*fsx_stage_file_hook)(int parent_fd, const char *name) = NULL;
+
+static int stage_file_one(stage_ctx *c, const fsx_item *it, stage_dir *parent)
 {
-        stage_ctx *c = ctx;
-        stage_dir *parent = it->parent_data;
+        if (fsx_stage_file_hook)
+                fsx_stage_file_hook(it->parent_fd, it->name);
         if (c->prev) {
                 int k = reuse_unopened(c, it, parent);
                 if (k != 0)
-                        return k < 0 ? k : 0;
+                        return k;
         }
         struct stat st;
         fsx_reason reason = FSX_CHANGED;
@@ -599,7 +721,16 @@ static int stage_file(void *ctx, const fsx_item *it)
         if (fd < 0)
                 return al_error(c->err, fd, it->path, "cannot open %s: %s", it->path,
                                 strerror(-fd));
-        return stage_copy_file(c, fd, &st, parent->fd, it->name, it->path, it->rel);
+        int r = stage_copy_file(c, fd, &st, parent->fd, it->name, it->path, it->rel);
+        return r < 0 ? r : 1;
+}
+
+static int stage_file(void *ctx, const fsx_item *it)
+{
+        stage_ctx *c = ctx;
+        stage_dir *parent = it->parent_data;
+        int r = stage_file_one(c, it, parent);
+        return r > 0 ? placed(c, parent, it->name) : r;
 }
 
 int fsx_stage_refusal(const fsx_item *it, fsx_reason r, const fsx_limits *lim, airlock_error *err)
@@ -643,18 +774,45 @@ static int stage_dir_enter(void *ctx, const fsx_item *it, int fd, const struct s
 {
         stage_ctx *c = ctx;
         stage_dir *parent = it->parent_data;
-        if (mkdirat(parent->fd, it->name, 0700) < 0) {
+        bool existed = false;
+        if (c->inplace) {
+                /* The previous version's entry: a directory is kept (and
+                 * made writable until its metadata is set again on leaving
+                 * it); anything else makes way. */
+                int old =
+                    openat(parent->fd, it->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (old >= 0) {
+                        if (fchmod(old, S_IRWXU) < 0) {
+                                int r = -errno;
+                                close(old);
+                                return al_error(c->err, r, it->path,
+                                                "cannot update the copy of %s: %s", it->path,
+                                                strerror(-r));
+                        }
+                        existed = true;
+                        close(old);
+                } else if (errno != ENOENT) {
+                        int r = fsx_remove_at(parent->fd, it->name, c->err);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        if (!existed && mkdirat(parent->fd, it->name, 0700) < 0) {
                 if (errno == EEXIST)
                         return collision_error(c, it->path, it->rel);
                 return al_error(c->err, -errno, it->path, "cannot create the copy of %s: %s",
                                 it->path, strerror(errno));
         }
-        stage_dir *d = malloc(sizeof(*d));
+        int r = placed(c, parent, it->name);
+        if (r < 0)
+                return r;
+        stage_dir *d = calloc(1, sizeof(*d));
         if (!d)
                 return al_error(c->err, -ENOMEM, it->path, "out of memory");
+        d->existed = existed;
         d->fd = openat(parent->fd, it->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (d->fd < 0) {
-                int r = -errno;
+                r = -errno;
                 free(d);
                 return al_error(c->err, r, it->path, "cannot open the copy of %s: %s", it->path,
                                 strerror(-r));
@@ -669,7 +827,9 @@ static int stage_dir_leave(void *ctx, void *data, int fd, const struct stat *st,
         stage_ctx *c = ctx;
         stage_dir *d = data;
         int r = 0;
-        if (ok) {
+        if (ok)
+                r = prune_dir(c, d, NULL);
+        if (ok && r >= 0) {
                 /* Directories stay readable and searchable by their owner. */
                 r = apply_meta(c, d->fd, st, S_IRUSR | S_IXUSR, false);
                 if (r < 0)
@@ -678,6 +838,7 @@ static int stage_dir_leave(void *ctx, void *data, int fd, const struct stat *st,
                                      strerror(-r));
         }
         close(d->fd);
+        stage_dir_names_free(d);
         free(d);
         return r;
 }
@@ -794,8 +955,12 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
                 if (!S_ISDIR(st.st_mode))
                         return al_error(c->err, -ENOTDIR, src->host_path,
                                         "workspace %s is not a directory", src->host_path);
-                stage_dir root = {.fd = dest_dirfd};
-                return fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
+                stage_dir root = {.fd = dest_dirfd, .existed = c->inplace};
+                int r = fsx_walk(fd, &st, &root, &opts, &stage_ops, c, c->err);
+                if (r >= 0)
+                        r = prune_dir(c, &root, src->host_path);
+                stage_dir_names_free(&root);
+                return r;
         }
 
         if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
@@ -854,13 +1019,39 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
         return r;
 }
 
+/* On ext2/3/4, marks the (empty, airlock-made) destination as the top of a
+ * directory hierarchy (FS_TOPDIR_FL, chattr +T), so that the allocator
+ * spreads the directories staged in it over the file system's block groups
+ * (Orlov) instead of packing every new inode into the group of the
+ * destination's parent. Why it matters: ext4 skips inodes freed in the last
+ * minutes when it allocates (recently_deleted()), and a /tmp where copies
+ * are made and removed all day has its groups full of them; a create there
+ * cost 0.5-1.5 ms here against tens of microseconds in a fresh group
+ * (10,000 files: 11-15 s against 0.75 s, measured with perf in
+ * ext4_create). Best effort: no other file system, no error. */
+static void spread_hint(int dest_dirfd)
+{
+        struct statfs sf;
+        if (fstatfs(dest_dirfd, &sf) < 0 || sf.f_type != 0xEF53)
+                return;
+        int flags = 0;
+        if (ioctl(dest_dirfd, FS_IOC_GETFLAGS, &flags) < 0 || (flags & FS_TOPDIR_FL))
+                return;
+        flags |= FS_TOPDIR_FL;
+        (void)ioctl(dest_dirfd, FS_IOC_SETFLAGS, &flags);
+}
+
 static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources,
                      const fsx_limits *lim, uid_t owner, gid_t group, int prev_dirfd,
-                     const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                     const fsx_manifest *prev, bool inplace, fsx_manifest **ret_manifest,
                      fsx_stage_stats *ret_stats, airlock_error *err)
 {
         if (!lim || (n_sources && !sources))
                 return al_error(err, -EINVAL, NULL, "staging: missing argument");
+        /* In place serves one source, the workspace: with mounts, an entry
+         * already there could be a collision as well as a previous version. */
+        if (inplace && (n_sources != 1 || sources[0].dest || prev_dirfd < 0))
+                return al_error(err, -EINVAL, NULL, "staging in place: one workspace only");
         stage_ctx c = {.lim = lim,
                        .err = err,
                        .owner = owner,
@@ -868,9 +1059,12 @@ static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources
                        .umask = read_umask(),
                        .prev_dirfd = prev_dirfd,
                        .prev = prev_dirfd >= 0 ? prev : NULL,
-                       .pp_fd = -1};
+                       .pp_fd = -1,
+                       .inplace = inplace};
         /* Before any file is read: racy() measures from here. */
         clock_gettime(CLOCK_REALTIME, &c.t0);
+        if (!inplace)
+                spread_hint(dest_dirfd);
         if (ret_manifest) {
                 c.out = calloc(1, sizeof(*c.out));
                 if (!c.out)
@@ -910,7 +1104,7 @@ int fsx_stage(int dest_dirfd, const fsx_source *sources, size_t n_sources, const
               uid_t owner, gid_t group, fsx_stage_stats *ret_stats, airlock_error *err)
 {
         return fsx_error_utf8(err, stage_run(dest_dirfd, sources, n_sources, lim, owner, group, -1,
-                                             NULL, NULL, ret_stats, err));
+                                             NULL, false, NULL, ret_stats, err));
 }
 
 int fsx_stage_reuse(int dest_dirfd, const fsx_source *sources, size_t n_sources,
@@ -918,6 +1112,15 @@ int fsx_stage_reuse(int dest_dirfd, const fsx_source *sources, size_t n_sources,
                     const fsx_manifest *prev, fsx_manifest **ret_manifest,
                     fsx_stage_stats *ret_stats, airlock_error *err)
 {
-        return fsx_error_utf8(err, stage_run(dest_dirfd, sources, n_sources, lim, owner, group,
-                                             prev_dirfd, prev, ret_manifest, ret_stats, err));
+        return fsx_error_utf8(err,
+                              stage_run(dest_dirfd, sources, n_sources, lim, owner, group,
+                                        prev_dirfd, prev, false, ret_manifest, ret_stats, err));
+}
+
+int fsx_stage_update(int dest_dirfd, const fsx_source *source, const fsx_limits *lim, uid_t owner,
+                     gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                     fsx_stage_stats *ret_stats, airlock_error *err)
+{
+        return fsx_error_utf8(err, stage_run(dest_dirfd, source, 1, lim, owner, group, dest_dirfd,
+                                             prev, true, ret_manifest, ret_stats, err));
 }

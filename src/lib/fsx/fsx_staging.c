@@ -13,6 +13,12 @@
 
 #define STAGING_NAME     "airlock-stage-XXXXXX"
 #define STAGING_ATTEMPTS 100
+/* A tree that changes while it is staged (a file replaced between its
+ * listing and its open: an editor saving by rename) fails the staging with
+ * -ESTALE. It is staged again, this many times more, reusing what it can,
+ * before the error is reported: otherwise the failed build drops the
+ * previous copy and the next one copies everything. */
+#define STAGING_RETRIES 2
 
 static void staging_removep(fsx_staging *staging)
 {
@@ -84,10 +90,62 @@ int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_s
          * in it, never writes the inode); fsx_stage_reuse says when a link
          * may stand for a copy. */
         fsx_stage_stats stats;
-        r = fsx_stage_reuse(input_fd, sources, n_sources, lim, owner, group, prev_fd, prev,
-                            ret_manifest, &stats, err);
+        for (int attempt = 0;; attempt++) {
+                r = fsx_stage_reuse(input_fd, sources, n_sources, lim, owner, group, prev_fd, prev,
+                                    ret_manifest, &stats, err);
+                if (r != -ESTALE || attempt == STAGING_RETRIES)
+                        break;
+                /* What was staged goes; the previous copy is untouched. */
+                if (fsx_clear_dir(input_fd, NULL) < 0)
+                        break;
+                airlock_error_clear(err);
+        }
         if (r < 0)
                 return r;
+        *ret_staging = staging;
+        staging = (fsx_staging){.parent_fd = -1};
+        *ret_fd = TAKE_FD(input_fd);
+        return 0;
+}
+
+int fsx_staging_take(fsx_staging *prev, const fsx_source *source, const fsx_limits *lim,
+                     uid_t owner, gid_t group, const fsx_manifest *prev_manifest,
+                     fsx_staging *ret_staging, int *ret_fd, fsx_manifest **ret_manifest,
+                     fsx_stage_stats *ret_stats, airlock_error *err)
+{
+        if (ret_manifest)
+                *ret_manifest = NULL;
+        if (!prev || prev->parent_fd < 0 || !prev->name || !prev_manifest)
+                return al_error(err, -EINVAL, NULL, "staging: nothing to take over");
+        /* From here the area is ours: removed again on an error, never
+         * left half updated for anyone. */
+        _cleanup_(staging_removep) fsx_staging staging = *prev;
+        *prev = (fsx_staging){.parent_fd = -1};
+        _cleanup_close_ int stage_fd = openat(staging.parent_fd, staging.name,
+                                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (stage_fd < 0)
+                return al_error(err, -errno, staging.name, "cannot open the staging directory: %m");
+        _cleanup_close_ int input_fd =
+            openat(stage_fd, "input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (input_fd < 0)
+                return al_error(err, -errno, staging.name, "cannot open the staging directory: %m");
+        fsx_stage_stats stats;
+        int r;
+        /* Updated again from where the failed attempt left it: prev_manifest
+         * still vouches for every copy it records, because each is checked
+         * to be the recorded inode before it is kept, and a replaced one is
+         * a new inode. */
+        for (int attempt = 0;; attempt++) {
+                r = fsx_stage_update(input_fd, source, lim, owner, group, prev_manifest,
+                                     ret_manifest, &stats, err);
+                if (r != -ESTALE || attempt == STAGING_RETRIES)
+                        break;
+                airlock_error_clear(err);
+        }
+        if (r < 0)
+                return r;
+        if (ret_stats)
+                *ret_stats = stats;
         *ret_staging = staging;
         staging = (fsx_staging){.parent_fd = -1};
         *ret_fd = TAKE_FD(input_fd);

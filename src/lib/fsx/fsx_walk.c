@@ -411,6 +411,10 @@ static int visit(fsx_walker *w, size_t fi, const fsx_dent *d)
         default:
                 return w->ops->refuse(w->ctx, &it, FSX_NOT_REGULAR);
         }
+        /* A shallow walk (one directory's own entries, for a signature
+         * update) counts subdirectories in the listing and nothing more. */
+        if (w->opts->no_descend)
+                return 0;
 
         if (f->depth + 1 > w->opts->max_depth)
                 return w->ops->refuse(w->ctx, &it, FSX_TOO_DEEP);

@@ -47,7 +47,21 @@ typedef struct tree_root {
         ino_t ino;
         mode_t type; /* S_IFMT bits */
         bool known;
+        /* For signing single directories again: the root as the walk opened
+         * it (-1 for a file root or without watches), the walk's state, and
+         * the directories events named since. */
+        int fd;
+        fsx_sig_state sig;
+        bool *dirty;
+        int last_wd;
+        bool wd_order; /* watch descriptors rose with the walk's order */
 } tree_root;
+
+/* Events naming more directories than this make a full walk: signing them
+ * one by one would cost about as much. */
+#define DIRTY_MAX 64
+/* Bytes of events read at one call before giving up and walking. */
+#define EVENTS_MAX (256u * 1024)
 
 struct fsx_watch {
         pthread_mutex_t lock;
@@ -67,7 +81,7 @@ struct fsx_watch {
         uint64_t last_try_ns;  /* when watches were last attempted */
         bool failed;           /* the last attempt could not watch everything */
         char reason[256];
-        uint64_t walks, checks;
+        uint64_t walks, checks, partial;
 
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
@@ -94,6 +108,8 @@ int fsx_watch_new(const char *const *paths, size_t n, const fsx_limits *lim,
         w->roots = calloc(n ? n : 1, sizeof(*w->roots));
         bool ok = w->paths && w->hex && w->roots;
         for (size_t i = 0; ok && i < n; i++)
+                w->roots[i].fd = -1;
+        for (size_t i = 0; ok && i < n; i++)
                 ok = (w->paths[i] = strdup(paths[i])) != NULL;
         if (!ok) {
                 fsx_watch_free(w);
@@ -116,6 +132,18 @@ void fsx_watch_set_knobs(fsx_watch *w, unsigned max_watches, uint64_t period_ns)
         pthread_mutex_unlock(&w->lock);
 }
 
+static void drop_tree_state(tree_root *t)
+{
+        if (t->fd >= 0)
+                close(t->fd);
+        t->fd = -1;
+        fsx_sig_state_free(&t->sig);
+        free(t->dirty);
+        t->dirty = NULL;
+        t->last_wd = 0;
+        t->wd_order = true;
+}
+
 static void drop_watches(fsx_watch *w)
 {
         if (w->ifd >= 0)
@@ -123,6 +151,8 @@ static void drop_watches(fsx_watch *w)
         w->ifd = -1;
         w->watches = 0;
         w->valid = false;
+        for (size_t i = 0; w->roots && i < w->n; i++)
+                drop_tree_state(&w->roots[i]);
 }
 
 /* Records why the trees are walked at every call; the first reason of a
@@ -145,26 +175,39 @@ static void watch_failed(fsx_watch *w, const char *fmt, ...)
  * RESOLVE_NO_MAGICLINKS, O_NOFOLLOW|O_DIRECTORY, and checked to be on the
  * root's device), so the watch lands on a directory inside the tree,
  * whatever the path names by now. */
-static void on_entered(void *ctx, int fd, const struct stat *st, bool is_root)
+static int on_entered(void *ctx, int fd, const struct stat *st, bool is_root)
 {
         fsx_watch *w = ctx;
-        if (is_root)
-                w->roots[w->cur] = (tree_root){st->st_dev, st->st_ino, st->st_mode & S_IFMT, true};
+        tree_root *t = &w->roots[w->cur];
+        if (is_root) {
+                t->dev = st->st_dev;
+                t->ino = st->st_ino;
+                t->type = st->st_mode & S_IFMT;
+                t->known = true;
+                if (S_ISDIR(st->st_mode) && w->ifd >= 0 && t->fd < 0)
+                        t->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        }
         if (w->walk_failed || w->ifd < 0)
-                return;
+                return -1;
         if (w->watches >= w->max_watches) {
                 watch_failed(w,
                              "the workspace and mounts hold more than %u directories to watch "
                              "(the watch cap): every call walks the trees",
                              w->max_watches);
-                return;
+                return -1;
         }
         char proc[64];
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
         uint32_t mask = WATCH_EVENTS | (S_ISDIR(st->st_mode) ? IN_ONLYDIR : 0);
-        if (inotify_add_watch(w->ifd, proc, mask) >= 0) {
+        int wd = inotify_add_watch(w->ifd, proc, mask);
+        if (wd >= 0) {
                 w->watches++;
-                return;
+                /* The same wd twice (one inode met twice) or out of order:
+                 * events cannot be mapped back to one directory. */
+                if (wd <= t->last_wd)
+                        t->wd_order = false;
+                t->last_wd = wd;
+                return wd;
         }
         if (errno == ENOSPC)
                 watch_failed(w, "the per-user inotify watch limit (fs.inotify.max_user_watches) is "
@@ -174,34 +217,119 @@ static void on_entered(void *ctx, int fd, const struct stat *st, bool is_root)
                              "cannot watch the workspace (inotify_add_watch: %s): every call "
                              "walks the trees",
                              strerror(errno));
+        return -1;
 }
 
-/* True when anything may have changed since the last walk: events queued
- * (IN_Q_OVERFLOW included), a read error, or a root path that no longer
- * names the inode the walk started from (an ancestor renamed, the root
- * replaced by a link). */
-static bool changed_since_walk(fsx_watch *w)
+enum { UNCHANGED, DIRS_CHANGED, WALK };
+
+/* Marks the directory an event's wd names as dirty. WALK when it cannot:
+ * no such watch, wds not in the walk's order, too many directories. */
+static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
 {
-        /* inotify events are at least 16 bytes and a read returns whole
-         * events; one byte more than an event's name can hold is not
-         * needed: any event at all means "walk again". */
-        char buf[sizeof(struct inotify_event) + NAME_MAX + 1]
-            __attribute__((aligned(__alignof__(struct inotify_event))));
-        ssize_t r = read(w->ifd, buf, sizeof(buf));
-        if (r > 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-                return true;
-        if (r == 0)
-                return true;
+        /* Every tree that holds the directory: one directory can be both in
+         * the workspace and a mount (inotify gives one inode one wd). */
+        bool found = false;
+        for (size_t i = 0; i < w->n; i++) {
+                tree_root *t = &w->roots[i];
+                if (!t->sig.n || t->fd < 0 || !t->wd_order)
+                        continue;
+                /* The wds rose with the walk's order: a binary search. */
+                size_t lo = 0, hi = t->sig.n;
+                while (lo < hi) {
+                        size_t mid = lo + (hi - lo) / 2;
+                        if (t->sig.dirs[mid].wd < wd)
+                                lo = mid + 1;
+                        else
+                                hi = mid;
+                }
+                if (lo == t->sig.n || t->sig.dirs[lo].wd != wd)
+                        continue;
+                if (!t->dirty && !(t->dirty = calloc(t->sig.n, sizeof(*t->dirty))))
+                        return WALK;
+                found = true;
+                if (!t->dirty[lo]) {
+                        t->dirty[lo] = true;
+                        if (++*n_dirty > DIRTY_MAX)
+                                return WALK;
+                }
+        }
+        return found ? DIRS_CHANGED : WALK;
+}
+
+/* Reads the queued events: UNCHANGED when there are none and every root
+ * path still names the inode the walk started from; DIRS_CHANGED when the
+ * events only name files (and the metadata) of known directories, now
+ * marked dirty; WALK for anything else: the queue overflowed, a watch went
+ * (IN_IGNORED), a directory was created, deleted or moved in or out of one
+ * (the set of directories changed), a watched directory itself moved or
+ * went, too many events or directories, a read error, or a root path that
+ * names another inode (an ancestor renamed, the root replaced by a link). */
+static int check_events(fsx_watch *w)
+{
+        char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+        unsigned n_dirty = 0;
+        size_t total = 0;
+        int state = UNCHANGED;
+        for (;;) {
+                ssize_t r = read(w->ifd, buf, sizeof(buf));
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0 && errno == EAGAIN)
+                        break;
+                if (r <= 0)
+                        return WALK;
+                total += (size_t)r;
+                if (total > EVENTS_MAX)
+                        return WALK;
+                for (ssize_t off = 0; off < r;) {
+                        const struct inotify_event *ev = (const void *)(buf + off);
+                        off += (ssize_t)(sizeof(*ev) + ev->len);
+                        uint32_t m = ev->mask;
+                        if (m & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF |
+                                 IN_UNMOUNT))
+                                return WALK;
+                        if ((m & IN_ISDIR) &&
+                            (m & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)))
+                                return WALK;
+                        if (mark_dirty(w, ev->wd, &n_dirty) == WALK)
+                                return WALK;
+                        state = DIRS_CHANGED;
+                }
+        }
         for (size_t i = 0; i < w->n; i++) {
                 struct stat st;
                 if (fstatat(AT_FDCWD, w->paths[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
-                        return true;
+                        return WALK;
                 const tree_root *t = &w->roots[i];
                 if (!t->known || st.st_dev != t->dev || st.st_ino != t->ino ||
                     (st.st_mode & S_IFMT) != t->type)
-                        return true;
+                        return WALK;
         }
-        return false;
+        return state;
+}
+
+/* Signs the dirty directories of every tree again. 0 when done (hex
+ * updated), else a full walk is needed. */
+static int update_dirty(fsx_watch *w)
+{
+        size_t idx[DIRTY_MAX];
+        for (size_t i = 0; i < w->n; i++) {
+                tree_root *t = &w->roots[i];
+                if (!t->dirty)
+                        continue;
+                size_t n = 0;
+                for (size_t k = 0; k < t->sig.n && n < DIRTY_MAX; k++)
+                        if (t->dirty[k])
+                                idx[n++] = k;
+                free(t->dirty);
+                t->dirty = NULL;
+                char hex[FSX_SIGNATURE_HEX];
+                if (fsx_tree_signature_update(t->fd, &t->sig, idx, n, &w->lim, w->threshold, hex) !=
+                    0)
+                        return -1;
+                memcpy(w->hex[i], hex, sizeof(hex));
+        }
+        return 0;
 }
 
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
@@ -209,13 +337,22 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
 {
         pthread_mutex_lock(&w->lock);
         uint64_t now = al_now_ns();
-        if (w->valid && w->ifd >= 0 && now - w->last_walk_ns < w->period_ns &&
-            !changed_since_walk(w)) {
+        int state = w->valid && w->ifd >= 0 && now - w->last_walk_ns < w->period_ns
+                        ? check_events(w)
+                        : WALK;
+        /* Events that name only files of known directories: those
+         * directories alone are signed again, their watches kept. */
+        bool partial = state == DIRS_CHANGED && update_dirty(w) == 0;
+        if (state == UNCHANGED || partial) {
                 memcpy(ret_hex, w->hex, w->n * sizeof(*w->hex));
-                w->checks++;
+                if (partial)
+                        w->partial++;
+                else
+                        w->checks++;
                 pthread_mutex_unlock(&w->lock);
+                /* A partial walk read the tree again, as a walk does. */
                 if (ret_walked)
-                        *ret_walked = false;
+                        *ret_walked = partial;
                 return 0;
         }
 
@@ -247,8 +384,8 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         for (size_t i = 0; i < w->n && r >= 0; i++) {
                 w->cur = i;
                 w->roots[i].known = false;
-                r = fsx_tree_signature_hooked(w->paths[i], &w->lim, w->threshold, &hook, w->hex[i],
-                                              err);
+                r = fsx_tree_signature_hooked(w->paths[i], &w->lim, w->threshold, &hook,
+                                              &w->roots[i].sig, w->hex[i], err);
         }
         if (w->walk_failed)
                 w->failed = true;
@@ -276,6 +413,7 @@ void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
             .max_watches = w->max_watches,
             .period_ns = w->period_ns,
             .walks = w->walks,
+            .partial = w->partial,
             .checks = w->checks,
         };
         if (w->failed)

@@ -32,6 +32,8 @@ typedef struct fsx_watch_info {
         uint64_t period_ns;   /* the safety-net period */
         uint64_t walks;       /* full signature walks so far */
         uint64_t checks;      /* calls answered from the events, without a walk */
+        uint64_t partial;     /* calls that signed again only the directories whose
+                                 files events named (neither a walk nor a check) */
         char reason[256];     /* why watches are not in use (empty when active) */
 } fsx_watch_info;
 
@@ -48,9 +50,13 @@ void fsx_watch_set_knobs(fsx_watch *w, unsigned max_watches, uint64_t period_ns)
 /* The signature of every tree, in the order of paths, into ret_hex[0..n-1]:
  * the same values fsx_tree_signature gives for the trees as they are now,
  * either from the last walk (no event since, watches complete, the root
- * paths still name the same inodes, within the period) or from a new walk
- * that also sets the watches again. Errors are those of the walk; after an
- * error the next call walks again. *ret_walked (may be NULL) tells which.
+ * paths still name the same inodes, within the period), or from the last
+ * walk with only the directories that events named signed again (events
+ * that name files and metadata only; a directory created, deleted or moved,
+ * a watch lost, an overflow or anything unusual makes a full walk), or from
+ * a new walk that also sets the watches again. Errors are those of the
+ * walk; after an error the next call walks again. *ret_walked (may be NULL)
+ * is false when nothing was read again.
  * Thread-safe: calls on one watcher are serialised. */
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
                          airlock_error *err);

@@ -53,6 +53,7 @@ struct airlock_sandbox {
          * when nothing was staged). Read-only after staging. */
         int staged_fd;
         fsx_manifest *manifest;
+        bool yielded; /* sbx_sandbox_yield_staging: the next build takes the tree */
         pid_t tpl_pid;
         int ctl;
         int req_w; /* the request socket: copies asked for once a run's copy exits */
@@ -472,8 +473,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
  * not NULL (see sbx_sandbox_new_from). *ret_fd is a fd of the staged tree,
  * or -1 when there is nothing to stage; sb keeps a fd of its own of the
  * tree and the manifest, for the sandbox that will replace it. */
-static int stage_inputs(airlock_sandbox *sb, const airlock_sandbox *prev, int *ret_fd,
-                        airlock_error *err)
+static int stage_inputs(airlock_sandbox *sb, airlock_sandbox *prev, int *ret_fd, airlock_error *err)
 {
         const airlock_config *cfg = sb->cfg;
         const char *tmp = getenv("TMPDIR");
@@ -496,6 +496,21 @@ static int stage_inputs(airlock_sandbox *sb, const airlock_sandbox *prev, int *r
         uid_t owner = geteuid() == 0 ? sb->guest_uid : (uid_t)-1;
         gid_t group = geteuid() == 0 ? sb->guest_gid : (gid_t)-1;
         int prev_fd = prev ? prev->staged_fd : -1;
+        if (prev && prev->yielded && prev->manifest && n == 1 && cfg->workspace) {
+                /* prev will never run again and nothing else reads its tree:
+                 * it is updated where it stands (the guest ids are prev's,
+                 * so kept files keep the right owner). */
+                int r = fsx_staging_take(&prev->staging, src, &lim, owner, group, prev->manifest,
+                                         &sb->staging, ret_fd, &sb->manifest, NULL, err);
+                if (r < 0 || *ret_fd < 0)
+                        return r;
+                sb->staged_fd = fcntl(*ret_fd, F_DUPFD_CLOEXEC, 3);
+                if (sb->staged_fd < 0) {
+                        fsx_manifest_free(sb->manifest);
+                        sb->manifest = NULL;
+                }
+                return 0;
+        }
         int r = fsx_staging_create(tmp, src, n, &lim, owner, group, prev_fd,
                                    prev_fd >= 0 ? prev->manifest : NULL, &sb->staging, ret_fd,
                                    &sb->manifest, err);
@@ -834,6 +849,12 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
         }
         *ret = sb;
         return 0;
+}
+
+void sbx_sandbox_yield_staging(airlock_sandbox *sb)
+{
+        if (sb)
+                sb->yielded = true;
 }
 
 void airlock_sandbox_close(airlock_sandbox *sb)

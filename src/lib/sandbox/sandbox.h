@@ -37,6 +37,15 @@ typedef struct copy {
 int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
                          airlock_error *err);
 
+/* Contract: marks sb, which the caller guarantees will never run anything
+ * again and which nothing else holds (a stale version in the cache, with no
+ * run or session on it), as giving up its staged tree: the sandbox built
+ * from it next (sbx_sandbox_new_from) takes the staging area over and
+ * updates it in place (fsx_staging_take) instead of linking file by file,
+ * when the configuration has a workspace and no mounts. sb is then closed
+ * as usual, and removes nothing staged that it no longer owns. */
+void sbx_sandbox_yield_staging(airlock_sandbox *sb);
+
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
 int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err);
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err);

@@ -264,6 +264,7 @@ static uint64_t real_now_ns(void)
 
 static const cache_ops real_ops = {
     .sandbox_new = sbx_sandbox_new_from,
+    .sandbox_yield = sbx_sandbox_yield_staging,
     .sandbox_run_ex = airlock_sandbox_run_ex,
     .sandbox_close = airlock_sandbox_close,
     .now_ns = real_now_ns,
@@ -439,11 +440,12 @@ static json_t *watch_report(airlock_cache *c, const airlock_config *cfg, char **
         pthread_mutex_unlock(&c->lock);
         if (info.reason[0])
                 *ret_warning = strdup(info.reason);
-        return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:s?}", "mode",
+        return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:s?}", "mode",
                          info.active ? "inotify" : "walk", "watches", (json_int_t)info.watches,
                          "max_watches", (json_int_t)info.max_watches, "safety_walk_s",
                          (double)info.period_ns / 1e9, "walks", (json_int_t)info.walks, "checks",
-                         (json_int_t)info.checks, "reason", info.reason[0] ? info.reason : NULL);
+                         (json_int_t)info.checks, "partial_walks", (json_int_t)info.partial,
+                         "reason", info.reason[0] ? info.reason : NULL);
 }
 
 static void list_unlink(airlock_cache *c, cache_entry *e)
@@ -704,6 +706,11 @@ void cache_set_ops(airlock_cache *c, const cache_ops *ops)
 {
         pthread_mutex_lock(&c->lock);
         c->ops.sandbox_new = ops->sandbox_new ? ops->sandbox_new : real_ops.sandbox_new;
+        /* A fake sandbox_new makes fake sandboxes: the real yield must not
+         * see them. */
+        c->ops.sandbox_yield = ops->sandbox_yield ? ops->sandbox_yield
+                               : ops->sandbox_new ? NULL
+                                                  : real_ops.sandbox_yield;
         c->ops.sandbox_run_ex = ops->sandbox_run_ex ? ops->sandbox_run_ex : real_ops.sandbox_run_ex;
         c->ops.sandbox_close = ops->sandbox_close ? ops->sandbox_close : real_ops.sandbox_close;
         c->ops.now_ns = ops->now_ns ? ops->now_ns : real_ops.now_ns;
@@ -811,6 +818,12 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                         }
                         close_list_add(&stale, entry_doom_locked(c, o));
                 }
+                /* Only our reference left on a doomed version: no run or
+                 * session is on it, and none can begin (it is off the list).
+                 * Its staged tree can then be updated in place by the build
+                 * instead of linked file by file. */
+                if (from && from->refs == 1 && from->doomed && c->ops.sandbox_yield)
+                        c->ops.sandbox_yield(from->sb);
                 e->key = k;
                 e->static_len = static_len;
                 e->hash = hash;

@@ -32,6 +32,12 @@ typedef struct cache_ops {
          * stays open until this returns. NULL for none. */
         int (*sandbox_new)(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
                            airlock_error *err);
+        /* Called, under the cache's lock, on the stale version a build
+         * will reuse when nothing else holds it (no run, no session) and it
+         * can never be used again: its staged tree may be taken over
+         * (sbx_sandbox_yield_staging). NULL: never. Replacing sandbox_new
+         * without it leaves it NULL. */
+        void (*sandbox_yield)(airlock_sandbox *prev);
         int (*sandbox_run_ex)(airlock_sandbox *sb, const char *code, size_t len,
                               const airlock_run_options *opts, airlock_result **ret,
                               airlock_error *err);

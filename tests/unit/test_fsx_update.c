@@ -1,0 +1,303 @@
+/* Rebuilds in place (fsx_stage_update): the previous staged copy is updated
+ * where it stands. Unchanged files keep their inode (and one link), changed
+ * ones are new copies, what the source lost is removed from the copy (files,
+ * whole folders, and entries that became kinds staging skips), a file that
+ * became a folder and the other way round are replaced, and the fail-closed
+ * rules of staging still hold. The result must hold exactly what a fresh
+ * staging of the same tree holds. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "common/fsx_test.h"
+
+static const fsx_limits lim = {.max_bytes = 64 << 20, .max_files = 1000, .max_depth = 16};
+
+typedef struct ut {
+        scratch s;
+        char ws[128];
+        int wfd;
+        fsx_manifest *m; /* of the copy in "a" */
+} ut;
+
+static int update(ut *t, fsx_stage_stats *st, airlock_error *err)
+{
+        int dfd = open_dir(t->s.fd, "a");
+        fsx_source src = {t->ws, NULL};
+        fsx_manifest *m2 = NULL;
+        int r = fsx_stage_update(dfd, &src, &lim, (uid_t)-1, (gid_t)-1, t->m, &m2, st, err);
+        close(dfd);
+        if (r >= 0) {
+                fsx_manifest_free(t->m);
+                t->m = m2;
+        }
+        return r;
+}
+
+static int setup(void **state)
+{
+        ut *t = calloc(1, sizeof(*t));
+        scratch_new(&t->s);
+        put_dir(t->s.fd, "ws");
+        put_dir(t->s.fd, "ws/sub");
+        put_dir(t->s.fd, "ws/sub/deep");
+        put_file(t->s.fd, "ws/a.txt", "hello");
+        put_file(t->s.fd, "ws/sub/b.txt", "world");
+        put_file(t->s.fd, "ws/sub/deep/c.txt", "deep");
+        put_file(t->s.fd, "ws/becomes_dir", "file");
+        put_dir(t->s.fd, "ws/becomes_file");
+        put_file(t->s.fd, "ws/becomes_file/x", "x");
+        put_bytes(t->s.fd, "ws/big.bin", 200000, 'z');
+        snprintf(t->ws, sizeof(t->ws), "%s/ws", t->s.path);
+        t->wfd = open_dir(t->s.fd, "ws");
+        put_dir(t->s.fd, "a");
+        int dfd = open_dir(t->s.fd, "a");
+        fsx_source src = {t->ws, NULL};
+        airlock_error err = {0};
+        assert_int_equal(
+            fsx_stage_reuse(dfd, &src, 1, &lim, (uid_t)-1, (gid_t)-1, -1, NULL, &t->m, NULL, &err),
+            0);
+        close(dfd);
+        *state = t;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        ut *t = *state;
+        fsx_manifest_free(t->m);
+        close(t->wfd);
+        scratch_free(&t->s);
+        free(t);
+        return 0;
+}
+
+static struct stat stat_of(int dfd, const char *rel)
+{
+        struct stat st;
+        if (fstatat(dfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                fail_msg("%s: %s", rel, strerror(errno));
+        return st;
+}
+
+static bool exists(int dfd, const char *rel)
+{
+        struct stat st;
+        return fstatat(dfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* Appends "rel type size content-or-nothing" lines for every entry below
+ * dfd, sorted, for comparing two trees. */
+static void describe(int dfd, const char *rel, char *out, size_t cap)
+{
+        int fd = rel[0] ? openat(dfd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) : dup(dfd);
+        assert_true(fd >= 0);
+        DIR *d = fdopendir(fd);
+        assert_non_null(d);
+        char names[64][256];
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && n < 64)
+                        assert_true(snprintf(names[n++], 256, "%s", de->d_name) < 256);
+        qsort(names, (size_t)n, 256, (int (*)(const void *, const void *))strcmp);
+        for (int i = 0; i < n; i++) {
+                char p[512];
+                assert_true(snprintf(p, sizeof(p), "%s%s%s", rel, rel[0] ? "/" : "", names[i]) <
+                            (int)sizeof(p));
+                struct stat st = stat_of(dfd, p);
+                size_t l = strlen(out);
+                snprintf(out + l, cap - l, "%s %o %lld\n", p, (unsigned)st.st_mode,
+                         (long long)(S_ISDIR(st.st_mode) ? 0 : st.st_size));
+                if (S_ISDIR(st.st_mode))
+                        describe(dfd, p, out, cap);
+        }
+        closedir(d);
+}
+
+/* Updated in place, the copy equals a fresh staging of the source. */
+static void expect_like_fresh(ut *t)
+{
+        airlock_error e = {0};
+        assert_int_equal(fsx_remove_at(t->s.fd, "fresh", &e), 0);
+        put_dir(t->s.fd, "fresh");
+        int ffd = open_dir(t->s.fd, "fresh");
+        fsx_source src = {t->ws, NULL};
+        assert_int_equal(fsx_stage(ffd, &src, 1, &lim, (uid_t)-1, (gid_t)-1, NULL, &e), 0);
+        int afd = open_dir(t->s.fd, "a");
+        static char want[16384], got[16384];
+        want[0] = got[0] = '\0';
+        describe(ffd, "", want, sizeof(want));
+        describe(afd, "", got, sizeof(got));
+        assert_string_equal(got, want);
+        close(ffd);
+        close(afd);
+}
+
+static void test_unchanged_files_keep_their_inode(void **state)
+{
+        ut *t = *state;
+        ino_t a = stat_of(t->s.fd, "a/a.txt").st_ino,
+              c = stat_of(t->s.fd, "a/sub/deep/c.txt").st_ino;
+        put_file(t->wfd, "sub/b.txt", "WORLD!");
+        fsx_stage_stats st = {0};
+        airlock_error err = {0};
+        assert_int_equal(update(t, &st, &err), 0);
+        assert_int_equal(st.files, 6);
+        assert_int_equal(st.reused, 5);
+        assert_int_equal(stat_of(t->s.fd, "a/a.txt").st_ino, a);
+        assert_int_equal(stat_of(t->s.fd, "a/sub/deep/c.txt").st_ino, c);
+        /* Kept, not linked: the guest sees one link. */
+        assert_int_equal(stat_of(t->s.fd, "a/a.txt").st_nlink, 1);
+        char *b = get_file(t->s.fd, "a/sub/b.txt");
+        assert_string_equal(b, "WORLD!");
+        free(b);
+        expect_like_fresh(t);
+        /* The new manifest serves the next update. */
+        assert_int_equal(update(t, &st, &err), 0);
+        assert_int_equal(st.reused, 6);
+}
+
+static void test_what_the_source_lost_is_removed(void **state)
+{
+        ut *t = *state;
+        airlock_error e = {0};
+        assert_int_equal(unlinkat(t->wfd, "a.txt", 0), 0);
+        assert_int_equal(fsx_remove_at(t->wfd, "sub", &e), 0);
+        /* A file that became a folder, a folder that became a file, a file
+         * that became a FIFO (skipped by staging, so gone from the copy). */
+        assert_int_equal(unlinkat(t->wfd, "becomes_dir", 0), 0);
+        put_dir(t->wfd, "becomes_dir");
+        put_file(t->wfd, "becomes_dir/inside", "in");
+        assert_int_equal(fsx_remove_at(t->wfd, "becomes_file", &e), 0);
+        put_file(t->wfd, "becomes_file", "now a file");
+        assert_int_equal(unlinkat(t->wfd, "big.bin", 0), 0);
+        put_fifo(t->wfd, "big.bin");
+        put_file(t->wfd, "new.txt", "new");
+        fsx_stage_stats st = {0};
+        airlock_error err = {0};
+        assert_int_equal(update(t, &st, &err), 0);
+        assert_false(exists(t->s.fd, "a/a.txt"));
+        assert_false(exists(t->s.fd, "a/sub"));
+        assert_false(exists(t->s.fd, "a/big.bin"));
+        assert_true(S_ISDIR(stat_of(t->s.fd, "a/becomes_dir").st_mode));
+        assert_true(S_ISREG(stat_of(t->s.fd, "a/becomes_file").st_mode));
+        expect_like_fresh(t);
+}
+
+/* Directory modes come back after the update, read-only ones included. */
+static void test_directory_metadata_is_set_again(void **state)
+{
+        ut *t = *state;
+        assert_int_equal(fchmodat(t->wfd, "sub/deep", 0555, 0), 0);
+        put_file(t->wfd, "sub/new.txt", "n");
+        fsx_stage_stats st = {0};
+        airlock_error err = {0};
+        assert_int_equal(update(t, &st, &err), 0);
+        assert_int_equal(stat_of(t->s.fd, "a/sub/deep").st_mode & 0777, 0555);
+        expect_like_fresh(t);
+        assert_int_equal(fchmodat(t->wfd, "sub/deep", 0755, 0), 0);
+        assert_int_equal(update(t, &st, &err), 0);
+        expect_like_fresh(t);
+}
+
+static void test_a_link_still_fails_closed(void **state)
+{
+        ut *t = *state;
+        assert_int_equal(unlinkat(t->wfd, "sub/b.txt", 0), 0);
+        put_link(t->wfd, "sub/b.txt", "/etc/passwd");
+        fsx_stage_stats st = {0};
+        airlock_error err = {0};
+        assert_int_equal(update(t, &st, &err), -ELOOP);
+        assert_non_null(strstr(err.message, "sub/b.txt"));
+}
+
+/* Mounts are refused: an entry already in the copy could be a collision. */
+static void test_mounts_are_refused(void **state)
+{
+        ut *t = *state;
+        int dfd = open_dir(t->s.fd, "a");
+        fsx_source src = {t->ws, "mnt"};
+        airlock_error err = {0};
+        assert_int_equal(
+            fsx_stage_update(dfd, &src, &lim, (uid_t)-1, (gid_t)-1, t->m, NULL, NULL, &err),
+            -EINVAL);
+        close(dfd);
+}
+
+/* A file replaced by a folder between its listing and its open, once (the
+ * staging fails -ESTALE, "changed while it was staged"): the staging is
+ * tried again instead of failing the build, in place and into a new area
+ * alike. */
+static int replaced;
+static void replace_once(int parent_fd, const char *name)
+{
+        if (replaced || strcmp(name, "a.txt") != 0)
+                return;
+        replaced++;
+        assert_int_equal(unlinkat(parent_fd, "a.txt", 0), 0);
+        put_dir(parent_fd, "a.txt");
+        put_file(parent_fd, "a.txt/inner", "replaced");
+}
+
+static void test_a_file_replaced_while_staged_is_staged_again(void **state)
+{
+        ut *t = *state;
+        put_file(t->wfd, "a.txt", "edited");
+        fsx_staging area = {.parent_fd = dup(t->s.fd), .name = strdup("area")};
+        put_dir(t->s.fd, "area");
+        assert_int_equal(renameat(t->s.fd, "a", t->s.fd, "area/input"), 0);
+        fsx_source src = {t->ws, NULL};
+        fsx_staging next;
+        int fd = -1;
+        fsx_manifest *m2 = NULL;
+        airlock_error err = {0};
+        replaced = 0;
+        fsx_stage_file_hook = replace_once;
+        int r = fsx_staging_take(&area, &src, &lim, (uid_t)-1, (gid_t)-1, t->m, &next, &fd, &m2,
+                                 NULL, &err);
+        fsx_stage_file_hook = NULL;
+        assert_int_equal(r, 0);
+        assert_int_equal(replaced, 1);
+        char *a = get_file(fd, "a.txt/inner");
+        assert_string_equal(a, "replaced");
+        free(a);
+        close(fd);
+        /* The same for a new area. */
+        fsx_staging fresh;
+        replaced = 0;
+        airlock_error e = {0};
+        assert_int_equal(fsx_remove_at(t->wfd, "a.txt", &e), 0);
+        put_file(t->wfd, "a.txt", "edited again");
+        fsx_stage_file_hook = replace_once;
+        r = fsx_staging_create(t->s.path, &src, 1, &lim, (uid_t)-1, (gid_t)-1, -1, NULL, &fresh,
+                               &fd, NULL, &err);
+        fsx_stage_file_hook = NULL;
+        assert_int_equal(r, 0);
+        assert_int_equal(replaced, 1);
+        a = get_file(fd, "a.txt/inner");
+        assert_string_equal(a, "replaced");
+        free(a);
+        close(fd);
+        fsx_staging_remove(&fresh);
+        fsx_staging_remove(&next);
+        fsx_manifest_free(m2);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_unchanged_files_keep_their_inode, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_what_the_source_lost_is_removed, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_directory_metadata_is_set_again, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_a_link_still_fails_closed, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_mounts_are_refused, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_a_file_replaced_while_staged_is_staged_again,
+                                            setup, teardown),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
