@@ -119,6 +119,8 @@ struct mcp_server {
         int audit_fd;    /* --audit FILE, or -1 */
         /* The transport that audit lines name: "mcp" (stdio) or "http". */
         const char *transport;
+        /* The command that stderr lines name: "airlock mcp" or "airlock serve". */
+        const char *name;
         char *chunk;
         dynbuf line;
         bool discarding;
@@ -179,6 +181,11 @@ struct mcp_call {
 
 /* ---- output ------------------------------------------------------------ */
 
+static const char *server_name(const mcp_server *srv)
+{
+        return srv->name ? srv->name : "airlock mcp";
+}
+
 /* Writes one message as one line. Thread-safe; after a failed write the
  * server stops reading. */
 static void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
@@ -192,7 +199,7 @@ static void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
         char *text = json_dumps(msg, JSON_COMPACT);
         json_decref(msg);
         if (!text) {
-                fprintf(stderr, "airlock mcp: cannot encode a response\n");
+                fprintf(stderr, "%s: cannot encode a response\n", server_name(srv));
                 return;
         }
         size_t n = strlen(text);
@@ -424,7 +431,7 @@ static bool progress_add(mcp_server *srv, mcp_call *c)
                 int r = pthread_create(&srv->prog_thread, NULL, progress_main, srv);
                 if (r != 0) {
                         pthread_mutex_unlock(&srv->prog_lock);
-                        fprintf(stderr, "airlock mcp: no progress notifications: %s\n",
+                        fprintf(stderr, "%s: no progress notifications: %s\n", server_name(srv),
                                 strerror(r));
                         return false;
                 }
@@ -564,7 +571,8 @@ static void run_call(mcp_call *c, reader_watch *w)
                 }
         } else if (r < 0) {
                 /* The warm-up failed; the first call reports why. */
-                fprintf(stderr, "airlock mcp: could not prepare the sandbox: %s\n", err.message);
+                fprintf(stderr, "%s: could not prepare the sandbox: %s\n", server_name(srv),
+                        err.message);
         }
         if (c->id && !(c->sink && c->sink->internal))
                 cli_audit_write(srv->audit_fd, srv->transport ? srv->transport : "mcp",
@@ -592,8 +600,8 @@ static void run_call(mcp_call *c, reader_watch *w)
                  * run ended (stderr is the server's log on stdio). */
                 if (id) {
                         _cleanup_free_ char *idtext = json_dumps(id, JSON_ENCODE_ANY);
-                        fprintf(stderr, "airlock mcp: request %s cancelled; the run ended as %s\n",
-                                idtext ? idtext : "?", status);
+                        fprintf(stderr, "%s: request %s cancelled; the run ended as %s\n",
+                                server_name(srv), idtext ? idtext : "?", status);
                 }
         }
         airlock_result_free(res);
@@ -1477,9 +1485,9 @@ static int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_c
         }
         if (!desc_json) {
                 fprintf(stderr,
-                        "airlock mcp: warning: %s; the tool description does not list "
+                        "%s: warning: %s; the tool description does not list "
                         "the packages\n",
-                        berr.message);
+                        server_name(srv), berr.message);
                 desc_json = airlock_describe_json(cfg, err);
         }
         if (!desc_json)
@@ -1490,7 +1498,7 @@ static int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_c
         size_t i;
         json_t *w;
         json_array_foreach (json_object_get(d, "warnings"), i, w)
-                fprintf(stderr, "airlock mcp: warning: %s\n", json_string_value(w));
+                fprintf(stderr, "%s: warning: %s\n", server_name(srv), json_string_value(w));
         srv->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
         /* No outputSchema: a client that sees one hands its model the
          * structured result instead of the content (Mastra), so images and
@@ -1638,6 +1646,7 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
         srv->input_watch = -1;
         srv->audit_fd = -1;
         srv->transport = "http";
+        srv->name = "airlock serve";
         srv->stateless = o && o->stateless;
         if (o && o->audit) {
                 int fd = cli_audit_open(o->audit, err);

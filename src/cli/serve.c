@@ -106,6 +106,7 @@ typedef struct server {
         metrics m;
         atomic_bool core_ready; /* core may be used (it is built) */
         atomic_bool ready, draining;
+        atomic_bool unavailable; /* a warm-up run failed (and is retried) */
         /* Tokens, swapped whole on SIGHUP under the write lock. */
         pthread_rwlock_t tokens_lock;
         char **tokens;
@@ -1119,9 +1120,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                 bool ready = atomic_load(&s->ready) && !atomic_load(&s->draining);
                                 return queue_text(
                                     c, rq, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
-                                    atomic_load(&s->draining) ? "draining\n"
-                                    : ready                   ? "ready\n"
-                                                              : "warming up\n");
+                                    atomic_load(&s->draining)      ? "draining\n"
+                                    : ready                        ? "ready\n"
+                                    : atomic_load(&s->unavailable) ? "sandbox unavailable\n"
+                                                                   : "warming up\n");
                         }
                         if (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
                             strcmp(url, "/.well-known/oauth-protected-resource/mcp") == 0)
@@ -1427,13 +1429,19 @@ bad:
         return -EINVAL;
 }
 
+/* How often a server whose warm-up failed tries again. */
+#define WARM_UP_RETRY_S 5
+
 /* Runs the warm-up call (the first copy of the sandbox) through the core
- * before /readyz says ready. */
-static void warm_up(server *s)
+ * before /readyz says ready. Returns whether the run succeeded: a server
+ * whose sandbox cannot start (a masked /proc in a container, no user
+ * namespaces) must not say it is ready, or a load balancer sends it
+ * traffic that can only fail. */
+static bool warm_up(server *s)
 {
         http_sink *k = sink_new(s, "airlock-warm-up");
         if (!k)
-                return;
+                return false;
         k->base.internal = true;
         json_t *root =
             json_pack("{s:s, s:i, s:s, s:{s:s, s:{s:s}}}", "jsonrpc", "2.0", "id", 0, "method",
@@ -1452,8 +1460,10 @@ static void warm_up(server *s)
         } else {
                 slot_give(s);
         }
+        bool ok = k->got_resp && k->status == ST_OK;
         json_decref(root);
         sink_free(k);
+        return ok;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -1565,13 +1575,31 @@ int cmd_serve(int argc, char **argv)
                 return EXIT_USAGE;
         }
         atomic_store(&s->core_ready, true);
-        warm_up(s);
-        atomic_store(&s->ready, true);
-        fprintf(stderr, "airlock serve: ready\n");
+        /* Until a warm-up run succeeds, /readyz says why not and the
+         * warm-up is tried again every few seconds: calls still reach the
+         * core meanwhile and report the sandbox's own error. */
+        bool said = false;
         for (;;) {
+                if (!atomic_load(&s->ready)) {
+                        if (warm_up(s)) {
+                                atomic_store(&s->ready, true);
+                                fprintf(stderr, "airlock serve: ready\n");
+                        } else if (!said) {
+                                said = true;
+                                atomic_store(&s->unavailable, true);
+                                fprintf(stderr,
+                                        "airlock serve: the sandbox could not run a warm-up call "
+                                        "(see the error above); not ready, trying again every "
+                                        "%d s\n",
+                                        WARM_UP_RETRY_S);
+                        }
+                }
                 char c;
                 struct pollfd p = {.fd = sig_pipe[0], .events = POLLIN};
-                if (poll(&p, 1, -1) < 0 && errno == EINTR)
+                int n = poll(&p, 1, atomic_load(&s->ready) ? -1 : WARM_UP_RETRY_S * 1000);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n == 0)
                         continue;
                 if (read(sig_pipe[0], &c, 1) != 1)
                         continue;

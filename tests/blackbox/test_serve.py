@@ -580,5 +580,51 @@ def test_audit_file_has_one_line_per_client_call():
     assert os.stat(path).st_mode & 0o777 == 0o600
 
 
+def test_not_ready_while_the_sandbox_cannot_run():
+    """A server whose sandbox cannot run a call (here a preload that does not
+    exist; in a pod, a masked /proc) stays alive (/healthz) but never says
+    ready, so a load balancer sends it nothing; a call still gets the
+    sandbox's own error, and SIGTERM still drains."""
+    p = subprocess.Popen([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--preload",
+                          "no_such_module_for_airlock"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    lines, port = [], None
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            m = re.search(r"\(port (\d+)\)", line)
+            if m:
+                port = int(m.group(1))
+            if "not ready" in line or line.strip() == "airlock serve: ready":
+                break
+        assert any("not ready" in l for l in lines), "".join(lines)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("GET", "/readyz")
+        r = c.getresponse()
+        assert (r.status, r.read()) == (503, b"sandbox unavailable\n")
+        c.request("GET", "/healthz")
+        r = c.getresponse()
+        assert (r.status, r.read()) == (200, b"ok\n")
+        c.request("POST", "/mcp", body=json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+             "params": {"name": "execute_code", "arguments": {"code": "print(1)"},
+                        "_meta": MODERN}}),
+            headers={"Content-Type": "application/json",
+                     "Accept": "application/json, text/event-stream"})
+        r = c.getresponse()
+        body = json.loads(r.read())
+        assert r.status == 200 and body["result"]["isError"] is True, body
+        assert "no_such_module_for_airlock" in json.dumps(body), body
+        c.close()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, (p.returncode, "".join(lines))
+
+
 if __name__ == "__main__":
     run()
