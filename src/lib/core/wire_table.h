@@ -24,9 +24,13 @@
  *                            "exit_code", "alone"}
  *   session   both ways      become a session / the session is active
  *   snapshot  both ways      take a snapshot / taken: {"id"}
- *   restore   host -> copy   go back to snapshot {"id", "keep"}
+ *   restore   host -> copy   go back to snapshot {"id", "keep", "spare"}
  *   restored  copy -> host   the restored state is active
  *   drop      host -> copy   forget snapshot {"id"}
+ *   fork      both ways      fork the handle, its fds after the frame / the
+ *                            parent: forked {"id"}; the fork, on its own
+ *                            channel: active {"sid"}
+ *   leave     host -> copy   end this handle's processes (siblings stay)
  *   error     copy -> host   a session request failed: {"error"} */
 #define WIRE_OP_TOOL     "tool"
 #define WIRE_OP_HTTP     "http"
@@ -38,6 +42,8 @@
 #define WIRE_OP_RESTORED "restored"
 #define WIRE_OP_DROP     "drop"
 #define WIRE_OP_ERROR    "error"
+#define WIRE_OP_FORK     "fork"
+#define WIRE_OP_LEAVE    "leave"
 #define WIRE_OPS(X)                                                                                \
         X(TOOL)                                                                                    \
         X(HTTP)                                                                                    \
@@ -48,7 +54,9 @@
         X(RESTORE)                                                                                 \
         X(RESTORED)                                                                                \
         X(DROP)                                                                                    \
-        X(ERROR)
+        X(ERROR)                                                                                   \
+        X(FORK)                                                                                    \
+        X(LEAVE)
 
 /* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
  * frame, the reply to a guest request ({"ok": true, "result": ...} or
@@ -71,6 +79,8 @@
 #define WIRE_KEY_ALONE       "alone"
 #define WIRE_KEY_ID          "id"
 #define WIRE_KEY_KEEP        "keep"
+#define WIRE_KEY_SPARE       "spare"
+#define WIRE_KEY_SID         "sid"
 #define WIRE_KEYS(X)                                                                               \
         X(OP)                                                                                      \
         X(OK)                                                                                      \
@@ -88,7 +98,9 @@
         X(EXIT_CODE)                                                                               \
         X(ALONE)                                                                                   \
         X(ID)                                                                                      \
-        X(KEEP)
+        X(KEEP)                                                                                    \
+        X(SPARE)                                                                                   \
+        X(SID)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's
  * _run, template/guest.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"
