@@ -961,7 +961,7 @@ static void handle_tools_call(mcp_server *srv, const mcp_request *rq)
         if (strcmp(name, "execute_code") != 0) {
                 send_error(srv, id, RPC_INVALID_PARAMS,
                            "Unknown tool: %.200s (this server has "
-                           "execute_code, session_open and session_close)",
+                           "execute_code, session_open, session_fork and session_close)",
                            name);
                 return;
         }
