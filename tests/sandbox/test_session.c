@@ -472,6 +472,11 @@ static void test_fork_rollback_spares_siblings(void **state)
                       "    return st != 'Z'\n"
                       "print(alive(p.pid))",
                       "True\n");
+        /* The processes of the copy before the fork, and after it is
+         * closed: the same, every process of the fork reaped. */
+        const char *count = "print(alive(p.pid), len([d for d in os.listdir('/proc') "
+                            "if d.isdigit()]))";
+        airlock_result *before = run(s, count);
         airlock_session *f = fork_of(s);
         expect_stdout(f, "q = subprocess.Popen(['sleep', '600'])\nprint(alive(q.pid))", "True\n");
         airlock_result *res = run(f, "raise SystemExit(3)");
@@ -483,8 +488,12 @@ static void test_fork_rollback_spares_siblings(void **state)
         expect_stdout(s, "print(alive(p.pid))", "True\n");
         expect_stdout(f, "r = subprocess.Popen(['sleep', '600'])\nprint(r.pid)", NULL);
         airlock_session_close(f);
-        expect_stdout(
-            s, "print(alive(p.pid), len([d for d in os.listdir('/proc') if d.isdigit()]))", NULL);
+        airlock_result *after = run(s, count);
+        if (strcmp(after->stdout_data, before->stdout_data) != 0)
+                print_error("before %s after %s\n", before->stdout_data, after->stdout_data);
+        assert_string_equal(after->stdout_data, before->stdout_data);
+        airlock_result_free(after);
+        airlock_result_free(before);
         airlock_session_close(s);
 }
 

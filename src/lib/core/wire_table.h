@@ -30,7 +30,8 @@
  *   fork      both ways      fork the handle, its fds after the frame / the
  *                            parent: forked {"id"}; the fork, on its own
  *                            channel: active {"sid"}
- *   leave     host -> copy   end this handle's processes (siblings stay)
+ *   leave     both ways      end the processes of a sibling handle {"sid"},
+ *                            sent to another handle / done
  *   error     copy -> host   a session request failed: {"error"} */
 #define WIRE_OP_TOOL     "tool"
 #define WIRE_OP_HTTP     "http"

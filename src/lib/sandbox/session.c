@@ -582,19 +582,37 @@ static void view_free(copy *v)
         free(v);
 }
 
-/* Contract: ends the processes of handle s while its siblings stay: its
- * active process, asked to "leave", ends every process of its session id
- * and then itself; one that does not within SESSION_REPLY_S (or a dead
- * handle's) is killed from here, with its cell base, and what else it
- * left ends with the copy, or at a sibling's next restore (its session id
- * is no longer spared). */
+/* Contract: ends the processes of handle s while its siblings stay, s
+ * being unlinked from them already. A live sibling's active process, asked
+ * to "leave" for s's session id, ends every process of it and returns once
+ * pid 1 has reaped them all. Without a live sibling, or when it fails, s's
+ * active process and cell base are killed from here, and what else it left
+ * ends with the copy (or at a sibling's next restore: s's session id is no
+ * longer spared). */
 static void session_leave(airlock_session *s)
 {
-        bool asked = !s->dead && request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_LEAVE), NULL,
-                                         NULL, NULL) >= 0;
-        if (s->active_pidfd >= 0 && (!asked || wait_exit(s->active_pidfd) < 0))
+        airlock_session *o = s->f->members;
+        while (o && o->dead)
+                o = o->next_member;
+        if (o && s->sid > 0) {
+                /* The sibling's pending cell base is read first: its reply
+                 * comes before the answer to "leave". */
+                settle_base(o, NULL);
+                int r = o->dead ? -ESRCH
+                                : request(o,
+                                          json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_LEAVE,
+                                                    WIRE_KEY_SID, s->sid),
+                                          WIRE_OP_LEAVE, NULL, NULL);
+                /* A refusal leaves the sibling's channel at a frame
+                 * boundary; anything else (a timeout) does not. */
+                if (r < 0 && r != -EIO)
+                        o->dead = true;
+                if (r >= 0)
+                        return;
+        }
+        if (s->active_pidfd >= 0)
                 syscall(SYS_pidfd_send_signal, s->active_pidfd, SIGKILL, NULL, 0);
-        if (s->base_pidfd >= 0 && !asked)
+        if (s->base_pidfd >= 0)
                 syscall(SYS_pidfd_send_signal, s->base_pidfd, SIGKILL, NULL, 0);
 }
 

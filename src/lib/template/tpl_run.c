@@ -162,7 +162,7 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         if (tpl_session_fork(tpl, chan))
                                 (void)tpl_session_snapshot(tpl, chan);
                 } else if (strcmp(op, WIRE_OP_LEAVE) == 0 && session) {
-                        tpl_session_leave(tpl);
+                        tpl_session_leave(tpl, chan, msg);
                 }
         }
 }

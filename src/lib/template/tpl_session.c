@@ -463,12 +463,18 @@ bool tpl_session_fork(const struct template_state *tpl, int chan)
         return false;
 }
 
-/* "leave", in the active process of a handle whose siblings stay: ends and
- * reaps every process of this handle's session id (its snapshots, its cell
- * base, what its cells started), then itself. */
-_Noreturn void tpl_session_leave(const struct template_state *tpl)
+/* "leave" {"sid"}, in the active process of a sibling of the handle that
+ * is closed: ends every process of that handle's session id and waits until
+ * pid 1 has reaped them all (so that none is left even in /proc when the
+ * host's close returns), then says so. Its own session id is refused. */
+void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg)
 {
-        json_t *none = json_array();
-        wait_until_gone(tpl, none, NULL, 0, true, getsid(0));
-        _exit(0);
+        pid_t sid = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_SID));
+        _cleanup_json_ json_t *none = json_array();
+        if (sid > 1 && sid != getsid(0) && none &&
+            wait_until_gone(tpl, none, NULL, 0, true, sid) == 0)
+                tpl_reply(chan, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_LEAVE));
+        else
+                tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
+                                          "the handle's processes did not end"));
 }
