@@ -33,11 +33,16 @@ static void announce_active(int chan, const char *op)
         tpl_reply(chan, json_pack("{s:s, s:i}", WIRE_KEY_OP, op, WIRE_KEY_SID, (int)getsid(0)));
 }
 
-static pid_t fork_interpreter(void)
+/* Forks the interpreter: the child is an active process (reseeded, ready
+ * to run guest code) or, with snapshot, a frozen snapshot, which runs no
+ * guest code and so skips the reseeding (guest_after_fork_snapshot). */
+static pid_t fork_interpreter(bool snapshot)
 {
         guest_before_fork();
         pid_t pid = fork();
-        if (pid == 0)
+        if (pid == 0 && snapshot)
+                guest_after_fork_snapshot(COPY_CHANNEL_FD);
+        else if (pid == 0)
                 guest_after_fork_child(COPY_CHANNEL_FD);
         else
                 guest_after_fork_parent();
@@ -316,7 +321,7 @@ void tpl_session_open(struct template_state *tpl, int chan)
                 _exit(1);
         tpl->reap_wait = rp[0];
         tpl->reap_notify = rp[1];
-        pid_t pid = fork_interpreter();
+        pid_t pid = fork_interpreter(false);
         if (pid < 0)
                 _exit(1);
         if (pid > 0)
@@ -342,7 +347,7 @@ bool tpl_session_snapshot(const struct template_state *tpl, int chan)
         sigemptyset(&set);
         sigaddset(&set, SIGUSR1);
         sigprocmask(SIG_BLOCK, &set, &old);
-        pid_t pid = fork_interpreter();
+        pid_t pid = fork_interpreter(true);
         if (pid == 0) {
                 snapshot_wait(tpl, chan);
                 announce_active(chan, WIRE_OP_RESTORED);
@@ -445,9 +450,13 @@ bool tpl_session_fork(const struct template_state *tpl, int chan)
                 for (int i = 0; i < 3; i++)
                         if (fds[i] > COPY_CHANNEL_FD)
                                 close(fds[i]);
-                guest_after_fork_child(COPY_CHANNEL_FD);
+                /* Announced first, in C alone: the interpreter's own
+                 * after-fork work (a millisecond of copy-on-write faults)
+                 * then overlaps with the host's answer, and is done before
+                 * the first frame of the host is read. */
                 setsid();
                 announce_active(COPY_CHANNEL_FD, WIRE_OP_FORK);
+                guest_after_fork_child(COPY_CHANNEL_FD);
                 return true;
         }
         int e = errno;
