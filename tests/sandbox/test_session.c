@@ -591,6 +591,113 @@ static void test_many_forks(void **state)
         airlock_session_close(s);
 }
 
+/* A file opened before the fork is one open file for both: its offset is
+ * shared (the kernel's, not the interpreter's). */
+static void test_fork_shares_file_offsets(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s,
+                      "import os\n_ = open('/tmp/o', 'w').write('abcdef')\n"
+                      "fd = os.open('/tmp/o', os.O_RDONLY)\nprint(os.read(fd, 1))",
+                      "b'a'\n");
+        airlock_session *f = fork_of(s);
+        expect_stdout(f, "print(os.read(fd, 2))", "b'bc'\n");
+        expect_stdout(s, "print(os.read(fd, 1))", "b'd'\n");
+        airlock_session_close(f);
+        airlock_session_close(s);
+}
+
+/* A fork runs in its original's copy, under the copy's one memory limit:
+ * what the original holds counts against the fork's cells (where the
+ * copy has a cgroup of its own, which airlock_session_memory then reads
+ * for both handles alike). */
+static void test_fork_shares_the_memory_limit(void **state)
+{
+        airlock_error err;
+        airlock_config *cfg;
+        airlock_sandbox *own;
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        airlock_limits lim;
+        airlock_limits_default(&lim);
+        lim.memory_bytes = 256ull << 20;
+        assert_int_equal(airlock_config_set_limits(cfg, &lim, &err), 0);
+        assert_int_equal(airlock_sandbox_new(cfg, &own, &err), 0);
+        airlock_config_free(cfg);
+        const char *fill = "more = bytearray(170 << 20)\n"
+                           "for i in range(0, len(more), 4096): more[i] = 1\n"
+                           "print(len(more) >> 20)";
+        airlock_session *s, *fresh;
+        assert_int_equal(airlock_session_open(own, &s, &err), 0);
+        expect_stdout(s,
+                      "data = bytearray(100 << 20)\n"
+                      "for i in range(0, len(data), 4096): data[i] = 1",
+                      "");
+        airlock_session *f = fork_of(s);
+        uint64_t ms = 0, mf = 0;
+        assert_int_equal(airlock_session_memory(s, &ms, &err), 0);
+        assert_int_equal(airlock_session_memory(f, &mf, &err), 0);
+        if (ms == mf) {
+                /* One cgroup for the copy: 100 MiB held by the original
+                 * and 170 more in the fork pass the limit of 256. */
+                assert_true(ms >= 100ull << 20);
+                airlock_result *res = run(f, fill);
+                assert_int_equal(res->status, AIRLOCK_STATUS_MEMORY);
+                assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+                airlock_result_free(res);
+        } else {
+                print_message("no cgroup per copy: the memory limit is per process\n");
+        }
+        expect_stdout(f, "print(len(data) >> 20, 'more' in globals())", "100 False\n");
+        /* A session of its own, in a copy of its own, has room for it. */
+        assert_int_equal(airlock_session_open(own, &fresh, &err), 0);
+        expect_stdout(fresh, fill, "170\n");
+        airlock_session_close(fresh);
+        airlock_session_close(f);
+        airlock_session_close(s);
+        airlock_sandbox_close(own);
+}
+
+/* With a writable /input, the fork shares the copy's overlay: a change
+ * made by either is seen by the other, and listed in both results. */
+static void test_fork_shares_the_input_overlay(void **state)
+{
+        char dir[] = "/tmp/airlock-fork-ws-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char path[sizeof(dir) + 16];
+        snprintf(path, sizeof(path), "%s/a.txt", dir);
+        FILE *fp = fopen(path, "w");
+        assert_non_null(fp);
+        fputs("one", fp);
+        fclose(fp);
+        airlock_error err;
+        airlock_config *cfg;
+        airlock_sandbox *own;
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        assert_int_equal(airlock_config_set_workspace(cfg, dir, &err), 0);
+        airlock_config_set_input_writable(cfg, true);
+        assert_int_equal(airlock_sandbox_new(cfg, &own, &err), 0);
+        airlock_config_free(cfg);
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(own, &s, &err), 0);
+        expect_stdout(s, "print(open('/input/a.txt').read())", "one\n");
+        airlock_session *f = fork_of(s);
+        airlock_result *res = run(f, "_ = open('/input/a.txt', 'w').write('two')");
+        assert_true(res->success);
+        assert_int_equal(res->n_input_changes, 1);
+        airlock_result_free(res);
+        res = run(s, "print(open('/input/a.txt').read())");
+        assert_string_equal(res->stdout_data, "two\n");
+        assert_int_equal(res->n_input_changes, 1);
+        airlock_result_free(res);
+        airlock_session_close(f);
+        airlock_session_close(s);
+        airlock_sandbox_close(own);
+        unlink(path);
+        rmdir(dir);
+}
+
 static void test_prefaulted_copies_stay_fresh(void **state)
 {
         const char *code = "import builtins, random\n"
@@ -677,6 +784,9 @@ int main(void)
             cmocka_unit_test(test_fork_shares_tmp),
             cmocka_unit_test(test_fork_of_ended_session),
             cmocka_unit_test(test_many_forks),
+            cmocka_unit_test(test_fork_shares_file_offsets),
+            cmocka_unit_test(test_fork_shares_the_memory_limit),
+            cmocka_unit_test(test_fork_shares_the_input_overlay),
             cmocka_unit_test(test_prefaulted_copies_stay_fresh),
             cmocka_unit_test(test_copies_without_populate_advice),
         };
