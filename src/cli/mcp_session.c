@@ -393,7 +393,8 @@ void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t 
                 json_object_set_new(
                     props, "session",
                     json_pack("{s:s, s:s}", "type", "string", "description",
-                              "Optional: a handle from session_open. The code then runs in "
+                              "Optional: a handle from session_open or session_fork. The code "
+                              "then runs in "
                               "that session's state, as a notebook cell: the variables and "
                               "imports of earlier calls are there, and the value of a final "
                               "expression is shown. Without it, every call is a fresh, "
