@@ -3,7 +3,12 @@
 calls 10 ms apart on one server, and a local notebook kernel's execute round
 trip of the same cell (python3-ipykernel with jupyter_client, when
 installed). Rounds alternate between the three, so that a busy moment of the
-machine falls on all of them. Prints one table and one JSON line.
+machine falls on all of them. Then forks (session_fork) of a session that
+holds a 100 MB pandas DataFrame, side by side with fresh session_open
+calls, alternating: the time until the call returns (the new handle can run
+a cell), the time with its first cell, and the PSS the new session adds to
+the server's whole process tree before either side writes (the sum of
+every process's Pss, before and after). Prints one table and one JSON line.
 
 Usage: bench_session.py BUILD_DIR [ROUNDS]"""
 import json
@@ -71,6 +76,82 @@ def median_ms(xs):
     return statistics.median(xs) * 1000 if xs else -1
 
 
+def tree_pss_kib(root):
+    """The sum of the Pss of root and every process under it, in KiB."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+FORK_ROUNDS = 20
+# About 100 MB of float64 (13 million), as the issue's target names.
+DATAFRAME = ("import numpy as np, pandas as pd\n"
+             "df = pd.DataFrame(np.random.rand(13_000_000, 1))\n"
+             "print(df.memory_usage(deep=True).sum() >> 20)")
+
+
+def bench_fork(m):
+    """Fork against open: medians of the call, of the call and a first cell,
+    and the PSS added (KiB), over FORK_ROUNDS alternating rounds."""
+    h = m.request("tools/call", {"name": "session_open",
+                                 "arguments": {}})["_meta"]["dev.airlock/session"]
+    r = m.call({"code": DATAFRAME, "session": h})
+    mib = int(r["content"][0]["text"])
+    m.call({"code": "df.shape", "session": h})  # its cell base is settled
+    res = {"fork": [], "fork_cell": [], "fork_pss": [], "open": [], "open_cell": [],
+           "open_pss": []}
+    for i in range(FORK_ROUNDS):
+        for kind in ("fork", "open"):
+            time.sleep(0.05)
+            pss0 = tree_pss_kib(m.p.pid)
+            t = time.perf_counter()
+            if kind == "fork":
+                r = m.request("tools/call", {"name": "session_fork", "arguments": {"session": h}})
+            else:
+                r = m.request("tools/call", {"name": "session_open", "arguments": {}})
+            t_call = time.perf_counter() - t
+            n = r["_meta"]["dev.airlock/session"]
+            # The new session's processes (its cell base included, taken
+            # at once) are there; nothing has written yet.
+            time.sleep(0.05)
+            res[kind + "_pss"].append(tree_pss_kib(m.p.pid) - pss0)
+            t = time.perf_counter()
+            r = m.call({"code": "print(1)", "session": n})
+            t_cell = time.perf_counter() - t
+            assert r["content"][0]["text"] == "1\n", r
+            res[kind].append(t_call)
+            res[kind + "_cell"].append(t_call + t_cell)
+            if kind == "fork" and i == 0:
+                r = m.call({"code": "df.shape", "session": n})
+                assert r["content"][0]["text"] == "(13000000, 1)\n", r
+            m.request("tools/call", {"name": "session_close", "arguments": {"session": n}})
+    m.request("tools/call", {"name": "session_close", "arguments": {"session": h}})
+    out = {"dataframe_mib": mib, "fork_min_ms": min(res["fork"]) * 1000,
+           "open_min_ms": min(res["open"]) * 1000}
+    for k, v in res.items():
+        out[k + ("_median_kib" if k.endswith("pss") else "_median_ms")] = (
+            statistics.median(v) if k.endswith("pss") else median_ms(v))
+    return out
+
+
 def main():
     m = Mcp()
     h = m.request("tools/call", {"name": "session_open",
@@ -99,13 +180,13 @@ def main():
             t = time.perf_counter()
             krun("x += 1; print(x)")
             kern.append(time.perf_counter() - t)
-    m.close()
     if kstop:
         kstop()
+    fork = bench_fork(m)
+    m.close()
     out = {"rounds": rounds, "fresh_print_median_ms": median_ms(fresh),
            "session_cell_median_ms": median_ms(cell),
-           "kernel_execute_median_ms": median_ms(kern),
-           "fork_ms": None}
+           "kernel_execute_median_ms": median_ms(kern), "fork": fork}
     print(f"Sessions through airlock mcp, {rounds} rounds, calls {GAP_S * 1000:.0f} ms apart:")
     print(f"  fresh run of print(1)              median {out['fresh_print_median_ms']:.2f} ms")
     print(f"  session cell x += 1; print(x)      median {out['session_cell_median_ms']:.2f} ms"
@@ -115,7 +196,16 @@ def main():
               f"  ({out['kernel_execute_median_ms'] / out['session_cell_median_ms']:.2f}x the cell)")
     else:
         print("  ipykernel: not installed (python3-ipykernel, python3-jupyter-client): skipped")
-    print("  fork of a session: not implemented yet")
+    print(f"Fork of a session holding a {fork['dataframe_mib']} MiB DataFrame, against a fresh "
+          f"session_open, {FORK_ROUNDS} rounds each:")
+    print(f"  session_fork call                  median {fork['fork_median_ms']:.2f} ms"
+          f" (min {fork['fork_min_ms']:.2f})"
+          f"   with its first cell {fork['fork_cell_median_ms']:.2f} ms"
+          f"   PSS added {fork['fork_pss_median_kib'] / 1024:.2f} MiB")
+    print(f"  session_open call                  median {fork['open_median_ms']:.2f} ms"
+          f" (min {fork['open_min_ms']:.2f})"
+          f"   with its first cell {fork['open_cell_median_ms']:.2f} ms"
+          f"   PSS added {fork['open_pss_median_kib'] / 1024:.2f} MiB")
     print(json.dumps(out))
 
 

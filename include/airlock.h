@@ -489,7 +489,30 @@ AIRLOCK_PUBLIC int airlock_session_memory(airlock_session *s, uint64_t *ret_byte
  * -ESRCH, or a cell's result came back with cell_state AIRLOCK_CELL_NONE:
  * its rollback failed and the session ended). */
 AIRLOCK_PUBLIC bool airlock_session_alive(const airlock_session *s);
-/* Ends every process of the session. The sandbox must outlive its sessions. */
+/* Forks the session: *ret is a new session whose interpreter is a
+ * copy-on-write clone of s's as it is now (variables, imports, objects; a
+ * cell's worth of memory is shared until either side writes it), which can
+ * run a cell at once; s goes on unchanged. The fork is an interpreter of
+ * its own inside s's copy of the template, not a new copy (a process cannot
+ * move into another PID namespace), so the two SHARE: the files in /tmp,
+ * the writable /input overlay (and the changes a result lists), /output
+ * (cells of the session and of its forks therefore run one at a time, each
+ * with an empty /output), the offsets of files opened before the fork, the
+ * copy's cgroup and its limits on memory and processes (and
+ * airlock_session_memory's figure, where the copy has a cgroup: it is the
+ * copy's, all handles together), and the workspace as it was staged. Each
+ * has its OWN: variables and objects, its cell base and rollbacks (a failed
+ * cell in one rolls back that one only, and ends only its own threads and
+ * processes), snapshots, stdout and stderr, and threads (only the main one
+ * is cloned). Closing s does not end its forks, nor a fork s: the copy
+ * lives until the last of them is closed. Closing one ends the processes
+ * it started; a process that left its session (setsid) ends at another
+ * handle's next rollback or with the copy. A fork may be forked. -ESRCH
+ * when s has ended; -EAGAIN (s unchanged) when the clone is refused. */
+AIRLOCK_PUBLIC int airlock_session_fork(airlock_session *s, airlock_session **ret,
+                                        airlock_error *err);
+/* Ends every process of the session (of this handle: see
+ * airlock_session_fork). The sandbox must outlive its sessions. */
 AIRLOCK_PUBLIC void airlock_session_close(airlock_session *s);
 
 /* ---- tool surface ------------------------------------------------------ */

@@ -1029,7 +1029,7 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         if (strcmp(name, "execute_code") != 0) {
                 send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
                            "Unknown tool: %.200s (this server has "
-                           "execute_code, session_open and session_close)",
+                           "execute_code, session_open, session_fork and session_close)",
                            name);
                 return false;
         }

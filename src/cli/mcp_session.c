@@ -442,7 +442,8 @@ void mcp_sessions_free(mcp_sessions *m)
 
 bool mcp_sessions_is_tool(const char *name)
 {
-        return strcmp(name, "session_open") == 0 || strcmp(name, "session_close") == 0;
+        return strcmp(name, "session_open") == 0 || strcmp(name, "session_close") == 0 ||
+               strcmp(name, "session_fork") == 0;
 }
 
 void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t *tools)
@@ -452,7 +453,8 @@ void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t 
                 json_object_set_new(
                     props, "session",
                     json_pack("{s:s, s:s}", "type", "string", "description",
-                              "Optional: a handle from session_open. The code then runs in "
+                              "Optional: a handle from session_open or session_fork. The code "
+                              "then runs in "
                               "that session's state, as a notebook cell: the variables and "
                               "imports of earlier calls are there, and the value of a final "
                               "expression is shown. Without it, every call is a fresh, "
@@ -475,9 +477,12 @@ void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t 
                  "processes of earlier calls. /output is fresh for every call.\n"
                  "- A session sees /input as it was when it opened; open a new session to see a "
                  "changed workspace.\n"
-                 "- At most %u sessions at once; one is closed after %g minutes unused, after %g "
-                 "hours, or when it holds more than %llu MiB between calls. Close it with "
-                 "session_close when done.",
+                 "- session_fork copies a session, variables included, into a new handle in "
+                 "milliseconds: try something risky or two ideas side by side; the two then "
+                 "share /tmp and /output but not variables.\n"
+                 "- At most %u sessions at once (forks count); one is closed after %g minutes "
+                 "unused, after %g hours, or when it holds more than %llu MiB between calls. "
+                 "Close it with session_close when done.",
                  m->caps.max_sessions, m->caps.idle_s / 60, m->caps.lifetime_s / 3600,
                  (unsigned long long)(m->caps.max_memory >> 20));
         json_array_append_new(
@@ -499,6 +504,23 @@ void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t 
                       "additionalProperties", 0, "annotations", "title", "Close a Python session",
                       "readOnlyHint", 0, "destructiveHint", 1, "idempotentHint", 1, "openWorldHint",
                       0));
+        json_array_append_new(
+            tools,
+            json_pack(
+                "{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s], s:b}, s:{s:s, s:b, "
+                "s:b, s:b, s:b}}",
+                "name", "session_fork", "title", "Fork a Python session", "description",
+                "Copies a session into a new one, in milliseconds, whatever its size: the new "
+                "handle starts with the session's variables, imports and objects, and from "
+                "then on each has its own (a change or a rollback in one is not seen in the "
+                "other). Both stay open; pass the new handle to execute_code. The two "
+                "share the files in /tmp and /output (their calls run one at a time), "
+                "the workspace, and one memory limit; the fork counts as a session and "
+                "expires when the original would.",
+                "inputSchema", "type", "object", "properties", "session", "type", "string",
+                "description", "The handle of the session to copy.", "required", "session",
+                "additionalProperties", 0, "annotations", "title", "Fork a Python session",
+                "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0, "openWorldHint", 0));
 }
 
 static json_t *text_result(const char *text, const char *handle)
@@ -554,6 +576,88 @@ static json_t *session_open(mcp_sessions *m)
         return text_result(msg, e->handle);
 }
 
+/* A fork of an open session: a new entry, counted against the cap, whose
+ * lifetime runs from when the session it copies (or the first of its
+ * line) was opened, so that forking cannot keep a copy alive past
+ * --session-lifetime. The session forked is busy meanwhile, as for a
+ * cell. */
+static json_t *session_fork(mcp_sessions *m, const json_t *args)
+{
+        const char *handle = json_string_value(json_object_get(args, "session"));
+        if (!handle)
+                return mcp_tool_error("session_fork needs the argument \"session\": the handle "
+                                      "of the session to copy");
+        pthread_mutex_lock(&m->lock);
+        entry *e = find_locked(m, handle);
+        while (e && !e->busy && (e->measure || e->measuring) && m->sweeper_started) {
+                pthread_cond_wait(&m->changed, &m->lock);
+                e = find_locked(m, handle);
+        }
+        if (!e) {
+                pthread_mutex_unlock(&m->lock);
+                return unknown_handle(m, handle);
+        }
+        /* The handle as the table spells it: a known length from here on. */
+        char h[HANDLE_LEN + 1];
+        snprintf(h, sizeof(h), "%s", e->handle);
+        handle = h;
+        char msg[AIRLOCK_MESSAGE_MAX + 256];
+        if (e->busy) {
+                pthread_mutex_unlock(&m->lock);
+                snprintf(msg, sizeof(msg),
+                         "session %s is running another call; fork it when that call has "
+                         "finished",
+                         handle);
+                return mcp_tool_error(msg);
+        }
+        if (m->n >= m->caps.max_sessions) {
+                unsigned n = m->n;
+                pthread_mutex_unlock(&m->lock);
+                snprintf(msg, sizeof(msg),
+                         "too many sessions: %u are open, the cap (--max-sessions %u), and a "
+                         "fork is one more; close one with session_close",
+                         n, m->caps.max_sessions);
+                return mcp_tool_error(msg);
+        }
+        m->n++;
+        e->busy = true;
+        pthread_mutex_unlock(&m->lock);
+        entry *n = calloc(1, sizeof(*n));
+        airlock_error err = {0};
+        int r = n ? new_handle(n->handle) : -ENOMEM;
+        if (r >= 0)
+                r = airlock_session_fork(e->s, &n->s, &err);
+        pthread_mutex_lock(&m->lock);
+        e->busy = false;
+        e->used_ns = now_ns();
+        bool close_it = e->closing;
+        if (r < 0) {
+                m->n--;
+                free(n);
+                n = NULL;
+        } else {
+                n->opened_ns = e->opened_ns;
+                n->used_ns = now_ns();
+                n->next = m->head;
+                m->head = n;
+        }
+        pthread_cond_broadcast(&m->changed);
+        pthread_mutex_unlock(&m->lock);
+        if (close_it)
+                entry_close(e);
+        if (!n) {
+                snprintf(msg, sizeof(msg), "airlock could not fork session %s: %s", handle,
+                         err.message[0] ? err.message : strerror(-r));
+                return mcp_tool_error(msg);
+        }
+        snprintf(msg, sizeof(msg),
+                 "Session %s is open: a copy of session %s as it is now, variables included. "
+                 "Pass \"session\": \"%s\" to execute_code to run code in it; %s is "
+                 "unchanged and stays open. Close each with session_close when done.",
+                 n->handle, handle, n->handle, handle);
+        return text_result(msg, n->handle);
+}
+
 static json_t *session_close(mcp_sessions *m, const json_t *args)
 {
         const char *handle = json_string_value(json_object_get(args, "session"));
@@ -593,7 +697,9 @@ json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args)
                         return mcp_tool_error(clean ? clean : msg);
                 }
         }
-        return open ? session_open(m) : session_close(m, args);
+        if (open)
+                return session_open(m);
+        return strcmp(name, "session_fork") == 0 ? session_fork(m, args) : session_close(m, args);
 }
 
 /* ---- execute_code in a session ----------------------------------------- */

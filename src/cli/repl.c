@@ -5,7 +5,9 @@
  * Each cell runs in one session (airlock_session_run): its output is
  * printed, with what became of the state when the cell failed. Ctrl-C
  * cancels the cell in progress, which rolls back; the session goes on.
- * End of input closes the session. */
+ * End of input closes the session. Two commands, which no Python cell can
+ * be: ":fork" forks the current session (airlock_session_fork) and goes on
+ * in the fork, ":use N" goes back to session N (0 is the first). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -120,6 +122,33 @@ static void print_result(const airlock_result *res)
                 fprintf(stderr, "[the session ended]\n");
 }
 
+#define REPL_MAX_SESSIONS 16
+
+/* Runs a ":" command of the cell in b, if it is one: true when it was. */
+static bool repl_command(const dynbuf *b, airlock_session **ss, size_t *n, size_t *cur)
+{
+        if (b->len < 2 || b->data[0] != ':')
+                return false;
+        airlock_error err;
+        unsigned k;
+        if (strcmp(b->data, ":fork\n") == 0) {
+                if (*n == REPL_MAX_SESSIONS)
+                        fprintf(stderr, "[at most %d sessions]\n", REPL_MAX_SESSIONS);
+                else if (airlock_session_fork(ss[*cur], &ss[*n], &err) < 0)
+                        fprintf(stderr, "airlock repl: %s\n", err.message);
+                else {
+                        fprintf(stderr, "[session %zu: a fork of session %zu]\n", *n, *cur);
+                        *cur = (*n)++;
+                }
+        } else if (sscanf(b->data, ":use %u", &k) == 1 && k < *n) {
+                *cur = k;
+                fprintf(stderr, "[session %u]\n", k);
+        } else {
+                fprintf(stderr, "[commands: :fork, :use N (0 to %zu)]\n", *n - 1);
+        }
+        return true;
+}
+
 int cmd_repl(int argc, char **argv)
 {
         cli_options o;
@@ -159,7 +188,12 @@ int cmd_repl(int argc, char **argv)
         int status = EXIT_OK;
         dynbuf cell;
         dynbuf_init(&cell, 16u << 20);
+        airlock_session *ss[REPL_MAX_SESSIONS] = {s};
+        size_t n_ss = 1, cur = 0;
         while (read_cell(stdin, tty, &cell)) {
+                if (repl_command(&cell, ss, &n_ss, &cur))
+                        continue;
+                s = ss[cur];
                 drain_cancel();
                 airlock_run_options opts = {.cancel_fd = cancel_pipe[0], .watch_fd = -1};
                 airlock_result *res = NULL;
@@ -180,7 +214,8 @@ int cmd_repl(int argc, char **argv)
         if (tty)
                 fputc('\n', stdout);
         dynbuf_free(&cell);
-        airlock_session_close(s);
+        for (size_t i = 0; i < n_ss; i++)
+                airlock_session_close(ss[i]);
         airlock_sandbox_close(sb);
         cli_options_free(&o);
         return status;

@@ -157,5 +157,74 @@ def test_a_cancelled_call_rolls_back_and_the_session_goes_on():
         assert mcp_result_json(r)["stdout"] == "'before'\n", r
 
 
+def fork(m, h):
+    r = tool(m, "session_fork", {"session": h})
+    assert not r["isError"], r
+    f = r["_meta"]["dev.airlock/session"]
+    assert f.startswith("sess_") and len(f) == 31 and f != h, f
+    assert f in text(r) and h in text(r), r
+    return f
+
+
+def test_session_fork_copies_state_over_mcp():
+    with mcp() as m:
+        tools = {t["name"]: t for t in m.request("tools/list", {})["result"]["tools"]}
+        assert "session_fork" in tools, tools.keys()
+        assert tools["session_fork"]["inputSchema"]["required"] == ["session"]
+        assert "session_fork" in tools["session_open"]["description"]
+        h = open_session(m)
+        cell(m, h, "x = 41\n_ = open('/tmp/shared.txt', 'w').write('p')")
+        f = fork(m, h)
+        r = cell(m, f, "x += 1\n(x, open('/tmp/shared.txt').read())")
+        assert mcp_result_json(r)["stdout"] == "(42, 'p')\n", r
+        assert mcp_result_json(r)["session"] == f, r
+        r = cell(m, h, "x")
+        assert mcp_result_json(r)["stdout"] == "41\n", r
+        # A failure in the fork rolls back the fork only.
+        r = cell(m, f, "x = 0\nraise KeyError")
+        assert mcp_result_json(r)["state"] == "rolled_back", r
+        r = cell(m, f, "x")
+        assert mcp_result_json(r)["stdout"] == "42\n", r
+        # Closing the original leaves the fork open, and a fork forks.
+        assert not tool(m, "session_close", {"session": h})["isError"]
+        g = fork(m, f)
+        r = cell(m, g, "x * 2")
+        assert mcp_result_json(r)["stdout"] == "84\n", r
+        r = cell(m, f, "x")
+        assert mcp_result_json(r)["stdout"] == "42\n", r
+
+
+def test_session_fork_errors_name_the_handle():
+    with mcp() as m:
+        h = open_session(m)
+        assert not tool(m, "session_close", {"session": h})["isError"]
+        r = tool(m, "session_fork", {"session": h})
+        assert r["isError"] and h in text(r) and "closed" in text(r), r
+        r = tool(m, "session_fork", {"session": "sess_nothere"})
+        assert r["isError"] and "unknown session" in text(r) and "sess_nothere" in text(r), r
+        r = tool(m, "session_fork", {})
+        assert r["isError"] and "\"session\"" in text(r), r
+        r = tool(m, "session_fork", {"session": h, "extra": 1})
+        assert r["isError"] and "extra" in text(r), r
+
+
+def test_session_fork_counts_against_the_caps():
+    with mcp("--max-sessions", "2", "--session-lifetime", "4") as m:
+        h = open_session(m)
+        time.sleep(2)
+        f = fork(m, h)
+        r = tool(m, "session_fork", {"session": h})
+        assert r["isError"] and "--max-sessions" in text(r), r
+        r = tool(m, "session_open", {})
+        assert r["isError"] and "--max-sessions" in text(r), r
+        # The fork's lifetime runs from its original's opening: both
+        # have expired (by 4 s, swept within a second), although the fork
+        # is 3.5 s old.
+        time.sleep(3.5)
+        for x in (h, f):
+            r = cell(m, x, "1")
+            assert r["isError"] and "expired" in text(r) and "--session-lifetime" in text(r), r
+
+
 if __name__ == "__main__":
     run()

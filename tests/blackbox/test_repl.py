@@ -17,5 +17,21 @@ def test_cells_share_state_and_failures_roll_back():
     assert "timeout" in p.stderr, p.stderr
 
 
+def test_fork_and_use():
+    cells = ("x = [1]\n"
+             ":fork\n"
+             "x.append(2); x\n"
+             ":use 0\n"
+             "x\n"
+             ":use 1\n"
+             "x\n"
+             ":nothing\n")
+    p = airlock("repl", input=cells)
+    assert p.returncode == 0, p
+    assert p.stdout == "[1, 2]\n[1]\n[1, 2]\n", p
+    assert "[session 1: a fork of session 0]" in p.stderr, p.stderr
+    assert ":fork, :use N" in p.stderr, p.stderr
+
+
 if __name__ == "__main__":
     run()

@@ -2,10 +2,14 @@
 """The sessions half of the soak (tests/soak.sh): N sessions opened and
 closed through one `airlock mcp` process, each with a kept cell, a failed
 cell that rolls back and a check of the state; every 20th failed cell is a
-timeout, rolled back too. Fails on a wrong result, on growth of the server's
-resident memory beyond SOAK_RSS_SLACK_KIB (default 1024) or of its open
-descriptors between the warm-up sessions and the end, on processes of the
-server left between sessions, and on a non-zero exit.
+timeout, rolled back too. Each session is forked once (session_fork), the
+fork's cell and failed cell checked too; the fork is closed before its
+original in odd sessions (and then the original checks that no process of
+the fork is left in the copy it shares), after it in even ones. Fails on a
+wrong result, on growth of the server's resident memory beyond
+SOAK_RSS_SLACK_KIB (default 1024), of its open descriptors or of its mounts
+between the warm-up sessions and the end, on processes of the server left
+between sessions, and on a non-zero exit.
 
 Usage: soak_sessions.py AIRLOCK_BINARY SESSIONS [WARMUP]"""
 import json
@@ -69,7 +73,9 @@ def status():
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1])
     fds = len(os.listdir(f"/proc/{p.pid}/fd"))
-    return rss, fds
+    with open(f"/proc/{p.pid}/mountinfo") as f:
+        mounts = len(f.readlines())
+    return rss, fds, mounts
 
 
 def children():
@@ -85,6 +91,8 @@ def children():
                 pass
     return n
 
+
+NPROC = "import os\nlen([d for d in os.listdir('/proc') if d.isdigit()])"
 
 request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                        "clientInfo": {"name": "soak", "version": "1"}})
@@ -105,17 +113,45 @@ for i in range(n):
     r = tool("execute_code", {"code": "x", "session": h})
     if record(r)["stdout"] != f"{i}\n":
         fail(f"session {i}: {r}")
-    r = tool("session_close", {"session": h})
+    r = tool("execute_code", {"code": NPROC, "session": h})
+    nproc = record(r)["stdout"]
+    r = tool("session_fork", {"session": h})
+    if r.get("isError"):
+        fail(f"session {i}: fork: {r}")
+        continue
+    f = r["_meta"]["dev.airlock/session"]
+    r = tool("execute_code", {"code": "x += 1\nimport subprocess\n"
+                              "c = subprocess.Popen(['sleep', '60'])\nx", "session": f})
+    if record(r)["stdout"] != f"{i + 1}\n":
+        fail(f"session {i}: fork: {r}")
+    r = tool("execute_code", {"code": "x = -1\nraise ValueError", "session": f})
+    if record(r).get("state") != "rolled_back":
+        fail(f"session {i}: fork not rolled back: {r}")
+    order = (f, h) if i % 2 else (h, f)
+    r = tool("session_close", {"session": order[0]})
+    if r.get("isError"):
+        fail(f"session {i}: close: {r}")
+    r = tool("execute_code", {"code": "x", "session": order[1]})
+    if record(r)["stdout"] != (f"{i}\n" if i % 2 else f"{i + 1}\n"):
+        fail(f"session {i}: after the first close: {r}")
+    if i % 2:
+        r = tool("execute_code", {"code": NPROC, "session": h})
+        if record(r)["stdout"] != nproc:
+            fail(f"session {i}: processes in the copy {nproc!r} -> {record(r)['stdout']!r}")
+    r = tool("session_close", {"session": order[1]})
     if r.get("isError"):
         fail(f"session {i}: close: {r}")
 end = status()
 end_children = children()
 print(f"soak-sessions: {n} sessions; server RSS {base[0]} -> {end[0]} KiB, fds {base[1]} -> "
-      f"{end[1]}, child processes {base_children} -> {end_children}", flush=True)
+      f"{end[1]}, mounts {base[2]} -> {end[2]}, child processes {base_children} -> "
+      f"{end_children}", flush=True)
 if end[0] - base[0] > slack:
     fail(f"resident memory grew by {end[0] - base[0]} KiB (slack {slack})")
 if end[1] > base[1]:
     fail(f"open descriptors grew from {base[1]} to {end[1]}")
+if end[2] > base[2]:
+    fail(f"mounts grew from {base[2]} to {end[2]}")
 if end_children > base_children:
     fail(f"processes grew from {base_children} to {end_children}")
 p.stdin.close()

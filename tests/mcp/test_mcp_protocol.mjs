@@ -18,7 +18,7 @@ const tests = [
     const init = await p.initialize();
     assertEqual(init.result.protocolVersion, '2025-06-18', 'negotiated version');
     const list = await p.request('tools/list', {}, 3);
-    assertEqual(list.result.tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close'], 'tools after initialize');
+    assertEqual(list.result.tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close', 'session_fork'], 'tools after initialize');
   })],
 
   ['initialize: result shape and version negotiation', async () => {

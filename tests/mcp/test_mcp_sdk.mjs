@@ -83,7 +83,7 @@ const tests = [
 
   ['tools/list: execute_code with the generated description, and the session tools', async () => {
     const { tools } = await client.listTools();
-    assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close'], 'tool names');
+    assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close', 'session_fork'], 'tool names');
     const t = tools[0];
     assertIncludes(t.description, 'compute', 'description');
     assertIncludes(t.description, 'operation (string, required)', 'description');
@@ -282,6 +282,26 @@ const tests = [
       assertEqual(r._meta['dev.airlock/run'].files.map((f) => f.path), [`/output/f${i}.txt`], `files of call ${i}`);
       assertEqual(r.content[1].resource.text, `${i}`, `file of call ${i}`);
     });
+  }],
+
+  ['session_fork: a copy of a session, whose calls and the original\'s may run at once', async () => {
+    const open = await client.callTool({ name: 'session_open', arguments: {} }, undefined, CALL_OPTS);
+    const h = open._meta['dev.airlock/session'];
+    await client.callTool({ name: 'execute_code', arguments: { code: 'x = [1]', session: h } }, undefined, CALL_OPTS);
+    const fk = await client.callTool({ name: 'session_fork', arguments: { session: h } }, undefined, CALL_OPTS);
+    assertEqual(fk.isError, false, `fork (${JSON.stringify(fk.content)})`);
+    const f = fk._meta['dev.airlock/session'];
+    assert(/^sess_[a-z2-7]{26}$/.test(f) && f !== h, `fork handle ${f}`);
+    assertIncludes(fk.content[0].text, f, 'the text names the new handle');
+    // Both at once: the server runs them one after the other in the copy
+    // they share, each in its own state.
+    const [a, b] = await Promise.all([
+      client.callTool({ name: 'execute_code', arguments: { code: 'x.append("a")\nprint(x)', session: h } }, undefined, CALL_OPTS),
+      client.callTool({ name: 'execute_code', arguments: { code: 'x.append("f")\nprint(x)', session: f } }, undefined, CALL_OPTS),
+    ]);
+    assertEqual(a.content[0].text.trim(), "[1, 'a']", 'the original');
+    assertEqual(b.content[0].text.trim(), "[1, 'f']", 'the fork');
+    for (const s of [h, f]) await client.callTool({ name: 'session_close', arguments: { session: s } }, undefined, CALL_OPTS);
   }],
 
   ['close: the server exits when the client closes', async () => {

@@ -60,7 +60,8 @@ static void expect_stdout(airlock_session *s, const char *code, const char *out)
 {
         airlock_result *res = run(s, code);
         assert_true(res->success);
-        assert_string_equal(res->stdout_data, out);
+        if (out)
+                assert_string_equal(res->stdout_data, out);
         airlock_result_free(res);
 }
 
@@ -411,6 +412,292 @@ static void test_snapshot_outlives_nothing(void **state)
 /* From the third copy on, a copy starts by populating the pages a probe
  * copy was seen to touch (template.c). Those are private copies: nothing
  * one run writes may reach the next, and each copy still reseeds. */
+static airlock_session *fork_of(airlock_session *s)
+{
+        airlock_error err;
+        airlock_session *f = NULL;
+        int r = airlock_session_fork(s, &f, &err);
+        if (r < 0)
+                print_error("fork: %s\n", err.message);
+        assert_int_equal(r, 0);
+        return f;
+}
+
+/* A fork has the parent's variables; from then on each side's writes are
+ * its own, and a failed cell in the fork rolls back the fork only. */
+static void test_fork_copies_state(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "x = 41\nl = [1]", "");
+        airlock_session *f = fork_of(s);
+        expect_stdout(f, "x += 1\nl.append(2)\nprint(x, l)", "42 [1, 2]\n");
+        expect_stdout(s, "print(x, l)", "41 [1]\n");
+        expect_stdout(s, "y = 'parent'", "");
+        airlock_result *res = run(f, "l.append(3)\nraise ValueError('v')");
+        assert_false(res->success);
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        expect_stdout(f, "print(x, l, 'y' in globals())", "42 [1, 2] False\n");
+        expect_stdout(s, "print(x, l, y)", "41 [1] parent\n");
+        /* A timeout in the parent rolls the parent back, not the fork. */
+        res = run(s, "x = 0\nimport time\ntime.sleep(30)");
+        assert_int_equal(res->status, AIRLOCK_STATUS_TIMEOUT);
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        expect_stdout(s, "print(x)", "41\n");
+        expect_stdout(f, "print(x)", "42\n");
+        airlock_session_close(f);
+        airlock_session_close(s);
+}
+
+/* A rollback in one handle ends the processes of that handle's cells only:
+ * the parent's child process outlives the fork's failed cell. Closing the
+ * fork ends the processes its cells started and not the parent's. */
+static void test_fork_rollback_spares_siblings(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s,
+                      "import subprocess, os\n"
+                      "p = subprocess.Popen(['sleep', '600'])\n"
+                      "def alive(pid):\n"
+                      "    try:\n"
+                      "        os.kill(pid, 0)\n"
+                      "    except ProcessLookupError:\n"
+                      "        return False\n"
+                      "    st = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+                      "    return st != 'Z'\n"
+                      "print(alive(p.pid))",
+                      "True\n");
+        /* The processes of the copy before the fork, and after it is
+         * closed: the same, every process of the fork reaped. */
+        const char *count = "print(alive(p.pid), len([d for d in os.listdir('/proc') "
+                            "if d.isdigit()]))";
+        airlock_result *before = run(s, count);
+        airlock_session *f = fork_of(s);
+        expect_stdout(f, "q = subprocess.Popen(['sleep', '600'])\nprint(alive(q.pid))", "True\n");
+        airlock_result *res = run(f, "raise SystemExit(3)");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        /* The fork's rollback ended the fork's own child, which its
+         * rolled-back state still names, and not the parent's. */
+        expect_stdout(f, "print(alive(p.pid), alive(q.pid))", "True False\n");
+        expect_stdout(s, "print(alive(p.pid))", "True\n");
+        expect_stdout(f, "r = subprocess.Popen(['sleep', '600'])\nprint(r.pid)", NULL);
+        airlock_session_close(f);
+        airlock_result *after = run(s, count);
+        if (strcmp(after->stdout_data, before->stdout_data) != 0)
+                print_error("before %s after %s\n", before->stdout_data, after->stdout_data);
+        assert_string_equal(after->stdout_data, before->stdout_data);
+        airlock_result_free(after);
+        airlock_result_free(before);
+        airlock_session_close(s);
+}
+
+/* Closing the parent leaves the fork running, and a fork can be forked;
+ * closing the last handle ends the copy. */
+static void test_fork_outlives_parent(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "x = 7", "");
+        airlock_session *f = fork_of(s);
+        airlock_session_close(s);
+        expect_stdout(f, "x += 1\nprint(x)", "8\n");
+        airlock_session *g = fork_of(f);
+        airlock_session_close(f);
+        expect_stdout(g, "print(x)", "8\n");
+        uint64_t held = 0;
+        assert_int_equal(airlock_session_memory(g, &held, &err), 0);
+        assert_true(held > 0);
+        airlock_session_close(g);
+}
+
+/* Forks share /tmp (files are not state that a fork copies) and the
+ * copy's /output, which each cell sees empty. */
+static void test_fork_shares_tmp(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "_ = open('/tmp/a', 'w').write('from parent')", "");
+        airlock_session *f = fork_of(s);
+        expect_stdout(f, "print(open('/tmp/a').read())\n_ = open('/tmp/b', 'w').write('fork')",
+                      "from parent\n");
+        expect_stdout(s, "print(open('/tmp/b').read())", "fork\n");
+        airlock_result *res = run(f, "_ = open('/output/f.txt', 'w').write('1')");
+        assert_int_equal(res->n_files, 1);
+        airlock_result_free(res);
+        res = run(s, "import os\nprint(os.listdir('/output'))");
+        assert_string_equal(res->stdout_data, "[]\n");
+        assert_int_equal(res->n_files, 0);
+        airlock_result_free(res);
+        airlock_session_close(s);
+        airlock_session_close(f);
+}
+
+/* A session that has ended cannot be forked: -ESRCH, as for a cell. */
+static void test_fork_of_ended_session(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        /* The cell kills every other process of the session (its cell base
+         * included) and fails: the rollback cannot happen. */
+        airlock_result *res = run(s, "import os\n"
+                                     "for d in os.listdir('/proc'):\n"
+                                     "    if d.isdigit() and int(d) not in (1, os.getpid()):\n"
+                                     "        try: os.kill(int(d), 9)\n"
+                                     "        except OSError: pass\n"
+                                     "raise SystemExit(1)");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_NONE);
+        airlock_result_free(res);
+        assert_false(airlock_session_alive(s));
+        airlock_session *f = NULL;
+        assert_int_equal(airlock_session_fork(s, &f, &err), -ESRCH);
+        assert_null(f);
+        assert_non_null(strstr(err.message, "ended"));
+        airlock_session_close(s);
+}
+
+/* Many forks of one session at once, each with the state and a cell of
+ * its own, then all closed. */
+static void test_many_forks(void **state)
+{
+        enum { N = 16 };
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "base = 100", "");
+        airlock_session *f[N];
+        for (int i = 0; i < N; i++)
+                f[i] = fork_of(i % 2 ? f[i - 1] : s);
+        for (int i = 0; i < N; i++) {
+                char code[64], out[32];
+                snprintf(code, sizeof(code), "base += %d\nprint(base)", i);
+                snprintf(out, sizeof(out), "%d\n", 100 + i);
+                expect_stdout(f[i], code, out);
+        }
+        expect_stdout(s, "print(base)", "100\n");
+        for (int i = 0; i < N; i++)
+                airlock_session_close(f[i]);
+        expect_stdout(s,
+                      "import os\nprint(len([d for d in os.listdir('/proc') if d.isdigit()]) < 8)",
+                      "True\n");
+        airlock_session_close(s);
+}
+
+/* A file opened before the fork is one open file for both: its offset is
+ * shared (the kernel's, not the interpreter's). */
+static void test_fork_shares_file_offsets(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s,
+                      "import os\n_ = open('/tmp/o', 'w').write('abcdef')\n"
+                      "fd = os.open('/tmp/o', os.O_RDONLY)\nprint(os.read(fd, 1))",
+                      "b'a'\n");
+        airlock_session *f = fork_of(s);
+        expect_stdout(f, "print(os.read(fd, 2))", "b'bc'\n");
+        expect_stdout(s, "print(os.read(fd, 1))", "b'd'\n");
+        airlock_session_close(f);
+        airlock_session_close(s);
+}
+
+/* A fork runs in its original's copy, under the copy's one memory limit:
+ * what the original holds counts against the fork's cells (where the
+ * copy has a cgroup of its own, which airlock_session_memory then reads
+ * for both handles alike). */
+static void test_fork_shares_the_memory_limit(void **state)
+{
+        airlock_error err;
+        airlock_config *cfg;
+        airlock_sandbox *own;
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        airlock_limits lim;
+        airlock_limits_default(&lim);
+        lim.memory_bytes = 256ull << 20;
+        assert_int_equal(airlock_config_set_limits(cfg, &lim, &err), 0);
+        assert_int_equal(airlock_sandbox_new(cfg, &own, &err), 0);
+        airlock_config_free(cfg);
+        const char *fill = "more = bytearray(170 << 20)\n"
+                           "for i in range(0, len(more), 4096): more[i] = 1\n"
+                           "print(len(more) >> 20)";
+        airlock_session *s, *fresh;
+        assert_int_equal(airlock_session_open(own, &s, &err), 0);
+        expect_stdout(s,
+                      "data = bytearray(100 << 20)\n"
+                      "for i in range(0, len(data), 4096): data[i] = 1",
+                      "");
+        airlock_session *f = fork_of(s);
+        uint64_t ms = 0, mf = 0;
+        assert_int_equal(airlock_session_memory(s, &ms, &err), 0);
+        assert_int_equal(airlock_session_memory(f, &mf, &err), 0);
+        if (ms == mf) {
+                /* One cgroup for the copy: 100 MiB held by the original
+                 * and 170 more in the fork pass the limit of 256. */
+                assert_true(ms >= 100ull << 20);
+                airlock_result *res = run(f, fill);
+                assert_int_equal(res->status, AIRLOCK_STATUS_MEMORY);
+                assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+                airlock_result_free(res);
+        } else {
+                print_message("no cgroup per copy: the memory limit is per process\n");
+        }
+        expect_stdout(f, "print(len(data) >> 20, 'more' in globals())", "100 False\n");
+        /* A session of its own, in a copy of its own, has room for it. */
+        assert_int_equal(airlock_session_open(own, &fresh, &err), 0);
+        expect_stdout(fresh, fill, "170\n");
+        airlock_session_close(fresh);
+        airlock_session_close(f);
+        airlock_session_close(s);
+        airlock_sandbox_close(own);
+}
+
+/* With a writable /input, the fork shares the copy's overlay: a change
+ * made by either is seen by the other, and listed in both results. */
+static void test_fork_shares_the_input_overlay(void **state)
+{
+        char dir[] = "/tmp/airlock-fork-ws-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char path[sizeof(dir) + 16];
+        snprintf(path, sizeof(path), "%s/a.txt", dir);
+        FILE *fp = fopen(path, "w");
+        assert_non_null(fp);
+        fputs("one", fp);
+        fclose(fp);
+        airlock_error err;
+        airlock_config *cfg;
+        airlock_sandbox *own;
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        assert_int_equal(airlock_config_set_workspace(cfg, dir, &err), 0);
+        airlock_config_set_input_writable(cfg, true);
+        assert_int_equal(airlock_sandbox_new(cfg, &own, &err), 0);
+        airlock_config_free(cfg);
+        airlock_session *s;
+        assert_int_equal(airlock_session_open(own, &s, &err), 0);
+        expect_stdout(s, "print(open('/input/a.txt').read())", "one\n");
+        airlock_session *f = fork_of(s);
+        airlock_result *res = run(f, "_ = open('/input/a.txt', 'w').write('two')");
+        assert_true(res->success);
+        assert_int_equal(res->n_input_changes, 1);
+        airlock_result_free(res);
+        res = run(s, "print(open('/input/a.txt').read())");
+        assert_string_equal(res->stdout_data, "two\n");
+        assert_int_equal(res->n_input_changes, 1);
+        airlock_result_free(res);
+        airlock_session_close(f);
+        airlock_session_close(s);
+        airlock_sandbox_close(own);
+        unlink(path);
+        rmdir(dir);
+}
+
 static void test_prefaulted_copies_stay_fresh(void **state)
 {
         const char *code = "import builtins, random\n"
@@ -491,6 +778,15 @@ int main(void)
             cmocka_unit_test(test_memory_limit_rolls_back),
             cmocka_unit_test(test_snapshot_outlives_nothing),
             cmocka_unit_test(test_close_returns_once_the_session_is_gone),
+            cmocka_unit_test(test_fork_copies_state),
+            cmocka_unit_test(test_fork_rollback_spares_siblings),
+            cmocka_unit_test(test_fork_outlives_parent),
+            cmocka_unit_test(test_fork_shares_tmp),
+            cmocka_unit_test(test_fork_of_ended_session),
+            cmocka_unit_test(test_many_forks),
+            cmocka_unit_test(test_fork_shares_file_offsets),
+            cmocka_unit_test(test_fork_shares_the_memory_limit),
+            cmocka_unit_test(test_fork_shares_the_input_overlay),
             cmocka_unit_test(test_prefaulted_copies_stay_fresh),
             cmocka_unit_test(test_copies_without_populate_advice),
         };

@@ -61,6 +61,9 @@ enum {
         /* in a session, the byte with which a snapshot's pidfd comes before
          * the reply to "snapshot" */
         COPY_SNAPSHOT = 'S',
+        /* host -> copy, after a "fork" frame: the byte with which the new
+         * handle's channel, stdout and stderr come */
+        COPY_FORK = 'F',
 };
 
 /* Fixed fd numbers inside a copy. */

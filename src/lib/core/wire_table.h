@@ -24,9 +24,14 @@
  *                            "exit_code", "alone"}
  *   session   both ways      become a session / the session is active
  *   snapshot  both ways      take a snapshot / taken: {"id"}
- *   restore   host -> copy   go back to snapshot {"id", "keep"}
+ *   restore   host -> copy   go back to snapshot {"id", "keep", "spare"}
  *   restored  copy -> host   the restored state is active
  *   drop      host -> copy   forget snapshot {"id"}
+ *   fork      both ways      fork the handle, its fds after the frame / the
+ *                            parent: forked {"id"}; the fork, on its own
+ *                            channel: active {"sid"}
+ *   leave     both ways      end the processes of a sibling handle {"sid"},
+ *                            sent to another handle / done
  *   error     copy -> host   a session request failed: {"error"}
  *   secret    guest -> host  airlock.secret(name): {"name"}; the result is
  *                            the secret's placeholder (host/secrets.h) */
@@ -41,6 +46,8 @@
 #define WIRE_OP_DROP     "drop"
 #define WIRE_OP_ERROR    "error"
 #define WIRE_OP_SECRET   "secret"
+#define WIRE_OP_FORK     "fork"
+#define WIRE_OP_LEAVE    "leave"
 #define WIRE_OPS(X)                                                                                \
         X(TOOL)                                                                                    \
         X(HTTP)                                                                                    \
@@ -52,7 +59,9 @@
         X(RESTORED)                                                                                \
         X(DROP)                                                                                    \
         X(ERROR)                                                                                   \
-        X(SECRET)
+        X(SECRET)                                                                                  \
+        X(FORK)                                                                                    \
+        X(LEAVE)
 
 /* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
  * frame, the reply to a guest request ({"ok": true, "result": ...} or
@@ -75,6 +84,8 @@
 #define WIRE_KEY_ALONE       "alone"
 #define WIRE_KEY_ID          "id"
 #define WIRE_KEY_KEEP        "keep"
+#define WIRE_KEY_SPARE       "spare"
+#define WIRE_KEY_SID         "sid"
 /* A failed tool call's reply may add "error_type": the type name a typed
  * tool (airlock_config_add_typed_tool) gave for its failure. */
 #define WIRE_KEY_ERROR_TYPE "error_type"
@@ -96,6 +107,8 @@
         X(ALONE)                                                                                   \
         X(ID)                                                                                      \
         X(KEEP)                                                                                    \
+        X(SPARE)                                                                                   \
+        X(SID)                                                                                     \
         X(ERROR_TYPE)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's

@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +24,32 @@
 #define SESSION_REPLY_S       30.0
 #define SESSION_MAX_SNAPSHOTS 64
 
-struct airlock_session {
+/* A copy of the template as sessions share it: the session that opened it
+ * and its forks (airlock_session_fork), each an interpreter of its own in
+ * the copy's namespaces, with its own channel and output pipes. The copy
+ * (its pid 1, /tmp, /output, /input overlay and cgroup) lives until the
+ * last of them is closed. Their cells, and every exchange with any of
+ * them, are serialised by lock: /output and the /input overlay are the
+ * copy's, captured and cleared after each cell. */
+typedef struct family {
         airlock_sandbox *sb;
-        copy *c;
+        copy *c; /* its channel is the first handle's, which pid 1 watches */
         int outdir;
+        pthread_mutex_t lock;
+        airlock_session *members; /* the handles not closed yet */
+        void (*on_close)(void *);
+        void *on_close_arg;
+} family;
+
+struct airlock_session {
+        family *f;
+        /* The copy as this handle sees it: the family's for the first
+         * handle; for a fork, the family's with the fork's own channel,
+         * output pipes and a dup of the copy's pidfd (all owned here). */
+        copy *c;
+        bool own_view;
+        int sid; /* the session id of this handle's processes in the copy */
+        airlock_session *next_member;
         int active_pidfd;
         bool dead;
         airlock_snapshot *snapshots[SESSION_MAX_SNAPSHOTS];
@@ -116,7 +140,7 @@ static int read_tagged_fd(airlock_session *s, char want, int *ret_fd, airlock_er
 }
 
 /* Reads the announcement of a new active interpreter: one byte with its
- * pidfd, then a frame {"op": expect}. */
+ * pidfd, then a frame {"op": expect, "sid"}. */
 static int read_active(airlock_session *s, const char *expect, airlock_error *err)
 {
         uint64_t deadline = al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9);
@@ -130,7 +154,15 @@ static int read_active(airlock_session *s, const char *expect, airlock_error *er
                 close(s->active_pidfd);
         s->active_pidfd = TAKE_FD(fd);
 
-        return read_reply(s, deadline, expect, NULL, err);
+        _cleanup_json_ json_t *reply = NULL;
+        r = read_reply(s, deadline, expect, &reply, err);
+        if (r < 0)
+                return r;
+        json_int_t sid = json_integer_value(json_object_get(reply, WIRE_KEY_SID));
+        if (sid <= 1 || sid > 4194304 || (s->sid > 0 && sid != s->sid))
+                return al_error(err, -EPROTO, NULL, "the session broke the protocol");
+        s->sid = (int)sid;
+        return 0;
 }
 
 /* Reads the reply to "snapshot": a byte with the snapshot's pidfd, then
@@ -287,6 +319,17 @@ static json_t *keep_list(airlock_session *s, bool with_base)
         return keep;
 }
 
+/* The session ids of the handle's live siblings: a restore of this handle
+ * leaves their processes alone. */
+static json_t *spare_list(airlock_session *s)
+{
+        json_t *spare = json_array();
+        for (airlock_session *o = s->f->members; spare && o; o = o->next_member)
+                if (o != s && !o->dead && o->sid > 0)
+                        json_array_append_new(spare, json_integer(o->sid));
+        return spare;
+}
+
 /* Contract: after a failed cell, makes the cell base the session's
  * interpreter again. The host kills the cell's interpreter and waits for
  * its death, discards what it left unread, and wakes the base with
@@ -310,28 +353,44 @@ static int rollback(airlock_session *s, airlock_error *err)
                        err);
         if (r >= 0)
                 r = request(s,
-                            json_pack("{s:s, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE, WIRE_KEY_KEEP,
-                                      keep_list(s, true)),
+                            json_pack("{s:s, s:o, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE,
+                                      WIRE_KEY_KEEP, keep_list(s, true), WIRE_KEY_SPARE,
+                                      spare_list(s)),
                             NULL, NULL, err);
         if (r >= 0)
                 r = read_active(s, WIRE_OP_RESTORED, err);
         return r;
 }
 
-int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_error *err)
+static airlock_session *session_new(family *f)
 {
-        airlock_error_clear(err);
         airlock_session *s = calloc(1, sizeof(*s));
         if (!s)
-                return al_error(err, -ENOMEM, NULL, "out of memory");
-        s->sb = sb;
-        s->outdir = -1;
+                return NULL;
+        s->f = f;
         s->active_pidfd = -1;
         s->base_id = -1;
         s->base_pidfd = -1;
-        int r = sbx_take_copy(sb, &s->c, err);
+        return s;
+}
+
+int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_error *err)
+{
+        airlock_error_clear(err);
+        family *f = calloc(1, sizeof(*f));
+        airlock_session *s = f ? session_new(f) : NULL;
+        if (!s) {
+                free(f);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        f->sb = sb;
+        f->outdir = -1;
+        pthread_mutex_init(&f->lock, NULL);
+        f->members = s;
+        int r = sbx_take_copy(sb, &f->c, err);
+        s->c = f->c;
         if (r >= 0)
-                r = sbx_copy_wait_ready(s->c, &s->outdir, err);
+                r = sbx_copy_wait_ready(f->c, &f->outdir, err);
         if (r >= 0)
                 r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SESSION), NULL, NULL, err);
         if (r >= 0)
@@ -348,10 +407,10 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
         return 0;
 }
 
-int airlock_session_run(airlock_session *s, const char *code, size_t len,
-                        const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+static int session_run_locked(airlock_session *s, const char *code, size_t len,
+                              const airlock_run_options *opts, airlock_result **ret,
+                              airlock_error *err)
 {
-        airlock_error_clear(err);
         if (s->dead)
                 return session_dead_error(err);
         int r = sbx_check_code(code, len, err);
@@ -362,9 +421,15 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
                 return r;
         bool alive = false;
         bool began = al_watch_begin(opts);
-        r = sbx_run_cell(s->sb, s->c, s->outdir, s->active_pidfd, code, len, opts, &alive, ret,
-                         err);
+        r = sbx_run_cell(s->f->sb, s->c, s->f->outdir, s->active_pidfd, code, len, opts, &alive,
+                         ret, err);
         al_watch_end(began);
+        /* A fork's view reaped the copy's pid 1 through its own pidfd (the
+         * copy died): the family's pidfd must not be waited on again. */
+        if (s->own_view && s->c->pidfd < 0 && s->f->c->pidfd >= 0) {
+                close(s->f->c->pidfd);
+                s->f->c->pidfd = -1;
+        }
         if (r < 0 || !alive) {
                 s->dead = true;
                 return r;
@@ -394,13 +459,22 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
                 }
         }
         /* The next run starts with an empty /output, as a single run does. */
-        fsx_clear_dir(s->outdir, NULL);
+        fsx_clear_dir(s->f->outdir, NULL);
         return 0;
 }
 
-int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock_error *err)
+int airlock_session_run(airlock_session *s, const char *code, size_t len,
+                        const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         airlock_error_clear(err);
+        pthread_mutex_lock(&s->f->lock);
+        int r = session_run_locked(s, code, len, opts, ret, err);
+        pthread_mutex_unlock(&s->f->lock);
+        return r;
+}
+
+static int session_snapshot_locked(airlock_session *s, airlock_snapshot **ret, airlock_error *err)
+{
         if (s->dead)
                 return session_dead_error(err);
         if (s->n_snapshots >= SESSION_MAX_SNAPSHOTS)
@@ -426,9 +500,18 @@ int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock
         return 0;
 }
 
-int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, airlock_error *err)
+int airlock_session_snapshot(airlock_session *s, airlock_snapshot **ret, airlock_error *err)
 {
         airlock_error_clear(err);
+        pthread_mutex_lock(&s->f->lock);
+        int r = session_snapshot_locked(s, ret, err);
+        pthread_mutex_unlock(&s->f->lock);
+        return r;
+}
+
+static int session_restore_locked(airlock_session *s, const airlock_snapshot *snap,
+                                  airlock_error *err)
+{
         if (s->dead)
                 return session_dead_error(err);
         if (!snap || snap->s != s)
@@ -440,15 +523,25 @@ int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, ai
          * ends it, and the next cell forks a new one. */
         base_forget(s, false);
         r = request(s,
-                    json_pack("{s:s, s:i, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE, WIRE_KEY_ID,
-                              snap->id, WIRE_KEY_KEEP, keep_list(s, false)),
+                    json_pack("{s:s, s:i, s:o, s:o}", WIRE_KEY_OP, WIRE_OP_RESTORE, WIRE_KEY_ID,
+                              snap->id, WIRE_KEY_KEEP, keep_list(s, false), WIRE_KEY_SPARE,
+                              spare_list(s)),
                     NULL, NULL, err);
         if (r >= 0)
                 r = read_active(s, WIRE_OP_RESTORED, err);
         if (r < 0)
                 s->dead = true;
         else
-                fsx_clear_dir(s->outdir, NULL);
+                fsx_clear_dir(s->f->outdir, NULL);
+        return r;
+}
+
+int airlock_session_restore(airlock_session *s, const airlock_snapshot *snap, airlock_error *err)
+{
+        airlock_error_clear(err);
+        pthread_mutex_lock(&s->f->lock);
+        int r = session_restore_locked(s, snap, err);
+        pthread_mutex_unlock(&s->f->lock);
         return r;
 }
 
@@ -457,6 +550,9 @@ void airlock_snapshot_free(airlock_snapshot *snap)
         if (!snap)
                 return;
         airlock_session *s = snap->s;
+        family *f = s ? s->f : NULL;
+        if (f)
+                pthread_mutex_lock(&f->lock);
         for (size_t i = 0; s && i < s->n_snapshots; i++) {
                 if (s->snapshots[i] != snap)
                         continue;
@@ -468,33 +564,236 @@ void airlock_snapshot_free(airlock_snapshot *snap)
                                 NULL, NULL, NULL);
                 break;
         }
+        if (f)
+                pthread_mutex_unlock(&f->lock);
         free(snap);
+}
+
+/* Frees a fork's own view of the copy: its channel, output pipes and
+ * pidfd (the rest is the family's). */
+static void view_free(copy *v)
+{
+        if (!v)
+                return;
+        closep(&v->chan);
+        closep(&v->out_r);
+        closep(&v->err_r);
+        closep(&v->pidfd);
+        free(v);
+}
+
+/* Contract: ends the processes of handle s while its siblings stay, s
+ * being unlinked from them already. A live sibling's active process, asked
+ * to "leave" for s's session id, ends every process of it and returns once
+ * pid 1 has reaped them all. Without a live sibling, or when it fails, s's
+ * active process and cell base are killed from here, and what else it left
+ * ends with the copy (or at a sibling's next restore: s's session id is no
+ * longer spared). */
+static void session_leave(airlock_session *s)
+{
+        airlock_session *o = s->f->members;
+        while (o && o->dead)
+                o = o->next_member;
+        if (o && s->sid > 0) {
+                /* The sibling's pending cell base is read first: its reply
+                 * comes before the answer to "leave". */
+                settle_base(o, NULL);
+                int r = o->dead ? -ESRCH
+                                : request(o,
+                                          json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_LEAVE,
+                                                    WIRE_KEY_SID, s->sid),
+                                          WIRE_OP_LEAVE, NULL, NULL);
+                /* A refusal leaves the sibling's channel at a frame
+                 * boundary; anything else (a timeout) does not. */
+                if (r < 0 && r != -EIO)
+                        o->dead = true;
+                if (r >= 0)
+                        return;
+        }
+        if (s->active_pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, s->active_pidfd, SIGKILL, NULL, 0);
+        if (s->base_pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, s->base_pidfd, SIGKILL, NULL, 0);
 }
 
 void airlock_session_close(airlock_session *s)
 {
         if (!s)
                 return;
+        family *f = s->f;
+        pthread_mutex_lock(&f->lock);
         for (size_t i = 0; i < s->n_snapshots; i++)
                 s->snapshots[i]->s = NULL;
+        for (airlock_session **p = &f->members; *p; p = &(*p)->next_member)
+                if (*p == s) {
+                        *p = s->next_member;
+                        break;
+                }
+        bool last = !f->members;
+        if (!last && f->c)
+                session_leave(s);
         if (s->base_pidfd >= 0)
                 close(s->base_pidfd);
         if (s->active_pidfd >= 0)
                 close(s->active_pidfd);
-        if (s->outdir >= 0)
-                close(s->outdir);
-        /* Returns once every process of the session is gone. */
-        if (s->c)
-                sbx_copy_end(s->sb, s->c);
-        if (s->on_close)
-                s->on_close(s->on_close_arg);
+        if (s->own_view)
+                view_free(s->c);
+        pthread_mutex_unlock(&f->lock);
         free(s);
+        if (!last)
+                return;
+        if (f->outdir >= 0)
+                close(f->outdir);
+        /* Returns once every process of the copy is gone. */
+        if (f->c)
+                sbx_copy_end(f->sb, f->c);
+        if (f->on_close)
+                f->on_close(f->on_close_arg);
+        pthread_mutex_destroy(&f->lock);
+        free(f);
 }
 
 void sbx_session_on_close(airlock_session *s, void (*fn)(void *), void *arg)
 {
-        s->on_close = fn;
-        s->on_close_arg = arg;
+        s->f->on_close = fn;
+        s->f->on_close_arg = arg;
+}
+
+/* A fork's view of the copy: the family's, with a channel, output pipes
+ * and pidfd of its own; *ret_theirs gets the fork's ends (its channel and
+ * the pipes' write ends), to send. */
+static int view_new(const copy *c, copy **ret, int theirs[3], airlock_error *err)
+{
+        copy *v = calloc(1, sizeof(*v));
+        if (!v)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        *v = *c;
+        v->chan = v->out_r = v->err_r = v->pidfd = -1;
+        int sv[2], out[2], er[2];
+        int r = 0;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                r = -errno;
+        else {
+                v->chan = sv[0];
+                theirs[0] = sv[1];
+        }
+        if (r >= 0 && pipe2(out, O_CLOEXEC) < 0)
+                r = -errno;
+        else if (r >= 0) {
+                v->out_r = out[0];
+                theirs[1] = out[1];
+        }
+        if (r >= 0 && pipe2(er, O_CLOEXEC) < 0)
+                r = -errno;
+        else if (r >= 0) {
+                v->err_r = er[0];
+                theirs[2] = er[1];
+        }
+        /* The host's ends are non-blocking, as the copy's own are
+         * (template.c); the pidfd is a dup, which run.c may close. */
+        if (r >= 0 &&
+            (fcntl(v->out_r, F_SETFL, O_NONBLOCK) < 0 || fcntl(v->err_r, F_SETFL, O_NONBLOCK) < 0 ||
+             (c->pidfd >= 0 && (v->pidfd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3)) < 0)))
+                r = -errno;
+        if (r < 0) {
+                for (int i = 0; i < 3; i++)
+                        closep(&theirs[i]);
+                view_free(v);
+                return al_error(err, r, NULL, "cannot make the fork's channel: %s", strerror(-r));
+        }
+        *ret = v;
+        return 0;
+}
+
+/* Sends the fork's three fds after the "fork" frame. */
+static int send_fork_fds(int chan, const int fds[3])
+{
+        char tag = COPY_FORK;
+        char cbuf[CMSG_SPACE(sizeof(int) * 3)];
+        memset(cbuf, 0, sizeof(cbuf));
+        struct iovec iov = {&tag, 1};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * 3);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * 3);
+        ssize_t w;
+        while ((w = sendmsg(chan, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+                ;
+        return w == 1 ? 0 : w < 0 ? -errno : -EIO;
+}
+
+/* Contract: a new handle of s's copy whose interpreter is a copy-on-write
+ * clone of s's (tpl_session_fork). s's active process clones itself on
+ * the "fork" frame, with the fds that follow it; the clone announces itself
+ * on its own channel and forks its cell base at once, whose reply the new
+ * handle's first call reads. A refused clone (a limit on processes or
+ * memory) leaves s as it was; anything else ends s. */
+static int session_fork_locked(airlock_session *s, airlock_session **ret, airlock_error *err)
+{
+        if (s->dead)
+                return session_dead_error(err);
+        int r = settle_base(s, err);
+        if (r < 0 && s->dead)
+                return r;
+        airlock_session *n = session_new(s->f);
+        if (!n)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        int theirs[3] = {-1, -1, -1};
+        r = view_new(s->f->c, &n->c, theirs, err);
+        if (r < 0) {
+                free(n);
+                return r;
+        }
+        n->own_view = true;
+        r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_FORK), NULL, NULL, err);
+        if (r >= 0) {
+                r = send_fork_fds(s->c->chan, theirs);
+                if (r < 0) {
+                        s->dead = true;
+                        r = session_dead_error(err);
+                }
+        }
+        for (int i = 0; i < 3; i++)
+                closep(&theirs[i]);
+        if (r >= 0) {
+                r = read_reply(s, al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9), WIRE_OP_FORK,
+                               NULL, err);
+                if (r < 0 && r != -EIO)
+                        s->dead = true;
+        }
+        if (r >= 0)
+                r = read_active(n, WIRE_OP_FORK, err);
+        if (r < 0) {
+                /* A clone that got so far ends with its pidfd's kill. */
+                if (n->active_pidfd >= 0) {
+                        syscall(SYS_pidfd_send_signal, n->active_pidfd, SIGKILL, NULL, 0);
+                        close(n->active_pidfd);
+                }
+                view_free(n->c);
+                free(n);
+                if (r != -EIO)
+                        return r;
+                return al_error_kind(err, AIRLOCK_ERROR_RUN, -EAGAIN, NULL,
+                                     "the session could not fork (%s); it goes on as it was",
+                                     err ? err->message : "refused");
+        }
+        n->base_pending = true;
+        n->next_member = s->f->members;
+        s->f->members = n;
+        *ret = n;
+        return 0;
+}
+
+int airlock_session_fork(airlock_session *s, airlock_session **ret, airlock_error *err)
+{
+        airlock_error_clear(err);
+        pthread_mutex_lock(&s->f->lock);
+        int r = session_fork_locked(s, ret, err);
+        pthread_mutex_unlock(&s->f->lock);
+        return r;
 }
 
 /* The pid, in the host's namespace, of the process behind pidfd, from
@@ -543,7 +842,7 @@ int airlock_session_memory(airlock_session *s, uint64_t *ret_bytes, airlock_erro
         uint64_t total = 0;
         /* The copy's own cgroup where there is one: everything the
          * session holds, in one cheap read. */
-        if (sbx_copy_memory(s->sb, s->c, &total) >= 0) {
+        if (sbx_copy_memory(s->f->sb, s->f->c, &total) >= 0) {
                 *ret_bytes = total;
                 return 0;
         }

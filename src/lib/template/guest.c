@@ -409,6 +409,18 @@ void guest_after_fork_child(int fd)
         PyErr_Clear();
 }
 
+void guest_after_fork_snapshot(int fd)
+{
+        /* Only the locks PyOS_BeforeFork took are released, as in the
+         * parent: a snapshot runs no Python itself, and each process made
+         * from it takes them again (guest_before_fork) and reinitialises
+         * the whole interpreter in the child (guest_after_fork_child). The
+         * full reinitialisation here would write some 200 pages, each a
+         * private copy, in every snapshot and cell base. */
+        PyOS_AfterFork_Parent();
+        channel_fd = fd;
+}
+
 int guest_run(const char *code, size_t len, bool last, const char **ret_status)
 {
         PyObject *src = PyUnicode_DecodeUTF8(code, (Py_ssize_t)len, "strict");

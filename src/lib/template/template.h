@@ -32,6 +32,11 @@ void guest_after_fork_parent(void);
 /* In a fresh copy: reinitialise the interpreter's per-process state and
  * reseed every secret. */
 void guest_after_fork_child(int channel_fd);
+/* In a session's snapshot, which runs no guest code itself (every active
+ * process made from it calls guest_after_fork_child): releases what
+ * guest_before_fork took, and writes as few pages as it can, each of which
+ * would be a private copy for nothing. */
+void guest_after_fork_snapshot(int channel_fd);
 /* Runs code (UTF-8) as __main__; returns the exit code and sets *ret_status
  * to "ok", "error" or "memory". last: the process's final run, which ends
  * after the code's non-daemon threads. */

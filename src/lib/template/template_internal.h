@@ -209,6 +209,8 @@ void tpl_session_open(struct template_state *tpl, int chan);
 bool tpl_session_snapshot(const struct template_state *tpl, int chan);
 void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg);
 void tpl_session_drop(const struct template_state *tpl, json_t *msg);
+bool tpl_session_fork(const struct template_state *tpl, int chan);
+void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg);
 
 /* --- tpl_ns.c --- */
 

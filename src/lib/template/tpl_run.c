@@ -154,6 +154,15 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         tpl_session_restore(tpl, chan, msg);
                 } else if (strcmp(op, WIRE_OP_DROP) == 0 && session) {
                         tpl_session_drop(tpl, msg);
+                } else if (strcmp(op, WIRE_OP_FORK) == 0 && session) {
+                        /* The new handle takes its cell base at once, so
+                         * that its first cell need not wait for it; its
+                         * pages are not populated as after a cell, so that
+                         * the fork stays shared until a side writes. */
+                        if (tpl_session_fork(tpl, chan))
+                                (void)tpl_session_snapshot(tpl, chan);
+                } else if (strcmp(op, WIRE_OP_LEAVE) == 0 && session) {
+                        tpl_session_leave(tpl, chan, msg);
                 }
         }
 }

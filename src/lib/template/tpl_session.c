@@ -28,14 +28,21 @@ static void announce_active(int chan, const char *op)
         if (self < 0 || tpl_send_fds(chan, COPY_ACTIVE, NULL, &self, 1) < 0)
                 _exit(0);
         close(self);
-        tpl_reply(chan, json_pack("{s:s}", WIRE_KEY_OP, op));
+        /* The handle's session id (see proc_sid): the host names it in the
+         * "spare" list of a sibling's restore. */
+        tpl_reply(chan, json_pack("{s:s, s:i}", WIRE_KEY_OP, op, WIRE_KEY_SID, (int)getsid(0)));
 }
 
-static pid_t fork_interpreter(void)
+/* Forks the interpreter: the child is an active process (reseeded, ready
+ * to run guest code) or, with snapshot, a frozen snapshot, which runs no
+ * guest code and so skips the reseeding (guest_after_fork_snapshot). */
+static pid_t fork_interpreter(bool snapshot)
 {
         guest_before_fork();
         pid_t pid = fork();
-        if (pid == 0)
+        if (pid == 0 && snapshot)
+                guest_after_fork_snapshot(COPY_CHANNEL_FD);
+        else if (pid == 0)
                 guest_after_fork_child(COPY_CHANNEL_FD);
         else
                 guest_after_fork_parent();
@@ -77,6 +84,41 @@ _Noreturn static void session_root(const struct template_state *tpl, int chan)
         }
 }
 
+/* The session id of process pid, from /proc/<pid>/stat (the fourth field
+ * after the command name, which may hold any byte but ends at the last
+ * ')'); -1 when it is gone or unreadable. Every handle of a copy (the
+ * session and each of its forks) runs in a session id of its own, so that
+ * a restore of one ends that handle's processes and no sibling's. */
+static pid_t proc_sid(pid_t pid)
+{
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return -1;
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')');
+        int ppid, pgrp, sid;
+        char state;
+        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
+                return -1;
+        return (pid_t)sid;
+}
+
+/* Whether sid is in the array spare (the session ids of sibling handles). */
+static bool spared_sid(pid_t sid, json_t *spare)
+{
+        size_t i;
+        json_t *v;
+        json_array_foreach (spare, i, v)
+                if (json_integer_value(v) == sid)
+                        return true;
+        return false;
+}
+
 /* Whether pid is one of the session's processes that a restore keeps. */
 static bool kept_pid(pid_t pid, json_t *keep)
 {
@@ -93,13 +135,17 @@ static bool kept_pid(pid_t pid, json_t *keep)
 /* Contract: returns 0 once no process of the session is left but pid 1,
  * this one, and those in keep (NULL: only `only` is waited for, if > 0),
  * every other one having been killed with kill_them and REAPED, so that
- * nothing of it is left even in /proc. It sleeps between checks until pid
- * 1 reaps something or a child of this process exits, never on a timer;
- * -ETIMEDOUT after SESSION_GONE_S if something will not go. */
+ * nothing of it is left even in /proc. Processes whose session id is in
+ * spare (the sibling handles of a forked session) are left alone, and with
+ * own_sid > 0 only the processes of that session id count. It sleeps
+ * between checks until pid 1 reaps something or a child of this process
+ * exits, never on a timer; -ETIMEDOUT after SESSION_GONE_S if something
+ * will not go. */
 #define SESSION_GONE_S 10
-static int wait_until_gone(const struct template_state *tpl, json_t *keep, pid_t only,
-                           bool kill_them)
+static int wait_until_gone(const struct template_state *tpl, json_t *keep, json_t *spare,
+                           pid_t only, bool kill_them, pid_t own_sid)
 {
+        bool by_sid = json_array_size(spare) > 0 || own_sid > 0;
         struct sigaction sa = {.sa_handler = on_sigchld}, old_sa;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGCHLD, &sa, &old_sa);
@@ -132,6 +178,15 @@ static int wait_until_gone(const struct template_state *tpl, json_t *keep, pid_t
                                 pid_t pid = (pid_t)atoi(de->d_name);
                                 if (pid <= 0 || kept_pid(pid, keep))
                                         continue;
+                                if (by_sid) {
+                                        /* A process gone meanwhile reads
+                                         * -1 and counts until the next
+                                         * pass sees it gone. */
+                                        pid_t sid = proc_sid(pid);
+                                        if (sid >= 0 && (spared_sid(sid, spare) ||
+                                                         (own_sid > 0 && sid != own_sid)))
+                                                continue;
+                                }
                                 left++;
                                 if (kill_them)
                                         kill(pid, SIGKILL);
@@ -204,8 +259,9 @@ static void host_rollback(const struct template_state *tpl, int chan)
         channel_reader_free(&fr);
         const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
         json_t *keep = json_object_get(msg, WIRE_KEY_KEEP);
+        json_t *spare = json_object_get(msg, WIRE_KEY_SPARE);
         if (!op || strcmp(op, WIRE_OP_RESTORE) != 0 || !json_is_array(keep) ||
-            wait_until_gone(tpl, keep, 0, true) < 0)
+            wait_until_gone(tpl, keep, spare, 0, true, 0) < 0)
                 _exit(0);
         json_decref(msg);
 }
@@ -246,7 +302,7 @@ static void snapshot_wait(const struct template_state *tpl, int chan)
                                 host_rollback(tpl, chan);
                                 return;
                         }
-                        if (wait_until_gone(tpl, NULL, si.si_pid, false) < 0)
+                        if (wait_until_gone(tpl, NULL, NULL, si.si_pid, false, 0) < 0)
                                 _exit(0); /* the host sees the session end */
                         return;
                 }
@@ -265,13 +321,16 @@ void tpl_session_open(struct template_state *tpl, int chan)
                 _exit(1);
         tpl->reap_wait = rp[0];
         tpl->reap_notify = rp[1];
-        pid_t pid = fork_interpreter();
+        pid_t pid = fork_interpreter(false);
         if (pid < 0)
                 _exit(1);
         if (pid > 0)
                 session_root(tpl, chan);
         close(tpl->reap_notify);
         tpl->reap_notify = -1;
+        /* The session's processes get a session id of their own, which
+         * its forks' do not share (proc_sid). */
+        setsid();
         guest_set_session();
         announce_active(chan, WIRE_OP_SESSION);
 }
@@ -288,7 +347,7 @@ bool tpl_session_snapshot(const struct template_state *tpl, int chan)
         sigemptyset(&set);
         sigaddset(&set, SIGUSR1);
         sigprocmask(SIG_BLOCK, &set, &old);
-        pid_t pid = fork_interpreter();
+        pid_t pid = fork_interpreter(true);
         if (pid == 0) {
                 snapshot_wait(tpl, chan);
                 announce_active(chan, WIRE_OP_RESTORED);
@@ -324,7 +383,8 @@ void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg
          * to be gone before it announces itself: the host's restore returns
          * only then. */
         json_t *keep = json_object_get(msg, WIRE_KEY_KEEP);
-        if (id > 1 && kept_pid(id, keep) && wait_until_gone(tpl, keep, 0, true) == 0 &&
+        json_t *spare = json_object_get(msg, WIRE_KEY_SPARE);
+        if (id > 1 && kept_pid(id, keep) && wait_until_gone(tpl, keep, spare, 0, true, 0) == 0 &&
             kill(id, SIGUSR1) == 0)
                 _exit(0);
         tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
@@ -337,4 +397,93 @@ void tpl_session_drop(const struct template_state *tpl, json_t *msg)
         pid_t id = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_ID));
         if (id > 1 && id != getpid() && kill(id, SIGKILL) == 0)
                 wait_reaped(tpl, id);
+}
+
+/* Receives the fds of a fork: the tag byte COPY_FORK with exactly three
+ * fds, its channel and the write ends of its stdout and stderr. The host
+ * sends them right after the "fork" frame. */
+static int recv_fork_fds(int chan, int fds[3])
+{
+        char tag;
+        char cbuf[CMSG_SPACE(sizeof(int) * 3)];
+        struct iovec iov = {&tag, 1};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+        ssize_t n;
+        while ((n = recvmsg(chan, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+                ;
+        struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
+        if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                return -EPROTO;
+        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int got[3];
+        memcpy(got, CMSG_DATA(cm), sizeof(int) * (nfd < 3 ? nfd : 3));
+        if (nfd != 3 || tag != COPY_FORK || (mh.msg_flags & MSG_CTRUNC)) {
+                for (size_t i = 0; i < nfd && i < 3; i++)
+                        close(got[i]);
+                return -EPROTO;
+        }
+        memcpy(fds, got, sizeof(got));
+        return 0;
+}
+
+/* Contract: "fork", in the active process of a handle: a new handle with a
+ * copy of this interpreter, in the same copy (namespaces, /tmp, /output,
+ * /input overlay, cgroup). The host's fds follow the frame. The new
+ * process is a clone with CLONE_PARENT (a child of pid 1, which reaps it,
+ * like every active process), with the three fds as its channel, stdout and
+ * stderr, and a session id of its own; it announces itself on its own
+ * channel, and the function returns true in it. Here it returns false,
+ * having told the host the new process's pid, or why there is none. */
+bool tpl_session_fork(const struct template_state *tpl, int chan)
+{
+        (void)tpl;
+        int fds[3];
+        if (recv_fork_fds(chan, fds) < 0)
+                _exit(0); /* the host broke the protocol: it sees the session end */
+        guest_before_fork();
+        long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid == 0) {
+                if (dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0 ||
+                    dup3(fds[0], COPY_CHANNEL_FD, O_CLOEXEC) < 0)
+                        _exit(0);
+                for (int i = 0; i < 3; i++)
+                        if (fds[i] > COPY_CHANNEL_FD)
+                                close(fds[i]);
+                /* Announced first, in C alone: the interpreter's own
+                 * after-fork work (a millisecond of copy-on-write faults)
+                 * then overlaps with the host's answer, and is done before
+                 * the first frame of the host is read. */
+                setsid();
+                announce_active(COPY_CHANNEL_FD, WIRE_OP_FORK);
+                guest_after_fork_child(COPY_CHANNEL_FD);
+                return true;
+        }
+        int e = errno;
+        guest_after_fork_parent();
+        for (int i = 0; i < 3; i++)
+                close(fds[i]);
+        if (pid < 0)
+                tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
+                                          strerror(e)));
+        else
+                tpl_reply(chan, json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_FORK, WIRE_KEY_ID,
+                                          (int)pid));
+        return false;
+}
+
+/* "leave" {"sid"}, in the active process of a sibling of the handle that
+ * is closed: ends every process of that handle's session id and waits until
+ * pid 1 has reaped them all (so that none is left even in /proc when the
+ * host's close returns), then says so. Its own session id is refused. */
+void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg)
+{
+        pid_t sid = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_SID));
+        _cleanup_json_ json_t *none = json_array();
+        if (sid > 1 && sid != getsid(0) && none &&
+            wait_until_gone(tpl, none, NULL, 0, true, sid) == 0)
+                tpl_reply(chan, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_LEAVE));
+        else
+                tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
+                                          "the handle's processes did not end"));
 }
