@@ -624,7 +624,7 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args)
         pthread_mutex_unlock(&m->lock);
         entry *n = calloc(1, sizeof(*n));
         airlock_error err = {0};
-        int r = n ? new_handle(n->handle) : -ENOMEM;
+        int r = n ? new_handle(m, n->handle) : -ENOMEM;
         if (r >= 0)
                 r = airlock_session_fork(e->s, &n->s, &err);
         pthread_mutex_lock(&m->lock);
