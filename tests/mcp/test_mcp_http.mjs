@@ -89,7 +89,7 @@ const tests = [
     try {
       assertEqual(c.getServerVersion().name, 'airlock', 'server name');
       const { tools } = await c.listTools();
-      assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close'], 'tool names');
+      assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close', 'session_fork'], 'tool names');
       let r = await c.callTool({ name: 'execute_code', arguments: { code: 'print(6 * 7)' } }, undefined, CALL_OPTS);
       assertEqual(r.content, [{ type: 'text', text: '42\n' }], 'stdout');
       r = await c.callTool({ name: 'execute_code', arguments: { code: FIGURE_CODE } }, undefined, CALL_OPTS);
@@ -130,6 +130,17 @@ const tests = [
       await c.callTool({ name: 'execute_code', arguments: { code: 'x = 41', session: h } }, undefined, CALL_OPTS);
       const r = await c.callTool({ name: 'execute_code', arguments: { code: 'print(x + 1)', session: h } }, undefined, CALL_OPTS);
       assertIncludes(textOf(r), '42', 'state kept');
+      // A fork over HTTP: its handle names the same instance, it has the
+      // state, and what it changes stays on its side.
+      const f = await c.callTool({ name: 'session_fork', arguments: { session: h } }, undefined, CALL_OPTS);
+      const fh = f._meta['dev.airlock/session'];
+      assert(/^sess_node-a_[a-z2-7]{26}$/.test(fh) && fh !== h, `fork handle ${fh}`);
+      await c.callTool({ name: 'execute_code', arguments: { code: 'x = 100', session: fh } }, undefined, CALL_OPTS);
+      const fr = await c.callTool({ name: 'execute_code', arguments: { code: 'print(x)', session: fh } }, undefined, CALL_OPTS);
+      assertIncludes(textOf(fr), '100', 'fork state');
+      const pr = await c.callTool({ name: 'execute_code', arguments: { code: 'print(x)', session: h } }, undefined, CALL_OPTS);
+      assertIncludes(textOf(pr), '41', 'original unchanged by its fork');
+      await c.callTool({ name: 'session_close', arguments: { session: fh } }, undefined, CALL_OPTS);
       const other = await c.callTool({ name: 'execute_code', arguments: { code: '1', session: `sess_node-b_${'a'.repeat(26)}` } }, undefined, CALL_OPTS);
       assertEqual(other.isError, true, 'another instance\'s handle is a tool error');
       assertIncludes(textOf(other), 'belongs to instance node-b; this is node-a', 'error names both');
