@@ -34,6 +34,31 @@ void channel_reader_free(frame_reader *r);
  * a frame over the cap, -EBADMSG for a body that is not a JSON object. */
 int channel_reader_feed(frame_reader *r, int fd, json_t **ret);
 
+/* How a side waits briefly for its peer's next frame before it sleeps
+ * (the guest for a reply, the host for the next request of a guest that
+ * calls tools in a loop). Spinning pays when the peer runs on another CPU;
+ * when both share one (a synchronous wake-up puts the woken side on the
+ * waker's CPU, and there they stay), a spin only keeps the peer from
+ * running, and each hop costs the whole spin. So the spin learns: after a
+ * spin that ran out, the next ones yield the CPU between polls, which runs
+ * a peer waiting on this CPU at once; a spin in that mode where its yields
+ * let nothing else run (the peer is elsewhere), or where one let an
+ * unrelated task run for long, goes back to polling alone. */
+typedef struct channel_spin {
+        bool yield;      /* yield between polls */
+        bool yielded;    /* this spin yielded at least once */
+        bool others_ran; /* a yield of this spin let another task run */
+} channel_spin;
+
+/* Starts one spin. */
+void channel_spin_begin(channel_spin *s);
+/* After a poll that found nothing, still within the spin. */
+void channel_spin_miss(channel_spin *s);
+/* The frame came within the spin. */
+void channel_spin_hit(channel_spin *s);
+/* The spin ran out: the caller sleeps on the fd. */
+void channel_spin_expired(channel_spin *s);
+
 /* Parses one complete frame body (exposed for the fuzzer). */
 int channel_frame_parse(const char *body, size_t len, json_t **ret);
 

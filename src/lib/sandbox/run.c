@@ -112,6 +112,7 @@ typedef struct run_state {
         uint64_t oom_before;  /* the copy's cgroup's OOM kills before this run */
         run_pipe out, err;
         frame_reader fr;
+        channel_spin spin; /* how serve_channel waits for the next request */
         bool chan_open;
         bool exited;      /* the copy's pidfd said it exited */
         bool active_dead; /* a cell's interpreter is gone */
@@ -531,15 +532,23 @@ static void serve_channel(run_state *run)
                                 guest_ended(run, req);
                                 return;
                         }
+                        if (spin_until)
+                                channel_spin_hit(&run->spin);
                         serve_request(run, req);
                         /* Code that calls tools in a loop sends its next
                          * request within microseconds: look for it briefly
                          * before sleeping. */
                         spin_until = al_now_ns() + REQUEST_SPIN_NS;
+                        channel_spin_begin(&run->spin);
                         continue;
                 }
-                if (fr == 0 && al_now_ns() < spin_until)
-                        continue;
+                if (fr == 0 && spin_until) {
+                        if (al_now_ns() < spin_until) {
+                                channel_spin_miss(&run->spin);
+                                continue;
+                        }
+                        channel_spin_expired(&run->spin);
+                }
                 if (fr < 0) {
                         run->chan_open = false;
                         /* End of stream, a reset, or the end in the middle

@@ -47,10 +47,21 @@ static char *read_reply(int fd, size_t *ret_len)
 {
         static char first[65536]; /* under channel_lock */
         ssize_t n = -1;
+        static channel_spin spin; /* under channel_lock */
         uint64_t until = al_now_ns() + REPLY_SPIN_NS;
-        do {
+        channel_spin_begin(&spin);
+        for (;;) {
                 n = recv(fd, first, sizeof(first), MSG_DONTWAIT);
-        } while (n < 0 && (errno == EAGAIN || errno == EINTR) && al_now_ns() < until);
+                if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
+                        channel_spin_hit(&spin);
+                        break;
+                }
+                if (al_now_ns() >= until) {
+                        channel_spin_expired(&spin);
+                        break;
+                }
+                channel_spin_miss(&spin);
+        }
         while (n < 0 && (errno == EAGAIN || errno == EINTR))
                 n = recv(fd, first, sizeof(first), 0);
         if (n <= 0)
