@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -382,9 +383,17 @@ static int send_reply(run_state *run, json_t *msg)
                                 (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
         size_t total = 4 + len, done = 0;
         while (done < total) {
-                const char *p = done < 4 ? (const char *)hdr + done : s + (done - 4);
-                size_t n = done < 4 ? 4 - done : total - done;
-                ssize_t w = send(run->c->chan, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                /* The header and the body in one call: sent apart, the
+                 * header alone wakes the guest, which then sleeps again
+                 * until the body comes (two wake-ups a reply, not one). */
+                struct iovec v[2];
+                int nv = 0;
+                if (done < 4)
+                        v[nv++] = (struct iovec){hdr + done, 4 - done};
+                v[nv++] =
+                    (struct iovec){s + (done < 4 ? 0 : done - 4), len - (done < 4 ? 0 : done - 4)};
+                struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)nv};
+                ssize_t w = sendmsg(run->c->chan, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (w >= 0) {
                         done += (size_t)w;
                         continue;
