@@ -3,7 +3,6 @@
 #include "core/channel.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -41,43 +40,24 @@ int channel_frame_parse(const char *body, size_t len, json_t **ret)
         return 0;
 }
 
-/* A yield that took longer than this ran another task; one longer than
- * CHANNEL_YIELD_LONG_NS ran a task that is not a peer answering within a
- * spin (a peer's reply takes microseconds), and the next spins poll alone
- * rather than hand the CPU to it again. */
-#define CHANNEL_YIELD_RAN_NS  2000
-#define CHANNEL_YIELD_LONG_NS 300000
+/* After a spin that ran out, this many frames are waited for asleep
+ * before a spin is tried again: on a shared CPU each costs a sleep and a
+ * wake-up, not a wasted spin, and one spin in CHANNEL_SPIN_SKIP + 1 finds
+ * out whether the two sides run apart again. */
+#define CHANNEL_SPIN_SKIP 16
 
-void channel_spin_begin(channel_spin *s)
+bool channel_spin_wanted(channel_spin *s)
 {
-        s->yielded = s->others_ran = false;
-}
-
-void channel_spin_miss(channel_spin *s)
-{
-        if (!s->yield)
-                return;
-        uint64_t t0 = al_now_ns();
-        sched_yield();
-        s->yielded = true;
-        uint64_t d = al_now_ns() - t0;
-        if (d > CHANNEL_YIELD_RAN_NS)
-                s->others_ran = true;
-        if (d > CHANNEL_YIELD_LONG_NS)
-                s->yield = false;
-}
-
-void channel_spin_hit(channel_spin *s)
-{
-        /* A reply there at the first poll says nothing of where the
-         * peer runs. */
-        if (s->yield && s->yielded && !s->others_ran)
-                s->yield = false;
+        if (s->skip) {
+                s->skip--;
+                return false;
+        }
+        return true;
 }
 
 void channel_spin_expired(channel_spin *s)
 {
-        s->yield = true;
+        s->skip = CHANNEL_SPIN_SKIP;
 }
 
 static ssize_t reader_read(const frame_reader *r, int fd, void *buf, size_t len)

@@ -541,21 +541,17 @@ static void serve_channel(run_state *run)
                                 guest_ended(run, req);
                                 return;
                         }
-                        if (spin_until)
-                                channel_spin_hit(&run->spin);
                         serve_request(run, req);
                         /* Code that calls tools in a loop sends its next
                          * request within microseconds: look for it briefly
                          * before sleeping. */
-                        spin_until = al_now_ns() + REQUEST_SPIN_NS;
-                        channel_spin_begin(&run->spin);
+                        spin_until =
+                            channel_spin_wanted(&run->spin) ? al_now_ns() + REQUEST_SPIN_NS : 0;
                         continue;
                 }
                 if (fr == 0 && spin_until) {
-                        if (al_now_ns() < spin_until) {
-                                channel_spin_miss(&run->spin);
+                        if (al_now_ns() < spin_until)
                                 continue;
-                        }
                         channel_spin_expired(&run->spin);
                 }
                 if (fr < 0) {

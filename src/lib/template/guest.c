@@ -36,7 +36,8 @@ static pthread_mutex_t channel_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* How long the guest polls for a reply before it sleeps: most host
  * replies (a C tool, a validation error) come back within this, and a
- * reply found while polling saves a sleep and a cross-CPU wake-up. */
+ * reply found while polling saves a sleep and a cross-CPU wake-up. After a
+ * spin that ran out, the next replies are waited for asleep (channel_spin). */
 #define REPLY_SPIN_NS 30000
 
 /* Reads one reply frame from the host: first without blocking for up to
@@ -48,19 +49,16 @@ static char *read_reply(int fd, size_t *ret_len)
         static char first[65536]; /* under channel_lock */
         ssize_t n = -1;
         static channel_spin spin; /* under channel_lock */
+        bool spinning = channel_spin_wanted(&spin);
         uint64_t until = al_now_ns() + REPLY_SPIN_NS;
-        channel_spin_begin(&spin);
         for (;;) {
                 n = recv(fd, first, sizeof(first), MSG_DONTWAIT);
-                if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
-                        channel_spin_hit(&spin);
+                if (n >= 0 || (errno != EAGAIN && errno != EINTR) || !spinning)
                         break;
-                }
                 if (al_now_ns() >= until) {
                         channel_spin_expired(&spin);
                         break;
                 }
-                channel_spin_miss(&spin);
         }
         while (n < 0 && (errno == EAGAIN || errno == EINTR))
                 n = recv(fd, first, sizeof(first), 0);
