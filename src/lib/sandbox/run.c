@@ -547,6 +547,10 @@ static void serve_channel(run_state *run)
                          * before sleeping. */
                         spin_until =
                             channel_spin_wanted(&run->spin) ? al_now_ns() + REQUEST_SPIN_NS : 0;
+                        /* Not spinning: the poll says when the next one
+                         * comes, without a read that finds nothing first. */
+                        if (!spin_until)
+                                return;
                         continue;
                 }
                 if (fr == 0 && spin_until) {

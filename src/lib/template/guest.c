@@ -51,9 +51,10 @@ static char *read_reply(int fd, size_t *ret_len)
         static channel_spin spin; /* under channel_lock */
         bool spinning = channel_spin_wanted(&spin);
         uint64_t until = al_now_ns() + REPLY_SPIN_NS;
-        for (;;) {
+        errno = EAGAIN;
+        while (spinning) {
                 n = recv(fd, first, sizeof(first), MSG_DONTWAIT);
-                if (n >= 0 || (errno != EAGAIN && errno != EINTR) || !spinning)
+                if (n >= 0 || (errno != EAGAIN && errno != EINTR))
                         break;
                 if (al_now_ns() >= until) {
                         channel_spin_expired(&spin);
