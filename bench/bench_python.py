@@ -14,7 +14,10 @@ C library in the same run. Prints one table and one JSON line.
   inproc_*         the two alternating sample by sample in this process (the
                    C side through ctypes, for the bench only)
 
-usage: bench/bench_python.py BUILD_DIR [--quick]
+usage: bench/bench_python.py BUILD_DIR [--quick] [--tools]
+  --tools  only the tool round trips (sync, C callback), each REPEAT times
+           alternating, medians side by side: the quick figure while the
+           tool path is worked on
 """
 import asyncio
 import json
@@ -27,6 +30,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
 quick = "--quick" in sys.argv
+tools_only = "--tools" in sys.argv
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import airlock  # noqa: E402
 
@@ -177,7 +181,29 @@ def inproc_pair(sb, runs=RUNS):
 cpu_pair = (0.0, 0.0)
 
 
+def tools_main():
+    """The sync Python tool and the C callback tool, alternating rounds of
+    CALLS calls each so that both see the machine's load alike."""
+    build_c()
+    sb = airlock.Sandbox(tools=[echo], limits={"timeout": 120})
+    py, c = [], []
+    for _ in range(5):
+        r = sb.run(GUEST_LOOP.format(n=CALLS, tool="echo"))
+        assert r.success, r.stderr
+        py.append(float(r.stdout))
+        c.append(c_run(GUEST_LOOP.format(n=CALLS, tool="echo")))
+    sb.close()
+    load = os.getloadavg()[0]
+    print(f"tool round trip, median of 5 rounds of {CALLS} calls (load average {load:.2f})")
+    print(f"  sync Python tool  {statistics.median(py):8.2f} us   rounds {py}")
+    print(f"  C callback tool   {statistics.median(c):8.2f} us   rounds {c}")
+    print(json.dumps({"tool_sync_us": statistics.median(py), "tool_c_us": statistics.median(c),
+                      "load": load, "calls": CALLS}))
+
+
 def main():
+    if tools_only:
+        return tools_main()
     build_c()
     sb = airlock.Sandbox(tools=[echo, aecho], limits={"timeout": 120})
     r = sb.run(GUEST_LOOP.format(n=CALLS, tool="echo"))

@@ -40,12 +40,32 @@ def _refusal(reply):
     return exc
 
 
+_codec = None
+
+
+def _json_codec():
+    """The encoder and decoder of the channel's frames, made once per copy:
+    json.dumps(msg, ensure_ascii=False) builds a new encoder at each call,
+    which is a tenth of a tool call's round trip."""
+    global _codec
+    if _codec is None:
+        # Imported here, not at the top: the template's first copy is made
+        # before the warm-up imports, so that a new sandbox's first run does
+        # not wait for modules it may not need (json alone takes 15 ms here).
+        import json as _json
+        _codec = (_json.JSONEncoder(ensure_ascii=False).encode, _json.JSONDecoder().decode)
+    return _codec
+
+
+def _exchange(msg):
+    """One request to the host and its reply, as Python values. The host
+    writes UTF-8 (jansson), which is what json.loads would detect."""
+    encode, decode = _codec or _json_codec()
+    return decode(_airlock.call(encode(msg).encode("utf-8")).decode("utf-8", "surrogatepass"))
+
+
 def _request(msg):
-    # Imported here, not at the top: the template's first copy is made
-    # before the warm-up imports, so that a new sandbox's first run does not
-    # wait for modules it may not need (json alone takes 15 ms here).
-    import json as _json
-    reply = _json.loads(_airlock.call(_json.dumps(msg, ensure_ascii=False).encode("utf-8")))
+    reply = _exchange(msg)
     if reply.get(_KEY_OK):
         return reply.get(_KEY_RESULT)
     raise _refusal(reply)
@@ -60,10 +80,7 @@ def call_tool(name, *args, **kwargs):
             f"call_tool({name!r}, key=value, ...)")
     if not isinstance(name, str):
         raise TypeError("call_tool: the tool name must be a string")
-    import json as _json
-    reply = _json.loads(_airlock.call(_json.dumps(
-        {_KEY_OP: _OP_TOOL, _KEY_NAME: name, _KEY_ARGS: kwargs},
-        ensure_ascii=False).encode("utf-8")))
+    reply = _exchange({_KEY_OP: _OP_TOOL, _KEY_NAME: name, _KEY_ARGS: kwargs})
     if reply.get(_KEY_OK):
         return reply.get(_KEY_RESULT)
     exc = _refusal(reply)

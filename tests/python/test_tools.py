@@ -137,6 +137,29 @@ print(out)
     assert r.stdout == str([100 + i for i in range(8)]) + "\n", r.stderr
 
 
+def test_fast_calls_between_slow_ones_and_pauses(tsb):
+    # A slow tool (shout waits 10 ms) makes the guest's spin for the reply
+    # run out, and a pause of the guest's code makes the host's spin for the
+    # next request run out: the calls after either are waited for asleep,
+    # then by spinning again (core/channel.h, channel_spin). Every reply
+    # must still be its own request's.
+    code = '''
+import time
+out, want = [], []
+for i in range(120):
+    if i % 40 == 0:
+        out.append(call_tool("shout", text="s%d" % i)); want.append("S%d" % i)
+    if i % 25 == 0:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.001:
+            pass
+    out.append(call_tool("add", a=i, b=1)); want.append(i + 1)
+print(out == want, len(out))
+'''
+    r = tsb.run(code)
+    assert r.stdout == "True 123\n", (r.stdout, r.stderr)
+
+
 def test_tools_from_host_threads(tsb):
     results = {}
 

@@ -40,6 +40,26 @@ int channel_frame_parse(const char *body, size_t len, json_t **ret)
         return 0;
 }
 
+/* After a spin that ran out, this many frames are waited for asleep
+ * before a spin is tried again: on a shared CPU each costs a sleep and a
+ * wake-up, not a wasted spin, and one spin in CHANNEL_SPIN_SKIP + 1 finds
+ * out whether the two sides run apart again. */
+#define CHANNEL_SPIN_SKIP 16
+
+bool channel_spin_wanted(channel_spin *s)
+{
+        if (s->skip) {
+                s->skip--;
+                return false;
+        }
+        return true;
+}
+
+void channel_spin_expired(channel_spin *s)
+{
+        s->skip = CHANNEL_SPIN_SKIP;
+}
+
 static ssize_t reader_read(const frame_reader *r, int fd, void *buf, size_t len)
 {
         return r->nonblock ? recv(fd, buf, len, MSG_DONTWAIT) : read(fd, buf, len);

@@ -34,6 +34,23 @@ void channel_reader_free(frame_reader *r);
  * a frame over the cap, -EBADMSG for a body that is not a JSON object. */
 int channel_reader_feed(frame_reader *r, int fd, json_t **ret);
 
+/* How a side waits for its peer's next frame (the guest for a reply, the
+ * host for the next request of a guest that calls tools in a loop): a spin
+ * of polls without blocking, then a sleep on the fd. A spin pays when the
+ * peer runs on another CPU. When both share one (a synchronous wake-up puts
+ * the woken side on the waker's CPU, and there they stay), the spin only
+ * keeps the peer from running, and every hop of a round trip costs the
+ * whole spin; so after a spin that ran out, the next frames are waited for
+ * asleep, and a spin is tried again now and then. */
+typedef struct channel_spin {
+        unsigned skip; /* frames still to wait for asleep */
+} channel_spin;
+
+/* Whether to spin for the next frame; false: sleep on the fd at once. */
+bool channel_spin_wanted(channel_spin *s);
+/* The spin ran out without a frame: the caller sleeps on the fd. */
+void channel_spin_expired(channel_spin *s);
+
 /* Parses one complete frame body (exposed for the fuzzer). */
 int channel_frame_parse(const char *body, size_t len, json_t **ret);
 

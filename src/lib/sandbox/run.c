@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,6 +113,7 @@ typedef struct run_state {
         uint64_t oom_before;  /* the copy's cgroup's OOM kills before this run */
         run_pipe out, err;
         frame_reader fr;
+        channel_spin spin; /* how serve_channel waits for the next request */
         bool chan_open;
         bool exited;      /* the copy's pidfd said it exited */
         bool active_dead; /* a cell's interpreter is gone */
@@ -381,9 +383,17 @@ static int send_reply(run_state *run, json_t *msg)
                                 (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
         size_t total = 4 + len, done = 0;
         while (done < total) {
-                const char *p = done < 4 ? (const char *)hdr + done : s + (done - 4);
-                size_t n = done < 4 ? 4 - done : total - done;
-                ssize_t w = send(run->c->chan, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                /* The header and the body in one call: sent apart, the
+                 * header alone wakes the guest, which then sleeps again
+                 * until the body comes (two wake-ups a reply, not one). */
+                struct iovec v[2];
+                int nv = 0;
+                if (done < 4)
+                        v[nv++] = (struct iovec){hdr + done, 4 - done};
+                v[nv++] =
+                    (struct iovec){s + (done < 4 ? 0 : done - 4), len - (done < 4 ? 0 : done - 4)};
+                struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)nv};
+                ssize_t w = sendmsg(run->c->chan, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (w >= 0) {
                         done += (size_t)w;
                         continue;
@@ -535,11 +545,19 @@ static void serve_channel(run_state *run)
                         /* Code that calls tools in a loop sends its next
                          * request within microseconds: look for it briefly
                          * before sleeping. */
-                        spin_until = al_now_ns() + REQUEST_SPIN_NS;
+                        spin_until =
+                            channel_spin_wanted(&run->spin) ? al_now_ns() + REQUEST_SPIN_NS : 0;
+                        /* Not spinning: the poll says when the next one
+                         * comes, without a read that finds nothing first. */
+                        if (!spin_until)
+                                return;
                         continue;
                 }
-                if (fr == 0 && al_now_ns() < spin_until)
-                        continue;
+                if (fr == 0 && spin_until) {
+                        if (al_now_ns() < spin_until)
+                                continue;
+                        channel_spin_expired(&run->spin);
+                }
                 if (fr < 0) {
                         run->chan_open = false;
                         /* End of stream, a reset, or the end in the middle

@@ -36,7 +36,8 @@ static pthread_mutex_t channel_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* How long the guest polls for a reply before it sleeps: most host
  * replies (a C tool, a validation error) come back within this, and a
- * reply found while polling saves a sleep and a cross-CPU wake-up. */
+ * reply found while polling saves a sleep and a cross-CPU wake-up. After a
+ * spin that ran out, the next replies are waited for asleep (channel_spin). */
 #define REPLY_SPIN_NS 30000
 
 /* Reads one reply frame from the host: first without blocking for up to
@@ -47,10 +48,19 @@ static char *read_reply(int fd, size_t *ret_len)
 {
         static char first[65536]; /* under channel_lock */
         ssize_t n = -1;
+        static channel_spin spin; /* under channel_lock */
+        bool spinning = channel_spin_wanted(&spin);
         uint64_t until = al_now_ns() + REPLY_SPIN_NS;
-        do {
+        errno = EAGAIN;
+        while (spinning) {
                 n = recv(fd, first, sizeof(first), MSG_DONTWAIT);
-        } while (n < 0 && (errno == EAGAIN || errno == EINTR) && al_now_ns() < until);
+                if (n >= 0 || (errno != EAGAIN && errno != EINTR))
+                        break;
+                if (al_now_ns() >= until) {
+                        channel_spin_expired(&spin);
+                        break;
+                }
+        }
         while (n < 0 && (errno == EAGAIN || errno == EINTR))
                 n = recv(fd, first, sizeof(first), 0);
         if (n <= 0)
