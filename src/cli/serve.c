@@ -22,9 +22,8 @@
  * response. Notifications and the client's responses get 202. A client that
  * disconnects cancels its run. The main thread handles the signals: SIGHUP
  * reloads the tokens and the configuration (reload_config), SIGTERM and
- * SIGINT drain (stop accepting, let calls
- * finish for --grace seconds, cancel the rest, close every session and
- * sandbox). */
+ * SIGINT drain (stop accepting, let calls finish for --grace seconds, cancel
+ * the rest, close every session and sandbox). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

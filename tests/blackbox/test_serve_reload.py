@@ -246,15 +246,18 @@ def test_calls_in_a_loop_while_sighups_arrive():
             threads = [threading.Thread(target=loop, args=(k,)) for k in range(3)]
             for t in threads:
                 t.start()
-            for i in range(12):
+            # AIRLOCK_RELOAD_HUPS=200 for a longer run by hand.
+            hups = int(os.environ.get("AIRLOCK_RELOAD_HUPS", "12"))
+            for i in range(hups):
                 write(f, (NEW if i % 2 == 0 else OLD) + "\n")
                 sighup(s, RELOADED)
-                time.sleep(0.1)
+                time.sleep(0.1 if i % 3 else 0)
             stop.set()
             for t in threads:
                 t.join(120)
             assert not errors, errors
             assert seen and set(seen) <= {sha(OLD), sha(NEW)}, set(seen)
+            print(f"  {len(seen)} calls during {hups} SIGHUPs", file=sys.stderr)
             # The tokens still reload with the configuration.
             write(tokens, "tok-b\n")
             sighup(s, RELOADED)
