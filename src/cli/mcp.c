@@ -77,15 +77,28 @@ static const char *const modern_versions[] = {"2026-07-28"};
 #define PROGRESS_TICK_NS  (250ull * 1000000)
 #define PROGRESS_LINE_MAX 200 /* bytes of the latest output line in "message" */
 
-struct mcp_server {
+/* One version of the configuration and what the server made from it. A
+ * request takes a reference on the current version at its start and drops
+ * it at its end, so that a reload (airlock serve on SIGHUP) never changes
+ * the configuration under a call in flight; the last reference frees it. */
+typedef struct cfg_version {
+        unsigned refs; /* under srv->cfg_lock */
         airlock_config *cfg;
-        airlock_cache *cache;
+        bool owns_cfg; /* the first version's belongs to the command's options */
         json_t *tool;  /* the execute_code entry of tools/list */
         json_t *tools; /* every entry of tools/list */
-        mcp_sessions *sessions;
-        mcp_store *store;    /* the files of recent runs, for resources/read */
-        uint64_t max_stdout; /* the configured cap of stdout and stderr */
         char *instructions;
+        uint64_t max_stdout; /* the configured cap of stdout and stderr */
+} cfg_version;
+
+struct mcp_server {
+        /* The current configuration: read and swapped under cfg_lock, which
+         * is held for nothing else (never across a call into airlock). */
+        pthread_mutex_t cfg_lock;
+        cfg_version *cur;
+        airlock_cache *cache;
+        mcp_sessions *sessions;
+        mcp_store *store; /* the files of recent runs, for resources/read */
         bool initialized;
         atomic_bool warmed_up;     /* the warm-up run was started */
         atomic_bool output_broken; /* standard output is gone: stop serving */
@@ -156,6 +169,7 @@ struct mcp_call {
         char *code;
         size_t len;
         mcp_session_use *session; /* execute_code with a session handle, or NULL */
+        cfg_version *ver;         /* the configuration it runs with (a reference) */
         int cancel_fd;            /* eventfd handed to the run as airlock_run_options.cancel_fd */
         bool run_record;          /* the client asked for _meta[MCP_META_RUN] */
         bool usage_record;        /* ... or for _meta[MCP_META_USAGE] */
@@ -184,6 +198,55 @@ struct mcp_call {
 static const char *server_name(const mcp_server *srv)
 {
         return srv->name ? srv->name : "airlock mcp";
+}
+
+/* ---- the configuration's versions ------------------------------------- */
+
+static void version_free(cfg_version *v)
+{
+        if (!v)
+                return;
+        json_decref(v->tools);
+        json_decref(v->tool);
+        free(v->instructions);
+        if (v->owns_cfg)
+                airlock_config_free(v->cfg);
+        free(v);
+}
+
+/* The current version, with a reference the caller drops with cfg_drop. */
+static cfg_version *cfg_take(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->cfg_lock);
+        cfg_version *v = srv->cur;
+        if (v)
+                v->refs++;
+        pthread_mutex_unlock(&srv->cfg_lock);
+        return v;
+}
+
+static void cfg_drop(mcp_server *srv, cfg_version *v)
+{
+        if (!v)
+                return;
+        pthread_mutex_lock(&srv->cfg_lock);
+        bool last = --v->refs == 0;
+        pthread_mutex_unlock(&srv->cfg_lock);
+        if (last)
+                version_free(v);
+}
+
+/* The session table's view of the same (mcp_sessions_set_config_source). */
+static const airlock_config *sessions_cfg_get(void *arg, void **ref)
+{
+        cfg_version *v = cfg_take(arg);
+        *ref = v;
+        return v ? v->cfg : NULL;
+}
+
+static void sessions_cfg_put(void *arg, void *ref)
+{
+        cfg_drop(arg, ref);
 }
 
 /* Writes one message as one line. Thread-safe; after a failed write the
@@ -469,6 +532,8 @@ static void call_free(mcp_call *c)
         free(c->code);
         if (c->session) /* never run: the session is free again */
                 json_decref(mcp_sessions_end(c->session, NULL, NULL));
+        if (c->ver)
+                cfg_drop(c->srv, c->ver);
         if (c->cancel_fd >= 0 && c->srv && !c->cancelled) {
                 mcp_server *srv = c->srv;
                 pthread_mutex_lock(&srv->lock);
@@ -541,12 +606,12 @@ static void run_call(mcp_call *c, reader_watch *w)
         airlock_error err = {0};
         /* Only a call with a progress token pays for watching the output. */
         bool live = c->progress && progress_add(srv, c);
-        int r =
-            c->session ? mcp_sessions_run(c->session, c->code, c->len, &opts,
-                                          live ? on_output : NULL, c, &res, &err)
-            : live ? airlock_cache_run_live(srv->cache, srv->cfg, c->code, c->len, &opts, on_output,
-                                            c, &res, &err)
-                   : airlock_cache_run_ex(srv->cache, srv->cfg, c->code, c->len, &opts, &res, &err);
+        int r = c->session ? mcp_sessions_run(c->session, c->code, c->len, &opts,
+                                              live ? on_output : NULL, c, &res, &err)
+                : live     ? airlock_cache_run_live(srv->cache, c->ver->cfg, c->code, c->len, &opts,
+                                                    on_output, c, &res, &err)
+                       : airlock_cache_run_ex(srv->cache, c->ver->cfg, c->code, c->len, &opts, &res,
+                                              &err);
         if (live)
                 progress_remove(srv, c);
         json_t *result = NULL;
@@ -563,7 +628,7 @@ static void run_call(mcp_call *c, reader_watch *w)
                                  err.message[0] ? err.message : strerror(-r));
                         result = mcp_tool_error(msg);
                 } else {
-                        result = mcp_tool_result(res, run_id, srv->max_stdout, c->run_record);
+                        result = mcp_tool_result(res, run_id, c->ver->max_stdout, c->run_record);
                         if (c->usage_record)
                                 mcp_result_add_usage(result, res);
                         if (!result)
@@ -735,6 +800,11 @@ static int call_start(mcp_server *srv, mcp_call *c)
 {
         c->srv = srv;
         c->cancel_fd = -1;
+        /* The configuration is fixed for the whole call from here. */
+        if (!c->ver && !(c->ver = cfg_take(srv))) {
+                call_free(c);
+                return -ENOMEM;
+        }
         pthread_mutex_lock(&srv->lock);
         if (srv->n_spare)
                 c->cancel_fd = srv->spare_fds[--srv->n_spare];
@@ -970,11 +1040,13 @@ static void handle_initialize(mcp_server *srv, const mcp_request *rq)
                         version = protocol_versions[i];
         if (!srv->stateless)
                 srv->initialized = true;
+        cfg_version *v = cfg_take(srv);
         send_result(srv, rq->sink, id,
                     json_pack("{s:s, s:o, s:{s:s, s:s}, s:s}", "protocolVersion", version,
                               "capabilities", server_capabilities(), "serverInfo", "name",
                               "airlock", "version", AIRLOCK_VERSION, "instructions",
-                              srv->instructions));
+                              v->instructions));
+        cfg_drop(srv, v);
         warm_up(srv);
 }
 
@@ -985,14 +1057,17 @@ static void handle_discover(mcp_server *srv, const mcp_request *rq)
         json_t *versions = json_array();
         for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
                 json_array_append_new(versions, json_string(modern_versions[i]));
+        cfg_version *v = cfg_take(srv);
         reply(srv, rq,
               json_pack("{s:o, s:o, s:s}", "supportedVersions", versions, "capabilities",
-                        server_capabilities(), "instructions", srv->instructions),
+                        server_capabilities(), "instructions", v->instructions),
               true);
+        cfg_drop(srv, v);
 }
 
 /* subscriptions/listen (basic/patterns/subscriptions.mdx): this server has
- * no change to tell (the tool list is fixed, listChanged false), so it
+ * no change to tell (listChanged false: a reload of airlock serve changes
+ * the description that the next tools/list returns, unannounced), so it
  * honours none of the requested notification types: the acknowledgment says
  * so, and the stream closes at once, gracefully, with the listen request's
  * result, as the official SDK does for an empty filter. */
@@ -1194,9 +1269,13 @@ static bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, 
                            modern_versions[0], method);
                 return false;
         }
-        if (strcmp(method, "tools/list") == 0)
-                reply(srv, rq, json_pack("{s:O}", "tools", srv->tools), true);
-        else if (strcmp(method, "tools/call") == 0)
+        if (strcmp(method, "tools/list") == 0) {
+                /* The list of the current configuration: a reload that
+                 * changed the tools file shows in the next tools/list. */
+                cfg_version *v = cfg_take(srv);
+                reply(srv, rq, json_pack("{s:O}", "tools", v->tools), true);
+                cfg_drop(srv, v);
+        } else if (strcmp(method, "tools/call") == 0)
                 return handle_tools_call(srv, rq);
         else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0)
                 handle_resources(srv, method, rq);
@@ -1465,22 +1544,31 @@ static bool serve(mcp_server *srv)
 
 /* ---- the command ------------------------------------------------------- */
 
-static int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
+/* Makes the version of cfg: the tool description (from the sandbox, built
+ * now through the cache the calls use, so that it names the packages found
+ * inside), the instructions, the caps the results need. A configured path
+ * at fault is a configuration error; a sandbox that cannot start (a kernel
+ * feature) leaves the description without the packages, and each call
+ * reports the failure. With owns, the version owns cfg from here on, and
+ * frees it on failure too. Returns 0 with *ret holding one reference. */
+static int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **ret,
                        airlock_error *err)
 {
-        srv->cfg = cfg;
-        int r = airlock_cache_new(0, 0, &srv->cache, err);
-        if (r < 0)
-                return r;
-        /* The sandbox is built now, through the cache the calls use, so
-         * that the description names the packages found inside it. A
-         * configured path at fault is a configuration error; a sandbox that
-         * cannot start (a kernel feature) leaves the description without
-         * them, and each call reports the failure. */
+        *ret = NULL;
+        cfg_version *v = calloc(1, sizeof(*v));
+        if (!v) {
+                if (owns)
+                        airlock_config_free(cfg);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        v->refs = 1;
+        v->cfg = cfg;
+        v->owns_cfg = owns;
         airlock_error berr = {0};
         _cleanup_free_ char *desc_json = airlock_cache_describe_json(srv->cache, cfg, &berr);
         if (!desc_json && berr.kind == AIRLOCK_ERROR_INPUT && berr.path[0]) {
                 *err = berr;
+                version_free(v);
                 return berr.code < 0 ? berr.code : -EINVAL;
         }
         if (!desc_json) {
@@ -1490,20 +1578,24 @@ static int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_c
                         server_name(srv), berr.message);
                 desc_json = airlock_describe_json(cfg, err);
         }
-        if (!desc_json)
+        if (!desc_json) {
+                version_free(v);
                 return -EINVAL;
+        }
         json_t *d = json_loads(desc_json, 0, NULL);
-        if (!d)
+        if (!d) {
+                version_free(v);
                 return al_error(err, -ENOMEM, NULL, "cannot read the tool description");
+        }
         size_t i;
         json_t *w;
         json_array_foreach (json_object_get(d, "warnings"), i, w)
                 fprintf(stderr, "%s: warning: %s\n", server_name(srv), json_string_value(w));
-        srv->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
+        v->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
         /* No outputSchema: a client that sees one hands its model the
          * structured result instead of the content (Mastra), so images and
          * files would not reach it. The run record is in the result's _meta. */
-        srv->tool = json_pack(
+        v->tool = json_pack(
             "{s:s, s:s, s:O, s:O, s:{s:s, s:b, s:b, s:b, s:b}, s:{s:O}}", "name", "execute_code",
             "title", "Execute Python code", "description", json_object_get(d, "description"),
             "inputSchema", json_object_get(d, "input_schema"), "annotations", "title",
@@ -1511,16 +1603,34 @@ static int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_c
             "openWorldHint", airlock_config_allow_count(cfg) > 0, "_meta",
             "dev.airlock/approval_mode", json_object_get(d, "approval_mode"));
         json_decref(d);
-        if (!srv->instructions || !srv->tool || mcp_store_new(&srv->store) < 0)
-                return al_error(err, -ENOMEM, NULL, "out of memory");
         airlock_limits lim;
         airlock_config_get_limits(cfg, &lim);
-        srv->max_stdout = lim.max_stdout;
-        srv->tools = json_array();
-        if (!srv->tools || json_array_append(srv->tools, srv->tool) < 0 ||
-            mcp_sessions_new(srv->cache, cfg, caps, &srv->sessions) < 0)
+        v->max_stdout = lim.max_stdout;
+        v->tools = json_array();
+        if (!v->instructions || !v->tool || !v->tools || json_array_append(v->tools, v->tool) < 0) {
+                version_free(v);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        mcp_sessions_add_tools(srv->sessions, srv->tool, srv->tools);
+        }
+        mcp_sessions_add_tools(srv->sessions, v->tool, v->tools);
+        *ret = v;
+        return 0;
+}
+
+static int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
+                       airlock_error *err)
+{
+        pthread_mutex_init(&srv->cfg_lock, NULL);
+        int r = airlock_cache_new(0, 0, &srv->cache, err);
+        if (r < 0)
+                return r;
+        if (mcp_sessions_new(srv->cache, cfg, caps, &srv->sessions) < 0)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        mcp_sessions_set_config_source(srv->sessions, sessions_cfg_get, sessions_cfg_put, srv);
+        r = version_new(srv, cfg, false, &srv->cur, err);
+        if (r < 0)
+                return r;
+        if (mcp_store_new(&srv->store) < 0)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
         pthread_mutex_init(&srv->out_lock, NULL);
         pthread_mutex_init(&srv->lock, NULL);
         pthread_cond_init(&srv->calls_done, NULL);
@@ -1569,9 +1679,9 @@ static void server_teardown(mcp_server *srv)
         mcp_sessions_free(srv->sessions);
         airlock_cache_close(srv->cache);
         mcp_store_free(srv->store);
-        json_decref(srv->tools);
-        json_decref(srv->tool);
-        free(srv->instructions);
+        /* Every call is over: the server's own reference is the last. */
+        cfg_drop(srv, srv->cur);
+        srv->cur = NULL;
         if (srv->locks_ready) {
                 pthread_cond_destroy(&srv->work);
                 pthread_cond_destroy(&srv->calls_done);
@@ -1619,9 +1729,7 @@ int cmd_mcp(int argc, char **argv)
                 mcp_sessions_free(srv.sessions);
                 airlock_cache_close(srv.cache);
                 mcp_store_free(srv.store);
-                json_decref(srv.tools);
-                json_decref(srv.tool);
-                free(srv.instructions);
+                version_free(srv.cur);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
@@ -1660,6 +1768,22 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
         if (r >= 0 && o && o->instance)
                 mcp_sessions_set_instance(srv->sessions, o->instance);
         return r;
+}
+
+int mcp_core_reload(mcp_server *srv, airlock_config *cfg, airlock_error *err)
+{
+        cfg_version *v;
+        int r = version_new(srv, cfg, true, &v, err);
+        if (r < 0)
+                return r;
+        /* Calls that start from now on take the new version; those in
+         * flight keep theirs, and the last of them frees the old one. */
+        pthread_mutex_lock(&srv->cfg_lock);
+        cfg_version *old = srv->cur;
+        srv->cur = v;
+        pthread_mutex_unlock(&srv->cfg_lock);
+        cfg_drop(srv, old);
+        return 0;
 }
 
 int mcp_core_handle(mcp_server *srv, mcp_sink *sink, const mcp_message *m)

@@ -58,6 +58,14 @@ typedef struct mcp_core_options {
  * mcp_core_free. */
 int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_core_options *o,
                  mcp_server **ret, airlock_error *err);
+/* Makes cfg the configuration of every request that starts from now on
+ * (airlock serve on SIGHUP): its tool description is built first (a sandbox
+ * for cfg, through the cache), and tools/list, initialize and
+ * server/discover answer with it. A call in flight finishes with the
+ * configuration it started with; an open session keeps the sandbox it was
+ * opened in. Takes cfg, freed on failure too. Returns 0, or -errno with err
+ * filled and the old configuration still current. */
+int mcp_core_reload(mcp_server *srv, airlock_config *cfg, airlock_error *err);
 /* Handles one message (a request, a notification or a client's response).
  * Returns 1 when a tools/call was started for it (its response comes later,
  * then call_done), 0 when everything it produces has been sent already. */

@@ -50,6 +50,11 @@ typedef struct tombstone {
 struct mcp_sessions {
         airlock_cache *cache;
         const airlock_config *cfg;
+        /* Where session_open takes the current configuration from, when
+         * the server can swap it (mcp_sessions_set_config_source). */
+        const airlock_config *(*cfg_get)(void *arg, void **ref);
+        void (*cfg_put)(void *arg, void *ref);
+        void *cfg_arg;
         mcp_session_caps caps;
         pthread_mutex_t lock;
         pthread_cond_t changed; /* a cell ended, or stopping */
@@ -405,6 +410,15 @@ int mcp_sessions_new(airlock_cache *cache, const airlock_config *cfg, const mcp_
         return 0;
 }
 
+void mcp_sessions_set_config_source(mcp_sessions *m,
+                                    const airlock_config *(*get)(void *arg, void **ref),
+                                    void (*put)(void *arg, void *ref), void *arg)
+{
+        m->cfg_get = get;
+        m->cfg_put = put;
+        m->cfg_arg = arg;
+}
+
 void mcp_sessions_free(mcp_sessions *m)
 {
         if (!m)
@@ -552,8 +566,15 @@ static json_t *session_open(mcp_sessions *m)
         entry *e = calloc(1, sizeof(*e));
         airlock_error err = {0};
         int r = e ? new_handle(m, e->handle) : -ENOMEM;
-        if (r >= 0)
-                r = airlock_cache_session_open(m->cache, m->cfg, &e->s, &err);
+        if (r >= 0) {
+                /* The session keeps the sandbox made from the configuration
+                 * current now; a later reload does not change it. */
+                void *ref = NULL;
+                const airlock_config *cfg = m->cfg_get ? m->cfg_get(m->cfg_arg, &ref) : m->cfg;
+                r = airlock_cache_session_open(m->cache, cfg, &e->s, &err);
+                if (m->cfg_put)
+                        m->cfg_put(m->cfg_arg, ref);
+        }
         pthread_mutex_lock(&m->lock);
         if (r < 0) {
                 m->n--;

@@ -32,6 +32,13 @@ typedef struct mcp_sessions mcp_sessions;
 
 int mcp_sessions_new(airlock_cache *cache, const airlock_config *cfg, const mcp_session_caps *caps,
                      mcp_sessions **ret);
+/* A server whose configuration can change (airlock serve on SIGHUP):
+ * session_open takes the configuration from get, which returns it with a
+ * reference in *ref, and gives the reference back with put once the
+ * session is open. Without it, session_open uses the cfg given to new. */
+void mcp_sessions_set_config_source(mcp_sessions *m,
+                                    const airlock_config *(*get)(void *arg, void **ref),
+                                    void (*put)(void *arg, void *ref), void *arg);
 /* Closes every session (waiting for cells in progress, which the caller
  * has cancelled), then frees the table. Before the cache is closed. */
 void mcp_sessions_free(mcp_sessions *m);

@@ -96,6 +96,7 @@ void cli_usage(FILE *f)
               "                                 changes (the host's files are never written)\n"
               "      --secret NAME[+query][+body]=env:VAR|file:PATH@TARGET[=METHODS][@TARGET...]\n"
               "                                 a secret the guest sees as airlock.secret(NAME)\n"
+              "                                 (airlock serve reads file: again on SIGHUP)\n"
               "mcp only:\n"
               "      --audit FILE               append one JSON line per call: what it used\n"
               "run only:\n"

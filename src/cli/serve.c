@@ -21,9 +21,9 @@
  * SSE stream when its first notification comes, and the stream ends with the
  * response. Notifications and the client's responses get 202. A client that
  * disconnects cancels its run. The main thread handles the signals: SIGHUP
- * reloads the tokens, SIGTERM and SIGINT drain (stop accepting, let calls
- * finish for --grace seconds, cancel the rest, close every session and
- * sandbox). */
+ * reloads the tokens and the configuration (reload_config), SIGTERM and
+ * SIGINT drain (stop accepting, let calls finish for --grace seconds, cancel
+ * the rest, close every session and sandbox). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -107,6 +107,10 @@ typedef struct server {
         atomic_bool core_ready; /* core may be used (it is built) */
         atomic_bool ready, draining;
         atomic_bool unavailable; /* a warm-up run failed (and is retried) */
+        /* The configuration options (argv without the serve and session
+         * options), parsed again on SIGHUP; the strings are the process's. */
+        int cfg_argc;
+        char **cfg_argv;
         /* Tokens, swapped whole on SIGHUP under the write lock. */
         pthread_rwlock_t tokens_lock;
         char **tokens;
@@ -1380,6 +1384,40 @@ static int install_signals(void)
         return 0;
 }
 
+/* Builds a new configuration from the same configuration options, as at
+ * start (tools files, allow-list, limits, secrets: a file: secret is read
+ * again, an env: one cannot change in a running process), and makes it the
+ * configuration of the calls that start from now on (mcp_core_reload). A
+ * configuration that does not parse or load leaves the old one in place,
+ * with one line on stderr naming why: the library's errors never contain a
+ * secret's value. The serve and session options (--listen, caps, --audit)
+ * are not reloaded. */
+static void reload_config(server *s)
+{
+        /* The parser permutes its argv: a fresh copy each time. */
+        char **av = calloc((size_t)s->cfg_argc + 1, sizeof(*av));
+        if (!av) {
+                fprintf(stderr, "airlock serve: SIGHUP: keeping the old configuration: out of "
+                                "memory\n");
+                return;
+        }
+        memcpy(av, s->cfg_argv, (size_t)s->cfg_argc * sizeof(*av));
+        cli_options o;
+        airlock_error err = {0};
+        int r = cli_parse_options(s->cfg_argc, av, CLI_MCP, &o, &err);
+        free(av);
+        if (r == 0) {
+                airlock_config *cfg = TAKE_PTR(o.cfg);
+                cli_options_free(&o);
+                r = mcp_core_reload(s->core, cfg, &err);
+        }
+        if (r < 0)
+                fprintf(stderr, "airlock serve: SIGHUP: keeping the old configuration: %s\n",
+                        err.message[0] ? err.message : strerror(-r));
+        else
+                fprintf(stderr, "airlock serve: SIGHUP: configuration reloaded\n");
+}
+
 /* ---- listening ---------------------------------------------------------- */
 
 /* ADDR:PORT or [V6ADDR]:PORT into ss; *loopback tells whether only this
@@ -1478,6 +1516,13 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "airlock serve: %s\n", why);
                 return EXIT_USAGE;
         }
+        /* Kept for the reloads, before the parser permutes argv. */
+        _cleanup_free_ char **cfg_argv = calloc((size_t)argc + 1, sizeof(*cfg_argv));
+        if (!cfg_argv) {
+                fprintf(stderr, "airlock serve: out of memory\n");
+                return EXIT_SANDBOX;
+        }
+        memcpy(cfg_argv, argv, (size_t)argc * sizeof(*cfg_argv));
         cli_options o;
         airlock_error err = {0};
         int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
@@ -1509,6 +1554,8 @@ int cmd_serve(int argc, char **argv)
         static server srv;
         server *s = &srv;
         s->opt = so;
+        s->cfg_argc = argc;
+        s->cfg_argv = cfg_argv;
         pthread_rwlock_init(&s->tokens_lock, NULL);
         pthread_mutex_init(&s->slot_lock, NULL);
         pthread_mutex_init(&s->m.hist_lock, NULL);
@@ -1605,6 +1652,7 @@ int cmd_serve(int argc, char **argv)
                         continue;
                 if (c == SIGHUP) {
                         reload_tokens(s);
+                        reload_config(s);
                         continue;
                 }
                 break;
