@@ -626,5 +626,44 @@ def test_not_ready_while_the_sandbox_cannot_run():
     assert p.returncode == 0, (p.returncode, "".join(lines))
 
 
+def test_sessions_are_bound_to_the_token_that_opened_them():
+    """A handle is not a capability by itself: it shows in log lines and in
+    the text every client hands its model. Another token's client that
+    learns it can neither run code in the session (and read its variables),
+    nor close it, nor learn that it exists; a cancel names only its own
+    token's calls."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-mallory\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    mallory = {"Authorization": "Bearer token-mallory"}
+
+    def tool(name, args, headers, rid=1):
+        status, _, body = s.post({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                  "params": {"name": name, "arguments": args,
+                                             "_meta": MODERN}}, headers)
+        assert status == 200, (status, body)
+        return result_of(body)
+
+    with serve("--tokens", tokens, "--instance", "alpha") as s:
+        h = tool("session_open", {}, alice)["_meta"]["dev.airlock/session"]
+        assert not tool("execute_code", {"code": "key = 'alice-private'", "session": h},
+                        alice)["isError"]
+        r = tool("execute_code", {"code": "print(key)", "session": h}, mallory)
+        text = json.dumps(r)
+        assert r["isError"] and "alice-private" not in text, r
+        # The same answer as for a handle never opened: no oracle.
+        fake = h[:-4] + ("aaaa" if not h.endswith("aaaa") else "bbbb")
+        r2 = tool("execute_code", {"code": "1", "session": fake}, mallory)
+        assert r2["content"][0]["text"].replace(fake, "H") == \
+            r["content"][0]["text"].replace(h, "H"), (r, r2)
+        assert tool("session_close", {"session": h}, mallory)["isError"]
+        # Alice's session is intact.
+        r = tool("execute_code", {"code": "print(key)", "session": h}, alice)
+        assert r["content"][0]["text"] == "alice-private\n", r
+        assert not tool("session_close", {"session": h}, alice)["isError"]
+
+
 if __name__ == "__main__":
     run()
