@@ -1022,7 +1022,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         }
         if (mcp_sessions_is_tool(name)) {
                 reply(srv, rq,
-                      mcp_sessions_call(srv->sessions, name, json_object_get(params, "arguments")),
+                      mcp_sessions_call(srv->sessions, name, json_object_get(params, "arguments"),
+                                        rq->sink ? rq->sink->owner : NULL),
                       false);
                 return false;
         }
@@ -1083,7 +1084,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         memcpy(c->code, json_string_value(code), c->len + 1);
         const json_t *handle = json_object_get(args, "session");
         if (handle) {
-                json_t *e = mcp_sessions_begin(srv->sessions, handle, &c->session);
+                json_t *e = mcp_sessions_begin(srv->sessions, handle,
+                                               rq->sink ? rq->sink->owner : NULL, &c->session);
                 if (e) {
                         call_free(c);
                         reply(srv, rq, e, false);
