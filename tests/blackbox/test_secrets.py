@@ -444,5 +444,33 @@ time.sleep(4)
         srv.wait()
 
 
+def test_tool_results_and_errors_hold_no_value():
+    """A host tool runs with the host's environment, where an env:VAR
+    secret sits, or may come by the value some other way (its own copy of
+    the same key, an API's error text quoting it): what it returns, or the
+    stderr of its failure, goes to the guest, so it is scrubbed like a
+    response, in the JSON of the result too."""
+    from harness import tools_file
+    script = ("import json, os, sys\n"
+              "a = json.load(sys.stdin)\n"
+              "v = os.environ.get('S19_TOKEN', '')\n"
+              "if a['op'] == 'fail':\n"
+              "    sys.stderr.write('upstream said: bad key ' + v + '\\n'); sys.exit(1)\n"
+              "print(json.dumps({'key': v, 'nested': [{'k': v}], v: 1}))\n")
+    tools = tools_file("leaky", "Returns what it has.", {"op": {"type": "string"}}, ["op"],
+                       script, 10)
+    code = ("import airlock\n"
+            "r = call_tool('leaky', op='ok')\n"
+            "print(json.dumps(r)); print(repr(r))\n"
+            "try:\n    call_tool('leaky', op='fail')\n"
+            "except RuntimeError as e:\n    print('RuntimeError', e)\n"
+            "print('PH' if r['key'] == airlock.secret('TOKEN') else 'other')\n")
+    rc, r = run_guest("import json\n" + code, "-t", tools,
+                      "--secret", "TOKEN=env:S19_TOKEN@http://localhost:9")
+    assert rc == 0, r
+    assert "RuntimeError upstream said: bad key airlock-secret-TOKEN-" in r["stdout"], r
+    assert r["stdout"].rstrip().endswith("PH"), r
+
+
 if __name__ == "__main__":
     run()
