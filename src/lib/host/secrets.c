@@ -8,6 +8,7 @@
 #include "host/secrets.h"
 
 #include <ctype.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -670,4 +671,42 @@ void secrets_scrub_text(const secret_store *s, char *text, size_t size)
         else if (r < 0) /* cannot tell what to keep: keep nothing */
                 snprintf(text, size, "the request failed (the message was withheld)");
         free(clean);
+}
+
+int secrets_scrub_json(const secret_store *s, json_t **v)
+{
+        if (!s || !s->n || !*v)
+                return 0;
+        char *text = json_dumps(*v, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (!text)
+                return -ENOMEM;
+        size_t len = strlen(text), n = 0;
+        char *clean = NULL;
+        int r = secrets_scrub(s, text, len, &clean, &n);
+        secrets_wipe_free(text, len);
+        if (r <= 0)
+                return r;
+        json_t *out = json_loadb(clean, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        secrets_wipe_free(clean, n);
+        /* A raw value that spanned the JSON's own syntax leaves no valid
+         * JSON: nothing of it may go on. */
+        if (!out)
+                return -EPROTO;
+        json_decref(*v);
+        *v = out;
+        return 1;
+}
+
+int secrets_scrub_string(const secret_store *s, char **text)
+{
+        if (!s || !s->n || !*text)
+                return 0;
+        char *clean = NULL;
+        size_t len = strlen(*text), n = 0;
+        int r = secrets_scrub(s, *text, len, &clean, &n);
+        if (r <= 0)
+                return r;
+        secrets_wipe_free(*text, len);
+        *text = clean;
+        return 1;
 }
