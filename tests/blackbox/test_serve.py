@@ -665,5 +665,35 @@ def test_sessions_are_bound_to_the_token_that_opened_them():
         assert not tool("session_close", {"session": h}, alice)["isError"]
 
 
+def test_a_session_stays_with_its_token_across_a_reload():
+    """Revoking a token (SIGHUP with its line gone) must not hand its
+    sessions to whichever token takes its place in the file."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-revoked\ntoken-other\n")
+    with serve("--tokens", tokens) as s:
+        def tool(name, args, token):
+            status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                      "params": {"name": name, "arguments": args,
+                                                 "_meta": MODERN}},
+                                     {"Authorization": "Bearer " + token})
+            assert status == 200, (status, body)
+            return result_of(body)
+        h = tool("session_open", {}, "token-revoked")["_meta"]["dev.airlock/session"]
+        assert not tool("execute_code", {"code": "k = 'private'", "session": h},
+                        "token-revoked")["isError"]
+        with open(tokens + ".new", "w") as f:
+            f.write("token-other\n")
+        os.rename(tokens + ".new", tokens)
+        s.p.send_signal(signal.SIGHUP)
+        for _ in range(200):
+            if any("token loaded" in l for l in s.lines):
+                break
+            time.sleep(0.05)
+        r = tool("execute_code", {"code": "print(k)", "session": h}, "token-other")
+        assert r["isError"] and "private" not in json.dumps(r), r
+
+
 if __name__ == "__main__":
     run()
