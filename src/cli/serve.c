@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -228,6 +229,32 @@ static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
         for (size_t i = 0; i < alen; i++)
                 diff |= (unsigned char)a[i] ^ (unsigned char)(i < blen ? b[i] : 0);
         return diff == 0;
+}
+
+/* The owner a token's calls and sessions are bound to (mcp_sink.owner): a
+ * keyed digest of the token itself, not its line in the file, so that a
+ * reload that drops, moves or adds lines hands no token another's sessions
+ * or cancels. The key is drawn once per process and the digest never
+ * leaves it (no log line or answer names it): two lanes of FNV-1a, each
+ * from its own key, are enough to keep the configured tokens apart. */
+static uint64_t owner_key[2];
+static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
+
+static void owner_key_init(void)
+{
+        if (getrandom(owner_key, sizeof(owner_key), 0) != (ssize_t)sizeof(owner_key))
+                abort(); /* no randomness: nothing else here would work either */
+}
+
+static void token_owner(const char *tok, size_t n, char *out, size_t size)
+{
+        pthread_once(&owner_once, owner_key_init);
+        uint64_t a = 0xcbf29ce484222325ull ^ owner_key[0], b = 0xcbf29ce484222325ull ^ owner_key[1];
+        for (size_t i = 0; i < n; i++) {
+                a = (a ^ (unsigned char)tok[i]) * 0x100000001b3ull;
+                b = (b ^ (unsigned char)tok[n - 1 - i]) * 0x100000001b3ull;
+        }
+        snprintf(out, size, "t%016llx%014llx", (unsigned long long)a, (unsigned long long)(b >> 8));
 }
 
 /* Checks a presented token against every configured one, each compared in
@@ -692,7 +719,7 @@ static int authorize(request *rq, struct MHD_Connection *c)
         size_t which = check_token(rq->srv, tok, n);
         if (!which)
                 return -1;
-        snprintf(rq->owner, sizeof(rq->owner), "token%zu", which);
+        token_owner(tok, n, rq->owner, sizeof(rq->owner));
         return 1;
 }
 
