@@ -695,5 +695,48 @@ def test_a_session_stays_with_its_token_across_a_reload():
         assert r["isError"] and "private" not in json.dumps(r), r
 
 
+def test_ambiguous_framing_is_refused_and_closes_the_connection():
+    """Request smuggling behind a proxy: when two parsers can disagree on
+    where a body ends (two Content-Length values, Content-Length beside
+    Transfer-Encoding, whitespace before a header's colon, RFC 9112 sections
+    5.1, 6.1 and 6.3), the request is 400 and the connection closes, so that
+    the bytes after it are never read as a request of their own."""
+    with serve() as s:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+        smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        cases = {
+            "two lengths": head + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" %
+            (len(body), len(body) + len(smuggled)) + body + smuggled,
+            "length and chunked": head + b"Content-Length: %d\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" % (len(chunked) + len(smuggled)) +
+            chunked + smuggled,
+            "space before colon": head + b"Transfer-Encoding : chunked\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
+        }
+        for name, data in cases.items():
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            c.sendall(data)
+            out = b""
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                out += d
+            c.close()
+            answers = re.findall(rb"HTTP/1.1 (\d+)", out)
+            assert answers == [b"400"], (name, out[:600])
+        # An ordinary pipelined pair is still served.
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        c.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled)
+        out = b""
+        while out.count(b"HTTP/1.1 200") < 2:
+            d = c.recv(65536)
+            assert d, out
+            out += d
+        c.close()
+
+
 if __name__ == "__main__":
     run()
