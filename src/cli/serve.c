@@ -645,6 +645,41 @@ static void base_url(request *rq, struct MHD_Connection *c, char *out, size_t le
         snprintf(out, len, "http://%s", plain ? host : o->listen);
 }
 
+/* What the header iteration found, for framing_ok. */
+typedef struct framing {
+        unsigned lengths, encodings;
+        bool bad_name;
+} framing;
+
+static enum MHD_Result framing_count(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+        (void)kind;
+        (void)value;
+        framing *f = cls;
+        f->lengths += strcasecmp(key, "Content-Length") == 0;
+        f->encodings += strcasecmp(key, "Transfer-Encoding") == 0;
+        for (const char *p = key; *p; p++)
+                f->bad_name |= *p == ' ' || *p == '\t';
+        return MHD_YES;
+}
+
+/* False when the request's framing is ambiguous: two Content-Length
+ * fields, Content-Length beside Transfer-Encoding, more than one
+ * Transfer-Encoding, or a field name with whitespace before its colon. A
+ * proxy in front may read such a request's end elsewhere than
+ * libmicrohttpd does (which takes the first length, keeps the connection
+ * after both fields, and reads "Transfer-Encoding :" as some other field),
+ * and what follows would be answered as a request of its own: request
+ * smuggling. RFC 9112 (5.1, 6.1, 6.3) has the server reject these or close
+ * the connection; such a request is refused with the connection closed. */
+static bool framing_ok(struct MHD_Connection *c)
+{
+        framing f = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, framing_count, &f);
+        return !f.bad_name && f.lengths <= 1 && f.encodings <= 1 && !(f.lengths && f.encodings);
+}
+
 static enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool missing)
 {
         char base[300], hdr[512];
@@ -1136,6 +1171,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 *con_cls = rq;
                 atomic_fetch_add(&s->requests, 1);
                 atomic_fetch_add(&s->m.http_requests, 1);
+                if (!framing_ok(c)) {
+                        refuse(rq, RF_BAD_REQUEST);
+                        snprintf(rq->method, sizeof(rq->method), "?");
+                        return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                               "ambiguous message framing (Content-Length and "
+                                               "Transfer-Encoding)",
+                                               "Connection", "close");
+                }
                 bool is_mcp = strcmp(url, "/mcp") == 0;
                 if (!is_mcp) {
                         if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
