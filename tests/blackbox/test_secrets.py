@@ -472,5 +472,59 @@ def test_tool_results_and_errors_hold_no_value():
     assert r["stdout"].rstrip().endswith("PH"), r
 
 
+def test_a_content_encoding_with_a_space_before_its_colon_is_seen():
+    """'Content-Encoding : gzip' is the same field to a lax client (the
+    guest's own gzip.decompress does not care what it was labelled): it
+    must not slip a compressed body past the check."""
+    srv, port = start_server()
+    try:
+        L = f"http://localhost:{port}"
+        code = GUEST_HELPERS + f"""
+try:
+    r = http_get('{L}/gzip-spaced', headers={{'Authorization': 'Bearer ' + PH}})
+    import gzip
+    print('passed on', gzip.decompress(r['body'] if isinstance(r['body'], bytes) else r['body'].encode('latin-1')))
+except OSError as e:
+    print(type(e).__name__, e)
+"""
+        rc, r = run_guest(code, "-a", f"localhost:{port}", "--secret",
+                          f"TOKEN=env:S19_TOKEN@{L}")
+        out = r["stdout"]
+        assert "Content-Encoding: gzip" in out and "passed on" not in out, r
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def test_case_hex_and_utf16_reflections_are_scrubbed():
+    """An honest server that reflects a key upper- or lower-cased (an error
+    text, a case-folding store), as hex (a debug dump) or in UTF-16 (a
+    Windows service) gives the guest the value all the same."""
+    srv, port = start_server()
+    try:
+        L = f"http://localhost:{port}"
+        code = GUEST_HELPERS + f"""
+r = http_get('{L}/mirror-more', headers={{'Authorization': 'Bearer ' + PH}})
+b = r['body'] if isinstance(r['body'], bytes) else r['body'].encode('latin-1')
+print(b.count(PH.encode()), b.count(PH.encode('utf-16-le')), b.count(PH.encode('utf-16-be')))
+print(b.hex())
+"""
+        rc, r = run_guest(code, "-a", f"localhost:{port}", "--secret",
+                          f"TOKEN=env:S19_TOKEN@{L}")
+        assert rc == 0, r
+        out = r["stdout"]
+        body = bytes.fromhex(out.splitlines()[1])
+        t = VALUE
+        for name, f in {"upper": VALUE_B.upper(), "lower": VALUE_B.lower(),
+                        "hex": VALUE_B.hex().encode(), "HEX": VALUE_B.hex().upper().encode(),
+                        "utf-16-le": t.encode("utf-16-le"),
+                        "utf-16-be": t.encode("utf-16-be")}.items():
+            assert f not in body, (name, body)
+        assert out.splitlines()[0] == "4 1 1", out
+    finally:
+        srv.kill()
+        srv.wait()
+
+
 if __name__ == "__main__":
     run()
