@@ -738,5 +738,42 @@ def test_ambiguous_framing_is_refused_and_closes_the_connection():
         c.close()
 
 
+def test_a_cancel_stops_only_the_calls_of_its_own_token():
+    """Request ids are each client's own: another token's
+    notifications/cancelled naming the same id leaves the call running;
+    the same token's stops it."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-mallory\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    mallory = {"Authorization": "Bearer token-mallory"}
+    with serve("--tokens", tokens) as s:
+        def cancel(headers):
+            status, _, _ = s.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                   "params": {"requestId": "long"}}, headers)
+            assert status == 202, status
+
+        def long_call(out):
+            out.append(s.call("import time\nfor _ in range(60): time.sleep(0.05)\nprint('done')",
+                              alice, rid="long"))
+        for who, stopped in ((mallory, False), (alice, True)):
+            out = []
+            t = threading.Thread(target=long_call, args=(out,))
+            t.start()
+            for _ in range(400):
+                if s.metrics(alice)["airlock_runs_in_flight"] >= 1:
+                    break
+                time.sleep(0.01)
+            cancel(who)
+            t.join(120)
+            status, _, body = out[0]
+            m = json.loads(body)
+            if stopped:
+                assert "error" in m and "cancelled" in m["error"]["message"], m
+            else:
+                assert m["result"]["content"][0]["text"] == "done\n", m
+
+
 if __name__ == "__main__":
     run()
