@@ -775,5 +775,32 @@ def test_a_cancel_stops_only_the_calls_of_its_own_token():
                 assert m["result"]["content"][0]["text"] == "done\n", m
 
 
+def test_resources_are_bound_to_the_token_whose_run_made_them():
+    """resources/list and resources/read serve the files of recent runs:
+    another token's client must neither list nor read them."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-mallory\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    mallory = {"Authorization": "Bearer token-mallory"}
+    with serve("--tokens", tokens) as s:
+        def rpc(method, params, headers):
+            status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": method,
+                                      "params": dict(params, _meta=MODERN)}, headers)
+            assert status == 200, (status, body)
+            return json.loads(body)
+        status, _, body = s.call("open('/output/alice.txt', 'w').write('alice-private')", alice)
+        assert status == 200 and not result_of(body)["isError"], body
+        mine = rpc("resources/list", {}, alice)["result"]["resources"]
+        assert [r["name"] for r in mine] == ["alice.txt"], mine
+        uri = mine[0]["uri"]
+        assert "alice-private" in json.dumps(rpc("resources/read", {"uri": uri}, alice))
+        theirs = rpc("resources/list", {}, mallory)
+        assert theirs["result"]["resources"] == [], theirs
+        r = rpc("resources/read", {"uri": uri}, mallory)
+        assert "error" in r and "alice-private" not in json.dumps(r), r
+
+
 if __name__ == "__main__":
     run()
