@@ -590,7 +590,7 @@ static void run_call(mcp_call *c, reader_watch *w)
                 /* The files stay readable by the URIs the result names, from
                  * before the client can have read them. */
                 if (r >= 0) {
-                        mcp_store_keep(srv->store, run_id, res);
+                        mcp_store_keep(srv->store, run_id, c->sink ? c->sink->owner : NULL, res);
                         res = NULL;
                 }
                 send_result(srv, c->sink, id, c->modern ? modern_result(result, false) : result);
@@ -1130,7 +1130,8 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
                                    "resources/read: params.uri must be a string");
                         return;
                 }
-                result = mcp_store_read(srv->store, uri, &code, why, sizeof(why));
+                result = mcp_store_read(srv->store, rq->sink ? rq->sink->owner : NULL, uri, &code,
+                                        why, sizeof(why));
         } else {
                 const json_t *cursor = json_object_get(params, "cursor");
                 if (cursor && !json_is_string(cursor)) {
@@ -1138,8 +1139,8 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
                                    "resources/list: params.cursor must be a string");
                         return;
                 }
-                result =
-                    mcp_store_list(srv->store, json_string_value(cursor), &code, why, sizeof(why));
+                result = mcp_store_list(srv->store, rq->sink ? rq->sink->owner : NULL,
+                                        json_string_value(cursor), &code, why, sizeof(why));
         }
         if (result)
                 reply(srv, rq, result, false);

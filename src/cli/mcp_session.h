@@ -42,8 +42,10 @@ void mcp_sessions_free(mcp_sessions *m);
  * JSON array of tool entries). */
 void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t *tools);
 bool mcp_sessions_is_tool(const char *name);
-/* The longest owner (mcp_sink.owner) a session records. */
+/* The longest owner (mcp_sink.owner) a session or a stored run records. */
+#ifndef MCP_OWNER_MAX
 #define MCP_OWNER_MAX 31
+#endif
 /* A call of a session tool: the CallToolResult. owner (NULL on stdio) is
  * who calls: a session is found only by the owner that opened it. */
 json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args, const char *owner);
