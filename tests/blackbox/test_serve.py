@@ -659,7 +659,15 @@ def test_sessions_are_bound_to_the_token_that_opened_them():
         assert r2["content"][0]["text"].replace(fake, "H") == \
             r["content"][0]["text"].replace(h, "H"), (r, r2)
         assert tool("session_close", {"session": h}, mallory)["isError"]
-        # Alice's session is intact.
+        # A fork would copy alice's variables into a session of mallory's.
+        assert tool("session_fork", {"session": h}, mallory)["isError"]
+        assert s.metrics(alice)["airlock_sessions_open"] == 1
+        # Alice's session is intact, and her own fork is hers.
+        f = tool("session_fork", {"session": h}, alice)["_meta"]["dev.airlock/session"]
+        r = tool("execute_code", {"code": "print(key)", "session": f}, alice)
+        assert r["content"][0]["text"] == "alice-private\n", r
+        assert tool("execute_code", {"code": "1", "session": f}, mallory)["isError"]
+        assert not tool("session_close", {"session": f}, alice)["isError"]
         r = tool("execute_code", {"code": "print(key)", "session": h}, alice)
         assert r["content"][0]["text"] == "alice-private\n", r
         assert not tool("session_close", {"session": h}, alice)["isError"]
