@@ -655,7 +655,7 @@ static void run_call(mcp_call *c, reader_watch *w)
                 /* The files stay readable by the URIs the result names, from
                  * before the client can have read them. */
                 if (r >= 0) {
-                        mcp_store_keep(srv->store, run_id, res);
+                        mcp_store_keep(srv->store, run_id, c->sink ? c->sink->owner : NULL, res);
                         res = NULL;
                 }
                 send_result(srv, c->sink, id, c->modern ? modern_result(result, false) : result);
@@ -1097,7 +1097,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         }
         if (mcp_sessions_is_tool(name)) {
                 reply(srv, rq,
-                      mcp_sessions_call(srv->sessions, name, json_object_get(params, "arguments")),
+                      mcp_sessions_call(srv->sessions, name, json_object_get(params, "arguments"),
+                                        rq->sink ? rq->sink->owner : NULL),
                       false);
                 return false;
         }
@@ -1158,7 +1159,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         memcpy(c->code, json_string_value(code), c->len + 1);
         const json_t *handle = json_object_get(args, "session");
         if (handle) {
-                json_t *e = mcp_sessions_begin(srv->sessions, handle, &c->session);
+                json_t *e = mcp_sessions_begin(srv->sessions, handle,
+                                               rq->sink ? rq->sink->owner : NULL, &c->session);
                 if (e) {
                         call_free(c);
                         reply(srv, rq, e, false);
@@ -1203,7 +1205,8 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
                                    "resources/read: params.uri must be a string");
                         return;
                 }
-                result = mcp_store_read(srv->store, uri, &code, why, sizeof(why));
+                result = mcp_store_read(srv->store, rq->sink ? rq->sink->owner : NULL, uri, &code,
+                                        why, sizeof(why));
         } else {
                 const json_t *cursor = json_object_get(params, "cursor");
                 if (cursor && !json_is_string(cursor)) {
@@ -1211,8 +1214,8 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
                                    "resources/list: params.cursor must be a string");
                         return;
                 }
-                result =
-                    mcp_store_list(srv->store, json_string_value(cursor), &code, why, sizeof(why));
+                result = mcp_store_list(srv->store, rq->sink ? rq->sink->owner : NULL,
+                                        json_string_value(cursor), &code, why, sizeof(why));
         }
         if (result)
                 reply(srv, rq, result, false);

@@ -72,14 +72,22 @@ int mcp_run_id(char out[MCP_RUN_ID_LEN + 1]);
 /* Keeps a copy of the files of res under run_id (none when it has no
  * files or they are larger than the store) and frees res; drops the oldest
  * runs past the caps. */
-void mcp_store_keep(mcp_store *st, const char *run_id, airlock_result *res);
+void mcp_store_keep(mcp_store *st, const char *run_id, const char *owner, airlock_result *res);
+/* The longest owner (mcp_sink.owner) a session or a stored run records. */
+#ifndef MCP_OWNER_MAX
+#define MCP_OWNER_MAX 31
+#endif
+/* owner (mcp_sink.owner, NULL on stdio) is who made the run, or who asks:
+ * a run's files answer only to the same owner. */
 /* The result of resources/list: the files held, newest run first, a page
  * at a time (cursor NULL for the first), or NULL with the JSON-RPC error
  * code in *ret_code and the message in why. */
-json_t *mcp_store_list(mcp_store *st, const char *cursor, int *ret_code, char *why, size_t why_len);
+json_t *mcp_store_list(mcp_store *st, const char *owner, const char *cursor, int *ret_code,
+                       char *why, size_t why_len);
 /* The result of resources/read for uri, or NULL with the JSON-RPC error
  * code in *ret_code and the message in why. */
-json_t *mcp_store_read(mcp_store *st, const char *uri, int *ret_code, char *why, size_t why_len);
+json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *ret_code, char *why,
+                       size_t why_len);
 
 /* JSON-RPC error codes the server answers with. */
 enum {

@@ -25,6 +25,9 @@
 
 typedef struct stored_run {
         char id[MCP_RUN_ID_LEN + 1];
+        /* Whose call made the run (mcp_sink.owner, "" on stdio): only the
+         * same owner lists or reads its files. */
+        char owner[MCP_OWNER_MAX + 1];
         /* Copies of the run's files in one block: the result's own files
          * sit in a capture arena that keeps a megabyte or more resident
          * however small they are. */
@@ -156,7 +159,7 @@ static void evict_locked(mcp_store *st)
         }
 }
 
-void mcp_store_keep(mcp_store *st, const char *run_id, airlock_result *res)
+void mcp_store_keep(mcp_store *st, const char *run_id, const char *owner, airlock_result *res)
 {
         if (!res)
                 return;
@@ -190,6 +193,7 @@ void mcp_store_keep(mcp_store *st, const char *run_id, airlock_result *res)
         if (!r)
                 return;
         snprintf(r->id, sizeof(r->id), "%s", run_id);
+        snprintf(r->owner, sizeof(r->owner), "%s", owner ? owner : "");
         r->added_s = now_s();
         pthread_mutex_lock(&st->lock);
         r->next = st->runs;
@@ -207,7 +211,8 @@ static const char *base_name(const char *path)
         return slash ? slash + 1 : path;
 }
 
-json_t *mcp_store_list(mcp_store *st, const char *cursor, int *ret_code, char *why, size_t why_len)
+json_t *mcp_store_list(mcp_store *st, const char *owner, const char *cursor, int *ret_code,
+                       char *why, size_t why_len)
 {
         size_t skip = 0;
         if (cursor) {
@@ -232,6 +237,8 @@ json_t *mcp_store_list(mcp_store *st, const char *cursor, int *ret_code, char *w
         pthread_mutex_lock(&st->lock);
         evict_locked(st);
         for (stored_run *r = st->runs; r && !more; r = r->next) {
+                if (strcmp(r->owner, owner ? owner : "") != 0)
+                        continue;
                 for (size_t i = 0; i < r->n_files; i++, index++) {
                         if (index < skip)
                                 continue;
@@ -292,7 +299,8 @@ static bool percent_decode(const char *s, char *out)
         return true;
 }
 
-json_t *mcp_store_read(mcp_store *st, const char *uri, int *ret_code, char *why, size_t why_len)
+json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *ret_code, char *why,
+                       size_t why_len)
 {
         const size_t plen = strlen(MCP_URI_PREFIX);
         *ret_code = RPC_RESOURCE_NOT_FOUND;
@@ -329,7 +337,9 @@ json_t *mcp_store_read(mcp_store *st, const char *uri, int *ret_code, char *why,
         pthread_mutex_lock(&st->lock);
         evict_locked(st);
         stored_run *r = st->runs;
-        while (r && memcmp(r->id, id, MCP_RUN_ID_LEN) != 0)
+        /* Another owner's run answers as one this server does not hold. */
+        while (r && (memcmp(r->id, id, MCP_RUN_ID_LEN) != 0 ||
+                     strcmp(r->owner, owner ? owner : "") != 0))
                 r = r->next;
         const airlock_file *f = NULL;
         for (size_t i = 0; r && i < r->n_files && !f; i++)

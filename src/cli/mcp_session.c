@@ -32,6 +32,11 @@
 
 typedef struct entry {
         char handle[HANDLE_LEN + 1];
+        /* Who opened it (the transport's owner: under `airlock serve` the
+         * bearer token's identity), "" on stdio. Only the same owner finds
+         * it: a handle shows in logs and in the text a client hands its
+         * model, so it is no capability by itself. */
+        char owner[MCP_OWNER_MAX + 1];
         airlock_session *s;
         uint64_t opened_ns, used_ns;
         unsigned cells;
@@ -196,10 +201,13 @@ static int new_handle(const mcp_sessions *m, char *buf)
         return 0;
 }
 
-static entry *find_locked(mcp_sessions *m, const char *handle)
+/* The open session named handle that owner opened, or NULL: another
+ * owner's session is not found, so that it answers as a handle never
+ * opened (no oracle for handles seen elsewhere). */
+static entry *find_locked(mcp_sessions *m, const char *handle, const char *owner)
 {
         for (entry *e = m->head; e; e = e->next)
-                if (strcmp(e->handle, handle) == 0)
+                if (strcmp(e->handle, handle) == 0 && strcmp(e->owner, owner ? owner : "") == 0)
                         return e;
         return NULL;
 }
@@ -545,7 +553,7 @@ static json_t *text_result(const char *text, const char *handle)
                          "_meta", MCP_META_SESSION, handle, "isError", 0);
 }
 
-static json_t *session_open(mcp_sessions *m)
+static json_t *session_open(mcp_sessions *m, const char *owner)
 {
         pthread_mutex_lock(&m->lock);
         if (m->n >= m->caps.max_sessions) {
@@ -566,6 +574,8 @@ static json_t *session_open(mcp_sessions *m)
         entry *e = calloc(1, sizeof(*e));
         airlock_error err = {0};
         int r = e ? new_handle(m, e->handle) : -ENOMEM;
+        if (r >= 0)
+                snprintf(e->owner, sizeof(e->owner), "%s", owner ? owner : "");
         if (r >= 0) {
                 /* The session keeps the sandbox made from the configuration
                  * current now; a later reload does not change it. */
@@ -602,17 +612,17 @@ static json_t *session_open(mcp_sessions *m)
  * line) was opened, so that forking cannot keep a copy alive past
  * --session-lifetime. The session forked is busy meanwhile, as for a
  * cell. */
-static json_t *session_fork(mcp_sessions *m, const json_t *args)
+static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *owner)
 {
         const char *handle = json_string_value(json_object_get(args, "session"));
         if (!handle)
                 return mcp_tool_error("session_fork needs the argument \"session\": the handle "
                                       "of the session to copy");
         pthread_mutex_lock(&m->lock);
-        entry *e = find_locked(m, handle);
+        entry *e = find_locked(m, handle, owner);
         while (e && !e->busy && (e->measure || e->measuring) && m->sweeper_started) {
                 pthread_cond_wait(&m->changed, &m->lock);
-                e = find_locked(m, handle);
+                e = find_locked(m, handle, owner);
         }
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
@@ -646,6 +656,9 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args)
         entry *n = calloc(1, sizeof(*n));
         airlock_error err = {0};
         int r = n ? new_handle(m, n->handle) : -ENOMEM;
+        /* The copy belongs to whoever owns what it copies. */
+        if (r >= 0)
+                snprintf(n->owner, sizeof(n->owner), "%s", e->owner);
         if (r >= 0)
                 r = airlock_session_fork(e->s, &n->s, &err);
         pthread_mutex_lock(&m->lock);
@@ -679,14 +692,14 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args)
         return text_result(msg, n->handle);
 }
 
-static json_t *session_close(mcp_sessions *m, const json_t *args)
+static json_t *session_close(mcp_sessions *m, const json_t *args, const char *owner)
 {
         const char *handle = json_string_value(json_object_get(args, "session"));
         if (!handle)
                 return mcp_tool_error("session_close needs the argument \"session\": the handle "
                                       "session_open returned");
         pthread_mutex_lock(&m->lock);
-        entry *e = find_locked(m, handle);
+        entry *e = find_locked(m, handle, owner);
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
                 return unknown_handle(m, handle);
@@ -704,7 +717,7 @@ static json_t *session_close(mcp_sessions *m, const json_t *args)
         return text_result(msg, handle);
 }
 
-json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args)
+json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args, const char *owner)
 {
         const char *key;
         const json_t *v;
@@ -719,24 +732,26 @@ json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args)
                 }
         }
         if (open)
-                return session_open(m);
-        return strcmp(name, "session_fork") == 0 ? session_fork(m, args) : session_close(m, args);
+                return session_open(m, owner);
+        return strcmp(name, "session_fork") == 0 ? session_fork(m, args, owner)
+                                                 : session_close(m, args, owner);
 }
 
 /* ---- execute_code in a session ----------------------------------------- */
 
-json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, mcp_session_use **ret)
+json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *owner,
+                           mcp_session_use **ret)
 {
         const char *h = json_string_value(handle);
         if (!h)
                 return mcp_tool_error("execute_code: \"session\" must be a string, a handle "
                                       "from session_open");
         pthread_mutex_lock(&m->lock);
-        entry *e = find_locked(m, h);
+        entry *e = find_locked(m, h, owner);
         /* The memory the last cell left is measured first (sweep_main). */
         while (e && !e->busy && (e->measure || e->measuring) && m->sweeper_started) {
                 pthread_cond_wait(&m->changed, &m->lock);
-                e = find_locked(m, h);
+                e = find_locked(m, h, owner);
         }
         if (e && e->busy) {
                 pthread_mutex_unlock(&m->lock);

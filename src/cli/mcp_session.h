@@ -49,8 +49,13 @@ void mcp_sessions_free(mcp_sessions *m);
  * JSON array of tool entries). */
 void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t *tools);
 bool mcp_sessions_is_tool(const char *name);
-/* A call of a session tool: the CallToolResult. */
-json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args);
+/* The longest owner (mcp_sink.owner) a session or a stored run records. */
+#ifndef MCP_OWNER_MAX
+#define MCP_OWNER_MAX 31
+#endif
+/* A call of a session tool: the CallToolResult. owner (NULL on stdio) is
+ * who calls: a session is found only by the owner that opened it. */
+json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args, const char *owner);
 
 /* execute_code with a session: begin resolves the handle and marks the
  * session busy (NULL and *ret set), or returns the tool error to answer
@@ -59,7 +64,8 @@ json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args)
  * failed), applies the memory cap, and releases the session. */
 typedef struct mcp_session_use mcp_session_use;
 
-json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, mcp_session_use **ret);
+json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *owner,
+                           mcp_session_use **ret);
 int mcp_sessions_run(mcp_session_use *u, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_output_fn on_output, void *output_arg,
                      airlock_result **ret, airlock_error *err);

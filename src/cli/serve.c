@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -232,6 +233,32 @@ static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
         for (size_t i = 0; i < alen; i++)
                 diff |= (unsigned char)a[i] ^ (unsigned char)(i < blen ? b[i] : 0);
         return diff == 0;
+}
+
+/* The owner a token's calls and sessions are bound to (mcp_sink.owner): a
+ * keyed digest of the token itself, not its line in the file, so that a
+ * reload that drops, moves or adds lines hands no token another's sessions
+ * or cancels. The key is drawn once per process and the digest never
+ * leaves it (no log line or answer names it): two lanes of FNV-1a, each
+ * from its own key, are enough to keep the configured tokens apart. */
+static uint64_t owner_key[2];
+static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
+
+static void owner_key_init(void)
+{
+        if (getrandom(owner_key, sizeof(owner_key), 0) != (ssize_t)sizeof(owner_key))
+                abort(); /* no randomness: nothing else here would work either */
+}
+
+static void token_owner(const char *tok, size_t n, char *out, size_t size)
+{
+        pthread_once(&owner_once, owner_key_init);
+        uint64_t a = 0xcbf29ce484222325ull ^ owner_key[0], b = 0xcbf29ce484222325ull ^ owner_key[1];
+        for (size_t i = 0; i < n; i++) {
+                a = (a ^ (unsigned char)tok[i]) * 0x100000001b3ull;
+                b = (b ^ (unsigned char)tok[n - 1 - i]) * 0x100000001b3ull;
+        }
+        snprintf(out, size, "t%016llx%014llx", (unsigned long long)a, (unsigned long long)(b >> 8));
 }
 
 /* Checks a presented token against every configured one, each compared in
@@ -622,6 +649,41 @@ static void base_url(request *rq, struct MHD_Connection *c, char *out, size_t le
         snprintf(out, len, "http://%s", plain ? host : o->listen);
 }
 
+/* What the header iteration found, for framing_ok. */
+typedef struct framing {
+        unsigned lengths, encodings;
+        bool bad_name;
+} framing;
+
+static enum MHD_Result framing_count(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+        (void)kind;
+        (void)value;
+        framing *f = cls;
+        f->lengths += strcasecmp(key, "Content-Length") == 0;
+        f->encodings += strcasecmp(key, "Transfer-Encoding") == 0;
+        for (const char *p = key; *p; p++)
+                f->bad_name |= *p == ' ' || *p == '\t';
+        return MHD_YES;
+}
+
+/* False when the request's framing is ambiguous: two Content-Length
+ * fields, Content-Length beside Transfer-Encoding, more than one
+ * Transfer-Encoding, or a field name with whitespace before its colon. A
+ * proxy in front may read such a request's end elsewhere than
+ * libmicrohttpd does (which takes the first length, keeps the connection
+ * after both fields, and reads "Transfer-Encoding :" as some other field),
+ * and what follows would be answered as a request of its own: request
+ * smuggling. RFC 9112 (5.1, 6.1, 6.3) has the server reject these or close
+ * the connection; such a request is refused with the connection closed. */
+static bool framing_ok(struct MHD_Connection *c)
+{
+        framing f = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, framing_count, &f);
+        return !f.bad_name && f.lengths <= 1 && f.encodings <= 1 && !(f.lengths && f.encodings);
+}
+
 static enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool missing)
 {
         char base[300], hdr[512];
@@ -696,7 +758,7 @@ static int authorize(request *rq, struct MHD_Connection *c)
         size_t which = check_token(rq->srv, tok, n);
         if (!which)
                 return -1;
-        snprintf(rq->owner, sizeof(rq->owner), "token%zu", which);
+        token_owner(tok, n, rq->owner, sizeof(rq->owner));
         return 1;
 }
 
@@ -1113,6 +1175,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 *con_cls = rq;
                 atomic_fetch_add(&s->requests, 1);
                 atomic_fetch_add(&s->m.http_requests, 1);
+                if (!framing_ok(c)) {
+                        refuse(rq, RF_BAD_REQUEST);
+                        snprintf(rq->method, sizeof(rq->method), "?");
+                        return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                               "ambiguous message framing (Content-Length and "
+                                               "Transfer-Encoding)",
+                                               "Connection", "close");
+                }
                 bool is_mcp = strcmp(url, "/mcp") == 0;
                 if (!is_mcp) {
                         if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)

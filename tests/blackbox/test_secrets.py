@@ -444,5 +444,87 @@ time.sleep(4)
         srv.wait()
 
 
+def test_tool_results_and_errors_hold_no_value():
+    """A host tool runs with the host's environment, where an env:VAR
+    secret sits, or may come by the value some other way (its own copy of
+    the same key, an API's error text quoting it): what it returns, or the
+    stderr of its failure, goes to the guest, so it is scrubbed like a
+    response, in the JSON of the result too."""
+    from harness import tools_file
+    script = ("import json, os, sys\n"
+              "a = json.load(sys.stdin)\n"
+              "v = os.environ.get('S19_TOKEN', '')\n"
+              "if a['op'] == 'fail':\n"
+              "    sys.stderr.write('upstream said: bad key ' + v + '\\n'); sys.exit(1)\n"
+              "print(json.dumps({'key': v, 'nested': [{'k': v}], v: 1}))\n")
+    tools = tools_file("leaky", "Returns what it has.", {"op": {"type": "string"}}, ["op"],
+                       script, 10)
+    code = ("import airlock\n"
+            "r = call_tool('leaky', op='ok')\n"
+            "print(json.dumps(r)); print(repr(r))\n"
+            "try:\n    call_tool('leaky', op='fail')\n"
+            "except RuntimeError as e:\n    print('RuntimeError', e)\n"
+            "print('PH' if r['key'] == airlock.secret('TOKEN') else 'other')\n")
+    rc, r = run_guest("import json\n" + code, "-t", tools,
+                      "--secret", "TOKEN=env:S19_TOKEN@http://localhost:9")
+    assert rc == 0, r
+    assert "RuntimeError upstream said: bad key airlock-secret-TOKEN-" in r["stdout"], r
+    assert r["stdout"].rstrip().endswith("PH"), r
+
+
+def test_a_content_encoding_with_a_space_before_its_colon_is_seen():
+    """'Content-Encoding : gzip' is the same field to a lax client (the
+    guest's own gzip.decompress does not care what it was labelled): it
+    must not slip a compressed body past the check."""
+    srv, port = start_server()
+    try:
+        L = f"http://localhost:{port}"
+        code = GUEST_HELPERS + f"""
+try:
+    r = http_get('{L}/gzip-spaced', headers={{'Authorization': 'Bearer ' + PH}})
+    import gzip
+    print('passed on', gzip.decompress(r['body'] if isinstance(r['body'], bytes) else r['body'].encode('latin-1')))
+except OSError as e:
+    print(type(e).__name__, e)
+"""
+        rc, r = run_guest(code, "-a", f"localhost:{port}", "--secret",
+                          f"TOKEN=env:S19_TOKEN@{L}")
+        out = r["stdout"]
+        assert "Content-Encoding: gzip" in out and "passed on" not in out, r
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def test_case_hex_and_utf16_reflections_are_scrubbed():
+    """An honest server that reflects a key upper- or lower-cased (an error
+    text, a case-folding store), as hex (a debug dump) or in UTF-16 (a
+    Windows service) gives the guest the value all the same."""
+    srv, port = start_server()
+    try:
+        L = f"http://localhost:{port}"
+        code = GUEST_HELPERS + f"""
+r = http_get('{L}/mirror-more', headers={{'Authorization': 'Bearer ' + PH}})
+b = r['body'] if isinstance(r['body'], bytes) else r['body'].encode('latin-1')
+print(b.count(PH.encode()), b.count(PH.encode('utf-16-le')), b.count(PH.encode('utf-16-be')))
+print(b.hex())
+"""
+        rc, r = run_guest(code, "-a", f"localhost:{port}", "--secret",
+                          f"TOKEN=env:S19_TOKEN@{L}")
+        assert rc == 0, r
+        out = r["stdout"]
+        body = bytes.fromhex(out.splitlines()[1])
+        t = VALUE
+        for name, f in {"upper": VALUE_B.upper(), "lower": VALUE_B.lower(),
+                        "hex": VALUE_B.hex().encode(), "HEX": VALUE_B.hex().upper().encode(),
+                        "utf-16-le": t.encode("utf-16-le"),
+                        "utf-16-be": t.encode("utf-16-be")}.items():
+            assert f not in body, (name, body)
+        assert out.splitlines()[0] == "4 1 1", out
+    finally:
+        srv.kill()
+        srv.wait()
+
+
 if __name__ == "__main__":
     run()

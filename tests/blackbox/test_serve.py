@@ -626,5 +626,189 @@ def test_not_ready_while_the_sandbox_cannot_run():
     assert p.returncode == 0, (p.returncode, "".join(lines))
 
 
+def test_sessions_are_bound_to_the_token_that_opened_them():
+    """A handle is not a capability by itself: it shows in log lines and in
+    the text every client hands its model. Another token's client that
+    learns it can neither run code in the session (and read its variables),
+    nor close it, nor learn that it exists; a cancel names only its own
+    token's calls."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-mallory\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    mallory = {"Authorization": "Bearer token-mallory"}
+
+    def tool(name, args, headers, rid=1):
+        status, _, body = s.post({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                                  "params": {"name": name, "arguments": args,
+                                             "_meta": MODERN}}, headers)
+        assert status == 200, (status, body)
+        return result_of(body)
+
+    with serve("--tokens", tokens, "--instance", "alpha") as s:
+        h = tool("session_open", {}, alice)["_meta"]["dev.airlock/session"]
+        assert not tool("execute_code", {"code": "key = 'alice-private'", "session": h},
+                        alice)["isError"]
+        r = tool("execute_code", {"code": "print(key)", "session": h}, mallory)
+        text = json.dumps(r)
+        assert r["isError"] and "alice-private" not in text, r
+        # The same answer as for a handle never opened: no oracle.
+        fake = h[:-4] + ("aaaa" if not h.endswith("aaaa") else "bbbb")
+        r2 = tool("execute_code", {"code": "1", "session": fake}, mallory)
+        assert r2["content"][0]["text"].replace(fake, "H") == \
+            r["content"][0]["text"].replace(h, "H"), (r, r2)
+        assert tool("session_close", {"session": h}, mallory)["isError"]
+        # A fork would copy alice's variables into a session of mallory's.
+        assert tool("session_fork", {"session": h}, mallory)["isError"]
+        assert s.metrics(alice)["airlock_sessions_open"] == 1
+        # Alice's session is intact, and her own fork is hers.
+        f = tool("session_fork", {"session": h}, alice)["_meta"]["dev.airlock/session"]
+        r = tool("execute_code", {"code": "print(key)", "session": f}, alice)
+        assert r["content"][0]["text"] == "alice-private\n", r
+        assert tool("execute_code", {"code": "1", "session": f}, mallory)["isError"]
+        assert not tool("session_close", {"session": f}, alice)["isError"]
+        r = tool("execute_code", {"code": "print(key)", "session": h}, alice)
+        assert r["content"][0]["text"] == "alice-private\n", r
+        assert not tool("session_close", {"session": h}, alice)["isError"]
+
+
+def test_a_session_stays_with_its_token_across_a_reload():
+    """Revoking a token (SIGHUP with its line gone) must not hand its
+    sessions to whichever token takes its place in the file."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-revoked\ntoken-other\n")
+    with serve("--tokens", tokens) as s:
+        def tool(name, args, token):
+            status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                      "params": {"name": name, "arguments": args,
+                                                 "_meta": MODERN}},
+                                     {"Authorization": "Bearer " + token})
+            assert status == 200, (status, body)
+            return result_of(body)
+        h = tool("session_open", {}, "token-revoked")["_meta"]["dev.airlock/session"]
+        assert not tool("execute_code", {"code": "k = 'private'", "session": h},
+                        "token-revoked")["isError"]
+        with open(tokens + ".new", "w") as f:
+            f.write("token-other\n")
+        os.rename(tokens + ".new", tokens)
+        s.p.send_signal(signal.SIGHUP)
+        for _ in range(200):
+            if any("token loaded" in l for l in s.lines):
+                break
+            time.sleep(0.05)
+        r = tool("execute_code", {"code": "print(k)", "session": h}, "token-other")
+        assert r["isError"] and "private" not in json.dumps(r), r
+
+
+def test_ambiguous_framing_is_refused_and_closes_the_connection():
+    """Request smuggling behind a proxy: when two parsers can disagree on
+    where a body ends (two Content-Length values, Content-Length beside
+    Transfer-Encoding, whitespace before a header's colon, RFC 9112 sections
+    5.1, 6.1 and 6.3), the request is 400 and the connection closes, so that
+    the bytes after it are never read as a request of their own."""
+    with serve() as s:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+        smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        cases = {
+            "two lengths": head + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" %
+            (len(body), len(body) + len(smuggled)) + body + smuggled,
+            "length and chunked": head + b"Content-Length: %d\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" % (len(chunked) + len(smuggled)) +
+            chunked + smuggled,
+            "space before colon": head + b"Transfer-Encoding : chunked\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
+        }
+        for name, data in cases.items():
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            c.sendall(data)
+            out = b""
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                out += d
+            c.close()
+            answers = re.findall(rb"HTTP/1.1 (\d+)", out)
+            assert answers == [b"400"], (name, out[:600])
+        # An ordinary pipelined pair is still served.
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        c.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled)
+        out = b""
+        while out.count(b"HTTP/1.1 200") < 2:
+            d = c.recv(65536)
+            assert d, out
+            out += d
+        c.close()
+
+
+def test_a_cancel_stops_only_the_calls_of_its_own_token():
+    """Request ids are each client's own: another token's
+    notifications/cancelled naming the same id leaves the call running;
+    the same token's stops it."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-mallory\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    mallory = {"Authorization": "Bearer token-mallory"}
+    with serve("--tokens", tokens) as s:
+        def cancel(headers):
+            status, _, _ = s.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                   "params": {"requestId": "long"}}, headers)
+            assert status == 202, status
+
+        def long_call(out):
+            out.append(s.call("import time\nfor _ in range(60): time.sleep(0.05)\nprint('done')",
+                              alice, rid="long"))
+        for who, stopped in ((mallory, False), (alice, True)):
+            out = []
+            t = threading.Thread(target=long_call, args=(out,))
+            t.start()
+            for _ in range(400):
+                if s.metrics(alice)["airlock_runs_in_flight"] >= 1:
+                    break
+                time.sleep(0.01)
+            cancel(who)
+            t.join(120)
+            status, _, body = out[0]
+            m = json.loads(body)
+            if stopped:
+                assert "error" in m and "cancelled" in m["error"]["message"], m
+            else:
+                assert m["result"]["content"][0]["text"] == "done\n", m
+
+
+def test_resources_are_bound_to_the_token_whose_run_made_them():
+    """resources/list and resources/read serve the files of recent runs:
+    another token's client must neither list nor read them."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-mallory\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    mallory = {"Authorization": "Bearer token-mallory"}
+    with serve("--tokens", tokens) as s:
+        def rpc(method, params, headers):
+            status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": method,
+                                      "params": dict(params, _meta=MODERN)}, headers)
+            assert status == 200, (status, body)
+            return json.loads(body)
+        status, _, body = s.call("open('/output/alice.txt', 'w').write('alice-private')", alice)
+        assert status == 200 and not result_of(body)["isError"], body
+        mine = rpc("resources/list", {}, alice)["result"]["resources"]
+        assert [r["name"] for r in mine] == ["alice.txt"], mine
+        uri = mine[0]["uri"]
+        assert "alice-private" in json.dumps(rpc("resources/read", {"uri": uri}, alice))
+        theirs = rpc("resources/list", {}, mallory)
+        assert theirs["result"]["resources"] == [], theirs
+        r = rpc("resources/read", {"uri": uri}, mallory)
+        assert "error" in r and "alice-private" not in json.dumps(r), r
+
+
 if __name__ == "__main__":
     run()

@@ -8,6 +8,9 @@ Routes (any method):
                       with two "X-Multi" headers
   /redirect?to=URL    302 to URL
   /gzip               the Authorization header gzipped, whatever was asked
+  /gzip-spaced        the same, labelled "Content-Encoding : gzip"
+  /mirror-more        the Authorization value (after "Bearer ") upper- and
+                      lower-cased, in hex (both cases), in UTF-16 LE and BE
   /mirror             200; the Authorization header it received (after
                       "Bearer "), in every common encoding, in response
                       headers and in the body: what a server echoing a
@@ -119,6 +122,19 @@ class Handler(BaseHTTPRequestHandler):
             # Compressed whatever the client asked for, as some servers do.
             v = self.headers.get("Authorization", "").encode("latin-1")
             self.send(200, gzip.compress(v), [("Content-Encoding", "gzip")])
+        elif url.path == "/gzip-spaced":
+            # The same, under a field name with a space before its colon,
+            # which a strict parser refuses and a lax one may trim.
+            v = self.headers.get("Authorization", "").encode("latin-1")
+            self.send(200, gzip.compress(v), [("Content-Encoding ", "gzip")])
+        elif url.path == "/mirror-more":
+            # Reflections beyond /mirror's, in the body only: ASCII case
+            # changes, hex, UTF-16 (the UTF-8 value read and written again).
+            v = self.headers.get("Authorization", "").removeprefix("Bearer ").encode("latin-1")
+            t = v.decode("utf-8", "replace")
+            forms = [v.upper(), v.lower(), v.hex().encode(),
+                     v.hex().upper().encode(), t.encode("utf-16-le"), t.encode("utf-16-be")]
+            self.send(200, b"\n".join(forms))
         elif url.path == "/redirect":
             self.send(302, b"", [("Location", q.get("to", "/"))])
         elif url.path == "/big":

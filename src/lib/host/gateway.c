@@ -357,6 +357,13 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *userdata)
         if (!colon || colon == data)
                 return n; /* the blank line, or an obsolete folded line */
         size_t name_len = (size_t)(colon - data);
+        /* "Content-Encoding : gzip" is refused by a strict parser and is
+         * Content-Encoding to a lax one, such as the guest's code: the name
+         * loses that whitespace, so that the checks below see the field. */
+        while (name_len && (data[name_len - 1] == ' ' || data[name_len - 1] == '\t'))
+                name_len--;
+        if (!name_len)
+                return n;
         const char *v = colon + 1, *end = data + n;
         while (v < end && (*v == ' ' || *v == '\t'))
                 v++;

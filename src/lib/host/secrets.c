@@ -8,6 +8,7 @@
 #include "host/secrets.h"
 
 #include <ctype.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,9 @@
 typedef struct secret_form {
         char *s;
         size_t n;
+        /* The form is UTF-16 (1 little-, 2 big-endian): the placeholder
+         * that replaces it is too, so that the text stays readable. */
+        unsigned char wide;
 } secret_form;
 
 typedef struct secret {
@@ -136,7 +140,7 @@ void secrets_placeholder(const char *name, char *buf)
 
 /* ---- encoded forms of a value ------------------------------------------- */
 
-static int form_add(secret *s, char *text, size_t n)
+static int form_add_wide(secret *s, char *text, size_t n, unsigned char wide)
 {
         if (!text)
                 return -ENOMEM;
@@ -160,9 +164,14 @@ static int form_add(secret *s, char *text, size_t n)
         while (at < s->n_forms && s->forms[at].n >= n)
                 at++;
         memmove(&s->forms[at + 1], &s->forms[at], (s->n_forms - at) * sizeof(*f));
-        s->forms[at] = (secret_form){text, n};
+        s->forms[at] = (secret_form){text, n, wide};
         s->n_forms++;
         return 0;
+}
+
+static int form_add(secret *s, char *text, size_t n)
+{
+        return form_add_wide(s, text, n, 0);
 }
 
 static char *dup_n(const void *p, size_t n)
@@ -314,6 +323,71 @@ static int form_json(secret *s, bool slash, bool ascii, bool upper, bool latin1)
         return form_add(s, fit, n);
 }
 
+/* The value with its ASCII letters upper- (upper) or lower-cased: what a
+ * server that folds the case of a key it quotes writes. */
+static int form_case(secret *s, bool upper)
+{
+        char *out = dup_n(s->value, s->len);
+        for (size_t i = 0; out && i < s->len; i++)
+                out[i] =
+                    (char)(upper ? toupper((unsigned char)out[i]) : tolower((unsigned char)out[i]));
+        return form_add(s, out, s->len);
+}
+
+/* The value's bytes in hex, lower- or upper-case (a debug dump). */
+static int form_hex(secret *s, bool upper)
+{
+        const char *hex = upper ? "0123456789ABCDEF" : "0123456789abcdef";
+        char *out = malloc(s->len * 2 + 1);
+        if (!out)
+                return -ENOMEM;
+        for (size_t i = 0; i < s->len; i++) {
+                out[2 * i] = hex[s->value[i] >> 4];
+                out[2 * i + 1] = hex[s->value[i] & 15];
+        }
+        out[2 * s->len] = '\0';
+        return form_add(s, out, s->len * 2);
+}
+
+static size_t put16(char *out, uint32_t u, bool big)
+{
+        out[big ? 1 : 0] = (char)(u & 0xff);
+        out[big ? 0 : 1] = (char)(u >> 8);
+        return 2;
+}
+
+/* The value read as UTF-8 and written as UTF-16 (a service that answers in
+ * UTF-16), little- or big-endian. A value that is not UTF-8 has none. */
+static int form_utf16(secret *s, bool big)
+{
+        size_t cap = s->len * 4 + 1, n = 0;
+        char *out = malloc(cap);
+        if (!out)
+                return -ENOMEM;
+        for (size_t i = 0; i < s->len;) {
+                unsigned char c = s->value[i];
+                size_t len = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+                if (!len || i + len > s->len) {
+                        secrets_wipe_free(out, cap);
+                        return 0;
+                }
+                uint32_t cp = len == 1 ? c : c & (0x3f >> (len - 1));
+                for (size_t j = 1; j < len; j++)
+                        cp = cp << 6 | (s->value[i + j] & 0x3f);
+                i += len;
+                if (cp >= 0x10000) {
+                        cp -= 0x10000;
+                        n += put16(out + n, 0xd800 + (cp >> 10), big);
+                        n += put16(out + n, 0xdc00 + (cp & 0x3ff), big);
+                } else {
+                        n += put16(out + n, cp, big);
+                }
+        }
+        char *fit = dup_n(out, n);
+        secrets_wipe_free(out, cap);
+        return form_add_wide(s, fit, n, big ? 2 : 1);
+}
+
 static int forms_make(secret *s)
 {
         int r = form_add(s, dup_n(s->value, s->len), s->len);
@@ -326,6 +400,13 @@ static int forms_make(secret *s)
         }
         for (int j = 0; r >= 0 && j < 16; j++)
                 r = form_json(s, j & 1, j & 2, j & 4, j & 8);
+        for (int j = 0; r >= 0 && j < 2; j++) {
+                r = form_case(s, j);
+                if (r >= 0)
+                        r = form_hex(s, j);
+                if (r >= 0)
+                        r = form_utf16(s, j);
+        }
         return r;
 }
 
@@ -375,6 +456,7 @@ static int secret_copy(const secret *src, secret *d)
         for (size_t i = 0; r >= 0 && i < src->n_forms; i++) {
                 d->forms[i].s = dup_n(src->forms[i].s, src->forms[i].n);
                 d->forms[i].n = src->forms[i].n;
+                d->forms[i].wide = src->forms[i].wide;
                 if (!d->forms[i].s)
                         r = -ENOMEM;
                 else
@@ -644,8 +726,18 @@ int secrets_scrub(const secret_store *s, const char *data, size_t len, char **re
         for (size_t i = 0; i < s->n; i++) {
                 const secret *x = &s->v[i];
                 for (size_t f = 0; f < x->n_forms; f++) {
+                        char wide[2 * SECRET_PLACEHOLDER_SIZE];
+                        const char *ph = x->placeholder;
+                        size_t ph_len = x->ph_len;
+                        if (x->forms[f].wide) {
+                                for (size_t k = 0; k < x->ph_len; k++)
+                                        put16(wide + 2 * k, (unsigned char)x->placeholder[k],
+                                              x->forms[f].wide == 2);
+                                ph = wide;
+                                ph_len = 2 * x->ph_len;
+                        }
                         int r = replace_all(&cur, &cur_len, &owned, x->forms[f].s, x->forms[f].n,
-                                            x->placeholder, x->ph_len, len + SECRETS_GROWTH_MAX);
+                                            ph, ph_len, len + SECRETS_GROWTH_MAX);
                         if (r < 0) {
                                 if (owned)
                                         free((char *)cur);
@@ -670,4 +762,42 @@ void secrets_scrub_text(const secret_store *s, char *text, size_t size)
         else if (r < 0) /* cannot tell what to keep: keep nothing */
                 snprintf(text, size, "the request failed (the message was withheld)");
         free(clean);
+}
+
+int secrets_scrub_json(const secret_store *s, json_t **v)
+{
+        if (!s || !s->n || !*v)
+                return 0;
+        char *text = json_dumps(*v, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (!text)
+                return -ENOMEM;
+        size_t len = strlen(text), n = 0;
+        char *clean = NULL;
+        int r = secrets_scrub(s, text, len, &clean, &n);
+        secrets_wipe_free(text, len);
+        if (r <= 0)
+                return r;
+        json_t *out = json_loadb(clean, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        secrets_wipe_free(clean, n);
+        /* A raw value that spanned the JSON's own syntax leaves no valid
+         * JSON: nothing of it may go on. */
+        if (!out)
+                return -EPROTO;
+        json_decref(*v);
+        *v = out;
+        return 1;
+}
+
+int secrets_scrub_string(const secret_store *s, char **text)
+{
+        if (!s || !s->n || !*text)
+                return 0;
+        char *clean = NULL;
+        size_t len = strlen(*text), n = 0;
+        int r = secrets_scrub(s, *text, len, &clean, &n);
+        if (r <= 0)
+                return r;
+        secrets_wipe_free(*text, len);
+        *text = clean;
+        return 1;
 }

@@ -91,6 +91,19 @@ int secrets_scrub(const secret_store *s, const char *data, size_t len, char **re
  * place (truncated if the placeholders make it longer). */
 void secrets_scrub_text(const secret_store *s, char *text, size_t size);
 
+/* secrets_scrub() on the JSON text of *v (so the JSON escapes of a value
+ * are found too, in keys and strings at any depth): when a value was there,
+ * *v is replaced by the scrubbed value. Returns 0 (unchanged), 1
+ * (replaced) or -errno with *v left as it was, which the caller must then
+ * not pass on (it may hold a value). For what reaches the guest from
+ * elsewhere than a response: a host tool's result. */
+typedef struct json_t json_t;
+int secrets_scrub_json(const secret_store *s, json_t **v);
+
+/* secrets_scrub() on a malloc'd NUL-terminated text: *text is replaced by
+ * the scrubbed copy when a value was there. Returns as secrets_scrub_json. */
+int secrets_scrub_string(const secret_store *s, char **text);
+
 /* Zeroes and frees a buffer that held a value. */
 void secrets_wipe_free(void *p, size_t len);
 

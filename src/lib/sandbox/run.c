@@ -485,6 +485,19 @@ static void serve_request(run_state *run, json_t *msg)
                         tool_fail f =
                             tools_call_typed(cfg->tools, name, args, &b, &result, &message, &type);
                         usage_add_tool(run, name, t0, f == TOOL_OK);
+                        /* A tool runs with the host's environment, where a
+                         * secret may sit, and may come by a value otherwise:
+                         * what it returns is scrubbed like a response, and
+                         * withheld when that cannot be done. */
+                        if ((f == TOOL_OK && secrets_scrub_json(cfg->secrets, &result) < 0) ||
+                            (f != TOOL_OK && secrets_scrub_string(cfg->secrets, &message) < 0)) {
+                                json_decref(result);
+                                result = NULL;
+                                free(message);
+                                message = strdup("the tool's result was withheld: it could not "
+                                                 "be checked for the secrets' values");
+                                f = TOOL_FAIL_RUNTIME;
+                        }
                         if (f == TOOL_OK)
                                 reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
                                                   result ? result : json_null());
