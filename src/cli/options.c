@@ -132,6 +132,43 @@ static int add_allow(airlock_config *cfg, const char *arg, airlock_error *err)
         return airlock_config_allow(cfg, target, eq + 1, err);
 }
 
+/* The values of the environment variables that env: secrets were read
+ * from. The first read takes a variable out of the environment: the
+ * process's own (its bytes zeroed, so /proc/PID/environ no longer shows
+ * them) and so every command tool's, which starts with this environment. A
+ * later read (airlock serve's reload on SIGHUP parses the options again)
+ * finds the value here. At most as many as secrets may be declared. */
+#define CLI_ENV_SECRETS_MAX 64
+static struct {
+        char *var, *value;
+} env_secrets[CLI_ENV_SECRETS_MAX];
+
+/* Returns the value of var for a secret, taken out of the environment on
+ * the first call, or NULL when it is not set. The first call for each
+ * variable must come before any other thread runs (option parsing at
+ * start); later calls only read the table. */
+static const char *env_secret_take(const char *var)
+{
+        size_t i;
+        for (i = 0; i < CLI_ENV_SECRETS_MAX && env_secrets[i].var; i++)
+                if (strcmp(env_secrets[i].var, var) == 0)
+                        return env_secrets[i].value;
+        char *v = getenv(var);
+        if (!v || i == CLI_ENV_SECRETS_MAX)
+                return v;
+        char *name = strdup(var), *value = strdup(v);
+        if (!name || !value) {
+                free(name);
+                free(value);
+                return NULL;
+        }
+        env_secrets[i].var = name;
+        env_secrets[i].value = value;
+        explicit_bzero(v, strlen(v));
+        unsetenv(var);
+        return value;
+}
+
 /* Reads a secret's value from "env:VAR" or "file:PATH" (one trailing
  * newline dropped, as a file written by echo has). The value is never taken
  * from the command line itself: other users can read that in /proc. */
@@ -140,7 +177,7 @@ static int secret_value(const char *name, const char *src, char **ret, size_t *r
                         airlock_error *err)
 {
         if (strncmp(src, "env:", 4) == 0) {
-                const char *v = getenv(src + 4);
+                const char *v = env_secret_take(src + 4);
                 if (!v)
                         return al_error(err, -ENOENT, NULL,
                                         "--secret %s: the environment variable %s is not set", name,

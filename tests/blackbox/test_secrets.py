@@ -19,7 +19,7 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, airlock, run  # noqa: E402
+from harness import AIRLOCK, airlock, run, tmpdir  # noqa: E402
 
 HTTPD = os.path.join(os.path.dirname(__file__), "..", "helpers", "httpd.py")
 # Every character class a server's encoders treat differently: '/', '+'
@@ -451,9 +451,14 @@ def test_tool_results_and_errors_hold_no_value():
     stderr of its failure, goes to the guest, so it is scrubbed like a
     response, in the JSON of the result too."""
     from harness import tools_file
+    # The tool has its own copy of the key (the environment variable the
+    # secret came from is gone from its environment: the test below).
+    copy = os.path.join(tmpdir(), "key-copy")
+    with open(copy, "wb") as f:
+        f.write(VALUE_B)
     script = ("import json, os, sys\n"
               "a = json.load(sys.stdin)\n"
-              "v = os.environ.get('S19_TOKEN', '')\n"
+              f"v = open({copy!r}, encoding='utf-8').read()\n"
               "if a['op'] == 'fail':\n"
               "    sys.stderr.write('upstream said: bad key ' + v + '\\n'); sys.exit(1)\n"
               "print(json.dumps({'key': v, 'nested': [{'k': v}], v: 1}))\n")
@@ -470,6 +475,24 @@ def test_tool_results_and_errors_hold_no_value():
     assert rc == 0, r
     assert "RuntimeError upstream said: bad key airlock-secret-TOKEN-" in r["stdout"], r
     assert r["stdout"].rstrip().endswith("PH"), r
+
+
+def test_the_environment_variable_is_gone_from_airlock_and_its_tools():
+    """An env:VAR secret is taken out of airlock's environment when it is
+    read: a command tool (which starts with that environment) does not see
+    it, and /proc/PID/environ of the airlock process no longer holds the
+    value (its bytes are zeroed; the name may stay there)."""
+    from harness import tools_file
+    script = ("import json, os, sys\n"
+              "json.load(sys.stdin)\n"
+              "env = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
+              "print(json.dumps({'tool': 'S19_TOKEN' in os.environ,\n"
+              f"                  'value': {VALUE_B!r} in env}}))\n")
+    tools = tools_file("env_probe", "Looks at environments.", {}, [], script, 10)
+    rc, r = run_guest("print(call_tool('env_probe'))", "-t", tools,
+                      "--secret", "TOKEN=env:S19_TOKEN@http://localhost:9")
+    assert rc == 0, r
+    assert r["stdout"].strip() == "{'tool': False, 'value': False}", r
 
 
 def test_a_content_encoding_with_a_space_before_its_colon_is_seen():
