@@ -915,6 +915,16 @@ int gateway_request_full(const net_allowlist *al, const secret_store *ss, const 
         return r;
 }
 
+/* The error of a failed secrets_substitute on a request (sr < 0). */
+static int substitute_failed(airlock_error *err, int sr, const char *method, const char *shown)
+{
+        if (sr == -E2BIG)
+                return al_error(err, -E2BIG, NULL,
+                                "%s %s: the request grows past the cap with the secrets' values",
+                                method, shown);
+        return al_error(err, -ENOMEM, NULL, "out of memory");
+}
+
 static int request_checked(const net_allowlist *al, const secret_store *ss,
                            const airlock_limits *lim_in, const json_t *request,
                            uint64_t deadline_ns, int cancel_fd, gateway_record *rec,
@@ -1030,11 +1040,7 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
                                                   (const char *)body, body_len, &real, &real_len)
                              : 0;
                 if (sr < 0) {
-                        r = sr == -E2BIG ? al_error(err, -E2BIG, NULL,
-                                                    "%s %s: the request grows past the cap with "
-                                                    "the secrets' values",
-                                                    method, shown)
-                                         : al_error(err, -ENOMEM, NULL, "out of memory");
+                        r = substitute_failed(err, sr, method, shown);
                         goto out;
                 }
                 if (sr > 0) {
@@ -1049,11 +1055,7 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
                 int sr = secrets_substitute(ss, method, &u, SECRET_IN_QUERY, u.query,
                                             strlen(u.query), &real, &real_len);
                 if (sr < 0) {
-                        r = sr == -E2BIG ? al_error(err, -E2BIG, NULL,
-                                                    "%s %s: the request grows past the cap with "
-                                                    "the secrets' values",
-                                                    method, shown)
-                                         : al_error(err, -ENOMEM, NULL, "out of memory");
+                        r = substitute_failed(err, sr, method, shown);
                         goto out;
                 }
                 if (sr > 0) {

@@ -262,6 +262,22 @@ static int form_percent(secret *s, int mode, bool lower)
         return form_add(s, out, n);
 }
 
+/* Decodes the UTF-8 sequence of s->value at *i into *cp and moves *i past
+ * it. Returns false at a byte that starts no sequence, or one cut short by
+ * the end: the value is not UTF-8 (the callers then make no form of it). */
+static bool value_utf8_next(const secret *s, size_t *i, uint32_t *cp)
+{
+        unsigned char c = s->value[*i];
+        size_t len = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+        if (!len || *i + len > s->len)
+                return false;
+        *cp = len == 1 ? c : c & (0x3f >> (len - 1));
+        for (size_t j = 1; j < len; j++)
+                *cp = *cp << 6 | (s->value[*i + j] & 0x3f);
+        *i += len;
+        return true;
+}
+
 /* Writes \uXXXX at out, returning 6. */
 static size_t json_u(char *out, uint32_t cp, bool upper)
 {
@@ -299,15 +315,10 @@ static int form_json(secret *s, bool slash, bool ascii, bool upper, bool latin1)
                         i++;
                 } else {
                         uint32_t cp;
-                        size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
-                        if (!len || i + len > s->len) {
+                        if (!value_utf8_next(s, &i, &cp)) {
                                 secrets_wipe_free(out, cap);
                                 return 0;
                         }
-                        cp = c & (0x3f >> (len - 1));
-                        for (size_t j = 1; j < len; j++)
-                                cp = cp << 6 | (s->value[i + j] & 0x3f);
-                        i += len;
                         if (cp >= 0x10000) {
                                 cp -= 0x10000;
                                 n += json_u(out + n, 0xd800 + (cp >> 10), upper);
@@ -365,16 +376,11 @@ static int form_utf16(secret *s, bool big)
         if (!out)
                 return -ENOMEM;
         for (size_t i = 0; i < s->len;) {
-                unsigned char c = s->value[i];
-                size_t len = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
-                if (!len || i + len > s->len) {
+                uint32_t cp;
+                if (!value_utf8_next(s, &i, &cp)) {
                         secrets_wipe_free(out, cap);
                         return 0;
                 }
-                uint32_t cp = len == 1 ? c : c & (0x3f >> (len - 1));
-                for (size_t j = 1; j < len; j++)
-                        cp = cp << 6 | (s->value[i + j] & 0x3f);
-                i += len;
                 if (cp >= 0x10000) {
                         cp -= 0x10000;
                         n += put16(out + n, 0xd800 + (cp >> 10), big);
