@@ -488,6 +488,9 @@ def test_sigterm_drains():
         status, _, body = out["r"]
         assert status == 200 and b"finished" in body, out
         assert s.p.wait(60) == 0
+        # The process is gone, but the thread reading its stderr may not
+        # have read the last lines yet: it ends at the pipe's end.
+        s.t.join(10)
         assert any("stopped" in l for l in s.lines), s.lines
     # Past the grace period the calls are cancelled, and the server still
     # closes everything and exits 0.
@@ -503,6 +506,7 @@ def test_sigterm_drains():
         assert s.p.wait(60) == 0
         assert time.monotonic() - start < 30
         t.join(60)
+        s.t.join(10)
         assert any("cancelling 1 call" in l for l in s.lines), s.lines
 
 
