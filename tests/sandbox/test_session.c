@@ -591,6 +591,228 @@ static void test_many_forks(void **state)
         airlock_session_close(s);
 }
 
+/* Guest code that lists the processes of the copy other than pid 1 and
+ * itself, with each one's parent: "pid:ppid" joined by spaces. */
+#define OTHERS_CODE                                                                                \
+        "import os\n"                                                                              \
+        "def others():\n"                                                                          \
+        "    out = []\n"                                                                           \
+        "    for d in sorted(os.listdir('/proc'), key=lambda d: int(d) if d.isdigit() else 0):\n"  \
+        "        if d.isdigit() and int(d) not in (1, os.getpid()):\n"                             \
+        "            try: st = open(f'/proc/{d}/stat').read().rsplit(')', 1)[1].split()\n"         \
+        "            except OSError: continue\n"                                                   \
+        "            out.append(f'{d}:{st[1]}')\n"                                                 \
+        "    return ' '.join(out)\n"
+
+/* The fork is made from the handle's cell base, which holds the state as
+ * the last cell left it: that process becomes the fork (a child of pid 1,
+ * never of the parent), and the parent takes a new base. So the base's pid
+ * is gone from the copy after the fork, and the fork has the state. */
+static void test_fork_takes_the_cell_base(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, OTHERS_CODE "x = 5", "");
+        /* The only other process is the cell base, the active process's
+         * child. */
+        airlock_result *res = run(s, "me = os.getpid()\nb = others()\nprint(b)");
+        assert_true(res->success);
+        int base = 0, parent = 0;
+        assert_int_equal(sscanf(res->stdout_data, "%d:%d", &base, &parent), 2);
+        assert_null(strchr(res->stdout_data, ' '));
+        airlock_result_free(res);
+        airlock_session *f = fork_of(s);
+        char code[128], out[64];
+        snprintf(code, sizeof(code), "print(x, os.getppid(), os.path.exists('/proc/%d'))", base);
+        expect_stdout(f, code, "5 1 False\n");
+        expect_stdout(s, code, "5 1 False\n");
+        /* Three other processes now, seen from the parent: the parent's new
+         * base, and the fork's active process and base. None is a zombie
+         * of the parent's: each fork's process is pid 1's child. */
+        res = run(s, "print(len(others().split()), all(p.split(':')[1] != str(me) or "
+                     "open(f'/proc/{p.split(\":\")[0]}/stat').read().rsplit(')', 1)[1].split()[0] "
+                     "!= 'Z' for p in others().split()))");
+        snprintf(out, sizeof(out), "3 True\n");
+        assert_string_equal(res->stdout_data, out);
+        airlock_result_free(res);
+        airlock_session_close(f);
+        airlock_session_close(s);
+}
+
+/* Forks without a cell base to take (right after a restore, which ends the
+ * base; right after another fork, whose new base is still pending) still
+ * copy the state; and a base that a rollback kept serves a fork too, from
+ * the new active process the rollback made. */
+static void test_fork_with_and_without_a_base(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, "x = 1", "");
+        airlock_snapshot *snap;
+        assert_int_equal(airlock_session_snapshot(s, &snap, &err), 0);
+        expect_stdout(s, "x = 2", "");
+        assert_int_equal(airlock_session_restore(s, snap, &err), 0);
+        airlock_session *a = fork_of(s);
+        airlock_session *b = fork_of(s);
+        airlock_session *c = fork_of(a);
+        expect_stdout(a, "print(x)", "1\n");
+        expect_stdout(b, "print(x)", "1\n");
+        expect_stdout(c, "print(x)", "1\n");
+        /* A failed cell rolls a back; its base stays and becomes the next
+         * fork, which has a's state from before the failed cell. */
+        expect_stdout(a, "x = 10", "");
+        airlock_result *res = run(a, "x = 11\nraise ValueError");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        airlock_session *d = fork_of(a);
+        expect_stdout(d, "x += 1\nprint(x)", "11\n");
+        expect_stdout(a, "print(x)", "10\n");
+        res = run(d, "x = 99\nraise ValueError");
+        assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+        airlock_result_free(res);
+        airlock_session *e = fork_of(d);
+        expect_stdout(e, "print(x)", "11\n");
+        airlock_session *all[] = {e, d, c, b, a};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+                airlock_session_close(all[i]);
+        expect_stdout(s, "print(x)", "1\n");
+        airlock_snapshot_free(snap);
+        airlock_session_close(s);
+}
+
+/* Guest code that replaces every socket it holds past its channel (the
+ * link to its cell base among them) with /dev/null: the fork clones the
+ * interpreter instead, the number the guest reused is left alone, and the
+ * next cell's base has a link again. */
+static void test_fork_after_the_guest_replaced_its_fds(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s,
+                      "import os, stat\n"
+                      "n = os.open('/dev/null', os.O_RDONLY)\n"
+                      "taken = []\n"
+                      "for fd in range(4, 64):\n"
+                      "    try: st = os.fstat(fd)\n"
+                      "    except OSError: continue\n"
+                      "    if stat.S_ISSOCK(st.st_mode): os.dup2(n, fd); taken.append(fd)\n"
+                      "print(len(taken) > 0)",
+                      NULL);
+        /* The cell was kept: a new base with a new link; replace that one
+         * too, from a thread, after the cell. */
+        expect_stdout(s,
+                      "import threading\n"
+                      "def swap():\n"
+                      "    import time\n"
+                      "    for fd in range(4, 64):\n"
+                      "        try: st = os.fstat(fd)\n"
+                      "        except OSError: continue\n"
+                      "        if stat.S_ISSOCK(st.st_mode): os.dup2(n, fd); taken.append(fd)\n"
+                      "t = threading.Thread(target=lambda: (time.sleep(0.2), swap()))\n"
+                      "import time\n"
+                      "t.start()\n"
+                      "x = 3",
+                      "");
+        usleep(500 * 1000);
+        airlock_session *f = fork_of(s);
+        expect_stdout(f, "print(x)", "3\n");
+        /* The fds the guest put there are still its own. */
+        expect_stdout(s, "t.join()\nprint(all(stat.S_ISCHR(os.fstat(fd).st_mode) for fd in taken))",
+                      "True\n");
+        airlock_session *g = fork_of(s);
+        expect_stdout(g, "print(x)", "3\n");
+        airlock_session_close(g);
+        airlock_session_close(f);
+        airlock_session_close(s);
+}
+
+/* Guest code that starts a child process of its own (Python threads do not
+ * run between cells, a child process does) which sends sig, every
+ * millisecond, to every other child of the session's process: its cell
+ * bases. */
+#define PESTER_CODE(sig)                                                                           \
+        OTHERS_CODE "import signal, time\n"                                                        \
+                    "me = os.getpid()\n"                                                           \
+                    "pester = os.fork()\n"                                                         \
+                    "if pester == 0:\n"                                                            \
+                    "    while True:\n"                                                            \
+                    "        for p in others().split():\n"                                         \
+                    "            pid, ppid = map(int, p.split(':'))\n"                             \
+                    "            if ppid == me and pid != os.getpid():\n"                          \
+                    "                try: os.kill(pid, signal." sig ")\n"                          \
+                    "                except OSError: pass\n"                                       \
+                    "        time.sleep(0.001)\n"                                                  \
+                    "x = 8\n"
+
+#define PESTER_STOP                                                                                \
+        "os.kill(pester, 9)\n"                                                                     \
+        "os.waitpid(pester, 0)\n"                                                                  \
+        "for p in others().split():\n"                                                             \
+        "    pid, ppid = map(int, p.split(':'))\n"                                                 \
+        "    if ppid == me: os.kill(pid, signal.SIGCONT)\n"                                        \
+        "print(x)"
+
+/* Stray SIGUSR2 at the cell base wake it, and it ignores them: only a
+ * hand-over with the fork's fds makes it a fork. */
+static void test_fork_ignores_stray_signals(void **state)
+{
+        airlock_session *s;
+        airlock_error err;
+        assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+        expect_stdout(s, PESTER_CODE("SIGUSR2"), "");
+        for (int i = 0; i < 5; i++) {
+                usleep(20 * 1000);
+                airlock_session *f = fork_of(s);
+                expect_stdout(f, "print(x)", "8\n");
+                airlock_session_close(f);
+        }
+        expect_stdout(s, PESTER_STOP, "8\n");
+        airlock_session_close(s);
+}
+
+/* A cell base that guest code killed: the fork clones the interpreter
+ * instead, and the next cell gets a new base (a failed cell then still
+ * rolls back). A base that guest code stopped: the fork fails with a clear
+ * error after a bounded wait, and the session goes on. */
+static void test_fork_when_the_guest_ends_its_base(void **state)
+{
+        for (int k = 0; k < 2; k++) {
+                airlock_session *s;
+                airlock_error err;
+                assert_int_equal(airlock_session_open(sb, &s, &err), 0);
+                expect_stdout(s, k ? PESTER_CODE("SIGSTOP") : PESTER_CODE("SIGKILL"), "");
+                usleep(200 * 1000);
+                airlock_session *f = NULL;
+                int r = airlock_session_fork(s, &f, &err);
+                if (getenv("SHOWFORK"))
+                        print_message("fork with a pester (%d): %d %s\n", k, r,
+                                      r ? err.message : "");
+                if (k == 0 || r == 0) {
+                        if (r < 0)
+                                print_error("fork: %s\n", err.message);
+                        assert_int_equal(r, 0);
+                        expect_stdout(f, "print(x)", "8\n");
+                        airlock_session_close(f);
+                } else {
+                        assert_int_equal(r, -EAGAIN);
+                        assert_non_null(strstr(err.message, "could not fork"));
+                        assert_non_null(strstr(err.message, "the cell base could not become"));
+                }
+                assert_true(airlock_session_alive(s));
+                expect_stdout(s, PESTER_STOP, "8\n");
+                airlock_result *res = run(s, "x = 9\nraise ValueError");
+                assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
+                airlock_result_free(res);
+                f = fork_of(s);
+                expect_stdout(f, "print(x)", "8\n");
+                airlock_session_close(f);
+                airlock_session_close(s);
+        }
+}
+
 /* A file opened before the fork is one open file for both: its offset is
  * shared (the kernel's, not the interpreter's). */
 static void test_fork_shares_file_offsets(void **state)
@@ -784,6 +1006,11 @@ int main(void)
             cmocka_unit_test(test_fork_shares_tmp),
             cmocka_unit_test(test_fork_of_ended_session),
             cmocka_unit_test(test_many_forks),
+            cmocka_unit_test(test_fork_takes_the_cell_base),
+            cmocka_unit_test(test_fork_with_and_without_a_base),
+            cmocka_unit_test(test_fork_after_the_guest_replaced_its_fds),
+            cmocka_unit_test(test_fork_ignores_stray_signals),
+            cmocka_unit_test(test_fork_when_the_guest_ends_its_base),
             cmocka_unit_test(test_fork_shares_file_offsets),
             cmocka_unit_test(test_fork_shares_the_memory_limit),
             cmocka_unit_test(test_fork_shares_the_input_overlay),

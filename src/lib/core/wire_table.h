@@ -23,16 +23,22 @@
  *   end       copy -> host   the run ended: {"status" (WIRE_STATUS_*),
  *                            "exit_code", "alone"}
  *   session   both ways      become a session / the session is active
- *   snapshot  both ways      take a snapshot / taken: {"id"}
+ *   snapshot  both ways      take a snapshot, {"base": true} for a cell base
+ *                            (which a fork may take over) / taken: {"id"}
  *   restore   host -> copy   go back to snapshot {"id", "keep", "spare"}
  *   restored  copy -> host   the restored state is active
  *   drop      host -> copy   forget snapshot {"id"}
- *   fork      both ways      fork the handle, its fds after the frame / the
- *                            parent: forked {"id"}; the fork, on its own
- *                            channel: active {"sid"}
+ *   fork      both ways      fork the handle, its fds after the frame,
+ *                            {"base": id} to make the fork of that cell
+ *                            base / the parent: forked {"id", "base": true
+ *                            when the base became the fork}; the fork, on
+ *                            its own channel: active {"sid"}
  *   leave     both ways      end the processes of a sibling handle {"sid"},
  *                            sent to another handle / done
  *   error     copy -> host   a session request failed: {"error"}
+ *   hurry     host -> copy   the host waits for work that a session does
+ *                            for a later call (a cell base): it starts at
+ *                            once; ignored otherwise
  *   secret    guest -> host  airlock.secret(name): {"name"}; the result is
  *                            the secret's placeholder (host/secrets.h) */
 #define WIRE_OP_TOOL     "tool"
@@ -48,6 +54,7 @@
 #define WIRE_OP_SECRET   "secret"
 #define WIRE_OP_FORK     "fork"
 #define WIRE_OP_LEAVE    "leave"
+#define WIRE_OP_HURRY    "hurry"
 #define WIRE_OPS(X)                                                                                \
         X(TOOL)                                                                                    \
         X(HTTP)                                                                                    \
@@ -61,7 +68,8 @@
         X(ERROR)                                                                                   \
         X(SECRET)                                                                                  \
         X(FORK)                                                                                    \
-        X(LEAVE)
+        X(LEAVE)                                                                                   \
+        X(HURRY)
 
 /* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
  * frame, the reply to a guest request ({"ok": true, "result": ...} or
@@ -86,6 +94,7 @@
 #define WIRE_KEY_KEEP        "keep"
 #define WIRE_KEY_SPARE       "spare"
 #define WIRE_KEY_SID         "sid"
+#define WIRE_KEY_BASE        "base"
 /* A failed tool call's reply may add "error_type": the type name a typed
  * tool (airlock_config_add_typed_tool) gave for its failure. */
 #define WIRE_KEY_ERROR_TYPE "error_type"
@@ -109,6 +118,7 @@
         X(KEEP)                                                                                    \
         X(SPARE)                                                                                   \
         X(SID)                                                                                     \
+        X(BASE)                                                                                    \
         X(ERROR_TYPE)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's

@@ -205,10 +205,19 @@ static int request(airlock_session *s, json_t *msg, const char *expect, json_t *
         return read_reply(s, al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9), expect, ret, err);
 }
 
+static int channel_send_hurry(airlock_session *s)
+{
+        json_t *msg = json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_HURRY);
+        int r = msg ? channel_send(s->c->chan, msg) : -ENOMEM;
+        json_decref(msg);
+        return r;
+}
+
 /* Sends "snapshot" for a new cell base, whose reply settle_base reads. */
 static int base_request(airlock_session *s, airlock_error *err)
 {
-        int r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT), NULL, NULL, err);
+        int r = request(s, json_pack("{s:s, s:b}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT, WIRE_KEY_BASE, 1),
+                        NULL, NULL, err);
         if (r >= 0)
                 s->base_pending = true;
         return r;
@@ -223,6 +232,13 @@ static int settle_base(airlock_session *s, airlock_error *err)
         if (!s->base_pending)
                 return 0;
         s->base_pending = false;
+        /* The session waits a moment before it takes a base, to let the
+         * caller finish (background_grace in tpl_session.c); now the
+         * caller waits for it. */
+        if (channel_send_hurry(s) < 0) {
+                s->dead = true;
+                return session_dead_error(err);
+        }
         int r = read_snapshot(s, &s->base_id, &s->base_pidfd, err);
         if (r < 0 && r != -EIO)
                 s->dead = true;
@@ -244,21 +260,30 @@ static void base_forget(airlock_session *s, bool drop)
         s->base_id = -1;
 }
 
-/* A cell base before a cell: the one taken after the last cell, or a new
- * one now. */
+/* A cell base before a cell: the one taken after the last cell if it is
+ * alive, or a new one now. */
 static int base_ensure(airlock_session *s, airlock_error *err)
 {
         int r = settle_base(s, err);
+        /* Guest code can end its base: a dead one is dropped (and reaped)
+         * and replaced, rather than found missing at a rollback. */
+        struct pollfd p = {s->base_pidfd, POLLIN, 0};
+        if (r >= 0 && s->base_id > 0 && poll(&p, 1, 0) > 0)
+                base_forget(s, true);
         if (r >= 0 && s->base_id < 0) {
                 r = base_request(s, err);
                 if (r >= 0)
                         r = settle_base(s, err);
         }
-        if (r == -EIO)
+        if (r == -EIO) {
+                /* The record's message is copied first: it is rewritten. */
+                char why[sizeof(err->message)];
+                snprintf(why, sizeof(why), "%s", err ? err->message : "the fork failed");
                 return al_error_kind(err, AIRLOCK_ERROR_RUN, -EAGAIN, NULL,
                                      "the session cannot keep a copy of its state for the cell "
                                      "(%s); the cell did not run",
-                                     err ? err->message : "the fork failed");
+                                     why);
+        }
         return r;
 }
 
@@ -725,12 +750,17 @@ static int send_fork_fds(int chan, const int fds[3])
         return w == 1 ? 0 : w < 0 ? -errno : -EIO;
 }
 
-/* Contract: a new handle of s's copy whose interpreter is a copy-on-write
- * clone of s's (tpl_session_fork). s's active process clones itself on
- * the "fork" frame, with the fds that follow it; the clone announces itself
- * on its own channel and forks its cell base at once, whose reply the new
- * handle's first call reads. A refused clone (a limit on processes or
- * memory) leaves s as it was; anything else ends s. */
+/* Contract: a new handle of s's copy whose interpreter holds s's state.
+ * With a cell base, which holds the state as s's last cell left it, the
+ * base becomes the fork (tpl_session_fork, base_become_fork): no page table
+ * is copied while the caller waits, and s takes a new base at once, while
+ * the caller handles the new handle. Without one, s's active process clones
+ * itself. The fds that follow the "fork" frame are the fork's channel and
+ * output pipes; it announces itself on its own channel and takes its own
+ * cell base at once, whose reply the new handle's first call reads. A
+ * refused fork (a limit on processes or memory, a base that could not)
+ * leaves s as it was, without a base after a base's refusal; anything else
+ * ends s. */
 static int session_fork_locked(airlock_session *s, airlock_session **ret, airlock_error *err)
 {
         if (s->dead)
@@ -748,7 +778,11 @@ static int session_fork_locked(airlock_session *s, airlock_session **ret, airloc
                 return r;
         }
         n->own_view = true;
-        r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_FORK), NULL, NULL, err);
+        bool via_base = s->base_id > 0;
+        json_t *msg =
+            via_base ? json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_FORK, WIRE_KEY_BASE, s->base_id)
+                     : json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_FORK);
+        r = request(s, msg, NULL, NULL, err);
         if (r >= 0) {
                 r = send_fork_fds(s->c->chan, theirs);
                 if (r < 0) {
@@ -759,13 +793,23 @@ static int session_fork_locked(airlock_session *s, airlock_session **ret, airloc
         for (int i = 0; i < 3; i++)
                 closep(&theirs[i]);
         if (r >= 0) {
+                _cleanup_json_ json_t *reply = NULL;
                 r = read_reply(s, al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9), WIRE_OP_FORK,
-                               NULL, err);
+                               &reply, err);
                 if (r < 0 && r != -EIO)
                         s->dead = true;
+                /* The base is gone either way: the fork's interpreter now,
+                 * or ended after its refusal. s takes a new one. */
+                if (via_base && (r == -EIO || json_is_true(json_object_get(reply, WIRE_KEY_BASE))))
+                        base_forget(s, false);
         }
         if (r >= 0)
                 r = read_active(n, WIRE_OP_FORK, err);
+        /* s's new base is asked for once the fork has answered: forked
+         * meanwhile, it would keep the fork's announcement (or this
+         * thread) from a CPU on a small machine. */
+        if (!s->dead && s->base_id < 0 && !s->base_pending && base_request(s, NULL) < 0)
+                s->dead = true;
         if (r < 0) {
                 /* A clone that got so far ends with its pidfd's kill. */
                 if (n->active_pidfd >= 0) {
@@ -776,9 +820,10 @@ static int session_fork_locked(airlock_session *s, airlock_session **ret, airloc
                 free(n);
                 if (r != -EIO)
                         return r;
+                char why[sizeof(err->message)];
+                snprintf(why, sizeof(why), "%s", err ? err->message : "refused");
                 return al_error_kind(err, AIRLOCK_ERROR_RUN, -EAGAIN, NULL,
-                                     "the session could not fork (%s); it goes on as it was",
-                                     err ? err->message : "refused");
+                                     "the session could not fork (%s); it goes on as it was", why);
         }
         n->base_pending = true;
         n->next_member = s->f->members;

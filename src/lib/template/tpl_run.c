@@ -92,6 +92,16 @@ void tpl_set_policy(int policy)
         (void)sched_setscheduler(0, policy, &sp);
 }
 
+/* A new fork takes its cell base at once, so that its first cell need not
+ * wait for it; its pages are not populated as after a cell, so that the
+ * fork stays shared until a side writes. The call returns, too, in each
+ * later fork made from that base, which takes a base of its own. */
+static void take_fork_base(struct template_state *tpl, int chan)
+{
+        while (tpl_session_snapshot(tpl, chan, true) == SNAPSHOT_FORKED)
+                ;
+}
+
 /* The copy's loop: one run and exit, or, once the host opens a session,
  * runs, snapshots and restores until the host closes it. */
 _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
@@ -147,20 +157,23 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                          * The pages a run writes are copied now, while the
                          * host is busy with the last result, at a quarter
                          * of a fault's cost each, rather than one fault at
-                         * a time in the next cell. */
-                        if (tpl_session_snapshot(tpl, chan))
+                         * a time in the next cell; not after the base
+                         * became a fork, whose pages stay shared until a
+                         * side writes. */
+                        bool base = json_is_true(json_object_get(msg, WIRE_KEY_BASE));
+                        bool gave = tpl_session_gave_base();
+                        enum snapshot_end e = tpl_session_snapshot(tpl, chan, base);
+                        if (e == SNAPSHOT_TAKEN && !gave)
                                 tpl_populate_learned(tpl);
+                        else if (e == SNAPSHOT_FORKED)
+                                take_fork_base(tpl, chan);
                 } else if (strcmp(op, WIRE_OP_RESTORE) == 0 && session) {
                         tpl_session_restore(tpl, chan, msg);
                 } else if (strcmp(op, WIRE_OP_DROP) == 0 && session) {
                         tpl_session_drop(tpl, msg);
                 } else if (strcmp(op, WIRE_OP_FORK) == 0 && session) {
-                        /* The new handle takes its cell base at once, so
-                         * that its first cell need not wait for it; its
-                         * pages are not populated as after a cell, so that
-                         * the fork stays shared until a side writes. */
-                        if (tpl_session_fork(tpl, chan))
-                                (void)tpl_session_snapshot(tpl, chan);
+                        if (tpl_session_fork(tpl, chan, msg))
+                                take_fork_base(tpl, chan);
                 } else if (strcmp(op, WIRE_OP_LEAVE) == 0 && session) {
                         tpl_session_leave(tpl, chan, msg);
                 }

@@ -5,12 +5,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +21,99 @@
 #include "core/util.h"
 #include "template/template.h"
 #include "template/template_internal.h"
+
+/* The link between an active process and its cell base (a snapshot taken
+ * with "base"), over which a fork hands the base its fds (tpl_session_fork,
+ * base_become_fork). In an active process: base_link is the sending end and
+ * base_pid the base's pid, -1 without a base, with base_ino the link's
+ * inode, checked before each use since guest code may close or replace any
+ * fd of its process. In a cell base: link_in is the receiving end; it keeps
+ * base_link too, for the active processes that a rollback makes from it.
+ * Per process, as every process of a session inherits them. */
+static int base_link = -1;
+static pid_t base_pid = -1;
+static ino_t base_ino;
+static int link_in = -1;
+/* Set in an active process whose cell base became a fork, until it takes
+ * the next (tpl_session_gave_base). */
+static bool gave_base;
+
+/* Closes *fd, if open, and marks it closed. */
+static void drop_fd(int *fd)
+{
+        if (*fd >= 0)
+                close(*fd);
+        *fd = -1;
+}
+
+/* Whether base_link is still the link made with the base. */
+static bool link_is_ours(void)
+{
+        struct stat st;
+        return base_link >= 0 && fstat(base_link, &st) == 0 && S_ISSOCK(st.st_mode) &&
+               st.st_ino == base_ino;
+}
+
+/* Forgets the link to the cell base in a process that guest code ran in:
+ * it is closed only while it is still the link, since the guest may have
+ * put a file of its own at that number. */
+static void link_forget(void)
+{
+        if (link_is_ours())
+                close(base_link);
+        base_link = -1;
+        base_pid = -1;
+}
+
+/* Contract: a clone of the calling process that shares its memory
+ * (CLONE_VM) and its stack, while the caller ends at once: returns 0 in the
+ * clone, -errno in the caller when there is none, and never in the caller
+ * otherwise. Between the clone and its exit the caller touches no memory
+ * (the two steps are one block of assembly, and the caller has every
+ * signal blocked, so no signal frame is pushed on the shared stack), so the
+ * clone owns the memory and the stack from the start. The clone is a child
+ * of the caller until the caller is gone, then of pid 1. A cell base that
+ * becomes a fork passes itself on this way: no page table is copied, and
+ * the fork is pid 1's child (which reaps it) rather than the child of the
+ * handle that took the base. */
+#if defined(__x86_64__)
+#define HAVE_BASE_HOP 1
+static long base_hop(void)
+{
+        long ret;
+        register long r10 __asm__("r10") = 0;
+        register long r8 __asm__("r8") = 0;
+        __asm__ volatile("syscall\n\t"
+                         "test %%rax, %%rax\n\t"
+                         "jle 1f\n\t"
+                         "mov %[sys_exit], %%eax\n\t"
+                         "xor %%edi, %%edi\n\t"
+                         "syscall\n\t"
+                         "1:"
+                         : "=a"(ret)
+                         : "0"((long)SYS_clone), "D"((long)(CLONE_VM | SIGCHLD)), "S"(0L), "d"(0L),
+                           "r"(r10), "r"(r8), [sys_exit] "i"(SYS_exit_group)
+                         : "rcx", "r11", "memory");
+        return ret;
+}
+#else
+/* Elsewhere a fork clones the active process (tpl_session_fork). */
+#define HAVE_BASE_HOP 0
+#endif
+
+/* Work done for a later call (a cell base, a fork's after-fork work: a
+ * millisecond or two of CPU each, for a large interpreter) waits until the
+ * host has had BACKGROUND_GRACE_US to finish the call at hand: on a small
+ * machine it would otherwise hold the CPUs that the host and its client
+ * need to deliver the answer. A frame from the host ends the wait at once,
+ * since the next call needs the work done. */
+#define BACKGROUND_GRACE_US 1000
+static void background_grace(int chan)
+{
+        struct pollfd p = {chan, POLLIN, 0};
+        struct timespec ts = {0, BACKGROUND_GRACE_US * 1000};
+        (void)ppoll(&p, 1, &ts, NULL);
+}
 
 /* A new active session process announces itself with a pidfd of itself, so
  * the host notices at once when the state it talks to has died. */
@@ -266,25 +361,132 @@ static void host_rollback(const struct template_state *tpl, int chan)
         json_decref(msg);
 }
 
+/* Receives the fds of a fork: the tag byte COPY_FORK with exactly three
+ * fds, its channel and the write ends of its stdout and stderr. The host
+ * sends them right after the "fork" frame; an active process hands them on
+ * to its cell base the same way. */
+static int recv_fork_fds(int sock, int fds[3], int flags)
+{
+        char tag;
+        char cbuf[CMSG_SPACE(sizeof(int) * 3)];
+        struct iovec iov = {&tag, 1};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+        ssize_t n;
+        while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR)
+                ;
+        struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
+        if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                return -EPROTO;
+        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int got[3];
+        memcpy(got, CMSG_DATA(cm), sizeof(int) * (nfd < 3 ? nfd : 3));
+        if (nfd != 3 || tag != COPY_FORK || (mh.msg_flags & MSG_CTRUNC)) {
+                for (size_t i = 0; i < nfd && i < 3; i++)
+                        close(got[i]);
+                return -EPROTO;
+        }
+        memcpy(fds, got, sizeof(got));
+        return 0;
+}
+
+/* Makes the calling process a fork's active process: fds become its
+ * channel, stdout and stderr, it gets a session id of its own and
+ * announces itself on its own channel. Announced first, in C alone: the
+ * interpreter's own after-fork work (a millisecond of copy-on-write faults)
+ * then overlaps with the host's answer, and is done before the first frame
+ * of the host is read. Ends the process when the fds cannot be put in
+ * place (the host sees the fork fail). */
+static void become_fork(const int fds[3])
+{
+        if (dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0 ||
+            dup3(fds[0], COPY_CHANNEL_FD, O_CLOEXEC) < 0)
+                _exit(0);
+        for (int i = 0; i < 3; i++)
+                if (fds[i] > COPY_CHANNEL_FD)
+                        close(fds[i]);
+        setsid();
+        announce_active(COPY_CHANNEL_FD, WIRE_OP_FORK);
+        background_grace(COPY_CHANNEL_FD);
+}
+
+/* Contract: in a cell base that its handle's "fork" woke (SIGUSR2, with
+ * the fork's fds on link_in): the base becomes the fork. It passes itself
+ * on to a clone that shares its memory (base_hop) and ends, so that no page
+ * table is copied and the fork is pid 1's child; the clone says 'y' on the
+ * link and returns 0 as the fork's active process, announced on its own
+ * channel. Without a clone (a limit on processes) the base says 'n',
+ * closes the fds and returns -1, still a base. */
+static int base_become_fork(const int fds[3])
+{
+#if HAVE_BASE_HOP
+        sigset_t all, old;
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, &old);
+        /* The base's exit must not write to the memory the clone owns by
+         * then: no clearing of its thread id, no robust-futex walk. The
+         * base runs no code of its own, so neither is missed if it stays. */
+        syscall(SYS_set_tid_address, NULL);
+        syscall(SYS_set_robust_list, NULL, sizeof(struct robust_list_head));
+        if (base_hop() == 0) {
+                (void)!send(link_in, "y", 1, MSG_NOSIGNAL);
+                drop_fd(&link_in);
+                drop_fd(&base_link);
+                base_pid = -1;
+                become_fork(fds);
+                sigprocmask(SIG_SETMASK, &old, NULL);
+                sigset_t usr;
+                sigemptyset(&usr);
+                sigaddset(&usr, SIGUSR1);
+                sigaddset(&usr, SIGUSR2);
+                sigprocmask(SIG_UNBLOCK, &usr, NULL);
+                /* The base skipped the interpreter's after-fork work in the
+                 * child (guest_after_fork_snapshot); the fork does it now. */
+                guest_before_fork();
+                guest_after_fork_child(COPY_CHANNEL_FD);
+                return 0;
+        }
+        sigprocmask(SIG_SETMASK, &old, NULL);
+#endif
+        (void)!send(link_in, "n", 1, MSG_NOSIGNAL);
+        for (int i = 0; i < 3; i++)
+                close(fds[i]);
+        return -1;
+}
+
 /* A snapshot: a frozen copy of the interpreter at the moment it was taken.
  * It sleeps until a restore wakes it (SIGUSR1, blocked since before the
  * fork), then starts the new active process and sleeps again, so the same
- * snapshot can be restored any number of times. Returns in the new active
- * process, once the old active process (the sender of SIGUSR1) is gone.
+ * snapshot can be restored any number of times; returns SNAPSHOT_NONE in
+ * the new active process, once the old active process (the sender of
+ * SIGUSR1) is gone. A cell base also wakes on SIGUSR2, when its handle
+ * forks (tpl_session_fork): it becomes the fork and returns
+ * SNAPSHOT_FORKED in it (base_become_fork).
  *
  * The new active process is made with CLONE_PARENT: a child of the
  * snapshot's parent, never of the snapshot, which never reaps. So every
  * process a session ends is reaped by pid 1 in the end, and none lingers
  * as a zombie of a sleeping snapshot. */
-static void snapshot_wait(const struct template_state *tpl, int chan)
+static enum snapshot_end snapshot_wait(const struct template_state *tpl, int chan)
 {
         sigset_t set;
         sigemptyset(&set);
         sigaddset(&set, SIGUSR1);
+        sigaddset(&set, SIGUSR2);
+        pid_t self = getpid();
         for (;;) {
                 siginfo_t si;
                 if (sigwaitinfo(&set, &si) < 0)
                         continue;
+                if (si.si_signo == SIGUSR2) {
+                        /* Anything but a well-formed hand-over (a stray
+                         * signal from guest code) is ignored. */
+                        int fds[3];
+                        if (link_in >= 0 && recv_fork_fds(link_in, fds, MSG_DONTWAIT) == 0 &&
+                            base_become_fork(fds) == 0)
+                                return SNAPSHOT_FORKED;
+                        continue;
+                }
                 /* A signal from outside the session's PID namespace (si_pid
                  * 0) is the host rolling a failed cell back: the old active
                  * process is already dead, so the new one ends the rest of
@@ -296,15 +498,24 @@ static void snapshot_wait(const struct template_state *tpl, int chan)
                 guest_before_fork();
                 long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0);
                 if (pid == 0) {
+                        /* Made from a cell base, the new active process
+                         * keeps the link to it; from any other snapshot it
+                         * has no base (the restore ends the old one). */
+                        if (link_in >= 0) {
+                                drop_fd(&link_in);
+                                base_pid = self;
+                        } else {
+                                link_forget();
+                        }
                         guest_after_fork_child(COPY_CHANNEL_FD);
                         sigprocmask(SIG_UNBLOCK, &set, NULL);
                         if (from_host) {
                                 host_rollback(tpl, chan);
-                                return;
+                                return SNAPSHOT_NONE;
                         }
                         if (wait_until_gone(tpl, NULL, NULL, si.si_pid, false, 0) < 0)
                                 _exit(0); /* the host sees the session end */
-                        return;
+                        return SNAPSHOT_NONE;
                 }
                 guest_after_fork_parent();
         }
@@ -337,24 +548,49 @@ void tpl_session_open(struct template_state *tpl, int chan)
 
 /* "snapshot": forks a frozen copy of the interpreter and tells the host
  * its id, after a pidfd of it (so that the host can wake it when this
- * process is dead: a rollback). Returns in the active process, true when it
- * took the snapshot, and, each time the snapshot is restored, in a new
- * active process made from it (snapshot_wait), which has announced itself,
- * false. */
-bool tpl_session_snapshot(const struct template_state *tpl, int chan)
+ * process is dead: a rollback). With base, the snapshot is the handle's
+ * cell base, which replaces the last one, and gets a link to this process
+ * over which a fork may take it over. Returns SNAPSHOT_TAKEN in the active
+ * process, SNAPSHOT_NONE there when the fork failed, and, each time the
+ * snapshot is restored or becomes a fork, in the process made from it
+ * (snapshot_wait), which has announced itself. */
+enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int chan, bool base)
 {
+        int link[2] = {-1, -1};
+        if (base) {
+                background_grace(chan);
+                link_forget();
+                struct stat st;
+                if (HAVE_BASE_HOP &&
+                    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, link) == 0)
+                        base_ino = fstat(link[0], &st) == 0 ? st.st_ino : 0;
+        }
         sigset_t set, old;
         sigemptyset(&set);
         sigaddset(&set, SIGUSR1);
+        sigaddset(&set, SIGUSR2);
         sigprocmask(SIG_BLOCK, &set, &old);
         pid_t pid = fork_interpreter(true);
         if (pid == 0) {
-                snapshot_wait(tpl, chan);
-                announce_active(chan, WIRE_OP_RESTORED);
-                return false;
+                if (link[0] >= 0) {
+                        base_link = link[0];
+                        link_in = link[1];
+                        base_pid = getpid();
+                }
+                enum snapshot_end e = snapshot_wait(tpl, chan);
+                if (e == SNAPSHOT_NONE)
+                        announce_active(chan, WIRE_OP_RESTORED);
+                return e;
         }
         sigprocmask(SIG_SETMASK, &old, NULL);
         int e = errno;
+        drop_fd(&link[1]);
+        if (pid > 0 && link[0] >= 0) {
+                base_link = link[0];
+                base_pid = pid;
+        } else {
+                drop_fd(&link[0]);
+        }
         int sfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
         if (pid > 0 && sfd < 0) {
                 e = errno;
@@ -365,12 +601,19 @@ bool tpl_session_snapshot(const struct template_state *tpl, int chan)
         if (sfd < 0) {
                 tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
                                           strerror(e)));
-                return false;
+                return SNAPSHOT_NONE;
         }
         close(sfd);
         tpl_reply(chan,
                   json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT, WIRE_KEY_ID, (int)pid));
-        return true;
+        return SNAPSHOT_TAKEN;
+}
+
+bool tpl_session_gave_base(void)
+{
+        bool r = gave_base;
+        gave_base = false;
+        return r;
 }
 
 /* "restore": the active process ends, and the snapshot msg names wakes up
@@ -395,67 +638,100 @@ void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg
 void tpl_session_drop(const struct template_state *tpl, json_t *msg)
 {
         pid_t id = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_ID));
+        if (id > 1 && id == base_pid)
+                link_forget();
         if (id > 1 && id != getpid() && kill(id, SIGKILL) == 0)
                 wait_reaped(tpl, id);
 }
 
-/* Receives the fds of a fork: the tag byte COPY_FORK with exactly three
- * fds, its channel and the write ends of its stdout and stderr. The host
- * sends them right after the "fork" frame. */
-static int recv_fork_fds(int chan, int fds[3])
+/* Waits up to SESSION_GONE_S for one byte on fd; 0 when none came. */
+static char read_answer(int fd)
 {
-        char tag;
-        char cbuf[CMSG_SPACE(sizeof(int) * 3)];
-        struct iovec iov = {&tag, 1};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-        ssize_t n;
-        while ((n = recvmsg(chan, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-                ;
-        struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                return -EPROTO;
-        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        int got[3];
-        memcpy(got, CMSG_DATA(cm), sizeof(int) * (nfd < 3 ? nfd : 3));
-        if (nfd != 3 || tag != COPY_FORK || (mh.msg_flags & MSG_CTRUNC)) {
-                for (size_t i = 0; i < nfd && i < 3; i++)
-                        close(got[i]);
-                return -EPROTO;
+        uint64_t deadline = al_now_ns() + SESSION_GONE_S * 1000000000ull;
+        char c = 0;
+        for (;;) {
+                uint64_t now = al_now_ns();
+                if (now >= deadline)
+                        return 0;
+                struct pollfd p = {fd, POLLIN, 0};
+                int k = poll(&p, 1, (int)((deadline - now) / 1000000 + 1));
+                if (k > 0)
+                        return recv(fd, &c, 1, MSG_DONTWAIT) == 1 ? c : 0;
+                if (k < 0 && errno != EINTR)
+                        return 0;
         }
-        memcpy(fds, got, sizeof(got));
-        return 0;
+}
+
+/* "fork" {"base"}: the cell base becomes the fork (base_become_fork), with
+ * fds handed to it over the link, and the host is told so with "base":
+ * true. Returns false, having sent nothing, when the link is no longer the
+ * one made with the base (guest code may close or replace any fd of its
+ * process): the caller clones instead, and the base stays. A base that got
+ * the fds but cannot become the fork, or does not answer in time (guest
+ * code may have stopped or killed it), is ended, and the host told that the
+ * fork failed: it then has no base, and takes a new one before the next
+ * cell. */
+static bool fork_from_base(const struct template_state *tpl, int chan, const int fds[3])
+{
+        pid_t pid = base_pid;
+        if (!link_is_ours()) {
+                link_forget();
+                return false;
+        }
+        if (tpl_send_fds(base_link, COPY_FORK, NULL, fds, 3) < 0)
+                return false;
+        /* Even when the signal fails, a stray one may have woken the base:
+         * its answer tells. A dead base's end of the link is closed, which
+         * ends the wait at once. */
+        (void)kill(pid, SIGUSR2);
+        char answer = read_answer(base_link);
+        drop_fd(&base_link);
+        base_pid = -1;
+        if (answer == 'y') {
+                /* The base ends as soon as its clone runs; reaped here when
+                 * this process made it, by pid 1 otherwise. */
+                while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+                        ;
+                gave_base = true;
+                tpl_reply(chan, json_pack("{s:s, s:i, s:b}", WIRE_KEY_OP, WIRE_OP_FORK, WIRE_KEY_ID,
+                                          (int)pid, WIRE_KEY_BASE, 1));
+                return true;
+        }
+        if (kill(pid, SIGKILL) == 0)
+                wait_reaped(tpl, pid);
+        tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
+                                  "the cell base could not become the fork"));
+        return true;
 }
 
 /* Contract: "fork", in the active process of a handle: a new handle with a
  * copy of this interpreter, in the same copy (namespaces, /tmp, /output,
- * /input overlay, cgroup). The host's fds follow the frame. The new
- * process is a clone with CLONE_PARENT (a child of pid 1, which reaps it,
- * like every active process), with the three fds as its channel, stdout and
- * stderr, and a session id of its own; it announces itself on its own
- * channel, and the function returns true in it. Here it returns false,
- * having told the host the new process's pid, or why there is none. */
-bool tpl_session_fork(const struct template_state *tpl, int chan)
+ * /input overlay, cgroup). The host's fds follow the frame. When msg names
+ * this process's cell base, the base, which holds this interpreter's state
+ * as the last cell left it, becomes the fork (fork_from_base); otherwise
+ * the new process is a clone with CLONE_PARENT (a child of pid 1, which
+ * reaps it, like every active process). Either way it gets the three fds
+ * as its channel, stdout and stderr, and a session id of its own, and
+ * announces itself on its own channel. Returns true in a clone; here it
+ * returns false, having told the host the new process's pid, or why there
+ * is none. */
+bool tpl_session_fork(const struct template_state *tpl, int chan, json_t *msg)
 {
-        (void)tpl;
         int fds[3];
-        if (recv_fork_fds(chan, fds) < 0)
+        if (recv_fork_fds(chan, fds, 0) < 0)
                 _exit(0); /* the host broke the protocol: it sees the session end */
+        json_int_t want = json_integer_value(json_object_get(msg, WIRE_KEY_BASE));
+        if (want > 1 && want == base_pid && base_link >= 0 && fork_from_base(tpl, chan, fds)) {
+                for (int i = 0; i < 3; i++)
+                        close(fds[i]);
+                return false;
+        }
         guest_before_fork();
         long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0);
         if (pid == 0) {
-                if (dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0 ||
-                    dup3(fds[0], COPY_CHANNEL_FD, O_CLOEXEC) < 0)
-                        _exit(0);
-                for (int i = 0; i < 3; i++)
-                        if (fds[i] > COPY_CHANNEL_FD)
-                                close(fds[i]);
-                /* Announced first, in C alone: the interpreter's own
-                 * after-fork work (a millisecond of copy-on-write faults)
-                 * then overlaps with the host's answer, and is done before
-                 * the first frame of the host is read. */
-                setsid();
-                announce_active(COPY_CHANNEL_FD, WIRE_OP_FORK);
+                /* The parent's cell base is not the clone's. */
+                link_forget();
+                become_fork(fds);
                 guest_after_fork_child(COPY_CHANNEL_FD);
                 return true;
         }
