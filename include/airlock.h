@@ -507,8 +507,11 @@ AIRLOCK_PUBLIC bool airlock_session_alive(const airlock_session *s);
  * is cloned). Closing s does not end its forks, nor a fork s: the copy
  * lives until the last of them is closed. Closing one ends the processes
  * it started; a process that left its session (setsid) ends at another
- * handle's next rollback or with the copy. A fork may be forked. -ESRCH
- * when s has ended; -EAGAIN (s unchanged) when the clone is refused. */
+ * handle's next rollback or with the copy. A fork may be forked. The fork
+ * holds s's state as s's last cell left it: it takes over s's cell base,
+ * and s takes a new one while the caller goes on. -ESRCH when s has ended;
+ * -EAGAIN (s unchanged) when the clone is refused or the base could not
+ * become the fork. */
 AIRLOCK_PUBLIC int airlock_session_fork(airlock_session *s, airlock_session **ret,
                                         airlock_error *err);
 /* Ends every process of the session (of this handle: see
