@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/rseq.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -429,6 +430,13 @@ static int base_become_fork(const int fds[3])
         syscall(SYS_set_tid_address, NULL);
         syscall(SYS_set_robust_list, NULL, sizeof(struct robust_list_head));
         if (base_hop() == 0) {
+                /* A clone that shares its parent's memory starts without
+                 * the parent's restartable-sequences area (the kernel's rule
+                 * for CLONE_VM); glibc's is registered again, so that
+                 * sched_getcpu stays true in the fork. */
+                if (__rseq_size > 0)
+                        (void)syscall(SYS_rseq, (char *)__builtin_thread_pointer() + __rseq_offset,
+                                      sizeof(struct rseq), 0, RSEQ_SIG);
                 (void)!send(link_in, "y", 1, MSG_NOSIGNAL);
                 drop_fd(&link_in);
                 drop_fd(&base_link);
