@@ -109,15 +109,16 @@ DATAFRAME = ("import numpy as np, pandas as pd\n"
 
 
 def bench_fork(m):
-    """Fork against open: medians of the call, of the call and a first cell,
-    and the PSS added (KiB), over FORK_ROUNDS alternating rounds."""
+    """Fork against open: medians of the call, of the call and a first cell
+    (sent 50 ms later, and sent at once), and the PSS added (KiB), over
+    FORK_ROUNDS alternating rounds."""
     h = m.request("tools/call", {"name": "session_open",
                                  "arguments": {}})["_meta"]["dev.airlock/session"]
     r = m.call({"code": DATAFRAME, "session": h})
     mib = int(r["content"][0]["text"])
     m.call({"code": "df.shape", "session": h})  # its cell base is settled
     res = {"fork": [], "fork_cell": [], "fork_pss": [], "open": [], "open_cell": [],
-           "open_pss": []}
+           "open_pss": [], "fork_now": [], "cell": []}
     for i in range(FORK_ROUNDS):
         for kind in ("fork", "open"):
             time.sleep(0.05)
@@ -143,6 +144,20 @@ def bench_fork(m):
                 r = m.call({"code": "df.shape", "session": n})
                 assert r["content"][0]["text"] == "(13000000, 1)\n", r
             m.request("tools/call", {"name": "session_close", "arguments": {"session": n}})
+        # A cell sent the moment the fork's call returns waits for the
+        # fork's own rollback copy; against the same cell in the session.
+        time.sleep(0.05)
+        t = time.perf_counter()
+        r = m.request("tools/call", {"name": "session_fork", "arguments": {"session": h}})
+        n = r["_meta"]["dev.airlock/session"]
+        r = m.call({"code": "print(1)", "session": n})
+        res["fork_now"].append(time.perf_counter() - t)
+        assert r["content"][0]["text"] == "1\n", r
+        m.request("tools/call", {"name": "session_close", "arguments": {"session": n}})
+        time.sleep(0.05)
+        t = time.perf_counter()
+        r = m.call({"code": "print(1)", "session": h})
+        res["cell"].append(time.perf_counter() - t)
     m.request("tools/call", {"name": "session_close", "arguments": {"session": h}})
     out = {"dataframe_mib": mib, "fork_min_ms": min(res["fork"]) * 1000,
            "open_min_ms": min(res["open"]) * 1000}
@@ -202,6 +217,8 @@ def main():
           f" (min {fork['fork_min_ms']:.2f})"
           f"   with its first cell {fork['fork_cell_median_ms']:.2f} ms"
           f"   PSS added {fork['fork_pss_median_kib'] / 1024:.2f} MiB")
+    print(f"  session_fork, then a cell at once  median {fork['fork_now_median_ms']:.2f} ms"
+          f"   (the same cell in the session {fork['cell_median_ms']:.2f} ms)")
     print(f"  session_open call                  median {fork['open_median_ms']:.2f} ms"
           f" (min {fork['open_min_ms']:.2f})"
           f"   with its first cell {fork['open_cell_median_ms']:.2f} ms"
