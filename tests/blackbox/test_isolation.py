@@ -468,5 +468,21 @@ print("held")
     assert rc == 0 and r["stdout"] == "45\n", r
 
 
+
+def test_an_unprivileged_users_run_gets_normal_priority():
+    # Copies are prepared at low priority; an unprivileged process cannot
+    # leave SCHED_IDLE again, so there the preparation must use a policy it
+    # can leave, or every run of an unprivileged user runs at idle priority
+    # (and starves on a busy machine). 0 is SCHED_OTHER.
+    code = "import os\nprint(os.sched_getscheduler(0), os.nice(0))"
+    rc, r = run_json(code)
+    assert rc == 0 and r["stdout"] == "0 0\n", r
+    if not ROOT:
+        print("  (needs root to become nobody: skipped)")
+        return
+    for i in range(3):  # the first copy, and copies prepared after a run
+        rc, r = nobody_run(code)
+        assert rc == 0 and r["stdout"] == "0 0\n", r
+
 if __name__ == "__main__":
     run()

@@ -3,6 +3,7 @@
  * and the warming run a copy goes through before it reports ready. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -79,16 +80,44 @@ static json_t *end_frame(const char *status, int exit_code, bool alone)
                          WIRE_KEY_EXIT_CODE, exit_code, WIRE_KEY_ALONE, alone);
 }
 
+/* Whether this process may leave SCHED_IDLE again: 1 yes, 0 no, -1 not
+ * known yet. Leaving it takes CAP_SYS_NICE in the first user namespace or
+ * an RLIMIT_NICE of 20, which an unprivileged user (or a container whose
+ * root is one) does not have; the kernel is asked once, from a thread of
+ * its own, since a thread's policy is its own. */
+static int idle_reversible = -1;
+
+static void *probe_idle(void *arg)
+{
+        struct sched_param sp = {0};
+        *(int *)arg = sched_setscheduler(0, SCHED_IDLE, &sp) == 0 &&
+                      sched_setscheduler(0, SCHED_OTHER, &sp) == 0;
+        return NULL;
+}
+
 /* Copies are prepared at idle priority: the fork, the interpreter's
  * after-fork work and the pre-warm run take some 10 ms of CPU here, and at
  * normal priority they would delay whatever the host and its caller do
  * meanwhile (an MCP client waiting for its answer, say). A host that finds
  * no copy ready raises the template or the copy back to normal priority,
- * which an unprivileged process may do for its own processes at nice 0,
- * so a busy machine cannot starve a run of its copy. */
+ * so a busy machine cannot starve a run of its copy; and a copy takes
+ * normal priority itself at the host's first frame. Where SCHED_IDLE could
+ * not be left again (unprivileged), preparation runs as SCHED_BATCH
+ * instead, which does not preempt on waking and can be left: otherwise
+ * every run of an unprivileged user would run at idle priority. */
 void tpl_set_policy(int policy)
 {
         struct sched_param sp = {0};
+        if (policy == SCHED_IDLE && idle_reversible < 0) {
+                pthread_t t;
+                int ok = 0;
+                if (pthread_create(&t, NULL, probe_idle, &ok) == 0 && pthread_join(t, NULL) == 0)
+                        idle_reversible = ok;
+                else
+                        idle_reversible = 0;
+        }
+        if (policy == SCHED_IDLE && !idle_reversible)
+                policy = SCHED_BATCH;
         (void)sched_setscheduler(0, policy, &sp);
 }
 
