@@ -376,6 +376,8 @@ static int recv_fork_fds(int sock, int fds[3], int flags)
         ssize_t n;
         while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR)
                 ;
+        if (n <= 0)
+                return n == 0 ? -EPIPE : errno == EAGAIN ? -EAGAIN : -EPROTO;
         struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
         if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
                 return -EPROTO;
@@ -489,9 +491,14 @@ static enum snapshot_end snapshot_wait(const struct template_state *tpl, int cha
                 if (si.si_signo == SIGUSR2) {
                         /* Anything but a well-formed hand-over (a stray
                          * signal from guest code) is ignored. */
-                        int fds[3];
-                        if (link_in >= 0 && recv_fork_fds(link_in, fds, MSG_DONTWAIT) == 0 &&
-                            base_become_fork(fds) == 0)
+                        /* Guest code may have queued junk on the link
+                         * before a rollback made its process from this
+                         * base: it is read past, up to the hand-over. */
+                        int fds[3], k = -EAGAIN;
+                        while (link_in >= 0 &&
+                               (k = recv_fork_fds(link_in, fds, MSG_DONTWAIT)) == -EPROTO)
+                                ;
+                        if (k == 0 && base_become_fork(fds) == 0)
                                 return SNAPSHOT_FORKED;
                         continue;
                 }
@@ -570,7 +577,7 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
                 link_forget();
                 struct stat st;
                 if (HAVE_BASE_HOP &&
-                    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, link) == 0)
+                    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, link) == 0)
                         base_ino = fstat(link[0], &st) == 0 ? st.st_ino : 0;
         }
         sigset_t set, old;
@@ -686,6 +693,9 @@ static bool fork_from_base(const struct template_state *tpl, int chan, const int
                 link_forget();
                 return false;
         }
+        /* The link does not block (guest code may have filled the base's
+         * queue before a rollback made this process from it): a full one
+         * is a clone instead. */
         if (tpl_send_fds(base_link, COPY_FORK, NULL, fds, 3) < 0)
                 return false;
         /* Even when the signal fails, a stray one may have woken the base:
