@@ -14,7 +14,6 @@
 #include <seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -824,7 +823,7 @@ static void test_fork_when_the_guest_ends_its_base(void **state)
         "            while n < cap: k.send(b'j', socket.MSG_DONTWAIT); n += 1\n"                   \
         "        except OSError: pass\n"                                                           \
         "    k.close()\n"                                                                          \
-        "open('/tmp/junk_n', 'w').write(str(n))\n"                                                \
+        "open('/tmp/junk_n', 'w').write(str(n))\n"                                                 \
         "raise ValueError\n"
 
 static void test_fork_when_the_guest_fills_its_link(void **state)
@@ -841,17 +840,16 @@ static void test_fork_when_the_guest_fills_its_link(void **state)
                 airlock_result *res = run(s, JUNK_LINK_CODE);
                 assert_int_equal(res->cell_state, AIRLOCK_CELL_ROLLED_BACK);
                 airlock_result_free(res);
+                /* Before the link stopped blocking, the full queue held the
+                 * fork until the host gave up on the session (-ETIMEDOUT,
+                 * the session ended), and the junk kept the base from the
+                 * hand-over (-EAGAIN after its 10 s wait). */
                 airlock_session *f = NULL;
-                struct timespec t0, t1;
-                clock_gettime(CLOCK_MONOTONIC, &t0);
                 int r = airlock_session_fork(s, &f, &err);
-                clock_gettime(CLOCK_MONOTONIC, &t1);
-                double took = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-                if (r < 0 || took > 2.0)
-                        print_message("fork after a junked link (%s): %d %s (%.1f s)\n", caps[i],
-                                      r, r < 0 ? err.message : "", took);
+                if (r < 0)
+                        print_message("fork after a junked link (%s): %d %s\n", caps[i], r,
+                                      err.message);
                 assert_int_equal(r, 0);
-                assert_true(took < 2.0);
                 expect_stdout(f, "print(x)", "4\n");
                 airlock_session_close(f);
                 assert_true(airlock_session_alive(s));
