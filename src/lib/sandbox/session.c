@@ -799,8 +799,14 @@ static int session_fork_locked(airlock_session *s, airlock_session **ret, airloc
                 if (r < 0 && r != -EIO)
                         s->dead = true;
                 /* The base is gone either way: the fork's interpreter now,
-                 * or ended after its refusal. s takes a new one. */
-                if (via_base && (r == -EIO || json_is_true(json_object_get(reply, WIRE_KEY_BASE))))
+                 * or ended after its refusal. s takes a new one. A refusal
+                 * of the clone that replaced the hand-over (a link that
+                 * guest code broke or filled) leaves the base alive: it is
+                 * ended here, through its pidfd (its pid may be reused). */
+                bool gave = json_is_true(json_object_get(reply, WIRE_KEY_BASE));
+                if (via_base && r == -EIO && s->base_pidfd >= 0)
+                        syscall(SYS_pidfd_send_signal, s->base_pidfd, SIGKILL, NULL, 0);
+                if (via_base && (r == -EIO || gave))
                         base_forget(s, false);
         }
         if (r >= 0)
