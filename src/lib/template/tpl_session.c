@@ -102,6 +102,33 @@ static long base_hop(void)
 #define HAVE_BASE_HOP 0
 #endif
 
+/* Registers or leaves glibc's restartable-sequences area of this thread,
+ * with the size glibc registered it with (the original 32 bytes, which the
+ * kernel requires; __rseq_size is that of the fields in use). */
+#if HAVE_BASE_HOP
+static void rseq_register(bool on)
+{
+        if (__rseq_size > 0)
+                (void)syscall(SYS_rseq, (char *)__builtin_thread_pointer() + __rseq_offset,
+                              sizeof(struct rseq), on ? 0 : RSEQ_FLAG_UNREGISTER, RSEQ_SIG);
+}
+#endif
+
+/* Whether this thread runs on an x86 shadow stack (glibc 2.39 and later
+ * may enable one): a CLONE_VM clone gets a new, empty one, on which the
+ * hop's clone could not return, so forks clone instead. */
+static bool shadow_stack_on(void)
+{
+#if defined(__x86_64__)
+        unsigned long features = 0;
+        /* ARCH_SHSTK_STATUS, refused by kernels without shadow stacks;
+         * bit 0 is ARCH_SHSTK_SHSTK. */
+        return syscall(SYS_arch_prctl, 0x5005, &features) == 0 && (features & 1);
+#else
+        return false;
+#endif
+}
+
 /* Work done for a later call (a cell base, a fork's after-fork work: a
  * millisecond or two of CPU each, for a large interpreter) waits until the
  * host has had BACKGROUND_GRACE_US to finish the call at hand: on a small
@@ -431,14 +458,14 @@ static int base_become_fork(const int fds[3])
          * base runs no code of its own, so neither is missed if it stays. */
         syscall(SYS_set_tid_address, NULL);
         syscall(SYS_set_robust_list, NULL, sizeof(struct robust_list_head));
+        /* Nor may the kernel update the base's restartable-sequences area
+         * (the same address as the clone's) should the base be preempted in
+         * the clone: it leaves it first. A clone that shares its parent's
+         * memory starts without one (the kernel's rule for CLONE_VM), so the
+         * fork registers glibc's again, and so does a base left a base. */
+        rseq_register(false);
         if (base_hop() == 0) {
-                /* A clone that shares its parent's memory starts without
-                 * the parent's restartable-sequences area (the kernel's rule
-                 * for CLONE_VM); glibc's is registered again, so that
-                 * sched_getcpu stays true in the fork. */
-                if (__rseq_size > 0)
-                        (void)syscall(SYS_rseq, (char *)__builtin_thread_pointer() + __rseq_offset,
-                                      sizeof(struct rseq), 0, RSEQ_SIG);
+                rseq_register(true);
                 (void)!send(link_in, "y", 1, MSG_NOSIGNAL);
                 drop_fd(&link_in);
                 drop_fd(&base_link);
@@ -456,6 +483,7 @@ static int base_become_fork(const int fds[3])
                 guest_after_fork_child(COPY_CHANNEL_FD);
                 return 0;
         }
+        rseq_register(true);
         sigprocmask(SIG_SETMASK, &old, NULL);
 #endif
         (void)!send(link_in, "n", 1, MSG_NOSIGNAL);
@@ -576,8 +604,9 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
                 background_grace(chan);
                 link_forget();
                 struct stat st;
-                if (HAVE_BASE_HOP &&
-                    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, link) == 0)
+                if (HAVE_BASE_HOP && !shadow_stack_on() &&
+                    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, link) ==
+                        0)
                         base_ino = fstat(link[0], &st) == 0 ? st.st_ino : 0;
         }
         sigset_t set, old;
