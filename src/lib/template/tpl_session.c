@@ -736,9 +736,18 @@ static bool fork_from_base(const struct template_state *tpl, int chan, const int
         base_pid = -1;
         if (answer == 'y') {
                 /* The base ends as soon as its clone runs; reaped here when
-                 * this process made it, by pid 1 otherwise. */
-                while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
-                        ;
+                 * this process made it, by pid 1 otherwise. One that guest
+                 * code stopped on its way out is waited for a bounded time,
+                 * then killed. */
+                int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+                struct pollfd p = {pfd, POLLIN, 0};
+                if (pfd >= 0 && poll(&p, 1, SESSION_GONE_S * 1000) <= 0)
+                        syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+                if (pfd >= 0) {
+                        while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+                                ;
+                        close(pfd);
+                }
                 gave_base = true;
                 tpl_reply(chan, json_pack("{s:s, s:i, s:b}", WIRE_KEY_OP, WIRE_OP_FORK, WIRE_KEY_ID,
                                           (int)pid, WIRE_KEY_BASE, 1));
