@@ -175,7 +175,7 @@ def main():
     krun, kstop = kernel()
     if krun:
         krun("x = 0")
-    fresh, cell, kern = [], [], []
+    fresh, cell, failed, kern = [], [], [], []
     for i in range(10):  # warm-up
         m.call({"code": "print(1)"})
         m.call({"code": "x += 1; print(x)", "session": h})
@@ -190,6 +190,11 @@ def main():
         r = m.call({"code": "x += 1; print(x)", "session": h})
         cell.append(time.perf_counter() - t)
         assert r["_meta"][RUN]["state"] == "kept", r
+        time.sleep(GAP_S)
+        t = time.perf_counter()
+        r = m.call({"code": "raise ValueError('no')", "session": h})
+        failed.append(time.perf_counter() - t)
+        assert r["_meta"][RUN]["state"] == "rolled_back", r
         if krun:
             time.sleep(GAP_S)
             t = time.perf_counter()
@@ -201,11 +206,13 @@ def main():
     m.close()
     out = {"rounds": rounds, "fresh_print_median_ms": median_ms(fresh),
            "session_cell_median_ms": median_ms(cell),
+           "failed_cell_median_ms": median_ms(failed),
            "kernel_execute_median_ms": median_ms(kern), "fork": fork}
     print(f"Sessions through airlock mcp, {rounds} rounds, calls {GAP_S * 1000:.0f} ms apart:")
     print(f"  fresh run of print(1)              median {out['fresh_print_median_ms']:.2f} ms")
     print(f"  session cell x += 1; print(x)      median {out['session_cell_median_ms']:.2f} ms"
           f"  ({out['session_cell_median_ms'] / out['fresh_print_median_ms']:.2f}x the fresh run)")
+    print(f"  session cell that fails (rolled back) median {out['failed_cell_median_ms']:.2f} ms")
     if kern:
         print(f"  ipykernel execute round trip       median {out['kernel_execute_median_ms']:.2f} ms"
               f"  ({out['kernel_execute_median_ms'] / out['session_cell_median_ms']:.2f}x the cell)")

@@ -210,9 +210,10 @@ void tpl_session_open(struct template_state *tpl, int chan);
  * snapshot was taken or refused, or in a process made from the snapshot
  * later, a restore's or a fork's. */
 enum snapshot_end {
-        SNAPSHOT_TAKEN,  /* the active process, which took it */
-        SNAPSHOT_NONE,   /* the active process after a refusal, or a restore's */
-        SNAPSHOT_FORKED, /* a fork that the cell base became */
+        SNAPSHOT_TAKEN,    /* the active process, which took it */
+        SNAPSHOT_NONE,     /* the active process after a refusal */
+        SNAPSHOT_RESTORED, /* the new active process of a restore or a rollback */
+        SNAPSHOT_FORKED,   /* a fork that the cell base became */
 };
 enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int chan, bool base);
 void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg);
@@ -220,6 +221,8 @@ void tpl_session_drop(const struct template_state *tpl, json_t *msg);
 bool tpl_session_fork(const struct template_state *tpl, int chan, json_t *msg);
 /* Whether this process's cell base became a fork since the last call. */
 bool tpl_session_gave_base(void);
+/* Waits up to 1 ms, or until a frame comes, before work for a later call. */
+void tpl_session_grace(int chan);
 void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg);
 
 /* --- tpl_ns.c --- */

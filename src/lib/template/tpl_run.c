@@ -121,14 +121,27 @@ void tpl_set_policy(int policy)
         (void)sched_setscheduler(0, policy, &sp);
 }
 
-/* A new fork takes its cell base at once, so that its first cell need not
- * wait for it; its pages are not populated as after a cell, so that the
- * fork stays shared until a side writes. The call returns, too, in each
- * later fork made from that base, which takes a base of its own. */
-static void take_fork_base(struct template_state *tpl, int chan)
+/* After a snapshot op, in whichever process it returned in: the active
+ * process that took a cell base copies the pages a run writes (once the
+ * host had its moment), so that the next cell does not fault on each; so
+ * does a new active process that a restore or a rollback made (its pages
+ * are all its base's). A new fork takes its cell base at once, so that its
+ * first cell need not wait for it, and populates nothing, so that the fork
+ * stays shared until a side writes; the loop goes on in each later fork or
+ * restore made from that base. populate is false after a base that became
+ * a fork, whose pages stay shared as well. */
+static void after_snapshot(struct template_state *tpl, int chan, enum snapshot_end e, bool populate)
 {
-        while (tpl_session_snapshot(tpl, chan, true) == SNAPSHOT_FORKED)
-                ;
+        while (e == SNAPSHOT_FORKED) {
+                e = tpl_session_snapshot(tpl, chan, true);
+                populate = false;
+        }
+        if (e == SNAPSHOT_RESTORED) {
+                tpl_session_grace(chan);
+                tpl_populate_learned(tpl);
+        } else if (e == SNAPSHOT_TAKEN && populate) {
+                tpl_populate_learned(tpl);
+        }
 }
 
 /* The copy's loop: one run and exit, or, once the host opens a session,
@@ -191,18 +204,14 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                          * side writes. */
                         bool base = json_is_true(json_object_get(msg, WIRE_KEY_BASE));
                         bool gave = tpl_session_gave_base();
-                        enum snapshot_end e = tpl_session_snapshot(tpl, chan, base);
-                        if (e == SNAPSHOT_TAKEN && !gave)
-                                tpl_populate_learned(tpl);
-                        else if (e == SNAPSHOT_FORKED)
-                                take_fork_base(tpl, chan);
+                        after_snapshot(tpl, chan, tpl_session_snapshot(tpl, chan, base), !gave);
                 } else if (strcmp(op, WIRE_OP_RESTORE) == 0 && session) {
                         tpl_session_restore(tpl, chan, msg);
                 } else if (strcmp(op, WIRE_OP_DROP) == 0 && session) {
                         tpl_session_drop(tpl, msg);
                 } else if (strcmp(op, WIRE_OP_FORK) == 0 && session) {
                         if (tpl_session_fork(tpl, chan, msg))
-                                take_fork_base(tpl, chan);
+                                after_snapshot(tpl, chan, SNAPSHOT_FORKED, false);
                 } else if (strcmp(op, WIRE_OP_LEAVE) == 0 && session) {
                         tpl_session_leave(tpl, chan, msg);
                 }

@@ -495,7 +495,7 @@ static int base_become_fork(const int fds[3])
 /* A snapshot: a frozen copy of the interpreter at the moment it was taken.
  * It sleeps until a restore wakes it (SIGUSR1, blocked since before the
  * fork), then starts the new active process and sleeps again, so the same
- * snapshot can be restored any number of times; returns SNAPSHOT_NONE in
+ * snapshot can be restored any number of times; returns SNAPSHOT_RESTORED in
  * the new active process, once the old active process (the sender of
  * SIGUSR1) is gone. A cell base also wakes on SIGUSR2, when its handle
  * forks (tpl_session_fork): it becomes the fork and returns
@@ -554,11 +554,11 @@ static enum snapshot_end snapshot_wait(const struct template_state *tpl, int cha
                         sigprocmask(SIG_UNBLOCK, &set, NULL);
                         if (from_host) {
                                 host_rollback(tpl, chan);
-                                return SNAPSHOT_NONE;
+                                return SNAPSHOT_RESTORED;
                         }
                         if (wait_until_gone(tpl, NULL, NULL, si.si_pid, false, 0) < 0)
                                 _exit(0); /* the host sees the session end */
-                        return SNAPSHOT_NONE;
+                        return SNAPSHOT_RESTORED;
                 }
                 guest_after_fork_parent();
         }
@@ -622,7 +622,7 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
                         base_pid = getpid();
                 }
                 enum snapshot_end e = snapshot_wait(tpl, chan);
-                if (e == SNAPSHOT_NONE)
+                if (e == SNAPSHOT_RESTORED)
                         announce_active(chan, WIRE_OP_RESTORED);
                 return e;
         }
@@ -651,6 +651,11 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
         tpl_reply(chan,
                   json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT, WIRE_KEY_ID, (int)pid));
         return SNAPSHOT_TAKEN;
+}
+
+void tpl_session_grace(int chan)
+{
+        background_grace(chan);
 }
 
 bool tpl_session_gave_base(void)
