@@ -265,11 +265,13 @@ static void base_forget(airlock_session *s, bool drop)
 static int base_ensure(airlock_session *s, airlock_error *err)
 {
         int r = settle_base(s, err);
-        /* Guest code can end its base: a dead one is dropped (and reaped)
-         * and replaced, rather than found missing at a rollback. */
+        /* Guest code can end its base: a dead one is forgotten and
+         * replaced, rather than found missing at a rollback. It is not
+         * dropped by pid, which may be another process's by now; the new
+         * base's taking reaps it (tpl_session_snapshot). */
         struct pollfd p = {s->base_pidfd, POLLIN, 0};
         if (r >= 0 && s->base_id > 0 && poll(&p, 1, 0) > 0)
-                base_forget(s, true);
+                base_forget(s, false);
         if (r >= 0 && s->base_id < 0) {
                 r = base_request(s, err);
                 if (r >= 0)
@@ -753,14 +755,12 @@ static int send_fork_fds(int chan, const int fds[3])
 /* Contract: a new handle of s's copy whose interpreter holds s's state.
  * With a cell base, which holds the state as s's last cell left it, the
  * base becomes the fork (tpl_session_fork, base_become_fork): no page table
- * is copied while the caller waits, and s takes a new base at once, while
- * the caller handles the new handle. Without one, s's active process clones
- * itself. The fds that follow the "fork" frame are the fork's channel and
- * output pipes; it announces itself on its own channel and takes its own
- * cell base at once, whose reply the new handle's first call reads. A
- * refused fork (a limit on processes or memory, a base that could not)
- * leaves s as it was, without a base after a base's refusal; anything else
- * ends s. */
+ * is copied while the caller waits, and s asks for a new base once the fork
+ * has answered, which is taken while the caller handles the new handle. Without one, s's active
+ * process clones itself. The fds that follow the "fork" frame are the fork's channel and output
+ * pipes; it announces itself on its own channel and takes its own cell base at once, whose reply
+ * the new handle's first call reads. A refused fork (a limit on processes or memory, a base that
+ * could not) leaves s as it was, without a base after a base's refusal; anything else ends s. */
 static int session_fork_locked(airlock_session *s, airlock_session **ret, airlock_error *err)
 {
         if (s->dead)

@@ -602,6 +602,11 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
         int link[2] = {-1, -1};
         if (base) {
                 background_grace(chan);
+                /* The base this one replaces was dropped, or died (the
+                 * host forgets a dead one): reaped here if it was this
+                 * process's child, which no other process's pid can be. */
+                if (base_pid > 1)
+                        (void)waitpid(base_pid, NULL, WNOHANG | __WALL);
                 link_forget();
                 struct stat st;
                 if (HAVE_BASE_HOP && !shadow_stack_on() &&
