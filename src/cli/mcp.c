@@ -1413,6 +1413,34 @@ static void client_gone(mcp_server *srv)
         finish_input(srv, true);
 }
 
+/* After the end of input, while calls still run: a client that closes its
+ * two ends one after the other (input first) has gone all the same, and so
+ * its calls are stopped when standard output loses its reader, as at once
+ * (client_gone), or at a stop signal. The thread that read the end of input
+ * watches, holding no call: the main thread may be running one itself, and
+ * the run watches the input only until it has handed the reader role on. */
+static void watch_output_while_calls(mcp_server *srv)
+{
+        for (;;) {
+                pthread_mutex_lock(&srv->lock);
+                unsigned left = srv->n_calls;
+                pthread_mutex_unlock(&srv->lock);
+                if (!left)
+                        return;
+                struct pollfd fds[2] = {{.fd = STDOUT_FILENO, .events = 0},
+                                        {.fd = stop_pipe[0], .events = POLLIN}};
+                int n = poll(fds, stop_pipe[0] >= 0 ? 2 : 1, 200);
+                if (n > 0 && (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL))) {
+                        client_gone(srv);
+                        return;
+                }
+                if (n > 0 && stop_pipe[0] >= 0 && (fds[1].revents & POLLIN)) {
+                        finish_input(srv, true);
+                        return;
+                }
+        }
+}
+
 /* Holds the reader role: handles messages until end of input, a stop
  * signal or the loss of standard output (then marks the input done), or
  * until it hands the role on to run a call on this thread. */
@@ -1496,6 +1524,7 @@ static void reader_loop(mcp_server *srv)
                 return;
         }
         finish_input(srv, false);
+        watch_output_while_calls(srv);
 }
 
 /* An epoll set that is readable when standard input or the stop pipe is,

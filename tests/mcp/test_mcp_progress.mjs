@@ -106,6 +106,25 @@ const tests = [
     await expectGone(p, procs, 'both pipes closed');
   }],
 
+  ['input closed, then output a moment later: runs in progress are cancelled, the sandbox goes', async () => {
+    // A client that closes its two ends one after the other: the end of
+    // input alone lets the calls finish (a client may still read their
+    // answers); the loss of standard output after it must stop them, on
+    // whichever thread the call runs (the reading thread runs a call that
+    // comes alone, and hands the reading on to another, which then sees the
+    // end of input). Which one it is depends on timing: a few rounds.
+    for (let round = 0; round < 4; round++) {
+      const p = new RawPeer(['--timeout', '600']);
+      await p.initialize('2025-11-25');
+      const procs = await startLongRun(p);
+      p.child.stdin.destroy();
+      await sleep(500);
+      assert(p.child.exitCode === null && p.child.signalCode === null, 'the call still runs after the end of input');
+      p.child.stdout.destroy();
+      await expectGone(p, procs, `round ${round}: input, then output closed`);
+    }
+  }],
+
   ['standard output closed: runs in progress are cancelled, the sandbox goes', async () => {
     const p = new RawPeer(['--timeout', '600']);
     const procs = await startLongRun(p, MODERN_META);
