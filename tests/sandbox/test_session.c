@@ -336,9 +336,8 @@ static void test_cancel_rolls_back(void **state)
         airlock_session_close(s);
 }
 
-/* A cell killed by the memory limit (the cgroup's OOM killer, or a
- * MemoryError) rolls back; the data the session held survives. */
-static void test_memory_limit_rolls_back(void **state)
+/* A sandbox of the test's own, with the default limits but memory. */
+static airlock_sandbox *sandbox_with_memory(uint64_t bytes)
 {
         airlock_error err;
         airlock_config *cfg;
@@ -346,10 +345,19 @@ static void test_memory_limit_rolls_back(void **state)
         assert_int_equal(airlock_config_new(&cfg, &err), 0);
         airlock_limits lim;
         airlock_limits_default(&lim);
-        lim.memory_bytes = 256ull << 20;
+        lim.memory_bytes = bytes;
         assert_int_equal(airlock_config_set_limits(cfg, &lim, &err), 0);
         assert_int_equal(airlock_sandbox_new(cfg, &own, &err), 0);
         airlock_config_free(cfg);
+        return own;
+}
+
+/* A cell killed by the memory limit (the cgroup's OOM killer, or a
+ * MemoryError) rolls back; the data the session held survives. */
+static void test_memory_limit_rolls_back(void **state)
+{
+        airlock_error err;
+        airlock_sandbox *own = sandbox_with_memory(256ull << 20);
         airlock_session *s;
         assert_int_equal(airlock_session_open(own, &s, &err), 0);
         expect_stdout(s, "data = bytearray(32 << 20)\ndata[0] = 7", "");
@@ -889,15 +897,7 @@ static void test_fork_shares_file_offsets(void **state)
 static void test_fork_shares_the_memory_limit(void **state)
 {
         airlock_error err;
-        airlock_config *cfg;
-        airlock_sandbox *own;
-        assert_int_equal(airlock_config_new(&cfg, &err), 0);
-        airlock_limits lim;
-        airlock_limits_default(&lim);
-        lim.memory_bytes = 256ull << 20;
-        assert_int_equal(airlock_config_set_limits(cfg, &lim, &err), 0);
-        assert_int_equal(airlock_sandbox_new(cfg, &own, &err), 0);
-        airlock_config_free(cfg);
+        airlock_sandbox *own = sandbox_with_memory(256ull << 20);
         const char *fill = "more = bytearray(170 << 20)\n"
                            "for i in range(0, len(more), 4096): more[i] = 1\n"
                            "print(len(more) >> 20)";

@@ -233,7 +233,7 @@ static int settle_base(airlock_session *s, airlock_error *err)
                 return 0;
         s->base_pending = false;
         /* The session waits a moment before it takes a base, to let the
-         * caller finish (background_grace in tpl_session.c); now the
+         * caller finish (tpl_session_grace in tpl_session.c); now the
          * caller waits for it. */
         if (channel_send_hurry(s) < 0) {
                 s->dead = true;

@@ -136,7 +136,7 @@ static bool shadow_stack_on(void)
  * need to deliver the answer. A frame from the host ends the wait at once,
  * since the next call needs the work done. */
 #define BACKGROUND_GRACE_US 1000
-static void background_grace(int chan)
+void tpl_session_grace(int chan)
 {
         struct pollfd p = {chan, POLLIN, 0};
         struct timespec ts = {0, BACKGROUND_GRACE_US * 1000};
@@ -437,7 +437,7 @@ static void become_fork(const int fds[3])
                         close(fds[i]);
         setsid();
         announce_active(COPY_CHANNEL_FD, WIRE_OP_FORK);
-        background_grace(COPY_CHANNEL_FD);
+        tpl_session_grace(COPY_CHANNEL_FD);
 }
 
 /* Contract: in a cell base that its handle's "fork" woke (SIGUSR2, with
@@ -601,7 +601,7 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
 {
         int link[2] = {-1, -1};
         if (base) {
-                background_grace(chan);
+                tpl_session_grace(chan);
                 /* The base this one replaces was dropped, or died (the
                  * host forgets a dead one): reaped here if it was this
                  * process's child, which no other process's pid can be. */
@@ -656,11 +656,6 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
         tpl_reply(chan,
                   json_pack("{s:s, s:i}", WIRE_KEY_OP, WIRE_OP_SNAPSHOT, WIRE_KEY_ID, (int)pid));
         return SNAPSHOT_TAKEN;
-}
-
-void tpl_session_grace(int chan)
-{
-        background_grace(chan);
 }
 
 bool tpl_session_gave_base(void)
