@@ -63,7 +63,7 @@ TEST_BIN := $(UNIT_TEST_BIN) $(SANDBOX_TEST_BIN)
 TEST_HELPERS := $(sort $(wildcard tests/helpers/*.c))
 TEST_HELPER_BIN := $(TEST_HELPERS:tests/helpers/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check check-unit tests demo bench soak fuzz asan format format-check clean \
+.PHONY: all deps check check-quick check-unit tests demo bench soak fuzz asan format format-check clean \
         install uninstall
 all: $(BUILD)/airlock $(BUILD)/libairlock.so $(BUILD)/libairlock.a
 
@@ -159,12 +159,22 @@ tests: all $(TEST_BIN) $(TEST_HELPER_BIN) $(FUZZ_REPLAY_BIN)
 # The targets that install what they need first. Each installs in its own
 # recipe, then builds through a sub-make, so that with -j nothing is compiled
 # before the packages are there.
+# Test files run JOBS at a time (one per core by default; JOBS=1 runs them
+# one after another).
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 check:
 	@$(INSTALL_DEPS) check
 	@$(MAKE) --no-print-directory tests
 	@$(MAKE) --no-print-directory SAN=asan tests
 	@$(MAKE) --no-print-directory python
-	@bash tests/run.sh $(BUILD)
+	@bash tests/run.sh -j$(JOBS) $(BUILD)
+
+# The quick loop: the build, the unit tests and the C tests that start real
+# sandboxes; no sanitizer build, no black-box, package or client tiers.
+check-quick:
+	@$(INSTALL_DEPS) check
+	@$(MAKE) --no-print-directory tests
+	@bash tests/run.sh -j$(JOBS) $(BUILD) unit sandbox format
 
 # The pure unit tests alone: no sandbox, no namespaces, no root; seconds.
 check-unit:

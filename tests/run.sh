@@ -17,10 +17,22 @@
 #             on stdio and over HTTP (airlock serve, test_mcp_http.mjs);
 #   fuzz      fuzz corpus and crash replays;
 #   format    the format check.
-# Every C test runs in its own process with a time limit.
-# Usage: tests/run.sh BUILD_DIR [TIER...]   (no TIER: all of them, in that order)
+# Every test file runs in its own process with a time limit. With -j N (or
+# AIRLOCK_TEST_JOBS=N) up to N files run at once; their results are printed in
+# the order above as soon as everything before them has ended, each with its
+# time, so the output reads the same at any -j.
+# Usage: tests/run.sh [-j N] BUILD_DIR [TIER...]   (no TIER: all of them, in that order)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+jobs=${AIRLOCK_TEST_JOBS:-1}
+while [ $# -gt 0 ]; do
+    case $1 in
+    -j) jobs=${2:?run.sh: -j needs a number}; shift 2 ;;
+    -j*) jobs=${1#-j}; shift ;;
+    *) break ;;
+    esac
+done
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -j takes a positive number, not '$jobs'" >&2; exit 2; }
 build=${1:-build}
 shift || true
 all_tiers=(unit sandbox asan openat2 install blackbox python mcp fuzz format)
@@ -32,54 +44,95 @@ done
 want() { [[ " ${tiers[*]} " == *" $1 "* ]]; }
 export AIRLOCK="$PWD/$build/airlock" AIRLOCK_BUILD="$PWD/$build"
 passed=0 failed=0 failures=()
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The queue: job i has a kind (say, counted, cmocka, pytest or status), a
+# name, a time limit and a command line (quoted with printf %q). "say" jobs
+# only print a heading at their place in the output.
+kinds=() names=() limits=() cmds=()
+say() { kinds+=(say); names+=("$1"); limits+=(0); cmds+=(""); }
+queue() { # kind name limit cmd...
+    kinds+=("$1"); names+=("$2"); limits+=("$3"); shift 3
+    cmds+=("$(printf '%q ' "$@")")
+}
 
 record() { # name rc
     if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$1"); fi
 }
 
-# A tier's own tally: lines "NAME: N passed, N failed" add to the totals.
-run_counted() { # name cmd...
-    local name=$1; shift
-    local out rc
-    out=$(mktemp)
-    timeout 1200 "$@" >"$out" 2>&1
-    rc=$?
-    local line
-    line=$(grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
-    if [ -n "$line" ]; then
-        local p f
-        p=$(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line")
-        f=$(sed -E 's/.*passed, ([0-9]+) failed.*/\1/' <<<"$line")
-        passed=$((passed + p)); failed=$((failed + f))
-        if [ "$f" -gt 0 ] || [ $rc -ne 0 ]; then
-            [ "$f" -eq 0 ] && failed=$((failed + 1))
-            failures+=("$name"); cat "$out"
-        fi
-        echo "$line"
-    else
-        record "$name" $rc
-        [ $rc -ne 0 ] && cat "$out"
-        echo "$name: $([ $rc -eq 0 ] && echo ok || echo FAILED rc=$rc)"
+# Tallies job i from its output and exit status and prints its line.
+tally() { # i
+    local i=$1 kind=${kinds[$1]} name=${names[$1]} out=$work/$1.out rc secs p f line
+    [ "$kind" = say ] && { echo "${names[$i]}"; return; }
+    rc=$(cat "$work/$i.rc") secs=$(cat "$work/$i.time")
+    case $kind in
+    counted)
+        # A file's own tally: a line "NAME: N passed, N failed".
+        line=$(grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
+        if [ -n "$line" ]; then
+            p=$(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line")
+            f=$(sed -E 's/.*passed, ([0-9]+) failed.*/\1/' <<<"$line")
+            [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+        else
+            p=$((rc == 0)) f=$((rc != 0))
+        fi ;;
+    cmocka)
+        # cmocka prints "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s)".
+        p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$out" | sed -E 's/.* ([0-9]+) test.*/\1/' | tail -1)
+        f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$out" | sed -E 's/.* ([0-9]+) test.*/\1/' | tail -1)
+        p=${p:-0} f=${f:-0}
+        [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1 ;;
+    pytest)
+        # pytest's summary: "N passed, M failed, K errors in T s" (any order).
+        line=$(grep -E '[0-9]+ (passed|failed|error)' "$out" | tail -1)
+        p=$(grep -oE '[0-9]+ passed' <<<"$line" | cut -d' ' -f1)
+        f=0
+        for k in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | cut -d' ' -f1); do f=$((f + k)); done
+        p=${p:-0}
+        [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ] && [ "$f" -eq 0 ] && f=1 ;;
+    status)
+        p=$((rc == 0)) f=$((rc != 0)) ;;
+    esac
+    passed=$((passed + p)) failed=$((failed + f))
+    if [ "$f" -gt 0 ]; then
+        failures+=("$name")
+        cat "$out"
     fi
-    rm -f "$out"
+    if [ "$rc" -eq 124 ]; then echo "$name: $p passed, $f failed (timed out after ${limits[$i]} s)"
+    else echo "$name: $p passed, $f failed  [$secs s]"; fi
 }
 
-# cmocka prints "[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s)".
-run_cmocka() { # name cmd...
-    local name=$1; shift
-    local out rc
-    out=$(mktemp)
-    timeout 600 "$@" >"$out" 2>&1
-    rc=$?
-    local p f
-    p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$out" | sed -E 's/.* ([0-9]+) test.*/\1/' | tail -1)
-    f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$out" | sed -E 's/.* ([0-9]+) test.*/\1/' | tail -1)
-    p=${p:-0}; f=${f:-0}
-    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    passed=$((passed + p)); failed=$((failed + f))
-    if [ "$f" -gt 0 ]; then failures+=("$name"); cat "$out"; fi
-    echo "$name: $p passed, $f failed"
-    rm -f "$out"
+# Runs the queue, at most $jobs at once, printing each result in queue order.
+run_queue() {
+    local n=${#kinds[@]} next=0 printed=0 running=0
+    while [ "$printed" -lt "$n" ]; do
+        while [ "$next" -lt "$n" ] && [ "$running" -lt "$jobs" ]; do
+            if [ "${kinds[$next]}" != say ]; then
+                (
+                    start=$(date +%s%N)
+                    eval "timeout ${limits[$next]} ${cmds[$next]}" >"$work/$next.out" 2>&1 </dev/null
+                    rc=$?
+                    end=$(date +%s%N)
+                    printf '%d.%d\n' $(((end - start) / 1000000000)) $(((end - start) / 100000000 % 10)) \
+                        >"$work/$next.time"
+                    echo $rc >"$work/$next.rc.tmp" && mv "$work/$next.rc.tmp" "$work/$next.rc"
+                ) &
+                running=$((running + 1))
+            fi
+            next=$((next + 1))
+        done
+        while [ "$printed" -lt "$next" ] &&
+            { [ "${kinds[$printed]}" = say ] || [ -f "$work/$printed.rc" ]; }; do
+            tally "$printed"
+            printed=$((printed + 1))
+        done
+        if [ "$printed" -lt "$n" ]; then
+            wait -n 2>/dev/null
+            running=$(jobs -rp | wc -l)
+        fi
+    done
+    wait
 }
 
 # The binaries of one tier of C tests, from where their sources live.
@@ -91,30 +144,30 @@ tier_bins() { # build_dir tier_folder
     done
 }
 
-run_c_tier() { # title folder
-    echo "== $1"
+queue_c_tier() { # title folder
+    say "== $1"
     local t
     for t in $(tier_bins "$build" "$2"); do
-        if [ -x "$t" ]; then run_cmocka "$(basename "$t")" "$t"
+        if [ -x "$t" ]; then queue cmocka "$(basename "$t")" 600 "$t"
         else record "$(basename "$t")" 1; echo "$(basename "$t"): FAILED: not built"; fi
     done
 }
-want unit && run_c_tier "unit tests (no sandbox)" unit
-want sandbox && run_c_tier "sandbox tests (C, real sandboxes)" sandbox
+want unit && queue_c_tier "unit tests (no sandbox)" unit
+want sandbox && queue_c_tier "sandbox tests (C, real sandboxes)" sandbox
 
 # The same unit tests built with ASan/UBSan (make check builds them first,
 # into build/asan): memory errors, undefined behaviour and, where
 # LeakSanitizer can run, leaks. AIRLOCK_TEST_QUICK=1 lets a test leave out
 # what is too slow under the sanitizers. Missing when the build was skipped.
 if want asan; then
-    echo "== unit and sandbox tests under ASan/UBSan"
+    say "== unit and sandbox tests under ASan/UBSan"
     asan_build=${AIRLOCK_ASAN_BUILD:-build/asan}
     if [ "$(realpath -m "$asan_build")" = "$(realpath -m "$build")" ]; then
         echo "asan: the tests above were the sanitizer build already"
     elif ls "$asan_build"/tests/test_* >/dev/null 2>&1; then
         for t in $(tier_bins "$asan_build" unit) $(tier_bins "$asan_build" sandbox); do
             [ -x "$t" ] || continue
-            run_cmocka "$(basename "$t")[asan]" env AIRLOCK_TEST_QUICK=1 \
+            queue cmocka "$(basename "$t")[asan]" 600 env AIRLOCK_TEST_QUICK=1 \
                 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
                 UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" "$t"
         done
@@ -125,42 +178,45 @@ if want asan; then
 fi
 
 if want openat2; then
-    echo "== file transfer tests with openat2 forced to ENOSYS"
+    say "== file transfer tests with openat2 forced to ENOSYS"
     if [ -x "$build/tests/no_openat2" ]; then
         for t in "$build"/tests/test_fsx*; do
             [ -x "$t" ] || continue
-            run_cmocka "$(basename "$t")[no-openat2]" "$build/tests/no_openat2" "$t"
+            queue cmocka "$(basename "$t")[no-openat2]" 600 "$build/tests/no_openat2" "$t"
         done
     fi
 fi
 
 if want install; then
-    echo "== install and link through pkg-config"
+    say "== install and link through pkg-config"
     for t in tests/build/test_*.sh; do
         [ -f "$t" ] || continue
-        run_counted "$(basename "$t" .sh)" bash "$t" "$build"
+        queue counted "$(basename "$t" .sh)" 1200 bash "$t" "$build"
     done
 fi
 
 if want blackbox; then
-    echo "== black-box tests"
+    say "== black-box tests"
     for t in tests/blackbox/test_*.py; do
         [ -f "$t" ] || continue
-        run_counted "$(basename "$t" .py)" /usr/bin/python3 "$t"
+        queue counted "$(basename "$t" .py)" 1200 /usr/bin/python3 "$t"
     done
 fi
 
 if want python; then
-    echo "== the Python package (tests/python, pytest)"
+    say "== the Python package (tests/python, pytest)"
     if ls python/airlock/_airlock*.so >/dev/null 2>&1; then
-        run_counted python env AIRLOCK_BUILD="$PWD/$build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+        for t in tests/python/test_*.py; do
+            queue pytest "python/$(basename "$t" .py)" 1200 env AIRLOCK_BUILD="$PWD/$build" \
+                /usr/bin/python3 -m pytest -q -p no:cacheprovider "$t"
+        done
     else
         echo "python: the extension is not built (make python)"; record python 1
     fi
 fi
 
 if want mcp && [ -f tests/mcp/package.json ]; then
-    echo "== MCP tests with the official SDK client and the third-party clients"
+    say "== MCP tests with the official SDK client and the third-party clients"
     # Installs when any package listed in package.json is missing (the
     # versions are pinned there and in package-lock.json).
     missing=$(cd tests/mcp && node -e '
@@ -174,23 +230,24 @@ if want mcp && [ -f tests/mcp/package.json ]; then
     fi
     for t in tests/mcp/test_*.mjs; do
         [ -f "$t" ] || continue
-        run_counted "$(basename "$t" .mjs)" node "$t"
+        queue counted "$(basename "$t" .mjs)" 1200 node "$t"
     done
 fi
 
 if want fuzz; then
-    echo "== fuzz corpus replays"
+    say "== fuzz corpus replays"
     for t in "$build"/fuzz/replay_*; do
         [ -x "$t" ] || continue
-        run_counted "$(basename "$t")" "$t"
+        queue counted "$(basename "$t")" 1200 "$t"
     done
 fi
 
 if want format; then
-    echo "== format check"
-    if make --no-print-directory format-check >/dev/null 2>&1; then record format 0; echo "format: ok"
-    else record format 1; echo "format: FAILED (run make format)"; fi
+    say "== format check"
+    queue status format 600 make --no-print-directory format-check
 fi
+
+run_queue
 
 if [ ${#failures[@]} -gt 0 ]; then echo "failed: ${failures[*]}"; fi
 echo "check: $passed passed, $failed failed"
