@@ -238,13 +238,22 @@ install: all $(BUILD)/airlock.pc
 	install -m 0755 $(BUILD)/$(SOFILE) $(DESTDIR)$(libdir)/$(SOFILE)
 	ln -sfn $(SOFILE) $(DESTDIR)$(libdir)/$(SONAME)
 	ln -sfn $(SONAME) $(DESTDIR)$(libdir)/libairlock.so
-	install -m 0644 include/airlock.h $(DESTDIR)$(includedir)/airlock.h
+	install -m 0644 include/airlock.h include/airlock-jansson.h $(DESTDIR)$(includedir)/
 	install -m 0644 $(BUILD)/airlock.pc $(DESTDIR)$(pkgconfigdir)/airlock.pc
+
+# The ABI baseline that tests/build/test_abi.sh compares libairlock.so with:
+# run it and commit abi/libairlock.abi when the ABI changes on purpose.
+abi-baseline: $(BUILD)/libairlock.so
+	@mkdir -p abi
+	abidw --headers-dir include --drop-private-types --no-corpus-path \
+		--out-file abi/libairlock.abi $(BUILD)/libairlock.so
+.PHONY: abi-baseline
 
 uninstall:
 	rm -f $(DESTDIR)$(bindir)/airlock $(DESTDIR)$(libdir)/$(SOFILE) \
 		$(DESTDIR)$(libdir)/$(SONAME) $(DESTDIR)$(libdir)/libairlock.so \
-		$(DESTDIR)$(includedir)/airlock.h $(DESTDIR)$(pkgconfigdir)/airlock.pc
+		$(DESTDIR)$(includedir)/airlock.h $(DESTDIR)$(includedir)/airlock-jansson.h \
+		$(DESTDIR)$(pkgconfigdir)/airlock.pc
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find include src tests fuzz bench -name '*.[ch]')
 format:

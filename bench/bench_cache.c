@@ -38,7 +38,7 @@ static void *worker_main(void *arg)
                 snprintf(expect, sizeof(expect), "%d\n", w->index * 1000000 + i);
                 airlock_result *res = NULL;
                 airlock_error err = {0};
-                int r = airlock_cache_run(w->cache, w->cfg, code, strlen(code), &res, &err);
+                int r = airlock_cache_run(w->cache, w->cfg, code, strlen(code), NULL, &res, &err);
                 if (r < 0 || !res->success || !res->stdout_data ||
                     strcmp(res->stdout_data, expect) != 0) {
                         if (w->failures++ == 0)
@@ -86,7 +86,7 @@ int main(int argc, char **argv)
         /* The first run builds the sandbox; it is not part of any round. */
         double t0 = now_ms();
         airlock_result *res = NULL;
-        if (airlock_cache_run(cache, cfg, "pass", 4, &res, &err) < 0) {
+        if (airlock_cache_run(cache, cfg, "pass", 4, NULL, &res, &err) < 0) {
                 fprintf(stderr, "bench_cache: %s\n", err.message);
                 return 3;
         }

@@ -60,10 +60,10 @@ int main(int argc, char **argv) {
         if (airlock_config_new(&cfg, &e) < 0 || airlock_cache_new(2, 0, &c, &e) < 0) return 1;
         if (argc > 4) {
                 /* The C callback tool round trip, as the Python one is timed. */
-                airlock_tool_def d = {.name = "echo", .description = "e", .fn = echo_tool,
+                airlock_tool_def d = {.size = sizeof(airlock_tool_def), .name = "echo", .description = "e", .fn = echo_tool,
                         .parameters_json = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}}"};
                 if (airlock_config_add_tool(cfg, &d, &e) < 0 ||
-                    airlock_cache_run(c, cfg, argv[4], strlen(argv[4]), &r, &e) < 0) return 1;
+                    airlock_cache_run(c, cfg, argv[4], strlen(argv[4]), NULL, &r, &e) < 0) return 1;
                 fputs(r->stdout_data ? r->stdout_data : "0\n", stdout);
                 return 0;
         }
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
         for (int i = -5; i < runs; i++) {
                 usleep(gap);
                 double t0 = now_ms();
-                if (airlock_cache_run(c, cfg, "print(1)", 8, &r, &e) < 0 || !r->success) {
+                if (airlock_cache_run(c, cfg, "print(1)", 8, NULL, &r, &e) < 0 || !r->success) {
                         fprintf(stderr, "%s\n", e.message); return 1; }
                 if (i >= 0) lat[i] = now_ms() - t0;
                 airlock_result_free(r);
@@ -145,8 +145,8 @@ def inproc_pair(sb, runs=RUNS):
     err = ctypes.create_string_buffer(8 + 1024 + 4096 + 64)
     cfg, cache, res = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     lib.airlock_cache_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
-                                      ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
-                                      ctypes.c_void_p]
+                                      ctypes.c_size_t, ctypes.c_void_p,
+                                      ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
     lib.airlock_result_free.argtypes = [ctypes.c_void_p]
     assert lib.airlock_config_new(ctypes.byref(cfg), err) == 0
     assert lib.airlock_cache_new(2, ctypes.c_double(0), ctypes.byref(cache), err) == 0
@@ -155,7 +155,7 @@ def inproc_pair(sb, runs=RUNS):
     for i in range(-5, runs):
         time.sleep(GAP_S)
         u0, t0 = time.thread_time(), time.perf_counter()
-        r = lib.airlock_cache_run(cache, cfg, code, len(code), ctypes.byref(res), err)
+        r = lib.airlock_cache_run(cache, cfg, code, len(code), None, ctypes.byref(res), err)
         t1, u1 = time.perf_counter(), time.thread_time()
         assert r == 0 and ctypes.cast(res, ctypes.POINTER(ctypes.c_bool))[0]
         lib.airlock_result_free(res)

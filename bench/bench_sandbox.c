@@ -116,6 +116,7 @@ static int tool_round_trip(double *med, double *p90)
         if (airlock_config_new(&cfg, &err) < 0)
                 return -1;
         airlock_tool_def def = {
+            .size = sizeof(airlock_tool_def),
             .name = "echo",
             .description = "Answers at once.",
             .parameters_json = "{\"type\": \"object\", \"additionalProperties\": true}",
@@ -137,7 +138,7 @@ static int tool_round_trip(double *med, double *p90)
                            "ts.sort()\n"
                            "print(ts[5000] * 1e6, ts[9000] * 1e6)\n";
         airlock_result *res = NULL;
-        int r = airlock_sandbox_run(sb, code, strlen(code), &res, &err);
+        int r = airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err);
         if (r >= 0 && res->success && sscanf(res->stdout_data, "%lf %lf", med, p90) == 2)
                 r = 0;
         else
@@ -158,7 +159,8 @@ static int timed_runs(airlock_sandbox *sb, const char *code, int runs, useconds_
                 airlock_result *res;
                 usleep(gap_us);
                 double s = now_ms();
-                if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0 || !res->success) {
+                if (airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err) < 0 ||
+                    !res->success) {
                         fprintf(stderr, "bench_sandbox: run %d failed: %s\n", i, err.message);
                         return -1;
                 }
@@ -188,7 +190,7 @@ int main(int argc, char **argv)
                 return 1;
         }
         airlock_result *res;
-        if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0) {
+        if (airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err) < 0) {
                 fprintf(stderr, "bench_sandbox: %s\n", err.message);
                 return 1;
         }
@@ -238,7 +240,7 @@ int main(int argc, char **argv)
         long rss0 = rss_kib();
         double ts = now_ms();
         for (int i = 0; i < soak; i++) {
-                if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0) {
+                if (airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err) < 0) {
                         fprintf(stderr, "bench_sandbox: soak run %d failed: %s\n", i, err.message);
                         return 1;
                 }

@@ -100,7 +100,8 @@ int main(int argc, char **argv)
         fclose(f);
         tool_registry *reg;
         airlock_error err = {0};
-        airlock_tool_def def = {.name = "callback",
+        airlock_tool_def def = {.size = sizeof(airlock_tool_def),
+                                .name = "callback",
                                 .parameters_json = "{\"additionalProperties\":true}",
                                 .fn = echo_fn};
         if (tools_new(&reg, &err) < 0 || tools_load_file(reg, file, 30, &err) < 0 ||

@@ -71,7 +71,7 @@ static int run_checked(airlock_sandbox *sb, const char *code, airlock_result **r
                        airlock_error *err)
 {
         airlock_result *res;
-        if (airlock_sandbox_run(sb, code, strlen(code), &res, err) < 0)
+        if (airlock_sandbox_run(sb, code, strlen(code), NULL, &res, err) < 0)
                 return -1;
         if (!res->success) {
                 fprintf(stderr, "bench_workloads: run failed: %s\n%.*s\n",
@@ -162,6 +162,7 @@ static int mode_tools(int runs, int calls)
         if (airlock_config_new(&cfg, &err) < 0)
                 return die("config", &err);
         airlock_tool_def def = {
+            .size = sizeof(airlock_tool_def),
             .name = "add",
             .description = "Add two integers.",
             .parameters_json = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"

@@ -26,7 +26,8 @@ static tool_registry *registry(void)
         if (reg)
                 return reg;
         airlock_error err = {0};
-        airlock_tool_def def = {.name = "search",
+        airlock_tool_def def = {.size = sizeof(airlock_tool_def),
+                                .name = "search",
                                 .description = "fuzz target",
                                 .parameters_json = SCHEMA,
                                 .fn = never_called};

@@ -1,9 +1,38 @@
 /* airlock: run untrusted Python in a Linux sandbox, move files in and out safely.
  *
- * This header is the whole public API. Every function that can fail returns
- * >= 0 on success or a negative errno value, and fills the optional error
- * record with a message that names the path or value at fault. The library
+ * This header is the whole public API. The rules below hold for every
+ * function in it unless its own comment says otherwise.
+ *
+ * Errors. Every function that can fail returns >= 0 on success or a
+ * negative errno value, and fills the optional error record (err may be
+ * NULL) with a message that names the path or value at fault. The library
  * never prints, exits or aborts on bad input.
+ *
+ * Out-parameters are named ret or ret_*. They are written only on success;
+ * on failure they are left as they were.
+ *
+ * Ownership. What a function returns through ret (an object, a result, a
+ * malloc'd string) belongs to the caller, who frees it with the matching
+ * airlock_*_free or airlock_*_close, or free() for text. A const char *
+ * return value belongs to the library and lives as long as the object it
+ * came from (or forever, for names of constants). Strings and buffers the
+ * caller passes in are copied when the library keeps them; the caller may
+ * free them when the call returns.
+ *
+ * NULL. Free and close functions accept NULL and do nothing. Other object
+ * arguments must not be NULL unless their comment says so (an options
+ * pointer that may be NULL means "all defaults").
+ *
+ * Growable structs. A struct that the caller fills in and the library
+ * reads (airlock_limits, airlock_run_options, airlock_tool_def) starts with
+ * `size_t size`, the caller's sizeof of it: initialise it with its
+ * AIRLOCK_*_INIT macro or airlock_limits_default, which set size and every
+ * default. A newer library reads an older caller's smaller struct and
+ * defaults what it lacks; an older library refuses a newer caller's larger
+ * struct with -E2BIG only when the fields it does not know are set. New
+ * fields are only ever added at the end. Structs the library fills in
+ * (airlock_result and the records in it) are owned and freed by the
+ * library; callers never allocate them.
  *
  * Thread safety: a configuration is not thread-safe while it is being built;
  * once built it may be shared read-only. A sandbox may run code from several
@@ -24,6 +53,10 @@ extern "C" {
 #define AIRLOCK_PUBLIC __attribute__((visibility("default")))
 
 #define AIRLOCK_VERSION "0.1.0"
+
+/* The version of the library that is running, which may be newer than the
+ * AIRLOCK_VERSION a program was built with. Owned by the library. */
+AIRLOCK_PUBLIC const char *airlock_version(void);
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -50,6 +83,7 @@ AIRLOCK_PUBLIC void airlock_error_clear(airlock_error *err);
 /* ---- limits ------------------------------------------------------------ */
 
 typedef struct airlock_limits {
+        size_t size;                /* sizeof(airlock_limits): airlock_limits_default sets it */
         double timeout_s;           /* wall clock of one run (default 30) */
         double cpu_s;               /* CPU time of one run (default: timeout) */
         uint64_t memory_bytes;      /* memory of one run (default 512 MiB) */
@@ -72,8 +106,10 @@ typedef struct airlock_limits {
         double http_timeout_s;      /* HTTP request (default 30) */
 } airlock_limits;
 
-/* Fills every field with its default. */
-AIRLOCK_PUBLIC void airlock_limits_default(airlock_limits *limits);
+/* Fills every field with its default and size with the caller's sizeof. */
+#define airlock_limits_default(limits) airlock_limits_init((limits), sizeof(*(limits)))
+/* What airlock_limits_default calls: size is the caller's sizeof(*limits). */
+AIRLOCK_PUBLIC void airlock_limits_init(airlock_limits *limits, size_t size);
 
 /* A limit that a user sets by name and value, as the command line's
  * --NAME VALUE does. */
@@ -90,8 +126,9 @@ AIRLOCK_PUBLIC const airlock_limit_option *airlock_limit_option_at(size_t i);
  * whole text must be a number in the limit's range, and a whole number
  * unless the unit is SEC; otherwise -EINVAL, with a message that names the
  * option as "--NAME", the value and the range. -ENOENT for a name that
- * airlock_limit_option_at does not list. limits is left as it was on
- * failure; airlock_config_set_limits checks the whole set. */
+ * airlock_limit_option_at does not list, or whose field lies beyond
+ * limits->size (a caller built with an older airlock.h). limits is left as
+ * it was on failure; airlock_config_set_limits checks the whole set. */
 AIRLOCK_PUBLIC int airlock_limits_set_option(airlock_limits *limits, const char *name,
                                              const char *value, airlock_error *err);
 /* Writes the limit called name as text in the option's unit ("30", "512")
@@ -115,6 +152,7 @@ typedef int (*airlock_tool_fn)(void *userdata, const char *args_json, char **ret
                                char **ret_error);
 
 typedef struct airlock_tool_def {
+        size_t size; /* sizeof(airlock_tool_def): AIRLOCK_TOOL_DEF_INIT sets it */
         const char *name;
         const char *description;
         const char *parameters_json; /* JSON Schema of the arguments object, or NULL */
@@ -122,6 +160,12 @@ typedef struct airlock_tool_def {
         airlock_tool_fn fn;
         void *userdata;
 } airlock_tool_def;
+
+/* airlock_tool_def t = AIRLOCK_TOOL_DEF_INIT; then set what the tool has. */
+#define AIRLOCK_TOOL_DEF_INIT                                                                      \
+        {                                                                                          \
+                .size = sizeof(airlock_tool_def)                                                   \
+        }
 
 typedef struct airlock_config airlock_config;
 
@@ -152,11 +196,17 @@ AIRLOCK_PUBLIC int airlock_config_add_tool(airlock_config *cfg, const airlock_to
                                            airlock_error *err);
 AIRLOCK_PUBLIC int airlock_config_remove_tool(airlock_config *cfg, const char *name,
                                               airlock_error *err);
-/* Sets every limit at once. A field out of its range is -EINVAL, naming
- * the field, its value and the range, and changes nothing. */
+/* Sets every limit at once, from a struct that airlock_limits_default
+ * initialised. A field out of its range is -EINVAL, naming the field, its
+ * value and the range, and changes nothing. */
 AIRLOCK_PUBLIC int airlock_config_set_limits(airlock_config *cfg, const airlock_limits *limits,
                                              airlock_error *err);
-AIRLOCK_PUBLIC void airlock_config_get_limits(const airlock_config *cfg, airlock_limits *ret);
+/* Copies the configuration's limits into *ret (as many fields as the
+ * caller's struct has), size included. */
+#define airlock_config_get_limits(cfg, ret) airlock_config_read_limits((cfg), (ret), sizeof(*(ret)))
+/* What airlock_config_get_limits calls: size is the caller's sizeof(*ret). */
+AIRLOCK_PUBLIC void airlock_config_read_limits(const airlock_config *cfg, airlock_limits *ret,
+                                               size_t size);
 AIRLOCK_PUBLIC int airlock_config_add_preload(airlock_config *cfg, const char *module,
                                               airlock_error *err);
 /* Makes the host folder dir of Python packages (a virtualenv's site-packages,
@@ -379,13 +429,8 @@ AIRLOCK_PUBLIC void airlock_result_free(airlock_result *result);
 AIRLOCK_PUBLIC char *airlock_usage_to_json(const airlock_result *result);
 /* The result JSON of docs/design.md, "contents" included. Returns malloc'd text or NULL. */
 AIRLOCK_PUBLIC char *airlock_result_to_json(const airlock_result *result);
-/* The same object as a jansson value (jansson's json_t, which the library
- * links), for a program that goes on building on it (an MCP server's tool
- * result) instead of parsing the text again, which costs seconds for a
- * result with tens of MiB of files. The caller owns the reference
- * (json_decref). NULL when out of memory. */
-struct json_t;
-AIRLOCK_PUBLIC struct json_t *airlock_result_to_jansson(const airlock_result *result);
+/* The same object as a jansson value: airlock_result_to_jansson in
+ * airlock-jansson.h, for programs that use jansson themselves. */
 
 /* ---- sandbox ----------------------------------------------------------- */
 
@@ -401,15 +446,19 @@ AIRLOCK_PUBLIC int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbo
  * of 16 MiB. For a caller that wants to refuse such code early (before it
  * asks a user to approve it, say). */
 AIRLOCK_PUBLIC int airlock_check_code(const char *code, size_t len, airlock_error *err);
-/* Runs code in a fresh copy of the template. A failing run is not an error:
- * it returns 0 with result->success false. Negative only when the run could
- * not be carried out at all. */
-AIRLOCK_PUBLIC int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
-                                       airlock_result **ret, airlock_error *err);
-/* Options of one run. cancel_fd: when it becomes readable (an eventfd or a
- * pipe), the run is stopped and ends with status "killed"; -1 for none.
+/* Called with the bytes of the code's stdout (stream 1) or stderr (stream
+ * 2) as they reach the host; see airlock_run_options.on_output. */
+typedef void (*airlock_output_fn)(void *arg, int stream, const char *data, size_t len);
+
+/* Options of one run; NULL where a run function takes them means all
+ * defaults. Initialise with AIRLOCK_RUN_OPTIONS_INIT, then set fields.
+ *
+ * cancel_fd: when it becomes readable (an eventfd or a pipe), the run is
+ * stopped and ends with status "killed"; -1 for none.
+ *
  * last: the sandbox's last run (a one-shot command). No copy is prepared
  * for a next run, so airlock_sandbox_close right after it is quick.
+ *
  * on_watch, watch_fd, watch_arg: for a caller that lends its thread to the
  * run while other input may arrive (a server's reader): on_watch(watch_arg)
  * is called at most once, on the calling thread, when watch_fd becomes
@@ -417,19 +466,43 @@ AIRLOCK_PUBLIC int airlock_sandbox_run(airlock_sandbox *sb, const char *code, si
  * sandbox build, a workspace check, a wait for a copy or a run slot), so
  * that the caller can hand its input to another thread. It may be called
  * while the sandbox's own lock is held, so it must return promptly and
- * must not call into airlock. Honoured by airlock_sandbox_run_ex and
- * airlock_cache_run_ex; unused while on_watch is NULL. */
+ * must not call into airlock. Unused while on_watch is NULL.
+ *
+ * on_output, output_arg: live output of the run, for a caller that reports
+ * on a long run while it lasts (an MCP server's notifications/progress).
+ * on_output(output_arg, stream, data, len) is called with the bytes of the
+ * code's stdout (stream 1) or stderr (stream 2) as they reach the host, in
+ * the order each stream wrote them; data is not NUL-terminated and is
+ * valid only during the call. The bytes are captured into the result all
+ * the same (and cut there at max_stdout; the hook sees everything the host
+ * read). The guest's stdout is block-buffered when it is not a terminal,
+ * as a script's is when piped, so its output arrives when the code flushes
+ * it (print(..., flush=True), a full buffer, or the end of the run);
+ * stderr arrives line by line. on_output runs on the calling thread,
+ * inside the run's loop: it must return promptly and must not call into
+ * airlock. Unused while NULL. */
 typedef struct airlock_run_options {
+        size_t size; /* sizeof(airlock_run_options): AIRLOCK_RUN_OPTIONS_INIT sets it */
         int cancel_fd;
         bool last;
         int watch_fd;
         void (*on_watch)(void *arg);
         void *watch_arg;
+        airlock_output_fn on_output;
+        void *output_arg;
 } airlock_run_options;
 
-AIRLOCK_PUBLIC int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
-                                          const airlock_run_options *opts, airlock_result **ret,
-                                          airlock_error *err);
+#define AIRLOCK_RUN_OPTIONS_INIT                                                                   \
+        {                                                                                          \
+                .size = sizeof(airlock_run_options), .cancel_fd = -1, .watch_fd = -1               \
+        }
+
+/* Runs code in a fresh copy of the template. A failing run is not an error:
+ * it returns 0 with result->success false. Negative only when the run could
+ * not be carried out at all. opts may be NULL. */
+AIRLOCK_PUBLIC int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
+                                       const airlock_run_options *opts, airlock_result **ret,
+                                       airlock_error *err);
 /* Warnings about the sandbox's configuration that did not stop it, one line
  * each ending in a newline (a .pth entry of a --python-path folder that
  * points outside it, not followed), or NULL. Owned by the sandbox. */
@@ -462,6 +535,7 @@ typedef struct airlock_snapshot airlock_snapshot;
 
 AIRLOCK_PUBLIC int airlock_session_open(airlock_sandbox *sb, airlock_session **ret,
                                         airlock_error *err);
+/* Runs a cell (see above); opts as for airlock_sandbox_run, and may be NULL. */
 AIRLOCK_PUBLIC int airlock_session_run(airlock_session *s, const char *code, size_t len,
                                        const airlock_run_options *opts, airlock_result **ret,
                                        airlock_error *err);
@@ -542,14 +616,11 @@ typedef struct airlock_cache airlock_cache;
 AIRLOCK_PUBLIC int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s,
                                      airlock_cache **ret, airlock_error *err);
 /* Runs code in the cached sandbox for cfg, creating it (or rebuilding a stale
- * or broken one) as needed. Thread-safe. */
+ * or broken one) as needed; opts as for airlock_sandbox_run, and may be
+ * NULL. Thread-safe. */
 AIRLOCK_PUBLIC int airlock_cache_run(airlock_cache *cache, const airlock_config *cfg,
-                                     const char *code, size_t len, airlock_result **ret,
-                                     airlock_error *err);
-AIRLOCK_PUBLIC int airlock_cache_run_ex(airlock_cache *cache, const airlock_config *cfg,
-                                        const char *code, size_t len,
-                                        const airlock_run_options *opts, airlock_result **ret,
-                                        airlock_error *err);
+                                     const char *code, size_t len, const airlock_run_options *opts,
+                                     airlock_result **ret, airlock_error *err);
 /* Opens a session in the cached sandbox for cfg, built as airlock_cache_run
  * would. The session keeps that sandbox, and so the workspace as it was
  * staged then, until it is closed, even once the cache has replaced the
@@ -564,42 +635,14 @@ AIRLOCK_PUBLIC char *airlock_cache_describe_json(airlock_cache *cache, const air
                                                  airlock_error *err);
 AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
 
-/* MCP surface accessors */
-
-/* Live output of a run, for a caller that reports on a long run while it
- * lasts (the MCP server's notifications/progress). on_output(arg, stream,
- * data, len) is called with the bytes of the code's stdout (stream 1) or
- * stderr (stream 2) as they reach the host, in the order each stream wrote
- * them; data is not NUL-terminated and is valid only during the call. The
- * bytes are captured into the result all the same (and cut there at
- * max_stdout; the hook sees everything the host read). The guest's stdout
- * is block-buffered when it is not a terminal, as a script's is when
- * piped, so its output arrives when the code flushes it
- * (print(..., flush=True), a full buffer, or the end of the run); stderr
- * arrives line by line. on_output runs on the calling thread, inside the
- * run's loop: it must return promptly and must not call into airlock.
- * Otherwise the same as airlock_cache_run_ex; one live run at a time per
- * thread (-EBUSY when nested). */
-typedef void (*airlock_output_fn)(void *arg, int stream, const char *data, size_t len);
-
-AIRLOCK_PUBLIC int airlock_cache_run_live(airlock_cache *cache, const airlock_config *cfg,
-                                          const char *code, size_t len,
-                                          const airlock_run_options *opts,
-                                          airlock_output_fn on_output, void *output_arg,
-                                          airlock_result **ret, airlock_error *err);
-/* The same for a session's cell: airlock_session_run with on_output. */
-AIRLOCK_PUBLIC int airlock_session_run_live(airlock_session *s, const char *code, size_t len,
-                                            const airlock_run_options *opts,
-                                            airlock_output_fn on_output, void *output_arg,
-                                            airlock_result **ret, airlock_error *err);
-
 /* For a caller that hands run results to a model (the MCP server): the
  * library's view of which files are text. */
 
 /* Whether a file of this media type (as airlock_file.media_type gives it)
  * is text a model reads as text: every text type, JSON, XML (and the +json, +xml
  * types, SVG included), CSV, YAML, TOML, SQL, shell and other source code.
- * The file's bytes must still be checked with airlock_utf8_valid. */
+ * The file's bytes must still be valid UTF-8 to be shown as text: the
+ * library does not check them here. */
 AIRLOCK_PUBLIC bool airlock_media_type_is_text(const char *media_type);
 
 #ifdef __cplusplus

@@ -8,7 +8,7 @@
 #   openat2   the file-transfer tests with openat2 forced to fail (ENOSYS),
 #             so the component-by-component fallback runs every time;
 #   install   `make install` into a temporary DESTDIR and a program linked
-#             through pkg-config (tests/build);
+#             through pkg-config, and the ABI check against abi/ (tests/build);
 #   blackbox  the built airlock binary driven as users do (tests/blackbox);
 #   python    the Python package (python/, built by `make python`) with
 #             Debian's python3-pytest (tests/python);

@@ -223,6 +223,7 @@ static PyObject *config_add_tool(ConfigObject *self, PyObject *args)
         if (PyList_Append(self->tools, fn) < 0)
                 return NULL;
         airlock_tool_def def = {
+            .size = sizeof(airlock_tool_def),
             .name = name,
             .description = desc,
             .parameters_json = params,
@@ -540,13 +541,14 @@ static PyObject *cache_run(CacheObject *self, PyObject *args, PyObject *kw)
                 return NULL;
         if (!cache_live(self))
                 return NULL;
-        airlock_run_options o = {.cancel_fd = cancel_fd, .watch_fd = -1};
+        airlock_run_options o = {
+            .size = sizeof(airlock_run_options), .cancel_fd = cancel_fd, .watch_fd = -1};
         airlock_result *res = NULL;
         airlock_error e = {0};
         int r;
         atomic_fetch_add(&self->users, 1);
         Py_BEGIN_ALLOW_THREADS r =
-            airlock_cache_run_ex(self->cache, cfg->cfg, code, (size_t)len, &o, &res, &e);
+            airlock_cache_run(self->cache, cfg->cfg, code, (size_t)len, &o, &res, &e);
         Py_END_ALLOW_THREADS atomic_fetch_sub(&self->users, 1);
         if (r < 0)
                 return raise_error(r, &e);
@@ -647,7 +649,8 @@ static PyObject *session_run(SessionObject *self, PyObject *args, PyObject *kw)
                 PyErr_SetString(PyExc_ValueError, "the session is closed");
                 return NULL;
         }
-        airlock_run_options o = {.cancel_fd = cancel_fd, .watch_fd = -1};
+        airlock_run_options o = {
+            .size = sizeof(airlock_run_options), .cancel_fd = cancel_fd, .watch_fd = -1};
         airlock_result *res = NULL;
         airlock_error e = {0};
         int r = -ESRCH;

@@ -381,7 +381,7 @@ static uint64_t mono_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The run's output hook (airlock_cache_run_live), on the run's thread: keeps
+/* The run's output hook (airlock_run_options.on_output), on the run's thread: keeps
  * the latest line of output, stdout and stderr alike, for the progress
  * thread. A line ends at "\n" or "\r" (a progress bar redraws its line after
  * "\r"); blank lines are skipped; a line longer than PROGRESS_LINE_MAX keeps
@@ -592,7 +592,8 @@ static void on_input(void *arg)
 static void run_call(mcp_call *c, reader_watch *w)
 {
         mcp_server *srv = c->srv;
-        airlock_run_options opts = {.cancel_fd = c->cancel_fd};
+        airlock_run_options opts = AIRLOCK_RUN_OPTIONS_INIT;
+        opts.cancel_fd = c->cancel_fd;
         if (w) {
                 opts.watch_fd = srv->input_watch;
                 opts.on_watch = on_input;
@@ -606,12 +607,13 @@ static void run_call(mcp_call *c, reader_watch *w)
         airlock_error err = {0};
         /* Only a call with a progress token pays for watching the output. */
         bool live = c->progress && progress_add(srv, c);
-        int r = c->session ? mcp_sessions_run(c->session, c->code, c->len, &opts,
-                                              live ? on_output : NULL, c, &res, &err)
-                : live     ? airlock_cache_run_live(srv->cache, c->ver->cfg, c->code, c->len, &opts,
-                                                    on_output, c, &res, &err)
-                       : airlock_cache_run_ex(srv->cache, c->ver->cfg, c->code, c->len, &opts, &res,
-                                              &err);
+        if (live) {
+                opts.on_output = on_output;
+                opts.output_arg = c;
+        }
+        int r = c->session ? mcp_sessions_run(c->session, c->code, c->len, &opts, &res, &err)
+                           : airlock_cache_run(srv->cache, c->ver->cfg, c->code, c->len, &opts,
+                                               &res, &err);
         if (live)
                 progress_remove(srv, c);
         json_t *result = NULL;

@@ -780,12 +780,9 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
 }
 
 int mcp_sessions_run(mcp_session_use *u, const char *code, size_t len,
-                     const airlock_run_options *opts, airlock_output_fn on_output, void *output_arg,
-                     airlock_result **ret, airlock_error *err)
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
-        return on_output ? airlock_session_run_live(u->e->s, code, len, opts, on_output, output_arg,
-                                                    ret, err)
-                         : airlock_session_run(u->e->s, code, len, opts, ret, err);
+        return airlock_session_run(u->e->s, code, len, opts, ret, err);
 }
 
 /* Appends one text item to a CallToolResult's content. */

@@ -67,8 +67,7 @@ typedef struct mcp_session_use mcp_session_use;
 json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *owner,
                            mcp_session_use **ret);
 int mcp_sessions_run(mcp_session_use *u, const char *code, size_t len,
-                     const airlock_run_options *opts, airlock_output_fn on_output, void *output_arg,
-                     airlock_result **ret, airlock_error *err);
+                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
 json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_result *res);
 
 /* `airlock serve`: the instance's name, [a-z0-9-]{1,MCP_INSTANCE_MAX}, that

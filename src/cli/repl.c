@@ -195,7 +195,8 @@ int cmd_repl(int argc, char **argv)
                         continue;
                 s = ss[cur];
                 drain_cancel();
-                airlock_run_options opts = {.cancel_fd = cancel_pipe[0], .watch_fd = -1};
+                airlock_run_options opts = AIRLOCK_RUN_OPTIONS_INIT;
+                opts.cancel_fd = cancel_pipe[0];
                 airlock_result *res = NULL;
                 r = airlock_session_run(s, cell.data, cell.len, &opts, &res, &err);
                 if (r < 0) {

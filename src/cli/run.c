@@ -241,8 +241,10 @@ int cmd_run(int argc, char **argv)
                 goto fail;
         }
         print_warnings(airlock_sandbox_warnings(sb), "airlock");
-        airlock_run_options ropts = {.cancel_fd = cancel_pipe[0], .last = true};
-        r = airlock_sandbox_run_ex(sb, code, len, &ropts, &res, &err);
+        airlock_run_options ropts = AIRLOCK_RUN_OPTIONS_INIT;
+        ropts.cancel_fd = cancel_pipe[0];
+        ropts.last = true;
+        r = airlock_sandbox_run(sb, code, len, &ropts, &res, &err);
         if (r < 0) {
                 status = cli_exit_status(&err);
                 goto fail;

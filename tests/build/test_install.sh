@@ -22,7 +22,7 @@ prefix=/usr/local
 install_ok() {
     make --no-print-directory -s install BUILD="$build" DESTDIR="$dest" PREFIX="$prefix" >"$dest/install.log" 2>&1 ||
         { cat "$dest/install.log"; return 1; }
-    for f in bin/airlock include/airlock.h lib/libairlock.so lib/libairlock.so.0 lib/pkgconfig/airlock.pc; do
+    for f in bin/airlock include/airlock.h include/airlock-jansson.h lib/libairlock.so lib/libairlock.so.0 lib/pkgconfig/airlock.pc; do
         [ -e "$dest$prefix/$f" ] || { echo "missing $prefix/$f"; return 1; }
     done
 }
@@ -38,11 +38,11 @@ check "the library's SONAME is libairlock.so.0" soname_ok
 
 exports_ok() {
     local want got
-    want=$(grep -E '^AIRLOCK_PUBLIC' include/airlock.h | sed -E 's/.*[ *](airlock_[a-z0-9_]+)\(.*/\1/' | sort -u)
+    want=$(cat include/airlock.h include/airlock-jansson.h | grep -E '^AIRLOCK_PUBLIC' | sed -E 's/.*[ *](airlock_[a-z0-9_]+)\(.*/\1/' | sort -u)
     got=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBR]$/ {sub(/@.*/, "", $3); print $3}' | sort -u)
     [ "$want" = "$got" ] || { diff <(echo "$want") <(echo "$got"); return 1; }
 }
-check "the library exports exactly the AIRLOCK_PUBLIC functions of airlock.h" exports_ok
+check "the library exports exactly the AIRLOCK_PUBLIC functions of airlock.h and airlock-jansson.h" exports_ok
 
 cat >"$dest/tiny.c" <<'C'
 #include <airlock.h>
@@ -61,7 +61,7 @@ int main(void)
                 return 3;
         }
         const char *code = "print(6 * 7)";
-        if (airlock_sandbox_run(sb, code, strlen(code), &res, &err) < 0) {
+        if (airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err) < 0) {
                 fprintf(stderr, "tiny: %s\n", err.message);
                 return 1;
         }

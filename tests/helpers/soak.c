@@ -289,7 +289,7 @@ static void one_run(airlock_cache *cache, const airlock_config *cfg,
         airlock_error err;
         airlock_error_clear(&err);
         int rc = airlock_cache_run(cache, k == K_TIMEOUT ? cfg_timeout : cfg, code, strlen(code),
-                                   &r, &err);
+                                   NULL, &r, &err);
         if (rc < 0) {
                 failures++;
                 if (wrong_shown++ < 10)
@@ -359,6 +359,7 @@ static airlock_config *make_config(const char *ws, int port, double timeout_s)
         char target[64];
         snprintf(target, sizeof(target), "127.0.0.1:%d", port);
         airlock_tool_def echo = {
+            .size = sizeof(airlock_tool_def),
             .name = "echo",
             .description = "Returns its arguments.",
             .parameters_json = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},"

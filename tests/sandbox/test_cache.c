@@ -85,7 +85,8 @@ static void test_fingerprint_components(void **state)
         airlock_config_free(copy);
 
         airlock_limits lim;
-        airlock_tool_def def = {.name = "t1", .description = "d", .fn = cb_tool};
+        airlock_tool_def def = {
+            .size = sizeof(airlock_tool_def), .name = "t1", .description = "d", .fn = cb_tool};
         char tools[160];
         snprintf(tools, sizeof(tools), "%s/tools.json", tmp_root);
         write_text(tools, "{\"tools\": [{\"name\": \"t2\", \"description\": \"d\", "
@@ -346,7 +347,7 @@ static void advance(double seconds)
 
 static const cache_ops fake_ops = {
     .sandbox_new = fake_new,
-    .sandbox_run_ex = fake_run,
+    .sandbox_run = fake_run,
     .sandbox_close = fake_close,
     .now_ns = fake_now,
 };
@@ -378,7 +379,7 @@ static int run_on(airlock_cache *c, const airlock_config *cfg, const char *code)
 {
         airlock_result *res = NULL;
         airlock_error err = {0};
-        int r = airlock_cache_run(c, cfg, code, strlen(code), &res, &err);
+        int r = airlock_cache_run(c, cfg, code, strlen(code), NULL, &res, &err);
         if (r < 0)
                 fail_msg("airlock_cache_run: %d %s", r, err.message);
         int id = -1;
@@ -517,7 +518,7 @@ static void test_dead_template_rebuilt_once(void **state)
         fk.die_budget = 2;
         airlock_result *res = NULL;
         airlock_error err = {0};
-        assert_int_equal(airlock_cache_run(c, b, "y", 1, &res, &err), -EPIPE);
+        assert_int_equal(airlock_cache_run(c, b, "y", 1, NULL, &res, &err), -EPIPE);
         assert_null(res);
         assert_int_equal(fk.n, 4); /* the first try and one rebuild */
         assert_true(fk.fakes[2].closed);
@@ -534,7 +535,7 @@ static void test_failed_build_not_cached(void **state)
         fk.fail_new = 1;
         airlock_result *res = NULL;
         airlock_error err = {0};
-        assert_int_equal(airlock_cache_run(c, a, "x", 1, &res, &err), -ENOSYS);
+        assert_int_equal(airlock_cache_run(c, a, "x", 1, NULL, &res, &err), -ENOSYS);
         assert_string_equal(err.message, "fake: no namespaces here");
         assert_int_equal(run_on(c, a, "x"), 0); /* tried again, works */
         airlock_cache_close(c);
@@ -557,7 +558,7 @@ static void *run_thread(void *p)
         airlock_result *res = NULL;
         airlock_error err = {0};
         a->id = -1;
-        if (airlock_cache_run(a->c, a->cfg, a->code, strlen(a->code), &res, &err) < 0)
+        if (airlock_cache_run(a->c, a->cfg, a->code, strlen(a->code), NULL, &res, &err) < 0)
                 return NULL;
         int id = -1;
         char tail[256];
@@ -658,7 +659,7 @@ static void test_eviction_waits_for_running(void **state)
         /* b evicts a (cap 1) while a's run is still going. */
         airlock_result *res = NULL;
         airlock_error err = {0};
-        assert_int_equal(airlock_cache_run(c, b, "fast", 4, &res, &err), 0);
+        assert_int_equal(airlock_cache_run(c, b, "fast", 4, NULL, &res, &err), 0);
         airlock_result_free(res);
         pthread_mutex_lock(&fk.lock);
         bool a_closed_early = fk.fakes[0].closed;
@@ -760,7 +761,7 @@ static char *real_run(airlock_cache *c, const airlock_config *cfg, const char *c
 {
         airlock_result *res = NULL;
         airlock_error err = {0};
-        int r = airlock_cache_run(c, cfg, code, strlen(code), &res, &err);
+        int r = airlock_cache_run(c, cfg, code, strlen(code), NULL, &res, &err);
         if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
                 print_message("no sandbox here: %s\n", err.message);
                 airlock_cache_close(c);
@@ -845,7 +846,7 @@ static void *real_thread(void *p)
                 snprintf(expect, sizeof(expect), "t%d-%d\n", a->index, i);
                 airlock_result *res = NULL;
                 airlock_error err = {0};
-                if (airlock_cache_run(a->c, a->cfg, code, strlen(code), &res, &err) < 0 ||
+                if (airlock_cache_run(a->c, a->cfg, code, strlen(code), NULL, &res, &err) < 0 ||
                     !res->stdout_data || strcmp(res->stdout_data, expect) != 0)
                         a->wrong++;
                 airlock_result_free(res);
@@ -892,11 +893,14 @@ static void on_watch(void *arg)
 static int watched_run(airlock_cache *c, const airlock_config *cfg, const char *code, int fd,
                        watch_state *w)
 {
-        airlock_run_options opts = {
-            .cancel_fd = -1, .watch_fd = fd, .on_watch = on_watch, .watch_arg = w};
+        airlock_run_options opts = {.size = sizeof(airlock_run_options),
+                                    .cancel_fd = -1,
+                                    .watch_fd = fd,
+                                    .on_watch = on_watch,
+                                    .watch_arg = w};
         airlock_result *res = NULL;
         airlock_error err = {0};
-        int r = airlock_cache_run_ex(c, cfg, code, strlen(code), &opts, &res, &err);
+        int r = airlock_cache_run(c, cfg, code, strlen(code), &opts, &res, &err);
         if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
                 print_message("no sandbox here: %s\n", err.message);
                 skip();

@@ -116,7 +116,10 @@ static void test_config_calls_clear_the_record(void **state)
         make_stale(&err);
         assert_int_equal(airlock_config_load_tools(cfg, "tests/data/tools/tools.json", &err), 0);
         assert_clear(&err);
-        airlock_tool_def def = {.name = "echo", .description = "echo", .fn = tool_echo};
+        airlock_tool_def def = {.size = sizeof(airlock_tool_def),
+                                .name = "echo",
+                                .description = "echo",
+                                .fn = tool_echo};
         make_stale(&err);
         assert_int_equal(airlock_config_add_tool(cfg, &def, &err), 0);
         assert_clear(&err);
@@ -175,13 +178,13 @@ static void test_run_calls_clear_the_record(void **state)
 
         airlock_result *res = NULL;
         make_stale(&err);
-        assert_int_equal(airlock_sandbox_run(sb, "print(1)", 8, &res, &err), 0);
+        assert_int_equal(airlock_sandbox_run(sb, "print(1)", 8, NULL, &res, &err), 0);
         assert_clear(&err);
         assert_true(res->success);
         airlock_result_free(res);
-        airlock_run_options opts = {.cancel_fd = -1};
+        airlock_run_options opts = {.size = sizeof(airlock_run_options), .cancel_fd = -1};
         make_stale(&err);
-        assert_int_equal(airlock_sandbox_run_ex(sb, "print(2)", 8, &opts, &res, &err), 0);
+        assert_int_equal(airlock_sandbox_run(sb, "print(2)", 8, &opts, &res, &err), 0);
         assert_clear(&err);
         airlock_result_free(res);
 
@@ -221,11 +224,11 @@ static void test_run_calls_clear_the_record(void **state)
         assert_int_equal(airlock_cache_new(1, 60, &c, &err), 0);
         assert_clear(&err);
         make_stale(&err);
-        assert_int_equal(airlock_cache_run(c, cfg, "print(3)", 8, &res, &err), 0);
+        assert_int_equal(airlock_cache_run(c, cfg, "print(3)", 8, NULL, &res, &err), 0);
         assert_clear(&err);
         airlock_result_free(res);
         make_stale(&err);
-        assert_int_equal(airlock_cache_run_ex(c, cfg, "print(4)", 8, &opts, &res, &err), 0);
+        assert_int_equal(airlock_cache_run(c, cfg, "print(4)", 8, &opts, &res, &err), 0);
         assert_clear(&err);
         airlock_result_free(res);
         make_stale(&err);

@@ -192,7 +192,7 @@ static void test_template_killed_between_runs(void **state)
         airlock_sandbox *sb = new_sandbox(cfg);
         airlock_error err = {0};
         airlock_result *res = NULL;
-        assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err), 0);
+        assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), NULL, &res, &err), 0);
         expect_ok(res);
         airlock_result_free(res);
 
@@ -204,7 +204,7 @@ static void test_template_killed_between_runs(void **state)
         for (; attempts < 4; attempts++) {
                 res = NULL;
                 airlock_error_clear(&err);
-                r = airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err);
+                r = airlock_sandbox_run(sb, CODE, strlen(CODE), NULL, &res, &err);
                 if (r < 0)
                         break;
                 expect_ok(res);
@@ -219,7 +219,7 @@ static void test_template_killed_between_runs(void **state)
         print_message("after %d good runs: %s\n", attempts, err.message);
         airlock_error_clear(&err);
         res = NULL;
-        assert_true(airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err) < 0);
+        assert_true(airlock_sandbox_run(sb, CODE, strlen(CODE), NULL, &res, &err) < 0);
         assert_null(res);
         assert_true(err.message[0] != '\0');
 
@@ -240,7 +240,7 @@ typedef struct run_arg {
 static void *run_thread(void *p)
 {
         run_arg *a = p;
-        a->r = airlock_sandbox_run(a->sb, a->code, strlen(a->code), &a->res, &a->err);
+        a->r = airlock_sandbox_run(a->sb, a->code, strlen(a->code), NULL, &a->res, &a->err);
         return NULL;
 }
 
@@ -274,7 +274,7 @@ static void test_template_killed_during_run(void **state)
         for (int i = 0; i < 4 && r >= 0; i++) {
                 airlock_result *res = NULL;
                 airlock_error err = {0};
-                r = airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err);
+                r = airlock_sandbox_run(sb, CODE, strlen(CODE), NULL, &res, &err);
                 if (r >= 0) {
                         expect_ok(res);
                         airlock_result_free(res);
@@ -297,7 +297,7 @@ static void test_copy_killed_between_runs(void **state)
         airlock_sandbox *sb = new_sandbox(cfg);
         airlock_error err = {0};
         airlock_result *res = NULL;
-        assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err), 0);
+        assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), NULL, &res, &err), 0);
         expect_ok(res);
         airlock_result_free(res);
 
@@ -314,7 +314,7 @@ static void test_copy_killed_between_runs(void **state)
         for (int i = 0; i < n; i++)
                 assert_int_equal(kill(pids[i], SIGKILL), 0);
         res = NULL;
-        int r = airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err);
+        int r = airlock_sandbox_run(sb, CODE, strlen(CODE), NULL, &res, &err);
         if (r >= 0) {
                 assert_non_null(res);
                 print_message("the run after the copy died: success %d status %s: %s\n",
@@ -328,7 +328,7 @@ static void test_copy_killed_between_runs(void **state)
         }
         for (int i = 0; i < 3; i++) {
                 res = NULL;
-                assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), &res, &err), 0);
+                assert_int_equal(airlock_sandbox_run(sb, CODE, strlen(CODE), NULL, &res, &err), 0);
                 expect_ok(res);
                 airlock_result_free(res);
         }
@@ -346,7 +346,7 @@ static void test_cache_rebuilds_after_template_death(void **state)
         airlock_error err = {0};
         assert_int_equal(airlock_cache_new(0, 0, &c, &err), 0);
         airlock_result *res = NULL;
-        int r = airlock_cache_run(c, cfg, CODE, strlen(CODE), &res, &err);
+        int r = airlock_cache_run(c, cfg, CODE, strlen(CODE), NULL, &res, &err);
         if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
                 airlock_cache_close(c);
                 airlock_config_free(cfg);
@@ -364,7 +364,7 @@ static void test_cache_rebuilds_after_template_death(void **state)
                 for (int i = 0; i < 4; i++) {
                         res = NULL;
                         airlock_error_clear(&err);
-                        r = airlock_cache_run(c, cfg, CODE, strlen(CODE), &res, &err);
+                        r = airlock_cache_run(c, cfg, CODE, strlen(CODE), NULL, &res, &err);
                         if (r < 0)
                                 fail_msg("round %d run %d after the template died: %s", round, i,
                                          err.message);

@@ -1,4 +1,4 @@
-/* Live output of a run (airlock_cache_run_live): the hook sees the code's
+/* Live output of a run (airlock_run_options.on_output): the hook sees the code's
  * stdout and stderr while the code still runs, on the calling thread, every
  * byte of each stream in order, and the result keeps them all the same.
  * Uses a real sandbox; skipped when the kernel offers no isolation. */
@@ -67,9 +67,10 @@ static void test_live_output(void **state)
                                    "sys.stdout.write('x' * 100000)\n";
         seen s = {.thread = pthread_self()};
         airlock_result *res = NULL;
-        airlock_run_options opts = {.cancel_fd = -1};
-        int r =
-            airlock_cache_run_live(c, cfg, code, strlen(code), &opts, on_output, &s, &res, &err);
+        airlock_run_options opts = AIRLOCK_RUN_OPTIONS_INIT;
+        opts.on_output = on_output;
+        opts.output_arg = &s;
+        int r = airlock_cache_run(c, cfg, code, strlen(code), &opts, &res, &err);
         double ended = now_s();
         if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
                 print_message("no sandbox here: %s\n", err.message);
@@ -96,7 +97,8 @@ static void test_live_output(void **state)
         /* A plain run on the same thread afterwards calls no hook. */
         memset(&s, 0, sizeof(s));
         s.thread = pthread_self();
-        assert_int_equal(airlock_cache_run_ex(c, cfg, "print(1)", 8, &opts, &res, &err), 0);
+        opts.on_output = NULL;
+        assert_int_equal(airlock_cache_run(c, cfg, "print(1)", 8, &opts, &res, &err), 0);
         assert_int_equal(s.out_len + s.err_len, 0);
         airlock_result_free(res);
         airlock_cache_close(c);

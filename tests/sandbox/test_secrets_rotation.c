@@ -89,8 +89,8 @@ static char *digest_run(airlock_cache *cache, airlock_sandbox *sb, const airlock
 {
         airlock_error err;
         airlock_result *res = NULL;
-        int r = sb ? airlock_sandbox_run(sb, code, strlen(code), &res, &err)
-                   : airlock_cache_run(cache, cfg, code, strlen(code), &res, &err);
+        int r = sb ? airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err)
+                   : airlock_cache_run(cache, cfg, code, strlen(code), NULL, &res, &err);
         if (r < 0)
                 fail_msg("run: %s", err.message);
         if (!res->success)

@@ -89,7 +89,7 @@ static void test_single_runs_stay_fresh(void **state)
         expect_stdout(s, "y = 1", "");
         airlock_result *res;
         const char *code = "print('y' in globals())";
-        assert_int_equal(airlock_sandbox_run(sb, code, strlen(code), &res, &err), 0);
+        assert_int_equal(airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err), 0);
         assert_string_equal(res->stdout_data, "False\n");
         airlock_result_free(res);
         airlock_session_close(s);
@@ -101,12 +101,13 @@ static void test_run_after_a_last_run(void **state)
 {
         airlock_error err;
         airlock_result *res;
-        const airlock_run_options last = {.cancel_fd = -1, .last = true};
+        const airlock_run_options last = {
+            .size = sizeof(airlock_run_options), .cancel_fd = -1, .last = true};
         const char *code = "print(7)";
         for (int i = 0; i < 2; i++) {
-                assert_int_equal(airlock_sandbox_run_ex(sb, code, strlen(code),
-                                                        i == 0 ? &last : NULL, &res, &err),
-                                 0);
+                assert_int_equal(
+                    airlock_sandbox_run(sb, code, strlen(code), i == 0 ? &last : NULL, &res, &err),
+                    0);
                 assert_true(res->success);
                 assert_string_equal(res->stdout_data, "7\n");
                 airlock_result_free(res);
@@ -308,7 +309,7 @@ static void test_timeout_rolls_back(void **state)
         expect_stdout(s, "print(x)", "42\n");
         airlock_session_close(s);
         /* The sandbox still works. */
-        assert_int_equal(airlock_sandbox_run(sb, "print(2)", 8, &res, &err), 0);
+        assert_int_equal(airlock_sandbox_run(sb, "print(2)", 8, NULL, &res, &err), 0);
         assert_string_equal(res->stdout_data, "2\n");
         airlock_result_free(res);
 }
@@ -323,7 +324,8 @@ static void test_cancel_rolls_back(void **state)
         assert_int_equal(pipe(p), 0);
         /* Readable at once: the cell is cancelled as soon as it runs. */
         assert_int_equal(write(p[1], "c", 1), 1);
-        airlock_run_options o = {.cancel_fd = p[0], .watch_fd = -1};
+        airlock_run_options o = {
+            .size = sizeof(airlock_run_options), .cancel_fd = p[0], .watch_fd = -1};
         const char *code = "x = 'during'\nimport time\ntime.sleep(30)";
         airlock_result *res = NULL;
         assert_int_equal(airlock_session_run(s, code, strlen(code), &o, &res, &err), 0);
@@ -400,7 +402,7 @@ static void test_final_expression_is_displayed(void **state)
         airlock_result_free(res);
         expect_stdout(s, "x", "1\n");
         airlock_session_close(s);
-        assert_int_equal(airlock_sandbox_run(sb, "6 * 7", 5, &res, &err), 0);
+        assert_int_equal(airlock_sandbox_run(sb, "6 * 7", 5, NULL, &res, &err), 0);
         assert_string_equal(res->stdout_data, "");
         airlock_result_free(res);
 }
@@ -984,7 +986,7 @@ static void test_prefaulted_copies_stay_fresh(void **state)
                 /* Spaced like an agent's calls, so that each run takes a
                  * copy made after the probe rather than one on demand. */
                 usleep(30000);
-                assert_int_equal(airlock_sandbox_run(sb, code, strlen(code), &res, &err), 0);
+                assert_int_equal(airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err), 0);
                 assert_true(res->success);
                 assert_int_equal(strncmp(res->stdout_data, "False ", 6), 0);
                 snprintf(seen[i], sizeof(seen[i]), "%s", res->stdout_data);
@@ -1020,7 +1022,7 @@ static void test_copies_without_populate_advice(void **state)
                         airlock_result *res;
                         const char *code = "print(6 * 7)";
                         usleep(30000);
-                        if (airlock_sandbox_run(old, code, strlen(code), &res, &err) < 0 ||
+                        if (airlock_sandbox_run(old, code, strlen(code), NULL, &res, &err) < 0 ||
                             !res->success || strcmp(res->stdout_data, "42\n") != 0)
                                 _exit(4);
                         airlock_result_free(res);

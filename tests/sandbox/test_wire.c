@@ -55,7 +55,7 @@ static airlock_result *run(const char *code)
 {
         airlock_error err;
         airlock_result *res = NULL;
-        int r = airlock_sandbox_run(sb, code, strlen(code), &res, &err);
+        int r = airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err);
         if (r < 0)
                 print_error("run: %s\n", err.message);
         assert_int_equal(r, 0);

@@ -45,7 +45,7 @@ static void test_to_json(void **state)
         assert_int_equal(airlock_config_allow(cfg, "plain.example.com", NULL, &err), 0);
         /* The same target again replaces its methods. */
         assert_int_equal(airlock_config_allow(cfg, "plain.example.com", "put", &err), 0);
-        airlock_tool_def def = {.name = "t", .description = "d"};
+        airlock_tool_def def = {.size = sizeof(airlock_tool_def), .name = "t", .description = "d"};
         assert_int_equal(airlock_config_add_typed_tool(cfg, &def, typed, &err), 0);
         assert_int_equal(airlock_config_add_typed_tool(cfg, &def, NULL, &err), -EINVAL);
         assert_int_equal(airlock_config_add_preload(cfg, "json", &err), 0);

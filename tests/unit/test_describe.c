@@ -25,7 +25,8 @@ static void add_tool(airlock_config *cfg, const char *name, const char *desc, co
                      airlock_approval ap)
 {
         airlock_error err = {0};
-        airlock_tool_def def = {.name = name,
+        airlock_tool_def def = {.size = sizeof(airlock_tool_def),
+                                .name = name,
                                 .description = desc,
                                 .parameters_json = params,
                                 .approval = ap,

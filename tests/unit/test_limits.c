@@ -151,12 +151,77 @@ static void test_fingerprint(void **state)
         free(tb);
 }
 
+static int no_tool(void *userdata, const char *args_json, char **ret_result_json, char **ret_error)
+{
+        return -1;
+}
+
+/* The growable structs of airlock.h: a caller's size is read, never
+ * trusted beyond what the library knows. */
+static void test_growable_structs(void **state)
+{
+        airlock_config *cfg = NULL;
+        airlock_error err = {0};
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        assert_string_equal(airlock_version(), AIRLOCK_VERSION);
+
+        /* No size: refused, naming the initialiser. */
+        airlock_limits l;
+        memset(&l, 0, sizeof(l));
+        l.timeout_s = 5;
+        assert_int_equal(airlock_config_set_limits(cfg, &l, &err), -EINVAL);
+        assert_non_null(strstr(err.message, "airlock_limits_default"));
+
+        /* A newer caller's struct: its unknown tail may be zero, not set. */
+        struct {
+                airlock_limits l;
+                uint64_t newer[4];
+        } big;
+        memset(&big, 0, sizeof(big));
+        airlock_limits_init(&big.l, sizeof(big));
+        assert_int_equal(big.l.size, sizeof(big));
+        big.l.timeout_s = 7;
+        assert_int_equal(airlock_config_set_limits(cfg, &big.l, &err), 0);
+        big.newer[2] = 1;
+        assert_int_equal(airlock_config_set_limits(cfg, &big.l, &err), -E2BIG);
+
+        /* Reading back writes no more than the caller's size. */
+        memset(&big, 0x5a, sizeof(big));
+        airlock_config_read_limits(cfg, &big.l, sizeof(big.l));
+        assert_true(big.l.timeout_s == 7);
+        assert_int_equal(big.l.size, sizeof(big.l));
+        assert_int_equal(big.newer[0], 0x5a5a5a5a5a5a5a5aull);
+
+        /* An option whose field the caller's struct lacks is unknown. */
+        airlock_limits_default(&l);
+        l.size = offsetof(airlock_limits, http_timeout_s);
+        assert_int_equal(airlock_limits_set_option(&l, "timeout", "3", &err), 0);
+        char buf[32];
+        assert_int_equal(airlock_limits_format_option(&l, "timeout", buf, sizeof(buf)), 1);
+
+        /* Run options and tool definitions follow the same rule. */
+        airlock_cache *c = NULL;
+        assert_int_equal(airlock_cache_new(1, 0, &c, &err), 0);
+        airlock_run_options o = {.cancel_fd = -1};
+        airlock_result *res = NULL;
+        assert_int_equal(airlock_cache_run(c, cfg, "print(1)", 8, &o, &res, &err), -EINVAL);
+        assert_non_null(strstr(err.message, "AIRLOCK_RUN_OPTIONS_INIT"));
+        assert_null(res);
+        airlock_cache_close(c);
+        airlock_tool_def t = {.name = "t", .fn = no_tool};
+        assert_int_equal(airlock_config_add_tool(cfg, &t, &err), -EINVAL);
+        assert_non_null(strstr(err.message, "AIRLOCK_TOOL_DEF_INIT"));
+        t.size = sizeof(t);
+        assert_int_equal(airlock_config_add_tool(cfg, &t, &err), 0);
+        airlock_config_free(cfg);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_defaults),    cmocka_unit_test(test_check_names_the_field),
             cmocka_unit_test(test_options),     cmocka_unit_test(test_template_json),
-            cmocka_unit_test(test_fingerprint),
+            cmocka_unit_test(test_fingerprint), cmocka_unit_test(test_growable_structs),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -332,7 +332,10 @@ static void test_validation(void **state)
 {
         tool_registry *reg;
         assert_int_equal(tools_new(&reg, NULL), 0);
-        airlock_tool_def def = {.name = "calc", .parameters_json = schema, .fn = dummy_fn};
+        airlock_tool_def def = {.size = sizeof(airlock_tool_def),
+                                .name = "calc",
+                                .parameters_json = schema,
+                                .fn = dummy_fn};
         airlock_error err = {0};
         if (tools_add_callback(reg, &def, &err) < 0)
                 fail_msg("add: %s", err.message);
@@ -401,7 +404,8 @@ static void test_callbacks(void **state)
         assert_int_equal(tools_new(&reg, NULL), 0);
         const char *modes[] = {"echo", "fail", "failnomsg", "garbage", "scalar", "none"};
         for (size_t i = 0; i < ARRAY_SIZE(modes); i++) {
-                airlock_tool_def def = {.name = modes[i],
+                airlock_tool_def def = {.size = sizeof(airlock_tool_def),
+                                        .name = modes[i],
                                         .description = "test",
                                         .parameters_json = "{\"additionalProperties\":true}",
                                         .fn = cb_tool,
@@ -445,10 +449,12 @@ static void test_typed_callbacks(void **state)
         assert_int_equal(tools_new(&reg, NULL), 0);
         const char *modes[] = {"ok", "typed", "badname"};
         for (size_t i = 0; i < ARRAY_SIZE(modes); i++) {
-                airlock_tool_def def = {.name = modes[i], .userdata = (void *)modes[i]};
+                airlock_tool_def def = {.size = sizeof(airlock_tool_def),
+                                        .name = modes[i],
+                                        .userdata = (void *)modes[i]};
                 assert_int_equal(tools_add_typed_callback(reg, &def, typed_tool, NULL), 0);
         }
-        airlock_tool_def none = {.name = "none"};
+        airlock_tool_def none = {.size = sizeof(airlock_tool_def), .name = "none"};
         assert_int_equal(tools_add_typed_callback(reg, &none, NULL, NULL), -EINVAL);
         json_t *in = parse("{}");
         json_t *res = NULL;
@@ -486,7 +492,7 @@ static void test_registry_rules(void **state)
 {
         tool_registry *reg;
         assert_int_equal(tools_new(&reg, NULL), 0);
-        airlock_tool_def def = {.name = "a", .fn = dummy_fn};
+        airlock_tool_def def = {.size = sizeof(airlock_tool_def), .name = "a", .fn = dummy_fn};
         assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
         def.name = "b";
         assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
@@ -561,7 +567,8 @@ static void test_clone_and_fingerprint(void **state)
 {
         tool_registry *reg = load_sample(), *copy;
         int x = 1, y = 2;
-        airlock_tool_def def = {.name = "cb", .fn = dummy_fn, .userdata = &x};
+        airlock_tool_def def = {
+            .size = sizeof(airlock_tool_def), .name = "cb", .fn = dummy_fn, .userdata = &x};
         assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
         assert_int_equal(tools_clone(reg, &copy, NULL), 0);
         _cleanup_free_ char *f1 = tools_fingerprint_text(reg);
@@ -656,7 +663,8 @@ static void test_tools_file_errors(void **state)
                 tool_registry *reg;
                 assert_int_equal(tools_new(&reg, NULL), 0);
                 /* An existing tool survives a file that fails (all or nothing). */
-                airlock_tool_def def = {.name = "keep", .fn = dummy_fn};
+                airlock_tool_def def = {
+                    .size = sizeof(airlock_tool_def), .name = "keep", .fn = dummy_fn};
                 assert_int_equal(tools_add_callback(reg, &def, NULL), 0);
                 airlock_error err = {0};
                 int r = tools_load_file(reg, file, 7, &err);

@@ -130,19 +130,38 @@ int airlock_config_load_tools(airlock_config *c, const char *file, airlock_error
         return tools_load_file(c->tools, file, c->limits.tool_timeout_s, err);
 }
 
+/* The caller's tool definition in the library's layout (airlock.h,
+ * "Growable structs"). */
+static int tool_def_in(const airlock_tool_def *def, airlock_tool_def *out, airlock_error *err)
+{
+        *out = (airlock_tool_def)AIRLOCK_TOOL_DEF_INIT;
+        if (!def)
+                return al_error(err, -EINVAL, NULL, "add tool: no tool definition");
+        return al_struct_in(out, sizeof(*out), def, sizeof(airlock_tool_def), "airlock_tool_def",
+                            "AIRLOCK_TOOL_DEF_INIT", err);
+}
+
 int airlock_config_add_tool(airlock_config *c, const airlock_tool_def *def, airlock_error *err)
 {
         airlock_error_clear(err);
+        airlock_tool_def d;
+        int r = tool_def_in(def, &d, err);
+        if (r < 0)
+                return r;
         config_changed(c);
-        return tools_add_callback(c->tools, def, err);
+        return tools_add_callback(c->tools, &d, err);
 }
 
 int airlock_config_add_typed_tool(airlock_config *c, const airlock_tool_def *def,
                                   airlock_tool_typed_fn fn, airlock_error *err)
 {
         airlock_error_clear(err);
+        airlock_tool_def d;
+        int r = tool_def_in(def, &d, err);
+        if (r < 0)
+                return r;
         config_changed(c);
-        return tools_add_typed_callback(c->tools, def, fn, err);
+        return tools_add_typed_callback(c->tools, &d, fn, err);
 }
 
 int airlock_config_remove_tool(airlock_config *c, const char *name, airlock_error *err)
@@ -156,16 +175,26 @@ int airlock_config_set_limits(airlock_config *c, const airlock_limits *l, airloc
 {
         airlock_error_clear(err);
         config_changed(c);
-        int r = limits_check(l, err);
+        airlock_limits full;
+        int r = limits_from_caller(l, &full, err);
         if (r < 0)
                 return r;
-        c->limits = *l;
+        r = limits_check(&full, err);
+        if (r < 0)
+                return r;
+        c->limits = full;
         return 0;
 }
 
-void airlock_config_get_limits(const airlock_config *c, airlock_limits *ret)
+void airlock_config_read_limits(const airlock_config *c, airlock_limits *ret, size_t size)
 {
-        *ret = c->limits;
+        /* As many bytes as the caller's struct has, never more: a caller
+         * built with an older airlock.h has a smaller one. */
+        if (size < AIRLOCK_LIMITS_SIZE_V1)
+                return;
+        airlock_limits_init(ret, size);
+        memcpy(ret, &c->limits, size < sizeof(c->limits) ? size : sizeof(c->limits));
+        ret->size = size;
 }
 
 /* A preload is a dotted module name; anything else could smuggle code. */

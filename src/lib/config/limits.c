@@ -24,6 +24,7 @@
  * struct that the table lacks unless it hides in padding. */
 #define LIMIT_MIRROR(name, type, ...) LIMIT_CTYPE_##type name;
 struct limits_mirror {
+        size_t size;
         AIRLOCK_LIMITS(LIMIT_MIRROR)
 };
 _Static_assert(sizeof(struct limits_mirror) == sizeof(airlock_limits),
@@ -42,7 +43,8 @@ AIRLOCK_LIMITS(LIMIT_ASSERT)
 #define LIMIT_DEFAULT(name, type, dflt, ...) dflt,
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wmissing-field-initializers"
-static const airlock_limits limit_defaults = {AIRLOCK_LIMITS(LIMIT_DEFAULT)};
+static const airlock_limits limit_defaults = {sizeof(airlock_limits),
+                                              AIRLOCK_LIMITS(LIMIT_DEFAULT)};
 #pragma GCC diagnostic pop
 
 /* ---- rows -------------------------------------------------------------- */
@@ -131,6 +133,14 @@ static void set_u(airlock_limits *l, const limit_row *r, uint64_t v)
         }
 }
 
+/* Whether the caller's struct (of l->size bytes) has row r's field: a
+ * caller built with an older airlock.h lacks the newer ones. */
+static bool row_fits(const airlock_limits *l, const limit_row *r)
+{
+        size_t width = r->type == LIMIT_U32 ? sizeof(uint32_t) : sizeof(uint64_t);
+        return l->size <= sizeof(airlock_limits) * 64 && r->offset + width <= l->size;
+}
+
 static bool unit_is_bytes(limit_unit u)
 {
         return u == LIMIT_UNIT_MIB || u == LIMIT_UNIT_KIB || u == LIMIT_UNIT_B;
@@ -161,9 +171,24 @@ static void value_text(const limit_row *r, double d, uint64_t u, char *buf, size
 
 /* ---- defaults and checks ----------------------------------------------- */
 
-void airlock_limits_default(airlock_limits *l)
+void airlock_limits_init(airlock_limits *l, size_t size)
 {
-        *l = limit_defaults;
+        /* A caller built with an older airlock.h has fewer fields: fill
+         * those it has. A size too small for even the first version's
+         * fields is a caller's bug, and nothing is written. */
+        if (size < AIRLOCK_LIMITS_SIZE_V1)
+                return;
+        memcpy(l, &limit_defaults, size < sizeof(limit_defaults) ? size : sizeof(limit_defaults));
+        if (size > sizeof(limit_defaults))
+                memset((char *)l + sizeof(limit_defaults), 0, size - sizeof(limit_defaults));
+        l->size = size;
+}
+
+int limits_from_caller(const airlock_limits *in, airlock_limits *out, airlock_error *err)
+{
+        *out = limit_defaults;
+        return al_struct_in(out, sizeof(*out), in, AIRLOCK_LIMITS_SIZE_V1, "airlock_limits",
+                            "airlock_limits_default", err);
 }
 
 int limits_check(const airlock_limits *l, airlock_error *err)
@@ -332,7 +357,7 @@ int airlock_limits_set_option(airlock_limits *l, const char *name, const char *v
                               airlock_error *err)
 {
         const limit_row *r = option_row(name);
-        if (!r)
+        if (!r || !row_fits(l, r))
                 return al_error(err, -ENOENT, NULL, "no limit is set by the option '%s'",
                                 name ? name : "");
         if (!value)
@@ -359,7 +384,7 @@ int airlock_limits_set_option(airlock_limits *l, const char *name, const char *v
 int airlock_limits_format_option(const airlock_limits *l, const char *name, char *buf, size_t size)
 {
         const limit_row *r = option_row(name);
-        if (!r)
+        if (!r || !row_fits(l, r))
                 return -ENOENT;
         uint64_t scale = unit_scale[r->unit];
         int n;

@@ -88,6 +88,17 @@ char *limits_fingerprint_text(const airlock_limits *l);
  * or NULL when out of memory. */
 char *limits_description_text(const airlock_limits *l);
 
+/* The size of airlock_limits in the first version of the growable ABI:
+ * a caller's struct is at least this large. A field added later goes at the
+ * end of the struct and the table, and this stays. */
+#define AIRLOCK_LIMITS_SIZE_V1 (offsetof(airlock_limits, http_timeout_s) + sizeof(double))
+
+/* The library's full airlock_limits from a caller's (of in->size bytes):
+ * the fields the caller lacks keep their defaults. -EINVAL for a size below
+ * the first version's, -E2BIG for fields this library does not know that
+ * the caller set; *out holds the defaults then. */
+int limits_from_caller(const airlock_limits *in, airlock_limits *out, airlock_error *err);
+
 /* 0 when every limit is in its range, else -EINVAL naming the first field
  * out of range, its value and the range. */
 int limits_check(const airlock_limits *l, airlock_error *err);

@@ -8,6 +8,21 @@
 #include "airlock.h"
 #include "base.h"
 
+/* Reads a caller's growable struct (airlock.h: its first member is a size_t
+ * holding the caller's sizeof) into the library's own, dst of dst_size
+ * bytes, which holds its defaults already. A caller's struct smaller than
+ * min_size (the first version's) is -EINVAL, naming what and the
+ * initialiser to use; a larger one than the library knows is accepted when
+ * the bytes it does not know are zero, else -E2BIG. dst->size is set to
+ * dst_size. */
+int al_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, const char *what,
+                 const char *init, airlock_error *err);
+
+/* The caller's options of one run: *out from opts (NULL: the defaults),
+ * as al_struct_in reads them. */
+int al_run_options_in(const airlock_run_options *opts, airlock_run_options *out,
+                      airlock_error *err);
+
 /* The caller's watch of this thread's run (airlock_run_options.on_watch).
  * al_watch_begin arms it from opts unless an outer call on this thread has
  * (the cache runs through the sandbox) and returns whether it did, which
@@ -18,5 +33,9 @@ void al_watch_end(bool began);
 void al_watch_fire(void);
 /* The fd to poll while the code runs, or -1 when there is none (left). */
 int al_watch_fd(void);
+/* The caller's live output hook of this thread's run
+ * (airlock_run_options.on_output), armed by al_watch_begin: NULL when
+ * there is none. */
+airlock_output_fn al_watch_output(void **ret_arg);
 
 #endif

@@ -967,13 +967,16 @@ int airlock_check_code(const char *code, size_t len, airlock_error *err)
 static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
 
-int airlock_sandbox_run_ex(airlock_sandbox *sb, const char *code, size_t len,
-                           const airlock_run_options *opts, airlock_result **ret,
-                           airlock_error *err)
+int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
+                        const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         airlock_error_clear(err);
-        bool began = al_watch_begin(opts);
-        int r = run_fresh(sb, code, len, opts, ret, err);
+        airlock_run_options o;
+        int r = al_run_options_in(opts, &o, err);
+        if (r < 0)
+                return r;
+        bool began = al_watch_begin(&o);
+        r = run_fresh(sb, code, len, &o, ret, err);
         al_watch_end(began);
         return r;
 }
@@ -1013,13 +1016,6 @@ static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                 if (r >= 0 || delivered || attempt > 0)
                         return r;
         }
-}
-
-int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len, airlock_result **ret,
-                        airlock_error *err)
-{
-        airlock_error_clear(err);
-        return airlock_sandbox_run_ex(sb, code, len, NULL, ret, err);
 }
 
 const char *airlock_sandbox_warnings(const airlock_sandbox *sb)

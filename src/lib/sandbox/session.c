@@ -494,8 +494,12 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
                         const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         airlock_error_clear(err);
+        airlock_run_options o;
+        int r = al_run_options_in(opts, &o, err);
+        if (r < 0)
+                return r;
         pthread_mutex_lock(&s->f->lock);
-        int r = session_run_locked(s, code, len, opts, ret, err);
+        r = session_run_locked(s, code, len, &o, ret, err);
         pthread_mutex_unlock(&s->f->lock);
         return r;
 }

@@ -68,7 +68,7 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
 /* The same for the configuration itself: a new member changes what a sandbox
  * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
  * own memo), and its setter must call config_changed(). */
-_Static_assert(sizeof(struct airlock_config) == 240,
+_Static_assert(sizeof(struct airlock_config) == 248,
                "update config_text for the new airlock_config member");
 
 /* What the configuration says, as text (the first part described below):
@@ -265,7 +265,7 @@ static uint64_t real_now_ns(void)
 static const cache_ops real_ops = {
     .sandbox_new = sbx_sandbox_new_from,
     .sandbox_yield = sbx_sandbox_yield_staging,
-    .sandbox_run_ex = airlock_sandbox_run_ex,
+    .sandbox_run = airlock_sandbox_run,
     .sandbox_close = airlock_sandbox_close,
     .now_ns = real_now_ns,
 };
@@ -711,7 +711,7 @@ void cache_set_ops(airlock_cache *c, const cache_ops *ops)
         c->ops.sandbox_yield = ops->sandbox_yield ? ops->sandbox_yield
                                : ops->sandbox_new ? NULL
                                                   : real_ops.sandbox_yield;
-        c->ops.sandbox_run_ex = ops->sandbox_run_ex ? ops->sandbox_run_ex : real_ops.sandbox_run_ex;
+        c->ops.sandbox_run = ops->sandbox_run ? ops->sandbox_run : real_ops.sandbox_run;
         c->ops.sandbox_close = ops->sandbox_close ? ops->sandbox_close : real_ops.sandbox_close;
         c->ops.now_ns = ops->now_ns ? ops->now_ns : real_ops.now_ns;
         pthread_mutex_unlock(&c->lock);
@@ -751,7 +751,7 @@ void cache_reap(airlock_cache *c)
         close_list_run(c, &l);
 }
 
-/* Errors of airlock_sandbox_run_ex that mean the template process or its
+/* Errors of airlock_sandbox_run that mean the template process or its
  * channel is gone, so the sandbox cannot run anything any more. */
 static bool template_died(int r)
 {
@@ -930,15 +930,19 @@ static void slot_release(airlock_cache *c)
 static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
 
-int airlock_cache_run_ex(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
-                         const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
+                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         airlock_error_clear(err);
         if (!c || !cfg || (!code && len))
                 return al_error(err, -EINVAL, NULL,
                                 "cache run: missing cache, configuration or code");
-        bool began = al_watch_begin(opts);
-        int r = cache_run(c, cfg, code, len, opts, ret, err);
+        airlock_run_options o;
+        int r = al_run_options_in(opts, &o, err);
+        if (r < 0)
+                return r;
+        bool began = al_watch_begin(&o);
+        r = cache_run(c, cfg, code, len, &o, ret, err);
         al_watch_end(began);
         return r;
 }
@@ -967,7 +971,7 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
                 if (r < 0)
                         break;
                 airlock_result *res = NULL;
-                r = c->ops.sandbox_run_ex(e->sb, code ? code : "", len, opts, &res, err);
+                r = c->ops.sandbox_run(e->sb, code ? code : "", len, opts, &res, err);
                 if (r >= 0) {
                         entry_release(c, e);
                         *ret = res;
@@ -990,14 +994,6 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
         }
         slot_release(c);
         return r;
-}
-
-int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
-                      airlock_result **ret, airlock_error *err)
-{
-        airlock_error_clear(err);
-        const airlock_run_options opts = {.cancel_fd = -1};
-        return airlock_cache_run_ex(c, cfg, code, len, &opts, ret, err);
 }
 
 /* A session's hold on the cache entry whose sandbox it runs in: the entry

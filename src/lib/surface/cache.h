@@ -38,9 +38,9 @@ typedef struct cache_ops {
          * (sbx_sandbox_yield_staging). NULL: never. Replacing sandbox_new
          * without it leaves it NULL. */
         void (*sandbox_yield)(airlock_sandbox *prev);
-        int (*sandbox_run_ex)(airlock_sandbox *sb, const char *code, size_t len,
-                              const airlock_run_options *opts, airlock_result **ret,
-                              airlock_error *err);
+        int (*sandbox_run)(airlock_sandbox *sb, const char *code, size_t len,
+                           const airlock_run_options *opts, airlock_result **ret,
+                           airlock_error *err);
         void (*sandbox_close)(airlock_sandbox *sb);
         uint64_t (*now_ns)(void); /* monotonic clock */
 } cache_ops;

@@ -607,7 +607,7 @@ static const json_t *sandbox_inventory(airlock_sandbox *sb, airlock_error *err)
                  "import sys\nsys.modules['_airlock_runtime']._inventory(%zu)\n",
                  cfg->n_python_paths);
         airlock_result *res = NULL;
-        int r = airlock_sandbox_run(sb, code, strlen(code), &res, err);
+        int r = airlock_sandbox_run(sb, code, strlen(code), NULL, &res, err);
         if (r < 0)
                 return NULL;
         json_t *inv = res->success && res->stdout_data

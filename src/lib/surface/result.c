@@ -5,6 +5,7 @@
 
 #include "fsx/fsx.h"
 #include "surface/result.h"
+#include "airlock-jansson.h"
 #include "core/util.h"
 
 static const char *const status_names[] = {
