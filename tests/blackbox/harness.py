@@ -198,6 +198,20 @@ def mcp(*args):
                 m.p.wait()
 
 
+class Skip(Exception):
+    """Raised by a test that cannot run here; its message says why and how
+    to make it run. It is counted apart, never as a pass."""
+
+
+def built_helper(name):
+    """The path of the helper program tests/helpers/NAME.c as the build made
+    it (make tests), or Skip with that hint when it is not built."""
+    path = os.path.join(os.environ.get("AIRLOCK_BUILD", os.path.dirname(AIRLOCK)), "tests", name)
+    if not os.access(path, os.X_OK):
+        raise Skip(f"{path} is not built: run make tests (tests/helpers/{name}.c)")
+    return path
+
+
 def next_run_works():
     """After a hostile scenario, a plain run must still succeed."""
     rc, r = run_json("print(6 * 7)")
@@ -209,7 +223,7 @@ def run(name=None):
     tests = [(n, f) for n, f in vars(sys.modules["__main__"]).items()
              if n.startswith("test_") and callable(f)]
     only = os.environ.get("ONLY")
-    passed = failed = 0
+    passed = failed = skipped = 0
     for n, f in tests:
         if only and only not in n:
             continue
@@ -217,9 +231,12 @@ def run(name=None):
             f()
             passed += 1
             print(f"ok {n}", flush=True)
+        except Skip as e:
+            skipped += 1
+            print(f"skip {n}: {e}", flush=True)
         except Exception:
             failed += 1
             print(f"not ok {n}", flush=True)
             traceback.print_exc()
-    print(f"{name}: {passed} passed, {failed} failed")
+    print(f"{name}: {passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     sys.exit(1 if failed else 0)

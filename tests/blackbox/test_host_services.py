@@ -72,12 +72,11 @@ def test_tool_validation_errors():
 
 
 def test_slow_tool_cannot_hold_the_run_past_its_limit():
-    import time
-    t = time.monotonic()
+    # The tool would hang for an hour: only the run's 2 s limit can end the
+    # command before run_json's own 120 s guard fails the test.
     rc, r = run_json("call_tool('compute', operation='hang')\nwhile True: pass",
-                     "-t", tools_file(timeout=60), "--timeout", "2")
+                     "-t", tools_file(timeout=3600), "--timeout", "2")
     assert r["status"] == "timeout", r
-    assert time.monotonic() - t < 30
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

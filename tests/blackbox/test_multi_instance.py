@@ -272,20 +272,18 @@ def cell(client, handle, code, header=False):
 def call_with_retry(client, code, attempts=4):
     """A stateless call, retried on a fresh connection when the connection
     fails or the answer is a 5xx without a result, as a client library
-    would. Returns (result, instance, failed attempts, seconds each failure
-    took)."""
+    would. Returns (result, instance, how each failed attempt failed)."""
     failures = []
     for i in range(attempts):
-        t = time.monotonic()
         try:
             st, h, r = client.tool("execute_code", {"code": code})
-        except (OSError, http.client.HTTPException):
-            failures.append(time.monotonic() - t)
+        except (OSError, http.client.HTTPException) as e:
+            failures.append(repr(e))
             client.close()
             continue
         if st == 200 and r is not None:
             return r, h.get("airlock-instance"), failures
-        failures.append(time.monotonic() - t)
+        failures.append(f"HTTP {st}")
         client.close()
         time.sleep(0.2 * (i + 1))
     raise AssertionError(f"{code!r}: every attempt failed ({failures})")
@@ -324,14 +322,12 @@ def test_three_instances_one_killed_under_load():
 
         def victim_call():
             c = Client(cl.lb)
-            t = time.monotonic()
             try:
                 st, h, r = c.tool("execute_code", {"code": "import time\ntime.sleep(8)",
                                                    "session": handles[victim]})
                 victim_cell["answer"] = (st, h.get("airlock-instance"), r)
             except (OSError, http.client.HTTPException) as e:
                 victim_cell["answer"] = ("error", None, repr(e))
-            victim_cell["ended"] = time.monotonic()
             c.close()
         vt = threading.Thread(target=victim_call)
         vt.start()
@@ -364,14 +360,13 @@ def test_three_instances_one_killed_under_load():
         deadline = time.monotonic() + 1.5
         while done[0] < CLIENTS * CALLS // 3 and time.monotonic() < deadline and not errors:
             time.sleep(0.01)
-        t_kill = time.monotonic()
         cl.kill(victim)
-        # At once, before any health check has run: the victim's handle gets
-        # the tool error from another instance (the refused connection is
-        # retried there), not a hang.
+        # The victim's handle gets the tool error from another instance (the
+        # refused connection is retried there), not a hang: the client's
+        # socket timeout fails the test otherwise.
         vc = Client(cl.lb)
         got, r = cell(vc, handles[victim], "print(x)")
-        assert time.monotonic() - t_kill < 5 and got != victim and r["isError"], (got, r)
+        assert got != victim and r["isError"], (got, r)
         assert f"instance {victim}" in text_of(r), r
         vc.close()
         for t in threads + slow_threads + [vt]:
@@ -388,12 +383,14 @@ def test_three_instances_one_killed_under_load():
             assert r["content"][0]["text"] == f"slow {i}\n", r
         retried = [(inst, f) for _, inst, f in slow.values() if f]
         assert len(retried) == 1 and retried[0][0] != victim, slow
-        # A failure came back quickly (no hang): the connection's end, at once.
-        assert all(s < 5 for _, f in retried for s in f), retried
-        # The victim's cell in flight failed fast too, without a result.
+        # The failure was the connection's end, not a hang that the
+        # client's socket timeout cut.
+        assert not any("timed out" in f for _, fs in retried for f in fs), retried
+        # The victim's cell in flight failed too, without a result (a hang
+        # would have ended in the client's socket timeout instead).
         st, inst, r = victim_cell["answer"]
-        assert victim_cell["ended"] - t_kill < 5, (victim_cell, t_kill)
         assert st != 200 or (r and r["isError"]), victim_cell
+        assert not (st == "error" and "timed out" in r), victim_cell
 
         # After the kill: the other sessions go on where they were.
         for inst, handle in handles.items():
@@ -404,9 +401,7 @@ def test_three_instances_one_killed_under_load():
         # The victim's handle: a tool error that names it and its instance,
         # from another instance, at once, from the body and the header.
         for header in (False, True):
-            t = time.monotonic()
             got, r = cell(sc, handles[victim], "print(x)", header=header)
-            assert time.monotonic() - t < 5, time.monotonic() - t
             assert got in INSTANCES and got != victim, got
             assert r["isError"], r
             msg = text_of(r)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import tempfile
 
+import harness
 from harness import AIRLOCK, airlock, run, run_json, tmpdir
 
 
@@ -311,8 +312,7 @@ def test_guest_ids_are_unprivileged_on_host():
 def test_missing_kernel_feature_exits_3_naming_it():
     # tests/helpers/deny_syscall makes the named calls fail with EPERM, as a
     # host policy would; airlock must exit 3 with one line naming the feature.
-    deny = os.path.join(os.environ.get("AIRLOCK_BUILD", os.path.dirname(AIRLOCK)), "tests",
-                        "deny_syscall")
+    deny = harness.built_helper("deny_syscall")
     cases = {"unshare": "user namespaces", "mount": "mount namespace",
              "pivot_root": "pivot_root", "clone3": "copy"}
     for call, feature in cases.items():

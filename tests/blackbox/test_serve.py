@@ -501,10 +501,10 @@ def test_sigterm_drains():
             if s.metrics()["airlock_runs_in_flight"] == 1:
                 break
             time.sleep(0.02)
-        start = time.monotonic()
+        # The call sleeps 60 s: the server ends within the wait below only
+        # because the grace period cancelled it.
         s.p.send_signal(signal.SIGTERM)
-        assert s.p.wait(60) == 0
-        assert time.monotonic() - start < 30
+        assert s.p.wait(45) == 0
         t.join(60)
         s.t.join(10)
         assert any("cancelling 1 call" in l for l in s.lines), s.lines
