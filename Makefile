@@ -217,6 +217,9 @@ bindir     ?= $(exec_prefix)/bin
 libdir     ?= $(exec_prefix)/lib
 includedir ?= $(prefix)/include
 pkgconfigdir ?= $(libdir)/pkgconfig
+datadir    ?= $(prefix)/share
+man1dir    ?= $(datadir)/man/man1
+bashcompdir ?= $(datadir)/bash-completion/completions
 
 $(BUILD)/airlock.pc: Makefile include/airlock.h
 	@mkdir -p $(dir $@)
@@ -231,9 +234,22 @@ $(BUILD)/airlock.pc: Makefile include/airlock.h
 	   echo 'Cflags: -I$${includedir}'; \
 	   echo 'Libs: -L$${libdir} -lairlock'; } > $@.tmp && mv $@.tmp $@
 
-install: all $(BUILD)/airlock.pc
+# The man page and the bash completion, written by the program from its
+# option table; docs/cli.md too (`make docs`, committed, checked by
+# tests/blackbox/test_cli.py).
+$(BUILD)/airlock.1: $(BUILD)/airlock
+	@$(BUILD)/airlock help --man > $@.tmp && mv $@.tmp $@
+$(BUILD)/airlock.bash: $(BUILD)/airlock
+	@$(BUILD)/airlock help --bash > $@.tmp && mv $@.tmp $@
+docs: $(BUILD)/airlock
+	$(BUILD)/airlock help --markdown > docs/cli.md
+.PHONY: docs
+
+install: all $(BUILD)/airlock.pc $(BUILD)/airlock.1 $(BUILD)/airlock.bash
 	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(libdir) $(DESTDIR)$(includedir) \
-		$(DESTDIR)$(pkgconfigdir)
+		$(DESTDIR)$(pkgconfigdir) $(DESTDIR)$(man1dir) $(DESTDIR)$(bashcompdir)
+	install -m 0644 $(BUILD)/airlock.1 $(DESTDIR)$(man1dir)/airlock.1
+	install -m 0644 $(BUILD)/airlock.bash $(DESTDIR)$(bashcompdir)/airlock
 	install -m 0755 $(BUILD)/airlock $(DESTDIR)$(bindir)/airlock
 	install -m 0755 $(BUILD)/$(SOFILE) $(DESTDIR)$(libdir)/$(SOFILE)
 	ln -sfn $(SOFILE) $(DESTDIR)$(libdir)/$(SONAME)
@@ -253,7 +269,8 @@ uninstall:
 	rm -f $(DESTDIR)$(bindir)/airlock $(DESTDIR)$(libdir)/$(SOFILE) \
 		$(DESTDIR)$(libdir)/$(SONAME) $(DESTDIR)$(libdir)/libairlock.so \
 		$(DESTDIR)$(includedir)/airlock.h $(DESTDIR)$(includedir)/airlock-jansson.h \
-		$(DESTDIR)$(pkgconfigdir)/airlock.pc
+		$(DESTDIR)$(pkgconfigdir)/airlock.pc $(DESTDIR)$(man1dir)/airlock.1 \
+		$(DESTDIR)$(bashcompdir)/airlock
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find include src tests fuzz bench -name '*.[ch]')
 format:

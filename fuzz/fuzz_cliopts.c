@@ -27,7 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         if (size < 1 || size > 4096)
                 return 0;
-        cli_command cmd = (cli_command)(data[0] % 3);
+        static const cli_command cmds[] = {CLI_RUN, CLI_MCP, CLI_SERVE, CLI_DESCRIBE, CLI_REPL};
+        cli_command cmd = cmds[data[0] % 5];
         char *buf = malloc(size);
         if (!buf)
                 return 0;

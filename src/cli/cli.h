@@ -1,4 +1,5 @@
-/* The airlock command line: one file per command, sharing the option parser. */
+/* The airlock command line: one file per command, sharing the option parser
+ * (options.c) and its table (option_table.h). */
 #ifndef AIRLOCK_CLI_H
 #define AIRLOCK_CLI_H
 
@@ -6,12 +7,8 @@
 #include <stdio.h>
 
 #include "airlock.h"
-
-typedef enum cli_command {
-        CLI_RUN,
-        CLI_MCP,
-        CLI_DESCRIBE,
-} cli_command;
+#include "option_table.h"
+#include "serve.h"
 
 typedef struct cli_options {
         airlock_config *cfg; /* built from the configuration options */
@@ -20,15 +17,25 @@ typedef struct cli_options {
         const char *output_dir;
         bool json;
         bool yes;
-        const char *audit; /* mcp: --audit FILE, or NULL */
+        const char *audit;     /* mcp, serve: --audit FILE, or NULL */
+        mcp_session_caps caps; /* mcp, serve: the session options */
+        serve_options serve;   /* serve: the HTTP options */
 } cli_options;
 
-/* Parses argv (argv[0] is the command name) into ret. Configuration errors
- * fill err and return < 0; --help returns 1 after printing nothing (the
- * caller prints usage). */
+/* Parses argv (argv[0] is the command name) into ret: the options of cmd
+ * only (an option of another command is refused, naming the commands that
+ * take it). Errors fill err and return < 0; --help returns 1 after
+ * printing nothing (the caller prints cli_usage). */
 int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, airlock_error *err);
 void cli_options_free(cli_options *o);
-void cli_usage(FILE *f);
+/* The --help of one command, and of airlock itself. */
+void cli_usage(cli_command cmd, FILE *f);
+void cli_usage_main(FILE *f);
+/* The option table as a man page (roff), as the Markdown table of
+ * docs/cli.md, and as a bash completion script. */
+void cli_print_man(FILE *f);
+void cli_print_markdown(FILE *f);
+void cli_print_bash(FILE *f);
 /* Prints each line of warnings (NULL: none) as "PREFIX: warning: LINE". */
 void print_warnings(const char *warnings, const char *prefix);
 

@@ -13,7 +13,7 @@ int cmd_describe(int argc, char **argv)
         airlock_error err = {0};
         int r = cli_parse_options(argc, argv, CLI_DESCRIBE, &o, &err);
         if (r == 1) {
-                cli_usage(stdout);
+                cli_usage(CLI_DESCRIBE, stdout);
                 return EXIT_OK;
         }
         if (r < 0) {

@@ -19,7 +19,7 @@ int cli_exit_status(const airlock_error *err)
 int main(int argc, char **argv)
 {
         if (argc < 2) {
-                cli_usage(stderr);
+                cli_usage_main(stderr);
                 return EXIT_USAGE;
         }
         const char *cmd = argv[1];
@@ -38,7 +38,22 @@ int main(int argc, char **argv)
                 return EXIT_OK;
         }
         if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-                cli_usage(stdout);
+                /* The option table for other readers: the man page, the
+                 * documents' table, the shell's completion. */
+                const char *what = argc > 2 ? argv[2] : "";
+                if (strcmp(what, "--man") == 0)
+                        cli_print_man(stdout);
+                else if (strcmp(what, "--markdown") == 0)
+                        cli_print_markdown(stdout);
+                else if (strcmp(what, "--bash") == 0)
+                        cli_print_bash(stdout);
+                else if (!*what)
+                        cli_usage_main(stdout);
+                else {
+                        fprintf(stderr, "airlock help: '%s' is not --man, --markdown or --bash\n",
+                                what);
+                        return EXIT_USAGE;
+                }
                 return EXIT_OK;
         }
         fprintf(stderr,

@@ -1731,16 +1731,9 @@ int cmd_mcp(int argc, char **argv)
 {
         cli_options o;
         airlock_error err = {0};
-        mcp_session_caps caps;
-        mcp_session_caps_default(&caps);
-        char why[256];
-        if (mcp_session_take_options(&argc, argv, &caps, why, sizeof(why)) < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", why);
-                return EXIT_USAGE;
-        }
         int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
         if (r == 1) {
-                cli_usage(stdout);
+                cli_usage(CLI_MCP, stdout);
                 return EXIT_OK;
         }
         if (r < 0) {
@@ -1757,7 +1750,7 @@ int cmd_mcp(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
-        r = server_init(&srv, o.cfg, &caps, &err);
+        r = server_init(&srv, o.cfg, &o.caps, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
                 mcp_sessions_free(srv.sessions);

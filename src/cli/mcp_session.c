@@ -86,93 +86,6 @@ static uint64_t now_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void mcp_session_caps_default(mcp_session_caps *caps)
-{
-        *caps = (mcp_session_caps){
-            .max_sessions = 8,
-            .idle_s = 1800,
-            .lifetime_s = 8 * 3600,
-            .max_memory = 2048ull << 20,
-        };
-}
-
-/* One option's value: a number in [lo, hi]. */
-static int parse_number(const char *opt, const char *text, double lo, double hi, double *ret,
-                        char *why, size_t why_len)
-{
-        char *end = NULL;
-        errno = 0;
-        double v = text ? strtod(text, &end) : 0;
-        if (!text || !*text || *end || errno || v < lo || v > hi) {
-                snprintf(why, why_len, "%s: '%s' is not a number from %g to %g", opt,
-                         text ? text : "", lo, hi);
-                return -EINVAL;
-        }
-        *ret = v;
-        return 0;
-}
-
-int mcp_session_take_options(int *argc, char **argv, mcp_session_caps *caps, char *why,
-                             size_t why_len)
-{
-        int out = 1;
-        for (int i = 1; i < *argc; i++) {
-                const char *a = argv[i];
-                const char *names[] = {"--max-sessions", "--session-idle", "--session-lifetime",
-                                       "--session-memory"};
-                int k = -1;
-                const char *val = NULL;
-                for (int j = 0; j < 4; j++) {
-                        size_t n = strlen(names[j]);
-                        if (strncmp(a, names[j], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
-                                k = j;
-                                val = a[n] == '=' ? a + n + 1 : NULL;
-                        }
-                }
-                if (k < 0) {
-                        argv[out++] = argv[i];
-                        continue;
-                }
-                if (!val) {
-                        if (i + 1 >= *argc) {
-                                snprintf(why, why_len, "%s needs a value", names[k]);
-                                return -EINVAL;
-                        }
-                        val = argv[++i];
-                }
-                double v;
-                int r = 0;
-                switch (k) {
-                case 0:
-                        r = parse_number(names[k], val, 0, 1024, &v, why, why_len);
-                        if (r == 0 && v != (unsigned)v) {
-                                snprintf(why, why_len, "%s: '%s' is not a whole number", names[k],
-                                         val);
-                                r = -EINVAL;
-                        }
-                        caps->max_sessions = (unsigned)v;
-                        break;
-                case 1:
-                        r = parse_number(names[k], val, 1, 7 * 86400, &v, why, why_len);
-                        caps->idle_s = v;
-                        break;
-                case 2:
-                        r = parse_number(names[k], val, 1, 30 * 86400, &v, why, why_len);
-                        caps->lifetime_s = v;
-                        break;
-                default:
-                        r = parse_number(names[k], val, 1, 1 << 20, &v, why, why_len);
-                        caps->max_memory = (uint64_t)v << 20;
-                        break;
-                }
-                if (r < 0)
-                        return r;
-        }
-        argv[out] = NULL;
-        *argc = out;
-        return 0;
-}
-
 /* ---- the table --------------------------------------------------------- */
 
 static int new_handle(const mcp_sessions *m, char *buf)
@@ -251,17 +164,6 @@ static bool handle_instance(const char *handle, char out[MCP_INSTANCE_MAX + 1])
                 return false;
         memcpy(out, rest, n);
         out[n] = '\0';
-        return true;
-}
-
-bool mcp_instance_valid(const char *id, size_t n)
-{
-        if (n < 1 || n > MCP_INSTANCE_MAX)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') ||
-                      id[i] == '-'))
-                        return false;
         return true;
 }
 

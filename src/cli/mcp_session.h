@@ -19,15 +19,6 @@ typedef struct mcp_session_caps {
         uint64_t max_memory;   /* held between cells (default 2 GiB) */
 } mcp_session_caps;
 
-void mcp_session_caps_default(mcp_session_caps *caps);
-
-/* Takes the session options (--max-sessions N, --session-idle SEC,
- * --session-lifetime SEC, --session-memory MIB) out of argv, which the
- * command's own parser then reads without them. Returns 0, or -EINVAL with
- * a message in why that names the option and its value. */
-int mcp_session_take_options(int *argc, char **argv, mcp_session_caps *caps, char *why,
-                             size_t why_len);
-
 typedef struct mcp_sessions mcp_sessions;
 
 int mcp_sessions_new(airlock_cache *cache, const airlock_config *cfg, const mcp_session_caps *caps,
@@ -74,7 +65,16 @@ json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_resul
  * new handles carry (sess_<instance>_<random>); a handle naming another
  * instance is a tool error that names both. */
 #define MCP_INSTANCE_MAX 32
-bool mcp_instance_valid(const char *id, size_t n);
+static inline bool mcp_instance_valid(const char *id, size_t n)
+{
+        if (n < 1 || n > MCP_INSTANCE_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') ||
+                      id[i] == '-'))
+                        return false;
+        return true;
+}
 void mcp_sessions_set_instance(mcp_sessions *m, const char *instance);
 /* Sessions open now. */
 unsigned mcp_sessions_count(mcp_sessions *m);

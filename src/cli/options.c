@@ -1,7 +1,9 @@
-/* Option parsing shared by run, mcp and describe. Numbers are parsed strictly:
- * the whole text must be a number in range, or the option is refused with a
- * message naming it and its value. The limits' options, their units and
- * ranges are the library's (the limits table, through
+/* The command line's options: the table of option_table.h made into every
+ * command's --help, its getopt parser and its messages, the man page, the
+ * shell completion and the documents' option table. Numbers are parsed
+ * strictly: the whole text must be a number in range, or the option is
+ * refused with a message naming it and its value. The limits' options, their
+ * units and ranges are the library's (the limits table, through
  * airlock_limit_option_at and airlock_limits_set_option). */
 #include <errno.h>
 #include <fcntl.h>
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -22,88 +25,143 @@
  * cap keeps their getopt entries on the stack. */
 #define CLI_MAX_LIMIT_OPTIONS 32
 
-enum {
-        OPT_PRELOAD = 256,
-        OPT_PYTHON_PATH,
-        OPT_APPROVAL,
-        OPT_JSON,
-        OPT_OUTPUT_DIR,
-        OPT_NO_AUTO_FIGURES,
-        OPT_INPUT_WRITABLE,
-        OPT_SECRET,
-        OPT_AUDIT,
-        /* The limit option i is OPT_LIMIT + i. */
-        OPT_LIMIT = 1024,
+typedef struct cli_row {
+        cli_option_id id;
+        const char *name;
+        char short_opt;
+        const char *arg;
+        unsigned commands;
+        cli_group group;
+        const char *dflt;
+        const char *help;
+} cli_row;
+
+#define CLI_ROW(id_, name_, short_, arg_, cmds_, group_, dflt_, help_)                             \
+        {CLI_OPT_##id_, name_, short_, arg_, cmds_, group_, dflt_, help_},
+static const cli_row rows[] = {CLI_OPTIONS(CLI_ROW)};
+#undef CLI_ROW
+
+static const struct {
+        cli_command cmd;
+        const char *name, *args, *what;
+} commands[] = {
+    {CLI_RUN, "run", "[OPTIONS] [FILE]", "run code once: FILE, -c CODE, or standard input"},
+    {CLI_MCP, "mcp", "[OPTIONS]", "serve the execute_code tool over MCP on stdio"},
+    {CLI_SERVE, "serve", "[OPTIONS]", "serve it over MCP Streamable HTTP at /mcp"},
+    {CLI_DESCRIBE, "describe", "[OPTIONS]", "print the tool description and agent instructions"},
+    {CLI_REPL, "repl", "[OPTIONS]", "run cells from a terminal or standard input in one session"},
 };
 
-/* The options before the limits' options, and after them. */
-static const struct option head_options[] = {
-    {"workspace", required_argument, NULL, 'w'},
-    {"mount", required_argument, NULL, 'm'},
-    {"allow-domain", required_argument, NULL, 'a'},
-    {"tools", required_argument, NULL, 't'},
-};
-static const struct option tail_options[] = {
-    {"preload", required_argument, NULL, OPT_PRELOAD},
-    {"python-path", required_argument, NULL, OPT_PYTHON_PATH},
-    {"approval", required_argument, NULL, OPT_APPROVAL},
-    {"no-auto-figures", no_argument, NULL, OPT_NO_AUTO_FIGURES},
-    {"input-writable", no_argument, NULL, OPT_INPUT_WRITABLE},
-    {"secret", required_argument, NULL, OPT_SECRET},
-    {"audit", required_argument, NULL, OPT_AUDIT},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
-    {"yes", no_argument, NULL, 'y'},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
+static const char *const group_titles[] = {
+    [CLI_G_RUN] = "options of the command",
+    [CLI_G_SERVE] = "HTTP serving",
+    [CLI_G_SERVERS] = "MCP serving",
+    [CLI_G_SESSION] = "sessions",
+    [CLI_G_CONFIG] = "configuration of the sandbox",
+    [CLI_G_LAST] = "",
 };
 
-void cli_usage(FILE *f)
+/* Words after a command's options in its --help: what no single option's
+ * line can say. */
+static const char serve_notes[] =
+    "SIGHUP re-reads the tokens and the configuration options (tools files, allow-list, limits,\n"
+    "--secret file:PATH; an env:VAR secret cannot change in a running process) for the calls\n"
+    "that start afterwards; one that does not load keeps the old. Calls in flight and open\n"
+    "sessions keep theirs; the HTTP, session and --audit options are not reloaded. airlock mcp\n"
+    "stops on SIGHUP instead.\n";
+
+static const char *command_name(cli_command cmd)
 {
-        fputs("usage: airlock run [OPTIONS] [FILE]     run code once: FILE, -c CODE, or stdin\n"
-              "       airlock mcp [OPTIONS]            serve execute_code over MCP on stdio\n"
-              "         (sessions: --max-sessions N, --session-idle SEC, --session-lifetime SEC,\n"
-              "          --session-memory MIB)\n"
-              "       airlock serve [OPTIONS]          the same over MCP Streamable HTTP\n"
-              "         (airlock serve --help for its options)\n"
-              "       airlock describe [OPTIONS]       print the tool description (--json)\n"
-              "       airlock repl [OPTIONS]           run cells from stdin in one session\n"
-              "       airlock version\n"
-              "\n"
-              "options:\n"
-              "  -w, --workspace DIR            stage the contents of DIR under /input\n"
-              "  -m, --mount HOST[:PATH]        stage HOST at /input/PATH\n"
-              "  -a, --allow-domain TARGET[=METHODS]  allow outbound HTTP to TARGET\n"
-              "  -t, --tools FILE               host tools declared in JSON (repeatable)\n",
-              f);
-        /* One line per limit, with its default in the option's unit. */
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+                if (commands[i].cmd == cmd)
+                        return commands[i].name;
+        return "?";
+}
+
+/* The commands that take row r, as "run, describe". */
+static void row_commands(const cli_row *r, char *buf, size_t size)
+{
+        size_t n = 0;
+        buf[0] = '\0';
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+                if (r->commands & commands[i].cmd)
+                        n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%s",
+                                              n ? ", " : "", commands[i].name);
+}
+
+/* "-w, --workspace DIR", "    --json", "-c, --code CODE". */
+static void row_left(const cli_row *r, char *buf, size_t size)
+{
+        char shortp[8] = "    ";
+        if (r->short_opt)
+                snprintf(shortp, sizeof(shortp), "-%c%s", r->short_opt, r->name ? ", " : "");
+        snprintf(buf, size, "%s%s%s%s%s", shortp, r->name ? "--" : "", r->name ? r->name : "",
+                 r->arg ? " " : "", r->arg ? r->arg : "");
+}
+
+/* One line of --help: the option, then what it does and its default. */
+static void print_option_line(FILE *f, const char *left, const char *help, const char *dflt)
+{
+        if (strlen(left) > 30)
+                fprintf(f, "  %s\n  %-30s %s", left, "", help);
+        else
+                fprintf(f, "  %-30s %s", left, help);
+        fprintf(f, dflt && *dflt ? " (%s)\n" : "\n", dflt);
+}
+
+static void print_limits(FILE *f)
+{
         airlock_limits defaults;
         airlock_limits_default(&defaults);
         const airlock_limit_option *lo;
         for (size_t i = 0; i < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(i)); i++) {
                 char left[64], dflt[32];
-                snprintf(left, sizeof(left), "--%s %s", lo->name, lo->unit);
+                snprintf(left, sizeof(left), "    --%s %s", lo->name, lo->unit);
                 if (airlock_limits_format_option(&defaults, lo->name, dflt, sizeof(dflt)) < 0)
                         dflt[0] = '\0';
-                fprintf(f, "      %-27s%s (%s)\n", left, lo->help, dflt);
+                print_option_line(f, left, lo->help, dflt);
         }
-        fputs("      --preload MOD[,MOD]        import modules once, before the snapshot\n"
-              "      --python-path DIR          make a folder of Python packages importable,\n"
-              "                                 read-only (repeatable)\n"
-              "      --approval never|always    base approval mode\n"
-              "      --no-auto-figures          do not return matplotlib figures as PNG files\n"
-              "      --input-writable           /input writable per run; the result lists the\n"
-              "                                 changes (the host's files are never written)\n"
-              "      --secret NAME[+query][+body]=env:VAR|file:PATH@TARGET[=METHODS][@TARGET...]\n"
-              "                                 a secret the guest sees as airlock.secret(NAME)\n"
-              "                                 (airlock serve reads file: again on SIGHUP)\n"
-              "mcp only:\n"
-              "      --audit FILE               append one JSON line per call: what it used\n"
-              "run only:\n"
-              "  -c CODE                        the code to run\n"
-              "      --json                     print the result JSON\n"
-              "      --output-dir DIR           also write captured files to DIR\n"
-              "  -y, --yes                      approve when approval is required\n",
+}
+
+void cli_usage(cli_command cmd, FILE *f)
+{
+        const char *name = command_name(cmd);
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+                if (commands[i].cmd == cmd)
+                        fprintf(f, "usage: airlock %s %s\n%s.\n", name, commands[i].args,
+                                commands[i].what);
+        for (int g = 0; g <= CLI_G_LAST; g++) {
+                bool any = false;
+                for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {
+                        const cli_row *r = &rows[i];
+                        if ((int)r->group != g || !(r->commands & cmd))
+                                continue;
+                        if (!any && *group_titles[g])
+                                fprintf(f, "\n%s:\n", group_titles[g]);
+                        any = true;
+                        char left[128];
+                        row_left(r, left, sizeof(left));
+                        print_option_line(f, left, r->help, r->dflt);
+                        if (r->id == CLI_OPT_TOOLS)
+                                print_limits(f);
+                }
+        }
+        if (cmd == CLI_SERVE)
+                fprintf(f, "\n%s", serve_notes);
+}
+
+void cli_usage_main(FILE *f)
+{
+        fputs("usage: airlock COMMAND [OPTIONS]\n\ncommands:\n", f);
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+                char left[64];
+                snprintf(left, sizeof(left), "%s %s", commands[i].name, commands[i].args);
+                fprintf(f, "  %-26s %s\n", left, commands[i].what);
+        }
+        fputs("  version                    print airlock's version\n"
+              "  help [--man|--markdown|--bash]  this text, or the manual page, the options\n"
+              "                             table or the bash completion, from the option table\n"
+              "\nairlock COMMAND --help lists the options of COMMAND.\n",
               f);
 }
 
@@ -305,23 +363,222 @@ static int add_preloads(airlock_config *cfg, const char *arg, airlock_error *err
         return 0;
 }
 
-/* Fills opts (room for every head, limit and tail option) with the
- * options in the order of the usage text, and the terminating entry. */
-static void build_long_options(struct option *opts)
+/* The row of option id. */
+static const cli_row *row_of(int id)
 {
+        for (size_t i = 0; i < ARRAY_SIZE(rows); i++)
+                if ((int)rows[i].id == id)
+                        return &rows[i];
+        return NULL;
+}
+
+/* The row whose long name is name (text up to '=' or the end), or whose
+ * short form is the letter of "-X": for the message about an option that
+ * another command takes. */
+static const cli_row *row_named(const char *arg)
+{
+        if (arg[0] != '-')
+                return NULL;
+        if (arg[1] != '-') {
+                for (size_t i = 0; i < ARRAY_SIZE(rows); i++)
+                        if (rows[i].short_opt && rows[i].short_opt == arg[1])
+                                return &rows[i];
+                return NULL;
+        }
+        size_t n = strcspn(arg + 2, "=");
+        for (size_t i = 0; i < ARRAY_SIZE(rows); i++)
+                if (rows[i].name && strlen(rows[i].name) == n &&
+                    strncmp(rows[i].name, arg + 2, n) == 0)
+                        return &rows[i];
+        return NULL;
+}
+
+static int number(const char *opt, const char *text, double lo, double hi, bool whole, double *ret,
+                  airlock_error *err)
+{
+        char *end = NULL;
+        errno = 0;
+        double v = text ? strtod(text, &end) : 0;
+        if (!text || !*text || *end || errno || !(v >= lo && v <= hi) ||
+            (whole && v != (double)(uint64_t)v))
+                return al_error(err, -EINVAL, NULL, "--%s: '%s' is not a %snumber from %g to %g",
+                                opt, text ? text : "", whole ? "whole " : "", lo, hi);
+        *ret = v;
+        return 0;
+}
+
+/* Sets an option of the HTTP server or of sessions from its text (the
+ * user's, or the table's default). */
+static int set_server_option(cli_options *o, const cli_row *row, const char *val,
+                             airlock_error *err)
+{
+        serve_options *so = &o->serve;
+        mcp_session_caps *caps = &o->caps;
+        const char *n = row->name;
+        double v = 0;
+        int r = 0;
+        switch (row->id) {
+        case CLI_OPT_LISTEN:
+                so->listen = val;
+                break;
+        case CLI_OPT_TOKENS:
+                so->tokens_file = val;
+                break;
+        case CLI_OPT_AUTH_SERVER:
+                so->auth_server = val;
+                break;
+        case CLI_OPT_RESOURCE_URL:
+                so->resource_url = val;
+                break;
+        case CLI_OPT_ALLOW_ORIGIN:
+                if (so->n_origins >= ARRAY_SIZE(so->origins))
+                        return al_error(err, -EINVAL, NULL, "more than %zu --allow-origin",
+                                        ARRAY_SIZE(so->origins));
+                so->origins[so->n_origins++] = val;
+                break;
+        case CLI_OPT_INSECURE_NO_AUTH:
+                so->insecure_no_auth = true;
+                break;
+        case CLI_OPT_INSTANCE:
+                if (!mcp_instance_valid(val, strlen(val)))
+                        return al_error(err, -EINVAL, NULL,
+                                        "--instance: '%.64s' is not 1 to %d of a-z, 0-9 and '-'",
+                                        val, MCP_INSTANCE_MAX);
+                snprintf(so->instance, sizeof(so->instance), "%s", val);
+                break;
+        case CLI_OPT_MAX_BODY:
+                r = number(n, val, 1024, 1 << 30, true, &v, err);
+                so->max_body = (uint64_t)v;
+                break;
+        case CLI_OPT_MAX_BODY_TOTAL:
+                r = number(n, val, 65536, 16.0 * (1u << 30), true, &v, err);
+                so->max_body_total = (uint64_t)v;
+                break;
+        case CLI_OPT_MAX_RUNS:
+                r = number(n, val, 1, 32, true, &v, err);
+                so->max_runs = (unsigned)v;
+                break;
+        case CLI_OPT_MAX_QUEUE:
+                r = number(n, val, 0, 4096, true, &v, err);
+                so->max_queue = (unsigned)v;
+                break;
+        case CLI_OPT_QUEUE_WAIT:
+                r = number(n, val, 0, 3600, false, &v, err);
+                so->queue_wait_s = v;
+                break;
+        case CLI_OPT_MAX_CONNECTIONS:
+                r = number(n, val, 1, 65536, true, &v, err);
+                so->max_connections = (unsigned)v;
+                break;
+        case CLI_OPT_HTTP_TIMEOUT:
+                r = number(n, val, 1, 3600, true, &v, err);
+                so->http_timeout_s = (unsigned)v;
+                break;
+        case CLI_OPT_GRACE:
+                r = number(n, val, 0, 86400, false, &v, err);
+                so->grace_s = v;
+                break;
+        case CLI_OPT_MAX_SESSIONS:
+                r = number(n, val, 0, 1024, true, &v, err);
+                caps->max_sessions = (unsigned)v;
+                break;
+        case CLI_OPT_SESSION_IDLE:
+                r = number(n, val, 1, 7 * 86400, false, &v, err);
+                caps->idle_s = v;
+                break;
+        case CLI_OPT_SESSION_LIFETIME:
+                r = number(n, val, 1, 30 * 86400, false, &v, err);
+                caps->lifetime_s = v;
+                break;
+        case CLI_OPT_SESSION_MEMORY:
+                r = number(n, val, 1, 1 << 20, true, &v, err);
+                caps->max_memory = (uint64_t)v << 20;
+                break;
+        default:
+                return 1; /* not a server option */
+        }
+        return r;
+}
+
+/* The defaults of the server and session options: the table's own text,
+ * parsed as the user's would be, and a random instance name, so that two
+ * instances started without --instance never share one. */
+static void server_defaults(cli_options *o)
+{
+        airlock_error err;
+        for (size_t i = 0; i < ARRAY_SIZE(rows); i++)
+                if (rows[i].dflt &&
+                    (rows[i].group == CLI_G_SERVE || rows[i].group == CLI_G_SESSION))
+                        (void)set_server_option(o, &rows[i], rows[i].dflt, &err);
+        unsigned char rnd[4];
+        static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+                memset(rnd, 0, sizeof(rnd));
         size_t n = 0;
-        for (size_t i = 0; i < ARRAY_SIZE(head_options); i++)
-                opts[n++] = head_options[i];
-        const airlock_limit_option *lo;
-        for (size_t i = 0; i < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(i)); i++)
-                opts[n++] = (struct option){lo->name, required_argument, NULL, OPT_LIMIT + (int)i};
-        for (size_t i = 0; i < ARRAY_SIZE(tail_options); i++)
-                opts[n++] = tail_options[i];
+        o->serve.instance[n++] = 'i';
+        for (size_t i = 0; i < sizeof(rnd); i++) {
+                o->serve.instance[n++] = digits[rnd[i] % 36];
+                o->serve.instance[n++] = digits[(rnd[i] / 36) % 36];
+        }
+        o->serve.instance[n] = '\0';
+}
+
+/* The getopt tables of cmd: its rows and, for every command, the limits'
+ * options after --tools. */
+static void build_getopt(cli_command cmd, struct option *longs, char *shorts)
+{
+        size_t n = 0, k = 0;
+        /* '+': stop at the first argument that is not an option (FILE);
+         * ':': a missing value is ':', an unknown option '?'. */
+        shorts[k++] = '+';
+        shorts[k++] = ':';
+        for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {
+                const cli_row *r = &rows[i];
+                if (!(r->commands & cmd))
+                        continue;
+                if (r->name)
+                        longs[n++] =
+                            (struct option){r->name, r->arg ? required_argument : no_argument, NULL,
+                                            CLI_OPT_BASE + (int)r->id};
+                if (r->short_opt) {
+                        shorts[k++] = r->short_opt;
+                        if (r->arg)
+                                shorts[k++] = ':';
+                }
+                if (r->id == CLI_OPT_TOOLS) {
+                        const airlock_limit_option *lo;
+                        for (size_t j = 0;
+                             j < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(j)); j++)
+                                longs[n++] = (struct option){lo->name, required_argument, NULL,
+                                                             CLI_OPT_LIMIT + (int)j};
+                }
+        }
+        longs[n] = (struct option){NULL, 0, NULL, 0};
+        shorts[k] = '\0';
+}
+
+/* The message for an option that cmd does not take: another command's,
+ * or none at all. */
+static int unknown_option(cli_command cmd, const char *arg, airlock_error *err)
+{
+        const char *name = command_name(cmd);
+        const cli_row *r = row_named(arg);
+        if (r) {
+                char cmds[64];
+                row_commands(r, cmds, sizeof(cmds));
+                return al_error(err, -EINVAL, NULL,
+                                "%.*s is not an option of airlock %s (it is one of: %s); airlock "
+                                "%s --help lists the options",
+                                (int)strcspn(arg, "="), arg, name, cmds, name);
+        }
+        return al_error(err, -EINVAL, NULL,
+                        "unknown option '%.200s'; airlock %s --help lists the options", arg, name);
 }
 
 int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, airlock_error *err)
 {
         cli_options o = {0};
+        server_defaults(&o);
         airlock_limits lim;
         /* Every --tools file, loaded in order once the limits are known;
          * their tools add up. */
@@ -332,10 +589,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                 return r;
         airlock_config_get_limits(o.cfg, &lim);
 
-        struct option long_options[ARRAY_SIZE(head_options) + CLI_MAX_LIMIT_OPTIONS +
-                                   ARRAY_SIZE(tail_options)];
-        build_long_options(long_options);
-        const char *shortopts = cmd == CLI_RUN ? "+w:m:a:t:c:yh" : "+w:m:a:t:h";
+        struct option long_options[ARRAY_SIZE(rows) + CLI_MAX_LIMIT_OPTIONS + 1];
+        char shortopts[2 * ARRAY_SIZE(rows) + 3];
+        build_getopt(cmd, long_options, shortopts);
         /* 0, not 1: glibc then also forgets its position inside a bundle
          * of short options left by an earlier parse. */
         optind = 0;
@@ -343,17 +599,24 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         int c;
         while ((c = getopt_long(argc, argv, shortopts, long_options, NULL)) != -1) {
                 r = 0;
-                switch (c) {
-                case 'w':
+                /* A long option is its row's id above CLI_OPT_BASE, a
+                 * short one its letter; ':' and '?' are getopt's own. */
+                int id = c >= CLI_OPT_LIMIT ? c : c >= CLI_OPT_BASE ? c - CLI_OPT_BASE : -c;
+                for (size_t i = 0; c > 0 && c < CLI_OPT_BASE && i < ARRAY_SIZE(rows); i++)
+                        if (rows[i].short_opt == c)
+                                id = (int)rows[i].id;
+                const cli_row *row = id >= 0 && id < CLI_OPT_LIMIT ? row_of(id) : NULL;
+                switch (id) {
+                case CLI_OPT_WORKSPACE:
                         r = airlock_config_set_workspace(o.cfg, optarg, err);
                         break;
-                case 'm':
+                case CLI_OPT_MOUNT:
                         r = add_mount(o.cfg, optarg, err);
                         break;
-                case 'a':
+                case CLI_OPT_ALLOW_DOMAIN:
                         r = add_allow(o.cfg, optarg, err);
                         break;
-                case 't':
+                case CLI_OPT_TOOLS:
                         if (n_tools_files >= CLI_MAX_TOOLS_FILES)
                                 r = al_error(err, -E2BIG, optarg,
                                              "more than %d --tools files (at %s)",
@@ -361,13 +624,13 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         else
                                 tools_files[n_tools_files++] = optarg;
                         break;
-                case OPT_PRELOAD:
+                case CLI_OPT_PRELOAD:
                         r = add_preloads(o.cfg, optarg, err);
                         break;
-                case OPT_PYTHON_PATH:
+                case CLI_OPT_PYTHON_PATH:
                         r = airlock_config_add_python_path(o.cfg, optarg, err);
                         break;
-                case OPT_APPROVAL:
+                case CLI_OPT_APPROVAL:
                         if (strcmp(optarg, "never") == 0 || strcmp(optarg, "never_require") == 0)
                                 airlock_config_set_approval(o.cfg, AIRLOCK_APPROVAL_NEVER);
                         else if (strcmp(optarg, "always") == 0 ||
@@ -377,55 +640,53 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                                 r = al_error(err, -EINVAL, NULL,
                                              "--approval: '%s' is not 'never' or 'always'", optarg);
                         break;
-                case OPT_NO_AUTO_FIGURES:
+                case CLI_OPT_NO_AUTO_FIGURES:
                         airlock_config_set_auto_figures(o.cfg, false);
                         break;
-                case OPT_INPUT_WRITABLE:
+                case CLI_OPT_INPUT_WRITABLE:
                         airlock_config_set_input_writable(o.cfg, true);
                         break;
-                case OPT_AUDIT:
-                        if (cmd != CLI_MCP)
-                                r = al_error(err, -EINVAL, NULL, "--audit is for mcp only");
+                case CLI_OPT_AUDIT:
                         o.audit = optarg;
                         break;
-                case OPT_SECRET:
+                case CLI_OPT_SECRET:
                         r = add_secret(o.cfg, optarg, err);
                         break;
-                case OPT_JSON:
-                        if (cmd == CLI_MCP)
-                                r = al_error(err, -EINVAL, NULL, "--json is not an option of mcp");
+                case CLI_OPT_JSON:
                         o.json = true;
                         break;
-                case OPT_OUTPUT_DIR:
-                        if (cmd != CLI_RUN)
-                                r = al_error(err, -EINVAL, NULL, "--output-dir is for run only");
+                case CLI_OPT_OUTPUT_DIR:
                         o.output_dir = optarg;
                         break;
-                case 'c':
+                case CLI_OPT_CODE:
                         o.code = optarg;
                         break;
-                case 'y':
-                        if (cmd != CLI_RUN)
-                                r = al_error(err, -EINVAL, NULL, "--yes is for run only");
+                case CLI_OPT_YES:
                         o.yes = true;
                         break;
-                case 'h':
+                case CLI_OPT_HELP:
                         cli_options_free(&o);
                         return 1;
-                case ':':
-                        r = al_error(err, -EINVAL, NULL, "option %s needs a value",
-                                     argv[optind - 1]);
+                case -':':
+                        r = al_error(err, -EINVAL, NULL,
+                                     "option %s needs a value; airlock %s --help lists the options",
+                                     argv[optind - 1], command_name(cmd));
+                        break;
+                case -'?':
+                        r = unknown_option(cmd, argv[optind - 1], err);
                         break;
                 default:
                         /* A limit: the value is the library's to read, which
                          * knows each limit's unit and range. */
-                        if (c >= OPT_LIMIT) {
+                        if (id >= CLI_OPT_LIMIT) {
                                 const airlock_limit_option *lo =
-                                    airlock_limit_option_at((size_t)(c - OPT_LIMIT));
+                                    airlock_limit_option_at((size_t)(id - CLI_OPT_LIMIT));
                                 r = airlock_limits_set_option(&lim, lo->name, optarg, err);
                                 break;
                         }
-                        r = al_error(err, -EINVAL, NULL, "unknown option '%s'", argv[optind - 1]);
+                        r = row ? set_server_option(&o, row, optarg, err) : 1;
+                        if (r > 0)
+                                r = unknown_option(cmd, argv[optind - 1], err);
                         break;
                 }
                 if (r < 0) {
@@ -435,7 +696,10 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         }
         if (optind < argc) {
                 if (cmd != CLI_RUN || argc - optind > 1 || o.code) {
-                        r = al_error(err, -EINVAL, NULL, "unexpected argument '%s'", argv[optind]);
+                        r = al_error(err, -EINVAL, NULL,
+                                     "unexpected argument '%.200s'; airlock %s --help lists the "
+                                     "options",
+                                     argv[optind], command_name(cmd));
                         cli_options_free(&o);
                         return r;
                 }
@@ -451,6 +715,200 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
         }
         *ret = o;
         return 0;
+}
+
+/* ---- the table for other readers ---------------------------------------- */
+
+/* Text for roff: a leading '.' or '\'' would be a request, '\\' and '-'
+ * have meanings of their own. */
+static void roff_text(FILE *f, const char *s)
+{
+        if (*s == '.' || *s == '\'')
+                fputs("\\&", f);
+        for (; *s; s++) {
+                if (*s == '\\')
+                        fputs("\\e", f);
+                else if (*s == '-')
+                        fputs("\\-", f);
+                else
+                        fputc(*s, f);
+        }
+}
+
+static void man_option(FILE *f, const char *left, const char *help, const char *dflt)
+{
+        fputs(".TP\n.B ", f);
+        while (*left == ' ')
+                left++;
+        roff_text(f, left);
+        fputs("\n", f);
+        roff_text(f, help);
+        if (dflt && *dflt) {
+                fputs(" (default: ", f);
+                roff_text(f, dflt);
+                fputs(")", f);
+        }
+        fputs(".\n", f);
+}
+
+void cli_print_man(FILE *f)
+{
+        fprintf(f, ".TH AIRLOCK 1 \"\" \"airlock %s\" \"User Commands\"\n", AIRLOCK_VERSION);
+        fputs(".SH NAME\nairlock \\- run untrusted Python (an AI agent's code) in a Linux "
+              "sandbox\n.SH SYNOPSIS\n",
+              f);
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+                fprintf(f, ".B airlock %s\n", commands[i].name);
+                roff_text(f, commands[i].args);
+                fputs("\n.br\n", f);
+        }
+        fputs(".B airlock version\n.SH DESCRIPTION\n"
+              "airlock stages a workspace read-only at /input, runs Python in a namespaced, "
+              "seccomp-filtered, resource-limited sandbox with an embedded CPython, lets it call "
+              "the host's tools and allow-listed HTTP targets, and returns its output and the "
+              "files it wrote to /output. docs/design.md in the source holds every contract.\n",
+              f);
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+                fputs(".SH AIRLOCK ", f);
+                for (const char *c = commands[i].name; *c; c++)
+                        fputc(*c - 'a' + 'A', f);
+                fputs("\n", f);
+                roff_text(f, commands[i].what);
+                fputs(".\n", f);
+                for (size_t k = 0; k < ARRAY_SIZE(rows); k++) {
+                        const cli_row *r = &rows[k];
+                        if (!(r->commands & commands[i].cmd) || r->group == CLI_G_CONFIG ||
+                            r->id == CLI_OPT_HELP)
+                                continue;
+                        char left[128];
+                        row_left(r, left, sizeof(left));
+                        man_option(f, left, r->help, r->dflt);
+                }
+                if (commands[i].cmd == CLI_SERVE) {
+                        fputs(".PP\n", f);
+                        roff_text(f, serve_notes);
+                }
+                fputs(".PP\nAnd every option of CONFIGURATION below.\n", f);
+        }
+        fputs(".SH CONFIGURATION\nThe options every command takes: what the sandbox holds and "
+              "may do.\n",
+              f);
+        airlock_limits defaults;
+        airlock_limits_default(&defaults);
+        for (size_t k = 0; k < ARRAY_SIZE(rows); k++) {
+                const cli_row *r = &rows[k];
+                if (r->group != CLI_G_CONFIG && r->id != CLI_OPT_HELP)
+                        continue;
+                char left[128];
+                row_left(r, left, sizeof(left));
+                man_option(f, left, r->help, r->dflt);
+                if (r->id != CLI_OPT_TOOLS)
+                        continue;
+                const airlock_limit_option *lo;
+                for (size_t j = 0; j < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(j));
+                     j++) {
+                        char l[64], d[32];
+                        snprintf(l, sizeof(l), "--%s %s", lo->name, lo->unit);
+                        if (airlock_limits_format_option(&defaults, lo->name, d, sizeof(d)) < 0)
+                                d[0] = '\0';
+                        man_option(f, l, lo->help, d);
+                }
+        }
+        fputs(".SH EXIT STATUS\n0: the run succeeded (or the server ended cleanly); 1: the code "
+              "failed; 2: bad input or configuration; 3: the sandbox could not be set up.\n"
+              ".SH SEE ALSO\n.BR bwrap (1),\n.BR unshare (1)\n",
+              f);
+}
+
+/* A Markdown table cell: '|' would end it. */
+static void md_cell(FILE *f, const char *s)
+{
+        for (; *s; s++) {
+                if (*s == '|')
+                        fputc('\\', f);
+                fputc(*s, f);
+        }
+}
+
+void cli_print_markdown(FILE *f)
+{
+        fputs("<!-- Written by `airlock help --markdown` from src/cli/option_table.h and the "
+              "limits table; `make docs` writes it again, and the install tier checks that it "
+              "is current. -->\n# Command-line options\n\n"
+              "| option | commands | default | what it does |\n|---|---|---|---|\n",
+              f);
+        airlock_limits defaults;
+        airlock_limits_default(&defaults);
+        for (size_t k = 0; k < ARRAY_SIZE(rows); k++) {
+                const cli_row *r = &rows[k];
+                char left[128], cmds[64];
+                row_left(r, left, sizeof(left));
+                row_commands(r, cmds, sizeof(cmds));
+                const char *l = left;
+                while (*l == ' ')
+                        l++;
+                fputs("| `", f);
+                md_cell(f, l);
+                fputs("` | ", f);
+                md_cell(f, r->commands == CLI_ALL ? "all" : cmds);
+                fputs(" | ", f);
+                md_cell(f, r->dflt ? r->dflt : "");
+                fputs(" | ", f);
+                md_cell(f, r->help);
+                fputs(" |\n", f);
+                if (r->id != CLI_OPT_TOOLS)
+                        continue;
+                const airlock_limit_option *lo;
+                for (size_t j = 0; j < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(j));
+                     j++) {
+                        char d[32];
+                        if (airlock_limits_format_option(&defaults, lo->name, d, sizeof(d)) < 0)
+                                d[0] = '\0';
+                        fprintf(f, "| `--%s %s` | all | %s | ", lo->name, lo->unit, d);
+                        md_cell(f, lo->help);
+                        fputs(" |\n", f);
+                }
+        }
+}
+
+void cli_print_bash(FILE *f)
+{
+        fputs("# bash completion for airlock, written by `airlock help --bash`\n"
+              "_airlock() {\n"
+              "    local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]} opts\n"
+              "    if [ \"$COMP_CWORD\" -eq 1 ]; then\n"
+              "        COMPREPLY=($(compgen -W 'run mcp serve describe repl version help' -- "
+              "\"$cur\"))\n"
+              "        return\n"
+              "    fi\n"
+              "    case $cmd in\n",
+              f);
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+                fprintf(f, "    %s) opts='", commands[i].name);
+                for (size_t k = 0; k < ARRAY_SIZE(rows); k++) {
+                        const cli_row *r = &rows[k];
+                        if (!(r->commands & commands[i].cmd) || !r->name)
+                                continue;
+                        fprintf(f, "--%s ", r->name);
+                        if (r->id != CLI_OPT_TOOLS)
+                                continue;
+                        const airlock_limit_option *lo;
+                        for (size_t j = 0;
+                             j < CLI_MAX_LIMIT_OPTIONS && (lo = airlock_limit_option_at(j)); j++)
+                                fprintf(f, "--%s ", lo->name);
+                }
+                fputs("' ;;\n", f);
+        }
+        fputs("    *) return ;;\n"
+              "    esac\n"
+              "    if [[ $cur == -* ]]; then\n"
+              "        COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))\n"
+              "    else\n"
+              "        COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+              "    fi\n"
+              "}\n"
+              "complete -F _airlock airlock\n",
+              f);
 }
 
 void print_warnings(const char *warnings, const char *prefix)

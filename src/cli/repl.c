@@ -153,9 +153,9 @@ int cmd_repl(int argc, char **argv)
 {
         cli_options o;
         airlock_error err = {0};
-        int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
+        int r = cli_parse_options(argc, argv, CLI_REPL, &o, &err);
         if (r == 1) {
-                cli_usage(stdout);
+                cli_usage(CLI_REPL, stdout);
                 return EXIT_OK;
         }
         if (r < 0) {

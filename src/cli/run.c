@@ -188,7 +188,7 @@ int cmd_run(int argc, char **argv)
         cli_options o;
         int r = cli_parse_options(argc, argv, CLI_RUN, &o, &err);
         if (r == 1) {
-                cli_usage(stdout);
+                cli_usage(CLI_RUN, stdout);
                 return EXIT_OK;
         }
         if (r < 0) {

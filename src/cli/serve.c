@@ -1474,7 +1474,7 @@ static void reload_config(server *s)
         memcpy(av, s->cfg_argv, (size_t)s->cfg_argc * sizeof(*av));
         cli_options o;
         airlock_error err = {0};
-        int r = cli_parse_options(s->cfg_argc, av, CLI_MCP, &o, &err);
+        int r = cli_parse_options(s->cfg_argc, av, CLI_SERVE, &o, &err);
         free(av);
         if (r == 0) {
                 airlock_config *cfg = TAKE_PTR(o.cfg);
@@ -1576,17 +1576,9 @@ static bool warm_up(server *s)
 
 int cmd_serve(int argc, char **argv)
 {
-        serve_options so;
-        serve_options_default(&so);
-        mcp_session_caps caps;
-        mcp_session_caps_default(&caps);
         char why[512];
-        if (serve_take_options(&argc, argv, &so, why, sizeof(why)) < 0 ||
-            mcp_session_take_options(&argc, argv, &caps, why, sizeof(why)) < 0) {
-                fprintf(stderr, "airlock serve: %s\n", why);
-                return EXIT_USAGE;
-        }
-        /* Kept for the reloads, before the parser permutes argv. */
+        /* Kept for the reloads, before the parser permutes argv: a reload
+         * parses them all again and takes the configuration. */
         _cleanup_free_ char **cfg_argv = calloc((size_t)argc + 1, sizeof(*cfg_argv));
         if (!cfg_argv) {
                 fprintf(stderr, "airlock serve: out of memory\n");
@@ -1595,12 +1587,13 @@ int cmd_serve(int argc, char **argv)
         memcpy(cfg_argv, argv, (size_t)argc * sizeof(*cfg_argv));
         cli_options o;
         airlock_error err = {0};
-        int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
+        int r = cli_parse_options(argc, argv, CLI_SERVE, &o, &err);
         if (r == 1) {
-                serve_usage(stdout);
-                cli_usage(stdout);
+                cli_usage(CLI_SERVE, stdout);
                 return EXIT_OK;
         }
+        serve_options so = o.serve;
+        mcp_session_caps caps = o.caps;
         if (r < 0) {
                 fprintf(stderr, "airlock serve: %s\n", err.message);
                 return EXIT_USAGE;

@@ -1,5 +1,5 @@
-/* airlock serve: the MCP server over Streamable HTTP (serve.c), its
- * options and caps (serve_options.c). */
+/* airlock serve: the MCP server over Streamable HTTP (serve.c) and its
+ * options and caps (set by the option table, options.c). */
 #ifndef AIRLOCK_CLI_SERVE_H
 #define AIRLOCK_CLI_SERVE_H
 
@@ -27,12 +27,5 @@ typedef struct serve_options {
         unsigned http_timeout_s;  /* --http-timeout SEC: idle connection closed */
         double grace_s;           /* --grace SEC: SIGTERM lets calls finish this long */
 } serve_options;
-
-void serve_options_default(serve_options *o);
-/* Takes the serve options out of argv (as mcp_session_take_options does),
- * leaving the configuration options to cli_parse_options. Returns 0, or
- * -EINVAL with a message in why naming the option and its value. */
-int serve_take_options(int *argc, char **argv, serve_options *o, char *why, size_t why_len);
-void serve_usage(FILE *f);
 
 #endif

@@ -157,9 +157,11 @@ def test_mcp_meta_on_request_and_the_audit_file():
         srv.wait()
 
 
-def test_audit_is_for_mcp_and_must_open():
+def test_audit_is_for_mcp_and_serve_and_must_open():
     p = harness.airlock("run", "--audit", "/tmp/x", "-c", "1")
-    assert p.returncode == 2 and "--audit is for mcp only" in p.stderr, p.stderr
+    assert p.returncode == 2, p.stderr
+    assert "--audit is not an option of airlock run (it is one of: mcp, serve)" in p.stderr, \
+        p.stderr
     p = subprocess.run([harness.AIRLOCK, "mcp", "--audit", "/nonexistent-dir/a.log"],
                        input="", capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "/nonexistent-dir/a.log" in p.stderr, p.stderr

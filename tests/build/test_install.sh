@@ -22,7 +22,7 @@ prefix=/usr/local
 install_ok() {
     make --no-print-directory -s install BUILD="$build" DESTDIR="$dest" PREFIX="$prefix" >"$dest/install.log" 2>&1 ||
         { cat "$dest/install.log"; return 1; }
-    for f in bin/airlock include/airlock.h include/airlock-jansson.h lib/libairlock.so lib/libairlock.so.0 lib/pkgconfig/airlock.pc; do
+    for f in bin/airlock share/man/man1/airlock.1 share/bash-completion/completions/airlock include/airlock.h include/airlock-jansson.h lib/libairlock.so lib/libairlock.so.0 lib/pkgconfig/airlock.pc; do
         [ -e "$dest$prefix/$f" ] || { echo "missing $prefix/$f"; return 1; }
     done
 }
