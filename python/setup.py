@@ -40,9 +40,23 @@ def library_flags():
     return [os.path.abspath(include)], [build], [build], os.path.join(build, "airlock")
 
 
+def project_version(include_dirs):
+    """The one version of the project: AIRLOCK_VERSION in airlock.h."""
+    for d in include_dirs:
+        try:
+            with open(os.path.join(d, "airlock.h")) as f:
+                for line in f:
+                    if line.startswith("#define AIRLOCK_VERSION "):
+                        return line.split('"')[1]
+        except OSError:
+            continue
+    raise SystemExit("setup.py: airlock.h (AIRLOCK_VERSION) not found in %s" % include_dirs)
+
+
 incs, libdirs, rpath, program = library_flags()
 
 setup(
+    version=project_version(incs),
     ext_modules=[
         Extension(
             "airlock._airlock",

@@ -40,7 +40,7 @@ __all__ = [
     "Result", "RunError", "Sandbox", "SandboxError", "Session", "Tool", "limit_options",
     "schema_from_callable", "tool",
 ]
-__version__ = "0.1.0"
+__version__ = _airlock.VERSION
 LIBRARY_VERSION = _airlock.LIBRARY_VERSION
 
 APPROVAL_MODES = ("never_require", "always_require")

@@ -6,11 +6,19 @@
  * shorthand, normalisation, schemas, asyncio) lives in the pure-Python
  * layer, python/airlock/__init__.py.
  *
- * Threads: every run releases the GIL for its whole length; the library's
- * cache is thread-safe and its configuration is shared read-only once built
- * (the Python layer builds a new Config for every change and never changes
- * one that a run may hold). A tool callback comes on the running thread
- * without the GIL and takes it for the call. */
+ * It follows CPython's conventions for extensions (Modules/xxlimited.c):
+ * multi-phase initialisation, heap types, and the exceptions and types in
+ * the module's state rather than in C globals, so that a module object can
+ * be created more than once (subinterpreters, importlib.reload). The one
+ * piece of process-wide state is the library's own: the template program,
+ * which airlock_set_template_program sets once for the process.
+ *
+ * Threads: every run releases the GIL for its whole length, and so does
+ * closing a cache (it waits for the template processes to end); the
+ * library's cache is thread-safe and its configuration is shared read-only
+ * once built (the Python layer builds a new Config for every change and
+ * never changes one that a run may hold). A tool callback comes on the
+ * running thread without the GIL and takes it for the call. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -22,26 +30,59 @@
 
 #include "airlock.h"
 
-static PyObject *Error, *InputError, *SandboxError, *RunError;
+typedef struct {
+        PyObject *Error, *InputError, *SandboxError, *RunError;
+        PyTypeObject *ConfigType, *CacheType, *SessionType;
+} module_state;
+
+static struct PyModuleDef module_def;
+
+static module_state *state_of_type(PyTypeObject *t)
+{
+        PyObject *m = PyType_GetModuleByDef(t, &module_def);
+        return m ? PyModule_GetState(m) : NULL;
+}
 
 /* The template program (airlock_set_template_program): Python is not
  * linked with libairlock, so a template cannot be a copy of it. The airlock
  * command of the build this module was built against is: setup.py names it
  * as AIRLOCK_TEMPLATE_PROGRAM, and the environment variable of that name
- * overrides it. Set at import; a failure is reported by the first Cache. */
+ * overrides it. Set by the first module object of the process (the library
+ * takes it once); a failure is reported by the first Cache. */
 #ifndef AIRLOCK_TEMPLATE_PROGRAM
 #define AIRLOCK_TEMPLATE_PROGRAM "/usr/local/bin/airlock"
 #endif
+static pthread_once_t template_once = PTHREAD_ONCE_INIT;
 static int template_r;
 static airlock_error template_err;
+static const char *template_prog;
+
+static void template_set(void)
+{
+        const char *prog = getenv("AIRLOCK_TEMPLATE_PROGRAM");
+        template_prog = prog && *prog ? prog : AIRLOCK_TEMPLATE_PROGRAM;
+        template_r = airlock_set_template_program(template_prog, &template_err);
+        if (template_r < 0) {
+                /* Say what to do about it, in the message the first Cache raises. */
+                char m[AIRLOCK_MESSAGE_MAX];
+                snprintf(m, sizeof(m),
+                         "%.700s (the airlock command of the same build runs the sandbox's "
+                         "template; set AIRLOCK_TEMPLATE_PROGRAM)",
+                         template_err.message);
+                memcpy(template_err.message, m, sizeof(m));
+                template_err.kind = AIRLOCK_ERROR_SANDBOX;
+        }
+}
 
 /* Raises the exception of an error record: InputError, SandboxError or
  * RunError by its kind, with errno, kind and path as attributes. */
-static PyObject *raise_error(int r, const airlock_error *e)
+static PyObject *raise_error(module_state *st, int r, const airlock_error *e)
 {
-        PyObject *cls = e->kind == AIRLOCK_ERROR_SANDBOX ? SandboxError
-                        : e->kind == AIRLOCK_ERROR_RUN   ? RunError
-                                                         : InputError;
+        if (!st)
+                return NULL;
+        PyObject *cls = e->kind == AIRLOCK_ERROR_SANDBOX ? st->SandboxError
+                        : e->kind == AIRLOCK_ERROR_RUN   ? st->RunError
+                                                         : st->InputError;
         const char *msg = e->message[0] ? e->message : strerror(r < 0 ? -r : r);
         PyObject *exc = PyObject_CallFunction(cls, "s", msg);
         if (!exc)
@@ -63,6 +104,9 @@ static PyObject *raise_error(int r, const airlock_error *e)
         Py_DECREF(exc);
         return NULL;
 }
+
+/* raise_error for a method of one of the module's objects. */
+#define RAISE(self, r, e) raise_error(state_of_type(Py_TYPE(self)), (r), (e))
 
 /* ---- host tools ---------------------------------------------------------- */
 
@@ -127,8 +171,6 @@ typedef struct {
         PyObject *tools; /* list: the callables the library's tools point to */
 } ConfigObject;
 
-static PyTypeObject ConfigType;
-
 static int config_init(ConfigObject *self, PyObject *args, PyObject *kw)
 {
         if (!PyArg_ParseTuple(args, ":Config"))
@@ -138,7 +180,7 @@ static int config_init(ConfigObject *self, PyObject *args, PyObject *kw)
         airlock_error e = {0};
         int r = airlock_config_new(&self->cfg, &e);
         if (r < 0) {
-                raise_error(r, &e);
+                RAISE(self, r, &e);
                 return -1;
         }
         self->tools = PyList_New(0);
@@ -147,6 +189,7 @@ static int config_init(ConfigObject *self, PyObject *args, PyObject *kw)
 
 static int config_traverse(ConfigObject *self, visitproc visit, void *arg)
 {
+        Py_VISIT(Py_TYPE(self));
         Py_VISIT(self->tools);
         return 0;
 }
@@ -159,20 +202,25 @@ static int config_clear(ConfigObject *self)
 
 static void config_dealloc(ConfigObject *self)
 {
+        PyTypeObject *tp = Py_TYPE(self);
         PyObject_GC_UnTrack(self);
         airlock_config_free(self->cfg);
         config_clear(self);
-        Py_TYPE(self)->tp_free((PyObject *)self);
+        tp->tp_free((PyObject *)self);
+        Py_DECREF(tp);
 }
 
-#define CFG_CALL(expr)                                                                             \
+/* Calls the library and returns None, or raises its error; st is the
+ * module's state, for the exception classes. */
+#define STATE_CALL(st, expr)                                                                       \
         do {                                                                                       \
                 airlock_error e = {0};                                                             \
                 int r_ = (expr);                                                                   \
                 if (r_ < 0)                                                                        \
-                        return raise_error(r_, &e);                                                \
+                        return raise_error((st), r_, &e);                                          \
                 Py_RETURN_NONE;                                                                    \
         } while (0)
+#define CFG_CALL(expr) STATE_CALL(state_of_type(Py_TYPE(self)), expr)
 
 static PyObject *config_set_workspace(ConfigObject *self, PyObject *args)
 {
@@ -261,7 +309,7 @@ static PyObject *config_set_limits(ConfigObject *self, PyObject *args)
                 if (r == -ENOENT && !e.message[0])
                         snprintf(e.message, sizeof(e.message), "unknown limit '%s'", name);
                 if (r < 0)
-                        return raise_error(r, &e);
+                        return RAISE(self, r, &e);
         }
         CFG_CALL(airlock_config_set_limits(self->cfg, &l, &e));
 }
@@ -338,7 +386,7 @@ static PyObject *config_describe(ConfigObject *self, PyObject *noargs)
         airlock_error e = {0};
         int r = airlock_describe(self->cfg, &d, &i, &e);
         if (r < 0)
-                return raise_error(r, &e);
+                return RAISE(self, r, &e);
         PyObject *dd = take_text(d), *ii = take_text(i);
         if (!dd || !ii) {
                 Py_XDECREF(dd);
@@ -353,7 +401,7 @@ static PyObject *config_describe_json(ConfigObject *self, PyObject *noargs)
         airlock_error e = {0};
         char *s = airlock_describe_json(self->cfg, &e);
         if (!s)
-                return raise_error(-ENOMEM, &e);
+                return RAISE(self, -ENOMEM, &e);
         return take_text(s);
 }
 
@@ -362,41 +410,64 @@ static PyObject *config_to_json(ConfigObject *self, PyObject *noargs)
         airlock_error e = {0};
         char *s = airlock_config_to_json(self->cfg, &e);
         if (!s)
-                return raise_error(-ENOMEM, &e);
+                return RAISE(self, -ENOMEM, &e);
         return take_text(s);
 }
 
 static PyMethodDef config_methods[] = {
-    {"to_json", (PyCFunction)config_to_json, METH_NOARGS, NULL},
-    {"set_workspace", (PyCFunction)config_set_workspace, METH_VARARGS, NULL},
-    {"add_mount", (PyCFunction)config_add_mount, METH_VARARGS, NULL},
-    {"allow", (PyCFunction)config_allow, METH_VARARGS, NULL},
-    {"load_tools", (PyCFunction)config_load_tools, METH_VARARGS, NULL},
-    {"add_tool", (PyCFunction)config_add_tool, METH_VARARGS, NULL},
-    {"remove_tool", (PyCFunction)config_remove_tool, METH_VARARGS, NULL},
-    {"set_limits", (PyCFunction)config_set_limits, METH_VARARGS, NULL},
-    {"get_limits", (PyCFunction)config_get_limits, METH_NOARGS, NULL},
-    {"add_preload", (PyCFunction)config_add_preload, METH_VARARGS, NULL},
-    {"add_python_path", (PyCFunction)config_add_python_path, METH_VARARGS, NULL},
+    {"to_json", (PyCFunction)config_to_json, METH_NOARGS,
+     PyDoc_STR("to_json() -> str: the configuration as the library normalised it "
+               "(airlock_config_to_json).")},
+    {"set_workspace", (PyCFunction)config_set_workspace, METH_VARARGS,
+     PyDoc_STR("set_workspace(dir): stage the contents of dir under /input.")},
+    {"add_mount", (PyCFunction)config_add_mount, METH_VARARGS,
+     PyDoc_STR("add_mount(host, path=None): stage host at /input/path.")},
+    {"allow", (PyCFunction)config_allow, METH_VARARGS,
+     PyDoc_STR("allow(target, methods=None): allow outbound HTTP to target.")},
+    {"load_tools", (PyCFunction)config_load_tools, METH_VARARGS,
+     PyDoc_STR("load_tools(file): add the command tools of a JSON tools file.")},
+    {"add_tool", (PyCFunction)config_add_tool, METH_VARARGS,
+     PyDoc_STR("add_tool(name, description, parameters_json, always, callable): a Python host "
+               "tool; callable takes the arguments' JSON text and returns the result's.")},
+    {"remove_tool", (PyCFunction)config_remove_tool, METH_VARARGS,
+     PyDoc_STR("remove_tool(name): forget a host tool.")},
+    {"set_limits", (PyCFunction)config_set_limits, METH_VARARGS,
+     PyDoc_STR("set_limits({name: text}): set limits by option name, all or nothing.")},
+    {"get_limits", (PyCFunction)config_get_limits, METH_NOARGS,
+     PyDoc_STR("get_limits() -> {name: text}: every limit in its option's unit.")},
+    {"add_preload", (PyCFunction)config_add_preload, METH_VARARGS,
+     PyDoc_STR("add_preload(module): import module once, in the template.")},
+    {"add_python_path", (PyCFunction)config_add_python_path, METH_VARARGS,
+     PyDoc_STR("add_python_path(dir): make a host folder of packages importable, read-only.")},
     {"set_flags", (PyCFunction)(void (*)(void))config_set_flags, METH_VARARGS | METH_KEYWORDS,
-     NULL},
-    {"effective_approval", (PyCFunction)config_effective_approval, METH_NOARGS, NULL},
-    {"describe", (PyCFunction)config_describe, METH_NOARGS, NULL},
-    {"describe_json", (PyCFunction)config_describe_json, METH_NOARGS, NULL},
+     PyDoc_STR("set_flags(*, approval_always=False, auto_figures=True, input_writable=False).")},
+    {"effective_approval", (PyCFunction)config_effective_approval, METH_NOARGS,
+     PyDoc_STR("effective_approval() -> 'always_require' | 'never_require'.")},
+    {"describe", (PyCFunction)config_describe, METH_NOARGS,
+     PyDoc_STR("describe() -> (description, instructions) from the configuration alone.")},
+    {"describe_json", (PyCFunction)config_describe_json, METH_NOARGS,
+     PyDoc_STR("describe_json() -> str: the tool's texts and schema as JSON.")},
     {NULL},
 };
 
-static PyTypeObject ConfigType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "airlock._airlock.Config",
-    .tp_basicsize = sizeof(ConfigObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "A configuration of the C library (airlock_config); built once, then shared.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)config_init,
-    .tp_dealloc = (destructor)config_dealloc,
-    .tp_traverse = (traverseproc)config_traverse,
-    .tp_clear = (inquiry)config_clear,
-    .tp_methods = config_methods,
+static PyType_Slot config_slots[] = {
+    {Py_tp_doc,
+     (void *)PyDoc_STR("A configuration of the C library (airlock_config); built once, then "
+                       "shared read-only by runs.")},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, config_init},
+    {Py_tp_dealloc, config_dealloc},
+    {Py_tp_traverse, config_traverse},
+    {Py_tp_clear, config_clear},
+    {Py_tp_methods, config_methods},
+    {0, NULL},
+};
+
+static PyType_Spec config_spec = {
+    .name = "airlock._airlock.Config",
+    .basicsize = sizeof(ConfigObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = config_slots,
 };
 
 /* ---- results ------------------------------------------------------------- */
@@ -469,8 +540,6 @@ typedef struct {
         atomic_int users; /* runs in flight and open sessions: close waits for none */
 } CacheObject;
 
-static PyTypeObject CacheType;
-
 static int cache_init(CacheObject *self, PyObject *args, PyObject *kw)
 {
         static char *names[] = {"max_sandboxes", "idle_timeout", NULL};
@@ -481,25 +550,40 @@ static int cache_init(CacheObject *self, PyObject *args, PyObject *kw)
         if (self->cache)
                 return 0;
         if (template_r < 0) {
-                raise_error(template_r, &template_err);
+                RAISE(self, template_r, &template_err);
                 return -1;
         }
         airlock_error e = {0};
         int r = airlock_cache_new(max, idle, &self->cache, &e);
         if (r < 0) {
-                raise_error(r, &e);
+                RAISE(self, r, &e);
                 return -1;
         }
+        return 0;
+}
+
+static int cache_traverse(CacheObject *self, visitproc visit, void *arg)
+{
+        Py_VISIT(Py_TYPE(self));
         return 0;
 }
 
 static void cache_dealloc(CacheObject *self)
 {
         /* Sessions hold a reference, and a run holds one through its
-         * arguments: nothing uses the cache any more. */
-        if (self->cache)
-                airlock_cache_close(self->cache);
-        Py_TYPE(self)->tp_free((PyObject *)self);
+         * arguments: nothing uses the cache any more. Closing it waits for
+         * its template processes to end: without the GIL, so that other
+         * threads go on meanwhile (no Python object is touched). */
+        PyTypeObject *tp = Py_TYPE(self);
+        PyObject_GC_UnTrack(self);
+        airlock_cache *c = self->cache;
+        self->cache = NULL;
+        if (c) {
+                Py_BEGIN_ALLOW_THREADS airlock_cache_close(c);
+                Py_END_ALLOW_THREADS
+        }
+        tp->tp_free((PyObject *)self);
+        Py_DECREF(tp);
 }
 
 static bool cache_live(CacheObject *self)
@@ -536,8 +620,9 @@ static PyObject *cache_run(CacheObject *self, PyObject *args, PyObject *kw)
         const char *code;
         Py_ssize_t len;
         int cancel_fd = -1;
-        if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s#|i:run", names, &ConfigType, &cfg, &code,
-                                         &len, &cancel_fd))
+        module_state *st = state_of_type(Py_TYPE(self));
+        if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "O!s#|i:run", names, st->ConfigType, &cfg,
+                                                &code, &len, &cancel_fd))
                 return NULL;
         if (!cache_live(self))
                 return NULL;
@@ -551,14 +636,15 @@ static PyObject *cache_run(CacheObject *self, PyObject *args, PyObject *kw)
             airlock_cache_run(self->cache, cfg->cfg, code, (size_t)len, &o, &res, &e);
         Py_END_ALLOW_THREADS atomic_fetch_sub(&self->users, 1);
         if (r < 0)
-                return raise_error(r, &e);
+                return RAISE(self, r, &e);
         return result_to_dict(res);
 }
 
 static PyObject *cache_describe_json(CacheObject *self, PyObject *args)
 {
         ConfigObject *cfg;
-        if (!PyArg_ParseTuple(args, "O!:describe_json", &ConfigType, &cfg))
+        module_state *st = state_of_type(Py_TYPE(self));
+        if (!st || !PyArg_ParseTuple(args, "O!:describe_json", st->ConfigType, &cfg))
                 return NULL;
         if (!cache_live(self))
                 return NULL;
@@ -568,7 +654,7 @@ static PyObject *cache_describe_json(CacheObject *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS s = airlock_cache_describe_json(self->cache, cfg->cfg, &e);
         Py_END_ALLOW_THREADS atomic_fetch_sub(&self->users, 1);
         if (!s)
-                return raise_error(e.code ? e.code : -ENOMEM, &e);
+                return RAISE(self, e.code ? e.code : -ENOMEM, &e);
         return take_text(s);
 }
 
@@ -581,22 +667,22 @@ typedef struct {
         pthread_mutex_t lock; /* one cell at a time, as the library requires */
 } SessionObject;
 
-static PyTypeObject SessionType;
-
 static PyObject *cache_session(CacheObject *self, PyObject *args)
 {
         ConfigObject *cfg;
-        if (!PyArg_ParseTuple(args, "O!:session", &ConfigType, &cfg))
+        module_state *st = state_of_type(Py_TYPE(self));
+        if (!st || !PyArg_ParseTuple(args, "O!:session", st->ConfigType, &cfg))
                 return NULL;
         if (!cache_live(self))
                 return NULL;
-        SessionObject *so = PyObject_New(SessionObject, &SessionType);
+        SessionObject *so = PyObject_GC_New(SessionObject, st->SessionType);
         if (!so)
                 return NULL;
         so->s = NULL;
         so->cache = (CacheObject *)Py_NewRef(self);
         so->config = (ConfigObject *)Py_NewRef(cfg);
         pthread_mutex_init(&so->lock, NULL);
+        PyObject_GC_Track(so);
         airlock_error e = {0};
         int r;
         atomic_fetch_add(&self->users, 1);
@@ -605,7 +691,7 @@ static PyObject *cache_session(CacheObject *self, PyObject *args)
         {
                 atomic_fetch_sub(&self->users, 1);
                 Py_DECREF(so);
-                return raise_error(r, &e);
+                return raise_error(st, r, &e);
         }
         return (PyObject *)so;
 }
@@ -622,13 +708,24 @@ static void session_end(SessionObject *self)
         Py_END_ALLOW_THREADS atomic_fetch_sub(&self->cache->users, 1);
 }
 
+static int session_traverse(SessionObject *self, visitproc visit, void *arg)
+{
+        Py_VISIT(Py_TYPE(self));
+        Py_VISIT(self->cache);
+        Py_VISIT(self->config);
+        return 0;
+}
+
 static void session_dealloc(SessionObject *self)
 {
+        PyTypeObject *tp = Py_TYPE(self);
+        PyObject_GC_UnTrack(self);
         session_end(self);
         pthread_mutex_destroy(&self->lock);
         Py_XDECREF(self->cache);
         Py_XDECREF(self->config);
-        PyObject_Free(self);
+        PyObject_GC_Del(self);
+        Py_DECREF(tp);
 }
 
 static PyObject *session_close(SessionObject *self, PyObject *noargs)
@@ -663,7 +760,7 @@ static PyObject *session_run(SessionObject *self, PyObject *args, PyObject *kw)
                 if (!e.message[0])
                         snprintf(e.message, sizeof(e.message), "the session is closed");
                 e.kind = AIRLOCK_ERROR_RUN;
-                return raise_error(r, &e);
+                return RAISE(self, r, &e);
         }
         return result_to_dict(res);
 }
@@ -685,44 +782,70 @@ static PyObject *session_memory(SessionObject *self, PyObject *noargs)
         Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
         r = airlock_session_memory(self->s, &b, &e);
         pthread_mutex_unlock(&self->lock);
-        Py_END_ALLOW_THREADS if (r < 0) return raise_error(r, &e);
+        Py_END_ALLOW_THREADS if (r < 0) return RAISE(self, r, &e);
         return PyLong_FromUnsignedLongLong(b);
 }
 
 static PyMethodDef session_methods[] = {
-    {"run", (PyCFunction)(void (*)(void))session_run, METH_VARARGS | METH_KEYWORDS, NULL},
-    {"close", (PyCFunction)session_close, METH_NOARGS, NULL},
-    {"alive", (PyCFunction)session_alive, METH_NOARGS, NULL},
-    {"memory", (PyCFunction)session_memory, METH_NOARGS, NULL},
+    {"run", (PyCFunction)(void (*)(void))session_run, METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("run(code, cancel_fd=-1) -> dict: run a cell in the session, the GIL released.")},
+    {"close", (PyCFunction)session_close, METH_NOARGS,
+     PyDoc_STR("close(): end the session's processes (waits for a cell in progress).")},
+    {"alive", (PyCFunction)session_alive, METH_NOARGS,
+     PyDoc_STR("alive() -> bool: whether the session can still run cells.")},
+    {"memory", (PyCFunction)session_memory, METH_NOARGS,
+     PyDoc_STR("memory() -> int: the bytes the session holds of its own.")},
     {NULL},
 };
 
-static PyTypeObject SessionType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "airlock._airlock.Session",
-    .tp_basicsize = sizeof(SessionObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A session of the C library (airlock_session).",
-    .tp_dealloc = (destructor)session_dealloc,
-    .tp_methods = session_methods,
+static PyType_Slot session_slots[] = {
+    {Py_tp_doc, (void *)PyDoc_STR("A session of the C library (airlock_session).")},
+    {Py_tp_dealloc, session_dealloc},
+    {Py_tp_traverse, session_traverse},
+    {Py_tp_methods, session_methods},
+    {0, NULL},
+};
+
+static PyType_Spec session_spec = {
+    .name = "airlock._airlock.Session",
+    .basicsize = sizeof(SessionObject),
+    /* Made by Cache.session only. */
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = session_slots,
 };
 
 static PyMethodDef cache_methods[] = {
-    {"run", (PyCFunction)(void (*)(void))cache_run, METH_VARARGS | METH_KEYWORDS, NULL},
-    {"session", (PyCFunction)cache_session, METH_VARARGS, NULL},
-    {"describe_json", (PyCFunction)cache_describe_json, METH_VARARGS, NULL},
-    {"close", (PyCFunction)cache_close, METH_NOARGS, NULL},
+    {"run", (PyCFunction)(void (*)(void))cache_run, METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("run(config, code, cancel_fd=-1) -> dict: run code in a fresh copy of the cached "
+               "sandbox for config, the GIL released.")},
+    {"session", (PyCFunction)cache_session, METH_VARARGS,
+     PyDoc_STR("session(config) -> Session: open a session in the cached sandbox for config.")},
+    {"describe_json", (PyCFunction)cache_describe_json, METH_VARARGS,
+     PyDoc_STR("describe_json(config) -> str: the texts of the sandbox for config, as found "
+               "inside the guest.")},
+    {"close", (PyCFunction)cache_close, METH_NOARGS,
+     PyDoc_STR("close(): free the cached sandboxes now; refused while a run or session is "
+               "live.")},
     {NULL},
 };
 
-static PyTypeObject CacheType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "airlock._airlock.Cache",
-    .tp_basicsize = sizeof(CacheObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A cache of sandboxes of the C library (airlock_cache); thread-safe.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)cache_init,
-    .tp_dealloc = (destructor)cache_dealloc,
-    .tp_methods = cache_methods,
+static PyType_Slot cache_slots[] = {
+    {Py_tp_doc,
+     (void *)PyDoc_STR("A cache of sandboxes of the C library (airlock_cache); thread-safe.")},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, cache_init},
+    {Py_tp_dealloc, cache_dealloc},
+    {Py_tp_traverse, cache_traverse},
+    {Py_tp_methods, cache_methods},
+    {0, NULL},
+};
+
+static PyType_Spec cache_spec = {
+    .name = "airlock._airlock.Cache",
+    .basicsize = sizeof(CacheObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = cache_slots,
 };
 
 /* ---- module -------------------------------------------------------------- */
@@ -749,21 +872,15 @@ static PyObject *mod_check_code(PyObject *m, PyObject *args)
         Py_ssize_t len;
         if (!PyArg_ParseTuple(args, "s#:check_code", &code, &len))
                 return NULL;
-        CFG_CALL(airlock_check_code(code, (size_t)len, &e));
+        STATE_CALL(PyModule_GetState(m), airlock_check_code(code, (size_t)len, &e));
 }
 
 static PyMethodDef module_methods[] = {
-    {"limit_options", mod_limit_options, METH_NOARGS, NULL},
-    {"check_code", mod_check_code, METH_VARARGS, NULL},
+    {"limit_options", mod_limit_options, METH_NOARGS,
+     PyDoc_STR("limit_options() -> [(name, unit, help)]: the limits set by name.")},
+    {"check_code", mod_check_code, METH_VARARGS,
+     PyDoc_STR("check_code(code): raise InputError for code that no run would take.")},
     {NULL},
-};
-
-static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "airlock._airlock",
-    .m_doc = "The C library airlock (include/airlock.h), thinly.",
-    .m_size = -1,
-    .m_methods = module_methods,
 };
 
 static int add_exception(PyObject *m, PyObject **slot, const char *name, PyObject *bases,
@@ -775,54 +892,95 @@ static int add_exception(PyObject *m, PyObject **slot, const char *name, PyObjec
         return *slot ? PyModule_AddObjectRef(m, name, *slot) : -1;
 }
 
-PyMODINIT_FUNC PyInit__airlock(void)
+static int add_type(PyObject *m, PyTypeObject **slot, PyType_Spec *spec)
 {
-        if (PyType_Ready(&ConfigType) < 0 || PyType_Ready(&CacheType) < 0 ||
-            PyType_Ready(&SessionType) < 0)
-                return NULL;
-        PyObject *m = PyModule_Create(&module_def);
-        if (!m)
-                return NULL;
-        PyObject *in_bases = NULL, *run_bases = NULL;
-        if (add_exception(m, &Error, "Error", NULL, "An error of the airlock library.") < 0)
-                goto fail;
-        in_bases = PyTuple_Pack(2, Error, PyExc_ValueError);
-        run_bases = PyTuple_Pack(2, Error, PyExc_RuntimeError);
-        if (!in_bases || !run_bases ||
-            add_exception(m, &InputError, "InputError", in_bases,
-                          "Bad input, configuration or staging: nothing ran.") < 0 ||
-            add_exception(m, &SandboxError, "SandboxError", run_bases,
-                          "Isolation is unavailable: a kernel feature is missing.") < 0 ||
-            add_exception(m, &RunError, "RunError", run_bases,
-                          "A run could not be carried out (the sandbox broke).") < 0)
-                goto fail;
-        Py_DECREF(in_bases);
-        Py_DECREF(run_bases);
-        const char *prog = getenv("AIRLOCK_TEMPLATE_PROGRAM");
-        if (!prog || !*prog)
-                prog = AIRLOCK_TEMPLATE_PROGRAM;
-        template_r = airlock_set_template_program(prog, &template_err);
-        if (template_r < 0) {
-                /* Say what to do about it, in the message the first Cache raises. */
-                char m[AIRLOCK_MESSAGE_MAX];
-                snprintf(m, sizeof(m),
-                         "%.700s (the airlock command of the same build runs the sandbox's "
-                         "template; set AIRLOCK_TEMPLATE_PROGRAM)",
-                         template_err.message);
-                memcpy(template_err.message, m, sizeof(m));
-                template_err.kind = AIRLOCK_ERROR_SANDBOX;
-        }
-        if (PyModule_AddStringConstant(m, "TEMPLATE_PROGRAM", prog) < 0)
-                goto fail;
-        if (PyModule_AddObjectRef(m, "Config", (PyObject *)&ConfigType) < 0 ||
-            PyModule_AddObjectRef(m, "Cache", (PyObject *)&CacheType) < 0 ||
-            PyModule_AddObjectRef(m, "Session", (PyObject *)&SessionType) < 0 ||
-            PyModule_AddStringConstant(m, "LIBRARY_VERSION", AIRLOCK_VERSION) < 0)
-                goto fail;
-        return m;
-fail:
+        *slot = (PyTypeObject *)PyType_FromModuleAndSpec(m, spec, NULL);
+        return *slot ? PyModule_AddType(m, *slot) : -1;
+}
+
+static int module_exec(PyObject *m)
+{
+        module_state *st = PyModule_GetState(m);
+        if (add_exception(m, &st->Error, "Error", NULL, "An error of the airlock library.") < 0)
+                return -1;
+        PyObject *in_bases = PyTuple_Pack(2, st->Error, PyExc_ValueError);
+        PyObject *run_bases = PyTuple_Pack(2, st->Error, PyExc_RuntimeError);
+        int r =
+            !in_bases || !run_bases ||
+                    add_exception(m, &st->InputError, "InputError", in_bases,
+                                  "Bad input, configuration or staging: nothing ran.") < 0 ||
+                    add_exception(m, &st->SandboxError, "SandboxError", run_bases,
+                                  "Isolation is unavailable: a kernel feature is missing.") < 0 ||
+                    add_exception(m, &st->RunError, "RunError", run_bases,
+                                  "A run could not be carried out (the sandbox broke).") < 0
+                ? -1
+                : 0;
         Py_XDECREF(in_bases);
         Py_XDECREF(run_bases);
-        Py_DECREF(m);
-        return NULL;
+        if (r < 0 || add_type(m, &st->ConfigType, &config_spec) < 0 ||
+            add_type(m, &st->CacheType, &cache_spec) < 0 ||
+            add_type(m, &st->SessionType, &session_spec) < 0)
+                return -1;
+        pthread_once(&template_once, template_set);
+        /* VERSION is the one version of the project (AIRLOCK_VERSION in
+         * airlock.h, which setup.py reads too); LIBRARY_VERSION is the
+         * library's that is loaded, which may be newer. */
+        if (PyModule_AddStringConstant(m, "TEMPLATE_PROGRAM", template_prog) < 0 ||
+            PyModule_AddStringConstant(m, "VERSION", AIRLOCK_VERSION) < 0 ||
+            PyModule_AddStringConstant(m, "LIBRARY_VERSION", airlock_version()) < 0)
+                return -1;
+        return 0;
+}
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+        module_state *st = PyModule_GetState(m);
+        Py_VISIT(st->Error);
+        Py_VISIT(st->InputError);
+        Py_VISIT(st->SandboxError);
+        Py_VISIT(st->RunError);
+        Py_VISIT(st->ConfigType);
+        Py_VISIT(st->CacheType);
+        Py_VISIT(st->SessionType);
+        return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+        module_state *st = PyModule_GetState(m);
+        Py_CLEAR(st->Error);
+        Py_CLEAR(st->InputError);
+        Py_CLEAR(st->SandboxError);
+        Py_CLEAR(st->RunError);
+        Py_CLEAR(st->ConfigType);
+        Py_CLEAR(st->CacheType);
+        Py_CLEAR(st->SessionType);
+        return 0;
+}
+
+static void module_free(void *m)
+{
+        module_clear(m);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "airlock._airlock",
+    .m_doc = "The C library airlock (include/airlock.h), thinly.",
+    .m_size = sizeof(module_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__airlock(void)
+{
+        return PyModuleDef_Init(&module_def);
 }
