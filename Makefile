@@ -137,6 +137,14 @@ define link_test
 	@echo "  CCLD    $@"
 	@$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS) $(1)
 endef
+# The MCP server's core driven without a process: the command line's
+# objects but main().
+CLI_CORE_OBJ := $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ))
+$(BUILD)/tests/test_mcp_core: tests/sandbox/test_mcp_core.c $(CLI_CORE_OBJ) $(BUILD)/libairlock.a | build/.deps-check
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	@$(CC) $(CFLAGS) -Itests -Isrc/cli -o $@ $< $(CLI_CORE_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) \
+		$(LIBS) $(CLI_LIBS) -lcmocka
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libairlock.a | build/.deps-check
 	$(call link_test,-lcmocka)
 $(BUILD)/tests/%: tests/sandbox/%.c $(BUILD)/libairlock.a | build/.deps-check

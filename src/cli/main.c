@@ -4,18 +4,6 @@
 
 #include "cli.h"
 
-int cli_exit_status(const airlock_error *err)
-{
-        switch (err->kind) {
-        case AIRLOCK_ERROR_INPUT:
-                return EXIT_USAGE;
-        case AIRLOCK_ERROR_SANDBOX:
-        case AIRLOCK_ERROR_RUN:
-                return EXIT_SANDBOX;
-        }
-        return EXIT_SANDBOX;
-}
-
 int main(int argc, char **argv)
 {
         if (argc < 2) {

@@ -911,6 +911,18 @@ void cli_print_bash(FILE *f)
               f);
 }
 
+int cli_exit_status(const airlock_error *err)
+{
+        switch (err->kind) {
+        case AIRLOCK_ERROR_INPUT:
+                return EXIT_USAGE;
+        case AIRLOCK_ERROR_SANDBOX:
+        case AIRLOCK_ERROR_RUN:
+                return EXIT_SANDBOX;
+        }
+        return EXIT_SANDBOX;
+}
+
 void print_warnings(const char *warnings, const char *prefix)
 {
         for (const char *p = warnings; p && *p;) {

@@ -1,0 +1,215 @@
+/* The MCP server's core without a process or a transport: JSON-RPC messages
+ * go in through mcp_core_handle, and what the server sends comes out of a
+ * sink, as the stdio and HTTP transports see it. A change to the MCP layer
+ * is checked here in seconds; the SDK and client tests (tests/mcp) then
+ * check the same over real transports. Starts a real sandbox (tools/call). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "mcp_core.h"
+
+/* Collects what the server sends for one request. */
+typedef struct test_sink {
+        mcp_sink sink;
+        pthread_mutex_t lock;
+        pthread_cond_t changed;
+        json_t *msgs; /* every message, in order */
+        bool done;    /* call_done came */
+} test_sink;
+
+static void sink_send(mcp_sink *s, json_t *msg)
+{
+        test_sink *t = (test_sink *)s;
+        pthread_mutex_lock(&t->lock);
+        json_array_append_new(t->msgs, msg);
+        pthread_cond_broadcast(&t->changed);
+        pthread_mutex_unlock(&t->lock);
+}
+
+static void sink_done(mcp_sink *s)
+{
+        test_sink *t = (test_sink *)s;
+        pthread_mutex_lock(&t->lock);
+        t->done = true;
+        pthread_cond_broadcast(&t->changed);
+        pthread_mutex_unlock(&t->lock);
+}
+
+static void sink_init(test_sink *t)
+{
+        memset(t, 0, sizeof(*t));
+        t->sink.send = sink_send;
+        t->sink.call_done = sink_done;
+        pthread_mutex_init(&t->lock, NULL);
+        pthread_cond_init(&t->changed, NULL);
+        t->msgs = json_array();
+}
+
+static void sink_free(test_sink *t)
+{
+        json_decref(t->msgs);
+        pthread_mutex_destroy(&t->lock);
+        pthread_cond_destroy(&t->changed);
+}
+
+static mcp_server *srv;
+
+static int setup(void **state)
+{
+        char name[] = "mcp";
+        char *argv[] = {name, NULL};
+        cli_options o;
+        airlock_error err = {0};
+        assert_int_equal(cli_parse_options(1, argv, CLI_MCP, &o, &err), 0);
+        mcp_core_options co = {.stateless = true};
+        int r = mcp_core_new(o.cfg, &o.caps, &co, &srv, &err);
+        if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
+                print_message("no sandbox here: %s\n", err.message);
+                mcp_core_free(srv);
+                srv = NULL;
+                return 0;
+        }
+        assert_int_equal(r, 0);
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        if (srv)
+                mcp_core_free(srv);
+        return 0;
+}
+
+/* Sends one line as a client would and returns the response (owned by the
+ * caller), waiting for a tools/call to end. */
+static json_t *request(const char *line)
+{
+        if (!srv)
+                skip();
+        mcp_message m;
+        char why[256];
+        int code = mcp_parse_message(line, strlen(line), &m, why, sizeof(why));
+        test_sink t;
+        sink_init(&t);
+        json_t *resp = NULL;
+        if (code != 0) {
+                resp = json_pack("{s:{s:i, s:s}}", "error", "code", code, "message", why);
+        } else {
+                int started = mcp_core_handle(srv, &t.sink, &m);
+                pthread_mutex_lock(&t.lock);
+                while (started == 1 && !t.done)
+                        pthread_cond_wait(&t.changed, &t.lock);
+                pthread_mutex_unlock(&t.lock);
+                size_t n = json_array_size(t.msgs);
+                resp = n ? json_incref(json_array_get(t.msgs, n - 1)) : NULL;
+        }
+        json_decref(m.root);
+        sink_free(&t);
+        return resp;
+}
+
+/* A small path walk: "result.serverInfo.name", "result.content.0.text". */
+static json_t *walk(json_t *v, const char *path)
+{
+        char buf[256];
+        snprintf(buf, sizeof(buf), "%s", path);
+        char *save = NULL;
+        for (char *k = strtok_r(buf, ".", &save); v && k; k = strtok_r(NULL, ".", &save))
+                v = json_is_array(v) ? json_array_get(v, strtoul(k, NULL, 10))
+                                     : json_object_get(v, k);
+        return v;
+}
+
+static const char *text_at(json_t *v, const char *path)
+{
+        return json_string_value(walk(v, path));
+}
+
+static void test_initialize_and_ping(void **state)
+{
+        json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":"
+                            "{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},"
+                            "\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}");
+        assert_non_null(r);
+        assert_string_equal(text_at(r, "result.serverInfo.name"), "airlock");
+        assert_string_equal(text_at(r, "result.protocolVersion"), "2025-11-25");
+        assert_non_null(text_at(r, "result.instructions"));
+        json_decref(r);
+        r = request("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}");
+        assert_true(json_is_object(walk(r, "result")));
+        json_decref(r);
+}
+
+static void test_tools_list_names_every_tool_once(void **state)
+{
+        json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\"}");
+        json_t *tools = walk(r, "result.tools");
+        assert_true(json_is_array(tools));
+        assert_true(json_array_size(tools) >= 1);
+        bool exec = false;
+        for (size_t i = 0; i < json_array_size(tools); i++) {
+                json_t *t = json_array_get(tools, i);
+                const char *name = text_at(t, "name");
+                assert_non_null(name);
+                assert_true(json_is_object(walk(t, "inputSchema")));
+                assert_non_null(text_at(t, "description"));
+                exec |= strcmp(name, "execute_code") == 0;
+                for (size_t k = 0; k < i; k++)
+                        assert_string_not_equal(text_at(json_array_get(tools, k), "name"), name);
+        }
+        assert_true(exec);
+        json_decref(r);
+}
+
+static void test_errors_of_json_rpc(void **state)
+{
+        json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"no/such\"}");
+        assert_int_equal(json_integer_value(walk(r, "error.code")), RPC_METHOD_NOT_FOUND);
+        json_decref(r);
+        r = request("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":");
+        assert_int_equal(json_integer_value(walk(r, "error.code")), RPC_PARSE_ERROR);
+        json_decref(r);
+        r = request("{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":"
+                    "{\"name\":\"no_such_tool\",\"arguments\":{}}}");
+        /* An unknown tool is a protocol error or an error result, naming it. */
+        json_t *code = walk(r, "error.code");
+        const char *msg = code ? text_at(r, "error.message") : text_at(r, "result.content.0.text");
+        assert_non_null(msg);
+        assert_non_null(strstr(msg, "no_such_tool"));
+        json_decref(r);
+}
+
+static void test_execute_code_runs(void **state)
+{
+        json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":"
+                            "{\"name\":\"execute_code\",\"arguments\":{\"code\":\"print(6*7)\"}}}");
+        assert_non_null(r);
+        assert_true(json_is_false(walk(r, "result.isError")));
+        assert_string_equal(text_at(r, "result.content.0.text"), "42\n");
+        json_decref(r);
+        r = request("{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":"
+                    "{\"name\":\"execute_code\",\"arguments\":{\"code\":\"1/0\"}}}");
+        assert_true(json_is_true(walk(r, "result.isError")));
+        assert_non_null(strstr(text_at(r, "result.content.0.text"), "ZeroDivisionError"));
+        json_decref(r);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_initialize_and_ping),
+            cmocka_unit_test(test_tools_list_names_every_tool_once),
+            cmocka_unit_test(test_errors_of_json_rpc),
+            cmocka_unit_test(test_execute_code_runs),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}
