@@ -49,7 +49,9 @@ SONAME  := libairlock.so.$(SOMAJOR)
 SOFILE  := libairlock.so.$(VERSION)
 
 LIB_SRC  := $(sort $(wildcard src/common/*.c src/lib/*/*.c))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+# The command line (src/cli, a file per command) and the MCP server it runs
+# (src/mcp: the JSON-RPC core, sessions, resources, stdio and HTTP).
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/mcp/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/guest_runtime.o
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 # Test tiers by what they need: tests/unit/ runs anywhere (no namespaces, no
@@ -91,12 +93,17 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@echo "  CC      $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
-# The command line is built on the public API alone: without -Isrc/lib, an
-# include of the library's internals does not compile.
+# The command line and the MCP server are built on the public API alone:
+# without -Isrc/lib, an include of the library's internals does not compile.
+CLI_CFLAGS = $(filter-out -Isrc/lib,$(CFLAGS)) -Isrc/cli -Isrc/mcp
 $(BUILD)/src/cli/%.o: src/cli/%.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	@$(CC) $(filter-out -Isrc/lib,$(CFLAGS)) -c $< -o $@
+	@$(CC) $(CLI_CFLAGS) -c $< -o $@
+$(BUILD)/src/mcp/%.o: src/mcp/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(CLI_CFLAGS) -c $< -o $@
 
 # The guest runtime is Python source compiled into the library as a byte
 # array, after the protocol constants generated from the host's tables.
@@ -143,7 +150,7 @@ CLI_CORE_OBJ := $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ))
 $(BUILD)/tests/test_mcp_core: tests/sandbox/test_mcp_core.c $(CLI_CORE_OBJ) $(BUILD)/libairlock.a | build/.deps-check
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	@$(CC) $(CFLAGS) -Itests -Isrc/cli -o $@ $< $(CLI_CORE_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) \
+	@$(CC) $(CFLAGS) -Itests -Isrc/cli -Isrc/mcp -o $@ $< $(CLI_CORE_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) \
 		$(LIBS) $(CLI_LIBS) -lcmocka
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libairlock.a | build/.deps-check
 	$(call link_test,-lcmocka)
@@ -155,11 +162,11 @@ $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a | build/.deps-check
 # Fuzz corpus replays: each fuzzer's entry point built as a plain program.
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY_BIN := $(FUZZ_SRC:fuzz/fuzz_%.c=$(BUILD)/fuzz/replay_%)
-FUZZ_CLI_OBJ := $(addprefix $(BUILD)/src/cli/,options.o mcp_parse.o)
+FUZZ_CLI_OBJ := $(BUILD)/src/cli/options.o $(BUILD)/src/mcp/mcp_parse.o
 $(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(FUZZ_CLI_OBJ) $(BUILD)/libairlock.a
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	@$(CC) $(CFLAGS) -Isrc/cli -DFUZZ_NAME='"$*"' -DFUZZ_DIR='"$(CURDIR)/fuzz"' -o $@ \
+	@$(CC) $(CFLAGS) -Isrc/cli -Isrc/mcp -DFUZZ_NAME='"$*"' -DFUZZ_DIR='"$(CURDIR)/fuzz"' -o $@ \
 		fuzz/fuzz_$*.c fuzz/replay_main.c $(FUZZ_CLI_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) $(LIBS)
 
 tests: all $(TEST_BIN) $(TEST_HELPER_BIN) $(FUZZ_REPLAY_BIN)

@@ -18,9 +18,9 @@ DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null | sed 's/-I/-is
 DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libseccomp jansson python3-embed 2>/dev/null)
 SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer
-FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/common -Isrc/cli $(DEP_CFLAGS) $(SANFLAGS)
+FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/common -Isrc/cli -Isrc/mcp $(DEP_CFLAGS) $(SANFLAGS)
 
-LIB_SRC  := $(sort $(wildcard src/lib/*/*.c)) src/cli/options.c src/cli/mcp_parse.c src/common/base.c
+LIB_SRC  := $(sort $(wildcard src/lib/*/*.c)) src/cli/options.c src/mcp/mcp_parse.c src/common/base.c
 # EXTRA_OBJ: objects from the gcc build linked in uninstrumented, for a source
 # clang cannot compile at the moment (drop it from LIB_SRC on the command line).
 EXTRA_OBJ ?=
