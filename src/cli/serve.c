@@ -653,24 +653,50 @@ static void base_url(request *rq, struct MHD_Connection *c, char *out, size_t le
 typedef struct framing {
         unsigned lengths, encodings;
         bool bad_name;
+        bool folded;
 } framing;
+
+/* Whether the field (key, value) was read from one line "key:[ \t]*value".
+ * libmicrohttpd (0.9.75) parses each line in its read buffer in place: it
+ * ends the name at the colon and points the value past the blanks that
+ * follow, so the value starts right there. A line folded onto it (obs-fold,
+ * a next line that starts with a blank) is instead appended to the *name*
+ * ("Transfer-Encoding:" CRLF " chunked" becomes the field
+ * "Transfer-Encodingchunked" with an empty value), in a copy elsewhere in
+ * the connection's pool or over the value: either way the value no longer
+ * starts blanks away from the name's end. Both pointers are in the
+ * connection's pool (at most MAX_HEADER_MEM bytes), so the bytes between
+ * them may be read. */
+static bool one_line(const char *key, const char *value)
+{
+        const char *p = key + strlen(key) + 1;
+        if (value < p || (size_t)(value - p) > MAX_HEADER_MEM)
+                return false;
+        for (; p < value; p++)
+                if (*p != ' ' && *p != '\t')
+                        return false;
+        return true;
+}
 
 static enum MHD_Result framing_count(void *cls, enum MHD_ValueKind kind, const char *key,
                                      const char *value)
 {
         (void)kind;
-        (void)value;
         framing *f = cls;
         f->lengths += strcasecmp(key, "Content-Length") == 0;
         f->encodings += strcasecmp(key, "Transfer-Encoding") == 0;
         for (const char *p = key; *p; p++)
                 f->bad_name |= *p == ' ' || *p == '\t';
+        f->folded |= !value || !one_line(key, value);
         return MHD_YES;
 }
 
 /* False when the request's framing is ambiguous: two Content-Length
  * fields, Content-Length beside Transfer-Encoding, more than one
- * Transfer-Encoding, or a field name with whitespace before its colon. A
+ * Transfer-Encoding, a field name with whitespace before its colon, or a
+ * field folded over two lines (obsolete line folding, which RFC 9112 5.2
+ * lets a server reject with 400, and which libmicrohttpd joins to the
+ * field's name, so that a folded Transfer-Encoding escapes the count). A
  * proxy in front may read such a request's end elsewhere than
  * libmicrohttpd does (which takes the first length, keeps the connection
  * after both fields, and reads "Transfer-Encoding :" as some other field),
@@ -681,7 +707,8 @@ static bool framing_ok(struct MHD_Connection *c)
 {
         framing f = {0};
         MHD_get_connection_values(c, MHD_HEADER_KIND, framing_count, &f);
-        return !f.bad_name && f.lengths <= 1 && f.encodings <= 1 && !(f.lengths && f.encodings);
+        return !f.bad_name && !f.folded && f.lengths <= 1 && f.encodings <= 1 &&
+               !(f.lengths && f.encodings);
 }
 
 static enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool missing)
@@ -1179,8 +1206,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                         refuse(rq, RF_BAD_REQUEST);
                         snprintf(rq->method, sizeof(rq->method), "?");
                         return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
-                                               "ambiguous message framing (Content-Length and "
-                                               "Transfer-Encoding)",
+                                               "ambiguous message framing (Content-Length, "
+                                               "Transfer-Encoding or a folded header line)",
                                                "Connection", "close");
                 }
                 bool is_mcp = strcmp(url, "/mcp") == 0;

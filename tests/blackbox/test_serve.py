@@ -710,9 +710,10 @@ def test_a_session_stays_with_its_token_across_a_reload():
 def test_ambiguous_framing_is_refused_and_closes_the_connection():
     """Request smuggling behind a proxy: when two parsers can disagree on
     where a body ends (two Content-Length values, Content-Length beside
-    Transfer-Encoding, whitespace before a header's colon, RFC 9112 sections
-    5.1, 6.1 and 6.3), the request is 400 and the connection closes, so that
-    the bytes after it are never read as a request of their own."""
+    Transfer-Encoding, whitespace before a header's colon, a folded header
+    line, RFC 9112 sections 5.1, 5.2, 6.1 and 6.3), the request is 400 and
+    the connection closes, so that the bytes after it are never read as a
+    request of their own."""
     with serve() as s:
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
         smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -725,6 +726,16 @@ def test_ambiguous_framing_is_refused_and_closes_the_connection():
             b"Transfer-Encoding: chunked\r\n\r\n" % (len(chunked) + len(smuggled)) +
             chunked + smuggled,
             "space before colon": head + b"Transfer-Encoding : chunked\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
+            # Obsolete line folding (RFC 9112 5.2): libmicrohttpd joins the
+            # folded line to the field's name ("Transfer-Encodingchunked"),
+            # so the length alone framed the body, while a proxy that
+            # unfolds it reads a chunked body that swallows what follows.
+            "folded transfer-encoding": head + b"Content-Length: %d\r\n"
+            b"Transfer-Encoding:\r\n chunked\r\n\r\n" % len(body) + body + smuggled,
+            "folded with a tab": head + b"Transfer-Encoding:\r\n\tchunked\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
+            "any folded field": head + b"X-Note: one\r\n two\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
         }
         for name, data in cases.items():
