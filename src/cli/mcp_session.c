@@ -47,8 +47,11 @@ typedef struct entry {
         struct entry *next;
 } entry;
 
+/* How a session ended, told only to the owner that opened it: to anyone
+ * else its handle is one never opened. */
 typedef struct tombstone {
         char handle[HANDLE_LEN + 1];
+        char owner[MCP_OWNER_MAX + 1];
         char why[160];
 } tombstone;
 
@@ -226,6 +229,7 @@ static void unlink_locked(mcp_sessions *m, entry *e, const char *why)
                 }
         tombstone *t = &m->dead[m->n_dead++ % TOMBSTONES];
         snprintf(t->handle, sizeof(t->handle), "%s", e->handle);
+        snprintf(t->owner, sizeof(t->owner), "%s", e->owner);
         snprintf(t->why, sizeof(t->why), "%s", why);
 }
 
@@ -278,15 +282,21 @@ unsigned mcp_sessions_count(mcp_sessions *m)
         return n;
 }
 
-/* The tool error for a handle that names no open session. */
-static json_t *unknown_handle(mcp_sessions *m, const char *handle)
+/* The tool error for a handle that names no open session of owner's. How
+ * a session ended (closed, expired, over its memory cap, and what it held)
+ * is told only to the owner that opened it: another owner gets, byte for
+ * byte, the answer for a handle never opened, whether the session is open,
+ * ended or never was, so that a handle seen in a log or another client's
+ * text tells it nothing. */
+static json_t *unknown_handle(mcp_sessions *m, const char *handle, const char *owner)
 {
         char msg[512];
         const char *why = NULL;
         pthread_mutex_lock(&m->lock);
         unsigned n = m->n_dead < TOMBSTONES ? m->n_dead : TOMBSTONES;
         for (unsigned i = 0; i < n; i++)
-                if (strcmp(m->dead[i].handle, handle) == 0)
+                if (strcmp(m->dead[i].handle, handle) == 0 &&
+                    strcmp(m->dead[i].owner, owner ? owner : "") == 0)
                         why = m->dead[i].why;
         if (why)
                 snprintf(msg, sizeof(msg),
@@ -626,7 +636,7 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
         }
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
-                return unknown_handle(m, handle);
+                return unknown_handle(m, handle, owner);
         }
         /* The handle as the table spells it: a known length from here on. */
         char h[HANDLE_LEN + 1];
@@ -702,7 +712,7 @@ static json_t *session_close(mcp_sessions *m, const json_t *args, const char *ow
         entry *e = find_locked(m, handle, owner);
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
-                return unknown_handle(m, handle);
+                return unknown_handle(m, handle, owner);
         }
         unlink_locked(m, e, "closed (session_close)");
         bool busy = e->busy || e->measuring;
@@ -766,7 +776,7 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
                 e->busy = true;
         pthread_mutex_unlock(&m->lock);
         if (!e)
-                return unknown_handle(m, h);
+                return unknown_handle(m, h, owner);
         mcp_session_use *u = malloc(sizeof(*u));
         if (!u) {
                 pthread_mutex_lock(&m->lock);

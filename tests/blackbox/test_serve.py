@@ -677,6 +677,54 @@ def test_sessions_are_bound_to_the_token_that_opened_them():
         assert not tool("session_close", {"session": h}, alice)["isError"]
 
 
+def test_another_tokens_handle_looks_never_opened_live_or_dead():
+    """Whether another token's session is open, was closed, or was closed
+    over its memory cap (and how much it held) is no business of a token:
+    every session tool answers it, byte for byte, as it answers a handle
+    never opened. Its own token still learns how the session ended."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-mallory\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    mallory = {"Authorization": "Bearer token-mallory"}
+    with serve("--tokens", tokens, "--instance", "alpha", "--session-memory", "1") as s:
+        def tool(name, args, headers):
+            status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                      "params": {"name": name, "arguments": args,
+                                                 "_meta": MODERN}}, headers)
+            assert status == 200, (status, body)
+            return result_of(body)
+
+        def handle(headers):
+            return tool("session_open", {}, headers)["_meta"]["dev.airlock/session"]
+        live = handle(alice)
+        closed = handle(alice)
+        assert not tool("session_close", {"session": closed}, alice)["isError"]
+        over = handle(alice)
+        tool("execute_code", {"code": "x = 1", "session": over}, alice)
+        # The cell's memory is measured after it: past 1 MiB, closed.
+        r = tool("execute_code", {"code": "x", "session": over}, alice)
+        assert r["isError"] and "MiB" in r["content"][0]["text"], r
+        r = tool("execute_code", {"code": "1", "session": closed}, alice)
+        assert r["isError"] and "closed" in r["content"][0]["text"], r
+        never = live[:-4] + ("aaaa" if not live.endswith("aaaa") else "bbbb")
+        status, _, body = tools_list(s, mallory)
+        takes_session = [t["name"] for t in result_of(body)["tools"]
+                         if "session" in t["inputSchema"].get("properties", {})]
+        assert {"execute_code", "session_close", "session_fork"} <= set(takes_session), \
+            takes_session
+        for name in takes_session:
+            args = {"code": "print(1)"} if name == "execute_code" else {}
+            answers = {}
+            for h in (never, live, closed, over):
+                r = tool(name, dict(args, session=h), mallory)
+                assert r["isError"], (name, h, r)
+                answers[h] = json.dumps(r, sort_keys=True).replace(h, "HANDLE")
+            assert len(set(answers.values())) == 1, (name, answers)
+        assert s.metrics(alice)["airlock_sessions_open"] == 1
+
+
 def test_a_session_stays_with_its_token_across_a_reload():
     """Revoking a token (SIGHUP with its line gone) must not hand its
     sessions to whichever token takes its place in the file."""
