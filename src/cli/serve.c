@@ -105,7 +105,8 @@ typedef struct server {
         mcp_server *core;
         struct MHD_Daemon *d;
         metrics m;
-        atomic_bool core_ready; /* core may be used (it is built) */
+        atomic_bool core_ready;  /* core may be used (it is built) */
+        atomic_bool core_failed; /* the core could not be built: the server stops */
         atomic_bool ready, draining;
         atomic_bool unavailable; /* a warm-up run failed (and is retried) */
         /* The configuration options (argv without the serve and session
@@ -120,6 +121,10 @@ typedef struct server {
         pthread_mutex_t slot_lock;
         pthread_cond_t slot_free;
         unsigned running, waiting;
+        /* POSTs held until the core is built (hold_until_built), and the
+         * condition that wakes them (under slot_lock). */
+        unsigned held;
+        pthread_cond_t built;
         atomic_uint requests;     /* HTTP requests in progress, for the drain */
         atomic_ullong body_bytes; /* request bodies held, against --max-body-total */
         /* Hang-ups (see hup_main). */
@@ -1069,12 +1074,56 @@ static void release_body(request *rq)
         rq->held = 0;
 }
 
+/* Holds a request that came before the core (the sandbox and the tool
+ * description) is built, at most --queue-wait seconds, so that a client
+ * that connects right after the server starts is served rather than told
+ * to retry. Returns 0 once the core is built, -ETIMEDOUT when the wait
+ * ran out, -ECANCELED when the build failed (the server then stops). The
+ * request holds only its connection meanwhile (its body is in, within
+ * --max-body-total), as a slow client does. */
+static int hold_until_built(server *s)
+{
+        if (atomic_load(&s->core_ready))
+                return 0;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+                      (uint64_t)(s->opt.queue_wait_s * 1e9);
+        ts.tv_sec = (time_t)(at / 1000000000ull);
+        ts.tv_nsec = (long)(at % 1000000000ull);
+        int r = 0;
+        pthread_mutex_lock(&s->slot_lock);
+        s->held++;
+        while (!atomic_load(&s->core_ready) && !atomic_load(&s->core_failed) && r != ETIMEDOUT)
+                r = pthread_cond_timedwait(&s->built, &s->slot_lock, &ts);
+        s->held--;
+        pthread_mutex_unlock(&s->slot_lock);
+        if (atomic_load(&s->core_ready))
+                return 0;
+        return atomic_load(&s->core_failed) ? -ECANCELED : -ETIMEDOUT;
+}
+
+/* Wakes the requests held by hold_until_built: the core is built, or
+ * failed to be. */
+static void announce_built(server *s, bool ok)
+{
+        pthread_mutex_lock(&s->slot_lock);
+        atomic_store(ok ? &s->core_ready : &s->core_failed, true);
+        pthread_cond_broadcast(&s->built);
+        pthread_mutex_unlock(&s->slot_lock);
+}
+
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
 {
         server *s = rq->srv;
-        if (!atomic_load(&s->core_ready)) {
+        int held = hold_until_built(s);
+        if (held < 0) {
                 refuse(rq, RF_WARMING_UP);
                 snprintf(rq->method, sizeof(rq->method), "?");
+                if (held == -ECANCELED)
+                        return queue_rpc_error(
+                            c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                            "the server could not start (its log says why)", "Connection", "close");
                 return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
                                        "the server is starting; retry shortly", "Retry-After",
                                        RETRY_AFTER_S);
@@ -1407,7 +1456,7 @@ static void format_metrics(server *s, dynbuf *b)
             cum, s->m.hist_sum, s->m.hist_count);
         pthread_mutex_unlock(&s->m.hist_lock);
         pthread_mutex_lock(&s->slot_lock);
-        unsigned running = s->running, waiting = s->waiting;
+        unsigned running = s->running, waiting = s->waiting, held = s->held;
         pthread_mutex_unlock(&s->slot_lock);
         put(b,
             "# HELP airlock_runs_in_flight tools/call holding a run slot.\n"
@@ -1416,10 +1465,13 @@ static void format_metrics(server *s, dynbuf *b)
             "# HELP airlock_queue_depth tools/call waiting for a run slot.\n"
             "# TYPE airlock_queue_depth gauge\n"
             "airlock_queue_depth %u\n"
+            "# HELP airlock_requests_held POSTs held until the server is built.\n"
+            "# TYPE airlock_requests_held gauge\n"
+            "airlock_requests_held %u\n"
             "# HELP airlock_run_slots Run slots (--max-runs).\n"
             "# TYPE airlock_run_slots gauge\n"
             "airlock_run_slots %u\n",
-            running, waiting, s->opt.max_runs);
+            running, waiting, held, s->opt.max_runs);
         put(b,
             "# HELP airlock_sandbox_runs Runs in progress in sandboxes (warm-up included).\n"
             "# TYPE airlock_sandbox_runs gauge\n"
@@ -1660,6 +1712,7 @@ int cmd_serve(int argc, char **argv)
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&s->slot_free, &ca);
+        pthread_cond_init(&s->built, &ca);
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&s->hup_lock, NULL);
         s->hup_ep = s->hup_stop = -1;
@@ -1713,12 +1766,20 @@ int cmd_serve(int argc, char **argv)
         r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock serve: %s\n", err.message);
+                /* The requests held meanwhile are answered 503 before the
+                 * connections close (a second at most). */
+                announce_built(s, false);
+                uint64_t until = mono_ns() + 1000000000ull;
+                while (atomic_load(&s->requests) > 0 && mono_ns() < until) {
+                        struct timespec pause = {0, 10 * 1000000L};
+                        nanosleep(&pause, NULL);
+                }
                 MHD_stop_daemon(s->d);
                 mcp_core_free(s->core);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
-        atomic_store(&s->core_ready, true);
+        announce_built(s, true);
         /* Until a warm-up run succeeds, /readyz says why not and the
          * warm-up is tried again every few seconds: calls still reach the
          * core meanwhile and report the sandbox's own error. */

@@ -22,7 +22,7 @@ MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 class Serve:
     """One `airlock serve` on 127.0.0.1 and a port the kernel picks."""
 
-    def __init__(self, *args, listen="127.0.0.1:0"):
+    def __init__(self, *args, listen="127.0.0.1:0", wait_ready=True):
         self.p = subprocess.Popen([AIRLOCK, "serve", "--listen", listen, *args],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
@@ -31,7 +31,7 @@ class Serve:
         self.started = threading.Event()
         self.t = threading.Thread(target=self._read, daemon=True)
         self.t.start()
-        if not self.ready.wait(120):
+        if not (self.ready if wait_ready else self.started).wait(120):
             self.p.kill()
             raise AssertionError("serve did not become ready: " + "".join(self.lines))
         self.host = "[::1]" if listen.startswith("[") else "127.0.0.1"
@@ -628,6 +628,43 @@ def test_not_ready_while_the_sandbox_cannot_run():
             p.kill()
             p.wait()
     assert p.returncode == 0, (p.returncode, "".join(lines))
+
+
+def test_a_call_right_after_start_is_held_until_the_server_is_built():
+    """A client that connects as soon as the port is open (before /readyz
+    says ready) gets its answer, not 503 warming_up: its call is held until
+    the sandbox and the tool description are built. The build is kept
+    waiting here by a preload that returns only once the test creates a
+    file, so the call is sure to arrive first."""
+    d = tmpdir()
+    with open(os.path.join(d, "airlock_slow_start.py"), "w") as f:
+        f.write("import os, time\n"
+                "go = os.path.join(os.path.dirname(__file__), 'go')\n"
+                "while not os.path.exists(go):\n"
+                "    time.sleep(0.01)\n")
+    with serve("--python-path", d, "--preload", "airlock_slow_start",
+               wait_ready=False) as s:
+        out = []
+        t = threading.Thread(target=lambda: out.append(s.call("print(6 * 7)")))
+        t.start()
+        held = 0
+        for _ in range(2000):
+            held = s.metrics().get("airlock_requests_held", 0)
+            if held == 1 or out:
+                break
+            time.sleep(0.01)
+        # Answered before the server could be built: refused.
+        assert not out, out
+        assert held == 1, "".join(s.lines)
+        assert s.get("/readyz")[0] == 503
+        open(os.path.join(d, "go"), "w").close()
+        t.join(120)
+        status, _, body = out[0]
+        assert status == 200, (status, body)
+        r = result_of(body)
+        assert r["content"][0]["text"] == "42\n" and not r["isError"], r
+        assert s.ready.wait(120), "".join(s.lines)
+        assert s.metrics()['airlock_refusals_total{reason="warming_up"}'] == 0
 
 
 def test_sessions_are_bound_to_the_token_that_opened_them():
