@@ -510,6 +510,7 @@ typedef struct request {
         bool too_large;
         bool over_budget; /* the bodies of all requests would pass --max-body-total */
         uint64_t held;    /* bytes of body counted in srv->body_bytes */
+        uint64_t parsed;  /* the parsed message's estimated size, counted there too */
         http_sink *sink;
         int sock;
         bool sse;       /* the client accepts text/event-stream */
@@ -1074,6 +1075,66 @@ static void release_body(request *rq)
         rq->held = 0;
 }
 
+/* The parsed message is freed: its estimated size leaves the budget. */
+static void drop_message(request *rq, mcp_message *m)
+{
+        json_decref(m->root);
+        m->root = NULL;
+        atomic_fetch_sub(&rq->srv->body_bytes, rq->parsed);
+        rq->parsed = 0;
+}
+
+/* Deepest nesting of arrays and objects in a request: no MCP message comes
+ * near it, and jansson's parser recurses once a level on the connection's
+ * thread, whose stack is 512 KiB. */
+#define MAX_JSON_DEPTH 64
+
+/* Charges what parsing the body will hold (MCP_JSON_VALUE_COST per JSON
+ * value, found by a pass over the bytes that builds nothing, plus the
+ * bytes themselves for the strings' copies) against --max-body-total,
+ * beside the body until it is released: a body of 4 MiB of "[0,0,..."
+ * parses into 2 million values, some 100 MB, which the count of bytes
+ * alone let 16 such requests at once take past a gigabyte. Returns 0, or
+ * answers the request: 400 nested too deeply, 413 a message that could
+ * never fit, 503 one that does not fit now. */
+static int charge_parse(struct MHD_Connection *c, request *rq, enum MHD_Result *ret)
+{
+        server *s = rq->srv;
+        uint64_t values = 0;
+        unsigned depth = 0;
+        mcp_json_measure(rq->body.data ? rq->body.data : "", rq->body.len, &values, &depth);
+        uint64_t cost = values * MCP_JSON_VALUE_COST + rq->body.len;
+        if (depth > MAX_JSON_DEPTH) {
+                release_body(rq);
+                refuse(rq, RF_BAD_REQUEST);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                *ret = queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                       "JSON nested too deeply (more than 64 levels)", NULL, NULL);
+                return -1;
+        }
+        if (cost > s->opt.max_body_total) {
+                release_body(rq);
+                refuse(rq, RF_BODY_TOO_LARGE);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                *ret = queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                       "request too large once parsed (too many JSON values)", NULL,
+                                       NULL);
+                return -1;
+        }
+        if (atomic_fetch_add(&s->body_bytes, cost) + cost > s->opt.max_body_total) {
+                atomic_fetch_sub(&s->body_bytes, cost);
+                release_body(rq);
+                refuse(rq, RF_BODY_MEMORY);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                *ret = queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "too many request bodies held at once; retry later",
+                                       "Retry-After", RETRY_AFTER_S);
+                return -1;
+        }
+        rq->parsed = cost;
+        return 0;
+}
+
 /* Holds a request that came before the core (the sandbox and the tool
  * description) is built, at most --queue-wait seconds, so that a client
  * that connects right after the server starts is served rather than told
@@ -1136,13 +1197,16 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                                        "speaks 2026-07-28 and 2024-11-05 to 2025-11-25)",
                                        NULL, NULL);
         }
+        enum MHD_Result refused;
+        if (charge_parse(c, rq, &refused) < 0)
+                return refused;
         mcp_message m;
         char why[256];
         int code = mcp_parse_message(rq->body.data ? rq->body.data : "", rq->body.len, &m, why,
                                      sizeof(why));
         release_body(rq);
         if (code != 0) {
-                json_decref(m.root);
+                drop_message(rq, &m);
                 refuse(rq, RF_BAD_REQUEST);
                 snprintf(rq->method, sizeof(rq->method), "?");
                 return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, code, why, NULL, NULL);
@@ -1159,12 +1223,12 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         }
         rq->sink = sink_new(s, rq->owner[0] ? rq->owner : NULL);
         if (!rq->sink) {
-                json_decref(m.root);
+                drop_message(rq, &m);
                 return MHD_NO;
         }
         if (!m.id || !m.method) { /* a notification, or the client's response */
                 (void)mcp_core_handle(s->core, &rq->sink->base, &m);
-                json_decref(m.root);
+                drop_message(rq, &m);
                 rq->method[0] = '\0'; /* not a call: no log line */
                 return queue(c, rq, MHD_HTTP_ACCEPTED, NULL, "", 0);
         }
@@ -1172,7 +1236,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         if (is_call) {
                 admit a = slot_take(s);
                 if (a != ADMIT_OK) {
-                        json_decref(m.root);
+                        drop_message(rq, &m);
                         refuse(rq, a == ADMIT_QUEUE_FULL ? RF_QUEUE_FULL
                                    : a == ADMIT_TIMEOUT  ? RF_QUEUE_TIMEOUT
                                                          : RF_DRAINING);
@@ -1194,7 +1258,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         const json_t *token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
         rq->sink->base.run_here = !(rq->sse && (json_is_string(token) || json_is_integer(token)));
         int started = mcp_core_handle(s->core, &rq->sink->base, &m);
-        json_decref(m.root);
+        drop_message(rq, &m);
         if (started)
                 rq->sink->pending = true;
         else if (is_call)
@@ -1395,6 +1459,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         sink_free(rq->sink); /* cancels a call still running: its client is gone */
         json_log(rq);
         release_body(rq);
+        atomic_fetch_sub(&s->body_bytes, rq->parsed);
         free(rq->out);
         free(rq);
         atomic_fetch_sub(&s->requests, 1);
