@@ -20,6 +20,7 @@
 #include "base.h"
 #include "mcp.h"
 #include "mcp_session.h"
+#include "quota.h"
 
 #define HANDLE_PREFIX "sess_"
 #define HANDLE_RANDOM 26 /* base32 characters of 128 bits */
@@ -75,6 +76,7 @@ struct mcp_sessions {
         pthread_t sweeper;
         bool sweeper_started;
         char instance[MCP_INSTANCE_MAX + 1]; /* named in new handles; "" on stdio */
+        quota_table *quotas;                 /* per owner (airlock serve), or NULL */
 };
 
 struct mcp_session_use {
@@ -225,6 +227,8 @@ static void unlink_locked(mcp_sessions *m, entry *e, const char *why)
                 if (*p == e) {
                         *p = e->next;
                         m->n--;
+                        if (m->quotas)
+                                quota_give(m->quotas, e->owner, QUOTA_SESSIONS);
                         break;
                 }
         tombstone *t = &m->dead[m->n_dead++ % TOMBSTONES];
@@ -267,6 +271,11 @@ bool mcp_instance_valid(const char *id, size_t n)
                       id[i] == '-'))
                         return false;
         return true;
+}
+
+void mcp_sessions_set_quotas(mcp_sessions *m, quota_table *quotas)
+{
+        m->quotas = quotas;
 }
 
 void mcp_sessions_set_instance(mcp_sessions *m, const char *instance)
@@ -563,21 +572,65 @@ static json_t *text_result(const char *text, const char *handle)
                          "_meta", MCP_META_SESSION, handle, "isError", 0);
 }
 
-static json_t *session_open(mcp_sessions *m, const char *owner)
+/* Counts one more session of owner's (a fork counts as one), under the
+ * lock, or returns the tool error. With per-owner quotas (airlock serve)
+ * owner's own quota is checked first, then the server-wide cap, and the
+ * refusal names only owner's own sessions and limit: how many the other
+ * owners hold is theirs. */
+static json_t *count_session_locked(mcp_sessions *m, const char *owner, bool fork)
 {
-        pthread_mutex_lock(&m->lock);
-        if (m->n >= m->caps.max_sessions) {
-                unsigned n = m->n;
-                pthread_mutex_unlock(&m->lock);
-                char msg[256];
+        char msg[300];
+        const char *more = fork ? ", and a fork is one more" : "";
+        if (m->quotas) {
+                unsigned held = 0, limit = 0;
+                int r = quota_take(m->quotas, owner, QUOTA_SESSIONS, &held, &limit);
+                if (r == -ENOMEM)
+                        return mcp_tool_error("out of memory");
+                if (r < 0) {
+                        snprintf(msg, sizeof(msg),
+                                 "too many sessions: you have %u open, your limit "
+                                 "(--max-sessions-per-token %u)%s; close one with session_close",
+                                 held, limit, more);
+                        return mcp_tool_error(msg);
+                }
+                if (m->n >= m->caps.max_sessions) {
+                        quota_give(m->quotas, owner, QUOTA_SESSIONS);
+                        snprintf(msg, sizeof(msg),
+                                 "no session can be opened now: this server's sessions are all "
+                                 "taken (--max-sessions, shared by every client); you have %u "
+                                 "open. Close one of yours with session_close, or retry later",
+                                 held);
+                        return mcp_tool_error(msg);
+                }
+        } else if (m->n >= m->caps.max_sessions) {
                 snprintf(msg, sizeof(msg),
-                         "too many sessions: %u are open, the cap (--max-sessions %u); close "
+                         "too many sessions: %u are open, the cap (--max-sessions %u)%s; close "
                          "one with session_close",
-                         n, m->caps.max_sessions);
+                         m->n, m->caps.max_sessions, more);
                 return mcp_tool_error(msg);
         }
         /* Counted now, so that opens in parallel cannot pass the cap. */
         m->n++;
+        return NULL;
+}
+
+/* Takes back what count_session_locked counted, for a session that did not
+ * open. */
+static void uncount_session_locked(mcp_sessions *m, const char *owner)
+{
+        m->n--;
+        if (m->quotas)
+                quota_give(m->quotas, owner, QUOTA_SESSIONS);
+}
+
+static json_t *session_open(mcp_sessions *m, const char *owner)
+{
+        pthread_mutex_lock(&m->lock);
+        json_t *refused = count_session_locked(m, owner, false);
+        if (refused) {
+                pthread_mutex_unlock(&m->lock);
+                return refused;
+        }
         if (!m->sweeper_started && pthread_create(&m->sweeper, NULL, sweep_main, m) == 0)
                 m->sweeper_started = true;
         pthread_mutex_unlock(&m->lock);
@@ -597,7 +650,7 @@ static json_t *session_open(mcp_sessions *m, const char *owner)
         }
         pthread_mutex_lock(&m->lock);
         if (r < 0) {
-                m->n--;
+                uncount_session_locked(m, owner);
                 pthread_mutex_unlock(&m->lock);
                 free(e);
                 char msg[AIRLOCK_MESSAGE_MAX + 64];
@@ -651,16 +704,11 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                          handle);
                 return mcp_tool_error(msg);
         }
-        if (m->n >= m->caps.max_sessions) {
-                unsigned n = m->n;
+        json_t *refused = count_session_locked(m, e->owner, true);
+        if (refused) {
                 pthread_mutex_unlock(&m->lock);
-                snprintf(msg, sizeof(msg),
-                         "too many sessions: %u are open, the cap (--max-sessions %u), and a "
-                         "fork is one more; close one with session_close",
-                         n, m->caps.max_sessions);
-                return mcp_tool_error(msg);
+                return refused;
         }
-        m->n++;
         e->busy = true;
         pthread_mutex_unlock(&m->lock);
         entry *n = calloc(1, sizeof(*n));
@@ -676,7 +724,7 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
         e->used_ns = now_ns();
         bool close_it = e->closing;
         if (r < 0) {
-                m->n--;
+                uncount_session_locked(m, e->owner);
                 free(n);
                 n = NULL;
         } else {

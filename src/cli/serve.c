@@ -49,6 +49,7 @@
 #include "mcp.h"
 #include "mcp_core.h"
 #include "mcp_session.h"
+#include "quota.h"
 #include "serve.h"
 
 #define MAX_TOKENS     1024
@@ -117,6 +118,8 @@ typedef struct server {
         pthread_rwlock_t tokens_lock;
         char **tokens;
         size_t n_tokens;
+        /* Each token's sessions, runs and places in the queue (quota.h). */
+        quota_table *quotas;
         /* Run slots and the bounded queue in front of them. */
         pthread_mutex_t slot_lock;
         pthread_cond_t slot_free;
@@ -306,19 +309,51 @@ static void reload_tokens(server *s)
 
 /* ---- run slots ---------------------------------------------------------- */
 
-typedef enum admit { ADMIT_OK, ADMIT_QUEUE_FULL, ADMIT_TIMEOUT, ADMIT_DRAINING } admit;
+typedef enum admit {
+        ADMIT_OK,
+        ADMIT_QUEUE_FULL,
+        ADMIT_OWN_QUEUE_FULL, /* the caller's own runs and queue are full */
+        ADMIT_TIMEOUT,
+        ADMIT_DRAINING
+} admit;
 
-/* Takes a run slot, waiting in the queue when all are busy: at most
- * max_queue requests wait, each at most queue_wait_s seconds. */
-static admit slot_take(server *s)
+/* Under slot_lock: a run slot is free, and owner holds fewer runs than its
+ * quota; then both are taken. */
+static bool slot_fits_locked(server *s, const char *owner)
+{
+        return s->running < s->opt.max_runs &&
+               quota_take(s->quotas, owner, QUOTA_RUNS, NULL, NULL) == 0;
+}
+
+/* Takes a run slot for owner, waiting in the queue when every slot is busy
+ * or owner runs its quota already: at most max_queue requests wait (each
+ * owner at most its own quota of them), each at most queue_wait_s seconds.
+ * A refusal for the owner's own quota says, in why, only what that owner
+ * holds and may hold. */
+static admit slot_take(server *s, const char *owner, char *why, size_t why_len)
 {
         pthread_mutex_lock(&s->slot_lock);
-        if (s->running < s->opt.max_runs && !s->waiting) {
+        /* Not behind the calls that wait: those may wait for their own
+         * owner's quota, which is no reason for another owner to. */
+        if (slot_fits_locked(s, owner)) {
                 s->running++;
                 pthread_mutex_unlock(&s->slot_lock);
                 return ADMIT_OK;
         }
+        unsigned queued = 0, queue_limit = 0;
+        int q = quota_take(s->quotas, owner, QUOTA_QUEUED, &queued, &queue_limit);
+        if (q < 0) {
+                unsigned runs = quota_held(s->quotas, owner, QUOTA_RUNS);
+                pthread_mutex_unlock(&s->slot_lock);
+                snprintf(why, why_len,
+                         "too many calls: you have %u running and %u waiting, your limits "
+                         "(--max-runs-per-token %u, --max-queue-per-token %u); retry when one "
+                         "of yours has finished",
+                         runs, queued, s->opt.max_runs_per_token, queue_limit);
+                return ADMIT_OWN_QUEUE_FULL;
+        }
         if (s->waiting >= s->opt.max_queue) {
+                quota_give(s->quotas, owner, QUOTA_QUEUED);
                 pthread_mutex_unlock(&s->slot_lock);
                 return ADMIT_QUEUE_FULL;
         }
@@ -331,7 +366,7 @@ static admit slot_take(server *s)
         ts.tv_nsec = (long)(at % 1000000000ull);
         admit a = ADMIT_OK;
         int r = 0;
-        while (s->running >= s->opt.max_runs) {
+        while (!slot_fits_locked(s, owner)) {
                 if (atomic_load(&s->draining)) {
                         a = ADMIT_DRAINING;
                         break;
@@ -343,16 +378,21 @@ static admit slot_take(server *s)
                 r = pthread_cond_timedwait(&s->slot_free, &s->slot_lock, &ts);
         }
         s->waiting--;
+        quota_give(s->quotas, owner, QUOTA_QUEUED);
         if (a == ADMIT_OK)
                 s->running++;
         pthread_mutex_unlock(&s->slot_lock);
         return a;
 }
 
-static void slot_give(server *s)
+/* Gives back a run slot that slot_take took for owner (internal: the
+ * warm-up run's, which took no quota). */
+static void slot_give(server *s, const char *owner, bool internal)
 {
         pthread_mutex_lock(&s->slot_lock);
         s->running--;
+        if (!internal)
+                quota_give(s->quotas, owner, QUOTA_RUNS);
         pthread_cond_broadcast(&s->slot_free);
         pthread_mutex_unlock(&s->slot_lock);
 }
@@ -422,7 +462,7 @@ static void sink_call_done(mcp_sink *base)
         http_sink *k = (http_sink *)base;
         /* The run slot is free as soon as the run is over, before the
          * response is written to a client that may read it slowly. */
-        slot_give(k->srv);
+        slot_give(k->srv, k->base.owner, k->base.internal);
         /* Woken under the lock: the request's thread may free the sink as
          * soon as it sees done, which it reads under the lock. */
         pthread_mutex_lock(&k->lock);
@@ -1234,21 +1274,22 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         }
         bool is_call = strcmp(method, "tools/call") == 0;
         if (is_call) {
-                admit a = slot_take(s);
+                char own[300];
+                admit a = slot_take(s, rq->sink->base.owner, own, sizeof(own));
                 if (a != ADMIT_OK) {
                         drop_message(rq, &m);
-                        refuse(rq, a == ADMIT_QUEUE_FULL ? RF_QUEUE_FULL
-                                   : a == ADMIT_TIMEOUT  ? RF_QUEUE_TIMEOUT
-                                                         : RF_DRAINING);
+                        bool full = a == ADMIT_QUEUE_FULL || a == ADMIT_OWN_QUEUE_FULL;
+                        refuse(rq, full                 ? RF_QUEUE_FULL
+                                   : a == ADMIT_TIMEOUT ? RF_QUEUE_TIMEOUT
+                                                        : RF_DRAINING);
                         return queue_rpc_error(
-                            c, rq,
-                            a == ADMIT_QUEUE_FULL ? MHD_HTTP_TOO_MANY_REQUESTS
-                                                  : MHD_HTTP_SERVICE_UNAVAILABLE,
+                            c, rq, full ? MHD_HTTP_TOO_MANY_REQUESTS : MHD_HTTP_SERVICE_UNAVAILABLE,
                             RPC_INTERNAL_ERROR,
-                            a == ADMIT_QUEUE_FULL ? "too many calls: every run slot is busy and "
-                                                    "the queue is full; retry later"
-                            : a == ADMIT_TIMEOUT  ? "no run slot came free in time; retry later"
-                                                  : "the server is shutting down",
+                            a == ADMIT_OWN_QUEUE_FULL ? own
+                            : a == ADMIT_QUEUE_FULL ? "too many calls: every run slot is busy and "
+                                                      "the queue is full; retry later"
+                            : a == ADMIT_TIMEOUT    ? "no run slot came free in time; retry later"
+                                                    : "the server is shutting down",
                             "Retry-After", RETRY_AFTER_S);
                 }
         }
@@ -1262,7 +1303,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         if (started)
                 rq->sink->pending = true;
         else if (is_call)
-                slot_give(s);
+                slot_give(s, rq->sink->base.owner, false);
         if (started && rq->sink->base.here)
                 run_here(rq);
         rq->call_t0 = is_call ? t0 : 0;
@@ -1710,7 +1751,7 @@ static bool warm_up(server *s)
                 sink_wait_done(k);
                 k->pending = false;
         } else {
-                slot_give(s);
+                slot_give(s, NULL, true);
         }
         bool ok = k->got_resp && k->status == ST_OK;
         json_decref(root);
@@ -1781,6 +1822,15 @@ int cmd_serve(int argc, char **argv)
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&s->hup_lock, NULL);
         s->hup_ep = s->hup_stop = -1;
+        serve_quota_defaults(&s->opt, caps.max_sessions);
+        unsigned limits[QUOTA_KINDS] = {[QUOTA_SESSIONS] = s->opt.max_sessions_per_token,
+                                        [QUOTA_RUNS] = s->opt.max_runs_per_token,
+                                        [QUOTA_QUEUED] = s->opt.max_queue_per_token};
+        if (!(s->quotas = quota_new(limits))) {
+                fprintf(stderr, "airlock serve: out of memory\n");
+                cli_options_free(&o);
+                return EXIT_SANDBOX;
+        }
         if (hup_init(s) < 0) {
                 fprintf(stderr, "airlock serve: cannot watch connections: %s\n", strerror(errno));
                 hup_fini(s);
@@ -1827,7 +1877,8 @@ int cmd_serve(int argc, char **argv)
         /* The server is built while /healthz already answers (and /readyz
          * says warming up): the sandbox, the tool description, then one
          * warm-up run. */
-        mcp_core_options co = {.stateless = true, .instance = s->opt.instance, .audit = o.audit};
+        mcp_core_options co = {
+            .stateless = true, .instance = s->opt.instance, .audit = o.audit, .quotas = s->quotas};
         r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock serve: %s\n", err.message);
@@ -1841,6 +1892,7 @@ int cmd_serve(int argc, char **argv)
                 }
                 MHD_stop_daemon(s->d);
                 mcp_core_free(s->core);
+                quota_free(s->quotas);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
@@ -1906,6 +1958,7 @@ int cmd_serve(int argc, char **argv)
         MHD_stop_daemon(s->d);
         hup_fini(s);
         mcp_core_free(s->core);
+        quota_free(s->quotas);
         free_tokens(s->tokens, s->n_tokens);
         cli_options_free(&o);
         fprintf(stderr, "airlock serve: stopped\n");

@@ -62,11 +62,36 @@ void serve_usage(FILE *f)
               "      --max-body-total BYTES     request bodies held at once (67108864)\n"
               "      --max-runs N               tools/call running at once (4)\n"
               "      --max-queue N              tools/call waiting for a run (16)\n"
+              "      --max-sessions-per-token N sessions one token may hold (half of\n"
+              "                                 --max-sessions with --tokens, else all)\n"
+              "      --max-runs-per-token N     tools/call of one token running at once\n"
+              "                                 (half of --max-runs with --tokens, else all)\n"
+              "      --max-queue-per-token N    tools/call of one token waiting for a run\n"
+              "                                 (half of --max-queue with --tokens, else all)\n"
               "      --queue-wait SEC           longest wait for a run (30)\n"
               "      --max-connections N        open connections (256)\n"
               "      --http-timeout SEC         idle connection closed after (30)\n"
               "      --grace SEC                on SIGTERM, calls may finish this long (30)\n",
               f);
+}
+
+/* A quota not given: half the cap with tokens (several clients), rounded
+ * up; the whole cap without (one client). Never above the cap. */
+static unsigned quota_default(bool set, unsigned given, unsigned cap, bool tokens)
+{
+        unsigned q = set ? given : tokens ? (cap + 1) / 2 : cap;
+        return q < cap ? q : cap;
+}
+
+void serve_quota_defaults(serve_options *o, unsigned max_sessions)
+{
+        bool tokens = o->tokens_file != NULL;
+        o->max_sessions_per_token = quota_default(o->sessions_per_token_set,
+                                                  o->max_sessions_per_token, max_sessions, tokens);
+        o->max_runs_per_token =
+            quota_default(o->runs_per_token_set, o->max_runs_per_token, o->max_runs, tokens);
+        o->max_queue_per_token =
+            quota_default(o->queue_per_token_set, o->max_queue_per_token, o->max_queue, tokens);
 }
 
 static int number(const char *opt, const char *text, double lo, double hi, bool whole, double *ret,
@@ -87,11 +112,24 @@ static int number(const char *opt, const char *text, double lo, double hi, bool 
 int serve_take_options(int *argc, char **argv, serve_options *o, char *why, size_t why_len)
 {
         static const char *const names[] = {
-            "--listen",       "--tokens",       "--authorization-server",
-            "--resource-url", "--allow-origin", "--insecure-no-auth",
-            "--instance",     "--max-body",     "--max-runs",
-            "--max-queue",    "--queue-wait",   "--max-connections",
-            "--http-timeout", "--grace",        "--max-body-total",
+            "--listen",
+            "--tokens",
+            "--authorization-server",
+            "--resource-url",
+            "--allow-origin",
+            "--insecure-no-auth",
+            "--instance",
+            "--max-body",
+            "--max-runs",
+            "--max-queue",
+            "--queue-wait",
+            "--max-connections",
+            "--http-timeout",
+            "--grace",
+            "--max-body-total",
+            "--max-sessions-per-token",
+            "--max-runs-per-token",
+            "--max-queue-per-token",
         };
         int out = 1;
         for (int i = 1; i < *argc; i++) {
@@ -184,9 +222,24 @@ int serve_take_options(int *argc, char **argv, serve_options *o, char *why, size
                         r = number(names[k], val, 0, 86400, false, &v, why, why_len);
                         o->grace_s = v;
                         break;
-                default:
+                case 14:
                         r = number(names[k], val, 65536, 16.0 * (1u << 30), true, &v, why, why_len);
                         o->max_body_total = (uint64_t)v;
+                        break;
+                case 15:
+                        r = number(names[k], val, 0, 1024, true, &v, why, why_len);
+                        o->max_sessions_per_token = (unsigned)v;
+                        o->sessions_per_token_set = true;
+                        break;
+                case 16:
+                        r = number(names[k], val, 1, 32, true, &v, why, why_len);
+                        o->max_runs_per_token = (unsigned)v;
+                        o->runs_per_token_set = true;
+                        break;
+                default:
+                        r = number(names[k], val, 0, 4096, true, &v, why, why_len);
+                        o->max_queue_per_token = (unsigned)v;
+                        o->queue_per_token_set = true;
                         break;
                 }
                 if (r < 0)

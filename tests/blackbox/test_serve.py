@@ -805,6 +805,83 @@ def test_another_tokens_handle_looks_never_opened_live_or_dead():
         assert s.metrics(alice)["airlock_sessions_open"] == 1
 
 
+def test_each_token_has_its_own_quotas_below_the_server_caps():
+    """One token cannot take every session, run slot or place in the queue:
+    each has its own quota (half of each cap by default), and a refusal
+    names only the caller's own usage and limit, never what other tokens
+    hold."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-bob\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    bob = {"Authorization": "Bearer token-bob"}
+
+    def tool(s, name, args, headers):
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": name, "arguments": args,
+                                             "_meta": MODERN}}, headers)
+        assert status == 200, (status, body)
+        return result_of(body)
+
+    with serve("--tokens", tokens, "--max-sessions", "4") as s:
+        for _ in range(2):
+            assert not tool(s, "session_open", {}, alice)["isError"]
+        r = tool(s, "session_open", {}, alice)
+        text = r["content"][0]["text"]
+        assert r["isError"] and "you have 2 open" in text and \
+            "--max-sessions-per-token 2" in text, r
+        # Bob still has his own.
+        for _ in range(2):
+            assert not tool(s, "session_open", {}, bob)["isError"]
+        assert s.metrics(bob)["airlock_sessions_open"] == 4
+    # Past the server-wide cap, the refusal tells no other token's count.
+    with serve("--tokens", tokens, "--max-sessions", "4",
+               "--max-sessions-per-token", "3") as s:
+        for _ in range(3):
+            assert not tool(s, "session_open", {}, alice)["isError"]
+        assert not tool(s, "session_open", {}, bob)["isError"]
+        r = tool(s, "session_open", {}, bob)
+        text = r["content"][0]["text"]
+        assert r["isError"] and "you have 1 open" in text, r
+        assert re.findall(r"\d+", text) == ["1"], text
+    with serve("--tokens", tokens, "--max-runs", "2", "--max-queue", "2") as s:
+        out = {}
+
+        def call(name, code, headers):
+            out[name] = s.call(code, headers, rid=name)
+        long = threading.Thread(target=call, args=(
+            "long", "import time\nfor _ in range(1200): time.sleep(0.05)", alice))
+        long.start()
+        for _ in range(2000):
+            if s.metrics(alice)["airlock_runs_in_flight"] == 1:
+                break
+            time.sleep(0.01)
+        # Alice's second call waits for her own run, though a slot is free.
+        queued = threading.Thread(target=call, args=("queued", "print('queued')", alice))
+        queued.start()
+        for _ in range(2000):
+            if s.metrics(alice)["airlock_queue_depth"] == 1 or "queued" in out:
+                break
+            time.sleep(0.01)
+        assert "queued" not in out, out
+        status, h, body = s.call("print(3)", alice, rid="third")
+        message = json.loads(body)["error"]["message"]
+        assert status == 429 and h["retry-after"] == "1", (status, body)
+        assert "you have 1 running and 1 waiting" in message, message
+        # Bob's call runs at once in the free slot.
+        status, _, body = s.call("print('bob')", bob)
+        assert status == 200 and result_of(body)["content"][0]["text"] == "bob\n", body
+        status, _, _ = s.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                               "params": {"requestId": "long"}}, alice)
+        assert status == 202
+        long.join(120)
+        queued.join(120)
+        assert "cancelled" in json.loads(out["long"][2])["error"]["message"], out
+        status, _, body = out["queued"]
+        assert status == 200 and result_of(body)["content"][0]["text"] == "queued\n", body
+
+
 def test_a_session_stays_with_its_token_across_a_reload():
     """Revoking a token (SIGHUP with its line gone) must not hand its
     sessions to whichever token takes its place in the file."""
