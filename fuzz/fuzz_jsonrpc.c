@@ -10,6 +10,29 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The values of a parsed document (object keys included) and its depth of
+ * arrays and objects. */
+static uint64_t count_values(const json_t *v, unsigned level, unsigned *depth)
+{
+        uint64_t n = 1;
+        if (json_is_array(v) || json_is_object(v)) {
+                if (level + 1 > *depth)
+                        *depth = level + 1;
+        }
+        if (json_is_array(v)) {
+                size_t i;
+                const json_t *e;
+                json_array_foreach ((json_t *)v, i, e)
+                        n += count_values(e, level + 1, depth);
+        } else if (json_is_object(v)) {
+                const char *k;
+                const json_t *e;
+                json_object_foreach ((json_t *)v, k, e)
+                        n += 1 + count_values(e, level + 1, depth);
+        }
+        return n;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         mcp_message m;
@@ -29,6 +52,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (m.id && !json_is_string(m.id) && !json_is_integer(m.id))
                 abort();
+        /* The measure that bounds what parsing costs (airlock serve charges
+         * it before parsing) never counts fewer values or levels than the
+         * parse made. */
+        if (m.root) {
+                uint64_t values = 0;
+                unsigned depth = 0, real_depth = 0;
+                mcp_json_measure((const char *)data, size, &values, &depth);
+                if (count_values(m.root, 0, &real_depth) > values || real_depth > depth)
+                        abort();
+        }
         json_decref(m.root);
         return 0;
 }

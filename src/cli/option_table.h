@@ -75,6 +75,14 @@ typedef enum cli_group {
         X(MAX_RUNS, "max-runs", 0, "N", CLI_SERVE, CLI_G_SERVE, "4", "tools/call running at once")  \
         X(MAX_QUEUE, "max-queue", 0, "N", CLI_SERVE, CLI_G_SERVE, "16",                             \
           "tools/call waiting for a run")                                                           \
+        X(MAX_SESSIONS_PER_TOKEN, "max-sessions-per-token", 0, "N", CLI_SERVE, CLI_G_SERVE, NULL,   \
+          "sessions one token may hold (default: half of --max-sessions with --tokens, else all)") \
+        X(MAX_RUNS_PER_TOKEN, "max-runs-per-token", 0, "N", CLI_SERVE, CLI_G_SERVE, NULL,           \
+          "tools/call of one token running at once (default: half of --max-runs with --tokens, "   \
+          "else all)")                                                                              \
+        X(MAX_QUEUE_PER_TOKEN, "max-queue-per-token", 0, "N", CLI_SERVE, CLI_G_SERVE, NULL,         \
+          "tools/call of one token waiting for a run (default: half of --max-queue with "          \
+          "--tokens, else all)")                                                                    \
         X(QUEUE_WAIT, "queue-wait", 0, "SEC", CLI_SERVE, CLI_G_SERVE, "30",                         \
           "longest wait for a run")                                                                 \
         X(MAX_CONNECTIONS, "max-connections", 0, "N", CLI_SERVE, CLI_G_SERVE, "256",                \

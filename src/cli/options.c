@@ -462,6 +462,21 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
                 r = number(n, val, 0, 4096, true, &v, err);
                 so->max_queue = (unsigned)v;
                 break;
+        case CLI_OPT_MAX_SESSIONS_PER_TOKEN:
+                r = number(n, val, 0, 1024, true, &v, err);
+                so->max_sessions_per_token = (unsigned)v;
+                so->sessions_per_token_set = true;
+                break;
+        case CLI_OPT_MAX_RUNS_PER_TOKEN:
+                r = number(n, val, 1, 32, true, &v, err);
+                so->max_runs_per_token = (unsigned)v;
+                so->runs_per_token_set = true;
+                break;
+        case CLI_OPT_MAX_QUEUE_PER_TOKEN:
+                r = number(n, val, 0, 4096, true, &v, err);
+                so->max_queue_per_token = (unsigned)v;
+                so->queue_per_token_set = true;
+                break;
         case CLI_OPT_QUEUE_WAIT:
                 r = number(n, val, 0, 3600, false, &v, err);
                 so->queue_wait_s = v;
@@ -498,6 +513,25 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
                 return 1; /* not a server option */
         }
         return r;
+}
+
+/* A quota not given: half the cap with tokens (several clients), rounded
+ * up; the whole cap without (one client). Never above the cap. */
+static unsigned quota_default(bool set, unsigned given, unsigned cap, bool tokens)
+{
+        unsigned q = set ? given : tokens ? (cap + 1) / 2 : cap;
+        return q < cap ? q : cap;
+}
+
+void serve_quota_defaults(serve_options *o, unsigned max_sessions)
+{
+        bool tokens = o->tokens_file != NULL;
+        o->max_sessions_per_token = quota_default(o->sessions_per_token_set,
+                                                  o->max_sessions_per_token, max_sessions, tokens);
+        o->max_runs_per_token =
+            quota_default(o->runs_per_token_set, o->max_runs_per_token, o->max_runs, tokens);
+        o->max_queue_per_token =
+            quota_default(o->queue_per_token_set, o->max_queue_per_token, o->max_queue, tokens);
 }
 
 /* The defaults of the server and session options: the table's own text,

@@ -1794,6 +1794,8 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
         int r = server_init(srv, cfg, caps, err);
         if (r >= 0 && o && o->instance)
                 mcp_sessions_set_instance(srv->sessions, o->instance);
+        if (r >= 0 && o && o->quotas)
+                mcp_sessions_set_quotas(srv->sessions, o->quotas);
         return r;
 }
 

@@ -115,4 +115,14 @@ typedef struct mcp_message {
  * dropped silently: 0 with method NULL. */
 int mcp_parse_message(const char *line, size_t len, mcp_message *ret, char *why, size_t why_len);
 
+/* What parsing buf would cost, found in one pass over its bytes without
+ * building anything: *values the JSON values it holds (object keys
+ * included) and *depth its deepest nesting of arrays and objects. Text
+ * that is not JSON is measured all the same (jansson then refuses it).
+ * Parsed, each value costs jansson about 40 to 90 bytes beside the text
+ * (MCP_JSON_VALUE_COST, measured with jansson 2.14): the parsed form of a
+ * body can be 20 times its size, which is what the caller must bound. */
+#define MCP_JSON_VALUE_COST 96
+void mcp_json_measure(const char *buf, size_t len, uint64_t *values, unsigned *depth);
+
 #endif

@@ -51,6 +51,9 @@ typedef struct mcp_core_options {
         const char *instance;
         /* --audit FILE: one JSON line per call (audit.h), or NULL. */
         const char *audit;
+        /* Per-owner quotas (quota.h) that sessions count against, or NULL;
+         * the transport frees them after mcp_core_free. */
+        struct quota_table *quotas;
 } mcp_core_options;
 
 /* Builds the server (the sandbox cache, the tool description, sessions).

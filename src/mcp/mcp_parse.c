@@ -1,9 +1,60 @@
 /* The JSON-RPC envelope of `airlock mcp`: the first code to touch what a
  * client sends, so it takes any bytes and never trusts a field's type. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "mcp.h"
+
+void mcp_json_measure(const char *buf, size_t len, uint64_t *values, unsigned *depth)
+{
+        uint64_t n = 0;
+        unsigned d = 0, max = 0;
+        /* The last structural byte outside strings: a scalar starts a value
+         * only right after one of "[,:" (or at the start). */
+        char prev = '[';
+        for (size_t i = 0; i < len; i++) {
+                char c = buf[i];
+                switch (c) {
+                case '"':
+                        n++;
+                        for (i++; i < len && buf[i] != '"'; i++)
+                                if (buf[i] == '\\')
+                                        i++;
+                        prev = '"';
+                        break;
+                case '[':
+                case '{':
+                        n++;
+                        if (++d > max)
+                                max = d;
+                        prev = c;
+                        break;
+                case ']':
+                case '}':
+                        if (d)
+                                d--;
+                        prev = c;
+                        break;
+                case ',':
+                case ':':
+                        prev = c;
+                        break;
+                case ' ':
+                case '\t':
+                case '\n':
+                case '\r':
+                        break;
+                default:
+                        if (prev == '[' || prev == ',' || prev == ':')
+                                n++;
+                        prev = 'v';
+                        break;
+                }
+        }
+        *values = n;
+        *depth = max;
+}
 
 /* An id must be a string or an integer (MCP forbids null). */
 static bool id_valid(const json_t *id)

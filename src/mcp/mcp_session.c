@@ -20,6 +20,7 @@
 #include "base.h"
 #include "mcp.h"
 #include "mcp_session.h"
+#include "quota.h"
 
 #define HANDLE_PREFIX "sess_"
 #define HANDLE_RANDOM 26 /* base32 characters of 128 bits */
@@ -47,8 +48,11 @@ typedef struct entry {
         struct entry *next;
 } entry;
 
+/* How a session ended, told only to the owner that opened it: to anyone
+ * else its handle is one never opened. */
 typedef struct tombstone {
         char handle[HANDLE_LEN + 1];
+        char owner[MCP_OWNER_MAX + 1];
         char why[160];
 } tombstone;
 
@@ -72,6 +76,7 @@ struct mcp_sessions {
         pthread_t sweeper;
         bool sweeper_started;
         char instance[MCP_INSTANCE_MAX + 1]; /* named in new handles; "" on stdio */
+        quota_table *quotas;                 /* per owner (airlock serve), or NULL */
 };
 
 struct mcp_session_use {
@@ -135,10 +140,13 @@ static void unlink_locked(mcp_sessions *m, entry *e, const char *why)
                 if (*p == e) {
                         *p = e->next;
                         m->n--;
+                        if (m->quotas)
+                                quota_give(m->quotas, e->owner, QUOTA_SESSIONS);
                         break;
                 }
         tombstone *t = &m->dead[m->n_dead++ % TOMBSTONES];
         snprintf(t->handle, sizeof(t->handle), "%s", e->handle);
+        snprintf(t->owner, sizeof(t->owner), "%s", e->owner);
         snprintf(t->why, sizeof(t->why), "%s", why);
 }
 
@@ -167,6 +175,11 @@ static bool handle_instance(const char *handle, char out[MCP_INSTANCE_MAX + 1])
         return true;
 }
 
+void mcp_sessions_set_quotas(mcp_sessions *m, quota_table *quotas)
+{
+        m->quotas = quotas;
+}
+
 void mcp_sessions_set_instance(mcp_sessions *m, const char *instance)
 {
         snprintf(m->instance, sizeof(m->instance), "%s", instance);
@@ -180,15 +193,21 @@ unsigned mcp_sessions_count(mcp_sessions *m)
         return n;
 }
 
-/* The tool error for a handle that names no open session. */
-static json_t *unknown_handle(mcp_sessions *m, const char *handle)
+/* The tool error for a handle that names no open session of owner's. How
+ * a session ended (closed, expired, over its memory cap, and what it held)
+ * is told only to the owner that opened it: another owner gets, byte for
+ * byte, the answer for a handle never opened, whether the session is open,
+ * ended or never was, so that a handle seen in a log or another client's
+ * text tells it nothing. */
+static json_t *unknown_handle(mcp_sessions *m, const char *handle, const char *owner)
 {
         char msg[512];
         const char *why = NULL;
         pthread_mutex_lock(&m->lock);
         unsigned n = m->n_dead < TOMBSTONES ? m->n_dead : TOMBSTONES;
         for (unsigned i = 0; i < n; i++)
-                if (strcmp(m->dead[i].handle, handle) == 0)
+                if (strcmp(m->dead[i].handle, handle) == 0 &&
+                    strcmp(m->dead[i].owner, owner ? owner : "") == 0)
                         why = m->dead[i].why;
         if (why)
                 snprintf(msg, sizeof(msg),
@@ -455,21 +474,65 @@ static json_t *text_result(const char *text, const char *handle)
                          "_meta", MCP_META_SESSION, handle, "isError", 0);
 }
 
-static json_t *session_open(mcp_sessions *m, const char *owner)
+/* Counts one more session of owner's (a fork counts as one), under the
+ * lock, or returns the tool error. With per-owner quotas (airlock serve)
+ * owner's own quota is checked first, then the server-wide cap, and the
+ * refusal names only owner's own sessions and limit: how many the other
+ * owners hold is theirs. */
+static json_t *count_session_locked(mcp_sessions *m, const char *owner, bool fork)
 {
-        pthread_mutex_lock(&m->lock);
-        if (m->n >= m->caps.max_sessions) {
-                unsigned n = m->n;
-                pthread_mutex_unlock(&m->lock);
-                char msg[256];
+        char msg[300];
+        const char *more = fork ? ", and a fork is one more" : "";
+        if (m->quotas) {
+                unsigned held = 0, limit = 0;
+                int r = quota_take(m->quotas, owner, QUOTA_SESSIONS, &held, &limit);
+                if (r == -ENOMEM)
+                        return mcp_tool_error("out of memory");
+                if (r < 0) {
+                        snprintf(msg, sizeof(msg),
+                                 "too many sessions: you have %u open, your limit "
+                                 "(--max-sessions-per-token %u)%s; close one with session_close",
+                                 held, limit, more);
+                        return mcp_tool_error(msg);
+                }
+                if (m->n >= m->caps.max_sessions) {
+                        quota_give(m->quotas, owner, QUOTA_SESSIONS);
+                        snprintf(msg, sizeof(msg),
+                                 "no session can be opened now: this server's sessions are all "
+                                 "taken (--max-sessions, shared by every client); you have %u "
+                                 "open. Close one of yours with session_close, or retry later",
+                                 held);
+                        return mcp_tool_error(msg);
+                }
+        } else if (m->n >= m->caps.max_sessions) {
                 snprintf(msg, sizeof(msg),
-                         "too many sessions: %u are open, the cap (--max-sessions %u); close "
+                         "too many sessions: %u are open, the cap (--max-sessions %u)%s; close "
                          "one with session_close",
-                         n, m->caps.max_sessions);
+                         m->n, m->caps.max_sessions, more);
                 return mcp_tool_error(msg);
         }
         /* Counted now, so that opens in parallel cannot pass the cap. */
         m->n++;
+        return NULL;
+}
+
+/* Takes back what count_session_locked counted, for a session that did not
+ * open. */
+static void uncount_session_locked(mcp_sessions *m, const char *owner)
+{
+        m->n--;
+        if (m->quotas)
+                quota_give(m->quotas, owner, QUOTA_SESSIONS);
+}
+
+static json_t *session_open(mcp_sessions *m, const char *owner)
+{
+        pthread_mutex_lock(&m->lock);
+        json_t *refused = count_session_locked(m, owner, false);
+        if (refused) {
+                pthread_mutex_unlock(&m->lock);
+                return refused;
+        }
         if (!m->sweeper_started && pthread_create(&m->sweeper, NULL, sweep_main, m) == 0)
                 m->sweeper_started = true;
         pthread_mutex_unlock(&m->lock);
@@ -489,7 +552,7 @@ static json_t *session_open(mcp_sessions *m, const char *owner)
         }
         pthread_mutex_lock(&m->lock);
         if (r < 0) {
-                m->n--;
+                uncount_session_locked(m, owner);
                 pthread_mutex_unlock(&m->lock);
                 free(e);
                 char msg[AIRLOCK_MESSAGE_MAX + 64];
@@ -528,7 +591,7 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
         }
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
-                return unknown_handle(m, handle);
+                return unknown_handle(m, handle, owner);
         }
         /* The handle as the table spells it: a known length from here on. */
         char h[HANDLE_LEN + 1];
@@ -543,16 +606,11 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                          handle);
                 return mcp_tool_error(msg);
         }
-        if (m->n >= m->caps.max_sessions) {
-                unsigned n = m->n;
+        json_t *refused = count_session_locked(m, e->owner, true);
+        if (refused) {
                 pthread_mutex_unlock(&m->lock);
-                snprintf(msg, sizeof(msg),
-                         "too many sessions: %u are open, the cap (--max-sessions %u), and a "
-                         "fork is one more; close one with session_close",
-                         n, m->caps.max_sessions);
-                return mcp_tool_error(msg);
+                return refused;
         }
-        m->n++;
         e->busy = true;
         pthread_mutex_unlock(&m->lock);
         entry *n = calloc(1, sizeof(*n));
@@ -568,7 +626,7 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
         e->used_ns = now_ns();
         bool close_it = e->closing;
         if (r < 0) {
-                m->n--;
+                uncount_session_locked(m, e->owner);
                 free(n);
                 n = NULL;
         } else {
@@ -604,7 +662,7 @@ static json_t *session_close(mcp_sessions *m, const json_t *args, const char *ow
         entry *e = find_locked(m, handle, owner);
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
-                return unknown_handle(m, handle);
+                return unknown_handle(m, handle, owner);
         }
         unlink_locked(m, e, "closed (session_close)");
         bool busy = e->busy || e->measuring;
@@ -668,7 +726,7 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
                 e->busy = true;
         pthread_mutex_unlock(&m->lock);
         if (!e)
-                return unknown_handle(m, h);
+                return unknown_handle(m, h, owner);
         mcp_session_use *u = malloc(sizeof(*u));
         if (!u) {
                 pthread_mutex_lock(&m->lock);

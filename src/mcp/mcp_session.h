@@ -78,5 +78,10 @@ static inline bool mcp_instance_valid(const char *id, size_t n)
 void mcp_sessions_set_instance(mcp_sessions *m, const char *instance);
 /* Sessions open now. */
 unsigned mcp_sessions_count(mcp_sessions *m);
+/* `airlock serve`: each owner's sessions also count against its quota
+ * (QUOTA_SESSIONS of quotas, which outlives m), below --max-sessions; a
+ * refusal then names only the caller's own sessions and limit. */
+struct quota_table;
+void mcp_sessions_set_quotas(mcp_sessions *m, struct quota_table *quotas);
 
 #endif

@@ -49,6 +49,7 @@
 #include "mcp.h"
 #include "mcp_core.h"
 #include "mcp_session.h"
+#include "quota.h"
 #include "serve.h"
 
 #define MAX_TOKENS     1024
@@ -105,7 +106,8 @@ typedef struct server {
         mcp_server *core;
         struct MHD_Daemon *d;
         metrics m;
-        atomic_bool core_ready; /* core may be used (it is built) */
+        atomic_bool core_ready;  /* core may be used (it is built) */
+        atomic_bool core_failed; /* the core could not be built: the server stops */
         atomic_bool ready, draining;
         atomic_bool unavailable; /* a warm-up run failed (and is retried) */
         /* The configuration options (argv without the serve and session
@@ -116,10 +118,16 @@ typedef struct server {
         pthread_rwlock_t tokens_lock;
         char **tokens;
         size_t n_tokens;
+        /* Each token's sessions, runs and places in the queue (quota.h). */
+        quota_table *quotas;
         /* Run slots and the bounded queue in front of them. */
         pthread_mutex_t slot_lock;
         pthread_cond_t slot_free;
         unsigned running, waiting;
+        /* POSTs held until the core is built (hold_until_built), and the
+         * condition that wakes them (under slot_lock). */
+        unsigned held;
+        pthread_cond_t built;
         atomic_uint requests;     /* HTTP requests in progress, for the drain */
         atomic_ullong body_bytes; /* request bodies held, against --max-body-total */
         /* Hang-ups (see hup_main). */
@@ -301,19 +309,51 @@ static void reload_tokens(server *s)
 
 /* ---- run slots ---------------------------------------------------------- */
 
-typedef enum admit { ADMIT_OK, ADMIT_QUEUE_FULL, ADMIT_TIMEOUT, ADMIT_DRAINING } admit;
+typedef enum admit {
+        ADMIT_OK,
+        ADMIT_QUEUE_FULL,
+        ADMIT_OWN_QUEUE_FULL, /* the caller's own runs and queue are full */
+        ADMIT_TIMEOUT,
+        ADMIT_DRAINING
+} admit;
 
-/* Takes a run slot, waiting in the queue when all are busy: at most
- * max_queue requests wait, each at most queue_wait_s seconds. */
-static admit slot_take(server *s)
+/* Under slot_lock: a run slot is free, and owner holds fewer runs than its
+ * quota; then both are taken. */
+static bool slot_fits_locked(server *s, const char *owner)
+{
+        return s->running < s->opt.max_runs &&
+               quota_take(s->quotas, owner, QUOTA_RUNS, NULL, NULL) == 0;
+}
+
+/* Takes a run slot for owner, waiting in the queue when every slot is busy
+ * or owner runs its quota already: at most max_queue requests wait (each
+ * owner at most its own quota of them), each at most queue_wait_s seconds.
+ * A refusal for the owner's own quota says, in why, only what that owner
+ * holds and may hold. */
+static admit slot_take(server *s, const char *owner, char *why, size_t why_len)
 {
         pthread_mutex_lock(&s->slot_lock);
-        if (s->running < s->opt.max_runs && !s->waiting) {
+        /* Not behind the calls that wait: those may wait for their own
+         * owner's quota, which is no reason for another owner to. */
+        if (slot_fits_locked(s, owner)) {
                 s->running++;
                 pthread_mutex_unlock(&s->slot_lock);
                 return ADMIT_OK;
         }
+        unsigned queued = 0, queue_limit = 0;
+        int q = quota_take(s->quotas, owner, QUOTA_QUEUED, &queued, &queue_limit);
+        if (q < 0) {
+                unsigned runs = quota_held(s->quotas, owner, QUOTA_RUNS);
+                pthread_mutex_unlock(&s->slot_lock);
+                snprintf(why, why_len,
+                         "too many calls: you have %u running and %u waiting, your limits "
+                         "(--max-runs-per-token %u, --max-queue-per-token %u); retry when one "
+                         "of yours has finished",
+                         runs, queued, s->opt.max_runs_per_token, queue_limit);
+                return ADMIT_OWN_QUEUE_FULL;
+        }
         if (s->waiting >= s->opt.max_queue) {
+                quota_give(s->quotas, owner, QUOTA_QUEUED);
                 pthread_mutex_unlock(&s->slot_lock);
                 return ADMIT_QUEUE_FULL;
         }
@@ -326,7 +366,7 @@ static admit slot_take(server *s)
         ts.tv_nsec = (long)(at % 1000000000ull);
         admit a = ADMIT_OK;
         int r = 0;
-        while (s->running >= s->opt.max_runs) {
+        while (!slot_fits_locked(s, owner)) {
                 if (atomic_load(&s->draining)) {
                         a = ADMIT_DRAINING;
                         break;
@@ -338,16 +378,21 @@ static admit slot_take(server *s)
                 r = pthread_cond_timedwait(&s->slot_free, &s->slot_lock, &ts);
         }
         s->waiting--;
+        quota_give(s->quotas, owner, QUOTA_QUEUED);
         if (a == ADMIT_OK)
                 s->running++;
         pthread_mutex_unlock(&s->slot_lock);
         return a;
 }
 
-static void slot_give(server *s)
+/* Gives back a run slot that slot_take took for owner (internal: the
+ * warm-up run's, which took no quota). */
+static void slot_give(server *s, const char *owner, bool internal)
 {
         pthread_mutex_lock(&s->slot_lock);
         s->running--;
+        if (!internal)
+                quota_give(s->quotas, owner, QUOTA_RUNS);
         pthread_cond_broadcast(&s->slot_free);
         pthread_mutex_unlock(&s->slot_lock);
 }
@@ -417,7 +462,7 @@ static void sink_call_done(mcp_sink *base)
         http_sink *k = (http_sink *)base;
         /* The run slot is free as soon as the run is over, before the
          * response is written to a client that may read it slowly. */
-        slot_give(k->srv);
+        slot_give(k->srv, k->base.owner, k->base.internal);
         /* Woken under the lock: the request's thread may free the sink as
          * soon as it sees done, which it reads under the lock. */
         pthread_mutex_lock(&k->lock);
@@ -505,6 +550,7 @@ typedef struct request {
         bool too_large;
         bool over_budget; /* the bodies of all requests would pass --max-body-total */
         uint64_t held;    /* bytes of body counted in srv->body_bytes */
+        uint64_t parsed;  /* the parsed message's estimated size, counted there too */
         http_sink *sink;
         int sock;
         bool sse;       /* the client accepts text/event-stream */
@@ -653,24 +699,50 @@ static void base_url(request *rq, struct MHD_Connection *c, char *out, size_t le
 typedef struct framing {
         unsigned lengths, encodings;
         bool bad_name;
+        bool folded;
 } framing;
+
+/* Whether the field (key, value) was read from one line "key:[ \t]*value".
+ * libmicrohttpd (0.9.75) parses each line in its read buffer in place: it
+ * ends the name at the colon and points the value past the blanks that
+ * follow, so the value starts right there. A line folded onto it (obs-fold,
+ * a next line that starts with a blank) is instead appended to the *name*
+ * ("Transfer-Encoding:" CRLF " chunked" becomes the field
+ * "Transfer-Encodingchunked" with an empty value), in a copy elsewhere in
+ * the connection's pool or over the value: either way the value no longer
+ * starts blanks away from the name's end. Both pointers are in the
+ * connection's pool (at most MAX_HEADER_MEM bytes), so the bytes between
+ * them may be read. */
+static bool one_line(const char *key, const char *value)
+{
+        const char *p = key + strlen(key) + 1;
+        if (value < p || (size_t)(value - p) > MAX_HEADER_MEM)
+                return false;
+        for (; p < value; p++)
+                if (*p != ' ' && *p != '\t')
+                        return false;
+        return true;
+}
 
 static enum MHD_Result framing_count(void *cls, enum MHD_ValueKind kind, const char *key,
                                      const char *value)
 {
         (void)kind;
-        (void)value;
         framing *f = cls;
         f->lengths += strcasecmp(key, "Content-Length") == 0;
         f->encodings += strcasecmp(key, "Transfer-Encoding") == 0;
         for (const char *p = key; *p; p++)
                 f->bad_name |= *p == ' ' || *p == '\t';
+        f->folded |= !value || !one_line(key, value);
         return MHD_YES;
 }
 
 /* False when the request's framing is ambiguous: two Content-Length
  * fields, Content-Length beside Transfer-Encoding, more than one
- * Transfer-Encoding, or a field name with whitespace before its colon. A
+ * Transfer-Encoding, a field name with whitespace before its colon, or a
+ * field folded over two lines (obsolete line folding, which RFC 9112 5.2
+ * lets a server reject with 400, and which libmicrohttpd joins to the
+ * field's name, so that a folded Transfer-Encoding escapes the count). A
  * proxy in front may read such a request's end elsewhere than
  * libmicrohttpd does (which takes the first length, keeps the connection
  * after both fields, and reads "Transfer-Encoding :" as some other field),
@@ -681,7 +753,8 @@ static bool framing_ok(struct MHD_Connection *c)
 {
         framing f = {0};
         MHD_get_connection_values(c, MHD_HEADER_KIND, framing_count, &f);
-        return !f.bad_name && f.lengths <= 1 && f.encodings <= 1 && !(f.lengths && f.encodings);
+        return !f.bad_name && !f.folded && f.lengths <= 1 && f.encodings <= 1 &&
+               !(f.lengths && f.encodings);
 }
 
 static enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool missing)
@@ -1042,12 +1115,116 @@ static void release_body(request *rq)
         rq->held = 0;
 }
 
+/* The parsed message is freed: its estimated size leaves the budget. */
+static void drop_message(request *rq, mcp_message *m)
+{
+        json_decref(m->root);
+        m->root = NULL;
+        atomic_fetch_sub(&rq->srv->body_bytes, rq->parsed);
+        rq->parsed = 0;
+}
+
+/* Deepest nesting of arrays and objects in a request: no MCP message comes
+ * near it, and jansson's parser recurses once a level on the connection's
+ * thread, whose stack is 512 KiB. */
+#define MAX_JSON_DEPTH 64
+
+/* Charges what parsing the body will hold (MCP_JSON_VALUE_COST per JSON
+ * value, found by a pass over the bytes that builds nothing, plus the
+ * bytes themselves for the strings' copies) against --max-body-total,
+ * beside the body until it is released: a body of 4 MiB of "[0,0,..."
+ * parses into 2 million values, some 100 MB, which the count of bytes
+ * alone let 16 such requests at once take past a gigabyte. Returns 0, or
+ * answers the request: 400 nested too deeply, 413 a message that could
+ * never fit, 503 one that does not fit now. */
+static int charge_parse(struct MHD_Connection *c, request *rq, enum MHD_Result *ret)
+{
+        server *s = rq->srv;
+        uint64_t values = 0;
+        unsigned depth = 0;
+        mcp_json_measure(rq->body.data ? rq->body.data : "", rq->body.len, &values, &depth);
+        uint64_t cost = values * MCP_JSON_VALUE_COST + rq->body.len;
+        if (depth > MAX_JSON_DEPTH) {
+                release_body(rq);
+                refuse(rq, RF_BAD_REQUEST);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                *ret = queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                       "JSON nested too deeply (more than 64 levels)", NULL, NULL);
+                return -1;
+        }
+        if (cost > s->opt.max_body_total) {
+                release_body(rq);
+                refuse(rq, RF_BODY_TOO_LARGE);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                *ret = queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                       "request too large once parsed (too many JSON values)", NULL,
+                                       NULL);
+                return -1;
+        }
+        if (atomic_fetch_add(&s->body_bytes, cost) + cost > s->opt.max_body_total) {
+                atomic_fetch_sub(&s->body_bytes, cost);
+                release_body(rq);
+                refuse(rq, RF_BODY_MEMORY);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                *ret = queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "too many request bodies held at once; retry later",
+                                       "Retry-After", RETRY_AFTER_S);
+                return -1;
+        }
+        rq->parsed = cost;
+        return 0;
+}
+
+/* Holds a request that came before the core (the sandbox and the tool
+ * description) is built, at most --queue-wait seconds, so that a client
+ * that connects right after the server starts is served rather than told
+ * to retry. Returns 0 once the core is built, -ETIMEDOUT when the wait
+ * ran out, -ECANCELED when the build failed (the server then stops). The
+ * request holds only its connection meanwhile (its body is in, within
+ * --max-body-total), as a slow client does. */
+static int hold_until_built(server *s)
+{
+        if (atomic_load(&s->core_ready))
+                return 0;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+                      (uint64_t)(s->opt.queue_wait_s * 1e9);
+        ts.tv_sec = (time_t)(at / 1000000000ull);
+        ts.tv_nsec = (long)(at % 1000000000ull);
+        int r = 0;
+        pthread_mutex_lock(&s->slot_lock);
+        s->held++;
+        while (!atomic_load(&s->core_ready) && !atomic_load(&s->core_failed) && r != ETIMEDOUT)
+                r = pthread_cond_timedwait(&s->built, &s->slot_lock, &ts);
+        s->held--;
+        pthread_mutex_unlock(&s->slot_lock);
+        if (atomic_load(&s->core_ready))
+                return 0;
+        return atomic_load(&s->core_failed) ? -ECANCELED : -ETIMEDOUT;
+}
+
+/* Wakes the requests held by hold_until_built: the core is built, or
+ * failed to be. */
+static void announce_built(server *s, bool ok)
+{
+        pthread_mutex_lock(&s->slot_lock);
+        atomic_store(ok ? &s->core_ready : &s->core_failed, true);
+        pthread_cond_broadcast(&s->built);
+        pthread_mutex_unlock(&s->slot_lock);
+}
+
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
 {
         server *s = rq->srv;
-        if (!atomic_load(&s->core_ready)) {
+        int held = hold_until_built(s);
+        if (held < 0) {
                 refuse(rq, RF_WARMING_UP);
                 snprintf(rq->method, sizeof(rq->method), "?");
+                if (held == -ECANCELED)
+                        return queue_rpc_error(
+                            c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                            "the server could not start (its log says why)", "Connection", "close");
                 return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
                                        "the server is starting; retry shortly", "Retry-After",
                                        RETRY_AFTER_S);
@@ -1060,13 +1237,16 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                                        "speaks 2026-07-28 and 2024-11-05 to 2025-11-25)",
                                        NULL, NULL);
         }
+        enum MHD_Result refused;
+        if (charge_parse(c, rq, &refused) < 0)
+                return refused;
         mcp_message m;
         char why[256];
         int code = mcp_parse_message(rq->body.data ? rq->body.data : "", rq->body.len, &m, why,
                                      sizeof(why));
         release_body(rq);
         if (code != 0) {
-                json_decref(m.root);
+                drop_message(rq, &m);
                 refuse(rq, RF_BAD_REQUEST);
                 snprintf(rq->method, sizeof(rq->method), "?");
                 return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, code, why, NULL, NULL);
@@ -1083,32 +1263,33 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         }
         rq->sink = sink_new(s, rq->owner[0] ? rq->owner : NULL);
         if (!rq->sink) {
-                json_decref(m.root);
+                drop_message(rq, &m);
                 return MHD_NO;
         }
         if (!m.id || !m.method) { /* a notification, or the client's response */
                 (void)mcp_core_handle(s->core, &rq->sink->base, &m);
-                json_decref(m.root);
+                drop_message(rq, &m);
                 rq->method[0] = '\0'; /* not a call: no log line */
                 return queue(c, rq, MHD_HTTP_ACCEPTED, NULL, "", 0);
         }
         bool is_call = strcmp(method, "tools/call") == 0;
         if (is_call) {
-                admit a = slot_take(s);
+                char own[300];
+                admit a = slot_take(s, rq->sink->base.owner, own, sizeof(own));
                 if (a != ADMIT_OK) {
-                        json_decref(m.root);
-                        refuse(rq, a == ADMIT_QUEUE_FULL ? RF_QUEUE_FULL
-                                   : a == ADMIT_TIMEOUT  ? RF_QUEUE_TIMEOUT
-                                                         : RF_DRAINING);
+                        drop_message(rq, &m);
+                        bool full = a == ADMIT_QUEUE_FULL || a == ADMIT_OWN_QUEUE_FULL;
+                        refuse(rq, full                 ? RF_QUEUE_FULL
+                                   : a == ADMIT_TIMEOUT ? RF_QUEUE_TIMEOUT
+                                                        : RF_DRAINING);
                         return queue_rpc_error(
-                            c, rq,
-                            a == ADMIT_QUEUE_FULL ? MHD_HTTP_TOO_MANY_REQUESTS
-                                                  : MHD_HTTP_SERVICE_UNAVAILABLE,
+                            c, rq, full ? MHD_HTTP_TOO_MANY_REQUESTS : MHD_HTTP_SERVICE_UNAVAILABLE,
                             RPC_INTERNAL_ERROR,
-                            a == ADMIT_QUEUE_FULL ? "too many calls: every run slot is busy and "
-                                                    "the queue is full; retry later"
-                            : a == ADMIT_TIMEOUT  ? "no run slot came free in time; retry later"
-                                                  : "the server is shutting down",
+                            a == ADMIT_OWN_QUEUE_FULL ? own
+                            : a == ADMIT_QUEUE_FULL ? "too many calls: every run slot is busy and "
+                                                      "the queue is full; retry later"
+                            : a == ADMIT_TIMEOUT    ? "no run slot came free in time; retry later"
+                                                    : "the server is shutting down",
                             "Retry-After", RETRY_AFTER_S);
                 }
         }
@@ -1118,11 +1299,11 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         const json_t *token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
         rq->sink->base.run_here = !(rq->sse && (json_is_string(token) || json_is_integer(token)));
         int started = mcp_core_handle(s->core, &rq->sink->base, &m);
-        json_decref(m.root);
+        drop_message(rq, &m);
         if (started)
                 rq->sink->pending = true;
         else if (is_call)
-                slot_give(s);
+                slot_give(s, rq->sink->base.owner, false);
         if (started && rq->sink->base.here)
                 run_here(rq);
         rq->call_t0 = is_call ? t0 : 0;
@@ -1179,8 +1360,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                         refuse(rq, RF_BAD_REQUEST);
                         snprintf(rq->method, sizeof(rq->method), "?");
                         return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
-                                               "ambiguous message framing (Content-Length and "
-                                               "Transfer-Encoding)",
+                                               "ambiguous message framing (Content-Length, "
+                                               "Transfer-Encoding or a folded header line)",
                                                "Connection", "close");
                 }
                 bool is_mcp = strcmp(url, "/mcp") == 0;
@@ -1319,6 +1500,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         sink_free(rq->sink); /* cancels a call still running: its client is gone */
         json_log(rq);
         release_body(rq);
+        atomic_fetch_sub(&s->body_bytes, rq->parsed);
         free(rq->out);
         free(rq);
         atomic_fetch_sub(&s->requests, 1);
@@ -1380,7 +1562,7 @@ static void format_metrics(server *s, dynbuf *b)
             cum, s->m.hist_sum, s->m.hist_count);
         pthread_mutex_unlock(&s->m.hist_lock);
         pthread_mutex_lock(&s->slot_lock);
-        unsigned running = s->running, waiting = s->waiting;
+        unsigned running = s->running, waiting = s->waiting, held = s->held;
         pthread_mutex_unlock(&s->slot_lock);
         put(b,
             "# HELP airlock_runs_in_flight tools/call holding a run slot.\n"
@@ -1389,10 +1571,13 @@ static void format_metrics(server *s, dynbuf *b)
             "# HELP airlock_queue_depth tools/call waiting for a run slot.\n"
             "# TYPE airlock_queue_depth gauge\n"
             "airlock_queue_depth %u\n"
+            "# HELP airlock_requests_held POSTs held until the server is built.\n"
+            "# TYPE airlock_requests_held gauge\n"
+            "airlock_requests_held %u\n"
             "# HELP airlock_run_slots Run slots (--max-runs).\n"
             "# TYPE airlock_run_slots gauge\n"
             "airlock_run_slots %u\n",
-            running, waiting, s->opt.max_runs);
+            running, waiting, held, s->opt.max_runs);
         put(b,
             "# HELP airlock_sandbox_runs Runs in progress in sandboxes (warm-up included).\n"
             "# TYPE airlock_sandbox_runs gauge\n"
@@ -1566,7 +1751,7 @@ static bool warm_up(server *s)
                 sink_wait_done(k);
                 k->pending = false;
         } else {
-                slot_give(s);
+                slot_give(s, NULL, true);
         }
         bool ok = k->got_resp && k->status == ST_OK;
         json_decref(root);
@@ -1626,9 +1811,19 @@ int cmd_serve(int argc, char **argv)
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&s->slot_free, &ca);
+        pthread_cond_init(&s->built, &ca);
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&s->hup_lock, NULL);
         s->hup_ep = s->hup_stop = -1;
+        serve_quota_defaults(&s->opt, caps.max_sessions);
+        unsigned limits[QUOTA_KINDS] = {[QUOTA_SESSIONS] = s->opt.max_sessions_per_token,
+                                        [QUOTA_RUNS] = s->opt.max_runs_per_token,
+                                        [QUOTA_QUEUED] = s->opt.max_queue_per_token};
+        if (!(s->quotas = quota_new(limits))) {
+                fprintf(stderr, "airlock serve: out of memory\n");
+                cli_options_free(&o);
+                return EXIT_SANDBOX;
+        }
         if (hup_init(s) < 0) {
                 fprintf(stderr, "airlock serve: cannot watch connections: %s\n", strerror(errno));
                 hup_fini(s);
@@ -1675,16 +1870,26 @@ int cmd_serve(int argc, char **argv)
         /* The server is built while /healthz already answers (and /readyz
          * says warming up): the sandbox, the tool description, then one
          * warm-up run. */
-        mcp_core_options co = {.stateless = true, .instance = s->opt.instance, .audit = o.audit};
+        mcp_core_options co = {
+            .stateless = true, .instance = s->opt.instance, .audit = o.audit, .quotas = s->quotas};
         r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock serve: %s\n", err.message);
+                /* The requests held meanwhile are answered 503 before the
+                 * connections close (a second at most). */
+                announce_built(s, false);
+                uint64_t until = mono_ns() + 1000000000ull;
+                while (atomic_load(&s->requests) > 0 && mono_ns() < until) {
+                        struct timespec pause = {0, 10 * 1000000L};
+                        nanosleep(&pause, NULL);
+                }
                 MHD_stop_daemon(s->d);
                 mcp_core_free(s->core);
+                quota_free(s->quotas);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
-        atomic_store(&s->core_ready, true);
+        announce_built(s, true);
         /* Until a warm-up run succeeds, /readyz says why not and the
          * warm-up is tried again every few seconds: calls still reach the
          * core meanwhile and report the sandbox's own error. */
@@ -1746,6 +1951,7 @@ int cmd_serve(int argc, char **argv)
         MHD_stop_daemon(s->d);
         hup_fini(s);
         mcp_core_free(s->core);
+        quota_free(s->quotas);
         free_tokens(s->tokens, s->n_tokens);
         cli_options_free(&o);
         fprintf(stderr, "airlock serve: stopped\n");

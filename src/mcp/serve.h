@@ -26,6 +26,17 @@ typedef struct serve_options {
         unsigned max_connections; /* --max-connections N */
         unsigned http_timeout_s;  /* --http-timeout SEC: idle connection closed */
         double grace_s;           /* --grace SEC: SIGTERM lets calls finish this long */
+        /* Each token's own quotas below the caps above (quota.h); 0 until
+         * serve_quota_defaults fills what was not given. */
+        unsigned max_sessions_per_token; /* --max-sessions-per-token N */
+        unsigned max_runs_per_token;     /* --max-runs-per-token N */
+        unsigned max_queue_per_token;    /* --max-queue-per-token N */
+        bool sessions_per_token_set, runs_per_token_set, queue_per_token_set;
 } serve_options;
+
+/* Fills the per-token quotas not given: with --tokens half the server-wide
+ * cap (rounded up), without (one client) the whole cap; a quota above its
+ * cap is the cap. */
+void serve_quota_defaults(serve_options *o, unsigned max_sessions);
 
 #endif

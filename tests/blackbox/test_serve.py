@@ -22,7 +22,7 @@ MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 class Serve:
     """One `airlock serve` on 127.0.0.1 and a port the kernel picks."""
 
-    def __init__(self, *args, listen="127.0.0.1:0"):
+    def __init__(self, *args, listen="127.0.0.1:0", wait_ready=True):
         self.p = subprocess.Popen([AIRLOCK, "serve", "--listen", listen, *args],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
@@ -31,7 +31,7 @@ class Serve:
         self.started = threading.Event()
         self.t = threading.Thread(target=self._read, daemon=True)
         self.t.start()
-        if not self.ready.wait(120):
+        if not (self.ready if wait_ready else self.started).wait(120):
             self.p.kill()
             raise AssertionError("serve did not become ready: " + "".join(self.lines))
         self.host = "[::1]" if listen.startswith("[") else "127.0.0.1"
@@ -257,6 +257,49 @@ def test_oversized_body_is_413():
         assert status == 503 and h["retry-after"] == "1", (status, body)
         assert s.call("print('small')")[0] == 200
         assert s.metrics()['airlock_refusals_total{reason="body_memory"}'] == 1
+
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_parsed_requests_stay_within_the_body_budget():
+    """What a body becomes once parsed is bounded, not only its bytes: 4 MiB
+    of "[0,0,..." is 2 million JSON values, some 100 MB in jansson. Sixteen
+    such pings at once took the server from a few MB to 1.2 GB; with the
+    parse charged to --max-body-total (64 MiB) the server's peak RSS stays
+    near that budget (the bound here is generous)."""
+    with serve() as s:
+        before = vm_hwm_kib(s.p.pid)
+        pad = b"0," * ((4 << 20) // 2 - 64)
+        body = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":[' + pad + b'0]}}'
+        assert len(body) <= 4 << 20
+        statuses = []
+        barrier = threading.Barrier(16)
+
+        def one():
+            barrier.wait()
+            statuses.append(s.post(body)[0])
+        threads = [threading.Thread(target=one) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        peak = vm_hwm_kib(s.p.pid)
+        print(f"serve peak RSS (VmHWM) {before} KiB before, {peak} KiB after", flush=True)
+        assert peak - before < 400 << 10, (before, peak)
+        assert len(statuses) == 16 and set(statuses) <= {413, 503}, statuses
+        # A ping of ordinary size is still answered.
+        status, _, out = s.post({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        assert status == 200 and json.loads(out)["result"] == {}, (status, out)
+        # Deep nesting is refused before jansson recurses into it.
+        status, _, out = s.post(b'{"jsonrpc":"2.0","id":3,"method":"ping","params":{"a":' +
+                                b"[" * 100 + b"]" * 100 + b"}}")
+        assert status == 400 and "nested" in json.loads(out)["error"]["message"], (status, out)
 
 
 def test_malformed_requests():
@@ -630,6 +673,43 @@ def test_not_ready_while_the_sandbox_cannot_run():
     assert p.returncode == 0, (p.returncode, "".join(lines))
 
 
+def test_a_call_right_after_start_is_held_until_the_server_is_built():
+    """A client that connects as soon as the port is open (before /readyz
+    says ready) gets its answer, not 503 warming_up: its call is held until
+    the sandbox and the tool description are built. The build is kept
+    waiting here by a preload that returns only once the test creates a
+    file, so the call is sure to arrive first."""
+    d = tmpdir()
+    with open(os.path.join(d, "airlock_slow_start.py"), "w") as f:
+        f.write("import os, time\n"
+                "go = os.path.join(os.path.dirname(__file__), 'go')\n"
+                "while not os.path.exists(go):\n"
+                "    time.sleep(0.01)\n")
+    with serve("--python-path", d, "--preload", "airlock_slow_start",
+               wait_ready=False) as s:
+        out = []
+        t = threading.Thread(target=lambda: out.append(s.call("print(6 * 7)")))
+        t.start()
+        held = 0
+        for _ in range(2000):
+            held = s.metrics().get("airlock_requests_held", 0)
+            if held == 1 or out:
+                break
+            time.sleep(0.01)
+        # Answered before the server could be built: refused.
+        assert not out, out
+        assert held == 1, "".join(s.lines)
+        assert s.get("/readyz")[0] == 503
+        open(os.path.join(d, "go"), "w").close()
+        t.join(120)
+        status, _, body = out[0]
+        assert status == 200, (status, body)
+        r = result_of(body)
+        assert r["content"][0]["text"] == "42\n" and not r["isError"], r
+        assert s.ready.wait(120), "".join(s.lines)
+        assert s.metrics()['airlock_refusals_total{reason="warming_up"}'] == 0
+
+
 def test_sessions_are_bound_to_the_token_that_opened_them():
     """A handle is not a capability by itself: it shows in log lines and in
     the text every client hands its model. Another token's client that
@@ -677,6 +757,131 @@ def test_sessions_are_bound_to_the_token_that_opened_them():
         assert not tool("session_close", {"session": h}, alice)["isError"]
 
 
+def test_another_tokens_handle_looks_never_opened_live_or_dead():
+    """Whether another token's session is open, was closed, or was closed
+    over its memory cap (and how much it held) is no business of a token:
+    every session tool answers it, byte for byte, as it answers a handle
+    never opened. Its own token still learns how the session ended."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-mallory\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    mallory = {"Authorization": "Bearer token-mallory"}
+    with serve("--tokens", tokens, "--instance", "alpha", "--session-memory", "1") as s:
+        def tool(name, args, headers):
+            status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                      "params": {"name": name, "arguments": args,
+                                                 "_meta": MODERN}}, headers)
+            assert status == 200, (status, body)
+            return result_of(body)
+
+        def handle(headers):
+            return tool("session_open", {}, headers)["_meta"]["dev.airlock/session"]
+        live = handle(alice)
+        closed = handle(alice)
+        assert not tool("session_close", {"session": closed}, alice)["isError"]
+        over = handle(alice)
+        tool("execute_code", {"code": "x = 1", "session": over}, alice)
+        # The cell's memory is measured after it: past 1 MiB, closed.
+        r = tool("execute_code", {"code": "x", "session": over}, alice)
+        assert r["isError"] and "MiB" in r["content"][0]["text"], r
+        r = tool("execute_code", {"code": "1", "session": closed}, alice)
+        assert r["isError"] and "closed" in r["content"][0]["text"], r
+        never = live[:-4] + ("aaaa" if not live.endswith("aaaa") else "bbbb")
+        status, _, body = tools_list(s, mallory)
+        takes_session = [t["name"] for t in result_of(body)["tools"]
+                         if "session" in t["inputSchema"].get("properties", {})]
+        assert {"execute_code", "session_close", "session_fork"} <= set(takes_session), \
+            takes_session
+        for name in takes_session:
+            args = {"code": "print(1)"} if name == "execute_code" else {}
+            answers = {}
+            for h in (never, live, closed, over):
+                r = tool(name, dict(args, session=h), mallory)
+                assert r["isError"], (name, h, r)
+                answers[h] = json.dumps(r, sort_keys=True).replace(h, "HANDLE")
+            assert len(set(answers.values())) == 1, (name, answers)
+        assert s.metrics(alice)["airlock_sessions_open"] == 1
+
+
+def test_each_token_has_its_own_quotas_below_the_server_caps():
+    """One token cannot take every session, run slot or place in the queue:
+    each has its own quota (half of each cap by default), and a refusal
+    names only the caller's own usage and limit, never what other tokens
+    hold."""
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("token-alice\ntoken-bob\n")
+    alice = {"Authorization": "Bearer token-alice"}
+    bob = {"Authorization": "Bearer token-bob"}
+
+    def tool(s, name, args, headers):
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": name, "arguments": args,
+                                             "_meta": MODERN}}, headers)
+        assert status == 200, (status, body)
+        return result_of(body)
+
+    with serve("--tokens", tokens, "--max-sessions", "4") as s:
+        for _ in range(2):
+            assert not tool(s, "session_open", {}, alice)["isError"]
+        r = tool(s, "session_open", {}, alice)
+        text = r["content"][0]["text"]
+        assert r["isError"] and "you have 2 open" in text and \
+            "--max-sessions-per-token 2" in text, r
+        # Bob still has his own.
+        for _ in range(2):
+            assert not tool(s, "session_open", {}, bob)["isError"]
+        assert s.metrics(bob)["airlock_sessions_open"] == 4
+    # Past the server-wide cap, the refusal tells no other token's count.
+    with serve("--tokens", tokens, "--max-sessions", "4",
+               "--max-sessions-per-token", "3") as s:
+        for _ in range(3):
+            assert not tool(s, "session_open", {}, alice)["isError"]
+        assert not tool(s, "session_open", {}, bob)["isError"]
+        r = tool(s, "session_open", {}, bob)
+        text = r["content"][0]["text"]
+        assert r["isError"] and "you have 1 open" in text, r
+        assert re.findall(r"\d+", text) == ["1"], text
+    with serve("--tokens", tokens, "--max-runs", "2", "--max-queue", "2") as s:
+        out = {}
+
+        def call(name, code, headers):
+            out[name] = s.call(code, headers, rid=name)
+        long = threading.Thread(target=call, args=(
+            "long", "import time\nfor _ in range(1200): time.sleep(0.05)", alice))
+        long.start()
+        for _ in range(2000):
+            if s.metrics(alice)["airlock_runs_in_flight"] == 1:
+                break
+            time.sleep(0.01)
+        # Alice's second call waits for her own run, though a slot is free.
+        queued = threading.Thread(target=call, args=("queued", "print('queued')", alice))
+        queued.start()
+        for _ in range(2000):
+            if s.metrics(alice)["airlock_queue_depth"] == 1 or "queued" in out:
+                break
+            time.sleep(0.01)
+        assert "queued" not in out, out
+        status, h, body = s.call("print(3)", alice, rid="third")
+        message = json.loads(body)["error"]["message"]
+        assert status == 429 and h["retry-after"] == "1", (status, body)
+        assert "you have 1 running and 1 waiting" in message, message
+        # Bob's call runs at once in the free slot.
+        status, _, body = s.call("print('bob')", bob)
+        assert status == 200 and result_of(body)["content"][0]["text"] == "bob\n", body
+        status, _, _ = s.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                               "params": {"requestId": "long"}}, alice)
+        assert status == 202
+        long.join(120)
+        queued.join(120)
+        assert "cancelled" in json.loads(out["long"][2])["error"]["message"], out
+        status, _, body = out["queued"]
+        assert status == 200 and result_of(body)["content"][0]["text"] == "queued\n", body
+
+
 def test_a_session_stays_with_its_token_across_a_reload():
     """Revoking a token (SIGHUP with its line gone) must not hand its
     sessions to whichever token takes its place in the file."""
@@ -710,9 +915,10 @@ def test_a_session_stays_with_its_token_across_a_reload():
 def test_ambiguous_framing_is_refused_and_closes_the_connection():
     """Request smuggling behind a proxy: when two parsers can disagree on
     where a body ends (two Content-Length values, Content-Length beside
-    Transfer-Encoding, whitespace before a header's colon, RFC 9112 sections
-    5.1, 6.1 and 6.3), the request is 400 and the connection closes, so that
-    the bytes after it are never read as a request of their own."""
+    Transfer-Encoding, whitespace before a header's colon, a folded header
+    line, RFC 9112 sections 5.1, 5.2, 6.1 and 6.3), the request is 400 and
+    the connection closes, so that the bytes after it are never read as a
+    request of their own."""
     with serve() as s:
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
         smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -725,6 +931,16 @@ def test_ambiguous_framing_is_refused_and_closes_the_connection():
             b"Transfer-Encoding: chunked\r\n\r\n" % (len(chunked) + len(smuggled)) +
             chunked + smuggled,
             "space before colon": head + b"Transfer-Encoding : chunked\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
+            # Obsolete line folding (RFC 9112 5.2): libmicrohttpd joins the
+            # folded line to the field's name ("Transfer-Encodingchunked"),
+            # so the length alone framed the body, while a proxy that
+            # unfolds it reads a chunked body that swallows what follows.
+            "folded transfer-encoding": head + b"Content-Length: %d\r\n"
+            b"Transfer-Encoding:\r\n chunked\r\n\r\n" % len(body) + body + smuggled,
+            "folded with a tab": head + b"Transfer-Encoding:\r\n\tchunked\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
+            "any folded field": head + b"X-Note: one\r\n two\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
         }
         for name, data in cases.items():
