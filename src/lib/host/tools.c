@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "core/util.h"
+#include "host/secrets.h"
 
 #define TOOL_NAME_MAX    64
 #define TOOL_ARGV_MAX    256
@@ -901,10 +902,16 @@ static tool_fail call_callback(const tool_info *t, const char *input, json_t **r
         json_error_t jerr;
         json_t *v = json_loadb(out, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
         free(out);
+        /* jansson's text quotes the input near the error, cut at its own
+         * buffer's size before any scrub could see it: not passed on. */
+        char *near = strstr(jerr.text, " near ");
+        if (near)
+                *near = '\0';
         if (!v)
                 return tools_fail(TOOL_FAIL_RUNTIME, ret_message,
-                                  "tool '%s' returned something that is not one JSON value: %s",
-                                  t->name, jerr.text);
+                                  "tool '%s' returned something that is not one JSON value: %s "
+                                  "(line %d, column %d)",
+                                  t->name, jerr.text, jerr.line, jerr.column);
         *ret_result = v;
         return TOOL_OK;
 }
