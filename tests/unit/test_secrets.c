@@ -336,6 +336,17 @@ static void test_scrub_decoders_and_cut_edges(void **state)
                         free(out);
                 }
         }
+        /* A message that fills its buffer was cut at its end. */
+        {
+                char msg[16];
+                memcpy(msg, "refused: tok/3+", 16);
+                secrets_scrub_text(s, msg, sizeof(msg));
+                if (strstr(msg, "tok/"))
+                        fail_msg("a full message kept the value's start: '%s'", msg);
+                char room[64] = "refused: tok/3+";
+                secrets_scrub_text(s, room, sizeof(room));
+                assert_string_equal(room, "refused: tok/3+");
+        }
         /* A long base64 run, decoded in overlapping windows: the value
          * is found wherever it falls, also across a window's end. */
         for (size_t at = 12000; at < 12400; at += 37) {
