@@ -42,6 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (r > 0 && !memmem(out, n, ph, strlen(ph)))
                 abort();
         free(out);
+        /* The same text taken as cut at both ends: the edge rules. */
+        out = NULL;
+        r = secrets_scrub_cut(s, rest, rlen, SECRETS_CUT_HEAD | SECRETS_CUT_TAIL, &out, &n);
+        if (r < 0)
+                abort();
+        if (r == 0 && memmem(rest, rlen, value, vlen))
+                abort();
+        free(out);
 
         url_parts u = {0};
         if (allowlist_parse_url("http://localhost/api/x", &u, NULL) < 0)

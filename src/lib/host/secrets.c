@@ -1072,9 +1072,13 @@ static int b64_grow(scrub_ctx *c, size_t want)
         unsigned char *ulen = realloc(c->ulen, cap);
         if (ulen)
                 c->ulen = ulen;
-        unsigned char *dec = realloc(c->dec, cap);
-        if (dec)
+        /* dec holds decoded bytes, a value's among them: never left behind
+         * by a realloc. */
+        unsigned char *dec = malloc(cap);
+        if (dec) {
+                secrets_wipe_free(c->dec, c->cap_win);
                 c->dec = dec;
+        }
         size_t *pos = realloc(c->pos, cap * sizeof(*pos));
         if (pos)
                 c->pos = pos;
@@ -1175,12 +1179,15 @@ static int scan_fixed(scrub_ctx *c)
                          * three characters of a cut unit), a prefix at the end. */
                         for (size_t s0 = 0; c->cut_head && s0 < 4 && s0 < n; s0++) {
                                 size_t k = 0;
-                                for (size_t j = 1; j + kmin <= fn; j++)
-                                        if (fs[j] == t[s0] &&
-                                            memcmp(fs + j, t + s0, MIN(fn - j, n - s0)) == 0) {
-                                                k = MIN(fn - j, n - s0);
-                                                break;
-                                        }
+                                for (size_t j = 1; !k && j + kmin <= fn; j++) {
+                                        size_t m = MIN(fn - j, n - s0);
+                                        /* The form's end, or a middle part
+                                         * of it that the text's end cuts too. */
+                                        if (m >= kmin && fs[j] == t[s0] &&
+                                            (m == fn - j || c->cut_tail) &&
+                                            memcmp(fs + j, t + s0, m) == 0)
+                                                k = m;
+                                }
                                 if (k) {
                                         if (hit_add(c, 0, s0 + k, i, w) < 0)
                                                 return c->err;
@@ -1204,6 +1211,10 @@ static int hit_cmp(const void *a, const void *b)
         return x->from < y->from ? -1 : x->from > y->from ? 1 : (x->to > y->to) - (x->to < y->to);
 }
 
+/* Three scans of the original text each collect the stretches that hold a
+ * value (escaped text, base64, fixed forms); overlapping stretches are
+ * merged and each is replaced by one placeholder, so that no scan sees
+ * another's output and no reading of a value is missed for another's. */
 int secrets_scrub_cut(const secret_store *s, const char *data, size_t len, unsigned cut, char **ret,
                       size_t *ret_len)
 {
