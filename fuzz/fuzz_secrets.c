@@ -39,7 +39,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
         if (r == 0 && memmem(rest, rlen, value, vlen))
                 abort(); /* the raw value went through untouched */
-        if (r > 0 && !memmem(out, n, ph, strlen(ph)))
+        /* The placeholder, or for a UTF-16 reading only, the placeholder
+         * in UTF-16 of either byte order. */
+        char wide_le[2 * SECRET_PLACEHOLDER_SIZE], wide_be[2 * SECRET_PLACEHOLDER_SIZE];
+        size_t pl = strlen(ph);
+        for (size_t i = 0; i < pl; i++) {
+                wide_le[2 * i] = wide_be[2 * i + 1] = ph[i];
+                wide_le[2 * i + 1] = wide_be[2 * i] = 0;
+        }
+        if (r > 0 && !memmem(out, n, ph, pl) && !memmem(out, n, wide_le, 2 * pl) &&
+            !memmem(out, n, wide_be, 2 * pl))
+                abort();
+        free(out);
+        /* The same text taken as cut at both ends: the edge rules. */
+        out = NULL;
+        r = secrets_scrub_cut(s, rest, rlen, SECRETS_CUT_HEAD | SECRETS_CUT_TAIL, &out, &n);
+        if (r < 0)
+                abort();
+        if (r == 0 && memmem(rest, rlen, value, vlen))
                 abort();
         free(out);
 

@@ -78,18 +78,52 @@ static int load_code(const cli_options *o, char **ret, size_t *ret_len, airlock_
         return r;
 }
 
-/* Asks on the terminal whether to run code that needs approval. */
+/* Whether the code point c would change what the terminal shows of other
+ * text instead of showing itself: the C0 controls but tab and newline
+ * (ESC starts a sequence that can erase a line, CR returns over it), DEL,
+ * the C1 controls, and the marks, embeddings, overrides and isolates of
+ * bidirectional text (U+202E reorders a line). */
+static bool hides_text(uint32_t c)
+{
+        return (c < 0x20 && c != '\t' && c != '\n') || (c >= 0x7f && c < 0xa0) || c == 0x061c ||
+               c == 0x200e || c == 0x200f || (c >= 0x202a && c <= 0x202e) ||
+               (c >= 0x2066 && c <= 0x2069);
+}
+
+/* Writes the code (valid UTF-8: airlock_check_code() said so) to the
+ * terminal as the reviewer must read it: each character that hides_text()
+ * as "<U+XXXX>", visibly, and everything else as it is. */
+static void put_code_visible(FILE *tty, const char *code)
+{
+        const unsigned char *p = (const unsigned char *)code;
+        while (*p) {
+                size_t len = *p < 0x80 ? 1 : *p >= 0xf0 ? 4 : *p >= 0xe0 ? 3 : 2;
+                uint32_t c = len == 1 ? *p : *p & (0x3f >> (len - 1));
+                size_t i = 1;
+                for (; i < len && (p[i] & 0xc0) == 0x80; i++)
+                        c = c << 6 | (p[i] & 0x3f);
+                if (i < len) /* not UTF-8 after all: show the byte */
+                        c = *p, len = 1, i = 1;
+                if (hides_text(c))
+                        fprintf(tty, "<U+%04X>", (unsigned)c);
+                else
+                        fwrite(p, 1, len, tty);
+                p += len;
+        }
+}
+
+/* Asks on the terminal whether to run code that needs approval. The code
+ * is shown with the characters that could hide a part of it escaped. */
 static bool ask_approval(const char *code)
 {
         FILE *tty = fopen("/dev/tty", "r+e");
         if (!tty)
                 return false;
-        fprintf(tty,
-                "airlock: this code needs approval before it runs:\n"
-                "----------------------------------------\n%s\n"
-                "----------------------------------------\n"
-                "Run it? [y/N] ",
-                code);
+        fprintf(tty, "airlock: this code needs approval before it runs:\n"
+                     "----------------------------------------\n");
+        put_code_visible(tty, code);
+        fprintf(tty, "\n----------------------------------------\n"
+                     "Run it? [y/N] ");
         fflush(tty);
         char line[16] = "";
         bool yes = fgets(line, sizeof(line), tty) && (line[0] == 'y' || line[0] == 'Y');

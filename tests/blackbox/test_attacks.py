@@ -627,6 +627,33 @@ def httpd():
     return srv, int(srv.stdout.readline())
 
 
+def test_http_a_header_past_the_cap_is_a_value_error_naming_it():
+    """A response header longer than the one-header cap (libcurl's, which
+    it reports as out of memory) is a ValueError naming the cap, like the
+    other caps of a response: a MemoryError would read as the run's own
+    memory."""
+    srv, port = httpd()
+    try:
+        code = f"""
+for n in (1000, 150000, 250000):
+    try:
+        r = http_get('http://127.0.0.1:{port}/bigheader?n=%d' % n)
+        print('ok', len(r['headers']['x-big']))
+    except Exception as e:
+        print(type(e).__name__, e)
+"""
+        rc, r = run_json(code, "--allow-domain", f"127.0.0.1:{port}")
+        assert rc == 0, r
+        lines = r["stdout"].splitlines()
+        assert lines[0] == "ok 1000", lines
+        for line in lines[1:]:
+            assert line.startswith("ValueError") and "102400 bytes" in line, lines
+    finally:
+        srv.kill()
+        srv.wait()
+    next_run_works()
+
+
 SMUGGLED = ["/echo/..;/admin", "/echo/..;x=1/admin", "/echo/.;/../admin", "/echo/%2e%2e/admin",
             "/echo/.%2E/admin", "/echo/..%2fadmin", "/echo%2f..%2fadmin", "/echo/..%5cadmin",
             "/echo/..\\admin", "/echo/..%3b/admin", "/echo/%252e%252e/admin",

@@ -304,6 +304,54 @@ def test_approval_needs_yes():
     assert p.returncode == 0 and p.stdout == "1\n"
 
 
+def test_approval_prompt_shows_what_hides_text_escaped():
+    """The approval prompt writes the code to the terminal: a raw ESC
+    sequence could erase the line that does the harm (\033[2K\033[1G), a CR
+    return over it, U+202E reorder it. Those characters (C0 but tab and
+    newline, DEL, C1, bidirectional marks, overrides and isolates) are
+    shown escaped; the reviewer reads the prompt on a real terminal here."""
+    import pty
+    import select
+    code = ("print('hello')\n"
+            "wire_money()\033[2K\033[1G# a comment\r# over it\x7f\x9b\n"
+            "s = 'abc\u202edcba'  # \u2066isolated\u2069 \u200f\u200e\u061c\n")
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execv(AIRLOCK, [AIRLOCK, "run", "--approval", "always", "-c", code])
+        finally:
+            os._exit(127)
+    out = b""
+    answered = False
+    while True:
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready, out
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not answered and b"Run it? [y/N]" in out:
+            os.write(fd, b"n\n")
+            answered = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert answered, out
+    prompt = out.split(b"Run it?")[0].decode()
+    assert "wire_money()<U+001B>[2K<U+001B>[1G# a comment<U+000D># over it<U+007F><U+009B>" \
+        in prompt, prompt
+    assert "'abc<U+202E>dcba'  # <U+2066>isolated<U+2069> <U+200F><U+200E><U+061C>" in prompt, \
+        prompt
+    for ch in "\033\x7f\x9b\u202e\u2066\u2069\u200f\u200e\u061c":
+        assert ch not in prompt, (ch, prompt)
+    # The terminal's own CR LF aside, no CR of the code's.
+    assert "\r#" not in prompt, prompt
+    assert os.WEXITSTATUS(status) == 2, status
+
+
+
 def test_guest_ids_are_unprivileged_on_host():
     rc, r = run_json("import os; open('/output/f','w').write('x'); print(os.getuid())")
     assert r["stdout"] == "0\n"

@@ -477,6 +477,143 @@ def test_tool_results_and_errors_hold_no_value():
     assert r["stdout"].rstrip().endswith("PH"), r
 
 
+def assert_no_part(text, where, at_least=4):
+    """No run of at_least bytes of the value, raw, at the start or the end
+    of the value (what a cut leaves)."""
+    data = text.encode() if isinstance(text, str) else text
+    for k in range(at_least, len(VALUE_B) + 1):
+        assert VALUE_B[:k] not in data, f"{where}: the value's first {k} bytes: {data[-300:]!r}"
+        assert VALUE_B[-k:] not in data, f"{where}: the value's last {k} bytes: {data[-300:]!r}"
+
+
+def test_a_tool_message_cut_inside_the_value_passes_on_no_part():
+    """A failing tool's message quotes the last 4,000 bytes of its stderr,
+    the first 80 of a stdout that is not JSON, and jansson's text quotes
+    up to 160 bytes near the error. The guest chooses how much the tool
+    echoes around the value, so it can place each cut inside the value:
+    the scrub runs before the cut, and what the tool wrote past the
+    stderr cap counts as cut."""
+    from harness import tools_file
+    copy = os.path.join(tmpdir(), "key-copy")
+    with open(copy, "wb") as f:
+        f.write(VALUE_B)
+    script = ("import json, os, sys\n"
+              "a = json.load(sys.stdin)\n"
+              f"v = open({copy!r}, 'rb').read()\n"
+              "k, out = a['k'], sys.stdout.buffer\n"
+              "if a['op'] == 'stderr':\n"
+              "    sys.stderr.buffer.write(b'bad key ' + v + b'y' * (4000 - k)); sys.exit(1)\n"
+              "if a['op'] == 'stderr-cap':\n"
+              "    sys.stderr.buffer.write(b'y' * (65536 - k) + v); sys.exit(1)\n"
+              "if a['op'] == 'stdout':\n"
+              "    out.write(b'x' * (80 - k) + v + b' is not JSON'); sys.exit(0)\n"
+              "if a['op'] == 'near':\n"
+              "    out.write(b'\"' + b'a' * (150 - k) + v + b'\\x01\"'); sys.exit(0)\n")
+    tools = tools_file("leaky", "Echoes.", {"op": {"type": "string"}, "k": {"type": "integer"}},
+                       ["op", "k"], script, 10)
+    code = ("for op in ('stderr', 'stderr-cap', 'stdout', 'near'):\n"
+            "    for k in (4, 7, 12, 19, 24):\n"
+            "        try:\n"
+            "            call_tool('leaky', op=op, k=k)\n"
+            "        except RuntimeError as e:\n"
+            "            print(op, k, str(e)[-300:])\n")
+    rc, r = run_guest(code, "-t", tools, "--secret", "TOKEN=env:S19_TOKEN@http://localhost:9")
+    assert rc == 0, r
+    out = r["stdout"]
+    assert out.count("\n") == 20, out
+    assert_no_part(out, "a tool's failure message")
+
+
+def base64_leaks(body):
+    """Whether any base64 run in body (line breaks removed) decodes, at
+    some alignment, to 8 bytes of the value or more."""
+    flat = re.sub(rb"\r?\n", b"", body)
+    for run_ in re.findall(rb"[A-Za-z0-9+/_-]{8,}", flat):
+        run_ = run_.replace(b"-", b"+").replace(b"_", b"/")
+        for a in range(4):
+            chunk = run_[a:]
+            chunk = chunk[:len(chunk) // 4 * 4]
+            try:
+                dec = base64.b64decode(chunk)
+            except ValueError:
+                continue
+            for i in range(len(VALUE_B) - 7):
+                if VALUE_B[i:i + 8] in dec:
+                    return True
+    return False
+
+
+def test_more_echo_forms_are_scrubbed_and_the_length_is_the_bodys():
+    """Forms real servers write that a list of fixed forms missed:
+    urllib.parse.quote (which keeps '/'), JSON with HTML-safe escapes (Go's
+    encoding/json, Gson), JSON with every character escaped, HTML character
+    references, MIME base64 wrapped at 76 columns. And the Content-Length
+    the guest reads is the scrubbed body's, not one that tells the value's
+    length."""
+    srv, port = start_server()
+    try:
+        L = f"http://localhost:{port}"
+        code = GUEST_HELPERS + f"""
+r = http_get('{L}/mirror-escapes', headers={{'Authorization': 'Bearer ' + PH}})
+b = r['body'] if isinstance(r['body'], bytes) else r['body'].encode('utf-8')
+print(b.count(PH.encode()), r['headers'].get('content-length'), len(b))
+print(b.hex())
+r = http_get('{L}/mirror', headers={{'Authorization': 'Bearer ' + PH}})
+b = r['body'] if isinstance(r['body'], bytes) else r['body'].encode('utf-8')
+print(r['headers'].get('content-length'), len(b))
+"""
+        rc, r = run_guest(code, "-a", f"localhost:{port}", "--secret",
+                          f"TOKEN=env:S19_TOKEN@{L}")
+        assert rc == 0, r
+        lines = r["stdout"].splitlines()
+        count, length, real = lines[0].split()
+        body = bytes.fromhex(lines[1])
+        assert_no_value(body, "the body")
+        assert not base64_leaks(body), body
+        t = VALUE
+        for name, f in {
+                "quote": urllib.parse.quote(VALUE_B).encode(),
+                "go": "".join("\\u%04x" % ord(c) if c in "<>&='" else c
+                              for c in json.dumps(t)[1:-1]).encode(),
+                "all": "".join("\\u%04X" % ord(c) for c in t).encode(),
+                "html": "&#61;9&#x25;".encode()}.items():
+            assert f not in body, (name, body)
+        assert_no_part(body, "the body", at_least=8)
+        # Four text forms and twelve base64 ones, each now a placeholder.
+        assert int(count) == 16, (count, body)
+        assert length == real, lines[0]
+        length, real = lines[2].split()
+        assert length == real, lines[2]
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def test_an_encoding_refusal_quotes_no_part_of_the_value():
+    """The refusal of an encoded body quotes the Content-Encoding header
+    up to 40 characters; the server chose the header, and so, through the
+    length of what comes before, where a value in it is cut."""
+    srv, port = start_server()
+    try:
+        L = f"http://localhost:{port}"
+        code = GUEST_HELPERS + f"""
+for k in (4, 8, 13, 20, 26):
+    try:
+        http_get('{L}/encoded-label?k=%d' % k, headers={{'Authorization': 'Bearer ' + PH}})
+        print('passed on')
+    except OSError as e:
+        print(type(e).__name__, e)
+"""
+        rc, r = run_guest(code, "-a", f"localhost:{port}", "--secret",
+                          f"TOKEN=env:S19_TOKEN@{L}")
+        out = r["stdout"]
+        assert out.count("Content-Encoding: xxxx") == 5 and "passed on" not in out, r
+        assert_no_part(out, "the refusal")
+    finally:
+        srv.kill()
+        srv.wait()
+
+
 def test_the_environment_variable_is_gone_from_airlock_and_its_tools():
     """An env:VAR secret is taken out of airlock's environment when it is
     read: a command tool (which starts with that environment) does not see

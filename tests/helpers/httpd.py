@@ -6,6 +6,16 @@ until it is terminated.
 Routes (any method):
   /echo...            200, JSON {"method", "path", "headers", "body_base64"}
                       with two "X-Multi" headers
+  /mirror-escapes     the Authorization value (after "Bearer ") as more
+                      servers write it, one form per line of the body:
+                      urllib.parse.quote (keeps '/'), JSON with HTML-safe
+                      escapes (Go, Gson), JSON with every character
+                      escaped, HTML character references, MIME base64
+                      (76 columns) at several offsets
+  /encoded-label?k=K  a body labelled "Content-Encoding: " + (40 - K) x's
+                      + the Authorization value: a refusal quoting the
+                      label's first 40 characters quotes K bytes of it
+  /bigheader?n=N      one response header N bytes long
   /redirect?to=URL    302 to URL
   /gzip               the Authorization header gzipped, whatever was asked
   /gzip-spaced        the same, labelled "Content-Encoding : gzip"
@@ -135,6 +145,28 @@ class Handler(BaseHTTPRequestHandler):
             forms = [v.upper(), v.lower(), v.hex().encode(),
                      v.hex().upper().encode(), t.encode("utf-16-le"), t.encode("utf-16-be")]
             self.send(200, b"\n".join(forms))
+        elif url.path == "/mirror-escapes":
+            v = self.headers.get("Authorization", "").removeprefix("Bearer ").encode("latin-1")
+            t = v.decode("utf-8", "replace")
+            js = json.dumps(t)[1:-1]
+            forms = [
+                urllib.parse.quote(v).encode(),
+                "".join("\\u%04x" % ord(c) if c in "<>&='" else c for c in js).encode(),
+                "".join("\\u%04X" % ord(c) for c in t).encode(),
+                "".join("&#%d;" % ord(c) if c in "=/" else "&#x%x;" % ord(c) if c == "%"
+                        else {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;",
+                              "'": "&#39;"}.get(c, c) for c in t).encode("utf-8"),
+            ]
+            for k in range(6):
+                forms.append(base64.encodebytes(b"x" * k + v + b"tail" * 20))
+                forms.append(base64.encodebytes(b"y" * (k * 13) + v).replace(b"\n", b"\r\n"))
+            self.send(200, b"\n".join(forms))
+        elif url.path == "/encoded-label":
+            v = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            k = int(q.get("k", "8"))
+            self.send(200, b"?", [("Content-Encoding", "x" * (40 - k) + v)])
+        elif url.path == "/bigheader":
+            self.send(200, b"ok", [("X-Big", "b" * int(q.get("n", "1")))])
         elif url.path == "/redirect":
             self.send(302, b"", [("Location", q.get("to", "/"))])
         elif url.path == "/big":

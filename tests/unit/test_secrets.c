@@ -231,6 +231,143 @@ static void test_scrub_every_encoding(void **state)
         secrets_free(s);
 }
 
+/* Scrubs text and checks that the result is want with "PH" standing for
+ * the placeholder. */
+static void expect_scrub(const secret_store *s, const char *ph, const char *text, size_t tn,
+                         unsigned cut, const char *want)
+{
+        char *out = NULL;
+        size_t n = 0;
+        int r = secrets_scrub_cut(s, text, tn, cut, &out, &n);
+        char expect[4096];
+        const char *at = strstr(want, "PH");
+        if (at)
+                snprintf(expect, sizeof(expect), "%.*s%s%s", (int)(at - want), want, ph, at + 2);
+        else
+                snprintf(expect, sizeof(expect), "%s", want);
+        const char *got = r > 0 ? out : r == 0 ? text : "(error)";
+        if (r < 0 || strlen(got) != strlen(expect) || strncmp(got, expect, strlen(expect)) != 0)
+                fail_msg("'%.*s' (cut %u): got '%s', want '%s'", (int)tn, text, cut, got, expect);
+        free(out);
+}
+
+/* The forms that servers write and a list of fixed forms missed: each
+ * decoder of secrets_scrub() and the cut edges of secrets_scrub_cut(). */
+static void test_scrub_decoders_and_cut_edges(void **state)
+{
+        (void)state;
+        const char *t[] = {"api.example.com", NULL};
+        secret_store *s = store_with("K", VALUE, 0, t);
+        char ph[SECRET_PLACEHOLDER_SIZE];
+        secrets_placeholder("K", ph);
+        const char *forms[] = {
+            /* urllib.parse.quote() keeps '/'; quoted twice */
+            "tok/3%2BZq%22w%5Ce%3D9%25%C3%A9~end",
+            "tok%252F3%252BZq%2522w%255Ce%253D9%2525%25C3%25A9~end",
+            /* JSON with HTML-safe escapes (Go, Gson) */
+            "tok/3+Zq\\\"w\\\\e\\u003d9%\\u00e9~end",
+            /* JSON with every character escaped, lower and upper hex */
+            "\\u0074\\u006f\\u006b\\u002f\\u0033\\u002b\\u005a\\u0071\\u0022\\u0077\\u005c"
+            "\\u0065\\u003d\\u0039\\u0025\\u00e9\\u007e\\u0065\\u006e\\u0064",
+            "\\u0074\\u006F\\u006B\\u002F\\u0033\\u002B\\u005A\\u0071\\u0022\\u0077\\u005C"
+            "\\u0065\\u003D\\u0039\\u0025\\u00E9\\u007E\\u0065\\u006E\\u0064",
+            /* HTML: named, decimal and hex references */
+            "tok&#x2F;3+Zq&quot;w\\e&#61;9&percnt;\xc3\xa9~end",
+            "&#116;&#111;&#107;&#47;&#51;&#43;&#90;&#113;&#34;&#119;&#92;&#101;&#61;&#57;&#37;"
+            "&#233;&#126;&#101;&#110;&#100;",
+            /* ASCII case folded */
+            "TOK/3+ZQ\"W\\E=9%\xc3\xa9~END",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(forms); i++) {
+                char text[600];
+                int tn = snprintf(text, sizeof(text), "before[%s]after", forms[i]);
+                expect_scrub(s, ph, text, (size_t)tn, 0, "before[PH]after");
+        }
+        /* base64 wrapped at every column (MIME's 76, PEM's 64), with CRLF,
+         * LF or JSON's \n, at each offset of the value in the data. */
+        const unsigned char *v = (const unsigned char *)VALUE;
+        size_t vl = strlen(VALUE);
+        const char *breaks[] = {"\r\n", "\n", "\\n"};
+        for (size_t k = 0; k < 3; k++)
+                for (size_t col = 1; col < 12; col++)
+                        for (size_t br = 0; br < ARRAY_SIZE(breaks); br++) {
+                                unsigned char in[64] = "xyz";
+                                memcpy(in + k, v, vl);
+                                size_t el = 0;
+                                _cleanup_free_ char *enc = al_base64_encode(in, k + vl, &el);
+                                char wrapped[400];
+                                size_t w = 0;
+                                for (size_t i = 0; i < el; i++) {
+                                        if (i && i % col == 0)
+                                                w += (size_t)sprintf(wrapped + w, "%s", breaks[br]);
+                                        wrapped[w++] = enc[i];
+                                }
+                                char *out = NULL;
+                                size_t n = 0;
+                                assert_int_equal(secrets_scrub(s, wrapped, w, &out, &n), 1);
+                                if (!strstr(out, ph) || n - strlen(ph) > 12)
+                                        fail_msg("offset %zu, column %zu: '%s'", k, col, out);
+                                free(out);
+                        }
+        /* Cut edges: what is left of the value (4 bytes or more) where the
+         * text was cut is the value; 3 bytes are not. */
+        expect_scrub(s, ph, "error: tok/3+Z", 14, SECRETS_CUT_TAIL, "error: PH");
+        expect_scrub(s, ph, "error: tok/", 11, SECRETS_CUT_TAIL, "error: PH");
+        expect_scrub(s, ph, "error: tok", 10, SECRETS_CUT_TAIL, "error: tok");
+        expect_scrub(s, ph, "error: tok/3+Z", 14, 0, "error: tok/3+Z");
+        expect_scrub(s, ph, "error: tok%2F3%2", 16, SECRETS_CUT_TAIL, "error: PH");
+        expect_scrub(s, ph, "9%\xc3\xa9~end was refused", 21, SECRETS_CUT_HEAD, "PH was refused");
+        expect_scrub(s, ph, "end was refused", 15, SECRETS_CUT_HEAD, "end was refused");
+        expect_scrub(s, ph, "u003d9%\\u00e9~end\"}", 20, SECRETS_CUT_HEAD, "PH\"}");
+        expect_scrub(s, ph, "Zq\"w\\e=9", 8, SECRETS_CUT_HEAD | SECRETS_CUT_TAIL, "PH");
+        /* base64 cut at both ends: the middle of the value is found at
+         * whichever alignment the cut left. */
+        {
+                unsigned char in[64] = "";
+                memcpy(in, v, vl);
+                size_t el = 0;
+                _cleanup_free_ char *enc = al_base64_encode(in, vl, &el);
+                for (size_t a = 1; a < 4; a++) {
+                        char *out = NULL;
+                        size_t n = 0;
+                        int r = secrets_scrub_cut(s, enc + a, el - 2 * a, 3, &out, &n);
+                        if (r != 1 || strcmp(out, ph) != 0)
+                                fail_msg("base64 cut at %zu: %d '%s'", a, r, r > 0 ? out : "");
+                        free(out);
+                }
+        }
+        /* A message that fills its buffer was cut at its end. */
+        {
+                char msg[16];
+                memcpy(msg, "refused: tok/3+", 16);
+                secrets_scrub_text(s, msg, sizeof(msg));
+                if (strstr(msg, "tok/"))
+                        fail_msg("a full message kept the value's start: '%s'", msg);
+                char room[64] = "refused: tok/3+";
+                secrets_scrub_text(s, room, sizeof(room));
+                assert_string_equal(room, "refused: tok/3+");
+        }
+        /* A long base64 run, decoded in overlapping windows: the value
+         * is found wherever it falls, also across a window's end. */
+        for (size_t at = 12000; at < 12400; at += 37) {
+                size_t len = 40000;
+                unsigned char *in = malloc(len);
+                for (size_t i = 0; i < len; i++)
+                        in[i] = (unsigned char)(i * 7 + 3);
+                memcpy(in + at, v, vl);
+                size_t el = 0;
+                char *enc = al_base64_encode(in, len, &el);
+                char *out = NULL;
+                size_t n = 0;
+                assert_int_equal(secrets_scrub(s, enc, el, &out, &n), 1);
+                assert_non_null(strstr(out, ph));
+                free(out);
+                free(enc);
+                free(in);
+        }
+        secrets_free(s);
+}
+
 static void test_rotation_copies_and_fingerprint(void **state)
 {
         (void)state;
@@ -299,6 +436,7 @@ int main(void)
             cmocka_unit_test(test_placeholders),
             cmocka_unit_test(test_substitution_targets_methods_places),
             cmocka_unit_test(test_scrub_every_encoding),
+            cmocka_unit_test(test_scrub_decoders_and_cut_edges),
             cmocka_unit_test(test_rotation_copies_and_fingerprint),
             cmocka_unit_test(test_refusals_name_no_value),
         };

@@ -319,7 +319,9 @@ typedef struct transfer {
         bool headers_too_big;
         bool bad_socket;
         bool cancelled;
-        bool run_limit; /* the run's deadline, not the HTTP timeout, bounds it */
+        bool run_limit;    /* the run's deadline, not the HTTP timeout, bounds it */
+        bool headers_done; /* the blank line that ends the headers came */
+        const secret_store *ss;
         const struct sockaddr_storage *addrs;
         size_t n_addrs;
         uint16_t port;
@@ -351,6 +353,11 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *userdata)
         if (n >= 5 && memcmp(data, "HTTP/", 5) == 0) {
                 json_object_clear(t->headers);
                 t->header_count = 0;
+                t->headers_done = false;
+                return n;
+        }
+        if ((n == 2 && data[0] == '\r') || (n == 1 && data[0] == '\n')) {
+                t->headers_done = true;
                 return n;
         }
         const char *colon = memchr(data, ':', n);
@@ -369,8 +376,23 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *userdata)
                 v++;
         while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
                 end--;
-        _cleanup_free_ char *name = al_utf8_sanitize(data, name_len);
-        _cleanup_free_ char *value = al_utf8_sanitize(v, (size_t)(end - v));
+        /* The scrub sees the bytes as they came: replacing the bytes that
+         * are not UTF-8 first would change a value that has some. */
+        char *raw_name = NULL, *raw_value = NULL;
+        size_t rn = 0, rv = 0;
+        int a = secrets_scrub(t->ss, data, name_len, &raw_name, &rn);
+        int b = secrets_scrub(t->ss, v, (size_t)(end - v), &raw_value, &rv);
+        if (a < 0 || b < 0) {
+                free(raw_name);
+                free(raw_value);
+                return 0;
+        }
+        _cleanup_free_ char *name =
+            a ? al_utf8_sanitize(raw_name, rn) : al_utf8_sanitize(data, name_len);
+        _cleanup_free_ char *value =
+            b ? al_utf8_sanitize(raw_value, rv) : al_utf8_sanitize(v, (size_t)(end - v));
+        free(raw_name);
+        free(raw_value);
         if (!name || !value)
                 return 0;
         for (char *c = name; *c; c++)
@@ -578,6 +600,18 @@ static int curl_failure(CURLcode c, const transfer *t, const char *errbuf, const
                 return al_error(err, -E2BIG, NULL,
                                 "%s %s failed: response headers exceed %u bytes or %d lines",
                                 method, shown, GW_MAX_RESP_HEADERS, GW_MAX_RESP_HDR_N);
+        /* libcurl keeps one header line in a buffer capped at
+         * CURL_MAX_HTTP_HEADER and reports a longer one as out of memory:
+         * it is a cap, not the host's memory (nor the run's). */
+        if (c == CURLE_OUT_OF_MEMORY && !t->headers_done)
+                return al_error(err, -E2BIG, NULL,
+                                "%s %s failed: a response header line exceeds %d bytes (the "
+                                "cap on one header)",
+                                method, shown, CURL_MAX_HTTP_HEADER);
+        if (c == CURLE_RECV_ERROR && strstr(detail, "Too large response headers"))
+                return al_error(err, -E2BIG, NULL,
+                                "%s %s failed: response headers exceed %u bytes or %d lines",
+                                method, shown, GW_MAX_RESP_HEADERS, GW_MAX_RESP_HDR_N);
         if (t->cancelled)
                 return al_error(err, -ECANCELED, NULL, "%s %s was stopped: the run was cancelled",
                                 method, shown);
@@ -677,6 +711,15 @@ static int response_scrub(const secret_store *ss, transfer *t)
                 free(clean);
                 if (r < 0)
                         return r;
+                /* The length the server gave would tell the guest the
+                 * value's length: the header describes the body it gets. */
+                if (json_object_get(t->headers, "content-length")) {
+                        char len_text[32];
+                        snprintf(len_text, sizeof(len_text), "%zu", n);
+                        if (json_object_set_new(t->headers, "content-length",
+                                                json_string(len_text)) < 0)
+                                return -ENOMEM;
+                }
         }
         /* Values in place (a key that exists is replaced without a rehash,
          * so the iteration stays valid); a name that needs it (rare) makes
@@ -754,7 +797,7 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                         return al_error(err, -ENOMEM, NULL, "out of memory");
                 }
         }
-        transfer t = {.addrs = addrs, .n_addrs = n_addrs, .port = (uint16_t)u->port};
+        transfer t = {.addrs = addrs, .n_addrs = n_addrs, .port = (uint16_t)u->port, .ss = ss};
         dynbuf_init(&t.body, lim->http_max_response);
         t.headers = json_object();
         CURL *h = cu.easy_init();
@@ -825,6 +868,11 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                              shown, cu.easy_strerror(c));
         } else {
                 c = perform(h, cancel_fd, &t.cancelled);
+                /* curl's text may quote what the server sent, cut at its
+                 * buffer's size: scrubbed before it goes into a message
+                 * (a full buffer counts as cut). */
+                if (c != CURLE_OK && secrets_count(ss))
+                        secrets_scrub_text(ss, errbuf, sizeof(errbuf));
                 if (c != CURLE_OK)
                         r = curl_failure(c, &t, errbuf, method, shown, lim, err);
         }
@@ -837,12 +885,19 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         /* A compressed body would hide a value from the scrub: with secrets
          * none is passed on (identity was asked for). */
         const char *enc = json_string_value(json_object_get(t.headers, "content-encoding"));
-        if (r >= 0 && secrets_count(ss) && enc && strcasecmp(enc, "identity") != 0)
+        if (r >= 0 && secrets_count(ss) && enc && strcasecmp(enc, "identity") != 0) {
+                /* The server chose the header: scrubbed whole, then cut. */
+                char *clean = NULL;
+                size_t clean_len = 0;
+                int er = secrets_scrub(ss, enc, strlen(enc), &clean, &clean_len);
+                const char *shown_enc = er > 0 ? clean : er == 0 ? enc : "(withheld)";
                 r = al_error(err, -EPROTO, NULL,
-                             "%s %s failed: the response is encoded (Content-Encoding: %.40s) "
+                             "%s %s failed: the response is encoded (Content-Encoding: %.40s%s) "
                              "although identity was asked for; with secrets declared the "
                              "gateway passes on only bodies it can check",
-                             method, shown, enc);
+                             method, shown, shown_enc, strlen(shown_enc) > 40 ? "..." : "");
+                free(clean);
+        }
         int sr = r >= 0 ? response_scrub(ss, &t) : 0;
         if (sr == -E2BIG)
                 r = al_error(err, -E2BIG, NULL,

@@ -184,84 +184,6 @@ static char *dup_n(const void *p, size_t n)
         return c;
 }
 
-static void to_url_alphabet(char *s, size_t n)
-{
-        for (size_t i = 0; i < n; i++)
-                s[i] = s[i] == '+' ? '-' : s[i] == '/' ? '_' : s[i];
-}
-
-/* The base64 text of the value at offset k (0-2) into a larger input,
- * without the characters that also depend on the bytes around it, in the
- * standard and the URL alphabet; at k = 0 also the whole padded encoding. */
-static int forms_base64(secret *s)
-{
-        for (size_t k = 0; k < 3; k++) {
-                size_t L = k + s->len, enc_len = 0;
-                unsigned char *in = calloc(1, L);
-                if (!in)
-                        return -ENOMEM;
-                memcpy(in + k, s->value, s->len);
-                char *enc = al_base64_encode(in, L, &enc_len);
-                secrets_wipe_free(in, L);
-                if (!enc)
-                        return -ENOMEM;
-                int r = 0;
-                /* The whole encoding, with and without its padding. */
-                size_t bare = enc_len;
-                while (bare && enc[bare - 1] == '=')
-                        bare--;
-                for (int pad = 0; k == 0 && r >= 0 && pad < 2; pad++) {
-                        size_t n = pad ? enc_len : bare;
-                        r = form_add(s, dup_n(enc, n), n);
-                        char *u = dup_n(enc, n);
-                        if (u)
-                                to_url_alphabet(u, n);
-                        if (r >= 0)
-                                r = form_add(s, u, n);
-                }
-                size_t head = k == 0 ? 0 : k == 1 ? 2 : 3;
-                size_t tail = L % 3 == 0 ? 0 : L % 3 == 1 ? 3 : 2;
-                if (r >= 0 && enc_len > head + tail) {
-                        size_t n = enc_len - head - tail;
-                        r = form_add(s, dup_n(enc + head, n), n);
-                        char *u = dup_n(enc + head, n);
-                        if (u)
-                                to_url_alphabet(u, n);
-                        if (r >= 0)
-                                r = form_add(s, u, n);
-                }
-                secrets_wipe_free(enc, enc_len);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-/* Percent-encoding: mode 0 keeps the unreserved characters, mode 1 encodes
- * every byte, mode 2 is form encoding (a space is '+'). */
-static int form_percent(secret *s, int mode, bool lower)
-{
-        const char *hex = lower ? "0123456789abcdef" : "0123456789ABCDEF";
-        size_t cap = s->len * 3 + 1, n = 0;
-        char *out = malloc(cap);
-        if (!out)
-                return -ENOMEM;
-        for (size_t i = 0; i < s->len; i++) {
-                unsigned char c = s->value[i];
-                if (mode != 1 && (isalnum(c) || strchr("-._~", c)) && c)
-                        out[n++] = (char)c;
-                else if (mode == 2 && c == ' ')
-                        out[n++] = '+';
-                else {
-                        out[n++] = '%';
-                        out[n++] = hex[c >> 4];
-                        out[n++] = hex[c & 15];
-                }
-        }
-        out[n] = '\0';
-        return form_add(s, out, n);
-}
-
 /* Decodes the UTF-8 sequence of s->value at *i into *cp and moves *i past
  * it. Returns false at a byte that starts no sequence, or one cut short by
  * the end: the value is not UTF-8 (the callers then make no form of it). */
@@ -276,73 +198,6 @@ static bool value_utf8_next(const secret *s, size_t *i, uint32_t *cp)
                 *cp = *cp << 6 | (s->value[*i + j] & 0x3f);
         *i += len;
         return true;
-}
-
-/* Writes \uXXXX at out, returning 6. */
-static size_t json_u(char *out, uint32_t cp, bool upper)
-{
-        const char *hex = upper ? "0123456789ABCDEF" : "0123456789abcdef";
-        out[0] = '\\';
-        out[1] = 'u';
-        for (int i = 0; i < 4; i++)
-                out[2 + i] = hex[(cp >> (12 - 4 * i)) & 15];
-        return 6;
-}
-
-/* JSON string escaping: '"' and '\\' always, '/' with slash, every
- * character beyond ASCII as \uXXXX (surrogate pairs beyond the BMP) with
- * ascii, in lower- or upper-case hex. A value that is not UTF-8 has no
- * ascii form. With latin1, each byte beyond ASCII is its own \u00XX: what a
- * server that reads header bytes as Latin-1 (as HTTP/1.1 once said, and
- * Python's http.server does) writes when it echoes them as JSON. */
-static int form_json(secret *s, bool slash, bool ascii, bool upper, bool latin1)
-{
-        size_t cap = s->len * 12 + 1, n = 0;
-        char *out = malloc(cap);
-        if (!out)
-                return -ENOMEM;
-        for (size_t i = 0; i < s->len;) {
-                unsigned char c = s->value[i];
-                if (c == '"' || c == '\\' || (slash && c == '/')) {
-                        out[n++] = '\\';
-                        out[n++] = (char)c;
-                        i++;
-                } else if (c < 0x80 || !ascii) {
-                        out[n++] = (char)c;
-                        i++;
-                } else if (latin1) {
-                        n += json_u(out + n, c, upper);
-                        i++;
-                } else {
-                        uint32_t cp;
-                        if (!value_utf8_next(s, &i, &cp)) {
-                                secrets_wipe_free(out, cap);
-                                return 0;
-                        }
-                        if (cp >= 0x10000) {
-                                cp -= 0x10000;
-                                n += json_u(out + n, 0xd800 + (cp >> 10), upper);
-                                n += json_u(out + n, 0xdc00 + (cp & 0x3ff), upper);
-                        } else {
-                                n += json_u(out + n, cp, upper);
-                        }
-                }
-        }
-        out[n] = '\0';
-        char *fit = dup_n(out, n);
-        secrets_wipe_free(out, cap);
-        return form_add(s, fit, n);
-}
-
-/* The value with its ASCII letters upper- (upper) or lower-cased: what a
- * server that folds the case of a key it quotes writes. */
-static int form_case(secret *s, bool upper)
-{
-        char *out = dup_n(s->value, s->len);
-        for (size_t i = 0; out && i < s->len; i++)
-                out[i] =
-                    (char)(upper ? toupper((unsigned char)out[i]) : tolower((unsigned char)out[i]));
-        return form_add(s, out, s->len);
 }
 
 /* The value's bytes in hex, lower- or upper-case (a debug dump). */
@@ -394,22 +249,16 @@ static int form_utf16(secret *s, bool big)
         return form_add_wide(s, fit, n, big ? 2 : 1);
 }
 
+/* The fixed forms: the forms that the scrub's decoders (below) do not
+ * read, found as they are. The value itself and its escaped and base64
+ * forms are found by decoding the text instead, since their variants
+ * (which characters an encoder escapes, where base64 is wrapped) are too
+ * many to list. */
 static int forms_make(secret *s)
 {
-        int r = form_add(s, dup_n(s->value, s->len), s->len);
-        if (r >= 0)
-                r = forms_base64(s);
-        for (int mode = 0; r >= 0 && mode < 3; mode++) {
-                r = form_percent(s, mode, false);
-                if (r >= 0)
-                        r = form_percent(s, mode, true);
-        }
-        for (int j = 0; r >= 0 && j < 16; j++)
-                r = form_json(s, j & 1, j & 2, j & 4, j & 8);
+        int r = 0;
         for (int j = 0; r >= 0 && j < 2; j++) {
-                r = form_case(s, j);
-                if (r >= 0)
-                        r = form_hex(s, j);
+                r = form_hex(s, j);
                 if (r >= 0)
                         r = form_utf16(s, j);
         }
@@ -722,47 +571,744 @@ int secrets_substitute(const secret_store *s, const char *method, const url_part
         return 1;
 }
 
-int secrets_scrub(const secret_store *s, const char *data, size_t len, char **ret, size_t *ret_len)
+/* ---- the scrub ---------------------------------------------------------- */
+
+/* How many bytes of a value at a cut edge count as the value: a text cut
+ * in the middle of a value must not pass on the part that is left. */
+#define EDGE_MIN 4
+/* The longest text that escapes one character ("\\ud83d\\ude00",
+ * "&#x0001f600;"): a cut can fall inside it. */
+#define UNIT_MAX 16
+/* Steps one match may take (backtracking between two readings of one
+ * character): past it the text is taken as a match, the safe side. */
+#define MATCH_BUDGET_PER_BYTE 8
+
+/* A stretch of the text that holds a value (or a part of it at a cut). */
+typedef struct scrub_hit {
+        size_t from, to;
+        uint32_t secret;
+        unsigned char wide;
+} scrub_hit;
+
+typedef struct scrub_ctx {
+        const secret_store *s;
+        const unsigned char *t;
+        size_t n;
+        bool cut_head, cut_tail;
+        scrub_hit *hits;
+        size_t n_hits, cap_hits;
+        uint64_t first[256]; /* secrets whose value starts with this byte (folded) */
+        struct mstate *stack;
+        /* The base64 decoder's window (below). */
+        unsigned char *sext, *ulen, *dec;
+        size_t *pos;
+        size_t cap_win;
+        size_t min_run;
+        int err;
+} scrub_ctx;
+
+static int hit_add(scrub_ctx *c, size_t from, size_t to, size_t which, unsigned char wide)
 {
-        if (!s || !s->n)
+        if (to <= from)
                 return 0;
-        const char *cur = data;
-        size_t cur_len = len;
-        bool owned = false;
-        for (size_t i = 0; i < s->n; i++) {
-                const secret *x = &s->v[i];
-                for (size_t f = 0; f < x->n_forms; f++) {
-                        char wide[2 * SECRET_PLACEHOLDER_SIZE];
-                        const char *ph = x->placeholder;
-                        size_t ph_len = x->ph_len;
-                        if (x->forms[f].wide) {
-                                for (size_t k = 0; k < x->ph_len; k++)
-                                        put16(wide + 2 * k, (unsigned char)x->placeholder[k],
-                                              x->forms[f].wide == 2);
-                                ph = wide;
-                                ph_len = 2 * x->ph_len;
+        if (c->n_hits == c->cap_hits) {
+                size_t cap = c->cap_hits ? 2 * c->cap_hits : 16;
+                scrub_hit *v = realloc(c->hits, cap * sizeof(*v));
+                if (!v)
+                        return c->err = -ENOMEM;
+                c->hits = v;
+                c->cap_hits = cap;
+        }
+        c->hits[c->n_hits++] = (scrub_hit){from, to, (uint32_t)which, wide};
+        return 0;
+}
+
+static unsigned char fold(unsigned char c)
+{
+        return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
+}
+
+static int hexval(unsigned char c)
+{
+        return c >= '0' && c <= '9'   ? c - '0'
+               : c >= 'a' && c <= 'f' ? c - 'a' + 10
+               : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                      : -1;
+}
+
+/* The number that the hex digits t[p..p+k) spell, or -1. */
+static long hexn(const unsigned char *t, size_t n, size_t p, size_t k)
+{
+        if (p + k > n)
+                return -1;
+        long v = 0;
+        for (size_t i = 0; i < k; i++) {
+                int h = hexval(t[p + i]);
+                if (h < 0)
+                        return -1;
+                v = v << 4 | h;
+        }
+        return v;
+}
+
+/* One reading of the character at a position of the text: the bytes it
+ * stands for (b, blen) and the length of the text it takes (ulen). */
+typedef struct reading {
+        unsigned char b[4];
+        unsigned char blen, ulen;
+} reading;
+
+#define READINGS_MAX 12
+
+static size_t reading_byte(reading *r, size_t k, unsigned b, size_t ulen)
+{
+        if (k < READINGS_MAX)
+                r[k] = (reading){{(unsigned char)b}, 1, (unsigned char)ulen};
+        return k < READINGS_MAX ? k + 1 : k;
+}
+
+/* A code point read from an escape: its UTF-8 bytes, and, below 256, the
+ * byte of that number too (a server that read the value as Latin-1). */
+static size_t reading_code(reading *r, size_t k, uint32_t cp, size_t ulen)
+{
+        if (cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000))
+                return k;
+        if (cp < 0x100)
+                k = reading_byte(r, k, cp, ulen);
+        if (cp < 0x80 || k >= READINGS_MAX)
+                return k;
+        reading *x = &r[k];
+        *x = (reading){.ulen = (unsigned char)ulen};
+        if (cp < 0x800) {
+                x->b[0] = (unsigned char)(0xc0 | cp >> 6);
+                x->blen = 2;
+        } else if (cp < 0x10000) {
+                x->b[0] = (unsigned char)(0xe0 | cp >> 12);
+                x->b[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+                x->blen = 3;
+        } else {
+                x->b[0] = (unsigned char)(0xf0 | cp >> 18);
+                x->b[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
+                x->b[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+                x->blen = 4;
+        }
+        x->b[x->blen - 1] = (unsigned char)(0x80 | (cp & 0x3f));
+        return k + 1;
+}
+
+/* Named HTML character references for ASCII punctuation (HTML5 has one for
+ * each; encoders use some of them), looked up after "&". */
+static const struct {
+        const char *name;
+        unsigned char c;
+} html_names[] = {
+    {"amp;", '&'},    {"lt;", '<'},     {"gt;", '>'},     {"quot;", '"'},   {"apos;", '\''},
+    {"excl;", '!'},   {"num;", '#'},    {"dollar;", '$'}, {"percnt;", '%'}, {"lpar;", '('},
+    {"rpar;", ')'},   {"ast;", '*'},    {"plus;", '+'},   {"comma;", ','},  {"period;", '.'},
+    {"sol;", '/'},    {"colon;", ':'},  {"semi;", ';'},   {"equals;", '='}, {"quest;", '?'},
+    {"commat;", '@'}, {"lsqb;", '['},   {"lbrack;", '['}, {"bsol;", '\\'},  {"rsqb;", ']'},
+    {"rbrack;", ']'}, {"Hat;", '^'},    {"lowbar;", '_'}, {"grave;", '`'},  {"lcub;", '{'},
+    {"lbrace;", '{'}, {"verbar;", '|'}, {"vert;", '|'},   {"rcub;", '}'},   {"rbrace;", '}'},
+    {"tilde;", '~'},  {"AMP;", '&'},    {"LT;", '<'},     {"GT;", '>'},     {"QUOT;", '"'},
+    {"nbsp;", 0xa0},  {"hyphen;", '-'}, {"dash;", '-'},
+};
+
+/* Every reading of the text at p: the character itself; '+' as a space
+ * (form encoding); %XX, also percent-encoded again (%2541), and %uXXXX;
+ * the escapes of JSON, JavaScript and Python (\" \\ \/ \' \uXXXX with
+ * surrogate pairs, \xXX, \UXXXXXXXX); HTML character references (named,
+ * &#DD; and &#xHH;); a two-byte UTF-8 character below 256 as that byte (a
+ * server that read the value as Latin-1 and wrote it as UTF-8). */
+static size_t readings(const unsigned char *t, size_t n, size_t p, reading *r)
+{
+        size_t k = reading_byte(r, 0, t[p], 1);
+        unsigned char c = t[p];
+        if (c == '+') {
+                k = reading_byte(r, k, ' ', 1);
+        } else if (c == '%') {
+                long b = hexn(t, n, p + 1, 2);
+                size_t ul = 3;
+                while (b >= 0) {
+                        k = reading_byte(r, k, (unsigned)b, ul);
+                        if (b != '%')
+                                break;
+                        b = hexn(t, n, p + ul, 2);
+                        ul += 2;
+                }
+                long u =
+                    p + 1 < n && (t[p + 1] == 'u' || t[p + 1] == 'U') ? hexn(t, n, p + 2, 4) : -1;
+                if (u >= 0)
+                        k = reading_code(r, k, (uint32_t)u, 6);
+        } else if (c == '\\' && p + 1 < n) {
+                unsigned char d = t[p + 1];
+                if (d == '"' || d == '\\' || d == '/' || d == '\'') {
+                        k = reading_byte(r, k, d, 2);
+                } else if (d == 'u') {
+                        long u = hexn(t, n, p + 2, 4);
+                        if (u >= 0xd800 && u < 0xdc00 && p + 7 < n && t[p + 6] == '\\' &&
+                            t[p + 7] == 'u') {
+                                long lo = hexn(t, n, p + 8, 4);
+                                if (lo >= 0xdc00 && lo < 0xe000)
+                                        k = reading_code(r, k,
+                                                         0x10000 + ((uint32_t)(u - 0xd800) << 10) +
+                                                             (uint32_t)(lo - 0xdc00),
+                                                         12);
+                        } else if (u >= 0) {
+                                k = reading_code(r, k, (uint32_t)u, 6);
                         }
-                        int r = replace_all(&cur, &cur_len, &owned, x->forms[f].s, x->forms[f].n,
-                                            ph, ph_len, len + SECRETS_GROWTH_MAX);
-                        if (r < 0) {
-                                if (owned)
-                                        free((char *)cur);
-                                return r;
+                } else if (d == 'x') {
+                        long u = hexn(t, n, p + 2, 2);
+                        if (u >= 0)
+                                k = reading_code(r, k, (uint32_t)u, 4);
+                } else if (d == 'U') {
+                        long u = hexn(t, n, p + 2, 8);
+                        if (u >= 0)
+                                k = reading_code(r, k, (uint32_t)u, 10);
+                }
+        } else if (c == '&' && p + 2 < n) {
+                if (t[p + 1] == '#') {
+                        bool hex = t[p + 2] == 'x' || t[p + 2] == 'X';
+                        size_t q = p + 2 + hex;
+                        uint32_t v = 0;
+                        size_t digits = 0;
+                        while (q < n && digits < 8) {
+                                int h = hex                            ? hexval(t[q])
+                                        : (t[q] >= '0' && t[q] <= '9') ? t[q] - '0'
+                                                                       : -1;
+                                if (h < 0)
+                                        break;
+                                v = v * (hex ? 16 : 10) + (uint32_t)h;
+                                q++;
+                                digits++;
+                        }
+                        if (digits && q < n && t[q] == ';')
+                                k = reading_code(r, k, v, q + 1 - p);
+                } else {
+                        for (size_t i = 0; i < ARRAY_SIZE(html_names); i++) {
+                                size_t l = strlen(html_names[i].name);
+                                if (p + 1 + l <= n && memcmp(t + p + 1, html_names[i].name, l) == 0)
+                                        k = reading_code(r, k, html_names[i].c, l + 1);
+                        }
+                }
+        } else if ((c == 0xc2 || c == 0xc3) && p + 1 < n && (t[p + 1] & 0xc0) == 0x80) {
+                k = reading_byte(r, k, (unsigned)((c & 0x1f) << 6 | (t[p + 1] & 0x3f)), 2);
+        }
+        return k;
+}
+
+/* starts_escape() of each byte (filled once, by tables_init() below). */
+static bool escape_table[256];
+
+/* The bytes that start a reading other than the character itself. */
+static bool starts_escape(unsigned char c)
+{
+        return c == '+' || c == '%' || c == '\\' || c == '&' || c == 0xc2 || c == 0xc3;
+}
+
+static bool bytes_match(const unsigned char *a, const unsigned char *v, size_t k)
+{
+        for (size_t i = 0; i < k; i++)
+                if (fold(a[i]) != fold(v[i]))
+                        return false;
+        return true;
+}
+
+typedef struct mstate {
+        size_t p, j;
+        unsigned char a;
+} mstate;
+
+/* Whether the text at p0 reads as x's value from byte j0 on (ASCII case
+ * aside: a server may fold it), each character as it is or escaped in any
+ * of the ways readings() knows, mixed as they come. Returns the end of the
+ * match, or 0. When the text ends (at a cut) after at least EDGE_MIN bytes
+ * of the value, or within UNIT_MAX characters of its end (a cut inside an
+ * escape), that is a match up to the end. */
+static size_t match_escaped(scrub_ctx *c, size_t p0, const secret *x, size_t j0)
+{
+        const unsigned char *t = c->t, *v = x->value;
+        size_t n = c->n, depth = 0, maxp = p0;
+        size_t budget = MATCH_BUDGET_PER_BYTE * (x->len + UNIT_MAX);
+        mstate *st = c->stack;
+        st[depth++] = (mstate){p0, j0, 0};
+        while (depth) {
+                mstate *m = &st[depth - 1];
+                if (m->j == x->len)
+                        return m->p;
+                reading r[READINGS_MAX];
+                size_t nr = m->p < n ? readings(t, n, m->p, r) : 0;
+                bool pushed = false;
+                while (m->a < nr) {
+                        const reading *q = &r[m->a++];
+                        if (q->blen <= x->len - m->j && bytes_match(q->b, v + m->j, q->blen)) {
+                                st[depth++] = (mstate){m->p + q->ulen, m->j + q->blen, 0};
+                                maxp = MAX(maxp, m->p + q->ulen);
+                                pushed = true;
+                                break;
+                        }
+                }
+                if (pushed) {
+                        if (--budget == 0)
+                                return maxp; /* cannot tell: the safe side */
+                        continue;
+                }
+                if (c->cut_tail && n - m->p < UNIT_MAX && m->j - j0 >= EDGE_MIN)
+                        return n;
+                depth--;
+        }
+        return 0;
+}
+
+/* The escaped text and the value as it is: every position, and at a cut
+ * head, what is left of a value whose start was cut off. */
+static int scan_escaped(scrub_ctx *c)
+{
+        const secret_store *s = c->s;
+        size_t next[SECRETS_MAX] = {0};
+        if (c->cut_head) {
+                for (size_t i = 0; i < s->n; i++) {
+                        const secret *x = &s->v[i];
+                        for (size_t p0 = 0; p0 < MIN(c->n, (size_t)UNIT_MAX); p0++) {
+                                size_t e = 0;
+                                for (size_t j0 = 1; !e && j0 + EDGE_MIN <= x->len; j0++)
+                                        e = match_escaped(c, p0, x, j0);
+                                if (e) {
+                                        if (hit_add(c, 0, e, i, 0) < 0)
+                                                return c->err;
+                                        next[i] = e;
+                                        break;
+                                }
                         }
                 }
         }
-        if (!owned)
+        for (size_t p = 0; p < c->n; p++) {
+                unsigned char ch = c->t[p];
+                uint64_t want = c->first[ch];
+                if (!want && !escape_table[ch])
+                        continue;
+                if (starts_escape(ch)) {
+                        reading r[READINGS_MAX];
+                        size_t nr = readings(c->t, c->n, p, r);
+                        for (size_t k = 1; k < nr; k++)
+                                want |= c->first[fold(r[k].b[0])];
+                }
+                while (want) {
+                        size_t i = (size_t)__builtin_ctzll(want);
+                        want &= want - 1;
+                        if (p < next[i])
+                                continue;
+                        size_t e = match_escaped(c, p, &s->v[i], 0);
+                        if (e) {
+                                if (hit_add(c, p, e, i, 0) < 0)
+                                        return c->err;
+                                next[i] = e;
+                        }
+                }
+        }
+        return 0;
+}
+
+/* ---- base64, wrapped or escaped ---- */
+
+#define B64_WINDOW 16384 /* sextets decoded at once */
+/* Sextets a window keeps from the one before: the longest value's. */
+#define B64_OVERLAP (4 * (SECRET_VALUE_MAX / 3 + 2) + 8)
+
+static int b64_value(unsigned char c)
+{
+        return c >= 'A' && c <= 'Z'   ? c - 'A'
+               : c >= 'a' && c <= 'z' ? c - 'a' + 26
+               : c >= '0' && c <= '9' ? c - '0' + 52
+               : c == '+' || c == '-' ? 62
+               : c == '/' || c == '_' ? 63
+                                      : -1;
+}
+
+/* b64_value() of each byte (below 64), B64_NONE for a byte that is neither
+ * a base64 character nor the start of a line break or an escape. */
+#define B64_NONE 255
+static unsigned char b64_table[256];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void tables_init(void)
+{
+        for (int b = 0; b < 256; b++) {
+                escape_table[b] = starts_escape((unsigned char)b);
+                int v = b64_value((unsigned char)b);
+                b64_table[b] =
+                    v >= 0 ? (unsigned char)v
+                    : b == '\n' || b == '\r' || (starts_escape((unsigned char)b) && b != '+')
+                        ? 64
+                        : B64_NONE;
+        }
+}
+
+/* The base64 character at p (either alphabet), as it is or escaped
+ * (readings()): 1 with *sext and *ulen; 2 for a line break, which MIME
+ * and PEM put every 64 or 76 characters (also as JSON's \n and \r, and
+ * %0A, %0D), skipped; 0 for anything else, which ends the run. */
+static int b64_unit(const unsigned char *t, size_t n, size_t p, unsigned char *sext, size_t *ulen)
+{
+        int v = b64_table[t[p]];
+        if (v < 64) {
+                *sext = (unsigned char)v;
+                *ulen = 1;
+                return 1;
+        }
+        if (v == B64_NONE)
                 return 0;
-        *ret = (char *)cur;
-        *ret_len = cur_len;
+        v = b64_value(t[p]);
+        if (v >= 0) {
+                *sext = (unsigned char)v;
+                *ulen = 1;
+                return 1;
+        }
+        if (t[p] == '\n' || t[p] == '\r') {
+                *ulen = 1;
+                return 2;
+        }
+        if (t[p] == '\\' && p + 1 < n && (t[p + 1] == 'n' || t[p + 1] == 'r')) {
+                *ulen = 2;
+                return 2;
+        }
+        if (!starts_escape(t[p]) || t[p] == '+')
+                return 0;
+        reading r[READINGS_MAX];
+        size_t nr = readings(t, n, p, r);
+        for (size_t k = 1; k < nr; k++) {
+                if (r[k].blen != 1)
+                        continue;
+                if (r[k].b[0] == '\n' || r[k].b[0] == '\r') {
+                        *ulen = r[k].ulen;
+                        return 2;
+                }
+                v = b64_value(r[k].b[0]);
+                if (v >= 0) {
+                        *sext = (unsigned char)v;
+                        *ulen = r[k].ulen;
+                        return 1;
+                }
+        }
+        return 0;
+}
+
+/* The sextet index in a window of the k-th decoded byte at alignment a,
+ * and the last sextet that byte uses. */
+static size_t b64_first(size_t a, size_t k)
+{
+        return a + 4 * (k / 3) + k % 3;
+}
+
+static size_t b64_last(size_t a, size_t k)
+{
+        return a + 4 * (k / 3) + k % 3 + 1;
+}
+
+/* The window's m sextets decoded at each alignment; every value in them,
+ * and at the run's ends, when they are cut edges of the text, what is left
+ * of a value there. */
+static int b64_window(scrub_ctx *c, size_t m, bool head, bool tail)
+{
+        const secret_store *s = c->s;
+        for (size_t a = 0; a < 4 && a < m; a++) {
+                size_t nb = 0, i = a;
+                for (; i + 4 <= m; i += 4) {
+                        uint32_t g = (uint32_t)c->sext[i] << 18 | (uint32_t)c->sext[i + 1] << 12 |
+                                     (uint32_t)c->sext[i + 2] << 6 | c->sext[i + 3];
+                        c->dec[nb++] = (unsigned char)(g >> 16);
+                        c->dec[nb++] = (unsigned char)(g >> 8);
+                        c->dec[nb++] = (unsigned char)g;
+                }
+                if (m - i >= 2)
+                        c->dec[nb++] = (unsigned char)(c->sext[i] << 2 | c->sext[i + 1] >> 4);
+                if (m - i >= 3)
+                        c->dec[nb++] = (unsigned char)(c->sext[i + 1] << 4 | c->sext[i + 2] >> 2);
+                const unsigned char *d = c->dec;
+                for (size_t x = 0; x < s->n; x++) {
+                        const unsigned char *v = s->v[x].value;
+                        size_t L = s->v[x].len;
+                        for (const unsigned char *h = memmem(d, nb, v, L); h;
+                             h = memmem(h + 1, nb - (size_t)(h + 1 - d), v, L)) {
+                                size_t k = (size_t)(h - d);
+                                size_t l = b64_last(a, k + L - 1);
+                                if (hit_add(c, c->pos[b64_first(a, k)], c->pos[l] + c->ulen[l], x,
+                                            0) < 0)
+                                        return c->err;
+                        }
+                        /* The end of a value at the text's start. */
+                        for (size_t j0 = 1; head && j0 + EDGE_MIN <= L; j0++) {
+                                size_t k = MIN(L - j0, nb);
+                                if (k >= EDGE_MIN && (k == L - j0 || tail) &&
+                                    memcmp(d, v + j0, k) == 0) {
+                                        size_t l = b64_last(a, k - 1);
+                                        if (hit_add(c, 0,
+                                                    tail && k == nb ? c->n : c->pos[l] + c->ulen[l],
+                                                    x, 0) < 0)
+                                                return c->err;
+                                        break;
+                                }
+                        }
+                        /* The start of a value at the text's end. */
+                        for (size_t k = nb > L ? nb - L + 1 : 0; tail && k + EDGE_MIN <= nb; k++) {
+                                if (d[k] == v[0] && memcmp(d + k, v, nb - k) == 0) {
+                                        if (hit_add(c, c->pos[b64_first(a, k)], c->n, x, 0) < 0)
+                                                return c->err;
+                                        break;
+                                }
+                        }
+                }
+        }
+        return 0;
+}
+
+static int b64_grow(scrub_ctx *c, size_t want)
+{
+        size_t cap = MIN(want, (size_t)(B64_WINDOW + B64_OVERLAP));
+        if (cap <= c->cap_win)
+                return 0;
+        unsigned char *sext = realloc(c->sext, cap);
+        if (sext)
+                c->sext = sext;
+        unsigned char *ulen = realloc(c->ulen, cap);
+        if (ulen)
+                c->ulen = ulen;
+        /* dec holds decoded bytes, a value's among them: never left behind
+         * by a realloc. */
+        unsigned char *dec = malloc(cap);
+        if (dec) {
+                secrets_wipe_free(c->dec, c->cap_win);
+                c->dec = dec;
+        }
+        size_t *pos = realloc(c->pos, cap * sizeof(*pos));
+        if (pos)
+                c->pos = pos;
+        if (!sext || !ulen || !dec || !pos)
+                return c->err = -ENOMEM;
+        c->cap_win = cap;
+        return 0;
+}
+
+/* Runs of base64 characters, decoded at each of the four alignments (the
+ * start of the encoded data need not be the start of the run), in windows
+ * that overlap by the longest value's length. A run too short to hold a
+ * value is passed over without being stored. */
+static int scan_base64(scrub_ctx *c)
+{
+        const unsigned char *t = c->t;
+        size_t n = c->n, p = 0;
+        while (p < n) {
+                unsigned char sx;
+                size_t ul;
+                unsigned char tv = b64_table[t[p]];
+                if (tv == B64_NONE) {
+                        p++;
+                        continue;
+                }
+                int u = tv < 64 ? 1 : b64_unit(t, n, p, &sx, &ul);
+                if (u != 1) {
+                        p += u ? ul : 1;
+                        continue;
+                }
+                size_t q = p, count = 0;
+                while (q < n) {
+                        tv = b64_table[t[q]];
+                        if (tv < 64) {
+                                count++;
+                                q++;
+                                continue;
+                        }
+                        if (tv == B64_NONE || !(u = b64_unit(t, n, q, &sx, &ul)))
+                                break;
+                        count += u == 1;
+                        q += ul;
+                }
+                bool head = c->cut_head && p < UNIT_MAX, tail = c->cut_tail && n - q < UNIT_MAX;
+                if (count < (head || tail ? 6 : c->min_run)) {
+                        p = q;
+                        continue;
+                }
+                if (b64_grow(c, count) < 0)
+                        return c->err;
+                size_t m = 0;
+                bool first_window = true;
+                while (p < q) {
+                        u = b64_unit(t, n, p, &sx, &ul);
+                        if (u == 1) {
+                                if (m == c->cap_win) {
+                                        if (b64_window(c, m, head && first_window, false) < 0)
+                                                return c->err;
+                                        memmove(c->sext, c->sext + m - B64_OVERLAP, B64_OVERLAP);
+                                        memmove(c->ulen, c->ulen + m - B64_OVERLAP, B64_OVERLAP);
+                                        memmove(c->pos, c->pos + m - B64_OVERLAP,
+                                                B64_OVERLAP * sizeof(*c->pos));
+                                        m = B64_OVERLAP;
+                                        first_window = false;
+                                }
+                                c->sext[m] = sx;
+                                c->ulen[m] = (unsigned char)ul;
+                                c->pos[m] = p;
+                                m++;
+                        }
+                        p += ul;
+                }
+                if (b64_window(c, m, head && first_window, tail) < 0)
+                        return c->err;
+        }
+        return 0;
+}
+
+/* ---- fixed forms, assembly ---- */
+
+/* The hex and UTF-16 forms, as they are; at a cut edge, a part of one
+ * that stands for at least EDGE_MIN bytes of the value. */
+static int scan_fixed(scrub_ctx *c)
+{
+        const unsigned char *t = c->t;
+        size_t n = c->n;
+        for (size_t i = 0; i < c->s->n; i++) {
+                const secret *x = &c->s->v[i];
+                for (size_t f = 0; f < x->n_forms; f++) {
+                        const unsigned char *fs = (const unsigned char *)x->forms[f].s;
+                        size_t fn = x->forms[f].n, kmin = (EDGE_MIN * fn + x->len - 1) / x->len;
+                        unsigned char w = x->forms[f].wide;
+                        for (const unsigned char *h = memmem(t, n, fs, fn); h;
+                             h = memmem(h + fn, n - (size_t)(h + fn - t), fs, fn))
+                                if (hit_add(c, (size_t)(h - t), (size_t)(h - t) + fn, i, w) < 0)
+                                        return c->err;
+                        /* A suffix of the form at the start (after up to
+                         * three characters of a cut unit), a prefix at the end. */
+                        for (size_t s0 = 0; c->cut_head && s0 < 4 && s0 < n; s0++) {
+                                size_t k = 0;
+                                for (size_t j = 1; !k && j + kmin <= fn; j++) {
+                                        size_t m = MIN(fn - j, n - s0);
+                                        /* The form's end, or a middle part
+                                         * of it that the text's end cuts too. */
+                                        if (m >= kmin && fs[j] == t[s0] &&
+                                            (m == fn - j || c->cut_tail) &&
+                                            memcmp(fs + j, t + s0, m) == 0)
+                                                k = m;
+                                }
+                                if (k) {
+                                        if (hit_add(c, 0, s0 + k, i, w) < 0)
+                                                return c->err;
+                                        break;
+                                }
+                        }
+                        for (size_t k = MIN(fn - 1, n); c->cut_tail && k >= kmin; k--)
+                                if (memcmp(t + n - k, fs, k) == 0) {
+                                        if (hit_add(c, n - k, n, i, w) < 0)
+                                                return c->err;
+                                        break;
+                                }
+                }
+        }
+        return 0;
+}
+
+static int hit_cmp(const void *a, const void *b)
+{
+        const scrub_hit *x = a, *y = b;
+        return x->from < y->from ? -1 : x->from > y->from ? 1 : (x->to > y->to) - (x->to < y->to);
+}
+
+/* Three scans of the original text each collect the stretches that hold a
+ * value (escaped text, base64, fixed forms); overlapping stretches are
+ * merged and each is replaced by one placeholder, so that no scan sees
+ * another's output and no reading of a value is missed for another's. */
+int secrets_scrub_cut(const secret_store *s, const char *data, size_t len, unsigned cut, char **ret,
+                      size_t *ret_len)
+{
+        if (!s || !s->n || !len)
+                return 0;
+        scrub_ctx c = {.s = s,
+                       .t = (const unsigned char *)data,
+                       .n = len,
+                       .cut_head = cut & SECRETS_CUT_HEAD,
+                       .cut_tail = cut & SECRETS_CUT_TAIL,
+                       .min_run = SIZE_MAX};
+        size_t longest = 0;
+        for (size_t i = 0; i < s->n; i++) {
+                const secret *x = &s->v[i];
+                longest = MAX(longest, x->len);
+                c.min_run = MIN(c.min_run, x->len * 4 / 3);
+                c.first[fold(x->value[0])] |= 1ull << i;
+                c.first[toupper(x->value[0])] |= 1ull << i;
+        }
+        pthread_once(&tables_once, tables_init);
+        c.stack = malloc((longest + 2) * sizeof(*c.stack));
+        int r = c.stack ? 0 : -ENOMEM;
+        if (r >= 0)
+                r = scan_escaped(&c);
+        if (r >= 0)
+                r = scan_base64(&c);
+        if (r >= 0)
+                r = scan_fixed(&c);
+        free(c.stack);
+        free(c.sext);
+        free(c.ulen);
+        free(c.pos);
+        if (c.dec)
+                secrets_wipe_free(c.dec, c.cap_win);
+        if (r < 0 || !c.n_hits) {
+                free(c.hits);
+                return r;
+        }
+        qsort(c.hits, c.n_hits, sizeof(*c.hits), hit_cmp);
+        /* Overlapping stretches (two readings of one value, or two values)
+         * become one, named after the first. */
+        size_t merged = 0, out_len = len;
+        for (size_t h = 0; h < c.n_hits;) {
+                scrub_hit u = c.hits[h++];
+                for (; h < c.n_hits && c.hits[h].from < u.to; h++)
+                        u.to = MAX(u.to, c.hits[h].to);
+                c.hits[merged++] = u;
+                out_len += s->v[u.secret].ph_len * (u.wide ? 2 : 1);
+                out_len -= u.to - u.from;
+        }
+        if (out_len > len + SECRETS_GROWTH_MAX) {
+                free(c.hits);
+                return -E2BIG;
+        }
+        char *out = malloc(out_len + 1);
+        if (!out) {
+                free(c.hits);
+                return -ENOMEM;
+        }
+        size_t at = 0, o = 0;
+        for (size_t h = 0; h < merged; h++) {
+                const scrub_hit *u = &c.hits[h];
+                const secret *x = &s->v[u->secret];
+                memcpy(out + o, data + at, u->from - at);
+                o += u->from - at;
+                if (u->wide) {
+                        for (size_t k = 0; k < x->ph_len; k++)
+                                o += put16(out + o, (unsigned char)x->placeholder[k], u->wide == 2);
+                } else {
+                        memcpy(out + o, x->placeholder, x->ph_len);
+                        o += x->ph_len;
+                }
+                at = u->to;
+        }
+        memcpy(out + o, data + at, len - at);
+        o += len - at;
+        out[o] = '\0';
+        free(c.hits);
+        *ret = out;
+        *ret_len = o;
         return 1;
+}
+
+int secrets_scrub(const secret_store *s, const char *data, size_t len, char **ret, size_t *ret_len)
+{
+        return secrets_scrub_cut(s, data, len, 0, ret, ret_len);
 }
 
 void secrets_scrub_text(const secret_store *s, char *text, size_t size)
 {
         char *clean = NULL;
         size_t n = 0;
-        int r = secrets_scrub(s, text, strlen(text), &clean, &n);
+        size_t len = strlen(text);
+        int r = secrets_scrub_cut(s, text, len, len + 1 >= size ? SECRETS_CUT_TAIL : 0, &clean, &n);
         if (r > 0)
                 snprintf(text, size, "%s", clean);
         else if (r < 0) /* cannot tell what to keep: keep nothing */

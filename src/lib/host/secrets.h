@@ -82,13 +82,34 @@ int secrets_substitute(const secret_store *s, const char *method, const url_part
                        secret_place place, const char *data, size_t len, char **ret,
                        size_t *ret_len);
 
-/* Replaces in data every occurrence of a value, raw or encoded (base64 and
- * base64url at each alignment, percent-encoding, JSON escaping), by its
- * placeholder. Same returns as secrets_substitute; the copy holds no value. */
+/* Replaces in data every occurrence of a value by its placeholder: the
+ * value as it is (ASCII case aside), escaped character by character in any
+ * mix of the ways servers escape text (percent-encoding with any set of
+ * characters kept, '+' for a space, percent-encoded again; JSON, JavaScript
+ * and Python escapes, every character or some; HTML character references,
+ * named, decimal or hex; Latin-1 read and written as UTF-8), in base64 of
+ * either alphabet at any alignment, wrapped into lines or escaped, and in
+ * hex and UTF-16. Same returns as secrets_substitute; the copy holds no
+ * value. */
 int secrets_scrub(const secret_store *s, const char *data, size_t len, char **ret, size_t *ret_len);
 
+/* The text was cut from a longer one at its start (HEAD) or end (TAIL). */
+#define SECRETS_CUT_HEAD 1u
+#define SECRETS_CUT_TAIL 2u
+
+/* secrets_scrub() on a text cut from a longer one (cut: SECRETS_CUT_*): at
+ * a cut edge, what is left of a value (EDGE_MIN = 4 bytes of it or more, in
+ * any of the forms above) is a match too, so that a cut which the guest
+ * can place (by the length of what comes before) cannot pass on a value's
+ * start in one text and its end in another. The rule is to scrub before
+ * cutting; this is for a text that was cut before the host could see the
+ * rest (a capped pipe, a library's fixed buffer). */
+int secrets_scrub_cut(const secret_store *s, const char *data, size_t len, unsigned cut, char **ret,
+                      size_t *ret_len);
+
 /* secrets_scrub() on a NUL-terminated text in a buffer of size bytes, in
- * place (truncated if the placeholders make it longer). */
+ * place (truncated if the placeholders make it longer). A text that fills
+ * the buffer is taken as cut at its end (secrets_scrub_cut()). */
 void secrets_scrub_text(const secret_store *s, char *text, size_t size);
 
 /* secrets_scrub() on the JSON text of *v (so the JSON escapes of a value

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "core/util.h"
+#include "host/secrets.h"
 
 #define TOOL_NAME_MAX    64
 #define TOOL_ARGV_MAX    256
@@ -862,14 +863,22 @@ static char *error_type_clean(char *type)
         return NULL;
 }
 
-static tool_fail call_callback(const tool_info *t, const char *input, json_t **ret_result,
-                               char **ret_message, char **ret_type)
+static tool_fail call_callback(const tool_info *t, const char *input, const secret_store *ss,
+                               json_t **ret_result, char **ret_message, char **ret_type)
 {
         char *out = NULL, *msg = NULL, *type = NULL;
         int r = t->typed_fn ? t->typed_fn(t->userdata, input, &out, &msg, &type)
                             : t->fn(t->userdata, input, &out, &msg);
         if (r < 0) {
                 tool_fail f;
+                /* Scrubbed as the bytes came, before the ones that are not
+                 * UTF-8 are replaced (which would change a value that has
+                 * some); withheld when that cannot be done. */
+                if (msg && secrets_scrub_string(ss, &msg) < 0) {
+                        free(msg);
+                        msg = strdup("the tool's message was withheld: it could not be checked "
+                                     "for the secrets' values");
+                }
                 if (msg) {
                         _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
                         f = tools_fail(TOOL_FAIL_RUNTIME, ret_message, "%s",
@@ -901,10 +910,16 @@ static tool_fail call_callback(const tool_info *t, const char *input, json_t **r
         json_error_t jerr;
         json_t *v = json_loadb(out, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
         free(out);
+        /* jansson's text quotes the input near the error, cut at its own
+         * buffer's size before any scrub could see it: not passed on. */
+        char *near = strstr(jerr.text, " near ");
+        if (near)
+                *near = '\0';
         if (!v)
                 return tools_fail(TOOL_FAIL_RUNTIME, ret_message,
-                                  "tool '%s' returned something that is not one JSON value: %s",
-                                  t->name, jerr.text);
+                                  "tool '%s' returned something that is not one JSON value: %s "
+                                  "(line %d, column %d)",
+                                  t->name, jerr.text, jerr.line, jerr.column);
         *ret_result = v;
         return TOOL_OK;
 }
@@ -943,7 +958,8 @@ tool_fail tools_call_typed(const tool_registry *reg, const char *name, const jso
         if (!input)
                 return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
         if (t->fn || t->typed_fn)
-                return call_callback(t, input, ret_result, ret_message, ret_error_type);
+                return call_callback(t, input, bounds ? bounds->secrets : NULL, ret_result,
+                                     ret_message, ret_error_type);
         return tools_run_command(t, input, strlen(input), bounds, ret_result, ret_message);
 }
 

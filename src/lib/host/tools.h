@@ -98,6 +98,11 @@ tool_fail tools_call(const tool_registry *reg, const char *name, const json_t *a
 typedef struct tool_call_bounds {
         uint64_t deadline_ns;
         int cancel_fd;
+        /* The run's secrets (NULL: none): a failure message that quotes a
+         * part of the tool's output (the tail of stderr, the head of
+         * stdout that is not JSON) is scrubbed before it is cut, and
+         * what the tool wrote before it was cut counts as cut. */
+        const struct secret_store *secrets;
 } tool_call_bounds;
 
 /* tools_call() within bounds (NULL: none). Thread-safe. */

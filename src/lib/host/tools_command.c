@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 
 #include "core/util.h"
+#include "host/secrets.h"
 
 extern char **environ;
 
@@ -33,6 +34,7 @@ typedef struct command_run {
         dynbuf out;
         dynbuf err;
         bool out_too_big;
+        bool err_too_big; /* stderr went past TOOLS_MAX_STDERR: what is kept was cut */
         bool timed_out;
         bool cancelled;
         bool exited;
@@ -156,7 +158,7 @@ static bool drain(int *fd, dynbuf *b, bool *overflow)
  * Everything the tool wrote is in the pipe by now (it could not have exited
  * while blocked on a full pipe), so a process that escaped the group (by
  * setsid()) and holds stdout open cannot stall the call. */
-static void finish_after_exit(command_run *run, bool *err_overflow)
+static void finish_after_exit(command_run *run)
 {
         kill(-run->pid, SIGKILL);
         if (run->out_fd >= 0)
@@ -166,7 +168,7 @@ static void finish_after_exit(command_run *run, bool *err_overflow)
         while (run->out_fd >= 0 && !run->out_too_big &&
                drain(&run->out_fd, &run->out, &run->out_too_big))
                 ;
-        while (run->err_fd >= 0 && drain(&run->err_fd, &run->err, err_overflow))
+        while (run->err_fd >= 0 && drain(&run->err_fd, &run->err, &run->err_too_big))
                 ;
 }
 
@@ -185,14 +187,13 @@ static void command_pump(command_run *run, const char *input, size_t input_len, 
                          int cancel_fd)
 {
         size_t sent = 0;
-        bool err_overflow = false;
         if (input_len == 0)
                 close_fd(&run->in_fd);
         for (;;) {
                 if (!run->exited && run->pidfd < 0 && child_exited(run->pid))
                         run->exited = true;
                 if (run->exited) {
-                        finish_after_exit(run, &err_overflow);
+                        finish_after_exit(run);
                         return;
                 }
                 uint64_t now = al_now_ns();
@@ -249,21 +250,54 @@ static void command_pump(command_run *run, const char *input, size_t input_len, 
                                 return;
                 }
                 if (i_err >= 0 && p[i_err].revents)
-                        drain(&run->err_fd, &run->err, &err_overflow);
+                        drain(&run->err_fd, &run->err, &run->err_too_big);
                 if (i_pid >= 0 && p[i_pid].revents)
                         run->exited = true;
         }
 }
 
-/* The tail of stderr, valid UTF-8 and trimmed, for a failure message. */
-static char *stderr_text(const dynbuf *b)
+/* A malloc'd, NUL-terminated copy of the n bytes at s with the secrets'
+ * values scrubbed (cut: SECRETS_CUT_*, how s was cut from what the tool
+ * wrote), into *ret and *ret_len. Returns false when out of memory or when
+ * the scrub failed: then nothing of s may be quoted. */
+static bool scrubbed_copy(const secret_store *ss, const char *s, size_t n, unsigned cut, char **ret,
+                          size_t *ret_len)
 {
-        const char *s = b->data ? b->data : "";
-        size_t n = b->len;
+        char *clean = NULL;
+        size_t len = 0;
+        int r = secrets_scrub_cut(ss, s, n, cut, &clean, &len);
+        if (r < 0)
+                return false;
+        if (r == 0) {
+                clean = malloc(n + 1);
+                if (!clean)
+                        return false;
+                memcpy(clean, s, n);
+                clean[n] = '\0';
+                len = n;
+        }
+        *ret = clean;
+        *ret_len = len;
+        return true;
+}
+
+/* The tail of stderr, valid UTF-8 and trimmed, for a failure message. The
+ * guest chooses the length of what a tool echoes, so it could place the
+ * cut inside a value: stderr is scrubbed first, whole, and cut after. */
+static char *stderr_text(const dynbuf *b, const secret_store *ss, bool cut)
+{
+        char *all = NULL;
+        size_t n = 0;
+        if (!scrubbed_copy(ss, b->data ? b->data : "", b->len, cut ? SECRETS_CUT_TAIL : 0, &all,
+                           &n))
+                return strdup("(the message was withheld: it could not be checked for the "
+                              "secrets' values)");
+        const char *s = all;
         while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
                 n--;
         size_t start = n > MESSAGE_STDERR ? n - MESSAGE_STDERR : 0;
         char *clean = al_utf8_sanitize(s + start, n - start);
+        free(all);
         if (!clean || start == 0)
                 return clean;
         char *withdots = NULL;
@@ -271,6 +305,15 @@ static char *stderr_text(const dynbuf *b)
                 withdots = NULL;
         free(clean);
         return withdots;
+}
+
+/* jansson's error text without the part of the input it quotes (" near
+ * '...'", cut at its own buffer's size, before any scrub could see it). */
+static void json_error_bare(char *text)
+{
+        char *near = strstr(text, " near ");
+        if (near)
+                *near = '\0';
 }
 
 tool_fail tools_run_command(const tool_info *t, const char *input, size_t input_len,
@@ -306,7 +349,8 @@ tool_fail tools_run_command(const tool_info *t, const char *input, size_t input_
         close_fd(&run.err_fd);
 
         tool_fail f = TOOL_OK;
-        _cleanup_free_ char *errtext = stderr_text(&run.err);
+        const secret_store *ss = bounds ? bounds->secrets : NULL;
+        _cleanup_free_ char *errtext = stderr_text(&run.err, ss, run.err_too_big);
         const char *e = errtext ? errtext : "";
         if (run.cancelled) {
                 f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
@@ -349,12 +393,18 @@ tool_fail tools_run_command(const tool_info *t, const char *input, size_t input_
                                        "JSON value",
                                        t->name);
                 else if (!(v = json_loadb(o, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr))) {
-                        _cleanup_free_ char *head = al_utf8_sanitize(o, MIN(n, 80u));
-                        f = tools_fail(
-                            TOOL_FAIL_RUNTIME, ret_message,
-                            "tool '%s' printed output that is not one JSON value (%s, line "
-                            "%d): %s%s",
-                            t->name, jerr.text, jerr.line, head ? head : "", n > 80 ? "..." : "");
+                        /* The head is quoted from the scrubbed output. */
+                        char *all = NULL;
+                        size_t an = 0;
+                        bool ok = scrubbed_copy(ss, o, n, 0, &all, &an);
+                        _cleanup_free_ char *head = ok ? al_utf8_sanitize(all, MIN(an, 80u)) : NULL;
+                        free(all);
+                        json_error_bare(jerr.text);
+                        f = tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                                       "tool '%s' printed output that is not one JSON value (%s, "
+                                       "line %d): %s%s",
+                                       t->name, jerr.text, jerr.line, head ? head : "",
+                                       ok && an > 80 ? "..." : "");
                 } else {
                         *ret_result = v;
                 }

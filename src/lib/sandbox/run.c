@@ -480,7 +480,7 @@ static void serve_request(run_state *run, json_t *msg)
                         _cleanup_free_ char *message = NULL, *type = NULL;
                         /* Bounded by the run: a slow tool cannot hold the run past
                          * its limit, and a cancel stops it. */
-                        tool_call_bounds b = {run->deadline, run->cancel_fd};
+                        tool_call_bounds b = {run->deadline, run->cancel_fd, cfg->secrets};
                         uint64_t t0 = al_now_ns();
                         tool_fail f =
                             tools_call_typed(cfg->tools, name, args, &b, &result, &message, &type);
