@@ -28,6 +28,9 @@ void guest_before_fork(void);
 pid_t guest_start_cache_builder(void);
 /* From now on, runs share one __main__ (a session). */
 void guest_set_session(void);
+/* In a session: holds (true) or releases the host channel against the
+ * guest's own requests, so that none is sent while no cell runs. */
+void guest_channel_hold(bool hold);
 void guest_after_fork_parent(void);
 /* In a fresh copy: reinitialise the interpreter's per-process state and
  * reseed every secret. */

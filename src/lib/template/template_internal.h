@@ -224,6 +224,11 @@ bool tpl_session_gave_base(void);
 /* Waits up to 1 ms, or until a frame comes, before work for a later call. */
 void tpl_session_grace(int chan);
 void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg);
+/* At the end of a cell: stops every other process of the copy but pid 1. */
+void tpl_session_freeze(void);
+/* "thaw" {"spare"}, before a cell: continues the stopped processes of the
+ * copy but those of the sibling handles named in spare. */
+void tpl_session_thaw(json_t *msg);
 
 /* --- tpl_ns.c --- */
 
