@@ -226,5 +226,157 @@ def test_session_fork_counts_against_the_caps():
             assert r["isError"] and "expired" in text(r) and "--session-lifetime" in text(r), r
 
 
+# Reads, in the guest, the CPU time (seconds) used so far by a chain of
+# processes in session id `sid`: the live ones' own time, and the time of
+# those that ended, which the copy's pid 1 reaped (its cutime and cstime).
+CHAIN_CPU = r"""
+def chain_cpu(sid):
+    import os
+    def fields(pid):
+        s = open(f'/proc/{pid}/stat').read()
+        return s[s.rindex(')') + 2:].split()
+    tick = os.sysconf('SC_CLK_TCK')
+    f = fields(1)
+    total = int(f[13]) + int(f[14])
+    for p in os.listdir('/proc'):
+        if p.isdigit() and int(p) > 1:
+            try:
+                f = fields(int(p))
+            except OSError:
+                continue
+            if int(f[3]) == sid:
+                total += int(f[11]) + int(f[12])
+    return total / tick
+"""
+
+# A chain of short-lived processes, each spinning a little, counting itself
+# in /tmp/gen, then forking its successor and exiting (re-parented to pid
+# 1); in a session id of its own, so that it can be measured. And a child
+# that grows by 1 MiB every 50 ms, up to 200 MiB.
+CHAIN_START = CHAIN_CPU + r"""
+import os, time
+def chain():
+    os.setsid()
+    while True:
+        n = 0
+        for i in range(20000):
+            n += i
+        with open('/tmp/gen', 'a') as f:
+            f.write('x')
+        if os.fork():
+            os._exit(0)
+first = os.fork()
+if first == 0:
+    if os.fork() == 0:
+        chain()
+    os._exit(0)
+os.waitpid(first, 0)
+while not os.path.exists('/tmp/gen'):
+    time.sleep(0.01)
+chain_sid = None
+while chain_sid is None:
+    for p in os.listdir('/proc'):
+        if p.isdigit() and int(p) > 1:
+            try:
+                s = open(f'/proc/{p}/stat').read()
+            except OSError:
+                continue
+            f = s[s.rindex(')') + 2:].split()
+            if int(f[3]) != os.getsid(0):
+                chain_sid = int(f[3])
+grower = os.fork()
+if grower == 0:
+    held = []
+    while len(held) < 200:
+        held.append(bytearray(1 << 20))
+        for i in range(0, 1 << 20, 4096):
+            held[-1][i] = 1
+        time.sleep(0.05)
+    time.sleep(3600)
+def rss(pid):
+    for line in open(f'/proc/{pid}/status'):
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) << 10
+cpu_at_end, rss_at_end = chain_cpu(chain_sid), rss(grower)
+"""
+
+
+def test_processes_a_cell_leaves_stop_until_the_next_cell():
+    # Issue 27: between cells a session's processes ran on (a chain of
+    # short-lived children used most of a CPU while the session sat idle,
+    # a child grew past --session-memory). They stop at the end of a cell
+    # and go on at the next one.
+    with mcp() as m:
+        h = open_session(m)
+        r = cell(m, h, CHAIN_START)
+        assert mcp_result_json(r)["state"] == "kept", r
+        # The idle time under test, not a synchronisation: the chain would
+        # use most of a CPU meanwhile if it ran.
+        time.sleep(3)
+        r = cell(m, h, "between = chain_cpu(chain_sid) - cpu_at_end\n"
+                       "grown = rss(grower) - rss_at_end\n"
+                       "gen = len(open('/tmp/gen').read())\n"
+                       "(between < 0.25, grown < (8 << 20), between, grown)")
+        out = mcp_result_json(r)["stdout"]
+        assert out.startswith("(True, True,"), r
+        # The survivors go on in the next cell: the chain counts on.
+        r = cell(m, h, "import time\ndeadline = time.time() + 60\n"
+                       "while len(open('/tmp/gen').read()) == gen and time.time() < deadline:\n"
+                       "    time.sleep(0.01)\n"
+                       "len(open('/tmp/gen').read()) > gen")
+        assert mcp_result_json(r)["stdout"] == "True\n", r
+
+
+def test_a_thread_calling_tools_between_cells_does_not_wedge_the_session():
+    # Issue 27: a thread that calls the host in a loop (a heartbeat) took
+    # the host's session control frames, or sent its requests into them:
+    # a later cell hung 30 s and the session ended.
+    with mcp() as m:
+        h = open_session(m)
+        r = cell(m, h, "import threading\nfrom airlock import call_tool\nbeats = [0]\n"
+                       "def beat():\n"
+                       "    while True:\n"
+                       "        try:\n"
+                       "            call_tool('no_such_tool')\n"
+                       "        except ValueError:\n"
+                       "            beats[0] += 1\n"
+                       "threading.Thread(target=beat, daemon=True).start()\n")
+        assert mcp_result_json(r)["state"] == "kept", r
+        for i in range(8):
+            r = cell(m, h, f"import time\nb = beats[0]\nv{i} = {i}\n"
+                           "while beats[0] == b:\n    time.sleep(0.001)\n"
+                           f"v{i}")
+            res = mcp_result_json(r)
+            assert res["state"] == "kept" and res["stdout"] == f"{i}\n", r
+        r = cell(m, h, "raise ValueError('back')")
+        assert mcp_result_json(r)["state"] == "rolled_back", r
+        r = cell(m, h, "v7")
+        assert mcp_result_json(r)["stdout"] == "7\n", r
+
+
+def test_a_cell_that_stops_every_process_rolls_back_in_time():
+    # Issue 27: os.kill(-1, SIGSTOP) stopped the cell base, and the
+    # rollback after the failure waited 30 s for it, then lost the session.
+    with mcp("--timeout", "5") as m:
+        h = open_session(m)
+        cell(m, h, "x = 'before'")
+        t0 = time.monotonic()
+        r = cell(m, h, "import os, signal\nx = 'during'\n"
+                       "os.kill(-1, signal.SIGSTOP)\nraise ValueError('stopped')")
+        # A deadlock guard well short of the 30 s wait, not a timing.
+        assert time.monotonic() - t0 < 25, r
+        res = mcp_result_json(r)
+        assert res["state"] == "rolled_back" and "ValueError" in res["stderr"], r
+        r = cell(m, h, "x")
+        assert mcp_result_json(r)["stdout"] == "'before'\n", r
+        # The same when the cell is stopped and then runs out of time.
+        r = cell(m, h, "import os, signal, time\nx = 'during'\n"
+                       "os.kill(-1, signal.SIGSTOP)\ntime.sleep(60)")
+        res = mcp_result_json(r)
+        assert res["status"] == "timeout" and res["state"] == "rolled_back", r
+        r = cell(m, h, "x")
+        assert mcp_result_json(r)["stdout"] == "'before'\n", r
+
+
 if __name__ == "__main__":
     run()
