@@ -346,6 +346,7 @@ def test_a_thread_calling_tools_between_cells_does_not_wedge_the_session():
             r = cell(m, h, f"import time\nb = beats[0]\nv{i} = {i}\n"
                            "while beats[0] == b:\n    time.sleep(0.001)\n"
                            f"v{i}")
+            assert not r["isError"], r
             res = mcp_result_json(r)
             assert res["state"] == "kept" and res["stdout"] == f"{i}\n", r
         r = cell(m, h, "raise ValueError('back')")
@@ -376,6 +377,41 @@ def test_a_cell_that_stops_every_process_rolls_back_in_time():
         assert res["status"] == "timeout" and res["state"] == "rolled_back", r
         r = cell(m, h, "x")
         assert mcp_result_json(r)["stdout"] == "'before'\n", r
+
+
+def test_sessions_refuse_shared_memory():
+    # Issue 27: as root, mmap.mmap(-1, n) was memory that a fork shared
+    # with its session and that a rollback did not restore. A session and
+    # its forks refuse every kind of shared memory; a fresh run has it all.
+    attempts = {
+        "mmap": "import mmap\nm = mmap.mmap(-1, 4096)",
+        "memfd": "import os\nos.memfd_create('x')",
+        "sysv": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "assert libc.shmget(0, 4096, 0o1600) >= 0, ctypes.get_errno()",
+        "dev_shm": "open('/dev/shm/x', 'w')",
+        "semlock": "import multiprocessing\nmultiprocessing.Lock()",
+    }
+    with mcp() as m:
+        h = open_session(m)
+        cell(m, h, "kept = 1")
+        f = fork(m, h)
+        for handle in (h, f):
+            for name, code in attempts.items():
+                r = cell(m, handle, code)
+                res = mcp_result_json(r)
+                assert res["state"] == "rolled_back", (name, r)
+                # PermissionError, or for shmget through ctypes its errno
+                # (EPERM, 1) in the assertion.
+                assert ("PermissionError" in res["stderr"] or
+                        "AssertionError: 1\n" in res["stderr"]), (name, r)
+            r = cell(m, handle, "kept")
+            assert mcp_result_json(r)["stdout"] == "1\n", r
+        # Private mappings are the session's own, and work.
+        r = cell(m, h, "import mmap\nm = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE)\nm[0] = 7\nm[0]")
+        assert mcp_result_json(r)["stdout"] == "7\n", r
+        r = m.run("import mmap\nm = mmap.mmap(-1, 4096)\nm[0] = 7\n"
+                  "open('/dev/shm/x', 'w').write('y')\nprint(m[0])")
+        assert r["stdout"] == "7\n", r
 
 
 if __name__ == "__main__":

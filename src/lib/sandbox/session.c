@@ -464,9 +464,9 @@ static int session_run_locked(airlock_session *s, const char *code, size_t len,
                 return r;
         /* The processes the last cell left, stopped since it ended, go on
          * with this one; those of the siblings stay stopped. */
-        r = request(s, json_pack("{s:s, s:o}", WIRE_KEY_OP, WIRE_OP_THAW, WIRE_KEY_SPARE,
-                                 spare_list(s)),
-                    NULL, NULL, err);
+        r = request(
+            s, json_pack("{s:s, s:o}", WIRE_KEY_OP, WIRE_OP_THAW, WIRE_KEY_SPARE, spare_list(s)),
+            NULL, NULL, err);
         if (r < 0)
                 return r;
         bool alive = false;

@@ -53,5 +53,10 @@ int guest_run(const char *code, size_t len, bool last, const char **ret_status);
  * memfds and SysV shared memory. */
 int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
                                size_t errlen);
+/* Builds the filter that a copy adds when it becomes a session: shared
+ * anonymous mappings, memfds and SysV shared memory are refused with
+ * EPERM, since neither a rollback nor a fork could give each state its own
+ * copy of them. */
+int seccomp_build_session_filter(struct sock_fprog *ret, char *errbuf, size_t errlen);
 
 #endif

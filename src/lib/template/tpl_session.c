@@ -570,6 +570,14 @@ static enum snapshot_end snapshot_wait(const struct template_state *tpl, int cha
  * now on and has told the host so. */
 void tpl_session_open(struct template_state *tpl, int chan)
 {
+        /* No shared memory in a session (seccomp_build_session_filter):
+         * every process of it inherits the filter, and /dev/shm, the copy's
+         * own tmpfs, becomes read-only to them (the guest's uid owns it but
+         * has no capability: only a mode it set back itself would let it
+         * share files there, as it shares /tmp). */
+        if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->session_filter) < 0 ||
+            chmod("/dev/shm", 0555) < 0)
+                _exit(1);
         int rp[2];
         if (pipe2(rp, O_NONBLOCK | O_CLOEXEC) < 0)
                 _exit(1);
