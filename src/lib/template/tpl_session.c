@@ -207,6 +207,30 @@ _Noreturn static void session_root(const struct template_state *tpl, int chan)
         }
 }
 
+/* The state letter of process pid, from /proc/<pid>/stat (after the last
+ * ')', which ends the command name), and its session id in *ret_sid; 0
+ * when it is gone or unreadable. */
+static char proc_state(pid_t pid, pid_t *ret_sid)
+{
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return 0;
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')');
+        int ppid, pgrp, sid;
+        char state;
+        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
+                return 0;
+        if (ret_sid)
+                *ret_sid = (pid_t)sid;
+        return state;
+}
+
 /* The session id of process pid, from /proc/<pid>/stat (the fourth field
  * after the command name, which may hold any byte but ends at the last
  * ')'); -1 when it is gone or unreadable. Every handle of a copy (the
@@ -214,21 +238,8 @@ _Noreturn static void session_root(const struct template_state *tpl, int chan)
  * a restore of one ends that handle's processes and no sibling's. */
 static pid_t proc_sid(pid_t pid)
 {
-        char path[64], buf[512];
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -1;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        if (n <= 0)
-                return -1;
-        buf[n] = '\0';
-        char *p = strrchr(buf, ')');
-        int ppid, pgrp, sid;
-        char state;
-        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
-                return -1;
-        return (pid_t)sid;
+        pid_t sid = -1;
+        return proc_state(pid, &sid) ? sid : -1;
 }
 
 /* Whether sid is in the array spare (the session ids of sibling handles). */
@@ -837,30 +848,6 @@ void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg)
                                           "the handle's processes did not end"));
 }
 
-/* The state letter of process pid, from /proc/<pid>/stat (after the last
- * ')', which ends the command name), and its session id in *ret_sid; 0
- * when it is gone or unreadable. */
-static char proc_state(pid_t pid, pid_t *ret_sid)
-{
-        char path[64], buf[512];
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return 0;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        if (n <= 0)
-                return 0;
-        buf[n] = '\0';
-        char *p = strrchr(buf, ')');
-        int ppid, pgrp, sid;
-        char state;
-        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
-                return 0;
-        if (ret_sid)
-                *ret_sid = (pid_t)sid;
-        return state;
-}
-
 /* Whether some process of the copy other than pid 1 and this one can still
  * run: one that is neither stopped nor dead. A process asleep in the kernel
  * without a way out ('D', such as the parent of a stopped vfork child) runs
@@ -919,6 +906,14 @@ void tpl_session_freeze(void)
 void tpl_session_thaw(json_t *msg)
 {
         json_t *spare = json_object_get(msg, WIRE_KEY_SPARE);
+        /* Without siblings every other process of the copy is this
+         * handle's, and all were stopped when the last cell ended: one
+         * kill(-1) continues them, with no /proc walk (nor a fd, which the
+         * guest may have used up). */
+        if (json_array_size(spare) == 0) {
+                (void)kill(-1, SIGCONT);
+                return;
+        }
         _cleanup_closedir_ DIR *d = opendir("/proc");
         if (!d)
                 return;
