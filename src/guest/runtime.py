@@ -155,6 +155,29 @@ _figures_saved = 0
 _mpl_prepared = False
 
 
+def _note_shared_memory(exc, tb, code):
+    """A session refuses shared memory (the seccomp filter it adds, and a
+    read-only /dev/shm): the PermissionError that the code gets says why,
+    when it came from shared memory (a /dev/shm path, multiprocessing's
+    locks and shared memory, or a line that asks for it)."""
+    if not isinstance(exc, PermissionError) or not hasattr(exc, "add_note"):
+        return
+    fn = exc.filename if isinstance(exc.filename, str) else ""
+    hit = fn.startswith("/dev/shm")
+    while tb is not None and not hit:
+        co = tb.tb_frame.f_code
+        hit = "multiprocessing" in co.co_filename
+        if tb.tb_next is None and co.co_filename == "<code>":
+            lines = code.splitlines()
+            line = lines[tb.tb_lineno - 1] if 0 < tb.tb_lineno <= len(lines) else ""
+            hit = any(w in line for w in ("mmap", "memfd", "shm"))
+        tb = tb.tb_next
+    if hit:
+        exc.add_note("airlock: sessions refuse shared memory (anonymous shared mmap, memfd, "
+                     "SysV and /dev/shm): a rollback or a fork could not give each state its "
+                     "own copy. A run without a session has it.")
+
+
 def _run(code, keep=False, last=False):
     """Runs code as the __main__ script. Returns (status, exit_code), where
     status is _STATUS_OK, _STATUS_ERROR or _STATUS_MEMORY (the run's own
@@ -219,6 +242,8 @@ def _run(code, keep=False, last=False):
         else:
             try:
                 etype, value, tb = _sys.exc_info()
+                if keep:
+                    _note_shared_memory(value, tb, code)
                 # Drop the runner's own frame so the traceback starts at the code.
                 _traceback.print_exception(etype, value, tb.tb_next if tb else None)
             except MemoryError:

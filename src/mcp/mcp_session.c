@@ -403,7 +403,7 @@ void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t 
                               "expression is shown. Without it, every call is a fresh, "
                               "isolated run of a script, and a final expression shows "
                               "nothing."));
-        char open_desc[2048];
+        char open_desc[3072];
         snprintf(open_desc, sizeof(open_desc),
                  "Opens a Python session that keeps its state across execute_code calls, like a "
                  "notebook kernel: load data once, then ask about it in later calls. Returns a "
@@ -415,9 +415,15 @@ void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t 
                  "- In a session the value of a final expression is shown (its repr, or an image "
                  "for a figure or an object with _repr_png_); a fresh run shows nothing for it.\n"
                  "- Survives a successful call: variables, imports, open files, threads, child "
-                 "processes, files in /tmp. A rollback restores the variables and imports but not "
+                 "processes, files in /tmp. Nothing of a session runs between its calls: child "
+                 "processes stay alive but stopped until the session's next call, and a thread's "
+                 "tool calls wait for it. A rollback restores the variables and imports but not "
                  "files in /tmp or what a call wrote to files, and it ends the threads and child "
                  "processes of earlier calls. /output is fresh for every call.\n"
+                 "- A session refuses shared memory (mmap.mmap(-1, n), memfds, SysV segments, "
+                 "/dev/shm, and so multiprocessing's locks, queues and pools): a rollback or a "
+                 "fork could not give each state its own copy. A call without a session has "
+                 "it.\n"
                  "- A session sees /input as it was when it opened; open a new session to see a "
                  "changed workspace.\n"
                  "- session_fork copies a session, variables included, into a new handle in "

@@ -453,6 +453,12 @@ assert p not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
 ctypes.memset(p, 1, 256 << 20)
 print("held")
 ''',
+        "dev_shm": '''
+with open("/dev/shm/big", "wb") as f:
+    for i in range(256):
+        f.write(b"x" * (1 << 20))
+print("held")
+''',
         "tmp": '''
 with open("/tmp/big", "wb") as f:
     for i in range(256):
@@ -483,6 +489,48 @@ def test_an_unprivileged_users_run_gets_normal_priority():
     for i in range(3):  # the first copy, and copies prepared after a run
         rc, r = nobody_run(code)
         assert rc == 0 and r["stdout"] == "0 0\n", r
+
+
+MULTIPROCESSING = """
+import concurrent.futures, multiprocessing, os
+from multiprocessing.pool import ThreadPool
+def square(x):
+    return x * x
+lock = multiprocessing.Lock()
+with lock:
+    pass
+q = multiprocessing.Queue()
+q.put("queued")
+print(q.get())
+with multiprocessing.Pool(2) as pool:
+    print(pool.map(square, range(4)))
+with concurrent.futures.ProcessPoolExecutor(2) as ex:
+    print(list(ex.map(square, range(3))))
+with ThreadPool(2) as tp:
+    print(tp.map(square, [3]))
+st = os.statvfs("/dev/shm")
+print(st.f_blocks * st.f_frsize >> 20)
+"""
+MULTIPROCESSING_OUT = "queued\n[0, 1, 4, 9]\n[0, 1, 4]\n[9]\n96\n"
+
+
+def test_multiprocessing_works_in_a_fresh_run():
+    # Issue 32: without /dev/shm, SemLock (and so Lock, Queue, Pool and
+    # ProcessPoolExecutor) failed with FileNotFoundError. Each run has a
+    # private /dev/shm, as large as its memory limit; without root too.
+    rc, r = run_json(MULTIPROCESSING, "--memory", "96")
+    assert rc == 0 and r["stdout"] == MULTIPROCESSING_OUT, r
+    # Private to the run: the next one finds it empty.
+    rc, r = run_json("import os\nopen('/dev/shm/left', 'w').write('x')\n"
+                     "print(os.listdir('/dev/shm'))")
+    assert rc == 0 and r["stdout"] == "['left']\n", r
+    rc, r = run_json("import os\nprint(os.listdir('/dev/shm'))")
+    assert rc == 0 and r["stdout"] == "[]\n", r
+    if not ROOT:
+        print("  (needs root to become nobody: skipped)")
+        return
+    rc, r = nobody_run(MULTIPROCESSING, "--memory", "96")
+    assert rc == 0 and r["stdout"] == MULTIPROCESSING_OUT, r
 
 if __name__ == "__main__":
     run()

@@ -43,3 +43,29 @@ def test_sessions_are_separate(sb):
         assert b.run("print(v)").stdout == "b\n"
     # A plain run sees no session state.
     assert "NameError" in sb.run("print(v)").stderr
+
+
+def test_a_thread_calling_tools_between_cells_keeps_the_session():
+    # Issue 27: a heartbeat thread's tool calls between cells landed inside
+    # the session's control frames: Session.run raised "the session broke
+    # the protocol" by the second or third cell. They wait for the next cell.
+    def ping() -> int:
+        return 1
+
+    sb = airlock.Sandbox(tools=[ping])
+    try:
+        with sb.session() as s:
+            r = s.run("import threading\nbeats = [0]\n"
+                      "def beat():\n"
+                      "    while True:\n"
+                      "        beats[0] += call_tool('ping')\n"
+                      "threading.Thread(target=beat, daemon=True).start()\n")
+            assert r.cell_state == "kept", r.stderr
+            for i in range(8):
+                r = s.run(f"import time\nb = beats[0]\n"
+                          "while beats[0] == b:\n    time.sleep(0.001)\n"
+                          f"print({i})")
+                assert r.cell_state == "kept" and r.stdout == f"{i}\n", r.stderr
+            assert s.alive
+    finally:
+        sb.close()

@@ -39,6 +39,9 @@
  *   hurry     host -> copy   the host waits for work that a session does
  *                            for a later call (a cell base): it starts at
  *                            once; ignored otherwise
+ *   thaw      host -> copy   before a cell: continue the processes that
+ *                            the last cell's end stopped, but those of the
+ *                            sibling handles' session ids {"spare"}
  *   secret    guest -> host  airlock.secret(name): {"name"}; the result is
  *                            the secret's placeholder (host/secrets.h) */
 #define WIRE_OP_TOOL     "tool"
@@ -55,6 +58,7 @@
 #define WIRE_OP_FORK     "fork"
 #define WIRE_OP_LEAVE    "leave"
 #define WIRE_OP_HURRY    "hurry"
+#define WIRE_OP_THAW     "thaw"
 #define WIRE_OPS(X)                                                                                \
         X(TOOL)                                                                                    \
         X(HTTP)                                                                                    \
@@ -69,7 +73,8 @@
         X(SECRET)                                                                                  \
         X(FORK)                                                                                    \
         X(LEAVE)                                                                                   \
-        X(HURRY)
+        X(HURRY)                                                                                   \
+        X(THAW)
 
 /* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
  * frame, the reply to a guest request ({"ok": true, "result": ...} or

@@ -189,11 +189,22 @@ static int read_snapshot(airlock_session *s, int *ret_id, int *ret_pidfd, airloc
         return 0;
 }
 
+/* Continues the handle's active process before the host writes to it: the
+ * end of a sibling's cell stops every process of the copy but pid 1 and the
+ * sibling's own (tpl_session_freeze), and guest code may stop any. Not
+ * stopped, it is not affected. */
+static void session_wake(const airlock_session *s)
+{
+        if (s->active_pidfd >= 0)
+                (void)syscall(SYS_pidfd_send_signal, s->active_pidfd, SIGCONT, NULL, 0);
+}
+
 /* Sends one control frame and, unless expect is NULL, reads a reply frame
  * whose op is expect. */
 static int request(airlock_session *s, json_t *msg, const char *expect, json_t **ret,
                    airlock_error *err)
 {
+        session_wake(s);
         int r = msg ? channel_send(s->c->chan, msg) : -ENOMEM;
         json_decref(msg);
         if (r < 0) {
@@ -208,6 +219,7 @@ static int request(airlock_session *s, json_t *msg, const char *expect, json_t *
 static int channel_send_hurry(airlock_session *s)
 {
         json_t *msg = json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_HURRY);
+        session_wake(s);
         int r = msg ? channel_send(s->c->chan, msg) : -ENOMEM;
         json_decref(msg);
         return r;
@@ -374,6 +386,10 @@ static int rollback(airlock_session *s, airlock_error *err)
         if (r < 0)
                 return al_error(err, r, NULL, "the session's interpreter did not end");
         drain_channel(s);
+        /* The base sleeps stopped since the cell ended (tpl_session_freeze),
+         * or since guest code stopped it (kill(-1, SIGSTOP) in the cell):
+         * continued, it takes the wake-up at once. */
+        (void)syscall(SYS_pidfd_send_signal, s->base_pidfd, SIGCONT, NULL, 0);
         if (syscall(SYS_pidfd_send_signal, s->base_pidfd, SIGUSR1, NULL, 0) < 0)
                 return al_error(err, -errno, NULL, "the session's copy of its state is gone");
         r = read_reply(s, al_now_ns() + (uint64_t)(SESSION_REPLY_S * 1e9), WIRE_OP_RESTORE, NULL,
@@ -444,6 +460,13 @@ static int session_run_locked(airlock_session *s, const char *code, size_t len,
         if (r < 0)
                 return r;
         r = base_ensure(s, err);
+        if (r < 0)
+                return r;
+        /* The processes the last cell left, stopped since it ended, go on
+         * with this one; those of the siblings stay stopped. */
+        r = request(
+            s, json_pack("{s:s, s:o}", WIRE_KEY_OP, WIRE_OP_THAW, WIRE_KEY_SPARE, spare_list(s)),
+            NULL, NULL, err);
         if (r < 0)
                 return r;
         bool alive = false;

@@ -377,6 +377,28 @@ void guest_set_session(void)
         session_mode = true;
 }
 
+/* Contract: in a session, the main thread holds channel_lock whenever no
+ * cell runs (from tpl_serve_host: taken when the session opens and after
+ * each cell, given back only while a cell's code runs). Between cells the
+ * channel carries the host's session control (snapshots, forks, restores),
+ * read by the main thread: a request of a guest thread sent then would be
+ * read by the host as the answer to its control frame, and the thread's
+ * wait for its reply would take the host's next frame. A thread that calls
+ * the host between cells (a heartbeat) waits here instead, without the
+ * GIL, until the next cell runs; one whose request is under way when the
+ * cell's code returns is answered before the cell ends, since the host
+ * serves requests until the "end" frame, which is sent only once the main
+ * thread holds the lock. Every process made from this one (a snapshot, a
+ * cell base, a fork, a rollback's interpreter) is forked by the main thread
+ * while it holds the lock, and so starts with it held by its only thread. */
+void guest_channel_hold(bool hold)
+{
+        if (hold)
+                pthread_mutex_lock(&channel_lock);
+        else
+                pthread_mutex_unlock(&channel_lock);
+}
+
 void guest_before_fork(void)
 {
         for (size_t i = 0; i < n_blas_shutdown; i++)

@@ -87,6 +87,46 @@ static const char *const denied_calls[] = {
     "set_mempolicy",
 };
 
+/* Exports the rules of ctx (r: the result of adding them) as a BPF program
+ * in *ret, and releases ctx. */
+static int export_filter(scmp_filter_ctx ctx, int r, struct sock_fprog *ret, char *errbuf,
+                         size_t errlen)
+{
+        if (r < 0) {
+                snprintf(errbuf, errlen, "seccomp: cannot add a rule: %s", strerror(-r));
+                seccomp_release(ctx);
+                return r;
+        }
+
+        /* Export through a memfd: libseccomp 2.5 has no export-to-memory call. */
+        int fd = memfd_create("airlock-bpf", MFD_CLOEXEC);
+        if (fd < 0) {
+                r = -errno;
+                seccomp_release(ctx);
+                snprintf(errbuf, errlen, "seccomp: memfd_create: %s", strerror(-r));
+                return r;
+        }
+        r = seccomp_export_bpf(ctx, fd);
+        seccomp_release(ctx);
+        off_t len = lseek(fd, 0, SEEK_END);
+        if (r < 0 || len <= 0 || len % (off_t)sizeof(struct sock_filter)) {
+                close(fd);
+                snprintf(errbuf, errlen, "seccomp: cannot export the filter");
+                return r < 0 ? r : -EIO;
+        }
+        struct sock_filter *prog = malloc((size_t)len);
+        if (!prog || pread(fd, prog, (size_t)len, 0) != len) {
+                free(prog);
+                close(fd);
+                snprintf(errbuf, errlen, "seccomp: cannot read the exported filter");
+                return -EIO;
+        }
+        close(fd);
+        ret->len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
+        ret->filter = prog;
+        return 0;
+}
+
 int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
                                size_t errlen)
 {
@@ -155,37 +195,30 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, ch
                 if (r >= 0)
                         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(shmget), 0);
         }
-        if (r < 0) {
-                snprintf(errbuf, errlen, "seccomp: cannot add a rule: %s", strerror(-r));
-                seccomp_release(ctx);
-                return r;
-        }
+        return export_filter(ctx, r, ret, errbuf, errlen);
+}
 
-        /* Export through a memfd: libseccomp 2.5 has no export-to-memory call. */
-        int fd = memfd_create("airlock-bpf", MFD_CLOEXEC);
-        if (fd < 0) {
-                r = -errno;
-                seccomp_release(ctx);
-                snprintf(errbuf, errlen, "seccomp: memfd_create: %s", strerror(-r));
-                return r;
+int seccomp_build_session_filter(struct sock_fprog *ret, char *errbuf, size_t errlen)
+{
+        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx) {
+                snprintf(errbuf, errlen, "seccomp: cannot create a filter (libseccomp)");
+                return -ENOMEM;
         }
-        r = seccomp_export_bpf(ctx, fd);
-        seccomp_release(ctx);
-        off_t len = lseek(fd, 0, SEEK_END);
-        if (r < 0 || len <= 0 || len % (off_t)sizeof(struct sock_filter)) {
-                close(fd);
-                snprintf(errbuf, errlen, "seccomp: cannot export the filter");
-                return r < 0 ? r : -EIO;
-        }
-        struct sock_filter *prog = malloc((size_t)len);
-        if (!prog || pread(fd, prog, (size_t)len, 0) != len) {
-                free(prog);
-                close(fd);
-                snprintf(errbuf, errlen, "seccomp: cannot read the exported filter");
-                return -EIO;
-        }
-        close(fd);
-        ret->len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
-        ret->filter = prog;
-        return 0;
+        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        /* Shared memory outlives the state it was written in: a fork
+         * shares it with its session, and a rolled-back cell's writes stay.
+         * A session refuses every kind, so that its states stay its own:
+         * shared anonymous mappings, memfds, SysV segments here; /dev/shm
+         * is made read-only when the copy becomes a session
+         * (tpl_session_open). EPERM, not ENOMEM: no limit was hit. */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mmap), 1,
+                                     SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS,
+                                             MAP_SHARED | MAP_ANONYMOUS));
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(memfd_create), 0);
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(shmget), 0);
+        return export_filter(ctx, r, ret, errbuf, errlen);
 }

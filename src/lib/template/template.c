@@ -291,9 +291,19 @@ _Noreturn void template_main(void)
         snprintf(tpl->tmp_opts, sizeof(tpl->tmp_opts), "size=%llu,nr_inodes=%llu,mode=01777",
                  (unsigned long long)tmp_bytes, (unsigned long long)tmp_inodes);
 
+        /* /dev/shm, for POSIX shared memory and semaphores (multiprocessing's
+         * locks and queues): its size is the run's memory limit, and what it
+         * holds is charged to the run's cgroup where there is one, or else
+         * capped by the size alone, as /tmp is. */
+        snprintf(tpl->shm_opts, sizeof(tpl->shm_opts), "size=%llu,nr_inodes=%llu,mode=01777",
+                 (unsigned long long)tpl->params.limits.memory_bytes,
+                 (unsigned long long)MIN(tmp_inodes, 4096));
+
         char errbuf[900];
         int r = seccomp_build_guest_filter(&tpl->guest_filter, tpl->params.cgroup == 0, errbuf,
                                            sizeof(errbuf));
+        if (r >= 0)
+                r = seccomp_build_session_filter(&tpl->session_filter, errbuf, sizeof(errbuf));
         if (r < 0)
                 tpl_fail(tpl, r, "seccomp", "%s", errbuf);
         r = guest_init(&tpl->params, errbuf, sizeof(errbuf));

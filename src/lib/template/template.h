@@ -28,6 +28,9 @@ void guest_before_fork(void);
 pid_t guest_start_cache_builder(void);
 /* From now on, runs share one __main__ (a session). */
 void guest_set_session(void);
+/* In a session: holds (true) or releases the host channel against the
+ * guest's own requests, so that none is sent while no cell runs. */
+void guest_channel_hold(bool hold);
 void guest_after_fork_parent(void);
 /* In a fresh copy: reinitialise the interpreter's per-process state and
  * reseed every secret. */
@@ -50,5 +53,10 @@ int guest_run(const char *code, size_t len, bool last, const char **ret_status);
  * memfds and SysV shared memory. */
 int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
                                size_t errlen);
+/* Builds the filter that a copy adds when it becomes a session: shared
+ * anonymous mappings, memfds and SysV shared memory are refused with
+ * EPERM, since neither a rollback nor a fork could give each state its own
+ * copy of them. */
+int seccomp_build_session_filter(struct sock_fprog *ret, char *errbuf, size_t errlen);
 
 #endif

@@ -122,9 +122,14 @@ struct template_state {
         /* The guest's seccomp filter, built by template_main and loaded by
          * every copy. */
         struct sock_fprog guest_filter;
+        /* What a copy that becomes a session adds to it: the refusal of
+         * shared memory (seccomp_build_session_filter). */
+        struct sock_fprog session_filter;
         /* The mount options of a copy's /tmp and /output tmpfs, from the
          * limits: template_main; read by every copy. */
         char tmp_opts[128], out_opts[128];
+        /* The mount options of a copy's /dev/shm tmpfs: template_main. */
+        char shm_opts[128];
 
         /* --- changed by the template between copies; a copy sees them
          * as they were when it was forked --- */
@@ -224,6 +229,11 @@ bool tpl_session_gave_base(void);
 /* Waits up to 1 ms, or until a frame comes, before work for a later call. */
 void tpl_session_grace(int chan);
 void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg);
+/* At the end of a cell: stops every other process of the copy but pid 1. */
+void tpl_session_freeze(void);
+/* "thaw" {"spare"}, before a cell: continues the stopped processes of the
+ * copy but those of the sibling handles named in spare. */
+void tpl_session_thaw(json_t *msg);
 
 /* --- tpl_ns.c --- */
 

@@ -174,6 +174,9 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         if (mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags, tpl->tmp_opts) < 0 &&
             mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->tmp_opts) < 0)
                 copy_fail(chan, "cannot mount /tmp: %m");
+        if (mount("tmpfs", "/dev/shm", "tmpfs", tmpfs_flags, tpl->shm_opts) < 0 &&
+            mount("tmpfs", "/dev/shm", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->shm_opts) < 0)
+                copy_fail(chan, "cannot mount /dev/shm: %m");
         /* Before the copy's own /proc: the layers are named by
          * /proc/self/fd links, which the template's /proc resolves. */
         int ready_fds[3] = {-1, -1, -1};

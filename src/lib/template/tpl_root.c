@@ -334,6 +334,7 @@ void tpl_build_root(const struct template_state *tpl)
             symlink("/proc/self/fd/1", NEWROOT "/dev/stdout") < 0 ||
             symlink("/proc/self/fd/2", NEWROOT "/dev/stderr") < 0)
                 tpl_fail(tpl, -errno, "mount namespace", "cannot create /dev links: %m");
+        make_dir(tpl, NEWROOT "/dev/shm", 01777);
 
         make_dir(tpl, NEWROOT "/input", 0755);
         if (tpl->params.has_input)

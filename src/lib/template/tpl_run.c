@@ -168,9 +168,17 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         json_t *jc = json_object_get(msg, WIRE_KEY_CODE);
                         const char *code = json_string_value(jc);
                         const char *status = WIRE_STATUS_ERROR;
+                        /* A session's threads may call the host while the
+                         * cell runs, and only then (guest_channel_hold). */
+                        if (session)
+                                guest_channel_hold(false);
                         int exit_code =
                             code ? guest_run(code, json_string_length(jc), true, &status) : 1;
                         if (session) {
+                                guest_channel_hold(true);
+                                /* The cell's other processes stop until the
+                                 * next cell of this handle. */
+                                tpl_session_freeze();
                                 tpl_reply(chan, json_pack("{s:s, s:s, s:i}", WIRE_KEY_OP,
                                                           WIRE_OP_END, WIRE_KEY_STATUS, status,
                                                           WIRE_KEY_EXIT_CODE, exit_code));
@@ -193,7 +201,10 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         _exit(exit_code & 0xff);
                 } else if (strcmp(op, WIRE_OP_SESSION) == 0 && !session) {
                         tpl_session_open(tpl, chan);
+                        guest_channel_hold(true);
                         session = true;
+                } else if (strcmp(op, WIRE_OP_THAW) == 0 && session) {
+                        tpl_session_thaw(msg);
                 } else if (strcmp(op, WIRE_OP_SNAPSHOT) == 0 && session) {
                         /* The fork made every page copy-on-write again.
                          * The pages a run writes are copied now, while the

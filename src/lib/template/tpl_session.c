@@ -207,6 +207,30 @@ _Noreturn static void session_root(const struct template_state *tpl, int chan)
         }
 }
 
+/* The state letter of process pid, from /proc/<pid>/stat (after the last
+ * ')', which ends the command name), and its session id in *ret_sid; 0
+ * when it is gone or unreadable. */
+static char proc_state(pid_t pid, pid_t *ret_sid)
+{
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return 0;
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')');
+        int ppid, pgrp, sid;
+        char state;
+        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
+                return 0;
+        if (ret_sid)
+                *ret_sid = (pid_t)sid;
+        return state;
+}
+
 /* The session id of process pid, from /proc/<pid>/stat (the fourth field
  * after the command name, which may hold any byte but ends at the last
  * ')'); -1 when it is gone or unreadable. Every handle of a copy (the
@@ -214,21 +238,8 @@ _Noreturn static void session_root(const struct template_state *tpl, int chan)
  * a restore of one ends that handle's processes and no sibling's. */
 static pid_t proc_sid(pid_t pid)
 {
-        char path[64], buf[512];
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -1;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        if (n <= 0)
-                return -1;
-        buf[n] = '\0';
-        char *p = strrchr(buf, ')');
-        int ppid, pgrp, sid;
-        char state;
-        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
-                return -1;
-        return (pid_t)sid;
+        pid_t sid = -1;
+        return proc_state(pid, &sid) ? sid : -1;
 }
 
 /* Whether sid is in the array spare (the session ids of sibling handles). */
@@ -570,6 +581,14 @@ static enum snapshot_end snapshot_wait(const struct template_state *tpl, int cha
  * now on and has told the host so. */
 void tpl_session_open(struct template_state *tpl, int chan)
 {
+        /* No shared memory in a session (seccomp_build_session_filter):
+         * every process of it inherits the filter, and /dev/shm, the copy's
+         * own tmpfs, becomes read-only to them (the guest's uid owns it but
+         * has no capability: only a mode it set back itself would let it
+         * share files there, as it shares /tmp). */
+        if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->session_filter) < 0 ||
+            chmod("/dev/shm", 0555) < 0)
+                _exit(1);
         int rp[2];
         if (pipe2(rp, O_NONBLOCK | O_CLOEXEC) < 0)
                 _exit(1);
@@ -676,8 +695,11 @@ void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg
          * only then. */
         json_t *keep = json_object_get(msg, WIRE_KEY_KEEP);
         json_t *spare = json_object_get(msg, WIRE_KEY_SPARE);
+        /* The snapshot was stopped with the rest at the end of a cell
+         * (tpl_session_freeze), or by guest code: continued first, or the
+         * wake-up would wait for a SIGCONT that nothing sends. */
         if (id > 1 && kept_pid(id, keep) && wait_until_gone(tpl, keep, spare, 0, true, 0) == 0 &&
-            kill(id, SIGUSR1) == 0)
+            kill(id, SIGCONT) == 0 && kill(id, SIGUSR1) == 0)
                 _exit(0);
         tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
                                   "the snapshot is gone"));
@@ -735,6 +757,7 @@ static bool fork_from_base(const struct template_state *tpl, int chan, const int
         /* Even when the signal fails, a stray one may have woken the base:
          * its answer tells. A dead base's end of the link is closed, which
          * ends the wait at once. */
+        (void)kill(pid, SIGCONT); /* stopped with the rest, or by guest code */
         (void)kill(pid, SIGUSR2);
         char answer = read_answer(base_link);
         drop_fd(&base_link);
@@ -823,4 +846,84 @@ void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg)
         else
                 tpl_reply(chan, json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_ERROR, WIRE_KEY_ERROR,
                                           "the handle's processes did not end"));
+}
+
+/* Whether some process of the copy other than pid 1 and this one can still
+ * run: one that is neither stopped nor dead. A process asleep in the kernel
+ * without a way out ('D', such as the parent of a stopped vfork child) runs
+ * no code either and does not count. */
+static bool others_running(void)
+{
+        _cleanup_closedir_ DIR *d = opendir("/proc");
+        if (!d)
+                return false;
+        pid_t self = getpid();
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                pid_t pid = (pid_t)atoi(de->d_name);
+                if (pid <= 1 || pid == self)
+                        continue;
+                char st = proc_state(pid, NULL);
+                if (st == 'R' || st == 'S')
+                        return true;
+        }
+        return false;
+}
+
+/* Contract: at the end of a cell, in the handle's active process, before it
+ * says the cell ended: every other process of the copy but pid 1 is
+ * stopped, so that no process the guest left behind uses a CPU or memory
+ * between cells, however it forks (tpl_session_thaw continues them before
+ * the next cell). kill(-1) from a process other than pid 1 signals every
+ * process of its PID namespace but pid 1 and the caller in one pass under
+ * the kernel's task-list lock, which fork takes to add its child: a process
+ * forking meanwhile either has its child in the list, or finds the stop
+ * pending and restarts the fork once continued. So a chain of children,
+ * each forking the next, cannot outrun the stop; the pass is repeated while
+ * a process still runs (one continued by a process that the same pass
+ * stopped an instant later), for at most SESSION_FREEZE_MS. No privilege is
+ * needed: every process of the copy is the guest's uid.
+ *
+ * Stopped with the rest: the cell bases and snapshots, which sleep anyway
+ * and are continued before they are woken (the host for a rollback,
+ * tpl_session_restore, fork_from_base); and the active processes of the
+ * sibling handles, which the host continues before it writes to them
+ * (session.c). The guest's threads in this process are not stopped: they
+ * wait for the interpreter's lock, which this thread holds between cells. */
+#define SESSION_FREEZE_MS 200
+void tpl_session_freeze(void)
+{
+        uint64_t deadline = al_now_ns() + SESSION_FREEZE_MS * 1000000ull;
+        do {
+                if (kill(-1, SIGSTOP) < 0 && errno == ESRCH)
+                        return; /* nothing else in the copy */
+                if (!others_running())
+                        return;
+                sched_yield();
+        } while (al_now_ns() < deadline);
+}
+
+void tpl_session_thaw(json_t *msg)
+{
+        json_t *spare = json_object_get(msg, WIRE_KEY_SPARE);
+        /* Without siblings every other process of the copy is this
+         * handle's, and all were stopped when the last cell ended: one
+         * kill(-1) continues them, with no /proc walk (nor a fd, which the
+         * guest may have used up). */
+        if (json_array_size(spare) == 0) {
+                (void)kill(-1, SIGCONT);
+                return;
+        }
+        _cleanup_closedir_ DIR *d = opendir("/proc");
+        if (!d)
+                return;
+        pid_t self = getpid();
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                pid_t pid = (pid_t)atoi(de->d_name), sid = -1;
+                if (pid <= 1 || pid == self)
+                        continue;
+                if (proc_state(pid, &sid) == 'T' && !spared_sid(sid, spare))
+                        kill(pid, SIGCONT);
+        }
 }
