@@ -409,23 +409,51 @@ def memory_hits(pid, needle):
     return hits
 
 
+def rendezvous():
+    """A loopback server of the test's own: the guest's GET /ready sets
+    `ready`, and its GET /go is answered once the test sets `go`. So the test
+    acts while the guest waits at a known point, however slow the machine."""
+    import http.server
+    import threading
+    ready, go = threading.Event(), threading.Event()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/ready":
+                ready.set()
+            elif self.path == "/go":
+                go.wait(120)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, ready, go
+
+
 def test_copy_memory_from_the_host_side():
     srv, port = start_server()
+    meet, ready, go = rendezvous()
     try:
         L = f"http://localhost:{port}"
+        R = f"http://127.0.0.1:{meet.server_address[1]}"
         code = GUEST_HELPERS + f"""
-import time
 for _ in range(3):
     assert digest('{L}/mirror') == {SHA!r}
-open('/tmp/ready', 'w').close()
-time.sleep(4)
+http_get('{R}/ready')
+http_get('{R}/go')
 """
-        p = subprocess.Popen([AIRLOCK, "run", "--json", "-c", code, "-a", f"localhost:{port}",
+        p = subprocess.Popen([AIRLOCK, "run", "--json", "--timeout", "120", "-c", code,
+                              "-a", f"localhost:{port}", "-a", R,
                               "--secret", f"TOKEN=env:S19_TOKEN@{L}/mirror=GET"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
-        # The server's log is not ours to read: wait for the copy to be
-        # deep in its sleep, after its requests.
-        time.sleep(2.5)
+        # The copy has made its requests and waits in /go while the test
+        # reads the memory of every process.
+        assert ready.wait(120), "the guest never reached /ready"
         scanned = 0
         for pid in descendants(p.pid):
             h = memory_hits(pid, VALUE_B)
@@ -433,13 +461,16 @@ time.sleep(4)
                 continue
             scanned += 1
             assert h == 0, f"process {pid} (a descendant of airlock) holds the value"
-        out, err = p.communicate(timeout=60)
+        go.set()
+        out, err = p.communicate(timeout=120)
         assert p.returncode == 0, (out, err)
         # Without a readable process the test would prove nothing.
         assert scanned > 0, "no sandbox process could be read"
         # And the host process, which holds the value, is found by the
         # same scan: the scan works.
     finally:
+        go.set()
+        meet.shutdown()
         srv.kill()
         srv.wait()
 
