@@ -97,7 +97,7 @@ def tools_file(name, description, properties, required, script, timeout, folder=
         f.write(script)
     spec = {"tools": [{"name": name, "description": description,
                        "parameters": {"type": "object", "properties": properties,
-                                      "required": required},
+                                      "required": required, "additionalProperties": False},
                        "command": [python, "tool.py"], "timeout": timeout}]}
     path = os.path.join(d, "tools.json")
     with open(path, "w") as f:
