@@ -188,6 +188,18 @@ def _library_domain(d: AllowedDomain) -> AllowedDomain:
     return AllowedDomain(e["target"], tuple(e["methods"]) if e["methods"] is not None else None)
 
 
+def _domain_key(domain: str) -> str:
+    """The key of an entry, as add stores it: the library's normal form
+    (default ports dropped, IPv6 literals bracketed as the library writes
+    them). A target the library refuses was never added: its own normal
+    form then, for the KeyError."""
+    target = _normalize_domain(domain)
+    try:
+        return _library_domain(AllowedDomain(target, None)).target
+    except (InputError, ValueError):
+        return target
+
+
 def _is_single_domain(x) -> bool:
     return isinstance(x, (str, AllowedDomain)) or (
         isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) and
@@ -373,13 +385,14 @@ class Sandbox:
 
     def add_file_mounts(self, file_mounts) -> None:
         """Adds one mount or a list of them; a mount at an existing sandbox
-        path replaces it. All or nothing."""
+        path replaces it in its place. All or nothing."""
         items = [file_mounts] if _is_single_mount(file_mounts) else list(file_mounts)
         normalized = [_mount_of(m) for m in items]
         with self._lock:
             old = dict(self._mounts)
             for path, host in normalized:
-                self._mounts.pop(path, None)
+                # As the reference: a mount at an existing path is replaced
+                # where it stands (a dict keeps a key's place on assignment).
                 self._mounts[path] = host
             self._changed()
             try:
@@ -432,7 +445,8 @@ class Sandbox:
             return sorted(self._domains.values(), key=lambda d: d.target)
 
     def remove_allowed_domain(self, domain: str) -> None:
-        target = _normalize_domain(domain)
+        """Removes the entry for domain, in any spelling add took for it."""
+        target = _domain_key(domain)
         with self._lock:
             if target not in self._domains:
                 raise KeyError(f"No allowed domain exists for {domain!r}.")
