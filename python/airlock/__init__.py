@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from . import _airlock
 from ._airlock import Error, InputError, RunError, SandboxError
-from ._tools import Tool, _set_caller_loop, as_tool, schema_from_callable, tool
+from ._tools import Tool, _RunTools, _set_caller_loop, as_tool, schema_from_callable, tool
 
 __all__ = [
     "AllowedDomain", "Error", "File", "FileMount", "InputChange", "InputError", "Refusal",
@@ -646,9 +646,10 @@ async def _arun(loop, call):
     cancellation of the awaiting task writes to the eventfd (the library
     stops the run), waits for the run to end, and re-raises."""
     efd = os.eventfd(0, os.EFD_CLOEXEC)
+    calls = _RunTools()
 
     def work():
-        _set_caller_loop(loop)
+        _set_caller_loop(loop, calls)
         try:
             return call(efd)
         finally:
@@ -660,6 +661,9 @@ async def _arun(loop, call):
             d = await asyncio.shield(fut)
         except asyncio.CancelledError:
             os.eventfd_write(efd, 1)
+            # An async tool the run awaits is cancelled too: the run cannot
+            # end while its thread waits for the tool.
+            calls.cancel()
             # The run ends promptly once cancelled; its async tools may need
             # this loop meanwhile, so wait on it rather than block it.
             while not fut.done():

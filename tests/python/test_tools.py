@@ -280,3 +280,35 @@ def test_list_items_are_validated(usersb):
                    'except ValueError as e:\n    print(e)')
     assert r.stdout.splitlines() == [
         "a b", "tool 'join': argument 'words' item 1 must be a string, got integer"], r.stderr
+
+
+def test_cancelling_arun_cancels_the_awaited_tool():
+    # An async tool that would wait for ever: cancelling the arun cancels the
+    # tool's coroutine, so the run ends instead of waiting for the tool.
+    started = []
+    seen = []
+
+    async def wait_forever() -> str:
+        """Waits for an event nobody sets."""
+        started[0].set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "never"
+
+    async def main(s):
+        started.append(asyncio.Event())
+        task = asyncio.create_task(s.arun('call_tool("wait_forever")'))
+        await started[0].wait()
+        task.cancel()
+        # Without the fix the run waits for the tool for ever: fail, not hang.
+        done, _ = await asyncio.wait([task], timeout=120)
+        assert done, "the cancelled arun still waits for its tool"
+        with pytest.raises(asyncio.CancelledError):
+            task.result()
+
+    with airlock.Sandbox(tools=[wait_forever], limits={"timeout": 600}) as s:
+        asyncio.run(main(s))
+    assert seen == ["cancelled"]
