@@ -615,9 +615,12 @@ class Sandbox:
 
     def tool_definition(self) -> dict:
         """{"name", "description", "input_schema", "instructions",
-        "approval_mode"} (airlock_describe_json)."""
-        import json
-        return json.loads(self._config().describe_json())
+        "approval_mode"}: what to hand a model, from ``describe()`` (the
+        running sandbox's, so the description names its notable packages
+        as the command line's does)."""
+        d = self.describe()
+        return {k: d[k] for k in ("name", "description", "input_schema", "instructions",
+                                  "approval_mode")}
 
 
 def _json_dumps(v) -> str:
