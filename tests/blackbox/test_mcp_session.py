@@ -103,6 +103,11 @@ def test_caps_on_sessions_and_idle_time():
         time.sleep(3)
         r = cell(m, a, "v")
         assert r["isError"] and "expired" in text(r) and a in text(r), r
+        # What happened, then the cap: "unused for 2.04 s, more than
+        # --session-idle 1 s" (it said "unused for 1 s" whenever it came).
+        words = text(r).split("unused for ")[1].split()
+        assert float(words[0]) > 1 and words[1] == "s,", r
+        assert "more than --session-idle 1 s" in text(r), r
         # Expired sessions free their places.
         open_session(m)
 
@@ -113,12 +118,15 @@ def test_memory_cap_between_cells():
         r = cell(m, h, "small = 1")
         r = cell(m, h, "small")
         assert mcp_result_json(r)["stdout"] == "1\n", r
-        r = cell(m, h, "big = bytearray(100 << 20)\nfor i in range(0, len(big), 4096): big[i] = 1")
-        assert mcp_result_json(r)["state"] == "kept", r
-        # Measured beside the answer; the next call has the verdict.
+        r = cell(m, h, "big = bytearray(100 << 20)\nfor i in range(0, len(big), 4096): "
+                 "big[i] = 1\nprint('filled')")
+        # The cell's own answer says the session is closed (it said "state
+        # kept", and only the next call learnt it).
+        assert mcp_result_json(r)["stdout"] == "filled\n", r
+        assert r["isError"] and h in text(r) and "--session-memory" in text(r), r
+        assert "closed" in text(r) and "MiB" in text(r), r
         r = cell(m, h, "1")
         assert r["isError"] and h in text(r) and "--session-memory" in text(r), r
-        assert "MiB" in text(r), r
 
 
 def test_a_session_keeps_its_workspace():
@@ -145,16 +153,24 @@ def test_a_cancelled_call_rolls_back_and_the_session_goes_on():
         time.sleep(1.5)
         m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": i}})
-        # A cancelled request gets no response; the session is free again
-        # once its cell is rolled back.
-        deadline = time.time() + 30
-        while True:
-            r = cell(m, h, "x")
-            if not r["isError"] or "running another call" not in text(r):
-                break
-            assert time.time() < deadline, r
-            time.sleep(0.1)
+        # A cancelled request gets no response; the next call waits for its
+        # cell to roll back instead of being refused as "running another
+        # call".
+        r = cell(m, h, "x")
+        assert not r["isError"], r
         assert mcp_result_json(r)["stdout"] == "'before'\n", r
+
+
+def test_no_call_after_the_lifetime():
+    # A call sent after --session-lifetime is refused, whenever the sweeper's
+    # second falls (it let calls through until its next round).
+    with mcp("--session-lifetime", "2") as m:
+        for _ in range(3):
+            h = open_session(m)
+            time.sleep(2.05)  # measured from after the server opened it
+            r = cell(m, h, "1")
+            assert r["isError"] and "expired" in text(r) and h in text(r), r
+            assert "more than --session-lifetime 2 s" in text(r), r
 
 
 def fork(m, h):
