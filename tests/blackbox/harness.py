@@ -123,6 +123,7 @@ class Mcp:
         init = self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                            "clientInfo": {"name": client, "version": "1"}})
         assert "result" in init, init
+        self.init = init["result"]
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def _read(self):

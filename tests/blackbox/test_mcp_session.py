@@ -182,6 +182,20 @@ def fork(m, h):
     return f
 
 
+def test_texts_are_true_with_and_without_a_session():
+    # Sessions are offered: no text may say that nothing ever survives a
+    # call, or that a final expression is never shown.
+    with mcp() as m:
+        instr = m.init["instructions"]
+        desc = m.request("tools/list", {})["result"]["tools"][0]["description"]
+    for t in (instr, desc):
+        assert "Every call starts from a fresh interpreter" not in t, t
+        assert "Nothing survives from one call to the next" not in t, t
+        assert "without a session" in t.lower(), t
+    assert "A call without a session starts from a fresh interpreter" in desc, desc
+    assert "Without a session, nothing survives from one call to the next." in instr, instr
+
+
 def test_session_fork_copies_state_over_mcp():
     with mcp() as m:
         tools = {t["name"]: t for t in m.request("tools/list", {})["result"]["tools"]}
