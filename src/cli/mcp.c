@@ -259,7 +259,7 @@ static void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
                         sink->send(sink, msg);
                 return;
         }
-        char *text = json_dumps(msg, JSON_COMPACT);
+        char *text = json_dumps(msg, JSON_COMPACT | AL_JSON_REALS);
         json_decref(msg);
         if (!text) {
                 fprintf(stderr, "%s: cannot encode a response\n", server_name(srv));

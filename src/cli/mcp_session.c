@@ -10,7 +10,6 @@
  * thread closes idle and old sessions; caps are checked when a session is
  * opened (how many) and after each cell (the memory it holds). */
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,8 +322,8 @@ static bool expired_locked(const mcp_sessions *m, const entry *e, uint64_t now, 
 {
         /* Rounded up to hundredths, so that the time said is never the cap's
          * own figure ("unused for 1.00 s, more than 1 s"). */
-        double unused = ceil((double)(now - e->used_ns) / 1e7) / 100;
-        double open = ceil((double)(now - e->opened_ns) / 1e7) / 100;
+        double unused = (double)((now - e->used_ns + 9999999) / 10000000) / 100;
+        double open = (double)((now - e->opened_ns + 9999999) / 10000000) / 100;
         if (unused > m->caps.idle_s) {
                 snprintf(why, len, "expired: unused for %.2f s, more than --session-idle %g s",
                          unused, m->caps.idle_s);

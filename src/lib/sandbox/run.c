@@ -140,6 +140,14 @@ typedef struct run_state {
 
 /* ---- the usage record --------------------------------------------------- */
 
+/* Milliseconds since t0, rounded to microseconds: the clock's figure past
+ * that is noise, and a rounded value prints short in JSON (with
+ * AL_JSON_REALS: 17.296, not 17.295583000000001). */
+static double ms_since(uint64_t t0)
+{
+        return (double)((al_now_ns() - t0 + 500) / 1000) / 1e3;
+}
+
 /* The CPU time of the copy's pid and its reaped children, in
  * microseconds, from /proc/PID/stat (utime, stime, cutime, cstime), or
  * UINT64_MAX. */
@@ -227,8 +235,8 @@ static void usage_add_tool(run_state *run, const char *name, uint64_t t0, bool o
                 run->use.tools_omitted++;
                 return;
         }
-        v[run->use.n_tools++] = (airlock_tool_record){
-            .name = n, .duration_ms = (double)(al_now_ns() - t0) / 1e6, .ok = ok};
+        v[run->use.n_tools++] =
+            (airlock_tool_record){.name = n, .duration_ms = ms_since(t0), .ok = ok};
 }
 
 static void usage_add_http(run_state *run, const gateway_record *g, uint64_t t0)
@@ -256,7 +264,7 @@ static void usage_add_http(run_state *run, const gateway_record *g, uint64_t t0)
             .bytes_sent = g->bytes_sent,
             .bytes_received = g->bytes_received,
             .allowed = g->allowed,
-            .duration_ms = (double)(al_now_ns() - t0) / 1e6,
+            .duration_ms = ms_since(t0),
         };
 }
 
@@ -939,7 +947,7 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
         }
         if (run->c->input_upper >= 0)
                 run_input_changes(run, res);
-        res->duration_ms = (double)(al_now_ns() - run->t0) / 1e6;
+        res->duration_ms = ms_since(run->t0);
         usage_end(run, res);
         res->usage.wall_ms = res->duration_ms;
         *ret = res;
