@@ -860,9 +860,12 @@ json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_resul
         /* The memory the session holds now, measured before the answer
          * (half a millisecond), so that a cell that takes the session past
          * --session-memory says so itself. */
+        pthread_mutex_lock(&m->lock);
+        bool closing = e->closing; /* session_close came meanwhile: nothing to measure */
+        pthread_mutex_unlock(&m->lock);
         uint64_t held = 0;
-        bool over =
-            !ended && airlock_session_memory(e->s, &held, NULL) >= 0 && held > m->caps.max_memory;
+        bool over = !ended && !closing && airlock_session_memory(e->s, &held, NULL) >= 0 &&
+                    held > m->caps.max_memory;
         char over_why[160] = "";
         if (over) {
                 snprintf(over_why, sizeof(over_why),
