@@ -636,6 +636,11 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                 pthread_cond_wait(&m->changed, &m->lock);
                 e = find_locked(m, handle, owner);
         }
+        /* As for a cell: a cancelled call's rollback is waited for. */
+        while (e && e->busy && e->cancelled) {
+                pthread_cond_wait(&m->changed, &m->lock);
+                e = find_locked(m, handle, owner);
+        }
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
                 return unknown_handle(m, handle);

@@ -147,17 +147,28 @@ def test_a_cancelled_call_rolls_back_and_the_session_goes_on():
     with mcp() as m:
         h = open_session(m)
         cell(m, h, "x = 'before'")
-        i = m.start("tools/call", {"name": "execute_code", "arguments": {
-            "code": "x = 'during'\nprint('go', flush=True)\nimport time\ntime.sleep(60)",
-            "session": h}})
-        time.sleep(1.5)
-        m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": i}})
+
+        def start_long_cell_and_cancel_it():
+            i = m.start("tools/call", {"name": "execute_code", "arguments": {
+                "code": "x = 'during'\nimport time\ntime.sleep(600)", "session": h}})
+            # Requests are taken in order: this one finds the long cell
+            # running, so the cancel below reaches a call in progress.
+            r = cell(m, h, "1")
+            assert r["isError"] and "running another call" in text(r), r
+            m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": i}})
+
         # A cancelled request gets no response; the next call waits for its
         # cell to roll back instead of being refused as "running another
-        # call".
+        # call" (for the tenth of a second the rollback takes).
+        start_long_cell_and_cancel_it()
         r = cell(m, h, "x")
         assert not r["isError"], r
+        assert mcp_result_json(r)["stdout"] == "'before'\n", r
+        # The same for a fork.
+        start_long_cell_and_cancel_it()
+        f = fork(m, h)
+        r = cell(m, f, "x")
         assert mcp_result_json(r)["stdout"] == "'before'\n", r
 
 
