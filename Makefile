@@ -236,7 +236,18 @@ datadir    ?= $(prefix)/share
 man1dir    ?= $(datadir)/man/man1
 bashcompdir ?= $(datadir)/bash-completion/completions
 
-$(BUILD)/airlock.pc: Makefile include/airlock.h
+# A generated file depends on the values of the variables it contains, not
+# only on the files that define them: each has a stamp holding those values,
+# rewritten only when they change, so that `make install PREFIX=/usr/local`
+# after airlock.pc was made with another prefix makes it again.
+PC_VARS = prefix=$(prefix) exec_prefix=$(exec_prefix) libdir=$(libdir) \
+          includedir=$(includedir) version=$(VERSION)
+$(BUILD)/airlock.pc.vars: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '$(PC_VARS)' | cmp -s - $@ 2>/dev/null || printf '%s\n' '$(PC_VARS)' > $@
+FORCE:
+
+$(BUILD)/airlock.pc: Makefile include/airlock.h $(BUILD)/airlock.pc.vars
 	@mkdir -p $(dir $@)
 	@{ echo 'prefix=$(prefix)'; \
 	   echo 'exec_prefix=$(if $(filter $(prefix),$(exec_prefix)),$${prefix},$(exec_prefix))'; \

@@ -382,8 +382,9 @@ typedef struct airlock_http_record {
 typedef struct airlock_usage {
         double wall_ms;
         double cpu_ms;               /* user + system of the run's processes */
-        const char *cpu_source;      /* "cgroup" (the copy's cpu.stat) or "proc" (/proc stat of the
-                                      * copy and its reaped children) */
+        const char *cpu_source;      /* "cgroup" (the copy's cpu.stat), "schedstat" (the copy's
+                                      * threads in ns, its reaped children in ticks) or "proc"
+                                      * (/proc stat of the copy and its children, in ticks) */
         uint64_t peak_private_bytes; /* USS: pages of the run's own, not the template's */
         const char *memory_source;   /* "cgroup" (the copy's memory peak) or "smaps_rollup"
                                       * (Private_* of the copy, sampled every 20 ms) */

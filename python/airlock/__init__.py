@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from . import _airlock
 from ._airlock import Error, InputError, RunError, SandboxError
-from ._tools import Tool, _set_caller_loop, as_tool, schema_from_callable, tool
+from ._tools import Tool, _RunTools, _set_caller_loop, as_tool, schema_from_callable, tool
 
 __all__ = [
     "AllowedDomain", "Error", "File", "FileMount", "InputChange", "InputError", "Refusal",
@@ -188,6 +188,18 @@ def _library_domain(d: AllowedDomain) -> AllowedDomain:
     return AllowedDomain(e["target"], tuple(e["methods"]) if e["methods"] is not None else None)
 
 
+def _domain_key(domain: str) -> str:
+    """The key of an entry, as add stores it: the library's normal form
+    (default ports dropped, IPv6 literals bracketed as the library writes
+    them). A target the library refuses was never added: its own normal
+    form then, for the KeyError."""
+    target = _normalize_domain(domain)
+    try:
+        return _library_domain(AllowedDomain(target, None)).target
+    except (InputError, ValueError):
+        return target
+
+
 def _is_single_domain(x) -> bool:
     return isinstance(x, (str, AllowedDomain)) or (
         isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) and
@@ -201,12 +213,13 @@ def _text(b: bytes) -> str:
 
 
 class Result:
-    """What a run did: as the C library's airlock_result, with the result
-    JSON's "contents" (docs/design.md) built in the same order."""
+    """What a run did: as the C library's airlock_result. ``to_dict()``,
+    ``usage`` and ``contents`` come from the library's own result JSON
+    (airlock_result_to_json, docs/design.md), so they never drift from it."""
 
     __slots__ = ("success", "status", "exit_code", "stdout_bytes", "stderr_bytes",
                  "stdout_truncated", "stderr_truncated", "files", "refused", "input_changes",
-                 "error_message", "duration_ms", "cell_state")
+                 "error_message", "duration_ms", "cell_state", "_json", "_dict")
 
     def __init__(self, d: dict):
         self.success: bool = d["success"]
@@ -223,6 +236,8 @@ class Result:
         self.duration_ms: float = d["duration_ms"]
         #: "kept" or "rolled_back" for a session's cell, None for a run.
         self.cell_state: str | None = None if d["cell_state"] == "none" else d["cell_state"]
+        self._json: str = d["json"]
+        self._dict: dict | None = None
 
     @property
     def stdout(self) -> str:
@@ -237,60 +252,39 @@ class Result:
         """Seconds."""
         return self.duration_ms / 1000.0
 
+    def _library_dict(self) -> dict:
+        if self._dict is None:
+            import json
+            self._dict = json.loads(self._json)
+        return self._dict
+
+    @property
+    def usage(self) -> dict:
+        """What the run used: the result JSON's "usage" (wall_ms, cpu_ms,
+        cpu_source, peak_private_bytes, memory_source, output_bytes,
+        tool_calls, http_requests, ...)."""
+        import copy
+        return copy.deepcopy(self._library_dict()["usage"])
+
     @property
     def contents(self) -> list[dict]:
         """The ordered items an agent framework hands to the model, as the
         result JSON's "contents": stdout text, the files (and a writable
-        /input's changes), then stderr on success or one error item."""
+        /input's changes), then stderr on success or one error item. A data
+        item carries its bytes as "data" (the JSON's "data_base64" decoded)."""
         out: list[dict] = []
-        if self.stdout_bytes:
-            out.append({"type": "text", "text": self.stdout.replace("\r\n", "\n")})
-        for f in self.files:
-            out.append({"type": "data", "media_type": f.media_type, "path": f.path,
-                        "data": f.data})
-        if self.input_changes:
-            lines = [f"{c.change} {c.path}" for c in self.input_changes]
-            out.append({"type": "text", "text": "\n".join(lines)})
-            for c in self.input_changes:
-                if c.change != "deleted":
-                    out.append({"type": "data", "media_type": c.media_type, "path": c.path,
-                                "data": c.data})
-        if self.success:
-            if self.stderr_bytes:
-                out.append({"type": "text", "text": self.stderr.replace("\r\n", "\n")})
-            if not out:
-                out.append({"type": "text", "text": "The code ran successfully without output."})
-        else:
-            if self.stderr_bytes:
-                details = self.stderr.replace("\r\n", "\n")
-                if self.error_message and self.status != "error":
-                    details = details.rstrip("\n") + "\n" + self.error_message
-            else:
-                details = self.error_message or "The code failed without an error message."
-            out.append({"type": "error", "message": self.error_message or "The code failed.",
-                        "details": details})
+        for c in self._library_dict()["contents"]:
+            c = dict(c)
+            if "data_base64" in c:
+                c["data"] = base64.b64decode(c.pop("data_base64"))
+            out.append(c)
         return out
 
     def to_dict(self) -> dict:
-        """The result JSON of docs/design.md (files as base64)."""
-        d = {
-            "success": self.success, "status": self.status, "exit_code": self.exit_code,
-            "stdout": self.stdout, "stderr": self.stderr,
-            "stdout_truncated": self.stdout_truncated, "stderr_truncated": self.stderr_truncated,
-            "files": [{"path": f.path, "media_type": f.media_type, "size": f.size,
-                       "data_base64": base64.b64encode(f.data).decode()} for f in self.files],
-            "refused": [{"path": r.path, "reason": r.reason} for r in self.refused],
-            "contents": [
-                {k: (base64.b64encode(v).decode() if k == "data" else v) for k, v in c.items()}
-                if c["type"] != "data" else
-                {"type": "data", "media_type": c["media_type"], "path": c["path"],
-                 "data_base64": base64.b64encode(c["data"]).decode()}
-                for c in self.contents],
-            "duration_ms": self.duration_ms,
-        }
-        if self.cell_state:
-            d["state"] = self.cell_state
-        return d
+        """The result JSON of docs/design.md (files as base64): the library's
+        own (airlock_result_to_json), parsed."""
+        import copy
+        return copy.deepcopy(self._library_dict())
 
     def __repr__(self):
         return (f"Result(status={self.status!r}, exit_code={self.exit_code}, "
@@ -391,13 +385,14 @@ class Sandbox:
 
     def add_file_mounts(self, file_mounts) -> None:
         """Adds one mount or a list of them; a mount at an existing sandbox
-        path replaces it. All or nothing."""
+        path replaces it in its place. All or nothing."""
         items = [file_mounts] if _is_single_mount(file_mounts) else list(file_mounts)
         normalized = [_mount_of(m) for m in items]
         with self._lock:
             old = dict(self._mounts)
             for path, host in normalized:
-                self._mounts.pop(path, None)
+                # As the reference: a mount at an existing path is replaced
+                # where it stands (a dict keeps a key's place on assignment).
                 self._mounts[path] = host
             self._changed()
             try:
@@ -450,7 +445,8 @@ class Sandbox:
             return sorted(self._domains.values(), key=lambda d: d.target)
 
     def remove_allowed_domain(self, domain: str) -> None:
-        target = _normalize_domain(domain)
+        """Removes the entry for domain, in any spelling add took for it."""
+        target = _domain_key(domain)
         with self._lock:
             if target not in self._domains:
                 raise KeyError(f"No allowed domain exists for {domain!r}.")
@@ -619,9 +615,12 @@ class Sandbox:
 
     def tool_definition(self) -> dict:
         """{"name", "description", "input_schema", "instructions",
-        "approval_mode"} (airlock_describe_json)."""
-        import json
-        return json.loads(self._config().describe_json())
+        "approval_mode"}: what to hand a model, from ``describe()`` (the
+        running sandbox's, so the description names its notable packages
+        as the command line's does)."""
+        d = self.describe()
+        return {k: d[k] for k in ("name", "description", "input_schema", "instructions",
+                                  "approval_mode")}
 
 
 def _json_dumps(v) -> str:
@@ -650,9 +649,10 @@ async def _arun(loop, call):
     cancellation of the awaiting task writes to the eventfd (the library
     stops the run), waits for the run to end, and re-raises."""
     efd = os.eventfd(0, os.EFD_CLOEXEC)
+    calls = _RunTools()
 
     def work():
-        _set_caller_loop(loop)
+        _set_caller_loop(loop, calls)
         try:
             return call(efd)
         finally:
@@ -664,6 +664,9 @@ async def _arun(loop, call):
             d = await asyncio.shield(fut)
         except asyncio.CancelledError:
             os.eventfd_write(efd, 1)
+            # An async tool the run awaits is cancelled too: the run cannot
+            # end while its thread waits for the tool.
+            calls.cancel()
             # The run ends promptly once cancelled; its async tools may need
             # this loop meanwhile, so wait on it rather than block it.
             while not fut.done():

@@ -26,8 +26,29 @@ _decode = json.JSONDecoder().decode
 _local = threading.local()
 
 
-def _set_caller_loop(loop):
+class _RunTools:
+    """The async tool calls of one arun in flight, so that cancelling the
+    arun cancels the coroutine a tool awaits: the library cannot interrupt
+    Python code, and the run would otherwise wait for the tool to end."""
+
+    __slots__ = ("lock", "futures", "cancelled")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.futures = set()
+        self.cancelled = False
+
+    def cancel(self):
+        with self.lock:
+            self.cancelled = True
+            futures = list(self.futures)
+        for f in futures:
+            f.cancel()
+
+
+def _set_caller_loop(loop, calls=None):
     _local.loop = loop
+    _local.calls = calls
 
 
 def _caller_loop():
@@ -249,7 +270,20 @@ class Tool:
             async def wrap(aw=coro):
                 return await aw
             coro = wrap()
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        calls = getattr(_local, "calls", None)
+        if calls is None:
+            return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        with calls.lock:
+            if calls.cancelled:
+                coro.close()
+                raise RuntimeError("the run was cancelled")
+            fut = asyncio.run_coroutine_threadsafe(coro, loop)
+            calls.futures.add(fut)
+        try:
+            return fut.result()
+        finally:
+            with calls.lock:
+                calls.futures.discard(fut)
 
 
 def tool(func: Callable | None = None, **options):

@@ -513,7 +513,18 @@ static PyObject *result_to_dict(airlock_result *res)
                         goto out;
                 PyList_SET_ITEM(changes, (Py_ssize_t)i, t);
         }
-        d = Py_BuildValue("{s:O, s:s, s:i, s:N, s:O, s:N, s:O, s:O, s:O, s:O, s:z, s:d, s:s}",
+        /* The library's own result JSON, from which the Python layer builds
+         * to_dict(), usage and contents: one source, so the two never drift. */
+        char *json_text = airlock_result_to_json(res);
+        if (!json_text) {
+                PyErr_NoMemory();
+                goto out;
+        }
+        PyObject *json_obj = PyUnicode_FromString(json_text);
+        free(json_text);
+        if (!json_obj)
+                goto out;
+        d = Py_BuildValue("{s:O, s:s, s:i, s:N, s:O, s:N, s:O, s:O, s:O, s:O, s:z, s:d, s:s, s:N}",
                           "success", res->success ? Py_True : Py_False, "status",
                           airlock_status_name(res->status), "exit_code", res->exit_code, "stdout",
                           bytes_or_empty(res->stdout_data, res->stdout_len), "stdout_truncated",
@@ -524,7 +535,8 @@ static PyObject *result_to_dict(airlock_result *res)
                           "duration_ms", res->duration_ms, "cell_state",
                           res->cell_state == AIRLOCK_CELL_KEPT          ? "kept"
                           : res->cell_state == AIRLOCK_CELL_ROLLED_BACK ? "rolled_back"
-                                                                        : "none");
+                                                                        : "none",
+                          "json", json_obj);
 out:
         Py_XDECREF(files);
         Py_XDECREF(refused);

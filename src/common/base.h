@@ -78,6 +78,11 @@ static inline void pid_killp(pid_t *pid)
 #define _cleanup_pid_   _cleanup_(pid_killp)
 #define _unused_        __attribute__((unused))
 #define _printf_(a, b)  __attribute__((format(printf, a, b)))
+/* How JSON the project writes prints its reals: 15 significant digits, so
+ * that a duration rounded to microseconds prints as 17.296, not as the 17
+ * digits of the nearest double (17.295999999999999). 15 digits hold every
+ * millisecond figure below 10^12 ms to the microsecond exactly. */
+#define AL_JSON_REALS JSON_REAL_PRECISION(15)
 
 /* The error record. Every field of it is written here, so that what a
  * record says is always the last error's, never a mix with an earlier one:

@@ -72,9 +72,10 @@ def _request(msg):
     raise _refusal(reply)
 
 
-def call_tool(name, *args, **kwargs):
+def call_tool(name, /, *args, **kwargs):
     """Calls the host tool `name` with keyword arguments; returns its JSON
-    result as Python values. A tool failure raises RuntimeError."""
+    result as Python values. A tool failure raises RuntimeError. The name is
+    positional-only, so that a tool may have an argument called `name`."""
     if args:
         raise TypeError(
             f"call_tool({name!r}, ...) takes keyword arguments only: "

@@ -47,7 +47,7 @@ int cli_audit_write(int fd, const char *transport, const char *call_id, const ch
                         return -ENOMEM;
                 json_object_set_new(line, "usage", usage);
         }
-        _cleanup_free_ char *text = json_dumps(line, JSON_COMPACT);
+        _cleanup_free_ char *text = json_dumps(line, JSON_COMPACT | AL_JSON_REALS);
         if (!text)
                 return -ENOMEM;
         /* The NUL's byte becomes the line's end: the text is written by

@@ -259,7 +259,7 @@ static void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
                         sink->send(sink, msg);
                 return;
         }
-        char *text = json_dumps(msg, JSON_COMPACT);
+        char *text = json_dumps(msg, JSON_COMPACT | AL_JSON_REALS);
         json_decref(msg);
         if (!text) {
                 fprintf(stderr, "%s: cannot encode a response\n", server_name(srv));
@@ -645,8 +645,13 @@ static void run_call(mcp_call *c, reader_watch *w)
                 cli_audit_write(srv->audit_fd, srv->transport ? srv->transport : "mcp",
                                 r >= 0 ? run_id : NULL, NULL, r >= 0 ? res : NULL);
         if (c->session) {
-                result = mcp_sessions_end(c->session, result, r < 0 ? NULL : res);
+                /* Taken off c under srv->lock, so that cancel_locked never
+                 * sees a session use that has ended. */
+                pthread_mutex_lock(&srv->lock);
+                mcp_session_use *use = c->session;
                 c->session = NULL;
+                pthread_mutex_unlock(&srv->lock);
+                result = mcp_sessions_end(use, result, r < 0 ? NULL : res);
         }
         const char *status = r < 0 ? "not run" : airlock_status_name(res->status);
         /* Decide and answer under the list lock's verdict: once the call is off
@@ -868,6 +873,10 @@ static void cancel_locked(mcp_call *c)
                 return;
         c->cancelled = true;
         atomic_store(&c->silenced, true);
+        /* Under srv->lock, which the end of the call takes to clear
+         * c->session: the session is still in use here. */
+        if (c->session)
+                mcp_sessions_cancelled(c->session);
         uint64_t one = 1;
         ssize_t n = write(c->cancel_fd, &one, sizeof(one));
         (void)n; /* an eventfd write fails only on overflow, which is still readable */

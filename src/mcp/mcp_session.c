@@ -43,6 +43,7 @@ typedef struct entry {
         unsigned cells;
         bool busy;
         bool closing;   /* close when the cell in progress ends */
+        bool cancelled; /* the call in progress was cancelled: the next one waits for it */
         bool measure;   /* a cell ended: the memory it holds is to be measured */
         bool measuring; /* ... by the sweeper, now */
         struct entry *next;
@@ -233,6 +234,30 @@ static json_t *unknown_handle(mcp_sessions *m, const char *handle, const char *o
         return mcp_tool_error(clean ? clean : msg);
 }
 
+/* Whether e has outlived --session-idle or --session-lifetime at now; if
+ * so, why says what happened (how long it was unused or open) and the cap.
+ * The sweeper and every call check it, so that no call gets through after
+ * a cap however the sweeper's second falls. */
+static bool expired_locked(const mcp_sessions *m, const entry *e, uint64_t now, char *why,
+                           size_t len)
+{
+        /* Rounded up to hundredths, so that the time said is never the cap's
+         * own figure ("unused for 1.00 s, more than 1 s"). */
+        double unused = (double)((now - e->used_ns + 9999999) / 10000000) / 100;
+        double open = (double)((now - e->opened_ns + 9999999) / 10000000) / 100;
+        if (unused > m->caps.idle_s) {
+                snprintf(why, len, "expired: unused for %.2f s, more than --session-idle %g s",
+                         unused, m->caps.idle_s);
+                return true;
+        }
+        if (open > m->caps.lifetime_s) {
+                snprintf(why, len, "expired: open for %.2f s, more than --session-lifetime %g s",
+                         open, m->caps.lifetime_s);
+                return true;
+        }
+        return false;
+}
+
 /* Closes idle and old sessions, once a second. */
 static void *sweep_main(void *arg)
 {
@@ -288,21 +313,8 @@ static void *sweep_main(void *arg)
                         next = e->next;
                         if (e->busy || e->measure)
                                 continue;
-                        const char *why = NULL;
-                        char text[160];
-                        if (now - e->used_ns > (uint64_t)(m->caps.idle_s * 1e9)) {
-                                snprintf(text, sizeof(text),
-                                         "expired: unused for %g s (--session-idle)",
-                                         m->caps.idle_s);
-                                why = text;
-                        } else if (now - e->opened_ns > (uint64_t)(m->caps.lifetime_s * 1e9)) {
-                                snprintf(text, sizeof(text),
-                                         "expired: open for %g s, its lifetime "
-                                         "(--session-lifetime)",
-                                         m->caps.lifetime_s);
-                                why = text;
-                        }
-                        if (why) {
+                        char why[160];
+                        if (expired_locked(m, e, now, why, sizeof(why))) {
                                 unlink_locked(m, e, why);
                                 e->next = doomed;
                                 doomed = e;
@@ -595,6 +607,11 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                 pthread_cond_wait(&m->changed, &m->lock);
                 e = find_locked(m, handle, owner);
         }
+        /* As for a cell: a cancelled call's rollback is waited for. */
+        while (e && e->busy && e->cancelled) {
+                pthread_cond_wait(&m->changed, &m->lock);
+                e = find_locked(m, handle, owner);
+        }
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
                 return unknown_handle(m, handle, owner);
@@ -611,6 +628,13 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                          "finished",
                          handle);
                 return mcp_tool_error(msg);
+        }
+        char why[160];
+        if (!e->measuring && expired_locked(m, e, now_ns(), why, sizeof(why))) {
+                unlink_locked(m, e, why);
+                pthread_mutex_unlock(&m->lock);
+                entry_close(e);
+                return unknown_handle(m, handle, owner);
         }
         json_t *refused = count_session_locked(m, e->owner, true);
         if (refused) {
@@ -719,6 +743,12 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
                 pthread_cond_wait(&m->changed, &m->lock);
                 e = find_locked(m, h, owner);
         }
+        /* A cancelled call's cell is being rolled back: this call waits for
+         * it rather than be refused as "running another call". */
+        while (e && e->busy && e->cancelled) {
+                pthread_cond_wait(&m->changed, &m->lock);
+                e = find_locked(m, h, owner);
+        }
         if (e && e->busy) {
                 pthread_mutex_unlock(&m->lock);
                 char msg[256];
@@ -727,6 +757,13 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
                          "at a time per session)",
                          h);
                 return mcp_tool_error(msg);
+        }
+        char why[160];
+        if (e && !e->measuring && expired_locked(m, e, now_ns(), why, sizeof(why))) {
+                unlink_locked(m, e, why);
+                pthread_mutex_unlock(&m->lock);
+                entry_close(e);
+                return unknown_handle(m, h, owner);
         }
         if (e)
                 e->busy = true;
@@ -749,6 +786,13 @@ int mcp_sessions_run(mcp_session_use *u, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         return airlock_session_run(u->e->s, code, len, opts, ret, err);
+}
+
+void mcp_sessions_cancelled(mcp_session_use *u)
+{
+        pthread_mutex_lock(&u->m->lock);
+        u->e->cancelled = true;
+        pthread_mutex_unlock(&u->m->lock);
 }
 
 /* Appends one text item to a CallToolResult's content. */
@@ -781,23 +825,43 @@ json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_resul
                          "were before this call.",
                          e->handle);
         }
+        /* The memory the session holds now, measured before the answer
+         * (half a millisecond), so that a cell that takes the session past
+         * --session-memory says so itself. */
+        pthread_mutex_lock(&m->lock);
+        bool closing = e->closing; /* session_close came meanwhile: nothing to measure */
+        pthread_mutex_unlock(&m->lock);
+        uint64_t held = 0;
+        bool over = !ended && !closing && airlock_session_memory(e->s, &held, NULL) >= 0 &&
+                    held > m->caps.max_memory;
+        char over_why[160] = "";
+        if (over) {
+                snprintf(over_why, sizeof(over_why),
+                         "closed: it held %llu MiB after a call, more than the cap of %llu MiB "
+                         "(--session-memory)",
+                         (unsigned long long)(held >> 20),
+                         (unsigned long long)(m->caps.max_memory >> 20));
+                snprintf(note, sizeof(note),
+                         "Session %s is %s; its variables are gone. The output above is this "
+                         "call's; open a new session with session_open and hold less.",
+                         e->handle, over_why);
+        }
         if (note[0] && result)
                 add_text(result, note);
+        if (over && result)
+                json_object_set_new(result, "isError", json_true());
         json_t *rec =
             result ? json_object_get(json_object_get(result, "_meta"), MCP_META_RUN) : NULL;
         if (json_is_object(rec))
                 json_object_set_new(rec, "session", json_string(e->handle));
         pthread_mutex_lock(&m->lock);
         e->busy = false;
+        e->cancelled = false;
         e->used_ns = now_ns();
         e->cells++;
         bool close_it = e->closing;
-        if (!close_it && !ended && !e->measure) {
-                e->measure = true;
-                m->to_measure++;
-        }
-        if (ended && !close_it) {
-                unlink_locked(m, e, ended);
+        if ((ended || over) && !close_it) {
+                unlink_locked(m, e, ended ? ended : over_why);
                 close_it = true;
         }
         pthread_cond_broadcast(&m->changed);

@@ -52,7 +52,8 @@ json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args,
  * session busy (NULL and *ret set), or returns the tool error to answer
  * with. run runs the cell; end adds what became of the state to result
  * (the CallToolResult built from res, which may be NULL when the run
- * failed), applies the memory cap, and releases the session. */
+ * failed), measures the memory the session holds and closes it, saying so
+ * in result, when that is over --session-memory, and releases the session. */
 typedef struct mcp_session_use mcp_session_use;
 
 json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *owner,
@@ -60,6 +61,10 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
 int mcp_sessions_run(mcp_session_use *u, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
 json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_result *res);
+/* The call using the session was cancelled: a next call of the session
+ * waits for its cell to end (roll back) instead of being refused as busy.
+ * The caller makes sure u is not ended meanwhile. */
+void mcp_sessions_cancelled(mcp_session_use *u);
 
 /* `airlock serve`: the instance's name, [a-z0-9-]{1,MCP_INSTANCE_MAX}, that
  * new handles carry (sess_<instance>_<random>); a handle naming another

@@ -438,7 +438,7 @@ static void sink_send(mcp_sink *base, json_t *m)
         http_sink *k = (http_sink *)base;
         bool response = json_object_get(m, "id") && !json_object_get(m, "method");
         enum call_status st = response ? status_of(m) : ST_OK;
-        char *text = json_dumps(m, JSON_COMPACT);
+        char *text = json_dumps(m, JSON_COMPACT | AL_JSON_REALS);
         json_decref(m);
         msg *e = text ? malloc(sizeof(*e)) : NULL;
         if (!e) {

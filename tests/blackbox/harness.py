@@ -97,7 +97,7 @@ def tools_file(name, description, properties, required, script, timeout, folder=
         f.write(script)
     spec = {"tools": [{"name": name, "description": description,
                        "parameters": {"type": "object", "properties": properties,
-                                      "required": required},
+                                      "required": required, "additionalProperties": False},
                        "command": [python, "tool.py"], "timeout": timeout}]}
     path = os.path.join(d, "tools.json")
     with open(path, "w") as f:
@@ -123,6 +123,7 @@ class Mcp:
         init = self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                            "clientInfo": {"name": client, "version": "1"}})
         assert "result" in init, init
+        self.init = init["result"]
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def _read(self):

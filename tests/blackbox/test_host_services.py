@@ -71,6 +71,16 @@ def test_tool_validation_errors():
     assert lines[4] == "TypeError"
 
 
+def test_tool_argument_called_name():
+    # call_tool's own first parameter is positional-only: a tool may have an
+    # argument called "name" (it was "got multiple values for argument").
+    path = harness.tools_file("greet", "Greets.", {"name": {"type": "string"}}, ["name"],
+                              "import json, sys\nprint(json.dumps('hi ' + json.load(sys.stdin)"
+                              "['name']))\n", 5, python="/usr/bin/python3")
+    rc, r = run_json("print(call_tool('greet', name='Ada'))", "-t", path)
+    assert rc == 0 and r["stdout"] == "hi Ada\n", r
+
+
 def test_slow_tool_cannot_hold_the_run_past_its_limit():
     # The tool would hang for an hour: only the run's 2 s limit can end the
     # command before run_json's own 120 s guard fails the test.

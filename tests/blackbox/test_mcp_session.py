@@ -103,6 +103,11 @@ def test_caps_on_sessions_and_idle_time():
         time.sleep(3)
         r = cell(m, a, "v")
         assert r["isError"] and "expired" in text(r) and a in text(r), r
+        # What happened, then the cap: "unused for 2.04 s, more than
+        # --session-idle 1 s" (it said "unused for 1 s" whenever it came).
+        words = text(r).split("unused for ")[1].split()
+        assert float(words[0]) > 1 and words[1] == "s,", r
+        assert "more than --session-idle 1 s" in text(r), r
         # Expired sessions free their places.
         open_session(m)
 
@@ -113,12 +118,15 @@ def test_memory_cap_between_cells():
         r = cell(m, h, "small = 1")
         r = cell(m, h, "small")
         assert mcp_result_json(r)["stdout"] == "1\n", r
-        r = cell(m, h, "big = bytearray(100 << 20)\nfor i in range(0, len(big), 4096): big[i] = 1")
-        assert mcp_result_json(r)["state"] == "kept", r
-        # Measured beside the answer; the next call has the verdict.
+        r = cell(m, h, "big = bytearray(100 << 20)\nfor i in range(0, len(big), 4096): "
+                 "big[i] = 1\nprint('filled')")
+        # The cell's own answer says the session is closed (it said "state
+        # kept", and only the next call learnt it).
+        assert mcp_result_json(r)["stdout"] == "filled\n", r
+        assert r["isError"] and h in text(r) and "--session-memory" in text(r), r
+        assert "closed" in text(r) and "MiB" in text(r), r
         r = cell(m, h, "1")
         assert r["isError"] and h in text(r) and "--session-memory" in text(r), r
-        assert "MiB" in text(r), r
 
 
 def test_a_session_keeps_its_workspace():
@@ -139,22 +147,41 @@ def test_a_cancelled_call_rolls_back_and_the_session_goes_on():
     with mcp() as m:
         h = open_session(m)
         cell(m, h, "x = 'before'")
-        i = m.start("tools/call", {"name": "execute_code", "arguments": {
-            "code": "x = 'during'\nprint('go', flush=True)\nimport time\ntime.sleep(60)",
-            "session": h}})
-        time.sleep(1.5)
-        m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": i}})
-        # A cancelled request gets no response; the session is free again
-        # once its cell is rolled back.
-        deadline = time.time() + 30
-        while True:
-            r = cell(m, h, "x")
-            if not r["isError"] or "running another call" not in text(r):
-                break
-            assert time.time() < deadline, r
-            time.sleep(0.1)
+
+        def start_long_cell_and_cancel_it():
+            i = m.start("tools/call", {"name": "execute_code", "arguments": {
+                "code": "x = 'during'\nimport time\ntime.sleep(600)", "session": h}})
+            # Requests are taken in order: this one finds the long cell
+            # running, so the cancel below reaches a call in progress.
+            r = cell(m, h, "1")
+            assert r["isError"] and "running another call" in text(r), r
+            m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": i}})
+
+        # A cancelled request gets no response; the next call waits for its
+        # cell to roll back instead of being refused as "running another
+        # call" (for the tenth of a second the rollback takes).
+        start_long_cell_and_cancel_it()
+        r = cell(m, h, "x")
+        assert not r["isError"], r
         assert mcp_result_json(r)["stdout"] == "'before'\n", r
+        # The same for a fork.
+        start_long_cell_and_cancel_it()
+        f = fork(m, h)
+        r = cell(m, f, "x")
+        assert mcp_result_json(r)["stdout"] == "'before'\n", r
+
+
+def test_no_call_after_the_lifetime():
+    # A call sent after --session-lifetime is refused, whenever the sweeper's
+    # second falls (it let calls through until its next round).
+    with mcp("--session-lifetime", "2") as m:
+        for _ in range(3):
+            h = open_session(m)
+            time.sleep(2.05)  # measured from after the server opened it
+            r = cell(m, h, "1")
+            assert r["isError"] and "expired" in text(r) and h in text(r), r
+            assert "more than --session-lifetime 2 s" in text(r), r
 
 
 def fork(m, h):
@@ -164,6 +191,20 @@ def fork(m, h):
     assert f.startswith("sess_") and len(f) == 31 and f != h, f
     assert f in text(r) and h in text(r), r
     return f
+
+
+def test_texts_are_true_with_and_without_a_session():
+    # Sessions are offered: no text may say that nothing ever survives a
+    # call, or that a final expression is never shown.
+    with mcp() as m:
+        instr = m.init["instructions"]
+        desc = m.request("tools/list", {})["result"]["tools"][0]["description"]
+    for t in (instr, desc):
+        assert "Every call starts from a fresh interpreter" not in t, t
+        assert "Nothing survives from one call to the next" not in t, t
+        assert "without a session" in t.lower(), t
+    assert "A call without a session starts from a fresh interpreter" in desc, desc
+    assert "Without a session, nothing survives from one call to the next." in instr, instr
 
 
 def test_session_fork_copies_state_over_mcp():

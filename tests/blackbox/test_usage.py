@@ -62,7 +62,7 @@ print((u.ru_utime + u.ru_stime) * 1000)
         u = r["usage"]
         own_cpu = float(r["stdout"])
         assert u["wall_ms"] == r["duration_ms"], u
-        assert u["cpu_source"] in ("cgroup", "proc"), u
+        assert u["cpu_source"] in ("cgroup", "schedstat", "proc"), u
         # The copy's own CPU time is part of what is counted (the cgroup
         # and the reaped children may add a little, never take away).
         assert u["cpu_ms"] >= own_cpu * 0.9 - 20, (u, own_cpu)
@@ -84,6 +84,26 @@ print((u.ru_utime + u.ru_stime) * 1000)
     finally:
         srv.kill()
         srv.wait()
+
+
+def test_cpu_time_of_a_short_run_is_finer_than_clock_ticks():
+    # /proc/PID/stat counts in clock ticks (10 ms): a short run read 0.0, or
+    # 10.0. The finest source gives what the run used, to the microsecond.
+    figures = []
+    for _ in range(3):
+        rc, r = run_json("x = sum(range(300000))")
+        assert rc == 0, r
+        u = r["usage"]
+        assert u["cpu_source"] in ("cgroup", "schedstat"), u
+        figures.append(u["cpu_ms"])
+    assert all(f > 0 for f in figures), figures
+    assert any(round(f * 1000) % 10000 for f in figures), figures
+    # Figures are rounded to microseconds: 3 decimals at most.
+    text = harness.airlock("run", "--json", "-c", "pass").stdout
+    import re
+    for key in ("duration_ms", "wall_ms", "cpu_ms"):
+        m = re.search(r'"%s":\s*([0-9.e+-]+)' % key, text)
+        assert m and len(m.group(1).partition(".")[2]) <= 3, (key, text[-400:])
 
 
 def test_private_memory_is_not_rss():

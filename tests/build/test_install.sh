@@ -26,7 +26,16 @@ install_ok() {
         [ -e "$dest$prefix/$f" ] || { echo "missing $prefix/$f"; return 1; }
     done
 }
+# A checkout where airlock.pc was made before with another prefix: the
+# install must not copy that stale file.
+make --no-print-directory -s BUILD="$build" PREFIX=/opt/stale-prefix "$build/airlock.pc" >/dev/null 2>&1
 check "make install puts the library, header, program and airlock.pc in DESTDIR" install_ok
+pc_prefix_ok() {
+    local got
+    got=$(sed -n 's/^prefix=//p' "$dest$prefix/lib/pkgconfig/airlock.pc")
+    [ "$got" = "$prefix" ] || { echo "the installed airlock.pc says prefix=$got, not $prefix"; return 1; }
+}
+check "the installed airlock.pc names the install's prefix, not an earlier build's" pc_prefix_ok
 
 lib=$dest$prefix/lib/libairlock.so.0
 soname_ok() {

@@ -79,6 +79,7 @@ const tests = [
     assertIncludes(instr, 'execute_code', 'instructions');
     assertIncludes(instr, 'compute', 'instructions name the tool');
     assertIncludes(instr, 'reachable only', 'instructions say tools are inside execute_code');
+    assertIncludes(instr, 'Without a session, nothing survives', 'instructions true with sessions too');
   }],
 
   ['tools/list: execute_code with the generated description, and the session tools', async () => {
@@ -90,6 +91,7 @@ const tests = [
     assertIncludes(t.description, '/input/data.csv', 'description names the workspace file');
     assertIncludes(t.description, '/output', 'description');
     assertIncludes(t.description, 'Network: none', 'description');
+    assertIncludes(t.description, 'A call without a session starts from a fresh interpreter', 'description true with sessions too');
     assertEqual(t.inputSchema.type, 'object', 'inputSchema.type');
     assertEqual(t.inputSchema.required, ['code'], 'inputSchema.required');
     assertEqual(t.inputSchema.properties.code.type, 'string', 'code type');

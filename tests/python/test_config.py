@@ -102,6 +102,29 @@ def test_allowed_domains():
     sb.close()
 
 
+def test_allowed_domain_removed_by_the_string_it_was_added_with():
+    # The library drops a default port and lower-cases: the entry added as
+    # "HTTPS://EX.com:443" is stored as "https://ex.com" and removed by
+    # either spelling.
+    for spelling in ("HTTPS://EX.com:443", "http://[::1]:80/", "Api.Example.com:443"):
+        sb = airlock.Sandbox(allowed_domains=[spelling])
+        assert len(sb.get_allowed_domains()) == 1
+        sb.remove_allowed_domain(spelling)
+        assert sb.get_allowed_domains() == [], spelling
+        sb.add_allowed_domains(spelling)
+        sb.remove_allowed_domain(sb.get_allowed_domains()[0].target)
+        assert sb.get_allowed_domains() == [], spelling
+        sb.close()
+
+
+def test_mount_replaced_in_its_place(tree):
+    sb = airlock.Sandbox(mounts=[("notes.txt", "/input/a.txt"), ("data", "/input/b")])
+    sb.add_file_mounts(("data/a.csv", "/input/a.txt"))
+    assert sb.get_file_mounts() == [airlock.FileMount(tree / "data" / "a.csv", "/input/a.txt"),
+                                    airlock.FileMount(tree / "data", "/input/b")]
+    sb.close()
+
+
 def test_tools_add_replace_remove():
     def a(x: int) -> int:
         "First."

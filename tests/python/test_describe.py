@@ -20,7 +20,12 @@ def test_description_is_the_c_librarys(tmp_path):
     td = sb.tool_definition()
     assert td["name"] == "execute_code"
     assert sb.build_instructions() == td["instructions"]
-    assert sb.description == td["description"]
+    # What the agent-loop recipe hands the model: describe()'s texts, with
+    # the notable packages of the running sandbox.
+    assert td == {k: d[k] for k in ("name", "description", "input_schema", "instructions",
+                                    "approval_mode")}
+    assert "Notable packages" in d["description"]
+    assert td["description"].startswith(sb.description.split("\n\n")[0])
     sb.close()
 
 

@@ -43,6 +43,25 @@ def test_contents_match_the_c_library(sb, tmp_path):
     assert ok["contents"] == cli_ok["contents"]
 
 
+def test_to_dict_is_the_library_result_json(tmp_path):
+    # usage, and with a writable /input its changes and their header line,
+    # exactly as `airlock run --json` prints them.
+    (tmp_path / "a.txt").write_text("old")
+    code = "open('/input/a.txt','w').write('new')\nprint('x')"
+    with airlock.Sandbox(workspace=tmp_path, input_writable=True) as s:
+        r = s.run(code)
+    cli = json.loads(subprocess.run([AIRLOCK, "run", "--json", "--workspace", str(tmp_path),
+                                     "--input-writable", "-c", code],
+                                    capture_output=True, text=True).stdout)
+    d = r.to_dict()
+    assert set(d) == set(cli), (sorted(d), sorted(cli))
+    assert d["input_changes"] == cli["input_changes"]
+    assert d["contents"] == cli["contents"]
+    assert d["usage"] == r.usage and set(r.usage) == set(cli["usage"])
+    assert r.usage["wall_ms"] > 0 and r.usage["cpu_source"] in ("cgroup", "proc", "schedstat")
+    assert [c["type"] for c in r.contents] == [c["type"] for c in cli["contents"]]
+
+
 def test_refusals(sb):
     r = sb.run("import os\nos.symlink('/etc/passwd', '/output/link')\nos.mkfifo('/output/f')")
     assert r.success

@@ -238,3 +238,77 @@ def test_async_tool_that_awaits_another_run():
     assert asyncio.run(main()) == [f"{2 * i}\n" for i in range(10)]
     outer.close()
     inner.close()
+
+
+def greet(name: str, greeting: str = "hello") -> str:
+    """Greets someone by name."""
+    return f"{greeting} {name}"
+
+
+def tag(item: str, **extra) -> dict:
+    """Tags an item with any other arguments."""
+    return {"item": item, **extra}
+
+
+def join(words: list[str]) -> str:
+    """Joins words."""
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def usersb():
+    s = airlock.Sandbox(tools=[greet, tag, join], limits={"timeout": 20})
+    yield s
+    s.close()
+
+
+def test_tool_argument_called_name(usersb):
+    r = usersb.run('print(call_tool("greet", name="Ada"))\n'
+                   'print(call_tool("greet", name="Bo", greeting="hi"))')
+    assert r.stdout == "hello Ada\nhi Bo\n", r.stderr
+
+
+def test_tool_with_var_keyword_takes_other_arguments(usersb):
+    assert "additionalProperties" not in airlock.schema_from_callable(tag)
+    r = usersb.run('print(call_tool("tag", item="x", color="red"))')
+    assert r.stdout == "{'item': 'x', 'color': 'red'}\n", r.stderr
+
+
+def test_list_items_are_validated(usersb):
+    r = usersb.run('print(call_tool("join", words=["a", "b"]))\n'
+                   'try:\n    call_tool("join", words=["a", 1])\n'
+                   'except ValueError as e:\n    print(e)')
+    assert r.stdout.splitlines() == [
+        "a b", "tool 'join': argument 'words' item 1 must be a string, got integer"], r.stderr
+
+
+def test_cancelling_arun_cancels_the_awaited_tool():
+    # An async tool that would wait for ever: cancelling the arun cancels the
+    # tool's coroutine, so the run ends instead of waiting for the tool.
+    started = []
+    seen = []
+
+    async def wait_forever() -> str:
+        """Waits for an event nobody sets."""
+        started[0].set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "never"
+
+    async def main(s):
+        started.append(asyncio.Event())
+        task = asyncio.create_task(s.arun('call_tool("wait_forever")'))
+        await started[0].wait()
+        task.cancel()
+        # Without the fix the run waits for the tool for ever: fail, not hang.
+        done, _ = await asyncio.wait([task], timeout=120)
+        assert done, "the cancelled arun still waits for its tool"
+        with pytest.raises(asyncio.CancelledError):
+            task.result()
+
+    with airlock.Sandbox(tools=[wait_forever], limits={"timeout": 600}) as s:
+        asyncio.run(main(s))
+    assert seen == ["cancelled"]

@@ -294,7 +294,15 @@ static const char schema[] =
     "{\"type\":\"object\",\"properties\":{\"op\":{\"type\":\"string\",\"enum\":[\"add\","
     "\"sub\"]},\"a\":{\"type\":\"number\"},\"n\":{\"type\":\"integer\"},\"flag\":{\"type\":"
     "\"boolean\"},\"opt\":{\"type\":[\"string\",\"null\"]},\"list\":{\"type\":\"array\"},"
-    "\"obj\":{\"type\":\"object\"},\"any\":{}},\"required\":[\"op\",\"a\"]}";
+    "\"obj\":{\"type\":\"object\"},\"any\":{},\"tags\":{\"type\":\"array\",\"items\":{"
+    "\"type\":\"string\"}},\"grid\":{\"type\":\"array\",\"items\":{\"type\":\"array\","
+    "\"items\":{\"type\":\"integer\",\"enum\":[0,1]}}}},\"required\":[\"op\",\"a\"],"
+    "\"additionalProperties\":false}";
+
+/* No "additionalProperties": as in JSON Schema, other arguments are accepted
+ * (a Python callable with **kwargs gets such a schema). */
+static const char open_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"item\":{\"type\":\"string\"}},\"required\":[\"item\"]}";
 
 static const validate_case validate_cases[] = {
     {"{\"op\":\"add\",\"a\":1}", NULL},
@@ -319,7 +327,13 @@ static const validate_case validate_cases[] = {
     {"{\"op\":1,\"a\":1}", "argument 'op' must be a string, got integer"},
     {"{\"op\":\"mul\",\"a\":1}", "argument 'op' must be one of [\"add\",\"sub\"]"},
     {"{\"op\":\"add\",\"a\":1,\"b\":2}",
-     "tool 'calc': unknown argument 'b' (expected: op, a, n, flag, opt, list, obj, any)"},
+     "tool 'calc': unknown argument 'b' (expected: op, a, n, flag, opt, list, obj, any, tags, "
+     "grid)"},
+    {"{\"op\":\"add\",\"a\":1,\"tags\":[\"x\",\"y\"],\"grid\":[[0,1],[]]}", NULL},
+    {"{\"op\":\"add\",\"a\":1,\"tags\":[\"x\",1]}",
+     "tool 'calc': argument 'tags' item 1 must be a string, got integer"},
+    {"{\"op\":\"add\",\"a\":1,\"grid\":[[0],[1,2]]}",
+     "tool 'calc': argument 'grid' item 1 item 1 must be one of [0,1]"},
 };
 
 static int dummy_fn(void *userdata, const char *args, char **ret, char **ret_err)
@@ -354,6 +368,18 @@ static void test_validation(void **state)
                 if (c->part)
                         expect_fail(reg, "calc", c->args, TOOL_FAIL_INVALID, c->part);
         }
+        /* Without "additionalProperties", other arguments pass. */
+        airlock_tool_def open = {.name = "tag", .parameters_json = open_schema, .fn = dummy_fn};
+        if (tools_add_callback(reg, &open, &err) < 0)
+                fail_msg("add: %s", err.message);
+        json_t *extra = parse("{\"item\":\"x\",\"color\":\"red\"}");
+        airlock_error oe = {0};
+        if (tools_validate(tools_find(reg, "tag"), extra, &oe) < 0)
+                fail_msg("open schema refused: %s", oe.message);
+        json_decref(extra);
+        t = tools_find(reg, "calc"); /* adding may have moved it */
+        expect_fail(reg, "tag", "{\"item\":1}", TOOL_FAIL_INVALID,
+                    "argument 'item' must be a string");
         /* jansson's parser refuses NUL in keys, but an object built in code
          * may have one: "a\0x" must not pass as "a". */
         json_t *nul = json_pack("{s:s,s:i}", "op", "add", "a", 1);
@@ -363,7 +389,8 @@ static void test_validation(void **state)
         assert_non_null(strstr(ne.message, "an argument name contains a NUL"));
         json_decref(nul);
         /* Unknown tools name the tools there are. */
-        expect_fail(reg, "nope", "{}", TOOL_FAIL_INVALID, "unknown tool 'nope' (available: calc)");
+        expect_fail(reg, "nope", "{}", TOOL_FAIL_INVALID,
+                    "unknown tool 'nope' (available: calc, tag)");
         /* The payload cap. */
         size_t n = TOOLS_MAX_PAYLOAD;
         char *s = malloc(n + 1);
@@ -531,7 +558,10 @@ static void test_registry_rules(void **state)
             {"{\"properties\":[]}", "\"properties\" must be an object"},
             {"{\"properties\":{\"x\":{\"type\":\"float\"}}}", "argument 'x' has an unknown"},
             {"{\"properties\":{\"x\":3}}", "schema of argument 'x'"},
-            {"{\"required\":[\"y\"]}", "required argument 'y' is not in"},
+            {"{\"required\":[\"y\"],\"additionalProperties\":false}",
+             "required argument 'y' is not in"},
+            {"{\"properties\":{\"x\":{\"type\":\"array\",\"items\":{\"type\":\"str\"}}}}",
+             "the items of argument 'x' have an unknown"},
             {"{\"required\":\"y\"}", "must be an array of names"},
         };
         for (size_t i = 0; i < ARRAY_SIZE(bad_schemas); i++) {

@@ -26,14 +26,16 @@
 #define TEMPLATE_INPUT_FD 4
 #define TEMPLATE_REQ_FD   5
 /* Where the host gives the template the sandbox's cgroup directories (the
- * memory and the pids hierarchy of cgroup v1, or the one v2 directory), in
- * which the template makes one child cgroup per copy. Absent without
- * cgroups. */
+ * memory, the pids and, where it is mounted, the cpuacct hierarchy of
+ * cgroup v1, or the one v2 directory), in which the template makes one
+ * child cgroup per copy. Absent without cgroups. */
 #define TEMPLATE_CG_FD  6
 #define TEMPLATE_CG2_FD 7
+#define TEMPLATE_CG3_FD 8
+#define CG_HIERARCHIES  3 /* at most: v1 memory, pids, cpuacct */
 /* The read-only mounts of the --python-path folders, when the host could
  * make them (as root), on fds TEMPLATE_PYPATH_FD + N. */
-#define TEMPLATE_PYPATH_FD 8
+#define TEMPLATE_PYPATH_FD 9
 
 /* Control messages on the template's SOCK_SEQPACKET socket. */
 enum {
@@ -81,7 +83,8 @@ typedef struct template_params {
          * the guest owns is charged to them, not to root. */
         uid_t guest_uid;
         gid_t guest_gid;
-        int cgroup; /* 0: no cgroups, 1: cgroup v1, 2: cgroup v2 */
+        int cgroup;      /* 0: no cgroups, 1: cgroup v1, 2: cgroup v2 */
+        bool cgroup_cpu; /* v1: a cpuacct hierarchy too (TEMPLATE_CG3_FD) */
         char **preloads;
         size_t n_preloads;
         /* --python-path folders: host paths, whether each came as a mount

@@ -203,10 +203,14 @@ static bool type_spec_valid(const json_t *type)
         return true;
 }
 
+/* Whether arguments the schema does not name are accepted. As in JSON
+ * Schema, a schema without "additionalProperties" accepts them: only an
+ * explicit false refuses them (the Python package writes false for a
+ * callable without **kwargs, and leaves the key out for one with it). */
 static bool additional_allowed(const json_t *schema)
 {
         const json_t *ap = json_object_get(schema, "additionalProperties");
-        return json_is_true(ap) || json_is_object(ap);
+        return !json_is_false(ap);
 }
 
 /* Checks the parts of a parameters schema that validation relies on, so a
@@ -247,6 +251,17 @@ static int schema_check(const json_t *schema, const char *prefix, const char *pa
                         return al_error(err, -EINVAL, path,
                                         "%s: \"enum\" of argument '%s' must be a non-empty array",
                                         prefix, key);
+                /* The item schemas validation follows: their types too. */
+                const json_t *items = json_object_get(p, "items");
+                for (int d = 0; json_is_object(items) && d < TOOLS_MAX_SCHEMA_DEPTH; d++) {
+                        const json_t *it = json_object_get(items, "type");
+                        if (it && !type_spec_valid(it))
+                                return al_error(err, -EINVAL, path,
+                                                "%s: the items of argument '%s' have an unknown "
+                                                "\"type\"",
+                                                prefix, key);
+                        items = json_object_get(items, "items");
+                }
         }
         const json_t *req = json_object_get(schema, "required");
         if (req && !json_is_array(req))
@@ -754,6 +769,52 @@ static void names_describe(const json_t *props, char *buf, size_t size)
                 snprintf(buf, size, "none");
 }
 
+/* Checks one value against its schema: "type", "enum", and for an array
+ * each item against "items" (when that is a schema object), to a bounded
+ * depth, so that list[str] refuses [1] as str refuses 1. where names the
+ * value in the message ("argument 'tags' item 2"). */
+static int value_check(const char *name, const char *where, const json_t *p, const json_t *v,
+                       int depth, airlock_error *err)
+{
+        if (!json_is_object(p))
+                return 0;
+        const json_t *t = json_object_get(p, "type");
+        if (t && !type_matches(v, t)) {
+                char want[160];
+                type_describe(t, want, sizeof(want));
+                return al_error(err, -EINVAL, NULL, "tool '%s': %s must be %s, got %s", name, where,
+                                want, value_type(v));
+        }
+        const json_t *e = json_object_get(p, "enum");
+        if (e) {
+                bool found = false;
+                size_t j;
+                const json_t *c;
+                json_array_foreach ((json_t *)e, j, c) {
+                        found |= json_equal((json_t *)c, (json_t *)v);
+                }
+                if (!found) {
+                        _cleanup_free_ char *choices =
+                            json_dumps(e, JSON_COMPACT | JSON_ENCODE_ANY);
+                        return al_error(err, -EINVAL, NULL, "tool '%s': %s must be one of %.300s",
+                                        name, where, choices ? choices : "the enum");
+                }
+        }
+        const json_t *items = json_object_get(p, "items");
+        if (json_is_array(v) && json_is_object(items) && depth < TOOLS_MAX_SCHEMA_DEPTH) {
+                size_t i;
+                const json_t *item;
+                json_array_foreach ((json_t *)v, i, item) {
+                        char inner[256];
+                        snprintf(inner, sizeof(inner), "%.200s item %zu", where, i);
+                        int r = value_check(name, inner, items, item, depth + 1, err);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
 int tools_validate(const tool_info *tool, const json_t *args, airlock_error *err)
 {
         const char *name = tool->name;
@@ -802,30 +863,11 @@ int tools_validate(const tool_info *tool, const json_t *args, airlock_error *err
                                         "tool '%s': unknown argument '%.100s' (expected: %s)", name,
                                         key, known);
                 }
-                const json_t *t = json_object_get(p, "type");
-                if (t && !type_matches(v, t)) {
-                        char want[160];
-                        type_describe(t, want, sizeof(want));
-                        return al_error(err, -EINVAL, NULL,
-                                        "tool '%s': argument '%s' must be %s, got %s", name, key,
-                                        want, value_type(v));
-                }
-                const json_t *e = json_object_get(p, "enum");
-                if (e) {
-                        bool found = false;
-                        size_t j;
-                        const json_t *c;
-                        json_array_foreach ((json_t *)e, j, c) {
-                                found |= json_equal((json_t *)c, (json_t *)v);
-                        }
-                        if (!found) {
-                                _cleanup_free_ char *choices =
-                                    json_dumps(e, JSON_COMPACT | JSON_ENCODE_ANY);
-                                return al_error(err, -EINVAL, NULL,
-                                                "tool '%s': argument '%s' must be one of %.300s",
-                                                name, key, choices ? choices : "the enum");
-                        }
-                }
+                char where[160];
+                snprintf(where, sizeof(where), "argument '%.100s'", key);
+                int rc = value_check(name, where, p, v, 0, err);
+                if (rc < 0)
+                        return rc;
         }
         return 0;
 }

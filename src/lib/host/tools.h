@@ -9,11 +9,12 @@
 
 #include "airlock.h"
 
-#define TOOLS_MAX_PAYLOAD (1u << 20)  /* arguments of one call, as JSON */
-#define TOOLS_MAX_RESULT  (16u << 20) /* stdout of a command tool */
-#define TOOLS_MAX_TOOLS   256
-#define TOOLS_MAX_FILE    (1u << 20)  /* a tools file */
-#define TOOLS_MAX_STDERR  (64u << 10) /* stderr of a command tool kept for the message */
+#define TOOLS_MAX_PAYLOAD      (1u << 20)  /* arguments of one call, as JSON */
+#define TOOLS_MAX_RESULT       (16u << 20) /* stdout of a command tool */
+#define TOOLS_MAX_TOOLS        256
+#define TOOLS_MAX_FILE         (1u << 20)  /* a tools file */
+#define TOOLS_MAX_STDERR       (64u << 10) /* stderr of a command tool kept for the message */
+#define TOOLS_MAX_SCHEMA_DEPTH 16          /* nested "items" a value is checked through */
 
 typedef struct tool_info {
         char *name;

@@ -1,4 +1,5 @@
-/* cgroup v1 (memory and pids hierarchies) and v2 support for per-run limits.
+/* cgroup v1 (memory and pids hierarchies, and cpuacct for the CPU time where
+ * it is mounted) and v2 support for per-run limits and usage.
  * Files are opened relative to directory fds of cgroups we created. */
 #include "sandbox/cgroup.h"
 
@@ -183,10 +184,54 @@ static void sweep_stale(int parentfd)
         closedir(d);
 }
 
+/* Makes the sandbox's cgroup in hierarchy i (its parent open), owned by
+ * the guest ids, with the template's child "tpl". */
+static int make_hierarchy(cg_sandbox *cg, int i, uid_t uid, gid_t gid)
+{
+        if (cg->parentfd[i] >= 0)
+                sweep_stale(cg->parentfd[i]);
+        if (cg->parentfd[i] < 0 || mkdirat(cg->parentfd[i], cg->name, 0755) < 0)
+                return -1;
+        cg->dirfd[i] =
+            openat(cg->parentfd[i], cg->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (cg->dirfd[i] < 0)
+                return -1;
+        /* The template makes the copies' cgroups here, as the guest ids; on
+         * v2 it also moves copies between two children, which takes write
+         * access to this cgroup's procs file. */
+        if (fchown(cg->dirfd[i], uid, gid) < 0)
+                return -1;
+        if (cg->v2 && (write_at(cg->dirfd[i], "cgroup.subtree_control", "+memory +pids") < 0 ||
+                       fchownat(cg->dirfd[i], "cgroup.procs", uid, gid, 0) < 0))
+                return -1;
+        if (mkdirat(cg->dirfd[i], "tpl", 0755) < 0)
+                return -1;
+        cg->tplfd[i] = openat(cg->dirfd[i], "tpl", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return cg->tplfd[i] < 0 ? -1 : 0;
+}
+
+/* Gives up the v1 cpuacct hierarchy (index 2), which only measures: the
+ * limits hold without it. */
+static void drop_cpuacct(cg_sandbox *cg)
+{
+        if (cg->tplfd[2] >= 0)
+                close(cg->tplfd[2]);
+        if (cg->dirfd[2] >= 0) {
+                remove_cgroup(cg->dirfd[2], "tpl");
+                close(cg->dirfd[2]);
+        }
+        if (cg->parentfd[2] >= 0) {
+                remove_cgroup(cg->parentfd[2], cg->name);
+                close(cg->parentfd[2]);
+        }
+        cg->dirfd[2] = cg->parentfd[2] = cg->tplfd[2] = -1;
+        cg->n = 2;
+}
+
 void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim, uid_t uid, gid_t gid)
 {
         memset(cg, 0, sizeof(*cg));
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < CG_HIERARCHIES; i++)
                 cg->dirfd[i] = cg->parentfd[i] = cg->tplfd[i] = -1;
         if (geteuid() != 0)
                 return;
@@ -199,6 +244,11 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim, uid_t uid, gid_t
                 cg->parentfd[0] = open_parent("/sys/fs/cgroup/memory", "memory");
                 cg->parentfd[1] = open_parent("/sys/fs/cgroup/pids", "pids");
                 cg->n = 2;
+                /* cpuacct gives the run's CPU time in ns; it may be mounted
+                 * alone or with cpu. */
+                if (stat("/sys/fs/cgroup/cpuacct/cpuacct.usage", &st) == 0 &&
+                    (cg->parentfd[2] = open_parent("/sys/fs/cgroup/cpuacct", "cpuacct")) >= 0)
+                        cg->n = 3;
         } else if (stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
                 cg->parentfd[0] = open_parent("/sys/fs/cgroup", "");
                 cg->n = 1;
@@ -207,29 +257,13 @@ void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim, uid_t uid, gid_t
                 return;
         }
         for (int i = 0; i < cg->n; i++) {
-                if (cg->parentfd[i] >= 0)
-                        sweep_stale(cg->parentfd[i]);
-                if (cg->parentfd[i] < 0 || mkdirat(cg->parentfd[i], cg->name, 0755) < 0)
-                        goto fail;
-                cg->dirfd[i] = openat(cg->parentfd[i], cg->name,
-                                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (cg->dirfd[i] < 0)
-                        goto fail;
-                /* The template makes the copies' cgroups here, as the guest
-                 * ids; on v2 it also moves copies between two children,
-                 * which takes write access to this cgroup's procs file. */
-                if (fchown(cg->dirfd[i], uid, gid) < 0)
-                        goto fail;
-                if (cg->v2 &&
-                    (write_at(cg->dirfd[i], "cgroup.subtree_control", "+memory +pids") < 0 ||
-                     fchownat(cg->dirfd[i], "cgroup.procs", uid, gid, 0) < 0))
-                        goto fail;
-                if (mkdirat(cg->dirfd[i], "tpl", 0755) < 0)
-                        goto fail;
-                cg->tplfd[i] =
-                    openat(cg->dirfd[i], "tpl", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (cg->tplfd[i] < 0)
-                        goto fail;
+                if (make_hierarchy(cg, i, uid, gid) == 0)
+                        continue;
+                if (i == 2) {
+                        drop_cpuacct(cg);
+                        break;
+                }
+                goto fail;
         }
         /* The template: one interpreter and the copies it has just started,
          * before each moves itself into its own cgroup. */
@@ -261,7 +295,7 @@ fail:
 
 void cg_sandbox_destroy(cg_sandbox *cg)
 {
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < CG_HIERARCHIES; i++) {
                 if (cg->tplfd[i] >= 0)
                         close(cg->tplfd[i]);
                 if (cg->dirfd[i] >= 0) {
@@ -358,5 +392,11 @@ void cg_copy_usage(const cg_sandbox *cg, unsigned seq, uint64_t *ret_cpu_us, uin
                 *ret_mem_peak = cg_read_number(d, "memory.peak", NULL);
         } else {
                 *ret_mem_peak = cg_read_number(d, "memory.max_usage_in_bytes", NULL);
+                _cleanup_close_ int c =
+                    cg->n > 2 ? openat(cg->dirfd[2], name,
+                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                              : -1;
+                uint64_t ns = c >= 0 ? cg_read_number(c, "cpuacct.usage", NULL) : UINT64_MAX;
+                *ret_cpu_us = ns != UINT64_MAX ? ns / 1000 : UINT64_MAX;
         }
 }

@@ -19,12 +19,12 @@
 typedef struct cg_sandbox {
         bool enabled;
         bool v2;
-        int n;             /* hierarchies in use: 1 (v2) or 2 (v1 memory, pids) */
-        int dirfd[2];      /* the sandbox's cgroup in each hierarchy */
-        int parentfd[2];   /* its parent, for removal */
-        int tplfd[2];      /* the template's cgroup "tpl" below it */
-        unsigned max_copy; /* the highest copy cgroup number c<N> the host saw */
-        char name[64];     /* its name there */
+        int n; /* hierarchies in use: 1 (v2), 2 (v1 memory, pids) or 3 (and cpuacct) */
+        int dirfd[CG_HIERARCHIES];    /* the sandbox's cgroup in each hierarchy */
+        int parentfd[CG_HIERARCHIES]; /* its parent, for removal */
+        int tplfd[CG_HIERARCHIES];    /* the template's cgroup "tpl" below it */
+        unsigned max_copy;            /* the highest copy cgroup number c<N> the host saw */
+        char name[64];                /* its name there */
 } cg_sandbox;
 
 /* Creates the sandbox's cgroups, with the template's limits from lim,
@@ -40,11 +40,11 @@ uint64_t cg_oom_kills(int fd);
 /* Removes the cgroup c<seq> of a copy that is gone (reaped). */
 int cg_sandbox_remove_copy(const cg_sandbox *cg, unsigned seq);
 /* What the copy cgroup c<seq> has used: its CPU time in microseconds (v2
- * cpu.stat usage_usec) and its peak memory in bytes (v2 memory.peak, v1
- * memory.max_usage_in_bytes). Pages the copy shares with the template are
- * charged to the template's cgroup, so the peak is the copy's own. Each is
- * UINT64_MAX where it cannot be read (no cgroups, v1 without cpuacct, a
- * kernel without memory.peak). */
+ * cpu.stat usage_usec, v1 cpuacct.usage in ns) and its peak memory in bytes
+ * (v2 memory.peak, v1 memory.max_usage_in_bytes). Pages the copy shares
+ * with the template are charged to the template's cgroup, so the peak is
+ * the copy's own. Each is UINT64_MAX where it cannot be read (no cgroups,
+ * v1 without a cpuacct hierarchy, a kernel without memory.peak). */
 void cg_copy_usage(const cg_sandbox *cg, unsigned seq, uint64_t *ret_cpu_us,
                    uint64_t *ret_mem_peak);
 /* Removes the cgroups, the copies' included; every process in them must

@@ -15,6 +15,7 @@
  * path), and the run's status comes from how the copy ended, not from what
  * it claimed, except where the copy is known to outlive the claim.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -133,6 +134,7 @@ typedef struct run_state {
                 uint64_t cpu_before_us; /* UINT64_MAX: unknown */
                 uint64_t cpu_after_us;  /* without a cgroup: read before the reap */
                 bool cpu_cgroup;
+                bool cpu_fine;     /* without a cgroup: schedstat was read */
                 uint64_t uss_peak; /* sampled; UINT64_MAX: never sampled */
                 uint64_t next_sample;
         } use;
@@ -140,12 +142,65 @@ typedef struct run_state {
 
 /* ---- the usage record --------------------------------------------------- */
 
-/* The CPU time of the copy's pid and its reaped children, in
- * microseconds, from /proc/PID/stat (utime, stime, cutime, cstime), or
- * UINT64_MAX. */
-static uint64_t proc_cpu_us(pid_t pid)
+/* Milliseconds since t0, rounded to microseconds: the clock's figure past
+ * that is noise, and a rounded value prints short in JSON (with
+ * AL_JSON_REALS: 17.296, not 17.295583000000001). */
+static double ms_since(uint64_t t0)
+{
+        return (double)((al_now_ns() - t0 + 500) / 1000) / 1e3;
+}
+
+/* The run time of the threads of process pid now, in nanoseconds: the sum
+ * of the first field of /proc/PID/task/TID/schedstat (the scheduler's own
+ * account, in ns), or UINT64_MAX where it cannot be read (a kernel without
+ * schedstats). Threads that ended are not in it. */
+static uint64_t proc_threads_ns(pid_t pid)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return UINT64_MAX;
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return UINT64_MAX;
+        }
+        uint64_t sum = 0;
+        bool any = false;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                char file[64], buf[128];
+                snprintf(file, sizeof(file), "%.20s/schedstat", de->d_name);
+                _cleanup_close_ int fd = openat(dirfd(d), file, O_RDONLY | O_CLOEXEC);
+                ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+                if (n <= 0)
+                        continue;
+                buf[n] = '\0';
+                unsigned long long v;
+                if (sscanf(buf, "%llu", &v) == 1) {
+                        sum += v;
+                        any = true;
+                }
+        }
+        closedir(d);
+        return any ? sum : UINT64_MAX;
+}
+
+/* The CPU time of the copy's pid and its reaped children, in microseconds,
+ * or UINT64_MAX; *fine tells whether the copy's own part came from
+ * schedstat (ns) rather than clock ticks alone. /proc/PID/stat has the
+ * process's time (utime + stime, every thread's, those that ended too) and
+ * its reaped children's (cutime + cstime) only in clock ticks (10 ms): a
+ * short run would read 0. schedstat has the live threads' time in ns: the
+ * copy's own part is the larger of the two (ticks truncate; schedstat
+ * misses threads that ended), the children's stays in ticks. */
+static uint64_t proc_cpu_us(pid_t pid, bool *fine)
 {
         char path[64], buf[1024];
+        *fine = false;
         snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
@@ -159,7 +214,15 @@ static uint64_t proc_cpu_us(pid_t pid)
                          &t[0], &t[1], &t[2], &t[3]) != 4)
                 return UINT64_MAX;
         long hz = sysconf(_SC_CLK_TCK);
-        return (t[0] + t[1] + t[2] + t[3]) * 1000000ull / (uint64_t)(hz > 0 ? hz : 100);
+        uint64_t tick_us = 1000000ull / (uint64_t)(hz > 0 ? hz : 100);
+        uint64_t own = (t[0] + t[1]) * tick_us, children = (t[2] + t[3]) * tick_us;
+        uint64_t threads = proc_threads_ns(pid);
+        if (threads != UINT64_MAX) {
+                *fine = true;
+                if (threads / 1000 > own)
+                        own = threads / 1000;
+        }
+        return own + children;
 }
 
 /* The copy's private memory now (smaps_rollup's Private_Clean,
@@ -194,7 +257,8 @@ static void usage_begin(run_state *run)
         uint64_t cpu, peak;
         cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, &peak);
         run->use.cpu_cgroup = cpu != UINT64_MAX;
-        run->use.cpu_before_us = run->use.cpu_cgroup ? cpu : proc_cpu_us(run->c->pid);
+        run->use.cpu_before_us =
+            run->use.cpu_cgroup ? cpu : proc_cpu_us(run->c->pid, &run->use.cpu_fine);
         run->use.cpu_after_us = UINT64_MAX;
         run->use.uss_peak = UINT64_MAX;
         run->use.next_sample = 0;
@@ -227,8 +291,8 @@ static void usage_add_tool(run_state *run, const char *name, uint64_t t0, bool o
                 run->use.tools_omitted++;
                 return;
         }
-        v[run->use.n_tools++] = (airlock_tool_record){
-            .name = n, .duration_ms = (double)(al_now_ns() - t0) / 1e6, .ok = ok};
+        v[run->use.n_tools++] =
+            (airlock_tool_record){.name = n, .duration_ms = ms_since(t0), .ok = ok};
 }
 
 static void usage_add_http(run_state *run, const gateway_record *g, uint64_t t0)
@@ -256,7 +320,7 @@ static void usage_add_http(run_state *run, const gateway_record *g, uint64_t t0)
             .bytes_sent = g->bytes_sent,
             .bytes_received = g->bytes_received,
             .allowed = g->allowed,
-            .duration_ms = (double)(al_now_ns() - t0) / 1e6,
+            .duration_ms = ms_since(t0),
         };
 }
 
@@ -273,7 +337,9 @@ static void usage_end(run_state *run, airlock_result *res)
         if (cpu != UINT64_MAX && run->use.cpu_before_us != UINT64_MAX &&
             cpu >= run->use.cpu_before_us) {
                 u->cpu_ms = (double)(cpu - run->use.cpu_before_us) / 1e3;
-                u->cpu_source = run->use.cpu_cgroup ? "cgroup" : "proc";
+                u->cpu_source = run->use.cpu_cgroup ? "cgroup"
+                                : run->use.cpu_fine ? "schedstat"
+                                                    : "proc";
         }
         if (peak != UINT64_MAX) {
                 u->peak_private_bytes = peak;
@@ -746,7 +812,7 @@ static void run_reap(run_state *run, siginfo_t *si)
         copy *c = run->c;
         /* The copy's CPU time, while its zombie still has it. */
         if (!run->use.cpu_cgroup)
-                run->use.cpu_after_us = proc_cpu_us(c->pid);
+                run->use.cpu_after_us = proc_cpu_us(c->pid, &run->use.cpu_fine);
         if (run->exited) {
                 int w;
                 while ((w = waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, si,
@@ -939,7 +1005,7 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
         }
         if (run->c->input_upper >= 0)
                 run_input_changes(run, res);
-        res->duration_ms = (double)(al_now_ns() - run->t0) / 1e6;
+        res->duration_ms = ms_since(run->t0);
         usage_end(run, res);
         res->usage.wall_ms = res->duration_ms;
         *ret = res;

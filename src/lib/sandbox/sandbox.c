@@ -299,12 +299,13 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
                 json_array_append_new(fds, json_boolean(sb->pypath_fd[i] >= 0));
         }
         _cleanup_json_ json_t *j =
-            json_pack("{s:b, s:b, s:b, s:I, s:I, s:i, s:b, s:o, s:o, s:o, s:O}", "has_input",
+            json_pack("{s:b, s:b, s:b, s:I, s:I, s:i, s:b, s:b, s:o, s:o, s:o, s:O}", "has_input",
                       has_input, "input_writable", sb->cfg->input_writable, "input_tree",
                       input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
                       (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
-                      "auto_figures", !sb->cfg->no_auto_figures, "preloads", pre, "python_paths",
-                      paths, "python_path_fds", fds, "sys_path", sb->sys_path);
+                      "cgroup_cpu", sb->cg.enabled && !sb->cg.v2 && sb->cg.n > 2, "auto_figures",
+                      !sb->cfg->no_auto_figures, "preloads", pre, "python_paths", paths,
+                      "python_path_fds", fds, "sys_path", sb->sys_path);
         if (!j || limits_to_json(&l, j) < 0)
                 return NULL;
         return json_dumps(j, JSON_COMPACT);
@@ -353,7 +354,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 int ctl = fcntl(ctl_tpl, F_DUPFD, top);
                 int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, top) : -1;
                 int rq = fcntl(req_tpl, F_DUPFD, top);
-                int cg[2] = {-1, -1};
+                int cg[CG_HIERARCHIES] = {-1, -1, -1};
                 for (int i = 0; sb->cg.enabled && i < sb->cg.n; i++)
                         if ((cg[i] = fcntl(sb->cg.dirfd[i], F_DUPFD, top)) < 0)
                                 _exit(127);
@@ -375,8 +376,9 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 } else {
                         close(TEMPLATE_INPUT_FD);
                 }
-                const int cg_fixed[2] = {TEMPLATE_CG_FD, TEMPLATE_CG2_FD};
-                for (int i = 0; i < 2; i++) {
+                const int cg_fixed[CG_HIERARCHIES] = {TEMPLATE_CG_FD, TEMPLATE_CG2_FD,
+                                                      TEMPLATE_CG3_FD};
+                for (int i = 0; i < CG_HIERARCHIES; i++) {
                         if (cg[i] < 0)
                                 close(cg_fixed[i]);
                         else if (dup2(cg[i], cg_fixed[i]) < 0)
@@ -790,7 +792,7 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
         sb->ctl = -1;
         sb->req_w = -1;
         sb->tpl_pid = -1;
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < CG_HIERARCHIES; i++)
                 sb->cg.dirfd[i] = sb->cg.parentfd[i] = sb->cg.tplfd[i] = -1;
         pthread_mutex_init(&sb->lock, NULL);
         /* The guest's ids map to an unprivileged host id: ourselves when we

@@ -416,10 +416,11 @@ static int build_description(const airlock_config *cfg, const json_t *inv, char 
         dynbuf_init(&b, DESCRIBE_CAP);
         int r = dynbuf_appendf(
             &b,
-            "Run Python 3 code in an isolated sandbox and return what it prints. Every "
-            "call starts from a fresh interpreter: variables, imports and files do not "
-            "survive from one call to the next. The code runs as a script, so the value "
-            "of the last expression is not returned: print() what you need. Output files "
+            "Run Python 3 code in an isolated sandbox and return what it prints. A call "
+            "without a session starts from a fresh interpreter: variables, imports and "
+            "files do not survive from one such call to the next, and the code runs as a "
+            "script, so the value of the last expression is not returned: print() what "
+            "you need. Output files "
             "go to /output. The interpreter is Python %d.%d with its standard library and "
             "the Python packages installed on the host; nothing can be installed at run "
             "time.\n",
@@ -474,9 +475,9 @@ static int build_instructions(const airlock_config *cfg, char **ret, airlock_err
                 "sandbox.\n"
                 "- Prefer one execute_code call per request: read the inputs, call the tools, "
                 "compute and write the results in a single program rather than in many small "
-                "calls. Nothing survives from one call to the next.\n"
-                "- print() every result you need: the value of the last expression is not "
-                "returned.\n"
+                "calls. Without a session, nothing survives from one call to the next.\n"
+                "- print() every result you need: without a session, the value of the last "
+                "expression is not returned.\n"
                 "- Write large results (tables, images, reports) to files in /output instead "
                 "of printing them; they are returned as attachments.\n");
         if (r >= 0 && (cfg->workspace || cfg->n_mounts))

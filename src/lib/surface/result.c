@@ -165,7 +165,7 @@ json_t *result_usage_json(const airlock_usage *u)
 char *airlock_usage_to_json(const airlock_result *r)
 {
         json_t *o = r ? result_usage_json(&r->usage) : NULL;
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        char *s = o ? json_dumps(o, JSON_COMPACT | AL_JSON_REALS) : NULL;
         json_decref(o);
         return s;
 }
@@ -284,7 +284,7 @@ char *airlock_result_to_json(const airlock_result *r)
         json_t *root = result_json(r);
         if (!root)
                 return NULL;
-        char *s = json_dumps(root, JSON_COMPACT);
+        char *s = json_dumps(root, JSON_COMPACT | AL_JSON_REALS);
         json_decref(root);
         return s;
 }

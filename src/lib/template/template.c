@@ -140,6 +140,7 @@ static void read_params(struct template_state *tpl)
         params.guest_uid = (uid_t)json_integer_value(json_object_get(j, "guest_uid"));
         params.guest_gid = (gid_t)json_integer_value(json_object_get(j, "guest_gid"));
         params.cgroup = (int)json_integer_value(json_object_get(j, "cgroup"));
+        params.cgroup_cpu = params.cgroup == 1 && json_is_true(json_object_get(j, "cgroup_cpu"));
         params.auto_figures = !json_is_false(json_object_get(j, "auto_figures"));
         params.input_writable = json_is_true(json_object_get(j, "input_writable"));
         params.preloads = string_array(json_object_get(j, "preloads"), &params.n_preloads);
@@ -189,7 +190,7 @@ static void spawn_copy(struct template_state *tpl)
                 report_no_copy(tpl, errno, "cannot create the channel");
                 return;
         }
-        _cleanup_close_pair_ int procs[2] = {-1, -1};
+        _cleanup_close_cg_ int procs[CG_HIERARCHIES] = {-1, -1, -1};
         _cleanup_close_ int oomfd = -1;
         int pidfd = -1;
         unsigned seq = 0;
@@ -223,7 +224,7 @@ static void spawn_copy(struct template_state *tpl)
         int saved = errno;
         guest_after_fork_parent();
         /* The copy's ends of its cgroup.procs files are its own now. */
-        tpl_close_pair(procs);
+        tpl_close_cg(procs);
         if (pid < 0) {
                 report_no_copy(tpl, saved, "cannot start a copy");
                 /* Nothing of the cgroup stays open when it is removed. */

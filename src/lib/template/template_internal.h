@@ -95,7 +95,18 @@ static inline void tpl_closedirp(DIR **d)
                 errno = saved;
         }
 }
+/* The fds of a copy's cgroups, one per hierarchy (CG_HIERARCHIES). */
+static inline void tpl_close_cg(int fds[CG_HIERARCHIES])
+{
+        for (int i = 0; i < CG_HIERARCHIES; i++)
+                fds[i] = tpl_close(fds[i]);
+}
+static inline void tpl_close_cgp(int (*fds)[CG_HIERARCHIES])
+{
+        tpl_close_cg(*fds);
+}
 #define _cleanup_close_pair_ _cleanup_(tpl_close_pairp)
+#define _cleanup_close_cg_   _cleanup_(tpl_close_cgp)
 #define _cleanup_closedir_   _cleanup_(tpl_closedirp)
 
 /* A range of pages a copy will touch, learned from the probe. */
@@ -188,7 +199,7 @@ struct template_state {
 /* A fresh copy, in the namespaces spawn_copy gave it: sets itself up,
  * reports ready to the host with its /output fd, and serves it. */
 _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
-                             const int procs[2]);
+                             const int procs[CG_HIERARCHIES]);
 
 /* --- tpl_prefault.c --- */
 
@@ -251,9 +262,10 @@ int tpl_enter_own_user_namespace(void);
 
 /* In the template: the next copy's cgroup, and the files the copy and the
  * host need of it. */
-int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2], int *ret_oom);
+int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[CG_HIERARCHIES],
+                    int *ret_oom);
 /* In a new copy, first of all: joins its cgroup. */
-int tpl_cgroup_join(const int procs[2]);
+int tpl_cgroup_join(const int procs[CG_HIERARCHIES]);
 /* The host is done with copy seq's cgroup. */
 void tpl_cgroup_done(struct template_state *tpl, uint32_t seq);
 /* Removes the cgroup of a copy that never reached the host. */

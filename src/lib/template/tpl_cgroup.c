@@ -26,11 +26,17 @@
  * of one sandbox never share a limit and one run's memory hog ends only
  * itself. The move is in the copy's preparation, off a run's path. */
 
-static int cg_dirs(const struct template_state *tpl, int dirs[2])
+/* The hierarchies the copies' cgroups are made in: v2's one directory, or
+ * v1's memory, pids and (where the host found it) cpuacct, whose
+ * cpuacct.usage gives the run's CPU time in ns. */
+static int cg_dirs(const struct template_state *tpl, int dirs[CG_HIERARCHIES])
 {
         dirs[0] = tpl->params.cgroup ? TEMPLATE_CG_FD : -1;
         dirs[1] = tpl->params.cgroup == 1 ? TEMPLATE_CG2_FD : -1;
-        return tpl->params.cgroup == 1 ? 2 : tpl->params.cgroup == 2 ? 1 : 0;
+        dirs[2] = tpl->params.cgroup_cpu ? TEMPLATE_CG3_FD : -1;
+        return tpl->params.cgroup == 1   ? (tpl->params.cgroup_cpu ? 3 : 2)
+               : tpl->params.cgroup == 2 ? 1
+                                         : 0;
 }
 
 static int cg_write(int dirfd, const char *file, const char *text)
@@ -46,7 +52,7 @@ static bool cg_remove_now(const struct template_state *tpl, uint32_t seq)
 {
         char name[24];
         snprintf(name, sizeof(name), "c%u", (unsigned)seq);
-        int dirs[2], n = cg_dirs(tpl, dirs);
+        int dirs[CG_HIERARCHIES], n = cg_dirs(tpl, dirs);
         bool done = true;
         for (int i = 0; i < n; i++)
                 if (unlinkat(dirs[i], name, AT_REMOVEDIR) < 0 && errno != ENOENT)
@@ -86,14 +92,14 @@ void tpl_cgroup_remove(const struct template_state *tpl, unsigned seq)
  * tpl_cgroup_make). On failure everything it opened is closed again, on
  * its return, so before the caller removes the cgroup; ret_procs and
  * ret_oom are then left untouched. */
-static int cgroup_open(const struct template_state *tpl, const int dirs[2], int n, unsigned seq,
-                       int ret_procs[2], int *ret_oom)
+static int cgroup_open(const struct template_state *tpl, const int dirs[CG_HIERARCHIES], int n,
+                       unsigned seq, int ret_procs[CG_HIERARCHIES], int *ret_oom)
 {
         char name[24], mem[32], pids[32];
         snprintf(name, sizeof(name), "c%u", seq);
         snprintf(mem, sizeof(mem), "%llu", (unsigned long long)tpl->params.limits.memory_bytes);
         snprintf(pids, sizeof(pids), "%u", tpl->params.limits.pids + CG_PIDS_SLACK);
-        _cleanup_close_pair_ int cg[2] = {-1, -1};
+        _cleanup_close_cg_ int cg[CG_HIERARCHIES] = {-1, -1, -1};
         int r = 0;
         for (int i = 0; i < n && r >= 0; i++) {
                 /* A cgroup of that name that is already there is not ours
@@ -127,14 +133,14 @@ static int cgroup_open(const struct template_state *tpl, const int dirs[2], int 
                 if (oom < 0)
                         r = -errno;
         }
-        _cleanup_close_pair_ int procs[2] = {-1, -1};
+        _cleanup_close_cg_ int procs[CG_HIERARCHIES] = {-1, -1, -1};
         for (int i = 0; i < n && r >= 0; i++)
                 if ((procs[i] = openat(cg[i], "cgroup.procs", O_WRONLY | O_CLOEXEC)) < 0)
                         r = -errno;
         if (r < 0)
                 return r;
-        ret_procs[0] = TAKE_FD(procs[0]);
-        ret_procs[1] = TAKE_FD(procs[1]);
+        for (int i = 0; i < CG_HIERARCHIES; i++)
+                ret_procs[i] = TAKE_FD(procs[i]);
         *ret_oom = TAKE_FD(oom);
         return 0;
 }
@@ -144,9 +150,10 @@ static int cgroup_open(const struct template_state *tpl, const int dirs[2], int 
  * whose OOM kill count the host reads after the run. Without cgroups,
  * *ret_seq is 0 and nothing is opened. On failure the cgroup is removed
  * again and procs and ret_oom are left untouched. */
-int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2], int *ret_oom)
+int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[CG_HIERARCHIES],
+                    int *ret_oom)
 {
-        int dirs[2], n = cg_dirs(tpl, dirs);
+        int dirs[CG_HIERARCHIES], n = cg_dirs(tpl, dirs);
         if (n == 0)
                 return 0;
         unsigned seq = ++tpl->copy_cgroup_seq;
@@ -161,10 +168,10 @@ int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[2],
 
 /* In a new copy, first of all: moves itself into its cgroup, then makes
  * its cgroup namespace, so that the guest sees that cgroup as its root. */
-int tpl_cgroup_join(const int procs[2])
+int tpl_cgroup_join(const int procs[CG_HIERARCHIES])
 {
         int r = 0;
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < CG_HIERARCHIES; i++) {
                 if (procs[i] < 0)
                         continue;
                 if (r >= 0 && al_write_full(procs[i], "0", 1) < 0)

@@ -145,7 +145,7 @@ static void mount_writable_input(const struct template_state *tpl, int chan, int
  * fd, drops every privilege, loads the seccomp filter, and waits for code.
  * Everything here runs before any guest code. */
 _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
-                             const int procs[2])
+                             const int procs[CG_HIERARCHIES])
 {
         const airlock_limits *lim = &tpl->params.limits;
         /* Into the copy's own cgroup before it allocates anything, so that
