@@ -44,8 +44,6 @@ typedef struct entry {
         bool busy;
         bool closing;   /* close when the cell in progress ends */
         bool cancelled; /* the call in progress was cancelled: the next one waits for it */
-        bool measure;   /* a cell ended: the memory it holds is to be measured */
-        bool measuring; /* ... by the sweeper, now */
         struct entry *next;
 } entry;
 
@@ -73,7 +71,6 @@ struct mcp_sessions {
         tombstone dead[TOMBSTONES];
         unsigned n_dead; /* total written; the ring holds the last TOMBSTONES */
         bool stopping;
-        unsigned to_measure; /* entries with measure set */
         pthread_t sweeper;
         bool sweeper_started;
         char instance[MCP_INSTANCE_MAX + 1]; /* named in new handles; "" on stdio */
@@ -133,10 +130,6 @@ static entry *find_locked(mcp_sessions *m, const char *handle, const char *owner
 
 static void unlink_locked(mcp_sessions *m, entry *e, const char *why)
 {
-        if (e->measure) {
-                e->measure = false;
-                m->to_measure--;
-        }
         for (entry **p = &m->head; *p; p = &(*p)->next)
                 if (*p == e) {
                         *p = e->next;
@@ -267,51 +260,12 @@ static void *sweep_main(void *arg)
                 struct timespec ts;
                 clock_gettime(CLOCK_MONOTONIC, &ts);
                 ts.tv_sec += (time_t)SWEEP_PERIOD_S;
-                if (!m->to_measure)
-                        pthread_cond_timedwait(&m->changed, &m->lock, &ts);
+                pthread_cond_timedwait(&m->changed, &m->lock, &ts);
                 entry *doomed = NULL;
-                /* The memory a session holds is measured here, beside the
-                 * answer to the cell that just ended rather than before it:
-                 * reading the page tables of the interpreter and its copy
-                 * takes half a millisecond. The next call of that session
-                 * waits for the verdict. */
-                for (entry *e = m->head, *next; e && !m->stopping; e = next) {
-                        next = e->next;
-                        if (!e->measure || e->busy)
-                                continue;
-                        e->measure = false;
-                        e->measuring = true;
-                        m->to_measure--;
-                        pthread_mutex_unlock(&m->lock);
-                        uint64_t held = 0;
-                        int r = airlock_session_memory(e->s, &held, NULL);
-                        pthread_mutex_lock(&m->lock);
-                        e->measuring = false;
-                        /* The list may have changed meanwhile: scan again
-                         * (the flags cleared above end the scan). */
-                        next = m->head;
-                        if (e->closing) {
-                                /* session_close came meanwhile and left
-                                 * the closing to this thread. */
-                                e->next = doomed;
-                                doomed = e;
-                        } else if (r >= 0 && held > m->caps.max_memory) {
-                                char why[160];
-                                snprintf(why, sizeof(why),
-                                         "closed: it held %llu MiB between calls, more than the "
-                                         "cap of %llu MiB (--session-memory)",
-                                         (unsigned long long)(held >> 20),
-                                         (unsigned long long)(m->caps.max_memory >> 20));
-                                unlink_locked(m, e, why);
-                                e->next = doomed;
-                                doomed = e;
-                        }
-                        pthread_cond_broadcast(&m->changed);
-                }
                 uint64_t now = now_ns();
                 for (entry *e = m->head, *next; e; e = next) {
                         next = e->next;
-                        if (e->busy || e->measure)
+                        if (e->busy)
                                 continue;
                         char why[160];
                         if (expired_locked(m, e, now, why, sizeof(why))) {
@@ -603,10 +557,6 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                                       "of the session to copy");
         pthread_mutex_lock(&m->lock);
         entry *e = find_locked(m, handle, owner);
-        while (e && !e->busy && (e->measure || e->measuring) && m->sweeper_started) {
-                pthread_cond_wait(&m->changed, &m->lock);
-                e = find_locked(m, handle, owner);
-        }
         /* As for a cell: a cancelled call's rollback is waited for. */
         while (e && e->busy && e->cancelled) {
                 pthread_cond_wait(&m->changed, &m->lock);
@@ -630,7 +580,7 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                 return mcp_tool_error(msg);
         }
         char why[160];
-        if (!e->measuring && expired_locked(m, e, now_ns(), why, sizeof(why))) {
+        if (expired_locked(m, e, now_ns(), why, sizeof(why))) {
                 unlink_locked(m, e, why);
                 pthread_mutex_unlock(&m->lock);
                 entry_close(e);
@@ -695,7 +645,7 @@ static json_t *session_close(mcp_sessions *m, const json_t *args, const char *ow
                 return unknown_handle(m, handle, owner);
         }
         unlink_locked(m, e, "closed (session_close)");
-        bool busy = e->busy || e->measuring;
+        bool busy = e->busy;
         if (busy)
                 e->closing = true; /* the cell in progress closes it */
         pthread_mutex_unlock(&m->lock);
@@ -738,11 +688,6 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
                                       "from session_open");
         pthread_mutex_lock(&m->lock);
         entry *e = find_locked(m, h, owner);
-        /* The memory the last cell left is measured first (sweep_main). */
-        while (e && !e->busy && (e->measure || e->measuring) && m->sweeper_started) {
-                pthread_cond_wait(&m->changed, &m->lock);
-                e = find_locked(m, h, owner);
-        }
         /* A cancelled call's cell is being rolled back: this call waits for
          * it rather than be refused as "running another call". */
         while (e && e->busy && e->cancelled) {
@@ -759,7 +704,7 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
                 return mcp_tool_error(msg);
         }
         char why[160];
-        if (e && !e->measuring && expired_locked(m, e, now_ns(), why, sizeof(why))) {
+        if (e && expired_locked(m, e, now_ns(), why, sizeof(why))) {
                 unlink_locked(m, e, why);
                 pthread_mutex_unlock(&m->lock);
                 entry_close(e);
