@@ -150,7 +150,7 @@ CLI_CORE_OBJ := $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ))
 $(BUILD)/tests/test_mcp_core: tests/sandbox/test_mcp_core.c $(CLI_CORE_OBJ) $(BUILD)/libairlock.a | build/.deps-check
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	@$(CC) $(CFLAGS) -Itests -Isrc/cli -Isrc/mcp -o $@ $< $(CLI_CORE_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) \
+	@$(CC) $(CFLAGS) -Itests -Isrc/cli -Isrc/mcp -DREPO_DIR='"$(CURDIR)"' -o $@ $< $(CLI_CORE_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) \
 		$(LIBS) $(CLI_LIBS) -lcmocka
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libairlock.a | build/.deps-check
 	$(call link_test,-lcmocka)

@@ -48,6 +48,7 @@
 #include "mcp.h"
 #include "mcp_core.h"
 #include "mcp_session.h"
+#include "tools.h"
 
 #define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
 #define MCP_MAX_CALLS 64          /* tools/call in progress at once */
@@ -85,8 +86,7 @@ typedef struct cfg_version {
         unsigned refs; /* under srv->cfg_lock */
         airlock_config *cfg;
         bool owns_cfg; /* the first version's belongs to the command's options */
-        json_t *tool;  /* the execute_code entry of tools/list */
-        json_t *tools; /* every entry of tools/list */
+        json_t *tools; /* every entry of tools/list (tools.c) */
         char *instructions;
         uint64_t max_stdout; /* the configured cap of stdout and stderr */
 } cfg_version;
@@ -207,7 +207,6 @@ static void version_free(cfg_version *v)
         if (!v)
                 return;
         json_decref(v->tools);
-        json_decref(v->tool);
         free(v->instructions);
         if (v->owns_cfg)
                 airlock_config_free(v->cfg);
@@ -1106,18 +1105,18 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                            "tools/call: params.name must be a string");
                 return false;
         }
-        if (mcp_sessions_is_tool(name)) {
-                reply(srv, rq,
-                      mcp_sessions_call(srv->sessions, name, json_object_get(params, "arguments"),
-                                        rq->sink ? rq->sink->owner : NULL),
-                      false);
+        const mcp_tool *t = mcp_tool_find(name);
+        if (!t) {
+                char msg[512];
+                mcp_tool_unknown(name, msg, sizeof(msg));
+                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS, "%s", msg);
                 return false;
         }
-        if (strcmp(name, "execute_code") != 0) {
-                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                           "Unknown tool: %.200s (this server has "
-                           "execute_code, session_open, session_fork and session_close)",
-                           name);
+        if (t->call) {
+                reply(srv, rq,
+                      mcp_tool_call(t, srv->sessions, json_object_get(params, "arguments"),
+                                    rq->sink ? rq->sink->owner : NULL),
+                      false);
                 return false;
         }
         /* Bad arguments are a tool error, not a protocol error, so the model
@@ -1635,26 +1634,15 @@ static int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_vers
         json_array_foreach (json_object_get(d, "warnings"), i, w)
                 fprintf(stderr, "%s: warning: %s\n", server_name(srv), json_string_value(w));
         v->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
-        /* No outputSchema: a client that sees one hands its model the
-         * structured result instead of the content (Mastra), so images and
-         * files would not reach it. The run record is in the result's _meta. */
-        v->tool = json_pack(
-            "{s:s, s:s, s:O, s:O, s:{s:s, s:b, s:b, s:b, s:b}, s:{s:O}}", "name", "execute_code",
-            "title", "Execute Python code", "description", json_object_get(d, "description"),
-            "inputSchema", json_object_get(d, "input_schema"), "annotations", "title",
-            "Execute Python code", "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
-            "openWorldHint", airlock_config_allow_count(cfg) > 0, "_meta",
-            "dev.airlock/approval_mode", json_object_get(d, "approval_mode"));
+        v->tools = mcp_tools_list(srv->sessions, d, airlock_config_allow_count(cfg) > 0);
         json_decref(d);
         airlock_limits lim;
         airlock_config_get_limits(cfg, &lim);
         v->max_stdout = lim.max_stdout;
-        v->tools = json_array();
-        if (!v->instructions || !v->tool || !v->tools || json_array_append(v->tools, v->tool) < 0) {
+        if (!v->instructions || !v->tools) {
                 version_free(v);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
-        mcp_sessions_add_tools(srv->sessions, v->tool, v->tools);
         *ret = v;
         return 0;
 }

@@ -349,26 +349,8 @@ void mcp_sessions_free(mcp_sessions *m)
 
 /* ---- the tools --------------------------------------------------------- */
 
-bool mcp_sessions_is_tool(const char *name)
+json_t *mcp_sessions_open_description(const mcp_sessions *m)
 {
-        return strcmp(name, "session_open") == 0 || strcmp(name, "session_close") == 0 ||
-               strcmp(name, "session_fork") == 0;
-}
-
-void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t *tools)
-{
-        json_t *props = json_object_get(json_object_get(execute_code, "inputSchema"), "properties");
-        if (props)
-                json_object_set_new(
-                    props, "session",
-                    json_pack("{s:s, s:s}", "type", "string", "description",
-                              "Optional: a handle from session_open or session_fork. The code "
-                              "then runs in "
-                              "that session's state, as a notebook cell: the variables and "
-                              "imports of earlier calls are there, and the value of a final "
-                              "expression is shown. Without it, every call is a fresh, "
-                              "isolated run of a script, and a final expression shows "
-                              "nothing."));
         char open_desc[3072];
         snprintf(open_desc, sizeof(open_desc),
                  "Opens a Python session that keeps its state across execute_code calls, like a "
@@ -400,42 +382,7 @@ void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t 
                  "Close it with session_close when done.",
                  m->caps.max_sessions, m->caps.idle_s / 60, m->caps.lifetime_s / 3600,
                  (unsigned long long)(m->caps.max_memory >> 20));
-        json_array_append_new(
-            tools,
-            json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
-                      "session_open", "title", "Open a Python session", "description", open_desc,
-                      "inputSchema", "type", "object", "properties", "additionalProperties", 0,
-                      "annotations", "title", "Open a Python session", "readOnlyHint", 0,
-                      "destructiveHint", 0, "idempotentHint", 0, "openWorldHint", 0));
-        json_array_append_new(
-            tools,
-            json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s], s:b}, s:{s:s, s:b, "
-                      "s:b, s:b, s:b}}",
-                      "name", "session_close", "title", "Close a Python session", "description",
-                      "Closes a session opened with session_open and frees its memory; its "
-                      "variables are gone and its handle is no longer valid.",
-                      "inputSchema", "type", "object", "properties", "session", "type", "string",
-                      "description", "The handle session_open returned.", "required", "session",
-                      "additionalProperties", 0, "annotations", "title", "Close a Python session",
-                      "readOnlyHint", 0, "destructiveHint", 1, "idempotentHint", 1, "openWorldHint",
-                      0));
-        json_array_append_new(
-            tools,
-            json_pack(
-                "{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s], s:b}, s:{s:s, s:b, "
-                "s:b, s:b, s:b}}",
-                "name", "session_fork", "title", "Fork a Python session", "description",
-                "Copies a session into a new one, in milliseconds, whatever its size: the new "
-                "handle starts with the session's variables, imports and objects, and from "
-                "then on each has its own (a change or a rollback in one is not seen in the "
-                "other). Both stay open; pass the new handle to execute_code. The two "
-                "share the files in /tmp and /output (their calls run one at a time), "
-                "the workspace, and one memory limit; the fork counts as a session and "
-                "expires when the original would.",
-                "inputSchema", "type", "object", "properties", "session", "type", "string",
-                "description", "The handle of the session to copy.", "required", "session",
-                "additionalProperties", 0, "annotations", "title", "Fork a Python session",
-                "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0, "openWorldHint", 0));
+        return json_string(open_desc);
 }
 
 static json_t *text_result(const char *text, const char *handle)
@@ -657,24 +604,19 @@ static json_t *session_close(mcp_sessions *m, const json_t *args, const char *ow
         return text_result(msg, handle);
 }
 
-json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args, const char *owner)
+json_t *mcp_sessions_open(mcp_sessions *m, const json_t *args, const char *owner)
 {
-        const char *key;
-        const json_t *v;
-        bool open = strcmp(name, "session_open") == 0;
-        json_object_foreach ((json_t *)args, key, v) {
-                if (open || strcmp(key, "session") != 0) {
-                        char msg[300];
-                        snprintf(msg, sizeof(msg), "%s has no argument \"%.200s\"%s", name, key,
-                                 open ? "; it takes none" : "; it takes only \"session\"");
-                        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-                        return mcp_tool_error(clean ? clean : msg);
-                }
-        }
-        if (open)
-                return session_open(m, owner);
-        return strcmp(name, "session_fork") == 0 ? session_fork(m, args, owner)
-                                                 : session_close(m, args, owner);
+        return session_open(m, owner);
+}
+
+json_t *mcp_sessions_fork(mcp_sessions *m, const json_t *args, const char *owner)
+{
+        return session_fork(m, args, owner);
+}
+
+json_t *mcp_sessions_close(mcp_sessions *m, const json_t *args, const char *owner)
+{
+        return session_close(m, args, owner);
 }
 
 /* ---- execute_code in a session ----------------------------------------- */

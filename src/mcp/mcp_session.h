@@ -34,19 +34,18 @@ void mcp_sessions_set_config_source(mcp_sessions *m,
  * has cancelled), then frees the table. Before the cache is closed. */
 void mcp_sessions_free(mcp_sessions *m);
 
-/* Adds the "session" argument to execute_code's input schema (whose
- * description says what a session changes; the tool's description, the
- * library's, stays as it is), and appends the session tools to tools (a
- * JSON array of tool entries). */
-void mcp_sessions_add_tools(const mcp_sessions *m, json_t *execute_code, json_t *tools);
-bool mcp_sessions_is_tool(const char *name);
+/* The description of session_open, which names the caps. */
+json_t *mcp_sessions_open_description(const mcp_sessions *m);
 /* The longest owner (mcp_sink.owner) a session or a stored run records. */
 #ifndef MCP_OWNER_MAX
 #define MCP_OWNER_MAX 31
 #endif
-/* A call of a session tool: the CallToolResult. owner (NULL on stdio) is
- * who calls: a session is found only by the owner that opened it. */
-json_t *mcp_sessions_call(mcp_sessions *m, const char *name, const json_t *args, const char *owner);
+/* The session tools (their rows in tools.c): the CallToolResult, once
+ * args are checked against the tool's schema. owner (NULL on stdio) is who
+ * calls: a session is found only by the owner that opened it. */
+json_t *mcp_sessions_open(mcp_sessions *m, const json_t *args, const char *owner);
+json_t *mcp_sessions_fork(mcp_sessions *m, const json_t *args, const char *owner);
+json_t *mcp_sessions_close(mcp_sessions *m, const json_t *args, const char *owner);
 
 /* execute_code with a session: begin resolves the handle and marks the
  * session busy (NULL and *ret set), or returns the tool error to answer

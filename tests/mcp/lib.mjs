@@ -12,6 +12,9 @@ export const ROOT = path.resolve(here, '..', '..');
 export const AIRLOCK = process.env.AIRLOCK || path.join(ROOT, 'build', 'airlock');
 export const FIXTURES = path.join(here, 'fixtures');
 export const TOOLS_FILE = path.join(FIXTURES, 'tools.json');
+// The server's own tools, in tools/list's order: test_mcp_core checks this
+// fixture against the server's tool table (src/mcp/tools.c).
+export const SERVER_TOOLS = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'server-tools.json'), 'utf8'));
 
 // The processes below pid, found through /proc: its children, and every
 // process below it.

@@ -13,7 +13,7 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { AIRLOCK, ROOT, RawPeer, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir, withPeer } from './lib.mjs';
+import { AIRLOCK, ROOT, RawPeer, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir, withPeer, SERVER_TOOLS } from './lib.mjs';
 
 const MODERN = '2026-07-28';
 const PV = 'io.modelcontextprotocol/protocolVersion';
@@ -86,7 +86,7 @@ async function inspectorRound(era, expectEra) {
   const s1 = loggedServer();
   const list = parseInspector(await inspector(era, 'tools/list', [], s1), `${era} tools/list`);
   const tools = list.tools || (list.result && list.result.tools);
-  assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close', 'session_fork'], `${era}: tools`);
+  assertEqual(tools.map((t) => t.name), SERVER_TOOLS, `${era}: tools`);
   const s2 = loggedServer();
   const call = parseInspector(await inspector(era, 'tools/call',
     ['--tool-name', 'execute_code', '--tool-args-json', JSON.stringify({ code: PRINT_CODE })], s2), `${era} tools/call`);
@@ -117,7 +117,7 @@ async function aiSdkRound(discovery, expectEra) {
   });
   try {
     const tools = await client.tools();
-    assertEqual(Object.keys(tools), ['execute_code', 'session_open', 'session_close', 'session_fork'], 'tools');
+    assertEqual(Object.keys(tools), SERVER_TOOLS, 'tools');
     const out = await tools.execute_code.execute({ code: PRINT_CODE }, { toolCallId: 'c1', messages: [] });
     assertEqual(out.isError, false, 'isError');
     assertIncludes(out.content.map((c) => c.text || '').join('\n'), EXPECTED, 'content');
@@ -138,7 +138,7 @@ async function mastraRound(protocolVersion, expectEra) {
   const mcp = new MCPClient({ id: `eras-${nlog}`, servers: { airlock: def }, timeout: 120000 });
   try {
     const tools = await mcp.listTools();
-    assertEqual(Object.keys(tools), ['airlock_execute_code', 'airlock_session_open', 'airlock_session_close', 'airlock_session_fork'], 'tools');
+    assertEqual(Object.keys(tools), SERVER_TOOLS.map((n) => `airlock_${n}`), 'tools');
     const versions = mcp.getServerProtocolVersions();
     if (expectEra === 'modern') assertEqual(versions.airlock, MODERN, 'negotiated version');
     else assert(versions.airlock && versions.airlock < MODERN, `negotiated version ${versions.airlock}`);
@@ -162,7 +162,7 @@ async function langchainRound() {
   });
   try {
     const tools = await client.getTools();
-    assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close', 'session_fork'], 'tools');
+    assertEqual(tools.map((t) => t.name), SERVER_TOOLS, 'tools');
     const out = await tools[0].invoke({ code: PRINT_CODE });
     assertIncludes(JSON.stringify(out), EXPECTED, 'result');
   } finally {
@@ -190,7 +190,7 @@ const tests = [
 
   ['raw: requests of 2026-07-28 need no handshake and carry its fields', () => withPeer([], async (p) => {
     const list = await p.request('tools/list', { _meta: envelope() }, 'l1');
-    assertEqual(list.result.tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close', 'session_fork'], 'tools');
+    assertEqual(list.result.tools.map((t) => t.name), SERVER_TOOLS, 'tools');
     assertEqual([list.result.resultType, list.result.ttlMs, list.result.cacheScope], ['complete', 0, 'private'], 'list fields');
     assertEqual(list.result.tools[0]._meta, { 'dev.airlock/approval_mode': 'never_require' }, 'the tool\'s reverse-DNS _meta');
     const call = await p.request('tools/call', { name: 'execute_code', arguments: { code: PRINT_CODE }, _meta: envelope() }, 'c1', 120000);

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { AIRLOCK, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir } from './lib.mjs';
+import { AIRLOCK, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir, SERVER_TOOLS } from './lib.mjs';
 
 const TOKEN = `tok-${crypto.randomBytes(12).toString('hex')}`;
 const AUTH = { Authorization: `Bearer ${TOKEN}` };
@@ -89,7 +89,7 @@ const tests = [
     try {
       assertEqual(c.getServerVersion().name, 'airlock', 'server name');
       const { tools } = await c.listTools();
-      assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close', 'session_fork'], 'tool names');
+      assertEqual(tools.map((t) => t.name), SERVER_TOOLS, 'tool names');
       let r = await c.callTool({ name: 'execute_code', arguments: { code: 'print(6 * 7)' } }, undefined, CALL_OPTS);
       assertEqual(r.content, [{ type: 'text', text: '42\n' }], 'stdout');
       r = await c.callTool({ name: 'execute_code', arguments: { code: FIGURE_CODE } }, undefined, CALL_OPTS);

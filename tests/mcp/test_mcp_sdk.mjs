@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { AIRLOCK, TOOLS_FILE, assert, assertEqual, assertIncludes, makeWorkspace, rmrf, runTests } from './lib.mjs';
+import { AIRLOCK, TOOLS_FILE, assert, assertEqual, assertIncludes, makeWorkspace, rmrf, runTests, SERVER_TOOLS } from './lib.mjs';
 
 const ws = makeWorkspace();
 let client;
@@ -84,7 +84,7 @@ const tests = [
 
   ['tools/list: execute_code with the generated description, and the session tools', async () => {
     const { tools } = await client.listTools();
-    assertEqual(tools.map((t) => t.name), ['execute_code', 'session_open', 'session_close', 'session_fork'], 'tool names');
+    assertEqual(tools.map((t) => t.name), SERVER_TOOLS, 'tool names');
     const t = tools[0];
     assertIncludes(t.description, 'compute', 'description');
     assertIncludes(t.description, 'operation (string, required)', 'description');

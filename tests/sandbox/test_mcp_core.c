@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "mcp_core.h"
+#include "tools.h"
 
 /* Collects what the server sends for one request. */
 typedef struct test_sink {
@@ -170,6 +171,52 @@ static void test_tools_list_names_every_tool_once(void **state)
         json_decref(r);
 }
 
+/* The tests' fixture of the server's tools (tests/mcp/fixtures/
+ * server-tools.json, which the SDK and client tests compare tools/list
+ * with) is the tool table's, in its order, and tools/list serves exactly
+ * that. */
+static void test_the_fixture_is_the_tool_table(void **state)
+{
+        json_error_t jerr;
+        json_t *fixture =
+            json_load_file(REPO_DIR "/tests/mcp/fixtures/server-tools.json", 0, &jerr);
+        assert_non_null(fixture);
+        size_t n = 0;
+        for (const mcp_tool *t; (t = mcp_tool_at(n)); n++)
+                assert_string_equal(json_string_value(json_array_get(fixture, n)), t->name);
+        assert_int_equal(json_array_size(fixture), n);
+        json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\"}");
+        json_t *tools = walk(r, "result.tools");
+        assert_int_equal(json_array_size(tools), n);
+        for (size_t i = 0; i < n; i++)
+                assert_string_equal(text_at(json_array_get(tools, i), "name"),
+                                    json_string_value(json_array_get(fixture, i)));
+        /* The unknown-tool message names them all. */
+        char msg[512];
+        mcp_tool_unknown("nope", msg, sizeof(msg));
+        for (size_t i = 0; i < n; i++)
+                assert_non_null(strstr(msg, mcp_tool_at(i)->name));
+        json_decref(r);
+        json_decref(fixture);
+}
+
+/* A session tool refuses an argument its schema does not name, saying
+ * which it takes. */
+static void test_session_tools_check_their_arguments(void **state)
+{
+        json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"tools/call\",\"params\":"
+                            "{\"name\":\"session_open\",\"arguments\":{\"x\":1}}}");
+        assert_true(json_is_true(walk(r, "result.isError")));
+        assert_non_null(strstr(text_at(r, "result.content.0.text"),
+                               "session_open has no argument \"x\"; it takes none"));
+        json_decref(r);
+        r = request("{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":"
+                    "{\"name\":\"session_close\",\"arguments\":{\"session\":\"s\",\"y\":2}}}");
+        assert_non_null(strstr(text_at(r, "result.content.0.text"),
+                               "session_close has no argument \"y\"; it takes only \"session\""));
+        json_decref(r);
+}
+
 static void test_errors_of_json_rpc(void **state)
 {
         json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"no/such\"}");
@@ -209,6 +256,8 @@ int main(void)
             cmocka_unit_test(test_initialize_and_ping),
             cmocka_unit_test(test_tools_list_names_every_tool_once),
             cmocka_unit_test(test_errors_of_json_rpc),
+            cmocka_unit_test(test_the_fixture_is_the_tool_table),
+            cmocka_unit_test(test_session_tools_check_their_arguments),
             cmocka_unit_test(test_execute_code_runs),
         };
         return cmocka_run_group_tests(tests, setup, teardown);

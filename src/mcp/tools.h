@@ -1,0 +1,53 @@
+/* The MCP server's tools, as one table (tools.c): tools/list, the dispatch
+ * of tools/call, the message for an unknown tool and the argument checks
+ * of the session tools come from it, and test_mcp_core checks the tests'
+ * fixture (tests/mcp/fixtures/tools.json) against it. Adding a tool is a
+ * row and its handler here, the fixture, and its contract in
+ * docs/design.md. */
+#ifndef AIRLOCK_MCP_TOOLS_H
+#define AIRLOCK_MCP_TOOLS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "mcp_session.h"
+
+typedef struct mcp_tool {
+        const char *name;
+        const char *title;
+        /* The annotations (MCP's hints to a client). openWorldHint is
+         * computed for execute_code: whether the allow-list names any
+         * target. */
+        bool read_only, destructive, idempotent;
+        /* inputSchema as a JSON literal, or NULL for execute_code, whose
+         * schema and description are the library's (airlock_describe). */
+        const char *schema;
+        /* The description, or NULL when describe makes it (it depends on
+         * the server's caps) or the library does (execute_code). */
+        const char *description;
+        json_t *(*describe)(const mcp_sessions *m);
+        /* Answers a call at once; NULL for execute_code, which the core
+         * runs on a worker (mcp.c). args is checked against the schema's
+         * properties first. */
+        json_t *(*call)(mcp_sessions *m, const json_t *args, const char *owner);
+} mcp_tool;
+
+/* The tool called name, or NULL. */
+const mcp_tool *mcp_tool_find(const char *name);
+/* The i-th tool in the table's (and tools/list's) order, or NULL past the
+ * last. */
+const mcp_tool *mcp_tool_at(size_t i);
+/* "Unknown tool: NAME (this server has A, B, C and D)" into buf. */
+void mcp_tool_unknown(const char *name, char *buf, size_t size);
+/* The tools/list entries: execute_code's from the library's description
+ * (desc, the object of airlock_describe_json) with the session argument
+ * added to its schema, then the others from the table. NULL when out of
+ * memory. */
+json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world);
+/* Answers a call of a tool with a call handler: the arguments checked
+ * against its schema's properties (one clear tool error naming the first
+ * one it does not take), then the handler. */
+json_t *mcp_tool_call(const mcp_tool *t, mcp_sessions *m, const json_t *args, const char *owner);
+
+#endif
