@@ -63,16 +63,18 @@ static void sink_free(test_sink *t)
 }
 
 static mcp_server *srv;
+/* The command's options: its configuration belongs to them, not to the
+ * server, and is freed after it. */
+static cli_options opts;
 
 static int setup(void **state)
 {
         char name[] = "mcp";
         char *argv[] = {name, NULL};
-        cli_options o;
         airlock_error err = {0};
-        assert_int_equal(cli_parse_options(1, argv, CLI_MCP, &o, &err), 0);
+        assert_int_equal(cli_parse_options(1, argv, CLI_MCP, &opts, &err), 0);
         mcp_core_options co = {.stateless = true};
-        int r = mcp_core_new(o.cfg, &o.caps, &co, &srv, &err);
+        int r = mcp_core_new(opts.cfg, &opts.caps, &co, &srv, &err);
         if (r < 0 && err.kind == AIRLOCK_ERROR_SANDBOX) {
                 print_message("no sandbox here: %s\n", err.message);
                 mcp_core_free(srv);
@@ -87,6 +89,7 @@ static int teardown(void **state)
 {
         if (srv)
                 mcp_core_free(srv);
+        cli_options_free(&opts);
         return 0;
 }
 
