@@ -261,14 +261,14 @@ $(BUILD)/airlock.pc: Makefile include/airlock.h $(BUILD)/airlock.pc.vars
 	   echo 'Libs: -L$${libdir} -lairlock'; } > $@.tmp && mv $@.tmp $@
 
 # The man page and the bash completion, written by the program from its
-# option table; docs/cli.md too (`make docs`, committed, checked by
+# option table; docs/options.md too (`make docs`, committed, checked by
 # tests/blackbox/test_cli.py).
 $(BUILD)/airlock.1: $(BUILD)/airlock
 	@$(BUILD)/airlock help --man > $@.tmp && mv $@.tmp $@
 $(BUILD)/airlock.bash: $(BUILD)/airlock
 	@$(BUILD)/airlock help --bash > $@.tmp && mv $@.tmp $@
 docs: $(BUILD)/airlock
-	$(BUILD)/airlock help --markdown > docs/cli.md
+	$(BUILD)/airlock help --markdown > docs/options.md
 .PHONY: docs
 
 install: all $(BUILD)/airlock.pc $(BUILD)/airlock.1 $(BUILD)/airlock.bash

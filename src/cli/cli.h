@@ -32,7 +32,7 @@ void cli_options_free(cli_options *o);
 void cli_usage(cli_command cmd, FILE *f);
 void cli_usage_main(FILE *f);
 /* The option table as a man page (roff), as the Markdown table of
- * docs/cli.md, and as a bash completion script. */
+ * docs/options.md, and as a bash completion script. */
 void cli_print_man(FILE *f);
 void cli_print_markdown(FILE *f);
 void cli_print_bash(FILE *f);

@@ -1,7 +1,7 @@
 /* The command line's options, written once. Every command's --help, the
  * parser's getopt table and its unknown-option message, the man page
  * (airlock help --man), the shell completion (airlock help --bash) and the
- * options table of docs/cli.md (airlock help --markdown) are generated from
+ * options table of docs/options.md (airlock help --markdown) are generated from
  * it, so that an option cannot be added to one of them and forgotten in the
  * others. The limits' options are the library's (src/lib/config/limits.h,
  * through airlock_limit_option_at): they are listed with the configuration

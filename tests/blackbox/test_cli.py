@@ -1,6 +1,6 @@
 """The command line's one option table (src/cli/option_table.h) as every
 reader gets it: each command's --help, the parser, the refusal of another
-command's option, docs/cli.md, the man page and the bash completion must all
+command's option, docs/options.md, the man page and the bash completion must all
 say the same."""
 import os
 import re
@@ -30,7 +30,7 @@ def test_docs_cli_md_is_the_table():
     with open(os.path.join(ROOT, "docs", "cli.md")) as f:
         committed = f.read()
     assert airlock("help", "--markdown").stdout == committed, \
-        "docs/cli.md is out of date: make docs"
+        "docs/options.md is out of date: make docs"
 
 
 def test_each_help_lists_exactly_its_options():
