@@ -258,9 +258,13 @@ const tests = [
 
   ['cancelling a call stops it and the server keeps serving', async () => {
     const ac = new AbortController();
-    const p = client.callTool({ name: 'execute_code', arguments: { code: 'import time\nprint("started", flush=True)\ntime.sleep(60)' } }, undefined, { signal: ac.signal, timeout: 120000 });
-    // Let the call reach the server before cancelling it.
-    await new Promise((r) => setTimeout(r, 500));
+    // The call is cancelled once its code runs: its first progress
+    // notification carries the line it printed.
+    let running;
+    const started = new Promise((r) => { running = r; });
+    const p = client.callTool({ name: 'execute_code', arguments: { code: 'import time\nprint("started", flush=True)\ntime.sleep(60)' } }, undefined,
+      { signal: ac.signal, timeout: 120000, onprogress: (n) => { if ((n.message || '').includes('started')) running(); } });
+    await started;
     ac.abort('test cancels');
     let error;
     try {
