@@ -213,6 +213,32 @@ def built_helper(name):
     return path
 
 
+def rendezvous():
+    """A loopback server of the test's own: the guest's GET /ready sets
+    `ready`, and its GET /go is answered once the test sets `go`. So the test
+    acts while the guest waits at a known point, however slow the machine."""
+    import http.server
+    import threading
+    ready, go = threading.Event(), threading.Event()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/ready":
+                ready.set()
+            elif self.path == "/go":
+                go.wait(120)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, ready, go
+
+
 def next_run_works():
     """After a hostile scenario, a plain run must still succeed."""
     rc, r = run_json("print(6 * 7)")

@@ -19,7 +19,7 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, airlock, run, tmpdir  # noqa: E402
+from harness import AIRLOCK, airlock, rendezvous, run, tmpdir  # noqa: E402
 
 HTTPD = os.path.join(os.path.dirname(__file__), "..", "helpers", "httpd.py")
 # Every character class a server's encoders treat differently: '/', '+'
@@ -407,32 +407,6 @@ def memory_hits(pid, needle):
     except (FileNotFoundError, ProcessLookupError):
         return 0
     return hits
-
-
-def rendezvous():
-    """A loopback server of the test's own: the guest's GET /ready sets
-    `ready`, and its GET /go is answered once the test sets `go`. So the test
-    acts while the guest waits at a known point, however slow the machine."""
-    import http.server
-    import threading
-    ready, go = threading.Event(), threading.Event()
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            if self.path == "/ready":
-                ready.set()
-            elif self.path == "/go":
-                go.wait(120)
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, ready, go
 
 
 def test_copy_memory_from_the_host_side():

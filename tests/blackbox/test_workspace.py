@@ -9,7 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, mcp_call_params, mcp_result_json, run, tmpdir  # noqa: E402
+from harness import AIRLOCK, mcp_call_params, mcp_result_json, rendezvous, run, tmpdir  # noqa: E402
 
 
 class Mcp:
@@ -263,20 +263,27 @@ def test_a_tree_past_the_watch_cap_is_walked_and_correct():
 
 def test_a_run_sees_the_copy_it_started_with():
     ws = make_ws({"a.txt": "old"})
-    m = Mcp("-w", ws)
+    meet, ready, go = rendezvous()
+    R = f"http://127.0.0.1:{meet.server_address[1]}"
+    m = Mcp("-w", ws, "-a", R)
     try:
         assert listing(m) == {"a.txt": "old"}
-        code = ("import time\n"
-                "time.sleep(1.5)\n"
+        # The run has started (it reached /ready) when the file changes,
+        # and reads it only after (its /go is answered then).
+        code = (f"http_get('{R}/ready')\n"
+                f"http_get('{R}/go')\n"
                 "print(open('/input/a.txt').read())\n")
         m.send("tools/call", mcp_call_params(code))
-        time.sleep(0.5)
+        assert ready.wait(120), "the run never reached /ready"
         with open(os.path.join(ws, "a.txt"), "w") as f:
             f.write("new")
+        go.set()
         r = mcp_result_json(m.read()["result"])
         assert r["stdout"] == "old\n", r
         assert listing(m) == {"a.txt": "new"}
     finally:
+        go.set()
+        meet.shutdown()
         m.close()
 
 
