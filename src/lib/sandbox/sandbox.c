@@ -35,7 +35,9 @@
 #include "sandbox/sandbox.h"
 #include "template/template.h"
 #include "sandbox/selfexe.h"
+#include "core/channel.h"
 #include "core/util.h"
+#include "core/wire.h"
 
 #define MAX_CODE_BYTES    (16u << 20)
 #define TEMPLATE_START_S  120.0
@@ -552,32 +554,39 @@ static int request_copy_later_locked(airlock_sandbox *sb)
         return 0;
 }
 
-/* Raises a process that prepares copies at idle priority (see
- * template.c) to normal priority, because a run is waiting for it. */
-static void raise_priority(pid_t pid)
+/* Tells a copy that is still preparing that a caller waits for it: it
+ * skips the warming passes it has not begun (tpl_copy_main), and reads
+ * the frame as one it ignores once it serves. */
+static void hurry_copy(int chan)
 {
-        struct sched_param sp = {0};
-        if (pid > 0)
-                (void)sched_setscheduler(pid, SCHED_OTHER, &sp);
+        json_t *msg = json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_HURRY);
+        if (msg)
+                (void)channel_send(chan, msg);
+        json_decref(msg);
 }
 
-/* Receives the message that announces a copy on fd, which pid (the
- * template or the copy itself) prepares. It is usually there already, so
- * the first try does not block; otherwise a run is waiting for that
- * process, which is raised from idle priority before the wait, and woken
- * through nudge (the control socket, for the template) if not -1. */
-static ssize_t receive_for_copy(int fd, pid_t pid, int nudge, char *buf, size_t len, int *fds,
-                                size_t max_fds, size_t *ret_nfds)
+/* Receives the message that announces a copy on fd: from the template on
+ * the control socket (nudge, the same socket, wakes it if the request is
+ * still waiting in the request socket) or from the copy itself on its
+ * channel (hurry). It is usually there already, so the first try does not
+ * block; otherwise a run is waiting, which *ret_late tells (may be NULL).
+ * The template and copies run at the host's own priority throughout: a
+ * caller never waits for work that a busy machine could starve. */
+static ssize_t receive_for_copy(int fd, int nudge, bool hurry, char *buf, size_t len, int *fds,
+                                size_t max_fds, size_t *ret_nfds, bool *ret_late)
 {
         ssize_t n = recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
         if (n != -EAGAIN)
                 return n;
+        if (ret_late)
+                *ret_late = true;
         al_watch_fire();
-        raise_priority(pid);
         if (nudge >= 0) {
                 char c = CTL_NUDGE;
                 (void)!send(nudge, &c, 1, MSG_NOSIGNAL);
         }
+        if (hurry)
+                hurry_copy(fd);
         int r = wait_readable(fd, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
         if (r < 0)
                 return r;
@@ -602,8 +611,8 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
 {
         char buf[1100];
         _cleanup_(received_fds_close) received_fds got = {.n = 0};
-        ssize_t n = receive_for_copy(sb->ctl, sb->tpl_pid, sb->ctl, buf, sizeof(buf), got.fd,
-                                     ARRAY_SIZE(got.fd), &got.n);
+        ssize_t n = receive_for_copy(sb->ctl, sb->ctl, false, buf, sizeof(buf), got.fd,
+                                     ARRAY_SIZE(got.fd), &got.n, NULL);
         if (n == -ETIMEDOUT)
                 return al_error(err, -ETIMEDOUT, NULL, "the sandbox did not start a copy in time");
         sb->pending--;
@@ -903,7 +912,8 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
         char tag[512];
         int fds[3] = {-1, -1, -1};
         size_t nfds = 0;
-        ssize_t n = receive_for_copy(c->chan, c->pid, -1, tag, 1, fds, ARRAY_SIZE(fds), &nfds);
+        ssize_t n =
+            receive_for_copy(c->chan, -1, true, tag, 1, fds, ARRAY_SIZE(fds), &nfds, &c->late);
         _cleanup_close_ int outdir = fds[0];
         _cleanup_close_ int upper = fds[1];
         _cleanup_close_ int lower = fds[2];
@@ -995,10 +1005,6 @@ static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                 bool delivered = false, asked = false;
                 r = sbx_copy_wait_ready(c, &outdir, err);
                 if (r >= 0) {
-                        /* The copy waits at idle priority, where the
-                         * code's arrival would not even preempt a busy
-                         * CPU's other work: raise it first. */
-                        raise_priority(c->pid);
                         if (!(opts && opts->last)) {
                                 replenish(sb, true);
                                 asked = true;

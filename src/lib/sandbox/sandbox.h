@@ -29,6 +29,8 @@ typedef struct copy {
          * else -1. */
         int input_upper;
         int input_lower;
+        /* It was not ready yet when the caller took it (sbx_copy_wait_ready). */
+        bool late;
 } copy;
 
 /* airlock_sandbox_new, reusing the staged copy of prev (the sandbox of the

@@ -302,8 +302,6 @@ _Noreturn void template_main(void)
 
         tpl_ctl_send(tpl, CTL_READY);
         for (;;) {
-                /* Again after each copy, in case the host raised it. */
-                tpl_set_policy(SCHED_IDLE);
                 char c = wait_for_work(tpl);
                 unsigned want = requested_copies(tpl) + (c == CTL_SPAWN);
                 for (unsigned i = 0; i < want; i++) {
@@ -324,7 +322,7 @@ _Noreturn void template_main(void)
                                 if (r < 0)
                                         tpl_fail(tpl, r, "python", "%s", errbuf);
                                 tpl->warmed_up = true;
-                                /* At idle priority, off every run's path. */
+                                /* Off every run's path. */
                                 tpl->cache_builder = guest_start_cache_builder();
                                 tpl_settle_cache(tpl);
                         } else if (!tpl->prefault_learned) {

@@ -200,8 +200,6 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
  * its output to /dev/null, so that a copy has touched its pages before
  * the agent's run. */
 void tpl_prewarm_copy(void);
-/* SCHED_IDLE while a copy is prepared, SCHED_OTHER once it serves. */
-void tpl_set_policy(int policy);
 
 /* --- tpl_session.c: the session ops of tpl_serve_host --- */
 

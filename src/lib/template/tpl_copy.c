@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -140,6 +141,15 @@ static void mount_writable_input(const struct template_state *tpl, int chan, int
         *ret_lower = lower;
 }
 
+/* Whether the host has sent anything on the channel yet: before it has
+ * the copy's ready message, only a "hurry" frame, which says a caller
+ * waits for this copy; tpl_serve_host reads and ignores it later. */
+static bool host_waits(int chan)
+{
+        struct pollfd p = {chan, POLLIN, 0};
+        return poll(&p, 1, 0) > 0;
+}
+
 /* A fresh copy: pid 1 of its own PID namespace, in its own mount namespace.
  * It mounts its private /output, /tmp and /proc, hands the host its /output
  * fd, drops every privilege, loads the seccomp filter, and waits for code.
@@ -230,8 +240,10 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 
         /* The first copy is made before the template's own warm-up, for a
          * new sandbox's first run, which is waited for: warming would only
-         * move the same work ahead of it. */
-        for (int pass = 0; tpl->warmed_up && pass < PREWARM_PASSES; pass++)
+         * move the same work ahead of it. Likewise a copy that the host
+         * already waits for (it sent "hurry", see sbx_copy_wait_ready):
+         * a warming pass costs more than the faults it saves the run. */
+        for (int pass = 0; tpl->warmed_up && pass < PREWARM_PASSES && !host_waits(chan); pass++)
                 tpl_prewarm_copy();
 
         /* /output's fd, and with a writable /input its upper dir and
