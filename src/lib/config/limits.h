@@ -66,7 +66,10 @@
         X(tool_timeout_s, D, 30, 0, HUGE_VAL, 0, NULL, SEC, "", 0, "", "")                         \
         X(http_max_request, U64, 16 * LIMIT_MIB, 0, UINT64_MAX, 0, NULL, B, "", 0, "", "")        \
         X(http_max_response, U64, 16 * LIMIT_MIB, 0, UINT64_MAX, 0, NULL, B, "", 0, "", "")       \
-        X(http_timeout_s, D, 30, 0, HUGE_VAL, 0, NULL, SEC, "", 0, "", "")
+        X(http_timeout_s, D, 30, 0, HUGE_VAL, 0, NULL, SEC, "", 0, "", "")                         \
+        /* 1: no burst, one copy ready at a time (sandbox.c) */                                    \
+        X(ready_copies, U32, 4, 1, 64, 0, "ready-copies", N,                                       \
+          "most copies kept ready for a burst of calls", 0, "", "")
 /* clang-format on */
 
 /* The words of the tool description around the limits (describe.c). */

@@ -39,12 +39,17 @@
 #include "core/util.h"
 #include "core/wire.h"
 
-#define MAX_CODE_BYTES    (16u << 20)
-#define TEMPLATE_START_S  120.0
-#define COPY_START_S      30.0
-#define PRESTARTED_COPIES 1
-#define SANDBOX_MIN_FDS   32
-#define MAX_DYING         16
+#define MAX_CODE_BYTES   (16u << 20)
+#define TEMPLATE_START_S 120.0
+#define COPY_START_S     30.0
+/* A pause between two runs longer than this ends a burst: the host keeps
+ * one copy coming again (see want_ready). */
+#define BURST_PAUSE_NS (500ull * 1000 * 1000)
+/* Ready copies together may hold at most this share of the machine's
+ * available memory (1/BURST_MEMORY_SHARE), over the first. */
+#define BURST_MEMORY_SHARE 4
+#define SANDBOX_MIN_FDS    32
+#define MAX_DYING          16
 
 struct airlock_sandbox {
         airlock_config *cfg;
@@ -65,6 +70,15 @@ struct airlock_sandbox {
         copy *ready[8];
         size_t n_ready;
         unsigned pending;
+        /* Bursts: the copies the host keeps coming, started or ready, from
+         * 1 up to the ready_copies limit. Each run that finds its copy not
+         * ready yet (calls come faster than one copy is prepared) adds
+         * one, while the ready copies fit in memory (grow_ready); a pause
+         * of BURST_PAUSE_NS between two runs takes it back to 1 and ends
+         * the copies over it (sbx_take_copy). last_take_ns: when the last
+         * copy was taken. */
+        unsigned want_ready;
+        uint64_t last_take_ns;
         bool broken;
         /* Pids of copies killed after their run, whose exit (the teardown
          * of a whole interpreter, milliseconds here) nobody waits for:
@@ -657,6 +671,96 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         return 0;
 }
 
+/* After a burst: ends the copies that the template has announced over
+ * want_ready, without waiting for one that it has not (those are taken
+ * later). Their memory is the machine's again; their reaping is left to
+ * reap_dying_locked. Caller holds sb->lock. */
+static void trim_ready_locked(airlock_sandbox *sb)
+{
+        while (sb->pending > sb->want_ready) {
+                struct pollfd p = {sb->ctl, POLLIN, 0};
+                copy *c = NULL;
+                if (poll(&p, 1, 0) <= 0 || receive_copy_locked(sb, &c, NULL) < 0)
+                        return;
+                copy_close_locked(sb, c, true);
+        }
+}
+
+/* After a pause of BURST_PAUSE_NS since the last copy was taken: one copy
+ * coming is enough again. Caller holds sb->lock. */
+static void end_burst_locked(airlock_sandbox *sb)
+{
+        if (sb->want_ready <= 1 || al_now_ns() - sb->last_take_ns <= BURST_PAUSE_NS)
+                return;
+        sb->want_ready = 1;
+        trim_ready_locked(sb);
+}
+
+void sbx_sandbox_trim(airlock_sandbox *sb)
+{
+        pthread_mutex_lock(&sb->lock);
+        end_burst_locked(sb);
+        reap_dying_locked(sb, false);
+        pthread_mutex_unlock(&sb->lock);
+}
+
+/* The memory a ready copy holds of its own: its cgroup's charge, or
+ * without one its anonymous resident pages (an upper bound: some are still
+ * shared with the template). 0 when unknown. */
+static uint64_t copy_own_bytes(const airlock_sandbox *sb, const copy *c)
+{
+        uint64_t bytes = 0;
+        if (sbx_copy_memory(sb, c, &bytes) == 0)
+                return bytes;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/statm", (int)c->pid);
+        FILE *f = fopen(path, "re");
+        unsigned long long size, resident, shared;
+        if (f && fscanf(f, "%llu %llu %llu", &size, &resident, &shared) == 3 && resident > shared)
+                bytes = (resident - shared) * (uint64_t)sysconf(_SC_PAGESIZE);
+        if (f)
+                fclose(f);
+        return bytes;
+}
+
+/* The machine's available memory (MemAvailable), or 0 when unknown. */
+static uint64_t available_bytes(void)
+{
+        FILE *f = fopen("/proc/meminfo", "re");
+        char line[128];
+        unsigned long long kib = 0;
+        while (f && fgets(line, sizeof(line), f))
+                if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+                        break;
+        if (f)
+                fclose(f);
+        return (uint64_t)kib << 10;
+}
+
+/* Contract: called when a run found its copy c not ready (calls come
+ * faster than one copy is prepared): keeps one more copy coming, up to the
+ * ready_copies limit and while that many ready copies (each as big as c
+ * was when it became ready) fit in 1/BURST_MEMORY_SHARE of the machine's
+ * available memory. Each copy is capped by the run's limits as ever (its
+ * own cgroup); this caps how many of them wait. */
+static void grow_ready(airlock_sandbox *sb, const copy *c)
+{
+        pthread_mutex_lock(&sb->lock);
+        unsigned want = sb->want_ready + 1;
+        pthread_mutex_unlock(&sb->lock);
+        if (want > sb->cfg->limits.ready_copies)
+                return;
+        /* Read without the lock: a file or two, off every other caller's
+         * path. */
+        uint64_t each = copy_own_bytes(sb, c), avail = available_bytes();
+        if (!each || !avail || (uint64_t)want * each > avail / BURST_MEMORY_SHARE)
+                return;
+        pthread_mutex_lock(&sb->lock);
+        if (sb->want_ready + 1 == want)
+                sb->want_ready = want;
+        pthread_mutex_unlock(&sb->lock);
+}
+
 /* Takes a ready copy (or waits for one) and asks for its successor, so the
  * next run finds a copy already started. */
 int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
@@ -675,6 +779,10 @@ int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
                 r = receive_copy_locked(sb, &c, err);
         else
                 sb->broken = true;
+        if (r >= 0) {
+                end_burst_locked(sb);
+                sb->last_take_ns = al_now_ns();
+        }
 out:
         if (r < 0)
                 r = al_error_as(err, AIRLOCK_ERROR_RUN, r);
@@ -799,6 +907,7 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
         sb->ctl = -1;
         sb->req_w = -1;
         sb->tpl_pid = -1;
+        sb->want_ready = 1;
         for (int i = 0; i < 2; i++)
                 sb->cg.dirfd[i] = sb->cg.parentfd[i] = sb->cg.tplfd[i] = -1;
         pthread_mutex_init(&sb->lock, NULL);
@@ -944,9 +1053,9 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 static void replenish(airlock_sandbox *sb, bool after_exit)
 {
         pthread_mutex_lock(&sb->lock);
-        if (!sb->broken && sb->pending < PRESTARTED_COPIES &&
-            (after_exit ? request_copy_later_locked(sb) : request_copy_locked(sb)) < 0)
-                sb->broken = true;
+        while (!sb->broken && sb->pending < sb->want_ready)
+                if ((after_exit ? request_copy_later_locked(sb) : request_copy_locked(sb)) < 0)
+                        sb->broken = true;
         pthread_mutex_unlock(&sb->lock);
 }
 
@@ -1005,6 +1114,8 @@ static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                 bool delivered = false, asked = false;
                 r = sbx_copy_wait_ready(c, &outdir, err);
                 if (r >= 0) {
+                        if (c->late)
+                                grow_ready(sb, c);
                         if (!(opts && opts->last)) {
                                 replenish(sb, true);
                                 asked = true;

@@ -161,6 +161,10 @@ struct template_state {
          * and the cgroups the host is done with that could not be removed
          * yet (tpl_cgroup_done, tpl_cgroups_retry). */
         unsigned copy_cgroup_seq;
+        /* The read end of the pipe whose write end the copy being prepared
+         * holds until it is ready (spawn_copy, tpl_copy_main), or -1: the
+         * template starts one copy at a time. */
+        int preparing;
         uint32_t pending_rm[MAX_PENDING_RM];
         size_t n_pending_rm;
 
@@ -183,7 +187,7 @@ struct template_state {
 /* A fresh copy, in the namespaces spawn_copy gave it: sets itself up,
  * reports ready to the host with its /output fd, and serves it. */
 _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
-                             const int procs[2]);
+                             const int procs[2], int prep_w);
 
 /* --- tpl_prefault.c --- */
 

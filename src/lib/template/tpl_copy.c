@@ -38,6 +38,8 @@
 #define COPY_MAX_SIGPENDING 256
 #define COPY_MAX_MEMLOCK    (64u << 10)
 #define COPY_MAX_STACK      (8u << 20)
+/* The write end of the template's pipe while the copy is prepared. */
+#define COPY_PREP_FD (COPY_CHANNEL_FD + 1)
 
 static void set_limit(int resource, rlim_t value)
 {
@@ -155,7 +157,7 @@ static bool host_waits(int chan)
  * fd, drops every privilege, loads the seccomp filter, and waits for code.
  * Everything here runs before any guest code. */
 _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
-                             const int procs[2])
+                             const int procs[2], int prep_w)
 {
         const airlock_limits *lim = &tpl->params.limits;
         /* Into the copy's own cgroup before it allocates anything, so that
@@ -164,9 +166,13 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 || dup3(chan, COPY_CHANNEL_FD, O_CLOEXEC) < 0)
                 _exit(126);
         chan = COPY_CHANNEL_FD;
+        /* The template's pipe, closed when this copy is ready: fd 3 is the
+         * template's control socket, so prep_w is never the channel. */
+        if (prep_w != COPY_PREP_FD && dup3(prep_w, COPY_PREP_FD, O_CLOEXEC) < 0)
+                _exit(126);
         /* Nothing of the template's may reach the guest: not the control
          * socket, not other copies' fds. */
-        syscall(SYS_close_range, COPY_CHANNEL_FD + 1, ~0u, 0);
+        syscall(SYS_close_range, COPY_PREP_FD + 1, ~0u, 0);
         tpl->ctl_fd = -1;
         if (r < 0)
                 copy_fail(chan, "cannot join the run's cgroup: %s", strerror(-r));
@@ -246,6 +252,8 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         for (int pass = 0; tpl->warmed_up && pass < PREWARM_PASSES && !host_waits(chan); pass++)
                 tpl_prewarm_copy();
 
+        /* Ready: the template may start the next copy. */
+        close(COPY_PREP_FD);
         /* /output's fd, and with a writable /input its upper dir and
          * lower layer: the guest keeps none of them. */
         if (tpl_send_fds(chan, COPY_READY, NULL, ready_fds, n_ready) < 0)
