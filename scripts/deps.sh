@@ -36,7 +36,9 @@ check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3
             haproxy)
 # The Python package: its extension's headers and build (make python), its tests.
 check_pkgs+=(python3-dev python3-setuptools python3-pytest)
-bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client)
+# linux-perf: where a copy's preparation spends its time (README, "Performance").
+bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client
+            linux-perf)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 
 pkgs=("${build_pkgs[@]}")
