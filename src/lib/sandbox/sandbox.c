@@ -545,7 +545,7 @@ static int stage_inputs(airlock_sandbox *sb, airlock_sandbox *prev, int *ret_fd,
  * holds sb->lock. */
 static int request_copy_locked(airlock_sandbox *sb)
 {
-        char c = CTL_SPAWN;
+        char c = sb->want_ready > 1 ? CTL_SPAWN_BURST : CTL_SPAWN;
         if (send(sb->ctl, &c, 1, MSG_NOSIGNAL) != 1)
                 return -errno;
         sb->pending++;
@@ -561,7 +561,7 @@ static int request_copy_locked(airlock_sandbox *sb)
  * when a run waits for it (CTL_NUDGE). Caller holds sb->lock. */
 static int request_copy_later_locked(airlock_sandbox *sb)
 {
-        char c = CTL_SPAWN;
+        char c = sb->want_ready > 1 ? CTL_SPAWN_BURST : CTL_SPAWN;
         if (send(sb->req_w, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
                 return request_copy_locked(sb);
         sb->pending++;

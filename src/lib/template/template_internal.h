@@ -165,6 +165,10 @@ struct template_state {
          * holds until it is ready (spawn_copy, tpl_copy_main), or -1: the
          * template starts one copy at a time. */
         int preparing;
+        /* Copies asked for without warming passes (CTL_SPAWN_BURST) and
+         * not started yet; skip_warming: the copy being forked is one. */
+        unsigned burst_wanted;
+        bool skip_warming;
         uint32_t pending_rm[MAX_PENDING_RM];
         size_t n_pending_rm;
 
