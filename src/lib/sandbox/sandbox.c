@@ -73,12 +73,16 @@ struct airlock_sandbox {
         /* Bursts: the copies the host keeps coming, started or ready, from
          * 1 up to the ready_copies limit. Each run that finds its copy not
          * ready yet (calls come faster than one copy is prepared) adds
-         * one, while the ready copies fit in memory (grow_ready); a pause
-         * of BURST_PAUSE_NS between two runs takes it back to 1 and ends
-         * the copies over it (sbx_take_copy). last_take_ns: when the last
+         * one, while the ready copies fit in memory (adjust_ready), and each
+         * run that finds it ready takes one off; a pause of BURST_PAUSE_NS
+         * between two runs takes it back to 1 and ends the copies over it
+         * (sbx_take_copy, sbx_sandbox_trim). last_take_ns: when the last
          * copy was taken. */
         unsigned want_ready;
         uint64_t last_take_ns;
+        /* The last run found its copy not ready: the copies asked for now
+         * skip their warming passes (CTL_SPAWN_BURST). */
+        bool last_late;
         bool broken;
         /* Pids of copies killed after their run, whose exit (the teardown
          * of a whole interpreter, milliseconds here) nobody waits for:
@@ -545,7 +549,7 @@ static int stage_inputs(airlock_sandbox *sb, airlock_sandbox *prev, int *ret_fd,
  * holds sb->lock. */
 static int request_copy_locked(airlock_sandbox *sb)
 {
-        char c = sb->want_ready > 1 ? CTL_SPAWN_BURST : CTL_SPAWN;
+        char c = sb->last_late ? CTL_SPAWN_BURST : CTL_SPAWN;
         if (send(sb->ctl, &c, 1, MSG_NOSIGNAL) != 1)
                 return -errno;
         sb->pending++;
@@ -561,7 +565,7 @@ static int request_copy_locked(airlock_sandbox *sb)
  * when a run waits for it (CTL_NUDGE). Caller holds sb->lock. */
 static int request_copy_later_locked(airlock_sandbox *sb)
 {
-        char c = sb->want_ready > 1 ? CTL_SPAWN_BURST : CTL_SPAWN;
+        char c = sb->last_late ? CTL_SPAWN_BURST : CTL_SPAWN;
         if (send(sb->req_w, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
                 return request_copy_locked(sb);
         sb->pending++;
@@ -737,17 +741,23 @@ static uint64_t available_bytes(void)
         return (uint64_t)kib << 10;
 }
 
-/* Contract: called when a run found its copy c not ready (calls come
- * faster than one copy is prepared): keeps one more copy coming, up to the
+/* Contract: called when a run has taken its copy c. When c was ready, one
+ * copy less is kept coming (not under 1); when it was not (calls come
+ * faster than one copy is prepared), one more copy is kept coming, up to the
  * ready_copies limit and while that many ready copies (each as big as c
  * was when it became ready) fit in 1/BURST_MEMORY_SHARE of the machine's
  * available memory. Each copy is capped by the run's limits as ever (its
  * own cgroup); this caps how many of them wait. */
-static void grow_ready(airlock_sandbox *sb, const copy *c)
+static void adjust_ready(airlock_sandbox *sb, const copy *c)
 {
         pthread_mutex_lock(&sb->lock);
+        sb->last_late = c->late;
+        if (!c->late && sb->want_ready > 1)
+                sb->want_ready--;
         unsigned want = sb->want_ready + 1;
         pthread_mutex_unlock(&sb->lock);
+        if (!c->late)
+                return;
         if (want > sb->cfg->limits.ready_copies)
                 return;
         /* Read without the lock: a file or two, off every other caller's
@@ -1114,8 +1124,7 @@ static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                 bool delivered = false, asked = false;
                 r = sbx_copy_wait_ready(c, &outdir, err);
                 if (r >= 0) {
-                        if (c->late)
-                                grow_ready(sb, c);
+                        adjust_ready(sb, c);
                         if (!(opts && opts->last)) {
                                 replenish(sb, true);
                                 asked = true;

@@ -59,6 +59,8 @@
 
 /* The most copies the template tracks at once (live_copies). */
 #define MAX_LIVE_COPIES 4096
+/* The most copies prepared at once, whatever the CPUs. */
+#define MAX_PREPARING 64
 /* The most page ranges a probe's report keeps (tpl_prefault.c). */
 #define PREFAULT_MAX_RANGES 1024
 /* Copies' cgroups that the host is done with but that could not be
@@ -161,10 +163,12 @@ struct template_state {
          * and the cgroups the host is done with that could not be removed
          * yet (tpl_cgroup_done, tpl_cgroups_retry). */
         unsigned copy_cgroup_seq;
-        /* The read end of the pipe whose write end the copy being prepared
-         * holds until it is ready (spawn_copy, tpl_copy_main), or -1: the
-         * template starts one copy at a time. */
-        int preparing;
+        /* The read ends of the pipes whose write ends the copies being
+         * prepared hold until they are ready (spawn_copy, tpl_copy_main):
+         * the template prepares at most max_preparing copies at a time,
+         * one per CPU it may use. */
+        int preparing[MAX_PREPARING];
+        size_t n_preparing, max_preparing;
         /* Copies asked for without warming passes (CTL_SPAWN_BURST) and
          * not started yet; skip_warming: the copy being forked is one. */
         unsigned burst_wanted;
@@ -208,6 +212,9 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
  * its output to /dev/null, so that a copy has touched its pages before
  * the agent's run. */
 void tpl_prewarm_copy(void);
+/* SCHED_BATCH while copies are prepared, the caller's SCHED_OTHER once a
+ * copy serves; nothing where the caller runs with another policy. */
+void tpl_set_preparing(bool preparing);
 
 /* --- tpl_session.c: the session ops of tpl_serve_host --- */
 

@@ -149,7 +149,11 @@ static void mount_writable_input(const struct template_state *tpl, int chan, int
 static bool host_waits(int chan)
 {
         struct pollfd p = {chan, POLLIN, 0};
-        return poll(&p, 1, 0) > 0;
+        if (poll(&p, 1, 0) <= 0)
+                return false;
+        /* Waited for: the rest wakes as the caller's own work would. */
+        tpl_set_preparing(false);
+        return true;
 }
 
 /* A fresh copy: pid 1 of its own PID namespace, in its own mount namespace.

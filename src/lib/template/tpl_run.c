@@ -3,6 +3,7 @@
  * and the warming run a copy goes through before it reports ready. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,30 @@ static json_t *end_frame(const char *status, int exit_code, bool alone)
                          WIRE_KEY_EXIT_CODE, exit_code, WIRE_KEY_ALONE, alone);
 }
 
+/* The caller's policy, which the template inherited from the host: -1
+ * until tpl_set_preparing first reads it. */
+static int caller_policy = -1;
+
+/* Copies are prepared with the caller's weight, never at idle priority,
+ * where other work on the machine starved the preparation and the next
+ * call waited for it (and an unprivileged process cannot leave SCHED_IDLE
+ * again). Where the caller runs as SCHED_OTHER, preparation runs as
+ * SCHED_BATCH, the same weight and nice value, which only does not preempt
+ * a running task when it wakes: a copy's exit and the next copy's fork,
+ * which overlap with the host's capture and answer, then do not cut in on
+ * the host on its CPU. Any process may switch between the two. A copy
+ * serves the host with the caller's own policy (tpl_serve_host), so that
+ * the host's frames wake it at once. */
+void tpl_set_preparing(bool preparing)
+{
+        if (caller_policy < 0)
+                caller_policy = sched_getscheduler(0);
+        if (caller_policy != SCHED_OTHER)
+                return;
+        struct sched_param sp = {0};
+        (void)sched_setscheduler(0, preparing ? SCHED_BATCH : SCHED_OTHER, &sp);
+}
+
 /* After a snapshot op, in whichever process it returned in: the active
  * process that took a cell base copies the pages a run writes (once the
  * host had its moment), so that the next cell does not fault on each; so
@@ -105,7 +130,7 @@ static void after_snapshot(struct template_state *tpl, int chan, enum snapshot_e
  * runs, snapshots and restores until the host closes it. */
 _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
 {
-        bool session = false;
+        bool session = false, first = true;
         frame_reader fr;
         channel_reader_init(&fr, CHANNEL_MAX_FRAME);
         for (;;) {
@@ -114,6 +139,9 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                 _cleanup_json_ json_t *msg = NULL;
                 if (channel_reader_feed(&fr, chan, &msg) != 1)
                         _exit(0); /* the host is gone or closed this copy */
+                if (first)
+                        tpl_set_preparing(false);
+                first = false;
                 const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
                 op = op ? op : "";
                 if (strcmp(op, WIRE_OP_RUN) == 0) {
@@ -137,11 +165,13 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                                 syscall(SYS_close_range, 1, 2, 0);
                         tpl_reply(chan, end_frame(status, exit_code, alone));
                         /* The exit tears down a whole interpreter, a
-                         * millisecond or more of CPU here, at the caller's
-                         * priority: the template starts the next copy only
-                         * once it is over (wait_for_work in template.c),
-                         * and at idle priority a busy machine starved it,
-                         * and with it the next call. */
+                         * millisecond or more of CPU here, with the
+                         * caller's weight: the template starts the next
+                         * copy only once it is over (wait_for_work in
+                         * template.c), and at idle priority a busy machine
+                         * starved it, and with it the next call. */
+                        if (alone)
+                                tpl_set_preparing(true);
                         _exit(exit_code & 0xff);
                 } else if (strcmp(op, WIRE_OP_SESSION) == 0 && !session) {
                         tpl_session_open(tpl, chan);
