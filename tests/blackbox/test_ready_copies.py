@@ -55,14 +55,18 @@ def until(what, cond, limit=60):
 
 
 def test_no_process_of_a_sandbox_prepares_at_idle_priority():
-    # Before, the template and every copy it prepared sat at SCHED_IDLE
-    # (SCHED_BATCH unprivileged) until a call reached the copy: under one
-    # CPU-bound loop per core, print(1) 10 ms apart took 16 ms instead of 1.
+    # Before, where SCHED_IDLE could be left again (root with CAP_SYS_NICE),
+    # the template and every copy it prepared sat at SCHED_IDLE until a
+    # call reached the copy, and any other work on the machine starved the
+    # next copy. Now they prepare with the caller's weight: its own policy,
+    # or SCHED_BATCH for a caller at SCHED_OTHER (the same weight, no
+    # preemption on waking), and its nice value.
     with mcp() as m:
         r = m.call("print(1)")
         assert r["content"][0]["text"] == "1\n", r
         until("the next copy was never started", lambda: copies(m.p.pid))
-        mine = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
+        policy, nice = os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
+        allowed = {policy, os.SCHED_BATCH} if policy == os.SCHED_OTHER else {policy}
         procs = children(m.p.pid)
         assert any(not is_copy for _, is_copy in procs), procs  # the template
         for pid, is_copy in procs:
@@ -70,7 +74,9 @@ def test_no_process_of_a_sandbox_prepares_at_idle_priority():
                 got = (os.sched_getscheduler(pid), os.getpriority(os.PRIO_PROCESS, pid))
             except ProcessLookupError:
                 continue
-            assert got == mine, ("copy" if is_copy else "template", pid, got, mine)
+            what = "copy" if is_copy else "template"
+            assert got[0] in allowed and got[0] != os.SCHED_IDLE, (what, pid, got, policy)
+            assert got[1] == nice, (what, pid, got, nice)
 
 
 def test_a_burst_keeps_more_copies_ready_up_to_the_option_then_one():
