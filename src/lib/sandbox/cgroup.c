@@ -92,17 +92,34 @@ static unsigned long long start_time(int pid)
         return t;
 }
 
+/* Whether cgroup name below parentfd still holds a process: then no wait
+ * will let it be removed (a stale sandbox's cgroup whose template lives
+ * on, say, which made every new sandbox wait 2 s for each). */
+static bool cgroup_has_tasks(int parentfd, const char *name)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", name);
+        int fd = openat(parentfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        char c;
+        ssize_t n = read(fd, &c, 1);
+        close(fd);
+        return n > 0;
+}
+
 /* rmdir of a cgroup whose last task was just reaped, or whose children
  * were just removed, fails with EBUSY until the kernel has taken them
  * offline, which it does after an RCU grace period: milliseconds, and on a
  * busy machine sometimes over 100 ms (a CI run saw a sandbox's cgroup left
  * behind with a 100 ms bound). Nothing tells when; so wait for it, in 2 ms
- * steps, for at most 2 s. A cgroup still left then is removed by the stale
- * sweep of a later process. */
+ * steps, for at most 2 s, unless the cgroup still holds a process. A cgroup
+ * still left then is removed by the stale sweep of a later process. */
 static void remove_cgroup(int parentfd, const char *name)
 {
         for (int i = 0; i < 1000; i++) {
-                if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY)
+                if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY ||
+                    cgroup_has_tasks(parentfd, name))
                         return;
                 usleep(2000);
         }
