@@ -262,8 +262,12 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
              pass++)
                 tpl_prewarm_copy();
 
-        /* Ready: the template may start the next copy. */
+        /* Ready: the template may start the next copy. The host's frame
+         * must wake this copy at once, preempting other work: a copy that
+         * waited as SCHED_BATCH ran a busy machine's call up to a time
+         * slice late. */
         close(COPY_PREP_FD);
+        tpl_set_preparing(false);
         /* /output's fd, and with a writable /input its upper dir and
          * lower layer: the guest keeps none of them. */
         if (tpl_send_fds(chan, COPY_READY, NULL, ready_fds, n_ready) < 0)
