@@ -113,13 +113,15 @@ static bool cgroup_has_tasks(int parentfd, const char *name)
  * offline, which it does after an RCU grace period: milliseconds, and on a
  * busy machine sometimes over 100 ms (a CI run saw a sandbox's cgroup left
  * behind with a 100 ms bound). Nothing tells when; so wait for it, in 2 ms
- * steps, for at most 2 s, unless the cgroup still holds a process. A cgroup
- * still left then is removed by the stale sweep of a later process. */
-static void remove_cgroup(int parentfd, const char *name)
+ * steps, for at most 2 s; a stale sandbox's cgroup (stale) not while it
+ * still holds a process, which no wait ends, where a process of our own
+ * (the cache builder, say) may still be exiting. A cgroup still left then
+ * is removed by the stale sweep of a later process. */
+static void remove_cgroup(int parentfd, const char *name, bool stale)
 {
         for (int i = 0; i < 1000; i++) {
                 if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY ||
-                    cgroup_has_tasks(parentfd, name))
+                    (stale && cgroup_has_tasks(parentfd, name)))
                         return;
                 usleep(2000);
         }
@@ -139,7 +141,7 @@ static DIR *dir_stream(int dirfd)
 /* Removes every cgroup below the one open as dirfd (the template's and
  * the copies', and anything made below them), depth first: a cgroup's only
  * subdirectories are its children. depth bounds the walk. */
-static void remove_children(int dirfd, int depth)
+static void remove_children(int dirfd, int depth, bool stale)
 {
         DIR *d = dir_stream(dirfd);
         if (!d)
@@ -152,10 +154,10 @@ static void remove_children(int dirfd, int depth)
                 int sub =
                     openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (sub >= 0 && depth > 0)
-                        remove_children(sub, depth - 1);
+                        remove_children(sub, depth - 1, stale);
                 if (sub >= 0)
                         close(sub);
-                remove_cgroup(dirfd, de->d_name);
+                remove_cgroup(dirfd, de->d_name, stale);
         }
         closedir(d);
 }
@@ -192,7 +194,7 @@ static void sweep_stale(int parentfd)
                 int dfd =
                     openat(parentfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (dfd >= 0) {
-                        remove_children(dfd, CG_MAX_DEPTH);
+                        remove_children(dfd, CG_MAX_DEPTH, true);
                         close(dfd);
                 }
                 unlinkat(parentfd, de->d_name, AT_REMOVEDIR);
@@ -287,18 +289,18 @@ void cg_sandbox_destroy(cg_sandbox *cg)
                          * them must still leave no cgroup behind. Then
                          * whatever else is there. */
                         char name[24];
-                        remove_cgroup(cg->dirfd[i], "tpl");
+                        remove_cgroup(cg->dirfd[i], "tpl", false);
                         for (unsigned k = 1; k <= cg->max_copy; k++) {
                                 snprintf(name, sizeof(name), "c%u", k);
                                 if (unlinkat(cg->dirfd[i], name, AT_REMOVEDIR) < 0 &&
                                     errno == EBUSY)
-                                        remove_cgroup(cg->dirfd[i], name);
+                                        remove_cgroup(cg->dirfd[i], name, false);
                         }
-                        remove_children(cg->dirfd[i], CG_MAX_DEPTH);
+                        remove_children(cg->dirfd[i], CG_MAX_DEPTH, false);
                         close(cg->dirfd[i]);
                 }
                 if (cg->parentfd[i] >= 0) {
-                        remove_cgroup(cg->parentfd[i], cg->name);
+                        remove_cgroup(cg->parentfd[i], cg->name, false);
                         close(cg->parentfd[i]);
                 }
                 cg->dirfd[i] = cg->parentfd[i] = cg->tplfd[i] = -1;
