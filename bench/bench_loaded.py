@@ -13,7 +13,8 @@ against `bwrap ... python3` running the same code under the same load.
 
 Called by bench.py (`make bench`, and `bench.py --only loaded`); alone:
     /usr/bin/python3 bench/bench_loaded.py BUILD [--quick]
-prints its table and targets. AIRLOCK_BENCH_MCP_ARGS adds options to both
+prints its table and targets; with --pss instead, what one more ready copy
+costs (PSS). AIRLOCK_BENCH_MCP_ARGS adds options to both
 servers' command lines (say `--ready-copies 1`). Standard library only.
 """
 import json
@@ -173,6 +174,52 @@ def run(build, quick, log=lambda m: None):
     return res
 
 
+def tree_pss_kib(pid):
+    """PSS of pid and its children (the server, its template and copies),
+    and the number of its copies that hold their memory."""
+    total = copies = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if int(d) != pid and ppid != pid:
+                continue
+            with open(f"/proc/{d}/smaps_rollup") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+            with open(f"/proc/{d}/status") as f:
+                st = f.read()
+            ns = [line.split()[1:] for line in st.splitlines() if line.startswith("NSpid:")]
+            copies += ppid == pid and "VmRSS" in st and bool(ns) and ns[0][-1:] == ["1"] \
+                and len(ns[0]) > 1
+        except (OSError, ValueError, IndexError):
+            pass
+    return total, copies
+
+
+def ready_copy_pss(build, preload, kind):
+    """What one more ready copy costs: the server's PSS right after a burst
+    of 40 calls back to back with --ready-copies 4, less the same with 1,
+    over the number of copies more (KiB); None when no more were left."""
+    pss = {}
+    for n in (4, 1):
+        os.environ["AIRLOCK_BENCH_MCP_ARGS"] = f"--ready-copies {n}"
+        try:
+            m = Mcp(build, preload)
+        finally:
+            del os.environ["AIRLOCK_BENCH_MCP_ARGS"]
+        try:
+            for _ in range(43):
+                m.call(kind)
+            time.sleep(0.1)
+            pss[n] = tree_pss_kib(m.p.pid)
+        finally:
+            m.close()
+    more = pss[4][1] - pss[1][1]
+    return (pss[4][0] - pss[1][0]) / more if more > 0 else None
+
+
 def fmt(v):
     return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
@@ -224,7 +271,14 @@ def targets(res):
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: bench_loaded.py BUILD [--quick]")
+        sys.exit("usage: bench_loaded.py BUILD [--quick] | BUILD --pss")
+    if sys.argv[2:] == ["--pss"]:
+        b = os.path.abspath(sys.argv[1])
+        for preload, kind in ((PRELOAD, "pandas"), (None, "print1")):
+            kib = ready_copy_pss(b, preload, kind)
+            print(f"one more ready copy, {'--preload ' + preload if preload else 'no preload'}: "
+                  + (f"{kib / 1024:.1f} MiB PSS" if kib else "no burst was left to measure"))
+        sys.exit(0)
     r = run(os.path.abspath(sys.argv[1]), "--quick" in sys.argv[2:],
             lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(r), file=sys.stderr)
