@@ -66,8 +66,8 @@ static void test_check_names_the_field(void **state)
 static void test_options(void **state)
 {
         static const char *const names[] = {
-            "timeout",          "memory",           "pids",      "max-output-file",
-            "max-output-total", "max-output-files", "max-stdout"};
+            "timeout",          "memory",           "pids",       "max-output-file",
+            "max-output-total", "max-output-files", "max-stdout", "ready-copies"};
         size_t n = 0;
         while (airlock_limit_option_at(n))
                 n++;
