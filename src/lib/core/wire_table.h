@@ -38,7 +38,8 @@
  *   error     copy -> host   a session request failed: {"error"}
  *   hurry     host -> copy   the host waits for work that a session does
  *                            for a later call (a cell base): it starts at
- *                            once; ignored otherwise
+ *                            once; or for a copy still being prepared: it
+ *                            skips its warming passes; ignored otherwise
  *   secret    guest -> host  airlock.secret(name): {"name"}; the result is
  *                            the secret's placeholder (host/secrets.h) */
 #define WIRE_OP_TOOL     "tool"
