@@ -104,6 +104,7 @@ typedef struct airlock_limits {
         uint64_t http_max_request;  /* HTTP request body (default 16 MiB) */
         uint64_t http_max_response; /* HTTP response body (default 16 MiB) */
         double http_timeout_s;      /* HTTP request (default 30) */
+        uint32_t ready_copies;      /* most copies kept ready for a burst of runs (default 4) */
 } airlock_limits;
 
 /* Fills every field with its default and size with the caller's sizeof. */

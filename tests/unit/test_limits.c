@@ -66,8 +66,8 @@ static void test_check_names_the_field(void **state)
 static void test_options(void **state)
 {
         static const char *const names[] = {
-            "timeout",          "memory",           "pids",      "max-output-file",
-            "max-output-total", "max-output-files", "max-stdout"};
+            "timeout",          "memory",           "pids",       "max-output-file",
+            "max-output-total", "max-output-files", "max-stdout", "ready-copies"};
         size_t n = 0;
         while (airlock_limit_option_at(n))
                 n++;
@@ -194,10 +194,13 @@ static void test_growable_structs(void **state)
 
         /* An option whose field the caller's struct lacks is unknown. */
         airlock_limits_default(&l);
-        l.size = offsetof(airlock_limits, http_timeout_s);
+        l.size = offsetof(airlock_limits, ready_copies);
         assert_int_equal(airlock_limits_set_option(&l, "timeout", "3", &err), 0);
+        assert_int_equal(airlock_limits_set_option(&l, "ready-copies", "2", &err), -ENOENT);
         char buf[32];
         assert_int_equal(airlock_limits_format_option(&l, "timeout", buf, sizeof(buf)), 1);
+        assert_int_equal(airlock_limits_format_option(&l, "ready-copies", buf, sizeof(buf)),
+                         -ENOENT);
 
         /* Run options and tool definitions follow the same rule. */
         airlock_cache *c = NULL;

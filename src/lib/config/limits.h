@@ -66,7 +66,10 @@
         X(tool_timeout_s, D, 30, 0, HUGE_VAL, 0, NULL, SEC, "", 0, "", "")                         \
         X(http_max_request, U64, 16 * LIMIT_MIB, 0, UINT64_MAX, 0, NULL, B, "", 0, "", "")        \
         X(http_max_response, U64, 16 * LIMIT_MIB, 0, UINT64_MAX, 0, NULL, B, "", 0, "", "")       \
-        X(http_timeout_s, D, 30, 0, HUGE_VAL, 0, NULL, SEC, "", 0, "", "")
+        X(http_timeout_s, D, 30, 0, HUGE_VAL, 0, NULL, SEC, "", 0, "", "")                         \
+        /* 1: no burst, one copy ready at a time (sandbox.c) */                                    \
+        X(ready_copies, U32, 4, 1, 64, 0, "ready-copies", N,                                       \
+          "most copies kept ready for a burst of calls", 0, "", "")
 /* clang-format on */
 
 /* The words of the tool description around the limits (describe.c). */
@@ -91,7 +94,7 @@ char *limits_description_text(const airlock_limits *l);
 /* The size of airlock_limits in the first version of the growable ABI:
  * a caller's struct is at least this large. A field added later goes at the
  * end of the struct and the table, and this stays. */
-#define AIRLOCK_LIMITS_SIZE_V1 (offsetof(airlock_limits, http_timeout_s) + sizeof(double))
+#define AIRLOCK_LIMITS_SIZE_V1 (offsetof(airlock_limits, ready_copies) + sizeof(uint32_t))
 
 /* The library's full airlock_limits from a caller's (of in->size bytes):
  * the fields the caller lacks keep their defaults. -EINVAL for a size below

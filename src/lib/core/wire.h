@@ -44,7 +44,10 @@ enum {
         CTL_READY = 'R',  /* template -> host: interpreter initialised */
         CTL_ERROR = 'E',  /* template -> host: "E<errno> <feature>|<message>" */
         CTL_SPAWN = 'S',  /* host -> template: start a copy */
-        CTL_NUDGE = 'N',  /* host -> template: a copy is awaited, serve the request socket */
+        /* host -> template: start a copy without its warming passes (runs
+         * come faster than copies are prepared) */
+        CTL_SPAWN_BURST = 'B',
+        CTL_NUDGE = 'N', /* host -> template: a copy is awaited, serve the request socket */
         /* template -> host: a copy's pid, with [channel, pidfd, stdout, stderr]
          * and, with per-copy cgroups, the OOM counter of the copy's cgroup */
         CTL_COPY = 'C',

@@ -93,17 +93,36 @@ static unsigned long long start_time(int pid)
         return t;
 }
 
+/* Whether cgroup name below parentfd still holds a process: then no wait
+ * will let it be removed (a stale sandbox's cgroup whose template lives
+ * on, say, which made every new sandbox wait 2 s for each). */
+static bool cgroup_has_tasks(int parentfd, const char *name)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", name);
+        int fd = openat(parentfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        char c;
+        ssize_t n = read(fd, &c, 1);
+        close(fd);
+        return n > 0;
+}
+
 /* rmdir of a cgroup whose last task was just reaped, or whose children
  * were just removed, fails with EBUSY until the kernel has taken them
  * offline, which it does after an RCU grace period: milliseconds, and on a
  * busy machine sometimes over 100 ms (a CI run saw a sandbox's cgroup left
  * behind with a 100 ms bound). Nothing tells when; so wait for it, in 2 ms
- * steps, for at most 2 s. A cgroup still left then is removed by the stale
- * sweep of a later process. */
-static void remove_cgroup(int parentfd, const char *name)
+ * steps, for at most 2 s; a stale sandbox's cgroup (stale) not while it
+ * still holds a process, which no wait ends, where a process of our own
+ * (the cache builder, say) may still be exiting. A cgroup still left then
+ * is removed by the stale sweep of a later process. */
+static void remove_cgroup(int parentfd, const char *name, bool stale)
 {
         for (int i = 0; i < 1000; i++) {
-                if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY)
+                if (unlinkat(parentfd, name, AT_REMOVEDIR) == 0 || errno != EBUSY ||
+                    (stale && cgroup_has_tasks(parentfd, name)))
                         return;
                 usleep(2000);
         }
@@ -123,7 +142,7 @@ static DIR *dir_stream(int dirfd)
 /* Removes every cgroup below the one open as dirfd (the template's and
  * the copies', and anything made below them), depth first: a cgroup's only
  * subdirectories are its children. depth bounds the walk. */
-static void remove_children(int dirfd, int depth)
+static void remove_children(int dirfd, int depth, bool stale)
 {
         DIR *d = dir_stream(dirfd);
         if (!d)
@@ -136,10 +155,10 @@ static void remove_children(int dirfd, int depth)
                 int sub =
                     openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (sub >= 0 && depth > 0)
-                        remove_children(sub, depth - 1);
+                        remove_children(sub, depth - 1, stale);
                 if (sub >= 0)
                         close(sub);
-                remove_cgroup(dirfd, de->d_name);
+                remove_cgroup(dirfd, de->d_name, stale);
         }
         closedir(d);
 }
@@ -176,7 +195,7 @@ static void sweep_stale(int parentfd)
                 int dfd =
                     openat(parentfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (dfd >= 0) {
-                        remove_children(dfd, CG_MAX_DEPTH);
+                        remove_children(dfd, CG_MAX_DEPTH, true);
                         close(dfd);
                 }
                 unlinkat(parentfd, de->d_name, AT_REMOVEDIR);
@@ -217,11 +236,11 @@ static void drop_cpuacct(cg_sandbox *cg)
         if (cg->tplfd[2] >= 0)
                 close(cg->tplfd[2]);
         if (cg->dirfd[2] >= 0) {
-                remove_cgroup(cg->dirfd[2], "tpl");
+                remove_cgroup(cg->dirfd[2], "tpl", false);
                 close(cg->dirfd[2]);
         }
         if (cg->parentfd[2] >= 0) {
-                remove_cgroup(cg->parentfd[2], cg->name);
+                remove_cgroup(cg->parentfd[2], cg->name, false);
                 close(cg->parentfd[2]);
         }
         cg->dirfd[2] = cg->parentfd[2] = cg->tplfd[2] = -1;
@@ -304,18 +323,18 @@ void cg_sandbox_destroy(cg_sandbox *cg)
                          * them must still leave no cgroup behind. Then
                          * whatever else is there. */
                         char name[24];
-                        remove_cgroup(cg->dirfd[i], "tpl");
+                        remove_cgroup(cg->dirfd[i], "tpl", false);
                         for (unsigned k = 1; k <= cg->max_copy; k++) {
                                 snprintf(name, sizeof(name), "c%u", k);
                                 if (unlinkat(cg->dirfd[i], name, AT_REMOVEDIR) < 0 &&
                                     errno == EBUSY)
-                                        remove_cgroup(cg->dirfd[i], name);
+                                        remove_cgroup(cg->dirfd[i], name, false);
                         }
-                        remove_children(cg->dirfd[i], CG_MAX_DEPTH);
+                        remove_children(cg->dirfd[i], CG_MAX_DEPTH, false);
                         close(cg->dirfd[i]);
                 }
                 if (cg->parentfd[i] >= 0) {
-                        remove_cgroup(cg->parentfd[i], cg->name);
+                        remove_cgroup(cg->parentfd[i], cg->name, false);
                         close(cg->parentfd[i]);
                 }
                 cg->dirfd[i] = cg->parentfd[i] = cg->tplfd[i] = -1;

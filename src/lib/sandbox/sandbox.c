@@ -35,14 +35,21 @@
 #include "sandbox/sandbox.h"
 #include "template/template.h"
 #include "sandbox/selfexe.h"
+#include "core/channel.h"
 #include "core/util.h"
+#include "core/wire.h"
 
-#define MAX_CODE_BYTES    (16u << 20)
-#define TEMPLATE_START_S  120.0
-#define COPY_START_S      30.0
-#define PRESTARTED_COPIES 1
-#define SANDBOX_MIN_FDS   32
-#define MAX_DYING         16
+#define MAX_CODE_BYTES   (16u << 20)
+#define TEMPLATE_START_S 120.0
+#define COPY_START_S     30.0
+/* A pause between two runs longer than this ends a burst: the host keeps
+ * one copy coming again (see want_ready). */
+#define BURST_PAUSE_NS (500ull * 1000 * 1000)
+/* Ready copies together may hold at most this share of the machine's
+ * available memory (1/BURST_MEMORY_SHARE), over the first. */
+#define BURST_MEMORY_SHARE 4
+#define SANDBOX_MIN_FDS    32
+#define MAX_DYING          16
 
 struct airlock_sandbox {
         airlock_config *cfg;
@@ -63,6 +70,19 @@ struct airlock_sandbox {
         copy *ready[8];
         size_t n_ready;
         unsigned pending;
+        /* Bursts: the copies the host keeps coming, started or ready, from
+         * 1 up to the ready_copies limit. Each run that finds its copy not
+         * ready yet (calls come faster than one copy is prepared) adds
+         * one, while the ready copies fit in memory (adjust_ready), and each
+         * run that finds it ready takes one off; a pause of BURST_PAUSE_NS
+         * between two runs takes it back to 1 and ends the copies over it
+         * (sbx_take_copy, sbx_sandbox_trim). last_take_ns: when the last
+         * copy was taken. */
+        unsigned want_ready;
+        uint64_t last_take_ns;
+        /* The last run found its copy not ready: the copies asked for now
+         * skip their warming passes (CTL_SPAWN_BURST). */
+        bool last_late;
         bool broken;
         /* Pids of copies killed after their run, whose exit (the teardown
          * of a whole interpreter, milliseconds here) nobody waits for:
@@ -531,7 +551,7 @@ static int stage_inputs(airlock_sandbox *sb, airlock_sandbox *prev, int *ret_fd,
  * holds sb->lock. */
 static int request_copy_locked(airlock_sandbox *sb)
 {
-        char c = CTL_SPAWN;
+        char c = sb->last_late ? CTL_SPAWN_BURST : CTL_SPAWN;
         if (send(sb->ctl, &c, 1, MSG_NOSIGNAL) != 1)
                 return -errno;
         sb->pending++;
@@ -547,39 +567,46 @@ static int request_copy_locked(airlock_sandbox *sb)
  * when a run waits for it (CTL_NUDGE). Caller holds sb->lock. */
 static int request_copy_later_locked(airlock_sandbox *sb)
 {
-        char c = CTL_SPAWN;
+        char c = sb->last_late ? CTL_SPAWN_BURST : CTL_SPAWN;
         if (send(sb->req_w, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
                 return request_copy_locked(sb);
         sb->pending++;
         return 0;
 }
 
-/* Raises a process that prepares copies at idle priority (see
- * template.c) to normal priority, because a run is waiting for it. */
-static void raise_priority(pid_t pid)
+/* Tells a copy that is still preparing that a caller waits for it: it
+ * skips the warming passes it has not begun (tpl_copy_main), and reads
+ * the frame as one it ignores once it serves. */
+static void hurry_copy(int chan)
 {
-        struct sched_param sp = {0};
-        if (pid > 0)
-                (void)sched_setscheduler(pid, SCHED_OTHER, &sp);
+        json_t *msg = json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_HURRY);
+        if (msg)
+                (void)channel_send(chan, msg);
+        json_decref(msg);
 }
 
-/* Receives the message that announces a copy on fd, which pid (the
- * template or the copy itself) prepares. It is usually there already, so
- * the first try does not block; otherwise a run is waiting for that
- * process, which is raised from idle priority before the wait, and woken
- * through nudge (the control socket, for the template) if not -1. */
-static ssize_t receive_for_copy(int fd, pid_t pid, int nudge, char *buf, size_t len, int *fds,
-                                size_t max_fds, size_t *ret_nfds)
+/* Receives the message that announces a copy on fd: from the template on
+ * the control socket (nudge, the same socket, wakes it if the request is
+ * still waiting in the request socket) or from the copy itself on its
+ * channel (hurry). It is usually there already, so the first try does not
+ * block; otherwise a run is waiting, which *ret_late tells (may be NULL).
+ * The template and copies run at the host's own priority throughout: a
+ * caller never waits for work that a busy machine could starve. */
+static ssize_t receive_for_copy(int fd, int nudge, bool hurry, char *buf, size_t len, int *fds,
+                                size_t max_fds, size_t *ret_nfds, bool *ret_late)
 {
         ssize_t n = recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
         if (n != -EAGAIN)
                 return n;
+        if (ret_late)
+                *ret_late = true;
         al_watch_fire();
-        raise_priority(pid);
         if (nudge >= 0) {
                 char c = CTL_NUDGE;
                 (void)!send(nudge, &c, 1, MSG_NOSIGNAL);
         }
+        if (hurry)
+                hurry_copy(fd);
         int r = wait_readable(fd, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
         if (r < 0)
                 return r;
@@ -604,8 +631,8 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
 {
         char buf[1100];
         _cleanup_(received_fds_close) received_fds got = {.n = 0};
-        ssize_t n = receive_for_copy(sb->ctl, sb->tpl_pid, sb->ctl, buf, sizeof(buf), got.fd,
-                                     ARRAY_SIZE(got.fd), &got.n);
+        ssize_t n = receive_for_copy(sb->ctl, sb->ctl, false, buf, sizeof(buf), got.fd,
+                                     ARRAY_SIZE(got.fd), &got.n, NULL);
         if (n == -ETIMEDOUT)
                 return al_error(err, -ETIMEDOUT, NULL, "the sandbox did not start a copy in time");
         sb->pending--;
@@ -650,6 +677,102 @@ static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *e
         return 0;
 }
 
+/* After a burst: ends the copies that the template has announced over
+ * want_ready, without waiting for one that it has not (those are taken
+ * later). Their memory is the machine's again; their reaping is left to
+ * reap_dying_locked. Caller holds sb->lock. */
+static void trim_ready_locked(airlock_sandbox *sb)
+{
+        while (sb->pending > sb->want_ready) {
+                struct pollfd p = {sb->ctl, POLLIN, 0};
+                copy *c = NULL;
+                if (poll(&p, 1, 0) <= 0 || receive_copy_locked(sb, &c, NULL) < 0)
+                        return;
+                copy_close_locked(sb, c, true);
+        }
+}
+
+/* After a pause of BURST_PAUSE_NS since the last copy was taken: one copy
+ * coming is enough again. Caller holds sb->lock. */
+static void end_burst_locked(airlock_sandbox *sb)
+{
+        if (sb->want_ready <= 1 || al_now_ns() - sb->last_take_ns <= BURST_PAUSE_NS)
+                return;
+        sb->want_ready = 1;
+        trim_ready_locked(sb);
+}
+
+void sbx_sandbox_trim(airlock_sandbox *sb)
+{
+        pthread_mutex_lock(&sb->lock);
+        end_burst_locked(sb);
+        reap_dying_locked(sb, false);
+        pthread_mutex_unlock(&sb->lock);
+}
+
+/* The memory a ready copy holds of its own: its cgroup's charge, or
+ * without one its anonymous resident pages (an upper bound: some are still
+ * shared with the template). 0 when unknown. */
+static uint64_t copy_own_bytes(const airlock_sandbox *sb, const copy *c)
+{
+        uint64_t bytes = 0;
+        if (sbx_copy_memory(sb, c, &bytes) == 0)
+                return bytes;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/statm", (int)c->pid);
+        FILE *f = fopen(path, "re");
+        unsigned long long size, resident, shared;
+        if (f && fscanf(f, "%llu %llu %llu", &size, &resident, &shared) == 3 && resident > shared)
+                bytes = (resident - shared) * (uint64_t)sysconf(_SC_PAGESIZE);
+        if (f)
+                fclose(f);
+        return bytes;
+}
+
+/* The machine's available memory (MemAvailable), or 0 when unknown. */
+static uint64_t available_bytes(void)
+{
+        FILE *f = fopen("/proc/meminfo", "re");
+        char line[128];
+        unsigned long long kib = 0;
+        while (f && fgets(line, sizeof(line), f))
+                if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+                        break;
+        if (f)
+                fclose(f);
+        return (uint64_t)kib << 10;
+}
+
+/* Contract: called when a run has taken its copy c. When c was ready, one
+ * copy less is kept coming (not under 1); when it was not (calls come
+ * faster than one copy is prepared), one more copy is kept coming, up to the
+ * ready_copies limit and while that many ready copies (each as big as c
+ * was when it became ready) fit in 1/BURST_MEMORY_SHARE of the machine's
+ * available memory. Each copy is capped by the run's limits as ever (its
+ * own cgroup); this caps how many of them wait. */
+static void adjust_ready(airlock_sandbox *sb, const copy *c)
+{
+        pthread_mutex_lock(&sb->lock);
+        sb->last_late = c->late;
+        if (!c->late && sb->want_ready > 1)
+                sb->want_ready--;
+        unsigned want = sb->want_ready + 1;
+        pthread_mutex_unlock(&sb->lock);
+        if (!c->late)
+                return;
+        if (want > sb->cfg->limits.ready_copies)
+                return;
+        /* Read without the lock: a file or two, off every other caller's
+         * path. */
+        uint64_t each = copy_own_bytes(sb, c), avail = available_bytes();
+        if (!each || !avail || (uint64_t)want * each > avail / BURST_MEMORY_SHARE)
+                return;
+        pthread_mutex_lock(&sb->lock);
+        if (sb->want_ready + 1 == want)
+                sb->want_ready = want;
+        pthread_mutex_unlock(&sb->lock);
+}
+
 /* Takes a ready copy (or waits for one) and asks for its successor, so the
  * next run finds a copy already started. */
 int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
@@ -668,6 +791,10 @@ int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
                 r = receive_copy_locked(sb, &c, err);
         else
                 sb->broken = true;
+        if (r >= 0) {
+                end_burst_locked(sb);
+                sb->last_take_ns = al_now_ns();
+        }
 out:
         if (r < 0)
                 r = al_error_as(err, AIRLOCK_ERROR_RUN, r);
@@ -792,6 +919,7 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
         sb->ctl = -1;
         sb->req_w = -1;
         sb->tpl_pid = -1;
+        sb->want_ready = 1;
         for (int i = 0; i < CG_HIERARCHIES; i++)
                 sb->cg.dirfd[i] = sb->cg.parentfd[i] = sb->cg.tplfd[i] = -1;
         pthread_mutex_init(&sb->lock, NULL);
@@ -905,7 +1033,8 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
         char tag[512];
         int fds[3] = {-1, -1, -1};
         size_t nfds = 0;
-        ssize_t n = receive_for_copy(c->chan, c->pid, -1, tag, 1, fds, ARRAY_SIZE(fds), &nfds);
+        ssize_t n =
+            receive_for_copy(c->chan, -1, true, tag, 1, fds, ARRAY_SIZE(fds), &nfds, &c->late);
         _cleanup_close_ int outdir = fds[0];
         _cleanup_close_ int upper = fds[1];
         _cleanup_close_ int lower = fds[2];
@@ -936,9 +1065,9 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
 static void replenish(airlock_sandbox *sb, bool after_exit)
 {
         pthread_mutex_lock(&sb->lock);
-        if (!sb->broken && sb->pending < PRESTARTED_COPIES &&
-            (after_exit ? request_copy_later_locked(sb) : request_copy_locked(sb)) < 0)
-                sb->broken = true;
+        while (!sb->broken && sb->pending < sb->want_ready)
+                if ((after_exit ? request_copy_later_locked(sb) : request_copy_locked(sb)) < 0)
+                        sb->broken = true;
         pthread_mutex_unlock(&sb->lock);
 }
 
@@ -1000,10 +1129,7 @@ static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                 bool delivered = false, asked = false;
                 r = sbx_copy_wait_ready(c, &outdir, err);
                 if (r >= 0) {
-                        /* The copy waits at idle priority, where the
-                         * code's arrival would not even preempt a busy
-                         * CPU's other work: raise it first. */
-                        raise_priority(c->pid);
+                        adjust_ready(sb, c);
                         if (!(opts && opts->last)) {
                                 replenish(sb, true);
                                 asked = true;

@@ -29,6 +29,8 @@ typedef struct copy {
          * else -1. */
         int input_upper;
         int input_lower;
+        /* It was not ready yet when the caller took it (sbx_copy_wait_ready). */
+        bool late;
 } copy;
 
 /* airlock_sandbox_new, reusing the staged copy of prev (the sandbox of the
@@ -55,6 +57,9 @@ void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
  * (reaped), then closes it. */
 void sbx_copy_end(airlock_sandbox *sb, copy *c);
 void sbx_replenish(airlock_sandbox *sb);
+/* Ends the ready copies over one that a burst of runs left, once no copy
+ * was taken for a while (see want_ready in sandbox.c). */
+void sbx_sandbox_trim(airlock_sandbox *sb);
 const airlock_limits *sbx_limits(const airlock_sandbox *sb);
 /* The sandbox's cgroups (for a copy's usage, cg_copy_usage). */
 const cg_sandbox *sbx_cgroup(const airlock_sandbox *sb);

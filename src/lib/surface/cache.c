@@ -68,7 +68,7 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
 /* The same for the configuration itself: a new member changes what a sandbox
  * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
  * own memo), and its setter must call config_changed(). */
-_Static_assert(sizeof(struct airlock_config) == 248,
+_Static_assert(sizeof(struct airlock_config) == 256,
                "update config_text for the new airlock_config member");
 
 /* What the configuration says, as text (the first part described below):
@@ -267,6 +267,7 @@ static const cache_ops real_ops = {
     .sandbox_yield = sbx_sandbox_yield_staging,
     .sandbox_run = airlock_sandbox_run,
     .sandbox_close = airlock_sandbox_close,
+    .sandbox_trim = sbx_sandbox_trim,
     .now_ns = real_now_ns,
 };
 
@@ -643,6 +644,11 @@ static void *reaper_main(void *arg)
                         break;
                 close_list l = {0};
                 reap_locked(c, &l);
+                /* The copies a burst left ready are ended once runs slow
+                 * down, not only at the next run. */
+                for (cache_entry *e = c->head; e && c->ops.sandbox_trim; e = e->next)
+                        if (e->refs == 0 && e->state == ENTRY_READY && e->sb)
+                                c->ops.sandbox_trim(e->sb);
                 if (l.n || l.overflow) {
                         pthread_mutex_unlock(&c->lock);
                         close_list_run(c, &l);
@@ -713,6 +719,9 @@ void cache_set_ops(airlock_cache *c, const cache_ops *ops)
                                                   : real_ops.sandbox_yield;
         c->ops.sandbox_run = ops->sandbox_run ? ops->sandbox_run : real_ops.sandbox_run;
         c->ops.sandbox_close = ops->sandbox_close ? ops->sandbox_close : real_ops.sandbox_close;
+        c->ops.sandbox_trim = ops->sandbox_new    ? ops->sandbox_trim
+                              : ops->sandbox_trim ? ops->sandbox_trim
+                                                  : real_ops.sandbox_trim;
         c->ops.now_ns = ops->now_ns ? ops->now_ns : real_ops.now_ns;
         pthread_mutex_unlock(&c->lock);
 }

@@ -42,6 +42,11 @@ typedef struct cache_ops {
                            const airlock_run_options *opts, airlock_result **ret,
                            airlock_error *err);
         void (*sandbox_close)(airlock_sandbox *sb);
+        /* Called about once a second, under the cache's lock, on each
+         * sandbox that no run holds: ends the ready copies a burst of runs
+         * left over (sbx_sandbox_trim). Replacing sandbox_new without it
+         * leaves it NULL: never. */
+        void (*sandbox_trim)(airlock_sandbox *sb);
         uint64_t (*now_ns)(void); /* monotonic clock */
 } cache_ops;
 

@@ -59,6 +59,8 @@
 
 /* The most copies the template tracks at once (live_copies). */
 #define MAX_LIVE_COPIES 4096
+/* The most copies prepared at once, whatever the CPUs. */
+#define MAX_PREPARING 64
 /* The most page ranges a probe's report keeps (tpl_prefault.c). */
 #define PREFAULT_MAX_RANGES 1024
 /* Copies' cgroups that the host is done with but that could not be
@@ -177,6 +179,16 @@ struct template_state {
          * and the cgroups the host is done with that could not be removed
          * yet (tpl_cgroup_done, tpl_cgroups_retry). */
         unsigned copy_cgroup_seq;
+        /* The read ends of the pipes whose write ends the copies being
+         * prepared hold until they are ready (spawn_copy, tpl_copy_main):
+         * the template prepares at most max_preparing copies at a time,
+         * one per CPU it may use. */
+        int preparing[MAX_PREPARING];
+        size_t n_preparing, max_preparing;
+        /* Copies asked for without warming passes (CTL_SPAWN_BURST) and
+         * not started yet; skip_warming: the copy being forked is one. */
+        unsigned burst_wanted;
+        bool skip_warming;
         uint32_t pending_rm[MAX_PENDING_RM];
         size_t n_pending_rm;
 
@@ -199,7 +211,7 @@ struct template_state {
 /* A fresh copy, in the namespaces spawn_copy gave it: sets itself up,
  * reports ready to the host with its /output fd, and serves it. */
 _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
-                             const int procs[CG_HIERARCHIES]);
+                             const int procs[CG_HIERARCHIES], int prep_w);
 
 /* --- tpl_prefault.c --- */
 
@@ -216,8 +228,9 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
  * its output to /dev/null, so that a copy has touched its pages before
  * the agent's run. */
 void tpl_prewarm_copy(void);
-/* SCHED_IDLE while a copy is prepared, SCHED_OTHER once it serves. */
-void tpl_set_policy(int policy);
+/* SCHED_BATCH while copies are prepared, the caller's SCHED_OTHER once a
+ * copy serves; nothing where the caller runs with another policy. */
+void tpl_set_preparing(bool preparing);
 
 /* --- tpl_session.c: the session ops of tpl_serve_host --- */
 

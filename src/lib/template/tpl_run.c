@@ -3,7 +3,6 @@
  * and the warming run a copy goes through before it reports ready. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -80,45 +79,28 @@ static json_t *end_frame(const char *status, int exit_code, bool alone)
                          WIRE_KEY_EXIT_CODE, exit_code, WIRE_KEY_ALONE, alone);
 }
 
-/* Whether this process may leave SCHED_IDLE again: 1 yes, 0 no, -1 not
- * known yet. Leaving it takes CAP_SYS_NICE in the first user namespace or
- * an RLIMIT_NICE of 20, which an unprivileged user (or a container whose
- * root is one) does not have; the kernel is asked once, from a thread of
- * its own, since a thread's policy is its own. */
-static int idle_reversible = -1;
+/* The caller's policy, which the template inherited from the host: -1
+ * until tpl_set_preparing first reads it. */
+static int caller_policy = -1;
 
-static void *probe_idle(void *arg)
+/* Copies are prepared with the caller's weight, never at idle priority,
+ * where other work on the machine starved the preparation and the next
+ * call waited for it (and an unprivileged process cannot leave SCHED_IDLE
+ * again). Where the caller runs as SCHED_OTHER, preparation runs as
+ * SCHED_BATCH, the same weight and nice value, which only does not preempt
+ * a running task when it wakes: a copy's exit and the next copy's fork,
+ * which overlap with the host's capture and answer, then do not cut in on
+ * the host on its CPU. Any process may switch between the two. A copy
+ * serves the host with the caller's own policy (tpl_serve_host), so that
+ * the host's frames wake it at once. */
+void tpl_set_preparing(bool preparing)
 {
+        if (caller_policy < 0)
+                caller_policy = sched_getscheduler(0);
+        if (caller_policy != SCHED_OTHER)
+                return;
         struct sched_param sp = {0};
-        *(int *)arg = sched_setscheduler(0, SCHED_IDLE, &sp) == 0 &&
-                      sched_setscheduler(0, SCHED_OTHER, &sp) == 0;
-        return NULL;
-}
-
-/* Copies are prepared at idle priority: the fork, the interpreter's
- * after-fork work and the pre-warm run take some 10 ms of CPU here, and at
- * normal priority they would delay whatever the host and its caller do
- * meanwhile (an MCP client waiting for its answer, say). A host that finds
- * no copy ready raises the template or the copy back to normal priority,
- * so a busy machine cannot starve a run of its copy; and a copy takes
- * normal priority itself at the host's first frame. Where SCHED_IDLE could
- * not be left again (unprivileged), preparation runs as SCHED_BATCH
- * instead, which does not preempt on waking and can be left: otherwise
- * every run of an unprivileged user would run at idle priority. */
-void tpl_set_policy(int policy)
-{
-        struct sched_param sp = {0};
-        if (policy == SCHED_IDLE && idle_reversible < 0) {
-                pthread_t t;
-                int ok = 0;
-                if (pthread_create(&t, NULL, probe_idle, &ok) == 0 && pthread_join(t, NULL) == 0)
-                        idle_reversible = ok;
-                else
-                        idle_reversible = 0;
-        }
-        if (policy == SCHED_IDLE && !idle_reversible)
-                policy = SCHED_BATCH;
-        (void)sched_setscheduler(0, policy, &sp);
+        (void)sched_setscheduler(0, preparing ? SCHED_BATCH : SCHED_OTHER, &sp);
 }
 
 /* After a snapshot op, in whichever process it returned in: the active
@@ -157,10 +139,8 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                 _cleanup_json_ json_t *msg = NULL;
                 if (channel_reader_feed(&fr, chan, &msg) != 1)
                         _exit(0); /* the host is gone or closed this copy */
-                /* Prepared at idle priority; the host's work runs at normal
-                 * priority. */
                 if (first)
-                        tpl_set_policy(SCHED_OTHER);
+                        tpl_set_preparing(false);
                 first = false;
                 const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
                 op = op ? op : "";
@@ -193,11 +173,13 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                                 syscall(SYS_close_range, 1, 2, 0);
                         tpl_reply(chan, end_frame(status, exit_code, alone));
                         /* The exit tears down a whole interpreter, a
-                         * millisecond or more of CPU here. Alone, nobody
-                         * waits for it, so it runs at idle priority and
-                         * does not delay the host's capture and answer. */
+                         * millisecond or more of CPU here, with the
+                         * caller's weight: the template starts the next
+                         * copy only once it is over (wait_for_work in
+                         * template.c), and at idle priority a busy machine
+                         * starved it, and with it the next call. */
                         if (alone)
-                                tpl_set_policy(SCHED_IDLE);
+                                tpl_set_preparing(true);
                         _exit(exit_code & 0xff);
                 } else if (strcmp(op, WIRE_OP_SESSION) == 0 && !session) {
                         tpl_session_open(tpl, chan);

@@ -1,0 +1,286 @@
+#!/usr/bin/python3
+"""airlock on a busy machine: the same calls through `airlock mcp` on the idle
+machine and while one CPU-bound process per core runs at normal priority,
+against `bwrap ... python3` running the same code under the same load.
+
+  - a fresh `import pandas as pd; print(pd.DataFrame(...).a.sum())` through
+    `airlock mcp --preload numpy,pandas`, and print(1) through a plain
+    `airlock mcp`;
+  - idle: calls 100 ms apart, then 10 ms apart; loaded: calls 10 ms apart,
+    the load started and stopped here (one `while True: pass` process per
+    core, at normal priority, in a session of its own);
+  - bwrap: each code in a new `bwrap ... python3` process, idle and loaded.
+
+Called by bench.py (`make bench`, and `bench.py --only loaded`); alone:
+    /usr/bin/python3 bench/bench_loaded.py BUILD [--quick]
+prints its table and targets; with --pss instead, what one more ready copy
+costs (PSS). AIRLOCK_BENCH_MCP_ARGS adds options to both
+servers' command lines (say `--ready-copies 1`). Standard library only.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+PY = "/usr/bin/python3"
+BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+         "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+         "--ro-bind", "/etc/alternatives", "/etc/alternatives"]
+PRELOAD = "numpy,pandas"
+CODES = {
+    "pandas": ("import pandas as pd; print(pd.DataFrame({'a': [1, 2, 3]}).a.sum())", "6\n"),
+    "print1": ("print(1)", "1\n"),
+}
+LABELS = {"pandas": "fresh pandas run", "print1": "print(1)"}
+HOG = "while True: pass"
+
+
+def pct(samples, p):
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(len(s) * p))] if s else None
+
+
+def summary(samples):
+    return {"median_ms": pct(samples, 0.5), "p90_ms": pct(samples, 0.9),
+            "min_ms": min(samples), "n": len(samples), "samples_ms": samples}
+
+
+class Mcp:
+    def __init__(self, build, preload=PRELOAD):
+        argv = [os.path.join(build, "airlock"), "mcp"] + (["--preload", preload] if preload else [])
+        self.p = subprocess.Popen(argv + os.environ.get("AIRLOCK_BENCH_MCP_ARGS", "").split(),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL)
+        self.ids = iter(range(1, 1 << 30))
+        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                "clientInfo": {"name": "airlock-bench", "version": "1"}})
+        self.rpc("notifications/initialized", {}, notify=True)
+
+    def rpc(self, method, params, notify=False):
+        msg = {"jsonrpc": "2.0", "method": method, "params": params}
+        if not notify:
+            msg["id"] = next(self.ids)
+        self.p.stdin.write((json.dumps(msg) + "\n").encode())
+        self.p.stdin.flush()
+        if notify:
+            return None
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                raise RuntimeError("airlock mcp closed its output")
+            r = json.loads(line)
+            if r.get("id") == msg["id"]:
+                if "error" in r:
+                    raise RuntimeError(f"airlock mcp: {r['error']}")
+                return r["result"]
+
+    def call(self, kind):
+        code, want = CODES[kind]
+        t = time.perf_counter()
+        r = self.rpc("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        ms = (time.perf_counter() - t) * 1e3
+        if r.get("isError") or r["content"] != [{"type": "text", "text": want}]:
+            raise RuntimeError(f"airlock mcp: unexpected result {str(r)[:300]}")
+        return ms
+
+    def close(self):
+        self.p.stdin.close()
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def bwrap_call(kind):
+    code, want = CODES[kind]
+    t = time.perf_counter()
+    p = subprocess.run(BWRAP + [PY, "-c", code], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=120)
+    ms = (time.perf_counter() - t) * 1e3
+    if p.returncode != 0 or p.stdout.decode() != want:
+        raise RuntimeError(f"bwrap exited {p.returncode}: {p.stderr.decode()[:300]}")
+    return ms
+
+
+def sample(fn, n, gap_s):
+    out = []
+    for _ in range(n):
+        time.sleep(gap_s)
+        out.append(fn())
+    return out
+
+
+class Load:
+    """One CPU-bound process per core at normal priority, for the with block."""
+
+    def __enter__(self):
+        # In a session of their own, as work started elsewhere on the
+        # machine would be (with autogroup, the scheduler shares the CPUs
+        # between sessions first).
+        self.procs = [subprocess.Popen([PY, "-c", HOG], stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+                      for _ in range(os.cpu_count() or 1)]
+        # Until each has surely started spinning.
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+
+
+def run(build, quick, log=lambda m: None):
+    n = 30 if quick else 60
+    n_bwrap = 8 if quick else 20
+    have_bwrap = subprocess.run(["sh", "-c", "command -v bwrap"], stdout=subprocess.DEVNULL
+                                ).returncode == 0
+    res = {"calls": n, "preload": PRELOAD, "cores": os.cpu_count()}
+    log(f"- busy machine: {n} calls of each code through airlock mcp, idle (100 ms and 10 ms "
+        "apart) and under one CPU-bound process per core (10 ms apart)")
+    # The pandas run through a server that preloads pandas, print(1) through
+    # a plain one, as in the other tables.
+    servers = {}
+    try:
+        for kind in CODES:
+            servers[kind] = Mcp(build, PRELOAD if kind == "pandas" else None)
+        for kind, m in servers.items():
+            # Untimed: the first runs, the imports' pages.
+            for _ in range(3):
+                m.call(kind)
+            res[kind] = {
+                "idle_100ms": summary(sample(lambda k=kind, m=m: m.call(k), n, 0.1)),
+                "idle_10ms": summary(sample(lambda k=kind, m=m: m.call(k), n, 0.01)),
+            }
+            if have_bwrap:
+                bwrap_call(kind)
+                res[kind]["bwrap_idle"] = summary(sample(lambda k=kind: bwrap_call(k),
+                                                         n_bwrap, 0.01))
+        with Load():
+            for kind, m in servers.items():
+                # The first call under load starts the rest off as usual.
+                m.call(kind)
+                res[kind]["loaded_10ms"] = summary(sample(lambda k=kind, m=m: m.call(k), n, 0.01))
+                if have_bwrap:
+                    res[kind]["bwrap_loaded"] = summary(
+                        sample(lambda k=kind: bwrap_call(k), n_bwrap, 0.01))
+    finally:
+        for m in servers.values():
+            m.close()
+    return res
+
+
+def tree_pss_kib(pid):
+    """PSS of pid and its children (the server, its template and copies),
+    and the number of its copies that hold their memory."""
+    total = copies = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if int(d) != pid and ppid != pid:
+                continue
+            with open(f"/proc/{d}/smaps_rollup") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+            with open(f"/proc/{d}/status") as f:
+                st = f.read()
+            ns = [line.split()[1:] for line in st.splitlines() if line.startswith("NSpid:")]
+            copies += ppid == pid and "VmRSS" in st and bool(ns) and ns[0][-1:] == ["1"] \
+                and len(ns[0]) > 1
+        except (OSError, ValueError, IndexError):
+            pass
+    return total, copies
+
+
+def ready_copy_pss(build, preload, kind):
+    """What one more ready copy costs: the server's PSS right after a burst
+    of 40 calls back to back with --ready-copies 4, less the same with 1,
+    over the number of copies more (KiB); None when no more were left."""
+    pss = {}
+    for n in (4, 1):
+        os.environ["AIRLOCK_BENCH_MCP_ARGS"] = f"--ready-copies {n}"
+        try:
+            m = Mcp(build, preload)
+        finally:
+            del os.environ["AIRLOCK_BENCH_MCP_ARGS"]
+        try:
+            for _ in range(43):
+                m.call(kind)
+            time.sleep(0.1)
+            pss[n] = tree_pss_kib(m.p.pid)
+        finally:
+            m.close()
+    more = pss[4][1] - pss[1][1]
+    return (pss[4][0] - pss[1][0]) / more if more > 0 else None
+
+
+def fmt(v):
+    return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
+def report_lines(res):
+    L = ["## 8. a busy machine: one CPU-bound process per core", "",
+         f"{res['calls']} tools/call round trips of each code, timed by a Python client: the "
+         f"pandas run through `airlock mcp --preload {res['preload']}`, print(1) through a plain "
+         "`airlock mcp`. The load is one `while True: pass` python3 per core "
+         f"({res['cores']}) at normal priority in a session of its own, started and stopped by "
+         "the benchmark (bench/bench_loaded.py; alone: `bench.py BUILD --only loaded`). bwrap: "
+         "a new `bwrap ... python3 -c CODE` per call, 10 ms apart.", "",
+         "| code | airlock idle, 100 ms apart | idle, 10 ms apart | loaded, 10 ms apart "
+         "(median / p90) | loaded / idle | bwrap idle | bwrap loaded | bwrap / airlock loaded |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for kind in CODES:
+        r = res[kind]
+        i100, i10, ld = r["idle_100ms"], r["idle_10ms"], r["loaded_10ms"]
+        bi, bl = r.get("bwrap_idle", {}), r.get("bwrap_loaded", {})
+        L.append(f"| {LABELS[kind]} | {fmt(i100['median_ms'])} | {fmt(i10['median_ms'])} | "
+                 f"{fmt(ld['median_ms'])} / {fmt(ld['p90_ms'])} | "
+                 f"{ld['median_ms'] / i100['median_ms']:.2f}x | "
+                 f"{fmt(bi.get('median_ms'))} | {fmt(bl.get('median_ms'))} | "
+                 + (f"{bl['median_ms'] / ld['median_ms']:.0f}x |" if bl else "- |"))
+    return L
+
+
+def targets(res):
+    out = []
+    for kind in CODES:
+        r = res[kind]
+        i100, ld = r["idle_100ms"]["median_ms"], r["loaded_10ms"]
+        x = ld["median_ms"] / i100
+        out.append({"what": f"loaded machine, {LABELS[kind]} through airlock mcp 10 ms apart: "
+                            "median <= 2.5x the idle median 100 ms apart",
+                    "figure": f"{ld['median_ms']:.2f} ms vs {i100:.2f} ms ({x:.2f}x)",
+                    "verdict": "met" if x <= 2.5 else "missed"})
+        y = ld["p90_ms"] / ld["median_ms"]
+        out.append({"what": f"loaded machine, {LABELS[kind]}: p90 <= 3x the loaded median",
+                    "figure": f"{ld['p90_ms']:.2f} ms vs {ld['median_ms']:.2f} ms ({y:.2f}x)",
+                    "verdict": "met" if y <= 3 else "missed"})
+        i10 = r["idle_10ms"]["median_ms"]
+        out.append({"what": f"idle machine, {LABELS[kind]} through airlock mcp: 10 ms apart "
+                            "within 1.25x of 100 ms apart",
+                    "figure": f"{i10:.2f} ms vs {i100:.2f} ms ({i10 / i100:.2f}x)",
+                    "verdict": "met" if i10 <= 1.25 * i100 else "missed"})
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: bench_loaded.py BUILD [--quick] | BUILD --pss")
+    if sys.argv[2:] == ["--pss"]:
+        b = os.path.abspath(sys.argv[1])
+        for preload, kind in ((PRELOAD, "pandas"), (None, "print1")):
+            kib = ready_copy_pss(b, preload, kind)
+            print(f"one more ready copy, {'--preload ' + preload if preload else 'no preload'}: "
+                  + (f"{kib / 1024:.1f} MiB PSS" if kib else "no burst was left to measure"))
+        sys.exit(0)
+    r = run(os.path.abspath(sys.argv[1]), "--quick" in sys.argv[2:],
+            lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps(r), file=sys.stderr)
+    print("\n".join(report_lines(r)))
+    print("\n".join(f"- {t['what']}: {t['figure']} -- **{t['verdict']}**" for t in targets(r)))
