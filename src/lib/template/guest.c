@@ -258,11 +258,18 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                 snprintf(errbuf, errlen, "python: cannot register the _airlock module");
                 return -EIO;
         }
-        /* UTF-8 mode: the guest's environment is empty (the C locale), and
-         * its text, file names and output should still be UTF-8. */
+        /* UTF-8 mode: the guest's text, file names and output are UTF-8,
+         * whatever a library sets its locale to. And LC_CTYPE is set from
+         * the environment (LANG=C.UTF-8, sandbox.c), as the python3
+         * program does, here in the template, before anything reads it:
+         * an isolated configuration leaves it at "C", where
+         * locale.getencoding() says ASCII and C libraries (readline,
+         * curses, mbstowcs) refuse every byte above 127. glibc's C.UTF-8
+         * is built in: no locale file needs to be in the guest's root. */
         PyPreConfig pre;
         PyPreConfig_InitIsolatedConfig(&pre);
         pre.utf8_mode = 1;
+        pre.configure_locale = 1;
         PyStatus pst = Py_PreInitialize(&pre);
         if (PyStatus_Exception(pst)) {
                 snprintf(errbuf, errlen, "python: pre-initialisation failed: %s",
