@@ -89,5 +89,32 @@ def test_each_cell_shows_its_own_lines():
     assert 'File "<cell-3>", line 1, in <module>\n    f(0)\n' in err, err
 
 
+# ---- thread ids ------------------------------------------------------------
+
+# One line, so that it is one cell of a session too.
+THREAD_IDS = ("import signal, threading, time; "
+              "print(time.clock_gettime(time.pthread_getcpuclockid(threading.get_ident())) >= 0); "
+              "got = threading.Event(); "
+              "signal.signal(signal.SIGUSR1, lambda s, f: got.set()); "
+              "t = threading.Thread(target=signal.pthread_kill, "
+              "args=(threading.main_thread().ident, signal.SIGUSR1)); "
+              "t.start(); t.join(); "
+              "print(got.wait(60))\n")
+
+
+def test_thread_ids_are_the_copys_own():
+    rc, r = run_json(THREAD_IDS)
+    ok(r)
+    assert r["stdout"] == "True\nTrue\n", r["stdout"]
+
+
+def test_thread_ids_in_a_session_and_its_fork():
+    # A fork's process is a clone of its base (base_hop), made without
+    # glibc's fork.
+    p = airlock("repl", input=THREAD_IDS + "x = 1\n:fork\n" + THREAD_IDS)
+    assert p.returncode == 0, p
+    assert p.stdout == "True\nTrue\n" * 2, (p.stdout, p.stderr)
+
+
 if __name__ == "__main__":
     run()

@@ -25,6 +25,10 @@
 extern const unsigned char guest_runtime_py[];
 extern const unsigned long guest_runtime_py_len;
 
+/* Where glibc keeps the calling thread's id (struct pthread's tid), found
+ * in the template (find_tid_slot); NULL when it could not be found. */
+static pid_t *tid_slot;
+
 static PyObject *runtime_run;            /* runtime._run */
 static PyObject *runtime_after_fork;     /* runtime._after_fork */
 static PyObject *runtime_build;          /* runtime._build_caches */
@@ -251,8 +255,43 @@ static void set_library_environment(const template_params *p)
         setenv("MPLCONFIGDIR", GUEST_CACHE_DIR "/matplotlib", 1);
 }
 
+/* Contract: glibc caches each thread's kernel id in its thread descriptor
+ * and reads it there for pthread_kill, pthread_getcpuclockid,
+ * pthread_sigqueue and the like. fork() refreshes it in the child; a copy
+ * made by a raw clone3 (spawn_copy) or clone (a session's base_hop) keeps
+ * the template's, so that signal.pthread_kill() on the main thread would
+ * signal a thread id of the template's namespace (ESRCH) and
+ * time.pthread_getcpuclockid() would name a clock that does not exist
+ * (EINVAL). The descriptor's layout is glibc's own, so its address is not
+ * computed from an offset: glibc registers that very field with the kernel
+ * as the thread's clear_child_tid at start (set_tid_address), and
+ * PR_GET_TID_ADDRESS reads the registration back. It is taken once, here,
+ * in the template's main thread, the thread every copy is cloned from, and
+ * used only when it holds that thread's id (so it is the field); copies
+ * share the template's layout, so the address holds in each
+ * (guest_refresh_tid). Without it (a kernel built without
+ * CONFIG_CHECKPOINT_RESTORE) the ids stay stale, as before. */
+static void find_tid_slot(void)
+{
+        pid_t *addr = NULL;
+        if (prctl(PR_GET_TID_ADDRESS, &addr, 0, 0, 0) == 0 && addr &&
+            *addr == (pid_t)syscall(SYS_gettid))
+                tid_slot = addr;
+}
+
+/* In a process cloned from the template's main thread: writes its own id
+ * where glibc reads it, and registers the field again as the thread's
+ * clear_child_tid, as glibc's fork() does in its child (the clone started
+ * without one). set_tid_address returns the caller's id. */
+static void guest_refresh_tid(void)
+{
+        if (tid_slot)
+                *tid_slot = (pid_t)syscall(SYS_set_tid_address, tid_slot);
+}
+
 int guest_init(const template_params *p, char *errbuf, size_t errlen)
 {
+        find_tid_slot();
         set_library_environment(p);
         if (PyImport_AppendInittab("_airlock", init_airlock_module) < 0) {
                 snprintf(errbuf, errlen, "python: cannot register the _airlock module");
@@ -419,6 +458,7 @@ void guest_after_fork_parent(void)
 
 void guest_after_fork_child(int fd)
 {
+        guest_refresh_tid();
         PyOS_AfterFork_Child();
         channel_fd = fd;
         PyObject *r = PyObject_CallNoArgs(runtime_after_fork);
