@@ -768,6 +768,36 @@ def _cwd_finder_hook(path):
     return _CwdFinder(path, *_get_supported_file_loaders())
 
 
+def _wrap_kill(original, hits_self):
+    """original (os.kill and the like), then, when it sent SIGKILL to this
+    process, the end of the run by SIGKILL: a single run's interpreter is
+    pid 1 of its namespace, which the kernel does not let kill itself, and
+    SIGKILL has no handler to catch it (the other signals that end a
+    process are caught in C: guest.c, guest_init_signals)."""
+    import functools
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            if int(args[-1]) == 9 and hits_self(*args):
+                _airlock.exit_by_signal(9)
+        except (TypeError, ValueError, IndexError):
+            pass
+        return result
+    return wrapper
+
+
+def _wrap_kills():
+    import os
+    import signal
+    os.kill = _wrap_kill(os.kill, lambda pid, sig: pid in (0, os.getpid(), -os.getpgrp()))
+    os.killpg = _wrap_kill(os.killpg, lambda pgid, sig: pgid in (0, os.getpgrp()))
+    signal.raise_signal = _wrap_kill(signal.raise_signal, lambda sig: True)
+    # SIGKILL to any thread of the process ends the whole process.
+    signal.pthread_kill = _wrap_kill(signal.pthread_kill, lambda tid, sig: True)
+
+
 def _install(auto_figures=True, python_paths=()):
     global _auto_figures
     _auto_figures = bool(auto_figures)
@@ -779,6 +809,7 @@ def _install(auto_figures=True, python_paths=()):
     # file the code writes in /tmp never shadows a module of theirs.
     _sys.path.append(_CWD)
     _sys.path_hooks.insert(0, _cwd_finder_hook)
+    _wrap_kills()
     # The --python-path folders (and the .pth entries inside them) come
     # before the system's site folders, as a virtualenv's site-packages
     # comes before the system's, and after the standard library.

@@ -116,5 +116,45 @@ def test_thread_ids_in_a_session_and_its_fork():
     assert p.stdout == "True\nTrue\n" * 2, (p.stdout, p.stderr)
 
 
+# ---- signals the code sends itself ---------------------------------------
+
+def test_signals_sent_to_itself_end_the_run_as_on_the_host():
+    cases = [("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nprint('alive')", 15),
+             ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nprint('alive')", 9),
+             ("import os\nos.abort()", 6),
+             ("import signal\nsignal.raise_signal(signal.SIGUSR1)\nprint('alive')", 10),
+             # From another thread, at the main thread.
+             ("import signal, threading, time\n"
+              "threading.Thread(target=signal.pthread_kill,"
+              " args=(threading.main_thread().ident, signal.SIGALRM)).start()\n"
+              "time.sleep(60)\nprint('alive')", 14)]
+    for code, sig in cases:
+        rc, r = run_json(code, "--timeout", "90")
+        assert r["status"] == "killed" and r["exit_code"] == 128 + sig, (code, r["status"],
+                                                                         r["exit_code"])
+        assert "alive" not in r["stdout"], r["stdout"]
+
+
+def test_signals_with_handlers_and_children_are_as_on_the_host():
+    code = ("import os, signal, subprocess\n"
+            "signal.signal(signal.SIGTERM, lambda s, f: print('handled'))\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+            "p = subprocess.Popen(['sleep', '60'])\np.terminate()\nprint(p.wait())\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n    os.kill(os.getpid(), signal.SIGUSR2)\n    os._exit(0)\n"
+            "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
+    rc, r = run_json(code, "--timeout", "90")
+    ok(r)
+    assert r["stdout"] == "handled\n-15\n-12\n", r["stdout"]
+
+
+def test_a_session_cell_killed_by_itself_rolls_back():
+    p = airlock("repl", input="x = 1\nimport os, signal; x = 2; os.kill(os.getpid(), 15)\nx\n")
+    assert p.returncode == 0, p
+    assert p.stdout == "1\n", (p.stdout, p.stderr)
+    assert "rolled back" in p.stderr, p.stderr
+
+
 if __name__ == "__main__":
     run()

@@ -93,6 +93,138 @@ static char *read_reply(int fd, size_t *ret_len)
         return body;
 }
 
+/* ---- pid 1 of a single run ------------------------------------------
+ *
+ * A single run's interpreter is pid 1 of its PID namespace, and the kernel
+ * delivers to pid 1 no signal sent from inside the namespace whose
+ * disposition is the default: os.kill(os.getpid(), SIGTERM), abort()'s
+ * SIGABRT and even SIGKILL would be dropped, and the run would go on. So
+ * while it serves a single run, the copy catches each signal whose default
+ * is to end the process (guest_init_signals), and ends the run as that
+ * signal would have: it tells the host which signal in an "end" frame
+ * (WIRE_KEY_SIGNAL) and exits with 128 + N, which the host reports as the
+ * run ended by signal N (run.c, run_reap). SIGKILL cannot be caught: the
+ * runtime's wrappers of os.kill and friends end the run the same way after
+ * a SIGKILL the code sent itself (_airlock.exit_by_signal). */
+
+/* The signals caught: every one whose default action ends the process,
+ * but SIGKILL and SIGSTOP (which cannot be caught), SIGINT (Python's own
+ * handler raises KeyboardInterrupt), SIGPIPE and SIGXFSZ (Python ignores
+ * them), and the signals of faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+ * SIGTRAP, SIGSYS): the kernel forces those on pid 1 too. */
+static const int init_signals[] = {SIGHUP,  SIGQUIT, SIGABRT,   SIGUSR1, SIGUSR2,
+                                   SIGALRM, SIGTERM, SIGSTKFLT, SIGXCPU, SIGVTALRM,
+                                   SIGPROF, SIGIO,   SIGPWR};
+static volatile sig_atomic_t init_signals_on;
+
+/* Writes n in decimal at p; returns the end. Async-signal-safe. */
+static char *put_uint(char *p, unsigned n)
+{
+        char digits[12];
+        int k = 0;
+        do {
+                digits[k++] = (char)('0' + n % 10);
+                n /= 10;
+        } while (n);
+        while (k)
+                *p++ = digits[--k];
+        return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+        while (*s)
+                *p++ = *s++;
+        return p;
+}
+
+/* Contract: async-signal-safe. Ends the single run as signal sig would
+ * have ended it: the "end" frame naming sig, when no thread is in the
+ * middle of a request on the channel (channel_lock is free; it is then
+ * never released, so nothing else is written after the frame), then exit
+ * 128 + sig. With the channel busy there is no frame, and the run ends
+ * with the exit status 128 + sig alone. */
+_Noreturn static void exit_by_signal(int sig)
+{
+        if (channel_fd >= 0 && pthread_mutex_trylock(&channel_lock) == 0) {
+                char frame[256];
+                char *p = frame + 4;
+                p = put_str(p, "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_END "\",\"" WIRE_KEY_STATUS
+                               "\":\"" WIRE_STATUS_ERROR "\",\"" WIRE_KEY_EXIT_CODE "\":");
+                p = put_uint(p, 128u + (unsigned)sig);
+                p = put_str(p, ",\"" WIRE_KEY_SIGNAL "\":");
+                p = put_uint(p, (unsigned)sig);
+                p = put_str(p, ",\"" WIRE_KEY_ALONE "\":false}");
+                uint32_t len = (uint32_t)(p - frame - 4);
+                frame[0] = (char)(len & 0xff);
+                frame[1] = (char)(len >> 8 & 0xff);
+                frame[2] = (char)(len >> 16 & 0xff);
+                frame[3] = (char)(len >> 24 & 0xff);
+                (void)!send(channel_fd, frame, (size_t)(p - frame), MSG_NOSIGNAL);
+        }
+        _exit(128 + sig);
+}
+
+/* The handler of init_signals. In pid 1 of a single run it ends the run;
+ * in any other process (one the code forked, which inherited it) the
+ * signal takes its default action, as it would have without the handler. */
+static void on_init_signal(int sig)
+{
+        if (init_signals_on && syscall(SYS_getpid) == 1)
+                exit_by_signal(sig);
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sig, &dfl, NULL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        syscall(SYS_tgkill, syscall(SYS_getpid), syscall(SYS_gettid), sig);
+}
+
+void guest_init_signals(bool on)
+{
+        init_signals_on = on;
+        struct sigaction sa = {.sa_handler = on ? on_init_signal : SIG_DFL,
+                               .sa_flags = on ? SA_RESTART : 0};
+        sigemptyset(&sa.sa_mask);
+        for (size_t i = 0; i < ARRAY_SIZE(init_signals); i++) {
+                struct sigaction old;
+                /* Only a default disposition is replaced (a preload may
+                 * have set its own handler). */
+                if (sigaction(init_signals[i], NULL, &old) == 0 &&
+                    old.sa_handler == (on ? SIG_DFL : on_init_signal))
+                        sigaction(init_signals[i], &sa, NULL);
+        }
+        for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++) {
+                struct sigaction old;
+                if (sigaction(sig, NULL, &old) == 0 &&
+                    old.sa_handler == (on ? SIG_DFL : on_init_signal))
+                        sigaction(sig, &sa, NULL);
+        }
+}
+
+void guest_end_of_run(void)
+{
+        /* The end frame is the last frame: a signal from now on finds the
+         * channel taken and writes none (exit_by_signal). */
+        pthread_mutex_lock(&channel_lock);
+}
+
+/* _airlock.exit_by_signal(sig): after the code sent itself sig (SIGKILL),
+ * ends the run as that signal would, in pid 1 of a single run; elsewhere
+ * returns None. */
+static PyObject *py_exit_by_signal(PyObject *self, PyObject *arg)
+{
+        long sig = PyLong_AsLong(arg);
+        if (sig == -1 && PyErr_Occurred())
+                return NULL;
+        if (sig > 0 && sig < 65 && init_signals_on && syscall(SYS_getpid) == 1) {
+                exit_by_signal((int)sig);
+        }
+        Py_RETURN_NONE;
+}
+
 /* _airlock.call(bytes) -> bytes: one request/reply round trip to the host. */
 static PyObject *py_call(PyObject *self, PyObject *arg)
 {
@@ -133,6 +265,8 @@ static PyObject *py_call(PyObject *self, PyObject *arg)
 
 static PyMethodDef airlock_methods[] = {
     {"call", py_call, METH_O, "Send one request to the host and return its reply."},
+    {"exit_by_signal", py_exit_by_signal, METH_O,
+     "End a single run as the signal would (pid 1 ignores the signals it sends itself)."},
     {NULL, NULL, 0, NULL},
 };
 

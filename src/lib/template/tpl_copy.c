@@ -166,6 +166,9 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 
         tpl_populate_learned(tpl);
         guest_after_fork_child(chan);
+        /* pid 1 of the run's namespace: the signals the code sends itself
+         * must end it as they would end python3 (guest.c). */
+        guest_init_signals(true);
 
         const unsigned long tmpfs_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOSYMFOLLOW;
         if (mount("tmpfs", "/output", "tmpfs", tmpfs_flags, tpl->out_opts) < 0 &&
