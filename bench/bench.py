@@ -992,6 +992,13 @@ def main():
         except Exception as e:  # noqa: BLE001
             b.extra["packages"] = {"skipped": f"failed: {str(e)[:300]}"}
             log(f"  skip packages: {str(e)[:300]}")
+        # Section 8: CPU-bound pure Python, guest vs host (bench_cpu.py).
+        import bench_cpu  # noqa: E402 - a sibling script
+
+        try:
+            b.extra["cpu"] = bench_cpu.run(b.build, b.quick, log)
+        except Exception as e:  # noqa: BLE001
+            b.extra["cpu"] = {"skipped": f"failed: {str(e)[:300]}"}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     data = {"quick": args.quick, "machine": mach, "results": b.res, "skipped": b.skipped,
@@ -1005,6 +1012,7 @@ def main():
     md = report(data)
     md += "\n" + ("\n".join(bench_packages.report_lines(pk)) if "skipped" not in pk else
                   f"## 7. the scientific stack preloaded\n\nnot measured: {pk['skipped']}") + "\n"
+    md += "\n" + "\n".join(bench_cpu.report_lines(b.extra["cpu"])) + "\n"
     md += f"\nWhole benchmark: {data['elapsed_s']:.0f} s.\n"
     with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(md)

@@ -10,6 +10,8 @@
 #   install   `make install` into a temporary DESTDIR and a program linked
 #             through pkg-config (tests/build);
 #   blackbox  the built airlock binary driven as users do (tests/blackbox);
+#   cpython   CPython's own tests of the guest's areas, run inside the guest
+#             (tests/cpython/run_in_guest.py; Debian's libpython3.11-testsuite);
 #   python    the Python package (python/, built by `make python`) with
 #             Debian's python3-pytest (tests/python);
 #   mcp       the MCP server driven by the official TypeScript SDK and the MCP
@@ -23,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
-all_tiers=(unit sandbox asan openat2 install blackbox python mcp fuzz format)
+all_tiers=(unit sandbox asan openat2 install blackbox cpython python mcp fuzz format)
 tiers=("$@")
 [ ${#tiers[@]} -eq 0 ] && tiers=("${all_tiers[@]}")
 for t in "${tiers[@]}"; do
@@ -148,6 +150,11 @@ if want blackbox; then
         [ -f "$t" ] || continue
         run_counted "$(basename "$t" .py)" /usr/bin/python3 "$t"
     done
+fi
+
+if want cpython; then
+    echo "== CPython's own tests inside the guest (tests/cpython)"
+    run_counted cpython /usr/bin/python3 tests/cpython/run_in_guest.py
 fi
 
 if want python; then

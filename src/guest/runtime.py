@@ -768,7 +768,7 @@ def _cwd_finder_hook(path):
     return _CwdFinder(path, *_get_supported_file_loaders())
 
 
-def _wrap_kill(original, hits_self):
+def _wrap_kill(original, hits_self, module):
     """original (os.kill and the like), then, when it sent SIGKILL to this
     process, the end of the run by SIGKILL: a single run's interpreter is
     pid 1 of its namespace, which the kernel does not let kill itself, and
@@ -785,17 +785,20 @@ def _wrap_kill(original, hits_self):
         except (TypeError, ValueError, IndexError):
             pass
         return result
+    # Named after the module that holds it, as its pure-Python functions
+    # are (pydoc, and CPython's test_signal, look at __module__).
+    wrapper.__module__ = module
     return wrapper
 
 
 def _wrap_kills():
     import os
     import signal
-    os.kill = _wrap_kill(os.kill, lambda pid, sig: pid in (0, os.getpid(), -os.getpgrp()))
-    os.killpg = _wrap_kill(os.killpg, lambda pgid, sig: pgid in (0, os.getpgrp()))
-    signal.raise_signal = _wrap_kill(signal.raise_signal, lambda sig: True)
+    os.kill = _wrap_kill(os.kill, lambda pid, sig: pid in (0, os.getpid(), -os.getpgrp()), "os")
+    os.killpg = _wrap_kill(os.killpg, lambda pgid, sig: pgid in (0, os.getpgrp()), "os")
+    signal.raise_signal = _wrap_kill(signal.raise_signal, lambda sig: True, "signal")
     # SIGKILL to any thread of the process ends the whole process.
-    signal.pthread_kill = _wrap_kill(signal.pthread_kill, lambda tid, sig: True)
+    signal.pthread_kill = _wrap_kill(signal.pthread_kill, lambda tid, sig: True, "signal")
 
 
 def _install(auto_figures=True, python_paths=()):
