@@ -2,7 +2,9 @@
 """CPU-bound pure Python in the guest against /usr/bin/python3 on the host,
 side by side in one run: the same script, alternately in `airlock run` and in
 python3, each timing its own work (the best of its inner rounds), so that
-start-up costs are left out and the machine's load hits both alike.
+start-up costs are left out. The time is the thread's CPU time, not the wall
+clock: on a shared machine a run's wall time is mostly the other processes'
+(a round of 14 ms of CPU took 14 to 55 ms here), whatever the interpreter.
 
 Called by bench.py (`make bench`); alone: bench/bench_cpu.py BUILD [--quick].
 Standard library only.
@@ -45,9 +47,9 @@ def work():
 work()
 best = float("inf")
 for _ in range(ROUNDS):
-    t = time.perf_counter()
+    t = time.thread_time()
     work()
-    best = min(best, time.perf_counter() - t)
+    best = min(best, time.thread_time() - t)
 print(f"{best * 1000:.3f}")
 '''
 
@@ -95,7 +97,7 @@ def run(build, quick, log=print):
     """The medians of the best-of-rounds times (ms) in the guest and on the
     host, and their ratio, over alternated runs."""
     airlock = os.path.join(build, "airlock")
-    pairs = 3 if quick else 9
+    pairs = 3 if quick else 9  # rounds of one run each
     code = WORK.replace("ROUNDS", "3" if quick else "5")
     log(f"- CPU-bound pure Python, guest vs host python3 ({pairs} alternated rounds)")
     samples = {"guest": [], "host": [], "embedded": []}
@@ -126,8 +128,10 @@ def report_lines(res):
         return ["## 8. CPU-bound pure Python, guest vs host", "", f"not measured: {res['skipped']}"]
     return ["## 8. CPU-bound pure Python, guest vs host", "",
             "The same script (recursive calls, dict and string work, trial division, "
-            "statistics.variance of Fractions) timed by itself, best of its rounds, in "
-            f"`airlock run` and in {PY}, alternated, {res['pairs']} pairs; medians.", "",
+            "statistics.variance of Fractions) timed by itself (CPU time of its thread, best "
+            "of its rounds), in "
+            f"`airlock run`, in {PY} and in a program embedding the host's libpython, "
+            f"alternated, {res['pairs']} rounds; medians.", "",
             "| where | median ms |", "|---|---:|",
             f"| guest (`airlock run`) | {res['guest_ms']:.1f} |",
             f"| host python3 | {res['host_ms']:.1f} |"] + (
