@@ -156,5 +156,21 @@ def test_a_session_cell_killed_by_itself_rolls_back():
     assert "rolled back" in p.stderr, p.stderr
 
 
+# ---- speed -----------------------------------------------------------------
+
+def test_seccomp_turns_on_no_speculation_mitigation():
+    # Where the kernel ties Spectre mitigations to seccomp (before Linux
+    # 5.16 by default), a filter without SECCOMP_FILTER_FLAG_SPEC_ALLOW
+    # turns on speculative store bypass disable for the guest ("thread force
+    # mitigated"). A kernel that never does so passes this either way.
+    def ssb(text):
+        return [ln for ln in text.splitlines() if ln.startswith("Speculation_Store_Bypass")]
+    with open("/proc/self/status") as f:
+        host = ssb(f.read())
+    rc, r = run_json("print(open('/proc/self/status').read())")
+    ok(r)
+    assert ssb(r["stdout"]) == host, (ssb(r["stdout"]), host)
+
+
 if __name__ == "__main__":
     run()
