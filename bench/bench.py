@@ -1022,6 +1022,13 @@ def main():
         except Exception as e:  # noqa: BLE001
             b.extra["loaded"] = {"skipped": f"failed: {str(e)[:300]}"}
             log(f"  skip loaded: {str(e)[:300]}")
+        # Section 9: CPU-bound pure Python, guest vs host (bench_cpu.py).
+        import bench_cpu  # noqa: E402 - a sibling script
+
+        try:
+            b.extra["cpu"] = bench_cpu.run(b.build, b.quick, log)
+        except Exception as e:  # noqa: BLE001
+            b.extra["cpu"] = {"skipped": f"failed: {str(e)[:300]}"}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     data = {"quick": args.quick, "machine": mach, "results": b.res, "skipped": b.skipped,
@@ -1040,6 +1047,7 @@ def main():
                   f"## 7. the scientific stack preloaded\n\nnot measured: {pk['skipped']}") + "\n"
     md += "\n" + ("\n".join(bench_loaded.report_lines(ld)) if "skipped" not in ld else
                   f"## 8. a busy machine\n\nnot measured: {ld['skipped']}") + "\n"
+    md += "\n" + "\n".join(bench_cpu.report_lines(b.extra["cpu"])) + "\n"
     md += f"\nWhole benchmark: {data['elapsed_s']:.0f} s.\n"
     with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(md)

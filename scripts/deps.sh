@@ -38,6 +38,8 @@ check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3
 check_pkgs+=(python3-dev python3-setuptools python3-pytest)
 # The ABI check of libairlock.so against abi/libairlock.abi (tests/build/test_abi.sh).
 check_pkgs+=(abigail-tools)
+# CPython's own tests, run inside the guest (tests/cpython, the cpython tier).
+check_pkgs+=(libpython3.11-testsuite)
 # linux-perf: where a copy's preparation spends its time (docs/performance.md).
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client
             linux-perf)

@@ -10,6 +10,8 @@
 #   install   `make install` into a temporary DESTDIR and a program linked
 #             through pkg-config, and the ABI check against abi/ (tests/build);
 #   blackbox  the built airlock binary driven as users do (tests/blackbox);
+#   cpython   CPython's own tests of the guest's areas, run inside the guest
+#             (tests/cpython/run_in_guest.py; Debian's libpython3.11-testsuite);
 #   python    the Python package (python/, built by `make python`) with
 #             Debian's python3-pytest (tests/python);
 #   mcp       the MCP server driven by the official TypeScript SDK and the MCP
@@ -35,7 +37,7 @@ done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -j takes a positive number, not '$jobs'" >&2; exit 2; }
 build=${1:-build}
 shift || true
-all_tiers=(unit sandbox asan openat2 install blackbox python mcp fuzz format)
+all_tiers=(unit sandbox asan openat2 install blackbox cpython python mcp fuzz format)
 tiers=("$@")
 [ ${#tiers[@]} -eq 0 ] && tiers=("${all_tiers[@]}")
 for t in "${tiers[@]}"; do
@@ -200,6 +202,13 @@ if want blackbox; then
     for t in tests/blackbox/test_*.py; do
         [ -f "$t" ] || continue
         queue counted "$(basename "$t" .py)" 1200 /usr/bin/python3 "$t"
+    done
+fi
+
+if want cpython; then
+    say "== CPython's own tests inside the guest (tests/cpython)"
+    for m in $(/usr/bin/python3 tests/cpython/run_in_guest.py --list); do
+        queue counted "cpython/$m" 1200 /usr/bin/python3 tests/cpython/run_in_guest.py "$m"
     done
 fi
 

@@ -198,22 +198,24 @@ def _run(code, keep=False, last=False):
             _session_main = main
     _sys.modules["__main__"] = main
     status, exit_code = _STATUS_OK, 0
+    name = _register_source(code, keep)
+    main.__dict__["__file__"] = name
     try:
         if keep:
             # A session's cell is a notebook cell: the value of a final
             # expression is displayed (_display). Inline, so that a
             # traceback starts at the code as in a single run.
             import ast
-            tree = compile(code, "<code>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            tree = compile(code, name, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
             final = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 final = ast.Expression(tree.body.pop().value)
-            exec(compile(tree, "<code>", "exec", dont_inherit=True), main.__dict__)
+            exec(compile(tree, name, "exec", dont_inherit=True), main.__dict__)
             if final is not None:
-                _display(eval(compile(final, "<code>", "eval", dont_inherit=True),
+                _display(eval(compile(final, name, "eval", dont_inherit=True),
                               main.__dict__), main)
         else:
-            compiled = compile(code, "<code>", "exec", dont_inherit=True)
+            compiled = compile(code, name, "exec", dont_inherit=True)
             exec(compiled, main.__dict__)
     except SystemExit as e:
         c = e.code
@@ -278,6 +280,30 @@ def _run(code, keep=False, last=False):
             pass
     _flush_std()
     return status, exit_code
+
+
+# The cells a session has run in this interpreter, for their names.
+_cells = 0
+
+
+def _register_source(code, keep):
+    """Names the code and puts its lines in linecache, so that tracebacks
+    show them and inspect.getsource() finds them, as for `python3 script.py`.
+    A single run is "<code>"; a session's cells are "<cell-1>", "<cell-2>"...
+    (numbered in the interpreter: a rolled-back cell's number is given again,
+    with its interpreter gone), so that a function defined by one cell shows
+    that cell's lines wherever it fails. The entry has no modification time,
+    which linecache takes for source that no file backs: checkcache() keeps
+    it, whatever files /tmp holds."""
+    global _cells
+    import linecache
+    if keep:
+        _cells += 1
+        name = f"<cell-{_cells}>"
+    else:
+        name = "<code>"
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+    return name
 
 
 # The longest repr of a final expression that a cell prints, in characters.
@@ -638,6 +664,9 @@ def _after_fork():
     tempfile = _sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile._name_sequence = None
+    # The listing of the working directory made in the template is of
+    # another /tmp: this copy's is its own, empty tmpfs.
+    _sys.path_importer_cache.pop(_CWD, None)
 
 
 # Packages worth naming to a model, as (import name, distribution name).
@@ -737,10 +766,79 @@ def _prewarm():
         df.a.sum(), df["b"].mean()
 
 
+# The working directory of every run, and the last entry of sys.path.
+_CWD = "/tmp"
+
+
+def _cwd_finder_hook(path):
+    """The path hook of the working directory (_CWD): a FileFinder that
+    lists the directory again when a name is not in its listing. A plain
+    FileFinder lists a directory again only when its modification time
+    changed, and a file written within the same clock tick as the last
+    listing (tmpfs times are coarse) would not be found: code that writes
+    a module and imports it at once must find it, wherever the listing was
+    made (in the template, by an earlier import in this run)."""
+    if path != _CWD:
+        raise ImportError("not the working directory")
+    import importlib.machinery as machinery
+    from importlib._bootstrap_external import _get_supported_file_loaders
+
+    class _CwdFinder(machinery.FileFinder):
+        def find_spec(self, fullname, target=None):
+            spec = super().find_spec(fullname, target)
+            if spec is None:
+                self.invalidate_caches()
+                spec = super().find_spec(fullname, target)
+            return spec
+
+    return _CwdFinder(path, *_get_supported_file_loaders())
+
+
+def _wrap_kill(original, hits_self, module):
+    """original (os.kill and the like), then, when it sent SIGKILL to this
+    process, the end of the run by SIGKILL: a single run's interpreter is
+    pid 1 of its namespace, which the kernel does not let kill itself, and
+    SIGKILL has no handler to catch it (the other signals that end a
+    process are caught in C: guest.c, guest_init_signals)."""
+    import functools
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            if int(args[-1]) == 9 and hits_self(*args):
+                _airlock.exit_by_signal(9)
+        except (TypeError, ValueError, IndexError):
+            pass
+        return result
+    # Named after the module that holds it, as its pure-Python functions
+    # are (pydoc, and CPython's test_signal, look at __module__).
+    wrapper.__module__ = module
+    return wrapper
+
+
+def _wrap_kills():
+    import os
+    import signal
+    os.kill = _wrap_kill(os.kill, lambda pid, sig: pid in (0, os.getpid(), -os.getpgrp()), "os")
+    os.killpg = _wrap_kill(os.killpg, lambda pgid, sig: pgid in (0, os.getpgrp()), "os")
+    signal.raise_signal = _wrap_kill(signal.raise_signal, lambda sig: True, "signal")
+    # SIGKILL to any thread of the process ends the whole process.
+    signal.pthread_kill = _wrap_kill(signal.pthread_kill, lambda tid, sig: True, "signal")
+
+
 def _install(auto_figures=True, python_paths=()):
     global _auto_figures
     _auto_figures = bool(auto_figures)
     _sys.meta_path.insert(0, _Finder)
+    # The working directory is importable, as the script's folder is for
+    # `python3 script.py`, but last: after the standard library, the
+    # --python-path folders and the site folders (and after the generated
+    # `servers` package a later feature will put before it), so that a
+    # file the code writes in /tmp never shadows a module of theirs.
+    _sys.path.append(_CWD)
+    _sys.path_hooks.insert(0, _cwd_finder_hook)
+    _wrap_kills()
     # The --python-path folders (and the .pth entries inside them) come
     # before the system's site folders, as a virtualenv's site-packages
     # comes before the system's, and after the standard library.

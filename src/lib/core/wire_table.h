@@ -104,6 +104,9 @@
 /* A failed tool call's reply may add "error_type": the type name a typed
  * tool (airlock_config_add_typed_tool) gave for its failure. */
 #define WIRE_KEY_ERROR_TYPE "error_type"
+/* An "end" frame may add "signal": the signal that ended a single run's
+ * pid 1 (guest.c, exit_by_signal); its exit status is then 128 + it. */
+#define WIRE_KEY_SIGNAL "signal"
 #define WIRE_KEYS(X)                                                                               \
         X(OP)                                                                                      \
         X(OK)                                                                                      \
@@ -120,6 +123,7 @@
         X(CODE)                                                                                    \
         X(EXIT_CODE)                                                                               \
         X(ALONE)                                                                                   \
+        X(SIGNAL)                                                                                  \
         X(ID)                                                                                      \
         X(KEEP)                                                                                    \
         X(SPARE)                                                                                   \

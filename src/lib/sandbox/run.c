@@ -121,6 +121,7 @@ typedef struct run_state {
         struct {
                 bool seen;
                 bool alone; /* nothing else of a single run is left */
+                int signal; /* the signal that ended a single run's pid 1, or 0 */
                 int exit_code;
                 char status[16];
         } end; /* the guest's "end" frame: how it says the code ended */
@@ -503,6 +504,8 @@ static void guest_ended(run_state *run, const json_t *msg)
         snprintf(run->end.status, sizeof(run->end.status), "%s", s ? s : "");
         run->end.exit_code = (int)json_integer_value(json_object_get(msg, WIRE_KEY_EXIT_CODE));
         run->end.alone = json_is_true(json_object_get(msg, WIRE_KEY_ALONE));
+        json_int_t sig = json_integer_value(json_object_get(msg, WIRE_KEY_SIGNAL));
+        run->end.signal = sig > 0 && sig < 65 ? (int)sig : 0;
         run->end.seen = true;
 }
 
@@ -823,6 +826,15 @@ static void run_reap(run_state *run, siginfo_t *si)
                         /* Someone else reaped it (SIGCHLD ignored): trust the claim. */
                         si->si_code = CLD_EXITED;
                         si->si_status = strcmp(run->end.status, WIRE_STATUS_OK) == 0 ? 0 : 1;
+                }
+                /* A single run's pid 1 cannot be ended by a signal sent
+                 * from inside its namespace: it names the signal that would
+                 * have ended it and exits with 128 + N (guest.c,
+                 * exit_by_signal), which reads as that signal's end. */
+                if (run->end.signal && si->si_code == CLD_EXITED &&
+                    si->si_status == 128 + run->end.signal) {
+                        si->si_code = CLD_KILLED;
+                        si->si_status = run->end.signal;
                 }
                 close(c->pidfd);
                 c->pidfd = -1;

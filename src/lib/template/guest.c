@@ -25,6 +25,10 @@
 extern const unsigned char guest_runtime_py[];
 extern const unsigned long guest_runtime_py_len;
 
+/* Where glibc keeps the calling thread's id (struct pthread's tid), found
+ * in the template (find_tid_slot); NULL when it could not be found. */
+static pid_t *tid_slot;
+
 static PyObject *runtime_run;            /* runtime._run */
 static PyObject *runtime_after_fork;     /* runtime._after_fork */
 static PyObject *runtime_build;          /* runtime._build_caches */
@@ -89,6 +93,138 @@ static char *read_reply(int fd, size_t *ret_len)
         return body;
 }
 
+/* ---- pid 1 of a single run ------------------------------------------
+ *
+ * A single run's interpreter is pid 1 of its PID namespace, and the kernel
+ * delivers to pid 1 no signal sent from inside the namespace whose
+ * disposition is the default: os.kill(os.getpid(), SIGTERM), abort()'s
+ * SIGABRT and even SIGKILL would be dropped, and the run would go on. So
+ * while it serves a single run, the copy catches each signal whose default
+ * is to end the process (guest_init_signals), and ends the run as that
+ * signal would have: it tells the host which signal in an "end" frame
+ * (WIRE_KEY_SIGNAL) and exits with 128 + N, which the host reports as the
+ * run ended by signal N (run.c, run_reap). SIGKILL cannot be caught: the
+ * runtime's wrappers of os.kill and friends end the run the same way after
+ * a SIGKILL the code sent itself (_airlock.exit_by_signal). */
+
+/* The signals caught: every one whose default action ends the process,
+ * but SIGKILL and SIGSTOP (which cannot be caught), SIGINT (Python's own
+ * handler raises KeyboardInterrupt), SIGPIPE and SIGXFSZ (Python ignores
+ * them), and the signals of faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+ * SIGTRAP, SIGSYS): the kernel forces those on pid 1 too. */
+static const int init_signals[] = {SIGHUP,  SIGQUIT, SIGABRT,   SIGUSR1, SIGUSR2,
+                                   SIGALRM, SIGTERM, SIGSTKFLT, SIGXCPU, SIGVTALRM,
+                                   SIGPROF, SIGIO,   SIGPWR};
+static volatile sig_atomic_t init_signals_on;
+
+/* Writes n in decimal at p; returns the end. Async-signal-safe. */
+static char *put_uint(char *p, unsigned n)
+{
+        char digits[12];
+        int k = 0;
+        do {
+                digits[k++] = (char)('0' + n % 10);
+                n /= 10;
+        } while (n);
+        while (k)
+                *p++ = digits[--k];
+        return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+        while (*s)
+                *p++ = *s++;
+        return p;
+}
+
+/* Contract: async-signal-safe. Ends the single run as signal sig would
+ * have ended it: the "end" frame naming sig, when no thread is in the
+ * middle of a request on the channel (channel_lock is free; it is then
+ * never released, so nothing else is written after the frame), then exit
+ * 128 + sig. With the channel busy there is no frame, and the run ends
+ * with the exit status 128 + sig alone. */
+_Noreturn static void exit_by_signal(int sig)
+{
+        if (channel_fd >= 0 && pthread_mutex_trylock(&channel_lock) == 0) {
+                char frame[256];
+                char *p = frame + 4;
+                p = put_str(p, "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_END "\",\"" WIRE_KEY_STATUS
+                               "\":\"" WIRE_STATUS_ERROR "\",\"" WIRE_KEY_EXIT_CODE "\":");
+                p = put_uint(p, 128u + (unsigned)sig);
+                p = put_str(p, ",\"" WIRE_KEY_SIGNAL "\":");
+                p = put_uint(p, (unsigned)sig);
+                p = put_str(p, ",\"" WIRE_KEY_ALONE "\":false}");
+                uint32_t len = (uint32_t)(p - frame - 4);
+                frame[0] = (char)(len & 0xff);
+                frame[1] = (char)(len >> 8 & 0xff);
+                frame[2] = (char)(len >> 16 & 0xff);
+                frame[3] = (char)(len >> 24 & 0xff);
+                (void)!send(channel_fd, frame, (size_t)(p - frame), MSG_NOSIGNAL);
+        }
+        _exit(128 + sig);
+}
+
+/* The handler of init_signals. In pid 1 of a single run it ends the run;
+ * in any other process (one the code forked, which inherited it) the
+ * signal takes its default action, as it would have without the handler. */
+static void on_init_signal(int sig)
+{
+        if (init_signals_on && syscall(SYS_getpid) == 1)
+                exit_by_signal(sig);
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sig, &dfl, NULL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        syscall(SYS_tgkill, syscall(SYS_getpid), syscall(SYS_gettid), sig);
+}
+
+void guest_init_signals(bool on)
+{
+        init_signals_on = on;
+        struct sigaction sa = {.sa_handler = on ? on_init_signal : SIG_DFL,
+                               .sa_flags = on ? SA_RESTART : 0};
+        sigemptyset(&sa.sa_mask);
+        for (size_t i = 0; i < ARRAY_SIZE(init_signals); i++) {
+                struct sigaction old;
+                /* Only a default disposition is replaced (a preload may
+                 * have set its own handler). */
+                if (sigaction(init_signals[i], NULL, &old) == 0 &&
+                    old.sa_handler == (on ? SIG_DFL : on_init_signal))
+                        sigaction(init_signals[i], &sa, NULL);
+        }
+        for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++) {
+                struct sigaction old;
+                if (sigaction(sig, NULL, &old) == 0 &&
+                    old.sa_handler == (on ? SIG_DFL : on_init_signal))
+                        sigaction(sig, &sa, NULL);
+        }
+}
+
+void guest_end_of_run(void)
+{
+        /* The end frame is the last frame: a signal from now on finds the
+         * channel taken and writes none (exit_by_signal). */
+        pthread_mutex_lock(&channel_lock);
+}
+
+/* _airlock.exit_by_signal(sig): after the code sent itself sig (SIGKILL),
+ * ends the run as that signal would, in pid 1 of a single run; elsewhere
+ * returns None. */
+static PyObject *py_exit_by_signal(PyObject *self, PyObject *arg)
+{
+        long sig = PyLong_AsLong(arg);
+        if (sig == -1 && PyErr_Occurred())
+                return NULL;
+        if (sig > 0 && sig < 65 && init_signals_on && syscall(SYS_getpid) == 1) {
+                exit_by_signal((int)sig);
+        }
+        Py_RETURN_NONE;
+}
+
 /* _airlock.call(bytes) -> bytes: one request/reply round trip to the host. */
 static PyObject *py_call(PyObject *self, PyObject *arg)
 {
@@ -129,6 +265,8 @@ static PyObject *py_call(PyObject *self, PyObject *arg)
 
 static PyMethodDef airlock_methods[] = {
     {"call", py_call, METH_O, "Send one request to the host and return its reply."},
+    {"exit_by_signal", py_exit_by_signal, METH_O,
+     "End a single run as the signal would (pid 1 ignores the signals it sends itself)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -251,18 +389,60 @@ static void set_library_environment(const template_params *p)
         setenv("MPLCONFIGDIR", GUEST_CACHE_DIR "/matplotlib", 1);
 }
 
+/* Contract: glibc caches each thread's kernel id in its thread descriptor
+ * and reads it there for pthread_kill, pthread_getcpuclockid,
+ * pthread_sigqueue and the like. fork() refreshes it in the child; a copy
+ * made by a raw clone3 (spawn_copy) or clone (a session's base_hop) keeps
+ * the template's, so that signal.pthread_kill() on the main thread would
+ * signal a thread id of the template's namespace (ESRCH) and
+ * time.pthread_getcpuclockid() would name a clock that does not exist
+ * (EINVAL). The descriptor's layout is glibc's own, so its address is not
+ * computed from an offset: glibc registers that very field with the kernel
+ * as the thread's clear_child_tid at start (set_tid_address), and
+ * PR_GET_TID_ADDRESS reads the registration back. It is taken once, here,
+ * in the template's main thread, the thread every copy is cloned from, and
+ * used only when it holds that thread's id (so it is the field); copies
+ * share the template's layout, so the address holds in each
+ * (guest_refresh_tid). Without it (a kernel built without
+ * CONFIG_CHECKPOINT_RESTORE) the ids stay stale, as before. */
+static void find_tid_slot(void)
+{
+        pid_t *addr = NULL;
+        if (prctl(PR_GET_TID_ADDRESS, &addr, 0, 0, 0) == 0 && addr &&
+            *addr == (pid_t)syscall(SYS_gettid))
+                tid_slot = addr;
+}
+
+/* In a process cloned from the template's main thread: writes its own id
+ * where glibc reads it, and registers the field again as the thread's
+ * clear_child_tid, as glibc's fork() does in its child (the clone started
+ * without one). set_tid_address returns the caller's id. */
+static void guest_refresh_tid(void)
+{
+        if (tid_slot)
+                *tid_slot = (pid_t)syscall(SYS_set_tid_address, tid_slot);
+}
+
 int guest_init(const template_params *p, char *errbuf, size_t errlen)
 {
+        find_tid_slot();
         set_library_environment(p);
         if (PyImport_AppendInittab("_airlock", init_airlock_module) < 0) {
                 snprintf(errbuf, errlen, "python: cannot register the _airlock module");
                 return -EIO;
         }
-        /* UTF-8 mode: the guest's environment is empty (the C locale), and
-         * its text, file names and output should still be UTF-8. */
+        /* UTF-8 mode: the guest's text, file names and output are UTF-8,
+         * whatever a library sets its locale to. And LC_CTYPE is set from
+         * the environment (LANG=C.UTF-8, sandbox.c), as the python3
+         * program does, here in the template, before anything reads it:
+         * an isolated configuration leaves it at "C", where
+         * locale.getencoding() says ASCII and C libraries (readline,
+         * curses, mbstowcs) refuse every byte above 127. glibc's C.UTF-8
+         * is built in: no locale file needs to be in the guest's root. */
         PyPreConfig pre;
         PyPreConfig_InitIsolatedConfig(&pre);
         pre.utf8_mode = 1;
+        pre.configure_locale = 1;
         PyStatus pst = Py_PreInitialize(&pre);
         if (PyStatus_Exception(pst)) {
                 snprintf(errbuf, errlen, "python: pre-initialisation failed: %s",
@@ -434,6 +614,7 @@ void guest_after_fork_parent(void)
 
 void guest_after_fork_child(int fd)
 {
+        guest_refresh_tid();
         PyOS_AfterFork_Child();
         channel_fd = fd;
         PyObject *r = PyObject_CallNoArgs(runtime_after_fork);

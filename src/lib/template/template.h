@@ -40,6 +40,12 @@ void guest_after_fork_child(int channel_fd);
  * guest_before_fork took, and writes as few pages as it can, each of which
  * would be a private copy for nothing. */
 void guest_after_fork_snapshot(int channel_fd);
+/* In a copy that is pid 1 (on) or becomes a session's pid 1 (off): catch,
+ * or stop catching, the signals whose default ends a process, which pid 1
+ * would otherwise ignore when sent from inside its namespace. */
+void guest_init_signals(bool on);
+/* Before a single run's "end" frame: no frame may follow it. */
+void guest_end_of_run(void);
 /* Runs code (UTF-8) as __main__; returns the exit code and sets *ret_status
  * to "ok", "error" or "memory". last: the process's final run, which ends
  * after the code's non-daemon threads. */

@@ -186,6 +186,9 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 
         tpl_populate_learned(tpl);
         guest_after_fork_child(chan);
+        /* pid 1 of the run's namespace: the signals the code sends itself
+         * must end it as they would end python3 (guest.c). */
+        guest_init_signals(true);
 
         const unsigned long tmpfs_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOSYMFOLLOW;
         if (mount("tmpfs", "/output", "tmpfs", tmpfs_flags, tpl->out_opts) < 0 &&
@@ -248,7 +251,20 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         r = tpl_scope_copy(tpl);
         if (r < 0)
                 copy_fail(chan, "cannot scope the run with Landlock: %s", strerror(-r));
-        if (syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->guest_filter) < 0)
+        /* SECCOMP_FILTER_FLAG_SPEC_ALLOW: where the kernel's Spectre
+         * mitigations follow seccomp (spec_store_bypass_disable=seccomp,
+         * the default before Linux 5.16, and spectre_v2_user=seccomp), a
+         * filter would also turn on speculative store bypass disable (and
+         * STIBP) for the guest, which slows every load after a store. They
+         * protect a process's own secrets from code speculating inside it;
+         * the guest's process holds nothing the guest may not read anyway,
+         * and the guest's own code is what it would be protected from.
+         * Kernels before 4.17 do not know the flag: the filter alone. */
+        long sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */,
+                          4 /* SECCOMP_FILTER_FLAG_SPEC_ALLOW */, &tpl->guest_filter);
+        if (sr < 0 && errno == EINVAL)
+                sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->guest_filter);
+        if (sr < 0)
                 copy_fail(chan, "cannot load the seccomp filter: %m");
 
         /* The first copy is made before the template's own warm-up, for a

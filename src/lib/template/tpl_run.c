@@ -171,6 +171,7 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         bool alone = end_run_alone();
                         if (alone)
                                 syscall(SYS_close_range, 1, 2, 0);
+                        guest_end_of_run();
                         tpl_reply(chan, end_frame(status, exit_code, alone));
                         /* The exit tears down a whole interpreter, a
                          * millisecond or more of CPU here, with the

@@ -594,6 +594,10 @@ void tpl_session_open(struct template_state *tpl, int chan)
                 _exit(1);
         tpl->reap_wait = rp[0];
         tpl->reap_notify = rp[1];
+        /* The session's pid 1 runs no guest code: it ignores the signals
+         * the guest sends it, and the session's interpreters, which are
+         * not pid 1, take signals as any process does. */
+        guest_init_signals(false);
         pid_t pid = fork_interpreter(false);
         if (pid < 0)
                 _exit(1);
