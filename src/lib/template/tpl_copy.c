@@ -198,9 +198,16 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         rlim_t cpu = (rlim_t)(lim->cpu_s > 0 ? lim->cpu_s : lim->timeout_s) + 1;
         set_limit(RLIMIT_CPU, cpu);
 #if !defined(__SANITIZE_ADDRESS__)
-        /* Not under AddressSanitizer, whose shadow mappings count as data
-         * and exceed any sensible limit; the run's cgroup still applies. */
-        set_limit(RLIMIT_DATA, lim->memory_bytes);
+        /* RLIMIT_DATA counts the private writable address space a process
+         * reserves, touched or not: OpenBLAS alone reserves 128 MiB per
+         * thread and touches a few, and spins for ever when a reservation
+         * is refused. With a cgroup, which charges the pages a run really
+         * holds, the memory limit is the cgroup's alone; RLIMIT_DATA is
+         * the limit only where there is none. Not under AddressSanitizer,
+         * whose shadow mappings count as data and exceed any sensible
+         * limit. */
+        if (!tpl->params.cgroup)
+                set_limit(RLIMIT_DATA, lim->memory_bytes);
 #endif
         set_limit(RLIMIT_FSIZE, lim->max_file_bytes);
         set_limit(RLIMIT_NOFILE, lim->open_files);
