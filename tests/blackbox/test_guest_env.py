@@ -56,5 +56,42 @@ def test_a_run_over_its_memory_limit_ends_as_memory():
         assert r["stdout"] == "", r["stdout"]
 
 
+# ---- /tmp and the largest file -------------------------------------------
+
+def test_tmp_and_files_are_as_large_as_the_documented_limits():
+    # /tmp is as large as --memory and a file may fill it; before, /tmp was
+    # 64 MiB (ENOSPC) and every file stopped at 64 MiB (EFBIG) whatever
+    # --memory said.
+    code = """
+import os, resource
+st = os.statvfs("/tmp")
+print(st.f_blocks * st.f_frsize >> 20, resource.getrlimit(resource.RLIMIT_FSIZE)[0] >> 20)
+with open("/tmp/big", "wb") as f:
+    for i in range(100):
+        f.write(b"x" * (1 << 20))
+print(os.path.getsize("/tmp/big") >> 20)
+"""
+    rc, r = run_json(code, "--memory", "256", "--timeout", "60")
+    ok(r)
+    assert r["stdout"] == "256 256\n100\n", r["stdout"]
+    # A file in /output may reach /output's size (--max-output-total plus
+    # 1 MiB) when that is the larger.
+    rc, r = run_json("import resource\nprint(resource.getrlimit(resource.RLIMIT_FSIZE)[0] >> 20)",
+                     "--memory", "64", "--max-output-total", "300")
+    ok(r)
+    assert r["stdout"] == "301\n", r["stdout"]
+
+
+def test_a_run_that_fills_tmp_past_its_memory_ends_as_memory():
+    # As root /tmp's files are charged to the run's cgroup with the rest.
+    if not ROOT:
+        print("  (memory cgroups need root: skipped as not root)")
+        return
+    code = ("with open('/tmp/big', 'wb') as f:\n"
+            "    for i in range(400):\n        f.write(b'x' * (1 << 20))\nprint('held')")
+    rc, r = run_json(code, "--memory", "256", "--timeout", "60")
+    assert rc == 1 and r["status"] == "memory", (r["status"], r["stderr"][-2000:])
+
+
 if __name__ == "__main__":
     run()
