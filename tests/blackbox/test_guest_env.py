@@ -93,5 +93,47 @@ def test_a_run_that_fills_tmp_past_its_memory_ends_as_memory():
     assert rc == 1 and r["status"] == "memory", (r["status"], r["stderr"][-2000:])
 
 
+# ---- pseudo-terminals -----------------------------------------------------
+
+def test_pseudo_terminals_work_and_are_the_runs_own():
+    # There was no /dev/ptmx: os.openpty() failed with ENOENT.
+    code = r"""
+import os, pty, sys
+m, s = os.openpty()
+print(os.ttyname(s), os.isatty(s))
+os.write(m, b"hi\n")
+print(os.read(s, 10))
+sys.stdout.flush()
+pid, fd = pty.fork()
+if pid == 0:
+    print("child", os.isatty(0), os.ttyname(0) == os.ttyname(1))
+    sys.stdout.flush()
+    os._exit(3)
+out = b""
+while True:
+    try:
+        b = os.read(fd, 100)
+    except OSError:
+        break
+    if not b:
+        break
+    out += b
+print(out.decode().strip(), os.waitpid(pid, 0)[1] >> 8)
+fds = []
+try:
+    while True:
+        fds.append(os.openpty())
+except OSError as e:
+    print("cap", len(fds) + 1, e.errno == 28)
+"""
+    rc, r = run_json(code)
+    ok(r)
+    assert r["stdout"] == ("/dev/pts/0 True\nb'hi\\n'\nchild True True 3\ncap 15 True\n"), r["stdout"]
+    # Each run has its own instance: a second run starts again at 0.
+    rc, r = run_json("import os\nm, s = os.openpty()\nprint(os.ttyname(s), os.listdir('/dev/pts'))")
+    ok(r)
+    assert r["stdout"] == "/dev/pts/0 ['0', 'ptmx']\n", r["stdout"]
+
+
 if __name__ == "__main__":
     run()

@@ -37,6 +37,9 @@
 #define COPY_MAX_SIGPENDING 256
 #define COPY_MAX_MEMLOCK    (64u << 10)
 #define COPY_MAX_STACK      (8u << 20)
+/* A run's pseudo-terminals: its own instance, 16 at most, the owner's
+ * ids those of the guest. */
+#define COPY_DEVPTS_OPTS "newinstance,ptmxmode=0666,mode=0620,max=16"
 
 static void set_limit(int resource, rlim_t value)
 {
@@ -174,6 +177,13 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         if (mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags, tpl->tmp_opts) < 0 &&
             mount("tmpfs", "/tmp", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->tmp_opts) < 0)
                 copy_fail(chan, "cannot mount /tmp: %m");
+        /* Pseudo-terminals (os.openpty, pty.fork): a devpts instance of
+         * the copy's own, so that no other copy or host terminal is seen
+         * there, with at most COPY_MAX_PTYS of them (the kernel's
+         * kernel.pty.max bounds all instances together). Not nodev: its
+         * nodes are the terminals. TIOCSTI is refused by the filter. */
+        if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, COPY_DEVPTS_OPTS) < 0)
+                copy_fail(chan, "cannot mount /dev/pts: %m");
         /* Before the copy's own /proc: the layers are named by
          * /proc/self/fd links, which the template's /proc resolves. */
         int ready_fds[3] = {-1, -1, -1};
