@@ -135,5 +135,29 @@ except OSError as e:
     assert r["stdout"] == "/dev/pts/0 ['0', 'ptmx']\n", r["stdout"]
 
 
+# ---- archives ---------------------------------------------------------------
+
+TAR = 'import io, os, sys, tarfile, time\nbuf = io.BytesIO()\nwith tarfile.open(fileobj=buf, mode="w") as t:\n    for name, mode, data in (("run.sh", 0o755, b"#!/bin/sh\\necho hi\\n"), ("secret.txt", 0o600, b"x")):\n        ti = tarfile.TarInfo(name); ti.size = len(data); ti.mode = mode\n        ti.mtime = 1000000000; ti.uid = ti.gid = 1234; ti.uname = ti.gname = "someone"\n        t.addfile(ti, io.BytesIO(data))\n    ti = tarfile.TarInfo("d"); ti.type = tarfile.DIRTYPE; ti.mode = 0o750; ti.mtime = 1100000000\n    ti.uid = ti.gid = 1234\n    t.addfile(ti)\nbuf.seek(0)\nwith tarfile.open(fileobj=buf) as t:\n    t.extractall("/tmp/x")\nfor n in ("run.sh", "secret.txt", "d"):\n    st = os.stat("/tmp/x/" + n)\n    print(n, oct(st.st_mode & 0o7777), int(st.st_mtime), st.st_uid)\n'
+
+
+def test_tarfile_keeps_modes_and_times():
+    # As uid 0, tarfile chowned each member to the archive's ids first,
+    # got EINVAL (ids the namespace does not map) and then skipped chmod
+    # and utime silently: run.sh came out 0644 with the current time. On
+    # the host, a user who is not root gets the modes and times.
+    expected = ("run.sh 0o755 1000000000 0\nsecret.txt 0o600 1000000000 0\n"
+                "d 0o750 1100000000 0\n")
+    for args in ((), ("--preload", "numpy,pandas")):
+        rc, r = run_json(TAR, *args, "--timeout", "120")
+        ok(r)
+        assert r["stdout"] == expected, (args, r["stdout"])
+    # chown itself still says what the kernel says.
+    rc, r = run_json("import os\nopen('/tmp/f', 'w').close()\n"
+                     "try:\n    os.chown('/tmp/f', 1234, 1234)\n"
+                     "except OSError as e:\n    print(e.errno)")
+    ok(r)
+    assert r["stdout"] == "22\n", r["stdout"]
+
+
 if __name__ == "__main__":
     run()
