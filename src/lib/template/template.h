@@ -51,4 +51,8 @@ int guest_run(const char *code, size_t len, bool last, const char **ret_status);
 int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
                                size_t errlen);
 
+/* The guest's Python opened PATH: a file of /proc that the copy writes
+ * (tpl_proc.c) is written again first, so that it is fresh. */
+void tpl_proc_opened(const char *path);
+
 #endif

@@ -192,9 +192,15 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
                 mount_writable_input(tpl, chan, &ready_fds[1], &ready_fds[2]);
                 n_ready = 3;
         }
-        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        /* Its own /proc, whose system-wide files are covered or written
+         * by the copy (tpl_proc.c); a kernel without the new mount API
+         * gets the processes alone. */
+        r = tpl_proc_mount(tpl);
+        if (r == -ENOSYS &&
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0)
                 copy_fail(chan, "cannot mount /proc: %m");
+        else if (r < 0 && r != -ENOSYS)
+                copy_fail(chan, "cannot mount /proc: %s", strerror(-r));
         /* The cache is still being filled for later copies: this one sees
          * it read-only all the same. */
         if (!tpl->cache_sealed && tpl_make_readonly(GUEST_CACHE_DIR, false, true) < 0)
