@@ -36,6 +36,8 @@ check_pkgs=(libcmocka-dev clang-format nodejs iproute2 "${demo_pkgs[@]}" python3
             haproxy)
 # The Python package: its extension's headers and build (make python), its tests.
 check_pkgs+=(python3-dev python3-setuptools python3-pytest)
+# The guest's /proc as psutil reads it: tests/blackbox/test_guest_env.py.
+check_pkgs+=(python3-psutil)
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 

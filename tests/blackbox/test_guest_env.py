@@ -159,5 +159,77 @@ def test_tarfile_keeps_modes_and_times():
     assert r["stdout"] == "22\n", r["stdout"]
 
 
+# ---- /proc ------------------------------------------------------------------
+
+PROC = r"""
+import json, os, time
+import numpy as np, psutil
+vm = psutil.virtual_memory()
+p = psutil.Process()
+p.cpu_percent()
+x = bytearray(64 << 20)
+t = time.time()
+while time.time() - t < 0.3:
+    pass
+vm2 = psutil.virtual_memory()
+with open("/proc/cpuinfo") as f:
+    cpuinfo = f.read()
+flags = next(l for l in cpuinfo.splitlines() if l.startswith("flags")).split(":")[1].split()
+up = [float(v) for v in open("/proc/uptime").read().split()]
+stat = open("/proc/stat").read().splitlines()
+print(json.dumps({
+    "total": vm.total, "available": vm.available, "used_grew": vm2.used - vm.used,
+    "cpu_percent": p.cpu_percent(), "cpus": psutil.cpu_count(), "os_cpus": os.cpu_count(),
+    "affinity": len(os.sched_getaffinity(0)),
+    "processors": cpuinfo.count("processor\t:"),
+    "has_sse2": "sse2" in flags,
+    "numpy_sse2": bool(np.core._multiarray_umath.__cpu_features__["SSE2"]),
+    "numpy_mem": __import__("numpy.testing._private.utils", fromlist=["x"])._get_mem_available(),
+    "uptime": up[0], "stat_cpus": [l.split()[0] for l in stat if l.startswith("cpu")],
+    "create_time_ok": abs(p.create_time() - time.time()) < 600,
+    "boot_time_ok": psutil.boot_time() < time.time(),
+    "hidden": {n: (os.listdir("/proc/" + n) if os.path.isdir("/proc/" + n)
+                   else open("/proc/" + n, "rb").read().decode())
+               for n in ("sys", "kallsyms", "interrupts", "cmdline", "version", "loadavg")
+               if os.path.exists("/proc/" + n)},
+}))
+"""
+
+
+def test_proc_tells_the_run_its_own_memory_cpus_and_uptime():
+    # /proc had no meminfo, cpuinfo, stat or uptime: import psutil printed a
+    # traceback, psutil.virtual_memory() and Process().cpu_percent() failed.
+    rc, r = run_json(PROC, "--memory", "400", "--timeout", "120")
+    ok(r)
+    assert r["stderr"] == "", r["stderr"]  # import psutil says nothing
+    v = json.loads(r["stdout"])
+    assert v["total"] == 400 << 20, v
+    assert 0 < v["available"] < v["total"], v
+    assert 0 < v["numpy_mem"] <= v["total"], v  # numpy's memory-size checks
+    assert v["used_grew"] >= 60 << 20, v  # the 64 MiB the run allocated
+    assert v["cpu_percent"] > 0, v  # it spun on one CPU
+    assert v["cpus"] == v["os_cpus"] == v["affinity"] == v["processors"] == len(v["stat_cpus"]) - 1, v
+    assert v["has_sse2"] and v["numpy_sse2"], v
+    assert 0 <= v["uptime"] < 120, v  # the copy's own
+    assert v["create_time_ok"] and v["boot_time_ok"], v
+    # Nothing of the host's system-wide files: every one is empty.
+    assert v["hidden"] and all(not x for x in v["hidden"].values()), v["hidden"]
+
+
+def test_proc_without_root_tells_each_process_its_own_limit():
+    # Without root the limit holds per process (RLIMIT_DATA): what this
+    # process may still take is the limit less its data size.
+    if not ROOT:
+        print("  (needs root to become nobody: skipped)")
+        return
+    code = "import psutil\nvm = psutil.virtual_memory()\nprint(vm.total >> 20, 0 < vm.available < vm.total)"
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                        AIRLOCK, "run", "--json", "--memory", "300", "-c", code],
+                       capture_output=True, text=True, timeout=120, cwd="/")
+    r = json.loads(p.stdout)
+    ok(r)
+    assert r["stdout"] == "300 True\n", r["stdout"]
+
+
 if __name__ == "__main__":
     run()
