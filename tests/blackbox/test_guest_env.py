@@ -214,6 +214,27 @@ def test_proc_tells_the_run_its_own_memory_cpus_and_uptime():
     assert v["create_time_ok"] and v["boot_time_ok"], v
     # Nothing of the host's system-wide files: every one is empty.
     assert v["hidden"] and all(not x for x in v["hidden"].values()), v["hidden"]
+    # What another process of the run holds counts too.
+    code = """
+import os, psutil
+before = psutil.virtual_memory().used
+r, w = os.pipe()
+hold_r, hold_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    x = bytearray(64 << 20)
+    for i in range(0, len(x), 4096):
+        x[i] = 1
+    os.write(w, b"x")
+    os.read(hold_r, 1)  # until it is killed
+    os._exit(0)
+os.read(r, 1)
+print(psutil.virtual_memory().used - before >= 60 << 20)
+os.kill(pid, 9)
+"""
+    rc, r = run_json(code, "--memory", "400", "--timeout", "120")
+    ok(r)
+    assert r["stdout"] == "True\n", r["stdout"]
 
 
 def test_proc_without_root_tells_each_process_its_own_limit():

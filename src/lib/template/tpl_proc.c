@@ -128,26 +128,33 @@ static uint64_t fs_used(const char *path)
 
 /* What counts against the limit now. With a cgroup, the run's: the pages
  * its processes hold of their own (not the template's pages they share)
- * and its files in /tmp and /output, all of which its cgroup charges.
- * Without one, this process's data size, which its limit counts
- * (RLIMIT_DATA). Read from the run's own /proc and mounts, never from a
- * host file. */
+ * and its files in /tmp and /output, all of which its cgroup charges:
+ * this process's exactly (smaps_rollup), the others' as their anonymous
+ * resident pages (status), since a copy's processes are not dumpable and
+ * may not read each other's smaps_rollup; pages a fork still shares with
+ * its parent are then counted twice. Without a cgroup, this process's data
+ * size, which its limit counts (RLIMIT_DATA). Read from the run's own
+ * /proc and mounts, never from a host file (the cgroup's own files would
+ * name the host's cgroup path). */
 static uint64_t memory_used(void)
 {
-        if (!per_run) {
-                static const char *const data[] = {"VmData"};
+        static const char *const data[] = {"VmData"};
+        if (!per_run)
                 return sum_kb("/proc/self/status", data, 1);
-        }
         static const char *const priv[] = {"Private_Clean", "Private_Dirty"};
-        uint64_t used = fs_used("/tmp") + fs_used("/output");
+        static const char *const anon[] = {"RssAnon"};
+        uint64_t used =
+            fs_used("/tmp") + fs_used("/output") + sum_kb("/proc/self/smaps_rollup", priv, 2);
+        char self[16];
+        snprintf(self, sizeof(self), "%d", (int)getpid());
         DIR *d = opendir("/proc");
         struct dirent *de;
         while (d && (de = readdir(d))) {
-                if (!isdigit((unsigned char)de->d_name[0]))
+                if (!isdigit((unsigned char)de->d_name[0]) || strcmp(de->d_name, self) == 0)
                         continue;
                 char path[sizeof(de->d_name) + 32];
-                snprintf(path, sizeof(path), "/proc/%s/smaps_rollup", de->d_name);
-                used += sum_kb(path, priv, 2);
+                snprintf(path, sizeof(path), "/proc/%s/status", de->d_name);
+                used += sum_kb(path, anon, 1);
         }
         if (d)
                 closedir(d);
