@@ -179,7 +179,7 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
                 copy_fail(chan, "cannot mount /tmp: %m");
         /* Pseudo-terminals (os.openpty, pty.fork): a devpts instance of
          * the copy's own, so that no other copy or host terminal is seen
-         * there, with at most COPY_MAX_PTYS of them (the kernel's
+         * there, with at most 16 of them (COPY_DEVPTS_OPTS; the kernel's
          * kernel.pty.max bounds all instances together). Not nodev: its
          * nodes are the terminals. TIOCSTI is refused by the filter. */
         if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, COPY_DEVPTS_OPTS) < 0)
