@@ -161,9 +161,12 @@ static uint64_t memory_used(void)
         return used;
 }
 
-static void write_meminfo(void)
+/* At the copy's start (initial), before it has run anything, the run
+ * holds nothing yet: its processes are not walked then, which would cost
+ * more than the rest of /proc's setup. */
+static void write_meminfo(bool initial)
 {
-        uint64_t used = memory_used(), total = mem_limit >> 10;
+        uint64_t used = initial ? 0 : memory_used(), total = mem_limit >> 10;
         uint64_t free = used >> 10 < total ? total - (used >> 10) : 0;
         char buf[512];
         int n = snprintf(buf, sizeof(buf),
@@ -252,7 +255,7 @@ void tpl_proc_opened(const char *path)
         if (proc_fd[0] < 0 || strncmp(path, "/proc/", 6) != 0)
                 return;
         if (strcmp(path + 6, "meminfo") == 0)
-                write_meminfo();
+                write_meminfo(false);
         else if (strcmp(path + 6, "stat") == 0)
                 write_stat();
         else if (strcmp(path + 6, "uptime") == 0)
@@ -300,9 +303,9 @@ static bool kept(int procdir, const struct dirent *de)
 
 /* Contract: mounts the copy's /proc, a procfs of its own PID namespace,
  * in which no system-wide file of the host's can be read: every top-level
- * entry but the processes and the links into the reader's own process is
- * covered, read-only, by an empty file or folder, or by a file this copy
- * writes (meminfo, cpuinfo, stat, uptime; see the top of this file). The
+ * entry but the processes, the links into the reader's own process and
+ * the files the guest may neither read nor write is covered, read-only, by an empty file or folder,
+ * or by a file this copy writes (meminfo, cpuinfo, stat, uptime; see the top of this file). The
  * guest, without capabilities and with mount calls refused by its filter,
  * cannot uncover them. Fails (never leaves a name uncovered) with -errno;
  * on a kernel without the new mount API (Linux 5.2), -ENOSYS, and then
@@ -353,7 +356,7 @@ int tpl_proc_mount(const struct template_state *tpl)
                 if (fds[i] >= 0)
                         close(fds[i]);
         if (r >= 0) {
-                write_meminfo();
+                write_meminfo(true);
                 write_stat();
                 write_uptime();
         }
@@ -376,6 +379,16 @@ int tpl_proc_mount(const struct template_state *tpl)
         struct dirent *de;
         while (r >= 0 && (errno = 0, de = readdir(d))) {
                 if (kept(procdir, de))
+                        continue;
+                /* A file the guest can neither read nor write (kmsg,
+                 * slabinfo, kpage*: root's of the host, mode 0400) needs
+                 * no cover, which would cost the copy's setup time. The
+                 * copy's capabilities, those of its own user namespace,
+                 * do not reach files of ids it does not map, so this is
+                 * the guest's access. */
+                if (de->d_type == DT_REG && faccessat(procdir, de->d_name, R_OK, AT_EACCESS) < 0 &&
+                    errno == EACCES && faccessat(procdir, de->d_name, W_OK, AT_EACCESS) < 0 &&
+                    errno == EACCES)
                         continue;
                 const char *src = de->d_type == DT_DIR ? "d" : "e";
                 if (strcmp(de->d_name, "cpuinfo") == 0 || strcmp(de->d_name, "vmstat") == 0)
