@@ -40,7 +40,11 @@ def test_memory_limit_counts_what_a_run_uses_not_what_it_reserves():
         rc, r = run_json(MATMUL + DRAW, "--memory", mem, "--timeout", "60")
         ok(r)
         assert r["stdout"] == "125000000.0\n(640, 480)\n", (mem, r["stdout"])
-        assert r["usage"]["peak_private_bytes"] < 48 << 20, r["usage"]
+        # Within the limit (at 48 MiB the cgroup reclaims up to it), and
+        # with room, below one OpenBLAS reservation of 128 MiB.
+        assert r["usage"]["peak_private_bytes"] <= int(mem) << 20, r["usage"]
+        if mem == "256":
+            assert r["usage"]["peak_private_bytes"] < 128 << 20, r["usage"]
 
 
 def test_a_run_over_its_memory_limit_ends_as_memory():
