@@ -89,8 +89,9 @@ typedef struct airlock_limits {
         uint64_t memory_bytes;      /* memory of one run (default 512 MiB) */
         uint32_t pids;              /* processes and threads (default 64) */
         uint32_t open_files;        /* open file descriptors (default 256) */
-        uint64_t max_file_bytes;    /* largest file the guest may write (default 64 MiB) */
-        uint64_t tmp_bytes;         /* size of /tmp (default 64 MiB) */
+        uint64_t max_file_bytes;    /* largest file the guest may write (default 0: the larger of
+                                       /tmp's and /output's sizes) */
+        uint64_t tmp_bytes;         /* size of /tmp (default 0: memory_bytes) */
         uint64_t output_fs_bytes;   /* size of /output (default: max_output_total + 1 MiB) */
         uint64_t max_output_file;   /* capture: one file (default 16 MiB) */
         uint64_t max_output_total;  /* capture: all files (default 64 MiB) */

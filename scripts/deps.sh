@@ -40,6 +40,8 @@ check_pkgs+=(python3-dev python3-setuptools python3-pytest)
 check_pkgs+=(abigail-tools)
 # CPython's own tests, run inside the guest (tests/cpython, the cpython tier).
 check_pkgs+=(libpython3.11-testsuite)
+# The guest's /proc as psutil reads it: tests/blackbox/test_guest_env.py.
+check_pkgs+=(python3-psutil)
 # linux-perf: where a copy's preparation spends its time (docs/performance.md).
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client
             linux-perf)

@@ -591,7 +591,33 @@ class _Finder:
             if spec is not None and spec.loader is not None:
                 spec.loader = _WrappingLoader(spec.loader, _patch_backend_bases)
             return spec
+        elif name == "tarfile":
+            import importlib.machinery
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _WrappingLoader(spec.loader, _patch_tarfile)
+            return spec
         return None
+
+
+def _patch_tarfile(module):
+    """The guest is uid 0 of a user namespace that maps its own ids alone,
+    so chown to an archive's ids fails with EINVAL, and TarFile, which
+    tries chown first as root, then skipped the mode and the times without
+    a word. Such a member now keeps the guest's owner and gets its mode and
+    times, as it does when a user who is not root extracts on the host."""
+    import errno
+    original = module.TarFile.chown
+
+    def chown(self, tarinfo, targetpath, numeric_owner):
+        try:
+            original(self, tarinfo, targetpath, numeric_owner)
+        except module.ExtractError as e:
+            if getattr(e.__cause__, "errno", None) != errno.EINVAL:
+                raise
+    chown.__doc__ = original.__doc__
+    chown.__wrapped__ = original
+    module.TarFile.chown = chown
 
 
 def _create_numbered(prefix, last):

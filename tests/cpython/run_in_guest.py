@@ -46,7 +46,7 @@ MODULES = [
     ("test_linecache", None),
     # The process pools need /dev/shm (NO_SHM): the thread pools and the
     # module's own machinery only.
-    ("test_concurrent_futures", ["*ThreadPool*", "*FutureTests*", "*WaitTests*"]),
+    ("test_concurrent_futures", None),
     ("test_subprocess", None),
     ("test_threading", None),
     ("test_time", None),
@@ -67,7 +67,6 @@ MODULES = [
 SKIPPED = {
     "test.test_signal.WakeupFDTests.test_invalid_socket": NO_INET,
     "test.test_signal.WakeupFDTests.test_set_wakeup_fd_socket_result": NO_INET,
-    "test.test_concurrent_futures.ThreadPoolExecutorTest.test_hang_global_shutdown_lock": NO_SHM,
     "test.test_pickle.*.test_unpickle_module_race": STDLIB_FIRST,
     "test.test_tempfile.TestTemporaryDirectory.test_cleanup_with_symlink_modes": NO_SYMFOLLOW,
     "test.test_subprocess.POSIXProcessTestCase.test_args_string": NO_EXEC_TMP,

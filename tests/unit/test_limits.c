@@ -25,9 +25,21 @@ static void test_defaults(void **state)
         assert_int_equal(l.memory_bytes, 512ull << 20);
         assert_int_equal(l.pids, 64);
         assert_int_equal(l.open_files, 256);
-        assert_int_equal(l.max_file_bytes, 64ull << 20);
-        assert_int_equal(l.tmp_bytes, 64ull << 20);
+        assert_int_equal(l.max_file_bytes, 0);
+        assert_int_equal(l.tmp_bytes, 0);
         assert_int_equal(l.output_fs_bytes, 0);
+        /* Their zeros are derived from the documented limits. */
+        airlock_limits r = l;
+        r.memory_bytes = 4096ull << 20;
+        limits_resolve_sizes(&r);
+        assert_int_equal(r.output_fs_bytes, 65ull << 20);
+        assert_int_equal(r.tmp_bytes, 4096ull << 20);
+        assert_int_equal(r.max_file_bytes, 4096ull << 20);
+        r = l;
+        r.memory_bytes = 32ull << 20;
+        limits_resolve_sizes(&r);
+        assert_int_equal(r.tmp_bytes, 32ull << 20);
+        assert_int_equal(r.max_file_bytes, 65ull << 20);
         assert_int_equal(l.max_output_file, 16ull << 20);
         assert_int_equal(l.max_output_total, 64ull << 20);
         assert_int_equal(l.max_output_files, 1000);

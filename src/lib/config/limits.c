@@ -171,6 +171,16 @@ static void value_text(const limit_row *r, double d, uint64_t u, char *buf, size
 
 /* ---- defaults and checks ----------------------------------------------- */
 
+void limits_resolve_sizes(airlock_limits *l)
+{
+        if (!l->output_fs_bytes)
+                l->output_fs_bytes = l->max_output_total + LIMIT_MIB;
+        if (!l->tmp_bytes)
+                l->tmp_bytes = l->memory_bytes;
+        if (!l->max_file_bytes)
+                l->max_file_bytes = MAX(l->tmp_bytes, l->output_fs_bytes);
+}
+
 void airlock_limits_init(airlock_limits *l, size_t size)
 {
         /* A caller built with an older airlock.h has fewer fields: fill

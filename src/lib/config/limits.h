@@ -47,8 +47,10 @@
         X(pids, U32, 64, 1, 65536, 1, "pids", N, "process/thread limit",                           \
           3, "", " processes and threads; ")                                                       \
         X(open_files, U32, 256, 16, UINT32_MAX, 1, NULL, N, "", 0, "", "")                         \
-        X(max_file_bytes, U64, 64 * LIMIT_MIB, 0, UINT64_MAX, 1, NULL, B, "", 0, "", "")          \
-        X(tmp_bytes, U64, 64 * LIMIT_MIB, 0, UINT64_MAX, 1, NULL, B, "", 0, "", "")               \
+        /* 0: the larger of tmp_bytes and output_fs_bytes (limits_resolve_sizes) */              \
+        X(max_file_bytes, U64, 0, 0, UINT64_MAX, 1, NULL, B, "", 0, "", "")                        \
+        /* 0: memory_bytes (limits_resolve_sizes) */                                               \
+        X(tmp_bytes, U64, 0, 0, UINT64_MAX, 1, NULL, B, "", 0, "", "")                             \
         /* 0: max_output_total + 1 MiB (sandbox.c) */                                              \
         X(output_fs_bytes, U64, 0, 0, UINT64_MAX, 1, NULL, B, "", 0, "", "")                       \
         X(max_output_file, U64, 16 * LIMIT_MIB, 0, LIMIT_TIB, 0, "max-output-file", MIB,          \
@@ -105,6 +107,13 @@ int limits_from_caller(const airlock_limits *in, airlock_limits *out, airlock_er
 /* 0 when every limit is in its range, else -EINVAL naming the first field
  * out of range, its value and the range. */
 int limits_check(const airlock_limits *l, airlock_error *err);
+
+/* Fills in the sizes whose 0 means "derived from the documented limits":
+ * /output's, max_output_total + 1 MiB; /tmp's, the memory limit (a run's
+ * files there are its memory); the largest file, the larger of the two,
+ * so that a file is bounded by the file system it is on and by nothing
+ * that the documented limits do not name. */
+void limits_resolve_sizes(airlock_limits *l);
 
 /* "16 MiB", "3 GiB", "1000 bytes": the largest unit that divides bytes. */
 void limits_size_text(uint64_t bytes, char *buf, size_t size);

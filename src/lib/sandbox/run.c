@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "config/limits.h"
 #include "core/channel.h"
 #include "core/util.h"
 #include "fsx/fsx.h"
@@ -964,10 +965,12 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
                                  "timeout: the run exceeded its CPU time limit of %g s",
                                  l->cpu_s > 0 ? l->cpu_s : l->timeout_s);
                 } else if (sig == SIGXFSZ) {
+                        airlock_limits sizes = *l;
+                        limits_resolve_sizes(&sizes);
                         res->status = AIRLOCK_STATUS_KILLED;
                         snprintf(msg, sizeof(msg),
                                  "killed: a file exceeded the size limit of %llu bytes",
-                                 (unsigned long long)l->max_file_bytes);
+                                 (unsigned long long)sizes.max_file_bytes);
                 } else if (sig == SIGKILL && cg_oom_kills(run->c->oomfd) > run->oom_before) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),

@@ -305,11 +305,10 @@ static int write_id_map(pid_t pid, const char *file, const char *map)
  * what it cannot learn by itself. NULL when out of memory. */
 static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_tree)
 {
-        /* The size of /output is resolved here: the template does not get
-         * max_output_total. */
+        /* The sizes of /output and /tmp and of the largest file are
+         * resolved here: the template does not get max_output_total. */
         airlock_limits l = sb->cfg->limits;
-        if (!l.output_fs_bytes)
-                l.output_fs_bytes = l.max_output_total + (1u << 20);
+        limits_resolve_sizes(&l);
         json_t *pre = json_array();
         for (size_t i = 0; i < sb->cfg->n_preloads; i++)
                 json_array_append_new(pre, json_string(sb->cfg->preloads[i]));

@@ -423,6 +423,31 @@ static void guest_refresh_tid(void)
                 *tid_slot = (pid_t)syscall(SYS_set_tid_address, tid_slot);
 }
 
+/* Python's "open" audit event, raised by open() and os.open() before the
+ * file is opened: a file of /proc that the copy writes is written again
+ * first (tpl_proc_opened). Never fails the open. */
+static int proc_open_hook(const char *event, PyObject *args, void *data)
+{
+        (void)data;
+        if (event[0] != 'o' || strcmp(event, "open") != 0 || !PyTuple_Check(args) ||
+            PyTuple_GET_SIZE(args) < 1)
+                return 0;
+        PyObject *file = PyTuple_GET_ITEM(args, 0);
+        if (PyLong_Check(file) || file == Py_None)
+                return 0;
+        PyObject *path = PyOS_FSPath(file);
+        const char *s = NULL;
+        if (path && PyUnicode_Check(path))
+                s = PyUnicode_AsUTF8(path);
+        else if (path && PyBytes_Check(path))
+                s = PyBytes_AS_STRING(path);
+        if (s)
+                tpl_proc_opened(s);
+        Py_XDECREF(path);
+        PyErr_Clear();
+        return 0;
+}
+
 int guest_init(const template_params *p, char *errbuf, size_t errlen)
 {
         find_tid_slot();
@@ -470,6 +495,10 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
         if (PyStatus_Exception(st)) {
                 snprintf(errbuf, errlen, "python: initialisation failed: %s",
                          st.err_msg ? st.err_msg : "unknown error");
+                return -EIO;
+        }
+        if (PySys_AddAuditHook(proc_open_hook, NULL) < 0) {
+                snprintf(errbuf, errlen, "python: cannot add the /proc audit hook");
                 return -EIO;
         }
 

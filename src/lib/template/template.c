@@ -303,6 +303,7 @@ _Noreturn void template_main(void)
 
         tpl_setup_namespaces(tpl);
         tpl_probe_landlock(tpl);
+        tpl_proc_prepare(tpl);
 
         /* Without a cgroup nothing counts what the tmpfs mounts hold
          * against the memory limit: each is capped at it instead. */

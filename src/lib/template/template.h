@@ -65,4 +65,8 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, ch
  * copy of them. */
 int seccomp_build_session_filter(struct sock_fprog *ret, char *errbuf, size_t errlen);
 
+/* The guest's Python opened PATH: a file of /proc that the copy writes
+ * (tpl_proc.c) is written again first, so that it is fresh. */
+void tpl_proc_opened(const char *path);
+
 #endif

@@ -191,6 +191,10 @@ struct template_state {
         bool skip_warming;
         uint32_t pending_rm[MAX_PENDING_RM];
         size_t n_pending_rm;
+        /* The host's cpuinfo for the CPUs the sandbox may use, and how
+         * many they are (tpl_proc_prepare, once); read by every copy. */
+        char *proc_cpuinfo;
+        unsigned proc_cpus;
 
         /* --- per copy: set in a copy, never in the template --- */
 
@@ -285,6 +289,13 @@ void tpl_cgroup_done(struct template_state *tpl, uint32_t seq);
 void tpl_cgroup_remove(const struct template_state *tpl, unsigned seq);
 /* Retries the removals that could not be done yet. */
 void tpl_cgroups_retry(struct template_state *tpl);
+
+/* --- tpl_proc.c --- */
+
+/* In the template, once: what every copy's /proc shows of the CPUs. */
+void tpl_proc_prepare(struct template_state *tpl);
+/* In a copy: its /proc (see the contract there). */
+int tpl_proc_mount(const struct template_state *tpl);
 
 /* --- tpl_root.c --- */
 

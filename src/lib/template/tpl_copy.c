@@ -40,6 +40,9 @@
 #define COPY_MAX_STACK      (8u << 20)
 /* The write end of the template's pipe while the copy is prepared. */
 #define COPY_PREP_FD (COPY_CHANNEL_FD + 1)
+/* A run's pseudo-terminals: its own instance, 16 at most, the owner's
+ * ids those of the guest. */
+#define COPY_DEVPTS_OPTS "newinstance,ptmxmode=0666,mode=0620,max=16"
 
 static void set_limit(int resource, rlim_t value)
 {
@@ -200,6 +203,13 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         if (mount("tmpfs", "/dev/shm", "tmpfs", tmpfs_flags, tpl->shm_opts) < 0 &&
             mount("tmpfs", "/dev/shm", "tmpfs", tmpfs_flags & ~MS_NOSYMFOLLOW, tpl->shm_opts) < 0)
                 copy_fail(chan, "cannot mount /dev/shm: %m");
+        /* Pseudo-terminals (os.openpty, pty.fork): a devpts instance of
+         * the copy's own, so that no other copy or host terminal is seen
+         * there, with at most 16 of them (COPY_DEVPTS_OPTS; the kernel's
+         * kernel.pty.max bounds all instances together). Not nodev: its
+         * nodes are the terminals. TIOCSTI is refused by the filter. */
+        if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, COPY_DEVPTS_OPTS) < 0)
+                copy_fail(chan, "cannot mount /dev/pts: %m");
         /* Before the copy's own /proc: the layers are named by
          * /proc/self/fd links, which the template's /proc resolves. */
         int ready_fds[3] = {-1, -1, -1};
@@ -208,9 +218,15 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
                 mount_writable_input(tpl, chan, &ready_fds[1], &ready_fds[2]);
                 n_ready = 3;
         }
-        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0 &&
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        /* Its own /proc, whose system-wide files are covered or written
+         * by the copy (tpl_proc.c); a kernel without the new mount API
+         * gets the processes alone. */
+        r = tpl_proc_mount(tpl);
+        if (r == -ENOSYS &&
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid") < 0)
                 copy_fail(chan, "cannot mount /proc: %m");
+        else if (r < 0 && r != -ENOSYS)
+                copy_fail(chan, "cannot mount /proc: %s", strerror(-r));
         /* The cache is still being filled for later copies: this one sees
          * it read-only all the same. */
         if (!tpl->cache_sealed && tpl_make_readonly(GUEST_CACHE_DIR, false, true) < 0)
@@ -224,9 +240,16 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         rlim_t cpu = (rlim_t)(lim->cpu_s > 0 ? lim->cpu_s : lim->timeout_s) + 1;
         set_limit(RLIMIT_CPU, cpu);
 #if !defined(__SANITIZE_ADDRESS__)
-        /* Not under AddressSanitizer, whose shadow mappings count as data
-         * and exceed any sensible limit; the run's cgroup still applies. */
-        set_limit(RLIMIT_DATA, lim->memory_bytes);
+        /* RLIMIT_DATA counts the private writable address space a process
+         * reserves, touched or not: OpenBLAS alone reserves 128 MiB per
+         * thread and touches a few, and spins for ever when a reservation
+         * is refused. With a cgroup, which charges the pages a run really
+         * holds, the memory limit is the cgroup's alone; RLIMIT_DATA is
+         * the limit only where there is none. Not under AddressSanitizer,
+         * whose shadow mappings count as data and exceed any sensible
+         * limit. */
+        if (!tpl->params.cgroup)
+                set_limit(RLIMIT_DATA, lim->memory_bytes);
 #endif
         set_limit(RLIMIT_FSIZE, lim->max_file_bytes);
         set_limit(RLIMIT_NOFILE, lim->open_files);

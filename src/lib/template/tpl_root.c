@@ -317,7 +317,9 @@ void tpl_build_root(const struct template_state *tpl)
         make_cache_dir(tpl);
 
         make_dir(tpl, NEWROOT "/dev", 0755);
-        static const char *const devs[] = {"null", "zero", "full", "random", "urandom"};
+        /* tty is the caller's controlling terminal: in a copy, at most a
+         * pseudo-terminal of its own (the template has none). */
+        static const char *const devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
         for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
                 /* A shared mapping of /dev/zero is shared memory that no
                  * rlimit counts: without a cgroup to charge it to, the
@@ -335,6 +337,11 @@ void tpl_build_root(const struct template_state *tpl)
             symlink("/proc/self/fd/2", NEWROOT "/dev/stderr") < 0)
                 tpl_fail(tpl, -errno, "mount namespace", "cannot create /dev links: %m");
         make_dir(tpl, NEWROOT "/dev/shm", 01777);
+        /* Each copy mounts a devpts instance of its own on /dev/pts
+         * (tpl_copy_main); /dev/ptmx is its multiplexer. */
+        make_dir(tpl, NEWROOT "/dev/pts", 0755);
+        if (symlink("pts/ptmx", NEWROOT "/dev/ptmx") < 0)
+                tpl_fail(tpl, -errno, "mount namespace", "cannot create /dev/ptmx: %m");
 
         make_dir(tpl, NEWROOT "/input", 0755);
         if (tpl->params.has_input)

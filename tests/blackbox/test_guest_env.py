@@ -1,0 +1,260 @@
+"""Black-box tests of what the guest's system looks like to a program that
+asks it as it would ask the host (issue 32): the memory a run may use and
+what it counts, the size of /tmp and of one file, /proc's summary files,
+pseudo-terminals, and archives extracted with their modes and times.
+Each test names the host behaviour it holds the guest to."""
+import io
+import json
+import os
+import subprocess
+import tarfile
+
+from harness import AIRLOCK, run, run_json, tmpdir
+
+ROOT = os.geteuid() == 0
+
+
+def ok(r):
+    assert r["status"] == "ok" and r["exit_code"] == 0, (r["status"], r["stderr"][-3000:])
+    return r
+
+
+# ---- memory: what --memory counts ----------------------------------------
+
+MATMUL = "import numpy as np\na = np.ones((500, 500))\nprint((a @ a).sum())\n"
+DRAW = ("import matplotlib.pyplot as plt\nfig = plt.figure()\nfig.canvas.draw()\n"
+        "print(fig.canvas.get_width_height())\n")
+
+
+def test_memory_limit_counts_what_a_run_uses_not_what_it_reserves():
+    # As root the run's cgroup charges the pages it holds. OpenBLAS reserves
+    # 128 MiB of address space per thread for a product of two 500x500
+    # matrices and touches a few MiB of it; under a data-size limit as well
+    # the reservation was refused and OpenBLAS retried it for ever (100 %
+    # CPU until the time limit), and matplotlib's first draw did the same
+    # below about 400 MiB. Both use under 50 MiB.
+    if not ROOT:
+        print("  (memory cgroups need root: skipped as not root)")
+        return
+    for mem in ("48", "150", "256"):
+        rc, r = run_json(MATMUL + DRAW, "--memory", mem, "--timeout", "60")
+        ok(r)
+        assert r["stdout"] == "125000000.0\n(640, 480)\n", (mem, r["stdout"])
+        # Within the limit (at 48 MiB the cgroup reclaims up to it), and
+        # with room, below one OpenBLAS reservation of 128 MiB.
+        assert r["usage"]["peak_private_bytes"] <= int(mem) << 20, r["usage"]
+        if mem == "256":
+            assert r["usage"]["peak_private_bytes"] < 128 << 20, r["usage"]
+
+
+def test_a_run_over_its_memory_limit_ends_as_memory():
+    # One allocation past the limit, and many small ones: both end as
+    # `memory` (never a spin until the time limit, never another status).
+    if not ROOT:
+        print("  (memory cgroups need root: skipped as not root)")
+        return
+    for code in ("b = bytearray(300 << 20)\nprint('held')",
+                 "l = []\nwhile True:\n    l.append(bytearray(1 << 20))"):
+        rc, r = run_json(code, "--memory", "100", "--timeout", "60")
+        assert rc == 1 and r["status"] == "memory", (code, r["status"], r["stderr"][-2000:])
+        assert r["stdout"] == "", r["stdout"]
+
+
+# ---- /tmp and the largest file -------------------------------------------
+
+def test_tmp_and_files_are_as_large_as_the_documented_limits():
+    # /tmp is as large as --memory and a file may fill it; before, /tmp was
+    # 64 MiB (ENOSPC) and every file stopped at 64 MiB (EFBIG) whatever
+    # --memory said.
+    code = """
+import os, resource
+st = os.statvfs("/tmp")
+print(st.f_blocks * st.f_frsize >> 20, resource.getrlimit(resource.RLIMIT_FSIZE)[0] >> 20)
+with open("/tmp/big", "wb") as f:
+    for i in range(100):
+        f.write(b"x" * (1 << 20))
+print(os.path.getsize("/tmp/big") >> 20)
+"""
+    rc, r = run_json(code, "--memory", "256", "--timeout", "60")
+    ok(r)
+    assert r["stdout"] == "256 256\n100\n", r["stdout"]
+    # A file in /output may reach /output's size (--max-output-total plus
+    # 1 MiB) when that is the larger.
+    rc, r = run_json("import resource\nprint(resource.getrlimit(resource.RLIMIT_FSIZE)[0] >> 20)",
+                     "--memory", "64", "--max-output-total", "300")
+    ok(r)
+    assert r["stdout"] == "301\n", r["stdout"]
+
+
+def test_a_run_that_fills_tmp_past_its_memory_ends_as_memory():
+    # As root /tmp's files are charged to the run's cgroup with the rest.
+    if not ROOT:
+        print("  (memory cgroups need root: skipped as not root)")
+        return
+    code = ("with open('/tmp/big', 'wb') as f:\n"
+            "    for i in range(400):\n        f.write(b'x' * (1 << 20))\nprint('held')")
+    rc, r = run_json(code, "--memory", "256", "--timeout", "60")
+    assert rc == 1 and r["status"] == "memory", (r["status"], r["stderr"][-2000:])
+
+
+# ---- pseudo-terminals -----------------------------------------------------
+
+def test_pseudo_terminals_work_and_are_the_runs_own():
+    # There was no /dev/ptmx: os.openpty() failed with ENOENT.
+    code = r"""
+import os, pty, sys
+m, s = os.openpty()
+print(os.ttyname(s), os.isatty(s))
+os.write(m, b"hi\n")
+print(os.read(s, 10))
+sys.stdout.flush()
+pid, fd = pty.fork()
+if pid == 0:
+    print("child", os.isatty(0), os.ttyname(0) == os.ttyname(1))
+    sys.stdout.flush()
+    os._exit(3)
+out = b""
+while True:
+    try:
+        b = os.read(fd, 100)
+    except OSError:
+        break
+    if not b:
+        break
+    out += b
+print(out.decode().strip(), os.waitpid(pid, 0)[1] >> 8)
+fds = []
+try:
+    while True:
+        fds.append(os.openpty())
+except OSError as e:
+    print("cap", len(fds) + 1, e.errno == 28)
+"""
+    rc, r = run_json(code)
+    ok(r)
+    assert r["stdout"] == ("/dev/pts/0 True\nb'hi\\n'\nchild True True 3\ncap 15 True\n"), r["stdout"]
+    # Each run has its own instance: a second run starts again at 0.
+    rc, r = run_json("import os\nm, s = os.openpty()\nprint(os.ttyname(s), os.listdir('/dev/pts'))")
+    ok(r)
+    assert r["stdout"] == "/dev/pts/0 ['0', 'ptmx']\n", r["stdout"]
+
+
+# ---- archives ---------------------------------------------------------------
+
+TAR = 'import io, os, sys, tarfile, time\nbuf = io.BytesIO()\nwith tarfile.open(fileobj=buf, mode="w") as t:\n    for name, mode, data in (("run.sh", 0o755, b"#!/bin/sh\\necho hi\\n"), ("secret.txt", 0o600, b"x")):\n        ti = tarfile.TarInfo(name); ti.size = len(data); ti.mode = mode\n        ti.mtime = 1000000000; ti.uid = ti.gid = 1234; ti.uname = ti.gname = "someone"\n        t.addfile(ti, io.BytesIO(data))\n    ti = tarfile.TarInfo("d"); ti.type = tarfile.DIRTYPE; ti.mode = 0o750; ti.mtime = 1100000000\n    ti.uid = ti.gid = 1234\n    t.addfile(ti)\nbuf.seek(0)\nwith tarfile.open(fileobj=buf) as t:\n    t.extractall("/tmp/x")\nfor n in ("run.sh", "secret.txt", "d"):\n    st = os.stat("/tmp/x/" + n)\n    print(n, oct(st.st_mode & 0o7777), int(st.st_mtime), st.st_uid)\n'
+
+
+def test_tarfile_keeps_modes_and_times():
+    # As uid 0, tarfile chowned each member to the archive's ids first,
+    # got EINVAL (ids the namespace does not map) and then skipped chmod
+    # and utime silently: run.sh came out 0644 with the current time. On
+    # the host, a user who is not root gets the modes and times.
+    expected = ("run.sh 0o755 1000000000 0\nsecret.txt 0o600 1000000000 0\n"
+                "d 0o750 1100000000 0\n")
+    for args in ((), ("--preload", "numpy,pandas")):
+        rc, r = run_json(TAR, *args, "--timeout", "120")
+        ok(r)
+        assert r["stdout"] == expected, (args, r["stdout"])
+    # chown itself still says what the kernel says.
+    rc, r = run_json("import os\nopen('/tmp/f', 'w').close()\n"
+                     "try:\n    os.chown('/tmp/f', 1234, 1234)\n"
+                     "except OSError as e:\n    print(e.errno)")
+    ok(r)
+    assert r["stdout"] == "22\n", r["stdout"]
+
+
+# ---- /proc ------------------------------------------------------------------
+
+PROC = r"""
+import json, os, time
+import numpy as np, psutil
+vm = psutil.virtual_memory()
+p = psutil.Process()
+p.cpu_percent()
+x = bytearray(64 << 20)
+t = time.time()
+while time.time() - t < 0.3:
+    pass
+vm2 = psutil.virtual_memory()
+with open("/proc/cpuinfo") as f:
+    cpuinfo = f.read()
+flags = next(l for l in cpuinfo.splitlines() if l.startswith("flags")).split(":")[1].split()
+up = [float(v) for v in open("/proc/uptime").read().split()]
+stat = open("/proc/stat").read().splitlines()
+print(json.dumps({
+    "total": vm.total, "available": vm.available, "used_grew": vm2.used - vm.used,
+    "cpu_percent": p.cpu_percent(), "cpus": psutil.cpu_count(), "os_cpus": os.cpu_count(),
+    "affinity": len(os.sched_getaffinity(0)),
+    "processors": cpuinfo.count("processor\t:"),
+    "has_sse2": "sse2" in flags,
+    "numpy_sse2": bool(np.core._multiarray_umath.__cpu_features__["SSE2"]),
+    "numpy_mem": __import__("numpy.testing._private.utils", fromlist=["x"])._get_mem_available(),
+    "uptime": up[0], "stat_cpus": [l.split()[0] for l in stat if l.startswith("cpu")],
+    "create_time_ok": abs(p.create_time() - time.time()) < 600,
+    "boot_time_ok": psutil.boot_time() < time.time(),
+    "hidden": {n: (os.listdir("/proc/" + n) if os.path.isdir("/proc/" + n)
+                   else open("/proc/" + n, "rb").read().decode())
+               for n in ("sys", "kallsyms", "interrupts", "cmdline", "version", "loadavg")
+               if os.path.exists("/proc/" + n)},
+}))
+"""
+
+
+def test_proc_tells_the_run_its_own_memory_cpus_and_uptime():
+    # /proc had no meminfo, cpuinfo, stat or uptime: import psutil printed a
+    # traceback, psutil.virtual_memory() and Process().cpu_percent() failed.
+    rc, r = run_json(PROC, "--memory", "400", "--timeout", "120")
+    ok(r)
+    assert r["stderr"] == "", r["stderr"]  # import psutil says nothing
+    v = json.loads(r["stdout"])
+    assert v["total"] == 400 << 20, v
+    assert 0 < v["available"] < v["total"], v
+    assert 0 < v["numpy_mem"] <= v["total"], v  # numpy's memory-size checks
+    assert v["used_grew"] >= 60 << 20, v  # the 64 MiB the run allocated
+    assert v["cpu_percent"] > 0, v  # it spun on one CPU
+    assert v["cpus"] == v["os_cpus"] == v["affinity"] == v["processors"] == len(v["stat_cpus"]) - 1, v
+    assert v["has_sse2"] and v["numpy_sse2"], v
+    assert 0 <= v["uptime"] < 120, v  # the copy's own
+    assert v["create_time_ok"] and v["boot_time_ok"], v
+    # Nothing of the host's system-wide files: every one is empty.
+    assert v["hidden"] and all(not x for x in v["hidden"].values()), v["hidden"]
+    # What another process of the run holds counts too.
+    code = """
+import os, psutil
+before = psutil.virtual_memory().used
+r, w = os.pipe()
+hold_r, hold_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    x = bytearray(64 << 20)
+    for i in range(0, len(x), 4096):
+        x[i] = 1
+    os.write(w, b"x")
+    os.read(hold_r, 1)  # until it is killed
+    os._exit(0)
+os.read(r, 1)
+print(psutil.virtual_memory().used - before >= 60 << 20)
+os.kill(pid, 9)
+"""
+    rc, r = run_json(code, "--memory", "400", "--timeout", "120")
+    ok(r)
+    assert r["stdout"] == "True\n", r["stdout"]
+
+
+def test_proc_without_root_tells_each_process_its_own_limit():
+    # Without root the limit holds per process (RLIMIT_DATA): what this
+    # process may still take is the limit less its data size.
+    if not ROOT:
+        print("  (needs root to become nobody: skipped)")
+        return
+    code = "import psutil\nvm = psutil.virtual_memory()\nprint(vm.total >> 20, 0 < vm.available < vm.total)"
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                        AIRLOCK, "run", "--json", "--memory", "300", "-c", code],
+                       capture_output=True, text=True, timeout=120, cwd="/")
+    r = json.loads(p.stdout)
+    ok(r)
+    assert r["stdout"] == "300 True\n", r["stdout"]
+
+
+if __name__ == "__main__":
+    run()
