@@ -31,9 +31,6 @@ NO_SYMFOLLOW = ("/tmp is mounted nosymfollow in the guest: a link made there is 
                 "followed (ELOOP)")
 STDLIB_FIRST = ("the guest's sys.path starts with the standard library (read-only), not the "
                 "working directory: the test writes modules into sys.path[0]")
-NO_SHM = ("no /dev/shm in the guest: multiprocessing's semaphores need it (a /dev/shm per run "
-          "is another change)")
-
 # (module, patterns of the tests to run (-m), or None for all of them)
 MODULES = [
     ("test_json", None),
@@ -44,9 +41,13 @@ MODULES = [
     ("test_traceback", None),
     ("test_inspect", None),
     ("test_linecache", None),
-    # The process pools need /dev/shm (NO_SHM): the thread pools and the
-    # module's own machinery only.
-    ("test_concurrent_futures", None),
+    # The thread pools, the module's own machinery, and the process pools
+    # of the fork start method (on the run's /dev/shm). The spawn and
+    # forkserver methods' children (a new /usr/bin/python3 each) end
+    # abruptly in the guest: a difference not explained yet, left out here
+    # and named in docs/design.md.
+    ("test_concurrent_futures", ["*ThreadPool*", "*FutureTests*", "*WaitTests*",
+                                 "*ProcessPoolFork[A-Z]*"]),
     ("test_subprocess", None),
     ("test_threading", None),
     ("test_time", None),
@@ -56,12 +57,13 @@ MODULES = [
     ("test_re", None),
     ("test_zipfile", None),
     ("test_tempfile", None),
+    ("test_tarfile", None),
+    ("test_pty", None),
+    ("test_openpty", None),
 ]
 # Not run: test_os, test_shutil and test_pathlib follow links they make in
 # /tmp (NO_SYMFOLLOW) in dozens of tests, and shutil.which's tests run
-# files they write there (NO_EXEC_TMP); test_tarfile, test_pty and
-# test_openpty, and multiprocessing's suites, wait for the guest's /dev/ptmx,
-# tarfile ownership and /dev/shm changes.
+# files they write there (NO_EXEC_TMP).
 
 # Test ids (fnmatch patterns, as regrtest's -i takes them) left out, and why.
 SKIPPED = {
@@ -69,6 +71,7 @@ SKIPPED = {
     "test.test_signal.WakeupFDTests.test_set_wakeup_fd_socket_result": NO_INET,
     "test.test_pickle.*.test_unpickle_module_race": STDLIB_FIRST,
     "test.test_tempfile.TestTemporaryDirectory.test_cleanup_with_symlink_modes": NO_SYMFOLLOW,
+    "test.test_tarfile.*.test_extract_hardlink": NO_SYMFOLLOW,
     "test.test_subprocess.POSIXProcessTestCase.test_args_string": NO_EXEC_TMP,
     "test.test_subprocess.POSIXProcessTestCase.test_call_string": NO_EXEC_TMP,
     "test.test_subprocess.POSIXProcessTestCase.test_user": NO_IDS,
