@@ -103,8 +103,8 @@ def test_guest_view_of_filesystem():
     rc, r = run_json(code)
     lines = r["stdout"].splitlines()
     assert all(l.endswith("False") for l in lines[:6]), lines
-    assert eval(lines[6]) == ["fd", "full", "null", "ptmx", "pts", "random", "stderr", "stdin",
-                              "stdout", "tty", "urandom", "zero"]
+    assert eval(lines[6]) == ["fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr",
+                              "stdin", "stdout", "tty", "urandom", "zero"], lines[6]
     assert "1" in eval(lines[7])
 
 
