@@ -32,6 +32,7 @@ enum {
         OPT_INPUT_WRITABLE,
         OPT_SECRET,
         OPT_AUDIT,
+        OPT_SERVERS,
         /* The limit option i is OPT_LIMIT + i. */
         OPT_LIMIT = 1024,
 };
@@ -50,6 +51,7 @@ static const struct option tail_options[] = {
     {"no-auto-figures", no_argument, NULL, OPT_NO_AUTO_FIGURES},
     {"input-writable", no_argument, NULL, OPT_INPUT_WRITABLE},
     {"secret", required_argument, NULL, OPT_SECRET},
+    {"servers", required_argument, NULL, OPT_SERVERS},
     {"audit", required_argument, NULL, OPT_AUDIT},
     {"json", no_argument, NULL, OPT_JSON},
     {"output-dir", required_argument, NULL, OPT_OUTPUT_DIR},
@@ -97,13 +99,17 @@ void cli_usage(FILE *f)
               "      --secret NAME[+query][+body]=env:VAR|file:PATH@TARGET[=METHODS][@TARGET...]\n"
               "                                 a secret the guest sees as airlock.secret(NAME)\n"
               "                                 (airlock serve reads file: again on SIGHUP)\n"
+              "      --servers FILE             MCP servers ({\"mcpServers\": ...}) whose tools\n"
+              "                                 the code imports: from servers import NAME\n"
+              "                                 (repeatable)\n"
               "mcp only:\n"
               "      --audit FILE               append one JSON line per call: what it used\n"
               "run only:\n"
               "  -c CODE                        the code to run\n"
               "      --json                     print the result JSON\n"
               "      --output-dir DIR           also write captured files to DIR\n"
-              "  -y, --yes                      approve when approval is required\n",
+              "  -y, --yes                      approve when approval is required (the code,\n"
+              "                                 and the upstream tools' calls that need it)\n",
               f);
 }
 
@@ -366,6 +372,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case OPT_PYTHON_PATH:
                         r = airlock_config_add_python_path(o.cfg, optarg, err);
+                        break;
+                case OPT_SERVERS:
+                        r = airlock_config_add_servers_file(o.cfg, optarg, err);
                         break;
                 case OPT_APPROVAL:
                         if (strcmp(optarg, "never") == 0 || strcmp(optarg, "never_require") == 0)

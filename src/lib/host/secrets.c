@@ -627,6 +627,18 @@ int secrets_lookup(const secret_store *s, const char *name, char *buf)
         return -ENOENT;
 }
 
+int secrets_value(const secret_store *s, const char *name, const unsigned char **ret,
+                  size_t *ret_len)
+{
+        for (size_t i = 0; s && i < s->n; i++)
+                if (strcmp(s->v[i].name, name) == 0) {
+                        *ret = s->v[i].value;
+                        *ret_len = s->v[i].len;
+                        return 0;
+                }
+        return -ENOENT;
+}
+
 char *secrets_fingerprint_text(const secret_store *s)
 {
         dynbuf b;

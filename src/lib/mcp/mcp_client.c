@@ -1,0 +1,789 @@
+/* The MCP client of one upstream server over stdio: the process, its
+ * supervision, and JSON-RPC 2.0 in newline-delimited messages.
+ *
+ * The server runs on the host, outside the sandbox, with an environment
+ * of its own: a few variables of the host's (HOME, LOGNAME, PATH, SHELL,
+ * TERM, USER, LANG), then its "env", where "${secret:NAME}" stands for the
+ * value of an airlock secret. It is never trusted: every read is bounded
+ * (a line, a result, the time of a request), and a server that dies, floods
+ * or sends what is not JSON-RPC is killed (its whole process group) and
+ * started afresh at the next call, after a backoff that grows with the
+ * failures in a row. Calls to one server go one at a time (a mutex), so one
+ * thread reads its output at a time and no reader thread is needed. */
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mcp/mcp.h"
+
+extern char **environ;
+
+#define READ_CHUNK     65536
+#define LIST_PAGES_MAX 64
+#define BACKOFF_MAX_NS (10ull * 1000000000ull)
+#define STOP_GRACE_MS  300
+
+struct mcp_upstream {
+        pthread_mutex_t lock;
+        char *name;
+        char *exe;   /* the command, resolved */
+        char **argv; /* NULL-terminated */
+        char **envp; /* NULL-terminated; entries may hold secrets: wiped when freed */
+        char *cwd;
+        pid_t pid; /* 0 when not running */
+        int in_fd, out_fd, err_fd;
+        char *buf; /* stdout read and not yet consumed */
+        size_t len, cap;
+        char ring[MCP_STDERR_RING]; /* the last bytes of stderr */
+        size_t ring_at;
+        bool ring_full;
+        json_int_t next_id;
+        unsigned failures;  /* in a row */
+        uint64_t retry_at;  /* no restart before this (CLOCK_MONOTONIC) */
+        char proto[32];     /* the protocol revision agreed */
+        bool initialized;
+};
+
+/* ---- the process ---------------------------------------------------- */
+
+static void close_fd(int *fd)
+{
+        if (*fd >= 0) {
+                close(*fd);
+                *fd = -1;
+        }
+}
+
+static void ring_put(mcp_upstream *u, const char *d, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                u->ring[u->ring_at++] = d[i];
+                if (u->ring_at == sizeof(u->ring)) {
+                        u->ring_at = 0;
+                        u->ring_full = true;
+                }
+        }
+}
+
+/* The last lines of the server's stderr, at most max bytes, for a message;
+ * "" when there are none. Malloc'd (NULL when out of memory). */
+static char *ring_tail(const mcp_upstream *u, size_t max)
+{
+        char tmp[MCP_STDERR_RING];
+        size_t n = 0;
+        if (u->ring_full) {
+                memcpy(tmp, u->ring + u->ring_at, sizeof(u->ring) - u->ring_at);
+                n = sizeof(u->ring) - u->ring_at;
+        }
+        memcpy(tmp + n, u->ring, u->ring_at);
+        n += u->ring_at;
+        while (n && (tmp[n - 1] == '\n' || tmp[n - 1] == '\r' || tmp[n - 1] == ' '))
+                n--;
+        size_t from = n > max ? n - max : 0;
+        char *s = al_utf8_sanitize(tmp + from, n - from);
+        for (char *p = s; p && *p; p++)
+                if (*p == '\n' || *p == '\r' || *p == '\t')
+                        *p = ' ';
+        return s;
+}
+
+static void drain_stderr(mcp_upstream *u)
+{
+        char chunk[4096];
+        for (int i = 0; u->err_fd >= 0 && i < 64; i++) {
+                ssize_t n = read(u->err_fd, chunk, sizeof(chunk));
+                if (n > 0) {
+                        ring_put(u, chunk, (size_t)n);
+                        continue;
+                }
+                if (n == 0 || (errno != EINTR && errno != EAGAIN))
+                        close_fd(&u->err_fd);
+                break;
+        }
+}
+
+/* Kills the server's process group at once and reaps it. */
+static void kill_now(mcp_upstream *u, int *ret_status)
+{
+        close_fd(&u->in_fd);
+        close_fd(&u->out_fd);
+        if (u->err_fd >= 0)
+                drain_stderr(u);
+        close_fd(&u->err_fd);
+        if (u->pid > 0) {
+                kill(-u->pid, SIGKILL);
+                kill(u->pid, SIGKILL);
+                int st = 0;
+                while (waitpid(u->pid, &st, 0) < 0 && errno == EINTR)
+                        ;
+                if (ret_status)
+                        *ret_status = st;
+        }
+        u->pid = 0;
+        u->len = 0;
+        u->initialized = false;
+}
+
+/* Records a failure of the process: it is killed, and the next start waits
+ * a backoff of 0 s after the first failure in a row, then 0.25 s doubling
+ * up to 10 s. */
+static void fail_process(mcp_upstream *u)
+{
+        kill_now(u, NULL);
+        u->failures++;
+        uint64_t d = 0;
+        if (u->failures > 1) {
+                d = 250000000ull << (u->failures - 2 < 6 ? u->failures - 2 : 6);
+                if (d > BACKOFF_MAX_NS)
+                        d = BACKOFF_MAX_NS;
+        }
+        u->retry_at = al_now_ns() + d;
+}
+
+static int spawn(mcp_upstream *u, airlock_error *err)
+{
+        int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1};
+        int r = 0;
+        /* stdin is a socket: writing to a server that quit is EPIPE through
+         * MSG_NOSIGNAL, not a SIGPIPE to the host process. */
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) < 0 ||
+            pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
+                r = errno;
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        bool fa_ok = false, attr_ok = false;
+        if (!r)
+                fa_ok = !(r = posix_spawn_file_actions_init(&fa));
+        if (!r)
+                attr_ok = !(r = posix_spawnattr_init(&attr));
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, in[1], 0);
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+        if (!r)
+                r = posix_spawn_file_actions_addchdir_np(&fa, u->cwd);
+        if (!r)
+                r = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+        if (!r) {
+                sigset_t none, all;
+                sigemptyset(&none);
+                sigfillset(&all);
+                sigdelset(&all, SIGKILL);
+                sigdelset(&all, SIGSTOP);
+                r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                                        POSIX_SPAWN_SETSIGDEF);
+                if (!r)
+                        r = posix_spawnattr_setpgroup(&attr, 0);
+                if (!r)
+                        r = posix_spawnattr_setsigmask(&attr, &none);
+                if (!r)
+                        r = posix_spawnattr_setsigdefault(&attr, &all);
+        }
+        pid_t pid = 0;
+        if (!r)
+                r = posix_spawn(&pid, u->exe, &fa, &attr, u->argv, u->envp);
+        if (fa_ok)
+                posix_spawn_file_actions_destroy(&fa);
+        if (attr_ok)
+                posix_spawnattr_destroy(&attr);
+        close_fd(&in[1]);
+        close_fd(&out[1]);
+        close_fd(&errp[1]);
+        if (r) {
+                close_fd(&in[0]);
+                close_fd(&out[0]);
+                close_fd(&errp[0]);
+                return al_error(err, -r, NULL, "server '%s': cannot start %s: %s", u->name, u->exe,
+                                strerror(r));
+        }
+        u->pid = pid;
+        u->in_fd = in[0];
+        u->out_fd = out[0];
+        u->err_fd = errp[0];
+        fcntl(u->out_fd, F_SETFL, O_NONBLOCK);
+        fcntl(u->err_fd, F_SETFL, O_NONBLOCK);
+        u->len = 0;
+        u->ring_at = 0;
+        u->ring_full = false;
+        return 0;
+}
+
+/* ---- messages ------------------------------------------------------- */
+
+/* The time left until the earlier of deadline and now + timeout_s, in ms
+ * for poll (at least 0). */
+static int ms_left(uint64_t deadline)
+{
+        uint64_t now = al_now_ns();
+        if (now >= deadline)
+                return 0;
+        uint64_t ms = (deadline - now + 999999) / 1000000;
+        return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+static uint64_t deadline_of(const mcp_bounds *b, double timeout_s)
+{
+        uint64_t d = al_now_ns() + (uint64_t)(timeout_s * 1e9);
+        if (b && b->deadline_ns && b->deadline_ns < d)
+                d = b->deadline_ns;
+        return d;
+}
+
+static bool cancelled(const mcp_bounds *b)
+{
+        if (!b || b->cancel_fd < 0)
+                return false;
+        struct pollfd p = {b->cancel_fd, POLLIN, 0};
+        return poll(&p, 1, 0) == 1;
+}
+
+/* Writes msg and a newline to the server, within deadline. */
+static int send_msg(mcp_upstream *u, json_t *msg, uint64_t deadline, airlock_error *err)
+{
+        _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
+        if (!text)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        size_t n = strlen(text);
+        text[n] = '\n'; /* json_dumps leaves room for the NUL only: put it back below */
+        size_t off = 0;
+        int r = 0;
+        while (off < n + 1) {
+                ssize_t w = send(u->in_fd, text + off, n + 1 - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w > 0) {
+                        off += (size_t)w;
+                        continue;
+                }
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w < 0 && errno == EAGAIN) {
+                        struct pollfd p = {u->in_fd, POLLOUT, 0};
+                        int t = ms_left(deadline);
+                        if (t == 0 || poll(&p, 1, t) == 0) {
+                                r = al_error(err, -ETIMEDOUT, NULL,
+                                             "server '%s' does not read its input", u->name);
+                                break;
+                        }
+                        drain_stderr(u);
+                        continue;
+                }
+                r = al_error(err, -EPIPE, NULL, "server '%s' closed its input", u->name);
+                break;
+        }
+        text[n] = '\0';
+        return r;
+}
+
+/* The reply to a request the server makes of us: "ping" is answered, the
+ * rest (sampling, elicitation, roots) this client does not offer. */
+static void answer_request(mcp_upstream *u, json_t *msg, uint64_t deadline)
+{
+        const char *m = json_string_value(json_object_get(msg, "method"));
+        json_t *id = json_object_get(msg, "id");
+        _cleanup_json_ json_t *reply =
+            m && strcmp(m, "ping") == 0
+                ? json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", id, "result")
+                : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error",
+                            "code", -32601, "message", "airlock's client does not offer this");
+        airlock_error e;
+        if (reply)
+                (void)send_msg(u, reply, deadline, &e);
+}
+
+/* The message for a server that is gone: its exit status and the end of
+ * its stderr. */
+static int gone(mcp_upstream *u, const char *what, airlock_error *err)
+{
+        int st = 0;
+        kill_now(u, &st);
+        _cleanup_free_ char *tail = ring_tail(u, 600);
+        char how[64];
+        if (WIFEXITED(st))
+                snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(st));
+        else if (WIFSIGNALED(st))
+                snprintf(how, sizeof(how), "was killed by signal %d", WTERMSIG(st));
+        else
+                snprintf(how, sizeof(how), "stopped");
+        return al_error(err, -EPIPE, NULL, "server '%s' %s %s%s%s%s", u->name, how, what,
+                        tail && *tail ? " (its stderr: " : "", tail && *tail ? tail : "",
+                        tail && *tail ? ")" : "");
+}
+
+/* Reads until the reply to request id: answers the server's own requests,
+ * drops notifications and replies to other (cancelled) ids. A line longer
+ * than max_line, or one that is not a JSON-RPC message, is -EPROTO. */
+static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const mcp_bounds *b,
+                      size_t max_line, json_t **ret, airlock_error *err)
+{
+        for (;;) {
+                char *nl = u->len ? memchr(u->buf, '\n', u->len) : NULL;
+                if (nl) {
+                        size_t n = (size_t)(nl - u->buf);
+                        json_error_t jerr;
+                        json_t *msg = n ? json_loadb(u->buf, n, 0, &jerr) : NULL;
+                        memmove(u->buf, nl + 1, u->len - n - 1);
+                        u->len -= n + 1;
+                        if (n == 0 || (n == 1 && u->buf[0] == '\r'))
+                                continue;
+                        const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
+                        if (!json_is_object(msg) || !ver || strcmp(ver, "2.0") != 0) {
+                                json_decref(msg);
+                                return al_error(err, -EPROTO, NULL,
+                                                "server '%s' sent a line that is not a JSON-RPC "
+                                                "2.0 message%s%s",
+                                                u->name, msg ? "" : ": ",
+                                                msg ? "" : jerr.text);
+                        }
+                        json_t *mid = json_object_get(msg, "id");
+                        bool has_method = json_object_get(msg, "method") != NULL;
+                        if (has_method && mid) {
+                                answer_request(u, msg, deadline);
+                        } else if (!has_method && json_is_integer(mid) &&
+                                   json_integer_value(mid) == id) {
+                                *ret = msg;
+                                return 0;
+                        }
+                        json_decref(msg);
+                        continue;
+                }
+                if (u->len > max_line)
+                        return al_error(err, -E2BIG, NULL,
+                                        "server '%s' sent a message larger than %zu bytes", u->name,
+                                        max_line);
+                if (cancelled(b))
+                        return al_error(err, -ECANCELED, NULL, "the run was cancelled");
+                int t = ms_left(deadline);
+                if (t == 0)
+                        return al_error(err, -ETIMEDOUT, NULL, "timed out");
+                struct pollfd p[3] = {{u->out_fd, POLLIN, 0},
+                                      {u->err_fd, POLLIN, 0},
+                                      {b ? b->cancel_fd : -1, POLLIN, 0}};
+                int pr = poll(p, 3, t);
+                if (pr < 0 && errno != EINTR)
+                        return al_error(err, -errno, NULL, "poll: %m");
+                if (p[1].revents)
+                        drain_stderr(u);
+                if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+                        continue;
+                if (u->cap - u->len < READ_CHUNK) {
+                        size_t cap = u->cap ? u->cap * 2 : 2 * READ_CHUNK;
+                        if (cap < u->len + READ_CHUNK)
+                                cap = u->len + READ_CHUNK;
+                        char *nb = realloc(u->buf, cap);
+                        if (!nb)
+                                return al_error(err, -ENOMEM, NULL, "out of memory");
+                        u->buf = nb;
+                        u->cap = cap;
+                }
+                ssize_t n = read(u->out_fd, u->buf + u->len, READ_CHUNK);
+                if (n > 0) {
+                        u->len += (size_t)n;
+                } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+                        /* Its stderr may still hold why. */
+                        struct pollfd pe = {u->err_fd, POLLIN, 0};
+                        if (u->err_fd >= 0 && poll(&pe, 1, 100) > 0)
+                                drain_stderr(u);
+                        return gone(u, "", err);
+                }
+        }
+}
+
+/* One request: method with params, its reply's "result" in *ret (or the
+ * error reply as -EREMOTEIO with its message). A request that times out or
+ * is cancelled is cancelled upstream too (notifications/cancelled). */
+static int request(mcp_upstream *u, const char *method, json_t *params, uint64_t deadline,
+                   const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err)
+{
+        json_int_t id = ++u->next_id;
+        _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", id,
+                                               "method", method, "params", params);
+        if (!msg)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        int r = send_msg(u, msg, deadline, err);
+        if (r == -EPIPE)
+                return gone(u, "before the request could be sent", err);
+        if (r < 0)
+                return r;
+        _cleanup_json_ json_t *reply = NULL;
+        r = read_reply(u, id, deadline, b, max_line, &reply, err);
+        if (r == -ETIMEDOUT || r == -ECANCELED) {
+                _cleanup_json_ json_t *c = json_pack(
+                    "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
+                    "notifications/cancelled", "params", "requestId", id, "reason",
+                    r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+                airlock_error e;
+                if (c && u->in_fd >= 0)
+                        (void)send_msg(u, c, al_now_ns() + 100000000ull, &e);
+        }
+        if (r < 0)
+                return r;
+        json_t *e = json_object_get(reply, "error");
+        if (e) {
+                const char *m = json_string_value(json_object_get(e, "message"));
+                _cleanup_free_ char *clean = al_utf8_sanitize(m ? m : "", m ? strlen(m) : 0);
+                return al_error(err, -EREMOTEIO, NULL, "%.600s (JSON-RPC error %lld)",
+                                clean && *clean ? clean : "no message",
+                                (long long)json_integer_value(json_object_get(e, "code")));
+        }
+        json_t *res = json_object_get(reply, "result");
+        if (!json_is_object(res))
+                return al_error(err, -EPROTO, NULL, "server '%s' sent a reply without a result",
+                                u->name);
+        *ret = json_incref(res);
+        return 0;
+}
+
+/* Starts the process and the session: initialize, then the initialized
+ * notification. The protocol revision asked for is the newest this client
+ * speaks; a server that offers an older one this client knows is fine. */
+static int start_session(mcp_upstream *u, const mcp_bounds *b, airlock_error *err)
+{
+        uint64_t now = al_now_ns();
+        if (now < u->retry_at) {
+                uint64_t bound = b && b->deadline_ns ? b->deadline_ns : UINT64_MAX;
+                if (u->retry_at > bound)
+                        return al_error(err, -EAGAIN, NULL,
+                                        "server '%s' failed %u times in a row; the next restart "
+                                        "is in %.1f s",
+                                        u->name, u->failures, (double)(u->retry_at - now) / 1e9);
+                struct timespec ts = {(time_t)((u->retry_at - now) / 1000000000ull),
+                                      (long)((u->retry_at - now) % 1000000000ull)};
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
+        int r = spawn(u, err);
+        if (r < 0) {
+                fail_process(u);
+                return r;
+        }
+        uint64_t deadline = deadline_of(b, MCP_START_TIMEOUT_S);
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", MCP_PROTOCOL_LATEST,
+                      "capabilities", "clientInfo", "name", "airlock", "version", AIRLOCK_VERSION);
+        _cleanup_json_ json_t *res = NULL;
+        airlock_error e;
+        airlock_error_clear(&e);
+        r = params ? request(u, "initialize", params, deadline, b, 1u << 20, &res, &e) : -ENOMEM;
+        const char *v = json_string_value(json_object_get(res, "protocolVersion"));
+        static const char *const known[] = {MCP_PROTOCOL_NEXT, MCP_PROTOCOL_LATEST, "2025-06-18",
+                                            "2025-03-26"};
+        bool ok = false;
+        for (size_t i = 0; r >= 0 && v && i < ARRAY_SIZE(known); i++)
+                ok |= strcmp(v, known[i]) == 0;
+        if (r >= 0 && !ok)
+                r = al_error(&e, -EPROTO, NULL, "it offers protocol revision %.40s, which airlock "
+                             "does not speak (%s or older to 2025-03-26)",
+                             v ? v : "(none)", MCP_PROTOCOL_LATEST);
+        if (r >= 0) {
+                snprintf(u->proto, sizeof(u->proto), "%s", v);
+                _cleanup_json_ json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method",
+                                                     "notifications/initialized");
+                r = n ? send_msg(u, n, deadline, &e) : -ENOMEM;
+        }
+        if (r < 0) {
+                bool dead = u->pid == 0;
+                fail_process(u);
+                if (dead || r == -EPIPE)
+                        return al_error(err, r, NULL, "%s", e.message);
+                return al_error(err, r, NULL, "server '%s' did not start: %s", u->name,
+                                e.message);
+        }
+        u->initialized = true;
+        return 0;
+}
+
+/* ---- the object ------------------------------------------------------ */
+
+static void strv_free_wipe(char **v)
+{
+        for (char **p = v; p && *p; p++)
+                secrets_wipe_free(*p, strlen(*p));
+        free(v);
+}
+
+static void upstream_free(mcp_upstream *u)
+{
+        free(u->name);
+        free(u->exe);
+        for (char **p = u->argv; p && *p; p++)
+                free(*p);
+        free(u->argv);
+        strv_free_wipe(u->envp);
+        free(u->cwd);
+        free(u->buf);
+        pthread_mutex_destroy(&u->lock);
+        free(u);
+}
+
+/* "${secret:NAME}" in v replaced by the values (malloc'd, for the server's
+ * environment only). An unknown secret is -ENOENT naming it. */
+static int expand(const char *server, const char *key, const char *v, const secret_store *secrets,
+                  char **ret, airlock_error *err)
+{
+        dynbuf b;
+        dynbuf_init(&b, 1u << 20);
+        const char *p = v;
+        int r = 0;
+        for (const char *s; r >= 0 && (s = strstr(p, "${secret:"));) {
+                const char *e = strchr(s + 9, '}');
+                char name[SECRET_NAME_MAX + 1];
+                size_t n = (size_t)(e - (s + 9));
+                memcpy(name, s + 9, n);
+                name[n] = '\0';
+                const unsigned char *val;
+                size_t len;
+                if (secrets_value(secrets, name, &val, &len) < 0) {
+                        r = al_error(err, -ENOENT, NULL,
+                                     "server '%s': \"%s\" names the secret '%s', which is not "
+                                     "declared (--secret %s=...)",
+                                     server, key, name, name);
+                        break;
+                }
+                r = dynbuf_append(&b, p, (size_t)(s - p));
+                if (r >= 0)
+                        r = dynbuf_append(&b, val, len);
+                p = e + 1;
+        }
+        if (r >= 0)
+                r = dynbuf_append(&b, p, strlen(p) + 1);
+        if (r < 0) {
+                if (b.data)
+                        explicit_bzero(b.data, b.len);
+                dynbuf_free(&b);
+                return r == -ENOENT ? r : al_error(err, r, NULL, "out of memory");
+        }
+        *ret = dynbuf_take(&b, NULL);
+        return 0;
+}
+
+/* Resolves the command as check_server did: against cwd or on PATH. */
+static char *resolve_exe(const char *cmd, const char *cwd, const char *path)
+{
+        char buf[PATH_MAX];
+        if (strchr(cmd, '/')) {
+                snprintf(buf, sizeof(buf), "%s%s%s", cmd[0] == '/' ? "" : cwd,
+                         cmd[0] == '/' ? "" : "/", cmd);
+                return access(buf, X_OK) == 0 ? strdup(buf) : NULL;
+        }
+        if (!path)
+                path = "/usr/local/bin:/usr/bin:/bin";
+        for (const char *p = path;;) {
+                size_t n = strcspn(p, ":");
+                if (n && snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, cmd) < (int)sizeof(buf)) {
+                        struct stat st;
+                        if (stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
+                                return strdup(buf);
+                }
+                if (!p[n])
+                        return NULL;
+                p += n + 1;
+        }
+}
+
+static int upstream_new(const mcp_spec *spec, const secret_store *secrets, mcp_upstream **ret,
+                        airlock_error *err)
+{
+        mcp_upstream *u = calloc(1, sizeof(*u));
+        if (!u)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        pthread_mutex_init(&u->lock, NULL);
+        u->in_fd = u->out_fd = u->err_fd = -1;
+        const json_t *o = spec->json;
+        const json_t *args = json_object_get(o, "args"), *env = json_object_get(o, "env");
+        const char *cwd = json_string_value(json_object_get(o, "cwd"));
+        char cwdbuf[PATH_MAX];
+        if (cwd && cwd[0] != '/') {
+                snprintf(cwdbuf, sizeof(cwdbuf), "%s/%s", spec->dir, cwd);
+                cwd = cwdbuf;
+        }
+        u->name = strdup(spec->name);
+        u->cwd = strdup(cwd ? cwd : spec->dir);
+        size_t na = json_array_size(args);
+        u->argv = calloc(na + 2, sizeof(char *));
+        int r = u->name && u->cwd && u->argv ? 0 : -ENOMEM;
+        const char *cmd = json_string_value(json_object_get(o, "command"));
+        if (r >= 0)
+                r = (u->argv[0] = strdup(cmd)) ? 0 : -ENOMEM;
+        for (size_t i = 0; r >= 0 && i < na; i++)
+                r = (u->argv[i + 1] = strdup(json_string_value(json_array_get(args, i)))) ? 0
+                                                                                          : -ENOMEM;
+        /* The environment: the few variables a program expects of its
+         * user, from the host, then the server's own "env". */
+        static const char *const inherit[] = {"HOME", "LOGNAME", "PATH", "SHELL",
+                                              "TERM", "USER",    "LANG"};
+        size_t ne = json_object_size(env) + ARRAY_SIZE(inherit) + 1, k = 0;
+        u->envp = calloc(ne, sizeof(char *));
+        if (r >= 0 && !u->envp)
+                r = -ENOMEM;
+        for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(inherit); i++) {
+                const char *v = getenv(inherit[i]);
+                if (!v || json_object_get(env, inherit[i]))
+                        continue;
+                if (asprintf(&u->envp[k], "%s=%s", inherit[i], v) < 0) {
+                        u->envp[k] = NULL;
+                        r = -ENOMEM;
+                } else {
+                        k++;
+                }
+        }
+        if (r < 0) {
+                upstream_free(u);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        const char *key;
+        const json_t *v;
+        json_object_foreach ((json_t *)env, key, v) {
+                _cleanup_free_ char *val = NULL;
+                r = expand(spec->name, "env", json_string_value(v), secrets, &val, err);
+                if (r < 0) {
+                        upstream_free(u);
+                        return r;
+                }
+                size_t len = strlen(key) + 1 + strlen(val) + 1;
+                char *e = malloc(len);
+                if (e)
+                        snprintf(e, len, "%s=%s", key, val);
+                secrets_wipe_free(TAKE_PTR(val), strlen(val));
+                if (!e) {
+                        upstream_free(u);
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                }
+                u->envp[k++] = e;
+        }
+        const char *path = json_string_value(json_object_get(env, "PATH"));
+        u->exe = resolve_exe(cmd, u->cwd, path ? path : getenv("PATH"));
+        if (!u->exe) {
+                al_error(err, -ENOENT, spec->file, "server '%s': \"command\" '%.200s' is not an "
+                         "executable file%s",
+                         spec->name, cmd, strchr(cmd, '/') ? "" : " on PATH");
+                upstream_free(u);
+                return -ENOENT;
+        }
+        *ret = u;
+        return 0;
+}
+
+int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_upstream **ret,
+                       json_t **ret_tools, airlock_error *err)
+{
+        mcp_upstream *u = NULL;
+        int r = upstream_new(spec, secrets, &u, err);
+        if (r < 0)
+                return r;
+        mcp_bounds b = {al_now_ns() + (uint64_t)(MCP_START_TIMEOUT_S * 1e9), -1, 0};
+        r = start_session(u, &b, err);
+        json_t *tools = r >= 0 ? json_array() : NULL;
+        if (r >= 0 && !tools)
+                r = al_error(err, -ENOMEM, NULL, "out of memory");
+        /* Every page of tools/list, within the start's time. */
+        _cleanup_json_ json_t *cursor = NULL;
+        for (int page = 0; r >= 0; page++) {
+                if (page == LIST_PAGES_MAX) {
+                        r = al_error(err, -E2BIG, NULL,
+                                     "server '%s': tools/list has more than %d pages", u->name,
+                                     LIST_PAGES_MAX);
+                        break;
+                }
+                _cleanup_json_ json_t *params =
+                    cursor ? json_pack("{s:O}", "cursor", cursor) : json_object();
+                _cleanup_json_ json_t *res = NULL;
+                airlock_error e;
+                airlock_error_clear(&e);
+                r = request(u, "tools/list", params, b.deadline_ns, &b, 16u << 20, &res, &e);
+                if (r < 0) {
+                        r = al_error(err, r, NULL, "server '%s': tools/list: %s", u->name,
+                                     e.message);
+                        break;
+                }
+                json_t *list = json_object_get(res, "tools");
+                if (!json_is_array(list)) {
+                        r = al_error(err, -EPROTO, NULL,
+                                     "server '%s': tools/list: the result has no \"tools\" array",
+                                     u->name);
+                        break;
+                }
+                json_array_extend(tools, list);
+                json_decref(cursor);
+                cursor = json_incref(json_object_get(res, "nextCursor"));
+                if (!json_is_string(cursor))
+                        break;
+        }
+        if (r < 0) {
+                json_decref(tools);
+                mcp_upstream_stop(u);
+                return r;
+        }
+        u->failures = 0;
+        *ret = u;
+        *ret_tools = tools;
+        return 0;
+}
+
+int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
+                      const mcp_bounds *b, json_t **ret_result, airlock_error *err)
+{
+        pthread_mutex_lock(&u->lock);
+        int r = 0;
+        if (!u->initialized)
+                r = start_session(u, b, err);
+        _cleanup_json_ json_t *params = NULL;
+        if (r >= 0) {
+                params = json_pack("{s:s, s:O}", "name", tool, "arguments", args);
+                if (!params)
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        if (r >= 0) {
+                uint64_t deadline = deadline_of(b, timeout_s);
+                size_t max = (b && b->max_result ? b->max_result : MCP_DEFAULT_RESULT) + 4096;
+                r = request(u, "tools/call", params, deadline, b, max, ret_result, err);
+                if (r == -ETIMEDOUT)
+                        al_error(err, r, NULL, "no answer within %.3g s", timeout_s);
+                /* What leaves the stream in an unknown state ends the
+                 * process: the next call starts a fresh one. A timeout or a
+                 * cancel leaves it running (it was told to stop). */
+                if (r == -EPROTO || r == -E2BIG || r == -ENOMEM)
+                        fail_process(u);
+                else if (r == -EPIPE)
+                        fail_process(u);
+                else if (r >= 0 || r == -EREMOTEIO)
+                        u->failures = 0;
+        }
+        pthread_mutex_unlock(&u->lock);
+        return r;
+}
+
+void mcp_upstream_stop(mcp_upstream *u)
+{
+        if (!u)
+                return;
+        /* The polite way first: the end of its input, as the spec says;
+         * then the whole process group is killed. */
+        close_fd(&u->in_fd);
+        if (u->pid > 0) {
+                uint64_t until = al_now_ns() + STOP_GRACE_MS * 1000000ull;
+                int st;
+                while (waitpid(u->pid, &st, WNOHANG) == 0 && al_now_ns() < until) {
+                        struct pollfd p = {u->out_fd, POLLIN, 0};
+                        char sink[4096];
+                        if (poll(&p, 1, 20) > 0 && read(u->out_fd, sink, sizeof(sink)) <= 0)
+                                close_fd(&u->out_fd);
+                }
+                if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
+                        kill(-u->pid, SIGKILL);
+                        u->pid = 0;
+                }
+        }
+        kill_now(u, NULL);
+        upstream_free(u);
+}
