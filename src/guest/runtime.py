@@ -711,6 +711,18 @@ def _prewarm():
         df.a.sum(), df["b"].mean()
 
 
+def _servers_first():
+    """The folder of the upstream MCP servers' stubs (the package "servers",
+    docs/design.md, "Upstream MCP servers") goes first on sys.path, before
+    the working directory and every other folder, so that nothing the code
+    or the workspace brings can shadow it."""
+    import os
+    for p in [p for p in _sys.path if p.startswith("/opt/airlock/pythonpath/")]:
+        if os.path.isfile(p + "/servers/_index.py"):
+            _sys.path.remove(p)
+            _sys.path.insert(0, p)
+
+
 def _install(auto_figures=True, python_paths=()):
     global _auto_figures
     _auto_figures = bool(auto_figures)
@@ -721,6 +733,7 @@ def _install(auto_figures=True, python_paths=()):
     if python_paths:
         at = next((i for i, p in enumerate(_sys.path) if p.endswith("-packages")), len(_sys.path))
         _sys.path[at:at] = list(python_paths)
+    _servers_first()
     mod = _types.ModuleType("airlock")
     mod.__doc__ = "Host functions of the airlock sandbox."
     for name in __all__:

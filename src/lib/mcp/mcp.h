@@ -22,18 +22,18 @@
 #include "host/secrets.h"
 #include "host/tools.h"
 
-#define MCP_MAX_SERVERS      32
-#define MCP_MAX_TOOLS        1024 /* tools of all servers of one sandbox */
-#define MCP_MAX_FILE         (1u << 20)
-#define MCP_NAME_MAX         64
-#define MCP_DEFAULT_TIMEOUT  60.0
-#define MCP_DEFAULT_RESULT   (1u << 20)
-#define MCP_MAX_RESULT       (16u << 20)
-#define MCP_DEFAULT_CALLS    1000
-#define MCP_START_TIMEOUT_S  30.0
-#define MCP_STDERR_RING      8192
-#define MCP_PROTOCOL_LATEST  "2025-11-25"
-#define MCP_PROTOCOL_NEXT    "2026-07-28"
+#define MCP_MAX_SERVERS     32
+#define MCP_MAX_TOOLS       1024 /* tools of all servers of one sandbox */
+#define MCP_MAX_FILE        (1u << 20)
+#define MCP_NAME_MAX        64
+#define MCP_DEFAULT_TIMEOUT 60.0
+#define MCP_DEFAULT_RESULT  (1u << 20)
+#define MCP_MAX_RESULT      (16u << 20)
+#define MCP_DEFAULT_CALLS   1000
+#define MCP_START_TIMEOUT_S 30.0
+#define MCP_STDERR_RING     8192
+#define MCP_PROTOCOL_LATEST "2025-11-25"
+#define MCP_PROTOCOL_NEXT   "2026-07-28"
 
 /* ---- the servers files (mcp_config.c) ---- */
 
@@ -97,11 +97,11 @@ void mcp_upstream_stop(mcp_upstream *u);
 /* ---- the stubs (mcp_stubs.c) ---- */
 
 typedef struct mcp_tool {
-        char *server;     /* the spec's name */
-        char *module;     /* its Python module */
-        char *name;       /* the tool's name upstream */
-        char *ident;      /* its Python function name */
-        char *host_name;  /* "module.ident": what call_tool takes */
+        char *server;    /* the spec's name */
+        char *module;    /* its Python module */
+        char *name;      /* the tool's name upstream */
+        char *ident;     /* its Python function name */
+        char *host_name; /* "module.ident": what call_tool takes */
         char *description;
         json_t *input_schema;
         json_t *output_schema; /* NULL when the tool declares none */

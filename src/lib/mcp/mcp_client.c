@@ -48,9 +48,9 @@ struct mcp_upstream {
         size_t ring_at;
         bool ring_full;
         json_int_t next_id;
-        unsigned failures;  /* in a row */
-        uint64_t retry_at;  /* no restart before this (CLOCK_MONOTONIC) */
-        char proto[32];     /* the protocol revision agreed */
+        unsigned failures; /* in a row */
+        uint64_t retry_at; /* no restart before this (CLOCK_MONOTONIC) */
+        char proto[32];    /* the protocol revision agreed */
         bool initialized;
 };
 
@@ -294,8 +294,8 @@ static void answer_request(mcp_upstream *u, json_t *msg, uint64_t deadline)
         _cleanup_json_ json_t *reply =
             m && strcmp(m, "ping") == 0
                 ? json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", id, "result")
-                : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error",
-                            "code", -32601, "message", "airlock's client does not offer this");
+                : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error", "code",
+                            -32601, "message", "airlock's client does not offer this");
         airlock_error e;
         if (reply)
                 (void)send_msg(u, reply, deadline, &e);
@@ -342,8 +342,7 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
                                 return al_error(err, -EPROTO, NULL,
                                                 "server '%s' sent a line that is not a JSON-RPC "
                                                 "2.0 message%s%s",
-                                                u->name, msg ? "" : ": ",
-                                                msg ? "" : jerr.text);
+                                                u->name, msg ? "" : ": ", msg ? "" : jerr.text);
                         }
                         json_t *mid = json_object_get(msg, "id");
                         bool has_method = json_object_get(msg, "method") != NULL;
@@ -482,7 +481,8 @@ static int start_session(mcp_upstream *u, const mcp_bounds *b, airlock_error *er
         for (size_t i = 0; r >= 0 && v && i < ARRAY_SIZE(known); i++)
                 ok |= strcmp(v, known[i]) == 0;
         if (r >= 0 && !ok)
-                r = al_error(&e, -EPROTO, NULL, "it offers protocol revision %.40s, which airlock "
+                r = al_error(&e, -EPROTO, NULL,
+                             "it offers protocol revision %.40s, which airlock "
                              "does not speak (%s or older to 2025-03-26)",
                              v ? v : "(none)", MCP_PROTOCOL_LATEST);
         if (r >= 0) {
@@ -496,8 +496,7 @@ static int start_session(mcp_upstream *u, const mcp_bounds *b, airlock_error *er
                 fail_process(u);
                 if (dead || r == -EPIPE)
                         return al_error(err, r, NULL, "%s", e.message);
-                return al_error(err, r, NULL, "server '%s' did not start: %s", u->name,
-                                e.message);
+                return al_error(err, r, NULL, "server '%s' did not start: %s", u->name, e.message);
         }
         u->initialized = true;
         return 0;
@@ -664,7 +663,8 @@ static int upstream_new(const mcp_spec *spec, const secret_store *secrets, mcp_u
         const char *path = json_string_value(json_object_get(env, "PATH"));
         u->exe = resolve_exe(cmd, u->cwd, path ? path : getenv("PATH"));
         if (!u->exe) {
-                al_error(err, -ENOENT, spec->file, "server '%s': \"command\" '%.200s' is not an "
+                al_error(err, -ENOENT, spec->file,
+                         "server '%s': \"command\" '%.200s' is not an "
                          "executable file%s",
                          spec->name, cmd, strchr(cmd, '/') ? "" : " on PATH");
                 upstream_free(u);

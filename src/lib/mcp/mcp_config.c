@@ -16,8 +16,8 @@
 
 /* The keys of a server's object: the clients' own, then airlock's. */
 static const char *const server_keys[] = {
-    "type",    "command",    "args",           "env",           "cwd",
-    "url",     "headers",    "allowTools",     "denyTools",     "timeout",
+    "type",     "command",        "args",           "env",       "cwd",
+    "url",      "headers",        "allowTools",     "denyTools", "timeout",
     "approval", "maxResultBytes", "maxCallsPerRun", "tools",
 };
 static const char *const tool_keys[] = {"timeout", "approval", "maxResultBytes", "maxCallsPerRun"};
@@ -25,12 +25,28 @@ static const char *const tool_keys[] = {"timeout", "approval", "maxResultBytes",
 /* Python keywords and the names the stubs' package uses for itself: a
  * server or tool of such a name gets '_' after it. */
 static const char *const reserved[] = {
-    "False", "None",   "True",    "and",      "as",     "assert", "async",  "await",
-    "break", "class",  "continue", "def",     "del",    "elif",   "else",   "except",
-    "finally", "for",  "from",    "global",   "if",     "import", "in",     "is",
-    "lambda", "nonlocal", "not",  "or",       "pass",   "raise",  "return", "try",
-    "while", "with",   "yield",   "search",   "ToolError", "ApprovalRequired", "Image",
-    "Blob",  "Resource", "ResourceLink", "Audio", "servers",
+    "False",     "None",
+    "True",      "and",
+    "as",        "assert",
+    "async",     "await",
+    "break",     "class",
+    "continue",  "def",
+    "del",       "elif",
+    "else",      "except",
+    "finally",   "for",
+    "from",      "global",
+    "if",        "import",
+    "in",        "is",
+    "lambda",    "nonlocal",
+    "not",       "or",
+    "pass",      "raise",
+    "return",    "try",
+    "while",     "with",
+    "yield",     "search",
+    "ToolError", "ApprovalRequired",
+    "Image",     "Blob",
+    "Resource",  "ResourceLink",
+    "Audio",     "servers",
 };
 
 void mcp_identifier(const char *name, char *buf, size_t size)
@@ -130,8 +146,8 @@ static bool on_path(const char *name, const char *path)
         for (const char *p = path;;) {
                 size_t n = strcspn(p, ":");
                 char buf[PATH_MAX];
-                if (n && snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, name) <
-                             (int)sizeof(buf) &&
+                if (n &&
+                    snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, name) < (int)sizeof(buf) &&
                     access(buf, X_OK) == 0)
                         return true;
                 if (!p[n])
@@ -202,8 +218,8 @@ static int check_approval(const json_t *o, const char *at, airlock_error *err)
 {
         const json_t *v = json_object_get(o, "approval");
         const char *s = json_string_value(v);
-        if (v && !(s && (strcmp(s, "auto") == 0 || strcmp(s, "never") == 0 ||
-                         strcmp(s, "always") == 0)))
+        if (v &&
+            !(s && (strcmp(s, "auto") == 0 || strcmp(s, "never") == 0 || strcmp(s, "always") == 0)))
                 return al_error(err, -EINVAL, NULL,
                                 "%s: \"approval\" must be \"auto\" (from the tool's annotations), "
                                 "\"never\" or \"always\"",
@@ -237,8 +253,7 @@ static int check_patterns(const json_t *o, const char *key, const char *at, airl
                                 "allowed)",
                                 at, key);
         json_array_foreach ((json_t *)v, i, p) {
-                if (!json_is_string(p) || json_string_length(p) == 0 ||
-                    json_string_length(p) > 256)
+                if (!json_is_string(p) || json_string_length(p) == 0 || json_string_length(p) > 256)
                         return al_error(err, -EINVAL, NULL,
                                         "%s: \"%s\" element %zu must be a non-empty tool name", at,
                                         key, i);
@@ -285,8 +300,8 @@ static int check_server(const char *name, const json_t *o, const char *file, con
                 const json_t *h = json_object_get(o, "headers");
                 if (h && (r = check_string_map(h, at, "headers", true, err)) < 0)
                         return r;
-                for (const char *const *k = (const char *const[]){"command", "args", "env", "cwd",
-                                                                   NULL};
+                for (const char *const *k =
+                         (const char *const[]){"command", "args", "env", "cwd", NULL};
                      *k; k++)
                         if (json_object_get(o, *k))
                                 return al_error(err, -EINVAL, file,
@@ -304,8 +319,8 @@ static int check_server(const char *name, const json_t *o, const char *file, con
                 return al_error(err, -EINVAL, file,
                                 "%s: \"type\" \"%s\" needs a \"url\", not a \"command\"", at, type);
         if (json_object_get(o, "headers"))
-                return al_error(err, -EINVAL, file,
-                                "%s: \"headers\" is for a server at a \"url\"", at);
+                return al_error(err, -EINVAL, file, "%s: \"headers\" is for a server at a \"url\"",
+                                at);
         const char *c = json_string_value(cmd);
         if (!c || !*c || strlen(c) != json_string_length(cmd))
                 return al_error(err, -EINVAL, file, "%s: \"command\" must be a non-empty string",
@@ -335,13 +350,13 @@ static int check_server(const char *name, const json_t *o, const char *file, con
                 struct stat st;
                 char full[PATH_MAX];
                 if (!d || !*d)
-                        return al_error(err, -EINVAL, file,
-                                        "%s: \"cwd\" must be a folder's path", at);
+                        return al_error(err, -EINVAL, file, "%s: \"cwd\" must be a folder's path",
+                                        at);
                 snprintf(full, sizeof(full), "%s%s%s", d[0] == '/' ? "" : dir,
                          d[0] == '/' ? "" : "/", d);
                 if (stat(full, &st) < 0 || !S_ISDIR(st.st_mode))
-                        return al_error(err, -ENOENT, file,
-                                        "%s: \"cwd\" %s is not a folder", at, full);
+                        return al_error(err, -ENOENT, file, "%s: \"cwd\" %s is not a folder", at,
+                                        full);
         }
         /* The command is looked up as the server will be started: a path
          * with a '/' against the working folder, a bare name on the PATH of
@@ -428,8 +443,7 @@ static int add_checked(mcp_specs *s, const char *name, const json_t *server, con
                                         at, module, s->v[i].name);
         }
         if (s->n >= MCP_MAX_SERVERS)
-                return al_error(err, -E2BIG, file, "%s: more than %d servers", at,
-                                MCP_MAX_SERVERS);
+                return al_error(err, -E2BIG, file, "%s: more than %d servers", at, MCP_MAX_SERVERS);
         int r = check_server(name, server, file, dir, err);
         if (r < 0)
                 return r;
@@ -483,8 +497,8 @@ int mcp_specs_load_file(mcp_specs *s, const char *path, airlock_error *err)
         json_error_t jerr;
         _cleanup_json_ json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
         if (!root)
-                return al_error(err, -EINVAL, path, "servers file %s: not JSON: %s (line %d)",
-                                full, jerr.text, jerr.line);
+                return al_error(err, -EINVAL, path, "servers file %s: not JSON: %s (line %d)", full,
+                                jerr.text, jerr.line);
         const json_t *servers = json_object_get(root, "mcpServers");
         const char *top = "mcpServers";
         if (!servers) {

@@ -151,8 +151,8 @@ static bool matches(const json_t *patterns, const char *name)
 /* A setting of the tool, else of the server, else NULL. */
 static const json_t *setting(const json_t *server, const char *tool, const char *key)
 {
-        const json_t *v = json_object_get(json_object_get(json_object_get(server, "tools"), tool),
-                                          key);
+        const json_t *v =
+            json_object_get(json_object_get(json_object_get(server, "tools"), tool), key);
         return v ? v : json_object_get(server, key);
 }
 
@@ -311,8 +311,8 @@ static int add_tools(mcp_hub *h, size_t si, const mcp_spec *spec, json_t *list, 
                         mcp_identifier(key, pid, sizeof(pid));
                         unique(pid, sizeof(pid), ptaken, pk);
                         json_object_set_new(m->params_map, key, json_string(pid));
-                        ptaken[pk++] = (char *)json_string_value(json_object_get(m->params_map,
-                                                                                 key));
+                        ptaken[pk++] =
+                            (char *)json_string_value(json_object_get(m->params_map, key));
                 }
                 h->n_tools++;
                 if (oom)
@@ -351,8 +351,10 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
                  * its tool list (its environment, say) must not leak it. */
                 if (secrets_scrub_json(secrets, &tools) < 0) {
                         json_decref(tools);
-                        r = al_error(err, -ENOMEM, NULL, "server '%s': cannot check its tool "
-                                     "list for the secrets' values", sp->name);
+                        r = al_error(err, -ENOMEM, NULL,
+                                     "server '%s': cannot check its tool "
+                                     "list for the secrets' values",
+                                     sp->name);
                         break;
                 }
                 r = add_tools(h, i, sp, tools, warnings, err);
@@ -382,9 +384,9 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
                         modules[i] = h->srv[i].module;
                         names[i] = h->srv[i].name;
                 }
-                r = fd < 0 ? al_error(err, -errno, h->dir, "stubs: %s: %m", h->dir)
-                           : mcp_stubs_write(fd, h->tools, h->n_tools, modules, names, h->n_srv,
-                                             err);
+                r = fd < 0
+                        ? al_error(err, -errno, h->dir, "stubs: %s: %m", h->dir)
+                        : mcp_stubs_write(fd, h->tools, h->n_tools, modules, names, h->n_srv, err);
         }
         if (r < 0) {
                 mcp_hub_free(h);
@@ -427,11 +429,11 @@ size_t mcp_hub_server_tools(const mcp_hub *h, size_t i)
         return h && i < h->n_srv ? h->srv[i].n_tools : 0;
 }
 
-static tool_fail fail_typed(char **ret_type, const char *type, char **ret_message,
-                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static tool_fail fail_typed(char **ret_type, const char *type, char **ret_message, const char *fmt,
+                            ...) __attribute__((format(printf, 4, 5)));
 
-static tool_fail fail_typed(char **ret_type, const char *type, char **ret_message,
-                            const char *fmt, ...)
+static tool_fail fail_typed(char **ret_type, const char *type, char **ret_message, const char *fmt,
+                            ...)
 {
         va_list ap;
         va_start(ap, fmt);
@@ -484,7 +486,8 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
                             "approve it here; to let it run without approval, set \"approval\": "
                             "\"never\" for it in the servers file (\"tools\": {\"%s\": "
                             "{\"approval\": \"never\"}}, or for the whole server)%s",
-                            t->host_name, t->name, s->name, t->approval_why, t->name, approver ? "; the approval was refused" : "");
+                            t->host_name, t->name, s->name, t->approval_why, t->name,
+                            approver ? "; the approval was refused" : "");
         }
         size_t ti = (size_t)(t - h->tools);
         if (counts) {

@@ -14,9 +14,9 @@
 
 #include "mcp/mcp.h"
 
-#define MODULE_MAX     (32u << 20)
-#define SCHEMA_DEPTH   6
-#define SEARCH_DESC    300
+#define MODULE_MAX   (32u << 20)
+#define SCHEMA_DEPTH 6
+#define SEARCH_DESC  300
 
 /* The package's own module: the helpers every stub calls. */
 static const char init_py[] =
@@ -318,8 +318,7 @@ static int py_simple(dynbuf *b, dynbuf *defs, const json_t *s, const char *t, co
         }
         if (strcmp(t, "object") == 0) {
                 const json_t *props = json_object_get(s, "properties");
-                if (json_is_object(props) && json_object_size(props) > 0 &&
-                    depth < SCHEMA_DEPTH) {
+                if (json_is_object(props) && json_object_size(props) > 0 && depth < SCHEMA_DEPTH) {
                         int r = py_typed_dict(defs, s, prefix, depth);
                         return r >= 0 ? dynbuf_appendf(b, "%s", prefix) : r;
                 }
@@ -381,9 +380,9 @@ static int py_type(dynbuf *b, dynbuf *defs, const json_t *s, const char *prefix,
                         r = dynbuf_appendf(b, " | ");
                 if (r >= 0)
                         r = comb ? py_type(b, defs, v, sub, depth + 1)
-                                 : (json_is_string(v) ? py_simple(b, defs, s, json_string_value(v),
-                                                                  prefix, depth)
-                                                      : dynbuf_appendf(b, "Any"));
+                                 : (json_is_string(v)
+                                        ? py_simple(b, defs, s, json_string_value(v), prefix, depth)
+                                        : dynbuf_appendf(b, "Any"));
         }
         return r;
 }
@@ -412,13 +411,12 @@ static int write_tool(dynbuf *b, const mcp_tool *t, const char *async_name)
                         size_t i;
                         const json_t *x;
                         json_array_foreach ((json_t *)req, i, x) {
-                                required |= json_is_string(x) &&
-                                            strcmp(json_string_value(x), key) == 0;
+                                required |=
+                                    json_is_string(x) && strcmp(json_string_value(x), key) == 0;
                         }
                         if (required != (pass == 0))
                                 continue;
-                        const char *py = json_string_value(
-                            json_object_get(t->params_map, key));
+                        const char *py = json_string_value(json_object_get(t->params_map, key));
                         if (!py)
                                 continue;
                         char tn[256];
@@ -468,8 +466,9 @@ static int write_tool(dynbuf *b, const mcp_tool *t, const char *async_name)
                                    as ? async_name : t->ident, sig.len ? "*" : "",
                                    sig.len ? sig.data : "", ret.data ? ret.data : "str");
                 if (r >= 0 && as)
-                        r = dynbuf_appendf(b, "asyncio variant of %s(): the same call, awaitable.\n\n    ",
-                                           t->ident);
+                        r = dynbuf_appendf(
+                            b, "asyncio variant of %s(): the same call, awaitable.\n\n    ",
+                            t->ident);
                 if (r >= 0)
                         r = py_doc_text(b, *t->description ? t->description : "(no description)",
                                         "    ");
@@ -478,8 +477,10 @@ static int write_tool(dynbuf *b, const mcp_tool *t, const char *async_name)
                         const char *key;
                         const json_t *p;
                         json_object_foreach ((json_t *)props, key, p) {
-                                const char *py = json_string_value(json_object_get(t->params_map, key));
-                                const char *d = json_string_value(json_object_get(p, "description"));
+                                const char *py =
+                                    json_string_value(json_object_get(t->params_map, key));
+                                const char *d =
+                                    json_string_value(json_object_get(p, "description"));
                                 if (!py || r < 0)
                                         continue;
                                 r = dynbuf_appendf(b, "\n        %s: ", py);
@@ -503,7 +504,8 @@ static int write_tool(dynbuf *b, const mcp_tool *t, const char *async_name)
                 if (r >= 0)
                         r = py_doc_text(b, t->server, "");
                 if (r >= 0)
-                        r = dynbuf_appendf(b, "%s.\n    \"\"\"\n    return %s(\"%s\", "
+                        r = dynbuf_appendf(b,
+                                           "%s.\n    \"\"\"\n    return %s(\"%s\", "
                                            "locals(), %s, %s)\n",
                                            t->needs_approval ? " (needs approval)" : "",
                                            as ? "await _acall" : "_call", t->host_name, names,
@@ -553,8 +555,8 @@ int mcp_stubs_write(int dir_fd, const mcp_tool *tools, size_t n, const char *con
         for (size_t i = 0; r >= 0 && i < n; i++) {
                 json_t *nm = json_string(tools[i].name);
                 size_t dl = strlen(tools[i].description);
-                json_t *ds = json_stringn_nocheck(tools[i].description,
-                                                  dl > SEARCH_DESC ? SEARCH_DESC : dl);
+                json_t *ds =
+                    json_stringn_nocheck(tools[i].description, dl > SEARCH_DESC ? SEARCH_DESC : dl);
                 r = dynbuf_appendf(&idx, "    (\"%s\", \"%s\", ", tools[i].module, tools[i].ident);
                 if (r >= 0)
                         r = nm ? py_literal(&idx, nm) : -ENOMEM;

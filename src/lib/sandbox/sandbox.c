@@ -855,7 +855,8 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
                 r = prepare_python_paths(sb, err);
         if (r >= 0 && sb->mcp_warnings) {
                 char *all = NULL;
-                if (asprintf(&all, "%s%s", sb->warnings ? sb->warnings : "", sb->mcp_warnings) >= 0) {
+                if (asprintf(&all, "%s%s", sb->warnings ? sb->warnings : "", sb->mcp_warnings) >=
+                    0) {
                         free(sb->warnings);
                         sb->warnings = all;
                 }
