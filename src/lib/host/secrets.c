@@ -554,6 +554,17 @@ int secrets_add(secret_store *st, const char *name, const void *value, size_t le
         secret s = {.len = len, .flags = flags};
         int r = allowlist_new(&s.targets, err);
         for (size_t i = 0; r >= 0 && i < nt; i++) {
+                /* "mcp:SERVER": an upstream MCP server whose "env" or
+                 * "headers" name the secret (mcp/); it allows no HTTP
+                 * request. A server that names a secret is its target
+                 * whether or not it is listed: this only lets a secret
+                 * meant for servers alone be declared. */
+                if (strncmp(targets[i], "mcp:", 4) == 0) {
+                        if (!targets[i][4] || strlen(targets[i]) > 4 + 64)
+                                r = al_error(err, -EINVAL, NULL,
+                                             "secret %s: target 'mcp:' needs a server name", name);
+                        continue;
+                }
                 const char *eq = strchr(targets[i], '=');
                 _cleanup_free_ char *t =
                     eq ? strndup(targets[i], (size_t)(eq - targets[i])) : strdup(targets[i]);

@@ -315,7 +315,7 @@ static int gone(mcp_upstream *u, const char *what, airlock_error *err)
                 snprintf(how, sizeof(how), "was killed by signal %d", WTERMSIG(st));
         else
                 snprintf(how, sizeof(how), "stopped");
-        return al_error(err, -EPIPE, NULL, "server '%s' %s %s%s%s%s", u->name, how, what,
+        return al_error(err, -EPIPE, NULL, "server '%s' %s%s%s%s%s%s", u->name, how, *what ? " " : "", what,
                         tail && *tail ? " (its stderr: " : "", tail && *tail ? tail : "",
                         tail && *tail ? ")" : "");
 }

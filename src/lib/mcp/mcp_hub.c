@@ -193,8 +193,10 @@ static int cmp_names(const void *a, const void *b)
                       json_string_value(json_object_get(y, "name")));
 }
 
-/* Makes ident unique among taken[0..n): ident, then ident_2, ident_3... */
-static void unique(char *ident, size_t size, char *const *taken, size_t n)
+/* Makes ident unique among taken[0..n) and also[0..n_also): ident, then
+ * ident_2, ident_3... */
+static void unique_with(char *ident, size_t size, char *const *taken, size_t n,
+                        char *const *also, size_t n_also)
 {
         char base[160];
         snprintf(base, sizeof(base), "%s", ident);
@@ -202,6 +204,8 @@ static void unique(char *ident, size_t size, char *const *taken, size_t n)
                 bool clash = false;
                 for (size_t i = 0; i < n && !clash; i++)
                         clash = strcmp(taken[i], ident) == 0;
+                for (size_t i = 0; i < n_also && !clash; i++)
+                        clash = strcmp(also[i], ident) == 0;
                 if (!clash)
                         return;
                 snprintf(ident, size, "%.140s_%u", base, k);
@@ -257,7 +261,9 @@ static int add_tools(mcp_hub *h, size_t si, const mcp_spec *spec, json_t *list, 
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         h->tools = nt;
         _cleanup_free_ char **taken = calloc(k + 1, sizeof(char *));
-        if (!taken)
+        _cleanup_free_ char **exact = calloc(k + 1, sizeof(char *));
+        size_t taken_n = 0;
+        if (!taken || !exact)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         for (size_t i = 0; i < k; i++) {
                 const json_t *t = v[i];
@@ -265,8 +271,22 @@ static int add_tools(mcp_hub *h, size_t si, const mcp_spec *spec, json_t *list, 
                 mcp_tool *m = &h->tools[h->n_tools];
                 *m = (mcp_tool){0};
                 char ident[160];
+                /* A name that is an identifier already keeps it; the others
+                 * take theirs, in byte order of their names, with _2, _3...
+                 * after one that is taken: the same list of tools gives the
+                 * same names. */
                 mcp_identifier(name, ident, sizeof(ident));
-                unique(ident, sizeof(ident), taken, i);
+                if (strcmp(ident, name) != 0) {
+                        for (size_t j = 0; j < k; j++) {
+                                const char *o2 = json_string_value(json_object_get(v[j], "name"));
+                                char id2[160];
+                                mcp_identifier(o2, id2, sizeof(id2));
+                                if (strcmp(id2, o2) == 0 && taken_n < k + 1)
+                                        exact[taken_n++] = (char *)o2;
+                        }
+                        unique_with(ident, sizeof(ident), taken, i, exact, taken_n);
+                        taken_n = 0;
+                }
                 const json_t *in = json_object_get(t, "inputSchema");
                 const json_t *out = json_object_get(t, "outputSchema");
                 const char *desc = json_string_value(json_object_get(t, "description"));
@@ -309,7 +329,7 @@ static int add_tools(mcp_hub *h, size_t si, const mcp_spec *spec, json_t *list, 
                                 break;
                         char pid[160];
                         mcp_identifier(key, pid, sizeof(pid));
-                        unique(pid, sizeof(pid), ptaken, pk);
+                        unique_with(pid, sizeof(pid), ptaken, pk, NULL, 0);
                         json_object_set_new(m->params_map, key, json_string(pid));
                         ptaken[pk++] =
                             (char *)json_string_value(json_object_get(m->params_map, key));

@@ -596,6 +596,8 @@ int mcp_stubs_write(int dir_fd, const mcp_tool *tools, size_t n, const char *con
                                             "from servers import _call, _acall\n",
                                             count)
                            : r;
+                dynbuf all;
+                dynbuf_init(&all, MODULE_MAX);
                 /* The async names: TOOL_async, or TOOL_async_2... when a
                  * tool already has that name. */
                 for (size_t i = 0; r >= 0 && i < n; i++) {
@@ -615,7 +617,12 @@ int mcp_stubs_write(int dir_fd, const mcp_tool *tools, size_t n, const char *con
                                         break;
                         }
                         r = write_tool(&b, &tools[i], an);
+                        if (r >= 0)
+                                r = dynbuf_appendf(&all, "\"%s\", \"%s\", ", tools[i].ident, an);
                 }
+                if (r >= 0)
+                        r = dynbuf_appendf(&b, "\n\n__all__ = [%s]\n", all.data ? all.data : "");
+                dynbuf_free(&all);
                 char file[MCP_NAME_MAX + 16];
                 snprintf(file, sizeof(file), "%s.py", modules[s]);
                 if (r >= 0) {
