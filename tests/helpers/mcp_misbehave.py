@@ -10,6 +10,8 @@ can fail airlock:
   fail      answers with isError and a message
   env       answers with its environment (to look for secrets)
 
+  leak      has the value of $TOKEN in its description
+
 plus tools whose names are not Python identifiers (get-file, get_file,
 class, 2fa) and one with a parameter called "from". The file named by
 $MISBEHAVE_LOG gets one line per start ("start PID") and per cancellation
@@ -56,6 +58,10 @@ TOOLS = [
      "annotations": {"readOnlyHint": True}},
     {"name": "wipe", "description": "Destructive by its annotations.", "inputSchema": S,
      "annotations": {"readOnlyHint": False, "destructiveHint": True}},
+    # A server that puts its environment into its tool list: the secret in
+    # it must not reach the stubs.
+    {"name": "leak", "description": "Token " + os.environ.get("TOKEN", ""), "inputSchema": S,
+     "annotations": {"readOnlyHint": True}},
 ]
 
 log(f"start {os.getpid()}")

@@ -428,7 +428,7 @@ static int put_servers(dynbuf *out, const airlock_config *cfg, const mcp_hub *hu
         size_t shown = 0;
         for (size_t i = 0; r >= 0 && i < n; i++) {
                 const char *m = hub ? mcp_hub_server_module(hub, i) : cfg->servers.v[i].module;
-                if (b.len > 1024)
+                if (b.len > 900)
                         break;
                 r = hub ? dynbuf_appendf(&b, "%s%s (%zu tools)", i ? ", " : "", m,
                                          mcp_hub_server_tools(hub, i))
@@ -440,17 +440,14 @@ static int put_servers(dynbuf *out, const airlock_config *cfg, const mcp_hub *hu
         if (r >= 0)
                 r = dynbuf_appendf(
                     &b,
-                    " are Python functions in the package servers: `from servers import %s`, then "
-                    "`%s.TOOL(name=value)` (keyword arguments; TOOL_async to await many at once). "
-                    "Find tools with `print(servers.search(\"words\"))`, read one with "
-                    "`help(servers.%s.TOOL)`; the stubs' source is under %s/%zu/servers. A "
-                    "tool returns its structured result or its text; its failure raises "
+                    " are Python functions in the package servers: `from servers import NAME`, "
+                    "then `NAME.TOOL(arg=value)` (keyword arguments; TOOL_async to await many "
+                    "at once). Find tools with `print(servers.search(\"words\"))`, read one "
+                    "with `help(servers.NAME.TOOL)`; the stubs' source is under %s/%zu/servers. "
+                    "A tool returns its structured result or its text; its failure raises "
                     "servers.ToolError. Prefer one program that calls many tools and prints "
                     "only what you need. The servers run outside the sandbox and keep their "
                     "state from call to call (a session's forks share it).\n",
-                    hub ? mcp_hub_server_module(hub, 0) : cfg->servers.v[0].module,
-                    hub ? mcp_hub_server_module(hub, 0) : cfg->servers.v[0].module,
-                    hub ? mcp_hub_server_module(hub, 0) : cfg->servers.v[0].module,
                     PYPATH_GUEST_DIR, hub ? cfg->n_python_paths - 1 : cfg->n_python_paths);
         if (r >= 0)
                 r = dynbuf_append(out, b.data, b.len);
