@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from harness import AIRLOCK, Mcp, airlock, mcp, run, tmpdir
 
@@ -232,6 +233,25 @@ def test_a_hanging_server_cannot_hold_the_run_past_its_timeout():
     assert res["status"] == "timeout", res
     with open(log) as g:
         assert "cancelled " in g.read()
+
+
+def test_a_cancelled_call_is_cancelled_upstream_too():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"bad": misbehave(log, timeout=3600)})
+    with mcp("--servers", f, "--timeout", "600") as m:
+        i = m.start_call("from servers import bad\nbad.hang()")
+        # Cancelled once the server has the call (its log says so).
+        while "call hang" not in (open(log).read() if os.path.exists(log) else ""):
+            m.p.poll()
+            assert m.p.returncode is None
+            time.sleep(0.05)
+        m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": i, "reason": "test"}})
+        # No reply comes for a cancelled request; the server hears of it.
+        deadline = time.monotonic() + 120
+        while "cancelled " not in open(log).read():
+            assert time.monotonic() < deadline, open(log).read()
+            time.sleep(0.05)
 
 
 def test_secrets_of_an_upstream_reach_no_guest_visible_byte():

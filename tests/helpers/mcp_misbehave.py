@@ -14,8 +14,8 @@ can fail airlock:
 
 plus tools whose names are not Python identifiers (get-file, get_file,
 class, 2fa) and one with a parameter called "from". The file named by
-$MISBEHAVE_LOG gets one line per start ("start PID") and per cancellation
-("cancelled ID")."""
+$MISBEHAVE_LOG gets one line per start ("start PID"), per call ("call NAME ID")
+and per cancellation ("cancelled ID")."""
 import json
 import os
 import sys
@@ -78,6 +78,7 @@ for line in sys.stdin:
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
     elif method == "tools/call":
         name, args = msg["params"]["name"], msg["params"].get("arguments", {})
+        log(f"call {name} {mid}")
         if name == "crash":
             sys.stderr.write("misbehave: crashing on purpose\n")
             sys.stderr.flush()

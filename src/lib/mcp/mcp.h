@@ -93,6 +93,8 @@ int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, dou
 /* Stops the server (stdin closed, then SIGTERM, then SIGKILL to its
  * process group) and frees u. */
 void mcp_upstream_stop(mcp_upstream *u);
+/* mcp_upstream_stop for n servers at once (one grace period for all). */
+void mcp_upstream_stop_all(mcp_upstream *const *v, size_t n);
 
 /* ---- the stubs (mcp_stubs.c) ---- */
 

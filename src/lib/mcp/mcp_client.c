@@ -315,9 +315,9 @@ static int gone(mcp_upstream *u, const char *what, airlock_error *err)
                 snprintf(how, sizeof(how), "was killed by signal %d", WTERMSIG(st));
         else
                 snprintf(how, sizeof(how), "stopped");
-        return al_error(err, -EPIPE, NULL, "server '%s' %s%s%s%s%s%s", u->name, how, *what ? " " : "", what,
-                        tail && *tail ? " (its stderr: " : "", tail && *tail ? tail : "",
-                        tail && *tail ? ")" : "");
+        return al_error(err, -EPIPE, NULL, "server '%s' %s%s%s%s%s%s", u->name, how,
+                        *what ? " " : "", what, tail && *tail ? " (its stderr: " : "",
+                        tail && *tail ? tail : "", tail && *tail ? ")" : "");
 }
 
 /* Reads until the reply to request id: answers the server's own requests,
@@ -733,7 +733,17 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
 int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
                       const mcp_bounds *b, json_t **ret_result, airlock_error *err)
 {
-        pthread_mutex_lock(&u->lock);
+        /* Calls to one server take turns (a run of another sandbox's
+         * session, say, may be calling it): the wait for the turn is
+         * bounded like the call, so a server busy with a hanging call
+         * cannot hold this run past its own deadline either. */
+        uint64_t until = deadline_of(b, timeout_s);
+        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+        int lr = pthread_mutex_clocklock(&u->lock, CLOCK_MONOTONIC, &ts);
+        if (lr != 0)
+                return al_error(err, -ETIMEDOUT, NULL,
+                                "server '%s' was busy with another call until the deadline",
+                                u->name);
         int r = 0;
         if (!u->initialized)
                 r = start_session(u, b, err);
@@ -763,15 +773,19 @@ int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, dou
         return r;
 }
 
-void mcp_upstream_stop(mcp_upstream *u)
+void mcp_upstream_stop_all(mcp_upstream *const *v, size_t n)
 {
-        if (!u)
-                return;
-        /* The polite way first: the end of its input, as the spec says;
-         * then the whole process group is killed. */
-        close_fd(&u->in_fd);
-        if (u->pid > 0) {
-                uint64_t until = al_now_ns() + STOP_GRACE_MS * 1000000ull;
+        /* The polite way first, for all at once: the end of their input,
+         * as the protocol says; a grace period for them to exit; then
+         * each whole process group is killed. */
+        for (size_t i = 0; i < n; i++)
+                if (v[i])
+                        close_fd(&v[i]->in_fd);
+        uint64_t until = al_now_ns() + STOP_GRACE_MS * 1000000ull;
+        for (size_t i = 0; i < n; i++) {
+                mcp_upstream *u = v[i];
+                if (!u || u->pid <= 0)
+                        continue;
                 int st;
                 while (waitpid(u->pid, &st, WNOHANG) == 0 && al_now_ns() < until) {
                         struct pollfd p = {u->out_fd, POLLIN, 0};
@@ -780,10 +794,20 @@ void mcp_upstream_stop(mcp_upstream *u)
                                 close_fd(&u->out_fd);
                 }
                 if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
+                        /* Reaped: what is left of its group is killed. */
                         kill(-u->pid, SIGKILL);
                         u->pid = 0;
                 }
         }
-        kill_now(u, NULL);
-        upstream_free(u);
+        for (size_t i = 0; i < n; i++) {
+                if (!v[i])
+                        continue;
+                kill_now(v[i], NULL);
+                upstream_free(v[i]);
+        }
+}
+
+void mcp_upstream_stop(mcp_upstream *u)
+{
+        mcp_upstream_stop_all(&u, 1);
 }

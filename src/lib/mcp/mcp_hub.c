@@ -114,8 +114,11 @@ void mcp_hub_free(mcp_hub *h)
 {
         if (!h)
                 return;
+        mcp_upstream *ups[MCP_MAX_SERVERS];
+        for (size_t i = 0; i < h->n_srv; i++)
+                ups[i] = h->srv[i].up;
+        mcp_upstream_stop_all(ups, h->n_srv);
         for (size_t i = 0; i < h->n_srv; i++) {
-                mcp_upstream_stop(h->srv[i].up);
                 free(h->srv[i].name);
                 free(h->srv[i].module);
         }
@@ -195,8 +198,8 @@ static int cmp_names(const void *a, const void *b)
 
 /* Makes ident unique among taken[0..n) and also[0..n_also): ident, then
  * ident_2, ident_3... */
-static void unique_with(char *ident, size_t size, char *const *taken, size_t n,
-                        char *const *also, size_t n_also)
+static void unique_with(char *ident, size_t size, char *const *taken, size_t n, char *const *also,
+                        size_t n_also)
 {
         char base[160];
         snprintf(base, sizeof(base), "%s", ident);
