@@ -336,11 +336,13 @@ print(s.get_file().split()[0], s.get_file_2().split()[0], s.class_().split()[0],
       s._2fa().split()[0])
 print(s.copy(from_="a", to_path="b"))
 print(s.copy.__doc__.splitlines()[0])
+print(servers.search("unicode")[0][:20])
 ''', "--servers", f)
     lines = out.splitlines()
     assert lines[0] == "get_file get-file class 2fa", out
     assert json.loads(lines[1]) == {"from": "a", "to-path": "b"}, out
     assert lines[2] == 'Copies from to to.""" and a quote \\ backslash', out
+    assert lines[3] == "my_server.unicode: x", out
 
 
 def test_bad_servers_files_are_one_clear_error():
@@ -390,7 +392,7 @@ def test_the_description_names_the_servers_in_bounded_size():
     para = text[text.index("MCP servers:"):]
     para = para[:para.index("\n\n")]
     assert len(para.encode()) <= 2048, len(para)
-    assert "server00_with_a_rather_long_name_for_the_test (14 tools)" in para, para
+    assert "server00_with_a_rather_long_name_for_the_test (15 tools)" in para, para
     assert "more servers" in para and "servers.search" in para, para
     # No tool of a server is listed by name.
     assert "garbage" not in text

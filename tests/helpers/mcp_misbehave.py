@@ -58,6 +58,10 @@ TOOLS = [
      "annotations": {"readOnlyHint": True}},
     {"name": "wipe", "description": "Destructive by its annotations.", "inputSchema": S,
      "annotations": {"readOnlyHint": False, "destructiveHint": True}},
+    # A description whose first 300 bytes end inside a character (the
+    # search index keeps 300).
+    {"name": "unicode", "description": "x" + "\u20ac" * 150 + " end", "inputSchema": S,
+     "annotations": {"readOnlyHint": True}},
     # A server that puts its environment into its tool list: the secret in
     # it must not reach the stubs.
     {"name": "leak", "description": "Token " + os.environ.get("TOKEN", ""), "inputSchema": S,

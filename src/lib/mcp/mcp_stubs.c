@@ -554,9 +554,15 @@ int mcp_stubs_write(int dir_fd, const mcp_tool *tools, size_t n, const char *con
                 r = dynbuf_appendf(&idx, ")\nTOOLS = (\n");
         for (size_t i = 0; r >= 0 && i < n; i++) {
                 json_t *nm = json_string(tools[i].name);
+                /* Cut at a character's start: a cut inside one would make
+                 * the index invalid UTF-8, and Python refuses such source. */
                 size_t dl = strlen(tools[i].description);
-                json_t *ds =
-                    json_stringn_nocheck(tools[i].description, dl > SEARCH_DESC ? SEARCH_DESC : dl);
+                if (dl > SEARCH_DESC) {
+                        dl = SEARCH_DESC;
+                        while (dl > 0 && ((unsigned char)tools[i].description[dl] & 0xC0) == 0x80)
+                                dl--;
+                }
+                json_t *ds = json_stringn(tools[i].description, dl);
                 r = dynbuf_appendf(&idx, "    (\"%s\", \"%s\", ", tools[i].module, tools[i].ident);
                 if (r >= 0)
                         r = nm ? py_literal(&idx, nm) : -ENOMEM;
