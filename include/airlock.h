@@ -278,8 +278,9 @@ AIRLOCK_PUBLIC const char *airlock_config_secret_name(const airlock_config *cfg,
  * file, a URL that is not http(s), a name declared twice (-EEXIST). Each
  * sandbox made from cfg starts the servers on the host when it is built,
  * writes their tools as Python modules the guest imports (from servers
- * import NAME), and stops them when it closes. Servers at a "url"
- * (Streamable HTTP) are refused for now with -EOPNOTSUPP. */
+ * import NAME), and stops them when it closes; a server at a "url" is
+ * reached over Streamable HTTP through the gateway (its address rules
+ * apply). The old HTTP+SSE transport ("type": "sse") is -EOPNOTSUPP. */
 AIRLOCK_PUBLIC int airlock_config_add_servers_file(airlock_config *cfg, const char *file,
                                                    airlock_error *err);
 /* Adds one server: server_json is its object as in a servers file. */

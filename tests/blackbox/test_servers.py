@@ -111,6 +111,41 @@ print(servers.everything is e, servers.__file__.startswith("/opt/airlock/pythonp
     assert lines[10] == "True True", out
 
 
+def test_a_server_at_a_url_over_streamable_http():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = subprocess.Popen(["node", npm_server("everything"), "streamableHttp"],
+                           env=dict(os.environ, PORT=str(port)), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        # Ready when it says it listens.
+        for line in srv.stderr:
+            if "listening" in line.lower():
+                break
+        f = servers_file({"web": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp",
+                                  "headers": {"X-Token": "${secret:WEB}"}}})
+        out = ok_stdout('''
+import servers
+from servers import web
+print(web.echo(message="over http"))
+print(web.get_structured_content(location="Chicago")["humidity"] > 0)
+print([type(p).__name__ for p in web.get_annotated_message(messageType="success",
+                                                            includeImage=True)])
+''', "--servers", f, "--secret", "WEB=env:WEB_TOKEN@mcp:web",
+                        env=dict(os.environ, WEB_TOKEN=SECRET))
+        assert out == "Echo: over http\nTrue\n['str', 'Image']\n", out
+        # A name that does not resolve to an address the URL names is
+        # refused by the gateway's address rules, naming the server.
+        g = servers_file({"web": {"url": f"http://no-such-host.invalid:{port}/mcp"}})
+        p = airlock("run", "--servers", g, "-c", "print(1)")
+        assert p.returncode == 2 and "server 'web'" in p.stderr, (p.returncode, p.stderr)
+    finally:
+        srv.kill()
+        srv.wait()
+
+
 def test_invalid_arguments_raise_valueerror_naming_the_argument():
     f = servers_file({"everything": everything()})
     out = ok_stdout('''
@@ -354,7 +389,10 @@ def test_bad_servers_files_are_one_clear_error():
                                                                         "\"colour\""),
         ({"mcpServers": {"a": {"command": "no-such-command-here"}}}, "server 'a': \"command\""),
         ({"mcpServers": {"a": {"url": "ftp://example.com/mcp"}}}, "server 'a': \"url\" must be"),
-        ({"mcpServers": {"a": {"url": "https://example.com/mcp"}}}, "not supported yet"),
+        ({"mcpServers": {"a": {"type": "sse", "url": "https://example.com/sse"}}},
+         "old HTTP+SSE transport"),
+        ({"mcpServers": {"a": {"url": "https://example.com/mcp", "args": []}}},
+         "\"args\" is for a server started on the host"),
         ({"mcpServers": {"a": {"command": "node", "env": {"T": "${secret:}"}}}},
          "server 'a': \"env\".\"T\""),
         ({"mcpServers": {"a": {"command": "node", "tools": {"t": {"timeout": -1}}}}},

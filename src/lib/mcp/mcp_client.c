@@ -24,6 +24,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/wire.h"
+#include "host/allowlist.h"
+#include "host/gateway.h"
 #include "mcp/mcp.h"
 
 extern char **environ;
@@ -52,6 +55,13 @@ struct mcp_upstream {
         uint64_t retry_at; /* no restart before this (CLOCK_MONOTONIC) */
         char proto[32];    /* the protocol revision agreed */
         bool initialized;
+        /* A server at a "url" (Streamable HTTP): no process; each message
+         * is a POST through the gateway, with its allow-list of the one
+         * URL (so its address rules apply). */
+        char *url;
+        json_t *headers;      /* the server's "headers", secrets put in: wiped when freed */
+        net_allowlist *allow; /* the URL alone, POST and DELETE */
+        char *session;        /* Mcp-Session-Id, once the server gave one */
 };
 
 /* ---- the process ---------------------------------------------------- */
@@ -250,8 +260,13 @@ static bool cancelled(const mcp_bounds *b)
 }
 
 /* Writes msg and a newline to the server, within deadline. */
+static int http_message(mcp_upstream *u, json_t *msg, json_int_t id, uint64_t deadline,
+                        const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err);
+
 static int send_msg(mcp_upstream *u, json_t *msg, uint64_t deadline, airlock_error *err)
 {
+        if (u->url)
+                return http_message(u, msg, 0, deadline, NULL, 1u << 20, NULL, err);
         _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
         if (!text)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -398,6 +413,153 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
         }
 }
 
+/* ---- Streamable HTTP ------------------------------------------------- */
+
+/* POSTs msg (or DELETEs the session when msg is NULL) and returns the
+ * response {"status", "headers", "body_base64"} of the gateway. */
+static int http_exchange(mcp_upstream *u, json_t *msg, uint64_t deadline, const mcp_bounds *b,
+                         size_t max_body, json_t **ret, airlock_error *err)
+{
+        _cleanup_free_ char *text = msg ? json_dumps(msg, JSON_COMPACT) : strdup("");
+        _cleanup_free_ char *body =
+            text ? al_base64_encode((const unsigned char *)text, strlen(text), NULL) : NULL;
+        json_t *h = json_deep_copy(u->headers);
+        if (!body || !h) {
+                json_decref(h);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        json_object_set_new(h, "Content-Type", json_string("application/json"));
+        json_object_set_new(h, "Accept", json_string("application/json, text/event-stream"));
+        if (u->session)
+                json_object_set_new(h, "Mcp-Session-Id", json_string(u->session));
+        if (u->initialized || (msg && u->proto[0]))
+                json_object_set_new(h, "MCP-Protocol-Version", json_string(u->proto));
+        _cleanup_json_ json_t *req =
+            json_pack("{s:s, s:s, s:o, s:s}", WIRE_KEY_METHOD, msg ? "POST" : "DELETE",
+                      WIRE_KEY_URL, u->url, WIRE_KEY_HEADERS, h, WIRE_KEY_BODY_BASE64, body);
+        if (!req)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        airlock_limits lim;
+        airlock_limits_default(&lim);
+        lim.http_max_response = max_body;
+        lim.http_max_request = (16u << 20) + 4096;
+        uint64_t now = al_now_ns();
+        lim.http_timeout_s = deadline > now ? (double)(deadline - now) / 1e9 + 1 : 1;
+        airlock_error e;
+        airlock_error_clear(&e);
+        int r = gateway_request_ex(u->allow, &lim, req, deadline, b ? b->cancel_fd : -1, ret, &e);
+        if (r == -ETIMEDOUT || r == -ECANCELED)
+                return al_error(err, r, NULL, "%s",
+                                r == -ETIMEDOUT ? "timed out" : "the run was cancelled");
+        if (r < 0)
+                return al_error(err, r == -E2BIG ? -E2BIG : -EPIPE, NULL, "server '%s': %s",
+                                u->name, e.message);
+        return 0;
+}
+
+/* Finds the reply to id among the messages of a response body: one JSON
+ * value (a message or a batch) or a stream of server-sent events, each
+ * event's data lines one message. */
+static int http_find_reply(mcp_upstream *u, const char *ctype, const unsigned char *body,
+                           size_t len, json_int_t id, json_t **ret, airlock_error *err)
+{
+        bool sse = ctype && strncmp(ctype, "text/event-stream", 17) == 0;
+        dynbuf data;
+        dynbuf_init(&data, len + 1);
+        size_t at = 0;
+        int r = 0;
+        while (at <= len && r >= 0) {
+                const unsigned char *nl = at < len ? memchr(body + at, '\n', len - at) : NULL;
+                size_t end = nl ? (size_t)(nl - body) : len;
+                size_t n = end - at;
+                const char *line = (const char *)body + at;
+                if (n && line[n - 1] == '\r')
+                        n--;
+                bool dispatch = !sse ? end == len : n == 0;
+                if (sse && n >= 5 && strncmp(line, "data:", 5) == 0) {
+                        size_t off = n > 5 && line[5] == ' ' ? 6 : 5;
+                        if (data.len)
+                                r = dynbuf_append(&data, "\n", 1);
+                        if (r >= 0)
+                                r = dynbuf_append(&data, line + off, n - off);
+                } else if (!sse) {
+                        r = dynbuf_append(&data, line, end - at);
+                        if (r >= 0 && nl)
+                                r = dynbuf_append(&data, "\n", 1);
+                }
+                if ((dispatch || end == len) && data.len && r >= 0) {
+                        json_error_t jerr;
+                        json_t *v = json_loadb(data.data, data.len, 0, &jerr);
+                        data.len = 0;
+                        if (!v) {
+                                r = al_error(err, -EPROTO, NULL,
+                                             "server '%s' sent a message that is not JSON: %s",
+                                             u->name, jerr.text);
+                                break;
+                        }
+                        json_t *list = json_is_array(v) ? v : NULL;
+                        size_t i, m = list ? json_array_size(list) : 1;
+                        for (i = 0; i < m && !*ret; i++) {
+                                json_t *x = list ? json_array_get(list, i) : v;
+                                json_t *mid = json_object_get(x, "id");
+                                if (!json_object_get(x, "method") && json_is_integer(mid) &&
+                                    json_integer_value(mid) == id)
+                                        *ret = json_incref(x);
+                        }
+                        json_decref(v);
+                        if (*ret)
+                                break;
+                }
+                if (!nl)
+                        break;
+                at = end + 1;
+        }
+        dynbuf_free(&data);
+        if (r < 0)
+                return r;
+        if (!*ret)
+                return al_error(err, -EPROTO, NULL,
+                                "server '%s' answered without the reply to the request", u->name);
+        return 0;
+}
+
+/* One message over HTTP: a notification (id 0: 202 Accepted expected) or
+ * a request and its reply. A 404 with a session is the session's end. */
+static int http_message(mcp_upstream *u, json_t *msg, json_int_t id, uint64_t deadline,
+                        const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err)
+{
+        _cleanup_json_ json_t *resp = NULL;
+        int r = http_exchange(u, msg, deadline, b, max_line, &resp, err);
+        if (r < 0)
+                return r;
+        int status = (int)json_integer_value(json_object_get(resp, WIRE_KEY_STATUS));
+        json_t *hdrs = json_object_get(resp, WIRE_KEY_HEADERS);
+        if (status == 404 && u->session) {
+                free(u->session);
+                u->session = NULL;
+                u->initialized = false;
+                return al_error(err, -EPIPE, NULL, "server '%s' ended its session (HTTP 404)",
+                                u->name);
+        }
+        if (status < 200 || status > 299)
+                return al_error(err, -EPROTO, NULL, "server '%s' answered HTTP %d", u->name,
+                                status);
+        const char *sid = json_string_value(json_object_get(hdrs, "mcp-session-id"));
+        if (sid && (!u->session || strcmp(sid, u->session) != 0)) {
+                free(u->session);
+                u->session = strdup(sid);
+        }
+        if (id == 0)
+                return 0;
+        const char *b64 = json_string_value(json_object_get(resp, WIRE_KEY_BODY_BASE64));
+        _cleanup_free_ unsigned char *body = NULL;
+        size_t len = 0;
+        if (!b64 || al_base64_decode(b64, strlen(b64), &body, &len) < 0)
+                return al_error(err, -EPROTO, NULL, "server '%s' sent no body", u->name);
+        return http_find_reply(u, json_string_value(json_object_get(hdrs, "content-type")), body,
+                               len, id, ret, err);
+}
+
 /* One request: method with params, its reply's "result" in *ret (or the
  * error reply as -EREMOTEIO with its message). A request that times out or
  * is cancelled is cancelled upstream too (notifications/cancelled). */
@@ -409,21 +571,27 @@ static int request(mcp_upstream *u, const char *method, json_t *params, uint64_t
                                                "method", method, "params", params);
         if (!msg)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        int r = send_msg(u, msg, deadline, err);
-        if (r == -EPIPE)
-                return gone(u, "before the request could be sent", err);
-        if (r < 0)
-                return r;
         _cleanup_json_ json_t *reply = NULL;
-        r = read_reply(u, id, deadline, b, max_line, &reply, err);
+        int r;
+        if (u->url) {
+                r = http_message(u, msg, id, deadline, b, max_line, &reply, err);
+        } else {
+                r = send_msg(u, msg, deadline, err);
+                if (r == -EPIPE)
+                        return gone(u, "before the request could be sent", err);
+                if (r < 0)
+                        return r;
+                r = read_reply(u, id, deadline, b, max_line, &reply, err);
+        }
         if (r == -ETIMEDOUT || r == -ECANCELED) {
                 _cleanup_json_ json_t *c = json_pack(
                     "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
                     "notifications/cancelled", "params", "requestId", id, "reason",
                     r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
                 airlock_error e;
-                if (c && u->in_fd >= 0)
-                        (void)send_msg(u, c, al_now_ns() + 100000000ull, &e);
+                if (c && (u->in_fd >= 0 || u->url))
+                        (void)send_msg(u, c, al_now_ns() + (u->url ? 1000000000ull : 100000000ull),
+                                       &e);
         }
         if (r < 0)
                 return r;
@@ -461,11 +629,14 @@ static int start_session(mcp_upstream *u, const mcp_bounds *b, airlock_error *er
                 while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                         ;
         }
-        int r = spawn(u, err);
+        int r = u->url ? 0 : spawn(u, err);
         if (r < 0) {
                 fail_process(u);
                 return r;
         }
+        free(u->session);
+        u->session = NULL;
+        u->proto[0] = '\0';
         uint64_t deadline = deadline_of(b, MCP_START_TIMEOUT_S);
         _cleanup_json_ json_t *params =
             json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", MCP_PROTOCOL_LATEST,
@@ -492,7 +663,7 @@ static int start_session(mcp_upstream *u, const mcp_bounds *b, airlock_error *er
                 r = n ? send_msg(u, n, deadline, &e) : -ENOMEM;
         }
         if (r < 0) {
-                bool dead = u->pid == 0;
+                bool dead = u->pid == 0 && !u->url;
                 fail_process(u);
                 if (dead || r == -EPIPE)
                         return al_error(err, r, NULL, "%s", e.message);
@@ -521,6 +692,19 @@ static void upstream_free(mcp_upstream *u)
         strv_free_wipe(u->envp);
         free(u->cwd);
         free(u->buf);
+        free(u->url);
+        free(u->session);
+        allowlist_free(u->allow);
+        if (u->headers) {
+                const char *k;
+                json_t *v;
+                json_object_foreach (u->headers, k, v) {
+                        size_t n = json_string_length(v);
+                        if (n)
+                                explicit_bzero((char *)json_string_value(v), n);
+                }
+                json_decref(u->headers);
+        }
         pthread_mutex_destroy(&u->lock);
         free(u);
 }
@@ -590,6 +774,37 @@ static char *resolve_exe(const char *cmd, const char *cwd, const char *path)
         }
 }
 
+/* A server at a "url": its headers with the secrets put in, and an
+ * allow-list of its URL alone, so that the gateway's address rules (a
+ * private or loopback address only when the URL names it) hold for it as
+ * for the guest's own requests. */
+static int http_new(mcp_upstream *u, const mcp_spec *spec, const secret_store *secrets,
+                    airlock_error *err)
+{
+        const json_t *o = spec->json;
+        u->url = strdup(json_string_value(json_object_get(o, "url")));
+        u->headers = json_object();
+        if (!u->url || !u->headers)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        const char *key;
+        const json_t *v;
+        json_object_foreach (json_object_get(o, "headers"), key, v) {
+                char *val = NULL;
+                int r = expand(spec->name, "headers", json_string_value(v), secrets, &val, err);
+                if (r < 0)
+                        return r;
+                json_object_set_new(u->headers, key, json_string(val));
+                secrets_wipe_free(val, strlen(val));
+        }
+        int r = allowlist_new(&u->allow, err);
+        if (r >= 0)
+                r = allowlist_add(u->allow, u->url, "POST,DELETE", err);
+        if (r < 0)
+                return al_error(err, r, spec->file, "server '%s': \"url\": %s", spec->name,
+                                err ? err->message : "not a URL the gateway takes");
+        return 0;
+}
+
 static int upstream_new(const mcp_spec *spec, const secret_store *secrets, mcp_upstream **ret,
                         airlock_error *err)
 {
@@ -599,6 +814,17 @@ static int upstream_new(const mcp_spec *spec, const secret_store *secrets, mcp_u
         pthread_mutex_init(&u->lock, NULL);
         u->in_fd = u->out_fd = u->err_fd = -1;
         const json_t *o = spec->json;
+        if (json_object_get(o, "url")) {
+                u->name = strdup(spec->name);
+                int r = u->name ? http_new(u, spec, secrets, err)
+                                : al_error(err, -ENOMEM, NULL, "out of memory");
+                if (r < 0) {
+                        upstream_free(u);
+                        return r;
+                }
+                *ret = u;
+                return 0;
+        }
         const json_t *args = json_object_get(o, "args"), *env = json_object_get(o, "env");
         const char *cwd = json_string_value(json_object_get(o, "cwd"));
         char cwdbuf[PATH_MAX];
@@ -778,9 +1004,18 @@ void mcp_upstream_stop_all(mcp_upstream *const *v, size_t n)
         /* The polite way first, for all at once: the end of their input,
          * as the protocol says; a grace period for them to exit; then
          * each whole process group is killed. */
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
                 if (v[i])
                         close_fd(&v[i]->in_fd);
+                /* A session at a URL is ended with a DELETE (best effort). */
+                if (v[i] && v[i]->url && v[i]->session) {
+                        json_t *resp = NULL;
+                        airlock_error e;
+                        (void)http_exchange(v[i], NULL, al_now_ns() + 1000000000ull, NULL, 1u << 16,
+                                            &resp, &e);
+                        json_decref(resp);
+                }
+        }
         uint64_t until = al_now_ns() + STOP_GRACE_MS * 1000000ull;
         for (size_t i = 0; i < n; i++) {
                 mcp_upstream *u = v[i];

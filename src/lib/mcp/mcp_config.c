@@ -261,6 +261,43 @@ static int check_patterns(const json_t *o, const char *key, const char *at, airl
         return 0;
 }
 
+/* The keys of a server that say what its tools may do. */
+static int check_limits_and_tools(const json_t *o, const char *at, const char *file,
+                                  airlock_error *err)
+{
+        int r;
+        if ((r = check_patterns(o, "allowTools", at, err)) < 0 ||
+            (r = check_patterns(o, "denyTools", at, err)) < 0 || (r = check_limits(o, at, err)) < 0)
+                return r;
+        const json_t *tools = json_object_get(o, "tools");
+        if (tools) {
+                if (!json_is_object(tools))
+                        return al_error(err, -EINVAL, file,
+                                        "%s: \"tools\" must be an object {TOOL: {settings}}", at);
+                const char *tn;
+                const json_t *t;
+                json_object_foreach ((json_t *)tools, tn, t) {
+                        char tat[AIRLOCK_PATH_MAX + 256];
+                        snprintf(tat, sizeof(tat), "%s, tool '%.64s'", at, tn);
+                        if (!json_is_object(t))
+                                return al_error(err, -EINVAL, file, "%s: must be an object", tat);
+                        const char *k;
+                        const json_t *tv;
+                        json_object_foreach ((json_t *)t, k, tv) {
+                                if (!in_list(k, tool_keys, ARRAY_SIZE(tool_keys)))
+                                        return al_error(err, -EINVAL, file,
+                                                        "%s: unknown key \"%.64s\" (known: "
+                                                        "timeout, approval, maxResultBytes, "
+                                                        "maxCallsPerRun)",
+                                                        tat, k);
+                        }
+                        if ((r = check_limits(t, tat, err)) < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
 /* Checks one server's object; dir is where relative paths resolve. */
 static int check_server(const char *name, const json_t *o, const char *file, const char *dir,
                         airlock_error *err)
@@ -308,12 +345,13 @@ static int check_server(const char *name, const json_t *o, const char *file, con
                                                 "%s: \"%s\" is for a server started on the host, "
                                                 "not one at a \"url\"",
                                                 at, *k);
-                /* The client speaks stdio only, so far: say so at once
-                 * rather than when a sandbox is built. */
-                return al_error(err, -EOPNOTSUPP, file,
-                                "%s: servers at a \"url\" (Streamable HTTP) are not supported "
-                                "yet; start the server on the host with \"command\"",
-                                at);
+                if (type && strcmp(type, "sse") == 0)
+                        return al_error(err, -EOPNOTSUPP, file,
+                                        "%s: \"type\" \"sse\" (the old HTTP+SSE transport) is "
+                                        "not supported; the server's Streamable HTTP endpoint is "
+                                        "(\"type\": \"http\")",
+                                        at);
+                return check_limits_and_tools(o, at, file, err);
         }
         if (type && strcmp(type, "stdio") != 0)
                 return al_error(err, -EINVAL, file,
@@ -387,36 +425,7 @@ static int check_server(const char *name, const json_t *o, const char *file, con
                                 "%s: \"command\" '%.200s' is not an executable file on PATH", at,
                                 c);
         }
-        if ((r = check_patterns(o, "allowTools", at, err)) < 0 ||
-            (r = check_patterns(o, "denyTools", at, err)) < 0 || (r = check_limits(o, at, err)) < 0)
-                return r;
-        const json_t *tools = json_object_get(o, "tools");
-        if (tools) {
-                if (!json_is_object(tools))
-                        return al_error(err, -EINVAL, file,
-                                        "%s: \"tools\" must be an object {TOOL: {settings}}", at);
-                const char *tn;
-                const json_t *t;
-                json_object_foreach ((json_t *)tools, tn, t) {
-                        char tat[sizeof(at) + 96];
-                        snprintf(tat, sizeof(tat), "%s, tool '%.64s'", at, tn);
-                        if (!json_is_object(t))
-                                return al_error(err, -EINVAL, file, "%s: must be an object", tat);
-                        const char *k;
-                        const json_t *tv;
-                        json_object_foreach ((json_t *)t, k, tv) {
-                                if (!in_list(k, tool_keys, ARRAY_SIZE(tool_keys)))
-                                        return al_error(err, -EINVAL, file,
-                                                        "%s: unknown key \"%.64s\" (known: "
-                                                        "timeout, approval, maxResultBytes, "
-                                                        "maxCallsPerRun)",
-                                                        tat, k);
-                        }
-                        if ((r = check_limits(t, tat, err)) < 0)
-                                return r;
-                }
-        }
-        return 0;
+        return check_limits_and_tools(o, at, file, err);
 }
 
 static int add_checked(mcp_specs *s, const char *name, const json_t *server, const char *file,
