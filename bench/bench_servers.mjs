@@ -4,9 +4,8 @@
 //    execute_code run (timed inside the guest, and the whole execute_code
 //    call as the client sees it), against the same 100 calls made directly
 //    by the official TypeScript SDK client over stdio. Rounds alternate.
-// 2. Stubs: the time `airlock run --servers` takes with a server of 100
-//    tools against one of 1 tool (the difference is listing the tools and
-//    writing the stubs when the sandbox is built), alternating.
+// 2. Stubs: the size of the stubs of a server of 100 tools (their time at
+//    sandbox build is bench_stubs.c's, without the sandbox's own start).
 // 3. Context: the bytes that reach the model for one task (store 10 facts in
 //    server-memory, then report which mention "beta"), done with direct MCP
 //    tool calls (the tool list, each call's arguments and each result) and
@@ -77,18 +76,9 @@ for (let r = 0; r < rounds; r++) {
 await direct.close();
 await viaAirlock.close();
 
-// 2. Stub generation: a server of 100 tools against one of 1.
+// 2. The stubs of a server of 100 tools.
 const gen = path.join(here, 'mcp_many_tools.py');
 const many = writeServers('many.json', { many: { command: '/usr/bin/python3', args: [gen, '100'] } });
-const one = writeServers('one.json', { many: { command: '/usr/bin/python3', args: [gen, '1'] } });
-const manyMs = [], oneMs = [];
-for (let r = 0; r < rounds; r++) {
-  for (const [f, out] of [[many, manyMs], [one, oneMs]]) {
-    const t0 = process.hrtime.bigint();
-    execFileSync(airlock, ['run', '--servers', f, '-c', 'pass']);
-    out.push(ms(t0));
-  }
-}
 const stubBytes = Number(execFileSync(airlock, ['run', '--servers', many, '-c',
   'import os, servers; d = os.path.dirname(servers.__file__); print(sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)))']).toString().trim());
 
@@ -123,8 +113,6 @@ const out = {
   echo100_sdk_direct_ms: median(sdkMs),
   echo100_in_guest_ms: median(guestMs),
   echo100_execute_code_call_ms: median(callMs),
-  run_with_100_tool_server_ms: median(manyMs),
-  run_with_1_tool_server_ms: median(oneMs),
   stubs_bytes_100_tools: stubBytes,
   context_bytes_direct_calls: directBytes,
   context_bytes_execute_code: codeBytes,
@@ -133,9 +121,7 @@ const out = {
 console.log(`100 echo calls, SDK client direct:        ${out.echo100_sdk_direct_ms.toFixed(1)} ms (median of ${rounds})`);
 console.log(`100 echo calls, from the guest:           ${out.echo100_in_guest_ms.toFixed(1)} ms`);
 console.log(`  the whole execute_code call:            ${out.echo100_execute_code_call_ms.toFixed(1)} ms`);
-console.log(`airlock run, server of 100 tools:         ${out.run_with_100_tool_server_ms.toFixed(0)} ms`);
-console.log(`airlock run, server of 1 tool:            ${out.run_with_1_tool_server_ms.toFixed(0)} ms`);
-console.log(`  stubs of 100 tools:                     ${out.stubs_bytes_100_tools} bytes`);
+console.log(`stubs of a server of 100 tools:           ${out.stubs_bytes_100_tools} bytes`);
 console.log(`context bytes, direct MCP tool calls:     ${out.context_bytes_direct_calls}`);
 console.log(`context bytes, one execute_code call:     ${out.context_bytes_execute_code}`);
 console.log(JSON.stringify(out));

@@ -61,6 +61,7 @@ fi
 # Code mode: upstream MCP calls from the guest against the SDK client's own,
 # the stubs' cost at sandbox build, and the context bytes of one task
 # (needs the servers of tests/mcp: npm install there).
+# shellcheck disable=SC2086 # $libs is a list of flags
 cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/common -Isrc/lib -o "$build/bench_stubs" \
     bench/bench_stubs.c "$build/libairlock.a" $libs &&
     "$build/bench_stubs" "$PWD/bench/mcp_many_tools.py" 100 21 ||
