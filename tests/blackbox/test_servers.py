@@ -328,6 +328,36 @@ print("\n".join(seen))
     assert "TOKEN" in out and SECRET not in out
 
 
+def test_a_server_that_fails_to_start_leaks_no_secret_in_the_error():
+    f = servers_file({"bad": misbehave(env={"MISBEHAVE_FAIL_START": "1",
+                                            "TOKEN": "${secret:UPSTREAM}"})})
+    env = dict(os.environ, UPSTREAM_TOKEN=SECRET)
+    p = airlock("run", "--servers", f, "--secret", "UPSTREAM=env:UPSTREAM_TOKEN@mcp:bad",
+                "-c", "print(1)", env=env)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "server 'bad'" in p.stderr and "my token is airlock-secret-UPSTREAM-" in p.stderr, \
+        p.stderr
+    assert SECRET not in p.stderr
+    # airlock describe (as airlock mcp, whose description it prints) builds
+    # the sandbox the same way.
+    p = airlock("describe", "--servers", f, "--secret", "UPSTREAM=env:UPSTREAM_TOKEN@mcp:bad",
+                env=env)
+    assert "my token is" in p.stdout + p.stderr and SECRET not in p.stdout + p.stderr, p
+
+
+def test_an_unknown_tool_of_a_server_is_named():
+    f = servers_file({"bad": misbehave()})
+    out = ok_stdout('''
+from airlock import call_tool
+try:
+    call_tool("bad.no_such_tool")
+except ValueError as e:
+    print(e)
+''', "--servers", f)
+    assert out == ("server 'bad' has no tool 'bad.no_such_tool' "
+                   "(servers.search(\"words\") finds its tools)\n"), out
+
+
 def test_per_run_caps_allow_and_deny_lists_and_result_size():
     f = servers_file({"bad": misbehave(maxCallsPerRun=3, denyTools=["wipe", "crash"],
                                        tools={"ok": {"maxCallsPerRun": 2}})})

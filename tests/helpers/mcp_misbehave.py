@@ -12,6 +12,8 @@ can fail airlock:
 
   leak      has the value of $TOKEN in its description
 
+With $MISBEHAVE_FAIL_START set it writes $TOKEN to stderr and exits at once.
+
 plus tools whose names are not Python identifiers (get-file, get_file,
 class, 2fa) and one with a parameter called "from". The file named by
 $MISBEHAVE_LOG gets one line per start ("start PID"), per call ("call NAME ID")
@@ -69,6 +71,9 @@ TOOLS = [
 ]
 
 log(f"start {os.getpid()}")
+if os.environ.get("MISBEHAVE_FAIL_START"):
+    sys.stderr.write(f"cannot start: my token is {os.environ.get('TOKEN')}\n")
+    sys.exit(4)
 for line in sys.stdin:
     msg = json.loads(line)
     method, mid = msg.get("method"), msg.get("id")

@@ -412,6 +412,11 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
                         : mcp_stubs_write(fd, h->tools, h->n_tools, modules, names, h->n_srv, err);
         }
         if (r < 0) {
+                /* The message may hold the end of a server's stderr, and
+                 * reaches whoever asked for the sandbox (under airlock mcp,
+                 * the model): no secret's value goes with it. */
+                if (err)
+                        secrets_scrub_text(secrets, err->message, sizeof(err->message));
                 mcp_hub_free(h);
                 return r;
         }
@@ -432,9 +437,21 @@ static mcp_tool *find(const mcp_hub *h, const char *name)
         return NULL;
 }
 
+/* The server whose module name is the part of name before its first
+ * '.', or NULL. */
+static const hub_server *server_of(const mcp_hub *h, const char *name)
+{
+        const char *dot = name ? strchr(name, '.') : NULL;
+        for (size_t i = 0; dot && h && i < h->n_srv; i++)
+                if (strlen(h->srv[i].module) == (size_t)(dot - name) &&
+                    strncmp(h->srv[i].module, name, (size_t)(dot - name)) == 0)
+                        return &h->srv[i];
+        return NULL;
+}
+
 bool mcp_hub_owns(const mcp_hub *h, const char *name)
 {
-        return find(h, name) != NULL;
+        return find(h, name) != NULL || server_of(h, name) != NULL;
 }
 
 size_t mcp_hub_servers(const mcp_hub *h)
@@ -493,8 +510,13 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
                        char **ret_message, char **ret_type)
 {
         mcp_tool *t = find(h, name);
-        if (!t)
-                return tools_fail(TOOL_FAIL_INVALID, ret_message, "unknown tool '%.100s'", name);
+        if (!t) {
+                const hub_server *sv = server_of(h, name);
+                return tools_fail(TOOL_FAIL_INVALID, ret_message,
+                                  "server '%s' has no tool '%.100s' (servers.search(\"words\") "
+                                  "finds its tools)",
+                                  sv ? sv->name : "?", name);
+        }
         airlock_error e;
         airlock_error_clear(&e);
         if (tools_validate(&t->info, args, &e) < 0)

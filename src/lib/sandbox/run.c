@@ -491,8 +491,11 @@ static void serve_request(run_state *run, json_t *msg)
                         if (hub && mcp_hub_owns(hub, name)) {
                                 if (!run->mcp.tool)
                                         run->mcp.tool = calloc(MCP_MAX_TOOLS, sizeof(uint32_t));
-                                f = mcp_hub_call(hub, name, args, &b, &run->mcp, cfg->approver,
-                                                 cfg->approver_data, &result, &message, &type);
+                                f = run->mcp.tool
+                                        ? mcp_hub_call(hub, name, args, &b, &run->mcp,
+                                                       cfg->approver, cfg->approver_data, &result,
+                                                       &message, &type)
+                                        : tools_fail(TOOL_FAIL_RUNTIME, &message, "out of memory");
                         } else {
                                 f = tools_call_typed(cfg->tools, name, args, &b, &result, &message,
                                                      &type);
