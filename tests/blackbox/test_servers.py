@@ -410,6 +410,73 @@ print(servers.search("unicode")[0][:20])
     assert lines[3] == "my_server.unicode: x", out
 
 
+HOSTILE_SERVER = r'''
+import json, sys
+NASTY = ['"""', "'" * 3, "\\", '"', "\n", "\r", "\t", "\u2028", "é€😀", "{x}", "#", "):\n    import os",
+         "\\N{BULLET}", "\x7f", "\\u0041"]
+def nasty(i):
+    return "".join(NASTY[(i + k) % len(NASTY)] for k in range(5))
+props = {nasty(i): {"type": t, "description": nasty(i + 1), "enum": e, "default": d}
+         for i, (t, e, d) in enumerate([("string", [nasty(3), nasty(4)], nasty(3)),
+                                         ("integer", None, 7), ("number", None, 1e300),
+                                         ("boolean", None, True), ("string", None, None)])}
+for p in props.values():
+    for k in [k for k, v in p.items() if v is None]:
+        del p[k]
+props["nested"] = {"type": "object", "properties": {nasty(9): {"anyOf": [{"type": "string"},
+                   {"const": nasty(2)}, {"type": "array", "items": {"type": "object",
+                   "properties": {nasty(5): {"type": "null"}}}}]}}}
+tools = [{"name": nasty(i) + str(i), "description": nasty(i + 2),
+          "inputSchema": {"type": "object", "properties": props},
+          "outputSchema": {"type": "object", "properties": {nasty(6): {"type": "string"}}},
+          "annotations": {"readOnlyHint": True}} for i in range(12)]
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+             "serverInfo": {"name": "hostile", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": tools}
+    else:
+        r = {"content": [], "structuredContent": {"name": m["params"]["name"],
+                                                  "args": m["params"].get("arguments")}}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+'''
+
+
+def test_a_hostile_tool_list_makes_stubs_that_import_and_call_right():
+    d = tmpdir()
+    script = os.path.join(d, "hostile.py")
+    with open(script, "w") as f:
+        f.write(HOSTILE_SERVER)
+    f = servers_file({"h": {"command": sys.executable, "args": [script]}})
+    out = ok_stdout(r'''
+import inspect, json
+import servers
+from servers import h
+names = [n for n in h.__all__ if not n.endswith("_async")]
+print(len(names))
+seen = []
+for n in names:
+    fn = getattr(h, n)
+    r = fn()
+    seen.append([r["name"], sorted(r["args"])])
+print(json.dumps(seen))
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "12", out
+    # Every function reached its own tool, and the arguments it sent (the
+    # defaults) went under the schema's own property names.
+    ns = {}
+    exec(HOSTILE_SERVER.split("props =")[0], ns)
+    seen = json.loads(lines[1])
+    assert sorted(n for n, _ in seen) == sorted(ns["nasty"](i) + str(i) for i in range(12)), seen
+    want = sorted(ns["nasty"](i) for i in range(4))
+    assert all(args == want for _, args in seen), (seen, want)
+
+
 def test_bad_servers_files_are_one_clear_error():
     d = tmpdir()
     cases = [
