@@ -1,5 +1,5 @@
 """An MCP server over stdio that misbehaves on request, for the code-mode
-tests (tests/blackbox/test_servers.py). Each tool shows one way an upstream
+tests (tests/blackbox/test_servers.py). It lists its tools in pages of 4. Each tool shows one way an upstream
 can fail airlock:
 
   ok        answers "ok PID" (PID: this process, to tell a restart)
@@ -84,7 +84,12 @@ for line in sys.stdin:
     elif method == "notifications/cancelled":
         log(f"cancelled {msg['params']['requestId']}")
     elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
+        # In pages of 4, so that every test of airlock lists them page by page.
+        at = int((msg.get("params") or {}).get("cursor") or 0)
+        page = {"tools": TOOLS[at:at + 4]}
+        if at + 4 < len(TOOLS):
+            page["nextCursor"] = str(at + 4)
+        send({"jsonrpc": "2.0", "id": mid, "result": page})
     elif method == "tools/call":
         name, args = msg["params"]["name"], msg["params"].get("arguments", {})
         log(f"call {name} {mid}")
