@@ -531,6 +531,11 @@ def test_the_description_names_the_servers_in_bounded_size():
     assert "more servers" in para and "servers.search" in para, para
     # No tool of a server is listed by name.
     assert "garbage" not in text
+    p = airlock("describe", "--json", "--servers", f)
+    servers = json.loads(p.stdout)["servers"]
+    assert len(servers) == 20 and servers[0] == {
+        "name": "server00-with-a-rather-long-name-for-the-test",
+        "module": "server00_with_a_rather_long_name_for_the_test", "tools": 15}, servers
 
 
 def test_session_cells_and_forks_share_the_servers():

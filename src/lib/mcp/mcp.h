@@ -153,6 +153,7 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
  * and tool count. */
 size_t mcp_hub_servers(const mcp_hub *h);
 const char *mcp_hub_server_module(const mcp_hub *h, size_t i);
+const char *mcp_hub_server_name(const mcp_hub *h, size_t i);
 size_t mcp_hub_server_tools(const mcp_hub *h, size_t i);
 
 #endif

@@ -464,6 +464,11 @@ const char *mcp_hub_server_module(const mcp_hub *h, size_t i)
         return h && i < h->n_srv ? h->srv[i].module : NULL;
 }
 
+const char *mcp_hub_server_name(const mcp_hub *h, size_t i)
+{
+        return h && i < h->n_srv ? h->srv[i].name : NULL;
+}
+
 size_t mcp_hub_server_tools(const mcp_hub *h, size_t i)
 {
         return h && i < h->n_srv ? h->srv[i].n_tools : 0;

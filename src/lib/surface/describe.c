@@ -739,6 +739,14 @@ static char *describe_json(const airlock_config *cfg, const json_t *inv, const m
                                       json_array_get(json_object_get(inv, "python_path"), i)));
                 }
                 json_object_set_new(o, "python_path", folders ? folders : json_array());
+                /* The upstream MCP servers, as the sandbox started them. */
+                json_t *sv = json_array();
+                for (size_t i = 0; sv && i < mcp_hub_servers(hub); i++)
+                        json_array_append_new(
+                            sv, json_pack("{s:s, s:s, s:I}", "name", mcp_hub_server_name(hub, i),
+                                          "module", mcp_hub_server_module(hub, i), "tools",
+                                          (json_int_t)mcp_hub_server_tools(hub, i)));
+                json_object_set_new(o, "servers", sv ? sv : json_array());
                 json_t *w = json_array();
                 for (const char *p = warnings; w && p && *p;) {
                         size_t n = strcspn(p, "\n");
