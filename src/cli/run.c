@@ -88,6 +88,38 @@ static bool approve_all(void *userdata, const char *tool, const char *args_json)
         return true;
 }
 
+/* Asks on the terminal whether an upstream MCP tool's call that needs
+ * approval may go ahead. The arguments come from the guest: shown as JSON
+ * (which escapes C0 controls), cut at 2000 bytes, with DEL and C1 controls
+ * (U+0080 to U+009F) replaced, so that they cannot drive the terminal. */
+static bool ask_tool(void *userdata, const char *tool, const char *args_json)
+{
+        (void)userdata;
+        FILE *tty = fopen("/dev/tty", "r+e");
+        if (!tty)
+                return false;
+        char shown[2048];
+        size_t n = 0;
+        for (const unsigned char *p = (const unsigned char *)args_json; *p && n < 2000; p++) {
+                if (*p == 0x7f || *p < 0x20) {
+                        shown[n++] = '?';
+                } else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+                        shown[n++] = '?';
+                        p++;
+                } else {
+                        shown[n++] = (char)*p;
+                }
+        }
+        shown[n] = '\0';
+        fprintf(tty, "airlock: the code calls %s(%s%s), which needs approval. Allow it? [y/N] ",
+                tool, shown, n >= 2000 ? "..." : "");
+        fflush(tty);
+        char line[16] = "";
+        bool yes = fgets(line, sizeof(line), tty) && (line[0] == 'y' || line[0] == 'Y');
+        fclose(tty);
+        return yes;
+}
+
 /* Asks on the terminal whether to run code that needs approval. */
 static bool ask_approval(const char *code)
 {
@@ -230,8 +262,12 @@ int cmd_run(int argc, char **argv)
                         goto fail;
                 }
         }
+        /* Upstream tools' calls that need approval: --yes gives it; else
+         * a person at the terminal is asked at each call. */
         if (o.yes)
                 airlock_config_set_tool_approver(o.cfg, approve_all, NULL);
+        else if (isatty(STDERR_FILENO))
+                airlock_config_set_tool_approver(o.cfg, ask_tool, NULL);
         if (o.output_dir) {
                 outfd = open_output_dir(o.output_dir, &err);
                 if (outfd < 0) {

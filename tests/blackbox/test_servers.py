@@ -201,6 +201,47 @@ def test_approval_under_run_needs_yes_or_the_setting():
     assert ok_stdout(code, "--servers", g) != "refused\n"
 
 
+def run_on_a_terminal(args, answer):
+    """airlock ARGS with a terminal of its own (a pty): answers the first
+    question it asks there with answer; returns all it wrote there."""
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(AIRLOCK, [AIRLOCK, *args])
+    out = b""
+    answered = False
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not answered and b"Allow it? [y/N]" in out:
+            os.write(fd, answer + b"\n")
+            answered = True
+    os.waitpid(pid, 0)
+    os.close(fd)
+    return out.decode("utf-8", "replace")
+
+
+def test_approval_is_asked_on_the_terminal_under_run():
+    d = tmpdir()
+    f = servers_file({"memory": memory(os.path.join(d, "m.jsonl"))})
+    code = ('import servers\nfrom servers import memory\n'
+            'try:\n    memory.delete_entities(entityNames=["x\\u0085\\x1b[2J"])\n'
+            '    print("RAN")\n'
+            'except servers.ApprovalRequired:\n    print("REFUSED")')
+    out = run_on_a_terminal(["run", "--servers", f, "-c", code], b"y")
+    assert "memory.delete_entities(" in out and "needs approval" in out, out
+    # The guest's control characters do not reach the terminal.
+    assert "\x1b[2J" not in out and "\x85" not in out, out
+    assert "RAN" in out and "REFUSED" not in out, out
+    out = run_on_a_terminal(["run", "--servers", f, "-c", code], b"n")
+    assert "REFUSED" in out and "RAN" not in out, out
+
+
 def test_filesystem_server_on_a_temporary_folder():
     d = tmpdir()
     with open(os.path.join(d, "a.txt"), "w") as f:
