@@ -330,6 +330,30 @@ def test_a_cancelled_call_is_cancelled_upstream_too():
             time.sleep(0.05)
 
 
+def test_a_hanging_call_does_not_hold_the_other_calls_of_its_server():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"bad": misbehave(log, timeout=3600)})
+    with mcp("--servers", f, "--timeout", "600") as m:
+        hang = m.start_call("from servers import bad\nbad.hang()")
+        while "call hang" not in (open(log).read() if os.path.exists(log) else ""):
+            assert m.p.poll() is None
+            time.sleep(0.05)
+        # Another run's calls of the same server are answered meanwhile,
+        # each by its own reply.
+        calls = [m.start_call(f"from servers import bad\nprint(bad.copy(from_='{i}'))")
+                 for i in range(3)]
+        for i, c in enumerate(calls):
+            r = m.result(c)
+            assert not r.get("isError"), r
+            assert json.loads(r["content"][0]["text"]) == {"from": str(i)}, r
+        m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": hang, "reason": "test"}})
+        deadline = time.monotonic() + 120
+        while "cancelled " not in open(log).read():
+            assert time.monotonic() < deadline, open(log).read()
+            time.sleep(0.05)
+
+
 def test_secrets_of_an_upstream_reach_no_guest_visible_byte():
     log = os.path.join(tmpdir(), "log")
     f = servers_file({"bad": misbehave(log, env={"MISBEHAVE_LOG": log,

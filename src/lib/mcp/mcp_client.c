@@ -62,7 +62,27 @@ struct mcp_upstream {
         json_t *headers;      /* the server's "headers", secrets put in: wiped when freed */
         net_allowlist *allow; /* the URL alone, POST and DELETE */
         char *session;        /* Mcp-Session-Id, once the server gave one */
+        /* Calls of a stdio server in flight at once (stdio_call): each
+         * waits for its reply under lock; one of them at a time reads the
+         * server's output (reading) and hands the others their replies
+         * (cv). gen counts the processes: a waiter whose process is gone
+         * gets fail_code and fail_msg. */
+        pthread_cond_t cv;
+        struct pending *waiting;
+        bool reading;
+        bool starting;
+        unsigned gen;
+        int fail_code;
+        char fail_msg[AIRLOCK_MESSAGE_MAX];
 };
+
+/* A call waiting for its reply. */
+typedef struct pending {
+        json_int_t id;
+        json_t *reply;   /* set by the reader */
+        size_t max_line; /* the longest reply this call takes */
+        struct pending *next;
+} pending;
 
 /* ---- the process ---------------------------------------------------- */
 
@@ -142,6 +162,7 @@ static void kill_now(mcp_upstream *u, int *ret_status)
         u->pid = 0;
         u->len = 0;
         u->initialized = false;
+        u->gen++;
 }
 
 /* Records a failure of the process: it is killed, and the next start waits
@@ -706,6 +727,7 @@ static void upstream_free(mcp_upstream *u)
                 json_decref(u->headers);
         }
         pthread_mutex_destroy(&u->lock);
+        pthread_cond_destroy(&u->cv);
         free(u);
 }
 
@@ -812,6 +834,11 @@ static int upstream_new(const mcp_spec *spec, const secret_store *secrets, mcp_u
         if (!u)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         pthread_mutex_init(&u->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&u->cv, &ca);
+        pthread_condattr_destroy(&ca);
         u->in_fd = u->out_fd = u->err_fd = -1;
         const json_t *o = spec->json;
         if (json_object_get(o, "url")) {
@@ -956,45 +983,290 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
         return 0;
 }
 
+/* ---- calls in flight at once (stdio) ----------------------------------- */
+
+/* Takes the complete lines of u->buf as messages into msgs. A line that is
+ * not a JSON-RPC 2.0 message is -EPROTO. Only the reader calls it. */
+static int take_lines(mcp_upstream *u, json_t *msgs, airlock_error *err)
+{
+        char *nl;
+        while (u->len && (nl = memchr(u->buf, '\n', u->len))) {
+                size_t n = (size_t)(nl - u->buf);
+                json_error_t jerr;
+                json_t *msg = n && !(n == 1 && u->buf[0] == '\r') ? json_loadb(u->buf, n, 0, &jerr)
+                                                                  : json_object();
+                bool blank = n == 0 || (n == 1 && u->buf[0] == '\r');
+                memmove(u->buf, nl + 1, u->len - n - 1);
+                u->len -= n + 1;
+                if (blank) {
+                        json_decref(msg);
+                        continue;
+                }
+                const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
+                if (!json_is_object(msg) || !ver || strcmp(ver, "2.0") != 0) {
+                        json_decref(msg);
+                        return al_error(err, -EPROTO, NULL,
+                                        "server '%s' sent a line that is not a JSON-RPC 2.0 "
+                                        "message%s%s",
+                                        u->name, msg ? "" : ": ", msg ? "" : jerr.text);
+                }
+                json_array_append_new(msgs, msg);
+        }
+        return 0;
+}
+
+/* Reads what the server writes until until_ns, a cancel, or a message:
+ * the messages go into msgs. The end of its output is -EPIPE (the caller
+ * reaps it, under the lock), a line longer than max_line -E2BIG. Only the
+ * reader calls it, without the lock. */
+static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t max_line,
+                     json_t *msgs, airlock_error *err)
+{
+        int r = take_lines(u, msgs, err);
+        if (r < 0 || json_array_size(msgs))
+                return r;
+        if (u->len > max_line)
+                return al_error(err, -E2BIG, NULL,
+                                "server '%s' sent a message larger than %zu bytes", u->name,
+                                max_line);
+        struct pollfd p[3] = {
+            {u->out_fd, POLLIN, 0}, {u->err_fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
+        int pr = poll(p, 3, ms_left(until_ns));
+        if (pr < 0 && errno != EINTR)
+                return al_error(err, -errno, NULL, "poll: %m");
+        if (p[1].revents)
+                drain_stderr(u);
+        if (pr <= 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+                return 0;
+        if (u->cap - u->len < READ_CHUNK) {
+                size_t cap = u->cap ? u->cap * 2 : 2 * READ_CHUNK;
+                if (cap < u->len + READ_CHUNK)
+                        cap = u->len + READ_CHUNK;
+                char *nb = realloc(u->buf, cap);
+                if (!nb)
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                u->buf = nb;
+                u->cap = cap;
+        }
+        ssize_t n = read(u->out_fd, u->buf + u->len, READ_CHUNK);
+        if (n > 0) {
+                u->len += (size_t)n;
+                r = take_lines(u, msgs, err);
+                if (r >= 0 && !json_array_size(msgs) && u->len > max_line)
+                        r = al_error(err, -E2BIG, NULL,
+                                     "server '%s' sent a message larger than %zu bytes", u->name,
+                                     max_line);
+                return r;
+        }
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                return 0;
+        /* Its stderr may still hold why. */
+        struct pollfd pe = {u->err_fd, POLLIN, 0};
+        if (u->err_fd >= 0 && poll(&pe, 1, 100) > 0)
+                drain_stderr(u);
+        return -EPIPE;
+}
+
+/* The result of a reply, or its error as -EREMOTEIO. */
+static int reply_result(mcp_upstream *u, json_t *reply, json_t **ret, airlock_error *err)
+{
+        json_t *e = json_object_get(reply, "error");
+        if (e) {
+                const char *m = json_string_value(json_object_get(e, "message"));
+                _cleanup_free_ char *clean = al_utf8_sanitize(m ? m : "", m ? strlen(m) : 0);
+                return al_error(err, -EREMOTEIO, NULL, "%.600s (JSON-RPC error %lld)",
+                                clean && *clean ? clean : "no message",
+                                (long long)json_integer_value(json_object_get(e, "code")));
+        }
+        json_t *res = json_object_get(reply, "result");
+        if (!json_is_object(res))
+                return al_error(err, -EPROTO, NULL, "server '%s' sent a reply without a result",
+                                u->name);
+        *ret = json_incref(res);
+        return 0;
+}
+
+/* Ends the process of generation gen for every call waiting on it: the
+ * message r/e is theirs. Under the lock, with nobody reading. */
+static void fail_all(mcp_upstream *u, unsigned gen, int r, const airlock_error *e)
+{
+        if (gen != u->gen)
+                return;
+        airlock_error msg = *e;
+        if (r == -EPIPE)
+                r = gone(u, "", &msg); /* kills and reaps it, and says how it ended */
+        fail_process(u);
+        u->fail_code = r;
+        snprintf(u->fail_msg, sizeof(u->fail_msg), "%s", msg.message);
+        pthread_cond_broadcast(&u->cv);
+}
+
+/* Dispatches what the reader read: replies to their callers, the server's
+ * requests answered. Under the lock. */
+static void dispatch(mcp_upstream *u, json_t *msgs, uint64_t deadline)
+{
+        size_t i;
+        json_t *m;
+        json_array_foreach (msgs, i, m) {
+                json_t *mid = json_object_get(m, "id");
+                if (json_object_get(m, "method")) {
+                        if (mid)
+                                answer_request(u, m, deadline);
+                        continue;
+                }
+                for (pending *p = u->waiting; p && json_is_integer(mid); p = p->next)
+                        if (p->id == json_integer_value(mid) && !p->reply)
+                                p->reply = json_incref(m);
+        }
+        pthread_cond_broadcast(&u->cv);
+}
+
+/* tools/call on a stdio server, with other calls in flight: see the
+ * fields of mcp_upstream. Called and returns with the lock held. */
+static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const mcp_bounds *b,
+                      size_t max_line, json_t **ret, airlock_error *err)
+{
+        struct timespec ts;
+        /* The session: one caller starts it, the others wait for it. */
+        while (!u->initialized) {
+                if (u->starting) {
+                        uint64_t t = deadline;
+                        ts = (struct timespec){(time_t)(t / 1000000000ull),
+                                               (long)(t % 1000000000ull)};
+                        if (pthread_cond_clockwait(&u->cv, &u->lock, CLOCK_MONOTONIC, &ts) ==
+                            ETIMEDOUT)
+                                return al_error(err, -ETIMEDOUT, NULL,
+                                                "server '%s' was still starting at the deadline",
+                                                u->name);
+                        continue;
+                }
+                u->starting = true;
+                pthread_mutex_unlock(&u->lock);
+                int r = start_session(u, b, err);
+                pthread_mutex_lock(&u->lock);
+                u->starting = false;
+                pthread_cond_broadcast(&u->cv);
+                if (r < 0)
+                        return r;
+        }
+        unsigned gen = u->gen;
+        pending me = {.id = ++u->next_id, .max_line = max_line, .next = u->waiting};
+        _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id",
+                                               me.id, "method", "tools/call", "params", params);
+        if (!msg)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        int r = send_msg(u, msg, deadline, err);
+        if (r < 0) {
+                if (r == -EPIPE && !u->reading) {
+                        airlock_error e = *err;
+                        fail_all(u, gen, r, &e);
+                        al_error(err, u->fail_code, NULL, "%s", u->fail_msg);
+                        return u->fail_code;
+                }
+                return r;
+        }
+        u->waiting = &me;
+        for (;;) {
+                if (me.reply)
+                        break;
+                if (u->gen != gen) {
+                        r = al_error(err, u->fail_code ? u->fail_code : -EPIPE, NULL, "%s",
+                                     u->fail_msg);
+                        break;
+                }
+                if (cancelled(b)) {
+                        r = al_error(err, -ECANCELED, NULL, "the run was cancelled");
+                        break;
+                }
+                if (al_now_ns() >= deadline) {
+                        r = al_error(err, -ETIMEDOUT, NULL, "timed out");
+                        break;
+                }
+                /* A slice at a time, so that a cancel is seen and the
+                 * reading passes on when its reader's call is answered. */
+                uint64_t slice = al_now_ns() + 100000000ull;
+                if (slice > deadline)
+                        slice = deadline;
+                if (!u->reading) {
+                        size_t cap = 0;
+                        for (pending *p = u->waiting; p; p = p->next)
+                                cap = p->max_line > cap ? p->max_line : cap;
+                        u->reading = true;
+                        pthread_mutex_unlock(&u->lock);
+                        _cleanup_json_ json_t *msgs = json_array();
+                        airlock_error e;
+                        airlock_error_clear(&e);
+                        int rr = msgs ? read_some(u, slice, b ? b->cancel_fd : -1, cap, msgs, &e)
+                                      : -ENOMEM;
+                        pthread_mutex_lock(&u->lock);
+                        u->reading = false;
+                        if (rr < 0)
+                                fail_all(u, gen, rr, &e);
+                        else
+                                dispatch(u, msgs, deadline);
+                        pthread_cond_broadcast(&u->cv);
+                        continue;
+                }
+                ts = (struct timespec){(time_t)(slice / 1000000000ull),
+                                       (long)(slice % 1000000000ull)};
+                pthread_cond_clockwait(&u->cv, &u->lock, CLOCK_MONOTONIC, &ts);
+        }
+        for (pending **p = &u->waiting; *p; p = &(*p)->next)
+                if (*p == &me) {
+                        *p = me.next;
+                        break;
+                }
+        if (me.reply) {
+                r = reply_result(u, me.reply, ret, err);
+                json_decref(me.reply);
+                if (r >= 0 || r == -EREMOTEIO)
+                        u->failures = 0;
+                return r;
+        }
+        if ((r == -ETIMEDOUT || r == -ECANCELED) && u->gen == gen && u->in_fd >= 0) {
+                _cleanup_json_ json_t *c = json_pack(
+                    "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
+                    "notifications/cancelled", "params", "requestId", me.id, "reason",
+                    r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+                airlock_error e;
+                if (c)
+                        (void)send_msg(u, c, al_now_ns() + 100000000ull, &e);
+        }
+        return r;
+}
+
 int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
                       const mcp_bounds *b, json_t **ret_result, airlock_error *err)
 {
-        /* Calls to one server take turns (a run of another sandbox's
-         * session, say, may be calling it): the wait for the turn is
-         * bounded like the call, so a server busy with a hanging call
-         * cannot hold this run past its own deadline either. */
-        uint64_t until = deadline_of(b, timeout_s);
-        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-        int lr = pthread_mutex_clocklock(&u->lock, CLOCK_MONOTONIC, &ts);
-        if (lr != 0)
+        /* The lock is held briefly by stdio calls (they wait for their
+         * replies on the condition variable) and for a whole call at a
+         * URL: its wait is bounded like the call, so another call cannot
+         * hold this run past its own deadline. */
+        uint64_t deadline = deadline_of(b, timeout_s);
+        struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+        if (pthread_mutex_clocklock(&u->lock, CLOCK_MONOTONIC, &ts) != 0)
                 return al_error(err, -ETIMEDOUT, NULL,
                                 "server '%s' was busy with another call until the deadline",
                                 u->name);
-        int r = 0;
-        if (!u->initialized)
-                r = start_session(u, b, err);
-        _cleanup_json_ json_t *params = NULL;
-        if (r >= 0) {
-                params = json_pack("{s:s, s:O}", "name", tool, "arguments", args);
-                if (!params)
-                        r = al_error(err, -ENOMEM, NULL, "out of memory");
-        }
-        if (r >= 0) {
-                uint64_t deadline = deadline_of(b, timeout_s);
-                size_t max = (b && b->max_result ? b->max_result : MCP_DEFAULT_RESULT) + 4096;
-                r = request(u, "tools/call", params, deadline, b, max, ret_result, err);
-                if (r == -ETIMEDOUT)
-                        al_error(err, r, NULL, "no answer within %.3g s", timeout_s);
-                /* What leaves the stream in an unknown state ends the
-                 * process: the next call starts a fresh one. A timeout or a
-                 * cancel leaves it running (it was told to stop). */
-                if (r == -EPROTO || r == -E2BIG || r == -ENOMEM)
-                        fail_process(u);
-                else if (r == -EPIPE)
+        size_t max = (b && b->max_result ? b->max_result : MCP_DEFAULT_RESULT) + 4096;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "name", tool, "arguments", args);
+        int r = params ? 0 : al_error(err, -ENOMEM, NULL, "out of memory");
+        if (r >= 0 && !u->url) {
+                r = stdio_call(u, params, deadline, b, max, ret_result, err);
+        } else if (r >= 0) {
+                if (!u->initialized)
+                        r = start_session(u, b, err);
+                if (r >= 0)
+                        r = request(u, "tools/call", params, deadline, b, max, ret_result, err);
+                /* What leaves the session in an unknown state ends it: the
+                 * next call starts a fresh one. */
+                if (r == -EPROTO || r == -E2BIG || r == -ENOMEM || r == -EPIPE)
                         fail_process(u);
                 else if (r >= 0 || r == -EREMOTEIO)
                         u->failures = 0;
         }
+        if (r == -ETIMEDOUT)
+                al_error(err, r, NULL, "no answer within %.3g s", timeout_s);
         pthread_mutex_unlock(&u->lock);
         return r;
 }
