@@ -87,7 +87,8 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
 /* Calls a tool. 0 with *ret_result the CallToolResult; or a negative errno
  * with a message in err (a timeout, a crash, a reply that is not
  * JSON-RPC, an error reply): the server is then restarted at the next call
- * (after a crash, with a backoff). Thread-safe: calls are one at a time. */
+ * (after a crash, with a backoff). Thread-safe: calls of a stdio server
+ * are in flight at once, those of a server at a URL take turns. */
 int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
                       const mcp_bounds *b, json_t **ret_result, airlock_error *err);
 /* Stops the server (stdin closed, then SIGTERM, then SIGKILL to its

@@ -8,8 +8,9 @@
  * (a line, a result, the time of a request), and a server that dies, floods
  * or sends what is not JSON-RPC is killed (its whole process group) and
  * started afresh at the next call, after a backoff that grows with the
- * failures in a row. Calls to one server go one at a time (a mutex), so one
- * thread reads its output at a time and no reader thread is needed. */
+ * failures in a row. Calls to one server may be in flight at once: each
+ * waits for its own reply, and one of them at a time reads the server's
+ * output for all (stdio_call), so no reader thread is needed. */
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
