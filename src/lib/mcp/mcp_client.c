@@ -1,5 +1,6 @@
-/* The MCP client of one upstream server over stdio: the process, its
- * supervision, and JSON-RPC 2.0 in newline-delimited messages.
+/* The MCP client of one upstream server, over stdio (the process, its
+ * supervision, JSON-RPC 2.0 in newline-delimited messages) or Streamable
+ * HTTP (through the gateway).
  *
  * The server runs on the host, outside the sandbox, with an environment
  * of its own: a few variables of the host's (HOME, LOGNAME, PATH, SHELL,
