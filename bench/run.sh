@@ -58,3 +58,16 @@ fi
 # and three instances behind HAProxy against one alone.
 /usr/bin/python3 bench/bench_serve.py "$build" "$rounds" ||
     echo "bench: bench/bench_serve.py failed" >&2
+# Code mode: upstream MCP calls from the guest against the SDK client's own,
+# the stubs' cost at sandbox build, and the context bytes of one task
+# (needs the servers of tests/mcp: npm install there).
+# shellcheck disable=SC2086 # $libs is a list of flags
+cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/common -Isrc/lib -o "$build/bench_stubs" \
+    bench/bench_stubs.c "$build/libairlock.a" $libs &&
+    "$build/bench_stubs" "$PWD/bench/mcp_many_tools.py" 100 21 ||
+    echo "bench: bench/bench_stubs.c failed" >&2
+if [ -d tests/mcp/node_modules/@modelcontextprotocol/server-everything ]; then
+    node bench/bench_servers.mjs "$build" 10 || echo "bench: bench/bench_servers.mjs failed" >&2
+else
+    echo "bench: tests/mcp has no MCP servers (npm install there); code mode skipped" >&2
+fi

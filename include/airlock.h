@@ -269,6 +269,35 @@ AIRLOCK_PUBLIC int airlock_secret_placeholder(const char *name, char *buf, size_
 /* The number of secrets and the name of the i-th (NULL past the end). */
 AIRLOCK_PUBLIC size_t airlock_config_secret_count(const airlock_config *cfg);
 AIRLOCK_PUBLIC const char *airlock_config_secret_name(const airlock_config *cfg, size_t i);
+/* ---- upstream MCP servers (code mode) --------------------------------- */
+
+/* Adds the MCP servers of a servers file, the JSON that MCP clients write:
+ * {"mcpServers": {NAME: {"command", "args", "env", "cwd"}}} (or VS Code's
+ * "servers"), with airlock's keys for what each server's tools may do
+ * (docs/design.md, "Upstream MCP servers (code mode)"). All or nothing;
+ * every error names the file, the server and the key at fault: a file not
+ * in this format, an unknown key, a command that is not an executable
+ * file, a URL that is not http(s), a name declared twice (-EEXIST). Each
+ * sandbox made from cfg starts the servers on the host when it is built,
+ * writes their tools as Python modules the guest imports (from servers
+ * import NAME), and stops them when it closes; a server at a "url" is
+ * reached over Streamable HTTP through the gateway (its address rules
+ * apply). The old HTTP+SSE transport ("type": "sse") is -EOPNOTSUPP. */
+AIRLOCK_PUBLIC int airlock_config_add_servers_file(airlock_config *cfg, const char *file,
+                                                   airlock_error *err);
+/* Adds one server: server_json is its object as in a servers file. */
+AIRLOCK_PUBLIC int airlock_config_add_server(airlock_config *cfg, const char *name,
+                                             const char *server_json, airlock_error *err);
+/* Decides whether a call of an upstream tool that needs approval (by its
+ * annotations or the servers file) may go ahead: tool is "SERVER.TOOL" as
+ * the guest calls it, args_json its arguments. Called on the run's thread
+ * while the run waits; it must return promptly and must not call into
+ * airlock. Without one (the default) such a call raises ApprovalRequired
+ * in the guest, naming the tool and the setting that lets it run. */
+typedef bool (*airlock_tool_approver_fn)(void *userdata, const char *tool, const char *args_json);
+AIRLOCK_PUBLIC void airlock_config_set_tool_approver(airlock_config *cfg,
+                                                     airlock_tool_approver_fn fn, void *userdata);
+
 /* ---- typed host tools (the Python package) ---------------------------- */
 
 /* A host tool that, when it fails, also names the type of its failure (the

@@ -53,7 +53,7 @@ typedef enum cli_group {
         X(OUTPUT_DIR, "output-dir", 0, "DIR", CLI_RUN, CLI_G_RUN, NULL,                            \
           "also write the captured files to DIR")                                                   \
         X(YES, "yes", 'y', NULL, CLI_RUN, CLI_G_RUN, NULL,                                          \
-          "approve when approval is required")                                                      \
+          "approve when approval is required (the code, and upstream tools' calls)")                \
         X(LISTEN, "listen", 0, "ADDR:PORT", CLI_SERVE, CLI_G_SERVE, "127.0.0.1:8080",               \
           "address to listen on; [::1]:PORT for IPv6")                                             \
         X(TOKENS, "tokens", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                                \
@@ -122,6 +122,9 @@ typedef enum cli_group {
         X(SECRET, "secret", 0, "NAME[+query][+body]=env:VAR|file:PATH@TARGET[=METHODS]...",        \
           CLI_ALL, CLI_G_CONFIG, NULL,                                                              \
           "a secret the guest sees only as airlock.secret(NAME)")                                   \
+        X(SERVERS, "servers", 0, "FILE", CLI_ALL, CLI_G_CONFIG, NULL,                               \
+          "MCP servers ({\"mcpServers\": ...}) whose tools the code imports: from servers "       \
+          "import NAME (repeatable)")                                                               \
         X(HELP, "help", 'h', NULL, CLI_ALL, CLI_G_LAST, NULL, "print this help")
 /* clang-format on */
 

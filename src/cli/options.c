@@ -664,6 +664,9 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                 case CLI_OPT_PYTHON_PATH:
                         r = airlock_config_add_python_path(o.cfg, optarg, err);
                         break;
+                case CLI_OPT_SERVERS:
+                        r = airlock_config_add_servers_file(o.cfg, optarg, err);
+                        break;
                 case CLI_OPT_APPROVAL:
                         if (strcmp(optarg, "never") == 0 || strcmp(optarg, "never_require") == 0)
                                 airlock_config_set_approval(o.cfg, AIRLOCK_APPROVAL_NEVER);

@@ -112,6 +112,49 @@ static void put_code_visible(FILE *tty, const char *code)
         }
 }
 
+/* The approver of upstream tools' calls under --yes: the user approved
+ * every call that needs it for this run. */
+static bool approve_all(void *userdata, const char *tool, const char *args_json)
+{
+        (void)userdata;
+        (void)tool;
+        (void)args_json;
+        return true;
+}
+
+/* Asks on the terminal whether an upstream MCP tool's call that needs
+ * approval may go ahead. The arguments come from the guest: shown as JSON
+ * (which escapes C0 controls), cut at 2000 bytes, with DEL and C1 controls
+ * (U+0080 to U+009F) replaced, so that they cannot drive the terminal. */
+static bool ask_tool(void *userdata, const char *tool, const char *args_json)
+{
+        (void)userdata;
+        FILE *tty = fopen("/dev/tty", "r+e");
+        if (!tty)
+                return false;
+        char shown[2048];
+        size_t n = 0;
+        for (const unsigned char *p = (const unsigned char *)args_json; *p && n < 2000; p++) {
+                if (*p == 0x7f || *p < 0x20) {
+                        shown[n++] = '?';
+                } else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+                        shown[n++] = '?';
+                        p++;
+                } else {
+                        shown[n++] = (char)*p;
+                }
+        }
+        shown[n] = '\0';
+        fprintf(tty, "airlock: the code calls %s(", tool);
+        put_code_visible(tty, shown);
+        fprintf(tty, "%s), which needs approval. Allow it? [y/N] ", n >= 2000 ? "..." : "");
+        fflush(tty);
+        char line[16] = "";
+        bool yes = fgets(line, sizeof(line), tty) && (line[0] == 'y' || line[0] == 'Y');
+        fclose(tty);
+        return yes;
+}
+
 /* Asks on the terminal whether to run code that needs approval. The code
  * is shown with the characters that could hide a part of it escaped. */
 static bool ask_approval(const char *code)
@@ -254,6 +297,12 @@ int cmd_run(int argc, char **argv)
                         goto fail;
                 }
         }
+        /* Upstream tools' calls that need approval: --yes gives it; else
+         * a person at the terminal is asked at each call. */
+        if (o.yes)
+                airlock_config_set_tool_approver(o.cfg, approve_all, NULL);
+        else if (isatty(STDERR_FILENO))
+                airlock_config_set_tool_approver(o.cfg, ask_tool, NULL);
         if (o.output_dir) {
                 outfd = open_output_dir(o.output_dir, &err);
                 if (outfd < 0) {

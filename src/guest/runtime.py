@@ -853,6 +853,18 @@ def _wrap_kills():
     signal.pthread_kill = _wrap_kill(signal.pthread_kill, lambda tid, sig: True, "signal")
 
 
+def _servers_first():
+    """The folder of the upstream MCP servers' stubs (the package "servers",
+    docs/design.md, "Upstream MCP servers") goes first on sys.path, before
+    the working directory and every other folder, so that nothing the code
+    or the workspace brings can shadow it."""
+    import os
+    for p in [p for p in _sys.path if p.startswith("/opt/airlock/pythonpath/")]:
+        if os.path.isfile(p + "/servers/_index.py"):
+            _sys.path.remove(p)
+            _sys.path.insert(0, p)
+
+
 def _install(auto_figures=True, python_paths=()):
     global _auto_figures
     _auto_figures = bool(auto_figures)
@@ -860,8 +872,8 @@ def _install(auto_figures=True, python_paths=()):
     # The working directory is importable, as the script's folder is for
     # `python3 script.py`, but last: after the standard library, the
     # --python-path folders and the site folders (and after the generated
-    # `servers` package a later feature will put before it), so that a
-    # file the code writes in /tmp never shadows a module of theirs.
+    # `servers` package, which _servers_first puts before everything), so
+    # that a file the code writes in /tmp never shadows a module of theirs.
     _sys.path.append(_CWD)
     _sys.path_hooks.insert(0, _cwd_finder_hook)
     _wrap_kills()
@@ -871,6 +883,7 @@ def _install(auto_figures=True, python_paths=()):
     if python_paths:
         at = next((i for i, p in enumerate(_sys.path) if p.endswith("-packages")), len(_sys.path))
         _sys.path[at:at] = list(python_paths)
+    _servers_first()
     mod = _types.ModuleType("airlock")
     mod.__doc__ = "Host functions of the airlock sandbox."
     for name in __all__:

@@ -26,8 +26,8 @@ def table():
     return opts
 
 
-def test_docs_cli_md_is_the_table():
-    with open(os.path.join(ROOT, "docs", "cli.md")) as f:
+def test_docs_options_md_is_the_table():
+    with open(os.path.join(ROOT, "docs", "options.md")) as f:
         committed = f.read()
     assert airlock("help", "--markdown").stdout == committed, \
         "docs/options.md is out of date: make docs"

@@ -56,6 +56,7 @@ void airlock_config_free(airlock_config *c)
         for (size_t i = 0; i < c->n_python_paths; i++)
                 free(c->python_paths[i]);
         free(c->python_paths);
+        mcp_specs_free(&c->servers);
         free(c);
 }
 
@@ -313,6 +314,8 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
         c->approval = src->approval;
         c->no_auto_figures = src->no_auto_figures;
         c->input_writable = src->input_writable;
+        c->approver = src->approver;
+        c->approver_data = src->approver_data;
         int r = 0;
         if (src->workspace && !(c->workspace = strdup(src->workspace)))
                 r = -ENOMEM;
@@ -342,6 +345,8 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
                 r = tools_clone(src->tools, &c->tools, err);
         if (r >= 0)
                 r = secrets_clone(src->secrets, &c->secrets, err);
+        if (r >= 0)
+                r = mcp_specs_clone(&src->servers, &c->servers, err);
         if (r < 0) {
                 airlock_config_free(c);
                 return r;
@@ -455,6 +460,7 @@ char *airlock_config_to_json(const airlock_config *c, airlock_error *err)
                                                                                : "never_require"));
         json_object_set_new(root, "auto_figures", json_boolean(!c->no_auto_figures));
         json_object_set_new(root, "input_writable", json_boolean(c->input_writable));
+        json_object_set_new(root, "servers", mcp_specs_to_json(&c->servers));
         char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (!s)
                 al_error(err, -ENOMEM, NULL, "out of memory");

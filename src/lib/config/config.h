@@ -8,6 +8,7 @@
 #include "host/allowlist.h"
 #include "host/secrets.h"
 #include "host/tools.h"
+#include "mcp/mcp.h"
 
 typedef struct config_mount {
         char *host; /* as given by the caller */
@@ -29,6 +30,9 @@ struct airlock_config {
         airlock_approval approval;
         bool no_auto_figures; /* airlock_config_set_auto_figures(cfg, false) */
         bool input_writable;  /* airlock_config_set_input_writable(cfg, true) */
+        mcp_specs servers;    /* upstream MCP servers (airlock_config_add_servers_file) */
+        airlock_tool_approver_fn approver; /* airlock_config_set_tool_approver */
+        void *approver_data;
         /* The part of the cache fingerprint that this structure alone
          * decides (cache.c), made by the first run that needs it and dropped
          * by every setter: runs share a built configuration read-only, and

@@ -403,6 +403,17 @@ int secrets_add(secret_store *st, const char *name, const void *value, size_t le
         secret s = {.len = len, .flags = flags};
         int r = allowlist_new(&s.targets, err);
         for (size_t i = 0; r >= 0 && i < nt; i++) {
+                /* "mcp:SERVER": an upstream MCP server whose "env" or
+                 * "headers" name the secret (mcp/); it allows no HTTP
+                 * request. A server that names a secret is its target
+                 * whether or not it is listed: this only lets a secret
+                 * meant for servers alone be declared. */
+                if (strncmp(targets[i], "mcp:", 4) == 0) {
+                        if (!targets[i][4] || strlen(targets[i]) > 4 + 64)
+                                r = al_error(err, -EINVAL, NULL,
+                                             "secret %s: target 'mcp:' needs a server name", name);
+                        continue;
+                }
                 const char *eq = strchr(targets[i], '=');
                 _cleanup_free_ char *t =
                     eq ? strndup(targets[i], (size_t)(eq - targets[i])) : strdup(targets[i]);
@@ -471,6 +482,18 @@ int secrets_lookup(const secret_store *s, const char *name, char *buf)
         for (size_t i = 0; s && i < s->n; i++)
                 if (strcmp(s->v[i].name, name) == 0) {
                         memcpy(buf, s->v[i].placeholder, s->v[i].ph_len + 1);
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+int secrets_value(const secret_store *s, const char *name, const unsigned char **ret,
+                  size_t *ret_len)
+{
+        for (size_t i = 0; s && i < s->n; i++)
+                if (strcmp(s->v[i].name, name) == 0) {
+                        *ret = s->v[i].value;
+                        *ret_len = s->v[i].len;
                         return 0;
                 }
         return -ENOENT;

@@ -58,6 +58,12 @@ void secrets_placeholder(const char *name, char *buf);
 /* The placeholder if s holds name (0), else -ENOENT. */
 int secrets_lookup(const secret_store *s, const char *name, char *buf);
 
+/* The value of the secret name (0), else -ENOENT: for an upstream MCP
+ * server's environment or headers, which name the secret (mcp/). The value
+ * belongs to s and is not NUL-terminated. */
+int secrets_value(const secret_store *s, const char *name, const unsigned char **ret,
+                  size_t *ret_len);
+
 /* Text for the cache fingerprint: names, flags, targets and a keyed hash of
  * each value (never the value), so that a rotated value is a new
  * configuration. Malloc'd; NULL when out of memory. */

@@ -140,6 +140,9 @@ typedef struct run_state {
                 uint64_t uss_peak; /* sampled; UINT64_MAX: never sampled */
                 uint64_t next_sample;
         } use;
+        /* Calls of upstream MCP tools in this run, for their per-run caps
+         * (mcp/mcp_hub.c); .tool is allocated at the first call. */
+        mcp_run_counts mcp;
 } run_state;
 
 /* ---- the usage record --------------------------------------------------- */
@@ -409,6 +412,7 @@ static void run_free(run_state *run)
                 free(run->use.http[i].url);
         }
         free(run->use.http);
+        free(run->mcp.tool);
         dynbuf_free(&run->out.buf);
         dynbuf_free(&run->err.buf);
         channel_reader_free(&run->fr);
@@ -552,8 +556,20 @@ static void serve_request(run_state *run, json_t *msg)
                          * its limit, and a cancel stops it. */
                         tool_call_bounds b = {run->deadline, run->cancel_fd, cfg->secrets};
                         uint64_t t0 = al_now_ns();
-                        tool_fail f =
-                            tools_call_typed(cfg->tools, name, args, &b, &result, &message, &type);
+                        mcp_hub *hub = sbx_mcp(run->sb);
+                        tool_fail f;
+                        if (hub && mcp_hub_owns(hub, name)) {
+                                if (!run->mcp.tool)
+                                        run->mcp.tool = calloc(MCP_MAX_TOOLS, sizeof(uint32_t));
+                                f = run->mcp.tool
+                                        ? mcp_hub_call(hub, name, args, &b, &run->mcp,
+                                                       cfg->approver, cfg->approver_data, &result,
+                                                       &message, &type)
+                                        : tools_fail(TOOL_FAIL_RUNTIME, &message, "out of memory");
+                        } else {
+                                f = tools_call_typed(cfg->tools, name, args, &b, &result, &message,
+                                                     &type);
+                        }
                         usage_add_tool(run, name, t0, f == TOOL_OK);
                         /* A tool runs with the host's environment, where a
                          * secret may sit, and may come by a value otherwise:

@@ -105,6 +105,11 @@ struct airlock_sandbox {
         json_t *sys_path;
         char *warnings;
         int pypath_fd[PYPATH_MAX];
+        /* The upstream MCP servers (mcp/), started when the sandbox is
+         * built, stopped when it closes; their stubs' folder is the last
+         * entry of cfg->python_paths. NULL without servers. */
+        mcp_hub *mcp;
+        char *mcp_warnings;
         json_t *inventory;
 };
 
@@ -857,6 +862,40 @@ static int prepare_python_paths(airlock_sandbox *sb, airlock_error *err)
         return r;
 }
 
+/* Starts the configuration's upstream MCP servers and adds the folder of
+ * their Python stubs to the sandbox's own copy of the configuration as
+ * its last --python-path folder: bound read-only into the guest like the
+ * others, and checked by prepare_python_paths like them. */
+static int start_servers(airlock_sandbox *sb, airlock_error *err)
+{
+        airlock_config *cfg = sb->cfg;
+        if (cfg->n_python_paths >= PYPATH_MAX)
+                return al_error(err, -E2BIG, NULL,
+                                "upstream MCP servers need one of the %d --python-path folders "
+                                "for their stubs; %zu are in use",
+                                PYPATH_MAX, cfg->n_python_paths);
+        char **v = realloc(cfg->python_paths, (cfg->n_python_paths + 1) * sizeof(*v));
+        if (!v)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        cfg->python_paths = v;
+        dynbuf w;
+        dynbuf_init(&w, 64u << 10);
+        char *dir = NULL;
+        int r = mcp_hub_start(&cfg->servers, cfg->secrets, &sb->mcp, &dir, &w, err);
+        if (r >= 0) {
+                v[cfg->n_python_paths++] = dir;
+                if (w.len)
+                        sb->mcp_warnings = dynbuf_take(&w, NULL);
+        }
+        dynbuf_free(&w);
+        return r;
+}
+
+mcp_hub *sbx_mcp(const airlock_sandbox *sb)
+{
+        return sb->mcp;
+}
+
 int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
 {
         return sbx_sandbox_new_from(cfg, NULL, ret, err);
@@ -939,8 +978,18 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
                 cg_sandbox_init(&sb->cg, &sb->cfg->limits, sb->guest_uid, sb->guest_gid);
         for (size_t i = 0; i < PYPATH_MAX; i++)
                 sb->pypath_fd[i] = -1;
+        if (r >= 0 && sb->cfg->servers.n)
+                r = start_servers(sb, err);
         if (r >= 0)
                 r = prepare_python_paths(sb, err);
+        if (r >= 0 && sb->mcp_warnings) {
+                char *all = NULL;
+                if (asprintf(&all, "%s%s", sb->warnings ? sb->warnings : "", sb->mcp_warnings) >=
+                    0) {
+                        free(sb->warnings);
+                        sb->warnings = all;
+                }
+        }
         _cleanup_close_ int input_fd = -1;
         if (r >= 0)
                 r = stage_inputs(sb, prev, &input_fd, err);
@@ -1009,6 +1058,8 @@ void airlock_sandbox_close(airlock_sandbox *sb)
         if (sb->req_w >= 0)
                 close(sb->req_w);
         pid_killp(&sb->tpl_pid);
+        mcp_hub_free(sb->mcp);
+        free(sb->mcp_warnings);
         if (sb->staged_fd >= 0)
                 close(sb->staged_fd);
         fsx_manifest_free(sb->manifest);

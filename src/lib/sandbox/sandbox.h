@@ -64,6 +64,8 @@ const airlock_limits *sbx_limits(const airlock_sandbox *sb);
 /* The sandbox's cgroups (for a copy's usage, cg_copy_usage). */
 const cg_sandbox *sbx_cgroup(const airlock_sandbox *sb);
 const airlock_config *sbx_config(const airlock_sandbox *sb);
+/* The sandbox's upstream MCP servers (mcp/mcp.h), or NULL. */
+struct mcp_hub *sbx_mcp(const airlock_sandbox *sb);
 /* The packages the guest can import (describe.c): the one kept, after
  * keeping inv (taken) when none was; inv NULL only looks. */
 const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv);

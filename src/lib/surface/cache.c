@@ -68,7 +68,7 @@ static int fp_limits(dynbuf *b, const airlock_limits *l)
 /* The same for the configuration itself: a new member changes what a sandbox
  * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
  * own memo), and its setter must call config_changed(). */
-_Static_assert(sizeof(struct airlock_config) == 256,
+_Static_assert(sizeof(struct airlock_config) == 288,
                "update config_text for the new airlock_config member");
 
 /* What the configuration says, as text (the first part described below):
@@ -103,6 +103,24 @@ static int config_text(const airlock_config *cfg, char **ret)
                 r = fp_field(&b, "python_path", cfg->python_paths[i]);
         if (r >= 0 && cfg->workspace)
                 r = fp_field(&b, "workspace", cfg->workspace);
+        /* Upstream MCP servers: each one's object and where its relative
+         * paths resolve, and the approver by its addresses. Two
+         * configurations that differ here never share a sandbox, and so
+         * never share a server process. */
+        for (size_t i = 0; r >= 0 && i < cfg->servers.n; i++) {
+                const mcp_spec *sp = &cfg->servers.v[i];
+                _cleanup_free_ char *j = json_dumps(sp->json, JSON_COMPACT | JSON_SORT_KEYS);
+                r = j ? dynbuf_appendf(&b, "server:%zu:%s:%zu:%s:%zu:%s\n", strlen(sp->name),
+                                       sp->name, strlen(sp->dir), sp->dir, strlen(j), j)
+                      : -ENOMEM;
+        }
+        if (r >= 0 && cfg->approver) {
+                union {
+                        airlock_tool_approver_fn fn;
+                        void *p;
+                } u = {.fn = cfg->approver};
+                r = dynbuf_appendf(&b, "approver:%p:%p\n", u.p, cfg->approver_data);
+        }
         for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++) {
                 r = fp_field(&b, "mount_dest", cfg->mounts[i].dest);
                 if (r >= 0)

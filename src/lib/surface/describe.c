@@ -375,7 +375,7 @@ static int put_package(dynbuf *b, const json_t *p, bool first)
 
 /* What the guest can import, as found inside it (inv, see
  * clean_inventory): short, since a model reads it at every turn. */
-static int put_packages(dynbuf *b, const json_t *inv)
+static int put_packages(dynbuf *b, const json_t *inv, size_t skip_folder)
 {
         const json_t *pkgs = json_object_get(inv, "packages");
         int r = 0;
@@ -394,6 +394,8 @@ static int put_packages(dynbuf *b, const json_t *inv)
         const json_t *folder;
         json_array_foreach (folders, f, folder) {
                 size_t n = json_array_size(folder);
+                if (f == skip_folder)
+                        continue; /* the servers' stubs: put_servers says what they are */
                 if (r >= 0)
                         r = dynbuf_appendf(b, "Packages from " PYPATH_GUEST_DIR "/%zu: ", f);
                 json_array_foreach (folder, i, p) {
@@ -409,8 +411,52 @@ static int put_packages(dynbuf *b, const json_t *inv)
         return r;
 }
 
-static int build_description(const airlock_config *cfg, const json_t *inv, char **ret,
-                             airlock_error *err)
+/* The upstream MCP servers (code mode), in at most MCP_DESCRIBE_MAX bytes
+ * whatever their number: their names and tool counts, and how to discover
+ * the tools. Naming the servers is a deliberate exception to the rule that
+ * the description lists no tools (docs/design.md, "Upstream MCP servers"):
+ * a model that does not know a server is there would not look for it. */
+#define MCP_DESCRIBE_MAX 2048
+static int put_servers(dynbuf *out, const airlock_config *cfg, const mcp_hub *hub)
+{
+        size_t n = hub ? mcp_hub_servers(hub) : cfg->servers.n;
+        if (n == 0)
+                return 0;
+        dynbuf b;
+        dynbuf_init(&b, MCP_DESCRIBE_MAX);
+        int r = dynbuf_appendf(&b, "\nMCP servers: the tools of ");
+        size_t shown = 0;
+        for (size_t i = 0; r >= 0 && i < n; i++) {
+                const char *m = hub ? mcp_hub_server_module(hub, i) : cfg->servers.v[i].module;
+                if (b.len > 900)
+                        break;
+                r = hub ? dynbuf_appendf(&b, "%s%s (%zu tools)", i ? ", " : "", m,
+                                         mcp_hub_server_tools(hub, i))
+                        : dynbuf_appendf(&b, "%s%s", i ? ", " : "", m);
+                shown++;
+        }
+        if (r >= 0 && shown < n)
+                r = dynbuf_appendf(&b, ", and %zu more servers", n - shown);
+        if (r >= 0)
+                r = dynbuf_appendf(
+                    &b,
+                    " are Python functions in the package servers: `from servers import NAME`, "
+                    "then `NAME.TOOL(arg=value)` (keyword arguments; TOOL_async to await many "
+                    "at once). Find tools with `print(servers.search(\"words\"))`, read one "
+                    "with `help(servers.NAME.TOOL)`; the stubs' source is under %s/%zu/servers. "
+                    "A tool returns its structured result or its text; its failure raises "
+                    "servers.ToolError. Prefer one program that calls many tools and prints "
+                    "only what you need. The servers run outside the sandbox and keep their "
+                    "state from call to call (a session's forks share it).\n",
+                    PYPATH_GUEST_DIR, hub ? cfg->n_python_paths - 1 : cfg->n_python_paths);
+        if (r >= 0)
+                r = dynbuf_append(out, b.data, b.len);
+        dynbuf_free(&b);
+        return r;
+}
+
+static int build_description(const airlock_config *cfg, const json_t *inv, const mcp_hub *hub,
+                             char **ret, airlock_error *err)
 {
         dynbuf b;
         dynbuf_init(&b, DESCRIBE_CAP);
@@ -426,7 +472,7 @@ static int build_description(const airlock_config *cfg, const json_t *inv, char 
             "time.\n",
             PY_MAJOR_VERSION, PY_MINOR_VERSION);
         if (r >= 0 && inv)
-                r = put_packages(&b, inv);
+                r = put_packages(&b, inv, hub ? cfg->n_python_paths - 1 : SIZE_MAX);
         /* Preloaded modules cost nothing to import: worth knowing. */
         for (size_t i = 0; r >= 0 && i < cfg->n_preloads; i++)
                 r = dynbuf_appendf(&b, "%s%s%s",
@@ -450,6 +496,8 @@ static int build_description(const airlock_config *cfg, const json_t *inv, char 
                         "Tools:\n");
         for (size_t i = 0; r >= 0 && i < n; i++)
                 r = put_tool(&b, tools_get(cfg->tools, i));
+        if (r >= 0)
+                r = put_servers(&b, cfg, hub);
         if (r >= 0)
                 r = put_files(&b, cfg, err);
         if (r >= 0)
@@ -499,6 +547,13 @@ static int build_instructions(const airlock_config *cfg, char **ret, airlock_err
                                 "from code inside execute_code, with call_tool(\"name\", "
                                 "key=value) (keyword arguments only).\n");
         }
+        if (r >= 0 && cfg->servers.n)
+                r = dynbuf_appendf(&b,
+                                   "- The tools of %zu MCP server%s (named in the "
+                                   "execute_code description) are Python functions inside "
+                                   "execute_code: from servers import NAME; "
+                                   "servers.search(\"words\") finds them.\n",
+                                   cfg->servers.n, cfg->servers.n == 1 ? "" : "s");
         if (r >= 0)
                 r = dynbuf_appendf(&b, allowlist_count(cfg->allow)
                                            ? "- HTTP is allowed only to the targets listed "
@@ -516,14 +571,14 @@ static int build_instructions(const airlock_config *cfg, char **ret, airlock_err
         return 0;
 }
 
-static int describe(const airlock_config *cfg, const json_t *inv, char **ret_description,
-                    char **ret_instructions, airlock_error *err)
+static int describe(const airlock_config *cfg, const json_t *inv, const mcp_hub *hub,
+                    char **ret_description, char **ret_instructions, airlock_error *err)
 {
         if (!cfg)
                 return al_error(err, -EINVAL, NULL, "describe: no configuration");
         _cleanup_free_ char *desc = NULL;
         _cleanup_free_ char *instr = NULL;
-        int r = build_description(cfg, inv, &desc, err);
+        int r = build_description(cfg, inv, hub, &desc, err);
         if (r >= 0)
                 r = build_instructions(cfg, &instr, err);
         if (r < 0)
@@ -539,7 +594,7 @@ int airlock_describe(const airlock_config *cfg, char **ret_description, char **r
                      airlock_error *err)
 {
         airlock_error_clear(err);
-        return describe(cfg, NULL, ret_description, ret_instructions, err);
+        return describe(cfg, NULL, NULL, ret_description, ret_instructions, err);
 }
 
 /* A name or version from the guest, kept only when it is short and made of
@@ -631,16 +686,16 @@ int airlock_sandbox_describe(airlock_sandbox *sb, char **ret_description, char *
         const json_t *inv = sandbox_inventory(sb, err);
         if (!inv)
                 return err && err->code ? err->code : -EIO;
-        return describe(sbx_config(sb), inv, ret_description, ret_instructions, err);
+        return describe(sbx_config(sb), inv, sbx_mcp(sb), ret_description, ret_instructions, err);
 }
 
-static char *describe_json(const airlock_config *cfg, const json_t *inv, const char *warnings,
-                           airlock_error *err);
+static char *describe_json(const airlock_config *cfg, const json_t *inv, const mcp_hub *hub,
+                           const char *warnings, airlock_error *err);
 
 char *airlock_describe_json(const airlock_config *cfg, airlock_error *err)
 {
         airlock_error_clear(err);
-        return describe_json(cfg, NULL, NULL, err);
+        return describe_json(cfg, NULL, NULL, NULL, err);
 }
 
 char *airlock_sandbox_describe_json(airlock_sandbox *sb, airlock_error *err)
@@ -653,15 +708,15 @@ char *airlock_sandbox_describe_json(airlock_sandbox *sb, airlock_error *err)
         const json_t *inv = sandbox_inventory(sb, err);
         if (!inv)
                 return NULL;
-        return describe_json(sbx_config(sb), inv, airlock_sandbox_warnings(sb), err);
+        return describe_json(sbx_config(sb), inv, sbx_mcp(sb), airlock_sandbox_warnings(sb), err);
 }
 
-static char *describe_json(const airlock_config *cfg, const json_t *inv, const char *warnings,
-                           airlock_error *err)
+static char *describe_json(const airlock_config *cfg, const json_t *inv, const mcp_hub *hub,
+                           const char *warnings, airlock_error *err)
 {
         _cleanup_free_ char *desc = NULL;
         _cleanup_free_ char *instr = NULL;
-        if (describe(cfg, inv, &desc, &instr, err) < 0)
+        if (describe(cfg, inv, hub, &desc, &instr, err) < 0)
                 return NULL;
         json_t *o = json_pack(
             "{s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s]}, s:s, s:s}", "name", "execute_code",
@@ -685,6 +740,14 @@ static char *describe_json(const airlock_config *cfg, const json_t *inv, const c
                                       json_array_get(json_object_get(inv, "python_path"), i)));
                 }
                 json_object_set_new(o, "python_path", folders ? folders : json_array());
+                /* The upstream MCP servers, as the sandbox started them. */
+                json_t *sv = json_array();
+                for (size_t i = 0; sv && i < mcp_hub_servers(hub); i++)
+                        json_array_append_new(
+                            sv, json_pack("{s:s, s:s, s:I}", "name", mcp_hub_server_name(hub, i),
+                                          "module", mcp_hub_server_module(hub, i), "tools",
+                                          (json_int_t)mcp_hub_server_tools(hub, i)));
+                json_object_set_new(o, "servers", sv ? sv : json_array());
                 json_t *w = json_array();
                 for (const char *p = warnings; w && p && *p;) {
                         size_t n = strcspn(p, "\n");

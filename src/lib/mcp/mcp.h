@@ -1,0 +1,160 @@
+/* Upstream MCP servers ("code mode"): the servers file, the client that
+ * talks to each server, the Python stubs made from their tool lists, and
+ * the hub that a sandbox keeps of them (docs/design.md, "Upstream MCP
+ * servers (code mode)").
+ *
+ * A configuration holds server specs (mcp_specs: what the servers files
+ * say, checked when added). A sandbox, when it is built, starts each
+ * server on the host (mcp_hub_start), lists its tools, writes the Python
+ * stubs into a folder that the guest sees read-only, and forwards the
+ * guest's calls of "SERVER.TOOL" to the server (mcp_hub_call). The hub
+ * belongs to the sandbox: its processes are never shared with another
+ * configuration, and stop when the sandbox closes. */
+#ifndef AIRLOCK_MCP_H
+#define AIRLOCK_MCP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "airlock.h"
+#include "core/util.h"
+#include "host/secrets.h"
+#include "host/tools.h"
+
+#define MCP_MAX_SERVERS     32
+#define MCP_MAX_TOOLS       1024 /* tools of all servers of one sandbox */
+#define MCP_MAX_FILE        (1u << 20)
+#define MCP_NAME_MAX        64
+#define MCP_DEFAULT_TIMEOUT 60.0
+#define MCP_DEFAULT_RESULT  (1u << 20)
+#define MCP_MAX_RESULT      (16u << 20)
+#define MCP_DEFAULT_CALLS   1000
+#define MCP_START_TIMEOUT_S 30.0
+#define MCP_STDERR_RING     8192
+#define MCP_PROTOCOL_LATEST "2025-11-25"
+#define MCP_PROTOCOL_NEXT   "2026-07-28"
+
+/* ---- the servers files (mcp_config.c) ---- */
+
+typedef struct mcp_spec {
+        char *name;   /* as the file names it */
+        char *module; /* the Python module name: name made an identifier */
+        char *file;   /* the absolute path of the file that declared it, or NULL */
+        char *dir;    /* where relative paths resolve: cwd, else the file's folder, else "." */
+        json_t *json; /* the server's object, as checked */
+} mcp_spec;
+
+typedef struct mcp_specs {
+        mcp_spec *v;
+        size_t n;
+} mcp_specs;
+
+void mcp_specs_free(mcp_specs *s);
+int mcp_specs_clone(const mcp_specs *src, mcp_specs *dst, airlock_error *err);
+/* Checks one server's object and adds it; file (may be NULL) names where it
+ * came from in messages. A name that is there already is -EEXIST. */
+int mcp_specs_add(mcp_specs *s, const char *name, const json_t *server, const char *file,
+                  airlock_error *err);
+/* Reads a servers file ({"mcpServers": {...}} or VS Code's {"servers":
+ * {...}}) and adds every server in it, all or nothing. */
+int mcp_specs_load_file(mcp_specs *s, const char *path, airlock_error *err);
+/* The specs as one JSON object {NAME: server} (fingerprints, to_json). */
+json_t *mcp_specs_to_json(const mcp_specs *s);
+
+/* name made a Python identifier: every character other than ASCII letters,
+ * digits and '_' becomes '_', a leading digit gets '_' before it, and a
+ * keyword (or a name the stubs use themselves) gets '_' after it. Writes
+ * at most size - 1 bytes. */
+void mcp_identifier(const char *name, char *buf, size_t size);
+
+/* ---- one upstream server (mcp_client.c) ---- */
+
+typedef struct mcp_upstream mcp_upstream;
+
+/* The bounds of one request, besides the server's own timeout. */
+typedef struct mcp_bounds {
+        uint64_t deadline_ns; /* CLOCK_MONOTONIC, 0 for none */
+        int cancel_fd;        /* stops the request when readable; -1 for none */
+        size_t max_result;    /* the largest result line accepted */
+} mcp_bounds;
+
+/* Starts the server of spec (its command, args, env with the secrets'
+ * values put in, cwd), initialises it and lists its tools (every page).
+ * *ret_tools is the array of tools as the server gave them. */
+int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_upstream **ret,
+                       json_t **ret_tools, airlock_error *err);
+/* Calls a tool. 0 with *ret_result the CallToolResult; or a negative errno
+ * with a message in err (a timeout, a crash, a reply that is not
+ * JSON-RPC, an error reply): the server is then restarted at the next call
+ * (after a crash, with a backoff). Thread-safe: calls of a stdio server
+ * are in flight at once, those of a server at a URL take turns. */
+int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
+                      const mcp_bounds *b, json_t **ret_result, airlock_error *err);
+/* Stops the server (stdin closed, then SIGTERM, then SIGKILL to its
+ * process group) and frees u. */
+void mcp_upstream_stop(mcp_upstream *u);
+/* mcp_upstream_stop for n servers at once (one grace period for all). */
+void mcp_upstream_stop_all(mcp_upstream *const *v, size_t n);
+
+/* ---- the stubs (mcp_stubs.c) ---- */
+
+typedef struct mcp_tool {
+        char *server;    /* the spec's name */
+        char *module;    /* its Python module */
+        char *name;      /* the tool's name upstream */
+        char *ident;     /* its Python function name */
+        char *host_name; /* "module.ident": what call_tool takes */
+        char *description;
+        json_t *input_schema;
+        json_t *output_schema; /* NULL when the tool declares none */
+        json_t *params_map;    /* {upstream argument name: python name} */
+        tool_info info;        /* for tools_validate */
+        size_t server_index;
+        double timeout_s;
+        size_t max_result;
+        uint32_t max_calls;
+        bool needs_approval;
+        const char *approval_why; /* a static phrase: why it needs approval */
+} mcp_tool;
+
+/* Writes the package "servers" into the folder dir_fd: __init__.py (the
+ * helpers) and one module per server, from the tools. Text from servers
+ * is escaped; nothing of it is ever code. */
+int mcp_stubs_write(int dir_fd, const mcp_tool *tools, size_t n, const char *const *modules,
+                    const char *const *servers, size_t n_servers, airlock_error *err);
+
+/* ---- the hub of a sandbox (mcp_hub.c) ---- */
+
+typedef struct mcp_hub mcp_hub;
+
+/* Starts every server of specs, lists its tools, applies the allow and
+ * deny lists, names the tools for Python, writes the stubs into a new
+ * folder (*ret_dir, malloc'd, removed by mcp_hub_free) and returns the
+ * hub. Warnings (a tool left out) are appended to warnings. */
+int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub **ret,
+                  char **ret_dir, dynbuf *warnings, airlock_error *err);
+void mcp_hub_free(mcp_hub *h);
+/* True when name is a tool of the hub ("module.ident"). */
+bool mcp_hub_owns(const mcp_hub *h, const char *name);
+/* The per-run call counters a run keeps: one per server and one per tool. */
+typedef struct mcp_run_counts {
+        uint32_t server[MCP_MAX_SERVERS];
+        uint32_t *tool; /* MCP_MAX_TOOLS, allocated by the run when first needed */
+} mcp_run_counts;
+/* Forwards a guest's call of name with args: validation, the allow list,
+ * approval, the per-run caps, the call, and the result made what the
+ * stubs expect. On failure *ret_message (and *ret_type, the name of the
+ * exception class in the stubs) are malloc'd. */
+tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
+                       const tool_call_bounds *bounds, mcp_run_counts *counts,
+                       airlock_tool_approver_fn approver, void *approver_data, json_t **ret_result,
+                       char **ret_message, char **ret_type);
+/* For the description: the number of servers, and each one's module name
+ * and tool count. */
+size_t mcp_hub_servers(const mcp_hub *h);
+const char *mcp_hub_server_module(const mcp_hub *h, size_t i);
+const char *mcp_hub_server_name(const mcp_hub *h, size_t i);
+size_t mcp_hub_server_tools(const mcp_hub *h, size_t i);
+
+#endif

@@ -1,0 +1,1322 @@
+/* The MCP client of one upstream server, over stdio (the process, its
+ * supervision, JSON-RPC 2.0 in newline-delimited messages) or Streamable
+ * HTTP (through the gateway).
+ *
+ * The server runs on the host, outside the sandbox, with an environment
+ * of its own: a few variables of the host's (HOME, LOGNAME, PATH, SHELL,
+ * TERM, USER, LANG), then its "env", where "${secret:NAME}" stands for the
+ * value of an airlock secret. It is never trusted: every read is bounded
+ * (a line, a result, the time of a request), and a server that dies, floods
+ * or sends what is not JSON-RPC is killed (its whole process group) and
+ * started afresh at the next call, after a backoff that grows with the
+ * failures in a row. Calls to one server may be in flight at once: each
+ * waits for its own reply, and one of them at a time reads the server's
+ * output for all (stdio_call), so no reader thread is needed. */
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/wire.h"
+#include "host/allowlist.h"
+#include "host/gateway.h"
+#include "mcp/mcp.h"
+
+extern char **environ;
+
+#define READ_CHUNK     65536
+#define LIST_PAGES_MAX 64
+#define BACKOFF_MAX_NS (10ull * 1000000000ull)
+#define STOP_GRACE_MS  300
+
+struct mcp_upstream {
+        pthread_mutex_t lock;
+        char *name;
+        char *exe;   /* the command, resolved */
+        char **argv; /* NULL-terminated */
+        char **envp; /* NULL-terminated; entries may hold secrets: wiped when freed */
+        char *cwd;
+        pid_t pid; /* 0 when not running */
+        int in_fd, out_fd, err_fd;
+        char *buf; /* stdout read and not yet consumed */
+        size_t len, cap;
+        char ring[MCP_STDERR_RING]; /* the last bytes of stderr */
+        size_t ring_at;
+        bool ring_full;
+        json_int_t next_id;
+        unsigned failures; /* in a row */
+        uint64_t retry_at; /* no restart before this (CLOCK_MONOTONIC) */
+        char proto[32];    /* the protocol revision agreed */
+        bool initialized;
+        /* A server at a "url" (Streamable HTTP): no process; each message
+         * is a POST through the gateway, with its allow-list of the one
+         * URL (so its address rules apply). */
+        char *url;
+        json_t *headers;      /* the server's "headers", secrets put in: wiped when freed */
+        net_allowlist *allow; /* the URL alone, POST and DELETE */
+        char *session;        /* Mcp-Session-Id, once the server gave one */
+        /* Calls of a stdio server in flight at once (stdio_call): each
+         * waits for its reply under lock; one of them at a time reads the
+         * server's output (reading) and hands the others their replies
+         * (cv). gen counts the processes: a waiter whose process is gone
+         * gets fail_code and fail_msg. */
+        pthread_cond_t cv;
+        struct pending *waiting;
+        bool reading;
+        bool starting;
+        unsigned gen;
+        int fail_code;
+        char fail_msg[AIRLOCK_MESSAGE_MAX];
+};
+
+/* A call waiting for its reply. */
+typedef struct pending {
+        json_int_t id;
+        json_t *reply;   /* set by the reader */
+        size_t max_line; /* the longest reply this call takes */
+        struct pending *next;
+} pending;
+
+/* ---- the process ---------------------------------------------------- */
+
+static void close_fd(int *fd)
+{
+        if (*fd >= 0) {
+                close(*fd);
+                *fd = -1;
+        }
+}
+
+static void ring_put(mcp_upstream *u, const char *d, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                u->ring[u->ring_at++] = d[i];
+                if (u->ring_at == sizeof(u->ring)) {
+                        u->ring_at = 0;
+                        u->ring_full = true;
+                }
+        }
+}
+
+/* The last lines of the server's stderr, at most max bytes, for a message;
+ * "" when there are none. Malloc'd (NULL when out of memory). */
+static char *ring_tail(const mcp_upstream *u, size_t max)
+{
+        char tmp[MCP_STDERR_RING];
+        size_t n = 0;
+        if (u->ring_full) {
+                memcpy(tmp, u->ring + u->ring_at, sizeof(u->ring) - u->ring_at);
+                n = sizeof(u->ring) - u->ring_at;
+        }
+        memcpy(tmp + n, u->ring, u->ring_at);
+        n += u->ring_at;
+        while (n && (tmp[n - 1] == '\n' || tmp[n - 1] == '\r' || tmp[n - 1] == ' '))
+                n--;
+        size_t from = n > max ? n - max : 0;
+        char *s = al_utf8_sanitize(tmp + from, n - from);
+        for (char *p = s; p && *p; p++)
+                if (*p == '\n' || *p == '\r' || *p == '\t')
+                        *p = ' ';
+        return s;
+}
+
+static void drain_stderr(mcp_upstream *u)
+{
+        char chunk[4096];
+        for (int i = 0; u->err_fd >= 0 && i < 64; i++) {
+                ssize_t n = read(u->err_fd, chunk, sizeof(chunk));
+                if (n > 0) {
+                        ring_put(u, chunk, (size_t)n);
+                        continue;
+                }
+                if (n == 0 || (errno != EINTR && errno != EAGAIN))
+                        close_fd(&u->err_fd);
+                break;
+        }
+}
+
+/* Kills the server's process group at once and reaps it. */
+static void kill_now(mcp_upstream *u, int *ret_status)
+{
+        close_fd(&u->in_fd);
+        close_fd(&u->out_fd);
+        if (u->err_fd >= 0)
+                drain_stderr(u);
+        close_fd(&u->err_fd);
+        if (u->pid > 0) {
+                kill(-u->pid, SIGKILL);
+                kill(u->pid, SIGKILL);
+                int st = 0;
+                while (waitpid(u->pid, &st, 0) < 0 && errno == EINTR)
+                        ;
+                if (ret_status)
+                        *ret_status = st;
+        }
+        u->pid = 0;
+        u->len = 0;
+        u->initialized = false;
+        u->gen++;
+}
+
+/* Records a failure of the process: it is killed, and the next start waits
+ * a backoff of 0 s after the first failure in a row, then 0.25 s doubling
+ * up to 10 s. */
+static void fail_process(mcp_upstream *u)
+{
+        kill_now(u, NULL);
+        u->failures++;
+        uint64_t d = 0;
+        if (u->failures > 1) {
+                d = 250000000ull << (u->failures - 2 < 6 ? u->failures - 2 : 6);
+                if (d > BACKOFF_MAX_NS)
+                        d = BACKOFF_MAX_NS;
+        }
+        u->retry_at = al_now_ns() + d;
+}
+
+static int spawn(mcp_upstream *u, airlock_error *err)
+{
+        int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1};
+        int r = 0;
+        /* stdin is a socket: writing to a server that quit is EPIPE through
+         * MSG_NOSIGNAL, not a SIGPIPE to the host process. */
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) < 0 ||
+            pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
+                r = errno;
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        bool fa_ok = false, attr_ok = false;
+        if (!r)
+                fa_ok = !(r = posix_spawn_file_actions_init(&fa));
+        if (!r)
+                attr_ok = !(r = posix_spawnattr_init(&attr));
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, in[1], 0);
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+        if (!r)
+                r = posix_spawn_file_actions_addchdir_np(&fa, u->cwd);
+        if (!r)
+                r = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+        if (!r) {
+                sigset_t none, all;
+                sigemptyset(&none);
+                sigfillset(&all);
+                sigdelset(&all, SIGKILL);
+                sigdelset(&all, SIGSTOP);
+                r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                                        POSIX_SPAWN_SETSIGDEF);
+                if (!r)
+                        r = posix_spawnattr_setpgroup(&attr, 0);
+                if (!r)
+                        r = posix_spawnattr_setsigmask(&attr, &none);
+                if (!r)
+                        r = posix_spawnattr_setsigdefault(&attr, &all);
+        }
+        pid_t pid = 0;
+        if (!r)
+                r = posix_spawn(&pid, u->exe, &fa, &attr, u->argv, u->envp);
+        if (fa_ok)
+                posix_spawn_file_actions_destroy(&fa);
+        if (attr_ok)
+                posix_spawnattr_destroy(&attr);
+        close_fd(&in[1]);
+        close_fd(&out[1]);
+        close_fd(&errp[1]);
+        if (r) {
+                close_fd(&in[0]);
+                close_fd(&out[0]);
+                close_fd(&errp[0]);
+                return al_error(err, -r, NULL, "server '%s': cannot start %s: %s", u->name, u->exe,
+                                strerror(r));
+        }
+        u->pid = pid;
+        u->in_fd = in[0];
+        u->out_fd = out[0];
+        u->err_fd = errp[0];
+        fcntl(u->out_fd, F_SETFL, O_NONBLOCK);
+        fcntl(u->err_fd, F_SETFL, O_NONBLOCK);
+        u->len = 0;
+        u->ring_at = 0;
+        u->ring_full = false;
+        return 0;
+}
+
+/* ---- messages ------------------------------------------------------- */
+
+/* The time left until the earlier of deadline and now + timeout_s, in ms
+ * for poll (at least 0). */
+static int ms_left(uint64_t deadline)
+{
+        uint64_t now = al_now_ns();
+        if (now >= deadline)
+                return 0;
+        uint64_t ms = (deadline - now + 999999) / 1000000;
+        return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+static uint64_t deadline_of(const mcp_bounds *b, double timeout_s)
+{
+        uint64_t d = al_now_ns() + (uint64_t)(timeout_s * 1e9);
+        if (b && b->deadline_ns && b->deadline_ns < d)
+                d = b->deadline_ns;
+        return d;
+}
+
+static bool cancelled(const mcp_bounds *b)
+{
+        if (!b || b->cancel_fd < 0)
+                return false;
+        struct pollfd p = {b->cancel_fd, POLLIN, 0};
+        return poll(&p, 1, 0) == 1;
+}
+
+/* Writes msg and a newline to the server, within deadline. */
+static int http_message(mcp_upstream *u, json_t *msg, json_int_t id, uint64_t deadline,
+                        const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err);
+
+static int send_msg(mcp_upstream *u, json_t *msg, uint64_t deadline, airlock_error *err)
+{
+        if (u->url)
+                return http_message(u, msg, 0, deadline, NULL, 1u << 20, NULL, err);
+        _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
+        if (!text)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        size_t n = strlen(text);
+        text[n] = '\n'; /* json_dumps leaves room for the NUL only: put it back below */
+        size_t off = 0;
+        int r = 0;
+        while (off < n + 1) {
+                ssize_t w = send(u->in_fd, text + off, n + 1 - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w > 0) {
+                        off += (size_t)w;
+                        continue;
+                }
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w < 0 && errno == EAGAIN) {
+                        struct pollfd p = {u->in_fd, POLLOUT, 0};
+                        int t = ms_left(deadline);
+                        if (t == 0 || poll(&p, 1, t) == 0) {
+                                r = al_error(err, -ETIMEDOUT, NULL,
+                                             "server '%s' does not read its input", u->name);
+                                break;
+                        }
+                        drain_stderr(u);
+                        continue;
+                }
+                r = al_error(err, -EPIPE, NULL, "server '%s' closed its input", u->name);
+                break;
+        }
+        text[n] = '\0';
+        return r;
+}
+
+/* The reply to a request the server makes of us: "ping" is answered, the
+ * rest (sampling, elicitation, roots) this client does not offer. */
+static void answer_request(mcp_upstream *u, json_t *msg, uint64_t deadline)
+{
+        const char *m = json_string_value(json_object_get(msg, "method"));
+        json_t *id = json_object_get(msg, "id");
+        _cleanup_json_ json_t *reply =
+            m && strcmp(m, "ping") == 0
+                ? json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", id, "result")
+                : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error", "code",
+                            -32601, "message", "airlock's client does not offer this");
+        airlock_error e;
+        if (reply)
+                (void)send_msg(u, reply, deadline, &e);
+}
+
+/* The message for a server that is gone: its exit status and the end of
+ * its stderr. */
+static int gone(mcp_upstream *u, const char *what, airlock_error *err)
+{
+        int st = 0;
+        kill_now(u, &st);
+        _cleanup_free_ char *tail = ring_tail(u, 600);
+        char how[64];
+        if (WIFEXITED(st))
+                snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(st));
+        else if (WIFSIGNALED(st))
+                snprintf(how, sizeof(how), "was killed by signal %d", WTERMSIG(st));
+        else
+                snprintf(how, sizeof(how), "stopped");
+        return al_error(err, -EPIPE, NULL, "server '%s' %s%s%s%s%s%s", u->name, how,
+                        *what ? " " : "", what, tail && *tail ? " (its stderr: " : "",
+                        tail && *tail ? tail : "", tail && *tail ? ")" : "");
+}
+
+/* Reads until the reply to request id: answers the server's own requests,
+ * drops notifications and replies to other (cancelled) ids. A line longer
+ * than max_line, or one that is not a JSON-RPC message, is -EPROTO. */
+static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const mcp_bounds *b,
+                      size_t max_line, json_t **ret, airlock_error *err)
+{
+        for (;;) {
+                char *nl = u->len ? memchr(u->buf, '\n', u->len) : NULL;
+                if (nl) {
+                        size_t n = (size_t)(nl - u->buf);
+                        json_error_t jerr;
+                        json_t *msg = n ? json_loadb(u->buf, n, 0, &jerr) : NULL;
+                        memmove(u->buf, nl + 1, u->len - n - 1);
+                        u->len -= n + 1;
+                        if (n == 0 || (n == 1 && u->buf[0] == '\r'))
+                                continue;
+                        const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
+                        if (!json_is_object(msg) || !ver || strcmp(ver, "2.0") != 0) {
+                                json_decref(msg);
+                                return al_error(err, -EPROTO, NULL,
+                                                "server '%s' sent a line that is not a JSON-RPC "
+                                                "2.0 message%s%s",
+                                                u->name, msg ? "" : ": ", msg ? "" : jerr.text);
+                        }
+                        json_t *mid = json_object_get(msg, "id");
+                        bool has_method = json_object_get(msg, "method") != NULL;
+                        if (has_method && mid) {
+                                answer_request(u, msg, deadline);
+                        } else if (!has_method && json_is_integer(mid) &&
+                                   json_integer_value(mid) == id) {
+                                *ret = msg;
+                                return 0;
+                        }
+                        json_decref(msg);
+                        continue;
+                }
+                if (u->len > max_line)
+                        return al_error(err, -E2BIG, NULL,
+                                        "server '%s' sent a message larger than %zu bytes", u->name,
+                                        max_line);
+                if (cancelled(b))
+                        return al_error(err, -ECANCELED, NULL, "the run was cancelled");
+                int t = ms_left(deadline);
+                if (t == 0)
+                        return al_error(err, -ETIMEDOUT, NULL, "timed out");
+                struct pollfd p[3] = {{u->out_fd, POLLIN, 0},
+                                      {u->err_fd, POLLIN, 0},
+                                      {b ? b->cancel_fd : -1, POLLIN, 0}};
+                int pr = poll(p, 3, t);
+                if (pr < 0 && errno != EINTR)
+                        return al_error(err, -errno, NULL, "poll: %m");
+                if (p[1].revents)
+                        drain_stderr(u);
+                if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+                        continue;
+                if (u->cap - u->len < READ_CHUNK) {
+                        size_t cap = u->cap ? u->cap * 2 : 2 * READ_CHUNK;
+                        if (cap < u->len + READ_CHUNK)
+                                cap = u->len + READ_CHUNK;
+                        char *nb = realloc(u->buf, cap);
+                        if (!nb)
+                                return al_error(err, -ENOMEM, NULL, "out of memory");
+                        u->buf = nb;
+                        u->cap = cap;
+                }
+                ssize_t n = read(u->out_fd, u->buf + u->len, READ_CHUNK);
+                if (n > 0) {
+                        u->len += (size_t)n;
+                } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+                        /* Its stderr may still hold why. */
+                        struct pollfd pe = {u->err_fd, POLLIN, 0};
+                        if (u->err_fd >= 0 && poll(&pe, 1, 100) > 0)
+                                drain_stderr(u);
+                        return gone(u, "", err);
+                }
+        }
+}
+
+/* ---- Streamable HTTP ------------------------------------------------- */
+
+/* POSTs msg (or DELETEs the session when msg is NULL) and returns the
+ * response {"status", "headers", "body_base64"} of the gateway. */
+static int http_exchange(mcp_upstream *u, json_t *msg, uint64_t deadline, const mcp_bounds *b,
+                         size_t max_body, json_t **ret, airlock_error *err)
+{
+        _cleanup_free_ char *text = msg ? json_dumps(msg, JSON_COMPACT) : strdup("");
+        _cleanup_free_ char *body =
+            text ? al_base64_encode((const unsigned char *)text, strlen(text), NULL) : NULL;
+        json_t *h = json_deep_copy(u->headers);
+        if (!body || !h) {
+                json_decref(h);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        json_object_set_new(h, "Content-Type", json_string("application/json"));
+        json_object_set_new(h, "Accept", json_string("application/json, text/event-stream"));
+        if (u->session)
+                json_object_set_new(h, "Mcp-Session-Id", json_string(u->session));
+        if (u->initialized || (msg && u->proto[0]))
+                json_object_set_new(h, "MCP-Protocol-Version", json_string(u->proto));
+        _cleanup_json_ json_t *req =
+            json_pack("{s:s, s:s, s:o, s:s}", WIRE_KEY_METHOD, msg ? "POST" : "DELETE",
+                      WIRE_KEY_URL, u->url, WIRE_KEY_HEADERS, h, WIRE_KEY_BODY_BASE64, body);
+        if (!req)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        airlock_limits lim;
+        airlock_limits_default(&lim);
+        lim.http_max_response = max_body;
+        lim.http_max_request = (16u << 20) + 4096;
+        uint64_t now = al_now_ns();
+        lim.http_timeout_s = deadline > now ? (double)(deadline - now) / 1e9 + 1 : 1;
+        airlock_error e;
+        airlock_error_clear(&e);
+        int r = gateway_request_ex(u->allow, &lim, req, deadline, b ? b->cancel_fd : -1, ret, &e);
+        if (r == -ETIMEDOUT || r == -ECANCELED)
+                return al_error(err, r, NULL, "%s",
+                                r == -ETIMEDOUT ? "timed out" : "the run was cancelled");
+        if (r < 0)
+                return al_error(err, r == -E2BIG ? -E2BIG : -EPIPE, NULL, "server '%s': %s",
+                                u->name, e.message);
+        return 0;
+}
+
+/* Finds the reply to id among the messages of a response body: one JSON
+ * value (a message or a batch) or a stream of server-sent events, each
+ * event's data lines one message. */
+static int http_find_reply(mcp_upstream *u, const char *ctype, const unsigned char *body,
+                           size_t len, json_int_t id, json_t **ret, airlock_error *err)
+{
+        bool sse = ctype && strncmp(ctype, "text/event-stream", 17) == 0;
+        dynbuf data;
+        dynbuf_init(&data, len + 1);
+        size_t at = 0;
+        int r = 0;
+        while (at <= len && r >= 0) {
+                const unsigned char *nl = at < len ? memchr(body + at, '\n', len - at) : NULL;
+                size_t end = nl ? (size_t)(nl - body) : len;
+                size_t n = end - at;
+                const char *line = (const char *)body + at;
+                if (n && line[n - 1] == '\r')
+                        n--;
+                bool dispatch = !sse ? end == len : n == 0;
+                if (sse && n >= 5 && strncmp(line, "data:", 5) == 0) {
+                        size_t off = n > 5 && line[5] == ' ' ? 6 : 5;
+                        if (data.len)
+                                r = dynbuf_append(&data, "\n", 1);
+                        if (r >= 0)
+                                r = dynbuf_append(&data, line + off, n - off);
+                } else if (!sse) {
+                        r = dynbuf_append(&data, line, end - at);
+                        if (r >= 0 && nl)
+                                r = dynbuf_append(&data, "\n", 1);
+                }
+                if ((dispatch || end == len) && data.len && r >= 0) {
+                        json_error_t jerr;
+                        json_t *v = json_loadb(data.data, data.len, 0, &jerr);
+                        data.len = 0;
+                        if (!v) {
+                                r = al_error(err, -EPROTO, NULL,
+                                             "server '%s' sent a message that is not JSON: %s",
+                                             u->name, jerr.text);
+                                break;
+                        }
+                        json_t *list = json_is_array(v) ? v : NULL;
+                        size_t i, m = list ? json_array_size(list) : 1;
+                        for (i = 0; i < m && !*ret; i++) {
+                                json_t *x = list ? json_array_get(list, i) : v;
+                                json_t *mid = json_object_get(x, "id");
+                                if (!json_object_get(x, "method") && json_is_integer(mid) &&
+                                    json_integer_value(mid) == id)
+                                        *ret = json_incref(x);
+                        }
+                        json_decref(v);
+                        if (*ret)
+                                break;
+                }
+                if (!nl)
+                        break;
+                at = end + 1;
+        }
+        dynbuf_free(&data);
+        if (r < 0)
+                return r;
+        if (!*ret)
+                return al_error(err, -EPROTO, NULL,
+                                "server '%s' answered without the reply to the request", u->name);
+        return 0;
+}
+
+/* One message over HTTP: a notification (id 0: 202 Accepted expected) or
+ * a request and its reply. A 404 with a session is the session's end. */
+static int http_message(mcp_upstream *u, json_t *msg, json_int_t id, uint64_t deadline,
+                        const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err)
+{
+        _cleanup_json_ json_t *resp = NULL;
+        int r = http_exchange(u, msg, deadline, b, max_line, &resp, err);
+        if (r < 0)
+                return r;
+        int status = (int)json_integer_value(json_object_get(resp, WIRE_KEY_STATUS));
+        json_t *hdrs = json_object_get(resp, WIRE_KEY_HEADERS);
+        if (status == 404 && u->session) {
+                free(u->session);
+                u->session = NULL;
+                u->initialized = false;
+                return al_error(err, -EPIPE, NULL, "server '%s' ended its session (HTTP 404)",
+                                u->name);
+        }
+        if (status < 200 || status > 299)
+                return al_error(err, -EPROTO, NULL, "server '%s' answered HTTP %d", u->name,
+                                status);
+        const char *sid = json_string_value(json_object_get(hdrs, "mcp-session-id"));
+        if (sid && (!u->session || strcmp(sid, u->session) != 0)) {
+                free(u->session);
+                u->session = strdup(sid);
+        }
+        if (id == 0)
+                return 0;
+        const char *b64 = json_string_value(json_object_get(resp, WIRE_KEY_BODY_BASE64));
+        _cleanup_free_ unsigned char *body = NULL;
+        size_t len = 0;
+        if (!b64 || al_base64_decode(b64, strlen(b64), &body, &len) < 0)
+                return al_error(err, -EPROTO, NULL, "server '%s' sent no body", u->name);
+        return http_find_reply(u, json_string_value(json_object_get(hdrs, "content-type")), body,
+                               len, id, ret, err);
+}
+
+/* One request: method with params, its reply's "result" in *ret (or the
+ * error reply as -EREMOTEIO with its message). A request that times out or
+ * is cancelled is cancelled upstream too (notifications/cancelled). */
+static int request(mcp_upstream *u, const char *method, json_t *params, uint64_t deadline,
+                   const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err)
+{
+        json_int_t id = ++u->next_id;
+        _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", id,
+                                               "method", method, "params", params);
+        if (!msg)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        _cleanup_json_ json_t *reply = NULL;
+        int r;
+        if (u->url) {
+                r = http_message(u, msg, id, deadline, b, max_line, &reply, err);
+        } else {
+                r = send_msg(u, msg, deadline, err);
+                if (r == -EPIPE)
+                        return gone(u, "before the request could be sent", err);
+                if (r < 0)
+                        return r;
+                r = read_reply(u, id, deadline, b, max_line, &reply, err);
+        }
+        if (r == -ETIMEDOUT || r == -ECANCELED) {
+                _cleanup_json_ json_t *c = json_pack(
+                    "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
+                    "notifications/cancelled", "params", "requestId", id, "reason",
+                    r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+                airlock_error e;
+                if (c && (u->in_fd >= 0 || u->url))
+                        (void)send_msg(u, c, al_now_ns() + (u->url ? 1000000000ull : 100000000ull),
+                                       &e);
+        }
+        if (r < 0)
+                return r;
+        json_t *e = json_object_get(reply, "error");
+        if (e) {
+                const char *m = json_string_value(json_object_get(e, "message"));
+                _cleanup_free_ char *clean = al_utf8_sanitize(m ? m : "", m ? strlen(m) : 0);
+                return al_error(err, -EREMOTEIO, NULL, "%.600s (JSON-RPC error %lld)",
+                                clean && *clean ? clean : "no message",
+                                (long long)json_integer_value(json_object_get(e, "code")));
+        }
+        json_t *res = json_object_get(reply, "result");
+        if (!json_is_object(res))
+                return al_error(err, -EPROTO, NULL, "server '%s' sent a reply without a result",
+                                u->name);
+        *ret = json_incref(res);
+        return 0;
+}
+
+/* Starts the process and the session: initialize, then the initialized
+ * notification. The protocol revision asked for is the newest this client
+ * speaks; a server that offers an older one this client knows is fine. */
+static int start_session(mcp_upstream *u, const mcp_bounds *b, airlock_error *err)
+{
+        uint64_t now = al_now_ns();
+        if (now < u->retry_at) {
+                uint64_t bound = b && b->deadline_ns ? b->deadline_ns : UINT64_MAX;
+                if (u->retry_at > bound)
+                        return al_error(err, -EAGAIN, NULL,
+                                        "server '%s' failed %u times in a row; the next restart "
+                                        "is in %.1f s",
+                                        u->name, u->failures, (double)(u->retry_at - now) / 1e9);
+                struct timespec ts = {(time_t)((u->retry_at - now) / 1000000000ull),
+                                      (long)((u->retry_at - now) % 1000000000ull)};
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
+        int r = u->url ? 0 : spawn(u, err);
+        if (r < 0) {
+                fail_process(u);
+                return r;
+        }
+        free(u->session);
+        u->session = NULL;
+        u->proto[0] = '\0';
+        uint64_t deadline = deadline_of(b, MCP_START_TIMEOUT_S);
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", MCP_PROTOCOL_LATEST,
+                      "capabilities", "clientInfo", "name", "airlock", "version", AIRLOCK_VERSION);
+        _cleanup_json_ json_t *res = NULL;
+        airlock_error e;
+        airlock_error_clear(&e);
+        r = params ? request(u, "initialize", params, deadline, b, 1u << 20, &res, &e) : -ENOMEM;
+        const char *v = json_string_value(json_object_get(res, "protocolVersion"));
+        static const char *const known[] = {MCP_PROTOCOL_NEXT, MCP_PROTOCOL_LATEST, "2025-06-18",
+                                            "2025-03-26"};
+        bool ok = false;
+        for (size_t i = 0; r >= 0 && v && i < ARRAY_SIZE(known); i++)
+                ok |= strcmp(v, known[i]) == 0;
+        if (r >= 0 && !ok)
+                r = al_error(&e, -EPROTO, NULL,
+                             "it offers protocol revision %.40s, which airlock "
+                             "does not speak (%s or older to 2025-03-26)",
+                             v ? v : "(none)", MCP_PROTOCOL_LATEST);
+        if (r >= 0) {
+                snprintf(u->proto, sizeof(u->proto), "%s", v);
+                _cleanup_json_ json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method",
+                                                     "notifications/initialized");
+                r = n ? send_msg(u, n, deadline, &e) : -ENOMEM;
+        }
+        if (r < 0) {
+                bool dead = u->pid == 0 && !u->url;
+                fail_process(u);
+                if (dead || r == -EPIPE)
+                        return al_error(err, r, NULL, "%s", e.message);
+                return al_error(err, r, NULL, "server '%s' did not start: %s", u->name, e.message);
+        }
+        u->initialized = true;
+        return 0;
+}
+
+/* ---- the object ------------------------------------------------------ */
+
+static void strv_free_wipe(char **v)
+{
+        for (char **p = v; p && *p; p++)
+                secrets_wipe_free(*p, strlen(*p));
+        free(v);
+}
+
+static void upstream_free(mcp_upstream *u)
+{
+        free(u->name);
+        free(u->exe);
+        for (char **p = u->argv; p && *p; p++)
+                free(*p);
+        free(u->argv);
+        strv_free_wipe(u->envp);
+        free(u->cwd);
+        free(u->buf);
+        free(u->url);
+        free(u->session);
+        allowlist_free(u->allow);
+        if (u->headers) {
+                const char *k;
+                json_t *v;
+                json_object_foreach (u->headers, k, v) {
+                        size_t n = json_string_length(v);
+                        if (n)
+                                explicit_bzero((char *)json_string_value(v), n);
+                }
+                json_decref(u->headers);
+        }
+        pthread_mutex_destroy(&u->lock);
+        pthread_cond_destroy(&u->cv);
+        free(u);
+}
+
+/* "${secret:NAME}" in v replaced by the values (malloc'd, for the server's
+ * environment only). An unknown secret is -ENOENT naming it. */
+static int expand(const char *server, const char *key, const char *v, const secret_store *secrets,
+                  char **ret, airlock_error *err)
+{
+        dynbuf b;
+        dynbuf_init(&b, 1u << 20);
+        const char *p = v;
+        int r = 0;
+        for (const char *s; r >= 0 && (s = strstr(p, "${secret:"));) {
+                const char *e = strchr(s + 9, '}');
+                char name[SECRET_NAME_MAX + 1];
+                size_t n = (size_t)(e - (s + 9));
+                memcpy(name, s + 9, n);
+                name[n] = '\0';
+                const unsigned char *val;
+                size_t len;
+                if (secrets_value(secrets, name, &val, &len) < 0) {
+                        r = al_error(err, -ENOENT, NULL,
+                                     "server '%s': \"%s\" names the secret '%s', which is not "
+                                     "declared (--secret %s=...)",
+                                     server, key, name, name);
+                        break;
+                }
+                r = dynbuf_append(&b, p, (size_t)(s - p));
+                if (r >= 0)
+                        r = dynbuf_append(&b, val, len);
+                p = e + 1;
+        }
+        if (r >= 0)
+                r = dynbuf_append(&b, p, strlen(p) + 1);
+        if (r < 0) {
+                if (b.data)
+                        explicit_bzero(b.data, b.len);
+                dynbuf_free(&b);
+                return r == -ENOENT ? r : al_error(err, r, NULL, "out of memory");
+        }
+        *ret = dynbuf_take(&b, NULL);
+        return 0;
+}
+
+/* Resolves the command as check_server did: against cwd or on PATH. */
+static char *resolve_exe(const char *cmd, const char *cwd, const char *path)
+{
+        char buf[PATH_MAX];
+        if (strchr(cmd, '/')) {
+                snprintf(buf, sizeof(buf), "%s%s%s", cmd[0] == '/' ? "" : cwd,
+                         cmd[0] == '/' ? "" : "/", cmd);
+                return access(buf, X_OK) == 0 ? strdup(buf) : NULL;
+        }
+        if (!path)
+                path = "/usr/local/bin:/usr/bin:/bin";
+        for (const char *p = path;;) {
+                size_t n = strcspn(p, ":");
+                if (n && snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, cmd) < (int)sizeof(buf)) {
+                        struct stat st;
+                        if (stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
+                                return strdup(buf);
+                }
+                if (!p[n])
+                        return NULL;
+                p += n + 1;
+        }
+}
+
+/* A server at a "url": its headers with the secrets put in, and an
+ * allow-list of its URL alone, so that the gateway's address rules (a
+ * private or loopback address only when the URL names it) hold for it as
+ * for the guest's own requests. */
+static int http_new(mcp_upstream *u, const mcp_spec *spec, const secret_store *secrets,
+                    airlock_error *err)
+{
+        const json_t *o = spec->json;
+        u->url = strdup(json_string_value(json_object_get(o, "url")));
+        u->headers = json_object();
+        if (!u->url || !u->headers)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        const char *key;
+        const json_t *v;
+        json_object_foreach (json_object_get(o, "headers"), key, v) {
+                char *val = NULL;
+                int r = expand(spec->name, "headers", json_string_value(v), secrets, &val, err);
+                if (r < 0)
+                        return r;
+                json_object_set_new(u->headers, key, json_string(val));
+                secrets_wipe_free(val, strlen(val));
+        }
+        int r = allowlist_new(&u->allow, err);
+        if (r >= 0)
+                r = allowlist_add(u->allow, u->url, "POST,DELETE", err);
+        if (r < 0)
+                return al_error(err, r, spec->file, "server '%s': \"url\": %s", spec->name,
+                                err ? err->message : "not a URL the gateway takes");
+        return 0;
+}
+
+static int upstream_new(const mcp_spec *spec, const secret_store *secrets, mcp_upstream **ret,
+                        airlock_error *err)
+{
+        mcp_upstream *u = calloc(1, sizeof(*u));
+        if (!u)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        pthread_mutex_init(&u->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&u->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        u->in_fd = u->out_fd = u->err_fd = -1;
+        const json_t *o = spec->json;
+        if (json_object_get(o, "url")) {
+                u->name = strdup(spec->name);
+                int r = u->name ? http_new(u, spec, secrets, err)
+                                : al_error(err, -ENOMEM, NULL, "out of memory");
+                if (r < 0) {
+                        upstream_free(u);
+                        return r;
+                }
+                *ret = u;
+                return 0;
+        }
+        const json_t *args = json_object_get(o, "args"), *env = json_object_get(o, "env");
+        const char *cwd = json_string_value(json_object_get(o, "cwd"));
+        char cwdbuf[PATH_MAX];
+        if (cwd && cwd[0] != '/') {
+                snprintf(cwdbuf, sizeof(cwdbuf), "%s/%s", spec->dir, cwd);
+                cwd = cwdbuf;
+        }
+        u->name = strdup(spec->name);
+        u->cwd = strdup(cwd ? cwd : spec->dir);
+        size_t na = json_array_size(args);
+        u->argv = calloc(na + 2, sizeof(char *));
+        int r = u->name && u->cwd && u->argv ? 0 : -ENOMEM;
+        const char *cmd = json_string_value(json_object_get(o, "command"));
+        if (r >= 0)
+                r = (u->argv[0] = strdup(cmd)) ? 0 : -ENOMEM;
+        for (size_t i = 0; r >= 0 && i < na; i++)
+                r = (u->argv[i + 1] = strdup(json_string_value(json_array_get(args, i)))) ? 0
+                                                                                          : -ENOMEM;
+        /* The environment: the few variables a program expects of its
+         * user, from the host, then the server's own "env". */
+        static const char *const inherit[] = {"HOME", "LOGNAME", "PATH", "SHELL",
+                                              "TERM", "USER",    "LANG"};
+        size_t ne = json_object_size(env) + ARRAY_SIZE(inherit) + 1, k = 0;
+        u->envp = calloc(ne, sizeof(char *));
+        if (r >= 0 && !u->envp)
+                r = -ENOMEM;
+        for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(inherit); i++) {
+                const char *v = getenv(inherit[i]);
+                if (!v || json_object_get(env, inherit[i]))
+                        continue;
+                if (asprintf(&u->envp[k], "%s=%s", inherit[i], v) < 0) {
+                        u->envp[k] = NULL;
+                        r = -ENOMEM;
+                } else {
+                        k++;
+                }
+        }
+        if (r < 0) {
+                upstream_free(u);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        const char *key;
+        const json_t *v;
+        json_object_foreach ((json_t *)env, key, v) {
+                _cleanup_free_ char *val = NULL;
+                r = expand(spec->name, "env", json_string_value(v), secrets, &val, err);
+                if (r < 0) {
+                        upstream_free(u);
+                        return r;
+                }
+                size_t len = strlen(key) + 1 + strlen(val) + 1;
+                char *e = malloc(len);
+                if (e)
+                        snprintf(e, len, "%s=%s", key, val);
+                secrets_wipe_free(TAKE_PTR(val), strlen(val));
+                if (!e) {
+                        upstream_free(u);
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                }
+                u->envp[k++] = e;
+        }
+        const char *path = json_string_value(json_object_get(env, "PATH"));
+        u->exe = resolve_exe(cmd, u->cwd, path ? path : getenv("PATH"));
+        if (!u->exe) {
+                al_error(err, -ENOENT, spec->file,
+                         "server '%s': \"command\" '%.200s' is not an "
+                         "executable file%s",
+                         spec->name, cmd, strchr(cmd, '/') ? "" : " on PATH");
+                upstream_free(u);
+                return -ENOENT;
+        }
+        *ret = u;
+        return 0;
+}
+
+int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_upstream **ret,
+                       json_t **ret_tools, airlock_error *err)
+{
+        mcp_upstream *u = NULL;
+        int r = upstream_new(spec, secrets, &u, err);
+        if (r < 0)
+                return r;
+        mcp_bounds b = {al_now_ns() + (uint64_t)(MCP_START_TIMEOUT_S * 1e9), -1, 0};
+        r = start_session(u, &b, err);
+        json_t *tools = r >= 0 ? json_array() : NULL;
+        if (r >= 0 && !tools)
+                r = al_error(err, -ENOMEM, NULL, "out of memory");
+        /* Every page of tools/list, within the start's time. */
+        _cleanup_json_ json_t *cursor = NULL;
+        for (int page = 0; r >= 0; page++) {
+                if (page == LIST_PAGES_MAX) {
+                        r = al_error(err, -E2BIG, NULL,
+                                     "server '%s': tools/list has more than %d pages", u->name,
+                                     LIST_PAGES_MAX);
+                        break;
+                }
+                _cleanup_json_ json_t *params =
+                    cursor ? json_pack("{s:O}", "cursor", cursor) : json_object();
+                _cleanup_json_ json_t *res = NULL;
+                airlock_error e;
+                airlock_error_clear(&e);
+                r = request(u, "tools/list", params, b.deadline_ns, &b, 16u << 20, &res, &e);
+                if (r < 0) {
+                        r = al_error(err, r, NULL, "server '%s': tools/list: %s", u->name,
+                                     e.message);
+                        break;
+                }
+                json_t *list = json_object_get(res, "tools");
+                if (!json_is_array(list)) {
+                        r = al_error(err, -EPROTO, NULL,
+                                     "server '%s': tools/list: the result has no \"tools\" array",
+                                     u->name);
+                        break;
+                }
+                json_array_extend(tools, list);
+                json_decref(cursor);
+                cursor = json_incref(json_object_get(res, "nextCursor"));
+                if (!json_is_string(cursor))
+                        break;
+        }
+        if (r < 0) {
+                json_decref(tools);
+                mcp_upstream_stop(u);
+                return r;
+        }
+        u->failures = 0;
+        *ret = u;
+        *ret_tools = tools;
+        return 0;
+}
+
+/* ---- calls in flight at once (stdio) ----------------------------------- */
+
+/* Takes the complete lines of u->buf as messages into msgs. A line that is
+ * not a JSON-RPC 2.0 message is -EPROTO. Only the reader calls it. */
+static int take_lines(mcp_upstream *u, json_t *msgs, airlock_error *err)
+{
+        char *nl;
+        while (u->len && (nl = memchr(u->buf, '\n', u->len))) {
+                size_t n = (size_t)(nl - u->buf);
+                json_error_t jerr;
+                json_t *msg = n && !(n == 1 && u->buf[0] == '\r') ? json_loadb(u->buf, n, 0, &jerr)
+                                                                  : json_object();
+                bool blank = n == 0 || (n == 1 && u->buf[0] == '\r');
+                memmove(u->buf, nl + 1, u->len - n - 1);
+                u->len -= n + 1;
+                if (blank) {
+                        json_decref(msg);
+                        continue;
+                }
+                const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
+                if (!json_is_object(msg) || !ver || strcmp(ver, "2.0") != 0) {
+                        json_decref(msg);
+                        return al_error(err, -EPROTO, NULL,
+                                        "server '%s' sent a line that is not a JSON-RPC 2.0 "
+                                        "message%s%s",
+                                        u->name, msg ? "" : ": ", msg ? "" : jerr.text);
+                }
+                json_array_append_new(msgs, msg);
+        }
+        return 0;
+}
+
+/* Reads what the server writes until until_ns, a cancel, or a message:
+ * the messages go into msgs. The end of its output is -EPIPE (the caller
+ * reaps it, under the lock), a line longer than max_line -E2BIG. Only the
+ * reader calls it, without the lock. */
+static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t max_line,
+                     json_t *msgs, airlock_error *err)
+{
+        int r = take_lines(u, msgs, err);
+        if (r < 0 || json_array_size(msgs))
+                return r;
+        if (u->len > max_line)
+                return al_error(err, -E2BIG, NULL,
+                                "server '%s' sent a message larger than %zu bytes", u->name,
+                                max_line);
+        struct pollfd p[3] = {
+            {u->out_fd, POLLIN, 0}, {u->err_fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
+        int pr = poll(p, 3, ms_left(until_ns));
+        if (pr < 0 && errno != EINTR)
+                return al_error(err, -errno, NULL, "poll: %m");
+        if (p[1].revents)
+                drain_stderr(u);
+        if (pr <= 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+                return 0;
+        if (u->cap - u->len < READ_CHUNK) {
+                size_t cap = u->cap ? u->cap * 2 : 2 * READ_CHUNK;
+                if (cap < u->len + READ_CHUNK)
+                        cap = u->len + READ_CHUNK;
+                char *nb = realloc(u->buf, cap);
+                if (!nb)
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                u->buf = nb;
+                u->cap = cap;
+        }
+        ssize_t n = read(u->out_fd, u->buf + u->len, READ_CHUNK);
+        if (n > 0) {
+                u->len += (size_t)n;
+                r = take_lines(u, msgs, err);
+                if (r >= 0 && !json_array_size(msgs) && u->len > max_line)
+                        r = al_error(err, -E2BIG, NULL,
+                                     "server '%s' sent a message larger than %zu bytes", u->name,
+                                     max_line);
+                return r;
+        }
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                return 0;
+        /* Its stderr may still hold why. */
+        struct pollfd pe = {u->err_fd, POLLIN, 0};
+        if (u->err_fd >= 0 && poll(&pe, 1, 100) > 0)
+                drain_stderr(u);
+        return -EPIPE;
+}
+
+/* The result of a reply, or its error as -EREMOTEIO. */
+static int reply_result(mcp_upstream *u, json_t *reply, json_t **ret, airlock_error *err)
+{
+        json_t *e = json_object_get(reply, "error");
+        if (e) {
+                const char *m = json_string_value(json_object_get(e, "message"));
+                _cleanup_free_ char *clean = al_utf8_sanitize(m ? m : "", m ? strlen(m) : 0);
+                return al_error(err, -EREMOTEIO, NULL, "%.600s (JSON-RPC error %lld)",
+                                clean && *clean ? clean : "no message",
+                                (long long)json_integer_value(json_object_get(e, "code")));
+        }
+        json_t *res = json_object_get(reply, "result");
+        if (!json_is_object(res))
+                return al_error(err, -EPROTO, NULL, "server '%s' sent a reply without a result",
+                                u->name);
+        *ret = json_incref(res);
+        return 0;
+}
+
+/* Ends the process of generation gen for every call waiting on it: the
+ * message r/e is theirs. Under the lock, with nobody reading. */
+static void fail_all(mcp_upstream *u, unsigned gen, int r, const airlock_error *e)
+{
+        if (gen != u->gen)
+                return;
+        airlock_error msg = *e;
+        if (r == -EPIPE)
+                r = gone(u, "", &msg); /* kills and reaps it, and says how it ended */
+        fail_process(u);
+        u->fail_code = r;
+        snprintf(u->fail_msg, sizeof(u->fail_msg), "%s", msg.message);
+        pthread_cond_broadcast(&u->cv);
+}
+
+/* Dispatches what the reader read: replies to their callers, the server's
+ * requests answered. Under the lock. */
+static void dispatch(mcp_upstream *u, json_t *msgs, uint64_t deadline)
+{
+        size_t i;
+        json_t *m;
+        json_array_foreach (msgs, i, m) {
+                json_t *mid = json_object_get(m, "id");
+                if (json_object_get(m, "method")) {
+                        if (mid)
+                                answer_request(u, m, deadline);
+                        continue;
+                }
+                for (pending *p = u->waiting; p && json_is_integer(mid); p = p->next)
+                        if (p->id == json_integer_value(mid) && !p->reply)
+                                p->reply = json_incref(m);
+        }
+        pthread_cond_broadcast(&u->cv);
+}
+
+/* tools/call on a stdio server, with other calls in flight: see the
+ * fields of mcp_upstream. Called and returns with the lock held. */
+static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const mcp_bounds *b,
+                      size_t max_line, json_t **ret, airlock_error *err)
+{
+        struct timespec ts;
+        /* The session: one caller starts it, the others wait for it. */
+        while (!u->initialized) {
+                if (u->starting) {
+                        uint64_t t = deadline;
+                        ts = (struct timespec){(time_t)(t / 1000000000ull),
+                                               (long)(t % 1000000000ull)};
+                        if (pthread_cond_clockwait(&u->cv, &u->lock, CLOCK_MONOTONIC, &ts) ==
+                            ETIMEDOUT)
+                                return al_error(err, -ETIMEDOUT, NULL,
+                                                "server '%s' was still starting at the deadline",
+                                                u->name);
+                        continue;
+                }
+                u->starting = true;
+                pthread_mutex_unlock(&u->lock);
+                int r = start_session(u, b, err);
+                pthread_mutex_lock(&u->lock);
+                u->starting = false;
+                pthread_cond_broadcast(&u->cv);
+                if (r < 0)
+                        return r;
+        }
+        unsigned gen = u->gen;
+        pending me = {.id = ++u->next_id, .max_line = max_line, .next = u->waiting};
+        _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id",
+                                               me.id, "method", "tools/call", "params", params);
+        if (!msg)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        int r = send_msg(u, msg, deadline, err);
+        if (r < 0) {
+                if (r == -EPIPE && !u->reading) {
+                        airlock_error e = *err;
+                        fail_all(u, gen, r, &e);
+                        al_error(err, u->fail_code, NULL, "%s", u->fail_msg);
+                        return u->fail_code;
+                }
+                return r;
+        }
+        u->waiting = &me;
+        for (;;) {
+                if (me.reply)
+                        break;
+                if (u->gen != gen) {
+                        r = al_error(err, u->fail_code ? u->fail_code : -EPIPE, NULL, "%s",
+                                     u->fail_msg);
+                        break;
+                }
+                if (cancelled(b)) {
+                        r = al_error(err, -ECANCELED, NULL, "the run was cancelled");
+                        break;
+                }
+                if (al_now_ns() >= deadline) {
+                        r = al_error(err, -ETIMEDOUT, NULL, "timed out");
+                        break;
+                }
+                /* A slice at a time, so that a cancel is seen and the
+                 * reading passes on when its reader's call is answered. */
+                uint64_t slice = al_now_ns() + 100000000ull;
+                if (slice > deadline)
+                        slice = deadline;
+                if (!u->reading) {
+                        size_t cap = 0;
+                        for (pending *p = u->waiting; p; p = p->next)
+                                cap = p->max_line > cap ? p->max_line : cap;
+                        u->reading = true;
+                        pthread_mutex_unlock(&u->lock);
+                        _cleanup_json_ json_t *msgs = json_array();
+                        airlock_error e;
+                        airlock_error_clear(&e);
+                        int rr = msgs ? read_some(u, slice, b ? b->cancel_fd : -1, cap, msgs, &e)
+                                      : -ENOMEM;
+                        pthread_mutex_lock(&u->lock);
+                        u->reading = false;
+                        if (rr < 0)
+                                fail_all(u, gen, rr, &e);
+                        else
+                                dispatch(u, msgs, deadline);
+                        pthread_cond_broadcast(&u->cv);
+                        continue;
+                }
+                ts = (struct timespec){(time_t)(slice / 1000000000ull),
+                                       (long)(slice % 1000000000ull)};
+                pthread_cond_clockwait(&u->cv, &u->lock, CLOCK_MONOTONIC, &ts);
+        }
+        for (pending **p = &u->waiting; *p; p = &(*p)->next)
+                if (*p == &me) {
+                        *p = me.next;
+                        break;
+                }
+        if (me.reply) {
+                r = reply_result(u, me.reply, ret, err);
+                json_decref(me.reply);
+                if (r >= 0 || r == -EREMOTEIO)
+                        u->failures = 0;
+                return r;
+        }
+        if ((r == -ETIMEDOUT || r == -ECANCELED) && u->gen == gen && u->in_fd >= 0) {
+                _cleanup_json_ json_t *c = json_pack(
+                    "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
+                    "notifications/cancelled", "params", "requestId", me.id, "reason",
+                    r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+                airlock_error e;
+                if (c)
+                        (void)send_msg(u, c, al_now_ns() + 100000000ull, &e);
+        }
+        return r;
+}
+
+int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
+                      const mcp_bounds *b, json_t **ret_result, airlock_error *err)
+{
+        /* The lock is held briefly by stdio calls (they wait for their
+         * replies on the condition variable) and for a whole call at a
+         * URL: its wait is bounded like the call, so another call cannot
+         * hold this run past its own deadline. */
+        uint64_t deadline = deadline_of(b, timeout_s);
+        struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+        if (pthread_mutex_clocklock(&u->lock, CLOCK_MONOTONIC, &ts) != 0)
+                return al_error(err, -ETIMEDOUT, NULL,
+                                "server '%s' was busy with another call until the deadline",
+                                u->name);
+        size_t max = (b && b->max_result ? b->max_result : MCP_DEFAULT_RESULT) + 4096;
+        _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "name", tool, "arguments", args);
+        int r = params ? 0 : al_error(err, -ENOMEM, NULL, "out of memory");
+        if (r >= 0 && !u->url) {
+                r = stdio_call(u, params, deadline, b, max, ret_result, err);
+        } else if (r >= 0) {
+                if (!u->initialized)
+                        r = start_session(u, b, err);
+                if (r >= 0)
+                        r = request(u, "tools/call", params, deadline, b, max, ret_result, err);
+                /* What leaves the session in an unknown state ends it: the
+                 * next call starts a fresh one. */
+                if (r == -EPROTO || r == -E2BIG || r == -ENOMEM || r == -EPIPE)
+                        fail_process(u);
+                else if (r >= 0 || r == -EREMOTEIO)
+                        u->failures = 0;
+        }
+        if (r == -ETIMEDOUT)
+                al_error(err, r, NULL, "no answer within %.3g s", timeout_s);
+        pthread_mutex_unlock(&u->lock);
+        return r;
+}
+
+void mcp_upstream_stop_all(mcp_upstream *const *v, size_t n)
+{
+        /* The polite way first, for all at once: the end of their input,
+         * as the protocol says; a grace period for them to exit; then
+         * each whole process group is killed. */
+        for (size_t i = 0; i < n; i++) {
+                if (v[i])
+                        close_fd(&v[i]->in_fd);
+                /* A session at a URL is ended with a DELETE (best effort). */
+                if (v[i] && v[i]->url && v[i]->session) {
+                        json_t *resp = NULL;
+                        airlock_error e;
+                        (void)http_exchange(v[i], NULL, al_now_ns() + 1000000000ull, NULL, 1u << 16,
+                                            &resp, &e);
+                        json_decref(resp);
+                }
+        }
+        uint64_t until = al_now_ns() + STOP_GRACE_MS * 1000000ull;
+        for (size_t i = 0; i < n; i++) {
+                mcp_upstream *u = v[i];
+                if (!u || u->pid <= 0)
+                        continue;
+                int st;
+                while (waitpid(u->pid, &st, WNOHANG) == 0 && al_now_ns() < until) {
+                        struct pollfd p = {u->out_fd, POLLIN, 0};
+                        char sink[4096];
+                        if (poll(&p, 1, 20) > 0 && read(u->out_fd, sink, sizeof(sink)) <= 0)
+                                close_fd(&u->out_fd);
+                }
+                if (waitpid(u->pid, &st, WNOHANG) == u->pid) {
+                        /* Reaped: what is left of its group is killed. */
+                        kill(-u->pid, SIGKILL);
+                        u->pid = 0;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (!v[i])
+                        continue;
+                kill_now(v[i], NULL);
+                upstream_free(v[i]);
+        }
+}
+
+void mcp_upstream_stop(mcp_upstream *u)
+{
+        mcp_upstream_stop_all(&u, 1);
+}

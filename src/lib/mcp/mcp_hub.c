@@ -1,0 +1,607 @@
+/* The upstream servers of one sandbox: started when it is built, their
+ * tools named for Python and written as stubs, the guest's calls checked
+ * (arguments, approval, per-run caps) and forwarded, stopped when the
+ * sandbox closes. */
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fsx/fsx.h"
+#include "mcp/mcp.h"
+
+#define TOOL_NAME_UP_MAX 128  /* an upstream tool's name */
+#define ERROR_TEXT_MAX   4000 /* the text of a tool's isError result, in the exception */
+
+typedef struct hub_server {
+        char *name;
+        char *module;
+        mcp_upstream *up;
+        size_t n_tools;
+        uint32_t max_calls;
+} hub_server;
+
+struct mcp_hub {
+        hub_server srv[MCP_MAX_SERVERS];
+        size_t n_srv;
+        mcp_tool *tools;
+        size_t n_tools;
+        char *dir; /* the stubs' folder on the host */
+};
+
+static const char *const json_types[] = {"string", "number", "integer", "boolean",
+                                         "object", "array",  "null"};
+
+static bool known_type(const json_t *t)
+{
+        for (size_t i = 0; json_is_string(t) && i < ARRAY_SIZE(json_types); i++)
+                if (strcmp(json_string_value(t), json_types[i]) == 0)
+                        return true;
+        return false;
+}
+
+/* The part of a tool's inputSchema that tools_validate checks, made safe
+ * for it: each property's "type" when it is one tools_validate knows (a
+ * name or a list of names), its "enum" when it is a non-empty array;
+ * "required" names; additionalProperties as given. The server checks the
+ * rest itself. */
+static json_t *validation_schema(const json_t *in)
+{
+        json_t *s = json_pack("{s:s, s:{}}", "type", "object", "properties");
+        if (!s)
+                return NULL;
+        json_t *props = json_object_get(s, "properties");
+        const char *key;
+        const json_t *p;
+        json_object_foreach (json_object_get(in, "properties"), key, p) {
+                json_t *q = json_object();
+                if (!q)
+                        goto fail;
+                const json_t *t = json_object_get(p, "type");
+                bool ok = known_type(t);
+                if (json_is_array(t) && json_array_size(t)) {
+                        ok = true;
+                        size_t i;
+                        const json_t *x;
+                        json_array_foreach ((json_t *)t, i, x) {
+                                ok &= known_type(x);
+                        }
+                }
+                if (ok)
+                        json_object_set(q, "type", (json_t *)t);
+                const json_t *e = json_object_get(p, "enum");
+                if (json_is_array(e) && json_array_size(e))
+                        json_object_set(q, "enum", (json_t *)e);
+                json_object_set_new(props, key, q);
+        }
+        json_t *req = json_array();
+        size_t i;
+        const json_t *r;
+        json_array_foreach (json_object_get(in, "required"), i, r) {
+                if (json_is_string(r))
+                        json_array_append(req, (json_t *)r);
+        }
+        json_object_set_new(s, "required", req);
+        const json_t *ap = json_object_get(in, "additionalProperties");
+        /* JSON Schema allows what it does not name unless it says
+         * otherwise; tools_validate refuses it unless told. */
+        json_object_set_new(s, "additionalProperties",
+                            json_is_false(ap) ? json_false() : json_true());
+        return s;
+fail:
+        json_decref(s);
+        return NULL;
+}
+
+static void tool_free(mcp_tool *t)
+{
+        free(t->server);
+        free(t->module);
+        free(t->name);
+        free(t->ident);
+        free(t->host_name);
+        free(t->description);
+        json_decref(t->input_schema);
+        json_decref(t->output_schema);
+        json_decref(t->params_map);
+        json_decref(t->info.parameters);
+}
+
+void mcp_hub_free(mcp_hub *h)
+{
+        if (!h)
+                return;
+        mcp_upstream *ups[MCP_MAX_SERVERS];
+        for (size_t i = 0; i < h->n_srv; i++)
+                ups[i] = h->srv[i].up;
+        mcp_upstream_stop_all(ups, h->n_srv);
+        for (size_t i = 0; i < h->n_srv; i++) {
+                free(h->srv[i].name);
+                free(h->srv[i].module);
+        }
+        for (size_t i = 0; i < h->n_tools; i++)
+                tool_free(&h->tools[i]);
+        free(h->tools);
+        if (h->dir) {
+                _cleanup_close_ int fd = open(h->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fd >= 0) {
+                        _cleanup_close_ int pkg =
+                            openat(fd, "servers", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        if (pkg >= 0)
+                                fsx_clear_dir(pkg, NULL);
+                        unlinkat(fd, "servers", AT_REMOVEDIR);
+                }
+                rmdir(h->dir);
+                free(h->dir);
+        }
+        free(h);
+}
+
+static bool matches(const json_t *patterns, const char *name)
+{
+        size_t i;
+        const json_t *p;
+        json_array_foreach ((json_t *)patterns, i, p) {
+                if (fnmatch(json_string_value(p), name, 0) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* A setting of the tool, else of the server, else NULL. */
+static const json_t *setting(const json_t *server, const char *tool, const char *key)
+{
+        const json_t *v =
+            json_object_get(json_object_get(json_object_get(server, "tools"), tool), key);
+        return v ? v : json_object_get(server, key);
+}
+
+/* Whether a call of the tool needs approval: its "approval" setting, or
+ * with "auto" (the default) its annotations, read strictly: a tool needs
+ * approval unless it says it is read-only or not destructive, and one that
+ * says it is destructive needs it whatever else it says. */
+static bool needs_approval(const json_t *server, const char *tool, const json_t *annotations,
+                           const char **ret_why)
+{
+        const char *a = json_string_value(setting(server, tool, "approval"));
+        *ret_why = NULL;
+        if (a && strcmp(a, "never") == 0)
+                return false;
+        if (a && strcmp(a, "always") == 0) {
+                *ret_why = "the servers file sets \"approval\": \"always\"";
+                return true;
+        }
+        const json_t *ro = json_object_get(annotations, "readOnlyHint");
+        const json_t *de = json_object_get(annotations, "destructiveHint");
+        if (json_is_true(de)) {
+                *ret_why = "its annotations say it is destructive";
+                return true;
+        }
+        if (!json_is_true(ro) && !json_is_false(de)) {
+                *ret_why = annotations ? "its annotations do not say it is read-only or "
+                                         "not destructive"
+                                       : "it has no annotations that say it is read-only";
+                return true;
+        }
+        return false;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+        const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+        return strcmp(json_string_value(json_object_get(x, "name")),
+                      json_string_value(json_object_get(y, "name")));
+}
+
+/* Makes ident unique among taken[0..n) and also[0..n_also): ident, then
+ * ident_2, ident_3... */
+static void unique_with(char *ident, size_t size, char *const *taken, size_t n, char *const *also,
+                        size_t n_also)
+{
+        char base[160];
+        snprintf(base, sizeof(base), "%s", ident);
+        for (unsigned k = 2;; k++) {
+                bool clash = false;
+                for (size_t i = 0; i < n && !clash; i++)
+                        clash = strcmp(taken[i], ident) == 0;
+                for (size_t i = 0; i < n_also && !clash; i++)
+                        clash = strcmp(also[i], ident) == 0;
+                if (!clash)
+                        return;
+                snprintf(ident, size, "%.140s_%u", base, k);
+        }
+}
+
+/* The tools of server si, from its tools/list: filtered, sorted by name,
+ * named for Python, appended to h->tools. */
+static int add_tools(mcp_hub *h, size_t si, const mcp_spec *spec, json_t *list, dynbuf *warnings,
+                     airlock_error *err)
+{
+        const json_t *o = spec->json;
+        size_t n = json_array_size(list);
+        _cleanup_free_ json_t **v = calloc(n ? n : 1, sizeof(*v));
+        if (!v)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+                json_t *t = json_array_get(list, i);
+                const char *name = json_string_value(json_object_get(t, "name"));
+                if (!json_is_object(t) || !name || !*name || strlen(name) > TOOL_NAME_UP_MAX ||
+                    !al_utf8_valid(name, strlen(name))) {
+                        dynbuf_appendf(warnings,
+                                       "server '%s': a tool without a valid name (1 to %d "
+                                       "characters) is left out\n",
+                                       spec->name, TOOL_NAME_UP_MAX);
+                        continue;
+                }
+                const json_t *allow = json_object_get(o, "allowTools");
+                if ((allow && !matches(allow, name)) ||
+                    matches(json_object_get(o, "denyTools"), name))
+                        continue;
+                bool dup = false;
+                for (size_t j = 0; j < k && !dup; j++)
+                        dup = strcmp(json_string_value(json_object_get(v[j], "name")), name) == 0;
+                if (dup) {
+                        dynbuf_appendf(warnings,
+                                       "server '%s': tool '%.128s' is listed twice; the second "
+                                       "is left out\n",
+                                       spec->name, name);
+                        continue;
+                }
+                v[k++] = t;
+        }
+        qsort(v, k, sizeof(*v), cmp_names);
+        if (h->n_tools + k > MCP_MAX_TOOLS)
+                return al_error(err, -E2BIG, spec->file,
+                                "server '%s': the servers have more than %d tools in all; leave "
+                                "some out with \"allowTools\" or \"denyTools\"",
+                                spec->name, MCP_MAX_TOOLS);
+        mcp_tool *nt = realloc(h->tools, (h->n_tools + k + 1) * sizeof(*nt));
+        if (!nt)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        h->tools = nt;
+        _cleanup_free_ char **taken = calloc(k + 1, sizeof(char *));
+        _cleanup_free_ char **exact = calloc(k + 1, sizeof(char *));
+        size_t taken_n = 0;
+        if (!taken || !exact)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        for (size_t i = 0; i < k; i++) {
+                const json_t *t = v[i];
+                const char *name = json_string_value(json_object_get(t, "name"));
+                mcp_tool *m = &h->tools[h->n_tools];
+                *m = (mcp_tool){0};
+                char ident[160];
+                /* A name that is an identifier already keeps it; the others
+                 * take theirs, in byte order of their names, with _2, _3...
+                 * after one that is taken: the same list of tools gives the
+                 * same names. */
+                mcp_identifier(name, ident, sizeof(ident));
+                if (strcmp(ident, name) != 0) {
+                        for (size_t j = 0; j < k; j++) {
+                                const char *o2 = json_string_value(json_object_get(v[j], "name"));
+                                char id2[160];
+                                mcp_identifier(o2, id2, sizeof(id2));
+                                if (strcmp(id2, o2) == 0 && taken_n < k + 1)
+                                        exact[taken_n++] = (char *)o2;
+                        }
+                        unique_with(ident, sizeof(ident), taken, i, exact, taken_n);
+                        taken_n = 0;
+                }
+                const json_t *in = json_object_get(t, "inputSchema");
+                const json_t *out = json_object_get(t, "outputSchema");
+                const char *desc = json_string_value(json_object_get(t, "description"));
+                m->server = strdup(spec->name);
+                m->module = strdup(spec->module);
+                m->name = strdup(name);
+                m->ident = strdup(ident);
+                m->description = strdup(desc ? desc : "");
+                m->input_schema = json_is_object(in) ? json_deep_copy(in) : json_object();
+                m->output_schema = json_is_object(out) ? json_deep_copy(out) : NULL;
+                m->params_map = json_object();
+                m->server_index = si;
+                if (asprintf(&m->host_name, "%s.%s", spec->module, ident) < 0)
+                        m->host_name = NULL;
+                m->info = (tool_info){.cwd_fd = -1};
+                m->info.name = m->host_name;
+                m->info.description = m->description;
+                m->info.parameters = validation_schema(m->input_schema);
+                const json_t *to = setting(o, name, "timeout");
+                m->timeout_s = to ? json_number_value(to) : MCP_DEFAULT_TIMEOUT;
+                const json_t *mr = setting(o, name, "maxResultBytes");
+                m->max_result = mr ? (size_t)json_number_value(mr) : MCP_DEFAULT_RESULT;
+                const json_t *mc = json_object_get(
+                    json_object_get(json_object_get(o, "tools"), name), "maxCallsPerRun");
+                m->max_calls = mc ? (uint32_t)json_number_value(mc) : UINT32_MAX;
+                m->needs_approval =
+                    needs_approval(o, name, json_object_get(t, "annotations"), &m->approval_why);
+                bool oom = !m->server || !m->module || !m->name || !m->ident || !m->description ||
+                           !m->input_schema || (out && json_is_object(out) && !m->output_schema) ||
+                           !m->params_map || !m->host_name || !m->info.parameters;
+                /* The parameters' Python names, unique within the tool. */
+                const char *key;
+                const json_t *p;
+                size_t np = json_object_size(json_object_get(m->input_schema, "properties"));
+                _cleanup_free_ char **ptaken = calloc(np + 1, sizeof(char *));
+                size_t pk = 0;
+                oom |= !ptaken;
+                json_object_foreach (json_object_get(m->input_schema, "properties"), key, p) {
+                        if (oom)
+                                break;
+                        char pid[160];
+                        mcp_identifier(key, pid, sizeof(pid));
+                        unique_with(pid, sizeof(pid), ptaken, pk, NULL, 0);
+                        json_object_set_new(m->params_map, key, json_string(pid));
+                        ptaken[pk++] =
+                            (char *)json_string_value(json_object_get(m->params_map, key));
+                }
+                h->n_tools++;
+                if (oom)
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                taken[i] = m->ident;
+        }
+        h->srv[si].n_tools = k;
+        return 0;
+}
+
+int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub **ret,
+                  char **ret_dir, dynbuf *warnings, airlock_error *err)
+{
+        mcp_hub *h = calloc(1, sizeof(*h));
+        if (!h)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        int r = 0;
+        for (size_t i = 0; r >= 0 && i < specs->n; i++) {
+                const mcp_spec *sp = &specs->v[i];
+                hub_server *s = &h->srv[h->n_srv];
+                s->name = strdup(sp->name);
+                s->module = strdup(sp->module);
+                const json_t *mc = json_object_get(sp->json, "maxCallsPerRun");
+                s->max_calls = mc ? (uint32_t)json_number_value(mc) : MCP_DEFAULT_CALLS;
+                h->n_srv++;
+                if (!s->name || !s->module) {
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        break;
+                }
+                json_t *tools = NULL;
+                r = mcp_upstream_start(sp, secrets, &s->up, &tools, err);
+                if (r < 0)
+                        break;
+                /* The stubs and the description are seen by the guest and
+                 * the model: a server that writes a secret's value into
+                 * its tool list (its environment, say) must not leak it. */
+                if (secrets_scrub_json(secrets, &tools) < 0) {
+                        json_decref(tools);
+                        r = al_error(err, -ENOMEM, NULL,
+                                     "server '%s': cannot check its tool "
+                                     "list for the secrets' values",
+                                     sp->name);
+                        break;
+                }
+                r = add_tools(h, i, sp, tools, warnings, err);
+                json_decref(tools);
+        }
+        if (r >= 0) {
+                const char *tmp = getenv("TMPDIR");
+                if (!tmp || tmp[0] != '/')
+                        tmp = "/tmp";
+                if (asprintf(&h->dir, "%s/airlock-servers-XXXXXX", tmp) < 0) {
+                        h->dir = NULL;
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                } else if (!mkdtemp(h->dir)) {
+                        r = al_error(err, -errno, h->dir, "stubs: cannot make %s: %m", h->dir);
+                        free(h->dir);
+                        h->dir = NULL;
+                } else {
+                        /* Read by the guest's user, which as root is not
+                         * ours; nothing in it is secret. */
+                        chmod(h->dir, 0755);
+                }
+        }
+        if (r >= 0) {
+                _cleanup_close_ int fd = open(h->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                const char *modules[MCP_MAX_SERVERS], *names[MCP_MAX_SERVERS];
+                for (size_t i = 0; i < h->n_srv; i++) {
+                        modules[i] = h->srv[i].module;
+                        names[i] = h->srv[i].name;
+                }
+                r = fd < 0
+                        ? al_error(err, -errno, h->dir, "stubs: %s: %m", h->dir)
+                        : mcp_stubs_write(fd, h->tools, h->n_tools, modules, names, h->n_srv, err);
+        }
+        if (r < 0) {
+                /* The message may hold the end of a server's stderr, and
+                 * reaches whoever asked for the sandbox (under airlock mcp,
+                 * the model): no secret's value goes with it. */
+                if (err)
+                        secrets_scrub_text(secrets, err->message, sizeof(err->message));
+                mcp_hub_free(h);
+                return r;
+        }
+        *ret_dir = strdup(h->dir);
+        if (!*ret_dir) {
+                mcp_hub_free(h);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        *ret = h;
+        return 0;
+}
+
+static mcp_tool *find(const mcp_hub *h, const char *name)
+{
+        for (size_t i = 0; h && name && i < h->n_tools; i++)
+                if (strcmp(h->tools[i].host_name, name) == 0)
+                        return &h->tools[i];
+        return NULL;
+}
+
+/* The server whose module name is the part of name before its first
+ * '.', or NULL. */
+static const hub_server *server_of(const mcp_hub *h, const char *name)
+{
+        const char *dot = name ? strchr(name, '.') : NULL;
+        for (size_t i = 0; dot && h && i < h->n_srv; i++)
+                if (strlen(h->srv[i].module) == (size_t)(dot - name) &&
+                    strncmp(h->srv[i].module, name, (size_t)(dot - name)) == 0)
+                        return &h->srv[i];
+        return NULL;
+}
+
+bool mcp_hub_owns(const mcp_hub *h, const char *name)
+{
+        return find(h, name) != NULL || server_of(h, name) != NULL;
+}
+
+size_t mcp_hub_servers(const mcp_hub *h)
+{
+        return h ? h->n_srv : 0;
+}
+
+const char *mcp_hub_server_module(const mcp_hub *h, size_t i)
+{
+        return h && i < h->n_srv ? h->srv[i].module : NULL;
+}
+
+const char *mcp_hub_server_name(const mcp_hub *h, size_t i)
+{
+        return h && i < h->n_srv ? h->srv[i].name : NULL;
+}
+
+size_t mcp_hub_server_tools(const mcp_hub *h, size_t i)
+{
+        return h && i < h->n_srv ? h->srv[i].n_tools : 0;
+}
+
+static tool_fail fail_typed(char **ret_type, const char *type, char **ret_message, const char *fmt,
+                            ...) __attribute__((format(printf, 4, 5)));
+
+static tool_fail fail_typed(char **ret_type, const char *type, char **ret_message, const char *fmt,
+                            ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        char *s = NULL;
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        *ret_message = s ? s : strdup("out of memory");
+        if (ret_type)
+                *ret_type = strdup(type);
+        return TOOL_FAIL_RUNTIME;
+}
+
+/* The text parts of an isError result, for the exception's message. */
+static char *error_text(const json_t *res)
+{
+        dynbuf b;
+        dynbuf_init(&b, ERROR_TEXT_MAX);
+        size_t i;
+        const json_t *c;
+        json_array_foreach (json_object_get(res, "content"), i, c) {
+                const char *t = json_string_value(json_object_get(c, "text"));
+                if (t && dynbuf_appendf(&b, "%s%s", b.len ? "\n" : "", t) < 0)
+                        break;
+        }
+        if (!b.len)
+                dynbuf_appendf(&b, "(no message)");
+        return dynbuf_take(&b, NULL);
+}
+
+tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
+                       const tool_call_bounds *bounds, mcp_run_counts *counts,
+                       airlock_tool_approver_fn approver, void *approver_data, json_t **ret_result,
+                       char **ret_message, char **ret_type)
+{
+        mcp_tool *t = find(h, name);
+        if (!t) {
+                const hub_server *sv = server_of(h, name);
+                return tools_fail(TOOL_FAIL_INVALID, ret_message,
+                                  "server '%s' has no tool '%.100s' (servers.search(\"words\") "
+                                  "finds its tools)",
+                                  sv ? sv->name : "?", name);
+        }
+        airlock_error e;
+        airlock_error_clear(&e);
+        if (tools_validate(&t->info, args, &e) < 0)
+                return tools_fail(TOOL_FAIL_INVALID, ret_message, "%s", e.message);
+        hub_server *s = &h->srv[t->server_index];
+        if (t->needs_approval) {
+                _cleanup_free_ char *text = json_dumps(args, JSON_COMPACT);
+                if (!approver || !approver(approver_data, t->host_name, text ? text : "{}"))
+                        return fail_typed(
+                            ret_type, "ApprovalRequired", ret_message,
+                            "%s: tool '%s' of server '%s' needs approval (%s), and nobody can "
+                            "approve it here; to let it run without approval, set \"approval\": "
+                            "\"never\" for it in the servers file (\"tools\": {\"%s\": "
+                            "{\"approval\": \"never\"}}, or for the whole server)%s",
+                            t->host_name, t->name, s->name, t->approval_why, t->name,
+                            approver ? "; the approval was refused" : "");
+        }
+        size_t ti = (size_t)(t - h->tools);
+        if (counts) {
+                if (counts->server[t->server_index] >= s->max_calls)
+                        return fail_typed(ret_type, "CallLimitError", ret_message,
+                                          "%s: this run made its %u calls of server '%s' "
+                                          "(\"maxCallsPerRun\" in the servers file)",
+                                          t->host_name, s->max_calls, s->name);
+                if (counts->tool && counts->tool[ti] >= t->max_calls)
+                        return fail_typed(ret_type, "CallLimitError", ret_message,
+                                          "%s: this run made its %u calls of tool '%s' "
+                                          "(\"maxCallsPerRun\" of the tool in the servers file)",
+                                          t->host_name, t->max_calls, t->name);
+                counts->server[t->server_index]++;
+                if (counts->tool)
+                        counts->tool[ti]++;
+        }
+        mcp_bounds b = {bounds ? bounds->deadline_ns : 0, bounds ? bounds->cancel_fd : -1,
+                        t->max_result};
+        json_t *res = NULL;
+        int r = mcp_upstream_call(s->up, t->name, args, t->timeout_s, &b, &res, &e);
+        if (r == -ETIMEDOUT)
+                return fail_typed(ret_type, "UpstreamError", ret_message,
+                                  "%s: server '%s' gave no answer in time (%s); the call was "
+                                  "cancelled upstream",
+                                  t->host_name, s->name, e.message);
+        if (r == -ECANCELED)
+                return fail_typed(ret_type, "UpstreamError", ret_message,
+                                  "%s: the run ended during the call; it was cancelled upstream",
+                                  t->host_name);
+        if (r == -EREMOTEIO)
+                return fail_typed(ret_type, "UpstreamError", ret_message,
+                                  "%s: server '%s' refused the call: %s", t->host_name, s->name,
+                                  e.message);
+        if (r < 0)
+                return fail_typed(ret_type, "UpstreamError", ret_message,
+                                  "%s: %s; the next call starts the server afresh", t->host_name,
+                                  e.message);
+        size_t size = json_dumpb(res, NULL, 0, JSON_COMPACT);
+        if (size > t->max_result) {
+                json_decref(res);
+                return fail_typed(ret_type, "UpstreamError", ret_message,
+                                  "%s: the result is %zu bytes, more than the %zu of "
+                                  "\"maxResultBytes\"",
+                                  t->host_name, size, t->max_result);
+        }
+        if (json_is_true(json_object_get(res, "isError"))) {
+                _cleanup_free_ char *text = error_text(res);
+                json_decref(res);
+                return fail_typed(ret_type, "ToolError", ret_message, "%s: %s", t->host_name,
+                                  text ? text : "(no message)");
+        }
+        /* What the stubs read: the content and the structured result. */
+        json_t *out = json_object();
+        if (out) {
+                json_t *c = json_object_get(res, "content");
+                json_object_set(out, "content", json_is_array(c) ? c : json_array());
+                json_t *sc = json_object_get(res, "structuredContent");
+                if (sc)
+                        json_object_set(out, "structuredContent", sc);
+        }
+        json_decref(res);
+        if (!out)
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
+        *ret_result = out;
+        return TOOL_OK;
+}

@@ -1,0 +1,617 @@
+"""Code mode: upstream MCP servers (--servers FILE) whose tools the guest
+calls as typed Python functions (from servers import NAME).
+
+The upstreams are real servers nobody here wrote, installed from npm into
+tests/mcp (@modelcontextprotocol/server-everything, -memory, -filesystem),
+and tests/helpers/mcp_misbehave.py for the ways a server can fail: a crash
+in the middle of a call, no answer, an answer that is not JSON-RPC, a flood.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from harness import AIRLOCK, Mcp, airlock, mcp, run, tmpdir
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+NODE_MODULES = os.path.join(ROOT, "tests", "mcp", "node_modules")
+MISBEHAVE = os.path.join(ROOT, "tests", "helpers", "mcp_misbehave.py")
+SECRET = "s3cr3t-upstream-token-0123456789"
+
+
+def npm_server(name):
+    """The entry point of @modelcontextprotocol/server-NAME, installed by
+    npm into tests/mcp the first time (the versions of package-lock.json)."""
+    path = os.path.join(NODE_MODULES, "@modelcontextprotocol", f"server-{name}", "dist",
+                        "index.js")
+    if not os.path.exists(path):
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
+                       cwd=os.path.join(ROOT, "tests", "mcp"), check=True, timeout=900)
+    return path
+
+
+def servers_file(servers, folder=None):
+    path = os.path.join(folder or tmpdir(), "servers.json")
+    with open(path, "w") as f:
+        json.dump({"mcpServers": servers}, f)
+    return path
+
+
+def everything():
+    return {"command": "node", "args": [npm_server("everything"), "stdio"]}
+
+
+def memory(path):
+    return {"command": "node", "args": [npm_server("memory")], "env": {"MEMORY_FILE_PATH": path}}
+
+
+def misbehave(log=None, **extra):
+    s = {"command": sys.executable, "args": [MISBEHAVE],
+         "env": {"MISBEHAVE_LOG": log or os.path.join(tmpdir(), "log")}}
+    s.update(extra)
+    return s
+
+
+def run_code(code, *args, env=None, timeout=180):
+    """airlock run --json: (exit status, result, stderr)."""
+    p = airlock("run", "--json", "-c", code, *args, env=env, timeout=timeout)
+    try:
+        return p.returncode, json.loads(p.stdout), p.stderr
+    except json.JSONDecodeError:
+        raise AssertionError(f"not JSON (rc {p.returncode}): {p.stdout[:500]!r} "
+                             f"{p.stderr[:2000]!r}")
+
+
+def ok_stdout(code, *args, **kw):
+    rc, res, err = run_code(code, *args, **kw)
+    assert rc == 0 and res["success"], (rc, res.get("stderr"), res.get("error"), err)
+    return res["stdout"]
+
+
+def test_everything_content_types_structured_output_and_discovery():
+    f = servers_file({"everything": everything()})
+    out = ok_stdout(r'''
+import asyncio, threading
+import servers
+from servers import everything as e
+print(e.echo(message="hi"))
+print(e.get_structured_content(location="Chicago")["conditions"] != "")
+parts = e.get_annotated_message(messageType="success", includeImage=True)
+img = [p for p in parts if isinstance(p, servers.Image)][0]
+print(img.mime_type, img.data[:4] == b"\x89PNG")
+links = e.get_resource_links(count=2)
+print(sum(isinstance(p, servers.ResourceLink) for p in links))
+ref = e.get_resource_reference(resourceType="Text")
+print([type(p).__name__ for p in ref if not isinstance(p, str)])
+print(servers.search("sum two numbers")[0].split(":")[0])
+import inspect
+print(str(inspect.signature(e.get_sum)))
+print("Echoes back" in e.echo.__doc__)
+async def many():
+    return await asyncio.gather(*[e.echo_async(message=str(i)) for i in range(16)])
+print(asyncio.run(many())[-1])
+res = []
+ts = [threading.Thread(target=lambda i=i: res.append(e.get_sum(a=i, b=1))) for i in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(len(res))
+print(servers.everything is e, servers.__file__.startswith("/opt/airlock/pythonpath/"))
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "Echo: hi", out
+    assert lines[1] == "True", out
+    assert lines[2] == "image/png True", out
+    assert lines[3] == "2", out
+    assert lines[4] == "['Resource']", out
+    assert lines[5] == "everything.get_sum", out
+    assert lines[6] == "(*, a: float, b: float) -> str", out
+    assert lines[7] == "True", out
+    assert lines[8] == "Echo: 15", out
+    assert lines[9] == "8", out
+    assert lines[10] == "True True", out
+
+
+def test_a_server_at_a_url_over_streamable_http():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = subprocess.Popen(["node", npm_server("everything"), "streamableHttp"],
+                           env=dict(os.environ, PORT=str(port)), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        # Ready when it says it listens.
+        for line in srv.stderr:
+            if "listening" in line.lower():
+                break
+        f = servers_file({"web": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp",
+                                  "headers": {"X-Token": "${secret:WEB}"}}})
+        out = ok_stdout('''
+import servers
+from servers import web
+print(web.echo(message="over http"))
+print(web.get_structured_content(location="Chicago")["humidity"] > 0)
+print([type(p).__name__ for p in web.get_annotated_message(messageType="success",
+                                                            includeImage=True)])
+''', "--servers", f, "--secret", "WEB=env:WEB_TOKEN@mcp:web",
+                        env=dict(os.environ, WEB_TOKEN=SECRET))
+        assert out == "Echo: over http\nTrue\n['str', 'Image']\n", out
+        # A name that does not resolve to an address the URL names is
+        # refused by the gateway's address rules, naming the server.
+        g = servers_file({"web": {"url": f"http://no-such-host.invalid:{port}/mcp"}})
+        p = airlock("run", "--servers", g, "-c", "print(1)")
+        assert p.returncode == 2 and "server 'web'" in p.stderr, (p.returncode, p.stderr)
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def test_invalid_arguments_raise_valueerror_naming_the_argument():
+    f = servers_file({"everything": everything()})
+    out = ok_stdout('''
+from servers import everything as e
+from airlock import call_tool
+for f in (lambda: e.get_structured_content(location="Paris"),
+          lambda: call_tool("everything.get_sum", a="one", b=2),
+          lambda: e.echo()):
+    try:
+        f()
+    except (ValueError, TypeError) as x:
+        print(type(x).__name__, x)
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0].startswith("ValueError") and "location" in lines[0], out
+    assert lines[1].startswith("ValueError") and "'a'" in lines[1], out
+    assert lines[2].startswith("TypeError") and "message" in lines[2], out
+
+
+def test_memory_keeps_its_state_across_runs_of_one_configuration():
+    d = tmpdir()
+    f = servers_file({"memory": memory(os.path.join(d, "memory.jsonl"))})
+    with mcp("--servers", f) as m:
+        r = m.run('from servers import memory\n'
+                  'memory.create_entities(entities=[{"name": "airlock", "entityType": "project",'
+                  ' "observations": ["sandboxes Python"]}])\nprint("made")')
+        assert r["stdout"] == "made\n", r
+        r = m.run('from servers import memory\n'
+                  'g = memory.read_graph()\nprint([e["name"] for e in g["entities"]])')
+        assert r["stdout"] == "['airlock']\n", r
+        # delete_entities says it is destructive: under airlock mcp nobody
+        # can approve it, so the guest gets ApprovalRequired naming the
+        # tool and the setting that would let it run.
+        r = m.run('import servers\nfrom servers import memory\n'
+                  'try:\n    memory.delete_entities(entityNames=["airlock"])\n'
+                  'except servers.ApprovalRequired as e:\n    print(e)\n'
+                  'print(len(memory.read_graph()["entities"]))')
+        assert "memory.delete_entities" in r["stdout"], r
+        assert '"approval": "never"' in r["stdout"] and "destructive" in r["stdout"], r
+        assert r["stdout"].endswith("1\n"), r
+
+
+def test_approval_under_run_needs_yes_or_the_setting():
+    d = tmpdir()
+    code = ('import servers\nfrom servers import memory\n'
+            'try:\n    print(memory.delete_entities(entityNames=["x"]))\n'
+            'except servers.ApprovalRequired:\n    print("refused")')
+    f = servers_file({"memory": memory(os.path.join(d, "m.jsonl"))})
+    assert ok_stdout(code, "--servers", f) == "refused\n"
+    assert ok_stdout(code, "--servers", f, "--yes") != "refused\n"
+    g = servers_file({"memory": dict(memory(os.path.join(d, "m.jsonl")),
+                                     tools={"delete_entities": {"approval": "never"}})})
+    assert ok_stdout(code, "--servers", g) != "refused\n"
+
+
+def run_on_a_terminal(args, answer):
+    """airlock ARGS with a terminal of its own (a pty): answers the first
+    question it asks there with answer; returns all it wrote there."""
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(AIRLOCK, [AIRLOCK, *args])
+    out = b""
+    answered = False
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not answered and b"Allow it? [y/N]" in out:
+            os.write(fd, answer + b"\n")
+            answered = True
+    os.waitpid(pid, 0)
+    os.close(fd)
+    return out.decode("utf-8", "replace")
+
+
+def test_approval_is_asked_on_the_terminal_under_run():
+    d = tmpdir()
+    f = servers_file({"memory": memory(os.path.join(d, "m.jsonl"))})
+    code = ('import servers\nfrom servers import memory\n'
+            'try:\n    memory.delete_entities(entityNames=["x\\u0085\\x1b[2J"])\n'
+            '    print("RAN")\n'
+            'except servers.ApprovalRequired:\n    print("REFUSED")')
+    out = run_on_a_terminal(["run", "--servers", f, "-c", code], b"y")
+    assert "memory.delete_entities(" in out and "needs approval" in out, out
+    # The guest's control characters do not reach the terminal.
+    assert "\x1b[2J" not in out and "\x85" not in out, out
+    assert "RAN" in out and "REFUSED" not in out, out
+    out = run_on_a_terminal(["run", "--servers", f, "-c", code], b"n")
+    assert "REFUSED" in out and "RAN" not in out, out
+
+
+def test_filesystem_server_on_a_temporary_folder():
+    d = tmpdir()
+    with open(os.path.join(d, "a.txt"), "w") as f:
+        f.write("hello\n")
+    f = servers_file({"fs": {"command": "node", "args": [npm_server("filesystem"), d],
+                             "allowTools": ["read_*", "list_*"]}})
+    out = ok_stdout(f'''
+from servers import fs
+print(fs.read_text_file(path="{d}/a.txt")["content"], end="")
+print(sorted(n for n in fs.__all__ if not n.endswith("_async")))
+import servers
+try:
+    fs.read_text_file(path="/etc/passwd")
+except servers.ToolError as e:
+    print("ToolError", "denied" in str(e).lower() or "outside" in str(e).lower())
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "hello", out
+    names = eval(lines[1])
+    assert "write_file" not in names and "read_text_file" in names, out
+    assert all(n.startswith(("read_", "list_")) for n in names), out
+    assert lines[2] == "ToolError True", out
+
+
+def test_a_server_that_crashes_hangs_or_answers_garbage():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"bad": misbehave(log, timeout=2)})
+    out = ok_stdout('''
+import servers
+from servers import bad
+first = bad.ok()
+print(first)
+for t in ("crash", "ok", "garbage", "ok", "flood", "ok", "hang", "ok", "fail"):
+    try:
+        print(t, "->", getattr(bad, t)())
+    except Exception as e:
+        print(t, "!!", type(e).__name__, e)
+''', "--servers", f)
+    lines = out.splitlines()
+    pids = [lines[0].split()[1]]
+    assert lines[1].startswith("crash !! UpstreamError") and "crashing on purpose" in lines[1], out
+    assert "exited with status 3" in lines[1], out
+    # Each failure leaves the next call a fresh server.
+    assert lines[2].startswith("ok -> ok "), out
+    pids.append(lines[2].split()[-1])
+    assert lines[3].startswith("garbage !! UpstreamError") and "not a JSON-RPC" in lines[3], out
+    pids.append(lines[4].split()[-1])
+    assert lines[5].startswith("flood !! UpstreamError") and "larger than" in lines[5], out
+    pids.append(lines[6].split()[-1])
+    assert len(set(pids)) == 4, out
+    assert lines[7].startswith("hang !! UpstreamError") and "cancelled upstream" in lines[7], out
+    # A timeout does not kill the server: it was told to cancel.
+    assert lines[8] == f"ok -> ok {pids[-1]}", out
+    assert lines[9] == "fail !! ToolError bad.fail: it did not work", out
+    with open(log) as g:
+        text = g.read()
+    assert text.count("start ") == 4 and "cancelled " in text, text
+
+
+def test_a_hanging_server_cannot_hold_the_run_past_its_timeout():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"bad": misbehave(log, timeout=3600)})
+    rc, res, err = run_code("from servers import bad\nbad.hang()", "--servers", f,
+                            "--timeout", "3")
+    assert res["status"] == "timeout", res
+    with open(log) as g:
+        assert "cancelled " in g.read()
+
+
+def test_a_cancelled_call_is_cancelled_upstream_too():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"bad": misbehave(log, timeout=3600)})
+    with mcp("--servers", f, "--timeout", "600") as m:
+        i = m.start_call("from servers import bad\nbad.hang()")
+        # Cancelled once the server has the call (its log says so).
+        while "call hang" not in (open(log).read() if os.path.exists(log) else ""):
+            m.p.poll()
+            assert m.p.returncode is None
+            time.sleep(0.05)
+        m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": i, "reason": "test"}})
+        # No reply comes for a cancelled request; the server hears of it.
+        deadline = time.monotonic() + 120
+        while "cancelled " not in open(log).read():
+            assert time.monotonic() < deadline, open(log).read()
+            time.sleep(0.05)
+
+
+def test_a_hanging_call_does_not_hold_the_other_calls_of_its_server():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"bad": misbehave(log, timeout=3600)})
+    with mcp("--servers", f, "--timeout", "600") as m:
+        hang = m.start_call("from servers import bad\nbad.hang()")
+        while "call hang" not in (open(log).read() if os.path.exists(log) else ""):
+            assert m.p.poll() is None
+            time.sleep(0.05)
+        # Another run's calls of the same server are answered meanwhile,
+        # each by its own reply.
+        calls = [m.start_call(f"from servers import bad\nprint(bad.copy(from_='{i}'))")
+                 for i in range(3)]
+        for i, c in enumerate(calls):
+            r = m.result(c)
+            assert not r.get("isError"), r
+            assert json.loads(r["content"][0]["text"]) == {"from": str(i)}, r
+        m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": hang, "reason": "test"}})
+        deadline = time.monotonic() + 120
+        while "cancelled " not in open(log).read():
+            assert time.monotonic() < deadline, open(log).read()
+            time.sleep(0.05)
+
+
+def test_secrets_of_an_upstream_reach_no_guest_visible_byte():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"bad": misbehave(log, env={"MISBEHAVE_LOG": log,
+                                                 "TOKEN": "${secret:UPSTREAM}"})})
+    env = dict(os.environ, UPSTREAM_TOKEN=SECRET)
+    rc, res, err = run_code(r'''
+import os, glob
+from servers import bad
+seen = []
+seen.append(bad.env())
+seen.append(bad.leak.__doc__)
+try:
+    bad.crash()
+except Exception as e:
+    seen.append(str(e))
+for p in glob.glob("/opt/airlock/pythonpath/*/servers/*.py"):
+    seen.append(open(p).read())
+for p in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline"):
+    try:
+        seen.append(open(p, "rb").read().decode("latin-1"))
+    except OSError:
+        pass
+seen.append(repr(dict(os.environ)))
+import airlock
+ph = airlock.secret("UPSTREAM")
+print(len(seen), "airlock-secret-UPSTREAM" in seen[0], ph in seen[0])
+print("\n".join(seen))
+''', "--servers", f, "--secret", "UPSTREAM=env:UPSTREAM_TOKEN@mcp:bad", env=env)
+    assert rc == 0 and res["success"], (res, err)
+    assert SECRET not in json.dumps(res), "the secret reached the guest"
+    assert SECRET not in err
+    first = res["stdout"].splitlines()[0].split()
+    assert first[1:] == ["True", "True"], first
+    # The server did get it, in its own environment.
+    out = ok_stdout('from servers import bad\nprint(bad.env())', "--servers", f,
+                    "--secret", "UPSTREAM=env:UPSTREAM_TOKEN@mcp:bad", env=env)
+    assert "TOKEN" in out and SECRET not in out
+
+
+def test_a_server_that_fails_to_start_leaks_no_secret_in_the_error():
+    f = servers_file({"bad": misbehave(env={"MISBEHAVE_FAIL_START": "1",
+                                            "TOKEN": "${secret:UPSTREAM}"})})
+    env = dict(os.environ, UPSTREAM_TOKEN=SECRET)
+    p = airlock("run", "--servers", f, "--secret", "UPSTREAM=env:UPSTREAM_TOKEN@mcp:bad",
+                "-c", "print(1)", env=env)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "server 'bad'" in p.stderr and "my token is airlock-secret-UPSTREAM-" in p.stderr, \
+        p.stderr
+    assert SECRET not in p.stderr
+    # airlock describe (as airlock mcp, whose description it prints) builds
+    # the sandbox the same way.
+    p = airlock("describe", "--servers", f, "--secret", "UPSTREAM=env:UPSTREAM_TOKEN@mcp:bad",
+                env=env)
+    assert "my token is" in p.stdout + p.stderr and SECRET not in p.stdout + p.stderr, p
+
+
+def test_an_unknown_tool_of_a_server_is_named():
+    f = servers_file({"bad": misbehave()})
+    out = ok_stdout('''
+from airlock import call_tool
+try:
+    call_tool("bad.no_such_tool")
+except ValueError as e:
+    print(e)
+''', "--servers", f)
+    assert out == ("server 'bad' has no tool 'bad.no_such_tool' "
+                   "(servers.search(\"words\") finds its tools)\n"), out
+
+
+def test_per_run_caps_allow_and_deny_lists_and_result_size():
+    f = servers_file({"bad": misbehave(maxCallsPerRun=3, denyTools=["wipe", "crash"],
+                                       tools={"ok": {"maxCallsPerRun": 2}})})
+    out = ok_stdout('''
+import servers
+from servers import bad
+print(hasattr(bad, "wipe"), hasattr(bad, "crash"), hasattr(bad, "hang"))
+for t in ("ok", "ok", "ok", "fail", "fail"):
+    try:
+        getattr(bad, t)()
+        print(t, "ran")
+    except servers.CallLimitError as e:
+        print(t, "limit", "maxCallsPerRun" in str(e))
+    except servers.ToolError:
+        print(t, "failed")
+''', "--servers", f)
+    assert out.splitlines() == ["False False True", "ok ran", "ok ran", "ok limit True",
+                                "fail failed", "fail limit True"], out
+    # The next run counts afresh.
+    assert ok_stdout("from servers import bad\nprint(bad.ok().split()[0])", "--servers",
+                     f) == "ok\n"
+    g = servers_file({"e": dict(everything(), maxResultBytes=200)})
+    out = ok_stdout('''
+import servers
+from servers import e
+print(e.echo(message="short"))
+try:
+    e.echo(message="x" * 1000)
+except servers.UpstreamError as x:
+    print("maxResultBytes" in str(x) or "larger than" in str(x))
+''', "--servers", g)
+    assert out == "Echo: short\nTrue\n", out
+
+
+def test_names_that_are_not_python_identifiers_are_renamed_stably():
+    f = servers_file({"my-server": misbehave()})
+    out = ok_stdout('''
+import servers
+from servers import my_server as s
+print(s.get_file().split()[0], s.get_file_2().split()[0], s.class_().split()[0],
+      s._2fa().split()[0])
+print(s.copy(from_="a", to_path="b"))
+print(s.copy.__doc__.splitlines()[0])
+print(servers.search("unicode")[0][:20])
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "get_file get-file class 2fa", out
+    assert json.loads(lines[1]) == {"from": "a", "to-path": "b"}, out
+    assert lines[2] == 'Copies from to to.""" and a quote \\ backslash', out
+    assert lines[3] == "my_server.unicode: x", out
+
+
+HOSTILE_SERVER = r'''
+import json, sys
+NASTY = ['"""', "'" * 3, "\\", '"', "\n", "\r", "\t", "\u2028", "é€😀", "{x}", "#", "):\n    import os",
+         "\\N{BULLET}", "\x7f", "\\u0041"]
+def nasty(i):
+    return "".join(NASTY[(i + k) % len(NASTY)] for k in range(5))
+props = {nasty(i): {"type": t, "description": nasty(i + 1), "enum": e, "default": d}
+         for i, (t, e, d) in enumerate([("string", [nasty(3), nasty(4)], nasty(3)),
+                                         ("integer", None, 7), ("number", None, 1e300),
+                                         ("boolean", None, True), ("string", None, None)])}
+for p in props.values():
+    for k in [k for k, v in p.items() if v is None]:
+        del p[k]
+props["nested"] = {"type": "object", "properties": {nasty(9): {"anyOf": [{"type": "string"},
+                   {"const": nasty(2)}, {"type": "array", "items": {"type": "object",
+                   "properties": {nasty(5): {"type": "null"}}}}]}}}
+tools = [{"name": nasty(i) + str(i), "description": nasty(i + 2),
+          "inputSchema": {"type": "object", "properties": props},
+          "outputSchema": {"type": "object", "properties": {nasty(6): {"type": "string"}}},
+          "annotations": {"readOnlyHint": True}} for i in range(12)]
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+             "serverInfo": {"name": "hostile", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": tools}
+    else:
+        r = {"content": [], "structuredContent": {"name": m["params"]["name"],
+                                                  "args": m["params"].get("arguments")}}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+'''
+
+
+def test_a_hostile_tool_list_makes_stubs_that_import_and_call_right():
+    d = tmpdir()
+    script = os.path.join(d, "hostile.py")
+    with open(script, "w") as f:
+        f.write(HOSTILE_SERVER)
+    f = servers_file({"h": {"command": sys.executable, "args": [script]}})
+    out = ok_stdout(r'''
+import inspect, json
+import servers
+from servers import h
+names = [n for n in h.__all__ if not n.endswith("_async")]
+print(len(names))
+seen = []
+for n in names:
+    fn = getattr(h, n)
+    r = fn()
+    seen.append([r["name"], sorted(r["args"])])
+print(json.dumps(seen))
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "12", out
+    # Every function reached its own tool, and the arguments it sent (the
+    # defaults) went under the schema's own property names.
+    ns = {}
+    exec(HOSTILE_SERVER.split("props =")[0], ns)
+    seen = json.loads(lines[1])
+    assert sorted(n for n, _ in seen) == sorted(ns["nasty"](i) + str(i) for i in range(12)), seen
+    want = sorted(ns["nasty"](i) for i in range(4))
+    assert all(args == want for _, args in seen), (seen, want)
+
+
+def test_bad_servers_files_are_one_clear_error():
+    d = tmpdir()
+    cases = [
+        ({"servers": {}, "other": 1}, "unknown key \"other\""),
+        ({"tools": []}, "not a servers file"),
+        ({"mcpServers": {"a": {"command": "node", "colour": "red"}}}, "server 'a': unknown key "
+                                                                        "\"colour\""),
+        ({"mcpServers": {"a": {"command": "no-such-command-here"}}}, "server 'a': \"command\""),
+        ({"mcpServers": {"a": {"url": "ftp://example.com/mcp"}}}, "server 'a': \"url\" must be"),
+        ({"mcpServers": {"a": {"type": "sse", "url": "https://example.com/sse"}}},
+         "old HTTP+SSE transport"),
+        ({"mcpServers": {"a": {"url": "https://example.com/mcp", "args": []}}},
+         "\"args\" is for a server started on the host"),
+        ({"mcpServers": {"a": {"command": "node", "env": {"T": "${secret:}"}}}},
+         "server 'a': \"env\".\"T\""),
+        ({"mcpServers": {"a": {"command": "node", "tools": {"t": {"timeout": -1}}}}},
+         "tool 't': \"timeout\""),
+        ({"mcpServers": {"a": {"command": "node", "approval": "sometimes"}}},
+         "\"approval\" must be"),
+        ({"mcpServers": {"a-b": {"command": "node"}, "a_b": {"command": "node"}}},
+         "Python name 'a_b'"),
+    ]
+    for spec, want in cases:
+        path = os.path.join(d, "s.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        p = airlock("run", "--servers", path, "-c", "print(1)")
+        assert p.returncode == 2, (spec, p.returncode, p.stderr)
+        assert want in p.stderr and path in p.stderr, (spec, p.stderr)
+        assert p.stderr.count("\n") == 1, p.stderr
+    a = servers_file({"x": {"command": "node"}})
+    b = servers_file({"x": {"command": "node"}})
+    p = airlock("run", "--servers", a, "--servers", b, "-c", "print(1)")
+    assert p.returncode == 2 and "server 'x': declared twice" in p.stderr, p.stderr
+    # An undeclared secret is named when the sandbox is built.
+    c = servers_file({"x": dict(misbehave(), env={"T": "${secret:NOPE}"})})
+    p = airlock("run", "--servers", c, "-c", "print(1)")
+    assert p.returncode == 2 and "NOPE" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_the_description_names_the_servers_in_bounded_size():
+    many = {f"server{i:02d}-with-a-rather-long-name-for-the-test": misbehave()
+            for i in range(20)}
+    f = servers_file(many)
+    p = airlock("describe", "--servers", f)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout
+    para = text[text.index("MCP servers:"):]
+    para = para[:para.index("\n\n")]
+    assert len(para.encode()) <= 2048, len(para)
+    assert "server00_with_a_rather_long_name_for_the_test (15 tools)" in para, para
+    assert "more servers" in para and "servers.search" in para, para
+    # No tool of a server is listed by name.
+    assert "garbage" not in text
+    p = airlock("describe", "--json", "--servers", f)
+    servers = json.loads(p.stdout)["servers"]
+    assert len(servers) == 20 and servers[0] == {
+        "name": "server00-with-a-rather-long-name-for-the-test",
+        "module": "server00_with_a_rather_long_name_for_the_test", "tools": 15}, servers
+
+
+def test_session_cells_and_forks_share_the_servers():
+    f = servers_file({"bad": misbehave()})
+    cells = ("from servers import bad\nprint(bad.ok().split()[1])\n:fork\n"
+             "print(bad.ok().split()[1])\n")
+    p = airlock("repl", "--servers", f, input=cells, timeout=180)
+    assert p.returncode == 0, p.stderr
+    pids = [line for line in p.stdout.split() if line.isdigit()]
+    assert len(pids) == 2 and pids[0] == pids[1], p.stdout
+
+
+if __name__ == "__main__":
+    run()

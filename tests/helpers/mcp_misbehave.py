@@ -1,0 +1,118 @@
+"""An MCP server over stdio that misbehaves on request, for the code-mode
+tests (tests/blackbox/test_servers.py). It lists its tools in pages of 4. Each tool shows one way an upstream
+can fail airlock:
+
+  ok        answers "ok PID" (PID: this process, to tell a restart)
+  crash     writes a line to stderr and exits in the middle of the call
+  hang      never answers (records the notifications/cancelled it gets)
+  garbage   answers with a line that is not JSON-RPC
+  flood     answers with one line of 8 MiB
+  fail      answers with isError and a message
+  env       answers with its environment (to look for secrets)
+
+  leak      has the value of $TOKEN in its description
+
+With $MISBEHAVE_FAIL_START set it writes $TOKEN to stderr and exits at once.
+
+plus tools whose names are not Python identifiers (get-file, get_file,
+class, 2fa) and one with a parameter called "from". The file named by
+$MISBEHAVE_LOG gets one line per start ("start PID"), per call ("call NAME ID")
+and per cancellation ("cancelled ID")."""
+import json
+import os
+import sys
+import time
+
+LOG = os.environ.get("MISBEHAVE_LOG")
+
+
+def log(line):
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(line + "\n")
+
+
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+def text(t, error=False):
+    r = {"content": [{"type": "text", "text": t}]}
+    if error:
+        r["isError"] = True
+    return r
+
+
+S = {"type": "object", "properties": {}}
+TOOLS = [
+    {"name": n, "description": d, "inputSchema": S, "annotations": {"readOnlyHint": True}}
+    for n, d in [("ok", "Answers ok and its pid."), ("crash", "Exits during the call."),
+                 ("hang", "Never answers."), ("garbage", "Answers with garbage."),
+                 ("flood", "Answers with 8 MiB on one line."), ("fail", "Fails."),
+                 ("env", "Its environment."), ("get-file", "Dash."), ("get_file", "Underscore."),
+                 ("class", "A keyword."), ("2fa", "A leading digit.")]
+] + [
+    {"name": "copy", "description": "Copies from to to.\"\"\" and a quote \\ backslash",
+     "inputSchema": {"type": "object",
+                     "properties": {"from": {"type": "string"}, "to-path": {"type": "string"}},
+                     "required": ["from"]},
+     "annotations": {"readOnlyHint": True}},
+    {"name": "wipe", "description": "Destructive by its annotations.", "inputSchema": S,
+     "annotations": {"readOnlyHint": False, "destructiveHint": True}},
+    # A description whose first 300 bytes end inside a character (the
+    # search index keeps 300).
+    {"name": "unicode", "description": "x" + "\u20ac" * 150 + " end", "inputSchema": S,
+     "annotations": {"readOnlyHint": True}},
+    # A server that puts its environment into its tool list: the secret in
+    # it must not reach the stubs.
+    {"name": "leak", "description": "Token " + os.environ.get("TOKEN", ""), "inputSchema": S,
+     "annotations": {"readOnlyHint": True}},
+]
+
+log(f"start {os.getpid()}")
+if os.environ.get("MISBEHAVE_FAIL_START"):
+    sys.stderr.write(f"cannot start: my token is {os.environ.get('TOKEN')}\n")
+    sys.exit(4)
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {
+            "protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+            "serverInfo": {"name": "misbehave", "version": "1"}}})
+    elif method == "notifications/cancelled":
+        log(f"cancelled {msg['params']['requestId']}")
+    elif method == "tools/list":
+        # In pages of 4, so that every test of airlock lists them page by page.
+        at = int((msg.get("params") or {}).get("cursor") or 0)
+        page = {"tools": TOOLS[at:at + 4]}
+        if at + 4 < len(TOOLS):
+            page["nextCursor"] = str(at + 4)
+        send({"jsonrpc": "2.0", "id": mid, "result": page})
+    elif method == "tools/call":
+        name, args = msg["params"]["name"], msg["params"].get("arguments", {})
+        log(f"call {name} {mid}")
+        if name == "crash":
+            sys.stderr.write("misbehave: crashing on purpose\n")
+            sys.stderr.flush()
+            os._exit(3)
+        elif name == "hang":
+            continue
+        elif name == "garbage":
+            sys.stdout.write("this is not JSON-RPC\n")
+            sys.stdout.flush()
+        elif name == "flood":
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "result": {"content": [{"type": '
+                             '"text", "text": "%s"}]}}\n' % (mid, "x" * (8 << 20)))
+            sys.stdout.flush()
+        elif name == "fail":
+            send({"jsonrpc": "2.0", "id": mid, "result": text("it did not work", True)})
+        elif name == "env":
+            send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(dict(os.environ)))})
+        elif name == "copy":
+            send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(args, sort_keys=True))})
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "result": text(f"{name} {os.getpid()}")})
+    elif mid is not None:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no"}})
