@@ -20,6 +20,10 @@ elif op == "crash":
     import os; os.kill(os.getpid(), 9)
 elif op == "hang":
     time.sleep(60)
+elif op == "hang_marked":
+    import os
+    open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "hanging"), "w").close()
+    time.sleep(3600)
 elif op == "garbage":
     print("this is not json")
 elif op == "flood":
@@ -172,6 +176,28 @@ def test_loopback_name_needs_an_entry_naming_it():
         assert r["stdout"] == "ok\n", r
     finally:
         srv.shutdown()
+
+
+def test_a_cancel_reaches_a_run_that_waits_in_a_host_tool():
+    """airlock mcp runs a call on the thread that reads its input, which it
+    hands to another thread before any step that may take long. A host
+    tool's call is one: a cancel that arrives while the run waits in it must
+    stop the run, and the server must go on answering (before, nothing read
+    the input meanwhile, and the cancel waited for the tool's hour)."""
+    import time
+    d = harness.tmpdir()
+    f = harness.tools_file("compute", "Does arithmetic and misbehaves.",
+                           {"operation": {"type": "string"}}, ["operation"], TOOL, 3600,
+                           folder=d, python="/usr/bin/python3")
+    with harness.mcp("-t", f, "--timeout", "600") as m:
+        i = m.start_call("call_tool('compute', operation='hang_marked')")
+        while not os.path.exists(os.path.join(d, "hanging")):
+            assert m.p.poll() is None
+            time.sleep(0.05)
+        m.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": i, "reason": "test"}})
+        r = m.call("print('after')")
+        assert r["content"][0]["text"] == "after\n", r
 
 
 if __name__ == "__main__":

@@ -542,6 +542,12 @@ static void serve_request(run_state *run, json_t *msg)
         const airlock_config *cfg = sbx_config(run->sb);
         const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
         _cleanup_json_ json_t *reply = NULL;
+        /* A tool call or an HTTP request may take long, and the loop does
+         * not watch the caller's input meanwhile: the caller takes its
+         * input to another thread first (airlock_run_options.on_watch), so
+         * that a cancel it reads there still reaches this run. */
+        if (op && (strcmp(op, WIRE_OP_TOOL) == 0 || strcmp(op, WIRE_OP_HTTP) == 0))
+                al_watch_fire();
         if (op && strcmp(op, WIRE_OP_TOOL) == 0) {
                 const char *name = json_string_value(json_object_get(msg, WIRE_KEY_NAME));
                 json_t *args = json_object_get(msg, WIRE_KEY_ARGS);
