@@ -315,8 +315,15 @@ clean:
 # python3 and setuptools, no network. PYTHONPATH=python then imports it;
 # `pip install --no-build-isolation ./python` installs it (see python/README.md).
 PYTHON ?= /usr/bin/python3
-python: $(BUILD)/libairlock.so
+# setuptools compares the extension with its C source alone: a changed
+# airlock.h (a struct that grew) or library would leave a stale module. The
+# stamp depends on all of them, and the build is then forced.
+python: $(BUILD)/python.stamp
+	@ls python/airlock/_airlock*.so >/dev/null 2>&1 || \
+		{ rm -f $(BUILD)/python.stamp && $(MAKE) --no-print-directory $(BUILD)/python.stamp; }
+$(BUILD)/python.stamp: python/src/_airlock.c include/airlock.h python/setup.py $(BUILD)/libairlock.so
 	@echo "  PYEXT   python/airlock/_airlock"
 	@cd python && AIRLOCK_BUILD=$(CURDIR)/$(BUILD) $(PYTHON) -W ignore setup.py -q build_ext \
-		--inplace --build-temp $(CURDIR)/$(BUILD)/python
+		--force --inplace --build-temp $(CURDIR)/$(BUILD)/python
+	@touch $@
 .PHONY: python

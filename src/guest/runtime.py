@@ -168,7 +168,9 @@ def _note_shared_memory(exc, tb, code):
     while tb is not None and not hit:
         co = tb.tb_frame.f_code
         hit = "multiprocessing" in co.co_filename
-        if tb.tb_next is None and co.co_filename == "<code>":
+        # The run's code is "<code>", a session's cell "<cell-N>" (_run).
+        if tb.tb_next is None and (co.co_filename == "<code>" or
+                                   co.co_filename.startswith("<cell-")):
             lines = code.splitlines()
             line = lines[tb.tb_lineno - 1] if 0 < tb.tb_lineno <= len(lines) else ""
             hit = any(w in line for w in ("mmap", "memfd", "shm"))
