@@ -50,6 +50,12 @@ static inline void closep(int *fd)
                 errno = saved;
         }
 }
+/* Closes *fd, if open, and marks it closed. */
+static inline void close_fd(int *fd)
+{
+        closep(fd);
+        *fd = -1;
+}
 #define TAKE_PID(pid)                                                                              \
         ({                                                                                         \
                 pid_t _tpid = (pid);                                                               \

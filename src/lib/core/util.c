@@ -2,7 +2,12 @@
 #include "core/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 /* A caller's struct larger than this many bytes is garbage in its size
  * field, not a newer version: no struct of airlock.h comes near it. */
@@ -93,4 +98,68 @@ int al_watch_fd(void)
 const char *airlock_version(void)
 {
         return AIRLOCK_VERSION;
+}
+
+int al_spawn_piped(const char *exe, char *const argv[], char *const envp[], int cwd_fd,
+                   const char *cwd, al_child *ret)
+{
+        extern char **environ;
+        int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1};
+        int r = 0;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) < 0 ||
+            pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
+                r = errno;
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        bool fa_ok = false, attr_ok = false;
+        if (!r)
+                fa_ok = !(r = posix_spawn_file_actions_init(&fa));
+        if (!r)
+                attr_ok = !(r = posix_spawnattr_init(&attr));
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, in[1], 0);
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+        if (!r)
+                r = posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+        if (!r && cwd_fd >= 0)
+                r = posix_spawn_file_actions_addfchdir_np(&fa, cwd_fd);
+        else if (!r && cwd)
+                r = posix_spawn_file_actions_addchdir_np(&fa, cwd);
+        if (!r)
+                r = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+        if (!r) {
+                sigset_t none, all;
+                sigemptyset(&none);
+                sigfillset(&all);
+                sigdelset(&all, SIGKILL);
+                sigdelset(&all, SIGSTOP);
+                r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                                        POSIX_SPAWN_SETSIGDEF);
+                if (!r)
+                        r = posix_spawnattr_setpgroup(&attr, 0);
+                if (!r)
+                        r = posix_spawnattr_setsigmask(&attr, &none);
+                if (!r)
+                        r = posix_spawnattr_setsigdefault(&attr, &all);
+        }
+        pid_t pid = 0;
+        if (!r)
+                r = exe ? posix_spawn(&pid, exe, &fa, &attr, argv, envp ? envp : environ)
+                        : posix_spawnp(&pid, argv[0], &fa, &attr, argv, envp ? envp : environ);
+        if (fa_ok)
+                posix_spawn_file_actions_destroy(&fa);
+        if (attr_ok)
+                posix_spawnattr_destroy(&attr);
+        close_fd(&in[1]);
+        close_fd(&out[1]);
+        close_fd(&errp[1]);
+        if (r) {
+                close_fd(&in[0]);
+                close_fd(&out[0]);
+                close_fd(&errp[0]);
+                return r;
+        }
+        *ret = (al_child){pid, in[0], out[0], errp[0]};
+        return 0;
 }

@@ -4,6 +4,7 @@
 #define AIRLOCK_UTIL_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "airlock.h"
 #include "base.h"
@@ -22,6 +23,26 @@ int al_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, c
  * as al_struct_in reads them. */
 int al_run_options_in(const airlock_run_options *opts, airlock_run_options *out,
                       airlock_error *err);
+
+/* A child with its standard streams on the parent's descriptors. */
+typedef struct al_child {
+        pid_t pid;
+        int in_fd;  /* a socket: writing to a child that quit is EPIPE through
+                     * MSG_NOSIGNAL, never a SIGPIPE to this process */
+        int out_fd; /* pipes */
+        int err_fd;
+} al_child;
+
+/* Starts a program (exe, or argv[0] searched on PATH when exe is NULL)
+ * with argv and envp (NULL: this process's environment) in a process group
+ * of its own, stdin a socket and stdout and stderr pipes to this process,
+ * every other descriptor closed, no signal blocked and every signal but
+ * SIGKILL and SIGSTOP at its default action, in the folder cwd_fd (>= 0) or
+ * cwd (non-NULL), else in this process's. The parent's ends are
+ * close-on-exec. Returns 0 with *ret filled, or a positive errno value
+ * (posix_spawn's convention) with nothing left open. */
+int al_spawn_piped(const char *exe, char *const argv[], char *const envp[], int cwd_fd,
+                   const char *cwd, al_child *ret);
 
 /* The caller's watch of this thread's run (airlock_run_options.on_watch).
  * al_watch_begin arms it from opts unless an outer call on this thread has

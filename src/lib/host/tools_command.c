@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -50,14 +49,6 @@ static int pidfd_open_compat(pid_t pid)
 #endif
 }
 
-static void close_fd(int *fd)
-{
-        if (*fd >= 0) {
-                close(*fd);
-                *fd = -1;
-        }
-}
-
 /* Spawns the tool with stdin a socket (so that writing to a child that quit
  * gives EPIPE through MSG_NOSIGNAL instead of a SIGPIPE to the host process),
  * stdout and stderr pipes, its own process group, default signal handling,
@@ -65,63 +56,15 @@ static void close_fd(int *fd)
  * other descriptor. Returns 0 or an errno value. */
 static int command_spawn(const tool_info *t, command_run *run)
 {
-        int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1};
-        int r = 0;
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) < 0 ||
-            pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
-                r = errno;
-        posix_spawn_file_actions_t fa;
-        posix_spawnattr_t attr;
-        bool fa_ok = false, attr_ok = false;
-        if (!r)
-                r = posix_spawn_file_actions_init(&fa);
-        fa_ok = !r;
-        if (!r)
-                r = posix_spawnattr_init(&attr);
-        attr_ok = fa_ok && !r;
-        if (!r)
-                r = posix_spawn_file_actions_adddup2(&fa, in[1], 0);
-        if (!r)
-                r = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-        if (!r)
-                r = posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
-        if (!r && t->cwd_fd >= 0)
-                r = posix_spawn_file_actions_addfchdir_np(&fa, t->cwd_fd);
-        if (!r)
-                r = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-        if (!r) {
-                sigset_t none, all;
-                sigemptyset(&none);
-                sigfillset(&all);
-                sigdelset(&all, SIGKILL);
-                sigdelset(&all, SIGSTOP);
-                r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                                        POSIX_SPAWN_SETSIGDEF);
-                if (!r)
-                        r = posix_spawnattr_setpgroup(&attr, 0);
-                if (!r)
-                        r = posix_spawnattr_setsigmask(&attr, &none);
-                if (!r)
-                        r = posix_spawnattr_setsigdefault(&attr, &all);
-        }
-        if (!r)
-                r = posix_spawnp(&run->pid, t->argv[0], &fa, &attr, t->argv, environ);
-        if (fa_ok)
-                posix_spawn_file_actions_destroy(&fa);
-        if (attr_ok)
-                posix_spawnattr_destroy(&attr);
-        close_fd(&in[1]);
-        close_fd(&out[1]);
-        close_fd(&errp[1]);
-        if (r) {
-                close_fd(&in[0]);
-                close_fd(&out[0]);
-                close_fd(&errp[0]);
+        extern char **environ;
+        al_child ch;
+        int r = al_spawn_piped(NULL, t->argv, environ, t->cwd_fd, NULL, &ch);
+        if (r)
                 return r;
-        }
-        run->in_fd = in[0];
-        run->out_fd = out[0];
-        run->err_fd = errp[0];
+        run->pid = ch.pid;
+        run->in_fd = ch.in_fd;
+        run->out_fd = ch.out_fd;
+        run->err_fd = ch.err_fd;
         fcntl(run->in_fd, F_SETFL, O_NONBLOCK);
         run->pidfd = pidfd_open_compat(run->pid);
         return 0;

@@ -17,7 +17,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -87,14 +86,6 @@ typedef struct pending {
 } pending;
 
 /* ---- the process ---------------------------------------------------- */
-
-static void close_fd(int *fd)
-{
-        if (*fd >= 0) {
-                close(*fd);
-                *fd = -1;
-        }
-}
 
 static void ring_put(mcp_upstream *u, const char *d, size_t n)
 {
@@ -185,66 +176,15 @@ static void fail_process(mcp_upstream *u)
 
 static int spawn(mcp_upstream *u, airlock_error *err)
 {
-        int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1};
-        int r = 0;
-        /* stdin is a socket: writing to a server that quit is EPIPE through
-         * MSG_NOSIGNAL, not a SIGPIPE to the host process. */
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) < 0 ||
-            pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
-                r = errno;
-        posix_spawn_file_actions_t fa;
-        posix_spawnattr_t attr;
-        bool fa_ok = false, attr_ok = false;
-        if (!r)
-                fa_ok = !(r = posix_spawn_file_actions_init(&fa));
-        if (!r)
-                attr_ok = !(r = posix_spawnattr_init(&attr));
-        if (!r)
-                r = posix_spawn_file_actions_adddup2(&fa, in[1], 0);
-        if (!r)
-                r = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-        if (!r)
-                r = posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
-        if (!r)
-                r = posix_spawn_file_actions_addchdir_np(&fa, u->cwd);
-        if (!r)
-                r = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-        if (!r) {
-                sigset_t none, all;
-                sigemptyset(&none);
-                sigfillset(&all);
-                sigdelset(&all, SIGKILL);
-                sigdelset(&all, SIGSTOP);
-                r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                                        POSIX_SPAWN_SETSIGDEF);
-                if (!r)
-                        r = posix_spawnattr_setpgroup(&attr, 0);
-                if (!r)
-                        r = posix_spawnattr_setsigmask(&attr, &none);
-                if (!r)
-                        r = posix_spawnattr_setsigdefault(&attr, &all);
-        }
-        pid_t pid = 0;
-        if (!r)
-                r = posix_spawn(&pid, u->exe, &fa, &attr, u->argv, u->envp);
-        if (fa_ok)
-                posix_spawn_file_actions_destroy(&fa);
-        if (attr_ok)
-                posix_spawnattr_destroy(&attr);
-        close_fd(&in[1]);
-        close_fd(&out[1]);
-        close_fd(&errp[1]);
-        if (r) {
-                close_fd(&in[0]);
-                close_fd(&out[0]);
-                close_fd(&errp[0]);
+        al_child ch;
+        int r = al_spawn_piped(u->exe, u->argv, u->envp, -1, u->cwd, &ch);
+        if (r)
                 return al_error(err, -r, NULL, "server '%s': cannot start %s: %s", u->name, u->exe,
                                 strerror(r));
-        }
-        u->pid = pid;
-        u->in_fd = in[0];
-        u->out_fd = out[0];
-        u->err_fd = errp[0];
+        u->pid = ch.pid;
+        u->in_fd = ch.in_fd;
+        u->out_fd = ch.out_fd;
+        u->err_fd = ch.err_fd;
         fcntl(u->out_fd, F_SETFL, O_NONBLOCK);
         fcntl(u->err_fd, F_SETFL, O_NONBLOCK);
         u->len = 0;
