@@ -10,12 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
-passed=0 failed=0
-check() { # name command...
-    local name=$1; shift
-    if "$@"; then passed=$((passed + 1)); echo "ok $name"
-    else failed=$((failed + 1)); echo "not ok $name"; fi
-}
+. tests/build/lib.sh
 
 abi_ok() {
     command -v abidiff >/dev/null || { echo "abidiff is missing (make deps installs abigail-tools)"; return 1; }
@@ -37,5 +32,4 @@ abi_ok() {
 }
 check "libairlock.so has exactly the ABI of abi/libairlock.abi" abi_ok
 
-echo "test_abi: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish test_abi

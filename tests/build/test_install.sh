@@ -8,12 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
-passed=0 failed=0
-check() { # name command...
-    local name=$1; shift
-    if "$@"; then passed=$((passed + 1)); echo "ok $name"
-    else failed=$((failed + 1)); echo "not ok $name"; fi
-}
+. tests/build/lib.sh
 
 dest=$(mktemp -d /tmp/airlock-install.XXXXXX)
 trap 'rm -rf "$dest"' EXIT
@@ -109,5 +104,4 @@ program_ok() {
 }
 check "the installed airlock program runs" program_ok
 
-echo "test_install: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish test_install
