@@ -1468,6 +1468,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         if (rq->http_status)
                 return MHD_YES; /* answered already */
+        /* A refused body is never used: its bytes leave the budget before
+         * the answer goes, not when the connection is done, so that a
+         * client that retries at once is not refused for bytes nobody
+         * holds any more. */
+        if (rq->over_budget || rq->too_large)
+                release_body(rq);
         if (rq->over_budget && !rq->too_large) {
                 refuse(rq, RF_BODY_MEMORY);
                 snprintf(rq->method, sizeof(rq->method), "?");
