@@ -612,8 +612,12 @@ static void json_log(request *rq)
                 observe_latency(rq->srv, (double)(mono_ns() - rq->call_t0) / 1e9);
 }
 
-static enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
-                             const char *body, size_t len)
+/* Queues the answer: body (copied) of type, the instance's header, one
+ * more header (h1: v1, or none when h1 is NULL), and Connection: close
+ * while the server drains. */
+static enum MHD_Result queue_with(struct MHD_Connection *c, request *rq, unsigned code,
+                                  const char *type, const char *body, size_t len, const char *h1,
+                                  const char *v1)
 {
         struct MHD_Response *r =
             MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -621,41 +625,6 @@ static enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned cod
                 return MHD_NO;
         if (type)
                 MHD_add_response_header(r, "Content-Type", type);
-        MHD_add_response_header(r, "Airlock-Instance", rq->srv->opt.instance);
-        if (atomic_load(&rq->srv->draining))
-                MHD_add_response_header(r, "Connection", "close");
-        rq->http_status = code;
-        json_log(rq); /* counted before the client can see the answer */
-        enum MHD_Result ret = MHD_queue_response(c, code, r);
-        MHD_destroy_response(r);
-        return ret;
-}
-
-static enum MHD_Result queue_text(struct MHD_Connection *c, request *rq, unsigned code,
-                                  const char *text)
-{
-        return queue(c, rq, code, "text/plain; charset=utf-8", text, strlen(text));
-}
-
-/* An HTTP error with a JSON-RPC error body without id, as the transport
- * allows, plus headers (name, value pairs, NULL-terminated). */
-static enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, unsigned code,
-                                       int rpc_code, const char *message, const char *h1,
-                                       const char *v1)
-{
-        json_t *e = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error", "code",
-                              rpc_code, "message", message);
-        char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
-        json_decref(e);
-        if (!text)
-                return MHD_NO;
-        struct MHD_Response *r =
-            MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-        if (!r) {
-                free(text);
-                return MHD_NO;
-        }
-        MHD_add_response_header(r, "Content-Type", "application/json");
         MHD_add_response_header(r, "Airlock-Instance", rq->srv->opt.instance);
         if (h1)
                 MHD_add_response_header(r, h1, v1);
@@ -666,6 +635,33 @@ static enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, un
         enum MHD_Result ret = MHD_queue_response(c, code, r);
         MHD_destroy_response(r);
         return ret;
+}
+
+static enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
+                             const char *body, size_t len)
+{
+        return queue_with(c, rq, code, type, body, len, NULL, NULL);
+}
+
+static enum MHD_Result queue_text(struct MHD_Connection *c, request *rq, unsigned code,
+                                  const char *text)
+{
+        return queue(c, rq, code, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* An HTTP error with a JSON-RPC error body without id, as the transport
+ * allows, plus one header h1: v1 (none when h1 is NULL). */
+static enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, unsigned code,
+                                       int rpc_code, const char *message, const char *h1,
+                                       const char *v1)
+{
+        json_t *e = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error", "code",
+                              rpc_code, "message", message);
+        _cleanup_free_ char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        json_decref(e);
+        if (!text)
+                return MHD_NO;
+        return queue_with(c, rq, code, "application/json", text, strlen(text), h1, v1);
 }
 
 static void refuse(request *rq, enum refusal why)

@@ -523,6 +523,25 @@ static int http_message(mcp_upstream *u, json_t *msg, json_int_t id, uint64_t de
                                len, id, ret, err);
 }
 
+/* The result of a reply, or its error as -EREMOTEIO. */
+static int reply_result(mcp_upstream *u, json_t *reply, json_t **ret, airlock_error *err)
+{
+        json_t *e = json_object_get(reply, "error");
+        if (e) {
+                const char *m = json_string_value(json_object_get(e, "message"));
+                _cleanup_free_ char *clean = al_utf8_sanitize(m ? m : "", m ? strlen(m) : 0);
+                return al_error(err, -EREMOTEIO, NULL, "%.600s (JSON-RPC error %lld)",
+                                clean && *clean ? clean : "no message",
+                                (long long)json_integer_value(json_object_get(e, "code")));
+        }
+        json_t *res = json_object_get(reply, "result");
+        if (!json_is_object(res))
+                return al_error(err, -EPROTO, NULL, "server '%s' sent a reply without a result",
+                                u->name);
+        *ret = json_incref(res);
+        return 0;
+}
+
 /* One request: method with params, its reply's "result" in *ret (or the
  * error reply as -EREMOTEIO with its message). A request that times out or
  * is cancelled is cancelled upstream too (notifications/cancelled). */
@@ -558,20 +577,7 @@ static int request(mcp_upstream *u, const char *method, json_t *params, uint64_t
         }
         if (r < 0)
                 return r;
-        json_t *e = json_object_get(reply, "error");
-        if (e) {
-                const char *m = json_string_value(json_object_get(e, "message"));
-                _cleanup_free_ char *clean = al_utf8_sanitize(m ? m : "", m ? strlen(m) : 0);
-                return al_error(err, -EREMOTEIO, NULL, "%.600s (JSON-RPC error %lld)",
-                                clean && *clean ? clean : "no message",
-                                (long long)json_integer_value(json_object_get(e, "code")));
-        }
-        json_t *res = json_object_get(reply, "result");
-        if (!json_is_object(res))
-                return al_error(err, -EPROTO, NULL, "server '%s' sent a reply without a result",
-                                u->name);
-        *ret = json_incref(res);
-        return 0;
+        return reply_result(u, reply, ret, err);
 }
 
 /* Starts the process and the session: initialize, then the initialized
@@ -1007,25 +1013,6 @@ static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t m
         if (u->err_fd >= 0 && poll(&pe, 1, 100) > 0)
                 drain_stderr(u);
         return -EPIPE;
-}
-
-/* The result of a reply, or its error as -EREMOTEIO. */
-static int reply_result(mcp_upstream *u, json_t *reply, json_t **ret, airlock_error *err)
-{
-        json_t *e = json_object_get(reply, "error");
-        if (e) {
-                const char *m = json_string_value(json_object_get(e, "message"));
-                _cleanup_free_ char *clean = al_utf8_sanitize(m ? m : "", m ? strlen(m) : 0);
-                return al_error(err, -EREMOTEIO, NULL, "%.600s (JSON-RPC error %lld)",
-                                clean && *clean ? clean : "no message",
-                                (long long)json_integer_value(json_object_get(e, "code")));
-        }
-        json_t *res = json_object_get(reply, "result");
-        if (!json_is_object(res))
-                return al_error(err, -EPROTO, NULL, "server '%s' sent a reply without a result",
-                                u->name);
-        *ret = json_incref(res);
-        return 0;
 }
 
 /* Ends the process of generation gen for every call waiting on it: the
