@@ -173,6 +173,11 @@ typedef struct airlock_config airlock_config;
 
 AIRLOCK_PUBLIC int airlock_config_new(airlock_config **ret, airlock_error *err);
 AIRLOCK_PUBLIC void airlock_config_free(airlock_config *cfg);
+/* A deep copy of cfg, which the caller changes and frees on its own (a
+ * server's configuration for one tenant: the same settings, another
+ * workspace). Tool userdata and the approver are shared, not copied. */
+AIRLOCK_PUBLIC int airlock_config_copy(const airlock_config *cfg, airlock_config **ret,
+                                       airlock_error *err);
 
 /* Stages the contents of dir under /input. */
 AIRLOCK_PUBLIC int airlock_config_set_workspace(airlock_config *cfg, const char *dir,

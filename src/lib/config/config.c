@@ -355,6 +355,14 @@ int config_clone(const airlock_config *src, airlock_config **ret, airlock_error 
         return 0;
 }
 
+int airlock_config_copy(const airlock_config *cfg, airlock_config **ret, airlock_error *err)
+{
+        airlock_error_clear(err);
+        if (!cfg || !ret)
+                return al_error(err, -EINVAL, NULL, "no configuration to copy");
+        return config_clone(cfg, ret, err);
+}
+
 int airlock_config_add_secret(airlock_config *c, const char *name, const void *value, size_t len,
                               unsigned flags, const char *const *targets, airlock_error *err)
 {
