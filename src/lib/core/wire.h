@@ -69,6 +69,12 @@ enum {
         /* host -> copy, after a "fork" frame: the byte with which the new
          * handle's channel, stdout and stderr come */
         COPY_FORK = 'F',
+        /* host -> copy, after an "input" frame, with a late-input template
+         * (template_params.late_input): the byte with which the detached
+         * tree of the run's staged input comes (no fd: an empty /input);
+         * copy -> host, the byte of its answer, with a writable /input's
+         * upper dir and lower layer attached, or COPY_ERROR and a message */
+        COPY_INPUT = 'I',
 };
 
 /* Fixed fd numbers inside a copy. */
@@ -102,6 +108,11 @@ typedef struct template_params {
          * (on a tmpfs capped like /output) goes back to the host at
          * COPY_READY (airlock_config_set_input_writable). */
         bool input_writable;
+        /* One template, many workspaces: the template's /input is empty,
+         * and each copy gets its run's staged input when the host hands it
+         * out (an "input" frame, then COPY_INPUT with a detached tree),
+         * before it drops its privileges (tpl_copy.c). */
+        bool late_input;
 } template_params;
 
 /* Room for the template and a pre-started copy on top of a run's limits,

@@ -20,6 +20,8 @@
  *   http      guest -> host  an HTTP request: {"method", "url", "headers",
  *                            "body_base64"} (host/gateway.h)
  *   run       host -> copy   run {"code"}
+ *   input     host -> copy   a late-input copy's first frame: the run's
+ *                            staged input follows (COPY_INPUT, core/wire.h)
  *   end       copy -> host   the run ended: {"status" (WIRE_STATUS_*),
  *                            "exit_code", "alone"}
  *   session   both ways      become a session / the session is active
@@ -60,6 +62,7 @@
 #define WIRE_OP_LEAVE    "leave"
 #define WIRE_OP_HURRY    "hurry"
 #define WIRE_OP_THAW     "thaw"
+#define WIRE_OP_INPUT    "input"
 #define WIRE_OPS(X)                                                                                \
         X(TOOL)                                                                                    \
         X(HTTP)                                                                                    \
@@ -75,7 +78,8 @@
         X(FORK)                                                                                    \
         X(LEAVE)                                                                                   \
         X(HURRY)                                                                                   \
-        X(THAW)
+        X(THAW)                                                                                    \
+        X(INPUT)
 
 /* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
  * frame, the reply to a guest request ({"ok": true, "result": ...} or

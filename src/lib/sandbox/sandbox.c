@@ -38,6 +38,7 @@
 #include "core/channel.h"
 #include "core/util.h"
 #include "core/wire.h"
+#include "sandbox/input.h"
 
 #define MAX_CODE_BYTES   (16u << 20)
 #define TEMPLATE_START_S 120.0
@@ -61,6 +62,11 @@ struct airlock_sandbox {
         int staged_fd;
         fsx_manifest *manifest;
         bool yielded; /* sbx_sandbox_yield_staging: the next build takes the tree */
+        /* One template, many workspaces (sbx_sandbox_new_late): nothing is
+         * staged with the sandbox, each copy gets its run's input when it
+         * is handed out; without root, through the mounter. */
+        bool late_input;
+        sbx_mounter mounter;
         pid_t tpl_pid;
         int ctl;
         int req_w; /* the request socket: copies asked for once a run's copy exits */
@@ -322,14 +328,14 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
                 json_array_append_new(paths, json_string(sb->cfg->python_paths[i]));
                 json_array_append_new(fds, json_boolean(sb->pypath_fd[i] >= 0));
         }
-        _cleanup_json_ json_t *j =
-            json_pack("{s:b, s:b, s:b, s:I, s:I, s:i, s:b, s:b, s:o, s:o, s:o, s:O}", "has_input",
-                      has_input, "input_writable", sb->cfg->input_writable, "input_tree",
-                      input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
-                      (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
-                      "cgroup_cpu", sb->cg.enabled && !sb->cg.v2 && sb->cg.n > 2, "auto_figures",
-                      !sb->cfg->no_auto_figures, "preloads", pre, "python_paths", paths,
-                      "python_path_fds", fds, "sys_path", sb->sys_path);
+        _cleanup_json_ json_t *j = json_pack(
+            "{s:b, s:b, s:b, s:b, s:I, s:I, s:i, s:b, s:b, s:o, s:o, s:o, s:O}", "has_input",
+            has_input, "late_input", sb->late_input, "input_writable", sb->cfg->input_writable,
+            "input_tree", input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
+            (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
+            "cgroup_cpu", sb->cg.enabled && !sb->cg.v2 && sb->cg.n > 2, "auto_figures",
+            !sb->cfg->no_auto_figures, "preloads", pre, "python_paths", paths, "python_path_fds",
+            fds, "sys_path", sb->sys_path);
         if (!j || limits_to_json(&l, j) < 0)
                 return NULL;
         return json_dumps(j, JSON_COMPACT);
@@ -930,8 +936,22 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
  * private tmpfs; the cgroup directories are reached by fd and moves between
  * them need the root-owned common parent). A sandbox made without prev
  * draws new ids, as pick_guest_ids says. */
+static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool late,
+                       airlock_sandbox **ret, airlock_error *err);
+
 int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
                          airlock_error *err)
+{
+        return sandbox_new(cfg, prev, false, ret, err);
+}
+
+int sbx_sandbox_new_late(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
+{
+        return sandbox_new(cfg, NULL, true, ret, err);
+}
+
+static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool late,
+                       airlock_sandbox **ret, airlock_error *err)
 {
         airlock_error_clear(err);
         /* Keep the template's constructor linked into every program. */
@@ -958,6 +978,9 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
         sb->req_w = -1;
         sb->tpl_pid = -1;
         sb->want_ready = 1;
+        sb->late_input = late;
+        sb->mounter.pid = -1;
+        sb->mounter.sock = -1;
         for (int i = 0; i < CG_HIERARCHIES; i++)
                 sb->cg.dirfd[i] = sb->cg.parentfd[i] = sb->cg.tplfd[i] = -1;
         pthread_mutex_init(&sb->lock, NULL);
@@ -974,6 +997,19 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
         }
 
         int r = config_clone(cfg, &sb->cfg, err);
+        if (r >= 0 && late) {
+                /* Its runs bring their own inputs: nothing may use the paths
+                 * of the configuration it happened to be built for. */
+                free(sb->cfg->workspace);
+                sb->cfg->workspace = NULL;
+                for (size_t i = 0; i < sb->cfg->n_mounts; i++) {
+                        free(sb->cfg->mounts[i].host);
+                        free(sb->cfg->mounts[i].dest);
+                }
+                free(sb->cfg->mounts);
+                sb->cfg->mounts = NULL;
+                sb->cfg->n_mounts = 0;
+        }
         if (r >= 0)
                 cg_sandbox_init(&sb->cg, &sb->cfg->limits, sb->guest_uid, sb->guest_gid);
         for (size_t i = 0; i < PYPATH_MAX; i++)
@@ -991,8 +1027,10 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
                 }
         }
         _cleanup_close_ int input_fd = -1;
-        if (r >= 0)
+        if (r >= 0 && !late)
                 r = stage_inputs(sb, prev, &input_fd, err);
+        if (r >= 0 && late && geteuid() != 0)
+                r = sbx_mounter_start(&sb->mounter, err);
         /* As root, the template runs as the guest ids and cannot reach the
          * staging directory by path: it gets a detached copy of the staged
          * tree to attach (open_tree). */
@@ -1058,6 +1096,8 @@ void airlock_sandbox_close(airlock_sandbox *sb)
         if (sb->req_w >= 0)
                 close(sb->req_w);
         pid_killp(&sb->tpl_pid);
+        if (sb->late_input)
+                sbx_mounter_stop(&sb->mounter);
         mcp_hub_free(sb->mcp);
         free(sb->mcp_warnings);
         if (sb->staged_fd >= 0)
@@ -1109,6 +1149,95 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
         return 0;
 }
 
+/* Contract: hands a late-input copy its run's input (in, or NULL for an
+ * empty /input) and waits for it to take it. The "input" frame and the
+ * byte COPY_INPUT that carries the detached tree are the first the copy
+ * reads after it said it was ready; it attaches the tree, locks itself
+ * down (no capability, no_new_privs, Landlock, seccomp) and only then
+ * answers, with a writable /input's upper dir and lower layer. So no
+ * guest code can run before its /input is in place, and the tree this
+ * host cloned is the only one it can see there. A copy that fails ends
+ * with its reason. */
+static int copy_attach_input(airlock_sandbox *sb, copy *c, const sbx_input *in, airlock_error *err)
+{
+        int tree = -1;
+        int r = sbx_input_tree(in, &sb->mounter, &tree, err);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int tree_fd = tree;
+        json_t *msg = json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_INPUT);
+        r = msg ? channel_send(c->chan, msg) : -ENOMEM;
+        json_decref(msg);
+        if (r >= 0) {
+                char tag = COPY_INPUT;
+                char cbuf[CMSG_SPACE(sizeof(int))];
+                memset(cbuf, 0, sizeof(cbuf));
+                struct iovec iov = {&tag, 1};
+                struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+                if (tree_fd >= 0) {
+                        mh.msg_control = cbuf;
+                        mh.msg_controllen = sizeof(cbuf);
+                        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+                        cm->cmsg_level = SOL_SOCKET;
+                        cm->cmsg_type = SCM_RIGHTS;
+                        cm->cmsg_len = CMSG_LEN(sizeof(int));
+                        memcpy(CMSG_DATA(cm), &tree_fd, sizeof(int));
+                }
+                ssize_t w;
+                while ((w = sendmsg(c->chan, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+                        ;
+                r = w == 1 ? 0 : w < 0 ? -errno : -EIO;
+        }
+        if (r < 0)
+                return al_error_kind(err, AIRLOCK_ERROR_RUN, r, NULL,
+                                     "cannot hand the sandbox copy its input: %s", strerror(-r));
+        closep(&tree_fd);
+        char buf[512];
+        int fds[2] = {-1, -1};
+        size_t nfds = 0;
+        r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
+        ssize_t n = r < 0 ? r : recv_with_fds(c->chan, buf, sizeof(buf) - 1, fds, 2, &nfds, 0);
+        _cleanup_close_ int upper = fds[0];
+        _cleanup_close_ int lower = fds[1];
+        if (n <= 0 || buf[0] != COPY_INPUT || (nfds != 0 && nfds != 2)) {
+                if (n > 0 && buf[0] == COPY_ERROR) {
+                        buf[n] = '\0';
+                        return al_error_kind(err, AIRLOCK_ERROR_RUN, -EIO, NULL,
+                                             "sandbox copy failed to take its input: %s", buf + 1);
+                }
+                return al_error_kind(err, AIRLOCK_ERROR_RUN, n < 0 ? (int)n : -ECHILD, NULL,
+                                     "sandbox copy failed to take its input");
+        }
+        closep(&c->input_upper);
+        closep(&c->input_lower);
+        c->input_upper = TAKE_FD(upper);
+        c->input_lower = TAKE_FD(lower);
+        return 0;
+}
+
+int sbx_copy_prepare(airlock_sandbox *sb, copy *c, const sbx_input *in, int *ret_outdir,
+                     airlock_error *err)
+{
+        int r = sbx_copy_wait_ready(c, ret_outdir, err);
+        if (r < 0 || !sb->late_input)
+                return r;
+        r = copy_attach_input(sb, c, in, err);
+        if (r < 0)
+                closep(ret_outdir);
+        return r;
+}
+
+bool sbx_late_input(const airlock_sandbox *sb)
+{
+        return sb->late_input;
+}
+
+void sbx_guest_ids(const airlock_sandbox *sb, uid_t *ret_uid, gid_t *ret_gid)
+{
+        *ret_uid = sb->guest_uid;
+        *ret_gid = sb->guest_gid;
+}
+
 /* Asks for the next copy unless one is already coming: at once, or with
  * after_exit through the request socket, for a copy that is about to run
  * single code and exit (see request_copy_later_locked). */
@@ -1145,8 +1274,14 @@ int airlock_check_code(const char *code, size_t len, airlock_error *err)
         return sbx_check_code(code, len, err);
 }
 
-static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
+static int run_fresh(airlock_sandbox *sb, const sbx_input *in, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+
+int sbx_run_input(airlock_sandbox *sb, const sbx_input *in, const char *code, size_t len,
+                  const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        return run_fresh(sb, in, code, len, opts, ret, err);
+}
 
 int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
                         const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
@@ -1157,12 +1292,12 @@ int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
         if (r < 0)
                 return r;
         bool began = al_watch_begin(&o);
-        r = run_fresh(sb, code, len, &o, ret, err);
+        r = run_fresh(sb, NULL, code, len, &o, ret, err);
         al_watch_end(began);
         return r;
 }
 
-static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
+static int run_fresh(airlock_sandbox *sb, const sbx_input *in, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         int r = sbx_check_code(code, len, err);
@@ -1177,7 +1312,7 @@ static int run_fresh(airlock_sandbox *sb, const char *code, size_t len,
                         return r;
                 int outdir = -1;
                 bool delivered = false, asked = false;
-                r = sbx_copy_wait_ready(c, &outdir, err);
+                r = sbx_copy_prepare(sb, c, in, &outdir, err);
                 if (r >= 0) {
                         adjust_ready(sb, c);
                         if (!(opts && opts->last)) {

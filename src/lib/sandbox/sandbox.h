@@ -48,6 +48,27 @@ int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlo
  * as usual, and removes nothing staged that it no longer owns. */
 void sbx_sandbox_yield_staging(airlock_sandbox *sb);
 
+/* A sandbox for many workspaces: cfg's workspace and mounts are not
+ * staged with it; each run or session brings its own input (sbx_input,
+ * sandbox/input.h), attached to its copy when the copy is handed out. */
+int sbx_sandbox_new_late(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err);
+bool sbx_late_input(const airlock_sandbox *sb);
+/* The host ids the sandbox's guests map to (the owner of its staged inputs
+ * as root). */
+void sbx_guest_ids(const airlock_sandbox *sb, uid_t *ret_uid, gid_t *ret_gid);
+struct sbx_input;
+/* airlock_sandbox_run with in as the run's /input (a late-input sandbox;
+ * NULL: an empty /input). */
+int sbx_run_input(airlock_sandbox *sb, const struct sbx_input *in, const char *code, size_t len,
+                  const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+/* airlock_session_open likewise; the caller keeps in alive until the
+ * session is closed (sbx_session_on_close). */
+int sbx_session_open_input(airlock_sandbox *sb, const struct sbx_input *in,
+                           airlock_session **ret, airlock_error *err);
+/* sbx_copy_wait_ready, then, in a late-input sandbox, hands the copy in. */
+int sbx_copy_prepare(airlock_sandbox *sb, copy *c, const struct sbx_input *in, int *ret_outdir,
+                     airlock_error *err);
+
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
 int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err);
 int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err);
@@ -69,6 +90,9 @@ struct mcp_hub *sbx_mcp(const airlock_sandbox *sb);
 /* The packages the guest can import (describe.c): the one kept, after
  * keeping inv (taken) when none was; inv NULL only looks. */
 const json_t *sbx_inventory(airlock_sandbox *sb, json_t *inv);
+/* airlock_sandbox_describe_json with cfg's texts (its workspace, its mounts):
+ * a late-input sandbox describes the workspace of the caller. NULL: sb's. */
+char *sbx_describe_json_for(airlock_sandbox *sb, const airlock_config *cfg, airlock_error *err);
 
 /* --- the run loop (run.c) --- */
 

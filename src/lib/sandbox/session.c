@@ -419,6 +419,12 @@ static airlock_session *session_new(family *f)
 
 int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_error *err)
 {
+        return sbx_session_open_input(sb, NULL, ret, err);
+}
+
+int sbx_session_open_input(airlock_sandbox *sb, const struct sbx_input *in, airlock_session **ret,
+                           airlock_error *err)
+{
         airlock_error_clear(err);
         family *f = calloc(1, sizeof(*f));
         airlock_session *s = f ? session_new(f) : NULL;
@@ -433,7 +439,7 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
         int r = sbx_take_copy(sb, &f->c, err);
         s->c = f->c;
         if (r >= 0)
-                r = sbx_copy_wait_ready(f->c, &f->outdir, err);
+                r = sbx_copy_prepare(sb, f->c, in, &f->outdir, err);
         if (r >= 0)
                 r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SESSION), NULL, NULL, err);
         if (r >= 0)

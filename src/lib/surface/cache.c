@@ -25,9 +25,9 @@
 #include "host/allowlist.h"
 #include "config/pypath.h"
 #include "host/tools.h"
+#include "sandbox/input.h"
 #include "sandbox/sandbox.h"
 #include "core/util.h"
-#include "sandbox/sandbox.h"
 
 #define FINGERPRINT_CAP (64u << 20)
 
@@ -75,6 +75,7 @@ _Static_assert(sizeof(struct airlock_config) == 288,
  * 0 and *ret, or -ENOMEM or -E2BIG (over FINGERPRINT_CAP). */
 static int config_text(const airlock_config *cfg, char **ret)
 {
+        bool late = cache_late_input(cfg);
         dynbuf b;
         dynbuf_init(&b, FINGERPRINT_CAP);
         _cleanup_free_ char *tools = tools_fingerprint_text(cfg->tools);
@@ -101,7 +102,9 @@ static int config_text(const airlock_config *cfg, char **ret)
                 r = fp_field(&b, "preload", cfg->preloads[i]);
         for (size_t i = 0; r >= 0 && i < cfg->n_python_paths; i++)
                 r = fp_field(&b, "python_path", cfg->python_paths[i]);
-        if (r >= 0 && cfg->workspace)
+        /* With a late input, the workspace and mounts are the input's key
+         * (cache_input), not the sandbox's. */
+        if (r >= 0 && cfg->workspace && !late)
                 r = fp_field(&b, "workspace", cfg->workspace);
         /* Upstream MCP servers: each one's object and where its relative
          * paths resolve, and the approver by its addresses. Two
@@ -121,11 +124,13 @@ static int config_text(const airlock_config *cfg, char **ret)
                 } u = {.fn = cfg->approver};
                 r = dynbuf_appendf(&b, "approver:%p:%p\n", u.p, cfg->approver_data);
         }
-        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++) {
+        for (size_t i = 0; r >= 0 && !late && i < cfg->n_mounts; i++) {
                 r = fp_field(&b, "mount_dest", cfg->mounts[i].dest);
                 if (r >= 0)
                         r = fp_field(&b, "mount_host", cfg->mounts[i].host);
         }
+        if (r >= 0)
+                r = dynbuf_appendf(&b, "late_input:%d\n", late);
         if (r < 0) {
                 dynbuf_free(&b);
                 return r;
@@ -147,9 +152,10 @@ static int config_text(const airlock_config *cfg, char **ret)
  * folders (pypath_env_signature, some 20 us). */
 static int fp_trees(airlock_cache *c, const airlock_config *cfg, dynbuf *b, const fsx_limits *lim,
                     airlock_error *err);
+static char *tree_key(const airlock_config *cfg, const fsx_limits *lim);
 
 static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char **ret_text,
-                             size_t *ret_static_len, airlock_error *err)
+                             size_t *ret_static_len, char **ret_input, airlock_error *err)
 {
         /* The memo is a cache inside a configuration that callers share
          * read-only: the object is not const, only this view of it. */
@@ -182,8 +188,20 @@ static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char *
             .max_depth = cfg->limits.max_stage_depth,
         };
         /* The signatures are the part that can fail on bad input (a link in
-         * the workspace, a missing mount), and their error names the path. */
-        r = fp_trees(c, cfg, &b, &lim, err);
+         * the workspace, a missing mount), and their error names the path.
+         * With a late input they are the input's version, apart from the
+         * sandbox's key: the tree paths and caps, then the signatures. */
+        dynbuf in;
+        dynbuf_init(&in, FINGERPRINT_CAP);
+        bool late = cache_late_input(cfg);
+        if (late && (cfg->workspace || cfg->n_mounts)) {
+                _cleanup_free_ char *tk = tree_key(cfg, &lim);
+                r = tk ? dynbuf_append(&in, tk, strlen(tk)) : -ENOMEM;
+                if (r >= 0)
+                        r = fp_trees(c, cfg, &in, &lim, err);
+        } else if (!late) {
+                r = fp_trees(c, cfg, &b, &lim, err);
+        }
         /* The Python installation and the --python-path folders: a
          * template that preloaded the old version of a package must not
          * serve runs that would import the rest of it lazily from the new
@@ -195,11 +213,25 @@ static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char *
         }
         if (r < 0) {
                 dynbuf_free(&b);
+                dynbuf_free(&in);
                 if (r == -ENOMEM || r == -E2BIG)
                         return al_error(err, r, NULL, "configuration fingerprint: %s",
                                         strerror(-r));
                 return r;
         }
+        if (ret_input) {
+                *ret_input = in.len ? dynbuf_take(&in, NULL) : NULL;
+        } else if (in.len) {
+                /* One text for both: the caller compares configurations. */
+                r = dynbuf_append(&b, in.data, in.len);
+                if (r < 0) {
+                        dynbuf_free(&b);
+                        dynbuf_free(&in);
+                        return al_error(err, r, NULL, "configuration fingerprint: %s",
+                                        strerror(-r));
+                }
+        }
+        dynbuf_free(&in);
         *ret_text = dynbuf_take(&b, NULL);
         if (ret_static_len)
                 *ret_static_len = static_len;
@@ -208,7 +240,16 @@ static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char *
 
 int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err)
 {
-        return fingerprint_parts(NULL, cfg, ret_text, NULL, err);
+        return fingerprint_parts(NULL, cfg, ret_text, NULL, NULL, err);
+}
+
+bool cache_late_input(const airlock_config *cfg)
+{
+        /* Upstream MCP servers are the sandbox's (started with it, their
+         * state shared by its runs): a configuration with servers keeps a
+         * sandbox per workspace, so that no two workspaces (tenants) ever
+         * share a server process. */
+        return cfg->servers.n == 0;
 }
 
 static uint64_t fnv1a(const char *s)
@@ -229,6 +270,21 @@ typedef enum entry_state {
         ENTRY_FAILED, /* creation failed; err holds why */
 } entry_state;
 
+/* One staged version of one set of trees (a workspace and its mounts),
+ * for the runs of a late-input sandbox (sbx_sandbox_new_late): many
+ * workspaces, one template. */
+typedef struct cache_input {
+        char *key;     /* tree key and signatures: the version */
+        size_t tk_len; /* length of the tree key at its start: the trees */
+        sbx_input *in;
+        entry_state state;
+        airlock_error build_err;
+        unsigned refs;
+        bool stale; /* a newer version replaced it: freed by its last user */
+        uint64_t last_used_ns;
+        struct cache_input *next;
+} cache_input;
+
 typedef struct cache_entry {
         char *key;         /* fingerprint text */
         size_t static_len; /* length of its part without tree signatures */
@@ -240,6 +296,9 @@ typedef struct cache_entry {
         bool doomed;   /* off the list; closed when refs drops to 0 */
         uint64_t last_used_ns;
         struct cache_entry *prev, *next; /* LRU list: head is the most recent */
+        bool late;                       /* sbx_sandbox_new_late: inputs below */
+        cache_input *inputs;             /* most recently used first */
+        unsigned n_idle_inputs;
 } cache_entry;
 
 /* The change detection of one set of trees (a workspace and its mounts,
@@ -287,6 +346,9 @@ static const cache_ops real_ops = {
     .sandbox_close = airlock_sandbox_close,
     .sandbox_trim = sbx_sandbox_trim,
     .now_ns = real_now_ns,
+    .sandbox_new_late = sbx_sandbox_new_late,
+    .sandbox_run_input = sbx_run_input,
+    .session_open_input = sbx_session_open_input,
 };
 
 /* ---- change detection of the trees -------------------------------------- */
@@ -493,10 +555,25 @@ static void list_push_front(airlock_cache *c, cache_entry *e)
         c->n_entries++;
 }
 
+static void input_free(cache_input *ci)
+{
+        if (!ci)
+                return;
+        sbx_input_free(ci->in);
+        free(ci->key);
+        free(ci);
+}
+
+/* Called once nothing holds e: its inputs go with its sandbox. */
 static void entry_free(cache_entry *e)
 {
         if (!e)
                 return;
+        while (e->inputs) {
+                cache_input *ci = e->inputs;
+                e->inputs = ci->next;
+                input_free(ci);
+        }
         free(e->key);
         free(e);
 }
@@ -741,6 +818,14 @@ void cache_set_ops(airlock_cache *c, const cache_ops *ops)
                               : ops->sandbox_trim ? ops->sandbox_trim
                                                   : real_ops.sandbox_trim;
         c->ops.now_ns = ops->now_ns ? ops->now_ns : real_ops.now_ns;
+        /* A fake sandbox_new without the late-input ops: a sandbox per
+         * workspace, as the fakes expect. */
+        c->ops.sandbox_new_late =
+            ops->sandbox_new ? ops->sandbox_new_late : real_ops.sandbox_new_late;
+        c->ops.sandbox_run_input =
+            ops->sandbox_new ? ops->sandbox_run_input : real_ops.sandbox_run_input;
+        c->ops.session_open_input =
+            ops->sandbox_new ? ops->session_open_input : real_ops.session_open_input;
         pthread_mutex_unlock(&c->lock);
 }
 
@@ -873,7 +958,9 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                 airlock_sandbox *sb = NULL;
                 airlock_error berr = {0};
                 al_watch_fire();
-                int r = c->ops.sandbox_new(cfg, from ? from->sb : NULL, &sb, &berr);
+                bool late = cache_late_input(cfg) && c->ops.sandbox_new_late;
+                int r = late ? c->ops.sandbox_new_late(cfg, &sb, &berr)
+                             : c->ops.sandbox_new(cfg, from ? from->sb : NULL, &sb, &berr);
                 pthread_mutex_lock(&c->lock);
                 if (from) {
                         /* Its close, now that nothing links from it any
@@ -896,6 +983,7 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                         }
                 } else {
                         e->sb = sb;
+                        e->late = late;
                         e->state = ENTRY_READY;
                         c->stats.created++;
                 }
@@ -922,6 +1010,147 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
                 return r;
         }
         *ret = e;
+        return 0;
+}
+
+/* Idle staged inputs kept per sandbox (their files on disk, nothing else):
+ * a tenant that comes back finds its workspace staged. */
+#define CACHE_MAX_IDLE_INPUTS 4096
+
+static void input_release(airlock_cache *c, cache_entry *e, cache_input *ci)
+{
+        cache_input *drop = NULL;
+        pthread_mutex_lock(&c->lock);
+        ci->refs--;
+        ci->last_used_ns = c->ops.now_ns();
+        if (ci->refs == 0) {
+                if (ci->stale || ci->state == ENTRY_FAILED) {
+                        for (cache_input **pp = &e->inputs; *pp; pp = &(*pp)->next)
+                                if (*pp == ci) {
+                                        *pp = ci->next;
+                                        break;
+                                }
+                        drop = ci;
+                } else {
+                        e->n_idle_inputs++;
+                }
+        }
+        /* Past the cap, the least recently used idle ones go. */
+        while (!drop && e->n_idle_inputs > CACHE_MAX_IDLE_INPUTS) {
+                cache_input **victim = NULL;
+                for (cache_input **pp = &e->inputs; *pp; pp = &(*pp)->next)
+                        if ((*pp)->refs == 0)
+                                victim = pp;
+                if (!victim)
+                        break;
+                drop = *victim;
+                *victim = drop->next;
+                e->n_idle_inputs--;
+        }
+        pthread_mutex_unlock(&c->lock);
+        input_free(drop);
+}
+
+/* Contract: finds or stages the input version key (tree key, then the
+ * trees' signatures) of cfg for the late-input sandbox of e, and takes a
+ * reference on it. Each version is staged once, however many runs want
+ * it at once (the others wait for it); a new version of the same trees
+ * marks the one before stale, links its unchanged files (sbx_input_new),
+ * and the stale one is removed when its last run or session lets it go.
+ * The staged tree is owned by e's guest ids, and only e's copies ever
+ * see it. Caller holds a reference on e. */
+static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config *cfg,
+                         const char *key, cache_input **ret, airlock_error *err)
+{
+        const char *sig = strstr(key, "signature:");
+        size_t tk_len = sig ? (size_t)(sig - key) : strlen(key);
+        pthread_mutex_lock(&c->lock);
+        cache_input *ci = NULL, *prev = NULL, **pp = &e->inputs;
+        for (; *pp; pp = &(*pp)->next) {
+                cache_input *o = *pp;
+                if (o->stale || o->state == ENTRY_FAILED)
+                        continue;
+                if (strcmp(o->key, key) == 0) {
+                        ci = o;
+                        *pp = o->next;
+                        break;
+                }
+                if (!prev && o->tk_len == tk_len && memcmp(o->key, key, tk_len) == 0 &&
+                    o->state == ENTRY_READY)
+                        prev = o;
+        }
+        bool build = false;
+        if (ci) {
+                if (ci->refs++ == 0)
+                        e->n_idle_inputs--;
+        } else {
+                ci = calloc(1, sizeof(*ci));
+                if (!ci || !(ci->key = strdup(key))) {
+                        free(ci);
+                        pthread_mutex_unlock(&c->lock);
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                }
+                ci->tk_len = tk_len;
+                ci->state = ENTRY_BUILDING;
+                ci->refs = 1;
+                build = true;
+                if (prev) {
+                        /* Held until the new version is staged from it. */
+                        prev->stale = true;
+                        if (prev->refs++ == 0)
+                                e->n_idle_inputs--;
+                }
+        }
+        ci->next = e->inputs;
+        e->inputs = ci;
+        pthread_mutex_unlock(&c->lock);
+
+        if (build) {
+                uid_t uid = (uid_t)-1;
+                gid_t gid = (gid_t)-1;
+                if (geteuid() == 0)
+                        sbx_guest_ids(e->sb, &uid, &gid);
+                sbx_input *in = NULL;
+                airlock_error berr = {0};
+                int r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL, &in, &berr);
+                pthread_mutex_lock(&c->lock);
+                if (r < 0) {
+                        ci->state = ENTRY_FAILED;
+                        ci->build_err = berr;
+                        if (!ci->build_err.code)
+                                ci->build_err.code = r;
+                        /* The next run stages again (the cause may be
+                         * fixed by then); the one before stays usable. */
+                        if (prev)
+                                prev->stale = false;
+                } else {
+                        ci->in = in;
+                        ci->state = ENTRY_READY;
+                        c->stats.inputs_staged++;
+                }
+                pthread_cond_broadcast(&c->changed);
+                pthread_mutex_unlock(&c->lock);
+                if (prev)
+                        input_release(c, e, prev);
+        } else {
+                pthread_mutex_lock(&c->lock);
+                if (ci->state == ENTRY_BUILDING) {
+                        pthread_mutex_unlock(&c->lock);
+                        al_watch_fire();
+                        pthread_mutex_lock(&c->lock);
+                }
+                while (ci->state == ENTRY_BUILDING)
+                        pthread_cond_wait(&c->changed, &c->lock);
+                pthread_mutex_unlock(&c->lock);
+        }
+        if (ci->state == ENTRY_FAILED) {
+                int r = ci->build_err.code < 0 ? ci->build_err.code : -EIO;
+                if (err)
+                        *err = ci->build_err;
+                input_release(c, e, ci);
+                return r;
+        }
+        *ret = ci;
         return 0;
 }
 
@@ -981,9 +1210,9 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
          * run, which takes as long as their trees are large. */
         if (cfg->workspace || cfg->n_mounts)
                 al_watch_fire();
-        _cleanup_free_ char *key = NULL;
+        _cleanup_free_ char *key = NULL, *input_key = NULL;
         size_t static_len = 0;
-        int r = fingerprint_parts(c, cfg, &key, &static_len, err);
+        int r = fingerprint_parts(c, cfg, &key, &static_len, &input_key, err);
         if (r < 0)
                 return r;
         uint64_t hash = fnv1a(key);
@@ -998,7 +1227,21 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
                 if (r < 0)
                         break;
                 airlock_result *res = NULL;
-                r = c->ops.sandbox_run(e->sb, code ? code : "", len, opts, &res, err);
+                cache_input *ci = NULL;
+                if (e->late && input_key) {
+                        r = input_acquire(c, e, cfg, input_key, &ci, err);
+                        if (r < 0) {
+                                entry_release(c, e);
+                                break;
+                        }
+                }
+                if (e->late)
+                        r = c->ops.sandbox_run_input(e->sb, ci ? ci->in : NULL, code ? code : "",
+                                                     len, opts, &res, err);
+                else
+                        r = c->ops.sandbox_run(e->sb, code ? code : "", len, opts, &res, err);
+                if (ci)
+                        input_release(c, e, ci);
                 if (r >= 0) {
                         entry_release(c, e);
                         *ret = res;
@@ -1029,11 +1272,14 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
 typedef struct cache_hold {
         airlock_cache *c;
         cache_entry *e;
+        cache_input *ci; /* the input it opened with (late input), or NULL */
 } cache_hold;
 
 static void cache_hold_release(void *arg)
 {
         cache_hold *h = arg;
+        if (h->ci)
+                input_release(h->c, h->e, h->ci);
         entry_release(h->c, h->e);
         free(h);
 }
@@ -1045,9 +1291,9 @@ int airlock_cache_session_open(airlock_cache *c, const airlock_config *cfg, airl
         if (!c || !cfg || !ret)
                 return al_error(err, -EINVAL, NULL,
                                 "cache session: missing cache, configuration or result");
-        _cleanup_free_ char *key = NULL;
+        _cleanup_free_ char *key = NULL, *input_key = NULL;
         size_t static_len = 0;
-        int r = fingerprint_parts(c, cfg, &key, &static_len, err);
+        int r = fingerprint_parts(c, cfg, &key, &static_len, &input_key, err);
         if (r < 0)
                 return r;
         cache_hold *h = calloc(1, sizeof(*h));
@@ -1057,12 +1303,18 @@ int airlock_cache_session_open(airlock_cache *c, const airlock_config *cfg, airl
         r = slot_acquire(c, err);
         if (r >= 0) {
                 r = entry_acquire(c, cfg, key, static_len, fnv1a(key), &h->e, err);
-                if (r >= 0) {
+                if (r >= 0 && h->e->late && input_key)
+                        r = input_acquire(c, h->e, cfg, input_key, &h->ci, err);
+                if (r >= 0 && h->e->late)
+                        r = c->ops.session_open_input(h->e->sb, h->ci ? h->ci->in : NULL, ret, err);
+                else if (r >= 0)
                         r = airlock_session_open(h->e->sb, ret, err);
-                        if (r >= 0)
-                                sbx_session_on_close(*ret, cache_hold_release, h);
-                        else
-                                entry_release(c, h->e);
+                if (r >= 0) {
+                        sbx_session_on_close(*ret, cache_hold_release, h);
+                } else if (h->e) {
+                        if (h->ci)
+                                input_release(c, h->e, h->ci);
+                        entry_release(c, h->e);
                 }
                 slot_release(c);
         }
@@ -1107,12 +1359,15 @@ char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, a
         }
         _cleanup_free_ char *key = NULL;
         size_t static_len = 0;
-        if (fingerprint_parts(c, cfg, &key, &static_len, err) < 0 || slot_acquire(c, err) < 0)
+        if (fingerprint_parts(c, cfg, &key, &static_len, NULL, err) < 0 || slot_acquire(c, err) < 0)
                 return NULL;
         cache_entry *e = NULL;
         char *text = NULL;
         if (entry_acquire(c, cfg, key, static_len, fnv1a(key), &e, err) >= 0) {
-                text = airlock_sandbox_describe_json(e->sb, err);
+                /* A late-input sandbox serves many workspaces: the text
+                 * names the caller's, never the one it was built for. */
+                text = e->late ? sbx_describe_json_for(e->sb, cfg, err)
+                               : airlock_sandbox_describe_json(e->sb, err);
                 entry_release(c, e);
         }
         slot_release(c);

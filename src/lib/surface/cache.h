@@ -4,6 +4,7 @@
 #ifndef AIRLOCK_CACHE_H
 #define AIRLOCK_CACHE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "airlock.h"
@@ -23,6 +24,11 @@
  * so an edit in the workspace changes the text. Fails (naming the path)
  * when a tree cannot be signed, e.g. because it holds a symlink. */
 int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err);
+/* Whether the cache gives cfg a template shared with other workspaces,
+ * each run's workspace and mounts attached to its copy (true unless cfg
+ * has upstream MCP servers, which are a sandbox's own). */
+bool cache_late_input(const airlock_config *cfg);
+struct sbx_input;
 
 /* The sandbox operations the cache uses. Tests replace them with fakes to
  * check eviction and rebuilding without starting real sandboxes. */
@@ -48,6 +54,17 @@ typedef struct cache_ops {
          * leaves it NULL: never. */
         void (*sandbox_trim)(airlock_sandbox *sb);
         uint64_t (*now_ns)(void); /* monotonic clock */
+        /* One template, many workspaces (sandbox/input.h): a sandbox whose
+         * runs and sessions bring their own staged input. Replacing
+         * sandbox_new without them leaves them NULL: every workspace then
+         * gets a sandbox of its own, as before. */
+        int (*sandbox_new_late)(const airlock_config *cfg, airlock_sandbox **ret,
+                                airlock_error *err);
+        int (*sandbox_run_input)(airlock_sandbox *sb, const struct sbx_input *in, const char *code,
+                                 size_t len, const airlock_run_options *opts,
+                                 airlock_result **ret, airlock_error *err);
+        int (*session_open_input)(airlock_sandbox *sb, const struct sbx_input *in,
+                                  airlock_session **ret, airlock_error *err);
 } cache_ops;
 
 /* Replaces the operations (NULL members keep the real ones). Call before the
@@ -66,6 +83,7 @@ typedef struct cache_stats {
         uint64_t rebuilds;    /* sandboxes rebuilt after their template died */
         uint64_t tree_walks;  /* calls that walked the workspace and mount trees */
         uint64_t tree_checks; /* calls that found them unchanged from inotify alone */
+        uint64_t inputs_staged; /* workspace versions staged for late-input sandboxes */
 } cache_stats;
 
 /* The watches on the workspace and mount trees (fsx/fsx_watch.h): a lower cap

@@ -700,6 +700,11 @@ char *airlock_describe_json(const airlock_config *cfg, airlock_error *err)
 
 char *airlock_sandbox_describe_json(airlock_sandbox *sb, airlock_error *err)
 {
+        return sbx_describe_json_for(sb, NULL, err);
+}
+
+char *sbx_describe_json_for(airlock_sandbox *sb, const airlock_config *cfg, airlock_error *err)
+{
         airlock_error_clear(err);
         if (!sb) {
                 al_error(err, -EINVAL, NULL, "describe: no sandbox");
@@ -708,7 +713,8 @@ char *airlock_sandbox_describe_json(airlock_sandbox *sb, airlock_error *err)
         const json_t *inv = sandbox_inventory(sb, err);
         if (!inv)
                 return NULL;
-        return describe_json(sbx_config(sb), inv, sbx_mcp(sb), airlock_sandbox_warnings(sb), err);
+        return describe_json(cfg ? cfg : sbx_config(sb), inv, sbx_mcp(sb),
+                             airlock_sandbox_warnings(sb), err);
 }
 
 static char *describe_json(const airlock_config *cfg, const json_t *inv, const mcp_hub *hub,

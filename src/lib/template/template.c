@@ -158,6 +158,7 @@ static void read_params(struct template_state *tpl)
         params.cgroup_cpu = params.cgroup == 1 && json_is_true(json_object_get(j, "cgroup_cpu"));
         params.auto_figures = !json_is_false(json_object_get(j, "auto_figures"));
         params.input_writable = json_is_true(json_object_get(j, "input_writable"));
+        params.late_input = json_is_true(json_object_get(j, "late_input"));
         params.preloads = string_array(json_object_get(j, "preloads"), &params.n_preloads);
         json_t *py = json_object_get(j, "python_paths");
         json_t *py_fd = json_object_get(j, "python_path_fds");

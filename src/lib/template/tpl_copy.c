@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/mount.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/channel.h"
 #include "core/util.h"
 #include "template/template.h"
 #include "template/template_internal.h"
@@ -146,6 +148,40 @@ static void mount_writable_input(const struct template_state *tpl, int chan, int
         *ret_lower = lower;
 }
 
+/* Contract: the last step before a copy may run guest code, and nothing
+ * the copy does after it can undo it: every capability dropped (in the
+ * copy's own user namespace, the only ones it has), no_new_privs, the
+ * Landlock scope of abstract sockets and signals, and the guest's seccomp
+ * filter. With a late-input template it runs once the run's /input is
+ * attached (await_input), since mounting needs the capability and the
+ * filter refuses mount calls; otherwise before the copy says it is ready. */
+static void lock_down(const struct template_state *tpl, int chan)
+{
+        int r = drop_capabilities();
+        if (r < 0)
+                copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                copy_fail(chan, "cannot set no_new_privs: %m");
+        r = tpl_scope_copy(tpl);
+        if (r < 0)
+                copy_fail(chan, "cannot scope the run with Landlock: %s", strerror(-r));
+        /* SECCOMP_FILTER_FLAG_SPEC_ALLOW: where the kernel's Spectre
+         * mitigations follow seccomp (spec_store_bypass_disable=seccomp,
+         * the default before Linux 5.16, and spectre_v2_user=seccomp), a
+         * filter would also turn on speculative store bypass disable (and
+         * STIBP) for the guest, which slows every load after a store. They
+         * protect a process's own secrets from code speculating inside it;
+         * the guest's process holds nothing the guest may not read anyway,
+         * and the guest's own code is what it would be protected from.
+         * Kernels before 4.17 do not know the flag: the filter alone. */
+        long sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */,
+                          4 /* SECCOMP_FILTER_FLAG_SPEC_ALLOW */, &tpl->guest_filter);
+        if (sr < 0 && errno == EINVAL)
+                sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->guest_filter);
+        if (sr < 0)
+                copy_fail(chan, "cannot load the seccomp filter: %m");
+}
+
 /* Whether the host has sent anything on the channel yet: before it has
  * the copy's ready message, only a "hurry" frame, which says a caller
  * waits for this copy; tpl_serve_host reads and ignores it later. */
@@ -157,6 +193,113 @@ static bool host_waits(int chan)
         /* Waited for: the rest wakes as the caller's own work would. */
         tpl_set_preparing(false);
         return true;
+}
+
+/* Receives the byte COPY_INPUT that follows an "input" frame, with at
+ * most one fd: the detached tree of the run's staged input. *ret_tree is
+ * -1 for an empty /input. */
+static int recv_input_tree(int chan, int *ret_tree)
+{
+        char tag;
+        char cbuf[CMSG_SPACE(sizeof(int) * 2)];
+        struct iovec iov = {&tag, 1};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+        ssize_t n;
+        while ((n = recvmsg(chan, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+                ;
+        if (n != 1)
+                return n == 0 ? -EPIPE : -EPROTO;
+        int got[2] = {-1, -1};
+        size_t nfd = 0;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                memcpy(got, CMSG_DATA(cm), sizeof(int) * (nfd < 2 ? nfd : 2));
+        }
+        if (tag != COPY_INPUT || nfd > 1 || (mh.msg_flags & MSG_CTRUNC)) {
+                for (size_t i = 0; i < nfd && i < 2; i++)
+                        close(got[i]);
+                return -EPROTO;
+        }
+        *ret_tree = got[0];
+        return 0;
+}
+
+/* Where a late input's detached tree is attached while the overlay over it
+ * is made: in the copy's own /tmp, removed again before any guest code. */
+#define INPUT_ATTACH_POINT "/tmp/.airlock-input"
+
+/* Contract: mounts the run's staged input read-only at /input, as the
+ * template mounts a sandbox's own (mount_input in tpl_root.c, whose
+ * comment says why an overlay and not a bind): the detached tree is
+ * attached in this copy's own mount namespace for the time the overlay is
+ * made, then detached, so the guest's mountinfo names no host path and no
+ * trace of the attachment is left. Runs with the copy's capabilities, on
+ * a tree the host cloned from its staging area; a failure ends the copy
+ * with a message for the host. */
+static void attach_input(int chan, int tree)
+{
+        if (mkdir(INPUT_ATTACH_POINT, 0700) < 0)
+                copy_fail(chan, "cannot make the input's mount point: %m");
+        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, INPUT_ATTACH_POINT,
+                    MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                copy_fail(chan, "cannot attach the run's staged input: %m");
+        if (mount("airlock-input", "/input", "overlay",
+                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "lowerdir=" INPUT_ATTACH_POINT ":/input,redirect_dir=nofollow") < 0)
+                copy_fail(chan, "cannot mount the run's staged input: %m");
+        int r = tpl_make_readonly("/input", false, true);
+        if (r < 0)
+                copy_fail(chan, "cannot make /input read-only: %s", strerror(-r));
+        if (umount2(INPUT_ATTACH_POINT, MNT_DETACH) < 0 || rmdir(INPUT_ATTACH_POINT) < 0)
+                copy_fail(chan, "cannot detach the run's staged input: %m");
+}
+
+/* A late-input copy, ready and waiting: reads the host's "input" frame
+ * (after any "hurry"), attaches the staged tree that follows it, makes a
+ * writable /input where the configuration asks for one, locks down, and
+ * answers COPY_INPUT with the writable /input's upper dir and lower layer.
+ * Until then no guest code can run: the "run" or "session" frame that
+ * tpl_serve_host reads comes after. */
+static void await_input(struct template_state *tpl, int chan)
+{
+        frame_reader fr;
+        channel_reader_init(&fr, CHANNEL_MAX_FRAME);
+        for (;;) {
+                json_t *msg = NULL;
+                if (channel_reader_feed(&fr, chan, &msg) != 1)
+                        _exit(0); /* the host is gone or closed this copy */
+                tpl_set_preparing(false);
+                const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
+                bool input = op && strcmp(op, WIRE_OP_INPUT) == 0;
+                bool hurry = op && strcmp(op, WIRE_OP_HURRY) == 0;
+                json_decref(msg);
+                if (input)
+                        break;
+                if (!hurry)
+                        copy_fail(chan, "expected the run's input, got \"%s\"", op ? op : "");
+        }
+        channel_reader_free(&fr);
+        int tree = -1;
+        int r = recv_input_tree(chan, &tree);
+        if (r < 0)
+                copy_fail(chan, "cannot receive the run's input: %s", strerror(-r));
+        if (tree >= 0) {
+                attach_input(chan, tree);
+                close(tree);
+        }
+        int fds[2] = {-1, -1};
+        size_t n = 0;
+        if (tpl->params.input_writable) {
+                mount_writable_input(tpl, chan, &fds[0], &fds[1]);
+                n = 2;
+        }
+        lock_down(tpl, chan);
+        if (tpl_send_fds(chan, COPY_INPUT, NULL, fds, n) < 0)
+                _exit(126);
+        for (size_t i = 0; i < n; i++)
+                close(fds[i]);
 }
 
 /* A fresh copy: pid 1 of its own PID namespace, in its own mount namespace.
@@ -214,7 +357,7 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
          * /proc/self/fd links, which the template's /proc resolves. */
         int ready_fds[3] = {-1, -1, -1};
         size_t n_ready = 1;
-        if (tpl->params.input_writable) {
+        if (tpl->params.input_writable && !tpl->params.late_input) {
                 mount_writable_input(tpl, chan, &ready_fds[1], &ready_fds[2]);
                 n_ready = 3;
         }
@@ -266,29 +409,8 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
          * unlimited stack would give the guest unlimited memory there. */
         set_limit(RLIMIT_STACK, COPY_MAX_STACK);
 
-        r = drop_capabilities();
-        if (r < 0)
-                copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                copy_fail(chan, "cannot set no_new_privs: %m");
-        r = tpl_scope_copy(tpl);
-        if (r < 0)
-                copy_fail(chan, "cannot scope the run with Landlock: %s", strerror(-r));
-        /* SECCOMP_FILTER_FLAG_SPEC_ALLOW: where the kernel's Spectre
-         * mitigations follow seccomp (spec_store_bypass_disable=seccomp,
-         * the default before Linux 5.16, and spectre_v2_user=seccomp), a
-         * filter would also turn on speculative store bypass disable (and
-         * STIBP) for the guest, which slows every load after a store. They
-         * protect a process's own secrets from code speculating inside it;
-         * the guest's process holds nothing the guest may not read anyway,
-         * and the guest's own code is what it would be protected from.
-         * Kernels before 4.17 do not know the flag: the filter alone. */
-        long sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */,
-                          4 /* SECCOMP_FILTER_FLAG_SPEC_ALLOW */, &tpl->guest_filter);
-        if (sr < 0 && errno == EINVAL)
-                sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->guest_filter);
-        if (sr < 0)
-                copy_fail(chan, "cannot load the seccomp filter: %m");
+        if (!tpl->params.late_input)
+                lock_down(tpl, chan);
 
         /* The first copy is made before the template's own warm-up, for a
          * new sandbox's first run, which is waited for: warming would only
@@ -316,6 +438,7 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
                 _exit(126);
         for (size_t i = 0; i < n_ready; i++)
                 close(ready_fds[i]);
-
+        if (tpl->params.late_input)
+                await_input(tpl, chan);
         tpl_serve_host(tpl, chan);
 }

@@ -1,0 +1,47 @@
+/* A run's staged input for a late-input sandbox (one template, many
+ * workspaces), and the detached tree of it that the run's copy attaches. */
+#ifndef AIRLOCK_SANDBOX_INPUT_H
+#define AIRLOCK_SANDBOX_INPUT_H
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "airlock.h"
+#include "fsx/fsx.h"
+
+typedef struct sbx_input sbx_input;
+
+/* Stages cfg's workspace and mounts into a staging area of their own in
+ * $TMPDIR (or /tmp), owned by owner:group (the guest ids of the sandbox
+ * that will run them; (uid_t)-1 keeps the caller's), with the staging caps
+ * of cfg's limits. With prev (a previous version of the same trees, staged
+ * for the same ids) its unchanged files are hard links instead of copies
+ * (why that is safe: sbx_sandbox_new_from's contract). An input with
+ * nothing to stage is valid and gives an empty /input. */
+int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
+                  sbx_input **ret, airlock_error *err);
+/* Removes the staged tree; no run may use it any more. */
+void sbx_input_free(sbx_input *in);
+/* The staged tree's fd, or -1 for an empty input. */
+int sbx_input_fd(const sbx_input *in);
+
+/* The clone maker of an unprivileged host (input.c says why it exists). */
+typedef struct sbx_mounter {
+        pid_t pid;
+        int sock;
+        pthread_mutex_t lock; /* one request at a time */
+} sbx_mounter;
+
+int sbx_mounter_start(sbx_mounter *m, airlock_error *err);
+void sbx_mounter_stop(sbx_mounter *m);
+
+/* Contract: *ret_tree becomes a detached mount tree (open_tree's clone) of
+ * in's staged directory, for one copy to attach, or -1 for an empty input.
+ * As root it is cloned here, in the host's mount namespace; otherwise by m,
+ * which reopens the directory by path in its own namespace and clones it
+ * only if it is the same inode as the fd it was sent. The tree shows the
+ * staged files only: the staging area is airlock's own 0700 directory,
+ * written before the input is used and never after. */
+int sbx_input_tree(const sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err);
+
+#endif
