@@ -1,14 +1,19 @@
 /* One template, many workspaces: a run's staged input, made apart from the
- * sandbox, and the detached tree of it that a late-input copy attaches as
+ * sandbox, and the detached mount of it that a late-input copy attaches as
  * its /input (tpl_copy.c, await_input).
  *
- * A detached tree can only be cloned (open_tree) by a process that has
- * CAP_SYS_ADMIN over the mount namespace the staged directory is mounted
- * in. Root has it over the host's. Anyone else gets a mounter: a child of
- * the host in a user and mount namespace of its own, where the host's
- * files are mounted as in the host's, which clones the trees the host
- * names and hands them back. Its trees can be moved into any mount
- * namespace where the mover holds CAP_SYS_ADMIN, a copy's own included. */
+ * Each staged version gets one read-only overlay over its tree, made once
+ * as a detached mount (fsopen, fsmount): a file system of its own, whose
+ * root the guest's mountinfo shows as "/", never the host's staging path
+ * (tpl_root.c, mount_input, says why that matters). Each copy then gets a
+ * clone of that mount (open_tree), a few microseconds, and moves it onto
+ * its /input. Only a process with CAP_SYS_ADMIN over the mount namespace
+ * the layers are mounted in can make the overlay, and only its owner can
+ * clone a detached mount. Root can, in the host's namespace. Anyone else
+ * gets a mounter: a child of the host in a user and mount namespace of its
+ * own, where the host's files are mounted as in the host's, which makes
+ * and clones the overlays for the host. Such a mount can be moved into any
+ * mount namespace whose mover holds CAP_SYS_ADMIN there, a copy's own. */
 #include "sandbox/input.h"
 
 #include <errno.h>
@@ -33,12 +38,46 @@ struct sbx_input {
         fsx_staging staging; /* removed by sbx_input_free */
         int staged_fd;       /* the staged tree, -1 when nothing was staged */
         fsx_manifest *manifest;
+        int ovl; /* the detached overlay over the staged tree, or -1 */
         uid_t owner;
         gid_t group;
 };
 
+static int make_overlay(int layer, int empty);
+static int mounter_call(sbx_mounter *m, char op, const int *fds, size_t n, int *ret_fd,
+                        airlock_error *err);
+
+/* The overlay of in's staged tree (in->ovl): its second lower layer (an
+ * overlay without an upper one needs two) is an empty directory beside
+ * the tree in the staging area. */
+static int input_overlay(sbx_input *in, sbx_mounter *m, airlock_error *err)
+{
+        _cleanup_close_ int area = openat(in->staging.parent_fd, in->staging.name,
+                                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (area < 0 || (mkdirat(area, "empty", 0555) < 0 && errno != EEXIST))
+                return al_error(err, -errno, in->staging.name,
+                                "cannot make the staging area's empty layer: %m");
+        _cleanup_close_ int empty =
+            openat(area, "empty", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (empty < 0)
+                return al_error(err, -errno, in->staging.name,
+                                "cannot open the staging area's empty layer: %m");
+        if (geteuid() == 0) {
+                int fd = make_overlay(in->staged_fd, empty);
+                if (fd < 0)
+                        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, fd, NULL,
+                                             "sandbox unavailable (overlay mount): cannot mount "
+                                             "the staged input: %s",
+                                             strerror(-fd));
+                in->ovl = fd;
+                return 0;
+        }
+        const int fds[2] = {in->staged_fd, empty};
+        return mounter_call(m, 'O', fds, 2, &in->ovl, err);
+}
+
 int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
-                  sbx_input **ret, airlock_error *err)
+                  sbx_mounter *m, sbx_input **ret, airlock_error *err)
 {
         const char *tmp = getenv("TMPDIR");
         if (!tmp || tmp[0] != '/')
@@ -52,6 +91,7 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
         }
         in->staging.parent_fd = -1;
         in->staged_fd = -1;
+        in->ovl = -1;
         in->owner = owner;
         in->group = group;
         size_t k = 0;
@@ -76,6 +116,13 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
                 free(in);
                 return r;
         }
+        if (in->staged_fd >= 0) {
+                r = input_overlay(in, m, err);
+                if (r < 0) {
+                        sbx_input_free(in);
+                        return r;
+                }
+        }
         *ret = in;
         return 0;
 }
@@ -86,6 +133,8 @@ void sbx_input_free(sbx_input *in)
                 return;
         if (in->staged_fd >= 0)
                 close(in->staged_fd);
+        if (in->ovl >= 0)
+                close(in->ovl);
         fsx_manifest_free(in->manifest);
         fsx_staging_remove(&in->staging);
         free(in);
@@ -119,32 +168,83 @@ static int send_reply(int sock, int code, int fd)
         return sendmsg(sock, &mh, MSG_NOSIGNAL) == 1 ? 0 : -1;
 }
 
-/* Receives one byte with at most one fd: *ret_fd -1 without. */
-static ssize_t recv_one_fd(int sock, unsigned char *ret_byte, int *ret_fd)
+/* Receives one byte with up to max fds (the rest are closed); the slots
+ * not received are -1. */
+static ssize_t recv_fds(int sock, unsigned char *ret_byte, int *fds, size_t max)
 {
-        char cbuf[CMSG_SPACE(sizeof(int) * 2)];
+        char cbuf[CMSG_SPACE(sizeof(int) * 4)];
         struct iovec iov = {ret_byte, 1};
         struct msghdr mh = {
             .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
         ssize_t n;
         while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
                 ;
-        *ret_fd = -1;
+        for (size_t i = 0; i < max; i++)
+                fds[i] = -1;
         if (n <= 0)
                 return n;
+        size_t got = 0;
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
                 if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
                         continue;
                 size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
                 int *p = (int *)CMSG_DATA(cm);
                 for (size_t i = 0; i < k; i++) {
-                        if (*ret_fd < 0)
-                                *ret_fd = p[i];
+                        if (got < max)
+                                fds[got++] = p[i];
                         else
                                 close(p[i]);
                 }
         }
         return n;
+}
+
+/* A read-only overlay over layer and empty (directories of the caller's
+ * mount namespace), as a detached mount: a fd, or -errno. No allocation:
+ * the mounter calls it too. */
+static int make_overlay(int layer, int empty)
+{
+        char opts[64];
+        /* "/proc/self/fd/L:/proc/self/fd/E", written without stdio. */
+        char *p = opts;
+        const int fds[2] = {layer, empty};
+        for (int i = 0; i < 2; i++) {
+                if (i)
+                        *p++ = ':';
+                memcpy(p, "/proc/self/fd/", 14);
+                p += 14;
+                char num[12];
+                int k = 0;
+                for (unsigned v = (unsigned)fds[i]; k == 0 || v; v /= 10)
+                        num[k++] = (char)('0' + v % 10);
+                while (k)
+                        *p++ = num[--k];
+        }
+        *p = '\0';
+        int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+        if (fs < 0)
+                return -errno;
+        int r = 0;
+        if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", "airlock-input", 0) < 0 ||
+            syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir", opts, 0) < 0 ||
+            syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "redirect_dir", "nofollow", 0) < 0 ||
+            syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                r = -errno;
+        int mnt = r < 0 ? -1
+                        : (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                           MOUNT_ATTR_NOEXEC);
+        if (r >= 0 && mnt < 0)
+                r = -errno;
+        close(fs);
+        return r < 0 ? r : mnt;
+}
+
+static int clone_mount(int mnt)
+{
+        int fd = (int)syscall(SYS_open_tree, mnt, "",
+                              AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        return fd < 0 ? -errno : fd;
 }
 
 static void write_file(const char *path, const char *text, size_t len)
@@ -155,12 +255,43 @@ static void write_file(const char *path, const char *text, size_t len)
         close(fd);
 }
 
+/* Opens again, by path in this process's mount namespace, the directory
+ * that fd (from the host's namespace) is, and keeps it only if it is the
+ * very same inode: the path cannot lead elsewhere unnoticed. A fd or
+ * -errno; system calls only. */
+static int reopen_here(int fd)
+{
+        char link[32], path[4096];
+        char *p = link;
+        memcpy(p, "/proc/self/fd/", 14);
+        p += 14;
+        char num[12];
+        int k = 0;
+        for (unsigned v = (unsigned)fd; k == 0 || v; v /= 10)
+                num[k++] = (char)('0' + v % 10);
+        while (k)
+                *p++ = num[--k];
+        *p = '\0';
+        ssize_t len = readlink(link, path, sizeof(path) - 1);
+        if (len <= 0 || path[0] != '/')
+                return -EINVAL;
+        path[len] = '\0';
+        int again = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (again < 0)
+                return -errno;
+        struct stat a, b;
+        if (fstat(again, &a) < 0 || fstat(fd, &b) < 0 || a.st_dev != b.st_dev ||
+            a.st_ino != b.st_ino) {
+                close(again);
+                return -EXDEV;
+        }
+        return again;
+}
+
 /* The mounter's whole life, in a child forked from a host that may have
- * threads: system calls only, no allocation, no lock. For each request (a
- * byte and a fd of a staged tree in the host's namespace), the same
- * directory is opened again by path in this namespace, kept only if it is
- * the very same inode (the path cannot lead elsewhere unnoticed), and
- * cloned as a detached tree for the host. */
+ * threads: system calls only, no allocation, no lock. Requests: 'O' with
+ * a staged tree and an empty directory, whose overlay it makes; 'C' with
+ * an overlay it made, which it clones. */
 _Noreturn static void mounter_main(int sock, const char *uid_map, const char *gid_map)
 {
         if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
@@ -169,47 +300,30 @@ _Noreturn static void mounter_main(int sock, const char *uid_map, const char *gi
         write_file("/proc/self/uid_map", uid_map, strlen(uid_map));
         write_file("/proc/self/gid_map", gid_map, strlen(gid_map));
         for (;;) {
-                unsigned char b;
-                int fd = -1;
-                ssize_t n = recv_one_fd(sock, &b, &fd);
+                unsigned char op;
+                int fds[2];
+                ssize_t n = recv_fds(sock, &op, fds, 2);
                 if (n <= 0)
                         _exit(0);
-                int code = EPROTO, tree = -1;
-                char link[64], path[4096];
-                if (fd >= 0) {
-                        /* /proc/self/fd/N, written without stdio. */
-                        char num[16];
-                        int k = 0;
-                        for (unsigned v = (unsigned)fd; k == 0 || v; v /= 10)
-                                num[k++] = (char)('0' + v % 10);
-                        memcpy(link, "/proc/self/fd/", 14);
-                        for (int i = 0; i < k; i++)
-                                link[14 + i] = num[k - 1 - i];
-                        link[14 + k] = '\0';
-                        ssize_t len = readlink(link, path, sizeof(path) - 1);
-                        code = len > 0 && path[0] == '/' ? 0 : EINVAL;
-                        if (code == 0) {
-                                path[len] = '\0';
-                                int again =
-                                    open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                                struct stat a, b2;
-                                if (again < 0 || fstat(again, &a) < 0 || fstat(fd, &b2) < 0)
-                                        code = errno ? errno : EIO;
-                                else if (a.st_dev != b2.st_dev || a.st_ino != b2.st_ino)
-                                        code = EXDEV;
-                                else if ((tree = (int)syscall(SYS_open_tree, again, "",
-                                                              AT_EMPTY_PATH | OPEN_TREE_CLONE |
-                                                                  OPEN_TREE_CLOEXEC)) < 0)
-                                        code = errno;
-                                if (again >= 0)
-                                        close(again);
-                        }
-                        close(fd);
+                int r = -EPROTO;
+                if (op == 'O' && fds[0] >= 0 && fds[1] >= 0) {
+                        int layer = reopen_here(fds[0]);
+                        int empty = layer >= 0 ? reopen_here(fds[1]) : -1;
+                        r = layer < 0 ? layer : empty < 0 ? empty : make_overlay(layer, empty);
+                        if (layer >= 0)
+                                close(layer);
+                        if (empty >= 0)
+                                close(empty);
+                } else if (op == 'C' && fds[0] >= 0 && fds[1] < 0) {
+                        r = clone_mount(fds[0]);
                 }
-                if (send_reply(sock, code, tree) < 0)
+                for (int i = 0; i < 2; i++)
+                        if (fds[i] >= 0)
+                                close(fds[i]);
+                if (send_reply(sock, r < 0 ? -r : 0, r) < 0)
                         _exit(0);
-                if (tree >= 0)
-                        close(tree);
+                if (r >= 0)
+                        close(r);
         }
 }
 
@@ -263,57 +377,61 @@ void sbx_mounter_stop(sbx_mounter *m)
         pthread_mutex_destroy(&m->lock);
 }
 
-int sbx_input_tree(const sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err)
+/* One request to the mounter: op with n fds, and its answer's fd. */
+static int mounter_call(sbx_mounter *m, char op, const int *fds, size_t n, int *ret_fd,
+                        airlock_error *err)
 {
-        *ret_tree = -1;
-        int fd = sbx_input_fd(in);
-        if (fd < 0)
-                return 0;
-        if (geteuid() == 0) {
-                int tree = (int)syscall(SYS_open_tree, fd, "",
-                                        AT_EMPTY_PATH | AT_RECURSIVE | OPEN_TREE_CLONE |
-                                            OPEN_TREE_CLOEXEC);
-                if (tree < 0)
-                        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -errno, NULL,
-                                             "sandbox unavailable (open_tree): cannot clone the "
-                                             "staged input: %m");
-                *ret_tree = tree;
-                return 0;
-        }
         if (!m || m->sock < 0)
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOSYS, NULL,
                                      "sandbox unavailable (mounter): not started");
-        pthread_mutex_lock(&m->lock);
-        unsigned char b = 'C';
-        char cbuf[CMSG_SPACE(sizeof(int))];
+        unsigned char b = (unsigned char)op;
+        char cbuf[CMSG_SPACE(sizeof(int) * 2)];
         memset(cbuf, 0, sizeof(cbuf));
         struct iovec iov = {&b, 1};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = cbuf,
+                            .msg_controllen = CMSG_SPACE(sizeof(int) * n)};
         struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
         cm->cmsg_level = SOL_SOCKET;
         cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
+        pthread_mutex_lock(&m->lock);
         ssize_t w;
         while ((w = sendmsg(m->sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
                 ;
-        int tree = -1;
-        ssize_t n = w == 1 ? recv_one_fd(m->sock, &b, &tree) : -1;
+        int got = -1;
+        ssize_t k = w == 1 ? recv_fds(m->sock, &b, &got, 1) : -1;
         int e = errno;
         pthread_mutex_unlock(&m->lock);
-        if (n != 1 || b != 0) {
-                if (tree >= 0)
-                        close(tree);
-                int code = n == 1 ? b : n == 0 ? EPIPE : e;
+        if (k != 1 || b != 0 || got < 0) {
+                if (got >= 0)
+                        close(got);
+                int code = k == 1 ? (b ? b : EPROTO) : k == 0 ? EPIPE : e;
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -code, NULL,
-                                     "sandbox unavailable (mounter): cannot clone the staged "
+                                     "sandbox unavailable (mounter): cannot mount the staged "
                                      "input: %s",
                                      strerror(code));
         }
-        if (tree < 0)
-                return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -EPROTO, NULL,
-                                     "sandbox unavailable (mounter): no tree came back");
-        *ret_tree = tree;
+        *ret_fd = got;
         return 0;
+}
+
+int sbx_input_tree(const sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err)
+{
+        *ret_tree = -1;
+        if (!in || in->ovl < 0)
+                return 0;
+        if (geteuid() == 0) {
+                int fd = clone_mount(in->ovl);
+                if (fd < 0)
+                        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, fd, NULL,
+                                             "sandbox unavailable (open_tree): cannot clone the "
+                                             "staged input: %s",
+                                             strerror(-fd));
+                *ret_tree = fd;
+                return 0;
+        }
+        return mounter_call(m, 'C', &in->ovl, 1, ret_tree, err);
 }

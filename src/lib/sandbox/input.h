@@ -17,31 +17,34 @@ typedef struct sbx_input sbx_input;
  * of cfg's limits. With prev (a previous version of the same trees, staged
  * for the same ids) its unchanged files are hard links instead of copies
  * (why that is safe: sbx_sandbox_new_from's contract). An input with
- * nothing to stage is valid and gives an empty /input. */
+ * nothing to stage is valid and gives an empty /input. The read-only
+ * overlay over the staged tree that copies attach is made here, once (as
+ * root in this process, else by m, the sandbox's mounter). */
+typedef struct sbx_mounter sbx_mounter;
 int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
-                  sbx_input **ret, airlock_error *err);
+                  sbx_mounter *m, sbx_input **ret, airlock_error *err);
 /* Removes the staged tree; no run may use it any more. */
 void sbx_input_free(sbx_input *in);
 /* The staged tree's fd, or -1 for an empty input. */
 int sbx_input_fd(const sbx_input *in);
 
-/* The clone maker of an unprivileged host (input.c says why it exists). */
-typedef struct sbx_mounter {
+/* The overlay maker of an unprivileged host (input.c says why it exists). */
+struct sbx_mounter {
         pid_t pid;
         int sock;
         pthread_mutex_t lock; /* one request at a time */
-} sbx_mounter;
+};
 
 int sbx_mounter_start(sbx_mounter *m, airlock_error *err);
 void sbx_mounter_stop(sbx_mounter *m);
 
-/* Contract: *ret_tree becomes a detached mount tree (open_tree's clone) of
- * in's staged directory, for one copy to attach, or -1 for an empty input.
- * As root it is cloned here, in the host's mount namespace; otherwise by m,
- * which reopens the directory by path in its own namespace and clones it
- * only if it is the same inode as the fd it was sent. The tree shows the
- * staged files only: the staging area is airlock's own 0700 directory,
- * written before the input is used and never after. */
+/* Contract: *ret_tree becomes a detached mount for one copy to attach at
+ * /input (a clone of in's read-only overlay), or -1 for an empty input.
+ * As root it is cloned here; otherwise by m, which made the overlay in its
+ * own namespace from the directories it reopened by path, each kept only
+ * if it was the inode the host sent. The mount shows the staged files
+ * only: the staging area is airlock's own 0700 directory, written before
+ * the input is used and never after. */
 int sbx_input_tree(const sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err);
 
 #endif

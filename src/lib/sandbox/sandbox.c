@@ -1232,6 +1232,11 @@ bool sbx_late_input(const airlock_sandbox *sb)
         return sb->late_input;
 }
 
+sbx_mounter *sbx_sandbox_mounter(airlock_sandbox *sb)
+{
+        return sb->late_input && sb->mounter.sock >= 0 ? &sb->mounter : NULL;
+}
+
 void sbx_guest_ids(const airlock_sandbox *sb, uid_t *ret_uid, gid_t *ret_gid)
 {
         *ret_uid = sb->guest_uid;

@@ -53,6 +53,9 @@ void sbx_sandbox_yield_staging(airlock_sandbox *sb);
  * sandbox/input.h), attached to its copy when the copy is handed out. */
 int sbx_sandbox_new_late(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err);
 bool sbx_late_input(const airlock_sandbox *sb);
+/* The mounter of an unprivileged late-input sandbox (sandbox/input.h),
+ * which makes its inputs' overlays; NULL otherwise. */
+struct sbx_mounter *sbx_sandbox_mounter(airlock_sandbox *sb);
 /* The host ids the sandbox's guests map to (the owner of its staged inputs
  * as root). */
 void sbx_guest_ids(const airlock_sandbox *sb, uid_t *ret_uid, gid_t *ret_gid);
@@ -63,8 +66,8 @@ int sbx_run_input(airlock_sandbox *sb, const struct sbx_input *in, const char *c
                   const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
 /* airlock_session_open likewise; the caller keeps in alive until the
  * session is closed (sbx_session_on_close). */
-int sbx_session_open_input(airlock_sandbox *sb, const struct sbx_input *in,
-                           airlock_session **ret, airlock_error *err);
+int sbx_session_open_input(airlock_sandbox *sb, const struct sbx_input *in, airlock_session **ret,
+                           airlock_error *err);
 /* sbx_copy_wait_ready, then, in a late-input sandbox, hands the copy in. */
 int sbx_copy_prepare(airlock_sandbox *sb, copy *c, const struct sbx_input *in, int *ret_outdir,
                      airlock_error *err);

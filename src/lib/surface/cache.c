@@ -1112,7 +1112,8 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
                         sbx_guest_ids(e->sb, &uid, &gid);
                 sbx_input *in = NULL;
                 airlock_error berr = {0};
-                int r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL, &in, &berr);
+                int r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL,
+                                      sbx_sandbox_mounter(e->sb), &in, &berr);
                 pthread_mutex_lock(&c->lock);
                 if (r < 0) {
                         ci->state = ENTRY_FAILED;

@@ -127,8 +127,15 @@ static int export_filter(scmp_filter_ctx ctx, int r, struct sock_fprog *ret, cha
         return 0;
 }
 
-int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
-                               size_t errlen)
+/* The calls a late-input copy still needs after its guest filter is
+ * loaded, to attach its run's /input; the mount filter refuses them. */
+static bool mount_call(const char *name)
+{
+        return strcmp(name, "mount") == 0 || strcmp(name, "move_mount") == 0;
+}
+
+int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bool allow_mount,
+                               char *errbuf, size_t errlen)
 {
         scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
         if (!ctx) {
@@ -138,8 +145,8 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, ch
         int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
         for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(denied_calls); i++) {
                 int nr = seccomp_syscall_resolve_name(denied_calls[i]);
-                if (nr == __NR_SCMP_ERROR)
-                        continue; /* not on this architecture */
+                if (nr == __NR_SCMP_ERROR || (allow_mount && mount_call(denied_calls[i])))
+                        continue; /* not on this architecture, or in the mount filter */
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
         }
         /* clone3 passes its flags in memory, where a filter cannot look;
@@ -194,6 +201,22 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, ch
                                              0);
                 if (r >= 0)
                         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(shmget), 0);
+        }
+        return export_filter(ctx, r, ret, errbuf, errlen);
+}
+
+int seccomp_build_mount_filter(struct sock_fprog *ret, char *errbuf, size_t errlen)
+{
+        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx) {
+                snprintf(errbuf, errlen, "seccomp: cannot create a filter (libseccomp)");
+                return -ENOMEM;
+        }
+        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(denied_calls); i++) {
+                int nr = seccomp_syscall_resolve_name(denied_calls[i]);
+                if (nr != __NR_SCMP_ERROR && mount_call(denied_calls[i]))
+                        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
         }
         return export_filter(ctx, r, ret, errbuf, errlen);
 }

@@ -334,8 +334,10 @@ _Noreturn void template_main(void)
                  (unsigned long long)MIN(tmp_inodes, 4096));
 
         char errbuf[900];
-        int r = seccomp_build_guest_filter(&tpl->guest_filter, tpl->params.cgroup == 0, errbuf,
-                                           sizeof(errbuf));
+        int r = seccomp_build_guest_filter(&tpl->guest_filter, tpl->params.cgroup == 0,
+                                           tpl->params.late_input, errbuf, sizeof(errbuf));
+        if (r >= 0 && tpl->params.late_input)
+                r = seccomp_build_mount_filter(&tpl->mount_filter, errbuf, sizeof(errbuf));
         if (r >= 0)
                 r = seccomp_build_session_filter(&tpl->session_filter, errbuf, sizeof(errbuf));
         if (r < 0)

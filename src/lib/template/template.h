@@ -57,8 +57,16 @@ int guest_run(const char *code, size_t len, bool last, const char **ret_status);
  * no_shared_memory (no cgroup counts a run's memory), kinds of memory that
  * no per-process limit counts are refused: shared anonymous mappings,
  * memfds and SysV shared memory. */
-int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, char *errbuf,
-                               size_t errlen);
+int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bool allow_mount,
+                               char *errbuf, size_t errlen);
+/* With allow_mount (a late-input template), the guest filter lets mount
+ * and move_mount through, and this small filter, which a copy loads once
+ * its /input is attached, refuses them as the guest filter would have:
+ * the two together are the guest filter. Small, so that loading it on
+ * the critical path costs microseconds (the kernel prepares a cache of
+ * every syscall's answer when a filter is loaded, in time that grows with
+ * the filter). */
+int seccomp_build_mount_filter(struct sock_fprog *ret, char *errbuf, size_t errlen);
 /* Builds the filter that a copy adds when it becomes a session: shared
  * anonymous mappings, memfds and SysV shared memory are refused with
  * EPERM, since neither a rollback nor a fork could give each state its own

@@ -138,6 +138,8 @@ struct template_state {
         /* What a copy that becomes a session adds to it: the refusal of
          * shared memory (seccomp_build_session_filter). */
         struct sock_fprog session_filter;
+        /* A late-input template's second filter (seccomp_build_mount_filter). */
+        struct sock_fprog mount_filter;
         /* The mount options of a copy's /tmp and /output tmpfs, from the
          * limits: template_main; read by every copy. */
         char tmp_opts[128], out_opts[128];
@@ -270,7 +272,7 @@ void tpl_setup_namespaces(const struct template_state *tpl);
 /* Sets landlock_scopes. */
 void tpl_probe_landlock(struct template_state *tpl);
 /* In a copy: scopes its abstract Unix sockets and signals to itself. */
-int tpl_scope_copy(const struct template_state *tpl);
+int tpl_scope_copy(const struct template_state *tpl, bool no_mounts, bool *ret_no_mounts);
 /* In a copy: maps its ids in its own user namespace and caps its
  * counters. */
 int tpl_enter_own_user_namespace(void);

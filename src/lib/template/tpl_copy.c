@@ -62,7 +62,9 @@ static void set_limit(int resource, rlim_t value)
 /* Drops every capability for good: the bounding set (so no execve can
  * regain any, even as uid 0 of the namespace), the ambient set, and the
  * effective, permitted and inheritable sets. */
-static int drop_capabilities(void)
+/* The bounding set and the ambient set: what no later execve can gain.
+ * The capabilities the copy holds now stay (clear_capabilities). */
+static int drop_bounding_set(void)
 {
         /* EINVAL marks the first capability this kernel does not know:
          * every one below it has been dropped. */
@@ -75,12 +77,24 @@ static int drop_capabilities(void)
         }
         if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
                 return -errno;
+        return 0;
+}
+
+/* The effective, permitted and inheritable sets: one system call. */
+static int clear_capabilities(void)
+{
         struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
         struct __user_cap_data_struct data[2];
         memset(data, 0, sizeof(data));
         if (syscall(SYS_capset, &hdr, data) < 0)
                 return -errno;
         return 0;
+}
+
+static int drop_capabilities(void)
+{
+        int r = drop_bounding_set();
+        return r < 0 ? r : clear_capabilities();
 }
 
 _Noreturn static void copy_fail(int chan, const char *fmt, ...) _printf_(2, 3);
@@ -148,13 +162,32 @@ static void mount_writable_input(const struct template_state *tpl, int chan, int
         *ret_lower = lower;
 }
 
+/* Loads filter, with SECCOMP_FILTER_FLAG_SPEC_ALLOW: where the kernel's
+ * Spectre mitigations follow seccomp (spec_store_bypass_disable=seccomp,
+ * the default before Linux 5.16, and spectre_v2_user=seccomp), a filter
+ * would also turn on speculative store bypass disable (and STIBP) for the
+ * guest, which slows every load after a store. They protect a process's
+ * own secrets from code speculating inside it; the guest's process holds
+ * nothing the guest may not read anyway, and the guest's own code is what
+ * it would be protected from. Kernels before 4.17 do not know the flag:
+ * the filter alone. */
+static void load_filter(int chan, const struct sock_fprog *filter)
+{
+        long sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */,
+                          4 /* SECCOMP_FILTER_FLAG_SPEC_ALLOW */, filter);
+        if (sr < 0 && errno == EINVAL)
+                sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, filter);
+        if (sr < 0)
+                copy_fail(chan, "cannot load the seccomp filter: %m");
+}
+
 /* Contract: the last step before a copy may run guest code, and nothing
  * the copy does after it can undo it: every capability dropped (in the
  * copy's own user namespace, the only ones it has), no_new_privs, the
  * Landlock scope of abstract sockets and signals, and the guest's seccomp
- * filter. With a late-input template it runs once the run's /input is
- * attached (await_input), since mounting needs the capability and the
- * filter refuses mount calls; otherwise before the copy says it is ready. */
+ * filter. A late-input copy does it in two steps (lock_early, then
+ * lock_late once its /input is attached: await_input), since attaching
+ * needs the capability and the guest filter refuses mount calls. */
 static void lock_down(const struct template_state *tpl, int chan)
 {
         int r = drop_capabilities();
@@ -162,24 +195,44 @@ static void lock_down(const struct template_state *tpl, int chan)
                 copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 copy_fail(chan, "cannot set no_new_privs: %m");
-        r = tpl_scope_copy(tpl);
+        r = tpl_scope_copy(tpl, false, NULL);
         if (r < 0)
                 copy_fail(chan, "cannot scope the run with Landlock: %s", strerror(-r));
-        /* SECCOMP_FILTER_FLAG_SPEC_ALLOW: where the kernel's Spectre
-         * mitigations follow seccomp (spec_store_bypass_disable=seccomp,
-         * the default before Linux 5.16, and spectre_v2_user=seccomp), a
-         * filter would also turn on speculative store bypass disable (and
-         * STIBP) for the guest, which slows every load after a store. They
-         * protect a process's own secrets from code speculating inside it;
-         * the guest's process holds nothing the guest may not read anyway,
-         * and the guest's own code is what it would be protected from.
-         * Kernels before 4.17 do not know the flag: the filter alone. */
-        long sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */,
-                          4 /* SECCOMP_FILTER_FLAG_SPEC_ALLOW */, &tpl->guest_filter);
-        if (sr < 0 && errno == EINVAL)
-                sr = syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, &tpl->guest_filter);
-        if (sr < 0)
-                copy_fail(chan, "cannot load the seccomp filter: %m");
+        load_filter(chan, &tpl->guest_filter);
+}
+
+/* A late-input copy before it is ready: no_new_privs, the bounding set
+ * and the guest filter (built with allow_mount), whose loading is the slow
+ * part of a lock-down (a filter is compiled to machine code when loaded:
+ * 100 to 300 us of CPU here, even for a filter of ten instructions), off
+ * the critical path. The copy keeps its capabilities, and mount and
+ * move_mount, for its /input; only airlock's code runs until lock_late. */
+static void lock_early(const struct template_state *tpl, int chan)
+{
+        int r = drop_bounding_set();
+        if (r < 0)
+                copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                copy_fail(chan, "cannot set no_new_privs: %m");
+        load_filter(chan, &tpl->guest_filter);
+}
+
+/* The rest, once /input is attached: the capabilities, and the Landlock
+ * scope, which also refuses every change of mounts from then on; where
+ * Landlock cannot (a kernel without scopes), the mount filter, which
+ * refuses mount and move_mount as the guest filter would have. Either
+ * way a late-input copy ends as locked as any other. */
+static void lock_late(const struct template_state *tpl, int chan)
+{
+        int r = clear_capabilities();
+        if (r < 0)
+                copy_fail(chan, "cannot drop capabilities: %s", strerror(-r));
+        bool no_mounts = false;
+        r = tpl_scope_copy(tpl, true, &no_mounts);
+        if (r < 0)
+                copy_fail(chan, "cannot scope the run with Landlock: %s", strerror(-r));
+        if (!no_mounts)
+                load_filter(chan, &tpl->mount_filter);
 }
 
 /* Whether the host has sent anything on the channel yet: before it has
@@ -226,38 +279,22 @@ static int recv_input_tree(int chan, int *ret_tree)
         return 0;
 }
 
-/* Where a late input's detached tree is attached while the overlay over it
- * is made: in the copy's own /tmp, removed again before any guest code. */
-#define INPUT_ATTACH_POINT "/tmp/.airlock-input"
-
-/* Contract: mounts the run's staged input read-only at /input, as the
- * template mounts a sandbox's own (mount_input in tpl_root.c, whose
- * comment says why an overlay and not a bind): the detached tree is
- * attached in this copy's own mount namespace for the time the overlay is
- * made, then detached, so the guest's mountinfo names no host path and no
- * trace of the attachment is left. Runs with the copy's capabilities, on
- * a tree the host cloned from its staging area; a failure ends the copy
- * with a message for the host. */
+/* Contract: puts the run's staged input at /input: a clone of the
+ * read-only overlay the host made over the staged tree (sandbox/input.c),
+ * a file system of its own, whose root the guest's mountinfo shows as "/"
+ * and whose options name its layers only as /proc/self/fd links of the
+ * process that made it. Read-only, nosuid, nodev and noexec from its
+ * making; moved onto the template's empty /input in this copy's own mount
+ * namespace, before the copy drops the capability to change mounts. A
+ * failure ends the copy with a message for the host. */
 static void attach_input(int chan, int tree)
 {
-        if (mkdir(INPUT_ATTACH_POINT, 0700) < 0)
-                copy_fail(chan, "cannot make the input's mount point: %m");
-        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, INPUT_ATTACH_POINT,
-                    MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        if (syscall(SYS_move_mount, tree, "", AT_FDCWD, "/input", MOVE_MOUNT_F_EMPTY_PATH) < 0)
                 copy_fail(chan, "cannot attach the run's staged input: %m");
-        if (mount("airlock-input", "/input", "overlay",
-                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                  "lowerdir=" INPUT_ATTACH_POINT ":/input,redirect_dir=nofollow") < 0)
-                copy_fail(chan, "cannot mount the run's staged input: %m");
-        int r = tpl_make_readonly("/input", false, true);
-        if (r < 0)
-                copy_fail(chan, "cannot make /input read-only: %s", strerror(-r));
-        if (umount2(INPUT_ATTACH_POINT, MNT_DETACH) < 0 || rmdir(INPUT_ATTACH_POINT) < 0)
-                copy_fail(chan, "cannot detach the run's staged input: %m");
 }
 
 /* A late-input copy, ready and waiting: reads the host's "input" frame
- * (after any "hurry"), attaches the staged tree that follows it, makes a
+ * (after any "hurry"), attaches the staged input that follows it, makes a
  * writable /input where the configuration asks for one, locks down, and
  * answers COPY_INPUT with the writable /input's upper dir and lower layer.
  * Until then no guest code can run: the "run" or "session" frame that
@@ -295,7 +332,7 @@ static void await_input(struct template_state *tpl, int chan)
                 mount_writable_input(tpl, chan, &fds[0], &fds[1]);
                 n = 2;
         }
-        lock_down(tpl, chan);
+        lock_late(tpl, chan);
         if (tpl_send_fds(chan, COPY_INPUT, NULL, fds, n) < 0)
                 _exit(126);
         for (size_t i = 0; i < n; i++)
@@ -409,7 +446,9 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
          * unlimited stack would give the guest unlimited memory there. */
         set_limit(RLIMIT_STACK, COPY_MAX_STACK);
 
-        if (!tpl->params.late_input)
+        if (tpl->params.late_input)
+                lock_early(tpl, chan);
+        else
                 lock_down(tpl, chan);
 
         /* The first copy is made before the template's own warm-up, for a
