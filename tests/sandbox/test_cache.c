@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <grp.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "surface/cache.h"
 #include "sandbox/selfexe.h"
@@ -810,7 +813,8 @@ static void test_real_reuse_edit_and_close(void **state)
         assert_int_equal(cs.created, 1);
         assert_int_equal(cs.hits, 1);
 
-        /* Same size, same mtime: still seen at the next run. */
+        /* Same size, same mtime: still seen at the next run, in the same
+         * sandbox (its template serves every version of the workspace). */
         write_text(f, "two");
         struct timespec times[2] = {st.st_atim, st.st_mtim};
         assert_int_equal(utimensat(AT_FDCWD, f, times, 0), 0);
@@ -819,9 +823,10 @@ static void test_real_reuse_edit_and_close(void **state)
         free(out);
         cache_wait_later_closes(c);
         cache_get_stats(c, &cs);
-        assert_int_equal(cs.created, 2);
+        assert_int_equal(cs.created, 1);
         assert_int_equal(cs.sandboxes, 1);
-        assert_int_equal(cs.closed, 1);
+        assert_int_equal(cs.closed, 0);
+        assert_int_equal(cs.inputs_staged, 2);
 
         airlock_cache_close(c);
         airlock_config_free(cfg);
@@ -973,6 +978,210 @@ static void test_close_without_runs(void **state)
         airlock_cache_close(NULL);
 }
 
+/* ---- one template, many workspaces ----------------------------------------- */
+
+/* The staging areas in dir (the runs' TMPDIR): one per staged version. */
+static int count_entries(const char *dir)
+{
+        DIR *d = opendir(dir);
+        if (!d)
+                return -1;
+        int n = 0;
+        for (struct dirent *e; (e = readdir(d));)
+                n += e->d_name[0] != '.';
+        closedir(d);
+        return n;
+}
+
+/* Runs code with cfg and returns its stdout, or NULL (*why says why). */
+static char *try_run(airlock_cache *c, const airlock_config *cfg, const char *code, char *why,
+                     size_t n)
+{
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        if (airlock_cache_run(c, cfg, code, strlen(code), NULL, &res, &err) < 0) {
+                snprintf(why, n, "run: %s", err.message);
+                return NULL;
+        }
+        char *out = res->success
+                        ? strndup(res->stdout_data ? res->stdout_data : "", res->stdout_len)
+                        : NULL;
+        if (!out)
+                snprintf(why, n, "run failed: %s", res->stderr_data ? res->stderr_data : "");
+        airlock_result_free(res);
+        return out;
+}
+
+#define CHECK(cond, ...)                                                                           \
+        do {                                                                                       \
+                if (!(cond)) {                                                                     \
+                        snprintf(why, n, __VA_ARGS__);                                             \
+                        goto out;                                                                  \
+                }                                                                                  \
+        } while (0)
+
+/* The scenario of the two tests below, as whoever runs it (root, or an
+ * unprivileged user whose overlays the mounter makes): three workspaces,
+ * one template; each run sees its own files only and no host path; an
+ * edit is a new version of one input, not a new sandbox; a session keeps
+ * the version it opened with; nothing is left behind. 0, or -1 with why. */
+static int many_workspaces(const char *root, char *why, size_t n)
+{
+        char stage[128], ws[3][128], f[192];
+        snprintf(stage, sizeof(stage), "%s/stage", root);
+        if (mkdir(stage, 0700) < 0 || setenv("TMPDIR", stage, 1) < 0) {
+                snprintf(why, n, "cannot make %s", stage);
+                return -1;
+        }
+        airlock_cache *c = NULL;
+        airlock_config *base = NULL, *cfg[3] = {NULL, NULL, NULL};
+        airlock_session *s = NULL;
+        char *out = NULL, sub[2048] = "";
+        int r = -1;
+        airlock_error err = {0};
+        CHECK(airlock_cache_new(0, 0, &c, &err) == 0, "cache: %s", err.message);
+        CHECK(airlock_config_new(&base, &err) == 0, "config: %s", err.message);
+        for (int i = 0; i < 3; i++) {
+                snprintf(ws[i], sizeof(ws[i]), "%s/ws%d", root, i);
+                CHECK(mkdir(ws[i], 0755) == 0, "mkdir %s", ws[i]);
+                snprintf(f, sizeof(f), "%s/own%d.txt", ws[i], i);
+                FILE *fp = fopen(f, "we");
+                CHECK(fp && fprintf(fp, "v1-%d", i) > 0 && fclose(fp) == 0, "write %s", f);
+                CHECK(airlock_config_copy(base, &cfg[i], &err) == 0, "copy: %s", err.message);
+                CHECK(airlock_config_set_workspace(cfg[i], ws[i], &err) == 0, "ws: %s",
+                      err.message);
+        }
+        const char *list = "import os\nprint(sorted(os.listdir('/input')), "
+                           "[open('/input/'+f).read() for f in sorted(os.listdir('/input'))])";
+        for (int round = 0; round < 2; round++)
+                for (int i = 0; i < 3; i++) {
+                        char expect[128];
+                        snprintf(expect, sizeof(expect), "['own%d.txt'] ['v1-%d']\n", i, i);
+                        out = try_run(c, cfg[i], list, sub, sizeof(sub));
+                        CHECK(out && strcmp(out, expect) == 0, "workspace %d saw %s", i,
+                              out ? out : sub);
+                        free(out);
+                        out = NULL;
+                }
+        cache_stats cs;
+        cache_get_stats(c, &cs);
+        CHECK(cs.created == 1 && cs.inputs_staged == 3, "created %llu sandboxes, staged %llu",
+              (unsigned long long)cs.created, (unsigned long long)cs.inputs_staged);
+
+        /* Nothing of the host's staging shows, and /input is a file system
+         * of its own. */
+        out = try_run(c, cfg[1], "print(open('/proc/self/mountinfo').read())", sub, sizeof(sub));
+        CHECK(out, "mountinfo: %s", sub);
+        CHECK(!strstr(out, stage) && !strstr(out, root) && !strstr(out, "airlock-stage"),
+              "mountinfo names a host path: %s", out);
+        CHECK(strstr(out, " / /input ro,"), "no /input overlay in %s", out);
+        free(out);
+        out = NULL;
+
+        /* A session keeps the version it opened with. */
+        CHECK(airlock_cache_session_open(c, cfg[2], &s, &err) == 0, "session: %s", err.message);
+        snprintf(f, sizeof(f), "%s/own2.txt", ws[2]);
+        FILE *fp = fopen(f, "we");
+        CHECK(fp && fputs("v2-2", fp) >= 0 && fclose(fp) == 0, "write %s", f);
+        out = try_run(c, cfg[2], list, sub, sizeof(sub));
+        CHECK(out && strcmp(out, "['own2.txt'] ['v2-2']\n") == 0, "edit not seen: %s",
+              out ? out : sub);
+        free(out);
+        out = NULL;
+        airlock_result *res = NULL;
+        CHECK(airlock_session_run(s, list, strlen(list), NULL, &res, &err) == 0 && res->success &&
+                  res->stdout_data && strcmp(res->stdout_data, "['own2.txt'] ['v1-2']\n") == 0,
+              "the session saw %s", res && res->stdout_data ? res->stdout_data : err.message);
+        airlock_result_free(res);
+        cache_get_stats(c, &cs);
+        CHECK(cs.created == 1 && cs.inputs_staged == 4,
+              "after the edit: %llu sandboxes, %llu "
+              "staged",
+              (unsigned long long)cs.created, (unsigned long long)cs.inputs_staged);
+        /* Four versions on disk while the session holds the old one; the
+         * old one goes with the session. */
+        CHECK(count_entries(stage) == 4, "%d staging areas with the session open",
+              count_entries(stage));
+        airlock_session_close(s);
+        s = NULL;
+        CHECK(count_entries(stage) == 3, "%d staging areas after the session closed",
+              count_entries(stage));
+        r = 0;
+out:
+        free(out);
+        if (s)
+                airlock_session_close(s);
+        airlock_cache_close(c);
+        if (r == 0 && count_entries(stage) != 0) {
+                snprintf(why, n, "%d staging areas left after the cache closed",
+                         count_entries(stage));
+                r = -1;
+        }
+        for (int i = 0; i < 3; i++)
+                airlock_config_free(cfg[i]);
+        airlock_config_free(base);
+        unsetenv("TMPDIR");
+        return r;
+}
+
+static void test_real_many_workspaces_one_template(void **state)
+{
+        char root[128], why[4096] = "";
+        snprintf(root, sizeof(root), "%s/many", tmp_root);
+        assert_int_equal(mkdir(root, 0755), 0);
+        assert_true(selfexe_fd(NULL) >= 0);
+        int fds_before = count_fds();
+        int children_before = count_children();
+        if (many_workspaces(root, why, sizeof(why)) < 0)
+                fail_msg("%s", why);
+        assert_int_equal(count_children(), children_before);
+        assert_int_equal(count_fds(), fds_before);
+}
+
+/* The same without root: the overlays come from the mounter. */
+static void test_real_many_workspaces_unprivileged(void **state)
+{
+        if (geteuid() != 0) {
+                char why[4096] = "", root[128];
+                snprintf(root, sizeof(root), "%s/many-user", tmp_root);
+                assert_int_equal(mkdir(root, 0755), 0);
+                if (many_workspaces(root, why, sizeof(why)) < 0)
+                        fail_msg("%s", why);
+                return;
+        }
+        char root[128];
+        snprintf(root, sizeof(root), "%s/many-nobody", tmp_root);
+        assert_int_equal(mkdir(root, 0755), 0);
+        assert_int_equal(chown(root, 65534, 65534), 0);
+        assert_int_equal(chmod(tmp_root, 0755), 0);
+        int p[2];
+        assert_int_equal(pipe(p), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char why[4096] = "";
+                close(p[0]);
+                int r = -1;
+                if (setgroups(0, NULL) == 0 && setresgid(65534, 65534, 65534) == 0 &&
+                    setresuid(65534, 65534, 65534) == 0)
+                        r = many_workspaces(root, why, sizeof(why));
+                else
+                        snprintf(why, sizeof(why), "cannot become nobody: %m");
+                if (r < 0)
+                        (void)!write(p[1], why, strlen(why));
+                _exit(r < 0 ? 1 : 0);
+        }
+        close(p[1]);
+        char why[4096] = "";
+        ssize_t k = read(p[0], why, sizeof(why) - 1);
+        why[k > 0 ? k : 0] = '\0';
+        close(p[0]);
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                fail_msg("as nobody: %s (status %d)", why, status);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -995,6 +1204,8 @@ int main(void)
             cmocka_unit_test(test_real_reuse_edit_and_close),
             cmocka_unit_test(test_real_threads_results_never_mix),
             cmocka_unit_test(test_real_watch),
+            cmocka_unit_test(test_real_many_workspaces_one_template),
+            cmocka_unit_test(test_real_many_workspaces_unprivileged),
         };
         return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

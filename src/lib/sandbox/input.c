@@ -296,9 +296,18 @@ _Noreturn static void mounter_main(int sock, const char *uid_map, const char *gi
 {
         if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
                 _exit(121);
+        /* A process that changed its ids (a host that was root and became
+         * a user) is not dumpable, and then its /proc files are root's:
+         * dumpable only for the time it writes its own maps, holding
+         * nothing yet that it did not hold before. */
+        int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+        if (dumpable != 1)
+                (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
         write_file("/proc/self/setgroups", "deny", 4);
         write_file("/proc/self/uid_map", uid_map, strlen(uid_map));
         write_file("/proc/self/gid_map", gid_map, strlen(gid_map));
+        if (dumpable != 1)
+                (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         for (;;) {
                 unsigned char op;
                 int fds[2];

@@ -153,6 +153,7 @@ static int config_text(const airlock_config *cfg, char **ret)
 static int fp_trees(airlock_cache *c, const airlock_config *cfg, dynbuf *b, const fsx_limits *lim,
                     airlock_error *err);
 static char *tree_key(const airlock_config *cfg, const fsx_limits *lim);
+static bool cache_takes_late(const airlock_cache *c);
 
 static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char **ret_text,
                              size_t *ret_static_len, char **ret_input, airlock_error *err)
@@ -194,6 +195,10 @@ static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char *
         dynbuf in;
         dynbuf_init(&in, FINGERPRINT_CAP);
         bool late = cache_late_input(cfg);
+        /* A cache whose sandboxes cannot take late inputs (fakes in tests)
+         * keys each version of the trees to a sandbox of its own. */
+        if (c && !cache_takes_late(c))
+                ret_input = NULL;
         if (late && (cfg->workspace || cfg->n_mounts)) {
                 _cleanup_free_ char *tk = tree_key(cfg, &lim);
                 r = tk ? dynbuf_append(&in, tk, strlen(tk)) : -ENOMEM;
@@ -333,6 +338,11 @@ struct airlock_cache {
         unsigned watch_max;       /* 0: FSX_WATCH_MAX_DEFAULT */
         uint64_t watch_period_ns; /* 0: FSX_WATCH_PERIOD_NS */
 };
+
+static bool cache_takes_late(const airlock_cache *c)
+{
+        return c->ops.sandbox_new_late != NULL;
+}
 
 static uint64_t real_now_ns(void)
 {
