@@ -44,6 +44,8 @@ __version__ = _airlock.VERSION
 LIBRARY_VERSION = _airlock.LIBRARY_VERSION
 
 APPROVAL_MODES = ("never_require", "always_require")
+# The configurations a Sandbox keeps for the workspace= of its calls.
+_MAX_WORKSPACES = 1024
 
 
 class FileMount(NamedTuple):
@@ -313,6 +315,14 @@ class Sandbox:
 
     Thread-safe: runs from many threads at once, and configuration changes
     between them (a run uses the configuration it started with).
+
+    Many workspaces, one template: ``run``, ``arun`` and ``session`` take
+    ``workspace=`` (a folder), which replaces the sandbox's own workspace for
+    that call only. Calls with different workspaces share the sandbox's
+    template (the same interpreter, preloads and settings); each sees only
+    its own folder under /input, staged once per version of its files (a
+    server with a folder per user or per agent). At most 1,024 folders'
+    configurations are kept, the least recently used going first.
     """
 
     def __init__(self, *, workspace: str | os.PathLike | None = None,
@@ -342,6 +352,9 @@ class Sandbox:
         self._auto_figures = bool(auto_figures)
         self._input_writable = bool(input_writable)
         self._cfg = None
+        # Configurations for the workspace= of a call, by folder: rebuilt
+        # with self._cfg (the settings changed), at most _MAX_WORKSPACES.
+        self._ws_cfgs: dict[Path, Any] = {}
         self._cache = _airlock.Cache(max_sandboxes=max_sandboxes)
         if limits:
             self.set_limits(limits)
@@ -538,17 +551,40 @@ class Sandbox:
     def get_preloads(self) -> list[str]:
         return list(self._preloads)
 
-    def _config(self):
+    def _config(self, workspace=None):
         """The C library's configuration for the current settings, built once
         per change. A run holds the one it started with; the callables of a
         replaced configuration stay referenced (self._retired) as long as the
-        sandbox, because a cached sandbox keeps a copy that points to them."""
+        sandbox, because a cached sandbox keeps a copy that points to them.
+        With workspace, the same settings with that folder as /input."""
+        if workspace is not None:
+            return self._workspace_config(workspace)
         with self._lock:
             if self._cfg is not None:
                 return self._cfg
+            self._ws_cfgs.clear()
+            c = self._build_config(self._workspace)
+            self._cfg = c
+            return c
+
+    def _workspace_config(self, workspace):
+        ws = self._check_workspace(workspace)
+        with self._lock:
+            if self._cfg is None:
+                self._config()
+            c = self._ws_cfgs.pop(ws, None)
+            if c is None:
+                c = self._build_config(ws)
+                while len(self._ws_cfgs) >= _MAX_WORKSPACES:
+                    self._ws_cfgs.pop(next(iter(self._ws_cfgs)))
+            self._ws_cfgs[ws] = c  # the most recently used last
+            return c
+
+    def _build_config(self, workspace):
+        with self._lock:
             c = _airlock.Config()
-            if self._workspace is not None:
-                c.set_workspace(str(self._workspace))
+            if workspace is not None:
+                c.set_workspace(str(workspace))
             for path, host in self._mounts.items():
                 c.add_mount(str(host), path)
             for d in self._domains.values():
@@ -567,31 +603,33 @@ class Sandbox:
                 c.add_python_path(p)
             c.set_flags(approval_always=self._approval == "always_require",
                         auto_figures=self._auto_figures, input_writable=self._input_writable)
-            self._cfg = c
             return c
 
     # -- runs
 
-    def run(self, code: str, *, cancel_fd: int = -1) -> Result:
+    def run(self, code: str, *, cancel_fd: int = -1,
+            workspace: str | os.PathLike | None = None) -> Result:
         """Runs code in a fresh copy of the sandbox's template; the GIL is
         released meanwhile. A failing run is a Result with success False;
         an exception only when nothing could run (InputError, SandboxError,
-        RunError)."""
-        cfg = self._config()
+        RunError). workspace: this run's /input instead of the sandbox's
+        (see the class)."""
+        cfg = self._config(workspace)
         return Result(self._cache.run(cfg, code, cancel_fd=cancel_fd))
 
-    async def arun(self, code: str) -> Result:
+    async def arun(self, code: str, *, workspace: str | os.PathLike | None = None) -> Result:
         """``run`` for asyncio: in a thread, an ``async def`` tool running on
         this task's loop. Cancelling the awaiting task stops the run (it ends
         as "killed") and then raises CancelledError."""
         loop = asyncio.get_running_loop()
-        cfg = self._config()
+        cfg = self._config(workspace)
         return await _arun(loop, lambda fd: self._cache.run(cfg, code, cancel_fd=fd))
 
-    def session(self) -> Session:
+    def session(self, *, workspace: str | os.PathLike | None = None) -> Session:
         """A session (a notebook-style kernel) in the sandbox for the current
-        configuration; use it as a context manager or close() it."""
-        cfg = self._config()
+        configuration; use it as a context manager or close() it. It keeps
+        the workspace (this one's, or workspace=) as it was when it opened."""
+        cfg = self._config(workspace)
         return Session(self._cache.session(cfg))
 
     # -- descriptions
