@@ -59,6 +59,9 @@ int mcp_specs_add(mcp_specs *s, const char *name, const json_t *server, const ch
 /* Reads a servers file ({"mcpServers": {...}} or VS Code's {"servers":
  * {...}}) and adds every server in it, all or nothing. */
 int mcp_specs_load_file(mcp_specs *s, const char *path, airlock_error *err);
+/* The same for the servers JSON as text; relative paths resolve against
+ * the working folder. */
+int mcp_specs_load_text(mcp_specs *s, const char *text, airlock_error *err);
 /* The specs as one JSON object {NAME: server} (fingerprints, to_json). */
 json_t *mcp_specs_to_json(const mcp_specs *s);
 
