@@ -17,6 +17,7 @@ from harness import AIRLOCK, Mcp, airlock, mcp, run, tmpdir
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NODE_MODULES = os.path.join(ROOT, "tests", "mcp", "node_modules")
 MISBEHAVE = os.path.join(ROOT, "tests", "helpers", "mcp_misbehave.py")
+UPSTREAM = os.path.join(ROOT, "tests", "mcp", "fixtures", "upstream_server.mjs")
 SECRET = "s3cr3t-upstream-token-0123456789"
 
 
@@ -141,6 +142,72 @@ print([type(p).__name__ for p in web.get_annotated_message(messageType="success"
         g = servers_file({"web": {"url": f"http://no-such-host.invalid:{port}/mcp"}})
         p = airlock("run", "--servers", g, "-c", "print(1)")
         assert p.returncode == 2 and "server 'web'" in p.stderr, (p.returncode, p.stderr)
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def upstream_over_http(env=None):
+    """tests/mcp/fixtures/upstream_server.mjs over Streamable HTTP: (process, url)."""
+    import socket
+    npm_server("everything")  # the SDK, installed with the servers
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = subprocess.Popen(["node", UPSTREAM, "http", str(port)], env=dict(os.environ, **(env or {})),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in srv.stderr:
+        if "listening" in line:
+            break
+    return srv, f"http://127.0.0.1:{port}/mcp"
+
+
+RENDEZVOUS = r'''
+import asyncio, threading
+import servers
+from servers import up
+async def main():
+    return await asyncio.gather(*[up.rendezvous_async(group="gather", n=8) for _ in range(8)])
+print(sorted(asyncio.run(main())))
+res = []
+def one():
+    try:
+        res.append(up.rendezvous(group="threads", n=5))
+    except Exception as e:
+        res.append(repr(e))
+ts = [threading.Thread(target=one) for _ in range(5)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(sorted(res))
+# A failure in a batch is that call's alone.
+async def mixed():
+    return await asyncio.gather(up.rendezvous_async(group="m", n=2),
+                                up.rendezvous_async(group="m", n=2),
+                                up.rendezvous_async(group=1, n=2), return_exceptions=True)
+print([type(x).__name__ for x in asyncio.run(mixed())])
+'''
+
+
+def check_rendezvous(out):
+    lines = out.splitlines()
+    assert lines[0] == repr([f"arrived {i} of 8" for i in range(1, 9)]), out
+    assert lines[1] == repr([f"arrived {i} of 5" for i in range(1, 6)]), out
+    assert lines[2] == "['str', 'str', 'ValueError']", out
+
+
+def test_calls_of_one_run_are_in_flight_at_once_over_stdio():
+    # Each rendezvous call answers only once all of its group are in flight
+    # upstream, the last first: the calls of a gather and of threads must
+    # all be there at once, and their answers come out of order.
+    f = servers_file({"up": {"command": "node", "args": [UPSTREAM, "stdio"], "timeout": 60}})
+    npm_server("everything")
+    check_rendezvous(ok_stdout(RENDEZVOUS, "--servers", f))
+
+
+def test_calls_of_one_run_are_in_flight_at_once_over_http():
+    srv, url = upstream_over_http()
+    try:
+        f = servers_file({"up": {"url": url, "timeout": 60}})
+        check_rendezvous(ok_stdout(RENDEZVOUS, "--servers", f))
     finally:
         srv.kill()
         srv.wait()

@@ -33,7 +33,16 @@
 #define MCP_START_TIMEOUT_S 30.0
 #define MCP_STDERR_RING     8192
 #define MCP_PROTOCOL_LATEST "2025-11-25"
-#define MCP_PROTOCOL_NEXT   "2026-07-28"
+/* Calls in flight at once within a run (the stubs' asyncio variant and
+ * threads): MCP_OP_START starts calls on host threads and answers at once
+ * with their tickets, MCP_OP_WAIT collects their outcomes (mcp_hub.c).
+ * "servers" is never a server's module name, so these never clash. */
+#define MCP_OP_START      "servers._start"
+#define MCP_OP_WAIT       "servers._wait"
+#define MCP_MAX_JOBS      256                      /* calls in flight of all runs of a hub */
+#define MCP_JOB_KEEP_NS   (120ull * 1000000000ull) /* an outcome nobody collects, kept */
+#define MCP_WAIT_BYTES    (16u << 20)              /* the results of one wait's reply */
+#define MCP_PROTOCOL_NEXT "2026-07-28"
 
 /* ---- the servers files (mcp_config.c) ---- */
 
@@ -90,8 +99,9 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
 /* Calls a tool. 0 with *ret_result the CallToolResult; or a negative errno
  * with a message in err (a timeout, a crash, a reply that is not
  * JSON-RPC, an error reply): the server is then restarted at the next call
- * (after a crash, with a backoff). Thread-safe: calls of a stdio server
- * are in flight at once, those of a server at a URL take turns. */
+ * (after a crash, with a backoff). Thread-safe: calls of one server are
+ * in flight at once, over stdio (each with its own JSON-RPC id, answered
+ * in any order) and at a URL (each its own POST in the session). */
 int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
                       const mcp_bounds *b, json_t **ret_result, airlock_error *err);
 /* Stops the server (stdin closed, then SIGTERM, then SIGKILL to its
