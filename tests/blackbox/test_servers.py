@@ -213,6 +213,36 @@ def test_calls_of_one_run_are_in_flight_at_once_over_http():
         srv.wait()
 
 
+def test_a_changed_tool_list_is_the_next_builds_and_a_gone_tool_says_so():
+    # The SDK server sends notifications/tools/list_changed when a tool is
+    # removed or added. The stubs stay those of the build; a call of a tool
+    # that went away raises an exception that says the list changed, and a
+    # new tool is not there until the next build.
+    f = servers_file({"up": {"command": "node", "args": [UPSTREAM, "stdio"]}})
+    npm_server("everything")
+    with mcp("--servers", f) as m:
+        r = m.run('import servers\nfrom servers import up\n'
+                  'print(up.doomed())\nprint(up.remove_tool(name="doomed"))\n'
+                  'print(up.add_tool(name="fresh"))\n'
+                  'try:\n    up.doomed()\nexcept Exception as e:\n'
+                  '    print(type(e).__name__, "|", e)\n'
+                  'print(hasattr(up, "fresh"))\n'
+                  'from airlock import call_tool\n'
+                  'try:\n    call_tool("up.fresh")\nexcept ValueError as e:\n    print(e)\n')
+        lines = r["stdout"].splitlines()
+        assert lines[:3] == ["doomed ran", "removed doomed", "added fresh"], r
+        kind, msg = lines[3].split(" | ", 1)
+        assert kind in ("ToolError", "UpstreamError") and "up.doomed" in msg, lines[3]
+        assert "changed its tool list" in msg and "next build" in msg, lines[3]
+        assert lines[4] == "False", r
+        assert "has no tool 'up.fresh'" in lines[5] and "changed its tool list" in lines[5], r
+    # Without a change, a failure says nothing of it.
+    out = ok_stdout('from servers import up\n'
+                    'try:\n    up.rendezvous(group=1, n=1)\nexcept Exception as e:\n'
+                    '    print("changed" in str(e))', "--servers", f)
+    assert out == "False\n", out
+
+
 def test_invalid_arguments_raise_valueerror_naming_the_argument():
     f = servers_file({"everything": everything()})
     out = ok_stdout('''

@@ -104,6 +104,9 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
  * in any order) and at a URL (each its own POST in the session). */
 int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
                       const mcp_bounds *b, json_t **ret_result, airlock_error *err);
+/* True once the server has sent notifications/tools/list_changed since it
+ * started (since its tool list made the stubs). */
+bool mcp_upstream_list_changed(const mcp_upstream *u);
 /* Stops the server (stdin closed, then SIGTERM, then SIGKILL to its
  * process group) and frees u. */
 void mcp_upstream_stop(mcp_upstream *u);

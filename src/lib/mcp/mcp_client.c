@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -76,6 +77,9 @@ struct mcp_upstream {
         unsigned gen;
         int fail_code;
         char fail_msg[AIRLOCK_MESSAGE_MAX];
+        /* The server said notifications/tools/list_changed since its tool
+         * list was taken (the stubs were made): read without the lock. */
+        _Atomic bool list_changed;
 };
 
 /* A call waiting for its reply. */
@@ -264,6 +268,21 @@ static int send_msg(mcp_upstream *u, json_t *msg, uint64_t deadline, airlock_err
         return r;
 }
 
+/* Notes a notification the client acts on: notifications/tools/list_changed
+ * (the stubs are those of the build; mcp_upstream_list_changed). The rest
+ * are dropped. */
+static void notified(mcp_upstream *u, const json_t *msg)
+{
+        const char *m = json_string_value(json_object_get(msg, "method"));
+        if (m && !json_object_get(msg, "id") && strcmp(m, "notifications/tools/list_changed") == 0)
+                u->list_changed = true;
+}
+
+bool mcp_upstream_list_changed(const mcp_upstream *u)
+{
+        return u && u->list_changed;
+}
+
 /* The reply to a request the server makes of us: "ping" is answered, the
  * rest (sampling, elicitation, roots) this client does not offer. */
 static void answer_request(mcp_upstream *u, json_t *msg, uint64_t deadline)
@@ -327,6 +346,8 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
                         bool has_method = json_object_get(msg, "method") != NULL;
                         if (has_method && mid) {
                                 answer_request(u, msg, deadline);
+                        } else if (has_method) {
+                                notified(u, msg);
                         } else if (!has_method && json_is_integer(mid) &&
                                    json_integer_value(mid) == id) {
                                 *ret = msg;
@@ -476,6 +497,7 @@ static int http_find_reply(mcp_upstream *u, const char *ctype, const unsigned ch
                         for (i = 0; i < m && !*ret; i++) {
                                 json_t *x = list ? json_array_get(list, i) : v;
                                 json_t *mid = json_object_get(x, "id");
+                                notified(u, x);
                                 if (!json_object_get(x, "method") && json_is_integer(mid) &&
                                     json_integer_value(mid) == id)
                                         *ret = json_incref(x);
@@ -1084,6 +1106,8 @@ static void dispatch(mcp_upstream *u, json_t *msgs, uint64_t deadline)
                 if (json_object_get(m, "method")) {
                         if (mid)
                                 answer_request(u, m, deadline);
+                        else
+                                notified(u, m);
                         continue;
                 }
                 for (pending *p = u->waiting; p && json_is_integer(mid); p = p->next)

@@ -563,6 +563,17 @@ static char *error_text(const json_t *res)
         return dynbuf_take(&b, NULL);
 }
 
+/* What a failure adds when the server has changed its tool list since the
+ * stubs were made: the tool may be gone, or a new one not there yet. */
+static const char *changed_note(const hub_server *s)
+{
+        return s && mcp_upstream_list_changed(s->up)
+                   ? " (the server changed its tool list after this sandbox was built "
+                     "(notifications/tools/list_changed): the stubs are those of the build; "
+                     "the next build of the configuration, a new sandbox, has the new list)"
+                   : "";
+}
+
 /* The checks of a call before it goes upstream: the tool, its arguments,
  * approval and the per-run caps (counted here). TOOL_OK with *ret_tool. */
 static tool_fail hub_check(mcp_hub *h, const char *name, const json_t *args, mcp_run_counts *counts,
@@ -574,8 +585,8 @@ static tool_fail hub_check(mcp_hub *h, const char *name, const json_t *args, mcp
                 const hub_server *sv = server_of(h, name);
                 return tools_fail(TOOL_FAIL_INVALID, ret_message,
                                   "server '%s' has no tool '%.100s' (servers.search(\"words\") "
-                                  "finds its tools)",
-                                  sv ? sv->name : "?", name);
+                                  "finds its tools)%s",
+                                  sv ? sv->name : "?", name, changed_note(sv));
         }
         airlock_error e;
         airlock_error_clear(&e);
@@ -637,8 +648,8 @@ static tool_fail hub_perform(mcp_hub *h, mcp_tool *t, const json_t *args, uint64
                                   t->host_name);
         if (r == -EREMOTEIO)
                 return fail_typed(ret_type, "UpstreamError", ret_message,
-                                  "%s: server '%s' refused the call: %s", t->host_name, s->name,
-                                  e.message);
+                                  "%s: server '%s' refused the call: %s%s", t->host_name, s->name,
+                                  e.message, changed_note(s));
         if (r < 0)
                 return fail_typed(ret_type, "UpstreamError", ret_message,
                                   "%s: %s; the next call starts the server afresh", t->host_name,
@@ -654,8 +665,8 @@ static tool_fail hub_perform(mcp_hub *h, mcp_tool *t, const json_t *args, uint64
         if (json_is_true(json_object_get(res, "isError"))) {
                 _cleanup_free_ char *text = error_text(res);
                 json_decref(res);
-                return fail_typed(ret_type, "ToolError", ret_message, "%s: %s", t->host_name,
-                                  text ? text : "(no message)");
+                return fail_typed(ret_type, "ToolError", ret_message, "%s: %s%s", t->host_name,
+                                  text ? text : "(no message)", changed_note(s));
         }
         /* What the stubs read: the content and the structured result. */
         json_t *out = json_object();
