@@ -166,6 +166,9 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
                        const tool_call_bounds *bounds, mcp_run_counts *counts,
                        airlock_tool_approver_fn approver, void *approver_data, json_t **ret_result,
                        char **ret_message, char **ret_type);
+/* The time mcp_hub_start spent making the stubs from the tool lists (naming
+ * the tools, writing the package), without the servers' start: for bench. */
+uint64_t mcp_hub_stubs_ns(const mcp_hub *h);
 /* For the description: the number of servers, and each one's module name
  * and tool count. */
 size_t mcp_hub_servers(const mcp_hub *h);

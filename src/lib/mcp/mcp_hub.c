@@ -63,6 +63,7 @@ struct mcp_hub {
         bool jinit;
         unsigned jrunning;
         hub_job *jobs;
+        uint64_t gen_ns; /* the stubs' making: naming the tools, writing the files */
 };
 
 static const char *const json_types[] = {"string", "number", "integer", "boolean",
@@ -432,9 +433,12 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
                                      sp->name);
                         break;
                 }
+                uint64_t t0 = al_now_ns();
                 r = add_tools(h, i, sp, tools, warnings, err);
+                h->gen_ns += al_now_ns() - t0;
                 json_decref(tools);
         }
+        uint64_t t_write = al_now_ns();
         if (r >= 0) {
                 const char *tmp = getenv("TMPDIR");
                 if (!tmp || tmp[0] != '/')
@@ -463,6 +467,7 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
                         ? al_error(err, -errno, h->dir, "stubs: %s: %m", h->dir)
                         : mcp_stubs_write(fd, h->tools, h->n_tools, modules, names, h->n_srv, err);
         }
+        h->gen_ns += al_now_ns() - t_write;
         if (r < 0) {
                 /* The message may hold the end of a server's stderr, and
                  * reaches whoever asked for the sandbox (under airlock mcp,
@@ -506,6 +511,11 @@ bool mcp_hub_owns(const mcp_hub *h, const char *name)
         if (h && name && (strcmp(name, MCP_OP_START) == 0 || strcmp(name, MCP_OP_WAIT) == 0))
                 return true;
         return find(h, name) != NULL || server_of(h, name) != NULL;
+}
+
+uint64_t mcp_hub_stubs_ns(const mcp_hub *h)
+{
+        return h ? h->gen_ns : 0;
 }
 
 size_t mcp_hub_servers(const mcp_hub *h)
