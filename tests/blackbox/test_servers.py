@@ -639,6 +639,82 @@ print(json.dumps(seen))
     assert all(args == want for _, args in seen), (seen, want)
 
 
+HOSTILE_CHECK = r'''
+import ast, builtins, json, pydoc
+import servers
+from servers import h, _index
+GEN = {"TypedDict", "Required", "Literal", "Any", "str", "int", "float", "bool", "dict", "list",
+       "_call", "_acall", "locals"}
+def check(path):
+    """What the generated source may hold: imports, TypedDicts, functions
+    whose bodies are a docstring and the return of _call/_acall, constants;
+    no attribute, no call or name the generator does not write."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    defined = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+               if isinstance(t, ast.Name)}
+    bad = []
+    for fn in tree.body:
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = fn.body
+            ok = (len(body) == 2 and isinstance(body[0], ast.Expr) and
+                  isinstance(body[0].value, ast.Constant) and isinstance(body[1], ast.Return))
+            if not ok or fn.decorator_list:
+                bad.append(("body", fn.name))
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute):
+            bad.append(("attribute", n.attr))
+        elif isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id in GEN):
+            bad.append(("call", ast.dump(n.func)[:80]))
+        elif isinstance(n, ast.Name) and n.id not in GEN | defined | ARGS and not isinstance(
+                n.ctx, ast.Store):
+            bad.append(("name", n.id))
+        elif isinstance(n, (ast.Lambda, ast.Import, ast.Global, ast.Nonlocal, ast.Delete,
+                            ast.With, ast.For, ast.While, ast.If, ast.Try, ast.ClassDef)):
+            bad.append(("statement", type(n).__name__))
+    return bad
+import inspect
+ARGS = set()
+for fn in [getattr(h, n) for n in h.__all__]:
+    ARGS |= set(inspect.signature(fn).parameters)
+print(json.dumps([check(h.__file__), check(_index.__file__)]))
+names = [n for n in h.__all__ if not n.endswith("_async")]
+sent = []
+for n in names:
+    fn = getattr(h, n)
+    req = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+    r = fn(**{p.name: 1 for p in req})
+    pydoc.render_doc(fn)
+    sent.append([r["name"], sorted(r["args"])])
+print(json.dumps(sent))
+print(hasattr(builtins, "PWNED"), len(names))
+'''
+
+
+def test_a_hostile_sdk_servers_tool_list_cannot_put_code_in_the_stubs():
+    # tests/mcp/fixtures/hostile.json, listed by a server made with the
+    # official SDK: names, titles, descriptions, property names, defaults,
+    # enums and consts meant to end a string, a docstring or a line of the
+    # generated source and run code (they would set builtins.PWNED).
+    with open(os.path.join(ROOT, "tests", "mcp", "fixtures", "hostile.json")) as f:
+        tools = json.load(f)
+    npm_server("everything")
+    f = servers_file({"h": {"command": "node", "args": [UPSTREAM, "stdio"],
+                            "env": {"UPSTREAM_HOSTILE": "1"}}})
+    out = ok_stdout(HOSTILE_CHECK, "--servers", f)
+    lines = out.splitlines()
+    assert json.loads(lines[0]) == [[], []], lines[0]
+    assert lines[2] == f"False {len(tools)}", out
+    # Every function reached its own tool, with the schema's own names.
+    seen = json.loads(lines[1])
+    assert sorted(n for n, _ in seen) == sorted(t["name"] for t in tools), seen
+    for name, args in seen:
+        t = next(t for t in tools if t["name"] == name)
+        want = sorted(k for k, p in t["inputSchema"]["properties"].items()
+                      if "default" in p and not isinstance(p["default"], (dict, list))
+                      or k in t["inputSchema"]["required"])
+        assert args == want, (name, args, want)
+
+
 def test_bad_servers_files_are_one_clear_error():
     d = tmpdir()
     cases = [
