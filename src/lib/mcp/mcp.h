@@ -40,6 +40,7 @@
 #define MCP_OP_START      "servers._start"
 #define MCP_OP_WAIT       "servers._wait"
 #define MCP_MAX_JOBS      256                      /* calls in flight of all runs of a hub */
+#define MCP_MAX_RUN_JOBS  64                       /* of one run */
 #define MCP_JOB_KEEP_NS   (120ull * 1000000000ull) /* an outcome nobody collects, kept */
 #define MCP_WAIT_BYTES    (16u << 20)              /* the results of one wait's reply */
 #define MCP_PROTOCOL_NEXT "2026-07-28"

@@ -822,7 +822,13 @@ static tool_fail op_start(mcp_hub *h, const json_t *args, const tool_call_bounds
                 hub_job *j = NULL;
                 if (f == TOOL_OK) {
                         pthread_mutex_lock(&h->jlock);
-                        j = job_slot(h);
+                        /* One run cannot take every slot of the sandbox's
+                         * runs: at most MCP_MAX_RUN_JOBS of its own. */
+                        size_t mine = 0;
+                        for (size_t k = 0; k < MCP_MAX_JOBS; k++)
+                                mine += h->jobs[k].used && !h->jobs[k].done &&
+                                        h->jobs[k].owner == counts;
+                        j = mine < MCP_MAX_RUN_JOBS ? job_slot(h) : NULL;
                         if (j) {
                                 j->used = true;
                                 j->done = false;
@@ -874,8 +880,9 @@ static tool_fail op_start(mcp_hub *h, const json_t *args, const tool_call_bounds
                                 continue;
                         }
                         f = fail_typed(&type, "UpstreamError", &message,
-                                       "%s: more than %d calls of the servers are in flight",
-                                       t->host_name, MCP_MAX_JOBS);
+                                       "%s: too many calls of the servers are in flight (at "
+                                       "most %d of one run, %d of the sandbox's runs)",
+                                       t->host_name, MCP_MAX_RUN_JOBS, MCP_MAX_JOBS);
                 }
                 json_array_append_new(out, outcome(f, NULL, message, type));
                 free(message);
