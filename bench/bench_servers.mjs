@@ -6,10 +6,12 @@
 //    by the official TypeScript SDK client over stdio. Rounds alternate.
 // 2. Stubs: the size of the stubs of a server of 100 tools (their time at
 //    sandbox build is bench_stubs.c's, without the sandbox's own start).
-// 3. Context: the bytes that reach the model for one task (store 10 facts in
-//    server-memory, then report which mention "beta"), done with direct MCP
-//    tool calls (the tool list, each call's arguments and each result) and
-//    with one execute_code call (its description, the code, its output).
+// 3. Context: the bytes that reach the model for the issue's two tasks (read
+//    a 200-entity memory graph, filter and aggregate; find which of 300 files
+//    in the filesystem server's folder mention a word, and their lines), with
+//    direct MCP tool calls (the tool definitions, each call's arguments and
+//    each result) and with one execute_code call (its tool definition, the
+//    code, its output), side by side.
 //
 // Uses the SDK and the servers installed in tests/mcp (npm install there).
 // Usage: node bench/bench_servers.mjs BUILD_DIR [ROUNDS]
@@ -82,29 +84,68 @@ const many = writeServers('many.json', { many: { command: '/usr/bin/python3', ar
 const stubBytes = Number(execFileSync(airlock, ['run', '--servers', many, '-c',
   'import os, servers; d = os.path.dirname(servers.__file__); print(sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)))']).toString().trim());
 
-// 3. Context bytes for one task.
-const facts = Array.from({ length: 10 }, (_, i) => ({ name: `item${i}`, entityType: 'fact', observations: [i % 3 ? `alpha ${i}` : `beta ${i}`] }));
-const direct2 = await connect(memory(path.join(dir, 'd.jsonl')).command, memory('').args, { MEMORY_FILE_PATH: path.join(dir, 'd.jsonl') });
-let directBytes = JSON.stringify((await direct2.listTools()).tools).length;
-for (const f of facts) {
-  const args = { entities: [f] };
-  const r = await direct2.callTool({ name: 'create_entities', arguments: args });
-  directBytes += JSON.stringify(args).length + JSON.stringify(r.content).length + JSON.stringify(r.structuredContent ?? null).length;
+// 3. Context bytes for the issue's two tasks over the real servers, each
+// done by a client that calls the tools directly (the model reads the tool
+// definitions, every call's arguments and every result's content) and by
+// one execute_code call (its tool definition, the code, its output). A
+// result counts its content (its structuredContent only when it has no
+// content: clients hand the model one of them).
+const resultBytes = (r) => JSON.stringify(r.content?.length ? r.content : r.structuredContent ?? null).length;
+// (a) A memory graph of 200 entities (written as server-memory stores it):
+// which types have entities with an "urgent" observation, and how many.
+const TYPES = ['person', 'project', 'issue', 'meeting', 'document'];
+const graph = Array.from({ length: 200 }, (_, i) => JSON.stringify({
+  type: 'entity', name: `entity-${i}`, entityType: TYPES[i % 5],
+  observations: [`created on day ${i % 31}`, i % 7 === 0 ? 'marked urgent by the owner' : 'routine', `owner ${i % 13}`],
+})).join('\n');
+const graphFile = (name) => { const f = path.join(dir, name); fs.writeFileSync(f, graph + '\n'); return f; };
+const memDirect = await connect(memory('').command, memory('').args, { MEMORY_FILE_PATH: graphFile('gd.jsonl') });
+let memDirectBytes = JSON.stringify((await memDirect.listTools()).tools).length;
+const rg = await memDirect.callTool({ name: 'read_graph', arguments: {} });
+memDirectBytes += JSON.stringify({}).length + resultBytes(rg);
+await memDirect.close();
+// (b) 300 files of 20 to 40 lines in the filesystem server's folder: which
+// mention "airlock", and their lines. Directly: list the folder, then read
+// every file in one read_multiple_files call (the cheapest way there is).
+const tree = fs.mkdtempSync(path.join(dir, 'files-'));
+for (let i = 0; i < 300; i++) {
+  const lines = Array.from({ length: 20 + (i % 21) }, (_, k) => `line ${k} of file ${i}: ${k === 3 && i % 10 === 0 ? 'airlock' : 'lorem ipsum dolor'} sit amet`);
+  fs.writeFileSync(path.join(tree, `f${String(i).padStart(3, '0')}.txt`), lines.join('\n') + '\n');
 }
-const sargs = { query: 'beta' };
-const sr = await direct2.callTool({ name: 'search_nodes', arguments: sargs });
-directBytes += JSON.stringify(sargs).length + JSON.stringify(sr.content).length + JSON.stringify(sr.structuredContent ?? null).length;
-await direct2.close();
-const code2 = `from servers import memory
-facts = ${JSON.stringify(facts)}
-for f in facts:
-    memory.create_entities(entities=[f])
-print(sorted(e["name"] for e in memory.search_nodes(query="beta")["entities"]))
+const fsServer = { command: process.execPath, args: [entry('@modelcontextprotocol/server-filesystem'), tree] };
+const fsDirect = await connect(fsServer.command, fsServer.args);
+let fsDirectBytes = JSON.stringify((await fsDirect.listTools()).tools).length;
+const la = { path: tree };
+const ld = await fsDirect.callTool({ name: 'list_directory', arguments: la });
+fsDirectBytes += JSON.stringify(la).length + resultBytes(ld);
+const names = text(ld).split('\n').filter((l) => l.startsWith('[FILE]')).map((l) => l.slice(7));
+const ra = { paths: names.map((n) => path.join(tree, n)) };
+const rm = await fsDirect.callTool({ name: 'read_multiple_files', arguments: ra });
+fsDirectBytes += JSON.stringify(ra).length + resultBytes(rm);
+await fsDirect.close();
+const memCode = `from collections import Counter
+from servers import memory
+g = memory.read_graph()
+print(dict(Counter(e["entityType"] for e in g["entities"]
+                   if any("urgent" in o for o in e["observations"]))))
 `;
-const c2 = await connect(airlock, ['mcp', '--servers', writeServers('m.json', { memory: memory(path.join(dir, 'a.jsonl')) })]);
+const fsCode = `from servers import fs
+d = ${JSON.stringify(tree)}
+names = [l[7:] for l in fs.list_directory(path=d)["content"].splitlines() if l.startswith("[FILE]")]
+hits = {}
+for n in names:
+    text = fs.read_text_file(path=f"{d}/{n}")["content"]
+    if "airlock" in text:
+        hits[n] = text.count("\\n")
+print(len(hits), "files mention it:", hits)
+`;
+const both = writeServers('both.json', { memory: memory(graphFile('ga.jsonl')), fs: fsServer });
+const c2 = await connect(airlock, ['mcp', '--servers', both]);
 const exec = (await c2.listTools()).tools.find((t) => t.name === 'execute_code');
-const r2 = await c2.callTool({ name: 'execute_code', arguments: { code: code2 } }, undefined, CALL);
-const codeBytes = JSON.stringify(exec).length + code2.length + JSON.stringify(r2.content).length;
+const rMem = await c2.callTool({ name: 'execute_code', arguments: { code: memCode } }, undefined, CALL);
+const rFs = await c2.callTool({ name: 'execute_code', arguments: { code: fsCode } }, undefined, CALL);
+const memCodeBytes = JSON.stringify(exec).length + memCode.length + JSON.stringify(rMem.content).length;
+const fsCodeBytes = JSON.stringify(exec).length + fsCode.length + JSON.stringify(rFs.content).length;
 await c2.close();
 fs.rmSync(dir, { recursive: true, force: true });
 
@@ -113,15 +154,21 @@ const out = {
   echo100_sdk_direct_ms: median(sdkMs),
   echo100_in_guest_ms: median(guestMs),
   echo100_execute_code_call_ms: median(callMs),
+  echo100_ratio_guest_to_sdk: Number((median(guestMs) / median(sdkMs)).toFixed(3)),
   stubs_bytes_100_tools: stubBytes,
-  context_bytes_direct_calls: directBytes,
-  context_bytes_execute_code: codeBytes,
-  context_result_airlock: text(r2).trim(),
+  memory200_bytes_direct: memDirectBytes,
+  memory200_bytes_execute_code: memCodeBytes,
+  memory200_ratio: Number((memDirectBytes / memCodeBytes).toFixed(1)),
+  memory200_answer: text(rMem).trim(),
+  files300_bytes_direct: fsDirectBytes,
+  files300_bytes_execute_code: fsCodeBytes,
+  files300_ratio: Number((fsDirectBytes / fsCodeBytes).toFixed(1)),
+  files300_answer_head: text(rFs).trim().slice(0, 60),
 };
 console.log(`100 echo calls, SDK client direct:        ${out.echo100_sdk_direct_ms.toFixed(1)} ms (median of ${rounds})`);
-console.log(`100 echo calls, from the guest:           ${out.echo100_in_guest_ms.toFixed(1)} ms`);
+console.log(`100 echo calls, from the guest:           ${out.echo100_in_guest_ms.toFixed(1)} ms (${out.echo100_ratio_guest_to_sdk}x)`);
 console.log(`  the whole execute_code call:            ${out.echo100_execute_code_call_ms.toFixed(1)} ms`);
 console.log(`stubs of a server of 100 tools:           ${out.stubs_bytes_100_tools} bytes`);
-console.log(`context bytes, direct MCP tool calls:     ${out.context_bytes_direct_calls}`);
-console.log(`context bytes, one execute_code call:     ${out.context_bytes_execute_code}`);
+console.log(`context bytes, 200-entity memory graph:   direct ${out.memory200_bytes_direct} / execute_code ${out.memory200_bytes_execute_code} (${out.memory200_ratio}x fewer)`);
+console.log(`context bytes, 300 files, word and lines: direct ${out.files300_bytes_direct} / execute_code ${out.files300_bytes_execute_code} (${out.files300_ratio}x fewer)`);
 console.log(JSON.stringify(out));

@@ -290,6 +290,12 @@ AIRLOCK_PUBLIC const char *airlock_config_secret_name(const airlock_config *cfg,
  * apply). The old HTTP+SSE transport ("type": "sse") is -EOPNOTSUPP. */
 AIRLOCK_PUBLIC int airlock_config_add_servers_file(airlock_config *cfg, const char *file,
                                                    airlock_error *err);
+/* The same for the text of a servers file (the Python package's
+ * Sandbox(servers={...})): the same checks and messages, without a file's
+ * path; relative paths ("cwd", a "command" with a '/') resolve against the
+ * working folder. */
+AIRLOCK_PUBLIC int airlock_config_add_servers_json(airlock_config *cfg, const char *json_text,
+                                                   airlock_error *err);
 /* Adds one server: server_json is its object as in a servers file. */
 AIRLOCK_PUBLIC int airlock_config_add_server(airlock_config *cfg, const char *name,
                                              const char *server_json, airlock_error *err);

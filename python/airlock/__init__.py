@@ -312,6 +312,17 @@ class Sandbox:
     preloads: modules imported once into the template ("numpy", "pandas").
     python_path: folders of Python packages made importable in the guest.
     tools_files: JSON tools files (command tools), as ``airlock run -t``.
+    servers: MCP servers whose tools the code calls as typed Python (``from
+        servers import NAME``; docs/code-mode.md): the path of a servers file
+        (``{"mcpServers": {NAME: {"command", "args", "env", "cwd"} | {"url",
+        "headers"}}}``, as Claude Desktop, Cursor and VS Code write it), a dict
+        in that format, or a list of them; checked now, with the command line's
+        errors (``--servers FILE``) as InputError. The servers start on the
+        host when a sandbox is built for the configuration, and stop with it.
+    approve_server_call: ``fn(tool, args) -> bool``, asked (on the run's
+        thread, while the run waits) for each call of an upstream tool that
+        needs approval (by its annotations or the servers file); without it
+        such a call raises ``servers.ApprovalRequired`` in the guest.
 
     Thread-safe: runs from many threads at once, and configuration changes
     between them (a run uses the configuration it started with).
@@ -332,7 +343,8 @@ class Sandbox:
                  python_path: Iterable[str | os.PathLike] = (),
                  tools_files: Iterable[str | os.PathLike] = (),
                  auto_figures: bool = True, input_writable: bool = False,
-                 max_sandboxes: int = 2):
+                 max_sandboxes: int = 2, servers: Any = None,
+                 approve_server_call: Callable[[str, dict], bool] | None = None):
         self._lock = threading.RLock()
         self._workspace = self._check_workspace(workspace)
         self._mounts: dict[str, Path] = {}
@@ -351,6 +363,17 @@ class Sandbox:
         self._tools_files = [str(Path(p).resolve()) for p in tools_files]
         self._auto_figures = bool(auto_figures)
         self._input_writable = bool(input_writable)
+        self._servers: list[tuple[str, str]] = []  # ("file", path) or ("json", text)
+        if approve_server_call is not None and not callable(approve_server_call):
+            raise TypeError("approve_server_call must be callable: fn(tool, args) -> bool")
+        self._approver = None
+        if approve_server_call is not None:
+            def approve(tool, args_json, fn=approve_server_call):
+                import json
+                return bool(fn(tool, json.loads(args_json)))
+            # Made once and held as long as the sandbox: a cached sandbox's
+            # copy of a configuration points to it.
+            self._approver = approve
         self._cfg = None
         # Configurations for the workspace= of a call, by folder: rebuilt
         # with self._cfg (the settings changed), at most _MAX_WORKSPACES.
@@ -364,6 +387,8 @@ class Sandbox:
             self.add_allowed_domains(allowed_domains)
         if tools is not None:
             self.add_tools(tools)
+        if servers is not None:
+            self.add_servers(servers)
         self._config()  # every value checked by the library now, not at the first run
 
     # -- lifecycle
@@ -507,6 +532,45 @@ class Sandbox:
             self._tools.clear()
             self._changed()
 
+    def add_servers(self, servers) -> None:
+        """Adds MCP servers: a servers file's path, a dict in that format, or
+        a list of them. All or nothing: a mistake is the library's
+        InputError naming the server and the key (as ``--servers``), and
+        nothing is added."""
+        if isinstance(servers, (str, os.PathLike, Mapping)):
+            items = [servers]
+        elif isinstance(servers, Iterable):
+            items = list(servers)
+        else:
+            raise TypeError("servers is a servers file's path, a dict "
+                            "{\"mcpServers\": {...}}, or a list of them, not "
+                            f"{type(servers).__name__}")
+        new: list[tuple[str, str]] = []
+        for s in items:
+            if isinstance(s, (str, os.PathLike)):
+                # Resolved now: a later chdir does not change which file.
+                new.append(("file", str(Path(s).expanduser().absolute())))
+            elif isinstance(s, Mapping):
+                new.append(("json", _json_dumps(s)))  # a copy: a later change of the dict is not seen
+            else:
+                raise TypeError("a servers entry is a servers file's path or a dict "
+                                f"{{\"mcpServers\": {{...}}}}, not {type(s).__name__}")
+        with self._lock:
+            old = list(self._servers)
+            self._servers.extend(new)
+            self._changed()
+            try:
+                self._config()
+            except BaseException:
+                self._servers = old
+                self._changed()
+                raise
+
+    def clear_servers(self) -> None:
+        with self._lock:
+            self._servers.clear()
+            self._changed()
+
     @property
     def approval_mode(self) -> str:
         """The execute_code tool's: always_require when the base mode or any
@@ -599,6 +663,13 @@ class Sandbox:
                 c.set_limits(self._limits)
             for m in self._preloads:
                 c.add_preload(m)
+            for kind, s in self._servers:
+                if kind == "json":
+                    c.add_servers_json(s)
+                else:
+                    c.add_servers_file(s)
+            if self._approver is not None:
+                c.set_tool_approver(self._approver)
             for p in self._python_path:
                 c.add_python_path(p)
             c.set_flags(approval_always=self._approval == "always_require",

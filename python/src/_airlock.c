@@ -254,6 +254,61 @@ static PyObject *config_load_tools(ConfigObject *self, PyObject *args)
         CFG_CALL(airlock_config_load_tools(self->cfg, file, &e));
 }
 
+static PyObject *config_add_servers_file(ConfigObject *self, PyObject *args)
+{
+        PyObject *path;
+        if (!PyArg_ParseTuple(args, "O&:add_servers_file", PyUnicode_FSConverter, &path))
+                return NULL;
+        airlock_error e = {0};
+        int r = airlock_config_add_servers_file(self->cfg, PyBytes_AS_STRING(path), &e);
+        Py_DECREF(path);
+        if (r < 0)
+                return RAISE(self, r, &e);
+        Py_RETURN_NONE;
+}
+
+static PyObject *config_add_servers_json(ConfigObject *self, PyObject *args)
+{
+        const char *text;
+        if (!PyArg_ParseTuple(args, "s:add_servers_json", &text))
+                return NULL;
+        CFG_CALL(airlock_config_add_servers_json(self->cfg, text, &e));
+}
+
+/* The approver of upstream tool calls: userdata is a callable taking the
+ * tool's name ("SERVER.TOOL") and its arguments' JSON text. Runs on the
+ * run's thread without the GIL, so it takes it. Anything but a true
+ * answer refuses the call, a raised exception too (it is printed as
+ * unraisable: a KeyboardInterrupt cannot unwind through C). */
+static bool approver_trampoline(void *userdata, const char *tool, const char *args_json)
+{
+        PyGILState_STATE g = PyGILState_Ensure();
+        PyObject *out = PyObject_CallFunction((PyObject *)userdata, "ss", tool, args_json);
+        int yes = out ? PyObject_IsTrue(out) : 0;
+        if (yes < 0 || !out)
+                PyErr_WriteUnraisable((PyObject *)userdata);
+        Py_XDECREF(out);
+        PyGILState_Release(g);
+        return yes == 1;
+}
+
+/* set_tool_approver(callable): kept alive by the Config, like a tool. */
+static PyObject *config_set_tool_approver(ConfigObject *self, PyObject *args)
+{
+        PyObject *fn;
+        if (!PyArg_ParseTuple(args, "O:set_tool_approver", &fn))
+                return NULL;
+        if (!PyCallable_Check(fn)) {
+                PyErr_SetString(PyExc_TypeError,
+                                "set_tool_approver: the approver must be callable");
+                return NULL;
+        }
+        if (PyList_Append(self->tools, fn) < 0)
+                return NULL;
+        airlock_config_set_tool_approver(self->cfg, approver_trampoline, fn);
+        Py_RETURN_NONE;
+}
+
 /* add_tool(name, description, parameters_json, always, callable): the
  * callable is kept alive by the Config (and by the caller's registry, since
  * a cached sandbox's copy of the configuration points to it too). */
@@ -426,6 +481,15 @@ static PyMethodDef config_methods[] = {
      PyDoc_STR("allow(target, methods=None): allow outbound HTTP to target.")},
     {"load_tools", (PyCFunction)config_load_tools, METH_VARARGS,
      PyDoc_STR("load_tools(file): add the command tools of a JSON tools file.")},
+    {"add_servers_file", (PyCFunction)config_add_servers_file, METH_VARARGS,
+     PyDoc_STR("add_servers_file(path): the MCP servers of a servers file "
+               "(airlock_config_add_servers_file).")},
+    {"add_servers_json", (PyCFunction)config_add_servers_json, METH_VARARGS,
+     PyDoc_STR("add_servers_json(text): the MCP servers of a servers file's JSON text "
+               "(airlock_config_add_servers_json).")},
+    {"set_tool_approver", (PyCFunction)config_set_tool_approver, METH_VARARGS,
+     PyDoc_STR("set_tool_approver(fn): fn(tool, args_json) -> bool decides the upstream "
+               "calls that need approval (airlock_config_set_tool_approver).")},
     {"add_tool", (PyCFunction)config_add_tool, METH_VARARGS,
      PyDoc_STR("add_tool(name, description, parameters_json, always, callable): a Python host "
                "tool; callable takes the arguments' JSON text and returns the result's.")},

@@ -17,6 +17,7 @@ from harness import AIRLOCK, Mcp, airlock, mcp, run, tmpdir
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NODE_MODULES = os.path.join(ROOT, "tests", "mcp", "node_modules")
 MISBEHAVE = os.path.join(ROOT, "tests", "helpers", "mcp_misbehave.py")
+UPSTREAM = os.path.join(ROOT, "tests", "mcp", "fixtures", "upstream_server.mjs")
 SECRET = "s3cr3t-upstream-token-0123456789"
 
 
@@ -144,6 +145,102 @@ print([type(p).__name__ for p in web.get_annotated_message(messageType="success"
     finally:
         srv.kill()
         srv.wait()
+
+
+def upstream_over_http(env=None):
+    """tests/mcp/fixtures/upstream_server.mjs over Streamable HTTP: (process, url)."""
+    import socket
+    npm_server("everything")  # the SDK, installed with the servers
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = subprocess.Popen(["node", UPSTREAM, "http", str(port)], env=dict(os.environ, **(env or {})),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in srv.stderr:
+        if "listening" in line:
+            break
+    return srv, f"http://127.0.0.1:{port}/mcp"
+
+
+RENDEZVOUS = r'''
+import asyncio, threading
+import servers
+from servers import up
+async def main():
+    return await asyncio.gather(*[up.rendezvous_async(group="gather", n=8) for _ in range(8)])
+print(sorted(asyncio.run(main())))
+res = []
+def one():
+    try:
+        res.append(up.rendezvous(group="threads", n=5))
+    except Exception as e:
+        res.append(repr(e))
+ts = [threading.Thread(target=one) for _ in range(5)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(sorted(res))
+# A failure in a batch is that call's alone.
+async def mixed():
+    return await asyncio.gather(up.rendezvous_async(group="m", n=2),
+                                up.rendezvous_async(group="m", n=2),
+                                up.rendezvous_async(group=1, n=2), return_exceptions=True)
+print([type(x).__name__ for x in asyncio.run(mixed())])
+'''
+
+
+def check_rendezvous(out):
+    lines = out.splitlines()
+    assert lines[0] == repr([f"arrived {i} of 8" for i in range(1, 9)]), out
+    assert lines[1] == repr([f"arrived {i} of 5" for i in range(1, 6)]), out
+    assert lines[2] == "['str', 'str', 'ValueError']", out
+
+
+def test_calls_of_one_run_are_in_flight_at_once_over_stdio():
+    # Each rendezvous call answers only once all of its group are in flight
+    # upstream, the last first: the calls of a gather and of threads must
+    # all be there at once, and their answers come out of order.
+    f = servers_file({"up": {"command": "node", "args": [UPSTREAM, "stdio"], "timeout": 60}})
+    npm_server("everything")
+    check_rendezvous(ok_stdout(RENDEZVOUS, "--servers", f))
+
+
+def test_calls_of_one_run_are_in_flight_at_once_over_http():
+    srv, url = upstream_over_http()
+    try:
+        f = servers_file({"up": {"url": url, "timeout": 60}})
+        check_rendezvous(ok_stdout(RENDEZVOUS, "--servers", f))
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def test_a_changed_tool_list_is_the_next_builds_and_a_gone_tool_says_so():
+    # The SDK server sends notifications/tools/list_changed when a tool is
+    # removed or added. The stubs stay those of the build; a call of a tool
+    # that went away raises an exception that says the list changed, and a
+    # new tool is not there until the next build.
+    f = servers_file({"up": {"command": "node", "args": [UPSTREAM, "stdio"]}})
+    npm_server("everything")
+    with mcp("--servers", f) as m:
+        r = m.run('import servers\nfrom servers import up\n'
+                  'print(up.doomed())\nprint(up.remove_tool(name="doomed"))\n'
+                  'print(up.add_tool(name="fresh"))\n'
+                  'try:\n    up.doomed()\nexcept Exception as e:\n'
+                  '    print(type(e).__name__, "|", e)\n'
+                  'print(hasattr(up, "fresh"))\n'
+                  'from airlock import call_tool\n'
+                  'try:\n    call_tool("up.fresh")\nexcept ValueError as e:\n    print(e)\n')
+        lines = r["stdout"].splitlines()
+        assert lines[:3] == ["doomed ran", "removed doomed", "added fresh"], r
+        kind, msg = lines[3].split(" | ", 1)
+        assert kind in ("ToolError", "UpstreamError") and "up.doomed" in msg, lines[3]
+        assert "changed its tool list" in msg and "next build" in msg, lines[3]
+        assert lines[4] == "False", r
+        assert "has no tool 'up.fresh'" in lines[5] and "changed its tool list" in lines[5], r
+    # Without a change, a failure says nothing of it.
+    out = ok_stdout('from servers import up\n'
+                    'try:\n    up.rendezvous(group=1, n=1)\nexcept Exception as e:\n'
+                    '    print("changed" in str(e))', "--servers", f)
+    assert out == "False\n", out
 
 
 def test_invalid_arguments_raise_valueerror_naming_the_argument():
@@ -540,6 +637,82 @@ print(json.dumps(seen))
     assert sorted(n for n, _ in seen) == sorted(ns["nasty"](i) + str(i) for i in range(12)), seen
     want = sorted(ns["nasty"](i) for i in range(4))
     assert all(args == want for _, args in seen), (seen, want)
+
+
+HOSTILE_CHECK = r'''
+import ast, builtins, json, pydoc
+import servers
+from servers import h, _index
+GEN = {"TypedDict", "Required", "Literal", "Any", "str", "int", "float", "bool", "dict", "list",
+       "_call", "_acall", "locals"}
+def check(path):
+    """What the generated source may hold: imports, TypedDicts, functions
+    whose bodies are a docstring and the return of _call/_acall, constants;
+    no attribute, no call or name the generator does not write."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    defined = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+               if isinstance(t, ast.Name)}
+    bad = []
+    for fn in tree.body:
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = fn.body
+            ok = (len(body) == 2 and isinstance(body[0], ast.Expr) and
+                  isinstance(body[0].value, ast.Constant) and isinstance(body[1], ast.Return))
+            if not ok or fn.decorator_list:
+                bad.append(("body", fn.name))
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute):
+            bad.append(("attribute", n.attr))
+        elif isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id in GEN):
+            bad.append(("call", ast.dump(n.func)[:80]))
+        elif isinstance(n, ast.Name) and n.id not in GEN | defined | ARGS and not isinstance(
+                n.ctx, ast.Store):
+            bad.append(("name", n.id))
+        elif isinstance(n, (ast.Lambda, ast.Import, ast.Global, ast.Nonlocal, ast.Delete,
+                            ast.With, ast.For, ast.While, ast.If, ast.Try, ast.ClassDef)):
+            bad.append(("statement", type(n).__name__))
+    return bad
+import inspect
+ARGS = set()
+for fn in [getattr(h, n) for n in h.__all__]:
+    ARGS |= set(inspect.signature(fn).parameters)
+print(json.dumps([check(h.__file__), check(_index.__file__)]))
+names = [n for n in h.__all__ if not n.endswith("_async")]
+sent = []
+for n in names:
+    fn = getattr(h, n)
+    req = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+    r = fn(**{p.name: 1 for p in req})
+    pydoc.render_doc(fn)
+    sent.append([r["name"], sorted(r["args"])])
+print(json.dumps(sent))
+print(hasattr(builtins, "PWNED"), len(names))
+'''
+
+
+def test_a_hostile_sdk_servers_tool_list_cannot_put_code_in_the_stubs():
+    # tests/mcp/fixtures/hostile.json, listed by a server made with the
+    # official SDK: names, titles, descriptions, property names, defaults,
+    # enums and consts meant to end a string, a docstring or a line of the
+    # generated source and run code (they would set builtins.PWNED).
+    with open(os.path.join(ROOT, "tests", "mcp", "fixtures", "hostile.json")) as f:
+        tools = json.load(f)
+    npm_server("everything")
+    f = servers_file({"h": {"command": "node", "args": [UPSTREAM, "stdio"],
+                            "env": {"UPSTREAM_HOSTILE": "1"}}})
+    out = ok_stdout(HOSTILE_CHECK, "--servers", f)
+    lines = out.splitlines()
+    assert json.loads(lines[0]) == [[], []], lines[0]
+    assert lines[2] == f"False {len(tools)}", out
+    # Every function reached its own tool, with the schema's own names.
+    seen = json.loads(lines[1])
+    assert sorted(n for n, _ in seen) == sorted(t["name"] for t in tools), seen
+    for name, args in seen:
+        t = next(t for t in tools if t["name"] == name)
+        want = sorted(k for k, p in t["inputSchema"]["properties"].items()
+                      if "default" in p and not isinstance(p["default"], (dict, list))
+                      or k in t["inputSchema"]["required"])
+        assert args == want, (name, args, want)
 
 
 def test_bad_servers_files_are_one_clear_error():

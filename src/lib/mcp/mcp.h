@@ -33,7 +33,17 @@
 #define MCP_START_TIMEOUT_S 30.0
 #define MCP_STDERR_RING     8192
 #define MCP_PROTOCOL_LATEST "2025-11-25"
-#define MCP_PROTOCOL_NEXT   "2026-07-28"
+/* Calls in flight at once within a run (the stubs' asyncio variant and
+ * threads): MCP_OP_START starts calls on host threads and answers at once
+ * with their tickets, MCP_OP_WAIT collects their outcomes (mcp_hub.c).
+ * "servers" is never a server's module name, so these never clash. */
+#define MCP_OP_START      "servers._start"
+#define MCP_OP_WAIT       "servers._wait"
+#define MCP_MAX_JOBS      256                      /* calls in flight of all runs of a hub */
+#define MCP_MAX_RUN_JOBS  64                       /* of one run */
+#define MCP_JOB_KEEP_NS   (120ull * 1000000000ull) /* an outcome nobody collects, kept */
+#define MCP_WAIT_BYTES    (16u << 20)              /* the results of one wait's reply */
+#define MCP_PROTOCOL_NEXT "2026-07-28"
 
 /* ---- the servers files (mcp_config.c) ---- */
 
@@ -59,6 +69,9 @@ int mcp_specs_add(mcp_specs *s, const char *name, const json_t *server, const ch
 /* Reads a servers file ({"mcpServers": {...}} or VS Code's {"servers":
  * {...}}) and adds every server in it, all or nothing. */
 int mcp_specs_load_file(mcp_specs *s, const char *path, airlock_error *err);
+/* The same for the servers JSON as text; relative paths resolve against
+ * the working folder. */
+int mcp_specs_load_text(mcp_specs *s, const char *text, airlock_error *err);
 /* The specs as one JSON object {NAME: server} (fingerprints, to_json). */
 json_t *mcp_specs_to_json(const mcp_specs *s);
 
@@ -87,10 +100,14 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
 /* Calls a tool. 0 with *ret_result the CallToolResult; or a negative errno
  * with a message in err (a timeout, a crash, a reply that is not
  * JSON-RPC, an error reply): the server is then restarted at the next call
- * (after a crash, with a backoff). Thread-safe: calls of a stdio server
- * are in flight at once, those of a server at a URL take turns. */
+ * (after a crash, with a backoff). Thread-safe: calls of one server are
+ * in flight at once, over stdio (each with its own JSON-RPC id, answered
+ * in any order) and at a URL (each its own POST in the session). */
 int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
                       const mcp_bounds *b, json_t **ret_result, airlock_error *err);
+/* True once the server has sent notifications/tools/list_changed since it
+ * started (since its tool list made the stubs). */
+bool mcp_upstream_list_changed(const mcp_upstream *u);
 /* Stops the server (stdin closed, then SIGTERM, then SIGKILL to its
  * process group) and frees u. */
 void mcp_upstream_stop(mcp_upstream *u);
@@ -150,6 +167,9 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
                        const tool_call_bounds *bounds, mcp_run_counts *counts,
                        airlock_tool_approver_fn approver, void *approver_data, json_t **ret_result,
                        char **ret_message, char **ret_type);
+/* The time mcp_hub_start spent making the stubs from the tool lists (naming
+ * the tools, writing the package), without the servers' start: for bench. */
+uint64_t mcp_hub_stubs_ns(const mcp_hub *h);
 /* For the description: the number of servers, and each one's module name
  * and tool count. */
 size_t mcp_hub_servers(const mcp_hub *h);

@@ -14,6 +14,15 @@ int airlock_config_add_servers_file(airlock_config *cfg, const char *file, airlo
         return mcp_specs_load_file(&cfg->servers, file, err);
 }
 
+int airlock_config_add_servers_json(airlock_config *cfg, const char *json_text, airlock_error *err)
+{
+        airlock_error_clear(err);
+        if (!cfg || !json_text)
+                return al_error(err, -EINVAL, NULL, "add servers: no configuration or JSON");
+        config_changed(cfg);
+        return mcp_specs_load_text(&cfg->servers, json_text, err);
+}
+
 int airlock_config_add_server(airlock_config *cfg, const char *name, const char *server_json,
                               airlock_error *err)
 {

@@ -9,14 +9,16 @@
  * (a line, a result, the time of a request), and a server that dies, floods
  * or sends what is not JSON-RPC is killed (its whole process group) and
  * started afresh at the next call, after a backoff that grows with the
- * failures in a row. Calls to one server may be in flight at once: each
- * waits for its own reply, and one of them at a time reads the server's
- * output for all (stdio_call), so no reader thread is needed. */
+ * failures in a row. Calls to one server may be in flight at once: over
+ * stdio each waits for its own reply, and one of them at a time reads the
+ * server's output for all (stdio_call), so no reader thread is needed;
+ * over HTTP each makes its own request in the session (http_call). */
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -75,6 +77,9 @@ struct mcp_upstream {
         unsigned gen;
         int fail_code;
         char fail_msg[AIRLOCK_MESSAGE_MAX];
+        /* The server said notifications/tools/list_changed since its tool
+         * list was taken (the stubs were made): read without the lock. */
+        _Atomic bool list_changed;
 };
 
 /* A call waiting for its reply. */
@@ -263,6 +268,21 @@ static int send_msg(mcp_upstream *u, json_t *msg, uint64_t deadline, airlock_err
         return r;
 }
 
+/* Notes a notification the client acts on: notifications/tools/list_changed
+ * (the stubs are those of the build; mcp_upstream_list_changed). The rest
+ * are dropped. */
+static void notified(mcp_upstream *u, const json_t *msg)
+{
+        const char *m = json_string_value(json_object_get(msg, "method"));
+        if (m && !json_object_get(msg, "id") && strcmp(m, "notifications/tools/list_changed") == 0)
+                u->list_changed = true;
+}
+
+bool mcp_upstream_list_changed(const mcp_upstream *u)
+{
+        return u && u->list_changed;
+}
+
 /* The reply to a request the server makes of us: "ping" is answered, the
  * rest (sampling, elicitation, roots) this client does not offer. */
 static void answer_request(mcp_upstream *u, json_t *msg, uint64_t deadline)
@@ -326,6 +346,8 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
                         bool has_method = json_object_get(msg, "method") != NULL;
                         if (has_method && mid) {
                                 answer_request(u, msg, deadline);
+                        } else if (has_method) {
+                                notified(u, msg);
                         } else if (!has_method && json_is_integer(mid) &&
                                    json_integer_value(mid) == id) {
                                 *ret = msg;
@@ -380,8 +402,9 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
 
 /* POSTs msg (or DELETEs the session when msg is NULL) and returns the
  * response {"status", "headers", "body_base64"} of the gateway. */
-static int http_exchange(mcp_upstream *u, json_t *msg, uint64_t deadline, const mcp_bounds *b,
-                         size_t max_body, json_t **ret, airlock_error *err)
+static int http_exchange_as(mcp_upstream *u, const char *session, const char *proto, json_t *msg,
+                            uint64_t deadline, const mcp_bounds *b, size_t max_body, json_t **ret,
+                            airlock_error *err)
 {
         _cleanup_free_ char *text = msg ? json_dumps(msg, JSON_COMPACT) : strdup("");
         _cleanup_free_ char *body =
@@ -393,10 +416,10 @@ static int http_exchange(mcp_upstream *u, json_t *msg, uint64_t deadline, const 
         }
         json_object_set_new(h, "Content-Type", json_string("application/json"));
         json_object_set_new(h, "Accept", json_string("application/json, text/event-stream"));
-        if (u->session)
-                json_object_set_new(h, "Mcp-Session-Id", json_string(u->session));
-        if (u->initialized || (msg && u->proto[0]))
-                json_object_set_new(h, "MCP-Protocol-Version", json_string(u->proto));
+        if (session)
+                json_object_set_new(h, "Mcp-Session-Id", json_string(session));
+        if (proto && proto[0])
+                json_object_set_new(h, "MCP-Protocol-Version", json_string(proto));
         _cleanup_json_ json_t *req =
             json_pack("{s:s, s:s, s:o, s:s}", WIRE_KEY_METHOD, msg ? "POST" : "DELETE",
                       WIRE_KEY_URL, u->url, WIRE_KEY_HEADERS, h, WIRE_KEY_BODY_BASE64, body);
@@ -418,6 +441,15 @@ static int http_exchange(mcp_upstream *u, json_t *msg, uint64_t deadline, const 
                 return al_error(err, r == -E2BIG ? -E2BIG : -EPIPE, NULL, "server '%s': %s",
                                 u->name, e.message);
         return 0;
+}
+
+/* http_exchange_as with u's own session: only while nobody else uses it
+ * (the session's start, the DELETE at the end). */
+static int http_exchange(mcp_upstream *u, json_t *msg, uint64_t deadline, const mcp_bounds *b,
+                         size_t max_body, json_t **ret, airlock_error *err)
+{
+        return http_exchange_as(u, u->session, u->initialized || msg ? u->proto : NULL, msg,
+                                deadline, b, max_body, ret, err);
 }
 
 /* Finds the reply to id among the messages of a response body: one JSON
@@ -465,6 +497,7 @@ static int http_find_reply(mcp_upstream *u, const char *ctype, const unsigned ch
                         for (i = 0; i < m && !*ret; i++) {
                                 json_t *x = list ? json_array_get(list, i) : v;
                                 json_t *mid = json_object_get(x, "id");
+                                notified(u, x);
                                 if (!json_object_get(x, "method") && json_is_integer(mid) &&
                                     json_integer_value(mid) == id)
                                         *ret = json_incref(x);
@@ -486,32 +519,33 @@ static int http_find_reply(mcp_upstream *u, const char *ctype, const unsigned ch
         return 0;
 }
 
-/* One message over HTTP: a notification (id 0: 202 Accepted expected) or
- * a request and its reply. A 404 with a session is the session's end. */
-static int http_message(mcp_upstream *u, json_t *msg, json_int_t id, uint64_t deadline,
-                        const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err)
+/* One message over HTTP with the session and protocol given: a
+ * notification (id 0: 202 Accepted expected) or a request and its reply.
+ * It changes nothing of u: *ret_status is the HTTP status and *ret_sid
+ * (malloc'd, or NULL) the session id the server gave, for the caller to
+ * take under the lock (http_apply). Calls of several threads at once. */
+static int http_post(mcp_upstream *u, const char *session, const char *proto, json_t *msg,
+                     json_int_t id, uint64_t deadline, const mcp_bounds *b, size_t max_line,
+                     json_t **ret, int *ret_status, char **ret_sid, airlock_error *err)
 {
         _cleanup_json_ json_t *resp = NULL;
-        int r = http_exchange(u, msg, deadline, b, max_line, &resp, err);
+        *ret_status = 0;
+        *ret_sid = NULL;
+        int r = http_exchange_as(u, session, proto, msg, deadline, b, max_line, &resp, err);
         if (r < 0)
                 return r;
         int status = (int)json_integer_value(json_object_get(resp, WIRE_KEY_STATUS));
         json_t *hdrs = json_object_get(resp, WIRE_KEY_HEADERS);
-        if (status == 404 && u->session) {
-                free(u->session);
-                u->session = NULL;
-                u->initialized = false;
+        *ret_status = status;
+        const char *sid = json_string_value(json_object_get(hdrs, "mcp-session-id"));
+        if (sid && !(*ret_sid = strdup(sid)))
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        if (status == 404 && session)
                 return al_error(err, -EPIPE, NULL, "server '%s' ended its session (HTTP 404)",
                                 u->name);
-        }
         if (status < 200 || status > 299)
                 return al_error(err, -EPROTO, NULL, "server '%s' answered HTTP %d", u->name,
                                 status);
-        const char *sid = json_string_value(json_object_get(hdrs, "mcp-session-id"));
-        if (sid && (!u->session || strcmp(sid, u->session) != 0)) {
-                free(u->session);
-                u->session = strdup(sid);
-        }
         if (id == 0)
                 return 0;
         const char *b64 = json_string_value(json_object_get(resp, WIRE_KEY_BODY_BASE64));
@@ -521,6 +555,37 @@ static int http_message(mcp_upstream *u, json_t *msg, json_int_t id, uint64_t de
                 return al_error(err, -EPROTO, NULL, "server '%s' sent no body", u->name);
         return http_find_reply(u, json_string_value(json_object_get(hdrs, "content-type")), body,
                                len, id, ret, err);
+}
+
+/* What an answer says of the session, taken into u: a 404 to a request
+ * that had a session is its end (the next call starts a new one), a new
+ * Mcp-Session-Id replaces the old. sid is freed. */
+static void http_apply(mcp_upstream *u, const char *session, int status, char *sid)
+{
+        if (status == 404 && session && u->session && strcmp(session, u->session) == 0) {
+                free(u->session);
+                u->session = NULL;
+                u->initialized = false;
+                u->gen++;
+        } else if (sid && status >= 200 && status <= 299 &&
+                   (!u->session || strcmp(sid, u->session) != 0)) {
+                free(u->session);
+                u->session = TAKE_PTR(sid);
+        }
+        free(sid);
+}
+
+/* One message over HTTP in u's own session (the session's start). */
+static int http_message(mcp_upstream *u, json_t *msg, json_int_t id, uint64_t deadline,
+                        const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err)
+{
+        int status = 0;
+        char *sid = NULL;
+        const char *proto = u->initialized || u->proto[0] ? u->proto : NULL;
+        int r = http_post(u, u->session, proto, msg, id, deadline, b, max_line, ret, &status, &sid,
+                          err);
+        http_apply(u, u->session, status, sid);
+        return r;
 }
 
 /* The result of a reply, or its error as -EREMOTEIO. */
@@ -1041,6 +1106,8 @@ static void dispatch(mcp_upstream *u, json_t *msgs, uint64_t deadline)
                 if (json_object_get(m, "method")) {
                         if (mid)
                                 answer_request(u, m, deadline);
+                        else
+                                notified(u, m);
                         continue;
                 }
                 for (pending *p = u->waiting; p && json_is_integer(mid); p = p->next)
@@ -1052,11 +1119,13 @@ static void dispatch(mcp_upstream *u, json_t *msgs, uint64_t deadline)
 
 /* tools/call on a stdio server, with other calls in flight: see the
  * fields of mcp_upstream. Called and returns with the lock held. */
-static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const mcp_bounds *b,
-                      size_t max_line, json_t **ret, airlock_error *err)
+/* The session of u started, by this caller or another: one caller starts
+ * it (without the lock), the others wait for it. Called and returns with
+ * the lock held. */
+static int ensure_session(mcp_upstream *u, uint64_t deadline, const mcp_bounds *b,
+                          airlock_error *err)
 {
         struct timespec ts;
-        /* The session: one caller starts it, the others wait for it. */
         while (!u->initialized) {
                 if (u->starting) {
                         uint64_t t = deadline;
@@ -1078,6 +1147,16 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
                 if (r < 0)
                         return r;
         }
+        return 0;
+}
+
+static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const mcp_bounds *b,
+                      size_t max_line, json_t **ret, airlock_error *err)
+{
+        struct timespec ts;
+        int r0 = ensure_session(u, deadline, b, err);
+        if (r0 < 0)
+                return r0;
         unsigned gen = u->gen;
         pending me = {.id = ++u->next_id, .max_line = max_line, .next = u->waiting};
         _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id",
@@ -1164,13 +1243,66 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
         return r;
 }
 
+/* tools/call on a server at a URL, with other calls in flight: the
+ * session is started once (ensure_session); each call then POSTs with the
+ * session it saw, without the lock, and takes what the answer says of the
+ * session (http_apply) under it. A failure that leaves the session in an
+ * unknown state ends it, unless a newer one was started meanwhile (gen).
+ * Called and returns with the lock held. */
+static int http_call(mcp_upstream *u, json_t *params, uint64_t deadline, const mcp_bounds *b,
+                     size_t max_line, json_t **ret, airlock_error *err)
+{
+        int r = ensure_session(u, deadline, b, err);
+        if (r < 0)
+                return r;
+        unsigned gen = u->gen;
+        json_int_t id = ++u->next_id;
+        _cleanup_free_ char *session = u->session ? strdup(u->session) : NULL;
+        char proto[sizeof(u->proto)];
+        memcpy(proto, u->proto, sizeof(proto));
+        _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", id,
+                                               "method", "tools/call", "params", params);
+        if (!msg || (u->session && !session))
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        _cleanup_json_ json_t *reply = NULL;
+        int status = 0;
+        char *sid = NULL;
+        pthread_mutex_unlock(&u->lock);
+        r = http_post(u, session, proto, msg, id, deadline, b, max_line, &reply, &status, &sid,
+                      err);
+        if (r == -ETIMEDOUT || r == -ECANCELED) {
+                _cleanup_json_ json_t *c = json_pack(
+                    "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
+                    "notifications/cancelled", "params", "requestId", id, "reason",
+                    r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+                int st2 = 0;
+                char *sid2 = NULL;
+                airlock_error e;
+                if (c)
+                        (void)http_post(u, session, proto, c, 0, al_now_ns() + 1000000000ull, NULL,
+                                        1u << 16, NULL, &st2, &sid2, &e);
+                free(sid2);
+        }
+        pthread_mutex_lock(&u->lock);
+        if (gen == u->gen)
+                http_apply(u, session, status, sid);
+        else
+                free(sid);
+        if (r >= 0)
+                r = reply_result(u, reply, ret, err);
+        if ((r == -EPROTO || r == -E2BIG || r == -ENOMEM || r == -EPIPE) && gen == u->gen)
+                fail_process(u);
+        else if (r >= 0 || r == -EREMOTEIO)
+                u->failures = 0;
+        return r;
+}
+
 int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, double timeout_s,
                       const mcp_bounds *b, json_t **ret_result, airlock_error *err)
 {
-        /* The lock is held briefly by stdio calls (they wait for their
-         * replies on the condition variable) and for a whole call at a
-         * URL: its wait is bounded like the call, so another call cannot
-         * hold this run past its own deadline. */
+        /* The lock is held briefly (stdio calls wait for their replies
+         * on the condition variable, calls at a URL make their requests
+         * without it); its wait is bounded like the call all the same. */
         uint64_t deadline = deadline_of(b, timeout_s);
         struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
         if (pthread_mutex_clocklock(&u->lock, CLOCK_MONOTONIC, &ts) != 0)
@@ -1183,16 +1315,7 @@ int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, dou
         if (r >= 0 && !u->url) {
                 r = stdio_call(u, params, deadline, b, max, ret_result, err);
         } else if (r >= 0) {
-                if (!u->initialized)
-                        r = start_session(u, b, err);
-                if (r >= 0)
-                        r = request(u, "tools/call", params, deadline, b, max, ret_result, err);
-                /* What leaves the session in an unknown state ends it: the
-                 * next call starts a fresh one. */
-                if (r == -EPROTO || r == -E2BIG || r == -ENOMEM || r == -EPIPE)
-                        fail_process(u);
-                else if (r >= 0 || r == -EREMOTEIO)
-                        u->failures = 0;
+                r = http_call(u, params, deadline, b, max, ret_result, err);
         }
         if (r == -ETIMEDOUT)
                 al_error(err, r, NULL, "no answer within %.3g s", timeout_s);

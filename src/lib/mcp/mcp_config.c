@@ -490,6 +490,50 @@ int mcp_specs_add(mcp_specs *s, const char *name, const json_t *server, const ch
         return add_checked(s, name, server, file, cwd, err);
 }
 
+/* Adds every server of root, the parsed servers JSON, all or nothing: what
+ * names it in messages (a file's path, or "servers JSON"), file the path
+ * recorded in the specs (NULL for text), dir where relative paths
+ * resolve. */
+static int load_root(mcp_specs *s, const json_t *root, const char *what, const char *file,
+                     const char *dir, airlock_error *err)
+{
+        const json_t *servers = json_object_get(root, "mcpServers");
+        const char *top = "mcpServers";
+        if (!servers) {
+                servers = json_object_get(root, "servers");
+                top = "servers";
+        }
+        if (!json_is_object(root) || !json_is_object(servers))
+                return al_error(err, -EINVAL, file,
+                                "%s: not a servers file: expected "
+                                "{\"mcpServers\": {NAME: {\"command\", \"args\", \"env\", \"cwd\"} "
+                                "| {\"url\", \"headers\"}}}",
+                                what);
+        const char *key;
+        const json_t *v;
+        json_object_foreach ((json_t *)root, key, v) {
+                /* VS Code's "inputs" prompt the user; airlock has no one
+                 * to prompt, so they are refused like any unknown key. */
+                if (strcmp(key, top) != 0)
+                        return al_error(err, -EINVAL, file,
+                                        "%s: unknown key \"%.64s\" at the top (only \"%s\")", what,
+                                        key, top);
+        }
+        mcp_specs tmp;
+        int r = mcp_specs_clone(s, &tmp, err);
+        if (r < 0)
+                return r;
+        json_object_foreach ((json_t *)servers, key, v) {
+                if ((r = add_checked(&tmp, key, v, file, dir, err)) < 0) {
+                        mcp_specs_free(&tmp);
+                        return r;
+                }
+        }
+        mcp_specs_free(s);
+        *s = tmp;
+        return 0;
+}
+
 int mcp_specs_load_file(mcp_specs *s, const char *path, airlock_error *err)
 {
         char full[PATH_MAX];
@@ -508,43 +552,25 @@ int mcp_specs_load_file(mcp_specs *s, const char *path, airlock_error *err)
         if (!root)
                 return al_error(err, -EINVAL, path, "servers file %s: not JSON: %s (line %d)", full,
                                 jerr.text, jerr.line);
-        const json_t *servers = json_object_get(root, "mcpServers");
-        const char *top = "mcpServers";
-        if (!servers) {
-                servers = json_object_get(root, "servers");
-                top = "servers";
-        }
-        if (!json_is_object(root) || !json_is_object(servers))
-                return al_error(err, -EINVAL, path,
-                                "servers file %s: not a servers file: expected "
-                                "{\"mcpServers\": {NAME: {\"command\", \"args\", \"env\", \"cwd\"} "
-                                "| {\"url\", \"headers\"}}}",
-                                full);
-        const char *key;
-        const json_t *v;
-        json_object_foreach (root, key, v) {
-                /* VS Code's "inputs" prompt the user; airlock has no one
-                 * to prompt, so they are refused like any unknown key. */
-                if (strcmp(key, top) != 0)
-                        return al_error(err, -EINVAL, path,
-                                        "servers file %s: unknown key \"%.64s\" at the top (only "
-                                        "\"%s\")",
-                                        full, key, top);
-        }
+        char what[PATH_MAX + 16];
+        snprintf(what, sizeof(what), "servers file %s", full);
         char dirbuf[PATH_MAX];
         snprintf(dirbuf, sizeof(dirbuf), "%s", full);
-        const char *dir = dirname(dirbuf);
-        mcp_specs tmp;
-        int r = mcp_specs_clone(s, &tmp, err);
-        if (r < 0)
-                return r;
-        json_object_foreach ((json_t *)servers, key, v) {
-                if ((r = add_checked(&tmp, key, v, full, dir, err)) < 0) {
-                        mcp_specs_free(&tmp);
-                        return r;
-                }
-        }
-        mcp_specs_free(s);
-        *s = tmp;
-        return 0;
+        return load_root(s, root, what, full, dirname(dirbuf), err);
+}
+
+int mcp_specs_load_text(mcp_specs *s, const char *text, airlock_error *err)
+{
+        if (strlen(text) > MCP_MAX_FILE)
+                return al_error(err, -E2BIG, NULL, "servers JSON: more than %u bytes",
+                                MCP_MAX_FILE);
+        json_error_t jerr;
+        _cleanup_json_ json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root)
+                return al_error(err, -EINVAL, NULL, "servers JSON: not JSON: %s (line %d)",
+                                jerr.text, jerr.line);
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof(cwd)))
+                return al_error(err, -errno, NULL, "getcwd: %m");
+        return load_root(s, root, "servers JSON", NULL, cwd, err);
 }

@@ -4,6 +4,11 @@
  * sandbox closes. */
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +20,28 @@
 
 #define TOOL_NAME_UP_MAX 128  /* an upstream tool's name */
 #define ERROR_TEXT_MAX   4000 /* the text of a tool's isError result, in the exception */
+
+/* A call started by MCP_OP_START: it runs upstream on a thread of its own
+ * while the run goes on, and its outcome waits for MCP_OP_WAIT of the
+ * same run (owner: the run's counters, which only that run has). The
+ * ticket is random, so that no run can name another's job even where a
+ * later run's counters sit at the same address. */
+typedef struct hub_job {
+        bool used, done;
+        uint64_t ticket;
+        const void *owner;
+        mcp_tool *tool;
+        json_t *args;
+        uint64_t deadline_ns;
+        int efd;       /* an eventfd: the hub's close, or a wait that saw the run end */
+        int run_fd;    /* a copy of the run's cancel_fd, or -1 */
+        int cancel_fd; /* what the call watches: an epoll fd of both */
+        tool_fail f;
+        json_t *result;
+        char *message, *type;
+        uint64_t done_at;
+        struct mcp_hub *hub;
+} hub_job;
 
 typedef struct hub_server {
         char *name;
@@ -30,6 +57,13 @@ struct mcp_hub {
         mcp_tool *tools;
         size_t n_tools;
         char *dir; /* the stubs' folder on the host */
+        /* The calls in flight of the runs' jobs (MCP_OP_START). */
+        pthread_mutex_t jlock;
+        pthread_cond_t jcv;
+        bool jinit;
+        unsigned jrunning;
+        hub_job *jobs;
+        uint64_t gen_ns; /* the stubs' making: naming the tools, writing the files */
 };
 
 static const char *const json_types[] = {"string", "number", "integer", "boolean",
@@ -110,10 +144,15 @@ static void tool_free(mcp_tool *t)
         json_decref(t->info.parameters);
 }
 
+static void jobs_stop(mcp_hub *h);
+
 void mcp_hub_free(mcp_hub *h)
 {
         if (!h)
                 return;
+        /* The jobs first: their calls use the servers. */
+        jobs_stop(h);
+        free(h->jobs);
         mcp_upstream *ups[MCP_MAX_SERVERS];
         for (size_t i = 0; i < h->n_srv; i++)
                 ups[i] = h->srv[i].up;
@@ -352,6 +391,20 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
         mcp_hub *h = calloc(1, sizeof(*h));
         if (!h)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
+        h->jobs = calloc(MCP_MAX_JOBS, sizeof(*h->jobs));
+        if (!h->jobs) {
+                free(h);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        for (size_t i = 0; i < MCP_MAX_JOBS; i++)
+                h->jobs[i] = (hub_job){.cancel_fd = -1, .efd = -1, .run_fd = -1};
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_mutex_init(&h->jlock, NULL);
+        pthread_cond_init(&h->jcv, &ca);
+        pthread_condattr_destroy(&ca);
+        h->jinit = true;
         int r = 0;
         for (size_t i = 0; r >= 0 && i < specs->n; i++) {
                 const mcp_spec *sp = &specs->v[i];
@@ -380,9 +433,12 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
                                      sp->name);
                         break;
                 }
+                uint64_t t0 = al_now_ns();
                 r = add_tools(h, i, sp, tools, warnings, err);
+                h->gen_ns += al_now_ns() - t0;
                 json_decref(tools);
         }
+        uint64_t t_write = al_now_ns();
         if (r >= 0) {
                 const char *tmp = getenv("TMPDIR");
                 if (!tmp || tmp[0] != '/')
@@ -411,6 +467,7 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
                         ? al_error(err, -errno, h->dir, "stubs: %s: %m", h->dir)
                         : mcp_stubs_write(fd, h->tools, h->n_tools, modules, names, h->n_srv, err);
         }
+        h->gen_ns += al_now_ns() - t_write;
         if (r < 0) {
                 /* The message may hold the end of a server's stderr, and
                  * reaches whoever asked for the sandbox (under airlock mcp,
@@ -451,7 +508,14 @@ static const hub_server *server_of(const mcp_hub *h, const char *name)
 
 bool mcp_hub_owns(const mcp_hub *h, const char *name)
 {
+        if (h && name && (strcmp(name, MCP_OP_START) == 0 || strcmp(name, MCP_OP_WAIT) == 0))
+                return true;
         return find(h, name) != NULL || server_of(h, name) != NULL;
+}
+
+uint64_t mcp_hub_stubs_ns(const mcp_hub *h)
+{
+        return h ? h->gen_ns : 0;
 }
 
 size_t mcp_hub_servers(const mcp_hub *h)
@@ -509,18 +573,30 @@ static char *error_text(const json_t *res)
         return dynbuf_take(&b, NULL);
 }
 
-tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
-                       const tool_call_bounds *bounds, mcp_run_counts *counts,
-                       airlock_tool_approver_fn approver, void *approver_data, json_t **ret_result,
-                       char **ret_message, char **ret_type)
+/* What a failure adds when the server has changed its tool list since the
+ * stubs were made: the tool may be gone, or a new one not there yet. */
+static const char *changed_note(const hub_server *s)
+{
+        return s && mcp_upstream_list_changed(s->up)
+                   ? " (the server changed its tool list after this sandbox was built "
+                     "(notifications/tools/list_changed): the stubs are those of the build; "
+                     "the next build of the configuration, a new sandbox, has the new list)"
+                   : "";
+}
+
+/* The checks of a call before it goes upstream: the tool, its arguments,
+ * approval and the per-run caps (counted here). TOOL_OK with *ret_tool. */
+static tool_fail hub_check(mcp_hub *h, const char *name, const json_t *args, mcp_run_counts *counts,
+                           airlock_tool_approver_fn approver, void *approver_data,
+                           mcp_tool **ret_tool, char **ret_message, char **ret_type)
 {
         mcp_tool *t = find(h, name);
         if (!t) {
                 const hub_server *sv = server_of(h, name);
                 return tools_fail(TOOL_FAIL_INVALID, ret_message,
                                   "server '%s' has no tool '%.100s' (servers.search(\"words\") "
-                                  "finds its tools)",
-                                  sv ? sv->name : "?", name);
+                                  "finds its tools)%s",
+                                  sv ? sv->name : "?", name, changed_note(sv));
         }
         airlock_error e;
         airlock_error_clear(&e);
@@ -555,8 +631,20 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
                 if (counts->tool)
                         counts->tool[ti]++;
         }
-        mcp_bounds b = {bounds ? bounds->deadline_ns : 0, bounds ? bounds->cancel_fd : -1,
-                        t->max_result};
+        *ret_tool = t;
+        return TOOL_OK;
+}
+
+/* The call upstream of a checked call, and its result made what the stubs
+ * expect. Thread-safe: the calls of a run's jobs run it at once. */
+static tool_fail hub_perform(mcp_hub *h, mcp_tool *t, const json_t *args, uint64_t deadline_ns,
+                             int cancel_fd, json_t **ret_result, char **ret_message,
+                             char **ret_type)
+{
+        hub_server *s = &h->srv[t->server_index];
+        airlock_error e;
+        airlock_error_clear(&e);
+        mcp_bounds b = {deadline_ns, cancel_fd, t->max_result};
         json_t *res = NULL;
         int r = mcp_upstream_call(s->up, t->name, args, t->timeout_s, &b, &res, &e);
         if (r == -ETIMEDOUT)
@@ -570,8 +658,8 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
                                   t->host_name);
         if (r == -EREMOTEIO)
                 return fail_typed(ret_type, "UpstreamError", ret_message,
-                                  "%s: server '%s' refused the call: %s", t->host_name, s->name,
-                                  e.message);
+                                  "%s: server '%s' refused the call: %s%s", t->host_name, s->name,
+                                  e.message, changed_note(s));
         if (r < 0)
                 return fail_typed(ret_type, "UpstreamError", ret_message,
                                   "%s: %s; the next call starts the server afresh", t->host_name,
@@ -587,14 +675,17 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
         if (json_is_true(json_object_get(res, "isError"))) {
                 _cleanup_free_ char *text = error_text(res);
                 json_decref(res);
-                return fail_typed(ret_type, "ToolError", ret_message, "%s: %s", t->host_name,
-                                  text ? text : "(no message)");
+                return fail_typed(ret_type, "ToolError", ret_message, "%s: %s%s", t->host_name,
+                                  text ? text : "(no message)", changed_note(s));
         }
         /* What the stubs read: the content and the structured result. */
         json_t *out = json_object();
         if (out) {
                 json_t *c = json_object_get(res, "content");
-                json_object_set(out, "content", json_is_array(c) ? c : json_array());
+                if (json_is_array(c))
+                        json_object_set(out, "content", c);
+                else
+                        json_object_set_new(out, "content", json_array());
                 json_t *sc = json_object_get(res, "structuredContent");
                 if (sc)
                         json_object_set(out, "structuredContent", sc);
@@ -604,4 +695,314 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
                 return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
         *ret_result = out;
         return TOOL_OK;
+}
+
+/* ---- calls in flight at once within one run (the stubs' jobs) ---------- */
+
+static void job_clear(hub_job *j)
+{
+        json_decref(j->args);
+        json_decref(j->result);
+        free(j->message);
+        free(j->type);
+        close_fd(&j->cancel_fd);
+        close_fd(&j->efd);
+        close_fd(&j->run_fd);
+        *j = (hub_job){.cancel_fd = -1, .efd = -1, .run_fd = -1};
+}
+
+static void *job_main(void *arg)
+{
+        hub_job *j = arg;
+        mcp_hub *h = j->hub;
+        json_t *result = NULL;
+        char *message = NULL, *type = NULL;
+        tool_fail f = hub_perform(h, j->tool, j->args, j->deadline_ns, j->cancel_fd, &result,
+                                  &message, &type);
+        pthread_mutex_lock(&h->jlock);
+        j->f = f;
+        j->result = result;
+        j->message = message;
+        j->type = type;
+        j->done = true;
+        j->done_at = al_now_ns();
+        h->jrunning--;
+        pthread_cond_broadcast(&h->jcv);
+        pthread_mutex_unlock(&h->jlock);
+        return NULL;
+}
+
+static void job_cancel(hub_job *j)
+{
+        uint64_t one = 1;
+        if (j->used && !j->done && j->efd >= 0)
+                (void)!write(j->efd, &one, sizeof(one));
+}
+
+/* Ends the jobs of the hub (its close): each is cancelled upstream, and
+ * the close waits for their threads. */
+static void jobs_stop(mcp_hub *h)
+{
+        if (!h->jinit)
+                return;
+        pthread_mutex_lock(&h->jlock);
+        for (size_t i = 0; i < MCP_MAX_JOBS; i++)
+                job_cancel(&h->jobs[i]);
+        while (h->jrunning)
+                pthread_cond_wait(&h->jcv, &h->jlock);
+        for (size_t i = 0; i < MCP_MAX_JOBS; i++)
+                if (h->jobs[i].used)
+                        job_clear(&h->jobs[i]);
+        pthread_mutex_unlock(&h->jlock);
+        pthread_mutex_destroy(&h->jlock);
+        pthread_cond_destroy(&h->jcv);
+}
+
+/* An outcome as the stubs read it: {"ok": true, "result"} or {"ok": false,
+ * "error", "type", "invalid"}. */
+static json_t *outcome(tool_fail f, json_t *result, const char *message, const char *type)
+{
+        if (f == TOOL_OK)
+                return json_pack("{s:b, s:O}", "ok", 1, "result", result ? result : json_null());
+        json_t *o =
+            json_pack("{s:b, s:s, s:b}", "ok", 0, "error", message ? message : "the tool failed",
+                      "invalid", f == TOOL_FAIL_INVALID);
+        if (o && type)
+                json_object_set_new(o, "type", json_string(type));
+        return o;
+}
+
+/* A free slot, after dropping the outcomes that nobody collected within
+ * MCP_JOB_KEEP_NS (their run has ended). Under jlock. */
+static hub_job *job_slot(mcp_hub *h)
+{
+        uint64_t now = al_now_ns();
+        hub_job *free_slot = NULL;
+        for (size_t i = 0; i < MCP_MAX_JOBS; i++) {
+                hub_job *j = &h->jobs[i];
+                if (j->used && j->done && now - j->done_at > MCP_JOB_KEEP_NS)
+                        job_clear(j);
+                if (!j->used && !free_slot)
+                        free_slot = j;
+        }
+        return free_slot;
+}
+
+/* MCP_OP_START {"calls": [[TOOL, ARGS], ...]}: each call checked as a call
+ * of its own (so approval is asked here, on the run's thread), then started
+ * on a thread; the reply lists, in order, {"ticket": N} or the outcome of a
+ * call that could not start. */
+static tool_fail op_start(mcp_hub *h, const json_t *args, const tool_call_bounds *bounds,
+                          mcp_run_counts *counts, airlock_tool_approver_fn approver,
+                          void *approver_data, json_t **ret_result, char **ret_message)
+{
+        const json_t *calls = json_object_get(args, "calls");
+        if (!json_is_array(calls) || json_array_size(calls) > MCP_MAX_JOBS)
+                return tools_fail(TOOL_FAIL_INVALID, ret_message,
+                                  "servers: \"calls\" must be an array of at most %d [tool, "
+                                  "arguments] pairs",
+                                  MCP_MAX_JOBS);
+        json_t *out = json_array();
+        if (!out)
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
+        size_t i;
+        const json_t *c;
+        json_array_foreach ((json_t *)calls, i, c) {
+                const char *name = json_string_value(json_array_get(c, 0));
+                const json_t *a = json_array_get(c, 1);
+                mcp_tool *t = NULL;
+                char *message = NULL, *type = NULL;
+                tool_fail f;
+                if (!json_is_array(c) || json_array_size(c) != 2 || !name || !json_is_object(a))
+                        f = tools_fail(TOOL_FAIL_INVALID, &message,
+                                       "servers: each call is [tool name, {arguments}]");
+                else
+                        f = hub_check(h, name, a, counts, approver, approver_data, &t, &message,
+                                      &type);
+                hub_job *j = NULL;
+                if (f == TOOL_OK) {
+                        pthread_mutex_lock(&h->jlock);
+                        /* One run cannot take every slot of the sandbox's
+                         * runs: at most MCP_MAX_RUN_JOBS of its own. */
+                        size_t mine = 0;
+                        for (size_t k = 0; k < MCP_MAX_JOBS; k++)
+                                mine += h->jobs[k].used && !h->jobs[k].done &&
+                                        h->jobs[k].owner == counts;
+                        j = mine < MCP_MAX_RUN_JOBS ? job_slot(h) : NULL;
+                        if (j) {
+                                j->used = true;
+                                j->done = false;
+                                j->owner = counts;
+                                j->tool = t;
+                                j->args = json_deep_copy(a);
+                                j->deadline_ns = bounds ? bounds->deadline_ns : 0;
+                                j->hub = h;
+                                /* The call stops at the hub's close or the
+                                 * run's cancel, whichever comes first. */
+                                j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+                                j->run_fd = bounds && bounds->cancel_fd >= 0
+                                                ? fcntl(bounds->cancel_fd, F_DUPFD_CLOEXEC, 3)
+                                                : -1;
+                                j->cancel_fd = epoll_create1(EPOLL_CLOEXEC);
+                                struct epoll_event ev = {.events = EPOLLIN};
+                                bool fds_ok =
+                                    j->efd >= 0 && j->cancel_fd >= 0 &&
+                                    epoll_ctl(j->cancel_fd, EPOLL_CTL_ADD, j->efd, &ev) == 0 &&
+                                    (j->run_fd < 0 ||
+                                     epoll_ctl(j->cancel_fd, EPOLL_CTL_ADD, j->run_fd, &ev) == 0);
+                                do {
+                                        if (getrandom(&j->ticket, sizeof(j->ticket), 0) !=
+                                            sizeof(j->ticket))
+                                                j->ticket = al_now_ns() ^ (uintptr_t)j;
+                                        j->ticket &= (1ull << 53) - 1; /* exact in any JSON */
+                                } while (j->ticket == 0);
+                                pthread_attr_t at;
+                                pthread_t th;
+                                pthread_attr_init(&at);
+                                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+                                pthread_attr_setstacksize(&at, 512u << 10);
+                                int pr = !j->args || !fds_ok
+                                             ? ENOMEM
+                                             : pthread_create(&th, &at, job_main, j);
+                                pthread_attr_destroy(&at);
+                                if (pr == 0) {
+                                        h->jrunning++;
+                                } else {
+                                        job_clear(j);
+                                        j = NULL;
+                                }
+                        }
+                        uint64_t ticket = j ? j->ticket : 0;
+                        pthread_mutex_unlock(&h->jlock);
+                        if (j) {
+                                json_array_append_new(
+                                    out, json_pack("{s:I}", "ticket", (json_int_t)ticket));
+                                continue;
+                        }
+                        f = fail_typed(&type, "UpstreamError", &message,
+                                       "%s: too many calls of the servers are in flight (at "
+                                       "most %d of one run, %d of the sandbox's runs)",
+                                       t->host_name, MCP_MAX_RUN_JOBS, MCP_MAX_JOBS);
+                }
+                json_array_append_new(out, outcome(f, NULL, message, type));
+                free(message);
+                free(type);
+        }
+        *ret_result = out;
+        return TOOL_OK;
+}
+
+/* MCP_OP_WAIT {"tickets": [N, ...], "slice_ms": MS}: waits until every job
+ * named is done, or MS milliseconds (0: no such bound), or the run's end
+ * (its deadline or cancel, which cancel the run's jobs too); the reply
+ * {"done": [[N, OUTCOME], ...]} holds the outcomes ready, at most
+ * MCP_WAIT_BYTES of them (at least one), each given once. A ticket that is
+ * not the run's is an outcome of its own ("no such call"). */
+static tool_fail op_wait(mcp_hub *h, const json_t *args, const tool_call_bounds *bounds,
+                         mcp_run_counts *counts, json_t **ret_result, char **ret_message)
+{
+        const json_t *tickets = json_object_get(args, "tickets");
+        const json_t *sl = json_object_get(args, "slice_ms");
+        if (!json_is_array(tickets) || json_array_size(tickets) > MCP_MAX_JOBS ||
+            (sl && (!json_is_integer(sl) || json_integer_value(sl) < 0 ||
+                    json_integer_value(sl) > 60000)))
+                return tools_fail(TOOL_FAIL_INVALID, ret_message,
+                                  "servers: wait takes \"tickets\" (at most %d) and "
+                                  "\"slice_ms\" (0 to 60000)",
+                                  MCP_MAX_JOBS);
+        uint64_t until = sl && json_integer_value(sl) > 0
+                             ? al_now_ns() + (uint64_t)json_integer_value(sl) * 1000000ull
+                             : UINT64_MAX;
+        uint64_t deadline = bounds && bounds->deadline_ns ? bounds->deadline_ns : UINT64_MAX;
+        int cancel_fd = bounds ? bounds->cancel_fd : -1;
+        json_t *done = json_array();
+        if (!done)
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
+        pthread_mutex_lock(&h->jlock);
+        bool ended = false;
+        for (;;) {
+                size_t pending = 0;
+                size_t i;
+                const json_t *tk;
+                json_array_foreach ((json_t *)tickets, i, tk) {
+                        hub_job *j = NULL;
+                        for (size_t k = 0; k < MCP_MAX_JOBS && !j; k++)
+                                if (h->jobs[k].used && h->jobs[k].owner == counts &&
+                                    json_is_integer(tk) &&
+                                    h->jobs[k].ticket == (uint64_t)json_integer_value(tk))
+                                        j = &h->jobs[k];
+                        if (j && !j->done)
+                                pending++;
+                }
+                struct pollfd p = {cancel_fd, POLLIN, 0};
+                uint64_t now = al_now_ns();
+                if (!pending || now >= until)
+                        break;
+                if (now >= deadline || (cancel_fd >= 0 && poll(&p, 1, 0) == 1)) {
+                        ended = true;
+                        break;
+                }
+                /* A slice at a time, so that a cancel is seen. */
+                uint64_t t = now + 100000000ull;
+                t = t < until ? t : until;
+                t = t < deadline ? t : deadline;
+                struct timespec ts = {(time_t)(t / 1000000000ull), (long)(t % 1000000000ull)};
+                pthread_cond_clockwait(&h->jcv, &h->jlock, CLOCK_MONOTONIC, &ts);
+        }
+        if (ended) {
+                for (size_t k = 0; k < MCP_MAX_JOBS; k++)
+                        if (h->jobs[k].used && h->jobs[k].owner == counts)
+                                job_cancel(&h->jobs[k]);
+                pthread_mutex_unlock(&h->jlock);
+                json_decref(done);
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message,
+                                  "servers: the run ended while its calls were in flight; they "
+                                  "were cancelled upstream");
+        }
+        size_t bytes = 0, i;
+        const json_t *tk;
+        json_array_foreach ((json_t *)tickets, i, tk) {
+                hub_job *j = NULL;
+                for (size_t k = 0; k < MCP_MAX_JOBS && !j; k++)
+                        if (h->jobs[k].used && h->jobs[k].owner == counts && json_is_integer(tk) &&
+                            h->jobs[k].ticket == (uint64_t)json_integer_value(tk))
+                                j = &h->jobs[k];
+                json_t *o = NULL;
+                if (!j)
+                        o = outcome(TOOL_FAIL_INVALID, NULL, "servers: no such call of this run",
+                                    NULL);
+                else if (j->done) {
+                        size_t n = j->result ? json_dumpb(j->result, NULL, 0, JSON_COMPACT) : 0;
+                        if (json_array_size(done) && bytes + n > MCP_WAIT_BYTES)
+                                continue; /* the next wait takes it */
+                        bytes += n;
+                        o = outcome(j->f, j->result, j->message, j->type);
+                        job_clear(j);
+                }
+                if (o)
+                        json_array_append_new(done,
+                                              json_pack("{s:O, s:o}", "ticket", tk, "outcome", o));
+        }
+        pthread_mutex_unlock(&h->jlock);
+        *ret_result = json_pack("{s:o}", "done", done);
+        return *ret_result ? TOOL_OK : tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
+}
+
+tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
+                       const tool_call_bounds *bounds, mcp_run_counts *counts,
+                       airlock_tool_approver_fn approver, void *approver_data, json_t **ret_result,
+                       char **ret_message, char **ret_type)
+{
+        if (name && strcmp(name, MCP_OP_START) == 0)
+                return op_start(h, args, bounds, counts, approver, approver_data, ret_result,
+                                ret_message);
+        if (name && strcmp(name, MCP_OP_WAIT) == 0)
+                return op_wait(h, args, bounds, counts, ret_result, ret_message);
+        mcp_tool *t = NULL;
+        tool_fail f =
+            hub_check(h, name, args, counts, approver, approver_data, &t, ret_message, ret_type);
+        if (f != TOOL_OK)
+                return f;
+        return hub_perform(h, t, args, bounds ? bounds->deadline_ns : 0,
+                           bounds ? bounds->cancel_fd : -1, ret_result, ret_message, ret_type);
 }
