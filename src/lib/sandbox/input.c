@@ -133,6 +133,48 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
         return 0;
 }
 
+int sbx_input_update(const airlock_config *cfg, sbx_input *prev, sbx_mounter *m, sbx_input **ret,
+                     airlock_error *err)
+{
+        sbx_input *in = calloc(1, sizeof(*in));
+        if (!in) {
+                sbx_input_free(prev);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        in->staging.parent_fd = -1;
+        in->staged_fd = -1;
+        in->ovl = -1;
+        in->owner = prev->owner;
+        in->group = prev->group;
+        pthread_mutex_init(&in->ovl_lock, NULL);
+        const fsx_source src = {cfg->workspace, NULL};
+        const fsx_limits lim = {
+            .max_bytes = cfg->limits.max_stage_bytes,
+            .max_files = cfg->limits.max_stage_files,
+            .max_depth = cfg->limits.max_stage_depth,
+        };
+        /* Nothing may read the tree while it changes: its overlay goes
+         * first (no copy holds a clone of it: prev has no user). */
+        sbx_input_idle(prev);
+        int r = fsx_staging_take(&prev->staging, &src, &lim, in->owner, in->group, prev->manifest,
+                                 &in->staging, &in->staged_fd, &in->manifest, NULL, err);
+        sbx_input_free(prev); /* its staging area is in's now, or removed */
+        if (r >= 0 && in->staged_fd >= 0)
+                r = input_overlay(in, m, err);
+        if (r < 0) {
+                sbx_input_free(in);
+                return r;
+        }
+        *ret = in;
+        return 0;
+}
+
+bool sbx_input_updatable(const airlock_config *cfg, const sbx_input *prev)
+{
+        return cfg->workspace && cfg->n_mounts == 0 && prev && prev->staged_fd >= 0 &&
+               prev->manifest;
+}
+
 void sbx_input_free(sbx_input *in)
 {
         if (!in)

@@ -4,6 +4,7 @@
 #define AIRLOCK_SANDBOX_INPUT_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "airlock.h"
@@ -23,6 +24,15 @@ typedef struct sbx_input sbx_input;
 typedef struct sbx_mounter sbx_mounter;
 int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
                   sbx_mounter *m, sbx_input **ret, airlock_error *err);
+/* Contract: the next version of prev's workspace made where prev's stands
+ * (fsx_staging_take: unchanged files kept, changed ones copied anew, the
+ * rest removed), for a caller that guarantees nothing uses prev or ever
+ * will (no run, no session, no copy holding its overlay). prev is
+ * consumed, whatever the outcome. Only for a workspace without mounts
+ * (sbx_input_updatable). */
+int sbx_input_update(const airlock_config *cfg, sbx_input *prev, sbx_mounter *m, sbx_input **ret,
+                     airlock_error *err);
+bool sbx_input_updatable(const airlock_config *cfg, const sbx_input *prev);
 /* Removes the staged tree; no run may use it any more. */
 void sbx_input_free(sbx_input *in);
 /* The staged tree's fd, or -1 for an empty input. */

@@ -1101,7 +1101,7 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
         const char *sig = strstr(key, "signature:");
         size_t tk_len = sig ? (size_t)(sig - key) : strlen(key);
         pthread_mutex_lock(&c->lock);
-        cache_input *ci = NULL, *prev = NULL, **pp = &e->inputs;
+        cache_input *ci = NULL, *prev = NULL, *taken = NULL, **pp = &e->inputs;
         for (; *pp; pp = &(*pp)->next) {
                 cache_input *o = *pp;
                 if (o->stale || o->state == ENTRY_FAILED)
@@ -1131,7 +1131,19 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
                 ci->state = ENTRY_BUILDING;
                 ci->refs = 1;
                 build = true;
-                if (prev) {
+                if (prev && prev->refs == 0 && sbx_input_updatable(cfg, prev->in)) {
+                        /* Nothing uses it, and nothing can begin to once
+                         * it is off the list: the new version is made
+                         * where it stands (sbx_input_update). */
+                        for (cache_input **q = &e->inputs; *q; q = &(*q)->next)
+                                if (*q == prev) {
+                                        *q = prev->next;
+                                        break;
+                                }
+                        e->n_idle_inputs--;
+                        taken = prev;
+                        prev = NULL;
+                } else if (prev) {
                         /* Held until the new version is staged from it. */
                         prev->stale = true;
                         if (prev->refs++ == 0)
@@ -1149,8 +1161,15 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
                         sbx_guest_ids(e->sb, &uid, &gid);
                 sbx_input *in = NULL;
                 airlock_error berr = {0};
-                int r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL,
-                                      sbx_sandbox_mounter(e->sb), &in, &berr);
+                int r;
+                if (taken) {
+                        r = sbx_input_update(cfg, TAKE_PTR(taken->in), sbx_sandbox_mounter(e->sb),
+                                             &in, &berr);
+                        input_free(taken);
+                } else {
+                        r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL,
+                                          sbx_sandbox_mounter(e->sb), &in, &berr);
+                }
                 pthread_mutex_lock(&c->lock);
                 if (r < 0) {
                         ci->state = ENTRY_FAILED;

@@ -61,10 +61,10 @@ typedef struct cache_ops {
         int (*sandbox_new_late)(const airlock_config *cfg, airlock_sandbox **ret,
                                 airlock_error *err);
         int (*sandbox_run_input)(airlock_sandbox *sb, struct sbx_input *in, const char *code,
-                                 size_t len, const airlock_run_options *opts,
-                                 airlock_result **ret, airlock_error *err);
-        int (*session_open_input)(airlock_sandbox *sb, struct sbx_input *in,
-                                  airlock_session **ret, airlock_error *err);
+                                 size_t len, const airlock_run_options *opts, airlock_result **ret,
+                                 airlock_error *err);
+        int (*session_open_input)(airlock_sandbox *sb, struct sbx_input *in, airlock_session **ret,
+                                  airlock_error *err);
 } cache_ops;
 
 /* Replaces the operations (NULL members keep the real ones). Call before the
@@ -75,14 +75,14 @@ void cache_set_max_parallel(airlock_cache *cache, unsigned n);
 
 /* Introspection for tests and diagnostics. */
 typedef struct cache_stats {
-        unsigned sandboxes;   /* entries in the LRU list */
-        unsigned running;     /* runs in progress */
-        uint64_t created;     /* sandboxes made so far */
-        uint64_t closed;      /* sandboxes closed so far */
-        uint64_t hits;        /* runs that found their sandbox */
-        uint64_t rebuilds;    /* sandboxes rebuilt after their template died */
-        uint64_t tree_walks;  /* calls that walked the workspace and mount trees */
-        uint64_t tree_checks; /* calls that found them unchanged from inotify alone */
+        unsigned sandboxes;     /* entries in the LRU list */
+        unsigned running;       /* runs in progress */
+        uint64_t created;       /* sandboxes made so far */
+        uint64_t closed;        /* sandboxes closed so far */
+        uint64_t hits;          /* runs that found their sandbox */
+        uint64_t rebuilds;      /* sandboxes rebuilt after their template died */
+        uint64_t tree_walks;    /* calls that walked the workspace and mount trees */
+        uint64_t tree_checks;   /* calls that found them unchanged from inotify alone */
         uint64_t inputs_staged; /* workspace versions staged for late-input sandboxes */
 } cache_stats;
 
