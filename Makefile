@@ -109,9 +109,14 @@ $(BUILD)/src/mcp/%.o: src/mcp/%.c | $(DEPS_STAMP)
 # array, after the protocol constants generated from the host's tables.
 RUNTIME_SRC := src/guest/runtime.py src/guest/gen_wire.c src/lib/core/wire_table.h \
                scripts/embed_runtime.sh
+# With it, its bytecode, compiled by the Python of the embedded libpython's
+# version (Debian's /usr/bin/python3), so that the template loads it rather
+# than compiling it at every start; another version embeds none.
+RUNTIME_PYTHON ?= /usr/bin/python3
+PY_EMBED_VERSION = $(shell $(PKG_CONFIG) --modversion python3-embed 2>/dev/null)
 $(BUILD)/gen/guest_runtime.c: $(RUNTIME_SRC)
 	@echo "  GEN     $@"
-	@sh scripts/embed_runtime.sh '$(CC)' $@
+	@sh scripts/embed_runtime.sh '$(CC)' $@ '$(RUNTIME_PYTHON)' '$(PY_EMBED_VERSION)'
 $(BUILD)/gen/guest_runtime.o: $(BUILD)/gen/guest_runtime.c
 	$(CC) -c $< -o $@ -fPIC
 
