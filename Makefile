@@ -39,8 +39,11 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -fvisibility=hidden -Iinclude -Isrc/common -Is
            $(DEP_CFLAGS) -MMD -MP -ffile-prefix-map=$(CURDIR)=.
 LDFLAGS += -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(LDSAN)
 LIBS    = $(DEP_LIBS) -lpthread
-# Only the command line serves HTTP (airlock serve): the library never links it.
-CLI_LIBS = $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null)
+# Only the command line serves HTTP (airlock serve): the library never links
+# it, and the command line opens libmicrohttpd when `airlock serve` starts
+# (src/mcp/mhd.c), so that no other command, and no sandbox's template (this
+# program executed again), loads it and what it brings: its headers only.
+CLI_LIBS =
 
 # The shared library's name: its SONAME changes only when the ABI breaks.
 VERSION := $(shell sed -n 's/^\#define AIRLOCK_VERSION "\(.*\)"/\1/p' include/airlock.h)
