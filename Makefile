@@ -39,8 +39,11 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -fvisibility=hidden -Iinclude -Isrc/common -Is
            $(DEP_CFLAGS) -MMD -MP -ffile-prefix-map=$(CURDIR)=.
 LDFLAGS += -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(LDSAN)
 LIBS    = $(DEP_LIBS) -lpthread
-# Only the command line serves HTTP (airlock serve): the library never links it.
-CLI_LIBS = $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null)
+# Only the command line serves HTTP (airlock serve): the library never links
+# it, and the command line opens libmicrohttpd when `airlock serve` starts
+# (src/mcp/mhd.c), so that no other command, and no sandbox's template (this
+# program executed again), loads it and what it brings: its headers only.
+CLI_LIBS =
 
 # The shared library's name: its SONAME changes only when the ABI breaks.
 VERSION := $(shell sed -n 's/^\#define AIRLOCK_VERSION "\(.*\)"/\1/p' include/airlock.h)
@@ -109,9 +112,14 @@ $(BUILD)/src/mcp/%.o: src/mcp/%.c | $(DEPS_STAMP)
 # array, after the protocol constants generated from the host's tables.
 RUNTIME_SRC := src/guest/runtime.py src/guest/gen_wire.c src/lib/core/wire_table.h \
                scripts/embed_runtime.sh
+# With it, its bytecode, compiled by the Python of the embedded libpython's
+# version (Debian's /usr/bin/python3), so that the template loads it rather
+# than compiling it at every start; another version embeds none.
+RUNTIME_PYTHON ?= /usr/bin/python3
+PY_EMBED_VERSION = $(shell $(PKG_CONFIG) --modversion python3-embed 2>/dev/null)
 $(BUILD)/gen/guest_runtime.c: $(RUNTIME_SRC)
 	@echo "  GEN     $@"
-	@sh scripts/embed_runtime.sh '$(CC)' $@
+	@sh scripts/embed_runtime.sh '$(CC)' $@ '$(RUNTIME_PYTHON)' '$(PY_EMBED_VERSION)'
 $(BUILD)/gen/guest_runtime.o: $(BUILD)/gen/guest_runtime.c
 	$(CC) -c $< -o $@ -fPIC
 

@@ -975,9 +975,21 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
-    ap.add_argument("--only", choices=["loaded"],
+    ap.add_argument("--only", choices=["loaded", "cold"],
                     help="run one scenario alone and print its table (nothing is written)")
+    ap.add_argument("--against", help="with --only cold: another build's `airlock run` in the "
+                                      "same rounds")
     args = ap.parse_args()
+    if args.only == "cold":
+        sys.path.insert(0, HERE)
+        import bench_cold  # noqa: E402 - a sibling script
+
+        r = bench_cold.run(os.path.abspath(args.build), args.quick, log,
+                           os.path.abspath(args.against) if args.against else None)
+        print("\n".join(bench_cold.report_lines(r)) + "\n")
+        print("\n".join(f"- {t['what']}: {t['figure']} -- **{t['verdict']}**"
+                         for t in bench_cold.targets(r)))
+        return
     if args.only == "loaded":
         sys.path.insert(0, HERE)
         import bench_loaded  # noqa: E402 - a sibling script

@@ -463,5 +463,19 @@ def test_description_tells_the_model_about_figures():
     assert "plt.show()" not in off.stdout, off.stdout
 
 
+def test_the_guest_process_holds_no_http_server_library():
+    """The template is the airlock program executed again, and every
+    library the program is linked with is loaded (and relocated) in it
+    before a sandbox can start. libmicrohttpd, which only `airlock serve`
+    needs, is opened by that command alone (src/mcp/mhd.c): neither it nor
+    the TLS libraries it brings are in a run's process."""
+    rc, r = run_json("print(open('/proc/self/maps').read())")
+    assert rc == 0, r["stderr"]
+    for lib in ("libmicrohttpd", "libgnutls", "libp11-kit"):
+        assert lib not in r["stdout"], (lib, r["stdout"][-2000:])
+    # The libraries the guest does need are still there.
+    assert "libpython3" in r["stdout"], r["stdout"][-2000:]
+
+
 if __name__ == "__main__":
     run()

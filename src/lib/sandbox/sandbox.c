@@ -1089,6 +1089,13 @@ void airlock_sandbox_close(airlock_sandbox *sb)
                         break;
                 copy_close_locked(sb, c, true);
         }
+        /* The template is told to end before the copies are waited for,
+         * so that its exit (the teardown of the interpreter's whole
+         * address space) overlaps with theirs instead of following it: 3
+         * to 6 ms of `airlock run`'s end on the 2-core test machine. Every
+         * copy it started is known by now, and it starts none unasked. */
+        if (sb->tpl_pid > 0)
+                (void)kill(sb->tpl_pid, SIGKILL);
         reap_dying_locked(sb, true);
         pthread_mutex_unlock(&sb->lock);
         if (sb->ctl >= 0)

@@ -3,6 +3,7 @@
  * that initialised interpreter. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <marshal.h>
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -24,6 +25,11 @@
 
 extern const unsigned char guest_runtime_py[];
 extern const unsigned long guest_runtime_py_len;
+/* The same source compiled at build time (scripts/embed_runtime.sh): the
+ * magic number of its bytecode, 4 bytes, then the marshalled code object;
+ * empty when the build had no Python of the embedded version. */
+extern const unsigned char guest_runtime_pyc[];
+extern const unsigned long guest_runtime_pyc_len;
 
 /* Where glibc keeps the calling thread's id (struct pthread's tid), found
  * in the template (find_tid_slot); NULL when it could not be found. */
@@ -448,6 +454,32 @@ static int proc_open_hook(const char *event, PyObject *args, void *data)
         return 0;
 }
 
+/* The guest runtime's code object. The bytecode compiled at build time
+ * when its magic number is this libpython's (the interpreter then reads
+ * it as its own), which spares every template the compilation of the
+ * source: 13 ms of a cold start on the 2-core test machine, where loading
+ * the bytecode takes under 1 ms. Otherwise, or if it cannot be read, the
+ * source is compiled, with the same name and flags the build used. The
+ * bytecode is part of this program, as the source is: both come from the
+ * sealed memfd copy the template runs. */
+static PyObject *runtime_code(void)
+{
+        if (guest_runtime_pyc_len > 4) {
+                const unsigned char *m = guest_runtime_pyc;
+                long magic = (long)((unsigned long)m[0] | (unsigned long)m[1] << 8 |
+                                    (unsigned long)m[2] << 16 | (unsigned long)m[3] << 24);
+                if (magic == PyImport_GetMagicNumber()) {
+                        PyObject *code = PyMarshal_ReadObjectFromString(
+                            (const char *)m + 4, (Py_ssize_t)(guest_runtime_pyc_len - 4));
+                        if (code && PyCode_Check(code))
+                                return code;
+                        Py_XDECREF(code);
+                        PyErr_Clear();
+                }
+        }
+        return Py_CompileString((const char *)guest_runtime_py, "<airlock-runtime>", Py_file_input);
+}
+
 int guest_init(const template_params *p, char *errbuf, size_t errlen)
 {
         find_tid_slot();
@@ -502,8 +534,7 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                 return -EIO;
         }
 
-        PyObject *code =
-            Py_CompileString((const char *)guest_runtime_py, "<airlock-runtime>", Py_file_input);
+        PyObject *code = runtime_code();
         PyObject *mod = code ? PyImport_ExecCodeModule("_airlock_runtime", code) : NULL;
         Py_XDECREF(code);
         if (!mod) {
