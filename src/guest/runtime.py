@@ -593,6 +593,12 @@ class _Finder:
             if spec is not None and spec.loader is not None:
                 spec.loader = _WrappingLoader(spec.loader, _patch_backend_bases)
             return spec
+        elif name == "multiprocessing.spawn":
+            import importlib.machinery
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _WrappingLoader(spec.loader, _patch_mp_spawn)
+            return spec
         elif name == "tarfile":
             import importlib.machinery
             spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -600,6 +606,54 @@ class _Finder:
                 spec.loader = _WrappingLoader(spec.loader, _patch_tarfile)
             return spec
         return None
+
+
+def _patch_mp_spawn(module):
+    """multiprocessing's "spawn" and "forkserver" start methods run each
+    child as a new /usr/bin/python3, which runs the parent's main script
+    again, as __mp_main__, from the path its __file__ names, so that the
+    functions it defines can be found there. A single run's code is
+    "<code>" in the working directory (_run), a file that did not exist:
+    every child ended on a FileNotFoundError, and a pool started new ones
+    until the time limit. The code is written to that file when a child is
+    prepared, as `python3 script.py` has its script on disk. A session's
+    cells are not one script to run again: the children run none of them,
+    as a notebook's do (a function a cell defined cannot reach them)."""
+    import functools
+    original = module.get_preparation_data
+
+    @functools.wraps(original)
+    def get_preparation_data(name):
+        d = original(name)
+        main = _sys.modules.get("__main__")
+        path = d.get("init_main_from_path")
+        mfile = getattr(main, "__file__", None)
+        if path is None or not isinstance(mfile, str):
+            return d
+        if mfile == "<code>":
+            import linecache
+            entry = linecache.cache.get(mfile)
+            if entry is not None:
+                path = _CWD + "/<code>"
+                d["init_main_from_path"] = path
+                _write_main_script(path, "".join(entry[2]))
+        elif mfile.startswith("<cell-"):
+            del d["init_main_from_path"]
+        return d
+    get_preparation_data.__module__ = module.__name__
+    module.get_preparation_data = get_preparation_data
+
+
+def _write_main_script(path, code):
+    """Writes code to path, unless the file holds it already."""
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            if f.read() == code:
+                return
+    except OSError:
+        pass
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(code)
 
 
 def _patch_tarfile(module):

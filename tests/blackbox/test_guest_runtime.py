@@ -230,6 +230,41 @@ def test_os_wait_sees_its_own_children_alone():
     assert r["stdout"] == "True\nnone\n3\n", r["stdout"]
 
 
+# ---- multiprocessing's start methods -------------------------------------
+
+def test_process_pools_of_every_start_method():
+    # "spawn" and "forkserver" start each child as a new python3, which
+    # runs the main script again (as __mp_main__) from its __file__, here
+    # /tmp/<code>: that file was missing, every child ended at once, and a
+    # Pool started new ones until the time limit. Guarded by __name__, as a
+    # script must be for these methods on the host.
+    code = ("import multiprocessing as mp, concurrent.futures as cf\n"
+            "def sq(x):\n    return x * x\n"
+            "if __name__ == '__main__':\n"
+            "    for m in ('spawn', 'forkserver', 'fork'):\n"
+            "        with mp.get_context(m).Pool(2) as p:\n"
+            "            print(m, p.map(sq, range(5)))\n"
+            "        with cf.ProcessPoolExecutor(2, mp_context=mp.get_context(m)) as ex:\n"
+            "            print(m, list(ex.map(sq, range(3))))\n")
+    rc, r = run_json(code, "--timeout", "120", timeout=180)
+    ok(r)
+    assert r["stdout"] == "".join(f"{m} [0, 1, 4, 9, 16]\n{m} [0, 1, 4]\n"
+                                  for m in ("spawn", "forkserver", "fork")), r["stdout"]
+
+
+def test_spawned_children_run_the_code_as_a_scripts_children_do():
+    # Without the guard, a spawned child runs the pool's creation again and
+    # gets multiprocessing's own explanation, as `python3 script.py` does.
+    code = ("import multiprocessing as mp, concurrent.futures as cf\n"
+            "def sq(x):\n    return x * x\n"
+            "with cf.ProcessPoolExecutor(1, mp_context=mp.get_context('spawn')) as ex:\n"
+            "    print(list(ex.map(sq, range(3))))\n")
+    rc, r = run_json(code, "--timeout", "120", timeout=180)
+    assert r["status"] == "error", (r["status"], r["stderr"][-2000:])
+    assert "if __name__ == '__main__':" in r["stderr"], r["stderr"][-3000:]
+    assert "BrokenProcessPool" in r["stderr"], r["stderr"][-3000:]
+
+
 # ---- speed -----------------------------------------------------------------
 
 def test_seccomp_turns_on_no_speculation_mitigation():
