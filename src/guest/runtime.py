@@ -286,6 +286,9 @@ def _run(code, keep=False, last=False):
 
 # The cells a session has run in this interpreter, for their names.
 _cells = 0
+# A single run's code, the script that multiprocessing's spawned children
+# run again (_patch_mp_spawn): linecache's entry may be cleared by the code.
+_code = None
 
 
 def _register_source(code, keep):
@@ -297,13 +300,14 @@ def _register_source(code, keep):
     that cell's lines wherever it fails. The entry has no modification time,
     which linecache takes for source that no file backs: checkcache() keeps
     it, whatever files /tmp holds."""
-    global _cells
+    global _cells, _code
     import linecache
     if keep:
         _cells += 1
         name = f"<cell-{_cells}>"
     else:
         name = "<code>"
+        _code = code
     linecache.cache[name] = (len(code), None, code.splitlines(True), name)
     return name
 
@@ -630,13 +634,14 @@ def _patch_mp_spawn(module):
         mfile = getattr(main, "__file__", None)
         if path is None or not isinstance(mfile, str):
             return d
-        if mfile == "<code>":
-            import linecache
-            entry = linecache.cache.get(mfile)
-            if entry is not None:
-                path = _CWD + "/<code>"
-                d["init_main_from_path"] = path
-                _write_main_script(path, "".join(entry[2]))
+        if mfile.rpartition("/")[2] == "<code>" and _code is not None:
+            # The code's own working directory, whatever the code's
+            # current one is (ORIGINAL_DIR is the one multiprocessing was
+            # imported in) and whatever folder it put before the name
+            # (CPython's regrtest makes __main__.__file__ absolute).
+            path = _CWD + "/<code>"
+            d["init_main_from_path"] = path
+            _write_main_script(path, _code)
         elif mfile.startswith("<cell-"):
             del d["init_main_from_path"]
         return d
