@@ -286,6 +286,9 @@ def _run(code, keep=False, last=False):
 
 # The cells a session has run in this interpreter, for their names.
 _cells = 0
+# A single run's code, the script that multiprocessing's spawned children
+# run again (_patch_mp_spawn): linecache's entry may be cleared by the code.
+_code = None
 
 
 def _register_source(code, keep):
@@ -297,13 +300,14 @@ def _register_source(code, keep):
     that cell's lines wherever it fails. The entry has no modification time,
     which linecache takes for source that no file backs: checkcache() keeps
     it, whatever files /tmp holds."""
-    global _cells
+    global _cells, _code
     import linecache
     if keep:
         _cells += 1
         name = f"<cell-{_cells}>"
     else:
         name = "<code>"
+        _code = code
     linecache.cache[name] = (len(code), None, code.splitlines(True), name)
     return name
 
@@ -593,6 +597,12 @@ class _Finder:
             if spec is not None and spec.loader is not None:
                 spec.loader = _WrappingLoader(spec.loader, _patch_backend_bases)
             return spec
+        elif name == "multiprocessing.spawn":
+            import importlib.machinery
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _WrappingLoader(spec.loader, _patch_mp_spawn)
+            return spec
         elif name == "tarfile":
             import importlib.machinery
             spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -600,6 +610,55 @@ class _Finder:
                 spec.loader = _WrappingLoader(spec.loader, _patch_tarfile)
             return spec
         return None
+
+
+def _patch_mp_spawn(module):
+    """multiprocessing's "spawn" and "forkserver" start methods run each
+    child as a new /usr/bin/python3, which runs the parent's main script
+    again, as __mp_main__, from the path its __file__ names, so that the
+    functions it defines can be found there. A single run's code is
+    "<code>" in the working directory (_run), a file that did not exist:
+    every child ended on a FileNotFoundError, and a pool started new ones
+    until the time limit. The code is written to that file when a child is
+    prepared, as `python3 script.py` has its script on disk. A session's
+    cells are not one script to run again: the children run none of them,
+    as a notebook's do (a function a cell defined cannot reach them)."""
+    import functools
+    original = module.get_preparation_data
+
+    @functools.wraps(original)
+    def get_preparation_data(name):
+        d = original(name)
+        main = _sys.modules.get("__main__")
+        path = d.get("init_main_from_path")
+        mfile = getattr(main, "__file__", None)
+        if path is None or not isinstance(mfile, str):
+            return d
+        if mfile.rpartition("/")[2] == "<code>" and _code is not None:
+            # The code's own working directory, whatever the code's
+            # current one is (ORIGINAL_DIR is the one multiprocessing was
+            # imported in) and whatever folder it put before the name
+            # (CPython's regrtest makes __main__.__file__ absolute).
+            path = _CWD + "/<code>"
+            d["init_main_from_path"] = path
+            _write_main_script(path, _code)
+        elif mfile.startswith("<cell-"):
+            del d["init_main_from_path"]
+        return d
+    get_preparation_data.__module__ = module.__name__
+    module.get_preparation_data = get_preparation_data
+
+
+def _write_main_script(path, code):
+    """Writes code to path, unless the file holds it already."""
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            if f.read() == code:
+                return
+    except OSError:
+        pass
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(code)
 
 
 def _patch_tarfile(module):
@@ -695,6 +754,13 @@ def _after_fork():
     # The listing of the working directory made in the template is of
     # another /tmp: this copy's is its own, empty tmpfs.
     _sys.path_importer_cache.pop(_CWD, None)
+    # A single run's copy is pid 1 of its PID namespace: the orphans of the
+    # run become its children (see "orphans" below). A session's
+    # interpreter is not pid 1 (its pid 1 reaps them).
+    global _reaping
+    import os
+    _reaping = os.getpid() == 1
+    _forked.clear()
 
 
 # Packages worth naming to a model, as (import name, distribution name).
@@ -855,6 +921,249 @@ def _wrap_kills():
     signal.pthread_kill = _wrap_kill(signal.pthread_kill, lambda tid, sig: True, "signal")
 
 
+# ---- orphans ------------------------------------------------------------
+#
+# A single run's interpreter is pid 1 of its PID namespace, so every
+# orphan of the run (the `sleep` of `sh -c "sleep 1 &"`) becomes its
+# child, and Python reaps only the children it waits for: each orphan
+# stayed a zombie until the run ended, counted against --pids. A second
+# process as pid 1 would cost every run a fork; instead the interpreter
+# tells orphans from its own children by what it forked itself: each pid
+# that Python starts (os.fork, os.forkpty, os.posix_spawn(p),
+# _posixsubprocess.fork_exec, which subprocess and multiprocessing's spawn,
+# forkserver and resource tracker use) is recorded with its start time,
+# and before each such start the zombies among the interpreter's children
+# that it did not record are reaped. A recorded pid is never reaped here:
+# subprocess and os.waitpid get its real status. A child that C code
+# started (a C extension's fork, ctypes) cannot be told from an orphan;
+# os.system, the one C fork that Python code reaches, stops the reaping
+# while it runs. No SIGCHLD handler is installed: the code sees SIGCHLD
+# as it would on the host.
+
+_reaping = False      # in a single run's copy, pid 1 (_after_fork)
+_forked = {}          # pid -> start time (bytes) of what Python started
+_reap_lock = None     # an RLock: held across a start and its record
+_foreign = 0          # os.system calls running
+_orig = {}            # the unwrapped os functions
+_WALL = 0x40000000    # __WALL: Python does not name it
+_FORKED_PRUNE = 64    # records past which those that ended are dropped
+
+
+def _pid1():
+    """Whether this process reaps orphans: a single run's copy, pid 1. A
+    process the code forked inherits the flag and is not pid 1; neither is
+    a session's interpreter, whose pid 1 reaps."""
+    if not _reaping:
+        return False
+    import os
+    return os.getpid() == 1
+
+
+def _proc_stat(pid):
+    """(state, start time) of pid from /proc/PID/stat, or None."""
+    import os
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    rest = data[data.rfind(b")") + 2:].split()
+    return (rest[0], rest[19]) if len(rest) > 19 else None
+
+
+def _record(pid):
+    st = _proc_stat(pid)
+    if st is not None:
+        _forked[pid] = st[1]
+    if len(_forked) >= _FORKED_PRUNE:
+        for p, start in list(_forked.items()):
+            now = _proc_stat(p)
+            if now is None or now[1] != start:
+                _forked.pop(p, None)
+
+
+def _reap_orphans():
+    """Reaps the zombies among this process's children that Python did not
+    start (orphans re-parented to pid 1), with waitpid on each such pid
+    alone. Called with _reap_lock held, so that no start in another thread
+    is between its fork and its record."""
+    if _foreign or not _pid1():
+        return
+    import os
+    waitpid = _orig["waitpid"]
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for tid in tasks:
+        try:
+            fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            kids = b""
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                kids += chunk
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        for k in kids.split():
+            pid = int(k)
+            st = _proc_stat(pid)
+            if st is None or st[0] != b"Z" or _forked.get(pid) == st[1]:
+                continue
+            try:
+                waitpid(pid, os.WNOHANG | _WALL)
+            except OSError:
+                pass
+
+
+def _wrap_start(original, pid_of, module, forks=False):
+    """original (a function that starts a process), after reaping the
+    orphans, with the pid it started recorded. forks: it returns in the
+    child too (pid 0), whose children are its own and which is not pid 1."""
+    import functools
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        global _reaping
+        if not _pid1():
+            return original(*args, **kwargs)
+        with _reap_lock:
+            _reap_orphans()
+            result = original(*args, **kwargs)
+            pid = pid_of(result)
+            if pid == 0 and forks:
+                _reaping = False
+                _forked.clear()
+            elif isinstance(pid, int) and pid > 0:
+                _record(pid)
+        return result
+    wrapper.__module__ = module
+    return wrapper
+
+
+def _not_ours(pid):
+    """Whether pid, which a wait of the code's returned, is an orphan the
+    code never started (on the host it would never have been its child).
+    Records stay until _record prunes those that ended: a wait may report
+    a stopped child, which is still the code's."""
+    if pid <= 0 or pid in _forked or not _pid1():
+        return False
+    return not _foreign
+
+
+def _no_child_of_ours():
+    """Whether none of the children Python started is left to wait for
+    (orphans aside): a wait for any child then fails with ECHILD at once,
+    as on the host, rather than wait for an orphan to end."""
+    if _foreign or not _pid1():
+        return False
+    for pid, start in list(_forked.items()):
+        st = _proc_stat(pid)
+        if st is not None and st[1] == start:
+            return False
+    return True
+
+
+def _wrap_waits():
+    """os.wait, os.wait3, os.waitpid, os.wait4 and os.waitid for any child
+    or a process group: an orphan they reap is passed over, and they go on
+    waiting, so that the code's waits see its own children alone, as on
+    the host. Waits for one pid are left as they are."""
+    import errno
+    import functools
+    import os
+
+    def refuse():
+        raise ChildProcessError(errno.ECHILD, os.strerror(errno.ECHILD))
+
+    def any_child(original, pid_at, options_at, result_pid):
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            target = pid_at(args, kwargs)
+            if target > 0 or not _pid1():
+                return original(*args, **kwargs)
+            options = options_at(args, kwargs)
+            while True:
+                if not options & os.WNOHANG and _no_child_of_ours():
+                    refuse()
+                result = original(*args, **kwargs)
+                pid = result_pid(result)
+                if not _not_ours(pid):
+                    return result
+                if options & getattr(os, "WNOWAIT", 0):
+                    try:
+                        _orig["waitpid"](pid, os.WNOHANG | _WALL)
+                    except OSError:
+                        pass
+        wrapper.__module__ = "os"
+        return wrapper
+
+    def arg(i, name, default=None):
+        def get(args, kwargs):
+            return args[i] if len(args) > i else kwargs.get(name, default)
+        return get
+
+    os.wait = any_child(os.wait, lambda a, k: -1, lambda a, k: 0, lambda r: r[0])
+    os.wait3 = any_child(os.wait3, lambda a, k: -1, arg(0, "options", 0), lambda r: r[0])
+    os.waitpid = any_child(os.waitpid, arg(0, "pid", 0), arg(1, "options", 0), lambda r: r[0])
+    os.wait4 = any_child(os.wait4, arg(0, "pid", 0), arg(1, "options", 0), lambda r: r[0])
+    if hasattr(os, "waitid"):
+        def waitid_target(args, kwargs):
+            idtype = arg(0, "idtype")(args, kwargs)
+            return -1 if idtype in (os.P_ALL, os.P_PGID) else 1
+        os.waitid = any_child(os.waitid, waitid_target, arg(2, "options", 0),
+                              lambda r: r.si_pid if r is not None else 0)
+
+
+def _wrap_starts():
+    global _reap_lock
+    import _posixsubprocess
+    import _thread
+    import functools
+    import os
+    _reap_lock = _thread.RLock()
+    _orig["waitpid"] = os.waitpid
+    os.fork = _wrap_start(os.fork, lambda r: r, "os", forks=True)
+    if hasattr(os, "forkpty"):
+        os.forkpty = _wrap_start(os.forkpty, lambda r: r[0], "os", forks=True)
+    for name in ("posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, _wrap_start(getattr(os, name), lambda r: r, "os"))
+    _posixsubprocess.fork_exec = _wrap_start(_posixsubprocess.fork_exec, lambda r: r,
+                                             "_posixsubprocess")
+    system = os.system
+
+    @functools.wraps(system)
+    def wrapped_system(command):
+        global _foreign
+        if not _pid1():
+            return system(command)
+        # system() forks and waits in C, for a pid Python never sees: no
+        # reaping while it runs, so that its child is never taken.
+        with _reap_lock:
+            _reap_orphans()
+            _foreign += 1
+        try:
+            return system(command)
+        finally:
+            with _reap_lock:
+                _foreign -= 1
+    wrapped_system.__module__ = "os"
+    os.system = wrapped_system
+    _wrap_waits()
+
+
 def _servers_first():
     """The folder of the upstream MCP servers' stubs (the package "servers",
     docs/design.md, "Upstream MCP servers") goes first on sys.path, before
@@ -879,6 +1188,7 @@ def _install(auto_figures=True, python_paths=()):
     _sys.path.append(_CWD)
     _sys.path_hooks.insert(0, _cwd_finder_hook)
     _wrap_kills()
+    _wrap_starts()
     # The --python-path folders (and the .pth entries inside them) come
     # before the system's site folders, as a virtualenv's site-packages
     # comes before the system's, and after the standard library.

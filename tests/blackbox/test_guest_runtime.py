@@ -156,6 +156,115 @@ def test_a_session_cell_killed_by_itself_rolls_back():
     assert "rolled back" in p.stderr, p.stderr
 
 
+# ---- orphans: pid 1 reaps what Python did not start ----------------------
+
+def test_orphans_are_reaped_so_pids_are_not_used_up():
+    # Each call leaves an orphan (the backgrounded sleep), re-parented to
+    # the run's pid 1, the interpreter. The output pipe stays open until
+    # the orphan ends, so each has ended when its call returns: without
+    # reaping, the zombies fill --pids 64 and a call near the 64th fails
+    # ("Cannot fork", or BlockingIOError from subprocess itself).
+    code = ("import subprocess\n"
+            "for i in range(100):\n"
+            "    p = subprocess.run(['sh', '-c', 'sleep 0.01 &'], capture_output=True)\n"
+            "    assert p.returncode == 0 and not p.stderr, (i, p)\n"
+            "print('done')\n")
+    rc, r = run_json(code, "--pids", "64", "--timeout", "120", timeout=180)
+    ok(r)
+    assert r["stdout"] == "done\n", r["stdout"]
+
+
+def test_subprocess_status_stays_right_while_orphans_are_reaped():
+    # Two threads start processes at once: one leaves orphans behind, the
+    # other checks that each child's own exit status comes back, by
+    # run(), by polling and by os.waitpid. A child of Python's is never
+    # reaped by the runtime, even when it has ended before the other
+    # thread reaps (subprocess would then report 0, from ECHILD).
+    code = ("import os, subprocess, threading, time\n"
+            "def orphans():\n"
+            "    for _ in range(60):\n"
+            "        subprocess.run(['sh', '-c', 'true & true &'], capture_output=True)\n"
+            "t = threading.Thread(target=orphans)\nt.start()\n"
+            "bad = []\n"
+            "for i in range(1, 61):\n"
+            "    c = subprocess.run(['sh', '-c', f'true & exit {i}'], capture_output=True)\n"
+            "    if c.returncode != i: bad.append(('run', i, c.returncode))\n"
+            "    p = subprocess.Popen(['sh', '-c', f'exit {i + 1}'])\n"
+            "    while p.poll() is None: time.sleep(0.001)\n"
+            "    if p.returncode != i + 1: bad.append(('poll', i, p.returncode))\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0: os._exit(i + 2)\n"
+            "    st = os.waitpid(pid, 0)[1]\n"
+            "    if os.waitstatus_to_exitcode(st) != i + 2: bad.append(('fork', i, st))\n"
+            "t.join()\nprint(bad)\n")
+    rc, r = run_json(code, "--pids", "64", "--timeout", "150", timeout=200)
+    ok(r)
+    assert r["stdout"] == "[]\n", r["stdout"]
+
+
+def test_os_wait_sees_its_own_children_alone():
+    # os.wait() waits for any child: it returns the children the code
+    # forked, with their statuses, never an orphan, and with none of its
+    # own left it fails at once, as on the host, though an orphan still
+    # runs (the sleep, which the run's end kills). os.system's child is
+    # its own too.
+    code = ("import os, subprocess\n"
+            "kids = {}\n"
+            "for i in range(5):\n"
+            "    subprocess.run(['sh', '-c', 'true &'], capture_output=True)\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0: os._exit(10 + i)\n"
+            "    kids[pid] = 10 + i\n"
+            "    subprocess.run(['sh', '-c', 'true &'], capture_output=True)\n"
+            "got = {}\n"
+            "while len(got) < 5:\n"
+            "    pid, st = os.wait()\n"
+            "    got[pid] = os.waitstatus_to_exitcode(st)\n"
+            "print(got == kids)\n"
+            "subprocess.run(['sh', '-c', 'true &'], capture_output=True)\n"
+            "subprocess.run(['sh', '-c', 'sleep 1000 &'], capture_output=False)\n"
+            "try:\n    print(os.wait())\nexcept ChildProcessError:\n    print('none')\n"
+            "print(os.system('true & exit 3') >> 8)\n")
+    rc, r = run_json(code, "--timeout", "60", timeout=120)
+    ok(r)
+    assert r["stdout"] == "True\nnone\n3\n", r["stdout"]
+
+
+# ---- multiprocessing's start methods -------------------------------------
+
+def test_process_pools_of_every_start_method():
+    # "spawn" and "forkserver" start each child as a new python3, which
+    # runs the main script again (as __mp_main__) from its __file__, here
+    # /tmp/<code>: that file was missing, every child ended at once, and a
+    # Pool started new ones until the time limit. Guarded by __name__, as a
+    # script must be for these methods on the host.
+    code = ("import multiprocessing as mp, concurrent.futures as cf\n"
+            "def sq(x):\n    return x * x\n"
+            "if __name__ == '__main__':\n"
+            "    for m in ('spawn', 'forkserver', 'fork'):\n"
+            "        with mp.get_context(m).Pool(2) as p:\n"
+            "            print(m, p.map(sq, range(5)))\n"
+            "        with cf.ProcessPoolExecutor(2, mp_context=mp.get_context(m)) as ex:\n"
+            "            print(m, list(ex.map(sq, range(3))))\n")
+    rc, r = run_json(code, "--timeout", "120", timeout=180)
+    ok(r)
+    assert r["stdout"] == "".join(f"{m} [0, 1, 4, 9, 16]\n{m} [0, 1, 4]\n"
+                                  for m in ("spawn", "forkserver", "fork")), r["stdout"]
+
+
+def test_spawned_children_run_the_code_as_a_scripts_children_do():
+    # Without the guard, a spawned child runs the pool's creation again and
+    # gets multiprocessing's own explanation, as `python3 script.py` does.
+    code = ("import multiprocessing as mp, concurrent.futures as cf\n"
+            "def sq(x):\n    return x * x\n"
+            "with cf.ProcessPoolExecutor(1, mp_context=mp.get_context('spawn')) as ex:\n"
+            "    print(list(ex.map(sq, range(3))))\n")
+    rc, r = run_json(code, "--timeout", "120", timeout=180)
+    assert r["status"] == "error", (r["status"], r["stderr"][-2000:])
+    assert "if __name__ == '__main__':" in r["stderr"], r["stderr"][-3000:]
+    assert "BrokenProcessPool" in r["stderr"], r["stderr"][-3000:]
+
+
 # ---- speed -----------------------------------------------------------------
 
 def test_seccomp_turns_on_no_speculation_mitigation():

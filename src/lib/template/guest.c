@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -358,18 +359,39 @@ static void find_blas_pools(void)
         }
 }
 
+/* What one thread of OpenBLAS's pool reserves of the private address space
+ * (Debian 12's OpenBLAS 0.3.21): its buffer (BUFFER_SIZE, 128 MiB on
+ * x86_64) and its stack (8 MiB), measured as VmData with
+ * OPENBLAS_NUM_THREADS=1 and 2 after a product of two 500x500 matrices. */
+#define BLAS_THREAD_RESERVE (136ull << 20)
+
 /* The threads a library's pool may use in one run: no more than the CPUs
  * the sandbox may run on, and at most half the run's process limit, so
  * that BLAS alone never uses up the threads the code may start (with
- * --pids 1, BLAS runs on the calling thread only). */
+ * --pids 1, BLAS runs on the calling thread only), and without a cgroup at
+ * most what half the memory limit reserves. */
 static unsigned pool_threads(const template_params *p)
 {
         cpu_set_t set;
         unsigned cpus = 1;
         if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
                 cpus = (unsigned)CPU_COUNT(&set);
-        unsigned half = p->limits.pids / 2;
-        return MAX(1u, MIN(cpus, half));
+        unsigned n = MAX(1u, MIN(cpus, p->limits.pids / 2));
+#if !defined(__SANITIZE_ADDRESS__)
+        /* Without a cgroup the memory limit is RLIMIT_DATA (tpl_copy.c),
+         * which counts what a process reserves, and each thread of
+         * OpenBLAS's pool reserves a buffer of 128 MiB and a stack of
+         * 8 MiB, touched or not. Refused one, OpenBLAS retries for ever,
+         * so a --memory 256 run spun on its first matrix product with two
+         * threads (320 MiB reserved, about 30 MiB used). The pool reserves
+         * at most half the limit, so that the other half is the data's,
+         * and is one thread (the caller's own, whose buffer is reserved at
+         * its first product) when half the limit holds fewer. */
+        if (!p->cgroup)
+                n = MIN(n, MAX(1u, (unsigned)MIN(UINT_MAX, p->limits.memory_bytes / 2 /
+                                                               BLAS_THREAD_RESERVE)));
+#endif
+        return n;
 }
 
 /* The environment the guest's libraries read when they load: pool sizes
