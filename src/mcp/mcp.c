@@ -192,12 +192,12 @@ struct mcp_call {
         json_t *id; /* NULL for the warm-up run */
         char *code;
         size_t len;
-        mcp_session_use *session; /* execute_code with a session handle, or NULL */
-        cfg_version *ver;         /* the configuration it runs with (a reference) */
+        mcp_session_use *session;  /* execute_code with a session handle, or NULL */
+        cfg_version *ver;          /* the configuration it runs with (a reference) */
         const airlock_config *cfg; /* ver's, or its tenant's copy in ver */
-        int cancel_fd;            /* eventfd handed to the run as airlock_run_options.cancel_fd */
-        bool run_record;          /* the client asked for _meta[MCP_META_RUN] */
-        bool usage_record;        /* ... or for _meta[MCP_META_USAGE] */
+        int cancel_fd;             /* eventfd handed to the run as airlock_run_options.cancel_fd */
+        bool run_record;           /* the client asked for _meta[MCP_META_RUN] */
+        bool usage_record;         /* ... or for _meta[MCP_META_USAGE] */
         bool cancelled;
         bool modern;      /* the request named revision 2026-07-28 or later in _meta */
         json_t *progress; /* its _meta.progressToken, or NULL */
@@ -1221,8 +1221,7 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                                     .workspaces = srv->workspaces,
                                     .owner = owner,
                                     .tenant = tenant_of(srv, owner)};
-                reply(srv, rq, mcp_tool_call(t, &ctx, json_object_get(params, "arguments")),
-                      false);
+                reply(srv, rq, mcp_tool_call(t, &ctx, json_object_get(params, "arguments")), false);
                 return false;
         }
         /* Bad arguments are a tool error, not a protocol error, so the model
@@ -1281,8 +1280,7 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                 c->srv = srv;
                 if (!(c->ver = cfg_take(srv)) ||
                     !(c->cfg = version_cfg(srv, c->ver,
-                                           rq->sink && !rq->sink->internal ? rq->sink->owner
-                                                                           : NULL,
+                                           rq->sink && !rq->sink->internal ? rq->sink->owner : NULL,
                                            &err))) {
                         call_free(c);
                         char msg[AIRLOCK_MESSAGE_MAX + 64];

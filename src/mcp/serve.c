@@ -222,15 +222,16 @@ static int apply_overrides(server *s, const tenant_table *t)
 {
         size_t n = t->n_tenants;
         const char **names = calloc(n + 1, sizeof(*names));
-        unsigned (*q)[QUOTA_KINDS] = calloc(n + 1, sizeof(*q));
-        uint64_t (*w)[2] = calloc(n + 1, sizeof(*w));
+        unsigned(*q)[QUOTA_KINDS] = calloc(n + 1, sizeof(*q));
+        uint64_t(*w)[2] = calloc(n + 1, sizeof(*w));
         int r = names && q && w ? 0 : -ENOMEM;
         for (size_t i = 0; r == 0 && i < n; i++) {
                 const tenant_def *td = &t->tenants[i];
                 names[i] = td->name;
-                q[i][QUOTA_SESSIONS] = td->set[TENANT_MAX_SESSIONS]
-                                           ? clamp_u(td->value[TENANT_MAX_SESSIONS], s->max_sessions)
-                                           : QUOTA_UNSET;
+                q[i][QUOTA_SESSIONS] =
+                    td->set[TENANT_MAX_SESSIONS]
+                        ? clamp_u(td->value[TENANT_MAX_SESSIONS], s->max_sessions)
+                        : QUOTA_UNSET;
                 q[i][QUOTA_RUNS] = td->set[TENANT_MAX_RUNS]
                                        ? clamp_u(td->value[TENANT_MAX_RUNS], s->opt.max_runs)
                                        : QUOTA_UNSET;
@@ -291,8 +292,8 @@ static void reload_tokens(server *s)
         fprintf(stderr,
                 "airlock serve: SIGHUP: %d token%s of %zu tenant%s loaded from %s (%u tenant%s "
                 "removed)\n",
-                n, n == 1 ? "" : "s", t.n_tenants, t.n_tenants == 1 ? "" : "s",
-                s->opt.tokens_file, removed, removed == 1 ? "" : "s");
+                n, n == 1 ? "" : "s", t.n_tenants, t.n_tenants == 1 ? "" : "s", s->opt.tokens_file,
+                removed, removed == 1 ? "" : "s");
 }
 
 /* ---- run slots ---------------------------------------------------------- */
@@ -344,8 +345,9 @@ static admit slot_take(server *s, const char *owner, char *why, size_t why_len)
                 snprintf(why, why_len,
                          "too many calls: you have %u running and %u waiting, your limits "
                          "(%s %u, %s %u); retry when one of yours has finished",
-                         runs, queued, own_runs ? "max-runs of your tenant" : "--max-runs-per-token",
-                         run_limit, own_queue ? "max-queue of your tenant" : "--max-queue-per-token",
+                         runs, queued,
+                         own_runs ? "max-runs of your tenant" : "--max-runs-per-token", run_limit,
+                         own_queue ? "max-queue of your tenant" : "--max-queue-per-token",
                          queue_limit);
                 return ADMIT_OWN_QUEUE_FULL;
         }
@@ -561,7 +563,7 @@ typedef struct request {
         bool resp_sent; /* SSE: the response's event was formatted */
         uint64_t t0;
         char client[INET6_ADDRSTRLEN + 8];
-        char forwarded[64]; /* X-Forwarded-For, as a proxy in front says (unchecked) */
+        char forwarded[64];              /* X-Forwarded-For, as a proxy in front says (unchecked) */
         char owner[TENANT_NAME_MAX + 1]; /* the tenant of the token, "" without tokens */
         /* For the log line. */
         char method[48], tool[48];

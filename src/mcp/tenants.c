@@ -147,8 +147,8 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
                 return 0;
         size_t tlen = strlen(tok);
         if (tlen > TENANT_TOKEN_MAX) {
-                snprintf(why, why_len, "--tokens %s:%u: a token longer than %d bytes", path,
-                         lineno, TENANT_TOKEN_MAX);
+                snprintf(why, why_len, "--tokens %s:%u: a token longer than %d bytes", path, lineno,
+                         TENANT_TOKEN_MAX);
                 return -E2BIG;
         }
         char *name = field(&p);
@@ -188,8 +188,7 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
                 return -EINVAL;
         }
         if (t->n_tokens >= TENANT_MAX_LINES) {
-                snprintf(why, why_len, "--tokens %s: more than %d tokens", path,
-                         TENANT_MAX_LINES);
+                snprintf(why, why_len, "--tokens %s: more than %d tokens", path, TENANT_MAX_LINES);
                 return -E2BIG;
         }
         token_def *td = &t->tokens[t->n_tokens];
@@ -223,8 +222,8 @@ int tenants_load(const char *path, tenant_table *ret, char *why, size_t why_len)
                 lineno++;
                 size_t len = strlen(line);
                 if (len == LINE_MAX_BYTES + 1 && line[len - 1] != '\n') {
-                        snprintf(why, why_len, "--tokens %s:%u: longer than %d bytes", path,
-                                 lineno, LINE_MAX_BYTES);
+                        snprintf(why, why_len, "--tokens %s:%u: longer than %d bytes", path, lineno,
+                                 LINE_MAX_BYTES);
                         r = -E2BIG;
                         break;
                 }

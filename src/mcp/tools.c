@@ -44,8 +44,8 @@ static json_t *call_workspace_list(const mcp_tool_ctx *x, const json_t *args)
 
 /* What every workspace tool's structuredContent carries. */
 #define WS_USAGE_PROPS                                                                             \
-        "\"entries\":{\"type\":\"integer\",\"description\":\"files and folders in the "        \
-        "workspace\"},\"bytes\":{\"type\":\"integer\"},\"max_files\":{\"type\":"                \
+        "\"entries\":{\"type\":\"integer\",\"description\":\"files and folders in the "            \
+        "workspace\"},\"bytes\":{\"type\":\"integer\"},\"max_files\":{\"type\":"                   \
         "\"integer\"},\"max_bytes\":{\"type\":\"integer\"}"
 #define WS_USAGE_REQUIRED "\"entries\",\"bytes\",\"max_files\",\"max_bytes\""
 
@@ -182,9 +182,9 @@ void mcp_tool_unknown(const char *name, bool workspaces, char *buf, size_t size)
                 if (!workspaces && tools[i].workspace)
                         continue;
                 n += (size_t)snprintf(buf + n, size - n, "%s%s",
-                                      listed == 0             ? ""
+                                      listed == 0           ? ""
                                       : listed + 1 == count ? " and "
-                                                              : ", ",
+                                                            : ", ",
                                       tools[i].name);
                 listed++;
         }
@@ -199,8 +199,7 @@ static json_t *annotations(const mcp_tool *t, bool open_world)
                          t->idempotent, "openWorldHint", open_world);
 }
 
-json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world,
-                       bool workspaces)
+json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world, bool workspaces)
 {
         json_t *list = json_array();
         for (size_t i = 0; list && i < ARRAY_SIZE(tools); i++) {

@@ -62,8 +62,7 @@ void mcp_tool_unknown(const char *name, bool workspaces, char *buf, size_t size)
  * (desc, the object of airlock_describe_json) with the session argument
  * added to its schema, then the others from the table. NULL when out of
  * memory. */
-json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world,
-                       bool workspaces);
+json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world, bool workspaces);
 /* Answers a call of a tool with a call handler: the arguments checked
  * against its schema's properties (one clear tool error naming the first
  * one it does not take), then the handler. */

@@ -147,8 +147,7 @@ static pthread_mutex_t *stripe_of(mcp_workspaces *w, const char *tenant)
 
 /* The tenant's folder, created 0700 when missing with create. Returns the
  * fd or -errno with why filled for the tenant (never naming DIR). */
-static int tenant_dir(mcp_workspaces *w, const char *tenant, bool create, char *why,
-                      size_t why_len)
+static int tenant_dir(mcp_workspaces *w, const char *tenant, bool create, char *why, size_t why_len)
 {
         if (!tenant_name_valid(tenant, strlen(tenant))) {
                 snprintf(why, why_len, "no workspace for this client");
@@ -244,10 +243,11 @@ static int check_path(const char *p, size_t len, char *why, size_t why_len)
                 return -ENAMETOOLONG;
         }
         if (p[0] == '/') {
-                snprintf(why, why_len,
-                         "path %s is absolute: give it relative to the workspace (it is /input/PATH "
-                         "in the sandbox)",
-                         s);
+                snprintf(
+                    why, why_len,
+                    "path %s is absolute: give it relative to the workspace (it is /input/PATH "
+                    "in the sandbox)",
+                    s);
                 return -EINVAL;
         }
         unsigned depth = 0;
@@ -297,17 +297,19 @@ static int check_path(const char *p, size_t len, char *why, size_t why_len)
 
 /* What a checked path finds on disk. */
 typedef struct resolved {
-        int parent;       /* fd of the deepest existing folder on the way, or -1 */
-        size_t missing;   /* components before the last that do not exist yet */
-        bool exists;      /* the last component exists ... */
-        struct stat st;   /* ... and is this */
-        size_t done;      /* bytes of the path through the deepest existing folder */
+        int parent;     /* fd of the deepest existing folder on the way, or -1 */
+        size_t missing; /* components before the last that do not exist yet */
+        bool exists;    /* the last component exists ... */
+        struct stat st; /* ... and is this */
+        size_t done;    /* bytes of the path through the deepest existing folder */
 } resolved;
 
 /* Walks path (checked) from the tenant's folder, never following a link.
  * Returns 0 with r filled, or -errno with why filled: a link, or a file
- * where a folder is needed, on the way. */
-static int resolve(int root, const char *path, resolved *r, char *why, size_t why_len)
+ * where a folder is needed, on the way (and at the last component too,
+ * unless last_link: a link that is removed, never followed). */
+static int resolve(int root, const char *path, bool last_link, resolved *r, char *why,
+                   size_t why_len)
 {
         memset(r, 0, sizeof(*r));
         r->parent = -1;
@@ -332,7 +334,7 @@ static int resolve(int root, const char *path, resolved *r, char *why, size_t wh
                         snprintf(why, why_len, "path %s: %s", s, strerror(err));
                         return -err;
                 }
-                if (fr == 0 && S_ISLNK(st.st_mode)) {
+                if (fr == 0 && S_ISLNK(st.st_mode) && !(last && last_link)) {
                         close(cur);
                         snprintf(why, why_len,
                                  "path %s: '%.*s' is a symbolic link in your workspace; links are "
@@ -425,8 +427,8 @@ static int walk(int fd, const char *prefix, unsigned depth, usage *u)
                                                       "media_type", media_type(de->d_name)));
                         }
                 } else if (S_ISDIR(st.st_mode)) {
-                        int sub = openat(fd, de->d_name,
-                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        int sub =
+                            openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub >= 0) {
                                 r = walk(sub, path, depth + 1, u);
                                 close(sub);
@@ -645,7 +647,8 @@ json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t 
                 const json_t *val;
                 bool other = false;
                 json_object_foreach ((json_t *)f, key, val)
-                        other |= strcmp(key, "path") && strcmp(key, "text") && strcmp(key, "base64");
+                        other |=
+                            strcmp(key, "path") && strcmp(key, "text") && strcmp(key, "base64");
                 if (!json_is_object(f) || !json_is_string(path) || other ||
                     !!json_is_string(text) + !!json_is_string(b64) != 1 ||
                     (text && !json_is_string(text)) || (b64 && !json_is_string(b64))) {
@@ -723,7 +726,7 @@ json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t 
         for (size_t i = 0; i < n && !res; i++) {
                 char s[256];
                 shown(v[i].path, strlen(v[i].path), s, sizeof(s));
-                if (resolve(root, v[i].path, &v[i].at, why, sizeof(why)) < 0) {
+                if (resolve(root, v[i].path, false, &v[i].at, why, sizeof(why)) < 0) {
                         res = refusal("workspace_write: %s; nothing was written", why);
                         break;
                 }
@@ -740,8 +743,7 @@ json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t 
                         /* Each folder to make, once. */
                         for (const char *q = v[i].path + v[i].at.done; (q = strchr(q, '/')); q++) {
                                 char pre[WS_PATH_MAX + 1];
-                                snprintf(pre, sizeof(pre), "%.*s", (int)(q - v[i].path),
-                                         v[i].path);
+                                snprintf(pre, sizeof(pre), "%.*s", (int)(q - v[i].path), v[i].path);
                                 if (!json_object_get(made, pre)) {
                                         json_object_set_new(made, pre, json_true());
                                         entries++;
@@ -866,7 +868,7 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
                 const char *p = json_string_value(json_array_get(paths, i));
                 char s[256];
                 shown(p, strlen(p), s, sizeof(s));
-                int r = resolve(root, p, &at[i], why, sizeof(why));
+                int r = resolve(root, p, true, &at[i], why, sizeof(why));
                 /* The last part may be a link: it is removed, not followed. */
                 if (r < 0)
                         res = refusal("workspace_remove: %s; nothing was removed", why);
