@@ -50,7 +50,7 @@
 #include "mcp_session.h"
 #include "tenants.h"
 #include "tools.h"
-#include "workspace.h"
+#include "tenant_workspace.h"
 
 #define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
 #define MCP_MAX_CALLS 64          /* tools/call in progress at once */

@@ -54,7 +54,7 @@ typedef struct mcp_core_options {
         /* Per-owner quotas (quota.h) that sessions count against, or NULL;
          * the transport frees them after mcp_core_free. */
         struct quota_table *quotas;
-        /* --tenants-dir: the tenants' workspaces (workspace.h), which the
+        /* --tenants-dir: the tenants' workspaces (tenant_workspace.h), which the
          * transport frees after mcp_core_free, or NULL. A call's owner is
          * its tenant; a call without one is tenant's (NULL: "default"). */
         struct mcp_workspaces *workspaces;

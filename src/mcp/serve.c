@@ -52,7 +52,7 @@
 #include "quota.h"
 #include "serve.h"
 #include "tenants.h"
-#include "workspace.h"
+#include "tenant_workspace.h"
 
 #define MAX_HEADER_MEM (64u << 10) /* headers of one request, libmicrohttpd's pool */
 #define RETRY_AFTER_S  "1"

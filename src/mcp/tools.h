@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "mcp_session.h"
-#include "workspace.h"
+#include "tenant_workspace.h"
 
 /* What a tool's call handler may use: the session table, the tenants'
  * workspaces (NULL without --tenants-dir), who calls (owner, NULL on

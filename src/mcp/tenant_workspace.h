@@ -7,8 +7,8 @@
  * defaults of --workspace-max-files and --workspace-max-bytes, or the
  * tenants file's max-files and max-bytes). docs/design.md ("Tenants") is
  * the contract. */
-#ifndef AIRLOCK_MCP_WORKSPACE_H
-#define AIRLOCK_MCP_WORKSPACE_H
+#ifndef AIRLOCK_MCP_TENANT_WORKSPACE_H
+#define AIRLOCK_MCP_TENANT_WORKSPACE_H
 
 #include <jansson.h>
 #include <stddef.h>
