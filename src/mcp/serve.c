@@ -365,13 +365,18 @@ static admit slot_take(server *s, const char *owner, char *why, size_t why_len)
         ts.tv_nsec = (long)(at % 1000000000ull);
         admit a = ADMIT_OK;
         int r = 0;
-        while (!slot_fits_locked(s, owner)) {
-                if (atomic_load(&s->draining)) {
-                        a = ADMIT_DRAINING;
-                        break;
-                }
+        /* The tenant is asked first: removing it cancels its running call,
+         * whose slot then frees, and a queued call of it must not take
+         * that slot. */
+        for (;;) {
                 if (!tenant_exists(s, owner)) {
                         a = ADMIT_GONE;
+                        break;
+                }
+                if (slot_fits_locked(s, owner))
+                        break;
+                if (atomic_load(&s->draining)) {
+                        a = ADMIT_DRAINING;
                         break;
                 }
                 if (r == ETIMEDOUT) {
