@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 void airlock_error_clear(airlock_error *err)
@@ -358,4 +359,27 @@ int al_base64_decode(const char *text, size_t len, unsigned char **ret, size_t *
         *ret = out;
         *ret_len = olen;
         return 0;
+}
+
+int al_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n)
+{
+        char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+        if (n > 8)
+                return -EINVAL;
+        memset(cbuf, 0, sizeof(cbuf));
+        struct iovec iov = {(void *)buf, len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (n) {
+                mh.msg_control = cbuf;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
+                memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
+        }
+        ssize_t w;
+        while ((w = sendmsg(sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+                ;
+        return w == (ssize_t)len ? 0 : w < 0 ? -errno : -EIO;
 }

@@ -137,6 +137,11 @@ uint64_t al_now_ns(void);
 /* Reads or writes all of len bytes, retrying on EINTR and short transfers. */
 ssize_t al_read_full(int fd, void *buf, size_t len);
 int al_write_full(int fd, const void *buf, size_t len);
+/* Sends the len bytes at buf on the socket sock in one sendmsg, with the n
+ * fds of fds attached (SCM_RIGHTS; n at most 8, 0 for none), without
+ * SIGPIPE. 0, or -errno (-EIO for a short send). System calls only: a
+ * child forked from a process with threads may call it. */
+int al_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n);
 
 /* True when s[0..len) is valid UTF-8 (no overlongs, no surrogates). */
 bool al_utf8_valid(const char *s, size_t len);

@@ -236,3 +236,26 @@ export class RawPeer {
     return r;
   }
 }
+
+// Starts `airlock serve` on a free port with args and waits for "ready" on
+// its log: {child, port, log()}.
+export function startServe(args = []) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(AIRLOCK, ['serve', '--listen', '127.0.0.1:0', ...args],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    let port;
+    const timer = setTimeout(() => reject(new Error(`serve did not start: ${log}`)), 120000);
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (d) => {
+      log += d;
+      const m = /\(port (\d+)\)/.exec(log);
+      if (m) port = Number(m[1]);
+      if (port && log.includes('airlock serve: ready')) {
+        clearTimeout(timer);
+        resolve({ child, port, log: () => log });
+      }
+    });
+    child.on('exit', (code) => reject(new Error(`serve exited ${code}: ${log}`)));
+  });
+}

@@ -4,13 +4,12 @@
 // transport 'http'), through the scenarios of the stdio tests: list, call,
 // a figure, progress, an error and a session; plus a bearer token the
 // clients send and a request without it that fails.
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { AIRLOCK, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir, SERVER_TOOLS } from './lib.mjs';
+import { AIRLOCK, assert, startServe, assertEqual, assertIncludes, rmrf, runTests, tmpdir, SERVER_TOOLS } from './lib.mjs';
 
 const TOKEN = `tok-${crypto.randomBytes(12).toString('hex')}`;
 const AUTH = { Authorization: `Bearer ${TOKEN}` };
@@ -33,29 +32,6 @@ let server;
 let dir;
 let url;
 
-// Starts `airlock serve` on a free port with a tokens file and waits for
-// "ready" on its log.
-function startServer(args = []) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(AIRLOCK, ['serve', '--listen', '127.0.0.1:0', '--instance', 'node-a', ...args],
-      { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    let port;
-    const timer = setTimeout(() => reject(new Error(`serve did not start: ${log}`)), 120000);
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (d) => {
-      log += d;
-      const m = /\(port (\d+)\)/.exec(log);
-      if (m) port = Number(m[1]);
-      if (port && log.includes('airlock serve: ready')) {
-        clearTimeout(timer);
-        resolve({ child, port, log: () => log });
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`serve exited ${code}: ${log}`)));
-  });
-}
-
 async function sdkClient(headers = AUTH) {
   const c = new Client({ name: 'airlock-http-test', version: '1' });
   await c.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
@@ -68,7 +44,7 @@ const tests = [
   ['start airlock serve with a tokens file', async () => {
     dir = tmpdir('airlock-serve-');
     fs.writeFileSync(path.join(dir, 'tokens'), `${TOKEN}\n`);
-    server = await startServer(['--tokens', path.join(dir, 'tokens')]);
+    server = await startServe(['--instance', 'node-a', '--tokens', path.join(dir, 'tokens')]);
     url = `http://127.0.0.1:${server.port}/mcp`;
   }],
 

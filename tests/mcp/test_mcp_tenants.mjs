@@ -5,13 +5,12 @@
 // neither read nor tell from ones that never existed, and one template
 // shared by all of them (a fork cannot change the str hash secret, so copies
 // of one template print the same hash("x")).
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { AIRLOCK, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir, WORKSPACE_TOOLS } from './lib.mjs';
+import { AIRLOCK, assert, startServe, assertEqual, assertIncludes, rmrf, runTests, tmpdir, WORKSPACE_TOOLS } from './lib.mjs';
 
 const TOK = {
   acme: `tok-${crypto.randomBytes(12).toString('hex')}`,
@@ -24,27 +23,6 @@ let server;
 let dir;
 let url;
 const clients = {};
-
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(AIRLOCK, ['serve', '--listen', '127.0.0.1:0', ...args],
-      { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    let port;
-    const timer = setTimeout(() => reject(new Error(`serve did not start: ${log}`)), 120000);
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (d) => {
-      log += d;
-      const m = /\(port (\d+)\)/.exec(log);
-      if (m) port = Number(m[1]);
-      if (port && log.includes('airlock serve: ready')) {
-        clearTimeout(timer);
-        resolve({ child, port, log: () => log });
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`serve exited ${code}: ${log}`)));
-  });
-}
 
 async function client(tenant) {
   const c = new Client({ name: `airlock-tenant-${tenant}`, version: '1' });
@@ -61,7 +39,7 @@ const tests = [
   ['start airlock serve with two tenants and a folder for their workspaces', async () => {
     dir = tmpdir('airlock-tenants-');
     fs.writeFileSync(path.join(dir, 'tokens'), `${TOK.acme} acme\n${TOK.beta} beta max-files=3\n`);
-    server = await startServer(['--tokens', path.join(dir, 'tokens'), '--tenants-dir', path.join(dir, 't')]);
+    server = await startServe(['--tokens', path.join(dir, 'tokens'), '--tenants-dir', path.join(dir, 't')]);
     url = `http://127.0.0.1:${server.port}/mcp`;
     clients.acme = await client('acme');
     clients.beta = await client('beta');

@@ -212,20 +212,7 @@ int sbx_input_fd(const sbx_input *in)
 static int send_reply(int sock, int code, int fd)
 {
         unsigned char b = (unsigned char)(code > 0 && code < 256 ? code : code ? EIO : 0);
-        char cbuf[CMSG_SPACE(sizeof(int))];
-        memset(cbuf, 0, sizeof(cbuf));
-        struct iovec iov = {&b, 1};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-        if (fd >= 0) {
-                mh.msg_control = cbuf;
-                mh.msg_controllen = sizeof(cbuf);
-                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-        }
-        return sendmsg(sock, &mh, MSG_NOSIGNAL) == 1 ? 0 : -1;
+        return al_send_fds(sock, &b, 1, &fd, fd >= 0 ? 1 : 0);
 }
 
 /* Receives one byte with up to max fds (the rest are closed); the slots
@@ -454,24 +441,10 @@ static int mounter_call(sbx_mounter *m, char op, const int *fds, size_t n, int *
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOSYS, NULL,
                                      "sandbox unavailable (mounter): not started");
         unsigned char b = (unsigned char)op;
-        char cbuf[CMSG_SPACE(sizeof(int) * 2)];
-        memset(cbuf, 0, sizeof(cbuf));
-        struct iovec iov = {&b, 1};
-        struct msghdr mh = {.msg_iov = &iov,
-                            .msg_iovlen = 1,
-                            .msg_control = cbuf,
-                            .msg_controllen = CMSG_SPACE(sizeof(int) * n)};
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
-        memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
         pthread_mutex_lock(&m->lock);
-        ssize_t w;
-        while ((w = sendmsg(m->sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-                ;
+        int w = al_send_fds(m->sock, &b, 1, fds, n);
         int got = -1;
-        ssize_t k = w == 1 ? recv_fds(m->sock, &b, &got, 1) : -1;
+        ssize_t k = w == 0 ? recv_fds(m->sock, &b, &got, 1) : -1;
         int e = errno;
         pthread_mutex_unlock(&m->lock);
         if (k != 1 || b != 0 || got < 0) {

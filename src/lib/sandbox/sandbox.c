@@ -1177,23 +1177,7 @@ static int copy_attach_input(airlock_sandbox *sb, copy *c, sbx_input *in, airloc
         json_decref(msg);
         if (r >= 0) {
                 char tag = COPY_INPUT;
-                char cbuf[CMSG_SPACE(sizeof(int))];
-                memset(cbuf, 0, sizeof(cbuf));
-                struct iovec iov = {&tag, 1};
-                struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-                if (tree_fd >= 0) {
-                        mh.msg_control = cbuf;
-                        mh.msg_controllen = sizeof(cbuf);
-                        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-                        cm->cmsg_level = SOL_SOCKET;
-                        cm->cmsg_type = SCM_RIGHTS;
-                        cm->cmsg_len = CMSG_LEN(sizeof(int));
-                        memcpy(CMSG_DATA(cm), &tree_fd, sizeof(int));
-                }
-                ssize_t w;
-                while ((w = sendmsg(c->chan, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-                        ;
-                r = w == 1 ? 0 : w < 0 ? -errno : -EIO;
+                r = al_send_fds(c->chan, &tag, 1, &tree_fd, tree_fd >= 0 ? 1 : 0);
         }
         if (r < 0)
                 return al_error_kind(err, AIRLOCK_ERROR_RUN, r, NULL,

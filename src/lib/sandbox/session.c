@@ -769,20 +769,7 @@ static int view_new(const copy *c, copy **ret, int theirs[3], airlock_error *err
 static int send_fork_fds(int chan, const int fds[3])
 {
         char tag = COPY_FORK;
-        char cbuf[CMSG_SPACE(sizeof(int) * 3)];
-        memset(cbuf, 0, sizeof(cbuf));
-        struct iovec iov = {&tag, 1};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int) * 3);
-        memcpy(CMSG_DATA(cm), fds, sizeof(int) * 3);
-        ssize_t w;
-        while ((w = sendmsg(chan, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-                ;
-        return w == 1 ? 0 : w < 0 ? -errno : -EIO;
+        return al_send_fds(chan, &tag, 1, fds, 3);
 }
 
 /* Contract: a new handle of s's copy whose interpreter holds s's state.

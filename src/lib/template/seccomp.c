@@ -127,6 +127,26 @@ static int export_filter(scmp_filter_ctx ctx, int r, struct sock_fprog *ret, cha
         return 0;
 }
 
+/* A filter that allows what no rule refuses and kills a process that calls
+ * in the ABI of another architecture. */
+static int filter_new(scmp_filter_ctx *ret, char *errbuf, size_t errlen)
+{
+        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx) {
+                snprintf(errbuf, errlen, "seccomp: cannot create a filter (libseccomp)");
+                return -ENOMEM;
+        }
+        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        if (r < 0) {
+                seccomp_release(ctx);
+                snprintf(errbuf, errlen, "seccomp: cannot set the filter's action: %s",
+                         strerror(-r));
+                return r;
+        }
+        *ret = ctx;
+        return 0;
+}
+
 /* The calls a late-input copy still needs after its guest filter is
  * loaded, to attach its run's /input; the mount filter refuses them. */
 static bool mount_call(const char *name)
@@ -137,12 +157,10 @@ static bool mount_call(const char *name)
 int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bool allow_mount,
                                char *errbuf, size_t errlen)
 {
-        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-        if (!ctx) {
-                snprintf(errbuf, errlen, "seccomp: cannot create a filter (libseccomp)");
-                return -ENOMEM;
-        }
-        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        scmp_filter_ctx ctx = NULL;
+        int r = filter_new(&ctx, errbuf, errlen);
+        if (r < 0)
+                return r;
         for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(denied_calls); i++) {
                 int nr = seccomp_syscall_resolve_name(denied_calls[i]);
                 if (nr == __NR_SCMP_ERROR || (allow_mount && mount_call(denied_calls[i])))
@@ -207,12 +225,10 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bo
 
 int seccomp_build_mount_filter(struct sock_fprog *ret, char *errbuf, size_t errlen)
 {
-        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-        if (!ctx) {
-                snprintf(errbuf, errlen, "seccomp: cannot create a filter (libseccomp)");
-                return -ENOMEM;
-        }
-        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        scmp_filter_ctx ctx = NULL;
+        int r = filter_new(&ctx, errbuf, errlen);
+        if (r < 0)
+                return r;
         for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(denied_calls); i++) {
                 int nr = seccomp_syscall_resolve_name(denied_calls[i]);
                 if (nr != __NR_SCMP_ERROR && mount_call(denied_calls[i]))
@@ -223,12 +239,10 @@ int seccomp_build_mount_filter(struct sock_fprog *ret, char *errbuf, size_t errl
 
 int seccomp_build_session_filter(struct sock_fprog *ret, char *errbuf, size_t errlen)
 {
-        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-        if (!ctx) {
-                snprintf(errbuf, errlen, "seccomp: cannot create a filter (libseccomp)");
-                return -ENOMEM;
-        }
-        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        scmp_filter_ctx ctx = NULL;
+        int r = filter_new(&ctx, errbuf, errlen);
+        if (r < 0)
+                return r;
         /* Shared memory outlives the state it was written in: a fork
          * shares it with its session, and a rolled-back cell's writes stay.
          * A session refuses every kind, so that its states stay its own:
