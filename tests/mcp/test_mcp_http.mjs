@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { AIRLOCK, assert, startServe, assertEqual, assertIncludes, rmrf, runTests, tmpdir, SERVER_TOOLS } from './lib.mjs';
+import { assert, startServe, assertEqual, assertIncludes, rmrf, runTests, tmpdir, SERVER_TOOLS } from './lib.mjs';
 
 const TOKEN = `tok-${crypto.randomBytes(12).toString('hex')}`;
 const AUTH = { Authorization: `Bearer ${TOKEN}` };

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { AIRLOCK, assert, startServe, assertEqual, assertIncludes, rmrf, runTests, tmpdir, WORKSPACE_TOOLS } from './lib.mjs';
+import { assert, startServe, assertEqual, assertIncludes, rmrf, runTests, tmpdir, WORKSPACE_TOOLS } from './lib.mjs';
 
 const TOK = {
   acme: `tok-${crypto.randomBytes(12).toString('hex')}`,
