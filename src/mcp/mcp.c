@@ -40,6 +40,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "audit.h"
@@ -1847,6 +1848,20 @@ static void server_teardown(mcp_server *srv)
         }
 }
 
+void mcp_raise_fd_limit(void)
+{
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+        if (want > ((rlim_t)1 << 20))
+                want = (rlim_t)1 << 20;
+        if (rl.rlim_cur < want) {
+                rl.rlim_cur = want;
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
+        }
+}
+
 int cmd_mcp(int argc, char **argv)
 {
         cli_options o;
@@ -1864,6 +1879,7 @@ int cmd_mcp(int argc, char **argv)
          * closing its sandboxes: writes then fail with EPIPE instead. */
         signal(SIGPIPE, SIG_IGN);
         install_stop_signals();
+        mcp_raise_fd_limit();
         mcp_server srv = {.input_watch = -1, .audit_fd = -1};
         if (o.audit && (srv.audit_fd = cli_audit_open(o.audit, &err)) < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);

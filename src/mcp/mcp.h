@@ -69,6 +69,11 @@ int mcp_store_new(mcp_store **ret);
 void mcp_store_free(mcp_store *st);
 /* A new run id: MCP_RUN_ID_LEN hex digits and a NUL. Returns 0 or -errno. */
 int mcp_run_id(char out[MCP_RUN_ID_LEN + 1]);
+
+/* Raises this process's soft limit on open files to its hard limit (at
+ * most 1 << 20): a server holds a few fds for each workspace it has staged
+ * (a tenant's, kept while idle), and 1024 is the usual soft default. */
+void mcp_raise_fd_limit(void);
 /* Keeps a copy of the files of res under run_id (none when it has no
  * files or they are larger than the store) and frees res; drops the oldest
  * runs past the caps. */

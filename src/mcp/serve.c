@@ -1795,6 +1795,7 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "airlock serve: %s\n", err.message);
                 return EXIT_USAGE;
         }
+        mcp_raise_fd_limit();
         struct sockaddr_storage ss;
         socklen_t sl;
         bool loopback;
