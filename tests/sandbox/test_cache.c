@@ -1104,6 +1104,8 @@ static int many_workspaces(const char *root, char *why, size_t n)
               count_entries(stage));
         airlock_session_close(s);
         s = NULL;
+        /* Removed beside the runs, on a thread of its own. */
+        cache_wait_later_closes(c);
         CHECK(count_entries(stage) == 3, "%d staging areas after the session closed",
               count_entries(stage));
         r = 0;

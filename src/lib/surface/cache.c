@@ -315,7 +315,8 @@ typedef struct cache_entry {
 typedef struct tree_set {
         char *key; /* the paths and caps, as fingerprint fields */
         fsx_watch *w;
-        unsigned refs; /* callers inside fsx_watch_signatures */
+        unsigned refs;         /* callers inside fsx_watch_signatures */
+        uint64_t last_used_ns; /* for the reaper (trees_reap_locked) */
         struct tree_set *next;
 } tree_set;
 
@@ -404,6 +405,20 @@ static tree_set *tree_set_get(airlock_cache *c, const airlock_config *cfg, const
                         *pp = t->next; /* moved to the front below */
                         break;
                 }
+        unsigned unused = 0;
+        for (tree_set *o = c->trees; !t && o; o = o->next)
+                unused += o->refs == 0;
+        if (!t && unused >= c->max_sandboxes) {
+                /* Every watch the cache keeps is taken: this tree is walked.
+                 * Making a watch here and ending the least recently used one
+                 * cost each call of a server with many workspaces (tenants)
+                 * milliseconds (closing an inotify instance waits for the
+                 * kernel), under this lock; the reaper ends watches unused
+                 * for the idle timeout instead, so that a busy tree gets one
+                 * again. */
+                pthread_mutex_unlock(&c->lock);
+                return NULL;
+        }
         if (!t) {
                 size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts, k = 0;
                 _cleanup_free_ const char **paths = calloc(n, sizeof(*paths));
@@ -424,21 +439,29 @@ static tree_set *tree_set_get(airlock_cache *c, const airlock_config *cfg, const
         t->next = c->trees;
         c->trees = t;
         t->refs++;
-        /* Keep the sets in use and max_sandboxes more. */
-        unsigned kept = 0;
-        for (pp = &c->trees; *pp;) {
+        t->last_used_ns = c->ops.now_ns();
+        pthread_mutex_unlock(&c->lock);
+        return t;
+}
+
+/* Takes off the list the watches unused for the idle timeout, into *out,
+ * for the caller to free without the lock. Caller holds the lock. */
+static void trees_reap_locked(airlock_cache *c, tree_set **out)
+{
+        if (!c->idle_ns)
+                return;
+        uint64_t now = c->ops.now_ns();
+        for (tree_set **pp = &c->trees; *pp;) {
                 tree_set *o = *pp;
-                if (o->refs == 0 && ++kept > c->max_sandboxes) {
+                if (o->refs == 0 && now > o->last_used_ns && now - o->last_used_ns > c->idle_ns) {
                         *pp = o->next;
-                        o->next = *ret_drop;
-                        *ret_drop = o;
+                        o->next = *out;
+                        *out = o;
                         c->n_trees--;
                         continue;
                 }
                 pp = &o->next;
         }
-        pthread_mutex_unlock(&c->lock);
-        return t;
 }
 
 static void tree_set_free_list(tree_set *t)
@@ -750,15 +773,18 @@ static void *reaper_main(void *arg)
                 if (c->closing)
                         break;
                 close_list l = {0};
+                tree_set *idle_trees = NULL;
                 reap_locked(c, &l);
+                trees_reap_locked(c, &idle_trees);
                 /* The copies a burst left ready are ended once runs slow
                  * down, not only at the next run. */
                 for (cache_entry *e = c->head; e && c->ops.sandbox_trim; e = e->next)
                         if (e->refs == 0 && e->state == ENTRY_READY && e->sb)
                                 c->ops.sandbox_trim(e->sb);
-                if (l.n || l.overflow) {
+                if (l.n || l.overflow || idle_trees) {
                         pthread_mutex_unlock(&c->lock);
                         close_list_run(c, &l);
+                        tree_set_free_list(idle_trees);
                         pthread_mutex_lock(&c->lock);
                 }
         }
@@ -1029,6 +1055,57 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
  * a tenant that comes back finds its workspace staged. */
 #define CACHE_MAX_IDLE_INPUTS 4096
 
+typedef struct later_input {
+        airlock_cache *c;
+        cache_input *ci;
+} later_input;
+
+static void *later_input_main(void *arg)
+{
+        later_input *li = arg;
+        airlock_cache *c = li->c;
+        input_free(li->ci);
+        free(li);
+        pthread_mutex_lock(&c->lock);
+        c->closing_later--;
+        pthread_cond_broadcast(&c->changed);
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+}
+
+/* Frees a stale input on a detached thread of its own (or here, when no
+ * thread can be started): removing its staged files takes as long as the
+ * tree is large, and letting its overlay go waits for the kernel, neither
+ * of which a run of the new version should wait for. airlock_cache_close
+ * waits for every one. */
+static void input_free_later(airlock_cache *c, cache_input *ci)
+{
+        if (!ci)
+                return;
+        later_input *li = malloc(sizeof(*li));
+        pthread_attr_t a;
+        bool started = false;
+        if (li && pthread_attr_init(&a) == 0) {
+                *li = (later_input){c, ci};
+                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+                pthread_mutex_lock(&c->lock);
+                c->closing_later++;
+                pthread_mutex_unlock(&c->lock);
+                pthread_t t;
+                started = pthread_create(&t, &a, later_input_main, li) == 0;
+                pthread_attr_destroy(&a);
+                if (!started) {
+                        pthread_mutex_lock(&c->lock);
+                        c->closing_later--;
+                        pthread_mutex_unlock(&c->lock);
+                }
+        }
+        if (!started) {
+                free(li);
+                input_free(ci);
+        }
+}
+
 /* Idle inputs that keep their overlay mounted, the most recently used:
  * the others hold only their files on disk, and the overlay is made again
  * (some 100 us) when one is used again. */
@@ -1080,7 +1157,7 @@ static void input_release(airlock_cache *c, cache_entry *e, cache_input *ci)
                         }
         }
         pthread_mutex_unlock(&c->lock);
-        input_free(drop);
+        input_free_later(c, drop);
         for (size_t i = 0; i < n_cool; i++) {
                 sbx_input_idle(cool[i]->in);
                 input_release(c, e, cool[i]); /* still cooling: no new round */

@@ -92,9 +92,10 @@ typedef struct cache_stats {
 void cache_set_watch_knobs(airlock_cache *cache, unsigned max_watches, uint64_t period_ns);
 
 void cache_get_stats(airlock_cache *cache, cache_stats *ret);
-/* A stale version of a configuration (its trees changed) is closed on a
- * thread of its own, beside the run that replaced it: this waits until every
- * such close is done (airlock_cache_close waits for them too). */
+/* A stale version of a configuration (its trees changed), and a stale
+ * version of a late input, is closed on a thread of its own, beside the run
+ * that replaced it: this waits until every such close is done
+ * (airlock_cache_close waits for them too). */
 void cache_wait_later_closes(airlock_cache *cache);
 /* Evicts sandboxes idle longer than the idle timeout now (the reaper thread
  * and every cache call do this too). */
