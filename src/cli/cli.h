@@ -4,6 +4,7 @@
 #define AIRLOCK_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "airlock.h"
@@ -20,6 +21,12 @@ typedef struct cli_options {
         const char *audit;     /* mcp, serve: --audit FILE, or NULL */
         mcp_session_caps caps; /* mcp, serve: the session options */
         serve_options serve;   /* serve: the HTTP options */
+        /* mcp, serve: --tenants-dir DIR (or NULL), --tenant NAME, and the
+         * default caps of each tenant's workspace. */
+        const char *tenants_dir;
+        const char *tenant;
+        uint64_t ws_max_files, ws_max_bytes;
+        bool has_workspace; /* --workspace was given */
 } cli_options;
 
 /* Parses argv (argv[0] is the command name) into ret: the options of cmd

@@ -57,7 +57,7 @@ typedef enum cli_group {
         X(LISTEN, "listen", 0, "ADDR:PORT", CLI_SERVE, CLI_G_SERVE, "127.0.0.1:8080",               \
           "address to listen on; [::1]:PORT for IPv6")                                             \
         X(TOKENS, "tokens", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                                \
-          "bearer tokens, one per line; reloaded on SIGHUP")                                        \
+          "bearer tokens, a line each: TOKEN [TENANT [KEY=VALUE...]]; reloaded on SIGHUP")                                        \
         X(AUTH_SERVER, "authorization-server", 0, "URL", CLI_SERVE, CLI_G_SERVE, NULL,             \
           "named in the protected-resource metadata")                                               \
         X(RESOURCE_URL, "resource-url", 0, "URL", CLI_SERVE, CLI_G_SERVE, NULL,                    \
@@ -76,12 +76,12 @@ typedef enum cli_group {
         X(MAX_QUEUE, "max-queue", 0, "N", CLI_SERVE, CLI_G_SERVE, "16",                             \
           "tools/call waiting for a run")                                                           \
         X(MAX_SESSIONS_PER_TOKEN, "max-sessions-per-token", 0, "N", CLI_SERVE, CLI_G_SERVE, NULL,   \
-          "sessions one token may hold (default: half of --max-sessions with --tokens, else all)") \
+          "sessions one tenant may hold (default: half of --max-sessions with --tokens, else all)") \
         X(MAX_RUNS_PER_TOKEN, "max-runs-per-token", 0, "N", CLI_SERVE, CLI_G_SERVE, NULL,           \
-          "tools/call of one token running at once (default: half of --max-runs with --tokens, "   \
+          "tools/call of one tenant running at once (default: half of --max-runs with --tokens, "   \
           "else all)")                                                                              \
         X(MAX_QUEUE_PER_TOKEN, "max-queue-per-token", 0, "N", CLI_SERVE, CLI_G_SERVE, NULL,         \
-          "tools/call of one token waiting for a run (default: half of --max-queue with "          \
+          "tools/call of one tenant waiting for a run (default: half of --max-queue with "          \
           "--tokens, else all)")                                                                    \
         X(QUEUE_WAIT, "queue-wait", 0, "SEC", CLI_SERVE, CLI_G_SERVE, "30",                         \
           "longest wait for a run")                                                                 \
@@ -93,6 +93,14 @@ typedef enum cli_group {
           "on SIGTERM, calls may finish this long")                                                 \
         X(AUDIT, "audit", 0, "FILE", CLI_SERVERS, CLI_G_SERVERS, NULL,                              \
           "append one JSON line per call: what it used")                                            \
+        X(TENANTS_DIR, "tenants-dir", 0, "DIR", CLI_SERVERS, CLI_G_SERVERS, NULL,                   \
+          "each tenant's workspace is DIR/TENANT, its /input; adds the workspace tools")          \
+        X(TENANT, "tenant", 0, "NAME", CLI_SERVERS, CLI_G_SERVERS, "default",                       \
+          "the tenant of calls without a token (airlock mcp, or serve without --tokens)")          \
+        X(WORKSPACE_MAX_FILES, "workspace-max-files", 0, "N", CLI_SERVERS, CLI_G_SERVERS, "10000",  \
+          "files and folders of each tenant's workspace (the tokens file's max-files overrides)")  \
+        X(WORKSPACE_MAX_BYTES, "workspace-max-bytes", 0, "BYTES", CLI_SERVERS, CLI_G_SERVERS,       \
+          "268435456", "bytes of each tenant's workspace (the tokens file's max-bytes overrides)") \
         X(MAX_SESSIONS, "max-sessions", 0, "N", CLI_SERVERS, CLI_G_SESSION, "8",                    \
           "sessions open at once (0: no sessions)")                                                 \
         X(SESSION_IDLE, "session-idle", 0, "SEC", CLI_SERVERS, CLI_G_SESSION, "1800",               \

@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "base.h"
+#include "tenants.h"
 
 /* More --tools files than anyone writes by hand; the cap keeps the list on
  * the stack. */
@@ -509,6 +510,28 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
                 r = number(n, val, 1, 1 << 20, true, &v, err);
                 caps->max_memory = (uint64_t)v << 20;
                 break;
+        case CLI_OPT_TENANTS_DIR:
+                if (!*val)
+                        return al_error(err, -EINVAL, NULL, "--tenants-dir: an empty path");
+                o->tenants_dir = val;
+                break;
+        case CLI_OPT_TENANT:
+                if (!tenant_name_valid(val, strlen(val)))
+                        return al_error(err, -EINVAL, NULL,
+                                        "--tenant: '%.80s' is not a tenant name (1 to %d of A-Z, "
+                                        "a-z, 0-9, '.', '_' and '-', starting with a letter or "
+                                        "digit)",
+                                        val, TENANT_NAME_MAX);
+                o->tenant = val;
+                break;
+        case CLI_OPT_WORKSPACE_MAX_FILES:
+                r = number(n, val, 0, 1000000, true, &v, err);
+                o->ws_max_files = (uint64_t)v;
+                break;
+        case CLI_OPT_WORKSPACE_MAX_BYTES:
+                r = number(n, val, 0, (double)(1ull << 40), true, &v, err);
+                o->ws_max_bytes = (uint64_t)v;
+                break;
         default:
                 return 1; /* not a server option */
         }
@@ -542,7 +565,8 @@ static void server_defaults(cli_options *o)
         airlock_error err;
         for (size_t i = 0; i < ARRAY_SIZE(rows); i++)
                 if (rows[i].dflt &&
-                    (rows[i].group == CLI_G_SERVE || rows[i].group == CLI_G_SESSION))
+                    (rows[i].group == CLI_G_SERVE || rows[i].group == CLI_G_SESSION ||
+                     rows[i].group == CLI_G_SERVERS))
                         (void)set_server_option(o, &rows[i], rows[i].dflt, &err);
         unsigned char rnd[4];
         static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
@@ -642,6 +666,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                 const cli_row *row = id >= 0 && id < CLI_OPT_LIMIT ? row_of(id) : NULL;
                 switch (id) {
                 case CLI_OPT_WORKSPACE:
+                        o.has_workspace = true;
                         r = airlock_config_set_workspace(o.cfg, optarg, err);
                         break;
                 case CLI_OPT_MOUNT:
@@ -741,6 +766,17 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         return r;
                 }
                 o.file = argv[optind];
+        }
+        if (o.tenants_dir && o.has_workspace) {
+                /* Each tenant's workspace is its folder: one workspace for
+                 * every tenant would be the very sharing tenants exist to
+                 * prevent. Files all tenants share go in with --mount. */
+                r = al_error(err, -EINVAL, NULL,
+                             "--tenants-dir and --workspace cannot be given together: with "
+                             "--tenants-dir each tenant's workspace is DIR/TENANT (use --mount "
+                             "for files every tenant shares)");
+                cli_options_free(&o);
+                return r;
         }
         /* Limits first, so the tools file sees the configured default timeout. */
         r = airlock_config_set_limits(o.cfg, &lim, err);

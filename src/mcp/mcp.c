@@ -48,7 +48,9 @@
 #include "mcp.h"
 #include "mcp_core.h"
 #include "mcp_session.h"
+#include "tenants.h"
 #include "tools.h"
+#include "workspace.h"
 
 #define MCP_MAX_LINE  (32u << 20) /* one message; longer lines are discarded */
 #define MCP_MAX_CALLS 64          /* tools/call in progress at once */
@@ -89,7 +91,24 @@ typedef struct cfg_version {
         json_t *tools; /* every entry of tools/list (tools.c) */
         char *instructions;
         uint64_t max_stdout; /* the configured cap of stdout and stderr */
+        /* With --tenants-dir: each tenant's copy of cfg, its workspace set
+         * to the tenant's folder, made at the tenant's first call under
+         * this version (under the server's cfg_lock), so that no tenant's
+         * configuration object is another's. */
+        struct tenant_cfg *tenants;
+        unsigned n_tenants;
 } cfg_version;
+
+typedef struct tenant_cfg {
+        char name[TENANT_NAME_MAX + 1];
+        airlock_config *cfg;
+        struct tenant_cfg *next;
+} tenant_cfg;
+
+/* Tenants' copies one configuration version holds at most: above the
+ * tokens file's 1,024 tenants, with room for tenants that come and go
+ * while a reload fails. */
+#define MAX_TENANT_CFGS 4096
 
 struct mcp_server {
         /* The current configuration: read and swapped under cfg_lock, which
@@ -153,6 +172,11 @@ struct mcp_server {
         pthread_mutex_t live_lock;
         /* The HTTP transport: no handshake state (mcp_core_options). */
         bool stateless;
+        /* --tenants-dir: the tenants' workspaces, or NULL; tenant is the
+         * tenant of a call without an owner (stdio, or a server without
+         * tokens: --tenant). */
+        mcp_workspaces *workspaces;
+        char tenant[TENANT_NAME_MAX + 1];
         bool locks_ready; /* server_init got as far as its locks */
 };
 
@@ -168,11 +192,12 @@ struct mcp_call {
         json_t *id; /* NULL for the warm-up run */
         char *code;
         size_t len;
-        mcp_session_use *session; /* execute_code with a session handle, or NULL */
-        cfg_version *ver;         /* the configuration it runs with (a reference) */
-        int cancel_fd;            /* eventfd handed to the run as airlock_run_options.cancel_fd */
-        bool run_record;          /* the client asked for _meta[MCP_META_RUN] */
-        bool usage_record;        /* ... or for _meta[MCP_META_USAGE] */
+        mcp_session_use *session;  /* execute_code with a session handle, or NULL */
+        cfg_version *ver;          /* the configuration it runs with (a reference) */
+        const airlock_config *cfg; /* ver's, or its tenant's copy in ver */
+        int cancel_fd;             /* eventfd handed to the run as airlock_run_options.cancel_fd */
+        bool run_record;           /* the client asked for _meta[MCP_META_RUN] */
+        bool usage_record;         /* ... or for _meta[MCP_META_USAGE] */
         bool cancelled;
         bool modern;      /* the request named revision 2026-07-28 or later in _meta */
         json_t *progress; /* its _meta.progressToken, or NULL */
@@ -206,6 +231,11 @@ static void version_free(cfg_version *v)
 {
         if (!v)
                 return;
+        for (tenant_cfg *t = v->tenants, *next; t; t = next) {
+                next = t->next;
+                airlock_config_free(t->cfg);
+                free(t);
+        }
         json_decref(v->tools);
         free(v->instructions);
         if (v->owns_cfg)
@@ -235,12 +265,85 @@ static void cfg_drop(mcp_server *srv, cfg_version *v)
                 version_free(v);
 }
 
-/* The session table's view of the same (mcp_sessions_set_config_source). */
-static const airlock_config *sessions_cfg_get(void *arg, void **ref)
+/* The tenant whose workspace a call of owner uses. */
+static const char *tenant_of(const mcp_server *srv, const char *owner)
 {
-        cfg_version *v = cfg_take(arg);
+        return owner ? owner : srv->tenant;
+}
+
+/* The configuration a call of owner runs with under version v: v's own, or
+ * with --tenants-dir the tenant's copy of it, whose workspace is the
+ * tenant's folder (made on first use, then kept by v). The folder is
+ * checked (and made again if the operator removed it) at every call.
+ * Returns NULL with err filled when the folder or the copy cannot be
+ * made. */
+static const airlock_config *version_cfg(mcp_server *srv, cfg_version *v, const char *owner,
+                                         airlock_error *err)
+{
+        if (!srv->workspaces)
+                return v->cfg;
+        const char *tenant = tenant_of(srv, owner);
+        char path[64 + TENANT_NAME_MAX];
+        if (mcp_workspace_path(srv->workspaces, tenant, path, sizeof(path), err) < 0)
+                return NULL;
+        pthread_mutex_lock(&srv->cfg_lock);
+        for (tenant_cfg *t = v->tenants; t; t = t->next)
+                if (strcmp(t->name, tenant) == 0) {
+                        pthread_mutex_unlock(&srv->cfg_lock);
+                        return t->cfg;
+                }
+        bool full = v->n_tenants >= MAX_TENANT_CFGS;
+        pthread_mutex_unlock(&srv->cfg_lock);
+        if (full) {
+                al_error(err, -EUSERS, NULL,
+                         "this server holds configurations for %d tenants already; retry after "
+                         "its next reload",
+                         MAX_TENANT_CFGS);
+                return NULL;
+        }
+        tenant_cfg *t = calloc(1, sizeof(*t));
+        if (!t) {
+                al_error(err, -ENOMEM, NULL, "out of memory");
+                return NULL;
+        }
+        snprintf(t->name, sizeof(t->name), "%s", tenant);
+        if (airlock_config_copy(v->cfg, &t->cfg, err) < 0 ||
+            airlock_config_set_workspace(t->cfg, path, err) < 0) {
+                airlock_config_free(t->cfg);
+                free(t);
+                return NULL;
+        }
+        pthread_mutex_lock(&srv->cfg_lock);
+        for (tenant_cfg *o = v->tenants; o; o = o->next)
+                if (strcmp(o->name, tenant) == 0) {
+                        /* Another call of the tenant made it meanwhile. */
+                        pthread_mutex_unlock(&srv->cfg_lock);
+                        airlock_config_free(t->cfg);
+                        free(t);
+                        return o->cfg;
+                }
+        t->next = v->tenants;
+        v->tenants = t;
+        v->n_tenants++;
+        pthread_mutex_unlock(&srv->cfg_lock);
+        return t->cfg;
+}
+
+/* The session table's view of the same (mcp_sessions_set_config_source). */
+static const airlock_config *sessions_cfg_get(void *arg, const char *owner, void **ref,
+                                              airlock_error *err)
+{
+        mcp_server *srv = arg;
+        cfg_version *v = cfg_take(srv);
         *ref = v;
-        return v ? v->cfg : NULL;
+        if (!v)
+                return NULL;
+        const airlock_config *cfg = version_cfg(srv, v, owner, err);
+        if (!cfg) {
+                cfg_drop(srv, v);
+                *ref = NULL;
+        }
+        return cfg;
 }
 
 static void sessions_cfg_put(void *arg, void *ref)
@@ -611,8 +714,8 @@ static void run_call(mcp_call *c, reader_watch *w)
                 opts.output_arg = c;
         }
         int r = c->session ? mcp_sessions_run(c->session, c->code, c->len, &opts, &res, &err)
-                           : airlock_cache_run(srv->cache, c->ver->cfg, c->code, c->len, &opts,
-                                               &res, &err);
+                           : airlock_cache_run(srv->cache, c->cfg ? c->cfg : c->ver->cfg, c->code,
+                                               c->len, &opts, &res, &err);
         if (live)
                 progress_remove(srv, c);
         json_t *result = NULL;
@@ -1105,18 +1208,20 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                            "tools/call: params.name must be a string");
                 return false;
         }
-        const mcp_tool *t = mcp_tool_find(name);
+        const mcp_tool *t = mcp_tool_find(name, srv->workspaces != NULL);
         if (!t) {
                 char msg[512];
-                mcp_tool_unknown(name, msg, sizeof(msg));
+                mcp_tool_unknown(name, srv->workspaces != NULL, msg, sizeof(msg));
                 send_error(srv, rq->sink, id, RPC_INVALID_PARAMS, "%s", msg);
                 return false;
         }
         if (t->call) {
-                reply(srv, rq,
-                      mcp_tool_call(t, srv->sessions, json_object_get(params, "arguments"),
-                                    rq->sink ? rq->sink->owner : NULL),
-                      false);
+                const char *owner = rq->sink ? rq->sink->owner : NULL;
+                mcp_tool_ctx ctx = {.sessions = srv->sessions,
+                                    .workspaces = srv->workspaces,
+                                    .owner = owner,
+                                    .tenant = tenant_of(srv, owner)};
+                reply(srv, rq, mcp_tool_call(t, &ctx, json_object_get(params, "arguments")), false);
                 return false;
         }
         /* Bad arguments are a tool error, not a protocol error, so the model
@@ -1168,6 +1273,23 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         }
         memcpy(c->code, json_string_value(code), c->len + 1);
         const json_t *handle = json_object_get(args, "session");
+        if (!handle && srv->workspaces && !(rq->sink && rq->sink->internal)) {
+                /* The tenant's configuration, fixed for the whole call: its
+                 * workspace is the tenant's folder. */
+                airlock_error err = {0};
+                c->srv = srv;
+                if (!(c->ver = cfg_take(srv)) ||
+                    !(c->cfg = version_cfg(srv, c->ver,
+                                           rq->sink && !rq->sink->internal ? rq->sink->owner : NULL,
+                                           &err))) {
+                        call_free(c);
+                        char msg[AIRLOCK_MESSAGE_MAX + 64];
+                        snprintf(msg, sizeof(msg), "airlock could not run the code: %s",
+                                 err.message[0] ? err.message : "out of memory");
+                        reply(srv, rq, mcp_tool_error(msg), false);
+                        return false;
+                }
+        }
         if (handle) {
                 json_t *e = mcp_sessions_begin(srv->sessions, handle,
                                                rq->sink ? rq->sink->owner : NULL, &c->session);
@@ -1634,7 +1756,8 @@ static int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_vers
         json_array_foreach (json_object_get(d, "warnings"), i, w)
                 fprintf(stderr, "%s: warning: %s\n", server_name(srv), json_string_value(w));
         v->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
-        v->tools = mcp_tools_list(srv->sessions, d, airlock_config_allow_count(cfg) > 0);
+        v->tools = mcp_tools_list(srv->sessions, d, airlock_config_allow_count(cfg) > 0,
+                                  srv->workspaces != NULL);
         json_decref(d);
         airlock_limits lim;
         airlock_config_get_limits(cfg, &lim);
@@ -1747,6 +1870,14 @@ int cmd_mcp(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
+        /* --tenants-dir: the one tenant's workspace is DIR/--tenant. */
+        snprintf(srv.tenant, sizeof(srv.tenant), "%s", o.tenant);
+        if (o.tenants_dir && mcp_workspaces_open(o.tenants_dir, o.ws_max_files, o.ws_max_bytes,
+                                                 &srv.workspaces, &err) < 0) {
+                fprintf(stderr, "airlock mcp: %s\n", err.message);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
         r = server_init(&srv, o.cfg, &o.caps, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
@@ -1754,6 +1885,7 @@ int cmd_mcp(int argc, char **argv)
                 airlock_cache_close(srv.cache);
                 mcp_store_free(srv.store);
                 version_free(srv.cur);
+                mcp_workspaces_free(srv.workspaces);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
@@ -1762,6 +1894,7 @@ int cmd_mcp(int argc, char **argv)
         else
                 finish_calls(&srv);
         server_teardown(&srv);
+        mcp_workspaces_free(srv.workspaces);
         cli_options_free(&o);
         return EXIT_OK;
 }
@@ -1788,6 +1921,8 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
         }
         /* No reader thread: nothing may run on one. */
         srv->input_done = true;
+        srv->workspaces = o ? o->workspaces : NULL;
+        snprintf(srv->tenant, sizeof(srv->tenant), "%s", o && o->tenant ? o->tenant : "default");
         int r = server_init(srv, cfg, caps, err);
         if (r >= 0 && o && o->instance)
                 mcp_sessions_set_instance(srv->sessions, o->instance);
@@ -1845,6 +1980,20 @@ void mcp_core_cancel_sink(mcp_server *srv, mcp_sink *sink)
         /* As cancel_request: no progress notification for it after this. */
         pthread_mutex_lock(&srv->prog_lock);
         pthread_mutex_unlock(&srv->prog_lock);
+}
+
+void mcp_core_forget_owner(mcp_server *srv, const char *owner)
+{
+        pthread_mutex_lock(&srv->lock);
+        for (mcp_call *c = srv->calls; c; c = c->next)
+                if (c->id && same_owner(c, owner))
+                        cancel_locked(c);
+        pthread_mutex_unlock(&srv->lock);
+        pthread_mutex_lock(&srv->prog_lock);
+        pthread_mutex_unlock(&srv->prog_lock);
+        mcp_sessions_close_owner(srv->sessions, owner,
+                                 "closed: its tenant was removed from this server");
+        mcp_store_forget(srv->store, owner);
 }
 
 void mcp_core_cancel_all(mcp_server *srv)

@@ -73,9 +73,11 @@ int mcp_run_id(char out[MCP_RUN_ID_LEN + 1]);
  * files or they are larger than the store) and frees res; drops the oldest
  * runs past the caps. */
 void mcp_store_keep(mcp_store *st, const char *run_id, const char *owner, airlock_result *res);
+/* Drops every run of owner (a tenant removed from the tokens file). */
+void mcp_store_forget(mcp_store *st, const char *owner);
 /* The longest owner (mcp_sink.owner) a session or a stored run records. */
 #ifndef MCP_OWNER_MAX
-#define MCP_OWNER_MAX 31
+#define MCP_OWNER_MAX 64
 #endif
 /* owner (mcp_sink.owner, NULL on stdio) is who made the run, or who asks:
  * a run's files answer only to the same owner. */

@@ -54,6 +54,11 @@ typedef struct mcp_core_options {
         /* Per-owner quotas (quota.h) that sessions count against, or NULL;
          * the transport frees them after mcp_core_free. */
         struct quota_table *quotas;
+        /* --tenants-dir: the tenants' workspaces (workspace.h), which the
+         * transport frees after mcp_core_free, or NULL. A call's owner is
+         * its tenant; a call without one is tenant's (NULL: "default"). */
+        struct mcp_workspaces *workspaces;
+        const char *tenant;
 } mcp_core_options;
 
 /* Builds the server (the sandbox cache, the tool description, sessions).
@@ -83,6 +88,10 @@ void mcp_core_run_here(mcp_server *srv, mcp_sink *sink, int watch_fd, void (*on_
 /* Cancels the call started for sink, if any (its client went away); the
  * call ends soon and call_done follows. */
 void mcp_core_cancel_sink(mcp_server *srv, mcp_sink *sink);
+/* A tenant removed (airlock serve on SIGHUP): cancels owner's calls in
+ * progress, closes its sessions (its handles then say so, to owner only)
+ * and drops its runs' files. Its workspace folder stays on disk. */
+void mcp_core_forget_owner(mcp_server *srv, const char *owner);
 /* Cancels every call and waits until none is left. */
 void mcp_core_cancel_all(mcp_server *srv);
 /* Waits until no call is left, at most timeout_s seconds; returns whether

@@ -112,6 +112,30 @@ void mcp_store_free(mcp_store *st)
         free(st);
 }
 
+void mcp_store_forget(mcp_store *st, const char *owner)
+{
+        stored_run *doomed = NULL;
+        pthread_mutex_lock(&st->lock);
+        for (stored_run **p = &st->runs; *p;) {
+                stored_run *r = *p;
+                if (strcmp(r->owner, owner ? owner : "") != 0) {
+                        p = &r->next;
+                        continue;
+                }
+                *p = r->next;
+                st->n_runs--;
+                st->bytes -= r->bytes;
+                r->next = doomed;
+                doomed = r;
+        }
+        pthread_mutex_unlock(&st->lock);
+        while (doomed) {
+                stored_run *r = doomed;
+                doomed = r->next;
+                run_free(r);
+        }
+}
+
 int mcp_run_id(char out[MCP_RUN_ID_LEN + 1])
 {
         static const char hex[] = "0123456789abcdef";

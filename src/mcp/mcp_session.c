@@ -60,7 +60,8 @@ struct mcp_sessions {
         const airlock_config *cfg;
         /* Where session_open takes the current configuration from, when
          * the server can swap it (mcp_sessions_set_config_source). */
-        const airlock_config *(*cfg_get)(void *arg, void **ref);
+        const airlock_config *(*cfg_get)(void *arg, const char *owner, void **ref,
+                                         airlock_error *err);
         void (*cfg_put)(void *arg, void *ref);
         void *cfg_arg;
         mcp_session_caps caps;
@@ -306,7 +307,8 @@ int mcp_sessions_new(airlock_cache *cache, const airlock_config *cfg, const mcp_
 }
 
 void mcp_sessions_set_config_source(mcp_sessions *m,
-                                    const airlock_config *(*get)(void *arg, void **ref),
+                                    const airlock_config *(*get)(void *arg, const char *owner,
+                                                                 void **ref, airlock_error *err),
                                     void (*put)(void *arg, void *ref), void *arg)
 {
         m->cfg_get = get;
@@ -345,6 +347,30 @@ void mcp_sessions_free(mcp_sessions *m)
         pthread_cond_destroy(&m->changed);
         pthread_mutex_destroy(&m->lock);
         free(m);
+}
+
+void mcp_sessions_close_owner(mcp_sessions *m, const char *owner, const char *why)
+{
+        entry *doomed = NULL;
+        pthread_mutex_lock(&m->lock);
+        for (entry *e = m->head, *next; e; e = next) {
+                next = e->next;
+                if (strcmp(e->owner, owner ? owner : "") != 0)
+                        continue;
+                unlink_locked(m, e, why);
+                if (e->busy) {
+                        e->closing = true; /* the cell in progress closes it */
+                } else {
+                        e->next = doomed;
+                        doomed = e;
+                }
+        }
+        pthread_mutex_unlock(&m->lock);
+        while (doomed) {
+                entry *e = doomed;
+                doomed = e->next;
+                entry_close(e);
+        }
 }
 
 /* ---- the tools --------------------------------------------------------- */
@@ -408,10 +434,14 @@ static json_t *count_session_locked(mcp_sessions *m, const char *owner, bool for
                 if (r == -ENOMEM)
                         return mcp_tool_error("out of memory");
                 if (r < 0) {
+                        bool own = false;
+                        (void)quota_limit(m->quotas, owner, QUOTA_SESSIONS, &own);
                         snprintf(msg, sizeof(msg),
-                                 "too many sessions: you have %u open, your limit "
-                                 "(--max-sessions-per-token %u)%s; close one with session_close",
-                                 held, limit, more);
+                                 "too many sessions: you have %u open, your limit (%s %u)%s; "
+                                 "close one with session_close",
+                                 held,
+                                 own ? "max-sessions of your tenant" : "--max-sessions-per-token",
+                                 limit, more);
                         return mcp_tool_error(msg);
                 }
                 if (m->n >= m->caps.max_sessions) {
@@ -464,8 +494,10 @@ static json_t *session_open(mcp_sessions *m, const char *owner)
                 /* The session keeps the sandbox made from the configuration
                  * current now; a later reload does not change it. */
                 void *ref = NULL;
-                const airlock_config *cfg = m->cfg_get ? m->cfg_get(m->cfg_arg, &ref) : m->cfg;
-                r = airlock_cache_session_open(m->cache, cfg, &e->s, &err);
+                const airlock_config *cfg =
+                    m->cfg_get ? m->cfg_get(m->cfg_arg, owner, &ref, &err) : m->cfg;
+                r = cfg ? airlock_cache_session_open(m->cache, cfg, &e->s, &err)
+                        : (err.code < 0 ? err.code : -EINVAL);
                 if (m->cfg_put)
                         m->cfg_put(m->cfg_arg, ref);
         }

@@ -23,13 +23,20 @@ typedef struct mcp_sessions mcp_sessions;
 
 int mcp_sessions_new(airlock_cache *cache, const airlock_config *cfg, const mcp_session_caps *caps,
                      mcp_sessions **ret);
-/* A server whose configuration can change (airlock serve on SIGHUP):
- * session_open takes the configuration from get, which returns it with a
- * reference in *ref, and gives the reference back with put once the
- * session is open. Without it, session_open uses the cfg given to new. */
+/* A server whose configuration can change (airlock serve on SIGHUP) or
+ * depends on who calls (a tenant's workspace): session_open takes the
+ * configuration for owner from get, which returns it with a reference in
+ * *ref (or NULL with err filled), and gives the reference back with put
+ * once the session is open. Without it, session_open uses the cfg given
+ * to new. */
 void mcp_sessions_set_config_source(mcp_sessions *m,
-                                    const airlock_config *(*get)(void *arg, void **ref),
+                                    const airlock_config *(*get)(void *arg, const char *owner,
+                                                                 void **ref, airlock_error *err),
                                     void (*put)(void *arg, void *ref), void *arg);
+/* Closes every session of owner (a tenant removed from the tokens file):
+ * its handles then answer, to that owner, that they were closed for why;
+ * a session running a cell closes when the cell ends. */
+void mcp_sessions_close_owner(mcp_sessions *m, const char *owner, const char *why);
 /* Closes every session (waiting for cells in progress, which the caller
  * has cancelled), then frees the table. Before the cache is closed. */
 void mcp_sessions_free(mcp_sessions *m);
@@ -38,7 +45,7 @@ void mcp_sessions_free(mcp_sessions *m);
 json_t *mcp_sessions_open_description(const mcp_sessions *m);
 /* The longest owner (mcp_sink.owner) a session or a stored run records. */
 #ifndef MCP_OWNER_MAX
-#define MCP_OWNER_MAX 31
+#define MCP_OWNER_MAX 64
 #endif
 /* The session tools (their rows in tools.c): the CallToolResult, once
  * args are checked against the tool's schema. owner (NULL on stdio) is who

@@ -51,9 +51,9 @@
 #include "mcp_session.h"
 #include "quota.h"
 #include "serve.h"
+#include "tenants.h"
+#include "workspace.h"
 
-#define MAX_TOKENS     1024
-#define MAX_TOKEN_LEN  512
 #define MAX_HEADER_MEM (64u << 10) /* headers of one request, libmicrohttpd's pool */
 #define RETRY_AFTER_S  "1"
 
@@ -114,12 +114,15 @@ typedef struct server {
          * options), parsed again on SIGHUP; the strings are the process's. */
         int cfg_argc;
         char **cfg_argv;
-        /* Tokens, swapped whole on SIGHUP under the write lock. */
+        /* Tokens and their tenants (tenants.h), swapped whole on SIGHUP
+         * under the write lock. */
         pthread_rwlock_t tokens_lock;
-        char **tokens;
-        size_t n_tokens;
-        /* Each token's sessions, runs and places in the queue (quota.h). */
+        tenant_table tt;
+        /* Each tenant's sessions, runs and places in the queue (quota.h). */
         quota_table *quotas;
+        unsigned max_sessions; /* --max-sessions, above every tenant's quota */
+        /* --tenants-dir: the tenants' workspaces, or NULL. */
+        mcp_workspaces *workspaces;
         /* Run slots and the bounded queue in front of them. */
         pthread_mutex_t slot_lock;
         pthread_cond_t slot_free;
@@ -162,76 +165,7 @@ static void observe_latency(server *s, double sec)
         pthread_mutex_unlock(&s->m.hist_lock);
 }
 
-/* ---- tokens ------------------------------------------------------------- */
-
-static void free_tokens(char **t, size_t n)
-{
-        for (size_t i = 0; i < n; i++) {
-                explicit_bzero(t[i], strlen(t[i]));
-                free(t[i]);
-        }
-        free(t);
-}
-
-/* Reads FILE: one token per line, surrounding blanks trimmed, empty lines
- * and lines starting with '#' skipped; at most MAX_TOKENS of at most
- * MAX_TOKEN_LEN bytes. Returns the count or -errno with why filled. */
-static int load_tokens(const char *path, char ***ret, char *why, size_t why_len)
-{
-        FILE *f = fopen(path, "re");
-        if (!f) {
-                int e = errno;
-                snprintf(why, why_len, "--tokens %s: %s", path, strerror(e));
-                return -e;
-        }
-        char **t = calloc(MAX_TOKENS, sizeof(*t));
-        size_t n = 0;
-        char line[MAX_TOKEN_LEN + 2];
-        int r = t ? 0 : -ENOMEM;
-        unsigned lineno = 0;
-        while (r == 0 && fgets(line, sizeof(line), f)) {
-                lineno++;
-                size_t len = strlen(line);
-                if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
-                        snprintf(why, why_len, "--tokens %s:%u: longer than %d bytes", path, lineno,
-                                 MAX_TOKEN_LEN);
-                        r = -E2BIG;
-                        break;
-                }
-                char *p = line;
-                while (*p == ' ' || *p == '\t')
-                        p++;
-                len = strlen(p);
-                while (len && (p[len - 1] == '\n' || p[len - 1] == '\r' || p[len - 1] == ' ' ||
-                               p[len - 1] == '\t'))
-                        p[--len] = '\0';
-                if (!len || *p == '#')
-                        continue;
-                if (n >= MAX_TOKENS) {
-                        snprintf(why, why_len, "--tokens %s: more than %d tokens", path,
-                                 MAX_TOKENS);
-                        r = -E2BIG;
-                        break;
-                }
-                if (!(t[n++] = strdup(p)))
-                        r = -ENOMEM;
-        }
-        explicit_bzero(line, sizeof(line));
-        fclose(f);
-        if (r == 0 && n == 0) {
-                snprintf(why, why_len, "--tokens %s: no token in the file", path);
-                r = -EINVAL;
-        }
-        if (r < 0) {
-                if (r == -ENOMEM)
-                        snprintf(why, why_len, "out of memory");
-                if (t)
-                        free_tokens(t, n);
-                return r;
-        }
-        *ret = t;
-        return (int)n;
-}
+/* ---- tokens and tenants --------------------------------------------------- */
 
 /* Compares a and b in time that depends on their lengths only, never on
  * where they differ. */
@@ -243,74 +177,130 @@ static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
         return diff == 0;
 }
 
-/* The owner a token's calls and sessions are bound to (mcp_sink.owner): a
- * keyed digest of the token itself, not its line in the file, so that a
- * reload that drops, moves or adds lines hands no token another's sessions
- * or cancels. The key is drawn once per process and the digest never
- * leaves it (no log line or answer names it): two lanes of FNV-1a, each
- * from its own key, are enough to keep the configured tokens apart. */
-static uint64_t owner_key[2];
-static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
-
-static void owner_key_init(void)
-{
-        if (getrandom(owner_key, sizeof(owner_key), 0) != (ssize_t)sizeof(owner_key))
-                abort(); /* no randomness: nothing else here would work either */
-}
-
-static void token_owner(const char *tok, size_t n, char *out, size_t size)
-{
-        pthread_once(&owner_once, owner_key_init);
-        uint64_t a = 0xcbf29ce484222325ull ^ owner_key[0], b = 0xcbf29ce484222325ull ^ owner_key[1];
-        for (size_t i = 0; i < n; i++) {
-                a = (a ^ (unsigned char)tok[i]) * 0x100000001b3ull;
-                b = (b ^ (unsigned char)tok[n - 1 - i]) * 0x100000001b3ull;
-        }
-        snprintf(out, size, "t%016llx%014llx", (unsigned long long)a, (unsigned long long)(b >> 8));
-}
-
 /* Checks a presented token against every configured one, each compared in
  * constant time and all of them always compared, so that the time tells
- * neither which token nor how much of one matched. Returns the 1-based
- * index of the token, or 0. */
-static size_t check_token(server *s, const char *tok, size_t len)
+ * neither which token nor how much of one matched; a token is in the file
+ * once (tenants_load). With a match, copies its tenant's name to owner (the
+ * owner of the request's calls, sessions, runs' files and quotas: a tenant,
+ * never the token or its line, so that a reload that drops, moves or adds
+ * lines hands no tenant another's). Returns whether one matched. */
+static bool check_token(server *s, const char *tok, size_t len, char *owner, size_t size)
 {
         size_t found = 0;
         pthread_rwlock_rdlock(&s->tokens_lock);
-        for (size_t i = 0; i < s->n_tokens; i++) {
-                bool eq = same_secret(tok, len, s->tokens[i], strlen(s->tokens[i]));
-                found |= eq ? i + 1 : 0;
+        for (size_t i = 0; i < s->tt.n_tokens; i++) {
+                bool eq = same_secret(tok, len, s->tt.tokens[i].token, s->tt.tokens[i].len);
+                found |= ((size_t)0 - (size_t)eq) & (i + 1);
         }
+        if (found)
+                snprintf(owner, size, "%s", s->tt.tenants[s->tt.tokens[found - 1].tenant].name);
+        pthread_rwlock_unlock(&s->tokens_lock);
+        return found != 0;
+}
+
+/* Whether owner (a tenant name, or NULL without tokens) is still a tenant
+ * of the tokens file: a call queued when its tenant is removed is refused. */
+static bool tenant_exists(server *s, const char *owner)
+{
+        if (!owner || !s->opt.tokens_file)
+                return true;
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        bool found = tenants_find(&s->tt, owner) != NULL;
         pthread_rwlock_unlock(&s->tokens_lock);
         return found;
 }
 
+static unsigned clamp_u(uint64_t v, unsigned cap)
+{
+        return v < cap ? (unsigned)v : cap;
+}
+
+/* Hands the tenants' own limits of t to the quota table and the
+ * workspaces: each quota clamped to its server-wide cap, as the
+ * --max-...-per-token options are. Returns 0 or -ENOMEM. */
+static int apply_overrides(server *s, const tenant_table *t)
+{
+        size_t n = t->n_tenants;
+        const char **names = calloc(n + 1, sizeof(*names));
+        unsigned(*q)[QUOTA_KINDS] = calloc(n + 1, sizeof(*q));
+        uint64_t(*w)[2] = calloc(n + 1, sizeof(*w));
+        int r = names && q && w ? 0 : -ENOMEM;
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                const tenant_def *td = &t->tenants[i];
+                names[i] = td->name;
+                q[i][QUOTA_SESSIONS] =
+                    td->set[TENANT_MAX_SESSIONS]
+                        ? clamp_u(td->value[TENANT_MAX_SESSIONS], s->max_sessions)
+                        : QUOTA_UNSET;
+                q[i][QUOTA_RUNS] = td->set[TENANT_MAX_RUNS]
+                                       ? clamp_u(td->value[TENANT_MAX_RUNS], s->opt.max_runs)
+                                       : QUOTA_UNSET;
+                q[i][QUOTA_QUEUED] = td->set[TENANT_MAX_QUEUE]
+                                         ? clamp_u(td->value[TENANT_MAX_QUEUE], s->opt.max_queue)
+                                         : QUOTA_UNSET;
+                w[i][0] = td->set[TENANT_MAX_FILES] ? td->value[TENANT_MAX_FILES] : WS_UNSET;
+                w[i][1] = td->set[TENANT_MAX_BYTES] ? td->value[TENANT_MAX_BYTES] : WS_UNSET;
+        }
+        if (r == 0)
+                r = quota_set_overrides(s->quotas, names, (const unsigned(*)[QUOTA_KINDS])q, n);
+        if (r == 0 && s->workspaces)
+                r = mcp_workspaces_set_overrides(s->workspaces, names, (const uint64_t(*)[2])w, n);
+        free(names);
+        free(q);
+        free(w);
+        return r;
+}
+
+/* SIGHUP: the tokens file again. A file that does not load keeps the old
+ * table (one line on stderr). Tenants the new file no longer names are
+ * removed: their calls in progress are cancelled, their queued calls
+ * refused, their sessions closed and their runs' files dropped; their
+ * workspace folders stay on disk (the operator's data). */
 static void reload_tokens(server *s)
 {
         if (!s->opt.tokens_file)
                 return;
-        char **t = NULL;
+        tenant_table t;
         char why[512];
-        int n = load_tokens(s->opt.tokens_file, &t, why, sizeof(why));
+        int n = tenants_load(s->opt.tokens_file, &t, why, sizeof(why));
         if (n < 0) {
                 fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", why);
                 return;
         }
+        if (apply_overrides(s, &t) < 0) {
+                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: out of memory\n");
+                tenants_free(&t);
+                return;
+        }
         pthread_rwlock_wrlock(&s->tokens_lock);
-        char **old = s->tokens;
-        size_t old_n = s->n_tokens;
-        s->tokens = t;
-        s->n_tokens = (size_t)n;
+        tenant_table old = s->tt;
+        s->tt = t;
         pthread_rwlock_unlock(&s->tokens_lock);
-        free_tokens(old, old_n);
-        fprintf(stderr, "airlock serve: SIGHUP: %d token%s loaded from %s\n", n, n == 1 ? "" : "s",
-                s->opt.tokens_file);
+        unsigned removed = 0;
+        for (size_t i = 0; i < old.n_tenants; i++) {
+                if (tenants_find(&t, old.tenants[i].name))
+                        continue;
+                removed++;
+                if (atomic_load(&s->core_ready))
+                        mcp_core_forget_owner(s->core, old.tenants[i].name);
+        }
+        tenants_free(&old);
+        /* Calls queued for a removed tenant wake up and are refused. */
+        pthread_mutex_lock(&s->slot_lock);
+        pthread_cond_broadcast(&s->slot_free);
+        pthread_mutex_unlock(&s->slot_lock);
+        fprintf(stderr,
+                "airlock serve: SIGHUP: %d token%s of %zu tenant%s loaded from %s (%u tenant%s "
+                "removed)\n",
+                n, n == 1 ? "" : "s", t.n_tenants, t.n_tenants == 1 ? "" : "s", s->opt.tokens_file,
+                removed, removed == 1 ? "" : "s");
 }
 
 /* ---- run slots ---------------------------------------------------------- */
 
 typedef enum admit {
         ADMIT_OK,
+        ADMIT_GONE, /* the caller's tenant was removed meanwhile */
         ADMIT_QUEUE_FULL,
         ADMIT_OWN_QUEUE_FULL, /* the caller's own runs and queue are full */
         ADMIT_TIMEOUT,
@@ -333,6 +323,10 @@ static bool slot_fits_locked(server *s, const char *owner)
 static admit slot_take(server *s, const char *owner, char *why, size_t why_len)
 {
         pthread_mutex_lock(&s->slot_lock);
+        if (!tenant_exists(s, owner)) {
+                pthread_mutex_unlock(&s->slot_lock);
+                return ADMIT_GONE;
+        }
         /* Not behind the calls that wait: those may wait for their own
          * owner's quota, which is no reason for another owner to. */
         if (slot_fits_locked(s, owner)) {
@@ -344,12 +338,17 @@ static admit slot_take(server *s, const char *owner, char *why, size_t why_len)
         int q = quota_take(s->quotas, owner, QUOTA_QUEUED, &queued, &queue_limit);
         if (q < 0) {
                 unsigned runs = quota_held(s->quotas, owner, QUOTA_RUNS);
+                bool own_runs = false, own_queue = false;
+                unsigned run_limit = quota_limit(s->quotas, owner, QUOTA_RUNS, &own_runs);
+                (void)quota_limit(s->quotas, owner, QUOTA_QUEUED, &own_queue);
                 pthread_mutex_unlock(&s->slot_lock);
                 snprintf(why, why_len,
                          "too many calls: you have %u running and %u waiting, your limits "
-                         "(--max-runs-per-token %u, --max-queue-per-token %u); retry when one "
-                         "of yours has finished",
-                         runs, queued, s->opt.max_runs_per_token, queue_limit);
+                         "(%s %u, %s %u); retry when one of yours has finished",
+                         runs, queued,
+                         own_runs ? "max-runs of your tenant" : "--max-runs-per-token", run_limit,
+                         own_queue ? "max-queue of your tenant" : "--max-queue-per-token",
+                         queue_limit);
                 return ADMIT_OWN_QUEUE_FULL;
         }
         if (s->waiting >= s->opt.max_queue) {
@@ -369,6 +368,10 @@ static admit slot_take(server *s, const char *owner, char *why, size_t why_len)
         while (!slot_fits_locked(s, owner)) {
                 if (atomic_load(&s->draining)) {
                         a = ADMIT_DRAINING;
+                        break;
+                }
+                if (!tenant_exists(s, owner)) {
+                        a = ADMIT_GONE;
                         break;
                 }
                 if (r == ETIMEDOUT) {
@@ -560,8 +563,8 @@ typedef struct request {
         bool resp_sent; /* SSE: the response's event was formatted */
         uint64_t t0;
         char client[INET6_ADDRSTRLEN + 8];
-        char forwarded[64]; /* X-Forwarded-For, as a proxy in front says (unchecked) */
-        char owner[32];
+        char forwarded[64];              /* X-Forwarded-For, as a proxy in front says (unchecked) */
+        char owner[TENANT_NAME_MAX + 1]; /* the tenant of the token, "" without tokens */
         /* For the log line. */
         char method[48], tool[48];
         bool has_session;
@@ -598,6 +601,8 @@ static void json_log(request *rq)
                 json_object_del(l, "tool");
         if (l && rq->forwarded[0])
                 json_object_set_new(l, "forwarded_for", json_string(rq->forwarded));
+        if (l && rq->owner[0])
+                json_object_set_new(l, "tenant", json_string(rq->owner));
         char *text = l ? json_dumps(l, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
         json_decref(l);
         if (text) {
@@ -824,11 +829,7 @@ static int authorize(request *rq, struct MHD_Connection *c)
         size_t n = strlen(tok);
         while (n && tok[n - 1] == ' ')
                 n--;
-        size_t which = check_token(rq->srv, tok, n);
-        if (!which)
-                return -1;
-        token_owner(tok, n, rq->owner, sizeof(rq->owner));
-        return 1;
+        return check_token(rq->srv, tok, n, rq->owner, sizeof(rq->owner)) ? 1 : -1;
 }
 
 static bool version_ok(struct MHD_Connection *c)
@@ -1272,6 +1273,10 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         if (is_call) {
                 char own[300];
                 admit a = slot_take(s, rq->sink->base.owner, own, sizeof(own));
+                if (a == ADMIT_GONE) {
+                        drop_message(rq, &m);
+                        return queue_unauthorized(c, rq, false);
+                }
                 if (a != ADMIT_OK) {
                         drop_message(rq, &m);
                         bool full = a == ADMIT_QUEUE_FULL || a == ADMIT_OWN_QUEUE_FULL;
@@ -1818,6 +1823,7 @@ int cmd_serve(int argc, char **argv)
         pthread_mutex_init(&s->hup_lock, NULL);
         s->hup_ep = s->hup_stop = -1;
         serve_quota_defaults(&s->opt, caps.max_sessions);
+        s->max_sessions = caps.max_sessions;
         unsigned limits[QUOTA_KINDS] = {[QUOTA_SESSIONS] = s->opt.max_sessions_per_token,
                                         [QUOTA_RUNS] = s->opt.max_runs_per_token,
                                         [QUOTA_QUEUED] = s->opt.max_queue_per_token};
@@ -1832,14 +1838,24 @@ int cmd_serve(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_SANDBOX;
         }
+        if (o.tenants_dir && mcp_workspaces_open(o.tenants_dir, o.ws_max_files, o.ws_max_bytes,
+                                                 &s->workspaces, &err) < 0) {
+                fprintf(stderr, "airlock serve: %s\n", err.message);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
         if (so.tokens_file) {
-                int n = load_tokens(so.tokens_file, &s->tokens, why, sizeof(why));
+                int n = tenants_load(so.tokens_file, &s->tt, why, sizeof(why));
                 if (n < 0) {
                         fprintf(stderr, "airlock serve: %s\n", why);
                         cli_options_free(&o);
                         return EXIT_USAGE;
                 }
-                s->n_tokens = (size_t)n;
+                if (apply_overrides(s, &s->tt) < 0) {
+                        fprintf(stderr, "airlock serve: out of memory\n");
+                        cli_options_free(&o);
+                        return EXIT_SANDBOX;
+                }
         }
         signal(SIGPIPE, SIG_IGN);
         if (install_signals() < 0) {
@@ -1872,8 +1888,12 @@ int cmd_serve(int argc, char **argv)
         /* The server is built while /healthz already answers (and /readyz
          * says warming up): the sandbox, the tool description, then one
          * warm-up run. */
-        mcp_core_options co = {
-            .stateless = true, .instance = s->opt.instance, .audit = o.audit, .quotas = s->quotas};
+        mcp_core_options co = {.stateless = true,
+                               .instance = s->opt.instance,
+                               .audit = o.audit,
+                               .quotas = s->quotas,
+                               .workspaces = s->workspaces,
+                               .tenant = o.tenant};
         r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock serve: %s\n", err.message);
@@ -1888,6 +1908,7 @@ int cmd_serve(int argc, char **argv)
                 MHD_stop_daemon(s->d);
                 mcp_core_free(s->core);
                 quota_free(s->quotas);
+                mcp_workspaces_free(s->workspaces);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
@@ -1954,7 +1975,8 @@ int cmd_serve(int argc, char **argv)
         hup_fini(s);
         mcp_core_free(s->core);
         quota_free(s->quotas);
-        free_tokens(s->tokens, s->n_tokens);
+        tenants_free(&s->tt);
+        mcp_workspaces_free(s->workspaces);
         cli_options_free(&o);
         fprintf(stderr, "airlock serve: stopped\n");
         return EXIT_OK;

@@ -12,6 +12,18 @@
 #include <stddef.h>
 
 #include "mcp_session.h"
+#include "workspace.h"
+
+/* What a tool's call handler may use: the session table, the tenants'
+ * workspaces (NULL without --tenants-dir), who calls (owner, NULL on
+ * stdio: what sessions are keyed by) and the tenant whose workspace that
+ * is (the owner, or the server's one tenant). */
+typedef struct mcp_tool_ctx {
+        mcp_sessions *sessions;
+        mcp_workspaces *workspaces;
+        const char *owner;
+        const char *tenant;
+} mcp_tool_ctx;
 
 typedef struct mcp_tool {
         const char *name;
@@ -23,6 +35,11 @@ typedef struct mcp_tool {
         /* inputSchema as a JSON literal, or NULL for execute_code, whose
          * schema and description are the library's (airlock_describe). */
         const char *schema;
+        /* outputSchema as a JSON literal (the result then carries
+         * structuredContent), or NULL. */
+        const char *output_schema;
+        /* Listed and callable only with --tenants-dir. */
+        bool workspace;
         /* The description, or NULL when describe makes it (it depends on
          * the server's caps) or the library does (execute_code). */
         const char *description;
@@ -30,24 +47,25 @@ typedef struct mcp_tool {
         /* Answers a call at once; NULL for execute_code, which the core
          * runs on a worker (mcp.c). args is checked against the schema's
          * properties first. */
-        json_t *(*call)(mcp_sessions *m, const json_t *args, const char *owner);
+        json_t *(*call)(const mcp_tool_ctx *ctx, const json_t *args);
 } mcp_tool;
 
-/* The tool called name, or NULL. */
-const mcp_tool *mcp_tool_find(const char *name);
+/* The tool called name, or NULL (a workspace tool is NULL unless
+ * workspaces). */
+const mcp_tool *mcp_tool_find(const char *name, bool workspaces);
 /* The i-th tool in the table's (and tools/list's) order, or NULL past the
  * last. */
 const mcp_tool *mcp_tool_at(size_t i);
 /* "Unknown tool: NAME (this server has A, B, C and D)" into buf. */
-void mcp_tool_unknown(const char *name, char *buf, size_t size);
+void mcp_tool_unknown(const char *name, bool workspaces, char *buf, size_t size);
 /* The tools/list entries: execute_code's from the library's description
  * (desc, the object of airlock_describe_json) with the session argument
  * added to its schema, then the others from the table. NULL when out of
  * memory. */
-json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world);
+json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world, bool workspaces);
 /* Answers a call of a tool with a call handler: the arguments checked
  * against its schema's properties (one clear tool error naming the first
  * one it does not take), then the handler. */
-json_t *mcp_tool_call(const mcp_tool *t, mcp_sessions *m, const json_t *args, const char *owner);
+json_t *mcp_tool_call(const mcp_tool *t, const mcp_tool_ctx *ctx, const json_t *args);
 
 #endif

@@ -14,7 +14,10 @@ export const FIXTURES = path.join(here, 'fixtures');
 export const TOOLS_FILE = path.join(FIXTURES, 'tools.json');
 // The server's own tools, in tools/list's order: test_mcp_core checks this
 // fixture against the server's tool table (src/mcp/tools.c).
-export const SERVER_TOOLS = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'server-tools.json'), 'utf8'));
+export const ALL_SERVER_TOOLS = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'server-tools.json'), 'utf8'));
+// Without --tenants-dir the workspace tools are not listed.
+export const WORKSPACE_TOOLS = ALL_SERVER_TOOLS.filter((n) => n.startsWith('workspace_'));
+export const SERVER_TOOLS = ALL_SERVER_TOOLS.filter((n) => !n.startsWith('workspace_'));
 
 // The processes below pid, found through /proc: its children, and every
 // process below it.

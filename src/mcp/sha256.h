@@ -1,0 +1,14 @@
+/* SHA-256 (FIPS 180-4), for names derived from secrets: the tenant name of
+ * a token line without one (tenants.c) must not reveal the token, and must
+ * be the same in every run of the server (a tenant's workspace folder is
+ * named by it), so neither the process-keyed hashes nor the library's tree
+ * hash fit. Small and unoptimised: it hashes a token per tenant at load. */
+#ifndef AIRLOCK_MCP_SHA256_H
+#define AIRLOCK_MCP_SHA256_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void mcp_sha256(const void *data, size_t len, uint8_t out[32]);
+
+#endif

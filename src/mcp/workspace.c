@@ -1,0 +1,986 @@
+/* Tenants' workspaces and the workspace tools (see workspace.h).
+ *
+ * Every path a client sends is checked as text first (relative, no empty,
+ * "." or ".." part, no NUL or control character, at most WS_PATH_MAX bytes,
+ * WS_NAME_MAX a part and WS_DEPTH_MAX parts, no part starting with the
+ * reserved WS_TMP_PREFIX), then walked one component at a time from the
+ * tenant's folder fd with O_NOFOLLOW at every step: a link anywhere on the
+ * way, planted on the server's disk, is refused and never followed, and no
+ * path string is resolved again later. (The library's fsx_open_beneath does
+ * the same through openat2 where the kernel has it; the command line is
+ * built on the public API alone and cannot call it, and a walk that creates
+ * the missing folders of a write goes one component at a time anyway.)
+ *
+ * A write is atomic per file (a temporary name in the same folder, then
+ * renameat over the file's name) and, as a request, all or nothing against
+ * refusals: every path is checked against the disk and both caps are
+ * checked before anything is written; then every file is written to its
+ * temporary name, and only when all are written are they renamed. The
+ * mutations and listings of one tenant are serialised by one of
+ * WS_STRIPES locks, so that the caps hold against parallel requests. */
+#include "workspace.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "mcp.h"
+#include "tenants.h"
+
+#define WS_PATH_MAX   1024 /* bytes of one path */
+#define WS_NAME_MAX   255  /* bytes of one component */
+#define WS_DEPTH_MAX  32   /* components of one path */
+#define WS_FILES_MAX  1000 /* files (or paths) in one request */
+#define WS_WALK_DEPTH 64   /* folders deep a walk of the folder goes */
+#define WS_LIST_MAX   100000
+#define WS_STRIPES    64
+#define WS_TMP_PREFIX ".airlock-upload-"
+
+typedef struct ws_override {
+        char tenant[TENANT_NAME_MAX + 1];
+        uint64_t caps[2];
+} ws_override;
+
+struct mcp_workspaces {
+        int dirfd;
+        uint64_t max_files, max_bytes;
+        pthread_mutex_t lock; /* the overrides */
+        ws_override *over;
+        size_t n_over;
+        pthread_mutex_t stripe[WS_STRIPES];
+};
+
+int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
+                        mcp_workspaces **ret, airlock_error *err)
+{
+        *ret = NULL;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return al_error(err, -errno, dir, "--tenants-dir %s: cannot create it: %s", dir,
+                                strerror(errno));
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return al_error(err, -errno, dir, "--tenants-dir %s: %s", dir, strerror(errno));
+        mcp_workspaces *w = calloc(1, sizeof(*w));
+        if (!w) {
+                close(fd);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        w->dirfd = fd;
+        w->max_files = max_files;
+        w->max_bytes = max_bytes;
+        pthread_mutex_init(&w->lock, NULL);
+        for (int i = 0; i < WS_STRIPES; i++)
+                pthread_mutex_init(&w->stripe[i], NULL);
+        *ret = w;
+        return 0;
+}
+
+void mcp_workspaces_free(mcp_workspaces *w)
+{
+        if (!w)
+                return;
+        close(w->dirfd);
+        free(w->over);
+        pthread_mutex_destroy(&w->lock);
+        for (int i = 0; i < WS_STRIPES; i++)
+                pthread_mutex_destroy(&w->stripe[i]);
+        free(w);
+}
+
+int mcp_workspaces_set_overrides(mcp_workspaces *w, const char *const *tenants,
+                                 const uint64_t (*caps)[2], size_t n)
+{
+        ws_override *v = n ? calloc(n, sizeof(*v)) : NULL;
+        if (n && !v)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                snprintf(v[i].tenant, sizeof(v[i].tenant), "%s", tenants[i]);
+                v[i].caps[0] = caps[i][0];
+                v[i].caps[1] = caps[i][1];
+        }
+        pthread_mutex_lock(&w->lock);
+        ws_override *old = w->over;
+        w->over = v;
+        w->n_over = n;
+        pthread_mutex_unlock(&w->lock);
+        free(old);
+        return 0;
+}
+
+/* tenant's caps: its overrides, else the defaults; *own tells which. */
+static void caps_of(mcp_workspaces *w, const char *tenant, uint64_t *files, uint64_t *bytes,
+                    bool own[2])
+{
+        *files = w->max_files;
+        *bytes = w->max_bytes;
+        own[0] = own[1] = false;
+        pthread_mutex_lock(&w->lock);
+        for (size_t i = 0; i < w->n_over; i++)
+                if (strcmp(w->over[i].tenant, tenant) == 0) {
+                        if (w->over[i].caps[0] != WS_UNSET) {
+                                *files = w->over[i].caps[0];
+                                own[0] = true;
+                        }
+                        if (w->over[i].caps[1] != WS_UNSET) {
+                                *bytes = w->over[i].caps[1];
+                                own[1] = true;
+                        }
+                }
+        pthread_mutex_unlock(&w->lock);
+}
+
+static pthread_mutex_t *stripe_of(mcp_workspaces *w, const char *tenant)
+{
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const char *p = tenant; *p; p++)
+                h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+        return &w->stripe[h % WS_STRIPES];
+}
+
+/* The tenant's folder, created 0700 when missing with create. Returns the
+ * fd or -errno with why filled for the tenant (never naming DIR). */
+static int tenant_dir(mcp_workspaces *w, const char *tenant, bool create, char *why, size_t why_len)
+{
+        if (!tenant_name_valid(tenant, strlen(tenant))) {
+                snprintf(why, why_len, "no workspace for this client");
+                return -EINVAL;
+        }
+        if (create && mkdirat(w->dirfd, tenant, 0700) < 0 && errno != EEXIST) {
+                int e = errno;
+                snprintf(why, why_len, "your workspace folder cannot be created on the server: %s",
+                         strerror(e));
+                return -e;
+        }
+        int fd = openat(w->dirfd, tenant, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+                int e = errno;
+                if (e == ELOOP || e == ENOTDIR)
+                        snprintf(why, why_len,
+                                 "your workspace folder on the server is not a folder (a link "
+                                 "or a file, which is never followed); the server's operator "
+                                 "must fix it");
+                else
+                        snprintf(why, why_len, "your workspace folder cannot be opened: %s",
+                                 strerror(e));
+                return -e;
+        }
+        return fd;
+}
+
+int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,
+                       airlock_error *err)
+{
+        char why[256];
+        int fd = tenant_dir(w, tenant, true, why, sizeof(why));
+        if (fd < 0)
+                return al_error(err, fd, NULL, "%s", why);
+        close(fd);
+        int n = snprintf(out, size, "/proc/self/fd/%d/%s", w->dirfd, tenant);
+        if (n < 0 || (size_t)n >= size)
+                return al_error(err, -ENAMETOOLONG, NULL, "workspace path too long");
+        return 0;
+}
+
+/* ---- results ------------------------------------------------------------ */
+
+static json_t *refusal(const char *fmt, ...) _printf_(1, 2);
+static json_t *refusal(const char *fmt, ...)
+{
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+        return mcp_tool_error(clean ? clean : msg);
+}
+
+/* A result with text for the model and the same facts as structured. */
+static json_t *success(const char *text, json_t *structured)
+{
+        json_t *r = json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
+                              "structuredContent", structured, "isError", 0);
+        return r ? r : mcp_tool_error("out of memory");
+}
+
+/* How a client's path is shown in a message: as a JSON string (a NUL or a
+ * control character is visible), cut to 200 bytes. */
+static void shown(const char *p, size_t len, char *out, size_t size)
+{
+        json_t *s = json_stringn(p, len > 200 ? 200 : len);
+        char *t = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+        snprintf(out, size, "%s%s", t ? t : "\"?\"", len > 200 ? " (cut)" : "");
+        free(t);
+        json_decref(s);
+}
+
+/* ---- paths ---------------------------------------------------------------- */
+
+/* Checks a client's path as text. Returns 0, or -EINVAL with why saying
+ * what is wrong with it. */
+static int check_path(const char *p, size_t len, char *why, size_t why_len)
+{
+        char s[256];
+        shown(p, len, s, sizeof(s));
+        if (len == 0) {
+                snprintf(why, why_len, "an empty path");
+                return -EINVAL;
+        }
+        if (memchr(p, '\0', len)) {
+                snprintf(why, why_len, "path %s holds a NUL character", s);
+                return -EINVAL;
+        }
+        if (len > WS_PATH_MAX) {
+                snprintf(why, why_len, "path %s is longer than %d bytes", s, WS_PATH_MAX);
+                return -ENAMETOOLONG;
+        }
+        if (p[0] == '/') {
+                snprintf(
+                    why, why_len,
+                    "path %s is absolute: give it relative to the workspace (it is /input/PATH "
+                    "in the sandbox)",
+                    s);
+                return -EINVAL;
+        }
+        unsigned depth = 0;
+        for (const char *c = p; c < p + len;) {
+                const char *e = memchr(c, '/', (size_t)(p + len - c));
+                if (!e)
+                        e = p + len;
+                size_t n = (size_t)(e - c);
+                depth++;
+                if (n == 0) {
+                        snprintf(why, why_len, "path %s has an empty part (// or a final /)", s);
+                        return -EINVAL;
+                }
+                if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.')) {
+                        snprintf(why, why_len, "path %s has a '%.*s' part: not allowed", s, (int)n,
+                                 c);
+                        return -EINVAL;
+                }
+                if (n > WS_NAME_MAX) {
+                        snprintf(why, why_len, "path %s has a part longer than %d bytes", s,
+                                 WS_NAME_MAX);
+                        return -ENAMETOOLONG;
+                }
+                if (n >= sizeof(WS_TMP_PREFIX) - 1 &&
+                    memcmp(c, WS_TMP_PREFIX, sizeof(WS_TMP_PREFIX) - 1) == 0) {
+                        snprintf(why, why_len, "path %s: names starting with %s are the server's",
+                                 s, WS_TMP_PREFIX);
+                        return -EINVAL;
+                }
+                for (size_t i = 0; i < n; i++)
+                        if ((unsigned char)c[i] < 0x20 || c[i] == 0x7f) {
+                                snprintf(why, why_len, "path %s holds a control character", s);
+                                return -EINVAL;
+                        }
+                c = e + (e < p + len);
+                if (e < p + len && c == p + len) {
+                        snprintf(why, why_len, "path %s has an empty part (// or a final /)", s);
+                        return -EINVAL;
+                }
+        }
+        if (depth > WS_DEPTH_MAX) {
+                snprintf(why, why_len, "path %s is more than %d folders deep", s, WS_DEPTH_MAX);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* What a checked path finds on disk. */
+typedef struct resolved {
+        int parent;     /* fd of the deepest existing folder on the way, or -1 */
+        size_t missing; /* components before the last that do not exist yet */
+        bool exists;    /* the last component exists ... */
+        struct stat st; /* ... and is this */
+        size_t done;    /* bytes of the path through the deepest existing folder */
+} resolved;
+
+/* Walks path (checked) from the tenant's folder, never following a link.
+ * Returns 0 with r filled, or -errno with why filled: a link, or a file
+ * where a folder is needed, on the way (and at the last component too,
+ * unless last_link: a link that is removed, never followed). */
+static int resolve(int root, const char *path, bool last_link, resolved *r, char *why,
+                   size_t why_len)
+{
+        memset(r, 0, sizeof(*r));
+        r->parent = -1;
+        char s[256];
+        shown(path, strlen(path), s, sizeof(s));
+        int cur = fcntl(root, F_DUPFD_CLOEXEC, 0);
+        if (cur < 0)
+                return -errno;
+        const char *c = path;
+        char name[WS_NAME_MAX + 1];
+        for (;;) {
+                const char *e = strchrnul(c, '/');
+                size_t n = (size_t)(e - c);
+                memcpy(name, c, n);
+                name[n] = '\0';
+                bool last = *e == '\0';
+                struct stat st;
+                int fr = fstatat(cur, name, &st, AT_SYMLINK_NOFOLLOW);
+                if (fr < 0 && errno != ENOENT) {
+                        int err = errno;
+                        close(cur);
+                        snprintf(why, why_len, "path %s: %s", s, strerror(err));
+                        return -err;
+                }
+                if (fr == 0 && S_ISLNK(st.st_mode) && !(last && last_link)) {
+                        close(cur);
+                        snprintf(why, why_len,
+                                 "path %s: '%.*s' is a symbolic link in your workspace; links are "
+                                 "never followed (remove it with workspace_remove)",
+                                 s, (int)(e - path), path);
+                        return -ELOOP;
+                }
+                if (last) {
+                        r->parent = cur;
+                        r->exists = fr == 0;
+                        if (fr == 0)
+                                r->st = st;
+                        r->done = (size_t)(c - path);
+                        return 0;
+                }
+                if (fr < 0) {
+                        /* The rest are to be made: count them. */
+                        r->parent = cur;
+                        r->done = (size_t)(c - path);
+                        for (const char *q = c; *q; q++)
+                                r->missing += *q == '/';
+                        return 0;
+                }
+                if (!S_ISDIR(st.st_mode)) {
+                        close(cur);
+                        snprintf(why, why_len,
+                                 "path %s: '%.*s' is a file in your workspace, not a folder", s,
+                                 (int)(e - path), path);
+                        return -ENOTDIR;
+                }
+                int next = openat(cur, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                int err = errno;
+                close(cur);
+                if (next < 0) {
+                        snprintf(why, why_len, "path %s: %s", s, strerror(err));
+                        return -err;
+                }
+                cur = next;
+                c = e + 1;
+        }
+}
+
+/* ---- walking the folder ---------------------------------------------------- */
+
+typedef struct usage {
+        uint64_t entries, bytes;
+        json_t *files;   /* workspace_list: [{path, size, media_type}], or NULL */
+        json_t *skipped; /* ... [{path, reason}] */
+        bool truncated;
+} usage;
+
+static const char *media_type(const char *name);
+
+/* Adds what folder fd holds (prefix its path) to u. Never follows a link;
+ * stops WS_WALK_DEPTH folders deep. Returns 0 or -errno. */
+static int walk(int fd, const char *prefix, unsigned depth, usage *u)
+{
+        if (depth > WS_WALK_DEPTH)
+                return -ELOOP;
+        int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (dfd < 0)
+                return -errno;
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return -errno;
+        }
+        int r = 0;
+        struct dirent *de;
+        while (r == 0 && (de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                struct stat st;
+                if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue; /* gone meanwhile */
+                u->entries++;
+                char path[WS_PATH_MAX + WS_NAME_MAX + 2];
+                snprintf(path, sizeof(path), "%s%s%s", prefix, *prefix ? "/" : "", de->d_name);
+                bool tmp = strncmp(de->d_name, WS_TMP_PREFIX, sizeof(WS_TMP_PREFIX) - 1) == 0;
+                if (S_ISREG(st.st_mode)) {
+                        u->bytes += (uint64_t)st.st_size;
+                        if (u->files && !tmp) {
+                                if (json_array_size(u->files) >= WS_LIST_MAX)
+                                        u->truncated = true;
+                                else
+                                        json_array_append_new(
+                                            u->files,
+                                            json_pack("{s:s%, s:I, s:s}", "path", path,
+                                                      strlen(path), "size", (json_int_t)st.st_size,
+                                                      "media_type", media_type(de->d_name)));
+                        }
+                } else if (S_ISDIR(st.st_mode)) {
+                        int sub =
+                            openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (sub >= 0) {
+                                r = walk(sub, path, depth + 1, u);
+                                close(sub);
+                        }
+                } else if (u->skipped) {
+                        json_array_append_new(
+                            u->skipped,
+                            json_pack("{s:s%, s:s}", "path", path, strlen(path), "reason",
+                                      S_ISLNK(st.st_mode)
+                                          ? "a symbolic link: never followed, and a run refuses "
+                                            "a workspace that holds one"
+                                          : "not a regular file or folder: skipped by runs"));
+                }
+        }
+        closedir(d);
+        return r;
+}
+
+/* Removes name below parent, a folder with everything in it, never
+ * following a link. */
+static int remove_tree(int parent, const char *name, unsigned depth)
+{
+        struct stat st;
+        if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode))
+                return unlinkat(parent, name, 0) < 0 ? -errno : 0;
+        if (depth > WS_WALK_DEPTH)
+                return -ELOOP;
+        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (!d) {
+                if (dfd >= 0)
+                        close(dfd);
+                close(fd);
+                return -ENOMEM;
+        }
+        int r = 0;
+        struct dirent *de;
+        while (r == 0 && (de = readdir(d)))
+                if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                        r = remove_tree(fd, de->d_name, depth + 1);
+        closedir(d);
+        close(fd);
+        if (r == 0 && unlinkat(parent, name, AT_REMOVEDIR) < 0)
+                r = -errno;
+        return r;
+}
+
+/* ---- media types ------------------------------------------------------------ */
+
+typedef struct mime_entry {
+        char ext[16];
+        char type[80];
+} mime_entry;
+static mime_entry *mime_table;
+static size_t mime_n;
+static pthread_once_t mime_once = PTHREAD_ONCE_INIT;
+
+/* /etc/mime.types, as the library reads it for /output (a line: a type
+ * and its extensions); a name without a known extension is
+ * application/octet-stream. */
+static void mime_load(void)
+{
+        FILE *f = fopen("/etc/mime.types", "re");
+        if (!f)
+                return;
+        size_t cap = 0;
+        char line[1024];
+        while (fgets(line, sizeof(line), f)) {
+                if (line[0] == '#')
+                        continue;
+                char *save = NULL;
+                char *type = strtok_r(line, " \t\r\n", &save);
+                if (!type || strlen(type) >= sizeof(mime_table->type))
+                        continue;
+                for (char *ext; (ext = strtok_r(NULL, " \t\r\n", &save));) {
+                        if (strlen(ext) >= sizeof(mime_table->ext))
+                                continue;
+                        if (mime_n == cap) {
+                                size_t nc = cap ? 2 * cap : 512;
+                                mime_entry *v = realloc(mime_table, nc * sizeof(*v));
+                                if (!v)
+                                        goto out;
+                                mime_table = v;
+                                cap = nc;
+                        }
+                        snprintf(mime_table[mime_n].ext, sizeof(mime_table->ext), "%s", ext);
+                        snprintf(mime_table[mime_n].type, sizeof(mime_table->type), "%s", type);
+                        mime_n++;
+                }
+        }
+out:
+        fclose(f);
+}
+
+static const char *media_type(const char *name)
+{
+        pthread_once(&mime_once, mime_load);
+        const char *dot = strrchr(name, '.');
+        if (dot && dot != name)
+                for (size_t i = 0; i < mime_n; i++)
+                        if (strcasecmp(mime_table[i].ext, dot + 1) == 0)
+                                return mime_table[i].type;
+        return "application/octet-stream";
+}
+
+/* ---- the tools ------------------------------------------------------------- */
+
+/* The caps and usage in a result's structured content and text. */
+static void add_usage(json_t *o, const usage *u, uint64_t max_files, uint64_t max_bytes)
+{
+        json_object_set_new(o, "entries", json_integer((json_int_t)u->entries));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)u->bytes));
+        json_object_set_new(o, "max_files", json_integer((json_int_t)max_files));
+        json_object_set_new(o, "max_bytes", json_integer((json_int_t)max_bytes));
+}
+
+static const char *cap_name(bool own, int which)
+{
+        if (which == 0)
+                return own ? "max-files of your tenant" : "--workspace-max-files";
+        return own ? "max-bytes of your tenant" : "--workspace-max-bytes";
+}
+
+typedef struct upload {
+        const char *path;
+        unsigned char *data;
+        size_t len;
+        resolved at;
+        char tmp[sizeof(WS_TMP_PREFIX) + 32];
+        int dirfd; /* the folder the file goes in, once made */
+        bool written;
+} upload;
+
+static void uploads_free(upload *v, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free(v[i].data);
+                if (v[i].at.parent >= 0)
+                        close(v[i].at.parent);
+                if (v[i].dirfd >= 0)
+                        close(v[i].dirfd);
+        }
+        free(v);
+}
+
+/* Opens the folder the file of u goes in, making the missing folders
+ * (0700) below the deepest existing one. */
+static int make_parents(upload *u)
+{
+        int cur = fcntl(u->at.parent, F_DUPFD_CLOEXEC, 0);
+        if (cur < 0)
+                return -errno;
+        const char *c = u->path + u->at.done;
+        char name[WS_NAME_MAX + 1];
+        for (;;) {
+                const char *e = strchr(c, '/');
+                if (!e)
+                        break;
+                size_t n = (size_t)(e - c);
+                memcpy(name, c, n);
+                name[n] = '\0';
+                if (mkdirat(cur, name, 0700) < 0 && errno != EEXIST) {
+                        int r = -errno;
+                        close(cur);
+                        return r;
+                }
+                int next = openat(cur, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                int r = -errno;
+                close(cur);
+                if (next < 0)
+                        return r;
+                cur = next;
+                c = e + 1;
+        }
+        u->dirfd = cur;
+        return 0;
+}
+
+static const char *last_part(const char *p)
+{
+        const char *s = strrchr(p, '/');
+        return s ? s + 1 : p;
+}
+
+json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t *args)
+{
+        const json_t *files = json_object_get(args, "files");
+        size_t n = json_array_size(files);
+        if (!json_is_array(files) || n == 0)
+                return refusal("workspace_write needs \"files\": a list of {\"path\", \"text\"} or "
+                               "{\"path\", \"base64\"}; nothing was written");
+        if (n > WS_FILES_MAX)
+                return refusal("workspace_write takes at most %d files a call (got %zu); nothing "
+                               "was written",
+                               WS_FILES_MAX, n);
+        upload *v = calloc(n, sizeof(*v));
+        if (!v)
+                return refusal("out of memory");
+        for (size_t i = 0; i < n; i++)
+                v[i].at.parent = v[i].dirfd = -1;
+        char why[1024];
+        json_t *res = NULL;
+        uint64_t new_bytes = 0;
+        /* Every path and content is checked before the disk is looked at. */
+        for (size_t i = 0; i < n && !res; i++) {
+                const json_t *f = json_array_get(files, i);
+                const json_t *path = json_object_get(f, "path");
+                const json_t *text = json_object_get(f, "text");
+                const json_t *b64 = json_object_get(f, "base64");
+                const char *key;
+                const json_t *val;
+                bool other = false;
+                json_object_foreach ((json_t *)f, key, val)
+                        other |=
+                            strcmp(key, "path") && strcmp(key, "text") && strcmp(key, "base64");
+                if (!json_is_object(f) || !json_is_string(path) || other ||
+                    !!json_is_string(text) + !!json_is_string(b64) != 1 ||
+                    (text && !json_is_string(text)) || (b64 && !json_is_string(b64))) {
+                        res = refusal("workspace_write: files[%zu] must be {\"path\": string, "
+                                      "\"text\": string} or {\"path\": string, \"base64\": "
+                                      "string}; nothing was written",
+                                      i);
+                        break;
+                }
+                if (check_path(json_string_value(path), json_string_length(path), why,
+                               sizeof(why)) < 0) {
+                        res = refusal("workspace_write: %s; nothing was written", why);
+                        break;
+                }
+                v[i].path = json_string_value(path);
+                if (text) {
+                        v[i].len = json_string_length(text);
+                        v[i].data = malloc(v[i].len + 1);
+                        if (v[i].data)
+                                memcpy(v[i].data, json_string_value(text), v[i].len);
+                } else if (al_base64_decode(json_string_value(b64), json_string_length(b64),
+                                            &v[i].data, &v[i].len) < 0) {
+                        char s[256];
+                        shown(v[i].path, strlen(v[i].path), s, sizeof(s));
+                        res = refusal("workspace_write: the base64 of %s is not valid base64; "
+                                      "nothing was written",
+                                      s);
+                        break;
+                }
+                if (!v[i].data && v[i].len) {
+                        res = refusal("out of memory");
+                        break;
+                }
+                new_bytes += v[i].len;
+                for (size_t k = 0; k < i && !res; k++) {
+                        size_t a = strlen(v[k].path), b = strlen(v[i].path);
+                        const char *s = a < b ? v[k].path : v[i].path;
+                        const char *l = a < b ? v[i].path : v[k].path;
+                        size_t sl = a < b ? a : b;
+                        char sh[256];
+                        shown(v[i].path, strlen(v[i].path), sh, sizeof(sh));
+                        if (a == b && strcmp(s, l) == 0)
+                                res = refusal("workspace_write: path %s is given twice; nothing "
+                                              "was written",
+                                              sh);
+                        else if (strncmp(s, l, sl) == 0 && l[sl] == '/')
+                                res = refusal("workspace_write: path %s is a file and a folder "
+                                              "of another file in the same call; nothing was "
+                                              "written",
+                                              sh);
+                }
+        }
+        if (res) {
+                uploads_free(v, n);
+                return res;
+        }
+        pthread_mutex_t *lock = stripe_of(w, tenant);
+        pthread_mutex_lock(lock);
+        int root = tenant_dir(w, tenant, true, why, sizeof(why));
+        if (root < 0) {
+                res = refusal("workspace_write: %s; nothing was written", why);
+                goto out;
+        }
+        usage u = {0};
+        if (walk(root, "", 0, &u) < 0) {
+                res = refusal("workspace_write: your workspace is deeper than %d folders; "
+                              "nothing was written",
+                              WS_WALK_DEPTH);
+                goto out;
+        }
+        /* Against the disk: no link or file on the way, no folder where a
+         * file goes; then what the folder will hold. */
+        uint64_t entries = u.entries, bytes = u.bytes;
+        json_t *made = json_object(); /* the folders this call makes, counted once */
+        for (size_t i = 0; i < n && !res; i++) {
+                char s[256];
+                shown(v[i].path, strlen(v[i].path), s, sizeof(s));
+                if (resolve(root, v[i].path, false, &v[i].at, why, sizeof(why)) < 0) {
+                        res = refusal("workspace_write: %s; nothing was written", why);
+                        break;
+                }
+                if (v[i].at.exists && !S_ISREG(v[i].at.st.st_mode)) {
+                        res = refusal("workspace_write: path %s is %s in your workspace, not a "
+                                      "file; nothing was written",
+                                      s, S_ISDIR(v[i].at.st.st_mode) ? "a folder" : "something");
+                        break;
+                }
+                if (v[i].at.exists) {
+                        bytes -= (uint64_t)v[i].at.st.st_size;
+                } else {
+                        entries++;
+                        /* Each folder to make, once. */
+                        for (const char *q = v[i].path + v[i].at.done; (q = strchr(q, '/')); q++) {
+                                char pre[WS_PATH_MAX + 1];
+                                snprintf(pre, sizeof(pre), "%.*s", (int)(q - v[i].path), v[i].path);
+                                if (!json_object_get(made, pre)) {
+                                        json_object_set_new(made, pre, json_true());
+                                        entries++;
+                                }
+                        }
+                }
+                bytes += v[i].len;
+        }
+        json_decref(made);
+        uint64_t max_files, max_bytes;
+        bool own[2];
+        caps_of(w, tenant, &max_files, &max_bytes, own);
+        if (!res && entries > max_files)
+                res = refusal("workspace_write: your workspace would hold %llu files and folders, "
+                              "more than your limit of %llu (%s); it holds %llu now. Remove some "
+                              "with workspace_remove; nothing was written",
+                              (unsigned long long)entries, (unsigned long long)max_files,
+                              cap_name(own[0], 0), (unsigned long long)u.entries);
+        if (!res && bytes > max_bytes)
+                res = refusal("workspace_write: your workspace would hold %llu bytes, more than "
+                              "your limit of %llu (%s); it holds %llu now. Remove some with "
+                              "workspace_remove; nothing was written",
+                              (unsigned long long)bytes, (unsigned long long)max_bytes,
+                              cap_name(own[1], 1), (unsigned long long)u.bytes);
+        if (res)
+                goto out;
+        /* Every file to a temporary name; only then every rename. */
+        int err = 0;
+        for (size_t i = 0; i < n && !err; i++) {
+                err = make_parents(&v[i]);
+                unsigned char rnd[12];
+                if (!err && getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+                        err = -EIO;
+                if (err)
+                        break;
+                char *t = stpcpy(v[i].tmp, WS_TMP_PREFIX);
+                for (size_t k = 0; k < sizeof(rnd); k++)
+                        t += sprintf(t, "%02x", rnd[k]);
+                int fd = openat(v[i].dirfd, v[i].tmp,
+                                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (fd < 0) {
+                        err = -errno;
+                        break;
+                }
+                v[i].written = true;
+                err = al_write_full(fd, v[i].data, v[i].len);
+                if (close(fd) < 0 && !err)
+                        err = -errno;
+        }
+        for (size_t i = 0; i < n && !err; i++)
+                if (renameat(v[i].dirfd, v[i].tmp, v[i].dirfd, last_part(v[i].path)) < 0)
+                        err = -errno;
+                else
+                        v[i].written = false;
+        if (err) {
+                for (size_t i = 0; i < n; i++)
+                        if (v[i].written)
+                                (void)unlinkat(v[i].dirfd, v[i].tmp, 0);
+                res = refusal("workspace_write: the server could not write the files: %s",
+                              strerror(-err));
+                goto out;
+        }
+        json_t *written = json_array();
+        for (size_t i = 0; i < n; i++)
+                json_array_append_new(written, json_pack("{s:s, s:I}", "path", v[i].path, "size",
+                                                         (json_int_t)v[i].len));
+        usage now = {.entries = entries, .bytes = bytes};
+        json_t *st = json_pack("{s:o}", "written", written);
+        add_usage(st, &now, max_files, max_bytes);
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "Wrote %zu file%s (%llu bytes) to your workspace. It holds %llu files and "
+                 "folders (limit %llu) and %llu bytes (limit %llu). The next run and every "
+                 "session opened from now on see them under /input; an open session keeps the "
+                 "files it opened with.",
+                 n, n == 1 ? "" : "s", (unsigned long long)new_bytes, (unsigned long long)entries,
+                 (unsigned long long)max_files, (unsigned long long)bytes,
+                 (unsigned long long)max_bytes);
+        res = success(text, st);
+out:
+        if (root >= 0)
+                close(root);
+        pthread_mutex_unlock(lock);
+        uploads_free(v, n);
+        return res;
+}
+
+json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t *args)
+{
+        const json_t *paths = json_object_get(args, "paths");
+        size_t n = json_array_size(paths);
+        if (!json_is_array(paths) || n == 0)
+                return refusal("workspace_remove needs \"paths\": a list of paths in your "
+                               "workspace; nothing was removed");
+        if (n > WS_FILES_MAX)
+                return refusal("workspace_remove takes at most %d paths a call (got %zu); "
+                               "nothing was removed",
+                               WS_FILES_MAX, n);
+        char why[1024];
+        for (size_t i = 0; i < n; i++) {
+                const json_t *p = json_array_get(paths, i);
+                if (!json_is_string(p))
+                        return refusal("workspace_remove: paths[%zu] is not a string; nothing was "
+                                       "removed",
+                                       i);
+                if (check_path(json_string_value(p), json_string_length(p), why, sizeof(why)) < 0)
+                        return refusal("workspace_remove: %s; nothing was removed", why);
+        }
+        pthread_mutex_t *lock = stripe_of(w, tenant);
+        pthread_mutex_lock(lock);
+        json_t *res = NULL;
+        resolved *at = calloc(n, sizeof(*at));
+        for (size_t i = 0; at && i < n; i++)
+                at[i].parent = -1;
+        int root = at ? tenant_dir(w, tenant, true, why, sizeof(why)) : -ENOMEM;
+        if (root < 0) {
+                res = refusal("workspace_remove: %s; nothing was removed",
+                              at ? why : "out of memory");
+                goto out;
+        }
+        for (size_t i = 0; i < n && !res; i++) {
+                const char *p = json_string_value(json_array_get(paths, i));
+                char s[256];
+                shown(p, strlen(p), s, sizeof(s));
+                int r = resolve(root, p, true, &at[i], why, sizeof(why));
+                /* The last part may be a link: it is removed, not followed. */
+                if (r < 0)
+                        res = refusal("workspace_remove: %s; nothing was removed", why);
+                else if (!at[i].exists)
+                        res = refusal("workspace_remove: %s is not in your workspace; nothing "
+                                      "was removed",
+                                      s);
+        }
+        if (res)
+                goto out;
+        int err = 0;
+        json_t *removed = json_array();
+        for (size_t i = 0; i < n; i++) {
+                const char *p = json_string_value(json_array_get(paths, i));
+                int r = remove_tree(at[i].parent, last_part(p), 0);
+                if (r == -ENOENT) /* named twice, or inside a folder removed before */
+                        r = 0;
+                if (r < 0 && !err)
+                        err = r;
+                json_array_append_new(removed, json_string(p));
+        }
+        usage u = {0};
+        (void)walk(root, "", 0, &u);
+        uint64_t max_files, max_bytes;
+        bool own[2];
+        caps_of(w, tenant, &max_files, &max_bytes, own);
+        if (err) {
+                json_decref(removed);
+                res = refusal("workspace_remove: the server could not remove everything: %s",
+                              strerror(-err));
+                goto out;
+        }
+        json_t *st = json_pack("{s:o}", "removed", removed);
+        add_usage(st, &u, max_files, max_bytes);
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "Removed %zu path%s from your workspace. It holds %llu files and folders and "
+                 "%llu bytes.",
+                 n, n == 1 ? "" : "s", (unsigned long long)u.entries, (unsigned long long)u.bytes);
+        res = success(text, st);
+out:
+        for (size_t i = 0; at && i < n; i++)
+                if (at[i].parent >= 0)
+                        close(at[i].parent);
+        free(at);
+        if (root >= 0)
+                close(root);
+        pthread_mutex_unlock(lock);
+        return res;
+}
+
+static int by_path(const void *a, const void *b)
+{
+        const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+        return strcmp(json_string_value(json_object_get(x, "path")),
+                      json_string_value(json_object_get(y, "path")));
+}
+
+json_t *mcp_workspace_list(mcp_workspaces *w, const char *tenant, const json_t *args)
+{
+        (void)args;
+        char why[512];
+        pthread_mutex_t *lock = stripe_of(w, tenant);
+        pthread_mutex_lock(lock);
+        int root = tenant_dir(w, tenant, true, why, sizeof(why));
+        if (root < 0) {
+                pthread_mutex_unlock(lock);
+                return refusal("workspace_list: %s", why);
+        }
+        usage u = {.files = json_array(), .skipped = json_array()};
+        int r = walk(root, "", 0, &u);
+        close(root);
+        pthread_mutex_unlock(lock);
+        uint64_t max_files, max_bytes;
+        bool own[2];
+        caps_of(w, tenant, &max_files, &max_bytes, own);
+        /* Sorted by path, as a run's /output files are. */
+        size_t n = json_array_size(u.files);
+        json_t **items = n ? malloc(n * sizeof(*items)) : NULL;
+        json_t *sorted = json_array();
+        if (items) {
+                for (size_t i = 0; i < n; i++)
+                        items[i] = json_incref(json_array_get(u.files, i));
+                qsort(items, n, sizeof(*items), by_path);
+                for (size_t i = 0; i < n; i++)
+                        json_array_append_new(sorted, items[i]);
+                free(items);
+        }
+        json_decref(u.files);
+        json_t *st = json_pack("{s:o, s:o, s:b}", "files", sorted, "skipped", u.skipped,
+                               "truncated", u.truncated || r < 0);
+        add_usage(st, &u, max_files, max_bytes);
+        char text[8192];
+        size_t k = (size_t)snprintf(text, sizeof(text),
+                                    "Your workspace (/input in runs) holds %zu file%s, %llu bytes "
+                                    "(limits: %llu files and folders, %llu bytes)%s",
+                                    n, n == 1 ? "" : "s", (unsigned long long)u.bytes,
+                                    (unsigned long long)max_files, (unsigned long long)max_bytes,
+                                    n ? ":" : ".");
+        size_t i;
+        json_t *f;
+        json_array_foreach (sorted, i, f) {
+                if (k + 300 >= sizeof(text)) {
+                        k += (size_t)snprintf(text + k, sizeof(text) - k,
+                                              "\n... and %zu more (structuredContent has all)",
+                                              n - i);
+                        break;
+                }
+                k += (size_t)snprintf(text + k, sizeof(text) - k, "\n- %.200s (%lld bytes, %s)",
+                                      json_string_value(json_object_get(f, "path")),
+                                      (long long)json_integer_value(json_object_get(f, "size")),
+                                      json_string_value(json_object_get(f, "media_type")));
+        }
+        return success(text, st);
+}

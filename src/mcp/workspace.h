@@ -1,0 +1,49 @@
+/* Tenants' workspaces (--tenants-dir DIR): each tenant's files live in
+ * DIR/NAME/, which the server reaches only through the fd of DIR opened
+ * once at start, and which the tenant's runs and sessions get as /input.
+ * The workspace tools (workspace_write, workspace_remove, workspace_list)
+ * let a remote client put its files there, remove them and list them,
+ * within caps on the count of entries and their bytes (per tenant: the
+ * defaults of --workspace-max-files and --workspace-max-bytes, or the
+ * tenants file's max-files and max-bytes). docs/design.md ("Tenants") is
+ * the contract. */
+#ifndef AIRLOCK_MCP_WORKSPACE_H
+#define AIRLOCK_MCP_WORKSPACE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "airlock.h"
+
+#define WS_UNSET UINT64_MAX
+
+typedef struct mcp_workspaces mcp_workspaces;
+
+/* Opens dir (created 0700 when missing, one level) and keeps its fd for
+ * the process's life. Returns 0 or -errno with err naming dir. */
+int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
+                        mcp_workspaces **ret, airlock_error *err);
+void mcp_workspaces_free(mcp_workspaces *w);
+/* The tenants file's caps of some tenants (max-files, max-bytes; WS_UNSET:
+ * the default), replacing the previous ones whole. Returns 0 or -ENOMEM. */
+int mcp_workspaces_set_overrides(mcp_workspaces *w, const char *const *tenants,
+                                 const uint64_t (*caps)[2], size_t n);
+
+/* The workspace path the library stages tenant's /input from:
+ * "/proc/self/fd/N/NAME", N the fd of DIR, so that DIR is never resolved
+ * by name again; the library opens NAME without following a link there.
+ * The folder is created (0700) when missing. Returns 0 or -errno with err
+ * filled (a message for the tenant: it never names DIR). */
+int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,
+                       airlock_error *err);
+
+/* The tools' answers (CallToolResult: content, structuredContent, isError
+ * for a refusal), for tenant. args are checked against the schemas in
+ * tools.c first. A refused request changes nothing: every path and both
+ * caps are checked before anything is written or removed. */
+json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t *args);
+json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t *args);
+json_t *mcp_workspace_list(mcp_workspaces *w, const char *tenant, const json_t *args);
+
+#endif

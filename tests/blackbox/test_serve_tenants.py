@@ -1,0 +1,446 @@
+"""airlock serve with tenants (--tokens FILE naming tenants, --tenants-dir
+DIR): each tenant's workspace is DIR/TENANT, its runs' and sessions'
+/input, filled through the workspace tools. Driven over raw HTTP on
+loopback: two tenants cannot see or guess each other's files, sessions,
+results or resources; one tenant at its quotas leaves the other untouched;
+hostile upload paths are refused and change nothing; uploads reach the next
+run and new sessions, not open ones, and survive a restart; the tokens
+file's forms, overrides and reload; many tenants leave nothing behind."""
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+from harness import AIRLOCK, run, tmpdir
+from test_serve import MODERN, Serve, serve, result_of
+
+TOK_A = "tok-acme-0123456789abcdef"
+TOK_A2 = "tok-acme-second-0123456789"
+TOK_B = "tok-beta-fedcba9876543210"
+
+
+def auth(tok):
+    return {"Authorization": "Bearer " + tok}
+
+
+def tool(s, tok, name, args, rid=1):
+    """A tools/call of tool name; returns the result (or the error)."""
+    status, _, body = s.post({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                              "params": {"name": name, "arguments": args, "_meta": MODERN}},
+                             auth(tok))
+    assert status == 200, (status, body)
+    m = json.loads(body)
+    return m.get("result", m)
+
+
+def text(r):
+    return "\n".join(c.get("text", "") for c in r.get("content", []) if c.get("type") == "text")
+
+
+def code(s, tok, src, **args):
+    r = tool(s, tok, "execute_code", dict(code=src, **args))
+    assert not r.get("isError"), r
+    return text(r)
+
+
+def write(s, tok, files):
+    return tool(s, tok, "workspace_write", {"files": files})
+
+
+def tokens_file(d, lines):
+    p = os.path.join(d, "tokens")
+    with open(p, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return p
+
+
+def snapshot(root):
+    """Every entry below root (links not followed): path -> (kind, size, bytes)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(dirpath, n)
+            st = os.lstat(p)
+            data = None
+            if os.path.isfile(p) and not os.path.islink(p):
+                with open(p, "rb") as f:
+                    data = f.read()
+            out[os.path.relpath(p, root)] = (st.st_mode, st.st_size, data)
+    return out
+
+
+def test_tenants_cannot_see_each_other():
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_B} beta"])
+    tdir = os.path.join(d, "tenants")
+    with serve("--tokens", tok, "--tenants-dir", tdir) as s:
+        r = write(s, TOK_A, [{"path": "secret/plan.txt", "text": "acme-secret-42"}])
+        assert not r["isError"], r
+        assert r["structuredContent"]["written"] == [{"path": "secret/plan.txt", "size": 14}], r
+        # A's run sees its file; B's sees an empty /input and nothing of A's
+        # anywhere it can look.
+        assert code(s, TOK_A, "print(open('/input/secret/plan.txt').read())") == "acme-secret-42\n"
+        out = code(s, TOK_B, "import os\nprint(sorted(os.listdir('/input')))\n"
+                             "print('acme' in open('/proc/self/mountinfo').read())")
+        assert out == "[]\nFalse\n", out
+        r = tool(s, TOK_B, "workspace_list", {})
+        assert r["structuredContent"]["files"] == [] and r["structuredContent"]["bytes"] == 0, r
+        # B cannot name A's files: its paths are its own workspace's.
+        r = tool(s, TOK_B, "workspace_remove", {"paths": ["secret/plan.txt"]})
+        assert r["isError"] and "not in your workspace" in text(r), r
+        assert "acme" not in json.dumps(r), r
+        r = write(s, TOK_B, [{"path": "../acme/secret/plan.txt", "text": "x"}])
+        assert r["isError"] and "'..'" in text(r), r
+        with open(os.path.join(tdir, "acme", "secret", "plan.txt")) as f:
+            assert f.read() == "acme-secret-42"
+        # A's session and its run's resources: to B, a handle never opened
+        # and a URI never held, byte for byte.
+        r = tool(s, TOK_A, "session_open", {})
+        handle = r["_meta"]["dev.airlock/session"]
+        tool(s, TOK_A, "execute_code", {"code": "x = 1", "session": handle})
+        fake = handle[:-6] + "aaaaaa"
+        for name, args in (("execute_code", {"code": "print(x)"}), ("session_fork", {}),
+                           ("session_close", {})):
+            mine = tool(s, TOK_B, name, dict(args, session=handle))
+            never = tool(s, TOK_B, name, dict(args, session=fake))
+            assert mine["isError"] and text(mine) == text(never).replace(fake, handle), (mine, never)
+        r = tool(s, TOK_A, "execute_code",
+                 {"code": "open('/output/r.txt','w').write('acme-result')"})
+        uri = [c["resource"]["uri"] for c in r["content"] if c.get("type") == "resource"][0]
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+                                  "params": {"uri": uri, "_meta": MODERN}}, auth(TOK_B))
+        err = json.loads(body)["error"]
+        assert err["code"] == -32002 and "acme" not in err["message"], err
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 4, "method": "resources/list",
+                                  "params": {"_meta": MODERN}}, auth(TOK_B))
+        assert uri not in body.decode(), body
+        # Metrics carry no tenant name and nothing per tenant.
+        _, _, m = s.get("/metrics", auth(TOK_B))
+        assert b"acme" not in m and b"beta" not in m and b"tenant" not in m, m
+        # Tenant folders are the operator's, 0700.
+        assert os.stat(os.path.join(tdir, "acme")).st_mode & 0o777 == 0o700
+
+
+def test_one_tenant_at_its_quotas_leaves_the_other_untouched():
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme max-sessions=1 max-files=3 max-bytes=100",
+                          f"{TOK_B} beta"])
+    with serve("--tokens", tok, "--tenants-dir", os.path.join(d, "t"), "--max-sessions", "8") as s:
+        # Sessions: acme's own quota (1, from the file), not the option's.
+        assert not tool(s, TOK_A, "session_open", {}).get("isError")
+        r = tool(s, TOK_A, "session_open", {})
+        assert r["isError"] and "you have 1 open, your limit (max-sessions of your tenant 1)" \
+            in text(r), r
+        for _ in range(3):
+            r = tool(s, TOK_B, "session_open", {})
+            assert not r.get("isError"), r
+        # Bytes: 100 fit, one more does not, and nothing of the refused call
+        # is written; beta writes ten times that.
+        r = write(s, TOK_A, [{"path": "a.bin", "base64": "QUFB" * 33 + "QQ=="}])  # 100 bytes
+        assert not r["isError"] and r["structuredContent"]["bytes"] == 100, r
+        r = write(s, TOK_A, [{"path": "b.txt", "text": "y"}])
+        assert r["isError"] and "would hold 101 bytes, more than your limit of 100 " \
+            "(max-bytes of your tenant)" in text(r), r
+        r = tool(s, TOK_A, "workspace_list", {})
+        assert [f["path"] for f in r["structuredContent"]["files"]] == ["a.bin"], r
+        r = write(s, TOK_B, [{"path": "big.txt", "text": "z" * 1000}])
+        assert not r["isError"], r
+        # Files and folders: 3 (a.bin, then d and d/e) fit, a fourth does not.
+        tool(s, TOK_A, "workspace_remove", {"paths": ["a.bin"]})
+        r = write(s, TOK_A, [{"path": "d/e", "text": ""}, {"path": "f", "text": ""}])
+        assert not r["isError"] and r["structuredContent"]["entries"] == 3, r
+        r = write(s, TOK_A, [{"path": "g", "text": ""}])
+        assert r["isError"] and "4 files and folders, more than your limit of 3" in text(r), r
+        assert "beta" not in text(r)
+        r = write(s, TOK_B, [{"path": f"n{i}", "text": ""} for i in range(20)])
+        assert not r["isError"], r
+
+
+def test_hostile_upload_paths_are_refused_and_change_nothing():
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme"])
+    tdir = os.path.join(d, "t")
+    outside = os.path.join(d, "outside")
+    os.mkdir(outside)
+    with open(os.path.join(outside, "keep.txt"), "w") as f:
+        f.write("outside")
+    with serve("--tokens", tok, "--tenants-dir", tdir, "--workspace-max-bytes", "4096",
+               "--workspace-max-files", "50") as s:
+        assert not write(s, TOK_A, [{"path": "ok.txt", "text": "ok"}])["isError"]
+        # Links planted on the server's disk, in the tenant's folder.
+        os.symlink(outside, os.path.join(tdir, "acme", "evil"))
+        os.symlink(os.path.join(outside, "keep.txt"), os.path.join(tdir, "acme", "file-link"))
+        before = snapshot(tdir)
+        outside_before = snapshot(outside)
+        cases = [
+            ("../x", "'..'"), ("a/../../x", "'..'"), ("/etc/passwd", "absolute"),
+            ("a\u0000b", "NUL"), ("x" * 2000, "longer than 1024 bytes"),
+            ("a/" + "y" * 300, "longer than 255"), ("a//b", "empty part"), ("a/", "empty part"),
+            (".", "'.'"), ("a/./b", "'.'"), ("", "empty path"), ("a\nb", "control"),
+            ("/".join(["d"] * 40), "deep"), ("evil/x", "symbolic link"),
+            ("evil", "symbolic link"), ("file-link", "symbolic link"),
+            ("ok.txt/inner", "not a folder"), (".airlock-upload-x", "server's"),
+        ]
+        for path, why in cases:
+            # Each bad path beside a good one: the good one is not written either.
+            r = write(s, TOK_A, [{"path": "new-good.txt", "text": "g"}, {"path": path, "text": "x"}])
+            assert r["isError"] and why in text(r) and "nothing was written" in text(r), (path, r)
+        for files, why in (
+                ([{"path": f"m{i}", "text": ""} for i in range(1001)], "at most 1000"),
+                ([{"path": f"m{i}", "text": ""} for i in range(60)], "more than your limit of 50"),
+                ([{"path": "big", "text": "x" * 5000}], "more than your limit of 4096"),
+                ([{"path": "two", "text": "1"}, {"path": "two", "text": "2"}], "given twice"),
+                ([{"path": "p", "text": "1"}, {"path": "p/q", "text": "2"}], "a file and a folder"),
+                ([{"path": "b64", "base64": "!!!"}], "not valid base64"),
+                ([{"path": "both", "text": "1", "base64": "MQ=="}], "must be"),
+        ):
+            r = write(s, TOK_A, files)
+            assert r["isError"] and why in text(r), (why, r)
+        for paths, why in ((["../x"], "'..'"), (["ok.txt", "missing"], "not in your workspace"),
+                           (["evil/keep.txt"], "symbolic link")):
+            r = tool(s, TOK_A, "workspace_remove", {"paths": paths})
+            assert r["isError"] and why in text(r) and "nothing was removed" in text(r), r
+        assert snapshot(tdir) == before and snapshot(outside) == outside_before
+        # The listing names the links as skipped, never follows them.
+        r = tool(s, TOK_A, "workspace_list", {})
+        st = r["structuredContent"]
+        assert [f["path"] for f in st["files"]] == ["ok.txt"], st
+        assert sorted(x["path"] for x in st["skipped"]) == ["evil", "file-link"], st
+        # Removing a link removes the link, not what it points at.
+        r = tool(s, TOK_A, "workspace_remove", {"paths": ["evil", "file-link"]})
+        assert not r["isError"], r
+        assert snapshot(outside) == outside_before
+        assert not os.path.lexists(os.path.join(tdir, "acme", "evil"))
+
+
+def test_uploads_reach_runs_and_new_sessions_and_survive_a_restart():
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme"])
+    tdir = os.path.join(d, "t")
+    read = "print(open('/input/data/v.txt').read())"
+    with serve("--tokens", tok, "--tenants-dir", tdir) as s:
+        assert not write(s, TOK_A, [{"path": "data/v.txt", "text": "one"}])["isError"]
+        assert code(s, TOK_A, read) == "one\n"
+        old = tool(s, TOK_A, "session_open", {})["_meta"]["dev.airlock/session"]
+        assert code(s, TOK_A, read, session=old) == "'one'\n" or \
+            code(s, TOK_A, read, session=old).startswith("one")
+        r = write(s, TOK_A, [{"path": "data/v.txt", "text": "two"},
+                             {"path": "img.png", "base64": "iVBORw0KGgo="}])
+        assert not r["isError"], r
+        assert code(s, TOK_A, read) == "two\n"
+        assert code(s, TOK_A, read, session=old).startswith("one")
+        new = tool(s, TOK_A, "session_open", {})["_meta"]["dev.airlock/session"]
+        assert code(s, TOK_A, read, session=new).startswith("two")
+        assert code(s, TOK_A, "print(open('/input/img.png','rb').read())") == \
+            "b'\\x89PNG\\r\\n\\x1a\\n'\n"
+    with serve("--tokens", tok, "--tenants-dir", tdir) as s:
+        assert code(s, TOK_A, read) == "two\n"
+        r = tool(s, TOK_A, "workspace_list", {})
+        files = {f["path"]: f for f in r["structuredContent"]["files"]}
+        assert files["data/v.txt"]["size"] == 3 and files["img.png"]["media_type"] == "image/png", r
+        r = tool(s, TOK_A, "workspace_remove", {"paths": ["data"]})
+        assert not r["isError"], r
+        assert code(s, TOK_A, "import os\nprint(os.listdir('/input'))") == "['img.png']\n"
+
+
+def test_the_tokens_file_names_tenants_and_reloads():
+    d = tmpdir()
+    tdir = os.path.join(d, "t")
+    # Bad lines: exit 2 with one message naming the file and the line.
+    for line, why in (("tok x/y", "is not a tenant name"), ("tok acme max-nope=1", "unknown setting"),
+                      ("tok acme max-runs=0", "from 1 to 32"),
+                      ("tok acme\ntok beta", "a token names one tenant"),
+                      ("tok acme max-files=1\ntok2 acme max-files=2", "give it one value")):
+        p = tokens_file(d, ["# tenants", line])
+        out = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", p],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and f"{p}:" in out.stderr and why in out.stderr, out.stderr
+    r = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tenants-dir", tdir,
+                        "--workspace", d], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--tenants-dir and --workspace" in r.stderr, r.stderr
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_A2} acme", TOK_B])
+    with serve("--tokens", tok, "--tenants-dir", tdir, "--max-runs", "2",
+               "--max-runs-per-token", "1") as s:
+        # Two tokens, one tenant: one workspace, one set of sessions.
+        write(s, TOK_A, [{"path": "f.txt", "text": "shared"}])
+        assert code(s, TOK_A2, "print(open('/input/f.txt').read())") == "shared\n"
+        h = tool(s, TOK_A, "session_open", {})["_meta"]["dev.airlock/session"]
+        code(s, TOK_A2, "y = 5", session=h)
+        # A token without a tenant: its own, named by a digest of the token.
+        write(s, TOK_B, [{"path": "b.txt", "text": "b"}])
+        derived = "t" + hashlib.sha256(b"airlock tenant\0" + TOK_B.encode()).hexdigest()[:16]
+        assert sorted(os.listdir(tdir)) == sorted(["acme", derived]), os.listdir(tdir)
+        hb = tool(s, TOK_B, "session_open", {})["_meta"]["dev.airlock/session"]
+        sessions = s.metrics(auth(TOK_A))["airlock_sessions_open"]
+        # A SIGHUP with a bad file keeps the old table.
+        with open(tok, "w") as f:
+            f.write(f"{TOK_A} bad/name\n")
+        s.p.send_signal(signal.SIGHUP)
+        for _ in range(400):
+            if any("keeping the old tokens" in l for l in s.lines):
+                break
+            time.sleep(0.025)
+        assert "is not a tenant name" in "".join(s.lines)
+        assert not tool(s, TOK_B, "workspace_list", {}).get("isError")
+        # B removed while a call of its runs and another waits: the waiting
+        # one is refused, the running one cancelled, its session closed; the
+        # workspace folder stays.
+        results = {}
+
+        def slow(key, src):
+            results[key] = s.post({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                                   "params": {"name": "execute_code", "arguments": {"code": src},
+                                              "_meta": MODERN}}, auth(TOK_B))
+
+        t1 = threading.Thread(target=slow, args=("running", "import time\ntime.sleep(60)"))
+        t1.start()
+        for _ in range(400):
+            if s.metrics(auth(TOK_A))["airlock_runs_in_flight"] >= 1:
+                break
+            time.sleep(0.025)
+        t2 = threading.Thread(target=slow, args=("queued", "print('never')"))
+        t2.start()
+        for _ in range(400):
+            if s.metrics(auth(TOK_A))["airlock_queue_depth"] >= 1:
+                break
+            time.sleep(0.025)
+        with open(tok, "w") as f:
+            f.write(f"{TOK_A} acme\n{TOK_A2} acme\n")
+        s.p.send_signal(signal.SIGHUP)
+        t1.join(120)
+        t2.join(120)
+        assert results["queued"][0] == 401, results
+        assert results["running"][0] == 200 and b"cancelled" in results["running"][2], results
+        status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                               "params": {"_meta": MODERN}}, auth(TOK_B))
+        assert status == 401
+        assert s.metrics(auth(TOK_A))["airlock_sessions_open"] == sessions - 1
+        assert os.path.isfile(os.path.join(tdir, derived, "b.txt"))
+        # acme is untouched: its session still holds its state.
+        assert code(s, TOK_A, "print(y)", session=h).startswith("5")
+        assert any("1 tenant removed" in l for l in s.lines), s.lines[-5:]
+
+
+def descendants(pid):
+    kids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        if int(st[st.rindex(")") + 2:].split()[1]) == pid:
+            kids.append(int(p))
+    return kids + [g for k in kids for g in descendants(k)]
+
+
+def cgroups(pid):
+    """The cgroups a server of this pid made (airlock-PID-...), as root."""
+    out = set()
+    for dirpath, dirs, _ in os.walk("/sys/fs/cgroup"):
+        out.update(os.path.join(dirpath, x) for x in dirs if x.startswith(f"airlock-{pid}-"))
+    return out
+
+
+def test_many_tenants_created_used_and_removed_leave_nothing_behind():
+    n = int(os.environ.get("TENANTS", "40"))
+    d = tmpdir()
+    tdir = os.path.join(d, "t")
+    tmp = os.path.join(d, "tmp")
+    os.mkdir(tmp)
+    toks = [f"tok-many-{i:04d}-{os.urandom(8).hex()}" for i in range(n)]
+    tok = tokens_file(d, ["tok-keeper-0123456789 keeper"] + [f"{t} tn{i}" for i, t in enumerate(toks)])
+    mounts_before = open("/proc/self/mounts").read().count(tmp)
+    # The server stages into its own TMPDIR, which must be empty at the end.
+    old_tmp = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = tmp
+    try:
+        s = Serve("--tokens", tok, "--tenants-dir", tdir, "--max-sessions", "1024",
+                  "--max-sessions-per-token", "4")
+    finally:
+        if old_tmp is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = old_tmp
+    try:
+        peak = 0
+        for i, t in enumerate(toks):
+            assert not write(s, t, [{"path": "me.txt", "text": f"tn{i}"}])["isError"]
+            assert code(s, t, "print(open('/input/me.txt').read())") == f"tn{i}\n"
+            if i % 2 == 0:
+                h = tool(s, t, "session_open", {})["_meta"]["dev.airlock/session"]
+                assert code(s, t, "print(open('/input/me.txt').read())", session=h).startswith(
+                    f"tn{i}")
+            peak = max(peak, len(descendants(s.p.pid)))
+            if i == n // 2:
+                assert cgroups(s.p.pid), "as root, runs have cgroups (the check below means it)" \
+                    if os.geteuid() == 0 else True
+        assert len(os.listdir(tdir)) == n
+        with open(tok, "w") as f:
+            f.write("tok-keeper-0123456789 keeper\n")
+        s.p.send_signal(signal.SIGHUP)
+        for _ in range(800):
+            if any(f"{n} tenants removed" in l for l in s.lines):
+                break
+            time.sleep(0.025)
+        assert s.metrics(auth("tok-keeper-0123456789"))["airlock_sessions_open"] == 0
+        # A removed tenant's token is refused; its folder stays.
+        status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                               "params": {"_meta": MODERN}}, auth(toks[0]))
+        assert status == 401
+        assert open(os.path.join(tdir, "tn0", "me.txt")).read() == "tn0"
+        print(f"  {n} tenants: at most {peak} processes below the server while in use")
+    finally:
+        s.stop()
+    assert s.p.returncode == 0, "".join(s.lines)[-3000:]
+    leftover = [p for p in descendants(s.p.pid)]
+    assert not leftover, leftover
+    assert open("/proc/self/mounts").read().count(tmp) == mounts_before == 0
+    assert cgroups(s.p.pid) == set(), cgroups(s.p.pid)
+    assert os.listdir(tmp) == [], os.listdir(tmp)
+    # Only the tenants' own files are left in their folders (no temporary
+    # upload names).
+    for root, _, files in os.walk(tdir):
+        assert all(not f.startswith(".airlock-upload-") for f in files), files
+
+
+def test_airlock_mcp_has_one_tenant():
+    d = tmpdir()
+    tdir = os.path.join(d, "t")
+    p = subprocess.Popen([AIRLOCK, "mcp", "--tenants-dir", tdir, "--tenant", "solo"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(i, method, params):
+        p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
+                                  "params": dict(params, _meta=MODERN)}) + "\n")
+        p.stdin.flush()
+        return json.loads(p.stdout.readline())["result"]
+
+    names = [t["name"] for t in ask(1, "tools/list", {})["tools"]]
+    assert names[-3:] == ["workspace_write", "workspace_remove", "workspace_list"], names
+    r = ask(2, "tools/call", {"name": "workspace_write",
+                              "arguments": {"files": [{"path": "x.txt", "text": "solo"}]}})
+    assert not r["isError"], r
+    r = ask(3, "tools/call", {"name": "execute_code",
+                              "arguments": {"code": "print(open('/input/x.txt').read())"}})
+    assert r["content"][0]["text"] == "solo\n", r
+    p.stdin.close()
+    assert p.wait(60) == 0
+    assert os.listdir(tdir) == ["solo"]
+    # Without --tenants-dir the workspace tools are not there.
+    out = subprocess.run([AIRLOCK, "mcp"], input=json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+         "params": {"name": "workspace_list", "arguments": {}, "_meta": MODERN}}) + "\n",
+        capture_output=True, text=True, timeout=60)
+    assert "Unknown tool: workspace_list" in out.stdout and "workspace_write" not in out.stdout, \
+        out.stdout
+
+
+if __name__ == "__main__":
+    run()
