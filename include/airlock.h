@@ -647,7 +647,12 @@ AIRLOCK_PUBLIC int airlock_sandbox_describe(airlock_sandbox *sb, char **ret_desc
                                             char **ret_instructions, airlock_error *err);
 AIRLOCK_PUBLIC char *airlock_sandbox_describe_json(airlock_sandbox *sb, airlock_error *err);
 
-/* A cache of sandboxes keyed by configuration fingerprint, LRU-evicted. */
+/* A cache of sandboxes keyed by configuration fingerprint, LRU-evicted.
+ * Configurations that differ only in their workspace and mounts share one
+ * sandbox (one template), each run getting its own staged workspace (and
+ * each version of it staged once); with upstream MCP servers each
+ * workspace keeps a sandbox of its own (docs/design.md, "One template,
+ * many workspaces"). */
 typedef struct airlock_cache airlock_cache;
 
 AIRLOCK_PUBLIC int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s,
@@ -659,11 +664,11 @@ AIRLOCK_PUBLIC int airlock_cache_run(airlock_cache *cache, const airlock_config 
                                      const char *code, size_t len, const airlock_run_options *opts,
                                      airlock_result **ret, airlock_error *err);
 /* Opens a session in the cached sandbox for cfg, built as airlock_cache_run
- * would. The session keeps that sandbox, and so the workspace as it was
- * staged then, until it is closed, even once the cache has replaced the
- * sandbox (a changed workspace) or evicted it: a new session sees a changed
- * workspace. Every such session must be closed before the cache is.
- * Thread-safe; one session is used by one thread at a time. */
+ * would. The session keeps that sandbox, and the workspace as it was
+ * staged then, until it is closed, even once the workspace changed or the
+ * cache evicted the sandbox: a new session sees a changed workspace. Every
+ * such session must be closed before the cache is. Thread-safe; one
+ * session is used by one thread at a time. */
 AIRLOCK_PUBLIC int airlock_cache_session_open(airlock_cache *cache, const airlock_config *cfg,
                                               airlock_session **ret, airlock_error *err);
 /* airlock_sandbox_describe_json of the cached sandbox for cfg, built as

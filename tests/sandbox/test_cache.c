@@ -1138,6 +1138,49 @@ static void test_real_many_workspaces_one_template(void **state)
         assert_int_equal(count_fds(), fds_before);
 }
 
+/* A writable /input over a late input: the run's changes are listed, the
+ * staged copy and the workspace stay as they were, and the next run (of
+ * another workspace on the same template, then of this one) sees neither. */
+static void test_real_writable_late_input(void **state)
+{
+        char ws[2][128], f[320];
+        airlock_error err = {0};
+        airlock_cache *c = NULL;
+        assert_int_equal(airlock_cache_new(0, 0, &c, &err), 0);
+        airlock_config *cfg[2];
+        for (int i = 0; i < 2; i++) {
+                snprintf(ws[i], sizeof(ws[i]), "%s/wr%d", tmp_root, i);
+                assert_int_equal(mkdir(ws[i], 0755), 0);
+                snprintf(f, sizeof(f), "%s/keep%d.txt", ws[i], i);
+                write_text(f, "k");
+                cfg[i] = new_config();
+                assert_int_equal(airlock_config_set_workspace(cfg[i], ws[i], &err), 0);
+                airlock_config_set_input_writable(cfg[i], true);
+        }
+        const char *code = "import os\nopen('/input/new.txt', 'w').write('x')\n"
+                           "os.remove('/input/keep0.txt')\nprint(sorted(os.listdir('/input')))";
+        airlock_result *res = NULL;
+        assert_int_equal(airlock_cache_run(c, cfg[0], code, strlen(code), NULL, &res, &err), 0);
+        assert_true(res->success);
+        assert_string_equal(res->stdout_data, "['new.txt']\n");
+        assert_int_equal(res->n_input_changes, 2);
+        airlock_result_free(res);
+        char *out = real_run(c, cfg[1], "import os\nprint(sorted(os.listdir('/input')))");
+        assert_string_equal(out, "['keep1.txt']\n");
+        free(out);
+        out = real_run(c, cfg[0], "import os\nprint(sorted(os.listdir('/input')))");
+        assert_string_equal(out, "['keep0.txt']\n");
+        free(out);
+        snprintf(f, sizeof(f), "%s/keep0.txt", ws[0]);
+        assert_int_equal(access(f, F_OK), 0);
+        cache_stats cs;
+        cache_get_stats(c, &cs);
+        assert_int_equal(cs.created, 1);
+        airlock_cache_close(c);
+        airlock_config_free(cfg[0]);
+        airlock_config_free(cfg[1]);
+}
+
 /* The same without root: the overlays come from the mounter. */
 static void test_real_many_workspaces_unprivileged(void **state)
 {
@@ -1206,6 +1249,7 @@ int main(void)
             cmocka_unit_test(test_real_watch),
             cmocka_unit_test(test_real_many_workspaces_one_template),
             cmocka_unit_test(test_real_many_workspaces_unprivileged),
+            cmocka_unit_test(test_real_writable_late_input),
         };
         return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

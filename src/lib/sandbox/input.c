@@ -38,7 +38,11 @@ struct sbx_input {
         fsx_staging staging; /* removed by sbx_input_free */
         int staged_fd;       /* the staged tree, -1 when nothing was staged */
         fsx_manifest *manifest;
-        int ovl; /* the detached overlay over the staged tree, or -1 */
+        /* The detached overlay over the staged tree, or -1: none staged,
+         * or let go while the input is idle (sbx_input_idle), made again
+         * by the next sbx_input_tree. ovl_lock guards it. */
+        int ovl;
+        pthread_mutex_t ovl_lock;
         uid_t owner;
         gid_t group;
 };
@@ -92,6 +96,7 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
         in->staging.parent_fd = -1;
         in->staged_fd = -1;
         in->ovl = -1;
+        pthread_mutex_init(&in->ovl_lock, NULL);
         in->owner = owner;
         in->group = group;
         size_t k = 0;
@@ -113,6 +118,7 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
                                    reuse ? prev->manifest : NULL, &in->staging, &in->staged_fd,
                                    &in->manifest, err);
         if (r < 0) {
+                pthread_mutex_destroy(&in->ovl_lock);
                 free(in);
                 return r;
         }
@@ -137,7 +143,19 @@ void sbx_input_free(sbx_input *in)
                 close(in->ovl);
         fsx_manifest_free(in->manifest);
         fsx_staging_remove(&in->staging);
+        pthread_mutex_destroy(&in->ovl_lock);
         free(in);
+}
+
+void sbx_input_idle(sbx_input *in)
+{
+        if (!in)
+                return;
+        pthread_mutex_lock(&in->ovl_lock);
+        if (in->ovl >= 0)
+                close(in->ovl);
+        in->ovl = -1;
+        pthread_mutex_unlock(&in->ovl_lock);
 }
 
 int sbx_input_fd(const sbx_input *in)
@@ -427,20 +445,25 @@ static int mounter_call(sbx_mounter *m, char op, const int *fds, size_t n, int *
         return 0;
 }
 
-int sbx_input_tree(const sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err)
+int sbx_input_tree(sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err)
 {
         *ret_tree = -1;
-        if (!in || in->ovl < 0)
+        if (!in || in->staged_fd < 0)
                 return 0;
-        if (geteuid() == 0) {
+        pthread_mutex_lock(&in->ovl_lock);
+        int r = in->ovl >= 0 ? 0 : input_overlay(in, m, err);
+        if (r >= 0 && geteuid() == 0) {
                 int fd = clone_mount(in->ovl);
                 if (fd < 0)
-                        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, fd, NULL,
-                                             "sandbox unavailable (open_tree): cannot clone the "
-                                             "staged input: %s",
-                                             strerror(-fd));
-                *ret_tree = fd;
-                return 0;
+                        r = al_error_kind(err, AIRLOCK_ERROR_SANDBOX, fd, NULL,
+                                          "sandbox unavailable (open_tree): cannot clone the "
+                                          "staged input: %s",
+                                          strerror(-fd));
+                else
+                        *ret_tree = fd;
+        } else if (r >= 0) {
+                r = mounter_call(m, 'C', &in->ovl, 1, ret_tree, err);
         }
-        return mounter_call(m, 'C', &in->ovl, 1, ret_tree, err);
+        pthread_mutex_unlock(&in->ovl_lock);
+        return r;
 }

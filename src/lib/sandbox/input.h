@@ -45,6 +45,9 @@ void sbx_mounter_stop(sbx_mounter *m);
  * if it was the inode the host sent. The mount shows the staged files
  * only: the staging area is airlock's own 0700 directory, written before
  * the input is used and never after. */
-int sbx_input_tree(const sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err);
+int sbx_input_tree(sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err);
+/* Lets the overlay of an idle input go (a mount and a fd held for nothing
+ * while no run uses it); the next sbx_input_tree makes it again. */
+void sbx_input_idle(sbx_input *in);
 
 #endif

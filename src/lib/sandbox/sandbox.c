@@ -1158,7 +1158,7 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
  * guest code can run before its /input is in place, and the tree this
  * host cloned is the only one it can see there. A copy that fails ends
  * with its reason. */
-static int copy_attach_input(airlock_sandbox *sb, copy *c, const sbx_input *in, airlock_error *err)
+static int copy_attach_input(airlock_sandbox *sb, copy *c, sbx_input *in, airlock_error *err)
 {
         int tree = -1;
         int r = sbx_input_tree(in, &sb->mounter, &tree, err);
@@ -1191,7 +1191,7 @@ static int copy_attach_input(airlock_sandbox *sb, copy *c, const sbx_input *in, 
         if (r < 0)
                 return al_error_kind(err, AIRLOCK_ERROR_RUN, r, NULL,
                                      "cannot hand the sandbox copy its input: %s", strerror(-r));
-        closep(&tree_fd);
+        close_fd(&tree_fd);
         char buf[512];
         int fds[2] = {-1, -1};
         size_t nfds = 0;
@@ -1215,7 +1215,7 @@ static int copy_attach_input(airlock_sandbox *sb, copy *c, const sbx_input *in, 
         return 0;
 }
 
-int sbx_copy_prepare(airlock_sandbox *sb, copy *c, const sbx_input *in, int *ret_outdir,
+int sbx_copy_prepare(airlock_sandbox *sb, copy *c, sbx_input *in, int *ret_outdir,
                      airlock_error *err)
 {
         int r = sbx_copy_wait_ready(c, ret_outdir, err);
@@ -1223,7 +1223,7 @@ int sbx_copy_prepare(airlock_sandbox *sb, copy *c, const sbx_input *in, int *ret
                 return r;
         r = copy_attach_input(sb, c, in, err);
         if (r < 0)
-                closep(ret_outdir);
+                close_fd(ret_outdir);
         return r;
 }
 
@@ -1279,10 +1279,10 @@ int airlock_check_code(const char *code, size_t len, airlock_error *err)
         return sbx_check_code(code, len, err);
 }
 
-static int run_fresh(airlock_sandbox *sb, const sbx_input *in, const char *code, size_t len,
+static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
 
-int sbx_run_input(airlock_sandbox *sb, const sbx_input *in, const char *code, size_t len,
+int sbx_run_input(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
                   const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         return run_fresh(sb, in, code, len, opts, ret, err);
@@ -1302,7 +1302,7 @@ int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
         return r;
 }
 
-static int run_fresh(airlock_sandbox *sb, const sbx_input *in, const char *code, size_t len,
+static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         int r = sbx_check_code(code, len, err);

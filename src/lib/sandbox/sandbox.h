@@ -62,14 +62,14 @@ void sbx_guest_ids(const airlock_sandbox *sb, uid_t *ret_uid, gid_t *ret_gid);
 struct sbx_input;
 /* airlock_sandbox_run with in as the run's /input (a late-input sandbox;
  * NULL: an empty /input). */
-int sbx_run_input(airlock_sandbox *sb, const struct sbx_input *in, const char *code, size_t len,
+int sbx_run_input(airlock_sandbox *sb, struct sbx_input *in, const char *code, size_t len,
                   const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
 /* airlock_session_open likewise; the caller keeps in alive until the
  * session is closed (sbx_session_on_close). */
-int sbx_session_open_input(airlock_sandbox *sb, const struct sbx_input *in, airlock_session **ret,
+int sbx_session_open_input(airlock_sandbox *sb, struct sbx_input *in, airlock_session **ret,
                            airlock_error *err);
 /* sbx_copy_wait_ready, then, in a late-input sandbox, hands the copy in. */
-int sbx_copy_prepare(airlock_sandbox *sb, copy *c, const struct sbx_input *in, int *ret_outdir,
+int sbx_copy_prepare(airlock_sandbox *sb, copy *c, struct sbx_input *in, int *ret_outdir,
                      airlock_error *err);
 
 int sbx_check_code(const char *code, size_t len, airlock_error *err);

@@ -422,7 +422,7 @@ int airlock_session_open(airlock_sandbox *sb, airlock_session **ret, airlock_err
         return sbx_session_open_input(sb, NULL, ret, err);
 }
 
-int sbx_session_open_input(airlock_sandbox *sb, const struct sbx_input *in, airlock_session **ret,
+int sbx_session_open_input(airlock_sandbox *sb, struct sbx_input *in, airlock_session **ret,
                            airlock_error *err)
 {
         airlock_error_clear(err);

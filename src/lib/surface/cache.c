@@ -285,7 +285,9 @@ typedef struct cache_input {
         entry_state state;
         airlock_error build_err;
         unsigned refs;
-        bool stale; /* a newer version replaced it: freed by its last user */
+        bool stale;   /* a newer version replaced it: freed by its last user */
+        bool cool;    /* its overlay was let go (sbx_input_idle) since it was last used */
+        bool cooling; /* let go by a release, whose own release starts no new round */
         uint64_t last_used_ns;
         struct cache_input *next;
 } cache_input;
@@ -1027,9 +1029,16 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
  * a tenant that comes back finds its workspace staged. */
 #define CACHE_MAX_IDLE_INPUTS 4096
 
+/* Idle inputs that keep their overlay mounted, the most recently used:
+ * the others hold only their files on disk, and the overlay is made again
+ * (some 100 us) when one is used again. */
+#define CACHE_HOT_INPUTS 64
+
 static void input_release(airlock_cache *c, cache_entry *e, cache_input *ci)
 {
         cache_input *drop = NULL;
+        cache_input *cool[8];
+        size_t n_cool = 0;
         pthread_mutex_lock(&c->lock);
         ci->refs--;
         ci->last_used_ns = c->ops.now_ns();
@@ -1057,8 +1066,25 @@ static void input_release(airlock_cache *c, cache_entry *e, cache_input *ci)
                 *victim = drop->next;
                 e->n_idle_inputs--;
         }
+        /* Held (a reference each) while their overlays go, without the
+         * lock: letting a mount go may wait for the kernel. An input used
+         * again meanwhile makes its overlay anew. */
+        if (!drop && !ci->cooling && e->n_idle_inputs > CACHE_HOT_INPUTS) {
+                unsigned idle = 0;
+                for (cache_input *o = e->inputs; o && n_cool < ARRAY_SIZE(cool); o = o->next)
+                        if (o->refs == 0 && o->in && !o->cool && ++idle > CACHE_HOT_INPUTS) {
+                                o->refs++;
+                                o->cool = o->cooling = true;
+                                e->n_idle_inputs--;
+                                cool[n_cool++] = o;
+                        }
+        }
         pthread_mutex_unlock(&c->lock);
         input_free(drop);
+        for (size_t i = 0; i < n_cool; i++) {
+                sbx_input_idle(cool[i]->in);
+                input_release(c, e, cool[i]); /* still cooling: no new round */
+        }
 }
 
 /* Contract: finds or stages the input version key (tree key, then the
@@ -1093,6 +1119,7 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
         if (ci) {
                 if (ci->refs++ == 0)
                         e->n_idle_inputs--;
+                ci->cool = ci->cooling = false;
         } else {
                 ci = calloc(1, sizeof(*ci));
                 if (!ci || !(ci->key = strdup(key))) {

@@ -60,10 +60,10 @@ typedef struct cache_ops {
          * gets a sandbox of its own, as before. */
         int (*sandbox_new_late)(const airlock_config *cfg, airlock_sandbox **ret,
                                 airlock_error *err);
-        int (*sandbox_run_input)(airlock_sandbox *sb, const struct sbx_input *in, const char *code,
+        int (*sandbox_run_input)(airlock_sandbox *sb, struct sbx_input *in, const char *code,
                                  size_t len, const airlock_run_options *opts,
                                  airlock_result **ret, airlock_error *err);
-        int (*session_open_input)(airlock_sandbox *sb, const struct sbx_input *in,
+        int (*session_open_input)(airlock_sandbox *sb, struct sbx_input *in,
                                   airlock_session **ret, airlock_error *err);
 } cache_ops;
 
