@@ -348,7 +348,8 @@ def run(build, quick, log=lambda m: None):
     k_old = 5 if quick else 20
     res = {"tenants": n_tenants, "files": FILES, "preload": PRELOAD, "pairs": n_new,
            "sessions": n_sessions, "session_tenants": n_sessions // 2, "df_bytes": DF_BYTES,
-           "old_servers": k_old, "peers": PEERS}
+           "old_servers": k_old, "peers": PEERS, "cores": os.cpu_count(),
+           "loadavg_start": os.getloadavg()[0]}
     t_start = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="airlock-bench-tenants.")
     proc = None
@@ -496,6 +497,7 @@ def run(build, quick, log=lambda m: None):
             stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
     res["elapsed_s"] = time.perf_counter() - t_start
+    res["loadavg_end"] = os.getloadavg()[0]
     return res
 
 
@@ -588,7 +590,12 @@ def report_lines(res):
           f"(its {res['df_bytes']:,}-byte DataFrame included). On SIGTERM the server took "
           f"{res['stop_s']:.1f} s to stop (exit status {res['server_exit']}; -9: killed after "
           f"300 s) and left {res['stage_left']} entries in its staging folder. "
-          f"Section time {res['elapsed_s']:.0f} s."]
+          f"Section time {res['elapsed_s']:.0f} s; load average {res['loadavg_start']:.1f} at "
+          f"its start, {res['loadavg_end']:.1f} at its end, on {res['cores']} cores"
+          + (": **the machine was busy with other work; the latencies are inflated and "
+             "noisy, and their differences say little**." if max(res["loadavg_start"],
+                                                                  res["loadavg_end"])
+             > res["cores"] else ".")]
     return L
 
 
