@@ -975,7 +975,7 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
-    ap.add_argument("--only", choices=["loaded", "cold"],
+    ap.add_argument("--only", choices=["loaded", "cold", "tenants"],
                     help="run one scenario alone and print its table (nothing is written)")
     ap.add_argument("--against", help="with --only cold: another build's `airlock run` in the "
                                       "same rounds")
@@ -990,14 +990,14 @@ def main():
         print("\n".join(f"- {t['what']}: {t['figure']} -- **{t['verdict']}**"
                          for t in bench_cold.targets(r)))
         return
-    if args.only == "loaded":
+    if args.only:
         sys.path.insert(0, HERE)
-        import bench_loaded  # noqa: E402 - a sibling script
+        mod = __import__("bench_" + args.only)  # a sibling script
 
-        r = bench_loaded.run(os.path.abspath(args.build), args.quick, log)
-        print("\n".join(bench_loaded.report_lines(r)) + "\n")
+        r = mod.run(os.path.abspath(args.build), args.quick, log)
+        print("\n".join(mod.report_lines(r)) + "\n")
         print("\n".join(f"- {t['what']}: {t['figure']} -- **{t['verdict']}**"
-                         for t in bench_loaded.targets(r)))
+                         for t in mod.targets(r)))
         return
     t_start = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="airlock-bench.")
@@ -1041,6 +1041,16 @@ def main():
             b.extra["cpu"] = bench_cpu.run(b.build, b.quick, log)
         except Exception as e:  # noqa: BLE001
             b.extra["cpu"] = {"skipped": f"failed: {str(e)[:300]}"}
+        # Section 10: many tenants on one server (bench_tenants.py): one
+        # airlock serve with a workspace per tenant, against a template per
+        # workspace.
+        import bench_tenants  # noqa: E402 - a sibling script
+
+        try:
+            b.extra["tenants"] = bench_tenants.run(b.build, b.quick, log)
+        except Exception as e:  # noqa: BLE001
+            b.extra["tenants"] = {"skipped": f"failed: {str(e)[:300]}"}
+            log(f"  skip tenants: {str(e)[:300]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     data = {"quick": args.quick, "machine": mach, "results": b.res, "skipped": b.skipped,
@@ -1053,6 +1063,9 @@ def main():
     ld = b.extra.get("loaded") or {}
     if "skipped" not in ld:
         data["targets"] += bench_loaded.targets(ld)
+    tn = b.extra.get("tenants") or {}
+    if "skipped" not in tn:
+        data["targets"] += bench_tenants.targets(tn)
     os.makedirs(args.out, exist_ok=True)
     md = report(data)
     md += "\n" + ("\n".join(bench_packages.report_lines(pk)) if "skipped" not in pk else
@@ -1060,6 +1073,8 @@ def main():
     md += "\n" + ("\n".join(bench_loaded.report_lines(ld)) if "skipped" not in ld else
                   f"## 8. a busy machine\n\nnot measured: {ld['skipped']}") + "\n"
     md += "\n" + "\n".join(bench_cpu.report_lines(b.extra["cpu"])) + "\n"
+    md += "\n" + ("\n".join(bench_tenants.report_lines(tn)) if "skipped" not in tn else
+                  f"## 10. many tenants\n\nnot measured: {tn['skipped']}") + "\n"
     md += f"\nWhole benchmark: {data['elapsed_s']:.0f} s.\n"
     with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(md)
