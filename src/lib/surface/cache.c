@@ -672,22 +672,58 @@ static void close_list_run(airlock_cache *c, close_list *l)
         }
 }
 
-typedef struct later_close {
+/* Work the cache does beside its callers, on a detached thread: fn(c, arg),
+ * counted in closing_later, which airlock_cache_close waits for. */
+typedef struct later_job {
         airlock_cache *c;
-        close_list l;
-} later_close;
+        void (*fn)(airlock_cache *c, void *arg);
+        void *arg;
+} later_job;
 
-static void *later_close_main(void *arg)
+static void *later_main(void *p)
 {
-        later_close *lc = arg;
-        airlock_cache *c = lc->c;
-        close_list_run(c, &lc->l);
-        free(lc);
+        later_job *j = p;
+        airlock_cache *c = j->c;
+        j->fn(c, j->arg);
+        free(j);
         pthread_mutex_lock(&c->lock);
         c->closing_later--;
         pthread_cond_broadcast(&c->changed);
         pthread_mutex_unlock(&c->lock);
         return NULL;
+}
+
+/* Starts fn(c, arg) on a thread of its own; false when no thread could be
+ * started (the caller then does the work itself). */
+static bool run_later(airlock_cache *c, void (*fn)(airlock_cache *c, void *arg), void *arg)
+{
+        later_job *j = malloc(sizeof(*j));
+        pthread_attr_t a;
+        bool started = false;
+        if (j && pthread_attr_init(&a) == 0) {
+                *j = (later_job){c, fn, arg};
+                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+                pthread_mutex_lock(&c->lock);
+                c->closing_later++;
+                pthread_mutex_unlock(&c->lock);
+                pthread_t t;
+                started = pthread_create(&t, &a, later_main, j) == 0;
+                pthread_attr_destroy(&a);
+                if (!started) {
+                        pthread_mutex_lock(&c->lock);
+                        c->closing_later--;
+                        pthread_mutex_unlock(&c->lock);
+                }
+        }
+        if (!started)
+                free(j);
+        return started;
+}
+
+static void close_list_later(airlock_cache *c, void *arg)
+{
+        close_list_run(c, arg);
+        free(arg);
 }
 
 /* Closes the entries of l on a detached thread of their own (or here, when
@@ -696,27 +732,11 @@ static void close_list_run_later(airlock_cache *c, close_list *l)
 {
         if (!l->n && !l->overflow)
                 return;
-        later_close *lc = malloc(sizeof(*lc));
-        pthread_attr_t a;
-        bool started = false;
-        if (lc && pthread_attr_init(&a) == 0) {
-                lc->c = c;
-                lc->l = *l;
-                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-                pthread_mutex_lock(&c->lock);
-                c->closing_later++;
-                pthread_mutex_unlock(&c->lock);
-                pthread_t t;
-                started = pthread_create(&t, &a, later_close_main, lc) == 0;
-                pthread_attr_destroy(&a);
-                if (!started) {
-                        pthread_mutex_lock(&c->lock);
-                        c->closing_later--;
-                        pthread_mutex_unlock(&c->lock);
-                }
-        }
-        if (!started) {
-                free(lc);
+        close_list *held = malloc(sizeof(*held));
+        if (held)
+                *held = *l;
+        if (!held || !run_later(c, close_list_later, held)) {
+                free(held);
                 close_list_run(c, l);
         }
         *l = (close_list){0};
@@ -1055,22 +1075,10 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
  * a tenant that comes back finds its workspace staged. */
 #define CACHE_MAX_IDLE_INPUTS 4096
 
-typedef struct later_input {
-        airlock_cache *c;
-        cache_input *ci;
-} later_input;
-
-static void *later_input_main(void *arg)
+static void input_free_job(airlock_cache *c, void *arg)
 {
-        later_input *li = arg;
-        airlock_cache *c = li->c;
-        input_free(li->ci);
-        free(li);
-        pthread_mutex_lock(&c->lock);
-        c->closing_later--;
-        pthread_cond_broadcast(&c->changed);
-        pthread_mutex_unlock(&c->lock);
-        return NULL;
+        (void)c;
+        input_free(arg);
 }
 
 /* Frees a stale input on a detached thread of its own (or here, when no
@@ -1080,30 +1088,8 @@ static void *later_input_main(void *arg)
  * waits for every one. */
 static void input_free_later(airlock_cache *c, cache_input *ci)
 {
-        if (!ci)
-                return;
-        later_input *li = malloc(sizeof(*li));
-        pthread_attr_t a;
-        bool started = false;
-        if (li && pthread_attr_init(&a) == 0) {
-                *li = (later_input){c, ci};
-                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-                pthread_mutex_lock(&c->lock);
-                c->closing_later++;
-                pthread_mutex_unlock(&c->lock);
-                pthread_t t;
-                started = pthread_create(&t, &a, later_input_main, li) == 0;
-                pthread_attr_destroy(&a);
-                if (!started) {
-                        pthread_mutex_lock(&c->lock);
-                        c->closing_later--;
-                        pthread_mutex_unlock(&c->lock);
-                }
-        }
-        if (!started) {
-                free(li);
+        if (ci && !run_later(c, input_free_job, ci))
                 input_free(ci);
-        }
 }
 
 /* Idle inputs that keep their overlay mounted, the most recently used:
