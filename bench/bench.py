@@ -85,8 +85,10 @@ def summary(samples, **extra):
     return d
 
 
-def pss_tree_kib(root):
-    """PSS of a process and all its descendants, from smaps_rollup."""
+def pss_tree(root):
+    """(PSS in KiB, number of processes) of a process and all its
+    descendants, from smaps_rollup; a process gone meanwhile, or a zombie,
+    counts for nothing."""
     children = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -97,18 +99,23 @@ def pss_tree_kib(root):
             children.setdefault(ppid, []).append(int(d))
         except (OSError, IndexError, ValueError):
             pass
-    total, todo = 0, [root]
+    total = procs = 0
+    todo = [root]
     while todo:
         pid = todo.pop()
         todo += children.get(pid, [])
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
+                total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
         except OSError:
-            pass
-    return total
+            continue
+        procs += 1
+    return total, procs
+
+
+def pss_tree_kib(root):
+    """PSS of a process and all its descendants, in KiB."""
+    return pss_tree(root)[0]
 
 
 class Bench:

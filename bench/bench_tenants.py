@@ -40,6 +40,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import pss_tree  # noqa: E402 - a sibling script
+
 PRELOAD = "numpy,pandas,matplotlib"
 MODERN = "2026-07-28"
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN,
@@ -88,33 +91,6 @@ def med(xs):
 def p90(xs):
     s = sorted(xs)
     return s[min(len(s) - 1, int(len(s) * 0.9))] if s else None
-
-
-def pss_tree(root):
-    """(PSS in KiB, number of processes) of root and all its descendants."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(d))
-        except (OSError, IndexError, ValueError):
-            pass
-    total = procs = 0
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                kib = sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
-        except OSError:
-            continue  # gone, or a zombie (no memory left)
-        total += kib
-        procs += 1
-    return total, procs
 
 
 def settle():
