@@ -200,11 +200,6 @@ void sbx_input_idle(sbx_input *in)
         pthread_mutex_unlock(&in->ovl_lock);
 }
 
-int sbx_input_fd(const sbx_input *in)
-{
-        return in ? in->staged_fd : -1;
-}
-
 /* ---- the mounter ---------------------------------------------------------- */
 
 /* What the mounter answers: one status byte (0, or an errno below 256)

@@ -35,8 +35,6 @@ int sbx_input_update(const airlock_config *cfg, sbx_input *prev, sbx_mounter *m,
 bool sbx_input_updatable(const airlock_config *cfg, const sbx_input *prev);
 /* Removes the staged tree; no run may use it any more. */
 void sbx_input_free(sbx_input *in);
-/* The staged tree's fd, or -1 for an empty input. */
-int sbx_input_fd(const sbx_input *in);
 
 /* The overlay maker of an unprivileged host (input.c says why it exists). */
 struct sbx_mounter {

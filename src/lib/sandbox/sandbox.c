@@ -1218,11 +1218,6 @@ int sbx_copy_prepare(airlock_sandbox *sb, copy *c, sbx_input *in, int *ret_outdi
         return r;
 }
 
-bool sbx_late_input(const airlock_sandbox *sb)
-{
-        return sb->late_input;
-}
-
 sbx_mounter *sbx_sandbox_mounter(airlock_sandbox *sb)
 {
         return sb->late_input && sb->mounter.sock >= 0 ? &sb->mounter : NULL;

@@ -52,7 +52,6 @@ void sbx_sandbox_yield_staging(airlock_sandbox *sb);
  * staged with it; each run or session brings its own input (sbx_input,
  * sandbox/input.h), attached to its copy when the copy is handed out. */
 int sbx_sandbox_new_late(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err);
-bool sbx_late_input(const airlock_sandbox *sb);
 /* The mounter of an unprivileged late-input sandbox (sandbox/input.h),
  * which makes its inputs' overlays; NULL otherwise. */
 struct sbx_mounter *sbx_sandbox_mounter(airlock_sandbox *sb);
