@@ -80,43 +80,74 @@ static int input_overlay(sbx_input *in, sbx_mounter *m, airlock_error *err)
         return mounter_call(m, 'O', fds, 2, &in->ovl, err);
 }
 
-int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
-                  sbx_mounter *m, sbx_input **ret, airlock_error *err)
+int sbx_stage_sources(const airlock_config *cfg, fsx_source **ret, size_t *ret_n)
+{
+        size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts, k = 0;
+        *ret = NULL;
+        *ret_n = 0;
+        if (!n)
+                return 0;
+        fsx_source *src = calloc(n, sizeof(*src));
+        if (!src)
+                return -ENOMEM;
+        if (cfg->workspace)
+                src[k++] = (fsx_source){cfg->workspace, NULL};
+        for (size_t i = 0; i < cfg->n_mounts; i++)
+                src[k++] = (fsx_source){cfg->mounts[i].host, cfg->mounts[i].dest};
+        *ret = src;
+        *ret_n = n;
+        return 0;
+}
+
+fsx_limits sbx_stage_limits(const airlock_config *cfg)
+{
+        return (fsx_limits){
+            .max_bytes = cfg->limits.max_stage_bytes,
+            .max_files = cfg->limits.max_stage_files,
+            .max_depth = cfg->limits.max_stage_depth,
+        };
+}
+
+const char *sbx_stage_parent(void)
 {
         const char *tmp = getenv("TMPDIR");
-        if (!tmp || tmp[0] != '/')
-                tmp = "/tmp";
-        size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts;
-        _cleanup_free_ fsx_source *src = n ? calloc(n, sizeof(*src)) : NULL;
+        return tmp && tmp[0] == '/' ? tmp : "/tmp";
+}
+
+/* A new input with nothing in it yet, or NULL when out of memory. */
+static sbx_input *input_alloc(uid_t owner, gid_t group)
+{
         sbx_input *in = calloc(1, sizeof(*in));
-        if ((n && !src) || !in) {
-                free(in);
-                return al_error(err, -ENOMEM, NULL, "out of memory");
-        }
+        if (!in)
+                return NULL;
         in->staging.parent_fd = -1;
         in->staged_fd = -1;
         in->ovl = -1;
         pthread_mutex_init(&in->ovl_lock, NULL);
         in->owner = owner;
         in->group = group;
-        size_t k = 0;
-        if (cfg->workspace)
-                src[k++] = (fsx_source){cfg->workspace, NULL};
-        for (size_t i = 0; i < cfg->n_mounts; i++)
-                src[k++] = (fsx_source){cfg->mounts[i].host, cfg->mounts[i].dest};
-        const fsx_limits lim = {
-            .max_bytes = cfg->limits.max_stage_bytes,
-            .max_files = cfg->limits.max_stage_files,
-            .max_depth = cfg->limits.max_stage_depth,
-        };
+        return in;
+}
+
+int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
+                  sbx_mounter *m, sbx_input **ret, airlock_error *err)
+{
+        _cleanup_free_ fsx_source *src = NULL;
+        size_t n = 0;
+        sbx_input *in = input_alloc(owner, group);
+        if (!in || sbx_stage_sources(cfg, &src, &n) < 0) {
+                sbx_input_free(in);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        const fsx_limits lim = sbx_stage_limits(cfg);
         /* A previous version's unchanged files are linked, not copied,
          * only when they have this version's owner (a link shares the
          * inode, and so its owner). */
         bool reuse = prev && prev->staged_fd >= 0 && prev->manifest && prev->owner == owner &&
                      prev->group == group;
-        int r = fsx_staging_create(tmp, src, n, &lim, owner, group, reuse ? prev->staged_fd : -1,
-                                   reuse ? prev->manifest : NULL, &in->staging, &in->staged_fd,
-                                   &in->manifest, err);
+        int r = fsx_staging_create(sbx_stage_parent(), src, n, &lim, owner, group,
+                                   reuse ? prev->staged_fd : -1, reuse ? prev->manifest : NULL,
+                                   &in->staging, &in->staged_fd, &in->manifest, err);
         if (r < 0) {
                 pthread_mutex_destroy(&in->ovl_lock);
                 free(in);
@@ -136,23 +167,13 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
 int sbx_input_update(const airlock_config *cfg, sbx_input *prev, sbx_mounter *m, sbx_input **ret,
                      airlock_error *err)
 {
-        sbx_input *in = calloc(1, sizeof(*in));
+        sbx_input *in = input_alloc(prev->owner, prev->group);
         if (!in) {
                 sbx_input_free(prev);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
-        in->staging.parent_fd = -1;
-        in->staged_fd = -1;
-        in->ovl = -1;
-        in->owner = prev->owner;
-        in->group = prev->group;
-        pthread_mutex_init(&in->ovl_lock, NULL);
         const fsx_source src = {cfg->workspace, NULL};
-        const fsx_limits lim = {
-            .max_bytes = cfg->limits.max_stage_bytes,
-            .max_files = cfg->limits.max_stage_files,
-            .max_depth = cfg->limits.max_stage_depth,
-        };
+        const fsx_limits lim = sbx_stage_limits(cfg);
         /* Nothing may read the tree while it changes: its overlay goes
          * first (no copy holds a clone of it: prev has no user). */
         sbx_input_idle(prev);

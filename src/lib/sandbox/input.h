@@ -12,6 +12,16 @@
 
 typedef struct sbx_input sbx_input;
 
+/* What cfg stages under /input: its workspace, then each mount, in a
+ * malloc'd array (*ret NULL and *ret_n 0 for none); and the caps the
+ * staging of cfg's trees has (its max_stage_* limits). The cache signs the
+ * trees with the same caps. */
+int sbx_stage_sources(const airlock_config *cfg, fsx_source **ret, size_t *ret_n);
+fsx_limits sbx_stage_limits(const airlock_config *cfg);
+/* The folder staging areas are made in: $TMPDIR when it is absolute, else
+ * /tmp. */
+const char *sbx_stage_parent(void);
+
 /* Stages cfg's workspace and mounts into a staging area of their own in
  * $TMPDIR (or /tmp), owned by owner:group (the guest ids of the sandbox
  * that will run them; (uid_t)-1 keeps the caller's), with the staging caps

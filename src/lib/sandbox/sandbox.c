@@ -508,23 +508,11 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
 static int stage_inputs(airlock_sandbox *sb, airlock_sandbox *prev, int *ret_fd, airlock_error *err)
 {
         const airlock_config *cfg = sb->cfg;
-        const char *tmp = getenv("TMPDIR");
-        if (!tmp || tmp[0] != '/')
-                tmp = "/tmp";
-        size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts;
-        _cleanup_free_ fsx_source *src = n ? calloc(n, sizeof(*src)) : NULL;
-        if (n && !src)
+        _cleanup_free_ fsx_source *src = NULL;
+        size_t n = 0;
+        if (sbx_stage_sources(cfg, &src, &n) < 0)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        size_t k = 0;
-        if (cfg->workspace)
-                src[k++] = (fsx_source){cfg->workspace, NULL};
-        for (size_t i = 0; i < cfg->n_mounts; i++)
-                src[k++] = (fsx_source){cfg->mounts[i].host, cfg->mounts[i].dest};
-        fsx_limits lim = {
-            .max_bytes = cfg->limits.max_stage_bytes,
-            .max_files = cfg->limits.max_stage_files,
-            .max_depth = cfg->limits.max_stage_depth,
-        };
+        fsx_limits lim = sbx_stage_limits(cfg);
         uid_t owner = geteuid() == 0 ? sb->guest_uid : (uid_t)-1;
         gid_t group = geteuid() == 0 ? sb->guest_gid : (gid_t)-1;
         int prev_fd = prev ? prev->staged_fd : -1;
@@ -543,7 +531,7 @@ static int stage_inputs(airlock_sandbox *sb, airlock_sandbox *prev, int *ret_fd,
                 }
                 return 0;
         }
-        int r = fsx_staging_create(tmp, src, n, &lim, owner, group, prev_fd,
+        int r = fsx_staging_create(sbx_stage_parent(), src, n, &lim, owner, group, prev_fd,
                                    prev_fd >= 0 ? prev->manifest : NULL, &sb->staging, ret_fd,
                                    &sb->manifest, err);
         if (r < 0 || *ret_fd < 0)

@@ -183,11 +183,7 @@ static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char *
                 return al_error(err, r, NULL, "configuration fingerprint: %s", strerror(-r));
         }
         size_t static_len = b.len;
-        const fsx_limits lim = {
-            .max_bytes = cfg->limits.max_stage_bytes,
-            .max_files = cfg->limits.max_stage_files,
-            .max_depth = cfg->limits.max_stage_depth,
-        };
+        const fsx_limits lim = sbx_stage_limits(cfg);
         /* The signatures are the part that can fail on bad input (a link in
          * the workspace, a missing mount), and their error names the path.
          * With a late input they are the input's version, apart from the
@@ -530,11 +526,7 @@ static json_t *watch_report(airlock_cache *c, const airlock_config *cfg, char **
         *ret_warning = NULL;
         if (!cfg->workspace && !cfg->n_mounts)
                 return NULL;
-        const fsx_limits lim = {
-            .max_bytes = cfg->limits.max_stage_bytes,
-            .max_files = cfg->limits.max_stage_files,
-            .max_depth = cfg->limits.max_stage_depth,
-        };
+        const fsx_limits lim = sbx_stage_limits(cfg);
         _cleanup_free_ char *key = tree_key(cfg, &lim);
         fsx_watch_info info;
         tree_set *found = NULL;
@@ -1161,8 +1153,13 @@ static void input_release(airlock_cache *c, cache_entry *e, cache_input *ci)
 static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config *cfg,
                          const char *key, cache_input **ret, airlock_error *err)
 {
-        const char *sig = strstr(key, "signature:");
-        size_t tk_len = sig ? (size_t)(sig - key) : strlen(key);
+        /* The key starts with the trees' key (tree_key): a version of the
+         * same trees shares that part. */
+        const fsx_limits lim = sbx_stage_limits(cfg);
+        _cleanup_free_ char *tk = tree_key(cfg, &lim);
+        if (!tk)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        size_t tk_len = strlen(tk);
         pthread_mutex_lock(&c->lock);
         cache_input *ci = NULL, *prev = NULL, *taken = NULL, **pp = &e->inputs;
         for (; *pp; pp = &(*pp)->next) {
