@@ -410,17 +410,20 @@ def test_unprivileged_blas_fits_in_a_small_memory_limit():
     # process reserves: each thread of OpenBLAS's pool reserves 136 MiB
     # (buffer and stack), so with two threads a --memory 256 run spun on
     # its first matrix product until its time limit, some 30 MiB in use.
-    # The pool is sized from the limit there, and the run finishes; with
-    # a larger limit the pool is the CPUs' again.
+    # The pool is sized from the limit there, and the run finishes, and so
+    # does matplotlib's first draw (issue 32: it spun under --memory 256);
+    # with a larger limit the pool is the CPUs' again.
     if not ROOT:
         print("  (needs root to become nobody: skipped)")
         return
     code = ("import numpy as np, os\n"
             "a = np.ones((500, 500)) @ np.ones((500, 500))\n"
-            "print(a[0, 0], os.environ['OPENBLAS_NUM_THREADS'])\n")
+            "print(a[0, 0], os.environ['OPENBLAS_NUM_THREADS'])\n"
+            "import matplotlib.pyplot as plt\nfig = plt.figure()\nfig.canvas.draw()\n"
+            "print(fig.canvas.get_width_height())\n")
     rc, r = nobody_run(code, "--memory", "256", "--timeout", "60")
     assert r["status"] == "ok", (r["status"], r["stderr"][-2000:])
-    assert r["stdout"] == "500.0 1\n", r["stdout"]
+    assert r["stdout"] == "500.0 1\n(640, 480)\n", r["stdout"]
     cpus = min(len(os.sched_getaffinity(0)), 32)
     rc, r = nobody_run("import os; print(os.environ['OPENBLAS_NUM_THREADS'])",
                        "--memory", str(max(1024, cpus * 136 * 2 + 1)))
