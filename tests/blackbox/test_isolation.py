@@ -410,21 +410,89 @@ def test_unprivileged_blas_fits_in_a_small_memory_limit():
     # process reserves: each thread of OpenBLAS's pool reserves 136 MiB
     # (buffer and stack), so with two threads a --memory 256 run spun on
     # its first matrix product until its time limit, some 30 MiB in use.
-    # The pool is sized from the limit there, and the run finishes; with
-    # a larger limit the pool is the CPUs' again.
+    # The pool is sized from the limit there, and the run finishes, and so
+    # does matplotlib's first draw (issue 32: it spun under --memory 256);
+    # with a larger limit the pool is the CPUs' again.
     if not ROOT:
         print("  (needs root to become nobody: skipped)")
         return
     code = ("import numpy as np, os\n"
             "a = np.ones((500, 500)) @ np.ones((500, 500))\n"
-            "print(a[0, 0], os.environ['OPENBLAS_NUM_THREADS'])\n")
+            "print(a[0, 0], os.environ['OPENBLAS_NUM_THREADS'])\n"
+            "import matplotlib.pyplot as plt\nfig = plt.figure()\nfig.canvas.draw()\n"
+            "print(fig.canvas.get_width_height())\n")
     rc, r = nobody_run(code, "--memory", "256", "--timeout", "60")
     assert r["status"] == "ok", (r["status"], r["stderr"][-2000:])
-    assert r["stdout"] == "500.0 1\n", r["stdout"]
+    assert r["stdout"] == "500.0 1\n(640, 480)\n", r["stdout"]
     cpus = min(len(os.sched_getaffinity(0)), 32)
     rc, r = nobody_run("import os; print(os.environ['OPENBLAS_NUM_THREADS'])",
                        "--memory", str(max(1024, cpus * 136 * 2 + 1)))
     assert r["stdout"] == f"{cpus}\n", (r["stdout"], r["stderr"][-2000:])
+
+
+def test_blas_over_the_memory_limit_ends_as_memory():
+    # Without root, OpenBLAS refused its 128 MiB buffer under RLIMIT_DATA
+    # retried for ever: a product of two 3000x3000 matrices (144 MiB of
+    # data) under --memory 256 spun at 100 % CPU until the time limit and
+    # ended as `timeout`. It ends as `memory` now: in the run's own process
+    # (stdout lost as when the OOM killer ends a run), in a process the
+    # code forked (killed by SIGKILL, as the OOM killer would, while the
+    # run goes on), and in a session's cell (rolled back). As root the
+    # cgroup charges what the run holds: the same product is within 256
+    # MiB, and one of 5000x5000 matrices is not.
+    if not ROOT:
+        print("  (needs root to become nobody: skipped)")
+        return
+    product = "import numpy as np\na = np.ones((3000, 3000))\nprint('held')\n(a @ a).sum()\n"
+    rc, r = nobody_run(product, "--memory", "256", "--timeout", "30")
+    assert rc == 1 and r["status"] == "memory", (r["status"], r["stderr"][-2000:])
+    assert "OpenBLAS was refused the memory for its buffer" in r["stderr"], r["stderr"]
+    assert r["contents"][-1]["message"] == "memory: the run exceeded its memory limit of 256 MiB", r
+    forked = ("import numpy as np, os\na = np.ones((3000, 3000))\npid = os.fork()\n"
+              "if pid == 0:\n    (a @ a).sum()\n    os._exit(0)\n"
+              "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
+    rc, r = nobody_run(forked, "--memory", "256", "--timeout", "30")
+    assert r["status"] == "ok" and r["stdout"] == "-9\n", (r["status"], r["stdout"], r["stderr"])
+    cells = ("import numpy as np\nx = 5\n"
+             "a = np.ones((3000, 3000)); x = 6; (a @ a).sum()\nx\n")
+    p = subprocess.run([*as_nobody(), AIRLOCK, "repl", "--memory", "256", "--timeout", "30"],
+                       input=cells, capture_output=True, text=True, timeout=120, cwd="/")
+    assert p.returncode == 0 and p.stdout == "5\n", p
+    assert "[memory: the run exceeded its memory limit of 256 MiB]" in p.stderr, p.stderr
+    assert "state rolled back" in p.stderr, p.stderr
+    rc, r = run_json(product, "--memory", "256", "--timeout", "30")
+    assert r["status"] == "ok" and r["stdout"] == "held\n", (r["status"], r["stderr"][-2000:])
+    rc, r = run_json(product.replace("3000", "5000"), "--memory", "256", "--timeout", "30")
+    assert rc == 1 and r["status"] == "memory", (r["status"], r["stderr"][-2000:])
+    next_run_works()
+
+
+def test_unprivileged_blas_worker_over_the_memory_limit_ends_as_memory():
+    # The same refusal in a thread of OpenBLAS's pool, whose buffer is
+    # reserved at the first product that uses it: the caller's buffer fits
+    # (reserved by a small product first), the worker's does not. The
+    # remaining room is taken by a mapping that is reserved but never
+    # touched, which RLIMIT_DATA counts all the same.
+    if not ROOT:
+        print("  (needs root to become nobody: skipped)")
+        return
+    if len(os.sched_getaffinity(0)) < 2:
+        print("  (one CPU: OpenBLAS has no pool: skipped)")
+        return
+    code = """
+import mmap, os, resource
+import numpy as np
+assert int(os.environ["OPENBLAS_NUM_THREADS"]) >= 2, os.environ["OPENBLAS_NUM_THREADS"]
+a = np.ones((1000, 1000))
+np.ones((8, 8)) @ np.ones((8, 8))
+data = next(int(l.split()[1]) << 10 for l in open("/proc/self/status") if l.startswith("VmData"))
+room = resource.getrlimit(resource.RLIMIT_DATA)[0] - data
+hold = mmap.mmap(-1, room - (64 << 20), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+(a @ a).sum()
+"""
+    rc, r = nobody_run(code, "--memory", "1024", "--timeout", "30")
+    assert rc == 1 and r["status"] == "memory", (r["status"], r["stderr"][-2000:])
+    assert "OpenBLAS was refused the memory for its buffer" in r["stderr"], r["stderr"]
 
 
 def test_unprivileged_memory_limit_covers_shared_memory():

@@ -145,6 +145,31 @@ static char *put_str(char *p, const char *s)
         return p;
 }
 
+/* Contract: async-signal-safe; the caller holds channel_lock and never
+ * gives it back, so nothing else is written after this frame. Sends the
+ * "end" frame of a run that ends with status and exit_code, naming the
+ * signal sig that ended it when sig is not 0. */
+static void send_end_frame(const char *status, unsigned exit_code, int sig)
+{
+        char frame[256];
+        char *p = frame + 4;
+        p = put_str(p, "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_END "\",\"" WIRE_KEY_STATUS "\":\"");
+        p = put_str(p, status);
+        p = put_str(p, "\",\"" WIRE_KEY_EXIT_CODE "\":");
+        p = put_uint(p, exit_code);
+        if (sig) {
+                p = put_str(p, ",\"" WIRE_KEY_SIGNAL "\":");
+                p = put_uint(p, (unsigned)sig);
+        }
+        p = put_str(p, ",\"" WIRE_KEY_ALONE "\":false}");
+        uint32_t len = (uint32_t)(p - frame - 4);
+        frame[0] = (char)(len & 0xff);
+        frame[1] = (char)(len >> 8 & 0xff);
+        frame[2] = (char)(len >> 16 & 0xff);
+        frame[3] = (char)(len >> 24 & 0xff);
+        (void)!send(channel_fd, frame, (size_t)(p - frame), MSG_NOSIGNAL);
+}
+
 /* Contract: async-signal-safe. Ends the single run as signal sig would
  * have ended it: the "end" frame naming sig, when no thread is in the
  * middle of a request on the channel (channel_lock is free; it is then
@@ -153,22 +178,8 @@ static char *put_str(char *p, const char *s)
  * with the exit status 128 + sig alone. */
 _Noreturn static void exit_by_signal(int sig)
 {
-        if (channel_fd >= 0 && pthread_mutex_trylock(&channel_lock) == 0) {
-                char frame[256];
-                char *p = frame + 4;
-                p = put_str(p, "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_END "\",\"" WIRE_KEY_STATUS
-                               "\":\"" WIRE_STATUS_ERROR "\",\"" WIRE_KEY_EXIT_CODE "\":");
-                p = put_uint(p, 128u + (unsigned)sig);
-                p = put_str(p, ",\"" WIRE_KEY_SIGNAL "\":");
-                p = put_uint(p, (unsigned)sig);
-                p = put_str(p, ",\"" WIRE_KEY_ALONE "\":false}");
-                uint32_t len = (uint32_t)(p - frame - 4);
-                frame[0] = (char)(len & 0xff);
-                frame[1] = (char)(len >> 8 & 0xff);
-                frame[2] = (char)(len >> 16 & 0xff);
-                frame[3] = (char)(len >> 24 & 0xff);
-                (void)!send(channel_fd, frame, (size_t)(p - frame), MSG_NOSIGNAL);
-        }
+        if (channel_fd >= 0 && pthread_mutex_trylock(&channel_lock) == 0)
+                send_end_frame(WIRE_STATUS_ERROR, 128u + (unsigned)sig, sig);
         _exit(128 + sig);
 }
 
@@ -216,6 +227,82 @@ void guest_end_of_run(void)
         /* The end frame is the last frame: a signal from now on finds the
          * channel taken and writes none (exit_by_signal). */
         pthread_mutex_lock(&channel_lock);
+}
+
+/* ---- a refused BLAS buffer -------------------------------------------
+ *
+ * OpenBLAS cannot take no for an answer: when the kernel refuses the
+ * mapping of a buffer (128 MiB on Debian 12, a thread's first product),
+ * and then malloc of the same, blas_memory_alloc tries both again, for
+ * ever, at full speed. Without a cgroup the memory limit is RLIMIT_DATA,
+ * which refuses exactly such reservations, so a product over the limit
+ * spun until the time limit ended it as "timeout". Each refusal is
+ * followed by mbind on MAP_FAILED (alloc_mmap binds what it mapped without
+ * looking whether the mapping failed), a call nothing else makes: the
+ * seccomp filter turns it into SIGSYS (seccomp.c), and this handler ends
+ * the run as over its memory limit, as the OOM killer ends it where the
+ * cgroup is the limit. */
+
+/* The process whose guest_run is under way (0 between runs): only it
+ * speaks for the run on the channel; a process the code forked inherits
+ * the channel but not the run. */
+static volatile pid_t run_owner;
+
+/* si_code of a SIGSYS raised by a seccomp filter (the kernel's
+ * asm-generic/siginfo.h, which glibc's headers do not include). */
+#ifndef SYS_SECCOMP
+#define SYS_SECCOMP 1
+#endif
+
+/* Contract: async-signal-safe. A SIGSYS other than the filter's mark of a
+ * refused BLAS buffer takes its default action (the process ends, as
+ * without the handler). The mark ends the process: in the run's own
+ * process, after an "end" frame with status "memory" when no thread is in
+ * the middle of a request (as exit_by_signal); in a session that process
+ * then waits, frame sent, for the host to roll the cell back, which kills
+ * it; a process the code forked ends by SIGKILL, as the OOM killer would
+ * end it. The interpreter's unflushed output is lost, as it is then. */
+static void on_sigsys(int sig, siginfo_t *si, void *ctx)
+{
+        (void)ctx;
+        pid_t self = (pid_t)syscall(SYS_getpid);
+        if (si->si_code != SYS_SECCOMP || si->si_syscall != __NR_mbind) {
+                struct sigaction dfl = {.sa_handler = SIG_DFL};
+                sigemptyset(&dfl.sa_mask);
+                sigaction(sig, &dfl, NULL);
+                sigset_t one;
+                sigemptyset(&one);
+                sigaddset(&one, sig);
+                sigprocmask(SIG_UNBLOCK, &one, NULL);
+                syscall(SYS_tgkill, self, syscall(SYS_gettid), sig);
+                return;
+        }
+        static const char msg[] = "MemoryError: the run exceeded its memory limit "
+                                  "(OpenBLAS was refused the memory for its buffer)\n";
+        (void)!write(2, msg, sizeof(msg) - 1);
+        if (self == run_owner && channel_fd >= 0 && pthread_mutex_trylock(&channel_lock) == 0) {
+                send_end_frame(WIRE_STATUS_MEMORY, 1, 0);
+                if (session_mode) {
+                        sigset_t all;
+                        sigfillset(&all);
+                        for (;;)
+                                sigsuspend(&all);
+                }
+        }
+        /* pid 1 ignores a SIGKILL of its own. */
+        if (self != 1)
+                syscall(SYS_kill, self, SIGKILL);
+        _exit(1);
+}
+
+/* Installed once in the template, before any copy is made: every process
+ * of a run inherits it (but those that exec another program, where the
+ * filter's SIGSYS takes its default action and ends the process). */
+static void install_sigsys_handler(void)
+{
+        struct sigaction sa = {.sa_sigaction = on_sigsys, .sa_flags = SA_SIGINFO};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSYS, &sa, NULL);
 }
 
 /* _airlock.exit_by_signal(sig): after the code sent itself sig (SIGKILL),
@@ -381,9 +468,10 @@ static unsigned pool_threads(const template_params *p)
         /* Without a cgroup the memory limit is RLIMIT_DATA (tpl_copy.c),
          * which counts what a process reserves, and each thread of
          * OpenBLAS's pool reserves a buffer of 128 MiB and a stack of
-         * 8 MiB, touched or not. Refused one, OpenBLAS retries for ever,
-         * so a --memory 256 run spun on its first matrix product with two
-         * threads (320 MiB reserved, about 30 MiB used). The pool reserves
+         * 8 MiB, touched or not. Refused one, OpenBLAS cannot go on (the
+         * run ends as "memory", on_sigsys), so a --memory 256 run failed
+         * its first matrix product with two threads (320 MiB reserved,
+         * about 30 MiB used). The pool reserves
          * at most half the limit, so that the other half is the data's,
          * and is one thread (the caller's own, whose buffer is reserved at
          * its first product) when half the limit holds fewer. */
@@ -551,6 +639,8 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                          st.err_msg ? st.err_msg : "unknown error");
                 return -EIO;
         }
+        /* After Python's own handlers, none of which is SIGSYS's. */
+        install_sigsys_handler();
         if (PySys_AddAuditHook(proc_open_hook, NULL) < 0) {
                 snprintf(errbuf, errlen, "python: cannot add the /proc audit hook");
                 return -EIO;
@@ -725,10 +815,12 @@ int guest_run(const char *code, size_t len, bool last, const char **ret_status)
                 fputs("SyntaxError: the code is not valid UTF-8\n", stderr);
                 return 1;
         }
+        run_owner = (pid_t)syscall(SYS_getpid);
         PyObject *res =
             PyObject_CallFunction(runtime_run, "OOO", src, session_mode ? Py_True : Py_False,
                                   last && !session_mode ? Py_True : Py_False);
         Py_DECREF(src);
+        run_owner = 0;
         int exit_code = 1;
         *ret_status = WIRE_STATUS_ERROR;
         if (res && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2) {

@@ -6,6 +6,7 @@
 #include <linux/sched.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,8 +84,7 @@ static const char *const denied_calls[] = {
     "set_mempolicy_home_node",
     "move_pages",
     "migrate_pages",
-    "mbind",
-    "set_mempolicy",
+    "set_mempolicy", /* and mbind, refused with a rule of its own below */
 };
 
 /* Exports the rules of ctx (r: the result of adding them) as a BPF program
@@ -167,6 +167,19 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bo
                         continue; /* not on this architecture, or in the mount filter */
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
         }
+        /* mbind is refused like the other NUMA calls, but for one call
+         * that marks a refused reservation of OpenBLAS: its alloc_mmap
+         * binds the buffer it mapped without looking whether the mapping
+         * failed, so mbind on MAP_FAILED follows every refusal, and
+         * OpenBLAS then retries for ever (blas_memory_alloc). That call
+         * raises SIGSYS instead, whose handler ends the run as over its
+         * memory limit (guest.c, on_sigsys). */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(mbind), 1,
+                                     SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)(uintptr_t)MAP_FAILED));
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mbind), 1,
+                                     SCMP_A0(SCMP_CMP_NE, (scmp_datum_t)(uintptr_t)MAP_FAILED));
         /* clone3 passes its flags in memory, where a filter cannot look;
          * ENOSYS makes glibc fall back to clone, whose flags it can check. */
         if (r >= 0)

@@ -422,8 +422,9 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 #if !defined(__SANITIZE_ADDRESS__)
         /* RLIMIT_DATA counts the private writable address space a process
          * reserves, touched or not: OpenBLAS alone reserves 128 MiB per
-         * thread and touches a few, and spins for ever when a reservation
-         * is refused. With a cgroup, which charges the pages a run really
+         * thread and touches a few, and cannot go on when a reservation
+         * is refused (the run then ends as "memory", guest.c, on_sigsys).
+         * With a cgroup, which charges the pages a run really
          * holds, the memory limit is the cgroup's alone; RLIMIT_DATA is
          * the limit only where there is none. Not under AddressSanitizer,
          * whose shadow mappings count as data and exceed any sensible
