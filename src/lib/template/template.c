@@ -287,6 +287,14 @@ _Noreturn void template_main(void)
                                  ? (size_t)MAX(1, MIN(CPU_COUNT(&cpus), MAX_PREPARING))
                                  : 1;
 
+        /* The interpreter first, as the dynamic linker loaded libpython
+         * with this program when the program linked it: beside the host,
+         * which prepares the parameters meanwhile, and in the host's mount
+         * namespace (guest_load.c). A failure is reported once the host
+         * listens (below). */
+        char loaderr[512] = "";
+        int loaded = guest_load(loaderr, sizeof(loaderr));
+
         /* Signals meant for the host's terminal are not the template's. */
         setsid();
         signal(SIGPIPE, SIG_IGN);
@@ -301,6 +309,8 @@ _Noreturn void template_main(void)
         if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0)
                 tpl_fail(tpl, -errno, "setup", "cannot open /dev/null: %m");
         close(devnull);
+        if (loaded < 0)
+                tpl_fail(tpl, loaded, "python", "%s", loaderr);
 
         tpl_setup_namespaces(tpl);
         tpl_probe_landlock(tpl);
