@@ -15,7 +15,8 @@ MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || $(CC)
 PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=$(if $(MULTIARCH),/usr/lib/$(MULTIARCH)/pkgconfig:)/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
 PKGS      := libseccomp jansson libcurl python3-embed libmicrohttpd
 # libcurl is opened at run time (see src/lib/host/gateway.c): its headers only.
-LINK_PKGS := libseccomp jansson python3-embed
+# libpython is linked by the guest module alone (GUEST_LIBS, below).
+LINK_PKGS := libseccomp jansson
 
 WARN := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wpointer-arith -Wmissing-prototypes \
         -Wstrict-prototypes -Wundef -Wvla -Werror=implicit-function-declaration \
@@ -51,11 +52,23 @@ SOMAJOR := 0
 SONAME  := libairlock.so.$(SOMAJOR)
 SOFILE  := libairlock.so.$(VERSION)
 
-LIB_SRC  := $(sort $(wildcard src/common/*.c src/lib/*/*.c))
+# The guest module: the embedded interpreter (guest.c) and its table
+# (guest_module.c), a shared object of its own linked with libpython, which
+# the library embeds (guest_blob.c) and the template alone loads
+# (src/lib/template/guest_load.c): no other process of the library's loads
+# libpython. With it, the few helpers of the base and the channel it calls,
+# and the guest runtime's code; --gc-sections drops the rest of them.
+GUEST_OWN_SRC := src/lib/template/guest.c src/lib/template/guest_module.c
+GUEST_SRC := $(GUEST_OWN_SRC) src/common/base.c src/lib/core/channel.c
+GUEST_OBJ := $(GUEST_SRC:%.c=$(BUILD)/guest/%.o) $(BUILD)/gen/guest_runtime.o
+GUEST_SO  := $(BUILD)/guest/airlock-guest.so
+GUEST_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed jansson 2>/dev/null)
+
+LIB_SRC  := $(filter-out $(GUEST_OWN_SRC),$(sort $(wildcard src/common/*.c src/lib/*/*.c)))
 # The command line (src/cli, a file per command) and the MCP server it runs
 # (src/mcp: the JSON-RPC core, sessions, resources, stdio and HTTP).
 CLI_SRC  := $(sort $(wildcard src/cli/*.c src/mcp/*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/guest_runtime.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 # Test tiers by what they need: tests/unit/ runs anywhere (no namespaces, no
 # root, no sandbox), tests/sandbox/ starts real sandboxes. Both build into
@@ -122,6 +135,25 @@ $(BUILD)/gen/guest_runtime.c: $(RUNTIME_SRC)
 	@sh scripts/embed_runtime.sh '$(CC)' $@ '$(RUNTIME_PYTHON)' '$(PY_EMBED_VERSION)'
 $(BUILD)/gen/guest_runtime.o: $(BUILD)/gen/guest_runtime.c
 	$(CC) -c $< -o $@ -fPIC
+
+$(BUILD)/guest/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (guest module)"
+	@$(CC) $(CFLAGS) -ffunction-sections -fdata-sections -c $< -o $@
+# Every template writes the module into a memfd: the program carries it
+# without its debug information (GUEST_SO); the linked module, with it, is
+# $(GUEST_SO:.so=.debug.so), for gdb.
+STRIP ?= strip
+$(GUEST_SO:.so=.debug.so): $(GUEST_OBJ) src/lib/template/guest.map
+	@echo "  CCLD    $@"
+	@$(CC) -shared -o $@ $(GUEST_OBJ) -Wl,--gc-sections -Wl,--no-undefined \
+		-Wl,--version-script=src/lib/template/guest.map $(LDFLAGS) $(GUEST_LIBS)
+$(GUEST_SO): $(GUEST_SO:.so=.debug.so)
+	@$(STRIP) --strip-debug -o $@.tmp $< && mv $@.tmp $@
+# The library includes the module's bytes (guest_blob.c) by a path relative
+# to the repository, so that no host path is in the program.
+$(BUILD)/src/lib/template/guest_blob.o: $(GUEST_SO)
+$(BUILD)/src/lib/template/guest_blob.o: CFLAGS += -DGUEST_MODULE_PATH='"$(GUEST_SO)"'
 
 $(BUILD)/libairlock.a: $(LIB_OBJ)
 	@rm -f $@.tmp
@@ -316,7 +348,7 @@ format-check:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_HELPER_BIN:=.d) \
+-include $(LIB_OBJ:.o=.d) $(GUEST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_HELPER_BIN:=.d) \
          $(FUZZ_REPLAY_BIN:=.d)
 
 # The Python package (python/, `import airlock`): the extension built in place

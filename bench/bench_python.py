@@ -109,7 +109,7 @@ def build_c():
     src = os.path.join(build, "bench_python_c.c")
     with open(src, "w") as f:
         f.write(C_SRC)
-    libs = subprocess.run(["pkg-config", "--libs", "libseccomp", "jansson", "python3-embed"],
+    libs = subprocess.run(["pkg-config", "--libs", "libseccomp", "jansson"],
                           capture_output=True, text=True, check=True).stdout.split()
     subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", f"-I{ROOT}/include", "-o", EXE, src,
                     os.path.join(build, "libairlock.a"), *libs, "-lpthread"], check=True)

@@ -13,7 +13,8 @@ quick=${2:-}
 cd "$(dirname "$0")/.."
 
 # No libcurl: the library opens it when a run first makes an HTTP request.
-libs="$(pkg-config --libs libseccomp jansson python3-embed) -lpthread"
+# No libpython: the template loads it with the guest module.
+libs="$(pkg-config --libs libseccomp jansson) -lpthread"
 for prog in bench_sandbox bench_workloads bench_cache; do
     # shellcheck disable=SC2086 # $libs is a list of flags
     cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o "$build/$prog" "bench/$prog.c" \

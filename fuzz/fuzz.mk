@@ -15,16 +15,22 @@ MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -
 PKG_CONFIG := env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=$(if $(MULTIARCH),/usr/lib/$(MULTIARCH)/pkgconfig:)/usr/share/pkgconfig:/usr/lib/pkgconfig /usr/bin/pkg-config
 PKGS     := libseccomp jansson libcurl python3-embed
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null | sed 's/-I/-isystem /g')
-DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libseccomp jansson python3-embed 2>/dev/null)
+DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libseccomp jansson 2>/dev/null)
 SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer
 FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/common -Isrc/cli -Isrc/mcp $(DEP_CFLAGS) $(SANFLAGS)
 
-LIB_SRC  := $(sort $(wildcard src/lib/*/*.c)) src/cli/options.c src/mcp/mcp_parse.c src/common/base.c
+# The guest module (guest.c, its table and the runtime, linked with
+# libpython) is the gcc build's, included as bytes by guest_blob.c: no
+# fuzzer starts a template.
+GUEST_OWN_SRC := src/lib/template/guest.c src/lib/template/guest_module.c
+GUEST_SO := build/guest/airlock-guest.so
+LIB_SRC  := $(filter-out $(GUEST_OWN_SRC),$(sort $(wildcard src/lib/*/*.c))) src/cli/options.c \
+            src/mcp/mcp_parse.c src/mcp/tenants.c src/mcp/sha256.c src/common/base.c
 # EXTRA_OBJ: objects from the gcc build linked in uninstrumented, for a source
 # clang cannot compile at the moment (drop it from LIB_SRC on the command line).
 EXTRA_OBJ ?=
-LIB_OBJ  := $(LIB_SRC:%.c=$(FBUILD)/%.o) $(FBUILD)/gen/guest_runtime.o $(EXTRA_OBJ)
+LIB_OBJ  := $(LIB_SRC:%.c=$(FBUILD)/%.o) $(EXTRA_OBJ)
 FUZZERS  ?= $(patsubst fuzz/fuzz_%.c,%,$(sort $(wildcard fuzz/fuzz_*.c)))
 FUZZ_BIN := $(FUZZERS:%=$(FBUILD)/fuzz_%)
 
@@ -58,11 +64,12 @@ $(FBUILD)/%.o: %.c
 	@echo "  CLANG   $<"
 	@$(FCC) $(FCFLAGS) -c $< -o $@
 
-$(FBUILD)/gen/guest_runtime.c: src/guest/runtime.py src/guest/gen_wire.c src/lib/core/wire_table.h \
-                               scripts/embed_runtime.sh
-	@sh scripts/embed_runtime.sh cc $@
-$(FBUILD)/gen/guest_runtime.o: $(FBUILD)/gen/guest_runtime.c
-	@$(FCC) -c $< -o $@
+$(GUEST_SO): FORCE
+	@$(MAKE) --no-print-directory -f Makefile $@
+$(FBUILD)/src/lib/template/guest_blob.o: $(GUEST_SO)
+$(FBUILD)/src/lib/template/guest_blob.o: FCFLAGS += -DGUEST_MODULE_PATH='"$(GUEST_SO)"'
+.PHONY: FORCE
+FORCE:
 
 $(FBUILD)/fuzz_%: fuzz/fuzz_%.c $(LIB_OBJ)
 	@echo "  FUZZER  $@"

@@ -484,6 +484,13 @@ typedef struct airlock_sandbox airlock_sandbox;
  * naming the missing kernel feature when isolation cannot be set up. */
 AIRLOCK_PUBLIC int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret,
                                        airlock_error *err);
+/* The same, for a sandbox that serves one run (a one-shot command, such as
+ * `airlock run`): its template starts the first copy and prepares nothing
+ * beside it for runs that will not come (no warm-up of the interpreter, no
+ * cache of fonts). More runs still work, each slower than in a sandbox of
+ * airlock_sandbox_new; pass airlock_run_options.last to the run. */
+AIRLOCK_PUBLIC int airlock_sandbox_new_oneshot(const airlock_config *cfg, airlock_sandbox **ret,
+                                               airlock_error *err);
 /* Checks code as every run does before it starts: -EINVAL for NULL or a
  * NUL byte, -EILSEQ for text that is not valid UTF-8, -E2BIG past the cap
  * of 16 MiB. For a caller that wants to refuse such code early (before it

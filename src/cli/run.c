@@ -318,7 +318,8 @@ int cmd_run(int argc, char **argv)
                 sigaction(SIGTERM, &sa, NULL);
                 sigaction(SIGHUP, &sa, NULL);
         }
-        r = airlock_sandbox_new(o.cfg, &sb, &err);
+        /* One run: the template prepares nothing for a next one. */
+        r = airlock_sandbox_new_oneshot(o.cfg, &sb, &err);
         if (r < 0) {
                 status = cli_exit_status(&err);
                 goto fail;

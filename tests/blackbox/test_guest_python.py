@@ -477,5 +477,20 @@ def test_the_guest_process_holds_no_http_server_library():
     assert "libpython3" in r["stdout"], r["stdout"][-2000:]
 
 
+def test_only_the_template_loads_libpython():
+    """The command never runs Python: neither it nor libairlock.so links
+    libpython. The template loads it with the guest module, which the
+    program carries and the template opens from a memfd (guest_load.c), so
+    that the guest's maps name no host path of it."""
+    build = os.path.dirname(os.path.realpath(AIRLOCK))
+    for f in (AIRLOCK, os.path.join(build, "libairlock.so")):
+        d = subprocess.run(["readelf", "-d", f], stdout=subprocess.PIPE, text=True, check=True)
+        assert "NEEDED" in d.stdout and "libpython" not in d.stdout, (f, d.stdout)
+    rc, r = run_json("print(open('/proc/self/maps').read())")
+    assert rc == 0, r["stderr"]
+    assert "/memfd:airlock-guest (deleted)" in r["stdout"], r["stdout"][-2000:]
+    assert "airlock-guest.so" not in r["stdout"], r["stdout"][-2000:]
+
+
 if __name__ == "__main__":
     run()

@@ -114,6 +114,37 @@ static void test_run_after_a_last_run(void **state)
         }
 }
 
+/* What the template imports in its warm-up (csv, which nothing else
+ * imports) shows whether the copy of a run was made after it: in a sandbox
+ * of airlock_sandbox_new, the second copy is; in a one-shot sandbox only
+ * the third, the warm-up coming after the second copy. Every run works. */
+static void test_oneshot_sandbox_warms_up_late(void **state)
+{
+        airlock_error err;
+        airlock_config *cfg;
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        const char *code = "import sys; print('csv' in sys.modules)";
+        static const char *const want[2][3] = {{"False\n", "True\n", "True\n"},
+                                               {"False\n", "False\n", "True\n"}};
+        for (int oneshot = 0; oneshot < 2; oneshot++) {
+                airlock_sandbox *one;
+                int r = oneshot ? airlock_sandbox_new_oneshot(cfg, &one, &err)
+                                : airlock_sandbox_new(cfg, &one, &err);
+                if (r < 0)
+                        fail_msg("sandbox: %s", err.message);
+                for (int i = 0; i < 3; i++) {
+                        airlock_result *res;
+                        assert_int_equal(
+                            airlock_sandbox_run(one, code, strlen(code), NULL, &res, &err), 0);
+                        assert_true(res->success);
+                        assert_string_equal(res->stdout_data, want[oneshot][i]);
+                        airlock_result_free(res);
+                }
+                airlock_sandbox_close(one);
+        }
+        airlock_config_free(cfg);
+}
+
 /* A session's cells are not the end of a program: atexit handlers wait
  * for the session's end, while figures come back after every cell, as a
  * notebook shows them, each once. */
@@ -1043,6 +1074,7 @@ int main(void)
             cmocka_unit_test(test_state_persists),
             cmocka_unit_test(test_single_runs_stay_fresh),
             cmocka_unit_test(test_run_after_a_last_run),
+            cmocka_unit_test(test_oneshot_sandbox_warms_up_late),
             cmocka_unit_test(test_cells_return_figures_but_run_no_atexit),
             cmocka_unit_test(test_snapshot_restore_twice),
             cmocka_unit_test(test_output_is_emptied_between_runs),

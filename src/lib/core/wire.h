@@ -113,6 +113,10 @@ typedef struct template_params {
          * out (an "input" frame, then COPY_INPUT with a detached tree),
          * before it drops its privileges (tpl_copy.c). */
         bool late_input;
+        /* The sandbox serves one run (airlock_sandbox_new_single): nothing
+         * is prepared beside the first copy for copies that may never
+         * come (template.c). */
+        bool single_run;
 } template_params;
 
 /* Room for the template and a pre-started copy on top of a run's limits,

@@ -66,6 +66,9 @@ struct airlock_sandbox {
          * staged with the sandbox, each copy gets its run's input when it
          * is handed out; without root, through the mounter. */
         bool late_input;
+        /* airlock_sandbox_new_oneshot: the template prepares nothing for a
+         * run after the first (template_params.single_run). */
+        bool oneshot;
         sbx_mounter mounter;
         pid_t tpl_pid;
         int ctl;
@@ -328,14 +331,15 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
                 json_array_append_new(paths, json_string(sb->cfg->python_paths[i]));
                 json_array_append_new(fds, json_boolean(sb->pypath_fd[i] >= 0));
         }
-        _cleanup_json_ json_t *j = json_pack(
-            "{s:b, s:b, s:b, s:b, s:I, s:I, s:i, s:b, s:b, s:o, s:o, s:o, s:O}", "has_input",
-            has_input, "late_input", sb->late_input, "input_writable", sb->cfg->input_writable,
-            "input_tree", input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
-            (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
-            "cgroup_cpu", sb->cg.enabled && !sb->cg.v2 && sb->cg.n > 2, "auto_figures",
-            !sb->cfg->no_auto_figures, "preloads", pre, "python_paths", paths, "python_path_fds",
-            fds, "sys_path", sb->sys_path);
+        _cleanup_json_ json_t *j =
+            json_pack("{s:b, s:b, s:b, s:b, s:b, s:I, s:I, s:i, s:b, s:b, s:o, s:o, s:o, s:O}",
+                      "has_input", has_input, "late_input", sb->late_input, "single_run",
+                      sb->oneshot, "input_writable", sb->cfg->input_writable, "input_tree",
+                      input_tree, "guest_uid", (json_int_t)sb->guest_uid, "guest_gid",
+                      (json_int_t)sb->guest_gid, "cgroup", sb->cg.enabled ? (sb->cg.v2 ? 2 : 1) : 0,
+                      "cgroup_cpu", sb->cg.enabled && !sb->cg.v2 && sb->cg.n > 2, "auto_figures",
+                      !sb->cfg->no_auto_figures, "preloads", pre, "python_paths", paths,
+                      "python_path_fds", fds, "sys_path", sb->sys_path);
         if (!j || limits_to_json(&l, j) < 0)
                 return NULL;
         return json_dumps(j, JSON_COMPACT);
@@ -890,9 +894,18 @@ mcp_hub *sbx_mcp(const airlock_sandbox *sb)
         return sb->mcp;
 }
 
+static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool late, bool oneshot,
+                       airlock_sandbox **ret, airlock_error *err);
+
 int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
 {
         return sbx_sandbox_new_from(cfg, NULL, ret, err);
+}
+
+int airlock_sandbox_new_oneshot(const airlock_config *cfg, airlock_sandbox **ret,
+                                airlock_error *err)
+{
+        return sandbox_new(cfg, NULL, false, true, ret, err);
 }
 
 /* Contract: makes a sandbox for cfg as airlock_sandbox_new does; with prev
@@ -924,21 +937,18 @@ int airlock_sandbox_new(const airlock_config *cfg, airlock_sandbox **ret, airloc
  * private tmpfs; the cgroup directories are reached by fd and moves between
  * them need the root-owned common parent). A sandbox made without prev
  * draws new ids, as pick_guest_ids says. */
-static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool late,
-                       airlock_sandbox **ret, airlock_error *err);
-
 int sbx_sandbox_new_from(const airlock_config *cfg, airlock_sandbox *prev, airlock_sandbox **ret,
                          airlock_error *err)
 {
-        return sandbox_new(cfg, prev, false, ret, err);
+        return sandbox_new(cfg, prev, false, false, ret, err);
 }
 
 int sbx_sandbox_new_late(const airlock_config *cfg, airlock_sandbox **ret, airlock_error *err)
 {
-        return sandbox_new(cfg, NULL, true, ret, err);
+        return sandbox_new(cfg, NULL, true, false, ret, err);
 }
 
-static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool late,
+static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool late, bool oneshot,
                        airlock_sandbox **ret, airlock_error *err)
 {
         airlock_error_clear(err);
@@ -967,6 +977,7 @@ static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool la
         sb->tpl_pid = -1;
         sb->want_ready = 1;
         sb->late_input = late;
+        sb->oneshot = oneshot;
         sb->mounter.pid = -1;
         sb->mounter.sock = -1;
         for (int i = 0; i < CG_HIERARCHIES; i++)

@@ -14,7 +14,16 @@
 /* Runs the template; never returns. */
 _Noreturn void template_main(void);
 
-/* --- embedded interpreter (guest.c), used inside the template only --- */
+/* --- embedded interpreter (guest.c), used inside the template only ---
+ *
+ * guest.c is built into the guest module, a shared object linked with
+ * libpython (guest_module.h), which the template alone loads: the functions
+ * below are the module's, called through guest_load.c's forwarders of the
+ * same names in the template (and defined by guest.c in the module). */
+
+/* Loads the guest module (guest_load.c); before any other guest_* call.
+ * On failure returns < 0 with a message in errbuf. */
+int guest_load(char *errbuf, size_t errlen);
 
 /* Initialises CPython, installs the runtime and imports the preloads. On
  * failure returns < 0 with a message in errbuf. */

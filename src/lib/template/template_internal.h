@@ -162,8 +162,11 @@ struct template_state {
         int req_done_bytes;
         uint32_t req_done_seq;
         /* Whether the interpreter has been warmed up: template_main, after
-         * the first copy. Copies forked before do not pre-warm. */
+         * the first copy (in a one-shot sandbox, after the second:
+         * spawned_one says the first was started). Copies forked before do
+         * not pre-warm. */
         bool warmed_up;
+        bool spawned_one;
         /* The cache builder (guest_start_cache_builder): 0 until it is
          * started, then its pid (or < 0); template_main. cache_sealed:
          * GUEST_CACHE_DIR is read-only in the template, set by
