@@ -20,7 +20,7 @@ SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=un
             -fno-omit-frame-pointer
 FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/common -Isrc/cli -Isrc/mcp $(DEP_CFLAGS) $(SANFLAGS)
 
-LIB_SRC  := $(sort $(wildcard src/lib/*/*.c)) src/cli/options.c src/mcp/mcp_parse.c src/common/base.c
+LIB_SRC  := $(sort $(wildcard src/lib/*/*.c)) src/cli/options.c src/common/base.c src/common/jsonrpc.c
 # EXTRA_OBJ: objects from the gcc build linked in uninstrumented, for a source
 # clang cannot compile at the moment (drop it from LIB_SRC on the command line).
 EXTRA_OBJ ?=

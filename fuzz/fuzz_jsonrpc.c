@@ -35,9 +35,9 @@ static uint64_t count_values(const json_t *v, unsigned level, unsigned *depth)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-        mcp_message m;
+        jsonrpc_message m;
         char why[256] = "";
-        int code = mcp_parse_message((const char *)data, size, &m, why, sizeof(why));
+        int code = jsonrpc_parse((const char *)data, size, &m, why, sizeof(why));
         if (code == 0) {
                 if (m.method && !m.root)
                         abort();
@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (m.root) {
                 uint64_t values = 0;
                 unsigned depth = 0, real_depth = 0;
-                mcp_json_measure((const char *)data, size, &values, &depth);
+                jsonrpc_measure((const char *)data, size, &values, &depth);
                 if (count_values(m.root, 0, &real_depth) > values || real_depth > depth)
                         abort();
         }

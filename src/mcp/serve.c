@@ -1118,7 +1118,7 @@ static void release_body(request *rq)
 }
 
 /* The parsed message is freed: its estimated size leaves the budget. */
-static void drop_message(request *rq, mcp_message *m)
+static void drop_message(request *rq, jsonrpc_message *m)
 {
         json_decref(m->root);
         m->root = NULL;
@@ -1129,9 +1129,9 @@ static void drop_message(request *rq, mcp_message *m)
 /* Deepest nesting of arrays and objects in a request: no MCP message comes
  * near it, and jansson's parser recurses once a level on the connection's
  * thread, whose stack is 512 KiB. */
-#define MAX_JSON_DEPTH 64
+#define JSONRPC_MAX_DEPTH 64
 
-/* Charges what parsing the body will hold (MCP_JSON_VALUE_COST per JSON
+/* Charges what parsing the body will hold (JSONRPC_VALUE_COST per JSON
  * value, found by a pass over the bytes that builds nothing, plus the
  * bytes themselves for the strings' copies) against --max-body-total,
  * beside the body until it is released: a body of 4 MiB of "[0,0,..."
@@ -1144,9 +1144,9 @@ static int charge_parse(struct MHD_Connection *c, request *rq, enum MHD_Result *
         server *s = rq->srv;
         uint64_t values = 0;
         unsigned depth = 0;
-        mcp_json_measure(rq->body.data ? rq->body.data : "", rq->body.len, &values, &depth);
-        uint64_t cost = values * MCP_JSON_VALUE_COST + rq->body.len;
-        if (depth > MAX_JSON_DEPTH) {
+        jsonrpc_measure(rq->body.data ? rq->body.data : "", rq->body.len, &values, &depth);
+        uint64_t cost = values * JSONRPC_VALUE_COST + rq->body.len;
+        if (depth > JSONRPC_MAX_DEPTH) {
                 release_body(rq);
                 refuse(rq, RF_BAD_REQUEST);
                 snprintf(rq->method, sizeof(rq->method), "?");
@@ -1242,10 +1242,10 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         enum MHD_Result refused;
         if (charge_parse(c, rq, &refused) < 0)
                 return refused;
-        mcp_message m;
+        jsonrpc_message m;
         char why[256];
-        int code = mcp_parse_message(rq->body.data ? rq->body.data : "", rq->body.len, &m, why,
-                                     sizeof(why));
+        int code =
+            jsonrpc_parse(rq->body.data ? rq->body.data : "", rq->body.len, &m, why, sizeof(why));
         release_body(rq);
         if (code != 0) {
                 drop_message(rq, &m);
@@ -1751,10 +1751,10 @@ static bool warm_up(server *s)
         json_t *root =
             json_pack("{s:s, s:i, s:s, s:{s:s, s:{s:s}}}", "jsonrpc", "2.0", "id", 0, "method",
                       "tools/call", "params", "name", "execute_code", "arguments", "code", "pass");
-        mcp_message m = {.root = root,
-                         .id = json_object_get(root, "id"),
-                         .method = "tools/call",
-                         .params = json_object_get(root, "params")};
+        jsonrpc_message m = {.root = root,
+                             .id = json_object_get(root, "id"),
+                             .method = "tools/call",
+                             .params = json_object_get(root, "params")};
         pthread_mutex_lock(&s->slot_lock);
         s->running++;
         pthread_mutex_unlock(&s->slot_lock);
