@@ -1,5 +1,5 @@
 /* The MCP server without its transport (mcp_core.h): the server's
- * making and unmaking, and the functions `airlock serve` (serve.c) drives
+ * making and unmaking, and the functions `airlock serve` (serve*.c) drives
  * the dispatcher, the workers, the progress thread and the sessions with,
  * a sink per HTTP request and no handshake state. */
 #include <errno.h>

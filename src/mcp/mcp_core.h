@@ -1,5 +1,5 @@
 /* The MCP server without its transport: what `airlock mcp` (stdio, in
- * mcp.c) and `airlock serve` (Streamable HTTP, serve*.c) share. One parsed
+ * mcp_stdio.c) and `airlock serve` (Streamable HTTP, serve*.c) share. One parsed
  * JSON-RPC message is handed to mcp_core_handle with a sink; every message
  * the request produces (progress notifications, then its response) goes to
  * that sink, in order, from whichever thread produces it. */
