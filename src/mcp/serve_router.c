@@ -229,6 +229,47 @@ static const route *route_find(const char *url)
         return NULL;
 }
 
+/* The state of a request whose headers just came: who the client is (its
+ * address, and the one a proxy in front names), its socket, its body's
+ * buffer. NULL when out of memory. */
+static request *request_new(server *s, struct MHD_Connection *c)
+{
+        request *rq = calloc(1, sizeof(*rq));
+        if (!rq)
+                return NULL;
+        rq->srv = s;
+        rq->t0 = al_now_ns();
+        rq->sock = -1;
+        dynbuf_init(&rq->body, s->opt.max_body);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+                rq->sock = ci->connect_fd;
+        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+                const struct sockaddr *sa = ci->client_addr;
+                char ip[INET6_ADDRSTRLEN] = "?";
+                unsigned port = 0;
+                if (sa->sa_family == AF_INET) {
+                        const struct sockaddr_in *in = (const void *)sa;
+                        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+                        port = ntohs(in->sin_port);
+                        snprintf(rq->client, sizeof(rq->client), "%s:%u", ip, port);
+                } else if (sa->sa_family == AF_INET6) {
+                        const struct sockaddr_in6 *in6 = (const void *)sa;
+                        inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+                        port = ntohs(in6->sin6_port);
+                        snprintf(rq->client, sizeof(rq->client), "[%s]:%u", ip, port);
+                }
+        }
+        /* The address a proxy in front names, for the log only:
+         * printable ASCII, cut to its buffer. */
+        const char *xff = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Forwarded-For");
+        for (size_t i = 0; xff && xff[i] && i + 1 < sizeof(rq->forwarded); i++)
+                rq->forwarded[i] = xff[i] >= 0x20 && xff[i] < 0x7f ? xff[i] : '?';
+        return rq;
+}
+
 enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                            const char *version, const char *upload_data, size_t *upload_data_size,
                            void **con_cls)
@@ -236,40 +277,9 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
         server *s = cls;
         request *rq = *con_cls;
         if (!rq) {
-                rq = calloc(1, sizeof(*rq));
+                rq = request_new(s, c);
                 if (!rq)
                         return MHD_NO;
-                rq->srv = s;
-                rq->t0 = al_now_ns();
-                rq->sock = -1;
-                dynbuf_init(&rq->body, s->opt.max_body);
-                const union MHD_ConnectionInfo *ci =
-                    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-                if (ci)
-                        rq->sock = ci->connect_fd;
-                ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-                if (ci && ci->client_addr) {
-                        const struct sockaddr *sa = ci->client_addr;
-                        char ip[INET6_ADDRSTRLEN] = "?";
-                        unsigned port = 0;
-                        if (sa->sa_family == AF_INET) {
-                                const struct sockaddr_in *in = (const void *)sa;
-                                inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
-                                port = ntohs(in->sin_port);
-                                snprintf(rq->client, sizeof(rq->client), "%s:%u", ip, port);
-                        } else if (sa->sa_family == AF_INET6) {
-                                const struct sockaddr_in6 *in6 = (const void *)sa;
-                                inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
-                                port = ntohs(in6->sin6_port);
-                                snprintf(rq->client, sizeof(rq->client), "[%s]:%u", ip, port);
-                        }
-                }
-                /* The address a proxy in front names, for the log only:
-                 * printable ASCII, cut to its buffer. */
-                const char *xff =
-                    MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Forwarded-For");
-                for (size_t i = 0; xff && xff[i] && i + 1 < sizeof(rq->forwarded); i++)
-                        rq->forwarded[i] = xff[i] >= 0x20 && xff[i] < 0x7f ? xff[i] : '?';
                 *con_cls = rq;
                 atomic_fetch_add(&s->requests, 1);
                 atomic_fetch_add(&s->m.http_requests, 1);
