@@ -17,8 +17,6 @@
 #include "mcp_internal.h"
 #include "audit.h"
 
-/* ---- tools/call workers ------------------------------------------------ */
-
 void call_free(mcp_call *c)
 {
         if (!c)

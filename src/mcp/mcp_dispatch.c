@@ -31,8 +31,6 @@ static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "202
 /* Revisions without a handshake (each request names its own), newest first. */
 static const char *const modern_versions[] = {"2026-07-28"};
 
-/* ---- requests ---------------------------------------------------------- */
-
 /* What this server offers, the same in initialize and server/discover. */
 static json_t *server_capabilities(void)
 {

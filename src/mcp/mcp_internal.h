@@ -19,6 +19,8 @@
 #include "tenant_workspace.h"
 #include "tenants.h"
 
+/* The per-request _meta keys of revision 2026-07-28 (basic/index, "_meta"),
+ * and its error for a revision the server does not speak. */
 #define META_PROTOCOL_VERSION            "io.modelcontextprotocol/protocolVersion"
 #define META_CLIENT_CAPS                 "io.modelcontextprotocol/clientCapabilities"
 #define META_CLIENT_INFO                 "io.modelcontextprotocol/clientInfo"
@@ -26,8 +28,7 @@
 #define META_SUBSCRIPTION_ID             "io.modelcontextprotocol/subscriptionId"
 #define RPC_UNSUPPORTED_PROTOCOL_VERSION (-32022)
 
-/* tools/call in progress at once */
-#define MCP_MAX_CALLS     64
+#define MCP_MAX_CALLS     64  /* tools/call in progress at once */
 #define PROGRESS_LINE_MAX 200 /* bytes of the latest output line in "message" */
 
 /* One version of the configuration and what the server made from it. A

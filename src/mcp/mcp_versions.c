@@ -16,8 +16,6 @@
 #include "tenant_workspace.h"
 #include "tools.h"
 
-/* ---- the configuration's versions ------------------------------------- */
-
 void version_free(cfg_version *v)
 {
         if (!v)

@@ -16,8 +16,6 @@
 #include "base.h"
 #include "serve_internal.h"
 
-/* ---- hang-ups of calls run on their connection's thread ---------------- */
-
 /* While a call runs on its connection's thread, nobody polls its socket:
  * one thread of the server watches those sockets in one epoll set (two
  * system calls a call, no thread per call) and cancels the call of a client

@@ -16,8 +16,6 @@
 #include "base.h"
 #include "serve_internal.h"
 
-/* ---- the sink of one request -------------------------------------------- */
-
 static void sink_wake(http_sink *k)
 {
         uint64_t one = 1;

@@ -16,8 +16,6 @@
 #include "serve_internal.h"
 #include "quota.h"
 
-/* ---- run slots ---------------------------------------------------------- */
-
 /* Under slot_lock: a run slot is free, and owner holds fewer runs than its
  * quota; then both are taken. */
 static bool slot_fits_locked(server *s, const char *owner)

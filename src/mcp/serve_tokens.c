@@ -17,8 +17,6 @@
 #include "quota.h"
 #include "tenant_workspace.h"
 
-/* ---- tokens and tenants --------------------------------------------------- */
-
 /* Compares a and b in time that depends on their lengths only, never on
  * where they differ. */
 static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
