@@ -23,6 +23,9 @@
 #define MAX_HEADER_MEM (64u << 10) /* headers of one request, libmicrohttpd's pool */
 #define RETRY_AFTER_S  "1"
 
+/* How a request ended, as its access log line and /metrics name it
+ * (status_names), and why one was refused before it ran (refusal_names in
+ * serve_metrics.c). */
 enum call_status { ST_OK, ST_TOOL_ERROR, ST_RPC_ERROR, ST_CANCELLED, ST_REFUSED, ST_N };
 enum refusal {
         RF_BODY_TOO_LARGE,

@@ -16,6 +16,16 @@
 #include "serve_internal.h"
 #include "quota.h"
 
+/* When a wait for a run slot, or for the core to be built, gives up:
+ * --queue-wait seconds from now, on the monotonic clock of slot_free and
+ * built (cmd_serve makes them so). */
+static struct timespec queue_deadline(const server *s)
+{
+        uint64_t at = al_now_ns() + (uint64_t)(s->opt.queue_wait_s * 1e9);
+        return (struct timespec){.tv_sec = (time_t)(at / 1000000000ull),
+                                 .tv_nsec = (long)(at % 1000000000ull)};
+}
+
 /* Under slot_lock: a run slot is free, and owner holds fewer runs than its
  * quota; then both are taken. */
 static bool slot_fits_locked(server *s, const char *owner)
@@ -66,12 +76,7 @@ admit slot_take(server *s, const char *owner, char *why, size_t why_len)
                 return ADMIT_QUEUE_FULL;
         }
         s->waiting++;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
-                      (uint64_t)(s->opt.queue_wait_s * 1e9);
-        ts.tv_sec = (time_t)(at / 1000000000ull);
-        ts.tv_nsec = (long)(at % 1000000000ull);
+        struct timespec ts = queue_deadline(s);
         admit a = ADMIT_OK;
         int r = 0;
         /* The tenant is asked first: removing it cancels its running call,
@@ -125,12 +130,7 @@ int hold_until_built(server *s)
 {
         if (atomic_load(&s->core_ready))
                 return 0;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
-                      (uint64_t)(s->opt.queue_wait_s * 1e9);
-        ts.tv_sec = (time_t)(at / 1000000000ull);
-        ts.tv_nsec = (long)(at % 1000000000ull);
+        struct timespec ts = queue_deadline(s);
         int r = 0;
         pthread_mutex_lock(&s->slot_lock);
         s->held++;
