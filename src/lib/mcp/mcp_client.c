@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "core/wire.h"
-#include "jsonrpc.h"
 #include "host/allowlist.h"
 #include "host/gateway.h"
+#include "jsonrpc.h"
 #include "mcp/mcp.h"
 
 extern char **environ;
