@@ -9,6 +9,7 @@ with the reason it was skipped. Writes bench/results/latest.{md,json,svg}.
 Standard library only.
 """
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -16,6 +17,8 @@ import platform
 import random
 import select
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -83,6 +86,42 @@ def summary(samples, **extra):
          "min_ms": min(samples), "n": len(samples), "samples_ms": samples}
     d.update(extra)
     return d
+
+
+def die_with_parent():
+    """For Popen's preexec_fn: the child gets SIGKILL when this process ends,
+    however it ends (a watchdog's exit, a crash), so nothing outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def free_ports(n):
+    """n distinct free TCP ports on 127.0.0.1."""
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def wait_ready(port, proc, what, deadline):
+    """Waits until the `airlock serve` at port says ready on /readyz (what:
+    the name its errors give it); an error when proc exits first or
+    deadline (time.monotonic()) passes."""
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if s.recv(100).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready")
+        time.sleep(0.1)
 
 
 def pss_tree(root):

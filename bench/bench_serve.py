@@ -12,7 +12,6 @@ the difference is the transport's and the server's, not a client library's.
 Prints one table and one JSON line.
 
 Usage: bench_serve.py BUILD_DIR [ROUNDS]"""
-import ctypes
 import json
 import os
 import shutil
@@ -24,6 +23,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from bench import die_with_parent, free_ports, wait_ready  # noqa: E402 - a sibling script
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 300
@@ -123,37 +124,6 @@ class Http:
             self.s.close()
             self.s = None
 
-
-
-def die_with_parent():
-    """For Popen's preexec_fn: the child gets SIGKILL when this process ends,
-    however it ends (a watchdog's exit, a crash), so nothing outlives it."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def wait_ready(port, proc, what, deadline):
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                if s.recv(100).startswith(b"HTTP/1.1 200"):
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} not ready")
-        time.sleep(0.1)
 
 
 class Fleet:

@@ -28,7 +28,6 @@ Called by bench.py (`make bench`, section 10, and `bench.py BUILD --only
 tenants`); alone: /usr/bin/python3 bench/bench_tenants.py BUILD [--quick].
 Standard library only.
 """
-import ctypes
 import json
 import os
 import shutil
@@ -41,7 +40,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import pss_tree  # noqa: E402 - a sibling script
+from bench import die_with_parent, free_ports, pss_tree, wait_ready  # noqa: E402 - a sibling script
 
 PRELOAD = "numpy,pandas,matplotlib"
 MODERN = "2026-07-28"
@@ -77,11 +76,6 @@ PEERS = [
     ("the open-source Firecracker-based system issue 31 cites",
      "about 3 MiB of extra memory per forked sandbox"),
 ]
-
-
-def die_with_parent():
-    """Popen's preexec_fn: SIGKILL for the child when this process ends."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def med(xs):
@@ -202,28 +196,6 @@ class Http:
         if self.s:
             self.s.close()
             self.s = None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(port, proc, deadline):
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"airlock serve exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                if s.recv(100).startswith(b"HTTP/1.1 200"):
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("airlock serve was not ready within 120 s")
-        time.sleep(0.1)
 
 
 def stop(proc, timeout=60):
@@ -351,7 +323,7 @@ def run(build, quick, log=lambda m: None):
         tok_file = os.path.join(tmp, "tokens")
         with open(tok_file, "w") as f:
             f.write("".join(f"{tokens[nm]} {nm}\n" for nm in names))
-        port = free_port()
+        port = free_ports(1)[0]
         proc = subprocess.Popen(
             [exe, "serve", "--listen", f"127.0.0.1:{port}", "--instance", "bench",
              "--tokens", tok_file, "--tenants-dir", tdir, "--preload", PRELOAD,
@@ -359,7 +331,7 @@ def run(build, quick, log=lambda m: None):
              "--grace", "5"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env=env, preexec_fn=die_with_parent)
-        wait_ready(port, proc, time.monotonic() + 120)
+        wait_ready(port, proc, "airlock serve", time.monotonic() + 120)
         http = Http(port)
         # The first call builds the template (untimed); the tree's PSS
         # then is the server with one tenant served.

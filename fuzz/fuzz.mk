@@ -26,7 +26,8 @@ FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/common -Isrc
 GUEST_OWN_SRC := src/lib/template/guest.c src/lib/template/guest_module.c
 GUEST_SO := build/guest/airlock-guest.so
 LIB_SRC  := $(filter-out $(GUEST_OWN_SRC),$(sort $(wildcard src/lib/*/*.c))) src/cli/options.c \
-            src/mcp/mcp_parse.c src/mcp/tenants.c src/mcp/sha256.c src/common/base.c
+            src/mcp/tenants.c src/mcp/sha256.c src/common/base.c \
+            src/common/jsonrpc.c
 # EXTRA_OBJ: objects from the gcc build linked in uninstrumented, for a source
 # clang cannot compile at the moment (drop it from LIB_SRC on the command line).
 EXTRA_OBJ ?=

@@ -1,12 +1,13 @@
-/* Fuzzes the MCP server's JSON-RPC envelope parser with whole input lines:
- * any bytes must give either a valid message (a method string, params an
- * object or absent, an id that is a string or an integer) or an error code
- * from JSON-RPC's table with a message. */
+/* Fuzzes the JSON-RPC layer (src/common/jsonrpc.c) that the MCP server and
+ * the library's MCP client share, with whole input lines: any bytes must
+ * give either a valid message (a method string, params an object or absent,
+ * an id that is a string or an integer, of the kind jsonrpc_kind_of says)
+ * or an error code from JSON-RPC's table with a message. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mcp.h"
+#include "jsonrpc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,13 +36,18 @@ static uint64_t count_values(const json_t *v, unsigned level, unsigned *depth)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-        mcp_message m;
+        jsonrpc_message m;
         char why[256] = "";
-        int code = mcp_parse_message((const char *)data, size, &m, why, sizeof(why));
+        int code = jsonrpc_parse((const char *)data, size, &m, why, sizeof(why));
         if (code == 0) {
                 if (m.method && !m.root)
                         abort();
                 if (m.params && !json_is_object(m.params))
+                        abort();
+                jsonrpc_kind kind = jsonrpc_kind_of(m.root);
+                if (m.method && kind != (m.id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION))
+                        abort();
+                if (!m.method && m.id && kind != JSONRPC_RESPONSE)
                         abort();
         } else {
                 if (code != RPC_PARSE_ERROR && code != RPC_INVALID_REQUEST &&
@@ -58,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (m.root) {
                 uint64_t values = 0;
                 unsigned depth = 0, real_depth = 0;
-                mcp_json_measure((const char *)data, size, &values, &depth);
+                jsonrpc_measure((const char *)data, size, &values, &depth);
                 if (count_values(m.root, 0, &real_depth) > values || real_depth > depth)
                         abort();
         }

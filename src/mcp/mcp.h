@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "airlock.h"
+#include "jsonrpc.h"
 
 /* Where a run's files can be read back: MCP_URI_PREFIX, the run's id (32
  * hex digits from getrandom, so a URI cannot be guessed), then the file's
@@ -95,41 +96,5 @@ json_t *mcp_store_list(mcp_store *st, const char *owner, const char *cursor, int
  * code in *ret_code and the message in why. */
 json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *ret_code, char *why,
                        size_t why_len);
-
-/* JSON-RPC error codes the server answers with. */
-enum {
-        RPC_PARSE_ERROR = -32700,
-        RPC_INVALID_REQUEST = -32600,
-        RPC_METHOD_NOT_FOUND = -32601,
-        RPC_INVALID_PARAMS = -32602,
-        RPC_INTERNAL_ERROR = -32603,
-        RPC_RESOURCE_NOT_FOUND = -32002, /* MCP's code for resources/read */
-};
-
-/* One message from the client, checked against JSON-RPC 2.0 as MCP uses it.
- * Pointers point into root, which the caller releases with json_decref. */
-typedef struct mcp_message {
-        json_t *root;
-        const json_t *id;     /* NULL for a notification, or when it was invalid */
-        const char *method;   /* NULL for a response from the client */
-        const json_t *params; /* NULL or an object */
-} mcp_message;
-
-/* Parses one line of input (untrusted, any bytes). Returns 0 with *ret
- * filled, or the JSON-RPC error code to answer with and a message in why;
- * ret->id is then the id to answer to (NULL when there is none), and
- * ret->root still needs json_decref. A notification with bad params is
- * dropped silently: 0 with method NULL. */
-int mcp_parse_message(const char *line, size_t len, mcp_message *ret, char *why, size_t why_len);
-
-/* What parsing buf would cost, found in one pass over its bytes without
- * building anything: *values the JSON values it holds (object keys
- * included) and *depth its deepest nesting of arrays and objects. Text
- * that is not JSON is measured all the same (jansson then refuses it).
- * Parsed, each value costs jansson about 40 to 90 bytes beside the text
- * (MCP_JSON_VALUE_COST, measured with jansson 2.14): the parsed form of a
- * body can be 20 times its size, which is what the caller must bound. */
-#define MCP_JSON_VALUE_COST 96
-void mcp_json_measure(const char *buf, size_t len, uint64_t *values, unsigned *depth);
 
 #endif

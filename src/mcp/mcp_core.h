@@ -1,5 +1,5 @@
 /* The MCP server without its transport: what `airlock mcp` (stdio, in
- * mcp.c) and `airlock serve` (Streamable HTTP, serve*.c) share. One parsed
+ * mcp_stdio.c) and `airlock serve` (Streamable HTTP, serve*.c) share. One parsed
  * JSON-RPC message is handed to mcp_core_handle with a sink; every message
  * the request produces (progress notifications, then its response) goes to
  * that sink, in order, from whichever thread produces it. */
@@ -77,7 +77,7 @@ int mcp_core_reload(mcp_server *srv, airlock_config *cfg, airlock_error *err);
 /* Handles one message (a request, a notification or a client's response).
  * Returns 1 when a tools/call was started for it (its response comes later,
  * then call_done), 0 when everything it produces has been sent already. */
-int mcp_core_handle(mcp_server *srv, mcp_sink *sink, const mcp_message *m);
+int mcp_core_handle(mcp_server *srv, mcp_sink *sink, const jsonrpc_message *m);
 /* Runs the call left in sink->here on the calling thread; the run calls
  * on_watch(watch_arg) at most once, when watch_fd becomes readable or
  * before a step that may take long (airlock_run_options), on this thread:

@@ -129,6 +129,19 @@ static entry *find_locked(mcp_sessions *m, const char *handle, const char *owner
         return NULL;
 }
 
+/* find_locked, once a cancelled call's cell is rolled back: a call waits
+ * for it rather than be refused as "running another call". Caller holds
+ * m->lock, which the wait releases meanwhile. */
+static entry *find_settled_locked(mcp_sessions *m, const char *handle, const char *owner)
+{
+        entry *e = find_locked(m, handle, owner);
+        while (e && e->busy && e->cancelled) {
+                pthread_cond_wait(&m->changed, &m->lock);
+                e = find_locked(m, handle, owner);
+        }
+        return e;
+}
+
 static void unlink_locked(mcp_sessions *m, entry *e, const char *why)
 {
         for (entry **p = &m->head; *p; p = &(*p)->next)
@@ -535,12 +548,8 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                 return mcp_tool_error("session_fork needs the argument \"session\": the handle "
                                       "of the session to copy");
         pthread_mutex_lock(&m->lock);
-        entry *e = find_locked(m, handle, owner);
         /* As for a cell: a cancelled call's rollback is waited for. */
-        while (e && e->busy && e->cancelled) {
-                pthread_cond_wait(&m->changed, &m->lock);
-                e = find_locked(m, handle, owner);
-        }
+        entry *e = find_settled_locked(m, handle, owner);
         if (!e) {
                 pthread_mutex_unlock(&m->lock);
                 return unknown_handle(m, handle, owner);
@@ -661,13 +670,7 @@ json_t *mcp_sessions_begin(mcp_sessions *m, const json_t *handle, const char *ow
                 return mcp_tool_error("execute_code: \"session\" must be a string, a handle "
                                       "from session_open");
         pthread_mutex_lock(&m->lock);
-        entry *e = find_locked(m, h, owner);
-        /* A cancelled call's cell is being rolled back: this call waits for
-         * it rather than be refused as "running another call". */
-        while (e && e->busy && e->cancelled) {
-                pthread_cond_wait(&m->changed, &m->lock);
-                e = find_locked(m, h, owner);
-        }
+        entry *e = find_settled_locked(m, h, owner);
         if (e && e->busy) {
                 pthread_mutex_unlock(&m->lock);
                 char msg[256];

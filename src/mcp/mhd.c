@@ -8,9 +8,9 @@
  * GnuTLS, p11-kit, nettle, gmp and others with it, some 180 page faults
  * and 6 ms of CPU per process on the 2-core test machine, twice on the
  * path of every cold start (the command, then its template). So the
- * functions serve.c calls are defined here, with libmicrohttpd's own
+ * functions serve*.c call are defined here, with libmicrohttpd's own
  * names and signatures, and forward to the library opened on first use
- * (as src/lib/host/gateway.c does with libcurl); serve.c is unchanged.
+ * (as src/lib/host/gateway.c does with libcurl); serve*.c are unchanged.
  *
  * When the library cannot be opened, MHD_start_daemon returns NULL with
  * errno ELIBACC, which serve reports as the reason it cannot listen; no
@@ -111,7 +111,7 @@ MHD_socket MHD_quiesce_daemon(struct MHD_Daemon *daemon)
         return mhd.quiesce_daemon(daemon);
 }
 
-/* serve.c asks only for kinds of information that take no further
+/* serve*.c ask only for kinds of information that take no further
  * argument (the bound port; a connection's fd and client address). */
 const union MHD_DaemonInfo *MHD_get_daemon_info(struct MHD_Daemon *daemon,
                                                 enum MHD_DaemonInfoType info_type, ...)

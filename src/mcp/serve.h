@@ -1,4 +1,4 @@
-/* airlock serve: the MCP server over Streamable HTTP (serve.c) and its
+/* airlock serve: the MCP server over Streamable HTTP (serve*.c) and its
  * options and caps (set by the option table, options.c). */
 #ifndef AIRLOCK_CLI_SERVE_H
 #define AIRLOCK_CLI_SERVE_H

@@ -620,17 +620,33 @@ static const char *last_part(const char *p)
         return s ? s + 1 : p;
 }
 
+/* The list argument key of tool, which does its work all or nothing:
+ * an array of 1 to WS_FILES_MAX items (*ret, *n), else NULL and the
+ * refusal, which says what the list holds (items) and that nothing was
+ * done (done: "written", "removed"). */
+static json_t *list_arg(const json_t *args, const char *tool, const char *key, const char *items,
+                        const char *done, const json_t **ret, size_t *n)
+{
+        *ret = json_object_get(args, key);
+        *n = json_array_size(*ret);
+        if (!json_is_array(*ret) || *n == 0)
+                return refusal("%s needs \"%s\": a list of %s; nothing was %s", tool, key, items,
+                               done);
+        if (*n > WS_FILES_MAX)
+                return refusal("%s takes at most %d %s a call (got %zu); nothing was %s", tool,
+                               WS_FILES_MAX, key, *n, done);
+        return NULL;
+}
+
 json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t *args)
 {
-        const json_t *files = json_object_get(args, "files");
-        size_t n = json_array_size(files);
-        if (!json_is_array(files) || n == 0)
-                return refusal("workspace_write needs \"files\": a list of {\"path\", \"text\"} or "
-                               "{\"path\", \"base64\"}; nothing was written");
-        if (n > WS_FILES_MAX)
-                return refusal("workspace_write takes at most %d files a call (got %zu); nothing "
-                               "was written",
-                               WS_FILES_MAX, n);
+        const json_t *files;
+        size_t n;
+        json_t *refused =
+            list_arg(args, "workspace_write", "files",
+                     "{\"path\", \"text\"} or {\"path\", \"base64\"}", "written", &files, &n);
+        if (refused)
+                return refused;
         upload *v = calloc(n, sizeof(*v));
         if (!v)
                 return refusal("out of memory");
@@ -835,15 +851,12 @@ out:
 
 json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t *args)
 {
-        const json_t *paths = json_object_get(args, "paths");
-        size_t n = json_array_size(paths);
-        if (!json_is_array(paths) || n == 0)
-                return refusal("workspace_remove needs \"paths\": a list of paths in your "
-                               "workspace; nothing was removed");
-        if (n > WS_FILES_MAX)
-                return refusal("workspace_remove takes at most %d paths a call (got %zu); "
-                               "nothing was removed",
-                               WS_FILES_MAX, n);
+        const json_t *paths;
+        size_t n;
+        json_t *refused = list_arg(args, "workspace_remove", "paths", "paths in your workspace",
+                                   "removed", &paths, &n);
+        if (refused)
+                return refused;
         char why[1024];
         for (size_t i = 0; i < n; i++) {
                 const json_t *p = json_array_get(paths, i);

@@ -45,7 +45,7 @@ typedef struct mcp_tool {
         const char *description;
         json_t *(*describe)(const mcp_sessions *m);
         /* Answers a call at once; NULL for execute_code, which the core
-         * runs on a worker (mcp.c). args is checked against the schema's
+         * runs on a worker (mcp_calls.c). args is checked against the schema's
          * properties first. */
         json_t *(*call)(const mcp_tool_ctx *ctx, const json_t *args);
 } mcp_tool;

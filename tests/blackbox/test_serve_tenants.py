@@ -322,6 +322,12 @@ def test_the_tokens_file_names_tenants_and_reloads():
         assert os.path.isfile(os.path.join(tdir, derived, "b.txt"))
         # acme is untouched: its session still holds its state.
         assert code(s, TOK_A, "print(y)", session=h).startswith("5")
+        # The reload's closing line comes after the removal it reports,
+        # which the checks above may see first: waited for, as below.
+        for _ in range(800):
+            if any("1 tenant removed" in l for l in s.lines):
+                break
+            time.sleep(0.025)
         assert any("1 tenant removed" in l for l in s.lines), s.lines[-5:]
 
 

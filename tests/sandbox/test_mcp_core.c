@@ -99,9 +99,9 @@ static json_t *request(const char *line)
 {
         if (!srv)
                 skip();
-        mcp_message m;
+        jsonrpc_message m;
         char why[256];
-        int code = mcp_parse_message(line, strlen(line), &m, why, sizeof(why));
+        int code = jsonrpc_parse(line, strlen(line), &m, why, sizeof(why));
         test_sink t;
         sink_init(&t);
         json_t *resp = NULL;

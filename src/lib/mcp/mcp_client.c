@@ -30,6 +30,7 @@
 #include "core/wire.h"
 #include "host/allowlist.h"
 #include "host/gateway.h"
+#include "jsonrpc.h"
 #include "mcp/mcp.h"
 
 extern char **environ;
@@ -289,11 +290,10 @@ static void answer_request(mcp_upstream *u, json_t *msg, uint64_t deadline)
 {
         const char *m = json_string_value(json_object_get(msg, "method"));
         json_t *id = json_object_get(msg, "id");
-        _cleanup_json_ json_t *reply =
-            m && strcmp(m, "ping") == 0
-                ? json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", id, "result")
-                : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error", "code",
-                            -32601, "message", "airlock's client does not offer this");
+        _cleanup_json_ json_t *reply = m && strcmp(m, "ping") == 0
+                                           ? jsonrpc_result(id, json_object())
+                                           : jsonrpc_error(id, RPC_METHOD_NOT_FOUND, NULL,
+                                                           "airlock's client does not offer this");
         airlock_error e;
         if (reply)
                 (void)send_msg(u, reply, deadline, &e);
@@ -318,6 +318,46 @@ static int gone(mcp_upstream *u, const char *what, airlock_error *err)
                         tail && *tail ? tail : "", tail && *tail ? ")" : "");
 }
 
+/* Reads what the server wrote into u->buf, which grows by READ_CHUNK as
+ * needed. Returns the bytes read, 0 when there was nothing after all
+ * (EINTR, EAGAIN), -EPIPE at the end of its output (its stderr read for
+ * why first) or -ENOMEM with err filled. */
+static ssize_t read_more(mcp_upstream *u, airlock_error *err)
+{
+        if (u->cap - u->len < READ_CHUNK) {
+                size_t cap = u->cap ? u->cap * 2 : 2 * READ_CHUNK;
+                if (cap < u->len + READ_CHUNK)
+                        cap = u->len + READ_CHUNK;
+                char *nb = realloc(u->buf, cap);
+                if (!nb)
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                u->buf = nb;
+                u->cap = cap;
+        }
+        ssize_t n = read(u->out_fd, u->buf + u->len, READ_CHUNK);
+        if (n > 0) {
+                u->len += (size_t)n;
+                return n;
+        }
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                return 0;
+        /* Its stderr may still hold why. */
+        struct pollfd pe = {u->err_fd, POLLIN, 0};
+        if (u->err_fd >= 0 && poll(&pe, 1, 100) > 0)
+                drain_stderr(u);
+        return -EPIPE;
+}
+
+/* The notification that cancels request id upstream, after r (-ETIMEDOUT
+ * or -ECANCELED) ended the wait for its reply. NULL when out of memory. */
+static json_t *cancel_notice(json_int_t id, int r)
+{
+        json_t *params =
+            json_pack("{s:I, s:s}", "requestId", id, "reason",
+                      r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+        return params ? jsonrpc_notification("notifications/cancelled", params) : NULL;
+}
+
 /* Reads until the reply to request id: answers the server's own requests,
  * drops notifications and replies to other (cancelled) ids. A line longer
  * than max_line, or one that is not a JSON-RPC message, is -EPROTO. */
@@ -334,22 +374,19 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
                         u->len -= n + 1;
                         if (n == 0 || (n == 1 && u->buf[0] == '\r'))
                                 continue;
-                        const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
-                        if (!json_is_object(msg) || !ver || strcmp(ver, "2.0") != 0) {
+                        jsonrpc_kind kind = jsonrpc_kind_of(msg);
+                        if (kind == JSONRPC_INVALID) {
                                 json_decref(msg);
                                 return al_error(err, -EPROTO, NULL,
                                                 "server '%s' sent a line that is not a JSON-RPC "
                                                 "2.0 message%s%s",
                                                 u->name, msg ? "" : ": ", msg ? "" : jerr.text);
                         }
-                        json_t *mid = json_object_get(msg, "id");
-                        bool has_method = json_object_get(msg, "method") != NULL;
-                        if (has_method && mid) {
+                        if (kind == JSONRPC_REQUEST) {
                                 answer_request(u, msg, deadline);
-                        } else if (has_method) {
+                        } else if (kind == JSONRPC_NOTIFICATION) {
                                 notified(u, msg);
-                        } else if (!has_method && json_is_integer(mid) &&
-                                   json_integer_value(mid) == id) {
+                        } else if (jsonrpc_is_response_to(msg, id)) {
                                 *ret = msg;
                                 return 0;
                         }
@@ -375,26 +412,11 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
                         drain_stderr(u);
                 if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
                         continue;
-                if (u->cap - u->len < READ_CHUNK) {
-                        size_t cap = u->cap ? u->cap * 2 : 2 * READ_CHUNK;
-                        if (cap < u->len + READ_CHUNK)
-                                cap = u->len + READ_CHUNK;
-                        char *nb = realloc(u->buf, cap);
-                        if (!nb)
-                                return al_error(err, -ENOMEM, NULL, "out of memory");
-                        u->buf = nb;
-                        u->cap = cap;
-                }
-                ssize_t n = read(u->out_fd, u->buf + u->len, READ_CHUNK);
-                if (n > 0) {
-                        u->len += (size_t)n;
-                } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-                        /* Its stderr may still hold why. */
-                        struct pollfd pe = {u->err_fd, POLLIN, 0};
-                        if (u->err_fd >= 0 && poll(&pe, 1, 100) > 0)
-                                drain_stderr(u);
+                ssize_t n = read_more(u, err);
+                if (n == -EPIPE)
                         return gone(u, "", err);
-                }
+                if (n < 0)
+                        return (int)n;
         }
 }
 
@@ -496,10 +518,8 @@ static int http_find_reply(mcp_upstream *u, const char *ctype, const unsigned ch
                         size_t i, m = list ? json_array_size(list) : 1;
                         for (i = 0; i < m && !*ret; i++) {
                                 json_t *x = list ? json_array_get(list, i) : v;
-                                json_t *mid = json_object_get(x, "id");
                                 notified(u, x);
-                                if (!json_object_get(x, "method") && json_is_integer(mid) &&
-                                    json_integer_value(mid) == id)
+                                if (jsonrpc_is_response_to(x, id))
                                         *ret = json_incref(x);
                         }
                         json_decref(v);
@@ -614,8 +634,7 @@ static int request(mcp_upstream *u, const char *method, json_t *params, uint64_t
                    const mcp_bounds *b, size_t max_line, json_t **ret, airlock_error *err)
 {
         json_int_t id = ++u->next_id;
-        _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", id,
-                                               "method", method, "params", params);
+        _cleanup_json_ json_t *msg = jsonrpc_request(id, method, params);
         if (!msg)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         _cleanup_json_ json_t *reply = NULL;
@@ -631,10 +650,7 @@ static int request(mcp_upstream *u, const char *method, json_t *params, uint64_t
                 r = read_reply(u, id, deadline, b, max_line, &reply, err);
         }
         if (r == -ETIMEDOUT || r == -ECANCELED) {
-                _cleanup_json_ json_t *c = json_pack(
-                    "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
-                    "notifications/cancelled", "params", "requestId", id, "reason",
-                    r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+                _cleanup_json_ json_t *c = cancel_notice(id, r);
                 airlock_error e;
                 if (c && (u->in_fd >= 0 || u->url))
                         (void)send_msg(u, c, al_now_ns() + (u->url ? 1000000000ull : 100000000ull),
@@ -692,8 +708,7 @@ static int start_session(mcp_upstream *u, const mcp_bounds *b, airlock_error *er
                              v ? v : "(none)", MCP_PROTOCOL_LATEST);
         if (r >= 0) {
                 snprintf(u->proto, sizeof(u->proto), "%s", v);
-                _cleanup_json_ json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method",
-                                                     "notifications/initialized");
+                _cleanup_json_ json_t *n = jsonrpc_notification("notifications/initialized", NULL);
                 r = n ? send_msg(u, n, deadline, &e) : -ENOMEM;
         }
         if (r < 0) {
@@ -1015,8 +1030,7 @@ static int take_lines(mcp_upstream *u, json_t *msgs, airlock_error *err)
                         json_decref(msg);
                         continue;
                 }
-                const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
-                if (!json_is_object(msg) || !ver || strcmp(ver, "2.0") != 0) {
+                if (jsonrpc_kind_of(msg) == JSONRPC_INVALID) {
                         json_decref(msg);
                         return al_error(err, -EPROTO, NULL,
                                         "server '%s' sent a line that is not a JSON-RPC 2.0 "
@@ -1051,33 +1065,14 @@ static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t m
                 drain_stderr(u);
         if (pr <= 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
                 return 0;
-        if (u->cap - u->len < READ_CHUNK) {
-                size_t cap = u->cap ? u->cap * 2 : 2 * READ_CHUNK;
-                if (cap < u->len + READ_CHUNK)
-                        cap = u->len + READ_CHUNK;
-                char *nb = realloc(u->buf, cap);
-                if (!nb)
-                        return al_error(err, -ENOMEM, NULL, "out of memory");
-                u->buf = nb;
-                u->cap = cap;
-        }
-        ssize_t n = read(u->out_fd, u->buf + u->len, READ_CHUNK);
-        if (n > 0) {
-                u->len += (size_t)n;
-                r = take_lines(u, msgs, err);
-                if (r >= 0 && !json_array_size(msgs) && u->len > max_line)
-                        r = al_error(err, -E2BIG, NULL,
-                                     "server '%s' sent a message larger than %zu bytes", u->name,
-                                     max_line);
-                return r;
-        }
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-                return 0;
-        /* Its stderr may still hold why. */
-        struct pollfd pe = {u->err_fd, POLLIN, 0};
-        if (u->err_fd >= 0 && poll(&pe, 1, 100) > 0)
-                drain_stderr(u);
-        return -EPIPE;
+        ssize_t n = read_more(u, err);
+        if (n <= 0)
+                return (int)n;
+        r = take_lines(u, msgs, err);
+        if (r >= 0 && !json_array_size(msgs) && u->len > max_line)
+                r = al_error(err, -E2BIG, NULL, "server '%s' sent a message larger than %zu bytes",
+                             u->name, max_line);
+        return r;
 }
 
 /* Ends the process of generation gen for every call waiting on it: the
@@ -1102,16 +1097,17 @@ static void dispatch(mcp_upstream *u, json_t *msgs, uint64_t deadline)
         size_t i;
         json_t *m;
         json_array_foreach (msgs, i, m) {
-                json_t *mid = json_object_get(m, "id");
-                if (json_object_get(m, "method")) {
-                        if (mid)
-                                answer_request(u, m, deadline);
-                        else
-                                notified(u, m);
+                jsonrpc_kind kind = jsonrpc_kind_of(m);
+                if (kind == JSONRPC_REQUEST) {
+                        answer_request(u, m, deadline);
                         continue;
                 }
-                for (pending *p = u->waiting; p && json_is_integer(mid); p = p->next)
-                        if (p->id == json_integer_value(mid) && !p->reply)
+                if (kind == JSONRPC_NOTIFICATION) {
+                        notified(u, m);
+                        continue;
+                }
+                for (pending *p = u->waiting; p; p = p->next)
+                        if (!p->reply && jsonrpc_is_response_to(m, p->id))
                                 p->reply = json_incref(m);
         }
         pthread_cond_broadcast(&u->cv);
@@ -1159,8 +1155,7 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
                 return r0;
         unsigned gen = u->gen;
         pending me = {.id = ++u->next_id, .max_line = max_line, .next = u->waiting};
-        _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id",
-                                               me.id, "method", "tools/call", "params", params);
+        _cleanup_json_ json_t *msg = jsonrpc_request(me.id, "tools/call", params);
         if (!msg)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         int r = send_msg(u, msg, deadline, err);
@@ -1232,10 +1227,7 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
                 return r;
         }
         if ((r == -ETIMEDOUT || r == -ECANCELED) && u->gen == gen && u->in_fd >= 0) {
-                _cleanup_json_ json_t *c = json_pack(
-                    "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
-                    "notifications/cancelled", "params", "requestId", me.id, "reason",
-                    r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+                _cleanup_json_ json_t *c = cancel_notice(me.id, r);
                 airlock_error e;
                 if (c)
                         (void)send_msg(u, c, al_now_ns() + 100000000ull, &e);
@@ -1260,8 +1252,7 @@ static int http_call(mcp_upstream *u, json_t *params, uint64_t deadline, const m
         _cleanup_free_ char *session = u->session ? strdup(u->session) : NULL;
         char proto[sizeof(u->proto)];
         memcpy(proto, u->proto, sizeof(proto));
-        _cleanup_json_ json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", id,
-                                               "method", "tools/call", "params", params);
+        _cleanup_json_ json_t *msg = jsonrpc_request(id, "tools/call", params);
         if (!msg || (u->session && !session))
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         _cleanup_json_ json_t *reply = NULL;
@@ -1271,10 +1262,7 @@ static int http_call(mcp_upstream *u, json_t *params, uint64_t deadline, const m
         r = http_post(u, session, proto, msg, id, deadline, b, max_line, &reply, &status, &sid,
                       err);
         if (r == -ETIMEDOUT || r == -ECANCELED) {
-                _cleanup_json_ json_t *c = json_pack(
-                    "{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
-                    "notifications/cancelled", "params", "requestId", id, "reason",
-                    r == -ETIMEDOUT ? "airlock: the call timed out" : "airlock: the run ended");
+                _cleanup_json_ json_t *c = cancel_notice(id, r);
                 int st2 = 0;
                 char *sid2 = NULL;
                 airlock_error e;

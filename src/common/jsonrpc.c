@@ -1,12 +1,87 @@
-/* The JSON-RPC envelope of `airlock mcp`: the first code to touch what a
- * client sends, so it takes any bytes and never trusts a field's type. */
+/* JSON-RPC 2.0 for the MCP server and the MCP client (jsonrpc.h). The
+ * parser is the first code to touch what a client sends the server, so it
+ * takes any bytes and never trusts a field's type. */
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "mcp.h"
+#include "base.h"
+#include "jsonrpc.h"
 
-void mcp_json_measure(const char *buf, size_t len, uint64_t *values, unsigned *depth)
+jsonrpc_kind jsonrpc_kind_of(const json_t *msg)
+{
+        const char *version = json_string_value(json_object_get(msg, "jsonrpc"));
+        if (!json_is_object(msg) || !version || strcmp(version, "2.0") != 0)
+                return JSONRPC_INVALID;
+        bool id = json_object_get(msg, "id") != NULL;
+        if (json_object_get(msg, "method"))
+                return id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
+        return JSONRPC_RESPONSE;
+}
+
+bool jsonrpc_is_response_to(const json_t *msg, json_int_t id)
+{
+        const json_t *mid = json_object_get(msg, "id");
+        return !json_object_get(msg, "method") && json_is_integer(mid) &&
+               json_integer_value(mid) == id;
+}
+
+json_t *jsonrpc_request(json_int_t id, const char *method, const json_t *params)
+{
+        json_t *m = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", id, "method", method);
+        if (m && params && json_object_set(m, "params", (json_t *)params) < 0) {
+                json_decref(m);
+                return NULL;
+        }
+        return m;
+}
+
+json_t *jsonrpc_notification(const char *method, json_t *params)
+{
+        json_t *m = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", method);
+        if (m && params && json_object_set(m, "params", params) < 0) {
+                json_decref(m);
+                m = NULL;
+        }
+        json_decref(params);
+        return m;
+}
+
+json_t *jsonrpc_result(const json_t *id, json_t *result)
+{
+        json_t *jid = id ? json_incref((json_t *)id) : json_null();
+        if (!result)
+                return json_pack("{s:s, s:o, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", jid, "error",
+                                 "code", RPC_INTERNAL_ERROR, "message", "out of memory");
+        return json_pack("{s:s, s:o, s:o}", "jsonrpc", "2.0", "id", jid, "result", result);
+}
+
+json_t *jsonrpc_verror(const json_t *id, int code, json_t *data, const char *fmt, va_list ap)
+{
+        char msg[512];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        /* The message may quote the peer's input: keep it valid UTF-8. */
+        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+        json_t *jid = id ? json_incref((json_t *)id) : json_null();
+        json_t *err = json_pack("{s:i, s:s}", "code", code, "message", clean ? clean : msg);
+        if (err && data)
+                json_object_set_new(err, "data", data);
+        else
+                json_decref(data);
+        return json_pack("{s:s, s:o, s:o}", "jsonrpc", "2.0", "id", jid, "error", err);
+}
+
+json_t *jsonrpc_error(const json_t *id, int code, json_t *data, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        json_t *m = jsonrpc_verror(id, code, data, fmt, ap);
+        va_end(ap);
+        return m;
+}
+
+void jsonrpc_measure(const char *buf, size_t len, uint64_t *values, unsigned *depth)
 {
         uint64_t n = 0;
         unsigned d = 0, max = 0;
@@ -62,12 +137,12 @@ static bool id_valid(const json_t *id)
         return json_is_string(id) || json_is_integer(id);
 }
 
-int mcp_parse_message(const char *line, size_t len, mcp_message *ret, char *why, size_t why_len)
+int jsonrpc_parse(const char *buf, size_t len, jsonrpc_message *ret, char *why, size_t why_len)
 {
         memset(ret, 0, sizeof(*ret));
         json_error_t je;
         json_t *msg =
-            json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
+            json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
         if (!msg) {
                 snprintf(why, why_len, "parse error: %s (line %d, column %d)", je.text, je.line,
                          je.column);

@@ -1,0 +1,266 @@
+/* What the files of airlock serve (serve*.c) share: the server's state,
+ * one HTTP request's, the sink of its messages, and the functions one file
+ * calls in another. */
+#ifndef AIRLOCK_SERVE_INTERNAL_H
+#define AIRLOCK_SERVE_INTERNAL_H
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base.h"
+#include "jsonrpc.h"
+#include "mcp_core.h"
+#include "quota.h"
+#include "serve.h"
+#include "tenant_workspace.h"
+#include "tenants.h"
+
+#define MAX_HEADER_MEM (64u << 10) /* headers of one request, libmicrohttpd's pool */
+#define RETRY_AFTER_S  "1"
+
+/* How a request ended, as its access log line and /metrics name it
+ * (status_names), and why one was refused before it ran (refusal_names in
+ * serve_metrics.c). */
+enum call_status { ST_OK, ST_TOOL_ERROR, ST_RPC_ERROR, ST_CANCELLED, ST_REFUSED, ST_N };
+enum refusal {
+        RF_BODY_TOO_LARGE,
+        RF_QUEUE_FULL,
+        RF_QUEUE_TIMEOUT,
+        RF_DRAINING,
+        RF_BAD_ORIGIN,
+        RF_BAD_REQUEST,
+        RF_BAD_VERSION,
+        RF_WARMING_UP,
+        RF_BODY_MEMORY,
+        RF_SLOW_BODY,
+        RF_N
+};
+#define N_BUCKETS 14 /* latency_buckets (serve_metrics.c) */
+
+typedef struct metrics {
+        atomic_ulong calls[ST_N];
+        atomic_ulong refusals[RF_N];
+        atomic_ulong auth_missing, auth_invalid;
+        atomic_ulong http_requests;
+        pthread_mutex_t hist_lock;
+        unsigned long hist[N_BUCKETS + 1]; /* the last one is +Inf */
+        double hist_sum;
+        unsigned long hist_count;
+} metrics;
+
+typedef struct http_sink http_sink;
+
+typedef struct server {
+        serve_options opt;
+        mcp_server *core;
+        struct MHD_Daemon *d;
+        metrics m;
+        atomic_bool core_ready;  /* core may be used (it is built) */
+        atomic_bool core_failed; /* the core could not be built: the server stops */
+        atomic_bool ready, draining;
+        atomic_bool unavailable; /* a warm-up run failed (and is retried) */
+        /* The configuration options (argv without the serve and session
+         * options), parsed again on SIGHUP; the strings are the process's. */
+        int cfg_argc;
+        char **cfg_argv;
+        /* Tokens and their tenants (tenants.h), swapped whole on SIGHUP
+         * under the write lock. */
+        pthread_rwlock_t tokens_lock;
+        tenant_table tt;
+        /* Each tenant's sessions, runs and places in the queue (quota.h). */
+        quota_table *quotas;
+        unsigned max_sessions; /* --max-sessions, above every tenant's quota */
+        /* --tenants-dir: the tenants' workspaces, or NULL. */
+        mcp_workspaces *workspaces;
+        /* Run slots and the bounded queue in front of them. */
+        pthread_mutex_t slot_lock;
+        pthread_cond_t slot_free;
+        unsigned running, waiting;
+        /* POSTs held until the core is built (hold_until_built), and the
+         * condition that wakes them (under slot_lock). */
+        unsigned held;
+        pthread_cond_t built;
+        atomic_uint requests;     /* HTTP requests in progress, for the drain */
+        atomic_ullong body_bytes; /* request bodies held, against --max-body-total */
+        /* Hang-ups (see hup_main). */
+        int hup_ep, hup_stop;
+        pthread_t hup_thread;
+        bool hup_started;
+        pthread_mutex_t hup_lock;
+        struct hup_slot {
+                http_sink *sink;
+                uint32_t gen;
+        } * hup;
+        uint32_t *hup_free;
+        unsigned n_hup, n_free;
+} server;
+
+typedef enum admit {
+        ADMIT_OK,
+        ADMIT_GONE, /* the caller's tenant was removed meanwhile */
+        ADMIT_QUEUE_FULL,
+        ADMIT_OWN_QUEUE_FULL, /* the caller's own runs and queue are full */
+        ADMIT_TIMEOUT,
+        ADMIT_DRAINING
+} admit;
+
+typedef struct msg {
+        char *text; /* compact JSON */
+        bool response;
+        struct msg *next;
+} msg;
+
+struct http_sink {
+        mcp_sink base;
+        server *srv;
+        pthread_mutex_t lock;
+        int efd; /* readable when a message or the end came */
+        msg *head, **tail;
+        bool done;     /* nothing more will come */
+        bool pending;  /* a call was started: done comes with call_done */
+        bool got_resp; /* the response was queued */
+        enum call_status status;
+};
+
+typedef struct request {
+        server *srv;
+        dynbuf body;
+        bool too_large;
+        bool over_budget; /* the bodies of all requests would pass --max-body-total */
+        uint64_t held;    /* bytes of body counted in srv->body_bytes */
+        uint64_t parsed;  /* the parsed message's estimated size, counted there too */
+        http_sink *sink;
+        int sock;
+        bool sse;       /* the client accepts text/event-stream */
+        bool streaming; /* the SSE response was started */
+        char *out;      /* SSE: the event being written */
+        size_t out_len, out_off;
+        bool resp_sent; /* SSE: the response's event was formatted */
+        uint64_t t0;
+        char client[INET6_ADDRSTRLEN + 8];
+        char forwarded[64];              /* X-Forwarded-For, as a proxy in front says (unchecked) */
+        char owner[TENANT_NAME_MAX + 1]; /* the tenant of the token, "" without tokens */
+        /* For the log line. */
+        char method[48], tool[48];
+        bool has_session;
+        unsigned http_status;
+        enum call_status status;
+        bool logged;
+        uint64_t call_t0; /* a tools/call: when it got its run slot */
+} request;
+
+/* ---- serve_metrics.c --------------------------------------------------- */
+
+/* The names of enum call_status, as the access log and /metrics write them. */
+extern const char *const status_names[ST_N];
+/* Counts a tools/call's latency, admission to response, in the histogram. */
+void observe_latency(server *s, double sec);
+/* Counts a refusal of rq (before it ran) and marks its status refused. */
+void refuse(request *rq, enum refusal why);
+/* The Prometheus text of /metrics. */
+void format_metrics(server *s, dynbuf *b);
+
+/* ---- serve_tokens.c ----------------------------------------------------- */
+
+/* Whether tok is one of the tokens file's (constant time); owner gets its
+ * tenant's name. */
+bool check_token(server *s, const char *tok, size_t len, char *owner, size_t size);
+/* Whether owner (NULL without tokens) is still a tenant of the file. */
+bool tenant_exists(server *s, const char *owner);
+/* Hands the tenants' own limits of t to the quotas and the workspaces.
+ * Returns 0 or -ENOMEM. */
+int apply_overrides(server *s, const tenant_table *t);
+/* SIGHUP: loads the tokens file again (see serve_tokens.c). */
+void reload_tokens(server *s);
+
+/* ---- serve_slots.c ------------------------------------------------------ */
+
+/* Takes a run slot for owner, waiting in the bounded queue; why says what
+ * the owner holds when its own quota refuses. */
+admit slot_take(server *s, const char *owner, char *why, size_t why_len);
+/* Gives back a slot slot_take took (internal: the warm-up's, no quota). */
+void slot_give(server *s, const char *owner, bool internal);
+/* Holds a request until the core is built: 0, -ETIMEDOUT or -ECANCELED. */
+int hold_until_built(server *s);
+/* The core is built (ok) or failed to be: wakes the requests held. */
+void announce_built(server *s, bool ok);
+
+/* ---- serve_sink.c ------------------------------------------------------- */
+
+/* A sink for one request of owner (NULL without tokens), or NULL. */
+http_sink *sink_new(server *s, const char *owner);
+/* Frees k, cancelling and waiting for a call still running for it. */
+void sink_free(http_sink *k);
+/* Waits until the call started for k is over (after a cancel). */
+void sink_wait_done(http_sink *k);
+/* The next queued message of k, or NULL; caller holds k->lock. */
+msg *sink_pop_locked(http_sink *k);
+void msg_free(msg *e);
+
+/* ---- serve_sse.c -------------------------------------------------------- */
+
+/* Answers with the response of the request (the last message): JSON, or
+ * SSE when notifications came first and the client accepts it. */
+enum MHD_Result answer(struct MHD_Connection *c, request *rq);
+
+/* ---- serve_answer.c ----------------------------------------------------- */
+
+/* Writes rq's access log line (once) and counts its status. */
+void json_log(request *rq);
+/* Queues the answer: body (copied) of type, the instance's header, one
+ * more header (h1: v1, or none when h1 is NULL), and Connection: close
+ * while the server drains. */
+enum MHD_Result queue_with(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
+                           const char *body, size_t len, const char *h1, const char *v1);
+enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
+                      const char *body, size_t len);
+enum MHD_Result queue_text(struct MHD_Connection *c, request *rq, unsigned code, const char *text);
+/* An HTTP error with a JSON-RPC error body without id, plus one header
+ * h1: v1 (none when h1 is NULL). */
+enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, unsigned code, int rpc_code,
+                                const char *message, const char *h1, const char *v1);
+/* 401 with the WWW-Authenticate challenge (missing: no token at all). */
+enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool missing);
+/* RFC 9728 protected-resource metadata. */
+enum MHD_Result queue_resource_metadata(struct MHD_Connection *c, request *rq);
+
+/* ---- serve_checks.c ----------------------------------------------------- */
+
+/* False when the request's framing is ambiguous (request smuggling). */
+bool framing_ok(struct MHD_Connection *c);
+/* No Origin, or one of --allow-origin. */
+bool origin_ok(request *rq, struct MHD_Connection *c);
+/* 1 allowed (rq->owner filled), 0 no token, -1 a bad one. */
+int authorize(request *rq, struct MHD_Connection *c);
+/* No MCP-Protocol-Version header, or one this server speaks. */
+bool version_ok(struct MHD_Connection *c);
+/* The body is parsed: its bytes leave the budget. */
+void release_body(request *rq);
+/* The parsed message is freed: its estimated size leaves the budget. */
+void drop_message(request *rq, jsonrpc_message *m);
+/* Charges what parsing the body will hold against --max-body-total.
+ * Returns 0, or -1 with the request answered in *ret. */
+int charge_parse(struct MHD_Connection *c, request *rq, enum MHD_Result *ret);
+
+/* ---- serve_hangup.c ----------------------------------------------------- */
+
+int hup_init(server *s);
+void hup_fini(server *s);
+/* Runs the call left for rq's thread, its socket watched meanwhile. */
+void run_here(request *rq);
+
+/* ---- serve_router.c ----------------------------------------------------- */
+
+/* libmicrohttpd's request and completion callbacks (cls: the server). */
+enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                           const char *version, const char *upload_data, size_t *upload_data_size,
+                           void **con_cls);
+void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                  enum MHD_RequestTerminationCode toe);
+
+#endif

@@ -1,0 +1,371 @@
+/* airlock serve's router: each HTTP request is matched against a table of
+ * (path, methods, handler), then /mcp's POST is read, checked and handed to
+ * the MCP core. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "serve_internal.h"
+
+static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
+{
+        server *s = rq->srv;
+        int held = hold_until_built(s);
+        if (held < 0) {
+                refuse(rq, RF_WARMING_UP);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                if (held == -ECANCELED)
+                        return queue_rpc_error(
+                            c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                            "the server could not start (its log says why)", "Connection", "close");
+                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "the server is starting; retry shortly", "Retry-After",
+                                       RETRY_AFTER_S);
+        }
+        if (!version_ok(c)) {
+                refuse(rq, RF_BAD_VERSION);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                       "unsupported MCP-Protocol-Version header (this server "
+                                       "speaks 2026-07-28 and 2024-11-05 to 2025-11-25)",
+                                       NULL, NULL);
+        }
+        enum MHD_Result refused;
+        if (charge_parse(c, rq, &refused) < 0)
+                return refused;
+        jsonrpc_message m;
+        char why[256];
+        int code =
+            jsonrpc_parse(rq->body.data ? rq->body.data : "", rq->body.len, &m, why, sizeof(why));
+        release_body(rq);
+        if (code != 0) {
+                drop_message(rq, &m);
+                refuse(rq, RF_BAD_REQUEST);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, code, why, NULL, NULL);
+        }
+        const char *method = m.method ? m.method : "";
+        snprintf(rq->method, sizeof(rq->method), "%s", m.method ? m.method : "response");
+        const json_t *args = json_object_get(m.params, "arguments");
+        if (strcmp(method, "tools/call") == 0) {
+                snprintf(rq->tool, sizeof(rq->tool), "%s",
+                         json_string_value(json_object_get(m.params, "name"))
+                             ? json_string_value(json_object_get(m.params, "name"))
+                             : "?");
+                rq->has_session = json_object_get(args, "session") != NULL;
+        }
+        rq->sink = sink_new(s, rq->owner[0] ? rq->owner : NULL);
+        if (!rq->sink) {
+                drop_message(rq, &m);
+                return MHD_NO;
+        }
+        if (!m.id || !m.method) { /* a notification, or the client's response */
+                (void)mcp_core_handle(s->core, &rq->sink->base, &m);
+                drop_message(rq, &m);
+                rq->method[0] = '\0'; /* not a call: no log line */
+                return queue(c, rq, MHD_HTTP_ACCEPTED, NULL, "", 0);
+        }
+        bool is_call = strcmp(method, "tools/call") == 0;
+        if (is_call) {
+                char own[300];
+                admit a = slot_take(s, rq->sink->base.owner, own, sizeof(own));
+                if (a == ADMIT_GONE) {
+                        drop_message(rq, &m);
+                        return queue_unauthorized(c, rq, false);
+                }
+                if (a != ADMIT_OK) {
+                        drop_message(rq, &m);
+                        bool full = a == ADMIT_QUEUE_FULL || a == ADMIT_OWN_QUEUE_FULL;
+                        refuse(rq, full                 ? RF_QUEUE_FULL
+                                   : a == ADMIT_TIMEOUT ? RF_QUEUE_TIMEOUT
+                                                        : RF_DRAINING);
+                        return queue_rpc_error(
+                            c, rq, full ? MHD_HTTP_TOO_MANY_REQUESTS : MHD_HTTP_SERVICE_UNAVAILABLE,
+                            RPC_INTERNAL_ERROR,
+                            a == ADMIT_OWN_QUEUE_FULL ? own
+                            : a == ADMIT_QUEUE_FULL ? "too many calls: every run slot is busy and "
+                                                      "the queue is full; retry later"
+                            : a == ADMIT_TIMEOUT    ? "no run slot came free in time; retry later"
+                                                    : "the server is shutting down",
+                            "Retry-After", RETRY_AFTER_S);
+                }
+        }
+        uint64_t t0 = al_now_ns();
+        /* A call runs on this thread unless it streams progress over SSE,
+         * which this thread writes while a worker runs the code. */
+        const json_t *token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
+        rq->sink->base.run_here = !(rq->sse && (json_is_string(token) || json_is_integer(token)));
+        int started = mcp_core_handle(s->core, &rq->sink->base, &m);
+        drop_message(rq, &m);
+        if (started)
+                rq->sink->pending = true;
+        else if (is_call)
+                slot_give(s, rq->sink->base.owner, false);
+        if (started && rq->sink->base.here)
+                run_here(rq);
+        rq->call_t0 = is_call ? t0 : 0;
+        return answer(c, rq);
+}
+
+/* ---- the routes ---------------------------------------------------------- */
+
+static enum MHD_Result route_healthz(struct MHD_Connection *c, request *rq, const char *method)
+{
+        return queue_text(c, rq, MHD_HTTP_OK, "ok\n");
+}
+
+static enum MHD_Result route_readyz(struct MHD_Connection *c, request *rq, const char *method)
+{
+        server *s = rq->srv;
+        bool ready = atomic_load(&s->ready) && !atomic_load(&s->draining);
+        return queue_text(c, rq, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+                          atomic_load(&s->draining)      ? "draining\n"
+                          : ready                        ? "ready\n"
+                          : atomic_load(&s->unavailable) ? "sandbox unavailable\n"
+                                                         : "warming up\n");
+}
+
+static enum MHD_Result route_metadata(struct MHD_Connection *c, request *rq, const char *method)
+{
+        return queue_resource_metadata(c, rq);
+}
+
+static enum MHD_Result route_metrics(struct MHD_Connection *c, request *rq, const char *method)
+{
+        /* Metrics name no secret, but they tell load: behind the tokens
+         * when there are. */
+        int a = authorize(rq, c);
+        if (a <= 0)
+                return queue_unauthorized(c, rq, a == 0);
+        dynbuf b;
+        dynbuf_init(&b, 1u << 20);
+        format_metrics(rq->srv, &b);
+        enum MHD_Result r =
+            queue(c, rq, MHD_HTTP_OK, "text/plain; version=0.0.4", b.data ? b.data : "", b.len);
+        dynbuf_free(&b);
+        return r;
+}
+
+/* /mcp, at its headers: the checks that need no body, then MHD_YES to read
+ * the body (handle_mcp runs once it is in). */
+static enum MHD_Result route_mcp(struct MHD_Connection *c, request *rq, const char *method)
+{
+        server *s = rq->srv;
+        if (!origin_ok(rq, c)) {
+                refuse(rq, RF_BAD_ORIGIN);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
+                                       "Origin not allowed", NULL, NULL);
+        }
+        int a = authorize(rq, c);
+        if (a <= 0)
+                return queue_unauthorized(c, rq, a == 0);
+        if (strcmp(method, "POST") != 0) {
+                /* No standalone SSE stream: the server sends nothing
+                 * outside a request (2025-11-25 allows 405 for GET;
+                 * 2026-07-28 has no GET stream). */
+                struct MHD_Response *r =
+                    MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+                if (!r)
+                        return MHD_NO;
+                MHD_add_response_header(r, "Allow", "POST");
+                MHD_add_response_header(r, "Airlock-Instance", s->opt.instance);
+                rq->http_status = MHD_HTTP_METHOD_NOT_ALLOWED;
+                enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
+                MHD_destroy_response(r);
+                return ret;
+        }
+        if (atomic_load(&s->draining)) {
+                refuse(rq, RF_DRAINING);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "the server is shutting down", "Retry-After", RETRY_AFTER_S);
+        }
+        const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (len && strtoull(len, NULL, 10) > s->opt.max_body) {
+                refuse(rq, RF_BODY_TOO_LARGE);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                       "request body too large", NULL, NULL);
+        }
+        const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+        rq->sse = accept && strstr(accept, "text/event-stream");
+        return MHD_YES;
+}
+
+/* The routes: an HTTP request's path names its handler. Every path but
+ * /mcp answers GET and HEAD only (405 otherwise, as for a path that is not
+ * here); /mcp checks its own method, after authorization. */
+typedef struct route {
+        const char *path;
+        bool get_only;
+        enum MHD_Result (*handler)(struct MHD_Connection *c, request *rq, const char *method);
+} route;
+
+static const route routes[] = {
+    {"/mcp", false, route_mcp},
+    {"/healthz", true, route_healthz},
+    {"/readyz", true, route_readyz},
+    {"/.well-known/oauth-protected-resource", true, route_metadata},
+    {"/.well-known/oauth-protected-resource/mcp", true, route_metadata},
+    {"/metrics", true, route_metrics},
+};
+
+static const route *route_find(const char *url)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(routes); i++)
+                if (strcmp(url, routes[i].path) == 0)
+                        return &routes[i];
+        return NULL;
+}
+
+/* The state of a request whose headers just came: who the client is (its
+ * address, and the one a proxy in front names), its socket, its body's
+ * buffer. NULL when out of memory. */
+static request *request_new(server *s, struct MHD_Connection *c)
+{
+        request *rq = calloc(1, sizeof(*rq));
+        if (!rq)
+                return NULL;
+        rq->srv = s;
+        rq->t0 = al_now_ns();
+        rq->sock = -1;
+        dynbuf_init(&rq->body, s->opt.max_body);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+                rq->sock = ci->connect_fd;
+        ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+                const struct sockaddr *sa = ci->client_addr;
+                char ip[INET6_ADDRSTRLEN] = "?";
+                unsigned port = 0;
+                if (sa->sa_family == AF_INET) {
+                        const struct sockaddr_in *in = (const void *)sa;
+                        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+                        port = ntohs(in->sin_port);
+                        snprintf(rq->client, sizeof(rq->client), "%s:%u", ip, port);
+                } else if (sa->sa_family == AF_INET6) {
+                        const struct sockaddr_in6 *in6 = (const void *)sa;
+                        inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+                        port = ntohs(in6->sin6_port);
+                        snprintf(rq->client, sizeof(rq->client), "[%s]:%u", ip, port);
+                }
+        }
+        /* The address a proxy in front names, for the log only:
+         * printable ASCII, cut to its buffer. */
+        const char *xff = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Forwarded-For");
+        for (size_t i = 0; xff && xff[i] && i + 1 < sizeof(rq->forwarded); i++)
+                rq->forwarded[i] = xff[i] >= 0x20 && xff[i] < 0x7f ? xff[i] : '?';
+        return rq;
+}
+
+enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                           const char *version, const char *upload_data, size_t *upload_data_size,
+                           void **con_cls)
+{
+        server *s = cls;
+        request *rq = *con_cls;
+        if (!rq) {
+                rq = request_new(s, c);
+                if (!rq)
+                        return MHD_NO;
+                *con_cls = rq;
+                atomic_fetch_add(&s->requests, 1);
+                atomic_fetch_add(&s->m.http_requests, 1);
+                if (!framing_ok(c)) {
+                        refuse(rq, RF_BAD_REQUEST);
+                        snprintf(rq->method, sizeof(rq->method), "?");
+                        return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                               "ambiguous message framing (Content-Length, "
+                                               "Transfer-Encoding or a folded header line)",
+                                               "Connection", "close");
+                }
+                const route *r = route_find(url);
+                if (!r || r->get_only) {
+                        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+                                return queue_text(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                                  "method not allowed\n");
+                        if (!r)
+                                return queue_text(c, rq, MHD_HTTP_NOT_FOUND, "not found\n");
+                }
+                return r->handler(c, rq, method);
+        }
+        if (*upload_data_size) {
+                size_t n = *upload_data_size;
+                *upload_data_size = 0;
+                /* A body that trickles in holds its connection's thread: it
+                 * has twice the idle timeout to arrive in full. */
+                if (al_now_ns() - rq->t0 > 2ull * s->opt.http_timeout_s * 1000000000ull) {
+                        refuse(rq, RF_SLOW_BODY);
+                        snprintf(rq->method, sizeof(rq->method), "?");
+                        rq->http_status = MHD_HTTP_REQUEST_TIMEOUT;
+                        return MHD_NO;
+                }
+                if (rq->too_large || rq->over_budget)
+                        return MHD_YES; /* read and dropped, then refused */
+                if (atomic_fetch_add(&s->body_bytes, n) + n > s->opt.max_body_total) {
+                        atomic_fetch_sub(&s->body_bytes, n);
+                        rq->over_budget = true;
+                        return MHD_YES;
+                }
+                rq->held += n;
+                if (dynbuf_append(&rq->body, upload_data, n) < 0)
+                        rq->too_large = true;
+                return MHD_YES;
+        }
+        if (rq->http_status)
+                return MHD_YES; /* answered already */
+        /* A refused body is never used: its bytes leave the budget before
+         * the answer goes, not when the connection is done, so that a
+         * client that retries at once is not refused for bytes nobody
+         * holds any more. */
+        if (rq->over_budget || rq->too_large)
+                release_body(rq);
+        if (rq->over_budget && !rq->too_large) {
+                refuse(rq, RF_BODY_MEMORY);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                       "too many request bodies held at once; retry later",
+                                       "Retry-After", RETRY_AFTER_S);
+        }
+        if (rq->too_large) {
+                refuse(rq, RF_BODY_TOO_LARGE);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                       "request body too large", NULL, NULL);
+        }
+        (void)version;
+        return handle_mcp(c, rq);
+}
+
+void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                  enum MHD_RequestTerminationCode toe)
+{
+        (void)c;
+        server *s = cls;
+        request *rq = *con_cls;
+        if (!rq)
+                return;
+        *con_cls = NULL;
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && rq->streaming && rq->status == ST_OK &&
+            !(rq->sink && rq->sink->got_resp))
+                rq->status = ST_CANCELLED;
+        sink_free(rq->sink); /* cancels a call still running: its client is gone */
+        json_log(rq);
+        release_body(rq);
+        atomic_fetch_sub(&s->body_bytes, rq->parsed);
+        free(rq->out);
+        free(rq);
+        atomic_fetch_sub(&s->requests, 1);
+}

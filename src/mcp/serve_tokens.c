@@ -1,0 +1,147 @@
+/* airlock serve's bearer tokens and their tenants: the check of a token
+ * (constant time), the tenants' own quotas and workspace caps, and the
+ * reload of the tokens file on SIGHUP. */
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "serve_internal.h"
+#include "quota.h"
+#include "tenant_workspace.h"
+
+/* Compares a and b in time that depends on their lengths only, never on
+ * where they differ. */
+static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
+{
+        unsigned char diff = alen != blen;
+        for (size_t i = 0; i < alen; i++)
+                diff |= (unsigned char)a[i] ^ (unsigned char)(i < blen ? b[i] : 0);
+        return diff == 0;
+}
+
+/* Checks a presented token against every configured one, each compared in
+ * constant time and all of them always compared, so that the time tells
+ * neither which token nor how much of one matched; a token is in the file
+ * once (tenants_load). With a match, copies its tenant's name to owner (the
+ * owner of the request's calls, sessions, runs' files and quotas: a tenant,
+ * never the token or its line, so that a reload that drops, moves or adds
+ * lines hands no tenant another's). Returns whether one matched. */
+bool check_token(server *s, const char *tok, size_t len, char *owner, size_t size)
+{
+        size_t found = 0;
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        for (size_t i = 0; i < s->tt.n_tokens; i++) {
+                bool eq = same_secret(tok, len, s->tt.tokens[i].token, s->tt.tokens[i].len);
+                found |= ((size_t)0 - (size_t)eq) & (i + 1);
+        }
+        if (found)
+                snprintf(owner, size, "%s", s->tt.tenants[s->tt.tokens[found - 1].tenant].name);
+        pthread_rwlock_unlock(&s->tokens_lock);
+        return found != 0;
+}
+
+/* Whether owner (a tenant name, or NULL without tokens) is still a tenant
+ * of the tokens file: a call queued when its tenant is removed is refused. */
+bool tenant_exists(server *s, const char *owner)
+{
+        if (!owner || !s->opt.tokens_file)
+                return true;
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        bool found = tenants_find(&s->tt, owner) != NULL;
+        pthread_rwlock_unlock(&s->tokens_lock);
+        return found;
+}
+
+static unsigned clamp_u(uint64_t v, unsigned cap)
+{
+        return v < cap ? (unsigned)v : cap;
+}
+
+/* Hands the tenants' own limits of t to the quota table and the
+ * workspaces: each quota clamped to its server-wide cap, as the
+ * --max-...-per-token options are. Returns 0 or -ENOMEM. */
+int apply_overrides(server *s, const tenant_table *t)
+{
+        size_t n = t->n_tenants;
+        const char **names = calloc(n + 1, sizeof(*names));
+        unsigned(*q)[QUOTA_KINDS] = calloc(n + 1, sizeof(*q));
+        uint64_t(*w)[2] = calloc(n + 1, sizeof(*w));
+        int r = names && q && w ? 0 : -ENOMEM;
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                const tenant_def *td = &t->tenants[i];
+                names[i] = td->name;
+                q[i][QUOTA_SESSIONS] =
+                    td->set[TENANT_MAX_SESSIONS]
+                        ? clamp_u(td->value[TENANT_MAX_SESSIONS], s->max_sessions)
+                        : QUOTA_UNSET;
+                q[i][QUOTA_RUNS] = td->set[TENANT_MAX_RUNS]
+                                       ? clamp_u(td->value[TENANT_MAX_RUNS], s->opt.max_runs)
+                                       : QUOTA_UNSET;
+                q[i][QUOTA_QUEUED] = td->set[TENANT_MAX_QUEUE]
+                                         ? clamp_u(td->value[TENANT_MAX_QUEUE], s->opt.max_queue)
+                                         : QUOTA_UNSET;
+                w[i][0] = td->set[TENANT_MAX_FILES] ? td->value[TENANT_MAX_FILES] : WS_UNSET;
+                w[i][1] = td->set[TENANT_MAX_BYTES] ? td->value[TENANT_MAX_BYTES] : WS_UNSET;
+        }
+        if (r == 0)
+                r = quota_set_overrides(s->quotas, names, (const unsigned(*)[QUOTA_KINDS])q, n);
+        if (r == 0 && s->workspaces)
+                r = mcp_workspaces_set_overrides(s->workspaces, names, (const uint64_t(*)[2])w, n);
+        free(names);
+        free(q);
+        free(w);
+        return r;
+}
+
+/* SIGHUP: the tokens file again. A file that does not load keeps the old
+ * table (one line on stderr). Tenants the new file no longer names are
+ * removed: their calls in progress are cancelled, their queued calls
+ * refused, their sessions closed and their runs' files dropped; their
+ * workspace folders stay on disk (the operator's data). */
+void reload_tokens(server *s)
+{
+        if (!s->opt.tokens_file)
+                return;
+        tenant_table t;
+        char why[512];
+        int n = tenants_load(s->opt.tokens_file, &t, why, sizeof(why));
+        if (n < 0) {
+                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", why);
+                return;
+        }
+        if (apply_overrides(s, &t) < 0) {
+                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: out of memory\n");
+                tenants_free(&t);
+                return;
+        }
+        pthread_rwlock_wrlock(&s->tokens_lock);
+        tenant_table old = s->tt;
+        s->tt = t;
+        pthread_rwlock_unlock(&s->tokens_lock);
+        unsigned removed = 0;
+        for (size_t i = 0; i < old.n_tenants; i++) {
+                if (tenants_find(&t, old.tenants[i].name))
+                        continue;
+                removed++;
+                if (atomic_load(&s->core_ready))
+                        mcp_core_forget_owner(s->core, old.tenants[i].name);
+        }
+        tenants_free(&old);
+        /* Calls queued for a removed tenant wake up and are refused. */
+        pthread_mutex_lock(&s->slot_lock);
+        pthread_cond_broadcast(&s->slot_free);
+        pthread_mutex_unlock(&s->slot_lock);
+        fprintf(stderr,
+                "airlock serve: SIGHUP: %d token%s of %zu tenant%s loaded from %s (%u tenant%s "
+                "removed)\n",
+                n, n == 1 ? "" : "s", t.n_tenants, t.n_tenants == 1 ? "" : "s", s->opt.tokens_file,
+                removed, removed == 1 ? "" : "s");
+}
