@@ -129,10 +129,15 @@ static uint64_t fs_used(const char *path)
 /* What counts against the limit now. With a cgroup, the run's: the pages
  * its processes hold of their own (not the template's pages they share)
  * and its files in /tmp and /output, all of which its cgroup charges:
- * this process's exactly (smaps_rollup), the others' as their anonymous
- * resident pages (status), since a copy's processes are not dumpable and
- * may not read each other's smaps_rollup; pages a fork still shares with
- * its parent are then counted twice. Without a cgroup, this process's data
+ * this process's exactly (the private dirty pages of smaps_rollup), the
+ * others' as their anonymous resident pages (status), since a copy's
+ * processes are not dumpable and may not read each other's smaps_rollup;
+ * pages a fork still shares with its parent are then counted twice. Clean
+ * private pages are left out: they are pages of files (a module's .so)
+ * that only this process maps at the moment, and become shared, or
+ * private again, whenever the template or another copy maps or unmaps the
+ * same file, so counting them moved "used" by megabytes while the run
+ * itself changed nothing. Without a cgroup, this process's data
  * size, which its limit counts (RLIMIT_DATA). Read from the run's own
  * /proc and mounts, never from a host file (the cgroup's own files would
  * name the host's cgroup path). */
@@ -141,10 +146,10 @@ static uint64_t memory_used(void)
         static const char *const data[] = {"VmData"};
         if (!per_run)
                 return sum_kb("/proc/self/status", data, 1);
-        static const char *const priv[] = {"Private_Clean", "Private_Dirty"};
+        static const char *const priv[] = {"Private_Dirty"};
         static const char *const anon[] = {"RssAnon"};
         uint64_t used =
-            fs_used("/tmp") + fs_used("/output") + sum_kb("/proc/self/smaps_rollup", priv, 2);
+            fs_used("/tmp") + fs_used("/output") + sum_kb("/proc/self/smaps_rollup", priv, 1);
         char self[16];
         snprintf(self, sizeof(self), "%d", (int)getpid());
         DIR *d = opendir("/proc");
