@@ -52,6 +52,14 @@ int cmd_serve(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_repl(int argc, char **argv);
 
+/* SIGTERM, SIGINT and SIGHUP of a long-running command (mcp, serve): from
+ * now on each writes its number as one byte to a pipe, whose reading end
+ * (non-blocking, close-on-exec) is returned, or -errno when no pipe could
+ * be made (the signals then keep their default action). With restart,
+ * system calls the signal interrupts are restarted (SA_RESTART). Call it
+ * once, before any thread starts. */
+int cli_signal_pipe(bool restart);
+
 /* Exit status of every command, as docs/design.md. */
 enum {
         EXIT_OK = 0,

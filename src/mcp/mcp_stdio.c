@@ -56,34 +56,9 @@ static void handle_line(mcp_server *srv, const char *line, size_t len)
 
 /* SIGTERM, SIGINT and SIGHUP end the server as end of input does: runs are
  * stopped and every sandbox is closed, so nothing is left behind. The handler
- * only writes a byte to a pipe that the reader polls beside standard input. */
-static int stop_pipe[2] = {-1, -1};
-static pid_t server_pid;
-
-static void on_stop_signal(int sig)
-{
-        int saved = errno;
-        /* A child between fork and exec still has this handler: only the
-         * server itself may ask the server to stop. */
-        if (getpid() == server_pid && stop_pipe[1] >= 0) {
-                char c = (char)sig;
-                ssize_t n = write(stop_pipe[1], &c, 1);
-                (void)n; /* a full pipe already holds a stop request */
-        }
-        errno = saved;
-}
-
-static void install_stop_signals(void)
-{
-        server_pid = getpid();
-        if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-                return; /* signals then keep their default action */
-        struct sigaction sa = {.sa_handler = on_stop_signal};
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
-}
+ * only writes a byte to a pipe (cli_signal_pipe) whose reading end, or -1,
+ * the reader polls beside standard input. */
+static int stop_fd = -1;
 
 /* True when nobody reads standard output any more: the client went away
  * (a pipe whose reading end is closed reports POLLERR, a terminal that hung
@@ -111,17 +86,17 @@ static wait_outcome wait_input(mcp_server *srv)
             {.fd = STDIN_FILENO, .events = POLLIN},
             /* No events asked: only its errors and hang-up are reported. */
             {.fd = STDOUT_FILENO, .events = 0},
-            {.fd = stop_pipe[0], .events = POLLIN},
+            {.fd = stop_fd, .events = POLLIN},
         };
         for (;;) {
                 if (srv->output_broken)
                         return INPUT_CLIENT_GONE;
-                int n = poll(fds, stop_pipe[0] >= 0 ? 3 : 2, -1);
+                int n = poll(fds, stop_fd >= 0 ? 3 : 2, -1);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
                         return INPUT_READY; /* let read() report the problem */
-                if (stop_pipe[0] >= 0 && (fds[2].revents & POLLIN))
+                if (stop_fd >= 0 && (fds[2].revents & POLLIN))
                         return INPUT_STOP;
                 if (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL))
                         return INPUT_CLIENT_GONE;
@@ -133,9 +108,9 @@ static wait_outcome wait_input(mcp_server *srv)
 /* True once a stop signal has come. */
 static bool stop_requested(void)
 {
-        if (stop_pipe[0] < 0)
+        if (stop_fd < 0)
                 return false;
-        struct pollfd p = {.fd = stop_pipe[0], .events = POLLIN};
+        struct pollfd p = {.fd = stop_fd, .events = POLLIN};
         return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
 }
 
@@ -164,13 +139,13 @@ static void watch_output_while_calls(mcp_server *srv)
                 if (!left)
                         return;
                 struct pollfd fds[2] = {{.fd = STDOUT_FILENO, .events = 0},
-                                        {.fd = stop_pipe[0], .events = POLLIN}};
-                int n = poll(fds, stop_pipe[0] >= 0 ? 2 : 1, 200);
+                                        {.fd = stop_fd, .events = POLLIN}};
+                int n = poll(fds, stop_fd >= 0 ? 2 : 1, 200);
                 if (n > 0 && (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL))) {
                         client_gone(srv);
                         return;
                 }
-                if (n > 0 && stop_pipe[0] >= 0 && (fds[1].revents & POLLIN)) {
+                if (n > 0 && stop_fd >= 0 && (fds[1].revents & POLLIN)) {
                         finish_input(srv, true);
                         return;
                 }
@@ -275,9 +250,9 @@ static int make_input_watch(void)
                 return -1;
         struct epoll_event in = {.events = EPOLLIN, .data.fd = STDIN_FILENO};
         struct epoll_event out = {.events = 0, .data.fd = STDOUT_FILENO};
-        struct epoll_event stop = {.events = EPOLLIN, .data.fd = stop_pipe[0]};
+        struct epoll_event stop = {.events = EPOLLIN, .data.fd = stop_fd};
         if (epoll_ctl(ep, EPOLL_CTL_ADD, STDIN_FILENO, &in) < 0 ||
-            (stop_pipe[0] >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, stop_pipe[0], &stop) < 0)) {
+            (stop_fd >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, stop_fd, &stop) < 0)) {
                 close(ep);
                 return -1;
         }
@@ -349,7 +324,9 @@ int cmd_mcp(int argc, char **argv)
         /* A client that goes away must not kill the server in the middle of
          * closing its sandboxes: writes then fail with EPIPE instead. */
         signal(SIGPIPE, SIG_IGN);
-        install_stop_signals();
+        stop_fd = cli_signal_pipe(false);
+        if (stop_fd < 0)
+                stop_fd = -1; /* the signals keep their default action */
         mcp_raise_fd_limit();
         mcp_server srv = {.input_watch = -1, .audit_fd = -1};
         if (o.audit && (srv.audit_fd = cli_audit_open(o.audit, &err)) < 0) {

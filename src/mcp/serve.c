@@ -55,35 +55,8 @@
 
 /* ---- signals ------------------------------------------------------------ */
 
-static int sig_pipe[2] = {-1, -1};
-static pid_t server_pid;
-
-static void on_signal(int sig)
-{
-        int saved = errno;
-        /* A child between fork and exec still has this handler: only the
-         * server itself may act on it. */
-        if (getpid() == server_pid && sig_pipe[1] >= 0) {
-                char c = (char)sig;
-                ssize_t n = write(sig_pipe[1], &c, 1);
-                (void)n;
-        }
-        errno = saved;
-}
-
-static int install_signals(void)
-{
-        server_pid = getpid();
-        if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-                return -errno;
-        struct sigaction sa = {.sa_handler = on_signal};
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESTART;
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
-        return 0;
-}
+/* The reading end of cli_signal_pipe. */
+static int sig_fd = -1;
 
 /* Builds a new configuration from the same configuration options, as at
  * start (tools files, allow-list, limits, secrets: a file: secret is read
@@ -298,8 +271,8 @@ int cmd_serve(int argc, char **argv)
                 }
         }
         signal(SIGPIPE, SIG_IGN);
-        if (install_signals() < 0) {
-                fprintf(stderr, "airlock serve: cannot watch signals: %s\n", strerror(errno));
+        if ((sig_fd = cli_signal_pipe(true)) < 0) {
+                fprintf(stderr, "airlock serve: cannot watch signals: %s\n", strerror(-sig_fd));
                 cli_options_free(&o);
                 return EXIT_SANDBOX;
         }
@@ -373,13 +346,13 @@ int cmd_serve(int argc, char **argv)
                         }
                 }
                 char c;
-                struct pollfd p = {.fd = sig_pipe[0], .events = POLLIN};
+                struct pollfd p = {.fd = sig_fd, .events = POLLIN};
                 int n = poll(&p, 1, atomic_load(&s->ready) ? -1 : WARM_UP_RETRY_S * 1000);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n == 0)
                         continue;
-                if (read(sig_pipe[0], &c, 1) != 1)
+                if (read(sig_fd, &c, 1) != 1)
                         continue;
                 if (c == SIGHUP) {
                         reload_tokens(s);

@@ -183,13 +183,12 @@ _Noreturn static void exit_by_signal(int sig)
         _exit(128 + sig);
 }
 
-/* The handler of init_signals. In pid 1 of a single run it ends the run;
- * in any other process (one the code forked, which inherited it) the
- * signal takes its default action, as it would have without the handler. */
-static void on_init_signal(int sig)
+/* Contract: async-signal-safe. Called from the handler of sig: sig takes
+ * its default action in this thread once the handler returns, as it would
+ * have without the handler (it is sent again, unblocked, with the default
+ * disposition). */
+static void raise_by_default(int sig)
 {
-        if (init_signals_on && syscall(SYS_getpid) == 1)
-                exit_by_signal(sig);
         struct sigaction dfl = {.sa_handler = SIG_DFL};
         sigemptyset(&dfl.sa_mask);
         sigaction(sig, &dfl, NULL);
@@ -198,6 +197,16 @@ static void on_init_signal(int sig)
         sigaddset(&one, sig);
         sigprocmask(SIG_UNBLOCK, &one, NULL);
         syscall(SYS_tgkill, syscall(SYS_getpid), syscall(SYS_gettid), sig);
+}
+
+/* The handler of init_signals. In pid 1 of a single run it ends the run;
+ * in any other process (one the code forked, which inherited it) the
+ * signal takes its default action, as it would have without the handler. */
+static void on_init_signal(int sig)
+{
+        if (init_signals_on && syscall(SYS_getpid) == 1)
+                exit_by_signal(sig);
+        raise_by_default(sig);
 }
 
 void guest_init_signals(bool on)
@@ -267,14 +276,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
         (void)ctx;
         pid_t self = (pid_t)syscall(SYS_getpid);
         if (si->si_code != SYS_SECCOMP || si->si_syscall != __NR_mbind) {
-                struct sigaction dfl = {.sa_handler = SIG_DFL};
-                sigemptyset(&dfl.sa_mask);
-                sigaction(sig, &dfl, NULL);
-                sigset_t one;
-                sigemptyset(&one);
-                sigaddset(&one, sig);
-                sigprocmask(SIG_UNBLOCK, &one, NULL);
-                syscall(SYS_tgkill, self, syscall(SYS_gettid), sig);
+                raise_by_default(sig);
                 return;
         }
         static const char msg[] = "MemoryError: the run exceeded its memory limit "
