@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -162,4 +163,21 @@ int al_spawn_piped(const char *exe, char *const argv[], char *const envp[], int 
         }
         *ret = (al_child){pid, in[0], out[0], errp[0]};
         return 0;
+}
+
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
+#endif
+
+int al_memfd_exec(const char *name)
+{
+        int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+        if (fd < 0 && errno == EINVAL)
+                fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        return fd;
+}
+
+int al_memfd_seal(int fd)
+{
+        return fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
 }

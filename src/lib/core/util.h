@@ -24,6 +24,15 @@ int al_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, c
 int al_run_options_in(const airlock_run_options *opts, airlock_run_options *out,
                       airlock_error *err);
 
+/* A close-on-exec memfd named name that may be sealed and executed: with
+ * MFD_EXEC where the kernel knows it (6.3 and later warn without it, and
+ * vm.memfd_noexec=1 would make it non-executable), without on older
+ * kernels. Returns the fd, or -1 with errno set. */
+int al_memfd_exec(const char *name);
+/* Seals fd for good: no write, no resize, no new seals; what it holds can
+ * no longer be changed by anyone. 0, or -1 with errno set. */
+int al_memfd_seal(int fd);
+
 /* A child with its standard streams on the parent's descriptors. */
 typedef struct al_child {
         pid_t pid;

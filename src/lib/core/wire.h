@@ -113,7 +113,7 @@ typedef struct template_params {
          * out (an "input" frame, then COPY_INPUT with a detached tree),
          * before it drops its privileges (tpl_copy.c). */
         bool late_input;
-        /* The sandbox serves one run (airlock_sandbox_new_single): nothing
+        /* The sandbox serves one run (airlock_sandbox_new_oneshot): nothing
          * is prepared beside the first copy for copies that may never
          * come (template.c). */
         bool single_run;

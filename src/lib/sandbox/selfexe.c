@@ -15,16 +15,11 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/util.h"
-
-#ifndef MFD_EXEC
-#define MFD_EXEC 0x0010U
-#endif
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int exe_fd = -1;
@@ -35,17 +30,6 @@ static char exe_problem[160];
 static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *exe_path;
 static bool exe_made;
-
-/* memfd_create, asking for an executable memfd where the kernel knows the
- * flag (6.3 and later warn without it; vm.memfd_noexec=1 would otherwise
- * make it non-executable), and without it on older kernels. */
-static int memfd_exec(const char *name)
-{
-        int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
-        if (fd < 0 && errno == EINVAL)
-                fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        return fd;
-}
 
 static void selfexe_make(void)
 {
@@ -63,7 +47,7 @@ static void selfexe_make(void)
                          strerror(exe_errno));
                 return;
         }
-        _cleanup_close_ int fd = memfd_exec("airlock");
+        _cleanup_close_ int fd = al_memfd_exec("airlock");
         if (fd < 0) {
                 exe_errno = errno;
                 snprintf(exe_problem, sizeof(exe_problem), "memfd_create: %s", strerror(errno));
@@ -81,8 +65,7 @@ static void selfexe_make(void)
                         return;
                 }
         }
-        /* Sealed for good: no write, no resize, no new seals. */
-        if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        if (al_memfd_seal(fd) < 0) {
                 exe_errno = errno;
                 snprintf(exe_problem, sizeof(exe_problem), "cannot seal the program's memfd: %s",
                          strerror(errno));

@@ -11,19 +11,13 @@
  * Debian library, the same inside the sandbox as outside. */
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/util.h"
 #include "template/guest_module.h"
 #include "template/template.h"
-
-#ifndef MFD_EXEC
-#define MFD_EXEC 0x0010U
-#endif
 
 /* The module's bytes (guest_blob.c). */
 extern const unsigned char guest_module_so[];
@@ -45,16 +39,13 @@ int guest_load(char *errbuf, size_t errlen)
         if (guest)
                 return 0;
         size_t size = (size_t)(guest_module_so_end - guest_module_so);
-        int fd = memfd_create("airlock-guest", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
-        if (fd < 0 && errno == EINVAL)
-                fd = memfd_create("airlock-guest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        int fd = al_memfd_exec("airlock-guest");
         if (fd < 0) {
                 int e = errno;
                 snprintf(errbuf, errlen, "python: memfd_create: %s", strerror(e));
                 return -e;
         }
-        if (al_write_full(fd, guest_module_so, size) < 0 ||
-            fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        if (al_write_full(fd, guest_module_so, size) < 0 || al_memfd_seal(fd) < 0) {
                 int e = errno;
                 close(fd);
                 snprintf(errbuf, errlen, "python: cannot write the guest module: %s", strerror(e));

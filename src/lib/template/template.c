@@ -394,9 +394,9 @@ _Noreturn void template_main(void)
                  * with them done. In a one-shot sandbox the first
                  * copy is likely the only one, and the warm-up and
                  * the cache builder beside its run would only take
-                 * CPU from it (38 ms of a cold start's 117 ms of CPU
-                 * on the 2-core test machine): they come after the
-                 * second copy, if one is ever asked for. */
+                 * CPU from it (docs/performance.md, "Where a cold
+                 * start goes"): they come after the second copy, if
+                 * one is ever asked for. */
                 if (tpl->params.single_run && !tpl->spawned_one) {
                         tpl->spawned_one = true;
                 } else if (!tpl->warmed_up) {
