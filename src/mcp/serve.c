@@ -155,9 +155,9 @@ static bool warm_up(server *s)
         if (!k)
                 return false;
         k->base.internal = true;
-        json_t *root =
-            json_pack("{s:s, s:i, s:s, s:{s:s, s:{s:s}}}", "jsonrpc", "2.0", "id", 0, "method",
-                      "tools/call", "params", "name", "execute_code", "arguments", "code", "pass");
+        _cleanup_json_ json_t *params =
+            json_pack("{s:s, s:{s:s}}", "name", "execute_code", "arguments", "code", "pass");
+        json_t *root = params ? jsonrpc_request(0, "tools/call", params) : NULL;
         jsonrpc_message m = {.root = root,
                              .id = json_object_get(root, "id"),
                              .method = "tools/call",

@@ -99,8 +99,7 @@ enum MHD_Result queue_text(struct MHD_Connection *c, request *rq, unsigned code,
 enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, unsigned code, int rpc_code,
                                 const char *message, const char *h1, const char *v1)
 {
-        json_t *e = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error", "code",
-                              rpc_code, "message", message);
+        json_t *e = jsonrpc_error(NULL, rpc_code, NULL, "%s", message);
         _cleanup_free_ char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
         json_decref(e);
         if (!text)
