@@ -14,10 +14,13 @@ against `bwrap ... python3` running the same code under the same load.
 Called by bench.py (`make bench`, and `bench.py --only loaded`); alone:
     /usr/bin/python3 bench/bench_loaded.py BUILD [--quick]
 prints its table and targets; with --pss instead, what one more ready copy
-costs (PSS). AIRLOCK_BENCH_MCP_ARGS adds options to both
+costs (PSS); with --pages, what this machine charges for the pages a copy
+touches (page_costs). AIRLOCK_BENCH_MCP_ARGS adds options to both
 servers' command lines (say `--ready-copies 1`). Standard library only.
 """
 import json
+import math
+import mmap
 import os
 import subprocess
 import sys
@@ -45,6 +48,96 @@ def pct(samples, p):
 def summary(samples):
     return {"median_ms": pct(samples, 0.5), "p90_ms": pct(samples, 0.9),
             "min_ms": min(samples), "n": len(samples), "samples_ms": samples}
+
+
+def proc_times():
+    """Every process's parent and CPU time in clock ticks: its own and that of
+    the children it has reaped (a copy's time is its template's once it is
+    gone)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                f = f.read().rsplit(")", 1)[1].split()
+            out[int(d)] = (int(f[1]), sum(int(x) for x in f[11:15]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def tree_cpu_s(root):
+    """CPU seconds used so far by root and everything under it: a server, its
+    template, its copies alive and the copies already reaped."""
+    table = proc_times()
+    kids = {}
+    for pid, (ppid, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += table.get(pid, (0, 0))[1]
+        todo += kids.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def page_costs(mib=64):
+    """What this machine charges for the pages a copy touches, in us a page:
+    the first write to a new anonymous page; in a process forked from one
+    that holds `mib` MiB, the first read of each shared 4 KiB page and the
+    first write to one (copy on write); and the first read when the memory
+    is in 2 MiB pages (None when the kernel gave none). On hardware with
+    nested paging the reads cost next to nothing; under shadow paging each
+    costs an exit to the hypervisor."""
+    size, page = mib << 20, 4096
+    out = {}
+
+    def in_child(fn):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.write(w, repr(fn()).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            v = f.read()
+        os.waitpid(pid, 0)
+        return float(v) if v else None
+
+    # CPU time, not wall time: on a busy machine the wait for a CPU is not
+    # the page's cost.
+    def per_page(fn, m):
+        t = time.process_time()
+        fn(m)
+        return (time.process_time() - t) * 1e6 / (size // page)
+
+    def touch(m):
+        for off in range(0, size, page):
+            m[off] = 1
+
+    def read(m):
+        for off in range(0, size, page):
+            m[off]
+
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    out["new_page_us"] = per_page(touch, m)
+    out["child_first_read_us"] = in_child(lambda: per_page(read, m))
+    out["child_first_write_us"] = in_child(lambda: per_page(touch, m))
+    m.close()
+    out["child_first_read_2m_us"] = None
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m.madvise(mmap.MADV_HUGEPAGE)
+        touch(m)
+        with open("/proc/self/smaps_rollup") as f:
+            huge = sum(int(line.split()[1]) for line in f if line.startswith("AnonHugePages:"))
+        if huge >= (size >> 10) // 2:
+            out["child_first_read_2m_us"] = in_child(lambda: per_page(read, m))
+        m.close()
+    return out
 
 
 class Mcp:
@@ -113,6 +206,18 @@ def sample(fn, n, gap_s):
     return out
 
 
+def server_sample(m, kind, n, gap_s):
+    """n calls gap_s apart through the server m, with the CPU its whole tree
+    used meanwhile: per call, and in CPUs (CPU time over wall time)."""
+    cpu, t = tree_cpu_s(m.p.pid), time.perf_counter()
+    res = summary(sample(lambda: m.call(kind), n, gap_s))
+    cpu, t = tree_cpu_s(m.p.pid) - cpu, time.perf_counter() - t
+    res["cpu_ms_per_call"] = cpu * 1e3 / n
+    res["cpus_used"] = cpu / t
+    res["gap_ms"] = gap_s * 1e3
+    return res
+
+
 class Load:
     """One CPU-bound process per core at normal priority, for the with block."""
 
@@ -153,9 +258,17 @@ def run(build, quick, log=lambda m: None):
             for _ in range(3):
                 m.call(kind)
             res[kind] = {
-                "idle_100ms": summary(sample(lambda k=kind, m=m: m.call(k), n, 0.1)),
-                "idle_10ms": summary(sample(lambda k=kind, m=m: m.call(k), n, 0.01)),
+                "idle_100ms": server_sample(m, kind, n, 0.1),
+                "idle_10ms": server_sample(m, kind, n, 0.01),
             }
+            # The pace this machine can absorb under the load: the load
+            # leaves the sandbox half the CPUs (one loop per core, in a
+            # session of its own), and calls twice the CPU a call costs
+            # apart fill half of that. Not faster than 10 ms apart.
+            cost = max(res[kind]["idle_100ms"]["cpu_ms_per_call"],
+                       res[kind]["idle_10ms"]["cpu_ms_per_call"])
+            gap = max(10, math.ceil(2 * cost / (res["cores"] / 2)))
+            res[kind]["idle_paced"] = server_sample(m, kind, n, gap / 1e3)
             if have_bwrap:
                 bwrap_call(kind)
                 res[kind]["bwrap_idle"] = summary(sample(lambda k=kind: bwrap_call(k),
@@ -164,13 +277,16 @@ def run(build, quick, log=lambda m: None):
             for kind, m in servers.items():
                 # The first call under load starts the rest off as usual.
                 m.call(kind)
-                res[kind]["loaded_10ms"] = summary(sample(lambda k=kind, m=m: m.call(k), n, 0.01))
+                res[kind]["loaded_10ms"] = server_sample(m, kind, n, 0.01)
+                res[kind]["loaded_paced"] = server_sample(m, kind, n,
+                                                          res[kind]["idle_paced"]["gap_ms"] / 1e3)
                 if have_bwrap:
                     res[kind]["bwrap_loaded"] = summary(
                         sample(lambda k=kind: bwrap_call(k), n_bwrap, 0.01))
     finally:
         for m in servers.values():
             m.close()
+    res["pages"] = page_costs()
     return res
 
 
@@ -224,6 +340,20 @@ def fmt(v):
     return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
 
+def pages_line(pg):
+    """The machine's page costs (page_costs) as one sentence."""
+    if not pg:
+        return "Page costs not measured."
+    huge = pg.get("child_first_read_2m_us")
+    return ("What this machine charges for the pages a copy touches (`bench_loaded.py BUILD "
+            f"--pages`): {fmt(pg['new_page_us'])} us for the first write to a new page; in a "
+            "process forked from one holding 64 MiB, "
+            f"{fmt(pg['child_first_read_us'])} us for its first read of each 4 KiB page it "
+            f"shares and {fmt(pg['child_first_write_us'])} us for its first write to one (copy "
+            "on write)" + (f", {huge:.3f} us a 4 KiB page when they are 2 MiB pages." if huge
+                           is not None else "; no 2 MiB pages were given."))
+
+
 def report_lines(res):
     L = ["## 8. a busy machine: one CPU-bound process per core", "",
          f"{res['calls']} tools/call round trips of each code, timed by a Python client: the "
@@ -231,10 +361,13 @@ def report_lines(res):
          "`airlock mcp`. The load is one `while True: pass` python3 per core "
          f"({res['cores']}) at normal priority in a session of its own, started and stopped by "
          "the benchmark (bench/bench_loaded.py; alone: `bench.py BUILD --only loaded`). bwrap: "
-         "a new `bwrap ... python3 -c CODE` per call, 10 ms apart.", "",
+         "a new `bwrap ... python3 -c CODE` per call, 10 ms apart. CPU a call: what the "
+         "server, its template and its copies used over the calls, per call; CPUs: the same "
+         "over the wall time (the load leaves the sandbox about half the CPUs).", "",
          "| code | airlock idle, 100 ms apart | idle, 10 ms apart | loaded, 10 ms apart "
-         "(median / p90) | loaded / idle | bwrap idle | bwrap loaded | bwrap / airlock loaded |",
-         "|---|---:|---:|---:|---:|---:|---:|---:|"]
+         "(median / p90) | loaded / idle | CPU a call, idle / loaded (ms) | CPUs used "
+         "loaded | bwrap idle | bwrap loaded | bwrap / airlock loaded |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for kind in CODES:
         r = res[kind]
         i100, i10, ld = r["idle_100ms"], r["idle_10ms"], r["loaded_10ms"]
@@ -242,8 +375,22 @@ def report_lines(res):
         L.append(f"| {LABELS[kind]} | {fmt(i100['median_ms'])} | {fmt(i10['median_ms'])} | "
                  f"{fmt(ld['median_ms'])} / {fmt(ld['p90_ms'])} | "
                  f"{ld['median_ms'] / i100['median_ms']:.2f}x | "
+                 f"{fmt(i10.get('cpu_ms_per_call'))} / {fmt(ld.get('cpu_ms_per_call'))} | "
+                 f"{fmt(ld.get('cpus_used'))} | "
                  f"{fmt(bi.get('median_ms'))} | {fmt(bl.get('median_ms'))} | "
                  + (f"{bl['median_ms'] / ld['median_ms']:.0f}x |" if bl else "- |"))
+    L += ["", "Paced to the machine: calls twice the CPU a call costs apart, divided by the "
+          "sandbox's half of the CPUs (at least 10 ms), on the idle machine and under the same "
+          "load, so that the calls ask for half of what the load leaves:", "",
+          "| code | apart (ms) | idle median / p90 | loaded median / p90 | loaded / idle |",
+          "|---|---:|---:|---:|---:|"]
+    for kind in CODES:
+        ip, lp = res[kind].get("idle_paced"), res[kind].get("loaded_paced")
+        if ip and lp:
+            L.append(f"| {LABELS[kind]} | {ip['gap_ms']:.0f} | {fmt(ip['median_ms'])} / "
+                     f"{fmt(ip['p90_ms'])} | {fmt(lp['median_ms'])} / {fmt(lp['p90_ms'])} | "
+                     f"{lp['median_ms'] / ip['median_ms']:.2f}x |")
+    L += ["", pages_line(res.get("pages"))]
     return L
 
 
@@ -266,12 +413,26 @@ def targets(res):
                             "within 1.25x of 100 ms apart",
                     "figure": f"{i10:.2f} ms vs {i100:.2f} ms ({i10 / i100:.2f}x)",
                     "verdict": "met" if i10 <= 1.25 * i100 else "missed"})
+        ip, lp = r.get("idle_paced"), r.get("loaded_paced")
+        if ip and lp:
+            z = lp["median_ms"] / ip["median_ms"]
+            out.append({"what": f"loaded machine, {LABELS[kind]} paced to the machine "
+                                f"({ip['gap_ms']:.0f} ms apart): median <= 2.5x the idle "
+                                "median at the same pace, p90 <= 3x the loaded median",
+                        "figure": f"{lp['median_ms']:.2f} ms vs {ip['median_ms']:.2f} ms "
+                                  f"({z:.2f}x), p90 {lp['p90_ms']:.2f} ms "
+                                  f"({lp['p90_ms'] / lp['median_ms']:.2f}x)",
+                        "verdict": "met" if z <= 2.5 and lp["p90_ms"] <= 3 * lp["median_ms"]
+                        else "missed"})
     return out
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: bench_loaded.py BUILD [--quick] | BUILD --pss")
+        sys.exit("usage: bench_loaded.py BUILD [--quick] | BUILD --pss | BUILD --pages")
+    if sys.argv[2:] == ["--pages"]:
+        print(pages_line(page_costs()))
+        sys.exit(0)
     if sys.argv[2:] == ["--pss"]:
         b = os.path.abspath(sys.argv[1])
         for preload, kind in ((PRELOAD, "pandas"), (None, "print1")):
