@@ -321,7 +321,7 @@ int call_start(mcp_server *srv, mcp_call *c)
                 pthread_mutex_unlock(&srv->lock);
                 return 0;
         }
-        if (srv->may_inline && !srv->inline_call) {
+        if (!c->off_reader && srv->may_inline && !srv->inline_call) {
                 /* The reader runs it on its own thread. */
                 srv->inline_call = c;
                 pthread_mutex_unlock(&srv->lock);
@@ -403,15 +403,37 @@ void cancel_all_and_wait(mcp_server *srv)
 /* Builds the sandbox's next copy in the background once a client shows up
  * (initialize, or its first request of revision 2026-07-28), so that the
  * first call does not wait for staging and the interpreter start. */
-void warm_up(mcp_server *srv)
+static void start_warm_up(mcp_server *srv, bool off_reader)
 {
-        if (atomic_exchange(&srv->warmed_up, true))
-                return;
         mcp_call *c = calloc(1, sizeof(*c));
         if (!c || !(c->code = strdup("pass"))) {
                 free(c);
                 return;
         }
         c->len = 4;
+        c->off_reader = off_reader;
         call_start(srv, c);
+}
+
+void warm_up(mcp_server *srv)
+{
+        if (atomic_exchange(&srv->warmed_up, true))
+                return;
+        /* server/discover answered while the first version is built: the
+         * run needs that version, and the build prepares the sandbox anyway,
+         * so the build's thread starts the run once it is done. */
+        pthread_mutex_lock(&srv->cfg_lock);
+        bool later = srv->building;
+        if (later)
+                srv->warm_when_built = true;
+        pthread_mutex_unlock(&srv->cfg_lock);
+        if (!later)
+                start_warm_up(srv, false);
+}
+
+/* From the build's thread, which may not leave the call to the reader
+ * (srv->may_inline is the reader's alone). */
+void warm_up_after_build(mcp_server *srv)
+{
+        start_warm_up(srv, true);
 }

@@ -19,7 +19,7 @@
 #include "tenant_workspace.h"
 
 int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
-                airlock_error *err)
+                bool in_background, airlock_error *err)
 {
         pthread_mutex_init(&srv->cfg_lock, NULL);
         int r = airlock_cache_new(0, 0, &srv->cache, err);
@@ -28,9 +28,11 @@ int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *ca
         if (mcp_sessions_new(srv->cache, cfg, caps, &srv->sessions) < 0)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         version_source_sessions(srv);
-        r = version_new(srv, cfg, false, &srv->cur, err);
-        if (r < 0)
-                return r;
+        if (!in_background) {
+                r = version_new(srv, cfg, false, &srv->cur, err);
+                if (r < 0)
+                        return r;
+        }
         if (mcp_store_new(&srv->store) < 0)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         pthread_mutex_init(&srv->out_lock, NULL);
@@ -45,14 +47,18 @@ int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *ca
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&srv->prog_wake, &ca);
         pthread_condattr_destroy(&ca);
+        pthread_cond_init(&srv->built, NULL);
         srv->queue_end = &srv->queue;
         srv->locks_ready = true;
-        return 0;
+        return in_background ? version_build_start(srv, cfg, err) : 0;
 }
 
 /* Frees everything server_init made, once no call is left. */
 void server_teardown(mcp_server *srv)
 {
+        /* The build uses the cache and may start the warm-up: over first. */
+        airlock_error ignored;
+        (void)version_build_join(srv, &ignored);
         if (srv->locks_ready) {
                 stop_workers(srv);
                 stop_progress(srv);
@@ -61,6 +67,9 @@ void server_teardown(mcp_server *srv)
                 close(srv->input_watch);
         if (srv->audit_fd >= 0)
                 close(srv->audit_fd);
+        if (srv->build_failed_fd >= 0)
+                close(srv->build_failed_fd);
+        free(srv->first_instructions);
         for (unsigned i = 0; i < srv->n_spare; i++)
                 close(srv->spare_fds[i]);
         dynbuf_free(&srv->line);
@@ -76,6 +85,7 @@ void server_teardown(mcp_server *srv)
                 pthread_cond_destroy(&srv->work);
                 pthread_cond_destroy(&srv->calls_done);
                 pthread_cond_destroy(&srv->prog_wake);
+                pthread_cond_destroy(&srv->built);
                 pthread_mutex_destroy(&srv->prog_lock);
                 pthread_mutex_destroy(&srv->live_lock);
                 pthread_mutex_destroy(&srv->lock);
@@ -108,6 +118,7 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         srv->input_watch = -1;
         srv->audit_fd = -1;
+        srv->build_failed_fd = -1;
         srv->transport = "http";
         srv->name = "airlock serve";
         srv->stateless = o && o->stateless;
@@ -121,7 +132,9 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
         srv->input_done = true;
         srv->workspaces = o ? o->workspaces : NULL;
         snprintf(srv->tenant, sizeof(srv->tenant), "%s", o && o->tenant ? o->tenant : "default");
-        int r = server_init(srv, cfg, caps, err);
+        /* serve.c holds every request until the core is made: nothing could
+         * be answered during a build in the background. */
+        int r = server_init(srv, cfg, caps, false, err);
         if (r >= 0 && o && o->instance)
                 mcp_sessions_set_instance(srv->sessions, o->instance);
         if (r >= 0 && o && o->quotas)

@@ -132,7 +132,9 @@ static void handle_initialize(mcp_server *srv, const mcp_request *rq)
 }
 
 /* server/discover (server/discover.mdx): the revisions without handshake,
- * the capabilities, the instructions and, in _meta, the server's identity. */
+ * the capabilities, the instructions and, in _meta, the server's identity.
+ * While the first version is being built, the instructions are those of its
+ * configuration, the same text (see version_build_start). */
 static void handle_discover(mcp_server *srv, const mcp_request *rq)
 {
         json_t *versions = json_array();
@@ -141,7 +143,8 @@ static void handle_discover(mcp_server *srv, const mcp_request *rq)
         cfg_version *v = cfg_take(srv);
         reply(srv, rq,
               json_pack("{s:o, s:o, s:s}", "supportedVersions", versions, "capabilities",
-                        server_capabilities(), "instructions", v->instructions),
+                        server_capabilities(), "instructions",
+                        v ? v->instructions : srv->first_instructions),
               true);
         cfg_drop(srv, v);
 }
@@ -328,7 +331,14 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
  * no handshake and is answered in that revision's form; initialize, even
  * after such requests, starts the handshake era, whose requests other than
  * ping wait for it. The two eras may share one connection, as
- * basic/versioning allows a dual-era server. */
+ * basic/versioning allows a dual-era server.
+ *
+ * While airlock mcp builds its first version (its sandbox), ping and
+ * server/discover are answered at once, and so is a message that is not a
+ * well-formed request: the configuration alone says what to answer. Every
+ * other request waits here for the build, and so does the reader, so that
+ * the requests after it are answered after it too. A build that failed
+ * leaves the request unanswered: the server then ends (cmd_mcp). */
 bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
                     const json_t *params)
 {
@@ -336,10 +346,6 @@ bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const j
         mcp_request *const rq = &rq_;
         if (!read_envelope(srv, rq))
                 return false;
-        if (!rq->modern && strcmp(method, "initialize") == 0) {
-                handle_initialize(srv, rq);
-                return false;
-        }
         /* ping is allowed before initialize; everything else is not. */
         if (strcmp(method, "ping") == 0) {
                 reply(srv, rq, json_object(), false);
@@ -355,8 +361,16 @@ bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const j
                                    META_PROTOCOL_VERSION, modern_versions[0], META_CLIENT_CAPS);
                         return false;
                 }
+                if (!srv->first_instructions && !version_wait(srv))
+                        return false;
                 warm_up(srv);
                 handle_discover(srv, rq);
+                return false;
+        }
+        if (!version_wait(srv))
+                return false;
+        if (!rq->modern && strcmp(method, "initialize") == 0) {
+                handle_initialize(srv, rq);
                 return false;
         }
         if (rq->modern) {

@@ -63,9 +63,28 @@ typedef struct tenant_cfg {
 
 struct mcp_server {
         /* The current configuration: read and swapped under cfg_lock, which
-         * is held for nothing else (never across a call into airlock). */
+         * is held for nothing else but the first build's state below (never
+         * across a call into airlock). */
         pthread_mutex_t cfg_lock;
         cfg_version *cur;
+        /* airlock mcp builds its first version on a thread of its own
+         * (version_build_start) while it reads its input: ping and
+         * server/discover, which the configuration alone answers, are
+         * answered meanwhile; every other request waits for the build
+         * (version_wait). Under cfg_lock but for the fields set before the
+         * thread starts. cur stays NULL while building, and when the build
+         * failed (build_err says why). */
+        bool building;
+        bool warm_when_built; /* a warm-up was asked for while building */
+        pthread_cond_t built;
+        bool build_joinable;
+        pthread_t build_thread;
+        airlock_config *build_cfg;
+        int build_result;
+        airlock_error build_err;
+        atomic_bool build_failed;
+        int build_failed_fd;      /* an eventfd written when the build failed, or -1 */
+        char *first_instructions; /* the instructions of build_cfg, or NULL */
         airlock_cache *cache;
         mcp_sessions *sessions;
         mcp_store *store; /* the files of recent runs, for resources/read */
@@ -150,6 +169,7 @@ struct mcp_call {
         bool run_record;           /* the client asked for _meta[MCP_META_RUN] */
         bool usage_record;         /* ... or for _meta[MCP_META_USAGE] */
         bool cancelled;
+        bool off_reader;  /* started by another thread than the reader: for a worker */
         bool modern;      /* the request named revision 2026-07-28 or later in _meta */
         json_t *progress; /* its _meta.progressToken, or NULL */
         /* Read and written by the progress thread only, under prog_lock. */
@@ -223,6 +243,14 @@ const airlock_config *version_cfg(mcp_server *srv, cfg_version *v, const char *o
                                   airlock_error *err);
 /* Makes the session table take its configurations from the versions. */
 void version_source_sessions(mcp_server *srv);
+/* Starts the build of the first version of cfg (not owned) on a thread of
+ * its own. Returns 0 or -errno with err filled. */
+int version_build_start(mcp_server *srv, airlock_config *cfg, airlock_error *err);
+/* Waits until the first version is built; false when its build failed. */
+bool version_wait(mcp_server *srv);
+/* Waits for the end of the build thread, if one was started: 0, or the
+ * build's error (-errno, with err filled). */
+int version_build_join(mcp_server *srv, airlock_error *err);
 
 /* ---- mcp_progress.c: progress notifications --------------------------- */
 
@@ -261,8 +289,11 @@ bool same_owner(const mcp_call *c, const char *owner);
 /* notifications/cancelled of owner for request_id. */
 void cancel_request(mcp_server *srv, const char *owner, const json_t *request_id);
 void cancel_all_and_wait(mcp_server *srv);
-/* Starts the warm-up run once a client shows up (once). */
+/* Starts the warm-up run once a client shows up (once); while the first
+ * version is being built, the build starts it when it is done. */
 void warm_up(mcp_server *srv);
+/* The warm-up asked for during the build, started by the build's thread. */
+void warm_up_after_build(mcp_server *srv);
 
 /* ---- mcp_dispatch.c: requests and notifications ------------------------ */
 
@@ -279,8 +310,10 @@ void reader_loop(mcp_server *srv);
 
 /* ---- mcp_core.c: the server's making and unmaking ---------------------- */
 
+/* Makes the server; its first version is built now, or with in_background
+ * on a thread of its own (version_build_start). */
 int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
-                airlock_error *err);
+                bool in_background, airlock_error *err);
 /* Frees everything server_init made, once no call is left. */
 void server_teardown(mcp_server *srv);
 

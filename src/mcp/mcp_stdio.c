@@ -11,7 +11,10 @@
  * progress finish and answers them, as long as someone still reads standard
  * output; SIGTERM, SIGINT or SIGHUP, or the loss of the reader of standard
  * output (the client went away), cancels them. Either way the sandbox cache
- * is closed and the server exits 0. */
+ * is closed and the server exits 0. The reader starts at once, while the
+ * sandbox is built on a thread of its own (version_build_start): ping and
+ * server/discover are answered during the build, every other request waits
+ * for it (handle_request). */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -74,30 +77,36 @@ static bool output_gone(mcp_server *srv)
 
 typedef enum wait_outcome {
         INPUT_READY,
-        INPUT_STOP,        /* a stop signal came */
-        INPUT_CLIENT_GONE, /* standard output lost its reader */
+        INPUT_STOP,         /* a stop signal came */
+        INPUT_CLIENT_GONE,  /* standard output lost its reader */
+        INPUT_BUILD_FAILED, /* the build of the first version failed */
 } wait_outcome;
 
-/* Waits until standard input is readable, a stop signal comes or standard
- * output loses its reader, whichever is first. */
+/* Waits until standard input is readable, a stop signal comes, standard
+ * output loses its reader or the build of the first version fails,
+ * whichever is first. */
 static wait_outcome wait_input(mcp_server *srv)
 {
-        struct pollfd fds[3] = {
+        struct pollfd fds[4] = {
             {.fd = STDIN_FILENO, .events = POLLIN},
             /* No events asked: only its errors and hang-up are reported. */
             {.fd = STDOUT_FILENO, .events = 0},
+            /* Negative descriptors are left out by poll. */
+            {.fd = srv->build_failed_fd, .events = POLLIN},
             {.fd = stop_fd, .events = POLLIN},
         };
         for (;;) {
                 if (srv->output_broken)
                         return INPUT_CLIENT_GONE;
-                int n = poll(fds, stop_fd >= 0 ? 3 : 2, -1);
+                int n = poll(fds, 4, -1);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
                         return INPUT_READY; /* let read() report the problem */
-                if (stop_fd >= 0 && (fds[2].revents & POLLIN))
+                if (fds[3].revents & POLLIN)
                         return INPUT_STOP;
+                if (fds[2].revents & POLLIN)
+                        return INPUT_BUILD_FAILED;
                 if (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL))
                         return INPUT_CLIENT_GONE;
                 if (fds[0].revents)
@@ -160,7 +169,7 @@ void reader_loop(mcp_server *srv)
         dynbuf *line = &srv->line;
         for (;;) {
                 wait_outcome waited = wait_input(srv);
-                if (waited == INPUT_STOP) {
+                if (waited == INPUT_STOP || waited == INPUT_BUILD_FAILED) {
                         finish_input(srv, true);
                         return;
                 }
@@ -205,6 +214,12 @@ void reader_loop(mcp_server *srv)
                                 handle_line(srv, line->data, len);
                         srv->may_inline = false;
                         line->len = 0;
+                        if (atomic_load(&srv->build_failed)) {
+                                /* Nothing more is answered: the server ends
+                                 * with the build's error (cmd_mcp). */
+                                finish_input(srv, true);
+                                return;
+                        }
                         mcp_call *c = srv->inline_call;
                         if (c) {
                                 srv->inline_call = NULL;
@@ -328,7 +343,7 @@ int cmd_mcp(int argc, char **argv)
         if (stop_fd < 0)
                 stop_fd = -1; /* the signals keep their default action */
         mcp_raise_fd_limit();
-        mcp_server srv = {.input_watch = -1, .audit_fd = -1};
+        mcp_server srv = {.input_watch = -1, .audit_fd = -1, .build_failed_fd = -1};
         if (o.audit && (srv.audit_fd = cli_audit_open(o.audit, &err)) < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
                 cli_options_free(&o);
@@ -342,18 +357,24 @@ int cmd_mcp(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
-        r = server_init(&srv, o.cfg, &o.caps, &err);
+        /* The sandbox is built while the server reads its input (see
+         * handle_request): a client that gives up on server/discover after
+         * a second (the Vercel AI SDK) must get its answer meanwhile. */
+        r = server_init(&srv, o.cfg, &o.caps, true, &err);
+        bool stopped = r >= 0 && serve(&srv);
+        /* A configuration error the build found ends the server as it
+         * always has, with the error and exit status 2: no request that
+         * waited for the build was answered. */
+        if (r >= 0)
+                r = version_build_join(&srv, &err);
         if (r < 0) {
                 fprintf(stderr, "airlock mcp: %s\n", err.message);
-                mcp_sessions_free(srv.sessions);
-                airlock_cache_close(srv.cache);
-                mcp_store_free(srv.store);
-                version_free(srv.cur);
+                server_teardown(&srv);
                 mcp_workspaces_free(srv.workspaces);
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
-        if (serve(&srv))
+        if (stopped)
                 cancel_all_and_wait(&srv);
         else
                 finish_calls(&srv);

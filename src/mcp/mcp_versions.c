@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "base.h"
@@ -205,4 +206,81 @@ int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **r
         }
         *ret = v;
         return 0;
+}
+
+/* ---- the first version, built while the server reads (airlock mcp) ---- */
+
+static void *build_main(void *arg)
+{
+        mcp_server *srv = arg;
+        cfg_version *v = NULL;
+        airlock_error err = {0};
+        int r = version_new(srv, srv->build_cfg, false, &v, &err);
+        pthread_mutex_lock(&srv->cfg_lock);
+        srv->cur = v;
+        srv->build_result = r;
+        srv->build_err = err;
+        srv->building = false;
+        bool warm = r >= 0 && srv->warm_when_built;
+        pthread_cond_broadcast(&srv->built);
+        pthread_mutex_unlock(&srv->cfg_lock);
+        if (r < 0) {
+                /* The reader stops at once, waiting for a request or for
+                 * input, and the command reports the error (cmd_mcp). */
+                atomic_store(&srv->build_failed, true);
+                uint64_t one = 1;
+                ssize_t n = write(srv->build_failed_fd, &one, sizeof(one));
+                (void)n; /* an eventfd write fails only on overflow */
+        }
+        if (warm)
+                warm_up_after_build(srv);
+        return NULL;
+}
+
+/* The instructions are the configuration's alone (build_instructions in
+ * describe.c): airlock_describe gives the very text the version will hold,
+ * without a sandbox, so that server/discover can answer during the build.
+ * Without them (a configured path that cannot be read, say), server/discover
+ * waits for the build as every other request does, and the build reports
+ * the error. */
+int version_build_start(mcp_server *srv, airlock_config *cfg, airlock_error *err)
+{
+        airlock_error ignored;
+        (void)airlock_describe(cfg, NULL, &srv->first_instructions, &ignored);
+        srv->build_failed_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (srv->build_failed_fd < 0) {
+                int e = errno;
+                return al_error(err, -e, NULL, "cannot make an eventfd: %s", strerror(e));
+        }
+        srv->build_cfg = cfg;
+        srv->building = true;
+        int r = pthread_create(&srv->build_thread, NULL, build_main, srv);
+        if (r != 0) {
+                srv->building = false;
+                return al_error(err, -r, NULL, "cannot start a thread: %s", strerror(r));
+        }
+        srv->build_joinable = true;
+        return 0;
+}
+
+bool version_wait(mcp_server *srv)
+{
+        pthread_mutex_lock(&srv->cfg_lock);
+        while (srv->building)
+                pthread_cond_wait(&srv->built, &srv->cfg_lock);
+        bool ok = srv->cur != NULL;
+        pthread_mutex_unlock(&srv->cfg_lock);
+        return ok;
+}
+
+int version_build_join(mcp_server *srv, airlock_error *err)
+{
+        if (!srv->build_joinable)
+                return 0;
+        pthread_join(srv->build_thread, NULL);
+        srv->build_joinable = false;
+        if (srv->build_result >= 0)
+                return 0;
+        *err = srv->build_err;
+        return srv->build_result;
 }

@@ -13,6 +13,10 @@ can fail airlock:
   leak      has the value of $TOKEN in its description
 
 With $MISBEHAVE_FAIL_START set it writes $TOKEN to stderr and exits at once.
+With $MISBEHAVE_GATE set (the path of a Unix socket a test listens on), it
+connects there and waits for a line or the end of the connection before it
+reads anything: the test holds the server's start, and so the build of the
+sandbox that starts it, until it lets go.
 
 plus tools whose names are not Python identifiers (get-file, get_file,
 class, 2fa) and one with a parameter called "from". The file named by
@@ -20,6 +24,7 @@ $MISBEHAVE_LOG gets one line per start ("start PID"), per call ("call NAME ID")
 and per cancellation ("cancelled ID")."""
 import json
 import os
+import socket
 import sys
 import time
 
@@ -74,6 +79,16 @@ log(f"start {os.getpid()}")
 if os.environ.get("MISBEHAVE_FAIL_START"):
     sys.stderr.write(f"cannot start: my token is {os.environ.get('TOKEN')}\n")
     sys.exit(4)
+if os.environ.get("MISBEHAVE_GATE"):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gate:
+        gate.connect(os.environ["MISBEHAVE_GATE"])
+        got = b""
+        while b"\n" not in got:
+            chunk = gate.recv(64)
+            if not chunk:
+                break
+            got += chunk
+    log("released")
 for line in sys.stdin:
     msg = json.loads(line)
     method, mid = msg.get("method"), msg.get("id")

@@ -12,6 +12,7 @@
 // era it spoke.
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { AIRLOCK, ROOT, RawPeer, assert, assertEqual, assertIncludes, rmrf, runTests, tmpdir, withPeer, SERVER_TOOLS } from './lib.mjs';
 
@@ -103,9 +104,10 @@ async function inspectorRound(era, expectEra) {
 // ---- the Vercel AI SDK --------------------------------------------------
 
 // Over stdio it waits only 1 s for the answer to server/discover before it
-// falls back to initialize; airlock answers once its sandbox is built, about
-// 0.25 s after the start on the 2-core test machine under a load of 8. A
-// fallback shows here as the era "legacy".
+// falls back to initialize. airlock answers it without waiting for its
+// sandbox, whose build takes longer than that on a busy machine (the raw
+// tests below hold the build to show it). A fallback shows here as the era
+// "legacy".
 
 async function aiSdkRound(discovery, expectEra) {
   const { createMCPClient } = await import('@ai-sdk/mcp');
@@ -173,6 +175,85 @@ async function langchainRound() {
 
 // ---- raw ------------------------------------------------------------------
 
+// An upstream MCP server whose start the test holds: airlock mcp starts it
+// while it builds its sandbox (each process builds its own), and it answers
+// nothing before release() (tests/helpers/mcp_misbehave.py, MISBEHAVE_GATE).
+// So the build cannot end before release(), which the test calls only once
+// it has seen what it wanted: no timing is involved. Without release() the
+// build would end after airlock's own 30 s bound on a server's start, without
+// the server, whose tools the description would then not count.
+const MISBEHAVE = path.join(ROOT, 'tests', 'helpers', 'mcp_misbehave.py');
+let ngates = 0;
+
+async function withGate(fn) {
+  const dir = path.join(work, `gate-${++ngates}`);
+  fs.mkdirSync(dir);
+  const sock = path.join(dir, 'gate.sock');
+  const conns = [];
+  let released = false;
+  let onConnect;
+  const connected = new Promise((resolve) => { onConnect = resolve; });
+  const server = net.createServer((c) => {
+    conns.push(c);
+    c.on('error', () => {});
+    if (released) c.end('go\n');
+    onConnect();
+  });
+  await new Promise((resolve, reject) => server.listen(sock, resolve).on('error', reject));
+  const file = path.join(dir, 'servers.json');
+  fs.writeFileSync(file, JSON.stringify({ mcpServers: { gate: {
+    command: 'python3', args: [MISBEHAVE], env: { MISBEHAVE_GATE: sock },
+  } } }));
+  const gate = {
+    file,
+    // Resolves once the build has started the server, which then holds it.
+    async started(timeoutMs = 120000) {
+      let t;
+      const late = new Promise((_, reject) => {
+        t = setTimeout(() => reject(new Error('the gated server was never started')), timeoutMs);
+      });
+      try {
+        await Promise.race([connected, late]);
+      } finally {
+        clearTimeout(t);
+      }
+    },
+    release() {
+      released = true;
+      for (const c of conns) c.end('go\n');
+    },
+  };
+  try {
+    await fn(gate);
+  } finally {
+    gate.release();
+    await new Promise((resolve) => server.close(resolve));
+  }
+}
+
+// Runs fn with a RawPeer of `airlock mcp ARGS` whose exit the test checks
+// itself; the server is killed if the test ends before it does.
+async function withRawPeer(args, fn) {
+  const p = new RawPeer(args);
+  try {
+    await fn(p);
+  } finally {
+    if (p.child.exitCode === null && p.child.signalCode === null) {
+      p.child.kill('SIGKILL');
+      await p.exited;
+    }
+  }
+}
+
+// Waits for the child's exit, killing it after timeoutMs (a hang fails the
+// test instead of hanging it).
+async function exitOf(p, timeoutMs = 120000) {
+  const t = setTimeout(() => p.child.kill('SIGKILL'), timeoutMs);
+  const r = await p.exited;
+  clearTimeout(t);
+  return r;
+}
+
 
 const tests = [
   ['raw: server/discover without initialize', () => withPeer([], async (p) => {
@@ -186,6 +267,69 @@ const tests = [
     assert(typeof res._meta[SERVER_INFO].version === 'string', 'serverInfo.version');
     assertIncludes(res.instructions, 'execute_code', 'instructions');
     assertEqual([res.ttlMs, res.cacheScope], [0, 'private'], 'cache hints');
+  })],
+
+  // The Vercel AI SDK waits 1 s for the answer to server/discover before it
+  // falls back to initialize: the answer must not wait for the sandbox.
+  ['raw: ping and server/discover are answered while the sandbox is built; the rest waits for it', () => withGate(async (gate) => {
+    await withPeer(['--servers', gate.file], async (p) => {
+      await gate.started();
+      const d = await p.request('server/discover', { _meta: envelope() }, 'd1');
+      assertEqual(d.result && d.result.supportedVersions, [MODERN], `discover during the build: ${JSON.stringify(d)}`);
+      assertIncludes(d.result.instructions, 'execute_code', 'instructions');
+      const ping = await p.request('ping', {}, 'p1');
+      assertEqual(ping.result, {}, 'ping during the build');
+      const mping = await p.request('ping', { _meta: envelope() }, 'p2');
+      assertEqual(mping.result && mping.result.resultType, 'complete', 'ping of 2026-07-28 during the build');
+      // Sent before the release, answered after it, with the description
+      // of the sandbox the gated server is part of.
+      await p.send({ jsonrpc: '2.0', id: 'l1', method: 'tools/list', params: { _meta: envelope() } });
+      await p.send({ jsonrpc: '2.0', id: 'd2', method: 'server/discover', params: { _meta: envelope() } });
+      gate.release();
+      const list = await p.next(120000);
+      assertEqual(list.id, 'l1', 'the first answer after the release');
+      const desc = list.result.tools.find((t) => t.name === 'execute_code').description;
+      assert(/\bgate \(\d+ tools\)/.test(desc), `the description counts the gated server's tools: ${desc.slice(0, 2000)}`);
+      const d2 = await p.next();
+      assertEqual(d2.id, 'd2', 'answers in order');
+      assertEqual(d2.result, d.result, 'server/discover says the same before and after the build');
+    });
+  })],
+
+  ['raw: end of input during the build: what was sent is answered, then the server exits 0', () => withGate((gate) => withRawPeer(['--servers', gate.file], async (p) => {
+    await gate.started();
+    const d = await p.request('server/discover', { _meta: envelope() }, 'd1');
+    assertEqual(d.result && d.result.supportedVersions, [MODERN], 'discover during the build');
+    await p.send({ jsonrpc: '2.0', id: 'i1', method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw-test', version: '1' } } });
+    await p.send({ jsonrpc: '2.0', id: 'l1', method: 'tools/list', params: {} });
+    p.child.stdin.end();
+    gate.release();
+    const { code } = await exitOf(p);
+    assertEqual(code, 0, `exit status; stderr: ${p.stderr}`);
+    assertEqual(p.messages.map((m) => m.id), ['i1', 'l1'], 'the answers, in order');
+    assertEqual(p.messages[0].result.instructions, d.result.instructions, 'the same instructions');
+    assert(p.messages[1].result.tools.length > 0, 'tools');
+  }))],
+
+  ['raw: a configured path the build finds at fault still ends the server with status 2, unanswered', () => withGate(async (gate) => {
+    const folder = path.join(work, 'pypath-gone');
+    fs.mkdirSync(folder);
+    await withRawPeer(['--servers', gate.file, '--python-path', folder], async (p) => {
+      await gate.started();
+      const d = await p.request('server/discover', { _meta: envelope() }, 'd1');
+      assertEqual(d.result && d.result.supportedVersions, [MODERN], 'discover during the build');
+      await p.send({ jsonrpc: '2.0', id: 'l1', method: 'tools/list', params: { _meta: envelope() } });
+      // The folder goes away while the build waits for the server, which it
+      // starts before it checks the folders.
+      fs.rmdirSync(folder);
+      gate.release();
+      const { code } = await exitOf(p);
+      assertEqual(code, 2, `exit status; stderr: ${p.stderr}`);
+      const lines = p.stderr.trim().split('\n');
+      assert(lines.length === 1 && lines[0].startsWith('airlock mcp: ') && lines[0].includes(folder),
+        `one line naming the folder: ${p.stderr}`);
+      assertEqual(p.messages.map((m) => m.id), [], 'no answer to what waited for the build');
+    });
   })],
 
   ['raw: requests of 2026-07-28 need no handshake and carry its fields', () => withPeer([], async (p) => {
