@@ -6,6 +6,8 @@ prints one line per test and a closing line "NAME: N passed, N failed".
 import atexit
 import contextlib
 import base64
+import fcntl
+import functools
 import json
 import os
 import shutil
@@ -199,9 +201,61 @@ def mcp(*args):
                 m.p.wait()
 
 
+# The machine's configuration, which several checkouts of this suite may
+# share at once: its BLAS alternative (OpenBLAS, or Debian's netlib BLAS,
+# which test_guest_python switches to and back) and the links in
+# /etc/alternatives (test_guest_python plants some). A test that changes it
+# holds this lock exclusively; a test whose scenario rests on it as
+# configured holds it shared, so that no other checkout's change lands in
+# the middle. Held by the writers alone, it let a product meant to be
+# refused OpenBLAS's 128 MiB buffer (test_isolation) run under netlib's BLAS,
+# which reserves none, and end as `ok`.
+MACHINE_LOCK = "/tmp/airlock-test-machine.lock"
+
+
+@contextlib.contextmanager
+def machine_lock(exclusive=False):
+    """Holds the machine lock (MACHINE_LOCK): exclusive to change the
+    machine, shared to rely on it as configured. A process that may not
+    open the lock file (made by root before it was readable by all) holds
+    nothing: it is not root, and cannot change the machine itself."""
+    try:
+        fd = os.open(MACHINE_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = os.open(MACHINE_LOCK, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:
+        fd = -1
+    try:
+        if fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 class Skip(Exception):
     """Raised by a test that cannot run here; its message says why and how
     to make it run. It is counted apart, never as a pass."""
+
+
+def on_openblas(test):
+    """A test whose scenario is OpenBLAS's (its buffer, its thread pool):
+    run with the machine lock held shared, so that the machine's BLAS is
+    the one it is configured with throughout, and skipped where that is
+    not OpenBLAS (numpy in the guest would load Debian's netlib BLAS)."""
+    @functools.wraps(test)
+    def wrapper():
+        with machine_lock():
+            code = "import numpy\nprint('openblas' in open('/proc/self/maps').read())"
+            rc, r = run_json(code)
+            assert rc == 0, r["stderr"]
+            if r["stdout"] != "True\n":
+                raise Skip("numpy loads Debian's netlib BLAS here, not OpenBLAS: select it with "
+                           "update-alternatives --auto libblas.so.3-x86_64-linux-gnu "
+                           "(libopenblas0-pthread installed)")
+            test()
+    return wrapper
 
 
 def built_helper(name):

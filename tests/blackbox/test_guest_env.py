@@ -9,7 +9,7 @@ import os
 import subprocess
 import tarfile
 
-from harness import AIRLOCK, run, run_json, tmpdir
+from harness import AIRLOCK, on_openblas, run, run_json, tmpdir
 
 ROOT = os.geteuid() == 0
 
@@ -26,6 +26,7 @@ DRAW = ("import matplotlib.pyplot as plt\nfig = plt.figure()\nfig.canvas.draw()\
         "print(fig.canvas.get_width_height())\n")
 
 
+@on_openblas
 def test_memory_limit_counts_what_a_run_uses_not_what_it_reserves():
     # As root the run's cgroup charges the pages it holds. OpenBLAS reserves
     # 128 MiB of address space per thread for a product of two 500x500

@@ -7,17 +7,19 @@ figures come back as PNG files.
 
 Several tests switch the machine's BLAS alternative (as root, when both
 Debian's netlib BLAS and libopenblas0-pthread are installed) and restore
-it afterwards, whatever happens."""
+it afterwards, whatever happens, holding the machine lock exclusively
+(harness.machine_lock): tests of other checkouts that rely on the
+machine's OpenBLAS hold it shared, and wait."""
 import base64
 import contextlib
-import fcntl
 import io
 import json
 import os
 import subprocess
 import time
 
-from harness import AIRLOCK, airlock, mcp, mcp_call_params, mcp_result_json, run, run_json, tmpdir
+from harness import (AIRLOCK, airlock, machine_lock, mcp, mcp_call_params, mcp_result_json, run,
+                     run_json, tmpdir)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,24 +59,11 @@ def alternative_state(name):
     return status, value
 
 
-@contextlib.contextmanager
-def machine_lock():
-    """Held while a test changes the machine (its BLAS alternatives, links
-    planted in /etc/alternatives): other checkouts may run this suite on
-    the same machine at the same time, and would see the change."""
-    fd = os.open("/tmp/airlock-test-machine.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def blas_configurations():
     """Yields "netlib" and "openblas" with the machine switched to each,
     where it can be; else the machine's configuration as it is. The
-    machine lock is held throughout."""
-    with machine_lock():
+    machine lock (harness.machine_lock) is held exclusively throughout."""
+    with machine_lock(exclusive=True):
         yield from _blas_configurations()
 
 
@@ -280,7 +269,11 @@ SECRETS = {"shadow", "gshadow", "ssh", "machine-id", "resolv.conf", "sudoers", "
 
 
 def test_etc_holds_what_libraries_need_and_no_host_identity():
-    rc, r = run_json(ETC_CODE)
+    # The machine's /etc/alternatives as configured, without the links
+    # another checkout's test_etc_links_that_leave_the_exposed_set_are_dropped
+    # plants there for a while (a dangling one among them).
+    with machine_lock():
+        rc, r = run_json(ETC_CODE)
     assert rc == 0, r["stderr"]
     v = json.loads(r["stdout"])
     top = set(v["top"])
@@ -318,7 +311,7 @@ def test_etc_links_that_leave_the_exposed_set_are_dropped():
     with open(secret, "w") as f:
         f.write("host secret\n")
     try:
-        with machine_lock():
+        with machine_lock(exclusive=True):
             for name, target in planted.items():
                 os.symlink(target, os.path.join("/etc/alternatives", name))
             code = ("import os\nfor n in sorted(os.listdir('/etc/alternatives')):\n"

@@ -20,7 +20,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import harness  # noqa: E402
-from harness import AIRLOCK, MCP_RUN, Mcp, airlock, mcp_call_params, next_run_works, run, run_json, tmpdir  # noqa: E402
+from harness import (AIRLOCK, MCP_RUN, Mcp, airlock, mcp_call_params, next_run_works,  # noqa: E402
+                     on_openblas, run, run_json, tmpdir)
 
 ROOT = os.geteuid() == 0
 
@@ -405,6 +406,7 @@ def nobody_run(code, *args):
     return p.returncode, json.loads(p.stdout)
 
 
+@on_openblas
 def test_unprivileged_blas_fits_in_a_small_memory_limit():
     # Without root the memory limit is RLIMIT_DATA, which counts what a
     # process reserves: each thread of OpenBLAS's pool reserves 136 MiB
@@ -430,6 +432,7 @@ def test_unprivileged_blas_fits_in_a_small_memory_limit():
     assert r["stdout"] == f"{cpus}\n", (r["stdout"], r["stderr"][-2000:])
 
 
+@on_openblas
 def test_blas_over_the_memory_limit_ends_as_memory():
     # Without root, OpenBLAS refused its 128 MiB buffer under RLIMIT_DATA
     # retried for ever: a product of two 3000x3000 matrices (144 MiB of
@@ -467,6 +470,7 @@ def test_blas_over_the_memory_limit_ends_as_memory():
     next_run_works()
 
 
+@on_openblas
 def test_unprivileged_blas_worker_over_the_memory_limit_ends_as_memory():
     # The same refusal in a thread of OpenBLAS's pool, whose buffer is
     # reserved at the first product that uses it: the caller's buffer fits
