@@ -261,14 +261,6 @@ def run(build, quick, log=lambda m: None):
                 "idle_100ms": server_sample(m, kind, n, 0.1),
                 "idle_10ms": server_sample(m, kind, n, 0.01),
             }
-            # The pace this machine can absorb under the load: the load
-            # leaves the sandbox half the CPUs (one loop per core, in a
-            # session of its own), and calls twice the CPU a call costs
-            # apart fill half of that. Not faster than 10 ms apart.
-            cost = max(res[kind]["idle_100ms"]["cpu_ms_per_call"],
-                       res[kind]["idle_10ms"]["cpu_ms_per_call"])
-            gap = max(10, math.ceil(2 * cost / (res["cores"] / 2)))
-            res[kind]["idle_paced"] = server_sample(m, kind, n, gap / 1e3)
             if have_bwrap:
                 bwrap_call(kind)
                 res[kind]["bwrap_idle"] = summary(sample(lambda k=kind: bwrap_call(k),
@@ -277,12 +269,21 @@ def run(build, quick, log=lambda m: None):
             for kind, m in servers.items():
                 # The first call under load starts the rest off as usual.
                 m.call(kind)
-                res[kind]["loaded_10ms"] = server_sample(m, kind, n, 0.01)
-                res[kind]["loaded_paced"] = server_sample(m, kind, n,
-                                                          res[kind]["idle_paced"]["gap_ms"] / 1e3)
+                ld = res[kind]["loaded_10ms"] = server_sample(m, kind, n, 0.01)
+                # The pace the sandbox can absorb under this load: calls 10
+                # ms apart keep it busy throughout, so the CPUs it used
+                # then are all it gets; twice the CPU a call costs over
+                # that apart asks for half of it. Not faster than 10 ms.
+                gap = max(10, math.ceil(2 * ld["cpu_ms_per_call"] / max(ld["cpus_used"], 0.05)))
+                res[kind]["loaded_paced"] = server_sample(m, kind, n, gap / 1e3)
                 if have_bwrap:
                     res[kind]["bwrap_loaded"] = summary(
                         sample(lambda k=kind: bwrap_call(k), n_bwrap, 0.01))
+        # The same pace on the idle machine, the load gone.
+        time.sleep(0.5)
+        for kind, m in servers.items():
+            res[kind]["idle_paced"] = server_sample(m, kind, n,
+                                                    res[kind]["loaded_paced"]["gap_ms"] / 1e3)
     finally:
         for m in servers.values():
             m.close()
@@ -379,9 +380,10 @@ def report_lines(res):
                  f"{fmt(ld.get('cpus_used'))} | "
                  f"{fmt(bi.get('median_ms'))} | {fmt(bl.get('median_ms'))} | "
                  + (f"{bl['median_ms'] / ld['median_ms']:.0f}x |" if bl else "- |"))
-    L += ["", "Paced to the machine: calls twice the CPU a call costs apart, divided by the "
-          "sandbox's half of the CPUs (at least 10 ms), on the idle machine and under the same "
-          "load, so that the calls ask for half of what the load leaves:", "",
+    L += ["", "Paced to the machine: calls twice the CPU a call costs under the load apart, "
+          "divided by the CPUs the sandbox got under it 10 ms apart (at least 10 ms), so that "
+          "the calls ask for half of what the load leaves it; under the same load, then on the "
+          "idle machine:", "",
           "| code | apart (ms) | idle median / p90 | loaded median / p90 | loaded / idle |",
           "|---|---:|---:|---:|---:|"]
     for kind in CODES:
