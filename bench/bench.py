@@ -128,16 +128,8 @@ def pss_tree(root):
     """(PSS in KiB, number of processes) of a process and all its
     descendants, from smaps_rollup; a process gone meanwhile, or a zombie,
     counts for nothing."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(d))
-        except (OSError, IndexError, ValueError):
-            pass
+    import bench_loaded  # noqa: E402 - a sibling script: its table of /proc
+    children = bench_loaded.children_of(bench_loaded.proc_times())
     total = procs = 0
     todo = [root]
     while todo:

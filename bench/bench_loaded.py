@@ -67,13 +67,19 @@ def proc_times():
     return out
 
 
+def children_of(table):
+    """The children of each process in a proc_times() table."""
+    kids = {}
+    for pid, (ppid, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    return kids
+
+
 def tree_cpu_s(root):
     """CPU seconds used so far by root and everything under it: a server, its
     template, its copies alive and the copies already reaped."""
     table = proc_times()
-    kids = {}
-    for pid, (ppid, _) in table.items():
-        kids.setdefault(ppid, []).append(pid)
+    kids = children_of(table)
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
@@ -295,14 +301,10 @@ def tree_pss_kib(pid):
     """PSS of pid and its children (the server, its template and copies),
     and the number of its copies that hold their memory."""
     total = copies = 0
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
+    for d, (ppid, _) in proc_times().items():
+        if d != pid and ppid != pid:
             continue
         try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if int(d) != pid and ppid != pid:
-                continue
             with open(f"/proc/{d}/smaps_rollup") as f:
                 total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
             with open(f"/proc/{d}/status") as f:
