@@ -742,10 +742,9 @@ def _after_fork():
     # the template, once for every copy: each copy gets a state of its own,
     # 624 words from the kernel's generator, with no cached Gaussian (the
     # legacy state tuple). np.random.seed() would do the same through a
-    # SeedSequence, which touches three times the pages: a copy's first
-    # np.random.seed() took 6.7 to 8.1 ms of CPU against 2.2 to 3.5 ms for
-    # this on a machine where each page a fork touches first costs an exit to
-    # the hypervisor (docs/performance.md, "A busy machine").
+    # SeedSequence, which runs through many more of numpy's pages, and each
+    # page a copy touches first is dear where the hypervisor keeps the page
+    # tables (docs/performance.md, "A busy machine").
     # Generators made with np.random.default_rng() seed themselves from the
     # OS at creation.
     import os
