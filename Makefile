@@ -192,6 +192,22 @@ $(BUILD)/tests/test_mcp_core: tests/sandbox/test_mcp_core.c $(CLI_CORE_OBJ) $(BU
 	@echo "  CCLD    $@"
 	@$(CC) $(CFLAGS) -Itests -Isrc/cli -Isrc/mcp -DREPO_DIR='"$(CURDIR)"' -o $@ $< $(CLI_CORE_OBJ) $(BUILD)/libairlock.a $(LDFLAGS) \
 		$(LIBS) $(CLI_LIBS) -lcmocka
+# The growable structs' ABI (tests/unit/test_abi_grown.c): the two objects
+# that read a caller's run options and tool definitions, built with
+# AIRLOCK_ABI_GROWN (a field added to each after the first version) and linked
+# ahead of the archive, whose own copies of them are then never pulled in.
+# The test reaches the rest of the library only through pointers to fields
+# the first version already had.
+ABI_GROWN_OBJ := $(BUILD)/grown/src/lib/core/util.o $(BUILD)/grown/src/lib/config/config.o
+$(BUILD)/grown/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (AIRLOCK_ABI_GROWN)"
+	@$(CC) $(CFLAGS) -DAIRLOCK_ABI_GROWN -c $< -o $@
+$(BUILD)/tests/test_abi_grown: tests/unit/test_abi_grown.c $(ABI_GROWN_OBJ) $(BUILD)/libairlock.a | build/.deps-check
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	@$(CC) $(CFLAGS) -DAIRLOCK_ABI_GROWN -Itests -o $@ $< $(ABI_GROWN_OBJ) $(BUILD)/libairlock.a \
+		$(LDFLAGS) $(LIBS) -lcmocka
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libairlock.a | build/.deps-check
 	$(call link_test,-lcmocka)
 $(BUILD)/tests/%: tests/sandbox/%.c $(BUILD)/libairlock.a | build/.deps-check
@@ -347,7 +363,7 @@ format-check:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(GUEST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_HELPER_BIN:=.d) \
+-include $(LIB_OBJ:.o=.d) $(ABI_GROWN_OBJ:.o=.d) $(GUEST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(TEST_HELPER_BIN:=.d) \
          $(FUZZ_REPLAY_BIN:=.d)
 
 # The Python package (python/, `import airlock`): the extension built in place

@@ -30,7 +30,12 @@
  * default. A newer library reads an older caller's smaller struct and
  * defaults what it lacks; an older library refuses a newer caller's larger
  * struct with -E2BIG only when the fields it does not know are set. New
- * fields are only ever added at the end. Structs the library fills in
+ * fields are only ever added at the end. Each struct has a minimum size,
+ * frozen at its first version (the offset just past its last field in
+ * 0.1.0): a size below it is refused with -EINVAL as an uninitialised
+ * struct, and every size from it up to the library's own is read, so a
+ * program built against 0.1.0's airlock.h keeps working when fields are
+ * added. Structs the library fills in
  * (airlock_result and the records in it) are owned and freed by the
  * library; callers never allocate them.
  *
@@ -161,6 +166,11 @@ typedef struct airlock_tool_def {
         airlock_approval approval;
         airlock_tool_fn fn;
         void *userdata;
+#ifdef AIRLOCK_ABI_GROWN
+        /* Only in tests/unit/test_abi_grown.c's build: a field added after
+         * the first version, to check that older callers stay accepted. */
+        uint64_t abi_grown;
+#endif
 } airlock_tool_def;
 
 /* airlock_tool_def t = AIRLOCK_TOOL_DEF_INIT; then set what the tool has. */
@@ -540,6 +550,10 @@ typedef struct airlock_run_options {
         void *watch_arg;
         airlock_output_fn on_output;
         void *output_arg;
+#ifdef AIRLOCK_ABI_GROWN
+        /* Only in tests/unit/test_abi_grown.c's build (see airlock_tool_def). */
+        uint64_t abi_grown;
+#endif
 } airlock_run_options;
 
 #define AIRLOCK_RUN_OPTIONS_INIT                                                                   \

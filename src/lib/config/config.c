@@ -138,7 +138,7 @@ static int tool_def_in(const airlock_tool_def *def, airlock_tool_def *out, airlo
         *out = (airlock_tool_def)AIRLOCK_TOOL_DEF_INIT;
         if (!def)
                 return al_error(err, -EINVAL, NULL, "add tool: no tool definition");
-        return al_struct_in(out, sizeof(*out), def, sizeof(airlock_tool_def), "airlock_tool_def",
+        return al_struct_in(out, sizeof(*out), def, AIRLOCK_TOOL_DEF_SIZE_V1, "airlock_tool_def",
                             "AIRLOCK_TOOL_DEF_INIT", err);
 }
 

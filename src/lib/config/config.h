@@ -3,6 +3,7 @@
 #define AIRLOCK_CONFIG_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "airlock.h"
 #include "host/allowlist.h"
@@ -39,6 +40,11 @@ struct airlock_config {
          * the first of them to finish the text publishes it atomically. */
         _Atomic(char *) fp_memo;
 };
+
+/* The size of airlock_tool_def in the first version of the growable ABI:
+ * a caller's struct is at least this large. A field added later goes at the
+ * end of the struct, and this stays. */
+#define AIRLOCK_TOOL_DEF_SIZE_V1 (offsetof(airlock_tool_def, userdata) + sizeof(void *))
 
 /* Drops the fingerprint memo: every setter calls it before changing c. */
 void config_changed(airlock_config *c);

@@ -43,7 +43,7 @@ int al_run_options_in(const airlock_run_options *opts, airlock_run_options *out,
         *out = (airlock_run_options)AIRLOCK_RUN_OPTIONS_INIT;
         if (!opts)
                 return 0;
-        return al_struct_in(out, sizeof(*out), opts, sizeof(airlock_run_options),
+        return al_struct_in(out, sizeof(*out), opts, AIRLOCK_RUN_OPTIONS_SIZE_V1,
                             "airlock_run_options", "AIRLOCK_RUN_OPTIONS_INIT", err);
 }
 

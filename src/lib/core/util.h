@@ -4,6 +4,7 @@
 #define AIRLOCK_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "airlock.h"
@@ -19,8 +20,13 @@
 int al_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size, const char *what,
                  const char *init, airlock_error *err);
 
+/* The size of airlock_run_options in the first version of the growable
+ * ABI: a caller's struct is at least this large. A field added later goes
+ * at the end of the struct, and this stays. */
+#define AIRLOCK_RUN_OPTIONS_SIZE_V1 (offsetof(airlock_run_options, output_arg) + sizeof(void *))
+
 /* The caller's options of one run: *out from opts (NULL: the defaults),
- * as al_struct_in reads them. */
+ * as al_struct_in reads them, from AIRLOCK_RUN_OPTIONS_SIZE_V1 bytes up. */
 int al_run_options_in(const airlock_run_options *opts, airlock_run_options *out,
                       airlock_error *err);
 
