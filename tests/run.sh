@@ -18,7 +18,7 @@
 #             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp),
 #             on stdio and over HTTP (airlock serve, test_mcp_http.mjs);
 #   fuzz      fuzz corpus and crash replays;
-#   format    the format check.
+#   format    the format check and the layering check (scripts/layers.py).
 # Every test file runs in its own process with a time limit. With -j N (or
 # AIRLOCK_TEST_JOBS=N) up to N files run at once; their results are printed in
 # the order above as soon as everything before them has ended, each with its
@@ -252,8 +252,10 @@ if want fuzz; then
 fi
 
 if want format; then
-    say "== format check"
+    say "== format and layering checks"
     queue status format 600 make --no-print-directory format-check
+    # The folders of src/ against the layer order of docs/internals.md.
+    queue status layers 120 /usr/bin/python3 scripts/layers.py "$build"
 fi
 
 run_queue
