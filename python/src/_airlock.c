@@ -9,9 +9,16 @@
  * It follows CPython's conventions for extensions (Modules/xxlimited.c):
  * multi-phase initialisation, heap types, and the exceptions and types in
  * the module's state rather than in C globals, so that a module object can
- * be created more than once (subinterpreters, importlib.reload). The one
- * piece of process-wide state is the library's own: the template program,
- * which airlock_set_template_program sets once for the process.
+ * be created more than once in one interpreter (importlib). The one piece of
+ * process-wide state is the library's own: the template program, which
+ * airlock_set_template_program sets once for the process.
+ *
+ * Interpreters: the main interpreter only. The trampolines take the GIL with
+ * PyGILState_Ensure, which always enters the main interpreter: a tool or an
+ * approver made in a subinterpreter would run its objects under another
+ * interpreter's state. So module_exec refuses any other interpreter with
+ * ImportError (and, from Python 3.12, the slot says so to the import system)
+ * until the trampolines keep the interpreter their callable came from.
  *
  * Threads: every run releases the GIL for its whole length, and so does
  * closing a cache (it waits for the template processes to end); the
@@ -976,6 +983,13 @@ static int add_type(PyObject *m, PyTypeObject **slot, PyType_Spec *spec)
 
 static int module_exec(PyObject *m)
 {
+        /* See "Interpreters" at the top: the trampolines know one. */
+        if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+                PyErr_SetString(PyExc_ImportError,
+                                "airlock._airlock runs in the main interpreter only: its host "
+                                "tools and approvers are called back there");
+                return -1;
+        }
         module_state *st = PyModule_GetState(m);
         if (add_exception(m, &st->Error, "Error", NULL, "An error of the airlock library.") < 0)
                 return -1;
@@ -1041,6 +1055,9 @@ static void module_free(void *m)
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
     {0, NULL},
 };
 

@@ -5,12 +5,30 @@ import ast
 import importlib.util
 import inspect
 import os
+import sys
+
+import pytest
 
 import airlock
 from airlock import _airlock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.join(HERE, "..", "..", "python", "airlock")
+
+
+def test_a_subinterpreter_is_refused():
+    """The trampolines call back into the main interpreter, so the module
+    refuses any other instead of running a subinterpreter's tools there."""
+    subs = pytest.importorskip("_xxsubinterpreters")
+    interp = subs.create()
+    try:
+        code = ("import sys; sys.path[:] = %r\n"
+                "try:\n    import airlock._airlock\nexcept ImportError as e:\n"
+                "    assert 'main interpreter' in str(e), e\n"
+                "else:\n    raise AssertionError('imported in a subinterpreter')\n") % (sys.path,)
+        subs.run_string(interp, code)
+    finally:
+        subs.destroy(interp)
 
 
 def test_a_second_module_object_has_its_own_types_and_exceptions():
