@@ -383,3 +383,54 @@ int al_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n)
                 ;
         return w == (ssize_t)len ? 0 : w < 0 ? -errno : -EIO;
 }
+
+ssize_t al_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *ret_n, int flags)
+{
+        /* Room for 8 fds whatever max is: a sender that attaches more than
+         * the caller keeps is seen (and its extras closed) rather than cut
+         * short by the kernel. */
+        union {
+                char buf[CMSG_SPACE(sizeof(int) * 8)];
+                struct cmsghdr align;
+        } cbuf;
+        if (max > 8)
+                return -EINVAL;
+        for (size_t i = 0; i < max; i++)
+                fds[i] = -1;
+        if (ret_n)
+                *ret_n = 0;
+        struct iovec iov = {buf, len};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = cbuf.buf,
+                            .msg_controllen = sizeof(cbuf.buf)};
+        ssize_t n;
+        while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR)
+                ;
+        if (n < 0)
+                return -errno;
+        size_t came = 0;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                        continue;
+                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t i = 0; i < k; i++, came++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                        if (came < max)
+                                fds[came] = fd;
+                        else
+                                close(fd);
+                }
+        }
+        if (mh.msg_flags & MSG_CTRUNC) {
+                for (size_t i = 0; i < max && i < came; i++) {
+                        close(fds[i]);
+                        fds[i] = -1;
+                }
+                return -EPROTO;
+        }
+        if (ret_n)
+                *ret_n = came;
+        return n;
+}

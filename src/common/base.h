@@ -142,6 +142,16 @@ int al_write_full(int fd, const void *buf, size_t len);
  * SIGPIPE. 0, or -errno (-EIO for a short send). System calls only: a
  * child forked from a process with threads may call it. */
 int al_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n);
+/* Receives one message of at most len bytes from the socket sock into buf,
+ * retrying on EINTR, with the fds attached to it (SCM_RIGHTS, close-on-exec):
+ * the first max of them (at most 8) go to fds, whose other slots are set to
+ * -1, and the rest are closed; *ret_n (may be NULL) is how many came, kept
+ * or not, so that a caller that wants an exact number sees one too many.
+ * flags are recvmsg's (MSG_DONTWAIT). Returns the bytes received (0 at the
+ * end of the stream) or -errno, and -EPROTO when the kernel cut the fds
+ * short, with every fd that came closed. System calls only, as al_send_fds. */
+ssize_t al_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *ret_n,
+                    int flags);
 
 /* True when s[0..len) is valid UTF-8 (no overlongs, no surrogates). */
 bool al_utf8_valid(const char *s, size_t len);

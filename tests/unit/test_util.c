@@ -7,7 +7,10 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/util.h"
 
@@ -97,6 +100,81 @@ static void test_utf8_sanitize_keeps_nul_bytes(void **state)
         free(s);
 }
 
+/* How many fds this process has open. */
+static int open_fds(void)
+{
+        int n = 0;
+        for (int fd = 0; fd < 1024; fd++)
+                n += fcntl(fd, F_GETFD) >= 0;
+        return n;
+}
+
+/* The fd-passing pair: the fds a caller keeps, the ones it does not (closed),
+ * the count it sees, and a message whose fds the kernel cuts short. */
+static void test_recv_fds(void **state)
+{
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        int three[3];
+        for (int i = 0; i < 3; i++)
+                assert_true((three[i] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0);
+
+        /* Three sent, one kept: the count says three, the two others are
+         * closed on arrival, and the slot not filled is -1. */
+        assert_int_equal(al_send_fds(sv[0], "x", 1, three, 3), 0);
+        int open_before = open_fds();
+        int got[2] = {123, 456};
+        size_t n = 0;
+        char c = 0;
+        assert_int_equal(al_recv_fds(sv[1], &c, 1, got, 1, &n, 0), 1);
+        assert_int_equal(c, 'x');
+        assert_int_equal(n, 3);
+        assert_true(got[0] >= 0);
+        assert_true(fcntl(got[0], F_GETFD) & FD_CLOEXEC);
+        assert_int_equal(got[1], 456);
+        assert_int_equal(open_fds(), open_before + 1);
+        close(got[0]);
+
+        /* None sent: every slot is -1 and the count is 0. */
+        assert_int_equal(al_send_fds(sv[0], "y", 1, NULL, 0), 0);
+        int two[2] = {7, 7};
+        assert_int_equal(al_recv_fds(sv[1], &c, 1, two, 2, &n, MSG_DONTWAIT), 1);
+        assert_int_equal(n, 0);
+        assert_int_equal(two[0], -1);
+        assert_int_equal(two[1], -1);
+
+        /* Nothing there: -EAGAIN under MSG_DONTWAIT. */
+        assert_int_equal(al_recv_fds(sv[1], &c, 1, two, 2, &n, MSG_DONTWAIT), -EAGAIN);
+
+        /* More than the 8 a receiver has room for: the kernel cuts them
+         * short, and what came is closed, not leaked. */
+        int many[12];
+        for (int i = 0; i < 12; i++)
+                many[i] = three[i % 3];
+        char cbuf[CMSG_SPACE(sizeof(many))];
+        memset(cbuf, 0, sizeof(cbuf));
+        struct iovec iov = {"z", 1};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(many));
+        memcpy(CMSG_DATA(cm), many, sizeof(many));
+        assert_int_equal(sendmsg(sv[0], &mh, 0), 1);
+        int before = open_fds();
+        assert_int_equal(al_recv_fds(sv[1], &c, 1, two, 2, &n, 0), -EPROTO);
+        assert_int_equal(two[0], -1);
+        assert_int_equal(open_fds(), before);
+
+        assert_int_equal(al_recv_fds(sv[1], &c, 1, NULL, 9, NULL, 0), -EINVAL);
+        for (int i = 0; i < 3; i++)
+                close(three[i]);
+        close(sv[0]);
+        assert_int_equal(al_recv_fds(sv[1], &c, 1, NULL, 0, NULL, 0), 0);
+        close(sv[1]);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -105,6 +183,7 @@ int main(void)
             cmocka_unit_test(test_appendf_past_the_cap_changes_nothing),
             cmocka_unit_test(test_appendf_into_an_empty_buffer),
             cmocka_unit_test(test_utf8_sanitize_keeps_nul_bytes),
+            cmocka_unit_test(test_recv_fds),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -231,37 +231,6 @@ static int send_reply(int sock, int code, int fd)
         return al_send_fds(sock, &b, 1, &fd, fd >= 0 ? 1 : 0);
 }
 
-/* Receives one byte with up to max fds (the rest are closed); the slots
- * not received are -1. */
-static ssize_t recv_fds(int sock, unsigned char *ret_byte, int *fds, size_t max)
-{
-        char cbuf[CMSG_SPACE(sizeof(int) * 4)];
-        struct iovec iov = {ret_byte, 1};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-        ssize_t n;
-        while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-                ;
-        for (size_t i = 0; i < max; i++)
-                fds[i] = -1;
-        if (n <= 0)
-                return n;
-        size_t got = 0;
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                        continue;
-                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                int *p = (int *)CMSG_DATA(cm);
-                for (size_t i = 0; i < k; i++) {
-                        if (got < max)
-                                fds[got++] = p[i];
-                        else
-                                close(p[i]);
-                }
-        }
-        return n;
-}
-
 /* A read-only overlay over layer and empty (directories of the caller's
  * mount namespace), as a detached mount: a fd, or -errno. No allocation:
  * the mounter calls it too. */
@@ -374,7 +343,7 @@ _Noreturn static void mounter_main(int sock, const char *uid_map, const char *gi
         for (;;) {
                 unsigned char op;
                 int fds[2];
-                ssize_t n = recv_fds(sock, &op, fds, 2);
+                ssize_t n = al_recv_fds(sock, &op, 1, fds, 2, NULL, 0);
                 if (n <= 0)
                         _exit(0);
                 int r = -EPROTO;
@@ -460,13 +429,12 @@ static int mounter_call(sbx_mounter *m, char op, const int *fds, size_t n, int *
         pthread_mutex_lock(&m->lock);
         int w = al_send_fds(m->sock, &b, 1, fds, n);
         int got = -1;
-        ssize_t k = w == 0 ? recv_fds(m->sock, &b, &got, 1) : -1;
-        int e = errno;
+        ssize_t k = w == 0 ? al_recv_fds(m->sock, &b, 1, &got, 1, NULL, 0) : w;
         pthread_mutex_unlock(&m->lock);
         if (k != 1 || b != 0 || got < 0) {
                 if (got >= 0)
                         close(got);
-                int code = k == 1 ? (b ? b : EPROTO) : k == 0 ? EPIPE : e;
+                int code = k == 1 ? (b ? b : EPROTO) : k == 0 ? EPIPE : (int)-k;
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -code, NULL,
                                      "sandbox unavailable (mounter): cannot mount the staged "
                                      "input: %s",

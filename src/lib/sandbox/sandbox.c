@@ -241,43 +241,6 @@ static int wait_readable(int fd, uint64_t deadline)
         }
 }
 
-/* Receives one message with up to max_fds fds attached. Extra or missing fds
- * are an error; every received fd is closed on error. */
-static ssize_t recv_with_fds(int sock, char *buf, size_t len, int *fds, size_t max_fds,
-                             size_t *ret_nfds, int flags)
-{
-        char cbuf[CMSG_SPACE(sizeof(int) * 8)];
-        struct iovec iov = {buf, len};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-        ssize_t n;
-        do
-                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
-        while (n < 0 && errno == EINTR);
-        if (n < 0)
-                return -errno;
-        size_t got = 0;
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                        continue;
-                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                int *p = (int *)CMSG_DATA(cm);
-                for (size_t i = 0; i < k; i++) {
-                        if (got < max_fds)
-                                fds[got++] = p[i];
-                        else
-                                close(p[i]);
-                }
-        }
-        if (mh.msg_flags & MSG_CTRUNC) {
-                for (size_t i = 0; i < got; i++)
-                        close(fds[i]);
-                return -EPROTO;
-        }
-        *ret_nfds = got;
-        return n;
-}
-
 /* Turns a template's "E<errno> <feature>|<message>" into an error record. */
 static int template_error(const char *msg, size_t len, airlock_error *err)
 {
@@ -597,7 +560,7 @@ static void hurry_copy(int chan)
 static ssize_t receive_for_copy(int fd, int nudge, bool hurry, char *buf, size_t len, int *fds,
                                 size_t max_fds, size_t *ret_nfds, bool *ret_late)
 {
-        ssize_t n = recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
+        ssize_t n = al_recv_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
         if (n != -EAGAIN)
                 return n;
         if (ret_late)
@@ -612,7 +575,7 @@ static ssize_t receive_for_copy(int fd, int nudge, bool hurry, char *buf, size_t
         int r = wait_readable(fd, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
         if (r < 0)
                 return r;
-        return recv_with_fds(fd, buf, len, fds, max_fds, ret_nfds, 0);
+        return al_recv_fds(fd, buf, len, fds, max_fds, ret_nfds, 0);
 }
 
 /* The fds that came with a message: those not taken (TAKE_FD) are closed
@@ -624,7 +587,9 @@ typedef struct received_fds {
 
 static void received_fds_close(received_fds *got)
 {
-        for (size_t i = 0; i < got->n; i++)
+        /* al_recv_fds fills the slots it does not use with -1, and n counts
+         * every fd that came, the ones it closed itself included. */
+        for (size_t i = 0; i < ARRAY_SIZE(got->fd); i++)
                 closep(&got->fd[i]);
 }
 
@@ -632,7 +597,7 @@ static void received_fds_close(received_fds *got)
 static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
 {
         char buf[1100];
-        _cleanup_(received_fds_close) received_fds got = {.n = 0};
+        _cleanup_(received_fds_close) received_fds got = {.fd = {-1, -1, -1, -1, -1}};
         ssize_t n = receive_for_copy(sb->ctl, sb->ctl, false, buf, sizeof(buf), got.fd,
                                      ARRAY_SIZE(got.fd), &got.n, NULL);
         if (n == -ETIMEDOUT)
@@ -1186,7 +1151,7 @@ static int copy_attach_input(airlock_sandbox *sb, copy *c, sbx_input *in, airloc
         int fds[2] = {-1, -1};
         size_t nfds = 0;
         r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
-        ssize_t n = r < 0 ? r : recv_with_fds(c->chan, buf, sizeof(buf) - 1, fds, 2, &nfds, 0);
+        ssize_t n = r < 0 ? r : al_recv_fds(c->chan, buf, sizeof(buf) - 1, fds, 2, &nfds, 0);
         _cleanup_close_ int upper = fds[0];
         _cleanup_close_ int lower = fds[1];
         if (n <= 0 || buf[0] != COPY_INPUT || (nfds != 0 && nfds != 2)) {

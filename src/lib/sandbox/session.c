@@ -121,19 +121,12 @@ static int read_tagged_fd(airlock_session *s, char want, int *ret_fd, airlock_er
         if (poll(&p, 1, (int)(SESSION_REPLY_S * 1000)) <= 0)
                 return al_error(err, -ETIMEDOUT, NULL, "the session did not answer");
         char tag;
-        char cbuf[CMSG_SPACE(sizeof(int))];
-        struct iovec iov = {&tag, 1};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-        ssize_t n = recvmsg(s->c->chan, &mh, MSG_CMSG_CLOEXEC);
-        struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
         /* A fd that came is closed on every way out but success, the
-         * wrong tag or a truncated message included. */
+         * wrong tag or a second fd included. */
         _cleanup_close_ int fd = -1;
-        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-            cm->cmsg_len == CMSG_LEN(sizeof(int)))
-                memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-        if (n != 1 || tag != want || (mh.msg_flags & MSG_CTRUNC))
+        size_t nfd = 0;
+        ssize_t n = al_recv_fds(s->c->chan, &tag, 1, &fd, 1, &nfd, 0);
+        if (n != 1 || tag != want || nfd > 1)
                 return al_error(err, -EPROTO, NULL, "the session broke the protocol");
         *ret_fd = TAKE_FD(fd);
         return 0;
@@ -322,28 +315,13 @@ static int wait_exit(int pidfd)
  * interpreter sent, unread). */
 static void drain_channel(airlock_session *s)
 {
-        for (;;) {
-                char buf[4096];
-                char cbuf[CMSG_SPACE(sizeof(int) * 8)];
-                struct iovec iov = {buf, sizeof(buf)};
-                struct msghdr mh = {.msg_iov = &iov,
-                                    .msg_iovlen = 1,
-                                    .msg_control = cbuf,
-                                    .msg_controllen = sizeof(cbuf)};
-                ssize_t n = recvmsg(s->c->chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-                if (n <= 0)
-                        return;
-                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-                        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                                continue;
-                        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                        for (size_t k = 0; k < nfd; k++) {
-                                int fd;
-                                memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int), sizeof(int));
-                                close(fd);
-                        }
-                }
-        }
+        /* Keeping no fd closes every one that came; a message whose fds
+         * the kernel cut short (-EPROTO) is read all the same. */
+        char buf[4096];
+        ssize_t n;
+        while ((n = al_recv_fds(s->c->chan, buf, sizeof(buf), NULL, 0, NULL, MSG_DONTWAIT)) > 0 ||
+               n == -EPROTO)
+                ;
 }
 
 /* The snapshots a restore keeps: the caller's, and the base unless

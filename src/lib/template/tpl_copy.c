@@ -254,28 +254,16 @@ static bool host_waits(int chan)
 static int recv_input_tree(int chan, int *ret_tree)
 {
         char tag;
-        char cbuf[CMSG_SPACE(sizeof(int) * 2)];
-        struct iovec iov = {&tag, 1};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-        ssize_t n;
-        while ((n = recvmsg(chan, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-                ;
+        int tree = -1;
+        size_t nfd = 0;
+        ssize_t n = al_recv_fds(chan, &tag, 1, &tree, 1, &nfd, 0);
         if (n != 1)
                 return n == 0 ? -EPIPE : -EPROTO;
-        int got[2] = {-1, -1};
-        size_t nfd = 0;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-                nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                memcpy(got, CMSG_DATA(cm), sizeof(int) * (nfd < 2 ? nfd : 2));
-        }
-        if (tag != COPY_INPUT || nfd > 1 || (mh.msg_flags & MSG_CTRUNC)) {
-                for (size_t i = 0; i < nfd && i < 2; i++)
-                        close(got[i]);
+        if (tag != COPY_INPUT || nfd > 1) {
+                closep(&tree);
                 return -EPROTO;
         }
-        *ret_tree = got[0];
+        *ret_tree = tree;
         return 0;
 }
 

@@ -407,24 +407,14 @@ static void host_rollback(const struct template_state *tpl, int chan)
 static int recv_fork_fds(int sock, int fds[3], int flags)
 {
         char tag;
-        char cbuf[CMSG_SPACE(sizeof(int) * 3)];
-        struct iovec iov = {&tag, 1};
-        struct msghdr mh = {
-            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-        ssize_t n;
-        while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR)
-                ;
-        if (n <= 0)
-                return n == 0 ? -EPIPE : errno == EAGAIN ? -EAGAIN : -EPROTO;
-        struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                return -EPROTO;
-        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         int got[3];
-        memcpy(got, CMSG_DATA(cm), sizeof(int) * (nfd < 3 ? nfd : 3));
-        if (nfd != 3 || tag != COPY_FORK || (mh.msg_flags & MSG_CTRUNC)) {
-                for (size_t i = 0; i < nfd && i < 3; i++)
-                        close(got[i]);
+        size_t nfd = 0;
+        ssize_t n = al_recv_fds(sock, &tag, 1, got, 3, &nfd, flags);
+        if (n <= 0)
+                return n == 0 ? -EPIPE : n == -EAGAIN ? -EAGAIN : -EPROTO;
+        if (n != 1 || nfd != 3 || tag != COPY_FORK) {
+                for (size_t i = 0; i < 3; i++)
+                        closep(&got[i]);
                 return -EPROTO;
         }
         memcpy(fds, got, sizeof(got));
