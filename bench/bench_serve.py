@@ -2,7 +2,7 @@
 - latency: a tools/call of execute_code `print(1)` over stdio (`airlock mcp`),
   over HTTP from a keep-alive client straight to `airlock serve`, and through
   HAProxy (deploy/haproxy.cfg) to the same instance; rounds alternate between
-  the three, calls 10 ms apart (docs/design.md, "How speed is measured"), and
+  the three, calls 10 ms apart (docs/performance.md, "How speed is measured"), and
   the figures are medians, with the median of the paired differences;
 - throughput: back-to-back calls from several keep-alive clients at once, to
   one instance alone and to three instances behind HAProxy.
