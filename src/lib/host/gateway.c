@@ -766,52 +766,37 @@ static int response_scrub(const secret_store *ss, transfer *t)
         return 0;
 }
 
-static int transfer_run(const url_parts *u, const char *method, const char *shown,
-                        struct curl_slist *headers, const unsigned char *body, size_t body_len,
-                        bool has_body, const struct sockaddr_storage *addrs, size_t n_addrs,
-                        const airlock_limits *lim, uint64_t deadline_ns, int cancel_fd,
-                        const secret_store *ss, gateway_record *rec, json_t **ret_response,
-                        airlock_error *err)
+/* curl's --resolve line that pins host:port to the addresses the checks
+ * allowed, so that curl connects to nothing else (NULL and 0 for an IP
+ * literal, which needs none); -ENOMEM. */
+static int resolve_list(const url_parts *u, const struct sockaddr_storage *addrs, size_t n_addrs,
+                        struct curl_slist **ret)
 {
-        /* The URL may carry a secret's value in its query: wiped below. */
-        char *url = allowlist_format_url(u, true, true);
-        if (!url)
-                return al_error(err, -ENOMEM, NULL, "out of memory");
-        size_t url_len = strlen(url);
-        struct curl_slist *resolve = NULL;
-        if (!u->host_is_ip) {
-                dynbuf b;
-                dynbuf_init(&b, 4096);
-                int r = dynbuf_appendf(&b, "%s:%d:", u->host, u->port);
-                for (size_t i = 0; r >= 0 && i < n_addrs; i++) {
-                        char text[INET6_ADDRSTRLEN];
-                        const struct sockaddr *sa = (const struct sockaddr *)&addrs[i];
-                        address_text(sa, text, sizeof(text));
-                        r = dynbuf_appendf(&b, sa->sa_family == AF_INET6 ? "%s[%s]" : "%s%s",
-                                           i ? "," : "", text);
-                }
-                _cleanup_free_ char *line = r >= 0 ? dynbuf_take(&b, NULL) : NULL;
-                dynbuf_free(&b);
-                if (!line || !(resolve = cu.slist_append(NULL, line))) {
-                        secrets_wipe_free(url, url_len);
-                        return al_error(err, -ENOMEM, NULL, "out of memory");
-                }
+        *ret = NULL;
+        if (u->host_is_ip)
+                return 0;
+        dynbuf b;
+        dynbuf_init(&b, 4096);
+        int r = dynbuf_appendf(&b, "%s:%d:", u->host, u->port);
+        for (size_t i = 0; r >= 0 && i < n_addrs; i++) {
+                char text[INET6_ADDRSTRLEN];
+                const struct sockaddr *sa = (const struct sockaddr *)&addrs[i];
+                address_text(sa, text, sizeof(text));
+                r = dynbuf_appendf(&b, sa->sa_family == AF_INET6 ? "%s[%s]" : "%s%s", i ? "," : "",
+                                   text);
         }
-        transfer t = {.addrs = addrs, .n_addrs = n_addrs, .port = (uint16_t)u->port, .ss = ss};
-        dynbuf_init(&t.body, lim->http_max_response);
-        t.headers = json_object();
-        CURL *h = cu.easy_init();
-        if (!h || !t.headers) {
-                cu.slist_free_all(resolve);
-                json_decref(t.headers);
-                if (h)
-                        cu.easy_cleanup(h);
-                secrets_wipe_free(url, url_len);
-                return al_error(err, -ENOMEM, NULL, "%s %s: cannot set up the transfer", method,
-                                shown);
-        }
-        char errbuf[CURL_ERROR_SIZE] = "";
-        /* Clamped to [1 ms, 30 days] so that no limit value overflows a long. */
+        _cleanup_free_ char *line = r >= 0 ? dynbuf_take(&b, NULL) : NULL;
+        dynbuf_free(&b);
+        if (!line || !(*ret = cu.slist_append(NULL, line)))
+                return -ENOMEM;
+        return 0;
+}
+
+/* The transfer's time: the gateway's timeout, or what is left of the run
+ * when that is shorter (t->run_limit then says so), clamped to [1 ms,
+ * 30 days] so that no limit value overflows a long. */
+static long transfer_timeout_ms(const airlock_limits *lim, uint64_t deadline_ns, transfer *t)
+{
         double t_ms = lim->http_timeout_s * 1000.0;
         long timeout_ms = !(t_ms >= 1) ? 1 : t_ms > 2592000000.0 ? 2592000000L : (long)t_ms;
         if (deadline_ns) {
@@ -821,9 +806,20 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                                    : (long)MIN((deadline_ns - now) / 1000000 + 1, 2592000000ull);
                 if (left_ms < timeout_ms) {
                         timeout_ms = left_ms;
-                        t.run_limit = true;
+                        t->run_limit = true;
                 }
         }
+        return timeout_ms;
+}
+
+/* Sets every option of the transfer h: one request to the pinned
+ * addresses, no redirect, no proxy, the caps of the limits. */
+static CURLcode transfer_setup(CURL *h, transfer *t, const char *url, char *errbuf,
+                               const char *method, struct curl_slist *headers,
+                               struct curl_slist *resolve, const unsigned char *body,
+                               size_t body_len, bool has_body, long timeout_ms,
+                               const airlock_limits *lim)
+{
         CURLcode c = CURLE_OK;
 #define SET(opt, val)                                                                              \
         do {                                                                                       \
@@ -842,11 +838,11 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         SET(CURLOPT_PATH_AS_IS, 1L);
         SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)lim->http_max_response);
         SET(CURLOPT_WRITEFUNCTION, on_body);
-        SET(CURLOPT_WRITEDATA, &t);
+        SET(CURLOPT_WRITEDATA, t);
         SET(CURLOPT_HEADERFUNCTION, on_header);
-        SET(CURLOPT_HEADERDATA, &t);
+        SET(CURLOPT_HEADERDATA, t);
         SET(CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-        SET(CURLOPT_OPENSOCKETDATA, &t);
+        SET(CURLOPT_OPENSOCKETDATA, t);
         SET(CURLOPT_HTTPHEADER, headers);
         if (resolve)
                 SET(CURLOPT_RESOLVE, resolve);
@@ -862,6 +858,90 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                 SET(CURLOPT_CUSTOMREQUEST, method);
         }
 #undef SET
+        return c;
+}
+
+/* The guest's answer of a finished transfer: refused when secrets are
+ * declared and the body is encoded (the scrub could not see a value in
+ * it), else the body scrubbed of the secrets' values, with the status and
+ * headers. */
+static int transfer_answer(CURL *h, transfer *t, const secret_store *ss, const char *method,
+                           const char *shown, json_t **ret_response, airlock_error *err)
+{
+        /* A compressed body would hide a value from the scrub: with secrets
+         * none is passed on (identity was asked for). */
+        const char *enc = json_string_value(json_object_get(t->headers, "content-encoding"));
+        if (secrets_count(ss) && enc && strcasecmp(enc, "identity") != 0) {
+                /* The server chose the header: scrubbed whole, then cut. */
+                char *clean = NULL;
+                size_t clean_len = 0;
+                int er = secrets_scrub(ss, enc, strlen(enc), &clean, &clean_len);
+                const char *shown_enc = er > 0 ? clean : er == 0 ? enc : "(withheld)";
+                int r = al_error(err, -EPROTO, NULL,
+                                 "%s %s failed: the response is encoded (Content-Encoding: "
+                                 "%.40s%s) although identity was asked for; with secrets "
+                                 "declared the gateway passes on only bodies it can check",
+                                 method, shown, shown_enc, strlen(shown_enc) > 40 ? "..." : "");
+                free(clean);
+                return r;
+        }
+        int sr = response_scrub(ss, t);
+        if (sr == -E2BIG)
+                return al_error(err, -E2BIG, NULL,
+                                "%s %s failed: the response grows past the cap with the secrets' "
+                                "placeholders in place of their values",
+                                method, shown);
+        if (sr < 0)
+                return al_error(err, -ENOMEM, NULL, "%s %s: out of memory", method, shown);
+        long status = 0;
+        cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        size_t b64_len = 0;
+        _cleanup_free_ char *b64 = al_base64_encode(
+            (const unsigned char *)(t->body.data ? t->body.data : ""), t->body.len, &b64_len);
+        json_t *resp =
+            b64 ? json_pack("{s:i,s:O,s:s%}", WIRE_KEY_STATUS, (json_int_t)status, WIRE_KEY_HEADERS,
+                            t->headers, WIRE_KEY_BODY_BASE64, b64, b64_len)
+                : NULL;
+        if (!resp)
+                return al_error(err, -ENOMEM, NULL, "%s %s: out of memory", method, shown);
+        *ret_response = resp;
+        return 0;
+}
+
+static int transfer_run(const url_parts *u, const char *method, const char *shown,
+                        struct curl_slist *headers, const unsigned char *body, size_t body_len,
+                        bool has_body, const struct sockaddr_storage *addrs, size_t n_addrs,
+                        const airlock_limits *lim, uint64_t deadline_ns, int cancel_fd,
+                        const secret_store *ss, gateway_record *rec, json_t **ret_response,
+                        airlock_error *err)
+{
+        /* The URL may carry a secret's value in its query: wiped below. */
+        char *url = allowlist_format_url(u, true, true);
+        if (!url)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        size_t url_len = strlen(url);
+        struct curl_slist *resolve = NULL;
+        if (resolve_list(u, addrs, n_addrs, &resolve) < 0) {
+                secrets_wipe_free(url, url_len);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
+        transfer t = {.addrs = addrs, .n_addrs = n_addrs, .port = (uint16_t)u->port, .ss = ss};
+        dynbuf_init(&t.body, lim->http_max_response);
+        t.headers = json_object();
+        CURL *h = cu.easy_init();
+        if (!h || !t.headers) {
+                cu.slist_free_all(resolve);
+                json_decref(t.headers);
+                if (h)
+                        cu.easy_cleanup(h);
+                secrets_wipe_free(url, url_len);
+                return al_error(err, -ENOMEM, NULL, "%s %s: cannot set up the transfer", method,
+                                shown);
+        }
+        char errbuf[CURL_ERROR_SIZE] = "";
+        long timeout_ms = transfer_timeout_ms(lim, deadline_ns, &t);
+        CURLcode c = transfer_setup(h, &t, url, errbuf, method, headers, resolve, body, body_len,
+                                    has_body, timeout_ms, lim);
         int r = 0;
         if (c != CURLE_OK) {
                 r = al_error(err, -EIO, NULL, "%s %s: cannot set up the transfer: %s", method,
@@ -882,45 +962,8 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
                 rec->status = (int)status;
                 rec->bytes_received = t.body.len;
         }
-        /* A compressed body would hide a value from the scrub: with secrets
-         * none is passed on (identity was asked for). */
-        const char *enc = json_string_value(json_object_get(t.headers, "content-encoding"));
-        if (r >= 0 && secrets_count(ss) && enc && strcasecmp(enc, "identity") != 0) {
-                /* The server chose the header: scrubbed whole, then cut. */
-                char *clean = NULL;
-                size_t clean_len = 0;
-                int er = secrets_scrub(ss, enc, strlen(enc), &clean, &clean_len);
-                const char *shown_enc = er > 0 ? clean : er == 0 ? enc : "(withheld)";
-                r = al_error(err, -EPROTO, NULL,
-                             "%s %s failed: the response is encoded (Content-Encoding: %.40s%s) "
-                             "although identity was asked for; with secrets declared the "
-                             "gateway passes on only bodies it can check",
-                             method, shown, shown_enc, strlen(shown_enc) > 40 ? "..." : "");
-                free(clean);
-        }
-        int sr = r >= 0 ? response_scrub(ss, &t) : 0;
-        if (sr == -E2BIG)
-                r = al_error(err, -E2BIG, NULL,
-                             "%s %s failed: the response grows past the cap with the secrets' "
-                             "placeholders in place of their values",
-                             method, shown);
-        else if (sr < 0)
-                r = al_error(err, -ENOMEM, NULL, "%s %s: out of memory", method, shown);
-        if (r >= 0) {
-                long status = 0;
-                cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-                size_t b64_len = 0;
-                _cleanup_free_ char *b64 = al_base64_encode(
-                    (const unsigned char *)(t.body.data ? t.body.data : ""), t.body.len, &b64_len);
-                json_t *resp =
-                    b64 ? json_pack("{s:i,s:O,s:s%}", WIRE_KEY_STATUS, (json_int_t)status,
-                                    WIRE_KEY_HEADERS, t.headers, WIRE_KEY_BODY_BASE64, b64, b64_len)
-                        : NULL;
-                if (!resp)
-                        r = al_error(err, -ENOMEM, NULL, "%s %s: out of memory", method, shown);
-                else
-                        *ret_response = resp;
-        }
+        if (r >= 0)
+                r = transfer_answer(h, &t, ss, method, shown, ret_response, err);
         cu.easy_cleanup(h);
         cu.slist_free_all(resolve);
         json_decref(t.headers);
@@ -980,6 +1023,86 @@ static int substitute_failed(airlock_error *err, int sr, const char *method, con
         return al_error(err, -ENOMEM, NULL, "out of memory");
 }
 
+/* The request's method, checked as an HTTP token and upper-cased into
+ * method (GW_METHOD_MAX + 1 bytes). */
+static int method_in(const json_t *jm, char *method, airlock_error *err)
+{
+        const char *m = json_string_value(jm);
+        size_t mlen = json_string_length(jm);
+        bool m_ok = mlen > 0 && mlen <= GW_METHOD_MAX && strlen(m) == mlen;
+        for (size_t i = 0; m_ok && i < mlen; i++) {
+                m_ok = is_tchar((unsigned char)m[i]);
+                method[i] = (char)toupper((unsigned char)m[i]);
+        }
+        if (!m_ok)
+                return al_error(err, -EINVAL, NULL, "'%.40s' is not an HTTP method", m);
+        method[mlen] = '\0';
+        return 0;
+}
+
+/* The request's body from its base64 (jb, NULL or null for none), capped
+ * by the limits before and after decoding, with the secrets' placeholders
+ * replaced by their values where the target may have them. *ret_body is
+ * the caller's to wipe and free, also on failure; *ret_has_body is false
+ * for an empty body, which the guest runtime sends for none. */
+static int body_in(const json_t *jb, const char *method, const char *shown, const secret_store *ss,
+                   const url_parts *u, const airlock_limits *lim, unsigned char **ret_body,
+                   size_t *ret_len, bool *ret_has_body, airlock_error *err)
+{
+        if (!jb || json_is_null(jb))
+                return 0;
+        if (!json_is_string(jb))
+                return al_error(err, -EINVAL, NULL,
+                                "%s %s: \"body_base64\" must be a base64 string", method, shown);
+        /* Refuse by the encoded size first, before decoding anything. */
+        if (json_string_length(jb) / 4 * 3 > lim->http_max_request + 3)
+                return al_error(err, -E2BIG, NULL, "%s %s: the request body exceeds %llu bytes",
+                                method, shown, (unsigned long long)lim->http_max_request);
+        if (al_base64_decode(json_string_value(jb), json_string_length(jb), ret_body, ret_len) < 0)
+                return al_error(err, -EINVAL, NULL, "%s %s: \"body_base64\" is not valid base64",
+                                method, shown);
+        if (*ret_len > lim->http_max_request)
+                return al_error(err, -E2BIG, NULL, "%s %s: the request body exceeds %llu bytes",
+                                method, shown, (unsigned long long)lim->http_max_request);
+        if (strcmp(method, "HEAD") == 0 && *ret_len)
+                return al_error(err, -EINVAL, NULL, "HEAD %s: a HEAD request has no body", shown);
+        /* An empty body on a GET would add a needless Content-Length. */
+        *ret_has_body = *ret_len > 0;
+        if (!*ret_has_body)
+                return 0;
+        char *real = NULL;
+        size_t real_len = 0;
+        int sr = secrets_substitute(ss, method, u, SECRET_IN_BODY, (const char *)*ret_body,
+                                    *ret_len, &real, &real_len);
+        if (sr < 0)
+                return substitute_failed(err, sr, method, shown);
+        if (sr > 0) {
+                secrets_wipe_free(*ret_body, *ret_len);
+                *ret_body = (unsigned char *)real;
+                *ret_len = real_len;
+        }
+        return 0;
+}
+
+/* The query string with the secrets' placeholders replaced, in place in u. */
+static int query_in(const secret_store *ss, const char *method, const char *shown, url_parts *u,
+                    airlock_error *err)
+{
+        if (!u->query)
+                return 0;
+        char *real = NULL;
+        size_t real_len = 0;
+        int sr = secrets_substitute(ss, method, u, SECRET_IN_QUERY, u->query, strlen(u->query),
+                                    &real, &real_len);
+        if (sr < 0)
+                return substitute_failed(err, sr, method, shown);
+        if (sr > 0) {
+                free(u->query);
+                u->query = real;
+        }
+        return 0;
+}
+
 static int request_checked(const net_allowlist *al, const secret_store *ss,
                            const airlock_limits *lim_in, const json_t *request,
                            uint64_t deadline_ns, int cancel_fd, gateway_record *rec,
@@ -1000,24 +1123,17 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
         if (!json_is_string(jm) || !json_is_string(ju))
                 return al_error(err, -EINVAL, NULL,
                                 "an HTTP request needs \"method\" and \"url\" strings");
-        const char *m = json_string_value(jm);
-        size_t mlen = json_string_length(jm);
         char method[GW_METHOD_MAX + 1];
-        bool m_ok = mlen > 0 && mlen <= GW_METHOD_MAX && strlen(m) == mlen;
-        for (size_t i = 0; m_ok && i < mlen; i++) {
-                m_ok = is_tchar((unsigned char)m[i]);
-                method[i] = (char)toupper((unsigned char)m[i]);
-        }
-        if (!m_ok)
-                return al_error(err, -EINVAL, NULL, "'%.40s' is not an HTTP method", m);
-        method[mlen] = '\0';
+        int r = method_in(jm, method, err);
+        if (r < 0)
+                return r;
         if (rec)
-                memcpy(rec->method, method, mlen + 1);
+                snprintf(rec->method, sizeof(rec->method), "%s", method);
         if (strlen(json_string_value(ju)) != json_string_length(ju))
                 return al_error(err, -EINVAL, NULL, "the URL contains a NUL character");
 
         url_parts u = {0};
-        int r = allowlist_parse_url(json_string_value(ju), &u, err);
+        r = allowlist_parse_url(json_string_value(ju), &u, err);
         if (r == -EACCES && err) {
                 /* A path refused as a way out of the allowed one is a
                  * refusal like the allow-list's: it names the method too. */
@@ -1051,73 +1167,14 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
                           &headers, &has_ctype, err);
         if (r < 0)
                 goto out;
-        const json_t *jb = json_object_get(request, WIRE_KEY_BODY_BASE64);
-        bool has_body = jb && !json_is_null(jb);
-        if (has_body) {
-                if (!json_is_string(jb)) {
-                        r = al_error(err, -EINVAL, NULL,
-                                     "%s %s: \"body_base64\" must be a base64 string", method,
-                                     shown);
-                        goto out;
-                }
-                /* Refuse by the encoded size first, before decoding anything. */
-                if (json_string_length(jb) / 4 * 3 > lim.http_max_request + 3) {
-                        r = al_error(err, -E2BIG, NULL,
-                                     "%s %s: the request body exceeds %llu bytes", method, shown,
-                                     (unsigned long long)lim.http_max_request);
-                        goto out;
-                }
-                r = al_base64_decode(json_string_value(jb), json_string_length(jb), &body,
-                                     &body_len);
-                if (r < 0) {
-                        r = al_error(err, -EINVAL, NULL,
-                                     "%s %s: \"body_base64\" is not valid base64", method, shown);
-                        goto out;
-                }
-                if (body_len > lim.http_max_request) {
-                        r = al_error(err, -E2BIG, NULL,
-                                     "%s %s: the request body exceeds %llu bytes", method, shown,
-                                     (unsigned long long)lim.http_max_request);
-                        goto out;
-                }
-                if (strcmp(method, "HEAD") == 0 && body_len) {
-                        r = al_error(err, -EINVAL, NULL, "HEAD %s: a HEAD request has no body",
-                                     shown);
-                        goto out;
-                }
-                /* The guest runtime always sends a body, "" for none; an empty
-                 * body on a GET would add a needless Content-Length. */
-                has_body = body_len > 0;
-                char *real = NULL;
-                size_t real_len = 0;
-                int sr = has_body
-                             ? secrets_substitute(ss, method, &u, SECRET_IN_BODY,
-                                                  (const char *)body, body_len, &real, &real_len)
-                             : 0;
-                if (sr < 0) {
-                        r = substitute_failed(err, sr, method, shown);
-                        goto out;
-                }
-                if (sr > 0) {
-                        free(body);
-                        body = (unsigned char *)real;
-                        body_len = real_len;
-                }
-        }
-        if (u.query) {
-                char *real = NULL;
-                size_t real_len = 0;
-                int sr = secrets_substitute(ss, method, &u, SECRET_IN_QUERY, u.query,
-                                            strlen(u.query), &real, &real_len);
-                if (sr < 0) {
-                        r = substitute_failed(err, sr, method, shown);
-                        goto out;
-                }
-                if (sr > 0) {
-                        free(u.query);
-                        u.query = real;
-                }
-        }
+        bool has_body = false;
+        r = body_in(json_object_get(request, WIRE_KEY_BODY_BASE64), method, shown, ss, &u, &lim,
+                    &body, &body_len, &has_body, err);
+        if (r < 0)
+                goto out;
+        r = query_in(ss, method, shown, &u, err);
+        if (r < 0)
+                goto out;
         if (rec)
                 rec->bytes_sent = body_len;
         /* curl would label a body without a type as a form; send none. */
