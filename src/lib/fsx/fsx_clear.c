@@ -49,6 +49,79 @@ static int move_up(clear_state *s, int dirfd, const char *name, int rootfd)
         return -EEXIST;
 }
 
+/* Removes the entry nm (of type type, DT_UNKNOWN when the listing did not
+ * say) of the directory on top of the stack st of *n frames: anything but
+ * a directory is unlinked; a directory is pushed to be emptied, or, past
+ * the fd window, moved up to the root for a later pass (*again). A mount
+ * point is never entered. Failures are noted in s, and clearing goes on. */
+static void clear_entry(clear_state *s, clear_frame *st, size_t *n, const char *nm,
+                        unsigned char type, dev_t root_dev, bool *again)
+{
+        int fd = dirfd(st[*n - 1].d);
+        if (nm[0] == '.' && (nm[1] == '\0' || (nm[1] == '.' && nm[2] == '\0')))
+                return;
+        if (type == DT_UNKNOWN) {
+                struct stat est;
+                if (fstatat(fd, nm, &est, AT_SYMLINK_NOFOLLOW) < 0) {
+                        if (errno != ENOENT)
+                                note(s, -errno, nm, "inspect");
+                        return;
+                }
+                type = S_ISDIR(est.st_mode) ? DT_DIR : DT_REG;
+        }
+        if (type != DT_DIR) {
+                /* unlinkat never follows a link and never opens a
+                 * FIFO or a device. */
+                if (unlinkat(fd, nm, 0) == 0 || errno == ENOENT)
+                        return;
+                if (errno != EISDIR) {
+                        note(s, -errno, nm, "remove");
+                        return;
+                }
+                /* Became a directory since it was listed. */
+        }
+        if (*n > CLEAR_FD_WINDOW) {
+                int r = move_up(s, fd, nm, dirfd(st[0].d));
+                if (r < 0)
+                        note(s, r, nm, "move up");
+                else
+                        *again = true;
+                return;
+        }
+        int cfd = openat(fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (cfd < 0) {
+                if (errno == ENOTDIR || errno == ELOOP) {
+                        /* Swapped for a non-directory: unlink that. */
+                        if (unlinkat(fd, nm, 0) < 0 && errno != ENOENT)
+                                note(s, -errno, nm, "remove");
+                } else if (errno != ENOENT) {
+                        /* Maybe an empty directory we may not read. */
+                        int e = -errno;
+                        if (unlinkat(fd, nm, AT_REMOVEDIR) < 0)
+                                note(s, e, nm, "open directory");
+                }
+                return;
+        }
+        struct stat cst;
+        if (fstat(cfd, &cst) < 0 || cst.st_dev != root_dev) {
+                /* A mount point: never descend; removing it fails
+                 * with EBUSY, which is reported. */
+                close(cfd);
+                if (unlinkat(fd, nm, AT_REMOVEDIR) < 0)
+                        note(s, -errno, nm, "remove mount point");
+                return;
+        }
+        char *copy = strdup(nm);
+        DIR *cd = copy ? fdopendir(cfd) : NULL;
+        if (!cd) {
+                free(copy);
+                close(cfd);
+                note(s, -ENOMEM, nm, "open directory");
+                return;
+        }
+        st[(*n)++] = (clear_frame){.d = cd, .name = copy};
+}
+
 static int clear_run(int dir_fd, airlock_error *err)
 {
         clear_state s = {.err = err};
@@ -78,7 +151,6 @@ static int clear_run(int dir_fd, airlock_error *err)
 
         while (n > 0) {
                 clear_frame *f = &st[n - 1];
-                int fd = dirfd(f->d);
                 errno = 0;
                 struct dirent *de = readdir(f->d);
                 if (!de) {
@@ -99,71 +171,7 @@ static int clear_run(int dir_fd, airlock_error *err)
                         free(name);
                         continue;
                 }
-                const char *nm = de->d_name;
-                if (nm[0] == '.' && (nm[1] == '\0' || (nm[1] == '.' && nm[2] == '\0')))
-                        continue;
-                unsigned char type = de->d_type;
-                if (type == DT_UNKNOWN) {
-                        struct stat est;
-                        if (fstatat(fd, nm, &est, AT_SYMLINK_NOFOLLOW) < 0) {
-                                if (errno != ENOENT)
-                                        note(&s, -errno, nm, "inspect");
-                                continue;
-                        }
-                        type = S_ISDIR(est.st_mode) ? DT_DIR : DT_REG;
-                }
-                if (type != DT_DIR) {
-                        /* unlinkat never follows a link and never opens a
-                         * FIFO or a device. */
-                        if (unlinkat(fd, nm, 0) == 0 || errno == ENOENT)
-                                continue;
-                        if (errno != EISDIR) {
-                                note(&s, -errno, nm, "remove");
-                                continue;
-                        }
-                        /* Became a directory since it was listed. */
-                }
-                if (n > CLEAR_FD_WINDOW) {
-                        int r = move_up(&s, fd, nm, dirfd(st[0].d));
-                        if (r < 0)
-                                note(&s, r, nm, "move up");
-                        else
-                                again = true;
-                        continue;
-                }
-                int cfd =
-                    openat(fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-                if (cfd < 0) {
-                        if (errno == ENOTDIR || errno == ELOOP) {
-                                /* Swapped for a non-directory: unlink that. */
-                                if (unlinkat(fd, nm, 0) < 0 && errno != ENOENT)
-                                        note(&s, -errno, nm, "remove");
-                        } else if (errno != ENOENT) {
-                                /* Maybe an empty directory we may not read. */
-                                int e = -errno;
-                                if (unlinkat(fd, nm, AT_REMOVEDIR) < 0)
-                                        note(&s, e, nm, "open directory");
-                        }
-                        continue;
-                }
-                struct stat cst;
-                if (fstat(cfd, &cst) < 0 || cst.st_dev != root.st_dev) {
-                        /* A mount point: never descend; removing it fails
-                         * with EBUSY, which is reported. */
-                        close(cfd);
-                        if (unlinkat(fd, nm, AT_REMOVEDIR) < 0)
-                                note(&s, -errno, nm, "remove mount point");
-                        continue;
-                }
-                char *copy = strdup(nm);
-                DIR *cd = copy ? fdopendir(cfd) : NULL;
-                if (!cd) {
-                        free(copy);
-                        close(cfd);
-                        note(&s, -ENOMEM, nm, "open directory");
-                        continue;
-                }
-                st[n++] = (clear_frame){.d = cd, .name = copy};
+                clear_entry(&s, st, &n, de->d_name, de->d_type, root.st_dev, &again);
         }
         while (n > 0) {
                 closedir(st[n - 1].d);
