@@ -937,6 +937,50 @@ static void entry_release(airlock_cache *c, cache_entry *e)
 /* Finds or creates the entry for key and takes a reference on it; creates
  * its sandbox when this run is the first. Returns the entry, ready, or a
  * negative errno with err filled. Caller holds a run slot, not the lock. */
+/* Builds the sandbox of the new entry e (ENTRY_BUILDING, one reference of
+ * the caller's), from the stale version from when there is one (its
+ * build's reference is dropped here), and wakes the runs that wait for it.
+ * A failed build stays in e->build_err and leaves the list, so that the
+ * next run tries again. The stale versions' closes go beside the run. */
+static void entry_build(airlock_cache *c, const airlock_config *cfg, cache_entry *e,
+                        cache_entry *from, close_list *stale)
+{
+        airlock_sandbox *sb = NULL;
+        airlock_error berr = {0};
+        al_watch_fire();
+        bool late = cache_late_input(cfg) && c->ops.sandbox_new_late;
+        int r = late ? c->ops.sandbox_new_late(cfg, &sb, &berr)
+                     : c->ops.sandbox_new(cfg, from ? from->sb : NULL, &sb, &berr);
+        pthread_mutex_lock(&c->lock);
+        if (from) {
+                /* Its close, now that nothing links from it any
+                 * more, goes beside the run, as for the others. */
+                from->refs--;
+                if (from->refs == 0)
+                        close_list_add(stale, from);
+        }
+        if (r < 0) {
+                e->state = ENTRY_FAILED;
+                e->build_err = berr;
+                if (!e->build_err.code)
+                        e->build_err.code = r;
+                /* A failed build is not cached: the next run tries
+                 * again (the cause may be fixed by then). */
+                if (!e->doomed) {
+                        list_unlink(c, e);
+                        e->doomed = true;
+                }
+        } else {
+                e->sb = sb;
+                e->late = late;
+                e->state = ENTRY_READY;
+                c->stats.created++;
+        }
+        pthread_cond_broadcast(&c->changed);
+        pthread_mutex_unlock(&c->lock);
+        close_list_run_later(c, stale);
+}
+
 static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char *key,
                          size_t static_len, uint64_t hash, cache_entry **ret, airlock_error *err)
 {
@@ -1005,41 +1049,7 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
         close_list_run_later(c, &stale);
 
         if (build) {
-                airlock_sandbox *sb = NULL;
-                airlock_error berr = {0};
-                al_watch_fire();
-                bool late = cache_late_input(cfg) && c->ops.sandbox_new_late;
-                int r = late ? c->ops.sandbox_new_late(cfg, &sb, &berr)
-                             : c->ops.sandbox_new(cfg, from ? from->sb : NULL, &sb, &berr);
-                pthread_mutex_lock(&c->lock);
-                if (from) {
-                        /* Its close, now that nothing links from it any
-                         * more, goes beside the run, as for the others. */
-                        from->refs--;
-                        if (from->refs == 0)
-                                close_list_add(&stale, from);
-                        from = NULL;
-                }
-                if (r < 0) {
-                        e->state = ENTRY_FAILED;
-                        e->build_err = berr;
-                        if (!e->build_err.code)
-                                e->build_err.code = r;
-                        /* A failed build is not cached: the next run tries
-                         * again (the cause may be fixed by then). */
-                        if (!e->doomed) {
-                                list_unlink(c, e);
-                                e->doomed = true;
-                        }
-                } else {
-                        e->sb = sb;
-                        e->late = late;
-                        e->state = ENTRY_READY;
-                        c->stats.created++;
-                }
-                pthread_cond_broadcast(&c->changed);
-                pthread_mutex_unlock(&c->lock);
-                close_list_run_later(c, &stale);
+                entry_build(c, cfg, e, from, &stale);
         } else {
                 pthread_mutex_lock(&c->lock);
                 if (e->state == ENTRY_BUILDING) {
