@@ -38,7 +38,7 @@
 #include "host/tools.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/sandbox.h"
-#include "surface/live.h"
+#include "sandbox/live.h"
 
 #define REQUEST_SPIN_NS 30000    /* 30 us */
 #define SERVE_SLICE_NS  10000000 /* 10 ms */

@@ -2,7 +2,7 @@
  * which al_watch_begin arms on the thread that runs the code. A run holds
  * its caller's thread from start to end, so the pipes it serves are kept
  * per thread and need no lock. */
-#include "surface/live.h"
+#include "sandbox/live.h"
 
 #include "airlock.h"
 #include "core/util.h"
