@@ -214,6 +214,16 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bo
         if (r >= 0)
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mbind), 1,
                                      SCMP_A0(SCMP_CMP_NE, (scmp_datum_t)(uintptr_t)MAP_FAILED));
+        /* sysinfo answers for the whole machine: its RAM and free
+         * memory, load, uptime and the number of processes on it, which
+         * every run could read and change (a channel between runs and
+         * tenants), where the guest's /proc tells the run its own. No
+         * filter can rewrite its answer, so it is refused, ENOSYS as from
+         * a kernel without it; glibc's sysconf(_SC_PHYS_PAGES) and
+         * (_SC_AVPHYS_PAGES), built on it, then give 0, and the guest
+         * runtime answers those for Python from /proc/meminfo. */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(sysinfo), 0);
         /* clone3 passes its flags in memory, where a filter cannot look;
          * ENOSYS makes glibc fall back to clone, whose flags it can check. */
         if (r >= 0)
