@@ -1174,6 +1174,40 @@ def _wrap_starts():
     _wrap_waits()
 
 
+def _wrap_sysconf():
+    """sysinfo(2) is refused in the guest (it answers for the whole
+    machine, docs/design.md, "Inside the sandbox"), and glibc builds
+    sysconf(_SC_PHYS_PAGES) and sysconf(_SC_AVPHYS_PAGES) on it: refused,
+    they say 0, and code that sizes itself by the memory it has would take
+    the run for one without any. os.sysconf answers those two from the
+    run's /proc/meminfo instead (MemTotal, the memory limit, and MemFree),
+    as psutil and `free` read the memory; every other name goes to the
+    system's sysconf as before."""
+    import functools
+    import os
+    sysconf = os.sysconf
+    names = os.sysconf_names
+    fields = {names[n]: f for n, f in (("SC_PHYS_PAGES", b"MemTotal:"),
+                                       ("SC_AVPHYS_PAGES", b"MemFree:")) if n in names}
+
+    @functools.wraps(sysconf)
+    def wrapped_sysconf(name):
+        field = fields.get(names.get(name) if isinstance(name, str) else name)
+        if field is None:
+            return sysconf(name)
+        try:
+            # Python's open: the audit hook has /proc/meminfo written afresh.
+            with open("/proc/meminfo", "rb") as f:
+                for line in f:
+                    if line.startswith(field):
+                        return int(line.split()[1]) * 1024 // sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+        return sysconf(name)
+    wrapped_sysconf.__module__ = "os"
+    os.sysconf = wrapped_sysconf
+
+
 def _servers_first():
     """The folder of the upstream MCP servers' stubs (the package "servers",
     docs/design.md, "Upstream MCP servers") goes first on sys.path, before
@@ -1199,6 +1233,7 @@ def _install(auto_figures=True, python_paths=()):
     _sys.path_hooks.insert(0, _cwd_finder_hook)
     _wrap_kills()
     _wrap_starts()
+    _wrap_sysconf()
     # The --python-path folders (and the .pth entries inside them) come
     # before the system's site folders, as a virtualenv's site-packages
     # comes before the system's, and after the standard library.

@@ -242,6 +242,32 @@ os.kill(pid, 9)
     assert r["stdout"] == "True\n", r["stdout"]
 
 
+def test_sysinfo_is_refused_and_sysconf_tells_the_runs_memory():
+    """sysinfo(2) answers for the whole machine (its RAM, free memory,
+    load, uptime and process count: a channel between runs), so it is
+    refused with ENOSYS; glibc's sysconf(_SC_PHYS_PAGES) and
+    (_SC_AVPHYS_PAGES) are built on it, and Python's os.sysconf answers
+    them from the run's /proc/meminfo, the memory limit."""
+    code = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(256)
+r = libc.sysinfo(buf)
+print(r, errno.errorcode.get(ctypes.get_errno()))
+page = os.sysconf("SC_PAGE_SIZE")
+total = os.sysconf("SC_PHYS_PAGES") * page
+avail = os.sysconf(os.sysconf_names["SC_AVPHYS_PAGES"]) * page
+print(total, 0 < avail <= total)
+pid = os.fork()
+if pid == 0:
+    os._exit(os.sysconf("SC_PHYS_PAGES") * page == total)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+    rc, r = run_json(code, "--memory", "400")
+    ok(r)
+    assert r["stdout"] == f"-1 ENOSYS\n{400 << 20} True\n1\n", r["stdout"]
+
+
 FILE_PAGES = """
 import mmap, os, psutil, sysconfig
 # The largest shared library of the host's /usr/lib: its pages are the page

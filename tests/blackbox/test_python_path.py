@@ -57,6 +57,36 @@ def test_folders_are_repeatable_and_come_first_in_order():
     assert r["stdout"] == "a b a /opt/airlock/pythonpath/1/pb/__init__.py\n", r
 
 
+MOUNT_TABLES = ("/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/mountinfo")
+
+
+def host_paths_in_mount_tables(forbidden):
+    """Guest code that prints each mount table line holding one of the
+    forbidden strings, then the lines of the --python-path mounts."""
+    return (f"bad = {sorted(forbidden)!r}\n"
+            f"for p in {MOUNT_TABLES!r}:\n"
+            "    for ln in open(p).read().splitlines():\n"
+            "        if any(b in ln for b in bad):\n"
+            "            print('VISIBLE', p, ln)\n"
+            "print(sum('/opt/airlock/pythonpath/' in ln\n"
+            "          for ln in open('/proc/self/mountinfo').read().splitlines()))\n")
+
+
+def test_no_host_path_of_a_folder_in_the_mount_tables():
+    """The guest's mountinfo and mounts name neither a folder's host path
+    nor any part of it (a bind mount would show the folder's path within
+    its file system as the mount's root)."""
+    a, b = make_folder(), make_folder({"pb/__init__.py": "N = 'b'\n"})
+    forbidden = set()
+    for d in (a, b):
+        forbidden |= {d, os.path.realpath(d), os.path.basename(d)}
+    forbidden.add("airlock-test-")
+    rc, r = run_json("import mypkg, pb\n" + host_paths_in_mount_tables(forbidden),
+                     "--python-path", a, "--python-path", b)
+    assert rc == 0, r
+    assert r["stdout"] == "2\n", r["stdout"]
+
+
 def test_folder_is_read_only():
     d = make_folder()
     code = ("import os\n"

@@ -507,6 +507,23 @@ def test_a_server_that_fails_to_start_leaks_no_secret_in_the_error():
     assert "my token is" in p.stdout + p.stderr and SECRET not in p.stdout + p.stderr, p
 
 
+def test_the_stubs_folder_shows_no_host_path_in_the_mount_tables():
+    """The stubs' folder is made on the host ($TMPDIR/airlock-servers-*)
+    and reaches the guest as a --python-path folder does: its host path
+    appears nowhere in the guest's mount tables."""
+    tmp = tmpdir()
+    f = servers_file({"bad": misbehave()})
+    out = ok_stdout('''
+import servers
+print(servers.__file__.startswith("/opt/airlock/pythonpath/"))
+for p in ("/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/mountinfo"):
+    for ln in open(p).read().splitlines():
+        if "airlock-servers" in ln or "TMPROOT" in ln:
+            print("VISIBLE", p, ln)
+'''.replace("TMPROOT", tmp), "--servers", f, env=dict(os.environ, TMPDIR=tmp))
+    assert out == "True\n", out
+
+
 def test_an_unknown_tool_of_a_server_is_named():
     f = servers_file({"bad": misbehave()})
     out = ok_stdout('''

@@ -5,9 +5,10 @@
  *
  * These folders are the host user's own (a virtualenv they built), not the
  * guest's: they are read on the host only to check them and to list what
- * the guest gets, never to stage anything. The guest sees them through a
- * read-only bind mount inside its own root, so a link in one can only
- * resolve to what the guest's root holds anyway. */
+ * the guest gets, never to stage anything. The guest sees each through a
+ * read-only overlay over its mount (tpl_root.c, mount_python_paths) inside
+ * its own root, so a link in one can only resolve to what the guest's root
+ * holds anyway, and its host path shows nowhere. */
 #include "config/pypath.h"
 
 #include <dirent.h>

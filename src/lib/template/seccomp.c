@@ -85,7 +85,41 @@ static const char *const denied_calls[] = {
     "move_pages",
     "migrate_pages",
     "set_mempolicy", /* and mbind, refused with a rule of its own below */
+    /* The mount API's newer calls: with capabilities cleared they could
+     * change nothing today, but listmount and statmount describe every
+     * mount of the namespace (what mountinfo hides is its job to hide),
+     * and open_tree_attr clones mounts as open_tree does. */
+    "open_tree_attr",
+    "listmount",
+    "statmount",
 };
+
+/* Calls of denied_calls newer than the libseccomp of Debian 12 (2.5.4),
+ * which cannot resolve their names: their numbers, the same on x86_64 and
+ * aarch64, whose tables share every number from 424 on (Linux's
+ * asm-generic/unistd.h and syscall_64.tbl). On another architecture an
+ * unresolved name is skipped, as for any call that architecture lacks. */
+static const struct {
+        const char *name;
+        int nr;
+} new_calls[] = {
+    {"statmount", 457},
+    {"listmount", 458},
+    {"open_tree_attr", 467},
+};
+
+/* The number of a denied call on this architecture, or __NR_SCMP_ERROR
+ * when it has none. */
+static int resolve_call(const char *name)
+{
+        int nr = seccomp_syscall_resolve_name(name);
+#if defined(__x86_64__) || defined(__aarch64__)
+        for (size_t i = 0; nr == __NR_SCMP_ERROR && i < ARRAY_SIZE(new_calls); i++)
+                if (strcmp(name, new_calls[i].name) == 0)
+                        nr = new_calls[i].nr;
+#endif
+        return nr;
+}
 
 /* Exports the rules of ctx (r: the result of adding them) as a BPF program
  * in *ret, and releases ctx. */
@@ -162,7 +196,7 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bo
         if (r < 0)
                 return r;
         for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(denied_calls); i++) {
-                int nr = seccomp_syscall_resolve_name(denied_calls[i]);
+                int nr = resolve_call(denied_calls[i]);
                 if (nr == __NR_SCMP_ERROR || (allow_mount && mount_call(denied_calls[i])))
                         continue; /* not on this architecture, or in the mount filter */
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
@@ -180,6 +214,16 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bo
         if (r >= 0)
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mbind), 1,
                                      SCMP_A0(SCMP_CMP_NE, (scmp_datum_t)(uintptr_t)MAP_FAILED));
+        /* sysinfo answers for the whole machine: its RAM and free
+         * memory, load, uptime and the number of processes on it, which
+         * every run could read and change (a channel between runs and
+         * tenants), where the guest's /proc tells the run its own. No
+         * filter can rewrite its answer, so it is refused, ENOSYS as from
+         * a kernel without it; glibc's sysconf(_SC_PHYS_PAGES) and
+         * (_SC_AVPHYS_PAGES), built on it, then give 0, and the guest
+         * runtime answers those for Python from /proc/meminfo. */
+        if (r >= 0)
+                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(sysinfo), 0);
         /* clone3 passes its flags in memory, where a filter cannot look;
          * ENOSYS makes glibc fall back to clone, whose flags it can check. */
         if (r >= 0)
@@ -243,7 +287,7 @@ int seccomp_build_mount_filter(struct sock_fprog *ret, char *errbuf, size_t errl
         if (r < 0)
                 return r;
         for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(denied_calls); i++) {
-                int nr = seccomp_syscall_resolve_name(denied_calls[i]);
+                int nr = resolve_call(denied_calls[i]);
                 if (nr != __NR_SCMP_ERROR && mount_call(denied_calls[i]))
                         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
         }

@@ -73,20 +73,48 @@ static void bind_ro(const struct template_state *tpl, const char *src, const cha
                          strerror(-r));
 }
 
-/* Mounts the staged input (TEMPLATE_INPUT_FD) read-only at NEWROOT/input.
+/* Contract: mounts at DST (an empty directory of the new root) a
+ * read-only overlay named SOURCE whose one visible layer is the directory
+ * LAYER_FD is open on (a tree attached in this namespace), with FLAGS.
+ * Returns 0, or the -errno of the overlay mount, after which the caller
+ * binds the layer instead.
  *
- * A bind mount would show the host's staging path in the guest's
- * /proc/self/mountinfo, as the root of the mount within its file system
- * ("/tmp/airlock-stage-XXXXXX/input"): the kernel prints a bind mount's root
- * relative to its superblock and nothing in a bind can change that. A
- * read-only overlay is a file system of its own, whose root is "/", and its
- * options name its layers only as given, here /proc/self/fd links. Its lower
- * layers are the staged tree and the empty mount point itself (an overlay
- * without an upper layer needs two); the root is made read-only later, so
- * that one stays empty. Nothing is copied: overlay reads the staged files in
- * place. redirect_dir=nofollow: no xattr on a layer can send a lookup
- * elsewhere. Kernels that refuse overlay in a user namespace (before 5.11)
- * get the bind mount, and then the staging path shows. */
+ * This is how a host folder reaches the guest without its host path: a
+ * bind mount shows in the guest's /proc/self/mountinfo the root of the
+ * mount within its file system ("/tmp/airlock-stage-XXXXXX/input"), since
+ * the kernel prints a bind mount's root relative to its superblock and
+ * nothing in a bind can change that. A read-only overlay is a file system
+ * of its own, whose root is "/", and its options name its layers only as
+ * given, here /proc/self/fd links. Its lower layers are the tree and the
+ * empty mount point itself (an overlay without an upper layer needs two);
+ * the root is made read-only later, so that one stays empty. Nothing is
+ * copied: overlay reads the files in place, and a mount below the layer's
+ * root is not part of the overlay (so none of the host's shows through).
+ * redirect_dir=nofollow: no xattr on a layer can send a lookup elsewhere.
+ * Kernels that refuse overlay in a user namespace (before 5.11), or over
+ * an idmapped layer (before 5.19), answer ENODEV, EPERM or EINVAL. */
+static int mount_ro_overlay(const struct template_state *tpl, const char *source, int layer_fd,
+                            const char *dst, unsigned long flags)
+{
+        _cleanup_close_ int empty = open(dst, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (empty < 0)
+                tpl_fail(tpl, -errno, "mount namespace", "cannot open %s: %m", dst);
+        char opts[128];
+        snprintf(opts, sizeof(opts),
+                 "lowerdir=/proc/self/fd/%d:/proc/self/fd/%d,redirect_dir=nofollow", layer_fd,
+                 empty);
+        return mount(source, dst, "overlay", MS_RDONLY | flags, opts) < 0 ? -errno : 0;
+}
+
+static bool overlay_unsupported(int r)
+{
+        return r == -ENODEV || r == -EPERM || r == -EINVAL;
+}
+
+/* Mounts the staged input (TEMPLATE_INPUT_FD) read-only at NEWROOT/input,
+ * as an overlay (mount_ro_overlay), so that the host's staging path
+ * appears nowhere in the guest; where the kernel refuses that overlay the
+ * input is bound, and then the staging path shows. */
 #define INPUT_ATTACH NEWROOT "/.staged-input"
 
 static void mount_input(const struct template_state *tpl)
@@ -106,24 +134,18 @@ static void mount_input(const struct template_state *tpl)
                 if (fd < 0 || dup2(fd, TEMPLATE_INPUT_FD) < 0)
                         tpl_fail(tpl, -errno, "bind mount", "cannot open the staged input: %m");
         }
-        int empty = open(NEWROOT "/input", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (empty < 0)
-                tpl_fail(tpl, -errno, "mount namespace", "cannot open /input: %m");
-        char opts[128];
-        snprintf(opts, sizeof(opts),
-                 "lowerdir=/proc/self/fd/%d:/proc/self/fd/%d,redirect_dir=nofollow",
-                 TEMPLATE_INPUT_FD, empty);
-        if (mount("airlock-input", NEWROOT "/input", "overlay",
-                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0) {
-                if (errno != ENODEV && errno != EPERM && errno != EINVAL)
-                        tpl_fail(tpl, -errno, "overlay mount", "cannot mount the staged input: %m");
+        int r = mount_ro_overlay(tpl, "airlock-input", TEMPLATE_INPUT_FD, NEWROOT "/input",
+                                 MS_NOSUID | MS_NODEV | MS_NOEXEC);
+        if (r < 0) {
+                if (!overlay_unsupported(r))
+                        tpl_fail(tpl, r, "overlay mount", "cannot mount the staged input: %s",
+                                 strerror(-r));
                 char src[64];
                 snprintf(src, sizeof(src), "/proc/self/fd/%d", TEMPLATE_INPUT_FD);
                 if (mount(src, NEWROOT "/input", NULL, MS_BIND | MS_REC, NULL) < 0)
                         tpl_fail(tpl, -errno, "bind mount", "cannot bind the staged input: %m");
         }
-        close(empty);
-        int r = tpl_make_readonly(NEWROOT "/input", false, true);
+        r = tpl_make_readonly(NEWROOT "/input", false, true);
         if (r < 0)
                 tpl_fail(tpl, r, "read-only bind mount", "cannot make /input read-only: %s",
                          strerror(-r));
@@ -193,17 +215,24 @@ static void open_python_paths(const struct template_state *tpl)
         }
 }
 
+/* Where a --python-path folder is attached while its overlay is made. */
+#define PYPATH_ATTACH NEWROOT "/.staged-pythonpath"
+
 /* Contract: mounts each --python-path folder N read-only, nosuid and nodev
  * at /opt/airlock/pythonpath/N of the new root, and nothing else of the
- * host: not the path that leads to it, not the mounts below it. A link in
- * the folder resolves in the guest's root, so it reaches only what the
- * guest sees anyway (/usr, /input, the other folders); that is why the
- * mount keeps following links, as packages need (lib.so -> lib.so.1). Not
- * noexec: C extensions are mapped executable. As root the host sends a
- * detached mount of the folder, idmapped so that its owner is the guest's
- * id; otherwise open_python_paths cloned it by its path, looked up with
- * the guest's ids. Either way a folder the guest could not read fails here,
- * naming it, rather than at the first import. */
+ * host: not the path that leads to it (the mount is an overlay over the
+ * folder, mount_ro_overlay, whose root in mountinfo is "/" where a bind's
+ * would be the host path, /tmp/airlock-servers-XXXXXX for the stubs of
+ * upstream servers), not the mounts below it. A link in the folder
+ * resolves in the guest's root, so it reaches only what the guest sees
+ * anyway (/usr, /input, the other folders); that is why the mount keeps
+ * following links, as packages need (lib.so -> lib.so.1). Not noexec: C
+ * extensions are mapped executable. As root the host sends a detached
+ * mount of the folder, idmapped so that its owner is the guest's id;
+ * otherwise open_python_paths cloned it by its path, looked up with the
+ * guest's ids. Either way a folder the guest could not read fails here,
+ * naming it, rather than at the first import. A kernel that refuses the
+ * overlay gets the folder's mount itself, which shows the host path. */
 static void mount_python_paths(const struct template_state *tpl)
 {
         if (!tpl->params.n_python_paths)
@@ -216,11 +245,33 @@ static void mount_python_paths(const struct template_state *tpl)
                 char dst[96];
                 snprintf(dst, sizeof(dst), NEWROOT PYPATH_GUEST_DIR "/%zu", i);
                 make_dir(tpl, dst, 0755);
+                /* Overlay takes layers only from this namespace: the
+                 * folder's detached mount is attached for the time the
+                 * overlay is made, then detached again. */
+                make_dir(tpl, PYPATH_ATTACH, 0700);
                 int fd = TEMPLATE_PYPATH_FD + (int)i;
-                if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                if (syscall(SYS_move_mount, fd, "", AT_FDCWD, PYPATH_ATTACH,
+                            MOVE_MOUNT_F_EMPTY_PATH) < 0)
                         tpl_fail(tpl, -errno, "bind mount", "cannot mount --python-path %s: %m",
                                  host);
                 close(fd);
+                _cleanup_close_ int layer =
+                    open(PYPATH_ATTACH, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (layer < 0)
+                        tpl_fail(tpl, -errno, "bind mount", "cannot open --python-path %s: %m",
+                                 host);
+                int r =
+                    mount_ro_overlay(tpl, "airlock-pythonpath", layer, dst, MS_NOSUID | MS_NODEV);
+                if (r < 0 && !overlay_unsupported(r))
+                        tpl_fail(tpl, r, "overlay mount", "cannot mount --python-path %s: %s", host,
+                                 strerror(-r));
+                if (r < 0 ? syscall(SYS_move_mount, AT_FDCWD, PYPATH_ATTACH, AT_FDCWD, dst, 0) < 0
+                          : umount2(PYPATH_ATTACH, MNT_DETACH) < 0)
+                        tpl_fail(tpl, -errno, "bind mount", "cannot mount --python-path %s: %m",
+                                 host);
+                if (rmdir(PYPATH_ATTACH) < 0)
+                        tpl_fail(tpl, -errno, "mount namespace", "cannot remove %s: %m",
+                                 PYPATH_ATTACH);
                 struct mount_attr attr = {
                     .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                 };
