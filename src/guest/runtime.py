@@ -1177,9 +1177,10 @@ def _wrap_starts():
 def _wrap_sysconf():
     """sysinfo(2) is refused in the guest (it answers for the whole
     machine, docs/design.md, "Inside the sandbox"), and glibc builds
-    sysconf(_SC_PHYS_PAGES) and sysconf(_SC_AVPHYS_PAGES) on it: refused,
-    they say 0, and code that sizes itself by the memory it has would take
-    the run for one without any. os.sysconf answers those two from the
+    sysconf(_SC_PHYS_PAGES) and sysconf(_SC_AVPHYS_PAGES) on it without
+    looking whether it failed, so their figure is undefined, and code that
+    sizes itself by the memory it has would size itself by garbage.
+    os.sysconf answers those two from the
     run's /proc/meminfo instead (MemTotal, the memory limit, and MemFree),
     as psutil and `free` read the memory; every other name goes to the
     system's sysconf as before."""

@@ -219,9 +219,10 @@ int seccomp_build_guest_filter(struct sock_fprog *ret, bool no_shared_memory, bo
          * every run could read and change (a channel between runs and
          * tenants), where the guest's /proc tells the run its own. No
          * filter can rewrite its answer, so it is refused, ENOSYS as from
-         * a kernel without it; glibc's sysconf(_SC_PHYS_PAGES) and
-         * (_SC_AVPHYS_PAGES), built on it, then give 0, and the guest
-         * runtime answers those for Python from /proc/meminfo. */
+         * a kernel without it. glibc 2.36 builds sysconf(_SC_PHYS_PAGES)
+         * and (_SC_AVPHYS_PAGES) on it without looking whether it failed,
+         * so their answer in C code is undefined (design.md says so); the
+         * guest runtime answers those for Python from /proc/meminfo. */
         if (r >= 0)
                 r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(sysinfo), 0);
         /* clone3 passes its flags in memory, where a filter cannot look;
