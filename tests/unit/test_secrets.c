@@ -430,6 +430,73 @@ static void test_refusals_name_no_value(void **state)
         secrets_free(s);
 }
 
+/* issue 38: only a secret's own targets say which upstream MCP servers get
+ * it; a servers file that names it adds no target. */
+static void test_servers_get_a_secret_only_from_its_targets(void **state)
+{
+        (void)state;
+        const char *t[] = {"mcp:github", "https://api.github.com=GET,POST",
+                           "http://10.0.0.7:8080/mcp", "plain.example.com", NULL};
+        secret_store *s = store_with("GH", "value-of-gh-1", 0, t);
+        secret_store *c = NULL;
+        airlock_error e;
+        assert_int_equal(secrets_clone(s, &c, &e), 0);
+        const unsigned char *v = NULL;
+        size_t n = 0;
+        for (int k = 0; k < 2; k++) {
+                const secret_store *x = k ? c : s;
+                assert_int_equal(secrets_value_for_server(x, "GH", "github", NULL, &v, &n, &e), 0);
+                assert_int_equal(n, 13);
+                assert_int_equal(
+                    secrets_value_for_server(x, "GH", "github", "http://evil.example/", &v, &n, &e),
+                    0);
+                assert_int_equal(secrets_value_for_server(x, "GH", "evil", NULL, &v, &n, &e),
+                                 -EACCES);
+                assert_non_null(strstr(e.message, "'GH'"));
+                assert_non_null(strstr(e.message, "mcp:github, https://api.github.com (GET,POST)"));
+                assert_non_null(strstr(e.message, "mcp:evil"));
+                assert_null(strstr(e.message, "value-of"));
+                assert_int_equal(secrets_value_for_server(x, "NOPE", "github", NULL, &v, &n, &e),
+                                 -ENOENT);
+                /* At a URL: an HTTP target that allows its POST. */
+                assert_int_equal(secrets_value_for_server(x, "GH", "gh",
+                                                          "https://api.github.com/mcp", &v, &n, &e),
+                                 0);
+                assert_int_equal(secrets_value_for_server(x, "GH", "gh",
+                                                          "http://api.github.com/mcp", &v, &n, &e),
+                                 -EACCES);
+                assert_int_equal(
+                    secrets_value_for_server(x, "GH", "gh", "http://10.0.0.7:8080/mcp", &v, &n, &e),
+                    0);
+                assert_int_equal(secrets_value_for_server(x, "GH", "gh",
+                                                          "http://10.0.0.7:8080/other", &v, &n, &e),
+                                 -EACCES);
+                assert_int_equal(
+                    secrets_value_for_server(x, "GH", "gh", "http://10.0.0.7/mcp", &v, &n, &e),
+                    -EACCES);
+                /* A bare host allows http to the guest, but only https to a server. */
+                assert_int_equal(secrets_value_for_server(
+                                     x, "GH", "p", "https://plain.example.com/m", &v, &n, &e),
+                                 0);
+                assert_int_equal(secrets_value_for_server(x, "GH", "p",
+                                                          "http://plain.example.com/m", &v, &n, &e),
+                                 -EACCES);
+                assert_int_equal(
+                    secrets_value_for_server(x, "GH", "p", "http://127.0.0.2:9/mcp", &v, &n, &e),
+                    -EACCES);
+        }
+        /* The servers it may go to are part of the configuration. */
+        const char *t2[] = {"mcp:gitlab", "https://api.github.com=GET,POST",
+                            "http://10.0.0.7:8080/mcp", "plain.example.com", NULL};
+        secret_store *s2 = store_with("GH", "value-of-gh-1", 0, t2);
+        _cleanup_free_ char *f1 = secrets_fingerprint_text(s);
+        _cleanup_free_ char *f2 = secrets_fingerprint_text(s2);
+        assert_string_not_equal(f1, f2);
+        secrets_free(s2);
+        secrets_free(c);
+        secrets_free(s);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -439,6 +506,7 @@ int main(void)
             cmocka_unit_test(test_scrub_decoders_and_cut_edges),
             cmocka_unit_test(test_rotation_copies_and_fingerprint),
             cmocka_unit_test(test_refusals_name_no_value),
+            cmocka_unit_test(test_servers_get_a_secret_only_from_its_targets),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,6 +34,9 @@ typedef struct secret {
         size_t len;
         unsigned flags;
         net_allowlist *targets;
+        /* The servers of its "mcp:SERVER" targets, in the order given. */
+        char *mcp[SECRET_TARGETS_MAX];
+        size_t n_mcp;
         char placeholder[SECRET_PLACEHOLDER_SIZE];
         size_t ph_len;
         secret_form *forms; /* longest first, so a longer form wins over a part of it */
@@ -275,6 +278,8 @@ static void secret_clear(secret *s)
                 secrets_wipe_free(s->forms[i].s, s->forms[i].n);
         free(s->forms);
         allowlist_free(s->targets);
+        for (size_t i = 0; i < s->n_mcp; i++)
+                free(s->mcp[i]);
         *s = (secret){0};
 }
 
@@ -319,6 +324,12 @@ static int secret_copy(const secret *src, secret *d)
         }
         if (r >= 0)
                 r = allowlist_clone(src->targets, &d->targets, NULL);
+        for (size_t i = 0; r >= 0 && i < src->n_mcp; i++) {
+                if (!(d->mcp[i] = strdup(src->mcp[i])))
+                        r = -ENOMEM;
+                else
+                        d->n_mcp++;
+        }
         if (r < 0) {
                 if (!d->value)
                         d->len = 0;
@@ -403,15 +414,23 @@ int secrets_add(secret_store *st, const char *name, const void *value, size_t le
         secret s = {.len = len, .flags = flags};
         int r = allowlist_new(&s.targets, err);
         for (size_t i = 0; r >= 0 && i < nt; i++) {
-                /* "mcp:SERVER": an upstream MCP server whose "env" or
-                 * "headers" name the secret (mcp/); it allows no HTTP
-                 * request. A server that names a secret is its target
-                 * whether or not it is listed: this only lets a secret
-                 * meant for servers alone be declared. */
+                /* "mcp:SERVER": the upstream MCP server SERVER may get the
+                 * value in its "env" or "headers" (mcp/); it allows no HTTP
+                 * request. Only a secret's own targets say which servers
+                 * get it: a servers file, which may come with a repository,
+                 * names secrets but never adds a target. */
                 if (strncmp(targets[i], "mcp:", 4) == 0) {
-                        if (!targets[i][4] || strlen(targets[i]) > 4 + 64)
+                        if (!targets[i][4] || strlen(targets[i]) > 4 + 64) {
                                 r = al_error(err, -EINVAL, NULL,
-                                             "secret %s: target 'mcp:' needs a server name", name);
+                                             "secret %s: target 'mcp:' needs a server name of 1 "
+                                             "to 64 bytes",
+                                             name);
+                                continue;
+                        }
+                        if (!(s.mcp[s.n_mcp] = strdup(targets[i] + 4)))
+                                r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        else
+                                s.n_mcp++;
                         continue;
                 }
                 const char *eq = strchr(targets[i], '=');
@@ -487,16 +506,70 @@ int secrets_lookup(const secret_store *s, const char *name, char *buf)
         return -ENOENT;
 }
 
-int secrets_value(const secret_store *s, const char *name, const unsigned char **ret,
-                  size_t *ret_len)
+/* The targets of x as the command line writes them, for a message:
+ * "mcp:github, https://api.github.com (GET)". */
+static void targets_text(const secret *x, char *buf, size_t size)
 {
-        for (size_t i = 0; s && i < s->n; i++)
-                if (strcmp(s->v[i].name, name) == 0) {
-                        *ret = s->v[i].value;
-                        *ret_len = s->v[i].len;
-                        return 0;
+        size_t o = 0;
+        buf[0] = '\0';
+        for (size_t i = 0; i < x->n_mcp && o < size; i++)
+                o += (size_t)snprintf(buf + o, size - o, "%smcp:%s", o ? ", " : "", x->mcp[i]);
+        for (size_t i = 0; i < allowlist_count(x->targets) && o < size; i++) {
+                const allow_entry *e = allowlist_get(x->targets, i);
+                o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "", e->target);
+                for (size_t m = 0; m < e->n_methods && o < size; m++)
+                        o += (size_t)snprintf(buf + o, size - o, "%s%s%s", m ? "," : " (",
+                                              e->methods[m], m + 1 == e->n_methods ? ")" : "");
+        }
+}
+
+/* Whether one of x's HTTP targets allows the POST of a server at url (the
+ * transport's method), and would over the scheme the URL says: a bare host
+ * target allows http and https to the guest, but a server's headers are
+ * sent as soon as it starts, by no code that could ask for https, so over
+ * plain http only a target that says http:// itself counts. */
+static bool url_target(const secret *x, const char *url)
+{
+        url_parts u = {0};
+        if (allowlist_parse_url(url, &u, NULL) < 0)
+                return false;
+        const allow_entry *e = NULL;
+        bool ok = allowlist_check(x->targets, "POST", &u, &e, NULL) >= 0 && e &&
+                  (strcmp(u.scheme, "https") == 0 || (e->scheme && strcmp(e->scheme, "http") == 0));
+        allowlist_url_free(&u);
+        return ok;
+}
+
+int secrets_value_for_server(const secret_store *s, const char *name, const char *server,
+                             const char *url, const unsigned char **ret, size_t *ret_len,
+                             airlock_error *err)
+{
+        for (size_t i = 0; s && i < s->n; i++) {
+                const secret *x = &s->v[i];
+                if (strcmp(x->name, name) != 0)
+                        continue;
+                bool ok = false;
+                for (size_t j = 0; !ok && j < x->n_mcp; j++)
+                        ok = strcmp(x->mcp[j], server) == 0;
+                if (!ok && url)
+                        ok = url_target(x, url);
+                if (!ok) {
+                        char t[768];
+                        targets_text(x, t, sizeof(t));
+                        return al_error(err, -EACCES, NULL,
+                                        "the secret '%s' goes only to its own targets (%s), and "
+                                        "none of them is this server: add the target mcp:%s to "
+                                        "--secret %s%s",
+                                        name, t, server, name,
+                                        url ? " (or an https:// target that allows POST to its URL)"
+                                            : "");
                 }
-        return -ENOENT;
+                *ret = x->value;
+                *ret_len = x->len;
+                return 0;
+        }
+        return al_error(err, -ENOENT, NULL, "the secret '%s' is not declared (--secret %s=...)",
+                        name, name);
 }
 
 char *secrets_fingerprint_text(const secret_store *s)
@@ -507,9 +580,15 @@ char *secrets_fingerprint_text(const secret_store *s)
         for (size_t i = 0; r >= 0 && s && i < s->n; i++) {
                 _cleanup_free_ char *t = allowlist_fingerprint_text(s->v[i].targets);
                 uint64_t d = siphash(3, s->v[i].value, s->v[i].len);
-                r = t ? dynbuf_appendf(&b, "%s %u %016llx %s\n", s->v[i].name, s->v[i].flags,
+                r = t ? dynbuf_appendf(&b, "%s %u %016llx %s", s->v[i].name, s->v[i].flags,
                                        (unsigned long long)d, t)
                       : -ENOMEM;
+                /* The servers it may go to change whether a build starts
+                 * them with it, so they are the configuration too. */
+                for (size_t j = 0; r >= 0 && j < s->v[i].n_mcp; j++)
+                        r = dynbuf_appendf(&b, " mcp:%s", s->v[i].mcp[j]);
+                if (r >= 0)
+                        r = dynbuf_append(&b, "\n", 1);
         }
         if (r >= 0)
                 r = dynbuf_append(&b, "", 0);

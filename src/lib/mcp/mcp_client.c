@@ -760,9 +760,12 @@ static void upstream_free(mcp_upstream *u)
 }
 
 /* "${secret:NAME}" in v replaced by the values (malloc'd, for the server's
- * environment only). An unknown secret is -ENOENT naming it. */
-static int expand(const char *server, const char *key, const char *v, const secret_store *secrets,
-                  char **ret, airlock_error *err)
+ * environment or headers only), for the server named server at url (NULL
+ * for one started on the host). An unknown secret is -ENOENT naming it; a
+ * secret whose own targets do not name the server is -EACCES naming the
+ * server, the secret and its targets (secrets_value_for_server). */
+static int expand(const char *server, const char *url, const char *key, const char *v,
+                  const secret_store *secrets, char **ret, airlock_error *err)
 {
         dynbuf b;
         dynbuf_init(&b, 1u << 20);
@@ -776,11 +779,12 @@ static int expand(const char *server, const char *key, const char *v, const secr
                 name[n] = '\0';
                 const unsigned char *val;
                 size_t len;
-                if (secrets_value(secrets, name, &val, &len) < 0) {
-                        r = al_error(err, -ENOENT, NULL,
-                                     "server '%s': \"%s\" names the secret '%s', which is not "
-                                     "declared (--secret %s=...)",
-                                     server, key, name, name);
+                airlock_error why;
+                airlock_error_clear(&why);
+                r = secrets_value_for_server(secrets, name, server, url, &val, &len, &why);
+                if (r < 0) {
+                        al_error(err, r, NULL, "server '%s': \"%s\" names ${secret:%s}: %s", server,
+                                 key, name, why.message);
                         break;
                 }
                 r = dynbuf_append(&b, p, (size_t)(s - p));
@@ -794,7 +798,7 @@ static int expand(const char *server, const char *key, const char *v, const secr
                 if (b.data)
                         explicit_bzero(b.data, b.len);
                 dynbuf_free(&b);
-                return r == -ENOENT ? r : al_error(err, r, NULL, "out of memory");
+                return r == -ENOENT || r == -EACCES ? r : al_error(err, r, NULL, "out of memory");
         }
         *ret = dynbuf_take(&b, NULL);
         return 0;
@@ -840,7 +844,8 @@ static int http_new(mcp_upstream *u, const mcp_spec *spec, const secret_store *s
         const json_t *v;
         json_object_foreach (json_object_get(o, "headers"), key, v) {
                 char *val = NULL;
-                int r = expand(spec->name, "headers", json_string_value(v), secrets, &val, err);
+                int r =
+                    expand(spec->name, u->url, "headers", json_string_value(v), secrets, &val, err);
                 if (r < 0)
                         return r;
                 json_object_set_new(u->headers, key, json_string(val));
@@ -925,7 +930,7 @@ static int upstream_new(const mcp_spec *spec, const secret_store *secrets, mcp_u
         const json_t *v;
         json_object_foreach ((json_t *)env, key, v) {
                 _cleanup_free_ char *val = NULL;
-                r = expand(spec->name, "env", json_string_value(v), secrets, &val, err);
+                r = expand(spec->name, NULL, "env", json_string_value(v), secrets, &val, err);
                 if (r < 0) {
                         upstream_free(u);
                         return r;
