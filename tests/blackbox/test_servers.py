@@ -557,6 +557,24 @@ def test_a_server_at_a_url_gets_a_secret_only_from_a_target_that_matches_its_url
         srv.wait()
 
 
+def test_a_server_cannot_read_a_sibling_servers_environment():
+    # issue 38: every server ran as the same user, so one could read its
+    # sibling's secrets from /proc/PID/environ (and airlock's memory).
+    import hashlib
+    d = tmpdir()
+    f = servers_file({"nosy": misbehave(os.path.join(d, "a"), env={"MISBEHAVE_PEEK": "1"}),
+                      "holder": misbehave(os.path.join(d, "b"),
+                                          env={"MISBEHAVE_LOG": os.path.join(d, "b"),
+                                               "TOKEN": "${secret:HELD}"})}, d)
+    out = ok_stdout("from servers import holder, nosy\nholder.ok()\nprint(nosy.env())",
+                    "--servers", f, "--secret", "HELD=env:HELD_TOKEN@mcp:holder",
+                    env=dict(os.environ, HELD_TOKEN=SECRET))
+    seen = json.loads(out)
+    assert hashlib.sha256(SECRET.encode()).hexdigest() not in out, seen
+    # It sees no process but its own: no sibling, no airlock.
+    assert seen["read"] == [], seen
+
+
 def test_a_server_that_fails_to_start_leaks_no_secret_in_the_error():
     f = servers_file({"bad": misbehave(env={"MISBEHAVE_FAIL_START": "1",
                                             "TOKEN": "${secret:UPSTREAM}"})})
