@@ -430,6 +430,54 @@ static void test_refusals_name_no_value(void **state)
         secrets_free(s);
 }
 
+/* issue 38: a run of 12 bytes or more of a value (or half of it, if that is
+ * fewer), in any form the scrub reads, counts as the value. */
+static void test_scrub_runs_of_a_value(void **state)
+{
+        (void)state;
+        const char *t[] = {"api.example.com", NULL};
+        const char *v = "ghp_0123456789abcdefghijklmnopqrstuv"; /* 36 bytes */
+        secret_store *s = store_with("K", v, 0, t);
+        char ph[SECRET_PLACEHOLDER_SIZE];
+        secrets_placeholder("K", ph);
+        const char *whole[] = {
+            "ghp_0123456789abcdefghijklmnopqrstu", /* all but the last */
+            "hp_0123456789abcdefghijklmnopqrstuv", /* all but the first */
+            "ghp_0123456",                         /* a prefix of 11: kept */
+            "ghp_01234567",                        /* a prefix of 12 */
+            "opqrstuv",                            /* a suffix of 8: kept */
+            "klmnopqrstuv",                        /* a suffix of 12 */
+            "3456789abcdefgh",                     /* a middle */
+            "GHP_0123456789ABCDEFGHIJ",            /* case folded */
+            "ghp%5F0123456789abcdefghij",          /* percent */
+            "\\u0067hp_0123456789abcdef",          /* JSON */
+            "Z2hwXzAxMjM0NTY3ODlhYmNkZWZnaA==",    /* base64 of a prefix of 21 */
+        };
+        const bool scrubbed[] = {true, true, false, true, false, true,
+                                 true, true, true,  true, true};
+        for (size_t i = 0; i < ARRAY_SIZE(whole); i++) {
+                char text[200], *out = NULL;
+                size_t n = 0;
+                int tn = snprintf(text, sizeof(text), "<%s>", whole[i]);
+                int r = secrets_scrub(s, text, (size_t)tn, &out, &n);
+                if (scrubbed[i] != (r == 1))
+                        fail_msg("'%s': scrubbed %d", whole[i], r);
+                if (r == 1 &&
+                    (strncmp(out, "<", 1) != 0 || !strstr(out, ph) || strlen(out) > strlen(ph) + 8))
+                        fail_msg("'%s': got '%s'", whole[i], out);
+                free(out);
+        }
+        /* A short value: half of it. */
+        secret_store *s8 = store_with("S", "Zq7!xw9K", 0, t);
+        char *out = NULL;
+        size_t n = 0;
+        assert_int_equal(secrets_scrub(s8, "a Zq7 b", 7, &out, &n), 0);
+        assert_int_equal(secrets_scrub(s8, "a Zq7! b", 8, &out, &n), 1);
+        free(out);
+        secrets_free(s8);
+        secrets_free(s);
+}
+
 /* issue 38: only a secret's own targets say which upstream MCP servers get
  * it; a servers file that names it adds no target. */
 static void test_servers_get_a_secret_only_from_its_targets(void **state)
@@ -507,6 +555,7 @@ int main(void)
             cmocka_unit_test(test_rotation_copies_and_fingerprint),
             cmocka_unit_test(test_refusals_name_no_value),
             cmocka_unit_test(test_servers_get_a_secret_only_from_its_targets),
+            cmocka_unit_test(test_scrub_runs_of_a_value),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
