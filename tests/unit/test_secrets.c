@@ -430,6 +430,121 @@ static void test_refusals_name_no_value(void **state)
         secrets_free(s);
 }
 
+/* issue 38: a run of 12 bytes or more of a value (or half of it, if that is
+ * fewer), in any form the scrub reads, counts as the value. */
+static void test_scrub_runs_of_a_value(void **state)
+{
+        (void)state;
+        const char *t[] = {"api.example.com", NULL};
+        const char *v = "ghp_0123456789abcdefghijklmnopqrstuv"; /* 36 bytes */
+        secret_store *s = store_with("K", v, 0, t);
+        char ph[SECRET_PLACEHOLDER_SIZE];
+        secrets_placeholder("K", ph);
+        const char *whole[] = {
+            "ghp_0123456789abcdefghijklmnopqrstu", /* all but the last */
+            "hp_0123456789abcdefghijklmnopqrstuv", /* all but the first */
+            "ghp_0123456",                         /* a prefix of 11: kept */
+            "ghp_01234567",                        /* a prefix of 12 */
+            "opqrstuv",                            /* a suffix of 8: kept */
+            "klmnopqrstuv",                        /* a suffix of 12 */
+            "3456789abcdefgh",                     /* a middle */
+            "GHP_0123456789ABCDEFGHIJ",            /* case folded */
+            "ghp%5F0123456789abcdefghij",          /* percent */
+            "\\u0067hp_0123456789abcdef",          /* JSON */
+            "Z2hwXzAxMjM0NTY3ODlhYmNkZWZnaA==",    /* base64 of a prefix of 21 */
+        };
+        const bool scrubbed[] = {true, true, false, true, false, true,
+                                 true, true, true,  true, true};
+        for (size_t i = 0; i < ARRAY_SIZE(whole); i++) {
+                char text[200], *out = NULL;
+                size_t n = 0;
+                int tn = snprintf(text, sizeof(text), "<%s>", whole[i]);
+                int r = secrets_scrub(s, text, (size_t)tn, &out, &n);
+                if (scrubbed[i] != (r == 1))
+                        fail_msg("'%s': scrubbed %d", whole[i], r);
+                if (r == 1 &&
+                    (strncmp(out, "<", 1) != 0 || !strstr(out, ph) || strlen(out) > strlen(ph) + 8))
+                        fail_msg("'%s': got '%s'", whole[i], out);
+                free(out);
+        }
+        /* A short value: half of it. */
+        secret_store *s8 = store_with("S", "Zq7!xw9K", 0, t);
+        char *out = NULL;
+        size_t n = 0;
+        assert_int_equal(secrets_scrub(s8, "a Zq7 b", 7, &out, &n), 0);
+        assert_int_equal(secrets_scrub(s8, "a Zq7! b", 8, &out, &n), 1);
+        free(out);
+        secrets_free(s8);
+        secrets_free(s);
+}
+
+/* issue 38: only a secret's own targets say which upstream MCP servers get
+ * it; a servers file that names it adds no target. */
+static void test_servers_get_a_secret_only_from_its_targets(void **state)
+{
+        (void)state;
+        const char *t[] = {"mcp:github", "https://api.github.com=GET,POST",
+                           "http://10.0.0.7:8080/mcp", "plain.example.com", NULL};
+        secret_store *s = store_with("GH", "value-of-gh-1", 0, t);
+        secret_store *c = NULL;
+        airlock_error e;
+        assert_int_equal(secrets_clone(s, &c, &e), 0);
+        const unsigned char *v = NULL;
+        size_t n = 0;
+        for (int k = 0; k < 2; k++) {
+                const secret_store *x = k ? c : s;
+                assert_int_equal(secrets_value_for_server(x, "GH", "github", NULL, &v, &n, &e), 0);
+                assert_int_equal(n, 13);
+                assert_int_equal(
+                    secrets_value_for_server(x, "GH", "github", "http://evil.example/", &v, &n, &e),
+                    0);
+                assert_int_equal(secrets_value_for_server(x, "GH", "evil", NULL, &v, &n, &e),
+                                 -EACCES);
+                assert_non_null(strstr(e.message, "'GH'"));
+                assert_non_null(strstr(e.message, "mcp:github, https://api.github.com (GET,POST)"));
+                assert_non_null(strstr(e.message, "mcp:evil"));
+                assert_null(strstr(e.message, "value-of"));
+                assert_int_equal(secrets_value_for_server(x, "NOPE", "github", NULL, &v, &n, &e),
+                                 -ENOENT);
+                /* At a URL: an HTTP target that allows its POST. */
+                assert_int_equal(secrets_value_for_server(x, "GH", "gh",
+                                                          "https://api.github.com/mcp", &v, &n, &e),
+                                 0);
+                assert_int_equal(secrets_value_for_server(x, "GH", "gh",
+                                                          "http://api.github.com/mcp", &v, &n, &e),
+                                 -EACCES);
+                assert_int_equal(
+                    secrets_value_for_server(x, "GH", "gh", "http://10.0.0.7:8080/mcp", &v, &n, &e),
+                    0);
+                assert_int_equal(secrets_value_for_server(x, "GH", "gh",
+                                                          "http://10.0.0.7:8080/other", &v, &n, &e),
+                                 -EACCES);
+                assert_int_equal(
+                    secrets_value_for_server(x, "GH", "gh", "http://10.0.0.7/mcp", &v, &n, &e),
+                    -EACCES);
+                /* A bare host allows http to the guest, but only https to a server. */
+                assert_int_equal(secrets_value_for_server(
+                                     x, "GH", "p", "https://plain.example.com/m", &v, &n, &e),
+                                 0);
+                assert_int_equal(secrets_value_for_server(x, "GH", "p",
+                                                          "http://plain.example.com/m", &v, &n, &e),
+                                 -EACCES);
+                assert_int_equal(
+                    secrets_value_for_server(x, "GH", "p", "http://127.0.0.2:9/mcp", &v, &n, &e),
+                    -EACCES);
+        }
+        /* The servers it may go to are part of the configuration. */
+        const char *t2[] = {"mcp:gitlab", "https://api.github.com=GET,POST",
+                            "http://10.0.0.7:8080/mcp", "plain.example.com", NULL};
+        secret_store *s2 = store_with("GH", "value-of-gh-1", 0, t2);
+        _cleanup_free_ char *f1 = secrets_fingerprint_text(s);
+        _cleanup_free_ char *f2 = secrets_fingerprint_text(s2);
+        assert_string_not_equal(f1, f2);
+        secrets_free(s2);
+        secrets_free(c);
+        secrets_free(s);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -439,6 +554,8 @@ int main(void)
             cmocka_unit_test(test_scrub_decoders_and_cut_edges),
             cmocka_unit_test(test_rotation_copies_and_fingerprint),
             cmocka_unit_test(test_refusals_name_no_value),
+            cmocka_unit_test(test_servers_get_a_secret_only_from_its_targets),
+            cmocka_unit_test(test_scrub_runs_of_a_value),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

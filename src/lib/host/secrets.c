@@ -34,6 +34,9 @@ typedef struct secret {
         size_t len;
         unsigned flags;
         net_allowlist *targets;
+        /* The servers of its "mcp:SERVER" targets, in the order given. */
+        char *mcp[SECRET_TARGETS_MAX];
+        size_t n_mcp;
         char placeholder[SECRET_PLACEHOLDER_SIZE];
         size_t ph_len;
         secret_form *forms; /* longest first, so a longer form wins over a part of it */
@@ -275,6 +278,8 @@ static void secret_clear(secret *s)
                 secrets_wipe_free(s->forms[i].s, s->forms[i].n);
         free(s->forms);
         allowlist_free(s->targets);
+        for (size_t i = 0; i < s->n_mcp; i++)
+                free(s->mcp[i]);
         *s = (secret){0};
 }
 
@@ -319,6 +324,12 @@ static int secret_copy(const secret *src, secret *d)
         }
         if (r >= 0)
                 r = allowlist_clone(src->targets, &d->targets, NULL);
+        for (size_t i = 0; r >= 0 && i < src->n_mcp; i++) {
+                if (!(d->mcp[i] = strdup(src->mcp[i])))
+                        r = -ENOMEM;
+                else
+                        d->n_mcp++;
+        }
         if (r < 0) {
                 if (!d->value)
                         d->len = 0;
@@ -403,15 +414,23 @@ int secrets_add(secret_store *st, const char *name, const void *value, size_t le
         secret s = {.len = len, .flags = flags};
         int r = allowlist_new(&s.targets, err);
         for (size_t i = 0; r >= 0 && i < nt; i++) {
-                /* "mcp:SERVER": an upstream MCP server whose "env" or
-                 * "headers" name the secret (mcp/); it allows no HTTP
-                 * request. A server that names a secret is its target
-                 * whether or not it is listed: this only lets a secret
-                 * meant for servers alone be declared. */
+                /* "mcp:SERVER": the upstream MCP server SERVER may get the
+                 * value in its "env" or "headers" (mcp/); it allows no HTTP
+                 * request. Only a secret's own targets say which servers
+                 * get it: a servers file, which may come with a repository,
+                 * names secrets but never adds a target. */
                 if (strncmp(targets[i], "mcp:", 4) == 0) {
-                        if (!targets[i][4] || strlen(targets[i]) > 4 + 64)
+                        if (!targets[i][4] || strlen(targets[i]) > 4 + 64) {
                                 r = al_error(err, -EINVAL, NULL,
-                                             "secret %s: target 'mcp:' needs a server name", name);
+                                             "secret %s: target 'mcp:' needs a server name of 1 "
+                                             "to 64 bytes",
+                                             name);
+                                continue;
+                        }
+                        if (!(s.mcp[s.n_mcp] = strdup(targets[i] + 4)))
+                                r = al_error(err, -ENOMEM, NULL, "out of memory");
+                        else
+                                s.n_mcp++;
                         continue;
                 }
                 const char *eq = strchr(targets[i], '=');
@@ -487,16 +506,70 @@ int secrets_lookup(const secret_store *s, const char *name, char *buf)
         return -ENOENT;
 }
 
-int secrets_value(const secret_store *s, const char *name, const unsigned char **ret,
-                  size_t *ret_len)
+/* The targets of x as the command line writes them, for a message:
+ * "mcp:github, https://api.github.com (GET)". */
+static void targets_text(const secret *x, char *buf, size_t size)
 {
-        for (size_t i = 0; s && i < s->n; i++)
-                if (strcmp(s->v[i].name, name) == 0) {
-                        *ret = s->v[i].value;
-                        *ret_len = s->v[i].len;
-                        return 0;
+        size_t o = 0;
+        buf[0] = '\0';
+        for (size_t i = 0; i < x->n_mcp && o < size; i++)
+                o += (size_t)snprintf(buf + o, size - o, "%smcp:%s", o ? ", " : "", x->mcp[i]);
+        for (size_t i = 0; i < allowlist_count(x->targets) && o < size; i++) {
+                const allow_entry *e = allowlist_get(x->targets, i);
+                o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "", e->target);
+                for (size_t m = 0; m < e->n_methods && o < size; m++)
+                        o += (size_t)snprintf(buf + o, size - o, "%s%s%s", m ? "," : " (",
+                                              e->methods[m], m + 1 == e->n_methods ? ")" : "");
+        }
+}
+
+/* Whether one of x's HTTP targets allows the POST of a server at url (the
+ * transport's method), and would over the scheme the URL says: a bare host
+ * target allows http and https to the guest, but a server's headers are
+ * sent as soon as it starts, by no code that could ask for https, so over
+ * plain http only a target that says http:// itself counts. */
+static bool url_target(const secret *x, const char *url)
+{
+        url_parts u = {0};
+        if (allowlist_parse_url(url, &u, NULL) < 0)
+                return false;
+        const allow_entry *e = NULL;
+        bool ok = allowlist_check(x->targets, "POST", &u, &e, NULL) >= 0 && e &&
+                  (strcmp(u.scheme, "https") == 0 || (e->scheme && strcmp(e->scheme, "http") == 0));
+        allowlist_url_free(&u);
+        return ok;
+}
+
+int secrets_value_for_server(const secret_store *s, const char *name, const char *server,
+                             const char *url, const unsigned char **ret, size_t *ret_len,
+                             airlock_error *err)
+{
+        for (size_t i = 0; s && i < s->n; i++) {
+                const secret *x = &s->v[i];
+                if (strcmp(x->name, name) != 0)
+                        continue;
+                bool ok = false;
+                for (size_t j = 0; !ok && j < x->n_mcp; j++)
+                        ok = strcmp(x->mcp[j], server) == 0;
+                if (!ok && url)
+                        ok = url_target(x, url);
+                if (!ok) {
+                        char t[768];
+                        targets_text(x, t, sizeof(t));
+                        return al_error(err, -EACCES, NULL,
+                                        "the secret '%s' goes only to its own targets (%s), and "
+                                        "none of them is this server: add the target mcp:%s to "
+                                        "--secret %s%s",
+                                        name, t, server, name,
+                                        url ? " (or an https:// target that allows POST to its URL)"
+                                            : "");
                 }
-        return -ENOENT;
+                *ret = x->value;
+                *ret_len = x->len;
+                return 0;
+        }
+        return al_error(err, -ENOENT, NULL, "the secret '%s' is not declared (--secret %s=...)",
+                        name, name);
 }
 
 char *secrets_fingerprint_text(const secret_store *s)
@@ -507,9 +580,15 @@ char *secrets_fingerprint_text(const secret_store *s)
         for (size_t i = 0; r >= 0 && s && i < s->n; i++) {
                 _cleanup_free_ char *t = allowlist_fingerprint_text(s->v[i].targets);
                 uint64_t d = siphash(3, s->v[i].value, s->v[i].len);
-                r = t ? dynbuf_appendf(&b, "%s %u %016llx %s\n", s->v[i].name, s->v[i].flags,
+                r = t ? dynbuf_appendf(&b, "%s %u %016llx %s", s->v[i].name, s->v[i].flags,
                                        (unsigned long long)d, t)
                       : -ENOMEM;
+                /* The servers it may go to change whether a build starts
+                 * them with it, so they are the configuration too. */
+                for (size_t j = 0; r >= 0 && j < s->v[i].n_mcp; j++)
+                        r = dynbuf_appendf(&b, " mcp:%s", s->v[i].mcp[j]);
+                if (r >= 0)
+                        r = dynbuf_append(&b, "\n", 1);
         }
         if (r >= 0)
                 r = dynbuf_append(&b, "", 0);
@@ -605,6 +684,12 @@ int secrets_substitute(const secret_store *s, const char *method, const url_part
 /* Steps one match may take (backtracking between two readings of one
  * character): past it the text is taken as a match, the safe side. */
 #define MATCH_BUDGET_PER_BYTE 8
+/* A run of this many bytes of a value (or of half the value, if that is
+ * fewer), in any form the scrub reads, counts as the value: a target that
+ * echoes all of a value but its last character must not pass the rest on. */
+#define RUN_MIN 12
+/* No more in a chain: a value of more repeated bytes. */
+#define CHAIN_END 0xffffu
 
 /* A stretch of the text that holds a value (or a part of it at a cut). */
 typedef struct scrub_hit {
@@ -627,8 +712,44 @@ typedef struct scrub_ctx {
         size_t *pos;
         size_t cap_win;
         size_t min_run;
+        /* Per secret: the first position in its value of each byte
+         * (folded), and from each position the next of the same byte, so
+         * that a run of the value can start anywhere in it. */
+        uint16_t *heads, *chains;
+        size_t *chain_at;
+        /* Per secret: a bit for each hash of 4 bytes (folded) in its value.
+         * A run is at least 4 bytes, so a start whose next 4 bytes read
+         * only as themselves and hash to no bit is no start of a run. */
+        uint64_t *grams;
         int err;
 } scrub_ctx;
+
+static unsigned char fold(unsigned char c)
+{
+        return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
+}
+
+#define GRAM_BITS 16
+
+static uint32_t gram_hash(const unsigned char *p)
+{
+        uint32_t g = (uint32_t)fold(p[0]) | (uint32_t)fold(p[1]) << 8 | (uint32_t)fold(p[2]) << 16 |
+                     (uint32_t)fold(p[3]) << 24;
+        return (g * 2654435761u) >> (32 - GRAM_BITS);
+}
+
+/* Whether the 4 bytes at p (folded) may be 4 bytes of secret i's value. */
+static bool gram_may(const scrub_ctx *c, size_t i, const unsigned char *p)
+{
+        uint32_t h = gram_hash(p);
+        return c->grams[(i << (GRAM_BITS - 6)) + (h >> 6)] >> (h & 63) & 1;
+}
+
+/* The shortest run of x's value that counts as the value. */
+static size_t run_min(const secret *x)
+{
+        return MIN((size_t)RUN_MIN, (x->len + 1) / 2);
+}
 
 static int hit_add(scrub_ctx *c, size_t from, size_t to, size_t which, unsigned char wide)
 {
@@ -644,11 +765,6 @@ static int hit_add(scrub_ctx *c, size_t from, size_t to, size_t which, unsigned 
         }
         c->hits[c->n_hits++] = (scrub_hit){from, to, (uint32_t)which, wide};
         return 0;
-}
-
-static unsigned char fold(unsigned char c)
-{
-        return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
 }
 
 static int hexval(unsigned char c)
@@ -841,23 +957,26 @@ typedef struct mstate {
         unsigned char a;
 } mstate;
 
-/* Whether the text at p0 reads as x's value from byte j0 on (ASCII case
- * aside: a server may fold it), each character as it is or escaped in any
- * of the ways readings() knows, mixed as they come. Returns the end of the
- * match, or 0. When the text ends (at a cut) after at least EDGE_MIN bytes
- * of the value, or within UNIT_MAX characters of its end (a cut inside an
- * escape), that is a match up to the end. */
-static size_t match_escaped(scrub_ctx *c, size_t p0, const secret *x, size_t j0)
+/* Whether the text at p0 reads as at least need bytes of x's value from
+ * byte j0 on (ASCII case aside: a server may fold it), each character as
+ * it is or escaped in any of the ways readings() knows, mixed as they come.
+ * Returns the end of the longest such match, or 0. When the text ends (at a
+ * cut) after at least EDGE_MIN bytes of the value, or within UNIT_MAX
+ * characters of its end (a cut inside an escape), that is a match up to the
+ * end. */
+static size_t match_escaped(scrub_ctx *c, size_t p0, const secret *x, size_t j0, size_t need)
 {
         const unsigned char *t = c->t, *v = x->value;
-        size_t n = c->n, depth = 0, maxp = p0;
+        size_t n = c->n, depth = 0, maxp = p0, best = 0;
         size_t budget = MATCH_BUDGET_PER_BYTE * (x->len + UNIT_MAX);
         mstate *st = c->stack;
         st[depth++] = (mstate){p0, j0, 0};
         while (depth) {
                 mstate *m = &st[depth - 1];
+                if (m->j - j0 >= need && m->p > best)
+                        best = m->p;
                 if (m->j == x->len)
-                        return m->p;
+                        return best;
                 reading r[READINGS_MAX];
                 size_t nr = m->p < n ? readings(t, n, m->p, r) : 0;
                 bool pushed = false;
@@ -879,6 +998,84 @@ static size_t match_escaped(scrub_ctx *c, size_t p0, const secret *x, size_t j0)
                         return n;
                 depth--;
         }
+        return best;
+}
+
+/* The end of the longest run of secret i's value (run_min() bytes or more)
+ * that the text reads as from p, starting anywhere in the value, or 0.
+ * Each byte that a reading of the text at p stands for is looked up in the
+ * value's chain of that byte. A start (p, j0) is skipped when prev_scanned
+ * (p - 1 was tried for this secret) and the character at p - 1 as it is
+ * equals the value's byte j0 - 1: the run from (p - 1, j0 - 1) holds every
+ * reading from (p, j0) and is one byte longer, so it was found there if
+ * either is long enough. This keeps the cost to about one try per byte of
+ * the text for a value whose bytes repeat. */
+static size_t scan_runs_at(scrub_ctx *c, size_t p, size_t i, bool prev_scanned)
+{
+        const secret *x = &c->s->v[i];
+        const uint16_t *head = c->heads + 256 * i, *chain = c->chains + c->chain_at[i];
+        /* Text that reads only as itself: its next 4 bytes must be 4 of
+         * the value's. */
+        if (p + 4 <= c->n && !escape_table[c->t[p]] && !escape_table[c->t[p + 1]] &&
+            !escape_table[c->t[p + 2]] && !escape_table[c->t[p + 3]] && !gram_may(c, i, c->t + p))
+                return 0;
+        reading r[READINGS_MAX];
+        size_t nr = readings(c->t, c->n, p, r), best = 0, need = run_min(x);
+        unsigned char before = prev_scanned ? fold(c->t[p - 1]) : 0;
+        uint64_t seen[4] = {0};
+        for (size_t k = 0; k < nr; k++) {
+                unsigned char b = fold(r[k].b[0]);
+                if (seen[b >> 6] & 1ull << (b & 63))
+                        continue;
+                seen[b >> 6] |= 1ull << (b & 63);
+                for (uint16_t j0 = head[b]; j0 != CHAIN_END; j0 = chain[j0]) {
+                        if (prev_scanned && j0 > 0 && fold(x->value[j0 - 1]) == before)
+                                continue;
+                        if (x->len - j0 < need)
+                                break;
+                        size_t e = match_escaped(c, p, x, j0, need);
+                        best = MAX(best, e);
+                        if (c->err)
+                                return 0;
+                }
+        }
+        return best;
+}
+
+/* Fills the chains of scrub_ctx: per secret, each folded byte's first
+ * position in the value and each position's next of the same byte. */
+static int chains_make(scrub_ctx *c)
+{
+        const secret_store *s = c->s;
+        size_t total = 0;
+        c->chain_at = malloc(s->n * sizeof(*c->chain_at));
+        for (size_t i = 0; c->chain_at && i < s->n; i++) {
+                c->chain_at[i] = total;
+                total += s->v[i].len;
+        }
+        c->grams = calloc(s->n << (GRAM_BITS - 6), sizeof(*c->grams));
+        if (!c->grams)
+                return c->err = -ENOMEM;
+        for (size_t i = 0; i < s->n; i++)
+                for (size_t j = 0; j + 4 <= s->v[i].len; j++) {
+                        uint32_t h = gram_hash(s->v[i].value + j);
+                        c->grams[(i << (GRAM_BITS - 6)) + (h >> 6)] |= 1ull << (h & 63);
+                }
+        c->heads = malloc(s->n * 256 * sizeof(*c->heads));
+        c->chains = malloc((total + 1) * sizeof(*c->chains));
+        if (!c->chain_at || !c->heads || !c->chains)
+                return c->err = -ENOMEM;
+        for (size_t i = 0; i < s->n; i++) {
+                const secret *x = &s->v[i];
+                uint16_t *head = c->heads + 256 * i, *chain = c->chains + c->chain_at[i];
+                for (size_t b = 0; b < 256; b++)
+                        head[b] = CHAIN_END;
+                for (size_t j = x->len; j-- > 0;) {
+                        unsigned char b = fold(x->value[j]);
+                        chain[j] = head[b];
+                        head[b] = (uint16_t)j;
+                }
+        }
         return 0;
 }
 
@@ -894,7 +1091,7 @@ static int scan_escaped(scrub_ctx *c)
                         for (size_t p0 = 0; p0 < MIN(c->n, (size_t)UNIT_MAX); p0++) {
                                 size_t e = 0;
                                 for (size_t j0 = 1; !e && j0 + EDGE_MIN <= x->len; j0++)
-                                        e = match_escaped(c, p0, x, j0);
+                                        e = match_escaped(c, p0, x, j0, x->len - j0);
                                 if (e) {
                                         if (hit_add(c, 0, e, i, 0) < 0)
                                                 return c->err;
@@ -920,7 +1117,7 @@ static int scan_escaped(scrub_ctx *c)
                         want &= want - 1;
                         if (p < next[i])
                                 continue;
-                        size_t e = match_escaped(c, p, &s->v[i], 0);
+                        size_t e = scan_runs_at(c, p, i, p > 0 && p - 1 >= next[i]);
                         if (e) {
                                 if (hit_add(c, p, e, i, 0) < 0)
                                         return c->err;
@@ -1027,6 +1224,33 @@ static size_t b64_last(size_t a, size_t k)
         return a + 4 * (k / 3) + k % 3 + 1;
 }
 
+/* The length of the longest run of secret x's value (run_min() bytes or
+ * more, ASCII case aside) at d[k], starting anywhere in the value, or 0.
+ * As in scan_runs_at, a start whose byte before matches the value's byte
+ * before was tried one byte earlier (prev_tried), and is skipped. */
+static size_t bytes_run_at(scrub_ctx *c, const unsigned char *d, size_t nb, size_t k, size_t x,
+                           bool prev_tried)
+{
+        const secret *sx = &c->s->v[x];
+        const unsigned char *v = sx->value;
+        const uint16_t *head = c->heads + 256 * x, *chain = c->chains + c->chain_at[x];
+        size_t need = run_min(sx), best = 0;
+        if (nb - k < need || !gram_may(c, x, d + k))
+                return 0;
+        for (uint16_t j0 = head[fold(d[k])]; j0 != CHAIN_END; j0 = chain[j0]) {
+                if (sx->len - j0 < need)
+                        break;
+                if (prev_tried && j0 > 0 && fold(d[k - 1]) == fold(v[j0 - 1]))
+                        continue;
+                size_t m = 0;
+                while (k + m < nb && j0 + m < sx->len && fold(d[k + m]) == fold(v[j0 + m]))
+                        m++;
+                if (m >= need)
+                        best = MAX(best, m);
+        }
+        return best;
+}
+
 /* The window's m sextets decoded at each alignment; every value in them,
  * and at the run's ends, when they are cut edges of the text, what is left
  * of a value there. */
@@ -1050,13 +1274,20 @@ static int b64_window(scrub_ctx *c, size_t m, bool head, bool tail)
                 for (size_t x = 0; x < s->n; x++) {
                         const unsigned char *v = s->v[x].value;
                         size_t L = s->v[x].len;
-                        for (const unsigned char *h = memmem(d, nb, v, L); h;
-                             h = memmem(h + 1, nb - (size_t)(h + 1 - d), v, L)) {
-                                size_t k = (size_t)(h - d);
-                                size_t l = b64_last(a, k + L - 1);
+                        /* Every run of run_min() bytes or more of the value
+                         * in the decoded bytes (bytes_runs). */
+                        for (size_t k = 0, tried = 0; k < nb;) {
+                                size_t len = bytes_run_at(c, d, nb, k, x, k > 0 && k - 1 >= tried);
+                                if (!len) {
+                                        k++;
+                                        continue;
+                                }
+                                size_t l = b64_last(a, k + len - 1);
                                 if (hit_add(c, c->pos[b64_first(a, k)], c->pos[l] + c->ulen[l], x,
                                             0) < 0)
                                         return c->err;
+                                k += len;
+                                tried = k;
                         }
                         /* The end of a value at the text's start. */
                         for (size_t j0 = 1; head && j0 + EDGE_MIN <= L; j0++) {
@@ -1253,13 +1484,16 @@ int secrets_scrub_cut(const secret_store *s, const char *data, size_t len, unsig
         for (size_t i = 0; i < s->n; i++) {
                 const secret *x = &s->v[i];
                 longest = MAX(longest, x->len);
-                c.min_run = MIN(c.min_run, x->len * 4 / 3);
-                c.first[fold(x->value[0])] |= 1ull << i;
-                c.first[toupper(x->value[0])] |= 1ull << i;
+                c.min_run = MIN(c.min_run, run_min(x) * 4 / 3);
+                /* A run may start at any byte of the value. */
+                for (size_t j = 0; j < x->len; j++) {
+                        c.first[fold(x->value[j])] |= 1ull << i;
+                        c.first[toupper(x->value[j])] |= 1ull << i;
+                }
         }
         pthread_once(&tables_once, tables_init);
         c.stack = malloc((longest + 2) * sizeof(*c.stack));
-        int r = c.stack ? 0 : -ENOMEM;
+        int r = c.stack ? chains_make(&c) : -ENOMEM;
         if (r >= 0)
                 r = scan_escaped(&c);
         if (r >= 0)
@@ -1267,6 +1501,10 @@ int secrets_scrub_cut(const secret_store *s, const char *data, size_t len, unsig
         if (r >= 0)
                 r = scan_fixed(&c);
         free(c.stack);
+        free(c.heads);
+        free(c.grams);
+        free(c.chains);
+        free(c.chain_at);
         free(c.sext);
         free(c.ulen);
         free(c.pos);

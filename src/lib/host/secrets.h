@@ -58,11 +58,19 @@ void secrets_placeholder(const char *name, char *buf);
 /* The placeholder if s holds name (0), else -ENOENT. */
 int secrets_lookup(const secret_store *s, const char *name, char *buf);
 
-/* The value of the secret name (0), else -ENOENT: for an upstream MCP
- * server's environment or headers, which name the secret (mcp/). The value
- * belongs to s and is not NUL-terminated. */
-int secrets_value(const secret_store *s, const char *name, const unsigned char **ret,
-                  size_t *ret_len);
+/* Contract: the value of the secret name for the upstream MCP server
+ * server, at url (NULL for a server started on the host), whose "env" or
+ * "headers" name it (mcp/). Only the secret's own targets decide: 0 when
+ * one is "mcp:SERVER" with this server's name or, for a server at a URL, an
+ * HTTP target that allows a POST to that URL (a bare host target only over
+ * https: see url_target); -EACCES otherwise, with err naming the secret and
+ * its targets (never the value), so that a servers file, which may come
+ * from a repository, cannot send a secret anywhere it was not scoped to;
+ * -ENOENT when no secret has that name. The value belongs to s and is not
+ * NUL-terminated. */
+int secrets_value_for_server(const secret_store *s, const char *name, const char *server,
+                             const char *url, const unsigned char **ret, size_t *ret_len,
+                             airlock_error *err);
 
 /* Text for the cache fingerprint: names, flags, targets and a keyed hash of
  * each value (never the value), so that a rotated value is a new

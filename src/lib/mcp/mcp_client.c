@@ -21,6 +21,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/securebits.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -180,13 +184,178 @@ static void fail_process(mcp_upstream *u)
         u->retry_at = al_now_ns() + d;
 }
 
+/* The steps of the child in spawn_isolated, for the message of the one
+ * that failed. */
+static const char *const spawn_steps[] = {
+    "setpgid",
+    "the user namespace's setgroups",
+    "the user namespace's uid_map",
+    "its gid_map",
+    "making / a slave mount",
+    "mounting its own /proc",
+    "dropping capabilities",
+    "its standard streams",
+    "chdir to its \"cwd\"",
+    "execve",
+};
+
+/* Writes text to the file path, from the child of spawn_isolated: system
+ * calls only. */
+static int child_write(const char *path, const char *text, size_t n)
+{
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        ssize_t w = write(fd, text, n);
+        int e = errno;
+        close(fd);
+        errno = e;
+        return w == (ssize_t)n ? 0 : -1;
+}
+
+/* Makes fd the descriptor to (0, 1, 2), open across execve. */
+static int child_dup(int fd, int to)
+{
+        if (fd == to)
+                return fcntl(fd, F_SETFD, 0);
+        return dup2(fd, to) < 0 ? -1 : 0;
+}
+
+/* Contract: starts the server as al_spawn_piped would (its own process
+ * group, stdin a socket, stdout and stderr pipes, signals at their
+ * defaults, no other descriptor), but in a user, PID and mount namespace
+ * of its own, with a procfs of that PID namespace on /proc, so that it
+ * can see no other process: not a sibling server, whose /proc/PID/environ
+ * holds that server's secrets, and not airlock, whose memory holds them
+ * all. The same uid and gid on the host (mapped to themselves) reach
+ * exactly what they reached before; it cannot even name another process
+ * for ptrace, process_vm_readv or pidfd_open. What does not hold instead:
+ * the same uid on the host makes every other kind of isolation moot
+ * (PR_SET_DUMPABLE is reset by execve; hidepid= hides only other users'
+ * processes). It has no capability, also when airlock runs as root
+ * (SECBIT_NOROOT, an empty bounding set), so it cannot unmount its /proc
+ * to uncover the host's. The child runs only system calls between clone
+ * and execve (the parent may have threads), and reports the step that
+ * failed, with its errno, on a pipe that execve closes. */
+static int spawn_isolated(mcp_upstream *u, al_child *ret, airlock_error *err)
+{
+        int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, rep[2] = {-1, -1};
+        char uid_map[64], gid_map[64];
+        int ul = snprintf(uid_map, sizeof(uid_map), "%u %u 1\n", (unsigned)geteuid(),
+                          (unsigned)geteuid());
+        int gl = snprintf(gid_map, sizeof(gid_map), "%u %u 1\n", (unsigned)getegid(),
+                          (unsigned)getegid());
+        int r = 0;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) < 0 ||
+            pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0)
+                r = -errno;
+        sigset_t all, old;
+        sigfillset(&all);
+        pid_t pid = -1;
+        if (r >= 0) {
+                /* No handler of ours may run in the child. */
+                pthread_sigmask(SIG_SETMASK, &all, &old);
+                pid =
+                    (pid_t)syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | SIGCHLD,
+                                   NULL, NULL, NULL, 0);
+                if (pid == 0) {
+                        int step = 0;
+                        if (setpgid(0, 0) < 0)
+                                goto fail;
+                        step++;
+                        if (child_write("/proc/self/setgroups", "deny", 4) < 0)
+                                goto fail;
+                        step++;
+                        if (child_write("/proc/self/uid_map", uid_map, (size_t)ul) < 0)
+                                goto fail;
+                        step++;
+                        if (child_write("/proc/self/gid_map", gid_map, (size_t)gl) < 0)
+                                goto fail;
+                        step++;
+                        if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+                                goto fail;
+                        step++;
+                        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) <
+                            0)
+                                goto fail;
+                        step++;
+                        for (int cap = 0; cap < 64; cap++)
+                                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+                                        goto fail;
+                        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 ||
+                            prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED, 0, 0,
+                                  0) < 0)
+                                goto fail;
+                        step++;
+                        if (child_dup(in[1], 0) < 0 || child_dup(out[1], 1) < 0 ||
+                            child_dup(errp[1], 2) < 0)
+                                goto fail;
+                        step++;
+                        if (chdir(u->cwd) < 0)
+                                goto fail;
+                        step++;
+                        /* Everything else closes at execve, the report
+                         * pipe with it. */
+                        syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
+                        struct sigaction dfl = {.sa_handler = SIG_DFL};
+                        for (int sig = 1; sig < NSIG; sig++)
+                                (void)sigaction(sig, &dfl, NULL);
+                        sigset_t none;
+                        sigemptyset(&none);
+                        sigprocmask(SIG_SETMASK, &none, NULL);
+                        execve(u->exe, u->argv, u->envp);
+                fail:;
+                        int rec[2] = {step, errno};
+                        (void)!write(rep[1], rec, sizeof(rec));
+                        _exit(127);
+                }
+                if (pid < 0)
+                        r = -errno;
+                pthread_sigmask(SIG_SETMASK, &old, NULL);
+        }
+        close_fd(&in[1]);
+        close_fd(&out[1]);
+        close_fd(&errp[1]);
+        close_fd(&rep[1]);
+        if (r < 0) {
+                r = al_error(err, r, NULL,
+                             "server '%s': cannot start it in namespaces of its own: %s%s", u->name,
+                             strerror(-r),
+                             pid < 0 && r != -ENOMEM && r != -EAGAIN
+                                 ? " (is kernel.unprivileged_userns_clone or "
+                                   "user.max_user_namespaces 0?)"
+                                 : "");
+        } else {
+                int rec[2];
+                ssize_t n;
+                while ((n = read(rep[0], rec, sizeof(rec))) < 0 && errno == EINTR)
+                        ;
+                if (n == (ssize_t)sizeof(rec)) {
+                        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                                ;
+                        int step =
+                            rec[0] >= 0 && rec[0] < (int)ARRAY_SIZE(spawn_steps) ? rec[0] : 0;
+                        r = al_error(err, -rec[1], NULL, "server '%s': cannot start %s: %s: %s",
+                                     u->name, u->exe, spawn_steps[step], strerror(rec[1]));
+                }
+        }
+        close_fd(&rep[0]);
+        if (r < 0) {
+                close_fd(&in[0]);
+                close_fd(&out[0]);
+                close_fd(&errp[0]);
+                return r;
+        }
+        *ret = (al_child){pid, in[0], out[0], errp[0]};
+        return 0;
+}
+
 static int spawn(mcp_upstream *u, airlock_error *err)
 {
         al_child ch;
-        int r = al_spawn_piped(u->exe, u->argv, u->envp, -1, u->cwd, &ch);
-        if (r)
-                return al_error(err, -r, NULL, "server '%s': cannot start %s: %s", u->name, u->exe,
-                                strerror(r));
+        int r = spawn_isolated(u, &ch, err);
+        if (r < 0)
+                return r;
         u->pid = ch.pid;
         u->in_fd = ch.in_fd;
         u->out_fd = ch.out_fd;
@@ -760,9 +929,12 @@ static void upstream_free(mcp_upstream *u)
 }
 
 /* "${secret:NAME}" in v replaced by the values (malloc'd, for the server's
- * environment only). An unknown secret is -ENOENT naming it. */
-static int expand(const char *server, const char *key, const char *v, const secret_store *secrets,
-                  char **ret, airlock_error *err)
+ * environment or headers only), for the server named server at url (NULL
+ * for one started on the host). An unknown secret is -ENOENT naming it; a
+ * secret whose own targets do not name the server is -EACCES naming the
+ * server, the secret and its targets (secrets_value_for_server). */
+static int expand(const char *server, const char *url, const char *key, const char *v,
+                  const secret_store *secrets, char **ret, airlock_error *err)
 {
         dynbuf b;
         dynbuf_init(&b, 1u << 20);
@@ -776,11 +948,12 @@ static int expand(const char *server, const char *key, const char *v, const secr
                 name[n] = '\0';
                 const unsigned char *val;
                 size_t len;
-                if (secrets_value(secrets, name, &val, &len) < 0) {
-                        r = al_error(err, -ENOENT, NULL,
-                                     "server '%s': \"%s\" names the secret '%s', which is not "
-                                     "declared (--secret %s=...)",
-                                     server, key, name, name);
+                airlock_error why;
+                airlock_error_clear(&why);
+                r = secrets_value_for_server(secrets, name, server, url, &val, &len, &why);
+                if (r < 0) {
+                        al_error(err, r, NULL, "server '%s': \"%s\" names ${secret:%s}: %s", server,
+                                 key, name, why.message);
                         break;
                 }
                 r = dynbuf_append(&b, p, (size_t)(s - p));
@@ -794,7 +967,7 @@ static int expand(const char *server, const char *key, const char *v, const secr
                 if (b.data)
                         explicit_bzero(b.data, b.len);
                 dynbuf_free(&b);
-                return r == -ENOENT ? r : al_error(err, r, NULL, "out of memory");
+                return r == -ENOENT || r == -EACCES ? r : al_error(err, r, NULL, "out of memory");
         }
         *ret = dynbuf_take(&b, NULL);
         return 0;
@@ -840,7 +1013,8 @@ static int http_new(mcp_upstream *u, const mcp_spec *spec, const secret_store *s
         const json_t *v;
         json_object_foreach (json_object_get(o, "headers"), key, v) {
                 char *val = NULL;
-                int r = expand(spec->name, "headers", json_string_value(v), secrets, &val, err);
+                int r =
+                    expand(spec->name, u->url, "headers", json_string_value(v), secrets, &val, err);
                 if (r < 0)
                         return r;
                 json_object_set_new(u->headers, key, json_string(val));
@@ -925,7 +1099,7 @@ static int upstream_new(const mcp_spec *spec, const secret_store *secrets, mcp_u
         const json_t *v;
         json_object_foreach ((json_t *)env, key, v) {
                 _cleanup_free_ char *val = NULL;
-                r = expand(spec->name, "env", json_string_value(v), secrets, &val, err);
+                r = expand(spec->name, NULL, "env", json_string_value(v), secrets, &val, err);
                 if (r < 0) {
                         upstream_free(u);
                         return r;
