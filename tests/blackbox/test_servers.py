@@ -337,6 +337,12 @@ def test_approval_is_asked_on_the_terminal_under_run():
     assert "RAN" in out and "REFUSED" not in out, out
     out = run_on_a_terminal(["run", "--servers", f, "-c", code], b"n")
     assert "REFUSED" in out and "RAN" not in out, out
+    # The refusal is told as one: a person was asked and said no.
+    out = run_on_a_terminal(["run", "--servers", f, "-c", code.replace(
+        'print("REFUSED")', 'print("REFUSED", e)').replace("ApprovalRequired:",
+                                                           "ApprovalRequired as e:")], b"n")
+    assert "the approver refused this call" in out, out
+    assert "nobody can approve" not in out, out
 
 
 def test_filesystem_server_on_a_temporary_folder():
@@ -774,6 +780,22 @@ def test_the_description_names_the_servers_in_bounded_size():
     assert len(servers) == 20 and servers[0] == {
         "name": "server00-with-a-rather-long-name-for-the-test",
         "module": "server00_with_a_rather_long_name_for_the_test", "tools": 15}, servers
+
+
+def test_the_description_counts_one_tool_and_one_more_server_in_the_singular():
+    many = {f"server{i:02d}-with-a-name-long-enough-to-fill-the-paragraph-of-":
+            misbehave(allowTools=["ok"]) for i in range(14)}
+    p = airlock("describe", "--servers", servers_file(many))
+    assert p.returncode == 0, p.stderr
+    para = p.stdout[p.stdout.index("MCP servers:"):]
+    para = para[:para.index("\n\n")]
+    assert "server00_with_a_name_long_enough_to_fill_the_paragraph_of_ (1 tool)," in para, \
+        para
+    assert "(1 tools)" not in para, para
+    shown = para.count("(1 tool)")
+    assert shown < 14, para
+    more = 14 - shown
+    assert more == 1 and ", and 1 more server are" in para, para
 
 
 def test_session_cells_and_forks_share_the_servers():

@@ -605,15 +605,20 @@ static tool_fail hub_check(mcp_hub *h, const char *name, const json_t *args, mcp
         hub_server *s = &h->srv[t->server_index];
         if (t->needs_approval) {
                 _cleanup_free_ char *text = json_dumps(args, JSON_COMPACT);
+                /* Two cases, told apart: nobody can be asked here, or the
+                 * approver (a person at the terminal, a program's callback)
+                 * was asked and said no. */
                 if (!approver || !approver(approver_data, t->host_name, text ? text : "{}"))
                         return fail_typed(
                             ret_type, "ApprovalRequired", ret_message,
-                            "%s: tool '%s' of server '%s' needs approval (%s), and nobody can "
-                            "approve it here; to let it run without approval, set \"approval\": "
-                            "\"never\" for it in the servers file (\"tools\": {\"%s\": "
-                            "{\"approval\": \"never\"}}, or for the whole server)%s",
-                            t->host_name, t->name, s->name, t->approval_why, t->name,
-                            approver ? "; the approval was refused" : "");
+                            "%s: tool '%s' of server '%s' needs approval (%s), and %s; to let "
+                            "it run without approval, set \"approval\": \"never\" for it in the "
+                            "servers file (\"tools\": {\"%s\": {\"approval\": \"never\"}}, or "
+                            "for the whole server)",
+                            t->host_name, t->name, s->name, t->approval_why,
+                            approver ? "the approver refused this call"
+                                     : "nobody can approve it here",
+                            t->name);
         }
         size_t ti = (size_t)(t - h->tools);
         if (counts) {
