@@ -578,6 +578,28 @@ print(servers.search("unicode")[0][:20])
     assert lines[3] == "my_server.unicode: x", out
 
 
+def test_search_finds_a_tool_by_its_own_name_first():
+    names = "git_changelog_analyze,git_log,git_log_graph,git_status,cron_parse,cron-next"
+    f = servers_file({"git": misbehave(env={"MISBEHAVE_TOOLS": names})})
+    out = ok_stdout('''
+import servers
+for q in ("git_log", "git log", "git.git_log", "cron_parse", "cron-next", ["git", "log"],
+          "changelog"):
+    print(repr(q), [r.split(":")[0] for r in servers.search(q)][:3])
+''', "--servers", f)
+    got = {}
+    for line in out.splitlines():
+        q, _, rest = line.partition(" [")
+        got[q] = eval("[" + rest)
+    assert got["'git_log'"][0] == "git.git_log", got
+    assert got["'git log'"][0] == "git.git_log", got
+    assert got["'git.git_log'"][0] == "git.git_log", got
+    assert got["['git', 'log']"][0] == "git.git_log", got
+    assert got["'cron_parse'"][0] == "git.cron_parse", got
+    assert got["'cron-next'"][0] == "git.cron_next", got
+    assert got["'changelog'"][0] == "git.git_changelog_analyze", got
+
+
 HOSTILE_SERVER = r'''
 import json, sys
 NASTY = ['"""', "'" * 3, "\\", '"', "\n", "\r", "\t", "\u2028", "é€😀", "{x}", "#", "):\n    import os",

@@ -18,6 +18,14 @@ connects there and waits for a line or the end of the connection before it
 reads anything: the test holds the server's start, and so the build of the
 sandbox that starts it, until it lets go.
 
+With $MISBEHAVE_TOOLS set (names separated by commas) it lists only tools of
+those names, each with an optional integer argument "size" and an optional
+list of integers "ids": "sized" answers with a text of "size" bytes, "counter"
+with how many times it was called in this process (its state), any other with
+"NAME PID". With $MISBEHAVE_PAGES set to "PAGES:BYTES" its tools/list has
+PAGES pages, each of one tool whose description is BYTES bytes long (a hostile
+list); with $MISBEHAVE_MANY set to N, one page of N tools.
+
 plus tools whose names are not Python identifiers (get-file, get_file,
 class, 2fa) and one with a parameter called "from". The file named by
 $MISBEHAVE_LOG gets one line per start ("start PID"), per call ("call NAME ID")
@@ -75,6 +83,28 @@ TOOLS = [
      "annotations": {"readOnlyHint": True}},
 ]
 
+if os.environ.get("MISBEHAVE_TOOLS"):
+    TOOLS = [{"name": n, "description": f"The tool {n}.",
+              "inputSchema": {"type": "object", "properties": {
+                  "size": {"type": "integer"},
+                  "ids": {"type": "array", "items": {"type": "integer"}}}},
+              "annotations": {"readOnlyHint": True}}
+             for n in os.environ["MISBEHAVE_TOOLS"].split(",")]
+PAGES = os.environ.get("MISBEHAVE_PAGES")
+MANY = int(os.environ.get("MISBEHAVE_MANY") or 0)
+COUNTER = [0]
+
+
+def big_page(at):
+    """Page at of the hostile list: one tool with a description of BYTES."""
+    pages, size = (int(x) for x in PAGES.split(":"))
+    page = {"tools": [{"name": f"t{at}", "description": "d" * size,
+                       "inputSchema": S, "annotations": {"readOnlyHint": True}}]}
+    if at + 1 < pages:
+        page["nextCursor"] = str(at + 1)
+    return page
+
+
 log(f"start {os.getpid()}")
 if os.environ.get("MISBEHAVE_FAIL_START"):
     sys.stderr.write(f"cannot start: my token is {os.environ.get('TOKEN')}\n")
@@ -101,9 +131,14 @@ for line in sys.stdin:
     elif method == "tools/list":
         # In pages of 4, so that every test of airlock lists them page by page.
         at = int((msg.get("params") or {}).get("cursor") or 0)
-        page = {"tools": TOOLS[at:at + 4]}
-        if at + 4 < len(TOOLS):
-            page["nextCursor"] = str(at + 4)
+        if PAGES:
+            page = big_page(at)
+        elif MANY:
+            page = {"tools": [{"name": f"t{i}", "inputSchema": S} for i in range(MANY)]}
+        else:
+            page = {"tools": TOOLS[at:at + 4]}
+            if at + 4 < len(TOOLS):
+                page["nextCursor"] = str(at + 4)
         send({"jsonrpc": "2.0", "id": mid, "result": page})
     elif method == "tools/call":
         name, args = msg["params"]["name"], msg["params"].get("arguments", {})
@@ -125,6 +160,11 @@ for line in sys.stdin:
             send({"jsonrpc": "2.0", "id": mid, "result": text("it did not work", True)})
         elif name == "env":
             send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(dict(os.environ)))})
+        elif name == "sized":
+            send({"jsonrpc": "2.0", "id": mid, "result": text("s" * args.get("size", 0))})
+        elif name == "counter":
+            COUNTER[0] += 1
+            send({"jsonrpc": "2.0", "id": mid, "result": text(f"count {COUNTER[0]}")})
         elif name == "copy":
             send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(args, sort_keys=True))})
         else:
