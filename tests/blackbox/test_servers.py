@@ -392,16 +392,55 @@ for t in ("crash", "ok", "garbage", "ok", "flood", "ok", "hang", "ok", "fail"):
     pids.append(lines[2].split()[-1])
     assert lines[3].startswith("garbage !! UpstreamError") and "not a JSON-RPC" in lines[3], out
     pids.append(lines[4].split()[-1])
-    assert lines[5].startswith("flood !! UpstreamError") and "larger than" in lines[5], out
-    pids.append(lines[6].split()[-1])
-    assert len(set(pids)) == 4, out
+    # A flood under the hard ceiling (8 MiB, over the default 1 MiB cap) is
+    # read and dropped: the call fails naming the setting, the server stays.
+    assert lines[5].startswith("flood !! UpstreamError") and "maxResultBytes" in lines[5], out
+    assert lines[6].split()[-1] == pids[-1], out
+    assert len(set(pids)) == 3, out
     assert lines[7].startswith("hang !! UpstreamError") and "cancelled upstream" in lines[7], out
     # A timeout does not kill the server: it was told to cancel.
     assert lines[8] == f"ok -> ok {pids[-1]}", out
     assert lines[9] == "fail !! ToolError bad.fail: it did not work", out
     with open(log) as g:
         text = g.read()
-    assert text.count("start ") == 4 and "cancelled " in text, text
+    assert text.count("start ") == 3 and "cancelled " in text, text
+
+
+def test_a_result_far_over_its_cap_is_dropped_and_the_server_keeps_its_state():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"big": misbehave(log, maxResultBytes=4000,
+                                       env={"MISBEHAVE_TOOLS": "sized,counter",
+                                            "MISBEHAVE_LOG": log})})
+    out = ok_stdout('''
+import asyncio
+import servers
+from servers import big
+print(big.counter())
+for size in (94000, 100, 3 << 20):
+    try:
+        print(len(big.sized(size=size)))
+    except servers.UpstreamError as e:
+        print("UpstreamError", e)
+print(big.counter())
+async def both():
+    return await asyncio.gather(big.sized_async(size=200000), big.counter_async(),
+                                return_exceptions=True)
+print([type(x).__name__ if isinstance(x, Exception) else x for x in asyncio.run(both())])
+print(big.counter())
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "count 1", out
+    assert lines[1].startswith("UpstreamError big.sized: server 'big' sent a result of "), out
+    assert "more than the 4000 of \"maxResultBytes\"" in lines[1], out
+    assert "keeps running" in lines[1] and "afresh" not in lines[1], out
+    assert lines[2] == "100", out
+    assert lines[3].startswith("UpstreamError") and "maxResultBytes" in lines[3], out
+    # The server kept its state (the counter) through all of it.
+    assert lines[4] == "count 2", out
+    assert lines[5] == "['UpstreamError', 'count 3']", out
+    assert lines[6] == "count 4", out
+    with open(log) as g:
+        assert g.read().count("start ") == 1
 
 
 def test_a_hanging_server_cannot_hold_the_run_past_its_timeout():

@@ -29,6 +29,10 @@
 #define MCP_DEFAULT_TIMEOUT 60.0
 #define MCP_DEFAULT_RESULT  (1u << 20)
 #define MCP_MAX_RESULT      (16u << 20)
+/* A result line past its call's cap is read and dropped, not held, so the
+ * server and its state stay; past this it is a flood, and the server is
+ * killed (mcp_client.c, read_some). */
+#define MCP_DISCARD_MAX     (256u << 20)
 #define MCP_DEFAULT_CALLS   1000
 #define MCP_START_TIMEOUT_S 30.0
 #define MCP_STDERR_RING     8192

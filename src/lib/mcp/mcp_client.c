@@ -81,12 +81,28 @@ struct mcp_upstream {
         /* The server said notifications/tools/list_changed since its tool
          * list was taken (the stubs were made): read without the lock. */
         _Atomic bool list_changed;
+        /* A line past the cap of every call waiting (a result over
+         * maxResultBytes), being read and dropped (read_some): only the
+         * reader touches it. */
+        struct line_skip {
+                bool on;
+                size_t len; /* its bytes so far */
+                /* Its top-level "id", found by a scan that keeps no byte:
+                 * depth, string and escape state, the key being read. */
+                int depth;
+                bool in_str, esc, expect_key, is_key, key_is_id, in_id, neg;
+                char key[4];
+                unsigned key_len, digits;
+                json_int_t id;
+                bool has_id;
+        } skip;
 };
 
 /* A call waiting for its reply. */
 typedef struct pending {
         json_int_t id;
         json_t *reply;   /* set by the reader */
+        size_t dropped;  /* or this: the size of its reply, read and dropped as too large */
         size_t max_line; /* the longest reply this call takes */
         struct pending *next;
 } pending;
@@ -191,6 +207,7 @@ static int spawn(mcp_upstream *u, airlock_error *err)
         u->in_fd = ch.in_fd;
         u->out_fd = ch.out_fd;
         u->err_fd = ch.err_fd;
+        u->skip = (struct line_skip){0};
         fcntl(u->out_fd, F_SETFL, O_NONBLOCK);
         fcntl(u->err_fd, F_SETFL, O_NONBLOCK);
         u->len = 0;
@@ -1042,20 +1059,144 @@ static int take_lines(mcp_upstream *u, json_t *msgs, airlock_error *err)
         return 0;
 }
 
+/* Feeds n bytes of a line being dropped to the scan that finds its
+ * top-level "id" (an integer: airlock's requests have such ids), keeping
+ * none of them. Whatever the bytes are, the scan is bounded and ends in
+ * some state: a line that is not JSON finds no id, and is dropped all the
+ * same. */
+static void skip_scan(struct line_skip *k, const char *d, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                char c = d[i];
+                if (k->in_str) {
+                        if (k->esc)
+                                k->esc = false, k->key_len = 5; /* an escape: not "id" */
+                        else if (c == '\\')
+                                k->esc = true;
+                        else if (c == '"') {
+                                k->in_str = false;
+                                if (k->is_key)
+                                        k->key_is_id =
+                                            k->key_len == 2 && k->key[0] == 'i' && k->key[1] == 'd';
+                        } else if (k->is_key && k->key_len < sizeof(k->key))
+                                k->key[k->key_len++] = c;
+                        else
+                                k->key_len = 5;
+                        continue;
+                }
+                if (k->in_id) {
+                        if (c >= '0' && c <= '9' && k->digits < 18) {
+                                k->id = k->id * 10 + (c - '0');
+                                k->digits++;
+                                continue;
+                        }
+                        if (c == '-' && !k->digits && !k->neg) {
+                                k->neg = true;
+                                continue;
+                        }
+                        if ((c == ' ' || c == '\t' || c == '\r') && !k->digits)
+                                continue;
+                        k->in_id = false;
+                        if (k->digits &&
+                            (c == ',' || c == '}' || c == ' ' || c == '\t' || c == '\r')) {
+                                k->has_id = true;
+                                k->id = k->neg ? -k->id : k->id;
+                        }
+                }
+                switch (c) {
+                case '"':
+                        k->in_str = true;
+                        k->is_key = k->depth == 1 && k->expect_key;
+                        k->key_len = 0;
+                        k->expect_key = false;
+                        break;
+                case '{':
+                case '[':
+                        k->depth++;
+                        k->expect_key = k->depth == 1 && c == '{';
+                        break;
+                case '}':
+                case ']':
+                        k->depth--;
+                        break;
+                case ',':
+                        k->expect_key = k->depth == 1;
+                        break;
+                case ':':
+                        if (k->depth == 1 && k->key_is_id) {
+                                k->in_id = true;
+                                k->id = 0;
+                                k->digits = 0;
+                                k->neg = false;
+                        }
+                        k->key_is_id = false;
+                        break;
+                default:
+                        break;
+                }
+        }
+}
+
+/* What read_some read and dropped: a whole line longer than the cap of
+ * every call waiting, and the id it answers, when it has one. */
+typedef struct line_dropped {
+        bool done, has_id;
+        json_int_t id;
+        size_t len;
+} line_dropped;
+
+/* Drops what u->buf holds of the line being skipped, to its end if it is
+ * there: then *drop says so and the bytes after it stay. Past
+ * MCP_DISCARD_MAX the line is -E2BIG (the caller kills the server). */
+static int skip_more(mcp_upstream *u, line_dropped *drop, airlock_error *err)
+{
+        char *nl = u->len ? memchr(u->buf, '\n', u->len) : NULL;
+        size_t n = nl ? (size_t)(nl - u->buf) : u->len;
+        skip_scan(&u->skip, u->buf, n);
+        u->skip.len += n;
+        if (u->skip.len > MCP_DISCARD_MAX)
+                return al_error(err, -E2BIG, NULL,
+                                "server '%s' sent a message larger than %u MiB, the most airlock "
+                                "reads and drops",
+                                u->name, MCP_DISCARD_MAX >> 20);
+        if (!nl) {
+                u->len = 0;
+                return 0;
+        }
+        /* A final '}' that ended the object also ends a trailing id. */
+        skip_scan(&u->skip, ",", 1);
+        *drop = (line_dropped){.done = true,
+                               .has_id = u->skip.has_id && u->skip.depth <= 0,
+                               .id = u->skip.id,
+                               .len = u->skip.len};
+        memmove(u->buf, nl + 1, u->len - n - 1);
+        u->len -= n + 1;
+        u->skip = (struct line_skip){0};
+        return 0;
+}
+
 /* Reads what the server writes until until_ns, a cancel, or a message:
  * the messages go into msgs. The end of its output is -EPIPE (the caller
- * reaps it, under the lock), a line longer than max_line -E2BIG. Only the
- * reader calls it, without the lock. */
+ * reaps it, under the lock). A line longer than max_line (the largest cap
+ * of the calls waiting) is read on and dropped, never held, up to
+ * MCP_DISCARD_MAX: *drop then says which call it answered, so that that
+ * call fails naming its maxResultBytes while the server, and its state,
+ * stay; past that it is -E2BIG. Only the reader calls it, without the
+ * lock. */
 static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t max_line,
-                     json_t *msgs, airlock_error *err)
+                     json_t *msgs, line_dropped *drop, airlock_error *err)
 {
-        int r = take_lines(u, msgs, err);
+        *drop = (line_dropped){0};
+        int r = u->skip.on ? 0 : take_lines(u, msgs, err);
         if (r < 0 || json_array_size(msgs))
                 return r;
-        if (u->len > max_line)
-                return al_error(err, -E2BIG, NULL,
-                                "server '%s' sent a message larger than %zu bytes", u->name,
-                                max_line);
+        if (!u->skip.on && u->len > max_line)
+                u->skip = (struct line_skip){.on = true};
+        if (u->skip.on) {
+                r = skip_more(u, drop, err);
+                if (r < 0 || drop->done)
+                        return r;
+        }
         struct pollfd p[3] = {
             {u->out_fd, POLLIN, 0}, {u->err_fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
         int pr = poll(p, 3, ms_left(until_ns));
@@ -1068,10 +1209,13 @@ static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t m
         ssize_t n = read_more(u, err);
         if (n <= 0)
                 return (int)n;
+        if (u->skip.on)
+                return skip_more(u, drop, err);
         r = take_lines(u, msgs, err);
-        if (r >= 0 && !json_array_size(msgs) && u->len > max_line)
-                r = al_error(err, -E2BIG, NULL, "server '%s' sent a message larger than %zu bytes",
-                             u->name, max_line);
+        if (r >= 0 && !json_array_size(msgs) && u->len > max_line) {
+                u->skip = (struct line_skip){.on = true};
+                r = skip_more(u, drop, err);
+        }
         return r;
 }
 
@@ -1170,7 +1314,7 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
         }
         u->waiting = &me;
         for (;;) {
-                if (me.reply)
+                if (me.reply || me.dropped)
                         break;
                 if (u->gen != gen) {
                         r = al_error(err, u->fail_code ? u->fail_code : -EPIPE, NULL, "%s",
@@ -1199,10 +1343,15 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
                         _cleanup_json_ json_t *msgs = json_array();
                         airlock_error e;
                         airlock_error_clear(&e);
-                        int rr = msgs ? read_some(u, slice, b ? b->cancel_fd : -1, cap, msgs, &e)
-                                      : -ENOMEM;
+                        line_dropped drop;
+                        int rr =
+                            msgs ? read_some(u, slice, b ? b->cancel_fd : -1, cap, msgs, &drop, &e)
+                                 : -ENOMEM;
                         pthread_mutex_lock(&u->lock);
                         u->reading = false;
+                        for (pending *p = u->waiting; rr >= 0 && drop.has_id && p; p = p->next)
+                                if (p->id == drop.id && !p->reply)
+                                        p->dropped = drop.len;
                         if (rr < 0)
                                 fail_all(u, gen, rr, &e);
                         else
@@ -1225,6 +1374,14 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
                 if (r >= 0 || r == -EREMOTEIO)
                         u->failures = 0;
                 return r;
+        }
+        if (me.dropped) {
+                u->failures = 0;
+                return al_error(err, -EMSGSIZE, NULL,
+                                "server '%s' sent a result of %zu bytes, more than the %zu of "
+                                "\"maxResultBytes\" (and 4 KiB for the message around it); "
+                                "airlock read and dropped it, and the server keeps running",
+                                u->name, me.dropped, max_line - 4096);
         }
         if ((r == -ETIMEDOUT || r == -ECANCELED) && u->gen == gen && u->in_fd >= 0) {
                 _cleanup_json_ json_t *c = cancel_notice(me.id, r);
@@ -1278,7 +1435,15 @@ static int http_call(mcp_upstream *u, json_t *params, uint64_t deadline, const m
                 free(sid);
         if (r >= 0)
                 r = reply_result(u, reply, ret, err);
-        if ((r == -EPROTO || r == -E2BIG || r == -ENOMEM || r == -EPIPE) && gen == u->gen)
+        /* A response over the cap was refused by the gateway, which read
+         * no more of it: the session is as sound as before, and stays. */
+        if (r == -E2BIG)
+                r = al_error(err, -EMSGSIZE, NULL,
+                             "server '%s' sent a response larger than the %zu of "
+                             "\"maxResultBytes\" (and 4 KiB for the message around it); "
+                             "airlock dropped it, and the session goes on",
+                             u->name, max_line - 4096);
+        if ((r == -EPROTO || r == -ENOMEM || r == -EPIPE) && gen == u->gen)
                 fail_process(u);
         else if (r >= 0 || r == -EREMOTEIO)
                 u->failures = 0;

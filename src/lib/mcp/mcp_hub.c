@@ -665,6 +665,9 @@ static tool_fail hub_perform(mcp_hub *h, mcp_tool *t, const json_t *args, uint64
                 return fail_typed(ret_type, "UpstreamError", ret_message,
                                   "%s: server '%s' refused the call: %s%s", t->host_name, s->name,
                                   e.message, changed_note(s));
+        if (r == -EMSGSIZE) /* a result over maxResultBytes, dropped: the server stays */
+                return fail_typed(ret_type, "UpstreamError", ret_message, "%s: %s", t->host_name,
+                                  e.message);
         if (r < 0)
                 return fail_typed(ret_type, "UpstreamError", ret_message,
                                   "%s: %s; the next call starts the server afresh", t->host_name,
