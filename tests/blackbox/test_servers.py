@@ -617,6 +617,44 @@ print(servers.search("unicode")[0][:20])
     assert lines[3] == "my_server.unicode: x", out
 
 
+def peak_rss_kib(*args):
+    """airlock ARGS in a process of its own: (its exit status, stderr, the
+    peak RSS in KiB of the largest process it waited for, airlock itself
+    here: the build fails before any guest runs)."""
+    probe = ("import resource, subprocess, sys\n"
+             "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(p.returncode)\n"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "sys.stdout.write(p.stderr)\n")
+    p = subprocess.run([sys.executable, "-c", probe, AIRLOCK, *args], capture_output=True,
+                       text=True, timeout=600)
+    rc, rss, err = p.stdout.split("\n", 2)
+    return int(rc), err, int(rss)
+
+
+def test_a_hostile_tool_list_fails_the_build_at_its_caps_in_bounded_memory():
+    # A normal server's build, for the memory it takes.
+    _, _, base = peak_rss_kib("describe", "--servers", servers_file({"ok": misbehave()}))
+    cases = [
+        # 16 pages of 15 MiB descriptions (airlock held them all, 240 MiB and more).
+        ({"MISBEHAVE_PAGES": f"16:{15 << 20}"}, "more than 4 MiB over its pages"),
+        # Descriptions of 3 MiB: under the byte cap, over a description's.
+        ({"MISBEHAVE_PAGES": f"2:{3 << 20}"}, "the description of tool 't0' is 3145728 bytes, "
+                                              "more than 32 KiB"),
+        ({"MISBEHAVE_MANY": "5000"}, "more than 4096 tools"),
+        # 3.8 MB of "0," is 1.9 million JSON values: some 180 MB parsed.
+        ({"MISBEHAVE_ZEROS": str(1900000)}, "would take more than 64 MiB once parsed"),
+    ]
+    for env, want in cases:
+        f = servers_file({"hostile": misbehave(env=env)})
+        rc, err, rss = peak_rss_kib("describe", "--servers", f)
+        assert rc != 0 and "server 'hostile'" in err and want in err, (env, rc, err)
+        assert "airlock's cap of" in err, err
+        assert err.count("\n") == 1, err
+        # Bounded: the list's caps, not what the server sent (generous).
+        assert rss < 3 * base + 96 * 1024, (env, rss, base)
+
+
 def test_search_finds_a_tool_by_its_own_name_first():
     names = "git_changelog_analyze,git_log,git_log_graph,git_status,cron_parse,cron-next"
     f = servers_file({"git": misbehave(env={"MISBEHAVE_TOOLS": names})})

@@ -24,7 +24,8 @@ list of integers "ids": "sized" answers with a text of "size" bytes, "counter"
 with how many times it was called in this process (its state), any other with
 "NAME PID". With $MISBEHAVE_PAGES set to "PAGES:BYTES" its tools/list has
 PAGES pages, each of one tool whose description is BYTES bytes long (a hostile
-list); with $MISBEHAVE_MANY set to N, one page of N tools.
+list); with $MISBEHAVE_MANY set to N, one page of N tools; with
+$MISBEHAVE_ZEROS set to N, one tool whose schema holds N zeros.
 
 plus tools whose names are not Python identifiers (get-file, get_file,
 class, 2fa) and one with a parameter called "from". The file named by
@@ -92,17 +93,27 @@ if os.environ.get("MISBEHAVE_TOOLS"):
              for n in os.environ["MISBEHAVE_TOOLS"].split(",")]
 PAGES = os.environ.get("MISBEHAVE_PAGES")
 MANY = int(os.environ.get("MISBEHAVE_MANY") or 0)
+ZEROS = int(os.environ.get("MISBEHAVE_ZEROS") or 0)
 COUNTER = [0]
 
 
-def big_page(at):
-    """Page at of the hostile list: one tool with a description of BYTES."""
+def big_page(mid, at):
+    """Sends page at of the hostile list: one tool with a description of
+    BYTES, written a piece at a time so that this process stays small (the
+    test measures airlock's memory, not this one's)."""
     pages, size = (int(x) for x in PAGES.split(":"))
-    page = {"tools": [{"name": f"t{at}", "description": "d" * size,
-                       "inputSchema": S, "annotations": {"readOnlyHint": True}}]}
-    if at + 1 < pages:
-        page["nextCursor"] = str(at + 1)
-    return page
+    more = f', "nextCursor": "{at + 1}"' if at + 1 < pages else ""
+    out = sys.stdout
+    try:
+        out.write('{"jsonrpc": "2.0", "id": %d, "result": {"tools": [{"name": "t%d", '
+                  '"inputSchema": {"type": "object"}, "description": "' % (mid, at))
+        piece = "d" * 65536
+        for _ in range(size // len(piece)):
+            out.write(piece)
+        out.write("d" * (size % len(piece)) + '"}]%s}}\n' % more)
+        out.flush()
+    except BrokenPipeError:
+        os._exit(0)
 
 
 log(f"start {os.getpid()}")
@@ -132,8 +143,17 @@ for line in sys.stdin:
         # In pages of 4, so that every test of airlock lists them page by page.
         at = int((msg.get("params") or {}).get("cursor") or 0)
         if PAGES:
-            page = big_page(at)
-        elif MANY:
+            big_page(mid, at)
+            continue
+        if ZEROS:
+            # One tool whose schema is an enum of ZEROS zeros: small as
+            # bytes, twenty times as large parsed.
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "result": {"tools": [{"name": "z", '
+                             '"inputSchema": {"type": "object", "properties": {"a": {"enum": '
+                             '[%s]}}}}]}}\n' % (mid, ",".join(["0"] * ZEROS)))
+            sys.stdout.flush()
+            continue
+        if MANY:
             page = {"tools": [{"name": f"t{i}", "inputSchema": S} for i in range(MANY)]}
         else:
             page = {"tools": TOOLS[at:at + 4]}

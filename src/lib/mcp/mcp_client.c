@@ -96,6 +96,11 @@ struct mcp_upstream {
                 json_int_t id;
                 bool has_id;
         } skip;
+        /* While the tool list is read (mcp_upstream_start, before any
+         * call): what parsing its pages may still cost (list_charge). */
+        bool listing;
+        uint64_t list_cost_left;
+        uint64_t list_values; /* the JSON values of the pages so far */
 };
 
 /* A call waiting for its reply. */
@@ -375,6 +380,29 @@ static json_t *cancel_notice(json_int_t id, int r)
         return params ? jsonrpc_notification("notifications/cancelled", params) : NULL;
 }
 
+/* Charges what parsing n bytes of a tools/list page would hold (its JSON
+ * values, counted by a pass that builds nothing, times JSONRPC_VALUE_COST,
+ * plus the bytes) against what the list may still take, before the page
+ * is parsed: a page of "[0,0,0,..." parses into twenty times its size.
+ * -EFBIG names the cap; 0 when no list is being read. */
+static int list_charge(mcp_upstream *u, const char *d, size_t n, airlock_error *err)
+{
+        if (!u->listing)
+                return 0;
+        uint64_t values = 0;
+        unsigned depth = 0;
+        jsonrpc_measure(d, n, &values, &depth);
+        uint64_t cost = values * JSONRPC_VALUE_COST + n;
+        u->list_values += values;
+        if (cost > u->list_cost_left)
+                return al_error(err, -EFBIG, NULL,
+                                "its tool list would take more than %u MiB once parsed (%llu JSON "
+                                "values so far), airlock's cap of one server's tool list",
+                                MCP_LIST_COST >> 20, (unsigned long long)u->list_values);
+        u->list_cost_left -= cost;
+        return 0;
+}
+
 /* Reads until the reply to request id: answers the server's own requests,
  * drops notifications and replies to other (cancelled) ids. A line longer
  * than max_line, or one that is not a JSON-RPC message, is -EPROTO. */
@@ -385,6 +413,9 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
                 char *nl = u->len ? memchr(u->buf, '\n', u->len) : NULL;
                 if (nl) {
                         size_t n = (size_t)(nl - u->buf);
+                        int rc = list_charge(u, u->buf, n, err);
+                        if (rc < 0)
+                                return rc;
                         json_error_t jerr;
                         json_t *msg = n ? json_loadb(u->buf, n, 0, &jerr) : NULL;
                         memmove(u->buf, nl + 1, u->len - n - 1);
@@ -590,6 +621,9 @@ static int http_post(mcp_upstream *u, const char *session, const char *proto, js
         size_t len = 0;
         if (!b64 || al_base64_decode(b64, strlen(b64), &body, &len) < 0)
                 return al_error(err, -EPROTO, NULL, "server '%s' sent no body", u->name);
+        r = list_charge(u, (const char *)body, len, err);
+        if (r < 0)
+                return r;
         return http_find_reply(u, json_string_value(json_object_get(hdrs, "content-type")), body,
                                len, id, ret, err);
 }
@@ -984,8 +1018,18 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
         json_t *tools = r >= 0 ? json_array() : NULL;
         if (r >= 0 && !tools)
                 r = al_error(err, -ENOMEM, NULL, "out of memory");
-        /* Every page of tools/list, within the start's time. */
+        /* Every page of tools/list, within the start's time, and within
+         * the list's caps (docs/design.md, "Upstream MCP servers"): its
+         * bytes over all pages (each page's line may be no longer than
+         * what is left of them), what parsing them costs (list_charge,
+         * before each page is parsed), its tools, and each description,
+         * checked as each page comes, so that a hostile list fails the
+         * build at the first page past a cap. */
         _cleanup_json_ json_t *cursor = NULL;
+        size_t bytes_left = MCP_LIST_BYTES;
+        u->listing = true;
+        u->list_cost_left = MCP_LIST_COST;
+        u->list_values = 0;
         for (int page = 0; r >= 0; page++) {
                 if (page == LIST_PAGES_MAX) {
                         r = al_error(err, -E2BIG, NULL,
@@ -998,12 +1042,23 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
                 _cleanup_json_ json_t *res = NULL;
                 airlock_error e;
                 airlock_error_clear(&e);
-                r = request(u, "tools/list", params, b.deadline_ns, &b, 16u << 20, &res, &e);
+                r = request(u, "tools/list", params, b.deadline_ns, &b, bytes_left, &res, &e);
+                if (r == -E2BIG) {
+                        r = al_error(err, r, NULL,
+                                     "server '%s': tools/list: its tool list is more than %u MiB "
+                                     "over its pages, airlock's cap of one server's tool list "
+                                     "(leave tools out in the server's own settings, or split it)",
+                                     u->name, MCP_LIST_BYTES >> 20);
+                        break;
+                }
                 if (r < 0) {
                         r = al_error(err, r, NULL, "server '%s': tools/list: %s", u->name,
                                      e.message);
                         break;
                 }
+                /* The page's bytes: its line and what came before it. */
+                size_t took = json_dumpb(res, NULL, 0, JSON_COMPACT);
+                bytes_left = took < bytes_left ? bytes_left - took : 0;
                 json_t *list = json_object_get(res, "tools");
                 if (!json_is_array(list)) {
                         r = al_error(err, -EPROTO, NULL,
@@ -1011,12 +1066,39 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
                                      u->name);
                         break;
                 }
+                if (json_array_size(tools) + json_array_size(list) > MCP_LIST_TOOLS) {
+                        r = al_error(err, -E2BIG, NULL,
+                                     "server '%s': tools/list: more than %d tools, airlock's cap "
+                                     "of one server's tool list",
+                                     u->name, MCP_LIST_TOOLS);
+                        break;
+                }
+                size_t i;
+                json_t *t;
+                json_array_foreach (list, i, t) {
+                        const json_t *d = json_object_get(t, "description");
+                        if (json_string_length(d) <= MCP_DESC_MAX)
+                                continue;
+                        const char *name = json_string_value(json_object_get(t, "name"));
+                        _cleanup_free_ char *clean =
+                            al_utf8_sanitize(name ? name : "?", name ? strlen(name) : 1);
+                        r = al_error(err, -E2BIG, NULL,
+                                     "server '%s': tools/list: the description of tool '%.100s' "
+                                     "is %zu bytes, more than %u KiB, airlock's cap of a tool's "
+                                     "description",
+                                     u->name, clean ? clean : "?", json_string_length(d),
+                                     MCP_DESC_MAX >> 10);
+                        break;
+                }
+                if (r < 0)
+                        break;
                 json_array_extend(tools, list);
                 json_decref(cursor);
                 cursor = json_incref(json_object_get(res, "nextCursor"));
                 if (!json_is_string(cursor))
                         break;
         }
+        u->listing = false;
         if (r < 0) {
                 json_decref(tools);
                 mcp_upstream_stop(u);
