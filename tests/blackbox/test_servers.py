@@ -655,6 +655,28 @@ def test_a_hostile_tool_list_fails_the_build_at_its_caps_in_bounded_memory():
         assert rss < 3 * base + 96 * 1024, (env, rss, base)
 
 
+def test_tools_named_as_the_stubs_own_names_are_renamed():
+    names = ("Literal,Any,TypedDict,Required,_call,_acall,locals,str,int,list,dict,__all__,"
+             "_index,ok,counter")
+    f = servers_file({"n": misbehave(env={"MISBEHAVE_TOOLS": names}),
+                      "_index": misbehave(env={"MISBEHAVE_TOOLS": "ok"})})
+    out = ok_stdout('''
+import servers
+from servers import n
+print(n.Literal_().split()[0], n.Any_().split()[0], n.TypedDict_().split()[0],
+      n.Required_().split()[0], n._call_().split()[0], n._acall_().split()[0],
+      n.locals_().split()[0], n.str_().split()[0], n.list_(ids=[1]).split()[0],
+      n.__all___().split()[0], n._index_().split()[0])
+print(n.ok(size=1).split()[0], n.counter())
+import asyncio
+print(asyncio.run(n.Literal__async()).split()[0])
+print(servers._index_.ok().split()[0], len(servers.search("ok")) >= 2)
+''', "--servers", f)
+    assert out.splitlines() == [
+        "Literal Any TypedDict Required _call _acall locals str list __all__ _index",
+        "ok count 1", "Literal", "ok True"], out
+
+
 def test_search_finds_a_tool_by_its_own_name_first():
     names = "git_changelog_analyze,git_log,git_log_graph,git_status,cron_parse,cron-next"
     f = servers_file({"git": misbehave(env={"MISBEHAVE_TOOLS": names})})
