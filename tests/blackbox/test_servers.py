@@ -677,6 +677,29 @@ print(servers._index_.ok().split()[0], len(servers.search("ok")) >= 2)
         "ok count 1", "Literal", "ok True"], out
 
 
+def test_the_items_of_a_list_are_checked_before_the_call():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"n": misbehave(log, env={"MISBEHAVE_TOOLS": "ok", "MISBEHAVE_LOG": log})})
+    out = ok_stdout('''
+import servers
+from servers import n
+for ids in ([1, 2], [1, "two"], [1.5]):
+    try:
+        print(n.ok(ids=ids).split()[0])
+    except ValueError as e:
+        print("ValueError", e)
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "ok", out
+    assert lines[1].startswith("ValueError tool 'n.ok': argument 'ids' item 1 must be an "
+                               "integer, got "), out
+    assert lines[2].startswith("ValueError tool 'n.ok': argument 'ids' item 0 must be an "
+                               "integer"), out
+    # Only the valid call reached the server.
+    with open(log) as g:
+        assert g.read().count("call ok ") == 1
+
+
 def test_search_finds_a_tool_by_its_own_name_first():
     names = "git_changelog_analyze,git_log,git_log_graph,git_status,cron_parse,cron-next"
     f = servers_file({"git": misbehave(env={"MISBEHAVE_TOOLS": names})})
