@@ -717,13 +717,22 @@ void mcp_sessions_cancelled(mcp_session_use *u)
         pthread_mutex_unlock(&u->m->lock);
 }
 
-/* Appends one text item to a CallToolResult's content. */
+/* Appends one text item, the session's note, to a CallToolResult's
+ * content, and its kind ("session") to the run record's parts when the
+ * result has one: docs/mcp.md promises that parts names each item of the
+ * content, in order, and a client that reads the items by their kinds
+ * must not take the note for the code's output. */
 static void add_text(json_t *result, const char *text)
 {
         json_t *content = json_object_get(result, "content");
-        if (json_is_array(content))
-                json_array_append_new(content,
-                                      json_pack("{s:s, s:s}", "type", "text", "text", text));
+        if (!json_is_array(content) ||
+            json_array_append_new(content, json_pack("{s:s, s:s}", "type", "text", "text", text)) <
+                0)
+                return;
+        json_t *parts = json_object_get(
+            json_object_get(json_object_get(result, "_meta"), MCP_META_RUN), "parts");
+        if (json_is_array(parts))
+                json_array_append_new(parts, json_string("session"));
 }
 
 json_t *mcp_sessions_end(mcp_session_use *u, json_t *result, const airlock_result *res)

@@ -54,6 +54,20 @@ def test_state_survives_calls_and_failures_roll_back():
         assert "state" not in mcp_result_json(r) and "session" not in mcp_result_json(r)
 
 
+def test_the_run_records_parts_name_the_sessions_note():
+    # docs/mcp.md: parts names each content item, in order; the session's
+    # note ("Session ...: state kept.") is an item of its own kind.
+    with mcp() as m:
+        h = open_session(m)
+        for code, first in (("print('out')", "stdout"), ("x = 1", "empty"),
+                            ("raise ValueError('no')", "error")):
+            r = cell(m, h, code)
+            parts = r["_meta"][MCP_RUN]["parts"]
+            assert len(parts) == len(r["content"]), (parts, r["content"])
+            assert parts == [first, "session"], parts
+            assert r["content"][-1]["text"].startswith(f"Session {h}: state"), r["content"]
+
+
 def test_what_survives_a_cell():
     with mcp() as m:
         h = open_session(m)

@@ -338,6 +338,12 @@ def test_approval_is_asked_on_the_terminal_under_run():
     assert "RAN" in out and "REFUSED" not in out, out
     out = run_on_a_terminal(["run", "--servers", f, "-c", code], b"n")
     assert "REFUSED" in out and "RAN" not in out, out
+    # The refusal is told as one: a person was asked and said no.
+    out = run_on_a_terminal(["run", "--servers", f, "-c", code.replace(
+        'print("REFUSED")', 'print("REFUSED", e)').replace("ApprovalRequired:",
+                                                           "ApprovalRequired as e:")], b"n")
+    assert "the approver refused this call" in out, out
+    assert "nobody can approve" not in out, out
 
 
 def test_filesystem_server_on_a_temporary_folder():
@@ -387,16 +393,55 @@ for t in ("crash", "ok", "garbage", "ok", "flood", "ok", "hang", "ok", "fail"):
     pids.append(lines[2].split()[-1])
     assert lines[3].startswith("garbage !! UpstreamError") and "not a JSON-RPC" in lines[3], out
     pids.append(lines[4].split()[-1])
-    assert lines[5].startswith("flood !! UpstreamError") and "larger than" in lines[5], out
-    pids.append(lines[6].split()[-1])
-    assert len(set(pids)) == 4, out
+    # A flood under the hard ceiling (8 MiB, over the default 1 MiB cap) is
+    # read and dropped: the call fails naming the setting, the server stays.
+    assert lines[5].startswith("flood !! UpstreamError") and "maxResultBytes" in lines[5], out
+    assert lines[6].split()[-1] == pids[-1], out
+    assert len(set(pids)) == 3, out
     assert lines[7].startswith("hang !! UpstreamError") and "cancelled upstream" in lines[7], out
     # A timeout does not kill the server: it was told to cancel.
     assert lines[8] == f"ok -> ok {pids[-1]}", out
     assert lines[9] == "fail !! ToolError bad.fail: it did not work", out
     with open(log) as g:
         text = g.read()
-    assert text.count("start ") == 4 and "cancelled " in text, text
+    assert text.count("start ") == 3 and "cancelled " in text, text
+
+
+def test_a_result_far_over_its_cap_is_dropped_and_the_server_keeps_its_state():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"big": misbehave(log, maxResultBytes=4000,
+                                       env={"MISBEHAVE_TOOLS": "sized,counter",
+                                            "MISBEHAVE_LOG": log})})
+    out = ok_stdout('''
+import asyncio
+import servers
+from servers import big
+print(big.counter())
+for size in (94000, 100, 3 << 20):
+    try:
+        print(len(big.sized(size=size)))
+    except servers.UpstreamError as e:
+        print("UpstreamError", e)
+print(big.counter())
+async def both():
+    return await asyncio.gather(big.sized_async(size=200000), big.counter_async(),
+                                return_exceptions=True)
+print([type(x).__name__ if isinstance(x, Exception) else x for x in asyncio.run(both())])
+print(big.counter())
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "count 1", out
+    assert lines[1].startswith("UpstreamError big.sized: server 'big' sent a result of "), out
+    assert "more than the 4000 of \"maxResultBytes\"" in lines[1], out
+    assert "keeps running" in lines[1] and "afresh" not in lines[1], out
+    assert lines[2] == "100", out
+    assert lines[3].startswith("UpstreamError") and "maxResultBytes" in lines[3], out
+    # The server kept its state (the counter) through all of it.
+    assert lines[4] == "count 2", out
+    assert lines[5] == "['UpstreamError', 'count 3']", out
+    assert lines[6] == "count 4", out
+    with open(log) as g:
+        assert g.read().count("start ") == 1
 
 
 def test_a_hanging_server_cannot_hold_the_run_past_its_timeout():
@@ -674,6 +719,111 @@ print(servers.search("unicode")[0][:20])
     assert lines[3] == "my_server.unicode: x", out
 
 
+def peak_rss_kib(*args):
+    """airlock ARGS in a process of its own: (its exit status, stderr, the
+    peak RSS in KiB of the largest process it waited for, airlock itself
+    here: the build fails before any guest runs)."""
+    probe = ("import resource, subprocess, sys\n"
+             "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(p.returncode)\n"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "sys.stdout.write(p.stderr)\n")
+    p = subprocess.run([sys.executable, "-c", probe, AIRLOCK, *args], capture_output=True,
+                       text=True, timeout=600)
+    rc, rss, err = p.stdout.split("\n", 2)
+    return int(rc), err, int(rss)
+
+
+def test_a_hostile_tool_list_fails_the_build_at_its_caps_in_bounded_memory():
+    # A normal server's build, for the memory it takes.
+    _, _, base = peak_rss_kib("describe", "--servers", servers_file({"ok": misbehave()}))
+    cases = [
+        # 16 pages of 15 MiB descriptions (airlock held them all, 240 MiB and more).
+        ({"MISBEHAVE_PAGES": f"16:{15 << 20}"}, "more than 4 MiB over its pages"),
+        # Descriptions of 3 MiB: under the byte cap, over a description's.
+        ({"MISBEHAVE_PAGES": f"2:{3 << 20}"}, "the description of tool 't0' is 3145728 bytes, "
+                                              "more than 32 KiB"),
+        ({"MISBEHAVE_MANY": "5000"}, "more than 4096 tools"),
+        # 3.8 MB of "0," is 1.9 million JSON values: some 180 MB parsed.
+        ({"MISBEHAVE_ZEROS": str(1900000)}, "would take more than 64 MiB once parsed"),
+    ]
+    for env, want in cases:
+        f = servers_file({"hostile": misbehave(env=env)})
+        rc, err, rss = peak_rss_kib("describe", "--servers", f)
+        assert rc != 0 and "server 'hostile'" in err and want in err, (env, rc, err)
+        assert "airlock's cap of" in err, err
+        assert err.count("\n") == 1, err
+        # Bounded: the list's caps, not what the server sent (generous).
+        assert rss < 3 * base + 96 * 1024, (env, rss, base)
+
+
+def test_tools_named_as_the_stubs_own_names_are_renamed():
+    names = ("Literal,Any,TypedDict,Required,_call,_acall,locals,str,int,list,dict,__all__,"
+             "_index,ok,counter")
+    f = servers_file({"n": misbehave(env={"MISBEHAVE_TOOLS": names}),
+                      "_index": misbehave(env={"MISBEHAVE_TOOLS": "ok"})})
+    out = ok_stdout('''
+import servers
+from servers import n
+print(n.Literal_().split()[0], n.Any_().split()[0], n.TypedDict_().split()[0],
+      n.Required_().split()[0], n._call_().split()[0], n._acall_().split()[0],
+      n.locals_().split()[0], n.str_().split()[0], n.list_(ids=[1]).split()[0],
+      n.__all___().split()[0], n._index_().split()[0])
+print(n.ok(size=1).split()[0], n.counter())
+import asyncio
+print(asyncio.run(n.Literal__async()).split()[0])
+print(servers._index_.ok().split()[0], len(servers.search("ok")) >= 2)
+''', "--servers", f)
+    assert out.splitlines() == [
+        "Literal Any TypedDict Required _call _acall locals str list __all__ _index",
+        "ok count 1", "Literal", "ok True"], out
+
+
+def test_the_items_of_a_list_are_checked_before_the_call():
+    log = os.path.join(tmpdir(), "log")
+    f = servers_file({"n": misbehave(log, env={"MISBEHAVE_TOOLS": "ok", "MISBEHAVE_LOG": log})})
+    out = ok_stdout('''
+import servers
+from servers import n
+for ids in ([1, 2], [1, "two"], [1.5]):
+    try:
+        print(n.ok(ids=ids).split()[0])
+    except ValueError as e:
+        print("ValueError", e)
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0] == "ok", out
+    assert lines[1].startswith("ValueError tool 'n.ok': argument 'ids' item 1 must be an "
+                               "integer, got "), out
+    assert lines[2].startswith("ValueError tool 'n.ok': argument 'ids' item 0 must be an "
+                               "integer"), out
+    # Only the valid call reached the server.
+    with open(log) as g:
+        assert g.read().count("call ok ") == 1
+
+
+def test_search_finds_a_tool_by_its_own_name_first():
+    names = "git_changelog_analyze,git_log,git_log_graph,git_status,cron_parse,cron-next"
+    f = servers_file({"git": misbehave(env={"MISBEHAVE_TOOLS": names})})
+    out = ok_stdout('''
+import servers
+for q in ("git_log", "git log", "git.git_log", "cron_parse", "cron-next", ["git", "log"],
+          "changelog"):
+    print(repr(q), [r.split(":")[0] for r in servers.search(q)][:3])
+''', "--servers", f)
+    got = {}
+    for line in out.splitlines():
+        q, _, rest = line.partition(" [")
+        got[q] = eval("[" + rest)
+    assert got["'git_log'"][0] == "git.git_log", got
+    assert got["'git log'"][0] == "git.git_log", got
+    assert got["'git.git_log'"][0] == "git.git_log", got
+    assert got["['git', 'log']"][0] == "git.git_log", got
+    assert got["'cron_parse'"][0] == "git.cron_parse", got
+    assert got["'cron-next'"][0] == "git.cron_next", got
+    assert got["'changelog'"][0] == "git.git_changelog_analyze", got
+
+
 HOSTILE_SERVER = r'''
 import json, sys
 NASTY = ['"""', "'" * 3, "\\", '"', "\n", "\r", "\t", "\u2028", "é€😀", "{x}", "#", "):\n    import os",
@@ -876,6 +1026,22 @@ def test_the_description_names_the_servers_in_bounded_size():
     assert len(servers) == 20 and servers[0] == {
         "name": "server00-with-a-rather-long-name-for-the-test",
         "module": "server00_with_a_rather_long_name_for_the_test", "tools": 15}, servers
+
+
+def test_the_description_counts_one_tool_and_one_more_server_in_the_singular():
+    many = {f"server{i:02d}-with-a-name-long-enough-to-fill-the-paragraph-of-":
+            misbehave(allowTools=["ok"]) for i in range(14)}
+    p = airlock("describe", "--servers", servers_file(many))
+    assert p.returncode == 0, p.stderr
+    para = p.stdout[p.stdout.index("MCP servers:"):]
+    para = para[:para.index("\n\n")]
+    assert "server00_with_a_name_long_enough_to_fill_the_paragraph_of_ (1 tool)," in para, \
+        para
+    assert "(1 tools)" not in para, para
+    shown = para.count("(1 tool)")
+    assert shown < 14, para
+    more = 14 - shown
+    assert more == 1 and ", and 1 more server are" in para, para
 
 
 def test_session_cells_and_forks_share_the_servers():

@@ -23,6 +23,15 @@ connects there and waits for a line or the end of the connection before it
 reads anything: the test holds the server's start, and so the build of the
 sandbox that starts it, until it lets go.
 
+With $MISBEHAVE_TOOLS set (names separated by commas) it lists only tools of
+those names, each with an optional integer argument "size" and an optional
+list of integers "ids": "sized" answers with a text of "size" bytes, "counter"
+with how many times it was called in this process (its state), any other with
+"NAME PID". With $MISBEHAVE_PAGES set to "PAGES:BYTES" its tools/list has
+PAGES pages, each of one tool whose description is BYTES bytes long (a hostile
+list); with $MISBEHAVE_MANY set to N, one page of N tools; with
+$MISBEHAVE_ZEROS set to N, one tool whose schema holds N zeros.
+
 plus tools whose names are not Python identifiers (get-file, get_file,
 class, 2fa) and one with a parameter called "from". The file named by
 $MISBEHAVE_LOG gets one line per start ("start ID"), per call ("call NAME ID")
@@ -80,6 +89,38 @@ TOOLS = [
      "annotations": {"readOnlyHint": True}},
 ]
 
+if os.environ.get("MISBEHAVE_TOOLS"):
+    TOOLS = [{"name": n, "description": f"The tool {n}.",
+              "inputSchema": {"type": "object", "properties": {
+                  "size": {"type": "integer"},
+                  "ids": {"type": "array", "items": {"type": "integer"}}}},
+              "annotations": {"readOnlyHint": True}}
+             for n in os.environ["MISBEHAVE_TOOLS"].split(",")]
+PAGES = os.environ.get("MISBEHAVE_PAGES")
+MANY = int(os.environ.get("MISBEHAVE_MANY") or 0)
+ZEROS = int(os.environ.get("MISBEHAVE_ZEROS") or 0)
+COUNTER = [0]
+
+
+def big_page(mid, at):
+    """Sends page at of the hostile list: one tool with a description of
+    BYTES, written a piece at a time so that this process stays small (the
+    test measures airlock's memory, not this one's)."""
+    pages, size = (int(x) for x in PAGES.split(":"))
+    more = f', "nextCursor": "{at + 1}"' if at + 1 < pages else ""
+    out = sys.stdout
+    try:
+        out.write('{"jsonrpc": "2.0", "id": %d, "result": {"tools": [{"name": "t%d", '
+                  '"inputSchema": {"type": "object"}, "description": "' % (mid, at))
+        piece = "d" * 65536
+        for _ in range(size // len(piece)):
+            out.write(piece)
+        out.write("d" * (size % len(piece)) + '"}]%s}}\n' % more)
+        out.flush()
+    except BrokenPipeError:
+        os._exit(0)
+
+
 # A number of this start: the host's clock, as the PID is 1 each time.
 START = time.time_ns()
 log(f"start {START}")
@@ -108,9 +149,23 @@ for line in sys.stdin:
     elif method == "tools/list":
         # In pages of 4, so that every test of airlock lists them page by page.
         at = int((msg.get("params") or {}).get("cursor") or 0)
-        page = {"tools": TOOLS[at:at + 4]}
-        if at + 4 < len(TOOLS):
-            page["nextCursor"] = str(at + 4)
+        if PAGES:
+            big_page(mid, at)
+            continue
+        if ZEROS:
+            # One tool whose schema is an enum of ZEROS zeros: small as
+            # bytes, twenty times as large parsed.
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "result": {"tools": [{"name": "z", '
+                             '"inputSchema": {"type": "object", "properties": {"a": {"enum": '
+                             '[%s]}}}}]}}\n' % (mid, ",".join(["0"] * ZEROS)))
+            sys.stdout.flush()
+            continue
+        if MANY:
+            page = {"tools": [{"name": f"t{i}", "inputSchema": S} for i in range(MANY)]}
+        else:
+            page = {"tools": TOOLS[at:at + 4]}
+            if at + 4 < len(TOOLS):
+                page["nextCursor"] = str(at + 4)
         send({"jsonrpc": "2.0", "id": mid, "result": page})
     elif method == "tools/call":
         name, args = msg["params"]["name"], msg["params"].get("arguments", {})
@@ -147,6 +202,11 @@ for line in sys.stdin:
                   "result": text(json.dumps({"self": os.getpid(), "read": read}))})
         elif name == "env":
             send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(dict(os.environ)))})
+        elif name == "sized":
+            send({"jsonrpc": "2.0", "id": mid, "result": text("s" * args.get("size", 0))})
+        elif name == "counter":
+            COUNTER[0] += 1
+            send({"jsonrpc": "2.0", "id": mid, "result": text(f"count {COUNTER[0]}")})
         elif name == "copy":
             send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(args, sort_keys=True))})
         else:

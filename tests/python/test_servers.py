@@ -125,7 +125,9 @@ def test_an_approver_decides_the_calls_that_need_approval(tmp_path):
 
     with airlock.Sandbox(servers=servers, approve_server_call=approve) as sb:
         r = sb.run(code)
-        assert r.stdout.startswith("REFUSED") and "approval was refused" in r.stdout, r.stdout
+        assert r.stdout.startswith("REFUSED") and "the approver refused this call" in r.stdout, \
+            r.stdout
+        assert "nobody can approve" not in r.stdout, r.stdout
         r = sb.run(code)
         assert r.stdout == "RAN\n", (r.stdout, r.stderr)
     # create_entities says it is not destructive: only delete_entities was asked.

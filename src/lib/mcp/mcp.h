@@ -29,6 +29,19 @@
 #define MCP_DEFAULT_TIMEOUT 60.0
 #define MCP_DEFAULT_RESULT  (1u << 20)
 #define MCP_MAX_RESULT      (16u << 20)
+/* A result line past its call's cap is read and dropped, not held, so the
+ * server and its state stay; past this it is a flood, and the server is
+ * killed (mcp_client.c, read_some). */
+#define MCP_DISCARD_MAX (256u << 20)
+/* One server's tools/list, all its pages together: its bytes, what they
+ * cost parsed (JSONRPC_VALUE_COST a JSON value, plus the bytes), its
+ * tools, and one tool's description. A real server's list is some
+ * hundreds of KiB; a hostile one fails the build at the first page past
+ * a cap (mcp_client.c, mcp_upstream_start). */
+#define MCP_LIST_BYTES      (4u << 20)
+#define MCP_LIST_COST       (64u << 20)
+#define MCP_LIST_TOOLS      4096
+#define MCP_DESC_MAX        (32u << 10)
 #define MCP_DEFAULT_CALLS   1000
 #define MCP_START_TIMEOUT_S 30.0
 #define MCP_STDERR_RING     8192

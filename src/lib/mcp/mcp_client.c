@@ -85,12 +85,33 @@ struct mcp_upstream {
         /* The server said notifications/tools/list_changed since its tool
          * list was taken (the stubs were made): read without the lock. */
         _Atomic bool list_changed;
+        /* A line past the cap of every call waiting (a result over
+         * maxResultBytes), being read and dropped (read_some): only the
+         * reader touches it. */
+        struct line_skip {
+                bool on;
+                size_t len; /* its bytes so far */
+                /* Its top-level "id", found by a scan that keeps no byte:
+                 * depth, string and escape state, the key being read. */
+                int depth;
+                bool in_str, esc, expect_key, is_key, key_is_id, in_id, neg;
+                char key[4];
+                unsigned key_len, digits;
+                json_int_t id;
+                bool has_id;
+        } skip;
+        /* While the tool list is read (mcp_upstream_start, before any
+         * call): what parsing its pages may still cost (list_charge). */
+        bool listing;
+        uint64_t list_cost_left;
+        uint64_t list_values; /* the JSON values of the pages so far */
 };
 
 /* A call waiting for its reply. */
 typedef struct pending {
         json_int_t id;
         json_t *reply;   /* set by the reader */
+        size_t dropped;  /* or this: the size of its reply, read and dropped as too large */
         size_t max_line; /* the longest reply this call takes */
         struct pending *next;
 } pending;
@@ -360,6 +381,7 @@ static int spawn(mcp_upstream *u, airlock_error *err)
         u->in_fd = ch.in_fd;
         u->out_fd = ch.out_fd;
         u->err_fd = ch.err_fd;
+        u->skip = (struct line_skip){0};
         fcntl(u->out_fd, F_SETFL, O_NONBLOCK);
         fcntl(u->err_fd, F_SETFL, O_NONBLOCK);
         u->len = 0;
@@ -527,6 +549,29 @@ static json_t *cancel_notice(json_int_t id, int r)
         return params ? jsonrpc_notification("notifications/cancelled", params) : NULL;
 }
 
+/* Charges what parsing n bytes of a tools/list page would hold (its JSON
+ * values, counted by a pass that builds nothing, times JSONRPC_VALUE_COST,
+ * plus the bytes) against what the list may still take, before the page
+ * is parsed: a page of "[0,0,0,..." parses into twenty times its size.
+ * -EFBIG names the cap; 0 when no list is being read. */
+static int list_charge(mcp_upstream *u, const char *d, size_t n, airlock_error *err)
+{
+        if (!u->listing)
+                return 0;
+        uint64_t values = 0;
+        unsigned depth = 0;
+        jsonrpc_measure(d, n, &values, &depth);
+        uint64_t cost = values * JSONRPC_VALUE_COST + n;
+        u->list_values += values;
+        if (cost > u->list_cost_left)
+                return al_error(err, -EFBIG, NULL,
+                                "its tool list would take more than %u MiB once parsed (%llu JSON "
+                                "values so far), airlock's cap of one server's tool list",
+                                MCP_LIST_COST >> 20, (unsigned long long)u->list_values);
+        u->list_cost_left -= cost;
+        return 0;
+}
+
 /* Reads until the reply to request id: answers the server's own requests,
  * drops notifications and replies to other (cancelled) ids. A line longer
  * than max_line, or one that is not a JSON-RPC message, is -EPROTO. */
@@ -537,6 +582,9 @@ static int read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline, const m
                 char *nl = u->len ? memchr(u->buf, '\n', u->len) : NULL;
                 if (nl) {
                         size_t n = (size_t)(nl - u->buf);
+                        int rc = list_charge(u, u->buf, n, err);
+                        if (rc < 0)
+                                return rc;
                         json_error_t jerr;
                         json_t *msg = n ? json_loadb(u->buf, n, 0, &jerr) : NULL;
                         memmove(u->buf, nl + 1, u->len - n - 1);
@@ -742,6 +790,9 @@ static int http_post(mcp_upstream *u, const char *session, const char *proto, js
         size_t len = 0;
         if (!b64 || al_base64_decode(b64, strlen(b64), &body, &len) < 0)
                 return al_error(err, -EPROTO, NULL, "server '%s' sent no body", u->name);
+        r = list_charge(u, (const char *)body, len, err);
+        if (r < 0)
+                return r;
         return http_find_reply(u, json_string_value(json_object_get(hdrs, "content-type")), body,
                                len, id, ret, err);
 }
@@ -1141,8 +1192,18 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
         json_t *tools = r >= 0 ? json_array() : NULL;
         if (r >= 0 && !tools)
                 r = al_error(err, -ENOMEM, NULL, "out of memory");
-        /* Every page of tools/list, within the start's time. */
+        /* Every page of tools/list, within the start's time, and within
+         * the list's caps (docs/design.md, "Upstream MCP servers"): its
+         * bytes over all pages (each page's line may be no longer than
+         * what is left of them), what parsing them costs (list_charge,
+         * before each page is parsed), its tools, and each description,
+         * checked as each page comes, so that a hostile list fails the
+         * build at the first page past a cap. */
         _cleanup_json_ json_t *cursor = NULL;
+        size_t bytes_left = MCP_LIST_BYTES;
+        u->listing = true;
+        u->list_cost_left = MCP_LIST_COST;
+        u->list_values = 0;
         for (int page = 0; r >= 0; page++) {
                 if (page == LIST_PAGES_MAX) {
                         r = al_error(err, -E2BIG, NULL,
@@ -1155,12 +1216,23 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
                 _cleanup_json_ json_t *res = NULL;
                 airlock_error e;
                 airlock_error_clear(&e);
-                r = request(u, "tools/list", params, b.deadline_ns, &b, 16u << 20, &res, &e);
+                r = request(u, "tools/list", params, b.deadline_ns, &b, bytes_left, &res, &e);
+                if (r == -E2BIG) {
+                        r = al_error(err, r, NULL,
+                                     "server '%s': tools/list: its tool list is more than %u MiB "
+                                     "over its pages, airlock's cap of one server's tool list "
+                                     "(leave tools out in the server's own settings, or split it)",
+                                     u->name, MCP_LIST_BYTES >> 20);
+                        break;
+                }
                 if (r < 0) {
                         r = al_error(err, r, NULL, "server '%s': tools/list: %s", u->name,
                                      e.message);
                         break;
                 }
+                /* The page's bytes: its line and what came before it. */
+                size_t took = json_dumpb(res, NULL, 0, JSON_COMPACT);
+                bytes_left = took < bytes_left ? bytes_left - took : 0;
                 json_t *list = json_object_get(res, "tools");
                 if (!json_is_array(list)) {
                         r = al_error(err, -EPROTO, NULL,
@@ -1168,12 +1240,39 @@ int mcp_upstream_start(const mcp_spec *spec, const secret_store *secrets, mcp_up
                                      u->name);
                         break;
                 }
+                if (json_array_size(tools) + json_array_size(list) > MCP_LIST_TOOLS) {
+                        r = al_error(err, -E2BIG, NULL,
+                                     "server '%s': tools/list: more than %d tools, airlock's cap "
+                                     "of one server's tool list",
+                                     u->name, MCP_LIST_TOOLS);
+                        break;
+                }
+                size_t i;
+                json_t *t;
+                json_array_foreach (list, i, t) {
+                        const json_t *d = json_object_get(t, "description");
+                        if (json_string_length(d) <= MCP_DESC_MAX)
+                                continue;
+                        const char *name = json_string_value(json_object_get(t, "name"));
+                        _cleanup_free_ char *clean =
+                            al_utf8_sanitize(name ? name : "?", name ? strlen(name) : 1);
+                        r = al_error(err, -E2BIG, NULL,
+                                     "server '%s': tools/list: the description of tool '%.100s' "
+                                     "is %zu bytes, more than %u KiB, airlock's cap of a tool's "
+                                     "description",
+                                     u->name, clean ? clean : "?", json_string_length(d),
+                                     MCP_DESC_MAX >> 10);
+                        break;
+                }
+                if (r < 0)
+                        break;
                 json_array_extend(tools, list);
                 json_decref(cursor);
                 cursor = json_incref(json_object_get(res, "nextCursor"));
                 if (!json_is_string(cursor))
                         break;
         }
+        u->listing = false;
         if (r < 0) {
                 json_decref(tools);
                 mcp_upstream_stop(u);
@@ -1216,20 +1315,144 @@ static int take_lines(mcp_upstream *u, json_t *msgs, airlock_error *err)
         return 0;
 }
 
+/* Feeds n bytes of a line being dropped to the scan that finds its
+ * top-level "id" (an integer: airlock's requests have such ids), keeping
+ * none of them. Whatever the bytes are, the scan is bounded and ends in
+ * some state: a line that is not JSON finds no id, and is dropped all the
+ * same. */
+static void skip_scan(struct line_skip *k, const char *d, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                char c = d[i];
+                if (k->in_str) {
+                        if (k->esc)
+                                k->esc = false, k->key_len = 5; /* an escape: not "id" */
+                        else if (c == '\\')
+                                k->esc = true;
+                        else if (c == '"') {
+                                k->in_str = false;
+                                if (k->is_key)
+                                        k->key_is_id =
+                                            k->key_len == 2 && k->key[0] == 'i' && k->key[1] == 'd';
+                        } else if (k->is_key && k->key_len < sizeof(k->key))
+                                k->key[k->key_len++] = c;
+                        else
+                                k->key_len = 5;
+                        continue;
+                }
+                if (k->in_id) {
+                        if (c >= '0' && c <= '9' && k->digits < 18) {
+                                k->id = k->id * 10 + (c - '0');
+                                k->digits++;
+                                continue;
+                        }
+                        if (c == '-' && !k->digits && !k->neg) {
+                                k->neg = true;
+                                continue;
+                        }
+                        if ((c == ' ' || c == '\t' || c == '\r') && !k->digits)
+                                continue;
+                        k->in_id = false;
+                        if (k->digits &&
+                            (c == ',' || c == '}' || c == ' ' || c == '\t' || c == '\r')) {
+                                k->has_id = true;
+                                k->id = k->neg ? -k->id : k->id;
+                        }
+                }
+                switch (c) {
+                case '"':
+                        k->in_str = true;
+                        k->is_key = k->depth == 1 && k->expect_key;
+                        k->key_len = 0;
+                        k->expect_key = false;
+                        break;
+                case '{':
+                case '[':
+                        k->depth++;
+                        k->expect_key = k->depth == 1 && c == '{';
+                        break;
+                case '}':
+                case ']':
+                        k->depth--;
+                        break;
+                case ',':
+                        k->expect_key = k->depth == 1;
+                        break;
+                case ':':
+                        if (k->depth == 1 && k->key_is_id) {
+                                k->in_id = true;
+                                k->id = 0;
+                                k->digits = 0;
+                                k->neg = false;
+                        }
+                        k->key_is_id = false;
+                        break;
+                default:
+                        break;
+                }
+        }
+}
+
+/* What read_some read and dropped: a whole line longer than the cap of
+ * every call waiting, and the id it answers, when it has one. */
+typedef struct line_dropped {
+        bool done, has_id;
+        json_int_t id;
+        size_t len;
+} line_dropped;
+
+/* Drops what u->buf holds of the line being skipped, to its end if it is
+ * there: then *drop says so and the bytes after it stay. Past
+ * MCP_DISCARD_MAX the line is -E2BIG (the caller kills the server). */
+static int skip_more(mcp_upstream *u, line_dropped *drop, airlock_error *err)
+{
+        char *nl = u->len ? memchr(u->buf, '\n', u->len) : NULL;
+        size_t n = nl ? (size_t)(nl - u->buf) : u->len;
+        skip_scan(&u->skip, u->buf, n);
+        u->skip.len += n;
+        if (u->skip.len > MCP_DISCARD_MAX)
+                return al_error(err, -E2BIG, NULL,
+                                "server '%s' sent a message larger than %u MiB, the most airlock "
+                                "reads and drops",
+                                u->name, MCP_DISCARD_MAX >> 20);
+        if (!nl) {
+                u->len = 0;
+                return 0;
+        }
+        /* A final '}' that ended the object also ends a trailing id. */
+        skip_scan(&u->skip, ",", 1);
+        *drop = (line_dropped){.done = true,
+                               .has_id = u->skip.has_id && u->skip.depth <= 0,
+                               .id = u->skip.id,
+                               .len = u->skip.len};
+        memmove(u->buf, nl + 1, u->len - n - 1);
+        u->len -= n + 1;
+        u->skip = (struct line_skip){0};
+        return 0;
+}
+
 /* Reads what the server writes until until_ns, a cancel, or a message:
  * the messages go into msgs. The end of its output is -EPIPE (the caller
- * reaps it, under the lock), a line longer than max_line -E2BIG. Only the
- * reader calls it, without the lock. */
+ * reaps it, under the lock). A line longer than max_line (the largest cap
+ * of the calls waiting) is read on and dropped, never held, up to
+ * MCP_DISCARD_MAX: *drop then says which call it answered, so that that
+ * call fails naming its maxResultBytes while the server, and its state,
+ * stay; past that it is -E2BIG. Only the reader calls it, without the
+ * lock. */
 static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t max_line,
-                     json_t *msgs, airlock_error *err)
+                     json_t *msgs, line_dropped *drop, airlock_error *err)
 {
-        int r = take_lines(u, msgs, err);
+        *drop = (line_dropped){0};
+        int r = u->skip.on ? 0 : take_lines(u, msgs, err);
         if (r < 0 || json_array_size(msgs))
                 return r;
-        if (u->len > max_line)
-                return al_error(err, -E2BIG, NULL,
-                                "server '%s' sent a message larger than %zu bytes", u->name,
-                                max_line);
+        if (!u->skip.on && u->len > max_line)
+                u->skip = (struct line_skip){.on = true};
+        if (u->skip.on) {
+                r = skip_more(u, drop, err);
+                if (r < 0 || drop->done)
+                        return r;
+        }
         struct pollfd p[3] = {
             {u->out_fd, POLLIN, 0}, {u->err_fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
         int pr = poll(p, 3, ms_left(until_ns));
@@ -1242,10 +1465,13 @@ static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t m
         ssize_t n = read_more(u, err);
         if (n <= 0)
                 return (int)n;
+        if (u->skip.on)
+                return skip_more(u, drop, err);
         r = take_lines(u, msgs, err);
-        if (r >= 0 && !json_array_size(msgs) && u->len > max_line)
-                r = al_error(err, -E2BIG, NULL, "server '%s' sent a message larger than %zu bytes",
-                             u->name, max_line);
+        if (r >= 0 && !json_array_size(msgs) && u->len > max_line) {
+                u->skip = (struct line_skip){.on = true};
+                r = skip_more(u, drop, err);
+        }
         return r;
 }
 
@@ -1344,7 +1570,7 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
         }
         u->waiting = &me;
         for (;;) {
-                if (me.reply)
+                if (me.reply || me.dropped)
                         break;
                 if (u->gen != gen) {
                         r = al_error(err, u->fail_code ? u->fail_code : -EPIPE, NULL, "%s",
@@ -1373,10 +1599,15 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
                         _cleanup_json_ json_t *msgs = json_array();
                         airlock_error e;
                         airlock_error_clear(&e);
-                        int rr = msgs ? read_some(u, slice, b ? b->cancel_fd : -1, cap, msgs, &e)
-                                      : -ENOMEM;
+                        line_dropped drop;
+                        int rr =
+                            msgs ? read_some(u, slice, b ? b->cancel_fd : -1, cap, msgs, &drop, &e)
+                                 : -ENOMEM;
                         pthread_mutex_lock(&u->lock);
                         u->reading = false;
+                        for (pending *p = u->waiting; rr >= 0 && drop.has_id && p; p = p->next)
+                                if (p->id == drop.id && !p->reply)
+                                        p->dropped = drop.len;
                         if (rr < 0)
                                 fail_all(u, gen, rr, &e);
                         else
@@ -1399,6 +1630,14 @@ static int stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, const 
                 if (r >= 0 || r == -EREMOTEIO)
                         u->failures = 0;
                 return r;
+        }
+        if (me.dropped) {
+                u->failures = 0;
+                return al_error(err, -EMSGSIZE, NULL,
+                                "server '%s' sent a result of %zu bytes, more than the %zu of "
+                                "\"maxResultBytes\" (and 4 KiB for the message around it); "
+                                "airlock read and dropped it, and the server keeps running",
+                                u->name, me.dropped, max_line - 4096);
         }
         if ((r == -ETIMEDOUT || r == -ECANCELED) && u->gen == gen && u->in_fd >= 0) {
                 _cleanup_json_ json_t *c = cancel_notice(me.id, r);
@@ -1452,7 +1691,15 @@ static int http_call(mcp_upstream *u, json_t *params, uint64_t deadline, const m
                 free(sid);
         if (r >= 0)
                 r = reply_result(u, reply, ret, err);
-        if ((r == -EPROTO || r == -E2BIG || r == -ENOMEM || r == -EPIPE) && gen == u->gen)
+        /* A response over the cap was refused by the gateway, which read
+         * no more of it: the session is as sound as before, and stays. */
+        if (r == -E2BIG)
+                r = al_error(err, -EMSGSIZE, NULL,
+                             "server '%s' sent a response larger than the %zu of "
+                             "\"maxResultBytes\" (and 4 KiB for the message around it); "
+                             "airlock dropped it, and the session goes on",
+                             u->name, max_line - 4096);
+        if ((r == -EPROTO || r == -ENOMEM || r == -EPIPE) && gen == u->gen)
                 fail_process(u);
         else if (r >= 0 || r == -EREMOTEIO)
                 u->failures = 0;

@@ -77,11 +77,46 @@ static bool known_type(const json_t *t)
         return false;
 }
 
+/* The part of one value's schema that tools_validate checks, made safe for
+ * it: "type" when it is one tools_validate knows (a name or a list of
+ * names), "enum" when it is a non-empty array, and for an array "items"
+ * the same way (a list's items are checked before the call, as the host
+ * tools' validation checks them: value_check in host/tools.c), to
+ * TOOLS_MAX_SCHEMA_DEPTH levels. NULL when out of memory. */
+static json_t *value_schema(const json_t *p, int depth)
+{
+        json_t *q = json_object();
+        if (!q)
+                return NULL;
+        const json_t *t = json_object_get(p, "type");
+        bool ok = known_type(t);
+        if (json_is_array(t) && json_array_size(t)) {
+                ok = true;
+                size_t i;
+                const json_t *x;
+                json_array_foreach ((json_t *)t, i, x) {
+                        ok &= known_type(x);
+                }
+        }
+        if (ok)
+                json_object_set(q, "type", (json_t *)t);
+        const json_t *e = json_object_get(p, "enum");
+        if (json_is_array(e) && json_array_size(e))
+                json_object_set(q, "enum", (json_t *)e);
+        const json_t *items = json_object_get(p, "items");
+        if (json_is_object(items) && depth < TOOLS_MAX_SCHEMA_DEPTH) {
+                json_t *in = value_schema(items, depth + 1);
+                if (!in || json_object_set_new(q, "items", in) < 0) {
+                        json_decref(q);
+                        return NULL;
+                }
+        }
+        return q;
+}
+
 /* The part of a tool's inputSchema that tools_validate checks, made safe
- * for it: each property's "type" when it is one tools_validate knows (a
- * name or a list of names), its "enum" when it is a non-empty array;
- * "required" names; additionalProperties as given. The server checks the
- * rest itself. */
+ * for it: each property's value_schema, "required" names,
+ * additionalProperties as given. The server checks the rest itself. */
 static json_t *validation_schema(const json_t *in)
 {
         json_t *s = json_pack("{s:s, s:{}}", "type", "object", "properties");
@@ -91,24 +126,9 @@ static json_t *validation_schema(const json_t *in)
         const char *key;
         const json_t *p;
         json_object_foreach (json_object_get(in, "properties"), key, p) {
-                json_t *q = json_object();
+                json_t *q = value_schema(p, 0);
                 if (!q)
                         goto fail;
-                const json_t *t = json_object_get(p, "type");
-                bool ok = known_type(t);
-                if (json_is_array(t) && json_array_size(t)) {
-                        ok = true;
-                        size_t i;
-                        const json_t *x;
-                        json_array_foreach ((json_t *)t, i, x) {
-                                ok &= known_type(x);
-                        }
-                }
-                if (ok)
-                        json_object_set(q, "type", (json_t *)t);
-                const json_t *e = json_object_get(p, "enum");
-                if (json_is_array(e) && json_array_size(e))
-                        json_object_set(q, "enum", (json_t *)e);
                 json_object_set_new(props, key, q);
         }
         json_t *req = json_array();
@@ -605,15 +625,20 @@ static tool_fail hub_check(mcp_hub *h, const char *name, const json_t *args, mcp
         hub_server *s = &h->srv[t->server_index];
         if (t->needs_approval) {
                 _cleanup_free_ char *text = json_dumps(args, JSON_COMPACT);
+                /* Two cases, told apart: nobody can be asked here, or the
+                 * approver (a person at the terminal, a program's callback)
+                 * was asked and said no. */
                 if (!approver || !approver(approver_data, t->host_name, text ? text : "{}"))
                         return fail_typed(
                             ret_type, "ApprovalRequired", ret_message,
-                            "%s: tool '%s' of server '%s' needs approval (%s), and nobody can "
-                            "approve it here; to let it run without approval, set \"approval\": "
-                            "\"never\" for it in the servers file (\"tools\": {\"%s\": "
-                            "{\"approval\": \"never\"}}, or for the whole server)%s",
-                            t->host_name, t->name, s->name, t->approval_why, t->name,
-                            approver ? "; the approval was refused" : "");
+                            "%s: tool '%s' of server '%s' needs approval (%s), and %s; to let "
+                            "it run without approval, set \"approval\": \"never\" for it in the "
+                            "servers file (\"tools\": {\"%s\": {\"approval\": \"never\"}}, or "
+                            "for the whole server)",
+                            t->host_name, t->name, s->name, t->approval_why,
+                            approver ? "the approver refused this call"
+                                     : "nobody can approve it here",
+                            t->name);
         }
         size_t ti = (size_t)(t - h->tools);
         if (counts) {
@@ -660,6 +685,9 @@ static tool_fail hub_perform(mcp_hub *h, mcp_tool *t, const json_t *args, uint64
                 return fail_typed(ret_type, "UpstreamError", ret_message,
                                   "%s: server '%s' refused the call: %s%s", t->host_name, s->name,
                                   e.message, changed_note(s));
+        if (r == -EMSGSIZE) /* a result over maxResultBytes, dropped: the server stays */
+                return fail_typed(ret_type, "UpstreamError", ret_message, "%s: %s", t->host_name,
+                                  e.message);
         if (r < 0)
                 return fail_typed(ret_type, "UpstreamError", ret_message,
                                   "%s: %s; the next call starts the server afresh", t->host_name,

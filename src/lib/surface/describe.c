@@ -430,13 +430,15 @@ static int put_servers(dynbuf *out, const airlock_config *cfg, const mcp_hub *hu
                 const char *m = hub ? mcp_hub_server_module(hub, i) : cfg->servers.v[i].module;
                 if (b.len > 900)
                         break;
-                r = hub ? dynbuf_appendf(&b, "%s%s (%zu tools)", i ? ", " : "", m,
-                                         mcp_hub_server_tools(hub, i))
+                r = hub ? dynbuf_appendf(&b, "%s%s (%zu tool%s)", i ? ", " : "", m,
+                                         mcp_hub_server_tools(hub, i),
+                                         mcp_hub_server_tools(hub, i) == 1 ? "" : "s")
                         : dynbuf_appendf(&b, "%s%s", i ? ", " : "", m);
                 shown++;
         }
         if (r >= 0 && shown < n)
-                r = dynbuf_appendf(&b, ", and %zu more servers", n - shown);
+                r = dynbuf_appendf(&b, ", and %zu more server%s", n - shown,
+                                   n - shown == 1 ? "" : "s");
         if (r >= 0)
                 r = dynbuf_appendf(
                     &b,
