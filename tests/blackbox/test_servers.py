@@ -1056,3 +1056,31 @@ def test_session_cells_and_forks_share_the_servers():
 
 if __name__ == "__main__":
     run()
+
+
+def test_a_missing_argument_follows_python_through_a_stub_and_is_named_through_call_tool():
+    """A stub is a Python function: a call that lacks a required argument
+    or names one it does not take is TypeError before anything is sent, as
+    for any function; call_tool, which has no signature, gets the host's
+    check, ValueError naming the argument (design.md, "Arguments")."""
+    f = servers_file({"e": everything()})
+    out = ok_stdout('''
+from servers import e
+for call in (lambda: e.echo(), lambda: e.echo(message="x", nope=1), lambda: e.echo("x")):
+    try:
+        call()
+    except TypeError as x:
+        print("TypeError", x)
+try:
+    call_tool("e.echo")
+except ValueError as x:
+    print("ValueError", x)
+print(e.echo(message="hi"))
+''', "--servers", f)
+    lines = out.splitlines()
+    assert lines[0].startswith("TypeError echo() missing 1 required keyword-only argument: "
+                               "'message'"), out
+    assert lines[1].startswith("TypeError echo() got an unexpected keyword argument 'nope'"), out
+    assert lines[2].startswith("TypeError echo() takes 0 positional arguments"), out
+    assert lines[3].startswith("ValueError ") and "'message'" in lines[3], out
+    assert "hi" in lines[4], out
