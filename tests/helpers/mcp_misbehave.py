@@ -12,6 +12,13 @@ can fail airlock:
 
   leak      has the value of $TOKEN in its description
 
+With $MISBEHAVE_EXTRA set it lists three more (the bounds of code mode's
+calls in flight, tests/blackbox/test_servers.py):
+
+  big       answers with about 1 MiB of small JSON values (half a million 0s)
+  note      records its argument s (and logs "note S")
+  seen      answers whether note was called with s
+
 With $MISBEHAVE_FAIL_START set it writes $TOKEN to stderr and exits at once.
 With $MISBEHAVE_GATE set (the path of a Unix socket a test listens on), it
 connects there and waits for a line or the end of the connection before it
@@ -75,6 +82,19 @@ TOOLS = [
      "annotations": {"readOnlyHint": True}},
 ]
 
+if os.environ.get("MISBEHAVE_EXTRA"):
+    S1 = {"type": "object", "properties": {"s": {"type": "string"}}}
+    TOOLS += [
+        {"name": "big", "description": "About 1 MiB of small values.", "inputSchema": S,
+         "annotations": {"readOnlyHint": True}},
+        {"name": "note", "description": "Records s.", "inputSchema": S1,
+         "annotations": {"readOnlyHint": True}},
+        {"name": "seen", "description": "Whether s was noted.", "inputSchema": S1,
+         "annotations": {"readOnlyHint": True}},
+    ]
+NOTES = set()
+BIG = None
+
 log(f"start {os.getpid()}")
 if os.environ.get("MISBEHAVE_FAIL_START"):
     sys.stderr.write(f"cannot start: my token is {os.environ.get('TOKEN')}\n")
@@ -125,6 +145,19 @@ for line in sys.stdin:
             send({"jsonrpc": "2.0", "id": mid, "result": text("it did not work", True)})
         elif name == "env":
             send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(dict(os.environ)))})
+        elif name == "big":
+            if BIG is None:
+                BIG = json.dumps({"jsonrpc": "2.0", "id": 0, "result": {
+                    "content": [{"type": "text", "text": "big"}],
+                    "structuredContent": {"v": [0] * 500000}}}, separators=(",", ":"))
+            sys.stdout.write(BIG.replace('"id":0', '"id":%d' % mid, 1) + "\n")
+            sys.stdout.flush()
+        elif name == "note":
+            NOTES.add(args.get("s"))
+            log(f"note {args.get('s')}")
+            send({"jsonrpc": "2.0", "id": mid, "result": text("noted")})
+        elif name == "seen":
+            send({"jsonrpc": "2.0", "id": mid, "result": text(str(args.get("s") in NOTES))})
         elif name == "copy":
             send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(args, sort_keys=True))})
         else:
