@@ -8,11 +8,12 @@ in the middle of a call, no answer, an answer that is not JSON-RPC, a flood.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 
-from harness import AIRLOCK, Mcp, airlock, mcp, run, tmpdir
+from harness import AIRLOCK, Mcp, airlock, mcp, mcp_result_json, run, tmpdir
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NODE_MODULES = os.path.join(ROOT, "tests", "mcp", "node_modules")
@@ -1052,6 +1053,213 @@ def test_session_cells_and_forks_share_the_servers():
     assert p.returncode == 0, p.stderr
     pids = [line for line in p.stdout.split() if line.isdigit()]
     assert len(pids) == 2 and pids[0] == pids[1], p.stdout
+
+
+# ---- the host-side bounds of calls in flight (servers._start/_wait) ----
+
+def extra(log=None):
+    """mcp_misbehave.py with its big, note and seen tools, as server "b"."""
+    srv = misbehave(log)
+    srv["env"]["MISBEHAVE_EXTRA"] = "1"
+    return servers_file({"b": srv})
+
+
+def host_memory(pid):
+    """The peak and current resident memory of a process, in MiB."""
+    d = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            if k in ("VmHWM", "VmRSS"):
+                d[k] = int(v.split()[0]) // 1024
+    return d
+
+
+START_BIG_AND_LEAVE = r'''
+import time
+from airlock import call_tool
+got = []
+for i in range(4):
+    r = call_tool("servers._start", calls=[["b.big", {}]] * 64)
+    got.append(sum("ticket" in x for x in r))
+    if i == 1:
+        print([x["error"] for x in r if "ticket" not in x][0])
+    time.sleep(1)
+print(got)
+'''
+
+
+def test_results_nobody_collects_are_bounded_and_dropped_at_the_runs_end():
+    # The issue's attack: a run starts 64 calls of ~1 MiB results four
+    # times and never collects them. A started call holds its run's slot
+    # until collected, so the second batch is refused naming the cap; what
+    # is held is the raw bytes (not the parsed tree, ~10 times more), and
+    # it is dropped when the run ends, so that the next run starts its 64
+    # at once. Before, airlock mcp held 700 MiB after one such run and
+    # 1.6 GiB after two (limit 512 MiB); now about 200 MiB at the peak.
+    f = extra()
+    m = Mcp("--servers", f, "--memory", "512")
+    try:
+        for _ in range(2):
+            res = m.run(START_BIG_AND_LEAVE)
+            assert res["status"] == "ok", res
+            lines = res["stdout"].splitlines()
+            assert "the most one run may have (64)" in lines[0], lines
+            assert lines[1] == "[64, 0, 0, 0]", lines
+        peak = host_memory(m.p.pid)["VmHWM"]
+        # 64 raw results are 64 MiB; the rest is the server's own and the
+        # transient parse of the result being read. Half of --memory is
+        # the run's host budget: the peak stays well under --memory.
+        assert peak < 400, (peak, "MiB: airlock mcp held more than the run's budget allows")
+    finally:
+        m.p.kill()
+        m.p.wait()
+
+
+def test_uncollected_results_count_against_the_runs_host_budget():
+    # --memory 64: the run's host budget is its floor, 32 MiB. Results of
+    # ~1 MiB that would take the uncollected ones past it are dropped, the
+    # outcome naming the budget; the rest are collected whole.
+    code = r'''
+import time
+from airlock import call_tool
+r = call_tool("servers._start", calls=[["b.big", {}]] * 48)
+tickets = [x["ticket"] for x in r if "ticket" in x]
+outs = {}
+while len(outs) < len(tickets):
+    w = call_tool("servers._wait", tickets=[t for t in tickets if t not in outs], slice_ms=0)
+    for d in w["done"]:
+        o = d["outcome"]
+        # Only the size of each result is kept: 64 MiB is little room.
+        outs[d["ticket"]] = (len(o["result"]["structuredContent"]["v"]) if o["ok"]
+                             else o["error"])
+    del w
+ok = [o for o in outs.values() if isinstance(o, int)]
+bad = [o for o in outs.values() if isinstance(o, str)]
+print(len(tickets), len(ok), len(bad))
+print(all(o == 500000 for o in ok))
+print(bad[0] if bad else "")
+'''
+    f = extra()
+    with mcp("--servers", f, "--memory", "64") as m:
+        res = m.run(code)
+    assert res["status"] == "ok", res
+    lines = res["stdout"].splitlines()
+    n, ok, bad = map(int, lines[0].split())
+    assert n == 48 and ok + bad == 48 and 16 <= ok < 48, lines
+    assert lines[1] == "True", lines
+    assert "host budget of 33554432 bytes (half of --memory, at least 32 MiB)" in lines[2], lines
+
+
+def test_one_run_holding_its_calls_leaves_room_for_another():
+    # Run A starts as many calls as it may and keeps their outcomes
+    # uncollected while run B, concurrent in the same sandbox, starts and
+    # collects one. Before, A's done calls left the slots (only running
+    # ones counted), so A filled all 256 and B failed with UpstreamError.
+    log = os.path.join(tmpdir(), "log")
+    f = extra(log)
+    a = r'''
+import time
+from airlock import call_tool
+got = [sum("ticket" in x for x in call_tool("servers._start", calls=[["b.ok", {}]] * 64))
+       for _ in range(5)]
+time.sleep(1)
+got += [sum("ticket" in x for x in call_tool("servers._start", calls=[["b.ok", {}]] * 64))
+        for _ in range(3)]
+from servers import b
+b.note(s="a-ready")
+for _ in range(1200):
+    if b.seen(s="b-done") == "True":
+        break
+    time.sleep(0.1)
+print(got)
+'''
+    bcode = r'''
+from airlock import call_tool
+r = call_tool("servers._start", calls=[["b.ok", {}]] * 4)
+print(["ticket" in x for x in r], [x.get("error") for x in r if "ticket" not in x][:1])
+w = call_tool("servers._wait", tickets=[x["ticket"] for x in r if "ticket" in x], slice_ms=0)
+print([d["outcome"]["ok"] for d in w["done"]])
+from servers import b
+b.note(s="b-done")
+'''
+    with mcp("--servers", f) as m:
+        ia = m.start_call(a)
+        for _ in range(1200):
+            if os.path.exists(log) and "note a-ready" in open(log).read():
+                break
+            time.sleep(0.1)
+        rb = m.run(bcode)
+        ra = mcp_result_json(m.result(ia))
+    assert rb["status"] == "ok", rb
+    assert rb["stdout"].splitlines()[:2] == ["[True, True, True, True] []",
+                                             "[True, True, True, True]"], rb["stdout"]
+    assert ra["status"] == "ok", ra
+    assert ra["stdout"].strip() == "[64, 0, 0, 0, 0, 0, 0, 0]", ra["stdout"]
+
+
+def test_a_request_frame_is_charged_its_parse_cost():
+    # A frame of 8 million small values (24 MB, under the 24 MiB frame
+    # cap) would parse into about a gigabyte on the host: it is refused
+    # unparsed, naming the run's host budget, and the run goes on. Before,
+    # it was parsed (airlock's RSS went from 12 to 494 MB).
+    code = r'''
+from airlock import call_tool
+try:
+    call_tool("b.note", s="x", a=[0] * 8000000)
+except ValueError as e:
+    print(str(e))
+from servers import b
+print(b.note(s="after"))
+'''
+    f = extra()
+    m = Mcp("--servers", f, "--memory", "512")
+    try:
+        res = m.run(code)
+        peak = host_memory(m.p.pid)["VmHWM"]
+    finally:
+        m.p.kill()
+        m.p.wait()
+    assert res["status"] == "ok", res
+    lines = res["stdout"].splitlines()
+    assert "too large once parsed" in lines[0], lines
+    assert re.search(r"with 8000\d{3} JSON values", lines[0]), lines
+    assert "host budget of 268435456 bytes (half of --memory, at least 32 MiB)" in lines[0], lines
+    assert lines[1] == "noted", lines
+    assert peak < 200, (peak, "MiB: the frame was parsed after all")
+
+
+def test_a_ticket_is_bound_to_its_run():
+    # Two execute_code calls one after the other, on the same worker: the
+    # second cannot collect the first's call. Before, the owner was the
+    # address of the run's counters on the worker's stack, the same for
+    # both.
+    first = r'''
+from airlock import call_tool
+r = call_tool("servers._start", calls=[["b.ok", {}]])
+print(r[0]["ticket"])
+'''
+    second = r'''
+from airlock import call_tool
+import servers
+w = call_tool("servers._wait", tickets=[TICKET], slice_ms=0)
+print(w["done"][0]["outcome"])
+try:
+    servers._outcome(w["done"][0]["outcome"], "b.ok", False)
+except ValueError as e:
+    print("ValueError", e)
+'''
+    f = extra()
+    with mcp("--servers", f) as m:
+        m.run("print(1)")  # the sandbox built: the runs below take one path
+        ticket = int(m.run(first)["stdout"])
+        # The calls are handed among airlock mcp's workers: several runs
+        # after it, so that some run on the first one's worker.
+        outs = [m.run(second.replace("TICKET", str(ticket))) for _ in range(4)]
+    for res in outs:
+        lines = res["stdout"].splitlines()
+        assert "'ok': False" in lines[0] and "no such call of this run" in lines[0], res
+        assert lines[1] == "ValueError servers: no such call of this run", res
 
 
 if __name__ == "__main__":

@@ -14,6 +14,13 @@ can fail airlock:
 
   leak      has the value of $TOKEN in its description
 
+With $MISBEHAVE_EXTRA set it lists three more (the bounds of code mode's
+calls in flight, tests/blackbox/test_servers.py):
+
+  big       answers with about 1 MiB of small JSON values (half a million 0s)
+  note      records its argument s (and logs "note S")
+  seen      answers whether note was called with s
+
 With $MISBEHAVE_FAIL_START set it writes $TOKEN to stderr and exits at once.
 With $MISBEHAVE_PEEK set, "env" answers instead with what a hostile server
 learns of its siblings: {"self": PID, "read": [[PID, SHA-256 of its $TOKEN or
@@ -121,6 +128,19 @@ def big_page(mid, at):
         os._exit(0)
 
 
+if os.environ.get("MISBEHAVE_EXTRA"):
+    S1 = {"type": "object", "properties": {"s": {"type": "string"}}}
+    TOOLS += [
+        {"name": "big", "description": "About 1 MiB of small values.", "inputSchema": S,
+         "annotations": {"readOnlyHint": True}},
+        {"name": "note", "description": "Records s.", "inputSchema": S1,
+         "annotations": {"readOnlyHint": True}},
+        {"name": "seen", "description": "Whether s was noted.", "inputSchema": S1,
+         "annotations": {"readOnlyHint": True}},
+    ]
+NOTES = set()
+BIG = None
+
 # A number of this start: the host's clock, as the PID is 1 each time.
 START = time.time_ns()
 log(f"start {START}")
@@ -207,6 +227,19 @@ for line in sys.stdin:
         elif name == "counter":
             COUNTER[0] += 1
             send({"jsonrpc": "2.0", "id": mid, "result": text(f"count {COUNTER[0]}")})
+        elif name == "big":
+            if BIG is None:
+                BIG = json.dumps({"jsonrpc": "2.0", "id": 0, "result": {
+                    "content": [{"type": "text", "text": "big"}],
+                    "structuredContent": {"v": [0] * 500000}}}, separators=(",", ":"))
+            sys.stdout.write(BIG.replace('"id":0', '"id":%d' % mid, 1) + "\n")
+            sys.stdout.flush()
+        elif name == "note":
+            NOTES.add(args.get("s"))
+            log(f"note {args.get('s')}")
+            send({"jsonrpc": "2.0", "id": mid, "result": text("noted")})
+        elif name == "seen":
+            send({"jsonrpc": "2.0", "id": mid, "result": text(str(args.get("s") in NOTES))})
         elif name == "copy":
             send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(args, sort_keys=True))})
         else:

@@ -106,7 +106,9 @@ int channel_reader_feed(frame_reader *r, int fd, json_t **ret)
                         r->got += (size_t)n;
                 }
                 json_t *j = NULL;
-                int k = channel_frame_parse(r->body, r->need, &j);
+                int k = r->admit ? r->admit(r->admit_arg, r->body, r->need) : 0;
+                if (k >= 0)
+                        k = channel_frame_parse(r->body, r->need, &j);
                 free(r->body);
                 r->body = NULL;
                 r->hdr_got = 0;

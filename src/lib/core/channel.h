@@ -23,6 +23,12 @@ typedef struct frame_reader {
         size_t need;
         size_t got;
         size_t max;
+        /* Optional: asked with each complete body before it is parsed; a
+         * negative answer refuses the frame unparsed (the body is dropped,
+         * the stream stays in step), which the feed returns. The host sets
+         * it to charge the parse against the run's budget (run.c). */
+        int (*admit)(void *arg, const char *body, size_t len);
+        void *admit_arg;
 } frame_reader;
 
 void channel_reader_init(frame_reader *r, size_t max);
@@ -31,7 +37,9 @@ void channel_reader_free(frame_reader *r);
 /* Reads what is available from fd. Returns 1 and a parsed JSON object in
  * *ret when a frame is complete, 0 when more bytes are needed (EAGAIN),
  * -EPIPE at end of stream (-EPROTO if it ends inside a frame), -EMSGSIZE for
- * a frame over the cap, -EBADMSG for a body that is not a JSON object. */
+ * a frame over the cap, -EBADMSG for a body that is not a JSON object, or
+ * what admit returned (< 0) for a frame it refused, after which the next
+ * frame can be read. */
 int channel_reader_feed(frame_reader *r, int fd, json_t **ret);
 
 /* How a side waits for its peer's next frame (the guest for a reply, the

@@ -50,12 +50,32 @@
  * threads): MCP_OP_START starts calls on host threads and answers at once
  * with their tickets, MCP_OP_WAIT collects their outcomes (mcp_hub.c).
  * "servers" is never a server's module name, so these never clash. */
-#define MCP_OP_START      "servers._start"
-#define MCP_OP_WAIT       "servers._wait"
-#define MCP_MAX_JOBS      256                      /* calls in flight of all runs of a hub */
-#define MCP_MAX_RUN_JOBS  64                       /* of one run */
-#define MCP_JOB_KEEP_NS   (120ull * 1000000000ull) /* an outcome nobody collects, kept */
-#define MCP_WAIT_BYTES    (16u << 20)              /* the results of one wait's reply */
+#define MCP_OP_START "servers._start"
+#define MCP_OP_WAIT  "servers._wait"
+/* A started call holds a slot from its _start until its outcome is
+ * collected or its run ends, running or done. */
+#define MCP_MAX_JOBS     256 /* calls started and not collected, of all runs of a hub */
+#define MCP_MAX_RUN_JOBS 64  /* of one run */
+/* Fairness: a run that holds MCP_RUN_JOBS_FAIR slots or more takes
+ * another only while more than MCP_JOBS_RESERVE stay free, so that a few
+ * greedy runs leave room for every other run's first calls, and the
+ * sandbox's cap is reached only by many runs together. */
+#define MCP_RUN_JOBS_FAIR 8
+#define MCP_JOBS_RESERVE  64
+#define MCP_WAIT_BYTES    (16u << 20) /* the results of one wait's reply */
+/* The host-side budget of one run: the bytes the host may hold for it at
+ * once, beyond its fixed state: the raw results of its calls not yet
+ * collected (mcp_hub.c) and the parse of the request frame being served
+ * (run.c, at JSONRPC_VALUE_COST a JSON value). Half the run's memory limit
+ * (--memory), so that what a run makes the host hold grows with what the
+ * operator lets it use, at least MCP_RUN_BUDGET_MIN, which holds the
+ * largest frame (CHANNEL_MAX_FRAME) of one string, an HTTP body. */
+#define MCP_RUN_BUDGET_MIN  (32ull << 20)
+#define MCP_RUN_BUDGET_TEXT "half of --memory, at least 32 MiB"
+static inline uint64_t mcp_run_budget(uint64_t memory_bytes)
+{
+        return memory_bytes / 2 > MCP_RUN_BUDGET_MIN ? memory_bytes / 2 : MCP_RUN_BUDGET_MIN;
+}
 #define MCP_PROTOCOL_NEXT "2026-07-28"
 
 /* ---- the servers files (mcp_config.c) ---- */
@@ -167,11 +187,24 @@ int mcp_hub_start(const mcp_specs *specs, const secret_store *secrets, mcp_hub *
 void mcp_hub_free(mcp_hub *h);
 /* True when name is a tool of the hub ("module.ident"). */
 bool mcp_hub_owns(const mcp_hub *h, const char *name);
-/* The per-run call counters a run keeps: one per server and one per tool. */
+/* The per-run call counters a run keeps: one per server and one per tool;
+ * and the run's identity in the hub, to which its tickets are bound. */
 typedef struct mcp_run_counts {
         uint32_t server[MCP_MAX_SERVERS];
-        uint32_t *tool; /* MCP_MAX_TOOLS, allocated by the run when first needed */
+        uint32_t *tool;  /* MCP_MAX_TOOLS, allocated by the run when first needed */
+        uint64_t run_id; /* given by the hub at the run's first call; 0 before */
+        /* The bytes the host may hold for the run at once (the outcomes of
+         * its calls not yet collected, a request being parsed): set by the
+         * run from its memory limit (mcp_run_budget, in run.c's run_init). */
+        uint64_t budget;
 } mcp_run_counts;
+/* The run has ended: its calls still running are cancelled upstream, and
+ * its outcomes nobody collected are dropped now; its tickets name nothing
+ * any more. Safe to call for a run that made no call. */
+void mcp_hub_run_end(mcp_hub *h, mcp_run_counts *counts);
+/* The bytes the hub holds now for the run: the raw results of its calls
+ * that are done and not collected. */
+uint64_t mcp_hub_run_held(mcp_hub *h, const mcp_run_counts *counts);
 /* Forwards a guest's call of name with args: validation, the allow list,
  * approval, the per-run caps, the call, and the result made what the
  * stubs expect. On failure *ret_message (and *ret_type, the name of the

@@ -4,6 +4,7 @@
  * sandbox closes. */
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "fsx/fsx.h"
+#include "jsonrpc.h"
 #include "mcp/mcp.h"
 
 #define TOOL_NAME_UP_MAX 128  /* an upstream tool's name */
@@ -23,23 +25,28 @@
 
 /* A call started by MCP_OP_START: it runs upstream on a thread of its own
  * while the run goes on, and its outcome waits for MCP_OP_WAIT of the
- * same run (owner: the run's counters, which only that run has). The
- * ticket is random, so that no run can name another's job even where a
- * later run's counters sit at the same address. */
+ * same run. It belongs to its run by the run's identity (run_id, given by
+ * the hub and never reused), not by an address a later run may reuse; its
+ * ticket is random besides, so that no run can guess another's. A job
+ * whose run has ended has run_id 0: its thread drops what it brings back.
+ * The result is kept as the bytes of its JSON, parsed only when collected:
+ * parsed, small values cost jansson some 10 times their text. */
 typedef struct hub_job {
         bool used, done;
         uint64_t ticket;
-        const void *owner;
+        uint64_t run_id;
+        uint64_t budget; /* the run's host budget (mcp_run_counts.budget) */
         mcp_tool *tool;
         json_t *args;
         uint64_t deadline_ns;
-        int efd;       /* an eventfd: the hub's close, or a wait that saw the run end */
+        int efd;       /* an eventfd: the hub's close, the run's end, or a wait that saw it end */
         int run_fd;    /* a copy of the run's cancel_fd, or -1 */
         int cancel_fd; /* what the call watches: an epoll fd of both */
         tool_fail f;
-        json_t *result;
+        char *raw; /* the result, compact JSON, once done and ok */
+        size_t raw_len;
+        uint64_t parse_cost; /* what parsing raw will hold (JSONRPC_VALUE_COST a value) */
         char *message, *type;
-        uint64_t done_at;
         struct mcp_hub *hub;
 } hub_job;
 
@@ -63,6 +70,7 @@ struct mcp_hub {
         bool jinit;
         unsigned jrunning;
         hub_job *jobs;
+        uint64_t next_run_id;
         uint64_t gen_ns; /* the stubs' making: naming the tools, writing the files */
 };
 
@@ -730,7 +738,7 @@ static tool_fail hub_perform(mcp_hub *h, mcp_tool *t, const json_t *args, uint64
 static void job_clear(hub_job *j)
 {
         json_decref(j->args);
-        json_decref(j->result);
+        free(j->raw);
         free(j->message);
         free(j->type);
         close_fd(&j->cancel_fd);
@@ -739,6 +747,38 @@ static void job_clear(hub_job *j)
         *j = (hub_job){.cancel_fd = -1, .efd = -1, .run_fd = -1};
 }
 
+/* What the hub holds (under jlock): *ret_used, the slots of all runs;
+ * *ret_mine, those of run id, running or done and not collected; and
+ * *ret_held, the bytes of run id's results that wait to be collected. */
+static void run_holds(const mcp_hub *h, uint64_t id, size_t *ret_used, size_t *ret_mine,
+                      uint64_t *ret_held)
+{
+        size_t used = 0, mine = 0;
+        uint64_t held = 0;
+        for (size_t k = 0; k < MCP_MAX_JOBS; k++) {
+                const hub_job *j = &h->jobs[k];
+                if (!j->used)
+                        continue;
+                used++;
+                if (id && j->run_id == id) {
+                        mine++;
+                        held += j->raw_len;
+                }
+        }
+        if (ret_used)
+                *ret_used = used;
+        if (ret_mine)
+                *ret_mine = mine;
+        if (ret_held)
+                *ret_held = held;
+}
+
+/* The call of a job, on its own thread. The result becomes the bytes of
+ * its JSON at once (the tree, some 10 times bigger for small values, is
+ * freed here), and is kept only within the run's host budget: a result
+ * that would take the run's uncollected results past it is dropped, and
+ * the outcome says so. A job whose run ended meanwhile (run_id 0) is
+ * dropped whole: nobody will collect it. */
 static void *job_main(void *arg)
 {
         hub_job *j = arg;
@@ -747,14 +787,50 @@ static void *job_main(void *arg)
         char *message = NULL, *type = NULL;
         tool_fail f = hub_perform(h, j->tool, j->args, j->deadline_ns, j->cancel_fd, &result,
                                   &message, &type);
+        char *raw = NULL;
+        size_t len = 0;
+        uint64_t cost = 0;
+        if (f == TOOL_OK) {
+                raw = json_dumps(result ? result : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+                json_decref(result);
+                if (!raw) {
+                        f = fail_typed(&type, "UpstreamError", &message, "%s: out of memory",
+                                       j->tool->host_name);
+                } else {
+                        uint64_t values = 0;
+                        unsigned depth = 0;
+                        len = strlen(raw);
+                        jsonrpc_measure(raw, len, &values, &depth);
+                        cost = values * JSONRPC_VALUE_COST + len;
+                }
+        }
         pthread_mutex_lock(&h->jlock);
+        if (raw && j->run_id) {
+                uint64_t held = 0;
+                run_holds(h, j->run_id, NULL, NULL, &held);
+                if (held + len > j->budget) {
+                        free(raw);
+                        raw = NULL;
+                        f = fail_typed(&type, "UpstreamError", &message,
+                                       "%s: the result (%zu bytes) was dropped: with it, the "
+                                       "results of this run's calls not yet collected would "
+                                       "hold more than the run's host budget of %" PRIu64
+                                       " bytes (%s); await the calls started before starting "
+                                       "more",
+                                       j->tool->host_name, len, j->budget, MCP_RUN_BUDGET_TEXT);
+                        len = 0;
+                }
+        }
         j->f = f;
-        j->result = result;
+        j->raw = raw;
+        j->raw_len = len;
+        j->parse_cost = cost;
         j->message = message;
         j->type = type;
         j->done = true;
-        j->done_at = al_now_ns();
         h->jrunning--;
+        if (!j->run_id)
+                job_clear(j);
         pthread_cond_broadcast(&h->jcv);
         pthread_mutex_unlock(&h->jlock);
         return NULL;
@@ -786,6 +862,43 @@ static void jobs_stop(mcp_hub *h)
         pthread_cond_destroy(&h->jcv);
 }
 
+/* Contract: called when a run ends, whatever the way (run.c's run_free),
+ * before its counters go. Every job of the run is let go at once: one
+ * running is cancelled upstream and marked as no run's (its thread drops
+ * its outcome when the call returns, which the cancel makes soon), and one
+ * done has its outcome dropped now. So a run's uncollected results never
+ * outlive it, and no later run (which gets a new run_id) can name them. */
+void mcp_hub_run_end(mcp_hub *h, mcp_run_counts *counts)
+{
+        if (!h || !counts || !counts->run_id || !h->jinit)
+                return;
+        pthread_mutex_lock(&h->jlock);
+        for (size_t k = 0; k < MCP_MAX_JOBS; k++) {
+                hub_job *j = &h->jobs[k];
+                if (!j->used || j->run_id != counts->run_id)
+                        continue;
+                if (j->done) {
+                        job_clear(j);
+                } else {
+                        job_cancel(j);
+                        j->run_id = 0;
+                }
+        }
+        pthread_mutex_unlock(&h->jlock);
+        counts->run_id = 0;
+}
+
+uint64_t mcp_hub_run_held(mcp_hub *h, const mcp_run_counts *counts)
+{
+        if (!h || !counts || !counts->run_id || !h->jinit)
+                return 0;
+        uint64_t held = 0;
+        pthread_mutex_lock(&h->jlock);
+        run_holds(h, counts->run_id, NULL, NULL, &held);
+        pthread_mutex_unlock(&h->jlock);
+        return held;
+}
+
 /* An outcome as the stubs read it: {"ok": true, "result"} or {"ok": false,
  * "error", "type", "invalid"}. */
 static json_t *outcome(tool_fail f, json_t *result, const char *message, const char *type)
@@ -800,26 +913,54 @@ static json_t *outcome(tool_fail f, json_t *result, const char *message, const c
         return o;
 }
 
-/* A free slot, after dropping the outcomes that nobody collected within
- * MCP_JOB_KEEP_NS (their run has ended). Under jlock. */
+/* A free slot, or NULL. Under jlock. */
 static hub_job *job_slot(mcp_hub *h)
 {
-        uint64_t now = al_now_ns();
-        hub_job *free_slot = NULL;
-        for (size_t i = 0; i < MCP_MAX_JOBS; i++) {
-                hub_job *j = &h->jobs[i];
-                if (j->used && j->done && now - j->done_at > MCP_JOB_KEEP_NS)
-                        job_clear(j);
-                if (!j->used && !free_slot)
-                        free_slot = j;
-        }
-        return free_slot;
+        for (size_t i = 0; i < MCP_MAX_JOBS; i++)
+                if (!h->jobs[i].used)
+                        return &h->jobs[i];
+        return NULL;
 }
 
-/* MCP_OP_START {"calls": [[TOOL, ARGS], ...]}: each call checked as a call
- * of its own (so approval is asked here, on the run's thread), then started
- * on a thread; the reply lists, in order, {"ticket": N} or the outcome of a
- * call that could not start. */
+/* Why run id may not take another slot now, or NULL (under jlock). A slot
+ * is held from the call's start until its outcome is collected or the run
+ * ends: a run cannot keep slots by leaving its outcomes uncollected. */
+static const char *no_slot_why(mcp_hub *h, const mcp_run_counts *counts, char *buf, size_t size)
+{
+        size_t used = 0, mine = 0;
+        uint64_t held = 0;
+        run_holds(h, counts->run_id, &used, &mine, &held);
+        size_t free_n = MCP_MAX_JOBS - used;
+        if (mine >= MCP_MAX_RUN_JOBS)
+                snprintf(buf, size,
+                         "this run has %zu calls started and not collected, the most one run may "
+                         "have (%d); await some of them before starting more",
+                         mine, MCP_MAX_RUN_JOBS);
+        else if (held >= counts->budget)
+                snprintf(buf, size,
+                         "the results of this run's calls not yet collected hold %" PRIu64
+                         " bytes, the run's host budget of %" PRIu64
+                         " bytes (%s); await them before starting more",
+                         held, counts->budget, MCP_RUN_BUDGET_TEXT);
+        else if (!free_n || (mine >= MCP_RUN_JOBS_FAIR && free_n <= MCP_JOBS_RESERVE))
+                snprintf(buf, size,
+                         "too many calls of the servers are started and not collected in this "
+                         "sandbox (%zu of at most %d of all runs; a run that has %d or more takes "
+                         "another only while more than %d are free, so that other runs can "
+                         "start theirs); this run has %zu",
+                         used, MCP_MAX_JOBS, MCP_RUN_JOBS_FAIR, MCP_JOBS_RESERVE, mine);
+        else
+                return NULL;
+        return buf;
+}
+
+/* Contract: MCP_OP_START {"calls": [[TOOL, ARGS], ...]}: each call checked
+ * as a call of its own (so approval is asked here, on the run's thread),
+ * then started on a thread; the reply lists, in order, {"ticket": N} or
+ * the outcome of a call that could not start. A call takes a slot of the
+ * hub that stays the run's until its outcome is collected or the run ends
+ * (no_slot_why says when a run may take one), and its ticket names it for
+ * this run alone (counts->run_id). */
 static tool_fail op_start(mcp_hub *h, const json_t *args, const tool_call_bounds *bounds,
                           mcp_run_counts *counts, airlock_tool_approver_fn approver,
                           void *approver_data, json_t **ret_result, char **ret_message)
@@ -849,24 +990,22 @@ static tool_fail op_start(mcp_hub *h, const json_t *args, const tool_call_bounds
                                       &type);
                 hub_job *j = NULL;
                 if (f == TOOL_OK) {
+                        char why[512];
                         pthread_mutex_lock(&h->jlock);
-                        /* One run cannot take every slot of the sandbox's
-                         * runs: at most MCP_MAX_RUN_JOBS of its own. */
-                        size_t mine = 0;
-                        for (size_t k = 0; k < MCP_MAX_JOBS; k++)
-                                mine += h->jobs[k].used && !h->jobs[k].done &&
-                                        h->jobs[k].owner == counts;
-                        j = mine < MCP_MAX_RUN_JOBS ? job_slot(h) : NULL;
+                        const char *no = no_slot_why(h, counts, why, sizeof(why));
+                        j = no ? NULL : job_slot(h);
                         if (j) {
                                 j->used = true;
                                 j->done = false;
-                                j->owner = counts;
+                                j->run_id = counts->run_id;
+                                j->budget = counts->budget;
                                 j->tool = t;
                                 j->args = json_deep_copy(a);
                                 j->deadline_ns = bounds ? bounds->deadline_ns : 0;
                                 j->hub = h;
-                                /* The call stops at the hub's close or the
-                                 * run's cancel, whichever comes first. */
+                                /* The call stops at the hub's close, the
+                                 * run's end or the run's cancel, whichever
+                                 * comes first. */
                                 j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
                                 j->run_fd = bounds && bounds->cancel_fd >= 0
                                                 ? fcntl(bounds->cancel_fd, F_DUPFD_CLOEXEC, 3)
@@ -898,6 +1037,7 @@ static tool_fail op_start(mcp_hub *h, const json_t *args, const tool_call_bounds
                                 } else {
                                         job_clear(j);
                                         j = NULL;
+                                        no = "out of memory";
                                 }
                         }
                         uint64_t ticket = j ? j->ticket : 0;
@@ -907,10 +1047,8 @@ static tool_fail op_start(mcp_hub *h, const json_t *args, const tool_call_bounds
                                     out, json_pack("{s:I}", "ticket", (json_int_t)ticket));
                                 continue;
                         }
-                        f = fail_typed(&type, "UpstreamError", &message,
-                                       "%s: too many calls of the servers are in flight (at "
-                                       "most %d of one run, %d of the sandbox's runs)",
-                                       t->host_name, MCP_MAX_RUN_JOBS, MCP_MAX_JOBS);
+                        f = fail_typed(&type, "UpstreamError", &message, "%s: %s", t->host_name,
+                                       no ? no : "no slot is free");
                 }
                 json_array_append_new(out, outcome(f, NULL, message, type));
                 free(message);
@@ -920,12 +1058,34 @@ static tool_fail op_start(mcp_hub *h, const json_t *args, const tool_call_bounds
         return TOOL_OK;
 }
 
-/* MCP_OP_WAIT {"tickets": [N, ...], "slice_ms": MS}: waits until every job
- * named is done, or MS milliseconds (0: no such bound), or the run's end
- * (its deadline or cancel, which cancel the run's jobs too); the reply
- * {"done": [[N, OUTCOME], ...]} holds the outcomes ready, at most
- * MCP_WAIT_BYTES of them (at least one), each given once. A ticket that is
- * not the run's is an outcome of its own ("no such call"). */
+/* The job of run id with ticket tk, or NULL (under jlock). */
+static hub_job *job_of(mcp_hub *h, uint64_t id, const json_t *tk)
+{
+        for (size_t k = 0; id && json_is_integer(tk) && k < MCP_MAX_JOBS; k++)
+                if (h->jobs[k].used && h->jobs[k].run_id == id &&
+                    h->jobs[k].ticket == (uint64_t)json_integer_value(tk))
+                        return &h->jobs[k];
+        return NULL;
+}
+
+/* An outcome taken from its job to be built outside the lock. */
+typedef struct taken {
+        bool any;   /* false: not ready, left for the next wait */
+        bool found; /* false: no such call of this run */
+        tool_fail f;
+        char *raw;
+        size_t raw_len;
+        char *message, *type;
+} taken;
+
+/* Contract: MCP_OP_WAIT {"tickets": [N, ...], "slice_ms": MS}: waits until
+ * every job named is done, or MS milliseconds (0: no such bound), or the
+ * run's end (its deadline or cancel, which cancel the run's jobs too); the
+ * reply {"done": [[N, OUTCOME], ...]} holds the outcomes ready, at most
+ * MCP_WAIT_BYTES of them and at most the run's host budget once parsed (at
+ * least one), each given once. A ticket that is not the run's (another
+ * run's, an ended run's, a made-up one) is an outcome of its own: "no such
+ * call", the stubs' ValueError. */
 static tool_fail op_wait(mcp_hub *h, const json_t *args, const tool_call_bounds *bounds,
                          mcp_run_counts *counts, json_t **ret_result, char **ret_message)
 {
@@ -943,8 +1103,10 @@ static tool_fail op_wait(mcp_hub *h, const json_t *args, const tool_call_bounds 
                              : UINT64_MAX;
         uint64_t deadline = bounds && bounds->deadline_ns ? bounds->deadline_ns : UINT64_MAX;
         int cancel_fd = bounds ? bounds->cancel_fd : -1;
-        json_t *done = json_array();
-        if (!done)
+        uint64_t id = counts->run_id;
+        size_t n = json_array_size(tickets);
+        _cleanup_free_ taken *tv = calloc(n ? n : 1, sizeof(*tv));
+        if (!tv)
                 return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
         pthread_mutex_lock(&h->jlock);
         bool ended = false;
@@ -953,12 +1115,7 @@ static tool_fail op_wait(mcp_hub *h, const json_t *args, const tool_call_bounds 
                 size_t i;
                 const json_t *tk;
                 json_array_foreach ((json_t *)tickets, i, tk) {
-                        hub_job *j = NULL;
-                        for (size_t k = 0; k < MCP_MAX_JOBS && !j; k++)
-                                if (h->jobs[k].used && h->jobs[k].owner == counts &&
-                                    json_is_integer(tk) &&
-                                    h->jobs[k].ticket == (uint64_t)json_integer_value(tk))
-                                        j = &h->jobs[k];
+                        hub_job *j = job_of(h, id, tk);
                         if (j && !j->done)
                                 pending++;
                 }
@@ -979,39 +1136,73 @@ static tool_fail op_wait(mcp_hub *h, const json_t *args, const tool_call_bounds 
         }
         if (ended) {
                 for (size_t k = 0; k < MCP_MAX_JOBS; k++)
-                        if (h->jobs[k].used && h->jobs[k].owner == counts)
+                        if (h->jobs[k].used && h->jobs[k].run_id == id)
                                 job_cancel(&h->jobs[k]);
                 pthread_mutex_unlock(&h->jlock);
-                json_decref(done);
                 return tools_fail(TOOL_FAIL_RUNTIME, ret_message,
                                   "servers: the run ended while its calls were in flight; they "
                                   "were cancelled upstream");
         }
-        size_t bytes = 0, i;
+        /* The outcomes leave their slots under the lock; their results are
+         * parsed after it, so that a big one holds no other run's call. */
+        size_t bytes = 0, any = 0, i;
+        uint64_t cost = 0;
         const json_t *tk;
         json_array_foreach ((json_t *)tickets, i, tk) {
-                hub_job *j = NULL;
-                for (size_t k = 0; k < MCP_MAX_JOBS && !j; k++)
-                        if (h->jobs[k].used && h->jobs[k].owner == counts && json_is_integer(tk) &&
-                            h->jobs[k].ticket == (uint64_t)json_integer_value(tk))
-                                j = &h->jobs[k];
-                json_t *o = NULL;
-                if (!j)
-                        o = outcome(TOOL_FAIL_INVALID, NULL, "servers: no such call of this run",
-                                    NULL);
-                else if (j->done) {
-                        size_t n = j->result ? json_dumpb(j->result, NULL, 0, JSON_COMPACT) : 0;
-                        if (json_array_size(done) && bytes + n > MCP_WAIT_BYTES)
-                                continue; /* the next wait takes it */
-                        bytes += n;
-                        o = outcome(j->f, j->result, j->message, j->type);
-                        job_clear(j);
+                hub_job *j = job_of(h, id, tk);
+                if (!j) {
+                        tv[i] = (taken){.any = true};
+                        continue;
                 }
-                if (o)
-                        json_array_append_new(done,
-                                              json_pack("{s:O, s:o}", "ticket", tk, "outcome", o));
+                if (!j->done)
+                        continue;
+                if (any &&
+                    (bytes + j->raw_len > MCP_WAIT_BYTES || cost + j->parse_cost > counts->budget))
+                        continue; /* the next wait takes it */
+                any++;
+                bytes += j->raw_len;
+                cost += j->parse_cost;
+                tv[i] = (taken){.any = true,
+                                .found = true,
+                                .f = j->f,
+                                .raw = TAKE_PTR(j->raw),
+                                .raw_len = j->raw_len,
+                                .message = TAKE_PTR(j->message),
+                                .type = TAKE_PTR(j->type)};
+                job_clear(j);
         }
         pthread_mutex_unlock(&h->jlock);
+        json_t *done = json_array();
+        json_array_foreach ((json_t *)tickets, i, tk) {
+                taken *x = &tv[i];
+                if (!x->any)
+                        continue;
+                json_t *o;
+                if (!x->found) {
+                        o = outcome(TOOL_FAIL_INVALID, NULL, "servers: no such call of this run",
+                                    NULL);
+                } else if (x->f == TOOL_OK) {
+                        /* Bytes json_dumps made: parsed back, NUL and all. */
+                        json_t *res = json_loadb(x->raw, x->raw_len, JSON_ALLOW_NUL, NULL);
+                        o = res ? outcome(TOOL_OK, res, NULL, NULL)
+                                : outcome(TOOL_FAIL_RUNTIME, NULL,
+                                          "servers: out of memory reading the result",
+                                          "UpstreamError");
+                        json_decref(res);
+                } else {
+                        o = outcome(x->f, NULL, x->message, x->type);
+                }
+                free(x->raw);
+                free(x->message);
+                free(x->type);
+                if (done && o)
+                        json_array_append_new(done,
+                                              json_pack("{s:O, s:o}", "ticket", tk, "outcome", o));
+                else
+                        json_decref(o);
+        }
+        if (!done)
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
         *ret_result = json_pack("{s:o}", "done", done);
         return *ret_result ? TOOL_OK : tools_fail(TOOL_FAIL_RUNTIME, ret_message, "out of memory");
 }
@@ -1021,6 +1212,17 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
                        airlock_tool_approver_fn approver, void *approver_data, json_t **ret_result,
                        char **ret_message, char **ret_type)
 {
+        if (counts && !counts->run_id) {
+                /* The run's identity for its tickets: never 0, never given
+                 * twice by this hub. */
+                pthread_mutex_lock(&h->jlock);
+                counts->run_id = ++h->next_run_id;
+                pthread_mutex_unlock(&h->jlock);
+        }
+        if (counts && !counts->budget)
+                counts->budget = mcp_run_budget(0);
+        if (name && (strcmp(name, MCP_OP_START) == 0 || strcmp(name, MCP_OP_WAIT) == 0) && !counts)
+                return tools_fail(TOOL_FAIL_RUNTIME, ret_message, "servers: no run to start in");
         if (name && strcmp(name, MCP_OP_START) == 0)
                 return op_start(h, args, bounds, counts, approver, approver_data, ret_result,
                                 ret_message);

@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@
 #include "fsx/fsx.h"
 #include "host/gateway.h"
 #include "host/tools.h"
+#include "jsonrpc.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/live.h"
@@ -141,8 +143,16 @@ typedef struct run_state {
                 uint64_t next_sample;
         } use;
         /* Calls of upstream MCP tools in this run, for their per-run caps
-         * (mcp/mcp_hub.c); .tool is allocated at the first call. */
+         * (mcp/mcp_hub.c); .tool is allocated at the first call. Its
+         * .budget is the run's host budget, which the frames' parses
+         * are charged against too (frame_admit). */
         mcp_run_counts mcp;
+        /* A request frame refused unparsed (frame_admit): the answer the
+         * guest gets instead. */
+        struct {
+                const char *kind;
+                char message[400];
+        } refused;
 } run_state;
 
 /* ---- the usage record --------------------------------------------------- */
@@ -376,6 +386,42 @@ static bool run_is_live(const run_state *run)
         return run->phase == RUN_QUIET || run->phase == RUN_RUNNING || run->phase == RUN_ENDING;
 }
 
+/* Contract: the admission of a request frame of the guest, before it is
+ * parsed. Parsed, a frame costs the host JSONRPC_VALUE_COST a JSON value
+ * beside its text (a 24 MiB frame of "[0,0,...", 12 million values, would
+ * be a gigabyte), so the frame is measured first, without building
+ * anything, as serve measures HTTP bodies (charge_parse), and parsed only
+ * when that cost, with the results the hub holds for the run, fits the
+ * run's host budget (mcp_run_budget: half of --memory, at least 32 MiB).
+ * The cost lasts while the request is served, one at a time, so it is not
+ * kept. A refused frame gets an answer naming the cap: ValueError when
+ * the frame alone is over it, RuntimeError when the run's uncollected
+ * results make the difference. */
+static int frame_admit(void *arg, const char *body, size_t len)
+{
+        run_state *run = arg;
+        uint64_t values = 0;
+        unsigned depth = 0;
+        jsonrpc_measure(body, len, &values, &depth);
+        uint64_t cost = values * JSONRPC_VALUE_COST + len;
+        uint64_t budget = run->mcp.budget;
+        mcp_hub *hub = sbx_mcp(run->sb);
+        uint64_t held = hub ? mcp_hub_run_held(hub, &run->mcp) : 0;
+        if (cost + held <= budget)
+                return 0;
+        run->refused.kind = cost > budget ? WIRE_KIND_VALUE : WIRE_KIND_RUNTIME;
+        char beside[96] = "";
+        if (held)
+                snprintf(beside, sizeof(beside),
+                         ", beside the %" PRIu64 " bytes of this run's uncollected results", held);
+        snprintf(run->refused.message, sizeof(run->refused.message),
+                 "the request is too large once parsed: %zu bytes with %" PRIu64
+                 " JSON values would hold about %" PRIu64
+                 " bytes on the host%s, more than the run's host budget of %" PRIu64 " bytes (%s)",
+                 len, values, cost, beside, budget, MCP_RUN_BUDGET_TEXT);
+        return -ENOBUFS;
+}
+
 static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pidfd,
                      const airlock_run_options *opts)
 {
@@ -398,6 +444,9 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
         dynbuf_init(&run->err.buf, l->max_stdout);
         channel_reader_init(&run->fr, CHANNEL_MAX_FRAME);
         run->fr.nonblock = true; /* the loop polls */
+        run->mcp.budget = mcp_run_budget(l->memory_bytes);
+        run->fr.admit = frame_admit;
+        run->fr.admit_arg = run;
         live_streams(c->out_r, c->err_r);
         usage_begin(run);
 }
@@ -412,6 +461,9 @@ static void run_free(run_state *run)
                 free(run->use.http[i].url);
         }
         free(run->use.http);
+        /* The run's calls started and not collected end with it: running
+         * ones are cancelled upstream, done ones dropped. */
+        mcp_hub_run_end(sbx_mcp(run->sb), &run->mcp);
         free(run->mcp.tool);
         dynbuf_free(&run->out.buf);
         dynbuf_free(&run->err.buf);
@@ -656,6 +708,15 @@ static void serve_channel(run_state *run)
                          * comes, without a read that finds nothing first. */
                         if (!spin_until)
                                 return;
+                        continue;
+                }
+                if (fr == -ENOBUFS) {
+                        /* A frame refused unparsed: its answer, and on. */
+                        _cleanup_json_ json_t *reply =
+                            error_reply(run->refused.kind, run->refused.message);
+                        int sent = reply ? send_reply(run, reply) : -ENOMEM;
+                        if (sent < 0 && sent != -ETIMEDOUT && sent != -ECANCELED)
+                                run_stop_copy(run, STOP_PROTOCOL);
                         continue;
                 }
                 if (fr == 0 && spin_until) {
