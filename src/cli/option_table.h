@@ -91,6 +91,8 @@ typedef enum cli_group {
           "idle connection closed after")                                                           \
         X(GRACE, "grace", 0, "SEC", CLI_SERVE, CLI_G_SERVE, "30",                                   \
           "on SIGTERM, calls may finish this long")                                                 \
+        X(SHARED_SERVERS, "shared-servers", 0, NULL, CLI_SERVE, CLI_G_SERVE, NULL,                  \
+          "with --tokens and --servers but no --tenants-dir: let every tenant share the servers")  \
         X(AUDIT, "audit", 0, "FILE", CLI_SERVERS, CLI_G_SERVERS, NULL,                              \
           "append one JSON line per call: what it used")                                            \
         X(TENANTS_DIR, "tenants-dir", 0, "DIR", CLI_SERVERS, CLI_G_SERVERS, NULL,                   \

@@ -219,6 +219,23 @@ int cmd_serve(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
+        /* Upstream servers are the sandbox's, and without --tenants-dir
+         * every tenant runs in one sandbox: what one tenant's run puts in a
+         * server (a memory server's notes, a browser's pages), the next
+         * tenant's run reads. Each tenant gets server processes of its own
+         * only with --tenants-dir (a configuration, so a sandbox, per
+         * tenant); sharing them is the operator's choice, said with
+         * --shared-servers, never a default. */
+        if (so.tokens_file && o.has_servers && !o.tenants_dir && !so.shared_servers) {
+                fprintf(stderr,
+                        "airlock serve: --servers with --tokens: every tenant would share the "
+                        "upstream servers' processes and their state (what one tenant's run "
+                        "puts in a server, another's reads); give --tenants-dir DIR (each tenant "
+                        "gets server processes of its own) or --shared-servers (the tenants may "
+                        "share them)\n");
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
         static server srv;
         server *s = &srv;
         s->opt = so;

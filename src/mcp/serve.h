@@ -17,6 +17,9 @@ typedef struct serve_options {
         const char *origins[16];  /* --allow-origin, repeatable */
         unsigned n_origins;
         bool insecure_no_auth; /* --insecure-no-auth: serve a non-loopback address without tokens */
+        /* --shared-servers: with --tokens and --servers but no
+         * --tenants-dir, the tenants may share the upstream servers. */
+        bool shared_servers;
         char instance[MCP_INSTANCE_MAX + 1];
         uint64_t max_body;        /* --max-body BYTES (413 past it) */
         uint64_t max_body_total;  /* --max-body-total BYTES: all bodies held at once (503) */

@@ -416,6 +416,39 @@ def test_many_tenants_created_used_and_removed_leave_nothing_behind():
         assert all(not f.startswith(".airlock-upload-") for f in files), files
 
 
+TOK_G = "tok-globex-0123456789abcdef"
+
+
+def test_tenants_never_share_upstream_servers_silently():
+    """Upstream servers are the sandbox's: without --tenants-dir every
+    tenant runs in one sandbox, so acme's memory server would answer
+    globex. The start is refused unless the operator says they may share
+    (--shared-servers); with --tenants-dir each tenant has its own server
+    processes."""
+    from test_servers import memory, misbehave, servers_file
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_G} globex"])
+    mem = servers_file({"mem": memory(os.path.join(d, "memory.jsonl"))})
+    p = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", tok,
+                        "--servers", mem], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "--shared-servers" in p.stderr and "--tenants-dir" in p.stderr, p.stderr
+    assert "share" in p.stderr, p.stderr
+    # Which process answers each tenant: "ok PID" of the misbehaving
+    # helper's tool, a process of the server's own.
+    os.mkdir(os.path.join(d, "ok"))
+    ok = servers_file({"m": misbehave()}, os.path.join(d, "ok"))
+    pid = "from servers import m\nprint(m.ok())"
+    with serve("--tokens", tok, "--servers", ok, "--tenants-dir", os.path.join(d, "t")) as s:
+        a, g = code(s, TOK_A, pid), code(s, TOK_G, pid)
+        assert a.startswith("ok ") and g.startswith("ok ") and a != g, (a, g)
+        assert code(s, TOK_A, pid) == a
+    # Said, the sharing is allowed: one process answers both.
+    with serve("--tokens", tok, "--servers", ok, "--shared-servers") as s:
+        a, g = code(s, TOK_A, pid), code(s, TOK_G, pid)
+        assert a.startswith("ok ") and a == g, (a, g)
+
+
 def test_airlock_mcp_has_one_tenant():
     d = tmpdir()
     tdir = os.path.join(d, "t")
