@@ -449,6 +449,38 @@ def test_tenants_never_share_upstream_servers_silently():
         assert a.startswith("ok ") and a == g, (a, g)
 
 
+def test_the_description_tells_of_the_tenants_workspace():
+    """With --tenants-dir every tenant's runs have its workspace as /input:
+    execute_code's description must not say there is none."""
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme"])
+
+    def check(desc):
+        assert "There is no /input" not in desc, desc
+        assert "/input holds your workspace" in desc and "workspace_write" in desc, desc
+        assert "acme" not in desc and d not in desc, desc
+
+    with serve("--tokens", tok, "--tenants-dir", os.path.join(d, "t")) as s:
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                                  "params": {"_meta": MODERN}}, auth(TOK_A))
+        tools = {t["name"]: t for t in json.loads(body)["result"]["tools"]}
+        check(tools["execute_code"]["description"])
+        # And it is true: the file written is at /input.
+        assert not write(s, TOK_A, [{"path": "a.txt", "text": "here"}])["isError"]
+        assert code(s, TOK_A, "print(open('/input/a.txt').read())") == "here\n"
+    out = subprocess.run([AIRLOCK, "mcp", "--tenants-dir", os.path.join(d, "m"), "--tenant", "solo"],
+                         input=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                                           "params": {"_meta": MODERN}}) + "\n",
+                         capture_output=True, text=True, timeout=120)
+    tools = {t["name"]: t for t in json.loads(out.stdout)["result"]["tools"]}
+    check(tools["execute_code"]["description"])
+    # Without --tenants-dir there is still no /input, and it says so.
+    out = subprocess.run([AIRLOCK, "mcp"], input=json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN}}) + "\n",
+        capture_output=True, text=True, timeout=120)
+    assert "There is no /input" in out.stdout, out.stdout
+
+
 def test_airlock_mcp_has_one_tenant():
     d = tmpdir()
     tdir = os.path.join(d, "t")
