@@ -157,7 +157,7 @@ void version_source_sessions(mcp_server *srv)
 #define TENANT_INPUT_LINE                                                                          \
         "- /input holds your workspace on this server: the files put there with the "              \
         "workspace_write tool (workspace_list lists them, workspace_remove removes them), as "     \
-        "they were when the call started (a session keeps those it was opened with). What the "   \
+        "they were when the call started (a session keeps those it was opened with). What the "    \
         "code changes there is never written back to the workspace.\n"
 
 static int describe_tenant_input(json_t *d)
