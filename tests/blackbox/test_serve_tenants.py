@@ -247,6 +247,10 @@ def test_uploads_reach_runs_and_new_sessions_and_survive_a_restart():
         assert code(s, TOK_A, "import os\nprint(os.listdir('/input'))") == "['img.png']\n"
 
 
+def derived_of(token):
+    return "t" + hashlib.sha256(b"airlock tenant\0" + token.encode()).hexdigest()[:16]
+
+
 def test_the_tokens_file_names_tenants_and_reloads():
     d = tmpdir()
     tdir = os.path.join(d, "t")
@@ -254,7 +258,10 @@ def test_the_tokens_file_names_tenants_and_reloads():
     for line, why in (("tok x/y", "is not a tenant name"), ("tok acme max-nope=1", "unknown setting"),
                       ("tok acme max-runs=0", "from 1 to 32"),
                       ("tok acme\ntok beta", "a token names one tenant"),
-                      ("tok acme max-files=1\ntok2 acme max-files=2", "give it one value")):
+                      ("tok acme max-files=1\ntok2 acme max-files=2", "give it one value"),
+                      # A name a token alone could derive (its workspace would be shared).
+                      ("tok t2073c6a81939a955", "has the form of the name of a token given alone"),
+                      (f"tok {derived_of('tok2')}", "give the tenant another name")):
         p = tokens_file(d, ["# tenants", line])
         out = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", p],
                              capture_output=True, text=True, timeout=60)
