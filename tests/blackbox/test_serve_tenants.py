@@ -488,6 +488,64 @@ def test_the_description_tells_of_the_tenants_workspace():
     assert "There is no /input" in out.stdout, out.stdout
 
 
+def staged(tmp):
+    return sorted(n for n in os.listdir(tmp) if n.startswith("airlock-stage-"))
+
+
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_removed_tenants_staged_copies_go():
+    """Each tenant's runs stage a copy of its workspace under $TMPDIR
+    (airlock-stage-*). Removing 49 of 50 tenants by SIGHUP removes their
+    copies (and closes the files they held), not only at the server's stop."""
+    n = int(os.environ.get("TENANTS", "50"))
+    d = tmpdir()
+    tdir = os.path.join(d, "t")
+    tmp = os.path.join(d, "tmp")
+    os.mkdir(tmp)
+    toks = [f"tok-stage-{i:04d}-{os.urandom(8).hex()}" for i in range(n)]
+    tok = tokens_file(d, [f"{t} ts{i}" for i, t in enumerate(toks)])
+    old_tmp = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = tmp
+    try:
+        s = Serve("--tokens", tok, "--tenants-dir", tdir)
+    finally:
+        if old_tmp is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = old_tmp
+    try:
+        base = len(staged(tmp))
+        for i, t in enumerate(toks):
+            assert not write(s, t, [{"path": "me.txt", "text": f"ts{i}" * 100}])["isError"]
+            assert code(s, t, "print(open('/input/me.txt').read()[:4])").startswith(f"ts{i}")
+        before, fds_before = len(staged(tmp)), open_fds(s.p.pid)
+        assert before - base >= n, (base, before)
+        with open(tok, "w") as f:
+            f.write(f"{toks[0]} ts0\n")
+        s.p.send_signal(signal.SIGHUP)
+        after = before
+        for _ in range(2400):
+            after = len(staged(tmp))
+            if any(f"{n - 1} tenants removed" in l for l in s.lines) and after - base <= 1:
+                break
+            time.sleep(0.025)
+        print(f"  {n} tenants: {before} staging folders, {after} after removing {n - 1}; "
+              f"{fds_before} open files before, {open_fds(s.p.pid)} after")
+        assert after - base <= 1, (base, before, after)
+        assert open_fds(s.p.pid) < fds_before, (fds_before, open_fds(s.p.pid))
+        # The tenant kept still runs on its copy; the removed ones' folders
+        # stay (the operator's data).
+        assert code(s, toks[0], "print(open('/input/me.txt').read()[:3])") == "ts0\n"
+        assert os.path.exists(os.path.join(tdir, "ts7", "me.txt"))
+    finally:
+        s.stop()
+    assert s.p.returncode == 0, "".join(s.lines)[-3000:]
+    assert staged(tmp) == [], staged(tmp)
+
+
 def test_airlock_mcp_has_one_tenant():
     d = tmpdir()
     tdir = os.path.join(d, "t")
