@@ -58,6 +58,8 @@ typedef enum cli_group {
           "address to listen on; [::1]:PORT for IPv6")                                             \
         X(TOKENS, "tokens", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                                \
           "bearer tokens, a line each: TOKEN [TENANT [KEY=VALUE...]]; reloaded on SIGHUP")                                        \
+        X(METRICS_TOKEN, "metrics-token", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                  \
+          "a file holding the operator's token, the one /metrics takes (never a tenant's)")         \
         X(AUTH_SERVER, "authorization-server", 0, "URL", CLI_SERVE, CLI_G_SERVE, NULL,             \
           "named in the protected-resource metadata")                                               \
         X(RESOURCE_URL, "resource-url", 0, "URL", CLI_SERVE, CLI_G_SERVE, NULL,                    \

@@ -425,6 +425,9 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
         case CLI_OPT_TOKENS:
                 so->tokens_file = val;
                 break;
+        case CLI_OPT_METRICS_TOKEN:
+                so->metrics_token_file = val;
+                break;
         case CLI_OPT_AUTH_SERVER:
                 so->auth_server = val;
                 break;

@@ -287,6 +287,11 @@ int cmd_serve(int argc, char **argv)
                         return EXIT_SANDBOX;
                 }
         }
+        if (load_metrics_token(s, why, sizeof(why)) < 0) {
+                fprintf(stderr, "airlock serve: %s\n", why);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
         signal(SIGPIPE, SIG_IGN);
         if ((sig_fd = cli_signal_pipe(true)) < 0) {
                 fprintf(stderr, "airlock serve: cannot watch signals: %s\n", strerror(-sig_fd));
@@ -373,6 +378,11 @@ int cmd_serve(int argc, char **argv)
                         continue;
                 if (c == SIGHUP) {
                         reload_tokens(s);
+                        if (load_metrics_token(s, why, sizeof(why)) < 0)
+                                fprintf(stderr,
+                                        "airlock serve: SIGHUP: keeping the old metrics token: "
+                                        "%s\n",
+                                        why);
                         reload_config(s);
                         continue;
                 }
@@ -406,6 +416,10 @@ int cmd_serve(int argc, char **argv)
         mcp_core_free(s->core);
         quota_free(s->quotas);
         tenants_free(&s->tt);
+        if (s->metrics_token) {
+                explicit_bzero(s->metrics_token, s->metrics_token_len);
+                free(s->metrics_token);
+        }
         mcp_workspaces_free(s->workspaces);
         cli_options_free(&o);
         fprintf(stderr, "airlock serve: stopped\n");

@@ -10,8 +10,11 @@
 #include "mcp_session.h"
 
 typedef struct serve_options {
-        const char *listen;       /* ADDR:PORT, [V6ADDR]:PORT (default 127.0.0.1:8080) */
-        const char *tokens_file;  /* --tokens FILE, or NULL */
+        const char *listen;      /* ADDR:PORT, [V6ADDR]:PORT (default 127.0.0.1:8080) */
+        const char *tokens_file; /* --tokens FILE, or NULL */
+        /* --metrics-token FILE: the operator's token, the one /metrics
+         * takes, or NULL. */
+        const char *metrics_token_file;
         const char *auth_server;  /* --authorization-server URL, or NULL */
         const char *resource_url; /* --resource-url URL (this server's public /mcp URL) */
         const char *origins[16];  /* --allow-origin, repeatable */

@@ -118,8 +118,9 @@ def test_tenants_cannot_see_each_other():
         status, _, body = s.post({"jsonrpc": "2.0", "id": 4, "method": "resources/list",
                                   "params": {"_meta": MODERN}}, auth(TOK_B))
         assert uri not in body.decode(), body
-        # Metrics carry no tenant name and nothing per tenant.
-        _, _, m = s.get("/metrics", auth(TOK_B))
+        # Metrics carry no tenant name and nothing per tenant (read by the
+        # operator: a tenant's token does not read them).
+        _, _, m = s.get("/metrics", s.operator)
         assert b"acme" not in m and b"beta" not in m and b"tenant" not in m, m
         # Tenant folders are the operator's, 0700.
         assert os.stat(os.path.join(tdir, "acme")).st_mode & 0o777 == 0o700
@@ -282,7 +283,7 @@ def test_the_tokens_file_names_tenants_and_reloads():
         derived = "t" + hashlib.sha256(b"airlock tenant\0" + TOK_B.encode()).hexdigest()[:16]
         assert sorted(os.listdir(tdir)) == sorted(["acme", derived]), os.listdir(tdir)
         hb = tool(s, TOK_B, "session_open", {})["_meta"]["dev.airlock/session"]
-        sessions = s.metrics(auth(TOK_A))["airlock_sessions_open"]
+        sessions = s.metrics()["airlock_sessions_open"]
         # A SIGHUP with a bad file keeps the old table.
         with open(tok, "w") as f:
             f.write(f"{TOK_A} bad/name\n")
@@ -306,13 +307,13 @@ def test_the_tokens_file_names_tenants_and_reloads():
         t1 = threading.Thread(target=slow, args=("running", "import time\ntime.sleep(60)"))
         t1.start()
         for _ in range(400):
-            if s.metrics(auth(TOK_A))["airlock_runs_in_flight"] >= 1:
+            if s.metrics()["airlock_runs_in_flight"] >= 1:
                 break
             time.sleep(0.025)
         t2 = threading.Thread(target=slow, args=("queued", "print('never')"))
         t2.start()
         for _ in range(400):
-            if s.metrics(auth(TOK_A))["airlock_queue_depth"] >= 1:
+            if s.metrics()["airlock_queue_depth"] >= 1:
                 break
             time.sleep(0.025)
         with open(tok, "w") as f:
@@ -325,7 +326,7 @@ def test_the_tokens_file_names_tenants_and_reloads():
         status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
                                "params": {"_meta": MODERN}}, auth(TOK_B))
         assert status == 401
-        assert s.metrics(auth(TOK_A))["airlock_sessions_open"] == sessions - 1
+        assert s.metrics()["airlock_sessions_open"] == sessions - 1
         assert os.path.isfile(os.path.join(tdir, derived, "b.txt"))
         # acme is untouched: its session still holds its state.
         assert code(s, TOK_A, "print(y)", session=h).startswith("5")
@@ -402,7 +403,7 @@ def test_many_tenants_created_used_and_removed_leave_nothing_behind():
             if any(f"{n} tenants removed" in l for l in s.lines):
                 break
             time.sleep(0.025)
-        assert s.metrics(auth("tok-keeper-0123456789"))["airlock_sessions_open"] == 0
+        assert s.metrics()["airlock_sessions_open"] == 0
         # A removed tenant's token is refused; its folder stays.
         status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
                                "params": {"_meta": MODERN}}, auth(toks[0]))
@@ -544,6 +545,68 @@ def test_a_removed_tenants_staged_copies_go():
         s.stop()
     assert s.p.returncode == 0, "".join(s.lines)[-3000:]
     assert staged(tmp) == [], staged(tmp)
+
+
+def test_metrics_are_the_operators():
+    """/metrics tells every tenant's load (with two tenants, the totals less
+    one's own are the other's): a tenant's token is refused there, the
+    operator's --metrics-token reads it."""
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_B} beta"])
+    op = os.path.join(d, "op")
+    with open(op, "w") as f:
+        f.write("  the-operators-token-42  \n")
+    with serve("--tokens", tok, "--metrics-token", op) as s:
+        code(s, TOK_A, "print(1)")
+        for t in (TOK_A, TOK_B):
+            status, _, body = s.get("/metrics", auth(t))
+            assert status == 403 and b"--metrics-token" in body, (status, body)
+            assert b"airlock_calls_total" not in body, body
+        assert s.get("/metrics")[0] == 401
+        assert s.get("/metrics", auth("the-operators-token-4"))[0] == 401
+        m = s.metrics(auth("the-operators-token-42"))
+        assert m['airlock_calls_total{status="ok"}'] >= 1, m
+        # The operator's token is no tenant's: it cannot call tools.
+        status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                               "params": {"_meta": MODERN}}, auth("the-operators-token-42"))
+        assert status == 401
+        # A reload that would give a tenant the operator's token keeps the
+        # old tokens.
+        with open(tok, "w") as f:
+            f.write(f"{TOK_A} acme\nthe-operators-token-42 beta\n")
+        s.p.send_signal(signal.SIGHUP)
+        for _ in range(400):
+            if any("keeping the old tokens" in l for l in s.lines):
+                break
+            time.sleep(0.025)
+        assert any("token of --metrics-token" in l for l in s.lines), s.lines[-5:]
+        assert s.get("/metrics", auth("the-operators-token-42"))[0] == 200
+    # With --tokens and no --metrics-token, no token reads /metrics.
+    with open(tok, "w") as f:
+        f.write(f"{TOK_A} acme\n")
+    p = subprocess.Popen([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", tok],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in p.stderr:
+            m = re.search(r"\(port (\d+)\)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("GET", "/metrics", headers=auth(TOK_A))
+        assert c.getresponse().status == 403
+        c.close()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+    # An operator's token that is also a tenant's is refused at start.
+    with open(op, "w") as f:
+        f.write(TOK_A + "\n")
+    r = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", tok,
+                        "--metrics-token", op], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "also a tenant's" in r.stderr, r.stderr
 
 
 def test_airlock_mcp_has_one_tenant():
