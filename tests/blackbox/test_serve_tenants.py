@@ -609,6 +609,34 @@ def test_metrics_are_the_operators():
     assert r.returncode == 2 and "also a tenant's" in r.stderr, r.stderr
 
 
+def test_one_tenants_runs_do_not_evict_anothers_files():
+    """The resource store holds 32 runs per tenant: a tenant making many
+    runs drops its own oldest files, never another tenant's."""
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_G} globex"])
+
+    def run_with_file(s, t, text_):
+        r = tool(s, t, "execute_code", {"code": f"open('/output/f.txt','w').write({text_!r})"})
+        assert not r.get("isError"), r
+        return [c["resource"]["uri"] for c in r["content"] if c.get("type") == "resource"][0]
+
+    def read(s, t, uri):
+        _, _, body = s.post({"jsonrpc": "2.0", "id": 5, "method": "resources/read",
+                             "params": {"uri": uri, "_meta": MODERN}}, auth(t))
+        return json.loads(body)
+
+    with serve("--tokens", tok) as s:
+        mine = run_with_file(s, TOK_G, "globex-file")
+        first = run_with_file(s, TOK_A, "acme-0")
+        for i in range(1, 33):
+            run_with_file(s, TOK_A, f"acme-{i}")
+        r = read(s, TOK_G, mine)
+        assert r.get("result", {}).get("contents", [{}])[0].get("text") == "globex-file", r
+        # Past its own 32 runs, acme's oldest went.
+        r = read(s, TOK_A, first)
+        assert r.get("error", {}).get("code") == -32002, r
+
+
 def test_airlock_mcp_has_one_tenant():
     d = tmpdir()
     tdir = os.path.join(d, "t")
