@@ -702,6 +702,13 @@ AIRLOCK_PUBLIC int airlock_cache_session_open(airlock_cache *cache, const airloc
  * airlock_cache_run would. */
 AIRLOCK_PUBLIC char *airlock_cache_describe_json(airlock_cache *cache, const airlock_config *cfg,
                                                  airlock_error *err);
+/* Lets go of what the cache keeps for the workspace at path (as a
+ * configuration names it): its staged copies and their open files, now when
+ * no run or session uses them, else when the last one ends; with upstream
+ * MCP servers, the sandbox of that workspace too. For a caller whose
+ * workspace will not be used again soon (airlock serve's removed tenant); a
+ * later run stages it afresh. Thread-safe. */
+AIRLOCK_PUBLIC void airlock_cache_forget_workspace(airlock_cache *cache, const char *path);
 AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
 
 /* For a caller that hands run results to a model (the MCP server): the

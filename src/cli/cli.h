@@ -27,6 +27,7 @@ typedef struct cli_options {
         const char *tenant;
         uint64_t ws_max_files, ws_max_bytes;
         bool has_workspace; /* --workspace was given */
+        bool has_servers;   /* --servers was given */
 } cli_options;
 
 /* Parses argv (argv[0] is the command name) into ret: the options of cmd

@@ -58,6 +58,8 @@ typedef enum cli_group {
           "address to listen on; [::1]:PORT for IPv6")                                             \
         X(TOKENS, "tokens", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                                \
           "bearer tokens, a line each: TOKEN [TENANT [KEY=VALUE...]]; reloaded on SIGHUP")                                        \
+        X(METRICS_TOKEN, "metrics-token", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                  \
+          "a file holding the operator's token, the one /metrics takes (never a tenant's)")         \
         X(AUTH_SERVER, "authorization-server", 0, "URL", CLI_SERVE, CLI_G_SERVE, NULL,             \
           "named in the protected-resource metadata")                                               \
         X(RESOURCE_URL, "resource-url", 0, "URL", CLI_SERVE, CLI_G_SERVE, NULL,                    \
@@ -91,6 +93,8 @@ typedef enum cli_group {
           "idle connection closed after")                                                           \
         X(GRACE, "grace", 0, "SEC", CLI_SERVE, CLI_G_SERVE, "30",                                   \
           "on SIGTERM, calls may finish this long")                                                 \
+        X(SHARED_SERVERS, "shared-servers", 0, NULL, CLI_SERVE, CLI_G_SERVE, NULL,                  \
+          "with --tokens and --servers but no --tenants-dir: let every tenant share the servers")  \
         X(AUDIT, "audit", 0, "FILE", CLI_SERVERS, CLI_G_SERVERS, NULL,                              \
           "append one JSON line per call: what it used")                                            \
         X(TENANTS_DIR, "tenants-dir", 0, "DIR", CLI_SERVERS, CLI_G_SERVERS, NULL,                   \

@@ -425,6 +425,9 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
         case CLI_OPT_TOKENS:
                 so->tokens_file = val;
                 break;
+        case CLI_OPT_METRICS_TOKEN:
+                so->metrics_token_file = val;
+                break;
         case CLI_OPT_AUTH_SERVER:
                 so->auth_server = val;
                 break;
@@ -439,6 +442,9 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
                 break;
         case CLI_OPT_INSECURE_NO_AUTH:
                 so->insecure_no_auth = true;
+                break;
+        case CLI_OPT_SHARED_SERVERS:
+                so->shared_servers = true;
                 break;
         case CLI_OPT_INSTANCE:
                 if (!mcp_instance_valid(val, strlen(val)))
@@ -690,6 +696,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         r = airlock_config_add_python_path(o.cfg, optarg, err);
                         break;
                 case CLI_OPT_SERVERS:
+                        o.has_servers = true;
                         r = airlock_config_add_servers_file(o.cfg, optarg, err);
                         break;
                 case CLI_OPT_APPROVAL:

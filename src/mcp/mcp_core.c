@@ -205,6 +205,14 @@ void mcp_core_forget_owner(mcp_server *srv, const char *owner)
         mcp_sessions_close_owner(srv->sessions, owner,
                                  "closed: its tenant was removed from this server");
         mcp_store_forget(srv->store, owner);
+        /* The tenant's staged copies of its workspace (a copy on disk each,
+         * and a mount and its files while hot) go now, or, those a call or
+         * session still ending holds, with it: a removed tenant's files
+         * must not stay on the server until it stops. */
+        char path[64 + TENANT_NAME_MAX];
+        if (srv->workspaces && srv->cache &&
+            mcp_workspace_name(srv->workspaces, owner, path, sizeof(path)) == 0)
+                airlock_cache_forget_workspace(srv->cache, path);
 }
 
 void mcp_core_cancel_all(mcp_server *srv)

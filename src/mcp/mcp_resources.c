@@ -7,7 +7,15 @@
  * store is bounded in runs, bytes and age (the caps below, in one place);
  * past them the oldest runs go. A URI of a run this process does not hold
  * (dropped, or made by another airlock process of a multi-instance
- * deployment) is a clear error, never another file. */
+ * deployment) is a clear error, never another file.
+ *
+ * Each owner (the client of airlock mcp, a tenant of airlock serve) has a
+ * share of its own: its runs past MCP_STORE_RUNS, MCP_STORE_BYTES or
+ * MCP_STORE_AGE_S go, oldest first, and another owner's runs never count
+ * there. All owners together are bounded too (MCP_STORE_ALL_*): past that,
+ * the oldest run of the owner holding the most goes, so that an owner that
+ * holds no more than its fair part of the total is never evicted by
+ * another's runs. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,9 +26,11 @@
 
 #include "mcp.h"
 
-#define MCP_STORE_RUNS      32           /* runs whose files are held */
-#define MCP_STORE_BYTES     (128u << 20) /* bytes of the files held, in all */
+#define MCP_STORE_RUNS      32           /* runs whose files are held, per owner */
+#define MCP_STORE_BYTES     (128u << 20) /* bytes of the files held, per owner */
 #define MCP_STORE_AGE_S     (30 * 60)    /* how long a run's files are held */
+#define MCP_STORE_ALL_RUNS  1024         /* runs held for all owners together */
+#define MCP_STORE_ALL_BYTES (512u << 20) /* bytes held for all owners together */
 #define MCP_STORE_LIST_PAGE 500          /* resources/list entries per page */
 
 typedef struct stored_run {
@@ -157,29 +167,83 @@ int mcp_run_id(char out[MCP_RUN_ID_LEN + 1])
         return 0;
 }
 
-/* Drops the runs past the caps, oldest first. Caller holds st->lock. */
-static void evict_locked(mcp_store *st)
+/* Unlinks *p (a run of the list) and frees it. Caller holds st->lock. */
+static void drop_locked(mcp_store *st, stored_run **p)
+{
+        stored_run *r = *p;
+        *p = r->next;
+        st->n_runs--;
+        st->bytes -= r->bytes;
+        run_free(r);
+}
+
+/* The link to the oldest run of owner (the list is newest first). */
+static stored_run **oldest_of_locked(mcp_store *st, const char *owner)
+{
+        stored_run **found = NULL;
+        for (stored_run **p = &st->runs; *p; p = &(*p)->next)
+                if (strcmp((*p)->owner, owner) == 0)
+                        found = p;
+        return found;
+}
+
+/* The owner holding the most bytes (by_bytes) or the most runs; NULL for
+ * an empty store. Over the whole store's caps only, so its cost (runs
+ * times owners, at most MCP_STORE_ALL_RUNS squared compares) is paid
+ * rarely. */
+static const char *largest_owner_locked(mcp_store *st, bool by_bytes)
+{
+        const char *best = NULL;
+        uint64_t best_v = 0;
+        for (stored_run *r = st->runs; r; r = r->next) {
+                bool seen = false;
+                for (stored_run *o = st->runs; o != r && !seen; o = o->next)
+                        seen = strcmp(o->owner, r->owner) == 0;
+                if (seen)
+                        continue;
+                uint64_t v = 0;
+                for (stored_run *o = r; o; o = o->next)
+                        if (strcmp(o->owner, r->owner) == 0)
+                                v += by_bytes ? o->bytes : 1;
+                if (!best || v > best_v) {
+                        best = r->owner;
+                        best_v = v;
+                }
+        }
+        return best;
+}
+
+/* Drops the runs past the caps: every run past the age; owner's own runs
+ * past its share (MCP_STORE_RUNS, MCP_STORE_BYTES), oldest first; then,
+ * while the store passes its total caps, the oldest run of the owner
+ * holding the most. Caller holds st->lock. */
+static void evict_locked(mcp_store *st, const char *owner)
 {
         double oldest_kept = now_s() - MCP_STORE_AGE_S;
-        unsigned i = 0;
+        unsigned mine = 0;
         uint64_t bytes = 0;
         for (stored_run **p = &st->runs; *p;) {
                 stored_run *r = *p;
-                if (i >= MCP_STORE_RUNS || bytes + r->bytes > MCP_STORE_BYTES ||
-                    r->added_s < oldest_kept) {
-                        /* Everything after it is older still: drop it all. */
-                        *p = NULL;
-                        for (stored_run *next; r; r = next) {
-                                next = r->next;
-                                st->n_runs--;
-                                st->bytes -= r->bytes;
-                                run_free(r);
-                        }
-                        break;
+                if (r->added_s < oldest_kept) {
+                        drop_locked(st, p);
+                        continue;
                 }
-                i++;
-                bytes += r->bytes;
+                if (strcmp(r->owner, owner) == 0) {
+                        if (mine >= MCP_STORE_RUNS || bytes + r->bytes > MCP_STORE_BYTES) {
+                                drop_locked(st, p);
+                                continue;
+                        }
+                        mine++;
+                        bytes += r->bytes;
+                }
                 p = &r->next;
+        }
+        while (st->runs && (st->bytes > MCP_STORE_ALL_BYTES || st->n_runs > MCP_STORE_ALL_RUNS)) {
+                const char *big = largest_owner_locked(st, st->bytes > MCP_STORE_ALL_BYTES);
+                stored_run **p = big ? oldest_of_locked(st, big) : NULL;
+                if (!p)
+                        break;
+                drop_locked(st, p);
         }
 }
 
@@ -224,7 +288,7 @@ void mcp_store_keep(mcp_store *st, const char *run_id, const char *owner, airloc
         st->runs = r;
         st->n_runs++;
         st->bytes += r->bytes;
-        evict_locked(st);
+        evict_locked(st, r->owner);
         pthread_mutex_unlock(&st->lock);
 }
 
@@ -259,7 +323,7 @@ json_t *mcp_store_list(mcp_store *st, const char *owner, const char *cursor, int
         size_t index = 0;
         bool more = false;
         pthread_mutex_lock(&st->lock);
-        evict_locked(st);
+        evict_locked(st, owner ? owner : "");
         for (stored_run *r = st->runs; r && !more; r = r->next) {
                 if (strcmp(r->owner, owner ? owner : "") != 0)
                         continue;
@@ -359,7 +423,7 @@ json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *r
         }
         json_t *out = NULL;
         pthread_mutex_lock(&st->lock);
-        evict_locked(st);
+        evict_locked(st, owner ? owner : "");
         stored_run *r = st->runs;
         /* Another owner's run answers as one this server does not hold. */
         while (r && (memcmp(r->id, id, MCP_RUN_ID_LEN) != 0 ||
@@ -382,7 +446,7 @@ json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *r
         } else {
                 snprintf(why, why_len,
                          "resource not found: %.300s: this server holds no run %.*s. It keeps "
-                         "the files of its last %d runs (%u MiB in all) for %d minutes; the "
+                         "the files of your last %d runs (at most %u MiB) for %d minutes; the "
                          "URI may also come from another airlock mcp process",
                          uri, MCP_RUN_ID_LEN, id, MCP_STORE_RUNS, MCP_STORE_BYTES >> 20,
                          MCP_STORE_AGE_S / 60);

@@ -146,6 +146,40 @@ void version_source_sessions(mcp_server *srv)
         mcp_sessions_set_config_source(srv->sessions, sessions_cfg_get, sessions_cfg_put, srv);
 }
 
+/* The library describes the configuration it is given, and with
+ * --tenants-dir that is the server's, which has no workspace: its "There is
+ * no /input" would tell the model that the files its client put in the
+ * tenant's workspace are not there. Each tenant's runs get that workspace
+ * as /input, so the description says so instead. The text is the same for
+ * every tenant: it names no file (a listing would be one tenant's). */
+#define NO_INPUT_LINE "- There is no /input: no host files are available to the code.\n"
+#define FILES_HEADING "\nFiles:\n"
+#define TENANT_INPUT_LINE                                                                          \
+        "- /input holds your workspace on this server: the files put there with the "              \
+        "workspace_write tool (workspace_list lists them, workspace_remove removes them), as "     \
+        "they were when the call started (a session keeps those it was opened with). What the "    \
+        "code changes there is never written back to the workspace.\n"
+
+static int describe_tenant_input(json_t *d)
+{
+        const char *text = json_string_value(json_object_get(d, "description"));
+        if (!text)
+                return 0;
+        const char *files = strstr(text, FILES_HEADING);
+        if (!files)
+                return 0;
+        size_t head = (size_t)(files - text) + strlen(FILES_HEADING);
+        const char *rest = text + head;
+        /* Without mounts the library says there is no /input: that line
+         * goes. With mounts, its lines on them stay after this one. */
+        if (strncmp(rest, NO_INPUT_LINE, strlen(NO_INPUT_LINE)) == 0)
+                rest += strlen(NO_INPUT_LINE);
+        _cleanup_free_ char *out = NULL;
+        if (asprintf(&out, "%.*s%s%s", (int)head, text, TENANT_INPUT_LINE, rest) < 0)
+                return -ENOMEM;
+        return json_object_set_new(d, "description", json_string(out)) == 0 ? 0 : -ENOMEM;
+}
+
 /* Makes the version of cfg: the tool description (from the sandbox, built
  * now through the cache the calls use, so that it names the packages found
  * inside), the instructions, the caps the results need. A configured path
@@ -193,6 +227,11 @@ int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **r
         json_t *w;
         json_array_foreach (json_object_get(d, "warnings"), i, w)
                 fprintf(stderr, "%s: warning: %s\n", server_name(srv), json_string_value(w));
+        if (srv->workspaces && describe_tenant_input(d) < 0) {
+                json_decref(d);
+                version_free(v);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
         v->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
         v->tools = mcp_tools_list(srv->sessions, d, airlock_config_allow_count(cfg) > 0,
                                   srv->workspaces != NULL);

@@ -219,6 +219,23 @@ int cmd_serve(int argc, char **argv)
                 cli_options_free(&o);
                 return EXIT_USAGE;
         }
+        /* Upstream servers are the sandbox's, and without --tenants-dir
+         * every tenant runs in one sandbox: what one tenant's run puts in a
+         * server (a memory server's notes, a browser's pages), the next
+         * tenant's run reads. Each tenant gets server processes of its own
+         * only with --tenants-dir (a configuration, so a sandbox, per
+         * tenant); sharing them is the operator's choice, said with
+         * --shared-servers, never a default. */
+        if (so.tokens_file && o.has_servers && !o.tenants_dir && !so.shared_servers) {
+                fprintf(stderr,
+                        "airlock serve: --servers with --tokens: every tenant would share the "
+                        "upstream servers' processes and their state (what one tenant's run "
+                        "puts in a server, another's reads); give --tenants-dir DIR (each tenant "
+                        "gets server processes of its own) or --shared-servers (the tenants may "
+                        "share them)\n");
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
         static server srv;
         server *s = &srv;
         s->opt = so;
@@ -269,6 +286,11 @@ int cmd_serve(int argc, char **argv)
                         cli_options_free(&o);
                         return EXIT_SANDBOX;
                 }
+        }
+        if (load_metrics_token(s, why, sizeof(why)) < 0) {
+                fprintf(stderr, "airlock serve: %s\n", why);
+                cli_options_free(&o);
+                return EXIT_USAGE;
         }
         signal(SIGPIPE, SIG_IGN);
         if ((sig_fd = cli_signal_pipe(true)) < 0) {
@@ -356,6 +378,11 @@ int cmd_serve(int argc, char **argv)
                         continue;
                 if (c == SIGHUP) {
                         reload_tokens(s);
+                        if (load_metrics_token(s, why, sizeof(why)) < 0)
+                                fprintf(stderr,
+                                        "airlock serve: SIGHUP: keeping the old metrics token: "
+                                        "%s\n",
+                                        why);
                         reload_config(s);
                         continue;
                 }
@@ -389,6 +416,10 @@ int cmd_serve(int argc, char **argv)
         mcp_core_free(s->core);
         quota_free(s->quotas);
         tenants_free(&s->tt);
+        if (s->metrics_token) {
+                explicit_bzero(s->metrics_token, s->metrics_token_len);
+                free(s->metrics_token);
+        }
         mcp_workspaces_free(s->workspaces);
         cli_options_free(&o);
         fprintf(stderr, "airlock serve: stopped\n");

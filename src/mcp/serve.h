@@ -10,13 +10,19 @@
 #include "mcp_session.h"
 
 typedef struct serve_options {
-        const char *listen;       /* ADDR:PORT, [V6ADDR]:PORT (default 127.0.0.1:8080) */
-        const char *tokens_file;  /* --tokens FILE, or NULL */
+        const char *listen;      /* ADDR:PORT, [V6ADDR]:PORT (default 127.0.0.1:8080) */
+        const char *tokens_file; /* --tokens FILE, or NULL */
+        /* --metrics-token FILE: the operator's token, the one /metrics
+         * takes, or NULL. */
+        const char *metrics_token_file;
         const char *auth_server;  /* --authorization-server URL, or NULL */
         const char *resource_url; /* --resource-url URL (this server's public /mcp URL) */
         const char *origins[16];  /* --allow-origin, repeatable */
         unsigned n_origins;
         bool insecure_no_auth; /* --insecure-no-auth: serve a non-loopback address without tokens */
+        /* --shared-servers: with --tokens and --servers but no
+         * --tenants-dir, the tenants may share the upstream servers. */
+        bool shared_servers;
         char instance[MCP_INSTANCE_MAX + 1];
         uint64_t max_body;        /* --max-body BYTES (413 past it) */
         uint64_t max_body_total;  /* --max-body-total BYTES: all bodies held at once (503) */

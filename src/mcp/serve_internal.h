@@ -72,6 +72,9 @@ typedef struct server {
          * under the write lock. */
         pthread_rwlock_t tokens_lock;
         tenant_table tt;
+        /* --metrics-token's token (NULL without), under tokens_lock too. */
+        char *metrics_token;
+        size_t metrics_token_len;
         /* Each tenant's sessions, runs and places in the queue (quota.h). */
         quota_table *quotas;
         unsigned max_sessions; /* --max-sessions, above every tenant's quota */
@@ -177,6 +180,12 @@ bool tenant_exists(server *s, const char *owner);
 int apply_overrides(server *s, const tenant_table *t);
 /* SIGHUP: loads the tokens file again (see serve_tokens.c). */
 void reload_tokens(server *s);
+/* Loads --metrics-token's file into s (at start, and again on SIGHUP).
+ * Returns 0, or -errno with why naming the file (the old token stays). */
+int load_metrics_token(server *s, char *why, size_t why_len);
+/* Who may read /metrics: 1 the operator (or anyone, without --tokens and
+ * --metrics-token), 0 no token, -1 a bad one, -2 a tenant's token. */
+int metrics_access(server *s, struct MHD_Connection *c);
 
 /* ---- serve_slots.c ------------------------------------------------------ */
 

@@ -142,9 +142,17 @@ static enum MHD_Result route_metadata(struct MHD_Connection *c, request *rq, con
 
 static enum MHD_Result route_metrics(struct MHD_Connection *c, request *rq, const char *method)
 {
-        /* Metrics name no secret, but they tell load: behind the tokens
-         * when there are. */
-        int a = authorize(rq, c);
+        /* Metrics name no secret, but they tell the load of every tenant:
+         * they are the operator's, behind --metrics-token's token, and
+         * never read with a tenant's token. */
+        int a = metrics_access(rq->srv, c);
+        if (a == -2) {
+                rq->status = ST_REFUSED;
+                return queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
+                                       "/metrics is the operator's: it takes the token of "
+                                       "--metrics-token, not a tenant's",
+                                       NULL, NULL);
+        }
         if (a <= 0)
                 return queue_unauthorized(c, rq, a == 0);
         dynbuf b;

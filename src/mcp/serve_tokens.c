@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include "serve_internal.h"
 #include "quota.h"
 #include "tenant_workspace.h"
+
+static bool is_tenant_token(const tenant_table *t, const char *tok, size_t len);
 
 /* Compares a and b in time that depends on their lengths only, never on
  * where they differ. */
@@ -117,6 +120,17 @@ void reload_tokens(server *s)
                 fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", why);
                 return;
         }
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        bool op = s->metrics_token && is_tenant_token(&t, s->metrics_token, s->metrics_token_len);
+        pthread_rwlock_unlock(&s->tokens_lock);
+        if (op) {
+                fprintf(stderr,
+                        "airlock serve: SIGHUP: keeping the old tokens: --tokens %s gives a "
+                        "tenant the token of --metrics-token, the operator's\n",
+                        s->opt.tokens_file);
+                tenants_free(&t);
+                return;
+        }
         if (apply_overrides(s, &t) < 0) {
                 fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: out of memory\n");
                 tenants_free(&t);
@@ -144,4 +158,104 @@ void reload_tokens(server *s)
                 "removed)\n",
                 n, n == 1 ? "" : "s", t.n_tenants, t.n_tenants == 1 ? "" : "s", s->opt.tokens_file,
                 removed, removed == 1 ? "" : "s");
+}
+
+/* Whether tok is one of the tenants' tokens of t (constant time, all of
+ * them compared). */
+static bool is_tenant_token(const tenant_table *t, const char *tok, size_t len)
+{
+        bool any = false;
+        for (size_t i = 0; i < t->n_tokens; i++)
+                any |= same_secret(tok, len, t->tokens[i].token, t->tokens[i].len);
+        return any;
+}
+
+/* The operator's token for /metrics: the first line of the file, blanks
+ * around it dropped. /metrics tells every tenant's load, so it is not read
+ * with a tenant's token; and the operator's token must be no tenant's, or
+ * that tenant would read it. */
+int load_metrics_token(server *s, char *why, size_t why_len)
+{
+        const char *path = s->opt.metrics_token_file;
+        if (!path)
+                return 0;
+        FILE *f = fopen(path, "re");
+        if (!f) {
+                int e = errno;
+                snprintf(why, why_len, "--metrics-token %s: %s", path, strerror(e));
+                return -e;
+        }
+        char line[TENANT_TOKEN_MAX + 4];
+        bool got = fgets(line, sizeof(line), f) != NULL;
+        fclose(f);
+        size_t n = got ? strlen(line) : 0;
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' ||
+                     line[n - 1] == '\t'))
+                n--;
+        size_t start = 0;
+        while (start < n && (line[start] == ' ' || line[start] == '\t'))
+                start++;
+        int r = 0;
+        if (n == start) {
+                snprintf(why, why_len, "--metrics-token %s: no token on its first line", path);
+                r = -EINVAL;
+        } else if (n - start > TENANT_TOKEN_MAX || memchr(line + start, ' ', n - start) ||
+                   memchr(line + start, '\t', n - start)) {
+                snprintf(why, why_len,
+                         "--metrics-token %s: the token must be one word of at most %d bytes", path,
+                         TENANT_TOKEN_MAX);
+                r = -EINVAL;
+        }
+        char *tok = r == 0 ? strndup(line + start, n - start) : NULL;
+        if (r == 0 && !tok)
+                r = -ENOMEM;
+        explicit_bzero(line, sizeof(line));
+        if (r < 0) {
+                if (r == -ENOMEM)
+                        snprintf(why, why_len, "out of memory");
+                return r;
+        }
+        pthread_rwlock_wrlock(&s->tokens_lock);
+        if (is_tenant_token(&s->tt, tok, n - start)) {
+                pthread_rwlock_unlock(&s->tokens_lock);
+                explicit_bzero(tok, n - start);
+                free(tok);
+                snprintf(why, why_len,
+                         "--metrics-token %s: this token is also a tenant's in --tokens %s: give "
+                         "the operator a token of its own",
+                         path, s->opt.tokens_file);
+                return -EINVAL;
+        }
+        char *old = s->metrics_token;
+        size_t old_len = s->metrics_token_len;
+        s->metrics_token = tok;
+        s->metrics_token_len = n - start;
+        pthread_rwlock_unlock(&s->tokens_lock);
+        if (old) {
+                explicit_bzero(old, old_len);
+                free(old);
+        }
+        return 0;
+}
+
+int metrics_access(server *s, struct MHD_Connection *c)
+{
+        if (!s->opt.metrics_token_file && !s->opt.tokens_file)
+                return 1; /* one tenant, who is the operator */
+        const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        if (!a)
+                return 0;
+        if (strncasecmp(a, "Bearer ", 7) != 0)
+                return -1;
+        const char *tok = a + 7;
+        while (*tok == ' ')
+                tok++;
+        size_t n = strlen(tok);
+        while (n && tok[n - 1] == ' ')
+                n--;
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        bool op = s->metrics_token && same_secret(tok, n, s->metrics_token, s->metrics_token_len);
+        bool tenant = is_tenant_token(&s->tt, tok, n);
+        pthread_rwlock_unlock(&s->tokens_lock);
+        return op ? 1 : tenant ? -2 : -1;
 }

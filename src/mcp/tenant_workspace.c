@@ -177,6 +177,14 @@ static int tenant_dir(mcp_workspaces *w, const char *tenant, bool create, char *
         return fd;
 }
 
+int mcp_workspace_name(const mcp_workspaces *w, const char *tenant, char *out, size_t size)
+{
+        if (!tenant_name_valid(tenant, strlen(tenant)))
+                return -EINVAL;
+        int n = snprintf(out, size, "/proc/self/fd/%d/%s", w->dirfd, tenant);
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
 int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,
                        airlock_error *err)
 {

@@ -38,6 +38,11 @@ int mcp_workspaces_set_overrides(mcp_workspaces *w, const char *const *tenants,
 int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,
                        airlock_error *err);
 
+/* The same path, made only as text (the folder is neither made nor
+ * checked): what the tenant's configurations name, for letting go of what
+ * the cache keeps of it. Returns 0 or -errno. */
+int mcp_workspace_name(const mcp_workspaces *w, const char *tenant, char *out, size_t size);
+
 /* The tools' answers (CallToolResult: content, structuredContent, isError
  * for a refusal), for tenant. args are checked against the schemas in
  * tools.c first. A refused request changes nothing: every path and both

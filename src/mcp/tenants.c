@@ -58,6 +58,16 @@ void tenant_name_of_token(const char *tok, size_t n, char out[TENANT_NAME_MAX + 
         explicit_bzero(d, sizeof(d));
 }
 
+bool tenant_name_is_derived(const char *name)
+{
+        if (name[0] != 't' || strlen(name) != 17)
+                return false;
+        for (int i = 1; i < 17; i++)
+                if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+                        return false;
+        return true;
+}
+
 void tenants_free(tenant_table *t)
 {
         if (!t)
@@ -161,6 +171,18 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
                          "--tokens %s:%u: '%.80s' is not a tenant name (1 to %d of A-Z, a-z, "
                          "0-9, '.', '_' and '-', starting with a letter or digit)",
                          path, lineno, name, TENANT_NAME_MAX);
+                return -EINVAL;
+        }
+        /* A name given on a line must not be one a token alone could
+         * derive: the tenant t2073c6a81939a955 would otherwise share the
+         * workspace, sessions and quotas of the token whose digest that
+         * is, and neither line would say so. */
+        if (name != derived && tenant_name_is_derived(name)) {
+                snprintf(why, why_len,
+                         "--tokens %s:%u: '%s' has the form of the name of a token given alone "
+                         "(t and 16 hex digits, a digest of the token): give the tenant another "
+                         "name",
+                         path, lineno, name);
                 return -EINVAL;
         }
         size_t ti = 0;

@@ -65,6 +65,10 @@ bool tenant_name_valid(const char *name, size_t n);
  * string; the digest cannot be turned back into it). */
 void tenant_name_of_token(const char *tok, size_t n, char out[TENANT_NAME_MAX + 1]);
 
+/* Whether name has the form tenant_name_of_token gives ("t" and 16
+ * lowercase hex digits): a name the tokens file may not give a tenant. */
+bool tenant_name_is_derived(const char *name);
+
 /* Reads the tokens file at path into ret (which the caller frees with
  * tenants_free). Returns the number of tokens, or -errno with why filled
  * with one message naming the file and the line at fault ("--tokens F:3:

@@ -26,6 +26,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HAPROXY_CFG = os.path.join(ROOT, "deploy", "haproxy.cfg")
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 TOKEN = "multi-instance-test-token-" + os.urandom(8).hex()
+# The operator's token, the one /metrics takes (--metrics-token).
+OPERATOR = "multi-instance-operator-" + os.urandom(8).hex()
 MODERN = "2026-07-28"
 RUN = "dev.airlock/run"
 INSTANCES = ("a1", "a2", "a3")
@@ -120,10 +122,10 @@ def text_of(result):
     return "".join(c.get("text", "") for c in result["content"] if c["type"] == "text")
 
 
-def http_get(port, path, token=True):
+def http_get(port, path, token=OPERATOR):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
-        c.request("GET", path, headers={"Authorization": "Bearer " + TOKEN} if token else {})
+        c.request("GET", path, headers={"Authorization": "Bearer " + token} if token else {})
         r = c.getresponse()
         return r.status, r.read().decode()
     finally:
@@ -152,6 +154,10 @@ class Cluster:
         with open(self.tokens, "w") as f:
             f.write(TOKEN + "\n")
         os.chmod(self.tokens, 0o600)
+        self.operator = os.path.join(self.dir, "operator")
+        with open(self.operator, "w") as f:
+            f.write(OPERATOR + "\n")
+        os.chmod(self.operator, 0o600)
         ports = free_ports(len(INSTANCES) + 2)
         self.ports = dict(zip(INSTANCES, ports))
         self.lb, self.lb_stats = ports[-2], ports[-1]
@@ -164,7 +170,7 @@ class Cluster:
             self.logs[name] = log
             self.procs[name] = subprocess.Popen(
                 [AIRLOCK, "serve", "--listen", f"127.0.0.1:{port}", "--instance", name,
-                 "--tokens", self.tokens, "--timeout", "20"],
+                 "--tokens", self.tokens, "--metrics-token", self.operator, "--timeout", "20"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent)
         env = dict(os.environ, AIRLOCK_LB_BIND=f"127.0.0.1:{self.lb}",

@@ -19,10 +19,22 @@ MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
           "io.modelcontextprotocol/clientCapabilities": {}}
 
 
+OPERATOR = "operator-metrics-token-0123456789"
+
+
 class Serve:
-    """One `airlock serve` on 127.0.0.1 and a port the kernel picks."""
+    """One `airlock serve` on 127.0.0.1 and a port the kernel picks. With
+    --tokens it gets the operator's --metrics-token too (OPERATOR), which
+    metrics() reads /metrics with: /metrics is the operator's, no tenant's."""
 
     def __init__(self, *args, listen="127.0.0.1:0", wait_ready=True):
+        self.operator = None
+        if "--tokens" in args and "--metrics-token" not in args:
+            path = os.path.join(tmpdir(), "metrics-token")
+            with open(path, "w") as f:
+                f.write(OPERATOR + "\n")
+            args = (*args, "--metrics-token", path)
+            self.operator = {"Authorization": "Bearer " + OPERATOR}
         self.p = subprocess.Popen([AIRLOCK, "serve", "--listen", listen, *args],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
@@ -78,7 +90,7 @@ class Serve:
         return status, h, body
 
     def metrics(self, headers=None):
-        status, _, body = self.get("/metrics", headers)
+        status, _, body = self.get("/metrics", headers or self.operator)
         assert status == 200, (status, body)
         out = {}
         for line in body.decode().splitlines():
@@ -179,7 +191,9 @@ def test_tokens_401_and_protected_resource_metadata():
             assert meta["resource"].endswith("/mcp"), meta
         # Metrics sit behind the tokens too, and count the failures.
         assert s.get("/metrics")[0] == 401
-        m = s.metrics({"Authorization": "Bearer secret-two"})
+        # A token of the tokens file is a tenant's, not the operator's.
+        assert s.get("/metrics", {"Authorization": "Bearer secret-two"})[0] == 403
+        m = s.metrics()
         assert m['airlock_auth_failures_total{reason="missing"}'] == 2, m
         assert m['airlock_auth_failures_total{reason="invalid"}'] == 2, m
         assert "secret" not in "".join(s.lines), s.lines
@@ -747,7 +761,7 @@ def test_sessions_are_bound_to_the_token_that_opened_them():
         assert tool("session_close", {"session": h}, mallory)["isError"]
         # A fork would copy alice's variables into a session of mallory's.
         assert tool("session_fork", {"session": h}, mallory)["isError"]
-        assert s.metrics(alice)["airlock_sessions_open"] == 1
+        assert s.metrics()["airlock_sessions_open"] == 1
         # Alice's session is intact, and her own fork is hers.
         f = tool("session_fork", {"session": h}, alice)["_meta"]["dev.airlock/session"]
         r = tool("execute_code", {"code": "print(key)", "session": f}, alice)
@@ -804,7 +818,7 @@ def test_another_tokens_handle_looks_never_opened_live_or_dead():
                 assert r["isError"], (name, h, r)
                 answers[h] = json.dumps(r, sort_keys=True).replace(h, "HANDLE")
             assert len(set(answers.values())) == 1, (name, answers)
-        assert s.metrics(alice)["airlock_sessions_open"] == 1
+        assert s.metrics()["airlock_sessions_open"] == 1
 
 
 def test_each_token_has_its_own_quotas_below_the_server_caps():
@@ -836,7 +850,7 @@ def test_each_token_has_its_own_quotas_below_the_server_caps():
         # Bob still has his own.
         for _ in range(2):
             assert not tool(s, "session_open", {}, bob)["isError"]
-        assert s.metrics(bob)["airlock_sessions_open"] == 4
+        assert s.metrics()["airlock_sessions_open"] == 4
     # Past the server-wide cap, the refusal tells no other token's count.
     with serve("--tokens", tokens, "--max-sessions", "4",
                "--max-sessions-per-token", "3") as s:
@@ -856,14 +870,14 @@ def test_each_token_has_its_own_quotas_below_the_server_caps():
             "long", "import time\nfor _ in range(1200): time.sleep(0.05)", alice))
         long.start()
         for _ in range(2000):
-            if s.metrics(alice)["airlock_runs_in_flight"] == 1:
+            if s.metrics()["airlock_runs_in_flight"] == 1:
                 break
             time.sleep(0.01)
         # Alice's second call waits for her own run, though a slot is free.
         queued = threading.Thread(target=call, args=("queued", "print('queued')", alice))
         queued.start()
         for _ in range(2000):
-            if s.metrics(alice)["airlock_queue_depth"] == 1 or "queued" in out:
+            if s.metrics()["airlock_queue_depth"] == 1 or "queued" in out:
                 break
             time.sleep(0.01)
         assert "queued" not in out, out
@@ -992,7 +1006,7 @@ def test_a_cancel_stops_only_the_calls_of_its_own_token():
             t = threading.Thread(target=long_call, args=(out,))
             t.start()
             for _ in range(400):
-                if s.metrics(alice)["airlock_runs_in_flight"] >= 1:
+                if s.metrics()["airlock_runs_in_flight"] >= 1:
                     break
                 time.sleep(0.01)
             cancel(who)

@@ -118,8 +118,9 @@ def test_tenants_cannot_see_each_other():
         status, _, body = s.post({"jsonrpc": "2.0", "id": 4, "method": "resources/list",
                                   "params": {"_meta": MODERN}}, auth(TOK_B))
         assert uri not in body.decode(), body
-        # Metrics carry no tenant name and nothing per tenant.
-        _, _, m = s.get("/metrics", auth(TOK_B))
+        # Metrics carry no tenant name and nothing per tenant (read by the
+        # operator: a tenant's token does not read them).
+        _, _, m = s.get("/metrics", s.operator)
         assert b"acme" not in m and b"beta" not in m and b"tenant" not in m, m
         # Tenant folders are the operator's, 0700.
         assert os.stat(os.path.join(tdir, "acme")).st_mode & 0o777 == 0o700
@@ -247,6 +248,10 @@ def test_uploads_reach_runs_and_new_sessions_and_survive_a_restart():
         assert code(s, TOK_A, "import os\nprint(os.listdir('/input'))") == "['img.png']\n"
 
 
+def derived_of(token):
+    return "t" + hashlib.sha256(b"airlock tenant\0" + token.encode()).hexdigest()[:16]
+
+
 def test_the_tokens_file_names_tenants_and_reloads():
     d = tmpdir()
     tdir = os.path.join(d, "t")
@@ -254,7 +259,10 @@ def test_the_tokens_file_names_tenants_and_reloads():
     for line, why in (("tok x/y", "is not a tenant name"), ("tok acme max-nope=1", "unknown setting"),
                       ("tok acme max-runs=0", "from 1 to 32"),
                       ("tok acme\ntok beta", "a token names one tenant"),
-                      ("tok acme max-files=1\ntok2 acme max-files=2", "give it one value")):
+                      ("tok acme max-files=1\ntok2 acme max-files=2", "give it one value"),
+                      # A name a token alone could derive (its workspace would be shared).
+                      ("tok t2073c6a81939a955", "has the form of the name of a token given alone"),
+                      (f"tok {derived_of('tok2')}", "give the tenant another name")):
         p = tokens_file(d, ["# tenants", line])
         out = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", p],
                              capture_output=True, text=True, timeout=60)
@@ -275,7 +283,7 @@ def test_the_tokens_file_names_tenants_and_reloads():
         derived = "t" + hashlib.sha256(b"airlock tenant\0" + TOK_B.encode()).hexdigest()[:16]
         assert sorted(os.listdir(tdir)) == sorted(["acme", derived]), os.listdir(tdir)
         hb = tool(s, TOK_B, "session_open", {})["_meta"]["dev.airlock/session"]
-        sessions = s.metrics(auth(TOK_A))["airlock_sessions_open"]
+        sessions = s.metrics()["airlock_sessions_open"]
         # A SIGHUP with a bad file keeps the old table.
         with open(tok, "w") as f:
             f.write(f"{TOK_A} bad/name\n")
@@ -299,13 +307,13 @@ def test_the_tokens_file_names_tenants_and_reloads():
         t1 = threading.Thread(target=slow, args=("running", "import time\ntime.sleep(60)"))
         t1.start()
         for _ in range(400):
-            if s.metrics(auth(TOK_A))["airlock_runs_in_flight"] >= 1:
+            if s.metrics()["airlock_runs_in_flight"] >= 1:
                 break
             time.sleep(0.025)
         t2 = threading.Thread(target=slow, args=("queued", "print('never')"))
         t2.start()
         for _ in range(400):
-            if s.metrics(auth(TOK_A))["airlock_queue_depth"] >= 1:
+            if s.metrics()["airlock_queue_depth"] >= 1:
                 break
             time.sleep(0.025)
         with open(tok, "w") as f:
@@ -318,7 +326,7 @@ def test_the_tokens_file_names_tenants_and_reloads():
         status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
                                "params": {"_meta": MODERN}}, auth(TOK_B))
         assert status == 401
-        assert s.metrics(auth(TOK_A))["airlock_sessions_open"] == sessions - 1
+        assert s.metrics()["airlock_sessions_open"] == sessions - 1
         assert os.path.isfile(os.path.join(tdir, derived, "b.txt"))
         # acme is untouched: its session still holds its state.
         assert code(s, TOK_A, "print(y)", session=h).startswith("5")
@@ -395,7 +403,7 @@ def test_many_tenants_created_used_and_removed_leave_nothing_behind():
             if any(f"{n} tenants removed" in l for l in s.lines):
                 break
             time.sleep(0.025)
-        assert s.metrics(auth("tok-keeper-0123456789"))["airlock_sessions_open"] == 0
+        assert s.metrics()["airlock_sessions_open"] == 0
         # A removed tenant's token is refused; its folder stays.
         status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
                                "params": {"_meta": MODERN}}, auth(toks[0]))
@@ -414,6 +422,219 @@ def test_many_tenants_created_used_and_removed_leave_nothing_behind():
     # upload names).
     for root, _, files in os.walk(tdir):
         assert all(not f.startswith(".airlock-upload-") for f in files), files
+
+
+TOK_G = "tok-globex-0123456789abcdef"
+
+
+def test_tenants_never_share_upstream_servers_silently():
+    """Upstream servers are the sandbox's: without --tenants-dir every
+    tenant runs in one sandbox, so acme's memory server would answer
+    globex. The start is refused unless the operator says they may share
+    (--shared-servers); with --tenants-dir each tenant has its own server
+    processes."""
+    from test_servers import memory, misbehave, servers_file
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_G} globex"])
+    mem = servers_file({"mem": memory(os.path.join(d, "memory.jsonl"))})
+    p = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", tok,
+                        "--servers", mem], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "--shared-servers" in p.stderr and "--tenants-dir" in p.stderr, p.stderr
+    assert "share" in p.stderr, p.stderr
+    # Which process answers each tenant: "ok PID" of the misbehaving
+    # helper's tool, a process of the server's own.
+    os.mkdir(os.path.join(d, "ok"))
+    ok = servers_file({"m": misbehave()}, os.path.join(d, "ok"))
+    pid = "from servers import m\nprint(m.ok())"
+    with serve("--tokens", tok, "--servers", ok, "--tenants-dir", os.path.join(d, "t")) as s:
+        a, g = code(s, TOK_A, pid), code(s, TOK_G, pid)
+        assert a.startswith("ok ") and g.startswith("ok ") and a != g, (a, g)
+        assert code(s, TOK_A, pid) == a
+    # Said, the sharing is allowed: one process answers both.
+    with serve("--tokens", tok, "--servers", ok, "--shared-servers") as s:
+        a, g = code(s, TOK_A, pid), code(s, TOK_G, pid)
+        assert a.startswith("ok ") and a == g, (a, g)
+
+
+def test_the_description_tells_of_the_tenants_workspace():
+    """With --tenants-dir every tenant's runs have its workspace as /input:
+    execute_code's description must not say there is none."""
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme"])
+
+    def check(desc):
+        assert "There is no /input" not in desc, desc
+        assert "/input holds your workspace" in desc and "workspace_write" in desc, desc
+        assert "acme" not in desc and d not in desc, desc
+
+    with serve("--tokens", tok, "--tenants-dir", os.path.join(d, "t")) as s:
+        status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                                  "params": {"_meta": MODERN}}, auth(TOK_A))
+        tools = {t["name"]: t for t in json.loads(body)["result"]["tools"]}
+        check(tools["execute_code"]["description"])
+        # And it is true: the file written is at /input.
+        assert not write(s, TOK_A, [{"path": "a.txt", "text": "here"}])["isError"]
+        assert code(s, TOK_A, "print(open('/input/a.txt').read())") == "here\n"
+    out = subprocess.run([AIRLOCK, "mcp", "--tenants-dir", os.path.join(d, "m"), "--tenant", "solo"],
+                         input=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                                           "params": {"_meta": MODERN}}) + "\n",
+                         capture_output=True, text=True, timeout=120)
+    tools = {t["name"]: t for t in json.loads(out.stdout)["result"]["tools"]}
+    check(tools["execute_code"]["description"])
+    # Without --tenants-dir there is still no /input, and it says so.
+    out = subprocess.run([AIRLOCK, "mcp"], input=json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN}}) + "\n",
+        capture_output=True, text=True, timeout=120)
+    assert "There is no /input" in out.stdout, out.stdout
+
+
+def staged(tmp):
+    return sorted(n for n in os.listdir(tmp) if n.startswith("airlock-stage-"))
+
+
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_removed_tenants_staged_copies_go():
+    """Each tenant's runs stage a copy of its workspace under $TMPDIR
+    (airlock-stage-*). Removing 49 of 50 tenants by SIGHUP removes their
+    copies (and closes the files they held), not only at the server's stop."""
+    n = int(os.environ.get("TENANTS", "50"))
+    d = tmpdir()
+    tdir = os.path.join(d, "t")
+    tmp = os.path.join(d, "tmp")
+    os.mkdir(tmp)
+    toks = [f"tok-stage-{i:04d}-{os.urandom(8).hex()}" for i in range(n)]
+    tok = tokens_file(d, [f"{t} ts{i}" for i, t in enumerate(toks)])
+    old_tmp = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = tmp
+    try:
+        s = Serve("--tokens", tok, "--tenants-dir", tdir)
+    finally:
+        if old_tmp is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = old_tmp
+    try:
+        base = len(staged(tmp))
+        for i, t in enumerate(toks):
+            assert not write(s, t, [{"path": "me.txt", "text": f"ts{i}" * 100}])["isError"]
+            assert code(s, t, "print(open('/input/me.txt').read()[:4])").startswith(f"ts{i}")
+        before, fds_before = len(staged(tmp)), open_fds(s.p.pid)
+        assert before - base >= n, (base, before)
+        with open(tok, "w") as f:
+            f.write(f"{toks[0]} ts0\n")
+        s.p.send_signal(signal.SIGHUP)
+        after = before
+        for _ in range(2400):
+            after = len(staged(tmp))
+            if any(f"{n - 1} tenants removed" in l for l in s.lines) and after - base <= 1:
+                break
+            time.sleep(0.025)
+        print(f"  {n} tenants: {before} staging folders, {after} after removing {n - 1}; "
+              f"{fds_before} open files before, {open_fds(s.p.pid)} after")
+        assert after - base <= 1, (base, before, after)
+        assert open_fds(s.p.pid) < fds_before, (fds_before, open_fds(s.p.pid))
+        # The tenant kept still runs on its copy; the removed ones' folders
+        # stay (the operator's data).
+        assert code(s, toks[0], "print(open('/input/me.txt').read()[:3])") == "ts0\n"
+        assert os.path.exists(os.path.join(tdir, "ts7", "me.txt"))
+    finally:
+        s.stop()
+    assert s.p.returncode == 0, "".join(s.lines)[-3000:]
+    assert staged(tmp) == [], staged(tmp)
+
+
+def test_metrics_are_the_operators():
+    """/metrics tells every tenant's load (with two tenants, the totals less
+    one's own are the other's): a tenant's token is refused there, the
+    operator's --metrics-token reads it."""
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_B} beta"])
+    op = os.path.join(d, "op")
+    with open(op, "w") as f:
+        f.write("  the-operators-token-42  \n")
+    with serve("--tokens", tok, "--metrics-token", op) as s:
+        code(s, TOK_A, "print(1)")
+        for t in (TOK_A, TOK_B):
+            status, _, body = s.get("/metrics", auth(t))
+            assert status == 403 and b"--metrics-token" in body, (status, body)
+            assert b"airlock_calls_total" not in body, body
+        assert s.get("/metrics")[0] == 401
+        assert s.get("/metrics", auth("the-operators-token-4"))[0] == 401
+        m = s.metrics(auth("the-operators-token-42"))
+        assert m['airlock_calls_total{status="ok"}'] >= 1, m
+        # The operator's token is no tenant's: it cannot call tools.
+        status, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                               "params": {"_meta": MODERN}}, auth("the-operators-token-42"))
+        assert status == 401
+        # A reload that would give a tenant the operator's token keeps the
+        # old tokens.
+        with open(tok, "w") as f:
+            f.write(f"{TOK_A} acme\nthe-operators-token-42 beta\n")
+        s.p.send_signal(signal.SIGHUP)
+        for _ in range(400):
+            if any("keeping the old tokens" in l for l in s.lines):
+                break
+            time.sleep(0.025)
+        assert any("token of --metrics-token" in l for l in s.lines), s.lines[-5:]
+        assert s.get("/metrics", auth("the-operators-token-42"))[0] == 200
+    # With --tokens and no --metrics-token, no token reads /metrics.
+    with open(tok, "w") as f:
+        f.write(f"{TOK_A} acme\n")
+    p = subprocess.Popen([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", tok],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in p.stderr:
+            m = re.search(r"\(port (\d+)\)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("GET", "/metrics", headers=auth(TOK_A))
+        assert c.getresponse().status == 403
+        c.close()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+    # An operator's token that is also a tenant's is refused at start.
+    with open(op, "w") as f:
+        f.write(TOK_A + "\n")
+    r = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", tok,
+                        "--metrics-token", op], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "also a tenant's" in r.stderr, r.stderr
+
+
+def test_one_tenants_runs_do_not_evict_anothers_files():
+    """The resource store holds 32 runs per tenant: a tenant making many
+    runs drops its own oldest files, never another tenant's."""
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_G} globex"])
+
+    def run_with_file(s, t, text_):
+        r = tool(s, t, "execute_code", {"code": f"open('/output/f.txt','w').write({text_!r})"})
+        assert not r.get("isError"), r
+        return [c["resource"]["uri"] for c in r["content"] if c.get("type") == "resource"][0]
+
+    def read(s, t, uri):
+        _, _, body = s.post({"jsonrpc": "2.0", "id": 5, "method": "resources/read",
+                             "params": {"uri": uri, "_meta": MODERN}}, auth(t))
+        return json.loads(body)
+
+    with serve("--tokens", tok) as s:
+        mine = run_with_file(s, TOK_G, "globex-file")
+        first = run_with_file(s, TOK_A, "acme-0")
+        for i in range(1, 33):
+            run_with_file(s, TOK_A, f"acme-{i}")
+        r = read(s, TOK_G, mine)
+        assert r.get("result", {}).get("contents", [{}])[0].get("text") == "globex-file", r
+        # Past its own 32 runs, acme's oldest went.
+        r = read(s, TOK_A, first)
+        assert r.get("error", {}).get("code") == -32002, r
 
 
 def test_airlock_mcp_has_one_tenant():

@@ -19,6 +19,7 @@ const TOK = {
 const CALL_OPTS = { timeout: 120000 };
 const LIST = "import os\nfor p in sorted(os.listdir('/input')):\n    print(p, open('/input/' + p).read())";
 
+const OPERATOR = 'operator-token-of-the-metrics-0123';
 let server;
 let dir;
 let url;
@@ -39,7 +40,9 @@ const tests = [
   ['start airlock serve with two tenants and a folder for their workspaces', async () => {
     dir = tmpdir('airlock-tenants-');
     fs.writeFileSync(path.join(dir, 'tokens'), `${TOK.acme} acme\n${TOK.beta} beta max-files=3\n`);
-    server = await startServe(['--tokens', path.join(dir, 'tokens'), '--tenants-dir', path.join(dir, 't')]);
+    fs.writeFileSync(path.join(dir, 'operator'), `${OPERATOR}\n`);
+    server = await startServe(['--tokens', path.join(dir, 'tokens'), '--tenants-dir', path.join(dir, 't'),
+      '--metrics-token', path.join(dir, 'operator')]);
     url = `http://127.0.0.1:${server.port}/mcp`;
     clients.acme = await client('acme');
     clients.beta = await client('beta');
@@ -116,8 +119,10 @@ const tests = [
     assertEqual(ok.isError || false, false, 'acme is not held by beta\'s cap');
   }],
 
-  ['metrics name no tenant', async () => {
-    const res = await fetch(`http://127.0.0.1:${server.port}/metrics`, { headers: { Authorization: `Bearer ${TOK.beta}` } });
+  ['metrics are the operator\'s and name no tenant', async () => {
+    const mine = await fetch(`http://127.0.0.1:${server.port}/metrics`, { headers: { Authorization: `Bearer ${TOK.beta}` } });
+    assertEqual(mine.status, 403, 'a tenant\'s token on /metrics');
+    const res = await fetch(`http://127.0.0.1:${server.port}/metrics`, { headers: { Authorization: `Bearer ${OPERATOR}` } });
     const text = await res.text();
     assertEqual(res.status, 200, 'metrics status');
     assert(!text.includes('acme') && !text.includes('beta'), 'no tenant name in /metrics');

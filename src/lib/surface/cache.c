@@ -1501,6 +1501,87 @@ char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, a
         return text ? with_watch_report(c, cfg, text) : NULL;
 }
 
+/* Whether the fingerprint field f (of flen bytes) is in the first n bytes
+ * of key. A field is "name:length:value\n", so a workspace's field never
+ * matches another path; a match inside some other field's value (a tool's
+ * description that quotes it) only closes a sandbox early. */
+static bool key_has_field(const char *key, size_t n, const char *f, size_t flen)
+{
+        return flen <= n && memmem(key, n, f, flen) != NULL;
+}
+
+/* Contract: after this, the cache holds nothing of the workspace at path
+ * but what runs and sessions in progress use, and that goes when the last
+ * of them ends: every staged version of a tree set that starts with the
+ * workspace (any caps, any mounts) is freed now when unused, else marked
+ * stale (input_release frees a stale input with its last reference, and
+ * input_acquire never hands one out again); its unused change watch is
+ * closed; a sandbox keyed to it (with upstream servers, a sandbox per
+ * workspace) is doomed, closed by its last user. A later run of the same
+ * workspace stages it afresh. */
+void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
+{
+        if (!c || !path || !*path)
+                return;
+        _cleanup_free_ char *field = NULL;
+        if (asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0)
+                return;
+        size_t flen = strlen(field);
+        cache_input *drop = NULL;
+        tree_set *trees = NULL;
+        close_list l = {0};
+        pthread_mutex_lock(&c->lock);
+        for (cache_entry *e = c->head, *next; e; e = next) {
+                next = e->next;
+                if (!e->late) {
+                        if (key_has_field(e->key, e->static_len, field, flen))
+                                close_list_add(&l, entry_doom_locked(c, e));
+                        continue;
+                }
+                for (cache_input **pp = &e->inputs; *pp;) {
+                        cache_input *ci = *pp;
+                        /* The tree key is the caps' line, then the
+                         * workspace's field. */
+                        const char *nl = memchr(ci->key, '\n', ci->tk_len);
+                        bool mine = nl && (size_t)(ci->key + ci->tk_len - (nl + 1)) >= flen &&
+                                    memcmp(nl + 1, field, flen) == 0;
+                        if (!mine) {
+                                pp = &ci->next;
+                                continue;
+                        }
+                        if (ci->refs > 0) {
+                                ci->stale = true;
+                                pp = &ci->next;
+                                continue;
+                        }
+                        *pp = ci->next;
+                        e->n_idle_inputs--;
+                        ci->next = drop;
+                        drop = ci;
+                }
+        }
+        for (tree_set **pp = &c->trees; *pp;) {
+                tree_set *t = *pp;
+                const char *nl = strchr(t->key, '\n');
+                if (t->refs == 0 && nl && strncmp(nl + 1, field, flen) == 0) {
+                        *pp = t->next;
+                        t->next = trees;
+                        trees = t;
+                        c->n_trees--;
+                        continue;
+                }
+                pp = &t->next;
+        }
+        pthread_mutex_unlock(&c->lock);
+        while (drop) {
+                cache_input *next = drop->next;
+                input_free_later(c, drop);
+                drop = next;
+        }
+        tree_set_free_list(trees);
+        close_list_run_later(c, &l);
+}
+
 void airlock_cache_close(airlock_cache *c)
 {
         if (!c)
