@@ -5,7 +5,8 @@
 # sandbox, one run). Also: the library's SONAME, its exports (exactly the
 # AIRLOCK_PUBLIC functions of airlock.h), the installed airlock program, the
 # static library and Libs.private, ldconfig or its hint after an install
-# without DESTDIR, and the error when the template cannot load the library.
+# without DESTDIR, the error when the template cannot load the library, and
+# the C programs of README.md and docs/c-api.md as a user copies them.
 # Usage: tests/build/test_install.sh BUILD_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -152,6 +153,41 @@ ldconfig_ok() {
     ! grep -q 'ldconfig\|ld.so.conf' "$dest/install.log" || { cat "$dest/install.log"; return 1; }
 }
 check "make install runs ldconfig for a folder the loader searches, else prints the line to add" ldconfig_ok
+
+# The C programs of README.md and docs/c-api.md, as a user copies them:
+# each fenced C block compiled as it stands against the installed library
+# with the flags the text gives, run from the repository (where
+# examples/sales is), and what the text says it prints.
+doc_snippets_ok() {
+    local doc n=0 f flags out empty=$dest/empty-dir
+    mkdir -p "$empty"
+    flags=$(PKG_CONFIG_PATH="$dest$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest" \
+        pkg-config --cflags --libs airlock) || return 1
+    for doc in README.md docs/c-api.md; do
+        awk -v out="$dest/doc-$(basename "$doc" .md)-" '
+            /^```c$/ { n++; f = out n ".c"; next }
+            /^```/ { f = ""; next }
+            f { print > f }' "$doc"
+    done
+    for f in "$dest"/doc-*.c; do
+        n=$((n + 1))
+        # shellcheck disable=SC2086
+        cc -Wall -Wextra -Werror -o "${f%.c}" "$f" $flags -Wl,-rpath,"$dest$prefix/lib" ||
+            { echo "$f does not compile"; return 1; }
+        out=$(timeout 120 "${f%.c}") || { echo "$f exited $?: $out"; return 1; }
+        if grep -q examples/sales "$f"; then
+            grep -qF '"stdout":"(12, 5)\n"' <<<"$out" || { echo "$f printed: $out"; return 1; }
+            # Where examples/sales is missing: its error, and no crash.
+            out=$(cd "$empty" && timeout 120 "${f%.c}" 2>&1)
+            [ $? -eq 1 ] && [ "$out" = "cannot open examples/sales: No such file or directory" ] ||
+                { echo "$f without examples/sales: $out"; return 1; }
+        elif grep -q airlock_session_open "$f"; then
+            [ "$out" = "A-17 shipped" ] || { echo "$f printed: $out"; return 1; }
+        fi
+    done
+    [ "$n" -ge 3 ] || { echo "only $n C blocks in README.md and docs/c-api.md"; return 1; }
+}
+check "the C programs of README.md and docs/c-api.md compile as written and print what the text says" doc_snippets_ok
 
 program_ok() {
     "$dest$prefix/bin/airlock" version | grep -q '^airlock [0-9]' || return 1
