@@ -279,8 +279,9 @@ fuzz:
 	@$(MAKE) --no-print-directory -f fuzz/fuzz.mk fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]: the shared library (with its
-# SONAME link and the development link), airlock.h, the airlock program and
-# airlock.pc. Nothing here needs root unless the folders do.
+# SONAME link and the development link), the static library, airlock.h, the
+# airlock program and airlock.pc. Nothing here needs root unless the folders
+# do.
 PREFIX     ?= /usr/local
 prefix     ?= $(PREFIX)
 exec_prefix ?= $(prefix)
@@ -297,7 +298,7 @@ bashcompdir ?= $(datadir)/bash-completion/completions
 # rewritten only when they change, so that `make install PREFIX=/usr/local`
 # after airlock.pc was made with another prefix makes it again.
 PC_VARS = prefix=$(prefix) exec_prefix=$(exec_prefix) libdir=$(libdir) \
-          includedir=$(includedir) version=$(VERSION)
+          includedir=$(includedir) version=$(VERSION) libs_private=$(LIBS)
 $(BUILD)/airlock.pc.vars: FORCE
 	@mkdir -p $(dir $@)
 	@printf '%s\n' '$(PC_VARS)' | cmp -s - $@ 2>/dev/null || printf '%s\n' '$(PC_VARS)' > $@
@@ -314,7 +315,8 @@ $(BUILD)/airlock.pc: Makefile include/airlock.h $(BUILD)/airlock.pc.vars
 	   echo 'Description: run untrusted Python in a Linux sandbox, move files in and out safely'; \
 	   echo 'Version: $(VERSION)'; \
 	   echo 'Cflags: -I$${includedir}'; \
-	   echo 'Libs: -L$${libdir} -lairlock'; } > $@.tmp && mv $@.tmp $@
+	   echo 'Libs: -L$${libdir} -lairlock'; \
+	   echo 'Libs.private: $(strip $(LIBS))'; } > $@.tmp && mv $@.tmp $@
 
 # The man page and the bash completion, written by the program from its
 # option table; docs/options.md too (`make docs`, committed, checked by
@@ -337,7 +339,31 @@ install: all $(BUILD)/airlock.pc $(BUILD)/airlock.1 $(BUILD)/airlock.bash
 	ln -sfn $(SOFILE) $(DESTDIR)$(libdir)/$(SONAME)
 	ln -sfn $(SONAME) $(DESTDIR)$(libdir)/libairlock.so
 	install -m 0644 include/airlock.h include/airlock-jansson.h $(DESTDIR)$(includedir)/
+	install -m 0644 $(BUILD)/libairlock.a $(DESTDIR)$(libdir)/libairlock.a
 	install -m 0644 $(BUILD)/airlock.pc $(DESTDIR)$(pkgconfigdir)/airlock.pc
+ifeq ($(DESTDIR),)
+	@$(LDCONFIG_STEP)
+endif
+
+# After an install without DESTDIR (a packager's staging runs ldconfig in its
+# own scripts): where the dynamic loader searches libdir by itself (its
+# trusted folders and those of /etc/ld.so.conf), ldconfig refreshes its cache,
+# without which a fresh /usr/local/lib/libairlock.so.0 is not found; elsewhere
+# the line that adds it is printed. LD_LIBRARY_PATH is no way out: the
+# sandbox's template is the program executed afresh with an empty environment.
+LDCONFIG ?= ldconfig
+LOADER_DIRS ?= /lib /usr/lib $(shell $(LDCONFIG) -v -N -X 2>/dev/null | sed -n 's,^\(/[^:]*\):.*,\1,p')
+define LDCONFIG_STEP
+if printf '%s\n' $(LOADER_DIRS) | grep -qxF '$(patsubst %/,%,$(libdir))'; then \
+	echo '$(LDCONFIG)'; $(LDCONFIG) || echo 'airlock: run ldconfig as root, or programs will not find $(libdir)/$(SONAME)'; \
+else \
+	echo 'airlock: $(libdir) is not a folder the dynamic loader searches: programs linked with'; \
+	echo '  libairlock find it only after (as root)'; \
+	echo '    echo $(libdir) > /etc/ld.so.conf.d/airlock.conf && ldconfig'; \
+	echo '  or when linked with -Wl,-rpath,$(libdir) (LD_LIBRARY_PATH does not reach the'; \
+	echo '  sandbox template, which runs with an empty environment)'; \
+fi
+endef
 
 # The ABI baseline that tests/build/test_abi.sh compares libairlock.so with:
 # run it and commit abi/libairlock.abi when the ABI changes on purpose.
@@ -349,7 +375,7 @@ abi-baseline: $(BUILD)/libairlock.so
 
 uninstall:
 	rm -f $(DESTDIR)$(bindir)/airlock $(DESTDIR)$(libdir)/$(SOFILE) \
-		$(DESTDIR)$(libdir)/$(SONAME) $(DESTDIR)$(libdir)/libairlock.so \
+		$(DESTDIR)$(libdir)/$(SONAME) $(DESTDIR)$(libdir)/libairlock.so $(DESTDIR)$(libdir)/libairlock.a \
 		$(DESTDIR)$(includedir)/airlock.h $(DESTDIR)$(includedir)/airlock-jansson.h \
 		$(DESTDIR)$(pkgconfigdir)/airlock.pc $(DESTDIR)$(man1dir)/airlock.1 \
 		$(DESTDIR)$(bashcompdir)/airlock

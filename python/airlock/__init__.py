@@ -91,10 +91,17 @@ def limit_options() -> list[tuple[str, str, str]]:
 # ---- normalisation, as the reference does it --------------------------------
 
 def _normalize_mount_path(mount_path: str) -> str:
+    """The path under /input of a sandbox path: a relative one is taken
+    under /input (the reference's shorthand, "input/x" too); an absolute one
+    must be /input/... (docs/python.md): anything else is ValueError, never
+    moved under /input in silence."""
     raw = str(mount_path).strip().replace("\\", "/")
     if not raw:
         raise ValueError("mount_path must not be empty.")
     parts = [p for p in PurePosixPath(raw).parts if p not in {"", "/", "."}]
+    if raw.startswith("/") and (not parts or parts[0] != "input"):
+        raise ValueError(f"mount path {mount_path!r} is outside /input: a file mount's sandbox "
+                         "path is /input/... or relative to /input")
     if parts and parts[0] == "input":
         parts = parts[1:]
     if any(p == ".." for p in parts):
@@ -370,7 +377,17 @@ class Sandbox:
         if approve_server_call is not None:
             def approve(tool, args_json, fn=approve_server_call):
                 import json
-                return bool(fn(tool, json.loads(args_json)))
+                try:
+                    return bool(fn(tool, json.loads(args_json)))
+                except Exception as e:
+                    # Refused, and said in the package's terms: the C
+                    # trampoline would print an anonymous "Exception
+                    # ignored in <function approve>".
+                    import warnings
+                    warnings.warn(f"approve_server_call raised {type(e).__name__}: {e}; "
+                                  f"the call of {tool} is refused", RuntimeWarning,
+                                  stacklevel=2)
+                    return False
             # Made once and held as long as the sandbox: a cached sandbox's
             # copy of a configuration points to it.
             self._approver = approve
@@ -411,7 +428,8 @@ class Sandbox:
             return None
         p = _resolve_existing(workspace)
         if not p.is_dir():
-            raise ValueError("workspace_root must point to an existing directory.")
+            raise ValueError(f"workspace {str(workspace)!r} is not a folder: workspace= "
+                             "names a folder to stage as /input (a file goes in mounts=)")
         return p
 
     @property
@@ -685,6 +703,7 @@ class Sandbox:
         an exception only when nothing could run (InputError, SandboxError,
         RunError). workspace: this run's /input instead of the sandbox's
         (see the class)."""
+        _check_code(code)
         cfg = self._config(workspace)
         return Result(self._cache.run(cfg, code, cancel_fd=cancel_fd))
 
@@ -692,6 +711,7 @@ class Sandbox:
         """``run`` for asyncio: in a thread, an ``async def`` tool running on
         this task's loop. Cancelling the awaiting task stops the run (it ends
         as "killed") and then raises CancelledError."""
+        _check_code(code)
         loop = asyncio.get_running_loop()
         cfg = self._config(workspace)
         return await _arun(loop, lambda fd: self._cache.run(cfg, code, cancel_fd=fd))
@@ -730,6 +750,15 @@ class Sandbox:
         d = self.describe()
         return {k: d[k] for k in ("name", "description", "input_schema", "instructions",
                                   "approval_mode")}
+
+
+def _check_code(code) -> None:
+    """A run's code is Python source as a string (bytes in UTF-8 pass too);
+    anything else is TypeError in the package's terms rather than the
+    extension's "a bytes-like object is required"."""
+    if not isinstance(code, (str, bytes)):
+        raise TypeError(f"run(code): code must be a string of Python source, not "
+                        f"{type(code).__name__}")
 
 
 def _json_dumps(v) -> str:
@@ -802,9 +831,11 @@ class Session:
         self._s = native
 
     def run(self, code: str, *, cancel_fd: int = -1) -> Result:
+        _check_code(code)
         return Result(self._s.run(code, cancel_fd=cancel_fd))
 
     async def arun(self, code: str) -> Result:
+        _check_code(code)
         loop = asyncio.get_running_loop()
         return await _arun(loop, lambda fd: self._s.run(code, cancel_fd=fd))
 

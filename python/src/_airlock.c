@@ -351,6 +351,19 @@ static PyObject *config_remove_tool(ConfigObject *self, PyObject *args)
         CFG_CALL(airlock_config_remove_tool(self->cfg, name, &e));
 }
 
+/* The message for a limit the package does not know: in the package's
+ * terms (limits={...}), with every name it takes, so that a misspelt name
+ * needs no look-up in the documentation. */
+static void unknown_limit(const char *name, airlock_error *e)
+{
+        size_t n = (size_t)snprintf(e->message, sizeof(e->message),
+                                    "unknown limit '%.64s' in limits=; the limits are", name);
+        const airlock_limit_option *o;
+        for (size_t i = 0; n < sizeof(e->message) && (o = airlock_limit_option_at(i)); i++)
+                n += (size_t)snprintf(e->message + n, sizeof(e->message) - n, "%s '%s'",
+                                      i ? "," : "", o->name);
+}
+
 /* set_limits({name: text}): every name as airlock_limit_option_at lists it,
  * all or nothing. */
 static PyObject *config_set_limits(ConfigObject *self, PyObject *args)
@@ -368,8 +381,8 @@ static PyObject *config_set_limits(ConfigObject *self, PyObject *args)
                 if (!name || !text)
                         return NULL;
                 int r = airlock_limits_set_option(&l, name, text, &e);
-                if (r == -ENOENT && !e.message[0])
-                        snprintf(e.message, sizeof(e.message), "unknown limit '%s'", name);
+                if (r == -ENOENT)
+                        unknown_limit(name, &e);
                 if (r < 0)
                         return RAISE(self, r, &e);
         }

@@ -3,7 +3,10 @@
 # DESTDIR, then a small program compiled and linked with nothing but
 # `pkg-config --cflags --libs airlock`, run against the installed copy (one
 # sandbox, one run). Also: the library's SONAME, its exports (exactly the
-# AIRLOCK_PUBLIC functions of airlock.h), and the installed airlock program.
+# AIRLOCK_PUBLIC functions of airlock.h), the installed airlock program, the
+# static library and Libs.private, ldconfig or its hint after an install
+# without DESTDIR, the error when the template cannot load the library, and
+# the C programs of README.md and docs/c-api.md as a user copies them.
 # Usage: tests/build/test_install.sh BUILD_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -97,6 +100,94 @@ link_ok() {
     grep -q '"stdout": *"42\\n"' <<<"$out" || { echo "tiny printed: $out"; return 1; }
 }
 check "a program built with pkg-config --cflags --libs airlock runs code through the installed library" link_ok
+
+# A library outside the loader's folders, found through LD_LIBRARY_PATH: the
+# program starts, its template (executed afresh with an empty environment)
+# cannot; the error names the library and the ways out, not "Broken pipe".
+unfound_ok() {
+    local flags out
+    flags=$(PKG_CONFIG_PATH="$dest$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest" \
+        pkg-config --cflags --libs airlock) || return 1
+    # shellcheck disable=SC2086
+    cc -std=c11 -o "$dest/tiny-norpath" "$dest/tiny.c" $flags || return 1
+    out=$(LD_LIBRARY_PATH="$dest$prefix/lib" timeout 120 "$dest/tiny-norpath" 2>&1)
+    [ $? -eq 3 ] || { echo "tiny-norpath: $out"; return 1; }
+    grep -q "sandbox unavailable: the sandbox's template .* cannot load $dest$prefix/lib/libairlock.so.0:" <<<"$out" &&
+        grep -q "LD_LIBRARY_PATH does not reach the template; run ldconfig" <<<"$out" &&
+        grep -q -- "-Wl,-rpath,$dest$prefix/lib" <<<"$out" ||
+        { echo "tiny-norpath: $out"; return 1; }
+}
+check "a library the template's loader cannot find is an error naming it and the fix" unfound_ok
+
+# The static library and airlock.pc's Libs.private: linked as c-api.md says,
+# the program needs no libairlock.so and runs.
+static_ok() {
+    local pc="$dest$prefix/lib/pkgconfig/airlock.pc" libdir out
+    [ -f "$dest$prefix/lib/libairlock.a" ] || { echo "no libairlock.a"; return 1; }
+    grep -q '^Libs.private: .*-lseccomp.*-ljansson.*-lpthread' "$pc" || { cat "$pc"; return 1; }
+    libdir=$(PKG_CONFIG_PATH="$dest$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest" \
+        pkg-config --variable=libdir airlock) || return 1
+    # shellcheck disable=SC2046
+    cc -o "$dest/tiny-static" "$dest/tiny.c" $(PKG_CONFIG_PATH="$dest$prefix/lib/pkgconfig" \
+        PKG_CONFIG_SYSROOT_DIR="$dest" pkg-config --cflags airlock) -Wl,--as-needed \
+        "$libdir/libairlock.a" $(PKG_CONFIG_PATH="$dest$prefix/lib/pkgconfig" \
+        PKG_CONFIG_SYSROOT_DIR="$dest" pkg-config --libs --static airlock) || return 1
+    ! readelf -d "$dest/tiny-static" | grep -q 'NEEDED.*libairlock' ||
+        { echo "tiny-static needs libairlock.so"; return 1; }
+    out=$(timeout 120 "$dest/tiny-static") || { echo "tiny-static: $out"; return 1; }
+    grep -q '"stdout": *"42\\n"' <<<"$out" || { echo "tiny-static printed: $out"; return 1; }
+}
+check "make install installs libairlock.a, and airlock.pc's Libs.private links it" static_ok
+
+# make install without DESTDIR: ldconfig where the loader searches libdir,
+# else the line that adds it; with DESTDIR (a packager's staging) neither.
+ldconfig_ok() {
+    local p="$dest/own-prefix" log
+    log=$(make --no-print-directory -s install BUILD="$build" PREFIX="$p" 2>&1) || { echo "$log"; return 1; }
+    grep -qF "echo $p/lib > /etc/ld.so.conf.d/airlock.conf && ldconfig" <<<"$log" &&
+        grep -qF -- "-Wl,-rpath,$p/lib" <<<"$log" || { echo "install printed: $log"; return 1; }
+    log=$(make --no-print-directory -s install BUILD="$build" PREFIX="$p" LOADER_DIRS="/usr/lib $p/lib" \
+        LDCONFIG="echo RAN-LDCONFIG" 2>&1) || { echo "$log"; return 1; }
+    grep -qx RAN-LDCONFIG <<<"$log" && ! grep -q 'ld.so.conf.d' <<<"$log" ||
+        { echo "install printed: $log"; return 1; }
+    ! grep -q 'ldconfig\|ld.so.conf' "$dest/install.log" || { cat "$dest/install.log"; return 1; }
+}
+check "make install runs ldconfig for a folder the loader searches, else prints the line to add" ldconfig_ok
+
+# The C programs of README.md and docs/c-api.md, as a user copies them:
+# each fenced C block compiled as it stands against the installed library
+# with the flags the text gives, run from the repository (where
+# examples/sales is), and what the text says it prints.
+doc_snippets_ok() {
+    local doc n=0 f flags out empty=$dest/empty-dir
+    mkdir -p "$empty"
+    flags=$(PKG_CONFIG_PATH="$dest$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest" \
+        pkg-config --cflags --libs airlock) || return 1
+    for doc in README.md docs/c-api.md; do
+        awk -v out="$dest/doc-$(basename "$doc" .md)-" '
+            /^```c$/ { n++; f = out n ".c"; next }
+            /^```/ { f = ""; next }
+            f { print > f }' "$doc"
+    done
+    for f in "$dest"/doc-*.c; do
+        n=$((n + 1))
+        # shellcheck disable=SC2086
+        cc -Wall -Wextra -Werror -o "${f%.c}" "$f" $flags -Wl,-rpath,"$dest$prefix/lib" ||
+            { echo "$f does not compile"; return 1; }
+        out=$(timeout 120 "${f%.c}") || { echo "$f exited $?: $out"; return 1; }
+        if grep -q examples/sales "$f"; then
+            grep -qF '"stdout":"(12, 5)\n"' <<<"$out" || { echo "$f printed: $out"; return 1; }
+            # Where examples/sales is missing: its error, and no crash.
+            out=$(cd "$empty" && timeout 120 "${f%.c}" 2>&1)
+            [ $? -eq 1 ] && [ "$out" = "cannot open examples/sales: No such file or directory" ] ||
+                { echo "$f without examples/sales: $out"; return 1; }
+        elif grep -q airlock_session_open "$f"; then
+            [ "$out" = "A-17 shipped" ] || { echo "$f printed: $out"; return 1; }
+        fi
+    done
+    [ "$n" -ge 3 ] || { echo "only $n C blocks in README.md and docs/c-api.md"; return 1; }
+}
+check "the C programs of README.md and docs/c-api.md compile as written and print what the text says" doc_snippets_ok
 
 program_ok() {
     "$dest$prefix/bin/airlock" version | grep -q '^airlock [0-9]' || return 1

@@ -58,10 +58,42 @@ def test_mount_errors(tree):
         airlock.Sandbox(mounts=("notes.txt", "/input/"))
     with pytest.raises(ValueError, match=r"^mount_path must not be empty\.$"):
         airlock.Sandbox(mounts=("notes.txt", " "))
-    with pytest.raises(ValueError, match="workspace_root must point to an existing directory"):
+    # The package's own word for it (workspace=), not the reference's
+    # workspace_root, which this package has no parameter for.
+    with pytest.raises(ValueError, match=r"^workspace 'notes.txt' is not a folder: workspace= ") as e:
         airlock.Sandbox(workspace="notes.txt")
+    assert "workspace_root" not in str(e.value)
     with pytest.raises(TypeError):
         airlock.Sandbox(mounts=[42])
+
+
+def test_a_mount_path_outside_input_is_a_valueerror(tree):
+    """docs/python.md: "a mount path outside /input ValueError", not the
+    path moved under /input in silence."""
+    for bad in [("notes.txt", "/etc/x"), "notes.txt:/etc/x", ("notes.txt", "/inputs/x"),
+                ("notes.txt", "/")]:
+        with pytest.raises(ValueError, match="is outside /input") as e:
+            airlock.Sandbox(mounts=[bad])
+        assert "/input/etc" not in str(e.value)
+    sb = airlock.Sandbox()
+    with pytest.raises(ValueError, match="'/etc/x' is outside /input"):
+        sb.add_file_mounts(("notes.txt", "/etc/x"))
+    assert sb.get_file_mounts() == []
+    # Relative paths stay under /input, as the reference's shorthand.
+    sb.add_file_mounts([("notes.txt", "etc/x"), ("notes.txt", "/input/y")])
+    assert [m.mount_path for m in sb.get_file_mounts()] == ["/input/etc/x", "/input/y"]
+    sb.close()
+
+
+def test_run_of_something_not_a_string_says_a_string_is_needed(sb):
+    for code in (None, 42, ["print(1)"]):
+        with pytest.raises(TypeError, match=r"^run\(code\): code must be a string of Python "
+                                            "source, not " + type(code).__name__):
+            sb.run(code)
+    with sb.session() as s:
+        with pytest.raises(TypeError, match="code must be a string of Python source, not NoneType"):
+            s.run(None)
+        assert s.run("print(1)").stdout == "1\n"
 
 
 def test_mount_collision_is_library_error(tree):
@@ -202,8 +234,14 @@ def test_limits():
     assert lim["timeout"] == "1.5" and lim["memory"] == "256"
     with pytest.raises(airlock.InputError, match="--timeout"):
         sb.set_limits({"timeout": -1})
-    with pytest.raises(airlock.InputError, match="no limit is set by the option 'bogus'"):
+    # An unknown name is named, with every name the package takes.
+    with pytest.raises(airlock.InputError) as e:
         sb.set_limits({"bogus": 1})
+    names = [n for n, _, _ in airlock.limit_options()]
+    assert str(e.value).startswith("unknown limit 'bogus' in limits=; the limits are "), e.value
+    assert all(f"'{n}'" in str(e.value) for n in names), e.value
+    with pytest.raises(airlock.InputError, match="unknown limit 'time-out'"):
+        airlock.Sandbox(limits={"time-out": 10})
     assert sb.get_limits()["timeout"] == "1.5"
     r = sb.run("while True: pass")
     assert r.status == "timeout"

@@ -132,3 +132,28 @@ def test_an_approver_decides_the_calls_that_need_approval(tmp_path):
         assert r.stdout == "RAN\n", (r.stdout, r.stderr)
     # create_entities says it is not destructive: only delete_entities was asked.
     assert asked == [("memory.delete_entities", {"entityNames": ["x"]})] * 2, asked
+
+
+def test_an_approver_that_raises_refuses_in_the_packages_words(tmp_path):
+    """A refusal by approve_server_call is said to be the callback's: the
+    guest's ApprovalRequired says it was refused, and an exception of the
+    callback is a RuntimeWarning naming approve_server_call and the call
+    (not an anonymous "Exception ignored in <function approve>")."""
+    servers = {"mcpServers": {"memory": {
+        "command": "node", "args": [npm_server("memory")],
+        "env": {"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}}}}
+    code = ('import servers\nfrom servers import memory\n'
+            'try:\n    memory.delete_entities(entityNames=["x"])\n    print("RAN")\n'
+            'except servers.ApprovalRequired as e:\n    print("REFUSED", e)\n')
+
+    def approve(tool, args):
+        raise LookupError("no policy for " + tool)
+
+    with airlock.Sandbox(servers=servers, approve_server_call=approve) as sb:
+        with pytest.warns(RuntimeWarning) as w:
+            r = sb.run(code)
+    assert r.stdout.startswith("REFUSED memory.delete_entities") and "refused" in r.stdout, \
+        (r.stdout, r.stderr)
+    msgs = [str(x.message) for x in w]
+    assert ("approve_server_call raised LookupError: no policy for memory.delete_entities; "
+            "the call of memory.delete_entities is refused") in msgs, msgs

@@ -308,6 +308,25 @@ static char *params_json(const airlock_sandbox *sb, bool has_input, bool input_t
         return json_dumps(j, JSON_COMPACT);
 }
 
+/* Reaps a template that closed its control socket during setup and
+ * explains why, when its status says so (selfexe_exit_error); returns 0 when
+ * it does not. The socket closes when the process exits, so its exit status
+ * is set by then; SIGKILL first only bounds the wait, should the template
+ * somehow live on without it (a signal does not change the status of a
+ * process that is exiting). *pid is 0 afterwards. */
+static int template_setup_exit(pid_t *pid, airlock_error *err)
+{
+        int status;
+        pid_t r;
+        (void)kill(*pid, SIGKILL);
+        while ((r = waitpid(*pid, &status, 0)) < 0 && errno == EINTR)
+                ;
+        if (r != *pid)
+                return 0;
+        *pid = 0;
+        return selfexe_exit_error(status, err);
+}
+
 /* Starts the template: fork, then exec this program afresh from its sealed
  * memfd copy (so no host memory and no host path reaches the sandbox) with
  * the control socket, the staged input and the cgroup directories on fixed
@@ -421,8 +440,16 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                         return al_error(err, r, NULL, "cannot place the sandbox in its cgroup: %s",
                                         strerror(-r));
         }
-        if (send(sb->ctl, params, strlen(params), MSG_NOSIGNAL) < 0)
-                return al_error(err, -errno, NULL, "cannot talk to the sandbox template: %m");
+        if (send(sb->ctl, params, strlen(params), MSG_NOSIGNAL) < 0) {
+                int e = errno;
+                if (e == EPIPE || e == ECONNRESET) {
+                        int r = template_setup_exit(&pid, err);
+                        if (r < 0)
+                                return r;
+                }
+                return al_error(err, -e, NULL, "cannot talk to the sandbox template: %s",
+                                strerror(e));
+        }
 
         uint64_t deadline = al_now_ns() + (uint64_t)(TEMPLATE_START_S * 1e9);
         char buf[1100];
@@ -434,6 +461,9 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                                         TEMPLATE_START_S);
                 ssize_t n = recv(sb->ctl, buf, sizeof(buf), 0);
                 if (n <= 0) {
+                        int dead = template_setup_exit(&pid, err);
+                        if (dead < 0)
+                                return dead;
                         return al_error_kind(
                             err, AIRLOCK_ERROR_SANDBOX, -ECHILD, NULL,
                             "sandbox unavailable: the template exited during setup "

@@ -8,6 +8,7 @@
  * sandbox can change what the next template runs. */
 #include "sandbox/selfexe.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/util.h"
@@ -81,6 +83,51 @@ int selfexe_fd(airlock_error *err)
                 return exe_fd;
         return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -(exe_errno ? exe_errno : EIO), NULL,
                              "sandbox unavailable: %s", exe_problem);
+}
+
+/* The template is this program executed with an empty environment (so no
+ * LD_LIBRARY_PATH), and the loader finds libairlock.so only in its own
+ * folders, ldconfig's cache or the program's rpath. A library loaded through
+ * LD_LIBRARY_PATH, or installed into /usr/local before ldconfig ran, starts
+ * the host's program but not its template: the loader then exits 127 with its
+ * message on stderr, and the host saw only a closed socket ("Broken pipe").
+ * Here that becomes the library's path and the fix. */
+int selfexe_exit_error(int status, airlock_error *err)
+{
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 127)
+                return 0;
+        pthread_mutex_lock(&path_lock);
+        _cleanup_free_ char *program = exe_path ? strdup(exe_path) : NULL;
+        pthread_mutex_unlock(&path_lock);
+        Dl_info info;
+        const char *lib = NULL;
+        if (dladdr((void *)selfexe_exit_error, &info) && info.dli_fname &&
+            strstr(info.dli_fname, "libairlock.so"))
+                lib = info.dli_fname;
+        if (lib && !program) {
+                _cleanup_free_ char *dir = strdup(lib);
+                char *slash = dir ? strrchr(dir, '/') : NULL;
+                if (slash)
+                        *slash = '\0';
+                const char *d = slash && *dir ? dir : "its folder";
+                return al_error_kind(
+                    err, AIRLOCK_ERROR_SANDBOX, -ELIBACC, lib,
+                    "sandbox unavailable: the sandbox's template (this program executed afresh, "
+                    "with an empty environment) cannot load %s: the dynamic loader does not find "
+                    "it by itself, and LD_LIBRARY_PATH does not reach the template; run ldconfig "
+                    "after installing into a folder it searches (such as /usr/local/lib), add "
+                    "%s to /etc/ld.so.conf.d/ and run ldconfig, or link the program with "
+                    "-Wl,-rpath,%s",
+                    lib, d, d);
+        }
+        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ELIBACC, program,
+                             "sandbox unavailable: the sandbox's template program %s could not "
+                             "be started (exit status 127: a shared library it needs was not "
+                             "found, or it could not be executed; the dynamic loader's message "
+                             "is on standard error): it runs with an empty environment, so a "
+                             "library must be where the loader finds it without LD_LIBRARY_PATH "
+                             "(ldconfig, or an rpath)",
+                             program ? program : "(this program)");
 }
 
 int airlock_set_template_program(const char *path, airlock_error *err)

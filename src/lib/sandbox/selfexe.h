@@ -11,4 +11,11 @@
  * must not close it. Thread-safe. */
 int selfexe_fd(airlock_error *err);
 
+/* Explains a template that ended before it said a word, from its wait
+ * status: when it exited with 127 (the dynamic loader's status, or a failed
+ * execveat), fills the error record with what could not be loaded and the
+ * way out, and returns -ELIBACC; otherwise returns 0 and leaves the record
+ * to the caller. */
+int selfexe_exit_error(int status, airlock_error *err);
+
 #endif
