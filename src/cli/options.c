@@ -71,6 +71,11 @@ static const char serve_notes[] =
     "sessions keep theirs; the HTTP, session and --audit options are not reloaded. airlock mcp\n"
     "stops on SIGHUP instead.\n";
 
+static const char run_notes[] =
+    "Without --json the code's stdout and stderr are shown as they come (print(..., flush=True)\n"
+    "shows a line at once), then a line for each file the run returned: where --output-dir\n"
+    "wrote it, or how to keep it.\n";
+
 static const char *command_name(cli_command cmd)
 {
         for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
@@ -149,6 +154,8 @@ void cli_usage(cli_command cmd, FILE *f)
         }
         if (cmd == CLI_SERVE)
                 fprintf(f, "\n%s", serve_notes);
+        if (cmd == CLI_RUN)
+                fprintf(f, "\n%s", run_notes);
 }
 
 void cli_usage_main(FILE *f)
@@ -857,9 +864,9 @@ void cli_print_man(FILE *f)
                         row_left(r, left, sizeof(left));
                         man_option(f, left, r->help, r->dflt);
                 }
-                if (commands[i].cmd == CLI_SERVE) {
+                if (commands[i].cmd == CLI_SERVE || commands[i].cmd == CLI_RUN) {
                         fputs(".PP\n", f);
-                        roff_text(f, serve_notes);
+                        roff_text(f, commands[i].cmd == CLI_SERVE ? serve_notes : run_notes);
                 }
                 fputs(".PP\nAnd every option of CONFIGURATION below.\n", f);
         }

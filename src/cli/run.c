@@ -174,7 +174,9 @@ static bool ask_approval(const char *code)
         return yes;
 }
 
-/* --output-dir must not exist, or be an empty directory. */
+/* --output-dir: created when missing. A second run into the same folder
+ * replaces the files it writes again and keeps the others, as a script
+ * that writes its results to a folder does. */
 static int open_output_dir(const char *dir, airlock_error *err)
 {
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
@@ -182,24 +184,38 @@ static int open_output_dir(const char *dir, airlock_error *err)
         int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return al_error(err, -errno, dir, "--output-dir %s: %m", dir);
-        int probe = dup(fd);
-        DIR *d = probe >= 0 ? fdopendir(probe) : NULL;
-        bool empty = true;
-        struct dirent *de;
-        while (d && (de = readdir(d)))
-                if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-                        empty = false;
-        if (d)
-                closedir(d);
-        if (!empty) {
-                close(fd);
-                return al_error(err, -ENOTEMPTY, dir, "--output-dir %s is not empty", dir);
-        }
         return fd;
 }
 
+/* Writes one file's bytes as name below cur: into a new file of a
+ * temporary name, then renamed over name, so that a file of that name from
+ * an earlier run is replaced, never written through (a hard link of it
+ * elsewhere keeps its bytes) and a link named so is replaced itself, never
+ * followed. */
+static int replace_file(int cur, const char *name, const airlock_file *f)
+{
+        char tmp[64];
+        int fd = -1;
+        for (unsigned i = 0; fd < 0 && i < 100; i++) {
+                snprintf(tmp, sizeof(tmp), ".airlock-%ld-%u.tmp", (long)getpid(), i);
+                fd = openat(cur, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+                if (fd < 0 && errno != EEXIST)
+                        return -errno;
+        }
+        if (fd < 0)
+                return -EEXIST;
+        int r = al_write_full(fd, f->data, f->size);
+        if (close(fd) < 0 && r >= 0)
+                r = -errno;
+        if (r >= 0 && renameat(cur, tmp, cur, name) < 0)
+                r = -errno;
+        if (r < 0)
+                (void)unlinkat(cur, tmp, 0);
+        return r;
+}
+
 /* Writes a captured file below dirfd, creating parents, never following a
- * link (the directory is ours and was empty, but be strict anyway). */
+ * link: the names come from the guest, and DIR may hold the user's files. */
 static int write_output_file(int dirfd, const airlock_file *f, airlock_error *err)
 {
         const char *rel = f->path + strlen("/output/");
@@ -211,11 +227,7 @@ static int write_output_file(int dirfd, const airlock_file *f, airlock_error *er
         while (part) {
                 char *next = strtok_r(NULL, "/", &save);
                 if (!next) {
-                        int fd = openat(cur, part,
-                                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-                        int r = fd < 0 ? -errno : al_write_full(fd, f->data, f->size);
-                        if (fd >= 0)
-                                close(fd);
+                        int r = replace_file(cur, part, f);
                         close(cur);
                         if (r < 0)
                                 return al_error(err, r, f->path, "cannot write %s: %s", f->path,
@@ -239,18 +251,61 @@ static int write_output_file(int dirfd, const airlock_file *f, airlock_error *er
         return 0;
 }
 
-static void print_human(const airlock_result *res)
+/* Live output: the code's stdout and stderr written to ours as they reach
+ * the host, as `python3 script.py` and `docker run` do, each cut at
+ * --max-stdout as the result's copy is. A stream whose reader went away
+ * (EPIPE) is no longer written. */
+typedef struct live_output {
+        uint64_t cap;
+        uint64_t written[3];
+        bool cut[3], broken[3];
+} live_output;
+
+static void on_live_output(void *arg, int stream, const char *data, size_t len)
 {
-        fwrite(res->stdout_data, 1, res->stdout_len, stdout);
-        fflush(stdout);
-        fwrite(res->stderr_data, 1, res->stderr_len, stderr);
-        if (res->stdout_truncated)
-                fprintf(stderr, "airlock: stdout was truncated\n");
-        if (res->stderr_truncated)
-                fprintf(stderr, "airlock: stderr was truncated\n");
-        for (size_t i = 0; i < res->n_files; i++)
-                fprintf(stderr, "airlock: file %s (%s, %llu bytes)\n", res->files[i].path,
-                        res->files[i].media_type, (unsigned long long)res->files[i].size);
+        live_output *lo = arg;
+        if (stream != 1 && stream != 2)
+                return;
+        if (lo->written[stream] + len > lo->cap) {
+                lo->cut[stream] = true;
+                len = (size_t)(lo->cap - lo->written[stream]);
+        }
+        lo->written[stream] += len;
+        if (len && !lo->broken[stream]) {
+                if (stream == 2)
+                        fflush(stdout);
+                if (al_write_full(stream, data, len) < 0)
+                        lo->broken[stream] = true;
+        }
+}
+
+/* The result for a person: the output (unless it was shown live), then a
+ * line for each file, saying where it was written on the host, or how to
+ * keep it. */
+static void print_human(const airlock_result *res, const live_output *live, const char *output_dir,
+                        const bool *written)
+{
+        if (!live) {
+                fwrite(res->stdout_data, 1, res->stdout_len, stdout);
+                fflush(stdout);
+                fwrite(res->stderr_data, 1, res->stderr_len, stderr);
+        }
+        if (live ? live->cut[1] : res->stdout_truncated)
+                fprintf(stderr, "airlock: stdout was truncated at --max-stdout\n");
+        if (live ? live->cut[2] : res->stderr_truncated)
+                fprintf(stderr, "airlock: stderr was truncated at --max-stdout\n");
+        for (size_t i = 0; i < res->n_files; i++) {
+                const airlock_file *f = &res->files[i];
+                fprintf(stderr, "airlock: file %s (%s, %llu bytes)", f->path, f->media_type,
+                        (unsigned long long)f->size);
+                if (!output_dir)
+                        fprintf(stderr, ", not kept: --output-dir DIR writes the files to DIR\n");
+                else if (written[i])
+                        fprintf(stderr, " written to %s/%s\n", output_dir,
+                                f->path + strlen("/output/"));
+                else
+                        fprintf(stderr, " not written (above)\n");
+        }
         for (size_t i = 0; i < res->n_refused; i++)
                 fprintf(stderr, "airlock: refused %s: %s\n", res->refused[i].path,
                         res->refused[i].reason);
@@ -328,15 +383,34 @@ int cmd_run(int argc, char **argv)
         airlock_run_options ropts = AIRLOCK_RUN_OPTIONS_INIT;
         ropts.cancel_fd = cancel_pipe[0];
         ropts.last = true;
+        /* Without --json the output is shown as it comes; --json keeps
+         * one document at the end. */
+        airlock_limits lim;
+        airlock_config_get_limits(o.cfg, &lim);
+        live_output live = {.cap = lim.max_stdout};
+        if (!o.json) {
+                ropts.on_output = on_live_output;
+                ropts.output_arg = &live;
+                signal(SIGPIPE, SIG_IGN);
+        }
         r = airlock_sandbox_run(sb, code, len, &ropts, &res, &err);
         if (r < 0) {
                 status = cli_exit_status(&err);
                 goto fail;
         }
+        _cleanup_free_ bool *written = calloc(res->n_files + 1, sizeof(bool));
+        if (!written) {
+                r = al_error(&err, -ENOMEM, NULL, "out of memory");
+                status = EXIT_SANDBOX;
+                goto fail;
+        }
         if (outfd >= 0)
-                for (size_t i = 0; i < res->n_files; i++)
-                        if (write_output_file(outfd, &res->files[i], &err) < 0)
-                                fprintf(stderr, "airlock: %s\n", err.message);
+                for (size_t i = 0; i < res->n_files; i++) {
+                        written[i] = write_output_file(outfd, &res->files[i], &err) >= 0;
+                        if (!written[i])
+                                fprintf(stderr, "airlock: --output-dir %s: %s\n", o.output_dir,
+                                        err.message);
+                }
         if (o.json) {
                 char *s = airlock_result_to_json(res);
                 if (s) {
@@ -344,7 +418,7 @@ int cmd_run(int argc, char **argv)
                         free(s);
                 }
         } else {
-                print_human(res);
+                print_human(res, &live, outfd >= 0 ? o.output_dir : NULL, written);
         }
         status = res->success ? EXIT_OK : EXIT_CODE_FAILED;
         goto out;
