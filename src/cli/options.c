@@ -46,7 +46,8 @@ static const struct {
         cli_command cmd;
         const char *name, *args, *what;
 } commands[] = {
-    {CLI_RUN, "run", "[OPTIONS] [FILE]", "run code once: FILE, -c CODE, or standard input"},
+    {CLI_RUN, "run", "[OPTIONS] [FILE [ARG...]]",
+     "run code once: FILE, -c CODE, or standard input"},
     {CLI_MCP, "mcp", "[OPTIONS]", "serve the execute_code tool over MCP on stdio"},
     {CLI_SERVE, "serve", "[OPTIONS]", "serve it over MCP Streamable HTTP at /mcp"},
     {CLI_DESCRIBE, "describe", "[OPTIONS]", "print the tool description and agent instructions"},
@@ -72,6 +73,10 @@ static const char serve_notes[] =
     "stops on SIGHUP instead.\n";
 
 static const char run_notes[] =
+    "ARGs after FILE (or after -c CODE) are the code's sys.argv[1:]; sys.argv[0] is FILE, or\n"
+    "'-c'. With FILE or -c the code reads the command's standard input (sys.stdin, input()),\n"
+    "read to its end before the run, at most 8 MiB; a terminal is not read. Without either,\n"
+    "standard input is the code.\n"
     "Without --json the code's stdout and stderr are shown as they come (print(..., flush=True)\n"
     "shows a line at once), then a line for each file the run returned: where --output-dir\n"
     "wrote it, or how to keep it.\n";
@@ -764,7 +769,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                 }
         }
         if (optind < argc) {
-                if (cmd != CLI_RUN || argc - optind > 1 || o.code) {
+                if (cmd != CLI_RUN) {
                         r = al_error(err, -EINVAL, NULL,
                                      "unexpected argument '%.200s'; airlock %s --help lists the "
                                      "options",
@@ -772,7 +777,12 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         cli_options_free(&o);
                         return r;
                 }
-                o.file = argv[optind];
+                /* As python3 takes them: the arguments after FILE, or
+                 * after -c CODE, are the code's sys.argv[1:]. */
+                if (!o.code)
+                        o.file = argv[optind++];
+                o.args = argv + optind;
+                o.n_args = argc - optind;
         }
         if (o.tenants_dir && o.has_workspace) {
                 /* Each tenant's workspace is its folder: one workspace for

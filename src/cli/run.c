@@ -25,11 +25,12 @@ static void on_signal(int sig)
                 (void)!write(cancel_pipe[1], "x", 1);
 }
 
-/* Reads all of fd up to CODE_CAP bytes; more is an error. */
-static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airlock_error *err)
+/* Reads all of fd up to cap bytes; more is an error naming the cap. */
+static int read_all(int fd, const char *what, size_t cap, const char *cap_name, char **ret,
+                    size_t *ret_len, airlock_error *err)
 {
         dynbuf b;
-        dynbuf_init(&b, CODE_CAP);
+        dynbuf_init(&b, cap);
         char buf[65536];
         for (;;) {
                 ssize_t n = read(fd, buf, sizeof(buf));
@@ -44,12 +45,17 @@ static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airl
                         break;
                 if (dynbuf_append(&b, buf, (size_t)n) < 0) {
                         dynbuf_free(&b);
-                        return al_error(err, -E2BIG, what, "%s is larger than the cap of %u MiB",
-                                        what, CODE_CAP >> 20);
+                        return al_error(err, -E2BIG, what, "%s is larger than the cap of %zu MiB%s",
+                                        what, cap >> 20, cap_name);
                 }
         }
         *ret = dynbuf_take(&b, ret_len);
         return *ret ? 0 : -ENOMEM;
+}
+
+static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airlock_error *err)
+{
+        return read_all(fd, what, CODE_CAP, "", ret, ret_len, err);
 }
 
 static int load_code(const cli_options *o, char **ret, size_t *ret_len, airlock_error *err)
@@ -328,8 +334,9 @@ int cmd_run(int argc, char **argv)
                 return EXIT_USAGE;
         }
         int status = EXIT_USAGE;
-        char *code = NULL;
-        size_t len = 0;
+        char *code = NULL, *input = NULL;
+        size_t len = 0, input_len = 0;
+        const char **script_argv = NULL;
         int outfd = -1;
         airlock_sandbox *sb = NULL;
         airlock_result *res = NULL;
@@ -337,6 +344,31 @@ int cmd_run(int argc, char **argv)
         r = load_code(&o, &code, &len, &err);
         if (r < 0)
                 goto fail;
+        /* With FILE or -c, standard input is the code's, as for `python3
+         * script.py < data`: read to its end now (the run gets it whole),
+         * up to the library's cap. A terminal is not read: nothing would
+         * say that the command waits for it. */
+        bool own_stdin = o.code || (o.file && strcmp(o.file, "-"));
+        if (own_stdin && !isatty(STDIN_FILENO)) {
+                r = read_all(STDIN_FILENO, "standard input", AIRLOCK_RUN_STDIN_MAX,
+                             " that a run reads (AIRLOCK_RUN_STDIN_MAX); pass a larger input "
+                             "with --workspace or --mount",
+                             &input, &input_len, &err);
+                if (r < 0)
+                        goto fail;
+        }
+        /* sys.argv, as python3 makes it: the script's name, or "-c", then
+         * the arguments. */
+        if (o.code || o.file || o.n_args) {
+                script_argv = calloc((size_t)o.n_args + 2, sizeof(*script_argv));
+                if (!script_argv) {
+                        r = al_error(&err, -ENOMEM, NULL, "out of memory");
+                        goto fail;
+                }
+                script_argv[0] = o.code ? "-c" : o.file ? o.file : "";
+                for (int i = 0; i < o.n_args; i++)
+                        script_argv[i + 1] = o.args[i];
+        }
         /* What a run would refuse (a NUL byte, bad UTF-8) is refused now,
          * before anyone is asked to approve the code. */
         r = airlock_check_code(code, len, &err);
@@ -383,6 +415,9 @@ int cmd_run(int argc, char **argv)
         airlock_run_options ropts = AIRLOCK_RUN_OPTIONS_INIT;
         ropts.cancel_fd = cancel_pipe[0];
         ropts.last = true;
+        ropts.argv = script_argv;
+        ropts.stdin_data = input;
+        ropts.stdin_len = input_len;
         /* Without --json the output is shown as it comes; --json keeps
          * one document at the end. */
         airlock_limits lim;
@@ -430,6 +465,8 @@ out:
         if (outfd >= 0)
                 close(outfd);
         free(code);
+        free(input);
+        free(script_argv);
         cli_options_free(&o);
         return status;
 }

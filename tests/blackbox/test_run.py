@@ -356,6 +356,25 @@ def test_output_is_live():
     assert out == "second\n" and err == "on stderr\n", (out, err)
 
 
+def test_arguments_after_the_script_are_sys_argv_and_stdin_is_the_codes():
+    script = os.path.join(tmpdir(), "s.py")
+    with open(script, "w") as f:
+        f.write("import sys\nprint(sys.argv)\nprint(repr(sys.stdin.read()))\n")
+    p = airlock("run", script, "foo", "bar baz", input="data\nin")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"{[script, 'foo', 'bar baz']}\n'data\\nin'\n", p.stdout
+    p = airlock("run", "-c", "import sys; print(sys.argv, input())", "x", input="line\n")
+    assert p.returncode == 0 and p.stdout == "['-c', 'x'] line\n", (p.stdout, p.stderr)
+    # Without FILE or -c, standard input is still the code.
+    p = airlock("run", input="import sys; print(sys.argv)")
+    assert p.returncode == 0 and p.stdout == "['']\n", (p.stdout, p.stderr)
+    # Past the cap, one line names it.
+    p = airlock("run", "-c", "pass", input="x" * ((8 << 20) + 1))
+    assert p.returncode == 2, p.stderr
+    assert "standard input is larger than the cap of 8 MiB" in p.stderr, p.stderr
+    assert "AIRLOCK_RUN_STDIN_MAX" in p.stderr, p.stderr
+
+
 def test_json_output_stays_one_document():
     p = airlock("run", "--json", "-c", "import sys\nprint('a', flush=True)\n"
                 "print('b', file=sys.stderr)")

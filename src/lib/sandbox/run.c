@@ -106,6 +106,8 @@ typedef struct run_state {
         airlock_sandbox *sb;
         const airlock_limits *lim;
         copy *c;
+        /* The caller's options (checked by al_run_options_in), or NULL. */
+        const airlock_run_options *opts;
         /* A cell's: the session's current interpreter, -1 for a single run. */
         int active_pidfd;
         int cancel_fd;
@@ -386,6 +388,7 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
             .lim = l,
             .c = c,
             .active_pidfd = active_pidfd,
+            .opts = opts,
             .cancel_fd = opts ? opts->cancel_fd : -1,
             .out = {.fd = c->out_r, .open = true},
             .err = {.fd = c->err_r, .open = true},
@@ -1049,6 +1052,27 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
         return 0;
 }
 
+/* Adds the code's sys.argv and standard input to the "run" frame, when
+ * the caller gave them (al_run_options_in checked their caps). */
+static int run_script_keys(json_t *msg, const airlock_run_options *o)
+{
+        if (o && o->argv) {
+                json_t *a = json_array();
+                if (!a || json_object_set_new(msg, WIRE_KEY_ARGV, a) < 0)
+                        return -ENOMEM;
+                for (size_t i = 0; o->argv[i]; i++)
+                        if (json_array_append_new(a, json_string(o->argv[i])) < 0)
+                                return -ENOMEM;
+        }
+        if (o && o->stdin_data) {
+                _cleanup_free_ char *b64 =
+                    al_base64_encode((const unsigned char *)o->stdin_data, o->stdin_len, NULL);
+                if (!b64 || json_object_set_new(msg, WIRE_KEY_STDIN, json_string(b64)) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
 /* Sends the code to the copy. *ret_delivered (when not NULL) tells whether
  * it got there, failure or not. */
 static int run_deliver(run_state *run, const char *code, size_t len, bool *ret_delivered,
@@ -1056,7 +1080,9 @@ static int run_deliver(run_state *run, const char *code, size_t len, bool *ret_d
 {
         _cleanup_json_ json_t *msg =
             json_pack("{s:s, s:s%}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE, code, len);
-        int r = msg ? channel_send(run->c->chan, msg) : -ENOMEM;
+        int r = msg ? run_script_keys(msg, run->opts) : -ENOMEM;
+        if (r >= 0)
+                r = channel_send(run->c->chan, msg);
         if (ret_delivered)
                 *ret_delivered = r >= 0;
         if (r < 0) {
