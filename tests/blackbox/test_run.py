@@ -375,6 +375,16 @@ def test_arguments_after_the_script_are_sys_argv_and_stdin_is_the_codes():
     assert "AIRLOCK_RUN_STDIN_MAX" in p.stderr, p.stderr
 
 
+def test_limit_messages_name_their_option():
+    p = airlock("run", "--timeout", "1", "-c", "while True: pass")
+    assert p.returncode == 1, p.stderr
+    assert "time limit of 1 s (raise it with --timeout)" in p.stderr, p.stderr
+    p = airlock("run", "--memory", "99999999999999999999", "-c", "pass")
+    assert p.returncode == 2, p.stderr
+    assert ("--memory: '99999999999999999999' is out of range: a whole number from 16 to "
+            "1048576") in p.stderr, p.stderr
+
+
 def test_json_output_stays_one_document():
     p = airlock("run", "--json", "-c", "import sys\nprint('a', flush=True)\n"
                 "print('b', file=sys.stderr)")

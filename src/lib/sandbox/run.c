@@ -967,8 +967,10 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
         if (run->stop == STOP_TIMEOUT) {
                 res->status = AIRLOCK_STATUS_TIMEOUT;
                 res->exit_code = -1;
-                snprintf(msg, sizeof(msg), "timeout: the run exceeded its time limit of %g s",
-                         l->timeout_s);
+                snprintf(
+                    msg, sizeof(msg),
+                    "timeout: the run exceeded its time limit of %g s (raise it with --timeout)",
+                    l->timeout_s);
         } else if (run->stop == STOP_CANCEL) {
                 res->status = AIRLOCK_STATUS_KILLED;
                 res->exit_code = -1;
@@ -987,19 +989,22 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
                 if (sig == SIGXCPU) {
                         res->status = AIRLOCK_STATUS_TIMEOUT;
                         snprintf(msg, sizeof(msg),
-                                 "timeout: the run exceeded its CPU time limit of %g s",
-                                 l->cpu_s > 0 ? l->cpu_s : l->timeout_s);
+                                 "timeout: the run exceeded its CPU time limit of %g s%s",
+                                 l->cpu_s > 0 ? l->cpu_s : l->timeout_s,
+                                 l->cpu_s > 0 ? "" : " (raise it with --timeout)");
                 } else if (sig == SIGXFSZ) {
                         airlock_limits sizes = *l;
                         limits_resolve_sizes(&sizes);
                         res->status = AIRLOCK_STATUS_KILLED;
                         snprintf(msg, sizeof(msg),
-                                 "killed: a file exceeded the size limit of %llu bytes",
+                                 "killed: a file exceeded the size limit of %llu bytes (raise it "
+                                 "with --memory or --max-output-file)",
                                  (unsigned long long)sizes.max_file_bytes);
                 } else if (sig == SIGKILL && cg_oom_kills(run->c->oomfd) > run->oom_before) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),
-                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 "memory: the run exceeded its memory limit of %llu MiB (raise it "
+                                 "with --memory)",
                                  (unsigned long long)(l->memory_bytes >> 20));
                 } else {
                         res->status = AIRLOCK_STATUS_KILLED;
@@ -1011,7 +1016,8 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
                 if (strcmp(run->end.status, WIRE_STATUS_MEMORY) == 0) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),
-                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 "memory: the run exceeded its memory limit of %llu MiB (raise it "
+                                 "with --memory)",
                                  (unsigned long long)(l->memory_bytes >> 20));
                 } else if (res->exit_code == 0) {
                         res->status = AIRLOCK_STATUS_OK;
