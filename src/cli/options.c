@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -677,10 +678,21 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                                 id = (int)rows[i].id;
                 const cli_row *row = id >= 0 && id < CLI_OPT_LIMIT ? row_of(id) : NULL;
                 switch (id) {
-                case CLI_OPT_WORKSPACE:
+                case CLI_OPT_WORKSPACE: {
                         o.has_workspace = true;
-                        r = airlock_config_set_workspace(o.cfg, optarg, err);
+                        /* Said here, where it is known to be the
+                         * workspace: staging names only the path. */
+                        struct stat st;
+                        int e = stat(optarg, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+                        if (e)
+                                r = al_error(err, -e, optarg,
+                                             "-w/--workspace %s: %s (the workspace is a folder, "
+                                             "staged under /input)",
+                                             optarg, strerror(e));
+                        else
+                                r = airlock_config_set_workspace(o.cfg, optarg, err);
                         break;
+                }
                 case CLI_OPT_MOUNT:
                         r = add_mount(o.cfg, optarg, err);
                         break;

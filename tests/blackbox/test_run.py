@@ -385,6 +385,20 @@ def test_limit_messages_name_their_option():
             "1048576") in p.stderr, p.stderr
 
 
+def test_workspace_errors_say_what_and_the_way_out():
+    p = airlock("run", "-w", "/nonexistent-airlock-ws", "-c", "pass")
+    assert p.returncode == 2, p.stderr
+    assert ("-w/--workspace /nonexistent-airlock-ws: No such file or directory (the workspace "
+            "is a folder, staged under /input)") in p.stderr, p.stderr
+    ws = os.path.join(tmpdir(), "ws")
+    os.makedirs(ws)
+    os.symlink("/etc/hostname", os.path.join(ws, "link"))
+    p = airlock("run", "-w", ws, "-c", "pass")
+    assert p.returncode == 2, p.stderr
+    assert "staging refuses symbolic links (to stage what it points at, mount that: " \
+        "-m TARGET:NAME)" in p.stderr, p.stderr
+
+
 def test_json_output_stays_one_document():
     p = airlock("run", "--json", "-c", "import sys\nprint('a', flush=True)\n"
                 "print('b', file=sys.stderr)")
