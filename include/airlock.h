@@ -540,7 +540,22 @@ typedef void (*airlock_output_fn)(void *arg, int stream, const char *data, size_
  * it (print(..., flush=True), a full buffer, or the end of the run);
  * stderr arrives line by line. on_output runs on the calling thread,
  * inside the run's loop: it must return promptly and must not call into
- * airlock. Unused while NULL. */
+ * airlock. Unused while NULL.
+ *
+ * argv: the code's sys.argv[1:], as for `python3 script.py ARGS`: a
+ * NULL-terminated array of UTF-8 strings, the first being sys.argv[0] (the
+ * script's name: "-c" or a file's name); NULL leaves sys.argv as [''].
+ * At most AIRLOCK_RUN_ARGV_MAX strings, AIRLOCK_RUN_ARGV_BYTES bytes in
+ * all (-E2BIG past either, -EILSEQ for a string that is not UTF-8).
+ *
+ * stdin_data, stdin_len: what the code's standard input holds (sys.stdin,
+ * input(), and fd 0 of the code and the processes it starts), as for
+ * `python3 script.py < data`; NULL (the default) leaves it empty. At most
+ * AIRLOCK_RUN_STDIN_MAX bytes (-E2BIG past it). Both were added after the
+ * first version: an older caller's struct has neither. */
+#define AIRLOCK_RUN_ARGV_MAX   4096
+#define AIRLOCK_RUN_ARGV_BYTES (256u << 10)
+#define AIRLOCK_RUN_STDIN_MAX  (8u << 20)
 typedef struct airlock_run_options {
         size_t size; /* sizeof(airlock_run_options): AIRLOCK_RUN_OPTIONS_INIT sets it */
         int cancel_fd;
@@ -550,6 +565,9 @@ typedef struct airlock_run_options {
         void *watch_arg;
         airlock_output_fn on_output;
         void *output_arg;
+        const char *const *argv;
+        const char *stdin_data;
+        size_t stdin_len;
 #ifdef AIRLOCK_ABI_GROWN
         /* Only in tests/unit/test_abi_grown.c's build (see airlock_tool_def). */
         uint64_t abi_grown;

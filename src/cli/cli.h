@@ -16,6 +16,8 @@ typedef struct cli_options {
         const char *code;    /* run: -c CODE */
         const char *file;    /* run: FILE ("-" or NULL with no -c: standard input) */
         const char *output_dir;
+        char **args; /* run: the arguments after FILE (or after the options with -c) */
+        int n_args;
         bool json;
         bool yes;
         const char *audit;     /* mcp, serve: --audit FILE, or NULL */

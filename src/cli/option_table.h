@@ -49,9 +49,10 @@ typedef enum cli_group {
 #define CLI_OPTIONS(X)                                                                              \
         X(CODE, "code", 'c', "CODE", CLI_RUN, CLI_G_RUN, NULL, "the code to run")                  \
         X(JSON, "json", 0, NULL, CLI_RUN | CLI_DESCRIBE, CLI_G_RUN, NULL,                           \
-          "print the result JSON (describe: the texts as JSON)")                                   \
+          "print the result JSON, one document at the end (describe: the texts as JSON)")           \
         X(OUTPUT_DIR, "output-dir", 0, "DIR", CLI_RUN, CLI_G_RUN, NULL,                            \
-          "also write the captured files to DIR")                                                   \
+          "also write the captured files to DIR: created if missing; "                              \
+          "a file of the same name is replaced, other files are kept")                              \
         X(YES, "yes", 'y', NULL, CLI_RUN, CLI_G_RUN, NULL,                                          \
           "approve when approval is required (the code, and upstream tools' calls)")                \
         X(LISTEN, "listen", 0, "ADDR:PORT", CLI_SERVE, CLI_G_SERVE, "127.0.0.1:8080",               \

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -46,7 +47,8 @@ static const struct {
         cli_command cmd;
         const char *name, *args, *what;
 } commands[] = {
-    {CLI_RUN, "run", "[OPTIONS] [FILE]", "run code once: FILE, -c CODE, or standard input"},
+    {CLI_RUN, "run", "[OPTIONS] [FILE [ARG...]]",
+     "run code once: FILE, -c CODE, or standard input"},
     {CLI_MCP, "mcp", "[OPTIONS]", "serve the execute_code tool over MCP on stdio"},
     {CLI_SERVE, "serve", "[OPTIONS]", "serve it over MCP Streamable HTTP at /mcp"},
     {CLI_DESCRIBE, "describe", "[OPTIONS]", "print the tool description and agent instructions"},
@@ -70,6 +72,15 @@ static const char serve_notes[] =
     "that start afterwards; one that does not load keeps the old. Calls in flight and open\n"
     "sessions keep theirs; the HTTP, session and --audit options are not reloaded. airlock mcp\n"
     "stops on SIGHUP instead.\n";
+
+static const char run_notes[] =
+    "ARGs after FILE (or after -c CODE) are the code's sys.argv[1:]; sys.argv[0] is FILE or\n"
+    "-c. With FILE or -c the code reads the command's standard input (sys.stdin, input()),\n"
+    "read to its end before the run, at most 8 MiB; a terminal is not read. Without either,\n"
+    "standard input is the code.\n"
+    "Without --json the code's stdout and stderr are shown as they come (print(..., flush=True)\n"
+    "shows a line at once), then a line for each file the run returned: where --output-dir\n"
+    "wrote it, or how to keep it.\n";
 
 static const char *command_name(cli_command cmd)
 {
@@ -149,6 +160,8 @@ void cli_usage(cli_command cmd, FILE *f)
         }
         if (cmd == CLI_SERVE)
                 fprintf(f, "\n%s", serve_notes);
+        if (cmd == CLI_RUN)
+                fprintf(f, "\n%s", run_notes);
 }
 
 void cli_usage_main(FILE *f)
@@ -671,10 +684,21 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                                 id = (int)rows[i].id;
                 const cli_row *row = id >= 0 && id < CLI_OPT_LIMIT ? row_of(id) : NULL;
                 switch (id) {
-                case CLI_OPT_WORKSPACE:
+                case CLI_OPT_WORKSPACE: {
                         o.has_workspace = true;
-                        r = airlock_config_set_workspace(o.cfg, optarg, err);
+                        /* Said here, where it is known to be the
+                         * workspace: staging names only the path. */
+                        struct stat st;
+                        int e = stat(optarg, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+                        if (e)
+                                r = al_error(err, -e, optarg,
+                                             "-w/--workspace %s: %s (the workspace is a folder, "
+                                             "staged under /input)",
+                                             optarg, strerror(e));
+                        else
+                                r = airlock_config_set_workspace(o.cfg, optarg, err);
                         break;
+                }
                 case CLI_OPT_MOUNT:
                         r = add_mount(o.cfg, optarg, err);
                         break;
@@ -764,7 +788,7 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                 }
         }
         if (optind < argc) {
-                if (cmd != CLI_RUN || argc - optind > 1 || o.code) {
+                if (cmd != CLI_RUN) {
                         r = al_error(err, -EINVAL, NULL,
                                      "unexpected argument '%.200s'; airlock %s --help lists the "
                                      "options",
@@ -772,7 +796,12 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         cli_options_free(&o);
                         return r;
                 }
-                o.file = argv[optind];
+                /* As python3 takes them: the arguments after FILE, or
+                 * after -c CODE, are the code's sys.argv[1:]. */
+                if (!o.code)
+                        o.file = argv[optind++];
+                o.args = argv + optind;
+                o.n_args = argc - optind;
         }
         if (o.tenants_dir && o.has_workspace) {
                 /* Each tenant's workspace is its folder: one workspace for
@@ -864,9 +893,9 @@ void cli_print_man(FILE *f)
                         row_left(r, left, sizeof(left));
                         man_option(f, left, r->help, r->dflt);
                 }
-                if (commands[i].cmd == CLI_SERVE) {
+                if (commands[i].cmd == CLI_SERVE || commands[i].cmd == CLI_RUN) {
                         fputs(".PP\n", f);
-                        roff_text(f, serve_notes);
+                        roff_text(f, commands[i].cmd == CLI_SERVE ? serve_notes : run_notes);
                 }
                 fputs(".PP\nAnd every option of CONFIGURATION below.\n", f);
         }

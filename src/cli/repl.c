@@ -77,8 +77,14 @@ static bool read_cell(FILE *in, bool tty, dynbuf *b)
                         fflush(stdout);
                 }
                 ssize_t n = getline(&line, &cap, in);
-                if (n < 0)
+                if (n < 0) {
+                        /* Ctrl-D after a "... " prompt: the cell's output
+                         * starts on a line of its own, not after the
+                         * prompt ("... 0"). */
+                        if (tty && b->len)
+                                fputc('\n', stdout);
                         break;
+                }
                 while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
                         line[--n] = '\0';
                 bool empty = strspn(line, " \t") == (size_t)n;
@@ -120,6 +126,35 @@ static void print_result(const airlock_result *res)
                 fprintf(stderr, "[state rolled back: the variables are as before this cell]\n");
         else if (res->cell_state == AIRLOCK_CELL_NONE)
                 fprintf(stderr, "[the session ended]\n");
+}
+
+/* Whether the cell is exit() or quit() (or exit, quit, exit(N),
+ * quit(N)), which leave the REPL as they leave Python's; *ret_status is
+ * N, or 0. A cell that calls them among other code ends as a failed or
+ * succeeded cell does: the session goes on. */
+static bool repl_exit(const dynbuf *b, int *ret_status)
+{
+        char word[8] = "";
+        int n = 0, end = 0, code = 0;
+        const char *s = b->data;
+        s += strspn(s, " \t");
+        if (sscanf(s, "%5[a-z]%n", word, &n) != 1 || (strcmp(word, "exit") && strcmp(word, "quit")))
+                return false;
+        s += n;
+        s += strspn(s, " \t");
+        if (*s == '(') {
+                s++;
+                s += strspn(s, " \t");
+                if (sscanf(s, "%d%n", &code, &end) == 1)
+                        s += end;
+                s += strspn(s, " \t");
+                if (*s++ != ')')
+                        return false;
+        }
+        if (s[strspn(s, " \t\r\n")] != '\0')
+                return false;
+        *ret_status = code & 0xff;
+        return true;
 }
 
 #define REPL_MAX_SESSIONS 16
@@ -193,6 +228,8 @@ int cmd_repl(int argc, char **argv)
         while (read_cell(stdin, tty, &cell)) {
                 if (repl_command(&cell, ss, &n_ss, &cur))
                         continue;
+                if (repl_exit(&cell, &status))
+                        break;
                 s = ss[cur];
                 drain_cancel();
                 airlock_run_options opts = AIRLOCK_RUN_OPTIONS_INIT;

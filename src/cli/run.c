@@ -25,11 +25,12 @@ static void on_signal(int sig)
                 (void)!write(cancel_pipe[1], "x", 1);
 }
 
-/* Reads all of fd up to CODE_CAP bytes; more is an error. */
-static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airlock_error *err)
+/* Reads all of fd up to cap bytes; more is an error naming the cap. */
+static int read_all(int fd, const char *what, size_t cap, const char *cap_name, char **ret,
+                    size_t *ret_len, airlock_error *err)
 {
         dynbuf b;
-        dynbuf_init(&b, CODE_CAP);
+        dynbuf_init(&b, cap);
         char buf[65536];
         for (;;) {
                 ssize_t n = read(fd, buf, sizeof(buf));
@@ -44,12 +45,17 @@ static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airl
                         break;
                 if (dynbuf_append(&b, buf, (size_t)n) < 0) {
                         dynbuf_free(&b);
-                        return al_error(err, -E2BIG, what, "%s is larger than the cap of %u MiB",
-                                        what, CODE_CAP >> 20);
+                        return al_error(err, -E2BIG, what, "%s is larger than the cap of %zu MiB%s",
+                                        what, cap >> 20, cap_name);
                 }
         }
         *ret = dynbuf_take(&b, ret_len);
         return *ret ? 0 : -ENOMEM;
+}
+
+static int read_code(int fd, const char *what, char **ret, size_t *ret_len, airlock_error *err)
+{
+        return read_all(fd, what, CODE_CAP, "", ret, ret_len, err);
 }
 
 static int load_code(const cli_options *o, char **ret, size_t *ret_len, airlock_error *err)
@@ -174,7 +180,9 @@ static bool ask_approval(const char *code)
         return yes;
 }
 
-/* --output-dir must not exist, or be an empty directory. */
+/* --output-dir: created when missing. A second run into the same folder
+ * replaces the files it writes again and keeps the others, as a script
+ * that writes its results to a folder does. */
 static int open_output_dir(const char *dir, airlock_error *err)
 {
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
@@ -182,24 +190,38 @@ static int open_output_dir(const char *dir, airlock_error *err)
         int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return al_error(err, -errno, dir, "--output-dir %s: %m", dir);
-        int probe = dup(fd);
-        DIR *d = probe >= 0 ? fdopendir(probe) : NULL;
-        bool empty = true;
-        struct dirent *de;
-        while (d && (de = readdir(d)))
-                if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-                        empty = false;
-        if (d)
-                closedir(d);
-        if (!empty) {
-                close(fd);
-                return al_error(err, -ENOTEMPTY, dir, "--output-dir %s is not empty", dir);
-        }
         return fd;
 }
 
+/* Writes one file's bytes as name below cur: into a new file of a
+ * temporary name, then renamed over name, so that a file of that name from
+ * an earlier run is replaced, never written through (a hard link of it
+ * elsewhere keeps its bytes) and a link named so is replaced itself, never
+ * followed. */
+static int replace_file(int cur, const char *name, const airlock_file *f)
+{
+        char tmp[64];
+        int fd = -1;
+        for (unsigned i = 0; fd < 0 && i < 100; i++) {
+                snprintf(tmp, sizeof(tmp), ".airlock-%ld-%u.tmp", (long)getpid(), i);
+                fd = openat(cur, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+                if (fd < 0 && errno != EEXIST)
+                        return -errno;
+        }
+        if (fd < 0)
+                return -EEXIST;
+        int r = al_write_full(fd, f->data, f->size);
+        if (close(fd) < 0 && r >= 0)
+                r = -errno;
+        if (r >= 0 && renameat(cur, tmp, cur, name) < 0)
+                r = -errno;
+        if (r < 0)
+                (void)unlinkat(cur, tmp, 0);
+        return r;
+}
+
 /* Writes a captured file below dirfd, creating parents, never following a
- * link (the directory is ours and was empty, but be strict anyway). */
+ * link: the names come from the guest, and DIR may hold the user's files. */
 static int write_output_file(int dirfd, const airlock_file *f, airlock_error *err)
 {
         const char *rel = f->path + strlen("/output/");
@@ -211,11 +233,7 @@ static int write_output_file(int dirfd, const airlock_file *f, airlock_error *er
         while (part) {
                 char *next = strtok_r(NULL, "/", &save);
                 if (!next) {
-                        int fd = openat(cur, part,
-                                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-                        int r = fd < 0 ? -errno : al_write_full(fd, f->data, f->size);
-                        if (fd >= 0)
-                                close(fd);
+                        int r = replace_file(cur, part, f);
                         close(cur);
                         if (r < 0)
                                 return al_error(err, r, f->path, "cannot write %s: %s", f->path,
@@ -239,18 +257,61 @@ static int write_output_file(int dirfd, const airlock_file *f, airlock_error *er
         return 0;
 }
 
-static void print_human(const airlock_result *res)
+/* Live output: the code's stdout and stderr written to ours as they reach
+ * the host, as `python3 script.py` and `docker run` do, each cut at
+ * --max-stdout as the result's copy is. A stream whose reader went away
+ * (EPIPE) is no longer written. */
+typedef struct live_output {
+        uint64_t cap;
+        uint64_t written[3];
+        bool cut[3], broken[3];
+} live_output;
+
+static void on_live_output(void *arg, int stream, const char *data, size_t len)
 {
-        fwrite(res->stdout_data, 1, res->stdout_len, stdout);
-        fflush(stdout);
-        fwrite(res->stderr_data, 1, res->stderr_len, stderr);
-        if (res->stdout_truncated)
-                fprintf(stderr, "airlock: stdout was truncated\n");
-        if (res->stderr_truncated)
-                fprintf(stderr, "airlock: stderr was truncated\n");
-        for (size_t i = 0; i < res->n_files; i++)
-                fprintf(stderr, "airlock: file %s (%s, %llu bytes)\n", res->files[i].path,
-                        res->files[i].media_type, (unsigned long long)res->files[i].size);
+        live_output *lo = arg;
+        if (stream != 1 && stream != 2)
+                return;
+        if (lo->written[stream] + len > lo->cap) {
+                lo->cut[stream] = true;
+                len = (size_t)(lo->cap - lo->written[stream]);
+        }
+        lo->written[stream] += len;
+        if (len && !lo->broken[stream]) {
+                if (stream == 2)
+                        fflush(stdout);
+                if (al_write_full(stream, data, len) < 0)
+                        lo->broken[stream] = true;
+        }
+}
+
+/* The result for a person: the output (unless it was shown live), then a
+ * line for each file, saying where it was written on the host, or how to
+ * keep it. */
+static void print_human(const airlock_result *res, const live_output *live, const char *output_dir,
+                        const bool *written)
+{
+        if (!live) {
+                fwrite(res->stdout_data, 1, res->stdout_len, stdout);
+                fflush(stdout);
+                fwrite(res->stderr_data, 1, res->stderr_len, stderr);
+        }
+        if (live ? live->cut[1] : res->stdout_truncated)
+                fprintf(stderr, "airlock: stdout was truncated at --max-stdout\n");
+        if (live ? live->cut[2] : res->stderr_truncated)
+                fprintf(stderr, "airlock: stderr was truncated at --max-stdout\n");
+        for (size_t i = 0; i < res->n_files; i++) {
+                const airlock_file *f = &res->files[i];
+                fprintf(stderr, "airlock: file %s (%s, %llu bytes)", f->path, f->media_type,
+                        (unsigned long long)f->size);
+                if (!output_dir)
+                        fprintf(stderr, ", not kept: --output-dir DIR writes the files to DIR\n");
+                else if (written[i])
+                        fprintf(stderr, " written to %s/%s\n", output_dir,
+                                f->path + strlen("/output/"));
+                else
+                        fprintf(stderr, " not written (above)\n");
+        }
         for (size_t i = 0; i < res->n_refused; i++)
                 fprintf(stderr, "airlock: refused %s: %s\n", res->refused[i].path,
                         res->refused[i].reason);
@@ -273,8 +334,9 @@ int cmd_run(int argc, char **argv)
                 return EXIT_USAGE;
         }
         int status = EXIT_USAGE;
-        char *code = NULL;
-        size_t len = 0;
+        char *code = NULL, *input = NULL;
+        size_t len = 0, input_len = 0;
+        const char **script_argv = NULL;
         int outfd = -1;
         airlock_sandbox *sb = NULL;
         airlock_result *res = NULL;
@@ -282,6 +344,31 @@ int cmd_run(int argc, char **argv)
         r = load_code(&o, &code, &len, &err);
         if (r < 0)
                 goto fail;
+        /* With FILE or -c, standard input is the code's, as for `python3
+         * script.py < data`: read to its end now (the run gets it whole),
+         * up to the library's cap. A terminal is not read: nothing would
+         * say that the command waits for it. */
+        bool own_stdin = o.code || (o.file && strcmp(o.file, "-"));
+        if (own_stdin && !isatty(STDIN_FILENO)) {
+                r = read_all(STDIN_FILENO, "standard input", AIRLOCK_RUN_STDIN_MAX,
+                             " that a run reads (AIRLOCK_RUN_STDIN_MAX); pass a larger input "
+                             "with --workspace or --mount",
+                             &input, &input_len, &err);
+                if (r < 0)
+                        goto fail;
+        }
+        /* sys.argv, as python3 makes it: the script's name, or "-c", then
+         * the arguments. */
+        if (o.code || o.file || o.n_args) {
+                script_argv = calloc((size_t)o.n_args + 2, sizeof(*script_argv));
+                if (!script_argv) {
+                        r = al_error(&err, -ENOMEM, NULL, "out of memory");
+                        goto fail;
+                }
+                script_argv[0] = o.code ? "-c" : o.file ? o.file : "";
+                for (int i = 0; i < o.n_args; i++)
+                        script_argv[i + 1] = o.args[i];
+        }
         /* What a run would refuse (a NUL byte, bad UTF-8) is refused now,
          * before anyone is asked to approve the code. */
         r = airlock_check_code(code, len, &err);
@@ -328,15 +415,37 @@ int cmd_run(int argc, char **argv)
         airlock_run_options ropts = AIRLOCK_RUN_OPTIONS_INIT;
         ropts.cancel_fd = cancel_pipe[0];
         ropts.last = true;
+        ropts.argv = script_argv;
+        ropts.stdin_data = input;
+        ropts.stdin_len = input_len;
+        /* Without --json the output is shown as it comes; --json keeps
+         * one document at the end. */
+        airlock_limits lim;
+        airlock_config_get_limits(o.cfg, &lim);
+        live_output live = {.cap = lim.max_stdout};
+        if (!o.json) {
+                ropts.on_output = on_live_output;
+                ropts.output_arg = &live;
+                signal(SIGPIPE, SIG_IGN);
+        }
         r = airlock_sandbox_run(sb, code, len, &ropts, &res, &err);
         if (r < 0) {
                 status = cli_exit_status(&err);
                 goto fail;
         }
+        _cleanup_free_ bool *written = calloc(res->n_files + 1, sizeof(bool));
+        if (!written) {
+                r = al_error(&err, -ENOMEM, NULL, "out of memory");
+                status = EXIT_SANDBOX;
+                goto fail;
+        }
         if (outfd >= 0)
-                for (size_t i = 0; i < res->n_files; i++)
-                        if (write_output_file(outfd, &res->files[i], &err) < 0)
-                                fprintf(stderr, "airlock: %s\n", err.message);
+                for (size_t i = 0; i < res->n_files; i++) {
+                        written[i] = write_output_file(outfd, &res->files[i], &err) >= 0;
+                        if (!written[i])
+                                fprintf(stderr, "airlock: --output-dir %s: %s\n", o.output_dir,
+                                        err.message);
+                }
         if (o.json) {
                 char *s = airlock_result_to_json(res);
                 if (s) {
@@ -344,7 +453,7 @@ int cmd_run(int argc, char **argv)
                         free(s);
                 }
         } else {
-                print_human(res);
+                print_human(res, &live, outfd >= 0 ? o.output_dir : NULL, written);
         }
         status = res->success ? EXIT_OK : EXIT_CODE_FAILED;
         goto out;
@@ -356,6 +465,8 @@ out:
         if (outfd >= 0)
                 close(outfd);
         free(code);
+        free(input);
+        free(script_argv);
         cli_options_free(&o);
         return status;
 }

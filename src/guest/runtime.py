@@ -541,18 +541,36 @@ class _WrappingLoader:
         return getattr(self._inner, name)
 
 
+def _in_output(target):
+    """Whether savefig's target (a path, or a file object with a name) is
+    a file in /output."""
+    import os
+    name = getattr(target, "name", target)
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    if not isinstance(name, (str, os.PathLike)):
+        return False
+    try:
+        return os.path.realpath(os.path.abspath(name)).startswith("/output/")
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def _patch_backend_bases(module):
     canvas = module.FigureCanvasBase
     original = canvas.print_figure
 
     def print_figure(self, *args, **kwargs):
-        # Any savefig, to a file or a buffer, is the code's own way of
-        # keeping the figure: it is not returned again at the end.
+        # A savefig into /output (a relative name lands there: it is the
+        # working directory) already returns the figure: it is not
+        # returned again at the end. One to a buffer or to another folder
+        # returns nothing, so the figure still comes back by itself.
         try:
             return original(self, *args, **kwargs)
         finally:
             fig = getattr(self, "figure", None)
-            if fig is not None:
+            target = args[0] if args else kwargs.get("filename")
+            if fig is not None and _in_output(target):
                 fig._airlock_returned = True
     print_figure.__doc__ = original.__doc__
     print_figure.__wrapped__ = original
@@ -639,7 +657,9 @@ def _patch_mp_spawn(module):
             # current one is (ORIGINAL_DIR is the one multiprocessing was
             # imported in) and whatever folder it put before the name
             # (CPython's regrtest makes __main__.__file__ absolute).
-            path = _CWD + "/<code>"
+            # In /tmp, not in the working directory (/output), whose files
+            # come back as the run's results.
+            path = "/tmp/<code>"
             d["init_main_from_path"] = path
             _write_main_script(path, _code)
         elif mfile.startswith("<cell-"):
@@ -762,9 +782,10 @@ def _after_fork():
     tempfile = _sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile._name_sequence = None
-    # The listing of the working directory made in the template is of
-    # another /tmp: this copy's is its own, empty tmpfs.
-    _sys.path_importer_cache.pop(_CWD, None)
+    # The listings of the importable folders made in the template are of
+    # another /output and /tmp: this copy's are its own, empty tmpfs.
+    for path in _IMPORT_DIRS:
+        _sys.path_importer_cache.pop(path, None)
     # A single run's copy is pid 1 of its PID namespace: the orphans of the
     # run become its children (see "orphans" below). A session's
     # interpreter is not pid 1 (its pid 1 reaps them).
@@ -870,20 +891,24 @@ def _prewarm():
         df.a.sum(), df["b"].mean()
 
 
-# The working directory of every run, and the last entry of sys.path.
-_CWD = "/tmp"
+# The working directory of every run (its files come back as results),
+# and /tmp (a session keeps its files from cell to cell): the last entries
+# of sys.path, in this order.
+_CWD = "/output"
+_IMPORT_DIRS = (_CWD, "/tmp")
 
 
 def _cwd_finder_hook(path):
-    """The path hook of the working directory (_CWD): a FileFinder that
-    lists the directory again when a name is not in its listing. A plain
+    """The path hook of the working directory and /tmp (_IMPORT_DIRS): a
+    FileFinder that lists the directory again when a name is not in its
+    listing. A plain
     FileFinder lists a directory again only when its modification time
     changed, and a file written within the same clock tick as the last
     listing (tmpfs times are coarse) would not be found: code that writes
     a module and imports it at once must find it, wherever the listing was
     made (in the template, by an earlier import in this run)."""
-    if path != _CWD:
-        raise ImportError("not the working directory")
+    if path not in _IMPORT_DIRS:
+        raise ImportError("not the working directory or /tmp")
     import importlib.machinery as machinery
     from importlib._bootstrap_external import _get_supported_file_loaders
 
@@ -1229,8 +1254,10 @@ def _install(auto_figures=True, python_paths=()):
     # `python3 script.py`, but last: after the standard library, the
     # --python-path folders and the site folders (and after the generated
     # `servers` package, which _servers_first puts before everything), so
-    # that a file the code writes in /tmp never shadows a module of theirs.
-    _sys.path.append(_CWD)
+    # that a file the code writes never shadows a module of theirs. /tmp
+    # comes after it: a session empties /output after each cell, so a
+    # module that later cells import is written to /tmp.
+    _sys.path.extend(_IMPORT_DIRS)
     _sys.path_hooks.insert(0, _cwd_finder_hook)
     _wrap_kills()
     _wrap_starts()

@@ -423,6 +423,29 @@ open("/output/figure-1.png", "w").write("the code's own file")
         assert file_data(r, p).startswith(PNG_MAGIC), p
 
 
+def test_relative_paths_land_in_output_and_unsaved_figures_still_come_back():
+    # The working directory is /output: a file written by a relative name
+    # comes back. A savefig into a buffer (or outside /output) returns
+    # nothing, so that figure still comes back by itself.
+    code = r'''
+import io
+import matplotlib.pyplot as plt
+import pandas as pd
+plt.figure(); plt.plot([1, 2]); plt.savefig("chart.png")
+pd.DataFrame({"a": [1, 2]}).to_csv("result.csv", index=False)
+plt.figure(); plt.plot([2, 1]); plt.savefig(io.BytesIO(), format="png")
+plt.figure(); plt.plot([3, 1]); plt.savefig("/tmp/elsewhere.png")
+'''
+    rc, r = run_json(code, "--timeout", "120")
+    assert rc == 0, r["stderr"]
+    paths = [f["path"] for f in r["files"]]
+    assert paths == ["/output/chart.png", "/output/figure-1.png", "/output/figure-2.png",
+                     "/output/result.csv"], paths
+    assert file_data(r, "/output/result.csv") == b"a\n1\n2\n"
+    for p in ("/output/chart.png", "/output/figure-1.png", "/output/figure-2.png"):
+        assert file_data(r, p).startswith(PNG_MAGIC), p
+
+
 def test_figures_come_back_over_mcp_as_images_from_preloaded_copies():
     with mcp("--preload", "numpy,pandas,matplotlib.pyplot", "--timeout", "120") as m:
         for _ in range(2):

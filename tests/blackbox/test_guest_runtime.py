@@ -26,21 +26,37 @@ def test_module_written_in_the_working_directory_imports_at_once():
             "from helper2 import Y\nprint(Y)\n")
     rc, r = run_json(code)
     ok(r)
-    assert r["stdout"] == "absent\n42 /tmp/helper.py\n7\n", r["stdout"]
+    # The working directory is /output (docs/design.md, "Inside the
+    # sandbox"): the module is found there, and comes back as a file.
+    assert r["stdout"] == "absent\n42 /output/helper.py\n7\n", r["stdout"]
+    assert sorted(f["path"] for f in r["files"]) == ["/output/helper.py",
+                                                      "/output/helper2.py"], r["files"]
 
 
 def test_working_directory_is_last_on_sys_path_and_shadows_nothing():
-    code = ("import sys, os\nprint(os.getcwd(), sys.path[-1], '' in sys.path)\n"
+    code = ("import sys, os\nprint(os.getcwd(), sys.path[-2], sys.path[-1], '' in sys.path)\n"
             "open('json.py', 'w').write('raise SystemExit(3)\\n')\n"
             "import importlib; importlib.invalidate_caches()\n"
             "import json, csv\nprint(json.__file__)\n")
     rc, r = run_json(code)
     ok(r)
-    assert r["stdout"] == "/tmp /tmp False\n/usr/lib/python3.11/json/__init__.py\n", r["stdout"]
+    assert r["stdout"] == ("/output /output /tmp False\n"
+                           "/usr/lib/python3.11/json/__init__.py\n"), r["stdout"]
+
+
+def test_module_written_in_tmp_imports_too():
+    # /tmp, after the working directory, is where a session keeps a module
+    # across cells (it empties /output after each).
+    rc, r = run_json("open('/tmp/kept.py', 'w').write('Z = 5\\n')\n"
+                     "import kept\nprint(kept.Z, kept.__file__)\n")
+    ok(r)
+    assert r["stdout"] == "5 /tmp/kept.py\n", r["stdout"]
+    assert r["files"] == [], r["files"]
 
 
 def test_every_run_sees_its_own_working_directory():
-    # A module the previous run wrote in its /tmp is gone with that /tmp.
+    # A module the previous run wrote in its working directory is gone
+    # with that run's /output.
     for _ in range(2):
         rc, r = run_json("try:\n    import left\n    print('found')\nexcept ImportError:\n"
                          "    print('absent')\nopen('left.py', 'w').write('')\n")

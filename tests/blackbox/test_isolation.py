@@ -450,7 +450,7 @@ def test_blas_over_the_memory_limit_ends_as_memory():
     rc, r = nobody_run(product, "--memory", "256", "--timeout", "30")
     assert rc == 1 and r["status"] == "memory", (r["status"], r["stderr"][-2000:])
     assert "OpenBLAS was refused the memory for its buffer" in r["stderr"], r["stderr"]
-    assert r["contents"][-1]["message"] == "memory: the run exceeded its memory limit of 256 MiB", r
+    assert r["contents"][-1]["message"] == "memory: the run exceeded its memory limit of 256 MiB (raise it with --memory)", r
     forked = ("import numpy as np, os\na = np.ones((3000, 3000))\npid = os.fork()\n"
               "if pid == 0:\n    (a @ a).sum()\n    os._exit(0)\n"
               "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
@@ -461,7 +461,7 @@ def test_blas_over_the_memory_limit_ends_as_memory():
     p = subprocess.run([*as_nobody(), AIRLOCK, "repl", "--memory", "256", "--timeout", "30"],
                        input=cells, capture_output=True, text=True, timeout=120, cwd="/")
     assert p.returncode == 0 and p.stdout == "5\n", p
-    assert "[memory: the run exceeded its memory limit of 256 MiB]" in p.stderr, p.stderr
+    assert "[memory: the run exceeded its memory limit of 256 MiB (raise it with --memory)]" in p.stderr, p.stderr
     assert "state rolled back" in p.stderr, p.stderr
     rc, r = run_json(product, "--memory", "256", "--timeout", "30")
     assert r["status"] == "ok" and r["stdout"] == "held\n", (r["status"], r["stderr"][-2000:])

@@ -286,8 +286,125 @@ def test_output_dir():
                 "import os; os.makedirs('/output/a'); open('/output/a/b.txt','w').write('B')")
     assert p.returncode == 0, p.stderr
     assert open(os.path.join(out, "a", "b.txt")).read() == "B"
-    p = airlock("run", "--output-dir", out, "-c", "pass")
-    assert p.returncode == 2 and "not empty" in p.stderr
+    # The line of each file names where it landed on the host.
+    assert f"airlock: file /output/a/b.txt (text/plain, 1 bytes) written to {out}/a/b.txt" \
+        in p.stderr, p.stderr
+
+
+def test_output_dir_second_run_replaces_its_files_and_keeps_the_others():
+    # A second run into the same folder (the README's example, run again)
+    # replaces the files it writes again and keeps the others; a link of
+    # that name is replaced, not followed.
+    out = os.path.join(tmpdir(), "out")
+    os.makedirs(out)
+    with open(os.path.join(out, "mine.txt"), "w") as f:
+        f.write("the user's")
+    target = os.path.join(tmpdir(), "target.txt")
+    with open(target, "w") as f:
+        f.write("untouched")
+    os.symlink(target, os.path.join(out, "link.txt"))
+    for text in ("first", "second"):
+        p = airlock("run", "--output-dir", out, "-c",
+                    f"open('r.txt', 'w').write('{text}'); open('link.txt', 'w').write('{text}')")
+        assert p.returncode == 0, p.stderr
+    assert open(os.path.join(out, "r.txt")).read() == "second"
+    assert open(os.path.join(out, "mine.txt")).read() == "the user's"
+    assert not os.path.islink(os.path.join(out, "link.txt"))
+    assert open(os.path.join(out, "link.txt")).read() == "second"
+    assert open(target).read() == "untouched"
+    assert sorted(os.listdir(out)) == ["link.txt", "mine.txt", "r.txt"], os.listdir(out)
+    # The rule is in --help (and so in options.md and the man page).
+    h = airlock("run", "--help")
+    assert "a file of the same name is replaced, other files are kept" in h.stdout, h.stdout
+
+
+def test_files_without_output_dir_say_how_to_keep_them():
+    p = airlock("run", "-c", "open('/output/x.csv', 'w').write('a')")
+    assert p.returncode == 0, p.stderr
+    assert ("airlock: file /output/x.csv (text/csv, 1 bytes), not kept: --output-dir DIR "
+            "writes the files to DIR") in p.stderr, p.stderr
+
+
+def test_output_is_live():
+    # Each line reaches our pipe while the code still runs: the code waits
+    # for a file that the test creates only after it has read the line.
+    # Without live output the line comes at the end, after the run's
+    # timeout, and the run fails.
+    d = tmpdir()
+    go = os.path.join(d, "go")
+    tools = os.path.join(d, "tools.json")
+    with open(tools, "w") as f:
+        json.dump({"tools": [{"name": "wait_go", "description": "wait for the test",
+                              "command": ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done;"
+                                          " echo '{}'"],
+                              "parameters": {"type": "object"}, "timeout": 60}]}, f)
+    code = ("import sys\nprint('first', flush=True)\ncall_tool('wait_go')\n"
+            "print('on stderr', file=sys.stderr)\nprint('second')\n")
+    p = subprocess.Popen([AIRLOCK, "run", "--tools", tools, "--timeout", "60", "-c", code],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        running = p.poll() is None
+        open(go, "w").close()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert line == "first\n" and running, (line, running)
+    assert p.returncode == 0, err
+    assert out == "second\n" and err == "on stderr\n", (out, err)
+
+
+def test_arguments_after_the_script_are_sys_argv_and_stdin_is_the_codes():
+    script = os.path.join(tmpdir(), "s.py")
+    with open(script, "w") as f:
+        f.write("import sys\nprint(sys.argv)\nprint(repr(sys.stdin.read()))\n")
+    p = airlock("run", script, "foo", "bar baz", input="data\nin")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"{[script, 'foo', 'bar baz']}\n'data\\nin'\n", p.stdout
+    p = airlock("run", "-c", "import sys; print(sys.argv, input())", "x", input="line\n")
+    assert p.returncode == 0 and p.stdout == "['-c', 'x'] line\n", (p.stdout, p.stderr)
+    # Without FILE or -c, standard input is still the code.
+    p = airlock("run", input="import sys; print(sys.argv)")
+    assert p.returncode == 0 and p.stdout == "['']\n", (p.stdout, p.stderr)
+    # Past the cap, one line names it.
+    p = airlock("run", "-c", "pass", input="x" * ((8 << 20) + 1))
+    assert p.returncode == 2, p.stderr
+    assert "standard input is larger than the cap of 8 MiB" in p.stderr, p.stderr
+    assert "AIRLOCK_RUN_STDIN_MAX" in p.stderr, p.stderr
+
+
+def test_limit_messages_name_their_option():
+    p = airlock("run", "--timeout", "1", "-c", "while True: pass")
+    assert p.returncode == 1, p.stderr
+    assert "time limit of 1 s (raise it with --timeout)" in p.stderr, p.stderr
+    p = airlock("run", "--memory", "99999999999999999999", "-c", "pass")
+    assert p.returncode == 2, p.stderr
+    assert ("--memory: '99999999999999999999' is out of range: a whole number from 16 to "
+            "1048576") in p.stderr, p.stderr
+
+
+def test_workspace_errors_say_what_and_the_way_out():
+    p = airlock("run", "-w", "/nonexistent-airlock-ws", "-c", "pass")
+    assert p.returncode == 2, p.stderr
+    assert ("-w/--workspace /nonexistent-airlock-ws: No such file or directory (the workspace "
+            "is a folder, staged under /input)") in p.stderr, p.stderr
+    ws = os.path.join(tmpdir(), "ws")
+    os.makedirs(ws)
+    os.symlink("/etc/hostname", os.path.join(ws, "link"))
+    p = airlock("run", "-w", ws, "-c", "pass")
+    assert p.returncode == 2, p.stderr
+    assert "staging refuses symbolic links (to stage what it points at, mount that: " \
+        "-m TARGET:NAME)" in p.stderr, p.stderr
+
+
+def test_json_output_stays_one_document():
+    p = airlock("run", "--json", "-c", "import sys\nprint('a', flush=True)\n"
+                "print('b', file=sys.stderr)")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["stdout"] == "a\n" and r["stderr"] == "b\n", r
 
 
 def test_preload():

@@ -99,7 +99,8 @@ static void test_options(void **state)
         assert_true(l.timeout_s == 2.5);
         /* A refused value leaves the limit as it was. */
         assert_int_equal(airlock_limits_set_option(&l, "pids", "0", &err), -EINVAL);
-        assert_string_equal(err.message, "--pids: '0' is not a whole number in [1, 65536]");
+        assert_string_equal(err.message,
+                            "--pids: '0' is out of range: a whole number from 1 to 65536");
         assert_int_equal(l.pids, 64);
         assert_int_equal(airlock_limits_set_option(&l, "memory", "18446744073709551615", &err),
                          -EINVAL);

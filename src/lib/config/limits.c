@@ -354,8 +354,12 @@ static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, u
         if (!*s || *s == '-' || *s == '+')
                 goto bad;
         unsigned long long v = strtoull(s, &end, 10);
-        if (errno || !end || *end || v < lo || v > hi)
+        if (!end || *end || (errno && errno != ERANGE))
                 goto bad;
+        if (errno == ERANGE || v < lo || v > hi)
+                return al_error(err, -EINVAL, NULL,
+                                "--%s: '%s' is out of range: a whole number from %llu to %llu", opt,
+                                s, (unsigned long long)lo, (unsigned long long)hi);
         *ret = v;
         return 0;
 bad:

@@ -43,8 +43,32 @@ int al_run_options_in(const airlock_run_options *opts, airlock_run_options *out,
         *out = (airlock_run_options)AIRLOCK_RUN_OPTIONS_INIT;
         if (!opts)
                 return 0;
-        return al_struct_in(out, sizeof(*out), opts, AIRLOCK_RUN_OPTIONS_SIZE_V1,
-                            "airlock_run_options", "AIRLOCK_RUN_OPTIONS_INIT", err);
+        int r = al_struct_in(out, sizeof(*out), opts, AIRLOCK_RUN_OPTIONS_SIZE_V1,
+                             "airlock_run_options", "AIRLOCK_RUN_OPTIONS_INIT", err);
+        if (r < 0)
+                return r;
+        /* The caps of argv and stdin: both travel in the run's frame to
+         * the guest (CHANNEL_MAX_FRAME). */
+        if (out->stdin_data && out->stdin_len > AIRLOCK_RUN_STDIN_MAX)
+                return al_error(err, -E2BIG, NULL,
+                                "the run's standard input is %zu bytes, over the cap of %u MiB "
+                                "(AIRLOCK_RUN_STDIN_MAX)",
+                                out->stdin_len, AIRLOCK_RUN_STDIN_MAX >> 20);
+        size_t n = 0, bytes = 0;
+        for (; out->argv && out->argv[n]; n++) {
+                size_t len = strlen(out->argv[n]);
+                bytes += len + 1;
+                if (n >= AIRLOCK_RUN_ARGV_MAX || bytes > AIRLOCK_RUN_ARGV_BYTES)
+                        return al_error(err, -E2BIG, NULL,
+                                        "the run's arguments are over the cap of %d arguments, "
+                                        "%u KiB in all (AIRLOCK_RUN_ARGV_MAX, "
+                                        "AIRLOCK_RUN_ARGV_BYTES)",
+                                        AIRLOCK_RUN_ARGV_MAX, AIRLOCK_RUN_ARGV_BYTES >> 10);
+                if (!al_utf8_valid(out->argv[n], len))
+                        return al_error(err, -EILSEQ, NULL,
+                                        "the run's argument %zu is not UTF-8 text", n);
+        }
+        return 0;
 }
 
 /* One per thread: a run holds its caller's thread from start to end. */

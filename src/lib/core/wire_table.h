@@ -111,6 +111,10 @@
 /* An "end" frame may add "signal": the signal that ended a single run's
  * pid 1 (guest.c, exit_by_signal); its exit status is then 128 + it. */
 #define WIRE_KEY_SIGNAL "signal"
+/* A "run" frame may add "argv" (the code's sys.argv, an array of strings)
+ * and "stdin_base64" (its standard input), from airlock_run_options. */
+#define WIRE_KEY_ARGV  "argv"
+#define WIRE_KEY_STDIN "stdin_base64"
 #define WIRE_KEYS(X)                                                                               \
         X(OP)                                                                                      \
         X(OK)                                                                                      \
@@ -133,7 +137,9 @@
         X(SPARE)                                                                                   \
         X(SID)                                                                                     \
         X(BASE)                                                                                    \
-        X(ERROR_TYPE)
+        X(ERROR_TYPE)                                                                              \
+        X(ARGV)                                                                                    \
+        X(STDIN)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's
  * _run, template/guest.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"

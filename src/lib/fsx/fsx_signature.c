@@ -290,7 +290,10 @@ static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t 
         if (fd < 0) {
                 if (errno == ELOOP)
                         return al_error(err, -ELOOP, host_path,
-                                        "symlink at %s: staging refuses symbolic links", host_path);
+                                        "symlink at %s: staging refuses symbolic links (to stage "
+                                        "what it points at, "
+                                        "mount that: -m TARGET:NAME)",
+                                        host_path);
                 return al_error(err, -errno, host_path, "cannot open %s: %s", host_path,
                                 strerror(errno));
         }

@@ -712,7 +712,10 @@ static int stage_file_one(stage_ctx *c, const fsx_item *it, stage_dir *parent)
                 }
                 if (reason == FSX_SYMLINK)
                         return al_error(c->err, -ELOOP, it->path,
-                                        "symlink at %s: staging refuses symbolic links", it->path);
+                                        "symlink at %s: staging refuses symbolic links (to stage "
+                                        "what it points at, "
+                                        "mount that: -m TARGET:NAME)",
+                                        it->path);
                 return al_error(c->err, -ESTALE, it->path,
                                 "%s changed while it was staged (type or identity)", it->path);
         }
@@ -737,8 +740,11 @@ int fsx_stage_refusal(const fsx_item *it, fsx_reason r, const fsx_limits *lim, a
 {
         switch (r) {
         case FSX_SYMLINK:
-                return al_error(err, -ELOOP, it->path,
-                                "symlink at %s: staging refuses symbolic links", it->path);
+                return al_error(
+                    err, -ELOOP, it->path,
+                    "symlink at %s: staging refuses symbolic links (to stage what it points at, "
+                    "mount that: -m TARGET:NAME)",
+                    it->path);
         case FSX_TOO_DEEP:
                 return al_error(err, -ENAMETOOLONG, it->path,
                                 "too deep: %s is more than %u directories below its root "
@@ -858,7 +864,10 @@ static int open_source(stage_ctx *c, const char *host, struct stat *st)
         if (fd < 0) {
                 if (errno == ELOOP)
                         return al_error(c->err, -ELOOP, host,
-                                        "symlink at %s: staging refuses symbolic links", host);
+                                        "symlink at %s: staging refuses symbolic links (to stage "
+                                        "what it points at, "
+                                        "mount that: -m TARGET:NAME)",
+                                        host);
                 return al_error(c->err, -errno, host, "cannot open %s: %s", host, strerror(errno));
         }
         if (fstat(fd, st) < 0) {

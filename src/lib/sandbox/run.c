@@ -108,6 +108,8 @@ typedef struct run_state {
         airlock_sandbox *sb;
         const airlock_limits *lim;
         copy *c;
+        /* The caller's options (checked by al_run_options_in), or NULL. */
+        const airlock_run_options *opts;
         /* A cell's: the session's current interpreter, -1 for a single run. */
         int active_pidfd;
         int cancel_fd;
@@ -432,6 +434,7 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
             .lim = l,
             .c = c,
             .active_pidfd = active_pidfd,
+            .opts = opts,
             .cancel_fd = opts ? opts->cancel_fd : -1,
             .out = {.fd = c->out_r, .open = true},
             .err = {.fd = c->err_r, .open = true},
@@ -1025,8 +1028,10 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
         if (run->stop == STOP_TIMEOUT) {
                 res->status = AIRLOCK_STATUS_TIMEOUT;
                 res->exit_code = -1;
-                snprintf(msg, sizeof(msg), "timeout: the run exceeded its time limit of %g s",
-                         l->timeout_s);
+                snprintf(
+                    msg, sizeof(msg),
+                    "timeout: the run exceeded its time limit of %g s (raise it with --timeout)",
+                    l->timeout_s);
         } else if (run->stop == STOP_CANCEL) {
                 res->status = AIRLOCK_STATUS_KILLED;
                 res->exit_code = -1;
@@ -1045,19 +1050,22 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
                 if (sig == SIGXCPU) {
                         res->status = AIRLOCK_STATUS_TIMEOUT;
                         snprintf(msg, sizeof(msg),
-                                 "timeout: the run exceeded its CPU time limit of %g s",
-                                 l->cpu_s > 0 ? l->cpu_s : l->timeout_s);
+                                 "timeout: the run exceeded its CPU time limit of %g s%s",
+                                 l->cpu_s > 0 ? l->cpu_s : l->timeout_s,
+                                 l->cpu_s > 0 ? "" : " (raise it with --timeout)");
                 } else if (sig == SIGXFSZ) {
                         airlock_limits sizes = *l;
                         limits_resolve_sizes(&sizes);
                         res->status = AIRLOCK_STATUS_KILLED;
                         snprintf(msg, sizeof(msg),
-                                 "killed: a file exceeded the size limit of %llu bytes",
+                                 "killed: a file exceeded the size limit of %llu bytes (raise it "
+                                 "with --memory or --max-output-file)",
                                  (unsigned long long)sizes.max_file_bytes);
                 } else if (sig == SIGKILL && cg_oom_kills(run->c->oomfd) > run->oom_before) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),
-                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 "memory: the run exceeded its memory limit of %llu MiB (raise it "
+                                 "with --memory)",
                                  (unsigned long long)(l->memory_bytes >> 20));
                 } else {
                         res->status = AIRLOCK_STATUS_KILLED;
@@ -1069,7 +1077,8 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
                 if (strcmp(run->end.status, WIRE_STATUS_MEMORY) == 0) {
                         res->status = AIRLOCK_STATUS_MEMORY;
                         snprintf(msg, sizeof(msg),
-                                 "memory: the run exceeded its memory limit of %llu MiB",
+                                 "memory: the run exceeded its memory limit of %llu MiB (raise it "
+                                 "with --memory)",
                                  (unsigned long long)(l->memory_bytes >> 20));
                 } else if (res->exit_code == 0) {
                         res->status = AIRLOCK_STATUS_OK;
@@ -1110,6 +1119,27 @@ static int run_result(run_state *run, const siginfo_t *si, int outdir, airlock_r
         return 0;
 }
 
+/* Adds the code's sys.argv and standard input to the "run" frame, when
+ * the caller gave them (al_run_options_in checked their caps). */
+static int run_script_keys(json_t *msg, const airlock_run_options *o)
+{
+        if (o && o->argv) {
+                json_t *a = json_array();
+                if (!a || json_object_set_new(msg, WIRE_KEY_ARGV, a) < 0)
+                        return -ENOMEM;
+                for (size_t i = 0; o->argv[i]; i++)
+                        if (json_array_append_new(a, json_string(o->argv[i])) < 0)
+                                return -ENOMEM;
+        }
+        if (o && o->stdin_data) {
+                _cleanup_free_ char *b64 =
+                    al_base64_encode((const unsigned char *)o->stdin_data, o->stdin_len, NULL);
+                if (!b64 || json_object_set_new(msg, WIRE_KEY_STDIN, json_string(b64)) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
 /* Sends the code to the copy. *ret_delivered (when not NULL) tells whether
  * it got there, failure or not. */
 static int run_deliver(run_state *run, const char *code, size_t len, bool *ret_delivered,
@@ -1117,7 +1147,9 @@ static int run_deliver(run_state *run, const char *code, size_t len, bool *ret_d
 {
         _cleanup_json_ json_t *msg =
             json_pack("{s:s, s:s%}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE, code, len);
-        int r = msg ? channel_send(run->c->chan, msg) : -ENOMEM;
+        int r = msg ? run_script_keys(msg, run->opts) : -ENOMEM;
+        if (r >= 0)
+                r = channel_send(run->c->chan, msg);
         if (ret_delivered)
                 *ret_delivered = r >= 0;
         if (r < 0) {

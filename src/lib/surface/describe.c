@@ -228,10 +228,12 @@ static int put_files(dynbuf *b, const airlock_config *cfg, airlock_error *err)
         }
         if (r >= 0)
                 r = dynbuf_appendf(
-                    b, "- /output starts empty on every call. Files your code writes there "
-                       "(subdirectories too) are returned with the result: images are shown, "
-                       "other files are attached. Links and special files are not returned.\n"
-                       "- /tmp is private scratch space, emptied between calls.\n");
+                    b,
+                    "- /output starts empty on every call and is the working directory. Files your "
+                    "code writes there (relative paths too, subdirectories too) are returned with "
+                    "the result: images are shown, "
+                    "other files are attached. Links and special files are not returned.\n"
+                    "- /tmp is private scratch space, emptied between calls.\n");
         /* What a notebook user expects, and what saves the model a savefig. */
         if (r >= 0 && !cfg->no_auto_figures)
                 r = dynbuf_appendf(b, "- matplotlib figures shown with plt.show() or left open "

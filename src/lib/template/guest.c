@@ -808,6 +808,21 @@ void guest_after_fork_snapshot(int fd)
         channel_fd = fd;
 }
 
+void guest_set_argv(const char *const *argv, size_t n)
+{
+        PyObject *list = PyList_New(0);
+        for (size_t i = 0; list && i < n; i++) {
+                PyObject *s = PyUnicode_DecodeFSDefault(argv[i]);
+                if (s)
+                        (void)PyList_Append(list, s);
+                Py_XDECREF(s);
+        }
+        if (list)
+                (void)PySys_SetObject("argv", list);
+        Py_XDECREF(list);
+        PyErr_Clear();
+}
+
 int guest_run(const char *code, size_t len, bool last, const char **ret_status)
 {
         PyObject *src = PyUnicode_DecodeUTF8(code, (Py_ssize_t)len, "strict");

@@ -130,6 +130,11 @@ void guest_end_of_run(void)
         guest->end_of_run();
 }
 
+void guest_set_argv(const char *const *argv, size_t n)
+{
+        guest->set_argv(argv, n);
+}
+
 int guest_run(const char *code, size_t len, bool last, const char **ret_status)
 {
         return guest->run(code, len, last, ret_status);

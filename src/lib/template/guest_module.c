@@ -34,4 +34,5 @@ __attribute__((visibility("default"))) const struct guest_module airlock_guest_m
     .init_signals = guest_init_signals,
     .end_of_run = guest_end_of_run,
     .run = guest_run,
+    .set_argv = guest_set_argv,
 };

@@ -37,6 +37,7 @@ struct guest_module {
         void (*init_signals)(bool on);
         void (*end_of_run)(void);
         int (*run)(const char *code, size_t len, bool last, const char **ret_status);
+        void (*set_argv)(const char *const *argv, size_t n);
 };
 
 #endif

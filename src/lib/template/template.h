@@ -59,6 +59,8 @@ void guest_end_of_run(void);
  * to "ok", "error" or "memory". last: the process's final run, which ends
  * after the code's non-daemon threads. */
 int guest_run(const char *code, size_t len, bool last, const char **ret_status);
+/* Before guest_run: the code's sys.argv, n UTF-8 strings. */
+void guest_set_argv(const char *const *argv, size_t n);
 
 /* --- seccomp (seccomp.c) --- */
 

@@ -402,8 +402,12 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         ready_fds[0] = open("/output", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (ready_fds[0] < 0)
                 copy_fail(chan, "cannot open /output: %m");
-        if (chdir("/tmp") < 0)
-                copy_fail(chan, "cannot enter /tmp: %m");
+        /* The working directory is /output, so that a file the code
+         * writes by a relative name (savefig("chart.png")) comes back as
+         * the script's would land beside it (docs/design.md, "Inside the
+         * sandbox"). */
+        if (chdir("/output") < 0)
+                copy_fail(chan, "cannot enter /output: %m");
 
         rlim_t cpu = (rlim_t)(lim->cpu_s > 0 ? lim->cpu_s : lim->timeout_s) + 1;
         set_limit(RLIMIT_CPU, cpu);

@@ -126,6 +126,39 @@ static void after_snapshot(struct template_state *tpl, int chan, enum snapshot_e
         }
 }
 
+/* Before a run: the code's sys.argv and standard input, when the "run"
+ * frame has them (airlock_run_options.argv, stdin_data). Standard input is
+ * fd 0 itself, an unlinked file of the run's /tmp (whose size the run's
+ * memory bounds), so that sys.stdin, input() and the processes the code
+ * starts read it, as they read `python3 script.py < data`'s; sys.stdin
+ * wraps fd 0 and has read nothing of it yet. */
+static void set_script(const json_t *argv, const json_t *stdin_b64)
+{
+        if (json_is_array(argv)) {
+                size_t n = json_array_size(argv);
+                _cleanup_free_ const char **v = calloc(n + 1, sizeof(*v));
+                size_t k = 0;
+                for (size_t i = 0; v && i < n; i++) {
+                        const char *s = json_string_value(json_array_get(argv, i));
+                        if (s)
+                                v[k++] = s;
+                }
+                if (v)
+                        guest_set_argv(v, k);
+        }
+        if (!json_is_string(stdin_b64))
+                return;
+        _cleanup_free_ unsigned char *data = NULL;
+        size_t n = 0;
+        int r = al_base64_decode(json_string_value(stdin_b64), json_string_length(stdin_b64), &data,
+                                 &n);
+        _cleanup_close_ int fd = r < 0 ? -1 : open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0 || al_write_full(fd, data, n) < 0 || lseek(fd, 0, SEEK_SET) != 0 ||
+            dup2(fd, 0) < 0)
+                fprintf(stderr, "airlock: cannot give the run its standard input: %s\n",
+                        r < 0 ? "not base64" : strerror(errno));
+}
+
 /* The copy's loop: one run and exit, or, once the host opens a session,
  * runs, snapshots and restores until the host closes it. */
 _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
@@ -152,6 +185,8 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                          * cell runs, and only then (guest_channel_hold). */
                         if (session)
                                 guest_channel_hold(false);
+                        set_script(json_object_get(msg, WIRE_KEY_ARGV),
+                                   json_object_get(msg, WIRE_KEY_STDIN));
                         int exit_code =
                             code ? guest_run(code, json_string_length(jc), true, &status) : 1;
                         if (session) {
