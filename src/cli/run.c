@@ -344,12 +344,18 @@ int cmd_run(int argc, char **argv)
         r = load_code(&o, &code, &len, &err);
         if (r < 0)
                 goto fail;
-        /* With FILE or -c, standard input is the code's, as for `python3
-         * script.py < data`: read to its end now (the run gets it whole),
-         * up to the library's cap. A terminal is not read: nothing would
-         * say that the command waits for it. */
+        /* With FILE or -c, a file on standard input is the code's, as for
+         * `python3 script.py < data`: read to its end now (the run gets it
+         * whole), up to the library's cap. Only a regular file: it ends.
+         * A pipe, a socket or a terminal may stay open for as long as the
+         * program that holds its other end (an agent's framework that
+         * spawns the command and never closes its stdin, an MCP server's
+         * own pipe), and python3 reads one only when the code asks: read
+         * to its end before the run, it would hang the command, or take
+         * what was meant for someone else. The code finds it empty. */
         bool own_stdin = o.code || (o.file && strcmp(o.file, "-"));
-        if (own_stdin && !isatty(STDIN_FILENO)) {
+        struct stat in_st;
+        if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0 && S_ISREG(in_st.st_mode)) {
                 r = read_all(STDIN_FILENO, "standard input", AIRLOCK_RUN_STDIN_MAX,
                              " that a run reads (AIRLOCK_RUN_STDIN_MAX); pass a larger input "
                              "with --workspace or --mount",

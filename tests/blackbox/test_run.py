@@ -356,23 +356,56 @@ def test_output_is_live():
     assert out == "second\n" and err == "on stderr\n", (out, err)
 
 
+def stdin_file(text):
+    path = os.path.join(tmpdir(), "stdin")
+    with open(path, "w") as f:
+        f.write(text)
+    return open(path)
+
+
 def test_arguments_after_the_script_are_sys_argv_and_stdin_is_the_codes():
     script = os.path.join(tmpdir(), "s.py")
     with open(script, "w") as f:
         f.write("import sys\nprint(sys.argv)\nprint(repr(sys.stdin.read()))\n")
-    p = airlock("run", script, "foo", "bar baz", input="data\nin")
+
+    def run_with(stdin, *args):
+        with stdin:
+            return subprocess.run([AIRLOCK, *args], stdin=stdin, capture_output=True, text=True,
+                                  timeout=120)
+    p = run_with(stdin_file("data\nin"), "run", script, "foo", "bar baz")
     assert p.returncode == 0, p.stderr
     assert p.stdout == f"{[script, 'foo', 'bar baz']}\n'data\\nin'\n", p.stdout
-    p = airlock("run", "-c", "import sys; print(sys.argv, input())", "x", input="line\n")
+    p = run_with(stdin_file("line\n"), "run", "-c", "import sys; print(sys.argv, input())", "x")
     assert p.returncode == 0 and p.stdout == "['-c', 'x'] line\n", (p.stdout, p.stderr)
     # Without FILE or -c, standard input is still the code.
     p = airlock("run", input="import sys; print(sys.argv)")
     assert p.returncode == 0 and p.stdout == "['']\n", (p.stdout, p.stderr)
     # Past the cap, one line names it.
-    p = airlock("run", "-c", "pass", input="x" * ((8 << 20) + 1))
+    p = run_with(stdin_file("x" * ((8 << 20) + 1)), "run", "-c", "pass")
     assert p.returncode == 2, p.stderr
     assert "standard input is larger than the cap of 8 MiB" in p.stderr, p.stderr
     assert "AIRLOCK_RUN_STDIN_MAX" in p.stderr, p.stderr
+
+
+def test_a_pipe_its_caller_keeps_open_never_holds_the_run():
+    """A framework that spawns the command with a pipe on its stdin and never
+    closes it (Node's exec, an MCP server's own stdin) gets its run: the
+    pipe is not read, and the code finds standard input empty."""
+    p = subprocess.Popen([AIRLOCK, "run", "-c", "import sys; print(repr(sys.stdin.read()))"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    p.stdin.write("meant for someone else\n")
+    p.stdin.flush()
+    try:
+        # The pipe stays open until the command has ended: no EOF is ever
+        # given, so a command that read it to its end would never end.
+        rc = p.wait(timeout=120)
+        out = p.stdout.read()
+        assert rc == 0, p.stderr.read()
+        assert out == "''\n", out
+    finally:
+        p.stdin.close()
+        p.kill()
 
 
 def test_limit_messages_name_their_option():
