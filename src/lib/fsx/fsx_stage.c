@@ -1147,8 +1147,10 @@ typedef struct delta_ctx {
         dev_t root_dev;
         int top;
         bool layered;
+        const int *lower; /* the layers below top, the nearest first */
+        size_t n_lower;
         const fsx_manifest *prev;
-        bool *handled;   /* per prev record: directly in a dirty directory */
+        bool *handled;       /* per prev record: directly in a dirty directory */
         fsx_manifest *fresh; /* the records of the dirty directories */
         delta_dir *touched;
         size_t n_touched, cap_touched;
@@ -1261,6 +1263,43 @@ static size_t manifest_lower(const fsx_manifest *m, const char *key)
         return lo;
 }
 
+/* True when the copy that record m vouches for (found as the topmost entry
+ * of its path in the top layer, then the lower ones; a whiteout or another
+ * inode there ends the search) holds the first size bytes of the source
+ * file name of sfd. For a record whose identity is racy (racy()): the same
+ * comparison as reuse_previous makes before a link. */
+static bool delta_same_bytes(delta_ctx *d, const fsx_mrec *m, int sfd, const char *name,
+                             const char *rel, uint64_t size)
+{
+        _cleanup_close_ int in =
+            openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (in < 0)
+                return false;
+        for (size_t i = 0; i <= d->n_lower; i++) {
+                int layer = i == 0 ? d->top : d->lower[i - 1];
+                int pfd = *rel ? fsx_open_beneath(layer, rel, O_PATH | O_DIRECTORY | O_NOFOLLOW, 0)
+                               : fcntl(layer, F_DUPFD_CLOEXEC, 0);
+                if (pfd < 0)
+                        continue; /* not in this layer */
+                struct stat cst;
+                int k = fstatat(pfd, name, &cst, AT_SYMLINK_NOFOLLOW);
+                if (k < 0) {
+                        close(pfd);
+                        continue;
+                }
+                bool ok = false;
+                if (S_ISREG(cst.st_mode) && cst.st_ino == m->cino && cst.st_dev == m->cdev) {
+                        int cf = openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                        ok = cf >= 0 && same_bytes(&d->c, in, cf, size);
+                        if (cf >= 0)
+                                close(cf);
+                }
+                close(pfd);
+                return ok;
+        }
+        return false;
+}
+
 /* Copies the checked source file name of sfd (lstat st) into tfd, over
  * whatever the top layer had there. 1 to fall back, 0 done, -errno. */
 static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const struct stat *lst,
@@ -1277,8 +1316,9 @@ static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const st
                 return 1; /* a directory there: the tree's shape changed */
         mode_t mode = (st.st_mode & 0777) | S_IRUSR;
         bool mode_set = (mode & ~c->umask) == mode;
-        _cleanup_close_ int out = openat(tfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                                         mode_set ? mode : 0600);
+        _cleanup_close_ int out =
+            openat(tfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   mode_set ? mode : 0600);
         if (out < 0)
                 return 1;
         int r = copy_data(c, in, out, (uint64_t)st.st_size);
@@ -1397,10 +1437,14 @@ static int delta_one(delta_ctx *d, const char *rel)
                 }
                 new_files++;
                 new_bytes += (uint64_t)st.st_size;
-                if (m && same_identity(m, &st) && !m->compare) {
+                /* Larger files are vouched for by their identity alone,
+                 * as in reuse_previous and the tree signatures. */
+                bool compare = m && m->compare && (uint64_t)st.st_size < REUSE_COMPARE;
+                if (m && same_identity(m, &st) &&
+                    (!compare || delta_same_bytes(d, m, sfd, n, rel, (uint64_t)st.st_size))) {
                         if (manifest_add(d->fresh, ipath, &st,
                                          &(struct stat){.st_dev = m->cdev, .st_ino = m->cino},
-                                         false) < 0)
+                                         compare ? racy(c, &st) : m->compare) < 0)
                                 r = al_error(c->err, -ENOMEM, NULL, "out of memory");
                         continue;
                 }
@@ -1435,21 +1479,29 @@ static int delta_one(delta_ctx *d, const char *rel)
         return 0;
 }
 
-int fsx_stage_delta(int top_fd, bool layered, const char *host_path, const char *const *dirs,
-                    size_t n_dirs, const fsx_limits *lim, uid_t owner, gid_t group,
-                    const fsx_manifest *prev, fsx_manifest **ret_manifest,
+int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *host_path,
+                    const char *const *dirs, size_t n_dirs, const fsx_limits *lim, uid_t owner,
+                    gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
                     fsx_stage_stats *ret_stats, airlock_error *err)
 {
+        bool layered = n_lower > 0;
         *ret_manifest = NULL;
         /* Totals that the delta cannot carry: a version that skipped
          * entries (how many a directory held is not recorded). */
         if (!prev || !prev->sorted || prev->skipped || !host_path || !lim)
                 return 1;
         delta_ctx d = {
-            .c = {.lim = lim, .err = err, .owner = owner, .group = group, .umask = read_umask(),
-                  .prev_dirfd = -1, .pp_fd = -1},
+            .c = {.lim = lim,
+                  .err = err,
+                  .owner = owner,
+                  .group = group,
+                  .umask = read_umask(),
+                  .prev_dirfd = -1,
+                  .pp_fd = -1},
             .top = top_fd,
             .layered = layered,
+            .lower = lower,
+            .n_lower = n_lower,
             .prev = prev,
             .bytes = prev->bytes,
             .listed = prev->listed,

@@ -108,8 +108,8 @@ int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_s
         return 0;
 }
 
-int fsx_staging_create_empty(const char *parent, uid_t owner, gid_t group,
-                             fsx_staging *ret_staging, int *ret_fd, airlock_error *err)
+int fsx_staging_create_empty(const char *parent, uid_t owner, gid_t group, fsx_staging *ret_staging,
+                             int *ret_fd, airlock_error *err)
 {
         _cleanup_(staging_removep)
             fsx_staging staging = {.parent_fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
@@ -128,7 +128,8 @@ int fsx_staging_create_empty(const char *parent, uid_t owner, gid_t group,
         if (input_fd < 0)
                 return al_error(err, -errno, staging.name, "cannot open the staging directory: %m");
         if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0)
-                return al_error(err, -errno, staging.name, "cannot chown the staging directory: %m");
+                return al_error(err, -errno, staging.name,
+                                "cannot chown the staging directory: %m");
         *ret_staging = staging;
         staging = (fsx_staging){.parent_fd = -1};
         *ret_fd = TAKE_FD(input_fd);

@@ -122,9 +122,8 @@ static void history_clear(fsx_watch *w)
  * idx is NULL) having changed; with old_rel (may be NULL) the directory
  * list of the signature before, which must be the one of now (else the set
  * of directories changed: nothing is recorded, and the history goes). */
-static void history_add(fsx_watch *w, const char *from, const char *to,
-                        const fsx_sig_state *old, const size_t *idx, size_t n_idx,
-                        char (*old_hex)[33])
+static void history_add(fsx_watch *w, const char *from, const char *to, const fsx_sig_state *old,
+                        const size_t *idx, size_t n_idx, char (*old_hex)[33])
 {
         if (w->n != 1 || strcmp(from, to) == 0)
                 return;
@@ -171,8 +170,7 @@ static void history_add(fsx_watch *w, const char *from, const char *to,
         w->hist[w->n_hist++] = d;
 }
 
-int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs,
-                    size_t *ret_n)
+int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs, size_t *ret_n)
 {
         *ret_dirs = NULL;
         *ret_n = 0;

@@ -213,20 +213,22 @@ static int stage_whole(const airlock_config *cfg, sbx_input *in, const sbx_input
 static int stage_layer(const airlock_config *cfg, sbx_input *in, const sbx_input *prev,
                        const char *const *dirs, size_t n_dirs, airlock_error *err)
 {
-        if (!prev || !prev->n_layers || prev->n_layers >= SBX_INPUT_MAX_LAYERS ||
-            !prev->manifest || prev->owner != in->owner || prev->group != in->group ||
-            !sbx_input_updatable(cfg, prev))
+        if (!prev || !prev->n_layers || prev->n_layers >= SBX_INPUT_MAX_LAYERS || !prev->manifest ||
+            prev->owner != in->owner || prev->group != in->group || !sbx_input_updatable(cfg, prev))
                 return 1;
         const fsx_limits lim = sbx_stage_limits(cfg);
         fsx_staging staging = {.parent_fd = -1};
         int fd = -1;
-        int r = fsx_staging_create_empty(sbx_stage_parent(), in->owner, in->group, &staging, &fd,
-                                         err);
+        int r =
+            fsx_staging_create_empty(sbx_stage_parent(), in->owner, in->group, &staging, &fd, err);
         if (r < 0)
                 return r;
         fsx_stage_stats st = {0};
-        r = fsx_stage_delta(fd, true, cfg->workspace, dirs, n_dirs, &lim, in->owner, in->group,
-                            prev->manifest, &in->manifest, &st, err);
+        int lower[SBX_INPUT_MAX_LAYERS];
+        for (size_t i = 0; i < prev->n_layers; i++)
+                lower[i] = prev->layers[i]->fd;
+        r = fsx_stage_delta(fd, lower, prev->n_layers, cfg->workspace, dirs, n_dirs, &lim,
+                            in->owner, in->group, prev->manifest, &in->manifest, &st, err);
         input_layer *l = r == 0 ? layer_new(&staging, &fd) : NULL;
         if (r == 0 && !l)
                 r = al_error(err, -ENOMEM, NULL, "out of memory");
@@ -290,8 +292,12 @@ int sbx_input_update(const airlock_config *cfg, sbx_input *prev, const char *con
         int r = 1;
         if (dirs && own_top) {
                 fsx_stage_stats st = {0};
-                r = fsx_stage_delta(top->fd, prev->n_layers > 1, cfg->workspace, dirs, n_dirs, &lim,
-                                    in->owner, in->group, prev->manifest, &in->manifest, &st, err);
+                int lower[SBX_INPUT_MAX_LAYERS];
+                for (size_t i = 1; i < prev->n_layers; i++)
+                        lower[i - 1] = prev->layers[i]->fd;
+                r = fsx_stage_delta(top->fd, lower, prev->n_layers - 1, cfg->workspace, dirs,
+                                    n_dirs, &lim, in->owner, in->group, prev->manifest,
+                                    &in->manifest, &st, err);
                 if (r == 0) {
                         /* The layers are in's now. */
                         memcpy(in->layers, prev->layers, prev->n_layers * sizeof(*in->layers));

@@ -22,10 +22,12 @@ fsx_limits sbx_stage_limits(const airlock_config *cfg);
  * /tmp. */
 const char *sbx_stage_parent(void);
 
-/* Layers a version's staged tree may have: a version made while the one
+/* Layers a version's staged tree may have (with the empty directory a
+ * single layer needs, at most the 8 fds the mounter takes in one request):
+ * a version made while the one
  * before is held adds a layer of its changes over that one's, and a
  * version that would pass this is staged whole again (one layer). */
-#define SBX_INPUT_MAX_LAYERS 8
+#define SBX_INPUT_MAX_LAYERS 7
 
 /* Stages cfg's workspace and mounts into a staging area of their own in
  * $TMPDIR (or /tmp), owned by owner:group (the guest ids of the sandbox
