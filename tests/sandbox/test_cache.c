@@ -1098,15 +1098,66 @@ static int many_workspaces(const char *root, char *why, size_t n)
               "after the edit: %llu sandboxes, %llu "
               "staged",
               (unsigned long long)cs.created, (unsigned long long)cs.inputs_staged);
-        /* Four versions on disk while the session holds the old one; the
-         * old one goes with the session. */
+        /* The version after an edit, with the session holding the one
+         * before, staged only the edited file: a layer of it over the held
+         * version (issue 40), not a tree of links to every file. */
+        CHECK(cs.input_files_staged == 3 + 1, "%llu files staged for 4 versions",
+              (unsigned long long)cs.input_files_staged);
+        /* Four staging areas while the session holds the old version (the
+         * new one is a layer over it). */
         CHECK(count_entries(stage) == 4, "%d staging areas with the session open",
               count_entries(stage));
+        /* More files, then one edited and one removed, the session still
+         * open on the first version: each new version stages what changed
+         * (a file added, edited or removed: one each), and the runs see
+         * the edit, the removal and every unchanged file. */
+        for (int k = 0; k < 20; k++) {
+                snprintf(f, sizeof(f), "%s/more%02d.txt", ws[2], k);
+                fp = fopen(f, "we");
+                CHECK(fp && fprintf(fp, "m%d", k) > 0 && fclose(fp) == 0, "write %s", f);
+        }
+        out = try_run(c, cfg[2], "import os\nprint(len(os.listdir('/input')))", sub, sizeof(sub));
+        CHECK(out && strcmp(out, "21\n") == 0, "after adding 20 files: %s", out ? out : sub);
+        free(out);
+        out = NULL;
+        cache_get_stats(c, &cs);
+        uint64_t before = cs.input_files_staged;
+        snprintf(f, sizeof(f), "%s/more07.txt", ws[2]);
+        fp = fopen(f, "we");
+        CHECK(fp && fputs("edited", fp) >= 0 && fclose(fp) == 0, "write %s", f);
+        const char *all = "import os\nn=sorted(os.listdir('/input'))\n"
+                          "print(len(n), open('/input/more07.txt').read(), "
+                          "open('/input/more08.txt').read(), open('/input/own2.txt').read())";
+        out = try_run(c, cfg[2], all, sub, sizeof(sub));
+        CHECK(out && strcmp(out, "21 edited m8 v2-2\n") == 0, "after an edit: %s", out ? out : sub);
+        free(out);
+        out = NULL;
+        cache_get_stats(c, &cs);
+        CHECK(cs.input_files_staged == before + 1, "an edit of one file of 21 staged %llu files",
+              (unsigned long long)(cs.input_files_staged - before));
+        snprintf(f, sizeof(f), "%s/more03.txt", ws[2]);
+        CHECK(unlink(f) == 0, "unlink %s", f);
+        out = try_run(c, cfg[2],
+                      "import os\nprint(len(os.listdir('/input')), "
+                      "os.path.exists('/input/more03.txt'), open('/input/more07.txt').read())",
+                      sub, sizeof(sub));
+        CHECK(out && strcmp(out, "20 False edited\n") == 0, "after a removal: %s", out ? out : sub);
+        free(out);
+        out = NULL;
+        cache_get_stats(c, &cs);
+        CHECK(cs.input_files_staged == before + 1, "a removal staged %llu files",
+              (unsigned long long)(cs.input_files_staged - before - 1));
+        res = NULL;
+        CHECK(airlock_session_run(s, list, strlen(list), NULL, &res, &err) == 0 && res->success &&
+                  res->stdout_data && strcmp(res->stdout_data, "['own2.txt'] ['v1-2']\n") == 0,
+              "the session then saw %s", res && res->stdout_data ? res->stdout_data : err.message);
+        airlock_result_free(res);
         airlock_session_close(s);
         s = NULL;
-        /* Removed beside the runs, on a thread of its own. */
+        /* Removed beside the runs, on a thread of its own; the held
+         * version's files stay while the layer over them does. */
         cache_wait_later_closes(c);
-        CHECK(count_entries(stage) == 3, "%d staging areas after the session closed",
+        CHECK(count_entries(stage) == 4, "%d staging areas after the session closed",
               count_entries(stage));
         r = 0;
 out:

@@ -98,6 +98,11 @@ int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_s
                        const fsx_manifest *prev, fsx_staging *ret_staging, int *ret_fd,
                        fsx_manifest **ret_manifest, airlock_error *err);
 
+/* A staging area as fsx_staging_create makes it, with an empty "input"
+ * (a layer that fsx_stage_delta fills). */
+int fsx_staging_create_empty(const char *parent, uid_t owner, gid_t group, fsx_staging *ret_staging,
+                             int *ret_fd, airlock_error *err);
+
 /* Removes the staging area and everything in it, as fsx_remove_at does,
  * even when no fd is left to walk it with (then only while it is still
  * empty), and resets *staging. Nothing to do for one never made. */
@@ -212,6 +217,30 @@ int fsx_stage_reuse(int dest_dirfd, const fsx_source *sources, size_t n_sources,
 int fsx_stage_update(int dest_dirfd, const fsx_source *source, const fsx_limits *lim, uid_t owner,
                      gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
                      fsx_stage_stats *ret_stats, airlock_error *err);
+
+/* Contract: the next version of a staged workspace, made by bringing only
+ * the directories dirs (paths below host_path, "" for its root; those whose
+ * files changed since prev's staging, as fsx_watch_delta reports them) up
+ * to the source, into top_fd: either prev's own tree, updated where it
+ * stands (no lower layers; the caller must own it exclusively, as for
+ * fsx_stage_update), or the top layer of an overlay over the n_lower trees
+ * lower (the nearest first; only read): missing directories are made in it
+ * and a removed file is hidden by a whiteout, a 0/0 character device. A
+ * file whose source has its recorded identity is left where it is (when
+ * the record is racy and the file under 64 KiB, only if its bytes equal
+ * those of the recorded copy, found in the layers); any other is copied;
+ * a recorded file that is gone is removed. Every path in the source is
+ * opened beneath its root with no link followed (fsx_open_beneath), every
+ * path in top_fd one component at a time with O_NOFOLLOW. Returns 0 with
+ * *ret_manifest the new version's manifest and *ret_stats what was copied;
+ * 1 when only a full staging can make this version (a link, a special file,
+ * a directory that appeared, a cap passed, anything unexpected: the full
+ * staging then gives the exact error), leaving top_fd for the caller to
+ * update fully or remove; or -errno with err filled. */
+int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *host_path,
+                    const char *const *dirs, size_t n_dirs, const fsx_limits *lim, uid_t owner,
+                    gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                    fsx_stage_stats *ret_stats, airlock_error *err);
 
 /* fsx_staging_create for one workspace source, by taking over the staging
  * area *prev (reset to "none", so that its owner removes nothing) and

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <time.h>
 
@@ -218,6 +219,9 @@ struct fsx_manifest {
         fsx_mrec *v;
         size_t n, cap;
         bool sorted;
+        /* The staging's totals, as its caps counted them: what a delta
+         * (fsx_stage_delta) starts from. */
+        uint64_t bytes, listed, skipped;
 };
 
 void fsx_manifest_free(fsx_manifest *m)
@@ -1102,6 +1106,9 @@ static int stage_run(int dest_dirfd, const fsx_source *sources, size_t n_sources
                 if (c.out->n > 1)
                         qsort(c.out->v, c.out->n, sizeof(*c.out->v), mrec_cmp);
                 c.out->sorted = true;
+                c.out->bytes = c.stats.bytes;
+                c.out->listed = c.listed;
+                c.out->skipped = c.stats.skipped;
                 *ret_manifest = c.out;
         }
         if (ret_stats)
@@ -1132,4 +1139,458 @@ int fsx_stage_update(int dest_dirfd, const fsx_source *source, const fsx_limits 
 {
         return fsx_error_utf8(err, stage_run(dest_dirfd, source, 1, lim, owner, group, dest_dirfd,
                                              prev, true, ret_manifest, ret_stats, err));
+}
+
+/* ---- a delta: only the directories that changed ------------------------ */
+
+/* A directory of the top layer whose owner, mode and times are set from
+ * its source once the delta is done (its children all in place). */
+typedef struct delta_dir {
+        int fd;
+        struct stat src;
+} delta_dir;
+
+typedef struct delta_ctx {
+        stage_ctx c;
+        int src_root;
+        dev_t root_dev;
+        int top;
+        bool layered;
+        const int *lower; /* the layers below top, the nearest first */
+        size_t n_lower;
+        const fsx_manifest *prev;
+        bool *handled;       /* per prev record: directly in a dirty directory */
+        fsx_manifest *fresh; /* the records of the dirty directories */
+        delta_dir *touched;
+        size_t n_touched, cap_touched;
+        uint64_t bytes, listed; /* the new version's totals */
+} delta_ctx;
+
+static int delta_touch(delta_ctx *d, int fd, const struct stat *src)
+{
+        if (d->n_touched == d->cap_touched) {
+                size_t nc = d->cap_touched ? d->cap_touched * 2 : 16;
+                delta_dir *nv = realloc(d->touched, nc * sizeof(*nv));
+                if (!nv)
+                        return -ENOMEM;
+                d->touched = nv;
+                d->cap_touched = nc;
+        }
+        int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (dup_fd < 0)
+                return -errno;
+        d->touched[d->n_touched++] = (delta_dir){.fd = dup_fd, .src = *src};
+        return 0;
+}
+
+/* The source directory rel (beneath the source root, no link followed, on
+ * the root's device) and its stat; -1 when it cannot be (the caller falls
+ * back to a full staging). */
+static int delta_src_dir(delta_ctx *d, const char *rel, struct stat *st)
+{
+        int fd = *rel ? fsx_open_beneath(d->src_root, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0)
+                      : openat(d->src_root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        if (fstat(fd, st) < 0 || !S_ISDIR(st->st_mode) || st->st_dev != d->root_dev) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+/* Opens the directory rel of the top layer, each component beneath the
+ * last with O_NOFOLLOW. In a layer of its own (d->layered) missing ones
+ * are made (0700, their metadata set from their source at the end); in a
+ * single tree a missing one means the tree is not what the manifest says:
+ * -1, a full staging. Each directory the delta writes in is made writable
+ * by its owner until the end. */
+static int delta_top_dir(delta_ctx *d, const char *rel)
+{
+        int cur = openat(d->top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (cur < 0)
+                return -1;
+        _cleanup_free_ char *path = strdup(rel);
+        if (!path) {
+                close(cur);
+                return -1;
+        }
+        for (char *s = path; *s;) {
+                char *e = strchrnul(s, '/');
+                bool end = *e == '\0';
+                *e = '\0';
+                int fd = openat(cur, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0 && errno == ENOENT && d->layered) {
+                        struct stat pst, sst;
+                        if (fstat(cur, &pst) < 0 || fchmod(cur, (pst.st_mode & 0777) | S_IRWXU) < 0)
+                                goto fail;
+                        int sfd = delta_src_dir(d, path, &sst);
+                        if (sfd < 0)
+                                goto fail;
+                        close(sfd);
+                        if (mkdirat(cur, s, 0700) < 0)
+                                goto fail;
+                        fd = openat(cur, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (fd >= 0 && delta_touch(d, fd, &sst) < 0) {
+                                close(fd);
+                                goto fail;
+                        }
+                }
+                if (fd < 0)
+                        goto fail;
+                close(cur);
+                cur = fd;
+                if (!end)
+                        *e = '/';
+                s = end ? e : e + 1;
+        }
+        return cur;
+fail:
+        close(cur);
+        return -1;
+}
+
+static bool same_identity(const fsx_mrec *m, const struct stat *st)
+{
+        return m->sdev == st->st_dev && m->sino == st->st_ino && m->size == st->st_size &&
+               m->mode == st->st_mode && m->mtim.tv_sec == st->st_mtim.tv_sec &&
+               m->mtim.tv_nsec == st->st_mtim.tv_nsec && m->ctim.tv_sec == st->st_ctim.tv_sec &&
+               m->ctim.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+/* The index of the first record of d->prev whose path is >= key. */
+static size_t manifest_lower(const fsx_manifest *m, const char *key)
+{
+        size_t lo = 0, hi = m->n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (strcmp(m->v[mid].path, key) < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
+/* True when the copy that record m vouches for (found as the topmost entry
+ * of its path in the top layer, then the lower ones; a whiteout or another
+ * inode there ends the search) holds the first size bytes of the source
+ * file name of sfd. For a record whose identity is racy (racy()): the same
+ * comparison as reuse_previous makes before a link. */
+static bool delta_same_bytes(delta_ctx *d, const fsx_mrec *m, int sfd, const char *name,
+                             const char *rel, uint64_t size)
+{
+        _cleanup_close_ int in =
+            openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (in < 0)
+                return false;
+        for (size_t i = 0; i <= d->n_lower; i++) {
+                int layer = i == 0 ? d->top : d->lower[i - 1];
+                int pfd = *rel ? fsx_open_beneath(layer, rel, O_PATH | O_DIRECTORY | O_NOFOLLOW, 0)
+                               : fcntl(layer, F_DUPFD_CLOEXEC, 0);
+                if (pfd < 0)
+                        continue; /* not in this layer */
+                struct stat cst;
+                int k = fstatat(pfd, name, &cst, AT_SYMLINK_NOFOLLOW);
+                if (k < 0) {
+                        close(pfd);
+                        continue;
+                }
+                bool ok = false;
+                if (S_ISREG(cst.st_mode) && cst.st_ino == m->cino && cst.st_dev == m->cdev) {
+                        int cf = openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                        ok = cf >= 0 && same_bytes(&d->c, in, cf, size);
+                        if (cf >= 0)
+                                close(cf);
+                }
+                close(pfd);
+                return ok;
+        }
+        return false;
+}
+
+/* Copies the checked source file name of sfd (lstat st) into tfd, over
+ * whatever the top layer had there. 1 to fall back, 0 done, -errno. */
+static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const struct stat *lst,
+                      const char *ipath)
+{
+        stage_ctx *c = &d->c;
+        _cleanup_close_ int in =
+            openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        struct stat st;
+        if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_ino != lst->st_ino ||
+            st.st_dev != lst->st_dev)
+                return 1;
+        if (unlinkat(tfd, name, 0) < 0 && errno != ENOENT)
+                return 1; /* a directory there: the tree's shape changed */
+        mode_t mode = (st.st_mode & 0777) | S_IRUSR;
+        bool mode_set = (mode & ~c->umask) == mode;
+        _cleanup_close_ int out =
+            openat(tfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   mode_set ? mode : 0600);
+        if (out < 0)
+                return 1;
+        int r = copy_data(c, in, out, (uint64_t)st.st_size);
+        if (r == -ENODATA)
+                return 1;
+        if (r < 0)
+                return al_error(c->err, r, ipath, "cannot copy %s: %s", ipath, strerror(-r));
+        r = apply_meta(c, out, &st, S_IRUSR, mode_set);
+        if (r < 0)
+                return al_error(c->err, r, ipath, "cannot set owner, mode or times of %s: %s",
+                                ipath, strerror(-r));
+        struct stat cst;
+        if (fstat(out, &cst) < 0 || manifest_add(d->fresh, ipath, &st, &cst, racy(c, &st)) < 0)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        c->stats.files++;
+        return 0;
+}
+
+/* Brings the directory rel of the top layer up to its source: every
+ * regular file whose identity differs from its record (or whose record
+ * needs its bytes compared) is copied; a record whose file is gone is
+ * removed from the top layer and, over lower layers, hidden by a whiteout
+ * (a 0/0 character device, which overlayfs reads as "no such entry").
+ * 1 when a full staging must do it instead: anything but regular files and
+ * directories, a directory not on the root's device, a cap passed, a
+ * directory that was not one before. */
+static int delta_one(delta_ctx *d, const char *rel)
+{
+        stage_ctx *c = &d->c;
+        struct stat sst;
+        _cleanup_close_ int sfd = delta_src_dir(d, rel, &sst);
+        if (sfd < 0)
+                return 1;
+        _cleanup_close_ int tfd = delta_top_dir(d, rel);
+        if (tfd < 0)
+                return 1;
+        struct stat tst;
+        if (fstat(tfd, &tst) < 0 || fchmod(tfd, (tst.st_mode & 0777) | S_IRWXU) < 0)
+                return 1;
+        int r = delta_touch(d, tfd, &sst);
+        if (r < 0)
+                return al_error(c->err, r, NULL, "out of memory");
+
+        /* The records directly in rel: those under "rel/" with no further
+         * slash (contiguous in the sorted manifest, with deeper ones among
+         * them). */
+        size_t lr = strlen(rel);
+        _cleanup_free_ char *prefix = malloc(lr + 2);
+        if (!prefix)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        memcpy(prefix, rel, lr);
+        if (lr)
+                prefix[lr++] = '/';
+        prefix[lr] = '\0';
+        size_t lo = manifest_lower(d->prev, prefix), hi = lo;
+        uint64_t old_files = 0, old_bytes = 0;
+        while (hi < d->prev->n && strncmp(d->prev->v[hi].path, prefix, lr) == 0) {
+                const fsx_mrec *m = &d->prev->v[hi];
+                if (!strchr(m->path + lr, '/')) {
+                        d->handled[hi] = true;
+                        old_files++;
+                        old_bytes += (uint64_t)m->size;
+                }
+                hi++;
+        }
+        bool *seen = calloc(hi - lo + 1, sizeof(*seen));
+        int lfd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *dir = lfd >= 0 ? fdopendir(lfd) : NULL;
+        if (!seen || !dir) {
+                free(seen);
+                if (dir)
+                        closedir(dir);
+                else if (lfd >= 0)
+                        close(lfd);
+                return 1;
+        }
+        uint64_t new_files = 0, new_bytes = 0;
+        r = 0;
+        struct dirent *de;
+        _cleanup_free_ char *ipath = NULL;
+        size_t ipath_cap = 0;
+        while (r == 0 && (errno = 0, de = readdir(dir))) {
+                const char *n = de->d_name;
+                if (n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])))
+                        continue;
+                size_t ln = strlen(n);
+                if (lr + ln + 1 > ipath_cap) {
+                        ipath_cap = lr + ln + 64;
+                        char *np = realloc(ipath, ipath_cap);
+                        if (!np) {
+                                r = al_error(c->err, -ENOMEM, NULL, "out of memory");
+                                break;
+                        }
+                        ipath = np;
+                }
+                memcpy(ipath, prefix, lr);
+                memcpy(ipath + lr, n, ln + 1);
+                struct stat st;
+                if (fstatat(sfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                        r = 1;
+                        break;
+                }
+                const fsx_mrec *m = manifest_find(d->prev, ipath);
+                if (m)
+                        seen[m - d->prev->v - lo] = true;
+                if (S_ISDIR(st.st_mode)) {
+                        /* Directories come and go only with a full walk
+                         * (fsx_watch): this one was there before. */
+                        if (m || st.st_dev != d->root_dev)
+                                r = 1;
+                        continue;
+                }
+                if (!S_ISREG(st.st_mode)) {
+                        r = 1; /* a link is refused, a FIFO skipped: by a full staging */
+                        break;
+                }
+                new_files++;
+                new_bytes += (uint64_t)st.st_size;
+                /* Larger files are vouched for by their identity alone,
+                 * as in reuse_previous and the tree signatures. */
+                bool compare = m && m->compare && (uint64_t)st.st_size < REUSE_COMPARE;
+                if (m && same_identity(m, &st) &&
+                    (!compare || delta_same_bytes(d, m, sfd, n, rel, (uint64_t)st.st_size))) {
+                        if (manifest_add(d->fresh, ipath, &st,
+                                         &(struct stat){.st_dev = m->cdev, .st_ino = m->cino},
+                                         compare ? racy(c, &st) : m->compare) < 0)
+                                r = al_error(c->err, -ENOMEM, NULL, "out of memory");
+                        continue;
+                }
+                if ((uint64_t)st.st_size > c->lim->max_bytes) {
+                        r = 1;
+                        break;
+                }
+                r = delta_copy(d, sfd, tfd, n, &st, ipath);
+        }
+        if (r == 0 && errno)
+                r = 1;
+        closedir(dir);
+        /* What the source no longer has. */
+        for (size_t i = lo; r == 0 && i < hi; i++) {
+                if (!d->handled[i] || seen[i - lo])
+                        continue;
+                const char *name = d->prev->v[i].path + lr;
+                if (unlinkat(tfd, name, 0) < 0 && errno != ENOENT) {
+                        r = 1;
+                        break;
+                }
+                if (d->layered && mknodat(tfd, name, S_IFCHR | 0000, makedev(0, 0)) < 0)
+                        r = 1;
+        }
+        free(seen);
+        if (r != 0)
+                return r;
+        d->listed = d->listed - old_files + new_files;
+        d->bytes = d->bytes - old_bytes + new_bytes;
+        if (d->listed > c->lim->max_files || d->bytes > c->lim->max_bytes)
+                return 1;
+        return 0;
+}
+
+int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *host_path,
+                    const char *const *dirs, size_t n_dirs, const fsx_limits *lim, uid_t owner,
+                    gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                    fsx_stage_stats *ret_stats, airlock_error *err)
+{
+        bool layered = n_lower > 0;
+        *ret_manifest = NULL;
+        /* Totals that the delta cannot carry: a version that skipped
+         * entries (how many a directory held is not recorded). */
+        if (!prev || !prev->sorted || prev->skipped || !host_path || !lim)
+                return 1;
+        delta_ctx d = {
+            .c = {.lim = lim,
+                  .err = err,
+                  .owner = owner,
+                  .group = group,
+                  .umask = read_umask(),
+                  .prev_dirfd = -1,
+                  .pp_fd = -1},
+            .top = top_fd,
+            .layered = layered,
+            .lower = lower,
+            .n_lower = n_lower,
+            .prev = prev,
+            .bytes = prev->bytes,
+            .listed = prev->listed,
+        };
+        clock_gettime(CLOCK_REALTIME, &d.c.t0);
+        struct stat rst;
+        d.src_root = open(host_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (d.src_root < 0 || fstat(d.src_root, &rst) < 0) {
+                if (d.src_root >= 0)
+                        close(d.src_root);
+                return 1;
+        }
+        d.root_dev = rst.st_dev;
+        d.c.remote = remote_fs(d.src_root);
+        d.handled = calloc(prev->n + 1, sizeof(*d.handled));
+        d.fresh = calloc(1, sizeof(*d.fresh));
+        int r = d.handled && d.fresh ? 0 : al_error(err, -ENOMEM, NULL, "out of memory");
+        for (size_t i = 0; r == 0 && i < n_dirs; i++)
+                r = delta_one(&d, dirs[i]);
+        /* Owner, mode and times of every directory written in, deepest
+         * first, once nothing more is created in them. */
+        for (size_t i = d.n_touched; i-- > 0;) {
+                if (r == 0 && apply_meta(&d.c, d.touched[i].fd, &d.touched[i].src,
+                                         S_IRUSR | S_IXUSR, false) < 0)
+                        r = 1;
+                close(d.touched[i].fd);
+        }
+        free(d.touched);
+        close(d.src_root);
+        free(d.c.buf);
+        fsx_manifest *out = NULL;
+        if (r == 0) {
+                /* The new manifest: the untouched records and the fresh
+                 * ones, merged in path order. */
+                if (d.fresh->n > 1)
+                        qsort(d.fresh->v, d.fresh->n, sizeof(*d.fresh->v), mrec_cmp);
+                out = calloc(1, sizeof(*out));
+                size_t cap = prev->n + d.fresh->n;
+                if (!out || !(out->v = malloc((cap ? cap : 1) * sizeof(*out->v)))) {
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                } else {
+                        out->cap = cap;
+                        size_t i = 0, j = 0;
+                        while (r == 0 && (i < prev->n || j < d.fresh->n)) {
+                                if (i < prev->n && d.handled[i]) {
+                                        i++;
+                                        continue;
+                                }
+                                bool take_prev = j == d.fresh->n ||
+                                                 (i < prev->n &&
+                                                  strcmp(prev->v[i].path, d.fresh->v[j].path) < 0);
+                                if (take_prev) {
+                                        out->v[out->n] = prev->v[i++];
+                                        if (!(out->v[out->n].path = strdup(out->v[out->n].path)))
+                                                r = al_error(err, -ENOMEM, NULL, "out of memory");
+                                        else
+                                                out->n++;
+                                } else {
+                                        out->v[out->n++] = d.fresh->v[j];
+                                        d.fresh->v[j++].path = NULL; /* moved */
+                                }
+                        }
+                        out->sorted = true;
+                        out->bytes = d.bytes;
+                        out->listed = d.listed;
+                }
+        }
+        if (d.fresh) {
+                for (size_t j = 0; j < d.fresh->n; j++)
+                        free(d.fresh->v[j].path);
+                free(d.fresh->v);
+                free(d.fresh);
+        }
+        free(d.handled);
+        if (r != 0) {
+                fsx_manifest_free(out);
+                return r;
+        }
+        if (ret_stats)
+                *ret_stats = d.c.stats;
+        *ret_manifest = out;
+        return 0;
 }

@@ -108,6 +108,34 @@ int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_s
         return 0;
 }
 
+int fsx_staging_create_empty(const char *parent, uid_t owner, gid_t group, fsx_staging *ret_staging,
+                             int *ret_fd, airlock_error *err)
+{
+        _cleanup_(staging_removep)
+            fsx_staging staging = {.parent_fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+        if (staging.parent_fd < 0)
+                return al_error(err, -errno, parent, "cannot open the staging area %s: %m", parent);
+        int r = make_staging_dir(&staging, parent, err);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int stage_fd = openat(staging.parent_fd, staging.name,
+                                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (stage_fd < 0 || mkdirat(stage_fd, "input", 0755) < 0)
+                return al_error(err, -errno, staging.name,
+                                "cannot create the staging directory: %m");
+        _cleanup_close_ int input_fd =
+            openat(stage_fd, "input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (input_fd < 0)
+                return al_error(err, -errno, staging.name, "cannot open the staging directory: %m");
+        if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0)
+                return al_error(err, -errno, staging.name,
+                                "cannot chown the staging directory: %m");
+        *ret_staging = staging;
+        staging = (fsx_staging){.parent_fd = -1};
+        *ret_fd = TAKE_FD(input_fd);
+        return 0;
+}
+
 int fsx_staging_take(fsx_staging *prev, const fsx_source *source, const fsx_limits *lim,
                      uid_t owner, gid_t group, const fsx_manifest *prev_manifest,
                      fsx_staging *ret_staging, int *ret_fd, fsx_manifest **ret_manifest,

@@ -62,6 +62,9 @@ typedef struct tree_root {
 #define DIRTY_MAX 64
 /* Bytes of events read at one call before giving up and walking. */
 #define EVENTS_MAX (256u * 1024)
+/* Changes kept for fsx_watch_delta, and directories one may name. */
+#define DELTA_HISTORY  8
+#define DELTA_DIRS_MAX 256
 
 struct fsx_watch {
         pthread_mutex_t lock;
@@ -86,7 +89,134 @@ struct fsx_watch {
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
         bool walk_failed;
+
+        /* The last changes of a single tree (a workspace without mounts):
+         * which directories' digests differed between two signatures, for
+         * fsx_watch_delta. Oldest first. */
+        struct watch_delta {
+                char from[FSX_SIGNATURE_HEX], to[FSX_SIGNATURE_HEX];
+                char **dirs;
+                size_t n;
+        } hist[DELTA_HISTORY];
+        size_t n_hist;
 };
+
+static void delta_free(struct watch_delta *d)
+{
+        for (size_t i = 0; i < d->n; i++)
+                free(d->dirs[i]);
+        free(d->dirs);
+        d->dirs = NULL;
+        d->n = 0;
+}
+
+static void history_clear(fsx_watch *w)
+{
+        for (size_t i = 0; i < w->n_hist; i++)
+                delta_free(&w->hist[i]);
+        w->n_hist = 0;
+}
+
+/* Records that tree 0's signature went from `from` to `to`, the
+ * directories old_hex[k] != state's for k in idx[0..n-1] (or every one when
+ * idx is NULL) having changed; with old_rel (may be NULL) the directory
+ * list of the signature before, which must be the one of now (else the set
+ * of directories changed: nothing is recorded, and the history goes). */
+static void history_add(fsx_watch *w, const char *from, const char *to, const fsx_sig_state *old,
+                        const size_t *idx, size_t n_idx, char (*old_hex)[33])
+{
+        if (w->n != 1 || strcmp(from, to) == 0)
+                return;
+        const fsx_sig_state *now = &w->roots[0].sig;
+        struct watch_delta d = {0};
+        bool ok = now->is_dir;
+        if (ok && old) {
+                ok = old->is_dir && old->n == now->n;
+                for (size_t k = 0; ok && k < now->n; k++)
+                        ok = strcmp(old->dirs[k].rel, now->dirs[k].rel) == 0;
+        }
+        size_t total = idx ? n_idx : now->n;
+        for (size_t j = 0; ok && j < total; j++) {
+                size_t k = idx ? idx[j] : j;
+                const char *was = idx ? old_hex[j] : old->dirs[k].hex;
+                if (strcmp(was, now->dirs[k].hex) == 0)
+                        continue;
+                if (d.n == DELTA_DIRS_MAX) {
+                        ok = false;
+                        break;
+                }
+                char **nv = realloc(d.dirs, (d.n + 1) * sizeof(*nv));
+                if (!nv || !(nv[d.n] = strdup(now->dirs[k].rel))) {
+                        if (nv)
+                                d.dirs = nv;
+                        ok = false;
+                        break;
+                }
+                d.dirs = nv;
+                d.n++;
+        }
+        if (!ok) {
+                delta_free(&d);
+                history_clear(w);
+                return;
+        }
+        memcpy(d.from, from, FSX_SIGNATURE_HEX);
+        memcpy(d.to, to, FSX_SIGNATURE_HEX);
+        if (w->n_hist == DELTA_HISTORY) {
+                delta_free(&w->hist[0]);
+                memmove(w->hist, w->hist + 1, (DELTA_HISTORY - 1) * sizeof(*w->hist));
+                w->n_hist--;
+        }
+        w->hist[w->n_hist++] = d;
+}
+
+int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs, size_t *ret_n)
+{
+        *ret_dirs = NULL;
+        *ret_n = 0;
+        pthread_mutex_lock(&w->lock);
+        size_t i = 0;
+        while (i < w->n_hist && strcmp(w->hist[i].from, from) != 0)
+                i++;
+        char **dirs = NULL;
+        size_t n = 0;
+        int found = 0;
+        for (; i < w->n_hist && !found; i++) {
+                /* Consecutive changes only: each from the one before. */
+                if (n && strcmp(w->hist[i].from, w->hist[i - 1].to) != 0)
+                        break;
+                for (size_t k = 0; k < w->hist[i].n; k++) {
+                        bool dup = false;
+                        for (size_t j = 0; j < n && !dup; j++)
+                                dup = strcmp(dirs[j], w->hist[i].dirs[k]) == 0;
+                        if (dup)
+                                continue;
+                        char **nv = realloc(dirs, (n + 1) * sizeof(*nv));
+                        if (!nv || !(nv[n] = strdup(w->hist[i].dirs[k]))) {
+                                if (nv)
+                                        dirs = nv;
+                                found = -1;
+                                break;
+                        }
+                        dirs = nv;
+                        n++;
+                }
+                if (!found && strcmp(w->hist[i].to, to) == 0)
+                        found = 1;
+                /* An empty change list (only the order) would also do, but a
+                 * changed signature always names a directory. */
+        }
+        pthread_mutex_unlock(&w->lock);
+        if (found != 1) {
+                for (size_t j = 0; j < n; j++)
+                        free(dirs[j]);
+                free(dirs);
+                return 0;
+        }
+        *ret_dirs = dirs;
+        *ret_n = n;
+        return 1;
+}
 
 int fsx_watch_new(const char *const *paths, size_t n, const fsx_limits *lim,
                   uint64_t content_threshold, fsx_watch **ret, airlock_error *err)
@@ -323,10 +453,14 @@ static int update_dirty(fsx_watch *w)
                                 idx[n++] = k;
                 free(t->dirty);
                 t->dirty = NULL;
+                char old_hex[DIRTY_MAX][33];
+                for (size_t k = 0; k < n; k++)
+                        memcpy(old_hex[k], t->sig.dirs[idx[k]].hex, 33);
                 char hex[FSX_SIGNATURE_HEX];
                 if (fsx_tree_signature_update(t->fd, &t->sig, idx, n, &w->lim, w->threshold, hex) !=
                     0)
                         return -1;
+                history_add(w, w->hex[i], hex, NULL, idx, n, old_hex);
                 memcpy(w->hex[i], hex, sizeof(hex));
         }
         return 0;
@@ -360,6 +494,14 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
          * watch everything, watches are tried again once per period only:
          * setting thousands of watches only to drop them would double the
          * cost of every call. */
+        /* The directories of the last signature, to tell which changed. */
+        fsx_sig_state old = {0};
+        char old_hex[FSX_SIGNATURE_HEX] = "";
+        if (w->n == 1 && w->roots[0].sig.n && w->roots[0].known) {
+                old = w->roots[0].sig;
+                w->roots[0].sig = (fsx_sig_state){0};
+                memcpy(old_hex, w->hex[0], sizeof(old_hex));
+        }
         drop_watches(w);
         bool try_watch = !w->failed || now - w->last_try_ns >= w->period_ns;
         w->walk_failed = false;
@@ -396,6 +538,11 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         } else if (w->ifd >= 0) {
                 w->valid = true;
         }
+        if (r >= 0 && old.n)
+                history_add(w, old_hex, w->hex[0], &old, NULL, 0, NULL);
+        else if (r < 0)
+                history_clear(w);
+        fsx_sig_state_free(&old);
         if (r >= 0)
                 memcpy(ret_hex, w->hex, w->n * sizeof(*w->hex));
         pthread_mutex_unlock(&w->lock);
@@ -426,6 +573,7 @@ void fsx_watch_free(fsx_watch *w)
         if (!w)
                 return;
         drop_watches(w);
+        history_clear(w);
         for (size_t i = 0; w->paths && i < w->n; i++)
                 free(w->paths[i]);
         free(w->paths);

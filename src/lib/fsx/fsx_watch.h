@@ -61,6 +61,20 @@ void fsx_watch_set_knobs(fsx_watch *w, unsigned max_watches, uint64_t period_ns)
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
                          airlock_error *err);
 
+/* Contract: the directories (paths below the tree's root, "" for the root)
+ * whose digests changed between the signatures from and to of a watcher of
+ * one tree (a workspace without mounts), when the last changes it saw lead
+ * from one to the other (up to 8 consecutive ones) with the same set of
+ * directories throughout: 1 with *ret_dirs (malloc'd strings in a malloc'd
+ * array) and *ret_n. 0 when it cannot tell (another set of directories, a
+ * walk that failed, changes older than that, several trees): the caller
+ * then treats everything as changed. The digests are those of the tree
+ * signatures, so a directory not named here signs exactly as it did: its
+ * own metadata and each of its files' names, identities and (under the
+ * content threshold) bytes are unchanged. Thread-safe. */
+int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs,
+                    size_t *ret_n);
+
 void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret);
 
 /* Closes the inotify instance (every watch goes with it). NULL is fine. */

@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <linux/mount.h>
 #include <sched.h>
 #include <signal.h>
@@ -34,9 +35,23 @@
 #include "config/config.h"
 #include "core/util.h"
 
+/* One staged tree: a whole version, or the top layer of one (the files a
+ * version changed, and whiteouts for those it removed). Shared by the
+ * versions above it, and removed when the last of them goes. */
+typedef struct input_layer {
+        fsx_staging staging;
+        int fd; /* its tree ("input" in the staging area) */
+        atomic_uint refs;
+} input_layer;
+
 struct sbx_input {
-        fsx_staging staging; /* removed by sbx_input_free */
-        int staged_fd;       /* the staged tree, -1 when nothing was staged */
+        /* The layers of the staged tree, the top first; none when nothing
+         * was staged. A version staged whole has one; a version made
+         * while the one before was held adds a layer of its changes over
+         * that one's (sbx_input_new), up to SBX_INPUT_MAX_LAYERS. */
+        input_layer *layers[SBX_INPUT_MAX_LAYERS];
+        size_t n_layers;
+        uint64_t files_staged; /* sbx_input_files_staged */
         fsx_manifest *manifest;
         /* The detached overlay over the staged tree, or -1: none staged,
          * or let go while the input is idle (sbx_input_idle), made again
@@ -47,27 +62,35 @@ struct sbx_input {
         gid_t group;
 };
 
-static int make_overlay(int layer, int empty);
+static int make_overlay(const int *layers, size_t n);
 static int mounter_call(sbx_mounter *m, char op, const int *fds, size_t n, int *ret_fd,
                         airlock_error *err);
 
-/* The overlay of in's staged tree (in->ovl): its second lower layer (an
- * overlay without an upper one needs two) is an empty directory beside
- * the tree in the staging area. */
+/* The overlay of in's staged layers (in->ovl), the top one first; one
+ * layer alone gets an empty directory beside it in its staging area as a
+ * second (an overlay without an upper layer needs two lower ones). */
 static int input_overlay(sbx_input *in, sbx_mounter *m, airlock_error *err)
 {
-        _cleanup_close_ int area = openat(in->staging.parent_fd, in->staging.name,
-                                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (area < 0 || (mkdirat(area, "empty", 0555) < 0 && errno != EEXIST))
-                return al_error(err, -errno, in->staging.name,
-                                "cannot make the staging area's empty layer: %m");
-        _cleanup_close_ int empty =
-            openat(area, "empty", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (empty < 0)
-                return al_error(err, -errno, in->staging.name,
-                                "cannot open the staging area's empty layer: %m");
+        const fsx_staging *top = &in->layers[0]->staging;
+        _cleanup_close_ int empty = -1;
+        int fds[SBX_INPUT_MAX_LAYERS + 1];
+        size_t n = 0;
+        for (; n < in->n_layers; n++)
+                fds[n] = in->layers[n]->fd;
+        if (n == 1) {
+                _cleanup_close_ int area = openat(top->parent_fd, top->name,
+                                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (area < 0 || (mkdirat(area, "empty", 0555) < 0 && errno != EEXIST))
+                        return al_error(err, -errno, top->name,
+                                        "cannot make the staging area's empty layer: %m");
+                empty = openat(area, "empty", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (empty < 0)
+                        return al_error(err, -errno, top->name,
+                                        "cannot open the staging area's empty layer: %m");
+                fds[n++] = empty;
+        }
         if (geteuid() == 0) {
-                int fd = make_overlay(in->staged_fd, empty);
+                int fd = make_overlay(fds, n);
                 if (fd < 0)
                         return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, fd, NULL,
                                              "sandbox unavailable (overlay mount): cannot mount "
@@ -76,8 +99,7 @@ static int input_overlay(sbx_input *in, sbx_mounter *m, airlock_error *err)
                 in->ovl = fd;
                 return 0;
         }
-        const int fds[2] = {in->staged_fd, empty};
-        return mounter_call(m, 'O', fds, 2, &in->ovl, err);
+        return mounter_call(m, 'O', fds, n, &in->ovl, err);
 }
 
 int sbx_stage_sources(const airlock_config *cfg, fsx_source **ret, size_t *ret_n)
@@ -120,8 +142,6 @@ static sbx_input *input_alloc(uid_t owner, gid_t group)
         sbx_input *in = calloc(1, sizeof(*in));
         if (!in)
                 return NULL;
-        in->staging.parent_fd = -1;
-        in->staged_fd = -1;
         in->ovl = -1;
         pthread_mutex_init(&in->ovl_lock, NULL);
         in->owner = owner;
@@ -129,43 +149,131 @@ static sbx_input *input_alloc(uid_t owner, gid_t group)
         return in;
 }
 
-int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
-                  sbx_mounter *m, sbx_input **ret, airlock_error *err)
+/* A layer of a new staging: takes over *staging and *fd. NULL when out
+ * of memory (then both are left to the caller). */
+static input_layer *layer_new(fsx_staging *staging, int *fd)
+{
+        input_layer *l = calloc(1, sizeof(*l));
+        if (!l)
+                return NULL;
+        l->staging = *staging;
+        l->fd = *fd;
+        atomic_init(&l->refs, 1);
+        *staging = (fsx_staging){.parent_fd = -1};
+        *fd = -1;
+        return l;
+}
+
+static void layer_unref(input_layer *l)
+{
+        if (!l || atomic_fetch_sub(&l->refs, 1) != 1)
+                return;
+        if (l->fd >= 0)
+                close(l->fd);
+        fsx_staging_remove(&l->staging);
+        free(l);
+}
+
+/* Stages the workspace whole into a new layer of in (its only one), with
+ * prev's unchanged files linked when prev is one tree staged for the same
+ * ids (a link shares the inode, and so its owner). */
+static int stage_whole(const airlock_config *cfg, sbx_input *in, const sbx_input *prev,
+                       airlock_error *err)
 {
         _cleanup_free_ fsx_source *src = NULL;
         size_t n = 0;
-        sbx_input *in = input_alloc(owner, group);
-        if (!in || sbx_stage_sources(cfg, &src, &n) < 0) {
-                sbx_input_free(in);
+        if (sbx_stage_sources(cfg, &src, &n) < 0)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        const fsx_limits lim = sbx_stage_limits(cfg);
+        bool reuse = prev && prev->n_layers == 1 && prev->manifest && prev->owner == in->owner &&
+                     prev->group == in->group;
+        fsx_staging staging = {.parent_fd = -1};
+        int fd = -1;
+        int r = fsx_staging_create(sbx_stage_parent(), src, n, &lim, in->owner, in->group,
+                                   reuse ? prev->layers[0]->fd : -1, reuse ? prev->manifest : NULL,
+                                   &staging, &fd, &in->manifest, err);
+        if (r < 0 || fd < 0)
+                return r;
+        in->files_staged = fsx_manifest_count(in->manifest);
+        if (!(in->layers[0] = layer_new(&staging, &fd))) {
+                close(fd);
+                fsx_staging_remove(&staging);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
+        in->n_layers = 1;
+        return 0;
+}
+
+/* Contract: the new version as a layer of its changes over prev's layers,
+ * which it holds (prev itself may then go, its layers stay while a version
+ * over them lives). 1 when a delta cannot make it (the caller stages the
+ * workspace whole), 0 when made, -errno. The layer is a new staging area of
+ * airlock's own, filled only through fsx_stage_delta; prev's layers are
+ * only read (the manifest and the overlay), never written. */
+static int stage_layer(const airlock_config *cfg, sbx_input *in, const sbx_input *prev,
+                       const char *const *dirs, size_t n_dirs, airlock_error *err)
+{
+        if (!prev || !prev->n_layers || prev->n_layers >= SBX_INPUT_MAX_LAYERS || !prev->manifest ||
+            prev->owner != in->owner || prev->group != in->group || !sbx_input_updatable(cfg, prev))
+                return 1;
         const fsx_limits lim = sbx_stage_limits(cfg);
-        /* A previous version's unchanged files are linked, not copied,
-         * only when they have this version's owner (a link shares the
-         * inode, and so its owner). */
-        bool reuse = prev && prev->staged_fd >= 0 && prev->manifest && prev->owner == owner &&
-                     prev->group == group;
-        int r = fsx_staging_create(sbx_stage_parent(), src, n, &lim, owner, group,
-                                   reuse ? prev->staged_fd : -1, reuse ? prev->manifest : NULL,
-                                   &in->staging, &in->staged_fd, &in->manifest, err);
-        if (r < 0) {
-                pthread_mutex_destroy(&in->ovl_lock);
-                free(in);
+        fsx_staging staging = {.parent_fd = -1};
+        int fd = -1;
+        int r =
+            fsx_staging_create_empty(sbx_stage_parent(), in->owner, in->group, &staging, &fd, err);
+        if (r < 0)
+                return r;
+        fsx_stage_stats st = {0};
+        int lower[SBX_INPUT_MAX_LAYERS];
+        for (size_t i = 0; i < prev->n_layers; i++)
+                lower[i] = prev->layers[i]->fd;
+        r = fsx_stage_delta(fd, lower, prev->n_layers, cfg->workspace, dirs, n_dirs, &lim,
+                            in->owner, in->group, prev->manifest, &in->manifest, &st, err);
+        input_layer *l = r == 0 ? layer_new(&staging, &fd) : NULL;
+        if (r == 0 && !l)
+                r = al_error(err, -ENOMEM, NULL, "out of memory");
+        if (!l) {
+                if (fd >= 0)
+                        close(fd);
+                fsx_staging_remove(&staging);
+                fsx_manifest_free(in->manifest);
+                in->manifest = NULL;
+                if (r == 1)
+                        airlock_error_clear(err);
                 return r;
         }
-        if (in->staged_fd >= 0) {
+        in->layers[0] = l;
+        for (size_t i = 0; i < prev->n_layers; i++) {
+                atomic_fetch_add(&prev->layers[i]->refs, 1);
+                in->layers[i + 1] = prev->layers[i];
+        }
+        in->n_layers = prev->n_layers + 1;
+        in->files_staged = st.files;
+        return 0;
+}
+
+int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
+                  const char *const *dirs, size_t n_dirs, sbx_mounter *m, sbx_input **ret,
+                  airlock_error *err)
+{
+        sbx_input *in = input_alloc(owner, group);
+        if (!in)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        int r = dirs ? stage_layer(cfg, in, prev, dirs, n_dirs, err) : 1;
+        if (r == 1)
+                r = stage_whole(cfg, in, prev, err);
+        if (r >= 0 && in->n_layers)
                 r = input_overlay(in, m, err);
-                if (r < 0) {
-                        sbx_input_free(in);
-                        return r;
-                }
+        if (r < 0) {
+                sbx_input_free(in);
+                return r;
         }
         *ret = in;
         return 0;
 }
 
-int sbx_input_update(const airlock_config *cfg, sbx_input *prev, sbx_mounter *m, sbx_input **ret,
-                     airlock_error *err)
+int sbx_input_update(const airlock_config *cfg, sbx_input *prev, const char *const *dirs,
+                     size_t n_dirs, sbx_mounter *m, sbx_input **ret, airlock_error *err)
 {
         sbx_input *in = input_alloc(prev->owner, prev->group);
         if (!in) {
@@ -177,10 +285,49 @@ int sbx_input_update(const airlock_config *cfg, sbx_input *prev, sbx_mounter *m,
         /* Nothing may read the tree while it changes: its overlay goes
          * first (no copy holds a clone of it: prev has no user). */
         sbx_input_idle(prev);
-        int r = fsx_staging_take(&prev->staging, &src, &lim, in->owner, in->group, prev->manifest,
-                                 &in->staging, &in->staged_fd, &in->manifest, NULL, err);
-        sbx_input_free(prev); /* its staging area is in's now, or removed */
-        if (r >= 0 && in->staged_fd >= 0)
+        /* Only the top layer is written, and only when no other version
+         * stands on it (the newest version never has one above it). */
+        input_layer *top = prev->layers[0];
+        bool own_top = atomic_load(&top->refs) == 1;
+        int r = 1;
+        if (dirs && own_top) {
+                fsx_stage_stats st = {0};
+                int lower[SBX_INPUT_MAX_LAYERS];
+                for (size_t i = 1; i < prev->n_layers; i++)
+                        lower[i - 1] = prev->layers[i]->fd;
+                r = fsx_stage_delta(top->fd, lower, prev->n_layers - 1, cfg->workspace, dirs,
+                                    n_dirs, &lim, in->owner, in->group, prev->manifest,
+                                    &in->manifest, &st, err);
+                if (r == 0) {
+                        /* The layers are in's now. */
+                        memcpy(in->layers, prev->layers, prev->n_layers * sizeof(*in->layers));
+                        in->n_layers = prev->n_layers;
+                        prev->n_layers = 0;
+                        in->files_staged = st.files;
+                } else if (r == 1) {
+                        airlock_error_clear(err);
+                }
+        }
+        if (r == 1 && prev->n_layers == 1 && own_top) {
+                fsx_stage_stats st = {0};
+                fsx_staging staging = {.parent_fd = -1};
+                int fd = -1;
+                r = fsx_staging_take(&top->staging, &src, &lim, in->owner, in->group,
+                                     prev->manifest, &staging, &fd, &in->manifest, &st, err);
+                if (r >= 0 && !(in->layers[0] = layer_new(&staging, &fd))) {
+                        close(fd);
+                        fsx_staging_remove(&staging);
+                        r = al_error(err, -ENOMEM, NULL, "out of memory");
+                }
+                if (r >= 0) {
+                        in->n_layers = 1;
+                        in->files_staged = fsx_manifest_count(in->manifest);
+                }
+        } else if (r == 1) {
+                r = stage_whole(cfg, in, NULL, err);
+        }
+        sbx_input_free(prev); /* what it still holds is removed */
+        if (r >= 0 && in->n_layers)
                 r = input_overlay(in, m, err);
         if (r < 0) {
                 sbx_input_free(in);
@@ -192,20 +339,28 @@ int sbx_input_update(const airlock_config *cfg, sbx_input *prev, sbx_mounter *m,
 
 bool sbx_input_updatable(const airlock_config *cfg, const sbx_input *prev)
 {
-        return cfg->workspace && cfg->n_mounts == 0 && prev && prev->staged_fd >= 0 &&
-               prev->manifest;
+        return cfg->workspace && cfg->n_mounts == 0 && prev && prev->n_layers && prev->manifest;
+}
+
+uint64_t sbx_input_files_staged(const sbx_input *in)
+{
+        return in ? in->files_staged : 0;
+}
+
+size_t sbx_input_layers(const sbx_input *in)
+{
+        return in ? in->n_layers : 0;
 }
 
 void sbx_input_free(sbx_input *in)
 {
         if (!in)
                 return;
-        if (in->staged_fd >= 0)
-                close(in->staged_fd);
         if (in->ovl >= 0)
                 close(in->ovl);
         fsx_manifest_free(in->manifest);
-        fsx_staging_remove(&in->staging);
+        for (size_t i = 0; i < in->n_layers; i++)
+                layer_unref(in->layers[i]);
         pthread_mutex_destroy(&in->ovl_lock);
         free(in);
 }
@@ -231,23 +386,22 @@ static int send_reply(int sock, int code, int fd)
         return al_send_fds(sock, &b, 1, &fd, fd >= 0 ? 1 : 0);
 }
 
-/* A read-only overlay over layer and empty (directories of the caller's
- * mount namespace), as a detached mount: a fd, or -errno. No allocation:
- * the mounter calls it too. */
-static int make_overlay(int layer, int empty)
+/* A read-only overlay over the n directories layers (of the caller's mount
+ * namespace; the top one first), as a detached mount: a fd, or -errno. No
+ * allocation: the mounter calls it too. */
+static int make_overlay(const int *layers, size_t n)
 {
-        char opts[64];
-        /* "/proc/self/fd/L:/proc/self/fd/E", written without stdio. */
+        char opts[(SBX_INPUT_MAX_LAYERS + 1) * 28];
+        /* "/proc/self/fd/A:/proc/self/fd/B:...", written without stdio. */
         char *p = opts;
-        const int fds[2] = {layer, empty};
-        for (int i = 0; i < 2; i++) {
+        for (size_t i = 0; i < n; i++) {
                 if (i)
                         *p++ = ':';
                 memcpy(p, "/proc/self/fd/", 14);
                 p += 14;
                 char num[12];
                 int k = 0;
-                for (unsigned v = (unsigned)fds[i]; k == 0 || v; v /= 10)
+                for (unsigned v = (unsigned)layers[i]; k == 0 || v; v /= 10)
                         num[k++] = (char)('0' + v % 10);
                 while (k)
                         *p++ = num[--k];
@@ -322,8 +476,9 @@ static int reopen_here(int fd)
 
 /* The mounter's whole life, in a child forked from a host that may have
  * threads: system calls only, no allocation, no lock. Requests: 'O' with
- * a staged tree and an empty directory, whose overlay it makes; 'C' with
- * an overlay it made, which it clones. */
+ * the layers of a staged tree (two to SBX_INPUT_MAX_LAYERS + 1: the top
+ * one first, an empty directory last for a tree of one layer), whose
+ * overlay it makes; 'C' with an overlay it made, which it clones. */
 _Noreturn static void mounter_main(int sock, const char *uid_map, const char *gid_map)
 {
         if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
@@ -342,23 +497,30 @@ _Noreturn static void mounter_main(int sock, const char *uid_map, const char *gi
                 (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         for (;;) {
                 unsigned char op;
-                int fds[2];
-                ssize_t n = al_recv_fds(sock, &op, 1, fds, 2, NULL, 0);
+                int fds[SBX_INPUT_MAX_LAYERS + 1];
+                size_t nfds = 0;
+                for (size_t i = 0; i < SBX_INPUT_MAX_LAYERS + 1; i++)
+                        fds[i] = -1;
+                ssize_t n = al_recv_fds(sock, &op, 1, fds, SBX_INPUT_MAX_LAYERS + 1, &nfds, 0);
                 if (n <= 0)
                         _exit(0);
                 int r = -EPROTO;
-                if (op == 'O' && fds[0] >= 0 && fds[1] >= 0) {
-                        int layer = reopen_here(fds[0]);
-                        int empty = layer >= 0 ? reopen_here(fds[1]) : -1;
-                        r = layer < 0 ? layer : empty < 0 ? empty : make_overlay(layer, empty);
-                        if (layer >= 0)
-                                close(layer);
-                        if (empty >= 0)
-                                close(empty);
-                } else if (op == 'C' && fds[0] >= 0 && fds[1] < 0) {
+                if (op == 'O' && nfds >= 2) {
+                        int here[SBX_INPUT_MAX_LAYERS + 1];
+                        size_t k = 0;
+                        r = 0;
+                        for (; k < nfds && r >= 0; k++)
+                                r = here[k] = reopen_here(fds[k]);
+                        if (r >= 0)
+                                r = make_overlay(here, nfds);
+                        else
+                                k--; /* the failed one holds no fd */
+                        while (k-- > 0)
+                                close(here[k]);
+                } else if (op == 'C' && nfds == 1) {
                         r = clone_mount(fds[0]);
                 }
-                for (int i = 0; i < 2; i++)
+                for (size_t i = 0; i < SBX_INPUT_MAX_LAYERS + 1; i++)
                         if (fds[i] >= 0)
                                 close(fds[i]);
                 if (send_reply(sock, r < 0 ? -r : 0, r) < 0)
@@ -447,7 +609,7 @@ static int mounter_call(sbx_mounter *m, char op, const int *fds, size_t n, int *
 int sbx_input_tree(sbx_input *in, sbx_mounter *m, int *ret_tree, airlock_error *err)
 {
         *ret_tree = -1;
-        if (!in || in->staged_fd < 0)
+        if (!in || !in->n_layers)
                 return 0;
         pthread_mutex_lock(&in->ovl_lock);
         int r = in->ovl >= 0 ? 0 : input_overlay(in, m, err);

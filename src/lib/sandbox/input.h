@@ -22,27 +22,49 @@ fsx_limits sbx_stage_limits(const airlock_config *cfg);
  * /tmp. */
 const char *sbx_stage_parent(void);
 
+/* Layers a version's staged tree may have (with the empty directory a
+ * single layer needs, at most the 8 fds the mounter takes in one request):
+ * a version made while the one
+ * before is held adds a layer of its changes over that one's, and a
+ * version that would pass this is staged whole again (one layer). */
+#define SBX_INPUT_MAX_LAYERS 7
+
 /* Stages cfg's workspace and mounts into a staging area of their own in
  * $TMPDIR (or /tmp), owned by owner:group (the guest ids of the sandbox
  * that will run them; (uid_t)-1 keeps the caller's), with the staging caps
  * of cfg's limits. With prev (a previous version of the same trees, staged
- * for the same ids) its unchanged files are hard links instead of copies
+ * for the same ids, which the caller keeps alive through the call) and
+ * dirs (the directories whose files changed since prev, fsx_watch_delta;
+ * NULL when unknown), a workspace without mounts becomes a new top layer
+ * holding only the changed files (fsx_stage_delta: whiteouts for removed
+ * ones) over prev's layers, which the new input holds from then on, so
+ * prev stays exactly as it was for whoever holds it; without dirs, or when
+ * the delta cannot make the version, it is staged whole, and prev's
+ * unchanged files are hard links instead of copies when prev is one layer
  * (why that is safe: sbx_sandbox_new_from's contract). An input with
  * nothing to stage is valid and gives an empty /input. The read-only
- * overlay over the staged tree that copies attach is made here, once (as
+ * overlay over the staged layers that copies attach is made here, once (as
  * root in this process, else by m, the sandbox's mounter). */
 typedef struct sbx_mounter sbx_mounter;
 int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
-                  sbx_mounter *m, sbx_input **ret, airlock_error *err);
-/* Contract: the next version of prev's workspace made where prev's stands
+                  const char *const *dirs, size_t n_dirs, sbx_mounter *m, sbx_input **ret,
+                  airlock_error *err);
+/* Contract: the next version of prev's workspace made where prev's stands,
+ * for a caller that guarantees nothing uses prev or ever will (no run, no
+ * session, no copy holding its overlay): with dirs, only those directories
+ * of prev's top layer are brought up to the source (fsx_stage_delta);
+ * else, or when that cannot be, a one-layer prev is updated whole in place
  * (fsx_staging_take: unchanged files kept, changed ones copied anew, the
- * rest removed), for a caller that guarantees nothing uses prev or ever
- * will (no run, no session, no copy holding its overlay). prev is
- * consumed, whatever the outcome. Only for a workspace without mounts
- * (sbx_input_updatable). */
-int sbx_input_update(const airlock_config *cfg, sbx_input *prev, sbx_mounter *m, sbx_input **ret,
-                     airlock_error *err);
+ * rest removed) and a layered one staged whole anew. A top layer that
+ * another version stands on is never written. prev is consumed, whatever
+ * the outcome. Only for a workspace without mounts (sbx_input_updatable). */
+int sbx_input_update(const airlock_config *cfg, sbx_input *prev, const char *const *dirs,
+                     size_t n_dirs, sbx_mounter *m, sbx_input **ret, airlock_error *err);
 bool sbx_input_updatable(const airlock_config *cfg, const sbx_input *prev);
+/* The staging work that made in: the files a delta copied, or every file a
+ * whole staging went through (copied, linked or kept); and its layers. */
+uint64_t sbx_input_files_staged(const sbx_input *in);
+size_t sbx_input_layers(const sbx_input *in);
 /* Removes the staged tree; no run may use it any more. */
 void sbx_input_free(sbx_input *in);
 

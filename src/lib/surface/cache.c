@@ -1152,12 +1152,74 @@ static void input_release(airlock_cache *c, cache_entry *e, cache_input *ci)
         }
 }
 
+/* The workspace signature at the end of an input key (its last field,
+ * "signature:32:HEX\n"), or NULL. */
+static const char *key_signature(const char *key)
+{
+        size_t n = strlen(key), f = strlen("signature:32:");
+        if (n < f + FSX_SIGNATURE_HEX || key[n - 1] != '\n')
+                return NULL;
+        const char *p = key + n - FSX_SIGNATURE_HEX - f;
+        return memcmp(p, "signature:32:", f) == 0 ? p + f : NULL;
+}
+
+static void dirs_free(char **dirs, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(dirs[i]);
+        free(dirs);
+}
+
+/* The directories of cfg's workspace whose files changed between the
+ * versions from_key and to_key, as the workspace's watcher saw them
+ * (fsx_watch_delta); NULL when it cannot tell (a workspace with mounts, no
+ * watcher, changes it did not follow): then the whole tree is staged. */
+static char **input_delta(airlock_cache *c, const airlock_config *cfg, const char *from_key,
+                          const char *to_key, size_t *ret_n)
+{
+        *ret_n = 0;
+        if (!cfg->workspace || cfg->n_mounts)
+                return NULL;
+        const char *from = key_signature(from_key), *to = key_signature(to_key);
+        const fsx_limits lim = sbx_stage_limits(cfg);
+        _cleanup_free_ char *tk = tree_key(cfg, &lim);
+        if (!from || !to || !tk)
+                return NULL;
+        char fh[FSX_SIGNATURE_HEX], th[FSX_SIGNATURE_HEX];
+        memcpy(fh, from, FSX_SIGNATURE_HEX - 1);
+        memcpy(th, to, FSX_SIGNATURE_HEX - 1);
+        fh[FSX_SIGNATURE_HEX - 1] = th[FSX_SIGNATURE_HEX - 1] = '\0';
+        tree_set *found = NULL;
+        pthread_mutex_lock(&c->lock);
+        for (tree_set *t = c->trees; t; t = t->next)
+                if (strcmp(t->key, tk) == 0) {
+                        found = t;
+                        found->refs++;
+                        break;
+                }
+        pthread_mutex_unlock(&c->lock);
+        if (!found)
+                return NULL;
+        char **dirs = NULL;
+        if (fsx_watch_delta(found->w, fh, th, &dirs, ret_n) != 1)
+                dirs = NULL;
+        pthread_mutex_lock(&c->lock);
+        found->refs--;
+        pthread_mutex_unlock(&c->lock);
+        return dirs;
+}
+
 /* Contract: finds or stages the input version key (tree key, then the
  * trees' signatures) of cfg for the late-input sandbox of e, and takes a
  * reference on it. Each version is staged once, however many runs want
- * it at once (the others wait for it); a new version of the same trees
- * marks the one before stale, links its unchanged files (sbx_input_new),
- * and the stale one is removed when its last run or session lets it go.
+ * it at once (the others wait for it). A new version of the same trees
+ * costs what changed: the watcher names the directories whose files
+ * changed since the version before (input_delta), and only those are
+ * staged again, where the version before stands when nothing holds it
+ * (sbx_input_update), else as a layer over it (sbx_input_new), which then
+ * stays whole for its runs and sessions; the stale one is removed when its
+ * last run or session lets it go (its files stay while a layer over them
+ * does).
  * The staged tree is owned by e's guest ids, and only e's copies ever
  * see it. Caller holds a reference on e. */
 static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config *cfg,
@@ -1232,14 +1294,19 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
                 sbx_input *in = NULL;
                 airlock_error berr = {0};
                 int r;
+                const cache_input *from = taken ? taken : prev;
+                size_t n_dirs = 0;
+                char **dirs = from ? input_delta(c, cfg, from->key, key, &n_dirs) : NULL;
                 if (taken) {
-                        r = sbx_input_update(cfg, TAKE_PTR(taken->in), sbx_sandbox_mounter(e->sb),
-                                             &in, &berr);
+                        r = sbx_input_update(cfg, TAKE_PTR(taken->in), (const char *const *)dirs,
+                                             n_dirs, sbx_sandbox_mounter(e->sb), &in, &berr);
                         input_free(taken);
                 } else {
                         r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL,
+                                          (const char *const *)dirs, n_dirs,
                                           sbx_sandbox_mounter(e->sb), &in, &berr);
                 }
+                dirs_free(dirs, n_dirs);
                 pthread_mutex_lock(&c->lock);
                 if (r < 0) {
                         ci->state = ENTRY_FAILED;
@@ -1254,6 +1321,7 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
                         ci->in = in;
                         ci->state = ENTRY_READY;
                         c->stats.inputs_staged++;
+                        c->stats.input_files_staged += sbx_input_files_staged(in);
                 }
                 pthread_cond_broadcast(&c->changed);
                 pthread_mutex_unlock(&c->lock);

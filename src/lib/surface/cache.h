@@ -84,6 +84,9 @@ typedef struct cache_stats {
         uint64_t tree_walks;    /* calls that walked the workspace and mount trees */
         uint64_t tree_checks;   /* calls that found them unchanged from inotify alone */
         uint64_t inputs_staged; /* workspace versions staged for late-input sandboxes */
+        /* Their staging work: files a delta copied, or every file a whole
+         * staging went through (sbx_input_files_staged). */
+        uint64_t input_files_staged;
 } cache_stats;
 
 /* The watches on the workspace and mount trees (fsx/fsx_watch.h): a lower cap
