@@ -262,10 +262,12 @@ pid = os.fork()
 if pid == 0:
     os._exit(os.sysconf("SC_PHYS_PAGES") * page == total)
 print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+# The load is the run's own: its processes running now (this one).
+print(os.getloadavg())
 """
     rc, r = run_json(code, "--memory", "400")
     ok(r)
-    assert r["stdout"] == f"-1 ENOSYS\n{400 << 20} True\n1\n", r["stdout"]
+    assert r["stdout"] == f"-1 ENOSYS\n{400 << 20} True\n1\n(1.0, 1.0, 1.0)\n", r["stdout"]
 
 
 FILE_PAGES = """
