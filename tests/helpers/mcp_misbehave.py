@@ -14,10 +14,11 @@ can fail airlock:
 
   leak      has the value of $TOKEN in its description
 
-With $MISBEHAVE_EXTRA set it lists three more (the bounds of code mode's
+With $MISBEHAVE_EXTRA set it lists four more (the bounds of code mode's
 calls in flight, tests/blackbox/test_servers.py):
 
   big       answers with about 1 MiB of small JSON values (half a million 0s)
+  bigstr    answers with 1 MiB less 4 KiB in one string (cheap to parse)
   note      records its argument s (and logs "note S")
   seen      answers whether note was called with s
 
@@ -133,6 +134,8 @@ if os.environ.get("MISBEHAVE_EXTRA"):
     TOOLS += [
         {"name": "big", "description": "About 1 MiB of small values.", "inputSchema": S,
          "annotations": {"readOnlyHint": True}},
+        {"name": "bigstr", "description": "1 MiB in one string.", "inputSchema": S,
+         "annotations": {"readOnlyHint": True}},
         {"name": "note", "description": "Records s.", "inputSchema": S1,
          "annotations": {"readOnlyHint": True}},
         {"name": "seen", "description": "Whether s was noted.", "inputSchema": S1,
@@ -227,6 +230,10 @@ for line in sys.stdin:
         elif name == "counter":
             COUNTER[0] += 1
             send({"jsonrpc": "2.0", "id": mid, "result": text(f"count {COUNTER[0]}")})
+        elif name == "bigstr":
+            send({"jsonrpc": "2.0", "id": mid, "result": {
+                "content": [{"type": "text", "text": "bigstr"}],
+                "structuredContent": {"v": "x" * ((1 << 20) - 4096)}}})
         elif name == "big":
             if BIG is None:
                 BIG = json.dumps({"jsonrpc": "2.0", "id": 0, "result": {
