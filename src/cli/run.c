@@ -319,6 +319,69 @@ static void print_human(const airlock_result *res, const live_output *live, cons
                 fprintf(stderr, "airlock: %s\n", res->error_message);
 }
 
+/* What the code gets beside its text: a file on standard input, with FILE
+ * or -c, as for `python3 script.py < data`, read to its end up to the
+ * library's cap; and sys.argv, as python3 makes it (the script's name, or
+ * "-c", then the arguments). Only a regular file is read: it ends. A pipe,
+ * a socket or a terminal may stay open for as long as the program that
+ * holds its other end (an agent's framework that spawns the command and
+ * never closes its stdin, an MCP server's own pipe), and python3 reads one
+ * only when the code asks: read to its end before the run, it would hang
+ * the command, or take what was meant for someone else. The code finds it
+ * empty. */
+static int code_inputs(const cli_options *o, char **ret_input, size_t *ret_input_len,
+                       const char ***ret_argv, airlock_error *err)
+{
+        bool own_stdin = o->code || (o->file && strcmp(o->file, "-"));
+        struct stat in_st;
+        if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0 && S_ISREG(in_st.st_mode)) {
+                int r = read_all(STDIN_FILENO, "standard input", AIRLOCK_RUN_STDIN_MAX,
+                                 " that a run reads (AIRLOCK_RUN_STDIN_MAX); pass a larger input "
+                                 "with --workspace or --mount",
+                                 ret_input, ret_input_len, err);
+                if (r < 0)
+                        return r;
+        }
+        if (o->code || o->file || o->n_args) {
+                const char **v = calloc((size_t)o->n_args + 2, sizeof(*v));
+                if (!v)
+                        return al_error(err, -ENOMEM, NULL, "out of memory");
+                v[0] = o->code ? "-c" : o->file ? o->file : "";
+                for (int i = 0; i < o->n_args; i++)
+                        v[i + 1] = o->args[i];
+                *ret_argv = v;
+        }
+        return 0;
+}
+
+/* The run's files to --output-dir (each failure said on stderr, the others
+ * kept), then the result: one JSON document with --json, else the lines
+ * after the output that was shown live. */
+static int report_result(const airlock_result *res, const cli_options *o, int outfd,
+                         live_output *live, airlock_error *err)
+{
+        _cleanup_free_ bool *written = calloc(res->n_files + 1, sizeof(bool));
+        if (!written)
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        if (outfd >= 0)
+                for (size_t i = 0; i < res->n_files; i++) {
+                        written[i] = write_output_file(outfd, &res->files[i], err) >= 0;
+                        if (!written[i])
+                                fprintf(stderr, "airlock: --output-dir %s: %s\n", o->output_dir,
+                                        err->message);
+                }
+        if (o->json) {
+                char *s = airlock_result_to_json(res);
+                if (s) {
+                        puts(s);
+                        free(s);
+                }
+        } else {
+                print_human(res, live, outfd >= 0 ? o->output_dir : NULL, written);
+        }
+        return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
         airlock_error err;
@@ -344,37 +407,9 @@ int cmd_run(int argc, char **argv)
         r = load_code(&o, &code, &len, &err);
         if (r < 0)
                 goto fail;
-        /* With FILE or -c, a file on standard input is the code's, as for
-         * `python3 script.py < data`: read to its end now (the run gets it
-         * whole), up to the library's cap. Only a regular file: it ends.
-         * A pipe, a socket or a terminal may stay open for as long as the
-         * program that holds its other end (an agent's framework that
-         * spawns the command and never closes its stdin, an MCP server's
-         * own pipe), and python3 reads one only when the code asks: read
-         * to its end before the run, it would hang the command, or take
-         * what was meant for someone else. The code finds it empty. */
-        bool own_stdin = o.code || (o.file && strcmp(o.file, "-"));
-        struct stat in_st;
-        if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0 && S_ISREG(in_st.st_mode)) {
-                r = read_all(STDIN_FILENO, "standard input", AIRLOCK_RUN_STDIN_MAX,
-                             " that a run reads (AIRLOCK_RUN_STDIN_MAX); pass a larger input "
-                             "with --workspace or --mount",
-                             &input, &input_len, &err);
-                if (r < 0)
-                        goto fail;
-        }
-        /* sys.argv, as python3 makes it: the script's name, or "-c", then
-         * the arguments. */
-        if (o.code || o.file || o.n_args) {
-                script_argv = calloc((size_t)o.n_args + 2, sizeof(*script_argv));
-                if (!script_argv) {
-                        r = al_error(&err, -ENOMEM, NULL, "out of memory");
-                        goto fail;
-                }
-                script_argv[0] = o.code ? "-c" : o.file ? o.file : "";
-                for (int i = 0; i < o.n_args; i++)
-                        script_argv[i + 1] = o.args[i];
-        }
+        r = code_inputs(&o, &input, &input_len, &script_argv, &err);
+        if (r < 0)
+                goto fail;
         /* What a run would refuse (a NUL byte, bad UTF-8) is refused now,
          * before anyone is asked to approve the code. */
         r = airlock_check_code(code, len, &err);
@@ -439,27 +474,10 @@ int cmd_run(int argc, char **argv)
                 status = cli_exit_status(&err);
                 goto fail;
         }
-        _cleanup_free_ bool *written = calloc(res->n_files + 1, sizeof(bool));
-        if (!written) {
-                r = al_error(&err, -ENOMEM, NULL, "out of memory");
+        r = report_result(res, &o, outfd, &live, &err);
+        if (r < 0) {
                 status = EXIT_SANDBOX;
                 goto fail;
-        }
-        if (outfd >= 0)
-                for (size_t i = 0; i < res->n_files; i++) {
-                        written[i] = write_output_file(outfd, &res->files[i], &err) >= 0;
-                        if (!written[i])
-                                fprintf(stderr, "airlock: --output-dir %s: %s\n", o.output_dir,
-                                        err.message);
-                }
-        if (o.json) {
-                char *s = airlock_result_to_json(res);
-                if (s) {
-                        puts(s);
-                        free(s);
-                }
-        } else {
-                print_human(res, &live, outfd >= 0 ? o.output_dir : NULL, written);
         }
         status = res->success ? EXIT_OK : EXIT_CODE_FAILED;
         goto out;
