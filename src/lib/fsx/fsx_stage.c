@@ -1354,6 +1354,47 @@ static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const st
  * 1 when a full staging must do it instead: anything but regular files and
  * directories, a directory not on the root's device, a cap passed, a
  * directory that was not one before. */
+/* One entry n (ipath under the workspace's root) of the changed directory
+ * rel (sfd), staged into tfd: a file whose identity its record vouches for (and
+ * whose bytes match, when the record is racy) keeps its copy, any other is
+ * copied; seen marks its record among the directory's (from lo). 1 hands
+ * the version to a full staging (a link, a FIFO, a new directory, a cap),
+ * negative is an error. */
+static int delta_entry(delta_ctx *d, const char *rel, int sfd, int tfd, const char *n,
+                       const char *ipath, size_t lo, bool *seen, uint64_t *new_files,
+                       uint64_t *new_bytes)
+{
+        stage_ctx *c = &d->c;
+        struct stat st;
+        if (fstatat(sfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return 1;
+        const fsx_mrec *m = manifest_find(d->prev, ipath);
+        if (m)
+                seen[m - d->prev->v - lo] = true;
+        if (S_ISDIR(st.st_mode))
+                /* Directories come and go only with a full walk (fsx_watch):
+                 * this one was there before. */
+                return m || st.st_dev != d->root_dev ? 1 : 0;
+        if (!S_ISREG(st.st_mode))
+                return 1; /* a link is refused, a FIFO skipped: by a full staging */
+        (*new_files)++;
+        *new_bytes += (uint64_t)st.st_size;
+        /* Larger files are vouched for by their identity alone, as in
+         * reuse_previous and the tree signatures. */
+        bool compare = m && m->compare && (uint64_t)st.st_size < REUSE_COMPARE;
+        if (m && same_identity(m, &st) &&
+            (!compare || delta_same_bytes(d, m, sfd, n, rel, (uint64_t)st.st_size))) {
+                if (manifest_add(d->fresh, ipath, &st,
+                                 &(struct stat){.st_dev = m->cdev, .st_ino = m->cino},
+                                 compare ? racy(c, &st) : m->compare) < 0)
+                        return al_error(c->err, -ENOMEM, NULL, "out of memory");
+                return 0;
+        }
+        if ((uint64_t)st.st_size > c->lim->max_bytes)
+                return 1;
+        return delta_copy(d, sfd, tfd, n, &st, ipath);
+}
+
 static int delta_one(delta_ctx *d, const char *rel)
 {
         stage_ctx *c = &d->c;
@@ -1425,43 +1466,7 @@ static int delta_one(delta_ctx *d, const char *rel)
                 }
                 memcpy(ipath, prefix, lr);
                 memcpy(ipath + lr, n, ln + 1);
-                struct stat st;
-                if (fstatat(sfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-                        r = 1;
-                        break;
-                }
-                const fsx_mrec *m = manifest_find(d->prev, ipath);
-                if (m)
-                        seen[m - d->prev->v - lo] = true;
-                if (S_ISDIR(st.st_mode)) {
-                        /* Directories come and go only with a full walk
-                         * (fsx_watch): this one was there before. */
-                        if (m || st.st_dev != d->root_dev)
-                                r = 1;
-                        continue;
-                }
-                if (!S_ISREG(st.st_mode)) {
-                        r = 1; /* a link is refused, a FIFO skipped: by a full staging */
-                        break;
-                }
-                new_files++;
-                new_bytes += (uint64_t)st.st_size;
-                /* Larger files are vouched for by their identity alone,
-                 * as in reuse_previous and the tree signatures. */
-                bool compare = m && m->compare && (uint64_t)st.st_size < REUSE_COMPARE;
-                if (m && same_identity(m, &st) &&
-                    (!compare || delta_same_bytes(d, m, sfd, n, rel, (uint64_t)st.st_size))) {
-                        if (manifest_add(d->fresh, ipath, &st,
-                                         &(struct stat){.st_dev = m->cdev, .st_ino = m->cino},
-                                         compare ? racy(c, &st) : m->compare) < 0)
-                                r = al_error(c->err, -ENOMEM, NULL, "out of memory");
-                        continue;
-                }
-                if ((uint64_t)st.st_size > c->lim->max_bytes) {
-                        r = 1;
-                        break;
-                }
-                r = delta_copy(d, sfd, tfd, n, &st, ipath);
+                r = delta_entry(d, rel, sfd, tfd, n, ipath, lo, seen, &new_files, &new_bytes);
         }
         if (r == 0 && errno)
                 r = 1;
