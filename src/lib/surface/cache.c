@@ -1222,6 +1222,56 @@ static char **input_delta(airlock_cache *c, const airlock_config *cfg, const cha
  * does).
  * The staged tree is owned by e's guest ids, and only e's copies ever
  * see it. Caller holds a reference on e. */
+/* Stages the new version ci of the entry e's input (ENTRY_BUILDING, one
+ * reference of the caller's): in place over taken when nothing held the
+ * version before, else beside prev (held by one reference of the build's,
+ * dropped here), with the directories that changed since when the watch
+ * can tell them. Wakes the runs that wait for it; a failure stays in
+ * ci->build_err and leaves prev usable. */
+static void input_build(airlock_cache *c, cache_entry *e, const airlock_config *cfg,
+                        const char *key, cache_input *ci, cache_input *prev, cache_input *taken)
+{
+        uid_t uid = (uid_t)-1;
+        gid_t gid = (gid_t)-1;
+        if (geteuid() == 0)
+                sbx_guest_ids(e->sb, &uid, &gid);
+        sbx_input *in = NULL;
+        airlock_error berr = {0};
+        int r;
+        const cache_input *from = taken ? taken : prev;
+        size_t n_dirs = 0;
+        char **dirs = from ? input_delta(c, cfg, from->key, key, &n_dirs) : NULL;
+        if (taken) {
+                r = sbx_input_update(cfg, TAKE_PTR(taken->in), (const char *const *)dirs, n_dirs,
+                                     sbx_sandbox_mounter(e->sb), &in, &berr);
+                input_free(taken);
+        } else {
+                r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL, (const char *const *)dirs,
+                                  n_dirs, sbx_sandbox_mounter(e->sb), &in, &berr);
+        }
+        dirs_free(dirs, n_dirs);
+        pthread_mutex_lock(&c->lock);
+        if (r < 0) {
+                ci->state = ENTRY_FAILED;
+                ci->build_err = berr;
+                if (!ci->build_err.code)
+                        ci->build_err.code = r;
+                /* The next run stages again (the cause may be
+                 * fixed by then); the one before stays usable. */
+                if (prev)
+                        prev->stale = false;
+        } else {
+                ci->in = in;
+                ci->state = ENTRY_READY;
+                c->stats.inputs_staged++;
+                c->stats.input_files_staged += sbx_input_files_staged(in);
+        }
+        pthread_cond_broadcast(&c->changed);
+        pthread_mutex_unlock(&c->lock);
+        if (prev)
+                input_release(c, e, prev);
+}
+
 static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config *cfg,
                          const char *key, cache_input **ret, airlock_error *err)
 {
@@ -1287,46 +1337,7 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
         pthread_mutex_unlock(&c->lock);
 
         if (build) {
-                uid_t uid = (uid_t)-1;
-                gid_t gid = (gid_t)-1;
-                if (geteuid() == 0)
-                        sbx_guest_ids(e->sb, &uid, &gid);
-                sbx_input *in = NULL;
-                airlock_error berr = {0};
-                int r;
-                const cache_input *from = taken ? taken : prev;
-                size_t n_dirs = 0;
-                char **dirs = from ? input_delta(c, cfg, from->key, key, &n_dirs) : NULL;
-                if (taken) {
-                        r = sbx_input_update(cfg, TAKE_PTR(taken->in), (const char *const *)dirs,
-                                             n_dirs, sbx_sandbox_mounter(e->sb), &in, &berr);
-                        input_free(taken);
-                } else {
-                        r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL,
-                                          (const char *const *)dirs, n_dirs,
-                                          sbx_sandbox_mounter(e->sb), &in, &berr);
-                }
-                dirs_free(dirs, n_dirs);
-                pthread_mutex_lock(&c->lock);
-                if (r < 0) {
-                        ci->state = ENTRY_FAILED;
-                        ci->build_err = berr;
-                        if (!ci->build_err.code)
-                                ci->build_err.code = r;
-                        /* The next run stages again (the cause may be
-                         * fixed by then); the one before stays usable. */
-                        if (prev)
-                                prev->stale = false;
-                } else {
-                        ci->in = in;
-                        ci->state = ENTRY_READY;
-                        c->stats.inputs_staged++;
-                        c->stats.input_files_staged += sbx_input_files_staged(in);
-                }
-                pthread_cond_broadcast(&c->changed);
-                pthread_mutex_unlock(&c->lock);
-                if (prev)
-                        input_release(c, e, prev);
+                input_build(c, e, cfg, key, ci, prev, taken);
         } else {
                 pthread_mutex_lock(&c->lock);
                 if (ci->state == ENTRY_BUILDING) {
