@@ -371,6 +371,74 @@ static int check_limits_and_tools(const json_t *o, const char *at, const char *f
 }
 
 /* Checks one server's object; dir is where relative paths resolve. */
+/* The settings of a server at a URL (o, with "url" url and "type" type,
+ * NULL when not given), named at in messages. */
+static int check_url_server(const json_t *o, const json_t *url, const char *type, const char *at,
+                            const char *file, airlock_error *err)
+{
+        int r;
+        const char *u = json_string_value(url);
+        if (!u || !(strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0))
+                return al_error(err, -EINVAL, file,
+                                "%s: \"url\" must be an http:// or https:// URL", at);
+        const json_t *h = json_object_get(o, "headers");
+        if (h && (r = check_string_map(h, at, "headers", true, err)) < 0)
+                return r;
+        for (const char *const *k = (const char *const[]){"command", "args", "env", "cwd", NULL};
+             *k; k++)
+                if (json_object_get(o, *k))
+                        return al_error(err, -EINVAL, file,
+                                        "%s: \"%s\" is for a server started on the host, "
+                                        "not one at a \"url\"",
+                                        at, *k);
+        if (type && strcmp(type, "sse") == 0)
+                return al_error(err, -EOPNOTSUPP, file,
+                                "%s: \"type\" \"sse\" (the old HTTP+SSE transport) is "
+                                "not supported; the server's Streamable HTTP endpoint is "
+                                "(\"type\": \"http\")",
+                                at);
+        return check_limits_and_tools(o, at, file, err);
+}
+
+/* Contract: the command c of a server started on the host is an
+ * executable file, looked up as the server will be started (cwd and env
+ * its settings, dir the servers file's folder), so that a typo fails the
+ * load, not the first call. */
+static int check_command(const char *c, const json_t *cwd, const json_t *env, const char *dir,
+                         const char *at, const char *file, airlock_error *err)
+{
+        /* The command is looked up as the server will be started: a path
+         * with a '/' against the working folder, a bare name on the PATH of
+         * the server's environment (the host's, unless "env" sets one). */
+        const char *path = json_string_value(json_object_get(env, "PATH"));
+        if (!path)
+                path = getenv("PATH");
+        if (strchr(c, '/')) {
+                char full[PATH_MAX];
+                const char *base = dir;
+                char cwdbuf[PATH_MAX];
+                if (cwd && json_string_value(cwd)[0] == '/')
+                        base = json_string_value(cwd);
+                else if (cwd) {
+                        snprintf(cwdbuf, sizeof(cwdbuf), "%s/%s", dir, json_string_value(cwd));
+                        base = cwdbuf;
+                }
+                struct stat st;
+                if (snprintf(full, sizeof(full), "%s%s%s", c[0] == '/' ? "" : base,
+                             c[0] == '/' ? "" : "/", c) >= (int)sizeof(full))
+                        return al_error(err, -ENAMETOOLONG, file, "%s: \"command\" is too long",
+                                        at);
+                if (stat(full, &st) < 0 || !S_ISREG(st.st_mode) || access(full, X_OK) < 0)
+                        return al_error(err, -ENOENT, file,
+                                        "%s: \"command\" %s is not an executable file", at, full);
+        } else if (!on_path(c, path)) {
+                return al_error(err, -ENOENT, file,
+                                "%s: \"command\" '%.200s' is not an executable file on PATH", at,
+                                c);
+        }
+        return 0;
+}
+
 static int check_server(const char *name, const json_t *o, const char *file, const char *dir,
                         airlock_error *err)
 {
@@ -401,30 +469,8 @@ static int check_server(const char *name, const json_t *o, const char *file, con
                                 "and \"url\" (a remote server) is needed",
                                 at);
         int r = 0;
-        if (url) {
-                const char *u = json_string_value(url);
-                if (!u || !(strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0))
-                        return al_error(err, -EINVAL, file,
-                                        "%s: \"url\" must be an http:// or https:// URL", at);
-                const json_t *h = json_object_get(o, "headers");
-                if (h && (r = check_string_map(h, at, "headers", true, err)) < 0)
-                        return r;
-                for (const char *const *k =
-                         (const char *const[]){"command", "args", "env", "cwd", NULL};
-                     *k; k++)
-                        if (json_object_get(o, *k))
-                                return al_error(err, -EINVAL, file,
-                                                "%s: \"%s\" is for a server started on the host, "
-                                                "not one at a \"url\"",
-                                                at, *k);
-                if (type && strcmp(type, "sse") == 0)
-                        return al_error(err, -EOPNOTSUPP, file,
-                                        "%s: \"type\" \"sse\" (the old HTTP+SSE transport) is "
-                                        "not supported; the server's Streamable HTTP endpoint is "
-                                        "(\"type\": \"http\")",
-                                        at);
-                return check_limits_and_tools(o, at, file, err);
-        }
+        if (url)
+                return check_url_server(o, url, type, at, file, err);
         if (type && strcmp(type, "stdio") != 0)
                 return al_error(err, -EINVAL, file,
                                 "%s: \"type\" \"%s\" needs a \"url\", not a \"command\"", at, type);
@@ -468,35 +514,9 @@ static int check_server(const char *name, const json_t *o, const char *file, con
                         return al_error(err, -ENOENT, file, "%s: \"cwd\" %s is not a folder", at,
                                         full);
         }
-        /* The command is looked up as the server will be started: a path
-         * with a '/' against the working folder, a bare name on the PATH of
-         * the server's environment (the host's, unless "env" sets one). */
-        const char *path = json_string_value(json_object_get(env, "PATH"));
-        if (!path)
-                path = getenv("PATH");
-        if (strchr(c, '/')) {
-                char full[PATH_MAX];
-                const char *base = dir;
-                char cwdbuf[PATH_MAX];
-                if (cwd && json_string_value(cwd)[0] == '/')
-                        base = json_string_value(cwd);
-                else if (cwd) {
-                        snprintf(cwdbuf, sizeof(cwdbuf), "%s/%s", dir, json_string_value(cwd));
-                        base = cwdbuf;
-                }
-                struct stat st;
-                if (snprintf(full, sizeof(full), "%s%s%s", c[0] == '/' ? "" : base,
-                             c[0] == '/' ? "" : "/", c) >= (int)sizeof(full))
-                        return al_error(err, -ENAMETOOLONG, file, "%s: \"command\" is too long",
-                                        at);
-                if (stat(full, &st) < 0 || !S_ISREG(st.st_mode) || access(full, X_OK) < 0)
-                        return al_error(err, -ENOENT, file,
-                                        "%s: \"command\" %s is not an executable file", at, full);
-        } else if (!on_path(c, path)) {
-                return al_error(err, -ENOENT, file,
-                                "%s: \"command\" '%.200s' is not an executable file on PATH", at,
-                                c);
-        }
+        r = check_command(c, cwd, env, dir, at, file, err);
+        if (r < 0)
+                return r;
         return check_limits_and_tools(o, at, file, err);
 }
 

@@ -284,6 +284,64 @@ static void unique_with(char *ident, size_t size, char *const *taken, size_t n, 
 
 /* The tools of server si, from its tools/list: filtered, sorted by name,
  * named for Python, appended to h->tools. */
+/* Fills the tool m of the server spec (the si-th) from its entry t of the
+ * server's list: its names (ident, the Python name made for it), schemas,
+ * the settings of the servers file, and the Python names of its
+ * parameters, unique within the tool. -ENOMEM with m partly filled, for
+ * tool_free. */
+static int tool_fill(mcp_tool *m, const mcp_spec *spec, size_t si, const json_t *t,
+                     const char *name, const char *ident)
+{
+        const json_t *o = spec->json;
+        const json_t *in = json_object_get(t, "inputSchema");
+        const json_t *out = json_object_get(t, "outputSchema");
+        const char *desc = json_string_value(json_object_get(t, "description"));
+        m->server = strdup(spec->name);
+        m->module = strdup(spec->module);
+        m->name = strdup(name);
+        m->ident = strdup(ident);
+        m->description = strdup(desc ? desc : "");
+        m->input_schema = json_is_object(in) ? json_deep_copy(in) : json_object();
+        m->output_schema = json_is_object(out) ? json_deep_copy(out) : NULL;
+        m->params_map = json_object();
+        m->server_index = si;
+        if (asprintf(&m->host_name, "%s.%s", spec->module, ident) < 0)
+                m->host_name = NULL;
+        m->info = (tool_info){.cwd_fd = -1};
+        m->info.name = m->host_name;
+        m->info.description = m->description;
+        m->info.parameters = validation_schema(m->input_schema);
+        const json_t *to = setting(o, name, "timeout");
+        m->timeout_s = to ? json_number_value(to) : MCP_DEFAULT_TIMEOUT;
+        const json_t *mr = setting(o, name, "maxResultBytes");
+        m->max_result = mr ? (size_t)json_number_value(mr) : MCP_DEFAULT_RESULT;
+        const json_t *mc =
+            json_object_get(json_object_get(json_object_get(o, "tools"), name), "maxCallsPerRun");
+        m->max_calls = mc ? (uint32_t)json_number_value(mc) : UINT32_MAX;
+        m->needs_approval =
+            needs_approval(o, name, json_object_get(t, "annotations"), &m->approval_why);
+        bool oom = !m->server || !m->module || !m->name || !m->ident || !m->description ||
+                   !m->input_schema || (out && json_is_object(out) && !m->output_schema) ||
+                   !m->params_map || !m->host_name || !m->info.parameters;
+        /* The parameters' Python names, unique within the tool. */
+        const char *key;
+        const json_t *p;
+        size_t np = json_object_size(json_object_get(m->input_schema, "properties"));
+        _cleanup_free_ char **ptaken = calloc(np + 1, sizeof(char *));
+        size_t pk = 0;
+        oom |= !ptaken;
+        json_object_foreach (json_object_get(m->input_schema, "properties"), key, p) {
+                if (oom)
+                        break;
+                char pid[160];
+                mcp_identifier(key, pid, sizeof(pid));
+                unique_with(pid, sizeof(pid), ptaken, pk, NULL, 0);
+                json_object_set_new(m->params_map, key, json_string(pid));
+                ptaken[pk++] = (char *)json_string_value(json_object_get(m->params_map, key));
+        }
+        return oom ? -ENOMEM : 0;
+}
+
 static int add_tools(mcp_hub *h, size_t si, const mcp_spec *spec, json_t *list, dynbuf *warnings,
                      airlock_error *err)
 {
@@ -357,53 +415,7 @@ static int add_tools(mcp_hub *h, size_t si, const mcp_spec *spec, json_t *list, 
                         unique_with(ident, sizeof(ident), taken, i, exact, taken_n);
                         taken_n = 0;
                 }
-                const json_t *in = json_object_get(t, "inputSchema");
-                const json_t *out = json_object_get(t, "outputSchema");
-                const char *desc = json_string_value(json_object_get(t, "description"));
-                m->server = strdup(spec->name);
-                m->module = strdup(spec->module);
-                m->name = strdup(name);
-                m->ident = strdup(ident);
-                m->description = strdup(desc ? desc : "");
-                m->input_schema = json_is_object(in) ? json_deep_copy(in) : json_object();
-                m->output_schema = json_is_object(out) ? json_deep_copy(out) : NULL;
-                m->params_map = json_object();
-                m->server_index = si;
-                if (asprintf(&m->host_name, "%s.%s", spec->module, ident) < 0)
-                        m->host_name = NULL;
-                m->info = (tool_info){.cwd_fd = -1};
-                m->info.name = m->host_name;
-                m->info.description = m->description;
-                m->info.parameters = validation_schema(m->input_schema);
-                const json_t *to = setting(o, name, "timeout");
-                m->timeout_s = to ? json_number_value(to) : MCP_DEFAULT_TIMEOUT;
-                const json_t *mr = setting(o, name, "maxResultBytes");
-                m->max_result = mr ? (size_t)json_number_value(mr) : MCP_DEFAULT_RESULT;
-                const json_t *mc = json_object_get(
-                    json_object_get(json_object_get(o, "tools"), name), "maxCallsPerRun");
-                m->max_calls = mc ? (uint32_t)json_number_value(mc) : UINT32_MAX;
-                m->needs_approval =
-                    needs_approval(o, name, json_object_get(t, "annotations"), &m->approval_why);
-                bool oom = !m->server || !m->module || !m->name || !m->ident || !m->description ||
-                           !m->input_schema || (out && json_is_object(out) && !m->output_schema) ||
-                           !m->params_map || !m->host_name || !m->info.parameters;
-                /* The parameters' Python names, unique within the tool. */
-                const char *key;
-                const json_t *p;
-                size_t np = json_object_size(json_object_get(m->input_schema, "properties"));
-                _cleanup_free_ char **ptaken = calloc(np + 1, sizeof(char *));
-                size_t pk = 0;
-                oom |= !ptaken;
-                json_object_foreach (json_object_get(m->input_schema, "properties"), key, p) {
-                        if (oom)
-                                break;
-                        char pid[160];
-                        mcp_identifier(key, pid, sizeof(pid));
-                        unique_with(pid, sizeof(pid), ptaken, pk, NULL, 0);
-                        json_object_set_new(m->params_map, key, json_string(pid));
-                        ptaken[pk++] =
-                            (char *)json_string_value(json_object_get(m->params_map, key));
-                }
+                bool oom = tool_fill(m, spec, si, t, name, ident) < 0;
                 h->n_tools++;
                 if (oom)
                         return al_error(err, -ENOMEM, NULL, "out of memory");

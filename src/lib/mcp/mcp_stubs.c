@@ -515,16 +515,16 @@ static void type_name(char *buf, size_t size, const char *ident, const char *wha
         snprintf(buf, size, "_%s_%s", ident, what);
 }
 
-static int write_tool(dynbuf *b, const mcp_tool *t, const char *async_name)
+/* The parameters of the tool t's stub into sig (", name: type = default"
+ * each), the types they need defined into defs: required parameters first,
+ * then the optional ones, each group in the schema's order; all
+ * keyword-only, so that a call that lacks or misnames one is Python's own
+ * TypeError. */
+static int write_signature(dynbuf *sig, dynbuf *defs, const mcp_tool *t)
 {
-        dynbuf defs, sig;
-        dynbuf_init(&defs, MODULE_MAX);
-        dynbuf_init(&sig, MODULE_MAX);
         const json_t *props = json_object_get(t->input_schema, "properties");
         const json_t *req = json_object_get(t->input_schema, "required");
         int r = 0;
-        /* Required parameters first, then the optional ones, each group in
-         * the schema's order; all keyword-only. */
         for (int pass = 0; pass < 2 && r >= 0; pass++) {
                 const char *key;
                 const json_t *p;
@@ -544,18 +544,28 @@ static int write_tool(dynbuf *b, const mcp_tool *t, const char *async_name)
                         char tn[256];
                         type_name(tn, sizeof(tn), t->ident, py);
                         if (r >= 0)
-                                r = dynbuf_appendf(&sig, ", %s: ", py);
+                                r = dynbuf_appendf(sig, ", %s: ", py);
                         if (r >= 0)
-                                r = py_type(&sig, &defs, p, tn, 0);
+                                r = py_type(sig, defs, p, tn, 0);
                         if (r >= 0 && !required) {
                                 const json_t *d = json_object_get(p, "default");
-                                r = dynbuf_appendf(&sig, " | None = ");
+                                r = dynbuf_appendf(sig, " | None = ");
                                 if (r >= 0)
-                                        r = d && scalar(d) ? py_literal(&sig, d)
-                                                           : dynbuf_appendf(&sig, "None");
+                                        r = d && scalar(d) ? py_literal(sig, d)
+                                                           : dynbuf_appendf(sig, "None");
                         }
                 }
         }
+        return r;
+}
+
+static int write_tool(dynbuf *b, const mcp_tool *t, const char *async_name)
+{
+        dynbuf defs, sig;
+        dynbuf_init(&defs, MODULE_MAX);
+        dynbuf_init(&sig, MODULE_MAX);
+        const json_t *props = json_object_get(t->input_schema, "properties");
+        int r = write_signature(&sig, &defs, t);
         char rt[256];
         type_name(rt, sizeof(rt), t->ident, "Result");
         dynbuf ret;
