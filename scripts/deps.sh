@@ -45,8 +45,8 @@ check_pkgs+=(python3-psutil)
 # The Jupyter kernel (airlock kernel) driven by Jupyter's own clients: the
 # conformance suite, nbclient and nbconvert running a notebook, and a real
 # browser on the Notebook server (tests/blackbox/test_kernel.py).
-check_pkgs+=(python3-jupyter-client python3-jupyter-kernel-test python3-nbclient
-             python3-nbconvert jupyter-notebook chromium chromium-driver
+check_pkgs+=(python3-jupyter-client jupyter-client python3-jupyter-kernel-test python3-nbclient
+             python3-nbconvert jupyter-nbconvert jupyter-notebook chromium chromium-driver
              python3-selenium)
 # linux-perf: where a copy's preparation spends its time (docs/performance.md).
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client
