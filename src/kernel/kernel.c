@@ -75,6 +75,7 @@ typedef struct kernel {
         bool stop;                 /* the worker ends (under lock) */
         bool fatal;                /* the session ended: the kernel exits (under lock) */
         bool interrupted;          /* an interrupt arrived during the job (under lock) */
+        bool abort_queued;         /* a cell failed with stop_on_error (under lock) */
         kqueued *pending, **pending_tail;
         size_t n_pending;
         /* The worker's own. */
@@ -565,6 +566,14 @@ static void do_execute(kernel *k, const kmsg *req)
                 json_decref(tb);
         }
         kreply(k, req, KSOCK_SHELL, reply);
+        json_t *soe = json_object_get(c, "stop_on_error");
+        if (!(r >= 0 && res->success) && (soe ? json_is_true(soe) : true)) {
+                /* As ipykernel: the execute requests already queued behind
+                 * a failed cell are answered "aborted", not run. */
+                pthread_mutex_lock(&k->lock);
+                k->abort_queued = true;
+                pthread_mutex_unlock(&k->lock);
+        }
         if (ended)
                 kfatal(k, r < 0 ? err.message : "its rollback failed");
         airlock_result_free(res);
@@ -897,10 +906,36 @@ static bool io_message(kernel *k, kqueued *q, bool *restart)
         return false;
 }
 
+/* Answers the execute requests queued when a cell failed with
+ * stop_on_error: "aborted", as ipykernel does; the others stay queued. */
+static void abort_queued(kernel *k)
+{
+        kqueued **at = &k->pending;
+        while (*at) {
+                kqueued *q = *at;
+                if (strcmp(q->msg.msg_type, "execute_request") != 0) {
+                        at = &q->next;
+                        continue;
+                }
+                *at = q->next;
+                k->n_pending--;
+                io_reply(k, &q->msg, KSOCK_SHELL, json_pack("{s:s}", "status", "aborted"));
+                kmsg_free(&q->msg);
+                free(q);
+        }
+        k->pending_tail = at;
+}
+
 /* Gives the next queued request to the worker when it is idle. */
 static void feed_worker(kernel *k)
 {
         pthread_mutex_lock(&k->lock);
+        if (!k->busy && k->abort_queued) {
+                k->abort_queued = false;
+                pthread_mutex_unlock(&k->lock);
+                abort_queued(k);
+                pthread_mutex_lock(&k->lock);
+        }
         if (!k->busy && k->pending) {
                 kqueued *q = k->pending;
                 k->pending = q->next;

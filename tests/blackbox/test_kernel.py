@@ -219,11 +219,16 @@ def test_interrupt_cancels_the_running_cell_which_rolls_back():
             m = kc.get_iopub_msg(timeout=120)
             if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream":
                 seen += m["content"]["text"]
+        # A request queued behind the running cell is aborted when the
+        # cell fails (stop_on_error), as ipykernel does.
+        queued = kc.execute("x = 3")
         km.interrupt_kernel()
-        while True:
+        replies = {}
+        while len(replies) < 2:
             r = kc.get_shell_msg(timeout=120)
-            if r["parent_header"].get("msg_id") == msg_id:
-                break
+            replies[r["parent_header"].get("msg_id")] = r
+        assert replies[queued]["content"]["status"] == "aborted", replies[queued]
+        r = replies[msg_id]
         c = r["content"]
         assert c["status"] == "error" and c["ename"] == "KeyboardInterrupt", c
         assert any("rolled back" in line for line in c["traceback"]), c
@@ -365,6 +370,43 @@ def test_comms_are_closed_as_by_a_kernel_without_comms():
         stop(km, kc)
 
 
+def test_a_crash_of_the_sandbox_ends_the_kernel_with_a_message():
+    log = os.path.join(HOME, "crash.log")
+    km, kc = start(stderr_path=log)
+    try:
+        execute(kc, "a = 1")
+        pid = km.provisioner.process.pid
+        # Every process below the kernel: the sandbox's template, its copy,
+        # the session's interpreter.
+        table = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True,
+                               text=True).stdout.split()
+        children = {}
+        for child, parent in zip(table[::2], table[1::2]):
+            children.setdefault(int(parent), []).append(int(child))
+        todo, below = [pid], []
+        while todo:
+            for c in children.get(todo.pop(), []):
+                below.append(c)
+                todo.append(c)
+        assert below, "no sandbox processes under the kernel"
+        for p in below:
+            try:
+                os.kill(p, 9)
+            except ProcessLookupError:
+                pass
+        reply, out = execute(kc, "print(a)")
+        assert reply["status"] == "error", reply
+        assert any("restart the kernel" in line for line in reply["traceback"]), reply
+        km.provisioner.process.wait(timeout=60)
+        assert km.provisioner.process.returncode == 3
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    with open(log) as f:
+        text = f.read()
+    assert "the sandbox's session ended" in text and "restart it" in text, text
+
+
 def test_the_banner_names_airlock():
     km, kc = start()
     try:
@@ -373,6 +415,14 @@ def test_the_banner_names_airlock():
         c = r["content"]
         assert "airlock" in c["banner"] and c["language_info"]["name"] == "python", c
         assert c["protocol_version"] == "5.3", c
+        # The heartbeat echoes.
+        info = km.get_connection_info()
+        hb = zmq.Context.instance().socket(zmq.REQ)
+        hb.linger = 0
+        hb.connect(f"tcp://{info['ip']}:{info['hb_port']}")
+        hb.send(b"ping")
+        assert hb.poll(60000) and hb.recv() == b"ping"
+        hb.close()
     finally:
         stop(km, kc)
 
