@@ -427,6 +427,80 @@ def test_the_banner_names_airlock():
         stop(km, kc)
 
 
+# ---- a real browser ----------------------------------------------------------------------
+
+def test_a_browser_runs_a_notebook_that_draws_a_figure():
+    """The Notebook server on loopback with a temporary token, headless
+    Chromium driven by Selenium: a cell that draws a figure shows it as an
+    <img>. The screenshot is kept as BUILD/kernel-notebook.png."""
+    import secrets
+    import socket
+    import urllib.request
+
+    import nbformat
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    nbdir = os.path.join(HOME, "browser")
+    os.makedirs(nbdir)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (airlock test)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.title('airlock')\nplt.show()")]
+    nbformat.write(nb, os.path.join(nbdir, "figure.ipynb"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    server = subprocess.Popen(
+        ["jupyter", "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1",
+         f"--port={port}", "--port-retries=0", f"--NotebookApp.token={token}",
+         f"--notebook-dir={nbdir}"],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(HOME, "notebook.log"), "w"))
+    driver = None
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5)
+                break
+            except OSError:
+                assert server.poll() is None, open(os.path.join(HOME, "notebook.log")).read()
+                time.sleep(0.2)
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = "/usr/bin/chromium"
+        for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                  "--window-size=1200,900"):
+            opts.add_argument(a)
+        from selenium.webdriver.chrome.service import Service
+        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"),
+                                  options=opts)
+        driver.get(f"{base}/notebooks/figure.ipynb?token={token}")
+        wait = WebDriverWait(driver, 180)
+        wait.until(lambda d: d.execute_script(
+            "return window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel && "
+            "Jupyter.notebook.kernel.is_connected()"))
+        driver.execute_script("Jupyter.notebook.clear_all_output(); "
+                              "Jupyter.notebook.execute_all_cells();")
+        img = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".output_area img"))
+        src = img[0].get_attribute("src")
+        assert src.startswith("data:image/png;base64,"), src[:80]
+        assert img[0].size["width"] > 100, img[0].size
+        shot = os.path.join(os.environ.get("AIRLOCK_BUILD", "build"), "kernel-notebook.png")
+        driver.save_screenshot(shot)
+        assert os.path.getsize(shot) > 1000
+    finally:
+        if driver is not None:
+            driver.quit()
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
 if __name__ == "__main__":
     try:
         run()
