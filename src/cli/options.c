@@ -51,7 +51,7 @@ static const struct {
     {CLI_SERVE, "serve", "[OPTIONS]", "serve it over MCP Streamable HTTP at /mcp"},
     {CLI_DESCRIBE, "describe", "[OPTIONS]", "print the tool description and agent instructions"},
     {CLI_REPL, "repl", "[OPTIONS]", "run cells from a terminal or standard input in one session"},
-    {CLI_KERNEL, "kernel", "[install] [OPTIONS]", "a Jupyter kernel whose cells run in one session"},
+    {CLI_KERNEL, "kernel", "[install] [OPTIONS]", "a Jupyter kernel: its cells run in one session"},
 };
 
 static const char *const group_titles[] = {
