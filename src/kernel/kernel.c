@@ -37,6 +37,11 @@
 /* The history the kernel keeps: the last cells, and their inputs' bytes. */
 #define KHIST_MAX_CELLS 10000
 #define KHIST_MAX_BYTES (64u << 20)
+/* Bytes of messages the worker may queue for the I/O thread: past this, a
+ * cell's output waits until the I/O thread has sent some (it never blocks
+ * for long: PUB sockets drop rather than wait), so that a cell that prints
+ * without end costs the kernel no more memory than this. */
+#define KOUT_MAX_BYTES (64u << 20)
 /* Shell requests waiting while a cell runs: past this, the kernel stops
  * reading the shell socket, and ZeroMQ holds the rest. */
 #define KQUEUE_MAX 256
@@ -70,6 +75,8 @@ typedef struct kernel {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         kout *out_head, *out_tail; /* worker -> I/O, under lock */
+        size_t out_bytes;          /* their size (under lock) */
+        pthread_cond_t out_room;   /* signalled when the I/O thread took them */
         kqueued *job;              /* I/O -> worker, under lock */
         bool busy;                 /* the worker holds a job (under lock) */
         bool stop;                 /* the worker ends (under lock) */
@@ -112,7 +119,13 @@ static void kpost(kernel *k, int sock, const kmsg *parent, const char *type, jso
                 klog("out of memory for a %s message: not sent", type);
                 return;
         }
+        size_t bytes = 0;
+        for (size_t i = 0; i < o->n; i++)
+                bytes += o->len[i];
         pthread_mutex_lock(&k->lock);
+        while (k->out_bytes && k->out_bytes + bytes > KOUT_MAX_BYTES && !k->stop)
+                pthread_cond_wait(&k->out_room, &k->lock);
+        k->out_bytes += bytes;
         if (k->out_tail)
                 k->out_tail->next = o;
         else
@@ -820,6 +833,8 @@ static void flush_out(kernel *k)
         pthread_mutex_lock(&k->lock);
         kout *o = k->out_head;
         k->out_head = k->out_tail = NULL;
+        k->out_bytes = 0;
+        pthread_cond_broadcast(&k->out_room);
         pthread_mutex_unlock(&k->lock);
         while (o) {
                 kout *next = o->next;
@@ -1105,6 +1120,7 @@ int cmd_kernel(int argc, char **argv)
         k->replay = kreplay_new();
         pthread_mutex_init(&k->lock, NULL);
         pthread_cond_init(&k->cond, NULL);
+        pthread_cond_init(&k->out_room, NULL);
         k->pending_tail = &k->pending;
         int sig_fd = cli_signal_pipe(true);
         if (sig_fd < 0) /* no signal pipe: a descriptor that never wakes the poll */
@@ -1233,6 +1249,7 @@ stop:
         pthread_mutex_lock(&k->lock);
         k->stop = true;
         pthread_cond_signal(&k->cond);
+        pthread_cond_broadcast(&k->out_room);
         pthread_mutex_unlock(&k->lock);
         if (have_worker)
                 pthread_join(worker, NULL);
