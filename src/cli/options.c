@@ -951,8 +951,8 @@ void cli_print_bash(FILE *f)
               "_airlock() {\n"
               "    local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]} opts\n"
               "    if [ \"$COMP_CWORD\" -eq 1 ]; then\n"
-              "        COMPREPLY=($(compgen -W 'run mcp serve describe repl kernel version help' -- "
-              "\"$cur\"))\n"
+              "        COMPREPLY=($(compgen -W 'run mcp serve describe repl kernel version help' "
+              "-- \"$cur\"))\n"
               "        return\n"
               "    fi\n"
               "    case $cmd in\n",
