@@ -342,7 +342,8 @@ static char *b64(const char *s, size_t len)
 }
 
 /* Drains the cancel eventfd, so that an interrupt that came while no cell
- * ran does not cancel the next one. */
+ * ran does not cancel the next one (when a request is handed to the
+ * worker). */
 static void drain_cancel(kernel *k)
 {
         uint64_t v;
@@ -478,10 +479,6 @@ static void do_execute(kernel *k, const kmsg *req)
         airlock_result *res = NULL;
         bool interrupted = false;
         if (r >= 0) {
-                drain_cancel(k);
-                pthread_mutex_lock(&k->lock);
-                k->interrupted = false;
-                pthread_mutex_unlock(&k->lock);
                 airlock_run_options o = AIRLOCK_RUN_OPTIONS_INIT;
                 o.cancel_fd = k->cancel_fd;
                 o.on_output = on_output;
@@ -957,6 +954,10 @@ static void feed_worker(kernel *k)
                 if (!k->pending)
                         k->pending_tail = &k->pending;
                 k->n_pending--;
+                /* An interrupt from before this request is spent; one
+                 * from now on cancels it, even before its cell starts. */
+                drain_cancel(k);
+                k->interrupted = false;
                 k->job = q;
                 k->busy = true;
                 pthread_cond_signal(&k->cond);
