@@ -352,6 +352,27 @@ def test_hostile_messages_are_dropped_and_the_kernel_lives():
     assert any("no_such_request" in line for line in lines), lines
 
 
+def test_completion_and_inspection_never_change_the_session():
+    """rlcompleter reads every attribute of what it completes, a property's
+    getter included: the helpers run in a fork of the session, closed after
+    them, so the getter's side effect never reaches the session."""
+    km, kc = start()
+    try:
+        reply, _ = execute(kc, "class C:\n    n = 0\n    @property\n    def p(self):\n"
+                               "        C.n += 1\n        return 1\nc = C()")
+        assert reply["status"] == "ok", reply
+        kc.complete("c.", 2)
+        r = kc.get_shell_msg(timeout=120)
+        assert "c.p" in r["content"]["matches"], r["content"]
+        kc.inspect("c.p", 3, 1)
+        r = kc.get_shell_msg(timeout=120)
+        assert r["content"]["found"], r["content"]
+        reply, out = execute(kc, "print(C.n)")
+        assert stdout_of(out) == "0\n", out
+    finally:
+        stop(km, kc)
+
+
 def test_comms_are_closed_as_by_a_kernel_without_comms():
     km, kc = start()
     try:
