@@ -69,12 +69,24 @@ def _figure_png(fig):
     return buf.getvalue()
 
 
-def bundle(value):
-    """The display protocol's mime bundle of value: (data, metadata)."""
+def _pyplot_figure(fig):
+    helpers = _sys.modules.get("matplotlib._pylab_helpers")
+    return helpers is not None and any(
+        m.canvas.figure is fig for m in helpers.Gcf.get_all_fig_managers())
+
+
+def bundle(value, result=False):
+    """The display protocol's mime bundle of value: (data, metadata). With
+    result (a cell's final expression), a figure of pyplot's is text only:
+    the session returns it with the cell's other figures, so it is shown
+    once, as a notebook's inline backend shows it."""
     data, metadata = {}, {}
     figure = _sys.modules.get("matplotlib.figure")
     if figure is not None and isinstance(value, figure.Figure):
-        data["image/png"] = _base64.b64encode(_figure_png(value)).decode()
+        if not (result and _pyplot_figure(value)
+                and not getattr(value, "_airlock_returned", False)):
+            # savefig marks the figure: not returned again after the cell.
+            data["image/png"] = _base64.b64encode(_figure_png(value)).decode()
         data["text/plain"] = _plain(value)
         return data, metadata
     mb = getattr(type(value), "_repr_mimebundle_", None)
@@ -175,7 +187,7 @@ def run(n, code_b64, expr_b64="", silent=False):
             value = eval(compile(final, name, "eval", dont_inherit=True), main)
             if value is not None and not silent:
                 main["_"] = value
-                data, metadata = bundle(value)
+                data, metadata = bundle(value, result=True)
                 _emit("result", data=data, metadata=metadata)
     except SystemExit:
         raise
