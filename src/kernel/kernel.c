@@ -527,8 +527,9 @@ static void do_execute(kernel *k, const kmsg *req)
         if (store)
                 hist_add(k, code, res && res->success ? x.result_plain : NULL);
         json_t *reply;
-        bool ended =
-            r < 0 || (res && res->cell_state == AIRLOCK_CELL_NONE) || !airlock_session_alive(k->s);
+        /* Only a session that ended ends the kernel: a cell the library
+         * refused (too large, say) is an error of that cell. */
+        bool ended = !airlock_session_alive(k->s);
         if (r >= 0 && res->success) {
                 reply =
                     json_pack("{s:s, s:i, s:O, s:[]}", "status", "ok", "execution_count", count,

@@ -251,6 +251,13 @@ def test_a_cell_past_a_limit_errs_naming_it_and_the_kernel_lives_on():
         assert any("rolled back" in line for line in reply["traceback"]), reply
         reply, out = execute(kc, "print(keep)")
         assert reply["status"] == "ok" and stdout_of(out) == "kept\n", (reply, out)
+        # A cell the library refuses (its code past the 16 MiB cap, once the
+        # kernel has wrapped it) is that cell's error; the kernel goes on.
+        reply, out = execute(kc, "big = '" + "a" * (13 << 20) + "'")
+        assert reply["status"] == "error", reply
+        assert "MiB" in reply["evalue"], reply
+        reply, out = execute(kc, "print(keep)")
+        assert reply["status"] == "ok" and stdout_of(out) == "kept\n", (reply, out)
         # input() is refused at once with the reason, never a hang.
         reply, out = execute(kc, "input('name? ')")
         assert reply["status"] == "error", reply
