@@ -69,6 +69,15 @@ def execute(kc, code, timeout=120):
     return reply["content"], out
 
 
+def shell_reply(kc, msg_id, timeout=120):
+    """The reply to msg_id: wait_for_ready may leave a kernel_info_reply of
+    its retries on the shell channel."""
+    while True:
+        r = kc.get_shell_msg(timeout=timeout)
+        if r["parent_header"].get("msg_id") == msg_id:
+            return r
+
+
 def stdout_of(out):
     return "".join(c["text"] for t, c in out if t == "stream" and c["name"] == "stdout")
 
@@ -222,6 +231,9 @@ def test_interrupt_cancels_the_running_cell_which_rolls_back():
         # A request queued behind the running cell is aborted when the
         # cell fails (stop_on_error), as ipykernel does.
         queued = kc.execute("x = 3")
+        # Shell requests are read in order, and kernel_info is answered at
+        # once: its reply means the kernel holds the queued request.
+        shell_reply(kc, kc.kernel_info())
         km.interrupt_kernel()
         replies = {}
         while len(replies) < 2:
@@ -335,8 +347,7 @@ def test_hostile_messages_are_dropped_and_the_kernel_lives():
         # The kernel still answers, on the same channels.
         reply, out = execute(kc, "print(hits)")
         assert reply["status"] == "ok" and stdout_of(out) == "1\n", (reply, out)
-        kc.kernel_info()
-        r = kc.get_shell_msg(timeout=60)
+        r = shell_reply(kc, kc.kernel_info())
         assert r["msg_type"] == "kernel_info_reply", r
         # The shell answers the signed request (once) on the raw socket too.
         replies = []
@@ -368,11 +379,9 @@ def test_completion_and_inspection_never_change_the_session():
         reply, _ = execute(kc, "class C:\n    n = 0\n    @property\n    def p(self):\n"
                                "        C.n += 1\n        return 1\nc = C()")
         assert reply["status"] == "ok", reply
-        kc.complete("c.", 2)
-        r = kc.get_shell_msg(timeout=120)
+        r = shell_reply(kc, kc.complete("c.", 2))
         assert "c.p" in r["content"]["matches"], r["content"]
-        kc.inspect("c.p", 3, 1)
-        r = kc.get_shell_msg(timeout=120)
+        r = shell_reply(kc, kc.inspect("c.p", 3, 1))
         assert r["content"]["found"], r["content"]
         reply, out = execute(kc, "print(C.n)")
         assert stdout_of(out) == "0\n", out
@@ -385,7 +394,7 @@ def test_comms_are_closed_as_by_a_kernel_without_comms():
     try:
         msg = kc.session.msg("comm_info_request", {})
         kc.shell_channel.send(msg)
-        r = kc.get_shell_msg(timeout=60)
+        r = shell_reply(kc, msg["header"]["msg_id"])
         assert r["msg_type"] == "comm_info_reply" and r["content"]["comms"] == {}, r
         opened = kc.session.msg("comm_open", {"comm_id": "c1", "target_name": "t", "data": {}})
         kc.shell_channel.send(opened)
@@ -438,8 +447,7 @@ def test_a_crash_of_the_sandbox_ends_the_kernel_with_a_message():
 def test_the_banner_names_airlock():
     km, kc = start()
     try:
-        kc.kernel_info()
-        r = kc.get_shell_msg(timeout=60)
+        r = shell_reply(kc, kc.kernel_info())
         c = r["content"]
         assert "airlock" in c["banner"] and c["language_info"]["name"] == "python", c
         assert c["protocol_version"] == "5.3", c
