@@ -67,7 +67,9 @@ GUEST_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed jansson 2>/dev/null)
 LIB_SRC  := $(filter-out $(GUEST_OWN_SRC),$(sort $(wildcard src/common/*.c src/lib/*/*.c)))
 # The command line (src/cli, a file per command) and the MCP server it runs
 # (src/mcp: the JSON-RPC core, sessions, resources, stdio and HTTP).
-CLI_SRC  := $(sort $(wildcard src/cli/*.c src/mcp/*.c))
+# With the Jupyter kernel (src/kernel), which opens libzmq at run time as
+# serve opens libmicrohttpd (src/kernel/kzmq.c): its headers only.
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/mcp/*.c src/kernel/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 # Test tiers by what they need: tests/unit/ runs anywhere (no namespaces, no
@@ -111,7 +113,7 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 
 # The command line and the MCP server are built on the public API alone:
 # without -Isrc/lib, an include of the library's internals does not compile.
-CLI_CFLAGS = $(filter-out -Isrc/lib,$(CFLAGS)) -Isrc/cli -Isrc/mcp
+CLI_CFLAGS = $(filter-out -Isrc/lib,$(CFLAGS)) -Isrc/cli -Isrc/mcp -Isrc/kernel
 $(BUILD)/src/cli/%.o: src/cli/%.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -120,6 +122,12 @@ $(BUILD)/src/mcp/%.o: src/mcp/%.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	@$(CC) $(CLI_CFLAGS) -c $< -o $@
+$(BUILD)/src/kernel/%.o: src/kernel/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(CLI_CFLAGS) -c $< -o $@
+# The kernel's Python side, which the assembler includes (.incbin).
+$(BUILD)/src/kernel/driver_blob.o: src/kernel/driver.py
 
 # The guest runtime is Python source compiled into the library as a byte
 # array, after the protocol constants generated from the host's tables.

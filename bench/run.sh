@@ -48,6 +48,11 @@ PYDEVD_DISABLE_FILE_VALIDATION=1 /usr/bin/python3 bench/bench_session.py "$build
 # unchanged call (issue 40: at most +20 ms), unheld and held by a session.
 /usr/bin/python3 bench/bench_ws_edit.py "$build" $quick ||
     echo "bench: bench/bench_ws_edit.py failed" >&2
+# airlock kernel against Debian's ipykernel through jupyter_client.
+krounds=200
+[ -n "$quick" ] && krounds=50
+PYDEVD_DISABLE_FILE_VALIDATION=1 /usr/bin/python3 bench/bench_kernel.py "$build" "$krounds" ||
+    echo "bench: bench/bench_kernel.py failed" >&2
 # What a secret adds to the gateway's own time (the rewrite functions and a
 # loopback request with and without one).
 runs=2000

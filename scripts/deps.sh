@@ -20,7 +20,7 @@ profile=${1:-build}
 
 build_pkgs=(build-essential pkg-config libseccomp-dev libjansson-dev
             libcurl4-openssl-dev libpython3-dev python3 media-types
-            libmicrohttpd-dev)
+            libmicrohttpd-dev libzmq3-dev)
 # The guest's scientific stack, as Debian packages it: the demo draws its
 # chart with pandas and matplotlib.
 demo_pkgs=(python3-numpy python3-pandas python3-matplotlib)
@@ -42,6 +42,12 @@ check_pkgs+=(abigail-tools)
 check_pkgs+=(libpython3.11-testsuite)
 # The guest's /proc as psutil reads it: tests/blackbox/test_guest_env.py.
 check_pkgs+=(python3-psutil)
+# The Jupyter kernel (airlock kernel) driven by Jupyter's own clients: the
+# conformance suite, nbclient and nbconvert running a notebook, and a real
+# browser on the Notebook server (tests/blackbox/test_kernel.py).
+check_pkgs+=(python3-jupyter-client jupyter-client python3-jupyter-kernel-test python3-nbclient
+             python3-nbconvert jupyter-nbconvert jupyter-notebook chromium chromium-driver
+             python3-selenium)
 # linux-perf: where a copy's preparation spends its time (docs/performance.md).
 bench_pkgs=(bubblewrap firejail gnutls-bin runsc socat ripgrep python3-ipykernel python3-jupyter-client
             linux-perf)

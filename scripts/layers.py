@@ -5,8 +5,8 @@ or uses a symbol defined in B. Prints the edges that go against the layer
 order written in docs/internals.md ("Layers") and the loops across folders,
 and fails when either count passes what that section allows.
 
-The command line and the MCP server (src/cli, src/mcp) are built on the
-public API alone: a public symbol they use counts as an edge to include/,
+The command line, the MCP server and the Jupyter kernel (src/cli, src/mcp,
+src/kernel) are built on the public API alone: a public symbol they use counts as an edge to include/,
 whichever folder of the library defines it.
 
 Usage: scripts/layers.py BUILD_DIR   (the objects of `make` in BUILD_DIR)
@@ -22,8 +22,8 @@ DOC = os.path.join(ROOT, "docs", "internals.md")
 # Where a quoted include is looked for after the including file's folder,
 # as the Makefile's -I flags have it.
 LIB_PATHS = ["include", "src/common", "src/lib"]
-CLI_PATHS = ["include", "src/common", "src/cli", "src/mcp"]
-PUBLIC_ONLY = {"src/cli", "src/mcp"}
+CLI_PATHS = ["include", "src/common", "src/cli", "src/mcp", "src/kernel"]
+PUBLIC_ONLY = {"src/cli", "src/mcp", "src/kernel"}
 
 
 def read_order():

@@ -54,6 +54,7 @@ int cmd_mcp(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_repl(int argc, char **argv);
+int cmd_kernel(int argc, char **argv);
 
 /* SIGTERM, SIGINT and SIGHUP of a long-running command (mcp, serve): from
  * now on each writes its number as one byte to a pipe, whose reading end

@@ -21,6 +21,8 @@ int main(int argc, char **argv)
                 return cmd_describe(argc - 1, argv + 1);
         if (strcmp(cmd, "repl") == 0)
                 return cmd_repl(argc - 1, argv + 1);
+        if (strcmp(cmd, "kernel") == 0)
+                return cmd_kernel(argc - 1, argv + 1);
         if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
                 printf("airlock %s\n", AIRLOCK_VERSION);
                 return EXIT_OK;
@@ -44,7 +46,9 @@ int main(int argc, char **argv)
                 }
                 return EXIT_OK;
         }
-        fprintf(stderr,
-                "airlock: unknown command '%s' (run, mcp, serve, describe, repl, version)\n", cmd);
+        fprintf(
+            stderr,
+            "airlock: unknown command '%s' (run, mcp, serve, describe, repl, kernel, version)\n",
+            cmd);
         return EXIT_USAGE;
 }

@@ -30,9 +30,10 @@ typedef enum cli_command {
         CLI_SERVE = 1u << 2,
         CLI_DESCRIBE = 1u << 3,
         CLI_REPL = 1u << 4,
+        CLI_KERNEL = 1u << 5,
 } cli_command;
 
-#define CLI_ALL     (CLI_RUN | CLI_MCP | CLI_SERVE | CLI_DESCRIBE | CLI_REPL)
+#define CLI_ALL     (CLI_RUN | CLI_MCP | CLI_SERVE | CLI_DESCRIBE | CLI_REPL | CLI_KERNEL)
 #define CLI_SERVERS (CLI_MCP | CLI_SERVE)
 
 /* The headings of --help and of the man page, in their order. */
@@ -55,6 +56,16 @@ typedef enum cli_group {
           "a file of the same name is replaced, other files are kept")                              \
         X(YES, "yes", 'y', NULL, CLI_RUN, CLI_G_RUN, NULL,                                          \
           "approve when approval is required (the code, and upstream tools' calls)")                \
+        X(CONNECTION_FILE, "connection-file", 'f', "FILE", CLI_KERNEL, CLI_G_RUN, NULL,             \
+          "the connection file Jupyter gives the kernel")                                          \
+        X(KERNEL_USER, "user", 0, NULL, CLI_KERNEL, CLI_G_RUN, NULL,                                 \
+          "install: into the user's Jupyter folder (the default)")                                 \
+        X(KERNEL_PREFIX, "prefix", 0, "DIR", CLI_KERNEL, CLI_G_RUN, NULL,                            \
+          "install: into DIR/share/jupyter/kernels")                                               \
+        X(KERNEL_NAME, "name", 0, "NAME", CLI_KERNEL, CLI_G_RUN, "airlock",                          \
+          "install: the kernelspec's name")                                                        \
+        X(KERNEL_DISPLAY_NAME, "display-name", 0, "TEXT", CLI_KERNEL, CLI_G_RUN,                    \
+          "Python (airlock)", "install: the name notebooks show")                                  \
         X(LISTEN, "listen", 0, "ADDR:PORT", CLI_SERVE, CLI_G_SERVE, "127.0.0.1:8080",               \
           "address to listen on; [::1]:PORT for IPv6")                                             \
         X(TOKENS, "tokens", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                                \

@@ -53,6 +53,7 @@ static const struct {
     {CLI_SERVE, "serve", "[OPTIONS]", "serve it over MCP Streamable HTTP at /mcp"},
     {CLI_DESCRIBE, "describe", "[OPTIONS]", "print the tool description and agent instructions"},
     {CLI_REPL, "repl", "[OPTIONS]", "run cells from a terminal or standard input in one session"},
+    {CLI_KERNEL, "kernel", "[install] [OPTIONS]", "a Jupyter kernel: its cells run in one session"},
 };
 
 static const char *const group_titles[] = {
@@ -986,8 +987,8 @@ void cli_print_bash(FILE *f)
               "_airlock() {\n"
               "    local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]} opts\n"
               "    if [ \"$COMP_CWORD\" -eq 1 ]; then\n"
-              "        COMPREPLY=($(compgen -W 'run mcp serve describe repl version help' -- "
-              "\"$cur\"))\n"
+              "        COMPREPLY=($(compgen -W 'run mcp serve describe repl kernel version help' "
+              "-- \"$cur\"))\n"
               "        return\n"
               "    fi\n"
               "    case $cmd in\n",

@@ -10,7 +10,7 @@ import subprocess
 from harness import AIRLOCK, airlock, run
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-COMMANDS = ["run", "mcp", "serve", "describe", "repl"]
+COMMANDS = ["run", "mcp", "serve", "describe", "repl", "kernel"]
 
 
 def table():

@@ -1,0 +1,544 @@
+"""airlock kernel, the Jupyter kernel (docs/jupyter.md), driven by Jupyter's own
+clients from Debian: the conformance suite (jupyter_kernel_test), nbclient and
+`jupyter nbconvert --execute` running a real notebook through the installed
+kernelspec, and raw ZeroMQ sockets sending hostile messages."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from harness import AIRLOCK, run
+
+# Jupyter's folders, the test's own: the kernelspec is installed there, and
+# nothing of the machine's Jupyter is read or written.
+HOME = tempfile.mkdtemp(prefix="airlock-kernel-test-")
+os.environ["JUPYTER_DATA_DIR"] = os.path.join(HOME, "data")
+os.environ["JUPYTER_CONFIG_DIR"] = os.path.join(HOME, "config")
+os.environ["JUPYTER_RUNTIME_DIR"] = os.path.join(HOME, "runtime")
+os.environ["JUPYTER_PATH"] = ""
+os.environ["JUPYTER_PLATFORM_DIRS"] = "1"
+WS = os.path.join(HOME, "ws")
+os.makedirs(WS)
+with open(os.path.join(WS, "data.csv"), "w") as f:
+    f.write("x,y\n1,10\n2,20\n3,15\n")
+
+import jupyter_client  # noqa: E402
+import zmq  # noqa: E402
+from jupyter_client.manager import KernelManager, start_new_kernel  # noqa: E402
+from jupyter_client.session import Session  # noqa: E402
+
+KERNEL = "airlock-test"
+
+
+def install(*args, name=KERNEL):
+    p = subprocess.run([AIRLOCK, "kernel", "install", "--user", "--name", name, *args],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+install("--display-name", "Python (airlock test)", "-w", WS)
+
+
+def start(stderr_path=None, name=KERNEL):
+    km = KernelManager(kernel_name=name)
+    kw = {}
+    if stderr_path:
+        kw["stderr"] = open(stderr_path, "w")
+    km.start_kernel(**kw)
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    return km, kc
+
+
+def stop(km, kc):
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+
+
+def execute(kc, code, timeout=120):
+    """Runs code; returns (reply content, [(msg_type, content)] of iopub)."""
+    out = []
+    reply = kc.execute_interactive(code, timeout=timeout,
+                                   output_hook=lambda m: out.append((m["msg_type"], m["content"])))
+    return reply["content"], out
+
+
+def shell_reply(kc, msg_id, timeout=120):
+    """The reply to msg_id: wait_for_ready may leave a kernel_info_reply of
+    its retries on the shell channel."""
+    while True:
+        r = kc.get_shell_msg(timeout=timeout)
+        if r["parent_header"].get("msg_id") == msg_id:
+            return r
+
+
+def stdout_of(out):
+    return "".join(c["text"] for t, c in out if t == "stream" and c["name"] == "stdout")
+
+
+# ---- installation --------------------------------------------------------------
+
+def test_install_writes_a_kernelspec_jupyter_lists():
+    install("--display-name", "Other", "--timeout", "20", "-w", WS, name="airlock-other")
+    p = subprocess.run(["jupyter", "kernelspec", "list", "--json"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    specs = json.loads(p.stdout)["kernelspecs"]
+    assert KERNEL in specs and "airlock-other" in specs, specs.keys()
+    spec = specs["airlock-other"]["spec"]
+    assert spec["display_name"] == "Other" and spec["language"] == "python", spec
+    assert spec["interrupt_mode"] == "message", spec
+    argv = spec["argv"]
+    assert argv[:4] == [os.path.realpath(AIRLOCK), "kernel", "-f", "{connection_file}"], argv
+    assert argv[4:] == ["--timeout", "20", "-w", WS], argv
+    # A bad sandbox option is refused at install, naming it.
+    p = subprocess.run([AIRLOCK, "kernel", "install", "--user", "--no-such"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "--no-such" in p.stderr, p.stderr
+    p = subprocess.run([AIRLOCK, "kernel", "install", "--user", "--name", "a/b"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--name" in p.stderr, p.stderr
+
+
+# ---- the conformance suite ----------------------------------------------------------
+
+import jupyter_kernel_test  # noqa: E402
+
+
+class AirlockKernelTests(jupyter_kernel_test.KernelTests):
+    kernel_name = KERNEL
+    language_name = "python"
+    file_extension = ".py"
+    code_hello_world = "print('hello, world')"
+    code_stderr = "import sys; print('test', file=sys.stderr)"
+    completion_samples = [
+        {"text": "zi", "matches": {"zip"}},
+        {"text": "str.capitaliz", "matches": {"str.capitalize"}},
+    ]
+    complete_code_samples = ["1", "print('hello, world')", "def f(x):\n  return x*2\n\n\n"]
+    incomplete_code_samples = ["print('''hello", "def f(x):\n  x*2"]
+    invalid_code_samples = ["import = 7q"]
+    # No pager: the kernel has no `?` syntax nor page payloads; help()
+    # prints its text as a stream (code_page_something stays empty).
+    code_generate_error = "raise ValueError('boom')"
+    code_execute_result = [
+        {"code": "1+2+3", "result": "6"},
+        {"code": "[n*n for n in range(1, 4)]", "result": "[1, 4, 9]"},
+        {"code": "class H:\n def _repr_html_(self): return '<b>h</b>'\nH()",
+         "mime": "text/html", "result": "<b>h</b>"},
+    ]
+    code_display_data = [
+        {"code": "import airlock\nclass P:\n def _repr_png_(self): return b'\\x89PNG\\r\\n'\n"
+                 "airlock.display(P())", "mime": "image/png"},
+        {"code": "import airlock, pandas\nairlock.display(pandas.DataFrame({'a': [1, 2]}))",
+         "mime": "text/html"},
+        {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
+         "mime": "image/png"},
+    ]
+    code_history_pattern = "1?2*"
+    supported_history_operations = ("tail", "range", "search")
+    code_inspect_sample = "zip"
+    code_clear_output = "import airlock; airlock.clear_output()"
+
+
+def test_conformance_suite():
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(AirlockKernelTests)
+    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
+    assert result.wasSuccessful(), (result.failures, result.errors)
+    skipped = {t.id().rsplit(".", 1)[1] for t, _ in result.skipped}
+    # The pager only (see code_page_something).
+    assert skipped <= {"test_pager"}, skipped
+
+
+# ---- a real notebook -------------------------------------------------------------------
+
+def notebook():
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (airlock test)",
+                                 "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_code_cell("import pandas as pd\ndf = pd.read_csv('/input/data.csv')\ndf"),
+        nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot(df.x, df.y)\n"
+                                  "plt.title('from /input')\nplt.show()"),
+        nbformat.v4.new_code_cell("df = None\nraise RuntimeError('this cell fails')"),
+        nbformat.v4.new_code_cell("print(type(df).__name__, len(df), int(df.y.sum()))"),
+    ]
+    return nb
+
+
+def check_executed(nb):
+    c0, c1, c2, c3 = nb.cells
+    html = [o for o in c0.outputs if o.output_type == "execute_result"]
+    assert html and "<table" in html[0].data["text/html"], c0.outputs
+    assert "text/plain" in html[0].data
+    pngs = [o for o in c1.outputs if o.output_type == "display_data" and "image/png" in o.data]
+    assert len(pngs) == 1, c1.outputs
+    import base64
+    assert base64.b64decode(pngs[0].data["image/png"]).startswith(b"\x89PNG"), pngs
+    errs = [o for o in c2.outputs if o.output_type == "error"]
+    assert len(errs) == 1 and errs[0].ename == "RuntimeError", c2.outputs
+    tb = "\n".join(errs[0].traceback)
+    assert "raise RuntimeError('this cell fails')" in tb, tb  # the source line
+    assert "rolled back" in tb, tb
+    # The cell after the failing one sees the state from before it.
+    text = "".join(o.get("text", "") for o in c3.outputs)
+    assert text == "DataFrame 3 45\n", c3.outputs
+    assert [c.execution_count for c in nb.cells] == [1, 2, 3, 4]
+
+
+def test_nbclient_runs_a_notebook_through_the_kernelspec():
+    from nbclient import NotebookClient
+    nb = notebook()
+    NotebookClient(nb, kernel_name=KERNEL, allow_errors=True, timeout=300).execute()
+    check_executed(nb)
+
+
+def test_nbconvert_execute_from_the_command_line():
+    import nbformat
+    path = os.path.join(HOME, "nb.ipynb")
+    nbformat.write(notebook(), path)
+    p = subprocess.run(["jupyter", "nbconvert", "--execute", "--to", "notebook", "--allow-errors",
+                        f"--ExecutePreprocessor.kernel_name={KERNEL}",
+                        "--ExecutePreprocessor.timeout=300", "--output", "nb.out.ipynb", path],
+                       capture_output=True, text=True, timeout=600, cwd=HOME)
+    assert p.returncode == 0, p.stderr
+    check_executed(nbformat.read(os.path.join(HOME, "nb.out.ipynb"), as_version=4))
+
+
+# ---- cells: live output, interrupt, limits, input ------------------------------------
+
+def test_interrupt_cancels_the_running_cell_which_rolls_back():
+    km, kc = start()
+    try:
+        reply, _ = execute(kc, "x = 1")
+        assert reply["status"] == "ok", reply
+        # The cell prints, then never ends: its output must reach the
+        # notebook while it runs (live streams), and only an interrupt
+        # ends it.
+        msg_id = kc.execute("x = 2\nprint('started', flush=True)\nwhile True: pass")
+        seen = ""
+        while "started" not in seen:
+            m = kc.get_iopub_msg(timeout=120)
+            if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream":
+                seen += m["content"]["text"]
+        # A request queued behind the running cell is aborted when the
+        # cell fails (stop_on_error), as ipykernel does.
+        queued = kc.execute("x = 3")
+        # Shell requests are read in order, and kernel_info is answered at
+        # once: its reply means the kernel holds the queued request.
+        shell_reply(kc, kc.kernel_info())
+        km.interrupt_kernel()
+        replies = {}
+        while len(replies) < 2:
+            r = kc.get_shell_msg(timeout=120)
+            replies[r["parent_header"].get("msg_id")] = r
+        assert replies[queued]["content"]["status"] == "aborted", replies[queued]
+        r = replies[msg_id]
+        c = r["content"]
+        assert c["status"] == "error" and c["ename"] == "KeyboardInterrupt", c
+        assert any("rolled back" in line for line in c["traceback"]), c
+        reply, out = execute(kc, "x")
+        assert reply["status"] == "ok", reply
+        res = [c for t, c in out if t == "execute_result"]
+        assert res and res[0]["data"]["text/plain"] == "1", out
+    finally:
+        stop(km, kc)
+
+
+def test_a_cell_past_a_limit_errs_naming_it_and_the_kernel_lives_on():
+    km, kc = start()
+    try:
+        execute(kc, "keep = 'kept'")
+        reply, out = execute(kc, "keep = None\nb = bytearray(4 << 30)")
+        assert reply["status"] == "error", reply
+        text = (reply["ename"] + " " + reply["evalue"]).lower()
+        assert "memory" in text, reply
+        assert any("rolled back" in line for line in reply["traceback"]), reply
+        reply, out = execute(kc, "print(keep)")
+        assert reply["status"] == "ok" and stdout_of(out) == "kept\n", (reply, out)
+        # A cell the library refuses (its code past the 16 MiB cap, once the
+        # kernel has wrapped it) is that cell's error; the kernel goes on.
+        reply, out = execute(kc, "big = '" + "a" * (13 << 20) + "'")
+        assert reply["status"] == "error", reply
+        assert "MiB" in reply["evalue"], reply
+        reply, out = execute(kc, "print(keep)")
+        assert reply["status"] == "ok" and stdout_of(out) == "kept\n", (reply, out)
+        # input() is refused at once with the reason, never a hang.
+        reply, out = execute(kc, "input('name? ')")
+        assert reply["status"] == "error", reply
+        assert reply["ename"] == "StdinNotImplementedError", reply
+        assert "input()" in reply["evalue"], reply
+    finally:
+        stop(km, kc)
+
+
+def test_shutdown_with_restart_gives_a_fresh_session():
+    km, kc = start()
+    try:
+        execute(kc, "y = 41")
+        km.restart_kernel(now=False)
+        kc.wait_for_ready(timeout=120)
+        reply, out = execute(kc, "print('y' in globals())")
+        assert stdout_of(out) == "False\n", out
+    finally:
+        stop(km, kc)
+
+
+# ---- hostile messages -----------------------------------------------------------------
+
+def test_hostile_messages_are_dropped_and_the_kernel_lives():
+    log = os.path.join(HOME, "hostile.log")
+    km, kc = start(stderr_path=log)
+    try:
+        execute(kc, "hits = 0")
+        info = km.get_connection_info()
+        ctx = zmq.Context.instance()
+        sess = Session(key=info["key"], signature_scheme="hmac-sha256")
+        url = f"tcp://{info['ip']}:{info['shell_port']}"
+
+        def sock():
+            s = ctx.socket(zmq.DEALER)
+            s.linger = 0
+            s.connect(url)
+            return s
+
+        def request(code):
+            return sess.msg("execute_request", {"code": code, "silent": False,
+                                                "store_history": False, "user_expressions": {},
+                                                "allow_stdin": False, "stop_on_error": False})
+
+        s = sock()
+        # Unsigned and wrongly signed: never run.
+        msg = request("hits += 100")
+        parts = sess.serialize(msg)  # [DELIM, sig, header, parent, metadata, content]
+        s.send_multipart([parts[0], b""] + parts[2:])
+        s.send_multipart([parts[0], b"0" * 64] + parts[2:])
+        flipped = parts[1][:-1] + (b"1" if parts[1].endswith(b"0") else b"0")
+        s.send_multipart([parts[0], flipped] + parts[2:])
+        # A signed one once, then replayed: runs once.
+        msg = request("hits += 1")
+        parts = sess.serialize(msg)
+        s.send_multipart(parts)
+        s.send_multipart(parts)
+        # Truncated: without the delimiter, without parts, a lone frame.
+        s.send_multipart(parts[2:])
+        s.send_multipart(parts[:3])
+        s.send_multipart([b"x"])
+        # Signed, but not JSON objects, or without a msg_type.
+        for header in (b"[]", b"{not json", json.dumps({"msg_id": "h1"}).encode()):
+            body = [header, b"{}", b"{}", b"{}"]
+            s.send_multipart([b"<IDS|MSG>", sess.sign(body)] + body)
+        # An unknown message type, signed: ignored.
+        m = sess.msg("no_such_request", {})
+        s.send_multipart(sess.serialize(m))
+        # Too many frames.
+        s.send_multipart([b"a"] * 100)
+        # An oversized frame: libzmq drops the connection of its sender.
+        big = sock()
+        big.send_multipart([b"<IDS|MSG>", b"0" * 64, b"{" + b" " * (40 << 20) + b"}",
+                            b"{}", b"{}", b"{}"])
+        # The kernel still answers, on the same channels.
+        reply, out = execute(kc, "print(hits)")
+        assert reply["status"] == "ok" and stdout_of(out) == "1\n", (reply, out)
+        r = shell_reply(kc, kc.kernel_info())
+        assert r["msg_type"] == "kernel_info_reply", r
+        # The shell answers the signed request (once) on the raw socket too.
+        replies = []
+        while s.poll(2000):
+            replies.append(sess.deserialize(sess.feed_identities(s.recv_multipart())[1]))
+        types = [r["msg_type"] for r in replies]
+        assert types.count("execute_reply") == 1, types
+        s.close()
+        big.close()
+    finally:
+        stop(km, kc)
+    with open(log) as f:
+        lines = [line for line in f.read().splitlines() if "airlock kernel:" in line]
+    dropped = [line for line in lines if "dropped" in line]
+    # One line each: 3 signatures, 1 replay, 3 truncated, 3 malformed, 1 too many frames.
+    assert len(dropped) == 11, lines
+    assert sum("without a signature" in line or "wrong signature" in line
+               for line in dropped) == 3, dropped
+    assert sum("replayed" in line for line in dropped) == 1, dropped
+    assert any("no_such_request" in line for line in lines), lines
+
+
+def test_completion_and_inspection_never_change_the_session():
+    """rlcompleter reads every attribute of what it completes, a property's
+    getter included: the helpers run in a fork of the session, closed after
+    them, so the getter's side effect never reaches the session."""
+    km, kc = start()
+    try:
+        reply, _ = execute(kc, "class C:\n    n = 0\n    @property\n    def p(self):\n"
+                               "        C.n += 1\n        return 1\nc = C()")
+        assert reply["status"] == "ok", reply
+        r = shell_reply(kc, kc.complete("c.", 2))
+        assert "c.p" in r["content"]["matches"], r["content"]
+        r = shell_reply(kc, kc.inspect("c.p", 3, 1))
+        assert r["content"]["found"], r["content"]
+        reply, out = execute(kc, "print(C.n)")
+        assert stdout_of(out) == "0\n", out
+    finally:
+        stop(km, kc)
+
+
+def test_comms_are_closed_as_by_a_kernel_without_comms():
+    km, kc = start()
+    try:
+        msg = kc.session.msg("comm_info_request", {})
+        kc.shell_channel.send(msg)
+        r = shell_reply(kc, msg["header"]["msg_id"])
+        assert r["msg_type"] == "comm_info_reply" and r["content"]["comms"] == {}, r
+        opened = kc.session.msg("comm_open", {"comm_id": "c1", "target_name": "t", "data": {}})
+        kc.shell_channel.send(opened)
+        while True:
+            m = kc.get_iopub_msg(timeout=60)
+            if m["msg_type"] == "comm_close":
+                assert m["content"]["comm_id"] == "c1", m
+                break
+    finally:
+        stop(km, kc)
+
+
+def test_a_crash_of_the_sandbox_ends_the_kernel_with_a_message():
+    log = os.path.join(HOME, "crash.log")
+    km, kc = start(stderr_path=log)
+    try:
+        execute(kc, "a = 1")
+        pid = km.provisioner.process.pid
+        # Every process below the kernel: the sandbox's template, its copy,
+        # the session's interpreter.
+        table = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True,
+                               text=True).stdout.split()
+        children = {}
+        for child, parent in zip(table[::2], table[1::2]):
+            children.setdefault(int(parent), []).append(int(child))
+        todo, below = [pid], []
+        while todo:
+            for c in children.get(todo.pop(), []):
+                below.append(c)
+                todo.append(c)
+        assert below, "no sandbox processes under the kernel"
+        for p in below:
+            try:
+                os.kill(p, 9)
+            except ProcessLookupError:
+                pass
+        reply, out = execute(kc, "print(a)")
+        assert reply["status"] == "error", reply
+        assert any("restart the kernel" in line for line in reply["traceback"]), reply
+        km.provisioner.process.wait(timeout=60)
+        assert km.provisioner.process.returncode == 3
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    with open(log) as f:
+        text = f.read()
+    assert "the sandbox's session ended" in text and "restart it" in text, text
+
+
+def test_the_banner_names_airlock():
+    km, kc = start()
+    try:
+        r = shell_reply(kc, kc.kernel_info())
+        c = r["content"]
+        assert "airlock" in c["banner"] and c["language_info"]["name"] == "python", c
+        assert c["protocol_version"] == "5.3", c
+        # The heartbeat echoes.
+        info = km.get_connection_info()
+        hb = zmq.Context.instance().socket(zmq.REQ)
+        hb.linger = 0
+        hb.connect(f"tcp://{info['ip']}:{info['hb_port']}")
+        hb.send(b"ping")
+        assert hb.poll(60000) and hb.recv() == b"ping"
+        hb.close()
+    finally:
+        stop(km, kc)
+
+
+# ---- a real browser ----------------------------------------------------------------------
+
+def test_a_browser_runs_a_notebook_that_draws_a_figure():
+    """The Notebook server on loopback with a temporary token, headless
+    Chromium driven by Selenium: a cell that draws a figure shows it as an
+    <img>. The screenshot is kept as BUILD/kernel-notebook.png."""
+    import secrets
+    import socket
+    import urllib.request
+
+    import nbformat
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    nbdir = os.path.join(HOME, "browser")
+    os.makedirs(nbdir)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (airlock test)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.title('airlock')\nplt.show()")]
+    nbformat.write(nb, os.path.join(nbdir, "figure.ipynb"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    server = subprocess.Popen(
+        ["jupyter", "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1",
+         f"--port={port}", "--port-retries=0", f"--NotebookApp.token={token}",
+         f"--notebook-dir={nbdir}"],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(HOME, "notebook.log"), "w"))
+    driver = None
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5)
+                break
+            except OSError:
+                assert server.poll() is None, open(os.path.join(HOME, "notebook.log")).read()
+                time.sleep(0.2)
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = "/usr/bin/chromium"
+        for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                  "--window-size=1200,900"):
+            opts.add_argument(a)
+        from selenium.webdriver.chrome.service import Service
+        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"),
+                                  options=opts)
+        driver.get(f"{base}/notebooks/figure.ipynb?token={token}")
+        wait = WebDriverWait(driver, 180)
+        wait.until(lambda d: d.execute_script(
+            "return window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel && "
+            "Jupyter.notebook.kernel.is_connected()"))
+        driver.execute_script("Jupyter.notebook.clear_all_output(); "
+                              "Jupyter.notebook.execute_all_cells();")
+        img = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".output_area img"))
+        src = img[0].get_attribute("src")
+        assert src.startswith("data:image/png;base64,"), src[:80]
+        assert img[0].size["width"] > 100, img[0].size
+        shot = os.path.join(os.environ.get("AIRLOCK_BUILD", "build"), "kernel-notebook.png")
+        driver.save_screenshot(shot)
+        assert os.path.getsize(shot) > 1000
+    finally:
+        if driver is not None:
+            driver.quit()
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+if __name__ == "__main__":
+    try:
+        run()
+    finally:
+        shutil.rmtree(HOME, ignore_errors=True)
