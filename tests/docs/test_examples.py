@@ -157,18 +157,37 @@ def session(text, folder):
             shown.append(lines[i])
             i += 1
         steps.append((cmd, shown))
-    for cmd, shown in steps:
-        m = re.fullmatch(r"cat (\S+)", cmd.strip())
-        if m and shown:
-            with open(os.path.join(folder, m.group(1)), "w") as f:
-                f.write("\n".join(shown) + "\n")
-            continue
-        p = sh(substitute(cmd, folder), folder)
+    # One shell for the whole session, as in a terminal (an `export` or a
+    # `cd` holds for the commands after it); each command's output and
+    # status go to files of their own, outside the folder the commands see.
+    with tempfile.TemporaryDirectory(prefix="airlock-doc-session-") as d:
+        script = []
+        for n, (cmd, shown) in enumerate(steps):
+            m = re.fullmatch(r"cat (\S+)", cmd.strip())
+            if m and shown:
+                script.append(f"cat >{shlex.quote(m.group(1))} <<'AIRLOCK_DOC_EXAMPLE'\n"
+                              + "\n".join(shown) + "\nAIRLOCK_DOC_EXAMPLE")
+                steps[n] = (cmd, None)
+                continue
+            script.append(f"{{ {substitute(cmd, folder)}\n}} >{d}/{n}.out 2>{d}/{n}.err </dev/null\n"
+                          f"s=$?; echo $s >{d}/{n}.rc; [ $s -eq 0 ] || exit 0")
+        p = sh("\n".join(script) + "\n", folder)
         if p.returncode != 0:
-            failed(f"$ {cmd}", p)
-        if shown and not matches(shown, p.stdout.split("\n")[:-1] if p.stdout else []):
-            raise AssertionError(f"$ {cmd}\nprinted:\n{p.stdout}the document shows:\n"
-                                 + "\n".join(shown))
+            failed("the session", p)
+        for n, (cmd, shown) in enumerate(steps):
+            if shown is None:
+                continue
+            with open(f"{d}/{n}.rc") as f:
+                rc = int(f.read())
+            with open(f"{d}/{n}.out") as f:
+                out = f.read()
+            with open(f"{d}/{n}.err") as f:
+                err = f.read()
+            if rc != 0:
+                failed(f"$ {cmd}", subprocess.CompletedProcess(cmd, rc, out, err))
+            if shown and not matches(shown, out.split("\n")[:-1] if out else []):
+                raise AssertionError(f"$ {cmd}\nprinted:\n{out}the document shows:\n"
+                                     + "\n".join(shown))
 
 
 def prints(text, comment):
