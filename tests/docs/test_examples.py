@@ -316,6 +316,14 @@ def run_block(path, line, lang, text, marks):
             doc = json.loads(text)
             if "mcpServers" in doc:
                 mcp_config(doc, folder)
+            elif "tools" in doc:
+                # A tools file: airlock loads it (its commands beside it, as
+                # compute.py is in the folder).
+                with open(os.path.join(folder, "example-tools.json"), "w") as f:
+                    f.write(text)
+                p = sh("airlock describe --tools example-tools.json", folder)
+                if p.returncode != 0:
+                    failed("airlock describe --tools FILE with the block as FILE", p)
         return k
     finally:
         shutil.rmtree(folder, ignore_errors=True)
