@@ -70,11 +70,15 @@ def blocks(path):
 
 
 def kind(lang, text):
-    if lang in ("sh", "python", "js", "json", "c"):
+    """What a block is, by its fence's language (a language not named here
+    fails, so that a new kind of example is not left out unseen)."""
+    lang = {"bash": "sh", "shell": "sh", "console": "", "javascript": "js", "mjs": "js"}.get(lang, lang)
+    if lang in ("sh", "python", "js", "json", "c", "text"):
         return lang
-    if lang == "" and re.search(r"^\$ ", text, re.M):
-        return "session"
-    return "text"
+    if lang == "":
+        return "session" if re.search(r"^\$ ", text, re.M) else "text"
+    raise AssertionError(f"a block in {lang!r}, which this test does not know how to run: "
+                         "teach it (docs/testing.md), or mark the block skipped")
 
 
 def substitute(text, folder):
@@ -333,6 +337,11 @@ def main():
     only = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ONLY")
     if not os.access(AIRLOCK, os.X_OK):
         print(f"docs: {AIRLOCK} is not built (make)")
+        print("docs: 0 passed, 1 failed")
+        sys.exit(1)
+    if not any(f.startswith("_airlock") and f.endswith(".so")
+               for f in os.listdir(os.path.join(ROOT, "python", "airlock"))):
+        print("docs: the Python package is not built (make python)")
         print("docs: 0 passed, 1 failed")
         sys.exit(1)
     todo = []
