@@ -21,8 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import traceback
+import urllib.request
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 AIRLOCK = os.path.abspath(os.environ.get("AIRLOCK") or os.path.join(ROOT, "build", "airlock"))
@@ -111,9 +111,8 @@ def make_folder():
 def env():
     e = dict(os.environ)
     e["PATH"] = BUILD + os.pathsep + e.get("PATH", "")
+    # The package built in place, as `make python` leaves it (python.md).
     e["PYTHONPATH"] = os.path.join(ROOT, "python")
-    e["AIRLOCK_BUILD"] = BUILD
-    e.pop("PYTHONDONTWRITEBYTECODE", None)
     return e
 
 
