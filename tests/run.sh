@@ -52,7 +52,8 @@ passed=0 failed=0 failures=()
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The queue: job i has a kind (say, counted, cmocka, pytest or status), a
+# The queue: job i has a kind (say, counted, counted+skips, cmocka, pytest
+# or status; counted+skips also prints the file's "skip ..." lines), a
 # name, a time limit and a command line (quoted with printf %q). "say" jobs
 # only print a heading at their place in the output.
 kinds=() names=() limits=() cmds=()
@@ -72,7 +73,7 @@ tally() { # i
     [ "$kind" = say ] && { echo "${names[$i]}"; return; }
     rc=$(cat "$work/$i.rc") secs=$(cat "$work/$i.time")
     case $kind in
-    counted)
+    counted | counted+skips)
         # A file's own tally: a line "NAME: N passed, N failed".
         line=$(grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
         if [ -n "$line" ]; then
@@ -103,6 +104,9 @@ tally() { # i
     if [ "$f" -gt 0 ]; then
         failures+=("$name")
         cat "$out"
+    elif [ "$kind" = counted+skips ]; then
+        # What it left out, and why, also when it passed.
+        grep '^skip ' "$out"
     fi
     if [ "$rc" -eq 124 ]; then echo "$name: $p passed, $f failed (timed out after ${limits[$i]} s)"
     else echo "$name: $p passed, $f failed  [$secs s]"; fi
@@ -246,7 +250,7 @@ npm_deps() {
 if want docs; then
     say "== the documents' examples, run as written (tests/docs)"
     npm_deps
-    queue counted docs 1200 /usr/bin/python3 tests/docs/test_examples.py
+    queue counted+skips docs 1200 /usr/bin/python3 tests/docs/test_examples.py
 fi
 
 if want mcp && [ -f tests/mcp/package.json ]; then

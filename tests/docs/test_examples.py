@@ -27,7 +27,8 @@ import urllib.request
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 AIRLOCK = os.path.abspath(os.environ.get("AIRLOCK") or os.path.join(ROOT, "build", "airlock"))
 BUILD = os.path.dirname(AIRLOCK)
-TIMEOUT = 300
+# A hanging example (a client never closed) fails after this many seconds.
+TIMEOUT = 180
 # The documents whose C blocks tests/build/test_install.sh compiles and runs.
 C_DOCS = ("README.md", "docs/c-api.md")
 
