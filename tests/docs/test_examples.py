@@ -289,6 +289,13 @@ def run_block(path, line, lang, text, marks):
     serves = False
     for m in marks:
         if m.startswith("skip:"):
+            if lang == "python":
+                # Left out, but still a program a reader may copy: it must
+                # at least be Python.
+                try:
+                    compile(text, f"{os.path.relpath(path, ROOT)}:{line}", "exec")
+                except SyntaxError as e:
+                    raise AssertionError(f"left out ({m}), but not a Python program: {e}")
             raise Skip(m[len("skip:"):].strip())
         if m == "server" and lang == "sh":
             serves = True
