@@ -14,6 +14,9 @@
 #             (tests/cpython/run_in_guest.py; Debian's libpython3.11-testsuite);
 #   python    the Python package (python/, built by `make python`) with
 #             Debian's python3-pytest (tests/python);
+#   docs      every runnable example of README.md and docs/*.md, run as a
+#             reader copies it (tests/docs/test_examples.py; needs the
+#             package of `make python` for the Python examples);
 #   mcp       the MCP server driven by the official TypeScript SDK and the MCP
 #             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp),
 #             on stdio and over HTTP (airlock serve, test_mcp_http.mjs);
@@ -37,7 +40,7 @@ done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -j takes a positive number, not '$jobs'" >&2; exit 2; }
 build=${1:-build}
 shift || true
-all_tiers=(unit sandbox asan openat2 install blackbox cpython python mcp fuzz format)
+all_tiers=(unit sandbox asan openat2 install blackbox cpython python docs mcp fuzz format)
 tiers=("$@")
 [ ${#tiers[@]} -eq 0 ] && tiers=("${all_tiers[@]}")
 for t in "${tiers[@]}"; do
@@ -49,7 +52,8 @@ passed=0 failed=0 failures=()
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The queue: job i has a kind (say, counted, cmocka, pytest or status), a
+# The queue: job i has a kind (say, counted, counted+skips, cmocka, pytest
+# or status; counted+skips also prints the file's "skip ..." lines), a
 # name, a time limit and a command line (quoted with printf %q). "say" jobs
 # only print a heading at their place in the output.
 kinds=() names=() limits=() cmds=()
@@ -69,7 +73,7 @@ tally() { # i
     [ "$kind" = say ] && { echo "${names[$i]}"; return; }
     rc=$(cat "$work/$i.rc") secs=$(cat "$work/$i.time")
     case $kind in
-    counted)
+    counted | counted+skips)
         # A file's own tally: a line "NAME: N passed, N failed".
         line=$(grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
         if [ -n "$line" ]; then
@@ -100,6 +104,9 @@ tally() { # i
     if [ "$f" -gt 0 ]; then
         failures+=("$name")
         cat "$out"
+    elif [ "$kind" = counted+skips ]; then
+        # What it left out, and why, also when it passed.
+        grep '^skip ' "$out"
     fi
     if [ "$rc" -eq 124 ]; then echo "$name: $p passed, $f failed (timed out after ${limits[$i]} s)"
     else echo "$name: $p passed, $f failed  [$secs s]"; fi
@@ -224,10 +231,11 @@ if want python; then
     fi
 fi
 
-if want mcp && [ -f tests/mcp/package.json ]; then
-    say "== MCP tests with the official SDK client and the third-party clients"
-    # Installs when any package listed in package.json is missing (the
-    # versions are pinned there and in package-lock.json).
+# The npm packages of tests/mcp (the SDK clients; the docs tier's JavaScript
+# example imports the SDK from there too). Installs when any package listed
+# in package.json is missing (the versions are pinned there and in
+# package-lock.json).
+npm_deps() {
     missing=$(cd tests/mcp && node -e '
         const fs = require("fs");
         const deps = Object.keys(require("./package.json").dependencies || {});
@@ -237,6 +245,17 @@ if want mcp && [ -f tests/mcp/package.json ]; then
         (cd tests/mcp && npm install --no-audit --no-fund --silent >/dev/null 2>&1) ||
             echo "npm install in tests/mcp failed (missing: $missing)"
     fi
+}
+
+if want docs; then
+    say "== the documents' examples, run as written (tests/docs)"
+    npm_deps
+    queue counted+skips docs 1200 /usr/bin/python3 tests/docs/test_examples.py
+fi
+
+if want mcp && [ -f tests/mcp/package.json ]; then
+    say "== MCP tests with the official SDK client and the third-party clients"
+    npm_deps
     for t in tests/mcp/test_*.mjs; do
         [ -f "$t" ] || continue
         queue counted "$(basename "$t" .mjs)" 1200 node "$t"
