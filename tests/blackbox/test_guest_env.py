@@ -9,7 +9,7 @@ import os
 import subprocess
 import tarfile
 
-from harness import AIRLOCK, on_openblas, run, run_json, tmpdir
+from harness import AIRLOCK, mcp, on_openblas, run, run_json, tmpdir
 
 ROOT = os.geteuid() == 0
 
@@ -310,6 +310,91 @@ def test_proc_without_root_tells_each_process_its_own_limit():
     r = json.loads(p.stdout)
     ok(r)
     assert r["stdout"] == "300 True\n", r["stdout"]
+
+
+# Every top-level entry of a run's /proc that is neither a process nor a
+# link into the reader's own: empty, unreadable, or one of the files the
+# copy writes for the run.
+PROC_ALL = r"""
+import json, os
+out = {}
+for n in sorted(os.listdir("/proc")):
+    p = "/proc/" + n
+    if n.isdigit() or n in ("self", "thread-self") or (
+            os.path.islink(p) and os.readlink(p).startswith("self/")):
+        continue
+    try:
+        v = os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1 << 16).decode("latin-1")
+    except PermissionError:
+        v = "unreadable"
+    out[n] = v
+print(json.dumps(out))
+"""
+OWN_PROC_FILES = {"meminfo", "stat", "uptime", "cpuinfo", "vmstat"}
+
+
+def test_a_runs_proc_shows_nothing_system_wide_in_any_copy():
+    # The copies of one template decide their covers from the template's
+    # plan (tpl_proc.c): the first copy and later ones alike show every
+    # system-wide entry empty or unreadable.
+    with mcp() as m:
+        for i in range(3):
+            r = m.run(PROC_ALL)
+            assert r["status"] == "ok", r
+            seen = json.loads(r["stdout"])
+            assert len(seen) > 20, seen  # the kernel's global entries
+            for name, v in seen.items():
+                if name in OWN_PROC_FILES:
+                    continue
+                assert v in ("", [], "unreadable"), (i, name, v[:200])
+
+
+def test_a_copy_asks_the_kernel_nothing_the_template_knew_of_proc():
+    # Each copy asked the kernel about every entry of its /proc again
+    # (faccessat, readlinkat: about 50 system calls a copy) though every
+    # copy's procfs has the same global entries; the template now decides
+    # once, and a copy asks only about a name the template did not see.
+    if subprocess.run(["sh", "-c", "command -v strace"], capture_output=True).returncode:
+        print("  (no strace: skipped)")
+        return
+    log = os.path.join(tmpdir(), "trace")
+    p = subprocess.Popen(["strace", "-f", "-qq", "-o", log, "-e",
+                          "trace=faccessat,faccessat2,readlinkat,clone3", AIRLOCK, "mcp"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+
+    def rpc(i, method, params):
+        p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
+                                  "params": params}) + "\n")
+        p.stdin.flush()
+        while True:
+            msg = json.loads(p.stdout.readline())
+            if msg.get("id") == i:
+                return msg
+    rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "test", "version": "1"}})
+    p.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                  + "\n")
+    for i in range(4):
+        r = rpc(2 + i, "tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
+        assert r["result"]["content"][0]["text"] == "1\n", r
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+    lines = open(log).read().splitlines()
+    # The copies: pid 1 of a new PID namespace each.
+    copies = {ln.rsplit("= ", 1)[1].split()[0] for ln in lines
+              if "CLONE_NEWPID" in ln and "= " in ln and "resumed" not in ln}
+    copies |= {ln.rsplit("= ", 1)[1].split()[0] for ln in lines
+               if "clone3 resumed" in ln and "pidfd" in ln}
+    copies = {c for c in copies if c.isdigit()}
+    asked = {}
+    for ln in lines:
+        pid, call = ln.split(None, 1)
+        if pid in copies and call.startswith(("faccessat", "readlinkat")) and "/proc" not in call:
+            asked[pid] = asked.get(pid, 0) + 1
+    assert len(copies) >= 4, lines[:20]
+    # Before: 45 to 50 a copy; now none for the names the template saw.
+    assert all(n <= 5 for n in asked.values()), asked
 
 
 if __name__ == "__main__":
