@@ -20,7 +20,8 @@ client that sends the calls is outside the cgroup. Each figure is then a
 ratio to the floor measured in the same run.
 
 Called by bench.py (`make bench`, and `bench.py BUILD --only runcost`);
-alone: /usr/bin/python3 bench/bench_runcost.py BUILD [--quick]. Needs root
+alone: /usr/bin/python3 bench/bench_runcost.py BUILD [--quick]; with --written
+instead, the pages a ready copy has written since its fork. Needs root
 (or a delegated cgroup) to make its cgroups. Standard library only.
 """
 import json
@@ -301,9 +302,51 @@ def targets(res):
     return out
 
 
+def ready_copy_written(build, preload):
+    """The pages a ready copy of `airlock mcp` has written since its fork
+    (Private_Dirty of its smaps_rollup, KiB): its copies of the template's
+    pages and its new ones, before any run. After a few calls and a pause,
+    so that the copy is one of a warm template."""
+    cg = Cgroup()
+    m = Mcp(build, "print(1)", preload, cg)
+    try:
+        for _ in range(5):
+            m.call()
+        time.sleep(2)
+        out = []
+        for d in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{d}/status") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            ppid = int(st.split("PPid:")[1].split()[0])
+            nspid = st.split("NSpid:")[1].split("\n")[0].split()
+            # A copy: the server's child (CLONE_PARENT), pid 1 of its own
+            # PID namespace.
+            if ppid == m.p.pid and nspid[-1] == "1" and len(nspid) > 1:
+                try:
+                    with open(f"/proc/{d}/smaps_rollup") as f:
+                        for line in f:
+                            if line.startswith("Private_Dirty:"):
+                                out.append(int(line.split()[1]))
+                except OSError:
+                    pass  # a copy that ended meanwhile
+        return out
+    finally:
+        m.close()
+        cg.close()
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: bench_runcost.py BUILD [--quick]")
+        sys.exit("usage: bench_runcost.py BUILD [--quick] | BUILD --written")
+    if "--written" in sys.argv:
+        for pre in (None, PRELOAD):
+            kib = ready_copy_written(os.path.abspath(sys.argv[1]), pre)
+            print(f"ready copies, {pre or 'no preload'}: "
+                  + ", ".join(f"{k} KiB ({k // 4} pages) written since the fork" for k in kib))
+        sys.exit(0)
     r = run(os.path.abspath(sys.argv[1]), "--quick" in sys.argv,
             log=lambda m: print(m, file=sys.stderr))
     print("\n".join(report_lines(r)))
