@@ -100,19 +100,35 @@ static int cover_source(int procdir, const struct dirent *de, const char **ret_s
  * (cover_source), from the template's /proc: a full procfs, whose global
  * entries every copy's own procfs has too. Processes are left out (a
  * copy's are its own); so is whatever a copy could not use (a name too
- * long, entries past PROC_PLAN_MAX): a copy decides those itself, as it
- * does any entry it finds that the plan lacks. No plan at all (out of
- * memory, /proc unreadable) only costs each copy the asking. */
+ * long, entries past PROC_PLAN_MAX), and every entry that something is
+ * mounted on: what the template would see there is the mount's, not
+ * procfs's, and a file of its that the guest could not read might stand
+ * for a procfs file it can. (The kernel refuses a copy its procfs while
+ * anything but an empty folder of /proc is mounted on, as container
+ * runtimes' masks are, so this only keeps the plan right should that
+ * change.) A copy decides those itself, as it does any entry it finds
+ * that the plan lacks. No plan at all (out of memory, /proc unreadable)
+ * only costs each copy the asking. */
 static void make_proc_plan(struct template_state *tpl)
 {
         int procdir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = procdir < 0 ? NULL : fdopendir(dup(procdir));
         struct proc_plan *plan = d ? calloc(PROC_PLAN_MAX, sizeof(*plan)) : NULL;
         size_t n = 0;
+        struct stat root, st;
+        if (plan && fstat(procdir, &root) < 0) {
+                free(plan);
+                plan = NULL;
+        }
         struct dirent *de;
         while (plan && n < PROC_PLAN_MAX && (de = readdir(d))) {
                 if (isdigit((unsigned char)de->d_name[0]) ||
                     strlen(de->d_name) >= sizeof(plan[n].name) || de->d_type == DT_UNKNOWN)
+                        continue;
+                /* The entry itself, not a mount on it (lookups cross into
+                 * a mount whatever AT_SYMLINK_NOFOLLOW says). */
+                if (fstatat(procdir, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    st.st_dev != root.st_dev)
                         continue;
                 const char *src;
                 if (cover_source(procdir, de, &src) < 0)
