@@ -1013,7 +1013,7 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
-    ap.add_argument("--only", choices=["loaded", "cold", "tenants"],
+    ap.add_argument("--only", choices=["loaded", "cold", "tenants", "runcost"],
                     help="run one scenario alone and print its table (nothing is written)")
     ap.add_argument("--against", help="with --only cold: another build's `airlock run` in the "
                                       "same rounds")
@@ -1089,6 +1089,15 @@ def main():
         except Exception as e:  # noqa: BLE001
             b.extra["tenants"] = {"skipped": f"failed: {str(e)[:300]}"}
             log(f"  skip tenants: {str(e)[:300]}")
+        # Section 11: the cost of a run, CPU per call against the floor of
+        # a fork (bench_runcost.py).
+        import bench_runcost  # noqa: E402 - a sibling script
+
+        try:
+            b.extra["runcost"] = bench_runcost.run(b.build, b.quick, log)
+        except Exception as e:  # noqa: BLE001
+            b.extra["runcost"] = {"skipped": f"failed: {str(e)[:300]}"}
+            log(f"  skip runcost: {str(e)[:300]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     data = {"quick": args.quick, "machine": mach, "results": b.res, "skipped": b.skipped,
@@ -1104,6 +1113,9 @@ def main():
     tn = b.extra.get("tenants") or {}
     if "skipped" not in tn:
         data["targets"] += bench_tenants.targets(tn)
+    rc = b.extra.get("runcost") or {}
+    if "skipped" not in rc:
+        data["targets"] += bench_runcost.targets(rc)
     os.makedirs(args.out, exist_ok=True)
     md = report(data)
     md += "\n" + ("\n".join(bench_packages.report_lines(pk)) if "skipped" not in pk else
@@ -1113,6 +1125,8 @@ def main():
     md += "\n" + "\n".join(bench_cpu.report_lines(b.extra["cpu"])) + "\n"
     md += "\n" + ("\n".join(bench_tenants.report_lines(tn)) if "skipped" not in tn else
                   f"## 10. many tenants\n\nnot measured: {tn['skipped']}") + "\n"
+    md += "\n" + ("\n".join(bench_runcost.report_lines(rc)) if "skipped" not in rc else
+                  f"## 11. the cost of a run\n\nnot measured: {rc['skipped']}") + "\n"
     md += f"\nWhole benchmark: {data['elapsed_s']:.0f} s.\n"
     with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(md)

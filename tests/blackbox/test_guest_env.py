@@ -9,7 +9,7 @@ import os
 import subprocess
 import tarfile
 
-from harness import AIRLOCK, on_openblas, run, run_json, tmpdir
+from harness import AIRLOCK, mcp, on_openblas, run, run_json, tmpdir
 
 ROOT = os.geteuid() == 0
 
@@ -313,6 +313,112 @@ def test_proc_without_root_tells_each_process_its_own_limit():
     ok(r)
     assert r["stdout"] == "300 True\n", r["stdout"]
 
+
+# Every top-level entry of a run's /proc that is neither a process nor a
+# link into the reader's own: empty, unreadable, or one of the files the
+# copy writes for the run.
+PROC_ALL = r"""
+import json, os
+out = {}
+for n in sorted(os.listdir("/proc")):
+    p = "/proc/" + n
+    if n.isdigit() or n in ("self", "thread-self") or (
+            os.path.islink(p) and os.readlink(p).startswith("self/")):
+        continue
+    try:
+        v = os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1 << 16).decode("latin-1")
+    except PermissionError:
+        v = "unreadable"
+    out[n] = v
+print(json.dumps(out))
+"""
+OWN_PROC_FILES = {"meminfo", "stat", "uptime", "cpuinfo", "vmstat"}
+
+
+def test_a_runs_proc_shows_nothing_system_wide_in_any_copy():
+    # The copies of one template decide their covers from the template's
+    # plan (tpl_proc.c): the first copy and later ones alike show every
+    # system-wide entry empty or unreadable.
+    with mcp() as m:
+        for i in range(3):
+            r = m.run(PROC_ALL)
+            assert r["status"] == "ok", r
+            seen = json.loads(r["stdout"])
+            assert len(seen) > 20, seen  # the kernel's global entries
+            for name, v in seen.items():
+                if name in OWN_PROC_FILES:
+                    continue
+                assert v in ("", [], "unreadable"), (i, name, v[:200])
+
+
+def copy_calls(calls, n=4):
+    """{pid: how many of the system calls named in calls (their names'
+    beginnings) each copy made}, from strace -f of `airlock mcp` over n
+    print(1) calls; None without strace."""
+    if subprocess.run(["sh", "-c", "command -v strace"], capture_output=True).returncode:
+        return None
+    log = os.path.join(tmpdir(), "trace")
+    p = subprocess.Popen(["strace", "-f", "-qq", "-o", log, "-e",
+                          "trace=clone3," + ",".join(calls), AIRLOCK, "mcp"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+
+    def rpc(i, method, params):
+        p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
+                                  "params": params}) + "\n")
+        p.stdin.flush()
+        while True:
+            msg = json.loads(p.stdout.readline())
+            if msg.get("id") == i:
+                return msg
+    rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "test", "version": "1"}})
+    p.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                  + "\n")
+    for i in range(n):
+        r = rpc(2 + i, "tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
+        assert r["result"]["content"][0]["text"] == "1\n", r
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+    lines = open(log).read().splitlines()
+    # The copies: pid 1 of a new PID namespace each (clone3's result,
+    # on its line or on the line that resumes it).
+    copies = {ln.rsplit("= ", 1)[1].split()[0] for ln in lines
+              if "= " in ln and (("CLONE_NEWPID" in ln and "resumed" not in ln) or
+                                 ("clone3 resumed" in ln and "pidfd" in ln))}
+    copies = {c for c in copies if c.isdigit()}
+    assert len(copies) >= n, lines[:20]
+    made = {c: 0 for c in copies}
+    for ln in lines:
+        pid, call = ln.split(None, 1)
+        if pid in made and call.startswith(tuple(calls)):
+            made[pid] += 1
+    return made
+
+
+def test_a_copy_asks_the_kernel_nothing_the_template_knew_of_proc():
+    # Each copy asked the kernel about every entry of its /proc again
+    # (faccessat, readlinkat: about 50 system calls a copy) though every
+    # copy's procfs has the same global entries; the template now decides
+    # once, and a copy asks only about a name the template did not see.
+    made = copy_calls(["faccessat", "faccessat2", "readlinkat"])
+    if made is None:
+        print("  (no strace: skipped)")
+        return
+    # Before: 52 a copy; now none for the names the template saw.
+    assert all(n <= 5 for n in made.values()), made
+
+
+def test_a_copy_sets_up_its_signals_without_a_system_call():
+    # Each copy, as pid 1 of its run, read and set the disposition of 45
+    # signals (90 rt_sigaction a copy); the template now installs the same
+    # handlers once and a copy only turns them on
+    # (test_guest_runtime.py holds what the signals do).
+    made = copy_calls(["rt_sigaction"])
+    if made is None:
+        print("  (no strace: skipped)")
+        return
+    assert all(n <= 10 for n in made.values()), made
 
 if __name__ == "__main__":
     run()

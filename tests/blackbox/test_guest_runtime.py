@@ -5,7 +5,7 @@ thread ids, signals that end the run, pid 1's duties), or the difference is
 the documented one (docs/design.md, "Inside the sandbox")."""
 import json
 
-from harness import airlock, run, run_json
+from harness import airlock, mcp, run, run_json
 
 
 def ok(r):
@@ -163,6 +163,21 @@ def test_signals_with_handlers_and_children_are_as_on_the_host():
     rc, r = run_json(code, "--timeout", "90")
     ok(r)
     assert r["stdout"] == "handled\n-15\n-12\n", r["stdout"]
+
+
+def test_every_copy_of_a_server_ends_as_a_signal_sent_to_itself():
+    # The handlers are installed once in the template, after its
+    # interpreter read its dispositions: in every copy, the first and those
+    # after the template's warm-up, Python still sees the default, and a
+    # signal the code sends itself ends the run as on the host.
+    with mcp() as m:
+        for i in range(4):
+            r = m.run("import signal\nprint(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,"
+                      " signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL)")
+            assert r["status"] == "ok" and r["stdout"] == "True True\n", (i, r)
+            r = m.run("import os, signal\nos.kill(os.getpid(), signal.SIGUSR1)\nprint('alive')")
+            assert r["status"] == "killed" and r["exit_code"] == 128 + 10, (i, r)
+            assert "alive" not in r["stdout"], r
 
 
 def test_a_session_cell_killed_by_itself_rolls_back():

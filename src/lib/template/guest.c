@@ -123,6 +123,9 @@ static const int init_signals[] = {SIGHUP,  SIGQUIT, SIGABRT,   SIGUSR1, SIGUSR2
                                    SIGALRM, SIGTERM, SIGSTKFLT, SIGXCPU, SIGVTALRM,
                                    SIGPROF, SIGIO,   SIGPWR};
 static volatile sig_atomic_t init_signals_on;
+/* Whether this process inherited the handlers from the template
+ * (guest_install_init_signals), so that a copy need only turn them on. */
+static bool init_signals_installed;
 
 /* Writes n in decimal at p; returns the end. Async-signal-safe. */
 static char *put_uint(char *p, unsigned n)
@@ -209,16 +212,17 @@ static void on_init_signal(int sig)
         raise_by_default(sig);
 }
 
-void guest_init_signals(bool on)
+/* Puts on_init_signal (on) or the default (off) in place of the other
+ * for every signal of init_signals and every real-time signal. Only a
+ * default disposition is replaced (a preload may have set its own
+ * handler). */
+static void swap_init_handlers(bool on)
 {
-        init_signals_on = on;
         struct sigaction sa = {.sa_handler = on ? on_init_signal : SIG_DFL,
                                .sa_flags = on ? SA_RESTART : 0};
         sigemptyset(&sa.sa_mask);
         for (size_t i = 0; i < ARRAY_SIZE(init_signals); i++) {
                 struct sigaction old;
-                /* Only a default disposition is replaced (a preload may
-                 * have set its own handler). */
                 if (sigaction(init_signals[i], NULL, &old) == 0 &&
                     old.sa_handler == (on ? SIG_DFL : on_init_signal))
                         sigaction(init_signals[i], &sa, NULL);
@@ -229,6 +233,29 @@ void guest_init_signals(bool on)
                     old.sa_handler == (on ? SIG_DFL : on_init_signal))
                         sigaction(sig, &sa, NULL);
         }
+}
+
+void guest_install_init_signals(void)
+{
+        /* Off until a copy turns them on: in the template, a probe or a
+         * process the code forked, on_init_signal gives the default. */
+        init_signals_on = false;
+        swap_init_handlers(true);
+        init_signals_installed = true;
+}
+
+void guest_init_signals(bool on)
+{
+        /* The dispositions came with the fork: the template installed
+         * them after its interpreter and preloads were set up, as a copy
+         * would have, and only the template's own code ran since. */
+        if (on && init_signals_installed) {
+                init_signals_on = true;
+                return;
+        }
+        init_signals_on = on;
+        swap_init_handlers(on);
+        init_signals_installed = false;
 }
 
 void guest_end_of_run(void)

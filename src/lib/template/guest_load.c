@@ -125,6 +125,11 @@ void guest_init_signals(bool on)
         guest->init_signals(on);
 }
 
+void guest_install_init_signals(void)
+{
+        guest->install_init_signals();
+}
+
 void guest_end_of_run(void)
 {
         guest->end_of_run();

@@ -32,6 +32,7 @@ __attribute__((visibility("default"))) const struct guest_module airlock_guest_m
     .after_fork_child = guest_after_fork_child,
     .after_fork_snapshot = guest_after_fork_snapshot,
     .init_signals = guest_init_signals,
+    .install_init_signals = guest_install_init_signals,
     .end_of_run = guest_end_of_run,
     .run = guest_run,
     .set_argv = guest_set_argv,

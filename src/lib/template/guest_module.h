@@ -35,6 +35,7 @@ struct guest_module {
         void (*after_fork_child)(int channel_fd);
         void (*after_fork_snapshot)(int channel_fd);
         void (*init_signals)(bool on);
+        void (*install_init_signals)(void);
         void (*end_of_run)(void);
         int (*run)(const char *code, size_t len, bool last, const char **ret_status);
         void (*set_argv)(const char *const *argv, size_t n);

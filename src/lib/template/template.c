@@ -356,6 +356,9 @@ _Noreturn void template_main(void)
         r = guest_init(&tpl->params, errbuf, sizeof(errbuf));
         if (r < 0)
                 tpl_fail(tpl, r, r == -ENOENT ? "preload" : "python", "%s", errbuf);
+        /* Once, after the interpreter read its dispositions and the
+         * preloads set theirs: each copy then only turns them on. */
+        guest_install_init_signals();
 
         tpl_ctl_send(tpl, CTL_READY);
         /* Copies asked for and not started yet. */

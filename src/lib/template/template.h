@@ -53,6 +53,11 @@ void guest_after_fork_snapshot(int channel_fd);
  * or stop catching, the signals whose default ends a process, which pid 1
  * would otherwise ignore when sent from inside its namespace. */
 void guest_init_signals(bool on);
+/* In the template, once, after the interpreter and the preloads are set
+ * up: installs the handlers guest_init_signals(true) would, while leaving
+ * them off (a signal then takes its default action, as without them), so
+ * that each copy only turns them on, with no system call. */
+void guest_install_init_signals(void);
 /* Before a single run's "end" frame: no frame may follow it. */
 void guest_end_of_run(void);
 /* Runs code (UTF-8) as __main__; returns the exit code and sets *ret_status

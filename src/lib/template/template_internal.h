@@ -200,6 +200,12 @@ struct template_state {
          * many they are (tpl_proc_prepare, once); read by every copy. */
         char *proc_cpuinfo;
         unsigned proc_cpus;
+        /* What each top-level entry of /proc needs in a copy, decided once
+         * from the template's own view of a full procfs (tpl_proc_prepare):
+         * every copy's procfs has the same global entries, and a copy then
+         * asks the kernel about none of them (tpl_proc_mount). */
+        struct proc_plan *proc_plan;
+        size_t n_proc_plan;
 
         /* --- per copy: set in a copy, never in the template --- */
 

@@ -38,7 +38,6 @@
 #define CPUINFO_MAX (256u << 10)
 
 enum { P_MEMINFO, P_STAT, P_UPTIME, P_N };
-static const char *const written[P_N] = {"meminfo", "stat", "uptime"};
 
 /* Per copy (a copy is a fork of the template, which has none of them):
  * the fds the files are written through, and what the figures are made
@@ -54,6 +53,115 @@ static uint64_t ns_of(struct timespec t)
         return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* One top-level entry of /proc and what a copy does with it: covers it
+ * with the file or folder named src of its tmpfs, or leaves it (src NULL).
+ * The most entries planned: PROC_PLAN_MAX (a kernel has about 60). */
+#define PROC_PLAN_MAX 256
+struct proc_plan {
+        char name[32];
+        unsigned char type; /* the entry's d_type, which must match */
+        const char *src;
+};
+
+static bool kept(int procdir, const struct dirent *de);
+
+/* What entry de of the procfs open at procdir needs: *ret_src is the
+ * file or folder of the copy's tmpfs that covers it, or NULL when it stays
+ * the kernel's (a process, a link into the reader's own, or a file the
+ * guest may neither read nor write). -ELOOP for a link this code does not
+ * know: the caller fails closed. */
+static int cover_source(int procdir, const struct dirent *de, const char **ret_src)
+{
+        *ret_src = NULL;
+        if (kept(procdir, de))
+                return 0;
+        /* A file the guest can neither read nor write (kmsg, slabinfo,
+         * kpage*: root's of the host, mode 0400) needs no cover, which
+         * would cost the copy's setup time. The copy's capabilities, those
+         * of its own user namespace, do not reach files of ids it does not
+         * map, so this is the guest's access; the template's, in the user
+         * namespace the copy's is made in and with the same ids, is the
+         * same. */
+        if (de->d_type == DT_REG && faccessat(procdir, de->d_name, R_OK, AT_EACCESS) < 0 &&
+            errno == EACCES && faccessat(procdir, de->d_name, W_OK, AT_EACCESS) < 0 &&
+            errno == EACCES)
+                return 0;
+        if (de->d_type == DT_LNK)
+                return -ELOOP;
+        static const char *const own[] = {"cpuinfo", "vmstat", "meminfo", "stat", "uptime"};
+        *ret_src = de->d_type == DT_DIR ? "d" : "e";
+        for (size_t i = 0; i < ARRAY_SIZE(own); i++)
+                if (strcmp(de->d_name, own[i]) == 0)
+                        *ret_src = own[i];
+        return 0;
+}
+
+/* Decides, once, in the template, what each global entry of /proc needs
+ * (cover_source), from the template's /proc: a full procfs, whose global
+ * entries every copy's own procfs has too. Processes are left out (a
+ * copy's are its own); so is whatever a copy could not use (a name too
+ * long, entries past PROC_PLAN_MAX), and every entry that something is
+ * mounted on: what the template would see there is the mount's, not
+ * procfs's, and a file of its that the guest could not read might stand
+ * for a procfs file it can. (The kernel refuses a copy its procfs while
+ * anything but an empty folder of /proc is mounted on, as container
+ * runtimes' masks are, so this only keeps the plan right should that
+ * change.) A copy decides those itself, as it does any entry it finds
+ * that the plan lacks. No plan at all (out of memory, /proc unreadable)
+ * only costs each copy the asking. */
+static void make_proc_plan(struct template_state *tpl)
+{
+        int procdir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = procdir < 0 ? NULL : fdopendir(dup(procdir));
+        struct proc_plan *plan = d ? calloc(PROC_PLAN_MAX, sizeof(*plan)) : NULL;
+        size_t n = 0;
+        struct stat root, st;
+        if (plan && fstat(procdir, &root) < 0) {
+                free(plan);
+                plan = NULL;
+        }
+        struct dirent *de;
+        while (plan && n < PROC_PLAN_MAX && (de = readdir(d))) {
+                if (isdigit((unsigned char)de->d_name[0]) ||
+                    strlen(de->d_name) >= sizeof(plan[n].name) || de->d_type == DT_UNKNOWN)
+                        continue;
+                /* The entry itself, not a mount on it (lookups cross into
+                 * a mount whatever AT_SYMLINK_NOFOLLOW says). */
+                if (fstatat(procdir, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    st.st_dev != root.st_dev)
+                        continue;
+                const char *src;
+                if (cover_source(procdir, de, &src) < 0)
+                        continue; /* an unknown link: each copy fails on it */
+                snprintf(plan[n].name, sizeof(plan[n].name), "%s", de->d_name);
+                plan[n].type = de->d_type;
+                plan[n].src = src;
+                n++;
+        }
+        if (d)
+                closedir(d);
+        if (procdir >= 0)
+                close(procdir);
+        tpl->proc_plan = plan;
+        tpl->n_proc_plan = plan ? n : 0;
+}
+
+/* The plan's entry for de, or NULL. Copies read /proc in the order the
+ * template did, so the entry after the last one found is tried first. */
+static const struct proc_plan *planned(const struct template_state *tpl, const struct dirent *de,
+                                       size_t *cursor)
+{
+        for (size_t k = 0; k < tpl->n_proc_plan; k++) {
+                size_t i = (*cursor + k) % tpl->n_proc_plan;
+                const struct proc_plan *p = &tpl->proc_plan[i];
+                if (p->type == de->d_type && strcmp(p->name, de->d_name) == 0) {
+                        *cursor = i + 1;
+                        return p;
+                }
+        }
+        return NULL;
+}
+
 /* The host's cpuinfo, as the template reads it once: only the blocks of
  * the CPUs the sandbox may use, numbered from 0 as the guest counts them.
  * NULL when it cannot be read (the guest then gets an empty file). */
@@ -63,6 +171,7 @@ void tpl_proc_prepare(struct template_state *tpl)
         CPU_ZERO(&set);
         bool have_set = sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0;
         tpl->proc_cpus = have_set ? (unsigned)CPU_COUNT(&set) : 1;
+        make_proc_plan(tpl);
         FILE *f = fopen("/proc/cpuinfo", "re");
         if (!f)
                 return;
@@ -382,28 +491,16 @@ int tpl_proc_mount(const struct template_state *tpl)
         if (r >= 0 && !d)
                 r = -errno;
         struct dirent *de;
+        size_t cursor = 0;
         while (r >= 0 && (errno = 0, de = readdir(d))) {
-                if (kept(procdir, de))
-                        continue;
-                /* A file the guest can neither read nor write (kmsg,
-                 * slabinfo, kpage*: root's of the host, mode 0400) needs
-                 * no cover, which would cost the copy's setup time. The
-                 * copy's capabilities, those of its own user namespace,
-                 * do not reach files of ids it does not map, so this is
-                 * the guest's access. */
-                if (de->d_type == DT_REG && faccessat(procdir, de->d_name, R_OK, AT_EACCESS) < 0 &&
-                    errno == EACCES && faccessat(procdir, de->d_name, W_OK, AT_EACCESS) < 0 &&
-                    errno == EACCES)
-                        continue;
-                const char *src = de->d_type == DT_DIR ? "d" : "e";
-                if (strcmp(de->d_name, "cpuinfo") == 0 || strcmp(de->d_name, "vmstat") == 0)
-                        src = de->d_name;
-                for (int i = 0; i < P_N; i++)
-                        if (strcmp(de->d_name, written[i]) == 0)
-                                src = written[i];
-                if (de->d_type == DT_LNK)
-                        r = -ELOOP; /* a link this code does not know: fail closed */
-                else
+                /* What the template decided for this name, or, for a name
+                 * it did not see, what this copy decides itself. */
+                const struct proc_plan *p =
+                    isdigit((unsigned char)de->d_name[0]) ? NULL : planned(tpl, de, &cursor);
+                const char *src = p ? p->src : NULL;
+                if (!p)
+                        r = cover_source(procdir, de, &src);
+                if (r >= 0 && src)
                         r = cover(ro, src, procdir, de->d_name);
         }
         if (r >= 0 && errno)

@@ -1,0 +1,354 @@
+#!/usr/bin/python3
+"""The cost of a run: the CPU one call costs, against the floor of a fork,
+side by side in one run (issue 40's method).
+
+  - the floor: /usr/bin/python3 after the same imports as the template and
+    gc.freeze(), forking a child that exits at once (os.fork, os._exit(0),
+    waitpid), the best of 3 rounds of 200; without preloads and with
+    numpy,pandas preloaded;
+  - airlock's CPU per call for print(1) without preloads, print(1) with
+    numpy,pandas preloaded, and the pandas run with them preloaded: through
+    the library (bench_runcost.c, one sandbox) and through `airlock mcp`;
+  - the same code under `bwrap ... python3 -c` (a fresh process a call, as
+    bwrap is used).
+
+CPU per call is the CPU of the caller's whole process tree, read from a
+cgroup of the measurement's own (cgroup v1 cpuacct or v2 cpu.stat), so that
+the copies the server reaped, the template and every helper count: over N
+calls 20 ms apart, minus what the same tree uses idle over as long. The
+client that sends the calls is outside the cgroup. Each figure is then a
+ratio to the floor measured in the same run.
+
+Called by bench.py (`make bench`, and `bench.py BUILD --only runcost`);
+alone: /usr/bin/python3 bench/bench_runcost.py BUILD [--quick]; with --written
+instead, the pages a ready copy has written since its fork. Needs root
+(or a delegated cgroup) to make its cgroups. Standard library only.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_loaded  # noqa: E402 - a sibling script: its MCP client and bwrap line
+
+PY = "/usr/bin/python3"
+PRELOAD = "numpy,pandas"
+PANDAS = bench_loaded.CODES["pandas"][0]
+# (key, label, code, preloads): the calls measured.
+CALLS = [
+    ("print1", "print(1), no preload", "print(1)", None),
+    ("print1_pre", "print(1), numpy,pandas preloaded", "print(1)", PRELOAD),
+    ("pandas_pre", "the pandas run, numpy,pandas preloaded", PANDAS, PRELOAD),
+]
+GAP_S = 0.02
+
+# The floor: fork and exit of the template's interpreter after the same
+# imports, timed by the cgroup it runs in (argv[1], its usage file).
+FLOOR = r'''
+import gc, os, sys
+if sys.argv[2] != "-":
+    for m in sys.argv[2].split(","):
+        __import__(m)
+gc.freeze()
+usage_file, rounds, n = sys.argv[1], int(sys.argv[3]), int(sys.argv[4])
+def usage():
+    with open(usage_file) as f:
+        text = f.read()
+    if usage_file.endswith("cpu.stat"):
+        return int(text.split("usage_usec")[1].split()[0]) * 1000
+    return int(text)
+best = None
+for _ in range(rounds):
+    u = usage()
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    d = usage() - u
+    best = d if best is None else min(best, d)
+print(best / n / 1e6)
+'''
+
+
+class Cgroup:
+    """A cgroup of the measurement's own, removed on exit: v1's cpuacct
+    where it is mounted (a hybrid host), else v2's cpu.stat."""
+    seq = 0
+
+    def __init__(self):
+        Cgroup.seq += 1
+        name = f"airlock-runcost-{os.getpid()}-{Cgroup.seq}"
+        if os.path.exists("/sys/fs/cgroup/cpuacct/cpuacct.usage"):
+            base, self.file = "/sys/fs/cgroup/cpuacct", "cpuacct.usage"
+        else:
+            base, self.file = "/sys/fs/cgroup", "cpu.stat"
+        with open("/proc/self/cgroup") as f:
+            own = ""
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                if (self.file == "cpuacct.usage" and "cpuacct" in ctrls.split(",")) or \
+                        (self.file == "cpu.stat" and ctrls == ""):
+                    own = path
+        self.path = os.path.join(base + own, name)
+        os.mkdir(self.path)
+        self.usage_file = os.path.join(self.path, self.file)
+
+    def usage_ms(self):
+        with open(self.usage_file) as f:
+            text = f.read()
+        if self.file == "cpu.stat":
+            return int(text.split("usage_usec")[1].split()[0]) / 1e3
+        return int(text) / 1e6
+
+    def enter(self):
+        """For preexec_fn: the child joins before it execs anything."""
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+    def close(self):
+        # airlock removes the cgroups it made under this one; wait for it.
+        for _ in range(100):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.05)
+
+
+class Lib:
+    """bench_runcost: the library, one sandbox, a run per line."""
+
+    def __init__(self, build, code, preload, cg):
+        self.p = subprocess.Popen([os.path.join(build, "bench_runcost"), preload or "-", code],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, preexec_fn=cg.enter)
+
+    def call(self):
+        self.p.stdin.write(b"\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline().decode()
+        if line != "ok\n":
+            raise RuntimeError(f"bench_runcost: {line.strip() or self.p.stderr.read()[-300:]}")
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+
+
+class Mcp(bench_loaded.Mcp):
+    """`airlock mcp`, started in the cgroup."""
+
+    def __init__(self, build, code, preload, cg):
+        self.code = code
+        argv = [os.path.join(build, "airlock"), "mcp"] + (["--preload", preload] if preload
+                                                          else [])
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, preexec_fn=cg.enter)
+        self.ids = iter(range(1, 1 << 30))
+        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                "clientInfo": {"name": "airlock-bench", "version": "1"}})
+        self.rpc("notifications/initialized", {}, notify=True)
+
+    def call(self):
+        r = self.rpc("tools/call", {"name": "execute_code", "arguments": {"code": self.code}})
+        if r.get("isError"):
+            raise RuntimeError(f"airlock mcp: {str(r)[:300]}")
+
+
+def idle_rate(cg, seconds):
+    """The tree's CPU ms per second while no call is made."""
+    u0, w0 = cg.usage_ms(), time.perf_counter()
+    time.sleep(seconds)
+    return (cg.usage_ms() - u0) / (time.perf_counter() - w0)
+
+
+def per_call(kind, build, code, preload, n, idle_s):
+    """CPU ms per call of the tree of kind (Lib or Mcp), minus its idle use."""
+    cg = Cgroup()
+    t = None
+    try:
+        t = kind(build, code, preload, cg)
+        for _ in range(5):  # untimed: the first copies, the imports' pages
+            t.call()
+        # The template warms itself up and learns a copy's pages after its
+        # first runs: not idle use, and over before the calls are timed.
+        time.sleep(1.0)
+        idle = [idle_rate(cg, idle_s)]
+        u0, w0 = cg.usage_ms(), time.perf_counter()
+        for _ in range(n):
+            time.sleep(GAP_S)
+            t.call()
+        used, wall = cg.usage_ms() - u0, time.perf_counter() - w0
+        time.sleep(GAP_S)
+        idle.append(idle_rate(cg, idle_s))
+        # Idle use measured before and after: the smaller (a neighbour's
+        # burst on a shared machine only adds).
+        rate = min(idle)
+        return {"cpu_ms": (used - rate * wall) / n, "idle_cpus": rate / 1e3,
+                "idle_cpus_seen": [r / 1e3 for r in idle], "calls": n}
+    finally:
+        if t:
+            t.close()
+        cg.close()
+
+
+def bwrap_cost(code, n):
+    """CPU ms of one `bwrap ... python3 -c code`, all of its tree."""
+    cg = Cgroup()
+    try:
+        u0 = cg.usage_ms()
+        for _ in range(n):
+            p = subprocess.run(bench_loaded.BWRAP + [PY, "-c", code], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=120,
+                               preexec_fn=cg.enter)
+            if p.returncode != 0:
+                raise RuntimeError(f"bwrap exited {p.returncode}: {p.stderr.decode()[:300]}")
+        return (cg.usage_ms() - u0) / n
+    finally:
+        cg.close()
+
+
+def floor_cost(preload, rounds=3, n=200):
+    cg = Cgroup()
+    try:
+        p = subprocess.run([PY, "-c", FLOOR, cg.usage_file, preload or "-", str(rounds), str(n)],
+                           capture_output=True, text=True, timeout=600, preexec_fn=cg.enter)
+        if p.returncode != 0:
+            raise RuntimeError(f"the floor's python3 failed: {p.stderr[-300:]}")
+        return float(p.stdout.strip())
+    finally:
+        cg.close()
+
+
+def build_driver(build):
+    libs = subprocess.run(["pkg-config", "--libs", "libseccomp", "jansson"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(HERE, "..",
+                                                                                "include"),
+                    "-o", os.path.join(build, "bench_runcost"),
+                    os.path.join(HERE, "bench_runcost.c"), os.path.join(build, "libairlock.a"),
+                    *libs, "-lpthread"], check=True)
+
+
+def run(build, quick, log=lambda m: None):
+    n = 40 if quick else 150
+    n_bwrap = 3 if quick else 10
+    idle_s = 0.5 if quick else 1.0
+    build_driver(build)
+    res = {"calls": n, "gap_ms": GAP_S * 1e3, "loadavg_start": os.getloadavg(),
+           "cores": os.cpu_count()}
+    log(f"- cost of a run: CPU per call ({n} calls {GAP_S * 1e3:.0f} ms apart) against the "
+        "floor of a fork")
+    res["floor"] = {"none": floor_cost(None), "preload": floor_cost(PRELOAD)}
+    have_bwrap = subprocess.run(["sh", "-c", "command -v bwrap"],
+                                stdout=subprocess.DEVNULL).returncode == 0
+    for key, _, code, preload in CALLS:
+        r = res[key] = {}
+        for name, kind in (("library", Lib), ("mcp", Mcp)):
+            r[name] = per_call(kind, build, code, preload, n, idle_s)
+            r[name]["ratio"] = r[name]["cpu_ms"] / res["floor"]["preload" if preload else "none"]
+        if have_bwrap and key != "print1_pre":
+            r["bwrap_ms"] = bwrap_cost(code, n_bwrap)
+    res["print1_pre"]["bwrap_ms"] = res["print1"].get("bwrap_ms")
+    res["loadavg_end"] = os.getloadavg()
+    return res
+
+
+def fmt(v, d=2):
+    return "-" if v is None else f"{v:.{d}f}"
+
+
+def report_lines(res):
+    fl = res["floor"]
+    la = lambda t: ", ".join(f"{x:.2f}" for x in t)  # noqa: E731
+    L = ["## 11. the cost of a run: CPU per call against the floor of a fork", "",
+         f"CPU of the caller's whole process tree (a cgroup of the measurement's own, so that "
+         f"reaped copies count) over {res['calls']} calls {res['gap_ms']:.0f} ms apart, minus its "
+         "idle use; the floor is `/usr/bin/python3` after the same imports and `gc.freeze()` "
+         "forking a child that exits at once (best of 3 rounds of 200); bwrap is "
+         "`bwrap ... python3 -c CODE`, a fresh process a call. "
+         f"Load average at the start {la(res['loadavg_start'])}, at the end "
+         f"{la(res['loadavg_end'])} ({res['cores']} cores). "
+         "`bench/bench_runcost.py BUILD [--quick]`.", "",
+         f"Floor: {fl['none']:.3f} ms without preloads, {fl['preload']:.3f} ms with "
+         f"{PRELOAD} preloaded.", "",
+         "| call | floor ms | library ms | library / floor | `airlock mcp` ms | mcp / floor "
+         "| bwrap ms | bwrap / mcp |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, label, _, preload in CALLS:
+        r = res[key]
+        f = fl["preload" if preload else "none"]
+        bw = r.get("bwrap_ms")
+        L.append(f"| {label} | {f:.3f} | {r['library']['cpu_ms']:.2f} | "
+                 f"{r['library']['ratio']:.1f}x | {r['mcp']['cpu_ms']:.2f} | "
+                 f"{r['mcp']['ratio']:.1f}x | {fmt(bw, 1)} | "
+                 f"{fmt(bw / r['mcp']['cpu_ms'] if bw else None, 1)}x |")
+    return L + [""]
+
+
+def targets(res):
+    out = []
+    for key, label, _, preload in CALLS:
+        limit = 2.0 if preload else 2.5
+        for name in ("library", "mcp"):
+            ratio = res[key][name]["ratio"]
+            out.append({"what": f"CPU per call, {label}, through the {name}, against the floor "
+                                f"(at most {limit}x)",
+                        "figure": f"{ratio:.1f}x ({res[key][name]['cpu_ms']:.2f} ms)",
+                        "verdict": "met" if ratio <= limit else "not met"})
+    return out
+
+
+def ready_copy_written(build, preload):
+    """The pages a ready copy of `airlock mcp` has written since its fork
+    (Private_Dirty of its smaps_rollup, KiB): its copies of the template's
+    pages and its new ones, before any run. After a few calls and a pause,
+    so that the copy is one of a warm template."""
+    cg = Cgroup()
+    m = Mcp(build, "print(1)", preload, cg)
+    try:
+        for _ in range(5):
+            m.call()
+        time.sleep(2)
+        out = []
+        for d in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{d}/status") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            ppid = int(st.split("PPid:")[1].split()[0])
+            nspid = st.split("NSpid:")[1].split("\n")[0].split()
+            # A copy: the server's child (CLONE_PARENT), pid 1 of its own
+            # PID namespace.
+            if ppid == m.p.pid and nspid[-1] == "1" and len(nspid) > 1:
+                try:
+                    with open(f"/proc/{d}/smaps_rollup") as f:
+                        for line in f:
+                            if line.startswith("Private_Dirty:"):
+                                out.append(int(line.split()[1]))
+                except OSError:
+                    pass  # a copy that ended meanwhile
+        return out
+    finally:
+        m.close()
+        cg.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: bench_runcost.py BUILD [--quick] | BUILD --written")
+    if "--written" in sys.argv:
+        for pre in (None, PRELOAD):
+            kib = ready_copy_written(os.path.abspath(sys.argv[1]), pre)
+            print(f"ready copies, {pre or 'no preload'}: "
+                  + ", ".join(f"{k} KiB ({k // 4} pages) written since the fork" for k in kib))
+        sys.exit(0)
+    r = run(os.path.abspath(sys.argv[1]), "--quick" in sys.argv,
+            log=lambda m: print(m, file=sys.stderr))
+    print("\n".join(report_lines(r)))
+    print("\n".join(f"- {t['what']}: {t['figure']} -- **{t['verdict']}**" for t in targets(r)))
+    print(json.dumps(r), file=sys.stderr)
