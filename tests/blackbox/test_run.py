@@ -387,6 +387,23 @@ def test_arguments_after_the_script_are_sys_argv_and_stdin_is_the_codes():
     assert "AIRLOCK_RUN_STDIN_MAX" in p.stderr, p.stderr
 
 
+def test_code_and_stdin_each_under_their_cap_but_too_large_together():
+    """14 MiB of code (under the 16 MiB cap) and 8 MiB of standard input
+    (at its cap) pass the run frame's 24 MiB once the input is in base64:
+    a clear error on the caller's input (exit 2) naming the cap, not a
+    sandbox that cannot be used (exit 3, "Message too long")."""
+    d = tmpdir()
+    script = os.path.join(d, "big.py")
+    with open(script, "w") as f:
+        f.write("import sys\nprint(len(sys.stdin.buffer.read()))\n")
+        f.write(("#" + "a" * 1000 + "\n") * 14500)
+    with stdin_file("x" * (8 << 20)) as stdin:
+        p = subprocess.run([AIRLOCK, "run", script], stdin=stdin, capture_output=True,
+                           text=True, timeout=300)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "CHANNEL_MAX_FRAME" in p.stderr and "--workspace" in p.stderr, p.stderr
+
+
 def test_a_pipe_its_caller_keeps_open_never_holds_the_run():
     """A framework that spawns the command with a pipe on its stdin and never
     closes it (Node's exec, an MCP server's own stdin) gets its run: the

@@ -288,6 +288,63 @@ static void test_a_file_replaced_while_staged_is_staged_again(void **state)
         fsx_manifest_free(m2);
 }
 
+/* Bytes and files copied into a directory of the copy, not counting "." */
+static void tally(int dfd, const char *rel, uint64_t *bytes, uint64_t *files)
+{
+        int fd = openat(dfd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+        assert_true(fd >= 0);
+        DIR *d = fdopendir(fd);
+        assert_non_null(d);
+        struct dirent *de;
+        *bytes = *files = 0;
+        while ((de = readdir(d))) {
+                struct stat st;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISREG(st.st_mode)) {
+                        *bytes += (uint64_t)st.st_size;
+                        (*files)++;
+                }
+        }
+        closedir(d);
+}
+
+/* A delta (fsx_stage_delta) that a directory's new files take past the
+ * staging caps hands the version to a full staging (which names the cap),
+ * having copied no more than the caps allow: a workspace that gains many
+ * large or many small files in one directory must not make the host copy
+ * them all before the totals are checked. */
+static void test_a_delta_copies_no_more_than_the_caps(void **state)
+{
+        ut *t = *state;
+        const fsx_limits small = {.max_bytes = 1 << 20, .max_files = 40, .max_depth = 16};
+        for (int i = 0; i < 6; i++) {
+                char n[32];
+                snprintf(n, sizeof(n), "sub/big%d", i);
+                put_bytes(t->wfd, n, 400 << 10, 'q');
+        }
+        for (int i = 0; i < 200; i++) {
+                char n[32];
+                snprintf(n, sizeof(n), "sub/deep/f%d", i);
+                put_file(t->wfd, n, "x");
+        }
+        const char *dirs[] = {"sub", "sub/deep"};
+        for (int k = 0; k < 2; k++) {
+                int dfd = open_dir(t->s.fd, "a");
+                fsx_manifest *m2 = NULL;
+                fsx_stage_stats st = {0};
+                airlock_error err = {0};
+                int r = fsx_stage_delta(dfd, NULL, 0, t->ws, &dirs[k], 1, &small, (uid_t)-1,
+                                        (gid_t)-1, t->m, &m2, &st, &err);
+                assert_int_equal(r, 1);
+                assert_null(m2);
+                uint64_t bytes, files;
+                tally(dfd, dirs[k], &bytes, &files);
+                assert_true(bytes <= small.max_bytes);
+                assert_true(files <= small.max_files);
+                close(dfd);
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -298,6 +355,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_mounts_are_refused, setup, teardown),
             cmocka_unit_test_setup_teardown(test_a_file_replaced_while_staged_is_staged_again,
                                             setup, teardown),
+            cmocka_unit_test_setup_teardown(test_a_delta_copies_no_more_than_the_caps, setup,
+                                            teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

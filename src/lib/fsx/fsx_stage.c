@@ -1164,6 +1164,10 @@ typedef struct delta_ctx {
         delta_dir *touched;
         size_t n_touched, cap_touched;
         uint64_t bytes, listed; /* the new version's totals */
+        /* The totals without the directory being staged (delta_one): what
+         * its files add to them is checked against the caps before each
+         * copy, not only once the directory is done. */
+        uint64_t dir_base_bytes, dir_base_listed;
 } delta_ctx;
 
 static int delta_touch(delta_ctx *d, int fd, const struct stat *src)
@@ -1318,8 +1322,10 @@ static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const st
         _cleanup_close_ int in =
             openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
         struct stat st;
+        /* The size too: the caps were checked against lst's, and a file
+         * grown since would be copied whole past them. */
         if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_ino != lst->st_ino ||
-            st.st_dev != lst->st_dev)
+            st.st_dev != lst->st_dev || st.st_size != lst->st_size)
                 return 1;
         if (unlinkat(tfd, name, 0) < 0 && errno != ENOENT)
                 return 1; /* a directory there: the tree's shape changed */
@@ -1379,6 +1385,12 @@ static int delta_entry(delta_ctx *d, const char *rel, int sfd, int tfd, const ch
                 return 1; /* a link is refused, a FIFO skipped: by a full staging */
         (*new_files)++;
         *new_bytes += (uint64_t)st.st_size;
+        /* Past a cap, before anything more is copied: the full staging
+         * then names the cap. */
+        if (d->dir_base_listed + *new_files > c->lim->max_files ||
+            (uint64_t)st.st_size > c->lim->max_bytes ||
+            d->dir_base_bytes + *new_bytes > c->lim->max_bytes)
+                return 1;
         /* Larger files are vouched for by their identity alone, as in
          * reuse_previous and the tree signatures. */
         bool compare = m && m->compare && (uint64_t)st.st_size < REUSE_COMPARE;
@@ -1390,8 +1402,6 @@ static int delta_entry(delta_ctx *d, const char *rel, int sfd, int tfd, const ch
                         return al_error(c->err, -ENOMEM, NULL, "out of memory");
                 return 0;
         }
-        if ((uint64_t)st.st_size > c->lim->max_bytes)
-                return 1;
         return delta_copy(d, sfd, tfd, n, &st, ipath);
 }
 
@@ -1434,6 +1444,8 @@ static int delta_one(delta_ctx *d, const char *rel)
                 }
                 hi++;
         }
+        d->dir_base_listed = d->listed - old_files;
+        d->dir_base_bytes = d->bytes - old_bytes;
         bool *seen = calloc(hi - lo + 1, sizeof(*seen));
         int lfd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *dir = lfd >= 0 ? fdopendir(lfd) : NULL;

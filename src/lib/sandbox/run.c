@@ -1152,6 +1152,19 @@ static int run_deliver(run_state *run, const char *code, size_t len, bool *ret_d
                 r = channel_send(run->c->chan, msg);
         if (ret_delivered)
                 *ret_delivered = r >= 0;
+        /* Each of the code, its arguments and its standard input is under
+         * its own cap, but together, once in JSON (base64 for the input,
+         * escapes in the code), they can pass the frame's: the caller's
+         * input is too large, not a broken sandbox. */
+        if (r == -EMSGSIZE)
+                return al_error(err, -E2BIG, NULL,
+                                "the code (%zu bytes), its arguments and its standard input "
+                                "(%zu bytes) are too large together: once encoded for the "
+                                "sandbox they pass the run frame's cap of %u MiB "
+                                "(CHANNEL_MAX_FRAME); pass large data with --workspace or "
+                                "--mount",
+                                len, run->opts && run->opts->stdin_data ? run->opts->stdin_len : 0,
+                                CHANNEL_MAX_FRAME >> 20);
         if (r < 0) {
                 return al_error_kind(err, AIRLOCK_ERROR_RUN, r, NULL,
                                      "cannot send the code to the sandbox: %s", strerror(-r));
