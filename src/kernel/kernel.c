@@ -1054,106 +1054,19 @@ static int take_connection_file(int *argc, char **argv, const char **ret)
         return 0;
 }
 
-int cmd_kernel(int argc, char **argv)
+/* The I/O thread's loop: the control and shell channels (each a bounded
+ * batch per wake, so that one cannot starve the other; the shell waits
+ * while the worker's queue is full), stdin (read and dropped: the kernel
+ * sends no input_request), the worker's output and the signals (SIGINT
+ * interrupts the cell, SIGTERM and SIGHUP end the kernel). Returns the
+ * exit status once a shutdown, a signal or the session's end stops it;
+ * *restart says whether Jupyter asked for a restart. */
+static int io_loop(kernel *k, int sig_fd, bool *restart)
 {
-        if (argc > 1 && strcmp(argv[1], "install") == 0)
-                return kernel_install(argc - 1, argv + 1);
-        for (int i = 1; i < argc; i++)
-                if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-                        kernel_usage(stdout);
-                        return EXIT_OK;
-                }
-        const char *conn_file = NULL;
-        take_connection_file(&argc, argv, &conn_file);
-        static kernel kk;
-        kernel *k = &kk;
-        cli_options o;
         airlock_error err = {0};
-        int r = cli_parse_options(argc, argv, CLI_KERNEL, &o, &err);
-        if (r == 1) {
-                kernel_usage(stdout);
-                return EXIT_OK;
-        }
-        if (r < 0) {
-                fprintf(stderr, "airlock kernel: %s\n", err.message);
-                return EXIT_USAGE;
-        }
-        if (!conn_file) {
-                fprintf(stderr, "airlock kernel: -f CONNECTION_FILE is required (Jupyter passes "
-                                "it: see airlock kernel install)\n");
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
-        k->opts = &o;
-        r = kconn_load(conn_file, &k->conn, &err);
-        if (r >= 0)
-                r = kzmq_open(&err);
-        if (r < 0) {
-                fprintf(stderr, "airlock kernel: %s\n", err.message);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
-        if (!k->conn.key_len)
-                klog("warning: the connection file has no key: messages are not signed, and "
-                     "anyone who can reach the ports can run cells");
-        /* The sandbox and its session before the sockets: a kernel that
-         * answers kernel_info can run cells. */
-        r = airlock_sandbox_new(o.cfg, &k->sb, &err);
-        if (r >= 0)
-                r = airlock_session_open(k->sb, &k->s, &err);
-        if (r >= 0)
-                r = load_driver(k, &err);
-        if (r < 0) {
-                fprintf(stderr, "airlock kernel: %s\n", err.message);
-                airlock_session_close(k->s);
-                airlock_sandbox_close(k->sb);
-                kconn_free(&k->conn);
-                cli_options_free(&o);
-                return cli_exit_status(&err);
-        }
-        print_warnings(airlock_sandbox_warnings(k->sb), "airlock kernel");
-        unsigned char rnd[16];
-        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-                memset(rnd, 0x5a, sizeof(rnd));
-        for (size_t i = 0; i < sizeof(rnd); i++)
-                snprintf(k->session_id + 2 * i, 3, "%02x", rnd[i]);
-        k->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        k->out_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        k->replay = kreplay_new();
-        pthread_mutex_init(&k->lock, NULL);
-        pthread_cond_init(&k->cond, NULL);
-        pthread_cond_init(&k->out_room, NULL);
-        k->pending_tail = &k->pending;
-        int sig_fd = cli_signal_pipe(true);
-        if (sig_fd < 0) /* no signal pipe: a descriptor that never wakes the poll */
-                sig_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        k->ctx = kz.ctx_new();
         int status = EXIT_OK;
-        pthread_t worker, hb_thread;
-        bool have_worker = false, have_hb = false, restart = false, quit = false;
-        if (k->cancel_fd < 0 || k->out_fd < 0 || !k->replay || !k->ctx) {
-                fprintf(stderr, "airlock kernel: cannot start: %s\n", strerror(errno));
-                status = EXIT_SANDBOX;
-                goto out;
-        }
-        if (!(k->shell = bind_socket(k, ZMQ_ROUTER, k->conn.shell_port, &err)) ||
-            !(k->control = bind_socket(k, ZMQ_ROUTER, k->conn.control_port, &err)) ||
-            !(k->stdin_sock = bind_socket(k, ZMQ_ROUTER, k->conn.stdin_port, &err)) ||
-            !(k->iopub = bind_socket(k, ZMQ_PUB, k->conn.iopub_port, &err)) ||
-            !(k->hb = bind_socket(k, ZMQ_REP, k->conn.hb_port, &err))) {
-                fprintf(stderr, "airlock kernel: %s\n", err.message);
-                status = EXIT_USAGE;
-                goto out;
-        }
-        have_worker = pthread_create(&worker, NULL, worker_main, k) == 0;
-        have_hb = pthread_create(&hb_thread, NULL, hb_main, k->hb) == 0;
-        if (!have_worker || !have_hb) {
-                fprintf(stderr, "airlock kernel: cannot start its threads\n");
-                status = EXIT_SANDBOX;
-                goto stop;
-        }
-        send_now(k, kout_build(&k->conn, k->session_id, KSOCK_IOPUB, NULL, "status",
-                               json_pack("{s:s}", "execution_state", "starting")));
+        bool quit = false;
+        int r;
         while (!quit) {
                 zmq_pollitem_t items[5] = {
                     {.socket = k->control, .events = ZMQ_POLLIN},
@@ -1231,32 +1144,23 @@ int cmd_kernel(int argc, char **argv)
                                         continue;
                                 }
                                 q->sock = i == 0 ? KSOCK_CONTROL : KSOCK_SHELL;
-                                quit = io_message(k, q, &restart);
+                                quit = io_message(k, q, restart);
                                 if (i == 4 && k->n_pending >= KQUEUE_MAX)
                                         break;
                         }
                 }
                 feed_worker(k);
         }
-        if (restart)
-                klog("restart requested: the kernel exits, and Jupyter starts a new one with a "
-                     "fresh session");
-stop:
-        /* A cell in progress is cancelled (it rolls back), then the worker
-         * ends. */
-        {
-                uint64_t one = 1;
-                (void)!write(k->cancel_fd, &one, sizeof(one));
-        }
-        pthread_mutex_lock(&k->lock);
-        k->stop = true;
-        pthread_cond_signal(&k->cond);
-        pthread_cond_broadcast(&k->out_room);
-        pthread_mutex_unlock(&k->lock);
-        if (have_worker)
-                pthread_join(worker, NULL);
-        flush_out(k);
-out:
+        return status;
+}
+
+/* Everything the kernel holds, after the worker has ended: the requests
+ * still queued, the sockets, the ZeroMQ context (whose end stops the
+ * heartbeat thread hb, when it runs), the session and its sandbox, the
+ * history. */
+static void kernel_free(kernel *k, pthread_t *hb)
+{
+        bool have_hb = hb != NULL;
         while (k->pending) {
                 kqueued *q = k->pending;
                 k->pending = q->next;
@@ -1279,7 +1183,7 @@ out:
                 kz.ctx_term(k->ctx);
         }
         if (have_hb)
-                pthread_join(hb_thread, NULL);
+                pthread_join(*hb, NULL);
         airlock_session_close(k->s);
         airlock_sandbox_close(k->sb);
         for (size_t i = 0; i < k->n_hist; i++) {
@@ -1289,6 +1193,137 @@ out:
         free(k->hist);
         kreplay_free(k->replay);
         kconn_free(&k->conn);
+}
+
+/* The kernel's own state beside its session: the session id of its
+ * messages, the worker's cancel and output eventfds, the replay memory,
+ * the lock and queues shared by its threads. */
+static void kernel_init(kernel *k)
+{
+        unsigned char rnd[16];
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+                memset(rnd, 0x5a, sizeof(rnd));
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(k->session_id + 2 * i, 3, "%02x", rnd[i]);
+        k->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        k->out_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        k->replay = kreplay_new();
+        pthread_mutex_init(&k->lock, NULL);
+        pthread_cond_init(&k->cond, NULL);
+        pthread_cond_init(&k->out_room, NULL);
+        k->pending_tail = &k->pending;
+}
+
+int cmd_kernel(int argc, char **argv)
+{
+        if (argc > 1 && strcmp(argv[1], "install") == 0)
+                return kernel_install(argc - 1, argv + 1);
+        for (int i = 1; i < argc; i++)
+                if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+                        kernel_usage(stdout);
+                        return EXIT_OK;
+                }
+        const char *conn_file = NULL;
+        take_connection_file(&argc, argv, &conn_file);
+        static kernel kk;
+        kernel *k = &kk;
+        cli_options o;
+        airlock_error err = {0};
+        int r = cli_parse_options(argc, argv, CLI_KERNEL, &o, &err);
+        if (r == 1) {
+                kernel_usage(stdout);
+                return EXIT_OK;
+        }
+        if (r < 0) {
+                fprintf(stderr, "airlock kernel: %s\n", err.message);
+                return EXIT_USAGE;
+        }
+        if (!conn_file) {
+                fprintf(stderr, "airlock kernel: -f CONNECTION_FILE is required (Jupyter passes "
+                                "it: see airlock kernel install)\n");
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        k->opts = &o;
+        r = kconn_load(conn_file, &k->conn, &err);
+        if (r >= 0)
+                r = kzmq_open(&err);
+        if (r < 0) {
+                fprintf(stderr, "airlock kernel: %s\n", err.message);
+                cli_options_free(&o);
+                return EXIT_USAGE;
+        }
+        if (!k->conn.key_len)
+                klog("warning: the connection file has no key: messages are not signed, and "
+                     "anyone who can reach the ports can run cells");
+        /* The sandbox and its session before the sockets: a kernel that
+         * answers kernel_info can run cells. */
+        r = airlock_sandbox_new(o.cfg, &k->sb, &err);
+        if (r >= 0)
+                r = airlock_session_open(k->sb, &k->s, &err);
+        if (r >= 0)
+                r = load_driver(k, &err);
+        if (r < 0) {
+                fprintf(stderr, "airlock kernel: %s\n", err.message);
+                airlock_session_close(k->s);
+                airlock_sandbox_close(k->sb);
+                kconn_free(&k->conn);
+                cli_options_free(&o);
+                return cli_exit_status(&err);
+        }
+        print_warnings(airlock_sandbox_warnings(k->sb), "airlock kernel");
+        kernel_init(k);
+        int sig_fd = cli_signal_pipe(true);
+        if (sig_fd < 0) /* no signal pipe: a descriptor that never wakes the poll */
+                sig_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        k->ctx = kz.ctx_new();
+        int status = EXIT_OK;
+        pthread_t worker, hb_thread;
+        bool have_worker = false, have_hb = false, restart = false;
+        if (k->cancel_fd < 0 || k->out_fd < 0 || !k->replay || !k->ctx) {
+                fprintf(stderr, "airlock kernel: cannot start: %s\n", strerror(errno));
+                status = EXIT_SANDBOX;
+                goto out;
+        }
+        if (!(k->shell = bind_socket(k, ZMQ_ROUTER, k->conn.shell_port, &err)) ||
+            !(k->control = bind_socket(k, ZMQ_ROUTER, k->conn.control_port, &err)) ||
+            !(k->stdin_sock = bind_socket(k, ZMQ_ROUTER, k->conn.stdin_port, &err)) ||
+            !(k->iopub = bind_socket(k, ZMQ_PUB, k->conn.iopub_port, &err)) ||
+            !(k->hb = bind_socket(k, ZMQ_REP, k->conn.hb_port, &err))) {
+                fprintf(stderr, "airlock kernel: %s\n", err.message);
+                status = EXIT_USAGE;
+                goto out;
+        }
+        have_worker = pthread_create(&worker, NULL, worker_main, k) == 0;
+        have_hb = pthread_create(&hb_thread, NULL, hb_main, k->hb) == 0;
+        if (!have_worker || !have_hb) {
+                fprintf(stderr, "airlock kernel: cannot start its threads\n");
+                status = EXIT_SANDBOX;
+                goto stop;
+        }
+        send_now(k, kout_build(&k->conn, k->session_id, KSOCK_IOPUB, NULL, "status",
+                               json_pack("{s:s}", "execution_state", "starting")));
+        status = io_loop(k, sig_fd, &restart);
+        if (restart)
+                klog("restart requested: the kernel exits, and Jupyter starts a new one with a "
+                     "fresh session");
+stop:
+        /* A cell in progress is cancelled (it rolls back), then the worker
+         * ends. */
+        {
+                uint64_t one = 1;
+                (void)!write(k->cancel_fd, &one, sizeof(one));
+        }
+        pthread_mutex_lock(&k->lock);
+        k->stop = true;
+        pthread_cond_signal(&k->cond);
+        pthread_cond_broadcast(&k->out_room);
+        pthread_mutex_unlock(&k->lock);
+        if (have_worker)
+                pthread_join(worker, NULL);
+        flush_out(k);
+out:
+        kernel_free(k, have_hb ? &hb_thread : NULL);
         cli_options_free(&o);
         return status;
 }
