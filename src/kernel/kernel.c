@@ -441,6 +441,93 @@ static const char *status_ename(const airlock_result *res, bool interrupted)
         }
 }
 
+/* What a cell left beside its live output: the carries and a record cut
+ * short, then the figures the session returned, as the cell's display
+ * after it, and a line for any other file. */
+static void post_cell_output(kernel *k, const kmsg *req, kexec *x, const airlock_result *res)
+{
+        /* What the cell's output left in the carries and a record cut short. */
+        on_output(x, 1, "", 0);
+        for (int st = 1; st <= 2; st++)
+                if (x->n_carry[st]) {
+                        char *t = al_utf8_sanitize(x->carry[st], x->n_carry[st]);
+                        x->n_carry[st] = 0;
+                        if (t)
+                                kpost(k, KSOCK_IOPUB, req, "stream",
+                                      json_pack("{s:s, s:s}", "name", st == 1 ? "stdout" : "stderr",
+                                                "text", t));
+                        free(t);
+                }
+        /* Figures the session returned: the display of the cell, after it. */
+        for (size_t i = 0; res && i < res->n_files; i++) {
+                const airlock_file *f = &res->files[i];
+                if (f->media_type && strcmp(f->media_type, "image/png") == 0 && f->data) {
+                        size_t n;
+                        char *png = al_base64_encode(f->data, f->size, &n);
+                        if (png)
+                                kpost(k, KSOCK_IOPUB, req, "display_data",
+                                      json_pack("{s:{s:s, s:s}, s:{}, s:{}}", "data", "image/png",
+                                                png, "text/plain", "<Figure>", "metadata",
+                                                "transient"));
+                        free(png);
+                } else {
+                        char line[1200];
+                        snprintf(line, sizeof(line), "[%s: %s, %llu bytes]\n", f->path,
+                                 f->media_type ? f->media_type : "?", (unsigned long long)f->size);
+                        kpost(k, KSOCK_IOPUB, req, "stream",
+                              json_pack("{s:s, s:s}", "name", "stderr", "text", line));
+                }
+        }
+}
+
+/* The error of a failed cell (err: the library's, when the run could not
+ * be made) posted on iopub, with the traceback's last line saying that the
+ * state rolled back, or that the session ended; returns the shell reply. */
+static json_t *error_reply(kernel *k, const kmsg *req, const kexec *x, const airlock_result *res,
+                           const airlock_error *err, bool interrupted, bool ended, int count)
+{
+        json_t *reply;
+        const char *ename, *evalue;
+        json_t *tb = json_array();
+        if (x->error) {
+                ename = json_string_value(json_object_get(x->error, "ename"));
+                evalue = json_string_value(json_object_get(x->error, "evalue"));
+                json_t *t = json_object_get(x->error, "traceback");
+                size_t i;
+                json_t *v;
+                json_array_foreach (t, i, v)
+                        if (json_is_string(v))
+                                json_array_append(tb, v);
+        } else if (err) {
+                ename = "SandboxError";
+                evalue = err->message;
+                json_array_append_new(tb, json_string(err->message));
+        } else {
+                ename = status_ename(res, interrupted);
+                evalue = res->error_message ? res->error_message : "the cell failed";
+                char line[AIRLOCK_MESSAGE_MAX + 64];
+                snprintf(line, sizeof(line), "%s: %s", ename, evalue);
+                json_array_append_new(tb, json_string(line));
+        }
+        if (!ename)
+                ename = "Error";
+        if (!evalue)
+                evalue = "";
+        if (res && res->cell_state == AIRLOCK_CELL_ROLLED_BACK)
+                json_array_append_new(tb, json_string(KROLLBACK_LINE));
+        else if (ended)
+                json_array_append_new(
+                    tb, json_string("airlock: the sandbox's session ended: restart the "
+                                    "kernel for a new one"));
+        kpost(k, KSOCK_IOPUB, req, "error",
+              json_pack("{s:s, s:s, s:O}", "ename", ename, "evalue", evalue, "traceback", tb));
+        reply = json_pack("{s:s, s:i, s:s, s:s, s:O, s:{}, s:[]}", "status", "error",
+                          "execution_count", count, "ename", ename, "evalue", evalue, "traceback",
+                          tb, "user_expressions", "payload");
+        json_decref(tb);
+        return reply;
+}
+
 static void do_execute(kernel *k, const kmsg *req)
 {
         json_t *c = req->content;
@@ -492,38 +579,7 @@ static void do_execute(kernel *k, const kmsg *req)
         free(ue64);
         free(ue_text);
         dynbuf_free(&cell);
-        /* What the cell's output left in the carries and a record cut short. */
-        on_output(&x, 1, "", 0);
-        for (int st = 1; st <= 2; st++)
-                if (x.n_carry[st]) {
-                        char *t = al_utf8_sanitize(x.carry[st], x.n_carry[st]);
-                        x.n_carry[st] = 0;
-                        if (t)
-                                kpost(k, KSOCK_IOPUB, req, "stream",
-                                      json_pack("{s:s, s:s}", "name", st == 1 ? "stdout" : "stderr",
-                                                "text", t));
-                        free(t);
-                }
-        /* Figures the session returned: the display of the cell, after it. */
-        for (size_t i = 0; res && i < res->n_files; i++) {
-                const airlock_file *f = &res->files[i];
-                if (f->media_type && strcmp(f->media_type, "image/png") == 0 && f->data) {
-                        size_t n;
-                        char *png = al_base64_encode(f->data, f->size, &n);
-                        if (png)
-                                kpost(k, KSOCK_IOPUB, req, "display_data",
-                                      json_pack("{s:{s:s, s:s}, s:{}, s:{}}", "data", "image/png",
-                                                png, "text/plain", "<Figure>", "metadata",
-                                                "transient"));
-                        free(png);
-                } else {
-                        char line[1200];
-                        snprintf(line, sizeof(line), "[%s: %s, %llu bytes]\n", f->path,
-                                 f->media_type ? f->media_type : "?", (unsigned long long)f->size);
-                        kpost(k, KSOCK_IOPUB, req, "stream",
-                              json_pack("{s:s, s:s}", "name", "stderr", "text", line));
-                }
-        }
+        post_cell_output(k, req, &x, res);
         if (store)
                 hist_add(k, code, res && res->success ? x.result_plain : NULL);
         json_t *reply;
@@ -536,45 +592,8 @@ static void do_execute(kernel *k, const kmsg *req)
                               "user_expressions",
                               x.user_expressions ? x.user_expressions : json_object(), "payload");
         } else {
-                const char *ename, *evalue;
-                json_t *tb = json_array();
-                if (x.error) {
-                        ename = json_string_value(json_object_get(x.error, "ename"));
-                        evalue = json_string_value(json_object_get(x.error, "evalue"));
-                        json_t *t = json_object_get(x.error, "traceback");
-                        size_t i;
-                        json_t *v;
-                        json_array_foreach (t, i, v)
-                                if (json_is_string(v))
-                                        json_array_append(tb, v);
-                } else if (r < 0) {
-                        ename = "SandboxError";
-                        evalue = err.message;
-                        json_array_append_new(tb, json_string(err.message));
-                } else {
-                        ename = status_ename(res, interrupted);
-                        evalue = res->error_message ? res->error_message : "the cell failed";
-                        char line[AIRLOCK_MESSAGE_MAX + 64];
-                        snprintf(line, sizeof(line), "%s: %s", ename, evalue);
-                        json_array_append_new(tb, json_string(line));
-                }
-                if (!ename)
-                        ename = "Error";
-                if (!evalue)
-                        evalue = "";
-                if (res && res->cell_state == AIRLOCK_CELL_ROLLED_BACK)
-                        json_array_append_new(tb, json_string(KROLLBACK_LINE));
-                else if (ended)
-                        json_array_append_new(
-                            tb, json_string("airlock: the sandbox's session ended: restart the "
-                                            "kernel for a new one"));
-                kpost(k, KSOCK_IOPUB, req, "error",
-                      json_pack("{s:s, s:s, s:O}", "ename", ename, "evalue", evalue, "traceback",
-                                tb));
-                reply = json_pack("{s:s, s:i, s:s, s:s, s:O, s:{}, s:[]}", "status", "error",
-                                  "execution_count", count, "ename", ename, "evalue", evalue,
-                                  "traceback", tb, "user_expressions", "payload");
-                json_decref(tb);
+                reply =
+                    error_reply(k, req, &x, res, r < 0 ? &err : NULL, interrupted, ended, count);
         }
         kreply(k, req, KSOCK_SHELL, reply);
         json_t *soe = json_object_get(c, "stop_on_error");
