@@ -75,6 +75,88 @@ static int user_data_dir(char *buf, size_t size)
         return snprintf(buf, size, "%s/.local/share/jupyter", home) < (int)size ? 0 : -ENAMETOOLONG;
 }
 
+/* The kernelspec's argv: this program's absolute path, `kernel -f
+ * {connection_file}`, then the sandbox's options rest[1..n_rest), with the
+ * host paths of the options that take one made absolute (Jupyter starts
+ * the kernel in the notebook's folder). -errno when this program's path
+ * cannot be read. */
+static int spec_argv(char **rest, int n_rest, json_t **ret)
+{
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n <= 0) {
+                int e = n < 0 ? errno : ENAMETOOLONG;
+                fprintf(stderr, "airlock kernel install: cannot find this program's path: %s\n",
+                        strerror(e));
+                return -e;
+        }
+        self[n] = '\0';
+        json_t *args = json_pack("[s, s, s, s]", self, "kernel", "-f", "{connection_file}");
+        for (int i = 1; i < n_rest; i++) {
+                const char *a = rest[i];
+                bool mount = false;
+                const char *eq = strchr(a, '=');
+                if (a[0] == '-' && a[1] == '-' && eq) {
+                        char opt[64];
+                        snprintf(opt, sizeof(opt), "%.*s", (int)(eq - a), a);
+                        if (path_option(opt, &mount)) {
+                                json_array_append_new(args, json_string(opt));
+                                json_array_append_new(args, absolute(eq + 1, mount));
+                                continue;
+                        }
+                }
+                json_array_append_new(args, json_string(a));
+                if (path_option(a, &mount) && i + 1 < n_rest)
+                        json_array_append_new(args, absolute(rest[++i], mount));
+        }
+        *ret = args;
+        return 0;
+}
+
+/* Writes spec as kernels/NAME/kernel.json under the prefix, or else the
+ * user's Jupyter folder, through a temporary file and a rename. Returns
+ * the command's exit status (it prints what went wrong). */
+static int write_spec(json_t *spec, const char *prefix, const char *name)
+{
+        int r;
+        char dir[PATH_MAX];
+        int w;
+        if (prefix) {
+                w = snprintf(dir, sizeof(dir), "%s/share/jupyter/kernels/%s", prefix, name);
+        } else {
+                char base[PATH_MAX - 80];
+                if (user_data_dir(base, sizeof(base)) < 0) {
+                        fprintf(stderr, "airlock kernel install: no $HOME for --user; give "
+                                        "--prefix DIR\n");
+                        json_decref(spec);
+                        return EXIT_USAGE;
+                }
+                w = snprintf(dir, sizeof(dir), "%s/kernels/%s", base, name);
+        }
+        if (w < 0 || (size_t)w >= sizeof(dir) - 16) {
+                fprintf(stderr, "airlock kernel install: the kernelspec's path is too long\n");
+                json_decref(spec);
+                return EXIT_USAGE;
+        }
+        r = mkdirs(dir);
+        char file[PATH_MAX + 16], tmp[PATH_MAX + 32];
+        snprintf(file, sizeof(file), "%s/kernel.json", dir);
+        snprintf(tmp, sizeof(tmp), "%s/.kernel.json.tmp", dir);
+        if (r >= 0 && json_dump_file(spec, tmp, JSON_INDENT(1)) < 0)
+                r = -EIO;
+        if (r >= 0 && rename(tmp, file) < 0)
+                r = -errno;
+        json_decref(spec);
+        if (r < 0) {
+                fprintf(stderr, "airlock kernel install: cannot write %s: %s\n", file,
+                        strerror(-r));
+                unlink(tmp);
+                return EXIT_USAGE;
+        }
+        printf("airlock kernel install: wrote %s\n", file);
+        return EXIT_OK;
+}
+
 int kernel_install(int argc, char **argv)
 {
         const char *prefix = NULL, *name = "airlock", *display = "Python (airlock)";
@@ -143,71 +225,15 @@ int kernel_install(int argc, char **argv)
                 free(rest);
                 return EXIT_USAGE;
         }
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n <= 0) {
-                fprintf(stderr, "airlock kernel install: cannot find this program's path: %s\n",
-                        strerror(errno));
+        json_t *args = NULL;
+        r = spec_argv(rest, n_rest, &args);
+        if (r < 0) {
                 free(rest);
                 return EXIT_SANDBOX;
-        }
-        self[n] = '\0';
-        json_t *args = json_pack("[s, s, s, s]", self, "kernel", "-f", "{connection_file}");
-        for (int i = 1; i < n_rest; i++) {
-                const char *a = rest[i];
-                bool mount = false;
-                const char *eq = strchr(a, '=');
-                if (a[0] == '-' && a[1] == '-' && eq) {
-                        char opt[64];
-                        snprintf(opt, sizeof(opt), "%.*s", (int)(eq - a), a);
-                        if (path_option(opt, &mount)) {
-                                json_array_append_new(args, json_string(opt));
-                                json_array_append_new(args, absolute(eq + 1, mount));
-                                continue;
-                        }
-                }
-                json_array_append_new(args, json_string(a));
-                if (path_option(a, &mount) && i + 1 < n_rest)
-                        json_array_append_new(args, absolute(rest[++i], mount));
         }
         free(rest);
         json_t *spec =
             json_pack("{s:o, s:s, s:s, s:s, s:{s:b}}", "argv", args, "display_name", display,
                       "language", "python", "interrupt_mode", "message", "metadata", "debugger", 0);
-        char dir[PATH_MAX];
-        int w;
-        if (prefix) {
-                w = snprintf(dir, sizeof(dir), "%s/share/jupyter/kernels/%s", prefix, name);
-        } else {
-                char base[PATH_MAX - 80];
-                if (user_data_dir(base, sizeof(base)) < 0) {
-                        fprintf(stderr, "airlock kernel install: no $HOME for --user; give "
-                                        "--prefix DIR\n");
-                        json_decref(spec);
-                        return EXIT_USAGE;
-                }
-                w = snprintf(dir, sizeof(dir), "%s/kernels/%s", base, name);
-        }
-        if (w < 0 || (size_t)w >= sizeof(dir) - 16) {
-                fprintf(stderr, "airlock kernel install: the kernelspec's path is too long\n");
-                json_decref(spec);
-                return EXIT_USAGE;
-        }
-        r = mkdirs(dir);
-        char file[PATH_MAX + 16], tmp[PATH_MAX + 32];
-        snprintf(file, sizeof(file), "%s/kernel.json", dir);
-        snprintf(tmp, sizeof(tmp), "%s/.kernel.json.tmp", dir);
-        if (r >= 0 && json_dump_file(spec, tmp, JSON_INDENT(1)) < 0)
-                r = -EIO;
-        if (r >= 0 && rename(tmp, file) < 0)
-                r = -errno;
-        json_decref(spec);
-        if (r < 0) {
-                fprintf(stderr, "airlock kernel install: cannot write %s: %s\n", file,
-                        strerror(-r));
-                unlink(tmp);
-                return EXIT_USAGE;
-        }
-        printf("airlock kernel install: wrote %s\n", file);
-        return EXIT_OK;
+        return write_spec(spec, prefix, name);
 }
