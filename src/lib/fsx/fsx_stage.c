@@ -1558,6 +1558,7 @@ int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *ho
         free(d.touched);
         close(d.src_root);
         free(d.c.buf);
+        free(d.c.cmp); /* same_bytes's buffer, made on the first racy record */
         fsx_manifest *out = NULL;
         if (r == 0) {
                 /* The new manifest: the untouched records and the fresh
