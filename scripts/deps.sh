@@ -42,6 +42,8 @@ check_pkgs+=(abigail-tools)
 check_pkgs+=(libpython3.11-testsuite)
 # The guest's /proc as psutil reads it: tests/blackbox/test_guest_env.py.
 check_pkgs+=(python3-psutil)
+# systemd-analyze verifies deploy/airlock.service (test_multi_instance.py).
+check_pkgs+=(systemd)
 # The Jupyter kernel (airlock kernel) driven by Jupyter's own clients: the
 # conformance suite, nbclient and nbconvert running a notebook, and a real
 # browser on the Notebook server (tests/blackbox/test_kernel.py).

@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -459,6 +460,24 @@ def test_deploy_files_are_valid():
     kinds = set(re.findall(r"(?m)^kind: (\w+)$", "\n".join(texts.values())))
     assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Secret",
             "Kustomization"} <= kinds, kinds
+    # The kustomization never applies the example Secret's placeholders
+    # over the real tokens.
+    assert "secret.yaml" not in texts["kustomization.yaml"], texts["kustomization.yaml"]
+    # The systemd unit of one host is one systemd accepts, for the built
+    # program in place of the installed one.
+    with open(os.path.join(ROOT, "deploy", "airlock.service")) as f:
+        unit = f.read()
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit and "KillSignal=SIGTERM" in unit, unit
+    folder = tempfile.mkdtemp(prefix="airlock-unit-")
+    try:
+        path = os.path.join(folder, "airlock.service")
+        with open(path, "w") as f:
+            f.write(unit.replace("/usr/local/bin/airlock", AIRLOCK))
+        p = subprocess.run(["systemd-analyze", "verify", "--man=no", path], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0 and not p.stderr.strip(), p.stdout + p.stderr
+    finally:
+        shutil.rmtree(folder)
     dep = texts["deployment.yaml"]
     for want in (r"^\s+hostUsers: false$", r"^\s+runAsNonRoot: true$",
                  r"^\s+runAsUser: [1-9]\d*$", r"^\s+procMount: Unmasked$",
@@ -478,8 +497,10 @@ def test_deploy_files_are_valid():
     assert re.search(r"(?m)^\s+name: airlock$", hpa)
     assert int(re.search(r"(?m)^\s+minReplicas: (\d+)$", hpa).group(1)) >= 2
     res = re.search(r"(?ms)^resources:\n((?:\s+- .*\n?)+)", texts["kustomization.yaml"])
+    # Every manifest but the example Secret is a resource of it.
     assert res and sorted(re.findall(r"- (\S+)", res.group(1))) == \
-        sorted(n for n in texts if n != "kustomization.yaml"), texts["kustomization.yaml"]
+        sorted(n for n in texts if n not in ("kustomization.yaml", "secret.yaml")), \
+        texts["kustomization.yaml"]
 
 if __name__ == "__main__":
     run()
