@@ -519,6 +519,22 @@ void cache_set_watch_knobs(airlock_cache *c, unsigned max_watches, uint64_t peri
         pthread_mutex_unlock(&c->lock);
 }
 
+/* The tree set of key with a reference of the caller's, or NULL when the
+ * cache has none (it is made by a run, not by a look). */
+static tree_set *tree_set_ref(airlock_cache *c, const char *key)
+{
+        tree_set *found = NULL;
+        pthread_mutex_lock(&c->lock);
+        for (tree_set *t = c->trees; t; t = t->next)
+                if (strcmp(t->key, key) == 0) {
+                        found = t;
+                        found->refs++;
+                        break;
+                }
+        pthread_mutex_unlock(&c->lock);
+        return found;
+}
+
 /* What the tree set of cfg reports, as the describe key "workspace_watch";
  * NULL without workspace and mounts. A set in fallback adds a warning. */
 static json_t *watch_report(airlock_cache *c, const airlock_config *cfg, char **ret_warning)
@@ -529,15 +545,7 @@ static json_t *watch_report(airlock_cache *c, const airlock_config *cfg, char **
         const fsx_limits lim = sbx_stage_limits(cfg);
         _cleanup_free_ char *key = tree_key(cfg, &lim);
         fsx_watch_info info;
-        tree_set *found = NULL;
-        pthread_mutex_lock(&c->lock);
-        for (tree_set *t = c->trees; key && t; t = t->next)
-                if (strcmp(t->key, key) == 0) {
-                        found = t;
-                        found->refs++;
-                        break;
-                }
-        pthread_mutex_unlock(&c->lock);
+        tree_set *found = key ? tree_set_ref(c, key) : NULL;
         if (!found)
                 return NULL;
         /* Without the cache's lock: the watcher's own is held through a
@@ -1189,15 +1197,7 @@ static char **input_delta(airlock_cache *c, const airlock_config *cfg, const cha
         memcpy(fh, from, FSX_SIGNATURE_HEX - 1);
         memcpy(th, to, FSX_SIGNATURE_HEX - 1);
         fh[FSX_SIGNATURE_HEX - 1] = th[FSX_SIGNATURE_HEX - 1] = '\0';
-        tree_set *found = NULL;
-        pthread_mutex_lock(&c->lock);
-        for (tree_set *t = c->trees; t; t = t->next)
-                if (strcmp(t->key, tk) == 0) {
-                        found = t;
-                        found->refs++;
-                        break;
-                }
-        pthread_mutex_unlock(&c->lock);
+        tree_set *found = tree_set_ref(c, tk);
         if (!found)
                 return NULL;
         char **dirs = NULL;
