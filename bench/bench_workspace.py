@@ -25,12 +25,15 @@ import time
 
 
 class Mcp:
-    def __init__(self, exe, ws):
+    """airlock mcp -w WS on stdio, one request at a time (bench_ws_edit.py
+    uses it too)."""
+
+    def __init__(self, exe, ws, client="bench_workspace"):
         self.p = subprocess.Popen([exe, "mcp", "-w", ws], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.n = 0
         self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                "clientInfo": {"name": "bench_workspace", "version": "1"}})
+                                "clientInfo": {"name": client, "version": "1"}})
 
     def rpc(self, method, params):
         self.n += 1
@@ -39,18 +42,22 @@ class Mcp:
         self.p.stdin.flush()
         return json.loads(self.p.stdout.readline())
 
-    def call(self, code):
-        t = time.perf_counter()
-        r = self.rpc("tools/call", {"name": "execute_code", "arguments": {"code": code}})
-        dt = (time.perf_counter() - t) * 1e3
+    def tool(self, name, args):
+        r = self.rpc("tools/call", {"name": name, "arguments": args})
         res = r["result"]
         if res.get("isError"):
-            raise RuntimeError(f"call failed: {res}")
+            raise RuntimeError(f"{name} failed: {res}")
+        return res
+
+    def call(self, code):
+        t = time.perf_counter()
+        res = self.tool("execute_code", {"code": code})
+        dt = (time.perf_counter() - t) * 1e3
         return dt, "".join(c.get("text", "") for c in res["content"] if c["type"] == "text")
 
     def close(self):
         self.p.stdin.close()
-        self.p.wait(timeout=120)
+        self.p.wait(timeout=300)
 
 
 def make_tree(root, files=10000, per_dir=100, size=1024):

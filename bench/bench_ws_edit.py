@@ -20,65 +20,20 @@ table; --json prints the raw samples.
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 
-class Mcp:
-    def __init__(self, exe, ws):
-        self.p = subprocess.Popen([exe, "mcp", "-w", ws], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.n = 0
-        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                "clientInfo": {"name": "bench_ws_edit", "version": "1"}})
-
-    def rpc(self, method, params):
-        self.n += 1
-        self.p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                        "params": params}) + "\n").encode())
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
-
-    def tool(self, name, args):
-        r = self.rpc("tools/call", {"name": name, "arguments": args})
-        res = r["result"]
-        if res.get("isError"):
-            raise RuntimeError(f"{name} failed: {res}")
-        return res
-
-    def call(self, code):
-        t = time.perf_counter()
-        res = self.tool("execute_code", {"code": code})
-        dt = (time.perf_counter() - t) * 1e3
-        return dt, "".join(c.get("text", "") for c in res["content"] if c["type"] == "text")
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=300)
-
-
-def make_tree(root, files=10000, per_dir=100, size=1024):
-    data = b"x" * (size - 1) + b"\n"
-    for i in range(files):
-        d = os.path.join(root, f"d{i // per_dir:03d}")
-        if i % per_dir == 0:
-            os.makedirs(d)
-        with open(os.path.join(d, f"f{i:05d}.txt"), "wb") as f:
-            f.write(data)
-
-
-def med(v):
-    return statistics.median(v) if v else float("nan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_workspace import Mcp, make_tree, med  # noqa: E402
 
 
 READ = "print(open('/input/d042/f04200.txt').read(), end='')"
 
 
 def measure(exe, ws, rounds, held):
-    m = Mcp(exe, ws)
+    m = Mcp(exe, ws, "bench_ws_edit")
     session = None
     try:
         if held:
