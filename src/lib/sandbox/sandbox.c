@@ -332,6 +332,79 @@ static int template_setup_exit(pid_t *pid, airlock_error *err)
  * the control socket, the staged input and the cgroup directories on fixed
  * fds. Writes the id maps when the template has made its user namespace,
  * then waits until the interpreter is initialised. */
+/* Contract: the child side of start_template, in a child forked from a
+ * process that may have threads: async-signal-safe calls only until
+ * execve. It puts the template's fds on their fixed numbers (the control
+ * and request sockets, the staged input, the cgroups' folders, the
+ * --python-path folders' mounts), closes every other one but the
+ * program's memfd (close-on-exec), clears the signal mask and executes
+ * that memfd with a fixed environment. Never returns. */
+_Noreturn static void template_child(const airlock_sandbox *sb, int exe, int ctl_tpl, int req_tpl,
+                                     int input_fd)
+{
+        /* Only async-signal-safe calls until execve. Each fd is
+         * first moved above the fixed numbers, where none of them
+         * can overwrite another on its way. */
+        const int top = TEMPLATE_PYPATH_FD + PYPATH_MAX;
+        const size_t n_py = sb->cfg->n_python_paths;
+        int ctl = fcntl(ctl_tpl, F_DUPFD, top);
+        int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, top) : -1;
+        int rq = fcntl(req_tpl, F_DUPFD, top);
+        int cg[CG_HIERARCHIES] = {-1, -1, -1};
+        for (int i = 0; sb->cg.enabled && i < sb->cg.n; i++)
+                if ((cg[i] = fcntl(sb->cg.dirfd[i], F_DUPFD, top)) < 0)
+                        _exit(127);
+        int py[PYPATH_MAX];
+        for (size_t i = 0; i < n_py; i++) {
+                py[i] = sb->pypath_fd[i] >= 0 ? fcntl(sb->pypath_fd[i], F_DUPFD, top) : -1;
+                if (sb->pypath_fd[i] >= 0 && py[i] < 0)
+                        _exit(127);
+        }
+        /* The program's memfd stays open, close-on-exec, for
+         * execveat; every other fd above the fixed ones goes. */
+        int ex = fcntl(exe, F_DUPFD_CLOEXEC, top);
+        if (ctl < 0 || rq < 0 || ex < 0 || (input_fd >= 0 && in < 0) ||
+            dup2(ctl, TEMPLATE_CTL_FD) < 0 || dup2(rq, TEMPLATE_REQ_FD) < 0)
+                _exit(127);
+        if (in >= 0) {
+                if (dup2(in, TEMPLATE_INPUT_FD) < 0)
+                        _exit(127);
+        } else {
+                close(TEMPLATE_INPUT_FD);
+        }
+        const int cg_fixed[CG_HIERARCHIES] = {TEMPLATE_CG_FD, TEMPLATE_CG2_FD, TEMPLATE_CG3_FD};
+        for (int i = 0; i < CG_HIERARCHIES; i++) {
+                if (cg[i] < 0)
+                        close(cg_fixed[i]);
+                else if (dup2(cg[i], cg_fixed[i]) < 0)
+                        _exit(127);
+        }
+        /* The folders' mounts on TEMPLATE_PYPATH_FD + N; a folder
+         * the template binds by its path leaves its number closed. */
+        for (size_t i = 0; i < PYPATH_MAX; i++) {
+                if (i < n_py && py[i] >= 0) {
+                        if (dup2(py[i], TEMPLATE_PYPATH_FD + (int)i) < 0)
+                                _exit(127);
+                } else {
+                        close(TEMPLATE_PYPATH_FD + (int)i);
+                }
+        }
+        syscall(SYS_close_range, top, ex - 1, 0);
+        syscall(SYS_close_range, ex + 1, ~0u, 0);
+        sigset_t all;
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        char *argv[] = {TEMPLATE_ARGV0, NULL};
+        /* Resolve every symbol once, in the template: with lazy
+         * binding each copy would redo the lookups and fault in the
+         * pages they write. Besides that, the guest sees a fixed
+         * PATH, HOME and LANG: nothing of our environment goes in. */
+        char *envp[] = {"LD_BIND_NOW=1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
+                        "LANG=C.UTF-8", NULL};
+        syscall(SYS_execveat, ex, "", argv, envp, AT_EMPTY_PATH);
+        _exit(127);
+}
+
 static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, airlock_error *err)
 {
         /* The control socket and the request socket, each the host's end
@@ -362,68 +435,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 return al_error(err, -e, NULL, "fork: %s", strerror(e));
         }
         if (pid == 0) {
-                /* Only async-signal-safe calls until execve. Each fd is
-                 * first moved above the fixed numbers, where none of them
-                 * can overwrite another on its way. */
-                const int top = TEMPLATE_PYPATH_FD + PYPATH_MAX;
-                const size_t n_py = sb->cfg->n_python_paths;
-                int ctl = fcntl(ctl_tpl, F_DUPFD, top);
-                int in = input_fd >= 0 ? fcntl(input_fd, F_DUPFD, top) : -1;
-                int rq = fcntl(req_tpl, F_DUPFD, top);
-                int cg[CG_HIERARCHIES] = {-1, -1, -1};
-                for (int i = 0; sb->cg.enabled && i < sb->cg.n; i++)
-                        if ((cg[i] = fcntl(sb->cg.dirfd[i], F_DUPFD, top)) < 0)
-                                _exit(127);
-                int py[PYPATH_MAX];
-                for (size_t i = 0; i < n_py; i++) {
-                        py[i] = sb->pypath_fd[i] >= 0 ? fcntl(sb->pypath_fd[i], F_DUPFD, top) : -1;
-                        if (sb->pypath_fd[i] >= 0 && py[i] < 0)
-                                _exit(127);
-                }
-                /* The program's memfd stays open, close-on-exec, for
-                 * execveat; every other fd above the fixed ones goes. */
-                int ex = fcntl(exe, F_DUPFD_CLOEXEC, top);
-                if (ctl < 0 || rq < 0 || ex < 0 || (input_fd >= 0 && in < 0) ||
-                    dup2(ctl, TEMPLATE_CTL_FD) < 0 || dup2(rq, TEMPLATE_REQ_FD) < 0)
-                        _exit(127);
-                if (in >= 0) {
-                        if (dup2(in, TEMPLATE_INPUT_FD) < 0)
-                                _exit(127);
-                } else {
-                        close(TEMPLATE_INPUT_FD);
-                }
-                const int cg_fixed[CG_HIERARCHIES] = {TEMPLATE_CG_FD, TEMPLATE_CG2_FD,
-                                                      TEMPLATE_CG3_FD};
-                for (int i = 0; i < CG_HIERARCHIES; i++) {
-                        if (cg[i] < 0)
-                                close(cg_fixed[i]);
-                        else if (dup2(cg[i], cg_fixed[i]) < 0)
-                                _exit(127);
-                }
-                /* The folders' mounts on TEMPLATE_PYPATH_FD + N; a folder
-                 * the template binds by its path leaves its number closed. */
-                for (size_t i = 0; i < PYPATH_MAX; i++) {
-                        if (i < n_py && py[i] >= 0) {
-                                if (dup2(py[i], TEMPLATE_PYPATH_FD + (int)i) < 0)
-                                        _exit(127);
-                        } else {
-                                close(TEMPLATE_PYPATH_FD + (int)i);
-                        }
-                }
-                syscall(SYS_close_range, top, ex - 1, 0);
-                syscall(SYS_close_range, ex + 1, ~0u, 0);
-                sigset_t all;
-                sigemptyset(&all);
-                sigprocmask(SIG_SETMASK, &all, NULL);
-                char *argv[] = {TEMPLATE_ARGV0, NULL};
-                /* Resolve every symbol once, in the template: with lazy
-                 * binding each copy would redo the lookups and fault in the
-                 * pages they write. Besides that, the guest sees a fixed
-                 * PATH, HOME and LANG: nothing of our environment goes in. */
-                char *envp[] = {"LD_BIND_NOW=1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
-                                "LANG=C.UTF-8", NULL};
-                syscall(SYS_execveat, ex, "", argv, envp, AT_EMPTY_PATH);
-                _exit(127);
+                template_child(sb, exe, ctl_tpl, req_tpl, input_fd);
         }
         /* The template's ends go now: a template that dies during setup
          * must show as the end of the control socket. */
