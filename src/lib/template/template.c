@@ -271,6 +271,54 @@ static void spawn_copy(struct template_state *tpl)
                 tpl_host_gone(tpl);
 }
 
+/* The mount options of every copy's /output, /tmp and /dev/shm, from the
+ * limits, written once: their sizes and inode counts. */
+static void tmpfs_options(struct template_state *tpl)
+{
+        /* Without a cgroup nothing counts what the tmpfs mounts hold
+         * against the memory limit: each is capped at it instead. */
+        uint64_t out_bytes = tpl->params.limits.output_fs_bytes,
+                 tmp_bytes = tpl->params.limits.tmp_bytes;
+        if (!tpl->params.cgroup) {
+                out_bytes = MIN(out_bytes, tpl->params.limits.memory_bytes);
+                tmp_bytes = MIN(tmp_bytes, tpl->params.limits.memory_bytes);
+        }
+        uint64_t inodes = (uint64_t)tpl->params.limits.max_output_files * 4 + 1024;
+        snprintf(tpl->out_opts, sizeof(tpl->out_opts), "size=%llu,nr_inodes=%llu,mode=0755",
+                 (unsigned long long)out_bytes, (unsigned long long)inodes);
+        /* Inodes are kernel memory too: without a cgroup, one per 16 KiB
+         * of the memory limit. */
+        uint64_t tmp_inodes = tpl->params.cgroup
+                                  ? 65536
+                                  : MAX(1024, MIN(65536, tpl->params.limits.memory_bytes >> 14));
+        snprintf(tpl->tmp_opts, sizeof(tpl->tmp_opts), "size=%llu,nr_inodes=%llu,mode=01777",
+                 (unsigned long long)tmp_bytes, (unsigned long long)tmp_inodes);
+
+        /* /dev/shm, for POSIX shared memory and semaphores (multiprocessing's
+         * locks and queues): its size is the run's memory limit, and what it
+         * holds is charged to the run's cgroup where there is one, or else
+         * capped by the size alone, as /tmp is. */
+        snprintf(tpl->shm_opts, sizeof(tpl->shm_opts), "size=%llu,nr_inodes=%llu,mode=01777",
+                 (unsigned long long)tpl->params.limits.memory_bytes,
+                 (unsigned long long)MIN(tmp_inodes, 4096));
+}
+
+/* The seccomp programs every copy loads (the guest's, the mount
+ * filter of a late input, a session's), built once; a failure ends the
+ * template with its message. */
+static void build_filters(struct template_state *tpl)
+{
+        char errbuf[900];
+        int r = seccomp_build_guest_filter(&tpl->guest_filter, tpl->params.cgroup == 0,
+                                           tpl->params.late_input, errbuf, sizeof(errbuf));
+        if (r >= 0 && tpl->params.late_input)
+                r = seccomp_build_mount_filter(&tpl->mount_filter, errbuf, sizeof(errbuf));
+        if (r >= 0)
+                r = seccomp_build_session_filter(&tpl->session_filter, errbuf, sizeof(errbuf));
+        if (r < 0)
+                tpl_fail(tpl, r, "seccomp", "%s", errbuf);
+}
+
 _Noreturn void template_main(void)
 {
         /* The template's one state (template_internal.h): static rather
@@ -317,43 +365,11 @@ _Noreturn void template_main(void)
         tpl_probe_landlock(tpl);
         tpl_proc_prepare(tpl);
 
-        /* Without a cgroup nothing counts what the tmpfs mounts hold
-         * against the memory limit: each is capped at it instead. */
-        uint64_t out_bytes = tpl->params.limits.output_fs_bytes,
-                 tmp_bytes = tpl->params.limits.tmp_bytes;
-        if (!tpl->params.cgroup) {
-                out_bytes = MIN(out_bytes, tpl->params.limits.memory_bytes);
-                tmp_bytes = MIN(tmp_bytes, tpl->params.limits.memory_bytes);
-        }
-        uint64_t inodes = (uint64_t)tpl->params.limits.max_output_files * 4 + 1024;
-        snprintf(tpl->out_opts, sizeof(tpl->out_opts), "size=%llu,nr_inodes=%llu,mode=0755",
-                 (unsigned long long)out_bytes, (unsigned long long)inodes);
-        /* Inodes are kernel memory too: without a cgroup, one per 16 KiB
-         * of the memory limit. */
-        uint64_t tmp_inodes = tpl->params.cgroup
-                                  ? 65536
-                                  : MAX(1024, MIN(65536, tpl->params.limits.memory_bytes >> 14));
-        snprintf(tpl->tmp_opts, sizeof(tpl->tmp_opts), "size=%llu,nr_inodes=%llu,mode=01777",
-                 (unsigned long long)tmp_bytes, (unsigned long long)tmp_inodes);
-
-        /* /dev/shm, for POSIX shared memory and semaphores (multiprocessing's
-         * locks and queues): its size is the run's memory limit, and what it
-         * holds is charged to the run's cgroup where there is one, or else
-         * capped by the size alone, as /tmp is. */
-        snprintf(tpl->shm_opts, sizeof(tpl->shm_opts), "size=%llu,nr_inodes=%llu,mode=01777",
-                 (unsigned long long)tpl->params.limits.memory_bytes,
-                 (unsigned long long)MIN(tmp_inodes, 4096));
+        tmpfs_options(tpl);
 
         char errbuf[900];
-        int r = seccomp_build_guest_filter(&tpl->guest_filter, tpl->params.cgroup == 0,
-                                           tpl->params.late_input, errbuf, sizeof(errbuf));
-        if (r >= 0 && tpl->params.late_input)
-                r = seccomp_build_mount_filter(&tpl->mount_filter, errbuf, sizeof(errbuf));
-        if (r >= 0)
-                r = seccomp_build_session_filter(&tpl->session_filter, errbuf, sizeof(errbuf));
-        if (r < 0)
-                tpl_fail(tpl, r, "seccomp", "%s", errbuf);
-        r = guest_init(&tpl->params, errbuf, sizeof(errbuf));
+        build_filters(tpl);
+        int r = guest_init(&tpl->params, errbuf, sizeof(errbuf));
         if (r < 0)
                 tpl_fail(tpl, r, r == -ENOENT ? "preload" : "python", "%s", errbuf);
         /* Once, after the interpreter read its dispositions and the

@@ -331,10 +331,46 @@ static void await_input(struct template_state *tpl, int chan)
  * It mounts its private /output, /tmp and /proc, hands the host its /output
  * fd, drops every privilege, loads the seccomp filter, and waits for code.
  * Everything here runs before any guest code. */
+/* The run's rlimits: CPU, data where no cgroup counts memory, file size,
+ * files, cores, message queues, processes of its user, queued signals,
+ * locked memory and the stack. */
+static void set_run_limits(const struct template_state *tpl)
+{
+        const airlock_limits *lim = &tpl->params.limits;
+        rlim_t cpu = (rlim_t)(lim->cpu_s > 0 ? lim->cpu_s : lim->timeout_s) + 1;
+        set_limit(RLIMIT_CPU, cpu);
+#if !defined(__SANITIZE_ADDRESS__)
+        /* RLIMIT_DATA counts the private writable address space a process
+         * reserves, touched or not: OpenBLAS alone reserves 128 MiB per
+         * thread and touches a few, and cannot go on when a reservation
+         * is refused (the run then ends as "memory", guest.c, on_sigsys).
+         * With a cgroup, which charges the pages a run really
+         * holds, the memory limit is the cgroup's alone; RLIMIT_DATA is
+         * the limit only where there is none. Not under AddressSanitizer,
+         * whose shadow mappings count as data and exceed any sensible
+         * limit. */
+        if (!tpl->params.cgroup)
+                set_limit(RLIMIT_DATA, lim->memory_bytes);
+#endif
+        set_limit(RLIMIT_FSIZE, lim->max_file_bytes);
+        set_limit(RLIMIT_NOFILE, lim->open_files);
+        set_limit(RLIMIT_CORE, 0);
+        set_limit(RLIMIT_MSGQUEUE, 0);
+        /* Tasks of this user in the copy's own user namespace: the run's
+         * process limit (the host adds a cgroup limit where it can). */
+        set_limit(RLIMIT_NPROC, lim->pids + 4);
+        /* Counted per user namespace, so per run: signals a run may queue
+         * and memory it may lock. */
+        set_limit(RLIMIT_SIGPENDING, COPY_MAX_SIGPENDING);
+        set_limit(RLIMIT_MEMLOCK, COPY_MAX_MEMLOCK);
+        /* The main stack is not data: without this a host started with an
+         * unlimited stack would give the guest unlimited memory there. */
+        set_limit(RLIMIT_STACK, COPY_MAX_STACK);
+}
+
 _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
                              const int procs[CG_HIERARCHIES], int prep_w)
 {
-        const airlock_limits *lim = &tpl->params.limits;
         /* Into the copy's own cgroup before it allocates anything, so that
          * every page it writes from now on is charged to this run alone. */
         int r = tpl_cgroup_join(procs);
@@ -409,35 +445,7 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         if (chdir("/output") < 0)
                 copy_fail(chan, "cannot enter /output: %m");
 
-        rlim_t cpu = (rlim_t)(lim->cpu_s > 0 ? lim->cpu_s : lim->timeout_s) + 1;
-        set_limit(RLIMIT_CPU, cpu);
-#if !defined(__SANITIZE_ADDRESS__)
-        /* RLIMIT_DATA counts the private writable address space a process
-         * reserves, touched or not: OpenBLAS alone reserves 128 MiB per
-         * thread and touches a few, and cannot go on when a reservation
-         * is refused (the run then ends as "memory", guest.c, on_sigsys).
-         * With a cgroup, which charges the pages a run really
-         * holds, the memory limit is the cgroup's alone; RLIMIT_DATA is
-         * the limit only where there is none. Not under AddressSanitizer,
-         * whose shadow mappings count as data and exceed any sensible
-         * limit. */
-        if (!tpl->params.cgroup)
-                set_limit(RLIMIT_DATA, lim->memory_bytes);
-#endif
-        set_limit(RLIMIT_FSIZE, lim->max_file_bytes);
-        set_limit(RLIMIT_NOFILE, lim->open_files);
-        set_limit(RLIMIT_CORE, 0);
-        set_limit(RLIMIT_MSGQUEUE, 0);
-        /* Tasks of this user in the copy's own user namespace: the run's
-         * process limit (the host adds a cgroup limit where it can). */
-        set_limit(RLIMIT_NPROC, lim->pids + 4);
-        /* Counted per user namespace, so per run: signals a run may queue
-         * and memory it may lock. */
-        set_limit(RLIMIT_SIGPENDING, COPY_MAX_SIGPENDING);
-        set_limit(RLIMIT_MEMLOCK, COPY_MAX_MEMLOCK);
-        /* The main stack is not data: without this a host started with an
-         * unlimited stack would give the guest unlimited memory there. */
-        set_limit(RLIMIT_STACK, COPY_MAX_STACK);
+        set_run_limits(tpl);
 
         if (tpl->params.late_input)
                 lock_early(tpl, chan);
