@@ -32,7 +32,7 @@
 #include "base.h"
 #include "mcp_internal.h"
 #include "audit.h"
-#include "cli.h"
+#include "mcp_service.h"
 #include "tenant_workspace.h"
 
 #define MCP_MAX_LINE (32u << 20) /* one message; longer lines are discarded */
@@ -323,63 +323,45 @@ static void finish_calls(mcp_server *srv)
         pthread_mutex_unlock(&srv->lock);
 }
 
-int cmd_mcp(int argc, char **argv)
+/* The error of a server that could not start or build its sandbox: the
+ * options or the configuration are at fault (exit status 2, as it always
+ * has been), whatever the library's record said. */
+static int input_error(airlock_error *err, int r)
 {
-        cli_options o;
-        airlock_error err = {0};
-        int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
-        if (r == 1) {
-                cli_usage(CLI_MCP, stdout);
-                return EXIT_OK;
-        }
-        if (r < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", err.message);
-                return EXIT_USAGE;
-        }
-        /* A client that goes away must not kill the server in the middle of
-         * closing its sandboxes: writes then fail with EPIPE instead. */
-        signal(SIGPIPE, SIG_IGN);
-        stop_fd = cli_signal_pipe(false);
-        if (stop_fd < 0)
-                stop_fd = -1; /* the signals keep their default action */
-        mcp_raise_fd_limit();
+        err->kind = AIRLOCK_ERROR_INPUT;
+        return r;
+}
+
+int mcp_service_run_stdio(mcp_service *svc, airlock_error *err)
+{
+        const mcp_service_options *o = mcp_service_opts(svc);
+        stop_fd = o->signal_fd;
         mcp_server srv = {.input_watch = -1, .audit_fd = -1, .build_failed_fd = -1};
-        if (o.audit && (srv.audit_fd = cli_audit_open(o.audit, &err)) < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", err.message);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
+        int r;
+        if (o->audit && (srv.audit_fd = cli_audit_open(o->audit, err)) < 0)
+                return input_error(err, srv.audit_fd);
         /* --tenants-dir: the one tenant's workspace is DIR/--tenant. */
-        snprintf(srv.tenant, sizeof(srv.tenant), "%s", o.tenant);
-        if (o.tenants_dir && mcp_workspaces_open(o.tenants_dir, o.ws_max_files, o.ws_max_bytes,
-                                                 &srv.workspaces, &err) < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", err.message);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
+        snprintf(srv.tenant, sizeof(srv.tenant), "%s", o->tenant);
+        if (o->tenants_dir && (r = mcp_workspaces_open(o->tenants_dir, o->ws_max_files,
+                                                       o->ws_max_bytes, &srv.workspaces, err)) < 0)
+                return input_error(err, r);
         /* The sandbox is built while the server reads its input (see
          * handle_request): a client that gives up on server/discover after
          * a second (the Vercel AI SDK) must get its answer meanwhile. */
-        r = server_init(&srv, o.cfg, &o.caps, true, &err);
+        r = server_init(&srv, mcp_service_config(svc), &o->caps, true, err);
         bool stopped = r >= 0 && serve(&srv);
         /* A configuration error the build found ends the server as it
          * always has, with the error and exit status 2: no request that
          * waited for the build was answered. */
         if (r >= 0)
-                r = version_build_join(&srv, &err);
-        if (r < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", err.message);
-                server_teardown(&srv);
-                mcp_workspaces_free(srv.workspaces);
-                cli_options_free(&o);
-                return EXIT_USAGE;
+                r = version_build_join(&srv, err);
+        if (r >= 0) {
+                if (stopped)
+                        cancel_all_and_wait(&srv);
+                else
+                        finish_calls(&srv);
         }
-        if (stopped)
-                cancel_all_and_wait(&srv);
-        else
-                finish_calls(&srv);
         server_teardown(&srv);
         mcp_workspaces_free(srv.workspaces);
-        cli_options_free(&o);
-        return EXIT_OK;
+        return r < 0 ? input_error(err, r) : 0;
 }

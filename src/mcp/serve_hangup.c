@@ -77,13 +77,17 @@ void hup_fini(server *s)
                 ssize_t n = write(s->hup_stop, &one, sizeof(one));
                 (void)n;
                 pthread_join(s->hup_thread, NULL);
+                s->hup_started = false;
         }
         if (s->hup_ep >= 0)
                 close(s->hup_ep);
         if (s->hup_stop >= 0)
                 close(s->hup_stop);
+        s->hup_ep = s->hup_stop = -1;
         free(s->hup);
         free(s->hup_free);
+        s->hup = NULL;
+        s->hup_free = NULL;
 }
 
 /* Watches rq's socket for a hang-up; returns the slot, or -1 (the call

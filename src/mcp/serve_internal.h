@@ -64,10 +64,11 @@ typedef struct server {
         atomic_bool core_failed; /* the core could not be built: the server stops */
         atomic_bool ready, draining;
         atomic_bool unavailable; /* a warm-up run failed (and is retried) */
-        /* The configuration options (argv without the serve and session
-         * options), parsed again on SIGHUP; the strings are the process's. */
-        int cfg_argc;
-        char **cfg_argv;
+        /* The front-end's source of a new configuration on SIGHUP
+         * (mcp_service_run_http), and its signal pipe. */
+        mcp_reload_fn reload;
+        void *reload_arg;
+        int sig_fd;
         /* Tokens and their tenants (tenants.h), swapped whole on SIGHUP
          * under the write lock. */
         pthread_rwlock_t tokens_lock;
