@@ -1,4 +1,4 @@
-/* airlock serve: the MCP server over Streamable HTTP (src/mcp/serve.c),
+/* airlock serve: the MCP server over Streamable HTTP (src/mcp/http/serve.c),
  * run through the server's face (mcp_service.h). This file owns what is
  * the command's: its options (parsed again for each reload), its signals
  * and its exit status. */

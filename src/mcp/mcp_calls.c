@@ -175,7 +175,7 @@ void run_call(mcp_call *c, reader_watch *w)
 
 static bool reader_wanted_locked(const mcp_server *srv)
 {
-        return srv->reader_free && !srv->input_done;
+        return srv->reader && srv->reader_free && !srv->input_done;
 }
 
 /* Does one piece of work, with srv->lock held on entry and on return: a
@@ -197,7 +197,7 @@ bool take_work_locked(mcp_server *srv)
         if (reader_wanted_locked(srv)) {
                 srv->reader_free = false;
                 pthread_mutex_unlock(&srv->lock);
-                reader_loop(srv);
+                srv->reader(srv);
                 pthread_mutex_lock(&srv->lock);
                 return true;
         }

@@ -111,7 +111,11 @@ struct mcp_server {
          * itself, which saves the wake-up of a worker on the call's path,
          * and hands the role to another thread only once input comes or
          * the run has to wait (see run_call). Only the thread with the
-         * role touches the reader state below. */
+         * role touches the reader state below. The core knows the role
+         * only as this hook, which the transport that reads registers
+         * (mcp_stdio.c: its reader loop), or NULL when no transport reads
+         * on the core's threads: a worker that takes the role calls it. */
+        void (*reader)(mcp_server *srv);
         bool reader_free;   /* the role waits for a thread to take it */
         bool input_done;    /* end of input or a stop signal: nobody reads */
         bool input_stopped; /* ... and it was a stop signal */
@@ -302,11 +306,6 @@ void warm_up_after_build(mcp_server *srv);
 bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
                     const json_t *params);
 void handle_notification(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *params);
-
-/* ---- mcp_stdio.c: the stdio transport ---------------------------------- */
-
-/* Holds the reader role of standard input (see mcp_stdio.c). */
-void reader_loop(mcp_server *srv);
 
 /* ---- mcp_core.c: the server's making and unmaking ---------------------- */
 

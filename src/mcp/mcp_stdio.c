@@ -164,7 +164,7 @@ static void watch_output_while_calls(mcp_server *srv)
 /* Holds the reader role: handles messages until end of input, a stop
  * signal or the loss of standard output (then marks the input done), or
  * until it hands the role on to run a call on this thread. */
-void reader_loop(mcp_server *srv)
+static void reader_loop(mcp_server *srv)
 {
         dynbuf *line = &srv->line;
         for (;;) {
@@ -287,6 +287,11 @@ static bool serve(mcp_server *srv)
                 return false;
         dynbuf_init(&srv->line, MCP_MAX_LINE);
         srv->input_watch = make_input_watch();
+        /* The core's workers take the reader role through this hook when
+         * the reader hands it on to run a call (mcp_calls.c). */
+        pthread_mutex_lock(&srv->lock);
+        srv->reader = reader_loop;
+        pthread_mutex_unlock(&srv->lock);
         reader_loop(srv);
         /* Between calls the main thread works as a worker until nobody
          * reads any more. */
