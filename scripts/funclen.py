@@ -24,7 +24,6 @@ KNOWN = {
     "src/lib/mcp/mcp_config.c": {"check_server"},
     "src/lib/template/template.c": {"template_main"},
     "src/lib/template/tpl_copy.c": {"tpl_copy_main"},
-    "src/mcp/mcp_dispatch.c": {"handle_tools_call"},
 }
 
 
