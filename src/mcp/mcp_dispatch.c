@@ -76,7 +76,7 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
                 problem = "expected a string or an integer";
         }
         if (key) {
-                send_error_data(
+                mcp_send_error_data(
                     srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
                     json_pack("{s:{s:s, s:s}}", "envelope", "key", key, "problem", problem),
                     "Invalid _meta envelope: %s: %s", key, problem);
@@ -91,12 +91,13 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
         json_t *supported = json_array();
         for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
                 json_array_append_new(supported, json_string(modern_versions[i]));
-        send_error_data(srv, rq->sink, rq->id, RPC_UNSUPPORTED_PROTOCOL_VERSION,
-                        json_pack("{s:o, s:s}", "supported", supported, "requested", asked),
-                        "Unsupported protocol version: %.100s (this server speaks %s in _meta, "
-                        "and %s to %s through initialize)",
-                        asked, modern_versions[0],
-                        protocol_versions[ARRAY_SIZE(protocol_versions) - 1], protocol_versions[0]);
+        mcp_send_error_data(srv, rq->sink, rq->id, RPC_UNSUPPORTED_PROTOCOL_VERSION,
+                            json_pack("{s:o, s:s}", "supported", supported, "requested", asked),
+                            "Unsupported protocol version: %.100s (this server speaks %s in _meta, "
+                            "and %s to %s through initialize)",
+                            asked, modern_versions[0],
+                            protocol_versions[ARRAY_SIZE(protocol_versions) - 1],
+                            protocol_versions[0]);
         return false;
 }
 
@@ -104,13 +105,13 @@ static bool handle_initialize(mcp_server *srv, const mcp_request *rq)
 {
         const json_t *id = rq->id, *params = rq->params;
         if (srv->initialized && !srv->stateless) {
-                send_error(srv, rq->sink, id, RPC_INVALID_REQUEST, "already initialized");
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_REQUEST, "already initialized");
                 return false;
         }
         const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
         if (!asked) {
-                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                           "initialize: params.protocolVersion must be a string");
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
+                               "initialize: params.protocolVersion must be a string");
                 return false;
         }
         /* The client's revision when we speak it, else the newest we do; the
@@ -121,33 +122,33 @@ static bool handle_initialize(mcp_server *srv, const mcp_request *rq)
                         version = protocol_versions[i];
         if (!srv->stateless)
                 srv->initialized = true;
-        cfg_version *v = cfg_take(srv);
-        send_result(srv, rq->sink, id,
-                    json_pack("{s:s, s:o, s:{s:s, s:s}, s:s}", "protocolVersion", version,
-                              "capabilities", server_capabilities(), "serverInfo", "name",
-                              "airlock", "version", AIRLOCK_VERSION, "instructions",
-                              v->instructions));
-        cfg_drop(srv, v);
-        warm_up(srv);
+        cfg_version *v = mcp_cfg_take(srv);
+        mcp_send_result(srv, rq->sink, id,
+                        json_pack("{s:s, s:o, s:{s:s, s:s}, s:s}", "protocolVersion", version,
+                                  "capabilities", server_capabilities(), "serverInfo", "name",
+                                  "airlock", "version", AIRLOCK_VERSION, "instructions",
+                                  v->instructions));
+        mcp_cfg_drop(srv, v);
+        mcp_warm_up(srv);
         return false;
 }
 
 /* server/discover (server/discover.mdx): the revisions without handshake,
  * the capabilities, the instructions and, in _meta, the server's identity.
  * While the first version is being built, the instructions are those of its
- * configuration, the same text (see version_build_start). */
+ * configuration, the same text (see mcp_version_build_start). */
 static void handle_discover(mcp_server *srv, const mcp_request *rq)
 {
         json_t *versions = json_array();
         for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
                 json_array_append_new(versions, json_string(modern_versions[i]));
-        cfg_version *v = cfg_take(srv);
-        reply(srv, rq,
-              json_pack("{s:o, s:o, s:s}", "supportedVersions", versions, "capabilities",
-                        server_capabilities(), "instructions",
-                        v ? v->instructions : srv->first_instructions),
-              true);
-        cfg_drop(srv, v);
+        cfg_version *v = mcp_cfg_take(srv);
+        mcp_reply(srv, rq,
+                  json_pack("{s:o, s:o, s:s}", "supportedVersions", versions, "capabilities",
+                            server_capabilities(), "instructions",
+                            v ? v->instructions : srv->first_instructions),
+                  true);
+        mcp_cfg_drop(srv, v);
 }
 
 /* subscriptions/listen (basic/patterns/subscriptions.mdx): this server has
@@ -159,16 +160,17 @@ static void handle_discover(mcp_server *srv, const mcp_request *rq)
 static bool handle_listen(mcp_server *srv, const mcp_request *rq)
 {
         if (!json_is_object(json_object_get(rq->params, "notifications"))) {
-                send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
-                           "subscriptions/listen: params.notifications must be an object");
+                mcp_send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
+                               "subscriptions/listen: params.notifications must be an object");
                 return false;
         }
         json_t *ack =
             json_pack("{s:{s:O}, s:{}}", "_meta", META_SUBSCRIPTION_ID, rq->id, "notifications");
         if (ack)
-                send_message(srv, rq->sink,
-                             jsonrpc_notification("notifications/subscriptions/acknowledged", ack));
-        reply(srv, rq, json_pack("{s:{s:O}}", "_meta", META_SUBSCRIPTION_ID, rq->id), false);
+                mcp_send_message(
+                    srv, rq->sink,
+                    jsonrpc_notification("notifications/subscriptions/acknowledged", ack));
+        mcp_reply(srv, rq, json_pack("{s:{s:O}}", "_meta", META_SUBSCRIPTION_ID, rq->id), false);
         return false;
 }
 
@@ -202,15 +204,15 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         const json_t *id = rq->id, *params = rq->params;
         const char *name = json_string_value(json_object_get(params, "name"));
         if (!name) {
-                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                           "tools/call: params.name must be a string");
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
+                               "tools/call: params.name must be a string");
                 return false;
         }
         const mcp_tool *t = mcp_tool_find(name, srv->workspaces != NULL);
         if (!t) {
                 char msg[512];
                 mcp_tool_unknown(name, srv->workspaces != NULL, msg, sizeof(msg));
-                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS, "%s", msg);
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS, "%s", msg);
                 return false;
         }
         if (t->call) {
@@ -219,14 +221,15 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                                     .workspaces = srv->workspaces,
                                     .owner = owner,
                                     .tenant = tenant_of(srv, owner)};
-                reply(srv, rq, mcp_tool_call(t, &ctx, json_object_get(params, "arguments")), false);
+                mcp_reply(srv, rq, mcp_tool_call(t, &ctx, json_object_get(params, "arguments")),
+                          false);
                 return false;
         }
         const json_t *args = json_object_get(params, "arguments");
         const json_t *code = json_object_get(args, "code");
         json_t *bad = execute_code_args_error(args);
         if (bad) {
-                reply(srv, rq, bad, false);
+                mcp_reply(srv, rq, bad, false);
                 return false;
         }
         /* A progress token of another type is not one (the handshake era
@@ -247,8 +250,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                 c->progress = token ? json_deep_copy(token) : NULL;
         }
         if (!c || !c->code || !c->id || (token && !c->progress)) {
-                call_free(c);
-                send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "out of memory");
+                mcp_call_free(c);
+                mcp_send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "out of memory");
                 return false;
         }
         memcpy(c->code, json_string_value(code), c->len + 1);
@@ -258,15 +261,15 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                  * workspace is the tenant's folder. */
                 airlock_error err = {0};
                 c->srv = srv;
-                if (!(c->ver = cfg_take(srv)) ||
-                    !(c->cfg = version_cfg(srv, c->ver,
-                                           rq->sink && !rq->sink->internal ? rq->sink->owner : NULL,
-                                           &err))) {
-                        call_free(c);
+                if (!(c->ver = mcp_cfg_take(srv)) ||
+                    !(c->cfg = mcp_version_cfg(
+                          srv, c->ver, rq->sink && !rq->sink->internal ? rq->sink->owner : NULL,
+                          &err))) {
+                        mcp_call_free(c);
                         char msg[AIRLOCK_MESSAGE_MAX + 64];
                         snprintf(msg, sizeof(msg), "airlock could not run the code: %s",
                                  err.message[0] ? err.message : "out of memory");
-                        reply(srv, rq, mcp_tool_error(msg), false);
+                        mcp_reply(srv, rq, mcp_tool_error(msg), false);
                         return false;
                 }
         }
@@ -274,8 +277,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                 json_t *e = mcp_sessions_begin(srv->sessions, handle,
                                                rq->sink ? rq->sink->owner : NULL, &c->session);
                 if (e) {
-                        call_free(c);
-                        reply(srv, rq, e, false);
+                        mcp_call_free(c);
+                        mcp_reply(srv, rq, e, false);
                         return false;
                 }
         }
@@ -287,17 +290,17 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         c->usage_record =
             c->run_record ||
             json_is_true(json_object_get(json_object_get(params, "_meta"), MCP_META_USAGE));
-        int r = call_start(srv, c);
+        int r = mcp_call_start(srv, c);
         if (r == 0)
                 return true;
         if (r == -EBUSY)
-                reply(srv, rq,
-                      mcp_tool_error("too many execute_code calls in progress; wait for "
-                                     "one to finish"),
-                      false);
+                mcp_reply(srv, rq,
+                          mcp_tool_error("too many execute_code calls in progress; wait for "
+                                         "one to finish"),
+                          false);
         else if (r < 0)
-                send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "cannot start the call: %s",
-                           strerror(-r));
+                mcp_send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "cannot start the call: %s",
+                               strerror(-r));
         return false;
 }
 
@@ -308,9 +311,9 @@ static void answer_resources(mcp_server *srv, const mcp_request *rq, json_t *res
                              const char *why)
 {
         if (result)
-                reply(srv, rq, result, false);
+                mcp_reply(srv, rq, result, false);
         else
-                send_error(srv, rq->sink, rq->id, code, "%s", why);
+                mcp_send_error(srv, rq->sink, rq->id, code, "%s", why);
 }
 
 static bool handle_resources_read(mcp_server *srv, const mcp_request *rq)
@@ -319,8 +322,8 @@ static bool handle_resources_read(mcp_server *srv, const mcp_request *rq)
         char why[1024];
         const char *uri = json_string_value(json_object_get(rq->params, "uri"));
         if (!uri) {
-                send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
-                           "resources/read: params.uri must be a string");
+                mcp_send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
+                               "resources/read: params.uri must be a string");
                 return false;
         }
         json_t *result = mcp_store_read(srv->store, rq->sink ? rq->sink->owner : NULL, uri, &code,
@@ -335,8 +338,8 @@ static bool handle_resources_list(mcp_server *srv, const mcp_request *rq)
         char why[1024];
         const json_t *cursor = json_object_get(rq->params, "cursor");
         if (cursor && !json_is_string(cursor)) {
-                send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
-                           "resources/list: params.cursor must be a string");
+                mcp_send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
+                               "resources/list: params.cursor must be a string");
                 return false;
         }
         json_t *result = mcp_store_list(srv->store, rq->sink ? rq->sink->owner : NULL,
@@ -349,15 +352,15 @@ static bool handle_resources_list(mcp_server *srv, const mcp_request *rq)
  * the tools file shows in the next tools/list. */
 static bool handle_tools_list(mcp_server *srv, const mcp_request *rq)
 {
-        cfg_version *v = cfg_take(srv);
-        reply(srv, rq, json_pack("{s:O}", "tools", v->tools), true);
-        cfg_drop(srv, v);
+        cfg_version *v = mcp_cfg_take(srv);
+        mcp_reply(srv, rq, json_pack("{s:O}", "tools", v->tools), true);
+        mcp_cfg_drop(srv, v);
         return false;
 }
 
 static bool handle_ping(mcp_server *srv, const mcp_request *rq)
 {
-        reply(srv, rq, json_object(), false);
+        mcp_reply(srv, rq, json_object(), false);
         return false;
 }
 
@@ -365,9 +368,9 @@ static bool handle_ping(mcp_server *srv, const mcp_request *rq)
  * configuration's instructions when they are known already. */
 static bool handle_discover_early(mcp_server *srv, const mcp_request *rq)
 {
-        if (!srv->first_instructions && !version_wait(srv))
+        if (!srv->first_instructions && !mcp_version_wait(srv))
                 return false;
-        warm_up(srv);
+        mcp_warm_up(srv);
         handle_discover(srv, rq);
         return false;
 }
@@ -433,8 +436,8 @@ static bool era_fits(const method_row *row, const mcp_request *rq)
  * other request waits here for the build, and so does the reader, so that
  * the requests after it are answered after it too. A build that failed
  * leaves the request unanswered: the server then ends (cmd_mcp). */
-bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
-                    const json_t *params)
+bool mcp_handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
+                        const json_t *params)
 {
         mcp_request rq_ = {.sink = sink, .id = id, .params = params};
         mcp_request *const rq = &rq_;
@@ -445,38 +448,40 @@ bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const j
                 /* A method of the modern era only, asked without its
                  * envelope, is told what the envelope needs. */
                 if (!era_fits(row, rq)) {
-                        send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                                   "%s needs params._meta with \"%s\" (%s) and \"%s\"", method,
-                                   META_PROTOCOL_VERSION, modern_versions[0], META_CLIENT_CAPS);
+                        mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
+                                       "%s needs params._meta with \"%s\" (%s) and \"%s\"", method,
+                                       META_PROTOCOL_VERSION, modern_versions[0], META_CLIENT_CAPS);
                         return false;
                 }
                 return row->handle(srv, rq);
         }
-        if (!version_wait(srv))
+        if (!mcp_version_wait(srv))
                 return false;
         if (rq->modern) {
                 if (!row || !row->no_warm_up)
-                        warm_up(srv);
+                        mcp_warm_up(srv);
         } else if ((!row || row->needs_session) && !srv->initialized && !srv->stateless) {
-                send_error(srv, rq->sink, id, RPC_INVALID_REQUEST,
-                           "server not initialized: send initialize first, or name the protocol "
-                           "version %s in params._meta (got %.100s)",
-                           modern_versions[0], method);
+                mcp_send_error(
+                    srv, rq->sink, id, RPC_INVALID_REQUEST,
+                    "server not initialized: send initialize first, or name the protocol "
+                    "version %s in params._meta (got %.100s)",
+                    modern_versions[0], method);
                 return false;
         }
         if (!row || !era_fits(row, rq)) {
-                send_error(srv, rq->sink, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s",
-                           method);
+                mcp_send_error(srv, rq->sink, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s",
+                               method);
                 return false;
         }
         return row->handle(srv, rq);
 }
 
-void handle_notification(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *params)
+void mcp_handle_notification(mcp_server *srv, mcp_sink *sink, const char *method,
+                             const json_t *params)
 {
         if (strcmp(method, "notifications/cancelled") == 0)
-                cancel_request(srv, sink ? sink->owner : NULL,
-                               json_object_get(params, "requestId"));
+                mcp_cancel_request(srv, sink ? sink->owner : NULL,
+                                   json_object_get(params, "requestId"));
         /* notifications/initialized and every other notification need no
          * action; notifications are never answered. */
 }

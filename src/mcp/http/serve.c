@@ -63,7 +63,7 @@
  * load leaves the old one in place, with one line on stderr naming why: the
  * library's errors never contain a secret's value. The serve and session
  * options (--listen, caps, --audit) are not reloaded. */
-static void reload_config(server *s)
+static void reload_config(http_server *s)
 {
         airlock_config *cfg = NULL;
         airlock_error err = {0};
@@ -134,9 +134,9 @@ bad:
  * whose sandbox cannot start (a masked /proc in a container, no user
  * namespaces) must not say it is ready, or a load balancer sends it
  * traffic that can only fail. */
-static bool warm_up(server *s)
+static bool warm_up(http_server *s)
 {
-        http_sink *k = sink_new(s, "airlock-warm-up");
+        http_sink *k = http_sink_new(s, "airlock-warm-up");
         if (!k)
                 return false;
         k->base.internal = true;
@@ -152,14 +152,14 @@ static bool warm_up(server *s)
         pthread_mutex_unlock(&s->slot_lock);
         if (root && mcp_core_handle(s->core, &k->base, &m) == 1) {
                 k->pending = true;
-                sink_wait_done(k);
+                http_sink_wait_done(k);
                 k->pending = false;
         } else {
-                slot_give(s, NULL, true);
+                http_slot_give(s, NULL, true);
         }
         bool ok = k->got_resp && k->status == ST_OK;
         json_decref(root);
-        sink_free(k);
+        http_sink_free(k);
         return ok;
 }
 
@@ -199,7 +199,7 @@ static int check_listen(const mcp_service_options *o, struct sockaddr_storage *s
 /* The server's state before it listens: its locks, the quotas, the
  * hang-up watcher, the tenants' workspaces, the tokens and the metrics
  * token. Returns 0 or -errno with err filled; server_release undoes it. */
-static int server_setup(server *s, const mcp_service_options *o, airlock_error *err)
+static int server_setup(http_server *s, const mcp_service_options *o, airlock_error *err)
 {
         char why[512];
         s->opt = o->http;
@@ -220,7 +220,7 @@ static int server_setup(server *s, const mcp_service_options *o, airlock_error *
                                         [QUOTA_QUEUED] = s->opt.max_queue_per_token};
         if (!(s->quotas = quota_new(limits)))
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
-        if (hup_init(s) < 0) {
+        if (http_hup_init(s) < 0) {
                 int e = errno;
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -e, NULL,
                                      "cannot watch connections: %s", strerror(e));
@@ -234,29 +234,30 @@ static int server_setup(server *s, const mcp_service_options *o, airlock_error *
         if (s->opt.tokens_file) {
                 if ((r = tenants_load(s->opt.tokens_file, &s->tt, why, sizeof(why))) < 0)
                         return al_error(err, r, NULL, "%s", why);
-                if (apply_overrides(s, &s->tt) < 0)
+                if (http_apply_overrides(s, &s->tt) < 0)
                         return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL,
                                              "out of memory");
         }
-        if ((r = load_metrics_token(s, why, sizeof(why))) < 0)
+        if ((r = http_load_metrics_token(s, why, sizeof(why))) < 0)
                 return al_error(err, r, NULL, "%s", why);
         return 0;
 }
 
 /* Starts libmicrohttpd on ss; /healthz answers from now on. */
-static int server_listen(server *s, const struct sockaddr_storage *ss, airlock_error *err)
+static int server_listen(http_server *s, const struct sockaddr_storage *ss, airlock_error *err)
 {
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                          MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
         if (ss->ss_family == AF_INET6)
                 flags |= MHD_USE_IPv6;
-        s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                (const struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
-                                (unsigned)s->opt.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                                (unsigned)s->opt.http_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                                (size_t)MAX_HEADER_MEM, MHD_OPTION_THREAD_STACK_SIZE,
-                                (size_t)(512u << 10), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+        s->d =
+            MHD_start_daemon(flags, 0, NULL, NULL, http_on_request, s, MHD_OPTION_SOCK_ADDR,
+                             (const struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
+                             (unsigned)s->opt.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                             (unsigned)s->opt.http_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                             (size_t)MAX_HEADER_MEM, MHD_OPTION_THREAD_STACK_SIZE,
+                             (size_t)(512u << 10), MHD_OPTION_NOTIFY_COMPLETED, http_on_completed,
+                             s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
         if (!s->d) {
                 int e = errno;
                 return al_error(err, -e, NULL, "cannot listen on %s: %s", s->opt.listen,
@@ -272,7 +273,7 @@ static int server_listen(server *s, const struct sockaddr_storage *ss, airlock_e
 
 /* Waits up to a second more than until (al_now_ns) for the requests in
  * progress to be answered, then stops listening. */
-static void server_stop_listening(server *s, uint64_t until)
+static void server_stop_listening(http_server *s, uint64_t until)
 {
         while (atomic_load(&s->requests) > 0 && al_now_ns() < until + 1000000000ull) {
                 struct timespec pause = {0, 10 * 1000000L};
@@ -284,7 +285,7 @@ static void server_stop_listening(server *s, uint64_t until)
 
 /* Builds the core while /healthz already answers (and /readyz says warming
  * up): the sandbox and the tool description. */
-static int server_build(server *s, mcp_service *svc, airlock_error *err)
+static int server_build(http_server *s, mcp_service *svc, airlock_error *err)
 {
         const mcp_service_options *o = mcp_service_opts(svc);
         mcp_core_options co = {.stateless = true,
@@ -297,12 +298,12 @@ static int server_build(server *s, mcp_service *svc, airlock_error *err)
         if (r < 0) {
                 /* The requests held meanwhile are answered 503 before the
                  * connections close (a second at most). */
-                announce_built(s, false);
+                http_announce_built(s, false);
                 server_stop_listening(s, al_now_ns());
                 err->kind = AIRLOCK_ERROR_INPUT;
                 return r;
         }
-        announce_built(s, true);
+        http_announce_built(s, true);
         return 0;
 }
 
@@ -310,7 +311,7 @@ static int server_build(server *s, mcp_service *svc, airlock_error *err)
  * says why not and the warm-up is tried again every few seconds: calls
  * still reach the core meanwhile and report the sandbox's own error.
  * SIGHUP reloads the tokens, the metrics token and the configuration. */
-static void server_wait_signals(server *s)
+static void server_wait_signals(http_server *s)
 {
         char why[512];
         bool said = false;
@@ -339,8 +340,8 @@ static void server_wait_signals(server *s)
                 if (read(s->sig_fd, &c, 1) != 1)
                         continue;
                 if (c == SIGHUP) {
-                        reload_tokens(s);
-                        if (load_metrics_token(s, why, sizeof(why)) < 0)
+                        http_reload_tokens(s);
+                        if (http_load_metrics_token(s, why, sizeof(why)) < 0)
                                 fprintf(stderr,
                                         "airlock serve: SIGHUP: keeping the old metrics token: "
                                         "%s\n",
@@ -354,7 +355,7 @@ static void server_wait_signals(server *s)
 
 /* Drain: stop accepting, let the calls finish for the grace period,
  * cancel the rest, then close every session and sandbox. */
-static void server_drain(server *s)
+static void server_drain(http_server *s)
 {
         atomic_store(&s->draining, true);
         fprintf(stderr, "airlock serve: draining (grace %.0f s)\n", s->opt.grace_s);
@@ -374,15 +375,15 @@ static void server_drain(server *s)
          * connections close (within the grace period, and a second more
          * for the cancelled ones' answers). */
         server_stop_listening(s, deadline);
-        hup_fini(s);
+        http_hup_fini(s);
 }
 
 /* Frees what server_setup and server_build made, once nothing listens. */
-static void server_release(server *s)
+static void server_release(http_server *s)
 {
         if (s->d)
                 MHD_stop_daemon(s->d);
-        hup_fini(s);
+        http_hup_fini(s);
         mcp_core_free(s->core);
         quota_free(s->quotas);
         tenants_free(&s->tt);
@@ -394,7 +395,7 @@ static void server_release(server *s)
         free(s);
 }
 
-static void server_releasep(server **s)
+static void server_releasep(http_server **s)
 {
         if (*s)
                 server_release(*s);
@@ -409,7 +410,7 @@ int mcp_service_run_http(mcp_service *svc, mcp_reload_fn reload, void *reload_ar
         int r = check_listen(o, &ss, &sl, err);
         if (r < 0)
                 return r;
-        _cleanup_(server_releasep) server *s = calloc(1, sizeof(*s));
+        _cleanup_(server_releasep) http_server *s = calloc(1, sizeof(*s));
         if (!s)
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
         s->hup_ep = s->hup_stop = -1;
