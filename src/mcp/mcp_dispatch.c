@@ -308,34 +308,34 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
  * their results named (see mcp_resources.c). A URI this process does not
  * hold is the error -32002, which says so. */
 static void answer_resources(mcp_server *srv, const mcp_request *rq, json_t *result, int code,
-                             const char *why)
+                             const airlock_error *err)
 {
         if (result)
                 mcp_reply(srv, rq, result, false);
         else
-                mcp_send_error(srv, rq->sink, rq->id, code, "%s", why);
+                mcp_send_error(srv, rq->sink, rq->id, code, "%s", err->message);
 }
 
 static bool handle_resources_read(mcp_server *srv, const mcp_request *rq)
 {
         int code = 0;
-        char why[1024];
+        airlock_error err = {0};
         const char *uri = json_string_value(json_object_get(rq->params, "uri"));
         if (!uri) {
                 mcp_send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
                                "resources/read: params.uri must be a string");
                 return false;
         }
-        json_t *result = mcp_store_read(srv->store, rq->sink ? rq->sink->owner : NULL, uri, &code,
-                                        why, sizeof(why));
-        answer_resources(srv, rq, result, code, why);
+        json_t *result =
+            mcp_store_read(srv->store, rq->sink ? rq->sink->owner : NULL, uri, &code, &err);
+        answer_resources(srv, rq, result, code, &err);
         return false;
 }
 
 static bool handle_resources_list(mcp_server *srv, const mcp_request *rq)
 {
         int code = 0;
-        char why[1024];
+        airlock_error err = {0};
         const json_t *cursor = json_object_get(rq->params, "cursor");
         if (cursor && !json_is_string(cursor)) {
                 mcp_send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
@@ -343,8 +343,8 @@ static bool handle_resources_list(mcp_server *srv, const mcp_request *rq)
                 return false;
         }
         json_t *result = mcp_store_list(srv->store, rq->sink ? rq->sink->owner : NULL,
-                                        json_string_value(cursor), &code, why, sizeof(why));
-        answer_resources(srv, rq, result, code, why);
+                                        json_string_value(cursor), &code, &err);
+        answer_resources(srv, rq, result, code, &err);
         return false;
 }
 

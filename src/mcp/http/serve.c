@@ -201,7 +201,6 @@ static int check_listen(const mcp_service_options *o, struct sockaddr_storage *s
  * token. Returns 0 or -errno with err filled; server_release undoes it. */
 static int server_setup(http_server *s, const mcp_service_options *o, airlock_error *err)
 {
-        char why[512];
         s->opt = o->http;
         s->sig_fd = o->signal_fd;
         pthread_rwlock_init(&s->tokens_lock, NULL);
@@ -232,14 +231,14 @@ static int server_setup(http_server *s, const mcp_service_options *o, airlock_er
                 return r;
         }
         if (s->opt.tokens_file) {
-                if ((r = tenants_load(s->opt.tokens_file, &s->tt, why, sizeof(why))) < 0)
-                        return al_error(err, r, NULL, "%s", why);
+                if ((r = tenants_load(s->opt.tokens_file, &s->tt, err)) < 0)
+                        return r;
                 if (http_apply_overrides(s, &s->tt) < 0)
                         return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL,
                                              "out of memory");
         }
-        if ((r = http_load_metrics_token(s, why, sizeof(why))) < 0)
-                return al_error(err, r, NULL, "%s", why);
+        if ((r = http_load_metrics_token(s, err)) < 0)
+                return r;
         return 0;
 }
 
@@ -313,7 +312,6 @@ static int server_build(http_server *s, mcp_service *svc, airlock_error *err)
  * SIGHUP reloads the tokens, the metrics token and the configuration. */
 static void server_wait_signals(http_server *s)
 {
-        char why[512];
         bool said = false;
         for (;;) {
                 if (!atomic_load(&s->ready)) {
@@ -341,11 +339,12 @@ static void server_wait_signals(http_server *s)
                         continue;
                 if (c == SIGHUP) {
                         http_reload_tokens(s);
-                        if (http_load_metrics_token(s, why, sizeof(why)) < 0)
+                        airlock_error err = {0};
+                        if (http_load_metrics_token(s, &err) < 0)
                                 fprintf(stderr,
                                         "airlock serve: SIGHUP: keeping the old metrics token: "
                                         "%s\n",
-                                        why);
+                                        err.message);
                         reload_config(s);
                         continue;
                 }

@@ -182,8 +182,8 @@ int http_apply_overrides(http_server *s, const tenant_table *t);
 /* SIGHUP: loads the tokens file again (see serve_tokens.c). */
 void http_reload_tokens(http_server *s);
 /* Loads --metrics-token's file into s (at start, and again on SIGHUP).
- * Returns 0, or -errno with why naming the file (the old token stays). */
-int http_load_metrics_token(http_server *s, char *why, size_t why_len);
+ * Returns 0, or -errno with err naming the file (the old token stays). */
+int http_load_metrics_token(http_server *s, airlock_error *err);
 /* Who may read /metrics: 1 the operator (or anyone, without --tokens and
  * --metrics-token), 0 no token, -1 a bad one, -2 a tenant's token. */
 int http_metrics_access(http_server *s, struct MHD_Connection *c);

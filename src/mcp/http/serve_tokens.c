@@ -114,10 +114,10 @@ void http_reload_tokens(http_server *s)
         if (!s->opt.tokens_file)
                 return;
         tenant_table t;
-        char why[512];
-        int n = tenants_load(s->opt.tokens_file, &t, why, sizeof(why));
+        airlock_error err = {0};
+        int n = tenants_load(s->opt.tokens_file, &t, &err);
         if (n < 0) {
-                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", why);
+                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", err.message);
                 return;
         }
         pthread_rwlock_rdlock(&s->tokens_lock);
@@ -174,7 +174,7 @@ static bool is_tenant_token(const tenant_table *t, const char *tok, size_t len)
  * around it dropped. /metrics tells every tenant's load, so it is not read
  * with a tenant's token; and the operator's token must be no tenant's, or
  * that tenant would read it. */
-int http_load_metrics_token(http_server *s, char *why, size_t why_len)
+int http_load_metrics_token(http_server *s, airlock_error *err)
 {
         const char *path = s->opt.metrics_token_file;
         if (!path)
@@ -182,7 +182,7 @@ int http_load_metrics_token(http_server *s, char *why, size_t why_len)
         FILE *f = fopen(path, "re");
         if (!f) {
                 int e = errno;
-                snprintf(why, why_len, "--metrics-token %s: %s", path, strerror(e));
+                (void)al_error(err, -EINVAL, NULL, "--metrics-token %s: %s", path, strerror(e));
                 return -e;
         }
         char line[TENANT_TOKEN_MAX + 4];
@@ -197,13 +197,14 @@ int http_load_metrics_token(http_server *s, char *why, size_t why_len)
                 start++;
         int r = 0;
         if (n == start) {
-                snprintf(why, why_len, "--metrics-token %s: no token on its first line", path);
+                (void)al_error(err, -EINVAL, NULL, "--metrics-token %s: no token on its first line",
+                               path);
                 r = -EINVAL;
         } else if (n - start > TENANT_TOKEN_MAX || memchr(line + start, ' ', n - start) ||
                    memchr(line + start, '\t', n - start)) {
-                snprintf(why, why_len,
-                         "--metrics-token %s: the token must be one word of at most %d bytes", path,
-                         TENANT_TOKEN_MAX);
+                (void)al_error(err, -EINVAL, NULL,
+                               "--metrics-token %s: the token must be one word of at most %d bytes",
+                               path, TENANT_TOKEN_MAX);
                 r = -EINVAL;
         }
         char *tok = r == 0 ? strndup(line + start, n - start) : NULL;
@@ -212,7 +213,7 @@ int http_load_metrics_token(http_server *s, char *why, size_t why_len)
         explicit_bzero(line, sizeof(line));
         if (r < 0) {
                 if (r == -ENOMEM)
-                        snprintf(why, why_len, "out of memory");
+                        (void)al_error(err, -EINVAL, NULL, "out of memory");
                 return r;
         }
         pthread_rwlock_wrlock(&s->tokens_lock);
@@ -220,10 +221,11 @@ int http_load_metrics_token(http_server *s, char *why, size_t why_len)
                 pthread_rwlock_unlock(&s->tokens_lock);
                 explicit_bzero(tok, n - start);
                 free(tok);
-                snprintf(why, why_len,
-                         "--metrics-token %s: this token is also a tenant's in --tokens %s: give "
-                         "the operator a token of its own",
-                         path, s->opt.tokens_file);
+                (void)al_error(
+                    err, -EINVAL, NULL,
+                    "--metrics-token %s: this token is also a tenant's in --tokens %s: give "
+                    "the operator a token of its own",
+                    path, s->opt.tokens_file);
                 return -EINVAL;
         }
         char *old = s->metrics_token;
