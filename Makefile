@@ -42,7 +42,7 @@ LDFLAGS += -Wl,-z,relro,-z,now -Wl,-z,noexecstack $(LDSAN)
 LIBS    = $(DEP_LIBS) -lpthread
 # Only the command line serves HTTP (airlock serve): the library never links
 # it, and the command line opens libmicrohttpd when `airlock serve` starts
-# (src/mcp/mhd.c), so that no other command, and no sandbox's template (this
+# (src/mcp/http/mhd.c), so that no other command, and no sandbox's template (this
 # program executed again), loads it and what it brings: its headers only.
 CLI_LIBS =
 
@@ -66,10 +66,10 @@ GUEST_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed jansson 2>/dev/null)
 
 LIB_SRC  := $(filter-out $(GUEST_OWN_SRC),$(sort $(wildcard src/common/*.c src/lib/*/*.c)))
 # The command line (src/cli, a file per command) and the MCP server it runs
-# (src/mcp: the JSON-RPC core, sessions, resources, stdio and HTTP).
+# (src/mcp: the JSON-RPC core, sessions, resources, stdio; src/mcp/http: HTTP).
 # With the Jupyter kernel (src/kernel), which opens libzmq at run time as
 # serve opens libmicrohttpd (src/kernel/kzmq.c): its headers only.
-CLI_SRC  := $(sort $(wildcard src/cli/*.c src/mcp/*.c src/kernel/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/mcp/*.c src/mcp/http/*.c src/kernel/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 # Test tiers by what they need: tests/unit/ runs anywhere (no namespaces, no

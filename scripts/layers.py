@@ -3,10 +3,13 @@
 from A to B when a file of A includes a header of B or an object of A calls
 or uses a symbol defined in B. Prints the edges that go against the layer
 order written in docs/internals.md ("Layers") and the loops across folders,
-and fails when either count passes what that section allows.
+and fails when either count passes what that section allows. It also names
+the shared symbols of src/mcp and src/mcp/http without their room's prefix
+(CONTRIBUTING.md, "Names say their room"), and fails on any.
 
-The command line, the MCP server and the Jupyter kernel (src/cli, src/mcp,
-src/kernel) are built on the public API alone: a public symbol they use counts as an edge to include/,
+The command line, the MCP server and its transports, and the Jupyter kernel
+(src/cli, src/mcp, src/mcp/http, src/kernel) are built on the public API alone: a public symbol
+they use counts as an edge to include/,
 whichever folder of the library defines it.
 
 Usage: scripts/layers.py BUILD_DIR   (the objects of `make` in BUILD_DIR)
@@ -23,7 +26,7 @@ DOC = os.path.join(ROOT, "docs", "internals.md")
 # as the Makefile's -I flags have it.
 LIB_PATHS = ["include", "src/common", "src/lib"]
 CLI_PATHS = ["include", "src/common", "src/cli", "src/mcp", "src/kernel"]
-PUBLIC_ONLY = {"src/cli", "src/mcp", "src/kernel"}
+PUBLIC_ONLY = {"src/cli", "src/mcp", "src/mcp/http", "src/kernel"}
 
 
 def read_order():
@@ -114,6 +117,35 @@ def symbol_edges(folders, build, edges):
             edges[(f, g)].append(f"{src} uses {sym}")
 
 
+# The prefixes of shared names in src/mcp (CONTRIBUTING.md, "Names say their
+# room"): a symbol an object of these folders defines for other files starts
+# with one of them. MHD_ are libmicrohttpd's own names (mhd.c opens it).
+ROOM_PREFIXES = {
+    "src/mcp": ("mcp_", "tenant_", "tenants_", "quota_", "audit_", "sha256_"),
+    "src/mcp/http": ("http_", "mcp_service_run_http", "MHD_"),
+}
+
+
+def unprefixed(build):
+    """The shared names of ROOM_PREFIXES' folders without their prefix."""
+    bad = []
+    for f, prefixes in ROOM_PREFIXES.items():
+        od = os.path.join(build, f)
+        if not os.path.isdir(od):
+            continue
+        objs = [os.path.join(od, n) for n in sorted(os.listdir(od)) if n.endswith(".o")]
+        if not objs:
+            continue
+        out = subprocess.run(["nm", "-A", "--defined-only", "--extern-only"] + objs,
+                             capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            path, _, rest = line.partition(":")
+            p = rest.split()
+            if len(p) == 3 and not p[2].startswith(prefixes):
+                bad.append(f"{os.path.relpath(path, build)[:-2]}.c: {p[2]}")
+    return bad
+
+
 def loops(nodes, edges):
     """Strongly connected components of more than one folder (Tarjan)."""
     succ = collections.defaultdict(set)
@@ -171,8 +203,15 @@ def main():
     cycles = loops(folders, edges)
     for c in cycles:
         print(f"loop: {' <-> '.join(c)}")
+    names = unprefixed(build)
+    for n in names:
+        print(f"layers: a shared name without its room's prefix: {n}")
     print(f"layers: {len(folders)} folders, {len(edges)} edges, {len(against)} against the order "
           f"(allowed {allow_edges}), {len(cycles)} loops (allowed {allow_loops})")
+    if names:
+        print("layers: give each name above its room's prefix (CONTRIBUTING.md, 'Names say "
+              "their room'), or make it static", file=sys.stderr)
+        return 1
     if len(against) > allow_edges or len(cycles) > allow_loops:
         print("layers: more than docs/internals.md's Layers section allows: fix the new edge, "
               "or argue for it there", file=sys.stderr)

@@ -275,6 +275,8 @@ if want format; then
     queue status format 600 make --no-print-directory format-check
     # The folders of src/ against the layer order of docs/internals.md.
     queue status layers 120 /usr/bin/python3 scripts/layers.py "$build"
+    # No function of src/ over 120 lines but those scripts/funclen.py lists.
+    queue status funclen 120 /usr/bin/python3 scripts/funclen.py
 fi
 
 run_queue

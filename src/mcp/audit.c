@@ -11,7 +11,7 @@
 
 #include "base.h"
 
-int cli_audit_open(const char *path, airlock_error *err)
+int audit_open(const char *path, airlock_error *err)
 {
         int fd =
             open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
@@ -20,8 +20,8 @@ int cli_audit_open(const char *path, airlock_error *err)
         return fd;
 }
 
-int cli_audit_write(int fd, const char *transport, const char *call_id, const char *session,
-                    const airlock_result *res)
+int audit_write(int fd, const char *transport, const char *call_id, const char *session,
+                const airlock_result *res)
 {
         if (fd < 0)
                 return 0;

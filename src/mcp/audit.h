@@ -7,7 +7,7 @@
 
 /* Opens path for appending (O_APPEND, created 0600, no link followed at
  * the last component): the fd, or -errno with err naming the path. */
-int cli_audit_open(const char *path, airlock_error *err);
+int audit_open(const char *path, airlock_error *err);
 
 /* Appends one line to fd (>= 0; -1 writes nothing):
  *   {"time": RFC 3339 UTC, "transport": transport, "call": call_id or null,
@@ -18,7 +18,7 @@ int cli_audit_open(const char *path, airlock_error *err);
  * line goes out in one write(), so that lines of concurrent calls (and of
  * other processes appending to the same file) never interleave. res may be
  * NULL for a call that did not run. Returns 0 or -errno. */
-int cli_audit_write(int fd, const char *transport, const char *call_id, const char *session,
-                    const airlock_result *res);
+int audit_write(int fd, const char *transport, const char *call_id, const char *session,
+                const airlock_result *res);
 
 #endif

@@ -89,12 +89,12 @@ void mcp_store_forget(mcp_store *st, const char *owner);
  * a run's files answer only to the same owner. */
 /* The result of resources/list: the files held, newest run first, a page
  * at a time (cursor NULL for the first), or NULL with the JSON-RPC error
- * code in *ret_code and the message in why. */
+ * code in *ret_code and the message in err. */
 json_t *mcp_store_list(mcp_store *st, const char *owner, const char *cursor, int *ret_code,
-                       char *why, size_t why_len);
+                       airlock_error *err);
 /* The result of resources/read for uri, or NULL with the JSON-RPC error
- * code in *ret_code and the message in why. */
-json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *ret_code, char *why,
-                       size_t why_len);
+ * code in *ret_code and the message in err. */
+json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *ret_code,
+                       airlock_error *err);
 
 #endif

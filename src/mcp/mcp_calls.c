@@ -17,7 +17,7 @@
 #include "mcp_internal.h"
 #include "audit.h"
 
-void call_free(mcp_call *c)
+void mcp_call_free(mcp_call *c)
 {
         if (!c)
                 return;
@@ -27,7 +27,7 @@ void call_free(mcp_call *c)
         if (c->session) /* never run: the session is free again */
                 json_decref(mcp_sessions_end(c->session, NULL, NULL));
         if (c->ver)
-                cfg_drop(c->srv, c->ver);
+                mcp_cfg_drop(c->srv, c->ver);
         if (c->cancel_fd >= 0 && c->srv && !c->cancelled) {
                 mcp_server *srv = c->srv;
                 pthread_mutex_lock(&srv->lock);
@@ -68,7 +68,7 @@ static void call_done(mcp_server *srv)
 
 static void hand_off_reader(mcp_server *srv);
 
-void on_input(void *arg)
+void mcp_on_input(void *arg)
 {
         reader_watch *w = arg;
         w->handed_off = true;
@@ -76,14 +76,14 @@ void on_input(void *arg)
 }
 
 /* Runs a call; with w, on the reader's thread, watching for input. */
-void run_call(mcp_call *c, reader_watch *w)
+void mcp_run_call(mcp_call *c, reader_watch *w)
 {
         mcp_server *srv = c->srv;
         airlock_run_options opts = AIRLOCK_RUN_OPTIONS_INIT;
         opts.cancel_fd = c->cancel_fd;
         if (w) {
                 opts.watch_fd = srv->input_watch;
-                opts.on_watch = on_input;
+                opts.on_watch = mcp_on_input;
                 opts.watch_arg = w;
         } else if (c->on_watch) {
                 opts.watch_fd = c->watch_fd;
@@ -93,16 +93,16 @@ void run_call(mcp_call *c, reader_watch *w)
         airlock_result *res = NULL;
         airlock_error err = {0};
         /* Only a call with a progress token pays for watching the output. */
-        bool live = c->progress && progress_add(srv, c);
+        bool live = c->progress && mcp_progress_add(srv, c);
         if (live) {
-                opts.on_output = on_output;
+                opts.on_output = mcp_on_output;
                 opts.output_arg = c;
         }
         int r = c->session ? mcp_sessions_run(c->session, c->code, c->len, &opts, &res, &err)
                            : airlock_cache_run(srv->cache, c->cfg ? c->cfg : c->ver->cfg, c->code,
                                                c->len, &opts, &res, &err);
         if (live)
-                progress_remove(srv, c);
+                mcp_progress_remove(srv, c);
         json_t *result = NULL;
         char run_id[MCP_RUN_ID_LEN + 1];
         if (c->id && r >= 0 && mcp_run_id(run_id) < 0) {
@@ -125,14 +125,14 @@ void run_call(mcp_call *c, reader_watch *w)
                 }
         } else if (r < 0) {
                 /* The warm-up failed; the first call reports why. */
-                fprintf(stderr, "%s: could not prepare the sandbox: %s\n", server_name(srv),
+                fprintf(stderr, "%s: could not prepare the sandbox: %s\n", mcp_server_name(srv),
                         err.message);
         }
         if (c->id && !(c->sink && c->sink->internal))
-                cli_audit_write(srv->audit_fd, srv->transport ? srv->transport : "mcp",
-                                r >= 0 ? run_id : NULL, NULL, r >= 0 ? res : NULL);
+                audit_write(srv->audit_fd, srv->transport ? srv->transport : "mcp",
+                            r >= 0 ? run_id : NULL, NULL, r >= 0 ? res : NULL);
         if (c->session) {
-                /* Taken off c under srv->lock, so that cancel_locked never
+                /* Taken off c under srv->lock, so that mcp_cancel_locked never
                  * sees a session use that has ended. */
                 pthread_mutex_lock(&srv->lock);
                 mcp_session_use *use = c->session;
@@ -152,7 +152,8 @@ void run_call(mcp_call *c, reader_watch *w)
                         mcp_store_keep(srv->store, run_id, c->sink ? c->sink->owner : NULL, res);
                         res = NULL;
                 }
-                send_result(srv, c->sink, id, c->modern ? modern_result(result, false) : result);
+                mcp_send_result(srv, c->sink, id,
+                                c->modern ? mcp_modern_result(result, false) : result);
         } else {
                 json_decref(result);
                 /* A cancelled request gets no response; the log says how its
@@ -160,13 +161,13 @@ void run_call(mcp_call *c, reader_watch *w)
                 if (id) {
                         _cleanup_free_ char *idtext = json_dumps(id, JSON_ENCODE_ANY);
                         fprintf(stderr, "%s: request %s cancelled; the run ended as %s\n",
-                                server_name(srv), idtext ? idtext : "?", status);
+                                mcp_server_name(srv), idtext ? idtext : "?", status);
                 }
         }
         airlock_result_free(res);
         json_decref(id);
         mcp_sink *sink = c->sink;
-        call_free(c);
+        mcp_call_free(c);
         /* The transport may free the sink from here on. */
         if (sink && sink->call_done)
                 sink->call_done(sink);
@@ -175,13 +176,13 @@ void run_call(mcp_call *c, reader_watch *w)
 
 static bool reader_wanted_locked(const mcp_server *srv)
 {
-        return srv->reader_free && !srv->input_done;
+        return srv->reader && srv->reader_free && !srv->input_done;
 }
 
 /* Does one piece of work, with srv->lock held on entry and on return: a
  * queued call, or the reader role if it is free. Returns false when there
  * is neither. */
-bool take_work_locked(mcp_server *srv)
+bool mcp_take_work_locked(mcp_server *srv)
 {
         mcp_call *c = srv->queue;
         if (c) {
@@ -190,14 +191,14 @@ bool take_work_locked(mcp_server *srv)
                         srv->queue_end = &srv->queue;
                 srv->n_queued--;
                 pthread_mutex_unlock(&srv->lock);
-                run_call(c, NULL);
+                mcp_run_call(c, NULL);
                 pthread_mutex_lock(&srv->lock);
                 return true;
         }
         if (reader_wanted_locked(srv)) {
                 srv->reader_free = false;
                 pthread_mutex_unlock(&srv->lock);
-                reader_loop(srv);
+                srv->reader(srv);
                 pthread_mutex_lock(&srv->lock);
                 return true;
         }
@@ -206,13 +207,13 @@ bool take_work_locked(mcp_server *srv)
 
 /* A worker: takes queued calls and the reader role until the server stops.
  * Its last touch of the server is the unlock after it has counted itself
- * out, so that stop_workers may tear the server down after that. */
+ * out, so that mcp_stop_workers may tear the server down after that. */
 static void *worker_main(void *arg)
 {
         mcp_server *srv = arg;
         pthread_mutex_lock(&srv->lock);
         for (;;) {
-                if (take_work_locked(srv))
+                if (mcp_take_work_locked(srv))
                         continue;
                 if (srv->stopping)
                         break;
@@ -251,7 +252,7 @@ static void hand_off_reader(mcp_server *srv)
         pthread_mutex_lock(&srv->lock);
         srv->reader_free = true;
         /* Without another thread, this one takes the role back after its
-         * call (see take_work_locked). */
+         * call (see mcp_take_work_locked). */
         (void)wake_worker_locked(srv, srv->n_queued + 1);
         pthread_mutex_unlock(&srv->lock);
 }
@@ -261,20 +262,20 @@ static void hand_off_reader(mcp_server *srv)
  * cancelled here and now, by the thread that saw it: the main thread may be
  * the one running a call (it lends itself to the calls it reads), and could
  * not cancel it before the run ends. */
-void finish_input(mcp_server *srv, bool stopped)
+void mcp_finish_input(mcp_server *srv, bool stopped)
 {
         pthread_mutex_lock(&srv->lock);
         srv->input_done = true;
         srv->input_stopped = stopped;
         if (stopped)
                 for (mcp_call *c = srv->calls; c; c = c->next)
-                        cancel_locked(c);
+                        mcp_cancel_locked(c);
         pthread_cond_broadcast(&srv->work);
         pthread_mutex_unlock(&srv->lock);
 }
 
 /* Ends the workers once no call is left. */
-void stop_workers(mcp_server *srv)
+void mcp_stop_workers(mcp_server *srv)
 {
         pthread_mutex_lock(&srv->lock);
         srv->stopping = true;
@@ -286,13 +287,13 @@ void stop_workers(mcp_server *srv)
 
 /* Queues the call for an idle worker, or starts a worker for it. Returns
  * < 0 (and frees c) when the call cannot be started. */
-int call_start(mcp_server *srv, mcp_call *c)
+int mcp_call_start(mcp_server *srv, mcp_call *c)
 {
         c->srv = srv;
         c->cancel_fd = -1;
         /* The configuration is fixed for the whole call from here. */
-        if (!c->ver && !(c->ver = cfg_take(srv))) {
-                call_free(c);
+        if (!c->ver && !(c->ver = mcp_cfg_take(srv))) {
+                mcp_call_free(c);
                 return -ENOMEM;
         }
         pthread_mutex_lock(&srv->lock);
@@ -303,13 +304,13 @@ int call_start(mcp_server *srv, mcp_call *c)
                 c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (c->cancel_fd < 0) {
                 int e = errno;
-                call_free(c);
+                mcp_call_free(c);
                 return -e;
         }
         pthread_mutex_lock(&srv->lock);
         if (srv->n_calls >= MCP_MAX_CALLS) {
                 pthread_mutex_unlock(&srv->lock);
-                call_free(c);
+                mcp_call_free(c);
                 return -EBUSY;
         }
         c->next = srv->calls;
@@ -342,7 +343,7 @@ int call_start(mcp_server *srv, mcp_call *c)
                 srv->calls = c->next;
                 srv->n_calls--;
                 pthread_mutex_unlock(&srv->lock);
-                call_free(c);
+                mcp_call_free(c);
                 return -r;
         }
         /* Without a new worker, a busy one takes it when it is free. */
@@ -350,7 +351,7 @@ int call_start(mcp_server *srv, mcp_call *c)
         return 0;
 }
 
-void cancel_locked(mcp_call *c)
+void mcp_cancel_locked(mcp_call *c)
 {
         if (c->cancelled)
                 return;
@@ -365,7 +366,7 @@ void cancel_locked(mcp_call *c)
         (void)n; /* an eventfd write fails only on overflow, which is still readable */
 }
 
-bool same_owner(const mcp_call *c, const char *owner)
+bool mcp_same_owner(const mcp_call *c, const char *owner)
 {
         const char *o = c->sink ? c->sink->owner : NULL;
         return (!o && !owner) || (o && owner && strcmp(o, owner) == 0);
@@ -375,14 +376,14 @@ bool same_owner(const mcp_call *c, const char *owner)
  * the calls of the same owner (over HTTP, request ids are chosen by each
  * client: one client must not stop another's call). Unknown or finished
  * requests are ignored, as the protocol asks. */
-void cancel_request(mcp_server *srv, const char *owner, const json_t *request_id)
+void mcp_cancel_request(mcp_server *srv, const char *owner, const json_t *request_id)
 {
         if (!request_id)
                 return;
         pthread_mutex_lock(&srv->lock);
         for (mcp_call *c = srv->calls; c; c = c->next)
-                if (c->id && same_owner(c, owner) && json_equal(c->id, (json_t *)request_id))
-                        cancel_locked(c);
+                if (c->id && mcp_same_owner(c, owner) && json_equal(c->id, (json_t *)request_id))
+                        mcp_cancel_locked(c);
         pthread_mutex_unlock(&srv->lock);
         /* A notification for the call that the progress thread was sending
          * goes out before this returns; none after: the request is done with. */
@@ -390,11 +391,11 @@ void cancel_request(mcp_server *srv, const char *owner, const json_t *request_id
         pthread_mutex_unlock(&srv->prog_lock);
 }
 
-void cancel_all_and_wait(mcp_server *srv)
+void mcp_cancel_all_and_wait(mcp_server *srv)
 {
         pthread_mutex_lock(&srv->lock);
         for (mcp_call *c = srv->calls; c; c = c->next)
-                cancel_locked(c);
+                mcp_cancel_locked(c);
         while (srv->n_calls > 0)
                 pthread_cond_wait(&srv->calls_done, &srv->lock);
         pthread_mutex_unlock(&srv->lock);
@@ -412,10 +413,10 @@ static void start_warm_up(mcp_server *srv, bool off_reader)
         }
         c->len = 4;
         c->off_reader = off_reader;
-        call_start(srv, c);
+        mcp_call_start(srv, c);
 }
 
-void warm_up(mcp_server *srv)
+void mcp_warm_up(mcp_server *srv)
 {
         if (atomic_exchange(&srv->warmed_up, true))
                 return;
@@ -433,7 +434,7 @@ void warm_up(mcp_server *srv)
 
 /* From the build's thread, which may not leave the call to the reader
  * (srv->may_inline is the reader's alone). */
-void warm_up_after_build(mcp_server *srv)
+void mcp_warm_up_after_build(mcp_server *srv)
 {
         start_warm_up(srv, true);
 }

@@ -18,8 +18,8 @@
 #include "audit.h"
 #include "tenant_workspace.h"
 
-int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
-                bool in_background, airlock_error *err)
+int mcp_server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
+                    bool in_background, airlock_error *err)
 {
         pthread_mutex_init(&srv->cfg_lock, NULL);
         int r = airlock_cache_new(0, 0, &srv->cache, err);
@@ -27,9 +27,9 @@ int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *ca
                 return r;
         if (mcp_sessions_new(srv->cache, cfg, caps, &srv->sessions) < 0)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        version_source_sessions(srv);
+        mcp_version_source_sessions(srv);
         if (!in_background) {
-                r = version_new(srv, cfg, false, &srv->cur, err);
+                r = mcp_version_new(srv, cfg, false, &srv->cur, err);
                 if (r < 0)
                         return r;
         }
@@ -50,18 +50,18 @@ int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *ca
         pthread_cond_init(&srv->built, NULL);
         srv->queue_end = &srv->queue;
         srv->locks_ready = true;
-        return in_background ? version_build_start(srv, cfg, err) : 0;
+        return in_background ? mcp_version_build_start(srv, cfg, err) : 0;
 }
 
-/* Frees everything server_init made, once no call is left. */
-void server_teardown(mcp_server *srv)
+/* Frees everything mcp_server_init made, once no call is left. */
+void mcp_server_teardown(mcp_server *srv)
 {
         /* The build uses the cache and may start the warm-up: over first. */
         airlock_error ignored;
-        (void)version_build_join(srv, &ignored);
+        (void)mcp_version_build_join(srv, &ignored);
         if (srv->locks_ready) {
-                stop_workers(srv);
-                stop_progress(srv);
+                mcp_stop_workers(srv);
+                mcp_stop_progress(srv);
         }
         if (srv->input_watch >= 0)
                 close(srv->input_watch);
@@ -79,7 +79,7 @@ void server_teardown(mcp_server *srv)
         airlock_cache_close(srv->cache);
         mcp_store_free(srv->store);
         /* Every call is over: the server's own reference is the last. */
-        cfg_drop(srv, srv->cur);
+        mcp_cfg_drop(srv, srv->cur);
         srv->cur = NULL;
         if (srv->locks_ready) {
                 pthread_cond_destroy(&srv->work);
@@ -123,7 +123,7 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
         srv->name = "airlock serve";
         srv->stateless = o && o->stateless;
         if (o && o->audit) {
-                int fd = cli_audit_open(o->audit, err);
+                int fd = audit_open(o->audit, err);
                 if (fd < 0)
                         return fd;
                 srv->audit_fd = fd;
@@ -134,7 +134,7 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
         snprintf(srv->tenant, sizeof(srv->tenant), "%s", o && o->tenant ? o->tenant : "default");
         /* serve.c holds every request until the core is made: nothing could
          * be answered during a build in the background. */
-        int r = server_init(srv, cfg, caps, false, err);
+        int r = mcp_server_init(srv, cfg, caps, false, err);
         if (r >= 0 && o && o->instance)
                 mcp_sessions_set_instance(srv->sessions, o->instance);
         if (r >= 0 && o && o->quotas)
@@ -145,7 +145,7 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
 int mcp_core_reload(mcp_server *srv, airlock_config *cfg, airlock_error *err)
 {
         cfg_version *v;
-        int r = version_new(srv, cfg, true, &v, err);
+        int r = mcp_version_new(srv, cfg, true, &v, err);
         if (r < 0)
                 return r;
         /* Calls that start from now on take the new version; those in
@@ -154,16 +154,16 @@ int mcp_core_reload(mcp_server *srv, airlock_config *cfg, airlock_error *err)
         cfg_version *old = srv->cur;
         srv->cur = v;
         pthread_mutex_unlock(&srv->cfg_lock);
-        cfg_drop(srv, old);
+        mcp_cfg_drop(srv, old);
         return 0;
 }
 
 int mcp_core_handle(mcp_server *srv, mcp_sink *sink, const jsonrpc_message *m)
 {
         if (m->method && m->id)
-                return handle_request(srv, sink, m->method, m->id, m->params) ? 1 : 0;
+                return mcp_handle_request(srv, sink, m->method, m->id, m->params) ? 1 : 0;
         if (m->method)
-                handle_notification(srv, sink, m->method, m->params);
+                mcp_handle_notification(srv, sink, m->method, m->params);
         return 0;
 }
 
@@ -178,7 +178,7 @@ void mcp_core_run_here(mcp_server *srv, mcp_sink *sink, int watch_fd, void (*on_
         c->watch_fd = watch_fd;
         c->on_watch = on_watch;
         c->watch_arg = watch_arg;
-        run_call(c, NULL);
+        mcp_run_call(c, NULL);
 }
 
 void mcp_core_cancel_sink(mcp_server *srv, mcp_sink *sink)
@@ -186,9 +186,9 @@ void mcp_core_cancel_sink(mcp_server *srv, mcp_sink *sink)
         pthread_mutex_lock(&srv->lock);
         for (mcp_call *c = srv->calls; c; c = c->next)
                 if (c->sink == sink)
-                        cancel_locked(c);
+                        mcp_cancel_locked(c);
         pthread_mutex_unlock(&srv->lock);
-        /* As cancel_request: no progress notification for it after this. */
+        /* As mcp_cancel_request: no progress notification for it after this. */
         pthread_mutex_lock(&srv->prog_lock);
         pthread_mutex_unlock(&srv->prog_lock);
 }
@@ -197,8 +197,8 @@ void mcp_core_forget_owner(mcp_server *srv, const char *owner)
 {
         pthread_mutex_lock(&srv->lock);
         for (mcp_call *c = srv->calls; c; c = c->next)
-                if (c->id && same_owner(c, owner))
-                        cancel_locked(c);
+                if (c->id && mcp_same_owner(c, owner))
+                        mcp_cancel_locked(c);
         pthread_mutex_unlock(&srv->lock);
         pthread_mutex_lock(&srv->prog_lock);
         pthread_mutex_unlock(&srv->prog_lock);
@@ -217,7 +217,7 @@ void mcp_core_forget_owner(mcp_server *srv, const char *owner)
 
 void mcp_core_cancel_all(mcp_server *srv)
 {
-        cancel_all_and_wait(srv);
+        mcp_cancel_all_and_wait(srv);
 }
 
 bool mcp_core_wait_calls(mcp_server *srv, double timeout_s)
@@ -254,6 +254,6 @@ void mcp_core_free(mcp_server *srv)
 {
         if (!srv)
                 return;
-        server_teardown(srv);
+        mcp_server_teardown(srv);
         free(srv);
 }

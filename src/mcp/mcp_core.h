@@ -11,6 +11,7 @@
 
 #include "airlock.h"
 #include "mcp.h"
+#include "mcp_service.h"
 #include "mcp_session.h"
 
 typedef struct mcp_server mcp_server;
@@ -102,5 +103,11 @@ unsigned mcp_core_calls(mcp_server *srv);
 unsigned mcp_core_sessions(mcp_server *srv);
 /* Stops the workers, closes every session and the sandbox cache, frees. */
 void mcp_core_free(mcp_server *srv);
+
+/* What a front-end handed the server's face (mcp_service.h), for the
+ * transport that runs it: the options, and the configuration, which stays
+ * the service's (a transport builds its server from it, never frees it). */
+const mcp_service_options *mcp_service_opts(const mcp_service *svc);
+airlock_config *mcp_service_config(const mcp_service *svc);
 
 #endif

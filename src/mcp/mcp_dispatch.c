@@ -76,7 +76,7 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
                 problem = "expected a string or an integer";
         }
         if (key) {
-                send_error_data(
+                mcp_send_error_data(
                     srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
                     json_pack("{s:{s:s, s:s}}", "envelope", "key", key, "problem", problem),
                     "Invalid _meta envelope: %s: %s", key, problem);
@@ -91,27 +91,28 @@ static bool read_envelope(mcp_server *srv, mcp_request *rq)
         json_t *supported = json_array();
         for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
                 json_array_append_new(supported, json_string(modern_versions[i]));
-        send_error_data(srv, rq->sink, rq->id, RPC_UNSUPPORTED_PROTOCOL_VERSION,
-                        json_pack("{s:o, s:s}", "supported", supported, "requested", asked),
-                        "Unsupported protocol version: %.100s (this server speaks %s in _meta, "
-                        "and %s to %s through initialize)",
-                        asked, modern_versions[0],
-                        protocol_versions[ARRAY_SIZE(protocol_versions) - 1], protocol_versions[0]);
+        mcp_send_error_data(srv, rq->sink, rq->id, RPC_UNSUPPORTED_PROTOCOL_VERSION,
+                            json_pack("{s:o, s:s}", "supported", supported, "requested", asked),
+                            "Unsupported protocol version: %.100s (this server speaks %s in _meta, "
+                            "and %s to %s through initialize)",
+                            asked, modern_versions[0],
+                            protocol_versions[ARRAY_SIZE(protocol_versions) - 1],
+                            protocol_versions[0]);
         return false;
 }
 
-static void handle_initialize(mcp_server *srv, const mcp_request *rq)
+static bool handle_initialize(mcp_server *srv, const mcp_request *rq)
 {
         const json_t *id = rq->id, *params = rq->params;
         if (srv->initialized && !srv->stateless) {
-                send_error(srv, rq->sink, id, RPC_INVALID_REQUEST, "already initialized");
-                return;
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_REQUEST, "already initialized");
+                return false;
         }
         const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
         if (!asked) {
-                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                           "initialize: params.protocolVersion must be a string");
-                return;
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
+                               "initialize: params.protocolVersion must be a string");
+                return false;
         }
         /* The client's revision when we speak it, else the newest we do; the
          * client then decides whether it can go on. */
@@ -121,32 +122,33 @@ static void handle_initialize(mcp_server *srv, const mcp_request *rq)
                         version = protocol_versions[i];
         if (!srv->stateless)
                 srv->initialized = true;
-        cfg_version *v = cfg_take(srv);
-        send_result(srv, rq->sink, id,
-                    json_pack("{s:s, s:o, s:{s:s, s:s}, s:s}", "protocolVersion", version,
-                              "capabilities", server_capabilities(), "serverInfo", "name",
-                              "airlock", "version", AIRLOCK_VERSION, "instructions",
-                              v->instructions));
-        cfg_drop(srv, v);
-        warm_up(srv);
+        cfg_version *v = mcp_cfg_take(srv);
+        mcp_send_result(srv, rq->sink, id,
+                        json_pack("{s:s, s:o, s:{s:s, s:s}, s:s}", "protocolVersion", version,
+                                  "capabilities", server_capabilities(), "serverInfo", "name",
+                                  "airlock", "version", AIRLOCK_VERSION, "instructions",
+                                  v->instructions));
+        mcp_cfg_drop(srv, v);
+        mcp_warm_up(srv);
+        return false;
 }
 
 /* server/discover (server/discover.mdx): the revisions without handshake,
  * the capabilities, the instructions and, in _meta, the server's identity.
  * While the first version is being built, the instructions are those of its
- * configuration, the same text (see version_build_start). */
+ * configuration, the same text (see mcp_version_build_start). */
 static void handle_discover(mcp_server *srv, const mcp_request *rq)
 {
         json_t *versions = json_array();
         for (size_t i = 0; i < ARRAY_SIZE(modern_versions); i++)
                 json_array_append_new(versions, json_string(modern_versions[i]));
-        cfg_version *v = cfg_take(srv);
-        reply(srv, rq,
-              json_pack("{s:o, s:o, s:s}", "supportedVersions", versions, "capabilities",
-                        server_capabilities(), "instructions",
-                        v ? v->instructions : srv->first_instructions),
-              true);
-        cfg_drop(srv, v);
+        cfg_version *v = mcp_cfg_take(srv);
+        mcp_reply(srv, rq,
+                  json_pack("{s:o, s:o, s:s}", "supportedVersions", versions, "capabilities",
+                            server_capabilities(), "instructions",
+                            v ? v->instructions : srv->first_instructions),
+                  true);
+        mcp_cfg_drop(srv, v);
 }
 
 /* subscriptions/listen (basic/patterns/subscriptions.mdx): this server has
@@ -155,58 +157,31 @@ static void handle_discover(mcp_server *srv, const mcp_request *rq)
  * honours none of the requested notification types: the acknowledgment says
  * so, and the stream closes at once, gracefully, with the listen request's
  * result, as the official SDK does for an empty filter. */
-static void handle_listen(mcp_server *srv, const mcp_request *rq)
+static bool handle_listen(mcp_server *srv, const mcp_request *rq)
 {
         if (!json_is_object(json_object_get(rq->params, "notifications"))) {
-                send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
-                           "subscriptions/listen: params.notifications must be an object");
-                return;
+                mcp_send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
+                               "subscriptions/listen: params.notifications must be an object");
+                return false;
         }
         json_t *ack =
             json_pack("{s:{s:O}, s:{}}", "_meta", META_SUBSCRIPTION_ID, rq->id, "notifications");
         if (ack)
-                send_message(srv, rq->sink,
-                             jsonrpc_notification("notifications/subscriptions/acknowledged", ack));
-        reply(srv, rq, json_pack("{s:{s:O}}", "_meta", META_SUBSCRIPTION_ID, rq->id), false);
+                mcp_send_message(
+                    srv, rq->sink,
+                    jsonrpc_notification("notifications/subscriptions/acknowledged", ack));
+        mcp_reply(srv, rq, json_pack("{s:{s:O}}", "_meta", META_SUBSCRIPTION_ID, rq->id), false);
+        return false;
 }
 
-/* Returns whether a call was started (it answers later). */
-static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
+/* execute_code's arguments: "code", a string, and "session". Bad arguments
+ * are a tool error, not a protocol error, so the model sees what to fix:
+ * returns that error, or NULL. */
+static json_t *execute_code_args_error(const json_t *args)
 {
-        const json_t *id = rq->id, *params = rq->params;
-        const char *name = json_string_value(json_object_get(params, "name"));
-        if (!name) {
-                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                           "tools/call: params.name must be a string");
-                return false;
-        }
-        const mcp_tool *t = mcp_tool_find(name, srv->workspaces != NULL);
-        if (!t) {
-                char msg[512];
-                mcp_tool_unknown(name, srv->workspaces != NULL, msg, sizeof(msg));
-                send_error(srv, rq->sink, id, RPC_INVALID_PARAMS, "%s", msg);
-                return false;
-        }
-        if (t->call) {
-                const char *owner = rq->sink ? rq->sink->owner : NULL;
-                mcp_tool_ctx ctx = {.sessions = srv->sessions,
-                                    .workspaces = srv->workspaces,
-                                    .owner = owner,
-                                    .tenant = tenant_of(srv, owner)};
-                reply(srv, rq, mcp_tool_call(t, &ctx, json_object_get(params, "arguments")), false);
-                return false;
-        }
-        /* Bad arguments are a tool error, not a protocol error, so the model
-         * sees what to fix. */
-        const json_t *args = json_object_get(params, "arguments");
-        const json_t *code = json_object_get(args, "code");
-        if (!json_is_string(code)) {
-                reply(srv, rq,
-                      mcp_tool_error("execute_code needs the argument \"code\": a string "
-                                     "of Python source"),
-                      false);
-                return false;
-        }
+        if (!json_is_string(json_object_get(args, "code")))
+                return mcp_tool_error("execute_code needs the argument \"code\": a string "
+                                      "of Python source");
         const char *key;
         const json_t *v;
         json_object_foreach ((json_t *)args, key, v) {
@@ -217,9 +192,45 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                                  "\"code\" and \"session\"",
                                  key);
                         _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-                        reply(srv, rq, mcp_tool_error(clean ? clean : msg), false);
-                        return false;
+                        return mcp_tool_error(clean ? clean : msg);
                 }
+        }
+        return NULL;
+}
+
+/* Returns whether a call was started (it answers later). */
+static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
+{
+        const json_t *id = rq->id, *params = rq->params;
+        const char *name = json_string_value(json_object_get(params, "name"));
+        if (!name) {
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
+                               "tools/call: params.name must be a string");
+                return false;
+        }
+        const mcp_tool *t = mcp_tool_find(name, srv->workspaces != NULL);
+        if (!t) {
+                char msg[512];
+                mcp_tool_unknown(name, srv->workspaces != NULL, msg, sizeof(msg));
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS, "%s", msg);
+                return false;
+        }
+        if (t->call) {
+                const char *owner = rq->sink ? rq->sink->owner : NULL;
+                mcp_tool_ctx ctx = {.sessions = srv->sessions,
+                                    .workspaces = srv->workspaces,
+                                    .owner = owner,
+                                    .tenant = tenant_of(srv, owner)};
+                mcp_reply(srv, rq, mcp_tool_call(t, &ctx, json_object_get(params, "arguments")),
+                          false);
+                return false;
+        }
+        const json_t *args = json_object_get(params, "arguments");
+        const json_t *code = json_object_get(args, "code");
+        json_t *bad = execute_code_args_error(args);
+        if (bad) {
+                mcp_reply(srv, rq, bad, false);
+                return false;
         }
         /* A progress token of another type is not one (the handshake era
          * does not check _meta; the envelope check refused it already). */
@@ -239,8 +250,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                 c->progress = token ? json_deep_copy(token) : NULL;
         }
         if (!c || !c->code || !c->id || (token && !c->progress)) {
-                call_free(c);
-                send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "out of memory");
+                mcp_call_free(c);
+                mcp_send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "out of memory");
                 return false;
         }
         memcpy(c->code, json_string_value(code), c->len + 1);
@@ -250,15 +261,15 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                  * workspace is the tenant's folder. */
                 airlock_error err = {0};
                 c->srv = srv;
-                if (!(c->ver = cfg_take(srv)) ||
-                    !(c->cfg = version_cfg(srv, c->ver,
-                                           rq->sink && !rq->sink->internal ? rq->sink->owner : NULL,
-                                           &err))) {
-                        call_free(c);
+                if (!(c->ver = mcp_cfg_take(srv)) ||
+                    !(c->cfg = mcp_version_cfg(
+                          srv, c->ver, rq->sink && !rq->sink->internal ? rq->sink->owner : NULL,
+                          &err))) {
+                        mcp_call_free(c);
                         char msg[AIRLOCK_MESSAGE_MAX + 64];
                         snprintf(msg, sizeof(msg), "airlock could not run the code: %s",
                                  err.message[0] ? err.message : "out of memory");
-                        reply(srv, rq, mcp_tool_error(msg), false);
+                        mcp_reply(srv, rq, mcp_tool_error(msg), false);
                         return false;
                 }
         }
@@ -266,8 +277,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
                 json_t *e = mcp_sessions_begin(srv->sessions, handle,
                                                rq->sink ? rq->sink->owner : NULL, &c->session);
                 if (e) {
-                        call_free(c);
-                        reply(srv, rq, e, false);
+                        mcp_call_free(c);
+                        mcp_reply(srv, rq, e, false);
                         return false;
                 }
         }
@@ -279,52 +290,138 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         c->usage_record =
             c->run_record ||
             json_is_true(json_object_get(json_object_get(params, "_meta"), MCP_META_USAGE));
-        int r = call_start(srv, c);
+        int r = mcp_call_start(srv, c);
         if (r == 0)
                 return true;
         if (r == -EBUSY)
-                reply(srv, rq,
-                      mcp_tool_error("too many execute_code calls in progress; wait for "
-                                     "one to finish"),
-                      false);
+                mcp_reply(srv, rq,
+                          mcp_tool_error("too many execute_code calls in progress; wait for "
+                                         "one to finish"),
+                          false);
         else if (r < 0)
-                send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "cannot start the call: %s",
-                           strerror(-r));
+                mcp_send_error(srv, rq->sink, id, RPC_INTERNAL_ERROR, "cannot start the call: %s",
+                               strerror(-r));
         return false;
 }
 
 /* resources/list and resources/read: the files of recent runs, by the URIs
  * their results named (see mcp_resources.c). A URI this process does not
  * hold is the error -32002, which says so. */
-static void handle_resources(mcp_server *srv, const char *method, const mcp_request *rq)
+static void answer_resources(mcp_server *srv, const mcp_request *rq, json_t *result, int code,
+                             const airlock_error *err)
 {
-        const json_t *id = rq->id, *params = rq->params;
-        int code = 0;
-        char why[1024];
-        json_t *result;
-        if (strcmp(method, "resources/read") == 0) {
-                const char *uri = json_string_value(json_object_get(params, "uri"));
-                if (!uri) {
-                        send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                                   "resources/read: params.uri must be a string");
-                        return;
-                }
-                result = mcp_store_read(srv->store, rq->sink ? rq->sink->owner : NULL, uri, &code,
-                                        why, sizeof(why));
-        } else {
-                const json_t *cursor = json_object_get(params, "cursor");
-                if (cursor && !json_is_string(cursor)) {
-                        send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                                   "resources/list: params.cursor must be a string");
-                        return;
-                }
-                result = mcp_store_list(srv->store, rq->sink ? rq->sink->owner : NULL,
-                                        json_string_value(cursor), &code, why, sizeof(why));
-        }
         if (result)
-                reply(srv, rq, result, false);
+                mcp_reply(srv, rq, result, false);
         else
-                send_error(srv, rq->sink, id, code, "%s", why);
+                mcp_send_error(srv, rq->sink, rq->id, code, "%s", err->message);
+}
+
+static bool handle_resources_read(mcp_server *srv, const mcp_request *rq)
+{
+        int code = 0;
+        airlock_error err = {0};
+        const char *uri = json_string_value(json_object_get(rq->params, "uri"));
+        if (!uri) {
+                mcp_send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
+                               "resources/read: params.uri must be a string");
+                return false;
+        }
+        json_t *result =
+            mcp_store_read(srv->store, rq->sink ? rq->sink->owner : NULL, uri, &code, &err);
+        answer_resources(srv, rq, result, code, &err);
+        return false;
+}
+
+static bool handle_resources_list(mcp_server *srv, const mcp_request *rq)
+{
+        int code = 0;
+        airlock_error err = {0};
+        const json_t *cursor = json_object_get(rq->params, "cursor");
+        if (cursor && !json_is_string(cursor)) {
+                mcp_send_error(srv, rq->sink, rq->id, RPC_INVALID_PARAMS,
+                               "resources/list: params.cursor must be a string");
+                return false;
+        }
+        json_t *result = mcp_store_list(srv->store, rq->sink ? rq->sink->owner : NULL,
+                                        json_string_value(cursor), &code, &err);
+        answer_resources(srv, rq, result, code, &err);
+        return false;
+}
+
+/* tools/list: the list of the current configuration: a reload that changed
+ * the tools file shows in the next tools/list. */
+static bool handle_tools_list(mcp_server *srv, const mcp_request *rq)
+{
+        cfg_version *v = mcp_cfg_take(srv);
+        mcp_reply(srv, rq, json_pack("{s:O}", "tools", v->tools), true);
+        mcp_cfg_drop(srv, v);
+        return false;
+}
+
+static bool handle_ping(mcp_server *srv, const mcp_request *rq)
+{
+        mcp_reply(srv, rq, json_object(), false);
+        return false;
+}
+
+/* server/discover answers while the first version is being built, from its
+ * configuration's instructions when they are known already. */
+static bool handle_discover_early(mcp_server *srv, const mcp_request *rq)
+{
+        if (!srv->first_instructions && !mcp_version_wait(srv))
+                return false;
+        mcp_warm_up(srv);
+        handle_discover(srv, rq);
+        return false;
+}
+
+/* Which era of the protocol a method belongs to (see read_envelope). */
+typedef enum method_era {
+        ERA_BOTH,      /* either */
+        ERA_HANDSHAKE, /* 2025-11-25 and earlier, after initialize */
+        ERA_MODERN,    /* 2026-07-28: params._meta names the revision */
+} method_era;
+
+/* One MCP method: its name, its era, whether the handshake era needs a
+ * session (initialize first), whether it is answered while the first
+ * version is still being built (from the configuration alone), whether the
+ * modern era warms the sandbox up before it (a tools/call prepares the
+ * sandbox itself), and its handler, which returns whether a call was
+ * started (its response comes later). */
+typedef struct method_row {
+        const char *name;
+        method_era era;
+        bool needs_session;
+        bool early;
+        bool no_warm_up;
+        bool (*handle)(mcp_server *srv, const mcp_request *rq);
+} method_row;
+
+/* clang-format off */
+static const method_row methods[] = {
+    /* method                  era            session early  no warm-up handler */
+    {"ping",                   ERA_BOTH,      false,  true,  false,     handle_ping},
+    {"server/discover",        ERA_MODERN,    false,  true,  false,     handle_discover_early},
+    {"initialize",             ERA_HANDSHAKE, false,  false, false,     handle_initialize},
+    {"subscriptions/listen",   ERA_MODERN,    true,   false, false,     handle_listen},
+    {"tools/list",             ERA_BOTH,      true,   false, false,     handle_tools_list},
+    {"tools/call",             ERA_BOTH,      true,   false, true,      handle_tools_call},
+    {"resources/list",         ERA_BOTH,      true,   false, false,     handle_resources_list},
+    {"resources/read",         ERA_BOTH,      true,   false, false,     handle_resources_read},
+};
+/* clang-format on */
+
+static const method_row *method_find(const char *name)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
+                if (strcmp(methods[i].name, name) == 0)
+                        return &methods[i];
+        return NULL;
+}
+
+static bool era_fits(const method_row *row, const mcp_request *rq)
+{
+        return row->era == ERA_BOTH || (row->era == ERA_MODERN) == rq->modern;
 }
 
 /* The dispatcher. A request of revision 2026-07-28 (see read_envelope) needs
@@ -339,75 +436,52 @@ static void handle_resources(mcp_server *srv, const char *method, const mcp_requ
  * other request waits here for the build, and so does the reader, so that
  * the requests after it are answered after it too. A build that failed
  * leaves the request unanswered: the server then ends (cmd_mcp). */
-bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
-                    const json_t *params)
+bool mcp_handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
+                        const json_t *params)
 {
         mcp_request rq_ = {.sink = sink, .id = id, .params = params};
         mcp_request *const rq = &rq_;
         if (!read_envelope(srv, rq))
                 return false;
-        /* ping is allowed before initialize; everything else is not. */
-        if (strcmp(method, "ping") == 0) {
-                reply(srv, rq, json_object(), false);
-                return false;
-        }
-        if (strcmp(method, "server/discover") == 0) {
-                /* Part of revision 2026-07-28 only, whose requests must
-                 * carry the envelope. */
-                if (!rq->modern) {
-                        send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
-                                   "server/discover needs params._meta with \"%s\" (%s) and "
-                                   "\"%s\"",
-                                   META_PROTOCOL_VERSION, modern_versions[0], META_CLIENT_CAPS);
+        const method_row *row = method_find(method);
+        if (row && row->early) {
+                /* A method of the modern era only, asked without its
+                 * envelope, is told what the envelope needs. */
+                if (!era_fits(row, rq)) {
+                        mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
+                                       "%s needs params._meta with \"%s\" (%s) and \"%s\"", method,
+                                       META_PROTOCOL_VERSION, modern_versions[0], META_CLIENT_CAPS);
                         return false;
                 }
-                if (!srv->first_instructions && !version_wait(srv))
-                        return false;
-                warm_up(srv);
-                handle_discover(srv, rq);
-                return false;
+                return row->handle(srv, rq);
         }
-        if (!version_wait(srv))
+        if (!mcp_version_wait(srv))
                 return false;
-        if (!rq->modern && strcmp(method, "initialize") == 0) {
-                handle_initialize(srv, rq);
-                return false;
-        }
         if (rq->modern) {
-                if (strcmp(method, "tools/call") != 0)
-                        warm_up(srv);
-                if (strcmp(method, "subscriptions/listen") == 0) {
-                        handle_listen(srv, rq);
-                        return false;
-                }
-        } else if (!srv->initialized && !srv->stateless) {
-                send_error(srv, rq->sink, id, RPC_INVALID_REQUEST,
-                           "server not initialized: send initialize first, or name the protocol "
-                           "version %s in params._meta (got %.100s)",
-                           modern_versions[0], method);
+                if (!row || !row->no_warm_up)
+                        mcp_warm_up(srv);
+        } else if ((!row || row->needs_session) && !srv->initialized && !srv->stateless) {
+                mcp_send_error(
+                    srv, rq->sink, id, RPC_INVALID_REQUEST,
+                    "server not initialized: send initialize first, or name the protocol "
+                    "version %s in params._meta (got %.100s)",
+                    modern_versions[0], method);
                 return false;
         }
-        if (strcmp(method, "tools/list") == 0) {
-                /* The list of the current configuration: a reload that
-                 * changed the tools file shows in the next tools/list. */
-                cfg_version *v = cfg_take(srv);
-                reply(srv, rq, json_pack("{s:O}", "tools", v->tools), true);
-                cfg_drop(srv, v);
-        } else if (strcmp(method, "tools/call") == 0)
-                return handle_tools_call(srv, rq);
-        else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0)
-                handle_resources(srv, method, rq);
-        else
-                send_error(srv, rq->sink, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s",
-                           method);
-        return false;
+        if (!row || !era_fits(row, rq)) {
+                mcp_send_error(srv, rq->sink, id, RPC_METHOD_NOT_FOUND, "method not found: %.100s",
+                               method);
+                return false;
+        }
+        return row->handle(srv, rq);
 }
 
-void handle_notification(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *params)
+void mcp_handle_notification(mcp_server *srv, mcp_sink *sink, const char *method,
+                             const json_t *params)
 {
         if (strcmp(method, "notifications/cancelled") == 0)
-                cancel_request(srv, sink ? sink->owner : NULL,
-                               json_object_get(params, "requestId"));
+                mcp_cancel_request(srv, sink ? sink->owner : NULL,
+                                   json_object_get(params, "requestId"));
         /* notifications/initialized and every other notification need no
          * action; notifications are never answered. */
 }

@@ -68,10 +68,10 @@ struct mcp_server {
         pthread_mutex_t cfg_lock;
         cfg_version *cur;
         /* airlock mcp builds its first version on a thread of its own
-         * (version_build_start) while it reads its input: ping and
+         * (mcp_version_build_start) while it reads its input: ping and
          * server/discover, which the configuration alone answers, are
          * answered meanwhile; every other request waits for the build
-         * (version_wait). Under cfg_lock but for the fields set before the
+         * (mcp_version_wait). Under cfg_lock but for the fields set before the
          * thread starts. cur stays NULL while building, and when the build
          * failed (build_err says why). */
         bool building;
@@ -110,8 +110,12 @@ struct mcp_server {
          * reader that gets a tools/call with nothing after it runs the call
          * itself, which saves the wake-up of a worker on the call's path,
          * and hands the role to another thread only once input comes or
-         * the run has to wait (see run_call). Only the thread with the
-         * role touches the reader state below. */
+         * the run has to wait (see mcp_run_call). Only the thread with the
+         * role touches the reader state below. The core knows the role
+         * only as this hook, which the transport that reads registers
+         * (mcp_stdio.c: its reader loop), or NULL when no transport reads
+         * on the core's threads: a worker that takes the role calls it. */
+        void (*reader)(mcp_server *srv);
         bool reader_free;   /* the role waits for a thread to take it */
         bool input_done;    /* end of input or a stop signal: nobody reads */
         bool input_stopped; /* ... and it was a stop signal */
@@ -147,7 +151,7 @@ struct mcp_server {
          * tokens: --tenant). */
         mcp_workspaces *workspaces;
         char tenant[TENANT_NAME_MAX + 1];
-        bool locks_ready; /* server_init got as far as its locks */
+        bool locks_ready; /* mcp_server_init got as far as its locks */
 };
 
 /* A tools/call in progress (or the warm-up run, which has no id). */
@@ -207,114 +211,110 @@ typedef struct reader_watch {
 /* ---- mcp_reply.c: replies --------------------------------------------- */
 
 /* The command that stderr lines name: "airlock mcp" or "airlock serve". */
-const char *server_name(const mcp_server *srv);
+const char *mcp_server_name(const mcp_server *srv);
 /* Sends msg (taken; NULL sends nothing) to sink, or with sink NULL writes
  * it as one line of standard output. Thread-safe; after a failed write the
  * stdio server stops reading. */
-void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg);
+void mcp_send_message(mcp_server *srv, mcp_sink *sink, json_t *msg);
 /* The response to id with result (taken; NULL: an "out of memory" error). */
-void send_result(mcp_server *srv, mcp_sink *sink, const json_t *id, json_t *result);
+void mcp_send_result(mcp_server *srv, mcp_sink *sink, const json_t *id, json_t *result);
 /* An error response (jsonrpc_error); id NULL answers with "id": null. */
-void send_error(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, const char *fmt, ...)
-    _printf_(5, 6);
+void mcp_send_error(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, const char *fmt,
+                    ...) _printf_(5, 6);
 /* The same with the error's "data" member (taken, may be NULL). */
-void send_error_data(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, json_t *data,
-                     const char *fmt, ...) _printf_(6, 7);
+void mcp_send_error_data(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, json_t *data,
+                         const char *fmt, ...) _printf_(6, 7);
 /* result (taken and returned) in the form revision 2026-07-28 asks for. */
-json_t *modern_result(json_t *result, bool cacheable);
+json_t *mcp_modern_result(json_t *result, bool cacheable);
 /* Answers rq with result (taken), in the form of the request's era. */
-void reply(mcp_server *srv, const mcp_request *rq, json_t *result, bool cacheable);
+void mcp_reply(mcp_server *srv, const mcp_request *rq, json_t *result, bool cacheable);
 
 /* ---- mcp_versions.c: the configuration's versions --------------------- */
 
 /* Makes the version of cfg (owns: the version frees cfg, on failure too).
  * Returns 0 with *ret holding one reference, or -errno with err filled. */
-int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **ret,
-                airlock_error *err);
-void version_free(cfg_version *v);
-/* The current version, with a reference the caller drops with cfg_drop. */
-cfg_version *cfg_take(mcp_server *srv);
-void cfg_drop(mcp_server *srv, cfg_version *v);
+int mcp_version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **ret,
+                    airlock_error *err);
+void mcp_version_free(cfg_version *v);
+/* The current version, with a reference the caller drops with mcp_cfg_drop. */
+cfg_version *mcp_cfg_take(mcp_server *srv);
+void mcp_cfg_drop(mcp_server *srv, cfg_version *v);
 /* The tenant whose workspace a call of owner uses. */
 const char *tenant_of(const mcp_server *srv, const char *owner);
 /* The configuration a call of owner runs with under v (with --tenants-dir
  * the tenant's copy), or NULL with err filled. */
-const airlock_config *version_cfg(mcp_server *srv, cfg_version *v, const char *owner,
-                                  airlock_error *err);
+const airlock_config *mcp_version_cfg(mcp_server *srv, cfg_version *v, const char *owner,
+                                      airlock_error *err);
 /* Makes the session table take its configurations from the versions. */
-void version_source_sessions(mcp_server *srv);
+void mcp_version_source_sessions(mcp_server *srv);
 /* Starts the build of the first version of cfg (not owned) on a thread of
  * its own. Returns 0 or -errno with err filled. */
-int version_build_start(mcp_server *srv, airlock_config *cfg, airlock_error *err);
+int mcp_version_build_start(mcp_server *srv, airlock_config *cfg, airlock_error *err);
 /* Waits until the first version is built; false when its build failed. */
-bool version_wait(mcp_server *srv);
+bool mcp_version_wait(mcp_server *srv);
 /* Waits for the end of the build thread, if one was started: 0, or the
  * build's error (-errno, with err filled). */
-int version_build_join(mcp_server *srv, airlock_error *err);
+int mcp_version_build_join(mcp_server *srv, airlock_error *err);
 
 /* ---- mcp_progress.c: progress notifications --------------------------- */
 
 /* The run's output hook (airlock_run_options.on_output; arg: the call). */
-void on_output(void *arg, int stream, const char *data, size_t len);
+void mcp_on_output(void *arg, int stream, const char *data, size_t len);
 /* c's run starts / is over (see mcp_progress.c). */
-bool progress_add(mcp_server *srv, mcp_call *c);
-void progress_remove(mcp_server *srv, mcp_call *c);
+bool mcp_progress_add(mcp_server *srv, mcp_call *c);
+void mcp_progress_remove(mcp_server *srv, mcp_call *c);
 /* Ends the progress thread (every call is over by now). */
-void stop_progress(mcp_server *srv);
+void mcp_stop_progress(mcp_server *srv);
 
 /* ---- mcp_calls.c: the tools/call workers ------------------------------- */
 
 /* Queues c for a worker, or leaves it for the transport or the reader.
  * Returns < 0 (and frees c) when the call cannot be started; -EBUSY past
  * MCP_MAX_CALLS. */
-int call_start(mcp_server *srv, mcp_call *c);
-void call_free(mcp_call *c);
+int mcp_call_start(mcp_server *srv, mcp_call *c);
+void mcp_call_free(mcp_call *c);
 /* Runs a call; with w, on the reader's thread, watching for input. */
-void run_call(mcp_call *c, reader_watch *w);
+void mcp_run_call(mcp_call *c, reader_watch *w);
 /* The run's watch of the input fired (arg: a reader_watch): the reader
  * hands its role on. */
-void on_input(void *arg);
+void mcp_on_input(void *arg);
 /* Does one piece of work, srv->lock held on entry and on return: a queued
  * call, or the reader role if it is free. False when there is neither. */
-bool take_work_locked(mcp_server *srv);
+bool mcp_take_work_locked(mcp_server *srv);
 /* Input ended (stopped: by a stop signal or the client's leaving, which
  * cancels the calls in progress). */
-void finish_input(mcp_server *srv, bool stopped);
+void mcp_finish_input(mcp_server *srv, bool stopped);
 /* Ends the workers once no call is left. */
-void stop_workers(mcp_server *srv);
+void mcp_stop_workers(mcp_server *srv);
 /* Cancels c; caller holds srv->lock. */
-void cancel_locked(mcp_call *c);
+void mcp_cancel_locked(mcp_call *c);
 /* Whether c was made by owner (NULL: stdio, or a server without tokens). */
-bool same_owner(const mcp_call *c, const char *owner);
+bool mcp_same_owner(const mcp_call *c, const char *owner);
 /* notifications/cancelled of owner for request_id. */
-void cancel_request(mcp_server *srv, const char *owner, const json_t *request_id);
-void cancel_all_and_wait(mcp_server *srv);
+void mcp_cancel_request(mcp_server *srv, const char *owner, const json_t *request_id);
+void mcp_cancel_all_and_wait(mcp_server *srv);
 /* Starts the warm-up run once a client shows up (once); while the first
  * version is being built, the build starts it when it is done. */
-void warm_up(mcp_server *srv);
+void mcp_warm_up(mcp_server *srv);
 /* The warm-up asked for during the build, started by the build's thread. */
-void warm_up_after_build(mcp_server *srv);
+void mcp_warm_up_after_build(mcp_server *srv);
 
 /* ---- mcp_dispatch.c: requests and notifications ------------------------ */
 
 /* Handles a request; returns whether a tools/call was started for it (it
  * answers later). */
-bool handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
-                    const json_t *params);
-void handle_notification(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *params);
-
-/* ---- mcp_stdio.c: the stdio transport ---------------------------------- */
-
-/* Holds the reader role of standard input (see mcp_stdio.c). */
-void reader_loop(mcp_server *srv);
+bool mcp_handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
+                        const json_t *params);
+void mcp_handle_notification(mcp_server *srv, mcp_sink *sink, const char *method,
+                             const json_t *params);
 
 /* ---- mcp_core.c: the server's making and unmaking ---------------------- */
 
 /* Makes the server; its first version is built now, or with in_background
- * on a thread of its own (version_build_start). */
-int server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
-                bool in_background, airlock_error *err);
-/* Frees everything server_init made, once no call is left. */
-void server_teardown(mcp_server *srv);
+ * on a thread of its own (mcp_version_build_start). */
+int mcp_server_init(mcp_server *srv, airlock_config *cfg, const mcp_session_caps *caps,
+                    bool in_background, airlock_error *err);
+/* Frees everything mcp_server_init made, once no call is left. */
+void mcp_server_teardown(mcp_server *srv);
 
 #endif

@@ -26,7 +26,7 @@
  * thread. A line ends at "\n" or "\r" (a progress bar redraws its line after
  * "\r"); blank lines are skipped; a line longer than PROGRESS_LINE_MAX keeps
  * its start; control characters become spaces. */
-void on_output(void *arg, int stream, const char *data, size_t len)
+void mcp_on_output(void *arg, int stream, const char *data, size_t len)
 {
         (void)stream;
         mcp_call *c = arg;
@@ -95,7 +95,8 @@ static void progress_tick(mcp_server *srv, mcp_call *c, uint64_t now)
         json_t *params = json_pack("{s:O, s:f, s:s}", "progressToken", c->progress, "progress",
                                    progress, "message", line ? line : status);
         if (params)
-                send_message(srv, c->sink, jsonrpc_notification("notifications/progress", params));
+                mcp_send_message(srv, c->sink,
+                                 jsonrpc_notification("notifications/progress", params));
 }
 
 /* The progress thread: wakes every PROGRESS_TICK_NS while some call with a
@@ -127,14 +128,14 @@ static void *progress_main(void *arg)
 /* c's run starts: the progress thread reports on it from now on (starting
  * the thread with the first such call). Returns false when there is no
  * progress thread; the call then runs without progress. */
-bool progress_add(mcp_server *srv, mcp_call *c)
+bool mcp_progress_add(mcp_server *srv, mcp_call *c)
 {
         pthread_mutex_lock(&srv->prog_lock);
         if (!srv->prog_started) {
                 int r = pthread_create(&srv->prog_thread, NULL, progress_main, srv);
                 if (r != 0) {
                         pthread_mutex_unlock(&srv->prog_lock);
-                        fprintf(stderr, "%s: no progress notifications: %s\n", server_name(srv),
+                        fprintf(stderr, "%s: no progress notifications: %s\n", mcp_server_name(srv),
                                 strerror(r));
                         return false;
                 }
@@ -150,7 +151,7 @@ bool progress_add(mcp_server *srv, mcp_call *c)
 
 /* c's run is over: after this no notification for it is sent, so its
  * response may go out. */
-void progress_remove(mcp_server *srv, mcp_call *c)
+void mcp_progress_remove(mcp_server *srv, mcp_call *c)
 {
         pthread_mutex_lock(&srv->prog_lock);
         for (mcp_call **p = &srv->prog_calls; *p; p = &(*p)->pnext)
@@ -162,7 +163,7 @@ void progress_remove(mcp_server *srv, mcp_call *c)
 }
 
 /* Ends the progress thread (every call is over by now). */
-void stop_progress(mcp_server *srv)
+void mcp_stop_progress(mcp_server *srv)
 {
         pthread_mutex_lock(&srv->prog_lock);
         srv->prog_stop = true;

@@ -1,5 +1,5 @@
 /* The replies of the MCP server: every message a request produces leaves
- * through send_message, to the request's sink (mcp_core.h) or, on stdio,
+ * through mcp_send_message, to the request's sink (mcp_core.h) or, on stdio,
  * as one line of standard output. Errors are built by the JSON-RPC layer
  * (jsonrpc.h); results are shaped here for the request's era. */
 #include <errno.h>
@@ -14,12 +14,12 @@
 #include "base.h"
 #include "mcp_internal.h"
 
-const char *server_name(const mcp_server *srv)
+const char *mcp_server_name(const mcp_server *srv)
 {
         return srv->name ? srv->name : "airlock mcp";
 }
 
-void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
+void mcp_send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
 {
         if (sink) {
                 /* Another transport: the sink takes the message. */
@@ -30,7 +30,7 @@ void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
         char *text = json_dumps(msg, JSON_COMPACT | AL_JSON_REALS);
         json_decref(msg);
         if (!text) {
-                fprintf(stderr, "%s: cannot encode a response\n", server_name(srv));
+                fprintf(stderr, "%s: cannot encode a response\n", mcp_server_name(srv));
                 return;
         }
         size_t n = strlen(text);
@@ -42,25 +42,26 @@ void send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
         free(text);
 }
 
-void send_result(mcp_server *srv, mcp_sink *sink, const json_t *id, json_t *result)
+void mcp_send_result(mcp_server *srv, mcp_sink *sink, const json_t *id, json_t *result)
 {
-        send_message(srv, sink, jsonrpc_result(id, result));
+        mcp_send_message(srv, sink, jsonrpc_result(id, result));
 }
 
-void send_error(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, const char *fmt, ...)
+void mcp_send_error(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, const char *fmt,
+                    ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        send_message(srv, sink, jsonrpc_verror(id, code, NULL, fmt, ap));
+        mcp_send_message(srv, sink, jsonrpc_verror(id, code, NULL, fmt, ap));
         va_end(ap);
 }
 
-void send_error_data(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, json_t *data,
-                     const char *fmt, ...)
+void mcp_send_error_data(mcp_server *srv, mcp_sink *sink, const json_t *id, int code, json_t *data,
+                         const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        send_message(srv, sink, jsonrpc_verror(id, code, data, fmt, ap));
+        mcp_send_message(srv, sink, jsonrpc_verror(id, code, data, fmt, ap));
         va_end(ap);
 }
 
@@ -70,7 +71,7 @@ void send_error_data(mcp_server *srv, mcp_sink *sink, const json_t *id, int code
  * official SDK's defaults: 0 (fetch again when needed) and "private" (the tool
  * description names this configuration's workspace and tools). Takes and
  * returns result; NULL stays NULL. */
-json_t *modern_result(json_t *result, bool cacheable)
+json_t *mcp_modern_result(json_t *result, bool cacheable)
 {
         if (!result)
                 return NULL;
@@ -95,7 +96,8 @@ json_t *modern_result(json_t *result, bool cacheable)
 }
 
 /* Answers rq with result (taken), in the form of the request's era. */
-void reply(mcp_server *srv, const mcp_request *rq, json_t *result, bool cacheable)
+void mcp_reply(mcp_server *srv, const mcp_request *rq, json_t *result, bool cacheable)
 {
-        send_result(srv, rq->sink, rq->id, rq->modern ? modern_result(result, cacheable) : result);
+        mcp_send_result(srv, rq->sink, rq->id,
+                        rq->modern ? mcp_modern_result(result, cacheable) : result);
 }

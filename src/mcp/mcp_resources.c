@@ -24,6 +24,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "base.h"
 #include "mcp.h"
 
 #define MCP_STORE_RUNS      32           /* runs whose files are held, per owner */
@@ -300,7 +301,7 @@ static const char *base_name(const char *path)
 }
 
 json_t *mcp_store_list(mcp_store *st, const char *owner, const char *cursor, int *ret_code,
-                       char *why, size_t why_len)
+                       airlock_error *err)
 {
         size_t skip = 0;
         if (cursor) {
@@ -309,7 +310,8 @@ json_t *mcp_store_list(mcp_store *st, const char *owner, const char *cursor, int
                 unsigned long long v = strtoull(cursor, &end, 10);
                 if (errno || end == cursor || *end) {
                         *ret_code = RPC_INVALID_PARAMS;
-                        snprintf(why, why_len, "resources/list: not a cursor of this server");
+                        (void)al_error(err, -EINVAL, NULL,
+                                       "resources/list: not a cursor of this server");
                         return NULL;
                 }
                 skip = (size_t)v;
@@ -317,7 +319,7 @@ json_t *mcp_store_list(mcp_store *st, const char *owner, const char *cursor, int
         json_t *list = json_array();
         if (!list) {
                 *ret_code = RPC_INTERNAL_ERROR;
-                snprintf(why, why_len, "out of memory");
+                (void)al_error(err, -EINVAL, NULL, "out of memory");
                 return NULL;
         }
         size_t index = 0;
@@ -387,16 +389,17 @@ static bool percent_decode(const char *s, char *out)
         return true;
 }
 
-json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *ret_code, char *why,
-                       size_t why_len)
+json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *ret_code,
+                       airlock_error *err)
 {
         const size_t plen = strlen(MCP_URI_PREFIX);
         *ret_code = RPC_RESOURCE_NOT_FOUND;
         if (strncmp(uri, MCP_URI_PREFIX, plen) != 0) {
-                snprintf(why, why_len,
-                         "resource not found: %.300s: this server serves only the files of its "
-                         "recent runs, as " MCP_URI_PREFIX "... URIs",
-                         uri);
+                (void)al_error(
+                    err, -EINVAL, NULL,
+                    "resource not found: %.300s: this server serves only the files of its "
+                    "recent runs, as " MCP_URI_PREFIX "... URIs",
+                    uri);
                 return NULL;
         }
         const char *id = uri + plen;
@@ -404,21 +407,23 @@ json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *r
         const char *tail = id + id_len;
         if (id_len != MCP_RUN_ID_LEN ||
             (strncmp(tail, "/output/", 8) != 0 && strncmp(tail, "/input/", 7) != 0)) {
-                snprintf(why, why_len,
-                         "resource not found: %.300s: not a URI this server makes (" MCP_URI_PREFIX
-                         "RUN-ID/output/PATH or RUN-ID/input/PATH)",
-                         uri);
+                (void)al_error(
+                    err, -EINVAL, NULL,
+                    "resource not found: %.300s: not a URI this server makes (" MCP_URI_PREFIX
+                    "RUN-ID/output/PATH or RUN-ID/input/PATH)",
+                    uri);
                 return NULL;
         }
         char *path = malloc(strlen(tail) + 1);
         if (!path) {
                 *ret_code = RPC_INTERNAL_ERROR;
-                snprintf(why, why_len, "out of memory");
+                (void)al_error(err, -EINVAL, NULL, "out of memory");
                 return NULL;
         }
         if (!percent_decode(tail, path)) {
                 free(path);
-                snprintf(why, why_len, "resource not found: %.300s: a bad percent-encoding", uri);
+                (void)al_error(err, -EINVAL, NULL,
+                               "resource not found: %.300s: a bad percent-encoding", uri);
                 return NULL;
         }
         json_t *out = NULL;
@@ -438,18 +443,19 @@ json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *r
                 out = c ? json_pack("{s:[o]}", "contents", c) : NULL;
                 if (!out) {
                         *ret_code = RPC_INTERNAL_ERROR;
-                        snprintf(why, why_len, "out of memory");
+                        (void)al_error(err, -EINVAL, NULL, "out of memory");
                 }
         } else if (r) {
-                snprintf(why, why_len, "resource not found: %.300s: that run returned no such file",
-                         uri);
+                (void)al_error(err, -EINVAL, NULL,
+                               "resource not found: %.300s: that run returned no such file", uri);
         } else {
-                snprintf(why, why_len,
-                         "resource not found: %.300s: this server holds no run %.*s. It keeps "
-                         "the files of your last %d runs (at most %u MiB) for %d minutes; the "
-                         "URI may also come from another airlock mcp process",
-                         uri, MCP_RUN_ID_LEN, id, MCP_STORE_RUNS, MCP_STORE_BYTES >> 20,
-                         MCP_STORE_AGE_S / 60);
+                (void)al_error(
+                    err, -EINVAL, NULL,
+                    "resource not found: %.300s: this server holds no run %.*s. It keeps "
+                    "the files of your last %d runs (at most %u MiB) for %d minutes; the "
+                    "URI may also come from another airlock mcp process",
+                    uri, MCP_RUN_ID_LEN, id, MCP_STORE_RUNS, MCP_STORE_BYTES >> 20,
+                    MCP_STORE_AGE_S / 60);
         }
         pthread_mutex_unlock(&st->lock);
         free(path);

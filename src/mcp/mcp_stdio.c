@@ -12,9 +12,9 @@
  * output; SIGTERM, SIGINT or SIGHUP, or the loss of the reader of standard
  * output (the client went away), cancels them. Either way the sandbox cache
  * is closed and the server exits 0. The reader starts at once, while the
- * sandbox is built on a thread of its own (version_build_start): ping and
+ * sandbox is built on a thread of its own (mcp_version_build_start): ping and
  * server/discover are answered during the build, every other request waits
- * for it (handle_request). */
+ * for it (mcp_handle_request). */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -32,7 +32,7 @@
 #include "base.h"
 #include "mcp_internal.h"
 #include "audit.h"
-#include "cli.h"
+#include "mcp_service.h"
 #include "tenant_workspace.h"
 
 #define MCP_MAX_LINE (32u << 20) /* one message; longer lines are discarded */
@@ -45,11 +45,11 @@ static void handle_line(mcp_server *srv, const char *line, size_t len)
         char why[256];
         int code = jsonrpc_parse(line, len, &m, why, sizeof(why));
         if (code != 0)
-                send_error(srv, NULL, m.id, code, "%s", why);
+                mcp_send_error(srv, NULL, m.id, code, "%s", why);
         else if (m.method && m.id)
-                (void)handle_request(srv, NULL, m.method, m.id, m.params);
+                (void)mcp_handle_request(srv, NULL, m.method, m.id, m.params);
         else if (m.method)
-                handle_notification(srv, NULL, m.method, m.params);
+                mcp_handle_notification(srv, NULL, m.method, m.params);
         /* else: a response from the client; this server sends no requests,
          * so there is nothing to match it with. */
         json_decref(m.root);
@@ -130,7 +130,7 @@ static void client_gone(mcp_server *srv)
         srv->output_broken = true;
         fprintf(stderr, "airlock mcp: the client closed its end of standard output; stopping "
                         "the calls in progress\n");
-        finish_input(srv, true);
+        mcp_finish_input(srv, true);
 }
 
 /* After the end of input, while calls still run: a client that closes its
@@ -155,7 +155,7 @@ static void watch_output_while_calls(mcp_server *srv)
                         return;
                 }
                 if (n > 0 && stop_fd >= 0 && (fds[1].revents & POLLIN)) {
-                        finish_input(srv, true);
+                        mcp_finish_input(srv, true);
                         return;
                 }
         }
@@ -164,13 +164,13 @@ static void watch_output_while_calls(mcp_server *srv)
 /* Holds the reader role: handles messages until end of input, a stop
  * signal or the loss of standard output (then marks the input done), or
  * until it hands the role on to run a call on this thread. */
-void reader_loop(mcp_server *srv)
+static void reader_loop(mcp_server *srv)
 {
         dynbuf *line = &srv->line;
         for (;;) {
                 wait_outcome waited = wait_input(srv);
                 if (waited == INPUT_STOP || waited == INPUT_BUILD_FAILED) {
-                        finish_input(srv, true);
+                        mcp_finish_input(srv, true);
                         return;
                 }
                 if (waited == INPUT_CLIENT_GONE) {
@@ -196,9 +196,9 @@ void reader_loop(mcp_server *srv)
                                 break;
                         p++;
                         if (srv->discarding) {
-                                send_error(srv, NULL, NULL, RPC_INVALID_REQUEST,
-                                           "message longer than %u MiB: discarded",
-                                           MCP_MAX_LINE >> 20);
+                                mcp_send_error(srv, NULL, NULL, RPC_INVALID_REQUEST,
+                                               "message longer than %u MiB: discarded",
+                                               MCP_MAX_LINE >> 20);
                                 srv->discarding = false;
                                 continue;
                         }
@@ -217,7 +217,7 @@ void reader_loop(mcp_server *srv)
                         if (atomic_load(&srv->build_failed)) {
                                 /* Nothing more is answered: the server ends
                                  * with the build's error (cmd_mcp). */
-                                finish_input(srv, true);
+                                mcp_finish_input(srv, true);
                                 return;
                         }
                         mcp_call *c = srv->inline_call;
@@ -229,8 +229,8 @@ void reader_loop(mcp_server *srv)
                                  * at once when nothing can watch the input. */
                                 reader_watch w = {.srv = srv};
                                 if (srv->input_watch < 0)
-                                        on_input(&w);
-                                run_call(c, w.handed_off ? NULL : &w);
+                                        mcp_on_input(&w);
+                                mcp_run_call(c, w.handed_off ? NULL : &w);
                                 if (w.handed_off)
                                         return;
                         }
@@ -249,7 +249,7 @@ void reader_loop(mcp_server *srv)
                 client_gone(srv);
                 return;
         }
-        finish_input(srv, false);
+        mcp_finish_input(srv, false);
         watch_output_while_calls(srv);
 }
 
@@ -287,12 +287,17 @@ static bool serve(mcp_server *srv)
                 return false;
         dynbuf_init(&srv->line, MCP_MAX_LINE);
         srv->input_watch = make_input_watch();
+        /* The core's workers take the reader role through this hook when
+         * the reader hands it on to run a call (mcp_calls.c). */
+        pthread_mutex_lock(&srv->lock);
+        srv->reader = reader_loop;
+        pthread_mutex_unlock(&srv->lock);
         reader_loop(srv);
         /* Between calls the main thread works as a worker until nobody
          * reads any more. */
         pthread_mutex_lock(&srv->lock);
         while (!srv->input_done) {
-                if (!take_work_locked(srv))
+                if (!mcp_take_work_locked(srv))
                         pthread_cond_wait(&srv->work, &srv->lock);
         }
         bool stopped = srv->input_stopped;
@@ -318,68 +323,50 @@ static void finish_calls(mcp_server *srv)
                 pthread_cond_timedwait(&srv->calls_done, &srv->lock, &ts);
                 if (srv->n_calls > 0 && (stop_requested() || output_gone(srv)))
                         for (mcp_call *c = srv->calls; c; c = c->next)
-                                cancel_locked(c);
+                                mcp_cancel_locked(c);
         }
         pthread_mutex_unlock(&srv->lock);
 }
 
-int cmd_mcp(int argc, char **argv)
+/* The error of a server that could not start or build its sandbox: the
+ * options or the configuration are at fault (exit status 2, as it always
+ * has been), whatever the library's record said. */
+static int input_error(airlock_error *err, int r)
 {
-        cli_options o;
-        airlock_error err = {0};
-        int r = cli_parse_options(argc, argv, CLI_MCP, &o, &err);
-        if (r == 1) {
-                cli_usage(CLI_MCP, stdout);
-                return EXIT_OK;
-        }
-        if (r < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", err.message);
-                return EXIT_USAGE;
-        }
-        /* A client that goes away must not kill the server in the middle of
-         * closing its sandboxes: writes then fail with EPIPE instead. */
-        signal(SIGPIPE, SIG_IGN);
-        stop_fd = cli_signal_pipe(false);
-        if (stop_fd < 0)
-                stop_fd = -1; /* the signals keep their default action */
-        mcp_raise_fd_limit();
+        err->kind = AIRLOCK_ERROR_INPUT;
+        return r;
+}
+
+int mcp_service_run_stdio(mcp_service *svc, airlock_error *err)
+{
+        const mcp_service_options *o = mcp_service_opts(svc);
+        stop_fd = o->signal_fd;
         mcp_server srv = {.input_watch = -1, .audit_fd = -1, .build_failed_fd = -1};
-        if (o.audit && (srv.audit_fd = cli_audit_open(o.audit, &err)) < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", err.message);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
+        int r;
+        if (o->audit && (srv.audit_fd = audit_open(o->audit, err)) < 0)
+                return input_error(err, srv.audit_fd);
         /* --tenants-dir: the one tenant's workspace is DIR/--tenant. */
-        snprintf(srv.tenant, sizeof(srv.tenant), "%s", o.tenant);
-        if (o.tenants_dir && mcp_workspaces_open(o.tenants_dir, o.ws_max_files, o.ws_max_bytes,
-                                                 &srv.workspaces, &err) < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", err.message);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
+        snprintf(srv.tenant, sizeof(srv.tenant), "%s", o->tenant);
+        if (o->tenants_dir && (r = mcp_workspaces_open(o->tenants_dir, o->ws_max_files,
+                                                       o->ws_max_bytes, &srv.workspaces, err)) < 0)
+                return input_error(err, r);
         /* The sandbox is built while the server reads its input (see
-         * handle_request): a client that gives up on server/discover after
+         * mcp_handle_request): a client that gives up on server/discover after
          * a second (the Vercel AI SDK) must get its answer meanwhile. */
-        r = server_init(&srv, o.cfg, &o.caps, true, &err);
+        r = mcp_server_init(&srv, mcp_service_config(svc), &o->caps, true, err);
         bool stopped = r >= 0 && serve(&srv);
         /* A configuration error the build found ends the server as it
          * always has, with the error and exit status 2: no request that
          * waited for the build was answered. */
         if (r >= 0)
-                r = version_build_join(&srv, &err);
-        if (r < 0) {
-                fprintf(stderr, "airlock mcp: %s\n", err.message);
-                server_teardown(&srv);
-                mcp_workspaces_free(srv.workspaces);
-                cli_options_free(&o);
-                return EXIT_USAGE;
+                r = mcp_version_build_join(&srv, err);
+        if (r >= 0) {
+                if (stopped)
+                        mcp_cancel_all_and_wait(&srv);
+                else
+                        finish_calls(&srv);
         }
-        if (stopped)
-                cancel_all_and_wait(&srv);
-        else
-                finish_calls(&srv);
-        server_teardown(&srv);
+        mcp_server_teardown(&srv);
         mcp_workspaces_free(srv.workspaces);
-        cli_options_free(&o);
-        return EXIT_OK;
+        return r < 0 ? input_error(err, r) : 0;
 }

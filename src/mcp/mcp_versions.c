@@ -17,7 +17,7 @@
 #include "tenant_workspace.h"
 #include "tools.h"
 
-void version_free(cfg_version *v)
+void mcp_version_free(cfg_version *v)
 {
         if (!v)
                 return;
@@ -33,8 +33,8 @@ void version_free(cfg_version *v)
         free(v);
 }
 
-/* The current version, with a reference the caller drops with cfg_drop. */
-cfg_version *cfg_take(mcp_server *srv)
+/* The current version, with a reference the caller drops with mcp_cfg_drop. */
+cfg_version *mcp_cfg_take(mcp_server *srv)
 {
         pthread_mutex_lock(&srv->cfg_lock);
         cfg_version *v = srv->cur;
@@ -44,7 +44,7 @@ cfg_version *cfg_take(mcp_server *srv)
         return v;
 }
 
-void cfg_drop(mcp_server *srv, cfg_version *v)
+void mcp_cfg_drop(mcp_server *srv, cfg_version *v)
 {
         if (!v)
                 return;
@@ -52,7 +52,7 @@ void cfg_drop(mcp_server *srv, cfg_version *v)
         bool last = --v->refs == 0;
         pthread_mutex_unlock(&srv->cfg_lock);
         if (last)
-                version_free(v);
+                mcp_version_free(v);
 }
 
 /* The tenant whose workspace a call of owner uses. */
@@ -67,8 +67,8 @@ const char *tenant_of(const mcp_server *srv, const char *owner)
  * checked (and made again if the operator removed it) at every call.
  * Returns NULL with err filled when the folder or the copy cannot be
  * made. */
-const airlock_config *version_cfg(mcp_server *srv, cfg_version *v, const char *owner,
-                                  airlock_error *err)
+const airlock_config *mcp_version_cfg(mcp_server *srv, cfg_version *v, const char *owner,
+                                      airlock_error *err)
 {
         if (!srv->workspaces)
                 return v->cfg;
@@ -124,13 +124,13 @@ static const airlock_config *sessions_cfg_get(void *arg, const char *owner, void
                                               airlock_error *err)
 {
         mcp_server *srv = arg;
-        cfg_version *v = cfg_take(srv);
+        cfg_version *v = mcp_cfg_take(srv);
         *ref = v;
         if (!v)
                 return NULL;
-        const airlock_config *cfg = version_cfg(srv, v, owner, err);
+        const airlock_config *cfg = mcp_version_cfg(srv, v, owner, err);
         if (!cfg) {
-                cfg_drop(srv, v);
+                mcp_cfg_drop(srv, v);
                 *ref = NULL;
         }
         return cfg;
@@ -138,10 +138,10 @@ static const airlock_config *sessions_cfg_get(void *arg, const char *owner, void
 
 static void sessions_cfg_put(void *arg, void *ref)
 {
-        cfg_drop(arg, ref);
+        mcp_cfg_drop(arg, ref);
 }
 
-void version_source_sessions(mcp_server *srv)
+void mcp_version_source_sessions(mcp_server *srv)
 {
         mcp_sessions_set_config_source(srv->sessions, sessions_cfg_get, sessions_cfg_put, srv);
 }
@@ -187,8 +187,8 @@ static int describe_tenant_input(json_t *d)
  * feature) leaves the description without the packages, and each call
  * reports the failure. With owns, the version owns cfg from here on, and
  * frees it on failure too. Returns 0 with *ret holding one reference. */
-int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **ret,
-                airlock_error *err)
+int mcp_version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **ret,
+                    airlock_error *err)
 {
         *ret = NULL;
         cfg_version *v = calloc(1, sizeof(*v));
@@ -204,32 +204,32 @@ int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **r
         _cleanup_free_ char *desc_json = airlock_cache_describe_json(srv->cache, cfg, &berr);
         if (!desc_json && berr.kind == AIRLOCK_ERROR_INPUT && berr.path[0]) {
                 *err = berr;
-                version_free(v);
+                mcp_version_free(v);
                 return berr.code < 0 ? berr.code : -EINVAL;
         }
         if (!desc_json) {
                 fprintf(stderr,
                         "%s: warning: %s; the tool description does not list "
                         "the packages\n",
-                        server_name(srv), berr.message);
+                        mcp_server_name(srv), berr.message);
                 desc_json = airlock_describe_json(cfg, err);
         }
         if (!desc_json) {
-                version_free(v);
+                mcp_version_free(v);
                 return -EINVAL;
         }
         json_t *d = json_loads(desc_json, 0, NULL);
         if (!d) {
-                version_free(v);
+                mcp_version_free(v);
                 return al_error(err, -ENOMEM, NULL, "cannot read the tool description");
         }
         size_t i;
         json_t *w;
         json_array_foreach (json_object_get(d, "warnings"), i, w)
-                fprintf(stderr, "%s: warning: %s\n", server_name(srv), json_string_value(w));
+                fprintf(stderr, "%s: warning: %s\n", mcp_server_name(srv), json_string_value(w));
         if (srv->workspaces && describe_tenant_input(d) < 0) {
                 json_decref(d);
-                version_free(v);
+                mcp_version_free(v);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
         v->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
@@ -240,7 +240,7 @@ int version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version **r
         airlock_config_get_limits(cfg, &lim);
         v->max_stdout = lim.max_stdout;
         if (!v->instructions || !v->tools) {
-                version_free(v);
+                mcp_version_free(v);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
         *ret = v;
@@ -254,7 +254,7 @@ static void *build_main(void *arg)
         mcp_server *srv = arg;
         cfg_version *v = NULL;
         airlock_error err = {0};
-        int r = version_new(srv, srv->build_cfg, false, &v, &err);
+        int r = mcp_version_new(srv, srv->build_cfg, false, &v, &err);
         pthread_mutex_lock(&srv->cfg_lock);
         srv->cur = v;
         srv->build_result = r;
@@ -272,7 +272,7 @@ static void *build_main(void *arg)
                 (void)n; /* an eventfd write fails only on overflow */
         }
         if (warm)
-                warm_up_after_build(srv);
+                mcp_warm_up_after_build(srv);
         return NULL;
 }
 
@@ -282,7 +282,7 @@ static void *build_main(void *arg)
  * Without them (a configured path that cannot be read, say), server/discover
  * waits for the build as every other request does, and the build reports
  * the error. */
-int version_build_start(mcp_server *srv, airlock_config *cfg, airlock_error *err)
+int mcp_version_build_start(mcp_server *srv, airlock_config *cfg, airlock_error *err)
 {
         airlock_error ignored;
         (void)airlock_describe(cfg, NULL, &srv->first_instructions, &ignored);
@@ -302,7 +302,7 @@ int version_build_start(mcp_server *srv, airlock_config *cfg, airlock_error *err
         return 0;
 }
 
-bool version_wait(mcp_server *srv)
+bool mcp_version_wait(mcp_server *srv)
 {
         pthread_mutex_lock(&srv->cfg_lock);
         while (srv->building)
@@ -312,7 +312,7 @@ bool version_wait(mcp_server *srv)
         return ok;
 }
 
-int version_build_join(mcp_server *srv, airlock_error *err)
+int mcp_version_build_join(mcp_server *srv, airlock_error *err)
 {
         if (!srv->build_joinable)
                 return 0;

@@ -646,157 +646,118 @@ static json_t *list_arg(const json_t *args, const char *tool, const char *key, c
         return NULL;
 }
 
-json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t *args)
+/* Checks files[i] of a workspace_write call (its keys, its path) and
+ * decodes its content into u. Returns NULL, or the refusal. */
+static json_t *upload_parse(const json_t *f, size_t i, upload *u)
 {
-        const json_t *files;
-        size_t n;
-        json_t *refused =
-            list_arg(args, "workspace_write", "files",
-                     "{\"path\", \"text\"} or {\"path\", \"base64\"}", "written", &files, &n);
-        if (refused)
-                return refused;
-        upload *v = calloc(n, sizeof(*v));
-        if (!v)
-                return refusal("out of memory");
-        for (size_t i = 0; i < n; i++)
-                v[i].at.parent = v[i].dirfd = -1;
         char why[1024];
-        json_t *res = NULL;
-        uint64_t new_bytes = 0;
-        /* Every path and content is checked before the disk is looked at. */
-        for (size_t i = 0; i < n && !res; i++) {
-                const json_t *f = json_array_get(files, i);
-                const json_t *path = json_object_get(f, "path");
-                const json_t *text = json_object_get(f, "text");
-                const json_t *b64 = json_object_get(f, "base64");
-                const char *key;
-                const json_t *val;
-                bool other = false;
-                json_object_foreach ((json_t *)f, key, val)
-                        other |=
-                            strcmp(key, "path") && strcmp(key, "text") && strcmp(key, "base64");
-                if (!json_is_object(f) || !json_is_string(path) || other ||
-                    !!json_is_string(text) + !!json_is_string(b64) != 1 ||
-                    (text && !json_is_string(text)) || (b64 && !json_is_string(b64))) {
-                        res = refusal("workspace_write: files[%zu] must be {\"path\": string, "
-                                      "\"text\": string} or {\"path\": string, \"base64\": "
-                                      "string}; nothing was written",
-                                      i);
-                        break;
-                }
-                if (check_path(json_string_value(path), json_string_length(path), why,
-                               sizeof(why)) < 0) {
-                        res = refusal("workspace_write: %s; nothing was written", why);
-                        break;
-                }
-                v[i].path = json_string_value(path);
-                if (text) {
-                        v[i].len = json_string_length(text);
-                        v[i].data = malloc(v[i].len + 1);
-                        if (v[i].data)
-                                memcpy(v[i].data, json_string_value(text), v[i].len);
-                } else if (al_base64_decode(json_string_value(b64), json_string_length(b64),
-                                            &v[i].data, &v[i].len) < 0) {
-                        char s[256];
-                        shown(v[i].path, strlen(v[i].path), s, sizeof(s));
-                        res = refusal("workspace_write: the base64 of %s is not valid base64; "
-                                      "nothing was written",
-                                      s);
-                        break;
-                }
-                if (!v[i].data && v[i].len) {
-                        res = refusal("out of memory");
-                        break;
-                }
-                new_bytes += v[i].len;
-                for (size_t k = 0; k < i && !res; k++) {
-                        size_t a = strlen(v[k].path), b = strlen(v[i].path);
-                        const char *s = a < b ? v[k].path : v[i].path;
-                        const char *l = a < b ? v[i].path : v[k].path;
-                        size_t sl = a < b ? a : b;
-                        char sh[256];
-                        shown(v[i].path, strlen(v[i].path), sh, sizeof(sh));
-                        if (a == b && strcmp(s, l) == 0)
-                                res = refusal("workspace_write: path %s is given twice; nothing "
-                                              "was written",
-                                              sh);
-                        else if (strncmp(s, l, sl) == 0 && l[sl] == '/')
-                                res = refusal("workspace_write: path %s is a file and a folder "
-                                              "of another file in the same call; nothing was "
-                                              "written",
-                                              sh);
-                }
+        const json_t *path = json_object_get(f, "path");
+        const json_t *text = json_object_get(f, "text");
+        const json_t *b64 = json_object_get(f, "base64");
+        const char *key;
+        const json_t *val;
+        bool other = false;
+        json_object_foreach ((json_t *)f, key, val)
+                other |= strcmp(key, "path") && strcmp(key, "text") && strcmp(key, "base64");
+        if (!json_is_object(f) || !json_is_string(path) || other ||
+            !!json_is_string(text) + !!json_is_string(b64) != 1 ||
+            (text && !json_is_string(text)) || (b64 && !json_is_string(b64)))
+                return refusal("workspace_write: files[%zu] must be {\"path\": string, "
+                               "\"text\": string} or {\"path\": string, \"base64\": "
+                               "string}; nothing was written",
+                               i);
+        if (check_path(json_string_value(path), json_string_length(path), why, sizeof(why)) < 0)
+                return refusal("workspace_write: %s; nothing was written", why);
+        u->path = json_string_value(path);
+        if (text) {
+                u->len = json_string_length(text);
+                u->data = malloc(u->len + 1);
+                if (u->data)
+                        memcpy(u->data, json_string_value(text), u->len);
+        } else if (al_base64_decode(json_string_value(b64), json_string_length(b64), &u->data,
+                                    &u->len) < 0) {
+                char sh[256];
+                shown(u->path, strlen(u->path), sh, sizeof(sh));
+                return refusal("workspace_write: the base64 of %s is not valid base64; "
+                               "nothing was written",
+                               sh);
         }
-        if (res) {
-                uploads_free(v, n);
-                return res;
+        if (!u->data && u->len)
+                return refusal("out of memory");
+        return NULL;
+}
+
+/* The path of v[i] against those before it: none the same, none a folder
+ * of another. Returns NULL, or the refusal. */
+static json_t *upload_overlap(const upload *v, size_t i)
+{
+        for (size_t k = 0; k < i; k++) {
+                size_t a = strlen(v[k].path), b = strlen(v[i].path);
+                const char *s = a < b ? v[k].path : v[i].path;
+                const char *l = a < b ? v[i].path : v[k].path;
+                size_t sl = a < b ? a : b;
+                char sh[256];
+                shown(v[i].path, strlen(v[i].path), sh, sizeof(sh));
+                if (a == b && strcmp(s, l) == 0)
+                        return refusal("workspace_write: path %s is given twice; nothing "
+                                       "was written",
+                                       sh);
+                if (strncmp(s, l, sl) == 0 && l[sl] == '/')
+                        return refusal("workspace_write: path %s is a file and a folder "
+                                       "of another file in the same call; nothing was "
+                                       "written",
+                                       sh);
         }
-        pthread_mutex_t *lock = stripe_of(w, tenant);
-        pthread_mutex_lock(lock);
-        int root = tenant_dir(w, tenant, true, why, sizeof(why));
-        if (root < 0) {
-                res = refusal("workspace_write: %s; nothing was written", why);
-                goto out;
-        }
-        usage u = {0};
-        if (walk(root, "", 0, &u) < 0) {
-                res = refusal("workspace_write: your workspace is deeper than %d folders; "
-                              "nothing was written",
-                              WS_WALK_DEPTH);
-                goto out;
-        }
-        /* Against the disk: no link or file on the way, no folder where a
-         * file goes; then what the folder will hold. */
-        uint64_t entries = u.entries, bytes = u.bytes;
-        json_t *made = json_object(); /* the folders this call makes, counted once */
-        for (size_t i = 0; i < n && !res; i++) {
+        return NULL;
+}
+
+/* What the tenant's workspace (root) would hold after the uploads, in
+ * *after: no link or file on the way, no folder where a file goes; each
+ * folder to make counted once. *now is what it holds. Returns NULL, or the
+ * refusal. */
+static json_t *uploads_measure(int root, upload *v, size_t n, usage *now, usage *after)
+{
+        char why[1024];
+        *now = (usage){0};
+        if (walk(root, "", 0, now) < 0)
+                return refusal("workspace_write: your workspace is deeper than %d folders; "
+                               "nothing was written",
+                               WS_WALK_DEPTH);
+        *after = *now;
+        _cleanup_json_ json_t *made = json_object(); /* the folders this call makes */
+        for (size_t i = 0; i < n; i++) {
                 char s[256];
                 shown(v[i].path, strlen(v[i].path), s, sizeof(s));
-                if (resolve(root, v[i].path, false, &v[i].at, why, sizeof(why)) < 0) {
-                        res = refusal("workspace_write: %s; nothing was written", why);
-                        break;
-                }
-                if (v[i].at.exists && !S_ISREG(v[i].at.st.st_mode)) {
-                        res = refusal("workspace_write: path %s is %s in your workspace, not a "
-                                      "file; nothing was written",
-                                      s, S_ISDIR(v[i].at.st.st_mode) ? "a folder" : "something");
-                        break;
-                }
+                if (resolve(root, v[i].path, false, &v[i].at, why, sizeof(why)) < 0)
+                        return refusal("workspace_write: %s; nothing was written", why);
+                if (v[i].at.exists && !S_ISREG(v[i].at.st.st_mode))
+                        return refusal("workspace_write: path %s is %s in your workspace, not a "
+                                       "file; nothing was written",
+                                       s, S_ISDIR(v[i].at.st.st_mode) ? "a folder" : "something");
                 if (v[i].at.exists) {
-                        bytes -= (uint64_t)v[i].at.st.st_size;
+                        after->bytes -= (uint64_t)v[i].at.st.st_size;
                 } else {
-                        entries++;
+                        after->entries++;
                         /* Each folder to make, once. */
                         for (const char *q = v[i].path + v[i].at.done; (q = strchr(q, '/')); q++) {
                                 char pre[WS_PATH_MAX + 1];
                                 snprintf(pre, sizeof(pre), "%.*s", (int)(q - v[i].path), v[i].path);
                                 if (!json_object_get(made, pre)) {
                                         json_object_set_new(made, pre, json_true());
-                                        entries++;
+                                        after->entries++;
                                 }
                         }
                 }
-                bytes += v[i].len;
+                after->bytes += v[i].len;
         }
-        json_decref(made);
-        uint64_t max_files, max_bytes;
-        bool own[2];
-        caps_of(w, tenant, &max_files, &max_bytes, own);
-        if (!res && entries > max_files)
-                res = refusal("workspace_write: your workspace would hold %llu files and folders, "
-                              "more than your limit of %llu (%s); it holds %llu now. Remove some "
-                              "with workspace_remove; nothing was written",
-                              (unsigned long long)entries, (unsigned long long)max_files,
-                              cap_name(own[0], 0), (unsigned long long)u.entries);
-        if (!res && bytes > max_bytes)
-                res = refusal("workspace_write: your workspace would hold %llu bytes, more than "
-                              "your limit of %llu (%s); it holds %llu now. Remove some with "
-                              "workspace_remove; nothing was written",
-                              (unsigned long long)bytes, (unsigned long long)max_bytes,
-                              cap_name(own[1], 1), (unsigned long long)u.bytes);
-        if (res)
-                goto out;
-        /* Every file to a temporary name; only then every rename. */
+        return NULL;
+}
+
+/* Writes every upload to a temporary name in its folder, and only then
+ * renames each to its own; on failure removes the temporary files. Returns
+ * 0 or -errno. */
+static int uploads_commit(upload *v, size_t n)
+{
         int err = 0;
         for (size_t i = 0; i < n && !err; i++) {
                 err = make_parents(&v[i]);
@@ -824,35 +785,108 @@ json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t 
                         err = -errno;
                 else
                         v[i].written = false;
-        if (err) {
+        if (err)
                 for (size_t i = 0; i < n; i++)
                         if (v[i].written)
                                 (void)unlinkat(v[i].dirfd, v[i].tmp, 0);
-                res = refusal("workspace_write: the server could not write the files: %s",
-                              strerror(-err));
-                goto out;
-        }
+        return err;
+}
+
+/* The success of a workspace_write that wrote n files (new_bytes in all)
+ * and left the workspace holding after. */
+static json_t *written_result(const upload *v, size_t n, uint64_t new_bytes, const usage *after,
+                              uint64_t max_files, uint64_t max_bytes)
+{
         json_t *written = json_array();
         for (size_t i = 0; i < n; i++)
                 json_array_append_new(written, json_pack("{s:s, s:I}", "path", v[i].path, "size",
                                                          (json_int_t)v[i].len));
-        usage now = {.entries = entries, .bytes = bytes};
         json_t *st = json_pack("{s:o}", "written", written);
-        add_usage(st, &now, max_files, max_bytes);
+        add_usage(st, after, max_files, max_bytes);
         char text[512];
         snprintf(text, sizeof(text),
                  "Wrote %zu file%s (%llu bytes) to your workspace. It holds %llu files and "
                  "folders (limit %llu) and %llu bytes (limit %llu). The next run and every "
                  "session opened from now on see them under /input; an open session keeps the "
                  "files it opened with.",
-                 n, n == 1 ? "" : "s", (unsigned long long)new_bytes, (unsigned long long)entries,
-                 (unsigned long long)max_files, (unsigned long long)bytes,
-                 (unsigned long long)max_bytes);
-        res = success(text, st);
+                 n, n == 1 ? "" : "s", (unsigned long long)new_bytes,
+                 (unsigned long long)after->entries, (unsigned long long)max_files,
+                 (unsigned long long)after->bytes, (unsigned long long)max_bytes);
+        return success(text, st);
+}
+
+/* Writes the uploads into the tenant's workspace, all or nothing, under the
+ * tenant's lock. Returns the result or the refusal. */
+static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, size_t n,
+                             uint64_t new_bytes)
+{
+        char why[1024];
+        json_t *res = NULL;
+        pthread_mutex_t *lock = stripe_of(w, tenant);
+        pthread_mutex_lock(lock);
+        int root = tenant_dir(w, tenant, true, why, sizeof(why));
+        if (root < 0) {
+                res = refusal("workspace_write: %s; nothing was written", why);
+                goto out;
+        }
+        usage now, after;
+        if ((res = uploads_measure(root, v, n, &now, &after)))
+                goto out;
+        uint64_t max_files, max_bytes;
+        bool own[2];
+        caps_of(w, tenant, &max_files, &max_bytes, own);
+        if (after.entries > max_files)
+                res = refusal("workspace_write: your workspace would hold %llu files and folders, "
+                              "more than your limit of %llu (%s); it holds %llu now. Remove some "
+                              "with workspace_remove; nothing was written",
+                              (unsigned long long)after.entries, (unsigned long long)max_files,
+                              cap_name(own[0], 0), (unsigned long long)now.entries);
+        else if (after.bytes > max_bytes)
+                res = refusal("workspace_write: your workspace would hold %llu bytes, more than "
+                              "your limit of %llu (%s); it holds %llu now. Remove some with "
+                              "workspace_remove; nothing was written",
+                              (unsigned long long)after.bytes, (unsigned long long)max_bytes,
+                              cap_name(own[1], 1), (unsigned long long)now.bytes);
+        if (res)
+                goto out;
+        int err = uploads_commit(v, n);
+        if (err)
+                res = refusal("workspace_write: the server could not write the files: %s",
+                              strerror(-err));
+        else
+                res = written_result(v, n, new_bytes, &after, max_files, max_bytes);
 out:
         if (root >= 0)
                 close(root);
         pthread_mutex_unlock(lock);
+        return res;
+}
+
+json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t *args)
+{
+        const json_t *files;
+        size_t n;
+        json_t *res =
+            list_arg(args, "workspace_write", "files",
+                     "{\"path\", \"text\"} or {\"path\", \"base64\"}", "written", &files, &n);
+        if (res)
+                return res;
+        upload *v = calloc(n, sizeof(*v));
+        if (!v)
+                return refusal("out of memory");
+        for (size_t i = 0; i < n; i++)
+                v[i].at.parent = v[i].dirfd = -1;
+        uint64_t new_bytes = 0;
+        /* Every path and content is checked before the disk is looked at. */
+        for (size_t i = 0; i < n && !res; i++) {
+                res = upload_parse(json_array_get(files, i), i, &v[i]);
+                if (!res) {
+                        new_bytes += v[i].len;
+                        res = upload_overlap(v, i);
+                }
+        }
+        if (!res)
+                res = uploads_write(w, tenant, v, n, new_bytes);
         uploads_free(v, n);
         return res;
 }

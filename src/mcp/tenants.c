@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base.h"
 #include "sha256.h"
 
 /* A line holds a token, a tenant and a few KEY=VALUE fields. */
@@ -107,8 +108,8 @@ static char *field(char **p)
 }
 
 /* One KEY=VALUE of a tenant, checked against its range. */
-static int parse_key(tenant_def *td, const char *kv, const char *path, unsigned lineno, char *why,
-                     size_t why_len)
+static int parse_key(tenant_def *td, const char *kv, const char *path, unsigned lineno,
+                     airlock_error *err)
 {
         const char *eq = strchr(kv, '=');
         size_t klen = eq ? (size_t)(eq - kv) : strlen(kv);
@@ -121,35 +122,37 @@ static int parse_key(tenant_def *td, const char *kv, const char *path, unsigned 
                 unsigned long long n = strtoull(v, &end, 10);
                 if (!eq || !*v || *end || errno || v[0] == '-' || n < keys[k].lo ||
                     n > keys[k].hi) {
-                        snprintf(why, why_len,
-                                 "--tokens %s:%u: %s needs a whole number from %llu to %llu "
-                                 "(got '%.40s')",
-                                 path, lineno, keys[k].name, (unsigned long long)keys[k].lo,
-                                 (unsigned long long)keys[k].hi, v);
+                        (void)al_error(err, -EINVAL, NULL,
+                                       "--tokens %s:%u: %s needs a whole number from %llu to %llu "
+                                       "(got '%.40s')",
+                                       path, lineno, keys[k].name, (unsigned long long)keys[k].lo,
+                                       (unsigned long long)keys[k].hi, v);
                         return -EINVAL;
                 }
                 if (td->set[k] && td->value[k] != n) {
-                        snprintf(why, why_len,
-                                 "--tokens %s:%u: tenant %s has %s=%llu on an earlier line and "
-                                 "%s=%llu here: give it one value",
-                                 path, lineno, td->name, keys[k].name,
-                                 (unsigned long long)td->value[k], keys[k].name, n);
+                        (void)al_error(
+                            err, -EINVAL, NULL,
+                            "--tokens %s:%u: tenant %s has %s=%llu on an earlier line and "
+                            "%s=%llu here: give it one value",
+                            path, lineno, td->name, keys[k].name, (unsigned long long)td->value[k],
+                            keys[k].name, n);
                         return -EINVAL;
                 }
                 td->set[k] = true;
                 td->value[k] = n;
                 return 0;
         }
-        snprintf(why, why_len,
-                 "--tokens %s:%u: unknown setting '%.*s' (a tenant takes max-sessions, max-runs, "
-                 "max-queue, max-files and max-bytes)",
-                 path, lineno, (int)(klen > 40 ? 40 : klen), kv);
+        (void)al_error(
+            err, -EINVAL, NULL,
+            "--tokens %s:%u: unknown setting '%.*s' (a tenant takes max-sessions, max-runs, "
+            "max-queue, max-files and max-bytes)",
+            path, lineno, (int)(klen > 40 ? 40 : klen), kv);
         return -EINVAL;
 }
 
 /* One line's token, tenant and settings into t. */
-static int add_line(tenant_table *t, char *line, const char *path, unsigned lineno, char *why,
-                    size_t why_len)
+static int add_line(tenant_table *t, char *line, const char *path, unsigned lineno,
+                    airlock_error *err)
 {
         char *p = line;
         char *tok = field(&p);
@@ -157,8 +160,8 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
                 return 0;
         size_t tlen = strlen(tok);
         if (tlen > TENANT_TOKEN_MAX) {
-                snprintf(why, why_len, "--tokens %s:%u: a token longer than %d bytes", path, lineno,
-                         TENANT_TOKEN_MAX);
+                (void)al_error(err, -EINVAL, NULL, "--tokens %s:%u: a token longer than %d bytes",
+                               path, lineno, TENANT_TOKEN_MAX);
                 return -E2BIG;
         }
         char *name = field(&p);
@@ -167,10 +170,10 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
                 tenant_name_of_token(tok, tlen, derived);
                 name = derived;
         } else if (!tenant_name_valid(name, strlen(name))) {
-                snprintf(why, why_len,
-                         "--tokens %s:%u: '%.80s' is not a tenant name (1 to %d of A-Z, a-z, "
-                         "0-9, '.', '_' and '-', starting with a letter or digit)",
-                         path, lineno, name, TENANT_NAME_MAX);
+                (void)al_error(err, -EINVAL, NULL,
+                               "--tokens %s:%u: '%.80s' is not a tenant name (1 to %d of A-Z, a-z, "
+                               "0-9, '.', '_' and '-', starting with a letter or digit)",
+                               path, lineno, name, TENANT_NAME_MAX);
                 return -EINVAL;
         }
         /* A name given on a line must not be one a token alone could
@@ -178,11 +181,12 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
          * workspace, sessions and quotas of the token whose digest that
          * is, and neither line would say so. */
         if (name != derived && tenant_name_is_derived(name)) {
-                snprintf(why, why_len,
-                         "--tokens %s:%u: '%s' has the form of the name of a token given alone "
-                         "(t and 16 hex digits, a digest of the token): give the tenant another "
-                         "name",
-                         path, lineno, name);
+                (void)al_error(
+                    err, -EINVAL, NULL,
+                    "--tokens %s:%u: '%s' has the form of the name of a token given alone "
+                    "(t and 16 hex digits, a digest of the token): give the tenant another "
+                    "name",
+                    path, lineno, name);
                 return -EINVAL;
         }
         size_t ti = 0;
@@ -194,7 +198,7 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
                 snprintf(td->name, sizeof(td->name), "%s", name);
         }
         for (char *kv; (kv = field(&p));) {
-                int r = parse_key(&t->tenants[ti], kv, path, lineno, why, why_len);
+                int r = parse_key(&t->tenants[ti], kv, path, lineno, err);
                 if (r < 0)
                         return r;
         }
@@ -203,14 +207,16 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
                         continue;
                 if (t->tokens[i].tenant == ti)
                         return 0; /* the same token for the same tenant: once */
-                snprintf(why, why_len,
-                         "--tokens %s:%u: this token is given to tenant %s on an earlier line "
-                         "and to %s here: a token names one tenant",
-                         path, lineno, t->tenants[t->tokens[i].tenant].name, name);
+                (void)al_error(
+                    err, -EINVAL, NULL,
+                    "--tokens %s:%u: this token is given to tenant %s on an earlier line "
+                    "and to %s here: a token names one tenant",
+                    path, lineno, t->tenants[t->tokens[i].tenant].name, name);
                 return -EINVAL;
         }
         if (t->n_tokens >= TENANT_MAX_LINES) {
-                snprintf(why, why_len, "--tokens %s: more than %d tokens", path, TENANT_MAX_LINES);
+                (void)al_error(err, -EINVAL, NULL, "--tokens %s: more than %d tokens", path,
+                               TENANT_MAX_LINES);
                 return -E2BIG;
         }
         token_def *td = &t->tokens[t->n_tokens];
@@ -223,13 +229,13 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
         return 0;
 }
 
-int tenants_load(const char *path, tenant_table *ret, char *why, size_t why_len)
+int tenants_load(const char *path, tenant_table *ret, airlock_error *err)
 {
         memset(ret, 0, sizeof(*ret));
         FILE *f = fopen(path, "re");
         if (!f) {
                 int e = errno;
-                snprintf(why, why_len, "--tokens %s: %s", path, strerror(e));
+                (void)al_error(err, -EINVAL, NULL, "--tokens %s: %s", path, strerror(e));
                 return -e;
         }
         tenant_table t = {0};
@@ -244,8 +250,8 @@ int tenants_load(const char *path, tenant_table *ret, char *why, size_t why_len)
                 lineno++;
                 size_t len = strlen(line);
                 if (len == LINE_MAX_BYTES + 1 && line[len - 1] != '\n') {
-                        snprintf(why, why_len, "--tokens %s:%u: longer than %d bytes", path, lineno,
-                                 LINE_MAX_BYTES);
+                        (void)al_error(err, -EINVAL, NULL, "--tokens %s:%u: longer than %d bytes",
+                                       path, lineno, LINE_MAX_BYTES);
                         r = -E2BIG;
                         break;
                 }
@@ -256,7 +262,7 @@ int tenants_load(const char *path, tenant_table *ret, char *why, size_t why_len)
                         p++;
                 if (!*p || *p == '#')
                         continue;
-                r = add_line(&t, p, path, lineno, why, why_len);
+                r = add_line(&t, p, path, lineno, err);
         }
         if (line) {
                 explicit_bzero(line, LINE_MAX_BYTES + 2);
@@ -264,12 +270,12 @@ int tenants_load(const char *path, tenant_table *ret, char *why, size_t why_len)
         }
         fclose(f);
         if (r == 0 && t.n_tokens == 0) {
-                snprintf(why, why_len, "--tokens %s: no token in the file", path);
+                (void)al_error(err, -EINVAL, NULL, "--tokens %s: no token in the file", path);
                 r = -EINVAL;
         }
         if (r < 0) {
                 if (r == -ENOMEM)
-                        snprintf(why, why_len, "out of memory");
+                        (void)al_error(err, -EINVAL, NULL, "out of memory");
                 tenants_free(&t);
                 return r;
         }

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "airlock.h"
+
 #define TENANT_NAME_MAX  64 /* [A-Za-z0-9][A-Za-z0-9._-]{0,63} */
 #define TENANT_MAX_LINES 1024
 #define TENANT_TOKEN_MAX 512
@@ -70,12 +72,12 @@ void tenant_name_of_token(const char *tok, size_t n, char out[TENANT_NAME_MAX + 
 bool tenant_name_is_derived(const char *name);
 
 /* Reads the tokens file at path into ret (which the caller frees with
- * tenants_free). Returns the number of tokens, or -errno with why filled
+ * tenants_free). Returns the number of tokens, or -errno with err filled
  * with one message naming the file and the line at fault ("--tokens F:3:
  * ..."); nothing is kept on failure. At most TENANT_MAX_LINES tokens of at
  * most TENANT_TOKEN_MAX bytes; a token repeated for the same tenant counts
  * once, for another tenant it is an error. */
-int tenants_load(const char *path, tenant_table *ret, char *why, size_t why_len);
+int tenants_load(const char *path, tenant_table *ret, airlock_error *err);
 void tenants_free(tenant_table *t);
 /* The tenant called name, or NULL. */
 const tenant_def *tenants_find(const tenant_table *t, const char *name);

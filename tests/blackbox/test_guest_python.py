@@ -491,7 +491,7 @@ def test_the_guest_process_holds_no_http_server_library():
     """The template is the airlock program executed again, and every
     library the program is linked with is loaded (and relocated) in it
     before a sandbox can start. libmicrohttpd, which only `airlock serve`
-    needs, is opened by that command alone (src/mcp/mhd.c): neither it nor
+    needs, is opened by that command alone (src/mcp/http/mhd.c): neither it nor
     the TLS libraries it brings are in a run's process."""
     rc, r = run_json("print(open('/proc/self/maps').read())")
     assert rc == 0, r["stderr"]

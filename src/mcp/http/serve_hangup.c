@@ -26,7 +26,7 @@
 
 static void *hup_main(void *arg)
 {
-        server *s = arg;
+        http_server *s = arg;
         struct epoll_event ev[16];
         for (;;) {
                 int n = epoll_wait(s->hup_ep, ev, (int)ARRAY_SIZE(ev), -1);
@@ -49,7 +49,7 @@ static void *hup_main(void *arg)
         }
 }
 
-int hup_init(server *s)
+int http_hup_init(http_server *s)
 {
         s->n_hup = s->opt.max_connections + 4;
         s->hup = calloc(s->n_hup, sizeof(*s->hup));
@@ -70,27 +70,31 @@ int hup_init(server *s)
         return 0;
 }
 
-void hup_fini(server *s)
+void http_hup_fini(http_server *s)
 {
         if (s->hup_started) {
                 uint64_t one = 1;
                 ssize_t n = write(s->hup_stop, &one, sizeof(one));
                 (void)n;
                 pthread_join(s->hup_thread, NULL);
+                s->hup_started = false;
         }
         if (s->hup_ep >= 0)
                 close(s->hup_ep);
         if (s->hup_stop >= 0)
                 close(s->hup_stop);
+        s->hup_ep = s->hup_stop = -1;
         free(s->hup);
         free(s->hup_free);
+        s->hup = NULL;
+        s->hup_free = NULL;
 }
 
 /* Watches rq's socket for a hang-up; returns the slot, or -1 (the call
  * then runs unwatched: its client's leaving is seen once it ends). */
-static int hup_watch(request *rq)
+static int hup_watch(http_request *rq)
 {
-        server *s = rq->srv;
+        http_server *s = rq->srv;
         if (rq->sock < 0 || !s->hup_started)
                 return -1;
         pthread_mutex_lock(&s->hup_lock);
@@ -114,9 +118,9 @@ static int hup_watch(request *rq)
         return -1;
 }
 
-static void hup_unwatch(request *rq, int slot)
+static void hup_unwatch(http_request *rq, int slot)
 {
-        server *s = rq->srv;
+        http_server *s = rq->srv;
         if (slot < 0)
                 return;
         (void)epoll_ctl(s->hup_ep, EPOLL_CTL_DEL, rq->sock, NULL);
@@ -130,7 +134,7 @@ static void hup_unwatch(request *rq, int slot)
 }
 
 /* Runs the call left for this thread, its socket watched meanwhile. */
-void run_here(request *rq)
+void http_run_here(http_request *rq)
 {
         int slot = hup_watch(rq);
         mcp_core_run_here(rq->srv->core, &rq->sink->base, -1, NULL, NULL);

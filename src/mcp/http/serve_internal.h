@@ -24,7 +24,7 @@
 #define RETRY_AFTER_S  "1"
 
 /* How a request ended, as its access log line and /metrics name it
- * (status_names), and why one was refused before it ran (refusal_names in
+ * (http_status_names), and why one was refused before it ran (refusal_names in
  * serve_metrics.c). */
 enum call_status { ST_OK, ST_TOOL_ERROR, ST_RPC_ERROR, ST_CANCELLED, ST_REFUSED, ST_N };
 enum refusal {
@@ -42,7 +42,7 @@ enum refusal {
 };
 #define N_BUCKETS 14 /* latency_buckets (serve_metrics.c) */
 
-typedef struct metrics {
+typedef struct http_metrics {
         atomic_ulong calls[ST_N];
         atomic_ulong refusals[RF_N];
         atomic_ulong auth_missing, auth_invalid;
@@ -51,23 +51,24 @@ typedef struct metrics {
         unsigned long hist[N_BUCKETS + 1]; /* the last one is +Inf */
         double hist_sum;
         unsigned long hist_count;
-} metrics;
+} http_metrics;
 
 typedef struct http_sink http_sink;
 
-typedef struct server {
+typedef struct http_server {
         serve_options opt;
         mcp_server *core;
         struct MHD_Daemon *d;
-        metrics m;
+        http_metrics m;
         atomic_bool core_ready;  /* core may be used (it is built) */
         atomic_bool core_failed; /* the core could not be built: the server stops */
         atomic_bool ready, draining;
         atomic_bool unavailable; /* a warm-up run failed (and is retried) */
-        /* The configuration options (argv without the serve and session
-         * options), parsed again on SIGHUP; the strings are the process's. */
-        int cfg_argc;
-        char **cfg_argv;
+        /* The front-end's source of a new configuration on SIGHUP
+         * (mcp_service_run_http), and its signal pipe. */
+        mcp_reload_fn reload;
+        void *reload_arg;
+        int sig_fd;
         /* Tokens and their tenants (tenants.h), swapped whole on SIGHUP
          * under the write lock. */
         pthread_rwlock_t tokens_lock;
@@ -84,7 +85,7 @@ typedef struct server {
         pthread_mutex_t slot_lock;
         pthread_cond_t slot_free;
         unsigned running, waiting;
-        /* POSTs held until the core is built (hold_until_built), and the
+        /* POSTs held until the core is built (http_hold_until_built), and the
          * condition that wakes them (under slot_lock). */
         unsigned held;
         pthread_cond_t built;
@@ -101,37 +102,37 @@ typedef struct server {
         } * hup;
         uint32_t *hup_free;
         unsigned n_hup, n_free;
-} server;
+} http_server;
 
-typedef enum admit {
+typedef enum http_admit {
         ADMIT_OK,
         ADMIT_GONE, /* the caller's tenant was removed meanwhile */
         ADMIT_QUEUE_FULL,
         ADMIT_OWN_QUEUE_FULL, /* the caller's own runs and queue are full */
         ADMIT_TIMEOUT,
         ADMIT_DRAINING
-} admit;
+} http_admit;
 
-typedef struct msg {
+typedef struct http_msg {
         char *text; /* compact JSON */
         bool response;
-        struct msg *next;
-} msg;
+        struct http_msg *next;
+} http_msg;
 
 struct http_sink {
         mcp_sink base;
-        server *srv;
+        http_server *srv;
         pthread_mutex_t lock;
         int efd; /* readable when a message or the end came */
-        msg *head, **tail;
+        http_msg *head, **tail;
         bool done;     /* nothing more will come */
         bool pending;  /* a call was started: done comes with call_done */
         bool got_resp; /* the response was queued */
         enum call_status status;
 };
 
-typedef struct request {
-        server *srv;
+typedef struct http_request {
+        http_server *srv;
         dynbuf body;
         bool too_large;
         bool over_budget; /* the bodies of all requests would pass --max-body-total */
@@ -155,121 +156,124 @@ typedef struct request {
         enum call_status status;
         bool logged;
         uint64_t call_t0; /* a tools/call: when it got its run slot */
-} request;
+} http_request;
 
 /* ---- serve_metrics.c --------------------------------------------------- */
 
 /* The names of enum call_status, as the access log and /metrics write them. */
-extern const char *const status_names[ST_N];
+extern const char *const http_status_names[ST_N];
 /* Counts a tools/call's latency, admission to response, in the histogram. */
-void observe_latency(server *s, double sec);
+void http_observe_latency(http_server *s, double sec);
 /* Counts a refusal of rq (before it ran) and marks its status refused. */
-void refuse(request *rq, enum refusal why);
+void http_refuse(http_request *rq, enum refusal why);
 /* The Prometheus text of /metrics. */
-void format_metrics(server *s, dynbuf *b);
+void http_format_metrics(http_server *s, dynbuf *b);
 
 /* ---- serve_tokens.c ----------------------------------------------------- */
 
 /* Whether tok is one of the tokens file's (constant time); owner gets its
  * tenant's name. */
-bool check_token(server *s, const char *tok, size_t len, char *owner, size_t size);
+bool http_check_token(http_server *s, const char *tok, size_t len, char *owner, size_t size);
 /* Whether owner (NULL without tokens) is still a tenant of the file. */
-bool tenant_exists(server *s, const char *owner);
+bool http_tenant_exists(http_server *s, const char *owner);
 /* Hands the tenants' own limits of t to the quotas and the workspaces.
  * Returns 0 or -ENOMEM. */
-int apply_overrides(server *s, const tenant_table *t);
+int http_apply_overrides(http_server *s, const tenant_table *t);
 /* SIGHUP: loads the tokens file again (see serve_tokens.c). */
-void reload_tokens(server *s);
+void http_reload_tokens(http_server *s);
 /* Loads --metrics-token's file into s (at start, and again on SIGHUP).
- * Returns 0, or -errno with why naming the file (the old token stays). */
-int load_metrics_token(server *s, char *why, size_t why_len);
+ * Returns 0, or -errno with err naming the file (the old token stays). */
+int http_load_metrics_token(http_server *s, airlock_error *err);
 /* Who may read /metrics: 1 the operator (or anyone, without --tokens and
  * --metrics-token), 0 no token, -1 a bad one, -2 a tenant's token. */
-int metrics_access(server *s, struct MHD_Connection *c);
+int http_metrics_access(http_server *s, struct MHD_Connection *c);
 
 /* ---- serve_slots.c ------------------------------------------------------ */
 
 /* Takes a run slot for owner, waiting in the bounded queue; why says what
  * the owner holds when its own quota refuses. */
-admit slot_take(server *s, const char *owner, char *why, size_t why_len);
-/* Gives back a slot slot_take took (internal: the warm-up's, no quota). */
-void slot_give(server *s, const char *owner, bool internal);
+http_admit http_slot_take(http_server *s, const char *owner, char *why, size_t why_len);
+/* Gives back a slot http_slot_take took (internal: the warm-up's, no quota). */
+void http_slot_give(http_server *s, const char *owner, bool internal);
 /* Holds a request until the core is built: 0, -ETIMEDOUT or -ECANCELED. */
-int hold_until_built(server *s);
+int http_hold_until_built(http_server *s);
 /* The core is built (ok) or failed to be: wakes the requests held. */
-void announce_built(server *s, bool ok);
+void http_announce_built(http_server *s, bool ok);
 
 /* ---- serve_sink.c ------------------------------------------------------- */
 
 /* A sink for one request of owner (NULL without tokens), or NULL. */
-http_sink *sink_new(server *s, const char *owner);
+http_sink *http_sink_new(http_server *s, const char *owner);
 /* Frees k, cancelling and waiting for a call still running for it. */
-void sink_free(http_sink *k);
+void http_sink_free(http_sink *k);
 /* Waits until the call started for k is over (after a cancel). */
-void sink_wait_done(http_sink *k);
+void http_sink_wait_done(http_sink *k);
 /* The next queued message of k, or NULL; caller holds k->lock. */
-msg *sink_pop_locked(http_sink *k);
-void msg_free(msg *e);
+http_msg *http_sink_pop_locked(http_sink *k);
+void http_msg_free(http_msg *e);
 
 /* ---- serve_sse.c -------------------------------------------------------- */
 
 /* Answers with the response of the request (the last message): JSON, or
  * SSE when notifications came first and the client accepts it. */
-enum MHD_Result answer(struct MHD_Connection *c, request *rq);
+enum MHD_Result http_answer(struct MHD_Connection *c, http_request *rq);
 
 /* ---- serve_answer.c ----------------------------------------------------- */
 
 /* Writes rq's access log line (once) and counts its status. */
-void json_log(request *rq);
+void http_json_log(http_request *rq);
 /* Queues the answer: body (copied) of type, the instance's header, one
  * more header (h1: v1, or none when h1 is NULL), and Connection: close
  * while the server drains. */
-enum MHD_Result queue_with(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
-                           const char *body, size_t len, const char *h1, const char *v1);
-enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
-                      const char *body, size_t len);
-enum MHD_Result queue_text(struct MHD_Connection *c, request *rq, unsigned code, const char *text);
+enum MHD_Result http_queue_with(struct MHD_Connection *c, http_request *rq, unsigned code,
+                                const char *type, const char *body, size_t len, const char *h1,
+                                const char *v1);
+enum MHD_Result http_queue(struct MHD_Connection *c, http_request *rq, unsigned code,
+                           const char *type, const char *body, size_t len);
+enum MHD_Result http_queue_text(struct MHD_Connection *c, http_request *rq, unsigned code,
+                                const char *text);
 /* An HTTP error with a JSON-RPC error body without id, plus one header
  * h1: v1 (none when h1 is NULL). */
-enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, unsigned code, int rpc_code,
-                                const char *message, const char *h1, const char *v1);
+enum MHD_Result http_queue_rpc_error(struct MHD_Connection *c, http_request *rq, unsigned code,
+                                     int rpc_code, const char *message, const char *h1,
+                                     const char *v1);
 /* 401 with the WWW-Authenticate challenge (missing: no token at all). */
-enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool missing);
+enum MHD_Result http_queue_unauthorized(struct MHD_Connection *c, http_request *rq, bool missing);
 /* RFC 9728 protected-resource metadata. */
-enum MHD_Result queue_resource_metadata(struct MHD_Connection *c, request *rq);
+enum MHD_Result http_queue_resource_metadata(struct MHD_Connection *c, http_request *rq);
 
 /* ---- serve_checks.c ----------------------------------------------------- */
 
 /* False when the request's framing is ambiguous (request smuggling). */
-bool framing_ok(struct MHD_Connection *c);
+bool http_framing_ok(struct MHD_Connection *c);
 /* No Origin, or one of --allow-origin. */
-bool origin_ok(request *rq, struct MHD_Connection *c);
+bool http_origin_ok(http_request *rq, struct MHD_Connection *c);
 /* 1 allowed (rq->owner filled), 0 no token, -1 a bad one. */
-int authorize(request *rq, struct MHD_Connection *c);
+int http_authorize(http_request *rq, struct MHD_Connection *c);
 /* No MCP-Protocol-Version header, or one this server speaks. */
-bool version_ok(struct MHD_Connection *c);
+bool http_version_ok(struct MHD_Connection *c);
 /* The body is parsed: its bytes leave the budget. */
-void release_body(request *rq);
+void http_release_body(http_request *rq);
 /* The parsed message is freed: its estimated size leaves the budget. */
-void drop_message(request *rq, jsonrpc_message *m);
+void http_drop_message(http_request *rq, jsonrpc_message *m);
 /* Charges what parsing the body will hold against --max-body-total.
  * Returns 0, or -1 with the request answered in *ret. */
-int charge_parse(struct MHD_Connection *c, request *rq, enum MHD_Result *ret);
+int http_charge_parse(struct MHD_Connection *c, http_request *rq, enum MHD_Result *ret);
 
 /* ---- serve_hangup.c ----------------------------------------------------- */
 
-int hup_init(server *s);
-void hup_fini(server *s);
+int http_hup_init(http_server *s);
+void http_hup_fini(http_server *s);
 /* Runs the call left for rq's thread, its socket watched meanwhile. */
-void run_here(request *rq);
+void http_run_here(http_request *rq);
 
 /* ---- serve_router.c ----------------------------------------------------- */
 
 /* libmicrohttpd's request and completion callbacks (cls: the server). */
-enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                           const char *version, const char *upload_data, size_t *upload_data_size,
-                           void **con_cls);
-void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                  enum MHD_RequestTerminationCode toe);
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                const char *method, const char *version, const char *upload_data,
+                                size_t *upload_data_size, void **con_cls);
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                       enum MHD_RequestTerminationCode toe);
 
 #endif

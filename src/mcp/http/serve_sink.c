@@ -39,12 +39,12 @@ static void sink_send(mcp_sink *base, json_t *m)
         enum call_status st = response ? status_of(m) : ST_OK;
         char *text = json_dumps(m, JSON_COMPACT | AL_JSON_REALS);
         json_decref(m);
-        msg *e = text ? malloc(sizeof(*e)) : NULL;
+        http_msg *e = text ? malloc(sizeof(*e)) : NULL;
         if (!e) {
                 free(text);
                 return;
         }
-        *e = (msg){.text = text, .response = response};
+        *e = (http_msg){.text = text, .response = response};
         pthread_mutex_lock(&k->lock);
         *k->tail = e;
         k->tail = &e->next;
@@ -61,7 +61,7 @@ static void sink_call_done(mcp_sink *base)
         http_sink *k = (http_sink *)base;
         /* The run slot is free as soon as the run is over, before the
          * response is written to a client that may read it slowly. */
-        slot_give(k->srv, k->base.owner, k->base.internal);
+        http_slot_give(k->srv, k->base.owner, k->base.internal);
         /* Woken under the lock: the request's thread may free the sink as
          * soon as it sees done, which it reads under the lock. */
         pthread_mutex_lock(&k->lock);
@@ -70,7 +70,7 @@ static void sink_call_done(mcp_sink *base)
         pthread_mutex_unlock(&k->lock);
 }
 
-http_sink *sink_new(server *s, const char *owner)
+http_sink *http_sink_new(http_server *s, const char *owner)
 {
         http_sink *k = calloc(1, sizeof(*k));
         if (!k)
@@ -89,9 +89,9 @@ http_sink *sink_new(server *s, const char *owner)
         return k;
 }
 
-msg *sink_pop_locked(http_sink *k)
+http_msg *http_sink_pop_locked(http_sink *k)
 {
-        msg *e = k->head;
+        http_msg *e = k->head;
         if (e) {
                 k->head = e->next;
                 if (!k->head)
@@ -100,7 +100,7 @@ msg *sink_pop_locked(http_sink *k)
         return e;
 }
 
-void msg_free(msg *e)
+void http_msg_free(http_msg *e)
 {
         if (e) {
                 free(e->text);
@@ -109,7 +109,7 @@ void msg_free(msg *e)
 }
 
 /* Waits until the call started for k is over (after a cancel). */
-void sink_wait_done(http_sink *k)
+void http_sink_wait_done(http_sink *k)
 {
         for (;;) {
                 pthread_mutex_lock(&k->lock);
@@ -125,17 +125,17 @@ void sink_wait_done(http_sink *k)
         }
 }
 
-void sink_free(http_sink *k)
+void http_sink_free(http_sink *k)
 {
         if (!k)
                 return;
         if (k->pending) {
                 mcp_core_cancel_sink(k->srv->core, &k->base);
-                sink_wait_done(k);
+                http_sink_wait_done(k);
         }
-        msg *e;
-        while ((e = sink_pop_locked(k)))
-                msg_free(e);
+        http_msg *e;
+        while ((e = http_sink_pop_locked(k)))
+                http_msg_free(e);
         close(k->efd);
         pthread_mutex_destroy(&k->lock);
         free(k);

@@ -17,42 +17,42 @@
 #include "base.h"
 #include "serve_internal.h"
 
-static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
+static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
 {
-        server *s = rq->srv;
-        int held = hold_until_built(s);
+        http_server *s = rq->srv;
+        int held = http_hold_until_built(s);
         if (held < 0) {
-                refuse(rq, RF_WARMING_UP);
+                http_refuse(rq, RF_WARMING_UP);
                 snprintf(rq->method, sizeof(rq->method), "?");
                 if (held == -ECANCELED)
-                        return queue_rpc_error(
+                        return http_queue_rpc_error(
                             c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
                             "the server could not start (its log says why)", "Connection", "close");
-                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
-                                       "the server is starting; retry shortly", "Retry-After",
-                                       RETRY_AFTER_S);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                            "the server is starting; retry shortly", "Retry-After",
+                                            RETRY_AFTER_S);
         }
-        if (!version_ok(c)) {
-                refuse(rq, RF_BAD_VERSION);
+        if (!http_version_ok(c)) {
+                http_refuse(rq, RF_BAD_VERSION);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
-                                       "unsupported MCP-Protocol-Version header (this server "
-                                       "speaks 2026-07-28 and 2024-11-05 to 2025-11-25)",
-                                       NULL, NULL);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                            "unsupported MCP-Protocol-Version header (this server "
+                                            "speaks 2026-07-28 and 2024-11-05 to 2025-11-25)",
+                                            NULL, NULL);
         }
         enum MHD_Result refused;
-        if (charge_parse(c, rq, &refused) < 0)
+        if (http_charge_parse(c, rq, &refused) < 0)
                 return refused;
         jsonrpc_message m;
         char why[256];
         int code =
             jsonrpc_parse(rq->body.data ? rq->body.data : "", rq->body.len, &m, why, sizeof(why));
-        release_body(rq);
+        http_release_body(rq);
         if (code != 0) {
-                drop_message(rq, &m);
-                refuse(rq, RF_BAD_REQUEST);
+                http_drop_message(rq, &m);
+                http_refuse(rq, RF_BAD_REQUEST);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, code, why, NULL, NULL);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, code, why, NULL, NULL);
         }
         const char *method = m.method ? m.method : "";
         snprintf(rq->method, sizeof(rq->method), "%s", m.method ? m.method : "response");
@@ -64,32 +64,32 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
                              : "?");
                 rq->has_session = json_object_get(args, "session") != NULL;
         }
-        rq->sink = sink_new(s, rq->owner[0] ? rq->owner : NULL);
+        rq->sink = http_sink_new(s, rq->owner[0] ? rq->owner : NULL);
         if (!rq->sink) {
-                drop_message(rq, &m);
+                http_drop_message(rq, &m);
                 return MHD_NO;
         }
         if (!m.id || !m.method) { /* a notification, or the client's response */
                 (void)mcp_core_handle(s->core, &rq->sink->base, &m);
-                drop_message(rq, &m);
+                http_drop_message(rq, &m);
                 rq->method[0] = '\0'; /* not a call: no log line */
-                return queue(c, rq, MHD_HTTP_ACCEPTED, NULL, "", 0);
+                return http_queue(c, rq, MHD_HTTP_ACCEPTED, NULL, "", 0);
         }
         bool is_call = strcmp(method, "tools/call") == 0;
         if (is_call) {
                 char own[300];
-                admit a = slot_take(s, rq->sink->base.owner, own, sizeof(own));
+                http_admit a = http_slot_take(s, rq->sink->base.owner, own, sizeof(own));
                 if (a == ADMIT_GONE) {
-                        drop_message(rq, &m);
-                        return queue_unauthorized(c, rq, false);
+                        http_drop_message(rq, &m);
+                        return http_queue_unauthorized(c, rq, false);
                 }
                 if (a != ADMIT_OK) {
-                        drop_message(rq, &m);
+                        http_drop_message(rq, &m);
                         bool full = a == ADMIT_QUEUE_FULL || a == ADMIT_OWN_QUEUE_FULL;
-                        refuse(rq, full                 ? RF_QUEUE_FULL
-                                   : a == ADMIT_TIMEOUT ? RF_QUEUE_TIMEOUT
-                                                        : RF_DRAINING);
-                        return queue_rpc_error(
+                        http_refuse(rq, full                 ? RF_QUEUE_FULL
+                                        : a == ADMIT_TIMEOUT ? RF_QUEUE_TIMEOUT
+                                                             : RF_DRAINING);
+                        return http_queue_rpc_error(
                             c, rq, full ? MHD_HTTP_TOO_MANY_REQUESTS : MHD_HTTP_SERVICE_UNAVAILABLE,
                             RPC_INTERNAL_ERROR,
                             a == ADMIT_OWN_QUEUE_FULL ? own
@@ -106,78 +106,79 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, request *rq)
         const json_t *token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
         rq->sink->base.run_here = !(rq->sse && (json_is_string(token) || json_is_integer(token)));
         int started = mcp_core_handle(s->core, &rq->sink->base, &m);
-        drop_message(rq, &m);
+        http_drop_message(rq, &m);
         if (started)
                 rq->sink->pending = true;
         else if (is_call)
-                slot_give(s, rq->sink->base.owner, false);
+                http_slot_give(s, rq->sink->base.owner, false);
         if (started && rq->sink->base.here)
-                run_here(rq);
+                http_run_here(rq);
         rq->call_t0 = is_call ? t0 : 0;
-        return answer(c, rq);
+        return http_answer(c, rq);
 }
 
 /* ---- the routes ---------------------------------------------------------- */
 
-static enum MHD_Result route_healthz(struct MHD_Connection *c, request *rq, const char *method)
+static enum MHD_Result route_healthz(struct MHD_Connection *c, http_request *rq, const char *method)
 {
-        return queue_text(c, rq, MHD_HTTP_OK, "ok\n");
+        return http_queue_text(c, rq, MHD_HTTP_OK, "ok\n");
 }
 
-static enum MHD_Result route_readyz(struct MHD_Connection *c, request *rq, const char *method)
+static enum MHD_Result route_readyz(struct MHD_Connection *c, http_request *rq, const char *method)
 {
-        server *s = rq->srv;
+        http_server *s = rq->srv;
         bool ready = atomic_load(&s->ready) && !atomic_load(&s->draining);
-        return queue_text(c, rq, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
-                          atomic_load(&s->draining)      ? "draining\n"
-                          : ready                        ? "ready\n"
-                          : atomic_load(&s->unavailable) ? "sandbox unavailable\n"
-                                                         : "warming up\n");
+        return http_queue_text(c, rq, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+                               atomic_load(&s->draining)      ? "draining\n"
+                               : ready                        ? "ready\n"
+                               : atomic_load(&s->unavailable) ? "sandbox unavailable\n"
+                                                              : "warming up\n");
 }
 
-static enum MHD_Result route_metadata(struct MHD_Connection *c, request *rq, const char *method)
+static enum MHD_Result route_metadata(struct MHD_Connection *c, http_request *rq,
+                                      const char *method)
 {
-        return queue_resource_metadata(c, rq);
+        return http_queue_resource_metadata(c, rq);
 }
 
-static enum MHD_Result route_metrics(struct MHD_Connection *c, request *rq, const char *method)
+static enum MHD_Result route_metrics(struct MHD_Connection *c, http_request *rq, const char *method)
 {
         /* Metrics name no secret, but they tell the load of every tenant:
          * they are the operator's, behind --metrics-token's token, and
          * never read with a tenant's token. */
-        int a = metrics_access(rq->srv, c);
+        int a = http_metrics_access(rq->srv, c);
         if (a == -2) {
                 rq->status = ST_REFUSED;
-                return queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
-                                       "/metrics is the operator's: it takes the token of "
-                                       "--metrics-token, not a tenant's",
-                                       NULL, NULL);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
+                                            "/metrics is the operator's: it takes the token of "
+                                            "--metrics-token, not a tenant's",
+                                            NULL, NULL);
         }
         if (a <= 0)
-                return queue_unauthorized(c, rq, a == 0);
+                return http_queue_unauthorized(c, rq, a == 0);
         dynbuf b;
         dynbuf_init(&b, 1u << 20);
-        format_metrics(rq->srv, &b);
-        enum MHD_Result r =
-            queue(c, rq, MHD_HTTP_OK, "text/plain; version=0.0.4", b.data ? b.data : "", b.len);
+        http_format_metrics(rq->srv, &b);
+        enum MHD_Result r = http_queue(c, rq, MHD_HTTP_OK, "text/plain; version=0.0.4",
+                                       b.data ? b.data : "", b.len);
         dynbuf_free(&b);
         return r;
 }
 
 /* /mcp, at its headers: the checks that need no body, then MHD_YES to read
  * the body (handle_mcp runs once it is in). */
-static enum MHD_Result route_mcp(struct MHD_Connection *c, request *rq, const char *method)
+static enum MHD_Result route_mcp(struct MHD_Connection *c, http_request *rq, const char *method)
 {
-        server *s = rq->srv;
-        if (!origin_ok(rq, c)) {
-                refuse(rq, RF_BAD_ORIGIN);
+        http_server *s = rq->srv;
+        if (!http_origin_ok(rq, c)) {
+                http_refuse(rq, RF_BAD_ORIGIN);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                return queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
-                                       "Origin not allowed", NULL, NULL);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_FORBIDDEN, RPC_INVALID_REQUEST,
+                                            "Origin not allowed", NULL, NULL);
         }
-        int a = authorize(rq, c);
+        int a = http_authorize(rq, c);
         if (a <= 0)
-                return queue_unauthorized(c, rq, a == 0);
+                return http_queue_unauthorized(c, rq, a == 0);
         if (strcmp(method, "POST") != 0) {
                 /* No standalone SSE stream: the server sends nothing
                  * outside a request (2025-11-25 allows 405 for GET;
@@ -194,17 +195,18 @@ static enum MHD_Result route_mcp(struct MHD_Connection *c, request *rq, const ch
                 return ret;
         }
         if (atomic_load(&s->draining)) {
-                refuse(rq, RF_DRAINING);
+                http_refuse(rq, RF_DRAINING);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
-                                       "the server is shutting down", "Retry-After", RETRY_AFTER_S);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                            "the server is shutting down", "Retry-After",
+                                            RETRY_AFTER_S);
         }
         const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (len && strtoull(len, NULL, 10) > s->opt.max_body) {
-                refuse(rq, RF_BODY_TOO_LARGE);
+                http_refuse(rq, RF_BODY_TOO_LARGE);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                return queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
-                                       "request body too large", NULL, NULL);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                            "request body too large", NULL, NULL);
         }
         const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
         rq->sse = accept && strstr(accept, "text/event-stream");
@@ -217,7 +219,7 @@ static enum MHD_Result route_mcp(struct MHD_Connection *c, request *rq, const ch
 typedef struct route {
         const char *path;
         bool get_only;
-        enum MHD_Result (*handler)(struct MHD_Connection *c, request *rq, const char *method);
+        enum MHD_Result (*handler)(struct MHD_Connection *c, http_request *rq, const char *method);
 } route;
 
 static const route routes[] = {
@@ -240,9 +242,9 @@ static const route *route_find(const char *url)
 /* The state of a request whose headers just came: who the client is (its
  * address, and the one a proxy in front names), its socket, its body's
  * buffer. NULL when out of memory. */
-static request *request_new(server *s, struct MHD_Connection *c)
+static http_request *request_new(http_server *s, struct MHD_Connection *c)
 {
-        request *rq = calloc(1, sizeof(*rq));
+        http_request *rq = calloc(1, sizeof(*rq));
         if (!rq)
                 return NULL;
         rq->srv = s;
@@ -278,12 +280,12 @@ static request *request_new(server *s, struct MHD_Connection *c)
         return rq;
 }
 
-enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                           const char *version, const char *upload_data, size_t *upload_data_size,
-                           void **con_cls)
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                const char *method, const char *version, const char *upload_data,
+                                size_t *upload_data_size, void **con_cls)
 {
-        server *s = cls;
-        request *rq = *con_cls;
+        http_server *s = cls;
+        http_request *rq = *con_cls;
         if (!rq) {
                 rq = request_new(s, c);
                 if (!rq)
@@ -291,21 +293,22 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                 *con_cls = rq;
                 atomic_fetch_add(&s->requests, 1);
                 atomic_fetch_add(&s->m.http_requests, 1);
-                if (!framing_ok(c)) {
-                        refuse(rq, RF_BAD_REQUEST);
+                if (!http_framing_ok(c)) {
+                        http_refuse(rq, RF_BAD_REQUEST);
                         snprintf(rq->method, sizeof(rq->method), "?");
-                        return queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
-                                               "ambiguous message framing (Content-Length, "
-                                               "Transfer-Encoding or a folded header line)",
-                                               "Connection", "close");
+                        return http_queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST,
+                                                    RPC_INVALID_REQUEST,
+                                                    "ambiguous message framing (Content-Length, "
+                                                    "Transfer-Encoding or a folded header line)",
+                                                    "Connection", "close");
                 }
                 const route *r = route_find(url);
                 if (!r || r->get_only) {
                         if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-                                return queue_text(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED,
-                                                  "method not allowed\n");
+                                return http_queue_text(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                                       "method not allowed\n");
                         if (!r)
-                                return queue_text(c, rq, MHD_HTTP_NOT_FOUND, "not found\n");
+                                return http_queue_text(c, rq, MHD_HTTP_NOT_FOUND, "not found\n");
                 }
                 return r->handler(c, rq, method);
         }
@@ -315,7 +318,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                 /* A body that trickles in holds its connection's thread: it
                  * has twice the idle timeout to arrive in full. */
                 if (al_now_ns() - rq->t0 > 2ull * s->opt.http_timeout_s * 1000000000ull) {
-                        refuse(rq, RF_SLOW_BODY);
+                        http_refuse(rq, RF_SLOW_BODY);
                         snprintf(rq->method, sizeof(rq->method), "?");
                         rq->http_status = MHD_HTTP_REQUEST_TIMEOUT;
                         return MHD_NO;
@@ -339,39 +342,39 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
          * client that retries at once is not refused for bytes nobody
          * holds any more. */
         if (rq->over_budget || rq->too_large)
-                release_body(rq);
+                http_release_body(rq);
         if (rq->over_budget && !rq->too_large) {
-                refuse(rq, RF_BODY_MEMORY);
+                http_refuse(rq, RF_BODY_MEMORY);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                return queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
-                                       "too many request bodies held at once; retry later",
-                                       "Retry-After", RETRY_AFTER_S);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                            "too many request bodies held at once; retry later",
+                                            "Retry-After", RETRY_AFTER_S);
         }
         if (rq->too_large) {
-                refuse(rq, RF_BODY_TOO_LARGE);
+                http_refuse(rq, RF_BODY_TOO_LARGE);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                return queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
-                                       "request body too large", NULL, NULL);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                            "request body too large", NULL, NULL);
         }
         (void)version;
         return handle_mcp(c, rq);
 }
 
-void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                  enum MHD_RequestTerminationCode toe)
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                       enum MHD_RequestTerminationCode toe)
 {
         (void)c;
-        server *s = cls;
-        request *rq = *con_cls;
+        http_server *s = cls;
+        http_request *rq = *con_cls;
         if (!rq)
                 return;
         *con_cls = NULL;
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && rq->streaming && rq->status == ST_OK &&
             !(rq->sink && rq->sink->got_resp))
                 rq->status = ST_CANCELLED;
-        sink_free(rq->sink); /* cancels a call still running: its client is gone */
-        json_log(rq);
-        release_body(rq);
+        http_sink_free(rq->sink); /* cancels a call still running: its client is gone */
+        http_json_log(rq);
+        http_release_body(rq);
         atomic_fetch_sub(&s->body_bytes, rq->parsed);
         free(rq->out);
         free(rq);

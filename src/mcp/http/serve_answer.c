@@ -1,4 +1,4 @@
-/* airlock serve's answers: every response goes through queue_with, which
+/* airlock serve's answers: every response goes through http_queue_with, which
  * writes the request's access log line before the client can see the
  * answer; the JSON-RPC error bodies of refusals; the 401 with its
  * WWW-Authenticate challenge and the protected-resource metadata. */
@@ -16,7 +16,7 @@
 #include "base.h"
 #include "serve_internal.h"
 
-void json_log(request *rq)
+void http_json_log(http_request *rq)
 {
         if (rq->logged || !rq->method[0])
                 return;
@@ -34,11 +34,12 @@ void json_log(request *rq)
          * UTF-8 so that the line is always written. */
         _cleanup_free_ char *method = al_utf8_sanitize(rq->method, strlen(rq->method));
         _cleanup_free_ char *tool = al_utf8_sanitize(rq->tool, strlen(rq->tool));
-        json_t *l = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:b}", "ts", stamp,
-                              "instance", rq->srv->opt.instance, "client", rq->client, "method",
-                              method ? method : "?", "tool", tool ? tool : "?", "status",
-                              status_names[rq->status], "http", (int)rq->http_status, "duration_ms",
-                              (double)(uint64_t)(ms * 1000) / 1000, "session", rq->has_session);
+        json_t *l =
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:b}", "ts", stamp, "instance",
+                      rq->srv->opt.instance, "client", rq->client, "method", method ? method : "?",
+                      "tool", tool ? tool : "?", "status", http_status_names[rq->status], "http",
+                      (int)rq->http_status, "duration_ms", (double)(uint64_t)(ms * 1000) / 1000,
+                      "session", rq->has_session);
         if (!rq->tool[0])
                 json_object_del(l, "tool");
         if (l && rq->forwarded[0])
@@ -56,14 +57,15 @@ void json_log(request *rq)
         }
         atomic_fetch_add(&rq->srv->m.calls[rq->status], 1);
         if (rq->call_t0)
-                observe_latency(rq->srv, (double)(al_now_ns() - rq->call_t0) / 1e9);
+                http_observe_latency(rq->srv, (double)(al_now_ns() - rq->call_t0) / 1e9);
 }
 
 /* Queues the answer: body (copied) of type, the instance's header, one
  * more header (h1: v1, or none when h1 is NULL), and Connection: close
  * while the server drains. */
-enum MHD_Result queue_with(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
-                           const char *body, size_t len, const char *h1, const char *v1)
+enum MHD_Result http_queue_with(struct MHD_Connection *c, http_request *rq, unsigned code,
+                                const char *type, const char *body, size_t len, const char *h1,
+                                const char *v1)
 {
         struct MHD_Response *r =
             MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -77,40 +79,42 @@ enum MHD_Result queue_with(struct MHD_Connection *c, request *rq, unsigned code,
         if (atomic_load(&rq->srv->draining))
                 MHD_add_response_header(r, "Connection", "close");
         rq->http_status = code;
-        json_log(rq); /* counted before the client can see the answer */
+        http_json_log(rq); /* counted before the client can see the answer */
         enum MHD_Result ret = MHD_queue_response(c, code, r);
         MHD_destroy_response(r);
         return ret;
 }
 
-enum MHD_Result queue(struct MHD_Connection *c, request *rq, unsigned code, const char *type,
-                      const char *body, size_t len)
+enum MHD_Result http_queue(struct MHD_Connection *c, http_request *rq, unsigned code,
+                           const char *type, const char *body, size_t len)
 {
-        return queue_with(c, rq, code, type, body, len, NULL, NULL);
+        return http_queue_with(c, rq, code, type, body, len, NULL, NULL);
 }
 
-enum MHD_Result queue_text(struct MHD_Connection *c, request *rq, unsigned code, const char *text)
+enum MHD_Result http_queue_text(struct MHD_Connection *c, http_request *rq, unsigned code,
+                                const char *text)
 {
-        return queue(c, rq, code, "text/plain; charset=utf-8", text, strlen(text));
+        return http_queue(c, rq, code, "text/plain; charset=utf-8", text, strlen(text));
 }
 
 /* An HTTP error with a JSON-RPC error body without id, as the transport
  * allows, plus one header h1: v1 (none when h1 is NULL). */
-enum MHD_Result queue_rpc_error(struct MHD_Connection *c, request *rq, unsigned code, int rpc_code,
-                                const char *message, const char *h1, const char *v1)
+enum MHD_Result http_queue_rpc_error(struct MHD_Connection *c, http_request *rq, unsigned code,
+                                     int rpc_code, const char *message, const char *h1,
+                                     const char *v1)
 {
         json_t *e = jsonrpc_error(NULL, rpc_code, NULL, "%s", message);
         _cleanup_free_ char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
         json_decref(e);
         if (!text)
                 return MHD_NO;
-        return queue_with(c, rq, code, "application/json", text, strlen(text), h1, v1);
+        return http_queue_with(c, rq, code, "application/json", text, strlen(text), h1, v1);
 }
 
 /* The public base URL of this server, for the metadata: --resource-url
  * without its path, else http:// and the Host header when it is a plain
  * host[:port], else the listening address. */
-static void base_url(request *rq, struct MHD_Connection *c, char *out, size_t len)
+static void base_url(http_request *rq, struct MHD_Connection *c, char *out, size_t len)
 {
         const serve_options *o = &rq->srv->opt;
         if (o->resource_url) {
@@ -128,7 +132,7 @@ static void base_url(request *rq, struct MHD_Connection *c, char *out, size_t le
         snprintf(out, len, "http://%s", plain ? host : o->listen);
 }
 
-enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool missing)
+enum MHD_Result http_queue_unauthorized(struct MHD_Connection *c, http_request *rq, bool missing)
 {
         char base[300], hdr[512];
         base_url(rq, c, base, sizeof(base));
@@ -138,14 +142,14 @@ enum MHD_Result queue_unauthorized(struct MHD_Connection *c, request *rq, bool m
         atomic_fetch_add(missing ? &rq->srv->m.auth_missing : &rq->srv->m.auth_invalid, 1);
         rq->status = ST_REFUSED;
         snprintf(rq->method, sizeof(rq->method), "?"); /* logged, unread */
-        return queue_rpc_error(c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
-                               missing ? "authorization required: send Authorization: Bearer TOKEN"
-                                       : "invalid token",
-                               "WWW-Authenticate", hdr);
+        return http_queue_rpc_error(
+            c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
+            missing ? "authorization required: send Authorization: Bearer TOKEN" : "invalid token",
+            "WWW-Authenticate", hdr);
 }
 
 /* RFC 9728 protected-resource metadata. */
-enum MHD_Result queue_resource_metadata(struct MHD_Connection *c, request *rq)
+enum MHD_Result http_queue_resource_metadata(struct MHD_Connection *c, http_request *rq)
 {
         char base[300], resource[400];
         base_url(rq, c, base, sizeof(base));
@@ -162,7 +166,7 @@ enum MHD_Result queue_resource_metadata(struct MHD_Connection *c, request *rq)
         json_decref(m);
         if (!text)
                 return MHD_NO;
-        enum MHD_Result r = queue(c, rq, MHD_HTTP_OK, "application/json", text, strlen(text));
+        enum MHD_Result r = http_queue(c, rq, MHD_HTTP_OK, "application/json", text, strlen(text));
         free(text);
         return r;
 }

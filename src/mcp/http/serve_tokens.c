@@ -37,7 +37,7 @@ static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
  * owner of the request's calls, sessions, runs' files and quotas: a tenant,
  * never the token or its line, so that a reload that drops, moves or adds
  * lines hands no tenant another's). Returns whether one matched. */
-bool check_token(server *s, const char *tok, size_t len, char *owner, size_t size)
+bool http_check_token(http_server *s, const char *tok, size_t len, char *owner, size_t size)
 {
         size_t found = 0;
         pthread_rwlock_rdlock(&s->tokens_lock);
@@ -53,7 +53,7 @@ bool check_token(server *s, const char *tok, size_t len, char *owner, size_t siz
 
 /* Whether owner (a tenant name, or NULL without tokens) is still a tenant
  * of the tokens file: a call queued when its tenant is removed is refused. */
-bool tenant_exists(server *s, const char *owner)
+bool http_tenant_exists(http_server *s, const char *owner)
 {
         if (!owner || !s->opt.tokens_file)
                 return true;
@@ -71,7 +71,7 @@ static unsigned clamp_u(uint64_t v, unsigned cap)
 /* Hands the tenants' own limits of t to the quota table and the
  * workspaces: each quota clamped to its server-wide cap, as the
  * --max-...-per-token options are. Returns 0 or -ENOMEM. */
-int apply_overrides(server *s, const tenant_table *t)
+int http_apply_overrides(http_server *s, const tenant_table *t)
 {
         size_t n = t->n_tenants;
         const char **names = calloc(n + 1, sizeof(*names));
@@ -109,15 +109,15 @@ int apply_overrides(server *s, const tenant_table *t)
  * removed: their calls in progress are cancelled, their queued calls
  * refused, their sessions closed and their runs' files dropped; their
  * workspace folders stay on disk (the operator's data). */
-void reload_tokens(server *s)
+void http_reload_tokens(http_server *s)
 {
         if (!s->opt.tokens_file)
                 return;
         tenant_table t;
-        char why[512];
-        int n = tenants_load(s->opt.tokens_file, &t, why, sizeof(why));
+        airlock_error err = {0};
+        int n = tenants_load(s->opt.tokens_file, &t, &err);
         if (n < 0) {
-                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", why);
+                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", err.message);
                 return;
         }
         pthread_rwlock_rdlock(&s->tokens_lock);
@@ -131,7 +131,7 @@ void reload_tokens(server *s)
                 tenants_free(&t);
                 return;
         }
-        if (apply_overrides(s, &t) < 0) {
+        if (http_apply_overrides(s, &t) < 0) {
                 fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: out of memory\n");
                 tenants_free(&t);
                 return;
@@ -174,7 +174,7 @@ static bool is_tenant_token(const tenant_table *t, const char *tok, size_t len)
  * around it dropped. /metrics tells every tenant's load, so it is not read
  * with a tenant's token; and the operator's token must be no tenant's, or
  * that tenant would read it. */
-int load_metrics_token(server *s, char *why, size_t why_len)
+int http_load_metrics_token(http_server *s, airlock_error *err)
 {
         const char *path = s->opt.metrics_token_file;
         if (!path)
@@ -182,7 +182,7 @@ int load_metrics_token(server *s, char *why, size_t why_len)
         FILE *f = fopen(path, "re");
         if (!f) {
                 int e = errno;
-                snprintf(why, why_len, "--metrics-token %s: %s", path, strerror(e));
+                (void)al_error(err, -EINVAL, NULL, "--metrics-token %s: %s", path, strerror(e));
                 return -e;
         }
         char line[TENANT_TOKEN_MAX + 4];
@@ -197,13 +197,14 @@ int load_metrics_token(server *s, char *why, size_t why_len)
                 start++;
         int r = 0;
         if (n == start) {
-                snprintf(why, why_len, "--metrics-token %s: no token on its first line", path);
+                (void)al_error(err, -EINVAL, NULL, "--metrics-token %s: no token on its first line",
+                               path);
                 r = -EINVAL;
         } else if (n - start > TENANT_TOKEN_MAX || memchr(line + start, ' ', n - start) ||
                    memchr(line + start, '\t', n - start)) {
-                snprintf(why, why_len,
-                         "--metrics-token %s: the token must be one word of at most %d bytes", path,
-                         TENANT_TOKEN_MAX);
+                (void)al_error(err, -EINVAL, NULL,
+                               "--metrics-token %s: the token must be one word of at most %d bytes",
+                               path, TENANT_TOKEN_MAX);
                 r = -EINVAL;
         }
         char *tok = r == 0 ? strndup(line + start, n - start) : NULL;
@@ -212,7 +213,7 @@ int load_metrics_token(server *s, char *why, size_t why_len)
         explicit_bzero(line, sizeof(line));
         if (r < 0) {
                 if (r == -ENOMEM)
-                        snprintf(why, why_len, "out of memory");
+                        (void)al_error(err, -EINVAL, NULL, "out of memory");
                 return r;
         }
         pthread_rwlock_wrlock(&s->tokens_lock);
@@ -220,10 +221,11 @@ int load_metrics_token(server *s, char *why, size_t why_len)
                 pthread_rwlock_unlock(&s->tokens_lock);
                 explicit_bzero(tok, n - start);
                 free(tok);
-                snprintf(why, why_len,
-                         "--metrics-token %s: this token is also a tenant's in --tokens %s: give "
-                         "the operator a token of its own",
-                         path, s->opt.tokens_file);
+                (void)al_error(
+                    err, -EINVAL, NULL,
+                    "--metrics-token %s: this token is also a tenant's in --tokens %s: give "
+                    "the operator a token of its own",
+                    path, s->opt.tokens_file);
                 return -EINVAL;
         }
         char *old = s->metrics_token;
@@ -238,7 +240,7 @@ int load_metrics_token(server *s, char *why, size_t why_len)
         return 0;
 }
 
-int metrics_access(server *s, struct MHD_Connection *c)
+int http_metrics_access(http_server *s, struct MHD_Connection *c)
 {
         if (!s->opt.metrics_token_file && !s->opt.tokens_file)
                 return 1; /* one tenant, who is the operator */

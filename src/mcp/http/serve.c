@@ -25,9 +25,10 @@
  * SIGINT drain (stop accepting, let calls finish for --grace seconds, cancel
  * the rest, close every session and sandbox).
  *
- * This file holds the command: options, listening, the warm-up, signals,
- * reload and drain. The rest is a file per job, sharing serve_internal.h:
- * serve_router.c (the route table and /mcp's POST), serve_checks.c (what a
+ * This file holds the transport's run (mcp_service_run_http, called by
+ * the command line's cmd_serve): the listening address, the warm-up, the
+ * signals the front-end forwards, reload and drain. The rest is a file per job, sharing
+ * serve_internal.h: serve_router.c (the route table and /mcp's POST), serve_checks.c (what a
  * request must pass), serve_answer.c (answers and the access log),
  * serve_sink.c and serve_sse.c (a request's messages and their stream),
  * serve_slots.c (run slots and the queue), serve_tokens.c (tokens and
@@ -50,41 +51,25 @@
 #include <unistd.h>
 
 #include "base.h"
-#include "cli.h"
 #include "serve_internal.h"
 
-/* ---- signals ------------------------------------------------------------ */
+/* ---- reload ------------------------------------------------------------- */
 
-/* The reading end of cli_signal_pipe. */
-static int sig_fd = -1;
-
-/* Builds a new configuration from the same configuration options, as at
- * start (tools files, allow-list, limits, secrets: a file: secret is read
- * again, an env: one cannot change in a running process), and makes it the
- * configuration of the calls that start from now on (mcp_core_reload). A
- * configuration that does not parse or load leaves the old one in place,
- * with one line on stderr naming why: the library's errors never contain a
- * secret's value. The serve and session options (--listen, caps, --audit)
- * are not reloaded. */
-static void reload_config(server *s)
+/* Asks the front-end for a new configuration (the same configuration
+ * options read again, as at start: tools files, allow-list, limits,
+ * secrets: a file: secret is read again, an env: one cannot change in a
+ * running process), and makes it the configuration of the calls that start
+ * from now on (mcp_core_reload). A configuration that does not parse or
+ * load leaves the old one in place, with one line on stderr naming why: the
+ * library's errors never contain a secret's value. The serve and session
+ * options (--listen, caps, --audit) are not reloaded. */
+static void reload_config(http_server *s)
 {
-        /* The parser permutes its argv: a fresh copy each time. */
-        char **av = calloc((size_t)s->cfg_argc + 1, sizeof(*av));
-        if (!av) {
-                fprintf(stderr, "airlock serve: SIGHUP: keeping the old configuration: out of "
-                                "memory\n");
-                return;
-        }
-        memcpy(av, s->cfg_argv, (size_t)s->cfg_argc * sizeof(*av));
-        cli_options o;
+        airlock_config *cfg = NULL;
         airlock_error err = {0};
-        int r = cli_parse_options(s->cfg_argc, av, CLI_SERVE, &o, &err);
-        free(av);
-        if (r == 0) {
-                airlock_config *cfg = TAKE_PTR(o.cfg);
-                cli_options_free(&o);
+        int r = s->reload(s->reload_arg, &cfg, &err);
+        if (r >= 0)
                 r = mcp_core_reload(s->core, cfg, &err);
-        }
         if (r < 0)
                 fprintf(stderr, "airlock serve: SIGHUP: keeping the old configuration: %s\n",
                         err.message[0] ? err.message : strerror(-r));
@@ -97,7 +82,7 @@ static void reload_config(server *s)
 /* ADDR:PORT or [V6ADDR]:PORT into ss; *loopback tells whether only this
  * machine can connect. */
 static int parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *sl,
-                        bool *loopback, char *why, size_t why_len)
+                        bool *loopback, airlock_error *err)
 {
         char host[INET6_ADDRSTRLEN + 2];
         const char *colon;
@@ -135,10 +120,10 @@ static int parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t
                 return 0;
         }
 bad:
-        snprintf(why, why_len,
-                 "--listen: '%.100s' is not ADDR:PORT or [V6ADDR]:PORT with a numeric address",
-                 text);
-        return -EINVAL;
+        return al_error(err, -EINVAL, NULL,
+                        "--listen: '%.100s' is not ADDR:PORT or [V6ADDR]:PORT with a numeric "
+                        "address",
+                        text);
 }
 
 /* How often a server whose warm-up failed tries again. */
@@ -149,9 +134,9 @@ bad:
  * whose sandbox cannot start (a masked /proc in a container, no user
  * namespaces) must not say it is ready, or a load balancer sends it
  * traffic that can only fail. */
-static bool warm_up(server *s)
+static bool warm_up(http_server *s)
 {
-        http_sink *k = sink_new(s, "airlock-warm-up");
+        http_sink *k = http_sink_new(s, "airlock-warm-up");
         if (!k)
                 return false;
         k->base.internal = true;
@@ -167,58 +152,33 @@ static bool warm_up(server *s)
         pthread_mutex_unlock(&s->slot_lock);
         if (root && mcp_core_handle(s->core, &k->base, &m) == 1) {
                 k->pending = true;
-                sink_wait_done(k);
+                http_sink_wait_done(k);
                 k->pending = false;
         } else {
-                slot_give(s, NULL, true);
+                http_slot_give(s, NULL, true);
         }
         bool ok = k->got_resp && k->status == ST_OK;
         json_decref(root);
-        sink_free(k);
+        http_sink_free(k);
         return ok;
 }
 
-int cmd_serve(int argc, char **argv)
+/* ---- the run ------------------------------------------------------------ */
+
+/* The listening address, and the options that must go with it. */
+static int check_listen(const mcp_service_options *o, struct sockaddr_storage *ss, socklen_t *sl,
+                        airlock_error *err)
 {
-        char why[512];
-        /* Kept for the reloads, before the parser permutes argv: a reload
-         * parses them all again and takes the configuration. */
-        _cleanup_free_ char **cfg_argv = calloc((size_t)argc + 1, sizeof(*cfg_argv));
-        if (!cfg_argv) {
-                fprintf(stderr, "airlock serve: out of memory\n");
-                return EXIT_SANDBOX;
-        }
-        memcpy(cfg_argv, argv, (size_t)argc * sizeof(*cfg_argv));
-        cli_options o;
-        airlock_error err = {0};
-        int r = cli_parse_options(argc, argv, CLI_SERVE, &o, &err);
-        if (r == 1) {
-                cli_usage(CLI_SERVE, stdout);
-                return EXIT_OK;
-        }
-        serve_options so = o.serve;
-        mcp_session_caps caps = o.caps;
-        if (r < 0) {
-                fprintf(stderr, "airlock serve: %s\n", err.message);
-                return EXIT_USAGE;
-        }
-        mcp_raise_fd_limit();
-        struct sockaddr_storage ss;
-        socklen_t sl;
-        bool loopback;
-        if (parse_listen(so.listen, &ss, &sl, &loopback, why, sizeof(why)) < 0) {
-                fprintf(stderr, "airlock serve: %s\n", why);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
-        if (!loopback && !so.tokens_file && !so.insecure_no_auth) {
-                fprintf(stderr,
-                        "airlock serve: --listen %s is reachable from other machines: give "
-                        "--tokens FILE (or --insecure-no-auth to serve without authentication)\n",
-                        so.listen);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
+        const serve_options *so = &o->http;
+        bool loopback = false;
+        int r = parse_listen(so->listen, ss, sl, &loopback, err);
+        if (r < 0)
+                return r;
+        if (!loopback && !so->tokens_file && !so->insecure_no_auth)
+                return al_error(err, -EINVAL, NULL,
+                                "--listen %s is reachable from other machines: give --tokens "
+                                "FILE (or --insecure-no-auth to serve without authentication)",
+                                so->listen);
         /* Upstream servers are the sandbox's, and without --tenants-dir
          * every tenant runs in one sandbox: what one tenant's run puts in a
          * server (a memory server's notes, a browser's pages), the next
@@ -226,21 +186,23 @@ int cmd_serve(int argc, char **argv)
          * only with --tenants-dir (a configuration, so a sandbox, per
          * tenant); sharing them is the operator's choice, said with
          * --shared-servers, never a default. */
-        if (so.tokens_file && o.has_servers && !o.tenants_dir && !so.shared_servers) {
-                fprintf(stderr,
-                        "airlock serve: --servers with --tokens: every tenant would share the "
-                        "upstream servers' processes and their state (what one tenant's run "
-                        "puts in a server, another's reads); give --tenants-dir DIR (each tenant "
-                        "gets server processes of its own) or --shared-servers (the tenants may "
-                        "share them)\n");
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
-        static server srv;
-        server *s = &srv;
-        s->opt = so;
-        s->cfg_argc = argc;
-        s->cfg_argv = cfg_argv;
+        if (so->tokens_file && o->has_servers && !o->tenants_dir && !so->shared_servers)
+                return al_error(err, -EINVAL, NULL,
+                                "--servers with --tokens: every tenant would share the upstream "
+                                "servers' processes and their state (what one tenant's run puts "
+                                "in a server, another's reads); give --tenants-dir DIR (each "
+                                "tenant gets server processes of its own) or --shared-servers "
+                                "(the tenants may share them)");
+        return 0;
+}
+
+/* The server's state before it listens: its locks, the quotas, the
+ * hang-up watcher, the tenants' workspaces, the tokens and the metrics
+ * token. Returns 0 or -errno with err filled; server_release undoes it. */
+static int server_setup(http_server *s, const mcp_service_options *o, airlock_error *err)
+{
+        s->opt = o->http;
+        s->sig_fd = o->signal_fd;
         pthread_rwlock_init(&s->tokens_lock, NULL);
         pthread_mutex_init(&s->slot_lock, NULL);
         pthread_mutex_init(&s->m.hist_lock, NULL);
@@ -251,106 +213,105 @@ int cmd_serve(int argc, char **argv)
         pthread_cond_init(&s->built, &ca);
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&s->hup_lock, NULL);
-        s->hup_ep = s->hup_stop = -1;
-        serve_quota_defaults(&s->opt, caps.max_sessions);
-        s->max_sessions = caps.max_sessions;
+        s->max_sessions = o->caps.max_sessions;
         unsigned limits[QUOTA_KINDS] = {[QUOTA_SESSIONS] = s->opt.max_sessions_per_token,
                                         [QUOTA_RUNS] = s->opt.max_runs_per_token,
                                         [QUOTA_QUEUED] = s->opt.max_queue_per_token};
-        if (!(s->quotas = quota_new(limits))) {
-                fprintf(stderr, "airlock serve: out of memory\n");
-                cli_options_free(&o);
-                return EXIT_SANDBOX;
+        if (!(s->quotas = quota_new(limits)))
+                return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
+        if (http_hup_init(s) < 0) {
+                int e = errno;
+                return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -e, NULL,
+                                     "cannot watch connections: %s", strerror(e));
         }
-        if (hup_init(s) < 0) {
-                fprintf(stderr, "airlock serve: cannot watch connections: %s\n", strerror(errno));
-                hup_fini(s);
-                cli_options_free(&o);
-                return EXIT_SANDBOX;
+        int r;
+        if (o->tenants_dir && (r = mcp_workspaces_open(o->tenants_dir, o->ws_max_files,
+                                                       o->ws_max_bytes, &s->workspaces, err)) < 0) {
+                err->kind = AIRLOCK_ERROR_INPUT;
+                return r;
         }
-        if (o.tenants_dir && mcp_workspaces_open(o.tenants_dir, o.ws_max_files, o.ws_max_bytes,
-                                                 &s->workspaces, &err) < 0) {
-                fprintf(stderr, "airlock serve: %s\n", err.message);
-                cli_options_free(&o);
-                return EXIT_USAGE;
+        if (s->opt.tokens_file) {
+                if ((r = tenants_load(s->opt.tokens_file, &s->tt, err)) < 0)
+                        return r;
+                if (http_apply_overrides(s, &s->tt) < 0)
+                        return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL,
+                                             "out of memory");
         }
-        if (so.tokens_file) {
-                int n = tenants_load(so.tokens_file, &s->tt, why, sizeof(why));
-                if (n < 0) {
-                        fprintf(stderr, "airlock serve: %s\n", why);
-                        cli_options_free(&o);
-                        return EXIT_USAGE;
-                }
-                if (apply_overrides(s, &s->tt) < 0) {
-                        fprintf(stderr, "airlock serve: out of memory\n");
-                        cli_options_free(&o);
-                        return EXIT_SANDBOX;
-                }
-        }
-        if (load_metrics_token(s, why, sizeof(why)) < 0) {
-                fprintf(stderr, "airlock serve: %s\n", why);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
-        signal(SIGPIPE, SIG_IGN);
-        if ((sig_fd = cli_signal_pipe(true)) < 0) {
-                fprintf(stderr, "airlock serve: cannot watch signals: %s\n", strerror(-sig_fd));
-                cli_options_free(&o);
-                return EXIT_SANDBOX;
-        }
+        if ((r = http_load_metrics_token(s, err)) < 0)
+                return r;
+        return 0;
+}
+
+/* Starts libmicrohttpd on ss; /healthz answers from now on. */
+static int server_listen(http_server *s, const struct sockaddr_storage *ss, airlock_error *err)
+{
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                          MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-        if (ss.ss_family == AF_INET6)
+        if (ss->ss_family == AF_INET6)
                 flags |= MHD_USE_IPv6;
-        s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-                                (unsigned)so.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                                (unsigned)so.http_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                                (size_t)MAX_HEADER_MEM, MHD_OPTION_THREAD_STACK_SIZE,
-                                (size_t)(512u << 10), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+        s->d =
+            MHD_start_daemon(flags, 0, NULL, NULL, http_on_request, s, MHD_OPTION_SOCK_ADDR,
+                             (const struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
+                             (unsigned)s->opt.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                             (unsigned)s->opt.http_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                             (size_t)MAX_HEADER_MEM, MHD_OPTION_THREAD_STACK_SIZE,
+                             (size_t)(512u << 10), MHD_OPTION_NOTIFY_COMPLETED, http_on_completed,
+                             s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
         if (!s->d) {
-                fprintf(stderr, "airlock serve: cannot listen on %s: %s\n", so.listen,
-                        strerror(errno));
-                cli_options_free(&o);
-                return EXIT_USAGE;
+                int e = errno;
+                return al_error(err, -e, NULL, "cannot listen on %s: %s", s->opt.listen,
+                                strerror(e));
         }
         /* The port actually bound (--listen ...:0 picks one). */
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
         fprintf(stderr, "airlock serve: instance %s listening on %s (port %u)%s\n", s->opt.instance,
-                so.listen, di ? (unsigned)di->port : 0,
-                so.tokens_file ? "" : ", without authentication");
-        /* The server is built while /healthz already answers (and /readyz
-         * says warming up): the sandbox, the tool description, then one
-         * warm-up run. */
+                s->opt.listen, di ? (unsigned)di->port : 0,
+                s->opt.tokens_file ? "" : ", without authentication");
+        return 0;
+}
+
+/* Waits up to a second more than until (al_now_ns) for the requests in
+ * progress to be answered, then stops listening. */
+static void server_stop_listening(http_server *s, uint64_t until)
+{
+        while (atomic_load(&s->requests) > 0 && al_now_ns() < until + 1000000000ull) {
+                struct timespec pause = {0, 10 * 1000000L};
+                nanosleep(&pause, NULL);
+        }
+        MHD_stop_daemon(s->d);
+        s->d = NULL;
+}
+
+/* Builds the core while /healthz already answers (and /readyz says warming
+ * up): the sandbox and the tool description. */
+static int server_build(http_server *s, mcp_service *svc, airlock_error *err)
+{
+        const mcp_service_options *o = mcp_service_opts(svc);
         mcp_core_options co = {.stateless = true,
                                .instance = s->opt.instance,
-                               .audit = o.audit,
+                               .audit = o->audit,
                                .quotas = s->quotas,
                                .workspaces = s->workspaces,
-                               .tenant = o.tenant};
-        r = mcp_core_new(o.cfg, &caps, &co, &s->core, &err);
+                               .tenant = o->tenant};
+        int r = mcp_core_new(mcp_service_config(svc), &o->caps, &co, &s->core, err);
         if (r < 0) {
-                fprintf(stderr, "airlock serve: %s\n", err.message);
                 /* The requests held meanwhile are answered 503 before the
                  * connections close (a second at most). */
-                announce_built(s, false);
-                uint64_t until = al_now_ns() + 1000000000ull;
-                while (atomic_load(&s->requests) > 0 && al_now_ns() < until) {
-                        struct timespec pause = {0, 10 * 1000000L};
-                        nanosleep(&pause, NULL);
-                }
-                MHD_stop_daemon(s->d);
-                mcp_core_free(s->core);
-                quota_free(s->quotas);
-                mcp_workspaces_free(s->workspaces);
-                cli_options_free(&o);
-                return EXIT_USAGE;
+                http_announce_built(s, false);
+                server_stop_listening(s, al_now_ns());
+                err->kind = AIRLOCK_ERROR_INPUT;
+                return r;
         }
-        announce_built(s, true);
-        /* Until a warm-up run succeeds, /readyz says why not and the
-         * warm-up is tried again every few seconds: calls still reach the
-         * core meanwhile and report the sandbox's own error. */
+        http_announce_built(s, true);
+        return 0;
+}
+
+/* Serves until SIGTERM or SIGINT. Until a warm-up run succeeds, /readyz
+ * says why not and the warm-up is tried again every few seconds: calls
+ * still reach the core meanwhile and report the sandbox's own error.
+ * SIGHUP reloads the tokens, the metrics token and the configuration. */
+static void server_wait_signals(http_server *s)
+{
         bool said = false;
         for (;;) {
                 if (!atomic_load(&s->ready)) {
@@ -368,28 +329,33 @@ int cmd_serve(int argc, char **argv)
                         }
                 }
                 char c;
-                struct pollfd p = {.fd = sig_fd, .events = POLLIN};
+                struct pollfd p = {.fd = s->sig_fd, .events = POLLIN};
                 int n = poll(&p, 1, atomic_load(&s->ready) ? -1 : WARM_UP_RETRY_S * 1000);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n == 0)
                         continue;
-                if (read(sig_fd, &c, 1) != 1)
+                if (read(s->sig_fd, &c, 1) != 1)
                         continue;
                 if (c == SIGHUP) {
-                        reload_tokens(s);
-                        if (load_metrics_token(s, why, sizeof(why)) < 0)
+                        http_reload_tokens(s);
+                        airlock_error err = {0};
+                        if (http_load_metrics_token(s, &err) < 0)
                                 fprintf(stderr,
                                         "airlock serve: SIGHUP: keeping the old metrics token: "
                                         "%s\n",
-                                        why);
+                                        err.message);
                         reload_config(s);
                         continue;
                 }
                 break;
         }
-        /* Drain: stop accepting, let the calls finish for the grace period,
-         * cancel the rest, then close every session and sandbox. */
+}
+
+/* Drain: stop accepting, let the calls finish for the grace period,
+ * cancel the rest, then close every session and sandbox. */
+static void server_drain(http_server *s)
+{
         atomic_store(&s->draining, true);
         fprintf(stderr, "airlock serve: draining (grace %.0f s)\n", s->opt.grace_s);
         pthread_mutex_lock(&s->slot_lock);
@@ -407,12 +373,16 @@ int cmd_serve(int argc, char **argv)
         /* The answers of the calls that finished are written before the
          * connections close (within the grace period, and a second more
          * for the cancelled ones' answers). */
-        while (atomic_load(&s->requests) > 0 && al_now_ns() < deadline + 1000000000ull) {
-                struct timespec pause = {0, 10 * 1000000L};
-                nanosleep(&pause, NULL);
-        }
-        MHD_stop_daemon(s->d);
-        hup_fini(s);
+        server_stop_listening(s, deadline);
+        http_hup_fini(s);
+}
+
+/* Frees what server_setup and server_build made, once nothing listens. */
+static void server_release(http_server *s)
+{
+        if (s->d)
+                MHD_stop_daemon(s->d);
+        http_hup_fini(s);
         mcp_core_free(s->core);
         quota_free(s->quotas);
         tenants_free(&s->tt);
@@ -421,7 +391,36 @@ int cmd_serve(int argc, char **argv)
                 free(s->metrics_token);
         }
         mcp_workspaces_free(s->workspaces);
-        cli_options_free(&o);
+        free(s);
+}
+
+static void server_releasep(http_server **s)
+{
+        if (*s)
+                server_release(*s);
+}
+
+int mcp_service_run_http(mcp_service *svc, mcp_reload_fn reload, void *reload_arg,
+                         airlock_error *err)
+{
+        const mcp_service_options *o = mcp_service_opts(svc);
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        int r = check_listen(o, &ss, &sl, err);
+        if (r < 0)
+                return r;
+        _cleanup_(server_releasep) http_server *s = calloc(1, sizeof(*s));
+        if (!s)
+                return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
+        s->hup_ep = s->hup_stop = -1;
+        s->reload = reload;
+        s->reload_arg = reload_arg;
+        if ((r = server_setup(s, o, err)) < 0 || (r = server_listen(s, &ss, err)) < 0 ||
+            (r = server_build(s, svc, err)) < 0)
+                return r;
+        server_wait_signals(s);
+        server_drain(s);
+        server_release(TAKE_PTR(s));
         fprintf(stderr, "airlock serve: stopped\n");
-        return EXIT_OK;
+        return 0;
 }

@@ -18,7 +18,7 @@
 static const char *const http_versions[] = {"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26",
                                             "2024-11-05"};
 
-/* What the header iteration found, for framing_ok. */
+/* What the header iteration found, for http_framing_ok. */
 typedef struct framing {
         unsigned lengths, encodings;
         bool bad_name;
@@ -72,7 +72,7 @@ static enum MHD_Result framing_count(void *cls, enum MHD_ValueKind kind, const c
  * and what follows would be answered as a request of its own: request
  * smuggling. RFC 9112 (5.1, 6.1, 6.3) has the server reject these or close
  * the connection; such a request is refused with the connection closed. */
-bool framing_ok(struct MHD_Connection *c)
+bool http_framing_ok(struct MHD_Connection *c)
 {
         framing f = {0};
         MHD_get_connection_values(c, MHD_HEADER_KIND, framing_count, &f);
@@ -84,7 +84,7 @@ bool framing_ok(struct MHD_Connection *c)
  * one (not from a browser) or with one of --allow-origin. The server's own
  * name is not trusted by itself: a rebinding attack makes the page's origin
  * and the Host header name the same attacker's domain. */
-bool origin_ok(request *rq, struct MHD_Connection *c)
+bool http_origin_ok(http_request *rq, struct MHD_Connection *c)
 {
         const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
         if (!origin)
@@ -97,7 +97,7 @@ bool origin_ok(request *rq, struct MHD_Connection *c)
 
 /* Authorization: Bearer TOKEN, when tokens are configured. Returns 1 when
  * allowed (owner filled), 0 for no token, -1 for a bad one. */
-int authorize(request *rq, struct MHD_Connection *c)
+int http_authorize(http_request *rq, struct MHD_Connection *c)
 {
         if (!rq->srv->opt.tokens_file)
                 return 1;
@@ -112,10 +112,10 @@ int authorize(request *rq, struct MHD_Connection *c)
         size_t n = strlen(tok);
         while (n && tok[n - 1] == ' ')
                 n--;
-        return check_token(rq->srv, tok, n, rq->owner, sizeof(rq->owner)) ? 1 : -1;
+        return http_check_token(rq->srv, tok, n, rq->owner, sizeof(rq->owner)) ? 1 : -1;
 }
 
-bool version_ok(struct MHD_Connection *c)
+bool http_version_ok(struct MHD_Connection *c)
 {
         const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
         if (!v)
@@ -127,7 +127,7 @@ bool version_ok(struct MHD_Connection *c)
 }
 
 /* The body is parsed: its bytes leave the budget. */
-void release_body(request *rq)
+void http_release_body(http_request *rq)
 {
         dynbuf_free(&rq->body);
         atomic_fetch_sub(&rq->srv->body_bytes, rq->held);
@@ -135,7 +135,7 @@ void release_body(request *rq)
 }
 
 /* The parsed message is freed: its estimated size leaves the budget. */
-void drop_message(request *rq, jsonrpc_message *m)
+void http_drop_message(http_request *rq, jsonrpc_message *m)
 {
         json_decref(m->root);
         m->root = NULL;
@@ -151,38 +151,39 @@ void drop_message(request *rq, jsonrpc_message *m)
  * alone let 16 such requests at once take past a gigabyte. Returns 0, or
  * answers the request: 400 nested too deeply, 413 a message that could
  * never fit, 503 one that does not fit now. */
-int charge_parse(struct MHD_Connection *c, request *rq, enum MHD_Result *ret)
+int http_charge_parse(struct MHD_Connection *c, http_request *rq, enum MHD_Result *ret)
 {
-        server *s = rq->srv;
+        http_server *s = rq->srv;
         uint64_t values = 0;
         unsigned depth = 0;
         jsonrpc_measure(rq->body.data ? rq->body.data : "", rq->body.len, &values, &depth);
         uint64_t cost = values * JSONRPC_VALUE_COST + rq->body.len;
         if (depth > JSONRPC_MAX_DEPTH) {
-                release_body(rq);
-                refuse(rq, RF_BAD_REQUEST);
+                http_release_body(rq);
+                http_refuse(rq, RF_BAD_REQUEST);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                *ret = queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
-                                       "JSON nested too deeply (more than 64 levels)", NULL, NULL);
+                *ret = http_queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
+                                            "JSON nested too deeply (more than 64 levels)", NULL,
+                                            NULL);
                 return -1;
         }
         if (cost > s->opt.max_body_total) {
-                release_body(rq);
-                refuse(rq, RF_BODY_TOO_LARGE);
+                http_release_body(rq);
+                http_refuse(rq, RF_BODY_TOO_LARGE);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                *ret = queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
-                                       "request too large once parsed (too many JSON values)", NULL,
-                                       NULL);
+                *ret = http_queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                            "request too large once parsed (too many JSON values)",
+                                            NULL, NULL);
                 return -1;
         }
         if (atomic_fetch_add(&s->body_bytes, cost) + cost > s->opt.max_body_total) {
                 atomic_fetch_sub(&s->body_bytes, cost);
-                release_body(rq);
-                refuse(rq, RF_BODY_MEMORY);
+                http_release_body(rq);
+                http_refuse(rq, RF_BODY_MEMORY);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                *ret = queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
-                                       "too many request bodies held at once; retry later",
-                                       "Retry-After", RETRY_AFTER_S);
+                *ret = http_queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                            "too many request bodies held at once; retry later",
+                                            "Retry-After", RETRY_AFTER_S);
                 return -1;
         }
         rq->parsed = cost;

@@ -19,7 +19,7 @@
 /* When a wait for a run slot, or for the core to be built, gives up:
  * --queue-wait seconds from now, on the monotonic clock of slot_free and
  * built (cmd_serve makes them so). */
-static struct timespec queue_deadline(const server *s)
+static struct timespec queue_deadline(const http_server *s)
 {
         uint64_t at = al_now_ns() + (uint64_t)(s->opt.queue_wait_s * 1e9);
         return (struct timespec){.tv_sec = (time_t)(at / 1000000000ull),
@@ -28,7 +28,7 @@ static struct timespec queue_deadline(const server *s)
 
 /* Under slot_lock: a run slot is free, and owner holds fewer runs than its
  * quota; then both are taken. */
-static bool slot_fits_locked(server *s, const char *owner)
+static bool slot_fits_locked(http_server *s, const char *owner)
 {
         return s->running < s->opt.max_runs &&
                quota_take(s->quotas, owner, QUOTA_RUNS, NULL, NULL) == 0;
@@ -39,10 +39,10 @@ static bool slot_fits_locked(server *s, const char *owner)
  * owner at most its own quota of them), each at most queue_wait_s seconds.
  * A refusal for the owner's own quota says, in why, only what that owner
  * holds and may hold. */
-admit slot_take(server *s, const char *owner, char *why, size_t why_len)
+http_admit http_slot_take(http_server *s, const char *owner, char *why, size_t why_len)
 {
         pthread_mutex_lock(&s->slot_lock);
-        if (!tenant_exists(s, owner)) {
+        if (!http_tenant_exists(s, owner)) {
                 pthread_mutex_unlock(&s->slot_lock);
                 return ADMIT_GONE;
         }
@@ -77,13 +77,13 @@ admit slot_take(server *s, const char *owner, char *why, size_t why_len)
         }
         s->waiting++;
         struct timespec ts = queue_deadline(s);
-        admit a = ADMIT_OK;
+        http_admit a = ADMIT_OK;
         int r = 0;
         /* The tenant is asked first: removing it cancels its running call,
          * whose slot then frees, and a queued call of it must not take
          * that slot. */
         for (;;) {
-                if (!tenant_exists(s, owner)) {
+                if (!http_tenant_exists(s, owner)) {
                         a = ADMIT_GONE;
                         break;
                 }
@@ -107,9 +107,9 @@ admit slot_take(server *s, const char *owner, char *why, size_t why_len)
         return a;
 }
 
-/* Gives back a run slot that slot_take took for owner (internal: the
+/* Gives back a run slot that http_slot_take took for owner (internal: the
  * warm-up run's, which took no quota). */
-void slot_give(server *s, const char *owner, bool internal)
+void http_slot_give(http_server *s, const char *owner, bool internal)
 {
         pthread_mutex_lock(&s->slot_lock);
         s->running--;
@@ -126,7 +126,7 @@ void slot_give(server *s, const char *owner, bool internal)
  * ran out, -ECANCELED when the build failed (the server then stops). The
  * request holds only its connection meanwhile (its body is in, within
  * --max-body-total), as a slow client does. */
-int hold_until_built(server *s)
+int http_hold_until_built(http_server *s)
 {
         if (atomic_load(&s->core_ready))
                 return 0;
@@ -143,9 +143,9 @@ int hold_until_built(server *s)
         return atomic_load(&s->core_failed) ? -ECANCELED : -ETIMEDOUT;
 }
 
-/* Wakes the requests held by hold_until_built: the core is built, or
+/* Wakes the requests held by http_hold_until_built: the core is built, or
  * failed to be. */
-void announce_built(server *s, bool ok)
+void http_announce_built(http_server *s, bool ok)
 {
         pthread_mutex_lock(&s->slot_lock);
         atomic_store(ok ? &s->core_ready : &s->core_failed, true);

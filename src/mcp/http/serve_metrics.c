@@ -13,7 +13,8 @@
 #include "base.h"
 #include "serve_internal.h"
 
-const char *const status_names[ST_N] = {"ok", "tool_error", "rpc_error", "cancelled", "refused"};
+const char *const http_status_names[ST_N] = {"ok", "tool_error", "rpc_error", "cancelled",
+                                             "refused"};
 
 static const char *const refusal_names[RF_N] = {
     "body_too_large", "queue_full",           "queue_timeout", "draining",    "bad_origin",
@@ -23,7 +24,7 @@ static const double latency_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 _Static_assert(ARRAY_SIZE(latency_buckets) == N_BUCKETS,
                "N_BUCKETS is the count of latency_buckets");
 
-void observe_latency(server *s, double sec)
+void http_observe_latency(http_server *s, double sec)
 {
         pthread_mutex_lock(&s->m.hist_lock);
         size_t i = 0;
@@ -35,7 +36,7 @@ void observe_latency(server *s, double sec)
         pthread_mutex_unlock(&s->m.hist_lock);
 }
 
-void refuse(request *rq, enum refusal why)
+void http_refuse(http_request *rq, enum refusal why)
 {
         atomic_fetch_add(&rq->srv->m.refusals[why], 1);
         rq->status = ST_REFUSED;
@@ -56,13 +57,13 @@ static void put(dynbuf *b, const char *fmt, ...)
                                     (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
-void format_metrics(server *s, dynbuf *b)
+void http_format_metrics(http_server *s, dynbuf *b)
 {
         bool core = atomic_load(&s->core_ready);
         put(b, "# HELP airlock_calls_total MCP requests answered, by outcome.\n"
                "# TYPE airlock_calls_total counter\n");
         for (int i = 0; i < ST_N; i++)
-                put(b, "airlock_calls_total{status=\"%s\"} %lu\n", status_names[i],
+                put(b, "airlock_calls_total{status=\"%s\"} %lu\n", http_status_names[i],
                     atomic_load(&s->m.calls[i]));
         put(b, "# HELP airlock_refusals_total Requests refused before they ran, by reason.\n"
                "# TYPE airlock_refusals_total counter\n");

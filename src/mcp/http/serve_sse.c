@@ -19,13 +19,13 @@
 /* Waits for the next message of k or its end, watching the client's
  * socket. Returns the message (NULL at the end); *gone when the client went
  * away (its call is then cancelled and over). */
-static msg *wait_message(request *rq, bool *gone)
+static http_msg *wait_message(http_request *rq, bool *gone)
 {
         http_sink *k = rq->sink;
         *gone = false;
         for (;;) {
                 pthread_mutex_lock(&k->lock);
-                msg *e = sink_pop_locked(k);
+                http_msg *e = http_sink_pop_locked(k);
                 bool done = k->done || !k->pending;
                 pthread_mutex_unlock(&k->lock);
                 if (e || done)
@@ -43,14 +43,14 @@ static msg *wait_message(request *rq, bool *gone)
                 if (rq->sock >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
                         *gone = true;
                         mcp_core_cancel_sink(rq->srv->core, &k->base);
-                        sink_wait_done(k);
+                        http_sink_wait_done(k);
                         return NULL;
                 }
         }
 }
 
 /* Formats e as one SSE event into rq->out (and frees e). */
-static int sse_event(request *rq, msg *e)
+static int sse_event(http_request *rq, http_msg *e)
 {
         size_t n = strlen(e->text) + 32;
         free(rq->out);
@@ -60,7 +60,7 @@ static int sse_event(request *rq, msg *e)
                 rq->out_len = (size_t)snprintf(rq->out, n, "event: message\ndata: %s\n\n", e->text);
         if (e->response)
                 rq->resp_sent = true;
-        msg_free(e);
+        http_msg_free(e);
         return rq->out ? 0 : -ENOMEM;
 }
 
@@ -69,14 +69,14 @@ static int sse_event(request *rq, msg *e)
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
         (void)pos;
-        request *rq = cls;
+        http_request *rq = cls;
         while (rq->out_off >= rq->out_len) {
                 if (rq->resp_sent) {
-                        json_log(rq); /* before the client sees the stream end */
+                        http_json_log(rq); /* before the client sees the stream end */
                         return MHD_CONTENT_READER_END_OF_STREAM;
                 }
                 bool gone = false;
-                msg *e = wait_message(rq, &gone);
+                http_msg *e = wait_message(rq, &gone);
                 if (gone) {
                         rq->status = ST_CANCELLED;
                         return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -101,7 +101,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
         return (ssize_t)n;
 }
 
-static enum MHD_Result start_sse(struct MHD_Connection *c, request *rq, msg *first)
+static enum MHD_Result start_sse(struct MHD_Connection *c, http_request *rq, http_msg *first)
 {
         /* The first message goes first. */
         if (sse_event(rq, first) < 0)
@@ -122,12 +122,12 @@ static enum MHD_Result start_sse(struct MHD_Connection *c, request *rq, msg *fir
 
 /* Answers with the response of the request (the last message): JSON, or
  * SSE when notifications came first and the client accepts it. */
-enum MHD_Result answer(struct MHD_Connection *c, request *rq)
+enum MHD_Result http_answer(struct MHD_Connection *c, http_request *rq)
 {
         http_sink *k = rq->sink;
         for (;;) {
                 bool gone = false;
-                msg *e = wait_message(rq, &gone);
+                http_msg *e = wait_message(rq, &gone);
                 if (gone) {
                         rq->status = ST_CANCELLED;
                         rq->http_status = 499; /* the log's name for "client went away" */
@@ -136,20 +136,20 @@ enum MHD_Result answer(struct MHD_Connection *c, request *rq)
                 if (!e) {
                         /* Over without a response: cancelled. */
                         rq->status = ST_CANCELLED;
-                        return queue_rpc_error(c, rq, MHD_HTTP_OK, RPC_INTERNAL_ERROR,
-                                               "request cancelled", NULL, NULL);
+                        return http_queue_rpc_error(c, rq, MHD_HTTP_OK, RPC_INTERNAL_ERROR,
+                                                    "request cancelled", NULL, NULL);
                 }
                 if (e->response) {
                         pthread_mutex_lock(&k->lock);
                         rq->status = k->status;
                         pthread_mutex_unlock(&k->lock);
-                        enum MHD_Result r =
-                            queue(c, rq, MHD_HTTP_OK, "application/json", e->text, strlen(e->text));
-                        msg_free(e);
+                        enum MHD_Result r = http_queue(c, rq, MHD_HTTP_OK, "application/json",
+                                                       e->text, strlen(e->text));
+                        http_msg_free(e);
                         return r;
                 }
                 if (rq->sse)
                         return start_sse(c, rq, e);
-                msg_free(e); /* a JSON response carries no notification */
+                http_msg_free(e); /* a JSON response carries no notification */
         }
 }
