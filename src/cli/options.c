@@ -424,49 +424,15 @@ static int number(const char *opt, const char *text, double lo, double hi, bool 
 
 /* Sets an option of the HTTP server or of sessions from its text (the
  * user's, or the table's default). */
-static int set_server_option(cli_options *o, const cli_row *row, const char *val,
-                             airlock_error *err)
+/* The numeric options of airlock serve's HTTP side (bodies, runs, queues,
+ * connections, times), each in its range. 1 when row is none of them. */
+static int set_serve_number(serve_options *so, const cli_row *row, const char *val,
+                            airlock_error *err)
 {
-        serve_options *so = &o->serve;
-        mcp_session_caps *caps = &o->caps;
         const char *n = row->name;
         double v = 0;
         int r = 0;
         switch (row->id) {
-        case CLI_OPT_LISTEN:
-                so->listen = val;
-                break;
-        case CLI_OPT_TOKENS:
-                so->tokens_file = val;
-                break;
-        case CLI_OPT_METRICS_TOKEN:
-                so->metrics_token_file = val;
-                break;
-        case CLI_OPT_AUTH_SERVER:
-                so->auth_server = val;
-                break;
-        case CLI_OPT_RESOURCE_URL:
-                so->resource_url = val;
-                break;
-        case CLI_OPT_ALLOW_ORIGIN:
-                if (so->n_origins >= ARRAY_SIZE(so->origins))
-                        return al_error(err, -EINVAL, NULL, "more than %zu --allow-origin",
-                                        ARRAY_SIZE(so->origins));
-                so->origins[so->n_origins++] = val;
-                break;
-        case CLI_OPT_INSECURE_NO_AUTH:
-                so->insecure_no_auth = true;
-                break;
-        case CLI_OPT_SHARED_SERVERS:
-                so->shared_servers = true;
-                break;
-        case CLI_OPT_INSTANCE:
-                if (!mcp_instance_valid(val, strlen(val)))
-                        return al_error(err, -EINVAL, NULL,
-                                        "--instance: '%.64s' is not 1 to %d of a-z, 0-9 and '-'",
-                                        val, MCP_INSTANCE_MAX);
-                snprintf(so->instance, sizeof(so->instance), "%s", val);
-                break;
         case CLI_OPT_MAX_BODY:
                 r = number(n, val, 1024, 1 << 30, true, &v, err);
                 so->max_body = (uint64_t)v;
@@ -514,6 +480,55 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
                 r = number(n, val, 0, 86400, false, &v, err);
                 so->grace_s = v;
                 break;
+        default:
+                return 1;
+        }
+        return r;
+}
+
+static int set_server_option(cli_options *o, const cli_row *row, const char *val,
+                             airlock_error *err)
+{
+        serve_options *so = &o->serve;
+        mcp_session_caps *caps = &o->caps;
+        const char *n = row->name;
+        double v = 0;
+        int r = 0;
+        switch (row->id) {
+        case CLI_OPT_LISTEN:
+                so->listen = val;
+                break;
+        case CLI_OPT_TOKENS:
+                so->tokens_file = val;
+                break;
+        case CLI_OPT_METRICS_TOKEN:
+                so->metrics_token_file = val;
+                break;
+        case CLI_OPT_AUTH_SERVER:
+                so->auth_server = val;
+                break;
+        case CLI_OPT_RESOURCE_URL:
+                so->resource_url = val;
+                break;
+        case CLI_OPT_ALLOW_ORIGIN:
+                if (so->n_origins >= ARRAY_SIZE(so->origins))
+                        return al_error(err, -EINVAL, NULL, "more than %zu --allow-origin",
+                                        ARRAY_SIZE(so->origins));
+                so->origins[so->n_origins++] = val;
+                break;
+        case CLI_OPT_INSECURE_NO_AUTH:
+                so->insecure_no_auth = true;
+                break;
+        case CLI_OPT_SHARED_SERVERS:
+                so->shared_servers = true;
+                break;
+        case CLI_OPT_INSTANCE:
+                if (!mcp_instance_valid(val, strlen(val)))
+                        return al_error(err, -EINVAL, NULL,
+                                        "--instance: '%.64s' is not 1 to %d of a-z, 0-9 and '-'",
+                                        val, MCP_INSTANCE_MAX);
+                snprintf(so->instance, sizeof(so->instance), "%s", val);
+                break;
         case CLI_OPT_MAX_SESSIONS:
                 r = number(n, val, 0, 1024, true, &v, err);
                 caps->max_sessions = (unsigned)v;
@@ -553,7 +568,7 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
                 o->ws_max_bytes = (uint64_t)v;
                 break;
         default:
-                return 1; /* not a server option */
+                return set_serve_number(so, row, val, err); /* 1: not a server option */
         }
         return r;
 }
@@ -653,6 +668,105 @@ static int unknown_option(cli_command cmd, const char *arg, airlock_error *err)
                         "unknown option '%.200s'; airlock %s --help lists the options", arg, name);
 }
 
+/* The options that build the sandbox's configuration and that every
+ * command takes (the workspace, mounts, the allow-list, preloads, Python
+ * paths, upstream servers, approval, figures, a writable /input, secrets),
+ * into o->cfg (the --tools files wait for the limits: cli_parse_options). 1 when id is none of
+ * them. */
+static int set_config_option(cli_options *o, int id, const char *arg, airlock_error *err)
+{
+        int r = 0;
+        switch (id) {
+        case CLI_OPT_WORKSPACE: {
+                o->has_workspace = true;
+                /* Said here, where it is known to be the
+                 * workspace: staging names only the path. */
+                struct stat st;
+                int e = stat(arg, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+                if (e)
+                        r = al_error(err, -e, arg,
+                                     "-w/--workspace %s: %s (the workspace is a folder, "
+                                     "staged under /input)",
+                                     arg, strerror(e));
+                else
+                        r = airlock_config_set_workspace(o->cfg, arg, err);
+                break;
+        }
+        case CLI_OPT_MOUNT:
+                r = add_mount(o->cfg, arg, err);
+                break;
+        case CLI_OPT_ALLOW_DOMAIN:
+                r = add_allow(o->cfg, arg, err);
+                break;
+        case CLI_OPT_PRELOAD:
+                r = add_preloads(o->cfg, arg, err);
+                break;
+        case CLI_OPT_PYTHON_PATH:
+                r = airlock_config_add_python_path(o->cfg, arg, err);
+                break;
+        case CLI_OPT_SERVERS:
+                o->has_servers = true;
+                r = airlock_config_add_servers_file(o->cfg, arg, err);
+                break;
+        case CLI_OPT_APPROVAL:
+                if (strcmp(arg, "never") == 0 || strcmp(arg, "never_require") == 0)
+                        airlock_config_set_approval(o->cfg, AIRLOCK_APPROVAL_NEVER);
+                else if (strcmp(arg, "always") == 0 || strcmp(arg, "always_require") == 0)
+                        airlock_config_set_approval(o->cfg, AIRLOCK_APPROVAL_ALWAYS);
+                else
+                        r = al_error(err, -EINVAL, NULL,
+                                     "--approval: '%s' is not 'never' or 'always'", arg);
+                break;
+        case CLI_OPT_NO_AUTO_FIGURES:
+                airlock_config_set_auto_figures(o->cfg, false);
+                break;
+        case CLI_OPT_INPUT_WRITABLE:
+                airlock_config_set_input_writable(o->cfg, true);
+                break;
+        case CLI_OPT_SECRET:
+                r = add_secret(o->cfg, arg, err);
+                break;
+        default:
+                return 1;
+        }
+        return r;
+}
+
+/* What follows the options: FILE and the code's arguments for run (as
+ * python3 takes them), nothing for the other commands; and the options
+ * that cannot go together. */
+static int take_arguments(cli_options *o, int argc, char **argv, cli_command cmd,
+                          airlock_error *err)
+{
+        int r;
+        if (optind < argc) {
+                if (cmd != CLI_RUN) {
+                        r = al_error(err, -EINVAL, NULL,
+                                     "unexpected argument '%.200s'; airlock %s --help lists the "
+                                     "options",
+                                     argv[optind], command_name(cmd));
+                        return r;
+                }
+                /* As python3 takes them: the arguments after FILE, or
+                 * after -c CODE, are the code's sys.argv[1:]. */
+                if (!o->code)
+                        o->file = argv[optind++];
+                o->args = argv + optind;
+                o->n_args = argc - optind;
+        }
+        if (o->tenants_dir && o->has_workspace) {
+                /* Each tenant's workspace is its folder: one workspace for
+                 * every tenant would be the very sharing tenants exist to
+                 * prevent. Files all tenants share go in with --mount. */
+                r = al_error(err, -EINVAL, NULL,
+                             "--tenants-dir and --workspace cannot be given together: with "
+                             "--tenants-dir each tenant's workspace is DIR/TENANT (use --mount "
+                             "for files every tenant shares)");
+                return r;
+        }
+        return 0;
+}
+
 int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, airlock_error *err)
 {
         cli_options o = {0};
@@ -685,27 +799,6 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                                 id = (int)rows[i].id;
                 const cli_row *row = id >= 0 && id < CLI_OPT_LIMIT ? row_of(id) : NULL;
                 switch (id) {
-                case CLI_OPT_WORKSPACE: {
-                        o.has_workspace = true;
-                        /* Said here, where it is known to be the
-                         * workspace: staging names only the path. */
-                        struct stat st;
-                        int e = stat(optarg, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-                        if (e)
-                                r = al_error(err, -e, optarg,
-                                             "-w/--workspace %s: %s (the workspace is a folder, "
-                                             "staged under /input)",
-                                             optarg, strerror(e));
-                        else
-                                r = airlock_config_set_workspace(o.cfg, optarg, err);
-                        break;
-                }
-                case CLI_OPT_MOUNT:
-                        r = add_mount(o.cfg, optarg, err);
-                        break;
-                case CLI_OPT_ALLOW_DOMAIN:
-                        r = add_allow(o.cfg, optarg, err);
-                        break;
                 case CLI_OPT_TOOLS:
                         if (n_tools_files >= CLI_MAX_TOOLS_FILES)
                                 r = al_error(err, -E2BIG, optarg,
@@ -714,37 +807,8 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         else
                                 tools_files[n_tools_files++] = optarg;
                         break;
-                case CLI_OPT_PRELOAD:
-                        r = add_preloads(o.cfg, optarg, err);
-                        break;
-                case CLI_OPT_PYTHON_PATH:
-                        r = airlock_config_add_python_path(o.cfg, optarg, err);
-                        break;
-                case CLI_OPT_SERVERS:
-                        o.has_servers = true;
-                        r = airlock_config_add_servers_file(o.cfg, optarg, err);
-                        break;
-                case CLI_OPT_APPROVAL:
-                        if (strcmp(optarg, "never") == 0 || strcmp(optarg, "never_require") == 0)
-                                airlock_config_set_approval(o.cfg, AIRLOCK_APPROVAL_NEVER);
-                        else if (strcmp(optarg, "always") == 0 ||
-                                 strcmp(optarg, "always_require") == 0)
-                                airlock_config_set_approval(o.cfg, AIRLOCK_APPROVAL_ALWAYS);
-                        else
-                                r = al_error(err, -EINVAL, NULL,
-                                             "--approval: '%s' is not 'never' or 'always'", optarg);
-                        break;
-                case CLI_OPT_NO_AUTO_FIGURES:
-                        airlock_config_set_auto_figures(o.cfg, false);
-                        break;
-                case CLI_OPT_INPUT_WRITABLE:
-                        airlock_config_set_input_writable(o.cfg, true);
-                        break;
                 case CLI_OPT_AUDIT:
                         o.audit = optarg;
-                        break;
-                case CLI_OPT_SECRET:
-                        r = add_secret(o.cfg, optarg, err);
                         break;
                 case CLI_OPT_JSON:
                         o.json = true;
@@ -770,6 +834,10 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         r = unknown_option(cmd, argv[optind - 1], err);
                         break;
                 default:
+                        r = set_config_option(&o, id, optarg, err);
+                        if (r <= 0)
+                                break;
+                        r = 0;
                         /* A limit: the value is the library's to read, which
                          * knows each limit's unit and range. */
                         if (id >= CLI_OPT_LIMIT) {
@@ -788,30 +856,8 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         return r;
                 }
         }
-        if (optind < argc) {
-                if (cmd != CLI_RUN) {
-                        r = al_error(err, -EINVAL, NULL,
-                                     "unexpected argument '%.200s'; airlock %s --help lists the "
-                                     "options",
-                                     argv[optind], command_name(cmd));
-                        cli_options_free(&o);
-                        return r;
-                }
-                /* As python3 takes them: the arguments after FILE, or
-                 * after -c CODE, are the code's sys.argv[1:]. */
-                if (!o.code)
-                        o.file = argv[optind++];
-                o.args = argv + optind;
-                o.n_args = argc - optind;
-        }
-        if (o.tenants_dir && o.has_workspace) {
-                /* Each tenant's workspace is its folder: one workspace for
-                 * every tenant would be the very sharing tenants exist to
-                 * prevent. Files all tenants share go in with --mount. */
-                r = al_error(err, -EINVAL, NULL,
-                             "--tenants-dir and --workspace cannot be given together: with "
-                             "--tenants-dir each tenant's workspace is DIR/TENANT (use --mount "
-                             "for files every tenant shares)");
+        r = take_arguments(&o, argc, argv, cmd, err);
+        if (r < 0) {
                 cli_options_free(&o);
                 return r;
         }
