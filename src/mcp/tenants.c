@@ -164,6 +164,19 @@ static int add_line(tenant_table *t, char *line, const char *path, unsigned line
                                path, lineno, TENANT_TOKEN_MAX);
                 return -E2BIG;
         }
+        /* A short token can be guessed, and an example's placeholder is
+         * public: either would let anyone in as a tenant. */
+        if (strncmp(tok, TENANT_TOKEN_PLACEHOLDER, strlen(TENANT_TOKEN_PLACEHOLDER)) == 0)
+                return al_error(err, -EINVAL, NULL,
+                                "--tokens %s:%u: '%.40s' is the placeholder of an example "
+                                "(deploy/k8s/secret.yaml): make a token of your own, e.g. "
+                                "openssl rand -hex 24",
+                                path, lineno, tok);
+        if (tlen < TENANT_TOKEN_MIN)
+                return al_error(err, -EINVAL, NULL,
+                                "--tokens %s:%u: a token of %zu bytes is too short to be a secret "
+                                "(at least %d; e.g. openssl rand -hex 24)",
+                                path, lineno, tlen, TENANT_TOKEN_MIN);
         char *name = field(&p);
         char derived[TENANT_NAME_MAX + 1];
         if (!name) {
@@ -262,6 +275,13 @@ int tenants_load(const char *path, tenant_table *ret, airlock_error *err)
                         p++;
                 if (!*p || *p == '#')
                         continue;
+                /* A '#' after a blank starts a comment, at the end of a line
+                 * too: no token, name or setting holds a blank. */
+                for (char *q = p; *q; q++)
+                        if (*q == '#' && (q[-1] == ' ' || q[-1] == '\t')) {
+                                *q = '\0';
+                                break;
+                        }
                 r = add_line(&t, p, path, lineno, err);
         }
         if (line) {

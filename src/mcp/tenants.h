@@ -24,6 +24,10 @@
 #define TENANT_NAME_MAX  64 /* [A-Za-z0-9][A-Za-z0-9._-]{0,63} */
 #define TENANT_MAX_LINES 1024
 #define TENANT_TOKEN_MAX 512
+/* The shortest token the tokens file takes, and the start of the
+ * placeholders of the examples (deploy/k8s/secret.yaml), which it refuses. */
+#define TENANT_TOKEN_MIN         16
+#define TENANT_TOKEN_PLACEHOLDER "REPLACE-WITH-"
 
 /* The per-tenant overrides a line may give. */
 enum tenant_key {

@@ -171,18 +171,18 @@ def test_tokens_401_and_protected_resource_metadata():
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
-        f.write("# comment\n  secret-one  \nsecret-two\n")
+        f.write("# comment\n  secret-one-0123456789  \nsecret-two-0123456789\n")
     with serve("--tokens", tokens, "--authorization-server", "https://auth.example") as s:
         status, h, body = tools_list(s)
         assert status == 401, (status, body)
         www = h["www-authenticate"]
         assert www.startswith("Bearer resource_metadata=\"http://") and \
             www.endswith("/.well-known/oauth-protected-resource/mcp\""), www
-        status, h, _ = tools_list(s, {"Authorization": "Bearer secret-on"})
+        status, h, _ = tools_list(s, {"Authorization": "Bearer secret-one-012345678"})
         assert status == 401 and 'error="invalid_token"' in h["www-authenticate"], h
-        assert tools_list(s, {"Authorization": "Basic c2VjcmV0LW9uZQ=="})[0] == 401
-        assert tools_list(s, {"Authorization": "Bearer secret-one"})[0] == 200
-        assert tools_list(s, {"Authorization": "bearer secret-two"})[0] == 200
+        assert tools_list(s, {"Authorization": "Basic c2VjcmV0LW9uZS0wMTIzNDU2Nzg5"})[0] == 401
+        assert tools_list(s, {"Authorization": "Bearer secret-one-0123456789"})[0] == 200
+        assert tools_list(s, {"Authorization": "bearer secret-two-0123456789"})[0] == 200
         for path in ("/.well-known/oauth-protected-resource",
                      "/.well-known/oauth-protected-resource/mcp"):
             status, h, body = s.get(path)
@@ -192,7 +192,7 @@ def test_tokens_401_and_protected_resource_metadata():
         # Metrics sit behind the tokens too, and count the failures.
         assert s.get("/metrics")[0] == 401
         # A token of the tokens file is a tenant's, not the operator's.
-        assert s.get("/metrics", {"Authorization": "Bearer secret-two"})[0] == 403
+        assert s.get("/metrics", {"Authorization": "Bearer secret-two-0123456789"})[0] == 403
         m = s.metrics()
         assert m['airlock_auth_failures_total{reason="missing"}'] == 2, m
         assert m['airlock_auth_failures_total{reason="invalid"}'] == 2, m
@@ -203,19 +203,19 @@ def test_tokens_reload_on_sighup():
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
-        f.write("old-token\n")
+        f.write("old-token-0123456789abcdef\n")
     with serve("--tokens", tokens) as s:
-        assert tools_list(s, {"Authorization": "Bearer old-token"})[0] == 200
+        assert tools_list(s, {"Authorization": "Bearer old-token-0123456789abcdef"})[0] == 200
         with open(tokens + ".new", "w") as f:
-            f.write("new-token\n")
+            f.write("new-token-0123456789abcdef\n")
         os.rename(tokens + ".new", tokens)
         s.p.send_signal(signal.SIGHUP)
         for _ in range(200):
             if any("token loaded" in l or "tokens loaded" in l for l in s.lines):
                 break
             time.sleep(0.05)
-        assert tools_list(s, {"Authorization": "Bearer new-token"})[0] == 200
-        assert tools_list(s, {"Authorization": "Bearer old-token"})[0] == 401
+        assert tools_list(s, {"Authorization": "Bearer new-token-0123456789abcdef"})[0] == 200
+        assert tools_list(s, {"Authorization": "Bearer old-token-0123456789abcdef"})[0] == 401
         # A file that cannot be read keeps the tokens in force.
         os.unlink(tokens)
         s.p.send_signal(signal.SIGHUP)
@@ -223,7 +223,7 @@ def test_tokens_reload_on_sighup():
             if any("keeping the old tokens" in l for l in s.lines):
                 break
             time.sleep(0.05)
-        assert tools_list(s, {"Authorization": "Bearer new-token"})[0] == 200
+        assert tools_list(s, {"Authorization": "Bearer new-token-0123456789abcdef"})[0] == 200
         assert s.p.poll() is None
 
 
@@ -735,9 +735,9 @@ def test_sessions_are_bound_to_the_token_that_opened_them():
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
-        f.write("token-alice\ntoken-mallory\n")
-    alice = {"Authorization": "Bearer token-alice"}
-    mallory = {"Authorization": "Bearer token-mallory"}
+        f.write("token-alice-0123456789abcdef\ntoken-mallory-0123456789abcdef\n")
+    alice = {"Authorization": "Bearer token-alice-0123456789abcdef"}
+    mallory = {"Authorization": "Bearer token-mallory-0123456789abcdef"}
 
     def tool(name, args, headers, rid=1):
         status, _, body = s.post({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
@@ -781,9 +781,9 @@ def test_another_tokens_handle_looks_never_opened_live_or_dead():
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
-        f.write("token-alice\ntoken-mallory\n")
-    alice = {"Authorization": "Bearer token-alice"}
-    mallory = {"Authorization": "Bearer token-mallory"}
+        f.write("token-alice-0123456789abcdef\ntoken-mallory-0123456789abcdef\n")
+    alice = {"Authorization": "Bearer token-alice-0123456789abcdef"}
+    mallory = {"Authorization": "Bearer token-mallory-0123456789abcdef"}
     with serve("--tokens", tokens, "--instance", "alpha", "--session-memory", "1") as s:
         def tool(name, args, headers):
             status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -829,9 +829,9 @@ def test_each_token_has_its_own_quotas_below_the_server_caps():
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
-        f.write("token-alice\ntoken-bob\n")
-    alice = {"Authorization": "Bearer token-alice"}
-    bob = {"Authorization": "Bearer token-bob"}
+        f.write("token-alice-0123456789abcdef\ntoken-bob-0123456789abcdef\n")
+    alice = {"Authorization": "Bearer token-alice-0123456789abcdef"}
+    bob = {"Authorization": "Bearer token-bob-0123456789abcdef"}
 
     def tool(s, name, args, headers):
         status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -904,7 +904,7 @@ def test_a_session_stays_with_its_token_across_a_reload():
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
-        f.write("token-revoked\ntoken-other\n")
+        f.write("token-revoked-0123456789abcdef\ntoken-other-0123456789abcdef\n")
     with serve("--tokens", tokens) as s:
         def tool(name, args, token):
             status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -913,18 +913,18 @@ def test_a_session_stays_with_its_token_across_a_reload():
                                      {"Authorization": "Bearer " + token})
             assert status == 200, (status, body)
             return result_of(body)
-        h = tool("session_open", {}, "token-revoked")["_meta"]["dev.airlock/session"]
+        h = tool("session_open", {}, "token-revoked-0123456789abcdef")["_meta"]["dev.airlock/session"]
         assert not tool("execute_code", {"code": "k = 'private'", "session": h},
-                        "token-revoked")["isError"]
+                        "token-revoked-0123456789abcdef")["isError"]
         with open(tokens + ".new", "w") as f:
-            f.write("token-other\n")
+            f.write("token-other-0123456789abcdef\n")
         os.rename(tokens + ".new", tokens)
         s.p.send_signal(signal.SIGHUP)
         for _ in range(200):
             if any("token loaded" in l for l in s.lines):
                 break
             time.sleep(0.05)
-        r = tool("execute_code", {"code": "print(k)", "session": h}, "token-other")
+        r = tool("execute_code", {"code": "print(k)", "session": h}, "token-other-0123456789abcdef")
         assert r["isError"] and "private" not in json.dumps(r), r
 
 
@@ -989,9 +989,9 @@ def test_a_cancel_stops_only_the_calls_of_its_own_token():
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
-        f.write("token-alice\ntoken-mallory\n")
-    alice = {"Authorization": "Bearer token-alice"}
-    mallory = {"Authorization": "Bearer token-mallory"}
+        f.write("token-alice-0123456789abcdef\ntoken-mallory-0123456789abcdef\n")
+    alice = {"Authorization": "Bearer token-alice-0123456789abcdef"}
+    mallory = {"Authorization": "Bearer token-mallory-0123456789abcdef"}
     with serve("--tokens", tokens) as s:
         def cancel(headers):
             status, _, _ = s.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -1025,9 +1025,9 @@ def test_resources_are_bound_to_the_token_whose_run_made_them():
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
-        f.write("token-alice\ntoken-mallory\n")
-    alice = {"Authorization": "Bearer token-alice"}
-    mallory = {"Authorization": "Bearer token-mallory"}
+        f.write("token-alice-0123456789abcdef\ntoken-mallory-0123456789abcdef\n")
+    alice = {"Authorization": "Bearer token-alice-0123456789abcdef"}
+    mallory = {"Authorization": "Bearer token-mallory-0123456789abcdef"}
     with serve("--tokens", tokens) as s:
         def rpc(method, params, headers):
             status, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": method,

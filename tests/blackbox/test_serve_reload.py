@@ -222,11 +222,11 @@ def test_calls_in_a_loop_while_sighups_arrive():
     f = os.path.join(d, "token")
     write(f, OLD + "\n")
     tokens = os.path.join(d, "tokens")
-    write(tokens, "tok-a\n")
+    write(tokens, "tok-a-0123456789abcdef\n")
     try:
         url, ctx = secret_server(f, port, "--tokens", tokens)
         with ctx as s:
-            auth = {"Authorization": "Bearer tok-a"}
+            auth = {"Authorization": "Bearer tok-a-0123456789abcdef"}
             stop = threading.Event()
             seen, errors = [], []
 
@@ -259,9 +259,9 @@ def test_calls_in_a_loop_while_sighups_arrive():
             assert seen and set(seen) <= {sha(OLD), sha(NEW)}, set(seen)
             print(f"  {len(seen)} calls during {hups} SIGHUPs", file=sys.stderr)
             # The tokens still reload with the configuration.
-            write(tokens, "tok-b\n")
+            write(tokens, "tok-b-0123456789abcdef\n")
             sighup(s, RELOADED)
-            assert tools_list(s, {"Authorization": "Bearer tok-b"})[0] == 200
+            assert tools_list(s, {"Authorization": "Bearer tok-b-0123456789abcdef"})[0] == 200
             assert tools_list(s, auth)[0] == 401
     finally:
         httpd.kill()

@@ -256,13 +256,18 @@ def test_the_tokens_file_names_tenants_and_reloads():
     d = tmpdir()
     tdir = os.path.join(d, "t")
     # Bad lines: exit 2 with one message naming the file and the line.
-    for line, why in (("tok x/y", "is not a tenant name"), ("tok acme max-nope=1", "unknown setting"),
-                      ("tok acme max-runs=0", "from 1 to 32"),
-                      ("tok acme\ntok beta", "a token names one tenant"),
-                      ("tok acme max-files=1\ntok2 acme max-files=2", "give it one value"),
+    t1, t2 = "tok-0123456789abcdef", "tok2-0123456789abcdef"
+    for line, why in ((f"{t1} x/y", "is not a tenant name"),
+                      (f"{t1} acme max-nope=1", "unknown setting"),
+                      (f"{t1} acme max-runs=0", "from 1 to 32"),
+                      (f"{t1} acme\n{t1} beta", "a token names one tenant"),
+                      (f"{t1} acme max-files=1\n{t2} acme max-files=2", "give it one value"),
                       # A name a token alone could derive (its workspace would be shared).
-                      ("tok t2073c6a81939a955", "has the form of the name of a token given alone"),
-                      (f"tok {derived_of('tok2')}", "give the tenant another name")):
+                      (f"{t1} t2073c6a81939a955", "has the form of the name of a token given alone"),
+                      (f"{t1} {derived_of(t2)}", "give the tenant another name"),
+                      # A token that can be guessed, or an example's placeholder.
+                      ("tok acme", "a token of 3 bytes is too short to be a secret"),
+                      ("REPLACE-WITH-A-RANDOM-TOKEN", "is the placeholder of an example")):
         p = tokens_file(d, ["# tenants", line])
         out = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tokens", p],
                              capture_output=True, text=True, timeout=60)
@@ -270,7 +275,8 @@ def test_the_tokens_file_names_tenants_and_reloads():
     r = subprocess.run([AIRLOCK, "serve", "--listen", "127.0.0.1:0", "--tenants-dir", tdir,
                         "--workspace", d], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--tenants-dir and --workspace" in r.stderr, r.stderr
-    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_A2} acme", TOK_B])
+    # A comment may end a line, as serving.md's example has one.
+    tok = tokens_file(d, [f"{TOK_A} acme  # the acme team", f"{TOK_A2} acme", TOK_B + "\t# beta"])
     with serve("--tokens", tok, "--tenants-dir", tdir, "--max-runs", "2",
                "--max-runs-per-token", "1") as s:
         # Two tokens, one tenant: one workspace, one set of sessions.
@@ -287,12 +293,17 @@ def test_the_tokens_file_names_tenants_and_reloads():
         # A SIGHUP with a bad file keeps the old table.
         with open(tok, "w") as f:
             f.write(f"{TOK_A} bad/name\n")
+        before = len(s.lines)
         s.p.send_signal(signal.SIGHUP)
         for _ in range(400):
             if any("keeping the old tokens" in l for l in s.lines):
                 break
             time.sleep(0.025)
         assert "is not a tenant name" in "".join(s.lines)
+        # One line tells the whole reload: the configuration, then the tokens.
+        told = [l for l in s.lines[before:] if "SIGHUP" in l]
+        assert len(told) == 1 and told[0].startswith(
+            "airlock serve: SIGHUP: configuration reloaded; keeping the old tokens: "), told
         assert not tool(s, TOK_B, "workspace_list", {}).get("isError")
         # B removed while a call of its runs and another waits: the waiting
         # one is refused, the running one cancelled, its session closed; the

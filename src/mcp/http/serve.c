@@ -63,7 +63,7 @@
  * load leaves the old one in place, with one line on stderr naming why: the
  * library's errors never contain a secret's value. The serve and session
  * options (--listen, caps, --audit) are not reloaded. */
-static void reload_config(http_server *s)
+static void reload_config(http_server *s, char *said, size_t n_said)
 {
         airlock_config *cfg = NULL;
         airlock_error err = {0};
@@ -71,10 +71,29 @@ static void reload_config(http_server *s)
         if (r >= 0)
                 r = mcp_core_reload(s->core, cfg, &err);
         if (r < 0)
-                fprintf(stderr, "airlock serve: SIGHUP: keeping the old configuration: %s\n",
-                        err.message[0] ? err.message : strerror(-r));
+                snprintf(said, n_said, "keeping the old configuration: %s",
+                         err.message[0] ? err.message : strerror(-r));
         else
-                fprintf(stderr, "airlock serve: SIGHUP: configuration reloaded\n");
+                snprintf(said, n_said, "configuration reloaded");
+}
+
+/* SIGHUP: the tokens, the operator's token and the configuration again,
+ * told in one line on stderr, the configuration's clause first: "airlock
+ * serve: SIGHUP: configuration reloaded; 2 tokens of 2 tenants loaded from
+ * F (0 tenants removed)", or "keeping the old ...: WHY" for each part that
+ * did not load. */
+static void reload_all(http_server *s)
+{
+        char tokens[AIRLOCK_MESSAGE_MAX + 64] = "", metrics[AIRLOCK_MESSAGE_MAX + 64] = "";
+        char config[AIRLOCK_MESSAGE_MAX + 64] = "";
+        http_reload_tokens(s, tokens, sizeof(tokens));
+        airlock_error err = {0};
+        if (http_load_metrics_token(s, &err) < 0)
+                snprintf(metrics, sizeof(metrics), "keeping the old metrics token: %s",
+                         err.message);
+        reload_config(s, config, sizeof(config));
+        fprintf(stderr, "airlock serve: SIGHUP: %s%s%s%s%s\n", config, *tokens ? "; " : "", tokens,
+                *metrics ? "; " : "", metrics);
 }
 
 /* ---- listening ---------------------------------------------------------- */
@@ -338,14 +357,7 @@ static void server_wait_signals(http_server *s)
                 if (read(s->sig_fd, &c, 1) != 1)
                         continue;
                 if (c == SIGHUP) {
-                        http_reload_tokens(s);
-                        airlock_error err = {0};
-                        if (http_load_metrics_token(s, &err) < 0)
-                                fprintf(stderr,
-                                        "airlock serve: SIGHUP: keeping the old metrics token: "
-                                        "%s\n",
-                                        err.message);
-                        reload_config(s);
+                        reload_all(s);
                         continue;
                 }
                 break;

@@ -179,8 +179,9 @@ bool http_tenant_exists(http_server *s, const char *owner);
 /* Hands the tenants' own limits of t to the quotas and the workspaces.
  * Returns 0 or -ENOMEM. */
 int http_apply_overrides(http_server *s, const tenant_table *t);
-/* SIGHUP: loads the tokens file again (see serve_tokens.c). */
-void http_reload_tokens(http_server *s);
+/* SIGHUP: loads the tokens file again (see serve_tokens.c); what happened
+ * goes into said, a clause of the reload's one line. */
+void http_reload_tokens(http_server *s, char *said, size_t n_said);
 /* Loads --metrics-token's file into s (at start, and again on SIGHUP).
  * Returns 0, or -errno with err naming the file (the old token stays). */
 int http_load_metrics_token(http_server *s, airlock_error *err);

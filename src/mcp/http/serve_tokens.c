@@ -105,11 +105,12 @@ int http_apply_overrides(http_server *s, const tenant_table *t)
 }
 
 /* SIGHUP: the tokens file again. A file that does not load keeps the old
- * table (one line on stderr). Tenants the new file no longer names are
+ * table; what happened is written into said (n bytes), a clause of the
+ * reload's one line on stderr. Tenants the new file no longer names are
  * removed: their calls in progress are cancelled, their queued calls
  * refused, their sessions closed and their runs' files dropped; their
  * workspace folders stay on disk (the operator's data). */
-void http_reload_tokens(http_server *s)
+void http_reload_tokens(http_server *s, char *said, size_t n_said)
 {
         if (!s->opt.tokens_file)
                 return;
@@ -117,22 +118,22 @@ void http_reload_tokens(http_server *s)
         airlock_error err = {0};
         int n = tenants_load(s->opt.tokens_file, &t, &err);
         if (n < 0) {
-                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: %s\n", err.message);
+                snprintf(said, n_said, "keeping the old tokens: %s", err.message);
                 return;
         }
         pthread_rwlock_rdlock(&s->tokens_lock);
         bool op = s->metrics_token && is_tenant_token(&t, s->metrics_token, s->metrics_token_len);
         pthread_rwlock_unlock(&s->tokens_lock);
         if (op) {
-                fprintf(stderr,
-                        "airlock serve: SIGHUP: keeping the old tokens: --tokens %s gives a "
-                        "tenant the token of --metrics-token, the operator's\n",
-                        s->opt.tokens_file);
+                snprintf(said, n_said,
+                         "keeping the old tokens: --tokens %s gives a tenant the token of "
+                         "--metrics-token, the operator's",
+                         s->opt.tokens_file);
                 tenants_free(&t);
                 return;
         }
         if (http_apply_overrides(s, &t) < 0) {
-                fprintf(stderr, "airlock serve: SIGHUP: keeping the old tokens: out of memory\n");
+                snprintf(said, n_said, "keeping the old tokens: out of memory");
                 tenants_free(&t);
                 return;
         }
@@ -153,11 +154,9 @@ void http_reload_tokens(http_server *s)
         pthread_mutex_lock(&s->slot_lock);
         pthread_cond_broadcast(&s->slot_free);
         pthread_mutex_unlock(&s->slot_lock);
-        fprintf(stderr,
-                "airlock serve: SIGHUP: %d token%s of %zu tenant%s loaded from %s (%u tenant%s "
-                "removed)\n",
-                n, n == 1 ? "" : "s", t.n_tenants, t.n_tenants == 1 ? "" : "s", s->opt.tokens_file,
-                removed, removed == 1 ? "" : "s");
+        snprintf(said, n_said, "%d token%s of %zu tenant%s loaded from %s (%u tenant%s removed)", n,
+                 n == 1 ? "" : "s", t.n_tenants, t.n_tenants == 1 ? "" : "s", s->opt.tokens_file,
+                 removed, removed == 1 ? "" : "s");
 }
 
 /* Whether tok is one of the tenants' tokens of t (constant time, all of
@@ -205,6 +204,15 @@ int http_load_metrics_token(http_server *s, airlock_error *err)
                 (void)al_error(err, -EINVAL, NULL,
                                "--metrics-token %s: the token must be one word of at most %d bytes",
                                path, TENANT_TOKEN_MAX);
+                r = -EINVAL;
+        } else if (n - start < TENANT_TOKEN_MIN || strncmp(line + start, TENANT_TOKEN_PLACEHOLDER,
+                                                           strlen(TENANT_TOKEN_PLACEHOLDER)) == 0) {
+                /* As for the tokens file: short or an example's. */
+                (void)al_error(err, -EINVAL, NULL,
+                               "--metrics-token %s: the token is %s (at least %d bytes of your "
+                               "own; e.g. openssl rand -hex 24)",
+                               path, n - start < TENANT_TOKEN_MIN ? "too short" : "a placeholder",
+                               TENANT_TOKEN_MIN);
                 r = -EINVAL;
         }
         char *tok = r == 0 ? strndup(line + start, n - start) : NULL;
