@@ -95,12 +95,8 @@ bool http_origin_ok(http_request *rq, struct MHD_Connection *c)
         return false;
 }
 
-/* Authorization: Bearer TOKEN, when tokens are configured. Returns 1 when
- * allowed (owner filled), 0 for no token, -1 for a bad one. */
-int http_authorize(http_request *rq, struct MHD_Connection *c)
+int http_bearer(struct MHD_Connection *c, const char **ret_tok, size_t *ret_len)
 {
-        if (!rq->srv->opt.tokens_file)
-                return 1;
         const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         if (!a)
                 return 0;
@@ -112,6 +108,22 @@ int http_authorize(http_request *rq, struct MHD_Connection *c)
         size_t n = strlen(tok);
         while (n && tok[n - 1] == ' ')
                 n--;
+        *ret_tok = tok;
+        *ret_len = n;
+        return 1;
+}
+
+/* Authorization: Bearer TOKEN, when tokens are configured. Returns 1 when
+ * allowed (owner filled), 0 for no token, -1 for a bad one. */
+int http_authorize(http_request *rq, struct MHD_Connection *c)
+{
+        if (!rq->srv->opt.tokens_file)
+                return 1;
+        const char *tok;
+        size_t n;
+        int r = http_bearer(c, &tok, &n);
+        if (r <= 0)
+                return r;
         return http_check_token(rq->srv, tok, n, rq->owner, sizeof(rq->owner)) ? 1 : -1;
 }
 

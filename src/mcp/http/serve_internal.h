@@ -249,6 +249,10 @@ enum MHD_Result http_queue_resource_metadata(struct MHD_Connection *c, http_requ
 bool http_framing_ok(struct MHD_Connection *c);
 /* No Origin, or one of --allow-origin. */
 bool http_origin_ok(http_request *rq, struct MHD_Connection *c);
+/* The token of a request's "Authorization: Bearer TOKEN", blanks around it
+ * dropped, in place in the header: 1 with *ret_tok and *ret_len, 0 without
+ * the header, -1 for another scheme. */
+int http_bearer(struct MHD_Connection *c, const char **ret_tok, size_t *ret_len);
 /* 1 allowed (rq->owner filled), 0 no token, -1 a bad one. */
 int http_authorize(http_request *rq, struct MHD_Connection *c);
 /* No MCP-Protocol-Version header, or one this server speaks. */

@@ -252,17 +252,11 @@ int http_metrics_access(http_server *s, struct MHD_Connection *c)
 {
         if (!s->opt.metrics_token_file && !s->opt.tokens_file)
                 return 1; /* one tenant, who is the operator */
-        const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-        if (!a)
-                return 0;
-        if (strncasecmp(a, "Bearer ", 7) != 0)
-                return -1;
-        const char *tok = a + 7;
-        while (*tok == ' ')
-                tok++;
-        size_t n = strlen(tok);
-        while (n && tok[n - 1] == ' ')
-                n--;
+        const char *tok;
+        size_t n;
+        int r = http_bearer(c, &tok, &n);
+        if (r <= 0)
+                return r;
         pthread_rwlock_rdlock(&s->tokens_lock);
         bool op = s->metrics_token && same_secret(tok, n, s->metrics_token, s->metrics_token_len);
         bool tenant = is_tenant_token(&s->tt, tok, n);
