@@ -53,18 +53,11 @@ static int make_staging_dir(fsx_staging *staging, const char *parent, airlock_er
                         strerror(EEXIST));
 }
 
-int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_sources,
-                       const fsx_limits *lim, uid_t owner, gid_t group, int prev_fd,
-                       const fsx_manifest *prev, fsx_staging *ret_staging, int *ret_fd,
-                       fsx_manifest **ret_manifest, airlock_error *err)
+/* A new staging directory under parent with an empty "input" folder owned
+ * by the guest's user: the one place both kinds of staging area start. */
+static int new_staging_input(const char *parent, uid_t owner, gid_t group, fsx_staging *ret_staging,
+                             int *ret_fd, airlock_error *err)
 {
-        if (ret_manifest)
-                *ret_manifest = NULL;
-        if (n_sources == 0) {
-                *ret_staging = (fsx_staging){.parent_fd = -1};
-                *ret_fd = -1;
-                return 0;
-        }
         /* Whatever is made here is removed again on an error. */
         _cleanup_(staging_removep)
             fsx_staging staging = {.parent_fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
@@ -86,6 +79,29 @@ int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_s
                 return al_error(err, -errno, name, "cannot open the staging directory: %m");
         if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0)
                 return al_error(err, -errno, name, "cannot chown the staging directory: %m");
+        *ret_staging = staging;
+        staging = (fsx_staging){.parent_fd = -1};
+        *ret_fd = TAKE_FD(input_fd);
+        return 0;
+}
+
+int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_sources,
+                       const fsx_limits *lim, uid_t owner, gid_t group, int prev_fd,
+                       const fsx_manifest *prev, fsx_staging *ret_staging, int *ret_fd,
+                       fsx_manifest **ret_manifest, airlock_error *err)
+{
+        if (ret_manifest)
+                *ret_manifest = NULL;
+        if (n_sources == 0) {
+                *ret_staging = (fsx_staging){.parent_fd = -1};
+                *ret_fd = -1;
+                return 0;
+        }
+        _cleanup_(staging_removep) fsx_staging staging = {.parent_fd = -1};
+        _cleanup_close_ int input_fd = -1;
+        int r = new_staging_input(parent, owner, group, &staging, &input_fd, err);
+        if (r < 0)
+                return r;
         /* The previous staged copy is only read here (linkat takes a name
          * in it, never writes the inode); fsx_stage_reuse says when a link
          * may stand for a copy. */
@@ -111,29 +127,7 @@ int fsx_staging_create(const char *parent, const fsx_source *sources, size_t n_s
 int fsx_staging_create_empty(const char *parent, uid_t owner, gid_t group, fsx_staging *ret_staging,
                              int *ret_fd, airlock_error *err)
 {
-        _cleanup_(staging_removep)
-            fsx_staging staging = {.parent_fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-        if (staging.parent_fd < 0)
-                return al_error(err, -errno, parent, "cannot open the staging area %s: %m", parent);
-        int r = make_staging_dir(&staging, parent, err);
-        if (r < 0)
-                return r;
-        _cleanup_close_ int stage_fd = openat(staging.parent_fd, staging.name,
-                                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (stage_fd < 0 || mkdirat(stage_fd, "input", 0755) < 0)
-                return al_error(err, -errno, staging.name,
-                                "cannot create the staging directory: %m");
-        _cleanup_close_ int input_fd =
-            openat(stage_fd, "input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (input_fd < 0)
-                return al_error(err, -errno, staging.name, "cannot open the staging directory: %m");
-        if (owner != (uid_t)-1 && fchown(input_fd, owner, group) < 0)
-                return al_error(err, -errno, staging.name,
-                                "cannot chown the staging directory: %m");
-        *ret_staging = staging;
-        staging = (fsx_staging){.parent_fd = -1};
-        *ret_fd = TAKE_FD(input_fd);
-        return 0;
+        return new_staging_input(parent, owner, group, ret_staging, ret_fd, err);
 }
 
 int fsx_staging_take(fsx_staging *prev, const fsx_source *source, const fsx_limits *lim,
