@@ -100,13 +100,13 @@ static json_t *request(const char *line)
         if (!srv)
                 skip();
         jsonrpc_message m;
-        char why[256];
-        int code = jsonrpc_parse(line, strlen(line), &m, why, sizeof(why));
+        airlock_error err;
+        int code = jsonrpc_parse(line, strlen(line), &m, &err);
         test_sink t;
         sink_init(&t);
         json_t *resp = NULL;
         if (code != 0) {
-                resp = json_pack("{s:{s:i, s:s}}", "error", "code", code, "message", why);
+                resp = json_pack("{s:{s:i, s:s}}", "error", "code", code, "message", err.message);
         } else {
                 int started = mcp_core_handle(srv, &t.sink, &m);
                 pthread_mutex_lock(&t.lock);
