@@ -664,12 +664,14 @@ static int http_exchange_as(mcp_upstream *u, const char *session, const char *pr
                       WIRE_KEY_URL, u->url, WIRE_KEY_HEADERS, h, WIRE_KEY_BODY_BASE64, body);
         if (!req)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        airlock_limits lim;
-        airlock_limits_default(&lim);
-        lim.http_max_response = max_body;
-        lim.http_max_request = (16u << 20) + 4096;
+        /* The gateway reads only its three HTTP limits, all set here. */
         uint64_t now = al_now_ns();
-        lim.http_timeout_s = deadline > now ? (double)(deadline - now) / 1e9 + 1 : 1;
+        airlock_limits lim = {
+            .size = sizeof(lim),
+            .http_max_response = max_body,
+            .http_max_request = (16u << 20) + 4096,
+            .http_timeout_s = deadline > now ? (double)(deadline - now) / 1e9 + 1 : 1,
+        };
         airlock_error e;
         airlock_error_clear(&e);
         int r = gateway_request_ex(u->allow, &lim, req, deadline, b ? b->cancel_fd : -1, ret, &e);
