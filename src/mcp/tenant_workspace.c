@@ -40,7 +40,6 @@
 #define WS_PATH_MAX   1024 /* bytes of one path */
 #define WS_NAME_MAX   255  /* bytes of one component */
 #define WS_DEPTH_MAX  32   /* components of one path */
-#define WS_FILES_MAX  1000 /* files (or paths) in one request */
 #define WS_WALK_DEPTH 64   /* folders deep a walk of the folder goes */
 #define WS_LIST_MAX   100000
 #define WS_STRIPES    64
@@ -615,24 +614,6 @@ static const char *last_part(const char *p)
         return s ? s + 1 : p;
 }
 
-/* The list argument key of tool, which does its work all or nothing:
- * an array of 1 to WS_FILES_MAX items (*ret, *n), else NULL and the
- * refusal, which says what the list holds (items) and that nothing was
- * done (done: "written", "removed"). */
-static json_t *list_arg(const json_t *args, const char *tool, const char *key, const char *items,
-                        const char *done, const json_t **ret, size_t *n)
-{
-        *ret = json_object_get(args, key);
-        *n = json_array_size(*ret);
-        if (!json_is_array(*ret) || *n == 0)
-                return refusal("%s needs \"%s\": a list of %s; nothing was %s", tool, key, items,
-                               done);
-        if (*n > WS_FILES_MAX)
-                return refusal("%s takes at most %d %s a call (got %zu); nothing was %s", tool,
-                               WS_FILES_MAX, key, *n, done);
-        return NULL;
-}
-
 /* Checks files[i] of a workspace_write call (its keys, its path) and
  * decodes its content into u. Returns NULL, or the refusal. */
 static json_t *upload_parse(const json_t *f, size_t i, upload *u)
@@ -851,13 +832,11 @@ out:
 
 json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t *args)
 {
-        const json_t *files;
-        size_t n;
-        json_t *res =
-            list_arg(args, "workspace_write", "files",
-                     "{\"path\", \"text\"} or {\"path\", \"base64\"}", "written", &files, &n);
-        if (res)
-                return res;
+        /* An array of 1 to 1000 items: the tool table's schema says
+         * so (mcp_tool_check). */
+        const json_t *files = json_object_get(args, "files");
+        size_t n = json_array_size(files);
+        json_t *res = NULL;
         upload *v = calloc(n, sizeof(*v));
         if (!v)
                 return refusal("out of memory");
@@ -880,12 +859,10 @@ json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t 
 
 json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t *args)
 {
-        const json_t *paths;
-        size_t n;
-        json_t *refused = list_arg(args, "workspace_remove", "paths", "paths in your workspace",
-                                   "removed", &paths, &n);
-        if (refused)
-                return refused;
+        /* An array of 1 to 1000 items: the tool table's schema says
+         * so (mcp_tool_check). */
+        const json_t *paths = json_object_get(args, "paths");
+        size_t n = json_array_size(paths);
         airlock_error fault;
         for (size_t i = 0; i < n; i++) {
                 const json_t *p = json_array_get(paths, i);
