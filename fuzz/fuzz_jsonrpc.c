@@ -37,8 +37,8 @@ static uint64_t count_values(const json_t *v, unsigned level, unsigned *depth)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         jsonrpc_message m;
-        char why[256] = "";
-        int code = jsonrpc_parse((const char *)data, size, &m, why, sizeof(why));
+        airlock_error err;
+        int code = jsonrpc_parse((const char *)data, size, &m, &err);
         if (code == 0) {
                 if (m.method && !m.root)
                         abort();
@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (code != RPC_PARSE_ERROR && code != RPC_INVALID_REQUEST &&
                     code != RPC_INVALID_PARAMS)
                         abort();
-                if (!why[0])
+                if (!err.message[0])
                         abort();
         }
         if (m.id && !json_is_string(m.id) && !json_is_integer(m.id))

@@ -55,6 +55,8 @@ int cmd_serve(int argc, char **argv);
 int cmd_describe(int argc, char **argv);
 int cmd_repl(int argc, char **argv);
 int cmd_kernel(int argc, char **argv);
+/* airlock kernel install (kernel_install.c), which cmd_kernel runs. */
+int kernel_install(int argc, char **argv);
 
 /* SIGTERM, SIGINT and SIGHUP of a long-running command (mcp, serve): from
  * now on each writes its number as one byte to a pipe, whose reading end

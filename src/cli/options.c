@@ -36,10 +36,11 @@ typedef struct cli_row {
         cli_group group;
         const char *dflt;
         const char *help;
+        const char *text;
 } cli_row;
 
-#define CLI_ROW(id_, name_, short_, arg_, cmds_, group_, dflt_, help_)                             \
-        {CLI_OPT_##id_, name_, short_, arg_, cmds_, group_, dflt_, help_},
+#define CLI_ROW(id_, name_, short_, arg_, cmds_, group_, dflt_, help_, text_)                      \
+        {CLI_OPT_##id_, name_, short_, arg_, cmds_, group_, dflt_, help_, text_},
 static const cli_row rows[] = {CLI_OPTIONS(CLI_ROW)};
 #undef CLI_ROW
 
@@ -891,7 +892,22 @@ static void roff_text(FILE *f, const char *s)
         }
 }
 
-static void man_option(FILE *f, const char *left, const char *help, const char *dflt)
+/* text (the row's Markdown inline form) as roff: `code` loses its marks. */
+static void roff_plain(FILE *f, const char *text)
+{
+        _cleanup_free_ char *plain = strdup(text);
+        if (!plain)
+                return;
+        char *o = plain;
+        for (const char *p = text; *p; p++)
+                if (*p != '`')
+                        *o++ = *p;
+        *o = '\0';
+        roff_text(f, plain);
+}
+
+static void man_option(FILE *f, const char *left, const char *help, const char *dflt,
+                       const char *text)
 {
         fputs(".TP\n.B ", f);
         while (*left == ' ')
@@ -905,6 +921,10 @@ static void man_option(FILE *f, const char *left, const char *help, const char *
                 fputs(")", f);
         }
         fputs(".\n", f);
+        if (text) {
+                roff_plain(f, text);
+                fputs("\n", f);
+        }
 }
 
 void cli_print_man(FILE *f)
@@ -938,7 +958,7 @@ void cli_print_man(FILE *f)
                                 continue;
                         char left[128];
                         row_left(r, left, sizeof(left));
-                        man_option(f, left, r->help, r->dflt);
+                        man_option(f, left, r->help, r->dflt, r->text);
                 }
                 if (commands[i].cmd == CLI_SERVE || commands[i].cmd == CLI_RUN) {
                         fputs(".PP\n", f);
@@ -957,7 +977,7 @@ void cli_print_man(FILE *f)
                         continue;
                 char left[128];
                 row_left(r, left, sizeof(left));
-                man_option(f, left, r->help, r->dflt);
+                man_option(f, left, r->help, r->dflt, r->text);
                 if (r->id != CLI_OPT_TOOLS)
                         continue;
                 const airlock_limit_option *lo;
@@ -967,7 +987,7 @@ void cli_print_man(FILE *f)
                         snprintf(l, sizeof(l), "--%s %s", lo->name, lo->unit);
                         if (airlock_limits_format_option(&defaults, lo->name, d, sizeof(d)) < 0)
                                 d[0] = '\0';
-                        man_option(f, l, lo->help, d);
+                        man_option(f, l, lo->help, d, NULL);
                 }
         }
         fputs(".SH EXIT STATUS\n0: the run succeeded (or the server ended cleanly); 1: the code "
@@ -1024,6 +1044,20 @@ void cli_print_markdown(FILE *f)
                         md_cell(f, lo->help);
                         fputs(" |\n", f);
                 }
+        }
+        fputs("\n## What each option does\n\nBeyond its line above, in the words of its row of "
+              "the option table (the man page has the same paragraphs).\n",
+              f);
+        for (size_t k = 0; k < ARRAY_SIZE(rows); k++) {
+                const cli_row *r = &rows[k];
+                if (!r->text)
+                        continue;
+                char left[128];
+                row_left(r, left, sizeof(left));
+                const char *l = left;
+                while (*l == ' ')
+                        l++;
+                fprintf(f, "\n### `%s`\n\n%s\n", l, r->text);
         }
 }
 

@@ -137,56 +137,55 @@ static bool id_valid(const json_t *id)
         return json_is_string(id) || json_is_integer(id);
 }
 
-int jsonrpc_parse(const char *buf, size_t len, jsonrpc_message *ret, char *why, size_t why_len)
+/* Fills err with the message of a refused message and returns the JSON-RPC
+ * code to answer with. */
+static int refuse(airlock_error *err, int code, const char *fmt, ...) _printf_(3, 4);
+static int refuse(airlock_error *err, int code, const char *fmt, ...)
 {
+        va_list ap;
+        va_start(ap, fmt);
+        (void)al_verror(err, AIRLOCK_ERROR_INPUT, -EINVAL, NULL, fmt, ap);
+        va_end(ap);
+        return code;
+}
+
+int jsonrpc_parse(const char *buf, size_t len, jsonrpc_message *ret, airlock_error *err)
+{
+        airlock_error_clear(err);
         memset(ret, 0, sizeof(*ret));
         json_error_t je;
         json_t *msg =
             json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
-        if (!msg) {
-                snprintf(why, why_len, "parse error: %s (line %d, column %d)", je.text, je.line,
-                         je.column);
-                return RPC_PARSE_ERROR;
-        }
+        if (!msg)
+                return refuse(err, RPC_PARSE_ERROR, "parse error: %s (line %d, column %d)", je.text,
+                              je.line, je.column);
         ret->root = msg;
-        if (json_is_array(msg)) {
-                snprintf(why, why_len,
-                         "batches (JSON arrays) are not supported: send one message per line");
-                return RPC_INVALID_REQUEST;
-        }
-        if (!json_is_object(msg)) {
-                snprintf(why, why_len, "a message must be a JSON object");
-                return RPC_INVALID_REQUEST;
-        }
+        if (json_is_array(msg))
+                return refuse(err, RPC_INVALID_REQUEST,
+                              "batches (JSON arrays) are not supported: send one message per line");
+        if (!json_is_object(msg))
+                return refuse(err, RPC_INVALID_REQUEST, "a message must be a JSON object");
         const json_t *id = json_object_get(msg, "id");
         const json_t *method = json_object_get(msg, "method");
         const json_t *params = json_object_get(msg, "params");
         const char *version = json_string_value(json_object_get(msg, "jsonrpc"));
-        if (id && !id_valid(id)) {
-                snprintf(why, why_len, "id must be a string or an integer");
-                return RPC_INVALID_REQUEST;
-        }
+        if (id && !id_valid(id))
+                return refuse(err, RPC_INVALID_REQUEST, "id must be a string or an integer");
         ret->id = id;
-        if (!version || strcmp(version, "2.0") != 0) {
-                snprintf(why, why_len, "jsonrpc must be \"2.0\"");
-                return RPC_INVALID_REQUEST;
-        }
+        if (!version || strcmp(version, "2.0") != 0)
+                return refuse(err, RPC_INVALID_REQUEST, "jsonrpc must be \"2.0\"");
         if (!method) {
                 /* A response from the client: nothing to do with it. */
                 if (id && (json_object_get(msg, "result") || json_object_get(msg, "error")))
                         return 0;
-                snprintf(why, why_len, "method is missing");
-                return RPC_INVALID_REQUEST;
+                return refuse(err, RPC_INVALID_REQUEST, "method is missing");
         }
-        if (!json_is_string(method)) {
-                snprintf(why, why_len, "method must be a string");
-                return RPC_INVALID_REQUEST;
-        }
+        if (!json_is_string(method))
+                return refuse(err, RPC_INVALID_REQUEST, "method must be a string");
         if (params && !json_is_object(params)) {
                 if (!id)
                         return 0; /* a notification is never answered */
-                snprintf(why, why_len, "params must be an object");
-                return RPC_INVALID_PARAMS;
+                return refuse(err, RPC_INVALID_PARAMS, "params must be an object");
         }
         ret->method = json_string_value(method);
         ret->params = params;

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "airlock.h"
+
 /* JSON-RPC's error codes, and MCP's own that airlock answers with. */
 enum {
         RPC_PARSE_ERROR = -32700,
@@ -61,11 +63,11 @@ typedef struct jsonrpc_message {
  * one object (no batch), "jsonrpc": "2.0", an id that is a string or an
  * integer (MCP forbids null), a method that is a string, params an object
  * or absent. Returns 0 with *ret filled, or the error code to answer with
- * and a message in why; ret->id is then the id to answer to (NULL when
+ * and the message in err; ret->id is then the id to answer to (NULL when
  * there is none), and ret->root still needs json_decref. A notification
  * with bad params is dropped silently (0 with method NULL), as is a
  * response (0 with method NULL and id set). */
-int jsonrpc_parse(const char *buf, size_t len, jsonrpc_message *ret, char *why, size_t why_len);
+int jsonrpc_parse(const char *buf, size_t len, jsonrpc_message *ret, airlock_error *err);
 
 /* The request {"jsonrpc": "2.0", "id": id, "method": method, "params":
  * params}; params (borrowed) may be NULL for none. NULL when out of

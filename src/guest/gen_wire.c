@@ -40,6 +40,11 @@ int main(void)
         WIRE_KEYS(KEY)
         WIRE_STATUSES(STATUS)
         WIRE_GUEST(GUEST)
+        r |= printf("# The requests the host serves (WIRE_REQUESTS).\n"
+                    "_REQUESTS = frozenset((") < 0;
+#define REQUEST(id, handler, slow) r |= literal(WIRE_OP_##id) < 0 || printf(", ") < 0;
+        WIRE_REQUESTS(REQUEST)
+        r |= printf("))\n") < 0;
         r |= printf("# The built-in exceptions a refusal of the host may name.\n"
                     "_KINDS = frozenset((") < 0;
 #define KIND(id) r |= literal(WIRE_KIND_##id) < 0 || printf(", ") < 0;

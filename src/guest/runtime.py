@@ -8,7 +8,7 @@ the next. The host side of every call is untrusted-input-proof; this side
 only has to be convenient and honest.
 
 The names it exchanges with the host (_OP_*, _KEY_*, _STATUS_*, _KINDS,
-_GUEST_*) are not defined here: scripts/embed_runtime.sh appends the
+_REQUESTS, _GUEST_*) are not defined here: scripts/embed_runtime.sh appends the
 constants that src/guest/gen_wire.c writes from the host's tables
 (src/lib/core/wire_table.h) to this file, after it so that its line numbers
 stay those of this file. Only functions use them.
@@ -65,8 +65,19 @@ def _exchange(msg):
     return decode(_airlock.call(encode(msg).encode("utf-8")).decode("utf-8", "surrogatepass"))
 
 
-def _request(msg):
-    reply = _exchange(msg)
+def _ask(op, fields):
+    """One request of a row of the host's table (WIRE_REQUESTS, which the
+    host serves from the same row) with its fields, and its reply frame: a
+    guest API function that needs the host is its row and a call of this."""
+    if op not in _REQUESTS:
+        raise RuntimeError(f"airlock: {op!r} is not a request the host serves")
+    fields[_KEY_OP] = op
+    return _exchange(fields)
+
+
+def _request(op, fields):
+    """_ask, then the reply's result, or its refusal raised."""
+    reply = _ask(op, fields)
     if reply.get(_KEY_OK):
         return reply.get(_KEY_RESULT)
     raise _refusal(reply)
@@ -82,7 +93,7 @@ def call_tool(name, /, *args, **kwargs):
             f"call_tool({name!r}, key=value, ...)")
     if not isinstance(name, str):
         raise TypeError("call_tool: the tool name must be a string")
-    reply = _exchange({_KEY_OP: _OP_TOOL, _KEY_NAME: name, _KEY_ARGS: kwargs})
+    reply = _ask(_OP_TOOL, {_KEY_NAME: name, _KEY_ARGS: kwargs})
     if reply.get(_KEY_OK):
         return reply.get(_KEY_RESULT)
     exc = _refusal(reply)
@@ -115,8 +126,8 @@ def http_request(method, url, headers=None, body=None):
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError("http headers must map strings to strings")
         hdrs[k] = v
-    res = _request({_KEY_OP: _OP_HTTP, _KEY_METHOD: method.upper(), _KEY_URL: url,
-                    _KEY_HEADERS: hdrs, _KEY_BODY_BASE64: _base64.b64encode(raw).decode("ascii")})
+    res = _request(_OP_HTTP, {_KEY_METHOD: method.upper(), _KEY_URL: url, _KEY_HEADERS: hdrs,
+                              _KEY_BODY_BASE64: _base64.b64encode(raw).decode("ascii")})
     data = _base64.b64decode(res.get(_KEY_BODY_BASE64, ""))
     try:
         text = data.decode("utf-8")
@@ -133,7 +144,7 @@ def secret(name):
     ValueError."""
     if not isinstance(name, str):
         raise TypeError("airlock.secret(name): the name must be a string")
-    return _request({_KEY_OP: _OP_SECRET, _KEY_NAME: name})
+    return _request(_OP_SECRET, {_KEY_NAME: name})
 
 
 def http_get(url, headers=None):

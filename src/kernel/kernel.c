@@ -25,8 +25,8 @@
 
 #include <patchlevel.h>
 
-#include "cli.h"
 #include "kernel.h"
+#include "kernel_service.h"
 
 /* A record of the Python side on stdout: "\x1e" KREC_TAG JSON "\n". */
 #define KREC_TAG "airlock-kernel:"
@@ -65,7 +65,10 @@ typedef struct kqueued {
 typedef struct kernel {
         kconn conn;
         char session_id[40];
-        cli_options *opts;
+        airlock_config *cfg; /* the kernel's, freed with it */
+        int idle_fd;         /* the signal fd's stand-in when there is none, or -1 */
+        pthread_t hb_thread; /* the heartbeat's thread ... */
+        bool have_hb;        /* ... when it started */
         void *ctx, *shell, *iopub, *control, *stdin_sock, *hb;
         kreplay *replay;
         airlock_sandbox *sb;
@@ -1035,55 +1038,17 @@ static int load_driver(kernel *k, airlock_error *err)
         return r;
 }
 
-static void kernel_usage(FILE *f)
-{
-        cli_usage(CLI_KERNEL, f);
-        fputs(
-            "\nJupyter starts `airlock kernel -f CONNECTION_FILE [OPTIONS]` from the kernelspec "
-            "that\n"
-            "`airlock kernel install [--user | --prefix DIR] [--name NAME] [--display-name TEXT]\n"
-            "[OPTIONS]` writes, with the sandbox's OPTIONS in it. A failed cell rolls back.\n",
-            f);
-}
-
-/* Takes -f FILE / --connection-file FILE out of argv (the option table's
- * row is for the help; the sandbox's options go to the shared parser). */
-static int take_connection_file(int *argc, char **argv, const char **ret)
-{
-        int out = 1;
-        for (int i = 1; i < *argc; i++) {
-                const char *a = argv[i];
-                if ((strcmp(a, "-f") == 0 || strcmp(a, "--connection-file") == 0) &&
-                    i + 1 < *argc) {
-                        *ret = argv[++i];
-                        continue;
-                }
-                if (strncmp(a, "--connection-file=", 18) == 0) {
-                        *ret = a + 18;
-                        continue;
-                }
-                if (strncmp(a, "-f", 2) == 0 && a[2]) {
-                        *ret = a + 2;
-                        continue;
-                }
-                argv[out++] = argv[i];
-        }
-        argv[out] = NULL;
-        *argc = out;
-        return 0;
-}
-
 /* The I/O thread's loop: the control and shell channels (each a bounded
  * batch per wake, so that one cannot starve the other; the shell waits
  * while the worker's queue is full), stdin (read and dropped: the kernel
  * sends no input_request), the worker's output and the signals (SIGINT
- * interrupts the cell, SIGTERM and SIGHUP end the kernel). Returns the
- * exit status once a shutdown, a signal or the session's end stops it;
+ * interrupts the cell, SIGTERM and SIGHUP end the kernel). Returns 0 after
+ * a shutdown or a signal, 1 when the session or ZeroMQ failed (logged);
  * *restart says whether Jupyter asked for a restart. */
 static int io_loop(kernel *k, int sig_fd, bool *restart)
 {
         airlock_error err = {0};
-        int status = EXIT_OK;
+        int status = 0;
         bool quit = false;
         int r;
         while (!quit) {
@@ -1100,7 +1065,7 @@ static int io_loop(kernel *k, int sig_fd, bool *restart)
                         if (kz.errno_() == EINTR)
                                 continue;
                         klog("zmq_poll: %s", kz.strerror(kz.errno_()));
-                        status = EXIT_SANDBOX;
+                        status = 1;
                         break;
                 }
                 if (items[2].revents)
@@ -1110,7 +1075,7 @@ static int io_loop(kernel *k, int sig_fd, bool *restart)
                 pthread_mutex_unlock(&k->lock);
                 if (fatal) {
                         flush_out(k);
-                        status = EXIT_SANDBOX;
+                        status = 1;
                         break;
                 }
                 if (items[3].revents) {
@@ -1233,116 +1198,106 @@ static void kernel_init(kernel *k)
         k->pending_tail = &k->pending;
 }
 
-int cmd_kernel(int argc, char **argv)
+int kernel_service_new(airlock_config *cfg, const char *conn_file, kernel **ret, airlock_error *err)
 {
-        if (argc > 1 && strcmp(argv[1], "install") == 0)
-                return kernel_install(argc - 1, argv + 1);
-        for (int i = 1; i < argc; i++)
-                if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-                        kernel_usage(stdout);
-                        return EXIT_OK;
-                }
-        const char *conn_file = NULL;
-        take_connection_file(&argc, argv, &conn_file);
-        static kernel kk;
-        kernel *k = &kk;
-        cli_options o;
-        airlock_error err = {0};
-        int r = cli_parse_options(argc, argv, CLI_KERNEL, &o, &err);
-        if (r == 1) {
-                kernel_usage(stdout);
-                return EXIT_OK;
+        kernel *k = calloc(1, sizeof(*k));
+        *ret = k;
+        if (!k) {
+                airlock_config_free(cfg);
+                return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
         }
-        if (r < 0) {
-                fprintf(stderr, "airlock kernel: %s\n", err.message);
-                return EXIT_USAGE;
-        }
-        if (!conn_file) {
-                fprintf(stderr, "airlock kernel: -f CONNECTION_FILE is required (Jupyter passes "
-                                "it: see airlock kernel install)\n");
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
-        k->opts = &o;
-        r = kconn_load(conn_file, &k->conn, &err);
+        k->cfg = cfg;
+        k->cancel_fd = k->out_fd = k->idle_fd = -1;
+        int r = kconn_load(conn_file, &k->conn, err);
         if (r >= 0)
-                r = kzmq_open(&err);
-        if (r < 0) {
-                fprintf(stderr, "airlock kernel: %s\n", err.message);
-                cli_options_free(&o);
-                return EXIT_USAGE;
-        }
+                r = kzmq_open(err);
+        if (r < 0)
+                return r;
         if (!k->conn.key_len)
                 klog("warning: the connection file has no key: messages are not signed, and "
                      "anyone who can reach the ports can run cells");
         /* The sandbox and its session before the sockets: a kernel that
          * answers kernel_info can run cells. */
-        r = airlock_sandbox_new(o.cfg, &k->sb, &err);
+        r = airlock_sandbox_new(cfg, &k->sb, err);
         if (r >= 0)
-                r = airlock_session_open(k->sb, &k->s, &err);
+                r = airlock_session_open(k->sb, &k->s, err);
         if (r >= 0)
-                r = load_driver(k, &err);
-        if (r < 0) {
-                fprintf(stderr, "airlock kernel: %s\n", err.message);
-                airlock_session_close(k->s);
-                airlock_sandbox_close(k->sb);
-                kconn_free(&k->conn);
-                cli_options_free(&o);
-                return cli_exit_status(&err);
-        }
-        print_warnings(airlock_sandbox_warnings(k->sb), "airlock kernel");
-        kernel_init(k);
-        int sig_fd = cli_signal_pipe(true);
-        if (sig_fd < 0) /* no signal pipe: a descriptor that never wakes the poll */
-                sig_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        k->ctx = kz.ctx_new();
-        int status = EXIT_OK;
-        pthread_t worker, hb_thread;
-        bool have_worker = false, have_hb = false, restart = false;
-        if (k->cancel_fd < 0 || k->out_fd < 0 || !k->replay || !k->ctx) {
-                fprintf(stderr, "airlock kernel: cannot start: %s\n", strerror(errno));
-                status = EXIT_SANDBOX;
-                goto out;
-        }
-        if (!(k->shell = bind_socket(k, ZMQ_ROUTER, k->conn.shell_port, &err)) ||
-            !(k->control = bind_socket(k, ZMQ_ROUTER, k->conn.control_port, &err)) ||
-            !(k->stdin_sock = bind_socket(k, ZMQ_ROUTER, k->conn.stdin_port, &err)) ||
-            !(k->iopub = bind_socket(k, ZMQ_PUB, k->conn.iopub_port, &err)) ||
-            !(k->hb = bind_socket(k, ZMQ_REP, k->conn.hb_port, &err))) {
-                fprintf(stderr, "airlock kernel: %s\n", err.message);
-                status = EXIT_USAGE;
-                goto out;
-        }
-        have_worker = pthread_create(&worker, NULL, worker_main, k) == 0;
-        have_hb = pthread_create(&hb_thread, NULL, hb_main, k->hb) == 0;
-        if (!have_worker || !have_hb) {
-                fprintf(stderr, "airlock kernel: cannot start its threads\n");
-                status = EXIT_SANDBOX;
-                goto stop;
-        }
-        send_now(k, kout_build(&k->conn, k->session_id, KSOCK_IOPUB, NULL, "status",
-                               json_pack("{s:s}", "execution_state", "starting")));
-        status = io_loop(k, sig_fd, &restart);
-        if (restart)
-                klog("restart requested: the kernel exits, and Jupyter starts a new one with a "
-                     "fresh session");
-stop:
-        /* A cell in progress is cancelled (it rolls back), then the worker
-         * ends. */
-        {
-                uint64_t one = 1;
-                (void)!write(k->cancel_fd, &one, sizeof(one));
-        }
+                r = load_driver(k, err);
+        return r;
+}
+
+const char *kernel_service_warnings(const kernel *k)
+{
+        return k->sb ? airlock_sandbox_warnings(k->sb) : NULL;
+}
+
+/* Binds the five sockets of the connection file. */
+static int bind_sockets(kernel *k, airlock_error *err)
+{
+        if (!(k->shell = bind_socket(k, ZMQ_ROUTER, k->conn.shell_port, err)) ||
+            !(k->control = bind_socket(k, ZMQ_ROUTER, k->conn.control_port, err)) ||
+            !(k->stdin_sock = bind_socket(k, ZMQ_ROUTER, k->conn.stdin_port, err)) ||
+            !(k->iopub = bind_socket(k, ZMQ_PUB, k->conn.iopub_port, err)) ||
+            !(k->hb = bind_socket(k, ZMQ_REP, k->conn.hb_port, err)))
+                return al_error_as(err, AIRLOCK_ERROR_INPUT, err->code ? err->code : -EIO);
+        return 0;
+}
+
+/* A cell in progress is cancelled (it rolls back), then the worker ends. */
+static void stop_worker(kernel *k, pthread_t *worker)
+{
+        uint64_t one = 1;
+        (void)!write(k->cancel_fd, &one, sizeof(one));
         pthread_mutex_lock(&k->lock);
         k->stop = true;
         pthread_cond_signal(&k->cond);
         pthread_cond_broadcast(&k->out_room);
         pthread_mutex_unlock(&k->lock);
-        if (have_worker)
-                pthread_join(worker, NULL);
+        if (worker)
+                pthread_join(*worker, NULL);
         flush_out(k);
-out:
-        kernel_free(k, have_hb ? &hb_thread : NULL);
-        cli_options_free(&o);
-        return status;
+}
+
+int kernel_service_run(kernel *k, int sig_fd, airlock_error *err)
+{
+        kernel_init(k);
+        if (sig_fd < 0) /* no signal pipe: a descriptor that never wakes the poll */
+                sig_fd = k->idle_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        k->ctx = kz.ctx_new();
+        if (k->cancel_fd < 0 || k->out_fd < 0 || !k->replay || !k->ctx) {
+                int e = errno ? errno : ENOMEM;
+                return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -e, NULL, "cannot start: %s",
+                                     strerror(e));
+        }
+        int r = bind_sockets(k, err);
+        if (r < 0)
+                return r;
+        pthread_t worker;
+        bool have_worker = pthread_create(&worker, NULL, worker_main, k) == 0;
+        k->have_hb = pthread_create(&k->hb_thread, NULL, hb_main, k->hb) == 0;
+        if (!have_worker || !k->have_hb) {
+                r = al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -EAGAIN, NULL,
+                                  "cannot start its threads");
+        } else {
+                bool restart = false;
+                send_now(k, kout_build(&k->conn, k->session_id, KSOCK_IOPUB, NULL, "status",
+                                       json_pack("{s:s}", "execution_state", "starting")));
+                r = io_loop(k, sig_fd, &restart);
+                if (restart)
+                        klog("restart requested: the kernel exits, and Jupyter starts a new one "
+                             "with a fresh session");
+        }
+        stop_worker(k, have_worker ? &worker : NULL);
+        return r;
+}
+
+void kernel_service_free(kernel *k)
+{
+        if (!k)
+                return;
+        kernel_free(k, k->have_hb ? &k->hb_thread : NULL);
+        if (k->idle_fd >= 0)
+                close(k->idle_fd);
+        airlock_config_free(k->cfg);
+        free(k);
 }

@@ -119,11 +119,6 @@ int kout_send(void *sock, const kout *o);
 /* "2026-12-04T14:24:13.123456Z" */
 void kwire_now(char buf[40]);
 
-/* ---- the command (kernel.c, install.c) ------------------------------------ */
-
-int cmd_kernel(int argc, char **argv);
-int kernel_install(int argc, char **argv);
-
 /* The Python side of the kernel, loaded once into the session
  * (driver.py, embedded by driver_blob.c). */
 extern const char kdriver_src[];

@@ -174,30 +174,6 @@ static bool handle_listen(mcp_server *srv, const mcp_request *rq)
         return false;
 }
 
-/* execute_code's arguments: "code", a string, and "session". Bad arguments
- * are a tool error, not a protocol error, so the model sees what to fix:
- * returns that error, or NULL. */
-static json_t *execute_code_args_error(const json_t *args)
-{
-        if (!json_is_string(json_object_get(args, "code")))
-                return mcp_tool_error("execute_code needs the argument \"code\": a string "
-                                      "of Python source");
-        const char *key;
-        const json_t *v;
-        json_object_foreach ((json_t *)args, key, v) {
-                if (strcmp(key, "code") != 0 && strcmp(key, "session") != 0) {
-                        char msg[300];
-                        snprintf(msg, sizeof(msg),
-                                 "execute_code has no argument \"%.200s\"; it takes only "
-                                 "\"code\" and \"session\"",
-                                 key);
-                        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-                        return mcp_tool_error(clean ? clean : msg);
-                }
-        }
-        return NULL;
-}
-
 /* Returns whether a call was started (it answers later). */
 static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
 {
@@ -227,7 +203,9 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         }
         const json_t *args = json_object_get(params, "arguments");
         const json_t *code = json_object_get(args, "code");
-        json_t *bad = execute_code_args_error(args);
+        /* Bad arguments are a tool error, not a protocol error, so that the
+         * model sees what to fix. */
+        json_t *bad = mcp_tool_check(t, args);
         if (bad) {
                 mcp_reply(srv, rq, bad, false);
                 return false;

@@ -543,10 +543,8 @@ static json_t *session_open(mcp_sessions *m, const char *owner)
  * cell. */
 static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *owner)
 {
+        /* A string: the tool table's schema says so (mcp_tool_check). */
         const char *handle = json_string_value(json_object_get(args, "session"));
-        if (!handle)
-                return mcp_tool_error("session_fork needs the argument \"session\": the handle "
-                                      "of the session to copy");
         pthread_mutex_lock(&m->lock);
         /* As for a cell: a cancelled call's rollback is waited for. */
         entry *e = find_settled_locked(m, handle, owner);
@@ -622,10 +620,8 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
 
 static json_t *session_close(mcp_sessions *m, const json_t *args, const char *owner)
 {
+        /* A string: the tool table's schema says so (mcp_tool_check). */
         const char *handle = json_string_value(json_object_get(args, "session"));
-        if (!handle)
-                return mcp_tool_error("session_close needs the argument \"session\": the handle "
-                                      "session_open returned");
         pthread_mutex_lock(&m->lock);
         entry *e = find_locked(m, handle, owner);
         if (!e) {

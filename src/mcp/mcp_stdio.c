@@ -42,10 +42,10 @@
 static void handle_line(mcp_server *srv, const char *line, size_t len)
 {
         jsonrpc_message m;
-        char why[256];
-        int code = jsonrpc_parse(line, len, &m, why, sizeof(why));
+        airlock_error err;
+        int code = jsonrpc_parse(line, len, &m, &err);
         if (code != 0)
-                mcp_send_error(srv, NULL, m.id, code, "%s", why);
+                mcp_send_error(srv, NULL, m.id, code, "%s", err.message);
         else if (m.method && m.id)
                 (void)mcp_handle_request(srv, NULL, m.method, m.id, m.params);
         else if (m.method)

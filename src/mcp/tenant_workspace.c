@@ -40,7 +40,6 @@
 #define WS_PATH_MAX   1024 /* bytes of one path */
 #define WS_NAME_MAX   255  /* bytes of one component */
 #define WS_DEPTH_MAX  32   /* components of one path */
-#define WS_FILES_MAX  1000 /* files (or paths) in one request */
 #define WS_WALK_DEPTH 64   /* folders deep a walk of the folder goes */
 #define WS_LIST_MAX   100000
 #define WS_STRIPES    64
@@ -148,31 +147,29 @@ static pthread_mutex_t *stripe_of(mcp_workspaces *w, const char *tenant)
 }
 
 /* The tenant's folder, created 0700 when missing with create. Returns the
- * fd or -errno with why filled for the tenant (never naming DIR). */
-static int tenant_dir(mcp_workspaces *w, const char *tenant, bool create, char *why, size_t why_len)
+ * fd or -errno with err filled for the tenant (never naming DIR). */
+static int tenant_dir(mcp_workspaces *w, const char *tenant, bool create, airlock_error *err)
 {
         if (!tenant_name_valid(tenant, strlen(tenant))) {
-                snprintf(why, why_len, "no workspace for this client");
-                return -EINVAL;
+                return al_error(err, -EINVAL, NULL, "no workspace for this client");
         }
         if (create && mkdirat(w->dirfd, tenant, 0700) < 0 && errno != EEXIST) {
                 int e = errno;
-                snprintf(why, why_len, "your workspace folder cannot be created on the server: %s",
-                         strerror(e));
-                return -e;
+                return al_error(err, -e, NULL,
+                                "your workspace folder cannot be created on the server: %s",
+                                strerror(e));
         }
         int fd = openat(w->dirfd, tenant, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
                 int e = errno;
                 if (e == ELOOP || e == ENOTDIR)
-                        snprintf(why, why_len,
-                                 "your workspace folder on the server is not a folder (a link "
-                                 "or a file, which is never followed); the server's operator "
-                                 "must fix it");
-                else
-                        snprintf(why, why_len, "your workspace folder cannot be opened: %s",
-                                 strerror(e));
-                return -e;
+                        return al_error(
+                            err, -e, NULL,
+                            "your workspace folder on the server is not a folder (a link "
+                            "or a file, which is never followed); the server's operator "
+                            "must fix it");
+                return al_error(err, -e, NULL, "your workspace folder cannot be opened: %s",
+                                strerror(e));
         }
         return fd;
 }
@@ -188,10 +185,9 @@ int mcp_workspace_name(const mcp_workspaces *w, const char *tenant, char *out, s
 int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,
                        airlock_error *err)
 {
-        char why[256];
-        int fd = tenant_dir(w, tenant, true, why, sizeof(why));
+        int fd = tenant_dir(w, tenant, true, err);
         if (fd < 0)
-                return al_error(err, fd, NULL, "%s", why);
+                return fd;
         close(fd);
         int n = snprintf(out, size, "/proc/self/fd/%d/%s", w->dirfd, tenant);
         if (n < 0 || (size_t)n >= size)
@@ -234,31 +230,28 @@ static void shown(const char *p, size_t len, char *out, size_t size)
 
 /* ---- paths ---------------------------------------------------------------- */
 
-/* Checks a client's path as text. Returns 0, or -EINVAL with why saying
+/* Checks a client's path as text. Returns 0, or -EINVAL with err saying
  * what is wrong with it. */
-static int check_path(const char *p, size_t len, char *why, size_t why_len)
+static int check_path(const char *p, size_t len, airlock_error *err)
 {
         char s[256];
         shown(p, len, s, sizeof(s));
         if (len == 0) {
-                snprintf(why, why_len, "an empty path");
-                return -EINVAL;
+                return al_error(err, -EINVAL, NULL, "an empty path");
         }
         if (memchr(p, '\0', len)) {
-                snprintf(why, why_len, "path %s holds a NUL character", s);
-                return -EINVAL;
+                return al_error(err, -EINVAL, NULL, "path %s holds a NUL character", s);
         }
         if (len > WS_PATH_MAX) {
-                snprintf(why, why_len, "path %s is longer than %d bytes", s, WS_PATH_MAX);
-                return -ENAMETOOLONG;
+                return al_error(err, -ENAMETOOLONG, NULL, "path %s is longer than %d bytes", s,
+                                WS_PATH_MAX);
         }
         if (p[0] == '/') {
-                snprintf(
-                    why, why_len,
+                return al_error(
+                    err, -EINVAL, NULL,
                     "path %s is absolute: give it relative to the workspace (it is /input/PATH "
                     "in the sandbox)",
                     s);
-                return -EINVAL;
         }
         unsigned depth = 0;
         for (const char *c = p; c < p + len;) {
@@ -268,39 +261,37 @@ static int check_path(const char *p, size_t len, char *why, size_t why_len)
                 size_t n = (size_t)(e - c);
                 depth++;
                 if (n == 0) {
-                        snprintf(why, why_len, "path %s has an empty part (// or a final /)", s);
-                        return -EINVAL;
+                        return al_error(err, -EINVAL, NULL,
+                                        "path %s has an empty part (// or a final /)", s);
                 }
                 if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.')) {
-                        snprintf(why, why_len, "path %s has a '%.*s' part: not allowed", s, (int)n,
-                                 c);
-                        return -EINVAL;
+                        return al_error(err, -EINVAL, NULL,
+                                        "path %s has a '%.*s' part: not allowed", s, (int)n, c);
                 }
                 if (n > WS_NAME_MAX) {
-                        snprintf(why, why_len, "path %s has a part longer than %d bytes", s,
-                                 WS_NAME_MAX);
-                        return -ENAMETOOLONG;
+                        return al_error(err, -ENAMETOOLONG, NULL,
+                                        "path %s has a part longer than %d bytes", s, WS_NAME_MAX);
                 }
                 if (n >= sizeof(WS_TMP_PREFIX) - 1 &&
                     memcmp(c, WS_TMP_PREFIX, sizeof(WS_TMP_PREFIX) - 1) == 0) {
-                        snprintf(why, why_len, "path %s: names starting with %s are the server's",
-                                 s, WS_TMP_PREFIX);
-                        return -EINVAL;
+                        return al_error(err, -EINVAL, NULL,
+                                        "path %s: names starting with %s are the server's", s,
+                                        WS_TMP_PREFIX);
                 }
                 for (size_t i = 0; i < n; i++)
                         if ((unsigned char)c[i] < 0x20 || c[i] == 0x7f) {
-                                snprintf(why, why_len, "path %s holds a control character", s);
-                                return -EINVAL;
+                                return al_error(err, -EINVAL, NULL,
+                                                "path %s holds a control character", s);
                         }
                 c = e + (e < p + len);
                 if (e < p + len && c == p + len) {
-                        snprintf(why, why_len, "path %s has an empty part (// or a final /)", s);
-                        return -EINVAL;
+                        return al_error(err, -EINVAL, NULL,
+                                        "path %s has an empty part (// or a final /)", s);
                 }
         }
         if (depth > WS_DEPTH_MAX) {
-                snprintf(why, why_len, "path %s is more than %d folders deep", s, WS_DEPTH_MAX);
-                return -EINVAL;
+                return al_error(err, -EINVAL, NULL, "path %s is more than %d folders deep", s,
+                                WS_DEPTH_MAX);
         }
         return 0;
 }
@@ -315,11 +306,10 @@ typedef struct resolved {
 } resolved;
 
 /* Walks path (checked) from the tenant's folder, never following a link.
- * Returns 0 with r filled, or -errno with why filled: a link, or a file
+ * Returns 0 with r filled, or -errno with err filled: a link, or a file
  * where a folder is needed, on the way (and at the last component too,
  * unless last_link: a link that is removed, never followed). */
-static int resolve(int root, const char *path, bool last_link, resolved *r, char *why,
-                   size_t why_len)
+static int resolve(int root, const char *path, bool last_link, resolved *r, airlock_error *err)
 {
         memset(r, 0, sizeof(*r));
         r->parent = -1;
@@ -327,7 +317,7 @@ static int resolve(int root, const char *path, bool last_link, resolved *r, char
         shown(path, strlen(path), s, sizeof(s));
         int cur = fcntl(root, F_DUPFD_CLOEXEC, 0);
         if (cur < 0)
-                return -errno;
+                return al_error(err, -errno, NULL, "path %s: %s", s, strerror(errno));
         const char *c = path;
         char name[WS_NAME_MAX + 1];
         for (;;) {
@@ -339,18 +329,17 @@ static int resolve(int root, const char *path, bool last_link, resolved *r, char
                 struct stat st;
                 int fr = fstatat(cur, name, &st, AT_SYMLINK_NOFOLLOW);
                 if (fr < 0 && errno != ENOENT) {
-                        int err = errno;
+                        int saved = errno;
                         close(cur);
-                        snprintf(why, why_len, "path %s: %s", s, strerror(err));
-                        return -err;
+                        return al_error(err, -saved, NULL, "path %s: %s", s, strerror(saved));
                 }
                 if (fr == 0 && S_ISLNK(st.st_mode) && !(last && last_link)) {
                         close(cur);
-                        snprintf(why, why_len,
-                                 "path %s: '%.*s' is a symbolic link in your workspace; links are "
-                                 "never followed (remove it with workspace_remove)",
-                                 s, (int)(e - path), path);
-                        return -ELOOP;
+                        return al_error(err, -ELOOP, NULL,
+                                        "path %s: '%.*s' is a symbolic link in your workspace; "
+                                        "links are never followed (remove it with "
+                                        "workspace_remove)",
+                                        s, (int)(e - path), path);
                 }
                 if (last) {
                         r->parent = cur;
@@ -370,18 +359,15 @@ static int resolve(int root, const char *path, bool last_link, resolved *r, char
                 }
                 if (!S_ISDIR(st.st_mode)) {
                         close(cur);
-                        snprintf(why, why_len,
-                                 "path %s: '%.*s' is a file in your workspace, not a folder", s,
-                                 (int)(e - path), path);
-                        return -ENOTDIR;
+                        return al_error(err, -ENOTDIR, NULL,
+                                        "path %s: '%.*s' is a file in your workspace, not a folder",
+                                        s, (int)(e - path), path);
                 }
                 int next = openat(cur, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                int err = errno;
+                int saved = errno;
                 close(cur);
-                if (next < 0) {
-                        snprintf(why, why_len, "path %s: %s", s, strerror(err));
-                        return -err;
-                }
+                if (next < 0)
+                        return al_error(err, -saved, NULL, "path %s: %s", s, strerror(saved));
                 cur = next;
                 c = e + 1;
         }
@@ -628,29 +614,11 @@ static const char *last_part(const char *p)
         return s ? s + 1 : p;
 }
 
-/* The list argument key of tool, which does its work all or nothing:
- * an array of 1 to WS_FILES_MAX items (*ret, *n), else NULL and the
- * refusal, which says what the list holds (items) and that nothing was
- * done (done: "written", "removed"). */
-static json_t *list_arg(const json_t *args, const char *tool, const char *key, const char *items,
-                        const char *done, const json_t **ret, size_t *n)
-{
-        *ret = json_object_get(args, key);
-        *n = json_array_size(*ret);
-        if (!json_is_array(*ret) || *n == 0)
-                return refusal("%s needs \"%s\": a list of %s; nothing was %s", tool, key, items,
-                               done);
-        if (*n > WS_FILES_MAX)
-                return refusal("%s takes at most %d %s a call (got %zu); nothing was %s", tool,
-                               WS_FILES_MAX, key, *n, done);
-        return NULL;
-}
-
 /* Checks files[i] of a workspace_write call (its keys, its path) and
  * decodes its content into u. Returns NULL, or the refusal. */
 static json_t *upload_parse(const json_t *f, size_t i, upload *u)
 {
-        char why[1024];
+        airlock_error fault;
         const json_t *path = json_object_get(f, "path");
         const json_t *text = json_object_get(f, "text");
         const json_t *b64 = json_object_get(f, "base64");
@@ -666,8 +634,8 @@ static json_t *upload_parse(const json_t *f, size_t i, upload *u)
                                "\"text\": string} or {\"path\": string, \"base64\": "
                                "string}; nothing was written",
                                i);
-        if (check_path(json_string_value(path), json_string_length(path), why, sizeof(why)) < 0)
-                return refusal("workspace_write: %s; nothing was written", why);
+        if (check_path(json_string_value(path), json_string_length(path), &fault) < 0)
+                return refusal("workspace_write: %s; nothing was written", fault.message);
         u->path = json_string_value(path);
         if (text) {
                 u->len = json_string_length(text);
@@ -717,7 +685,7 @@ static json_t *upload_overlap(const upload *v, size_t i)
  * refusal. */
 static json_t *uploads_measure(int root, upload *v, size_t n, usage *now, usage *after)
 {
-        char why[1024];
+        airlock_error fault;
         *now = (usage){0};
         if (walk(root, "", 0, now) < 0)
                 return refusal("workspace_write: your workspace is deeper than %d folders; "
@@ -728,8 +696,8 @@ static json_t *uploads_measure(int root, upload *v, size_t n, usage *now, usage 
         for (size_t i = 0; i < n; i++) {
                 char s[256];
                 shown(v[i].path, strlen(v[i].path), s, sizeof(s));
-                if (resolve(root, v[i].path, false, &v[i].at, why, sizeof(why)) < 0)
-                        return refusal("workspace_write: %s; nothing was written", why);
+                if (resolve(root, v[i].path, false, &v[i].at, &fault) < 0)
+                        return refusal("workspace_write: %s; nothing was written", fault.message);
                 if (v[i].at.exists && !S_ISREG(v[i].at.st.st_mode))
                         return refusal("workspace_write: path %s is %s in your workspace, not a "
                                        "file; nothing was written",
@@ -820,13 +788,13 @@ static json_t *written_result(const upload *v, size_t n, uint64_t new_bytes, con
 static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, size_t n,
                              uint64_t new_bytes)
 {
-        char why[1024];
+        airlock_error fault;
         json_t *res = NULL;
         pthread_mutex_t *lock = stripe_of(w, tenant);
         pthread_mutex_lock(lock);
-        int root = tenant_dir(w, tenant, true, why, sizeof(why));
+        int root = tenant_dir(w, tenant, true, &fault);
         if (root < 0) {
-                res = refusal("workspace_write: %s; nothing was written", why);
+                res = refusal("workspace_write: %s; nothing was written", fault.message);
                 goto out;
         }
         usage now, after;
@@ -864,13 +832,11 @@ out:
 
 json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t *args)
 {
-        const json_t *files;
-        size_t n;
-        json_t *res =
-            list_arg(args, "workspace_write", "files",
-                     "{\"path\", \"text\"} or {\"path\", \"base64\"}", "written", &files, &n);
-        if (res)
-                return res;
+        /* An array of 1 to 1000 items: the tool table's schema says
+         * so (mcp_tool_check). */
+        const json_t *files = json_object_get(args, "files");
+        size_t n = json_array_size(files);
+        json_t *res = NULL;
         upload *v = calloc(n, sizeof(*v));
         if (!v)
                 return refusal("out of memory");
@@ -893,21 +859,19 @@ json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t 
 
 json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t *args)
 {
-        const json_t *paths;
-        size_t n;
-        json_t *refused = list_arg(args, "workspace_remove", "paths", "paths in your workspace",
-                                   "removed", &paths, &n);
-        if (refused)
-                return refused;
-        char why[1024];
+        /* An array of 1 to 1000 items: the tool table's schema says
+         * so (mcp_tool_check). */
+        const json_t *paths = json_object_get(args, "paths");
+        size_t n = json_array_size(paths);
+        airlock_error fault;
         for (size_t i = 0; i < n; i++) {
                 const json_t *p = json_array_get(paths, i);
                 if (!json_is_string(p))
                         return refusal("workspace_remove: paths[%zu] is not a string; nothing was "
                                        "removed",
                                        i);
-                if (check_path(json_string_value(p), json_string_length(p), why, sizeof(why)) < 0)
-                        return refusal("workspace_remove: %s; nothing was removed", why);
+                if (check_path(json_string_value(p), json_string_length(p), &fault) < 0)
+                        return refusal("workspace_remove: %s; nothing was removed", fault.message);
         }
         pthread_mutex_t *lock = stripe_of(w, tenant);
         pthread_mutex_lock(lock);
@@ -915,20 +879,20 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
         resolved *at = calloc(n, sizeof(*at));
         for (size_t i = 0; at && i < n; i++)
                 at[i].parent = -1;
-        int root = at ? tenant_dir(w, tenant, true, why, sizeof(why)) : -ENOMEM;
+        int root = at ? tenant_dir(w, tenant, true, &fault) : -ENOMEM;
         if (root < 0) {
                 res = refusal("workspace_remove: %s; nothing was removed",
-                              at ? why : "out of memory");
+                              at ? fault.message : "out of memory");
                 goto out;
         }
         for (size_t i = 0; i < n && !res; i++) {
                 const char *p = json_string_value(json_array_get(paths, i));
                 char s[256];
                 shown(p, strlen(p), s, sizeof(s));
-                int r = resolve(root, p, true, &at[i], why, sizeof(why));
+                int r = resolve(root, p, true, &at[i], &fault);
                 /* The last part may be a link: it is removed, not followed. */
                 if (r < 0)
-                        res = refusal("workspace_remove: %s; nothing was removed", why);
+                        res = refusal("workspace_remove: %s; nothing was removed", fault.message);
                 else if (!at[i].exists)
                         res = refusal("workspace_remove: %s is not in your workspace; nothing "
                                       "was removed",
@@ -987,13 +951,13 @@ static int by_path(const void *a, const void *b)
 json_t *mcp_workspace_list(mcp_workspaces *w, const char *tenant, const json_t *args)
 {
         (void)args;
-        char why[512];
+        airlock_error fault;
         pthread_mutex_t *lock = stripe_of(w, tenant);
         pthread_mutex_lock(lock);
-        int root = tenant_dir(w, tenant, true, why, sizeof(why));
+        int root = tenant_dir(w, tenant, true, &fault);
         if (root < 0) {
                 pthread_mutex_unlock(lock);
-                return refusal("workspace_list: %s", why);
+                return refusal("workspace_list: %s", fault.message);
         }
         usage u = {.files = json_array(), .skipped = json_array()};
         int r = walk(root, "", 0, &u);

@@ -1,6 +1,7 @@
 /* The MCP server's tools, one row each (tools.h). */
 #include "tools.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +54,8 @@ static const mcp_tool tools[] = {
     {
         .name = "execute_code",
         .title = "Execute Python code",
+        .needs = "the argument \"code\": a string of Python source",
+        .required_first = true,
     },
     {
         .name = "session_open",
@@ -70,6 +73,7 @@ static const mcp_tool tools[] = {
         .description = "Closes a session opened with session_open and frees its memory; its "
                        "variables are gone and its handle is no longer valid.",
         .call = call_session_close,
+        .needs = "the argument \"session\": the handle session_open returned",
     },
     {
         .name = "session_fork",
@@ -83,6 +87,7 @@ static const mcp_tool tools[] = {
             "/tmp and /output (their calls run one at a time), the workspace, and one memory "
             "limit; the fork counts as a session and expires when the original would.",
         .call = call_session_fork,
+        .needs = "the argument \"session\": the handle of the session to copy",
     },
     {
         .name = "workspace_write",
@@ -112,6 +117,8 @@ static const mcp_tool tools[] = {
             "workspace that would pass its limits of files or bytes writes nothing, and the "
             "error says why. The files stay until workspace_remove removes them.",
         .call = call_workspace_write,
+        .needs = "\"files\": a list of {\"path\", \"text\"} or {\"path\", \"base64\"}",
+        .undone = "written",
     },
     {
         .name = "workspace_remove",
@@ -129,6 +136,8 @@ static const mcp_tool tools[] = {
         .description = "Removes files, or folders with everything in them, from your workspace. "
                        "All or nothing: a path that is not there or is refused removes nothing.",
         .call = call_workspace_remove,
+        .needs = "\"paths\": a list of paths in your workspace",
+        .undone = "removed",
     },
     {
         .name = "workspace_list",
@@ -242,30 +251,136 @@ json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_worl
         return list;
 }
 
-json_t *mcp_tool_call(const mcp_tool *t, const mcp_tool_ctx *ctx, const json_t *args)
+/* execute_code's arguments as the server checks them: the library's schema
+ * (airlock_describe_json's input_schema: "code", a string, required; the
+ * tools/list entry is that schema itself) and the server's "session",
+ * whose type its own check names (mcp_sessions_begin). test_mcp_core holds
+ * this to the library's. */
+#define EXECUTE_CODE_ARGS                                                                          \
+        "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\"},\"session\":{}},"     \
+        "\"required\":[\"code\"]}"
+
+/* Each row's schema, parsed once. */
+static json_t *schemas[ARRAY_SIZE(tools)];
+static pthread_once_t schemas_once = PTHREAD_ONCE_INIT;
+
+static void parse_schemas(void)
 {
-        json_t *schema = json_loads(t->schema, 0, NULL);
-        json_t *props = json_object_get(schema, "properties");
+        for (size_t i = 0; i < ARRAY_SIZE(tools); i++)
+                schemas[i] =
+                    json_loads(tools[i].schema ? tools[i].schema : EXECUTE_CODE_ARGS, 0, NULL);
+}
+
+static const json_t *schema_of(const mcp_tool *t)
+{
+        pthread_once(&schemas_once, parse_schemas);
+        return schemas[t - tools];
+}
+
+/* A tool error of the formatted message, made valid UTF-8 (it may quote
+ * what the client sent). */
+static json_t *arg_refusal(const char *fmt, ...) _printf_(1, 2);
+static json_t *arg_refusal(const char *fmt, ...)
+{
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+        return mcp_tool_error(clean ? clean : msg);
+}
+
+/* The first argument props does not name: "it takes none", "it takes only
+ * \"a\"", "it takes only \"a\" and \"b\"". */
+static json_t *unknown_arg(const mcp_tool *t, const json_t *props, const json_t *args)
+{
         const char *key;
         const json_t *v;
         json_object_foreach ((json_t *)args, key, v) {
                 if (json_object_get(props, key))
                         continue;
-                /* "it takes none", "it takes only \"session\"". */
                 char takes[128] = "";
                 const char *p;
                 json_t *pv;
-                size_t n = 0;
-                json_object_foreach (props, p, pv)
+                size_t n = 0, i = 0, count = json_object_size(props);
+                json_object_foreach ((json_t *)props, p, pv) {
+                        const char *sep = i == 0 ? "" : i + 1 == count ? " and " : ", ";
                         n += (size_t)snprintf(takes + n, n < sizeof(takes) ? sizeof(takes) - n : 0,
-                                              "%s\"%s\"", n ? ", " : "", p);
+                                              "%s\"%s\"", sep, p);
+                        i++;
+                }
                 char msg[400];
                 snprintf(msg, sizeof(msg), "%s has no argument \"%.200s\"; it takes %s%s", t->name,
                          key, n ? "only " : "none", takes);
-                json_decref(schema);
-                _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-                return mcp_tool_error(clean ? clean : msg);
+                return arg_refusal("%s", msg);
         }
-        json_decref(schema);
-        return t->call(ctx, args);
+        return NULL;
+}
+
+/* Whether v is of the JSON type the schema's property names. */
+static bool of_type(const json_t *v, const char *type)
+{
+        if (!type)
+                return v != NULL;
+        if (strcmp(type, "string") == 0)
+                return json_is_string(v);
+        if (strcmp(type, "array") == 0)
+                return json_is_array(v);
+        if (strcmp(type, "object") == 0)
+                return json_is_object(v);
+        if (strcmp(type, "integer") == 0)
+                return json_is_integer(v);
+        if (strcmp(type, "boolean") == 0)
+                return json_is_boolean(v);
+        return v != NULL;
+}
+
+/* The first required argument that is missing, of another type, or an
+ * array with too few or too many items. */
+static json_t *required_arg(const mcp_tool *t, const json_t *schema, const json_t *args)
+{
+        const json_t *props = json_object_get(schema, "properties");
+        char undone[64] = "";
+        if (t->undone)
+                snprintf(undone, sizeof(undone), "; nothing was %s", t->undone);
+        size_t i;
+        const json_t *req;
+        json_array_foreach (json_object_get(schema, "required"), i, req) {
+                const char *key = json_string_value(req);
+                const json_t *prop = json_object_get(props, key);
+                const json_t *v = json_object_get(args, key);
+                json_int_t min = json_integer_value(json_object_get(prop, "minItems"));
+                const json_t *max = json_object_get(prop, "maxItems");
+                if (!of_type(v, json_string_value(json_object_get(prop, "type"))) ||
+                    (json_is_array(v) && json_array_size(v) < (size_t)min))
+                        return arg_refusal("%s needs %s%s", t->name, t->needs ? t->needs : key,
+                                           undone);
+                if (json_is_array(v) && json_is_integer(max) &&
+                    json_array_size(v) > (size_t)json_integer_value(max))
+                        return arg_refusal("%s takes at most %lld %s a call (got %zu)%s", t->name,
+                                           (long long)json_integer_value(max), key,
+                                           json_array_size(v), undone);
+        }
+        return NULL;
+}
+
+json_t *mcp_tool_check(const mcp_tool *t, const json_t *args)
+{
+        const json_t *schema = schema_of(t);
+        if (!schema)
+                return mcp_tool_error("out of memory");
+        const json_t *props = json_object_get(schema, "properties");
+        json_t *bad =
+            t->required_first ? required_arg(t, schema, args) : unknown_arg(t, props, args);
+        if (!bad)
+                bad =
+                    t->required_first ? unknown_arg(t, props, args) : required_arg(t, schema, args);
+        return bad;
+}
+
+json_t *mcp_tool_call(const mcp_tool *t, const mcp_tool_ctx *ctx, const json_t *args)
+{
+        json_t *bad = mcp_tool_check(t, args);
+        return bad ? bad : t->call(ctx, args);
 }

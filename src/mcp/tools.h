@@ -1,6 +1,6 @@
 /* The MCP server's tools, as one table (tools.c): tools/list, the dispatch
- * of tools/call, the message for an unknown tool and the argument checks
- * of the session tools come from it, and test_mcp_core checks the tests'
+ * of tools/call, the message for an unknown tool and the check of every
+ * tool's arguments come from it, and test_mcp_core checks the tests'
  * fixture (tests/mcp/fixtures/tools.json) against it. Adding a tool is a
  * row and its handler here, the fixture, and its contract in
  * docs/design.md. */
@@ -45,9 +45,20 @@ typedef struct mcp_tool {
         const char *description;
         json_t *(*describe)(const mcp_sessions *m);
         /* Answers a call at once; NULL for execute_code, which the core
-         * runs on a worker (mcp_calls.c). args is checked against the schema's
-         * properties first. */
+         * runs on a worker (mcp_calls.c). args is checked against the schema
+         * first (mcp_tool_check). */
         json_t *(*call)(const mcp_tool_ctx *ctx, const json_t *args);
+        /* What the refusal of a missing or mistyped required argument says
+         * after "NAME needs " (the schema says which arguments are required,
+         * their JSON type and how many items an array holds), and, for a
+         * tool that works all or nothing, what was not done ("written":
+         * "; nothing was written" ends each refusal of its arguments). */
+        const char *needs;
+        const char *undone;
+        /* Names a missing required argument before one the schema does not
+         * name (execute_code has always answered so); the others the other
+         * way round. */
+        bool required_first;
 } mcp_tool;
 
 /* The tool called name, or NULL (a workspace tool is NULL unless
@@ -63,9 +74,14 @@ void mcp_tool_unknown(const char *name, bool workspaces, char *buf, size_t size)
  * added to its schema, then the others from the table. NULL when out of
  * memory. */
 json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world, bool workspaces);
-/* Answers a call of a tool with a call handler: the arguments checked
- * against its schema's properties (one clear tool error naming the first
- * one it does not take), then the handler. */
+/* Checks a call's arguments against the tool's schema, parsed once (for
+ * execute_code, the library's schema and "session"): an argument the schema
+ * does not name, and each required one (present, of its type, an array
+ * within minItems and maxItems), in the order the row says. Returns NULL, or the tool error
+ * that names the first fault, for the model to fix. */
+json_t *mcp_tool_check(const mcp_tool *t, const json_t *args);
+/* Answers a call of a tool with a call handler: mcp_tool_check, then the
+ * handler. */
 json_t *mcp_tool_call(const mcp_tool *t, const mcp_tool_ctx *ctx, const json_t *args);
 
 #endif

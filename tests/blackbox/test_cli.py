@@ -95,6 +95,27 @@ def test_man_page_and_completion_name_every_option():
     assert p.stdout.split() == ["--timeout"], p.stdout
 
 
+def test_each_options_paragraph_is_written_once_and_reaches_the_man_page():
+    """An option's paragraph lives with its row of the table: docs/options.md
+    and the man page have it, and docs/design.md does not repeat it."""
+    md = airlock("help", "--markdown").stdout
+    assert "\n## What each option does\n" in md, md[-300:]
+    paragraphs = re.findall(r"^### `([^`]+)`\n\n(.+)$", md, re.M)
+    assert len(paragraphs) > 20, paragraphs
+    names = {re.search(r"--[a-z-]+", left).group(0) for left, _ in paragraphs}
+    for opt in ("--output-dir", "--tokens", "--secret", "--servers", "--audit"):
+        assert opt in names, (opt, names)
+    man = airlock("help", "--man").stdout
+    with open(os.path.join(ROOT, "docs", "design.md")) as f:
+        design = f.read()
+    for left, text in paragraphs:
+        plain = text.replace("`", "").replace("-", "\\-")
+        assert plain in man, (left, plain[:80])
+        # One source: the paragraph's longest sentence is nowhere in design.md.
+        sentence = max(re.split(r"(?<=[.;:]) ", text), key=len)
+        assert sentence not in design, (left, sentence)
+
+
 def test_help_of_airlock_itself():
     p = airlock("--help")
     assert p.returncode == 0

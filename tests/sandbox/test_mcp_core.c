@@ -100,13 +100,13 @@ static json_t *request(const char *line)
         if (!srv)
                 skip();
         jsonrpc_message m;
-        char why[256];
-        int code = jsonrpc_parse(line, strlen(line), &m, why, sizeof(why));
+        airlock_error err;
+        int code = jsonrpc_parse(line, strlen(line), &m, &err);
         test_sink t;
         sink_init(&t);
         json_t *resp = NULL;
         if (code != 0) {
-                resp = json_pack("{s:{s:i, s:s}}", "error", "code", code, "message", why);
+                resp = json_pack("{s:{s:i, s:s}}", "error", "code", code, "message", err.message);
         } else {
                 int started = mcp_core_handle(srv, &t.sink, &m);
                 pthread_mutex_lock(&t.lock);
@@ -233,6 +233,71 @@ static void test_session_tools_check_their_arguments(void **state)
         json_decref(r);
 }
 
+/* The text of the tool error mcp_tool_check gives for args (a JSON text),
+ * or "" when it takes them. */
+static char checked[1100];
+static const char *check(const char *tool, const char *args)
+{
+        json_t *a = json_loads(args, 0, NULL);
+        json_t *bad = mcp_tool_check(mcp_tool_find(tool, true), a);
+        snprintf(checked, sizeof(checked), "%s", bad ? text_at(bad, "content.0.text") : "");
+        json_decref(bad);
+        json_decref(a);
+        return checked;
+}
+
+/* Every tool's required arguments are checked from its row's schema, with
+ * the refusals the handlers used to write: present, of their type, an
+ * array within its minItems and maxItems; execute_code's from the
+ * library's schema. */
+static void test_required_arguments_come_from_the_schema(void **state)
+{
+        assert_string_equal(check("session_close", "{}"),
+                            "session_close needs the argument \"session\": the handle "
+                            "session_open returned");
+        assert_string_equal(check("session_fork", "{\"session\": 3}"),
+                            "session_fork needs the argument \"session\": the handle of the "
+                            "session to copy");
+        assert_string_equal(check("session_fork", "{\"session\": \"s\"}"), "");
+        assert_string_equal(check("execute_code", "{}"),
+                            "execute_code needs the argument \"code\": a string of Python source");
+        assert_string_equal(check("execute_code", "{\"code\": \"1\", \"session\": 4}"), "");
+        assert_string_equal(check("execute_code", "{\"code\": \"1\", \"x\": 1}"),
+                            "execute_code has no argument \"x\"; it takes only \"code\" and "
+                            "\"session\"");
+        const char *want_files = "workspace_write needs \"files\": a list of {\"path\", \"text\"} "
+                                 "or {\"path\", \"base64\"}; nothing was written";
+        assert_string_equal(check("workspace_write", "{}"), want_files);
+        assert_string_equal(check("workspace_write", "{\"files\": []}"), want_files);
+        assert_string_equal(check("workspace_remove", "{\"paths\": \"a\"}"),
+                            "workspace_remove needs \"paths\": a list of paths in your "
+                            "workspace; nothing was removed");
+        json_t *many = json_pack("{s:[]}", "paths");
+        for (int i = 0; i < 1001; i++)
+                json_array_append_new(json_object_get(many, "paths"), json_string("a"));
+        char *text = json_dumps(many, 0);
+        assert_string_equal(check("workspace_remove", text),
+                            "workspace_remove takes at most 1000 paths a call (got 1001); "
+                            "nothing was removed");
+        free(text);
+        json_decref(many);
+        /* The library's schema of execute_code requires what the check
+         * does. */
+        airlock_error err;
+        airlock_config *cfg = NULL;
+        assert_int_equal(airlock_config_new(&cfg, &err), 0);
+        char *desc = airlock_describe_json(cfg, &err);
+        assert_non_null(desc);
+        json_t *d = json_loads(desc, 0, NULL);
+        json_t *req = walk(d, "input_schema.required");
+        assert_int_equal(json_array_size(req), 1);
+        assert_string_equal(json_string_value(json_array_get(req, 0)), "code");
+        assert_string_equal(text_at(d, "input_schema.properties.code.type"), "string");
+        json_decref(d);
+        free(desc);
+        airlock_config_free(cfg);
+}
+
 static void test_errors_of_json_rpc(void **state)
 {
         json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"no/such\"}");
@@ -274,6 +339,7 @@ int main(void)
             cmocka_unit_test(test_errors_of_json_rpc),
             cmocka_unit_test(test_the_fixture_is_the_tool_table),
             cmocka_unit_test(test_session_tools_check_their_arguments),
+            cmocka_unit_test(test_required_arguments_come_from_the_schema),
             cmocka_unit_test(test_execute_code_runs),
         };
         return cmocka_run_group_tests(tests, setup, teardown);

@@ -121,6 +121,44 @@ static void test_runtime_follows_the_host_tables(void **state)
         expect_output(&code, &want);
 }
 
+/* Both sides dispatch the guest's requests from the rows of WIRE_REQUESTS:
+ * the guest sends exactly their ops (and refuses to send another), and the
+ * host answers an op of WIRE_OPS outside them as an unknown request. */
+static void test_guest_requests_are_the_hosts_rows(void **state)
+{
+        dynbuf code, want;
+        dynbuf_init(&code, 1 << 16);
+        dynbuf_init(&want, 1 << 16);
+        assert_int_equal(dynbuf_appendf(&code,
+                                        "import sys\nrt = sys.modules['_airlock_runtime']\n"
+                                        "print(' '.join(sorted(rt._REQUESTS)))\n"
+                                        "try:\n    rt._ask('nope', {})\n"
+                                        "except RuntimeError as e:\n    print(e)\n"
+                                        "print(rt._exchange({'op': '%s'}))\n",
+                                        WIRE_OP_RUN),
+                         0);
+        static const char *const ops[] = {
+#define REQUEST_OP(id, handler, slow) WIRE_OP_##id,
+            WIRE_REQUESTS(REQUEST_OP)};
+        const char *sorted[ARRAY_SIZE(ops)];
+        memcpy(sorted, ops, sizeof(ops));
+        for (size_t i = 1; i < ARRAY_SIZE(sorted); i++)
+                for (size_t k = i; k > 0 && strcmp(sorted[k - 1], sorted[k]) > 0; k--) {
+                        const char *t = sorted[k];
+                        sorted[k] = sorted[k - 1];
+                        sorted[k - 1] = t;
+                }
+        for (size_t i = 0; i < ARRAY_SIZE(sorted); i++)
+                assert_int_equal(dynbuf_appendf(&want, "%s%s", i ? " " : "", sorted[i]), 0);
+        assert_int_equal(
+            dynbuf_appendf(&want,
+                           "\nairlock: 'nope' is not a request the host serves\n"
+                           "{'%s': False, '%s': '%s', '%s': 'unknown request to the host'}\n",
+                           WIRE_KEY_OK, WIRE_KEY_KIND, WIRE_KIND_VALUE, WIRE_KEY_ERROR),
+            0);
+        expect_output(&code, &want);
+}
+
 /* Each kind the host may send is a built-in exception of the guest's
  * Python, and the guest raises exactly it; a name outside the table is a
  * RuntimeError. */
@@ -176,6 +214,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_runtime_follows_the_host_tables),
+            cmocka_unit_test(test_guest_requests_are_the_hosts_rows),
             cmocka_unit_test(test_every_kind_is_a_guest_exception),
             cmocka_unit_test(test_host_out_of_memory_is_not_the_runs),
         };

@@ -32,6 +32,16 @@ static server main_srv = {-1, 0}; /* on 127.0.0.1 */
 static server alt_srv = {-1, 0};  /* on 127.0.0.3 */
 static char helper[PATH_MAX];
 
+/* The default limits, which the gateway takes from its caller (the run's
+ * configuration holds them). */
+static const airlock_limits *defaults(void)
+{
+        static airlock_limits lim;
+        if (!lim.size)
+                airlock_limits_default(&lim);
+        return &lim;
+}
+
 /* Starts httpd.py on addr and reads the port it prints. */
 static int server_start(const char *addr, server *s)
 {
@@ -195,8 +205,8 @@ static void test_get_roundtrip(void **state)
         json_t *resp;
         airlock_error err;
         int r =
-            request(al, NULL, "get", url, "{\"X-Test\":\"hello\",\"Accept\":\"*/*\",\"E\":\"\"}",
-                    NULL, 0, &resp, &err);
+            request(al, defaults(), "get", url,
+                    "{\"X-Test\":\"hello\",\"Accept\":\"*/*\",\"E\":\"\"}", NULL, 0, &resp, &err);
         if (r < 0)
                 fail_msg("GET: %s", err.message);
         assert_int_equal(json_integer_value(json_object_get(resp, "status")), 200);
@@ -226,8 +236,9 @@ static void test_post_roundtrip(void **state)
         const unsigned char bin[] = {'a', 0, 0xff, '\r', '\n', 'z'};
         json_t *resp;
         airlock_error err;
-        int r = request(al, NULL, "POST", url, "{\"Content-Type\":\"application/octet-stream\"}",
-                        bin, sizeof(bin), &resp, &err);
+        int r =
+            request(al, defaults(), "POST", url, "{\"Content-Type\":\"application/octet-stream\"}",
+                    bin, sizeof(bin), &resp, &err);
         if (r < 0)
                 fail_msg("POST: %s", err.message);
         _cleanup_free_ char *body = body_of(resp, NULL);
@@ -248,7 +259,7 @@ static void test_post_roundtrip(void **state)
         json_decref(resp);
 
         /* Without a type, curl's form type is not made up; no body is fine. */
-        r = request(al, NULL, "POST", url, NULL, NULL, 0, &resp, &err);
+        r = request(al, defaults(), "POST", url, NULL, NULL, 0, &resp, &err);
         if (r < 0)
                 fail_msg("POST: %s", err.message);
         char *body2 = body_of(resp, NULL);
@@ -263,7 +274,7 @@ static void test_post_roundtrip(void **state)
         /* Other methods, custom ones included, reach the server as given. */
         const char *methods[] = {"PUT", "DELETE", "PROPFIND"};
         for (size_t i = 0; i < ARRAY_SIZE(methods); i++) {
-                r = request(al, NULL, methods[i], url, NULL, "x", 1, &resp, &err);
+                r = request(al, defaults(), methods[i], url, NULL, "x", 1, &resp, &err);
                 if (r < 0)
                         fail_msg("%s: %s", methods[i], err.message);
                 char *bb = body_of(resp, NULL);
@@ -276,7 +287,7 @@ static void test_post_roundtrip(void **state)
         /* HEAD has no body. */
         allowlist_free(al);
         al = list_of(entry, NULL);
-        r = request(al, NULL, "HEAD", url, NULL, NULL, 0, &resp, &err);
+        r = request(al, defaults(), "HEAD", url, NULL, NULL, 0, &resp, &err);
         if (r < 0)
                 fail_msg("HEAD: %s", err.message);
         size_t len;
@@ -289,7 +300,7 @@ static void test_post_roundtrip(void **state)
          * Content-Length to a GET, and "Content-Length: 0" to a PUT. */
         const char *const empty_cases[][2] = {{"GET", NULL}, {"PUT", "0"}};
         for (size_t i = 0; i < ARRAY_SIZE(empty_cases); i++) {
-                r = request(al, NULL, empty_cases[i][0], url, NULL, "", 0, &resp, &err);
+                r = request(al, defaults(), empty_cases[i][0], url, NULL, "", 0, &resp, &err);
                 if (r < 0)
                         fail_msg("%s: %s", empty_cases[i][0], err.message);
                 char *eb = body_of(resp, NULL);
@@ -317,7 +328,7 @@ static void test_denials(void **state)
         _cleanup_free_ char *ok = fmt("http://127.0.0.1:%d/echo/sub", port);
         json_t *resp;
         airlock_error err;
-        assert_int_equal(request(al, NULL, "GET", ok, NULL, NULL, 0, &resp, &err), 0);
+        assert_int_equal(request(al, defaults(), "GET", ok, NULL, NULL, 0, &resp, &err), 0);
         json_decref(resp);
 
         struct {
@@ -338,13 +349,14 @@ static void test_denials(void **state)
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
                 char want[512];
                 snprintf(want, sizeof(want), "%s %s is not allowed", cases[i].method, cases[i].url);
-                expect_error(al, NULL, cases[i].method, cases[i].url, NULL, -EACCES, cases[i].part);
-                expect_error(al, NULL, cases[i].method, cases[i].url, NULL, -EACCES, want);
+                expect_error(al, defaults(), cases[i].method, cases[i].url, NULL, -EACCES,
+                             cases[i].part);
+                expect_error(al, defaults(), cases[i].method, cases[i].url, NULL, -EACCES, want);
                 free(cases[i].url);
         }
         /* An empty list denies everything. */
         net_allowlist *none = list_of(NULL, NULL);
-        expect_error(none, NULL, "GET", ok, NULL, -EACCES, "no allow-list entry");
+        expect_error(none, defaults(), "GET", ok, NULL, -EACCES, "no allow-list entry");
         allowlist_free(none);
         allowlist_free(al);
 }
@@ -354,33 +366,35 @@ static void test_bad_requests(void **state)
         _cleanup_free_ char *entry = fmt("127.0.0.1:%d", main_srv.port);
         net_allowlist *al = list_of(entry, NULL);
         _cleanup_free_ char *url = fmt("http://127.0.0.1:%d/echo", main_srv.port);
-        expect_error(al, NULL, "GET", url, "{\"X\":\"a\\r\\nInjected: 1\"}", -EINVAL,
+        expect_error(al, defaults(), "GET", url, "{\"X\":\"a\\r\\nInjected: 1\"}", -EINVAL,
                      "control character");
-        expect_error(al, NULL, "GET", url, "{\"X\":\"a\\u0000b\"}", -EINVAL, "control character");
-        expect_error(al, NULL, "GET", url, "{\"Bad Name\":\"v\"}", -EINVAL,
+        expect_error(al, defaults(), "GET", url, "{\"X\":\"a\\u0000b\"}", -EINVAL,
+                     "control character");
+        expect_error(al, defaults(), "GET", url, "{\"Bad Name\":\"v\"}", -EINVAL,
                      "not a valid header name");
-        expect_error(al, NULL, "GET", url, "{\"X:Y\":\"v\"}", -EINVAL, "not a valid header name");
-        expect_error(al, NULL, "GET", url, "{\"Host\":\"evil.example\"}", -EINVAL,
+        expect_error(al, defaults(), "GET", url, "{\"X:Y\":\"v\"}", -EINVAL,
+                     "not a valid header name");
+        expect_error(al, defaults(), "GET", url, "{\"Host\":\"evil.example\"}", -EINVAL,
                      "set by the gateway");
-        expect_error(al, NULL, "GET", url, "{\"Transfer-Encoding\":\"chunked\"}", -EINVAL,
+        expect_error(al, defaults(), "GET", url, "{\"Transfer-Encoding\":\"chunked\"}", -EINVAL,
                      "set by the gateway");
-        expect_error(al, NULL, "GET", url, "{\"X\":1}", -EINVAL, "must be a string");
-        expect_error(al, NULL, "GET", url, "[]", -EINVAL, "\"headers\" must be an object");
-        expect_error(al, NULL, "G ET", url, NULL, -EINVAL, "not an HTTP method");
-        expect_error(al, NULL, "GET", "ftp://127.0.0.1/", NULL, -EINVAL, "scheme 'ftp'");
+        expect_error(al, defaults(), "GET", url, "{\"X\":1}", -EINVAL, "must be a string");
+        expect_error(al, defaults(), "GET", url, "[]", -EINVAL, "\"headers\" must be an object");
+        expect_error(al, defaults(), "G ET", url, NULL, -EINVAL, "not an HTTP method");
+        expect_error(al, defaults(), "GET", "ftp://127.0.0.1/", NULL, -EINVAL, "scheme 'ftp'");
         _cleanup_free_ char *numeric = fmt("http://2130706433:%d/", main_srv.port);
-        expect_error(al, NULL, "GET", numeric, NULL, -EINVAL, "non-standard");
+        expect_error(al, defaults(), "GET", numeric, NULL, -EINVAL, "non-standard");
         _cleanup_free_ char *octal = fmt("http://0177.0.0.1:%d/", main_srv.port);
-        expect_error(al, NULL, "GET", octal, NULL, -EINVAL, "non-standard");
+        expect_error(al, defaults(), "GET", octal, NULL, -EINVAL, "non-standard");
         _cleanup_free_ char *dots = fmt("http://127.0.0.1:%d/echo/%%2e%%2e/big", main_srv.port);
-        expect_error(al, NULL, "GET", dots, NULL, -EACCES, "'.' (%2E)");
+        expect_error(al, defaults(), "GET", dots, NULL, -EACCES, "'.' (%2E)");
         /* Path parameters on a dot segment: Tomcat and Jetty drop ";..."
          * before resolving "..", so this would reach /big past an /echo rule. */
         _cleanup_free_ char *params = fmt("http://127.0.0.1:%d/echo/..;/big", main_srv.port);
-        expect_error(al, NULL, "GET", params, NULL, -EACCES, "';' parameters");
+        expect_error(al, defaults(), "GET", params, NULL, -EACCES, "';' parameters");
         _cleanup_free_ char *twice =
             fmt("http://127.0.0.1:%d/echo/%%252e%%252e/big", main_srv.port);
-        expect_error(al, NULL, "GET", twice, NULL, -EACCES, "encoded again");
+        expect_error(al, defaults(), "GET", twice, NULL, -EACCES, "encoded again");
 
         json_t *resp = NULL;
         airlock_error err = {0};
@@ -389,18 +403,18 @@ static void test_bad_requests(void **state)
         json_t *req = json_pack("{s:s,s:s,s:{}}", "method", "GET", "url", url, "headers");
         json_object_setn_new(json_object_get(req, "headers"), "X\0\r\nInjected", 12,
                              json_string("v"));
-        assert_int_equal(gateway_request(al, NULL, req, &resp, &err), -EINVAL);
+        assert_int_equal(gateway_request(al, defaults(), req, &resp, &err), -EINVAL);
         assert_non_null(strstr(err.message, "not a valid header name"));
         json_decref(req);
         req = json_pack("{s:s,s:s,s:s}", "method", "POST", "url", url, "body_base64",
                         "@@not base64@@");
-        assert_int_equal(gateway_request(al, NULL, req, &resp, &err), -EINVAL);
+        assert_int_equal(gateway_request(al, defaults(), req, &resp, &err), -EINVAL);
         assert_non_null(strstr(err.message, "not valid base64"));
         json_decref(req);
         req = json_pack("{s:s}", "url", url);
-        assert_int_equal(gateway_request(al, NULL, req, &resp, &err), -EINVAL);
+        assert_int_equal(gateway_request(al, defaults(), req, &resp, &err), -EINVAL);
         json_decref(req);
-        assert_int_equal(gateway_request(al, NULL, NULL, &resp, &err), -EINVAL);
+        assert_int_equal(gateway_request(al, defaults(), NULL, &resp, &err), -EINVAL);
         assert_null(resp);
 
         /* The request body cap. */
@@ -426,7 +440,7 @@ static void test_redirect_not_followed(void **state)
                                        main_srv.port, alt_srv.port);
         json_t *resp;
         airlock_error err;
-        int r = request(al, NULL, "GET", url, NULL, NULL, 0, &resp, &err);
+        int r = request(al, defaults(), "GET", url, NULL, NULL, 0, &resp, &err);
         if (r < 0)
                 fail_msg("redirect: %s", err.message);
         assert_int_equal(json_integer_value(json_object_get(resp, "status")), 302);
@@ -476,7 +490,7 @@ static void test_caps_and_timeout(void **state)
         _cleanup_free_ char *e2 = fmt("127.0.0.1:%d", closed);
         _cleanup_free_ char *u2 = fmt("http://127.0.0.1:%d/", closed);
         al = list_of(e2, NULL);
-        expect_error(al, NULL, "GET", u2, NULL, -ECONNREFUSED, "cannot connect");
+        expect_error(al, defaults(), "GET", u2, NULL, -ECONNREFUSED, "cannot connect");
         allowlist_free(al);
 }
 
@@ -493,19 +507,19 @@ static void test_run_bounds(void **state)
         airlock_error err = {0};
         /* The HTTP timeout is 30 s; the run's deadline comes first. */
         assert_int_equal(
-            gateway_request_ex(al, NULL, req, al_now_ns() + 300000000ull, -1, &resp, &err),
+            gateway_request_ex(al, defaults(), req, al_now_ns() + 300000000ull, -1, &resp, &err),
             -ETIMEDOUT);
         assert_non_null(strstr(err.message, "before the run's time limit"));
         int p[2];
         assert_int_equal(pipe2(p, O_CLOEXEC), 0);
         /* An idle cancel fd: the request goes through the multi handle. */
-        assert_int_equal(gateway_request_ex(al, NULL, fast, 0, p[0], &resp, &err), 0);
+        assert_int_equal(gateway_request_ex(al, defaults(), fast, 0, p[0], &resp, &err), 0);
         assert_int_equal(json_integer_value(json_object_get(resp, "status")), 200);
         json_decref(resp);
         resp = NULL;
         /* A readable one stops the slow request. */
         assert_int_equal(write(p[1], "x", 1), 1);
-        assert_int_equal(gateway_request_ex(al, NULL, req, 0, p[0], &resp, &err), -ECANCELED);
+        assert_int_equal(gateway_request_ex(al, defaults(), req, 0, p[0], &resp, &err), -ECANCELED);
         assert_non_null(strstr(err.message, "the run was cancelled"));
         assert_null(resp);
         close(p[0]);
@@ -572,7 +586,7 @@ static void test_address_checks(void **state)
                 _cleanup_free_ char *entry = fmt("%s:%d", cases[i].host, port);
                 _cleanup_free_ char *url = fmt("http://%s:%d/echo", cases[i].host, port);
                 net_allowlist *al = list_of(entry, NULL);
-                expect_error(al, NULL, "GET", url, NULL, cases[i].code, cases[i].part);
+                expect_error(al, defaults(), "GET", url, NULL, cases[i].code, cases[i].part);
                 allowlist_free(al);
         }
         /* "localhost" may be loopback, and the request goes to the address
@@ -583,7 +597,7 @@ static void test_address_checks(void **state)
         net_allowlist *al = list_of(entry, NULL);
         json_t *resp;
         airlock_error err;
-        int r = request(al, NULL, "GET", url, NULL, NULL, 0, &resp, &err);
+        int r = request(al, defaults(), "GET", url, NULL, NULL, 0, &resp, &err);
         if (r < 0)
                 fail_msg("localhost: %s", err.message);
         assert_int_equal(json_integer_value(json_object_get(resp, "status")), 200);
@@ -595,7 +609,7 @@ static void test_address_checks(void **state)
         _cleanup_free_ char *e2 = fmt("localhost:%d", main_srv.port);
         _cleanup_free_ char *u2 = fmt("http://LOCALHOST:%d/echo", main_srv.port);
         al = list_of(e2, "GET");
-        r = request(al, NULL, "GET", u2, NULL, NULL, 0, &resp, &err);
+        r = request(al, defaults(), "GET", u2, NULL, NULL, 0, &resp, &err);
         if (r < 0)
                 fail_msg("localhost (real resolver): %s", err.message);
         json_decref(resp);
@@ -617,7 +631,7 @@ static void test_ipv6_literal(void **state)
         net_allowlist *al = list_of(entry, "GET");
         json_t *resp;
         airlock_error err;
-        int r = request(al, NULL, "GET", url, NULL, NULL, 0, &resp, &err);
+        int r = request(al, defaults(), "GET", url, NULL, NULL, 0, &resp, &err);
         server_stop(&v6);
         if (r < 0)
                 fail_msg("[::1]: %s", err.message);
@@ -629,7 +643,7 @@ static void test_ipv6_literal(void **state)
             json_string_value(json_object_get(json_object_get(echo, "headers"), "host")), host);
         json_decref(echo);
         json_decref(resp);
-        expect_error(al, NULL, "GET", other, NULL, -EACCES, "no allow-list entry");
+        expect_error(al, defaults(), "GET", other, NULL, -EACCES, "no allow-list entry");
         allowlist_free(al);
 }
 

@@ -81,6 +81,19 @@
         X(THAW)                                                                                    \
         X(INPUT)
 
+/* The guest's requests to the host, each answered by one reply frame: the
+ * rows both sides dispatch from. The host serves a request with the
+ * handler the row names (serve_<handler> in sandbox/run.c, which the build
+ * requires to exist); the guest runtime sends only the ops of these rows
+ * (_REQUESTS in Python, checked by runtime.py's _ask). slow: the handler
+ * may take long (a tool, an HTTP request), so that the caller's watch of
+ * its input is handed to another thread first (airlock_run_options.on_watch).
+ *   X(op,     handler, slow) */
+#define WIRE_REQUESTS(X)                                                                           \
+        X(TOOL, tool, 1)                                                                           \
+        X(HTTP, http, 1)                                                                           \
+        X(SECRET, secret, 0)
+
 /* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
  * frame, the reply to a guest request ({"ok": true, "result": ...} or
  * {"ok": false, "kind", "error"}), and the fields of each op above. An

@@ -1108,11 +1108,12 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
                            uint64_t deadline_ns, int cancel_fd, gateway_record *rec,
                            json_t **ret_response, airlock_error *err)
 {
-        airlock_limits lim;
-        if (lim_in)
-                lim = *lim_in;
-        else
-                airlock_limits_default(&lim);
+        /* The caller's limits (the run's, or those the MCP client sets):
+         * the library's defaults live in the configuration, above this
+         * folder. */
+        if (!lim_in)
+                return al_error(err, -EINVAL, NULL, "an HTTP request needs its limits");
+        airlock_limits lim = *lim_in;
         pthread_once(&curl_once, curl_init_once);
         if (!curl_ready)
                 return al_error(err, -EIO, NULL, "HTTP is unavailable: %s", curl_problem);

@@ -20,7 +20,8 @@
  * names that address or "localhost"), and the connection is pinned to the
  * checked address. Redirects are returned, not followed. The response body
  * is capped at lim->http_max_response and the whole request at
- * lim->http_timeout_s; exceeding either is an error.
+ * lim->http_timeout_s; exceeding either is an error. lim is required
+ * (-EINVAL without it); only those three fields are read.
  * On success *ret_response is {"status": int, "headers": {lower-case name:
  * value}, "body_base64": "..."}. Thread-safe. */
 int gateway_request(const net_allowlist *al, const airlock_limits *lim, const json_t *request,

@@ -31,7 +31,7 @@
 #define MCP_MAX_RESULT      (16u << 20)
 /* A result line past its call's cap is read and dropped, not held, so the
  * server and its state stay; past this it is a flood, and the server is
- * killed (mcp_client.c, read_some). */
+ * killed (mcp_client_stdio.c, read_some). */
 #define MCP_DISCARD_MAX (256u << 20)
 /* One server's tools/list, all its pages together: its bytes, what they
  * cost parsed (JSONRPC_VALUE_COST a JSON value, plus the bytes), its
@@ -114,7 +114,8 @@ json_t *mcp_specs_to_json(const mcp_specs *s);
  * at most size - 1 bytes. */
 void mcp_identifier(const char *name, char *buf, size_t size);
 
-/* ---- one upstream server (mcp_client.c) ---- */
+/* ---- one upstream server (mcp_client.c; its transports mcp_client_stdio.c and mcp_client_http.c)
+ * ---- */
 
 typedef struct mcp_upstream mcp_upstream;
 

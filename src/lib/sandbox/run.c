@@ -591,92 +591,119 @@ static json_t *secret_reply(const airlock_config *cfg, const char *name)
         return error_reply(WIRE_KIND_VALUE, msg);
 }
 
-/* Serves one request of the guest: a tool call or an HTTP request. */
+/* A request's handler (a row of WIRE_REQUESTS): the reply frame to send,
+ * NULL when out of memory. */
+typedef json_t *request_fn(run_state *run, const airlock_config *cfg, json_t *msg);
+#define REQUEST_DECLARE(id, handler, slow) static request_fn serve_##handler;
+WIRE_REQUESTS(REQUEST_DECLARE)
+
+/* call_tool(name, **args): a host tool, or a tool of an upstream MCP server
+ * of code mode (mcp_hub), bounded by the run. */
+static json_t *serve_tool(run_state *run, const airlock_config *cfg, json_t *msg)
+{
+        const char *name = json_string_value(json_object_get(msg, WIRE_KEY_NAME));
+        json_t *args = json_object_get(msg, WIRE_KEY_ARGS);
+        if (!name) {
+                usage_add_tool(run, "", al_now_ns(), false);
+                return error_reply(WIRE_KIND_VALUE, "call_tool: the tool name must be a string");
+        }
+        json_t *result = NULL;
+        _cleanup_free_ char *message = NULL, *type = NULL;
+        /* Bounded by the run: a slow tool cannot hold the run past
+         * its limit, and a cancel stops it. */
+        tool_call_bounds b = {run->deadline, run->cancel_fd, cfg->secrets};
+        uint64_t t0 = al_now_ns();
+        mcp_hub *hub = sbx_mcp(run->sb);
+        tool_fail f;
+        if (hub && mcp_hub_owns(hub, name)) {
+                if (!run->mcp.tool)
+                        run->mcp.tool = calloc(MCP_MAX_TOOLS, sizeof(uint32_t));
+                f = run->mcp.tool ? mcp_hub_call(hub, name, args, &b, &run->mcp, cfg->approver,
+                                                 cfg->approver_data, &result, &message, &type)
+                                  : tools_fail(TOOL_FAIL_RUNTIME, &message, "out of memory");
+        } else {
+                f = tools_call_typed(cfg->tools, name, args, &b, &result, &message, &type);
+        }
+        usage_add_tool(run, name, t0, f == TOOL_OK);
+        /* A tool runs with the host's environment, where a
+         * secret may sit, and may come by a value otherwise:
+         * what it returns is scrubbed like a response, and
+         * withheld when that cannot be done. */
+        if ((f == TOOL_OK && secrets_scrub_json(cfg->secrets, &result) < 0) ||
+            (f != TOOL_OK && secrets_scrub_string(cfg->secrets, &message) < 0)) {
+                json_decref(result);
+                result = NULL;
+                free(message);
+                message = strdup("the tool's result was withheld: it could not "
+                                 "be checked for the secrets' values");
+                f = TOOL_FAIL_RUNTIME;
+        }
+        json_t *reply;
+        if (f == TOOL_OK)
+                reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
+                                  result ? result : json_null());
+        else
+                reply = error_reply(f == TOOL_FAIL_INVALID ? WIRE_KIND_VALUE : WIRE_KIND_RUNTIME,
+                                    message ? message : "the tool failed");
+        /* A typed tool's failure names its type (additive: the
+         * key is there only then). */
+        if (reply && type)
+                json_object_set_new(reply, WIRE_KEY_ERROR_TYPE, json_string(type));
+        return reply;
+}
+
+/* http_request(...): through the gateway, under the allow-list and the
+ * run's limits. */
+static json_t *serve_http(run_state *run, const airlock_config *cfg, json_t *msg)
+{
+        json_t *resp = NULL;
+        airlock_error e;
+        airlock_error_clear(&e);
+        gateway_record rec;
+        uint64_t t0 = al_now_ns();
+        int r = gateway_request_full(cfg->allow, cfg->secrets, run->lim, msg, run->deadline,
+                                     run->cancel_fd, &rec, &resp, &e);
+        usage_add_http(run, &rec, t0);
+        if (r >= 0)
+                return json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, resp);
+        return error_reply(gateway_guest_exception(r), e.message[0] ? e.message : strerror(-r));
+}
+
+/* airlock.secret(name): its placeholder (secret_reply). */
+static json_t *serve_secret(run_state *run, const airlock_config *cfg, json_t *msg)
+{
+        return secret_reply(cfg, json_string_value(json_object_get(msg, WIRE_KEY_NAME)));
+}
+
+/* The guest's requests, from the rows of WIRE_REQUESTS. */
+static const struct request_row {
+        const char *op;
+        request_fn *serve;
+        bool slow;
+} requests[] = {
+#define REQUEST_ROW(id, handler, slow) {WIRE_OP_##id, serve_##handler, slow},
+    WIRE_REQUESTS(REQUEST_ROW)
+#undef REQUEST_ROW
+};
+
+/* Serves one request of the guest by its row; an op outside the rows is a
+ * ValueError in the guest. */
 static void serve_request(run_state *run, json_t *msg)
 {
-        const airlock_config *cfg = sbx_config(run->sb);
         const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
-        _cleanup_json_ json_t *reply = NULL;
+        const struct request_row *row = NULL;
+        for (size_t i = 0; op && !row && i < ARRAY_SIZE(requests); i++)
+                if (strcmp(op, requests[i].op) == 0)
+                        row = &requests[i];
         /* A tool call or an HTTP request may take long, and the loop does
          * not watch the caller's input meanwhile: the caller takes its
          * input to another thread first (airlock_run_options.on_watch), so
          * that a cancel it reads there still reaches this run. */
-        if (op && (strcmp(op, WIRE_OP_TOOL) == 0 || strcmp(op, WIRE_OP_HTTP) == 0))
+        if (row && row->slow)
                 al_watch_fire();
-        if (op && strcmp(op, WIRE_OP_TOOL) == 0) {
-                const char *name = json_string_value(json_object_get(msg, WIRE_KEY_NAME));
-                json_t *args = json_object_get(msg, WIRE_KEY_ARGS);
-                if (!name) {
-                        reply = error_reply(WIRE_KIND_VALUE,
-                                            "call_tool: the tool name must be a string");
-                        usage_add_tool(run, "", al_now_ns(), false);
-                } else {
-                        json_t *result = NULL;
-                        _cleanup_free_ char *message = NULL, *type = NULL;
-                        /* Bounded by the run: a slow tool cannot hold the run past
-                         * its limit, and a cancel stops it. */
-                        tool_call_bounds b = {run->deadline, run->cancel_fd, cfg->secrets};
-                        uint64_t t0 = al_now_ns();
-                        mcp_hub *hub = sbx_mcp(run->sb);
-                        tool_fail f;
-                        if (hub && mcp_hub_owns(hub, name)) {
-                                if (!run->mcp.tool)
-                                        run->mcp.tool = calloc(MCP_MAX_TOOLS, sizeof(uint32_t));
-                                f = run->mcp.tool
-                                        ? mcp_hub_call(hub, name, args, &b, &run->mcp,
-                                                       cfg->approver, cfg->approver_data, &result,
-                                                       &message, &type)
-                                        : tools_fail(TOOL_FAIL_RUNTIME, &message, "out of memory");
-                        } else {
-                                f = tools_call_typed(cfg->tools, name, args, &b, &result, &message,
-                                                     &type);
-                        }
-                        usage_add_tool(run, name, t0, f == TOOL_OK);
-                        /* A tool runs with the host's environment, where a
-                         * secret may sit, and may come by a value otherwise:
-                         * what it returns is scrubbed like a response, and
-                         * withheld when that cannot be done. */
-                        if ((f == TOOL_OK && secrets_scrub_json(cfg->secrets, &result) < 0) ||
-                            (f != TOOL_OK && secrets_scrub_string(cfg->secrets, &message) < 0)) {
-                                json_decref(result);
-                                result = NULL;
-                                free(message);
-                                message = strdup("the tool's result was withheld: it could not "
-                                                 "be checked for the secrets' values");
-                                f = TOOL_FAIL_RUNTIME;
-                        }
-                        if (f == TOOL_OK)
-                                reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT,
-                                                  result ? result : json_null());
-                        else
-                                reply = error_reply(f == TOOL_FAIL_INVALID ? WIRE_KIND_VALUE
-                                                                           : WIRE_KIND_RUNTIME,
-                                                    message ? message : "the tool failed");
-                        /* A typed tool's failure names its type (additive: the
-                         * key is there only then). */
-                        if (reply && type)
-                                json_object_set_new(reply, WIRE_KEY_ERROR_TYPE, json_string(type));
-                }
-        } else if (op && strcmp(op, WIRE_OP_HTTP) == 0) {
-                json_t *resp = NULL;
-                airlock_error e;
-                airlock_error_clear(&e);
-                gateway_record rec;
-                uint64_t t0 = al_now_ns();
-                int r = gateway_request_full(cfg->allow, cfg->secrets, run->lim, msg, run->deadline,
-                                             run->cancel_fd, &rec, &resp, &e);
-                usage_add_http(run, &rec, t0);
-                if (r >= 0) {
-                        reply = json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, resp);
-                } else {
-                        const char *kind = gateway_guest_exception(r);
-                        reply = error_reply(kind, e.message[0] ? e.message : strerror(-r));
-                }
-        } else if (op && strcmp(op, WIRE_OP_SECRET) == 0) {
-                reply = secret_reply(cfg, json_string_value(json_object_get(msg, WIRE_KEY_NAME)));
-        } else {
-                reply = error_reply(WIRE_KIND_VALUE, "unknown request to the host");
-        }
+        _cleanup_json_ json_t *reply =
+            row ? row->serve(run, sbx_config(run->sb), msg)
+                : error_reply(WIRE_KIND_VALUE, "unknown request to the host");
         int sent = reply ? send_reply(run, reply) : -ENOMEM;
         if (sent < 0 && sent != -ETIMEDOUT && sent != -ECANCELED)
                 run_stop_copy(run, STOP_PROTOCOL);

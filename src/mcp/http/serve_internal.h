@@ -191,9 +191,9 @@ int http_metrics_access(http_server *s, struct MHD_Connection *c);
 
 /* ---- serve_slots.c ------------------------------------------------------ */
 
-/* Takes a run slot for owner, waiting in the bounded queue; why says what
+/* Takes a run slot for owner, waiting in the bounded queue; err says what
  * the owner holds when its own quota refuses. */
-http_admit http_slot_take(http_server *s, const char *owner, char *why, size_t why_len);
+http_admit http_slot_take(http_server *s, const char *owner, airlock_error *err);
 /* Gives back a slot http_slot_take took (internal: the warm-up's, no quota). */
 void http_slot_give(http_server *s, const char *owner, bool internal);
 /* Holds a request until the core is built: 0, -ETIMEDOUT or -ECANCELED. */

@@ -44,15 +44,15 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
         if (http_charge_parse(c, rq, &refused) < 0)
                 return refused;
         jsonrpc_message m;
-        char why[256];
-        int code =
-            jsonrpc_parse(rq->body.data ? rq->body.data : "", rq->body.len, &m, why, sizeof(why));
+        airlock_error err;
+        int code = jsonrpc_parse(rq->body.data ? rq->body.data : "", rq->body.len, &m, &err);
         http_release_body(rq);
         if (code != 0) {
                 http_drop_message(rq, &m);
                 http_refuse(rq, RF_BAD_REQUEST);
                 snprintf(rq->method, sizeof(rq->method), "?");
-                return http_queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, code, why, NULL, NULL);
+                return http_queue_rpc_error(c, rq, MHD_HTTP_BAD_REQUEST, code, err.message, NULL,
+                                            NULL);
         }
         const char *method = m.method ? m.method : "";
         snprintf(rq->method, sizeof(rq->method), "%s", m.method ? m.method : "response");
@@ -77,8 +77,8 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
         }
         bool is_call = strcmp(method, "tools/call") == 0;
         if (is_call) {
-                char own[300];
-                http_admit a = http_slot_take(s, rq->sink->base.owner, own, sizeof(own));
+                airlock_error own;
+                http_admit a = http_slot_take(s, rq->sink->base.owner, &own);
                 if (a == ADMIT_GONE) {
                         http_drop_message(rq, &m);
                         return http_queue_unauthorized(c, rq, false);
@@ -92,7 +92,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
                         return http_queue_rpc_error(
                             c, rq, full ? MHD_HTTP_TOO_MANY_REQUESTS : MHD_HTTP_SERVICE_UNAVAILABLE,
                             RPC_INTERNAL_ERROR,
-                            a == ADMIT_OWN_QUEUE_FULL ? own
+                            a == ADMIT_OWN_QUEUE_FULL ? own.message
                             : a == ADMIT_QUEUE_FULL ? "too many calls: every run slot is busy and "
                                                       "the queue is full; retry later"
                             : a == ADMIT_TIMEOUT    ? "no run slot came free in time; retry later"

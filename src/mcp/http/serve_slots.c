@@ -37,9 +37,9 @@ static bool slot_fits_locked(http_server *s, const char *owner)
 /* Takes a run slot for owner, waiting in the queue when every slot is busy
  * or owner runs its quota already: at most max_queue requests wait (each
  * owner at most its own quota of them), each at most queue_wait_s seconds.
- * A refusal for the owner's own quota says, in why, only what that owner
+ * A refusal for the owner's own quota says, in err, only what that owner
  * holds and may hold. */
-http_admit http_slot_take(http_server *s, const char *owner, char *why, size_t why_len)
+http_admit http_slot_take(http_server *s, const char *owner, airlock_error *err)
 {
         pthread_mutex_lock(&s->slot_lock);
         if (!http_tenant_exists(s, owner)) {
@@ -61,13 +61,13 @@ http_admit http_slot_take(http_server *s, const char *owner, char *why, size_t w
                 unsigned run_limit = quota_limit(s->quotas, owner, QUOTA_RUNS, &own_runs);
                 (void)quota_limit(s->quotas, owner, QUOTA_QUEUED, &own_queue);
                 pthread_mutex_unlock(&s->slot_lock);
-                snprintf(why, why_len,
-                         "too many calls: you have %u running and %u waiting, your limits "
-                         "(%s %u, %s %u); retry when one of yours has finished",
-                         runs, queued,
-                         own_runs ? "max-runs of your tenant" : "--max-runs-per-token", run_limit,
-                         own_queue ? "max-queue of your tenant" : "--max-queue-per-token",
-                         queue_limit);
+                (void)al_error(
+                    err, -EAGAIN, NULL,
+                    "too many calls: you have %u running and %u waiting, your limits "
+                    "(%s %u, %s %u); retry when one of yours has finished",
+                    runs, queued, own_runs ? "max-runs of your tenant" : "--max-runs-per-token",
+                    run_limit, own_queue ? "max-queue of your tenant" : "--max-queue-per-token",
+                    queue_limit);
                 return ADMIT_OWN_QUEUE_FULL;
         }
         if (s->waiting >= s->opt.max_queue) {

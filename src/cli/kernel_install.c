@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base.h"
 #include "cli.h"
-#include "kernel.h"
 
 /* The options whose value is a host path: made absolute, since Jupyter
  * starts the kernel in the notebook's folder. --mount's HOST is the part
