@@ -84,12 +84,21 @@ def public_symbols():
     return names
 
 
+def objects_of(build, folder):
+    """The objects of one folder whose source is still in the tree: an
+    incremental build keeps the object of a file that moved away, which
+    would report edges that no longer exist."""
+    od = os.path.join(build, folder)
+    if not os.path.isdir(od):
+        return []
+    return [os.path.join(od, n) for n in sorted(os.listdir(od))
+            if n.endswith(".o") and os.path.exists(os.path.join(ROOT, folder, n[:-2] + ".c"))]
+
+
 def symbol_edges(folders, build, edges):
     objects = []
     for f in folders:
-        od = os.path.join(build, f)
-        if os.path.isdir(od):
-            objects += [(f, os.path.join(od, n)) for n in sorted(os.listdir(od)) if n.endswith(".o")]
+        objects += [(f, path) for path in objects_of(build, f)]
     folder_of = {path: f for f, path in objects}
     # One nm for every object: -A prefixes each line with its file.
     out = subprocess.run(["nm", "-A"] + [path for _, path in objects], capture_output=True,
@@ -130,10 +139,7 @@ def unprefixed(build):
     """The shared names of ROOM_PREFIXES' folders without their prefix."""
     bad = []
     for f, prefixes in ROOM_PREFIXES.items():
-        od = os.path.join(build, f)
-        if not os.path.isdir(od):
-            continue
-        objs = [os.path.join(od, n) for n in sorted(os.listdir(od)) if n.endswith(".o")]
+        objs = objects_of(build, f)
         if not objs:
             continue
         out = subprocess.run(["nm", "-A", "--defined-only", "--extern-only"] + objs,
