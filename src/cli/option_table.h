@@ -107,6 +107,14 @@ typedef enum cli_group {
           "on SIGTERM, calls may finish this long")                                                 \
         X(SHARED_SERVERS, "shared-servers", 0, NULL, CLI_SERVE, CLI_G_SERVE, NULL,                  \
           "with --tokens and --servers but no --tenants-dir: let every tenant share the servers")  \
+        X(PEER_LISTEN, "peer-listen", 0, "ADDR:PORT", CLI_SERVE, CLI_G_SERVE, NULL,                 \
+          "the internal listener for calls peers forward (needs a secret @peer)")                  \
+        X(PEERS, "peers", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                                  \
+          "peers, a line each: INSTANCE ADDR:PORT (reloaded on SIGHUP)")                           \
+        X(PEER_DNS, "peer-dns", 0, "DOMAIN", CLI_SERVE, CLI_G_SERVE, NULL,                          \
+          "find a peer not in --peers at INSTANCE.DOMAIN, --peer-listen's port")                   \
+        X(PEER_TIMEOUT, "peer-timeout", 0, "SEC", CLI_SERVE, CLI_G_SERVE, "330",                    \
+          "longest wait for a peer's answer to a forwarded call")                                  \
         X(AUDIT, "audit", 0, "FILE", CLI_SERVERS, CLI_G_SERVERS, NULL,                              \
           "append one JSON line per call: what it used")                                            \
         X(TENANTS_DIR, "tenants-dir", 0, "DIR", CLI_SERVERS, CLI_G_SERVERS, NULL,                   \

@@ -480,6 +480,10 @@ static int set_serve_number(serve_options *so, const cli_row *row, const char *v
                 r = number(n, val, 0, 86400, false, &v, err);
                 so->grace_s = v;
                 break;
+        case CLI_OPT_PEER_TIMEOUT:
+                r = number(n, val, 1, 86400, false, &v, err);
+                so->peer_timeout_s = v;
+                break;
         default:
                 return 1;
         }
@@ -521,6 +525,20 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
                 break;
         case CLI_OPT_SHARED_SERVERS:
                 so->shared_servers = true;
+                break;
+        case CLI_OPT_PEER_LISTEN:
+                so->peer_listen = val;
+                break;
+        case CLI_OPT_PEERS:
+                so->peers_file = val;
+                break;
+        case CLI_OPT_PEER_DNS:
+                if (!serve_peer_domain_valid(val))
+                        return al_error(err, -EINVAL, NULL,
+                                        "--peer-dns: '%.80s' is not a DNS domain (letters, digits, "
+                                        "'-' and '.', at most %d bytes)",
+                                        val, SERVE_PEER_DOMAIN_MAX);
+                so->peer_dns = val;
                 break;
         case CLI_OPT_INSTANCE:
                 if (!mcp_instance_valid(val, strlen(val)))
