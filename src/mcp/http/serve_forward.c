@@ -256,11 +256,13 @@ static void answer_error(fwd_job *j, const char *msg)
 static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *msg, size_t n)
 {
         const char *h = j->handle, *p = j->instance;
+        /* Not reached at all, or its connection broken before the answer
+         * ended (the process or its host died mid-call): gone. */
         bool never = connect_s <= 0 && code == 0;
+        bool broken = rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR ||
+                      rc == CURLE_SEND_ERROR || rc == CURLE_PARTIAL_FILE;
         if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
-            (rc == CURLE_OPERATION_TIMEDOUT && never) ||
-            ((rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR) &&
-             code == 0 && !j->total))
+            (rc == CURLE_OPERATION_TIMEDOUT && never) || (broken && !j->bad))
                 snprintf(msg, n,
                          "session %s: its host, instance %s, is gone (%s): the session's state "
                          "was in that host's memory and is lost. Open a new session with "
