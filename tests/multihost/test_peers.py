@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -282,6 +283,18 @@ def test_peer_listener_needs_the_cluster_secret():
     p = subprocess.run(base + ["--secret", f"K=file:{cl_dir}/s@api.example.com"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "cluster secret" in p.stderr, p.stderr
+    # The guest cannot ask for it, and the description does not name it.
+    code = ("import airlock\ntry:\n    airlock.secret('K')\nexcept ValueError as e:\n"
+            "    print(e)\nprint(airlock.secret('W')[:17])")
+    p = subprocess.run([cl.AIRLOCK, "run", "--secret", f"K=file:{cl_dir}/s@peer", "--secret",
+                        f"W=file:{cl_dir}/s@api.example.com", "-c", code],
+                       capture_output=True, text=True, timeout=120)
+    assert p.stdout == ("airlock.secret: no secret named 'K' (the secrets are: W)\n"
+                        "airlock-secret-W-\n"), p.stdout + p.stderr
+    p = subprocess.run([cl.AIRLOCK, "describe", "--secret", f"K=file:{cl_dir}/s@peer"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "K:" not in p.stdout and "peer" not in p.stdout, p.stdout
+    shutil.rmtree(cl_dir)
 
 
 def test_fake_peer_garbage_or_hang_fails_one_call():
