@@ -81,7 +81,7 @@ typedef enum cli_group {
         X(INSECURE_NO_AUTH, "insecure-no-auth", 0, NULL, CLI_SERVE, CLI_G_SERVE, NULL,              \
           "serve a non-loopback address without --tokens")                                          \
         X(INSTANCE, "instance", 0, "ID", CLI_SERVE, CLI_G_SERVE, NULL,                              \
-          "[a-z0-9-]{1,32}, named in session handles (default: random)")                            \
+          "[a-z0-9-]{1,32} (an IPv4 address: dots become dashes), named in session handles")                            \
         X(MAX_BODY, "max-body", 0, "BYTES", CLI_SERVE, CLI_G_SERVE, "4194304",                      \
           "largest request body")                                                                   \
         X(MAX_BODY_TOTAL, "max-body-total", 0, "BYTES", CLI_SERVE, CLI_G_SERVE, "67108864",         \

@@ -5,6 +5,7 @@
  * refused with a message naming it and its value. The limits' options, their
  * units and ranges are the library's (the limits table, through
  * airlock_limit_option_at and airlock_limits_set_option). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -490,6 +491,20 @@ static int set_serve_number(serve_options *so, const cli_row *row, const char *v
         return r;
 }
 
+/* Whether text is a dotted IPv4 address; out then gets it with '-' for
+ * each '.'. */
+static bool instance_from_ipv4(const char *text, char *out, size_t size)
+{
+        struct in_addr a;
+        if (strlen(text) >= size || inet_pton(AF_INET, text, &a) != 1)
+                return false;
+        size_t i = 0;
+        for (; text[i]; i++)
+                out[i] = text[i] == '.' ? '-' : text[i];
+        out[i] = '\0';
+        return true;
+}
+
 static int set_server_option(cli_options *o, const cli_row *row, const char *val,
                              airlock_error *err)
 {
@@ -541,6 +556,12 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
                 so->peer_dns = val;
                 break;
         case CLI_OPT_INSTANCE:
+                /* An IPv4 address is taken with dashes for its dots: the
+                 * name of a Kubernetes pod's DNS record (10-1-2-3.NAMESPACE
+                 * .pod.cluster.local), which --peer-dns then finds, from
+                 * --instance $(POD_IP). */
+                if (instance_from_ipv4(val, so->instance, sizeof(so->instance)))
+                        break;
                 if (!mcp_instance_valid(val, strlen(val)))
                         return al_error(err, -EINVAL, NULL,
                                         "--instance: '%.64s' is not 1 to %d of a-z, 0-9 and '-'",

@@ -61,6 +61,7 @@ typedef struct http_sink http_sink;
 #define PEER_URL_MAX 320
 #define PEERS_MAX    1024
 #define PEER_KEY_MAX 8192  /* a secret's longest value */
+#define PEER_KEY_MIN 16    /* a cluster secret's shortest */
 #define PEER_SKEW_S  30    /* a peer request's time may be this far from ours */
 #define PEER_NONCES  16384 /* nonces remembered; more in one window are refused */
 

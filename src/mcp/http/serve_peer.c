@@ -118,6 +118,19 @@ static int load_key(http_server *s, const airlock_config *cfg, airlock_error *er
         int r = airlock_config_peer_secret(cfg, key, sizeof(key), &len, err);
         if (r < 0)
                 return r;
+        /* As the tokens: a short value could be guessed, and an example's
+         * placeholder (deploy/k8s/secret.yaml) is public. */
+        bool placeholder = len >= 13 && memcmp(key, "REPLACE-WITH-", 13) == 0;
+        explicit_bzero(key, placeholder || len < PEER_KEY_MIN ? sizeof(key) : 0);
+        if (placeholder)
+                return al_error(err, -EINVAL, NULL,
+                                "the cluster secret is an example's placeholder (REPLACE-WITH-…): "
+                                "make your own (openssl rand -hex 32)");
+        if (len < PEER_KEY_MIN)
+                return al_error(err, -EINVAL, NULL,
+                                "the cluster secret is %zu bytes: it takes at least %d "
+                                "(openssl rand -hex 32)",
+                                len, PEER_KEY_MIN);
         pthread_rwlock_wrlock(&s->tokens_lock);
         explicit_bzero(s->peer_key, sizeof(s->peer_key));
         memcpy(s->peer_key, key, len);
@@ -138,11 +151,13 @@ int http_peers_setup(http_server *s, const airlock_config *cfg, airlock_error *e
         if (!http_peers_on(s))
                 return 0;
         int r = load_key(s, cfg, err);
-        if (r < 0)
+        if (r == -ENOENT)
                 return al_error(err, r, NULL,
                                 "--peer-listen, --peers and --peer-dns need the cluster secret: "
-                                "--secret NAME=file:PATH@peer, the same on every instance (%s)",
-                                r == -ENOENT ? "none is declared" : "it could not be read");
+                                "--secret NAME=file:PATH@peer, the same on every instance (none "
+                                "is declared)");
+        if (r < 0)
+                return r;
         if (s->opt.peer_dns && !s->opt.peer_listen)
                 return al_error(err, -EINVAL, NULL,
                                 "--peer-dns needs --peer-listen: a peer found by DNS is reached "
