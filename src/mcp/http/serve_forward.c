@@ -25,6 +25,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,9 @@ typedef struct fwd_job {
         char *body;
         size_t len;
         json_t *id;
+        /* A transfer on the request's own thread watches its client's socket
+         * (-1: the request's thread does, on a thread of its own). */
+        int watch_fd;
         /* The answer: bytes not yet parsed, what kind it is, what came. */
         dynbuf in;
         enum { ANSWER_UNKNOWN, ANSWER_JSON, ANSWER_SSE } kind;
@@ -237,6 +241,11 @@ static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl
 {
         (void)a, (void)b, (void)c, (void)d;
         fwd_job *j = arg;
+        if (j->watch_fd >= 0) {
+                struct pollfd p = {.fd = j->watch_fd, .events = POLLRDHUP};
+                if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        atomic_store(&j->k->cancel, true); /* the client left */
+        }
         return atomic_load(&j->k->cancel) ? 1 : 0;
 }
 
@@ -259,8 +268,8 @@ static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *
         /* Not reached at all, or its connection broken before the answer
          * ended (the process or its host died mid-call): gone. */
         bool never = connect_s <= 0 && code == 0;
-        bool broken = rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR ||
-                      rc == CURLE_SEND_ERROR || rc == CURLE_PARTIAL_FILE;
+        bool broken = rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
+                      rc == CURLE_PARTIAL_FILE;
         if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
             (rc == CURLE_OPERATION_TIMEDOUT && never) || (broken && !j->bad))
                 snprintf(msg, n,
@@ -403,7 +412,7 @@ bool http_forward_target(http_server *s, const http_request *rq, const jsonrpc_m
 }
 
 void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_message *m,
-                  const char *peer, char *body, size_t len)
+                  const char *peer, char *body, size_t len, bool stream)
 {
         http_server *s = rq->srv;
         http_sink *k = rq->sink;
@@ -415,7 +424,12 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
                 http_sink_finish(k);
                 return;
         }
-        *j = (fwd_job){.srv = s, .k = k, .body = body, .len = len, .id = json_deep_copy(m->id)};
+        *j = (fwd_job){.srv = s,
+                       .k = k,
+                       .body = body,
+                       .len = len,
+                       .id = json_deep_copy(m->id),
+                       .watch_fd = stream ? -1 : rq->sock};
         dynbuf_init(&j->in, PEER_ANSWER_MAX);
         snprintf(j->instance, sizeof(j->instance), "%s", peer);
         snprintf(
@@ -433,6 +447,13 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
                                 "(" CURL_SONAME ") could not be loaded");
                 job_free(j);
                 http_sink_finish(k);
+                return;
+        }
+        /* An answer without progress is one message: the transfer runs on
+         * this thread (no thread to start, no hand-over), the client's
+         * socket watched from libcurl's progress callback. */
+        if (!stream) {
+                (void)forward_main(j);
                 return;
         }
         pthread_attr_t a;

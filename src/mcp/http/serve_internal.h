@@ -363,9 +363,10 @@ int http_parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *
 bool http_forward_target(http_server *s, const http_request *rq, const jsonrpc_message *m,
                          char peer[MCP_INSTANCE_MAX + 1]);
 /* Forwards m, whose text is body (taken), to peer; its answer comes into
- * rq's sink. */
+ * rq's sink, on a thread of its own when stream (the client takes SSE and
+ * asked for progress), else before this returns. */
 void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_message *m,
-                  const char *peer, char *body, size_t len);
+                  const char *peer, char *body, size_t len, bool stream);
 
 /* ---- serve_router.c ----------------------------------------------------- */
 

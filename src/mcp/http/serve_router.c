@@ -78,7 +78,10 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
         }
         if (fwd) {
                 /* No run slot here: the peer takes one of its own. */
-                http_forward(rq, c, &m, peer, raw, raw_len);
+                const json_t *tok =
+                    json_object_get(json_object_get(m.params, "_meta"), "progressToken");
+                http_forward(rq, c, &m, peer, raw, raw_len,
+                             rq->sse && (json_is_string(tok) || json_is_integer(tok)));
                 http_drop_message(rq, &m);
                 return http_answer(c, rq);
         }
