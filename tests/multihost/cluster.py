@@ -119,7 +119,8 @@ class Host:
 
 class Cluster:
     """Cluster(tenants_dir).start(); .hosts (a, b, c), .lb (host, port) of
-    HAProxy, .tokens {tenant: token}, .secret (the cluster secret's bytes);
+    HAProxy, .tokens {tenant: token}, .secret (the cluster secret's bytes),
+    .metrics(host) (read with the operator's token, .metrics_token);
     .stop(). extra_args go to every instance; fake_peers maps more instance
     names to ADDR:PORT in the peers file (a test's fake peer; "{bridge}"
     stands for the test namespace's address on the hosts' bridge)."""
@@ -139,6 +140,7 @@ class Cluster:
         self.dir = None
         self.tokens = {t: f"{t}-token-{secrets.token_hex(12)}" for t in tenants}
         self.secret = secrets.token_hex(24).encode()
+        self.metrics_token = "operator-" + secrets.token_hex(12)
         self._made_ns = []
         self._made_bridge = False
 
@@ -181,6 +183,8 @@ class Cluster:
         with open(os.path.join(self.dir, "tokens"), "w") as f:
             for tenant, tok in self.tokens.items():
                 f.write(f"{tok} {tenant}\n")
+        with open(os.path.join(self.dir, "metrics-token"), "w") as f:
+            f.write(self.metrics_token + "\n")
         with open(os.path.join(self.dir, "secret"), "wb") as f:
             f.write(self.secret + b"\n")
         with open(os.path.join(self.dir, "peers"), "w") as f:
@@ -193,7 +197,8 @@ class Cluster:
         d = self.dir
         return [AIRLOCK, "serve", "--listen", f"{h.addr}:{HTTP_PORT}", "--peer-listen",
                 f"{h.addr}:{PEER_PORT}", "--peers", os.path.join(d, "peers"), "--instance",
-                h.name, "--tokens", os.path.join(d, "tokens"), "--tenants-dir",
+                h.name, "--tokens", os.path.join(d, "tokens"), "--metrics-token",
+                os.path.join(d, "metrics-token"), "--tenants-dir",
                 self.tenants_dir, "--secret", f"CLUSTER=file:{os.path.join(d, 'secret')}@peer",
                 *self.extra_args]
 
@@ -254,6 +259,19 @@ class Cluster:
             self.stop()
             raise
         return self
+
+    def metrics(self, h):
+        """h's /metrics as {line's name and labels: value}."""
+        import http.client
+        conn = http.client.HTTPConnection(h.addr, HTTP_PORT, timeout=30)
+        try:
+            conn.request("GET", "/metrics", headers={"Authorization": "Bearer " +
+                                                     self.metrics_token})
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        return {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1])
+                for l in text.splitlines() if l and not l.startswith("#")}
 
     def host(self, name):
         return next(h for h in self.hosts if h.name == name)

@@ -315,6 +315,35 @@ def test_fake_peer_garbage_or_hang_fails_one_call():
     assert not r.get("isError") and text(r).startswith("3\n"), r
 
 
+def test_client_leaving_cancels_the_forwarded_call():
+    """A client that leaves while its call is forwarded cancels the call on
+    the host that runs it, as when it calls that host itself: the owner's
+    log line of the peer's request says cancelled, long before the cell's
+    120 s would have ended."""
+    c = get_cluster()
+    a, b = c.hosts[0], c.hosts[1]
+    _, h = open_session(at(a))
+    mark = a.mark()
+    s = socket.create_connection((b.addr, cl.HTTP_PORT), timeout=CALL_TIMEOUT)
+    body = call_body("execute_code", {"session": h, "code": "import time\ntime.sleep(120)"})
+    s.sendall(b"POST /mcp HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+              b"Accept: application/json\r\nAuthorization: Bearer " +
+              c.tokens["acme"].encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    # The peer's request reached a: a runs a cell (a bounded number of
+    # looks at its metrics, which touch no session).
+    for _ in range(3000):
+        if c.metrics(a).get("airlock_runs_in_flight", 0) >= 1:
+            break
+    else:
+        raise AssertionError("the forwarded cell never ran on a")
+    s.close()
+    line = a.wait_line(lambda l: '"peer":true' in l and '"tool":"execute_code"' in l and
+                       '"cancelled"' in l, 60, mark)
+    assert '"tenant":"acme"' in line, line
+    call(at(a), "session_close", {"session": h})
+
+
 def test_host_killed():
     """SIGKILL of host b: a call in flight on b's session through a gets the
     error that b is gone and the state lost, as does every later call of its
