@@ -313,6 +313,21 @@ def test_fake_peer_garbage_or_hang_fails_one_call():
     assert f"did not answer within {PEER_TIMEOUT} s" in text(r), r
     _, r, _ = call(at(a), "execute_code", {"code": "print(3)"})
     assert not r.get("isError") and text(r).startswith("3\n"), r
+    # A peer added to the peers file is known after SIGHUP (and not before).
+    h = handle_of("late")
+    _, r, _ = call(at(a), "execute_code", {"session": h, "code": "1"})
+    assert r.get("isError") and "belongs to instance late" in text(r), r
+    peers = os.path.join(c.dir, "peers")
+    with open(peers) as f:
+        garb = next(l.split()[1] for l in f if l.startswith("garb "))
+    with open(peers, "a") as f:
+        f.write(f"late {garb}\n")
+    mark = a.mark()
+    a.proc.send_signal(signal.SIGHUP)
+    line = a.wait_line(lambda l: l.startswith("airlock serve: SIGHUP:"), 60, mark)
+    assert "; 6 peers loaded from" in line, line
+    _, r, _ = call(at(a), "execute_code", {"session": h, "code": "1"})
+    assert r.get("isError") and "instance late" in text(r) and "not HTTP" in text(r), r
 
 
 def test_client_leaving_cancels_the_forwarded_call():
