@@ -203,6 +203,33 @@ def test_session_on_every_host():
     assert any('"peer":true' in l for l in c.host(owner).lines if l)
 
 
+def test_official_sdk_through_another_host():
+    """The official MCP SDK's client (StreamableHTTPClientTransport), given
+    a host that does not hold its session, gets the cell's progress as it
+    comes and its result, with the session's state."""
+    c = get_cluster()
+    a, b = c.hosts[0], c.hosts[1]
+    _, h = open_session(at(a))
+    call(at(a), "execute_code", {"session": h, "code": "n = 41 + 1"})
+    mcp = os.path.join(os.path.dirname(__file__), "..", "mcp")
+    if not os.path.isdir(os.path.join(mcp, "node_modules", "@modelcontextprotocol", "sdk")):
+        raise Skip("tests/mcp has no node_modules: npm install there")
+    # ESM finds node_modules from the script's folder, not NODE_PATH: a copy there.
+    script = os.path.join(mcp, f".multihost_sdk_forward_{os.getpid()}.mjs")
+    shutil.copy(os.path.join(os.path.dirname(__file__), "sdk_forward.mjs"), script)
+    try:
+        p = subprocess.run(["node", script, b.url, c.tokens["acme"], h], capture_output=True,
+                           text=True, timeout=CALL_TIMEOUT * 2)
+    finally:
+        os.unlink(script)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not out["isError"] and "42" in out["text"], out
+    assert len(out["seen"]) >= 2 and any("step" in (x.get("message") or "") for x in out["seen"]), out
+    assert any('"peer_to":"a"' in l and '"tool":"execute_code"' in l for l in b.lines if l)
+    call(at(b), "session_close", {"session": h})
+
+
 def test_tenants_apart_across_hosts():
     """A tenant's handle is, for another tenant and through any host, the
     handle never opened: the same answer as for one that never was."""
