@@ -338,6 +338,10 @@ static void server_stop_listening(http_server *s, uint64_t until)
                 struct timespec pause = {0, 10 * 1000000L};
                 nanosleep(&pause, NULL);
         }
+        /* A call forwarded to a peer is not the core's, so no cancel of the
+         * core's ends it: libcurl's progress callback does, within a
+         * second, and so its connection's thread, which stopping waits for. */
+        atomic_store(&s->forward_stop, true);
         MHD_stop_daemon(s->d);
         s->d = NULL;
         if (s->peer_d)

@@ -246,6 +246,10 @@ static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl
                 if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
                         atomic_store(&j->k->cancel, true); /* the client left */
         }
+        /* The server stops (its drain's grace is over): what it still
+         * forwards ends now, its client told the call was cancelled. */
+        if (atomic_load(&j->srv->forward_stop))
+                atomic_store(&j->k->cancel, true);
         return atomic_load(&j->k->cancel) ? 1 : 0;
 }
 
@@ -442,9 +446,15 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
         snprintf(j->version, sizeof(j->version), "%s", v ? v : "");
         snprintf(rq->peer_to, sizeof(rq->peer_to), "%s", peer);
         pthread_once(&cu_once, cu_open);
-        if (!cu_ready || !http_peer_url(s, peer, j->url, sizeof(j->url))) {
-                answer_error(j, "this instance cannot forward to its peers: libcurl "
-                                "(" CURL_SONAME ") could not be loaded");
+        const char *why = !cu_ready ? "this instance cannot forward to its peers: libcurl "
+                                      "(" CURL_SONAME ") could not be loaded"
+                          : !http_peer_url(s, peer, j->url, sizeof(j->url))
+                              ? "its instance left this instance's peers (a reload of --peers)"
+                              : NULL;
+        if (why) {
+                char msg[300];
+                snprintf(msg, sizeof(msg), "session %s: %s; this call failed", j->handle, why);
+                answer_error(j, msg);
                 job_free(j);
                 http_sink_finish(k);
                 return;

@@ -145,6 +145,9 @@ typedef struct http_server {
         size_t peer_key_len;
         pthread_mutex_t nonce_lock;
         http_nonce *nonces;
+        /* Set when the server stops listening: forwarded calls still
+         * running end (serve_forward.c). */
+        atomic_bool forward_stop;
 } http_server;
 
 typedef enum http_admit {
