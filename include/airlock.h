@@ -284,6 +284,15 @@ AIRLOCK_PUBLIC int airlock_secret_placeholder(const char *name, char *buf, size_
 /* The number of secrets and the name of the i-th (NULL past the end). */
 AIRLOCK_PUBLIC size_t airlock_config_secret_count(const airlock_config *cfg);
 AIRLOCK_PUBLIC const char *airlock_config_secret_name(const airlock_config *cfg, size_t i);
+/* The value of the cluster secret, the one secret whose target is "peer"
+ * (airlock serve's peers sign the requests they forward to each other with
+ * it), copied into buf (size bytes; a value is at most 8192), its length in
+ * *len. Such a secret has that one target and reaches nothing else: no
+ * request of the guest, no upstream server, no placeholder. Returns 0,
+ * -ENOENT when there is none, -ERANGE when buf is too small. The caller
+ * zeroes buf when done. */
+AIRLOCK_PUBLIC int airlock_config_peer_secret(const airlock_config *cfg, void *buf, size_t size,
+                                              size_t *len, airlock_error *err);
 /* ---- upstream MCP servers (code mode) --------------------------------- */
 
 /* Adds the MCP servers of a servers file, the JSON that MCP clients write:

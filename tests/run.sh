@@ -20,6 +20,9 @@
 #   mcp       the MCP server driven by the official TypeScript SDK and the MCP
 #             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp),
 #             on stdio and over HTTP (airlock serve, test_mcp_http.mjs);
+#   multihost three airlock serve hosts, each in a network namespace of its
+#             own, behind HAProxy (tests/multihost; root, ip netns, haproxy;
+#             elsewhere each file skips with a one-line hint);
 #   fuzz      fuzz corpus and crash replays;
 #   format    the format check and the layering check (scripts/layers.py).
 # Every test file runs in its own process with a time limit. With -j N (or
@@ -40,7 +43,7 @@ done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -j takes a positive number, not '$jobs'" >&2; exit 2; }
 build=${1:-build}
 shift || true
-all_tiers=(unit sandbox asan openat2 install blackbox cpython python docs mcp fuzz format)
+all_tiers=(unit sandbox asan openat2 install blackbox cpython python docs mcp multihost fuzz format)
 tiers=("$@")
 [ ${#tiers[@]} -eq 0 ] && tiers=("${all_tiers[@]}")
 for t in "${tiers[@]}"; do
@@ -259,6 +262,14 @@ if want mcp && [ -f tests/mcp/package.json ]; then
     for t in tests/mcp/test_*.mjs; do
         [ -f "$t" ] || continue
         queue counted "$(basename "$t" .mjs)" 1200 node "$t"
+    done
+fi
+
+if want multihost; then
+    say "== many hosts (network namespaces, HAProxy)"
+    for t in tests/multihost/test_*.py; do
+        [ -f "$t" ] || continue
+        queue counted+skips "multihost/$(basename "$t" .py)" 1200 /usr/bin/python3 "$t"
     done
 fi
 

@@ -116,9 +116,11 @@ typedef enum cli_group {
           "Serve a non-loopback address without `--tokens`; without it such a `--listen` "           \
           "exits 2.")                                                                                \
         X(INSTANCE, "instance", 0, "ID", CLI_SERVE, CLI_G_SERVE, NULL,                               \
-          "[a-z0-9-]{1,32}, named in session handles (default: random)",                             \
-          "`[a-z0-9-]{1,32}`, named in session handles and `Airlock-Instance`. Default: "            \
-          "random `i` + 8.")                                                                         \
+          "[a-z0-9-]{1,32} (an IPv4 address: dots become dashes), named in session handles",         \
+          "`[a-z0-9-]{1,32}`, named in session handles and `Airlock-Instance`; a dotted "            \
+          "IPv4 address is taken with dashes for its dots (`10.1.2.3` is `10-1-2-3`, the "           \
+          "label of a Kubernetes pod's DNS record, which `--peer-dns "                               \
+          "NAMESPACE.pod.cluster.local` finds). Default: random `i` + 8.")                           \
         X(MAX_BODY, "max-body", 0, "BYTES", CLI_SERVE, CLI_G_SERVE, "4194304",                       \
           "largest request body",                                                                    \
           "Largest request body (1024 to 1 GiB).")                                                   \
@@ -168,6 +170,25 @@ typedef enum cli_group {
           "With `--tokens` and `--servers` but without `--tenants-dir`, every tenant's "             \
           "runs share the upstream servers' processes and their state (docs/design.md, "             \
           "\"Tenants\"); without it such a start exits 2.")                                          \
+        X(PEER_LISTEN, "peer-listen", 0, "ADDR:PORT", CLI_SERVE, CLI_G_SERVE, NULL,                  \
+          "the internal listener for calls peers forward (needs a secret @peer)",                    \
+          "The internal listener on which peers forward their calls (`POST /peer/mcp`, "             \
+          "docs/design.md, \"Peers\"); needs the cluster secret. Put it on an address only "        \
+          "the cluster reaches.")                                                                    \
+        X(PEERS, "peers", 0, "FILE", CLI_SERVE, CLI_G_SERVE, NULL,                                   \
+          "peers, a line each: INSTANCE ADDR:PORT (reloaded on SIGHUP)",                             \
+          "The peers, a line each: `INSTANCE ADDR:PORT` (numeric address, "                          \
+          "`[V6ADDR]:PORT` for IPv6; blank lines and `#` comments skipped; at most 1024 "            \
+          "lines of 256 bytes, an instance named once); reloaded on SIGHUP (a file that "            \
+          "cannot be read or has a bad line keeps the old peers, named in the one line).")           \
+        X(PEER_DNS, "peer-dns", 0, "DOMAIN", CLI_SERVE, CLI_G_SERVE, NULL,                           \
+          "find a peer not in --peers at INSTANCE.DOMAIN, --peer-listen's port",                     \
+          "A peer not in `--peers` is `INSTANCE.DOMAIN` at this instance's own "                     \
+          "`--peer-listen` port (a headless Service's names; needs `--peer-listen`).")               \
+        X(PEER_TIMEOUT, "peer-timeout", 0, "SEC", CLI_SERVE, CLI_G_SERVE, "330",                     \
+          "longest wait for a peer's answer to a forwarded call",                                    \
+          "The longest a forwarded call waits for its peer's whole answer (the longest run "         \
+          "plus its queue wait, as HAProxy's `timeout server`); connecting takes at most 3 s.")      \
         X(AUDIT, "audit", 0, "FILE", CLI_SERVERS, CLI_G_SERVERS, NULL,                               \
           "append one JSON line per call: what it used",                                             \
           "Appends one JSON line per `tools/call` to FILE (created `0600`, opened with "             \

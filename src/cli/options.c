@@ -5,6 +5,7 @@
  * refused with a message naming it and its value. The limits' options, their
  * units and ranges are the library's (the limits table, through
  * airlock_limit_option_at and airlock_limits_set_option). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -481,10 +482,28 @@ static int set_serve_number(serve_options *so, const cli_row *row, const char *v
                 r = number(n, val, 0, 86400, false, &v, err);
                 so->grace_s = v;
                 break;
+        case CLI_OPT_PEER_TIMEOUT:
+                r = number(n, val, 1, 86400, false, &v, err);
+                so->peer_timeout_s = v;
+                break;
         default:
                 return 1;
         }
         return r;
+}
+
+/* Whether text is a dotted IPv4 address; out then gets it with '-' for
+ * each '.'. */
+static bool instance_from_ipv4(const char *text, char *out, size_t size)
+{
+        struct in_addr a;
+        if (strlen(text) >= size || inet_pton(AF_INET, text, &a) != 1)
+                return false;
+        size_t i = 0;
+        for (; text[i]; i++)
+                out[i] = text[i] == '.' ? '-' : text[i];
+        out[i] = '\0';
+        return true;
 }
 
 static int set_server_option(cli_options *o, const cli_row *row, const char *val,
@@ -523,7 +542,27 @@ static int set_server_option(cli_options *o, const cli_row *row, const char *val
         case CLI_OPT_SHARED_SERVERS:
                 so->shared_servers = true;
                 break;
+        case CLI_OPT_PEER_LISTEN:
+                so->peer_listen = val;
+                break;
+        case CLI_OPT_PEERS:
+                so->peers_file = val;
+                break;
+        case CLI_OPT_PEER_DNS:
+                if (!serve_peer_domain_valid(val))
+                        return al_error(err, -EINVAL, NULL,
+                                        "--peer-dns: '%.80s' is not a DNS domain (letters, digits, "
+                                        "'-' and '.', at most %d bytes)",
+                                        val, SERVE_PEER_DOMAIN_MAX);
+                so->peer_dns = val;
+                break;
         case CLI_OPT_INSTANCE:
+                /* An IPv4 address is taken with dashes for its dots: the
+                 * name of a Kubernetes pod's DNS record (10-1-2-3.NAMESPACE
+                 * .pod.cluster.local), which --peer-dns then finds, from
+                 * --instance $(POD_IP). */
+                if (instance_from_ipv4(val, so->instance, sizeof(so->instance)))
+                        break;
                 if (!mcp_instance_valid(val, strlen(val)))
                         return al_error(err, -EINVAL, NULL,
                                         "--instance: '%.64s' is not 1 to %d of a-z, 0-9 and '-'",

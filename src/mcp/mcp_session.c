@@ -164,9 +164,7 @@ static void entry_close(entry *e)
         free(e);
 }
 
-/* Copies the instance a handle names (sess_<instance>_<random>) to out;
- * false when it names none (the stdio form, or not a handle at all). */
-static bool handle_instance(const char *handle, char out[MCP_INSTANCE_MAX + 1])
+bool mcp_session_handle_instance(const char *handle, char out[MCP_INSTANCE_MAX + 1])
 {
         size_t pre = sizeof(HANDLE_PREFIX) - 1;
         if (strncmp(handle, HANDLE_PREFIX, pre) != 0)
@@ -224,7 +222,7 @@ static json_t *unknown_handle(mcp_sessions *m, const char *handle, const char *o
                          handle, why);
         pthread_mutex_unlock(&m->lock);
         char other[MCP_INSTANCE_MAX + 1];
-        if (!why && handle_instance(handle, other) && strcmp(other, m->instance) != 0)
+        if (!why && mcp_session_handle_instance(handle, other) && strcmp(other, m->instance) != 0)
                 snprintf(msg, sizeof(msg),
                          "session %s belongs to instance %s; this is %s. Send the call to the "
                          "instance that opened the session (if %s is gone, so is the session: "

@@ -87,6 +87,11 @@ static inline bool mcp_instance_valid(const char *id, size_t n)
         return true;
 }
 void mcp_sessions_set_instance(mcp_sessions *m, const char *instance);
+/* Copies the instance a handle names (sess_<instance>_<random>) to out;
+ * false when it names none (the stdio form, or not a handle at all). The
+ * instance is the host that holds the session: airlock serve forwards a
+ * call naming another instance's handle to that peer (http/serve_peer.c). */
+bool mcp_session_handle_instance(const char *handle, char out[MCP_INSTANCE_MAX + 1]);
 /* Sessions open now. */
 unsigned mcp_sessions_count(mcp_sessions *m);
 /* `airlock serve`: each owner's sessions also count against its quota

@@ -38,7 +38,28 @@ typedef struct serve_options {
         unsigned max_runs_per_token;     /* --max-runs-per-token N */
         unsigned max_queue_per_token;    /* --max-queue-per-token N */
         bool sessions_per_token_set, runs_per_token_set, queue_per_token_set;
+        /* Peers (http/serve_peer.c): --peer-listen ADDR:PORT, the internal
+         * listener for calls other instances forward (or NULL), --peers
+         * FILE (INSTANCE ADDR:PORT lines, or NULL), --peer-dns DOMAIN
+         * (INSTANCE.DOMAIN at --peer-listen's port, or NULL), and
+         * --peer-timeout SEC, the longest wait for a forwarded answer. */
+        const char *peer_listen;
+        const char *peers_file;
+        const char *peer_dns;
+        double peer_timeout_s;
 } serve_options;
+
+/* --peer-dns's domain: letters, digits, '-' and '.', not starting with '.'. */
+#define SERVE_PEER_DOMAIN_MAX 200
+static inline bool serve_peer_domain_valid(const char *d)
+{
+        size_t n = 0;
+        for (; d[n]; n++)
+                if (!((d[n] >= 'a' && d[n] <= 'z') || (d[n] >= 'A' && d[n] <= 'Z') ||
+                      (d[n] >= '0' && d[n] <= '9') || d[n] == '-' || d[n] == '.'))
+                        return false;
+        return n > 0 && n <= SERVE_PEER_DOMAIN_MAX && d[0] != '.';
+}
 
 /* Fills the per-token quotas not given: with --tokens half the server-wide
  * cap (rounded up), without (one client) the whole cap; a quota above its

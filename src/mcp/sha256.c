@@ -53,19 +53,24 @@ static void block(uint32_t h[8], const uint8_t *p)
         h[7] += k;
 }
 
-void mcp_sha256(const void *data, size_t len, uint8_t out[32])
+/* SHA-256 of pre (one 64-byte block, or NULL for none) followed by data:
+ * HMAC's two hashes start with a key block. */
+static void sha256_after(const uint8_t *pre, const void *data, size_t len, uint8_t out[32])
 {
         uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                          0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+        if (pre)
+                block(h, pre);
         const uint8_t *p = data;
         size_t left = len;
         for (; left >= 64; p += 64, left -= 64)
                 block(h, p);
         uint8_t tail[128] = {0};
-        memcpy(tail, p, left);
+        if (left)
+                memcpy(tail, p, left);
         tail[left] = 0x80;
         size_t n = left + 1 + 8 <= 64 ? 64 : 128;
-        uint64_t bits = (uint64_t)len * 8;
+        uint64_t bits = ((uint64_t)len + (pre ? 64 : 0)) * 8;
         for (int i = 0; i < 8; i++)
                 tail[n - 1 - i] = (uint8_t)(bits >> (8 * i));
         block(h, tail);
@@ -77,5 +82,29 @@ void mcp_sha256(const void *data, size_t len, uint8_t out[32])
                 out[4 * i + 2] = (uint8_t)(h[i] >> 8);
                 out[4 * i + 3] = (uint8_t)h[i];
         }
-        memset(tail, 0, sizeof(tail));
+        explicit_bzero(tail, sizeof(tail));
+}
+
+void mcp_sha256(const void *data, size_t len, uint8_t out[32])
+{
+        sha256_after(NULL, data, len, out);
+}
+
+/* RFC 2104: H((K ^ opad) || H((K ^ ipad) || msg)), a key longer than a
+ * block hashed first. The key blocks are zeroed before returning. */
+void mcp_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t len, uint8_t out[32])
+{
+        uint8_t k[64] = {0}, pad[64], inner[32];
+        if (key_len > sizeof(k))
+                mcp_sha256(key, key_len, k);
+        else if (key_len)
+                memcpy(k, key, key_len);
+        for (int i = 0; i < 64; i++)
+                pad[i] = k[i] ^ 0x36;
+        sha256_after(pad, msg, len, inner);
+        for (int i = 0; i < 64; i++)
+                pad[i] = k[i] ^ 0x5c;
+        sha256_after(pad, inner, sizeof(inner), out);
+        explicit_bzero(k, sizeof(k));
+        explicit_bzero(pad, sizeof(pad));
 }

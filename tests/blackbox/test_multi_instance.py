@@ -459,7 +459,7 @@ def test_deploy_files_are_valid():
                                         for l in f.read().splitlines())
     kinds = set(re.findall(r"(?m)^kind: (\w+)$", "\n".join(texts.values())))
     assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Secret",
-            "Kustomization"} <= kinds, kinds
+            "PersistentVolumeClaim", "Kustomization"} <= kinds, kinds
     # The kustomization never applies the example Secret's placeholders
     # over the real tokens.
     assert "secret.yaml" not in texts["kustomization.yaml"], texts["kustomization.yaml"]
@@ -478,7 +478,29 @@ def test_deploy_files_are_valid():
         assert p.returncode == 0 and not p.stderr.strip(), p.stdout + p.stderr
     finally:
         shutil.rmtree(folder)
+    # The variant that hashes tenants (each token to one instance, for warm
+    # caches) is one HAProxy accepts too, and reads no body to route.
+    tenants_cfg = os.path.join(ROOT, "deploy", "haproxy-tenants.cfg")
+    p = subprocess.run([HAPROXY, "-c", "-f", tenants_cfg], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0 and "WARNING" not in p.stdout + p.stderr, p.stdout + p.stderr
+    with open(tenants_cfg) as f:
+        tcfg = f.read()
+    assert re.search(r"(?m)^\s+balance hdr\(Authorization\)$", tcfg), tcfg
+    assert re.search(r"(?m)^\s+hash-type consistent$", tcfg), tcfg
+    assert "use-server" not in tcfg
     dep = texts["deployment.yaml"]
+    # Peers: the peer port, DNS, the cluster secret from its own Secret, and
+    # the tenants folder on a ReadWriteMany claim.
+    for want in (r"^\s+- --peer-listen\n\s+- \$\(POD_IP\):8081$", r"^\s+- --peer-dns$",
+                 r"^\s+- CLUSTER=file:/etc/airlock-cluster/cluster@peer$",
+                 r"^\s+- --tenants-dir\n\s+- /srv/airlock/tenants$",
+                 r"^\s+secretName: airlock-cluster$", r"^\s+claimName: airlock-tenants$",
+                 r"^\s+- name: peer\n\s+containerPort: 8081$"):
+        assert re.search(want, dep, re.M), want
+    assert re.search(r"(?m)^\s+accessModes: \[\"ReadWriteMany\"\]$", texts["pvc.yaml"])
+    assert re.search(r"(?m)^\s+- name: peer\n\s+port: 8081$", texts["service.yaml"])
+    assert re.search(r"(?m)^  name: airlock-cluster$", texts["secret.yaml"])
     for want in (r"^\s+hostUsers: false$", r"^\s+runAsNonRoot: true$",
                  r"^\s+runAsUser: [1-9]\d*$", r"^\s+procMount: Unmasked$",
                  r"^\s+seccompProfile:\n\s+type: Unconfined$",

@@ -545,6 +545,53 @@ static void test_servers_get_a_secret_only_from_its_targets(void **state)
         secrets_free(s);
 }
 
+/* The cluster secret (target "peer") reaches nothing but airlock serve's
+ * peer signatures: no request, no server, no placeholder; it takes no other
+ * target, and there is one. */
+static void test_peer_secret_reaches_nothing_else(void **state)
+{
+        (void)state;
+        const char *t[] = {"peer", NULL};
+        secret_store *s = store_with("CLUSTER", "cluster-secret-1", 0, t);
+        airlock_error e;
+        const unsigned char *v = NULL;
+        size_t n = 0;
+        assert_int_equal(secrets_peer_value(s, &v, &n), 0);
+        assert_int_equal(n, 16);
+        assert_memory_equal(v, "cluster-secret-1", 16);
+        assert_true(secrets_is_peer(s, 0));
+        char ph[SECRET_PLACEHOLDER_SIZE];
+        assert_int_equal(secrets_lookup(s, "CLUSTER", ph), -ENOENT);
+        assert_int_equal(secrets_value_for_server(s, "CLUSTER", "peer", NULL, &v, &n, &e), -EACCES);
+        char ph2[SECRET_PLACEHOLDER_SIZE];
+        secrets_placeholder("CLUSTER", ph2);
+        url_parts u = url("http://peer/x");
+        char *out = NULL;
+        assert_int_equal(
+            secrets_substitute(s, "POST", &u, SECRET_IN_HEADER, ph2, strlen(ph2), &out, &n), 0);
+        assert_null(out);
+        allowlist_url_free(&u);
+        /* Peer and anything else, or +body: refused, naming the rule. */
+        const char *both[] = {"peer", "api.example.com", NULL};
+        assert_int_equal(secrets_add(s, "OTHER", "other-value-1", 13, 0, both, &e), -EINVAL);
+        assert_non_null(strstr(e.message, "reaches nothing else"));
+        assert_int_equal(
+            secrets_add(s, "OTHER", "other-value-1", 13, AIRLOCK_SECRET_IN_BODY, t, &e), -EINVAL);
+        /* A second cluster secret is refused; the same name rotates. */
+        assert_int_equal(secrets_add(s, "OTHER", "other-value-1", 13, 0, t, &e), -EINVAL);
+        assert_non_null(strstr(e.message, "already targets peer"));
+        assert_int_equal(secrets_add(s, "CLUSTER", "cluster-secret-2", 16, 0, t, &e), 0);
+        assert_int_equal(secrets_peer_value(s, &v, &n), 0);
+        assert_memory_equal(v, "cluster-secret-2", 16);
+        /* No other secret is the cluster secret. */
+        const char *web[] = {"api.example.com", NULL};
+        secret_store *w = store_with("WEB", "web-value-12", 0, web);
+        assert_int_equal(secrets_peer_value(w, &v, &n), -ENOENT);
+        assert_false(secrets_is_peer(w, 0));
+        secrets_free(w);
+        secrets_free(s);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -556,6 +603,7 @@ int main(void)
             cmocka_unit_test(test_refusals_name_no_value),
             cmocka_unit_test(test_servers_get_a_secret_only_from_its_targets),
             cmocka_unit_test(test_scrub_runs_of_a_value),
+            cmocka_unit_test(test_peer_secret_reaches_nothing_else),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

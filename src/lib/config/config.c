@@ -394,6 +394,26 @@ const char *airlock_config_secret_name(const airlock_config *c, size_t i)
         return secrets_name(c->secrets, i);
 }
 
+int airlock_config_peer_secret(const airlock_config *c, void *buf, size_t size, size_t *len,
+                               airlock_error *err)
+{
+        airlock_error_clear(err);
+        const unsigned char *v;
+        size_t n;
+        if (!c || !buf || !len)
+                return al_error(err, -EINVAL, NULL, "no configuration or buffer");
+        if (secrets_peer_value(c->secrets, &v, &n) < 0)
+                return al_error(err, -ENOENT, NULL,
+                                "no cluster secret: declare one whose target is peer "
+                                "(--secret NAME=file:PATH@peer)");
+        if (n > size)
+                return al_error(err, -ERANGE, NULL, "the cluster secret is longer than %zu bytes",
+                                size);
+        memcpy(buf, v, n);
+        *len = n;
+        return 0;
+}
+
 /* ---- the configuration read back (the Python package) ------------------- */
 
 /* The configuration as data, every entry as the library normalised it: what

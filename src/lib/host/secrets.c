@@ -37,6 +37,10 @@ typedef struct secret {
         /* The servers of its "mcp:SERVER" targets, in the order given. */
         char *mcp[SECRET_TARGETS_MAX];
         size_t n_mcp;
+        /* Its one target is "peer": airlock serve's cluster secret, which
+         * signs the requests its peers forward to each other and reaches
+         * nothing else (no request, no server, no guest). */
+        bool peer;
         char placeholder[SECRET_PLACEHOLDER_SIZE];
         size_t ph_len;
         secret_form *forms; /* longest first, so a longer form wins over a part of it */
@@ -305,7 +309,8 @@ void secrets_free(secret_store *s)
 /* Makes *d a complete copy of src, or returns -ENOMEM with *d cleared. */
 static int secret_copy(const secret *src, secret *d)
 {
-        *d = (secret){.len = src->len, .flags = src->flags, .ph_len = src->ph_len};
+        *d = (secret){
+            .len = src->len, .flags = src->flags, .ph_len = src->ph_len, .peer = src->peer};
         memcpy(d->placeholder, src->placeholder, sizeof(d->placeholder));
         d->name = strdup(src->name);
         d->value = malloc(src->len);
@@ -373,6 +378,35 @@ int secrets_add_check_name(const char *name)
         return name_ok(name) ? 0 : -EINVAL;
 }
 
+/* Contract: a secret whose targets name "peer" is the cluster secret of
+ * airlock serve's peers, and has no other target and no +query or +body,
+ * so that a value scoped to peers can never also be sent to an HTTP
+ * target or an upstream server; and a store holds at most one such
+ * secret (other than one of the same name, which a rotation replaces), so
+ * that which value signs peer requests is never a matter of order. */
+static int peer_target_check(const secret_store *st, const char *name, const char *const *targets,
+                             size_t nt, unsigned flags, airlock_error *err)
+{
+        bool peer = false;
+        for (size_t i = 0; i < nt; i++)
+                peer |= strcmp(targets[i], "peer") == 0;
+        if (!peer)
+                return 0;
+        if (nt > 1 || flags)
+                return al_error(err, -EINVAL, NULL,
+                                "secret %s: the target 'peer' (the cluster secret of airlock "
+                                "serve's peers) takes no other target and no +query or +body: a "
+                                "secret scoped to peer reaches nothing else",
+                                name);
+        for (size_t i = 0; i < st->n; i++)
+                if (st->v[i].peer && strcmp(st->v[i].name, name) != 0)
+                        return al_error(err, -EINVAL, NULL,
+                                        "secret %s: secret %s already targets peer (there is one "
+                                        "cluster secret)",
+                                        name, st->v[i].name);
+        return 0;
+}
+
 int secrets_add(secret_store *st, const char *name, const void *value, size_t len, unsigned flags,
                 const char *const *targets, airlock_error *err)
 {
@@ -405,6 +439,9 @@ int secrets_add(secret_store *st, const char *name, const void *value, size_t le
         if (nt > SECRET_TARGETS_MAX)
                 return al_error(err, -E2BIG, NULL, "secret %s: more than %d targets", name,
                                 SECRET_TARGETS_MAX);
+        int pr = peer_target_check(st, name, targets, nt, flags, err);
+        if (pr < 0)
+                return pr;
         size_t at = 0;
         while (at < st->n && strcmp(st->v[at].name, name) != 0)
                 at++;
@@ -414,6 +451,10 @@ int secrets_add(secret_store *st, const char *name, const void *value, size_t le
         secret s = {.len = len, .flags = flags};
         int r = allowlist_new(&s.targets, err);
         for (size_t i = 0; r >= 0 && i < nt; i++) {
+                if (strcmp(targets[i], "peer") == 0) {
+                        s.peer = true; /* alone: peer_target_check */
+                        continue;
+                }
                 /* "mcp:SERVER": the upstream MCP server SERVER may get the
                  * value in its "env" or "headers" (mcp/); it allows no HTTP
                  * request. Only a secret's own targets say which servers
@@ -496,10 +537,28 @@ const net_allowlist *secrets_targets(const secret_store *s, size_t i)
         return s && i < s->n ? s->v[i].targets : NULL;
 }
 
-int secrets_lookup(const secret_store *s, const char *name, char *buf)
+bool secrets_is_peer(const secret_store *s, size_t i)
+{
+        return s && i < s->n && s->v[i].peer;
+}
+
+int secrets_peer_value(const secret_store *s, const unsigned char **ret, size_t *ret_len)
 {
         for (size_t i = 0; s && i < s->n; i++)
-                if (strcmp(s->v[i].name, name) == 0) {
+                if (s->v[i].peer) {
+                        *ret = s->v[i].value;
+                        *ret_len = s->v[i].len;
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+int secrets_lookup(const secret_store *s, const char *name, char *buf)
+{
+        /* The cluster secret has no placeholder: the guest has nothing to
+         * ask for, since no request of its may carry it. */
+        for (size_t i = 0; s && i < s->n; i++)
+                if (strcmp(s->v[i].name, name) == 0 && !s->v[i].peer) {
                         memcpy(buf, s->v[i].placeholder, s->v[i].ph_len + 1);
                         return 0;
                 }
@@ -512,6 +571,8 @@ static void targets_text(const secret *x, char *buf, size_t size)
 {
         size_t o = 0;
         buf[0] = '\0';
+        if (x->peer)
+                o += (size_t)snprintf(buf, size, "peer");
         for (size_t i = 0; i < x->n_mcp && o < size; i++)
                 o += (size_t)snprintf(buf + o, size - o, "%smcp:%s", o ? ", " : "", x->mcp[i]);
         for (size_t i = 0; i < allowlist_count(x->targets) && o < size; i++) {
@@ -587,6 +648,8 @@ char *secrets_fingerprint_text(const secret_store *s)
                  * them with it, so they are the configuration too. */
                 for (size_t j = 0; r >= 0 && j < s->v[i].n_mcp; j++)
                         r = dynbuf_appendf(&b, " mcp:%s", s->v[i].mcp[j]);
+                if (r >= 0 && s->v[i].peer)
+                        r = dynbuf_appendf(&b, " peer");
                 if (r >= 0)
                         r = dynbuf_append(&b, "\n", 1);
         }

@@ -47,6 +47,15 @@ const char *secrets_name(const secret_store *s, size_t i);
 /* The targets of the i-th secret (for the tool description). */
 const net_allowlist *secrets_targets(const secret_store *s, size_t i);
 
+/* Whether the i-th secret is the cluster secret (its target "peer"): it
+ * has no placeholder, and the tool description does not list it. */
+bool secrets_is_peer(const secret_store *s, size_t i);
+/* Contract: the value of the one secret whose target is "peer", the only
+ * value airlock serve signs peer requests with (0; it belongs to s and is
+ * not NUL-terminated), or -ENOENT. No other secret is ever returned, and
+ * this secret is returned to nothing else. */
+int secrets_peer_value(const secret_store *s, const unsigned char **ret, size_t *ret_len);
+
 /* The placeholder of the secret name, whether or not a store holds it:
  * "airlock-secret-NAME-" and 32 hex digits of a keyed hash (SipHash-2-4,
  * twice) of the name under a key drawn from getrandom once per process. So
@@ -55,7 +64,8 @@ const net_allowlist *secrets_targets(const secret_store *s, size_t i);
  * SECRET_PLACEHOLDER_SIZE bytes. */
 void secrets_placeholder(const char *name, char *buf);
 
-/* The placeholder if s holds name (0), else -ENOENT. */
+/* The placeholder if s holds name (0), else -ENOENT (also for the cluster
+ * secret, which has none). */
 int secrets_lookup(const secret_store *s, const char *name, char *buf);
 
 /* Contract: the value of the secret name for the upstream MCP server

@@ -580,14 +580,16 @@ static json_t *secret_reply(const airlock_config *cfg, const char *name)
         char names[512] = "";
         size_t n = secrets_count(cfg->secrets), at = 0;
         for (size_t i = 0; i < n && at < sizeof(names) - 1; i++) {
-                int w = snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "",
+                if (secrets_is_peer(cfg->secrets, i))
+                        continue; /* the cluster secret is not the guest's to ask for */
+                int w = snprintf(names + at, sizeof(names) - at, "%s%s", at ? ", " : "",
                                  secrets_name(cfg->secrets, i));
                 at += w > 0 ? (size_t)w : 0;
         }
         char msg[700];
         snprintf(msg, sizeof(msg), "airlock.secret: no secret named '%.64s' (%s%s)",
-                 name ? name : "", n ? "the secrets are: " : "no secret is declared",
-                 n ? names : "");
+                 name ? name : "", at ? "the secrets are: " : "no secret is declared",
+                 at ? names : "");
         return error_reply(WIRE_KIND_VALUE, msg);
 }
 

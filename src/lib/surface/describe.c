@@ -246,14 +246,21 @@ static int put_files(dynbuf *b, const airlock_config *cfg, airlock_error *err)
  * "Secrets"): the agent needs the names to ask for the placeholders. */
 static int put_secrets(dynbuf *b, const airlock_config *cfg)
 {
-        size_t n = secrets_count(cfg->secrets);
-        int r = n ? dynbuf_appendf(b, "Secrets: airlock.secret('NAME') gives a placeholder to use "
+        size_t n = secrets_count(cfg->secrets), shown = 0;
+        /* The cluster secret (target "peer") is airlock serve's, not the
+         * code's: it is not named to the agent. */
+        for (size_t i = 0; i < n; i++)
+                shown += !secrets_is_peer(cfg->secrets, i);
+        int r =
+            shown ? dynbuf_appendf(b, "Secrets: airlock.secret('NAME') gives a placeholder to use "
                                       "where the secret goes, e.g. headers={'Authorization': "
                                       "'Bearer ' + airlock.secret('NAME')}; the host puts the "
                                       "real value in on requests to its targets and never lets "
                                       "the code see it:\n")
                   : 0;
         for (size_t i = 0; r >= 0 && i < n; i++) {
+                if (secrets_is_peer(cfg->secrets, i))
+                        continue;
                 const net_allowlist *t = secrets_targets(cfg->secrets, i);
                 r = dynbuf_appendf(b, "- %s:", secrets_name(cfg->secrets, i));
                 for (size_t j = 0; r >= 0 && j < allowlist_count(t); j++)

@@ -63,11 +63,14 @@
  * load leaves the old one in place, with one line on stderr naming why: the
  * library's errors never contain a secret's value. The serve and session
  * options (--listen, caps, --audit) are not reloaded. */
-static void reload_config(http_server *s, char *said, size_t n_said)
+static void reload_config(http_server *s, char *said, size_t n_said, char *peers, size_t n_peers)
 {
         airlock_config *cfg = NULL;
         airlock_error err = {0};
         int r = s->reload(s->reload_arg, &cfg, &err);
+        /* The cluster secret rotates with the configuration it is part of,
+         * and the peers file is read again. */
+        http_peers_reload(s, r >= 0 ? cfg : NULL, peers, n_peers);
         if (r >= 0)
                 r = mcp_core_reload(s->core, cfg, &err);
         if (r < 0)
@@ -85,23 +88,23 @@ static void reload_config(http_server *s, char *said, size_t n_said)
 static void reload_all(http_server *s)
 {
         char tokens[AIRLOCK_MESSAGE_MAX + 64] = "", metrics[AIRLOCK_MESSAGE_MAX + 64] = "";
-        char config[AIRLOCK_MESSAGE_MAX + 64] = "";
+        char config[AIRLOCK_MESSAGE_MAX + 64] = "", peers[AIRLOCK_MESSAGE_MAX + 64] = "";
         http_reload_tokens(s, tokens, sizeof(tokens));
         airlock_error err = {0};
         if (http_load_metrics_token(s, &err) < 0)
                 snprintf(metrics, sizeof(metrics), "keeping the old metrics token: %s",
                          err.message);
-        reload_config(s, config, sizeof(config));
-        fprintf(stderr, "airlock serve: SIGHUP: %s%s%s%s%s\n", config, *tokens ? "; " : "", tokens,
-                *metrics ? "; " : "", metrics);
+        reload_config(s, config, sizeof(config), peers, sizeof(peers));
+        fprintf(stderr, "airlock serve: SIGHUP: %s%s%s%s%s%s%s\n", config, *tokens ? "; " : "",
+                tokens, *metrics ? "; " : "", metrics, *peers ? "; " : "", peers);
 }
 
 /* ---- listening ---------------------------------------------------------- */
 
 /* ADDR:PORT or [V6ADDR]:PORT into ss; *loopback tells whether only this
  * machine can connect. */
-static int parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *sl,
-                        bool *loopback, airlock_error *err)
+int http_parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *sl, bool *loopback,
+                      airlock_error *err)
 {
         char host[INET6_ADDRSTRLEN + 2];
         const char *colon;
@@ -190,7 +193,7 @@ static int check_listen(const mcp_service_options *o, struct sockaddr_storage *s
 {
         const serve_options *so = &o->http;
         bool loopback = false;
-        int r = parse_listen(so->listen, ss, sl, &loopback, err);
+        int r = http_parse_listen(so->listen, ss, sl, &loopback, err);
         if (r < 0)
                 return r;
         if (!loopback && !so->tokens_file && !so->insecure_no_auth)
@@ -289,6 +292,44 @@ static int server_listen(http_server *s, const struct sockaddr_storage *ss, airl
         return 0;
 }
 
+/* Starts the internal listener of --peer-listen: the calls other
+ * instances forward for sessions of this one, signed (serve_peer.c). */
+static int server_listen_peers(http_server *s, airlock_error *err)
+{
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        bool loopback;
+        if (!s->opt.peer_listen)
+                return 0;
+        if (http_parse_listen(s->opt.peer_listen, &ss, &sl, &loopback, err) < 0)
+                return al_error(err, -EINVAL, NULL,
+                                "--peer-listen: '%.100s' is not ADDR:PORT or [V6ADDR]:PORT with a "
+                                "numeric address",
+                                s->opt.peer_listen);
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                         MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+        if (ss.ss_family == AF_INET6)
+                flags |= MHD_USE_IPv6;
+        s->peer_d =
+            MHD_start_daemon(flags, 0, NULL, NULL, http_on_peer_request, s, MHD_OPTION_SOCK_ADDR,
+                             (const struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
+                             (unsigned)s->opt.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                             (unsigned)s->opt.http_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                             (size_t)MAX_HEADER_MEM, MHD_OPTION_THREAD_STACK_SIZE,
+                             (size_t)(512u << 10), MHD_OPTION_NOTIFY_COMPLETED, http_on_completed,
+                             s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+        if (!s->peer_d) {
+                int e = errno;
+                return al_error(err, -e, NULL, "cannot listen on --peer-listen %s: %s",
+                                s->opt.peer_listen, strerror(e));
+        }
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->peer_d, MHD_DAEMON_INFO_BIND_PORT);
+        s->peer_port = di ? (unsigned)di->port : 0;
+        fprintf(stderr, "airlock serve: instance %s takes peers' calls on %s (port %u)\n",
+                s->opt.instance, s->opt.peer_listen, s->peer_port);
+        return 0;
+}
+
 /* Waits up to a second more than until (al_now_ns) for the requests in
  * progress to be answered, then stops listening. */
 static void server_stop_listening(http_server *s, uint64_t until)
@@ -297,8 +338,15 @@ static void server_stop_listening(http_server *s, uint64_t until)
                 struct timespec pause = {0, 10 * 1000000L};
                 nanosleep(&pause, NULL);
         }
+        /* A call forwarded to a peer is not the core's, so no cancel of the
+         * core's ends it: libcurl's progress callback does, within a
+         * second, and so its connection's thread, which stopping waits for. */
+        atomic_store(&s->forward_stop, true);
         MHD_stop_daemon(s->d);
         s->d = NULL;
+        if (s->peer_d)
+                MHD_stop_daemon(s->peer_d);
+        s->peer_d = NULL;
 }
 
 /* Builds the core while /healthz already answers (and /readyz says warming
@@ -394,6 +442,8 @@ static void server_release(http_server *s)
 {
         if (s->d)
                 MHD_stop_daemon(s->d);
+        if (s->peer_d)
+                MHD_stop_daemon(s->peer_d);
         http_hup_fini(s);
         mcp_core_free(s->core);
         quota_free(s->quotas);
@@ -403,6 +453,7 @@ static void server_release(http_server *s)
                 free(s->metrics_token);
         }
         mcp_workspaces_free(s->workspaces);
+        http_peers_free(s);
         free(s);
 }
 
@@ -427,7 +478,9 @@ int mcp_service_run_http(mcp_service *svc, mcp_reload_fn reload, void *reload_ar
         s->hup_ep = s->hup_stop = -1;
         s->reload = reload;
         s->reload_arg = reload_arg;
-        if ((r = server_setup(s, o, err)) < 0 || (r = server_listen(s, &ss, err)) < 0 ||
+        if ((r = server_setup(s, o, err)) < 0 ||
+            (r = http_peers_setup(s, mcp_service_config(svc), err)) < 0 ||
+            (r = server_listen_peers(s, err)) < 0 || (r = server_listen(s, &ss, err)) < 0 ||
             (r = server_build(s, svc, err)) < 0)
                 return r;
         server_wait_signals(s);

@@ -46,6 +46,12 @@ void http_json_log(http_request *rq)
                 json_object_set_new(l, "forwarded_for", json_string(rq->forwarded));
         if (l && rq->owner[0])
                 json_object_set_new(l, "tenant", json_string(rq->owner));
+        /* A call forwarded to the peer that holds its session, and one that
+         * came from a peer: each instance's line says which. */
+        if (l && rq->peer_to[0])
+                json_object_set_new(l, "peer_to", json_string(rq->peer_to));
+        if (l && rq->peer)
+                json_object_set_new(l, "peer", json_true());
         char *text = l ? json_dumps(l, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
         json_decref(l);
         if (text) {

@@ -38,6 +38,7 @@ enum refusal {
         RF_WARMING_UP,
         RF_BODY_MEMORY,
         RF_SLOW_BODY,
+        RF_PEER_AUTH, /* a peer request refused: unsigned, forged, replayed, expired */
         RF_N
 };
 #define N_BUCKETS 14 /* latency_buckets (serve_metrics.c) */
@@ -54,6 +55,38 @@ typedef struct http_metrics {
 } http_metrics;
 
 typedef struct http_sink http_sink;
+
+/* Peers (serve_peer.c). */
+#define PEER_PATH    "/peer/mcp"
+#define PEER_URL_MAX 320
+#define PEERS_MAX    1024
+#define PEER_KEY_MAX 8192  /* a secret's longest value */
+#define PEER_KEY_MIN 16    /* a cluster secret's shortest */
+#define PEER_SKEW_S  30    /* a peer request's time may be this far from ours */
+#define PEER_NONCES  16384 /* nonces remembered; more in one window are refused */
+
+typedef struct http_peer {
+        char name[MCP_INSTANCE_MAX + 1];
+        char addr[INET6_ADDRSTRLEN + 8];
+} http_peer;
+
+typedef struct http_peer_table {
+        http_peer *v;
+        size_t n;
+} http_peer_table;
+
+typedef struct http_nonce {
+        char nonce[32];
+        long long until; /* forgotten after this time (seconds) */
+} http_nonce;
+
+/* The signature headers of one forwarded request. */
+typedef struct http_peer_headers {
+        char tenant[TENANT_NAME_MAX + 1]; /* "-" for none */
+        char ts[24];
+        char nonce[33];
+        char sig[65];
+} http_peer_headers;
 
 typedef struct http_server {
         serve_options opt;
@@ -102,6 +135,19 @@ typedef struct http_server {
         } * hup;
         uint32_t *hup_free;
         unsigned n_hup, n_free;
+        /* Peers (serve_peer.c): --peer-listen's daemon and port, the
+         * peers file's table and the cluster secret (both under
+         * tokens_lock, swapped on SIGHUP), the nonces of the window. */
+        struct MHD_Daemon *peer_d;
+        unsigned peer_port;
+        http_peer_table peers;
+        unsigned char peer_key[PEER_KEY_MAX];
+        size_t peer_key_len;
+        pthread_mutex_t nonce_lock;
+        http_nonce *nonces;
+        /* Set when the server stops listening: forwarded calls still
+         * running end (serve_forward.c). */
+        atomic_bool forward_stop;
 } http_server;
 
 typedef enum http_admit {
@@ -129,6 +175,10 @@ struct http_sink {
         bool pending;  /* a call was started: done comes with call_done */
         bool got_resp; /* the response was queued */
         enum call_status status;
+        /* The call is forwarded to a peer (serve_forward.c): it holds no run
+         * slot here, and cancel stops its transfer. */
+        bool forwarded;
+        atomic_bool cancel;
 };
 
 typedef struct http_request {
@@ -152,6 +202,8 @@ typedef struct http_request {
         /* For the log line. */
         char method[48], tool[48];
         bool has_session;
+        bool peer;                          /* came on --peer-listen */
+        char peer_to[MCP_INSTANCE_MAX + 1]; /* forwarded to this instance, or "" */
         unsigned http_status;
         enum call_status status;
         bool logged;
@@ -213,6 +265,16 @@ void http_sink_wait_done(http_sink *k);
 http_msg *http_sink_pop_locked(http_sink *k);
 void http_msg_free(http_msg *e);
 
+/* Queues text (taken) as the next message of k: the response when
+ * response, with its status st. */
+void http_sink_push(http_sink *k, char *text, bool response, enum call_status st);
+/* What a response says: ok, a tool error or a JSON-RPC error. */
+enum call_status http_message_status(const json_t *m);
+/* A forwarded call is over: nothing more comes (k may be freed after). */
+void http_sink_finish(http_sink *k);
+/* Cancels the call of k (its client left) and waits until it is over. */
+void http_sink_cancel(http_sink *k);
+
 /* ---- serve_sse.c -------------------------------------------------------- */
 
 /* Answers with the response of the request (the last message): JSON, or
@@ -272,12 +334,54 @@ void http_hup_fini(http_server *s);
 /* Runs the call left for rq's thread, its socket watched meanwhile. */
 void http_run_here(http_request *rq);
 
+/* ---- serve_peer.c ------------------------------------------------------- */
+
+/* Whether this instance has peers (--peer-listen, --peers or --peer-dns). */
+bool http_peers_on(const http_server *s);
+/* Loads the cluster secret of cfg and the peers file. 0 or -errno. */
+int http_peers_setup(http_server *s, const airlock_config *cfg, airlock_error *err);
+/* SIGHUP: the peers file again, and the cluster secret of cfg (the new
+ * configuration, or NULL when it did not load); said gets the clause. */
+void http_peers_reload(http_server *s, const airlock_config *cfg, char *said, size_t n_said);
+void http_peers_free(http_server *s);
+/* The URL of instance's --peer-listen (the peers file, else DNS), or false. */
+bool http_peer_url(http_server *s, const char *instance, char *url, size_t size);
+/* Signs a request to a peer acting for tenant ("" for none). 0 or -errno. */
+int http_peer_sign(http_server *s, const char *tenant, const char *accept, const char *body,
+                   size_t len, http_peer_headers *h);
+/* A peer request's headers: the checks before its body. */
+enum MHD_Result http_peer_route(struct MHD_Connection *c, http_request *rq, const char *url,
+                                const char *method);
+/* A peer request's body is in: true when its signature holds (rq->owner
+ * is its tenant), else false with the refusal queued in *ret and logged. */
+bool http_peer_admit(struct MHD_Connection *c, http_request *rq, enum MHD_Result *ret);
+/* serve.c's parser of ADDR:PORT and [V6ADDR]:PORT. */
+int http_parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *sl, bool *loopback,
+                      airlock_error *err);
+
+/* ---- serve_forward.c ---------------------------------------------------- */
+
+/* Whether m is a call for another instance's session that a peer of this
+ * one holds (peer gets its name). */
+bool http_forward_target(http_server *s, const http_request *rq, const jsonrpc_message *m,
+                         char peer[MCP_INSTANCE_MAX + 1]);
+/* Forwards m, whose text is body (taken), to peer; its answer comes into
+ * rq's sink, on a thread of its own when stream (the client takes SSE and
+ * asked for progress), else before this returns. */
+void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_message *m,
+                  const char *peer, char *body, size_t len, bool stream);
+
 /* ---- serve_router.c ----------------------------------------------------- */
 
-/* libmicrohttpd's request and completion callbacks (cls: the server). */
+/* libmicrohttpd's request and completion callbacks (cls: the server): the
+ * request callback of --listen, and that of --peer-listen. */
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
                                 const char *method, const char *version, const char *upload_data,
                                 size_t *upload_data_size, void **con_cls);
+enum MHD_Result http_on_peer_request(void *cls, struct MHD_Connection *c, const char *url,
+                                     const char *method, const char *version,
+                                     const char *upload_data, size_t *upload_data_size,
+                                     void **con_cls);
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                        enum MHD_RequestTerminationCode toe);
 

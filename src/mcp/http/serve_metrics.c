@@ -17,8 +17,8 @@ const char *const http_status_names[ST_N] = {"ok", "tool_error", "rpc_error", "c
                                              "refused"};
 
 static const char *const refusal_names[RF_N] = {
-    "body_too_large", "queue_full",           "queue_timeout", "draining",    "bad_origin",
-    "bad_request",    "bad_protocol_version", "warming_up",    "body_memory", "slow_body"};
+    "body_too_large",       "queue_full", "queue_timeout", "draining",  "bad_origin", "bad_request",
+    "bad_protocol_version", "warming_up", "body_memory",   "slow_body", "peer_auth"};
 static const double latency_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                          1,     2.5,  5,     10,   30,  60,   300};
 _Static_assert(ARRAY_SIZE(latency_buckets) == N_BUCKETS,

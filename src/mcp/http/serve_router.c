@@ -46,6 +46,12 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
         jsonrpc_message m;
         airlock_error err;
         int code = jsonrpc_parse(rq->body.data ? rq->body.data : "", rq->body.len, &m, &err);
+        /* A call of another instance's session goes to that peer as its
+         * client wrote it (serve_forward.c). */
+        char peer[MCP_INSTANCE_MAX + 1];
+        bool fwd = code == 0 && http_forward_target(s, rq, &m, peer);
+        size_t raw_len = 0;
+        char *raw = fwd ? dynbuf_take(&rq->body, &raw_len) : NULL;
         http_release_body(rq);
         if (code != 0) {
                 http_drop_message(rq, &m);
@@ -66,8 +72,18 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
         }
         rq->sink = http_sink_new(s, rq->owner[0] ? rq->owner : NULL);
         if (!rq->sink) {
+                free(raw);
                 http_drop_message(rq, &m);
                 return MHD_NO;
+        }
+        if (fwd) {
+                /* No run slot here: the peer takes one of its own. */
+                const json_t *tok =
+                    json_object_get(json_object_get(m.params, "_meta"), "progressToken");
+                http_forward(rq, c, &m, peer, raw, raw_len,
+                             rq->sse && (json_is_string(tok) || json_is_integer(tok)));
+                http_drop_message(rq, &m);
+                return http_answer(c, rq);
         }
         if (!m.id || !m.method) { /* a notification, or the client's response */
                 (void)mcp_core_handle(s->core, &rq->sink->base, &m);
@@ -280,16 +296,16 @@ static http_request *request_new(http_server *s, struct MHD_Connection *c)
         return rq;
 }
 
-enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                const char *method, const char *version, const char *upload_data,
-                                size_t *upload_data_size, void **con_cls)
+static enum MHD_Result on_request(http_server *s, bool peer, struct MHD_Connection *c,
+                                  const char *url, const char *method, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
-        http_server *s = cls;
         http_request *rq = *con_cls;
         if (!rq) {
                 rq = request_new(s, c);
                 if (!rq)
                         return MHD_NO;
+                rq->peer = peer;
                 *con_cls = rq;
                 atomic_fetch_add(&s->requests, 1);
                 atomic_fetch_add(&s->m.http_requests, 1);
@@ -302,6 +318,8 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
                                                     "Transfer-Encoding or a folded header line)",
                                                     "Connection", "close");
                 }
+                if (peer)
+                        return http_peer_route(c, rq, url, method);
                 const route *r = route_find(url);
                 if (!r || r->get_only) {
                         if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
@@ -356,8 +374,27 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
                 return http_queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
                                             "request body too large", NULL, NULL);
         }
-        (void)version;
+        enum MHD_Result refused;
+        if (rq->peer && !http_peer_admit(c, rq, &refused))
+                return refused;
         return handle_mcp(c, rq);
+}
+
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                const char *method, const char *version, const char *upload_data,
+                                size_t *upload_data_size, void **con_cls)
+{
+        (void)version;
+        return on_request(cls, false, c, url, method, upload_data, upload_data_size, con_cls);
+}
+
+enum MHD_Result http_on_peer_request(void *cls, struct MHD_Connection *c, const char *url,
+                                     const char *method, const char *version,
+                                     const char *upload_data, size_t *upload_data_size,
+                                     void **con_cls)
+{
+        (void)version;
+        return on_request(cls, true, c, url, method, upload_data, upload_data_size, con_cls);
 }
 
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,

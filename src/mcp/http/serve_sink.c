@@ -23,7 +23,7 @@ static void sink_wake(http_sink *k)
         (void)n; /* an eventfd full of wake-ups is still readable */
 }
 
-static enum call_status status_of(const json_t *m)
+enum call_status http_message_status(const json_t *m)
 {
         if (json_object_get(m, "error"))
                 return ST_RPC_ERROR;
@@ -32,13 +32,8 @@ static enum call_status status_of(const json_t *m)
         return ST_OK;
 }
 
-static void sink_send(mcp_sink *base, json_t *m)
+void http_sink_push(http_sink *k, char *text, bool response, enum call_status st)
 {
-        http_sink *k = (http_sink *)base;
-        bool response = json_object_get(m, "id") && !json_object_get(m, "method");
-        enum call_status st = response ? status_of(m) : ST_OK;
-        char *text = json_dumps(m, JSON_COMPACT | AL_JSON_REALS);
-        json_decref(m);
         http_msg *e = text ? malloc(sizeof(*e)) : NULL;
         if (!e) {
                 free(text);
@@ -54,6 +49,24 @@ static void sink_send(mcp_sink *base, json_t *m)
         }
         pthread_mutex_unlock(&k->lock);
         sink_wake(k);
+}
+
+static void sink_send(mcp_sink *base, json_t *m)
+{
+        http_sink *k = (http_sink *)base;
+        bool response = json_object_get(m, "id") && !json_object_get(m, "method");
+        enum call_status st = response ? http_message_status(m) : ST_OK;
+        char *text = json_dumps(m, JSON_COMPACT | AL_JSON_REALS);
+        json_decref(m);
+        http_sink_push(k, text, response, st);
+}
+
+void http_sink_finish(http_sink *k)
+{
+        pthread_mutex_lock(&k->lock);
+        k->done = true;
+        sink_wake(k);
+        pthread_mutex_unlock(&k->lock);
 }
 
 static void sink_call_done(mcp_sink *base)
@@ -125,14 +138,20 @@ void http_sink_wait_done(http_sink *k)
         }
 }
 
+void http_sink_cancel(http_sink *k)
+{
+        atomic_store(&k->cancel, true);
+        if (!k->forwarded)
+                mcp_core_cancel_sink(k->srv->core, &k->base);
+        http_sink_wait_done(k);
+}
+
 void http_sink_free(http_sink *k)
 {
         if (!k)
                 return;
-        if (k->pending) {
-                mcp_core_cancel_sink(k->srv->core, &k->base);
-                http_sink_wait_done(k);
-        }
+        if (k->pending)
+                http_sink_cancel(k);
         http_msg *e;
         while ((e = http_sink_pop_locked(k)))
                 http_msg_free(e);

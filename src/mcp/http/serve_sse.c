@@ -42,8 +42,7 @@ static http_msg *wait_message(http_request *rq, bool *gone)
                 }
                 if (rq->sock >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
                         *gone = true;
-                        mcp_core_cancel_sink(rq->srv->core, &k->base);
-                        http_sink_wait_done(k);
+                        http_sink_cancel(k);
                         return NULL;
                 }
         }

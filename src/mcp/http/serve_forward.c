@@ -1,0 +1,482 @@
+/* Forwarding a session's call to the instance that holds it.
+ *
+ * A session lives in the memory of the instance that opened it, which its
+ * handle names (sess_<instance>_...). A tools/call that names another
+ * instance's handle (execute_code, session_fork, session_close: any tool
+ * with a "session" argument) is sent, as its client sent it, to that
+ * instance's --peer-listen, signed with the cluster secret and naming the
+ * tenant this instance authenticated (serve_peer.c). What the peer answers,
+ * its progress notifications as they come and then its response, goes into
+ * the request's sink as the peer wrote it, so that the client gets the same
+ * JSON or SSE answer as from the peer itself.
+ *
+ * The transfer runs on a thread of its own while the request's thread
+ * writes the answer and watches the client's socket: a client that leaves
+ * cancels the transfer (and so the peer's call, whose client this was). A
+ * peer that does not answer, answers something that is not MCP, or passes
+ * the caps (PEER_ANSWER_MAX bytes, --peer-timeout seconds, PEER_CONNECT_MS
+ * to connect) fails this one call with a tool error that says which. A peer
+ * that cannot be reached is taken as gone: its sessions were in its memory,
+ * so the error says the session's state is lost.
+ *
+ * libcurl is opened on first use, as src/lib/host/gateway.c does, so that
+ * no process but a forwarding airlock serve loads it. */
+#include <curl/curl.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+#include "serve_internal.h"
+
+#define CURL_SONAME      "libcurl.so.4"
+#define PEER_CONNECT_MS  3000L
+#define PEER_ANSWER_MAX  (64u << 20) /* bytes of one peer's answer */
+#define PEER_HANDLES_MAX 32          /* idle easy handles kept, with their connections */
+
+static struct {
+        CURL *(*easy_init)(void);
+        CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
+        CURLcode (*easy_perform)(CURL *h);
+        CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
+        void (*easy_reset)(CURL *h);
+        void (*easy_cleanup)(CURL *h);
+        const char *(*easy_strerror)(CURLcode code);
+        struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
+        void (*slist_free_all)(struct curl_slist *l);
+} cu;
+
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static bool cu_ready;
+
+static void cu_open(void)
+{
+        struct {
+                const char *name;
+                void **slot;
+        } syms[] = {
+            {"curl_easy_init", (void **)&cu.easy_init},
+            {"curl_easy_setopt", (void **)&cu.easy_setopt},
+            {"curl_easy_perform", (void **)&cu.easy_perform},
+            {"curl_easy_getinfo", (void **)&cu.easy_getinfo},
+            {"curl_easy_reset", (void **)&cu.easy_reset},
+            {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
+            {"curl_easy_strerror", (void **)&cu.easy_strerror},
+            {"curl_slist_append", (void **)&cu.slist_append},
+            {"curl_slist_free_all", (void **)&cu.slist_free_all},
+        };
+        void *so = dlopen(CURL_SONAME, RTLD_NOW | RTLD_LOCAL);
+        if (!so)
+                return;
+        for (size_t i = 0; i < ARRAY_SIZE(syms); i++)
+                if (!(*syms[i].slot = dlsym(so, syms[i].name)))
+                        return;
+        /* curl_global_init is not called: the gateway may have, and
+         * curl_easy_init calls it itself when nobody has (libcurl 7.x and
+         * later, thread-safe since 7.84). */
+        cu_ready = true;
+}
+
+/* Idle easy handles: a handle keeps its connections, so that the next
+ * call to the same peer does not connect again. */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static CURL *pool[PEER_HANDLES_MAX];
+static unsigned pool_n;
+
+static CURL *handle_get(void)
+{
+        CURL *h = NULL;
+        pthread_mutex_lock(&pool_lock);
+        if (pool_n)
+                h = pool[--pool_n];
+        pthread_mutex_unlock(&pool_lock);
+        if (h)
+                cu.easy_reset(h);
+        return h ? h : cu.easy_init();
+}
+
+static void handle_put(CURL *h)
+{
+        pthread_mutex_lock(&pool_lock);
+        if (pool_n < PEER_HANDLES_MAX) {
+                pool[pool_n++] = h;
+                h = NULL;
+        }
+        pthread_mutex_unlock(&pool_lock);
+        if (h)
+                cu.easy_cleanup(h);
+}
+
+typedef struct fwd_job {
+        http_server *srv;
+        http_sink *k;
+        CURL *h;
+        char url[PEER_URL_MAX];
+        char instance[MCP_INSTANCE_MAX + 1];
+        char handle[80];
+        char accept[64];
+        char version[40]; /* the client's MCP-Protocol-Version, or "" */
+        char tenant[TENANT_NAME_MAX + 1];
+        char *body;
+        size_t len;
+        json_t *id;
+        /* A transfer on the request's own thread watches its client's socket
+         * (-1: the request's thread does, on a thread of its own). */
+        int watch_fd;
+        /* The answer: bytes not yet parsed, what kind it is, what came. */
+        dynbuf in;
+        enum { ANSWER_UNKNOWN, ANSWER_JSON, ANSWER_SSE } kind;
+        size_t total;
+        bool got_resp, bad;
+        char bad_why[160];
+} fwd_job;
+
+static void job_free(fwd_job *j)
+{
+        if (!j)
+                return;
+        free(j->body);
+        json_decref(j->id);
+        dynbuf_free(&j->in);
+        free(j);
+}
+
+static void bad(fwd_job *j, const char *why)
+{
+        if (!j->bad)
+                snprintf(j->bad_why, sizeof(j->bad_why), "%s", why);
+        j->bad = true;
+}
+
+/* One message of the peer's answer: a notification goes on as it is; the
+ * response must answer this request (its id), and ends the answer. */
+static void take_message(fwd_job *j, const char *text, size_t len)
+{
+        if (j->got_resp || j->bad)
+                return;
+        _cleanup_json_ json_t *m = json_loadb(text, len, 0, NULL);
+        if (!json_is_object(m)) {
+                bad(j, "a message that is not a JSON object");
+                return;
+        }
+        bool has_id = json_object_get(m, "id") != NULL;
+        bool has_method = json_object_get(m, "method") != NULL;
+        if (has_id && !has_method && !json_equal(json_object_get(m, "id"), j->id)) {
+                bad(j, "a response to another request");
+                return;
+        }
+        if (has_id == has_method) {
+                bad(j, "a message that is neither a response nor a notification");
+                return;
+        }
+        char *copy = strndup(text, len);
+        if (!copy) {
+                bad(j, "out of memory");
+                return;
+        }
+        if (has_id)
+                j->got_resp = true;
+        http_sink_push(j->k, copy, has_id, has_id ? http_message_status(m) : ST_OK);
+}
+
+/* The events of an SSE answer that are complete in j->in: the data of each
+ * is one message. */
+static void take_events(fwd_job *j)
+{
+        for (;;) {
+                char *data = j->in.data;
+                char *end = data ? memmem(data, j->in.len, "\n\n", 2) : NULL;
+                if (!end)
+                        return;
+                dynbuf msg;
+                dynbuf_init(&msg, PEER_ANSWER_MAX);
+                for (char *line = data; line < end;) {
+                        char *nl = memchr(line, '\n', (size_t)(end - line));
+                        char *stop = nl ? nl : end;
+                        if ((size_t)(stop - line) >= 5 && memcmp(line, "data:", 5) == 0) {
+                                const char *v = line + 5 + (line[5] == ' ');
+                                if (msg.len)
+                                        (void)dynbuf_append(&msg, "\n", 1);
+                                (void)dynbuf_append(&msg, v, (size_t)(stop - v));
+                        }
+                        line = stop + 1;
+                }
+                if (msg.len)
+                        take_message(j, msg.data, msg.len);
+                dynbuf_free(&msg);
+                size_t used = (size_t)(end + 2 - data);
+                memmove(data, data + used, j->in.len - used);
+                j->in.len -= used;
+        }
+}
+
+static size_t on_data(char *p, size_t size, size_t nmemb, void *arg)
+{
+        fwd_job *j = arg;
+        size_t n = size * nmemb;
+        if (atomic_load(&j->k->cancel))
+                return 0;
+        if (j->kind == ANSWER_UNKNOWN) {
+                char *type = NULL;
+                (void)cu.easy_getinfo(j->h, CURLINFO_CONTENT_TYPE, &type);
+                j->kind =
+                    type && strncmp(type, "text/event-stream", 17) == 0 ? ANSWER_SSE : ANSWER_JSON;
+        }
+        j->total += n;
+        if (j->total > PEER_ANSWER_MAX || dynbuf_append(&j->in, p, n) < 0) {
+                bad(j, "an answer over 64 MiB (the cap on a peer's answer)");
+                return 0;
+        }
+        if (j->kind == ANSWER_SSE)
+                take_events(j);
+        return n;
+}
+
+static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+        (void)a, (void)b, (void)c, (void)d;
+        fwd_job *j = arg;
+        if (j->watch_fd >= 0) {
+                struct pollfd p = {.fd = j->watch_fd, .events = POLLRDHUP};
+                if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        atomic_store(&j->k->cancel, true); /* the client left */
+        }
+        /* The server stops (its drain's grace is over): what it still
+         * forwards ends now, its client told the call was cancelled. */
+        if (atomic_load(&j->srv->forward_stop))
+                atomic_store(&j->k->cancel, true);
+        return atomic_load(&j->k->cancel) ? 1 : 0;
+}
+
+/* Answers the call with a tool error saying msg. */
+static void answer_error(fwd_job *j, const char *msg)
+{
+        json_t *m = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b}}", "jsonrpc", "2.0", "id", j->id,
+                              "result", "content", "type", "text", "text", msg, "isError", 1);
+        char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
+        json_decref(m);
+        if (text)
+                http_sink_push(j->k, text, true, ST_TOOL_ERROR);
+}
+
+/* What to tell the client when the peer gave no response: which of the
+ * peer's failures this was, and what became of the session. */
+static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *msg, size_t n)
+{
+        const char *h = j->handle, *p = j->instance;
+        /* Not reached at all, or its connection broken before the answer
+         * ended (the process or its host died mid-call): gone. */
+        bool never = connect_s <= 0 && code == 0;
+        bool broken = rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
+                      rc == CURLE_PARTIAL_FILE;
+        if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+            (rc == CURLE_OPERATION_TIMEDOUT && never) || (broken && !j->bad))
+                snprintf(msg, n,
+                         "session %s: its host, instance %s, is gone (%s): the session's state "
+                         "was in that host's memory and is lost. Open a new session with "
+                         "session_open",
+                         h, p, cu.easy_strerror(rc));
+        else if (rc == CURLE_OPERATION_TIMEDOUT)
+                snprintf(msg, n,
+                         "session %s: its host, instance %s, did not answer within %.0f s "
+                         "(--peer-timeout); this call failed",
+                         h, p, j->srv->opt.peer_timeout_s);
+        else if (code == 503)
+                snprintf(msg, n,
+                         "session %s: its host, instance %s, is shutting down: the session's "
+                         "state is lost with it. Open a new session with session_open",
+                         h, p);
+        else if (code == 401)
+                snprintf(msg, n,
+                         "session %s: its host, instance %s, refused this instance's peer request "
+                         "(check that both have the same cluster secret, --secret NAME=...@peer, "
+                         "and clocks within %d s); this call failed",
+                         h, p, PEER_SKEW_S);
+        else if (j->bad)
+                snprintf(msg, n, "session %s: its host, instance %s, answered %s; this call failed",
+                         h, p, j->bad_why);
+        else if (rc != CURLE_OK)
+                snprintf(msg, n,
+                         "session %s: its host, instance %s, answered something that is not "
+                         "HTTP (%s); this call failed",
+                         h, p, cu.easy_strerror(rc));
+        else
+                snprintf(msg, n,
+                         "session %s: its host, instance %s, answered HTTP %ld without an MCP "
+                         "response; this call failed",
+                         h, p, code);
+}
+
+static struct curl_slist *job_headers(fwd_job *j, const http_peer_headers *ph)
+{
+        char line[256];
+        struct curl_slist *l = NULL, *t;
+#define ADD(...)                                                                                   \
+        do {                                                                                       \
+                snprintf(line, sizeof(line), __VA_ARGS__);                                         \
+                if (!(t = cu.slist_append(l, line))) {                                             \
+                        cu.slist_free_all(l);                                                      \
+                        return NULL;                                                               \
+                }                                                                                  \
+                l = t;                                                                             \
+        } while (0)
+        ADD("Content-Type: application/json");
+        ADD("Accept: %s", j->accept);
+        ADD("Expect:");
+        ADD("Airlock-Peer-From: %s", j->srv->opt.instance);
+        ADD("Airlock-Peer-Tenant: %s", ph->tenant);
+        ADD("Airlock-Peer-Time: %s", ph->ts);
+        ADD("Airlock-Peer-Nonce: %s", ph->nonce);
+        ADD("Airlock-Peer-Signature: %s", ph->sig);
+        if (j->version[0])
+                ADD("MCP-Protocol-Version: %s", j->version);
+#undef ADD
+        return l;
+}
+
+/* Sends the call and takes the answer; returns libcurl's code, the HTTP
+ * status in *code and the connect time in *connect_s. */
+static CURLcode transfer(fwd_job *j, long *code, double *connect_s)
+{
+        http_peer_headers ph;
+        if (http_peer_sign(j->srv, j->tenant, j->accept, j->body, j->len, &ph) < 0)
+                return CURLE_FAILED_INIT;
+        struct curl_slist *hdr = job_headers(j, &ph);
+        if (!hdr || !(j->h = handle_get())) {
+                cu.slist_free_all(hdr);
+                return CURLE_OUT_OF_MEMORY;
+        }
+        CURL *h = j->h;
+        cu.easy_setopt(h, CURLOPT_URL, j->url);
+        cu.easy_setopt(h, CURLOPT_PROXY, ""); /* never a proxy of the environment */
+        cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        cu.easy_setopt(h, CURLOPT_POST, 1L);
+        cu.easy_setopt(h, CURLOPT_POSTFIELDS, j->body ? j->body : "");
+        cu.easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)j->len);
+        cu.easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+        cu.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        cu.easy_setopt(h, CURLOPT_WRITEDATA, j);
+        cu.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        cu.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        cu.easy_setopt(h, CURLOPT_XFERINFODATA, j);
+        cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, PEER_CONNECT_MS);
+        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(j->srv->opt.peer_timeout_s * 1000));
+        cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+        CURLcode rc = cu.easy_perform(h);
+        *code = 0;
+        *connect_s = 0;
+        (void)cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
+        (void)cu.easy_getinfo(h, CURLINFO_CONNECT_TIME, connect_s);
+        cu.slist_free_all(hdr);
+        return rc;
+}
+
+static void *forward_main(void *arg)
+{
+        fwd_job *j = arg;
+        long code = 0;
+        double connect_s = 0;
+        CURLcode rc = transfer(j, &code, &connect_s);
+        if (j->kind == ANSWER_JSON && code == 200 && rc == CURLE_OK && j->in.len)
+                take_message(j, j->in.data, j->in.len);
+        if (!j->got_resp && !atomic_load(&j->k->cancel)) {
+                char msg[700];
+                explain(j, rc, code, connect_s, msg, sizeof(msg));
+                answer_error(j, msg);
+        }
+        if (j->h) {
+                /* A handle whose transfer failed may hold a broken
+                 * connection: it is not kept. */
+                if (rc == CURLE_OK)
+                        handle_put(j->h);
+                else
+                        cu.easy_cleanup(j->h);
+        }
+        http_sink *k = j->k;
+        job_free(j);
+        http_sink_finish(k); /* k may be freed as soon as this returns */
+        return NULL;
+}
+
+bool http_forward_target(http_server *s, const http_request *rq, const jsonrpc_message *m,
+                         char peer[MCP_INSTANCE_MAX + 1])
+{
+        if (rq->peer || !http_peers_on(s) || !m->method || strcmp(m->method, "tools/call") != 0)
+                return false;
+        const char *h =
+            json_string_value(json_object_get(json_object_get(m->params, "arguments"), "session"));
+        char url[PEER_URL_MAX];
+        return h && mcp_session_handle_instance(h, peer) && strcmp(peer, s->opt.instance) != 0 &&
+               http_peer_url(s, peer, url, sizeof(url));
+}
+
+void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_message *m,
+                  const char *peer, char *body, size_t len, bool stream)
+{
+        http_server *s = rq->srv;
+        http_sink *k = rq->sink;
+        k->forwarded = true;
+        k->pending = true;
+        fwd_job *j = calloc(1, sizeof(*j));
+        if (!j) {
+                free(body);
+                http_sink_finish(k);
+                return;
+        }
+        *j = (fwd_job){.srv = s,
+                       .k = k,
+                       .body = body,
+                       .len = len,
+                       .id = json_deep_copy(m->id),
+                       .watch_fd = stream ? -1 : rq->sock};
+        dynbuf_init(&j->in, PEER_ANSWER_MAX);
+        snprintf(j->instance, sizeof(j->instance), "%s", peer);
+        snprintf(
+            j->handle, sizeof(j->handle), "%s",
+            json_string_value(json_object_get(json_object_get(m->params, "arguments"), "session")));
+        snprintf(j->accept, sizeof(j->accept), "%s",
+                 rq->sse ? "application/json, text/event-stream" : "application/json");
+        snprintf(j->tenant, sizeof(j->tenant), "%s", rq->owner);
+        const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
+        snprintf(j->version, sizeof(j->version), "%s", v ? v : "");
+        snprintf(rq->peer_to, sizeof(rq->peer_to), "%s", peer);
+        pthread_once(&cu_once, cu_open);
+        const char *why = !cu_ready ? "this instance cannot forward to its peers: libcurl "
+                                      "(" CURL_SONAME ") could not be loaded"
+                          : !http_peer_url(s, peer, j->url, sizeof(j->url))
+                              ? "its instance left this instance's peers (a reload of --peers)"
+                              : NULL;
+        if (why) {
+                char msg[300];
+                snprintf(msg, sizeof(msg), "session %s: %s; this call failed", j->handle, why);
+                answer_error(j, msg);
+                job_free(j);
+                http_sink_finish(k);
+                return;
+        }
+        /* An answer without progress is one message: the transfer runs on
+         * this thread (no thread to start, no hand-over), the client's
+         * socket watched from libcurl's progress callback. */
+        if (!stream) {
+                (void)forward_main(j);
+                return;
+        }
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&a, 256u << 10);
+        pthread_t t;
+        int r = pthread_create(&t, &a, forward_main, j);
+        pthread_attr_destroy(&a);
+        if (r != 0) {
+                answer_error(j, "this instance could not start forwarding the call (out of "
+                                "threads); retry");
+                job_free(j);
+                http_sink_finish(k);
+        }
+}

@@ -1,0 +1,421 @@
+/* airlock serve's peers: the other instances of one cluster, each holding
+ * its own sessions. A call naming another instance's session is forwarded
+ * to that instance (serve_forward.c); this file holds who the peers are
+ * (--peers FILE, --peer-dns DOMAIN), the cluster secret (the one secret
+ * whose target is "peer"), the signing of a forwarded request and the
+ * checks of one that comes in on --peer-listen.
+ *
+ * A peer request is signed with HMAC-SHA256 under the cluster secret over
+ * its method, path, the instance that sends it, the tenant it acts for,
+ * the Accept it asks for, a timestamp, a nonce and the SHA-256 of its
+ * body. The receiving instance refuses one without a signature, with a
+ * wrong one, with a timestamp more than PEER_SKEW_S seconds away from its
+ * own clock, or whose nonce it has seen (the nonces of the window are
+ * kept, at most PEER_NONCES); each refusal is one line on stderr. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "base.h"
+#include "serve_internal.h"
+#include "sha256.h"
+
+#define PEER_LINE_MAX 256
+#define PEER_PROBES   16 /* slots of the nonce table one nonce may take */
+
+/* ---- the peers file ----------------------------------------------------- */
+
+/* Adds "INSTANCE ADDR:PORT" (line lineno of path) to t. */
+static int peer_line(http_peer_table *t, char *p, const char *path, unsigned lineno,
+                     airlock_error *err)
+{
+        char *name = strtok(p, " \t"), *addr = strtok(NULL, " \t"), *more = strtok(NULL, " \t");
+        if (!name || !addr || more)
+                return al_error(err, -EINVAL, NULL, "--peers %s:%u: not INSTANCE ADDR:PORT", path,
+                                lineno);
+        if (!mcp_instance_valid(name, strlen(name)))
+                return al_error(err, -EINVAL, NULL,
+                                "--peers %s:%u: '%.40s' is not an instance name ([a-z0-9-]{1,%d})",
+                                path, lineno, name, MCP_INSTANCE_MAX);
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        bool loop;
+        airlock_error why = {0};
+        if (http_parse_listen(addr, &ss, &sl, &loop, &why) < 0)
+                return al_error(err, -EINVAL, NULL,
+                                "--peers %s:%u: '%.80s' is not ADDR:PORT or [V6ADDR]:PORT with a "
+                                "numeric address",
+                                path, lineno, addr);
+        if (t->n >= PEERS_MAX)
+                return al_error(err, -E2BIG, NULL, "--peers %s: more than %d peers", path,
+                                PEERS_MAX);
+        for (size_t i = 0; i < t->n; i++)
+                if (strcmp(t->v[i].name, name) == 0)
+                        return al_error(err, -EINVAL, NULL,
+                                        "--peers %s:%u: instance %s is named twice", path, lineno,
+                                        name);
+        snprintf(t->v[t->n].name, sizeof(t->v[t->n].name), "%s", name);
+        snprintf(t->v[t->n].addr, sizeof(t->v[t->n].addr), "%s", addr);
+        t->n++;
+        return 0;
+}
+
+/* Reads the peers file into *ret (blank and '#' lines skipped). Returns 0
+ * or -errno with err naming the file and line. */
+static int peers_load(const char *path, http_peer_table *ret, airlock_error *err)
+{
+        FILE *f = fopen(path, "re");
+        if (!f) {
+                int e = errno;
+                return al_error(err, -e, path, "--peers %s: %s", path, strerror(e));
+        }
+        http_peer_table t = {.v = calloc(PEERS_MAX, sizeof(*t.v))};
+        char line[PEER_LINE_MAX + 2];
+        unsigned lineno = 0;
+        int r = t.v ? 0 : al_error(err, -ENOMEM, NULL, "out of memory");
+        while (r == 0 && fgets(line, sizeof(line), f)) {
+                lineno++;
+                size_t len = strlen(line);
+                if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
+                        r = al_error(err, -E2BIG, NULL, "--peers %s:%u: longer than %d bytes", path,
+                                     lineno, PEER_LINE_MAX);
+                        break;
+                }
+                char *hash = strchr(line, '#');
+                if (hash)
+                        *hash = '\0';
+                char *p = line + strspn(line, " \t\r\n");
+                len = strlen(p);
+                while (len && strchr(" \t\r\n", p[len - 1]))
+                        p[--len] = '\0';
+                if (*p)
+                        r = peer_line(&t, p, path, lineno, err);
+        }
+        fclose(f);
+        if (r < 0) {
+                free(t.v);
+                return r;
+        }
+        *ret = t;
+        return 0;
+}
+
+/* ---- the cluster secret ------------------------------------------------- */
+
+/* Takes the cluster secret of cfg into s (under tokens_lock's write side). */
+static int load_key(http_server *s, const airlock_config *cfg, airlock_error *err)
+{
+        unsigned char key[PEER_KEY_MAX];
+        size_t len = 0;
+        int r = airlock_config_peer_secret(cfg, key, sizeof(key), &len, err);
+        if (r < 0)
+                return r;
+        /* As the tokens: a short value could be guessed, and an example's
+         * placeholder (deploy/k8s/secret.yaml) is public. */
+        bool placeholder = len >= 13 && memcmp(key, "REPLACE-WITH-", 13) == 0;
+        explicit_bzero(key, placeholder || len < PEER_KEY_MIN ? sizeof(key) : 0);
+        if (placeholder)
+                return al_error(err, -EINVAL, NULL,
+                                "the cluster secret is an example's placeholder (REPLACE-WITH-…): "
+                                "make your own (openssl rand -hex 32)");
+        if (len < PEER_KEY_MIN)
+                return al_error(err, -EINVAL, NULL,
+                                "the cluster secret is %zu bytes: it takes at least %d "
+                                "(openssl rand -hex 32)",
+                                len, PEER_KEY_MIN);
+        pthread_rwlock_wrlock(&s->tokens_lock);
+        explicit_bzero(s->peer_key, sizeof(s->peer_key));
+        memcpy(s->peer_key, key, len);
+        s->peer_key_len = len;
+        pthread_rwlock_unlock(&s->tokens_lock);
+        explicit_bzero(key, sizeof(key));
+        return 0;
+}
+
+bool http_peers_on(const http_server *s)
+{
+        return s->opt.peer_listen || s->opt.peers_file || s->opt.peer_dns;
+}
+
+int http_peers_setup(http_server *s, const airlock_config *cfg, airlock_error *err)
+{
+        pthread_mutex_init(&s->nonce_lock, NULL);
+        if (!http_peers_on(s))
+                return 0;
+        int r = load_key(s, cfg, err);
+        if (r == -ENOENT)
+                return al_error(err, r, NULL,
+                                "--peer-listen, --peers and --peer-dns need the cluster secret: "
+                                "--secret NAME=file:PATH@peer, the same on every instance (none "
+                                "is declared)");
+        if (r < 0)
+                return r;
+        if (s->opt.peer_dns && !s->opt.peer_listen)
+                return al_error(err, -EINVAL, NULL,
+                                "--peer-dns needs --peer-listen: a peer found by DNS is reached "
+                                "at this instance's own peer port");
+        if (s->opt.peers_file && (r = peers_load(s->opt.peers_file, &s->peers, err)) < 0)
+                return r;
+        if (s->opt.peer_listen && !(s->nonces = calloc(PEER_NONCES, sizeof(*s->nonces))))
+                return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
+        return 0;
+}
+
+void http_peers_reload(http_server *s, const airlock_config *cfg, char *said, size_t n_said)
+{
+        said[0] = '\0';
+        if (!http_peers_on(s))
+                return;
+        airlock_error err = {0};
+        if (cfg && load_key(s, cfg, &err) < 0) {
+                snprintf(said, n_said, "keeping the old cluster secret: %s", err.message);
+                return;
+        }
+        if (!s->opt.peers_file)
+                return;
+        http_peer_table t;
+        if (peers_load(s->opt.peers_file, &t, &err) < 0) {
+                snprintf(said, n_said, "keeping the old peers: %s", err.message);
+                return;
+        }
+        pthread_rwlock_wrlock(&s->tokens_lock);
+        http_peer_table old = s->peers;
+        s->peers = t;
+        pthread_rwlock_unlock(&s->tokens_lock);
+        free(old.v);
+        snprintf(said, n_said, "%zu peers loaded from %s", t.n, s->opt.peers_file);
+}
+
+void http_peers_free(http_server *s)
+{
+        free(s->peers.v);
+        free(s->nonces);
+        explicit_bzero(s->peer_key, sizeof(s->peer_key));
+        pthread_mutex_destroy(&s->nonce_lock);
+}
+
+bool http_peer_url(http_server *s, const char *instance, char *url, size_t size)
+{
+        bool found = false;
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        for (size_t i = 0; i < s->peers.n && !found; i++)
+                if (strcmp(s->peers.v[i].name, instance) == 0) {
+                        snprintf(url, size, "http://%s" PEER_PATH, s->peers.v[i].addr);
+                        found = true;
+                }
+        pthread_rwlock_unlock(&s->tokens_lock);
+        if (!found && s->opt.peer_dns && s->peer_port) {
+                snprintf(url, size, "http://%s.%s:%u" PEER_PATH, instance, s->opt.peer_dns,
+                         s->peer_port);
+                found = true;
+        }
+        return found;
+}
+
+/* ---- signatures --------------------------------------------------------- */
+
+static void hex(const uint8_t *b, size_t n, char *out)
+{
+        static const char digits[] = "0123456789abcdef";
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = digits[b[i] >> 4];
+                out[2 * i + 1] = digits[b[i] & 15];
+        }
+        out[2 * n] = '\0';
+}
+
+/* The signature of a peer request (hex, 64 digits): HMAC-SHA256 under the
+ * cluster secret of every part that says what the request does and for
+ * whom. Returns false when no secret is loaded. */
+static bool peer_mac(http_server *s, const char *from, const char *tenant, const char *accept,
+                     const char *ts, const char *nonce, const char *body, size_t len, char out[65])
+{
+        uint8_t h[32], mac[32];
+        char body_hex[65];
+        mcp_sha256(body ? body : "", len, h);
+        hex(h, 32, body_hex);
+        char msg[512];
+        int n = snprintf(msg, sizeof(msg), "airlock-peer-1\nPOST\n%s\n%s\n%s\n%s\n%s\n%s\n%s",
+                         PEER_PATH, from, tenant, accept, ts, nonce, body_hex);
+        if (n < 0 || (size_t)n >= sizeof(msg))
+                return false;
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        bool have = s->peer_key_len > 0;
+        if (have)
+                mcp_hmac_sha256(s->peer_key, s->peer_key_len, msg, (size_t)n, mac);
+        pthread_rwlock_unlock(&s->tokens_lock);
+        if (have)
+                hex(mac, 32, out);
+        explicit_bzero(mac, sizeof(mac));
+        return have;
+}
+
+int http_peer_sign(http_server *s, const char *tenant, const char *accept, const char *body,
+                   size_t len, http_peer_headers *h)
+{
+        uint8_t nonce[16];
+        if (getrandom(nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
+                return -EIO;
+        hex(nonce, sizeof(nonce), h->nonce);
+        snprintf(h->ts, sizeof(h->ts), "%lld", (long long)time(NULL));
+        snprintf(h->tenant, sizeof(h->tenant), "%s", tenant && *tenant ? tenant : "-");
+        return peer_mac(s, s->opt.instance, h->tenant, accept, h->ts, h->nonce, body, len, h->sig)
+                   ? 0
+                   : -ENOKEY;
+}
+
+/* Whether nonce (32 hex digits) is new within the window: it is recorded
+ * then, until its timestamp ts leaves the window. Past PEER_NONCES fresh
+ * ones, a request is refused (*full) rather than a nonce forgotten early. */
+static bool nonce_fresh(http_server *s, const char *nonce, long long ts, long long now, bool *full)
+{
+        uint8_t h[32];
+        mcp_sha256(nonce, 32, h);
+        uint64_t at = 0;
+        memcpy(&at, h, sizeof(at));
+        int free_slot = -1;
+        bool seen = false;
+        *full = false;
+        pthread_mutex_lock(&s->nonce_lock);
+        for (unsigned i = 0; i < PEER_PROBES && !seen; i++) {
+                http_nonce *e = &s->nonces[(at + i) % PEER_NONCES];
+                bool live = e->until >= now;
+                if (live && memcmp(e->nonce, nonce, 32) == 0)
+                        seen = true;
+                else if (!live && free_slot < 0)
+                        free_slot = (int)((at + i) % PEER_NONCES);
+        }
+        if (!seen && free_slot >= 0) {
+                memcpy(s->nonces[free_slot].nonce, nonce, 32);
+                s->nonces[free_slot].until = ts + PEER_SKEW_S;
+        }
+        pthread_mutex_unlock(&s->nonce_lock);
+        *full = !seen && free_slot < 0;
+        return !seen && free_slot >= 0;
+}
+
+static bool is_hex(const char *v, size_t n)
+{
+        if (!v || strlen(v) != n)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f')))
+                        return false;
+        return true;
+}
+
+static bool say(char *why, size_t n, const char *fmt, ...) _printf_(3, 4);
+static bool say(char *why, size_t n, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, n, fmt, ap);
+        va_end(ap);
+        return false;
+}
+
+static bool same_time(const char *a, const char *b, size_t n)
+{
+        unsigned char d = 0;
+        for (size_t i = 0; i < n; i++)
+                d |= (unsigned char)(a[i] ^ b[i]);
+        return d == 0;
+}
+
+/* Contract: true only for a request signed with this server's cluster
+ * secret over this very body, tenant and Accept, within PEER_SKEW_S seconds
+ * of this server's clock, whose nonce was not seen in that window; the
+ * tenant (which the forwarding instance authenticated by its token) is then
+ * rq->owner, and must be one of this server's tenants. Otherwise why says
+ * which check failed (never the secret or a signature). */
+static bool peer_check(http_request *rq, struct MHD_Connection *c, char *why, size_t n)
+{
+        http_server *s = rq->srv;
+#define H(name) MHD_lookup_connection_value(c, MHD_HEADER_KIND, name)
+        const char *sig = H("Airlock-Peer-Signature"), *ts = H("Airlock-Peer-Time");
+        const char *nonce = H("Airlock-Peer-Nonce"), *tenant = H("Airlock-Peer-Tenant");
+        const char *from = H("Airlock-Peer-From"), *accept = H("Accept");
+#undef H
+        if (!sig || !ts || !nonce || !tenant || !from)
+                return say(why, n,
+                           "unsigned (no Airlock-Peer-Signature, -Time, -Nonce, "
+                           "-Tenant and -From)");
+        char *end = NULL;
+        long long t = strtoll(ts, &end, 10), now = (long long)time(NULL);
+        if (!is_hex(sig, 64) || !is_hex(nonce, 32) || !*ts || *end ||
+            !mcp_instance_valid(from, strlen(from)) || strlen(tenant) > TENANT_NAME_MAX)
+                return say(why, n, "malformed signature headers");
+        char want[65];
+        if (!peer_mac(s, from, tenant, accept ? accept : "", ts, nonce, rq->body.data, rq->body.len,
+                      want) ||
+            !same_time(want, sig, 64))
+                return say(why, n, "bad signature (from %s; is the cluster secret the same?)",
+                           from);
+        if (t < now - PEER_SKEW_S || t > now + PEER_SKEW_S)
+                return say(why, n, "expired: its time is %lld s from this server's (at most %d)",
+                           t - now, PEER_SKEW_S);
+        bool full;
+        if (!nonce_fresh(s, nonce, t, now, &full))
+                return say(why, n,
+                           full ? "too many peer requests in %d s (the replay cache holds %d)"
+                                : "replayed (its nonce was seen within %d s)",
+                           PEER_SKEW_S, PEER_NONCES);
+        snprintf(rq->owner, sizeof(rq->owner), "%s", strcmp(tenant, "-") == 0 ? "" : tenant);
+        if (!s->opt.tokens_file ? rq->owner[0] != '\0' : !http_tenant_exists(s, rq->owner))
+                return say(why, n, "tenant '%.64s' is not one of this server's", tenant);
+        return true;
+}
+
+bool http_peer_admit(struct MHD_Connection *c, http_request *rq, enum MHD_Result *ret)
+{
+        char why[200];
+        if (peer_check(rq, c, why, sizeof(why)))
+                return true;
+        rq->owner[0] = '\0';
+        fprintf(stderr, "airlock serve: peer request from %s refused: %s\n", rq->client, why);
+        http_refuse(rq, RF_PEER_AUTH);
+        snprintf(rq->method, sizeof(rq->method), "?");
+        http_release_body(rq);
+        *ret =
+            http_queue_rpc_error(c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
+                                 "peer request refused (this server's log says why)", NULL, NULL);
+        return false;
+}
+
+/* ---- the listener ------------------------------------------------------- */
+
+enum MHD_Result http_peer_route(struct MHD_Connection *c, http_request *rq, const char *url,
+                                const char *method)
+{
+        http_server *s = rq->srv;
+        if (strcmp(url, PEER_PATH) != 0)
+                return http_queue_text(c, rq, MHD_HTTP_NOT_FOUND, "not found\n");
+        if (strcmp(method, "POST") != 0)
+                return http_queue_text(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+        /* A draining instance takes nothing new, from a client or a peer:
+         * the peer tells its client that the session's host is going. */
+        if (atomic_load(&s->draining)) {
+                http_refuse(rq, RF_DRAINING);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return http_queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
+                                            "the server is shutting down", NULL, NULL);
+        }
+        const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (len && strtoull(len, NULL, 10) > s->opt.max_body) {
+                http_refuse(rq, RF_BODY_TOO_LARGE);
+                snprintf(rq->method, sizeof(rq->method), "?");
+                return http_queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
+                                            "request body too large", NULL, NULL);
+        }
+        const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+        rq->sse = accept && strstr(accept, "text/event-stream");
+        return MHD_YES;
+}
