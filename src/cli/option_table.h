@@ -109,6 +109,10 @@ typedef enum cli_group {
           "with --tokens and --servers but no --tenants-dir: let every tenant share the servers")  \
         X(AUDIT, "audit", 0, "FILE", CLI_SERVERS, CLI_G_SERVERS, NULL,                              \
           "append one JSON line per call: what it used")                                            \
+        X(TRACE_TENANTS, "trace-tenants", 0, NULL, CLI_SERVERS, CLI_G_SERVERS, NULL,                \
+          "put the tenant's name in the trace's spans (docs/tracing.md)")                          \
+        X(TRACE_CONTENT, "trace-content", 0, NULL, CLI_RUN | CLI_SERVERS | CLI_KERNEL, CLI_G_CONFIG, \
+          NULL, "export the code and tools' arguments in the trace's spans, cut and scrubbed")     \
         X(TENANTS_DIR, "tenants-dir", 0, "DIR", CLI_SERVERS, CLI_G_SERVERS, NULL,                   \
           "each tenant's workspace is DIR/TENANT, its /input; adds the workspace tools")          \
         X(TENANT, "tenant", 0, "NAME", CLI_SERVERS, CLI_G_SERVERS, "default",                       \

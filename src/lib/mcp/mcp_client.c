@@ -35,6 +35,7 @@
 #include "host/allowlist.h"
 #include "host/gateway.h"
 #include "jsonrpc.h"
+#include "trace.h"
 #include "mcp/mcp.h"
 
 extern char **environ;
@@ -1720,6 +1721,7 @@ int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, dou
                                 u->name);
         size_t max = (b && b->max_result ? b->max_result : MCP_DEFAULT_RESULT) + 4096;
         _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "name", tool, "arguments", args);
+        al_trace_inject_meta(params); /* the tool call's span, in _meta (trace.h) */
         int r = params ? 0 : al_error(err, -ENOMEM, NULL, "out of memory");
         if (r >= 0 && !u->url) {
                 r = stdio_call(u, params, deadline, b, max, ret_result, err);

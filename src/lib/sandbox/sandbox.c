@@ -33,6 +33,7 @@
 #include "fsx/fsx.h"
 #include "config/pypath.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/run_trace.h"
 #include "template/template.h"
 #include "sandbox/selfexe.h"
 #include "core/channel.h"
@@ -1294,8 +1295,28 @@ int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
         return r;
 }
 
+static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
+                    const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+
+/* The run under its span (run_trace.c): the span is the thread's current
+ * one while the run lasts, so that the copy's wait and the host's services
+ * to the code are its children. */
 static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        al_span *span = sbx_trace_run_begin("airlock.run", opts, code, len, sb->cfg->secrets);
+        if (!span)
+                return run_copy(sb, in, code, len, opts, ret, err);
+        al_span *outer = al_span_push(span);
+        int r = run_copy(sb, in, code, len, opts, ret, err);
+        al_span_pop(outer);
+        sbx_trace_run_end(span, &sb->cfg->limits, r, r >= 0 ? *ret : NULL,
+                          err ? err->message : NULL);
+        return r;
+}
+
+static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
+                    const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         int r = sbx_check_code(code, len, err);
         if (r < 0)
@@ -1304,7 +1325,9 @@ static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_
          * outside, say) ran nothing: take another one, once. */
         for (int attempt = 0;; attempt++) {
                 copy *c = NULL;
+                al_span *wait = sbx_trace_child("airlock.copy_wait");
                 r = sbx_take_copy(sb, &c, err);
+                al_span_end(wait);
                 if (r < 0)
                         return r;
                 int outdir = -1;

@@ -1,0 +1,804 @@
+/* Traces: W3C trace context, spans with a fixed attribute budget, their
+ * OTLP JSON encoding and the exporter thread (trace.h, docs/tracing.md). */
+#include "trace.h"
+
+#include "base.h"
+
+#include <curl/curl.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* ---- W3C trace context -------------------------------------------------- */
+
+static int hex_value(char c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        return -1; /* W3C: lower-case hex only */
+}
+
+static bool hex_bytes(const char *s, uint8_t *out, size_t n)
+{
+        bool nonzero = false;
+        for (size_t i = 0; i < n; i++) {
+                int hi = hex_value(s[2 * i]), lo = hex_value(s[2 * i + 1]);
+                if (hi < 0 || lo < 0)
+                        return false;
+                out[i] = (uint8_t)(hi << 4 | lo);
+                nonzero |= out[i] != 0;
+        }
+        return nonzero; /* an all-zero id is invalid */
+}
+
+/* Only printable ASCII passes on: a header value must not carry a line
+ * break into an upstream request, nor bytes a collector would refuse. */
+static void copy_header_value(char *dst, size_t size, const char *src)
+{
+        dst[0] = '\0';
+        if (!src || strlen(src) >= size)
+                return;
+        for (const char *p = src; *p; p++)
+                if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+                        return;
+        memcpy(dst, src, strlen(src) + 1);
+}
+
+int al_trace_parse(const char *traceparent, const char *tracestate, const char *baggage,
+                   al_trace_ctx *ctx)
+{
+        memset(ctx, 0, sizeof(*ctx));
+        const char *s = traceparent;
+        /* Version 00 is exactly 55 bytes; a later version may add fields
+         * after a '-', which a reader of 00 ignores. Version ff is invalid. */
+        if (!s || strlen(s) < AL_TRACEPARENT_LEN || hex_value(s[0]) < 0 || hex_value(s[1]) < 0 ||
+            (s[0] == 'f' && s[1] == 'f') || s[2] != '-' || s[35] != '-' || s[52] != '-')
+                return -EINVAL;
+        bool v00 = s[0] == '0' && s[1] == '0';
+        if (s[55] != '\0' && (v00 || s[55] != '-'))
+                return -EINVAL;
+        uint8_t flags[1];
+        if (!hex_bytes(s + 3, ctx->trace_id, 16) || !hex_bytes(s + 36, ctx->span_id, 8) ||
+            hex_value(s[53]) < 0 || hex_value(s[54]) < 0)
+                return -EINVAL;
+        flags[0] = (uint8_t)(hex_value(s[53]) << 4 | hex_value(s[54]));
+        ctx->flags = flags[0];
+        ctx->valid = true;
+        copy_header_value(ctx->tracestate, sizeof(ctx->tracestate), tracestate);
+        copy_header_value(ctx->baggage, sizeof(ctx->baggage), baggage);
+        return 0;
+}
+
+static void hex_write(char *out, const uint8_t *b, size_t n)
+{
+        static const char digits[] = "0123456789abcdef";
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = digits[b[i] >> 4];
+                out[2 * i + 1] = digits[b[i] & 15];
+        }
+        out[2 * n] = '\0';
+}
+
+void al_trace_format(const al_trace_ctx *ctx, char *buf)
+{
+        char tid[33], sid[17];
+        hex_write(tid, ctx->trace_id, 16);
+        hex_write(sid, ctx->span_id, 8);
+        snprintf(buf, AL_TRACEPARENT_LEN + 1, "00-%s-%s-%02x", tid, sid, ctx->flags);
+}
+
+/* ---- configuration ------------------------------------------------------ */
+
+#define QUEUE_DEFAULT   2048
+#define BATCH_DEFAULT   512
+#define DELAY_DEFAULT   5000  /* OTEL_BSP_SCHEDULE_DELAY, ms */
+#define TIMEOUT_DEFAULT 10000 /* OTEL_EXPORTER_OTLP_TIMEOUT, ms */
+#define HEADERS_MAX     16
+#define ENDPOINT_MAX    2048
+
+typedef enum sampler {
+        SAMPLE_ON,
+        SAMPLE_OFF,
+        SAMPLE_RATIO,
+} sampler;
+
+static struct {
+        pthread_once_t once;
+        bool on;
+        char endpoint[ENDPOINT_MAX];
+        char service[128];
+        char *headers[HEADERS_MAX]; /* "Name: value" */
+        char *header_values[HEADERS_MAX];
+        size_t n_headers;
+        sampler root;
+        bool parent_based;
+        double ratio;
+        unsigned queue_max, batch_max, delay_ms, timeout_ms;
+        atomic_bool content, tenants;
+} cfg = {.once = PTHREAD_ONCE_INIT};
+
+static unsigned env_uint(const char *name, unsigned def, unsigned lo, unsigned hi)
+{
+        const char *v = getenv(name);
+        char *end;
+        if (!v || !*v)
+                return def;
+        errno = 0;
+        unsigned long n = strtoul(v, &end, 10);
+        if (errno || *end || n < lo || n > hi)
+                return def;
+        return (unsigned)n;
+}
+
+/* A value of OTEL_EXPORTER_OTLP_HEADERS is percent-encoded (W3C baggage
+ * form): "%20" is a blank. */
+static char *percent_decode(const char *s, size_t len)
+{
+        char *out = malloc(len + 1), *o = out;
+        if (!out)
+                return NULL;
+        for (size_t i = 0; i < len; i++) {
+                if (s[i] == '%' && i + 2 < len && hex_value((char)(s[i + 1] | 0x20)) >= 0 &&
+                    hex_value((char)(s[i + 2] | 0x20)) >= 0) {
+                        *o++ = (char)(hex_value((char)(s[i + 1] | 0x20)) << 4 |
+                                      hex_value((char)(s[i + 2] | 0x20)));
+                        i += 2;
+                } else {
+                        *o++ = s[i];
+                }
+        }
+        *o = '\0';
+        return out;
+}
+
+static void trim(const char **s, size_t *len)
+{
+        while (*len && (**s == ' ' || **s == '\t'))
+                (*s)++, (*len)--;
+        while (*len && ((*s)[*len - 1] == ' ' || (*s)[*len - 1] == '\t'))
+                (*len)--;
+}
+
+/* "k1=v1,k2=v2": each pair a header of every export. A value's bytes are
+ * secret to the spans: every attribute is scrubbed of them (scrub). */
+static void parse_headers(const char *list)
+{
+        for (const char *p = list; p && *p && cfg.n_headers < HEADERS_MAX;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                const char *eq = memchr(p, '=', len);
+                if (eq) {
+                        const char *k = p, *v = eq + 1;
+                        size_t klen = (size_t)(eq - p), vlen = len - klen - 1;
+                        trim(&k, &klen);
+                        trim(&v, &vlen);
+                        _cleanup_free_ char *value = percent_decode(v, vlen);
+                        char *h = NULL;
+                        if (klen && value && !strpbrk(value, "\r\n") &&
+                            asprintf(&h, "%.*s: %s", (int)klen, k, value) >= 0) {
+                                cfg.headers[cfg.n_headers] = h;
+                                cfg.header_values[cfg.n_headers++] = TAKE_PTR(value);
+                        }
+                }
+                p = comma ? comma + 1 : p + len;
+        }
+}
+
+static void parse_sampler(void)
+{
+        const char *s = getenv("OTEL_TRACES_SAMPLER");
+        const char *arg = getenv("OTEL_TRACES_SAMPLER_ARG");
+        cfg.root = SAMPLE_ON;
+        cfg.parent_based = true;
+        cfg.ratio = 1.0;
+        if (!s || !*s || strcmp(s, "parentbased_always_on") == 0)
+                return;
+        if (strncmp(s, "parentbased_", 12) != 0)
+                cfg.parent_based = false;
+        const char *root = cfg.parent_based ? s + 12 : s;
+        if (strcmp(root, "always_off") == 0) {
+                cfg.root = SAMPLE_OFF;
+        } else if (strcmp(root, "traceidratio") == 0) {
+                char *end;
+                double r = arg ? strtod(arg, &end) : 1.0;
+                cfg.root = SAMPLE_RATIO;
+                cfg.ratio = (arg && (*end || r < 0 || r > 1)) ? 1.0 : r;
+        }
+}
+
+static void config_load(void)
+{
+        const char *disabled = getenv("OTEL_SDK_DISABLED");
+        const char *exporter = getenv("OTEL_TRACES_EXPORTER");
+        const char *traces = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+        const char *base = getenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+        if ((disabled && strcasecmp(disabled, "true") == 0) ||
+            (exporter && strcmp(exporter, "none") == 0))
+                return;
+        /* The signal's own endpoint is used as it is; the base one gets
+         * the traces path (the OTLP exporter specification). */
+        if (traces && *traces)
+                snprintf(cfg.endpoint, sizeof(cfg.endpoint), "%s", traces);
+        else if (base && *base)
+                snprintf(cfg.endpoint, sizeof(cfg.endpoint), "%.*s/v1/traces",
+                         (int)(strlen(base) - (base[strlen(base) - 1] == '/')), base);
+        else
+                return;
+        if (strncmp(cfg.endpoint, "http://", 7) != 0 && strncmp(cfg.endpoint, "https://", 8) != 0)
+                return;
+        const char *svc = getenv("OTEL_SERVICE_NAME");
+        snprintf(cfg.service, sizeof(cfg.service), "%s", svc && *svc ? svc : "airlock");
+        parse_headers(getenv("OTEL_EXPORTER_OTLP_HEADERS"));
+        parse_headers(getenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS"));
+        parse_sampler();
+        cfg.queue_max = env_uint("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE_DEFAULT, 1, 1u << 20);
+        cfg.batch_max = env_uint("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH_DEFAULT, 1, 1u << 16);
+        cfg.batch_max = MIN(cfg.batch_max, cfg.queue_max);
+        cfg.delay_ms = env_uint("OTEL_BSP_SCHEDULE_DELAY", DELAY_DEFAULT, 1, 3600000);
+        cfg.timeout_ms =
+            env_uint("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                     env_uint("OTEL_EXPORTER_OTLP_TIMEOUT", TIMEOUT_DEFAULT, 1, 600000), 1, 600000);
+        cfg.on = true;
+}
+
+bool al_trace_on(void)
+{
+        pthread_once(&cfg.once, config_load);
+        return cfg.on;
+}
+
+void al_trace_set_content(bool on)
+{
+        atomic_store(&cfg.content, on);
+}
+
+bool al_trace_content(void)
+{
+        return atomic_load(&cfg.content);
+}
+
+void al_trace_set_tenants(bool on)
+{
+        atomic_store(&cfg.tenants, on);
+}
+
+bool al_trace_tenants(void)
+{
+        return atomic_load(&cfg.tenants);
+}
+
+/* ---- spans --------------------------------------------------------------- */
+
+struct al_span {
+        al_trace_ctx ctx; /* its own ids, its parent's tracestate and baggage */
+        uint8_t parent_id[8];
+        bool has_parent;
+        al_span_kind kind;
+        char name[129];
+        uint64_t start_ns;
+        json_t *attrs; /* OTLP KeyValue objects, at most AL_SPAN_ATTRS_MAX */
+        unsigned dropped_attrs;
+        char *error; /* the error status's message, or NULL */
+};
+
+static uint64_t wall_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void random_bytes(uint8_t *b, size_t n)
+{
+        /* The kernel's generator never fails for a few bytes once it is
+         * seeded; an all-zero id (invalid) is retried. */
+        bool zero = true;
+        while (zero) {
+                if (getrandom(b, n, 0) != (ssize_t)n)
+                        continue;
+                for (size_t i = 0; i < n && zero; i++)
+                        zero = b[i] == 0;
+        }
+}
+
+static bool sampled(const al_trace_ctx *parent, const uint8_t *trace_id)
+{
+        if (parent && parent->valid && cfg.parent_based)
+                return parent->flags & 1;
+        if (cfg.root == SAMPLE_OFF)
+                return false;
+        if (cfg.root == SAMPLE_ON || cfg.ratio >= 1.0)
+                return true;
+        /* TraceIdRatioBased: the trace id's lower 8 bytes against the ratio,
+         * so that every service sampling one trace agrees. */
+        uint64_t low = 0;
+        for (int i = 8; i < 16; i++)
+                low = low << 8 | trace_id[i];
+        return (double)(low >> 11) < cfg.ratio * (double)(1ull << 53);
+}
+
+al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *parent)
+{
+        if (!al_trace_on())
+                return NULL;
+        al_trace_ctx root;
+        if (!(parent && parent->valid)) {
+                memset(&root, 0, sizeof(root));
+                random_bytes(root.trace_id, 16);
+                parent = NULL;
+        }
+        const uint8_t *tid = parent ? parent->trace_id : root.trace_id;
+        if (!sampled(parent, tid))
+                return NULL;
+        al_span *s = calloc(1, sizeof(*s));
+        if (!s || !(s->attrs = json_array())) {
+                free(s);
+                return NULL;
+        }
+        if (parent) {
+                s->ctx = *parent;
+                memcpy(s->parent_id, parent->span_id, 8);
+                s->has_parent = true;
+        } else {
+                memcpy(s->ctx.trace_id, root.trace_id, 16);
+        }
+        random_bytes(s->ctx.span_id, 8);
+        s->ctx.flags = 1;
+        s->ctx.valid = true;
+        s->kind = kind;
+        snprintf(s->name, sizeof(s->name), "%s", name);
+        s->start_ns = wall_ns();
+        return s;
+}
+
+bool al_span_context(const al_span *span, al_trace_ctx *ret)
+{
+        if (!span)
+                return false;
+        *ret = span->ctx;
+        return true;
+}
+
+/* Replaces every occurrence of an OTLP header's value (an API key, say)
+ * by "[secret]", so that no exported byte carries it. */
+static char *scrub(const char *value, size_t len)
+{
+        _cleanup_free_ char *out = strndup(value, len);
+        for (size_t i = 0; out && i < cfg.n_headers; i++) {
+                const char *secret = cfg.header_values[i];
+                size_t slen = strlen(secret);
+                char *hit;
+                while (slen >= 4 && (hit = strstr(out, secret))) {
+                        char *next = NULL;
+                        if (asprintf(&next, "%.*s[secret]%s", (int)(hit - out), out, hit + slen) <
+                            0)
+                                return NULL;
+                        free(out);
+                        out = next;
+                }
+        }
+        return TAKE_PTR(out);
+}
+
+static void attr_add(al_span *span, const char *key, json_t *value)
+{
+        if (!span || !value) {
+                json_decref(value);
+                return;
+        }
+        if (json_array_size(span->attrs) >= AL_SPAN_ATTRS_MAX) {
+                span->dropped_attrs++;
+                json_decref(value);
+                return;
+        }
+        json_array_append_new(span->attrs, json_pack("{s:s, s:o}", "key", key, "value", value));
+}
+
+/* A string cut to cap bytes at a UTF-8 boundary, made valid UTF-8 and
+ * scrubbed of the headers' secrets. */
+static json_t *string_value(const char *value, size_t len, size_t cap)
+{
+        if (len > cap) {
+                len = cap;
+                while (len && ((unsigned char)value[len] & 0xc0) == 0x80)
+                        len--;
+        }
+        _cleanup_free_ char *clean = al_utf8_sanitize_n(value, len, &len);
+        _cleanup_free_ char *s = clean ? scrub(clean, len) : NULL;
+        return s ? json_pack("{s:s}", "stringValue", s) : NULL;
+}
+
+void al_span_set_str(al_span *span, const char *key, const char *value)
+{
+        if (span && value)
+                attr_add(span, key, string_value(value, strlen(value), AL_SPAN_VALUE_MAX));
+}
+
+void al_span_set_content(al_span *span, const char *key, const char *value, size_t len)
+{
+        if (span && value && al_trace_content())
+                attr_add(span, key, string_value(value, len, AL_SPAN_CONTENT_MAX));
+}
+
+void al_span_set_int(al_span *span, const char *key, int64_t value)
+{
+        char buf[24];
+        if (!span)
+                return;
+        /* OTLP JSON writes a 64-bit integer as a decimal string. */
+        snprintf(buf, sizeof(buf), "%lld", (long long)value);
+        attr_add(span, key, json_pack("{s:s}", "intValue", buf));
+}
+
+void al_span_set_double(al_span *span, const char *key, double value)
+{
+        if (span)
+                attr_add(span, key, json_pack("{s:f}", "doubleValue", value));
+}
+
+void al_span_set_bool(al_span *span, const char *key, bool value)
+{
+        if (span)
+                attr_add(span, key, json_pack("{s:b}", "boolValue", value));
+}
+
+void al_span_error(al_span *span, const char *message)
+{
+        if (!span)
+                return;
+        free(span->error);
+        const char *m = message ? message : "";
+        json_t *v = string_value(m, strlen(m), 256);
+        span->error = strdup(v ? json_string_value(json_object_get(v, "stringValue")) : "");
+        json_decref(v);
+}
+
+void al_span_rename(al_span *span, const char *name)
+{
+        if (span)
+                snprintf(span->name, sizeof(span->name), "%s", name);
+}
+
+static _Thread_local al_span *current;
+
+void al_trace_inject_meta(json_t *params)
+{
+        if (!current || !json_is_object(params))
+                return;
+        char tp[AL_TRACEPARENT_LEN + 1];
+        al_trace_format(&current->ctx, tp);
+        json_t *meta = json_object_get(params, "_meta");
+        if (!json_is_object(meta)) {
+                meta = json_object();
+                if (!meta || json_object_set_new(params, "_meta", meta) < 0)
+                        return;
+        }
+        json_object_set_new(meta, "traceparent", json_string(tp));
+        if (current->ctx.tracestate[0])
+                json_object_set_new(meta, "tracestate", json_string(current->ctx.tracestate));
+        if (current->ctx.baggage[0])
+                json_object_set_new(meta, "baggage", json_string(current->ctx.baggage));
+}
+
+al_span *al_span_push(al_span *span)
+{
+        al_span *previous = current;
+        current = span;
+        return previous;
+}
+
+void al_span_pop(al_span *previous)
+{
+        current = previous;
+}
+
+al_span *al_span_current(void)
+{
+        return current;
+}
+
+static void span_free(al_span *s)
+{
+        if (!s)
+                return;
+        json_decref(s->attrs);
+        free(s->error);
+        free(s);
+}
+
+/* The span as an OTLP JSON Span: ids in hex, times in nanoseconds as
+ * decimal strings, the kind and the status code as numbers. */
+static json_t *span_encode(al_span *s, uint64_t end_ns)
+{
+        char tid[33], sid[17], pid[17], start[24], end[24];
+        hex_write(tid, s->ctx.trace_id, 16);
+        hex_write(sid, s->ctx.span_id, 8);
+        hex_write(pid, s->parent_id, 8);
+        snprintf(start, sizeof(start), "%llu", (unsigned long long)s->start_ns);
+        snprintf(end, sizeof(end), "%llu", (unsigned long long)end_ns);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:O, s:i}", "traceId", tid, "spanId",
+                              sid, "name", s->name, "kind", (int)s->kind, "startTimeUnixNano",
+                              start, "endTimeUnixNano", end, "attributes", s->attrs,
+                              "droppedAttributesCount", (int)s->dropped_attrs);
+        if (!o)
+                return NULL;
+        if (s->has_parent)
+                json_object_set_new(o, "parentSpanId", json_string(pid));
+        if (s->ctx.tracestate[0])
+                json_object_set_new(o, "traceState", json_string(s->ctx.tracestate));
+        if (s->error)
+                json_object_set_new(o, "status",
+                                    json_pack("{s:i, s:s}", "code", 2, "message", s->error));
+        return o;
+}
+
+static void queue_put(json_t *span);
+
+void al_span_end(al_span *span)
+{
+        if (!span)
+                return;
+        queue_put(span_encode(span, wall_ns()));
+        span_free(span);
+}
+
+/* ---- the exporter --------------------------------------------------------- */
+
+/* libcurl is opened when the first batch goes out, as the gateway opens it
+ * (src/lib/host/gateway.c says why it is not linked). */
+static struct {
+        CURLcode (*global_init)(long flags);
+        CURL *(*easy_init)(void);
+        CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
+        CURLcode (*easy_perform)(CURL *h);
+        CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
+        void (*easy_cleanup)(CURL *h);
+        struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
+        void (*slist_free_all)(struct curl_slist *l);
+} cu;
+
+static bool curl_load(void)
+{
+        static int state; /* 0: not tried, 1: ready, -1: failed; exporter thread only */
+        if (state)
+                return state > 0;
+        state = -1;
+        void *so = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+        struct {
+                const char *name;
+                void **slot;
+        } syms[] = {
+            {"curl_global_init", (void **)&cu.global_init},
+            {"curl_easy_init", (void **)&cu.easy_init},
+            {"curl_easy_setopt", (void **)&cu.easy_setopt},
+            {"curl_easy_perform", (void **)&cu.easy_perform},
+            {"curl_easy_getinfo", (void **)&cu.easy_getinfo},
+            {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
+            {"curl_slist_append", (void **)&cu.slist_append},
+            {"curl_slist_free_all", (void **)&cu.slist_free_all},
+        };
+        if (!so)
+                return false;
+        for (size_t i = 0; i < ARRAY_SIZE(syms); i++)
+                if (!(*syms[i].slot = dlsym(so, syms[i].name)))
+                        return false;
+        if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+                return false;
+        state = 1;
+        return true;
+}
+
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t wake, done;
+        json_t **spans; /* a ring of queue_max */
+        size_t head, n;
+        bool started, stopping, exited;
+        uint64_t abort_at; /* CLOCK_MONOTONIC ns: a transfer past it is cut */
+        atomic_uint_fast64_t dropped;
+        uint64_t noted; /* dropped at the last log line */
+        uint64_t noted_at;
+} q = {.lock = PTHREAD_MUTEX_INITIALIZER,
+       .wake = PTHREAD_COND_INITIALIZER,
+       .done = PTHREAD_COND_INITIALIZER};
+
+uint64_t al_trace_dropped(void)
+{
+        return atomic_load(&q.dropped);
+}
+
+static void *exporter_main(void *arg);
+
+static void queue_put(json_t *span)
+{
+        if (!span) {
+                atomic_fetch_add(&q.dropped, 1);
+                return;
+        }
+        pthread_mutex_lock(&q.lock);
+        if (!q.started && !q.stopping) {
+                q.spans = calloc(cfg.queue_max, sizeof(*q.spans));
+                pthread_t t;
+                pthread_attr_t a;
+                pthread_attr_init(&a);
+                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+                q.started = q.spans && pthread_create(&t, &a, exporter_main, NULL) == 0;
+                pthread_attr_destroy(&a);
+                if (!q.started) {
+                        free(q.spans);
+                        q.spans = NULL;
+                        q.stopping = true; /* no exporter: every span is a drop */
+                }
+        }
+        if (q.stopping || q.n >= cfg.queue_max) {
+                pthread_mutex_unlock(&q.lock);
+                atomic_fetch_add(&q.dropped, 1);
+                json_decref(span);
+                return;
+        }
+        q.spans[(q.head + q.n++) % cfg.queue_max] = span;
+        if (q.n >= cfg.batch_max)
+                pthread_cond_signal(&q.wake);
+        pthread_mutex_unlock(&q.lock);
+}
+
+static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+        uint64_t abort_at = __atomic_load_n(&q.abort_at, __ATOMIC_RELAXED);
+        return abort_at && al_now_ns() > abort_at; /* non-zero cuts the transfer */
+}
+
+static size_t on_discard(char *data, size_t size, size_t nmemb, void *arg)
+{
+        return size * nmemb;
+}
+
+/* One POST of an ExportTraceServiceRequest; true when the collector took it
+ * (2xx). A partial success counts as taken. */
+static bool post(const char *body, size_t len)
+{
+        if (!curl_load())
+                return false;
+        CURL *h = cu.easy_init();
+        if (!h)
+                return false;
+        struct curl_slist *hl = cu.slist_append(NULL, "Content-Type: application/json");
+        for (size_t i = 0; hl && i < cfg.n_headers; i++)
+                hl = cu.slist_append(hl, cfg.headers[i]);
+        cu.easy_setopt(h, CURLOPT_URL, cfg.endpoint);
+        cu.easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        cu.easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        cu.easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)cfg.timeout_ms);
+        cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        cu.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        cu.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        cu.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_discard);
+        cu.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        long code = 0;
+        CURLcode c = cu.easy_perform(h);
+        if (c == CURLE_OK)
+                cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        cu.easy_cleanup(h);
+        cu.slist_free_all(hl);
+        return c == CURLE_OK && code >= 200 && code < 300;
+}
+
+static json_t *resource(void)
+{
+        return json_pack("{s:[{s:s, s:{s:s}}, {s:s, s:{s:s}}, {s:s, s:{s:s}}]}", "attributes",
+                         "key", "service.name", "value", "stringValue", cfg.service, "key",
+                         "telemetry.sdk.name", "value", "stringValue", "airlock", "key",
+                         "telemetry.sdk.language", "value", "stringValue", "c");
+}
+
+/* Sends the batch; counts it as dropped when the collector did not take
+ * it. Called without the lock. */
+static void export_batch(json_t *spans)
+{
+        size_t n = json_array_size(spans);
+        _cleanup_json_ json_t *req = json_pack(
+            "{s:[{s:o, s:[{s:{s:s, s:s}, s:O}]}]}", "resourceSpans", "resource", resource(),
+            "scopeSpans", "scope", "name", "airlock", "version", AIRLOCK_VERSION, "spans", spans);
+        _cleanup_free_ char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+        if (!body || !post(body, strlen(body)))
+                atomic_fetch_add(&q.dropped, n);
+}
+
+/* Takes up to a batch off the queue. Caller holds the lock. */
+static json_t *queue_take(void)
+{
+        json_t *batch = json_array();
+        while (batch && q.n && json_array_size(batch) < cfg.batch_max) {
+                json_array_append_new(batch, q.spans[q.head]);
+                q.head = (q.head + 1) % cfg.queue_max;
+                q.n--;
+        }
+        return batch;
+}
+
+static void *exporter_main(void *arg)
+{
+        pthread_mutex_lock(&q.lock);
+        for (;;) {
+                if (!q.stopping && q.n < cfg.batch_max) {
+                        struct timespec ts;
+                        clock_gettime(CLOCK_REALTIME, &ts);
+                        uint64_t at = (uint64_t)ts.tv_nsec + (uint64_t)cfg.delay_ms * 1000000ull;
+                        ts.tv_sec += (time_t)(at / 1000000000ull);
+                        ts.tv_nsec = (long)(at % 1000000000ull);
+                        pthread_cond_timedwait(&q.wake, &q.lock, &ts);
+                }
+                if (q.stopping && !q.n)
+                        break;
+                if (!q.n)
+                        continue;
+                json_t *batch = queue_take();
+                pthread_mutex_unlock(&q.lock);
+                if (batch)
+                        export_batch(batch);
+                json_decref(batch);
+                pthread_mutex_lock(&q.lock);
+        }
+        q.exited = true;
+        pthread_cond_broadcast(&q.done);
+        pthread_mutex_unlock(&q.lock);
+        return NULL;
+}
+
+void al_trace_shutdown(unsigned timeout_ms)
+{
+        if (!al_trace_on())
+                return;
+        pthread_mutex_lock(&q.lock);
+        if (q.stopping) { /* once: a second call has nothing to wait for */
+                pthread_mutex_unlock(&q.lock);
+                return;
+        }
+        q.stopping = true;
+        uint64_t deadline = al_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+        __atomic_store_n(&q.abort_at, deadline, __ATOMIC_RELAXED);
+        pthread_cond_signal(&q.wake);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t at = (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
+        ts.tv_sec += (time_t)(at / 1000000000ull);
+        ts.tv_nsec = (long)(at % 1000000000ull);
+        while (q.started && !q.exited)
+                if (pthread_cond_timedwait(&q.done, &q.lock, &ts) == ETIMEDOUT)
+                        break;
+        /* What the exporter could not send in time is dropped: the process
+         * exits without waiting longer. */
+        if (!q.exited)
+                atomic_fetch_add(&q.dropped, q.n);
+        pthread_mutex_unlock(&q.lock);
+}
+
+bool al_trace_drop_note(char *buf, size_t size, unsigned interval_s)
+{
+        uint64_t now = al_now_ns(), dropped = al_trace_dropped();
+        bool note = false;
+        pthread_mutex_lock(&q.lock);
+        if (dropped > q.noted &&
+            (!q.noted_at || now - q.noted_at >= (uint64_t)interval_s * 1000000000ull)) {
+                snprintf(buf, size,
+                         "tracing: %llu spans dropped (%llu in all): the collector at %s is "
+                         "slow, down or refusing them, or the queue of %u is full",
+                         (unsigned long long)(dropped - q.noted), (unsigned long long)dropped,
+                         cfg.endpoint, cfg.queue_max);
+                q.noted = dropped;
+                q.noted_at = now;
+                note = true;
+        }
+        pthread_mutex_unlock(&q.lock);
+        return note;
+}
