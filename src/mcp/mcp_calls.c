@@ -168,7 +168,7 @@ void mcp_run_call(mcp_call *c, reader_watch *w)
         airlock_result_free(res);
         json_decref(id);
         al_span_pop(outer);
-        if (c->id)
+        if (c->id && !(c->sink && c->sink->internal))
                 mcp_trace_end(span, "tools/call", c->t0);
         mcp_sink *sink = c->sink;
         mcp_call_free(c);

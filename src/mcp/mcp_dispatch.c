@@ -447,13 +447,17 @@ bool mcp_handle_request(mcp_server *srv, mcp_sink *sink, const char *method, con
                         const json_t *params)
 {
         mcp_request rq = {.sink = sink, .id = id, .params = params, .t0 = al_now_ns()};
-        al_span *span = mcp_trace_begin(
-            method, id, params,
-            al_trace_tenants() && sink && !sink->internal ? tenant_of(srv, sink->owner) : NULL);
+        /* The server's own requests (serve's warm-up) are no client's. */
+        bool internal = sink && sink->internal;
+        al_span *span =
+            internal
+                ? NULL
+                : mcp_trace_begin(method, id, params,
+                                  al_trace_tenants() && sink ? tenant_of(srv, sink->owner) : NULL);
         al_span *outer = al_span_push(span);
         bool started = dispatch_request(srv, &rq, method);
         al_span_pop(outer);
-        if (!started)
+        if (!started && !internal)
                 mcp_trace_end(span, method, rq.t0);
         return started;
 }
