@@ -618,6 +618,11 @@ uint64_t al_trace_dropped(void)
 
 static void *exporter_main(void *arg);
 
+static void exit_flush(void)
+{
+        al_trace_shutdown(2000);
+}
+
 static void queue_put(json_t *span)
 {
         if (!span) {
@@ -633,6 +638,11 @@ static void queue_put(json_t *span)
                 pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
                 q.started = q.spans && pthread_create(&t, &a, exporter_main, NULL) == 0;
                 pthread_attr_destroy(&a);
+                /* A program that never calls al_trace_shutdown (one using
+                 * the library: the Python package) still gets its spans
+                 * out at exit, within the same bound as the command line. */
+                if (q.started)
+                        atexit(exit_flush);
                 if (!q.started) {
                         free(q.spans);
                         q.spans = NULL;
