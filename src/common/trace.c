@@ -278,15 +278,29 @@ bool al_trace_tenants(void)
 
 /* ---- spans --------------------------------------------------------------- */
 
+/* An attribute, kept as C values until the exporter's thread encodes it:
+ * the caller's thread pays for a copy of a string, not for JSON. */
+typedef struct span_attr {
+        const char *key; /* a literal: trace.h says so */
+        char type;       /* 's', 'i', 'd', 'b' */
+        union {
+                char *s;
+                int64_t i;
+                double d;
+                bool b;
+        } v;
+} span_attr;
+
 struct al_span {
-        al_trace_ctx ctx; /* its own ids, its parent's tracestate and baggage */
+        uint8_t trace_id[16], span_id[8];
+        char *tracestate, *baggage; /* its parent's, or NULL */
         uint8_t parent_id[8];
         bool has_parent;
         al_span_kind kind;
         char name[129];
-        uint64_t start_ns;
-        json_t *attrs; /* OTLP KeyValue objects, at most AL_SPAN_ATTRS_MAX */
-        unsigned dropped_attrs;
+        uint64_t start_ns, end_ns;
+        span_attr attrs[AL_SPAN_ATTRS_MAX];
+        unsigned n_attrs, dropped_attrs;
         char *error; /* the error status's message, or NULL */
 };
 
@@ -297,14 +311,23 @@ static uint64_t wall_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Ids come from the kernel's generator, read 256 bytes at a time into a
+ * pool of the thread's own, so that a span costs no system call of its own
+ * most of the time. An all-zero id (invalid) is drawn again. */
 static void random_bytes(uint8_t *b, size_t n)
 {
-        /* The kernel's generator never fails for a few bytes once it is
-         * seeded; an all-zero id (invalid) is retried. */
-        bool zero = true;
-        while (zero) {
-                if (getrandom(b, n, 0) != (ssize_t)n)
-                        continue;
+        static _Thread_local uint8_t pool[256];
+        static _Thread_local size_t left;
+        for (bool zero = true; zero;) {
+                if (left < n) {
+                        while (getrandom(pool, sizeof(pool), 0) != (ssize_t)sizeof(pool))
+                                ;
+                        left = sizeof(pool);
+                }
+                memcpy(b, pool + sizeof(pool) - left, n);
+                memset(pool + sizeof(pool) - left, 0, n); /* used once */
+                left -= n;
+                zero = true;
                 for (size_t i = 0; i < n && zero; i++)
                         zero = b[i] == 0;
         }
@@ -339,21 +362,22 @@ al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *
         const uint8_t *tid = parent ? parent->trace_id : root.trace_id;
         if (!sampled(parent, tid))
                 return NULL;
-        al_span *s = calloc(1, sizeof(*s));
-        if (!s || !(s->attrs = json_array())) {
-                free(s);
+        al_span *s = malloc(sizeof(*s));
+        if (!s)
                 return NULL;
-        }
+        s->n_attrs = s->dropped_attrs = 0;
+        s->error = NULL;
+        s->tracestate = s->baggage = NULL;
+        s->has_parent = parent != NULL;
+        memcpy(s->trace_id, parent ? parent->trace_id : root.trace_id, 16);
         if (parent) {
-                s->ctx = *parent;
                 memcpy(s->parent_id, parent->span_id, 8);
-                s->has_parent = true;
-        } else {
-                memcpy(s->ctx.trace_id, root.trace_id, 16);
+                if (parent->tracestate[0])
+                        s->tracestate = strdup(parent->tracestate);
+                if (parent->baggage[0])
+                        s->baggage = strdup(parent->baggage);
         }
-        random_bytes(s->ctx.span_id, 8);
-        s->ctx.flags = 1;
-        s->ctx.valid = true;
+        random_bytes(s->span_id, 8);
         s->kind = kind;
         snprintf(s->name, sizeof(s->name), "%s", name);
         s->start_ns = wall_ns();
@@ -364,7 +388,13 @@ bool al_span_context(const al_span *span, al_trace_ctx *ret)
 {
         if (!span)
                 return false;
-        *ret = span->ctx;
+        memcpy(ret->trace_id, span->trace_id, 16);
+        memcpy(ret->span_id, span->span_id, 8);
+        ret->flags = 1;
+        ret->valid = true;
+        snprintf(ret->tracestate, sizeof(ret->tracestate), "%s",
+                 span->tracestate ? span->tracestate : "");
+        snprintf(ret->baggage, sizeof(ret->baggage), "%s", span->baggage ? span->baggage : "");
         return true;
 }
 
@@ -389,66 +419,77 @@ static char *scrub(const char *value, size_t len)
         return TAKE_PTR(out);
 }
 
-static void attr_add(al_span *span, const char *key, json_t *value)
+static span_attr *attr_add(al_span *span, const char *key, char type)
 {
-        if (!span || !value) {
-                json_decref(value);
-                return;
-        }
-        if (json_array_size(span->attrs) >= AL_SPAN_ATTRS_MAX) {
+        if (!span)
+                return NULL;
+        if (span->n_attrs >= AL_SPAN_ATTRS_MAX) {
                 span->dropped_attrs++;
-                json_decref(value);
-                return;
+                return NULL;
         }
-        json_array_append_new(span->attrs, json_pack("{s:s, s:o}", "key", key, "value", value));
+        span_attr *a = &span->attrs[span->n_attrs++];
+        a->key = key;
+        a->type = type;
+        return a;
 }
 
 /* A string cut to cap bytes at a UTF-8 boundary, made valid UTF-8 and
- * scrubbed of the headers' secrets. */
-static json_t *string_value(const char *value, size_t len, size_t cap)
+ * scrubbed of the headers' secrets; malloc'd, or NULL. */
+static char *string_copy(const char *value, size_t len, size_t cap)
 {
         if (len > cap) {
                 len = cap;
                 while (len && ((unsigned char)value[len] & 0xc0) == 0x80)
                         len--;
         }
-        _cleanup_free_ char *clean = al_utf8_sanitize_n(value, len, &len);
-        _cleanup_free_ char *s = clean ? scrub(clean, len) : NULL;
-        return s ? json_pack("{s:s}", "stringValue", s) : NULL;
+        _cleanup_free_ char *clean =
+            al_utf8_valid(value, len) ? strndup(value, len) : al_utf8_sanitize_n(value, len, &len);
+        if (!clean || !cfg.n_headers)
+                return TAKE_PTR(clean);
+        return scrub(clean, strlen(clean));
+}
+
+static void set_string(al_span *span, const char *key, const char *value, size_t len, size_t cap)
+{
+        char *copy = string_copy(value, len, cap);
+        span_attr *a = copy ? attr_add(span, key, 's') : NULL;
+        if (a)
+                a->v.s = copy;
+        else
+                free(copy);
 }
 
 void al_span_set_str(al_span *span, const char *key, const char *value)
 {
         if (span && value)
-                attr_add(span, key, string_value(value, strlen(value), AL_SPAN_VALUE_MAX));
+                set_string(span, key, value, strlen(value), AL_SPAN_VALUE_MAX);
 }
 
 void al_span_set_content(al_span *span, const char *key, const char *value, size_t len)
 {
         if (span && value && al_trace_content())
-                attr_add(span, key, string_value(value, len, AL_SPAN_CONTENT_MAX));
+                set_string(span, key, value, len, AL_SPAN_CONTENT_MAX);
 }
 
 void al_span_set_int(al_span *span, const char *key, int64_t value)
 {
-        char buf[24];
-        if (!span)
-                return;
-        /* OTLP JSON writes a 64-bit integer as a decimal string. */
-        snprintf(buf, sizeof(buf), "%lld", (long long)value);
-        attr_add(span, key, json_pack("{s:s}", "intValue", buf));
+        span_attr *a = attr_add(span, key, 'i');
+        if (a)
+                a->v.i = value;
 }
 
 void al_span_set_double(al_span *span, const char *key, double value)
 {
-        if (span)
-                attr_add(span, key, json_pack("{s:f}", "doubleValue", value));
+        span_attr *a = attr_add(span, key, 'd');
+        if (a)
+                a->v.d = value;
 }
 
 void al_span_set_bool(al_span *span, const char *key, bool value)
 {
-        if (span)
-                attr_add(span, key, json_pack("{s:b}", "boolValue", value));
+        span_attr *a = attr_add(span, key, 'b');
+        if (a)
+                a->v.b = value;
 }
 
 void al_span_error(al_span *span, const char *message)
@@ -457,9 +498,7 @@ void al_span_error(al_span *span, const char *message)
                 return;
         free(span->error);
         const char *m = message ? message : "";
-        json_t *v = string_value(m, strlen(m), 256);
-        span->error = strdup(v ? json_string_value(json_object_get(v, "stringValue")) : "");
-        json_decref(v);
+        span->error = string_copy(m, strlen(m), 256);
 }
 
 void al_span_rename(al_span *span, const char *name)
@@ -475,7 +514,9 @@ void al_trace_inject_meta(json_t *params)
         if (!current || !json_is_object(params))
                 return;
         char tp[AL_TRACEPARENT_LEN + 1];
-        al_trace_format(&current->ctx, tp);
+        al_trace_ctx ctx;
+        al_span_context(current, &ctx);
+        al_trace_format(&ctx, tp);
         json_t *meta = json_object_get(params, "_meta");
         if (!json_is_object(meta)) {
                 meta = json_object();
@@ -483,10 +524,10 @@ void al_trace_inject_meta(json_t *params)
                         return;
         }
         json_object_set_new(meta, "traceparent", json_string(tp));
-        if (current->ctx.tracestate[0])
-                json_object_set_new(meta, "tracestate", json_string(current->ctx.tracestate));
-        if (current->ctx.baggage[0])
-                json_object_set_new(meta, "baggage", json_string(current->ctx.baggage));
+        if (current->tracestate)
+                json_object_set_new(meta, "tracestate", json_string(current->tracestate));
+        if (current->baggage)
+                json_object_set_new(meta, "baggage", json_string(current->baggage));
 }
 
 al_span *al_span_push(al_span *span)
@@ -510,45 +551,76 @@ static void span_free(al_span *s)
 {
         if (!s)
                 return;
-        json_decref(s->attrs);
+        for (unsigned i = 0; i < s->n_attrs; i++)
+                if (s->attrs[i].type == 's')
+                        free(s->attrs[i].v.s);
         free(s->error);
+        free(s->tracestate);
+        free(s->baggage);
         free(s);
 }
 
+static json_t *attr_encode(const span_attr *a)
+{
+        char buf[24];
+        json_t *v;
+        switch (a->type) {
+        case 's':
+                v = json_pack("{s:s}", "stringValue", a->v.s);
+                break;
+        case 'i':
+                /* OTLP JSON writes a 64-bit integer as a decimal string. */
+                snprintf(buf, sizeof(buf), "%lld", (long long)a->v.i);
+                v = json_pack("{s:s}", "intValue", buf);
+                break;
+        case 'd':
+                v = json_pack("{s:f}", "doubleValue", a->v.d);
+                break;
+        default:
+                v = json_pack("{s:b}", "boolValue", a->v.b);
+                break;
+        }
+        return v ? json_pack("{s:s, s:o}", "key", a->key, "value", v) : NULL;
+}
+
 /* The span as an OTLP JSON Span: ids in hex, times in nanoseconds as
- * decimal strings, the kind and the status code as numbers. */
-static json_t *span_encode(al_span *s, uint64_t end_ns)
+ * decimal strings, the kind and the status code as numbers. On the
+ * exporter's thread. */
+static json_t *span_encode(const al_span *s)
 {
         char tid[33], sid[17], pid[17], start[24], end[24];
-        hex_write(tid, s->ctx.trace_id, 16);
-        hex_write(sid, s->ctx.span_id, 8);
+        hex_write(tid, s->trace_id, 16);
+        hex_write(sid, s->span_id, 8);
         hex_write(pid, s->parent_id, 8);
         snprintf(start, sizeof(start), "%llu", (unsigned long long)s->start_ns);
-        snprintf(end, sizeof(end), "%llu", (unsigned long long)end_ns);
-        json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:O, s:i}", "traceId", tid, "spanId",
+        snprintf(end, sizeof(end), "%llu", (unsigned long long)s->end_ns);
+        json_t *attrs = json_array();
+        for (unsigned i = 0; attrs && i < s->n_attrs; i++)
+                json_array_append_new(attrs, attr_encode(&s->attrs[i]));
+        json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:o, s:i}", "traceId", tid, "spanId",
                               sid, "name", s->name, "kind", (int)s->kind, "startTimeUnixNano",
-                              start, "endTimeUnixNano", end, "attributes", s->attrs,
+                              start, "endTimeUnixNano", end, "attributes", attrs,
                               "droppedAttributesCount", (int)s->dropped_attrs);
         if (!o)
                 return NULL;
         if (s->has_parent)
                 json_object_set_new(o, "parentSpanId", json_string(pid));
-        if (s->ctx.tracestate[0])
-                json_object_set_new(o, "traceState", json_string(s->ctx.tracestate));
+        if (s->tracestate)
+                json_object_set_new(o, "traceState", json_string(s->tracestate));
         if (s->error)
                 json_object_set_new(o, "status",
                                     json_pack("{s:i, s:s}", "code", 2, "message", s->error));
         return o;
 }
 
-static void queue_put(json_t *span);
+static void queue_put(al_span *span);
 
 void al_span_end(al_span *span)
 {
         if (!span)
                 return;
-        queue_put(span_encode(span, wall_ns()));
-        span_free(span);
+        span->end_ns = wall_ns();
+        queue_put(span);
 }
 
 /* ---- the exporter --------------------------------------------------------- */
@@ -600,7 +672,7 @@ static bool curl_load(void)
 static struct {
         pthread_mutex_t lock;
         pthread_cond_t wake, done;
-        json_t **spans; /* a ring of queue_max */
+        al_span **spans; /* a ring of queue_max */
         size_t head, n;
         bool started, stopping, exited;
         uint64_t abort_at; /* CLOCK_MONOTONIC ns: a transfer past it is cut */
@@ -623,12 +695,8 @@ static void exit_flush(void)
         al_trace_shutdown(2000);
 }
 
-static void queue_put(json_t *span)
+static void queue_put(al_span *span)
 {
-        if (!span) {
-                atomic_fetch_add(&q.dropped, 1);
-                return;
-        }
         pthread_mutex_lock(&q.lock);
         if (!q.started && !q.stopping) {
                 q.spans = calloc(cfg.queue_max, sizeof(*q.spans));
@@ -652,7 +720,7 @@ static void queue_put(json_t *span)
         if (q.stopping || q.n >= cfg.queue_max) {
                 pthread_mutex_unlock(&q.lock);
                 atomic_fetch_add(&q.dropped, 1);
-                json_decref(span);
+                span_free(span);
                 return;
         }
         q.spans[(q.head + q.n++) % cfg.queue_max] = span;
@@ -711,34 +779,51 @@ static json_t *resource(void)
                          "telemetry.sdk.language", "value", "stringValue", "c");
 }
 
-/* Sends the batch; counts it as dropped when the collector did not take
- * it. Called without the lock. */
-static void export_batch(json_t *spans)
+/* Encodes the batch and sends it; counts it as dropped when the collector
+ * did not take it. Called without the lock, so that no caller's thread
+ * waits while spans are encoded. Frees the spans. */
+static void export_batch(al_span **taken, size_t n)
 {
-        size_t n = json_array_size(spans);
+        json_t *spans = json_array();
+        for (size_t i = 0; i < n; i++) {
+                json_t *enc = spans ? span_encode(taken[i]) : NULL;
+                span_free(taken[i]);
+                if (!enc || json_array_append_new(spans, enc) < 0)
+                        atomic_fetch_add(&q.dropped, 1);
+        }
+        size_t sent = json_array_size(spans);
         _cleanup_json_ json_t *req = json_pack(
-            "{s:[{s:o, s:[{s:{s:s, s:s}, s:O}]}]}", "resourceSpans", "resource", resource(),
+            "{s:[{s:o, s:[{s:{s:s, s:s}, s:o}]}]}", "resourceSpans", "resource", resource(),
             "scopeSpans", "scope", "name", "airlock", "version", AIRLOCK_VERSION, "spans", spans);
         _cleanup_free_ char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
         if (!body || !post(body, strlen(body)))
-                atomic_fetch_add(&q.dropped, n);
+                atomic_fetch_add(&q.dropped, sent);
 }
 
-/* Takes up to a batch off the queue. Caller holds the lock. */
-static json_t *queue_take(void)
+/* Takes up to a batch off the queue into taken. Caller holds the lock. */
+static size_t queue_take(al_span **taken)
 {
-        json_t *batch = json_array();
-        while (batch && q.n && json_array_size(batch) < cfg.batch_max) {
-                json_array_append_new(batch, q.spans[q.head]);
+        size_t n = 0;
+        while (q.n && n < cfg.batch_max) {
+                taken[n++] = q.spans[q.head];
                 q.head = (q.head + 1) % cfg.queue_max;
                 q.n--;
         }
-        return batch;
+        return n;
 }
 
 static void *exporter_main(void *arg)
 {
+        al_span **taken = calloc(cfg.batch_max, sizeof(*taken));
         pthread_mutex_lock(&q.lock);
+        if (!taken)
+                q.stopping = true; /* out of memory: every span is a drop */
+        while (!taken && q.n) {
+                span_free(q.spans[q.head]);
+                q.head = (q.head + 1) % cfg.queue_max;
+                q.n--;
+                atomic_fetch_add(&q.dropped, 1);
+        }
         for (;;) {
                 if (!q.stopping && q.n < cfg.batch_max) {
                         struct timespec ts;
@@ -752,16 +837,15 @@ static void *exporter_main(void *arg)
                         break;
                 if (!q.n)
                         continue;
-                json_t *batch = queue_take();
+                size_t n = queue_take(taken);
                 pthread_mutex_unlock(&q.lock);
-                if (batch)
-                        export_batch(batch);
-                json_decref(batch);
+                export_batch(taken, n);
                 pthread_mutex_lock(&q.lock);
         }
         q.exited = true;
         pthread_cond_broadcast(&q.done);
         pthread_mutex_unlock(&q.lock);
+        free(taken);
         return NULL;
 }
 

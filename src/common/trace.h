@@ -63,6 +63,9 @@ bool al_trace_on(void);
  * NULL when tracing is off, out of memory or the sampler drops it. The
  * name is copied (at most 128 bytes). */
 al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *parent);
+/* The setters below keep the key's pointer, not a copy: a key is a string
+ * literal (an attribute's name of the conventions). A string value is
+ * copied, cut, made valid UTF-8 and scrubbed. */
 /* The context a child of span (or whatever calls out on its behalf)
  * carries: span's ids, its parent's tracestate and baggage. False for NULL. */
 bool al_span_context(const al_span *span, al_trace_ctx *ret);
