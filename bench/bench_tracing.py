@@ -25,17 +25,21 @@ build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MISBEHAVE = os.path.join(ROOT, "tests", "helpers", "mcp_misbehave.py")
-TOOLS_CODE = "from servers import up\nfor i in range(100):\n    up.ok()\n"
+# The guest times its own 100 calls too: the host's work per call, without
+# the server's and the client's.
+TOOLS_CODE = ("import time\nfrom servers import up\nt = time.perf_counter()\n"
+              "for i in range(100):\n    up.ok()\nprint(time.perf_counter() - t)\n")
 
 
 class Receiver(http.server.BaseHTTPRequestHandler):
+    """Reads each body and counts its spans by their "spanId" keys, without
+    decoding it: the receiver shares this process (and its GIL) with the
+    client whose calls are timed."""
     spans = 0
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        for rs in body["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                Receiver.spans += len(ss["spans"])
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Receiver.spans += body.count(b'"spanId"')
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
@@ -69,6 +73,7 @@ class Mcp:
         r = self.request("tools/call", {"name": "execute_code", "arguments": {"code": code}})
         dt = time.perf_counter() - t0
         assert not r["result"]["isError"], r
+        self.text = r["result"]["content"][0].get("text", "") if r["result"]["content"] else ""
         return dt
 
     def close(self):
@@ -92,14 +97,17 @@ def main():
         for m in (off, on):  # the sandboxes built, the upstream started
             m.call("print(1)")
             m.call(TOOLS_CODE)
-        t = {"off": [], "on": [], "off100": [], "on100": []}
+        t = {"off": [], "on": [], "off100": [], "on100": [], "offin": [], "onin": []}
         for i in range(rounds):
             pair = [("off", off), ("on", on)] if i % 2 else [("on", on), ("off", off)]
             for name, m in pair:
                 t[name].append(m.call("print(1)"))
             if i % 10 == 0:
-                for name, m in pair:
+                # Its own alternation: i is even here.
+                order = pair if (i // 10) % 2 else pair[::-1]
+                for name, m in order:
                     t[name + "100"].append(m.call(TOOLS_CODE))
+                    t[name + "in"].append(float(m.text))
     finally:
         off.close()
         on.close()
@@ -112,11 +120,15 @@ def main():
           f"   +{(med['on'] - med['off']) * 1e6:7.1f} us")
     print(f"  100 tool calls    off {med['off100'] * 1e3:8.3f} ms   on {med['on100'] * 1e3:8.3f} ms"
           f"   x{med['on100'] / med['off100']:.3f}")
+    print(f"  ... in the guest  off {med['offin'] * 1e3:8.3f} ms   on {med['onin'] * 1e3:8.3f} ms"
+          f"   x{med['onin'] / med['offin']:.3f}")
     print(f"  spans received: {Receiver.spans}")
     print(json.dumps({"bench": "tracing", "rounds": rounds, "load": load,
                       "print1_off_ms": med["off"] * 1e3, "print1_on_ms": med["on"] * 1e3,
                       "tools100_off_ms": med["off100"] * 1e3,
-                      "tools100_on_ms": med["on100"] * 1e3, "spans": Receiver.spans}))
+                      "tools100_on_ms": med["on100"] * 1e3,
+                      "tools100_guest_off_ms": med["offin"] * 1e3,
+                      "tools100_guest_on_ms": med["onin"] * 1e3, "spans": Receiver.spans}))
 
 
 main()

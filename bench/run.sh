@@ -68,6 +68,8 @@ fi
 # and three instances behind HAProxy against one alone.
 /usr/bin/python3 bench/bench_serve.py "$build" "$rounds" ||
     echo "bench: bench/bench_serve.py failed" >&2
+/usr/bin/python3 bench/bench_tracing.py "$build" "$rounds" ||
+    echo "bench: bench/bench_tracing.py failed" >&2
 # Code mode: upstream MCP calls from the guest against the SDK client's own,
 # the stubs' cost at sandbox build, and the context bytes of one task
 # (needs the servers of tests/mcp: npm install there).
