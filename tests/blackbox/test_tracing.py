@@ -429,5 +429,51 @@ def test_trace_content_exports_code_cut_and_scrubbed():
         rcv.close()
 
 
+def test_session_cells_forks_and_closes_and_a_hashed_handle():
+    rcv = Receiver()
+    m = mcp_with(otel_env(rcv.port))
+    meta = {"traceparent": TRACEPARENT}
+    try:
+        r = m.request("tools/call", {"name": "session_open", "arguments": {}, "_meta": meta})
+        h = r["result"]["_meta"]["dev.airlock/session"]
+        for code in ("x = 1", "x += 1", "raise ValueError"):
+            r = m.request("tools/call", {"name": "execute_code",
+                                         "arguments": {"code": code, "session": h},
+                                         "_meta": meta})
+            assert "result" in r, r
+        r = m.request("tools/call", {"name": "session_fork", "arguments": {"session": h},
+                                     "_meta": meta})
+        h2 = r["result"]["_meta"]["dev.airlock/session"]
+        for handle in (h2, h):
+            r = m.request("tools/call", {"name": "session_close",
+                                         "arguments": {"session": handle}, "_meta": meta})
+            assert not r["result"]["isError"], r
+        assert m.close() == 0
+        rcv.wait(lambda r: len([s for s in r.spans
+                                if s["name"] == "tools/call session_close"]) == 2)
+        spans = [s for s in rcv.spans if s["traceId"] == TRACE_ID]
+        cells = by_name(spans, "airlock.cell")
+        assert len(cells) == 3, cells
+        states = sorted(attrs(c).get("airlock.cell.state", "") for c in cells)
+        assert states == ["kept", "kept", "rolled_back"], states
+        assert [c.get("status", {}).get("code") for c in cells].count(2) == 1, cells
+        servers = {s["spanId"]: s for s in spans if s["kind"] == 2}
+        for name in ("airlock.session.fork", "airlock.session.close"):
+            for s in by_name(spans, name):
+                assert s["parentSpanId"] in servers, s
+        assert len(by_name(spans, "airlock.session.close")) >= 1
+        # mcp.session.id: a keyed hash, the same for one handle, never the handle.
+        ids = {attrs(s).get("mcp.session.id") for s in servers.values()
+               if attrs(s).get("gen_ai.tool.name") == "execute_code"}
+        assert len(ids) == 1 and None not in ids, ids
+        for body in rcv.bodies:
+            assert h.encode() not in body and h2.encode() not in body
+            assert h[5:].encode() not in body
+    finally:
+        if m.p.poll() is None:
+            m.p.kill()
+        rcv.close()
+
+
 if __name__ == "__main__":
     run()
