@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "airlock.h"
+#include "base.h"
 #include "mcp.h"
 #include "mcp_service.h"
 #include "mcp_session.h"
