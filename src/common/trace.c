@@ -301,7 +301,8 @@ struct al_span {
         uint64_t start_ns, end_ns;
         span_attr attrs[AL_SPAN_ATTRS_MAX];
         unsigned n_attrs, dropped_attrs;
-        char *error; /* the error status's message, or NULL */
+        bool recording; /* sampled: exported when it ends */
+        char *error;    /* the error status's message, or NULL */
 };
 
 static uint64_t wall_ns(void)
@@ -360,12 +361,16 @@ al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *
                 parent = NULL;
         }
         const uint8_t *tid = parent ? parent->trace_id : root.trace_id;
-        if (!sampled(parent, tid))
-                return NULL;
+        /* A span the sampler drops is still made, not recorded: its
+         * context carries the unsampled flag to its children and to the
+         * upstream servers, so that they drop theirs too (parent-based
+         * sampling), rather than starting traces of their own. */
+        bool recording = sampled(parent, tid);
         al_span *s = malloc(sizeof(*s));
         if (!s)
                 return NULL;
         s->n_attrs = s->dropped_attrs = 0;
+        s->recording = recording;
         s->error = NULL;
         s->tracestate = s->baggage = NULL;
         s->has_parent = parent != NULL;
@@ -390,7 +395,7 @@ bool al_span_context(const al_span *span, al_trace_ctx *ret)
                 return false;
         memcpy(ret->trace_id, span->trace_id, 16);
         memcpy(ret->span_id, span->span_id, 8);
-        ret->flags = 1;
+        ret->flags = span->recording ? 1 : 0;
         ret->valid = true;
         snprintf(ret->tracestate, sizeof(ret->tracestate), "%s",
                  span->tracestate ? span->tracestate : "");
@@ -421,7 +426,7 @@ static char *scrub(const char *value, size_t len)
 
 static span_attr *attr_add(al_span *span, const char *key, char type)
 {
-        if (!span)
+        if (!span || !span->recording)
                 return NULL;
         if (span->n_attrs >= AL_SPAN_ATTRS_MAX) {
                 span->dropped_attrs++;
@@ -451,6 +456,8 @@ static char *string_copy(const char *value, size_t len, size_t cap)
 
 static void set_string(al_span *span, const char *key, const char *value, size_t len, size_t cap)
 {
+        if (!span->recording)
+                return;
         char *copy = string_copy(value, len, cap);
         span_attr *a = copy ? attr_add(span, key, 's') : NULL;
         if (a)
@@ -494,7 +501,7 @@ void al_span_set_bool(al_span *span, const char *key, bool value)
 
 void al_span_error(al_span *span, const char *message)
 {
-        if (!span)
+        if (!span || !span->recording)
                 return;
         free(span->error);
         const char *m = message ? message : "";
@@ -619,6 +626,10 @@ void al_span_end(al_span *span)
 {
         if (!span)
                 return;
+        if (!span->recording) {
+                span_free(span);
+                return;
+        }
         span->end_ns = wall_ns();
         queue_put(span);
 }

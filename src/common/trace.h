@@ -60,8 +60,10 @@ typedef struct al_span al_span;
 /* True when the tracer is configured: one load after the first call. */
 bool al_trace_on(void);
 /* Starts a span under parent (NULL or invalid: a new trace), or returns
- * NULL when tracing is off, out of memory or the sampler drops it. The
- * name is copied (at most 128 bytes). */
+ * NULL when tracing is off or out of memory. A span the sampler drops is
+ * not recorded (its setters do nothing, its end exports nothing) but
+ * carries its unsampled context to its children. The name is copied (at
+ * most 128 bytes). */
 al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *parent);
 /* The setters below keep the key's pointer, not a copy: a key is a string
  * literal (an attribute's name of the conventions). A string value is

@@ -475,5 +475,28 @@ def test_session_cells_forks_and_closes_and_a_hashed_handle():
         rcv.close()
 
 
+def test_an_unsampled_caller_is_followed_down_to_the_upstream():
+    rcv = Receiver()
+    _, args, target = setup()
+    m = mcp_with(otel_env(rcv.port), *args)
+    try:
+        unsampled = TRACEPARENT[:-2] + "00"
+        r = m.request("tools/call", {"name": "execute_code", "arguments": {
+            "code": "from servers import up\nprint('META', up.meta())"},
+            "_meta": {"traceparent": unsampled}})
+        text = "".join(c.get("text", "") for c in r["result"]["content"])
+        meta = json.loads(text.split("META ", 1)[1].splitlines()[0])
+        # The upstream is told not to sample either, in the caller's trace.
+        assert meta["traceparent"].startswith(f"00-{TRACE_ID}-"), meta
+        assert meta["traceparent"].endswith("-00"), meta
+        assert m.close() == 0
+        assert not [s for s in rcv.spans if s["traceId"] == TRACE_ID], rcv.spans
+    finally:
+        if m.p.poll() is None:
+            m.p.kill()
+        rcv.close()
+        target.srv.shutdown()
+
+
 if __name__ == "__main__":
     run()
