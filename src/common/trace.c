@@ -116,9 +116,16 @@ static struct {
         bool on;
         char endpoint[ENDPOINT_MAX];
         char service[128];
-        char *headers[HEADERS_MAX]; /* "Name: value" */
+        /* Under hdr_lock once a process runs: a header's value may name an
+         * airlock secret (${secret:NAME}), put in by the library
+         * (al_trace_resolve_secrets); until then that header is not sent. */
+        char *header_keys[HEADERS_MAX];
         char *header_values[HEADERS_MAX];
         size_t n_headers;
+        /* What no attribute may carry: every header's value and every secret
+         * value put into one; n_scrubs is read without the lock first. */
+        char *scrubs[2 * HEADERS_MAX];
+        atomic_size_t n_scrubs;
         sampler root;
         bool parent_based;
         double ratio;
@@ -182,11 +189,15 @@ static void parse_headers(const char *list)
                         trim(&k, &klen);
                         trim(&v, &vlen);
                         _cleanup_free_ char *value = percent_decode(v, vlen);
-                        char *h = NULL;
-                        if (klen && value && !strpbrk(value, "\r\n") &&
-                            asprintf(&h, "%.*s: %s", (int)klen, k, value) >= 0) {
-                                cfg.headers[cfg.n_headers] = h;
+                        char *key = klen ? strndup(k, klen) : NULL;
+                        if (key && value && !strpbrk(value, "\r\n") && !strpbrk(key, "\r\n: ")) {
+                                cfg.header_keys[cfg.n_headers] = key;
+                                cfg.scrubs[atomic_load(&cfg.n_scrubs)] = strdup(value);
+                                if (cfg.scrubs[atomic_load(&cfg.n_scrubs)])
+                                        atomic_fetch_add(&cfg.n_scrubs, 1);
                                 cfg.header_values[cfg.n_headers++] = TAKE_PTR(value);
+                        } else {
+                                free(key);
                         }
                 }
                 p = comma ? comma + 1 : p + len;
@@ -405,23 +416,62 @@ bool al_span_context(const al_span *span, al_trace_ctx *ret)
 
 /* Replaces every occurrence of an OTLP header's value (an API key, say)
  * by "[secret]", so that no exported byte carries it. */
+static pthread_mutex_t hdr_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static char *scrub(const char *value, size_t len)
 {
         _cleanup_free_ char *out = strndup(value, len);
-        for (size_t i = 0; out && i < cfg.n_headers; i++) {
-                const char *secret = cfg.header_values[i];
+        pthread_mutex_lock(&hdr_lock);
+        for (size_t i = 0; out && i < atomic_load(&cfg.n_scrubs); i++) {
+                const char *secret = cfg.scrubs[i];
                 size_t slen = strlen(secret);
-                char *hit;
-                while (slen >= 4 && (hit = strstr(out, secret))) {
-                        char *next = NULL;
+                char *hit, *next = NULL;
+                while (out && slen >= 4 && (hit = strstr(out, secret))) {
                         if (asprintf(&next, "%.*s[secret]%s", (int)(hit - out), out, hit + slen) <
                             0)
-                                return NULL;
+                                next = NULL;
                         free(out);
                         out = next;
                 }
         }
+        pthread_mutex_unlock(&hdr_lock);
         return TAKE_PTR(out);
+}
+
+/* Puts the value of each ${secret:NAME} of one header in its place; false
+ * when a secret was refused (the header stays unsent). Holds hdr_lock. */
+static bool resolve_header(size_t i, al_trace_secret_fn fn, void *arg)
+{
+        char *p;
+        while ((p = strstr(cfg.header_values[i], "${secret:"))) {
+                char *end = strchr(p, '}');
+                if (!end)
+                        return false;
+                _cleanup_free_ char *name = strndup(p + 9, (size_t)(end - p - 9));
+                _cleanup_free_ char *value = NULL, *next = NULL;
+                if (!name || fn(arg, name, cfg.endpoint, &value) < 0 || !value ||
+                    strpbrk(value, "\r\n") ||
+                    asprintf(&next, "%.*s%s%s", (int)(p - cfg.header_values[i]),
+                             cfg.header_values[i], value, end + 1) < 0)
+                        return false;
+                free(cfg.header_values[i]);
+                cfg.header_values[i] = TAKE_PTR(next);
+                size_t n = atomic_load(&cfg.n_scrubs);
+                if (n < ARRAY_SIZE(cfg.scrubs) && (cfg.scrubs[n] = strdup(value)))
+                        atomic_store(&cfg.n_scrubs, n + 1);
+                explicit_bzero(value, strlen(value));
+        }
+        return true;
+}
+
+void al_trace_resolve_secrets(al_trace_secret_fn fn, void *arg)
+{
+        if (!al_trace_on())
+                return;
+        pthread_mutex_lock(&hdr_lock);
+        for (size_t i = 0; i < cfg.n_headers; i++)
+                (void)resolve_header(i, fn, arg);
+        pthread_mutex_unlock(&hdr_lock);
 }
 
 static span_attr *attr_add(al_span *span, const char *key, char type)
@@ -449,7 +499,7 @@ static char *string_copy(const char *value, size_t len, size_t cap)
         }
         _cleanup_free_ char *clean =
             al_utf8_valid(value, len) ? strndup(value, len) : al_utf8_sanitize_n(value, len, &len);
-        if (!clean || !cfg.n_headers)
+        if (!clean || !atomic_load(&cfg.n_scrubs))
                 return TAKE_PTR(clean);
         return scrub(clean, strlen(clean));
 }
@@ -761,8 +811,16 @@ static bool post(const char *body, size_t len)
         if (!h)
                 return false;
         struct curl_slist *hl = cu.slist_append(NULL, "Content-Type: application/json");
-        for (size_t i = 0; hl && i < cfg.n_headers; i++)
-                hl = cu.slist_append(hl, cfg.headers[i]);
+        pthread_mutex_lock(&hdr_lock);
+        for (size_t i = 0; hl && i < cfg.n_headers; i++) {
+                _cleanup_free_ char *line = NULL;
+                /* A secret not put in (no library asked, or its targets
+                 * refused the endpoint): the header is not sent. */
+                if (!strstr(cfg.header_values[i], "${secret:") &&
+                    asprintf(&line, "%s: %s", cfg.header_keys[i], cfg.header_values[i]) >= 0)
+                        hl = cu.slist_append(hl, line);
+        }
+        pthread_mutex_unlock(&hdr_lock);
         cu.easy_setopt(h, CURLOPT_URL, cfg.endpoint);
         cu.easy_setopt(h, CURLOPT_HTTPHEADER, hl);
         cu.easy_setopt(h, CURLOPT_POSTFIELDS, body);

@@ -101,6 +101,15 @@ void al_trace_inject_meta(struct json_t *params);
 /* Renames a span (a name known only once its work is done). */
 void al_span_rename(al_span *span, const char *name);
 
+/* OTEL_EXPORTER_OTLP_HEADERS may name an airlock secret, ${secret:NAME}:
+ * fn(arg, NAME, endpoint, &value) gives its malloc'd value when the
+ * secret's targets allow the endpoint (or fails, and the header is not
+ * sent). The library calls this with each new sandbox's secrets, until
+ * every header has its value; every value put in is scrubbed from every
+ * attribute. */
+typedef int (*al_trace_secret_fn)(void *arg, const char *name, const char *url, char **ret);
+void al_trace_resolve_secrets(al_trace_secret_fn fn, void *arg);
+
 /* Options of the whole process: export code and arguments (cut and
  * scrubbed); put tenants' names in. Both off by default. */
 void al_trace_set_content(bool on);

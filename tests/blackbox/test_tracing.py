@@ -52,6 +52,7 @@ class Receiver:
         self.cv = threading.Condition()
         self.release = threading.Event()
         self.posts = 0
+        self.headers = []
         rcv = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -59,6 +60,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with rcv.cv:
                     rcv.posts += 1
+                    rcv.headers.append(dict(self.headers))
                     rcv.cv.notify_all()
                 if rcv.mode == "hang":
                     rcv.release.wait(600)
@@ -496,6 +498,37 @@ def test_an_unsampled_caller_is_followed_down_to_the_upstream():
             m.p.kill()
         rcv.close()
         target.srv.shutdown()
+
+
+def test_an_airlock_secret_in_the_otlp_headers():
+    rcv = Receiver()
+    value = "otlp-key-from-a-secret-5150"
+    env = otel_env(rcv.port, OTLPKEY=value,
+                   OTEL_EXPORTER_OTLP_HEADERS="x-api-key=${secret:OTLP}")
+    try:
+        # Its target allows POST to the endpoint: the header goes, and the
+        # value is in no attribute, even with the code exported.
+        p = subprocess.run([AIRLOCK, "run", "--trace-content", "--secret",
+                            f"OTLP=env:OTLPKEY@http://127.0.0.1:{rcv.port}", "-c",
+                            f"# {value}\nprint(1)"], env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p
+        rcv.wait(lambda r: r.posts >= 1)
+        assert rcv.headers[-1].get("x-api-key") == value, rcv.headers
+        code = attrs(by_name(rcv.spans, "airlock.run")[0])["airlock.code"]
+        assert "print(1)" in code and value not in code, code
+        # A secret scoped elsewhere never goes to the collector.
+        n = rcv.posts
+        p = subprocess.run([AIRLOCK, "run", "--secret",
+                            "OTLP=env:OTLPKEY@https://elsewhere.example", "-c", "print(1)"],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p
+        rcv.wait(lambda r: r.posts > n)
+        assert "x-api-key" not in {k.lower() for k in rcv.headers[-1]}, rcv.headers
+        for body in rcv.bodies:
+            assert value.encode() not in body
+    finally:
+        rcv.close()
 
 
 if __name__ == "__main__":

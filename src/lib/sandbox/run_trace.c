@@ -5,6 +5,7 @@
  * Privacy: no attribute carries code, arguments, results, file contents or
  * a secret, unless the content option is on (al_trace_set_content), and
  * then code and arguments only, cut and scrubbed of the run's secrets. */
+#include <errno.h>
 #include <string.h>
 
 #include "sandbox/run_trace.h"
@@ -170,4 +171,25 @@ void sbx_trace_http_end(al_span *s, const gateway_record *rec, int r)
         else if (rec->status >= 400)
                 al_span_error(s, "an HTTP error status");
         al_span_end(s);
+}
+
+/* An OTLP header's ${secret:NAME}: the value of the airlock secret NAME,
+ * only when one of its targets allows a POST to the endpoint's URL (an
+ * https:// target, or one that says http:// itself), as a server's
+ * headers of code mode get theirs (secrets_value_for_server). */
+static int otlp_secret(void *arg, const char *name, const char *url, char **ret)
+{
+        const unsigned char *v;
+        size_t n;
+        int r = secrets_value_for_server(arg, name, "otlp", url, &v, &n, NULL);
+        if (r < 0)
+                return r;
+        *ret = strndup((const char *)v, n);
+        return *ret ? 0 : -ENOMEM;
+}
+
+void sbx_trace_secrets(const secret_store *ss)
+{
+        if (ss && al_trace_on())
+                al_trace_resolve_secrets(otlp_secret, (void *)ss);
 }

@@ -22,5 +22,8 @@ al_span *sbx_trace_tool_begin(const char *name, bool upstream, const json_t *arg
 void sbx_trace_tool_end(al_span *s, al_span *outer, bool ok, const char *kind);
 al_span *sbx_trace_http_begin(void);
 void sbx_trace_http_end(al_span *s, const gateway_record *rec, int r);
+/* Puts the airlock secrets that OTEL_EXPORTER_OTLP_HEADERS names into the
+ * exporter's headers (trace.h), from a new sandbox's configuration. */
+void sbx_trace_secrets(const secret_store *ss);
 
 #endif

@@ -960,6 +960,7 @@ static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool la
                        airlock_sandbox **ret, airlock_error *err)
 {
         airlock_error_clear(err);
+        sbx_trace_secrets(cfg->secrets);
         /* Keep the template's constructor linked into every program. */
         static void (*volatile keep)(void) = template_main;
         (void)keep;
