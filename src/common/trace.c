@@ -950,6 +950,8 @@ bool al_trace_drop_note(char *buf, size_t size, unsigned interval_s)
 {
         uint64_t now = al_now_ns(), dropped = al_trace_dropped();
         bool note = false;
+        if (!dropped)
+                return false; /* the usual case: no lock taken */
         pthread_mutex_lock(&q.lock);
         if (dropped > q.noted &&
             (!q.noted_at || now - q.noted_at >= (uint64_t)interval_s * 1000000000ull)) {
