@@ -16,6 +16,7 @@ import socketserver
 import subprocess
 import sys
 import threading
+import time
 
 import harness
 from harness import AIRLOCK, mcp_call_params, run, tmpdir
@@ -340,9 +341,16 @@ def test_collector_down_or_failing_drops_and_counts():
         try:
             for _ in range(3):
                 assert not call(s, "print(1)")["isError"]
-            # The exporter's next batches fail: the counter moves.
+            # The exporter's next batches fail: the counter moves, and the
+            # next request's end logs one line saying so.
             while dropped(s) == 0:
                 assert not call(s, "print(1)")["isError"]
+            assert not call(s, "print(1)")["isError"]
+            deadline = time.monotonic() + 120
+            while not any("spans dropped" in line for line in s.lines):
+                assert time.monotonic() < deadline, s.lines
+                time.sleep(0.05)  # the reader thread of Serve appends the line
+            assert sum("spans dropped" in line for line in s.lines) == 1, s.lines
         finally:
             s.stop()
             if rcv:
