@@ -539,5 +539,32 @@ def test_an_airlock_secret_in_the_otlp_headers():
         rcv.close()
 
 
+def test_workspace_tools_under_serve_and_the_tenant_only_with_trace_tenants():
+    from test_serve_tenants import TOK_A, tokens_file, tool
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme-tenant"])
+    for flag in ([], ["--trace-tenants"]):
+        rcv = Receiver()
+        s = serve_with(otel_env(rcv.port), "--tokens", tok, "--tenants-dir",
+                       os.path.join(d, "t"), *flag)
+        try:
+            r = tool(s, TOK_A, "workspace_write",
+                     {"files": [{"path": "a.txt", "text": "file-content-6174"}]})
+            assert not r["isError"], r
+            r = tool(s, TOK_A, "workspace_list", {})
+            assert not r["isError"], r
+        finally:
+            s.stop()
+        rcv.wait(lambda r: any(x["name"] == "tools/call workspace_list" for x in r.spans))
+        w = by_name(rcv.spans, "tools/call workspace_write")[0]
+        assert w["kind"] == 2 and attrs(w)["gen_ai.tool.name"] == "workspace_write", w
+        tenants = {attrs(x).get("airlock.tenant") for x in rcv.spans if x["kind"] == 2}
+        assert tenants == ({"acme-tenant"} if flag else {None}), tenants
+        for body in rcv.bodies:
+            assert b"file-content-6174" not in body and b"a.txt" not in body
+            assert flag or b"acme-tenant" not in body
+        rcv.close()
+
+
 if __name__ == "__main__":
     run()
