@@ -756,6 +756,28 @@ static void exit_flush(void)
         al_trace_shutdown(2000);
 }
 
+/* A fork has no exporter thread: the child (a program's own fork, Python's
+ * multiprocessing) exports nothing, and its exit waits for nothing. The
+ * queue's lock is held across the fork, so that the child's copy of it is
+ * in a known state. */
+static void fork_prepare(void)
+{
+        pthread_mutex_lock(&q.lock);
+}
+
+static void fork_parent(void)
+{
+        pthread_mutex_unlock(&q.lock);
+}
+
+static void fork_child(void)
+{
+        q.stopping = true;
+        q.started = false;
+        q.n = 0; /* the parent's spans are the parent's to export */
+        pthread_mutex_unlock(&q.lock);
+}
+
 static void queue_put(al_span *span)
 {
         pthread_mutex_lock(&q.lock);
@@ -770,7 +792,7 @@ static void queue_put(al_span *span)
                 /* A program that never calls al_trace_shutdown (one using
                  * the library: the Python package) still gets its spans
                  * out at exit, within the same bound as the command line. */
-                if (q.started)
+                if (q.started && pthread_atfork(fork_prepare, fork_parent, fork_child) == 0)
                         atexit(exit_flush);
                 if (!q.started) {
                         free(q.spans);
