@@ -201,6 +201,7 @@ def check_tree(spans, server, upstream_meta):
     assert ra["airlock.status"] == "ok", ra
     assert float(ra["airlock.limits.timeout_s"]) > 0 and "airlock.cpu_ms" in ra, ra
     assert "airlock.peak_memory_bytes" in ra and ra["airlock.tool_calls"] == "3", ra
+    assert float(ra["airlock.copy_wait_ms"]) >= 0, ra
     wait = by_name(spans, "airlock.copy_wait")[0]
     assert wait["parentSpanId"] == run_span["spanId"], wait
     tools = by_name(spans, "execute_tool compute")

@@ -1327,7 +1327,10 @@ static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t
         for (int attempt = 0;; attempt++) {
                 copy *c = NULL;
                 al_span *wait = sbx_trace_child("airlock.copy_wait");
+                uint64_t t_wait = wait ? al_now_ns() : 0;
                 r = sbx_take_copy(sb, &c, err);
+                al_span_set_double(al_span_current(), "airlock.copy_wait_ms",
+                                   wait ? (double)(al_now_ns() - t_wait) / 1e6 : 0);
                 al_span_end(wait);
                 if (r < 0)
                         return r;
