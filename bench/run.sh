@@ -72,6 +72,8 @@ fi
 # against the same call to the owner (issue 42: at most +0.5 ms, median).
 /usr/bin/python3 bench/bench_peers.py "$build" "$rounds" ||
     echo "bench: bench/bench_peers.py failed" >&2
+/usr/bin/python3 bench/bench_tracing.py "$build" "$rounds" ||
+    echo "bench: bench/bench_tracing.py failed" >&2
 # Code mode: upstream MCP calls from the guest against the SDK client's own,
 # the stubs' cost at sandbox build, and the context bytes of one task
 # (needs the servers of tests/mcp: npm install there).

@@ -561,7 +561,15 @@ typedef void (*airlock_output_fn)(void *arg, int stream, const char *data, size_
  * input(), and fd 0 of the code and the processes it starts), as for
  * `python3 script.py < data`; NULL (the default) leaves it empty. At most
  * AIRLOCK_RUN_STDIN_MAX bytes (-E2BIG past it). Both were added after the
- * first version: an older caller's struct has neither. */
+ * first version: an older caller's struct has neither.
+ *
+ * traceparent, tracestate, baggage: the W3C trace context of the caller
+ * (docs/tracing.md), the parent of the run's span when tracing is
+ * configured (the OTEL_* environment variables); a missing or malformed
+ * traceparent starts a new trace. Upstream MCP servers of code mode get
+ * the run's context, with tracestate and baggage, in their requests'
+ * params._meta. NULL (the default): the span of the calling thread's MCP
+ * request, if any, else a new trace. Added after stdin_data. */
 #define AIRLOCK_RUN_ARGV_MAX   4096
 #define AIRLOCK_RUN_ARGV_BYTES (256u << 10)
 #define AIRLOCK_RUN_STDIN_MAX  (8u << 20)
@@ -577,6 +585,9 @@ typedef struct airlock_run_options {
         const char *const *argv;
         const char *stdin_data;
         size_t stdin_len;
+        const char *traceparent;
+        const char *tracestate;
+        const char *baggage;
 #ifdef AIRLOCK_ABI_GROWN
         /* Only in tests/unit/test_abi_grown.c's build (see airlock_tool_def). */
         uint64_t abi_grown;

@@ -697,15 +697,19 @@ class Sandbox:
     # -- runs
 
     def run(self, code: str, *, cancel_fd: int = -1,
-            workspace: str | os.PathLike | None = None) -> Result:
+            workspace: str | os.PathLike | None = None, traceparent: str | None = None,
+            tracestate: str | None = None, baggage: str | None = None) -> Result:
         """Runs code in a fresh copy of the sandbox's template; the GIL is
         released meanwhile. A failing run is a Result with success False;
         an exception only when nothing could run (InputError, SandboxError,
         RunError). workspace: this run's /input instead of the sandbox's
-        (see the class)."""
+        (see the class). traceparent, tracestate, baggage: the caller's W3C
+        trace context, the parent of the run's span when tracing is
+        configured by the OTEL_* environment variables (docs/tracing.md)."""
         _check_code(code)
         cfg = self._config(workspace)
-        return Result(self._cache.run(cfg, code, cancel_fd=cancel_fd))
+        return Result(self._cache.run(cfg, code, cancel_fd=cancel_fd, traceparent=traceparent,
+                                      tracestate=tracestate, baggage=baggage))
 
     async def arun(self, code: str, *, workspace: str | os.PathLike | None = None) -> Result:
         """``run`` for asyncio: in a thread, an ``async def`` tool running on
@@ -830,9 +834,11 @@ class Session:
     def __init__(self, native):
         self._s = native
 
-    def run(self, code: str, *, cancel_fd: int = -1) -> Result:
+    def run(self, code: str, *, cancel_fd: int = -1, traceparent: str | None = None,
+            tracestate: str | None = None, baggage: str | None = None) -> Result:
         _check_code(code)
-        return Result(self._s.run(code, cancel_fd=cancel_fd))
+        return Result(self._s.run(code, cancel_fd=cancel_fd, traceparent=traceparent,
+                                  tracestate=tracestate, baggage=baggage))
 
     async def arun(self, code: str) -> Result:
         _check_code(code)

@@ -708,22 +708,30 @@ static PyObject *cache_close(CacheObject *self, PyObject *noargs)
         Py_RETURN_NONE;
 }
 
-/* run(config, code, cancel_fd=-1) -> dict, the GIL released meanwhile. */
+/* run(config, code, cancel_fd=-1, traceparent=None, tracestate=None,
+ * baggage=None) -> dict, the GIL released meanwhile. The trace context is
+ * the parent of the run's span (docs/tracing.md). */
 static PyObject *cache_run(CacheObject *self, PyObject *args, PyObject *kw)
 {
-        static char *names[] = {"config", "code", "cancel_fd", NULL};
+        static char *names[] = {"config",     "code",    "cancel_fd", "traceparent",
+                                "tracestate", "baggage", NULL};
         ConfigObject *cfg;
         const char *code;
         Py_ssize_t len;
         int cancel_fd = -1;
+        const char *tp = NULL, *ts = NULL, *bg = NULL;
         module_state *st = state_of_type(Py_TYPE(self));
-        if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "O!s#|i:run", names, st->ConfigType, &cfg,
-                                                &code, &len, &cancel_fd))
+        if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "O!s#|izzz:run", names, st->ConfigType,
+                                                &cfg, &code, &len, &cancel_fd, &tp, &ts, &bg))
                 return NULL;
         if (!cache_live(self))
                 return NULL;
-        airlock_run_options o = {
-            .size = sizeof(airlock_run_options), .cancel_fd = cancel_fd, .watch_fd = -1};
+        airlock_run_options o = {.size = sizeof(airlock_run_options),
+                                 .cancel_fd = cancel_fd,
+                                 .watch_fd = -1,
+                                 .traceparent = tp,
+                                 .tracestate = ts,
+                                 .baggage = bg};
         airlock_result *res = NULL;
         airlock_error e = {0};
         int r;
@@ -832,18 +840,24 @@ static PyObject *session_close(SessionObject *self, PyObject *noargs)
 
 static PyObject *session_run(SessionObject *self, PyObject *args, PyObject *kw)
 {
-        static char *names[] = {"code", "cancel_fd", NULL};
+        static char *names[] = {"code", "cancel_fd", "traceparent", "tracestate", "baggage", NULL};
         const char *code;
         Py_ssize_t len;
         int cancel_fd = -1;
-        if (!PyArg_ParseTupleAndKeywords(args, kw, "s#|i:run", names, &code, &len, &cancel_fd))
+        const char *tp = NULL, *ts = NULL, *bg = NULL;
+        if (!PyArg_ParseTupleAndKeywords(args, kw, "s#|izzz:run", names, &code, &len, &cancel_fd,
+                                         &tp, &ts, &bg))
                 return NULL;
         if (!self->s) {
                 PyErr_SetString(PyExc_ValueError, "the session is closed");
                 return NULL;
         }
-        airlock_run_options o = {
-            .size = sizeof(airlock_run_options), .cancel_fd = cancel_fd, .watch_fd = -1};
+        airlock_run_options o = {.size = sizeof(airlock_run_options),
+                                 .cancel_fd = cancel_fd,
+                                 .watch_fd = -1,
+                                 .traceparent = tp,
+                                 .tracestate = ts,
+                                 .baggage = bg};
         airlock_result *res = NULL;
         airlock_error e = {0};
         int r = -ESRCH;
@@ -884,7 +898,8 @@ static PyObject *session_memory(SessionObject *self, PyObject *noargs)
 
 static PyMethodDef session_methods[] = {
     {"run", (PyCFunction)(void (*)(void))session_run, METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("run(code, cancel_fd=-1) -> dict: run a cell in the session, the GIL released.")},
+     PyDoc_STR("run(code, cancel_fd=-1, traceparent=None, tracestate=None, baggage=None) -> "
+               "dict: run a cell in the session, the GIL released.")},
     {"close", (PyCFunction)session_close, METH_NOARGS,
      PyDoc_STR("close(): end the session's processes (waits for a cell in progress).")},
     {"alive", (PyCFunction)session_alive, METH_NOARGS,
@@ -913,7 +928,8 @@ static PyType_Spec session_spec = {
 
 static PyMethodDef cache_methods[] = {
     {"run", (PyCFunction)(void (*)(void))cache_run, METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("run(config, code, cancel_fd=-1) -> dict: run code in a fresh copy of the cached "
+     PyDoc_STR("run(config, code, cancel_fd=-1, traceparent=None, tracestate=None, baggage=None) "
+               "-> dict: run code in a fresh copy of the cached "
                "sandbox for config, the GIL released.")},
     {"session", (PyCFunction)cache_session, METH_VARARGS,
      PyDoc_STR("session(config) -> Session: open a session in the cached sandbox for config.")},

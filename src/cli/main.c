@@ -3,8 +3,22 @@
 #include <string.h>
 
 #include "cli.h"
+#include "trace.h"
+
+/* The spans still queued get at most 2 s to reach the collector at exit
+ * (serve gives them its --grace, cmd_serve). */
+#define TRACE_EXIT_MS 2000
+
+static int command(int argc, char **argv);
 
 int main(int argc, char **argv)
+{
+        int status = command(argc, argv);
+        al_trace_shutdown(TRACE_EXIT_MS);
+        return status;
+}
+
+static int command(int argc, char **argv)
 {
         if (argc < 2) {
                 cli_usage_main(stderr);

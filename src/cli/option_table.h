@@ -197,6 +197,15 @@ typedef enum cli_group {
           "null), \"session\", \"status\" (or `not run`), \"exit_code\", \"usage\"}`; "              \
           "never the code, its output, file contents or a secret (`src/mcp/audit.c`, "               \
           "shared with `airlock serve`).")                                                           \
+        X(TRACE_TENANTS, "trace-tenants", 0, NULL, CLI_SERVERS, CLI_G_SERVERS, NULL,                 \
+          "put the tenant's name in the trace's spans (docs/tracing.md)",                            \
+          "Put the tenant's name in the spans of its calls (`airlock.tenant`; "                      \
+          "docs/tracing.md). Without it no span names a tenant.")                                    \
+        X(TRACE_CONTENT, "trace-content", 0, NULL, CLI_RUN | CLI_SERVERS | CLI_KERNEL, CLI_G_CONFIG,  \
+          NULL, "export the code and tools' arguments in the trace's spans, cut and scrubbed",       \
+          "Export the code and the tools' arguments in the spans (docs/tracing.md), each cut "       \
+          "at 4096 bytes and scrubbed of every secret's value, for a developer's own "               \
+          "machine; without it no code, argument, result or file content is exported.")              \
         X(TENANTS_DIR, "tenants-dir", 0, "DIR", CLI_SERVERS, CLI_G_SERVERS, NULL,                    \
           "each tenant's workspace is DIR/TENANT, its /input; adds the workspace tools",             \
           "Each tenant's workspace is `DIR/TENANT` (docs/design.md, \"Tenants\"); adds "             \

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "trace.h"
 #include "base.h"
 #include "tenants.h"
 
@@ -861,6 +862,14 @@ int cli_parse_options(int argc, char **argv, cli_command cmd, cli_options *ret, 
                         break;
                 case CLI_OPT_YES:
                         o.yes = true;
+                        break;
+                /* The tracer's options are the process's (trace.h): set once
+                 * here, and a reload may only turn them on. */
+                case CLI_OPT_TRACE_CONTENT:
+                        al_trace_set_content(true);
+                        break;
+                case CLI_OPT_TRACE_TENANTS:
+                        al_trace_set_tenants(true);
                         break;
                 case CLI_OPT_HELP:
                         cli_options_free(&o);

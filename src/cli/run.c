@@ -459,6 +459,11 @@ int cmd_run(int argc, char **argv)
         ropts.argv = script_argv;
         ropts.stdin_data = input;
         ropts.stdin_len = input_len;
+        /* The caller's trace, as the OpenTelemetry convention for a
+         * process's environment names it (docs/tracing.md). */
+        ropts.traceparent = getenv("TRACEPARENT");
+        ropts.tracestate = getenv("TRACESTATE");
+        ropts.baggage = getenv("BAGGAGE");
         /* Without --json the output is shown as it comes; --json keeps
          * one document at the end. */
         airlock_limits lim;

@@ -10,6 +10,7 @@
 
 #include "base.h"
 #include "cli.h"
+#include "trace.h"
 #include "mcp_service.h"
 
 /* The command's arguments as given, kept before the parser permutes argv:
@@ -97,6 +98,10 @@ int cmd_serve(int argc, char **argv)
         r = mcp_service_new(TAKE_PTR(o.cfg), &so, &svc, &err);
         if (r >= 0)
                 r = mcp_service_run_http(svc, reload_config, &again, &err);
+        /* What the server's end traced (its sessions' closes), then the
+         * spans still queued, within the grace the calls had. */
+        mcp_service_free(TAKE_PTR(svc));
+        al_trace_shutdown((unsigned)(so.http.grace_s * 1000));
         if (r < 0) {
                 fprintf(stderr, "airlock serve: %s\n", err.message);
                 return cli_exit_status(&err);

@@ -27,6 +27,7 @@
 
 #include "kernel.h"
 #include "kernel_service.h"
+#include "trace.h"
 
 /* A record of the Python side on stdout: "\x1e" KREC_TAG JSON "\n". */
 #define KREC_TAG "airlock-kernel:"
@@ -743,13 +744,35 @@ static void do_history(kernel *k, const kmsg *req)
         kreply(k, req, KSOCK_SHELL, json_pack("{s:s, s:o}", "status", "ok", "history", list));
 }
 
+/* An execute_request under a server span (docs/tracing.md), the parent of
+ * the cell's run: the worker's current span while it runs. A traceparent
+ * (and tracestate, baggage) in the request's metadata is its parent. */
+static void traced_execute(kernel *k, const kmsg *req)
+{
+        if (!al_trace_on()) {
+                do_execute(k, req);
+                return;
+        }
+        al_trace_ctx parent;
+        const json_t *md = req->metadata;
+        al_trace_parse(json_string_value(json_object_get(md, "traceparent")),
+                       json_string_value(json_object_get(md, "tracestate")),
+                       json_string_value(json_object_get(md, "baggage")), &parent);
+        al_span *span = al_span_start("execute_request", AL_SPAN_SERVER, &parent);
+        al_span_set_str(span, "jupyter.msg_type", "execute_request");
+        al_span *outer = al_span_push(span);
+        do_execute(k, req);
+        al_span_pop(outer);
+        al_span_end(span);
+}
+
 /* One shell request, on the worker: busy, the answer, idle. */
 static void worker_job(kernel *k, const kmsg *req)
 {
         const char *t = req->msg_type;
         kstatus(k, req, "busy");
         if (strcmp(t, "execute_request") == 0)
-                do_execute(k, req);
+                traced_execute(k, req);
         else if (strcmp(t, "complete_request") == 0)
                 do_complete(k, req);
         else if (strcmp(t, "inspect_request") == 0)

@@ -81,6 +81,7 @@ void mcp_run_call(mcp_call *c, reader_watch *w)
         mcp_server *srv = c->srv;
         airlock_run_options opts = AIRLOCK_RUN_OPTIONS_INIT;
         opts.cancel_fd = c->cancel_fd;
+        al_span *span = TAKE_PTR(c->span), *outer = al_span_push(span);
         if (w) {
                 opts.watch_fd = srv->input_watch;
                 opts.on_watch = mcp_on_input;
@@ -166,6 +167,9 @@ void mcp_run_call(mcp_call *c, reader_watch *w)
         }
         airlock_result_free(res);
         json_decref(id);
+        al_span_pop(outer);
+        if (c->id && !(c->sink && c->sink->internal))
+                mcp_trace_end(span, "tools/call", c->t0);
         mcp_sink *sink = c->sink;
         mcp_call_free(c);
         /* The transport may free the sink from here on. */

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "airlock.h"
+#include "base.h"
 #include "mcp.h"
 #include "mcp_service.h"
 #include "mcp_session.h"
@@ -103,6 +104,10 @@ unsigned mcp_core_calls(mcp_server *srv);
 unsigned mcp_core_sessions(mcp_server *srv);
 /* Stops the workers, closes every session and the sandbox cache, frees. */
 void mcp_core_free(mcp_server *srv);
+/* The metric mcp.server.operation.duration (a histogram by method, of every
+ * server of the process) and the count of spans not exported, in Prometheus
+ * text (mcp_trace.c). */
+int mcp_trace_metrics(dynbuf *out);
 
 /* What a front-end handed the server's face (mcp_service.h), for the
  * transport that runs it: the options, and the configuration, which stays

@@ -268,6 +268,8 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         c->usage_record =
             c->run_record ||
             json_is_true(json_object_get(json_object_get(params, "_meta"), MCP_META_USAGE));
+        c->span = al_span_current(); /* ended with the answer (mcp_run_call) */
+        c->t0 = rq->t0;
         int r = mcp_call_start(srv, c);
         if (r == 0)
                 return true;
@@ -414,11 +416,33 @@ static bool era_fits(const method_row *row, const mcp_request *rq)
  * other request waits here for the build, and so does the reader, so that
  * the requests after it are answered after it too. A build that failed
  * leaves the request unanswered: the server then ends (cmd_mcp). */
+static bool dispatch_request(mcp_server *srv, mcp_request *rq, const char *method);
+
+/* The request under its server span (mcp_trace.c), the thread's current
+ * span while it is handled; a started tools/call takes the span along and
+ * ends it with its answer (mcp_run_call). */
 bool mcp_handle_request(mcp_server *srv, mcp_sink *sink, const char *method, const json_t *id,
                         const json_t *params)
 {
-        mcp_request rq_ = {.sink = sink, .id = id, .params = params};
-        mcp_request *const rq = &rq_;
+        mcp_request rq = {.sink = sink, .id = id, .params = params, .t0 = al_now_ns()};
+        /* The server's own requests (serve's warm-up) are no client's. */
+        bool internal = sink && sink->internal;
+        al_span *span =
+            internal
+                ? NULL
+                : mcp_trace_begin(method, id, params,
+                                  al_trace_tenants() && sink ? tenant_of(srv, sink->owner) : NULL);
+        al_span *outer = al_span_push(span);
+        bool started = dispatch_request(srv, &rq, method);
+        al_span_pop(outer);
+        if (!started && !internal)
+                mcp_trace_end(span, method, rq.t0);
+        return started;
+}
+
+static bool dispatch_request(mcp_server *srv, mcp_request *rq, const char *method)
+{
+        const json_t *id = rq->id;
         if (!read_envelope(srv, rq))
                 return false;
         const method_row *row = method_find(method);

@@ -18,6 +18,7 @@
 #include "mcp_session.h"
 #include "tenant_workspace.h"
 #include "tenants.h"
+#include "trace.h"
 
 /* The per-request _meta keys of revision 2026-07-28 (basic/index, "_meta"),
  * and its error for a revision the server does not speak. */
@@ -176,6 +177,8 @@ struct mcp_call {
         bool off_reader;  /* started by another thread than the reader: for a worker */
         bool modern;      /* the request named revision 2026-07-28 or later in _meta */
         json_t *progress; /* its _meta.progressToken, or NULL */
+        al_span *span;    /* its request's server span (mcp_trace.c), or NULL */
+        uint64_t t0;      /* when its request came, for the duration metric */
         /* Read and written by the progress thread only, under prog_lock. */
         atomic_bool silenced; /* cancelled: no message may go out for it any more */
         uint64_t started_ns, sent_ns;
@@ -199,6 +202,7 @@ typedef struct mcp_request {
         const json_t *id;
         const json_t *params;
         bool modern; /* params._meta named a revision without handshake */
+        uint64_t t0; /* when it came (the duration metric) */
 } mcp_request;
 
 /* The reader running a call on its own thread: it keeps the role until
@@ -298,6 +302,18 @@ void mcp_cancel_all_and_wait(mcp_server *srv);
 void mcp_warm_up(mcp_server *srv);
 /* The warm-up asked for during the build, started by the build's thread. */
 void mcp_warm_up_after_build(mcp_server *srv);
+
+/* ---- mcp_trace.c: spans and the operation-duration metric -------------- */
+
+/* The server span of a request (NULL when tracing is off), under its
+ * params._meta context; tenant goes in only with --trace-tenants. */
+al_span *mcp_trace_begin(const char *method, const json_t *id, const json_t *params,
+                         const char *tenant);
+/* An answer about to go out: an error, or a result with isError, sets the
+ * error status of the thread's current span. */
+void mcp_trace_answer(const json_t *msg);
+/* Records the request's duration in the metric and ends its span. */
+void mcp_trace_end(al_span *span, const char *method, uint64_t t0);
 
 /* ---- mcp_dispatch.c: requests and notifications ------------------------ */
 

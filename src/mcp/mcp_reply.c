@@ -21,6 +21,7 @@ const char *mcp_server_name(const mcp_server *srv)
 
 void mcp_send_message(mcp_server *srv, mcp_sink *sink, json_t *msg)
 {
+        mcp_trace_answer(msg);
         if (sink) {
                 /* Another transport: the sink takes the message. */
                 if (msg)

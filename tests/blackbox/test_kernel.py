@@ -537,6 +537,38 @@ def test_a_browser_runs_a_notebook_that_draws_a_figure():
             server.kill()
 
 
+def test_execute_request_is_a_span_with_the_cells_run_under_it():
+    # docs/tracing.md: the request's metadata.traceparent is the parent.
+    from test_tracing import PARENT_ID, TRACE_ID, TRACEPARENT, Receiver, attrs, otel_env
+    rcv = Receiver()
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in otel_env(rcv.port).items()
+                       if k.startswith("OTEL_")})
+    try:
+        km, kc = start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        msg = kc.session.msg("execute_request", {"code": "x = 6 * 7", "silent": False},
+                             metadata={"traceparent": TRACEPARENT})
+        kc.shell_channel.send(msg)
+        assert shell_reply(kc, msg["header"]["msg_id"])["content"]["status"] == "ok"
+    finally:
+        stop(km, kc)
+    try:
+        rcv.wait(lambda r: any(s["name"] == "airlock.cell" and s["traceId"] == TRACE_ID
+                               for s in r.spans))
+        ex = [s for s in rcv.spans if s["name"] == "execute_request"][0]
+        assert ex["traceId"] == TRACE_ID and ex["parentSpanId"] == PARENT_ID, ex
+        assert attrs(ex)["jupyter.msg_type"] == "execute_request", ex
+        cell = [s for s in rcv.spans
+                if s["name"] == "airlock.cell" and s["traceId"] == TRACE_ID][0]
+        assert cell["parentSpanId"] == ex["spanId"], cell
+    finally:
+        rcv.close()
+
+
 if __name__ == "__main__":
     try:
         run()

@@ -14,6 +14,9 @@ can fail airlock:
 
   leak      has the value of $TOKEN in its description
 
+With $MISBEHAVE_META set it lists "meta" too, which answers with the _meta of
+its request (the trace context a traced caller passes on).
+
 With $MISBEHAVE_EXTRA set it lists four more (the bounds of code mode's
 calls in flight, tests/blackbox/test_servers.py):
 
@@ -104,6 +107,11 @@ if os.environ.get("MISBEHAVE_TOOLS"):
                   "ids": {"type": "array", "items": {"type": "integer"}}}},
               "annotations": {"readOnlyHint": True}}
              for n in os.environ["MISBEHAVE_TOOLS"].split(",")]
+if os.environ.get("MISBEHAVE_META"):
+    # A traced server's view: the _meta of the request (the trace context
+    # airlock passes on, tests/blackbox/test_tracing.py).
+    TOOLS.append({"name": "meta", "description": "Answers with the request's _meta.",
+                  "inputSchema": S, "annotations": {"readOnlyHint": True}})
 PAGES = os.environ.get("MISBEHAVE_PAGES")
 MANY = int(os.environ.get("MISBEHAVE_MANY") or 0)
 ZEROS = int(os.environ.get("MISBEHAVE_ZEROS") or 0)
@@ -247,6 +255,9 @@ for line in sys.stdin:
             send({"jsonrpc": "2.0", "id": mid, "result": text("noted")})
         elif name == "seen":
             send({"jsonrpc": "2.0", "id": mid, "result": text(str(args.get("s") in NOTES))})
+        elif name == "meta":
+            send({"jsonrpc": "2.0", "id": mid,
+                  "result": text(json.dumps(msg["params"].get("_meta") or {}))})
         elif name == "copy":
             send({"jsonrpc": "2.0", "id": mid, "result": text(json.dumps(args, sort_keys=True))})
         else:

@@ -205,3 +205,18 @@ int al_memfd_seal(int fd)
 {
         return fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
 }
+
+/* The status's names, which the result JSON and the run's span use
+ * (surface/result.c, sandbox/run_trace.c). */
+static const char *const status_names[] = {
+    [AIRLOCK_STATUS_OK] = "ok",           [AIRLOCK_STATUS_ERROR] = "error",
+    [AIRLOCK_STATUS_TIMEOUT] = "timeout", [AIRLOCK_STATUS_MEMORY] = "memory",
+    [AIRLOCK_STATUS_KILLED] = "killed",
+};
+
+const char *airlock_status_name(airlock_status s)
+{
+        if ((size_t)s < ARRAY_SIZE(status_names) && status_names[s])
+                return status_names[s];
+        return "error";
+}

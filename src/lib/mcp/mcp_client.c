@@ -24,6 +24,8 @@
 
 #include "jsonrpc.h"
 #include "mcp/mcp_client.h"
+#include "trace.h"
+#include "mcp/mcp.h"
 
 #define LIST_PAGES_MAX 64
 #define BACKOFF_MAX_NS (10ull * 1000000000ull)
@@ -515,6 +517,7 @@ int mcp_upstream_call(mcp_upstream *u, const char *tool, const json_t *args, dou
                                 u->name);
         size_t max = (b && b->max_result ? b->max_result : MCP_DEFAULT_RESULT) + 4096;
         _cleanup_json_ json_t *params = json_pack("{s:s, s:O}", "name", tool, "arguments", args);
+        al_trace_inject_meta(params); /* the tool call's span, in _meta (trace.h) */
         int r = params ? 0 : al_error(err, -ENOMEM, NULL, "out of memory");
         if (r >= 0 && !u->url) {
                 r = upstream_stdio_call(u, params, deadline, b, max, ret_result, err);

@@ -40,6 +40,7 @@
 #include "jsonrpc.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/run_trace.h"
 #include "sandbox/live.h"
 
 #define REQUEST_SPIN_NS 30000    /* 30 us */
@@ -617,6 +618,8 @@ static json_t *serve_tool(run_state *run, const airlock_config *cfg, json_t *msg
         uint64_t t0 = al_now_ns();
         mcp_hub *hub = sbx_mcp(run->sb);
         tool_fail f;
+        al_span *outer, *span = sbx_trace_tool_begin(name, hub && mcp_hub_owns(hub, name), args,
+                                                     cfg->secrets, &outer);
         if (hub && mcp_hub_owns(hub, name)) {
                 if (!run->mcp.tool)
                         run->mcp.tool = calloc(MCP_MAX_TOOLS, sizeof(uint32_t));
@@ -626,6 +629,7 @@ static json_t *serve_tool(run_state *run, const airlock_config *cfg, json_t *msg
         } else {
                 f = tools_call_typed(cfg->tools, name, args, &b, &result, &message, &type);
         }
+        sbx_trace_tool_end(span, outer, f == TOOL_OK, type);
         usage_add_tool(run, name, t0, f == TOOL_OK);
         /* A tool runs with the host's environment, where a
          * secret may sit, and may come by a value otherwise:
@@ -663,8 +667,10 @@ static json_t *serve_http(run_state *run, const airlock_config *cfg, json_t *msg
         airlock_error_clear(&e);
         gateway_record rec;
         uint64_t t0 = al_now_ns();
+        al_span *span = sbx_trace_http_begin();
         int r = gateway_request_full(cfg->allow, cfg->secrets, run->lim, msg, run->deadline,
                                      run->cancel_fd, &rec, &resp, &e);
+        sbx_trace_http_end(span, &rec, r);
         usage_add_http(run, &rec, t0);
         if (r >= 0)
                 return json_pack("{s:b, s:o}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, resp);

@@ -33,6 +33,7 @@
 #include "fsx/fsx.h"
 #include "config/pypath.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/run_trace.h"
 #include "template/template.h"
 #include "sandbox/selfexe.h"
 #include "core/channel.h"
@@ -959,6 +960,7 @@ static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool la
                        airlock_sandbox **ret, airlock_error *err)
 {
         airlock_error_clear(err);
+        sbx_trace_secrets(cfg->secrets);
         /* Keep the template's constructor linked into every program. */
         static void (*volatile keep)(void) = template_main;
         (void)keep;
@@ -1294,8 +1296,28 @@ int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
         return r;
 }
 
+static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
+                    const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+
+/* The run under its span (run_trace.c): the span is the thread's current
+ * one while the run lasts, so that the copy's wait and the host's services
+ * to the code are its children. */
 static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
                      const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+{
+        al_span *span = sbx_trace_run_begin("airlock.run", opts, code, len, sb->cfg->secrets);
+        if (!span)
+                return run_copy(sb, in, code, len, opts, ret, err);
+        al_span *outer = al_span_push(span);
+        int r = run_copy(sb, in, code, len, opts, ret, err);
+        al_span_pop(outer);
+        sbx_trace_run_end(span, &sb->cfg->limits, r, r >= 0 ? *ret : NULL,
+                          err ? err->message : NULL);
+        return r;
+}
+
+static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
+                    const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
 {
         int r = sbx_check_code(code, len, err);
         if (r < 0)
@@ -1304,7 +1326,12 @@ static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_
          * outside, say) ran nothing: take another one, once. */
         for (int attempt = 0;; attempt++) {
                 copy *c = NULL;
+                al_span *wait = sbx_trace_child("airlock.copy_wait");
+                uint64_t t_wait = wait ? al_now_ns() : 0;
                 r = sbx_take_copy(sb, &c, err);
+                al_span_set_double(al_span_current(), "airlock.copy_wait_ms",
+                                   wait ? (double)(al_now_ns() - t_wait) / 1e6 : 0);
+                al_span_end(wait);
                 if (r < 0)
                         return r;
                 int outdir = -1;

@@ -16,9 +16,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "core/channel.h"
 #include "fsx/fsx.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/run_trace.h"
 #include "core/util.h"
 
 #define SESSION_REPLY_S       30.0
@@ -505,9 +507,18 @@ int airlock_session_run(airlock_session *s, const char *code, size_t len,
         int r = al_run_options_in(opts, &o, err);
         if (r < 0)
                 return r;
+        al_span *span =
+            sbx_trace_run_begin("airlock.cell", &o, code, len, sbx_config(s->f->sb)->secrets);
+        al_span *outer = al_span_push(span ? span : al_span_current());
         pthread_mutex_lock(&s->f->lock);
         r = session_run_locked(s, code, len, &o, ret, err);
         pthread_mutex_unlock(&s->f->lock);
+        al_span_pop(outer);
+        if (span && r >= 0)
+                al_span_set_str(span, "airlock.cell.state",
+                                (*ret)->cell_state == AIRLOCK_CELL_KEPT ? "kept" : "rolled_back");
+        sbx_trace_run_end(span, &sbx_config(s->f->sb)->limits, r, r >= 0 ? *ret : NULL,
+                          err ? err->message : NULL);
         return r;
 }
 
@@ -654,10 +665,19 @@ static void session_leave(airlock_session *s)
                 syscall(SYS_pidfd_send_signal, s->base_pidfd, SIGKILL, NULL, 0);
 }
 
+static void session_close(airlock_session *s);
+
 void airlock_session_close(airlock_session *s)
 {
         if (!s)
                 return;
+        al_span *span = sbx_trace_child("airlock.session.close");
+        session_close(s);
+        al_span_end(span);
+}
+
+static void session_close(airlock_session *s)
+{
         family *f = s->f;
         pthread_mutex_lock(&f->lock);
         for (size_t i = 0; i < s->n_snapshots; i++)
@@ -839,9 +859,13 @@ static int session_fork_locked(airlock_session *s, airlock_session **ret, airloc
 int airlock_session_fork(airlock_session *s, airlock_session **ret, airlock_error *err)
 {
         airlock_error_clear(err);
+        al_span *span = sbx_trace_child("airlock.session.fork");
         pthread_mutex_lock(&s->f->lock);
         int r = session_fork_locked(s, ret, err);
         pthread_mutex_unlock(&s->f->lock);
+        if (r < 0)
+                al_span_error(span, "the fork failed");
+        al_span_end(span);
         return r;
 }
 

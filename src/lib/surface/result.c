@@ -8,19 +8,6 @@
 #include "airlock-jansson.h"
 #include "core/util.h"
 
-static const char *const status_names[] = {
-    [AIRLOCK_STATUS_OK] = "ok",           [AIRLOCK_STATUS_ERROR] = "error",
-    [AIRLOCK_STATUS_TIMEOUT] = "timeout", [AIRLOCK_STATUS_MEMORY] = "memory",
-    [AIRLOCK_STATUS_KILLED] = "killed",
-};
-
-const char *airlock_status_name(airlock_status s)
-{
-        if ((size_t)s < ARRAY_SIZE(status_names) && status_names[s])
-                return status_names[s];
-        return "error";
-}
-
 static const char *const change_names[] = {
     [AIRLOCK_CHANGE_CREATED] = "created",
     [AIRLOCK_CHANGE_MODIFIED] = "modified",

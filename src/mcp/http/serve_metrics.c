@@ -141,4 +141,5 @@ void http_format_metrics(http_server *s, dynbuf *b)
             "# TYPE airlock_instance_info gauge\n"
             "airlock_instance_info{instance=\"%s\",version=\"%s\"} 1\n",
             s->opt.instance, AIRLOCK_VERSION);
+        (void)mcp_trace_metrics(b);
 }
