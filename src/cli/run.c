@@ -319,22 +319,24 @@ static void print_human(const airlock_result *res, const live_output *live, cons
                 fprintf(stderr, "airlock: %s\n", res->error_message);
 }
 
-/* What the code gets beside its text: a file on standard input, with FILE
- * or -c, as for `python3 script.py < data`, read to its end up to the
- * library's cap; and sys.argv, as python3 makes it (the script's name, or
- * "-c", then the arguments). Only a regular file is read: it ends. A pipe,
- * a socket or a terminal may stay open for as long as the program that
- * holds its other end (an agent's framework that spawns the command and
- * never closes its stdin, an MCP server's own pipe), and python3 reads one
- * only when the code asks: read to its end before the run, it would hang
- * the command, or take what was meant for someone else. The code finds it
- * empty. */
+/* What the code gets beside its text: the command's standard input, with
+ * FILE or -c, and sys.argv, as python3 makes it (the script's name, or
+ * "-c", then the arguments). A regular file (`< data`) is read to its end
+ * up to the library's cap and becomes fd 0 of the code and the processes it
+ * starts. Anything else (a pipe, a socket, a terminal) may stay open for as
+ * long as the program that holds its other end (an agent's framework that
+ * spawns the command and never closes its stdin), so it is streamed: the
+ * library reads it only when the code reads (*ret_stream), as python3 reads
+ * a pipe, and a run whose code never reads it ends without waiting on it. */
 static int code_inputs(const cli_options *o, char **ret_input, size_t *ret_input_len,
-                       const char ***ret_argv, airlock_error *err)
+                       bool *ret_stream, const char ***ret_argv, airlock_error *err)
 {
         bool own_stdin = o->code || (o->file && strcmp(o->file, "-"));
         struct stat in_st;
-        if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0 && S_ISREG(in_st.st_mode)) {
+        *ret_stream = false;
+        if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0 && !S_ISREG(in_st.st_mode))
+                *ret_stream = true;
+        else if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0) {
                 int r = read_all(STDIN_FILENO, "standard input", AIRLOCK_RUN_STDIN_MAX,
                                  " that a run reads (AIRLOCK_RUN_STDIN_MAX); pass a larger input "
                                  "with --workspace or --mount",
@@ -400,6 +402,7 @@ int cmd_run(int argc, char **argv)
         char *code = NULL, *input = NULL;
         size_t len = 0, input_len = 0;
         const char **script_argv = NULL;
+        bool stream = false;
         int outfd = -1;
         airlock_sandbox *sb = NULL;
         airlock_result *res = NULL;
@@ -407,7 +410,7 @@ int cmd_run(int argc, char **argv)
         r = load_code(&o, &code, &len, &err);
         if (r < 0)
                 goto fail;
-        r = code_inputs(&o, &input, &input_len, &script_argv, &err);
+        r = code_inputs(&o, &input, &input_len, &stream, &script_argv, &err);
         if (r < 0)
                 goto fail;
         /* What a run would refuse (a NUL byte, bad UTF-8) is refused now,
@@ -459,6 +462,10 @@ int cmd_run(int argc, char **argv)
         ropts.argv = script_argv;
         ropts.stdin_data = input;
         ropts.stdin_len = input_len;
+        if (stream) {
+                ropts.stdin_mode = AIRLOCK_STDIN_STREAM;
+                ropts.stdin_fd = STDIN_FILENO;
+        }
         /* Without --json the output is shown as it comes; --json keeps
          * one document at the end. */
         airlock_limits lim;
