@@ -302,6 +302,14 @@ def test_input_asks_the_front_end_through_the_stdin_channel():
         # The value stays the session's, as any variable.
         reply, out = execute(kc, "print(name)")
         assert stdout_of(out) == "Ada Lovelace\n", out
+        # An interrupt while the cell waits for its answer cancels the
+        # cell, which rolls back: the front-end never answers.
+        reply, out = execute(kc, "name = None\ninput('never answered: ')", allow_stdin=True,
+                             stdin_hook=lambda m: km.interrupt_kernel())
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+        assert any("rolled back" in line for line in reply["traceback"]), reply
+        reply, out = execute(kc, "print(name)")
+        assert stdout_of(out) == "Ada Lovelace\n", out
         # A front-end without stdin: input() and getpass raise at once what
         # ipykernel raises, never a hang.
         for code, fn in (("input('name? ')", "raw_input"), ("__import__('getpass').getpass()",
