@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+import jupyter_kernels as jk
+
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 300
 GAP_S = 0.010
@@ -54,51 +56,20 @@ class Mcp:
 RUN = "dev.airlock/run"
 
 def kernel():
-    try:
-        from jupyter_client.manager import start_new_kernel
-    except ImportError:
+    """A local ipykernel (Debian's, jupyter_kernels.py): (run, stop), or
+    (None, None) without jupyter_client."""
+    if not jk.available():
         return None, None
-    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    km, kc = start_new_kernel(kernel_name="python3", stderr=subprocess.DEVNULL)
-
-    def run(code):
-        msg_id = kc.execute(code)
-        while True:
-            m = kc.get_iopub_msg(timeout=30)
-            if (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status"
-                    and m["content"]["execution_state"] == "idle"):
-                break
-        kc.get_shell_msg(timeout=30)
-    return run, lambda: (kc.stop_channels(), km.shutdown_kernel(now=True))
+    jk.install_ipykernel()
+    km, kc, _ = jk.start(jk.IPYKERNEL)
+    return (lambda code: jk.round_trip(kc, code)), (lambda: jk.stop(km, kc))
 
 
 def median_ms(xs):
     return statistics.median(xs) * 1000 if xs else -1
 
 
-def tree_pss_kib(root):
-    """The sum of the Pss of root and every process under it, in KiB."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(d))
-            except (OSError, IndexError, ValueError):
-                pass
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+tree_pss_kib = jk.tree_pss_kib
 
 
 FORK_ROUNDS = 20
@@ -234,4 +205,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        jk.cleanup()

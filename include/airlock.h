@@ -569,10 +569,35 @@ typedef void (*airlock_output_fn)(void *arg, int stream, const char *data, size_
  * traceparent starts a new trace. Upstream MCP servers of code mode get
  * the run's context, with tracestate and baggage, in their requests'
  * params._meta. NULL (the default): the span of the calling thread's MCP
- * request, if any, else a new trace. Added after stdin_data. */
-#define AIRLOCK_RUN_ARGV_MAX   4096
-#define AIRLOCK_RUN_ARGV_BYTES (256u << 10)
-#define AIRLOCK_RUN_STDIN_MAX  (8u << 20)
+ * request, if any, else a new trace. Added after stdin_data.
+ *
+ * stdin_mode, stdin_fd, on_input, input_arg: standard input read from the
+ * caller's stdin_fd while the code runs, on demand, as python3 reads a pipe:
+ * the host reads stdin_fd only when the code asks for input, at most what
+ * it asks for (64 KiB a read), so that a run whose code never reads leaves
+ * the fd alone and never waits on it. A wait for stdin_fd also watches the
+ * run's deadline and cancel_fd, and the code's output keeps flowing
+ * meanwhile. End of file on stdin_fd is the code's end of file. A run reads
+ * at most AIRLOCK_RUN_STDIN_STREAM_MAX bytes in all: a read past it raises
+ * OSError in the code, naming the cap. The modes (0, the default, is none:
+ * stdin_fd is not read, and stdin_data applies):
+ *   AIRLOCK_STDIN_STREAM: sys.stdin, input() (which writes its prompt to
+ *     stdout first) and sys.stdin.buffer read stdin_fd, as for
+ *     `producer | python3 script.py`; fd 0 of the processes the code starts
+ *     stays empty (/dev/null).
+ *   AIRLOCK_STDIN_PROMPT: a notebook's stdin channel: input(prompt) and
+ *     getpass.getpass(prompt) call on_input(input_arg, prompt, password) on
+ *     the calling thread (it must return promptly and must not call into
+ *     airlock: it asks someone, say a notebook's front-end), then read one
+ *     line from stdin_fd, and return it without its newline (end of file
+ *     is EOFError). sys.stdin reads nothing (it is /dev/null).
+ * All four were added after baggage, at the end of the struct. */
+#define AIRLOCK_RUN_ARGV_MAX         4096
+#define AIRLOCK_RUN_ARGV_BYTES       (256u << 10)
+#define AIRLOCK_RUN_STDIN_MAX        (8u << 20)
+#define AIRLOCK_RUN_STDIN_STREAM_MAX (64u << 20)
+enum { AIRLOCK_STDIN_NONE = 0, AIRLOCK_STDIN_STREAM = 1, AIRLOCK_STDIN_PROMPT = 2 };
+typedef void (*airlock_input_fn)(void *arg, const char *prompt, bool password);
 typedef struct airlock_run_options {
         size_t size; /* sizeof(airlock_run_options): AIRLOCK_RUN_OPTIONS_INIT sets it */
         int cancel_fd;
@@ -588,6 +613,10 @@ typedef struct airlock_run_options {
         const char *traceparent;
         const char *tracestate;
         const char *baggage;
+        int stdin_mode;
+        int stdin_fd;
+        airlock_input_fn on_input;
+        void *input_arg;
 #ifdef AIRLOCK_ABI_GROWN
         /* Only in tests/unit/test_abi_grown.c's build (see airlock_tool_def). */
         uint64_t abi_grown;

@@ -79,9 +79,10 @@ static const char serve_notes[] =
 
 static const char run_notes[] =
     "ARGs after FILE (or after -c CODE) are the code's sys.argv[1:]; sys.argv[0] is FILE or\n"
-    "-c. With FILE or -c the code reads the command's standard input (sys.stdin, input())\n"
-    "when it is a file (< data), read to its end before the run, at most 8 MiB; a pipe or a\n"
-    "terminal is not read. Without either, standard input is the code.\n"
+    "-c. With FILE or -c the code reads the command's standard input (sys.stdin, input()):\n"
+    "a file (< data) read before the run, at most 8 MiB; a pipe or a terminal streamed while\n"
+    "the code runs, read only when it reads, at most 64 MiB. Without either, standard input\n"
+    "is the code.\n"
     "Without --json the code's stdout and stderr are shown as they come (print(..., flush=True)\n"
     "shows a line at once), then a line for each file the run returned: where --output-dir\n"
     "wrote it, or how to keep it.\n";

@@ -319,22 +319,24 @@ static void print_human(const airlock_result *res, const live_output *live, cons
                 fprintf(stderr, "airlock: %s\n", res->error_message);
 }
 
-/* What the code gets beside its text: a file on standard input, with FILE
- * or -c, as for `python3 script.py < data`, read to its end up to the
- * library's cap; and sys.argv, as python3 makes it (the script's name, or
- * "-c", then the arguments). Only a regular file is read: it ends. A pipe,
- * a socket or a terminal may stay open for as long as the program that
- * holds its other end (an agent's framework that spawns the command and
- * never closes its stdin, an MCP server's own pipe), and python3 reads one
- * only when the code asks: read to its end before the run, it would hang
- * the command, or take what was meant for someone else. The code finds it
- * empty. */
+/* What the code gets beside its text: the command's standard input, with
+ * FILE or -c, and sys.argv, as python3 makes it (the script's name, or
+ * "-c", then the arguments). A regular file (`< data`) is read to its end
+ * up to the library's cap and becomes fd 0 of the code and the processes it
+ * starts. Anything else (a pipe, a socket, a terminal) may stay open for as
+ * long as the program that holds its other end (an agent's framework that
+ * spawns the command and never closes its stdin), so it is streamed: the
+ * library reads it only when the code reads (*ret_stream), as python3 reads
+ * a pipe, and a run whose code never reads it ends without waiting on it. */
 static int code_inputs(const cli_options *o, char **ret_input, size_t *ret_input_len,
-                       const char ***ret_argv, airlock_error *err)
+                       bool *ret_stream, const char ***ret_argv, airlock_error *err)
 {
         bool own_stdin = o->code || (o->file && strcmp(o->file, "-"));
         struct stat in_st;
-        if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0 && S_ISREG(in_st.st_mode)) {
+        *ret_stream = false;
+        if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0 && !S_ISREG(in_st.st_mode))
+                *ret_stream = true;
+        else if (own_stdin && fstat(STDIN_FILENO, &in_st) == 0) {
                 int r = read_all(STDIN_FILENO, "standard input", AIRLOCK_RUN_STDIN_MAX,
                                  " that a run reads (AIRLOCK_RUN_STDIN_MAX); pass a larger input "
                                  "with --workspace or --mount",
@@ -382,6 +384,27 @@ static int report_result(const airlock_result *res, const cli_options *o, int ou
         return 0;
 }
 
+/* The approvals a run needs: the code's, when the configuration asks for
+ * it and --yes does not give it (a person at the terminal is asked), and
+ * the approver of upstream tools' calls (--yes, or the person at each
+ * call). -EPERM when the code is not approved. */
+static int approve(const cli_options *o, const char *code, airlock_error *err)
+{
+        if (airlock_config_effective_approval(o->cfg) == AIRLOCK_APPROVAL_ALWAYS && !o->yes) {
+                bool interactive =
+                    isatty(STDIN_FILENO) || (o->code || (o->file && strcmp(o->file, "-")));
+                if (!interactive || !isatty(STDERR_FILENO) || !ask_approval(code))
+                        return al_error(err, -EPERM, NULL,
+                                        "approval required and not given: nothing ran (pass "
+                                        "--yes to approve)");
+        }
+        if (o->yes)
+                airlock_config_set_tool_approver(o->cfg, approve_all, NULL);
+        else if (isatty(STDERR_FILENO))
+                airlock_config_set_tool_approver(o->cfg, ask_tool, NULL);
+        return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
         airlock_error err;
@@ -400,6 +423,7 @@ int cmd_run(int argc, char **argv)
         char *code = NULL, *input = NULL;
         size_t len = 0, input_len = 0;
         const char **script_argv = NULL;
+        bool stream = false;
         int outfd = -1;
         airlock_sandbox *sb = NULL;
         airlock_result *res = NULL;
@@ -407,7 +431,7 @@ int cmd_run(int argc, char **argv)
         r = load_code(&o, &code, &len, &err);
         if (r < 0)
                 goto fail;
-        r = code_inputs(&o, &input, &input_len, &script_argv, &err);
+        r = code_inputs(&o, &input, &input_len, &stream, &script_argv, &err);
         if (r < 0)
                 goto fail;
         /* What a run would refuse (a NUL byte, bad UTF-8) is refused now,
@@ -415,22 +439,9 @@ int cmd_run(int argc, char **argv)
         r = airlock_check_code(code, len, &err);
         if (r < 0)
                 goto fail;
-        if (airlock_config_effective_approval(o.cfg) == AIRLOCK_APPROVAL_ALWAYS && !o.yes) {
-                bool interactive =
-                    isatty(STDIN_FILENO) || (o.code || (o.file && strcmp(o.file, "-")));
-                if (!interactive || !isatty(STDERR_FILENO) || !ask_approval(code)) {
-                        r = al_error(&err, -EPERM, NULL,
-                                     "approval required and not given: nothing ran (pass --yes "
-                                     "to approve)");
-                        goto fail;
-                }
-        }
-        /* Upstream tools' calls that need approval: --yes gives it; else
-         * a person at the terminal is asked at each call. */
-        if (o.yes)
-                airlock_config_set_tool_approver(o.cfg, approve_all, NULL);
-        else if (isatty(STDERR_FILENO))
-                airlock_config_set_tool_approver(o.cfg, ask_tool, NULL);
+        r = approve(&o, code, &err);
+        if (r < 0)
+                goto fail;
         if (o.output_dir) {
                 outfd = open_output_dir(o.output_dir, &err);
                 if (outfd < 0) {
@@ -464,6 +475,10 @@ int cmd_run(int argc, char **argv)
         ropts.traceparent = getenv("TRACEPARENT");
         ropts.tracestate = getenv("TRACESTATE");
         ropts.baggage = getenv("BAGGAGE");
+        if (stream) {
+                ropts.stdin_mode = AIRLOCK_STDIN_STREAM;
+                ropts.stdin_fd = STDIN_FILENO;
+        }
         /* Without --json the output is shown as it comes; --json keeps
          * one document at the end. */
         airlock_limits lim;

@@ -147,6 +147,109 @@ def secret(name):
     return _request(_OP_SECRET, {_KEY_NAME: name})
 
 
+# ---- standard input read from the host (airlock_run_options.stdin_mode) ----
+
+# What a run without a stdin_mode has: sys.stdin over fd 0 (/dev/null, or
+# the run's stdin_data), the built-in input(), getpass's own getpass.
+_std_stdin = None
+_std_input = _builtins.input
+_std_getpass = None
+_stdin_mode = ""
+_STDIN_CHUNK = 65536
+
+
+def _stdin_read(size, prompt=None, password=False):
+    """Up to size bytes of the standard input the host reads for the run,
+    b"" at its end. The host reads only when asked: a run that never reads
+    takes nothing from its caller. prompt (a new line asked by input() or
+    getpass in prompt mode) goes to the caller, who shows it."""
+    import binascii
+    msg = {_KEY_OP: _OP_STDIN, _KEY_SIZE: int(size)}
+    if prompt is not None:
+        msg[_KEY_PROMPT] = prompt
+        msg[_KEY_PASSWORD] = bool(password)
+    return binascii.a2b_base64(_request(msg))
+
+
+def _host_stdin_class():
+    import io
+
+    class HostStdin(io.RawIOBase):
+        """The run's standard input, read from the host on demand, as a
+        pipe's is read: sys.stdin's buffer reads it in 64 KiB blocks."""
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            data = _stdin_read(min(len(b), _STDIN_CHUNK))
+            b[:len(data)] = data
+            return len(data)
+
+    return HostStdin
+
+
+def _prompt_line(prompt, password):
+    """input() in prompt mode (a notebook's): the caller asks someone with
+    prompt and sends back one line, which is returned without its newline;
+    an end of file is EOFError, as input() raises."""
+    _flush_std()
+    buf = bytearray()
+    ask = str(prompt)
+    while b"\n" not in buf:
+        chunk = _stdin_read(_STDIN_CHUNK, ask, password)
+        ask = None
+        if not chunk:
+            break
+        buf += chunk
+    line = bytes(buf).split(b"\n", 1)[0]
+    # A front-end's end of file is an empty read or, as ipykernel takes it,
+    # the line "\x04" (Ctrl-D).
+    if not buf or line == b"\x04":
+        raise EOFError("EOF when reading a line")
+    return line.decode("utf-8", "replace")
+
+
+def _prompt_input(prompt=""):
+    return _prompt_line(prompt, False)
+
+
+def _prompt_getpass(prompt="Password: ", stream=None):
+    return _prompt_line(prompt, True)
+
+
+def _set_stdin(mode):
+    """Before each run (guest.c): where its standard input comes from. In
+    stream mode sys.stdin (and input(), which writes its prompt to stdout
+    and reads a line of it) reads the host; in prompt mode input() and
+    getpass.getpass ask the host for a line with their prompt and sys.stdin
+    is fd 0's; otherwise everything is fd 0's, as a run without input has."""
+    global _std_stdin, _std_getpass, _stdin_mode
+    if mode == _stdin_mode and not mode:
+        return
+    if _std_stdin is None:
+        _std_stdin = _sys.stdin
+    if mode == _GUEST_STDIN_STREAM:
+        import io
+        _sys.stdin = io.TextIOWrapper(io.BufferedReader(_host_stdin_class()(), _STDIN_CHUNK),
+                                      encoding=getattr(_std_stdin, "encoding", None) or "utf-8",
+                                      errors=getattr(_std_stdin, "errors", None) or "strict")
+    else:
+        _sys.stdin = _std_stdin
+    getpass = _sys.modules.get("getpass")
+    if mode == _GUEST_STDIN_PROMPT:
+        _builtins.input = _prompt_input
+        import getpass
+        if _std_getpass is None:
+            _std_getpass = getpass.getpass
+        getpass.getpass = _prompt_getpass
+    else:
+        _builtins.input = _std_input
+        if getpass is not None and _std_getpass is not None:
+            getpass.getpass = _std_getpass
+    _stdin_mode = mode
+
+
 def http_get(url, headers=None):
     return http_request("GET", url, headers=headers)
 

@@ -23,9 +23,10 @@ _REC = "\x1eairlock-kernel:"
 _PLAIN_MAX = 20000
 
 
-class StdinNotImplementedError(RuntimeError):
-    """input() in an airlock kernel: the sandbox has no terminal, and the
-    kernel does not forward the notebook's stdin channel."""
+class StdinNotImplementedError(NotImplementedError):
+    """input() or getpass in a cell whose execute_request had allow_stdin
+    false: the front-end cannot answer input requests (IPython's class of
+    the same name, which ipykernel raises)."""
 
 
 def _emit(kind, **fields):
@@ -144,9 +145,12 @@ def clear_output(wait=False):
 
 def _refuse_input(prompt=""):
     raise StdinNotImplementedError(
-        "input() is not available in the airlock kernel: the sandboxed code has no standard "
-        "input, and the kernel does not forward the notebook's (put the value in the cell, or "
-        "in a file under /input)")
+        "raw_input was called, but this frontend does not support input requests.")
+
+
+def _refuse_getpass(prompt="", stream=None):
+    raise StdinNotImplementedError(
+        "getpass was called, but this frontend does not support input requests.")
 
 
 def _tb_from(tb, name):
@@ -167,15 +171,22 @@ def _error(e, name):
           traceback=[line.rstrip("\n") for line in lines])
 
 
-def run(n, code_b64, expr_b64="", silent=False):
+def run(n, code_b64, expr_b64="", silent=False, allow_stdin=True):
     import ast
     import linecache
     code = _base64.b64decode(code_b64).decode("utf-8")
     name = f"<In [{n}]>" if n else "<silent cell>"
     linecache.cache[name] = (len(code), None, code.splitlines(True), name)
     main = _main()
+    # With allow_stdin, input() and getpass ask the notebook through the
+    # kernel's stdin channel (the session's prompt mode, set for the cell by
+    # the runtime); without, they raise as ipykernel's do.
     saved_input = _builtins.input
-    _builtins.input = _refuse_input
+    getpass = _sys.modules.get("getpass") if allow_stdin else __import__("getpass")
+    saved_getpass = getpass.getpass if getpass is not None else None
+    if not allow_stdin:
+        _builtins.input = _refuse_input
+        getpass.getpass = _refuse_getpass
     ok = True
     try:
         tree = compile(code, name, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
@@ -196,6 +207,8 @@ def run(n, code_b64, expr_b64="", silent=False):
         _error(e, name)
     finally:
         _builtins.input = saved_input
+        if getpass is not None:
+            getpass.getpass = saved_getpass
     if ok and expr_b64:
         exprs = _json.loads(_base64.b64decode(expr_b64).decode("utf-8"))
         out = {}

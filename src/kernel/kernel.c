@@ -14,6 +14,7 @@
  * they arrive, and the records of the Python side (driver.py) become
  * display_data, clear_output, execute_result and error. */
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <poll.h>
 #include <pthread.h>
@@ -46,6 +47,10 @@
 /* Shell requests waiting while a cell runs: past this, the kernel stops
  * reading the shell socket, and ZeroMQ holds the rest. */
 #define KQUEUE_MAX 256
+/* The longest line an input_reply gives input(): the pipe to the session
+ * is made this large (F_SETPIPE_SZ; its default size where that fails),
+ * so that the I/O thread's write of a line never waits. */
+#define KINPUT_PIPE (1u << 20)
 /* The line a rolled-back cell's traceback ends with. */
 #define KROLLBACK_LINE                                                                             \
         "airlock: this cell failed and was rolled back: variables, imports and objects are as "    \
@@ -75,7 +80,13 @@ typedef struct kernel {
         airlock_sandbox *sb;
         airlock_session *s;
         int cancel_fd; /* eventfd: an interrupt cancels the running cell */
-        int out_fd;    /* eventfd: the worker queued messages or finished */
+        /* The session's standard input in prompt mode (input(), getpass):
+         * the I/O thread writes an input_reply's value and a newline to
+         * in_w, the library reads in_r when the cell asks. */
+        int in_r, in_w;
+        size_t in_max;   /* the longest line that in_w takes at once */
+        bool want_input; /* an input_request is out (under lock) */
+        int out_fd;      /* eventfd: the worker queued messages or finished */
         pthread_mutex_t lock;
         pthread_cond_t cond;
         kout *out_head, *out_tail; /* worker -> I/O, under lock */
@@ -320,6 +331,32 @@ static void on_output(void *arg, int stream, const char *data, size_t len)
                 send_stream(x, 2, data, len);
 }
 
+/* The cell asks for a line (input(), getpass): an input_request on the
+ * stdin channel, to the client that sent the execute_request (its routing
+ * identity is the shell request's, as ipykernel sends it). The I/O thread
+ * answers through the pipe when the input_reply comes. */
+static void on_input(void *arg, const char *prompt, bool password)
+{
+        kexec *x = arg;
+        pthread_mutex_lock(&x->k->lock);
+        x->k->want_input = true;
+        pthread_mutex_unlock(&x->k->lock);
+        kpost(x->k, KSOCK_STDIN, x->req, "input_request",
+              json_pack("{s:s, s:b}", "prompt", prompt, "password", password));
+}
+
+/* Before and after a cell: no answer of an earlier cell's is waited for
+ * or left in the pipe. */
+static void input_reset(kernel *k)
+{
+        char buf[4096];
+        pthread_mutex_lock(&k->lock);
+        k->want_input = false;
+        while (read(k->in_r, buf, sizeof(buf)) > 0)
+                ;
+        pthread_mutex_unlock(&k->lock);
+}
+
 static void kexec_init(kexec *x, kernel *k, const kmsg *req)
 {
         memset(x, 0, sizeof(*x));
@@ -537,6 +574,9 @@ static void do_execute(kernel *k, const kmsg *req)
         json_t *c = req->content;
         const char *code = json_string_value(json_object_get(c, "code"));
         bool silent = json_is_true(json_object_get(c, "silent"));
+        /* The protocol's default: a front-end that says nothing can answer. */
+        json_t *as = json_object_get(c, "allow_stdin");
+        bool allow_stdin = as ? json_is_true(as) : true;
         json_t *sh = json_object_get(c, "store_history");
         bool store = !silent && (sh ? json_is_true(sh) : true);
         if (!code)
@@ -562,8 +602,10 @@ static void do_execute(kernel *k, const kmsg *req)
         int r = -ENOMEM;
         if (code64 && ue64 &&
             dynbuf_appendf(&cell,
-                           "__import__('sys').modules['_airlock_kernel'].run(%d, '%s', '%s', %s)\n",
-                           store ? count : 0, code64, ue64, silent ? "True" : "False") >= 0)
+                           "__import__('sys').modules['_airlock_kernel'].run(%d, '%s', '%s', %s, "
+                           "%s)\n",
+                           store ? count : 0, code64, ue64, silent ? "True" : "False",
+                           allow_stdin ? "True" : "False") >= 0)
                 r = 0;
         else
                 al_error(&err, -E2BIG, NULL, "the cell is too large");
@@ -574,7 +616,15 @@ static void do_execute(kernel *k, const kmsg *req)
                 o.cancel_fd = k->cancel_fd;
                 o.on_output = on_output;
                 o.output_arg = &x;
+                if (allow_stdin) {
+                        o.stdin_mode = AIRLOCK_STDIN_PROMPT;
+                        o.stdin_fd = k->in_r;
+                        o.on_input = on_input;
+                        o.input_arg = &x;
+                }
+                input_reset(k);
                 r = airlock_session_run(k->s, cell.data, cell.len, &o, &res, &err);
+                input_reset(k);
                 pthread_mutex_lock(&k->lock);
                 interrupted = k->interrupted;
                 pthread_mutex_unlock(&k->lock);
@@ -964,6 +1014,43 @@ static bool io_message(kernel *k, kqueued *q, bool *restart)
         return false;
 }
 
+/* The stdin channel: an input_reply answers the cell's input_request
+ * (its value and a newline go to the session's standard input, cut at the
+ * pipe's size, with a log line); anything else, or a reply nobody waits
+ * for, is dropped. */
+static void io_stdin(kernel *k)
+{
+        airlock_error err = {0};
+        kmsg m;
+        int r;
+        while ((r = kmsg_recv(k->stdin_sock, &k->conn, k->replay, &m, &err)) != -EAGAIN) {
+                if (r < 0) {
+                        log_drop(k, "stdin", err.message);
+                        continue;
+                }
+                const char *value = json_string_value(json_object_get(m.content, "value"));
+                pthread_mutex_lock(&k->lock);
+                bool want = k->want_input && strcmp(m.msg_type, "input_reply") == 0 && value;
+                if (want) {
+                        /* One line: input() returns up to the first newline. */
+                        size_t n = strcspn(value, "\n");
+                        if (n >= k->in_max) {
+                                klog("an input_reply of %zu bytes was cut at %zu", n,
+                                     k->in_max - 1);
+                                n = k->in_max - 1;
+                        }
+                        k->want_input = false;
+                        (void)!write(k->in_w, value, n);
+                        (void)!write(k->in_w, "\n", 1);
+                }
+                pthread_mutex_unlock(&k->lock);
+                if (!want)
+                        klog("ignored a message of type \"%.64s\" on the stdin channel",
+                             m.msg_type);
+                kmsg_free(&m);
+        }
+}
+
 /* Answers the execute requests queued when a cell failed with
  * stop_on_error: "aborted", as ipykernel does; the others stay queued. */
 static void abort_queued(kernel *k)
@@ -1063,10 +1150,10 @@ static int load_driver(kernel *k, airlock_error *err)
 
 /* The I/O thread's loop: the control and shell channels (each a bounded
  * batch per wake, so that one cannot starve the other; the shell waits
- * while the worker's queue is full), stdin (read and dropped: the kernel
- * sends no input_request), the worker's output and the signals (SIGINT
- * interrupts the cell, SIGTERM and SIGHUP end the kernel). Returns 0 after
- * a shutdown or a signal, 1 when the session or ZeroMQ failed (logged);
+ * while the worker's queue is full), stdin (the input_reply a cell waits
+ * for, io_stdin), the worker's output and the signals (SIGINT
+ * interrupts the cell, SIGTERM and SIGHUP end the kernel). Returns the
+ * exit status once a shutdown, a signal or the session's end stops it;
  * *restart says whether Jupyter asked for a restart. */
 static int io_loop(kernel *k, int sig_fd, bool *restart)
 {
@@ -1120,13 +1207,8 @@ static int io_loop(kernel *k, int sig_fd, bool *restart)
                                 break;
                         }
                 }
-                if (items[1].revents) {
-                        /* The kernel sends no input_request: anything on
-                         * stdin is read and dropped. */
-                        kmsg m;
-                        while (kmsg_recv(k->stdin_sock, &k->conn, k->replay, &m, &err) != -EAGAIN)
-                                kmsg_free(&m);
-                }
+                if (items[1].revents)
+                        io_stdin(k);
                 for (int i = 0; i < n_items && !quit; i++) {
                         if (i != 0 && i != 4)
                                 continue;
@@ -1200,6 +1282,10 @@ static void kernel_free(kernel *k, pthread_t *hb)
         free(k->hist);
         kreplay_free(k->replay);
         kconn_free(&k->conn);
+        if (k->in_r >= 0)
+                close(k->in_r);
+        if (k->in_w >= 0)
+                close(k->in_w);
 }
 
 /* The kernel's own state beside its session: the session id of its
@@ -1213,6 +1299,15 @@ static void kernel_init(kernel *k)
         for (size_t i = 0; i < sizeof(rnd); i++)
                 snprintf(k->session_id + 2 * i, 3, "%02x", rnd[i]);
         k->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        int in[2] = {-1, -1};
+        if (pipe2(in, O_CLOEXEC | O_NONBLOCK) == 0) {
+                int size = fcntl(in[1], F_SETPIPE_SZ, (int)KINPUT_PIPE);
+                if (size < 0)
+                        size = fcntl(in[1], F_GETPIPE_SZ);
+                k->in_max = size > 1 ? (size_t)size : 1;
+        }
+        k->in_r = in[0];
+        k->in_w = in[1];
         k->out_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         k->replay = kreplay_new();
         pthread_mutex_init(&k->lock, NULL);
@@ -1230,7 +1325,7 @@ int kernel_service_new(airlock_config *cfg, const char *conn_file, kernel **ret,
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
         }
         k->cfg = cfg;
-        k->cancel_fd = k->out_fd = k->idle_fd = -1;
+        k->cancel_fd = k->out_fd = k->idle_fd = k->in_r = k->in_w = -1;
         int r = kconn_load(conn_file, &k->conn, err);
         if (r >= 0)
                 r = kzmq_open(err);
@@ -1287,7 +1382,7 @@ int kernel_service_run(kernel *k, int sig_fd, airlock_error *err)
         if (sig_fd < 0) /* no signal pipe: a descriptor that never wakes the poll */
                 sig_fd = k->idle_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         k->ctx = kz.ctx_new();
-        if (k->cancel_fd < 0 || k->out_fd < 0 || !k->replay || !k->ctx) {
+        if (k->cancel_fd < 0 || k->out_fd < 0 || k->in_r < 0 || !k->replay || !k->ctx) {
                 int e = errno ? errno : ENOMEM;
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -e, NULL, "cannot start: %s",
                                      strerror(e));

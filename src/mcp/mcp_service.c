@@ -6,6 +6,7 @@
 #include "base.h"
 #include "mcp_core.h"
 #include "mcp_service.h"
+#include "tools.h"
 
 struct mcp_service {
         mcp_service_options o;
@@ -38,6 +39,11 @@ const mcp_service_options *mcp_service_opts(const mcp_service *svc)
 airlock_config *mcp_service_config(const mcp_service *svc)
 {
         return svc->cfg;
+}
+
+char *mcp_service_instructions(const char *library)
+{
+        return mcp_tools_instructions(library, false);
 }
 
 void mcp_service_free(mcp_service *svc)

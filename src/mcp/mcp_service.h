@@ -69,4 +69,10 @@ int mcp_service_run_http(mcp_service *svc, mcp_reload_fn reload, void *reload_ar
 
 void mcp_service_free(mcp_service *svc);
 
+/* The agent instructions `airlock mcp` serves (without --tenants-dir) for
+ * the library's (airlock_describe): their first sentence names the tools
+ * its tools/list gives, for `airlock describe` to print the server's very
+ * text. malloc'd, or NULL when out of memory. */
+char *mcp_service_instructions(const char *library);
+
 #endif

@@ -425,9 +425,21 @@ json_t *mcp_sessions_open_description(const mcp_sessions *m)
 static json_t *text_result(const char *text, const char *handle)
 {
         /* The handle is in the text, which every client hands its model, and
-         * for programs in _meta (no structuredContent: see mcp_result.c). */
+         * for programs in _meta. */
         return json_pack("{s:[{s:s, s:s}], s:{s:s}, s:b}", "content", "type", "text", "text", text,
                          "_meta", MCP_META_SESSION, handle, "isError", 0);
+}
+
+/* The answer of session_open and session_fork: text_result's, and the new
+ * handle as structuredContent ({"session"}), which their outputSchema
+ * (tools.c) describes, as the workspace tools give theirs. */
+static json_t *handle_result(const char *text, const char *handle)
+{
+        json_t *r = text_result(text, handle);
+        if (r &&
+            json_object_set_new(r, "structuredContent", json_pack("{s:s}", "session", handle)) < 0)
+                json_decref(TAKE_PTR(r));
+        return r;
 }
 
 /* Counts one more session of owner's (a fork counts as one), under the
@@ -531,7 +543,7 @@ static json_t *session_open(mcp_sessions *m, const char *owner)
                  "Session %s is open. Pass \"session\": \"%s\" to execute_code to run code in "
                  "it; close it with session_close when done.",
                  e->handle, e->handle);
-        return text_result(msg, e->handle);
+        return handle_result(msg, e->handle);
 }
 
 /* A fork of an open session: a new entry, counted against the cap, whose
@@ -613,7 +625,7 @@ static json_t *session_fork(mcp_sessions *m, const json_t *args, const char *own
                  "Pass \"session\": \"%s\" to execute_code to run code in it; %s is "
                  "unchanged and stays open. Close each with session_close when done.",
                  n->handle, handle, n->handle, handle);
-        return text_result(msg, n->handle);
+        return handle_result(msg, n->handle);
 }
 
 static json_t *session_close(mcp_sessions *m, const json_t *args, const char *owner)

@@ -232,7 +232,8 @@ int mcp_version_new(mcp_server *srv, airlock_config *cfg, bool owns, cfg_version
                 mcp_version_free(v);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
-        v->instructions = strdup(json_string_value(json_object_get(d, "instructions")));
+        v->instructions = mcp_tools_instructions(
+            json_string_value(json_object_get(d, "instructions")), srv->workspaces != NULL);
         v->tools = mcp_tools_list(srv->sessions, d, airlock_config_allow_count(cfg) > 0,
                                   srv->workspaces != NULL);
         json_decref(d);
@@ -285,7 +286,9 @@ static void *build_main(void *arg)
 int mcp_version_build_start(mcp_server *srv, airlock_config *cfg, airlock_error *err)
 {
         airlock_error ignored;
-        (void)airlock_describe(cfg, NULL, &srv->first_instructions, &ignored);
+        _cleanup_free_ char *library = NULL;
+        (void)airlock_describe(cfg, NULL, &library, &ignored);
+        srv->first_instructions = mcp_tools_instructions(library, srv->workspaces != NULL);
         srv->build_failed_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (srv->build_failed_fd < 0) {
                 int e = errno;

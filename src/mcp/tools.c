@@ -50,6 +50,12 @@ static json_t *call_workspace_list(const mcp_tool_ctx *x, const json_t *args)
         "\"integer\"},\"max_bytes\":{\"type\":\"integer\"}"
 #define WS_USAGE_REQUIRED "\"entries\",\"bytes\",\"max_files\",\"max_bytes\""
 
+/* What session_open's and session_fork's structuredContent carries. */
+#define SESSION_HANDLE_OUTPUT                                                                      \
+        "{\"type\":\"object\",\"properties\":{\"session\":{\"type\":\"string\","                   \
+        "\"description\":\"The new session's handle: pass it as execute_code's \\\"session\\\""    \
+        " argument.\"}},\"required\":[\"session\"]}"
+
 static const mcp_tool tools[] = {
     {
         .name = "execute_code",
@@ -61,6 +67,7 @@ static const mcp_tool tools[] = {
         .name = "session_open",
         .title = "Open a Python session",
         .schema = "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
+        .output_schema = SESSION_HANDLE_OUTPUT,
         .describe = mcp_sessions_open_description,
         .call = call_session_open,
     },
@@ -79,6 +86,7 @@ static const mcp_tool tools[] = {
         .name = "session_fork",
         .title = "Fork a Python session",
         .schema = SESSION_ARG_SCHEMA("The handle of the session to copy."),
+        .output_schema = SESSION_HANDLE_OUTPUT,
         .description =
             "Copies a session into a new one, in milliseconds, whatever its size: the new "
             "handle starts with the session's variables, imports and objects, and from then "
@@ -249,6 +257,49 @@ json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_worl
                         json_decref(TAKE_PTR(list));
         }
         return list;
+}
+
+/* The first sentence of the library's instructions (build_instructions in
+ * src/lib/surface/describe.c); test_mcp_core holds the two to each other. */
+static const char library_first[] =
+    "This server offers one tool, execute_code, which runs Python 3 in an isolated sandbox.\n";
+
+char *mcp_tools_instructions(const char *library, bool workspaces)
+{
+        if (!library)
+                return NULL;
+        size_t skip =
+            strncmp(library, library_first, strlen(library_first)) == 0 ? strlen(library_first) : 0;
+        size_t count = 0, listed = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(tools); i++)
+                count += workspaces || !tools[i].workspace;
+        dynbuf b;
+        dynbuf_init(&b, SIZE_MAX);
+        int r = dynbuf_appendf(&b,
+                               "This server offers %zu tools: execute_code, which runs Python 3 in "
+                               "an isolated sandbox, and ",
+                               count);
+        for (size_t i = 1; r >= 0 && i < ARRAY_SIZE(tools); i++) {
+                if (!workspaces && tools[i].workspace)
+                        continue;
+                listed++;
+                r = dynbuf_appendf(&b, "%s%s",
+                                   listed == 1           ? ""
+                                   : listed + 1 == count ? " and "
+                                                         : ", ",
+                                   tools[i].name);
+        }
+        if (r >= 0)
+                r = dynbuf_appendf(&b, " (%s).\n%s",
+                                   workspaces ? "sessions that keep state across calls, and the "
+                                                "files of your workspace under /input"
+                                              : "sessions that keep state across calls",
+                                   library + skip);
+        if (r < 0) {
+                dynbuf_free(&b);
+                return NULL;
+        }
+        return dynbuf_take(&b, NULL);
 }
 
 /* execute_code's arguments as the server checks them: the library's schema

@@ -74,6 +74,11 @@ void mcp_tool_unknown(const char *name, bool workspaces, char *buf, size_t size)
  * added to its schema, then the others from the table. NULL when out of
  * memory. */
 json_t *mcp_tools_list(const mcp_sessions *m, const json_t *desc, bool open_world, bool workspaces);
+/* The library's instructions (airlock_describe) for this server: their
+ * first sentence, which speaks of execute_code alone, counts and names the
+ * tools that tools/list gives (the workspace tools with workspaces).
+ * malloc'd, or NULL when out of memory; NULL in, NULL out. */
+char *mcp_tools_instructions(const char *library, bool workspaces);
 /* Checks a call's arguments against the tool's schema, parsed once (for
  * execute_code, the library's schema and "session"): an argument the schema
  * does not name, and each required one (present, of its type, an array

@@ -61,11 +61,16 @@ def stop(km, kc):
     km.shutdown_kernel(now=False)
 
 
-def execute(kc, code, timeout=120):
-    """Runs code; returns (reply content, [(msg_type, content)] of iopub)."""
+def execute(kc, code, timeout=120, **kw):
+    """Runs code; returns (reply content, [(msg_type, content)] of iopub).
+    Without a stdin_hook, the execute_request says allow_stdin false: the
+    client's default hook would read the test's own terminal."""
     out = []
+    if "stdin_hook" not in kw:
+        kw.setdefault("allow_stdin", False)
     reply = kc.execute_interactive(code, timeout=timeout,
-                                   output_hook=lambda m: out.append((m["msg_type"], m["content"])))
+                                   output_hook=lambda m: out.append((m["msg_type"], m["content"])),
+                                   **kw)
     return reply["content"], out
 
 
@@ -270,11 +275,50 @@ def test_a_cell_past_a_limit_errs_naming_it_and_the_kernel_lives_on():
         assert "MiB" in reply["evalue"], reply
         reply, out = execute(kc, "print(keep)")
         assert reply["status"] == "ok" and stdout_of(out) == "kept\n", (reply, out)
-        # input() is refused at once with the reason, never a hang.
-        reply, out = execute(kc, "input('name? ')")
-        assert reply["status"] == "error", reply
-        assert reply["ename"] == "StdinNotImplementedError", reply
-        assert "input()" in reply["evalue"], reply
+    finally:
+        stop(km, kc)
+
+
+def test_input_asks_the_front_end_through_the_stdin_channel():
+    km, kc = start()
+    try:
+        asked = []
+
+        def answer(msg):
+            asked.append(msg["content"])
+            kc.input("s3cret" if msg["content"]["password"] else "Ada Lovelace")
+
+        reply, out = execute(kc, "print('before', flush=True)\nname = input('name? ')\n"
+                                 "import getpass\npw = getpass.getpass('pw: ')\n"
+                                 "print(name, len(pw))", allow_stdin=True, stdin_hook=answer)
+        assert reply["status"] == "ok", reply
+        assert asked == [{"prompt": "name? ", "password": False},
+                         {"prompt": "pw: ", "password": True}], asked
+        assert stdout_of(out) == "before\nAda Lovelace 6\n", out
+        # ipykernel's end of file: the reply "\x04" is EOFError.
+        reply, out = execute(kc, "try:\n    input()\nexcept EOFError:\n    print('eof')",
+                             allow_stdin=True, stdin_hook=lambda m: kc.input("\x04"))
+        assert stdout_of(out) == "eof\n", (reply, out)
+        # The value stays the session's, as any variable.
+        reply, out = execute(kc, "print(name)")
+        assert stdout_of(out) == "Ada Lovelace\n", out
+        # An interrupt while the cell waits for its answer cancels the
+        # cell, which rolls back: the front-end never answers.
+        reply, out = execute(kc, "name = None\ninput('never answered: ')", allow_stdin=True,
+                             stdin_hook=lambda m: km.interrupt_kernel())
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+        assert any("rolled back" in line for line in reply["traceback"]), reply
+        reply, out = execute(kc, "print(name)")
+        assert stdout_of(out) == "Ada Lovelace\n", out
+        # A front-end without stdin: input() and getpass raise at once what
+        # ipykernel raises, never a hang.
+        for code, fn in (("input('name? ')", "raw_input"), ("__import__('getpass').getpass()",
+                                                            "getpass")):
+            reply, out = execute(kc, code, allow_stdin=False)
+            assert reply["status"] == "error", reply
+            assert reply["ename"] == "StdinNotImplementedError", reply
+            assert reply["evalue"] == (f"{fn} was called, but this frontend does not support "
+                                       "input requests."), reply
     finally:
         stop(km, kc)
 

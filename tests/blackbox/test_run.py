@@ -407,22 +407,75 @@ def test_code_and_stdin_each_under_their_cap_but_too_large_together():
 def test_a_pipe_its_caller_keeps_open_never_holds_the_run():
     """A framework that spawns the command with a pipe on its stdin and never
     closes it (Node's exec, an MCP server's own stdin) gets its run: the
-    pipe is not read, and the code finds standard input empty."""
-    p = subprocess.Popen([AIRLOCK, "run", "-c", "import sys; print(repr(sys.stdin.read()))"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    p.stdin.write("meant for someone else\n")
-    p.stdin.flush()
+    pipe is read only when the code reads, so code that never reads ends
+    at once, and code that reads a line gets that line and goes on."""
+    for code, want in (("print('never reads')", "never reads\n"),
+                       ("print(repr(input()))", "'meant for the code'\n")):
+        p = subprocess.Popen([AIRLOCK, "run", "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p.stdin.write("meant for the code\nand more, never read\n")
+        p.stdin.flush()
+        try:
+            # The pipe stays open until the command has ended: no EOF is
+            # ever given, so a command that read it to its end would never
+            # end.
+            rc = p.wait(timeout=120)
+            out = p.stdout.read()
+            assert rc == 0, p.stderr.read()
+            assert out == want, out
+        finally:
+            p.stdin.close()
+            p.kill()
+
+
+def test_a_pipe_is_streamed_to_the_code_as_it_reads():
+    """`producer | airlock run script.py`: the code reads its standard input
+    while the producer still writes (a line goes in only once the code
+    printed the last one out), input() writes its prompt to stdout as
+    python3 does, and the producer's end is the code's end of file."""
+    script = os.path.join(tmpdir(), "echo.py")
+    with open(script, "w") as f:
+        f.write("import sys\n"
+                "name = input('name? ')\n"
+                "print('hello', name, flush=True)\n"
+                "for line in sys.stdin:\n"
+                "    print('got', line.strip(), flush=True)\n"
+                "print('end of input')\n")
+    p = subprocess.Popen([AIRLOCK, "run", script], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # The pipe stays open until the command has ended: no EOF is ever
-        # given, so a command that read it to its end would never end.
-        rc = p.wait(timeout=120)
-        out = p.stdout.read()
-        assert rc == 0, p.stderr.read()
-        assert out == "''\n", out
-    finally:
+        p.stdin.write("Ada\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "name? hello Ada\n"
+        for i in range(3):
+            p.stdin.write(f"{i}\n")
+            p.stdin.flush()
+            assert p.stdout.readline() == f"got {i}\n"
         p.stdin.close()
+        assert p.stdout.read() == "end of input\n"
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    finally:
         p.kill()
+    # The same from a shell, as a user types it.
+    sh = subprocess.run(f"seq 1 5 | {AIRLOCK} run -c "
+                        "'import sys; print(sum(int(x) for x in sys.stdin))'",
+                        shell=True, capture_output=True, text=True, timeout=120)
+    assert sh.returncode == 0 and sh.stdout == "15\n", (sh.stdout, sh.stderr)
+
+
+def test_a_streamed_standard_input_stops_at_its_cap():
+    """A run reads at most 64 MiB of a pipe (AIRLOCK_RUN_STDIN_STREAM_MAX):
+    the read past it raises OSError naming the cap; what came before is
+    the code's."""
+    code = ("import sys\nn = 0\ntry:\n"
+            "    while (b := sys.stdin.buffer.read(1 << 20)):\n        n += len(b)\n"
+            "except OSError as e:\n    print(n, e)\n")
+    p = subprocess.run(f"head -c {(64 << 20) + 100} /dev/zero | {AIRLOCK} run -c \"{code}\"",
+                       shell=True, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    n, _, msg = p.stdout.partition(" ")
+    assert int(n) == 64 << 20, p.stdout
+    assert "AIRLOCK_RUN_STDIN_STREAM_MAX" in msg and "64 MiB" in msg, msg
 
 
 def test_limit_messages_name_their_option():

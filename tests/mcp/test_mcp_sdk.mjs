@@ -291,12 +291,21 @@ const tests = [
   }],
 
   ['session_fork: a copy of a session, whose calls and the original\'s may run at once', async () => {
+    // The handle is structuredContent too, which the SDK checks against
+    // the tools' outputSchema (from tools/list).
+    const { tools } = await client.listTools();
+    for (const name of ['session_open', 'session_fork']) {
+      const t = tools.find((x) => x.name === name);
+      assertEqual(t.outputSchema.required, ['session'], `${name}'s outputSchema`);
+    }
     const open = await client.callTool({ name: 'session_open', arguments: {} }, undefined, CALL_OPTS);
     const h = open._meta['dev.airlock/session'];
+    assertEqual(open.structuredContent, { session: h }, 'session_open\'s structuredContent');
     await client.callTool({ name: 'execute_code', arguments: { code: 'x = [1]', session: h } }, undefined, CALL_OPTS);
     const fk = await client.callTool({ name: 'session_fork', arguments: { session: h } }, undefined, CALL_OPTS);
     assertEqual(fk.isError, false, `fork (${JSON.stringify(fk.content)})`);
     const f = fk._meta['dev.airlock/session'];
+    assertEqual(fk.structuredContent, { session: f }, 'session_fork\'s structuredContent');
     assert(/^sess_[a-z2-7]{26}$/.test(f) && f !== h, `fork handle ${f}`);
     assertIncludes(fk.content[0].text, f, 'the text names the new handle');
     // Both at once: the server runs them one after the other in the copy

@@ -14,8 +14,15 @@ def test_description_is_the_c_librarys(tmp_path):
                                      "-a", "api.example.com=GET"],
                                     capture_output=True, text=True, check=True).stdout)
     d = sb.describe()
-    for k in ("name", "description", "input_schema", "instructions", "approval_mode"):
+    for k in ("name", "description", "input_schema", "approval_mode"):
         assert d[k] == cli[k], k
+    # The instructions are the library's, but for their first sentence:
+    # `airlock describe` prints the MCP server's, which names the tools the
+    # server lists; the package's tool definition is execute_code alone.
+    ours, served = d["instructions"].split("\n", 1), cli["instructions"].split("\n", 1)
+    assert ours[1] == served[1]
+    assert ours[0].startswith("This server offers one tool, execute_code"), ours[0]
+    assert served[0].startswith("This server offers 4 tools: execute_code"), served[0]
     assert "packages" in d
     td = sb.tool_definition()
     assert td["name"] == "execute_code"

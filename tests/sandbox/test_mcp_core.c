@@ -298,6 +298,64 @@ static void test_required_arguments_come_from_the_schema(void **state)
         airlock_config_free(cfg);
 }
 
+/* session_open and session_fork give the handle as structuredContent,
+ * which their outputSchema describes, beside the text and _meta; the
+ * instructions count and name the tools that tools/list gives, not the
+ * library's "one tool". */
+static void test_session_handles_are_structured_and_the_instructions_count_the_tools(void **state)
+{
+        json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"tools/list\"}");
+        json_t *tools = walk(r, "result.tools");
+        size_t i, listed = json_array_size(tools);
+        json_t *t;
+        json_array_foreach (tools, i, t) {
+                const char *name = text_at(t, "name");
+                if (strcmp(name, "session_open") == 0 || strcmp(name, "session_fork") == 0) {
+                        assert_string_equal(text_at(t, "outputSchema.type"), "object");
+                        assert_string_equal(text_at(t, "outputSchema.required.0"), "session");
+                        assert_string_equal(text_at(t, "outputSchema.properties.session.type"),
+                                            "string");
+                }
+        }
+        json_decref(r);
+        r = request("{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"tools/call\",\"params\":"
+                    "{\"name\":\"session_open\",\"arguments\":{}}}");
+        assert_false(json_is_true(walk(r, "result.isError")));
+        const char *h = text_at(r, "result.structuredContent.session");
+        assert_non_null(h);
+        assert_string_equal(
+            h, json_string_value(json_object_get(walk(r, "result._meta"), "dev.airlock/session")));
+        char line[256];
+        snprintf(line, sizeof(line),
+                 "{\"jsonrpc\":\"2.0\",\"id\":22,\"method\":\"tools/call\",\"params\":{\"name\":"
+                 "\"session_fork\",\"arguments\":{\"session\":\"%s\"}}}",
+                 h);
+        json_t *f = request(line);
+        const char *fh = text_at(f, "result.structuredContent.session");
+        assert_non_null(fh);
+        assert_string_not_equal(fh, h);
+        for (int k = 0; k < 2; k++) {
+                snprintf(line, sizeof(line),
+                         "{\"jsonrpc\":\"2.0\",\"id\":23,\"method\":\"tools/call\",\"params\":{"
+                         "\"name\":\"session_close\",\"arguments\":{\"session\":\"%s\"}}}",
+                         k ? fh : h);
+                json_decref(request(line));
+        }
+        json_decref(f);
+        json_decref(r);
+        r = request("{\"jsonrpc\":\"2.0\",\"id\":24,\"method\":\"initialize\",\"params\":"
+                    "{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},"
+                    "\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}");
+        const char *ins = text_at(r, "result.instructions");
+        char want[64];
+        snprintf(want, sizeof(want), "This server offers %zu tools: execute_code", listed);
+        assert_non_null(ins);
+        assert_true(strncmp(ins, want, strlen(want)) == 0);
+        assert_non_null(strstr(ins, "session_open, session_close and session_fork"));
+        assert_null(strstr(ins, "one tool"));
+        json_decref(r);
+}
+
 static void test_errors_of_json_rpc(void **state)
 {
         json_t *r = request("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"no/such\"}");
@@ -340,6 +398,8 @@ int main(void)
             cmocka_unit_test(test_the_fixture_is_the_tool_table),
             cmocka_unit_test(test_session_tools_check_their_arguments),
             cmocka_unit_test(test_required_arguments_come_from_the_schema),
+            cmocka_unit_test(
+                test_session_handles_are_structured_and_the_instructions_count_the_tools),
             cmocka_unit_test(test_execute_code_runs),
         };
         return cmocka_run_group_tests(tests, setup, teardown);

@@ -68,6 +68,8 @@ static void test_v1_run_options_accepted(void **state)
         assert_true(out.last);
         assert_int_equal(out.watch_fd, -1);
         assert_null(out.on_output);
+        assert_int_equal(out.stdin_mode, AIRLOCK_STDIN_NONE);
+        assert_null(out.on_input);
         assert_int_equal(out.abi_grown, 0);
 
         /* Below the minimum is an uninitialised struct, named as such. */
@@ -80,6 +82,19 @@ static void test_v1_run_options_accepted(void **state)
         now.abi_grown = 3;
         assert_int_equal(al_run_options_in(&now, &out, &err), 0);
         assert_int_equal(out.abi_grown, 3);
+
+        /* A standard input mode needs its fd and is one of the modes. */
+        airlock_run_options in = AIRLOCK_RUN_OPTIONS_INIT;
+        in.stdin_mode = AIRLOCK_STDIN_STREAM;
+        in.stdin_fd = -1;
+        assert_int_equal(al_run_options_in(&in, &out, &err), -EINVAL);
+        assert_non_null(strstr(err.message, "stdin_fd"));
+        in.stdin_mode = 7;
+        in.stdin_fd = 0;
+        assert_int_equal(al_run_options_in(&in, &out, &err), -EINVAL);
+        assert_non_null(strstr(err.message, "stdin_mode"));
+        in.stdin_mode = AIRLOCK_STDIN_PROMPT;
+        assert_int_equal(al_run_options_in(&in, &out, &err), 0);
 }
 
 static void test_v1_tool_def_accepted(void **state)

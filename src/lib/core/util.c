@@ -54,6 +54,15 @@ int al_run_options_in(const airlock_run_options *opts, airlock_run_options *out,
                                 "the run's standard input is %zu bytes, over the cap of %u MiB "
                                 "(AIRLOCK_RUN_STDIN_MAX)",
                                 out->stdin_len, AIRLOCK_RUN_STDIN_MAX >> 20);
+        if (out->stdin_mode < AIRLOCK_STDIN_NONE || out->stdin_mode > AIRLOCK_STDIN_PROMPT)
+                return al_error(err, -EINVAL, NULL,
+                                "airlock_run_options.stdin_mode is %d, not one of "
+                                "AIRLOCK_STDIN_NONE, AIRLOCK_STDIN_STREAM, AIRLOCK_STDIN_PROMPT",
+                                out->stdin_mode);
+        if (out->stdin_mode != AIRLOCK_STDIN_NONE && (out->stdin_fd < 0 || out->stdin_data))
+                return al_error(err, -EINVAL, NULL,
+                                "airlock_run_options: a stdin_mode needs a stdin_fd (>= 0), and "
+                                "excludes stdin_data");
         size_t n = 0, bytes = 0;
         for (; out->argv && out->argv[n]; n++) {
                 size_t len = strlen(out->argv[n]);

@@ -46,7 +46,13 @@
  *                            the last cell's end stopped, but those of the
  *                            sibling handles' session ids {"spare"}
  *   secret    guest -> host  airlock.secret(name): {"name"}; the result is
- *                            the secret's placeholder (host/secrets.h) */
+ *                            the secret's placeholder (host/secrets.h)
+ *   stdin     guest -> host  the code reads its standard input (a run whose
+ *                            "run" frame had "stdin_mode"): {"size", and
+ *                            "prompt", "password" when input() or getpass
+ *                            asks a new line in prompt mode}; the result
+ *                            is up to "size" bytes in base64, "" at end of
+ *                            file (serve_stdin in sandbox/run.c) */
 #define WIRE_OP_TOOL     "tool"
 #define WIRE_OP_HTTP     "http"
 #define WIRE_OP_RUN      "run"
@@ -63,6 +69,7 @@
 #define WIRE_OP_HURRY    "hurry"
 #define WIRE_OP_THAW     "thaw"
 #define WIRE_OP_INPUT    "input"
+#define WIRE_OP_STDIN    "stdin"
 #define WIRE_OPS(X)                                                                                \
         X(TOOL)                                                                                    \
         X(HTTP)                                                                                    \
@@ -79,7 +86,8 @@
         X(LEAVE)                                                                                   \
         X(HURRY)                                                                                   \
         X(THAW)                                                                                    \
-        X(INPUT)
+        X(INPUT)                                                                                   \
+        X(STDIN)
 
 /* The guest's requests to the host, each answered by one reply frame: the
  * rows both sides dispatch from. The host serves a request with the
@@ -92,7 +100,8 @@
 #define WIRE_REQUESTS(X)                                                                           \
         X(TOOL, tool, 1)                                                                           \
         X(HTTP, http, 1)                                                                           \
-        X(SECRET, secret, 0)
+        X(SECRET, secret, 0)                                                                       \
+        X(STDIN, stdin, 0)
 
 /* The keys of the frames (WIRE_KEY_*; _KEY_* in Python): "op" in every
  * frame, the reply to a guest request ({"ok": true, "result": ...} or
@@ -128,6 +137,13 @@
  * and "stdin_base64" (its standard input), from airlock_run_options. */
 #define WIRE_KEY_ARGV  "argv"
 #define WIRE_KEY_STDIN "stdin_base64"
+/* A "run" frame may add "stdin_mode" (GUEST_STDIN_STREAM or
+ * GUEST_STDIN_PROMPT, airlock_run_options.stdin_mode): the code reads its
+ * standard input from the host ("stdin" requests). */
+#define WIRE_KEY_STDIN_MODE "stdin_mode"
+#define WIRE_KEY_SIZE       "size"
+#define WIRE_KEY_PROMPT     "prompt"
+#define WIRE_KEY_PASSWORD   "password"
 #define WIRE_KEYS(X)                                                                               \
         X(OP)                                                                                      \
         X(OK)                                                                                      \
@@ -152,7 +168,11 @@
         X(BASE)                                                                                    \
         X(ERROR_TYPE)                                                                              \
         X(ARGV)                                                                                    \
-        X(STDIN)
+        X(STDIN)                                                                                   \
+        X(STDIN_MODE)                                                                              \
+        X(SIZE)                                                                                    \
+        X(PROMPT)                                                                                  \
+        X(PASSWORD)
 
 /* How the guest's code ended, the "status" of an "end" frame (runtime.py's
  * _run, template/guest.c; WIRE_STATUS_*, _STATUS_* in Python). "memory"
@@ -215,8 +235,12 @@
  * (_GUEST_* in Python). */
 #define GUEST_CACHE_DIR       "/cache"           /* the template's read-only cache */
 #define GUEST_FIGURES_BACKEND "_airlock_figures" /* module of the matplotlib backend */
+#define GUEST_STDIN_STREAM    "stream"           /* the modes of "stdin_mode" */
+#define GUEST_STDIN_PROMPT    "prompt"
 #define WIRE_GUEST(X)                                                                              \
         X(GUEST_CACHE_DIR)                                                                         \
-        X(GUEST_FIGURES_BACKEND)
+        X(GUEST_FIGURES_BACKEND)                                                                   \
+        X(GUEST_STDIN_STREAM)                                                                      \
+        X(GUEST_STDIN_PROMPT)
 
 #endif

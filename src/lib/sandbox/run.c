@@ -54,6 +54,8 @@
  * reach end of file as soon as what they hold is read. Data that keeps
  * coming after that is no run's output: it is read for at most this long. */
 #define DRAIN_AFTER_EXIT_NS 250000000 /* 250 ms */
+/* The most a "stdin" request reads from the caller's stdin_fd at once. */
+#define STDIN_CHUNK 65536
 /* Without a cgroup, the copy's private memory is sampled this often. */
 #define USAGE_SAMPLE_NS 20000000 /* 20 ms */
 
@@ -150,6 +152,8 @@ typedef struct run_state {
          * .budget is the run's host budget, which the frames' parses
          * are charged against too (frame_admit). */
         mcp_run_counts mcp;
+        /* The bytes of the caller's stdin_fd the code has read (serve_stdin). */
+        uint64_t stdin_read;
         /* A request frame refused unparsed (frame_admit): the answer the
          * guest gets instead. */
         struct {
@@ -683,6 +687,112 @@ static json_t *serve_secret(run_state *run, const airlock_config *cfg, json_t *m
         return secret_reply(cfg, json_string_value(json_object_get(msg, WIRE_KEY_NAME)));
 }
 
+static bool drain_pipe(run_pipe *p);
+
+/* Waits until the caller's stdin_fd has something to read (or its end),
+ * watching what every wait of a run watches: the deadline (-ETIMEDOUT, the
+ * run is stopped), the cancel fd (-ECANCELED, stopped too), the caller's
+ * watch, and the copy's or the cell interpreter's end (-EPIPE, left to the
+ * loop to see). The code's stdout and stderr are read meanwhile, so that
+ * what it wrote before it asked (a prompt) is shown while it waits. */
+static int stdin_wait(run_state *run, int fd)
+{
+        for (;;) {
+                struct pollfd p[7] = {
+                    {fd, POLLIN, 0},
+                    {run->out.open ? run->out.fd : -1, POLLIN, 0},
+                    {run->err.open ? run->err.fd : -1, POLLIN, 0},
+                    {run->cancel_fd, POLLIN, 0},
+                    {al_watch_fd(), POLLIN, 0},
+                    {run->c->pidfd, POLLIN, 0},
+                    {run->active_pidfd, POLLIN, 0},
+                };
+                uint64_t now = al_now_ns();
+                if (now >= run->deadline) {
+                        run_stop_copy(run, STOP_TIMEOUT);
+                        return -ETIMEDOUT;
+                }
+                int k = poll(p, 7, (int)MIN((run->deadline - now) / 1000000 + 1, 1000000u));
+                if (k <= 0)
+                        continue;
+                if (p[4].revents)
+                        al_watch_fire();
+                if (p[3].revents) {
+                        run_stop_copy(run, STOP_CANCEL);
+                        return -ECANCELED;
+                }
+                if (p[1].revents)
+                        drain_pipe(&run->out);
+                if (p[2].revents)
+                        drain_pipe(&run->err);
+                if (p[5].revents || p[6].revents)
+                        return -EPIPE;
+                if (p[0].revents)
+                        return 0;
+        }
+}
+
+/* Contract: the answer to the code's read of its standard input (a "stdin"
+ * request, airlock_run_options.stdin_mode): up to "size" bytes (at most
+ * STDIN_CHUNK) of the caller's stdin_fd in base64, "" at its end. The fd
+ * is read only here, when the code asks, one read(2) per request, so that
+ * a run whose code never reads takes nothing from the caller and never
+ * waits on it; the wait is stdin_wait's, bounded by the run. In prompt
+ * mode a request with a "prompt" (a new line that input() or getpass
+ * asks for) is announced to the caller's on_input first. A run reads at
+ * most AIRLOCK_RUN_STDIN_STREAM_MAX bytes: past it, an OSError naming the
+ * cap. A run without a stdin_mode reads end of file. */
+static json_t *serve_stdin(run_state *run, const airlock_config *cfg, json_t *msg)
+{
+        (void)cfg;
+        const airlock_run_options *o = run->opts;
+        if (!o || o->stdin_mode == AIRLOCK_STDIN_NONE)
+                return json_pack("{s:b, s:s}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, "");
+        json_int_t want = json_integer_value(json_object_get(msg, WIRE_KEY_SIZE));
+        want = want < 1 ? 1 : want > STDIN_CHUNK ? STDIN_CHUNK : want;
+        uint64_t left =
+            AIRLOCK_RUN_STDIN_STREAM_MAX - MIN(run->stdin_read, AIRLOCK_RUN_STDIN_STREAM_MAX);
+        char buf[STDIN_CHUNK];
+        if (left == 0) {
+                /* The cap is reached: the end of the input is no error. */
+                if (stdin_wait(run, o->stdin_fd) < 0 || read(o->stdin_fd, buf, 1) > 0) {
+                        char m[200];
+                        snprintf(m, sizeof(m),
+                                 "standard input: the run read %u MiB, the cap of a run's "
+                                 "standard input (AIRLOCK_RUN_STDIN_STREAM_MAX); pass larger "
+                                 "data with --workspace or --mount",
+                                 AIRLOCK_RUN_STDIN_STREAM_MAX >> 20);
+                        return error_reply(WIRE_KIND_OS, m);
+                }
+                return json_pack("{s:b, s:s}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, "");
+        }
+        want = (json_int_t)MIN((uint64_t)want, left);
+        const char *prompt = json_string_value(json_object_get(msg, WIRE_KEY_PROMPT));
+        if (prompt && o->stdin_mode == AIRLOCK_STDIN_PROMPT && o->on_input) {
+                /* What the code printed before it asked comes first. */
+                drain_pipe(&run->out);
+                drain_pipe(&run->err);
+                o->on_input(o->input_arg, prompt,
+                            json_is_true(json_object_get(msg, WIRE_KEY_PASSWORD)));
+        }
+        ssize_t n;
+        do {
+                int r = stdin_wait(run, o->stdin_fd);
+                if (r < 0)
+                        return error_reply(WIRE_KIND_INTERRUPTED,
+                                           "standard input: the run ended while it waited");
+                n = read(o->stdin_fd, buf, (size_t)want);
+        } while (n < 0 && (errno == EINTR || errno == EAGAIN));
+        if (n < 0) {
+                char m[160];
+                snprintf(m, sizeof(m), "standard input: cannot read it: %s", strerror(errno));
+                return error_reply(WIRE_KIND_OS, m);
+        }
+        run->stdin_read += (uint64_t)n;
+        _cleanup_free_ char *b64 = al_base64_encode((const unsigned char *)buf, (size_t)n, NULL);
+        return b64 ? json_pack("{s:b, s:s}", WIRE_KEY_OK, 1, WIRE_KEY_RESULT, b64) : NULL;
+}
+
 /* The guest's requests, from the rows of WIRE_REQUESTS. */
 static const struct request_row {
         const char *op;
@@ -1166,6 +1276,12 @@ static int run_script_keys(json_t *msg, const airlock_run_options *o)
                         if (json_array_append_new(a, json_string(o->argv[i])) < 0)
                                 return -ENOMEM;
         }
+        const char *mode = !o                                      ? NULL
+                           : o->stdin_mode == AIRLOCK_STDIN_STREAM ? GUEST_STDIN_STREAM
+                           : o->stdin_mode == AIRLOCK_STDIN_PROMPT ? GUEST_STDIN_PROMPT
+                                                                   : NULL;
+        if (mode && json_object_set_new(msg, WIRE_KEY_STDIN_MODE, json_string(mode)) < 0)
+                return -ENOMEM;
         if (o && o->stdin_data) {
                 _cleanup_free_ char *b64 =
                     al_base64_encode((const unsigned char *)o->stdin_data, o->stdin_len, NULL);

@@ -40,6 +40,7 @@ static PyObject *runtime_run;            /* runtime._run */
 static PyObject *runtime_after_fork;     /* runtime._after_fork */
 static PyObject *runtime_build;          /* runtime._build_caches */
 static PyObject *runtime_after_preloads; /* runtime._after_preloads */
+static PyObject *runtime_set_stdin;      /* runtime._set_stdin */
 static int channel_fd = -1;
 static bool session_mode; /* runs share one __main__ */
 /* One request at a time on the channel, whatever the guest's threads do. */
@@ -705,8 +706,10 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
         runtime_after_fork = PyObject_GetAttrString(mod, "_after_fork");
         runtime_build = PyObject_GetAttrString(mod, "_build_caches");
         runtime_after_preloads = PyObject_GetAttrString(mod, "_after_preloads");
+        runtime_set_stdin = PyObject_GetAttrString(mod, "_set_stdin");
         Py_DECREF(mod);
-        if (!runtime_run || !runtime_after_fork || !runtime_build || !runtime_after_preloads) {
+        if (!runtime_run || !runtime_after_fork || !runtime_build || !runtime_after_preloads ||
+            !runtime_set_stdin) {
                 format_exception("python: the guest runtime is incomplete", errbuf, errlen);
                 return -EIO;
         }
@@ -847,6 +850,13 @@ void guest_set_argv(const char *const *argv, size_t n)
         if (list)
                 (void)PySys_SetObject("argv", list);
         Py_XDECREF(list);
+        PyErr_Clear();
+}
+
+void guest_set_stdin(const char *mode)
+{
+        PyObject *r = PyObject_CallFunction(runtime_set_stdin, "s", mode);
+        Py_XDECREF(r);
         PyErr_Clear();
 }
 

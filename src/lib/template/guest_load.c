@@ -140,6 +140,11 @@ void guest_set_argv(const char *const *argv, size_t n)
         guest->set_argv(argv, n);
 }
 
+void guest_set_stdin(const char *mode)
+{
+        guest->set_stdin(mode);
+}
+
 int guest_run(const char *code, size_t len, bool last, const char **ret_status)
 {
         return guest->run(code, len, last, ret_status);

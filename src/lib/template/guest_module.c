@@ -36,4 +36,5 @@ __attribute__((visibility("default"))) const struct guest_module airlock_guest_m
     .end_of_run = guest_end_of_run,
     .run = guest_run,
     .set_argv = guest_set_argv,
+    .set_stdin = guest_set_stdin,
 };

@@ -39,6 +39,7 @@ struct guest_module {
         void (*end_of_run)(void);
         int (*run)(const char *code, size_t len, bool last, const char **ret_status);
         void (*set_argv)(const char *const *argv, size_t n);
+        void (*set_stdin)(const char *mode);
 };
 
 #endif

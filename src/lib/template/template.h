@@ -66,6 +66,10 @@ void guest_end_of_run(void);
 int guest_run(const char *code, size_t len, bool last, const char **ret_status);
 /* Before guest_run: the code's sys.argv, n UTF-8 strings. */
 void guest_set_argv(const char *const *argv, size_t n);
+/* Before guest_run: where the code's standard input comes from, the "run"
+ * frame's "stdin_mode" (GUEST_STDIN_STREAM, GUEST_STDIN_PROMPT), or "" for
+ * fd 0 (runtime._set_stdin). */
+void guest_set_stdin(const char *mode);
 
 /* --- seccomp (seccomp.c) --- */
 

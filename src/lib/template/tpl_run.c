@@ -132,8 +132,12 @@ static void after_snapshot(struct template_state *tpl, int chan, enum snapshot_e
  * memory bounds), so that sys.stdin, input() and the processes the code
  * starts read it, as they read `python3 script.py < data`'s; sys.stdin
  * wraps fd 0 and has read nothing of it yet. */
-static void set_script(const json_t *argv, const json_t *stdin_b64)
+static void set_script(const json_t *argv, const json_t *stdin_b64, const json_t *stdin_mode)
 {
+        /* Every run says where its standard input comes from: a session's
+         * cell does not keep the last one's. */
+        const char *mode = json_string_value(stdin_mode);
+        guest_set_stdin(mode ? mode : "");
         if (json_is_array(argv)) {
                 size_t n = json_array_size(argv);
                 _cleanup_free_ const char **v = calloc(n + 1, sizeof(*v));
@@ -186,7 +190,8 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         if (session)
                                 guest_channel_hold(false);
                         set_script(json_object_get(msg, WIRE_KEY_ARGV),
-                                   json_object_get(msg, WIRE_KEY_STDIN));
+                                   json_object_get(msg, WIRE_KEY_STDIN),
+                                   json_object_get(msg, WIRE_KEY_STDIN_MODE));
                         int exit_code =
                             code ? guest_run(code, json_string_length(jc), true, &status) : 1;
                         if (session) {
