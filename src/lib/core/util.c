@@ -86,8 +86,6 @@ static _Thread_local struct {
         int fd;
         void (*fn)(void *);
         void *arg;
-        airlock_output_fn out;
-        void *out_arg;
 } watch;
 
 bool al_watch_begin(const airlock_run_options *opts)
@@ -98,15 +96,7 @@ bool al_watch_begin(const airlock_run_options *opts)
         watch.fn = opts ? opts->on_watch : NULL;
         watch.fd = watch.fn ? opts->watch_fd : -1;
         watch.arg = watch.fn ? opts->watch_arg : NULL;
-        watch.out = opts ? opts->on_output : NULL;
-        watch.out_arg = watch.out ? opts->output_arg : NULL;
         return true;
-}
-
-airlock_output_fn al_watch_output(void **ret_arg)
-{
-        *ret_arg = watch.out_arg;
-        return watch.out;
 }
 
 void al_watch_end(bool began)

@@ -69,9 +69,5 @@ void al_watch_end(bool began);
 void al_watch_fire(void);
 /* The fd to poll while the code runs, or -1 when there is none (left). */
 int al_watch_fd(void);
-/* The caller's live output hook of this thread's run
- * (airlock_run_options.on_output), armed by al_watch_begin: NULL when
- * there is none. */
-airlock_output_fn al_watch_output(void **ret_arg);
 
 #endif

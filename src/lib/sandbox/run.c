@@ -41,7 +41,6 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/run_trace.h"
-#include "sandbox/live.h"
 
 #define REQUEST_SPIN_NS 30000    /* 30 us */
 #define SERVE_SLICE_NS  10000000 /* 10 ms */
@@ -103,6 +102,12 @@ typedef struct run_pipe {
         bool open; /* not yet at end of file */
         bool truncated;
         dynbuf buf;
+        /* The caller's live output hook (airlock_run_options.on_output),
+         * or NULL, and the stream it is told (1 stdout, 2 stderr): from
+         * the run's own options, which every layer above hands down. */
+        airlock_output_fn live;
+        void *live_arg;
+        int stream;
 } run_pipe;
 
 typedef struct run_state {
@@ -441,8 +446,8 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
             .active_pidfd = active_pidfd,
             .opts = opts,
             .cancel_fd = opts ? opts->cancel_fd : -1,
-            .out = {.fd = c->out_r, .open = true},
-            .err = {.fd = c->err_r, .open = true},
+            .out = {.fd = c->out_r, .open = true, .stream = 1},
+            .err = {.fd = c->err_r, .open = true, .stream = 2},
             .chan_open = true,
         };
         run->t0 = al_now_ns();
@@ -455,7 +460,10 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
         run->mcp.budget = mcp_run_budget(l->memory_bytes);
         run->fr.admit = frame_admit;
         run->fr.admit_arg = run;
-        live_streams(c->out_r, c->err_r);
+        if (opts && opts->on_output) {
+                run->out.live = run->err.live = opts->on_output;
+                run->out.live_arg = run->err.live_arg = opts->output_arg;
+        }
         usage_begin(run);
 }
 
@@ -900,7 +908,8 @@ static bool drain_pipe(run_pipe *p)
                         return p->open = errno == EAGAIN;
                 if (n == 0)
                         return p->open = false;
-                live_output(p->fd, buf, (size_t)n);
+                if (p->live)
+                        p->live(p->live_arg, p->stream, buf, (size_t)n);
                 size_t room = b->cap - b->len;
                 if ((size_t)n > room) {
                         p->truncated = true;

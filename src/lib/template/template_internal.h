@@ -230,8 +230,11 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 
 /* --- tpl_prefault.c --- */
 
-/* In the warm template: learns the pages a copy touches from a probe. */
-void tpl_learn_prefault(struct template_state *tpl);
+/* In the warm template: learns the pages a copy touches from a probe that
+ * goes through steps, a copy's own interpreter steps (tpl_prewarm_copy),
+ * passes times. The caller names them, so that this file, below the
+ * runs of tpl_run.c, calls nothing of theirs. */
+void tpl_learn_prefault(struct template_state *tpl, void (*steps)(void), int passes);
 /* In a new copy, before anything else touches memory: populates them. */
 void tpl_populate_learned(const struct template_state *tpl);
 

@@ -113,10 +113,10 @@ _Noreturn static void probe_report(int out)
 
 /* Learns the pages a copy touches from a probe: a plain fork of the warm
  * template that goes through exactly a copy's interpreter steps (the
- * after-fork reset and the warming runs, airlock's own code only) and
- * reports what it touched. A probe that fails leaves nothing learned, and
- * copies prepare as they did without it. */
-void tpl_learn_prefault(struct template_state *tpl)
+ * after-fork reset, then steps passes times: the warming runs, airlock's
+ * own code only) and reports what it touched. A probe that fails leaves
+ * nothing learned, and copies prepare as they did without it. */
+void tpl_learn_prefault(struct template_state *tpl, void (*steps)(void), int passes)
 {
         _cleanup_close_pair_ int p[2] = {-1, -1};
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -126,8 +126,8 @@ void tpl_learn_prefault(struct template_state *tpl)
         if (pid == 0) {
                 close(p[0]);
                 guest_after_fork_child(-1);
-                for (int pass = 0; pass < PREWARM_PASSES; pass++)
-                        tpl_prewarm_copy();
+                for (int pass = 0; pass < passes; pass++)
+                        steps();
                 probe_report(p[1]);
         }
         guest_after_fork_parent();

@@ -376,19 +376,23 @@ void tpl_proc_opened(const char *path)
                 write_uptime();
 }
 
-/* Binds NAME of RO, a read-only clone of the detached tmpfs, over ENTRY
- * of /proc: a clone keeps the flags of the mount it was made from, so each
- * bind is read-only from the start. */
-static int cover(int ro, const char *name, int procdir, const char *entry)
+/* The read-only clone of the copy's tmpfs is attached here while /proc is
+ * covered, over the copy's own /output (already mounted, and uncovered
+ * again before anything else runs): a bind by path then makes each cover
+ * in one call, where a detached source took three (open_tree, move_mount,
+ * close), some 80 system calls less per copy. */
+#define PROC_SRC "/output"
+
+/* Binds NAME of the read-only clone attached at PROC_SRC over ENTRY of
+ * /proc: a bind keeps the flags of the mount it was made from, so each
+ * cover is read-only from the start. ENTRY is a name that readdir gave
+ * for /proc, never a link (cover_source fails closed on those). */
+static int cover(const char *name, const char *entry)
 {
-        int t = (int)syscall(SYS_open_tree, ro, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-        if (t < 0)
-                return -errno;
-        int r = 0;
-        if (syscall(SYS_move_mount, t, "", procdir, entry, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-                r = -errno;
-        close(t);
-        return r;
+        char src[64], dst[sizeof(((struct dirent *)0)->d_name) + 8];
+        snprintf(src, sizeof(src), PROC_SRC "/%s", name);
+        snprintf(dst, sizeof(dst), "/proc/%s", entry);
+        return mount(src, dst, NULL, MS_BIND, NULL) < 0 ? -errno : 0;
 }
 
 /* A top-level entry that stays the kernel's: a process, or a link into
@@ -425,7 +429,11 @@ static bool kept(int procdir, const struct dirent *de)
  * on a kernel without the new mount API (Linux 5.2), -ENOSYS, and then
  * the caller mounts a procfs of processes only. The copy keeps the fds of
  * the files it writes (meminfo, stat, uptime): files of its own, on a
- * tmpfs of 1 MiB, which hold nothing of the host's. */
+ * tmpfs of 1 MiB, which hold nothing of the host's. The covers are bound
+ * from a read-only clone of that tmpfs attached over the copy's /output
+ * (PROC_SRC) only while they are made, and detached before this returns,
+ * so that the guest's /output is its own tmpfs again (a failure to
+ * detach fails the copy). */
 int tpl_proc_mount(const struct template_state *tpl)
 {
         const unsigned long flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
@@ -484,8 +492,10 @@ int tpl_proc_mount(const struct template_state *tpl)
                 MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
         };
         if (r >= 0 &&
-            (ro < 0 || syscall(SYS_mount_setattr, ro, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0))
+            (ro < 0 || syscall(SYS_mount_setattr, ro, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0 ||
+             syscall(SYS_move_mount, ro, "", AT_FDCWD, PROC_SRC, MOVE_MOUNT_F_EMPTY_PATH) < 0))
                 r = -errno;
+        bool attached = r >= 0;
         int procdir = r < 0 ? -1 : open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = procdir < 0 ? NULL : fdopendir(dup(procdir));
         if (r >= 0 && !d)
@@ -501,9 +511,12 @@ int tpl_proc_mount(const struct template_state *tpl)
                 if (!p)
                         r = cover_source(procdir, de, &src);
                 if (r >= 0 && src)
-                        r = cover(ro, src, procdir, de->d_name);
+                        r = cover(src, de->d_name);
         }
         if (r >= 0 && errno)
+                r = -errno;
+        /* The copy's own /output again; the covers keep their mounts. */
+        if (attached && umount2(PROC_SRC, MNT_DETACH) < 0 && r >= 0)
                 r = -errno;
         if (d)
                 closedir(d);
