@@ -164,11 +164,11 @@ def _stdin_read(size, prompt=None, password=False):
     takes nothing from its caller. prompt (a new line asked by input() or
     getpass in prompt mode) goes to the caller, who shows it."""
     import binascii
-    msg = {_KEY_OP: _OP_STDIN, _KEY_SIZE: int(size)}
+    fields = {_KEY_SIZE: int(size)}
     if prompt is not None:
-        msg[_KEY_PROMPT] = prompt
-        msg[_KEY_PASSWORD] = bool(password)
-    return binascii.a2b_base64(_request(msg))
+        fields[_KEY_PROMPT] = prompt
+        fields[_KEY_PASSWORD] = bool(password)
+    return binascii.a2b_base64(_request(_OP_STDIN, fields))
 
 
 def _host_stdin_class():
