@@ -21,6 +21,11 @@
 #             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp),
 #             on stdio and over HTTP (airlock serve, test_mcp_http.mjs);
 #   fuzz      fuzz corpus and crash replays;
+#   multihost several airlock instances as hosts: network namespaces, a
+#             GlusterFS volume of the tier's own FUSE-mounted once per host
+#             as a shared --tenants-dir (tests/multihost); needs root, FUSE
+#             and network namespaces: skipped with a one-line hint without
+#             them, and failed instead as root (CI's case);
 #   format    the format check and the layering check (scripts/layers.py).
 # Every test file runs in its own process with a time limit. With -j N (or
 # AIRLOCK_TEST_JOBS=N) up to N files run at once; their results are printed in
@@ -40,7 +45,7 @@ done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -j takes a positive number, not '$jobs'" >&2; exit 2; }
 build=${1:-build}
 shift || true
-all_tiers=(unit sandbox asan openat2 install blackbox cpython python docs mcp fuzz format)
+all_tiers=(unit sandbox asan openat2 install blackbox cpython python docs mcp fuzz multihost format)
 tiers=("$@")
 [ ${#tiers[@]} -eq 0 ] && tiers=("${all_tiers[@]}")
 for t in "${tiers[@]}"; do
@@ -267,6 +272,14 @@ if want fuzz; then
     for t in "$build"/fuzz/replay_*; do
         [ -x "$t" ] || continue
         queue counted "$(basename "$t")" 1200 "$t"
+    done
+fi
+
+if want multihost; then
+    say "== many hosts: shared storage and peers (tests/multihost)"
+    for t in tests/multihost/test_*.py; do
+        [ -f "$t" ] || continue
+        queue counted+skips "multihost/$(basename "$t" .py)" 1800 /usr/bin/python3 "$t"
     done
 fi
 

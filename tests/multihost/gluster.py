@@ -46,7 +46,10 @@ VOLUME_OPTIONS = {
     "performance.nl-cache": "off",
 }
 # The FUSE client's options: the kernel asks again at every lookup.
-CLIENT_OPTIONS = ["--attribute-timeout=0", "--entry-timeout=0", "--negative-timeout=0"]
+CLIENT_OPTIONS = ["--attribute-timeout=0", "--entry-timeout=0", "--negative-timeout=0",
+                  # Its help says false by default; without it, a file another mount
+                  # rewrote still reads as it was here (the kernel keeps its pages).
+                  "--fopen-keep-cache=off"]
 
 
 def missing():

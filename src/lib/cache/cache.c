@@ -1198,6 +1198,16 @@ void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
         close_list_run_later(c, &l);
 }
 
+void airlock_cache_workspace_changed(airlock_cache *c, const char *path)
+{
+        if (!c || !path || !*path)
+                return;
+        _cleanup_free_ char *field = NULL;
+        if (asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0)
+                return;
+        cache_trees_changed(&c->trees, field, strlen(field));
+}
+
 void airlock_cache_close(airlock_cache *c)
 {
         if (!c)

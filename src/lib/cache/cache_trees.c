@@ -232,12 +232,14 @@ json_t *cache_trees_report(cache_trees *t, const airlock_config *cfg, char **ret
         tree_set_unref(t, found);
         if (info.reason[0])
                 *ret_warning = strdup(info.reason);
-        return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:s?}", "mode",
-                         info.active ? "inotify" : "walk", "watches", (json_int_t)info.watches,
-                         "max_watches", (json_int_t)info.max_watches, "safety_walk_s",
-                         (double)info.period_ns / 1e9, "walks", (json_int_t)info.walks, "checks",
-                         (json_int_t)info.checks, "partial_walks", (json_int_t)info.partial,
-                         "reason", info.reason[0] ? info.reason : NULL);
+        return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:s?, s:b, s:I}", "mode",
+                         info.active && !info.shared_walk ? "inotify" : "walk", "watches",
+                         (json_int_t)info.watches, "max_watches", (json_int_t)info.max_watches,
+                         "safety_walk_s", (double)info.period_ns / 1e9, "walks",
+                         (json_int_t)info.walks, "checks", (json_int_t)info.checks, "partial_walks",
+                         (json_int_t)info.partial, "reason", info.reason[0] ? info.reason : NULL,
+                         "shared_storage", info.shared, "shared_walk_max",
+                         (json_int_t)info.shared_max);
 }
 
 char **cache_trees_delta(cache_trees *t, const char *tk, const char *from, const char *to,
@@ -252,6 +254,36 @@ char **cache_trees_delta(cache_trees *t, const char *tk, const char *from, const
                 dirs = NULL;
         tree_set_unref(t, found);
         return dirs;
+}
+
+void cache_trees_changed(cache_trees *t, const char *field, size_t flen)
+{
+        /* Each set is held by a reference, not the list's lock, while its
+         * watcher is told: the watcher's own lock may be held through a
+         * walk meanwhile, and the flag is set once that walk ends (a walk
+         * that began before the change may have missed it, so the next one
+         * must not be spared). One workspace is in few sets (one per set of
+         * mounts and caps). */
+        cache_tree_set *held[16];
+        size_t n = 0;
+        pthread_mutex_lock(&t->lock);
+        for (cache_tree_set *s = t->list; s; s = s->next) {
+                const char *nl = strchr(s->key, '\n');
+                if (!nl || strncmp(nl + 1, field, flen) != 0)
+                        continue;
+                if (n == ARRAY_SIZE(held)) {
+                        /* More than that: told under the lock. */
+                        fsx_watch_invalidate(s->w);
+                        continue;
+                }
+                s->refs++;
+                held[n++] = s;
+        }
+        pthread_mutex_unlock(&t->lock);
+        for (size_t i = 0; i < n; i++) {
+                fsx_watch_invalidate(held[i]->w);
+                tree_set_unref(t, held[i]);
+        }
 }
 
 void cache_trees_forget(cache_trees *t, const char *field, size_t flen)

@@ -73,4 +73,8 @@ char **cache_trees_delta(cache_trees *t, const char *tk, const char *from, const
  * fingerprint field (of flen bytes), e.g. "workspace:LEN:PATH\n". */
 void cache_trees_forget(cache_trees *t, const char *field, size_t flen);
 
+/* Makes the next signing of every set whose first path is the field walk
+ * in full (fsx_watch_invalidate). */
+void cache_trees_changed(cache_trees *t, const char *field, size_t flen);
+
 #endif

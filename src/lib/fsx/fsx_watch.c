@@ -14,7 +14,16 @@
  * FSX_WATCH_PERIOD_NS) catches: writes through a shared mmap, changes made
  * on another machine of a network file system (NFS, SMB, FUSE servers), and
  * writes to a file through a hard link that lives outside the tree (events
- * go to the watches of the directory the writer named). */
+ * go to the watches of the directory the writer named).
+ *
+ * Shared storage: a tree whose root is on a network or FUSE file system
+ * (fsx_remote_fs) is one that other machines may change, and their changes
+ * never show as events here. Such a set of trees is walked at every call
+ * while it holds at most FSX_SHARED_WALK_MAX entries, so that a change
+ * finished on another machine before a call began is in that call's
+ * signature; a larger one keeps its watches (this machine's changes) and
+ * counts on its caller (fsx_watch_invalidate, which the MCP server calls
+ * when a tenant's generation file moved) and the safety walk. */
 #include "fsx/fsx_watch.h"
 
 #include <errno.h>
@@ -54,7 +63,9 @@ typedef struct tree_root {
         fsx_sig_state sig;
         bool *dirty;
         int last_wd;
-        bool wd_order; /* watch descriptors rose with the walk's order */
+        bool wd_order;  /* watch descriptors rose with the walk's order */
+        bool shared;    /* on a network or FUSE file system (fsx_remote_fs) */
+        const char *fs; /* its short name */
 } tree_root;
 
 /* Events naming more directories than this make a full walk: signing them
@@ -85,6 +96,10 @@ struct fsx_watch {
         bool failed;           /* the last attempt could not watch everything */
         char reason[256];
         uint64_t walks, checks, partial;
+        uint64_t shared_max; /* FSX_SHARED_WALK_MAX, or a test's lower value */
+        uint64_t entries;    /* what the last walk listed, every tree */
+        bool shared;         /* a root of the last walk is on shared storage */
+        const char *fs;      /* the first such root's file system */
 
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
@@ -232,6 +247,7 @@ int fsx_watch_new(const char *const *paths, size_t n, const fsx_limits *lim,
         w->threshold = content_threshold;
         w->max_watches = FSX_WATCH_MAX_DEFAULT;
         w->period_ns = FSX_WATCH_PERIOD_NS;
+        w->shared_max = FSX_SHARED_WALK_MAX;
         pthread_mutex_init(&w->lock, NULL);
         w->paths = calloc(n ? n : 1, sizeof(*w->paths));
         w->hex = calloc(n ? n : 1, sizeof(*w->hex));
@@ -314,6 +330,7 @@ static int on_entered(void *ctx, int fd, const struct stat *st, bool is_root)
                 t->ino = st->st_ino;
                 t->type = st->st_mode & S_IFMT;
                 t->known = true;
+                t->shared = fsx_remote_fs(fd, &t->fs);
                 if (S_ISDIR(st->st_mode) && w->ifd >= 0 && t->fd < 0)
                         t->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
         }
@@ -466,14 +483,22 @@ static int update_dirty(fsx_watch *w)
         return 0;
 }
 
+/* Whether the last walk's trees are walked at every call: some are on
+ * shared storage, and they are small enough. */
+static bool shared_walk(const fsx_watch *w)
+{
+        return w->shared && w->entries <= w->shared_max;
+}
+
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
                          airlock_error *err)
 {
         pthread_mutex_lock(&w->lock);
         uint64_t now = al_now_ns();
-        int state = w->valid && w->ifd >= 0 && now - w->last_walk_ns < w->period_ns
-                        ? check_events(w)
-                        : WALK;
+        int state =
+            w->valid && w->ifd >= 0 && now - w->last_walk_ns < w->period_ns && !shared_walk(w)
+                ? check_events(w)
+                : WALK;
         /* Events that name only files of known directories: those
          * directories alone are signed again, their watches kept. */
         bool partial = state == DIRS_CHANGED && update_dirty(w) == 0;
@@ -538,6 +563,15 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         } else if (w->ifd >= 0) {
                 w->valid = true;
         }
+        w->shared = false;
+        w->entries = 0;
+        for (size_t i = 0; r >= 0 && i < w->n; i++) {
+                w->entries += w->roots[i].sig.listed + 1;
+                if (w->roots[i].shared && !w->shared) {
+                        w->shared = true;
+                        w->fs = w->roots[i].fs;
+                }
+        }
         if (r >= 0 && old.n)
                 history_add(w, old_hex, w->hex[0], &old, NULL, 0, NULL);
         else if (r < 0)
@@ -562,9 +596,35 @@ void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
             .walks = w->walks,
             .partial = w->partial,
             .checks = w->checks,
+            .shared = w->shared,
+            .shared_walk = shared_walk(w),
+            .shared_max = w->shared_max,
+            .entries = w->entries,
         };
         if (w->failed)
                 snprintf(ret->reason, sizeof(ret->reason), "%s", w->reason);
+        else if (w->shared && !ret->shared_walk)
+                snprintf(ret->reason, sizeof(ret->reason),
+                         "the workspace is on shared storage (%s) and holds more than %llu "
+                         "entries (the shared walk cap): a change made there by another machine "
+                         "is seen at the next call only when it moves the tenant's generation "
+                         "(airlock's workspace tools do), else within the safety walk (%llu s)",
+                         w->fs, (unsigned long long)w->shared_max,
+                         (unsigned long long)(w->period_ns / 1000000000ull));
+        pthread_mutex_unlock(&w->lock);
+}
+
+void fsx_watch_invalidate(fsx_watch *w)
+{
+        pthread_mutex_lock(&w->lock);
+        w->valid = false;
+        pthread_mutex_unlock(&w->lock);
+}
+
+void fsx_watch_set_shared_max(fsx_watch *w, uint64_t max_entries)
+{
+        pthread_mutex_lock(&w->lock);
+        w->shared_max = max_entries;
         pthread_mutex_unlock(&w->lock);
 }
 
