@@ -52,8 +52,8 @@ READ_BIG = "print(open('/input/d042/f04200.txt').read(), end='')"
 class Mcp:
     """airlock mcp --tenants-dir D --tenant T on stdio, one request at a time."""
 
-    def __init__(self, exe, tenants_dir, tenant, tmp):
-        env = dict(os.environ, TMPDIR=tmp)
+    def __init__(self, exe, tenants_dir, tenant, tmp, **extra_env):
+        env = dict(os.environ, TMPDIR=tmp, **extra_env)
         # The 10,000-file tenant holds 10,100 entries: over the default cap.
         self.p = subprocess.Popen([exe, "mcp", "--tenants-dir", tenants_dir, "--tenant", tenant,
                                    "--workspace-max-files", "20000"],
@@ -111,17 +111,24 @@ def med(v):
     return statistics.median(v) if v else float("nan")
 
 
-def measure(local, shared, other, other_mount_dir, code, path, expect, rounds):
-    """Interleaved rounds; returns {case: [ms...]}."""
-    s = {k: [] for k in ("local", "shared", "local_edit", "shared_edit", "shared_behind")}
+def measure(local, shared, other, other_mount_dir, code, path, expect, rounds, gen=None):
+    """Interleaved rounds; returns {case: [ms...]}. gen (may be None): a
+    server on the shared folder with the shared walk off, timed beside."""
+    s = {k: [] for k in ("local", "shared", "local_edit", "shared_edit", "shared_behind",
+                         "gen", "gen_edit")}
     for _ in range(3):
         local.call(code)
         shared.call(code)
+        if gen:
+            gen.call(code)
     for i in range(rounds):
         s["local"].append(local.call(code)[0])
         time.sleep(0.05)
         s["shared"].append(shared.call(code)[0])
         time.sleep(0.05)
+        if gen:
+            s["gen"].append(gen.call(code)[0])
+            time.sleep(0.05)
         text = expect(f"local {i}")
         local.write(path, text)
         dt, out = local.call(code)
@@ -134,6 +141,13 @@ def measure(local, shared, other, other_mount_dir, code, path, expect, rounds):
         assert text.split("\n")[1] in out or out == text, ("shared call saw", out, text)
         s["shared_edit"].append(dt)
         time.sleep(0.05)
+        if gen:
+            text = expect(f"other-gen {i}")
+            other.write(path, text)
+            dt, out = gen.call(code)
+            assert text.split("\n")[1] in out or out == text, ("gen call saw", out, text)
+            s["gen_edit"].append(dt)
+            time.sleep(0.05)
         text = expect(f"behind {i}")
         with open(os.path.join(other_mount_dir, path), "w") as f:
             f.write(text)
@@ -180,13 +194,15 @@ def run(build, quick, sizes=("small", "big")):
                 make = small_tenant if size == "small" else big_tenant
                 make(os.path.join(loc_dir, tenant))
                 make(os.path.join(sh_dirs[0], tenant))
-                tmps = [os.path.join(base, f"tmp-{size}-{k}") for k in range(3)]
+                tmps = [os.path.join(base, f"tmp-{size}-{k}") for k in range(4)]
                 for t in tmps:
                     os.makedirs(t)
                 local = Mcp(exe, loc_dir, tenant, tmps[0])
                 shared = Mcp(exe, sh_dirs[0], tenant, tmps[1])
                 other = Mcp(exe, sh_dirs[1], tenant, tmps[2])
-                procs += [local, shared, other]
+                gen = (Mcp(exe, sh_dirs[0], tenant, tmps[3], AIRLOCK_SHARED_WALK_MAX="0")
+                       if size == "small" else None)
+                procs += [local, shared, other] + ([gen] if gen else [])
                 if size == "small":
                     code, path = READ_SMALL, "f00.csv"
                     expect = lambda tag: f"tenant,v\n{tag}\n{PAD}"  # noqa: E731
@@ -194,9 +210,9 @@ def run(build, quick, sizes=("small", "big")):
                     code, path = READ_BIG, "d042/f04200.txt"
                     expect = lambda tag: f"edit\n{tag}\n"  # noqa: E731
                 out[size] = measure(local, shared, other, os.path.join(sh_dirs[1], tenant), code,
-                                    path, expect, rounds)
+                                    path, expect, rounds, gen)
                 out[size + "_rounds"] = rounds
-                for m in (local, shared, other):
+                for m in [local, shared, other] + ([gen] if gen else []):
                     m.close()
                     procs.remove(m)
     finally:
@@ -224,6 +240,11 @@ def report_lines(res):
                  "shared_edit", "<= +5 ms" if size == "small" else "(report)"),
                 ("after a one-file change behind airlock's back", "local_edit", "shared_behind",
                  "(report)")]
+        if s.get("gen"):
+            rows += [("unchanged, shared walk off (AIRLOCK_SHARED_WALK_MAX=0)", "local", "gen",
+                      "(report)"),
+                     ("after another host's change, shared walk off", "local_edit", "gen_edit",
+                      "(report)")]
         for what, lk, sk, target in rows:
             lm, sm = med(s[lk]), med(s[sk])
             lines.append(f"| {label} ({n} rounds) | {what} | {lm:.1f} ms | {sm:.1f} ms | "

@@ -386,6 +386,20 @@ int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cac
                 if (end && !*end && v > 0 && v < FSX_WATCH_MAX_DEFAULT)
                         c->trees.watch_max = (unsigned)v;
         }
+        /* AIRLOCK_SHARED_WALK_MAX lowers the shared walk cap (0: a tree on
+         * shared storage is never walked at every call, and only its
+         * generation and the safety walk tell of another machine's
+         * changes): for the bench, and for an operator who trades the
+         * changes made behind airlock's back for the walk's cost. */
+        const char *sm = secure_getenv("AIRLOCK_SHARED_WALK_MAX");
+        if (sm && *sm) {
+                char *end = NULL;
+                unsigned long long v = strtoull(sm, &end, 10);
+                if (end && !*end && v < FSX_SHARED_WALK_MAX) {
+                        c->trees.shared_max_set = true;
+                        c->trees.shared_max = v;
+                }
+        }
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->changed, NULL);
         pthread_condattr_t ca;

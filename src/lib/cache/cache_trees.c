@@ -114,6 +114,8 @@ static cache_tree_set *tree_set_get(cache_trees *t, const airlock_config *cfg,
                         return NULL;
                 }
                 fsx_watch_set_knobs(s->w, t->watch_max, t->watch_period_ns);
+                if (t->shared_max_set)
+                        fsx_watch_set_shared_max(s->w, t->shared_max);
                 s->key = TAKE_PTR(key);
                 t->n++;
         }

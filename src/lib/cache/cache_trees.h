@@ -29,6 +29,8 @@ typedef struct cache_trees {
         uint64_t idle_ns;         /* an unused watcher older than this goes (0: never) */
         unsigned watch_max;       /* 0: FSX_WATCH_MAX_DEFAULT */
         uint64_t watch_period_ns; /* 0: FSX_WATCH_PERIOD_NS */
+        bool shared_max_set;      /* shared_max lowers FSX_SHARED_WALK_MAX */
+        uint64_t shared_max;
         uint64_t (*now_ns)(void); /* the cache's clock (tests replace it) */
         uint64_t walks;           /* calls that walked the trees */
         uint64_t checks;          /* calls answered from the watcher's events alone */
