@@ -38,21 +38,24 @@ def tenants_dir(i):
     return os.path.join(volume().mounts[i], "tenants")
 
 
-def host(i, tenant, *extra):
-    """`airlock mcp` for tenant on host i (its own mount and TMPDIR)."""
-    key = (i, tenant, extra)
+def host(i, tenant, *extra, env=None):
+    """`airlock mcp` for tenant on host i (its own mount and TMPDIR), with
+    env added to its environment."""
+    env = dict(env or {})
+    key = (i, tenant, extra, tuple(sorted(env.items())))
     if key not in _hosts:
-        tmp = os.path.join(volume().base, f"tmp{i}")
-        os.makedirs(tmp, exist_ok=True)
-        old = os.environ.get("TMPDIR")
-        os.environ["TMPDIR"] = tmp
+        env["TMPDIR"] = os.path.join(volume().base, f"tmp{i}")
+        os.makedirs(env["TMPDIR"], exist_ok=True)
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             _hosts[key] = Mcp("--tenants-dir", tenants_dir(i), "--tenant", tenant, *extra)
         finally:
-            if old is None:
-                del os.environ["TMPDIR"]
-            else:
-                os.environ["TMPDIR"] = old
+            for k, v in old.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
     return _hosts[key]
 
 
@@ -89,6 +92,20 @@ def test_a_write_through_one_host_is_seen_by_the_next_call_on_another():
     assert not tool(a, "workspace_remove", {"paths": ["sub"]})["isError"]
     r = b.run("import os\nprint(sorted(os.listdir('/input')))")
     assert r["stdout"] == "['notes.txt']\n", r
+
+
+def test_the_generation_alone_carries_another_hosts_write():
+    # With the shared walk off (a tenant over the cap is so), the tenant's
+    # generation, which every host's workspace tools bump, is what tells B.
+    a, b = host(0, "gen"), host(1, "gen", env={"AIRLOCK_SHARED_WALK_MAX": "0"})
+    assert not write(a, {"g.txt": "g0"})["isError"]
+    assert read_in_run(b, "g.txt") == "g0"
+    for k in range(1, 4):
+        assert not write(a, {"g.txt": f"g{k}"})["isError"]
+        assert read_in_run(b, "g.txt") == f"g{k}"
+    assert not tool(a, "workspace_remove", {"paths": ["g.txt"]})["isError"]
+    r = b.run("import os\nprint(os.listdir('/input'))")
+    assert r["stdout"] == "[]\n", r
 
 
 def test_a_change_behind_airlocks_back_is_seen_by_the_next_call():
