@@ -240,6 +240,9 @@ class Volume:
         if self.ns_made:
             subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
             self.ns_made = False
+        # What glusterd left of the volume under /var/run/gluster.
+        for d in (f"/var/run/gluster/vols/{self.name}", f"/var/run/gluster/shd/{self.name}"):
+            shutil.rmtree(d, ignore_errors=True)
 
     def log_tail(self, n=20):
         out = []
