@@ -95,7 +95,7 @@ struct fsx_watch {
         unsigned watches;
         char (*hex)[FSX_SIGNATURE_HEX];
         tree_root *roots;
-        uint64_t last_walk_ns; /* when the last full walk began */
+        uint64_t last_walk_ns; /* when the last full walk ended */
         uint64_t last_try_ns;  /* when watches were last attempted */
         bool failed;           /* the last attempt could not watch everything */
         char reason[256];
@@ -664,7 +664,6 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
                                                        "fs.inotify.max_user_instances"
                                                      : "");
         }
-        w->last_walk_ns = now;
         w->walks++;
         fsx_sig_hook hook = {.entered = on_entered, .ctx = w};
         int r = 0;
@@ -674,6 +673,10 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
                 r = fsx_tree_signature_hooked(w->paths[i], &w->lim, w->threshold, &hook,
                                               &w->roots[i].sig, w->hex[i], err);
         }
+        /* The safety period counts from the walk's end: a walk that takes
+         * longer than the period (10,000 files over a network file system
+         * under load) would otherwise make every call walk again. */
+        w->last_walk_ns = al_now_ns();
         if (w->walk_failed)
                 w->failed = true;
         if (r < 0 || w->walk_failed) {
