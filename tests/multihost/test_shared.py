@@ -7,6 +7,7 @@ atomic (a reader never sees half a file). docs/design.md, "Shared
 storage", is the contract.
 """
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -223,6 +224,7 @@ def teardown():
             pass
     if _vol is not None:
         _vol.stop()
+        shutil.rmtree(_vol.base, ignore_errors=True)
 
 
 if __name__ == "__main__":
