@@ -776,6 +776,15 @@ AIRLOCK_PUBLIC char *airlock_cache_describe_json(airlock_cache *cache, const air
  * workspace will not be used again soon (airlock serve's removed tenant); a
  * later run stages it afresh. Thread-safe. */
 AIRLOCK_PUBLIC void airlock_cache_forget_workspace(airlock_cache *cache, const char *path);
+/* Tells the cache that the workspace at path (as a configuration names it)
+ * changed in a way its change watch may not see: on shared storage, a
+ * change another machine made. The next run or session with that
+ * workspace reads its tree again in full (and stages only what changed).
+ * The cache itself walks a workspace on a network or FUSE file system at
+ * every call while it holds at most 1000 entries; this is for larger ones,
+ * whose writers bump a generation the caller watches (design.md, "Shared
+ * storage"). Thread-safe. */
+AIRLOCK_PUBLIC void airlock_cache_workspace_changed(airlock_cache *cache, const char *path);
 AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
 
 /* For a caller that hands run results to a model (the MCP server): the

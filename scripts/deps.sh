@@ -42,6 +42,10 @@ check_pkgs+=(abigail-tools)
 check_pkgs+=(libpython3.11-testsuite)
 # The guest's /proc as psutil reads it: tests/blackbox/test_guest_env.py.
 check_pkgs+=(python3-psutil)
+# The multihost tier (tests/multihost): a GlusterFS replicated volume of the
+# test's own (glusterd, its bricks) FUSE-mounted once per host
+# (glusterfs-client: the glusterfs FUSE client), as a shared --tenants-dir.
+check_pkgs+=(glusterfs-server glusterfs-client)
 # systemd-analyze verifies deploy/airlock.service (test_multi_instance.py).
 check_pkgs+=(systemd)
 # The Jupyter kernel (airlock kernel) driven by Jupyter's own clients: the

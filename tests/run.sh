@@ -20,10 +20,13 @@
 #   mcp       the MCP server driven by the official TypeScript SDK and the MCP
 #             Inspector CLI, Vercel AI SDK, LangChain and Mastra clients (tests/mcp),
 #             on stdio and over HTTP (airlock serve, test_mcp_http.mjs);
-#   multihost three airlock serve hosts, each in a network namespace of its
-#             own, behind HAProxy (tests/multihost; root, ip netns, haproxy;
-#             elsewhere each file skips with a one-line hint);
 #   fuzz      fuzz corpus and crash replays;
+#   multihost several airlock hosts: three airlock serve hosts, each in a
+#             network namespace of its own, behind HAProxy, and a GlusterFS
+#             volume of the tier's own FUSE-mounted once per host as a shared
+#             --tenants-dir (tests/multihost); needs root, FUSE, ip netns and
+#             haproxy: skipped with a one-line hint without them, and failed
+#             instead as root (CI's case);
 #   format    the format check and the layering check (scripts/layers.py).
 # Every test file runs in its own process with a time limit. With -j N (or
 # AIRLOCK_TEST_JOBS=N) up to N files run at once; their results are printed in
@@ -265,19 +268,19 @@ if want mcp && [ -f tests/mcp/package.json ]; then
     done
 fi
 
-if want multihost; then
-    say "== many hosts (network namespaces, HAProxy)"
-    for t in tests/multihost/test_*.py; do
-        [ -f "$t" ] || continue
-        queue counted+skips "multihost/$(basename "$t" .py)" 1200 /usr/bin/python3 "$t"
-    done
-fi
-
 if want fuzz; then
     say "== fuzz corpus replays"
     for t in "$build"/fuzz/replay_*; do
         [ -x "$t" ] || continue
         queue counted "$(basename "$t")" 1200 "$t"
+    done
+fi
+
+if want multihost; then
+    say "== many hosts: shared storage and peers (tests/multihost)"
+    for t in tests/multihost/test_*.py; do
+        [ -f "$t" ] || continue
+        queue counted+skips "multihost/$(basename "$t" .py)" 1800 /usr/bin/python3 "$t"
     done
 fi
 

@@ -76,6 +76,12 @@ const airlock_config *mcp_version_cfg(mcp_server *srv, cfg_version *v, const cha
         char path[64 + TENANT_NAME_MAX];
         if (mcp_workspace_path(srv->workspaces, tenant, path, sizeof(path), err) < 0)
                 return NULL;
+        /* Another host's change (shared storage), which the cache's
+         * inotify cannot see: its next walk of the tree must not be
+         * spared. Before the run's fingerprint, so that a change finished
+         * before this call began is in it. */
+        if (mcp_workspace_moved(srv->workspaces, tenant) > 0)
+                airlock_cache_workspace_changed(srv->cache, path);
         pthread_mutex_lock(&srv->cfg_lock);
         for (tenant_cfg *t = v->tenants; t; t = t->next)
                 if (strcmp(t->name, tenant) == 0) {

@@ -19,7 +19,14 @@
  * checked before anything is written; then every file is written to its
  * temporary name, and only when all are written are they renamed. The
  * mutations and listings of one tenant are serialised by one of
- * WS_STRIPES locks, so that the caps hold against parallel requests. */
+ * WS_STRIPES locks, so that the caps hold against parallel requests, and,
+ * across processes and hosts that share DIR (a network file system), by a
+ * POSIX record lock on the tenant's state file DIR/.airlock/NAME, held from
+ * the measure to the rename. That file also holds the tenant's generation,
+ * a counter every mutation bumps under the lock: a server that sees it
+ * move without having moved it itself tells the cache that the tenant's
+ * files changed elsewhere (mcp_workspace_moved), which inotify never
+ * reports across hosts. */
 #include "tenant_workspace.h"
 
 #include <dirent.h>
@@ -31,6 +38,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base.h"
@@ -44,6 +52,20 @@
 #define WS_LIST_MAX   100000
 #define WS_STRIPES    64
 #define WS_TMP_PREFIX ".airlock-upload-"
+/* The tenants' state files (lock and generation), DIR/.airlock/NAME: no
+ * tenant name starts with a dot, so no tenant's folder is ever this one. */
+#define WS_STATE_DIR ".airlock"
+/* Generations remembered, by a hash of the tenant's name: a tenant whose
+ * slot another took is told changed once more at its next call. */
+#define WS_GENS 4096
+
+/* What a tenant's state file looked like when this server last saw it. */
+typedef struct ws_gen {
+        char tenant[TENANT_NAME_MAX + 1];
+        ino_t ino;
+        off_t size;
+        struct timespec mtime, ctime;
+} ws_gen;
 
 typedef struct ws_override {
         char tenant[TENANT_NAME_MAX + 1];
@@ -57,6 +79,8 @@ struct mcp_workspaces {
         ws_override *over;
         size_t n_over;
         pthread_mutex_t stripe[WS_STRIPES];
+        int statefd;  /* DIR/.airlock, or -1 (a folder the server cannot write) */
+        ws_gen *gens; /* WS_GENS slots, under lock */
 };
 
 int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
@@ -75,6 +99,20 @@ int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         }
         w->dirfd = fd;
+        /* Without a state folder (DIR is read-only to the server), the
+         * locks and generations are left out, as before they existed. */
+        w->statefd = -1;
+        if (mkdirat(fd, WS_STATE_DIR, 0700) == 0 || errno == EEXIST)
+                w->statefd =
+                    openat(fd, WS_STATE_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        w->gens = calloc(WS_GENS, sizeof(*w->gens));
+        if (!w->gens) {
+                if (w->statefd >= 0)
+                        close(w->statefd);
+                close(fd);
+                free(w);
+                return al_error(err, -ENOMEM, NULL, "out of memory");
+        }
         w->max_files = max_files;
         w->max_bytes = max_bytes;
         pthread_mutex_init(&w->lock, NULL);
@@ -89,6 +127,9 @@ void mcp_workspaces_free(mcp_workspaces *w)
         if (!w)
                 return;
         close(w->dirfd);
+        if (w->statefd >= 0)
+                close(w->statefd);
+        free(w->gens);
         free(w->over);
         pthread_mutex_destroy(&w->lock);
         for (int i = 0; i < WS_STRIPES; i++)
@@ -138,12 +179,109 @@ static void caps_of(mcp_workspaces *w, const char *tenant, uint64_t *files, uint
         pthread_mutex_unlock(&w->lock);
 }
 
-static pthread_mutex_t *stripe_of(mcp_workspaces *w, const char *tenant)
+static uint64_t name_hash(const char *tenant)
 {
         uint64_t h = 0xcbf29ce484222325ull;
         for (const char *p = tenant; *p; p++)
                 h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-        return &w->stripe[h % WS_STRIPES];
+        return h;
+}
+
+static pthread_mutex_t *stripe_of(mcp_workspaces *w, const char *tenant)
+{
+        return &w->stripe[name_hash(tenant) % WS_STRIPES];
+}
+
+/* ---- the tenant's lock and generation -------------------------------------- */
+
+/* Contract: takes the tenant's lock that holds across processes and hosts
+ * sharing DIR: a POSIX record lock (open file description lock where the
+ * file system takes one, else a process-associated one; NFS, GlusterFS and
+ * CephFS hold both across their clients) on the whole of DIR/.airlock/NAME,
+ * waiting for it. Returns 0 with *ret_fd the file's fd, whose close lets
+ * the lock go (the caller holds the tenant's stripe, so no other thread of
+ * this process opens the file meanwhile, which would let a
+ * process-associated lock go early), or -1 without a state folder; or
+ * -errno with err filled. */
+static int tenant_lock(mcp_workspaces *w, const char *tenant, int *ret_fd, airlock_error *err)
+{
+        *ret_fd = -1;
+        if (w->statefd < 0)
+                return 0;
+        int fd = openat(w->statefd, tenant, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+                int e = errno;
+                return al_error(err, -e, NULL, "the server cannot open your workspace's lock: %s",
+                                strerror(e));
+        }
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        int r;
+        while ((r = fcntl(fd, F_OFD_SETLKW, &fl)) < 0 && errno == EINTR)
+                ;
+        if (r < 0 && errno == EINVAL) {
+                fl.l_pid = 0;
+                while ((r = fcntl(fd, F_SETLKW, &fl)) < 0 && errno == EINTR)
+                        ;
+        }
+        if (r < 0) {
+                int e = errno;
+                close(fd);
+                return al_error(err, -e, NULL, "the server cannot lock your workspace: %s",
+                                strerror(e));
+        }
+        *ret_fd = fd;
+        return 0;
+}
+
+static void gen_remember(mcp_workspaces *w, const char *tenant, const struct stat *st)
+{
+        ws_gen *g = &w->gens[name_hash(tenant) % WS_GENS];
+        pthread_mutex_lock(&w->lock);
+        snprintf(g->tenant, sizeof(g->tenant), "%s", tenant);
+        g->ino = st ? st->st_ino : 0;
+        g->size = st ? st->st_size : 0;
+        g->mtime = st ? st->st_mtim : (struct timespec){0};
+        g->ctime = st ? st->st_ctim : (struct timespec){0};
+        pthread_mutex_unlock(&w->lock);
+}
+
+/* Bumps the tenant's generation (lockfd: tenant_lock's, still held) after
+ * a change of its files, and remembers the state file as this server left
+ * it, so that its own change (which inotify reports here) is not taken for
+ * another host's. */
+static void gen_bump(mcp_workspaces *w, const char *tenant, int lockfd)
+{
+        if (lockfd < 0)
+                return;
+        uint64_t n = 0;
+        if (pread(lockfd, &n, sizeof(n), 0) != (ssize_t)sizeof(n))
+                n = 0;
+        n++;
+        struct stat st;
+        if (pwrite(lockfd, &n, sizeof(n), 0) == (ssize_t)sizeof(n) && fstat(lockfd, &st) == 0)
+                gen_remember(w, tenant, &st);
+}
+
+int mcp_workspace_moved(mcp_workspaces *w, const char *tenant)
+{
+        if (w->statefd < 0 || !tenant_name_valid(tenant, strlen(tenant)))
+                return 0;
+        struct stat st;
+        bool exists = fstatat(w->statefd, tenant, &st, AT_SYMLINK_NOFOLLOW) == 0;
+        ws_gen *g = &w->gens[name_hash(tenant) % WS_GENS];
+        pthread_mutex_lock(&w->lock);
+        bool same = strcmp(g->tenant, tenant) == 0 &&
+                    (exists ? g->ino == st.st_ino && g->size == st.st_size &&
+                                  g->mtime.tv_sec == st.st_mtim.tv_sec &&
+                                  g->mtime.tv_nsec == st.st_mtim.tv_nsec &&
+                                  g->ctime.tv_sec == st.st_ctim.tv_sec &&
+                                  g->ctime.tv_nsec == st.st_ctim.tv_nsec
+                            : g->ino == 0);
+        pthread_mutex_unlock(&w->lock);
+        if (same)
+                return 0;
+        gen_remember(w, tenant, exists ? &st : NULL);
+        return 1;
 }
 
 /* The tenant's folder, created 0700 when missing with create. Returns the
@@ -792,8 +930,9 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
         json_t *res = NULL;
         pthread_mutex_t *lock = stripe_of(w, tenant);
         pthread_mutex_lock(lock);
-        int root = tenant_dir(w, tenant, true, &fault);
-        if (root < 0) {
+        int lockfd = -1, root = -1;
+        if (tenant_lock(w, tenant, &lockfd, &fault) < 0 ||
+            (root = tenant_dir(w, tenant, true, &fault)) < 0) {
                 res = refusal("workspace_write: %s; nothing was written", fault.message);
                 goto out;
         }
@@ -818,6 +957,7 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
         if (res)
                 goto out;
         int err = uploads_commit(v, n);
+        gen_bump(w, tenant, lockfd);
         if (err)
                 res = refusal("workspace_write: the server could not write the files: %s",
                               strerror(-err));
@@ -826,6 +966,8 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
 out:
         if (root >= 0)
                 close(root);
+        if (lockfd >= 0)
+                close(lockfd);
         pthread_mutex_unlock(lock);
         return res;
 }
@@ -879,7 +1021,11 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
         resolved *at = calloc(n, sizeof(*at));
         for (size_t i = 0; at && i < n; i++)
                 at[i].parent = -1;
-        int root = at ? tenant_dir(w, tenant, true, &fault) : -ENOMEM;
+        int lockfd = -1;
+        int root = !at ? -ENOMEM
+                   : tenant_lock(w, tenant, &lockfd, &fault) < 0
+                       ? -ENOLCK
+                       : tenant_dir(w, tenant, true, &fault);
         if (root < 0) {
                 res = refusal("workspace_remove: %s; nothing was removed",
                               at ? fault.message : "out of memory");
@@ -911,6 +1057,7 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
                         err = r;
                 json_array_append_new(removed, json_string(p));
         }
+        gen_bump(w, tenant, lockfd);
         usage u = {0};
         (void)walk(root, "", 0, &u);
         uint64_t max_files, max_bytes;
@@ -937,6 +1084,8 @@ out:
         free(at);
         if (root >= 0)
                 close(root);
+        if (lockfd >= 0)
+                close(lockfd);
         pthread_mutex_unlock(lock);
         return res;
 }
@@ -954,14 +1103,19 @@ json_t *mcp_workspace_list(mcp_workspaces *w, const char *tenant, const json_t *
         airlock_error fault;
         pthread_mutex_t *lock = stripe_of(w, tenant);
         pthread_mutex_lock(lock);
-        int root = tenant_dir(w, tenant, true, &fault);
-        if (root < 0) {
+        int lockfd = -1, root = -1;
+        if (tenant_lock(w, tenant, &lockfd, &fault) < 0 ||
+            (root = tenant_dir(w, tenant, true, &fault)) < 0) {
+                if (lockfd >= 0)
+                        close(lockfd);
                 pthread_mutex_unlock(lock);
                 return refusal("workspace_list: %s", fault.message);
         }
         usage u = {.files = json_array(), .skipped = json_array()};
         int r = walk(root, "", 0, &u);
         close(root);
+        if (lockfd >= 0)
+                close(lockfd);
         pthread_mutex_unlock(lock);
         uint64_t max_files, max_bytes;
         bool own[2];

@@ -43,6 +43,14 @@ int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t 
  * the cache keeps of it. Returns 0 or -errno. */
 int mcp_workspace_name(const mcp_workspaces *w, const char *tenant, char *out, size_t size);
 
+/* Whether the tenant's generation (DIR/.airlock/NAME, which every
+ * server's workspace tools bump under the tenant's lock) moved since this
+ * server last saw or moved it: 1 once per move (and at a tenant's first
+ * call), else 0. One fstatat. A server whose DIR another host shares
+ * then tells the cache (airlock_cache_workspace_changed): inotify never
+ * reports another host's change. */
+int mcp_workspace_moved(mcp_workspaces *w, const char *tenant);
+
 /* The tools' answers (CallToolResult: content, structuredContent, isError
  * for a refusal), for tenant. args are checked against the schemas in
  * tools.c first. A refused request changes nothing: every path and both

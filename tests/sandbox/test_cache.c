@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "surface/cache.h"
+#include "cache/cache.h"
 #include "sandbox/selfexe.h"
 #include "config/config.h"
 #include "core/util.h"

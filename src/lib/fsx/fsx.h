@@ -177,6 +177,13 @@ int fsx_tree_signature_update(int root_fd, fsx_sig_state *state, const size_t *i
                               const fsx_limits *lim, uint64_t content_threshold,
                               char ret_hex[FSX_SIGNATURE_HEX]);
 
+/* Whether fd is on a network or FUSE file system (NFS, SMB, CephFS, FUSE
+ * such as GlusterFS's client, 9p, AFS, GFS2, OCFS2, GPFS, Lustre, ...):
+ * one whose times another machine's clock may set, and whose other
+ * clients' changes this kernel's inotify never reports. True also when
+ * fstatfs fails (no proof). *ret_name (may be NULL): its short name. */
+bool fsx_remote_fs(int fd, const char **ret_name);
+
 /* ---- cheap rebuilds (fsx_stage.c) ---- */
 
 /* What one staging copied: for every regular file staged, its /input path,

@@ -282,31 +282,32 @@ static bool racy(const stage_ctx *c, const struct stat *st)
         return t0 < RACY_NS || ct >= t0 - RACY_NS;
 }
 
-/* File systems whose times are not set by this kernel's clock alone. */
-static bool remote_fs(int fd)
+/* File systems whose times are not set by this kernel's clock alone, and
+ * whose other clients' changes this kernel's inotify never reports. */
+bool fsx_remote_fs(int fd, const char **ret_name)
 {
+        static const struct {
+                unsigned long magic;
+                const char *name;
+        } remote[] = {
+            {0x6969ul, "nfs"},      {0x517bul, "smb"},        {0xfe534d42ul, "smb2"},
+            {0xff534d42ul, "cifs"}, {0x65735546ul, "fuse"},   {0x01021997ul, "9p"},
+            {0x00c36400ul, "ceph"}, {0x5346414ful, "afs"},    {0x6b414653ul, "kafs"},
+            {0x73757245ul, "coda"}, {0x01161970ul, "gfs2"},   {0x7461636ful, "ocfs2"},
+            {0x47504653ul, "gpfs"}, {0x0bd00bd0ul, "lustre"},
+        };
         struct statfs sf;
+        if (ret_name)
+                *ret_name = "unknown";
         if (fstatfs(fd, &sf) < 0)
                 return true;
-        switch ((unsigned long)sf.f_type) {
-        case 0x6969ul:     /* NFS */
-        case 0x517bul:     /* SMB */
-        case 0xfe534d42ul: /* SMB2 */
-        case 0xff534d42ul: /* CIFS */
-        case 0x65735546ul: /* FUSE */
-        case 0x01021997ul: /* 9P */
-        case 0x00c36400ul: /* Ceph */
-        case 0x5346414ful: /* AFS */
-        case 0x6b414653ul: /* kAFS */
-        case 0x73757245ul: /* Coda */
-        case 0x01161970ul: /* GFS2 */
-        case 0x7461636ful: /* OCFS2 */
-        case 0x47504653ul: /* GPFS */
-        case 0x0bd00bd0ul: /* Lustre */
-                return true;
-        default:
-                return false;
-        }
+        for (size_t i = 0; i < ARRAY_SIZE(remote); i++)
+                if ((unsigned long)sf.f_type == remote[i].magic) {
+                        if (ret_name)
+                                *ret_name = remote[i].name;
+                        return true;
+                }
+        return false;
 }
 
 static int manifest_add(fsx_manifest *m, const char *path, const struct stat *src,
@@ -962,7 +963,7 @@ static int stage_source(stage_ctx *c, int dest_dirfd, const fsx_source *src)
             .listed = &c->listed,
         };
 
-        c->remote = remote_fs(fd);
+        c->remote = fsx_remote_fs(fd, NULL);
         c->dest_base = "";
         if (!src->dest) {
                 if (!S_ISDIR(st.st_mode))
@@ -1541,7 +1542,7 @@ int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *ho
                 return 1;
         }
         d.root_dev = rst.st_dev;
-        d.c.remote = remote_fs(d.src_root);
+        d.c.remote = fsx_remote_fs(d.src_root, NULL);
         d.handled = calloc(prev->n + 1, sizeof(*d.handled));
         d.fresh = calloc(1, sizeof(*d.fresh));
         int r = d.handled && d.fresh ? 0 : al_error(err, -ENOMEM, NULL, "out of memory");

@@ -14,9 +14,22 @@
  * FSX_WATCH_PERIOD_NS) catches: writes through a shared mmap, changes made
  * on another machine of a network file system (NFS, SMB, FUSE servers), and
  * writes to a file through a hard link that lives outside the tree (events
- * go to the watches of the directory the writer named). */
+ * go to the watches of the directory the writer named).
+ *
+ * Shared storage: a tree whose root is on a network or FUSE file system
+ * (fsx_remote_fs) is one that other machines may change, and their changes
+ * never show as events here. Such a set of trees is walked at every call
+ * while it holds at most FSX_SHARED_WALK_MAX entries, so that a change
+ * finished on another machine before a call began is in that call's
+ * signature; a larger one keeps its watches (this machine's changes) and
+ * counts on its caller (fsx_watch_invalidate, which the MCP server calls
+ * when a tenant's generation file moved) and the safety walk. The walk at
+ * every call reads metadata only (meta_digest: a lookup per entry, no file
+ * opened), and the signature walk follows only when that differs from
+ * what it was just before the last signature walk began. */
 #include "fsx/fsx_watch.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -54,7 +67,9 @@ typedef struct tree_root {
         fsx_sig_state sig;
         bool *dirty;
         int last_wd;
-        bool wd_order; /* watch descriptors rose with the walk's order */
+        bool wd_order;  /* watch descriptors rose with the walk's order */
+        bool shared;    /* on a network or FUSE file system (fsx_remote_fs) */
+        const char *fs; /* its short name */
 } tree_root;
 
 /* Events naming more directories than this make a full walk: signing them
@@ -80,11 +95,17 @@ struct fsx_watch {
         unsigned watches;
         char (*hex)[FSX_SIGNATURE_HEX];
         tree_root *roots;
-        uint64_t last_walk_ns; /* when the last full walk began */
+        uint64_t last_walk_ns; /* when the last full walk ended */
         uint64_t last_try_ns;  /* when watches were last attempted */
         bool failed;           /* the last attempt could not watch everything */
         char reason[256];
         uint64_t walks, checks, partial;
+        uint64_t shared_max; /* FSX_SHARED_WALK_MAX, or a test's lower value */
+        uint64_t entries;    /* what the last walk listed, every tree */
+        bool shared;         /* a root of the last walk is on shared storage */
+        const char *fs;      /* the first such root's file system */
+        uint64_t meta;       /* meta_digest taken before the last signature walk */
+        bool meta_valid;     /* ... and that walk succeeded */
 
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
@@ -232,6 +253,7 @@ int fsx_watch_new(const char *const *paths, size_t n, const fsx_limits *lim,
         w->threshold = content_threshold;
         w->max_watches = FSX_WATCH_MAX_DEFAULT;
         w->period_ns = FSX_WATCH_PERIOD_NS;
+        w->shared_max = FSX_SHARED_WALK_MAX;
         pthread_mutex_init(&w->lock, NULL);
         w->paths = calloc(n ? n : 1, sizeof(*w->paths));
         w->hex = calloc(n ? n : 1, sizeof(*w->hex));
@@ -258,6 +280,7 @@ void fsx_watch_set_knobs(fsx_watch *w, unsigned max_watches, uint64_t period_ns)
                 w->period_ns = period_ns;
         /* The next call walks again under the new rules. */
         w->valid = false;
+        w->meta_valid = false;
         w->failed = false;
         pthread_mutex_unlock(&w->lock);
 }
@@ -314,6 +337,7 @@ static int on_entered(void *ctx, int fd, const struct stat *st, bool is_root)
                 t->ino = st->st_ino;
                 t->type = st->st_mode & S_IFMT;
                 t->known = true;
+                t->shared = fsx_remote_fs(fd, &t->fs);
                 if (S_ISDIR(st->st_mode) && w->ifd >= 0 && t->fd < 0)
                         t->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
         }
@@ -466,14 +490,135 @@ static int update_dirty(fsx_watch *w)
         return 0;
 }
 
+/* ---- the shared walk ------------------------------------------------------ */
+
+static uint64_t fnv_mix(uint64_t h, const void *p, size_t n)
+{
+        const unsigned char *c = p;
+        for (size_t i = 0; i < n; i++)
+                h = (h ^ c[i]) * 0x100000001b3ull;
+        return h;
+}
+
+/* One entry's metadata: the folder it is in (by inode), its name, type,
+ * mode, size, inode, and mtime and ctime to the nanosecond. */
+static uint64_t entry_hash(ino_t parent, const char *name, const struct stat *st)
+{
+        uint64_t h = 0xcbf29ce484222325ull;
+        h = fnv_mix(h, &parent, sizeof(parent));
+        h = fnv_mix(h, name, strlen(name) + 1);
+        h = fnv_mix(h, &st->st_mode, sizeof(st->st_mode));
+        h = fnv_mix(h, &st->st_size, sizeof(st->st_size));
+        h = fnv_mix(h, &st->st_ino, sizeof(st->st_ino));
+        h = fnv_mix(h, &st->st_mtim, sizeof(st->st_mtim));
+        return fnv_mix(h, &st->st_ctim, sizeof(st->st_ctim));
+}
+
+typedef struct meta_walk {
+        dev_t dev;
+        uint64_t sum, count, max;
+        uint32_t max_depth;
+} meta_walk;
+
+/* Adds every entry below the folder dfd (inode ino) to m, never following
+ * a link and never leaving the root's device. 0, or -1 for anything else
+ * (an entry gone meanwhile, a link where a folder was, past a cap): the
+ * caller then walks in full, which gives the exact answer. */
+static int meta_dir(meta_walk *m, int dfd, ino_t ino, uint32_t depth)
+{
+        if (depth > m->max_depth)
+                return -1;
+        int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+        DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+        if (!d) {
+                if (dup >= 0)
+                        close(dup);
+                return -1;
+        }
+        int r = 0;
+        struct dirent *de;
+        while (r == 0 && (de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                struct stat st;
+                if (++m->count > m->max || fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    st.st_dev != m->dev) {
+                        r = -1;
+                        break;
+                }
+                m->sum += entry_hash(ino, de->d_name, &st);
+                if (!S_ISDIR(st.st_mode))
+                        continue;
+                int sub = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub < 0) {
+                        r = -1;
+                        break;
+                }
+                r = meta_dir(m, sub, st.st_ino, depth + 1);
+                close(sub);
+        }
+        closedir(d);
+        return r;
+}
+
+/* A digest of the metadata of every entry of every tree (order-free: a sum
+ * of one hash per entry, with their count), for the shared walk. 0 with
+ * *ret, or -1 when it cannot stand for the trees (see meta_dir, and a root
+ * that is not the one the last walk signed). */
+static int meta_digest(fsx_watch *w, uint64_t *ret)
+{
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < w->n; i++) {
+                const tree_root *t = &w->roots[i];
+                if (!t->known)
+                        return -1;
+                int fd = open(w->paths[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC |
+                                               (t->type == S_IFDIR ? O_DIRECTORY : O_PATH));
+                if (fd < 0)
+                        return -1;
+                meta_walk m = {.dev = t->dev, .max = w->shared_max, .max_depth = w->lim.max_depth};
+                struct stat st;
+                int r = fstat(fd, &st) < 0 || st.st_dev != t->dev || st.st_ino != t->ino ||
+                                (st.st_mode & S_IFMT) != t->type
+                            ? -1
+                            : 0;
+                if (r == 0) {
+                        m.sum = entry_hash(0, "", &st);
+                        if (S_ISDIR(st.st_mode))
+                                r = meta_dir(&m, fd, st.st_ino, 0);
+                }
+                close(fd);
+                if (r < 0)
+                        return -1;
+                h = fnv_mix(h, &m.sum, sizeof(m.sum));
+                h = fnv_mix(h, &m.count, sizeof(m.count));
+        }
+        *ret = h;
+        return 0;
+}
+
+/* Whether the last walk's trees are walked at every call: some are on
+ * shared storage, and they are small enough. */
+static bool shared_walk(const fsx_watch *w)
+{
+        return w->shared && w->entries <= w->shared_max;
+}
+
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
                          airlock_error *err)
 {
         pthread_mutex_lock(&w->lock);
         uint64_t now = al_now_ns();
-        int state = w->valid && w->ifd >= 0 && now - w->last_walk_ns < w->period_ns
-                        ? check_events(w)
-                        : WALK;
+        int state =
+            w->valid && w->ifd >= 0 && now - w->last_walk_ns < w->period_ns && !shared_walk(w)
+                ? check_events(w)
+                : WALK;
+        /* On shared storage: the metadata of every entry against what it
+         * was just before the last signature walk began. */
+        uint64_t meta = 0;
+        bool have_meta = shared_walk(w) && meta_digest(w, &meta) == 0;
+        if (have_meta && w->meta_valid && meta == w->meta && now - w->last_walk_ns < w->period_ns)
+                state = UNCHANGED;
         /* Events that name only files of known directories: those
          * directories alone are signed again, their watches kept. */
         bool partial = state == DIRS_CHANGED && update_dirty(w) == 0;
@@ -519,7 +664,6 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
                                                        "fs.inotify.max_user_instances"
                                                      : "");
         }
-        w->last_walk_ns = now;
         w->walks++;
         fsx_sig_hook hook = {.entered = on_entered, .ctx = w};
         int r = 0;
@@ -529,6 +673,10 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
                 r = fsx_tree_signature_hooked(w->paths[i], &w->lim, w->threshold, &hook,
                                               &w->roots[i].sig, w->hex[i], err);
         }
+        /* The safety period counts from the walk's end: a walk that takes
+         * longer than the period (10,000 files over a network file system
+         * under load) would otherwise make every call walk again. */
+        w->last_walk_ns = al_now_ns();
         if (w->walk_failed)
                 w->failed = true;
         if (r < 0 || w->walk_failed) {
@@ -537,6 +685,17 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
                 drop_watches(w);
         } else if (w->ifd >= 0) {
                 w->valid = true;
+        }
+        w->meta = meta;
+        w->meta_valid = have_meta && r >= 0;
+        w->shared = false;
+        w->entries = 0;
+        for (size_t i = 0; r >= 0 && i < w->n; i++) {
+                w->entries += w->roots[i].sig.listed + 1;
+                if (w->roots[i].shared && !w->shared) {
+                        w->shared = true;
+                        w->fs = w->roots[i].fs;
+                }
         }
         if (r >= 0 && old.n)
                 history_add(w, old_hex, w->hex[0], &old, NULL, 0, NULL);
@@ -562,9 +721,36 @@ void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
             .walks = w->walks,
             .partial = w->partial,
             .checks = w->checks,
+            .shared = w->shared,
+            .shared_walk = shared_walk(w),
+            .shared_max = w->shared_max,
+            .entries = w->entries,
         };
         if (w->failed)
                 snprintf(ret->reason, sizeof(ret->reason), "%s", w->reason);
+        else if (w->shared && !ret->shared_walk)
+                snprintf(ret->reason, sizeof(ret->reason),
+                         "the workspace is on shared storage (%s) and holds more than %llu "
+                         "entries (the shared walk cap): a change made there by another machine "
+                         "is seen at the next call only when it moves the tenant's generation "
+                         "(airlock's workspace tools do), else within the safety walk (%llu s)",
+                         w->fs, (unsigned long long)w->shared_max,
+                         (unsigned long long)(w->period_ns / 1000000000ull));
+        pthread_mutex_unlock(&w->lock);
+}
+
+void fsx_watch_invalidate(fsx_watch *w)
+{
+        pthread_mutex_lock(&w->lock);
+        w->valid = false;
+        w->meta_valid = false;
+        pthread_mutex_unlock(&w->lock);
+}
+
+void fsx_watch_set_shared_max(fsx_watch *w, uint64_t max_entries)
+{
+        pthread_mutex_lock(&w->lock);
+        w->shared_max = max_entries;
         pthread_mutex_unlock(&w->lock);
 }
 

@@ -22,6 +22,12 @@
 #define FSX_WATCH_MAX_DEFAULT 8192u
 /* The safety net: a full walk at least this often, whatever the events. */
 #define FSX_WATCH_PERIOD_NS (10ull * 1000000000ull)
+/* Trees on shared storage (a network or FUSE file system, fsx_remote_fs),
+ * whose other clients' changes inotify never reports, are walked at every
+ * call while they hold at most this many entries (files, folders and the
+ * roots, every tree of the set): the shared walk cap. A larger set relies
+ * on fsx_watch_invalidate and the safety walk for other machines' changes. */
+#define FSX_SHARED_WALK_MAX 1000u
 
 typedef struct fsx_watch fsx_watch;
 
@@ -34,7 +40,12 @@ typedef struct fsx_watch_info {
         uint64_t checks;      /* calls answered from the events, without a walk */
         uint64_t partial;     /* calls that signed again only the directories whose
                                  files events named (neither a walk nor a check) */
-        char reason[256];     /* why watches are not in use (empty when active) */
+        char reason[512];     /* why watches are not in use (empty when active), or
+                                 why another machine's change may be seen late */
+        bool shared;          /* a tree is on shared storage (fsx_remote_fs) */
+        bool shared_walk;     /* ... and every call walks the trees (within the cap) */
+        uint64_t shared_max;  /* the shared walk cap */
+        uint64_t entries;     /* entries the last walk listed */
 } fsx_watch_info;
 
 /* A watcher for the n trees at paths (the workspace first, then the mounts'
@@ -76,6 +87,13 @@ int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_
                     size_t *ret_n);
 
 void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret);
+
+/* The next fsx_watch_signatures walks the trees in full, whatever the
+ * events say: for a caller that learnt of a change inotify cannot report
+ * (another machine's, on shared storage). */
+void fsx_watch_invalidate(fsx_watch *w);
+/* Lowers the shared walk cap (FSX_SHARED_WALK_MAX), for tests. */
+void fsx_watch_set_shared_max(fsx_watch *w, uint64_t max_entries);
 
 /* Closes the inotify instance (every watch goes with it). NULL is fine. */
 void fsx_watch_free(fsx_watch *w);

@@ -7,9 +7,14 @@
  * sandbox is created, runs code or is closed. Each entry is reference
  * counted by the runs that use it; an entry that is evicted while in use is
  * taken off the list at once ("doomed") and closed by the last run that
- * releases it, so a run never sees its sandbox closed under it. */
-#include "surface/cache.h"
+ * releases it, so a run never sees its sandbox closed under it.
+ *
+ * The key is a configuration's fingerprint (cache_fingerprint.c), whose
+ * tree signatures come from the tree watch (cache_trees.c), which has a
+ * lock of its own: this file never holds both. */
+#include "cache/cache.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,252 +23,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/cache_fingerprint.h"
+#include "cache/cache_trees.h"
 #include "config/config.h"
-#include "config/limits.h"
+#include "core/util.h"
 #include "fsx/fsx.h"
 #include "fsx/fsx_watch.h"
-#include "host/allowlist.h"
-#include "config/pypath.h"
-#include "host/tools.h"
 #include "sandbox/input.h"
 #include "sandbox/sandbox.h"
-#include "core/util.h"
-
-#define FINGERPRINT_CAP (64u << 20)
-
-/* ---- fingerprint ------------------------------------------------------- */
-
-/* Every field is written as "name:length:value\n", so no value can be
- * mistaken for the boundary of another whatever bytes it holds. */
-static int fp_field(dynbuf *b, const char *name, const char *value)
-{
-        size_t n = value ? strlen(value) : 0;
-        int r = dynbuf_appendf(b, "%s:%zu:", name, n);
-        if (r >= 0 && n)
-                r = dynbuf_append(b, value, n);
-        if (r >= 0)
-                r = dynbuf_append(b, "\n", 1);
-        return r;
-}
-
-static int fp_signature(dynbuf *b, const char *host_path, const fsx_limits *lim, airlock_error *err)
-{
-        char hex[FSX_SIGNATURE_HEX];
-        int r = fsx_tree_signature(host_path, lim, CACHE_CONTENT_THRESHOLD, hex, err);
-        if (r < 0)
-                return r;
-        return fp_field(b, "signature", hex);
-}
-
-/* Every field of airlock_limits is in the text, generated from the limits
- * table, which limits.c checks against the struct: a field added to the
- * struct alone fails the build, so two configurations that differ only in
- * it can never share a sandbox. */
-static int fp_limits(dynbuf *b, const airlock_limits *l)
-{
-        _cleanup_free_ char *text = limits_fingerprint_text(l);
-        return text ? fp_field(b, "limits", text) : -ENOMEM;
-}
-
-/* The same for the configuration itself: a new member changes what a sandbox
- * is, so it belongs in the fingerprint (all but fp_memo, the fingerprint's
- * own memo), and its setter must call config_changed(). */
-_Static_assert(sizeof(struct airlock_config) == 288,
-               "update config_text for the new airlock_config member");
-
-/* What the configuration says, as text (the first part described below):
- * 0 and *ret, or -ENOMEM or -E2BIG (over FINGERPRINT_CAP). */
-static int config_text(const airlock_config *cfg, char **ret)
-{
-        bool late = cache_late_input(cfg);
-        dynbuf b;
-        dynbuf_init(&b, FINGERPRINT_CAP);
-        _cleanup_free_ char *tools = tools_fingerprint_text(cfg->tools);
-        _cleanup_free_ char *allow = allowlist_fingerprint_text(cfg->allow);
-        /* Names, targets and a keyed digest of each value, never a value:
-         * a rotated value is a new configuration. */
-        _cleanup_free_ char *secrets = secrets_fingerprint_text(cfg->secrets);
-        int r = (tools && allow && secrets) ? 0 : -ENOMEM;
-        if (r >= 0 && *secrets)
-                r = fp_field(&b, "secrets", secrets);
-        if (r >= 0)
-                r = fp_field(&b, "tools", tools);
-        if (r >= 0)
-                r = dynbuf_appendf(&b, "approval:%d\n", (int)cfg->approval);
-        if (r >= 0)
-                r = dynbuf_appendf(&b, "auto_figures:%d\n", !cfg->no_auto_figures);
-        if (r >= 0)
-                r = dynbuf_appendf(&b, "input_writable:%d\n", cfg->input_writable);
-        if (r >= 0)
-                r = fp_field(&b, "allow", allow);
-        if (r >= 0)
-                r = fp_limits(&b, &cfg->limits);
-        for (size_t i = 0; r >= 0 && i < cfg->n_preloads; i++)
-                r = fp_field(&b, "preload", cfg->preloads[i]);
-        for (size_t i = 0; r >= 0 && i < cfg->n_python_paths; i++)
-                r = fp_field(&b, "python_path", cfg->python_paths[i]);
-        /* With a late input, the workspace and mounts are the input's key
-         * (cache_input), not the sandbox's. */
-        if (r >= 0 && cfg->workspace && !late)
-                r = fp_field(&b, "workspace", cfg->workspace);
-        /* Upstream MCP servers: each one's object and where its relative
-         * paths resolve, and the approver by its addresses. Two
-         * configurations that differ here never share a sandbox, and so
-         * never share a server process. */
-        for (size_t i = 0; r >= 0 && i < cfg->servers.n; i++) {
-                const mcp_spec *sp = &cfg->servers.v[i];
-                _cleanup_free_ char *j = json_dumps(sp->json, JSON_COMPACT | JSON_SORT_KEYS);
-                r = j ? dynbuf_appendf(&b, "server:%zu:%s:%zu:%s:%zu:%s\n", strlen(sp->name),
-                                       sp->name, strlen(sp->dir), sp->dir, strlen(j), j)
-                      : -ENOMEM;
-        }
-        if (r >= 0 && cfg->approver) {
-                union {
-                        airlock_tool_approver_fn fn;
-                        void *p;
-                } u = {.fn = cfg->approver};
-                r = dynbuf_appendf(&b, "approver:%p:%p\n", u.p, cfg->approver_data);
-        }
-        for (size_t i = 0; r >= 0 && !late && i < cfg->n_mounts; i++) {
-                r = fp_field(&b, "mount_dest", cfg->mounts[i].dest);
-                if (r >= 0)
-                        r = fp_field(&b, "mount_host", cfg->mounts[i].host);
-        }
-        if (r >= 0)
-                r = dynbuf_appendf(&b, "late_input:%d\n", late);
-        if (r < 0) {
-                dynbuf_free(&b);
-                return r;
-        }
-        *ret = dynbuf_take(&b, NULL);
-        return *ret ? 0 : -ENOMEM;
-}
-
-/* The text has two parts: what the configuration says (tools, approval,
- * allow-list, limits, preloads, the paths of the workspace and mounts), then
- * the signatures of the trees at those paths. *ret_static_len is the length
- * of the first part: two keys that share it are two versions of one
- * configuration, and the older one is stale.
- *
- * The first part changes only through a setter, which drops the memo in cfg,
- * so it is made once per version of the configuration and not at every run.
- * The trees can change at any time, so their signatures are read every time,
- * and so is the signature of the Python installation and the --python-path
- * folders (pypath_env_signature, some 20 us). */
-static int fp_trees(airlock_cache *c, const airlock_config *cfg, dynbuf *b, const fsx_limits *lim,
-                    airlock_error *err);
-static char *tree_key(const airlock_config *cfg, const fsx_limits *lim);
-static bool cache_takes_late(const airlock_cache *c);
-
-static int fingerprint_parts(airlock_cache *c, const airlock_config *cfg, char **ret_text,
-                             size_t *ret_static_len, char **ret_input, airlock_error *err)
-{
-        /* The memo is a cache inside a configuration that callers share
-         * read-only: the object is not const, only this view of it. */
-        _Atomic(char *) *memo = &((airlock_config *)cfg)->fp_memo;
-        char *text = atomic_load(memo);
-        if (!text) {
-                char *made = NULL;
-                int r = config_text(cfg, &made);
-                if (r < 0)
-                        return al_error(err, r, NULL, "configuration fingerprint: %s",
-                                        strerror(-r));
-                /* Two runs may make it at once; the first one's stays. */
-                text = NULL;
-                if (atomic_compare_exchange_strong(memo, &text, made))
-                        text = made;
-                else
-                        free(made);
-        }
-        dynbuf b;
-        dynbuf_init(&b, FINGERPRINT_CAP);
-        int r = dynbuf_append(&b, text, strlen(text));
-        if (r < 0) {
-                dynbuf_free(&b);
-                return al_error(err, r, NULL, "configuration fingerprint: %s", strerror(-r));
-        }
-        size_t static_len = b.len;
-        const fsx_limits lim = sbx_stage_limits(cfg);
-        /* The signatures are the part that can fail on bad input (a link in
-         * the workspace, a missing mount), and their error names the path.
-         * With a late input they are the input's version, apart from the
-         * sandbox's key: the tree paths and caps, then the signatures. */
-        dynbuf in;
-        dynbuf_init(&in, FINGERPRINT_CAP);
-        bool late = cache_late_input(cfg);
-        /* A cache whose sandboxes cannot take late inputs (fakes in tests)
-         * keys each version of the trees to a sandbox of its own. */
-        if (c && !cache_takes_late(c))
-                ret_input = NULL;
-        if (late && (cfg->workspace || cfg->n_mounts)) {
-                _cleanup_free_ char *tk = tree_key(cfg, &lim);
-                r = tk ? dynbuf_append(&in, tk, strlen(tk)) : -ENOMEM;
-                if (r >= 0)
-                        r = fp_trees(c, cfg, &in, &lim, err);
-        } else if (!late) {
-                r = fp_trees(c, cfg, &b, &lim, err);
-        }
-        /* The Python installation and the --python-path folders: a
-         * template that preloaded the old version of a package must not
-         * serve runs that would import the rest of it lazily from the new
-         * one. */
-        char py[17];
-        if (r >= 0) {
-                pypath_env_signature(cfg->python_paths, cfg->n_python_paths, py);
-                r = fp_field(&b, "python", py);
-        }
-        if (r < 0) {
-                dynbuf_free(&b);
-                dynbuf_free(&in);
-                if (r == -ENOMEM || r == -E2BIG)
-                        return al_error(err, r, NULL, "configuration fingerprint: %s",
-                                        strerror(-r));
-                return r;
-        }
-        if (ret_input) {
-                *ret_input = in.len ? dynbuf_take(&in, NULL) : NULL;
-        } else if (in.len) {
-                /* One text for both: the caller compares configurations. */
-                r = dynbuf_append(&b, in.data, in.len);
-                if (r < 0) {
-                        dynbuf_free(&b);
-                        dynbuf_free(&in);
-                        return al_error(err, r, NULL, "configuration fingerprint: %s",
-                                        strerror(-r));
-                }
-        }
-        dynbuf_free(&in);
-        *ret_text = dynbuf_take(&b, NULL);
-        if (ret_static_len)
-                *ret_static_len = static_len;
-        return 0;
-}
-
-int cache_fingerprint(const airlock_config *cfg, char **ret_text, airlock_error *err)
-{
-        return fingerprint_parts(NULL, cfg, ret_text, NULL, NULL, err);
-}
-
-bool cache_late_input(const airlock_config *cfg)
-{
-        /* Upstream MCP servers are the sandbox's (started with it, their
-         * state shared by its runs): a configuration with servers keeps a
-         * sandbox per workspace, so that no two workspaces (tenants) ever
-         * share a server process. */
-        return cfg->servers.n == 0;
-}
-
-static uint64_t fnv1a(const char *s)
-{
-        uint64_t h = 0xcbf29ce484222325ull;
-        for (; *s; s++) {
-                h ^= (unsigned char)*s;
-                h *= 0x100000001b3ull;
-        }
-        return h;
-}
-
-/* ---- the cache --------------------------------------------------------- */
 
 typedef enum entry_state {
         ENTRY_BUILDING, /* one run is creating the sandbox; others wait */
@@ -304,18 +71,6 @@ typedef struct cache_entry {
         unsigned n_idle_inputs;
 } cache_entry;
 
-/* The change detection of one set of trees (a workspace and its mounts,
- * signed with one set of staging caps), shared by every configuration that
- * names them. Kept on its own list, not in an entry: an entry is replaced
- * when its trees change, the watches must outlive that. */
-typedef struct tree_set {
-        char *key; /* the paths and caps, as fingerprint fields */
-        fsx_watch *w;
-        unsigned refs;         /* callers inside fsx_watch_signatures */
-        uint64_t last_used_ns; /* for the reaper (trees_reap_locked) */
-        struct tree_set *next;
-} tree_set;
-
 struct airlock_cache {
         pthread_mutex_t lock;
         pthread_cond_t changed; /* a build ended, a run slot freed, or closing */
@@ -332,10 +87,7 @@ struct airlock_cache {
         unsigned n_entries;
         cache_ops ops;
         cache_stats stats;
-        tree_set *trees; /* most recently used first, at most max_sandboxes unused */
-        unsigned n_trees;
-        unsigned watch_max;       /* 0: FSX_WATCH_MAX_DEFAULT */
-        uint64_t watch_period_ns; /* 0: FSX_WATCH_PERIOD_NS */
+        cache_trees trees; /* the tree watch, with a lock of its own */
 };
 
 static bool cache_takes_late(const airlock_cache *c)
@@ -359,210 +111,6 @@ static const cache_ops real_ops = {
     .sandbox_run_input = sbx_run_input,
     .session_open_input = sbx_session_open_input,
 };
-
-/* ---- change detection of the trees -------------------------------------- */
-
-/* The key of the tree set of cfg: every path signed, in order, and the caps
- * the signatures are made with. */
-static char *tree_key(const airlock_config *cfg, const fsx_limits *lim)
-{
-        dynbuf b;
-        dynbuf_init(&b, FINGERPRINT_CAP);
-        int r = dynbuf_appendf(&b, "caps:%llu:%llu:%u\n", (unsigned long long)lim->max_bytes,
-                               (unsigned long long)lim->max_files, (unsigned)lim->max_depth);
-        if (r >= 0 && cfg->workspace)
-                r = fp_field(&b, "workspace", cfg->workspace);
-        for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
-                r = fp_field(&b, "mount_host", cfg->mounts[i].host);
-        if (r < 0) {
-                dynbuf_free(&b);
-                return NULL;
-        }
-        return dynbuf_take(&b, NULL);
-}
-
-/* Finds or makes the tree set for cfg and takes a reference on it; NULL
- * when out of memory (the caller then walks without one). Unused sets past
- * max_sandboxes go, least recently used first, into *ret_drop (the caller
- * frees them without the lock: closing an inotify instance waits for the
- * kernel to release its watches). */
-static tree_set *tree_set_get(airlock_cache *c, const airlock_config *cfg, const fsx_limits *lim,
-                              tree_set **ret_drop)
-{
-        *ret_drop = NULL;
-        _cleanup_free_ char *key = tree_key(cfg, lim);
-        if (!key)
-                return NULL;
-        pthread_mutex_lock(&c->lock);
-        tree_set **pp = &c->trees, *t = NULL;
-        for (; *pp; pp = &(*pp)->next)
-                if (strcmp((*pp)->key, key) == 0) {
-                        t = *pp;
-                        *pp = t->next; /* moved to the front below */
-                        break;
-                }
-        unsigned unused = 0;
-        for (tree_set *o = c->trees; !t && o; o = o->next)
-                unused += o->refs == 0;
-        if (!t && unused >= c->max_sandboxes) {
-                /* Every watch the cache keeps is taken: this tree is walked.
-                 * Making a watch here and ending the least recently used one
-                 * cost each call of a server with many workspaces (tenants)
-                 * milliseconds (closing an inotify instance waits for the
-                 * kernel), under this lock; the reaper ends watches unused
-                 * for the idle timeout instead, so that a busy tree gets one
-                 * again. */
-                pthread_mutex_unlock(&c->lock);
-                return NULL;
-        }
-        if (!t) {
-                size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts, k = 0;
-                _cleanup_free_ const char **paths = calloc(n, sizeof(*paths));
-                if (paths && cfg->workspace)
-                        paths[k++] = cfg->workspace;
-                for (size_t i = 0; paths && i < cfg->n_mounts; i++)
-                        paths[k++] = cfg->mounts[i].host;
-                t = paths ? calloc(1, sizeof(*t)) : NULL;
-                if (!t || fsx_watch_new(paths, n, lim, CACHE_CONTENT_THRESHOLD, &t->w, NULL) < 0) {
-                        free(t);
-                        pthread_mutex_unlock(&c->lock);
-                        return NULL;
-                }
-                fsx_watch_set_knobs(t->w, c->watch_max, c->watch_period_ns);
-                t->key = TAKE_PTR(key);
-                c->n_trees++;
-        }
-        t->next = c->trees;
-        c->trees = t;
-        t->refs++;
-        t->last_used_ns = c->ops.now_ns();
-        pthread_mutex_unlock(&c->lock);
-        return t;
-}
-
-/* Takes off the list the watches unused for the idle timeout, into *out,
- * for the caller to free without the lock. Caller holds the lock. */
-static void trees_reap_locked(airlock_cache *c, tree_set **out)
-{
-        if (!c->idle_ns)
-                return;
-        uint64_t now = c->ops.now_ns();
-        for (tree_set **pp = &c->trees; *pp;) {
-                tree_set *o = *pp;
-                if (o->refs == 0 && now > o->last_used_ns && now - o->last_used_ns > c->idle_ns) {
-                        *pp = o->next;
-                        o->next = *out;
-                        *out = o;
-                        c->n_trees--;
-                        continue;
-                }
-                pp = &o->next;
-        }
-}
-
-static void tree_set_free_list(tree_set *t)
-{
-        while (t) {
-                tree_set *next = t->next;
-                fsx_watch_free(t->w);
-                free(t->key);
-                free(t);
-                t = next;
-        }
-}
-
-/* The signature fields of cfg's trees, in the order of today's walk (the
- * workspace, then each mount). With a cache, through its tree set: a check
- * of the inotify events when nothing changed, a walk otherwise. */
-static int fp_trees(airlock_cache *c, const airlock_config *cfg, dynbuf *b, const fsx_limits *lim,
-                    airlock_error *err)
-{
-        int r = 0;
-        tree_set *drop = NULL, *t = NULL;
-        if (c && (cfg->workspace || cfg->n_mounts))
-                t = tree_set_get(c, cfg, lim, &drop);
-        tree_set_free_list(drop);
-        if (!t) {
-                if (cfg->workspace)
-                        r = fp_signature(b, cfg->workspace, lim, err);
-                for (size_t i = 0; r >= 0 && i < cfg->n_mounts; i++)
-                        r = fp_signature(b, cfg->mounts[i].host, lim, err);
-                return r;
-        }
-        size_t n = (cfg->workspace ? 1 : 0) + cfg->n_mounts;
-        char(*hex)[FSX_SIGNATURE_HEX] = calloc(n, sizeof(*hex));
-        if (!hex)
-                r = al_error(err, -ENOMEM, NULL, "out of memory");
-        bool walked = false;
-        if (r >= 0)
-                r = fsx_watch_signatures(t->w, hex, &walked, err);
-        for (size_t i = 0; r >= 0 && i < n; i++)
-                r = fp_field(b, "signature", hex[i]);
-        free(hex);
-        pthread_mutex_lock(&c->lock);
-        t->refs--;
-        if (walked)
-                c->stats.tree_walks++;
-        else
-                c->stats.tree_checks++;
-        pthread_mutex_unlock(&c->lock);
-        return r;
-}
-
-void cache_set_watch_knobs(airlock_cache *c, unsigned max_watches, uint64_t period_ns)
-{
-        pthread_mutex_lock(&c->lock);
-        c->watch_max = max_watches;
-        c->watch_period_ns = period_ns;
-        for (tree_set *t = c->trees; t; t = t->next)
-                fsx_watch_set_knobs(t->w, max_watches, period_ns);
-        pthread_mutex_unlock(&c->lock);
-}
-
-/* The tree set of key with a reference of the caller's, or NULL when the
- * cache has none (it is made by a run, not by a look). */
-static tree_set *tree_set_ref(airlock_cache *c, const char *key)
-{
-        tree_set *found = NULL;
-        pthread_mutex_lock(&c->lock);
-        for (tree_set *t = c->trees; t; t = t->next)
-                if (strcmp(t->key, key) == 0) {
-                        found = t;
-                        found->refs++;
-                        break;
-                }
-        pthread_mutex_unlock(&c->lock);
-        return found;
-}
-
-/* What the tree set of cfg reports, as the describe key "workspace_watch";
- * NULL without workspace and mounts. A set in fallback adds a warning. */
-static json_t *watch_report(airlock_cache *c, const airlock_config *cfg, char **ret_warning)
-{
-        *ret_warning = NULL;
-        if (!cfg->workspace && !cfg->n_mounts)
-                return NULL;
-        const fsx_limits lim = sbx_stage_limits(cfg);
-        _cleanup_free_ char *key = tree_key(cfg, &lim);
-        fsx_watch_info info;
-        tree_set *found = key ? tree_set_ref(c, key) : NULL;
-        if (!found)
-                return NULL;
-        /* Without the cache's lock: the watcher's own is held through a
-         * walk, which must not stop every other caller of the cache. */
-        fsx_watch_get_info(found->w, &info);
-        pthread_mutex_lock(&c->lock);
-        found->refs--;
-        pthread_mutex_unlock(&c->lock);
-        if (info.reason[0])
-                *ret_warning = strdup(info.reason);
-        return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:s?}", "mode",
-                         info.active ? "inotify" : "walk", "watches", (json_int_t)info.watches,
-                         "max_watches", (json_int_t)info.max_watches, "safety_walk_s",
-                         (double)info.period_ns / 1e9, "walks", (json_int_t)info.walks, "checks",
-                         (json_int_t)info.checks, "partial_walks", (json_int_t)info.partial,
-                         "reason", info.reason[0] ? info.reason : NULL);
-}
 
 static void list_unlink(airlock_cache *c, cache_entry *e)
 {
@@ -793,20 +341,16 @@ static void *reaper_main(void *arg)
                 if (c->closing)
                         break;
                 close_list l = {0};
-                tree_set *idle_trees = NULL;
                 reap_locked(c, &l);
-                trees_reap_locked(c, &idle_trees);
                 /* The copies a burst left ready are ended once runs slow
                  * down, not only at the next run. */
                 for (cache_entry *e = c->head; e && c->ops.sandbox_trim; e = e->next)
                         if (e->refs == 0 && e->state == ENTRY_READY && e->sb)
                                 c->ops.sandbox_trim(e->sb);
-                if (l.n || l.overflow || idle_trees) {
-                        pthread_mutex_unlock(&c->lock);
-                        close_list_run(c, &l);
-                        tree_set_free_list(idle_trees);
-                        pthread_mutex_lock(&c->lock);
-                }
+                pthread_mutex_unlock(&c->lock);
+                close_list_run(c, &l);
+                cache_trees_reap(&c->trees);
+                pthread_mutex_lock(&c->lock);
         }
         pthread_mutex_unlock(&c->lock);
         return NULL;
@@ -831,6 +375,7 @@ int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cac
                 c->idle_ns = 1;
         c->max_parallel = CACHE_DEFAULT_MAX_PARALLEL;
         c->ops = real_ops;
+        cache_trees_init(&c->trees, c->max_sandboxes, c->idle_ns, real_now_ns);
         /* A test knob for the black-box tests: AIRLOCK_WATCH_MAX lowers the
          * cap on watches per tree set (it can only lower it, so the most it
          * does is make calls walk the trees, as without watches). */
@@ -839,7 +384,21 @@ int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cac
                 char *end = NULL;
                 unsigned long v = strtoul(wm, &end, 10);
                 if (end && !*end && v > 0 && v < FSX_WATCH_MAX_DEFAULT)
-                        c->watch_max = (unsigned)v;
+                        c->trees.watch_max = (unsigned)v;
+        }
+        /* AIRLOCK_SHARED_WALK_MAX lowers the shared walk cap (0: a tree on
+         * shared storage is never walked at every call, and only its
+         * generation and the safety walk tell of another machine's
+         * changes): for the bench, and for an operator who trades the
+         * changes made behind airlock's back for the walk's cost. */
+        const char *sm = secure_getenv("AIRLOCK_SHARED_WALK_MAX");
+        if (sm && *sm) {
+                char *end = NULL;
+                unsigned long long v = strtoull(sm, &end, 10);
+                if (end && !*end && v < FSX_SHARED_WALK_MAX) {
+                        c->trees.shared_max_set = true;
+                        c->trees.shared_max = v;
+                }
         }
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->changed, NULL);
@@ -876,6 +435,7 @@ void cache_set_ops(airlock_cache *c, const cache_ops *ops)
                               : ops->sandbox_trim ? ops->sandbox_trim
                                                   : real_ops.sandbox_trim;
         c->ops.now_ns = ops->now_ns ? ops->now_ns : real_ops.now_ns;
+        c->trees.now_ns = c->ops.now_ns;
         /* A fake sandbox_new without the late-input ops: a sandbox per
          * workspace, as the fakes expect. */
         c->ops.sandbox_new_late =
@@ -902,6 +462,15 @@ void cache_get_stats(airlock_cache *c, cache_stats *ret)
         ret->sandboxes = c->n_entries;
         ret->running = c->running;
         pthread_mutex_unlock(&c->lock);
+        pthread_mutex_lock(&c->trees.lock);
+        ret->tree_walks = c->trees.walks;
+        ret->tree_checks = c->trees.checks;
+        pthread_mutex_unlock(&c->trees.lock);
+}
+
+void cache_set_watch_knobs(airlock_cache *c, unsigned max_watches, uint64_t period_ns)
+{
+        cache_trees_set_knobs(&c->trees, max_watches, period_ns);
 }
 
 void cache_wait_later_closes(airlock_cache *c)
@@ -1190,23 +759,14 @@ static char **input_delta(airlock_cache *c, const airlock_config *cfg, const cha
                 return NULL;
         const char *from = key_signature(from_key), *to = key_signature(to_key);
         const fsx_limits lim = sbx_stage_limits(cfg);
-        _cleanup_free_ char *tk = tree_key(cfg, &lim);
+        _cleanup_free_ char *tk = cache_tree_key(cfg, &lim);
         if (!from || !to || !tk)
                 return NULL;
         char fh[FSX_SIGNATURE_HEX], th[FSX_SIGNATURE_HEX];
         memcpy(fh, from, FSX_SIGNATURE_HEX - 1);
         memcpy(th, to, FSX_SIGNATURE_HEX - 1);
         fh[FSX_SIGNATURE_HEX - 1] = th[FSX_SIGNATURE_HEX - 1] = '\0';
-        tree_set *found = tree_set_ref(c, tk);
-        if (!found)
-                return NULL;
-        char **dirs = NULL;
-        if (fsx_watch_delta(found->w, fh, th, &dirs, ret_n) != 1)
-                dirs = NULL;
-        pthread_mutex_lock(&c->lock);
-        found->refs--;
-        pthread_mutex_unlock(&c->lock);
-        return dirs;
+        return cache_trees_delta(&c->trees, tk, fh, th, ret_n);
 }
 
 /* Contract: finds or stages the input version key (tree key, then the
@@ -1278,7 +838,7 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
         /* The key starts with the trees' key (tree_key): a version of the
          * same trees shares that part. */
         const fsx_limits lim = sbx_stage_limits(cfg);
-        _cleanup_free_ char *tk = tree_key(cfg, &lim);
+        _cleanup_free_ char *tk = cache_tree_key(cfg, &lim);
         if (!tk)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         size_t tk_len = strlen(tk);
@@ -1418,10 +978,11 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
                 al_watch_fire();
         _cleanup_free_ char *key = NULL, *input_key = NULL;
         size_t static_len = 0;
-        int r = fingerprint_parts(c, cfg, &key, &static_len, &input_key, err);
+        int r = cache_fingerprint_parts(&c->trees, cache_takes_late(c), cfg, &key, &static_len,
+                                        &input_key, err);
         if (r < 0)
                 return r;
-        uint64_t hash = fnv1a(key);
+        uint64_t hash = cache_fnv1a(key);
         r = slot_acquire(c, err);
         if (r < 0)
                 return r;
@@ -1499,7 +1060,8 @@ int airlock_cache_session_open(airlock_cache *c, const airlock_config *cfg, airl
                                 "cache session: missing cache, configuration or result");
         _cleanup_free_ char *key = NULL, *input_key = NULL;
         size_t static_len = 0;
-        int r = fingerprint_parts(c, cfg, &key, &static_len, &input_key, err);
+        int r = cache_fingerprint_parts(&c->trees, cache_takes_late(c), cfg, &key, &static_len,
+                                        &input_key, err);
         if (r < 0)
                 return r;
         cache_hold *h = calloc(1, sizeof(*h));
@@ -1508,7 +1070,7 @@ int airlock_cache_session_open(airlock_cache *c, const airlock_config *cfg, airl
         h->c = c;
         r = slot_acquire(c, err);
         if (r >= 0) {
-                r = entry_acquire(c, cfg, key, static_len, fnv1a(key), &h->e, err);
+                r = entry_acquire(c, cfg, key, static_len, cache_fnv1a(key), &h->e, err);
                 if (r >= 0 && h->e->late && input_key)
                         r = input_acquire(c, h->e, cfg, input_key, &h->ci, err);
                 if (r >= 0 && h->e->late)
@@ -1535,7 +1097,7 @@ int airlock_cache_session_open(airlock_cache *c, const airlock_config *cfg, airl
 static char *with_watch_report(airlock_cache *c, const airlock_config *cfg, char *text)
 {
         _cleanup_free_ char *warning = NULL;
-        json_t *report = watch_report(c, cfg, &warning);
+        json_t *report = cache_trees_report(&c->trees, cfg, &warning);
         if (!report)
                 return text;
         json_t *o = json_loads(text, 0, NULL);
@@ -1565,11 +1127,13 @@ char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, a
         }
         _cleanup_free_ char *key = NULL;
         size_t static_len = 0;
-        if (fingerprint_parts(c, cfg, &key, &static_len, NULL, err) < 0 || slot_acquire(c, err) < 0)
+        if (cache_fingerprint_parts(&c->trees, cache_takes_late(c), cfg, &key, &static_len, NULL,
+                                    err) < 0 ||
+            slot_acquire(c, err) < 0)
                 return NULL;
         cache_entry *e = NULL;
         char *text = NULL;
-        if (entry_acquire(c, cfg, key, static_len, fnv1a(key), &e, err) >= 0) {
+        if (entry_acquire(c, cfg, key, static_len, cache_fnv1a(key), &e, err) >= 0) {
                 /* A late-input sandbox serves many workspaces: the text
                  * names the caller's, never the one it was built for. */
                 text = e->late ? sbx_describe_json_for(e->sb, cfg, err)
@@ -1607,7 +1171,6 @@ void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
                 return;
         size_t flen = strlen(field);
         cache_input *drop = NULL;
-        tree_set *trees = NULL;
         close_list l = {0};
         pthread_mutex_lock(&c->lock);
         for (cache_entry *e = c->head, *next; e; e = next) {
@@ -1639,26 +1202,24 @@ void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
                         drop = ci;
                 }
         }
-        for (tree_set **pp = &c->trees; *pp;) {
-                tree_set *t = *pp;
-                const char *nl = strchr(t->key, '\n');
-                if (t->refs == 0 && nl && strncmp(nl + 1, field, flen) == 0) {
-                        *pp = t->next;
-                        t->next = trees;
-                        trees = t;
-                        c->n_trees--;
-                        continue;
-                }
-                pp = &t->next;
-        }
         pthread_mutex_unlock(&c->lock);
         while (drop) {
                 cache_input *next = drop->next;
                 input_free_later(c, drop);
                 drop = next;
         }
-        tree_set_free_list(trees);
+        cache_trees_forget(&c->trees, field, flen);
         close_list_run_later(c, &l);
+}
+
+void airlock_cache_workspace_changed(airlock_cache *c, const char *path)
+{
+        if (!c || !path || !*path)
+                return;
+        _cleanup_free_ char *field = NULL;
+        if (asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0)
+                return;
+        cache_trees_changed(&c->trees, field, strlen(field));
 }
 
 void airlock_cache_close(airlock_cache *c)
@@ -1682,7 +1243,7 @@ void airlock_cache_close(airlock_cache *c)
                 close_list_add(&l, entry_doom_locked(c, c->head));
         pthread_mutex_unlock(&c->lock);
         close_list_run(c, &l);
-        tree_set_free_list(c->trees);
+        cache_trees_destroy(&c->trees);
         pthread_cond_destroy(&c->reaper_wake);
         pthread_cond_destroy(&c->changed);
         pthread_mutex_destroy(&c->lock);

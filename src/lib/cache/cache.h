@@ -1,6 +1,7 @@
-/* The sandbox cache behind airlock_cache_*: configuration fingerprints, LRU
- * and idle eviction, rebuilding a sandbox whose template died, and a cap on
- * runs in parallel. */
+/* The sandbox cache behind airlock_cache_*: LRU and idle eviction,
+ * rebuilding a sandbox whose template died, and a cap on runs in parallel
+ * (cache.c), keyed by configuration fingerprints (cache_fingerprint.c) whose
+ * tree signatures the tree watch keeps (cache_trees.c). */
 #ifndef AIRLOCK_CACHE_H
 #define AIRLOCK_CACHE_H
 

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""A call on a shared tenants folder (a GlusterFS volume over FUSE) against
+the same call on a local one, side by side in one run (issue 42's targets:
+at most +1 ms unchanged, at most +5 ms after a one-file change, for a
+20-file tenant as in the tenants bench).
+
+Two `airlock mcp --tenants-dir D --tenant T` servers: D on the local disk,
+and D on a FUSE mount of a replicated volume of the bench's own
+(tests/multihost/gluster.py: glusterd in a network namespace, bricks in a
+temporary folder, every client cache off as docs/serving.md names). A third
+server on a second mount of the volume stands in for another host. Rounds
+interleave, 50 ms apart:
+
+  - an unchanged call on each (the same read of every file);
+  - a one-file change, untimed, then the timed call that must see it: on
+    the local folder through the server's own workspace_write; on the
+    shared one through the other host's workspace_write (the case inotify
+    cannot see), and, in a row of its own, written on the other mount
+    behind airlock's back.
+
+Then the same for a 10,000-file tenant (100 folders of 100 files of 1 KiB),
+fewer rounds: over the shared walk cap, its unchanged call relies on the
+generation, and its call after a change walks the tree over FUSE.
+
+Needs root, FUSE and network namespaces (as the multihost tier); prints a
+Markdown table, or why it could not measure. Called by bench/run.sh (`make
+bench`); alone: /usr/bin/python3 bench/bench_shared.py BUILD [--quick]
+[--only=small or --only=big] [--json]
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "multihost"))
+import gluster  # noqa: E402 - the multihost tier's fixture
+
+FILES = 20
+PAD = "# " + "x" * 160 + "\n"
+READ_SMALL = ("import os\n"
+              "rows = [open('/input/' + f).read().split('\\n')[1] for f in sorted(os.listdir("
+              "'/input')) if f.endswith('.csv')]\n"
+              "print(len(rows), rows[0])\n")
+READ_BIG = "print(open('/input/d042/f04200.txt').read(), end='')"
+
+
+class Mcp:
+    """airlock mcp --tenants-dir D --tenant T on stdio, one request at a time."""
+
+    def __init__(self, exe, tenants_dir, tenant, tmp, **extra_env):
+        env = dict(os.environ, TMPDIR=tmp, **extra_env)
+        # The 10,000-file tenant holds 10,100 entries: over the default cap.
+        self.p = subprocess.Popen([exe, "mcp", "--tenants-dir", tenants_dir, "--tenant", tenant,
+                                   "--workspace-max-files", "20000"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, env=env)
+        self.n = 0
+        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                "clientInfo": {"name": "bench_shared", "version": "1"}})
+
+    def rpc(self, method, params):
+        self.n += 1
+        self.p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
+                                        "params": params}) + "\n").encode())
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def tool(self, name, args):
+        res = self.rpc("tools/call", {"name": name, "arguments": args})["result"]
+        if res.get("isError"):
+            raise RuntimeError(f"{name} failed: {res['content'][0]['text'][:300]}")
+        return res
+
+    def call(self, code):
+        t = time.perf_counter()
+        res = self.tool("execute_code", {"code": code})
+        dt = (time.perf_counter() - t) * 1e3
+        return dt, "".join(c.get("text", "") for c in res["content"] if c["type"] == "text")
+
+    def write(self, path, text):
+        self.tool("workspace_write", {"files": [{"path": path, "text": text}]})
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=300)
+
+
+def small_tenant(d):
+    os.makedirs(d, exist_ok=True)
+    for i in range(FILES):
+        with open(os.path.join(d, f"f{i:02d}.csv"), "w") as f:
+            f.write(f"tenant,v\nbench,{i}\n{PAD}")
+
+
+def big_tenant(d):
+    data = b"x" * 1023 + b"\n"
+    for i in range(10000):
+        sub = os.path.join(d, f"d{i // 100:03d}")
+        if i % 100 == 0:
+            os.makedirs(sub, exist_ok=True)
+        with open(os.path.join(sub, f"f{i:05d}.txt"), "wb") as f:
+            f.write(data)
+
+
+def med(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def measure(local, shared, other, other_mount_dir, code, path, expect, rounds, gen=None,
+            behind=True):
+    """Interleaved rounds; returns {case: [ms...]}. gen (may be None): a
+    server on the shared folder with the shared walk off, timed beside."""
+    s = {k: [] for k in ("local", "shared", "local_edit", "shared_edit", "shared_behind",
+                         "gen", "gen_edit")}
+    for _ in range(3):
+        local.call(code)
+        shared.call(code)
+        if gen:
+            gen.call(code)
+    for i in range(rounds):
+        s["local"].append(local.call(code)[0])
+        time.sleep(0.05)
+        s["shared"].append(shared.call(code)[0])
+        time.sleep(0.05)
+        if gen:
+            s["gen"].append(gen.call(code)[0])
+            time.sleep(0.05)
+        text = expect(f"local {i}")
+        local.write(path, text)
+        dt, out = local.call(code)
+        assert text.split("\n")[1] in out or out == text, (out, text)
+        s["local_edit"].append(dt)
+        time.sleep(0.05)
+        text = expect(f"other {i}")
+        other.write(path, text)
+        dt, out = shared.call(code)
+        assert text.split("\n")[1] in out or out == text, ("shared call saw", out, text)
+        s["shared_edit"].append(dt)
+        time.sleep(0.05)
+        if gen:
+            text = expect(f"other-gen {i}")
+            other.write(path, text)
+            dt, out = gen.call(code)
+            assert text.split("\n")[1] in out or out == text, ("gen call saw", out, text)
+            s["gen_edit"].append(dt)
+            time.sleep(0.05)
+        if not behind:
+            continue
+        text = expect(f"behind {i}")
+        with open(os.path.join(other_mount_dir, path), "w") as f:
+            f.write(text)
+        dt, out = shared.call(code)
+        assert text.split("\n")[1] in out or out == text, ("shared call saw", out, text)
+        s["shared_behind"].append(dt)
+        time.sleep(0.05)
+    return s
+
+
+def lookup_cost(mount):
+    """The median of 200 lstat calls of one file through the mount: what
+    each entry of a walk costs there (the kernel asks the FUSE daemon every
+    time, with the timeouts 0)."""
+    path = os.path.join(mount, "lookup-probe")
+    with open(path, "w") as f:
+        f.write("x")
+    ts = []
+    for _ in range(200):
+        t = time.perf_counter()
+        os.lstat(path)
+        ts.append((time.perf_counter() - t) * 1e3)
+    os.unlink(path)
+    return med(ts)
+
+
+def run(build, quick, sizes=("small", "big")):
+    why = gluster.missing()
+    if why:
+        return {"skipped": why}
+    exe = os.path.abspath(os.path.join(build, "airlock"))
+    base = tempfile.mkdtemp(prefix="bench-shared.", dir=os.environ.get("TMPDIR", "/tmp"))
+    out = {}
+    procs = []
+    try:
+        with gluster.Volume(os.path.join(base, "vol"), mounts=2) as vol:
+            out["lookup_ms"] = lookup_cost(vol.mounts[0])
+            for size, rounds in (("small", 10 if quick else 30), ("big", 2 if quick else 5)):
+                if size not in sizes:
+                    continue
+                tenant = f"bench{size}"
+                loc_dir = os.path.join(base, "local")
+                sh_dirs = [os.path.join(m, "tenants") for m in vol.mounts]
+                make = small_tenant if size == "small" else big_tenant
+                make(os.path.join(loc_dir, tenant))
+                make(os.path.join(sh_dirs[0], tenant))
+                tmps = [os.path.join(base, f"tmp-{size}-{k}") for k in range(4)]
+                for t in tmps:
+                    os.makedirs(t)
+                local = Mcp(exe, loc_dir, tenant, tmps[0])
+                shared = Mcp(exe, sh_dirs[0], tenant, tmps[1])
+                other = Mcp(exe, sh_dirs[1], tenant, tmps[2])
+                gen = (Mcp(exe, sh_dirs[0], tenant, tmps[3], AIRLOCK_SHARED_WALK_MAX="0")
+                       if size == "small" else None)
+                procs += [local, shared, other] + ([gen] if gen else [])
+                if size == "small":
+                    code, path = READ_SMALL, "f00.csv"
+                    expect = lambda tag: f"tenant,v\n{tag}\n{PAD}"  # noqa: E731
+                else:
+                    code, path = READ_BIG, "d042/f04200.txt"
+                    expect = lambda tag: f"edit\n{tag}\n"  # noqa: E731
+                out[size] = measure(local, shared, other, os.path.join(sh_dirs[1], tenant), code,
+                                    path, expect, rounds, gen, behind=size == "small")
+                out[size + "_rounds"] = rounds
+                for m in [local, shared, other] + ([gen] if gen else []):
+                    m.close()
+                    procs.remove(m)
+    finally:
+        for m in procs:
+            m.p.kill()
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def report_lines(res):
+    if "skipped" in res:
+        return ["## shared tenants folder", "", f"not measured: {res['skipped']}"]
+    lines = ["## shared tenants folder (GlusterFS over FUSE against a local disk)", "",
+             "| tenant | call | local | shared | difference | target |", "|---|---|---:|---:|---:|---|"]
+    if "lookup_ms" in res:
+        lines.append(f"| - | one lstat through the mount (median of 200) | | "
+                     f"{res['lookup_ms']:.2f} ms | | |")
+    for size, label in (("small", "20 files"), ("big", "10,000 files")):
+        if size not in res:
+            continue
+        s = res[size]
+        n = res[size + "_rounds"]
+        rows = [("unchanged", "local", "shared", "<= +1 ms" if size == "small" else "(report)"),
+                ("after a one-file change (other host's workspace_write)", "local_edit",
+                 "shared_edit", "<= +5 ms" if size == "small" else "(report)"),
+                ("after a one-file change behind airlock's back", "local_edit", "shared_behind",
+                 "(report)")]
+        if s.get("gen"):
+            rows += [("unchanged, shared walk off (AIRLOCK_SHARED_WALK_MAX=0)", "local", "gen",
+                      "(report)"),
+                     ("after another host's change, shared walk off", "local_edit", "gen_edit",
+                      "(report)")]
+        for what, lk, sk, target in rows:
+            if not s[sk]:
+                continue
+            lm, sm = med(s[lk]), med(s[sk])
+            lines.append(f"| {label} ({n} rounds) | {what} | {lm:.1f} ms | {sm:.1f} ms | "
+                         f"{sm - lm:+.1f} ms | {target} |")
+    return lines
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    sizes = [a[len("--only="):] for a in sys.argv if a.startswith("--only=")] or ["small", "big"]
+    res = run(args[0] if args else "build", "--quick" in sys.argv, sizes)
+    if "--json" in sys.argv:
+        print(json.dumps(res))
+    else:
+        print("\n".join(report_lines(res)))
+
+
+if __name__ == "__main__":
+    main()

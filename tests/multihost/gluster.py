@@ -1,0 +1,272 @@
+"""A GlusterFS replicated volume of a test's own, FUSE-mounted N times: each
+mount stands in for one host's mount of a shared tenants folder.
+
+glusterd runs in a network namespace of its own (a private port space, so
+that its port 24007 never meets another test's or the machine's), with its
+state, sockets and logs in the test's temporary folder; the bricks are
+folders there too (`force`: they sit on the root file system). The client
+processes join that namespace with nsenter (not `ip netns exec`, which
+would mount the FUSE file system in a private mount namespace), so the
+mounts are seen by the whole machine. Everything is stopped and removed by
+stop(), which is safe to call on a half-started volume, and by the context
+manager even when the test fails.
+
+The volume options and the client options are those docs/serving.md
+("Shared storage") names: every client cache off, and the kernel's entry,
+attribute and negative timeouts 0, so that one mount's change is seen by
+the next call on another.
+"""
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "blackbox"))
+from harness import Skip  # noqa: E402
+
+FUSE_SUPER_MAGIC = 0x65735546
+GLUSTERD = shutil.which("glusterd") or "/usr/sbin/glusterd"
+GLUSTER = shutil.which("gluster") or "/usr/sbin/gluster"
+GLUSTERFS = shutil.which("glusterfs") or "/usr/sbin/glusterfs"
+
+# Volume options: the client-side translators that cache metadata or data,
+# or delay writes, all off (docs/serving.md, "Shared storage").
+VOLUME_OPTIONS = {
+    "performance.stat-prefetch": "off",
+    "performance.quick-read": "off",
+    "performance.io-cache": "off",
+    "performance.read-ahead": "off",
+    "performance.readdir-ahead": "off",
+    "performance.write-behind": "off",
+    "performance.flush-behind": "off",
+    "performance.open-behind": "off",
+    "performance.nl-cache": "off",
+}
+# The FUSE client's options: the kernel asks again at every lookup.
+CLIENT_OPTIONS = ["--attribute-timeout=0", "--entry-timeout=0", "--negative-timeout=0",
+                  # Its help says false by default; without it, a file another mount
+                  # rewrote still reads as it was here (the kernel keeps its pages).
+                  "--fopen-keep-cache=off"]
+
+
+def missing():
+    """Why a volume cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (glusterd, FUSE mounts, network namespaces)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse (modprobe fuse)"
+    for p in (GLUSTERD, GLUSTER, GLUSTERFS):
+        if not os.access(p, os.X_OK):
+            return f"{p} is missing: install glusterfs-server (scripts/deps.sh check)"
+    for p in ("ip", "nsenter"):
+        if not shutil.which(p):
+            return f"{p} is missing: install iproute2 and util-linux"
+    r = subprocess.run(["ip", "netns", "add", "airlock-probe-" + secrets.token_hex(3)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"no network namespaces here: ip netns add: {r.stderr.strip()}"
+    name = r.args[3]
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return None
+
+
+def require():
+    """Skip with a one-line hint where a volume cannot be made; as root,
+    where CI runs and everything needed is installed by scripts/deps.sh,
+    that is a failure instead."""
+    why = missing()
+    if why is None:
+        return
+    if os.geteuid() == 0:
+        raise AssertionError(f"multihost: {why} (as root, CI's case, a skip counts as a failure)")
+    raise Skip(f"multihost: {why}")
+
+
+def _wait(pred, what, timeout=60):
+    """Waits for pred() (polled: glusterd and FUSE give no event to wait on),
+    failing with what after timeout seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        if pred():
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"gluster: timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _fs_type(path):
+    """The file system magic of path (statfs's f_type), or None."""
+    r = subprocess.run(["stat", "-f", "-c", "%t", path], capture_output=True, text=True)
+    try:
+        return int(r.stdout.strip(), 16)
+    except ValueError:
+        return None
+
+
+class Volume:
+    """A replicated volume (replica `bricks`) in folder `base`, mounted
+    `mounts` times: self.mounts[i] is the i-th mount's path."""
+
+    def __init__(self, base, mounts=2, bricks=2):
+        self.base = base
+        self.n_mounts = mounts
+        self.n_bricks = bricks
+        tag = secrets.token_hex(3)
+        self.ns = f"airlock-gl-{tag}"
+        self.name = f"airlock{tag}"
+        self.addr = f"10.{0x40 + secrets.randbelow(64)}.{secrets.randbelow(256)}.1"
+        self.state = os.path.join(base, "glusterd")
+        self.run_dir = os.path.join(base, "run")
+        self.log_dir = os.path.join(base, "log")
+        self.bricks = [os.path.join(base, f"brick{i}") for i in range(bricks)]
+        self.mounts = [os.path.join(base, f"mnt{i}") for i in range(mounts)]
+        self.ns_made = False
+        self.glusterd_pid = None
+        self.client_pids = []
+        self.started = False
+
+    # -- life ---------------------------------------------------------------
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def _in_ns(self, *argv):
+        return ["nsenter", f"--net=/run/netns/{self.ns}", *argv]
+
+    def gluster(self, *args, check=True):
+        r = subprocess.run(self._in_ns(GLUSTER, f"--glusterd-sock={self.sock}", "--mode=script",
+                                       *args), capture_output=True, text=True, timeout=120)
+        if check and r.returncode != 0:
+            raise AssertionError(f"gluster {' '.join(args)}: {r.stdout}{r.stderr}"
+                                 f"\n{self.log_tail()}")
+        return r
+
+    @property
+    def sock(self):
+        return os.path.join(self.run_dir, "glusterd.socket")
+
+    def start(self):
+        for d in (self.state, self.run_dir, self.log_dir, *self.bricks, *self.mounts):
+            os.makedirs(d, exist_ok=True)
+        subprocess.run(["ip", "netns", "add", self.ns], check=True, capture_output=True)
+        self.ns_made = True
+        # glusterd refuses loopback addresses for bricks: the namespace's
+        # loopback device gets an address of the 10/8 block besides.
+        subprocess.run(["ip", "-n", self.ns, "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "-n", self.ns, "addr", "add", f"{self.addr}/32", "dev", "lo"],
+                       check=True)
+        vol = os.path.join(self.base, "glusterd.vol")
+        with open(vol, "w") as f:
+            f.write("volume management\n"
+                    "    type mgmt/glusterd\n"
+                    f"    option working-directory {self.state}\n"
+                    "    option transport-type socket\n"
+                    "    option transport.socket.listen-port 24007\n"
+                    f"    option glusterd-sockfile {self.sock}\n"
+                    "    option ping-timeout 0\n"
+                    "    option event-threads 1\n"
+                    "end-volume\n")
+        pidfile = os.path.join(self.run_dir, "glusterd.pid")
+        subprocess.run(self._in_ns(GLUSTERD, "-f", vol, "-p", pidfile, "-l",
+                                   os.path.join(self.log_dir, "glusterd.log")),
+                       check=True, capture_output=True, timeout=60)
+        _wait(lambda: os.path.exists(pidfile) and os.path.getsize(pidfile) > 0, "glusterd's pid")
+        self.glusterd_pid = int(open(pidfile).read().strip())
+        _wait(lambda: self.gluster("volume", "list", check=False).returncode == 0,
+              "glusterd to answer")
+        self.gluster("volume", "create", self.name, "replica", str(self.n_bricks),
+                     *[f"{self.addr}:{b}" for b in self.bricks], "force")
+        for k, v in VOLUME_OPTIONS.items():
+            self.gluster("volume", "set", self.name, k, v)
+        self.gluster("volume", "start", self.name)
+        self.started = True
+        for i, m in enumerate(self.mounts):
+            pid = os.path.join(self.run_dir, f"client{i}.pid")
+            subprocess.run(self._in_ns(GLUSTERFS, f"--volfile-server={self.addr}",
+                                       f"--volfile-id={self.name}", *CLIENT_OPTIONS,
+                                       f"--log-file={os.path.join(self.log_dir, f'client{i}.log')}",
+                                       f"--pid-file={pid}", m),
+                           check=True, capture_output=True, timeout=60)
+            _wait(lambda: os.path.exists(pid) and os.path.getsize(pid) > 0, f"mount {i}'s pid")
+            self.client_pids.append(int(open(pid).read().strip()))
+            _wait(lambda: _fs_type(m) == FUSE_SUPER_MAGIC, f"mount {m}")
+        return self
+
+    def _brick_pids(self):
+        """The brick and self-heal processes glusterd started for the
+        volume, from the pid files it keeps under /var/run/gluster."""
+        pids = []
+        for d in (f"/var/run/gluster/vols/{self.name}", f"/var/run/gluster/shd/{self.name}"):
+            if not os.path.isdir(d):
+                continue
+            for f in os.listdir(d):
+                if f.endswith(".pid"):
+                    try:
+                        pids.append(int(open(os.path.join(d, f)).read().strip()))
+                    except (OSError, ValueError):
+                        pass
+        return pids
+
+    def stop(self):
+        """Unmounts, stops and deletes the volume, ends every process it
+        started (by pid) and removes the namespace. Safe to call twice."""
+        for m in self.mounts:
+            if os.path.ismount(m):
+                subprocess.run(["umount", "-l", m], capture_output=True)
+        for pid in self.client_pids:
+            _kill(pid)
+        self.client_pids = []
+        bricks = self._brick_pids()
+        if self.started and self.glusterd_pid:
+            self.gluster("volume", "stop", self.name, "force", check=False)
+            self.gluster("volume", "delete", self.name, check=False)
+            self.started = False
+        for pid in bricks:
+            _kill(pid)
+        if self.glusterd_pid:
+            _kill(self.glusterd_pid)
+            self.glusterd_pid = None
+        if self.ns_made:
+            subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+            self.ns_made = False
+        # What glusterd left of the volume under /var/run/gluster.
+        for d in (f"/var/run/gluster/vols/{self.name}", f"/var/run/gluster/shd/{self.name}"):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def log_tail(self, n=20):
+        out = []
+        for f in sorted(os.listdir(self.log_dir)) if os.path.isdir(self.log_dir) else []:
+            with open(os.path.join(self.log_dir, f), errors="replace") as fh:
+                lines = [l for l in fh if " E " in l or " W " in l]
+            out.append(f"--- {f}\n" + "".join(lines[-n:]))
+        return "\n".join(out)
+
+
+def _kill(pid):
+    """Ends process pid (one this helper started) and waits until it is gone."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
