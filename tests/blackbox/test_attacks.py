@@ -12,7 +12,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import AIRLOCK, airlock, run, run_json  # noqa: E402
-from harness import Skip, next_run_works, tmpdir  # noqa: E402
+from harness import Skip, mcp, mcp_result_json, next_run_works, tmpdir  # noqa: E402
 
 MiB = 1 << 20
 
@@ -546,7 +546,10 @@ print('still here', os.waitpid(-1, 0)[1] == signal.SIGKILL)
 
 def test_guest_cannot_read_host_stdin_or_fds():
     """airlock's own stdin (the MCP request stream, in mcp mode) is not the
-    guest's; the guest holds only stdio, the channel, and the files of its
+    guest's: what an MCP client sends the server never reaches the code.
+    `airlock run -c` gives the code the command's standard input, as
+    `python3 -c` does (design.md, the command line), and nothing more. In
+    both, the guest holds only stdio, the channel, and the files of its
     own /proc that it writes (on a tmpfs of its own, named by their names
     alone)."""
     code = """
@@ -560,12 +563,21 @@ def link(fd):
         return None  # the listing's own fd, closed once listed
 print(sorted(int(fd) for fd in os.listdir('/proc/self/fd') if link(fd) not in own + (None,)))
 """
-    p = airlock("run", "--json", "-c", code, input="HOST-STDIN-SECRET\n", timeout=60)
+    p = airlock("run", "--json", "-c", code, input="GIVEN-TO-THE-CODE\n", timeout=60)
     r = json.loads(p.stdout)
     assert p.returncode == 0, r
     lines = r["stdout"].splitlines()
-    assert lines[0] == "''", lines
+    assert lines[0] == repr("GIVEN-TO-THE-CODE\n"), lines
     assert lines[1] == "[0, 1, 2, 3]", lines
+    with mcp() as m:
+        # The request stream is the server's stdin; a request written
+        # after the call must not be what the code reads.
+        i = m.start_call(code)
+        m.send({"jsonrpc": "2.0", "method": "notifications/HOST-STDIN-SECRET"})
+        out = mcp_result_json(m.result(i))
+        lines = out["stdout"].splitlines()
+        assert lines[0] == "''", lines
+        assert lines[1] == "[0, 1, 2, 3]", lines
     next_run_works()
 
 
