@@ -48,10 +48,22 @@ def handle_of(instance):
 
 # ---- fake peers --------------------------------------------------------------
 
+# An SSE answer of valid JSON-RPC messages with line breaks between their
+# tokens (JSON whitespace: a CR within a data line, an LF between two data
+# lines of one event, as the SSE standard joins them): written as they came
+# into the client's SSE stream, each would end a line or the event there, so
+# that the client would read the progress and the response in broken pieces.
+BREAKS = (b'data: {"jsonrpc":"2.0","method":"notifications/progress",\r"params":'
+          b'{"progressToken":"p","progress":1}}\n\n'
+          b'data: {"jsonrpc":"2.0",\ndata: "id":1,\r\r"result":{"content":'
+          b'[{"type":"text","text":"fine"}]}}\n\n')
+
+
 def fake_peer(kind):
     """A listener on every address of the test's namespace (the bridge's
     too, which the hosts reach): "garbage" answers bytes that are not HTTP,
-    "hang" reads the request and never answers. Returns its port."""
+    "breaks" answers BREAKS (SSE, with line breaks between the messages'
+    tokens), "hang" reads the request and never answers. Returns its port."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", 0))
@@ -72,6 +84,11 @@ def fake_peer(kind):
             if kind == "garbage":
                 c.sendall(b"\x00\x01\x02 this is not HTTP \xff\r\n\r\n{{{")
                 c.close()
+            elif kind == "breaks":
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                          b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
+                          % (len(BREAKS), BREAKS))
+                c.close()
             else:
                 held.append(c)
     threading.Thread(target=serve, daemon=True).start()
@@ -85,10 +102,11 @@ def get_cluster():
         hint = cl.netns_available()
         if hint:
             raise Skip(hint)
-        garbage, hang = fake_peer("garbage"), fake_peer("hang")
+        garbage, hang, breaks = fake_peer("garbage"), fake_peer("hang"), fake_peer("breaks")
         tenants = tempfile.mkdtemp(prefix="airlock-multihost-tenants-")
         c = cl.Cluster(tenants, extra_args=["--peer-timeout", str(PEER_TIMEOUT)],
-                       fake_peers={"garb": f"{{bridge}}:{garbage}", "hang": f"{{bridge}}:{hang}"})
+                       fake_peers={"garb": f"{{bridge}}:{garbage}", "hang": f"{{bridge}}:{hang}",
+                                   "brk": f"{{bridge}}:{breaks}"})
         c.start()
         CL = c
     return CL
@@ -352,9 +370,49 @@ def test_fake_peer_garbage_or_hang_fails_one_call():
     mark = a.mark()
     a.proc.send_signal(signal.SIGHUP)
     line = a.wait_line(lambda l: l.startswith("airlock serve: SIGHUP:"), 60, mark)
-    assert "; 6 peers loaded from" in line, line
+    assert "; 7 peers loaded from" in line, line
     _, r, _ = call(at(a), "execute_code", {"session": h, "code": "1"})
     assert r.get("isError") and "instance late" in text(r) and "not HTTP" in text(r), r
+
+
+def sse_events(data):
+    """The data of each event of an SSE stream, read as the standard reads
+    it: a line ends at CR LF, LF or CR; a blank line ends an event."""
+    events, cur = [], []
+    for line in data.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if not line:
+            if cur:
+                events.append("\n".join(cur))
+            cur = []
+        elif line.startswith("data:"):
+            cur.append(line[5:].removeprefix(" "))
+    return events
+
+
+def test_peer_answer_cannot_break_the_sse_stream():
+    """A peer's SSE answer holds valid JSON-RPC messages with line breaks
+    between their tokens (JSON whitespace): the client's SSE stream carries
+    each as one event, its progress then its response, never the peer's
+    line breaks, which would end an event early and hide the response."""
+    c = get_cluster()
+    a = c.hosts[0]
+    body = call_body("execute_code", {"session": handle_of("brk"), "code": "1"},
+                     meta={"progressToken": "p"})
+    conn = http.client.HTTPConnection(a.addr, cl.HTTP_PORT, timeout=CALL_TIMEOUT)
+    try:
+        conn.request("POST", "/mcp", body, {
+            "Content-Type": "application/json", "Authorization": "Bearer " + c.tokens["acme"],
+            "Accept": "application/json, text/event-stream"})
+        r = conn.getresponse()
+        data = r.read().decode()
+    finally:
+        conn.close()
+    assert r.status == 200 and r.getheader("Content-Type").startswith("text/event-stream"), data
+    events = sse_events(data)
+    assert len(events) == 2, data
+    p, m = json.loads(events[0]), json.loads(events[1])
+    assert p["method"] == "notifications/progress" and p["params"]["progress"] == 1, data
+    assert m["id"] == 1 and text(m["result"]) == "fine", data
 
 
 def test_client_leaving_cancels_the_forwarded_call():

@@ -7,8 +7,8 @@
  * instance's --peer-listen, signed with the cluster secret and naming the
  * tenant this instance authenticated (serve_peer.c). What the peer answers,
  * its progress notifications as they come and then its response, goes into
- * the request's sink as the peer wrote it, so that the client gets the same
- * JSON or SSE answer as from the peer itself.
+ * the request's sink, each message written again as compact JSON, so that
+ * the client gets the same JSON or SSE answer as from the peer itself.
  *
  * The transfer runs on a thread of its own while the request's thread
  * writes the answer and watches the client's socket: a client that leaves
@@ -153,8 +153,11 @@ static void bad(fwd_job *j, const char *why)
         j->bad = true;
 }
 
-/* One message of the peer's answer: a notification goes on as it is; the
- * response must answer this request (its id), and ends the answer. */
+/* One message of the peer's answer: a notification goes on, the response
+ * must answer this request (its id) and ends the answer. Each goes on as
+ * this server writes JSON (compact, on one line), never as the peer wrote
+ * it: JSON allows line breaks between tokens, which in the client's SSE
+ * stream would end the event's line, or the event, in mid-message. */
 static void take_message(fwd_job *j, const char *text, size_t len)
 {
         if (j->got_resp || j->bad)
@@ -174,7 +177,7 @@ static void take_message(fwd_job *j, const char *text, size_t len)
                 bad(j, "a message that is neither a response nor a notification");
                 return;
         }
-        char *copy = strndup(text, len);
+        char *copy = json_dumps(m, JSON_COMPACT | AL_JSON_REALS);
         if (!copy) {
                 bad(j, "out of memory");
                 return;
