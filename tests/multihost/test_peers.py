@@ -415,6 +415,53 @@ def test_peer_answer_cannot_break_the_sse_stream():
     assert m["id"] == 1 and text(m["result"]) == "fine", data
 
 
+def test_one_tenant_cannot_fill_the_replay_cache():
+    """Every forwarded call takes a nonce of its host's replay cache, and a
+    tenant forwards as fast as it sends calls naming any handle of another
+    instance. globex floods c with such calls through a (from 8 clients)
+    until c refuses one, for its share of the cache (429: retry later); a
+    call of acme's session on c through a still goes through, as do more
+    of them, never refused for the cache (on the old code the cache filled
+    and c refused every tenant's forwarded calls)."""
+    c = get_cluster()
+    a, cc = c.hosts[0], c.hosts[2]
+    owner, h = open_session(at(cc))
+    assert owner == "c", owner
+    stop = threading.Event()
+    refused = []
+
+    def flood():
+        conn = http.client.HTTPConnection(a.addr, cl.HTTP_PORT, timeout=CALL_TIMEOUT)
+        hdr = {"Content-Type": "application/json", "Accept": "application/json",
+               "Authorization": "Bearer " + c.tokens["globex"]}
+        for _ in range(20000):  # a bound: 8 x 20000 is far over the cache
+            if stop.is_set():
+                break
+            body = call_body("session_close", {"session": handle_of("c")})
+            try:
+                conn.request("POST", "/mcp", body, hdr)
+                msg = conn.getresponse().read().decode()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPConnection(a.addr, cl.HTTP_PORT, timeout=CALL_TIMEOUT)
+                continue
+            if "refused" in msg:
+                refused.append(msg)
+                stop.set()
+        conn.close()
+    threads = [threading.Thread(target=flood, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    stop.set()
+    assert refused, "c never refused globex's flood"
+    assert "more than 2048 forwarded calls within 30 s" in refused[0], refused[0]
+    for i in range(20):
+        _, r, _ = call(at(a), "execute_code", {"session": h, "code": f"print({i})"})
+        assert not r.get("isError") and text(r).startswith(f"{i}\n"), r
+
+
 def test_client_leaving_cancels_the_forwarded_call():
     """A client that leaves while its call is forwarded cancels the call on
     the host that runs it, as when it calls that host itself: the owner's

@@ -294,6 +294,12 @@ static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *
                          "session %s: its host, instance %s, is shutting down: the session's "
                          "state is lost with it. Open a new session with session_open",
                          h, p);
+        else if (code == 429)
+                snprintf(msg, n,
+                         "session %s: its host, instance %s, refused the call: this tenant sent "
+                         "it more than %d forwarded calls within %d s; this call failed, retry "
+                         "later",
+                         h, p, PEER_TENANT_MAX, PEER_SKEW_S);
         else if (code == 401)
                 snprintf(msg, n,
                          "session %s: its host, instance %s, refused this instance's peer request "
