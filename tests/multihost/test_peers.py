@@ -59,11 +59,17 @@ BREAKS = (b'data: {"jsonrpc":"2.0","method":"notifications/progress",\r"params":
           b'[{"type":"text","text":"fine"}]}}\n\n')
 
 
+# The MiB of the one event, never ended, of the "long" fake peer: under the
+# 64 MiB cap of a peer's answer.
+LONG_MIB = 60
+
+
 def fake_peer(kind):
     """A listener on every address of the test's namespace (the bridge's
     too, which the hosts reach): "garbage" answers bytes that are not HTTP,
     "breaks" answers BREAKS (SSE, with line breaks between the messages'
-    tokens), "hang" reads the request and never answers. Returns its port."""
+    tokens), "long" answers one SSE event of LONG_MIB MiB that never ends,
+    "hang" reads the request and never answers. Returns its port."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", 0))
@@ -84,6 +90,15 @@ def fake_peer(kind):
             if kind == "garbage":
                 c.sendall(b"\x00\x01\x02 this is not HTTP \xff\r\n\r\n{{{")
                 c.close()
+            elif kind == "long":
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                          b"Connection: close\r\n\r\ndata: ")
+                try:
+                    for _ in range(LONG_MIB):
+                        c.sendall(b"x" * (1 << 20))
+                except OSError:
+                    pass
+                c.close()
             elif kind == "breaks":
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                           b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
@@ -103,10 +118,11 @@ def get_cluster():
         if hint:
             raise Skip(hint)
         garbage, hang, breaks = fake_peer("garbage"), fake_peer("hang"), fake_peer("breaks")
+        long_ = fake_peer("long")
         tenants = tempfile.mkdtemp(prefix="airlock-multihost-tenants-")
         c = cl.Cluster(tenants, extra_args=["--peer-timeout", str(PEER_TIMEOUT)],
                        fake_peers={"garb": f"{{bridge}}:{garbage}", "hang": f"{{bridge}}:{hang}",
-                                   "brk": f"{{bridge}}:{breaks}"})
+                                   "brk": f"{{bridge}}:{breaks}", "long": f"{{bridge}}:{long_}"})
         c.start()
         CL = c
     return CL
@@ -370,7 +386,7 @@ def test_fake_peer_garbage_or_hang_fails_one_call():
     mark = a.mark()
     a.proc.send_signal(signal.SIGHUP)
     line = a.wait_line(lambda l: l.startswith("airlock serve: SIGHUP:"), 60, mark)
-    assert "; 7 peers loaded from" in line, line
+    assert "; 8 peers loaded from" in line, line
     _, r, _ = call(at(a), "execute_code", {"session": h, "code": "1"})
     assert r.get("isError") and "instance late" in text(r) and "not HTTP" in text(r), r
 
@@ -460,6 +476,19 @@ def test_one_tenant_cannot_fill_the_replay_cache():
     for i in range(20):
         _, r, _ = call(at(a), "execute_code", {"session": h, "code": f"print({i})"})
         assert not r.get("isError") and text(r).startswith(f"{i}\n"), r
+
+
+def test_a_long_unended_event_from_a_peer_is_read_once():
+    """A peer answers one SSE event of 60 MiB that never ends, in the
+    pieces TCP gives: the host that forwarded reads each byte once (the old
+    code searched the whole event again for its end at each piece, minutes
+    of CPU, past --peer-timeout), so that the call ends with the error for
+    an answer without a response, not the timeout's."""
+    c = get_cluster()
+    a = c.hosts[0]
+    _, r, _ = call(at(a), "execute_code", {"session": handle_of("long"), "code": "1"})
+    assert r.get("isError") and "instance long" in text(r), r
+    assert "answered HTTP 200 without an MCP response" in text(r), r
 
 
 def test_client_leaving_cancels_the_forwarded_call():
