@@ -361,6 +361,25 @@ static bool sampled(const al_trace_ctx *parent, const uint8_t *trace_id)
         return (double)(low >> 11) < cfg.ratio * (double)(1ull << 53);
 }
 
+/* The span's name, valid UTF-8 and cut to its cap between characters: the
+ * exporter cannot encode a name that is not UTF-8 and would drop the span,
+ * and a client or a guest chooses much of a name (a tool's, a method), so
+ * that a name cut inside a character would hide its call from the trace. */
+static void name_set(al_span *s, const char *name)
+{
+        size_t n = strlen(name);
+        _cleanup_free_ char *clean = al_utf8_valid(name, n) ? NULL : al_utf8_sanitize(name, n);
+        const char *v = clean ? clean : name;
+        n = strlen(v);
+        if (n >= sizeof(s->name)) {
+                n = sizeof(s->name) - 1;
+                while (n && ((unsigned char)v[n] & 0xc0) == 0x80)
+                        n--;
+        }
+        memcpy(s->name, v, n);
+        s->name[n] = '\0';
+}
+
 al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *parent)
 {
         if (!al_trace_on())
@@ -395,7 +414,7 @@ al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *
         }
         random_bytes(s->span_id, 8);
         s->kind = kind;
-        snprintf(s->name, sizeof(s->name), "%s", name);
+        name_set(s, name);
         s->start_ns = wall_ns();
         return s;
 }
@@ -561,7 +580,7 @@ void al_span_error(al_span *span, const char *message)
 void al_span_rename(al_span *span, const char *name)
 {
         if (span)
-                snprintf(span->name, sizeof(span->name), "%s", name);
+                name_set(span, name);
 }
 
 static _Thread_local al_span *current;

@@ -269,6 +269,32 @@ def test_execute_code_tree_over_stdio():
         target.srv.shutdown()
 
 
+def test_a_name_cut_in_a_character_still_exports_its_span():
+    """A client's tool name and method are its own, in any script: where a
+    span's name is cut to its cap, it is cut between characters, so that
+    the span is exported (valid UTF-8) rather than dropped, and a client
+    cannot hide its calls from the trace with a long name."""
+    rcv = Receiver()
+    m = mcp_with(otel_env(rcv.port))
+    tool = "a" * 99 + "\u00e9" * 20  # its 100th byte is inside an é
+    method = "b" * 99 + "\u00e9" * 20  # so is the method's
+    try:
+        r = m.request("tools/call", {"name": tool, "arguments": {}})
+        assert "error" in r or r["result"]["isError"], r
+        r = m.request(method, {})
+        assert "error" in r, r
+        assert not m.call("print(1)")["isError"]
+        assert m.close() == 0
+        rcv.wait(lambda r: any(s["name"] == "tools/call execute_code" for s in r.spans))
+        names = [s["name"] for s in rcv.spans]
+        assert any(n.startswith("tools/call " + "a" * 99) for n in names), names
+        assert any(n.startswith("b" * 99) for n in names), names
+    finally:
+        if m.p.poll() is None:
+            m.p.kill()
+        rcv.close()
+
+
 def test_serve_joins_the_callers_trace_and_counts_drops():
     rcv = Receiver()
     saved = dict(os.environ)

@@ -48,9 +48,27 @@ def handle_of(instance):
 
 # ---- fake peers --------------------------------------------------------------
 
+# An SSE answer of valid JSON-RPC messages with line breaks between their
+# tokens (JSON whitespace: a CR within a data line, an LF between two data
+# lines of one event, as the SSE standard joins them): written as they came
+# into the client's SSE stream, each would end a line or the event there, so
+# that the client would read the progress and the response in broken pieces.
+BREAKS = (b'data: {"jsonrpc":"2.0","method":"notifications/progress",\r"params":'
+          b'{"progressToken":"p","progress":1}}\n\n'
+          b'data: {"jsonrpc":"2.0",\ndata: "id":1,\r\r"result":{"content":'
+          b'[{"type":"text","text":"fine"}]}}\n\n')
+
+
+# The MiB of the one event, never ended, of the "long" fake peer: under the
+# 64 MiB cap of a peer's answer.
+LONG_MIB = 60
+
+
 def fake_peer(kind):
     """A listener on every address of the test's namespace (the bridge's
     too, which the hosts reach): "garbage" answers bytes that are not HTTP,
+    "breaks" answers BREAKS (SSE, with line breaks between the messages'
+    tokens), "long" answers one SSE event of LONG_MIB MiB that never ends,
     "hang" reads the request and never answers. Returns its port."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -72,6 +90,20 @@ def fake_peer(kind):
             if kind == "garbage":
                 c.sendall(b"\x00\x01\x02 this is not HTTP \xff\r\n\r\n{{{")
                 c.close()
+            elif kind == "long":
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                          b"Connection: close\r\n\r\ndata: ")
+                try:
+                    for _ in range(LONG_MIB):
+                        c.sendall(b"x" * (1 << 20))
+                except OSError:
+                    pass
+                c.close()
+            elif kind == "breaks":
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                          b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
+                          % (len(BREAKS), BREAKS))
+                c.close()
             else:
                 held.append(c)
     threading.Thread(target=serve, daemon=True).start()
@@ -85,10 +117,12 @@ def get_cluster():
         hint = cl.netns_available()
         if hint:
             raise Skip(hint)
-        garbage, hang = fake_peer("garbage"), fake_peer("hang")
+        garbage, hang, breaks = fake_peer("garbage"), fake_peer("hang"), fake_peer("breaks")
+        long_ = fake_peer("long")
         tenants = tempfile.mkdtemp(prefix="airlock-multihost-tenants-")
         c = cl.Cluster(tenants, extra_args=["--peer-timeout", str(PEER_TIMEOUT)],
-                       fake_peers={"garb": f"{{bridge}}:{garbage}", "hang": f"{{bridge}}:{hang}"})
+                       fake_peers={"garb": f"{{bridge}}:{garbage}", "hang": f"{{bridge}}:{hang}",
+                                   "brk": f"{{bridge}}:{breaks}", "long": f"{{bridge}}:{long_}"})
         c.start()
         CL = c
     return CL
@@ -352,9 +386,109 @@ def test_fake_peer_garbage_or_hang_fails_one_call():
     mark = a.mark()
     a.proc.send_signal(signal.SIGHUP)
     line = a.wait_line(lambda l: l.startswith("airlock serve: SIGHUP:"), 60, mark)
-    assert "; 6 peers loaded from" in line, line
+    assert "; 8 peers loaded from" in line, line
     _, r, _ = call(at(a), "execute_code", {"session": h, "code": "1"})
     assert r.get("isError") and "instance late" in text(r) and "not HTTP" in text(r), r
+
+
+def sse_events(data):
+    """The data of each event of an SSE stream, read as the standard reads
+    it: a line ends at CR LF, LF or CR; a blank line ends an event."""
+    events, cur = [], []
+    for line in data.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if not line:
+            if cur:
+                events.append("\n".join(cur))
+            cur = []
+        elif line.startswith("data:"):
+            cur.append(line[5:].removeprefix(" "))
+    return events
+
+
+def test_peer_answer_cannot_break_the_sse_stream():
+    """A peer's SSE answer holds valid JSON-RPC messages with line breaks
+    between their tokens (JSON whitespace): the client's SSE stream carries
+    each as one event, its progress then its response, never the peer's
+    line breaks, which would end an event early and hide the response."""
+    c = get_cluster()
+    a = c.hosts[0]
+    body = call_body("execute_code", {"session": handle_of("brk"), "code": "1"},
+                     meta={"progressToken": "p"})
+    conn = http.client.HTTPConnection(a.addr, cl.HTTP_PORT, timeout=CALL_TIMEOUT)
+    try:
+        conn.request("POST", "/mcp", body, {
+            "Content-Type": "application/json", "Authorization": "Bearer " + c.tokens["acme"],
+            "Accept": "application/json, text/event-stream"})
+        r = conn.getresponse()
+        data = r.read().decode()
+    finally:
+        conn.close()
+    assert r.status == 200 and r.getheader("Content-Type").startswith("text/event-stream"), data
+    events = sse_events(data)
+    assert len(events) == 2, data
+    p, m = json.loads(events[0]), json.loads(events[1])
+    assert p["method"] == "notifications/progress" and p["params"]["progress"] == 1, data
+    assert m["id"] == 1 and text(m["result"]) == "fine", data
+
+
+def test_one_tenant_cannot_fill_the_replay_cache():
+    """Every forwarded call takes a nonce of its host's replay cache, and a
+    tenant forwards as fast as it sends calls naming any handle of another
+    instance. globex floods c with such calls through a (from 8 clients)
+    until c refuses one, for its share of the cache (429: retry later); a
+    call of acme's session on c through a still goes through, as do more
+    of them, never refused for the cache (on the old code the cache filled
+    and c refused every tenant's forwarded calls)."""
+    c = get_cluster()
+    a, cc = c.hosts[0], c.hosts[2]
+    owner, h = open_session(at(cc))
+    assert owner == "c", owner
+    stop = threading.Event()
+    refused = []
+
+    def flood():
+        conn = http.client.HTTPConnection(a.addr, cl.HTTP_PORT, timeout=CALL_TIMEOUT)
+        hdr = {"Content-Type": "application/json", "Accept": "application/json",
+               "Authorization": "Bearer " + c.tokens["globex"]}
+        for _ in range(20000):  # a bound: 8 x 20000 is far over the cache
+            if stop.is_set():
+                break
+            body = call_body("session_close", {"session": handle_of("c")})
+            try:
+                conn.request("POST", "/mcp", body, hdr)
+                msg = conn.getresponse().read().decode()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPConnection(a.addr, cl.HTTP_PORT, timeout=CALL_TIMEOUT)
+                continue
+            if "refused" in msg:
+                refused.append(msg)
+                stop.set()
+        conn.close()
+    threads = [threading.Thread(target=flood, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    stop.set()
+    assert refused, "c never refused globex's flood"
+    assert "more than 2048 forwarded calls within 30 s" in refused[0], refused[0]
+    for i in range(20):
+        _, r, _ = call(at(a), "execute_code", {"session": h, "code": f"print({i})"})
+        assert not r.get("isError") and text(r).startswith(f"{i}\n"), r
+
+
+def test_a_long_unended_event_from_a_peer_is_read_once():
+    """A peer answers one SSE event of 60 MiB that never ends, in the
+    pieces TCP gives: the host that forwarded reads each byte once (the old
+    code searched the whole event again for its end at each piece, minutes
+    of CPU, past --peer-timeout), so that the call ends with the error for
+    an answer without a response, not the timeout's."""
+    c = get_cluster()
+    a = c.hosts[0]
+    _, r, _ = call(at(a), "execute_code", {"session": handle_of("long"), "code": "1"})
+    assert r.get("isError") and "instance long" in text(r), r
+    assert "answered HTTP 200 without an MCP response" in text(r), r
 
 
 def test_client_leaving_cancels_the_forwarded_call():

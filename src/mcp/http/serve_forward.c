@@ -7,8 +7,8 @@
  * instance's --peer-listen, signed with the cluster secret and naming the
  * tenant this instance authenticated (serve_peer.c). What the peer answers,
  * its progress notifications as they come and then its response, goes into
- * the request's sink as the peer wrote it, so that the client gets the same
- * JSON or SSE answer as from the peer itself.
+ * the request's sink, each message written again as compact JSON, so that
+ * the client gets the same JSON or SSE answer as from the peer itself.
  *
  * The transfer runs on a thread of its own while the request's thread
  * writes the answer and watches the client's socket: a client that leaves
@@ -130,6 +130,7 @@ typedef struct fwd_job {
         int watch_fd;
         /* The answer: bytes not yet parsed, what kind it is, what came. */
         dynbuf in;
+        size_t scanned; /* bytes of in known to hold no event's end */
         enum { ANSWER_UNKNOWN, ANSWER_JSON, ANSWER_SSE } kind;
         size_t total;
         bool got_resp, bad;
@@ -153,8 +154,11 @@ static void bad(fwd_job *j, const char *why)
         j->bad = true;
 }
 
-/* One message of the peer's answer: a notification goes on as it is; the
- * response must answer this request (its id), and ends the answer. */
+/* One message of the peer's answer: a notification goes on, the response
+ * must answer this request (its id) and ends the answer. Each goes on as
+ * this server writes JSON (compact, on one line), never as the peer wrote
+ * it: JSON allows line breaks between tokens, which in the client's SSE
+ * stream would end the event's line, or the event, in mid-message. */
 static void take_message(fwd_job *j, const char *text, size_t len)
 {
         if (j->got_resp || j->bad)
@@ -174,7 +178,7 @@ static void take_message(fwd_job *j, const char *text, size_t len)
                 bad(j, "a message that is neither a response nor a notification");
                 return;
         }
-        char *copy = strndup(text, len);
+        char *copy = json_dumps(m, JSON_COMPACT | AL_JSON_REALS);
         if (!copy) {
                 bad(j, "out of memory");
                 return;
@@ -185,14 +189,20 @@ static void take_message(fwd_job *j, const char *text, size_t len)
 }
 
 /* The events of an SSE answer that are complete in j->in: the data of each
- * is one message. */
+ * is one message. The search for an event's end starts where the last one
+ * stopped, so that a long event that comes in many pieces is read once,
+ * not once a piece (64 MiB in 16 KiB pieces took minutes of CPU). */
 static void take_events(fwd_job *j)
 {
         for (;;) {
                 char *data = j->in.data;
-                char *end = data ? memmem(data, j->in.len, "\n\n", 2) : NULL;
-                if (!end)
+                size_t from = j->scanned ? j->scanned - 1 : 0; /* a "\n" may end it */
+                char *end = data ? memmem(data + from, j->in.len - from, "\n\n", 2) : NULL;
+                if (!end) {
+                        j->scanned = j->in.len;
                         return;
+                }
+                j->scanned = 0;
                 dynbuf msg;
                 dynbuf_init(&msg, PEER_ANSWER_MAX);
                 for (char *line = data; line < end;) {
@@ -291,6 +301,12 @@ static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *
                          "session %s: its host, instance %s, is shutting down: the session's "
                          "state is lost with it. Open a new session with session_open",
                          h, p);
+        else if (code == 429)
+                snprintf(msg, n,
+                         "session %s: its host, instance %s, refused the call: this tenant sent "
+                         "it more than %d forwarded calls within %d s; this call failed, retry "
+                         "later",
+                         h, p, PEER_TENANT_MAX, PEER_SKEW_S);
         else if (code == 401)
                 snprintf(msg, n,
                          "session %s: its host, instance %s, refused this instance's peer request "

@@ -64,6 +64,11 @@ typedef struct http_sink http_sink;
 #define PEER_KEY_MIN 16    /* a cluster secret's shortest */
 #define PEER_SKEW_S  30    /* a peer request's time may be this far from ours */
 #define PEER_NONCES  16384 /* nonces remembered; more in one window are refused */
+/* One tenant's peer requests in one window of PEER_SKEW_S seconds: a
+ * nonce lives at most three windows, so that a tenant holds at most 3/8 of
+ * the nonces and cannot fill the cache for every other tenant. */
+#define PEER_TENANT_MAX   (PEER_NONCES / 8)
+#define PEER_TENANT_SLOTS 1024 /* tenants counted at once */
 
 typedef struct http_peer {
         char name[MCP_INSTANCE_MAX + 1];
@@ -79,6 +84,13 @@ typedef struct http_nonce {
         char nonce[32];
         long long until; /* forgotten after this time (seconds) */
 } http_nonce;
+
+/* A tenant's peer requests in one window (window = time / PEER_SKEW_S). */
+typedef struct http_peer_rate {
+        uint64_t tenant; /* the first bytes of the name's SHA-256 */
+        long long window;
+        unsigned count;
+} http_peer_rate;
 
 /* The signature headers of one forwarded request. */
 typedef struct http_peer_headers {
@@ -145,6 +157,7 @@ typedef struct http_server {
         size_t peer_key_len;
         pthread_mutex_t nonce_lock;
         http_nonce *nonces;
+        http_peer_rate *peer_rates; /* under nonce_lock */
         /* Set when the server stops listening: forwarded calls still
          * running end (serve_forward.c). */
         atomic_bool forward_stop;

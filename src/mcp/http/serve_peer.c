@@ -164,7 +164,9 @@ int http_peers_setup(http_server *s, const airlock_config *cfg, airlock_error *e
                                 "at this instance's own peer port");
         if (s->opt.peers_file && (r = peers_load(s->opt.peers_file, &s->peers, err)) < 0)
                 return r;
-        if (s->opt.peer_listen && !(s->nonces = calloc(PEER_NONCES, sizeof(*s->nonces))))
+        if (s->opt.peer_listen &&
+            (!(s->nonces = calloc(PEER_NONCES, sizeof(*s->nonces))) ||
+             !(s->peer_rates = calloc(PEER_TENANT_SLOTS, sizeof(*s->peer_rates)))))
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
         return 0;
 }
@@ -198,6 +200,7 @@ void http_peers_free(http_server *s)
 {
         free(s->peers.v);
         free(s->nonces);
+        free(s->peer_rates);
         explicit_bzero(s->peer_key, sizeof(s->peer_key));
         pthread_mutex_destroy(&s->nonce_lock);
 }
@@ -302,6 +305,44 @@ static bool nonce_fresh(http_server *s, const char *nonce, long long ts, long lo
         return !seen && free_slot >= 0;
 }
 
+/* Contract: whether tenant may make one more peer request in this window
+ * of PEER_SKEW_S seconds (counted then): at most PEER_TENANT_MAX. Every
+ * forwarded call takes a nonce, and a tenant forwards as fast as it can
+ * send calls naming any handle of another instance: without its own cap,
+ * one tenant would fill the nonce cache and have every other tenant's
+ * forwarded calls refused. A tenant that finds no slot (more tenants than
+ * PEER_TENANT_SLOTS at once, in its probes) is not counted; the cache's
+ * own cap still holds. */
+static bool tenant_room(http_server *s, const char *tenant, long long now)
+{
+        uint8_t h[32];
+        mcp_sha256(tenant, strlen(tenant), h);
+        uint64_t id = 0;
+        memcpy(&id, h, sizeof(id));
+        id |= 1; /* 0 marks a free slot */
+        long long window = now / PEER_SKEW_S;
+        bool room = true;
+        pthread_mutex_lock(&s->nonce_lock);
+        http_peer_rate *e = NULL, *stale = NULL;
+        for (unsigned i = 0; i < PEER_PROBES && !e; i++) {
+                http_peer_rate *r = &s->peer_rates[(id + i) % PEER_TENANT_SLOTS];
+                if (r->tenant == id)
+                        e = r;
+                else if (!stale && (r->tenant == 0 || r->window < window - 1))
+                        stale = r;
+        }
+        if (!e && stale)
+                *(e = stale) = (http_peer_rate){.tenant = id, .window = window};
+        if (e && e->window != window)
+                *e = (http_peer_rate){.tenant = id, .window = window};
+        if (e && e->count >= PEER_TENANT_MAX)
+                room = false;
+        else if (e)
+                e->count++;
+        pthread_mutex_unlock(&s->nonce_lock);
+        return room;
+}
+
 static bool is_hex(const char *v, size_t n)
 {
         if (!v || strlen(v) != n)
@@ -332,11 +373,12 @@ static bool same_time(const char *a, const char *b, size_t n)
 
 /* Contract: true only for a request signed with this server's cluster
  * secret over this very body, tenant and Accept, within PEER_SKEW_S seconds
- * of this server's clock, whose nonce was not seen in that window; the
- * tenant (which the forwarding instance authenticated by its token) is then
- * rq->owner, and must be one of this server's tenants. Otherwise why says
- * which check failed (never the secret or a signature). */
-static bool peer_check(http_request *rq, struct MHD_Connection *c, char *why, size_t n)
+ * of this server's clock, whose nonce was not seen in that window, of a
+ * tenant within its PEER_TENANT_MAX (else *busy too); the tenant (which
+ * the forwarding instance authenticated by its token) is then rq->owner,
+ * and must be one of this server's tenants. Otherwise why says which check
+ * failed (never the secret or a signature). */
+static bool peer_check(http_request *rq, struct MHD_Connection *c, char *why, size_t n, bool *busy)
 {
         http_server *s = rq->srv;
 #define H(name) MHD_lookup_connection_value(c, MHD_HEADER_KIND, name)
@@ -362,6 +404,13 @@ static bool peer_check(http_request *rq, struct MHD_Connection *c, char *why, si
         if (t < now - PEER_SKEW_S || t > now + PEER_SKEW_S)
                 return say(why, n, "expired: its time is %lld s from this server's (at most %d)",
                            t - now, PEER_SKEW_S);
+        if (!tenant_room(s, tenant, now)) {
+                *busy = true;
+                return say(why, n,
+                           "tenant '%.64s' made %d peer requests within %d s, its share of the "
+                           "replay cache (PEER_TENANT_MAX)",
+                           tenant, PEER_TENANT_MAX, PEER_SKEW_S);
+        }
         bool full;
         if (!nonce_fresh(s, nonce, t, now, &full))
                 return say(why, n,
@@ -377,16 +426,22 @@ static bool peer_check(http_request *rq, struct MHD_Connection *c, char *why, si
 bool http_peer_admit(struct MHD_Connection *c, http_request *rq, enum MHD_Result *ret)
 {
         char why[200];
-        if (peer_check(rq, c, why, sizeof(why)))
+        bool busy = false;
+        if (peer_check(rq, c, why, sizeof(why), &busy))
                 return true;
         rq->owner[0] = '\0';
         fprintf(stderr, "airlock serve: peer request from %s refused: %s\n", rq->client, why);
         http_refuse(rq, RF_PEER_AUTH);
         snprintf(rq->method, sizeof(rq->method), "?");
         http_release_body(rq);
-        *ret =
-            http_queue_rpc_error(c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
-                                 "peer request refused (this server's log says why)", NULL, NULL);
+        /* A tenant over its share is told to wait, not that the secrets
+         * differ: the forwarding instance says so to its client. */
+        *ret = busy ? http_queue_rpc_error(c, rq, MHD_HTTP_TOO_MANY_REQUESTS, RPC_INTERNAL_ERROR,
+                                           "too many peer requests of this tenant; retry later",
+                                           "Retry-After", "30")
+                    : http_queue_rpc_error(c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
+                                           "peer request refused (this server's log says why)",
+                                           NULL, NULL);
         return false;
 }
 
