@@ -44,9 +44,11 @@ else:
 
 class Receiver:
     """An OTLP/HTTP receiver: keeps every body and its spans. mode "ok"
-    answers 200, "fail" 500, "hang" holds each request until released."""
+    answers 200, "fail" 500, "hang" holds each request until released.
+    It listens on host's loopback address (or "0.0.0.0": every address,
+    for servers in other network namespaces)."""
 
-    def __init__(self, mode="ok"):
+    def __init__(self, mode="ok", host="127.0.0.1"):
         self.mode = mode
         self.bodies = []
         self.spans = []
@@ -92,7 +94,7 @@ class Receiver:
             def log_message(self, *a):
                 pass
 
-        self.srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.srv = socketserver.ThreadingTCPServer((host, 0), Handler)
         self.srv.daemon_threads = True
         self.port = self.srv.server_address[1]
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
