@@ -11,7 +11,12 @@
  * body. The receiving instance refuses one without a signature, with a
  * wrong one, with a timestamp more than PEER_SKEW_S seconds away from its
  * own clock, or whose nonce it has seen (the nonces of the window are
- * kept, at most PEER_NONCES); each refusal is one line on stderr. */
+ * kept, at most PEER_NONCES); each refusal is one line on stderr.
+ *
+ * A forwarded call's trace context (its client span's) rides in traceparent,
+ * tracestate and baggage headers with a signature of their own over the
+ * request's signature and those values (http_peer_sign_trace): the owner
+ * takes it as its server span's parent only when that signature holds. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
