@@ -380,9 +380,20 @@ static void name_set(al_span *s, const char *name)
         s->name[n] = '\0';
 }
 
+/* Set while the calling thread does the process's own work (a server's
+ * warm-up run), which is no caller's and so no trace. */
+static _Thread_local bool untraced;
+
+bool al_trace_untraced(bool on)
+{
+        bool was = untraced;
+        untraced = on;
+        return was;
+}
+
 al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *parent)
 {
-        if (!al_trace_on())
+        if (!al_trace_on() || untraced)
                 return NULL;
         al_trace_ctx root;
         if (!(parent && parent->valid)) {

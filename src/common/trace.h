@@ -92,6 +92,11 @@ al_span *al_span_push(al_span *span);
 void al_span_pop(al_span *previous);
 al_span *al_span_current(void);
 
+/* While on, no span starts on the calling thread (al_span_start returns
+ * NULL): for the process's own work, a server's warm-up run, which would
+ * otherwise be a trace of its own. Returns the previous setting, which the
+ * caller puts back. */
+bool al_trace_untraced(bool on);
 /* Puts the context of the calling thread's current span (al_span_current)
  * into a JSON-RPC request's params as _meta.traceparent, tracestate and
  * baggage, the MCP convention, so that a traced server joins the trace.

@@ -82,6 +82,10 @@ void mcp_run_call(mcp_call *c, reader_watch *w)
         airlock_run_options opts = AIRLOCK_RUN_OPTIONS_INIT;
         opts.cancel_fd = c->cancel_fd;
         al_span *span = TAKE_PTR(c->span), *outer = al_span_push(span);
+        /* The server's own run (the warm-up: airlock mcp's has no request,
+         * serve's an internal one) is no client's, so no trace. */
+        bool own = !c->id || (c->sink && c->sink->internal);
+        bool was_untraced = own ? al_trace_untraced(true) : false;
         if (w) {
                 opts.watch_fd = srv->input_watch;
                 opts.on_watch = mcp_on_input;
@@ -168,7 +172,9 @@ void mcp_run_call(mcp_call *c, reader_watch *w)
         airlock_result_free(res);
         json_decref(id);
         al_span_pop(outer);
-        if (c->id && !(c->sink && c->sink->internal))
+        if (own)
+                (void)al_trace_untraced(was_untraced);
+        else
                 mcp_trace_end(span, "tools/call", c->t0);
         mcp_sink *sink = c->sink;
         mcp_call_free(c);

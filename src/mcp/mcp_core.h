@@ -14,6 +14,7 @@
 #include "mcp.h"
 #include "mcp_service.h"
 #include "mcp_session.h"
+#include "trace.h"
 
 typedef struct mcp_server mcp_server;
 typedef struct mcp_call mcp_call;
@@ -42,6 +43,11 @@ struct mcp_sink {
         mcp_call *here;
         /* The server's own request (the warm-up run): no audit line. */
         bool internal;
+        /* The trace context the transport vouches for (a signed peer
+         * request's headers, serve_peer.c), the parent of the request's
+         * server span over its params._meta, or NULL. Read only while
+         * mcp_core_handle runs. */
+        const al_trace_ctx *trace_parent;
 };
 
 typedef struct mcp_core_options {
@@ -108,6 +114,14 @@ void mcp_core_free(mcp_server *srv);
  * server of the process) and the count of spans not exported, in Prometheus
  * text (mcp_trace.c). */
 int mcp_trace_metrics(dynbuf *out);
+/* The client span of a request forwarded to the peer instance that holds
+ * its session (NULL when tracing is off): named as the request's server
+ * span would be, with airlock.peer, under its params._meta context. */
+al_span *mcp_trace_forward(const char *method, const json_t *id, const json_t *params,
+                           const char *peer);
+/* A response (msg) that is a JSON-RPC error, or a result with isError,
+ * sets span's error status (the message says only which). */
+void mcp_trace_status(al_span *span, const json_t *msg);
 
 /* What a front-end handed the server's face (mcp_service.h), for the
  * transport that runs it: the options, and the configuration, which stays

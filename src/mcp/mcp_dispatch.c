@@ -431,7 +431,8 @@ bool mcp_handle_request(mcp_server *srv, mcp_sink *sink, const char *method, con
             internal
                 ? NULL
                 : mcp_trace_begin(method, id, params,
-                                  al_trace_tenants() && sink ? tenant_of(srv, sink->owner) : NULL);
+                                  al_trace_tenants() && sink ? tenant_of(srv, sink->owner) : NULL,
+                                  sink ? sink->trace_parent : NULL);
         al_span *outer = al_span_push(span);
         bool started = dispatch_request(srv, &rq, method);
         al_span_pop(outer);

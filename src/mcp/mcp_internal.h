@@ -305,10 +305,11 @@ void mcp_warm_up_after_build(mcp_server *srv);
 
 /* ---- mcp_trace.c: spans and the operation-duration metric -------------- */
 
-/* The server span of a request (NULL when tracing is off), under its
+/* The server span of a request (NULL when tracing is off), under over when
+ * it is valid (a signed peer request's context) and else under its
  * params._meta context; tenant goes in only with --trace-tenants. */
 al_span *mcp_trace_begin(const char *method, const json_t *id, const json_t *params,
-                         const char *tenant);
+                         const char *tenant, const al_trace_ctx *over);
 /* An answer about to go out: an error, or a result with isError, sets the
  * error status of the thread's current span. */
 void mcp_trace_answer(const json_t *msg);

@@ -8,6 +8,11 @@
  * the session's work are its children, and an answer that is a JSON-RPC
  * error or a tool's isError sets its error status (mcp_trace_answer).
  *
+ * A call forwarded to the peer that holds its session gets a client span of
+ * the same name and attributes on the forwarding instance
+ * (mcp_trace_forward), whose context goes to the peer in signed headers;
+ * the peer's server span takes that context over params._meta's.
+ *
  * The metric mcp.server.operation.duration is kept whether tracing is on
  * or not: a histogram per method, with no tenant label, for /metrics. */
 #include <pthread.h>
@@ -137,20 +142,27 @@ static void request_target(const char *method, const json_t *params, char *buf, 
                 snprintf(buf, size, "%.*s", (int)MIN(strcspn(uri, ":"), 32), uri);
 }
 
-al_span *mcp_trace_begin(const char *method, const json_t *id, const json_t *params,
-                         const char *tenant)
+/* A span of one MCP request, server or client: named "{method} {target}",
+ * with the conventions' attributes, under over when it is a valid context
+ * (a signed peer request's, which descends from the client's own) and else
+ * under params._meta's. */
+static al_span *request_span(al_span_kind kind, const char *method, const json_t *id,
+                             const json_t *params, const al_trace_ctx *over)
 {
         if (!al_trace_on())
                 return NULL;
         const json_t *meta = json_object_get(params, "_meta");
         al_trace_ctx parent;
-        al_trace_parse(json_string_value(json_object_get(meta, "traceparent")),
-                       json_string_value(json_object_get(meta, "tracestate")),
-                       json_string_value(json_object_get(meta, "baggage")), &parent);
+        if (over && over->valid)
+                parent = *over;
+        else
+                al_trace_parse(json_string_value(json_object_get(meta, "traceparent")),
+                               json_string_value(json_object_get(meta, "tracestate")),
+                               json_string_value(json_object_get(meta, "baggage")), &parent);
         char target[112], name[240];
         request_target(method, params, target, sizeof(target));
         snprintf(name, sizeof(name), "%.100s%s%s", method, target[0] ? " " : "", target);
-        al_span *s = al_span_start(name, AL_SPAN_SERVER, &parent);
+        al_span *s = al_span_start(name, kind, &parent);
         if (!s)
                 return NULL;
         al_span_set_str(s, "mcp.method.name", method);
@@ -167,14 +179,28 @@ al_span *mcp_trace_begin(const char *method, const json_t *id, const json_t *par
                 session_hash(handle, h);
                 al_span_set_str(s, "mcp.session.id", h);
         }
-        if (tenant && al_trace_tenants())
+        return s;
+}
+
+al_span *mcp_trace_begin(const char *method, const json_t *id, const json_t *params,
+                         const char *tenant, const al_trace_ctx *over)
+{
+        al_span *s = request_span(AL_SPAN_SERVER, method, id, params, over);
+        if (s && tenant && al_trace_tenants())
                 al_span_set_str(s, "airlock.tenant", tenant);
         return s;
 }
 
-void mcp_trace_answer(const json_t *msg)
+al_span *mcp_trace_forward(const char *method, const json_t *id, const json_t *params,
+                           const char *peer)
 {
-        al_span *s = al_span_current();
+        al_span *s = request_span(AL_SPAN_CLIENT, method, id, params, NULL);
+        al_span_set_str(s, "airlock.peer", peer);
+        return s;
+}
+
+void mcp_trace_status(al_span *s, const json_t *msg)
+{
         if (!s || !json_is_object(msg))
                 return;
         const json_t *e = json_object_get(msg, "error");
@@ -192,6 +218,11 @@ void mcp_trace_answer(const json_t *msg)
                 al_span_set_str(s, "error.type", "tool_error");
                 al_span_error(s, "the tool answered isError");
         }
+}
+
+void mcp_trace_answer(const json_t *msg)
+{
+        mcp_trace_status(al_span_current(), msg);
 }
 
 void mcp_trace_end(al_span *span, const char *method, uint64_t t0)

@@ -44,9 +44,11 @@ else:
 
 class Receiver:
     """An OTLP/HTTP receiver: keeps every body and its spans. mode "ok"
-    answers 200, "fail" 500, "hang" holds each request until released."""
+    answers 200, "fail" 500, "hang" holds each request until released.
+    It listens on host's loopback address (or "0.0.0.0": every address,
+    for servers in other network namespaces)."""
 
-    def __init__(self, mode="ok"):
+    def __init__(self, mode="ok", host="127.0.0.1"):
         self.mode = mode
         self.bodies = []
         self.spans = []
@@ -92,7 +94,7 @@ class Receiver:
             def log_message(self, *a):
                 pass
 
-        self.srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.srv = socketserver.ThreadingTCPServer((host, 0), Handler)
         self.srv.daemon_threads = True
         self.port = self.srv.server_address[1]
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
@@ -590,6 +592,41 @@ def test_workspace_tools_under_serve_and_the_tenant_only_with_trace_tenants():
         for body in rcv.bodies:
             assert b"file-content-6174" not in body and b"a.txt" not in body
             assert flag or b"acme-tenant" not in body
+        rcv.close()
+
+
+def test_warm_up_runs_are_no_trace():
+    """The warm-up run that `airlock mcp` starts at initialize, and the one
+    `airlock serve` makes before it is ready, export no span: every run
+    span (and copy wait) that reaches the collector is the client's call's,
+    in its trace. Both processes end first, so that the export at exit has
+    sent whatever they ended."""
+    rcv = Receiver()
+    m = mcp_with(otel_env(rcv.port))
+    try:
+        params = mcp_call_params("print(1)")
+        params["_meta"]["traceparent"] = TRACEPARENT
+        assert not m.result(m.start("tools/call", params))["isError"]
+        assert m.close() == 0
+        s = serve_with(otel_env(rcv.port))
+        try:
+            st, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": "execute_code", "arguments": {"code": "1"},
+                                             "_meta": dict(MODERN, traceparent=TRACEPARENT)}})
+            assert st == 200 and not result_of(body)["isError"], body
+        finally:
+            s.stop()
+        assert s.p.returncode == 0, s.p.returncode
+        rcv.wait(lambda r: len([x for x in r.spans if x["name"] == "airlock.run"]) >= 2)
+        with rcv.cv:
+            runs = [x for x in rcv.spans if x["name"] in ("airlock.run", "airlock.copy_wait")]
+        assert all(x["traceId"] == TRACE_ID for x in runs), [
+            (x["name"], x["traceId"], x.get("parentSpanId"), attrs(x).get("airlock.code.bytes"))
+            for x in runs]
+        assert len([x for x in runs if x["name"] == "airlock.run"]) == 2, runs
+    finally:
+        if m.p.poll() is None:
+            m.p.kill()
         rcv.close()
 
 

@@ -123,14 +123,17 @@ class Cluster:
     .metrics(host) (read with the operator's token, .metrics_token);
     .stop(). extra_args go to every instance; fake_peers maps more instance
     names to ADDR:PORT in the peers file (a test's fake peer; "{bridge}"
-    stands for the test namespace's address on the hosts' bridge)."""
+    stands for the test namespace's address on the hosts' bridge); env adds
+    variables to every instance's environment ("{bridge}" as well: an OTLP
+    receiver of the test's, say)."""
 
     def __init__(self, tenants_dir, names=("a", "b", "c"), extra_args=(), fake_peers=None,
-                 tenants=("acme", "globex")):
+                 tenants=("acme", "globex"), env=None):
         self.tenants_dir = tenants_dir
         self.names = names
         self.extra_args = list(extra_args)
         self.fake_peers = dict(fake_peers or {})
+        self.env = dict(env or {})
         self.tag = secrets.token_hex(2)
         self.net = None
         self.bridge = "albr" + self.tag
@@ -204,6 +207,7 @@ class Cluster:
 
     def start_host(self, h):
         env = dict(os.environ, TMPDIR=h.tmp)
+        env.update({k: v.replace("{bridge}", self.net + ".1") for k, v in self.env.items()})
         h.lines = []
         h.proc = subprocess.Popen([IP, "netns", "exec", h.ns, *self.host_args(h)],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -616,6 +616,112 @@ def test_host_draining():
     cc.wait_line(lambda l: l == "airlock serve: stopped", 120, mark)
 
 
+def test_forwarded_call_traced():
+    """A cell forwarded from host b to host a's session: b exports a client
+    span "tools/call execute_code" (CLIENT, airlock.peer a), a the server
+    span of the call as its child, both in the client's trace when its
+    _meta names one, and in one new trace when it does not; a failing cell
+    and a gone peer set the client span's error status. A traceparent header
+    from the client (not a peer), or on a signed peer request without the
+    trace signature, is never a parent. Two hosts of their own, exporting
+    to the test's OTLP receiver on the bridge's address."""
+    from test_tracing import Receiver, attrs
+    rcv = Receiver(host="0.0.0.0")
+    tenants = tempfile.mkdtemp(prefix="airlock-multihost-tenants-")
+    c = cl.Cluster(tenants, names=("a", "b"), fake_peers={"gone": f"{{bridge}}:{down_port()}"},
+                   env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{{bridge}}:{rcv.port}",
+                        "OTEL_BSP_SCHEDULE_DELAY": "50"})
+    try:
+        c.start()
+        forwarded_call_traced(c, rcv, attrs)
+    finally:
+        c.stop()
+        rcv.close()
+        shutil.rmtree(tenants, ignore_errors=True)
+
+
+def down_port():
+    s = socket.socket()
+    s.bind(("0.0.0.0", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def forwarded_call_traced(c, rcv, attrs):
+    a, b = c.hosts
+    tok = c.tokens["acme"]
+    trace, parent = secrets.token_hex(16), secrets.token_hex(8)
+    forged = secrets.token_hex(16)
+    meta = {"traceparent": f"00-{trace}-{parent}-01", "tracestate": "k=v"}
+    st, h, msgs = post(at(a), call_body("session_open", {}), tok)
+    assert st == 200 and not msgs[-1]["result"].get("isError"), msgs
+    handle = msgs[-1]["result"]["_meta"]["dev.airlock/session"]
+
+    def spans_of(rid, kind):
+        return [s for s in rcv.spans if s["name"] == "tools/call execute_code" and
+                s["kind"] == kind and attrs(s).get("jsonrpc.request.id") == str(rid)]
+
+    def pair(rid):
+        rcv.wait(lambda r: spans_of(rid, 3) and spans_of(rid, 2))
+        with rcv.cv:
+            (cs,), (ss,) = spans_of(rid, 3), spans_of(rid, 2)
+        return cs, ss
+
+    def cell(rid, code, meta=None, headers=None):
+        st, hd, msgs = post(at(b), call_body("execute_code", {"session": handle, "code": code},
+                                              meta, rid), tok, headers=headers)
+        assert st == 200, (st, hd, msgs)
+        return msgs[-1]["result"]
+
+    # The client's trace joins across the hop; its forged header is not used.
+    r = cell(11, "print('traced')", meta, {"traceparent": f"00-{forged}-{parent}-01"})
+    assert not r.get("isError") and text(r).startswith("traced"), r
+    cs, ss = pair(11)
+    assert cs["traceId"] == trace and cs["parentSpanId"] == parent, cs
+    assert attrs(cs)["airlock.peer"] == "a" and attrs(cs)["mcp.method.name"] == "tools/call", cs
+    assert attrs(cs)["gen_ai.tool.name"] == "execute_code", cs
+    assert cs.get("status", {}).get("code", 0) != 2, cs
+    assert ss["traceId"] == trace and ss["parentSpanId"] == cs["spanId"], (cs, ss)
+    assert attrs(ss)["mcp.session.id"], ss
+    # Without a context in _meta: one new trace across both hosts.
+    cell(12, "print(1)")
+    cs, ss = pair(12)
+    assert cs["traceId"] != trace and not cs.get("parentSpanId"), cs
+    assert ss["traceId"] == cs["traceId"] and ss["parentSpanId"] == cs["spanId"], (cs, ss)
+    # A failing cell: the client span's error status too.
+    r = cell(13, "raise SystemExit(3)", meta)
+    assert r.get("isError"), r
+    cs, ss = pair(13)
+    assert cs["status"]["code"] == 2 and ss["status"]["code"] == 2, (cs, ss)
+    # A peer that is gone: the client span alone, in error.
+    gone = handle_of("gone")
+    st, _, msgs = post(at(b), call_body("execute_code", {"session": gone, "code": "1"}, meta, 14),
+                       tok)
+    assert st == 200 and msgs[-1]["result"].get("isError"), msgs
+    rcv.wait(lambda r: spans_of(14, 3))
+    (cs,) = spans_of(14, 3)
+    assert cs["status"]["code"] == 2 and attrs(cs)["airlock.peer"] == "gone", cs
+    assert cs["traceId"] == trace, cs
+    # At a's peer listener, correctly signed but with a traceparent header
+    # that no trace signature covers (or a wrong one): the _meta's context
+    # is the parent, never the header's.
+    for extra in ({}, {"Airlock-Peer-Trace-Signature": "0" * 64}):
+        body = call_body("execute_code", {"session": handle, "code": "print(2)"}, meta, 15)
+        hdrs = dict(sign(c.secret, body), traceparent=f"00-{forged}-{parent}-01", **extra)
+        st, _, msgs = post((a.addr, cl.PEER_PORT), body, headers=hdrs, path="/peer/mcp")
+        assert st == 200 and not msgs[-1]["result"].get("isError"), msgs
+    rcv.wait(lambda r: len(spans_of(15, 2)) == 2)
+    for ss in spans_of(15, 2):
+        assert ss["traceId"] == trace and ss["parentSpanId"] == parent, ss
+    # An unsigned one with a trace header is refused, as every unsigned one.
+    st, _, _ = post((a.addr, cl.PEER_PORT), body, path="/peer/mcp",
+                    headers={"traceparent": f"00-{forged}-{parent}-01"})
+    assert st == 401
+    post(at(b), call_body("session_close", {"session": handle}), tok)
+    with rcv.cv:
+        assert not [s for s in rcv.spans if s["traceId"] == forged], rcv.spans
+
 if __name__ == "__main__":
     HINT = cl.netns_available()
     if HINT and os.geteuid() == 0:

@@ -18,6 +18,7 @@
 #include "sandbox/sandbox.h"
 #include "host/tools.h"
 #include "core/util.h"
+#include "trace.h"
 
 #define DESCRIBE_CAP         (8u << 20)
 #define DESCRIBE_MAX_ENTRIES 50 /* workspace entries named in the description */
@@ -674,7 +675,11 @@ static const json_t *sandbox_inventory(airlock_sandbox *sb, airlock_error *err)
                  "import sys\nsys.modules['_airlock_runtime']._inventory(%zu)\n",
                  cfg->n_python_paths);
         airlock_result *res = NULL;
+        /* The inventory is airlock's own work, no caller's run: no trace
+         * (a server builds its version with it before any client). */
+        bool was = al_trace_untraced(true);
         int r = airlock_sandbox_run(sb, code, strlen(code), NULL, &res, err);
+        (void)al_trace_untraced(was);
         if (r < 0)
                 return NULL;
         json_t *inv = res->success && res->stdout_data

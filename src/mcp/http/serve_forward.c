@@ -19,6 +19,13 @@
  * that cannot be reached is taken as gone: its sessions were in its memory,
  * so the error says the session's state is lost.
  *
+ * The forwarded call is a client span on this instance (mcp_trace_forward:
+ * "tools/call {tool}", airlock.peer), under the client's params._meta
+ * context; its context goes to the peer in traceparent, tracestate and
+ * baggage headers, signed with the cluster secret in a header of their own
+ * (serve_peer.c), so that the peer's server span is its child while the
+ * body stays as the client wrote it.
+ *
  * libcurl is opened on first use, as src/lib/host/gateway.c does, so that
  * no process but a forwarding airlock serve loads it. */
 #include <curl/curl.h>
@@ -33,6 +40,7 @@
 
 #include "base.h"
 #include "serve_internal.h"
+#include "trace.h"
 
 #define CURL_SONAME      "libcurl.so.4"
 #define PEER_CONNECT_MS  3000L
@@ -125,6 +133,7 @@ typedef struct fwd_job {
         char *body;
         size_t len;
         json_t *id;
+        al_span *span; /* the client span of the forwarded call, or NULL */
         /* A transfer on the request's own thread watches its client's socket
          * (-1: the request's thread does, on a thread of its own). */
         int watch_fd;
@@ -141,6 +150,7 @@ static void job_free(fwd_job *j)
 {
         if (!j)
                 return;
+        al_span_end(j->span);
         free(j->body);
         json_decref(j->id);
         dynbuf_free(&j->in);
@@ -183,8 +193,10 @@ static void take_message(fwd_job *j, const char *text, size_t len)
                 bad(j, "out of memory");
                 return;
         }
-        if (has_id)
+        if (has_id) {
                 j->got_resp = true;
+                mcp_trace_status(j->span, m);
+        }
         http_sink_push(j->k, copy, has_id, has_id ? http_message_status(m) : ST_OK);
 }
 
@@ -272,6 +284,10 @@ static void answer_error(fwd_job *j, const char *msg)
         json_decref(m);
         if (text)
                 http_sink_push(j->k, text, true, ST_TOOL_ERROR);
+        /* The message names the session's handle: the span says only that
+         * the peer gave no answer. */
+        al_span_set_str(j->span, "error.type", "peer_failed");
+        al_span_error(j->span, "the peer gave no MCP response");
 }
 
 /* What to tell the client when the peer gave no response: which of the
@@ -328,6 +344,36 @@ static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *
                          h, p, code);
 }
 
+/* The client span's context, as traceparent, tracestate and baggage
+ * headers signed with the cluster secret (serve_peer.c): values of at most
+ * AL_BAGGAGE_MAX printable bytes, which al_trace_parse checked. */
+static struct curl_slist *trace_headers(fwd_job *j, const http_peer_headers *ph,
+                                        struct curl_slist *l)
+{
+        al_trace_ctx ctx;
+        char tp[AL_TRACEPARENT_LEN + 1], sig[65], line[AL_BAGGAGE_MAX + 64];
+        if (!al_span_context(j->span, &ctx) || !http_peer_sign_trace(j->srv, ph, &ctx, tp, sig))
+                return l;
+        struct {
+                const char *name, *value;
+        } rows[] = {
+            {"traceparent", tp},
+            {"tracestate", ctx.tracestate},
+            {"baggage", ctx.baggage},
+            {"Airlock-Peer-Trace-Signature", sig},
+        };
+        for (size_t i = 0; l && i < ARRAY_SIZE(rows); i++) {
+                if (!rows[i].value[0])
+                        continue;
+                snprintf(line, sizeof(line), "%s: %s", rows[i].name, rows[i].value);
+                struct curl_slist *t = cu.slist_append(l, line);
+                if (!t)
+                        cu.slist_free_all(l);
+                l = t;
+        }
+        return l;
+}
+
 static struct curl_slist *job_headers(fwd_job *j, const http_peer_headers *ph)
 {
         char line[256];
@@ -352,7 +398,7 @@ static struct curl_slist *job_headers(fwd_job *j, const http_peer_headers *ph)
         if (j->version[0])
                 ADD("MCP-Protocol-Version: %s", j->version);
 #undef ADD
-        return l;
+        return trace_headers(j, ph, l);
 }
 
 /* Sends the call and takes the answer; returns libcurl's code, the HTTP
@@ -398,12 +444,17 @@ static void *forward_main(void *arg)
         long code = 0;
         double connect_s = 0;
         CURLcode rc = transfer(j, &code, &connect_s);
+        if (code)
+                al_span_set_int(j->span, "http.response.status_code", code);
         if (j->kind == ANSWER_JSON && code == 200 && rc == CURLE_OK && j->in.len)
                 take_message(j, j->in.data, j->in.len);
         if (!j->got_resp && !atomic_load(&j->k->cancel)) {
                 char msg[700];
                 explain(j, rc, code, connect_s, msg, sizeof(msg));
                 answer_error(j, msg);
+        } else if (!j->got_resp) {
+                al_span_set_str(j->span, "error.type", "cancelled");
+                al_span_error(j->span, "the call was cancelled");
         }
         if (j->h) {
                 /* A handle whose transfer failed may hold a broken
@@ -461,6 +512,7 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
         const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
         snprintf(j->version, sizeof(j->version), "%s", v ? v : "");
         snprintf(rq->peer_to, sizeof(rq->peer_to), "%s", peer);
+        j->span = mcp_trace_forward(m->method, m->id, m->params, peer);
         pthread_once(&cu_once, cu_open);
         const char *why = !cu_ready ? "this instance cannot forward to its peers: libcurl "
                                       "(" CURL_SONAME ") could not be loaded"

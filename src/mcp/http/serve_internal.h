@@ -362,6 +362,14 @@ bool http_peer_url(http_server *s, const char *instance, char *url, size_t size)
 /* Signs a request to a peer acting for tenant ("" for none). 0 or -errno. */
 int http_peer_sign(http_server *s, const char *tenant, const char *accept, const char *body,
                    size_t len, http_peer_headers *h);
+/* Signs the trace context ctx of a request signed into ph: its
+ * traceparent into tp, the trace signature into sig (hex). False when ctx
+ * is not valid or no secret is loaded: no trace header is sent then. */
+bool http_peer_sign_trace(http_server *s, const http_peer_headers *ph, const al_trace_ctx *ctx,
+                          char tp[AL_TRACEPARENT_LEN + 1], char sig[65]);
+/* The trace context of a peer request whose signature held, when its trace
+ * headers are signed too (serve_peer.c); false otherwise. */
+bool http_peer_trace(const http_request *rq, struct MHD_Connection *c, al_trace_ctx *ret);
 /* A peer request's headers: the checks before its body. */
 enum MHD_Result http_peer_route(struct MHD_Connection *c, http_request *rq, const char *url,
                                 const char *method);

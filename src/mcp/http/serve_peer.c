@@ -11,7 +11,12 @@
  * body. The receiving instance refuses one without a signature, with a
  * wrong one, with a timestamp more than PEER_SKEW_S seconds away from its
  * own clock, or whose nonce it has seen (the nonces of the window are
- * kept, at most PEER_NONCES); each refusal is one line on stderr. */
+ * kept, at most PEER_NONCES); each refusal is one line on stderr.
+ *
+ * A forwarded call's trace context (its client span's) rides in traceparent,
+ * tracestate and baggage headers with a signature of their own over the
+ * request's signature and those values (http_peer_sign_trace): the owner
+ * takes it as its server span's parent only when that signature holds. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -27,6 +32,7 @@
 #include "base.h"
 #include "serve_internal.h"
 #include "sha256.h"
+#include "trace.h"
 
 #define PEER_LINE_MAX 256
 #define PEER_PROBES   16 /* slots of the nonce table one nonce may take */
@@ -374,6 +380,60 @@ static bool same_time(const char *a, const char *b, size_t n)
         for (size_t i = 0; i < n; i++)
                 d |= (unsigned char)(a[i] ^ b[i]);
         return d == 0;
+}
+
+/* The signature of a peer request's trace context (hex, 64 digits):
+ * HMAC-SHA256 under the cluster secret of the request's own signature
+ * (which covers its body, tenant, time and nonce) and the traceparent,
+ * tracestate and baggage headers. A header of its own rather than a part
+ * of the request's signature, so that an instance that knows no trace
+ * headers still takes the request and ignores them. */
+static bool trace_mac(http_server *s, const char *sig, const char *tp, const char *state,
+                      const char *bag, char out[65])
+{
+        char msg[160 + AL_TRACEPARENT_LEN + AL_TRACESTATE_MAX + AL_BAGGAGE_MAX];
+        int n = snprintf(msg, sizeof(msg), "airlock-peer-trace-1\n%s\n%s\n%s\n%s", sig, tp,
+                         state ? state : "", bag ? bag : "");
+        if (n < 0 || (size_t)n >= sizeof(msg))
+                return false;
+        uint8_t mac[32];
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        bool have = s->peer_key_len > 0;
+        if (have)
+                mcp_hmac_sha256(s->peer_key, s->peer_key_len, msg, (size_t)n, mac);
+        pthread_rwlock_unlock(&s->tokens_lock);
+        if (have)
+                hex(mac, 32, out);
+        explicit_bzero(mac, sizeof(mac));
+        return have;
+}
+
+bool http_peer_sign_trace(http_server *s, const http_peer_headers *ph, const al_trace_ctx *ctx,
+                          char tp[AL_TRACEPARENT_LEN + 1], char sig[65])
+{
+        if (!ctx->valid)
+                return false;
+        al_trace_format(ctx, tp);
+        return trace_mac(s, ph->sig, tp, ctx->tracestate, ctx->baggage, sig);
+}
+
+/* Contract: true only when the request came on --peer-listen (its own
+ * signature checked, http_peer_admit) and its traceparent, tracestate and
+ * baggage headers carry Airlock-Peer-Trace-Signature made with this
+ * server's cluster secret over that signature and these very values: then
+ * ret is their context. A trace header from anyone else, or one a proxy
+ * changed, is never a span's parent. */
+bool http_peer_trace(const http_request *rq, struct MHD_Connection *c, al_trace_ctx *ret)
+{
+#define H(name) MHD_lookup_connection_value(c, MHD_HEADER_KIND, name)
+        const char *tp = H("traceparent"), *state = H("tracestate"), *bag = H("baggage");
+        const char *sig = H("Airlock-Peer-Signature"), *tsig = H("Airlock-Peer-Trace-Signature");
+#undef H
+        char want[65];
+        if (!rq->peer || !tp || !is_hex(sig, 64) || !is_hex(tsig, 64) ||
+            !trace_mac(rq->srv, sig, tp, state, bag, want) || !same_time(want, tsig, 64))
+                return false;
+        return al_trace_parse(tp, state, bag, ret) == 0;
 }
 
 /* Contract: true only for a request signed with this server's cluster

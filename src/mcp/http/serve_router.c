@@ -17,6 +17,18 @@
 #include "base.h"
 #include "serve_internal.h"
 
+/* Hands m to the core; a peer's signed trace context is the parent of the
+ * request's server span (serve_peer.c), read while mcp_core_handle runs. */
+static int core_handle(struct MHD_Connection *c, http_request *rq, const jsonrpc_message *m)
+{
+        al_trace_ctx trace;
+        if (rq->peer && al_trace_on() && http_peer_trace(rq, c, &trace))
+                rq->sink->base.trace_parent = &trace;
+        int started = mcp_core_handle(rq->srv->core, &rq->sink->base, m);
+        rq->sink->base.trace_parent = NULL;
+        return started;
+}
+
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
 {
         http_server *s = rq->srv;
@@ -121,7 +133,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
          * which this thread writes while a worker runs the code. */
         const json_t *token = json_object_get(json_object_get(m.params, "_meta"), "progressToken");
         rq->sink->base.run_here = !(rq->sse && (json_is_string(token) || json_is_integer(token)));
-        int started = mcp_core_handle(s->core, &rq->sink->base, &m);
+        int started = core_handle(c, rq, &m);
         http_drop_message(rq, &m);
         if (started)
                 rq->sink->pending = true;
