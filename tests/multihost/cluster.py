@@ -2,8 +2,8 @@
 
 Each instance runs in a network namespace of its own (ip netns), joined to
 the test's namespace by a veth pair on a bridge of the test's own, with its
-own address, its own TMPDIR and the same tenants folder (the caller's: a
-plain folder, or a shared file system's mount per host). Each takes peers'
+own address, its own TMPDIR and the same tenants folder (the caller's: one
+plain folder for all, or a shared file system's mount per host). Each takes peers'
 calls on --peer-listen and finds the others in a peers file. HAProxy in TCP
 mode, round robin, is the balancer in front: it reads no request, so a call
 lands on any host.
@@ -121,15 +121,23 @@ class Cluster:
     """Cluster(tenants_dir).start(); .hosts (a, b, c), .lb (host, port) of
     HAProxy, .tokens {tenant: token}, .secret (the cluster secret's bytes),
     .metrics(host) (read with the operator's token, .metrics_token);
-    .stop(). extra_args go to every instance; fake_peers maps more instance
-    names to ADDR:PORT in the peers file (a test's fake peer; "{bridge}"
-    stands for the test namespace's address on the hosts' bridge); env adds
-    variables to every instance's environment ("{bridge}" as well: an OTLP
-    receiver of the test's, say)."""
+    .stop(). tenants_dirs=[...] instead gives each host its own tenants
+    folder, in the order of names (a shared file system's mount per host:
+    `ip netns exec` gives each host a mount namespace of its own, a copy of
+    this process's, so a mount made here before start() is seen there).
+    extra_args go to every instance; fake_peers maps more instance names to
+    ADDR:PORT in the peers file (a test's fake peer; "{bridge}" stands for
+    the test namespace's address on the hosts' bridge); env adds variables
+    to every instance's environment ("{bridge}" as well: an OTLP receiver of
+    the test's, say)."""
 
-    def __init__(self, tenants_dir, names=("a", "b", "c"), extra_args=(), fake_peers=None,
-                 tenants=("acme", "globex"), env=None):
-        self.tenants_dir = tenants_dir
+    def __init__(self, tenants_dir=None, names=("a", "b", "c"), extra_args=(), fake_peers=None,
+                 tenants=("acme", "globex"), env=None, tenants_dirs=None):
+        if (tenants_dir is None) == (tenants_dirs is None):
+            raise ValueError("Cluster: give tenants_dir or tenants_dirs, one of them")
+        if tenants_dirs is not None and len(tenants_dirs) != len(names):
+            raise ValueError(f"Cluster: {len(tenants_dirs)} tenants_dirs for {len(names)} hosts")
+        self.tenants_dirs = dict(zip(names, tenants_dirs or [tenants_dir] * len(names)))
         self.names = names
         self.extra_args = list(extra_args)
         self.fake_peers = dict(fake_peers or {})
@@ -202,7 +210,7 @@ class Cluster:
                 f"{h.addr}:{PEER_PORT}", "--peers", os.path.join(d, "peers"), "--instance",
                 h.name, "--tokens", os.path.join(d, "tokens"), "--metrics-token",
                 os.path.join(d, "metrics-token"), "--tenants-dir",
-                self.tenants_dir, "--secret", f"CLUSTER=file:{os.path.join(d, 'secret')}@peer",
+                self.tenants_dirs[h.name], "--secret", f"CLUSTER=file:{os.path.join(d, 'secret')}@peer",
                 *self.extra_args]
 
     def start_host(self, h):
