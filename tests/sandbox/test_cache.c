@@ -250,7 +250,8 @@ static struct {
         uint64_t now;
         int closed_order[MAX_FAKES];
         int n_closed;
-        int violations; /* a closed sandbox was used or closed again */
+        int violations;   /* a closed sandbox was used or closed again */
+        bool watch_armed; /* the last run got the call's watch not yet fired */
 } fk = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 static void fake_reset(void)
@@ -291,7 +292,8 @@ static int fake_new(const airlock_config *cfg, airlock_sandbox *prev, airlock_sa
 }
 
 static int fake_run(airlock_sandbox *sb, const char *code, size_t len,
-                    const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+                    const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                    airlock_error *err)
 {
         /* No cmocka assertion here: runs happen on other threads. */
         pthread_mutex_lock(&fk.lock);
@@ -303,6 +305,13 @@ static int fake_run(airlock_sandbox *sb, const char *code, size_t len,
                 return al_error(err, -EPIPE, NULL, "fake: template died");
         }
         sb->runs++;
+        /* The run fires the call's watch as the real one may, more than
+         * once: only the first may reach the caller. */
+        fk.watch_armed = w && w->fn;
+        pthread_mutex_unlock(&fk.lock);
+        al_watch_fire(w);
+        al_watch_fire(w);
+        pthread_mutex_lock(&fk.lock);
         fk.inside++;
         if (fk.inside > fk.max_inside)
                 fk.max_inside = fk.inside;
@@ -410,6 +419,47 @@ static void test_same_config_reuses_sandbox(void **state)
         assert_true(fk.fakes[0].closed);
         airlock_config_free(a);
         airlock_config_free(a2);
+}
+
+static void count_watch(void *arg)
+{
+        (*(int *)arg)++;
+}
+
+/* One public call, one watch: the cache and the sandbox's run it calls
+ * share the watch the call's options ask for, so the hook fires once per
+ * call whichever layer fires it first, and again on the next call. */
+static void test_watch_fires_once_per_call(void **state)
+{
+        airlock_cache *c = fake_cache(4, -1);
+        airlock_config *a = config_n(1);
+        int fired = 0;
+        airlock_run_options o = AIRLOCK_RUN_OPTIONS_INIT;
+        o.on_watch = count_watch;
+        o.watch_arg = &fired;
+        airlock_result *res = NULL;
+        airlock_error err = {0};
+        /* The first call builds: the cache fires before the build, and the
+         * run gets the watch spent. */
+        assert_int_equal(airlock_cache_run(c, a, "x", 1, &o, &res, &err), 0);
+        airlock_result_free(res);
+        assert_int_equal(fired, 1);
+        assert_false(fk.watch_armed);
+        /* The second finds the sandbox built: the run gets the watch armed
+         * and fires it, twice, which reaches the caller once. */
+        res = NULL;
+        assert_int_equal(airlock_cache_run(c, a, "y", 1, &o, &res, &err), 0);
+        airlock_result_free(res);
+        assert_int_equal(fired, 2);
+        assert_true(fk.watch_armed);
+        /* Without on_watch there is nothing to fire. */
+        res = NULL;
+        assert_int_equal(airlock_cache_run(c, a, "z", 1, NULL, &res, &err), 0);
+        airlock_result_free(res);
+        assert_int_equal(fired, 2);
+        assert_false(fk.watch_armed);
+        airlock_cache_close(c);
+        airlock_config_free(a);
 }
 
 static void test_lru_eviction_order(void **state)
@@ -1285,6 +1335,7 @@ int main(void)
             cmocka_unit_test(test_fingerprint_same_size_same_mtime),
             cmocka_unit_test(test_fingerprint_error_names_path),
             cmocka_unit_test(test_same_config_reuses_sandbox),
+            cmocka_unit_test(test_watch_fires_once_per_call),
             cmocka_unit_test(test_lru_eviction_order),
             cmocka_unit_test(test_default_cap_is_four),
             cmocka_unit_test(test_idle_timeout),

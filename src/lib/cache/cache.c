@@ -103,7 +103,7 @@ static uint64_t real_now_ns(void)
 static const cache_ops real_ops = {
     .sandbox_new = sbx_sandbox_new_from,
     .sandbox_yield = sbx_sandbox_yield_staging,
-    .sandbox_run = airlock_sandbox_run,
+    .sandbox_run = sbx_run_watched,
     .sandbox_close = airlock_sandbox_close,
     .sandbox_trim = sbx_sandbox_trim,
     .now_ns = real_now_ns,
@@ -520,11 +520,11 @@ static void entry_release(airlock_cache *c, cache_entry *e)
  * A failed build stays in e->build_err and leaves the list, so that the
  * next run tries again. The stale versions' closes go beside the run. */
 static void entry_build(airlock_cache *c, const airlock_config *cfg, cache_entry *e,
-                        cache_entry *from, close_list *stale)
+                        cache_entry *from, close_list *stale, al_watch *w)
 {
         airlock_sandbox *sb = NULL;
         airlock_error berr = {0};
-        al_watch_fire();
+        al_watch_fire(w);
         bool late = cache_late_input(cfg) && c->ops.sandbox_new_late;
         int r = late ? c->ops.sandbox_new_late(cfg, &sb, &berr)
                      : c->ops.sandbox_new(cfg, from ? from->sb : NULL, &sb, &berr);
@@ -559,7 +559,8 @@ static void entry_build(airlock_cache *c, const airlock_config *cfg, cache_entry
 }
 
 static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char *key,
-                         size_t static_len, uint64_t hash, cache_entry **ret, airlock_error *err)
+                         size_t static_len, uint64_t hash, al_watch *w, cache_entry **ret,
+                         airlock_error *err)
 {
         close_list l = {0}, stale = {0};
         cache_entry *from = NULL; /* the stale version the build reuses */
@@ -626,12 +627,12 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
         close_list_run_later(c, &stale);
 
         if (build) {
-                entry_build(c, cfg, e, from, &stale);
+                entry_build(c, cfg, e, from, &stale, w);
         } else {
                 pthread_mutex_lock(&c->lock);
                 if (e->state == ENTRY_BUILDING) {
                         pthread_mutex_unlock(&c->lock);
-                        al_watch_fire();
+                        al_watch_fire(w);
                         pthread_mutex_lock(&c->lock);
                 }
                 while (e->state == ENTRY_BUILDING)
@@ -833,7 +834,7 @@ static void input_build(airlock_cache *c, cache_entry *e, const airlock_config *
 }
 
 static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config *cfg,
-                         const char *key, cache_input **ret, airlock_error *err)
+                         const char *key, al_watch *w, cache_input **ret, airlock_error *err)
 {
         /* The key starts with the trees' key (tree_key): a version of the
          * same trees shares that part. */
@@ -902,7 +903,7 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
                 pthread_mutex_lock(&c->lock);
                 if (ci->state == ENTRY_BUILDING) {
                         pthread_mutex_unlock(&c->lock);
-                        al_watch_fire();
+                        al_watch_fire(w);
                         pthread_mutex_lock(&c->lock);
                 }
                 while (ci->state == ENTRY_BUILDING)
@@ -920,13 +921,14 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
         return 0;
 }
 
-/* Waits for one of the max_parallel run slots. */
-static int slot_acquire(airlock_cache *c, airlock_error *err)
+/* Waits for one of the max_parallel run slots, firing w (may be NULL)
+ * before it waits. */
+static int slot_acquire(airlock_cache *c, al_watch *w, airlock_error *err)
 {
         pthread_mutex_lock(&c->lock);
         while (!c->closing && c->running >= c->max_parallel) {
                 pthread_mutex_unlock(&c->lock);
-                al_watch_fire();
+                al_watch_fire(w);
                 pthread_mutex_lock(&c->lock);
                 if (c->closing || c->running < c->max_parallel)
                         break;
@@ -950,7 +952,8 @@ static void slot_release(airlock_cache *c)
 }
 
 static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
-                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+                     const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                     airlock_error *err);
 
 int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
                       const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
@@ -963,19 +966,20 @@ int airlock_cache_run(airlock_cache *c, const airlock_config *cfg, const char *c
         int r = al_run_options_in(opts, &o, err);
         if (r < 0)
                 return r;
-        bool began = al_watch_begin(&o);
-        r = cache_run(c, cfg, code, len, &o, ret, err);
-        al_watch_end(began);
-        return r;
+        /* The outermost layer of this call: its watch starts here, and the
+         * sandbox's run fires the same one (sbx_run_watched). */
+        al_watch w = al_watch_from(&o);
+        return cache_run(c, cfg, code, len, &o, &w, ret, err);
 }
 
 static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *code, size_t len,
-                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+                     const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                     airlock_error *err)
 {
         /* The tree signatures of a workspace and mounts are read at every
          * run, which takes as long as their trees are large. */
         if (cfg->workspace || cfg->n_mounts)
-                al_watch_fire();
+                al_watch_fire(w);
         _cleanup_free_ char *key = NULL, *input_key = NULL;
         size_t static_len = 0;
         int r = cache_fingerprint_parts(&c->trees, cache_takes_late(c), cfg, &key, &static_len,
@@ -983,20 +987,20 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
         if (r < 0)
                 return r;
         uint64_t hash = cache_fnv1a(key);
-        r = slot_acquire(c, err);
+        r = slot_acquire(c, w, err);
         if (r < 0)
                 return r;
         /* A sandbox whose template died is closed and rebuilt once, and the
          * run tried again on the new one; a second death is reported. */
         for (int attempt = 0;; attempt++) {
                 cache_entry *e = NULL;
-                r = entry_acquire(c, cfg, key, static_len, hash, &e, err);
+                r = entry_acquire(c, cfg, key, static_len, hash, w, &e, err);
                 if (r < 0)
                         break;
                 airlock_result *res = NULL;
                 cache_input *ci = NULL;
                 if (e->late && input_key) {
-                        r = input_acquire(c, e, cfg, input_key, &ci, err);
+                        r = input_acquire(c, e, cfg, input_key, w, &ci, err);
                         if (r < 0) {
                                 entry_release(c, e);
                                 break;
@@ -1004,9 +1008,9 @@ static int cache_run(airlock_cache *c, const airlock_config *cfg, const char *co
                 }
                 if (e->late)
                         r = c->ops.sandbox_run_input(e->sb, ci ? ci->in : NULL, code ? code : "",
-                                                     len, opts, &res, err);
+                                                     len, opts, w, &res, err);
                 else
-                        r = c->ops.sandbox_run(e->sb, code ? code : "", len, opts, &res, err);
+                        r = c->ops.sandbox_run(e->sb, code ? code : "", len, opts, w, &res, err);
                 if (ci)
                         input_release(c, e, ci);
                 if (r >= 0) {
@@ -1068,11 +1072,11 @@ int airlock_cache_session_open(airlock_cache *c, const airlock_config *cfg, airl
         if (!h)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
         h->c = c;
-        r = slot_acquire(c, err);
+        r = slot_acquire(c, NULL, err);
         if (r >= 0) {
-                r = entry_acquire(c, cfg, key, static_len, cache_fnv1a(key), &h->e, err);
+                r = entry_acquire(c, cfg, key, static_len, cache_fnv1a(key), NULL, &h->e, err);
                 if (r >= 0 && h->e->late && input_key)
-                        r = input_acquire(c, h->e, cfg, input_key, &h->ci, err);
+                        r = input_acquire(c, h->e, cfg, input_key, NULL, &h->ci, err);
                 if (r >= 0 && h->e->late)
                         r = c->ops.session_open_input(h->e->sb, h->ci ? h->ci->in : NULL, ret, err);
                 else if (r >= 0)
@@ -1129,11 +1133,11 @@ char *airlock_cache_describe_json(airlock_cache *c, const airlock_config *cfg, a
         size_t static_len = 0;
         if (cache_fingerprint_parts(&c->trees, cache_takes_late(c), cfg, &key, &static_len, NULL,
                                     err) < 0 ||
-            slot_acquire(c, err) < 0)
+            slot_acquire(c, NULL, err) < 0)
                 return NULL;
         cache_entry *e = NULL;
         char *text = NULL;
-        if (entry_acquire(c, cfg, key, static_len, cache_fnv1a(key), &e, err) >= 0) {
+        if (entry_acquire(c, cfg, key, static_len, cache_fnv1a(key), NULL, &e, err) >= 0) {
                 /* A late-input sandbox serves many workspaces: the text
                  * names the caller's, never the one it was built for. */
                 text = e->late ? sbx_describe_json_for(e->sb, cfg, err)

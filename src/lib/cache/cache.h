@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "airlock.h"
+#include "core/util.h"
 
 #define CACHE_DEFAULT_MAX_SANDBOXES 4
 #define CACHE_DEFAULT_IDLE_S        300.0
@@ -45,8 +46,10 @@ typedef struct cache_ops {
          * (sbx_sandbox_yield_staging). NULL: never. Replacing sandbox_new
          * without it leaves it NULL. */
         void (*sandbox_yield)(airlock_sandbox *prev);
+        /* The runs get the call's watch (al_watch, core/util.h), which
+         * the cache may have fired already (sbx_run_watched). */
         int (*sandbox_run)(airlock_sandbox *sb, const char *code, size_t len,
-                           const airlock_run_options *opts, airlock_result **ret,
+                           const airlock_run_options *opts, al_watch *w, airlock_result **ret,
                            airlock_error *err);
         void (*sandbox_close)(airlock_sandbox *sb);
         /* Called about once a second, under the cache's lock, on each
@@ -62,8 +65,8 @@ typedef struct cache_ops {
         int (*sandbox_new_late)(const airlock_config *cfg, airlock_sandbox **ret,
                                 airlock_error *err);
         int (*sandbox_run_input)(airlock_sandbox *sb, struct sbx_input *in, const char *code,
-                                 size_t len, const airlock_run_options *opts, airlock_result **ret,
-                                 airlock_error *err);
+                                 size_t len, const airlock_run_options *opts, al_watch *w,
+                                 airlock_result **ret, airlock_error *err);
         int (*session_open_input)(airlock_sandbox *sb, struct sbx_input *in, airlock_session **ret,
                                   airlock_error *err);
 } cache_ops;

@@ -80,43 +80,26 @@ int al_run_options_in(const airlock_run_options *opts, airlock_run_options *out,
         return 0;
 }
 
-/* One per thread: a run holds its caller's thread from start to end. */
-static _Thread_local struct {
-        bool active;
-        int fd;
-        void (*fn)(void *);
-        void *arg;
-} watch;
-
-bool al_watch_begin(const airlock_run_options *opts)
+al_watch al_watch_from(const airlock_run_options *opts)
 {
-        if (watch.active)
-                return false;
-        watch.active = true;
-        watch.fn = opts ? opts->on_watch : NULL;
-        watch.fd = watch.fn ? opts->watch_fd : -1;
-        watch.arg = watch.fn ? opts->watch_arg : NULL;
-        return true;
+        if (!opts || !opts->on_watch)
+                return (al_watch){.fd = -1};
+        return (al_watch){.fn = opts->on_watch, .arg = opts->watch_arg, .fd = opts->watch_fd};
 }
 
-void al_watch_end(bool began)
+void al_watch_fire(al_watch *w)
 {
-        if (began)
-                memset(&watch, 0, sizeof(watch));
+        if (!w || !w->fn)
+                return;
+        void (*fn)(void *) = w->fn;
+        w->fn = NULL;
+        w->fd = -1;
+        fn(w->arg);
 }
 
-void al_watch_fire(void)
+int al_watch_fd(const al_watch *w)
 {
-        void (*fn)(void *) = watch.fn;
-        watch.fn = NULL;
-        watch.fd = -1;
-        if (fn)
-                fn(watch.arg);
-}
-
-int al_watch_fd(void)
-{
-        return watch.fn ? watch.fd : -1;
+        return w && w->fn ? w->fd : -1;
 }
 
 const char *airlock_version(void)

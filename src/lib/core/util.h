@@ -59,15 +59,24 @@ typedef struct al_child {
 int al_spawn_piped(const char *exe, char *const argv[], char *const envp[], int cwd_fd,
                    const char *cwd, al_child *ret);
 
-/* The caller's watch of this thread's run (airlock_run_options.on_watch).
- * al_watch_begin arms it from opts unless an outer call on this thread has
- * (the cache runs through the sandbox) and returns whether it did, which
- * is then passed to al_watch_end. */
-bool al_watch_begin(const airlock_run_options *opts);
-void al_watch_end(bool began);
-/* Hands the caller's input on now, before a step that may take long. */
-void al_watch_fire(void);
+/* The caller's watch of one public call (airlock_run_options.on_watch):
+ * made from the options by the outermost entry point and handed down by
+ * pointer to every layer that may take long (the cache's acquire and
+ * build, the sandbox's wait for a copy, the run), so that the hook fires
+ * at most once per call however many layers there are. A NULL pointer is
+ * a call without a watch. */
+typedef struct al_watch {
+        void (*fn)(void *arg); /* NULL: none, or fired already */
+        void *arg;
+        int fd;
+} al_watch;
+
+/* The watch opts asks for (opts may be NULL: none). */
+al_watch al_watch_from(const airlock_run_options *opts);
+/* Hands the caller's input on now, before a step that may take long, the
+ * first time only: it clears w->fn. w may be NULL. */
+void al_watch_fire(al_watch *w);
 /* The fd to poll while the code runs, or -1 when there is none (left). */
-int al_watch_fd(void);
+int al_watch_fd(const al_watch *w);
 
 #endif

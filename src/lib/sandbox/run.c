@@ -118,6 +118,9 @@ typedef struct run_state {
         copy *c;
         /* The caller's options (checked by al_run_options_in), or NULL. */
         const airlock_run_options *opts;
+        /* The watch of the public call this run serves (made by its
+         * outermost layer, which may have fired it already), or NULL. */
+        al_watch *watch;
         /* A cell's: the session's current interpreter, -1 for a single run. */
         int active_pidfd;
         int cancel_fd;
@@ -435,7 +438,7 @@ static int frame_admit(void *arg, const char *body, size_t len)
 }
 
 static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pidfd,
-                     const airlock_run_options *opts)
+                     const airlock_run_options *opts, al_watch *w)
 {
         const airlock_limits *l = sbx_limits(sb);
         *run = (run_state){
@@ -445,6 +448,7 @@ static void run_init(run_state *run, airlock_sandbox *sb, copy *c, int active_pi
             .c = c,
             .active_pidfd = active_pidfd,
             .opts = opts,
+            .watch = w,
             .cancel_fd = opts ? opts->cancel_fd : -1,
             .out = {.fd = c->out_r, .open = true, .stream = 1},
             .err = {.fd = c->err_r, .open = true, .stream = 2},
@@ -544,7 +548,7 @@ static int send_reply(run_state *run, json_t *msg)
                         return -errno;
                 struct pollfd pf[3] = {{run->c->chan, POLLOUT, 0},
                                        {run->cancel_fd, POLLIN, 0},
-                                       {al_watch_fd(), POLLIN, 0}};
+                                       {al_watch_fd(run->watch), POLLIN, 0}};
                 uint64_t now = al_now_ns();
                 if (now >= run->deadline) {
                         run_stop_copy(run, STOP_TIMEOUT);
@@ -553,7 +557,7 @@ static int send_reply(run_state *run, json_t *msg)
                 /* A negative fd is not polled. */
                 int k = poll(pf, 3, (int)MIN((run->deadline - now) / 1000000 + 1, 1000000u));
                 if (k > 0 && pf[2].revents)
-                        al_watch_fire();
+                        al_watch_fire(run->watch);
                 if (k > 0 && pf[1].revents) {
                         run_stop_copy(run, STOP_CANCEL);
                         return -ECANCELED;
@@ -711,7 +715,7 @@ static int stdin_wait(run_state *run, int fd)
                     {run->out.open ? run->out.fd : -1, POLLIN, 0},
                     {run->err.open ? run->err.fd : -1, POLLIN, 0},
                     {run->cancel_fd, POLLIN, 0},
-                    {al_watch_fd(), POLLIN, 0},
+                    {al_watch_fd(run->watch), POLLIN, 0},
                     {run->c->pidfd, POLLIN, 0},
                     {run->active_pidfd, POLLIN, 0},
                 };
@@ -724,7 +728,7 @@ static int stdin_wait(run_state *run, int fd)
                 if (k <= 0)
                         continue;
                 if (p[4].revents)
-                        al_watch_fire();
+                        al_watch_fire(run->watch);
                 if (p[3].revents) {
                         run_stop_copy(run, STOP_CANCEL);
                         return -ECANCELED;
@@ -826,7 +830,7 @@ static void serve_request(run_state *run, json_t *msg)
          * input to another thread first (airlock_run_options.on_watch), so
          * that a cancel it reads there still reaches this run. */
         if (row && row->slow)
-                al_watch_fire();
+                al_watch_fire(run->watch);
         _cleanup_json_ json_t *reply =
             row ? row->serve(run, sbx_config(run->sb), msg)
                 : error_reply(WIRE_KIND_VALUE, "unknown request to the host");
@@ -1003,8 +1007,8 @@ static void run_step(run_state *run)
                 p[i_cancel = np++] = (struct pollfd){run->cancel_fd, POLLIN, 0};
         if (alive && run_is_cell(run))
                 p[i_active = np++] = (struct pollfd){run->active_pidfd, POLLIN, 0};
-        if (alive && al_watch_fd() >= 0)
-                p[i_watch = np++] = (struct pollfd){al_watch_fd(), POLLIN, 0};
+        if (alive && al_watch_fd(run->watch) >= 0)
+                p[i_watch = np++] = (struct pollfd){al_watch_fd(run->watch), POLLIN, 0};
 
         int timeout_ms = -1; /* RUN_STOPPING: until the copy exits */
         if (live) {
@@ -1018,7 +1022,7 @@ static void run_step(run_state *run)
         if (k < 0)
                 return; /* EINTR: round again */
         if (i_watch >= 0 && p[i_watch].revents)
-                al_watch_fire();
+                al_watch_fire(run->watch);
         if (k == 0 && run->phase == RUN_DRAINING) {
                 run->phase = RUN_DONE;
                 return;
@@ -1348,20 +1352,20 @@ static int run_code(run_state *run, int outdir, const char *code, size_t len, bo
 }
 
 int sbx_run_single(airlock_sandbox *sb, copy *c, int outdir, const char *code, size_t len,
-                   const airlock_run_options *opts, bool *ret_delivered, airlock_result **ret,
-                   airlock_error *err)
+                   const airlock_run_options *opts, al_watch *w, bool *ret_delivered,
+                   airlock_result **ret, airlock_error *err)
 {
         _cleanup_(run_free) run_state run;
-        run_init(&run, sb, c, -1, opts);
+        run_init(&run, sb, c, -1, opts, w);
         return run_code(&run, outdir, code, len, ret_delivered, ret, err);
 }
 
 int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
-                 size_t len, const airlock_run_options *opts, bool *ret_alive, airlock_result **ret,
-                 airlock_error *err)
+                 size_t len, const airlock_run_options *opts, al_watch *w, bool *ret_alive,
+                 airlock_result **ret, airlock_error *err)
 {
         _cleanup_(run_free) run_state run;
-        run_init(&run, sb, c, active_pidfd, opts);
+        run_init(&run, sb, c, active_pidfd, opts, w);
         int r = run_code(&run, outdir, code, len, NULL, ret, err);
         if (r >= 0)
                 *ret_alive = !run.exited;

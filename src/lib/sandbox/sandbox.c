@@ -600,15 +600,15 @@ static void hurry_copy(int chan)
  * block; otherwise a run is waiting, which *ret_late tells (may be NULL).
  * The template and copies run at the host's own priority throughout: a
  * caller never waits for work that a busy machine could starve. */
-static ssize_t receive_for_copy(int fd, int nudge, bool hurry, char *buf, size_t len, int *fds,
-                                size_t max_fds, size_t *ret_nfds, bool *ret_late)
+static ssize_t receive_for_copy(int fd, int nudge, bool hurry, al_watch *w, char *buf, size_t len,
+                                int *fds, size_t max_fds, size_t *ret_nfds, bool *ret_late)
 {
         ssize_t n = al_recv_fds(fd, buf, len, fds, max_fds, ret_nfds, MSG_DONTWAIT);
         if (n != -EAGAIN)
                 return n;
         if (ret_late)
                 *ret_late = true;
-        al_watch_fire();
+        al_watch_fire(w);
         if (nudge >= 0) {
                 char c = CTL_NUDGE;
                 (void)!send(nudge, &c, 1, MSG_NOSIGNAL);
@@ -636,12 +636,13 @@ static void received_fds_close(received_fds *got)
                 closep(&got->fd[i]);
 }
 
-/* Reads one pending copy from the template. Caller holds sb->lock. */
-static int receive_copy_locked(airlock_sandbox *sb, copy **ret, airlock_error *err)
+/* Reads one pending copy from the template, firing w (may be NULL) before
+ * it waits. Caller holds sb->lock. */
+static int receive_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *err)
 {
         char buf[1100];
         _cleanup_(received_fds_close) received_fds got = {.fd = {-1, -1, -1, -1, -1}};
-        ssize_t n = receive_for_copy(sb->ctl, sb->ctl, false, buf, sizeof(buf), got.fd,
+        ssize_t n = receive_for_copy(sb->ctl, sb->ctl, false, w, buf, sizeof(buf), got.fd,
                                      ARRAY_SIZE(got.fd), &got.n, NULL);
         if (n == -ETIMEDOUT)
                 return al_error(err, -ETIMEDOUT, NULL, "the sandbox did not start a copy in time");
@@ -696,7 +697,7 @@ static void trim_ready_locked(airlock_sandbox *sb)
         while (sb->pending > sb->want_ready) {
                 struct pollfd p = {sb->ctl, POLLIN, 0};
                 copy *c = NULL;
-                if (poll(&p, 1, 0) <= 0 || receive_copy_locked(sb, &c, NULL) < 0)
+                if (poll(&p, 1, 0) <= 0 || receive_copy_locked(sb, NULL, &c, NULL) < 0)
                         return;
                 copy_close_locked(sb, c, true);
         }
@@ -785,7 +786,7 @@ static void adjust_ready(airlock_sandbox *sb, const copy *c)
 
 /* Takes a ready copy (or waits for one) and asks for its successor, so the
  * next run finds a copy already started. */
-int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
+int sbx_take_copy(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *err)
 {
         pthread_mutex_lock(&sb->lock);
         int r = 0;
@@ -798,7 +799,7 @@ int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err)
         if (sb->pending == 0)
                 r = request_copy_locked(sb);
         if (r >= 0)
-                r = receive_copy_locked(sb, &c, err);
+                r = receive_copy_locked(sb, w, &c, err);
         else
                 sb->broken = true;
         if (r >= 0) {
@@ -1093,7 +1094,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
          * them from the control socket so they can be killed and reaped. */
         while (sb->pending > 0) {
                 copy *c = NULL;
-                if (receive_copy_locked(sb, &c, NULL) < 0)
+                if (receive_copy_locked(sb, NULL, &c, NULL) < 0)
                         break;
                 copy_close_locked(sb, c, true);
         }
@@ -1131,7 +1132,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
         free(sb);
 }
 
-int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
+int sbx_copy_wait_ready(copy *c, al_watch *w, int *ret_outdir, airlock_error *err)
 {
         /* The copy's first byte: ready, with its /output fd, and with a
          * writable /input the upper dir and lower layer of its overlay. */
@@ -1139,7 +1140,7 @@ int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err)
         int fds[3] = {-1, -1, -1};
         size_t nfds = 0;
         ssize_t n =
-            receive_for_copy(c->chan, -1, true, tag, 1, fds, ARRAY_SIZE(fds), &nfds, &c->late);
+            receive_for_copy(c->chan, -1, true, w, tag, 1, fds, ARRAY_SIZE(fds), &nfds, &c->late);
         _cleanup_close_ int outdir = fds[0];
         _cleanup_close_ int upper = fds[1];
         _cleanup_close_ int lower = fds[2];
@@ -1214,10 +1215,10 @@ static int copy_attach_input(airlock_sandbox *sb, copy *c, sbx_input *in, airloc
         return 0;
 }
 
-int sbx_copy_prepare(airlock_sandbox *sb, copy *c, sbx_input *in, int *ret_outdir,
+int sbx_copy_prepare(airlock_sandbox *sb, copy *c, sbx_input *in, al_watch *w, int *ret_outdir,
                      airlock_error *err)
 {
-        int r = sbx_copy_wait_ready(c, ret_outdir, err);
+        int r = sbx_copy_wait_ready(c, w, ret_outdir, err);
         if (r < 0 || !sb->late_input)
                 return r;
         r = copy_attach_input(sb, c, in, err);
@@ -1274,12 +1275,21 @@ int airlock_check_code(const char *code, size_t len, airlock_error *err)
 }
 
 static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
-                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+                     const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                     airlock_error *err);
 
 int sbx_run_input(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
-                  const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+                  const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                  airlock_error *err)
 {
-        return run_fresh(sb, in, code, len, opts, ret, err);
+        return run_fresh(sb, in, code, len, opts, w, ret, err);
+}
+
+int sbx_run_watched(airlock_sandbox *sb, const char *code, size_t len,
+                    const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                    airlock_error *err)
+{
+        return run_fresh(sb, NULL, code, len, opts, w, ret, err);
 }
 
 int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
@@ -1290,26 +1300,27 @@ int airlock_sandbox_run(airlock_sandbox *sb, const char *code, size_t len,
         int r = al_run_options_in(opts, &o, err);
         if (r < 0)
                 return r;
-        bool began = al_watch_begin(&o);
-        r = run_fresh(sb, NULL, code, len, &o, ret, err);
-        al_watch_end(began);
-        return r;
+        /* The outermost layer of this call: its watch starts here. */
+        al_watch w = al_watch_from(&o);
+        return run_fresh(sb, NULL, code, len, &o, &w, ret, err);
 }
 
 static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
-                    const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+                    const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                    airlock_error *err);
 
 /* The run under its span (run_trace.c): the span is the thread's current
  * one while the run lasts, so that the copy's wait and the host's services
  * to the code are its children. */
 static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
-                     const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+                     const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                     airlock_error *err)
 {
         al_span *span = sbx_trace_run_begin("airlock.run", opts, code, len, sb->cfg->secrets);
         if (!span)
-                return run_copy(sb, in, code, len, opts, ret, err);
+                return run_copy(sb, in, code, len, opts, w, ret, err);
         al_span *outer = al_span_push(span);
-        int r = run_copy(sb, in, code, len, opts, ret, err);
+        int r = run_copy(sb, in, code, len, opts, w, ret, err);
         al_span_pop(outer);
         sbx_trace_run_end(span, &sb->cfg->limits, r, r >= 0 ? *ret : NULL,
                           err ? err->message : NULL);
@@ -1317,7 +1328,8 @@ static int run_fresh(airlock_sandbox *sb, sbx_input *in, const char *code, size_
 }
 
 static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t len,
-                    const airlock_run_options *opts, airlock_result **ret, airlock_error *err)
+                    const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                    airlock_error *err)
 {
         int r = sbx_check_code(code, len, err);
         if (r < 0)
@@ -1328,7 +1340,7 @@ static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t
                 copy *c = NULL;
                 al_span *wait = sbx_trace_child("airlock.copy_wait");
                 uint64_t t_wait = wait ? al_now_ns() : 0;
-                r = sbx_take_copy(sb, &c, err);
+                r = sbx_take_copy(sb, w, &c, err);
                 al_span_set_double(al_span_current(), "airlock.copy_wait_ms",
                                    wait ? (double)(al_now_ns() - t_wait) / 1e6 : 0);
                 al_span_end(wait);
@@ -1336,14 +1348,14 @@ static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t
                         return r;
                 int outdir = -1;
                 bool delivered = false, asked = false;
-                r = sbx_copy_prepare(sb, c, in, &outdir, err);
+                r = sbx_copy_prepare(sb, c, in, w, &outdir, err);
                 if (r >= 0) {
                         adjust_ready(sb, c);
                         if (!(opts && opts->last)) {
                                 replenish(sb, true);
                                 asked = true;
                         }
-                        r = sbx_run_single(sb, c, outdir, code, len, opts, &delivered, ret, err);
+                        r = sbx_run_single(sb, c, outdir, code, len, opts, w, &delivered, ret, err);
                 }
                 if (outdir >= 0)
                         close(outdir);

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "airlock.h"
+#include "core/util.h"
 #include "core/wire.h"
 
 /* --- the copies (sandbox.c) --- */
@@ -59,21 +60,31 @@ struct sbx_mounter *sbx_sandbox_mounter(airlock_sandbox *sb);
  * as root). */
 void sbx_guest_ids(const airlock_sandbox *sb, uid_t *ret_uid, gid_t *ret_gid);
 struct sbx_input;
-/* airlock_sandbox_run with in as the run's /input (a late-input sandbox;
+/* airlock_sandbox_run for an outer layer (the cache) that has made the
+ * call's watch w (al_watch, core/util.h) from opts itself and may have
+ * fired it already: the run fires the same one, so the hook fires at most
+ * once per public call. opts is checked (al_run_options_in). w may be
+ * NULL: no watch. */
+int sbx_run_watched(airlock_sandbox *sb, const char *code, size_t len,
+                    const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                    airlock_error *err);
+/* sbx_run_watched with in as the run's /input (a late-input sandbox;
  * NULL: an empty /input). */
 int sbx_run_input(airlock_sandbox *sb, struct sbx_input *in, const char *code, size_t len,
-                  const airlock_run_options *opts, airlock_result **ret, airlock_error *err);
+                  const airlock_run_options *opts, al_watch *w, airlock_result **ret,
+                  airlock_error *err);
 /* airlock_session_open likewise; the caller keeps in alive until the
  * session is closed (sbx_session_on_close). */
 int sbx_session_open_input(airlock_sandbox *sb, struct sbx_input *in, airlock_session **ret,
                            airlock_error *err);
 /* sbx_copy_wait_ready, then, in a late-input sandbox, hands the copy in. */
-int sbx_copy_prepare(airlock_sandbox *sb, copy *c, struct sbx_input *in, int *ret_outdir,
-                     airlock_error *err);
+int sbx_copy_prepare(airlock_sandbox *sb, copy *c, struct sbx_input *in, al_watch *w,
+                     int *ret_outdir, airlock_error *err);
 
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
-int sbx_take_copy(airlock_sandbox *sb, copy **ret, airlock_error *err);
-int sbx_copy_wait_ready(copy *c, int *ret_outdir, airlock_error *err);
+/* Both fire w (may be NULL), the caller's watch, before they wait. */
+int sbx_take_copy(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *err);
+int sbx_copy_wait_ready(copy *c, al_watch *w, int *ret_outdir, airlock_error *err);
 
 void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
 /* Kills copy c and returns once it and every process it started are gone
@@ -103,10 +114,12 @@ char *sbx_describe_json_for(airlock_sandbox *sb, const airlock_config *cfg, airl
  * The run ends when the copy's PID namespace is gone, or when the guest
  * says that nothing else of the run is left. *ret_delivered (when not NULL)
  * is set, on failure too, to whether the code reached the copy: one that
- * died before ran nothing, and another copy may run the code. */
+ * died before ran nothing, and another copy may run the code. w, the
+ * caller's watch (or NULL), is polled while the code runs until it fires,
+ * and fired before a slow request (a tool call, an HTTP request). */
 int sbx_run_single(airlock_sandbox *sb, copy *c, int outdir, const char *code, size_t len,
-                   const airlock_run_options *opts, bool *ret_delivered, airlock_result **ret,
-                   airlock_error *err);
+                   const airlock_run_options *opts, al_watch *w, bool *ret_delivered,
+                   airlock_result **ret, airlock_error *err);
 /* Runs one cell of a session in copy c, whose current interpreter is
  * watched through active_pidfd, and collects the result. The cell ends at
  * the guest's "end" frame or the interpreter's death; a deadline, a cancel
@@ -115,8 +128,8 @@ int sbx_run_single(airlock_sandbox *sb, copy *c, int outdir, const char *code, s
  * (the session's pid 1 and its snapshots). Untouched on failure, when the
  * session is over anyway. */
 int sbx_run_cell(airlock_sandbox *sb, copy *c, int outdir, int active_pidfd, const char *code,
-                 size_t len, const airlock_run_options *opts, bool *ret_alive, airlock_result **ret,
-                 airlock_error *err);
+                 size_t len, const airlock_run_options *opts, al_watch *w, bool *ret_alive,
+                 airlock_result **ret, airlock_error *err);
 
 /* The memory charged to copy c's own cgroup (the processes of the copy and
  * the files they wrote to its tmpfs, not the template's pages they share),

@@ -416,10 +416,10 @@ int sbx_session_open_input(airlock_sandbox *sb, struct sbx_input *in, airlock_se
         f->outdir = -1;
         pthread_mutex_init(&f->lock, NULL);
         f->members = s;
-        int r = sbx_take_copy(sb, &f->c, err);
+        int r = sbx_take_copy(sb, NULL, &f->c, err);
         s->c = f->c;
         if (r >= 0)
-                r = sbx_copy_prepare(sb, f->c, in, &f->outdir, err);
+                r = sbx_copy_prepare(sb, f->c, in, NULL, &f->outdir, err);
         if (r >= 0)
                 r = request(s, json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_SESSION), NULL, NULL, err);
         if (r >= 0)
@@ -456,10 +456,11 @@ static int session_run_locked(airlock_session *s, const char *code, size_t len,
         if (r < 0)
                 return r;
         bool alive = false;
-        bool began = al_watch_begin(opts);
-        r = sbx_run_cell(s->f->sb, s->c, s->f->outdir, s->active_pidfd, code, len, opts, &alive,
+        /* The cell is this call's outermost layer with a watch: the steps
+         * before it (the base, the thaw) are quick. */
+        al_watch w = al_watch_from(opts);
+        r = sbx_run_cell(s->f->sb, s->c, s->f->outdir, s->active_pidfd, code, len, opts, &w, &alive,
                          ret, err);
-        al_watch_end(began);
         /* A fork's view reaped the copy's pid 1 through its own pidfd (the
          * copy died): the family's pidfd must not be waited on again. */
         if (s->own_view && s->c->pidfd < 0 && s->f->c->pidfd >= 0) {
