@@ -514,6 +514,22 @@ static void entry_release(airlock_cache *c, cache_entry *e)
 /* Finds or creates the entry for key and takes a reference on it; creates
  * its sandbox when this run is the first. Returns the entry, ready, or a
  * negative errno with err filled. Caller holds a run slot, not the lock. */
+/* Waits until another run's build of what *state belongs to (an entry or
+ * an input version) is over, handing the caller's input on first when it
+ * must wait (the build may take long). */
+static void wait_built(airlock_cache *c, const entry_state *state, al_watch *w)
+{
+        pthread_mutex_lock(&c->lock);
+        if (*state == ENTRY_BUILDING) {
+                pthread_mutex_unlock(&c->lock);
+                al_watch_fire(w);
+                pthread_mutex_lock(&c->lock);
+        }
+        while (*state == ENTRY_BUILDING)
+                pthread_cond_wait(&c->changed, &c->lock);
+        pthread_mutex_unlock(&c->lock);
+}
+
 /* Builds the sandbox of the new entry e (ENTRY_BUILDING, one reference of
  * the caller's), from the stale version from when there is one (its
  * build's reference is dropped here), and wakes the runs that wait for it.
@@ -629,15 +645,7 @@ static int entry_acquire(airlock_cache *c, const airlock_config *cfg, const char
         if (build) {
                 entry_build(c, cfg, e, from, &stale, w);
         } else {
-                pthread_mutex_lock(&c->lock);
-                if (e->state == ENTRY_BUILDING) {
-                        pthread_mutex_unlock(&c->lock);
-                        al_watch_fire(w);
-                        pthread_mutex_lock(&c->lock);
-                }
-                while (e->state == ENTRY_BUILDING)
-                        pthread_cond_wait(&c->changed, &c->lock);
-                pthread_mutex_unlock(&c->lock);
+                wait_built(c, &e->state, w);
         }
         /* The state no longer changes once it left BUILDING. */
         if (e->state == ENTRY_FAILED) {
@@ -900,15 +908,7 @@ static int input_acquire(airlock_cache *c, cache_entry *e, const airlock_config 
         if (build) {
                 input_build(c, e, cfg, key, ci, prev, taken);
         } else {
-                pthread_mutex_lock(&c->lock);
-                if (ci->state == ENTRY_BUILDING) {
-                        pthread_mutex_unlock(&c->lock);
-                        al_watch_fire(w);
-                        pthread_mutex_lock(&c->lock);
-                }
-                while (ci->state == ENTRY_BUILDING)
-                        pthread_cond_wait(&c->changed, &c->lock);
-                pthread_mutex_unlock(&c->lock);
+                wait_built(c, &ci->state, w);
         }
         if (ci->state == ENTRY_FAILED) {
                 int r = ci->build_err.code < 0 ? ci->build_err.code : -EIO;

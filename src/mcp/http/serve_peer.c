@@ -241,13 +241,30 @@ static void hex(const uint8_t *b, size_t n, char *out)
         out[2 * n] = '\0';
 }
 
+/* HMAC-SHA256 of msg under the cluster secret, in hex (64 digits): the
+ * one place the key is read, under the tokens' lock that a reload takes.
+ * Returns false when no secret is loaded. */
+static bool cluster_mac(http_server *s, const char *msg, size_t n, char out[65])
+{
+        uint8_t mac[32];
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        bool have = s->peer_key_len > 0;
+        if (have)
+                mcp_hmac_sha256(s->peer_key, s->peer_key_len, msg, n, mac);
+        pthread_rwlock_unlock(&s->tokens_lock);
+        if (have)
+                hex(mac, 32, out);
+        explicit_bzero(mac, sizeof(mac));
+        return have;
+}
+
 /* The signature of a peer request (hex, 64 digits): HMAC-SHA256 under the
  * cluster secret of every part that says what the request does and for
  * whom. Returns false when no secret is loaded. */
 static bool peer_mac(http_server *s, const char *from, const char *tenant, const char *accept,
                      const char *ts, const char *nonce, const char *body, size_t len, char out[65])
 {
-        uint8_t h[32], mac[32];
+        uint8_t h[32];
         char body_hex[65];
         mcp_sha256(body ? body : "", len, h);
         hex(h, 32, body_hex);
@@ -256,15 +273,7 @@ static bool peer_mac(http_server *s, const char *from, const char *tenant, const
                          PEER_PATH, from, tenant, accept, ts, nonce, body_hex);
         if (n < 0 || (size_t)n >= sizeof(msg))
                 return false;
-        pthread_rwlock_rdlock(&s->tokens_lock);
-        bool have = s->peer_key_len > 0;
-        if (have)
-                mcp_hmac_sha256(s->peer_key, s->peer_key_len, msg, (size_t)n, mac);
-        pthread_rwlock_unlock(&s->tokens_lock);
-        if (have)
-                hex(mac, 32, out);
-        explicit_bzero(mac, sizeof(mac));
-        return have;
+        return cluster_mac(s, msg, (size_t)n, out);
 }
 
 int http_peer_sign(http_server *s, const char *tenant, const char *accept, const char *body,
@@ -396,16 +405,7 @@ static bool trace_mac(http_server *s, const char *sig, const char *tp, const cha
                          state ? state : "", bag ? bag : "");
         if (n < 0 || (size_t)n >= sizeof(msg))
                 return false;
-        uint8_t mac[32];
-        pthread_rwlock_rdlock(&s->tokens_lock);
-        bool have = s->peer_key_len > 0;
-        if (have)
-                mcp_hmac_sha256(s->peer_key, s->peer_key_len, msg, (size_t)n, mac);
-        pthread_rwlock_unlock(&s->tokens_lock);
-        if (have)
-                hex(mac, 32, out);
-        explicit_bzero(mac, sizeof(mac));
-        return have;
+        return cluster_mac(s, msg, (size_t)n, out);
 }
 
 bool http_peer_sign_trace(http_server *s, const http_peer_headers *ph, const al_trace_ctx *ctx,
