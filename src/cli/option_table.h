@@ -185,10 +185,11 @@ typedef enum cli_group {
           "find a peer not in --peers at INSTANCE.DOMAIN, --peer-listen's port",                     \
           "A peer not in `--peers` is `INSTANCE.DOMAIN` at this instance's own "                     \
           "`--peer-listen` port (a headless Service's names; needs `--peer-listen`).")               \
-        X(PEER_TIMEOUT, "peer-timeout", 0, "SEC", CLI_SERVE, CLI_G_SERVE, "330",                     \
-          "longest wait for a peer's answer to a forwarded call",                                    \
-          "The longest a forwarded call waits for its peer's whole answer (the longest run "         \
-          "plus its queue wait, as HAProxy's `timeout server`); connecting takes at most 3 s.")      \
+        X(PEER_TIMEOUT, "peer-timeout", 0, "SEC", CLI_SERVE, CLI_G_SERVE, "30",                     \
+          "margin over a forwarded call's own bound for its peer's answer",                          \
+          "A forwarded call waits for its peer's whole answer at most its own bound (`--queue-wait` " \
+          "plus `--timeout`, which the peer, configured alike, applies) plus this margin; a peer "   \
+          "that hangs fails the call then. Connecting takes at most 3 s.")                           \
         X(AUDIT, "audit", 0, "FILE", CLI_SERVERS, CLI_G_SERVERS, NULL,                               \
           "append one JSON line per call: what it used",                                             \
           "Appends one JSON line per `tools/call` to FILE (created `0600`, opened with "             \

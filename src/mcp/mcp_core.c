@@ -220,6 +220,17 @@ void mcp_core_cancel_all(mcp_server *srv)
         mcp_cancel_all_and_wait(srv);
 }
 
+double mcp_core_run_timeout(mcp_server *srv)
+{
+        airlock_limits l;
+        airlock_limits_init(&l, sizeof(l));
+        pthread_mutex_lock(&srv->cfg_lock);
+        if (srv->cur)
+                airlock_config_get_limits(srv->cur->cfg, &l);
+        pthread_mutex_unlock(&srv->cfg_lock);
+        return l.timeout_s;
+}
+
 bool mcp_core_wait_calls(mcp_server *srv, double timeout_s)
 {
         struct timespec ts;

@@ -105,6 +105,10 @@ void mcp_core_cancel_all(mcp_server *srv);
 /* Waits until no call is left, at most timeout_s seconds; returns whether
  * none is left. */
 bool mcp_core_wait_calls(mcp_server *srv, double timeout_s);
+/* The wall-clock limit of one run under the current configuration
+ * (--timeout, the config's limits), in seconds: the bound the core puts on
+ * a call's run or cell, which a forwarding instance adds to its wait. */
+double mcp_core_run_timeout(mcp_server *srv);
 /* Calls in progress (the warm-up run included) and open sessions. */
 unsigned mcp_core_calls(mcp_server *srv);
 unsigned mcp_core_sessions(mcp_server *srv);

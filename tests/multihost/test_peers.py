@@ -34,8 +34,12 @@ from harness import Skip, run  # noqa: E402
 import cluster as cl  # noqa: E402
 
 faulthandler.dump_traceback_later(900, exit=True)
-PEER_TIMEOUT = 20  # --peer-timeout of every host: the longest a forwarded call may take
-CALL_TIMEOUT = PEER_TIMEOUT + 30  # a client's bound: reaching it is a hang, a failure
+# Every host's --queue-wait, --timeout and --peer-timeout: a forwarded call
+# waits for its answer at most BOUND seconds (its own bound, a slot and a
+# run, and the margin for the answer).
+QUEUE_WAIT, RUN_TIMEOUT, PEER_TIMEOUT = 5, 20, 5
+BOUND = QUEUE_WAIT + RUN_TIMEOUT + PEER_TIMEOUT
+CALL_TIMEOUT = BOUND + 30  # a client's bound: reaching it is a hang, a failure
 ALPHA = "abcdefghijklmnopqrstuvwxyz234567"
 
 CL = None
@@ -120,7 +124,8 @@ def get_cluster():
         garbage, hang, breaks = fake_peer("garbage"), fake_peer("hang"), fake_peer("breaks")
         long_ = fake_peer("long")
         tenants = tempfile.mkdtemp(prefix="airlock-multihost-tenants-")
-        c = cl.Cluster(tenants, extra_args=["--peer-timeout", str(PEER_TIMEOUT)],
+        c = cl.Cluster(tenants, extra_args=["--peer-timeout", str(PEER_TIMEOUT), "--timeout",
+                                               str(RUN_TIMEOUT), "--queue-wait", str(QUEUE_WAIT)],
                        fake_peers={"garb": f"{{bridge}}:{garbage}", "hang": f"{{bridge}}:{hang}",
                                    "brk": f"{{bridge}}:{breaks}", "long": f"{{bridge}}:{long_}"})
         c.start()
@@ -371,7 +376,8 @@ def test_fake_peer_garbage_or_hang_fails_one_call():
     h = handle_of("hang")
     _, r, _ = call(at(a), "execute_code", {"session": h, "code": "1"})
     assert r.get("isError") and "instance hang" in text(r), r
-    assert f"did not answer within {PEER_TIMEOUT} s" in text(r), r
+    assert f"did not answer within {BOUND} s" in text(r), r
+    assert f"--peer-timeout {PEER_TIMEOUT} s" in text(r), r
     _, r, _ = call(at(a), "execute_code", {"code": "print(3)"})
     assert not r.get("isError") and text(r).startswith("3\n"), r
     # A peer added to the peers file is known after SIGHUP (and not before).
@@ -517,6 +523,79 @@ def test_client_leaving_cancels_the_forwarded_call():
     line = a.wait_line(lambda l: '"peer":true' in l and '"tool":"execute_code"' in l and
                        '"cancelled"' in l, 60, mark)
     assert '"tenant":"acme"' in line, line
+    call(at(a), "session_close", {"session": h})
+
+
+def wait_running(c, host):
+    """Waits until host runs a cell (a bounded number of looks at its
+    metrics, which touch no session)."""
+    for _ in range(3000):
+        if c.metrics(host).get("airlock_runs_in_flight", 0) >= 1:
+            return
+    raise AssertionError(f"no cell ever ran on {host.name}")
+
+
+def test_cancel_reaches_the_owner_from_any_host():
+    """A notifications/cancelled for a call sent to b and forwarded to the
+    session's owner a stops the cell on a (rolled back: the session's x is
+    still 1) whether it lands on c, a host that never saw the call, or on b,
+    the forwarding host: it names only the request id, so the host it lands
+    on hands it to every peer, each stopping that tenant's calls of that id.
+    The client gets what a's own client would: a JSON answer "request
+    cancelled" with its id, or, once its SSE stream carried progress, the
+    stream's end without a response; at once, long before --timeout would
+    end the cell. Another tenant's cancel of the same id stops nothing."""
+    c = get_cluster()
+    a, b, cc = c.hosts
+    _, h = open_session(at(a))
+    _, r, _ = call(at(a), "execute_code", {"session": h, "code": "x = 1"})
+    assert not r.get("isError"), r
+    for lands, sse in ((cc, False), (b, True), (cc, True), (b, False)):
+        got = {}
+        meta = {"progressToken": "k"} if sse else None
+
+        def in_flight():
+            got["answer"] = post(at(b), call_body("execute_code", {
+                "session": h, "code": "x = 2\nprint('started', flush=True)\n"
+                "import time\ntime.sleep(600)"}, meta, rid=7), c.tokens["acme"], sse)
+
+        mark = a.mark()
+        t = threading.Thread(target=in_flight, daemon=True)
+        t.start()
+        wait_running(c, a)
+        for tenant in ("globex", "acme"):
+            st, _, _ = post(at(lands), json.dumps({
+                "jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 7, "reason": "test"}}).encode(), c.tokens[tenant])
+            assert st == 202, st
+        t.join(CALL_TIMEOUT)
+        where = (lands.name, "sse" if sse else "json")
+        assert not t.is_alive(), f"the call cancelled through {where} hangs"
+        st, _, msgs = got["answer"]
+        assert st == 200, (where, got)
+        if sse and msgs and msgs[0].get("method") == "notifications/progress":
+            assert not [m for m in msgs if "id" in m], (where, got)
+        else:
+            assert msgs[-1].get("id") == 7, (where, got)
+            assert msgs[-1].get("error", {}).get("message") == "request cancelled", (where, got)
+        line = a.wait_line(lambda l: '"peer":true' in l and '"tool":"execute_code"' in l and
+                           '"cancelled"' in l, 60, mark)
+        assert '"tenant":"acme"' in line, line
+        _, r, _ = call(at(a), "execute_code", {"session": h, "code": "print(x)"})
+        assert not r.get("isError") and text(r).startswith("1\n"), (where, r)
+    call(at(a), "session_close", {"session": h})
+
+
+def test_long_cell_within_its_timeout_is_not_cut():
+    """A forwarded cell that takes longer than --peer-timeout but less than
+    its own --timeout is answered through the forwarding host: the wait is
+    the call's own bound plus --peer-timeout, not --peer-timeout alone."""
+    c = get_cluster()
+    a, b = c.hosts[0], c.hosts[1]
+    _, h = open_session(at(a))
+    _, r, _ = call(at(b), "execute_code", {
+        "session": h, "code": f"import time\ntime.sleep({PEER_TIMEOUT + 3})\nprint('done')"})
+    assert not r.get("isError") and text(r).startswith("done\n"), r
     call(at(a), "session_close", {"session": h})
 
 

@@ -105,16 +105,30 @@ enum MHD_Result http_queue_text(struct MHD_Connection *c, http_request *rq, unsi
 
 /* An HTTP error with a JSON-RPC error body without id, as the transport
  * allows, plus one header h1: v1 (none when h1 is NULL). */
-enum MHD_Result http_queue_rpc_error(struct MHD_Connection *c, http_request *rq, unsigned code,
-                                     int rpc_code, const char *message, const char *h1,
-                                     const char *v1)
+static enum MHD_Result queue_error(struct MHD_Connection *c, http_request *rq, const json_t *id,
+                                   unsigned code, int rpc_code, const char *message, const char *h1,
+                                   const char *v1)
 {
-        json_t *e = jsonrpc_error(NULL, rpc_code, NULL, "%s", message);
+        json_t *e = jsonrpc_error(id, rpc_code, NULL, "%s", message);
         _cleanup_free_ char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
         json_decref(e);
         if (!text)
                 return MHD_NO;
         return http_queue_with(c, rq, code, "application/json", text, strlen(text), h1, v1);
+}
+
+enum MHD_Result http_queue_rpc_error(struct MHD_Connection *c, http_request *rq, unsigned code,
+                                     int rpc_code, const char *message, const char *h1,
+                                     const char *v1)
+{
+        return queue_error(c, rq, NULL, code, rpc_code, message, h1, v1);
+}
+
+enum MHD_Result http_queue_rpc_error_to(struct MHD_Connection *c, http_request *rq,
+                                        const json_t *id, unsigned code, int rpc_code,
+                                        const char *message)
+{
+        return queue_error(c, rq, id, code, rpc_code, message, NULL, NULL);
 }
 
 /* The public base URL of this server, for the metadata: --resource-url

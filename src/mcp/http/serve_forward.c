@@ -46,6 +46,7 @@
 #define PEER_CONNECT_MS  3000L
 #define PEER_ANSWER_MAX  (64u << 20) /* bytes of one peer's answer */
 #define PEER_HANDLES_MAX 32          /* idle easy handles kept, with their connections */
+#define PEER_CANCEL_MS   5000L       /* a cancel's whole round of the peers */
 
 static struct {
         CURL *(*easy_init)(void);
@@ -142,6 +143,7 @@ typedef struct fwd_job {
         size_t scanned; /* bytes of in known to hold no event's end */
         enum { ANSWER_UNKNOWN, ANSWER_JSON, ANSWER_SSE } kind;
         size_t total;
+        double queue_s, run_s; /* the call's own bound: --queue-wait, --timeout */
         bool got_resp, bad;
         char bad_why[160];
 } fwd_job;
@@ -309,9 +311,11 @@ static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *
                          h, p, cu.easy_strerror(rc));
         else if (rc == CURLE_OPERATION_TIMEDOUT)
                 snprintf(msg, n,
-                         "session %s: its host, instance %s, did not answer within %.0f s "
-                         "(--peer-timeout); this call failed",
-                         h, p, j->srv->opt.peer_timeout_s);
+                         "session %s: its host, instance %s, did not answer within %.0f s (the "
+                         "call's own bound, --queue-wait %.0f s and --timeout %.0f s, and "
+                         "--peer-timeout %.0f s for its answer); this call failed",
+                         h, p, j->queue_s + j->run_s + j->srv->opt.peer_timeout_s, j->queue_s,
+                         j->run_s, j->srv->opt.peer_timeout_s);
         else if (code == 503)
                 snprintf(msg, n,
                          "session %s: its host, instance %s, is shutting down: the session's "
@@ -427,7 +431,16 @@ static CURLcode transfer(fwd_job *j, long *code, double *connect_s)
         cu.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
         cu.easy_setopt(h, CURLOPT_XFERINFODATA, j);
         cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, PEER_CONNECT_MS);
-        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(j->srv->opt.peer_timeout_s * 1000));
+        /* The owner ends the call within its own bound (a run slot within
+         * --queue-wait, the run or cell within --timeout, both configured
+         * alike on every instance); --peer-timeout is the margin for its
+         * answer to come back. A long cell within its bound is never cut
+         * here, and a peer that hangs fails the call when the margin is
+         * over too. */
+        j->queue_s = j->srv->opt.queue_wait_s;
+        j->run_s = mcp_core_run_timeout(j->srv->core);
+        double wait_s = j->queue_s + j->run_s + j->srv->opt.peer_timeout_s;
+        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(wait_s * 1000));
         cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
         CURLcode rc = cu.easy_perform(h);
         *code = 0;
@@ -448,7 +461,12 @@ static void *forward_main(void *arg)
                 al_span_set_int(j->span, "http.response.status_code", code);
         if (j->kind == ANSWER_JSON && code == 200 && rc == CURLE_OK && j->in.len)
                 take_message(j, j->in.data, j->in.len);
-        if (!j->got_resp && !atomic_load(&j->k->cancel)) {
+        /* An SSE stream the peer ended whole without a response is its
+         * call cancelled there (a notifications/cancelled it took): this
+         * client's stream ends the same way. */
+        bool ended =
+            j->kind == ANSWER_SSE && code == 200 && rc == CURLE_OK && !j->bad && j->in.len == 0;
+        if (!j->got_resp && !ended && !atomic_load(&j->k->cancel)) {
                 char msg[700];
                 explain(j, rc, code, connect_s, msg, sizeof(msg));
                 answer_error(j, msg);
@@ -547,4 +565,117 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
                 job_free(j);
                 http_sink_finish(k);
         }
+}
+
+bool http_cancel_fans_out(http_server *s, const http_request *rq, const jsonrpc_message *m)
+{
+        return !rq->peer && s->opt.peers_file && !m->id && m->method &&
+               strcmp(m->method, "notifications/cancelled") == 0;
+}
+
+/* A peer's answer to a cancel: 202 without a body, or a refusal whose
+ * reason is in the peer's log; read and dropped. */
+static size_t discard(char *p, size_t size, size_t nmemb, void *arg)
+{
+        (void)p, (void)arg;
+        return size * nmemb;
+}
+
+/* Sends the notification body to one peer at url, with at most ms
+ * milliseconds left; returns why it did not take it, or NULL. */
+static const char *cancel_one(http_server *s, const char *url, const char *tenant,
+                              const char *version, const char *body, size_t len, long ms, char *why,
+                              size_t n)
+{
+        http_peer_headers ph;
+        if (http_peer_sign(s, tenant, "application/json", body, len, &ph) < 0)
+                return "no cluster secret";
+        const char *rows[][2] = {{"Content-Type", "application/json"},
+                                 {"Accept", "application/json"},
+                                 {"Expect", ""},
+                                 {"Airlock-Peer-From", s->opt.instance},
+                                 {"Airlock-Peer-Tenant", ph.tenant},
+                                 {"Airlock-Peer-Time", ph.ts},
+                                 {"Airlock-Peer-Nonce", ph.nonce},
+                                 {"Airlock-Peer-Signature", ph.sig},
+                                 {"MCP-Protocol-Version", version}};
+        struct curl_slist *hdr = NULL, *t = NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {
+                char line[128];
+                if (i == ARRAY_SIZE(rows) - 1 && !*version)
+                        break;
+                snprintf(line, sizeof(line), "%s:%s%s", rows[i][0], *rows[i][1] ? " " : "",
+                         rows[i][1]);
+                if (!(t = cu.slist_append(hdr, line)))
+                        break;
+                hdr = t;
+        }
+        CURL *h = t ? handle_get() : NULL;
+        if (!h) {
+                cu.slist_free_all(hdr);
+                return "out of memory";
+        }
+        cu.easy_setopt(h, CURLOPT_URL, url);
+        cu.easy_setopt(h, CURLOPT_PROXY, "");
+        cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        cu.easy_setopt(h, CURLOPT_POST, 1L);
+        cu.easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        cu.easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
+        cu.easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+        cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms < PEER_CONNECT_MS ? ms : PEER_CONNECT_MS);
+        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, ms);
+        cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+        cu.easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+        CURLcode rc = cu.easy_perform(h);
+        long code = 0;
+        (void)cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        cu.slist_free_all(hdr);
+        if (rc == CURLE_OK)
+                handle_put(h);
+        else
+                cu.easy_cleanup(h);
+        if (rc != CURLE_OK)
+                snprintf(why, n, "%s", cu.easy_strerror(rc));
+        else if (code != 202)
+                snprintf(why, n, "it answered HTTP %ld", code);
+        return rc != CURLE_OK || code != 202 ? why : NULL;
+}
+
+/* Contract: the notification body (taken) goes to every peer of the peers
+ * file but this instance, signed for the sender's tenant, one after the
+ * other within PEER_CANCEL_MS in all; a peer that does not take it is one
+ * line on stderr. The notification names only a request id, which its
+ * client chose, and no session: no instance can tell which of them runs
+ * the call (the owner of a session whose call another replica forwarded),
+ * so each peer stops the calls of that tenant with that id, as this
+ * instance does, and no more. Peers found only by DNS are not known
+ * here: they get nothing. */
+void http_forward_cancel(http_request *rq, struct MHD_Connection *c, char *body, size_t len)
+{
+        http_server *s = rq->srv;
+        const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
+        char version[40];
+        snprintf(version, sizeof(version), "%s", v && strlen(v) < sizeof(version) ? v : "");
+        pthread_once(&cu_once, cu_open);
+        http_peer *peers = NULL;
+        size_t n = cu_ready ? http_peer_list(s, &peers) : 0;
+        uint64_t until = al_now_ns() + (uint64_t)PEER_CANCEL_MS * 1000000ull;
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(peers[i].name, s->opt.instance) == 0)
+                        continue;
+                char url[PEER_URL_MAX], why[160];
+                snprintf(url, sizeof(url), "http://%s" PEER_PATH, peers[i].addr);
+                uint64_t now = al_now_ns();
+                long ms = now < until ? (long)((until - now) / 1000000ull) : 0;
+                const char *bad = ms > 0 ? cancel_one(s, url, rq->owner[0] ? rq->owner : "",
+                                                      version, body, len, ms, why, sizeof(why))
+                                         : "no time left of the cancel's 5 s";
+                if (bad)
+                        fprintf(stderr,
+                                "airlock serve: notifications/cancelled not delivered to "
+                                "instance %s: %s\n",
+                                peers[i].name, bad);
+        }
+        free(peers);
+        free(body);
 }

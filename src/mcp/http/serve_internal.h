@@ -217,6 +217,9 @@ typedef struct http_request {
         bool has_session;
         bool peer;                          /* came on --peer-listen */
         char peer_to[MCP_INSTANCE_MAX + 1]; /* forwarded to this instance, or "" */
+        /* The request's JSON-RPC id (a reference), for an answer this
+         * transport makes itself ("request cancelled"), or NULL. */
+        json_t *id;
         unsigned http_status;
         enum call_status status;
         bool logged;
@@ -313,6 +316,10 @@ enum MHD_Result http_queue_text(struct MHD_Connection *c, http_request *rq, unsi
 enum MHD_Result http_queue_rpc_error(struct MHD_Connection *c, http_request *rq, unsigned code,
                                      int rpc_code, const char *message, const char *h1,
                                      const char *v1);
+/* The same, without a header, naming the request id (NULL: none). */
+enum MHD_Result http_queue_rpc_error_to(struct MHD_Connection *c, http_request *rq,
+                                        const json_t *id, unsigned code, int rpc_code,
+                                        const char *message);
 /* 401 with the WWW-Authenticate challenge (missing: no token at all). */
 enum MHD_Result http_queue_unauthorized(struct MHD_Connection *c, http_request *rq, bool missing);
 /* RFC 9728 protected-resource metadata. */
@@ -357,6 +364,8 @@ int http_peers_setup(http_server *s, const airlock_config *cfg, airlock_error *e
  * configuration, or NULL when it did not load); said gets the clause. */
 void http_peers_reload(http_server *s, const airlock_config *cfg, char *said, size_t n_said);
 void http_peers_free(http_server *s);
+/* A copy of the peers file's peers in *ret (free it); their count. */
+size_t http_peer_list(http_server *s, http_peer **ret);
 /* The URL of instance's --peer-listen (the peers file, else DNS), or false. */
 bool http_peer_url(http_server *s, const char *instance, char *url, size_t size);
 /* Signs a request to a peer acting for tenant ("" for none). 0 or -errno. */
@@ -391,6 +400,12 @@ bool http_forward_target(http_server *s, const http_request *rq, const jsonrpc_m
  * asked for progress), else before this returns. */
 void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_message *m,
                   const char *peer, char *body, size_t len, bool stream);
+/* Whether m is a client's notifications/cancelled that goes to the peers
+ * too (an instance with a peers file). */
+bool http_cancel_fans_out(http_server *s, const http_request *rq, const jsonrpc_message *m);
+/* Sends a client's notifications/cancelled, whose text is body (taken), to
+ * every peer of the peers file, before this returns (at most 5 s). */
+void http_forward_cancel(http_request *rq, struct MHD_Connection *c, char *body, size_t len);
 
 /* ---- serve_router.c ----------------------------------------------------- */
 

@@ -211,6 +211,17 @@ void http_peers_free(http_server *s)
         pthread_mutex_destroy(&s->nonce_lock);
 }
 
+size_t http_peer_list(http_server *s, http_peer **ret)
+{
+        pthread_rwlock_rdlock(&s->tokens_lock);
+        size_t n = s->peers.n;
+        *ret = n ? malloc(n * sizeof(**ret)) : NULL;
+        if (*ret)
+                memcpy(*ret, s->peers.v, n * sizeof(**ret));
+        pthread_rwlock_unlock(&s->tokens_lock);
+        return *ret ? n : 0;
+}
+
 bool http_peer_url(http_server *s, const char *instance, char *url, size_t size)
 {
         bool found = false;

@@ -29,6 +29,20 @@ static int core_handle(struct MHD_Connection *c, http_request *rq, const jsonrpc
         return started;
 }
 
+/* A notification, or a client's response: handled, answered 202. raw
+ * (taken) is its text when it is a cancel that goes to the peers too. */
+static enum MHD_Result take_notification(struct MHD_Connection *c, http_request *rq,
+                                         jsonrpc_message *m, char *raw, size_t raw_len)
+{
+        (void)mcp_core_handle(rq->srv->core, &rq->sink->base, m);
+        /* A cancel names no session: its call may run on any peer. */
+        if (raw)
+                http_forward_cancel(rq, c, raw, raw_len);
+        http_drop_message(rq, m);
+        rq->method[0] = '\0'; /* not a call: no log line */
+        return http_queue(c, rq, MHD_HTTP_ACCEPTED, NULL, "", 0);
+}
+
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
 {
         http_server *s = rq->srv;
@@ -62,8 +76,9 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
          * client wrote it (serve_forward.c). */
         char peer[MCP_INSTANCE_MAX + 1];
         bool fwd = code == 0 && http_forward_target(s, rq, &m, peer);
+        bool fan = code == 0 && http_cancel_fans_out(s, rq, &m);
         size_t raw_len = 0;
-        char *raw = fwd ? dynbuf_take(&rq->body, &raw_len) : NULL;
+        char *raw = fwd || fan ? dynbuf_take(&rq->body, &raw_len) : NULL;
         http_release_body(rq);
         if (code != 0) {
                 http_drop_message(rq, &m);
@@ -73,6 +88,8 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
                                             NULL);
         }
         const char *method = m.method ? m.method : "";
+        if (m.id && m.method)
+                rq->id = json_incref((json_t *)m.id);
         snprintf(rq->method, sizeof(rq->method), "%s", m.method ? m.method : "response");
         const json_t *args = json_object_get(m.params, "arguments");
         if (strcmp(method, "tools/call") == 0) {
@@ -97,12 +114,8 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
                 http_drop_message(rq, &m);
                 return http_answer(c, rq);
         }
-        if (!m.id || !m.method) { /* a notification, or the client's response */
-                (void)mcp_core_handle(s->core, &rq->sink->base, &m);
-                http_drop_message(rq, &m);
-                rq->method[0] = '\0'; /* not a call: no log line */
-                return http_queue(c, rq, MHD_HTTP_ACCEPTED, NULL, "", 0);
-        }
+        if (!m.id || !m.method) /* a notification, or the client's response */
+                return take_notification(c, rq, &m, raw, raw_len);
         bool is_call = strcmp(method, "tools/call") == 0;
         if (is_call) {
                 airlock_error own;
@@ -426,6 +439,7 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         http_release_body(rq);
         atomic_fetch_sub(&s->body_bytes, rq->parsed);
         free(rq->out);
+        json_decref(rq->id);
         free(rq);
         atomic_fetch_sub(&s->requests, 1);
 }

@@ -133,10 +133,12 @@ enum MHD_Result http_answer(struct MHD_Connection *c, http_request *rq)
                         return MHD_NO;
                 }
                 if (!e) {
-                        /* Over without a response: cancelled. */
+                        /* Over without a response: cancelled. The answer
+                         * names the request's id, so that an instance that
+                         * forwarded the call takes it as this call's. */
                         rq->status = ST_CANCELLED;
-                        return http_queue_rpc_error(c, rq, MHD_HTTP_OK, RPC_INTERNAL_ERROR,
-                                                    "request cancelled", NULL, NULL);
+                        return http_queue_rpc_error_to(c, rq, rq->id, MHD_HTTP_OK,
+                                                       RPC_INTERNAL_ERROR, "request cancelled");
                 }
                 if (e->response) {
                         pthread_mutex_lock(&k->lock);
