@@ -518,6 +518,9 @@ typedef struct usage {
         json_t *files;   /* workspace_list: [{path, size, media_type}], or NULL */
         json_t *skipped; /* ... [{path, reason}] */
         bool truncated;
+        /* The walker holds the tenant's lock across hosts (tenant_lock):
+         * a temporary file of a write is then a dead writer's, removed. */
+        bool sweep;
 } usage;
 
 static const char *media_type(const char *name);
@@ -544,13 +547,23 @@ static int walk(int fd, const char *prefix, unsigned depth, usage *u)
                 struct stat st;
                 if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue; /* gone meanwhile */
+                /* A write's temporary file is not the tenant's: a live
+                 * writer counts what it writes itself, and one whose
+                 * process or host died (SIGKILL mid-write) left it behind.
+                 * Under the tenant's lock no writer is live, so it goes:
+                 * it would count against the caps for ever. */
+                if (S_ISREG(st.st_mode) &&
+                    strncmp(de->d_name, WS_TMP_PREFIX, sizeof(WS_TMP_PREFIX) - 1) == 0) {
+                        if (u->sweep)
+                                (void)unlinkat(fd, de->d_name, 0);
+                        continue;
+                }
                 u->entries++;
                 char path[WS_PATH_MAX + WS_NAME_MAX + 2];
                 snprintf(path, sizeof(path), "%s%s%s", prefix, *prefix ? "/" : "", de->d_name);
-                bool tmp = strncmp(de->d_name, WS_TMP_PREFIX, sizeof(WS_TMP_PREFIX) - 1) == 0;
                 if (S_ISREG(st.st_mode)) {
                         u->bytes += (uint64_t)st.st_size;
-                        if (u->files && !tmp) {
+                        if (u->files) {
                                 if (json_array_size(u->files) >= WS_LIST_MAX)
                                         u->truncated = true;
                                 else
@@ -821,10 +834,10 @@ static json_t *upload_overlap(const upload *v, size_t i)
  * *after: no link or file on the way, no folder where a file goes; each
  * folder to make counted once. *now is what it holds. Returns NULL, or the
  * refusal. */
-static json_t *uploads_measure(int root, upload *v, size_t n, usage *now, usage *after)
+static json_t *uploads_measure(int root, upload *v, size_t n, bool locked, usage *now, usage *after)
 {
         airlock_error fault;
-        *now = (usage){0};
+        *now = (usage){.sweep = locked};
         if (walk(root, "", 0, now) < 0)
                 return refusal("workspace_write: your workspace is deeper than %d folders; "
                                "nothing was written",
@@ -937,7 +950,7 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
                 goto out;
         }
         usage now, after;
-        if ((res = uploads_measure(root, v, n, &now, &after)))
+        if ((res = uploads_measure(root, v, n, lockfd >= 0, &now, &after)))
                 goto out;
         uint64_t max_files, max_bytes;
         bool own[2];
@@ -1058,7 +1071,7 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
                 json_array_append_new(removed, json_string(p));
         }
         gen_bump(w, tenant, lockfd);
-        usage u = {0};
+        usage u = {.sweep = lockfd >= 0};
         (void)walk(root, "", 0, &u);
         uint64_t max_files, max_bytes;
         bool own[2];
@@ -1111,7 +1124,7 @@ json_t *mcp_workspace_list(mcp_workspaces *w, const char *tenant, const json_t *
                 pthread_mutex_unlock(lock);
                 return refusal("workspace_list: %s", fault.message);
         }
-        usage u = {.files = json_array(), .skipped = json_array()};
+        usage u = {.files = json_array(), .skipped = json_array(), .sweep = lockfd >= 0};
         int r = walk(root, "", 0, &u);
         close(root);
         if (lockfd >= 0)

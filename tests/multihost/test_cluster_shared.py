@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 
@@ -101,9 +102,9 @@ def text(result):
     return "".join(c.get("text", "") for c in result["content"])
 
 
-def write(files, tenant="acme"):
+def write(files, tenant="acme", addr=None):
     inst, r = call("workspace_write",
-                   {"files": [{"path": p, "text": t} for p, t in files.items()]}, tenant)
+                   {"files": [{"path": p, "text": t} for p, t in files.items()]}, tenant, addr)
     assert not r.get("isError"), r
     return inst
 
@@ -192,6 +193,76 @@ def test_host_b_killed_its_tenants_go_on_with_their_files():
         assert r.get("isError") and "instance b, is gone" in text(r) and "lost" in text(r), r
         answered.add(inst)
     assert answered == {"a", "c"}, answered
+
+
+BIG = 1 << 20  # bytes of the large file of the write killed midway
+SMALL_FILES = 400  # files written with it, so that the write lasts
+
+
+def tenant_usage(d):
+    """The files and folders, and the bytes, of tenant folder d, the write's
+    temporary files left out; and those temporary files."""
+    entries = size = 0
+    temps = []
+    for top, dirs, files in os.walk(d):
+        entries += len(dirs)
+        for f in files:
+            if f.startswith(".airlock-upload-"):
+                temps.append(os.path.join(top, f))
+                continue
+            entries += 1
+            size += os.lstat(os.path.join(top, f)).st_size
+    return entries, size, temps
+
+
+def test_host_killed_mid_write_leaves_no_torn_file_no_lock_and_right_caps():
+    """Host c killed with SIGKILL while it writes a large workspace_write (a
+    1 MiB file over an old one, and 400 more) to the shared folder: the file
+    is whole, the old one (a write is temporary files, then renames); the
+    tenant's lock on the volume went with the process, so the next write
+    through a succeeds; and the caps count right: what that write reports
+    the workspace holds is what is on the volume, the temporary files c left
+    removed under the lock (before, they counted against the caps for ever)."""
+    c = cluster()
+    a, cc = c.host("a"), c.host("c")
+    d = os.path.join(_vol.mounts[0], "tenants", "acme")
+    old = "o" * BIG
+    write({"crash/big.txt": old}, addr=(a.addr, cl.HTTP_PORT))
+    files = [{"path": "crash/big.txt", "text": "n" * BIG}]
+    files += [{"path": f"crash/many/f{i:03}.txt", "text": "x" * 1000} for i in range(SMALL_FILES)]
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "workspace_write", "arguments": {"files": files}}})
+    s = socket.create_connection((cc.addr, cl.HTTP_PORT), timeout=CALL_TIMEOUT)
+    s.sendall(f"POST /mcp HTTP/1.1\r\nHost: c\r\nContent-Type: application/json\r\n"
+              f"Accept: application/json\r\nAuthorization: Bearer {c.tokens['acme']}\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    # The write is in progress once its first temporary file is on the
+    # volume (a bounded number of looks through the test's own mount).
+    for _ in range(20000):
+        if tenant_usage(d)[2]:
+            break
+    else:
+        raise AssertionError("no temporary file of c's write was ever seen")
+    cc.proc.kill()
+    cc.proc.wait(timeout=30)
+    s.close()
+    with open(os.path.join(d, "crash", "big.txt")) as f:
+        got = f.read()
+    assert got == old, f"crash/big.txt is torn: {len(got)} bytes, {got[:1]!r}...{got[-1:]!r}"
+    assert tenant_usage(d)[2], "c's write was over before it was killed: nothing was tested"
+    # The lock went with c: a write through a is not held up (the client's
+    # bound is CALL_TIMEOUT; a lock left held would block it for ever).
+    inst, r = call("workspace_write", {"files": [{"path": "crash/after.txt", "text": "a"}]},
+                   addr=(a.addr, cl.HTTP_PORT))
+    assert inst == "a" and not r.get("isError"), r
+    entries, size, temps = tenant_usage(d)
+    assert not temps, f"c's temporary files are still there: {temps[:3]}"
+    st = r["structuredContent"]
+    assert (st["entries"], st["bytes"]) == (entries, size), (st, entries, size)
+    # A run on a sees the old file whole.
+    inst, r = call("execute_code", {"code": "print(len(open('/input/crash/big.txt').read()))"},
+                   addr=(a.addr, cl.HTTP_PORT))
+    assert not r.get("isError") and text(r).startswith(f"{BIG}\n"), r
 
 
 def teardown():
