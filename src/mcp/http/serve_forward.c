@@ -44,9 +44,10 @@
 
 #define CURL_SONAME      "libcurl.so.4"
 #define PEER_CONNECT_MS  3000L
-#define PEER_ANSWER_MAX  (64u << 20) /* bytes of one peer's answer */
-#define PEER_HANDLES_MAX 32          /* idle easy handles kept, with their connections */
-#define PEER_CANCEL_MS   5000L       /* a cancel's whole round of the peers */
+#define PEER_ANSWER_MAX  (64u << 20)       /* bytes of one peer's answer */
+#define PEER_HANDLES_MAX 32                /* idle easy handles kept, with their connections */
+#define PEER_CANCEL_MS   5000L             /* a cancel's whole round of the peers */
+#define WATCH_EVERY_NS   (20ull * 1000000) /* between looks at a client's socket */
 
 static struct {
         CURL *(*easy_init)(void);
@@ -138,6 +139,7 @@ typedef struct fwd_job {
         /* A transfer on the request's own thread watches its client's socket
          * (-1: the request's thread does, on a thread of its own). */
         int watch_fd;
+        uint64_t watched; /* when it was last looked at (al_now_ns), or 0 */
         /* The answer: bytes not yet parsed, what kind it is, what came. */
         dynbuf in;
         size_t scanned; /* bytes of in known to hold no event's end */
@@ -265,7 +267,13 @@ static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl
 {
         (void)a, (void)b, (void)c, (void)d;
         fwd_job *j = arg;
-        if (j->watch_fd >= 0) {
+        /* libcurl calls this at every turn of its loop, several times a
+         * call: the client's socket is looked at once in WATCH_EVERY_NS,
+         * a system call a look, which a client that left waits for at most
+         * that much longer (the callback comes at least once a second). */
+        uint64_t now = j->watch_fd >= 0 ? al_now_ns() : 0;
+        if (j->watch_fd >= 0 && (!j->watched || now - j->watched >= WATCH_EVERY_NS)) {
+                j->watched = now;
                 struct pollfd p = {.fd = j->watch_fd, .events = POLLRDHUP};
                 if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
                         atomic_store(&j->k->cancel, true); /* the client left */
