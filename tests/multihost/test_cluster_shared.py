@@ -8,7 +8,9 @@ What is checked, every call through the balancer: a file written with
 workspace_write is read by execute_code on each of the three hosts at that
 host's next call; another tenant never sees it through any host; host b
 killed with SIGKILL, the tenant's calls succeed on a or c with all its files
-and a session b held answers that its host is gone. Which host answered is
+and a session b held answers that its host is gone; host c killed in the
+middle of a large write leaves the file whole, the tenant's lock free and
+the caps counting right. Which host answered is
 the Airlock-Instance header. docs/design.md ("Shared storage", and serve,
 "Across instances") is the contract.
 
@@ -34,7 +36,10 @@ from harness import run  # noqa: E402
 
 faulthandler.dump_traceback_later(900, exit=True)
 PEER_TIMEOUT = 20
-CALL_TIMEOUT = PEER_TIMEOUT + 30  # a client's bound: reaching it is a hang, a failure
+# A forwarded call's bound: --queue-wait and --timeout (30 s each, the
+# defaults) and --peer-timeout; a client's bound past it: reaching it is a
+# hang, a failure.
+CALL_TIMEOUT = 30 + 30 + PEER_TIMEOUT + 30
 ROUNDS = 12  # calls through the balancer to reach every host: 3 do it in round robin
 
 _vol = None

@@ -9,10 +9,13 @@ replayed, expired and unsigned peer requests are refused and logged, and a
 server without the cluster secret does not start a peer listener; a fake
 peer that answers garbage or hangs fails one call with a clear error; a
 host killed with SIGKILL: its sessions answer that their host is gone and
-their state lost (a call in flight too), nothing waits past --peer-timeout,
+their state lost (a call in flight too), nothing waits past a call's bound,
 its tenant's next stateless call succeeds on another host with its files;
 a draining host finishes its cell, refuses what is new, and the peers say
-so. Plain HTTP JSON-RPC (the MCP 2026-07-28 stateless form)."""
+so; a notifications/cancelled that lands on any host stops the forwarded
+call on its owner; a forwarded cell longer than --peer-timeout but within
+its own --timeout is not cut. Plain HTTP JSON-RPC (the MCP 2026-07-28
+stateless form)."""
 import faulthandler
 import hashlib
 import hmac
@@ -365,8 +368,9 @@ def test_peer_listener_needs_the_cluster_secret():
 
 def test_fake_peer_garbage_or_hang_fails_one_call():
     """A peer that answers bytes that are not HTTP, or never answers, fails
-    that one call with a tool error naming what it did (the hang within
-    --peer-timeout); the host that forwarded goes on serving."""
+    that one call with a tool error naming what it did (the hang within the
+    call's own bound plus --peer-timeout); the host that forwarded goes on
+    serving."""
     c = get_cluster()
     a = c.hosts[0]
     h = handle_of("garb")
@@ -488,7 +492,7 @@ def test_a_long_unended_event_from_a_peer_is_read_once():
     """A peer answers one SSE event of 60 MiB that never ends, in the
     pieces TCP gives: the host that forwarded reads each byte once (the old
     code searched the whole event again for its end at each piece, minutes
-    of CPU, past --peer-timeout), so that the call ends with the error for
+    of CPU, past the call's bound), so that the call ends with the error for
     an answer without a response, not the timeout's."""
     c = get_cluster()
     a = c.hosts[0]
