@@ -228,6 +228,24 @@ static void send_stream(kexec *x, int stream, const char *data, size_t len)
         dynbuf_free(&b);
 }
 
+/* The user_expressions' values, each {"status", "data", "metadata"} (or an
+ * error), with each data bundle made safe for the page (ksafe.c). */
+static json_t *safe_values(const json_t *values)
+{
+        json_t *out = json_object();
+        const char *name;
+        json_t *v;
+        json_object_foreach ((json_t *)values, name, v) {
+                json_t *copy = json_is_object(v) ? json_copy(v) : NULL;
+                json_t *data = json_object_get(copy, "data");
+                if (data)
+                        json_object_set_new(copy, "data", ksafe_bundle(data));
+                if (copy)
+                        json_object_set_new(out, name, copy);
+        }
+        return out;
+}
+
 static void handle_record(kexec *x, const char *json, size_t len)
 {
         json_t *r = json_loadb(json, len, 0, NULL);
@@ -244,7 +262,7 @@ static void handle_record(kexec *x, const char *json, size_t len)
                 json_t *md = json_object_get(r, "metadata");
                 if (json_is_object(data))
                         kpost(x->k, KSOCK_IOPUB, x->req, "display_data",
-                              json_pack("{s:O, s:O, s:{}}", "data", data, "metadata",
+                              json_pack("{s:o, s:O, s:{}}", "data", ksafe_bundle(data), "metadata",
                                         json_is_object(md) ? md : json_object(), "transient"));
         } else if (strcmp(type, "clear_output") == 0) {
                 kpost(x->k, KSOCK_IOPUB, x->req, "clear_output",
@@ -257,15 +275,15 @@ static void handle_record(kexec *x, const char *json, size_t len)
                         x->result_plain = strdup(plain);
                 if (json_is_object(data) && !x->silent)
                         kpost(x->k, KSOCK_IOPUB, x->req, "execute_result",
-                              json_pack("{s:i, s:O, s:O}", "execution_count", x->k->execution_count,
-                                        "data", data, "metadata",
+                              json_pack("{s:i, s:o, s:O}", "execution_count", x->k->execution_count,
+                                        "data", ksafe_bundle(data), "metadata",
                                         json_is_object(md) ? md : json_object()));
         } else if (strcmp(type, "error") == 0) {
                 json_decref(x->error);
                 x->error = json_incref(r);
         } else if (strcmp(type, "user_expressions") == 0) {
                 json_decref(x->user_expressions);
-                x->user_expressions = json_incref(json_object_get(r, "values"));
+                x->user_expressions = safe_values(json_object_get(r, "values"));
         } else {
                 json_decref(x->answer);
                 x->answer = json_incref(r);
@@ -720,9 +738,9 @@ static void do_inspect(kernel *k, const kmsg *req)
         free(code);
         json_t *data = json_object_get(a, "data");
         kreply(k, req, KSOCK_SHELL,
-               json_pack("{s:s, s:b, s:O, s:{}}", "status", "ok", "found",
-                         json_is_true(json_object_get(a, "found")), "data",
-                         json_is_object(data) ? data : json_object(), "metadata"));
+               json_pack("{s:s, s:b, s:o, s:{}}", "status", "ok", "found",
+                         json_is_true(json_object_get(a, "found")), "data", ksafe_bundle(data),
+                         "metadata"));
         json_decref(a);
 }
 
