@@ -67,6 +67,20 @@ static const char *const ok_style[] = {
     "border",     "border-collapse",
 };
 
+/* The rewrite's output: one append past the cap fails the whole rewrite,
+ * never leaves a piece out (a ">" left out would make the text after it
+ * attributes of the tag before it). */
+typedef struct hout {
+        dynbuf b;
+        bool over;
+} hout;
+
+static void put(hout *o, const void *data, size_t len)
+{
+        if (!o->over && dynbuf_append(&o->b, data, len) < 0)
+                o->over = true;
+}
+
 static bool in_list(const char *const *list, size_t n, const char *s, size_t len)
 {
         for (size_t i = 0; i < n; i++)
@@ -109,24 +123,24 @@ static size_t entity_len(const char *s, const char *end)
 
 /* Text or an attribute's value, escaped: "<", ">", '"' and a bare "&"
  * become references; references already there stay as written. */
-static void put_text(dynbuf *o, const char *s, size_t len)
+static void put_text(hout *o, const char *s, size_t len)
 {
         const char *end = s + len;
         for (const char *p = s; p < end; p++) {
                 size_t e;
                 if (*p == '<')
-                        dynbuf_append(o, "&lt;", 4);
+                        put(o, "&lt;", 4);
                 else if (*p == '>')
-                        dynbuf_append(o, "&gt;", 4);
+                        put(o, "&gt;", 4);
                 else if (*p == '"')
-                        dynbuf_append(o, "&quot;", 6);
+                        put(o, "&quot;", 6);
                 else if (*p == '&' && (e = entity_len(p, end)) > 0) {
-                        dynbuf_append(o, p, e);
+                        put(o, p, e);
                         p += e - 1;
                 } else if (*p == '&')
-                        dynbuf_append(o, "&amp;", 5);
+                        put(o, "&amp;", 5);
                 else if (*p)
-                        dynbuf_append(o, p, 1);
+                        put(o, p, 1);
         }
 }
 
@@ -155,7 +169,7 @@ static bool ok_src(const char *v, size_t len)
 
 /* A style attribute: the declarations of ok_style whose values hold only
  * letters, digits, spaces and "#%.,-" (no url(), no escape, no quote). */
-static void put_style(dynbuf *o, const char *v, size_t len)
+static void put_style(hout *o, const char *v, size_t len)
 {
         bool first = true;
         const char *end = v + len;
@@ -174,9 +188,9 @@ static void put_style(dynbuf *o, const char *v, size_t len)
                               "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 "
                               "#%.,-")) {
                         if (!first)
-                                dynbuf_append(o, "; ", 2);
-                        dynbuf_append(o, n, (size_t)(n_end - n));
-                        dynbuf_append(o, ":", 1);
+                                put(o, "; ", 2);
+                        put(o, n, (size_t)(n_end - n));
+                        put(o, ":", 1);
                         put_text(o, val, (size_t)(d_end - val));
                         first = false;
                 }
@@ -185,36 +199,36 @@ static void put_style(dynbuf *o, const char *v, size_t len)
 }
 
 /* One attribute of a kept element, if allowed, as ` name="value"`. */
-static void put_attr(dynbuf *o, const char *tag, size_t tag_len, const char *name, size_t n_len,
+static void put_attr(hout *o, const char *tag, size_t tag_len, const char *name, size_t n_len,
                      const char *v, size_t v_len)
 {
         if (n_len == 3 && strncasecmp(name, "src", 3) == 0 && tag_len == 3 &&
             strncasecmp(tag, "img", 3) == 0) {
                 if (ok_src(v, v_len)) {
-                        dynbuf_append(o, " src=\"", 6);
+                        put(o, " src=\"", 6);
                         put_text(o, v, v_len);
-                        dynbuf_append(o, "\"", 1);
+                        put(o, "\"", 1);
                 }
                 return;
         }
         bool style = n_len == 5 && strncasecmp(name, "style", 5) == 0;
         if (!style && !IN(ok_attrs, name, n_len))
                 return;
-        dynbuf_append(o, " ", 1);
+        put(o, " ", 1);
         for (size_t i = 0; i < n_len; i++)
-                dynbuf_append(o, &(char){(char)tolower((unsigned char)name[i])}, 1);
-        dynbuf_append(o, "=\"", 2);
+                put(o, &(char){(char)tolower((unsigned char)name[i])}, 1);
+        put(o, "=\"", 2);
         if (style)
                 put_style(o, v, v_len);
         else
                 put_text(o, v, v_len);
-        dynbuf_append(o, "\"", 1);
+        put(o, "\"", 1);
 }
 
 /* Reads a tag's attributes from p (after its name) to its ">", putting
  * the allowed ones when keep. Returns the byte after the ">", or NULL when
  * the input ends first (the tag is then dropped). */
-static const char *tag_attrs(dynbuf *o, bool keep, const char *tag, size_t tag_len, const char *p,
+static const char *tag_attrs(hout *o, bool keep, const char *tag, size_t tag_len, const char *p,
                              const char *end)
 {
         for (;;) {
@@ -282,7 +296,7 @@ static const char *skip_whole(const char *p, const char *end, const char *name, 
 
 /* One markup construct at p (a "<"): put what is kept of it; returns the
  * byte after it. */
-static const char *markup(dynbuf *o, const char *p, const char *end)
+static const char *markup(hout *o, const char *p, const char *end)
 {
         const char *q = p + 1;
         if ((size_t)(end - q) >= 3 && memcmp(q, "!--", 3) == 0) {
@@ -296,7 +310,7 @@ static const char *markup(dynbuf *o, const char *p, const char *end)
         bool close = q < end && *q == '/';
         q += close;
         if (q >= end || !isalpha((unsigned char)*q)) {
-                dynbuf_append(o, "&lt;", 4); /* a "<" of the text */
+                put(o, "&lt;", 4); /* a "<" of the text */
                 return p + 1;
         }
         const char *name = q;
@@ -304,19 +318,19 @@ static const char *markup(dynbuf *o, const char *p, const char *end)
                 q++;
         size_t len = (size_t)(q - name);
         bool keep = IN(ok_tags, name, len) && !(close && IN(void_tags, name, len));
-        size_t mark = o->len;
+        size_t mark = o->b.len;
         if (keep) {
-                dynbuf_append(o, close ? "</" : "<", close ? 2 : 1);
+                put(o, close ? "</" : "<", close ? 2 : 1);
                 for (size_t i = 0; i < len; i++)
-                        dynbuf_append(o, &(char){(char)tolower((unsigned char)name[i])}, 1);
+                        put(o, &(char){(char)tolower((unsigned char)name[i])}, 1);
         }
         const char *after = tag_attrs(o, keep && !close, name, len, q, end);
         if (!after) {
-                o->len = mark; /* a tag the input never closes: dropped */
+                o->b.len = mark; /* a tag the input never closes: dropped */
                 return end;
         }
         if (keep)
-                dynbuf_append(o, ">", 1);
+                put(o, ">", 1);
         if (!close && IN(drop_whole, name, len))
                 return skip_whole(after, end, name, len);
         return after;
@@ -324,20 +338,21 @@ static const char *markup(dynbuf *o, const char *p, const char *end)
 
 char *ksafe_html(const char *in, size_t len)
 {
-        dynbuf o;
-        dynbuf_init(&o, KSAFE_HTML_MAX);
+        hout o = {.over = false};
+        dynbuf_init(&o.b, KSAFE_HTML_MAX);
         const char *p = in, *end = in + len;
-        while (p < end) {
+        while (p < end && !o.over) {
                 const char *lt = memchr(p, '<', (size_t)(end - p));
                 const char *t_end = lt ? lt : end;
                 put_text(&o, p, (size_t)(t_end - p));
                 p = lt ? markup(&o, lt, end) : end;
         }
-        if (dynbuf_append(&o, "", 1) < 0) {
-                dynbuf_free(&o);
+        put(&o, "", 1);
+        if (o.over) {
+                dynbuf_free(&o.b);
                 return NULL;
         }
-        return dynbuf_take(&o, NULL);
+        return dynbuf_take(&o.b, NULL);
 }
 
 /* Types kept as they are (text/html is rewritten; images must be base64). */
@@ -355,16 +370,16 @@ json_t *ksafe_bundle(const json_t *data)
         json_object_foreach ((json_t *)data, type, v) {
                 size_t tl = strlen(type);
                 const char *s = json_string_value(v);
+                _cleanup_free_ char *h = s && strcmp(type, "text/html") == 0
+                                             ? ksafe_html(s, json_string_length(v))
+                                             : NULL;
                 if (IN(ok_types, type, tl)) {
                         json_object_set(out, type, v);
                 } else if (s && IN(image_types, type, tl) &&
                            all_chars(s, json_string_length(v), B64_CHARS)) {
                         json_object_set(out, type, v);
-                } else if (s && strcmp(type, "text/html") == 0) {
-                        char *h = ksafe_html(s, json_string_length(v));
-                        if (h)
-                                json_object_set_new(out, type, json_string(h));
-                        free(h);
+                } else if (h) {
+                        json_object_set_new(out, type, json_string(h));
                 } else if (strlen(dropped) + tl + 3 < sizeof(dropped)) {
                         snprintf(dropped + strlen(dropped), sizeof(dropped) - strlen(dropped),
                                  "%s%s", dropped[0] ? ", " : "", type);
