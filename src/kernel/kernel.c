@@ -36,7 +36,9 @@
  * a longer one is dropped, with a line on the cell's stderr naming the
  * cap. */
 #define KREC_MAX (64u << 20)
-/* The history the kernel keeps: the last cells, and their inputs' bytes. */
+/* The history the kernel keeps: the last cells, and the bytes of their
+ * inputs and outputs together (a cell's code chooses its output's size: a
+ * record it forges may carry up to KREC_MAX of it). */
 #define KHIST_MAX_CELLS 10000
 #define KHIST_MAX_BYTES (64u << 20)
 /* Bytes of messages the worker may queue for the I/O thread: past this, a
@@ -60,6 +62,7 @@ typedef struct khist {
         int line;
         char *input;
         char *output; /* the execute_result's text/plain, or NULL */
+        size_t bytes; /* of both, counted against KHIST_MAX_BYTES */
 } khist;
 
 typedef struct kqueued {
@@ -463,26 +466,38 @@ static json_t *run_helper(kernel *k, const char *code)
         return answer;
 }
 
+/* Keeps a cell's input and output for history_request, the oldest cells
+ * going first past KHIST_MAX_CELLS or KHIST_MAX_BYTES; an output that
+ * alone would pass the bytes' cap is not kept (its input is). */
 static void hist_add(kernel *k, const char *code, const char *plain)
 {
         size_t len = strlen(code);
+        size_t out = plain ? strlen(plain) : 0;
+        if (len > KHIST_MAX_BYTES)
+                return;
+        if (out > KHIST_MAX_BYTES - len) {
+                plain = NULL;
+                out = 0;
+        }
         while (k->n_hist &&
-               (k->n_hist >= KHIST_MAX_CELLS || k->hist_bytes + len > KHIST_MAX_BYTES)) {
-                k->hist_bytes -= strlen(k->hist[0].input);
+               (k->n_hist >= KHIST_MAX_CELLS || k->hist_bytes + len + out > KHIST_MAX_BYTES)) {
+                k->hist_bytes -= k->hist[0].bytes;
                 free(k->hist[0].input);
                 free(k->hist[0].output);
                 memmove(k->hist, k->hist + 1, --k->n_hist * sizeof(*k->hist));
         }
-        if (len > KHIST_MAX_BYTES)
-                return;
         if (!k->hist) {
                 k->hist = calloc(KHIST_MAX_CELLS, sizeof(*k->hist));
                 if (!k->hist)
                         return;
         }
-        k->hist[k->n_hist++] =
-            (khist){k->execution_count, strdup(code), plain ? strdup(plain) : NULL};
-        k->hist_bytes += len;
+        khist h = {k->execution_count, strdup(code), plain ? strdup(plain) : NULL, len + out};
+        if (!h.input) {
+                free(h.output);
+                return;
+        }
+        k->hist[k->n_hist++] = h;
+        k->hist_bytes += h.bytes;
 }
 
 /* Status names of a run that ended without the Python side's error record. */

@@ -750,6 +750,29 @@ def test_html_a_cell_shows_is_rewritten_from_an_allow_list():
         stop(km, kc)
 
 
+def test_the_history_a_cell_fills_is_capped_with_its_outputs():
+    """A cell's code chooses its final expression's text, and a record it
+    forges on stdout may carry 60 MiB of it: the history the kernel keeps
+    (inputs and outputs, for history_request with output) stays within its
+    64 MiB in all, its oldest cells going first; before, only the inputs
+    counted, and each cell added its output to the kernel's memory, outside
+    the sandbox's limits."""
+    km, kc = start()
+    try:
+        cell = ("import json\nprint('\\x1eairlock-kernel:' + json.dumps({'type': 'result', "
+                "'data': {'text/plain': 'x' * (8 << 20)}}))")
+        for _ in range(9):
+            reply, _ = execute(kc, cell)
+            assert reply["status"] == "ok", reply
+        msg_id = kc.history(hist_access_type="tail", n=100, output=True)
+        hist = shell_reply(kc, msg_id)["content"]["history"]
+        outputs = [h[2][1] for h in hist if h[2][1]]
+        assert outputs and sum(len(o) for o in outputs) <= 64 << 20, \
+            (len(outputs), sum(len(o) for o in outputs))
+    finally:
+        stop(km, kc)
+
+
 def test_execute_request_is_a_span_with_the_cells_run_under_it():
     # docs/tracing.md: the request's metadata.traceparent is the parent.
     from test_tracing import PARENT_ID, TRACE_ID, TRACEPARENT, Receiver, attrs, otel_env
