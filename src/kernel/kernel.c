@@ -26,6 +26,7 @@
 
 #include <patchlevel.h>
 
+#include "jsonrpc.h"
 #include "kernel.h"
 #include "kernel_service.h"
 #include "trace.h"
@@ -249,14 +250,24 @@ static json_t *safe_values(const json_t *values)
         return out;
 }
 
-static void handle_record(kexec *x, const char *json, size_t len)
+/* Takes one record of the cell's side. Its text is within KREC_MAX, but
+ * parsed it could be twenty times that (each JSON value costs jansson about
+ * JSONRPC_VALUE_COST bytes, and the cell chose them all): a record whose
+ * parse would cost more than KREC_MAX is measured first, without building
+ * anything, and not parsed. Returns false for such a record. */
+static bool handle_record(kexec *x, const char *json, size_t len)
 {
+        uint64_t values = 0;
+        unsigned depth = 0;
+        jsonrpc_measure(json, len, &values, &depth);
+        if (values > (KREC_MAX - len) / JSONRPC_VALUE_COST)
+                return false;
         json_t *r = json_loadb(json, len, 0, NULL);
         const char *t = json_string_value(json_object_get(r, "type"));
         char type[32];
         if (!t || strlen(t) >= sizeof(type)) {
                 json_decref(r);
-                return;
+                return true;
         }
         snprintf(type, sizeof(type), "%s", t);
         json_object_del(r, "type");
@@ -292,6 +303,7 @@ static void handle_record(kexec *x, const char *json, size_t len)
                 x->answer = json_incref(r);
         }
         json_decref(r);
+        return true;
 }
 
 /* Takes the records out of the stdout bytes: text before a record's
@@ -326,15 +338,17 @@ static void parse_stdout(kexec *x, const char *data, size_t len)
                 len--;
                 x->in_rec = false;
                 size_t tag = strlen(KREC_TAG);
-                if (x->rec_over) {
-                        char line[160];
+                bool ours =
+                    !x->rec_over && x->rec.len >= tag && memcmp(x->rec.data, KREC_TAG, tag) == 0;
+                if (x->rec_over ||
+                    (ours && !handle_record(x, x->rec.data + tag, x->rec.len - tag))) {
+                        char line[200];
                         snprintf(line, sizeof(line),
-                                 "airlock kernel: a display larger than %u MiB was not shown\n",
-                                 KREC_MAX >> 20);
+                                 "airlock kernel: a display larger than %u MiB (as text, or "
+                                 "parsed at %u bytes a JSON value) was not shown\n",
+                                 KREC_MAX >> 20, (unsigned)JSONRPC_VALUE_COST);
                         send_stream(x, 2, line, strlen(line));
-                } else if (x->rec.len >= tag && memcmp(x->rec.data, KREC_TAG, tag) == 0) {
-                        handle_record(x, x->rec.data + tag, x->rec.len - tag);
-                } else {
+                } else if (!ours) {
                         /* A "\x1e" of the cell's own: its text, as printed. */
                         send_stream(x, 1, "\x1e", 1);
                         send_stream(x, 1, x->rec.data, x->rec.len);

@@ -773,6 +773,39 @@ def test_the_history_a_cell_fills_is_capped_with_its_outputs():
         stop(km, kc)
 
 
+def kernel_peak_rss(km):
+    """The kernel process's peak resident memory, in bytes (VmHWM)."""
+    with open(f"/proc/{km.provisioner.process.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_record_costs_the_kernel_no_more_than_its_cap_to_parse():
+    """A record a cell forges on stdout is parsed by the kernel, outside the
+    sandbox: 16 MiB of [0,0,... (within the 64 MiB cap on a record's text)
+    is 8 million JSON values, which jansson would hold in about 500 MB. Its
+    cost is measured before it is parsed, and one past the cap is dropped
+    with a line naming it, as a record too long is; the kernel's peak
+    memory stays far below what parsing it takes."""
+    km, kc = start()
+    try:
+        before = kernel_peak_rss(km)
+        cell = ("import sys\nsys.stdout.write('\\x1eairlock-kernel:{\"type\": \"display\", "
+                "\"data\": {\"application/json\": [' + '0,' * (8 << 20) + '0]}}\\n')\n"
+                "sys.stdout.flush()")
+        reply, out = execute(kc, cell)
+        assert reply["status"] == "ok", reply
+        grew = kernel_peak_rss(km) - before
+        assert grew < 256 << 20, f"the kernel's peak memory grew by {grew >> 20} MiB"
+        assert not [c for t, c in out if t == "display_data"], "parsed and shown"
+        err = "".join(c["text"] for t, c in out if t == "stream" and c["name"] == "stderr")
+        assert "was not shown" in err and "MiB" in err, err
+    finally:
+        stop(km, kc)
+
+
 def test_execute_request_is_a_span_with_the_cells_run_under_it():
     # docs/tracing.md: the request's metadata.traceparent is the parent.
     from test_tracing import PARENT_ID, TRACE_ID, TRACEPARENT, Receiver, attrs, otel_env
