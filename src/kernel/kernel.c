@@ -26,6 +26,7 @@
 
 #include <patchlevel.h>
 
+#include "jsonrpc.h"
 #include "kernel.h"
 #include "kernel_service.h"
 #include "trace.h"
@@ -36,7 +37,9 @@
  * a longer one is dropped, with a line on the cell's stderr naming the
  * cap. */
 #define KREC_MAX (64u << 20)
-/* The history the kernel keeps: the last cells, and their inputs' bytes. */
+/* The history the kernel keeps: the last cells, and the bytes of their
+ * inputs and outputs together (a cell's code chooses its output's size: a
+ * record it forges may carry up to KREC_MAX of it). */
 #define KHIST_MAX_CELLS 10000
 #define KHIST_MAX_BYTES (64u << 20)
 /* Bytes of messages the worker may queue for the I/O thread: past this, a
@@ -60,6 +63,7 @@ typedef struct khist {
         int line;
         char *input;
         char *output; /* the execute_result's text/plain, or NULL */
+        size_t bytes; /* of both, counted against KHIST_MAX_BYTES */
 } khist;
 
 typedef struct kqueued {
@@ -228,14 +232,42 @@ static void send_stream(kexec *x, int stream, const char *data, size_t len)
         dynbuf_free(&b);
 }
 
-static void handle_record(kexec *x, const char *json, size_t len)
+/* The user_expressions' values, each {"status", "data", "metadata"} (or an
+ * error), with each data bundle made safe for the page (ksafe.c). */
+static json_t *safe_values(const json_t *values)
 {
+        json_t *out = json_object();
+        const char *name;
+        json_t *v;
+        json_object_foreach ((json_t *)values, name, v) {
+                json_t *copy = json_is_object(v) ? json_copy(v) : NULL;
+                json_t *data = json_object_get(copy, "data");
+                if (data)
+                        json_object_set_new(copy, "data", ksafe_bundle(data));
+                if (copy)
+                        json_object_set_new(out, name, copy);
+        }
+        return out;
+}
+
+/* Takes one record of the cell's side. Its text is within KREC_MAX, but
+ * parsed it could be twenty times that (each JSON value costs jansson about
+ * JSONRPC_VALUE_COST bytes, and the cell chose them all): a record whose
+ * parse would cost more than KREC_MAX is measured first, without building
+ * anything, and not parsed. Returns false for such a record. */
+static bool handle_record(kexec *x, const char *json, size_t len)
+{
+        uint64_t values = 0;
+        unsigned depth = 0;
+        jsonrpc_measure(json, len, &values, &depth);
+        if (values > (KREC_MAX - len) / JSONRPC_VALUE_COST)
+                return false;
         json_t *r = json_loadb(json, len, 0, NULL);
         const char *t = json_string_value(json_object_get(r, "type"));
         char type[32];
         if (!t || strlen(t) >= sizeof(type)) {
                 json_decref(r);
-                return;
+                return true;
         }
         snprintf(type, sizeof(type), "%s", t);
         json_object_del(r, "type");
@@ -244,7 +276,7 @@ static void handle_record(kexec *x, const char *json, size_t len)
                 json_t *md = json_object_get(r, "metadata");
                 if (json_is_object(data))
                         kpost(x->k, KSOCK_IOPUB, x->req, "display_data",
-                              json_pack("{s:O, s:O, s:{}}", "data", data, "metadata",
+                              json_pack("{s:o, s:O, s:{}}", "data", ksafe_bundle(data), "metadata",
                                         json_is_object(md) ? md : json_object(), "transient"));
         } else if (strcmp(type, "clear_output") == 0) {
                 kpost(x->k, KSOCK_IOPUB, x->req, "clear_output",
@@ -257,20 +289,21 @@ static void handle_record(kexec *x, const char *json, size_t len)
                         x->result_plain = strdup(plain);
                 if (json_is_object(data) && !x->silent)
                         kpost(x->k, KSOCK_IOPUB, x->req, "execute_result",
-                              json_pack("{s:i, s:O, s:O}", "execution_count", x->k->execution_count,
-                                        "data", data, "metadata",
+                              json_pack("{s:i, s:o, s:O}", "execution_count", x->k->execution_count,
+                                        "data", ksafe_bundle(data), "metadata",
                                         json_is_object(md) ? md : json_object()));
         } else if (strcmp(type, "error") == 0) {
                 json_decref(x->error);
                 x->error = json_incref(r);
         } else if (strcmp(type, "user_expressions") == 0) {
                 json_decref(x->user_expressions);
-                x->user_expressions = json_incref(json_object_get(r, "values"));
+                x->user_expressions = safe_values(json_object_get(r, "values"));
         } else {
                 json_decref(x->answer);
                 x->answer = json_incref(r);
         }
         json_decref(r);
+        return true;
 }
 
 /* Takes the records out of the stdout bytes: text before a record's
@@ -305,15 +338,17 @@ static void parse_stdout(kexec *x, const char *data, size_t len)
                 len--;
                 x->in_rec = false;
                 size_t tag = strlen(KREC_TAG);
-                if (x->rec_over) {
-                        char line[160];
+                bool ours =
+                    !x->rec_over && x->rec.len >= tag && memcmp(x->rec.data, KREC_TAG, tag) == 0;
+                if (x->rec_over ||
+                    (ours && !handle_record(x, x->rec.data + tag, x->rec.len - tag))) {
+                        char line[200];
                         snprintf(line, sizeof(line),
-                                 "airlock kernel: a display larger than %u MiB was not shown\n",
-                                 KREC_MAX >> 20);
+                                 "airlock kernel: a display larger than %u MiB (as text, or "
+                                 "parsed at %u bytes a JSON value) was not shown\n",
+                                 KREC_MAX >> 20, (unsigned)JSONRPC_VALUE_COST);
                         send_stream(x, 2, line, strlen(line));
-                } else if (x->rec.len >= tag && memcmp(x->rec.data, KREC_TAG, tag) == 0) {
-                        handle_record(x, x->rec.data + tag, x->rec.len - tag);
-                } else {
+                } else if (!ours) {
                         /* A "\x1e" of the cell's own: its text, as printed. */
                         send_stream(x, 1, "\x1e", 1);
                         send_stream(x, 1, x->rec.data, x->rec.len);
@@ -445,26 +480,38 @@ static json_t *run_helper(kernel *k, const char *code)
         return answer;
 }
 
+/* Keeps a cell's input and output for history_request, the oldest cells
+ * going first past KHIST_MAX_CELLS or KHIST_MAX_BYTES; an output that
+ * alone would pass the bytes' cap is not kept (its input is). */
 static void hist_add(kernel *k, const char *code, const char *plain)
 {
         size_t len = strlen(code);
+        size_t out = plain ? strlen(plain) : 0;
+        if (len > KHIST_MAX_BYTES)
+                return;
+        if (out > KHIST_MAX_BYTES - len) {
+                plain = NULL;
+                out = 0;
+        }
         while (k->n_hist &&
-               (k->n_hist >= KHIST_MAX_CELLS || k->hist_bytes + len > KHIST_MAX_BYTES)) {
-                k->hist_bytes -= strlen(k->hist[0].input);
+               (k->n_hist >= KHIST_MAX_CELLS || k->hist_bytes + len + out > KHIST_MAX_BYTES)) {
+                k->hist_bytes -= k->hist[0].bytes;
                 free(k->hist[0].input);
                 free(k->hist[0].output);
                 memmove(k->hist, k->hist + 1, --k->n_hist * sizeof(*k->hist));
         }
-        if (len > KHIST_MAX_BYTES)
-                return;
         if (!k->hist) {
                 k->hist = calloc(KHIST_MAX_CELLS, sizeof(*k->hist));
                 if (!k->hist)
                         return;
         }
-        k->hist[k->n_hist++] =
-            (khist){k->execution_count, strdup(code), plain ? strdup(plain) : NULL};
-        k->hist_bytes += len;
+        khist h = {k->execution_count, strdup(code), plain ? strdup(plain) : NULL, len + out};
+        if (!h.input) {
+                free(h.output);
+                return;
+        }
+        k->hist[k->n_hist++] = h;
+        k->hist_bytes += h.bytes;
 }
 
 /* Status names of a run that ended without the Python side's error record. */
@@ -720,9 +767,9 @@ static void do_inspect(kernel *k, const kmsg *req)
         free(code);
         json_t *data = json_object_get(a, "data");
         kreply(k, req, KSOCK_SHELL,
-               json_pack("{s:s, s:b, s:O, s:{}}", "status", "ok", "found",
-                         json_is_true(json_object_get(a, "found")), "data",
-                         json_is_object(data) ? data : json_object(), "metadata"));
+               json_pack("{s:s, s:b, s:o, s:{}}", "status", "ok", "found",
+                         json_is_true(json_object_get(a, "found")), "data", ksafe_bundle(data),
+                         "metadata"));
         json_decref(a);
 }
 

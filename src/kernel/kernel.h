@@ -119,6 +119,20 @@ int kout_send(void *sock, const kout *o);
 /* "2026-12-04T14:24:13.123456Z" */
 void kwire_now(char buf[40]);
 
+/* ---- what a cell shows, safe for the notebook page (ksafe.c) ------------ */
+
+/* Contract: a mime bundle of the cell's side (its code chose every byte)
+ * rewritten so that no front-end runs a script from it: text/plain,
+ * application/json and base64 images as they are, text/html through
+ * ksafe_html, every other type dropped (a text/plain note names them when
+ * nothing else is left). Returns a new object (empty for a non-object). */
+json_t *ksafe_bundle(const json_t *data);
+/* Contract: HTML re-serialised from an allow-list of tags and attributes:
+ * the result holds only those tags, double-quoted escaped attribute values
+ * and escaped text, never a script, an event attribute, a URL but an
+ * image's data: URL, or SVG/MathML. NULL past its cap or without memory. */
+char *ksafe_html(const char *in, size_t len);
+
 /* The Python side of the kernel, loaded once into the session
  * (driver.py, embedded by driver_blob.c). */
 extern const char kdriver_src[];

@@ -194,6 +194,38 @@ except OSError as e:
         srv.close()
 
 
+def test_runs_cannot_see_or_take_each_others_socket_names():
+    # A session binds an abstract Unix socket and one in its /tmp, and keeps
+    # them between its cells; a run of the same sandbox meanwhile (under
+    # airlock serve, another tenant's) must neither list their names in
+    # /proc/net/unix nor find the abstract name taken: the names of one
+    # network namespace are every run's in it.
+    with harness.mcp() as srv:
+        h = srv.request("tools/call", {"name": "session_open", "arguments": {}})
+        h = h["result"]["_meta"]["dev.airlock/session"]
+        a = srv.request("tools/call", {"name": "execute_code", "arguments": {"session": h, "code": """
+import socket
+S = socket.socket(socket.AF_UNIX)
+S.bind("\\0airlock-name-of-another-run")
+S.listen(1)
+T = socket.socket(socket.AF_UNIX)
+T.bind("/tmp/airlock-path-of-another-run.sock")
+print("bound")
+"""}})
+        assert "bound" in text_of(a["result"]), a
+        b = srv.result(srv.start_call("""
+import socket
+names = open("/proc/net/unix").read()
+print("listed" if "another-run" in names else "unlisted")
+try:
+    socket.socket(socket.AF_UNIX).bind("\\0airlock-name-of-another-run")
+    print("bound too")
+except OSError as e:
+    print("taken:", e)
+"""))
+        assert text_of(b) == "unlisted\nbound too\n", b
+
+
 def test_parallel_runs_have_their_own_memory_limits():
     # Two runs in flight each hold 100 MiB, under their own limit of
     # 150 MiB: together they exceed what one shared limit would allow, and

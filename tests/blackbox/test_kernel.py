@@ -2,6 +2,7 @@
 clients from Debian: the conformance suite (jupyter_kernel_test), nbclient and
 `jupyter nbconvert --execute` running a real notebook through the installed
 kernelspec, and raw ZeroMQ sockets sending hostile messages."""
+import contextlib
 import json
 import os
 import shutil
@@ -509,36 +510,34 @@ def test_the_banner_names_airlock():
 
 # ---- a real browser ----------------------------------------------------------------------
 
-def test_a_browser_runs_a_notebook_that_draws_a_figure():
-    """The Notebook server on loopback with a temporary token, headless
-    Chromium driven by Selenium: a cell that draws a figure shows it as an
-    <img>. The screenshot is kept as BUILD/kernel-notebook.png."""
+@contextlib.contextmanager
+def browser_on(nb, name):
+    """The Notebook server on loopback with a temporary token, serving a
+    folder of its own that holds nb as NAME, and headless Chromium driven by
+    Selenium on that notebook, its kernel connected. Yields (driver, the
+    notebook's folder)."""
     import secrets
     import socket
     import urllib.request
 
     import nbformat
     from selenium import webdriver
-    from selenium.webdriver.common.by import By
+    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
-    nbdir = os.path.join(HOME, "browser")
+    nbdir = os.path.join(HOME, "browser-" + name.split(".")[0])
     os.makedirs(nbdir)
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (airlock test)",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(
-        "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.title('airlock')\nplt.show()")]
-    nbformat.write(nb, os.path.join(nbdir, "figure.ipynb"))
+    nbformat.write(nb, os.path.join(nbdir, name))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = secrets.token_hex(16)
+    log = os.path.join(HOME, "notebook-" + name + ".log")
     server = subprocess.Popen(
         ["jupyter", "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1",
          f"--port={port}", "--port-retries=0", f"--NotebookApp.token={token}",
          f"--notebook-dir={nbdir}"],
-        stdout=subprocess.DEVNULL, stderr=open(os.path.join(HOME, "notebook.log"), "w"))
+        stdout=subprocess.DEVNULL, stderr=open(log, "w"))
     driver = None
     try:
         base = f"http://127.0.0.1:{port}"
@@ -547,21 +546,44 @@ def test_a_browser_runs_a_notebook_that_draws_a_figure():
                 urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5)
                 break
             except OSError:
-                assert server.poll() is None, open(os.path.join(HOME, "notebook.log")).read()
+                assert server.poll() is None, open(log).read()
                 time.sleep(0.2)
         opts = webdriver.ChromeOptions()
         opts.binary_location = "/usr/bin/chromium"
         for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                   "--window-size=1200,900"):
             opts.add_argument(a)
-        from selenium.webdriver.chrome.service import Service
         driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"),
                                   options=opts)
-        driver.get(f"{base}/notebooks/figure.ipynb?token={token}")
-        wait = WebDriverWait(driver, 180)
-        wait.until(lambda d: d.execute_script(
+        driver.get(f"{base}/notebooks/{name}?token={token}")
+        WebDriverWait(driver, 180).until(lambda d: d.execute_script(
             "return window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel && "
             "Jupyter.notebook.kernel.is_connected()"))
+        yield driver, nbdir
+    finally:
+        if driver is not None:
+            driver.quit()
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def test_a_browser_runs_a_notebook_that_draws_a_figure():
+    """A cell that draws a figure shows it as an <img> in a real browser.
+    The screenshot is kept as BUILD/kernel-notebook.png."""
+    import nbformat
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (airlock test)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.title('airlock')\nplt.show()")]
+    with browser_on(nb, "figure.ipynb") as (driver, _):
+        wait = WebDriverWait(driver, 180)
         driver.execute_script("Jupyter.notebook.clear_all_output(); "
                               "Jupyter.notebook.execute_all_cells();")
         img = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".output_area img"))
@@ -571,14 +593,217 @@ def test_a_browser_runs_a_notebook_that_draws_a_figure():
         shot = os.path.join(os.environ.get("AIRLOCK_BUILD", "build"), "kernel-notebook.png")
         driver.save_screenshot(shot)
         assert os.path.getsize(shot) > 1000
+
+
+# Each way a cell's code could hand the notebook page a script: a
+# representation of each kind that can hold one (_repr_html_ with <script>
+# and an event attribute, _repr_javascript_, _repr_svg_, _repr_markdown_
+# with raw HTML and a javascript: link, a _repr_mimebundle_ naming any
+# type), through the final expression, airlock.display() and a record
+# forged on stdout. Each sets a flag of its own on the page, and one saves
+# a file through the Notebook server's API, outside the sandbox.
+SCRIPT_CELLS = [
+    "import airlock\n"
+    "J = \"window.__al_{0} = 1; Jupyter.notebook.contents.save('escaped-{0}.txt', "
+    "{{type: 'file', format: 'text', content: 'written by the sandbox'}})\"\n"
+    "class Html:\n"
+    "    def __init__(self, tag): self.tag = tag\n"
+    "    def _repr_html_(self):\n"
+    "        return ('<b>bold</b><img src=x onerror=\"' + J.format('img' + self.tag) + '\">'\n"
+    "                '<script>' + J.format('script' + self.tag) + '</script>'\n"
+    "                '<a href=\"javascript:' + J.format('href' + self.tag) + '\">link</a>'\n"
+    "                '<iframe srcdoc=\"&lt;script&gt;parent.' + J.format('srcdoc' + self.tag)\n"
+    "                + '&lt;/script&gt;\"></iframe>'\n"
+    "                '<svg><animate onbegin=\"' + J.format('anim' + self.tag) + '\" '\n"
+    "                'attributeName=x dur=1s></animate></svg>'\n"
+    "                '<details open ontoggle=\"' + J.format('toggle' + self.tag) + '\">d</details>')\n"
+    "class Js:\n"
+    "    def _repr_javascript_(self): return J.format('js')\n"
+    "class Svg:\n"
+    "    def _repr_svg_(self):\n"
+    "        return ('<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"' + J.format('svg')\n"
+    "                + '\"><script>' + J.format('svgscript') + '</script></svg>')\n"
+    "class Md:\n"
+    "    def _repr_markdown_(self):\n"
+    "        return ('md <img src=x onerror=\"' + J.format('md') + '\"> '\n"
+    "                '<script>' + J.format('mdscript') + '</script>')\n"
+    "class Bundle:\n"
+    "    def _repr_mimebundle_(self, include=None, exclude=None):\n"
+    "        return {'text/html': '<img src=x onerror=\"' + J.format('bundle') + '\">',\n"
+    "                'application/javascript': J.format('bundlejs')}\n"
+    "airlock.display(Html('display'))\n"
+    "for o in (Js(), Svg(), Md(), Bundle()):\n"
+    "    airlock.display(o)\n"
+    "import json\n"
+    "print('\\x1eairlock-kernel:' + json.dumps({'type': 'display', 'data': {\n"
+    "    'text/html': '<img src=x onerror=\"' + J.format('forged') + '\">'}}))\n",
+    "Html('result')",
+]
+
+
+def test_a_cells_output_cannot_run_a_script_in_the_notebook_page():
+    """The notebook page is the Notebook server's origin: a script there
+    reaches the server's whole API (its contents, terminals and other
+    kernels), outside the sandbox. What a cell shows is what its untrusted
+    code chose, so the kernel hands the page no representation that can run
+    a script: no javascript, no SVG or markdown, and HTML only as rewritten
+    from an allow-list of tags and attributes (a table, text and images
+    stay). The flags and the saved files stay unset; the HTML's bold text
+    and the link's text still show."""
+    import nbformat
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python (airlock test)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in SCRIPT_CELLS]
+    with browser_on(nb, "scripts.ipynb") as (driver, nbdir):
+        wait = WebDriverWait(driver, 180)
+        driver.execute_script("Jupyter.notebook.clear_all_output(); "
+                              "Jupyter.notebook.execute_all_cells();")
+        # Both cells answered: the last one's result is on the page.
+        wait.until(lambda d: d.execute_script(
+            "var c = Jupyter.notebook.get_cells(); return c[c.length - 1].output_area"
+            ".outputs.length > 0 && !Jupyter.notebook.kernel_busy"))
+        # An image error of the test's own, after every output: its handler
+        # runs after theirs would have.
+        driver.execute_script(
+            "var i = document.createElement('img'); i.onerror = function () "
+            "{ window.__al_barrier = 1; }; i.src = 'x-barrier'; document.body.appendChild(i);")
+        wait.until(lambda d: d.execute_script("return window.__al_barrier === 1"))
+        flags = driver.execute_script(
+            "return Object.keys(window).filter(function (k) { return k.indexOf('__al_') === 0 "
+            "&& k !== '__al_barrier'; })")
+        areas = driver.find_elements(By.CSS_SELECTOR, ".output_area")
+        html = "".join(a.get_attribute("innerHTML") for a in areas)
+        bold = [b.text for b in driver.find_elements(By.CSS_SELECTOR, ".output_area b")]
+    escaped = [n for n in os.listdir(nbdir) if n.startswith("escaped-")]
+    assert flags == [] and escaped == [], (flags, escaped)
+    for bad in ("onerror", "onload", "onbegin", "ontoggle", "<script", "javascript:", "srcdoc",
+                "<iframe", "<svg"):
+        assert bad not in html.lower(), (bad, html)
+    assert bold == ["bold", "bold"], (bold, html)
+    assert "link" in html, html
+
+
+# HTML a cell shows -> what the page gets (ksafe.c): allowed tags and
+# attributes re-serialised, everything else dropped or escaped.
+HTML_CASES = [
+    ("<b>h</b>", "<b>h</b>"),
+    ("<TABLE border=1 class='dataframe'><TR style='text-align: right;'><TD colspan=2>x</td>"
+     "</tr></table>",
+     '<table border="1" class="dataframe"><tr style="text-align: right"><td colspan="2">x</td>'
+     "</tr></table>"),
+    ('<img src="x" onerror="alert(1)">', "<img>"),
+    ("<IMG SRC=javascript:alert(1)>", "<img>"),
+    ('<img src="data:image/png;base64,iVBORw0KGgo=">',
+     '<img src="data:image/png;base64,iVBORw0KGgo=">'),
+    ('<a href="javascript:alert(1)">x</a>', "x"),
+    ('<div style="background:url(javascript:alert(1)); color: red">d</div>',
+     '<div style="color: red">d</div>'),
+    ("<td title='a\" onmouseover=\"alert(1)'>t</td>",
+     '<td title="a&quot; onmouseover=&quot;alert(1)">t</td>'),
+    ("<div/onmouseover=alert(1)>d</div>", "<div>d</div>"),
+    ("<scr<script>ipt>alert(1)</script>", "ipt&gt;alert(1)"),
+    ("<svg><g><svg></svg><script>alert(1)</script></g></svg>after", "after"),
+    ("<style>body{display:none}</style><p>p</p>", "<p>p</p>"),
+    ("<!--<img src=x onerror=alert(1)>-->c", "c"),
+    ("<math><mi xlink:href='javascript:alert(1)'>m</mi></math>", ""),
+    ("&lt;script&gt; a < b && c > d &amp; &#60; &#x3c;",
+     "&lt;script&gt; a &lt; b &amp;&amp; c &gt; d &amp; &#60; &#x3c;"),
+    ("<iframe srcdoc='<script>alert(1)</script>'></iframe>i", "i"),
+    ("<details open ontoggle=alert(1)>d</details>", "d"),
+    ("<p>unclosed <img src=x onerror=alert(1)", "<p>unclosed "),
+    ('<div title="x>never closed', ""),
+]
+
+
+def test_html_a_cell_shows_is_rewritten_from_an_allow_list():
+    """Each case's HTML as display_data and as a final expression gives the
+    rewritten text; a representation that can only be a script (javascript,
+    SVG, markdown) is dropped, and a bundle left empty says so."""
+    km, kc = start()
+    try:
+        code = ("import airlock, json\nclass H:\n    def __init__(self, h): self.h = h\n"
+                "    def _repr_html_(self): return self.h\n"
+                f"for h in json.loads({json.dumps(json.dumps([c for c, _ in HTML_CASES]))}):\n"
+                "    airlock.display(H(h))\n"
+                "class J:\n    def _repr_javascript_(self): return 'alert(1)'\n"
+                "    def _repr_svg_(self): return '<svg onload=alert(1)></svg>'\n"
+                "airlock.display(J())\n"
+                "airlock.display({'application/javascript': 'alert(1)', 'image/svg+xml': '<svg/>'},"
+                " raw=True)\n"
+                "H('<b>r</b><script>alert(1)</script>')")
+        reply, out = execute(kc, code)
+        assert reply["status"] == "ok", reply
+        shown = [c["data"] for t, c in out if t == "display_data"]
+        got = [d.get("text/html") for d in shown[:len(HTML_CASES)]]
+        assert got == [want for _, want in HTML_CASES], list(zip(got, HTML_CASES))
+        plain, note = shown[len(HTML_CASES):]
+        assert list(plain) == ["text/plain"] and "J object" in plain["text/plain"], plain
+        assert list(note) == ["text/plain"] and "application/javascript" in note["text/plain"] \
+            and "image/svg+xml" in note["text/plain"], note
+        result = [c["data"] for t, c in out if t == "execute_result"]
+        assert result and result[0]["text/html"] == "<b>r</b>", result
     finally:
-        if driver is not None:
-            driver.quit()
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(km, kc)
+
+
+def test_the_history_a_cell_fills_is_capped_with_its_outputs():
+    """A cell's code chooses its final expression's text, and a record it
+    forges on stdout may carry 60 MiB of it: the history the kernel keeps
+    (inputs and outputs, for history_request with output) stays within its
+    64 MiB in all, its oldest cells going first; before, only the inputs
+    counted, and each cell added its output to the kernel's memory, outside
+    the sandbox's limits."""
+    km, kc = start()
+    try:
+        cell = ("import json\nprint('\\x1eairlock-kernel:' + json.dumps({'type': 'result', "
+                "'data': {'text/plain': 'x' * (8 << 20)}}))")
+        for _ in range(9):
+            reply, _ = execute(kc, cell)
+            assert reply["status"] == "ok", reply
+        msg_id = kc.history(hist_access_type="tail", n=100, output=True)
+        hist = shell_reply(kc, msg_id)["content"]["history"]
+        outputs = [h[2][1] for h in hist if h[2][1]]
+        assert outputs and sum(len(o) for o in outputs) <= 64 << 20, \
+            (len(outputs), sum(len(o) for o in outputs))
+    finally:
+        stop(km, kc)
+
+
+def kernel_peak_rss(km):
+    """The kernel process's peak resident memory, in bytes (VmHWM)."""
+    with open(f"/proc/{km.provisioner.process.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_record_costs_the_kernel_no_more_than_its_cap_to_parse():
+    """A record a cell forges on stdout is parsed by the kernel, outside the
+    sandbox: 16 MiB of [0,0,... (within the 64 MiB cap on a record's text)
+    is 8 million JSON values, which jansson would hold in about 500 MB. Its
+    cost is measured before it is parsed, and one past the cap is dropped
+    with a line naming it, as a record too long is; the kernel's peak
+    memory stays far below what parsing it takes."""
+    km, kc = start()
+    try:
+        before = kernel_peak_rss(km)
+        cell = ("import sys\nsys.stdout.write('\\x1eairlock-kernel:{\"type\": \"display\", "
+                "\"data\": {\"application/json\": [' + '0,' * (8 << 20) + '0]}}\\n')\n"
+                "sys.stdout.flush()")
+        reply, out = execute(kc, cell)
+        assert reply["status"] == "ok", reply
+        grew = kernel_peak_rss(km) - before
+        assert grew < 256 << 20, f"the kernel's peak memory grew by {grew >> 20} MiB"
+        assert not [c for t, c in out if t == "display_data"], "parsed and shown"
+        err = "".join(c["text"] for t, c in out if t == "stream" and c["name"] == "stderr")
+        assert "was not shown" in err and "MiB" in err, err
+    finally:
+        stop(km, kc)
 
 
 def test_execute_request_is_a_span_with_the_cells_run_under_it():

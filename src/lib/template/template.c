@@ -224,11 +224,16 @@ static void spawn_copy(struct template_state *tpl)
         }
         /* Each copy has its own user namespace (its per-user counters and
          * limits are the run's alone), IPC namespace (no SysV object of one
-         * run reaches another or outlives it) and, where Landlock cannot
-         * scope abstract Unix sockets, network namespace. */
+         * run reaches another or outlives it) and network namespace: the
+         * names of Unix sockets (abstract ones, and the paths of bound
+         * ones, which /proc/net/unix lists) are a network namespace's, so
+         * in a shared one a run, under airlock serve another tenant's,
+         * would read the names another run binds and could take an
+         * abstract name before it (Landlock's scope only keeps it from
+         * connecting). */
         struct clone_args args = {
-            .flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWIPC | CLONE_PARENT |
-                     CLONE_PIDFD | (tpl->landlock_scopes ? 0 : CLONE_NEWNET),
+            .flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWIPC | CLONE_NEWNET |
+                     CLONE_PARENT | CLONE_PIDFD,
             .pidfd = (uint64_t)(uintptr_t)&pidfd,
             .exit_signal = 0,
         };

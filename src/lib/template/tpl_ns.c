@@ -137,19 +137,20 @@ void tpl_probe_landlock(struct template_state *tpl)
 /* Contract: in a copy, after no_new_privs and before any guest code. From
  * then on the copy and everything it starts can connect only to abstract
  * Unix sockets, and signal only processes, of its own domain: another
- * copy's (or the template's) are out of reach. With no_mounts, the domain
+ * copy's (or the template's) are out of reach (a second wall: each copy
+ * has its own network and PID namespaces too). With no_mounts, the domain
  * also refuses every change of mounts (mount, umount, move_mount,
  * pivot_root, remount: Landlock refuses them to any domain that restricts
  * the file system, here by refusing to make block devices, which a copy
  * cannot do anyway); *ret_no_mounts says whether it does (not without
- * scopes, where the copy has its own network namespace instead).
- * Restricts nothing else. */
+ * scopes, where the mount filter refuses them instead). Restricts nothing
+ * else. */
 int tpl_scope_copy(const struct template_state *tpl, bool no_mounts, bool *ret_no_mounts)
 {
         if (ret_no_mounts)
                 *ret_no_mounts = false;
         if (!tpl->landlock_scopes)
-                return 0; /* the copy has its own network namespace instead */
+                return 0; /* the namespaces alone, and the mount filter */
         struct al_landlock_ruleset_attr attr = {
             .handled_access_fs = no_mounts ? AL_LANDLOCK_ACCESS_FS_MAKE_BLOCK : 0,
             .scoped = AL_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | AL_LANDLOCK_SCOPE_SIGNAL,
