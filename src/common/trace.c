@@ -3,9 +3,8 @@
 #include "trace.h"
 
 #include "base.h"
+#include "curl_dl.h"
 
-#include <curl/curl.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -716,49 +715,8 @@ void al_span_end(al_span *span)
 
 /* ---- the exporter --------------------------------------------------------- */
 
-/* libcurl is opened when the first batch goes out, as the gateway opens it
- * (src/lib/host/gateway.c says why it is not linked). */
-static struct {
-        CURLcode (*global_init)(long flags);
-        CURL *(*easy_init)(void);
-        CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
-        CURLcode (*easy_perform)(CURL *h);
-        CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
-        void (*easy_cleanup)(CURL *h);
-        struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
-        void (*slist_free_all)(struct curl_slist *l);
-} cu;
-
-static bool curl_load(void)
-{
-        static int state; /* 0: not tried, 1: ready, -1: failed; exporter thread only */
-        if (state)
-                return state > 0;
-        state = -1;
-        void *so = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-        struct {
-                const char *name;
-                void **slot;
-        } syms[] = {
-            {"curl_global_init", (void **)&cu.global_init},
-            {"curl_easy_init", (void **)&cu.easy_init},
-            {"curl_easy_setopt", (void **)&cu.easy_setopt},
-            {"curl_easy_perform", (void **)&cu.easy_perform},
-            {"curl_easy_getinfo", (void **)&cu.easy_getinfo},
-            {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
-            {"curl_slist_append", (void **)&cu.slist_append},
-            {"curl_slist_free_all", (void **)&cu.slist_free_all},
-        };
-        if (!so)
-                return false;
-        for (size_t i = 0; i < ARRAY_SIZE(syms); i++)
-                if (!(*syms[i].slot = dlsym(so, syms[i].name)))
-                        return false;
-        if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-                return false;
-        state = 1;
-        return true;
-}
+/* libcurl is opened when the first batch goes out (curl_dl.h says why it
+ * is not linked). */
 
 static struct {
         pthread_mutex_t lock;
@@ -857,12 +815,12 @@ static size_t on_discard(char *data, size_t size, size_t nmemb, void *arg)
  * (2xx). A partial success counts as taken. */
 static bool post(const char *body, size_t len)
 {
-        if (!curl_load())
+        if (!al_curl_load(NULL))
                 return false;
-        CURL *h = cu.easy_init();
+        CURL *h = al_cu->easy_init();
         if (!h)
                 return false;
-        struct curl_slist *hl = cu.slist_append(NULL, "Content-Type: application/json");
+        struct curl_slist *hl = al_cu->slist_append(NULL, "Content-Type: application/json");
         pthread_mutex_lock(&hdr_lock);
         for (size_t i = 0; hl && i < cfg.n_headers; i++) {
                 _cleanup_free_ char *line = NULL;
@@ -870,25 +828,25 @@ static bool post(const char *body, size_t len)
                  * refused the endpoint): the header is not sent. */
                 if (!strstr(cfg.header_values[i], "${secret:") &&
                     asprintf(&line, "%s: %s", cfg.header_keys[i], cfg.header_values[i]) >= 0)
-                        hl = cu.slist_append(hl, line);
+                        hl = al_cu->slist_append(hl, line);
         }
         pthread_mutex_unlock(&hdr_lock);
-        cu.easy_setopt(h, CURLOPT_URL, cfg.endpoint);
-        cu.easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        cu.easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        cu.easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)cfg.timeout_ms);
-        cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        cu.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-        cu.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        cu.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_discard);
-        cu.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        al_cu->easy_setopt(h, CURLOPT_URL, cfg.endpoint);
+        al_cu->easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        al_cu->easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        al_cu->easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        al_cu->easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)cfg.timeout_ms);
+        al_cu->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        al_cu->easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        al_cu->easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        al_cu->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_discard);
+        al_cu->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         long code = 0;
-        CURLcode c = cu.easy_perform(h);
+        CURLcode c = al_cu->easy_perform(h);
         if (c == CURLE_OK)
-                cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-        cu.easy_cleanup(h);
-        cu.slist_free_all(hl);
+                al_cu->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        al_cu->easy_cleanup(h);
+        al_cu->slist_free_all(hl);
         return c == CURLE_OK && code >= 200 && code < 300;
 }
 
