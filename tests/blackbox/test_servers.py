@@ -1154,6 +1154,35 @@ print(bad[0] if bad else "")
     assert "host budget of 33554432 bytes (half of --memory, at least 32 MiB)" in lines[2], lines
 
 
+def test_a_result_whose_parse_would_pass_the_runs_host_budget_is_dropped_unparsed():
+    # --memory 64: the run's host budget is its floor, 32 MiB. "big" sends
+    # 1 MiB of half a million 0s, within maxResultBytes (16 MiB here) but
+    # some 48 MiB once parsed. Before, the host parsed it all and only then
+    # charged the result's bytes; a server could so make the host hold far
+    # more than the run's budget (16 MiB of 0s parse into some 800 MiB). Now
+    # its parse is charged before it is parsed: the call fails naming the
+    # budget, and the server (its state, its process) stays.
+    srv = misbehave(maxResultBytes=16 << 20)
+    srv["env"]["MISBEHAVE_EXTRA"] = "1"
+    f = servers_file({"b": srv})
+    out = ok_stdout('''
+import servers
+from servers import b
+print(b.ok())
+try:
+    print("parsed", len(str(b.big())))
+except servers.UpstreamError as e:
+    print("UpstreamError", e)
+print(b.ok())
+''', "--servers", f, "--memory", "64")
+    lines = out.splitlines()
+    assert len(lines) == 3, out
+    assert lines[1].startswith("UpstreamError b.big: server 'b' sent a result of "), out
+    assert "more than the run's host budget of 33554432 bytes" in lines[1], out
+    assert "dropped it unparsed" in lines[1] and "keeps running" in lines[1], out
+    assert lines[2] == lines[0], out  # the same process answers
+
+
 def test_one_run_holding_its_calls_leaves_room_for_another():
     # Run A starts as many calls as it may and keeps their outcomes
     # uncollected while run B, concurrent in the same sandbox, starts and
@@ -1265,9 +1294,6 @@ except ValueError as e:
         assert lines[1] == "ValueError servers: no such call of this run", res
 
 
-if __name__ == "__main__":
-    run()
-
 
 def test_a_missing_argument_follows_python_through_a_stub_and_is_named_through_call_tool():
     """A stub is a Python function: a call that lacks a required argument
@@ -1295,3 +1321,7 @@ print(e.echo(message="hi"))
     assert lines[2].startswith("TypeError echo() takes 0 positional arguments"), out
     assert lines[3].startswith("ValueError ") and "'message'" in lines[3], out
     assert "hi" in lines[4], out
+
+
+if __name__ == "__main__":
+    run()
