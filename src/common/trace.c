@@ -390,6 +390,14 @@ bool al_trace_untraced(bool on)
         return was;
 }
 
+/* The spans allocated and not yet freed (al_trace_spans_held). */
+static atomic_uint_fast64_t spans_held;
+
+uint64_t al_trace_spans_held(void)
+{
+        return atomic_load(&spans_held);
+}
+
 al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *parent)
 {
         if (!al_trace_on() || untraced)
@@ -409,6 +417,7 @@ al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *
         al_span *s = malloc(sizeof(*s));
         if (!s)
                 return NULL;
+        atomic_fetch_add(&spans_held, 1);
         s->n_attrs = s->dropped_attrs = 0;
         s->recording = recording;
         s->error = NULL;
@@ -637,6 +646,7 @@ static void span_free(al_span *s)
 {
         if (!s)
                 return;
+        atomic_fetch_sub(&spans_held, 1);
         for (unsigned i = 0; i < s->n_attrs; i++)
                 if (s->attrs[i].type == 's')
                         free(s->attrs[i].v.s);
@@ -758,11 +768,23 @@ static void fork_parent(void)
         pthread_mutex_unlock(&q.lock);
 }
 
+/* Frees what the queue holds, each span counted as dropped when drop is
+ * true. Caller holds the lock. */
+static void queue_clear_locked(bool drop)
+{
+        if (drop)
+                atomic_fetch_add(&q.dropped, q.n);
+        for (; q.n; q.n--, q.head = (q.head + 1) % cfg.queue_max)
+                span_free(q.spans[q.head]);
+}
+
 static void fork_child(void)
 {
         q.stopping = true;
         q.started = false;
-        q.n = 0; /* the parent's spans are the parent's to export */
+        /* The parent's spans are the parent's to export: the child's
+         * copies are freed, not exported nor counted. */
+        queue_clear_locked(false);
         pthread_mutex_unlock(&q.lock);
 }
 
@@ -895,13 +917,9 @@ static void *exporter_main(void *arg)
 {
         al_span **taken = calloc(cfg.batch_max, sizeof(*taken));
         pthread_mutex_lock(&q.lock);
-        if (!taken)
+        if (!taken) {
                 q.stopping = true; /* out of memory: every span is a drop */
-        while (!taken && q.n) {
-                span_free(q.spans[q.head]);
-                q.head = (q.head + 1) % cfg.queue_max;
-                q.n--;
-                atomic_fetch_add(&q.dropped, 1);
+                queue_clear_locked(true);
         }
         for (;;) {
                 if (!q.stopping && q.n < cfg.batch_max) {
@@ -949,10 +967,11 @@ void al_trace_shutdown(unsigned timeout_ms)
         while (q.started && !q.exited)
                 if (pthread_cond_timedwait(&q.done, &q.lock, &ts) == ETIMEDOUT)
                         break;
-        /* What the exporter could not send in time is dropped: the process
-         * exits without waiting longer. */
+        /* What the exporter could not send in time is dropped, and freed
+         * here: the process exits without waiting longer, and the exporter,
+         * once its transfer is cut, finds the queue empty and ends. */
         if (!q.exited)
-                atomic_fetch_add(&q.dropped, q.n);
+                queue_clear_locked(true);
         pthread_mutex_unlock(&q.lock);
 }
 
