@@ -586,14 +586,11 @@ static tool_fail fail_typed(char **ret_type, const char *type, char **ret_messag
 {
         va_list ap;
         va_start(ap, fmt);
-        char *s = NULL;
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
+        tool_fail f = tools_vfail(TOOL_FAIL_RUNTIME, ret_message, fmt, ap);
         va_end(ap);
-        *ret_message = s ? s : strdup("out of memory");
         if (ret_type)
                 *ret_type = strdup(type);
-        return TOOL_FAIL_RUNTIME;
+        return f;
 }
 
 /* The text parts of an isError result, for the exception's message. */
