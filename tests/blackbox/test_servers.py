@@ -1183,6 +1183,69 @@ print(b.ok())
     assert lines[2] == lines[0], out  # the same process answers
 
 
+def test_a_costly_result_over_http_is_dropped_unparsed_and_the_session_stays():
+    # The same over Streamable HTTP: a server of the test's own whose "big"
+    # answers with 1 MiB of half a million 0s. The body is measured before
+    # the reply is looked for in it; before, it was parsed whole.
+    import http.server
+    import threading
+    zeros = json.dumps([0] * 500000, separators=(",", ":"))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if "id" not in msg:
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            m, params = msg["method"], msg.get("params") or {}
+            if m == "initialize":
+                res = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                       "serverInfo": {"name": "costly", "version": "1"}}
+            elif m == "tools/list":
+                res = {"tools": [{"name": n, "inputSchema": {"type": "object"}}
+                                 for n in ("big", "ok")]}
+            elif params.get("name") == "big":
+                res = None
+            else:
+                res = {"content": [{"type": "text", "text": "ok"}]}
+            body = (json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": res}) if res
+                    else '{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text",'
+                         '"text":"big"}],"structuredContent":{"v":%s}}}' % (msg["id"], zeros))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        f = servers_file({"web": {"url": f"http://127.0.0.1:{srv.server_port}/mcp",
+                                  "maxResultBytes": 16 << 20, "approval": "never"}})
+        out = ok_stdout('''
+import servers
+from servers import web
+try:
+    print("parsed", len(str(web.big())))
+except servers.UpstreamError as e:
+    print("UpstreamError", e)
+print(web.ok())
+''', "--servers", f, "--memory", "64")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    lines = out.splitlines()
+    assert len(lines) == 2, out
+    assert lines[0].startswith("UpstreamError web.big: server 'web' sent a result of "), out
+    assert "more than the run's host budget of 33554432 bytes" in lines[0], out
+    assert lines[1] == "ok", out
+
+
 def test_one_run_holding_its_calls_leaves_room_for_another():
     # Run A starts as many calls as it may and keeps their outcomes
     # uncollected while run B, concurrent in the same sandbox, starts and
