@@ -1157,6 +1157,15 @@ static bool key_has_field(const char *key, size_t n, const char *f, size_t flen)
         return flen <= n && memmem(key, n, f, flen) != NULL;
 }
 
+/* The fingerprint's field of the workspace at path, as cache_fingerprint.c
+ * writes it ("workspace:LEN:PATH\n"): what a key holds when its tree set
+ * starts with that workspace. Malloc'd; NULL when out of memory. */
+static char *workspace_field(const char *path)
+{
+        char *field = NULL;
+        return asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0 ? NULL : field;
+}
+
 /* Contract: after this, the cache holds nothing of the workspace at path
  * but what runs and sessions in progress use, and that goes when the last
  * of them ends: every staged version of a tree set that starts with the
@@ -1170,8 +1179,8 @@ void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
 {
         if (!c || !path || !*path)
                 return;
-        _cleanup_free_ char *field = NULL;
-        if (asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0)
+        _cleanup_free_ char *field = workspace_field(path);
+        if (!field)
                 return;
         size_t flen = strlen(field);
         cache_input *drop = NULL;
@@ -1220,8 +1229,8 @@ void airlock_cache_workspace_changed(airlock_cache *c, const char *path)
 {
         if (!c || !path || !*path)
                 return;
-        _cleanup_free_ char *field = NULL;
-        if (asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0)
+        _cleanup_free_ char *field = workspace_field(path);
+        if (!field)
                 return;
         cache_trees_changed(&c->trees, field, strlen(field));
 }
