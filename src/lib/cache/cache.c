@@ -1159,10 +1159,13 @@ static bool key_has_field(const char *key, size_t n, const char *f, size_t flen)
 
 /* The fingerprint's field of the workspace at path, as cache_fingerprint.c
  * writes it ("workspace:LEN:PATH\n"): what a key holds when its tree set
- * starts with that workspace. Malloc'd; NULL when out of memory. */
-static char *workspace_field(const char *path)
+ * starts with that workspace. Malloc'd; NULL when there is no cache or no
+ * path (nothing to do) or out of memory. */
+static char *workspace_field(const airlock_cache *c, const char *path)
 {
         char *field = NULL;
+        if (!c || !path || !*path)
+                return NULL;
         return asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0 ? NULL : field;
 }
 
@@ -1177,9 +1180,7 @@ static char *workspace_field(const char *path)
  * workspace stages it afresh. */
 void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
 {
-        if (!c || !path || !*path)
-                return;
-        _cleanup_free_ char *field = workspace_field(path);
+        _cleanup_free_ char *field = workspace_field(c, path);
         if (!field)
                 return;
         size_t flen = strlen(field);
@@ -1227,9 +1228,7 @@ void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
 
 void airlock_cache_workspace_changed(airlock_cache *c, const char *path)
 {
-        if (!c || !path || !*path)
-                return;
-        _cleanup_free_ char *field = workspace_field(path);
+        _cleanup_free_ char *field = workspace_field(c, path);
         if (!field)
                 return;
         cache_trees_changed(&c->trees, field, strlen(field));
