@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+from mcp_stdio import McpStdio
+
 PY = "/usr/bin/python3"
 BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
          "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -146,34 +148,11 @@ def page_costs(mib=64):
     return out
 
 
-class Mcp:
+class Mcp(McpStdio):
     def __init__(self, build, preload=PRELOAD):
         argv = [os.path.join(build, "airlock"), "mcp"] + (["--preload", preload] if preload else [])
-        self.p = subprocess.Popen(argv + os.environ.get("AIRLOCK_BENCH_MCP_ARGS", "").split(),
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL)
-        self.ids = iter(range(1, 1 << 30))
-        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                "clientInfo": {"name": "airlock-bench", "version": "1"}})
-        self.rpc("notifications/initialized", {}, notify=True)
-
-    def rpc(self, method, params, notify=False):
-        msg = {"jsonrpc": "2.0", "method": method, "params": params}
-        if not notify:
-            msg["id"] = next(self.ids)
-        self.p.stdin.write((json.dumps(msg) + "\n").encode())
-        self.p.stdin.flush()
-        if notify:
-            return None
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("airlock mcp closed its output")
-            r = json.loads(line)
-            if r.get("id") == msg["id"]:
-                if "error" in r:
-                    raise RuntimeError(f"airlock mcp: {r['error']}")
-                return r["result"]
+        super().__init__(argv + os.environ.get("AIRLOCK_BENCH_MCP_ARGS", "").split(),
+                         initialized=True)
 
     def call(self, kind):
         code, want = CODES[kind]
@@ -183,14 +162,6 @@ class Mcp:
         if r.get("isError") or r["content"] != [{"type": "text", "text": want}]:
             raise RuntimeError(f"airlock mcp: unexpected result {str(r)[:300]}")
         return ms
-
-    def close(self):
-        self.p.stdin.close()
-        try:
-            self.p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
 
 
 def bwrap_call(kind):

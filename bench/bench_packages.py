@@ -59,6 +59,7 @@ IMPORT_CODE = ("import sys, numpy, pandas, matplotlib; matplotlib.use('Agg'); "
 # The same percentiles and summaries as the rest of make bench (bench.py,
 # whose module level only defines; its main() runs as a script only).
 from bench import pct, summary  # noqa: E402
+from mcp_stdio import McpStdio  # noqa: E402
 
 
 def pss_kib(pid):
@@ -92,39 +93,16 @@ def descendants(pid):
     return out
 
 
-class Mcp:
+class Mcp(McpStdio):
     """`airlock mcp` with its own arguments, initialised."""
 
     def __init__(self, exe, *args):
-        self.p = subprocess.Popen([exe, "mcp", *args], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.n = 0
-        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                "clientInfo": {"name": "bench_packages", "version": "1"}})
-
-    def rpc(self, method, params):
-        self.n += 1
-        self.p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                        "params": params}) + "\n").encode())
-        self.p.stdin.flush()
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("airlock mcp closed its output")
-            r = json.loads(line)
-            if r.get("id") == self.n:
-                if "error" in r:
-                    raise RuntimeError(f"airlock mcp: {r['error']}")
-                return r["result"]
+        super().__init__([exe, "mcp", *args], client="bench_packages")
 
     def call(self, code):
         t = time.perf_counter()
         r = self.rpc("tools/call", {"name": "execute_code", "arguments": {"code": code}})
         return (time.perf_counter() - t) * 1e3, r
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=60)
 
 
 def time_cmd(argv, want):

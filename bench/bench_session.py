@@ -14,42 +14,28 @@ Usage: bench_session.py BUILD_DIR [ROUNDS]"""
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import jupyter_kernels as jk
+from mcp_stdio import McpStdio
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 300
 GAP_S = 0.010
 
 
-class Mcp:
+class Mcp(McpStdio):
     def __init__(self):
-        self.p = subprocess.Popen([os.path.join(build, "airlock"), "mcp"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.n = 0
-        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                    "clientInfo": {"name": "bench", "version": "1"}})
-
-    def request(self, method, params):
-        self.n += 1
-        self.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                       "params": params}) + "\n")
-        self.p.stdin.flush()
-        while True:
-            m = json.loads(self.p.stdout.readline())
-            if m.get("id") == self.n:
-                return m["result"]
+        # The server's stderr stays the bench's.
+        super().__init__([os.path.join(build, "airlock"), "mcp"], client="bench", stderr=None)
 
     def call(self, args):
-        return self.request("tools/call", {"name": "execute_code", "arguments": args,
-                                           "_meta": {RUN: True}})
+        return self.rpc("tools/call", {"name": "execute_code", "arguments": args,
+                                       "_meta": {RUN: True}})
 
     def close(self):
-        self.p.stdin.close()
-        self.p.wait()
+        super().close(timeout=None)
 
 
 # The run record of a call, asked for with each call (README, "What the client sees").
@@ -83,7 +69,7 @@ def bench_fork(m):
     """Fork against open: medians of the call, of the call and a first cell
     (sent 50 ms later, and sent at once), and the PSS added (KiB), over
     FORK_ROUNDS alternating rounds."""
-    h = m.request("tools/call", {"name": "session_open",
+    h = m.rpc("tools/call", {"name": "session_open",
                                  "arguments": {}})["_meta"]["dev.airlock/session"]
     r = m.call({"code": DATAFRAME, "session": h})
     mib = int(r["content"][0]["text"])
@@ -96,9 +82,9 @@ def bench_fork(m):
             pss0 = tree_pss_kib(m.p.pid)
             t = time.perf_counter()
             if kind == "fork":
-                r = m.request("tools/call", {"name": "session_fork", "arguments": {"session": h}})
+                r = m.rpc("tools/call", {"name": "session_fork", "arguments": {"session": h}})
             else:
-                r = m.request("tools/call", {"name": "session_open", "arguments": {}})
+                r = m.rpc("tools/call", {"name": "session_open", "arguments": {}})
             t_call = time.perf_counter() - t
             n = r["_meta"]["dev.airlock/session"]
             # The new session's processes (its cell base included, taken
@@ -114,22 +100,22 @@ def bench_fork(m):
             if kind == "fork" and i == 0:
                 r = m.call({"code": "df.shape", "session": n})
                 assert r["content"][0]["text"] == "(13000000, 1)\n", r
-            m.request("tools/call", {"name": "session_close", "arguments": {"session": n}})
+            m.rpc("tools/call", {"name": "session_close", "arguments": {"session": n}})
         # A cell sent the moment the fork's call returns waits for the
         # fork's own rollback copy; against the same cell in the session.
         time.sleep(0.05)
         t = time.perf_counter()
-        r = m.request("tools/call", {"name": "session_fork", "arguments": {"session": h}})
+        r = m.rpc("tools/call", {"name": "session_fork", "arguments": {"session": h}})
         n = r["_meta"]["dev.airlock/session"]
         r = m.call({"code": "print(1)", "session": n})
         res["fork_now"].append(time.perf_counter() - t)
         assert r["content"][0]["text"] == "1\n", r
-        m.request("tools/call", {"name": "session_close", "arguments": {"session": n}})
+        m.rpc("tools/call", {"name": "session_close", "arguments": {"session": n}})
         time.sleep(0.05)
         t = time.perf_counter()
         r = m.call({"code": "print(1)", "session": h})
         res["cell"].append(time.perf_counter() - t)
-    m.request("tools/call", {"name": "session_close", "arguments": {"session": h}})
+    m.rpc("tools/call", {"name": "session_close", "arguments": {"session": h}})
     out = {"dataframe_mib": mib, "fork_min_ms": min(res["fork"]) * 1000,
            "open_min_ms": min(res["open"]) * 1000}
     for k, v in res.items():
@@ -140,7 +126,7 @@ def bench_fork(m):
 
 def main():
     m = Mcp()
-    h = m.request("tools/call", {"name": "session_open",
+    h = m.rpc("tools/call", {"name": "session_open",
                                  "arguments": {}})["_meta"]["dev.airlock/session"]
     m.call({"code": "x = 0", "session": h})
     krun, kstop = kernel()

@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "multihost"))
 import gluster  # noqa: E402 - the multihost tier's fixture
+from mcp_stdio import McpStdio  # noqa: E402
 
 FILES = 20
 PAD = "# " + "x" * 160 + "\n"
@@ -49,45 +49,20 @@ READ_SMALL = ("import os\n"
 READ_BIG = "print(open('/input/d042/f04200.txt').read(), end='')"
 
 
-class Mcp:
+class Mcp(McpStdio):
     """airlock mcp --tenants-dir D --tenant T on stdio, one request at a time."""
 
     def __init__(self, exe, tenants_dir, tenant, tmp, **extra_env):
         env = dict(os.environ, TMPDIR=tmp, **extra_env)
         # The 10,000-file tenant holds 10,100 entries: over the default cap.
-        self.p = subprocess.Popen([exe, "mcp", "--tenants-dir", tenants_dir, "--tenant", tenant,
-                                   "--workspace-max-files", "20000"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, env=env)
-        self.n = 0
-        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                "clientInfo": {"name": "bench_shared", "version": "1"}})
-
-    def rpc(self, method, params):
-        self.n += 1
-        self.p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                        "params": params}) + "\n").encode())
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
-
-    def tool(self, name, args):
-        res = self.rpc("tools/call", {"name": name, "arguments": args})["result"]
-        if res.get("isError"):
-            raise RuntimeError(f"{name} failed: {res['content'][0]['text'][:300]}")
-        return res
-
-    def call(self, code):
-        t = time.perf_counter()
-        res = self.tool("execute_code", {"code": code})
-        dt = (time.perf_counter() - t) * 1e3
-        return dt, "".join(c.get("text", "") for c in res["content"] if c["type"] == "text")
+        super().__init__([exe, "mcp", "--tenants-dir", tenants_dir, "--tenant", tenant,
+                          "--workspace-max-files", "20000"], client="bench_shared", env=env)
 
     def write(self, path, text):
         self.tool("workspace_write", {"files": [{"path": path, "text": text}]})
 
     def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=300)
+        super().close(timeout=300)
 
 
 def small_tenant(d):

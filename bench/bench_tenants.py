@@ -41,6 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import die_with_parent, free_ports, pss_tree, wait_ready  # noqa: E402 - a sibling script
+from mcp_stdio import McpStdio  # noqa: E402
 
 PRELOAD = "numpy,pandas,matplotlib"
 MODERN = "2026-07-28"
@@ -210,51 +211,21 @@ def stop(proc, timeout=60):
 
 # ---- the old design: a template per workspace --------------------------------
 
-class Mcp:
+class Mcp(McpStdio):
     """`airlock mcp --workspace W --preload ...` over stdio (one template of
     its own for W)."""
 
     def __init__(self, exe, workspace, env):
-        self.p = subprocess.Popen([exe, "mcp", "--workspace", workspace, "--preload", PRELOAD],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, env=env,
-                                  preexec_fn=die_with_parent)
-        self.n = 0
-        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                "clientInfo": {"name": "airlock-bench", "version": "1"}})
-        self.p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        self.p.stdin.flush()
-
-    def rpc(self, method, params):
-        self.n += 1
-        self.p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                        "params": params}) + "\n").encode())
-        self.p.stdin.flush()
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("airlock mcp closed its output")
-            r = json.loads(line)
-            if r.get("id") == self.n:
-                if "error" in r or r["result"].get("isError"):
-                    raise RuntimeError(f"airlock mcp: {str(r)[:300]}")
-                return r["result"]
+        super().__init__([exe, "mcp", "--workspace", workspace, "--preload", PRELOAD],
+                         initialized=True, env=env, preexec_fn=die_with_parent)
 
     def run(self, code, want):
-        r = self.rpc("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        r = self.tool("execute_code", {"code": code})
         if r["content"][0]["text"] != want:
             raise RuntimeError(f"airlock mcp: unexpected output {r['content'][0]['text']!r}")
 
     def close(self):
-        try:
-            self.p.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+        super().close(timeout=30)
 
 
 def old_design(exe, tmp, k, env, log):

@@ -16,10 +16,11 @@ import json
 import os
 import socketserver
 import statistics
-import subprocess
 import sys
 import threading
 import time
+
+from mcp_stdio import McpStdio
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 200
@@ -49,24 +50,10 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class Mcp:
+class Mcp(McpStdio):
     def __init__(self, env, servers):
-        self.p = subprocess.Popen([os.path.join(build, "airlock"), "mcp", "--servers", servers],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
-        self.n = 0
-        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                    "clientInfo": {"name": "bench", "version": "1"}})
-
-    def request(self, method, params):
-        self.n += 1
-        self.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                       "params": params}) + "\n")
-        self.p.stdin.flush()
-        while True:
-            m = json.loads(self.p.stdout.readline())
-            if m.get("id") == self.n:
-                return m
+        super().__init__([os.path.join(build, "airlock"), "mcp", "--servers", servers],
+                         client="bench", env=env)
 
     def call(self, code):
         t0 = time.perf_counter()
@@ -75,10 +62,6 @@ class Mcp:
         assert not r["result"]["isError"], r
         self.text = r["result"]["content"][0].get("text", "") if r["result"]["content"] else ""
         return dt
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(60)
 
 
 def main():

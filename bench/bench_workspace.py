@@ -23,41 +23,18 @@ import sys
 import tempfile
 import time
 
+from mcp_stdio import McpStdio
 
-class Mcp:
+
+class Mcp(McpStdio):
     """airlock mcp -w WS on stdio, one request at a time (bench_ws_edit.py
     uses it too)."""
 
     def __init__(self, exe, ws, client="bench_workspace"):
-        self.p = subprocess.Popen([exe, "mcp", "-w", ws], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.n = 0
-        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                "clientInfo": {"name": client, "version": "1"}})
-
-    def rpc(self, method, params):
-        self.n += 1
-        self.p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                        "params": params}) + "\n").encode())
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
-
-    def tool(self, name, args):
-        r = self.rpc("tools/call", {"name": name, "arguments": args})
-        res = r["result"]
-        if res.get("isError"):
-            raise RuntimeError(f"{name} failed: {res}")
-        return res
-
-    def call(self, code):
-        t = time.perf_counter()
-        res = self.tool("execute_code", {"code": code})
-        dt = (time.perf_counter() - t) * 1e3
-        return dt, "".join(c.get("text", "") for c in res["content"] if c["type"] == "text")
+        super().__init__([exe, "mcp", "-w", ws], client=client)
 
     def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=300)
+        super().close(timeout=300)
 
 
 def make_tree(root, files=10000, per_dir=100, size=1024):

@@ -363,12 +363,20 @@ int al_base64_decode(const char *text, size_t len, unsigned char **ret, size_t *
 
 int al_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n)
 {
+        struct iovec iov = {(void *)buf, len};
+        return al_send_fdsv(sock, &iov, 1, fds, n);
+}
+
+int al_send_fdsv(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n)
+{
         char cbuf[CMSG_SPACE(sizeof(int) * 8)];
         if (n > 8)
                 return -EINVAL;
         memset(cbuf, 0, sizeof(cbuf));
-        struct iovec iov = {(void *)buf, len};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        size_t len = 0;
+        for (size_t i = 0; i < niov; i++)
+                len += iov[i].iov_len;
+        struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = niov};
         if (n) {
                 mh.msg_control = cbuf;
                 mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <signal.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,8 @@ int al_write_full(int fd, const void *buf, size_t len);
  * SIGPIPE. 0, or -errno (-EIO for a short send). System calls only: a
  * child forked from a process with threads may call it. */
 int al_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n);
+/* al_send_fds of the niov pieces of iov, sent as one message. */
+int al_send_fdsv(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n);
 /* Receives one message of at most len bytes from the socket sock into buf,
  * retrying on EINTR, with the fds attached to it (SCM_RIGHTS, close-on-exec):
  * the first max of them (at most 8) go to fds, whose other slots are set to

@@ -3,9 +3,8 @@
 #include "trace.h"
 
 #include "base.h"
+#include "curl_dl.h"
 
-#include <curl/curl.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -391,6 +390,14 @@ bool al_trace_untraced(bool on)
         return was;
 }
 
+/* The spans allocated and not yet freed (al_trace_spans_held). */
+static atomic_uint_fast64_t spans_held;
+
+uint64_t al_trace_spans_held(void)
+{
+        return atomic_load(&spans_held);
+}
+
 al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *parent)
 {
         if (!al_trace_on() || untraced)
@@ -410,6 +417,7 @@ al_span *al_span_start(const char *name, al_span_kind kind, const al_trace_ctx *
         al_span *s = malloc(sizeof(*s));
         if (!s)
                 return NULL;
+        atomic_fetch_add(&spans_held, 1);
         s->n_attrs = s->dropped_attrs = 0;
         s->recording = recording;
         s->error = NULL;
@@ -638,6 +646,7 @@ static void span_free(al_span *s)
 {
         if (!s)
                 return;
+        atomic_fetch_sub(&spans_held, 1);
         for (unsigned i = 0; i < s->n_attrs; i++)
                 if (s->attrs[i].type == 's')
                         free(s->attrs[i].v.s);
@@ -716,49 +725,8 @@ void al_span_end(al_span *span)
 
 /* ---- the exporter --------------------------------------------------------- */
 
-/* libcurl is opened when the first batch goes out, as the gateway opens it
- * (src/lib/host/gateway.c says why it is not linked). */
-static struct {
-        CURLcode (*global_init)(long flags);
-        CURL *(*easy_init)(void);
-        CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
-        CURLcode (*easy_perform)(CURL *h);
-        CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
-        void (*easy_cleanup)(CURL *h);
-        struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
-        void (*slist_free_all)(struct curl_slist *l);
-} cu;
-
-static bool curl_load(void)
-{
-        static int state; /* 0: not tried, 1: ready, -1: failed; exporter thread only */
-        if (state)
-                return state > 0;
-        state = -1;
-        void *so = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-        struct {
-                const char *name;
-                void **slot;
-        } syms[] = {
-            {"curl_global_init", (void **)&cu.global_init},
-            {"curl_easy_init", (void **)&cu.easy_init},
-            {"curl_easy_setopt", (void **)&cu.easy_setopt},
-            {"curl_easy_perform", (void **)&cu.easy_perform},
-            {"curl_easy_getinfo", (void **)&cu.easy_getinfo},
-            {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
-            {"curl_slist_append", (void **)&cu.slist_append},
-            {"curl_slist_free_all", (void **)&cu.slist_free_all},
-        };
-        if (!so)
-                return false;
-        for (size_t i = 0; i < ARRAY_SIZE(syms); i++)
-                if (!(*syms[i].slot = dlsym(so, syms[i].name)))
-                        return false;
-        if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-                return false;
-        state = 1;
-        return true;
-}
+/* libcurl is opened when the first batch goes out (curl_dl.h says why it
+ * is not linked). */
 
 static struct {
         pthread_mutex_t lock;
@@ -800,11 +768,23 @@ static void fork_parent(void)
         pthread_mutex_unlock(&q.lock);
 }
 
+/* Frees what the queue holds, each span counted as dropped when drop is
+ * true. Caller holds the lock. */
+static void queue_clear_locked(bool drop)
+{
+        if (drop)
+                atomic_fetch_add(&q.dropped, q.n);
+        for (; q.n; q.n--, q.head = (q.head + 1) % cfg.queue_max)
+                span_free(q.spans[q.head]);
+}
+
 static void fork_child(void)
 {
         q.stopping = true;
         q.started = false;
-        q.n = 0; /* the parent's spans are the parent's to export */
+        /* The parent's spans are the parent's to export: the child's
+         * copies are freed, not exported nor counted. */
+        queue_clear_locked(false);
         pthread_mutex_unlock(&q.lock);
 }
 
@@ -857,12 +837,12 @@ static size_t on_discard(char *data, size_t size, size_t nmemb, void *arg)
  * (2xx). A partial success counts as taken. */
 static bool post(const char *body, size_t len)
 {
-        if (!curl_load())
+        if (!al_curl_load(NULL))
                 return false;
-        CURL *h = cu.easy_init();
+        CURL *h = al_cu->easy_init();
         if (!h)
                 return false;
-        struct curl_slist *hl = cu.slist_append(NULL, "Content-Type: application/json");
+        struct curl_slist *hl = al_cu->slist_append(NULL, "Content-Type: application/json");
         pthread_mutex_lock(&hdr_lock);
         for (size_t i = 0; hl && i < cfg.n_headers; i++) {
                 _cleanup_free_ char *line = NULL;
@@ -870,25 +850,25 @@ static bool post(const char *body, size_t len)
                  * refused the endpoint): the header is not sent. */
                 if (!strstr(cfg.header_values[i], "${secret:") &&
                     asprintf(&line, "%s: %s", cfg.header_keys[i], cfg.header_values[i]) >= 0)
-                        hl = cu.slist_append(hl, line);
+                        hl = al_cu->slist_append(hl, line);
         }
         pthread_mutex_unlock(&hdr_lock);
-        cu.easy_setopt(h, CURLOPT_URL, cfg.endpoint);
-        cu.easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        cu.easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        cu.easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)cfg.timeout_ms);
-        cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        cu.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-        cu.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        cu.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_discard);
-        cu.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        al_cu->easy_setopt(h, CURLOPT_URL, cfg.endpoint);
+        al_cu->easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        al_cu->easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        al_cu->easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        al_cu->easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)cfg.timeout_ms);
+        al_cu->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        al_cu->easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        al_cu->easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        al_cu->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_discard);
+        al_cu->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         long code = 0;
-        CURLcode c = cu.easy_perform(h);
+        CURLcode c = al_cu->easy_perform(h);
         if (c == CURLE_OK)
-                cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-        cu.easy_cleanup(h);
-        cu.slist_free_all(hl);
+                al_cu->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        al_cu->easy_cleanup(h);
+        al_cu->slist_free_all(hl);
         return c == CURLE_OK && code >= 200 && code < 300;
 }
 
@@ -937,13 +917,9 @@ static void *exporter_main(void *arg)
 {
         al_span **taken = calloc(cfg.batch_max, sizeof(*taken));
         pthread_mutex_lock(&q.lock);
-        if (!taken)
+        if (!taken) {
                 q.stopping = true; /* out of memory: every span is a drop */
-        while (!taken && q.n) {
-                span_free(q.spans[q.head]);
-                q.head = (q.head + 1) % cfg.queue_max;
-                q.n--;
-                atomic_fetch_add(&q.dropped, 1);
+                queue_clear_locked(true);
         }
         for (;;) {
                 if (!q.stopping && q.n < cfg.batch_max) {
@@ -991,10 +967,11 @@ void al_trace_shutdown(unsigned timeout_ms)
         while (q.started && !q.exited)
                 if (pthread_cond_timedwait(&q.done, &q.lock, &ts) == ETIMEDOUT)
                         break;
-        /* What the exporter could not send in time is dropped: the process
-         * exits without waiting longer. */
+        /* What the exporter could not send in time is dropped, and freed
+         * here: the process exits without waiting longer, and the exporter,
+         * once its transfer is cut, finds the queue empty and ends. */
         if (!q.exited)
-                atomic_fetch_add(&q.dropped, q.n);
+                queue_clear_locked(true);
         pthread_mutex_unlock(&q.lock);
 }
 

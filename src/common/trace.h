@@ -124,6 +124,10 @@ bool al_trace_tenants(void);
 
 /* Spans dropped so far (a full queue, a failed export). */
 uint64_t al_trace_dropped(void);
+/* Spans allocated and not yet freed: those callers hold, those queued and
+ * the batch the exporter is sending. After al_trace_shutdown, at most that
+ * batch (which the exporter frees when its transfer is cut). */
+uint64_t al_trace_spans_held(void);
 /* Exports what is queued and stops the exporter, waiting at most
  * timeout_ms; whatever is left then is dropped and counted. For the
  * process's exit. Idempotent. */

@@ -47,6 +47,9 @@ void mcp_result_add_usage(json_t *result, const airlock_result *res);
 /* A CallToolResult that reports a failure to run at all (isError, one text
  * item). */
 json_t *mcp_tool_error(const char *message);
+/* mcp_tool_error of the formatted message (at most 1 KiB), made valid UTF-8:
+ * it may quote what the client sent. */
+json_t *mcp_tool_refusal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* MCP_URI_PREFIX run_id path, every byte of path outside the unreserved set
  * and '/' percent-encoded. Malloc'd. */

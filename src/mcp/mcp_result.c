@@ -64,6 +64,17 @@ json_t *mcp_tool_error(const char *message)
                          "isError", 1);
 }
 
+json_t *mcp_tool_refusal(const char *fmt, ...)
+{
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
+        return mcp_tool_error(clean ? clean : msg);
+}
+
 /* A growing byte buffer for texts that may hold U+0000 (the guest's
  * output): joined by length, never through a C string. */
 typedef struct text_buf {

@@ -335,18 +335,6 @@ int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t 
 
 /* ---- results ------------------------------------------------------------ */
 
-static json_t *refusal(const char *fmt, ...) _printf_(1, 2);
-static json_t *refusal(const char *fmt, ...)
-{
-        char msg[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
-        va_end(ap);
-        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-        return mcp_tool_error(clean ? clean : msg);
-}
-
 /* A result with text for the model and the same facts as structured. */
 static json_t *success(const char *text, json_t *structured)
 {
@@ -781,12 +769,12 @@ static json_t *upload_parse(const json_t *f, size_t i, upload *u)
         if (!json_is_object(f) || !json_is_string(path) || other ||
             !!json_is_string(text) + !!json_is_string(b64) != 1 ||
             (text && !json_is_string(text)) || (b64 && !json_is_string(b64)))
-                return refusal("workspace_write: files[%zu] must be {\"path\": string, "
-                               "\"text\": string} or {\"path\": string, \"base64\": "
-                               "string}; nothing was written",
-                               i);
+                return mcp_tool_refusal("workspace_write: files[%zu] must be {\"path\": string, "
+                                        "\"text\": string} or {\"path\": string, \"base64\": "
+                                        "string}; nothing was written",
+                                        i);
         if (check_path(json_string_value(path), json_string_length(path), &fault) < 0)
-                return refusal("workspace_write: %s; nothing was written", fault.message);
+                return mcp_tool_refusal("workspace_write: %s; nothing was written", fault.message);
         u->path = json_string_value(path);
         if (text) {
                 u->len = json_string_length(text);
@@ -797,12 +785,12 @@ static json_t *upload_parse(const json_t *f, size_t i, upload *u)
                                     &u->len) < 0) {
                 char sh[256];
                 shown(u->path, strlen(u->path), sh, sizeof(sh));
-                return refusal("workspace_write: the base64 of %s is not valid base64; "
-                               "nothing was written",
-                               sh);
+                return mcp_tool_refusal("workspace_write: the base64 of %s is not valid base64; "
+                                        "nothing was written",
+                                        sh);
         }
         if (!u->data && u->len)
-                return refusal("out of memory");
+                return mcp_tool_refusal("out of memory");
         return NULL;
 }
 
@@ -818,14 +806,14 @@ static json_t *upload_overlap(const upload *v, size_t i)
                 char sh[256];
                 shown(v[i].path, strlen(v[i].path), sh, sizeof(sh));
                 if (a == b && strcmp(s, l) == 0)
-                        return refusal("workspace_write: path %s is given twice; nothing "
-                                       "was written",
-                                       sh);
+                        return mcp_tool_refusal("workspace_write: path %s is given twice; nothing "
+                                                "was written",
+                                                sh);
                 if (strncmp(s, l, sl) == 0 && l[sl] == '/')
-                        return refusal("workspace_write: path %s is a file and a folder "
-                                       "of another file in the same call; nothing was "
-                                       "written",
-                                       sh);
+                        return mcp_tool_refusal("workspace_write: path %s is a file and a folder "
+                                                "of another file in the same call; nothing was "
+                                                "written",
+                                                sh);
         }
         return NULL;
 }
@@ -839,20 +827,23 @@ static json_t *uploads_measure(int root, upload *v, size_t n, bool locked, usage
         airlock_error fault;
         *now = (usage){.sweep = locked};
         if (walk(root, "", 0, now) < 0)
-                return refusal("workspace_write: your workspace is deeper than %d folders; "
-                               "nothing was written",
-                               WS_WALK_DEPTH);
+                return mcp_tool_refusal(
+                    "workspace_write: your workspace is deeper than %d folders; "
+                    "nothing was written",
+                    WS_WALK_DEPTH);
         *after = *now;
         _cleanup_json_ json_t *made = json_object(); /* the folders this call makes */
         for (size_t i = 0; i < n; i++) {
                 char s[256];
                 shown(v[i].path, strlen(v[i].path), s, sizeof(s));
                 if (resolve(root, v[i].path, false, &v[i].at, &fault) < 0)
-                        return refusal("workspace_write: %s; nothing was written", fault.message);
+                        return mcp_tool_refusal("workspace_write: %s; nothing was written",
+                                                fault.message);
                 if (v[i].at.exists && !S_ISREG(v[i].at.st.st_mode))
-                        return refusal("workspace_write: path %s is %s in your workspace, not a "
-                                       "file; nothing was written",
-                                       s, S_ISDIR(v[i].at.st.st_mode) ? "a folder" : "something");
+                        return mcp_tool_refusal(
+                            "workspace_write: path %s is %s in your workspace, not a "
+                            "file; nothing was written",
+                            s, S_ISDIR(v[i].at.st.st_mode) ? "a folder" : "something");
                 if (v[i].at.exists) {
                         after->bytes -= (uint64_t)v[i].at.st.st_size;
                 } else {
@@ -946,7 +937,7 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
         int lockfd = -1, root = -1;
         if (tenant_lock(w, tenant, &lockfd, &fault) < 0 ||
             (root = tenant_dir(w, tenant, true, &fault)) < 0) {
-                res = refusal("workspace_write: %s; nothing was written", fault.message);
+                res = mcp_tool_refusal("workspace_write: %s; nothing was written", fault.message);
                 goto out;
         }
         usage now, after;
@@ -956,24 +947,26 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
         bool own[2];
         caps_of(w, tenant, &max_files, &max_bytes, own);
         if (after.entries > max_files)
-                res = refusal("workspace_write: your workspace would hold %llu files and folders, "
-                              "more than your limit of %llu (%s); it holds %llu now. Remove some "
-                              "with workspace_remove; nothing was written",
-                              (unsigned long long)after.entries, (unsigned long long)max_files,
-                              cap_name(own[0], 0), (unsigned long long)now.entries);
+                res = mcp_tool_refusal(
+                    "workspace_write: your workspace would hold %llu files and folders, "
+                    "more than your limit of %llu (%s); it holds %llu now. Remove some "
+                    "with workspace_remove; nothing was written",
+                    (unsigned long long)after.entries, (unsigned long long)max_files,
+                    cap_name(own[0], 0), (unsigned long long)now.entries);
         else if (after.bytes > max_bytes)
-                res = refusal("workspace_write: your workspace would hold %llu bytes, more than "
-                              "your limit of %llu (%s); it holds %llu now. Remove some with "
-                              "workspace_remove; nothing was written",
-                              (unsigned long long)after.bytes, (unsigned long long)max_bytes,
-                              cap_name(own[1], 1), (unsigned long long)now.bytes);
+                res = mcp_tool_refusal(
+                    "workspace_write: your workspace would hold %llu bytes, more than "
+                    "your limit of %llu (%s); it holds %llu now. Remove some with "
+                    "workspace_remove; nothing was written",
+                    (unsigned long long)after.bytes, (unsigned long long)max_bytes,
+                    cap_name(own[1], 1), (unsigned long long)now.bytes);
         if (res)
                 goto out;
         int err = uploads_commit(v, n);
         gen_bump(w, tenant, lockfd);
         if (err)
-                res = refusal("workspace_write: the server could not write the files: %s",
-                              strerror(-err));
+                res = mcp_tool_refusal("workspace_write: the server could not write the files: %s",
+                                       strerror(-err));
         else
                 res = written_result(v, n, new_bytes, &after, max_files, max_bytes);
 out:
@@ -994,7 +987,7 @@ json_t *mcp_workspace_write(mcp_workspaces *w, const char *tenant, const json_t 
         json_t *res = NULL;
         upload *v = calloc(n, sizeof(*v));
         if (!v)
-                return refusal("out of memory");
+                return mcp_tool_refusal("out of memory");
         for (size_t i = 0; i < n; i++)
                 v[i].at.parent = v[i].dirfd = -1;
         uint64_t new_bytes = 0;
@@ -1022,11 +1015,13 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
         for (size_t i = 0; i < n; i++) {
                 const json_t *p = json_array_get(paths, i);
                 if (!json_is_string(p))
-                        return refusal("workspace_remove: paths[%zu] is not a string; nothing was "
-                                       "removed",
-                                       i);
+                        return mcp_tool_refusal(
+                            "workspace_remove: paths[%zu] is not a string; nothing was "
+                            "removed",
+                            i);
                 if (check_path(json_string_value(p), json_string_length(p), &fault) < 0)
-                        return refusal("workspace_remove: %s; nothing was removed", fault.message);
+                        return mcp_tool_refusal("workspace_remove: %s; nothing was removed",
+                                                fault.message);
         }
         pthread_mutex_t *lock = stripe_of(w, tenant);
         pthread_mutex_lock(lock);
@@ -1040,8 +1035,8 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
                        ? -ENOLCK
                        : tenant_dir(w, tenant, true, &fault);
         if (root < 0) {
-                res = refusal("workspace_remove: %s; nothing was removed",
-                              at ? fault.message : "out of memory");
+                res = mcp_tool_refusal("workspace_remove: %s; nothing was removed",
+                                       at ? fault.message : "out of memory");
                 goto out;
         }
         for (size_t i = 0; i < n && !res; i++) {
@@ -1051,11 +1046,13 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
                 int r = resolve(root, p, true, &at[i], &fault);
                 /* The last part may be a link: it is removed, not followed. */
                 if (r < 0)
-                        res = refusal("workspace_remove: %s; nothing was removed", fault.message);
+                        res = mcp_tool_refusal("workspace_remove: %s; nothing was removed",
+                                               fault.message);
                 else if (!at[i].exists)
-                        res = refusal("workspace_remove: %s is not in your workspace; nothing "
-                                      "was removed",
-                                      s);
+                        res = mcp_tool_refusal(
+                            "workspace_remove: %s is not in your workspace; nothing "
+                            "was removed",
+                            s);
         }
         if (res)
                 goto out;
@@ -1078,8 +1075,8 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
         caps_of(w, tenant, &max_files, &max_bytes, own);
         if (err) {
                 json_decref(removed);
-                res = refusal("workspace_remove: the server could not remove everything: %s",
-                              strerror(-err));
+                res = mcp_tool_refusal(
+                    "workspace_remove: the server could not remove everything: %s", strerror(-err));
                 goto out;
         }
         json_t *st = json_pack("{s:o}", "removed", removed);
@@ -1122,7 +1119,7 @@ json_t *mcp_workspace_list(mcp_workspaces *w, const char *tenant, const json_t *
                 if (lockfd >= 0)
                         close(lockfd);
                 pthread_mutex_unlock(lock);
-                return refusal("workspace_list: %s", fault.message);
+                return mcp_tool_refusal("workspace_list: %s", fault.message);
         }
         usage u = {.files = json_array(), .skipped = json_array(), .sweep = lockfd >= 0};
         int r = walk(root, "", 0, &u);

@@ -328,20 +328,6 @@ static const json_t *schema_of(const mcp_tool *t)
         return schemas[t - tools];
 }
 
-/* A tool error of the formatted message, made valid UTF-8 (it may quote
- * what the client sent). */
-static json_t *arg_refusal(const char *fmt, ...) _printf_(1, 2);
-static json_t *arg_refusal(const char *fmt, ...)
-{
-        char msg[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
-        va_end(ap);
-        _cleanup_free_ char *clean = al_utf8_sanitize(msg, strlen(msg));
-        return mcp_tool_error(clean ? clean : msg);
-}
-
 /* The first argument props does not name: "it takes none", "it takes only
  * \"a\"", "it takes only \"a\" and \"b\"". */
 static json_t *unknown_arg(const mcp_tool *t, const json_t *props, const json_t *args)
@@ -364,7 +350,7 @@ static json_t *unknown_arg(const mcp_tool *t, const json_t *props, const json_t 
                 char msg[400];
                 snprintf(msg, sizeof(msg), "%s has no argument \"%.200s\"; it takes %s%s", t->name,
                          key, n ? "only " : "none", takes);
-                return arg_refusal("%s", msg);
+                return mcp_tool_refusal("%s", msg);
         }
         return NULL;
 }
@@ -405,13 +391,13 @@ static json_t *required_arg(const mcp_tool *t, const json_t *schema, const json_
                 const json_t *max = json_object_get(prop, "maxItems");
                 if (!of_type(v, json_string_value(json_object_get(prop, "type"))) ||
                     (json_is_array(v) && json_array_size(v) < (size_t)min))
-                        return arg_refusal("%s needs %s%s", t->name, t->needs ? t->needs : key,
-                                           undone);
+                        return mcp_tool_refusal("%s needs %s%s", t->name, t->needs ? t->needs : key,
+                                                undone);
                 if (json_is_array(v) && json_is_integer(max) &&
                     json_array_size(v) > (size_t)json_integer_value(max))
-                        return arg_refusal("%s takes at most %lld %s a call (got %zu)%s", t->name,
-                                           (long long)json_integer_value(max), key,
-                                           json_array_size(v), undone);
+                        return mcp_tool_refusal("%s takes at most %lld %s a call (got %zu)%s",
+                                                t->name, (long long)json_integer_value(max), key,
+                                                json_array_size(v), undone);
         }
         return NULL;
 }

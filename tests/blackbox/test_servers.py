@@ -1154,6 +1154,98 @@ print(bad[0] if bad else "")
     assert "host budget of 33554432 bytes (half of --memory, at least 32 MiB)" in lines[2], lines
 
 
+def test_a_result_whose_parse_would_pass_the_runs_host_budget_is_dropped_unparsed():
+    # --memory 64: the run's host budget is its floor, 32 MiB. "big" sends
+    # 1 MiB of half a million 0s, within maxResultBytes (16 MiB here) but
+    # some 48 MiB once parsed. Before, the host parsed it all and only then
+    # charged the result's bytes; a server could so make the host hold far
+    # more than the run's budget (16 MiB of 0s parse into some 800 MiB). Now
+    # its parse is charged before it is parsed: the call fails naming the
+    # budget, and the server (its state, its process) stays.
+    srv = misbehave(maxResultBytes=16 << 20)
+    srv["env"]["MISBEHAVE_EXTRA"] = "1"
+    f = servers_file({"b": srv})
+    out = ok_stdout('''
+import servers
+from servers import b
+print(b.ok())
+try:
+    print("parsed", len(str(b.big())))
+except servers.UpstreamError as e:
+    print("UpstreamError", e)
+print(b.ok())
+''', "--servers", f, "--memory", "64")
+    lines = out.splitlines()
+    assert len(lines) == 3, out
+    assert lines[1].startswith("UpstreamError b.big: server 'b' sent a result of "), out
+    assert "more than the run's host budget of 33554432 bytes" in lines[1], out
+    assert "dropped it unparsed" in lines[1] and "keeps running" in lines[1], out
+    assert lines[2] == lines[0], out  # the same process answers
+
+
+def test_a_costly_result_over_http_is_dropped_unparsed_and_the_session_stays():
+    # The same over Streamable HTTP: a server of the test's own whose "big"
+    # answers with 1 MiB of half a million 0s. The body is measured before
+    # the reply is looked for in it; before, it was parsed whole.
+    import http.server
+    import threading
+    zeros = json.dumps([0] * 500000, separators=(",", ":"))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if "id" not in msg:
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            m, params = msg["method"], msg.get("params") or {}
+            if m == "initialize":
+                res = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                       "serverInfo": {"name": "costly", "version": "1"}}
+            elif m == "tools/list":
+                res = {"tools": [{"name": n, "inputSchema": {"type": "object"}}
+                                 for n in ("big", "ok")]}
+            elif params.get("name") == "big":
+                res = None
+            else:
+                res = {"content": [{"type": "text", "text": "ok"}]}
+            body = (json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": res}) if res
+                    else '{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text",'
+                         '"text":"big"}],"structuredContent":{"v":%s}}}' % (msg["id"], zeros))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        f = servers_file({"web": {"url": f"http://127.0.0.1:{srv.server_port}/mcp",
+                                  "maxResultBytes": 16 << 20, "approval": "never"}})
+        out = ok_stdout('''
+import servers
+from servers import web
+try:
+    print("parsed", len(str(web.big())))
+except servers.UpstreamError as e:
+    print("UpstreamError", e)
+print(web.ok())
+''', "--servers", f, "--memory", "64")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    lines = out.splitlines()
+    assert len(lines) == 2, out
+    assert lines[0].startswith("UpstreamError web.big: server 'web' sent a result of "), out
+    assert "more than the run's host budget of 33554432 bytes" in lines[0], out
+    assert lines[1] == "ok", out
+
+
 def test_one_run_holding_its_calls_leaves_room_for_another():
     # Run A starts as many calls as it may and keeps their outcomes
     # uncollected while run B, concurrent in the same sandbox, starts and
@@ -1265,9 +1357,6 @@ except ValueError as e:
         assert lines[1] == "ValueError servers: no such call of this run", res
 
 
-if __name__ == "__main__":
-    run()
-
 
 def test_a_missing_argument_follows_python_through_a_stub_and_is_named_through_call_tool():
     """A stub is a Python function: a call that lacks a required argument
@@ -1295,3 +1384,7 @@ print(e.echo(message="hi"))
     assert lines[2].startswith("TypeError echo() takes 0 positional arguments"), out
     assert lines[3].startswith("ValueError ") and "'message'" in lines[3], out
     assert "hi" in lines[4], out
+
+
+if __name__ == "__main__":
+    run()

@@ -1157,6 +1157,18 @@ static bool key_has_field(const char *key, size_t n, const char *f, size_t flen)
         return flen <= n && memmem(key, n, f, flen) != NULL;
 }
 
+/* The fingerprint's field of the workspace at path, as cache_fingerprint.c
+ * writes it ("workspace:LEN:PATH\n"): what a key holds when its tree set
+ * starts with that workspace. Malloc'd; NULL when there is no cache or no
+ * path (nothing to do) or out of memory. */
+static char *workspace_field(const airlock_cache *c, const char *path)
+{
+        char *field = NULL;
+        if (!c || !path || !*path)
+                return NULL;
+        return asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0 ? NULL : field;
+}
+
 /* Contract: after this, the cache holds nothing of the workspace at path
  * but what runs and sessions in progress use, and that goes when the last
  * of them ends: every staged version of a tree set that starts with the
@@ -1168,10 +1180,8 @@ static bool key_has_field(const char *key, size_t n, const char *f, size_t flen)
  * workspace stages it afresh. */
 void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
 {
-        if (!c || !path || !*path)
-                return;
-        _cleanup_free_ char *field = NULL;
-        if (asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0)
+        _cleanup_free_ char *field = workspace_field(c, path);
+        if (!field)
                 return;
         size_t flen = strlen(field);
         cache_input *drop = NULL;
@@ -1218,10 +1228,8 @@ void airlock_cache_forget_workspace(airlock_cache *c, const char *path)
 
 void airlock_cache_workspace_changed(airlock_cache *c, const char *path)
 {
-        if (!c || !path || !*path)
-                return;
-        _cleanup_free_ char *field = NULL;
-        if (asprintf(&field, "workspace:%zu:%s\n", strlen(path), path) < 0)
+        _cleanup_free_ char *field = workspace_field(c, path);
+        if (!field)
                 return;
         cache_trees_changed(&c->trees, field, strlen(field));
 }

@@ -9,15 +9,13 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
-#include <curl/curl.h>
-#include <dlfcn.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/util.h"
+#include "curl_dl.h"
 #include "core/wire_table.h"
 #include "host/secrets.h"
 
@@ -232,84 +230,6 @@ static int addresses_check(const url_parts *u, const char *method, const char *s
 
 /* ---- the transfer ------------------------------------------------------- */
 
-/* libcurl is opened on first use instead of linked. A sandbox's template
- * is a fresh execution of the host program, so a linked libcurl would load
- * its whole protocol and TLS stack (some 30 libraries) into every template
- * and copy, where nothing uses it: measured here, 15 ms more to start each
- * sandbox and about 2 MiB more per idle sandbox. "libcurl.so.4" is
- * libcurl's ABI name, unchanged since 2006. */
-#define CURL_SONAME "libcurl.so.4"
-
-static struct {
-        CURLcode (*global_init)(long flags);
-        const char *(*easy_strerror)(CURLcode code);
-        CURL *(*easy_init)(void);
-        CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
-        CURLcode (*easy_perform)(CURL *h);
-        CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
-        void (*easy_cleanup)(CURL *h);
-        struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
-        void (*slist_free_all)(struct curl_slist *l);
-        CURLM *(*multi_init)(void);
-        CURLMcode (*multi_add_handle)(CURLM *m, CURL *h);
-        CURLMcode (*multi_remove_handle)(CURLM *m, CURL *h);
-        CURLMcode (*multi_perform)(CURLM *m, int *running);
-        CURLMsg *(*multi_info_read)(CURLM *m, int *left);
-        CURLMcode (*multi_poll)(CURLM *m, struct curl_waitfd fds[], unsigned int n, int ms,
-                                int *ret);
-        CURLMcode (*multi_cleanup)(CURLM *m);
-} cu;
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static bool curl_ready;
-static char curl_problem[256] = "libcurl did not start";
-
-static void curl_init_once(void)
-{
-        struct {
-                const char *name;
-                void **slot;
-        } syms[] = {
-            {"curl_global_init", (void **)&cu.global_init},
-            {"curl_easy_strerror", (void **)&cu.easy_strerror},
-            {"curl_easy_init", (void **)&cu.easy_init},
-            {"curl_easy_setopt", (void **)&cu.easy_setopt},
-            {"curl_easy_perform", (void **)&cu.easy_perform},
-            {"curl_easy_getinfo", (void **)&cu.easy_getinfo},
-            {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
-            {"curl_slist_append", (void **)&cu.slist_append},
-            {"curl_slist_free_all", (void **)&cu.slist_free_all},
-            {"curl_multi_init", (void **)&cu.multi_init},
-            {"curl_multi_add_handle", (void **)&cu.multi_add_handle},
-            {"curl_multi_remove_handle", (void **)&cu.multi_remove_handle},
-            {"curl_multi_perform", (void **)&cu.multi_perform},
-            {"curl_multi_info_read", (void **)&cu.multi_info_read},
-            {"curl_multi_poll", (void **)&cu.multi_poll},
-            {"curl_multi_cleanup", (void **)&cu.multi_cleanup},
-        };
-        void *so = dlopen(CURL_SONAME, RTLD_NOW | RTLD_LOCAL);
-        if (!so) {
-                snprintf(curl_problem, sizeof(curl_problem), "cannot load %s: %s", CURL_SONAME,
-                         dlerror());
-                return;
-        }
-        for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-                *syms[i].slot = dlsym(so, syms[i].name);
-                if (!*syms[i].slot) {
-                        snprintf(curl_problem, sizeof(curl_problem), "%s has no %s", CURL_SONAME,
-                                 syms[i].name);
-                        return;
-                }
-        }
-        CURLcode c = cu.global_init(CURL_GLOBAL_DEFAULT);
-        if (c != CURLE_OK) {
-                snprintf(curl_problem, sizeof(curl_problem), "libcurl did not start: %s",
-                         cu.easy_strerror(c));
-                return;
-        }
-        curl_ready = true;
-}
-
 typedef struct transfer {
         dynbuf body;
         json_t *headers;
@@ -460,7 +380,7 @@ static void headers_wipe_free(struct curl_slist *list)
 {
         for (struct curl_slist *l = list; l; l = l->next)
                 explicit_bzero(l->data, strlen(l->data));
-        cu.slist_free_all(list);
+        al_cu->slist_free_all(list);
 }
 
 /* Builds the curl header list from the guest's {"name": "value"} object.
@@ -559,7 +479,7 @@ static int headers_build(const json_t *headers, const char *method, const char *
                         r = al_error(err, -ENOMEM, NULL, "out of memory");
                         goto fail;
                 }
-                struct curl_slist *l = cu.slist_append(list, line);
+                struct curl_slist *l = al_cu->slist_append(list, line);
                 explicit_bzero(line, (size_t)lr);
                 if (!l) {
                         r = al_error(err, -ENOMEM, NULL, "out of memory");
@@ -572,9 +492,9 @@ static int headers_build(const json_t *headers, const char *method, const char *
                 return r;
         }
         /* No "Expect: 100-continue" round trip for large bodies. */
-        struct curl_slist *l = cu.slist_append(list, "Expect:");
+        struct curl_slist *l = al_cu->slist_append(list, "Expect:");
         if (l && secrets_count(ss))
-                l = cu.slist_append(l, "Accept-Encoding: identity");
+                l = al_cu->slist_append(l, "Accept-Encoding: identity");
         if (!l) {
                 headers_wipe_free(list);
                 return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -587,7 +507,7 @@ static int headers_build(const json_t *headers, const char *method, const char *
 static int curl_failure(CURLcode c, const transfer *t, const char *errbuf, const char *method,
                         const char *shown, const airlock_limits *lim, airlock_error *err)
 {
-        const char *detail = errbuf[0] ? errbuf : cu.easy_strerror(c);
+        const char *detail = errbuf[0] ? errbuf : al_cu->easy_strerror(c);
         if (t->bad_socket)
                 return al_error(err, -EACCES, NULL,
                                 "%s %s is not allowed: a connection to an address that was not "
@@ -655,29 +575,29 @@ static bool sends_length(const char *method)
 static CURLcode perform(CURL *h, int cancel_fd, bool *ret_cancelled)
 {
         if (cancel_fd < 0)
-                return cu.easy_perform(h);
-        CURLM *m = cu.multi_init();
+                return al_cu->easy_perform(h);
+        CURLM *m = al_cu->multi_init();
         if (!m)
                 return CURLE_OUT_OF_MEMORY;
-        if (cu.multi_add_handle(m, h) != CURLM_OK) {
-                cu.multi_cleanup(m);
+        if (al_cu->multi_add_handle(m, h) != CURLM_OK) {
+                al_cu->multi_cleanup(m);
                 return CURLE_FAILED_INIT;
         }
         CURLcode result = CURLE_FAILED_INIT;
         int running = 1;
         while (running) {
-                if (cu.multi_perform(m, &running) != CURLM_OK)
+                if (al_cu->multi_perform(m, &running) != CURLM_OK)
                         break;
                 if (!running) {
                         int left;
                         CURLMsg *msg;
-                        while ((msg = cu.multi_info_read(m, &left)))
+                        while ((msg = al_cu->multi_info_read(m, &left)))
                                 if (msg->msg == CURLMSG_DONE)
                                         result = msg->data.result;
                         break;
                 }
                 struct curl_waitfd w = {.fd = cancel_fd, .events = CURL_WAIT_POLLIN};
-                if (cu.multi_poll(m, &w, 1, 1000, NULL) != CURLM_OK)
+                if (al_cu->multi_poll(m, &w, 1, 1000, NULL) != CURLM_OK)
                         break;
                 if (w.revents) {
                         *ret_cancelled = true;
@@ -685,8 +605,8 @@ static CURLcode perform(CURL *h, int cancel_fd, bool *ret_cancelled)
                         break;
                 }
         }
-        cu.multi_remove_handle(m, h);
-        cu.multi_cleanup(m);
+        al_cu->multi_remove_handle(m, h);
+        al_cu->multi_cleanup(m);
         return result;
 }
 
@@ -787,7 +707,7 @@ static int resolve_list(const url_parts *u, const struct sockaddr_storage *addrs
         }
         _cleanup_free_ char *line = r >= 0 ? dynbuf_take(&b, NULL) : NULL;
         dynbuf_free(&b);
-        if (!line || !(*ret = cu.slist_append(NULL, line)))
+        if (!line || !(*ret = al_cu->slist_append(NULL, line)))
                 return -ENOMEM;
         return 0;
 }
@@ -824,7 +744,7 @@ static CURLcode transfer_setup(CURL *h, transfer *t, const char *url, char *errb
 #define SET(opt, val)                                                                              \
         do {                                                                                       \
                 if (c == CURLE_OK)                                                                 \
-                        c = cu.easy_setopt(h, opt, val);                                           \
+                        c = al_cu->easy_setopt(h, opt, val);                                       \
         } while (0)
         SET(CURLOPT_URL, url);
         SET(CURLOPT_ERRORBUFFER, errbuf);
@@ -894,7 +814,7 @@ static int transfer_answer(CURL *h, transfer *t, const secret_store *ss, const c
         if (sr < 0)
                 return al_error(err, -ENOMEM, NULL, "%s %s: out of memory", method, shown);
         long status = 0;
-        cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        al_cu->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         size_t b64_len = 0;
         _cleanup_free_ char *b64 = al_base64_encode(
             (const unsigned char *)(t->body.data ? t->body.data : ""), t->body.len, &b64_len);
@@ -928,12 +848,12 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         transfer t = {.addrs = addrs, .n_addrs = n_addrs, .port = (uint16_t)u->port, .ss = ss};
         dynbuf_init(&t.body, lim->http_max_response);
         t.headers = json_object();
-        CURL *h = cu.easy_init();
+        CURL *h = al_cu->easy_init();
         if (!h || !t.headers) {
-                cu.slist_free_all(resolve);
+                al_cu->slist_free_all(resolve);
                 json_decref(t.headers);
                 if (h)
-                        cu.easy_cleanup(h);
+                        al_cu->easy_cleanup(h);
                 secrets_wipe_free(url, url_len);
                 return al_error(err, -ENOMEM, NULL, "%s %s: cannot set up the transfer", method,
                                 shown);
@@ -945,7 +865,7 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         int r = 0;
         if (c != CURLE_OK) {
                 r = al_error(err, -EIO, NULL, "%s %s: cannot set up the transfer: %s", method,
-                             shown, cu.easy_strerror(c));
+                             shown, al_cu->easy_strerror(c));
         } else {
                 c = perform(h, cancel_fd, &t.cancelled);
                 /* curl's text may quote what the server sent, cut at its
@@ -958,14 +878,14 @@ static int transfer_run(const url_parts *u, const char *method, const char *show
         }
         if (rec) {
                 long status = 0;
-                cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+                al_cu->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
                 rec->status = (int)status;
                 rec->bytes_received = t.body.len;
         }
         if (r >= 0)
                 r = transfer_answer(h, &t, ss, method, shown, ret_response, err);
-        cu.easy_cleanup(h);
-        cu.slist_free_all(resolve);
+        al_cu->easy_cleanup(h);
+        al_cu->slist_free_all(resolve);
         json_decref(t.headers);
         dynbuf_free(&t.body);
         secrets_wipe_free(url, url_len);
@@ -1114,9 +1034,9 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
         if (!lim_in)
                 return al_error(err, -EINVAL, NULL, "an HTTP request needs its limits");
         airlock_limits lim = *lim_in;
-        pthread_once(&curl_once, curl_init_once);
-        if (!curl_ready)
-                return al_error(err, -EIO, NULL, "HTTP is unavailable: %s", curl_problem);
+        const char *problem = NULL;
+        if (!al_curl_load(&problem))
+                return al_error(err, -EIO, NULL, "HTTP is unavailable: %s", problem);
         if (!json_is_object(request))
                 return al_error(err, -EINVAL, NULL, "an HTTP request must be a JSON object");
         const json_t *jm = json_object_get(request, WIRE_KEY_METHOD);
@@ -1180,7 +1100,7 @@ static int request_checked(const net_allowlist *al, const secret_store *ss,
                 rec->bytes_sent = body_len;
         /* curl would label a body without a type as a form; send none. */
         if ((has_body || sends_length(method)) && !has_ctype) {
-                struct curl_slist *l = cu.slist_append(headers, "Content-Type:");
+                struct curl_slist *l = al_cu->slist_append(headers, "Content-Type:");
                 if (!l) {
                         r = al_error(err, -ENOMEM, NULL, "out of memory");
                         goto out;

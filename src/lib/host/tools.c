@@ -874,16 +874,22 @@ int tools_validate(const tool_info *tool, const json_t *args, airlock_error *err
 
 /* ---- calls -------------------------------------------------------------- */
 
+tool_fail tools_vfail(tool_fail kind, char **ret_message, const char *fmt, va_list ap)
+{
+        char *s = NULL;
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        *ret_message = s ? s : strdup("out of memory");
+        return kind;
+}
+
 tool_fail tools_fail(tool_fail kind, char **ret_message, const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        char *s = NULL;
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
+        tool_fail f = tools_vfail(kind, ret_message, fmt, ap);
         va_end(ap);
-        *ret_message = s ? s : strdup("out of memory");
-        return kind;
+        return f;
 }
 
 /* The name a failing typed tool gave for the type of its failure, kept

@@ -4,6 +4,7 @@
 #define AIRLOCK_TOOLS_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -81,6 +82,9 @@ typedef enum tool_fail {
  * returns kind: the one way a call reports its failure. */
 tool_fail tools_fail(tool_fail kind, char **ret_message, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* tools_fail with the arguments in ap. */
+tool_fail tools_vfail(tool_fail kind, char **ret_message, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 /* Validates and runs the named tool. On success *ret_result holds the result
  * (any JSON value). On failure returns TOOL_FAIL_* and *ret_message holds a

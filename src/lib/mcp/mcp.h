@@ -124,6 +124,10 @@ typedef struct mcp_bounds {
         uint64_t deadline_ns; /* CLOCK_MONOTONIC, 0 for none */
         int cancel_fd;        /* stops the request when readable; -1 for none */
         size_t max_result;    /* the largest result line accepted */
+        /* The most the parse of one reply may hold (its JSON values times
+         * JSONRPC_VALUE_COST plus its bytes): the run's host budget. A
+         * reply past it is dropped unparsed. 0 for no cap. */
+        uint64_t max_cost;
 } mcp_bounds;
 
 /* Starts the server of spec (its command, args, env with the secrets'

@@ -13,6 +13,7 @@
  * its own reply, and one of them at a time reads the server's output for
  * all (upstream_stdio_call), so no reader thread is needed; over HTTP each
  * makes its own request in the session (upstream_http_call). */
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -128,6 +129,38 @@ int upstream_list_charge(mcp_upstream *u, const char *d, size_t n, airlock_error
                                 MCP_LIST_COST >> 20, (unsigned long long)u->list_values);
         u->list_cost_left -= cost;
         return 0;
+}
+
+uint64_t upstream_parse_cost(const char *d, size_t n, uint64_t *ret_values)
+{
+        uint64_t values = 0;
+        unsigned depth = 0;
+        jsonrpc_measure(d, n, &values, &depth);
+        if (ret_values)
+                *ret_values = values;
+        return values * JSONRPC_VALUE_COST + n;
+}
+
+int upstream_cost_error(const mcp_upstream *u, size_t n, uint64_t cost, uint64_t values,
+                        uint64_t max_cost, airlock_error *err)
+{
+        return al_error(err, -EMSGSIZE, NULL,
+                        "server '%s' sent a result of %zu bytes that would take %" PRIu64
+                        " bytes on the host once parsed (%" PRIu64
+                        " JSON values), more than the run's host budget of %" PRIu64
+                        " bytes (%s); airlock dropped it unparsed, and the server keeps running",
+                        u->name, n, cost, values, max_cost, MCP_RUN_BUDGET_TEXT);
+}
+
+int upstream_reply_charge(const mcp_upstream *u, const mcp_bounds *b, const char *d, size_t n,
+                          airlock_error *err)
+{
+        if (!b || !b->max_cost)
+                return 0;
+        uint64_t values = 0, cost = upstream_parse_cost(d, n, &values);
+        if (cost <= b->max_cost)
+                return 0;
+        return upstream_cost_error(u, n, cost, values, b->max_cost, err);
 }
 
 /* The result of a reply, or its error as -EREMOTEIO. */

@@ -77,9 +77,11 @@ struct mcp_upstream {
 /* A call waiting for its reply. */
 typedef struct pending {
         json_int_t id;
-        json_t *reply;   /* set by the reader */
-        size_t dropped;  /* or this: the size of its reply, read and dropped as too large */
-        size_t max_line; /* the longest reply this call takes */
+        json_t *reply;  /* set by the reader */
+        size_t dropped; /* or this: the size of its reply, read and dropped as too large */
+        uint64_t dropped_cost, dropped_values; /* its reply dropped unparsed as too costly */
+        size_t max_line;                       /* the longest reply this call takes */
+        uint64_t max_cost; /* the most its reply's parse may hold, 0 for no cap */
         struct pending *next;
 } pending;
 
@@ -104,6 +106,21 @@ json_t *upstream_cancel_notice(json_int_t id, int r);
 /* Charges what parsing n bytes of a tools/list page would cost against the
  * list's cap, before it is parsed; 0 when no list is being read. */
 int upstream_list_charge(mcp_upstream *u, const char *d, size_t n, airlock_error *err);
+/* What parsing n bytes of JSON would hold (its values, counted by a pass
+ * that builds nothing, times JSONRPC_VALUE_COST, plus the bytes);
+ * *ret_values (when not NULL) the values. */
+uint64_t upstream_parse_cost(const char *d, size_t n, uint64_t *ret_values);
+/* -EMSGSIZE naming the run's host budget for a result of n bytes whose
+ * parse would hold cost (values values), more than max_cost. */
+int upstream_cost_error(const mcp_upstream *u, size_t n, uint64_t cost, uint64_t values,
+                        uint64_t max_cost, airlock_error *err);
+/* Charges what parsing the n bytes of a reply to a tools/call would hold
+ * against b->max_cost, before it is parsed: a result of "[0,0,0,..."
+ * parses into some fifty times its size, so that maxResultBytes alone does
+ * not bound the host's memory. -EMSGSIZE (upstream_cost_error) past it;
+ * 0 when within it or b sets no cap. */
+int upstream_reply_charge(const mcp_upstream *u, const mcp_bounds *b, const char *d, size_t n,
+                          airlock_error *err);
 /* The result of a reply, or its error as -EREMOTEIO. */
 int upstream_reply_result(mcp_upstream *u, json_t *reply, json_t **ret, airlock_error *err);
 /* Starts the session unless it is started, or waits for the caller that

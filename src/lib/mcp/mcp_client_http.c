@@ -168,6 +168,8 @@ static int http_post(mcp_upstream *u, const char *session, const char *proto, js
         if (!b64 || al_base64_decode(b64, strlen(b64), &body, &len) < 0)
                 return al_error(err, -EPROTO, NULL, "server '%s' sent no body", u->name);
         r = upstream_list_charge(u, (const char *)body, len, err);
+        if (r >= 0)
+                r = upstream_reply_charge(u, b, (const char *)body, len, err);
         if (r < 0)
                 return r;
         return http_find_reply(u, json_string_value(json_object_get(hdrs, "content-type")), body,

@@ -539,13 +539,53 @@ int upstream_stdio_read_reply(mcp_upstream *u, json_int_t id, uint64_t deadline,
 
 /* ---- calls in flight at once ------------------------------------------- */
 
+/* What read_some read and dropped: a whole line longer than the cap of
+ * every call waiting, or whose parse would hold more than the cost cap of
+ * every call waiting, and the id it answers, when it has one. */
+typedef struct line_dropped {
+        bool done, has_id;
+        json_int_t id;
+        size_t len;
+        uint64_t cost, values; /* set when it was dropped for its parse's cost */
+} line_dropped;
+
+static void skip_scan(struct line_skip *k, const char *d, size_t n);
+
+/* Drops the line of n bytes at the start of u->buf unparsed, since its
+ * parse would hold cost bytes, more than max_cost: *drop says which call
+ * it answered (the id found by skip_scan, which keeps nothing). */
+static void drop_costly(mcp_upstream *u, size_t n, uint64_t cost, uint64_t values,
+                        line_dropped *drop)
+{
+        struct line_skip k = {0};
+        skip_scan(&k, u->buf, n);
+        skip_scan(&k, ",", 1); /* a final '}' also ends a trailing id */
+        *drop = (line_dropped){.done = true,
+                               .has_id = k.has_id && k.depth <= 0,
+                               .id = k.id,
+                               .len = n,
+                               .cost = cost,
+                               .values = values};
+        memmove(u->buf, u->buf + n + 1, u->len - n - 1);
+        u->len -= n + 1;
+}
+
 /* Takes the complete lines of u->buf as messages into msgs. A line that is
- * not a JSON-RPC 2.0 message is -EPROTO. Only the reader calls it. */
-static int take_lines(mcp_upstream *u, json_t *msgs, airlock_error *err)
+ * not a JSON-RPC 2.0 message is -EPROTO. A line whose parse would hold
+ * more than max_cost (0: no cap) is charged before it is parsed, and
+ * dropped unparsed (drop_costly): the taking stops there, so that *drop
+ * names it. Only the reader calls it. */
+static int take_lines(mcp_upstream *u, json_t *msgs, uint64_t max_cost, line_dropped *drop,
+                      airlock_error *err)
 {
         char *nl;
         while (u->len && (nl = memchr(u->buf, '\n', u->len))) {
                 size_t n = (size_t)(nl - u->buf);
+                uint64_t values = 0, cost = max_cost ? upstream_parse_cost(u->buf, n, &values) : 0;
+                if (cost > max_cost) {
+                        drop_costly(u, n, cost, values, drop);
+                        return 0;
+                }
                 json_error_t jerr;
                 json_t *msg = n && !(n == 1 && u->buf[0] == '\r') ? json_loadb(u->buf, n, 0, &jerr)
                                                                   : json_object();
@@ -646,14 +686,6 @@ static void skip_scan(struct line_skip *k, const char *d, size_t n)
         }
 }
 
-/* What read_some read and dropped: a whole line longer than the cap of
- * every call waiting, and the id it answers, when it has one. */
-typedef struct line_dropped {
-        bool done, has_id;
-        json_int_t id;
-        size_t len;
-} line_dropped;
-
 /* Drops what u->buf holds of the line being skipped, to its end if it is
  * there: then *drop says so and the bytes after it stay. Past
  * MCP_DISCARD_MAX the line is -E2BIG (the caller kills the server). */
@@ -693,11 +725,11 @@ static int skip_more(mcp_upstream *u, line_dropped *drop, airlock_error *err)
  * stay; past that it is -E2BIG. Only the reader calls it, without the
  * lock. */
 static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t max_line,
-                     json_t *msgs, line_dropped *drop, airlock_error *err)
+                     uint64_t max_cost, json_t *msgs, line_dropped *drop, airlock_error *err)
 {
         *drop = (line_dropped){0};
-        int r = u->skip.on ? 0 : take_lines(u, msgs, err);
-        if (r < 0 || json_array_size(msgs))
+        int r = u->skip.on ? 0 : take_lines(u, msgs, max_cost, drop, err);
+        if (r < 0 || json_array_size(msgs) || drop->done)
                 return r;
         if (!u->skip.on && u->len > max_line)
                 u->skip = (struct line_skip){.on = true};
@@ -720,8 +752,8 @@ static int read_some(mcp_upstream *u, uint64_t until_ns, int cancel_fd, size_t m
                 return (int)n;
         if (u->skip.on)
                 return skip_more(u, drop, err);
-        r = take_lines(u, msgs, err);
-        if (r >= 0 && !json_array_size(msgs) && u->len > max_line) {
+        r = take_lines(u, msgs, max_cost, drop, err);
+        if (r >= 0 && !json_array_size(msgs) && !drop->done && u->len > max_line) {
                 u->skip = (struct line_skip){.on = true};
                 r = skip_more(u, drop, err);
         }
@@ -774,7 +806,10 @@ int upstream_stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, cons
         if (r0 < 0)
                 return r0;
         unsigned gen = u->gen;
-        pending me = {.id = ++u->next_id, .max_line = max_line, .next = u->waiting};
+        pending me = {.id = ++u->next_id,
+                      .max_line = max_line,
+                      .max_cost = b ? b->max_cost : 0,
+                      .next = u->waiting};
         _cleanup_json_ json_t *msg = jsonrpc_request(me.id, "tools/call", params);
         if (!msg)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
@@ -812,22 +847,30 @@ int upstream_stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, cons
                         slice = deadline;
                 if (!u->reading) {
                         size_t cap = 0;
-                        for (pending *p = u->waiting; p; p = p->next)
+                        uint64_t cost_cap = 0; /* 0 when a call waiting has none */
+                        bool uncapped = false;
+                        for (pending *p = u->waiting; p; p = p->next) {
                                 cap = p->max_line > cap ? p->max_line : cap;
+                                cost_cap = p->max_cost > cost_cap ? p->max_cost : cost_cap;
+                                uncapped |= !p->max_cost;
+                        }
+                        if (uncapped)
+                                cost_cap = 0;
                         u->reading = true;
                         pthread_mutex_unlock(&u->lock);
                         _cleanup_json_ json_t *msgs = json_array();
                         airlock_error e;
                         airlock_error_clear(&e);
                         line_dropped drop;
-                        int rr =
-                            msgs ? read_some(u, slice, b ? b->cancel_fd : -1, cap, msgs, &drop, &e)
-                                 : -ENOMEM;
+                        int rr = msgs ? read_some(u, slice, b ? b->cancel_fd : -1, cap, cost_cap,
+                                                  msgs, &drop, &e)
+                                      : -ENOMEM;
                         pthread_mutex_lock(&u->lock);
                         u->reading = false;
                         for (pending *p = u->waiting; rr >= 0 && drop.has_id && p; p = p->next)
                                 if (p->id == drop.id && !p->reply)
-                                        p->dropped = drop.len;
+                                        p->dropped = drop.len, p->dropped_cost = drop.cost,
+                                        p->dropped_values = drop.values;
                         if (rr < 0)
                                 fail_all(u, gen, rr, &e);
                         else
@@ -850,6 +893,11 @@ int upstream_stdio_call(mcp_upstream *u, json_t *params, uint64_t deadline, cons
                 if (r >= 0 || r == -EREMOTEIO)
                         u->failures = 0;
                 return r;
+        }
+        if (me.dropped && me.dropped_cost) {
+                u->failures = 0;
+                return upstream_cost_error(u, me.dropped, me.dropped_cost, me.dropped_values,
+                                           me.max_cost, err);
         }
         if (me.dropped) {
                 u->failures = 0;

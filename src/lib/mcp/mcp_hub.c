@@ -586,14 +586,11 @@ static tool_fail fail_typed(char **ret_type, const char *type, char **ret_messag
 {
         va_list ap;
         va_start(ap, fmt);
-        char *s = NULL;
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
+        tool_fail f = tools_vfail(TOOL_FAIL_RUNTIME, ret_message, fmt, ap);
         va_end(ap);
-        *ret_message = s ? s : strdup("out of memory");
         if (ret_type)
                 *ret_type = strdup(type);
-        return TOOL_FAIL_RUNTIME;
+        return f;
 }
 
 /* The text parts of an isError result, for the exception's message. */
@@ -683,13 +680,15 @@ static tool_fail hub_check(mcp_hub *h, const char *name, const json_t *args, mcp
 /* The call upstream of a checked call, and its result made what the stubs
  * expect. Thread-safe: the calls of a run's jobs run it at once. */
 static tool_fail hub_perform(mcp_hub *h, mcp_tool *t, const json_t *args, uint64_t deadline_ns,
-                             int cancel_fd, json_t **ret_result, char **ret_message,
-                             char **ret_type)
+                             int cancel_fd, uint64_t budget, json_t **ret_result,
+                             char **ret_message, char **ret_type)
 {
         hub_server *s = &h->srv[t->server_index];
         airlock_error e;
         airlock_error_clear(&e);
-        mcp_bounds b = {deadline_ns, cancel_fd, t->max_result};
+        /* The reply's parse is charged to the run's host budget before it
+         * is parsed (upstream_reply_charge). */
+        mcp_bounds b = {deadline_ns, cancel_fd, t->max_result, budget};
         json_t *res = NULL;
         int r = mcp_upstream_call(s->up, t->name, args, t->timeout_s, &b, &res, &e);
         if (r == -ETIMEDOUT)
@@ -705,7 +704,7 @@ static tool_fail hub_perform(mcp_hub *h, mcp_tool *t, const json_t *args, uint64
                 return fail_typed(ret_type, "UpstreamError", ret_message,
                                   "%s: server '%s' refused the call: %s%s", t->host_name, s->name,
                                   e.message, changed_note(s));
-        if (r == -EMSGSIZE) /* a result over maxResultBytes, dropped: the server stays */
+        if (r == -EMSGSIZE) /* over maxResultBytes or the budget, dropped: the server stays */
                 return fail_typed(ret_type, "UpstreamError", ret_message, "%s: %s", t->host_name,
                                   e.message);
         if (r < 0)
@@ -797,8 +796,8 @@ static void *job_main(void *arg)
         mcp_hub *h = j->hub;
         json_t *result = NULL;
         char *message = NULL, *type = NULL;
-        tool_fail f = hub_perform(h, j->tool, j->args, j->deadline_ns, j->cancel_fd, &result,
-                                  &message, &type);
+        tool_fail f = hub_perform(h, j->tool, j->args, j->deadline_ns, j->cancel_fd, j->budget,
+                                  &result, &message, &type);
         char *raw = NULL;
         size_t len = 0;
         uint64_t cost = 0;
@@ -1245,6 +1244,7 @@ tool_fail mcp_hub_call(mcp_hub *h, const char *name, const json_t *args,
             hub_check(h, name, args, counts, approver, approver_data, &t, ret_message, ret_type);
         if (f != TOOL_OK)
                 return f;
-        return hub_perform(h, t, args, bounds ? bounds->deadline_ns : 0,
-                           bounds ? bounds->cancel_fd : -1, ret_result, ret_message, ret_type);
+        return hub_perform(
+            h, t, args, bounds ? bounds->deadline_ns : 0, bounds ? bounds->cancel_fd : -1,
+            counts ? counts->budget : mcp_run_budget(0), ret_result, ret_message, ret_type);
 }

@@ -180,6 +180,18 @@ static double ms_since(uint64_t t0)
         return (double)((al_now_ns() - t0 + 500) / 1000) / 1e3;
 }
 
+/* Reads the file at path (relative to dirfd) into buf as text, at most
+ * size - 1 bytes in one read, NUL-terminated: a /proc file of the copy.
+ * The bytes read, or <= 0 when it cannot be read or is empty. */
+static ssize_t read_text_at(int dirfd, const char *path, char *buf, size_t size)
+{
+        _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+        if (n > 0)
+                buf[n] = '\0';
+        return n;
+}
+
 /* The run time of the threads of process pid now, in nanoseconds: the sum
  * of the first field of /proc/PID/task/TID/schedstat (the scheduler's own
  * account, in ns), or UINT64_MAX where it cannot be read (a kernel without
@@ -204,11 +216,8 @@ static uint64_t proc_threads_ns(pid_t pid)
                         continue;
                 char file[64], buf[128];
                 snprintf(file, sizeof(file), "%.20s/schedstat", de->d_name);
-                _cleanup_close_ int fd = openat(dirfd(d), file, O_RDONLY | O_CLOEXEC);
-                ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-                if (n <= 0)
+                if (read_text_at(dirfd(d), file, buf, sizeof(buf)) <= 0)
                         continue;
-                buf[n] = '\0';
                 unsigned long long v;
                 if (sscanf(buf, "%llu", &v) == 1) {
                         sum += v;
@@ -232,11 +241,8 @@ static uint64_t proc_cpu_us(pid_t pid, bool *fine)
         char path[64], buf[1024];
         *fine = false;
         snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-        if (n <= 0)
+        if (read_text_at(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
                 return UINT64_MAX;
-        buf[n] = '\0';
         /* The name may hold anything, ')' too: the fields follow the last ')'. */
         const char *p = strrchr(buf, ')');
         unsigned long long t[4];
@@ -262,11 +268,8 @@ static uint64_t proc_uss(pid_t pid)
 {
         char path[64], buf[4096];
         snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-        if (n <= 0)
+        if (read_text_at(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
                 return UINT64_MAX;
-        buf[n] = '\0';
         uint64_t kib = 0;
         bool any = false;
         for (const char *p = buf; p && *p;) {

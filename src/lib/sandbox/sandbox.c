@@ -510,6 +510,18 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
         }
 }
 
+/* sb keeps a fd of its own of the staged tree at fd, with its manifest,
+ * for the sandbox that will replace it. Without the fd the manifest is
+ * let go: only the next rebuild's reuse needs it, and it then copies. */
+static void keep_staged(airlock_sandbox *sb, int fd)
+{
+        sb->staged_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (sb->staged_fd < 0) {
+                fsx_manifest_free(sb->manifest);
+                sb->manifest = NULL;
+        }
+}
+
 /* Stages the workspace and mounts into a fresh staging area in $TMPDIR
  * (or /tmp), reusing the unchanged files of prev's staged copy when prev is
  * not NULL (see sbx_sandbox_new_from). *ret_fd is a fd of the staged tree,
@@ -534,11 +546,7 @@ static int stage_inputs(airlock_sandbox *sb, airlock_sandbox *prev, int *ret_fd,
                                          &sb->staging, ret_fd, &sb->manifest, NULL, err);
                 if (r < 0 || *ret_fd < 0)
                         return r;
-                sb->staged_fd = fcntl(*ret_fd, F_DUPFD_CLOEXEC, 3);
-                if (sb->staged_fd < 0) {
-                        fsx_manifest_free(sb->manifest);
-                        sb->manifest = NULL;
-                }
+                keep_staged(sb, *ret_fd);
                 return 0;
         }
         int r = fsx_staging_create(sbx_stage_parent(), src, n, &lim, owner, group, prev_fd,
@@ -546,12 +554,7 @@ static int stage_inputs(airlock_sandbox *sb, airlock_sandbox *prev, int *ret_fd,
                                    &sb->manifest, err);
         if (r < 0 || *ret_fd < 0)
                 return r;
-        sb->staged_fd = fcntl(*ret_fd, F_DUPFD_CLOEXEC, 3);
-        if (sb->staged_fd < 0) {
-                /* Only the next rebuild's reuse needs it: it then copies. */
-                fsx_manifest_free(sb->manifest);
-                sb->manifest = NULL;
-        }
+        keep_staged(sb, *ret_fd);
         return 0;
 }
 

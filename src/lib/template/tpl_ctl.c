@@ -61,22 +61,9 @@ _Noreturn void tpl_host_gone(const struct template_state *tpl)
 /* Sends the tag, then text (may be NULL), with fds attached. */
 int tpl_send_fds(int sock, char tag, const char *text, const int *fds, size_t n)
 {
-        char cbuf[CMSG_SPACE(sizeof(int) * 8)];
-        memset(cbuf, 0, sizeof(cbuf));
         size_t tlen = text ? strlen(text) : 0;
         struct iovec iov[2] = {{&tag, 1}, {(void *)text, tlen}};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = tlen ? 2 : 1};
-        if (n) {
-                mh.msg_control = cbuf;
-                mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
-                memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
-        }
-        ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL);
-        return w == (ssize_t)(1 + tlen) ? 0 : w < 0 ? -errno : -EIO;
+        return al_send_fdsv(sock, iov, tlen ? 2 : 1, fds, n);
 }
 
 /* Sends one JSON frame, or ends this process if the host is gone. */

@@ -10,7 +10,7 @@
  * path of every cold start (the command, then its template). So the
  * functions serve*.c call are defined here, with libmicrohttpd's own
  * names and signatures, and forward to the library opened on first use
- * (as src/lib/host/gateway.c does with libcurl); serve*.c are unchanged.
+ * (as src/common/curl_dl.c does with libcurl); serve*.c are unchanged.
  *
  * When the library cannot be opened, MHD_start_daemon returns NULL with
  * errno ELIBACC, which serve reports as the reason it cannot listen; no

@@ -26,10 +26,8 @@
  * (serve_peer.c), so that the peer's server span is its child while the
  * body stays as the client wrote it.
  *
- * libcurl is opened on first use, as src/lib/host/gateway.c does, so that
- * no process but a forwarding airlock serve loads it. */
-#include <curl/curl.h>
-#include <dlfcn.h>
+ * libcurl is opened on first use (src/common/curl_dl.h), so that no
+ * process but a forwarding airlock serve loads it. */
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
@@ -39,58 +37,15 @@
 #include <string.h>
 
 #include "base.h"
+#include "curl_dl.h"
 #include "serve_internal.h"
 #include "trace.h"
 
-#define CURL_SONAME      "libcurl.so.4"
 #define PEER_CONNECT_MS  3000L
 #define PEER_ANSWER_MAX  (64u << 20)       /* bytes of one peer's answer */
 #define PEER_HANDLES_MAX 32                /* idle easy handles kept, with their connections */
 #define PEER_CANCEL_MS   5000L             /* a cancel's whole round of the peers */
 #define WATCH_EVERY_NS   (20ull * 1000000) /* between looks at a client's socket */
-
-static struct {
-        CURL *(*easy_init)(void);
-        CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
-        CURLcode (*easy_perform)(CURL *h);
-        CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
-        void (*easy_reset)(CURL *h);
-        void (*easy_cleanup)(CURL *h);
-        const char *(*easy_strerror)(CURLcode code);
-        struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
-        void (*slist_free_all)(struct curl_slist *l);
-} cu;
-
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
-static bool cu_ready;
-
-static void cu_open(void)
-{
-        struct {
-                const char *name;
-                void **slot;
-        } syms[] = {
-            {"curl_easy_init", (void **)&cu.easy_init},
-            {"curl_easy_setopt", (void **)&cu.easy_setopt},
-            {"curl_easy_perform", (void **)&cu.easy_perform},
-            {"curl_easy_getinfo", (void **)&cu.easy_getinfo},
-            {"curl_easy_reset", (void **)&cu.easy_reset},
-            {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
-            {"curl_easy_strerror", (void **)&cu.easy_strerror},
-            {"curl_slist_append", (void **)&cu.slist_append},
-            {"curl_slist_free_all", (void **)&cu.slist_free_all},
-        };
-        void *so = dlopen(CURL_SONAME, RTLD_NOW | RTLD_LOCAL);
-        if (!so)
-                return;
-        for (size_t i = 0; i < ARRAY_SIZE(syms); i++)
-                if (!(*syms[i].slot = dlsym(so, syms[i].name)))
-                        return;
-        /* curl_global_init is not called: the gateway may have, and
-         * curl_easy_init calls it itself when nobody has (libcurl 7.x and
-         * later, thread-safe since 7.84). */
-        cu_ready = true;
-}
 
 /* Idle easy handles: a handle keeps its connections, so that the next
  * call to the same peer does not connect again. */
@@ -106,8 +61,8 @@ static CURL *handle_get(void)
                 h = pool[--pool_n];
         pthread_mutex_unlock(&pool_lock);
         if (h)
-                cu.easy_reset(h);
-        return h ? h : cu.easy_init();
+                al_cu->easy_reset(h);
+        return h ? h : al_cu->easy_init();
 }
 
 static void handle_put(CURL *h)
@@ -119,7 +74,7 @@ static void handle_put(CURL *h)
         }
         pthread_mutex_unlock(&pool_lock);
         if (h)
-                cu.easy_cleanup(h);
+                al_cu->easy_cleanup(h);
 }
 
 typedef struct fwd_job {
@@ -249,7 +204,7 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *arg)
                 return 0;
         if (j->kind == ANSWER_UNKNOWN) {
                 char *type = NULL;
-                (void)cu.easy_getinfo(j->h, CURLINFO_CONTENT_TYPE, &type);
+                (void)al_cu->easy_getinfo(j->h, CURLINFO_CONTENT_TYPE, &type);
                 j->kind =
                     type && strncmp(type, "text/event-stream", 17) == 0 ? ANSWER_SSE : ANSWER_JSON;
         }
@@ -316,7 +271,7 @@ static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *
                          "session %s: its host, instance %s, is gone (%s): the session's state "
                          "was in that host's memory and is lost. Open a new session with "
                          "session_open",
-                         h, p, cu.easy_strerror(rc));
+                         h, p, al_cu->easy_strerror(rc));
         else if (rc == CURLE_OPERATION_TIMEDOUT)
                 snprintf(msg, n,
                          "session %s: its host, instance %s, did not answer within %.0f s (the "
@@ -348,7 +303,7 @@ static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *
                 snprintf(msg, n,
                          "session %s: its host, instance %s, answered something that is not "
                          "HTTP (%s); this call failed",
-                         h, p, cu.easy_strerror(rc));
+                         h, p, al_cu->easy_strerror(rc));
         else
                 snprintf(msg, n,
                          "session %s: its host, instance %s, answered HTTP %ld without an MCP "
@@ -378,9 +333,9 @@ static struct curl_slist *trace_headers(fwd_job *j, const http_peer_headers *ph,
                 if (!rows[i].value[0])
                         continue;
                 snprintf(line, sizeof(line), "%s: %s", rows[i].name, rows[i].value);
-                struct curl_slist *t = cu.slist_append(l, line);
+                struct curl_slist *t = al_cu->slist_append(l, line);
                 if (!t)
-                        cu.slist_free_all(l);
+                        al_cu->slist_free_all(l);
                 l = t;
         }
         return l;
@@ -393,8 +348,8 @@ static struct curl_slist *job_headers(fwd_job *j, const http_peer_headers *ph)
 #define ADD(...)                                                                                   \
         do {                                                                                       \
                 snprintf(line, sizeof(line), __VA_ARGS__);                                         \
-                if (!(t = cu.slist_append(l, line))) {                                             \
-                        cu.slist_free_all(l);                                                      \
+                if (!(t = al_cu->slist_append(l, line))) {                                         \
+                        al_cu->slist_free_all(l);                                                  \
                         return NULL;                                                               \
                 }                                                                                  \
                 l = t;                                                                             \
@@ -422,23 +377,23 @@ static CURLcode transfer(fwd_job *j, long *code, double *connect_s)
                 return CURLE_FAILED_INIT;
         struct curl_slist *hdr = job_headers(j, &ph);
         if (!hdr || !(j->h = handle_get())) {
-                cu.slist_free_all(hdr);
+                al_cu->slist_free_all(hdr);
                 return CURLE_OUT_OF_MEMORY;
         }
         CURL *h = j->h;
-        cu.easy_setopt(h, CURLOPT_URL, j->url);
-        cu.easy_setopt(h, CURLOPT_PROXY, ""); /* never a proxy of the environment */
-        cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        cu.easy_setopt(h, CURLOPT_POST, 1L);
-        cu.easy_setopt(h, CURLOPT_POSTFIELDS, j->body ? j->body : "");
-        cu.easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)j->len);
-        cu.easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-        cu.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-        cu.easy_setopt(h, CURLOPT_WRITEDATA, j);
-        cu.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-        cu.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        cu.easy_setopt(h, CURLOPT_XFERINFODATA, j);
-        cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, PEER_CONNECT_MS);
+        al_cu->easy_setopt(h, CURLOPT_URL, j->url);
+        al_cu->easy_setopt(h, CURLOPT_PROXY, ""); /* never a proxy of the environment */
+        al_cu->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        al_cu->easy_setopt(h, CURLOPT_POST, 1L);
+        al_cu->easy_setopt(h, CURLOPT_POSTFIELDS, j->body ? j->body : "");
+        al_cu->easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)j->len);
+        al_cu->easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+        al_cu->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        al_cu->easy_setopt(h, CURLOPT_WRITEDATA, j);
+        al_cu->easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        al_cu->easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        al_cu->easy_setopt(h, CURLOPT_XFERINFODATA, j);
+        al_cu->easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, PEER_CONNECT_MS);
         /* The owner ends the call within its own bound (a run slot within
          * --queue-wait, the run or cell within --timeout, both configured
          * alike on every instance); --peer-timeout is the margin for its
@@ -448,14 +403,14 @@ static CURLcode transfer(fwd_job *j, long *code, double *connect_s)
         j->queue_s = j->srv->opt.queue_wait_s;
         j->run_s = mcp_core_run_timeout(j->srv->core);
         double wait_s = j->queue_s + j->run_s + j->srv->opt.peer_timeout_s;
-        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(wait_s * 1000));
-        cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-        CURLcode rc = cu.easy_perform(h);
+        al_cu->easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(wait_s * 1000));
+        al_cu->easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+        CURLcode rc = al_cu->easy_perform(h);
         *code = 0;
         *connect_s = 0;
-        (void)cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
-        (void)cu.easy_getinfo(h, CURLINFO_CONNECT_TIME, connect_s);
-        cu.slist_free_all(hdr);
+        (void)al_cu->easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
+        (void)al_cu->easy_getinfo(h, CURLINFO_CONNECT_TIME, connect_s);
+        al_cu->slist_free_all(hdr);
         return rc;
 }
 
@@ -488,7 +443,7 @@ static void *forward_main(void *arg)
                 if (rc == CURLE_OK)
                         handle_put(j->h);
                 else
-                        cu.easy_cleanup(j->h);
+                        al_cu->easy_cleanup(j->h);
         }
         http_sink *k = j->k;
         job_free(j);
@@ -539,9 +494,9 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
         snprintf(j->version, sizeof(j->version), "%s", v ? v : "");
         snprintf(rq->peer_to, sizeof(rq->peer_to), "%s", peer);
         j->span = mcp_trace_forward(m->method, m->id, m->params, peer);
-        pthread_once(&cu_once, cu_open);
-        const char *why = !cu_ready ? "this instance cannot forward to its peers: libcurl "
-                                      "(" CURL_SONAME ") could not be loaded"
+        const char *why = !al_curl_load(NULL)
+                              ? "this instance cannot forward to its peers: libcurl "
+                                "(" AL_CURL_SONAME ") could not be loaded"
                           : !http_peer_url(s, peer, j->url, sizeof(j->url))
                               ? "its instance left this instance's peers (a reload of --peers)"
                               : NULL;
@@ -614,36 +569,37 @@ static const char *cancel_one(http_server *s, const char *url, const char *tenan
                         break;
                 snprintf(line, sizeof(line), "%s:%s%s", rows[i][0], *rows[i][1] ? " " : "",
                          rows[i][1]);
-                if (!(t = cu.slist_append(hdr, line)))
+                if (!(t = al_cu->slist_append(hdr, line)))
                         break;
                 hdr = t;
         }
         CURL *h = t ? handle_get() : NULL;
         if (!h) {
-                cu.slist_free_all(hdr);
+                al_cu->slist_free_all(hdr);
                 return "out of memory";
         }
-        cu.easy_setopt(h, CURLOPT_URL, url);
-        cu.easy_setopt(h, CURLOPT_PROXY, "");
-        cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        cu.easy_setopt(h, CURLOPT_POST, 1L);
-        cu.easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        cu.easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
-        cu.easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-        cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms < PEER_CONNECT_MS ? ms : PEER_CONNECT_MS);
-        cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, ms);
-        cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-        cu.easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-        CURLcode rc = cu.easy_perform(h);
+        al_cu->easy_setopt(h, CURLOPT_URL, url);
+        al_cu->easy_setopt(h, CURLOPT_PROXY, "");
+        al_cu->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        al_cu->easy_setopt(h, CURLOPT_POST, 1L);
+        al_cu->easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        al_cu->easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
+        al_cu->easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+        al_cu->easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                           ms < PEER_CONNECT_MS ? ms : PEER_CONNECT_MS);
+        al_cu->easy_setopt(h, CURLOPT_TIMEOUT_MS, ms);
+        al_cu->easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+        al_cu->easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+        CURLcode rc = al_cu->easy_perform(h);
         long code = 0;
-        (void)cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-        cu.slist_free_all(hdr);
+        (void)al_cu->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        al_cu->slist_free_all(hdr);
         if (rc == CURLE_OK)
                 handle_put(h);
         else
-                cu.easy_cleanup(h);
+                al_cu->easy_cleanup(h);
         if (rc != CURLE_OK)
-                snprintf(why, n, "%s", cu.easy_strerror(rc));
+                snprintf(why, n, "%s", al_cu->easy_strerror(rc));
         else if (code != 202)
                 snprintf(why, n, "it answered HTTP %ld", code);
         return rc != CURLE_OK || code != 202 ? why : NULL;

@@ -420,5 +420,12 @@ enum MHD_Result http_on_peer_request(void *cls, struct MHD_Connection *c, const 
                                      void **con_cls);
 void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                        enum MHD_RequestTerminationCode toe);
+/* The last checks of a POST to /mcp or to the peer route, before its body
+ * is read: a draining server refuses it (503, with Retry-After:
+ * retry_after unless NULL), and so does a Content-Length over --max-body
+ * (413); then rq->sse says whether the client accepts an SSE stream.
+ * MHD_YES to go on reading. */
+enum MHD_Result http_post_admit(struct MHD_Connection *c, http_request *rq,
+                                const char *retry_after);
 
 #endif

@@ -526,27 +526,11 @@ bool http_peer_admit(struct MHD_Connection *c, http_request *rq, enum MHD_Result
 enum MHD_Result http_peer_route(struct MHD_Connection *c, http_request *rq, const char *url,
                                 const char *method)
 {
-        http_server *s = rq->srv;
         if (strcmp(url, PEER_PATH) != 0)
                 return http_queue_text(c, rq, MHD_HTTP_NOT_FOUND, "not found\n");
         if (strcmp(method, "POST") != 0)
                 return http_queue_text(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
         /* A draining instance takes nothing new, from a client or a peer:
          * the peer tells its client that the session's host is going. */
-        if (atomic_load(&s->draining)) {
-                http_refuse(rq, RF_DRAINING);
-                snprintf(rq->method, sizeof(rq->method), "?");
-                return http_queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
-                                            "the server is shutting down", NULL, NULL);
-        }
-        const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (len && strtoull(len, NULL, 10) > s->opt.max_body) {
-                http_refuse(rq, RF_BODY_TOO_LARGE);
-                snprintf(rq->method, sizeof(rq->method), "?");
-                return http_queue_rpc_error(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, RPC_INVALID_REQUEST,
-                                            "request body too large", NULL, NULL);
-        }
-        const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
-        rq->sse = accept && strstr(accept, "text/event-stream");
-        return MHD_YES;
+        return http_post_admit(c, rq, NULL);
 }

@@ -235,12 +235,18 @@ static enum MHD_Result route_mcp(struct MHD_Connection *c, http_request *rq, con
                 MHD_destroy_response(r);
                 return ret;
         }
+        return http_post_admit(c, rq, RETRY_AFTER_S);
+}
+
+enum MHD_Result http_post_admit(struct MHD_Connection *c, http_request *rq, const char *retry_after)
+{
+        http_server *s = rq->srv;
         if (atomic_load(&s->draining)) {
                 http_refuse(rq, RF_DRAINING);
                 snprintf(rq->method, sizeof(rq->method), "?");
                 return http_queue_rpc_error(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, RPC_INTERNAL_ERROR,
-                                            "the server is shutting down", "Retry-After",
-                                            RETRY_AFTER_S);
+                                            "the server is shutting down",
+                                            retry_after ? "Retry-After" : NULL, retry_after);
         }
         const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (len && strtoull(len, NULL, 10) > s->opt.max_body) {
