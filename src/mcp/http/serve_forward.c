@@ -620,9 +620,8 @@ void http_forward_cancel(http_request *rq, struct MHD_Connection *c, char *body,
         const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
         char version[40];
         snprintf(version, sizeof(version), "%s", v && strlen(v) < sizeof(version) ? v : "");
-        pthread_once(&cu_once, cu_open);
         http_peer *peers = NULL;
-        size_t n = cu_ready ? http_peer_list(s, &peers) : 0;
+        size_t n = al_curl_load(NULL) ? http_peer_list(s, &peers) : 0;
         uint64_t until = al_now_ns() + (uint64_t)PEER_CANCEL_MS * 1000000ull;
         for (size_t i = 0; i < n; i++) {
                 if (strcmp(peers[i].name, s->opt.instance) == 0)
