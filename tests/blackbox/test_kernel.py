@@ -281,13 +281,15 @@ def active_process(km, kc):
         todo.extend(children.get(pid, []))
         try:
             with open(f"/proc/{pid}/status") as f:
-                nspid = [line.split()[-1] for line in f if line.startswith("NSpid:")]
-        except OSError:
+                ids = [line.split()[1:] for line in f if line.startswith("NSpid:")][0]
+        except (OSError, IndexError):
             continue
-        if nspid == [ns]:
-            found.append(pid)
-    assert len(found) == 1, (ns, found)
-    return found[0]
+        if ids[-1] == ns:
+            found.append((len(ids), pid))
+    # The session's own PID namespace is the innermost.
+    deepest = [pid for depth, pid in found if depth == max(found)[0]]
+    assert len(deepest) == 1, (ns, found)
+    return deepest[0]
 
 
 def minflt(pid):

@@ -215,15 +215,20 @@ void tpl_populate_learned(const struct template_state *tpl)
  *
  * The pages copied last time are exclusive at the next scan whether or not
  * the cell wrote them, which would make the set grow to every page any cell
- * ever wrote (each copy a page of memory not shared with the base): each
- * copied page's contents are hashed when it is copied, and a page whose hash
- * is unchanged at the next scan is left out. A copy never changes a page's
- * contents (the base keeps its own), so neither a wrong hash nor a stale set
- * can change what a rollback restores: they cost only time or memory. */
+ * ever wrote (each copy a page of memory not shared with the base). Each
+ * copied page's contents are hashed when it is copied; one whose hash is the
+ * same at the next scan was not seen written, and after PRECOPY_KEEP_CELLS
+ * such cells in a row it is left out. Not at once: Python's reference
+ * counts go up and down again, so a cell writes many pages that it leaves
+ * as they were (kept out at once, half the pages of a small pandas cell
+ * faulted every other cell). A copy never changes a page's contents (the
+ * base keeps its own), so neither a wrong hash nor a stale set can change
+ * what a rollback restores: they cost only time or memory. */
 
 /* Caps: the pages kept for the next cell (16 MiB, the memory they may
- * cost beside the base), those scanned to find them, and the chunk copied
- * between two looks at the host's channel (about 0.4 ms here). */
+ * cost beside the base), and the chunk copied between two looks at the
+ * host's channel (about 0.4 ms here); the scan reads at most
+ * PREFAULT_MAX_PAGES pages. */
 #define PRECOPY_MAX_PAGES   4096
 #define PRECOPY_CHUNK_PAGES 64
 /* A page copied for this many cells in a row without being seen written is
@@ -338,6 +343,21 @@ static unsigned next_age(uint64_t v, uint64_t page, size_t *ri, size_t *hi)
         return precopy.age[i] + 1u;
 }
 
+/* The oldest age (exclusive) of the pages kept out of ages[0..n), so that
+ * at most PRECOPY_MAX_PAGES are: those seen written most recently first. */
+static unsigned age_limit(const uint8_t *ages, size_t n)
+{
+        size_t count[PRECOPY_KEEP_CELLS] = {0};
+        for (size_t i = 0; i < n; i++)
+                if (ages[i] < PRECOPY_KEEP_CELLS)
+                        count[ages[i]]++;
+        unsigned limit = 1;
+        for (size_t total = count[0];
+             limit < PRECOPY_KEEP_CELLS && total + count[limit] <= PRECOPY_MAX_PAGES; limit++)
+                total += count[limit];
+        return limit;
+}
+
 void tpl_precopy_learn(void)
 {
         precopy.fresh = false;
@@ -345,22 +365,29 @@ void tpl_precopy_learn(void)
         if (pagemap < 0)
                 return;
         static prefault_range found[PREFAULT_MAX_RANGES], kept[PREFAULT_MAX_RANGES];
-        static uint8_t ages[PRECOPY_MAX_PAGES];
+        static uint8_t found_ages[PREFAULT_MAX_PAGES], ages[PRECOPY_MAX_PAGES];
         size_t n = scan_pages(pagemap, true, PREFAULT_MAX_PAGES, found, ARRAY_SIZE(found));
         const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-        size_t m = 0, pages = 0, ri = 0, hi = 0;
+        size_t nfound = 0, ri = 0, hi = 0;
+        for (size_t i = 0; i < n; i++)
+                for (uint64_t v = found[i].start; v < found[i].start + found[i].len; v += page) {
+                        unsigned age = next_age(v, page, &ri, &hi);
+                        found_ages[nfound++] = (uint8_t)(age < 255 ? age : 255);
+                }
+        unsigned limit = age_limit(found_ages, nfound);
+        size_t m = 0, pages = 0, j = 0;
         for (size_t i = 0; i < n && pages < PRECOPY_MAX_PAGES; i++) {
                 for (uint64_t v = found[i].start;
                      v < found[i].start + found[i].len && pages < PRECOPY_MAX_PAGES; v += page) {
-                        unsigned age = next_age(v, page, &ri, &hi);
-                        if (age >= PRECOPY_KEEP_CELLS)
+                        uint8_t age = found_ages[j++];
+                        if (age >= limit)
                                 continue;
                         /* A page that does not extend the last range needs
                          * a range of its own. */
                         if (m == ARRAY_SIZE(kept) && kept[m - 1].start + kept[m - 1].len != v)
                                 break;
                         add_page(kept, &m, v, page);
-                        ages[pages++] = (uint8_t)age;
+                        ages[pages++] = age;
                 }
         }
         memcpy(precopy.r, kept, m * sizeof(kept[0]));
