@@ -3,7 +3,11 @@ through jupyter_client (docs/jupyter.md): the time from starting a kernel
 until its kernel_info_reply; the execute round trip of `1+1`, and of a
 pandas cell with pandas preloaded (airlock: --preload pandas; ipykernel:
 pandas imported by a first cell); and the PSS of an idle kernel's whole
-process tree without preloads (the sum of every process's Pss). Starts and
+process tree without preloads (the sum of every process's Pss). For the
+airlock kernels also the minor faults of the session's active process per
+cell (during the round trip) and between cells (the pre-copy of the pages
+the last cell wrote, docs/sessions.md, and the next cell base's fork), from
+its /proc/PID/stat. Starts and
 rounds alternate between the two, so that a busy moment of the machine falls
 on both. Prints one table and one JSON line. The client side is
 jupyter_kernels.py's, which bench_session.py shares.
@@ -46,9 +50,18 @@ def main():
     jk.round_trip(kernels["ipykernel+pandas"][1], "import pandas as pd")
     jk.round_trip(kernels["airlock+pandas"][1], "import pandas as pd")
     trips = {k: [] for k in kernels}
+    active = {k: jk.active_pid(km, kc) for k, (km, kc) in kernels.items() if "airlock" in k}
+    faults = {k: ([], []) for k in active}
+    last = {}
     for _ in range(rounds):
         for label, (km, kc) in kernels.items():
+            before = jk.minflt(active[label]) if label in active else 0
+            if label in last:
+                faults[label][1].append(before - last[label])
             trips[label].append(jk.round_trip(kc, CELL_PANDAS if "pandas" in label else "1+1"))
+            if label in active:
+                last[label] = jk.minflt(active[label])
+                faults[label][0].append(last[label] - before)
     # Idle, without preloads: a moment after the last reply.
     time.sleep(1)
     pss = {label: jk.tree_pss_kib(kernels[label][0].provisioner.process.pid)
@@ -65,7 +78,11 @@ def main():
           f"{med(trips['ipykernel+pandas']):12.2f}")
     print(f"{'idle PSS of the process tree, MiB':34} {pss['airlock'] / 1024:16.1f} "
           f"{pss['ipykernel'] / 1024:12.1f}")
+    for label, (during, between) in faults.items():
+        print(f"{label + ' faults per cell, between':34} {med(during):16.0f} {med(between):12.0f}")
     print(json.dumps({"bench": "kernel", "rounds": rounds,
+                      "faults": {k: {"during": med(d), "between": med(b)}
+                                 for k, (d, b) in faults.items()},
                       "start_ms": {k: med(v) for k, v in starts.items()},
                       "execute_ms": {k: med(v) for k, v in trips.items()},
                       "idle_pss_kib": pss}))

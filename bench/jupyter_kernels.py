@@ -89,6 +89,55 @@ def round_trip(kc, code):
     return ms
 
 
+def tree(root):
+    """root and every process under it."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def active_pid(km, kc):
+    """The host pid of an airlock kernel's session interpreter: the process
+    under the kernel whose pid in its own namespace a cell prints."""
+    out = []
+    kc.execute_interactive("import os; print(os.getpid())", timeout=120,
+                           output_hook=lambda m: out.append(m["content"].get("text", ""))
+                           if m["msg_type"] == "stream" else None)
+    ns = "".join(out).strip()
+    found = []
+    for pid in tree(km.provisioner.process.pid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                ids = [line.split()[1:] for line in f if line.startswith("NSpid:")][0]
+        except (OSError, IndexError):
+            continue
+        if ids[-1] == ns:
+            found.append((len(ids), pid))
+    if not found:
+        raise RuntimeError(f"no process with pid {ns} under the kernel")
+    # The session's own PID namespace is the innermost.
+    return max(found)[1]
+
+
+def minflt(pid):
+    """The minor faults of pid so far (MADV_POPULATE_WRITE counts one a
+    page)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def tree_pss_kib(root):
     """The sum of the Pss of root and every process under it, in KiB."""
     children = {}

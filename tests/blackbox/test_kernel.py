@@ -258,6 +258,112 @@ def test_interrupt_cancels_the_running_cell_which_rolls_back():
         stop(km, kc)
 
 
+# ---- the pre-copy of a session's pages ------------------------------------------
+
+PAGES = 2048
+
+
+def active_process(km, kc):
+    """The host pid of the session's active process: the process under the
+    kernel whose pid in its own namespace is the one a cell reports."""
+    reply, out = execute(kc, "import os; print(os.getpid())")
+    assert reply["status"] == "ok", reply
+    ns = stdout_of(out).strip()
+    children = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+        except (OSError, ValueError, IndexError):
+            pass
+    found, todo = [], list(children.get(km.provisioner.process.pid, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                ids = [line.split()[1:] for line in f if line.startswith("NSpid:")][0]
+        except (OSError, IndexError):
+            continue
+        if ids[-1] == ns:
+            found.append((len(ids), pid))
+    # The session's own PID namespace is the innermost.
+    deepest = [pid for depth, pid in found if depth == max(found)[0]]
+    assert len(deepest) == 1, (ns, found)
+    return deepest[0]
+
+
+def minflt(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def wait_precopied(pid, end, pages):
+    """Waits until the active process pid has made at least pages private
+    copies since a cell ended with end minor faults (its own count, which
+    /proc counts alike; MADV_POPULATE_WRITE counts as one each): the
+    pre-copy after a cell, which runs when no frame of the host is waiting.
+    Without one it never comes, and the test fails."""
+    deadline = time.monotonic() + 60
+    while minflt(pid) - end < pages:
+        assert time.monotonic() < deadline, f"no pre-copy: {minflt(pid) - end} of {pages} pages"
+        time.sleep(0.01)
+
+
+# The end of a cell that waits for the pre-copy after it: its minor faults
+# so far.
+ENDING = "\nprint(__import__('resource').getrusage(0).ru_minflt)"
+
+
+def writes(kc, value, first=False):
+    """Runs a cell that writes one byte in each page of buf (made first when
+    first); returns (faults while it wrote, its minor faults at its end)."""
+    reply, out = execute(kc, "import resource\n"
+                             + (f"buf = bytearray({PAGES} * 4096)\n" if first else "")
+                             + "r0 = resource.getrusage(0).ru_minflt\n"
+                             f"buf[::4096] = bytes([{value}]) * {PAGES}\n"
+                             "print(resource.getrusage(0).ru_minflt - r0)" + ENDING)
+    assert reply["status"] == "ok", reply
+    faults, end = stdout_of(out).split()
+    return int(faults), int(end)
+
+
+def test_a_session_copies_the_pages_its_last_cell_wrote_and_rolls_back_as_before():
+    km, kc = start()
+    try:
+        # The first cell writes every page of buf: the active process holds
+        # them alone until the next cell base is forked, and then copies
+        # them again at once (tpl_prefault.c, the session's pre-copy).
+        pid = active_process(km, kc)
+        _, end = writes(kc, 1, first=True)
+        wait_precopied(pid, end, PAGES)
+        # So the next cell writes them without a fault each (without the
+        # pre-copy: one copy-on-write fault a page).
+        faults, end = writes(kc, 3)
+        assert faults < PAGES // 4, faults
+        # A cell that writes the pages the pre-copy copied, then fails, is
+        # rolled back: the state is the one before it, byte for byte.
+        wait_precopied(pid, end, PAGES)
+        reply, _ = execute(kc, f"buf[::4096] = bytes([4]) * {PAGES}\nlost = 1\n"
+                               "raise ValueError('after the writes')")
+        assert reply["status"] == "error" and reply["evalue"] == "after the writes", reply
+        reply, out = execute(kc, f"print(bytes(buf[::4096]) == bytes([3]) * {PAGES}, "
+                                 f"buf.count(0) == len(buf) - {PAGES}, 'lost' in dir())")
+        assert reply["status"] == "ok", reply
+        assert stdout_of(out).split() == ["True", "True", "False"], out
+        # The rollback's new active process learns from a page map of its
+        # own memory: its next cells are pre-copied too.
+        pid = active_process(km, kc)
+        _, end = writes(kc, 5)
+        wait_precopied(pid, end, PAGES)
+        faults, _ = writes(kc, 6)
+        assert faults < PAGES // 4, faults
+        reply, out = execute(kc, f"print(bytes(buf[::4096]) == bytes([6]) * {PAGES})")
+        assert stdout_of(out).split() == ["True"], out
+    finally:
+        stop(km, kc)
+
+
 def test_a_cell_past_a_limit_errs_naming_it_and_the_kernel_lives_on():
     km, kc = start()
     try:

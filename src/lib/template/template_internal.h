@@ -8,10 +8,11 @@
  *   template.c      the template's life: parameters, setup, the loop that
  *                   spawns copies, the live copies
  *   tpl_copy.c      a copy's setup, up to the first byte it reads
- *   tpl_prefault.c  the pages a copy will touch, learned from a probe
  *   tpl_run.c       a copy serving the host: runs, the end of a run, the
  *                   warming run
  *   tpl_session.c   a copy as a session: pid 1, snapshots, restores
+ *   tpl_prefault.c  the pages a copy will touch, learned from a probe; the
+ *                   pages a session's next cell will write
  *   tpl_ns.c        namespaces and ids: the template's, each copy's user
  *                   namespace, the Landlock scope
  *   tpl_cgroup.c    per-copy cgroups
@@ -237,6 +238,18 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 void tpl_learn_prefault(struct template_state *tpl, void (*steps)(void), int passes);
 /* In a new copy, before anything else touches memory: populates them. */
 void tpl_populate_learned(const struct template_state *tpl);
+/* A session's pre-copy. In the active process, just before it forks the
+ * next cell base while the last base still shares every page it did not
+ * write: learns the pages written since that base was forked (those it
+ * copied last time only if their contents changed). */
+void tpl_precopy_learn(void);
+/* After the new base is forked: copies those pages, a chunk at a time until
+ * a frame comes on chan; false, having done nothing, when nothing was
+ * learned since the last call (the caller then populates the learned pages
+ * of a copy instead). */
+bool tpl_precopy_populate(int chan);
+/* Forgets what was learned (a process that stays shared with its base). */
+void tpl_precopy_forget(void);
 
 /* --- tpl_run.c --- */
 
@@ -270,6 +283,9 @@ bool tpl_session_fork(const struct template_state *tpl, int chan, json_t *msg);
 bool tpl_session_gave_base(void);
 /* Waits up to 1 ms, or until a frame comes, before work for a later call. */
 void tpl_session_grace(int chan);
+/* Ends a cell base that a "drop" left for the next base (tpl_session_drop):
+ * called before any op but "snapshot". */
+void tpl_session_finish_drop(const struct template_state *tpl);
 void tpl_session_leave(const struct template_state *tpl, int chan, json_t *msg);
 /* At the end of a cell: stops every other process of the copy but pid 1. */
 void tpl_session_freeze(void);

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,28 +46,30 @@
 #define PAGEMAP_PRESENT   (1ull << 63)
 #define PAGEMAP_EXCLUSIVE (1ull << 56)
 
-/* Sends the probe's own touched pages to out, coalesced into ranges, as
- * prefault_range records: in its private writable mappings the pages it
- * holds exclusively (copied on write, or new), in its readable file-backed
- * and other readable mappings the pages present (fork copies no page table
- * entries for those, so present means read by the probe). Special
- * mappings ([vdso], [vvar]) are left out: they cannot be populated. */
-_Noreturn static void probe_report(int out)
+/* Contract: the pages this process touched, read from pagemap, an open
+ * /proc/self/pagemap of this very process (the caller checks that it is:
+ * own_pagemap), coalesced into at most cap ranges of at most max_pages
+ * pages in all, in address order, in out; returns the number of ranges. In
+ * its private writable mappings the pages it holds exclusively (copied on
+ * write since its last fork, or new since then, or no longer shared with a
+ * process that ended); with private_only nothing else, otherwise also, in
+ * its readable file-backed and other readable mappings, the pages present
+ * (fork copies no page table entries for those, so present means read
+ * since). Special mappings ([vdso], [vvar]) are left out: they cannot be
+ * populated. Mappings over PREFAULT_MAX_MAPPING are skipped, and at most
+ * PREFAULT_MAX_SCANNED of address space is read. Shared by the template's
+ * probe (probe_report) and a session's pre-copy (tpl_precopy_learn). */
+static size_t scan_pages(int pagemap, bool private_only, size_t max_pages, prefault_range *out,
+                         size_t cap)
 {
-        /* Changing to the mapped ids made the template undumpable, which
-         * puts its /proc files out of its own reach; the probe only reads
-         * its own, and is gone right after. */
-        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
         FILE *maps = fopen("/proc/self/maps", "re");
-        int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-        if (!maps || pagemap < 0)
-                _exit(1);
+        if (!maps)
+                return 0;
         const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
         size_t ranges = 0, pages = 0;
         uint64_t scanned = 0;
         char line[512];
-        while (ranges < PREFAULT_MAX_RANGES && pages < PREFAULT_MAX_PAGES &&
-               fgets(line, sizeof(line), maps)) {
+        while (ranges < cap && pages < max_pages && fgets(line, sizeof(line), maps)) {
                 unsigned long lo, hi;
                 char perms[8], name[256] = "";
                 if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %255s", &lo, &hi, perms, name) < 3 ||
@@ -77,10 +80,12 @@ _Noreturn static void probe_report(int out)
                 if (name[0] == '[' && strcmp(name, "[heap]") != 0 && strcmp(name, "[stack]") != 0)
                         continue;
                 bool write = strcmp(perms, "rw-p") == 0;
+                if (private_only && !write)
+                        continue;
                 uint64_t want = PAGEMAP_PRESENT | (write ? PAGEMAP_EXCLUSIVE : 0);
                 prefault_range r = {.write = write};
                 uint64_t ent[512];
-                for (uint64_t v = lo; v < hi && ranges < PREFAULT_MAX_RANGES;) {
+                for (uint64_t v = lo; v < hi && ranges < cap;) {
                         size_t k = (size_t)((hi - v) / page);
                         if (k > ARRAY_SIZE(ent))
                                 k = ARRAY_SIZE(ent);
@@ -91,8 +96,8 @@ _Noreturn static void probe_report(int out)
                         for (size_t i = 0; i < (size_t)n / sizeof(ent[0]); i++, v += page) {
                                 /* Past a cap, the open range ends and no
                                  * new one starts. */
-                                bool hit = (ent[i] & want) == want && pages < PREFAULT_MAX_PAGES &&
-                                           ranges < PREFAULT_MAX_RANGES;
+                                bool hit =
+                                    (ent[i] & want) == want && pages < max_pages && ranges < cap;
                                 if (hit && !r.len)
                                         r.start = v;
                                 if (hit) {
@@ -100,14 +105,31 @@ _Noreturn static void probe_report(int out)
                                         pages++;
                                 }
                                 if (r.len && (!hit || v + page >= hi)) {
-                                        if (al_write_full(out, &r, sizeof(r)) < 0)
-                                                _exit(1);
-                                        ranges++;
+                                        out[ranges++] = r;
                                         r.len = 0;
                                 }
                         }
                 }
         }
+        fclose(maps);
+        return ranges;
+}
+
+/* Sends the probe's own touched pages (scan_pages) to out, as
+ * prefault_range records. */
+_Noreturn static void probe_report(int out)
+{
+        /* Changing to the mapped ids made the template undumpable, which
+         * puts its /proc files out of its own reach; the probe only reads
+         * its own, and is gone right after. */
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+        int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        if (pagemap < 0)
+                _exit(1);
+        static prefault_range found[PREFAULT_MAX_RANGES];
+        size_t n = scan_pages(pagemap, false, PREFAULT_MAX_PAGES, found, ARRAY_SIZE(found));
+        if (n && al_write_full(out, found, n * sizeof(found[0])) < 0)
+                _exit(1);
         _exit(0);
 }
 
@@ -176,4 +198,236 @@ void tpl_populate_learned(const struct template_state *tpl)
         for (size_t i = 0; i < tpl->n_prefault; i++)
                 (void)madvise((void *)(uintptr_t)tpl->prefault[i].start, tpl->prefault[i].len,
                               tpl->prefault[i].write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+}
+
+/* --- A session's pre-copy ---
+ *
+ * A session's active process forks a cell base before each cell, which
+ * makes every page of it copy-on-write again, and the cell then faults on
+ * each page it writes (about 190 for `1+1`, 830 for a small pandas cell,
+ * 5-17 us each on a small VM). The pages a cell writes are mostly those the
+ * last one wrote. Just before the next base is forked (after the grace, while
+ * the old base still shares every page it did not write), the pages this
+ * process holds exclusively are those written since that base was forked
+ * (tpl_precopy_learn); once the new base is forked they are copied in the
+ * background, a chunk at a time, until a frame from the host comes
+ * (tpl_precopy_populate). Pages left fault on demand as before.
+ *
+ * The pages copied last time are exclusive at the next scan whether or not
+ * the cell wrote them, which would make the set grow to every page any cell
+ * ever wrote (each copy a page of memory not shared with the base). Each
+ * copied page's contents are hashed when it is copied; one whose hash is the
+ * same at the next scan was not seen written, and after PRECOPY_KEEP_CELLS
+ * such cells in a row it is left out. Not at once: Python's reference
+ * counts go up and down again, so a cell writes many pages that it leaves
+ * as they were (kept out at once, half the pages of a small pandas cell
+ * faulted every other cell). A copy never changes a page's contents (the
+ * base keeps its own), so neither a wrong hash nor a stale set can change
+ * what a rollback restores: they cost only time or memory. */
+
+/* Caps: the pages kept for the next cell (16 MiB, the memory they may
+ * cost beside the base), and the chunk copied between two looks at the
+ * host's channel (about 0.4 ms here); the scan reads at most
+ * PREFAULT_MAX_PAGES pages. */
+#define PRECOPY_MAX_PAGES   4096
+#define PRECOPY_CHUNK_PAGES 64
+/* A page copied for this many cells in a row without being seen written is
+ * left out of the next set. */
+#define PRECOPY_KEEP_CELLS 8
+
+static struct {
+        prefault_range r[PREFAULT_MAX_RANGES];
+        size_t n;
+        /* Per page of r, in order: its hash when it was copied, 0 when it
+         * was not (yet); and the cells since it was last seen written. */
+        uint64_t hash[PRECOPY_MAX_PAGES];
+        uint8_t age[PRECOPY_MAX_PAGES];
+        /* Learned since the last populate: the set is for the next cell. */
+        bool fresh;
+} precopy;
+
+/* Contract: a fd of this process's own /proc/self/pagemap, opened once per
+ * process and kept, or -1. A session's process is undumpable (the template
+ * changed its ids), which makes its /proc files root's: it is dumpable only
+ * for the open, then undumpable again (the process ends if it cannot be,
+ * which the host sees as the session's end). That window gives guest code
+ * nothing it does not already have: it runs in this very process, which it
+ * may make dumpable itself at any time (prctl is not filtered), and every
+ * other process that could open this one's files in it is the same guest's
+ * in the same copy (other copies are in other PID namespaces, and those of
+ * this copy were stopped at the end of the cell: tpl_session_freeze). A fd
+ * of pagemap reads the memory of the process that opened it, for as long as
+ * it is open, and is inherited by every process forked from this one (cell
+ * bases, restores, forks): so the fd is used only when it is still the one
+ * /proc/self/pagemap names now (same inode: the same process, which guest
+ * code cannot have replaced by another file of that inode), and otherwise
+ * closed when it is still the one opened then, and opened anew. Never reads
+ * another process's map. */
+static int own_pagemap(void)
+{
+        static int fd = -1;
+        static dev_t dev;
+        static ino_t ino;
+        struct stat now, st;
+        if (stat("/proc/self/pagemap", &now) < 0)
+                return -1;
+        bool valid = fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+        if (valid && st.st_dev == now.st_dev && st.st_ino == now.st_ino)
+                return fd;
+        if (valid)
+                close(fd);
+        fd = -1;
+        int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+        if (dumpable != 1 && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+                return -1;
+        int f = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        if (dumpable != 1 && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+                _exit(0);
+        if (f < 0 || fstat(f, &st) < 0 || st.st_dev != now.st_dev || st.st_ino != now.st_ino) {
+                if (f >= 0)
+                        close(f);
+                return -1;
+        }
+        fd = f;
+        dev = st.st_dev;
+        ino = st.st_ino;
+        return fd;
+}
+
+/* A hash of one page's contents; never 0 (which marks a page not copied).
+ * Reads memory that is the guest's: no sanitizer's view of it applies. */
+__attribute__((no_sanitize_address)) static uint64_t page_hash(const void *p, size_t len)
+{
+        const uint64_t *w = p;
+        const uint64_t k = 0x9e3779b97f4a7c15ull;
+        uint64_t a = 1, b = 2, c = 3, d = 4;
+        for (size_t i = 0; i + 4 <= len / sizeof(*w); i += 4) {
+                a = (a ^ w[i]) * k;
+                b = (b ^ w[i + 1]) * k;
+                c = (c ^ w[i + 2]) * k;
+                d = (d ^ w[i + 3]) * k;
+        }
+        uint64_t h = a ^ (b << 17 | b >> 47) ^ (c << 31 | c >> 33) ^ (d << 47 | d >> 17);
+        return h ? h : 1;
+}
+
+/* Appends the page at v to the ranges out[*n], coalesced. */
+static void add_page(prefault_range *out, size_t *n, uint64_t v, uint64_t page)
+{
+        if (*n && out[*n - 1].start + out[*n - 1].len == v) {
+                out[*n - 1].len += page;
+                return;
+        }
+        out[(*n)++] = (prefault_range){.start = v, .len = page, .write = 1};
+}
+
+/* The age of the page at v for the next set: 0 when it was seen written
+ * since the last scan (it was not copied then, so it is exclusive only by a
+ * write, or its contents changed since it was copied), else one more than
+ * it had (copied, and its contents as then: Python's reference counts go
+ * up and down again, so such a page may well have been written too). The
+ * last set is walked from range *ri on, whose first page is hash index *hi;
+ * v only grows from call to call. */
+static unsigned next_age(uint64_t v, uint64_t page, size_t *ri, size_t *hi)
+{
+        while (*ri < precopy.n && precopy.r[*ri].start + precopy.r[*ri].len <= v) {
+                *hi += precopy.r[*ri].len / page;
+                (*ri)++;
+        }
+        if (*ri >= precopy.n || v < precopy.r[*ri].start)
+                return 0;
+        size_t i = *hi + (v - precopy.r[*ri].start) / page;
+        if (i >= PRECOPY_MAX_PAGES || !precopy.hash[i] ||
+            precopy.hash[i] != page_hash((const void *)(uintptr_t)v, page))
+                return 0;
+        return precopy.age[i] + 1u;
+}
+
+/* The oldest age (exclusive) of the pages kept out of ages[0..n), so that
+ * at most PRECOPY_MAX_PAGES are: those seen written most recently first. */
+static unsigned age_limit(const uint8_t *ages, size_t n)
+{
+        size_t count[PRECOPY_KEEP_CELLS] = {0};
+        for (size_t i = 0; i < n; i++)
+                if (ages[i] < PRECOPY_KEEP_CELLS)
+                        count[ages[i]]++;
+        unsigned limit = 1;
+        for (size_t total = count[0];
+             limit < PRECOPY_KEEP_CELLS && total + count[limit] <= PRECOPY_MAX_PAGES; limit++)
+                total += count[limit];
+        return limit;
+}
+
+void tpl_precopy_learn(void)
+{
+        precopy.fresh = false;
+        int pagemap = own_pagemap();
+        if (pagemap < 0)
+                return;
+        static prefault_range found[PREFAULT_MAX_RANGES], kept[PREFAULT_MAX_RANGES];
+        static uint8_t found_ages[PREFAULT_MAX_PAGES], ages[PRECOPY_MAX_PAGES];
+        size_t n = scan_pages(pagemap, true, PREFAULT_MAX_PAGES, found, ARRAY_SIZE(found));
+        const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        size_t nfound = 0, ri = 0, hi = 0;
+        for (size_t i = 0; i < n; i++)
+                for (uint64_t v = found[i].start; v < found[i].start + found[i].len; v += page) {
+                        unsigned age = next_age(v, page, &ri, &hi);
+                        found_ages[nfound++] = (uint8_t)(age < 255 ? age : 255);
+                }
+        unsigned limit = age_limit(found_ages, nfound);
+        size_t m = 0, pages = 0, j = 0;
+        for (size_t i = 0; i < n && pages < PRECOPY_MAX_PAGES; i++) {
+                for (uint64_t v = found[i].start;
+                     v < found[i].start + found[i].len && pages < PRECOPY_MAX_PAGES; v += page) {
+                        uint8_t age = found_ages[j++];
+                        if (age >= limit)
+                                continue;
+                        /* A page that does not extend the last range needs
+                         * a range of its own. */
+                        if (m == ARRAY_SIZE(kept) && kept[m - 1].start + kept[m - 1].len != v)
+                                break;
+                        add_page(kept, &m, v, page);
+                        ages[pages++] = age;
+                }
+        }
+        memcpy(precopy.r, kept, m * sizeof(kept[0]));
+        precopy.n = m;
+        memset(precopy.hash, 0, pages * sizeof(precopy.hash[0]));
+        memcpy(precopy.age, ages, pages);
+        precopy.fresh = true;
+}
+
+void tpl_precopy_forget(void)
+{
+        precopy.fresh = false;
+}
+
+bool tpl_precopy_populate(int chan)
+{
+        if (!precopy.fresh)
+                return false;
+        precopy.fresh = false;
+        const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        size_t hi = 0, unpolled = PRECOPY_CHUNK_PAGES;
+        for (size_t i = 0; i < precopy.n; i++) {
+                for (uint64_t off = 0; off < precopy.r[i].len;) {
+                        struct pollfd p = {chan, POLLIN, 0};
+                        if (unpolled >= PRECOPY_CHUNK_PAGES && poll(&p, 1, 0) != 0)
+                                return true; /* the host's next frame: the rest faults */
+                        if (unpolled >= PRECOPY_CHUNK_PAGES)
+                                unpolled = 0;
+                        uint64_t len = precopy.r[i].len - off;
+                        if (len > (PRECOPY_CHUNK_PAGES - unpolled) * page)
+                                len = (PRECOPY_CHUNK_PAGES - unpolled) * page;
+                        uint64_t at = precopy.r[i].start + off;
+                        bool done = madvise((void *)(uintptr_t)at, len, MADV_POPULATE_WRITE) == 0;
+                        for (uint64_t v = at; v < at + len; v += page, hi++)
+                                if (done && hi < PRECOPY_MAX_PAGES)
+                                        precopy.hash[hi] =
+                                            page_hash((const void *)(uintptr_t)v, page);
+                        off += len;
+                        unpolled += (size_t)(len / page);
+                }
+        }
+        return true;
 }

@@ -118,11 +118,19 @@ static void after_snapshot(struct template_state *tpl, int chan, enum snapshot_e
                 e = tpl_session_snapshot(tpl, chan, true);
                 populate = false;
         }
+        /* The pages the last cell wrote, when they were learned before the
+         * base was forked (tpl_precopy_learn); otherwise those a copy writes.
+         * A restore's process was made from a base that holds what was
+         * learned before it was forked. */
         if (e == SNAPSHOT_RESTORED) {
                 tpl_session_grace(chan);
-                tpl_populate_learned(tpl);
+                if (!tpl_precopy_populate(chan))
+                        tpl_populate_learned(tpl);
         } else if (e == SNAPSHOT_TAKEN && populate) {
-                tpl_populate_learned(tpl);
+                if (!tpl_precopy_populate(chan))
+                        tpl_populate_learned(tpl);
+        } else {
+                tpl_precopy_forget();
         }
 }
 
@@ -181,6 +189,10 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                 first = false;
                 const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
                 op = op ? op : "";
+                /* A cell base left for the next base goes before any other
+                 * op is served. */
+                if (session && strcmp(op, WIRE_OP_SNAPSHOT) != 0)
+                        tpl_session_finish_drop(tpl);
                 if (strcmp(op, WIRE_OP_RUN) == 0) {
                         json_t *jc = json_object_get(msg, WIRE_KEY_CODE);
                         const char *code = json_string_value(jc);

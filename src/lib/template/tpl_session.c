@@ -38,6 +38,11 @@ static int link_in = -1;
 /* Set in an active process whose cell base became a fork, until it takes
  * the next (tpl_session_gave_base). */
 static bool gave_base;
+/* The cell base that a "drop" ended the use of, still alive until the next
+ * base is taken (tpl_session_drop), or -1; then killed there, and reaped
+ * before the next op (base_killed). */
+static pid_t base_dropped = -1;
+static pid_t base_killed = -1;
 
 /* Closes *fd, if open, and marks it closed. */
 static void drop_fd(int *fd)
@@ -371,6 +376,23 @@ static void wait_reaped(const struct template_state *tpl, pid_t pid)
         }
 }
 
+/* Reaps the cell base that kill_dropped killed, if any. */
+static void reap_killed(const struct template_state *tpl)
+{
+        pid_t id = base_killed;
+        base_killed = -1;
+        if (id > 1)
+                wait_reaped(tpl, id);
+}
+
+/* Kills the cell base that a "drop" left alive, if any, for reap_killed. */
+static void kill_dropped(void)
+{
+        if (base_dropped > 1 && base_dropped != getpid() && kill(base_dropped, SIGKILL) == 0)
+                base_killed = base_dropped;
+        base_dropped = -1;
+}
+
 /* Contract: runs in the new active process of a rollback that the host
  * started (the old active process is dead, killed by the host after a
  * failed, timed-out or cancelled cell). Whatever the dead process left
@@ -615,6 +637,19 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
         int link[2] = {-1, -1};
         if (base) {
                 tpl_session_grace(chan);
+                /* While the last base still shares every page this process
+                 * did not write since it was forked: the pages the next
+                 * cell is likely to write (tpl_prefault.c), copied once the
+                 * new base is forked. Not when the host's next frame is
+                 * already here (cells back to back): the scan would delay
+                 * it, and the copying would stop at once. Then the last
+                 * base goes; its exit overlaps with the fork, and it is
+                 * reaped before the next op (tpl_session_finish_drop). */
+                reap_killed(tpl);
+                struct pollfd p = {chan, POLLIN, 0};
+                if (base_dropped > 1 && poll(&p, 1, 0) == 0)
+                        tpl_precopy_learn();
+                kill_dropped();
                 /* The base this one replaces was dropped, or died (the
                  * host forgets a dead one): reaped here if it was this
                  * process's child, which no other process's pid can be. */
@@ -626,6 +661,8 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
                     socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, link) ==
                         0)
                         base_ino = fstat(link[0], &st) == 0 ? st.st_ino : 0;
+        } else {
+                tpl_session_finish_drop(tpl);
         }
         sigset_t set, old;
         sigemptyset(&set);
@@ -634,6 +671,8 @@ enum snapshot_end tpl_session_snapshot(const struct template_state *tpl, int cha
         sigprocmask(SIG_BLOCK, &set, &old);
         pid_t pid = fork_interpreter(true);
         if (pid == 0) {
+                /* The last base is this process's parent's to reap. */
+                base_killed = -1;
                 if (link[0] >= 0) {
                         base_link = link[0];
                         link_in = link[1];
@@ -699,14 +738,30 @@ void tpl_session_restore(const struct template_state *tpl, int chan, json_t *msg
                                   "the snapshot is gone"));
 }
 
-/* "drop": the snapshot msg names is no longer wanted. */
+/* "drop": the snapshot msg names is no longer wanted. The cell base, which
+ * the host drops after a kept cell just before it asks for the next one,
+ * stays until that one is taken (tpl_session_snapshot), as the mark of the
+ * pages written since it was forked; any other op ends it first
+ * (tpl_session_finish_drop), so that it is gone from /proc before that op
+ * is served, as a dropped snapshot is. */
 void tpl_session_drop(const struct template_state *tpl, json_t *msg)
 {
         pid_t id = (pid_t)json_integer_value(json_object_get(msg, WIRE_KEY_ID));
-        if (id > 1 && id == base_pid)
+        tpl_session_finish_drop(tpl);
+        if (id > 1 && id == base_pid) {
                 link_forget();
+                base_dropped = id;
+                return;
+        }
         if (id > 1 && id != getpid() && kill(id, SIGKILL) == 0)
                 wait_reaped(tpl, id);
+}
+
+void tpl_session_finish_drop(const struct template_state *tpl)
+{
+        reap_killed(tpl);
+        kill_dropped();
+        reap_killed(tpl);
 }
 
 /* Waits up to SESSION_GONE_S for one byte on fd; 0 when none came. */
