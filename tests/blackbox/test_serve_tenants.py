@@ -6,15 +6,15 @@ results or resources; one tenant at its quotas leaves the other untouched;
 hostile upload paths are refused and change nothing; uploads reach the next
 run and new sessions, not open ones, and survive a restart; the tokens
 file's forms, overrides and reload; many tenants leave nothing behind."""
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
-
-import contextlib
 
 from harness import AIRLOCK, run, tmpdir
 from test_serve import MODERN, Serve, result_of
@@ -339,6 +339,37 @@ def test_uploads_reach_runs_and_new_sessions_and_survive_a_restart():
         r = tool(s, TOK_A, "workspace_remove", {"paths": ["data"]})
         assert not r["isError"], r
         assert code(s, TOK_A, "import os\nprint(os.listdir('/input'))") == "['img.png']\n"
+
+
+def test_the_tenants_folder_is_checked_at_every_call():
+    """Each call looks at the tenant's folder (one lookup, design.md
+    "Shared storage"): removed by the operator, the next call makes it
+    again, empty; replaced by a link, the call is refused and nothing is
+    followed."""
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme"])
+    tdir = os.path.join(d, "t")
+    outside = os.path.join(d, "outside")
+    os.mkdir(outside)
+    with open(os.path.join(outside, "keep.txt"), "w") as f:
+        f.write("outside")
+    ls = "import os\nprint(sorted(os.listdir('/input')))"
+    with serve("--tokens", tok, "--tenants-dir", tdir) as s:
+        assert not write(s, TOK_A, [{"path": "a.txt", "text": "a"}])["isError"]
+        for h in s.every():
+            assert code(h, TOK_A, ls) == "['a.txt']\n"
+        shutil.rmtree(os.path.join(tdir, "acme"))
+        for h in s.every():
+            assert code(h, TOK_A, ls) == "[]\n"
+        assert os.stat(os.path.join(tdir, "acme")).st_mode & 0o777 == 0o700
+        os.rmdir(os.path.join(tdir, "acme"))
+        os.symlink(outside, os.path.join(tdir, "acme"))
+        for h in s.every():
+            r = tool(h, TOK_A, "execute_code", {"code": ls})
+            assert r["isError"] and "is not a folder" in text(r) and "outside" not in text(r), r
+            r = tool(h, TOK_A, "workspace_list", {})
+            assert r["isError"] and "keep.txt" not in json.dumps(r), r
+        assert os.listdir(outside) == ["keep.txt"]
 
 
 def derived_of(token):
