@@ -26,7 +26,15 @@ Needs root, FUSE and network namespaces (as the multihost tier); prints a
 Markdown table, or why it could not measure. Called by bench/run.sh (`make
 bench`); alone: /usr/bin/python3 bench/bench_shared.py BUILD [--quick]
 [--only=small or --only=big] [--json]
+
+--syscalls instead counts what the 20-file tenant's calls ask of the mount:
+strace -f of the serving process over 4 unchanged calls and 4 calls after
+another host's one-file write, each system call on a file descriptor of the
+mount (or a path through it) counted by name, per call. Each is at least
+one round trip to the FUSE daemon (a lookup by name two: LOOKUP and
+GETATTR, with the timeouts 0); compare with the proposed target's lookups.
 """
+import re
 import json
 import os
 import shutil
@@ -247,6 +255,111 @@ def run(build, quick, sizes=("small", "big")):
     return out
 
 
+def _mount_syscalls(log, mount_fds, mount):
+    """{syscall: count} of the calls in strace log that reach the mount:
+    on an fd of it (mount_fds at the start, then every fd opened or
+    duplicated from one), or a path through it."""
+    fds = dict.fromkeys(mount_fds, True)
+    counts = {}
+    pending = {}
+    rx = re.compile(r"^(\d+)\s+(?:<\.\.\. (\w+) resumed>(.*)|(\w+)\((.*))$")
+    for line in log.splitlines():
+        m = rx.match(line)
+        if not m:
+            continue
+        if m.group(2):
+            name, args = m.group(2), pending.pop(m.group(1), "") + m.group(3)
+        elif m.group(5).endswith("<unfinished ...>"):
+            pending[m.group(1)] = m.group(5)[:-len("<unfinished ...>")]
+            continue
+        else:
+            name, args = m.group(4), m.group(5)
+        first = re.match(r"\s*([\w-]*)", args).group(1)
+        ret = args.rsplit("= ", 1)[-1].split()[0] if "= " in args else ""
+        if first == "AT_FDCWD":
+            path = args.split(",")[1].strip().strip('"')
+            on = path.startswith(mount) or any(path.startswith(f"/proc/self/fd/{f}/")
+                                               for f, v in fds.items() if v)
+        elif first.isdigit():
+            on = fds.get(int(first), False)
+        else:
+            continue
+        if name in ("openat", "openat2", "open") or (name == "fcntl" and "DUPFD" in args):
+            if ret.isdigit():
+                fds[int(ret)] = on
+        if name == "close":
+            fds.pop(int(first), None)
+        if on and name not in ("fcntl", "inotify_add_watch"):
+            key = name + (" (by fd)" if name == "newfstatat" and '""' in args else "")
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def syscalls(build, calls=4):
+    """Counts, per call, the system calls on the mount of the 20-file
+    tenant's unchanged calls and calls after another host's write."""
+    why = gluster.missing() or (None if shutil.which("strace") else "strace is missing")
+    if why:
+        return {"skipped": why}
+    exe = os.path.abspath(os.path.join(build, "airlock"))
+    base = tempfile.mkdtemp(prefix="bench-shared.", dir=os.environ.get("TMPDIR", "/tmp"))
+    out = {}
+    procs = []
+    try:
+        with gluster.Volume(os.path.join(base, "vol"), mounts=2) as vol:
+            sh = [os.path.join(m, "tenants") for m in vol.mounts]
+            small_tenant(os.path.join(sh[0], "t"))
+            tmps = [os.path.join(base, f"tmp{k}") for k in range(2)]
+            for t in tmps:
+                os.makedirs(t)
+            m = Mcp(exe, sh[0], "t", tmps[0])
+            other = Mcp(exe, sh[1], "t", tmps[1])
+            procs += [m, other]
+            for _ in range(3):
+                m.call(READ_SMALL)
+            fd_dir = f"/proc/{m.p.pid}/fd"
+            mount_fds = [int(f) for f in os.listdir(fd_dir)
+                         if os.readlink(os.path.join(fd_dir, f)).startswith(vol.mounts[0])]
+            for case in ("unchanged", "after another host's write"):
+                log = os.path.join(base, "strace.log")
+                st = subprocess.Popen(["strace", "-f", "-qq", "-o", log, "-e",
+                                       "trace=%file,%desc,getdents64", "-p", str(m.p.pid)],
+                                      stderr=subprocess.DEVNULL)
+                time.sleep(1)  # strace attaches (it says nothing when it has)
+                for i in range(calls):
+                    if case != "unchanged":
+                        other.write("f00.csv", f"tenant,v\nsyscalls {i}\n{PAD}")
+                    m.call(READ_SMALL)
+                time.sleep(0.3)
+                st.terminate()
+                st.wait(timeout=60)
+                with open(log) as f:
+                    counts = _mount_syscalls(f.read(), mount_fds, vol.mounts[0])
+                out[case] = {k: v / calls for k, v in counts.items()}
+            for x in procs:
+                x.close()
+            procs = []
+    finally:
+        for x in procs:
+            x.p.kill()
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def syscall_lines(res):
+    if "skipped" in res:
+        return [f"not counted: {res['skipped']}"]
+    goal = proposed("small", 0)
+    lines = ["## shared tenants folder: system calls on the mount, a call (20-file tenant)", ""]
+    for case, counts in res.items():
+        total = sum(counts.values())
+        lookups = goal["unchanged" if case == "unchanged" else "edit"][0]
+        lines.append(f"- {case}: {total:.1f} (proposed target: {lookups} lookups): " +
+                     ", ".join(f"{k} {v:.1f}" for k, v in sorted(counts.items(),
+                                                                 key=lambda kv: -kv[1])))
+    return lines
+
+
 def report_lines(res):
     if "skipped" in res:
         return ["## shared tenants folder", "", f"not measured: {res['skipped']}"]
@@ -290,6 +403,9 @@ def report_lines(res):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if "--syscalls" in sys.argv:
+        print("\n".join(syscall_lines(syscalls(args[0] if args else "build"))))
+        return
     sizes = [a[len("--only="):] for a in sys.argv if a.startswith("--only=")] or ["small", "big"]
     res = run(args[0] if args else "build", "--quick" in sys.argv, sizes)
     if "--json" in sys.argv:
