@@ -285,19 +285,25 @@ int mcp_workspace_moved(mcp_workspaces *w, const char *tenant)
 }
 
 /* The tenant's folder, created 0700 when missing with create. Returns the
- * fd or -errno with err filled for the tenant (never naming DIR). */
+ * fd or -errno with err filled for the tenant (never naming DIR). Opened
+ * first and made only when missing: every call checks the folder, and on
+ * shared storage each of these lookups is a round trip to the file
+ * system's server, so a folder that is there costs one. */
 static int tenant_dir(mcp_workspaces *w, const char *tenant, bool create, airlock_error *err)
 {
         if (!tenant_name_valid(tenant, strlen(tenant))) {
                 return al_error(err, -EINVAL, NULL, "no workspace for this client");
         }
-        if (create && mkdirat(w->dirfd, tenant, 0700) < 0 && errno != EEXIST) {
-                int e = errno;
-                return al_error(err, -e, NULL,
-                                "your workspace folder cannot be created on the server: %s",
-                                strerror(e));
-        }
         int fd = openat(w->dirfd, tenant, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT && create) {
+                if (mkdirat(w->dirfd, tenant, 0700) < 0 && errno != EEXIST) {
+                        int e = errno;
+                        return al_error(err, -e, NULL,
+                                        "your workspace folder cannot be created on the server: %s",
+                                        strerror(e));
+                }
+                fd = openat(w->dirfd, tenant, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
         if (fd < 0) {
                 int e = errno;
                 if (e == ELOOP || e == ENOTDIR)
@@ -320,13 +326,32 @@ int mcp_workspace_name(const mcp_workspaces *w, const char *tenant, char *out, s
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
+/* The check of the tenant's folder at every call (mcp_workspace_path): a
+ * folder, never a link, made 0700 when missing. A lookup, not an open: on
+ * shared storage an open and its close are two more round trips to the
+ * file system's server, and the call's own walk opens the folder anyway
+ * (without following a link). */
+static int tenant_dir_check(mcp_workspaces *w, const char *tenant, airlock_error *err)
+{
+        struct stat st;
+        if (!tenant_name_valid(tenant, strlen(tenant)) ||
+            fstatat(w->dirfd, tenant, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)) {
+                /* Missing, or not a folder: tenant_dir makes it or names
+                 * the fault. */
+                int fd = tenant_dir(w, tenant, true, err);
+                if (fd < 0)
+                        return fd;
+                close(fd);
+        }
+        return 0;
+}
+
 int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,
                        airlock_error *err)
 {
-        int fd = tenant_dir(w, tenant, true, err);
-        if (fd < 0)
-                return fd;
-        close(fd);
+        int r = tenant_dir_check(w, tenant, err);
+        if (r < 0)
+                return r;
         int n = snprintf(out, size, "/proc/self/fd/%d/%s", w->dirfd, tenant);
         if (n < 0 || (size_t)n >= size)
                 return al_error(err, -ENAMETOOLONG, NULL, "workspace path too long");

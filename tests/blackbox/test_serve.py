@@ -25,11 +25,12 @@ OPERATOR = "operator-metrics-token-0123456789"
 class Serve:
     """One `airlock serve` on 127.0.0.1 and a port the kernel picks. With
     --tokens it gets the operator's --metrics-token too (OPERATOR), which
-    metrics() reads /metrics with: /metrics is the operator's, no tenant's."""
+    metrics() reads /metrics with: /metrics is the operator's, no tenant's
+    (operator=False: none, a server started as the operator would without)."""
 
-    def __init__(self, *args, listen="127.0.0.1:0", wait_ready=True):
+    def __init__(self, *args, listen="127.0.0.1:0", wait_ready=True, operator=True):
         self.operator = None
-        if "--tokens" in args and "--metrics-token" not in args:
+        if operator and "--tokens" in args and "--metrics-token" not in args:
             path = os.path.join(tmpdir(), "metrics-token")
             with open(path, "w") as f:
                 f.write(OPERATOR + "\n")

@@ -32,6 +32,7 @@ AIRLOCK = os.environ.get("AIRLOCK") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "airlock")
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 IP = shutil.which("ip") or "/usr/sbin/ip"
+NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 READY_S = 120          # a host's start, warm-up included, at most
 HTTP_PORT, PEER_PORT = 8080, 8081
 
@@ -123,8 +124,8 @@ class Cluster:
     .metrics(host) (read with the operator's token, .metrics_token);
     .stop(). tenants_dirs=[...] instead gives each host its own tenants
     folder, in the order of names (a shared file system's mount per host:
-    `ip netns exec` gives each host a mount namespace of its own, a copy of
-    this process's, so a mount made here before start() is seen there).
+    each host joins only a network namespace and shares this process's
+    mounts, so a mount made here is seen there).
     extra_args go to every instance; fake_peers maps more instance names to
     ADDR:PORT in the peers file (a test's fake peer; "{bridge}" stands for
     the test namespace's address on the hosts' bridge); env adds variables
@@ -217,7 +218,12 @@ class Cluster:
         env = dict(os.environ, TMPDIR=h.tmp)
         env.update({k: v.replace("{bridge}", self.net + ".1") for k, v in self.env.items()})
         h.lines = []
-        h.proc = subprocess.Popen([IP, "netns", "exec", h.ns, *self.host_args(h)],
+        # nsenter joins the network namespace alone: `ip netns exec` would
+        # also give the host a mount namespace with a /sys of its own, where
+        # no cgroup file system is mounted, and its runs would go without
+        # cgroups (test_cluster_tenants's many-tenants check saw none).
+        # The process is airlock itself either way (neither forks).
+        h.proc = subprocess.Popen([NSENTER, f"--net=/run/netns/{h.ns}", *self.host_args(h)],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, env=env, preexec_fn=_die_with_parent)
         threading.Thread(target=h._read, daemon=True).start()

@@ -520,44 +520,54 @@ typedef struct meta_walk {
         uint32_t max_depth;
 } meta_walk;
 
+/* Adds one entry name of the folder dfd (inode ino) to m, and what is
+ * below it when it is a folder. */
+static int meta_dir(meta_walk *m, int dfd, ino_t ino, uint32_t depth);
+static int meta_entry(meta_walk *m, int dfd, ino_t ino, const char *name, uint32_t depth)
+{
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                return 0;
+        struct stat st;
+        if (++m->count > m->max || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            st.st_dev != m->dev)
+                return -1;
+        m->sum += entry_hash(ino, name, &st);
+        if (!S_ISDIR(st.st_mode))
+                return 0;
+        int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0)
+                return -1;
+        int r = meta_dir(m, sub, st.st_ino, depth + 1);
+        close(sub);
+        return r;
+}
+
 /* Adds every entry below the folder dfd (inode ino) to m, never following
  * a link and never leaving the root's device. 0, or -1 for anything else
  * (an entry gone meanwhile, a link where a folder was, past a cap): the
- * caller then walks in full, which gives the exact answer. */
+ * caller then walks in full, which gives the exact answer. dfd is the
+ * caller's own, opened for this walk: it is listed with getdents64 itself,
+ * not through a DIR (fdopendir's fstat would be one more round trip per
+ * folder to a network file system's server, at every call). */
 static int meta_dir(meta_walk *m, int dfd, ino_t ino, uint32_t depth)
 {
         if (depth > m->max_depth)
                 return -1;
-        int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
-        DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
-        if (!d) {
-                if (dup >= 0)
-                        close(dup);
+        enum { BUF = 32768 };
+        char *buf = malloc(BUF);
+        if (!buf)
                 return -1;
-        }
         int r = 0;
-        struct dirent *de;
-        while (r == 0 && (de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                struct stat st;
-                if (++m->count > m->max || fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    st.st_dev != m->dev) {
-                        r = -1;
-                        break;
+        ssize_t n = 0;
+        while (r == 0 && (n = getdents64(dfd, buf, BUF)) > 0)
+                for (ssize_t off = 0; r == 0 && off < n;) {
+                        const struct dirent64 *de = (const void *)(buf + off);
+                        off += de->d_reclen;
+                        r = meta_entry(m, dfd, ino, de->d_name, depth);
                 }
-                m->sum += entry_hash(ino, de->d_name, &st);
-                if (!S_ISDIR(st.st_mode))
-                        continue;
-                int sub = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (sub < 0) {
-                        r = -1;
-                        break;
-                }
-                r = meta_dir(m, sub, st.st_ino, depth + 1);
-                close(sub);
-        }
-        closedir(d);
+        if (r == 0 && n < 0)
+                r = -1;
+        free(buf);
         return r;
 }
 
