@@ -385,6 +385,12 @@ def test_fake_peer_garbage_or_hang_fails_one_call():
     assert r.get("isError") and "instance hang" in text(r), r
     assert f"did not answer within {BOUND} s" in text(r), r
     assert f"--peer-timeout {PEER_TIMEOUT} s" in text(r), r
+    # A read of a run's file on such a peer: a JSON-RPC error of the same
+    # text (-32603, not the -32002 of files lost with a host that is gone).
+    uri = "airlock://run/garb_" + secrets.token_hex(16) + "/output/r.txt"
+    _, m = read(at(a), uri)
+    assert m["error"]["code"] == -32603 and "instance garb" in m["error"]["message"], m
+    assert m["error"]["message"].startswith("resource " + uri), m
     _, r, _ = call(at(a), "execute_code", {"code": "print(3)"})
     assert not r.get("isError") and text(r).startswith("3\n"), r
     # A peer added to the peers file is known after SIGHUP (and not before).
