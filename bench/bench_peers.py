@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """A session's call through a replica that does not hold the session (it
 forwards the call to its peer, issue 42) against the same call sent to the
-owner itself: target at most +0.5 ms, median.
+owner itself: target at most +0.5 ms, median. The same for a resources/read
+of a run's file held by the owner (the URI names it, so the other instance
+forwards the read).
 
 Two `airlock serve` instances on loopback, peers of each other (--peer-listen,
 --peers, a cluster secret), one tenant. A session is opened on the owner;
@@ -65,6 +67,20 @@ class Conn:
         assert r.status == 200 and bool(m["result"].get("isError")) == error, data
         return dt, m["result"]
 
+    def read(self, uri, error=False):
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "resources/read",
+                           "params": {"uri": uri}})
+        t0 = time.perf_counter()
+        self.c.request("POST", "/mcp", body, {"Content-Type": "application/json",
+                                               "Accept": "application/json",
+                                               "Authorization": "Bearer " + self.token})
+        r = self.c.getresponse()
+        data = r.read()
+        dt = (time.perf_counter() - t0) * 1000
+        m = json.loads(data)
+        assert r.status == 200 and ("result" in m) != error, data
+        return dt, m
+
 
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
@@ -107,14 +123,15 @@ def main():
         def p90(v):
             return sorted(v)[int(len(v) * 0.9)]
 
-        def measure(args, error):
+        def measure(args, error, uri=None):
             direct, through = [], []
             for i in range(rounds):
                 order = ((own, direct), (fwd, through)) if i % 2 == 0 else \
                     ((fwd, through), (own, direct))
                 for c, out in order:
                     time.sleep(GAP_S)
-                    out.append(c.call("execute_code", args, error)[0])
+                    out.append(c.read(uri)[0] if uri else
+                               c.call("execute_code", args, error)[0])
             diffs = [b - a for a, b in zip(direct, through)]
             return {"owner_median_ms": statistics.median(direct), "owner_p90_ms": p90(direct),
                     "forwarded_median_ms": statistics.median(through),
@@ -124,13 +141,21 @@ def main():
         # A cell in the session; and the owner's answer to a handle it never
         # opened (no run: the forwarding's own cost, not hidden in a cell's).
         never = "sess_own_" + "a" * 26
+        # A run's 1 KiB file, held by the owner: its URI names it.
+        _, r = own.call("execute_code", {"code": "open('/output/r.txt','w').write('x' * 1024)"})
+        uri = [x["resource"]["uri"] for x in r["content"] if x.get("type") == "resource"][0]
+        for c in (own, fwd):
+            for _ in range(20):
+                c.read(uri)
         out = {"rounds": rounds, "target_ms": 0.5,
                "cell": measure({"session": h, "code": "x = 1"}, False),
-               "no_run": measure({"session": never, "code": "x = 1"}, True)}
+               "no_run": measure({"session": never, "code": "x = 1"}, True),
+               "read": measure(None, False, uri)}
         print(f"Peers (issue 42): {rounds} interleaved pairs, keep-alive, loopback, "
               f"calls {GAP_S * 1000:.0f} ms apart")
         for key, what in (("cell", "a session's execute_code `x = 1`"),
-                          ("no_run", "the owner's tool error for a handle it never opened")):
+                          ("no_run", "the owner's tool error for a handle it never opened"),
+                          ("read", "resources/read of a run's 1 KiB file held by the owner")):
             m = out[key]
             ok = m["added_median_ms"] <= out["target_ms"]
             print(f"  {what}:")
@@ -148,7 +173,7 @@ def main():
             if line.startswith("{") and '"peer":true' in line:
                 ports.add(json.loads(line)["client"])
         out["peer_connections"] = len(ports)
-        print(f"  connections opened to the peer for {2 * rounds + 20} forwarded calls: "
+        print(f"  connections opened to the peer for {3 * rounds + 40} forwarded calls: "
               f"{len(ports)}")
         print(json.dumps(out))
     finally:

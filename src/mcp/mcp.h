@@ -8,12 +8,18 @@
 
 #include "airlock.h"
 #include "jsonrpc.h"
+#include "mcp_session.h"
 
 /* Where a run's files can be read back: MCP_URI_PREFIX, the run's id (32
  * hex digits from getrandom, so a URI cannot be guessed), then the file's
- * path percent-encoded: airlock://run/3f0c.../output/a%20b.csv. */
+ * path percent-encoded: airlock://run/3f0c.../output/a%20b.csv. Under
+ * `airlock serve` with peers the id starts with the instance's name and
+ * "_", as a session handle does (airlock://run/h1_3f0c.../output/a.csv):
+ * the host that holds the run's files, to which another instance forwards
+ * a resources/read (http/serve_forward.c). */
 #define MCP_URI_PREFIX "airlock://run/"
-#define MCP_RUN_ID_LEN 32
+#define MCP_RUN_ID_LEN 32 /* the random part's hex digits */
+#define MCP_RUN_ID_MAX (MCP_INSTANCE_MAX + 1 + MCP_RUN_ID_LEN)
 /* The _meta key of the run record of a CallToolResult, sent when the
  * tools/call request's params._meta has this key set to true. */
 #define MCP_META_RUN "dev.airlock/run"
@@ -71,8 +77,15 @@ typedef struct mcp_store mcp_store;
 
 int mcp_store_new(mcp_store **ret);
 void mcp_store_free(mcp_store *st);
-/* A new run id: MCP_RUN_ID_LEN hex digits and a NUL. Returns 0 or -errno. */
-int mcp_run_id(char out[MCP_RUN_ID_LEN + 1]);
+/* Run ids made from now on name instance ("<instance>_" before the random
+ * part): `airlock serve` with peers. Called before any run. */
+void mcp_store_name_runs(mcp_store *st, const char *instance);
+/* A new run id: the store's instance and "_" if it names one, then
+ * MCP_RUN_ID_LEN hex digits, and a NUL. Returns 0 or -errno. */
+int mcp_run_id(const mcp_store *st, char out[MCP_RUN_ID_MAX + 1]);
+/* Copies the instance a resource URI's run id names to out; false when it
+ * names none (the form without peers, or not a URI of a run at all). */
+bool mcp_resource_uri_instance(const char *uri, char out[MCP_INSTANCE_MAX + 1]);
 
 /* Raises this process's soft limit on open files to its hard limit (at
  * most 1 << 20): a server holds a few fds for each workspace it has staged

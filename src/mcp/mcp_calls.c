@@ -109,8 +109,8 @@ void mcp_run_call(mcp_call *c, reader_watch *w)
         if (live)
                 mcp_progress_remove(srv, c);
         json_t *result = NULL;
-        char run_id[MCP_RUN_ID_LEN + 1];
-        if (c->id && r >= 0 && mcp_run_id(run_id) < 0) {
+        char run_id[MCP_RUN_ID_MAX + 1];
+        if (c->id && r >= 0 && mcp_run_id(srv->store, run_id) < 0) {
                 airlock_result_free(res);
                 res = NULL;
                 r = al_error(&err, -EIO, NULL, "no random bytes for the run's id");

@@ -137,6 +137,8 @@ int mcp_core_new(airlock_config *cfg, const mcp_session_caps *caps, const mcp_co
         int r = mcp_server_init(srv, cfg, caps, false, err);
         if (r >= 0 && o && o->instance)
                 mcp_sessions_set_instance(srv->sessions, o->instance);
+        if (r >= 0 && o && o->instance && o->name_runs)
+                mcp_store_name_runs(srv->store, o->instance);
         if (r >= 0 && o && o->quotas)
                 mcp_sessions_set_quotas(srv->sessions, o->quotas);
         return r;

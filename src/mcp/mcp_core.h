@@ -57,6 +57,9 @@ typedef struct mcp_core_options {
         bool stateless;
         /* Session handles name this instance (NULL: the stdio form). */
         const char *instance;
+        /* Run ids, and so the URIs of runs' files, name it too (airlock
+         * serve with peers, which forward a read of them to it). */
+        bool name_runs;
         /* --audit FILE: one JSON line per call (audit.h), or NULL. */
         const char *audit;
         /* Per-owner quotas (quota.h) that sessions count against, or NULL;

@@ -3,7 +3,9 @@
  * list them (resources/list) after the tool result has gone to the model.
  *
  * Each run gets an id of 128 random bits, and every URI names it: a URI
- * cannot be guessed, and one run's files never answer for another's. The
+ * cannot be guessed, and one run's files never answer for another's. Under
+ * `airlock serve` with peers the id also names the instance, whose peers
+ * forward a read of its URIs to it (http/serve_forward.c). The
  * store is bounded in runs, bytes and age (the caps below, in one place);
  * past them the oldest runs go. A URI of a run this process does not hold
  * (dropped, or made by another airlock process of a multi-instance
@@ -35,7 +37,7 @@
 #define MCP_STORE_LIST_PAGE 500          /* resources/list entries per page */
 
 typedef struct stored_run {
-        char id[MCP_RUN_ID_LEN + 1];
+        char id[MCP_RUN_ID_MAX + 1];
         /* Whose call made the run (mcp_sink.owner, "" on stdio): only the
          * same owner lists or reads its files. */
         char owner[MCP_OWNER_MAX + 1];
@@ -54,6 +56,7 @@ struct mcp_store {
         stored_run *runs; /* newest first */
         unsigned n_runs;
         uint64_t bytes;
+        char instance[MCP_INSTANCE_MAX + 1]; /* named in new run ids, or "" */
 };
 
 static double now_s(void)
@@ -147,7 +150,12 @@ void mcp_store_forget(mcp_store *st, const char *owner)
         }
 }
 
-int mcp_run_id(char out[MCP_RUN_ID_LEN + 1])
+void mcp_store_name_runs(mcp_store *st, const char *instance)
+{
+        snprintf(st->instance, sizeof(st->instance), "%s", instance ? instance : "");
+}
+
+int mcp_run_id(const mcp_store *st, char out[MCP_RUN_ID_MAX + 1])
 {
         static const char hex[] = "0123456789abcdef";
         unsigned char raw[MCP_RUN_ID_LEN / 2];
@@ -160,12 +168,45 @@ int mcp_run_id(char out[MCP_RUN_ID_LEN + 1])
                         return -errno;
                 got += (size_t)n;
         }
+        size_t at = 0;
+        if (st->instance[0])
+                at = (size_t)snprintf(out, MCP_RUN_ID_MAX + 1, "%s_", st->instance);
         for (size_t i = 0; i < sizeof(raw); i++) {
-                out[2 * i] = hex[raw[i] >> 4];
-                out[2 * i + 1] = hex[raw[i] & 15];
+                out[at + 2 * i] = hex[raw[i] >> 4];
+                out[at + 2 * i + 1] = hex[raw[i] & 15];
         }
-        out[MCP_RUN_ID_LEN] = '\0';
+        out[at + MCP_RUN_ID_LEN] = '\0';
         return 0;
+}
+
+/* The length of the run id that starts s (a URI's tail after the prefix):
+ * [INSTANCE_]HEX, INSTANCE a valid instance name and HEX MCP_RUN_ID_LEN
+ * lowercase hex digits; 0 when s starts with no run id. The instance's
+ * length goes to *inst_len (0 when it names none). */
+static size_t run_id_span(const char *s, size_t *inst_len)
+{
+        size_t n = strcspn(s, "/");
+        const char *us = memchr(s, '_', n);
+        size_t inst = us ? (size_t)(us - s) : 0;
+        const char *hex = us ? us + 1 : s;
+        *inst_len = inst;
+        if (us && !mcp_instance_valid(s, inst))
+                return 0;
+        if (strspn(hex, "0123456789abcdef") != MCP_RUN_ID_LEN ||
+            (size_t)(hex - s) + MCP_RUN_ID_LEN != n)
+                return 0;
+        return n;
+}
+
+bool mcp_resource_uri_instance(const char *uri, char out[MCP_INSTANCE_MAX + 1])
+{
+        const size_t plen = strlen(MCP_URI_PREFIX);
+        size_t inst = 0;
+        if (strncmp(uri, MCP_URI_PREFIX, plen) != 0 || !run_id_span(uri + plen, &inst) || !inst)
+                return false;
+        memcpy(out, uri + plen, inst);
+        out[inst] = '\0';
+        return true;
 }
 
 /* Unlinks *p (a run of the list) and frees it. Caller holds st->lock. */
@@ -403,10 +444,10 @@ json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *r
                 return NULL;
         }
         const char *id = uri + plen;
-        size_t id_len = strspn(id, "0123456789abcdef");
+        size_t inst_len;
+        size_t id_len = run_id_span(id, &inst_len);
         const char *tail = id + id_len;
-        if (id_len != MCP_RUN_ID_LEN ||
-            (strncmp(tail, "/output/", 8) != 0 && strncmp(tail, "/input/", 7) != 0)) {
+        if (!id_len || (strncmp(tail, "/output/", 8) != 0 && strncmp(tail, "/input/", 7) != 0)) {
                 (void)al_error(
                     err, -EINVAL, NULL,
                     "resource not found: %.300s: not a URI this server makes (" MCP_URI_PREFIX
@@ -431,7 +472,7 @@ json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *r
         evict_locked(st, owner ? owner : "");
         stored_run *r = st->runs;
         /* Another owner's run answers as one this server does not hold. */
-        while (r && (memcmp(r->id, id, MCP_RUN_ID_LEN) != 0 ||
+        while (r && (strlen(r->id) != id_len || memcmp(r->id, id, id_len) != 0 ||
                      strcmp(r->owner, owner ? owner : "") != 0))
                 r = r->next;
         const airlock_file *f = NULL;
@@ -454,7 +495,7 @@ json_t *mcp_store_read(mcp_store *st, const char *owner, const char *uri, int *r
                     "resource not found: %.300s: this server holds no run %.*s. It keeps "
                     "the files of your last %d runs (at most %u MiB) for %d minutes; the "
                     "URI may also come from another airlock mcp process",
-                    uri, MCP_RUN_ID_LEN, id, MCP_STORE_RUNS, MCP_STORE_BYTES >> 20,
+                    uri, (int)id_len, id, MCP_STORE_RUNS, MCP_STORE_BYTES >> 20,
                     MCP_STORE_AGE_S / 60);
         }
         pthread_mutex_unlock(&st->lock);

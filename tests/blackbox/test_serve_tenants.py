@@ -195,19 +195,24 @@ def test_tenants_cannot_see_each_other():
             mine = tool(s, TOK_B, name, dict(args, session=handle))
             never = tool(s, TOK_B, name, dict(args, session=fake))
             assert mine["isError"] and text(mine) == text(never).replace(fake, handle), (mine, never)
-        # A run's files are held by the host that ran it (design.md, serve):
-        # B asks that host.
-        one = s.pin()
-        r = tool(one, TOK_A, "execute_code",
+        # A run's files answer to its tenant alone, through every host (a
+        # read that lands on another host of a cluster goes to the one that
+        # holds the run: design.md, serve, Across instances); B lists none.
+        r = tool(s, TOK_A, "execute_code",
                  {"code": "open('/output/r.txt','w').write('acme-result')"})
         uri = [c["resource"]["uri"] for c in r["content"] if c.get("type") == "resource"][0]
-        status, _, body = one.post({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
-                                    "params": {"uri": uri, "_meta": MODERN}}, auth(TOK_B))
-        err = json.loads(body)["error"]
-        assert err["code"] == -32002 and "acme" not in err["message"], err
-        status, _, body = one.post({"jsonrpc": "2.0", "id": 4, "method": "resources/list",
-                                    "params": {"_meta": MODERN}}, auth(TOK_B))
-        assert uri not in body.decode(), body
+        for one in s.every():
+            status, _, body = one.post({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+                                        "params": {"uri": uri, "_meta": MODERN}}, auth(TOK_A))
+            got = json.loads(body)
+            assert got["result"]["contents"][0]["text"] == "acme-result", got
+            status, _, body = one.post({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+                                        "params": {"uri": uri, "_meta": MODERN}}, auth(TOK_B))
+            err = json.loads(body)["error"]
+            assert err["code"] == -32002 and "acme" not in err["message"], err
+            status, _, body = one.post({"jsonrpc": "2.0", "id": 4, "method": "resources/list",
+                                        "params": {"_meta": MODERN}}, auth(TOK_B))
+            assert uri not in body.decode(), body
         # Metrics carry no tenant name and nothing per tenant (read by the
         # operator: a tenant's token does not read them), on every host.
         for h in s.every():

@@ -17,9 +17,9 @@ what the check plants in or reads from the folder is on the volume),
 options (--listen, --peer-listen, --peers, --instance, the cluster secret)
 are added. Calls go through the balancer. What design.md ("Shared storage")
 makes each host's own, sessions' and runs' quotas, run slots, upstream
-server processes and the store of runs' files, a check asks of one host
-(pin()); what holds across hosts (the workspace and its caps, a session
-forwarded to its holder, reloads, metrics summed over the hosts, each
+server processes and the store of runs' files (its caps, its list), a check
+asks of one host (pin()); what holds across hosts (the workspace and its
+caps, a session or a read of a run's file forwarded to its holder, reloads, metrics summed over the hosts, each
 host's log) it asks of the cluster or of every host (every()).
 
 test_airlock_mcp_has_one_tenant is not run here: it drives `airlock mcp` on

@@ -4,12 +4,15 @@ reads no request), forwarding each session's calls to the host that holds
 it over --peer-listen (tests/multihost/cluster.py).
 
 What is checked: a session takes cells through every host, its fork and
-close work through any; two tenants stay apart across hosts; forged,
+close work through any; a run's file is read through any host (the read
+forwarded to the host that holds the run), another tenant's read refused
+alike through every host; two tenants stay apart across hosts; forged,
 replayed, expired and unsigned peer requests are refused and logged, and a
 server without the cluster secret does not start a peer listener; a fake
 peer that answers garbage or hangs fails one call with a clear error; a
 host killed with SIGKILL: its sessions answer that their host is gone and
-their state lost (a call in flight too), nothing waits past a call's bound,
+their state lost (a call in flight too), a read of its run's file that its
+files are lost, nothing waits past a call's bound,
 its tenant's next stateless call succeeds on another host with its files;
 a draining host finishes its cell, refuses what is new, and the peers say
 so; a notifications/cancelled that lands on any host stops the forwarded
@@ -382,6 +385,12 @@ def test_fake_peer_garbage_or_hang_fails_one_call():
     assert r.get("isError") and "instance hang" in text(r), r
     assert f"did not answer within {BOUND} s" in text(r), r
     assert f"--peer-timeout {PEER_TIMEOUT} s" in text(r), r
+    # A read of a run's file on such a peer: a JSON-RPC error of the same
+    # text (-32603, not the -32002 of files lost with a host that is gone).
+    uri = "airlock://run/garb_" + secrets.token_hex(16) + "/output/r.txt"
+    _, m = read(at(a), uri)
+    assert m["error"]["code"] == -32603 and "instance garb" in m["error"]["message"], m
+    assert m["error"]["message"].startswith("resource " + uri), m
     _, r, _ = call(at(a), "execute_code", {"code": "print(3)"})
     assert not r.get("isError") and text(r).startswith("3\n"), r
     # A peer added to the peers file is known after SIGHUP (and not before).
@@ -590,6 +599,63 @@ def test_cancel_reaches_the_owner_from_any_host():
     call(at(a), "session_close", {"session": h})
 
 
+def read(addr, uri, tenant="acme"):
+    """A resources/read; returns (the answering instance, its one message)."""
+    st, h, msgs = post(addr, json.dumps({"jsonrpc": "2.0", "id": 7, "method": "resources/read",
+                                         "params": {"uri": uri}}).encode(), CL.tokens[tenant])
+    assert len(msgs) == 1 and msgs[0].get("id") == 7, (st, msgs)
+    return h.get("airlock-instance"), msgs[0]
+
+
+def run_file(addr, content, tenant="acme"):
+    """Runs code that writes /output/r.txt; returns (the instance that ran
+    it, the file's URI)."""
+    inst, r, _ = call(addr, "execute_code",
+                      {"code": f"open('/output/r.txt','w').write({content!r})"}, tenant)
+    assert not r.get("isError"), r
+    uris = [x["resource"]["uri"] for x in r["content"] if x.get("type") == "resource"]
+    assert len(uris) == 1, r
+    return inst, uris[0]
+
+
+def test_run_files_read_through_every_host():
+    """A run's files are read through any host: the URI names the host that
+    holds them (airlock://run/<instance>_<128 bits>/...), and another host
+    forwards the read to it. Another tenant's read, through any host, is
+    the same -32002 as a read of a URI nobody holds, byte for byte but the
+    URI."""
+    c = get_cluster()
+    a = c.hosts[0]
+    inst, uri = run_file(at(a), "made on a")
+    assert inst == "a" and uri.startswith("airlock://run/a_") and uri.endswith("/output/r.txt"), uri
+    rid = uri[len("airlock://run/a_"):].split("/")[0]
+    assert len(rid) == 32 and all(ch in "0123456789abcdef" for ch in rid), uri
+    fake_rid = secrets.token_hex(16)
+    fake = uri.replace(rid, fake_rid)
+    for host in c.hosts:
+        answered, m = read(at(host), uri)
+        assert answered == host.name, (answered, host.name)
+        assert m["result"]["contents"][0]["text"] == "made on a", m
+        assert m["result"]["contents"][0]["uri"] == uri, m
+        _, other = read(at(host), uri, "globex")
+        _, never = read(at(host), fake, "globex")
+        assert other["error"]["code"] == -32002 and "made on a" not in json.dumps(other), other
+        assert other["error"] == json.loads(json.dumps(never["error"]).replace(fake_rid, rid)), \
+            (other, never)
+    seen = set()
+    for _ in range(6):  # through the balancer, which reads nothing
+        answered, m = read(c.lb, uri)
+        assert m["result"]["contents"][0]["text"] == "made on a", m
+        seen.add(answered)
+    assert seen == {x.name for x in c.hosts}, seen
+    # The list stays each host's own (design.md): a lists the run, b not.
+    for host, listed in ((a, True), (c.hosts[1], False)):
+        _, _, msgs = post(at(host), json.dumps({"jsonrpc": "2.0", "id": 8,
+                                                "method": "resources/list"}).encode(),
+                          c.tokens["acme"])
+        assert (uri in json.dumps(msgs)) == listed, msgs
+
+
 def test_long_cell_within_its_timeout_is_not_cut():
     """A forwarded cell that takes longer than --peer-timeout but less than
     its own --timeout is answered through the forwarding host: the wait is
@@ -614,6 +680,7 @@ def test_host_killed():
                    {"files": [{"path": "notes.txt", "text": "written through b"}]})
     assert not r.get("isError"), r
     _, h = open_session(at(b))
+    _, uri = run_file(at(b), "made on b")
     got = {}
     started = threading.Event()
 
@@ -647,6 +714,13 @@ def test_host_killed():
         _, r, _ = call(at(host), "execute_code", {"session": h, "code": "1"})
         assert r.get("isError"), r
         assert "instance b, is gone" in text(r) and "lost" in text(r), r
+    # A read of b's run's file, through a or c: the run's files were in b's
+    # memory; the read answers at once that b is gone.
+    for host in (a, cc):
+        _, m = read(at(host), uri)
+        assert m["error"]["code"] == -32002, m
+        assert "instance b, is gone" in m["error"]["message"], m
+        assert "files were in that host's memory and are lost" in m["error"]["message"], m
     ok = set()
     for _ in range(6):
         try:

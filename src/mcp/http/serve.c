@@ -356,6 +356,7 @@ static int server_build(http_server *s, mcp_service *svc, airlock_error *err)
         const mcp_service_options *o = mcp_service_opts(svc);
         mcp_core_options co = {.stateless = true,
                                .instance = s->opt.instance,
+                               .name_runs = http_peers_on(s),
                                .audit = o->audit,
                                .quotas = s->quotas,
                                .workspaces = s->workspaces,

@@ -1,14 +1,17 @@
-/* Forwarding a session's call to the instance that holds it.
+/* Forwarding a session's call, or a read of a run's file, to the instance
+ * that holds it.
  *
  * A session lives in the memory of the instance that opened it, which its
  * handle names (sess_<instance>_...). A tools/call that names another
  * instance's handle (execute_code, session_fork, session_close: any tool
  * with a "session" argument) is sent, as its client sent it, to that
- * instance's --peer-listen, signed with the cluster secret and naming the
- * tenant this instance authenticated (serve_peer.c). What the peer answers,
- * its progress notifications as they come and then its response, goes into
- * the request's sink, each message written again as compact JSON, so that
- * the client gets the same JSON or SSE answer as from the peer itself.
+ * instance's --peer-listen; so is a resources/read whose URI's run id
+ * names another instance (airlock://run/<instance>_<hex>/..., mcp.h), the
+ * run's files being in that instance's memory too. Either goes signed with the cluster secret and
+ * naming the tenant this instance authenticated (serve_peer.c). What the peer answers, its progress
+ * notifications as they come and then its response, goes into the request's sink, each message
+ * written again as compact JSON, so that the client gets the same JSON or SSE answer as from the
+ * peer itself.
  *
  * The transfer runs on a thread of its own while the request's thread
  * writes the answer and watches the client's socket: a client that leaves
@@ -83,7 +86,11 @@ typedef struct fwd_job {
         CURL *h;
         char url[PEER_URL_MAX];
         char instance[MCP_INSTANCE_MAX + 1];
-        char handle[80];
+        /* What is forwarded, for the errors: "session HANDLE", or
+         * "resource URI" (a resources/read, whose errors are JSON-RPC
+         * errors rather than tool errors). */
+        char subject[360];
+        bool read;
         char accept[64];
         char version[40]; /* the client's MCP-Protocol-Version, or "" */
         char tenant[TENANT_NAME_MAX + 1];
@@ -240,15 +247,21 @@ static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl
         return atomic_load(&j->k->cancel) ? 1 : 0;
 }
 
-/* Answers the call with a tool error saying msg. */
-static void answer_error(fwd_job *j, const char *msg)
+/* Answers the call with a tool error saying msg; a read, with the JSON-RPC
+ * error code (RPC_RESOURCE_NOT_FOUND when the run's files are lost with
+ * their host, else RPC_INTERNAL_ERROR). */
+static void answer_error(fwd_job *j, const char *msg, int code)
 {
-        json_t *m = json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b}}", "jsonrpc", "2.0", "id", j->id,
-                              "result", "content", "type", "text", "text", msg, "isError", 1);
+        json_t *m = j->read ? json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", j->id,
+                                        "error", "code", code, "message", msg)
+                            : json_pack("{s:s, s:O, s:{s:[{s:s, s:s}], s:b}}", "jsonrpc", "2.0",
+                                        "id", j->id, "result", "content", "type", "text", "text",
+                                        msg, "isError", 1);
         char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
+        int status = m ? http_message_status(m) : ST_TOOL_ERROR;
         json_decref(m);
         if (text)
-                http_sink_push(j->k, text, true, ST_TOOL_ERROR);
+                http_sink_push(j->k, text, true, status);
         /* The message names the session's handle: the span says only that
          * the peer gave no answer. */
         al_span_set_str(j->span, "error.type", "peer_failed");
@@ -256,59 +269,65 @@ static void answer_error(fwd_job *j, const char *msg)
 }
 
 /* What to tell the client when the peer gave no response: which of the
- * peer's failures this was, and what became of the session. */
-static void explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *msg, size_t n)
+ * peer's failures this was, and what became of the session or run; returns
+ * the JSON-RPC error code for a read (RPC_RESOURCE_NOT_FOUND: its host is
+ * gone, and so are the run's files). */
+static int explain(fwd_job *j, CURLcode rc, long code, double connect_s, char *msg, size_t n)
 {
-        const char *h = j->handle, *p = j->instance;
+        const char *h = j->subject, *p = j->instance;
+        const char *lost = j->read ? "the run's files were in that host's memory and are lost; "
+                                     "run the code again for new ones"
+                                   : "the session's state was in that host's memory and is lost. "
+                                     "Open a new session with session_open";
         /* Not reached at all, or its connection broken before the answer
          * ended (the process or its host died mid-call): gone. */
         bool never = connect_s <= 0 && code == 0;
         bool broken = rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
                       rc == CURLE_PARTIAL_FILE;
         if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
-            (rc == CURLE_OPERATION_TIMEDOUT && never) || (broken && !j->bad))
+            (rc == CURLE_OPERATION_TIMEDOUT && never) || (broken && !j->bad)) {
+                snprintf(msg, n, "%s: its host, instance %s, is gone (%s): %s", h, p,
+                         al_cu->easy_strerror(rc), lost);
+                return RPC_RESOURCE_NOT_FOUND;
+        } else if (rc == CURLE_OPERATION_TIMEDOUT)
                 snprintf(msg, n,
-                         "session %s: its host, instance %s, is gone (%s): the session's state "
-                         "was in that host's memory and is lost. Open a new session with "
-                         "session_open",
-                         h, p, al_cu->easy_strerror(rc));
-        else if (rc == CURLE_OPERATION_TIMEDOUT)
-                snprintf(msg, n,
-                         "session %s: its host, instance %s, did not answer within %.0f s (the "
+                         "%s: its host, instance %s, did not answer within %.0f s (the "
                          "call's own bound, --queue-wait %.0f s and --timeout %.0f s, and "
                          "--peer-timeout %.0f s for its answer); this call failed",
                          h, p, j->queue_s + j->run_s + j->srv->opt.peer_timeout_s, j->queue_s,
                          j->run_s, j->srv->opt.peer_timeout_s);
-        else if (code == 503)
+        else if (code == 503) {
+                snprintf(msg, n, "%s: its host, instance %s, is shutting down: %s", h, p,
+                         j->read ? "the run's files are lost with it"
+                                 : "the session's state is lost with it. Open a new session "
+                                   "with session_open");
+                return RPC_RESOURCE_NOT_FOUND;
+        } else if (code == 429)
                 snprintf(msg, n,
-                         "session %s: its host, instance %s, is shutting down: the session's "
-                         "state is lost with it. Open a new session with session_open",
-                         h, p);
-        else if (code == 429)
-                snprintf(msg, n,
-                         "session %s: its host, instance %s, refused the call: this tenant sent "
+                         "%s: its host, instance %s, refused the call: this tenant sent "
                          "it more than %d forwarded calls within %d s; this call failed, retry "
                          "later",
                          h, p, PEER_TENANT_MAX, PEER_SKEW_S);
         else if (code == 401)
                 snprintf(msg, n,
-                         "session %s: its host, instance %s, refused this instance's peer request "
+                         "%s: its host, instance %s, refused this instance's peer request "
                          "(check that both have the same cluster secret, --secret NAME=...@peer, "
                          "and clocks within %d s); this call failed",
                          h, p, PEER_SKEW_S);
         else if (j->bad)
-                snprintf(msg, n, "session %s: its host, instance %s, answered %s; this call failed",
-                         h, p, j->bad_why);
+                snprintf(msg, n, "%s: its host, instance %s, answered %s; this call failed", h, p,
+                         j->bad_why);
         else if (rc != CURLE_OK)
                 snprintf(msg, n,
-                         "session %s: its host, instance %s, answered something that is not "
+                         "%s: its host, instance %s, answered something that is not "
                          "HTTP (%s); this call failed",
                          h, p, al_cu->easy_strerror(rc));
         else
                 snprintf(msg, n,
-                         "session %s: its host, instance %s, answered HTTP %ld without an MCP "
+                         "%s: its host, instance %s, answered HTTP %ld without an MCP "
                          "response; this call failed",
                          h, p, code);
+        return RPC_INTERNAL_ERROR;
 }
 
 /* The client span's context, as traceparent, tracestate and baggage
@@ -430,9 +449,9 @@ static void *forward_main(void *arg)
         bool ended =
             j->kind == ANSWER_SSE && code == 200 && rc == CURLE_OK && !j->bad && j->in.len == 0;
         if (!j->got_resp && !ended && !atomic_load(&j->k->cancel)) {
-                char msg[700];
-                explain(j, rc, code, connect_s, msg, sizeof(msg));
-                answer_error(j, msg);
+                char msg[900];
+                int err = explain(j, rc, code, connect_s, msg, sizeof(msg));
+                answer_error(j, msg, err);
         } else if (!j->got_resp) {
                 al_span_set_str(j->span, "error.type", "cancelled");
                 al_span_error(j->span, "the call was cancelled");
@@ -451,16 +470,30 @@ static void *forward_main(void *arg)
         return NULL;
 }
 
+/* The session handle of a tools/call, or the URI of a resources/read (and
+ * so *read), that m names; NULL for anything else. */
+static const char *forward_subject(const jsonrpc_message *m, bool *read)
+{
+        *read = m->method && strcmp(m->method, "resources/read") == 0;
+        if (*read && m->id)
+                return json_string_value(json_object_get(m->params, "uri"));
+        if (!m->method || strcmp(m->method, "tools/call") != 0)
+                return NULL;
+        return json_string_value(
+            json_object_get(json_object_get(m->params, "arguments"), "session"));
+}
+
 bool http_forward_target(http_server *s, const http_request *rq, const jsonrpc_message *m,
                          char peer[MCP_INSTANCE_MAX + 1])
 {
-        if (rq->peer || !http_peers_on(s) || !m->method || strcmp(m->method, "tools/call") != 0)
+        if (rq->peer || !http_peers_on(s))
                 return false;
-        const char *h =
-            json_string_value(json_object_get(json_object_get(m->params, "arguments"), "session"));
+        bool read;
+        const char *h = forward_subject(m, &read);
         char url[PEER_URL_MAX];
-        return h && mcp_session_handle_instance(h, peer) && strcmp(peer, s->opt.instance) != 0 &&
-               http_peer_url(s, peer, url, sizeof(url));
+        return h &&
+               (read ? mcp_resource_uri_instance(h, peer) : mcp_session_handle_instance(h, peer)) &&
+               strcmp(peer, s->opt.instance) != 0 && http_peer_url(s, peer, url, sizeof(url));
 }
 
 void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_message *m,
@@ -484,9 +517,9 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
                        .watch_fd = stream ? -1 : rq->sock};
         dynbuf_init(&j->in, PEER_ANSWER_MAX);
         snprintf(j->instance, sizeof(j->instance), "%s", peer);
-        snprintf(
-            j->handle, sizeof(j->handle), "%s",
-            json_string_value(json_object_get(json_object_get(m->params, "arguments"), "session")));
+        const char *subject = forward_subject(m, &j->read);
+        snprintf(j->subject, sizeof(j->subject), "%s %.300s", j->read ? "resource" : "session",
+                 subject ? subject : "?");
         snprintf(j->accept, sizeof(j->accept), "%s",
                  rq->sse ? "application/json, text/event-stream" : "application/json");
         snprintf(j->tenant, sizeof(j->tenant), "%s", rq->owner);
@@ -501,9 +534,9 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
                               ? "its instance left this instance's peers (a reload of --peers)"
                               : NULL;
         if (why) {
-                char msg[300];
-                snprintf(msg, sizeof(msg), "session %s: %s; this call failed", j->handle, why);
-                answer_error(j, msg);
+                char msg[500];
+                snprintf(msg, sizeof(msg), "%s: %s; this call failed", j->subject, why);
+                answer_error(j, msg, RPC_INTERNAL_ERROR);
                 job_free(j);
                 http_sink_finish(k);
                 return;
@@ -523,8 +556,10 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
         int r = pthread_create(&t, &a, forward_main, j);
         pthread_attr_destroy(&a);
         if (r != 0) {
-                answer_error(j, "this instance could not start forwarding the call (out of "
-                                "threads); retry");
+                answer_error(j,
+                             "this instance could not start forwarding the call (out of "
+                             "threads); retry",
+                             RPC_INTERNAL_ERROR);
                 job_free(j);
                 http_sink_finish(k);
         }
