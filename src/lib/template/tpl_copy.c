@@ -460,14 +460,9 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
          * a copy of a burst (skip_warming), where calls come faster than
          * copies are prepared: under one CPU-bound loop per core, a pandas
          * run 10 ms apart took 8.7 ms without the passes against 15 to 18
-         * ms with them (bench_loaded.py). And no copy once the template
-         * has learned the pages a copy writes (tpl_populate_learned has
-         * just copied them): the passes then only add two interpreter
-         * runs of CPU to every call (issue 40: print(1) without preloads
-         * 3.9x -> 3.6x the floor of a fork, the pandas run 2.8x -> 2.3x,
-         * bench_runcost's library calls, builds interleaved). */
-        for (int pass = 0; tpl->warmed_up && !tpl->skip_warming && !tpl->n_prefault &&
-                           pass < PREWARM_PASSES && !host_waits(chan);
+         * ms with them (bench_loaded.py). */
+        for (int pass = 0;
+             tpl->warmed_up && !tpl->skip_warming && pass < PREWARM_PASSES && !host_waits(chan);
              pass++)
                 tpl_prewarm_copy();
 
