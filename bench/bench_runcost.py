@@ -12,10 +12,12 @@ side by side in one run (issue 40's method).
   - the same code under `bwrap ... python3 -c` (a fresh process a call, as
     bwrap is used);
   - beside them, issue 40's other targets in the same run: print(1) back to
-    back from one client (runs/s, through `airlock mcp` and the library), a
+    back from one client (runs/s, through `airlock mcp` and the library,
+    with the floor's own forks per second measured right before each), a
     warm call's latency through `airlock mcp` against a bwrap run's (print(1)
-    and the preloaded pandas run), and the cold start of `airlock run -c
-    'print(1)'` against bwrap's (bench_cold.py, interleaved rounds).
+    and the preloaded pandas run, in interleaved rounds), the cold start of
+    `airlock run -c 'print(1)'` against bwrap's (bench_cold.py, interleaved
+    rounds), and the pages a ready copy has written since its fork.
 
 CPU per call is the CPU of the caller's whole process tree, read from a
 cgroup of the measurement's own (cgroup v1 cpuacct or v2 cpu.stat), so that
@@ -52,6 +54,9 @@ CALLS = [
 GAP_S = 0.02
 # Issue 40's targets, printed beside what each run measures.
 TARGET_RPS = 500
+# The same, restated against the floor measured beside it: a run costing
+# at most 2.5x a fork's CPU (the CPU target) runs at least 0.4x as often.
+TARGET_RPS_X_FLOOR = 0.4
 TARGET_WARM_X = {"print1": 40, "pandas_pre": 100}
 TARGET_COLD_X = 2.0
 
@@ -70,17 +75,19 @@ def usage():
     if usage_file.endswith("cpu.stat"):
         return int(text.split("usage_usec")[1].split()[0]) * 1000
     return int(text)
-best = None
+import time
+best = wall = None
 for _ in range(rounds):
-    u = usage()
+    u, w = usage(), time.perf_counter()
     for _ in range(n):
         pid = os.fork()
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
-    d = usage() - u
+    d, w = usage() - u, time.perf_counter() - w
     best = d if best is None else min(best, d)
-print(best / n / 1e6)
+    wall = w if wall is None else min(wall, w)
+print(best / n / 1e6, n / wall)
 '''
 
 
@@ -235,34 +242,66 @@ def back_to_back(kind, build, n):
         cg.close()
 
 
-def bwrap_cost(code, n):
-    """CPU ms of one `bwrap ... python3 -c code`, all of its tree, and the
-    median wall time of one."""
-    cg = Cgroup()
+def warm_vs_bwrap(build, code, preload, rounds, warm_calls=5):
+    """A warm call through `airlock mcp` and a `bwrap ... python3 -c` run of
+    the same code, timed in interleaved rounds (as the cold start is,
+    bench_cold.py), so that both sides see the same moments of a shared
+    machine: each round runs bwrap once (its CPU from a cgroup of its own,
+    its wall time) and then warm_calls calls GAP_S apart. Returns bwrap's
+    CPU ms (mean), the medians of bwrap's wall time and of the warm calls,
+    and the median of the rounds' ratios (bwrap's wall time over the
+    round's median warm call)."""
+    srv_cg, bw_cg = Cgroup(), Cgroup()
+    m = None
     try:
-        u0 = cg.usage_ms()
-        lat = []
-        for _ in range(n):
+        m = Mcp(build, code, preload, srv_cg)
+        for _ in range(5):
+            m.call()
+        time.sleep(1.0)
+        bw, warm, ratios = [], [], []
+        u0 = bw_cg.usage_ms()
+        for _ in range(rounds):
             w0 = time.perf_counter()
             p = subprocess.run(bench_loaded.BWRAP + [PY, "-c", code], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=120,
-                               preexec_fn=cg.enter)
-            lat.append((time.perf_counter() - w0) * 1e3)
+                               preexec_fn=bw_cg.enter)
+            bw.append((time.perf_counter() - w0) * 1e3)
             if p.returncode != 0:
                 raise RuntimeError(f"bwrap exited {p.returncode}: {p.stderr.decode()[:300]}")
-        return (cg.usage_ms() - u0) / n, median(lat)
+            lat = []
+            for _ in range(warm_calls):
+                time.sleep(GAP_S)
+                c0 = time.perf_counter()
+                m.call()
+                lat.append((time.perf_counter() - c0) * 1e3)
+            warm += lat
+            ratios.append(bw[-1] / median(lat))
+            time.sleep(GAP_S)
+        return {"bwrap_ms": (bw_cg.usage_ms() - u0) / rounds, "bwrap_wall_ms": median(bw),
+                "warm_ms": median(warm), "ratio": median(ratios), "rounds": rounds}
     finally:
-        cg.close()
+        if m:
+            m.close()
+        srv_cg.close()
+        bw_cg.close()
 
 
 def floor_cost(preload, rounds=3, n=200):
+    """The floor's CPU ms per fork and exit, the best of rounds."""
+    return floor_run(preload, rounds, n)[0]
+
+
+def floor_run(preload, rounds=3, n=200):
+    """(CPU ms per fork and exit, forks per second of wall time), each the
+    best of rounds of n."""
     cg = Cgroup()
     try:
         p = subprocess.run([PY, "-c", FLOOR, cg.usage_file, preload or "-", str(rounds), str(n)],
                            capture_output=True, text=True, timeout=600, preexec_fn=cg.enter)
         if p.returncode != 0:
             raise RuntimeError(f"the floor's python3 failed: {p.stderr[-300:]}")
-        return float(p.stdout.strip())
+        cpu, rate = p.stdout.split()
+        return float(cpu), float(rate)
     finally:
         cg.close()
 
@@ -295,12 +334,20 @@ def run(build, quick, log=lambda m: None):
             r[name] = per_call(kind, build, code, preload, n, idle_s)
             r[name]["ratio"] = r[name]["cpu_ms"] / res["floor"]["preload" if preload else "none"]
         if have_bwrap and key != "print1_pre":
-            r["bwrap_ms"], r["bwrap_wall_ms"] = bwrap_cost(code, n_bwrap)
+            r["warm_vs_bwrap"] = warm_vs_bwrap(build, code, preload, n_bwrap)
+            r["bwrap_ms"] = r["warm_vs_bwrap"]["bwrap_ms"]
+            r["bwrap_wall_ms"] = r["warm_vs_bwrap"]["bwrap_wall_ms"]
     res["print1_pre"]["bwrap_ms"] = res["print1"].get("bwrap_ms")
-    log("- back to back: print(1) from one client")
+    log("- back to back: print(1) from one client, beside the floor's own forks per second")
     n_b2b = 100 if quick else 400
-    res["b2b_rps"] = {name: back_to_back(kind, build, n_b2b)
-                      for name, kind in (("library", Lib), ("mcp", Mcp))}
+    res["b2b_rps"], res["b2b_floor_forks_s"] = {}, {}
+    for name, kind in (("library", Lib), ("mcp", Mcp)):
+        # The floor's rate right before, so that both see the same load.
+        res["b2b_floor_forks_s"][name] = floor_run(None, 2, 100)[1]
+        res["b2b_rps"][name] = back_to_back(kind, build, n_b2b)
+    log("- pages a ready copy has written since its fork")
+    res["written_pages"] = {"none": ready_copy_written(build, None),
+                            "preload": ready_copy_written(build, PRELOAD)}
     if have_bwrap:
         res["cold"] = bench_cold.run(build, quick, log)
     res["loadavg_end"] = os.getloadavg()
@@ -322,21 +369,25 @@ def side_by_side(res):
             rows.append((f"CPU per call, {label}, {name} / floor",
                          f"{r['ratio']:.1f}x ({r['cpu_ms']:.2f} ms)", f"<= {limit}x",
                          r["ratio"] <= limit))
-    # The floor's own rate, beside: where a bare fork and exit cannot
-    # reach the target, no sandbox can.
-    fork_rate = 1e3 / res["floor"]["none"]
+    # The floor's own rate, measured right before each: where a bare fork
+    # and exit cannot reach the issue's figure, no sandbox can, so the
+    # ratio to it is printed beside (the proposed target).
     for name, rps in res.get("b2b_rps", {}).items():
+        fork_rate = res["b2b_floor_forks_s"][name]
         rows.append((f"print(1) back to back from one client, {name}",
                      f"{rps:.0f} runs/s (the floor: {fork_rate:.0f} forks/s)",
                      f">= {TARGET_RPS} runs/s", rps >= TARGET_RPS))
+        rows.append((f"print(1) back to back from one client, {name} / the floor's forks/s "
+                     "(proposed)", f"{rps / fork_rate:.2f}x", f">= {TARGET_RPS_X_FLOOR}x",
+                     rps / fork_rate >= TARGET_RPS_X_FLOOR))
     for key, x in TARGET_WARM_X.items():
         r, label = res[key], dict((k, lb) for k, lb, _, _ in CALLS)[key]
-        bw = r.get("bwrap_wall_ms")
-        if bw:
-            got = bw / r["mcp"]["median_ms"]
-            rows.append((f"warm call through `airlock mcp` against bwrap, {label}",
-                         f"{got:.1f}x ({r['mcp']['median_ms']:.2f} ms vs {bw:.1f} ms)",
-                         f">= {x}x", got >= x))
+        wb = r.get("warm_vs_bwrap")
+        if wb:
+            rows.append((f"warm call through `airlock mcp` against bwrap, {label} "
+                         f"({wb['rounds']} interleaved rounds)",
+                         f"{wb['ratio']:.1f}x ({wb['warm_ms']:.2f} ms vs {wb['bwrap_wall_ms']:.1f} ms)",
+                         f">= {x}x", wb["ratio"] >= x))
     cold = res.get("cold")
     if cold:
         c, b = cold["airlock-run"]["median_ms"], cold["bwrap"]["median_ms"]
@@ -372,8 +423,16 @@ def report_lines(res):
                  f"{r['mcp']['ratio']:.1f}x | {fmt(bw, 1)} | "
                  f"{fmt(bw / r['mcp']['cpu_ms'] if bw else None, 1)}x | "
                  f"{fmt(r['mcp'].get('median_ms'))} | {fmt(r.get('bwrap_wall_ms'), 1)} |")
+    wp = res.get("written_pages")
+    if wp:
+        L += ["", "Pages a ready copy has written since its fork, before any run (its "
+                  "`Private_Dirty`; `bench_runcost.py BUILD --written`): "
+                  f"{', '.join(str(k // 4) for k in wp['none']) or '-'} without preloads, "
+                  f"{', '.join(str(k // 4) for k in wp['preload']) or '-'} with {PRELOAD}."]
     L += ["", "CPU and wall time are of the same calls; the medians are the client's wall "
-              "time of one call. Issue 40's targets, side by side in this run:", "",
+              "time of one call; bwrap's median and the warm calls against it come from "
+              "interleaved rounds (one bwrap run, then 5 warm calls, a round). "
+              "Issue 40's targets, side by side in this run:", "",
           "| what | measured | target | |", "|---|---:|---:|---|"]
     for what, got, want, met in side_by_side(res):
         L.append(f"| {what} | {got} | {want} | {'met' if met else 'not met'} |")
