@@ -49,6 +49,8 @@ CALL_TIMEOUT = BOUND + 30  # a client's bound: reaching it is a hang, a failure
 ALPHA = "abcdefghijklmnopqrstuvwxyz234567"
 
 CL = None
+# The shared cluster's tenants folder, removed when the file's tests end.
+TENANTS = []
 FAKES = {}
 
 
@@ -130,6 +132,7 @@ def get_cluster():
         garbage, hang, breaks = fake_peer("garbage"), fake_peer("hang"), fake_peer("breaks")
         long_ = fake_peer("long")
         tenants = tempfile.mkdtemp(prefix="airlock-multihost-tenants-")
+        TENANTS.append(tenants)
         c = cl.Cluster(tenants, extra_args=["--peer-timeout", str(PEER_TIMEOUT), "--timeout",
                                                str(RUN_TIMEOUT), "--queue-wait", str(QUEUE_WAIT)],
                        fake_peers={"garb": f"{{bridge}}:{garbage}", "hang": f"{{bridge}}:{hang}",
@@ -897,3 +900,5 @@ if __name__ == "__main__":
     finally:
         if CL:
             CL.stop()
+        for d in TENANTS:
+            shutil.rmtree(d, ignore_errors=True)
