@@ -53,9 +53,10 @@ class Conn:
         self.c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         self.token = token
 
-    def call(self, tool, args, error=False):
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                           "params": {"name": tool, "arguments": args}})
+    def _post(self, method, params):
+        """One JSON-RPC request on the kept connection: (ms, HTTP status,
+        body, parsed body)."""
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
         t0 = time.perf_counter()
         self.c.request("POST", "/mcp", body, {"Content-Type": "application/json",
                                                "Accept": "application/json",
@@ -63,22 +64,16 @@ class Conn:
         r = self.c.getresponse()
         data = r.read()
         dt = (time.perf_counter() - t0) * 1000
-        m = json.loads(data)
-        assert r.status == 200 and bool(m["result"].get("isError")) == error, data
+        return dt, r.status, data, json.loads(data)
+
+    def call(self, tool, args, error=False):
+        dt, status, data, m = self._post("tools/call", {"name": tool, "arguments": args})
+        assert status == 200 and bool(m["result"].get("isError")) == error, data
         return dt, m["result"]
 
     def read(self, uri, error=False):
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "resources/read",
-                           "params": {"uri": uri}})
-        t0 = time.perf_counter()
-        self.c.request("POST", "/mcp", body, {"Content-Type": "application/json",
-                                               "Accept": "application/json",
-                                               "Authorization": "Bearer " + self.token})
-        r = self.c.getresponse()
-        data = r.read()
-        dt = (time.perf_counter() - t0) * 1000
-        m = json.loads(data)
-        assert r.status == 200 and ("result" in m) != error, data
+        dt, status, data, m = self._post("resources/read", {"uri": uri})
+        assert status == 200 and ("result" in m) != error, data
         return dt, m
 
 

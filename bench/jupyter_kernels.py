@@ -140,19 +140,8 @@ def minflt(pid):
 
 def tree_pss_kib(root):
     """The sum of the Pss of root and every process under it, in KiB."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(d))
-            except (OSError, IndexError, ValueError):
-                pass
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
+    total = 0
+    for pid in tree(root):
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
