@@ -58,9 +58,12 @@ static void test_spans_queued_at_shutdown_are_dropped_and_freed(void **state)
                 assert_non_null(s);
                 al_span_end(s);
         }
-        /* The exporter holds at most one span (its POST hangs); the rest
-         * wait in the queue. */
-        assert_int_equal(al_trace_spans_held(), SPANS);
+        /* The rest wait in the queue: the exporter may have taken one
+         * (its POST hangs), which it frees once encoded, before it sends,
+         * so at most one is gone from the count, depending on whether the
+         * exporter thread has run yet. */
+        assert_true(al_trace_spans_held() >= SPANS - 1);
+        assert_true(al_trace_spans_held() <= SPANS);
         al_trace_shutdown(100);
         /* Left held: at most the batch the exporter is still sending (it
          * frees it once its transfer is cut at the deadline). Before, the
