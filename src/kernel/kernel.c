@@ -47,6 +47,12 @@
  * for long: PUB sockets drop rather than wait), so that a cell that prints
  * without end costs the kernel no more memory than this. */
 #define KOUT_MAX_BYTES (64u << 20)
+/* The bytes of displays and results one cell sends since its output was
+ * last cleared: what the notebook page (and the saved notebook) holds of
+ * it. Past this, its displays are not sent, and one line on its stderr
+ * says so; its stdout and stderr are each cut likewise at --max-stdout. A
+ * cell's code is untrusted, and chooses how much it shows. */
+#define KSHOW_MAX (64u << 20)
 /* Shell requests waiting while a cell runs: past this, the kernel stops
  * reading the shell socket, and ZeroMQ holds the rest. */
 #define KQUEUE_MAX 256
@@ -106,6 +112,7 @@ typedef struct kernel {
         size_t n_pending;
         /* The worker's own. */
         int execution_count;
+        uint64_t max_stream; /* --max-stdout: a cell's stdout and stderr, each */
         khist *hist;
         size_t n_hist, hist_bytes;
         unsigned long drops;
@@ -186,6 +193,11 @@ typedef struct kexec {
          * next chunk. */
         char carry[3][4];
         size_t n_carry[3];
+        /* What the page was sent since the cell's output was last cleared:
+         * bytes of each stream (1, 2) and of displays, and whether each was
+         * cut at its cap (kernel.max_stream, KSHOW_MAX). */
+        uint64_t shown[3], displayed;
+        bool cut[3], displays_cut;
         /* A record in progress on stdout. */
         dynbuf rec;
         bool in_rec, rec_over;
@@ -208,7 +220,16 @@ static size_t utf8_cut(const char *data, size_t len)
         return 0;
 }
 
-static void send_stream(kexec *x, int stream, const char *data, size_t len)
+/* A line of the kernel's own on the cell's stderr, outside its caps. */
+static void note(kexec *x, const char *line)
+{
+        kpost(x->k, KSOCK_IOPUB, x->req, "stream",
+              json_pack("{s:s, s:s}", "name", "stderr", "text", line));
+}
+
+/* Sends what the cell wrote on stream (1 stdout, 2 stderr) as stream
+ * messages, a UTF-8 sequence cut by a chunk's end kept for the next. */
+static void stream_out(kexec *x, int stream, const char *data, size_t len)
 {
         if (!len)
                 return;
@@ -232,6 +253,31 @@ static void send_stream(kexec *x, int stream, const char *data, size_t len)
         dynbuf_free(&b);
 }
 
+/* Contract: the page gets at most kernel.max_stream (--max-stdout) bytes
+ * of each of the cell's streams since its output was last cleared: the
+ * rest is dropped, with one note on stderr naming the cap. The cell's code
+ * chooses how much it prints, and the page (and the saved notebook) holds
+ * all of it, outside the sandbox's limits. */
+static void send_stream(kexec *x, int stream, const char *data, size_t len)
+{
+        if (!len || x->cut[stream])
+                return;
+        uint64_t room = x->k->max_stream - x->shown[stream];
+        bool over = len > room;
+        size_t n = over ? (size_t)room : len;
+        x->shown[stream] += n;
+        stream_out(x, stream, data, n);
+        if (!over)
+                return;
+        x->cut[stream] = true;
+        char line[240];
+        snprintf(line, sizeof(line),
+                 "\n[airlock kernel: this cell's %s passed --max-stdout (%llu KiB) since its "
+                 "output was last cleared; the rest is not shown]\n",
+                 stream == 1 ? "stdout" : "stderr", (unsigned long long)(x->k->max_stream >> 10));
+        note(x, line);
+}
+
 /* The user_expressions' values, each {"status", "data", "metadata"} (or an
  * error), with each data bundle made safe for the page (ksafe.c). */
 static json_t *safe_values(const json_t *values)
@@ -248,6 +294,37 @@ static json_t *safe_values(const json_t *values)
                         json_object_set_new(out, name, copy);
         }
         return out;
+}
+
+/* Contract: whether a display or result of len bytes (its record's text)
+ * may be sent: the cell's displays since its output was last cleared stay
+ * within KSHOW_MAX; the first one past it is not sent, and one note on
+ * stderr names the cap (the later ones are dropped silently). */
+static bool may_show(kexec *x, size_t len)
+{
+        if (!x->displays_cut && len <= KSHOW_MAX - x->displayed) {
+                x->displayed += len;
+                return true;
+        }
+        if (!x->displays_cut) {
+                char line[240];
+                snprintf(line, sizeof(line),
+                         "\n[airlock kernel: this cell's displays passed %u MiB since its output "
+                         "was last cleared (KSHOW_MAX); the rest are not shown]\n",
+                         KSHOW_MAX >> 20);
+                note(x, line);
+        }
+        x->displays_cut = true;
+        return false;
+}
+
+/* The page's output of the cell is cleared: its caps start again. */
+static void shown_reset(kexec *x)
+{
+        memset(x->shown, 0, sizeof(x->shown));
+        memset(x->cut, 0, sizeof(x->cut));
+        x->displayed = 0;
+        x->displays_cut = false;
 }
 
 /* Takes one record of the cell's side. Its text is within KREC_MAX, but
@@ -274,11 +351,12 @@ static bool handle_record(kexec *x, const char *json, size_t len)
         if (strcmp(type, "display") == 0) {
                 json_t *data = json_object_get(r, "data");
                 json_t *md = json_object_get(r, "metadata");
-                if (json_is_object(data))
+                if (json_is_object(data) && may_show(x, len))
                         kpost(x->k, KSOCK_IOPUB, x->req, "display_data",
                               json_pack("{s:o, s:O, s:{}}", "data", ksafe_bundle(data), "metadata",
                                         json_is_object(md) ? md : json_object(), "transient"));
         } else if (strcmp(type, "clear_output") == 0) {
+                shown_reset(x);
                 kpost(x->k, KSOCK_IOPUB, x->req, "clear_output",
                       json_pack("{s:b}", "wait", json_is_true(json_object_get(r, "wait"))));
         } else if (strcmp(type, "result") == 0) {
@@ -287,7 +365,7 @@ static bool handle_record(kexec *x, const char *json, size_t len)
                 const char *plain = json_string_value(json_object_get(data, "text/plain"));
                 if (plain && !x->result_plain)
                         x->result_plain = strdup(plain);
-                if (json_is_object(data) && !x->silent)
+                if (json_is_object(data) && !x->silent && may_show(x, len))
                         kpost(x->k, KSOCK_IOPUB, x->req, "execute_result",
                               json_pack("{s:i, s:o, s:O}", "execution_count", x->k->execution_count,
                                         "data", ksafe_bundle(data), "metadata",
@@ -347,7 +425,7 @@ static void parse_stdout(kexec *x, const char *data, size_t len)
                                  "airlock kernel: a display larger than %u MiB (as text, or "
                                  "parsed at %u bytes a JSON value) was not shown\n",
                                  KREC_MAX >> 20, (unsigned)JSONRPC_VALUE_COST);
-                        send_stream(x, 2, line, strlen(line));
+                        note(x, line);
                 } else if (!ours) {
                         /* A "\x1e" of the cell's own: its text, as printed. */
                         send_stream(x, 1, "\x1e", 1);
@@ -1373,6 +1451,10 @@ int kernel_service_new(airlock_config *cfg, const char *conn_file, kernel **ret,
         }
         k->cfg = cfg;
         k->cancel_fd = k->out_fd = k->idle_fd = k->in_r = k->in_w = -1;
+        airlock_limits l;
+        airlock_limits_init(&l, sizeof(l));
+        airlock_config_get_limits(cfg, &l);
+        k->max_stream = l.max_stdout;
         int r = kconn_load(conn_file, &k->conn, err);
         if (r >= 0)
                 r = kzmq_open(err);

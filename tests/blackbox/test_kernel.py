@@ -912,6 +912,49 @@ def test_a_record_costs_the_kernel_no_more_than_its_cap_to_parse():
         stop(km, kc)
 
 
+def test_what_a_cell_shows_the_page_is_capped_until_its_output_is_cleared():
+    """A cell's code chooses how much it prints and displays, and the page
+    (and the notebook saved with it) holds all of it, outside the sandbox's
+    limits: its stdout and stderr reach the page at most --max-stdout each
+    (1 MiB by default, as `airlock run` cuts them), its displays at most
+    64 MiB, each cut with one line on stderr naming the cap, until its
+    output is cleared (clear_output), which empties the page's copy. Before,
+    every byte went on: a cell printing 4 MiB sent the page 4 MiB."""
+    km, kc = start()
+    try:
+        cell = ("import sys, airlock\n"
+                "for s in (sys.stdout, sys.stderr):\n"
+                "    for i in range(64):\n"
+                "        s.write('x' * 65535 + '\\n')\n"
+                "    s.flush()\n"
+                "for i in range(80):\n"
+                "    airlock.display({'text/plain': 'd' * (1 << 20)}, raw=True)\n"
+                "airlock.clear_output()\n"
+                "print('after the clear', flush=True)\n"
+                "airlock.display({'text/plain': 'shown again'}, raw=True)\n")
+        reply, out = execute(kc, cell)
+        assert reply["status"] == "ok", reply
+        cleared = [i for i, (t, _) in enumerate(out) if t == "clear_output"]
+        assert len(cleared) == 1, [t for t, _ in out]
+        before, after = out[:cleared[0]], out[cleared[0] + 1:]
+
+        def stream(msgs, name):
+            return "".join(c["text"] for t, c in msgs if t == "stream" and c["name"] == name)
+        assert len(stream(before, "stdout")) == 1 << 20, len(stream(before, "stdout"))
+        err = stream(before, "stderr")
+        assert err.count("passed --max-stdout (1024 KiB)") == 2, err[-600:]
+        assert "stdout" in err and len(err) < (1 << 20) + 600, len(err)
+        shown = [c for t, c in before if t == "display_data"]
+        assert 0 < len(shown) < 80 and sum(len(c["data"]["text/plain"]) for c in shown) \
+            <= 64 << 20, len(shown)
+        assert err.count("displays passed 64 MiB") == 1, err[-600:]
+        assert stream(after, "stdout") == "after the clear\n", after
+        assert [c["data"]["text/plain"] for t, c in after if t == "display_data"] \
+            == ["shown again"], after
+    finally:
+        stop(km, kc)
+
+
 def test_execute_request_is_a_span_with_the_cells_run_under_it():
     # docs/tracing.md: the request's metadata.traceparent is the parent.
     from test_tracing import PARENT_ID, TRACE_ID, TRACEPARENT, Receiver, attrs, otel_env
