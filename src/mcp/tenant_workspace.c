@@ -18,11 +18,13 @@
  * refusals: every path is checked against the disk and both caps are
  * checked before anything is written; then every file is written to its
  * temporary name, and only when all are written are they renamed. The
- * mutations and listings of one tenant are serialised by one of
- * WS_STRIPES locks, so that the caps hold against parallel requests, and,
- * across processes and hosts that share DIR (a network file system), by a
- * POSIX record lock on the tenant's state file DIR/.airlock/NAME, held from
- * the measure to the rename. That file also holds the tenant's generation,
+ * mutations and listings of one tenant are serialised, so that the caps
+ * hold against parallel requests of this process and of other processes
+ * and hosts that share DIR (a network file system), by a POSIX record lock
+ * on the tenant's state file DIR/.airlock/NAME, held from the measure to
+ * the rename and waited for at most WS_LOCK_WAIT_S (one of WS_STRIPES locks
+ * too where the file system takes no open file description lock, and
+ * alone without a state folder: tenant_lock). That file also holds the tenant's generation,
  * a counter every mutation bumps under the lock: a server that sees it
  * move without having moved it itself tells the cache that the tenant's
  * files changed elsewhere (mcp_workspace_moved), which inotify never
@@ -52,6 +54,8 @@
 #define WS_LIST_MAX   100000
 #define WS_STRIPES    64
 #define WS_TMP_PREFIX ".airlock-upload-"
+/* Seconds a write, removal or listing waits for its tenant's lock. */
+#define WS_LOCK_WAIT_S 30
 /* The tenants' state files (lock and generation), DIR/.airlock/NAME: no
  * tenant name starts with a dot, so no tenant's folder is ever this one. */
 #define WS_STATE_DIR ".airlock"
@@ -194,43 +198,95 @@ static pthread_mutex_t *stripe_of(mcp_workspaces *w, const char *tenant)
 
 /* ---- the tenant's lock and generation -------------------------------------- */
 
+/* The tenant's lock as held: the state file's fd, whose close lets the
+ * record lock go (or -1 without a state folder), and the stripe when it is
+ * held too (the process-associated fallback, or no state folder), or NULL. */
+typedef struct ws_held {
+        int fd;
+        pthread_mutex_t *stripe;
+} ws_held;
+
+/* Takes the record lock l_type F_WRLCK on fd with cmd (F_OFD_SETLK or
+ * F_SETLK), trying again until deadline (al_now_ns) while another holds it.
+ * Returns 0, or -errno: -ETIMEDOUT at the deadline. */
+static int lock_until(int fd, int cmd, uint64_t deadline)
+{
+        struct timespec pause = {0, 1000000}; /* 1 ms, doubled up to 64 ms */
+        for (;;) {
+                struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+                if (fcntl(fd, cmd, &fl) == 0)
+                        return 0;
+                if (errno != EAGAIN && errno != EACCES && errno != EINTR)
+                        return -errno;
+                if (al_now_ns() >= deadline)
+                        return -ETIMEDOUT;
+                nanosleep(&pause, NULL);
+                if (pause.tv_nsec < 64000000)
+                        pause.tv_nsec *= 2;
+        }
+}
+
 /* Contract: takes the tenant's lock that holds across processes and hosts
  * sharing DIR: a POSIX record lock (open file description lock where the
  * file system takes one, else a process-associated one; NFS, GlusterFS and
  * CephFS hold both across their clients) on the whole of DIR/.airlock/NAME,
- * waiting for it. Returns 0 with *ret_fd the file's fd, whose close lets
- * the lock go (the caller holds the tenant's stripe, so no other thread of
- * this process opens the file meanwhile, which would let a
- * process-associated lock go early), or -1 without a state folder; or
- * -errno with err filled. */
-static int tenant_lock(mcp_workspaces *w, const char *tenant, int *ret_fd, airlock_error *err)
+ * waiting for it at most WS_LOCK_WAIT_S: a host that hangs holding it (a
+ * frozen process, a partitioned client whose lease has not yet expired)
+ * fails this tenant's calls in that time, never holds them for ever. An open
+ * file description lock also keeps this process's own threads apart, so it
+ * is waited for without the tenant's stripe: a wait never holds up the other
+ * tenants of the stripe. The process-associated fallback does not (each
+ * thread would take the process's lock at once, and the first close would
+ * let it go), so there the stripe is taken first; so it is without a state
+ * folder, where the stripe is the only lock. Returns 0 with *h to pass to
+ * tenant_unlock, or -errno with err filled. */
+static int tenant_lock(mcp_workspaces *w, const char *tenant, ws_held *h, airlock_error *err)
 {
-        *ret_fd = -1;
-        if (w->statefd < 0)
+        *h = (ws_held){.fd = -1};
+        if (w->statefd < 0) {
+                h->stripe = stripe_of(w, tenant);
+                pthread_mutex_lock(h->stripe);
                 return 0;
+        }
         int fd = openat(w->statefd, tenant, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0) {
                 int e = errno;
                 return al_error(err, -e, NULL, "the server cannot open your workspace's lock: %s",
                                 strerror(e));
         }
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-        int r;
-        while ((r = fcntl(fd, F_OFD_SETLKW, &fl)) < 0 && errno == EINTR)
-                ;
-        if (r < 0 && errno == EINVAL) {
-                fl.l_pid = 0;
-                while ((r = fcntl(fd, F_SETLKW, &fl)) < 0 && errno == EINTR)
-                        ;
+        uint64_t deadline = al_now_ns() + (uint64_t)WS_LOCK_WAIT_S * 1000000000ull;
+        int r = lock_until(fd, F_OFD_SETLK, deadline);
+        if (r == -EINVAL) {
+                h->stripe = stripe_of(w, tenant);
+                pthread_mutex_lock(h->stripe);
+                r = lock_until(fd, F_SETLK, deadline);
         }
         if (r < 0) {
-                int e = errno;
                 close(fd);
-                return al_error(err, -e, NULL, "the server cannot lock your workspace: %s",
-                                strerror(e));
+                if (h->stripe)
+                        pthread_mutex_unlock(h->stripe);
+                h->stripe = NULL;
+                if (r == -ETIMEDOUT)
+                        return al_error(err, r, NULL,
+                                        "another call held your workspace's lock for more than "
+                                        "%d s (WS_LOCK_WAIT_S; a host of the cluster may hang "
+                                        "holding it): retry later",
+                                        WS_LOCK_WAIT_S);
+                return al_error(err, r, NULL, "the server cannot lock your workspace: %s",
+                                strerror(-r));
         }
-        *ret_fd = fd;
+        h->fd = fd;
         return 0;
+}
+
+/* Lets go of what tenant_lock took. */
+static void tenant_unlock(ws_held *h)
+{
+        if (h->fd >= 0)
+                close(h->fd);
+        if (h->stripe)
+                pthread_mutex_unlock(h->stripe);
+        *h = (ws_held){.fd = -1};
 }
 
 static void gen_remember(mcp_workspaces *w, const char *tenant, const struct stat *st)
@@ -957,16 +1013,16 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
 {
         airlock_error fault;
         json_t *res = NULL;
-        pthread_mutex_t *lock = stripe_of(w, tenant);
-        pthread_mutex_lock(lock);
-        int lockfd = -1, root = -1;
-        if (tenant_lock(w, tenant, &lockfd, &fault) < 0 ||
-            (root = tenant_dir(w, tenant, true, &fault)) < 0) {
+        ws_held held;
+        if (tenant_lock(w, tenant, &held, &fault) < 0)
+                return mcp_tool_refusal("workspace_write: %s; nothing was written", fault.message);
+        int root = tenant_dir(w, tenant, true, &fault);
+        if (root < 0) {
                 res = mcp_tool_refusal("workspace_write: %s; nothing was written", fault.message);
                 goto out;
         }
         usage now, after;
-        if ((res = uploads_measure(root, v, n, lockfd >= 0, &now, &after)))
+        if ((res = uploads_measure(root, v, n, held.fd >= 0, &now, &after)))
                 goto out;
         uint64_t max_files, max_bytes;
         bool own[2];
@@ -988,7 +1044,7 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
         if (res)
                 goto out;
         int err = uploads_commit(v, n);
-        gen_bump(w, tenant, lockfd);
+        gen_bump(w, tenant, held.fd);
         if (err)
                 res = mcp_tool_refusal("workspace_write: the server could not write the files: %s",
                                        strerror(-err));
@@ -997,9 +1053,7 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
 out:
         if (root >= 0)
                 close(root);
-        if (lockfd >= 0)
-                close(lockfd);
-        pthread_mutex_unlock(lock);
+        tenant_unlock(&held);
         return res;
 }
 
@@ -1048,15 +1102,13 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
                         return mcp_tool_refusal("workspace_remove: %s; nothing was removed",
                                                 fault.message);
         }
-        pthread_mutex_t *lock = stripe_of(w, tenant);
-        pthread_mutex_lock(lock);
         json_t *res = NULL;
         resolved *at = calloc(n, sizeof(*at));
         for (size_t i = 0; at && i < n; i++)
                 at[i].parent = -1;
-        int lockfd = -1;
+        ws_held held = {.fd = -1};
         int root = !at ? -ENOMEM
-                   : tenant_lock(w, tenant, &lockfd, &fault) < 0
+                   : tenant_lock(w, tenant, &held, &fault) < 0
                        ? -ENOLCK
                        : tenant_dir(w, tenant, true, &fault);
         if (root < 0) {
@@ -1092,8 +1144,8 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
                         err = r;
                 json_array_append_new(removed, json_string(p));
         }
-        gen_bump(w, tenant, lockfd);
-        usage u = {.sweep = lockfd >= 0};
+        gen_bump(w, tenant, held.fd);
+        usage u = {.sweep = held.fd >= 0};
         (void)walk(root, "", 0, &u);
         uint64_t max_files, max_bytes;
         bool own[2];
@@ -1119,9 +1171,7 @@ out:
         free(at);
         if (root >= 0)
                 close(root);
-        if (lockfd >= 0)
-                close(lockfd);
-        pthread_mutex_unlock(lock);
+        tenant_unlock(&held);
         return res;
 }
 
@@ -1136,22 +1186,17 @@ json_t *mcp_workspace_list(mcp_workspaces *w, const char *tenant, const json_t *
 {
         (void)args;
         airlock_error fault;
-        pthread_mutex_t *lock = stripe_of(w, tenant);
-        pthread_mutex_lock(lock);
-        int lockfd = -1, root = -1;
-        if (tenant_lock(w, tenant, &lockfd, &fault) < 0 ||
+        ws_held held;
+        int root = -1;
+        if (tenant_lock(w, tenant, &held, &fault) < 0 ||
             (root = tenant_dir(w, tenant, true, &fault)) < 0) {
-                if (lockfd >= 0)
-                        close(lockfd);
-                pthread_mutex_unlock(lock);
+                tenant_unlock(&held);
                 return mcp_tool_refusal("workspace_list: %s", fault.message);
         }
-        usage u = {.files = json_array(), .skipped = json_array(), .sweep = lockfd >= 0};
+        usage u = {.files = json_array(), .skipped = json_array(), .sweep = held.fd >= 0};
         int r = walk(root, "", 0, &u);
         close(root);
-        if (lockfd >= 0)
-                close(lockfd);
-        pthread_mutex_unlock(lock);
+        tenant_unlock(&held);
         uint64_t max_files, max_bytes;
         bool own[2];
         caps_of(w, tenant, &max_files, &max_bytes, own);

@@ -259,6 +259,55 @@ def test_one_tenant_at_its_quotas_leaves_the_other_untouched():
         assert not r["isError"], r
 
 
+# How long a write, removal or listing waits for its tenant's lock that
+# another process or host holds (WS_LOCK_WAIT_S in src/mcp/tenant_workspace.c).
+LOCK_WAIT_S = 30
+
+
+def test_a_lock_held_elsewhere_fails_one_tenants_write_in_time_and_no_one_elses():
+    """A host that hangs holding a tenant's lock (here the test's own
+    process, holding the POSIX record lock on DIR/.airlock/acme as a frozen
+    host's process would) makes that tenant's write wait at most
+    LOCK_WAIT_S and fail naming the wait, with nothing written; a tenant
+    whose lock shares the server's stripe with it (beta222: the same hash
+    modulo 64) and another tenant write at once meanwhile. Before, the write
+    waited for the lock for ever holding the stripe, and the neighbour's
+    write waited for ever behind it."""
+    import fcntl
+    d = tmpdir()
+    tdir = os.path.join(d, "t")
+    tok_n = "tok-beta222-0123456789abcdef"
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_B} beta", f"{tok_n} beta222"])
+    with serve("--tokens", tok, "--tenants-dir", tdir) as s:
+        assert not write(s, TOK_A, [{"path": "a.txt", "text": "a"}])["isError"]
+        fd = os.open(os.path.join(tdir, ".airlock", "acme"), os.O_RDWR)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            got = {}
+
+            def bg(name, t, path):
+                got[name] = write(s, t, [{"path": path, "text": "x"}])
+            held = threading.Thread(target=bg, args=("acme", TOK_A, "b.txt"))
+            held.start()
+            # The neighbour's and beta's writes are not held behind it.
+            for name, t in (("beta222", tok_n), ("beta", TOK_B)):
+                th = threading.Thread(target=bg, args=(name, t, "c.txt"))
+                th.start()
+                th.join(LOCK_WAIT_S * 3)  # a bound against a hang, not a measure
+                assert not th.is_alive(), f"{name}'s write hangs behind acme's lock"
+                assert not got[name]["isError"], got[name]
+            held.join(LOCK_WAIT_S * 3)
+            assert not held.is_alive(), "acme's write waits for its lock for ever"
+        finally:
+            os.close(fd)
+        r = got["acme"]
+        assert r["isError"] and f"{LOCK_WAIT_S} s" in text(r) and "nothing was written" in text(r), r
+        # Let go, the lock is taken again at once; b.txt was never written.
+        r = tool(s, TOK_A, "workspace_list", {})
+        assert [f["path"] for f in r["structuredContent"]["files"]] == ["a.txt"], r
+        assert not write(s, TOK_A, [{"path": "b.txt", "text": "b"}])["isError"]
+
+
 def test_hostile_upload_paths_are_refused_and_change_nothing():
     d = tmpdir()
     tok = tokens_file(d, [f"{TOK_A} acme"])
