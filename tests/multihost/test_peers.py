@@ -52,6 +52,8 @@ CL = None
 # The shared cluster's tenants folder, removed when the file's tests end.
 TENANTS = []
 FAKES = {}
+# Each fake peer's requests as it read them: (header lines, body).
+CAPTURED = {}
 
 
 def handle_of(instance):
@@ -76,6 +78,29 @@ BREAKS = (b'data: {"jsonrpc":"2.0","method":"notifications/progress",\r"params":
 LONG_MIB = 60
 
 
+def read_request(c):
+    """An HTTP request from socket c, whole: (its header lines, its body)."""
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")[1:]
+        need = next((int(l.split(":", 1)[1]) for l in lines
+                     if l.lower().startswith("content-length:")), 0)
+        while len(body) < need:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    except OSError:
+        return [], b""
+    return lines, body
+
+
 def fake_peer(kind):
     """A listener on every address of the test's namespace (the bridge's
     too, which the hosts reach): "garbage" answers bytes that are not HTTP,
@@ -95,10 +120,7 @@ def fake_peer(kind):
             except OSError:
                 return
             c.settimeout(5)
-            try:
-                c.recv(65536)
-            except OSError:
-                pass
+            CAPTURED.setdefault(kind, []).append(read_request(c))
             if kind == "garbage":
                 c.sendall(b"\x00\x01\x02 this is not HTTP \xff\r\n\r\n{{{")
                 c.close()
@@ -300,10 +322,10 @@ def test_tenants_apart_across_hosts():
 
 
 def sign(key, body, tenant="acme", ts=None, nonce=None, frm="x",
-         accept="application/json"):
+         accept="application/json", to="a"):
     ts = str(int(time.time()) if ts is None else ts)
     nonce = nonce or secrets.token_hex(16)
-    msg = "\n".join(["airlock-peer-1", "POST", "/peer/mcp", frm, tenant, accept, ts, nonce,
+    msg = "\n".join(["airlock-peer-2", "POST", "/peer/mcp", frm, to, tenant, accept, ts, nonce,
                      hashlib.sha256(body).hexdigest()]).encode()
     return {"Accept": accept, "Airlock-Peer-From": frm, "Airlock-Peer-Tenant": tenant,
             "Airlock-Peer-Time": ts, "Airlock-Peer-Nonce": nonce,
@@ -340,6 +362,36 @@ def test_peer_requests_refused():
     st, _, _ = post(at(a), body, headers=sign(c.secret, body))
     assert st == 401
     call(at(a), "session_close", {"session": h})
+
+
+def test_a_request_signed_for_one_instance_is_refused_by_the_others():
+    """A peer request is signed for the instance it goes to: one taken on
+    its way (here by the fake peer garb, which the peers file names, as a
+    --peer-dns name could lead to any host that answers it) and sent within
+    its 30 s to another instance is refused there, 401 and a line saying it
+    was signed for garb; before, b took it as its own (its nonce was new
+    there) and ran it for acme."""
+    c = get_cluster()
+    a, b = c.hosts[0], c.hosts[1]
+    n = len(CAPTURED.get("garbage", []))
+    _, r, _ = call(at(a), "execute_code", {"session": handle_of("garb"), "code": "print(1)"})
+    assert r.get("isError") and "instance garb" in text(r), r
+    lines, body = CAPTURED["garbage"][n]
+    hdrs = dict(l.split(": ", 1) for l in lines if l.lower().startswith("airlock-peer-")
+                or l.lower().startswith("accept:"))
+    assert hdrs.get("Airlock-Peer-Tenant") == "acme" and body, (lines, body)
+    mark = b.mark()
+    st, _, msgs = post((b.addr, cl.PEER_PORT), body, headers=hdrs, path="/peer/mcp")
+    assert st == 401, (st, msgs)
+    line = b.wait_line(lambda l: "peer request from" in l and "refused" in l, 60, mark)
+    assert "signed by a for instance garb, not this one (b)" in line, line
+    # The same, its Airlock-Peer-To header changed to b: a bad signature.
+    hdrs["Airlock-Peer-To"] = "b"
+    mark = b.mark()
+    st, _, _ = post((b.addr, cl.PEER_PORT), body, headers=hdrs, path="/peer/mcp")
+    assert st == 401
+    line = b.wait_line(lambda l: "peer request from" in l and "refused" in l, 60, mark)
+    assert "bad signature" in line, line
 
 
 def test_peer_listener_needs_the_cluster_secret():

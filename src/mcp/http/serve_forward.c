@@ -377,6 +377,7 @@ static struct curl_slist *job_headers(fwd_job *j, const http_peer_headers *ph)
         ADD("Accept: %s", j->accept);
         ADD("Expect:");
         ADD("Airlock-Peer-From: %s", j->srv->opt.instance);
+        ADD("Airlock-Peer-To: %s", j->instance);
         ADD("Airlock-Peer-Tenant: %s", ph->tenant);
         ADD("Airlock-Peer-Time: %s", ph->ts);
         ADD("Airlock-Peer-Nonce: %s", ph->nonce);
@@ -392,7 +393,7 @@ static struct curl_slist *job_headers(fwd_job *j, const http_peer_headers *ph)
 static CURLcode transfer(fwd_job *j, long *code, double *connect_s)
 {
         http_peer_headers ph;
-        if (http_peer_sign(j->srv, j->tenant, j->accept, j->body, j->len, &ph) < 0)
+        if (http_peer_sign(j->srv, j->instance, j->tenant, j->accept, j->body, j->len, &ph) < 0)
                 return CURLE_FAILED_INIT;
         struct curl_slist *hdr = job_headers(j, &ph);
         if (!hdr || !(j->h = handle_get())) {
@@ -581,17 +582,20 @@ static size_t discard(char *p, size_t size, size_t nmemb, void *arg)
 
 /* Sends the notification body to one peer at url, with at most ms
  * milliseconds left; returns why it did not take it, or NULL. */
-static const char *cancel_one(http_server *s, const char *url, const char *tenant,
+static const char *cancel_one(http_server *s, const http_peer *to, const char *tenant,
                               const char *version, const char *body, size_t len, long ms, char *why,
                               size_t n)
 {
+        char url[PEER_URL_MAX];
+        snprintf(url, sizeof(url), "http://%s" PEER_PATH, to->addr);
         http_peer_headers ph;
-        if (http_peer_sign(s, tenant, "application/json", body, len, &ph) < 0)
+        if (http_peer_sign(s, to->name, tenant, "application/json", body, len, &ph) < 0)
                 return "no cluster secret";
         const char *rows[][2] = {{"Content-Type", "application/json"},
                                  {"Accept", "application/json"},
                                  {"Expect", ""},
                                  {"Airlock-Peer-From", s->opt.instance},
+                                 {"Airlock-Peer-To", to->name},
                                  {"Airlock-Peer-Tenant", ph.tenant},
                                  {"Airlock-Peer-Time", ph.ts},
                                  {"Airlock-Peer-Nonce", ph.nonce},
@@ -661,11 +665,10 @@ void http_forward_cancel(http_request *rq, struct MHD_Connection *c, char *body,
         for (size_t i = 0; i < n; i++) {
                 if (strcmp(peers[i].name, s->opt.instance) == 0)
                         continue;
-                char url[PEER_URL_MAX], why[160];
-                snprintf(url, sizeof(url), "http://%s" PEER_PATH, peers[i].addr);
+                char why[160];
                 uint64_t now = al_now_ns();
                 long ms = now < until ? (long)((until - now) / 1000000ull) : 0;
-                const char *bad = ms > 0 ? cancel_one(s, url, rq->owner[0] ? rq->owner : "",
+                const char *bad = ms > 0 ? cancel_one(s, &peers[i], rq->owner[0] ? rq->owner : "",
                                                       version, body, len, ms, why, sizeof(why))
                                          : "no time left of the cancel's 5 s";
                 if (bad)

@@ -368,9 +368,10 @@ void http_peers_free(http_server *s);
 size_t http_peer_list(http_server *s, http_peer **ret);
 /* The URL of instance's --peer-listen (the peers file, else DNS), or false. */
 bool http_peer_url(http_server *s, const char *instance, char *url, size_t size);
-/* Signs a request to a peer acting for tenant ("" for none). 0 or -errno. */
-int http_peer_sign(http_server *s, const char *tenant, const char *accept, const char *body,
-                   size_t len, http_peer_headers *h);
+/* Signs a request to the peer instance to, acting for tenant ("" for
+ * none). 0 or -errno. */
+int http_peer_sign(http_server *s, const char *to, const char *tenant, const char *accept,
+                   const char *body, size_t len, http_peer_headers *h);
 /* Signs the trace context ctx of a request signed into ph: its
  * traceparent into tp, the trace signature into sig (hex). False when ctx
  * is not valid or no secret is loaded: no trace header is sent then. */

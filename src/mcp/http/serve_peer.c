@@ -6,7 +6,9 @@
  * checks of one that comes in on --peer-listen.
  *
  * A peer request is signed with HMAC-SHA256 under the cluster secret over
- * its method, path, the instance that sends it, the tenant it acts for,
+ * its method, path, the instance that sends it, the instance it is for (so
+ * that one captured on its way, or sent to a host that a --peer-dns name
+ * led to, is refused by every other instance), the tenant it acts for,
  * the Accept it asks for, a timestamp, a nonce and the SHA-256 of its
  * body. The receiving instance refuses one without a signature, with a
  * wrong one, with a timestamp more than PEER_SKEW_S seconds away from its
@@ -272,23 +274,24 @@ static bool cluster_mac(http_server *s, const char *msg, size_t n, char out[65])
 /* The signature of a peer request (hex, 64 digits): HMAC-SHA256 under the
  * cluster secret of every part that says what the request does and for
  * whom. Returns false when no secret is loaded. */
-static bool peer_mac(http_server *s, const char *from, const char *tenant, const char *accept,
-                     const char *ts, const char *nonce, const char *body, size_t len, char out[65])
+static bool peer_mac(http_server *s, const char *from, const char *to, const char *tenant,
+                     const char *accept, const char *ts, const char *nonce, const char *body,
+                     size_t len, char out[65])
 {
         uint8_t h[32];
         char body_hex[65];
         mcp_sha256(body ? body : "", len, h);
         hex(h, 32, body_hex);
-        char msg[512];
-        int n = snprintf(msg, sizeof(msg), "airlock-peer-1\nPOST\n%s\n%s\n%s\n%s\n%s\n%s\n%s",
-                         PEER_PATH, from, tenant, accept, ts, nonce, body_hex);
+        char msg[600];
+        int n = snprintf(msg, sizeof(msg), "airlock-peer-2\nPOST\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n%s",
+                         PEER_PATH, from, to, tenant, accept, ts, nonce, body_hex);
         if (n < 0 || (size_t)n >= sizeof(msg))
                 return false;
         return cluster_mac(s, msg, (size_t)n, out);
 }
 
-int http_peer_sign(http_server *s, const char *tenant, const char *accept, const char *body,
-                   size_t len, http_peer_headers *h)
+int http_peer_sign(http_server *s, const char *to, const char *tenant, const char *accept,
+                   const char *body, size_t len, http_peer_headers *h)
 {
         uint8_t nonce[16];
         if (getrandom(nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
@@ -296,7 +299,8 @@ int http_peer_sign(http_server *s, const char *tenant, const char *accept, const
         hex(nonce, sizeof(nonce), h->nonce);
         snprintf(h->ts, sizeof(h->ts), "%lld", (long long)time(NULL));
         snprintf(h->tenant, sizeof(h->tenant), "%s", tenant && *tenant ? tenant : "-");
-        return peer_mac(s, s->opt.instance, h->tenant, accept, h->ts, h->nonce, body, len, h->sig)
+        return peer_mac(s, s->opt.instance, to, h->tenant, accept, h->ts, h->nonce, body, len,
+                        h->sig)
                    ? 0
                    : -ENOKEY;
 }
@@ -447,8 +451,20 @@ bool http_peer_trace(const http_request *rq, struct MHD_Connection *c, al_trace_
         return al_trace_parse(tp, state, bag, ret) == 0;
 }
 
+/* Whether sig is right for the request as signed for instance to. */
+static bool signed_for(http_request *rq, const char *to, const char *from, const char *tenant,
+                       const char *accept, const char *ts, const char *nonce, const char *sig)
+{
+        char want[65];
+        return peer_mac(rq->srv, from, to, tenant, accept, ts, nonce, rq->body.data, rq->body.len,
+                        want) &&
+               same_time(want, sig, 64);
+}
+
 /* Contract: true only for a request signed with this server's cluster
- * secret over this very body, tenant and Accept, within PEER_SKEW_S seconds
+ * secret for this very instance (never one signed for another, captured on
+ * its way there and sent here), over this very body, tenant and Accept,
+ * within PEER_SKEW_S seconds
  * of this server's clock, whose nonce was not seen in that window, of a
  * tenant within its PEER_TENANT_MAX (else *busy too); the tenant (which
  * the forwarding instance authenticated by its token) is then rq->owner,
@@ -461,6 +477,7 @@ static bool peer_check(http_request *rq, struct MHD_Connection *c, char *why, si
         const char *sig = H("Airlock-Peer-Signature"), *ts = H("Airlock-Peer-Time");
         const char *nonce = H("Airlock-Peer-Nonce"), *tenant = H("Airlock-Peer-Tenant");
         const char *from = H("Airlock-Peer-From"), *accept = H("Accept");
+        const char *to = H("Airlock-Peer-To");
 #undef H
         if (!sig || !ts || !nonce || !tenant || !from)
                 return say(why, n,
@@ -471,12 +488,19 @@ static bool peer_check(http_request *rq, struct MHD_Connection *c, char *why, si
         if (!is_hex(sig, 64) || !is_hex(nonce, 32) || !*ts || *end ||
             !mcp_instance_valid(from, strlen(from)) || strlen(tenant) > TENANT_NAME_MAX)
                 return say(why, n, "malformed signature headers");
-        char want[65];
-        if (!peer_mac(s, from, tenant, accept ? accept : "", ts, nonce, rq->body.data, rq->body.len,
-                      want) ||
-            !same_time(want, sig, 64))
+        accept = accept ? accept : "";
+        if (!signed_for(rq, s->opt.instance, from, tenant, accept, ts, nonce, sig)) {
+                /* Airlock-Peer-To only says which: the signature is
+                 * checked for this instance, whatever the header says. */
+                if (to && strcmp(to, s->opt.instance) != 0 && mcp_instance_valid(to, strlen(to)) &&
+                    signed_for(rq, to, from, tenant, accept, ts, nonce, sig))
+                        return say(why, n,
+                                   "signed by %s for instance %.40s, not this one (%s): sent "
+                                   "here by someone else",
+                                   from, to, s->opt.instance);
                 return say(why, n, "bad signature (from %s; is the cluster secret the same?)",
                            from);
+        }
         if (t < now - PEER_SKEW_S || t > now + PEER_SKEW_S)
                 return say(why, n, "expired: its time is %lld s from this server's (at most %d)",
                            t - now, PEER_SKEW_S);
