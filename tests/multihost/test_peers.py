@@ -106,7 +106,9 @@ def fake_peer(kind):
     too, which the hosts reach): "garbage" answers bytes that are not HTTP,
     "breaks" answers BREAKS (SSE, with line breaks between the messages'
     tokens), "long" answers one SSE event of LONG_MIB MiB that never ends,
-    "hang" reads the request and never answers. Returns its port."""
+    "accept" answers 202 without a body (as a peer takes a notification),
+    "hang" reads the request and never answers. Each records the requests
+    it read in CAPTURED[kind]. Returns its port."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", 0))
@@ -132,6 +134,10 @@ def fake_peer(kind):
                         c.sendall(b"x" * (1 << 20))
                 except OSError:
                     pass
+                c.close()
+            elif kind == "accept":
+                c.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n"
+                          b"Connection: close\r\n\r\n")
                 c.close()
             elif kind == "breaks":
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -652,6 +658,56 @@ def test_cancel_reaches_the_owner_from_any_host():
         _, r, _ = call(at(a), "execute_code", {"session": h, "code": "print(x)"})
         assert not r.get("isError") and text(r).startswith("1\n"), (where, r)
     call(at(a), "session_close", {"session": h})
+
+
+# A tenant's cancel rounds that leave one host in 30 s (PEER_CANCEL_MAX).
+CANCEL_MAX = 256
+
+
+def test_a_tenants_cancels_go_round_the_peers_within_its_share():
+    """One notifications/cancelled is a signed request to every peer of the
+    peers file, each counted in the tenant's share there (2,048 in 30 s): a
+    client sending cancels as fast as it can (600, one after the other) has
+    at most CANCEL_MAX of them sent round in a window of 30 s (twice that
+    when the run spans two windows), the rest stopping the calls of the host
+    it sent them to only, with a line in its log; another tenant's cancel
+    still goes round. Before, every one went to every peer (600 at the
+    counting peer). Two hosts of their own and a peer that answers 202 and
+    counts, so that no peer that hangs makes each round take its 5 s."""
+    port = fake_peer("accept")
+    tenants = tempfile.mkdtemp(prefix="airlock-multihost-tenants-")
+    TENANTS.append(tenants)
+    c = cl.Cluster(tenants, names=("p", "q"), fake_peers={"cnt": f"{{bridge}}:{port}"})
+    c.start()
+    try:
+        p = c.hosts[0]
+        conn = http.client.HTTPConnection(p.addr, cl.HTTP_PORT, timeout=CALL_TIMEOUT)
+
+        def cancel(tenant, rid):
+            body = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                               "params": {"requestId": rid}}).encode()
+            conn.request("POST", "/mcp", body, {
+                "Content-Type": "application/json", "Accept": "application/json",
+                "Authorization": "Bearer " + c.tokens[tenant]})
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 202, r.status
+
+        def counted(tenant):
+            return sum(1 for lines, body in CAPTURED.get("accept", [])
+                       if b"notifications/cancelled" in body
+                       and f"Airlock-Peer-Tenant: {tenant}" in lines)
+        for i in range(600):
+            cancel("acme", f"x{i}")
+        n = counted("acme")
+        assert CANCEL_MAX <= n <= 2 * CANCEL_MAX, n
+        line = p.wait_line(lambda l: "not sent to the peers" in l, 60)
+        assert "tenant 'acme'" in line and f"more than {CANCEL_MAX} within 30 s" in line, line
+        cancel("globex", "y")
+        assert counted("globex") == 1
+        conn.close()
+    finally:
+        c.stop()
 
 
 def read(addr, uri, tenant="acme"):

@@ -652,10 +652,20 @@ static const char *cancel_one(http_server *s, const http_peer *to, const char *t
  * the call (the owner of a session whose call another replica forwarded),
  * so each peer stops the calls of that tenant with that id, as this
  * instance does, and no more. Peers found only by DNS are not known
- * here: they get nothing. */
+ * here: they get nothing. Past PEER_CANCEL_MAX rounds of the tenant in
+ * PEER_SKEW_S seconds, a cancel stops this instance's calls only. */
 void http_forward_cancel(http_request *rq, struct MHD_Connection *c, char *body, size_t len)
 {
         http_server *s = rq->srv;
+        if (!http_cancel_room(s, rq->owner)) {
+                fprintf(stderr,
+                        "airlock serve: notifications/cancelled of tenant '%.64s' not sent to the "
+                        "peers: more than %d within %d s (PEER_CANCEL_MAX); it stopped this "
+                        "instance's calls only\n",
+                        rq->owner, PEER_CANCEL_MAX, PEER_SKEW_S);
+                free(body);
+                return;
+        }
         const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
         char version[40];
         snprintf(version, sizeof(version), "%s", v && strlen(v) < sizeof(version) ? v : "");

@@ -69,6 +69,12 @@ typedef struct http_sink http_sink;
  * the nonces and cannot fill the cache for every other tenant. */
 #define PEER_TENANT_MAX   (PEER_NONCES / 8)
 #define PEER_TENANT_SLOTS 1024 /* tenants counted at once */
+/* One tenant's notifications/cancelled that this instance sends round its
+ * peers in one window of PEER_SKEW_S seconds: each is a peer request to
+ * every peer, counted there in the tenant's PEER_TENANT_MAX, so that past
+ * this a tenant's cancels would amplify its own requests by the number of
+ * peers and use up its share everywhere. */
+#define PEER_CANCEL_MAX (PEER_TENANT_MAX / 8)
 
 typedef struct http_peer {
         char name[MCP_INSTANCE_MAX + 1];
@@ -157,7 +163,8 @@ typedef struct http_server {
         size_t peer_key_len;
         pthread_mutex_t nonce_lock;
         http_nonce *nonces;
-        http_peer_rate *peer_rates; /* under nonce_lock */
+        http_peer_rate *peer_rates;   /* under nonce_lock */
+        http_peer_rate *cancel_rates; /* under nonce_lock: the cancel's round, per tenant */
         /* Set when the server stops listening: forwarded calls still
          * running end (serve_forward.c). */
         atomic_bool forward_stop;
@@ -364,6 +371,9 @@ int http_peers_setup(http_server *s, const airlock_config *cfg, airlock_error *e
  * configuration, or NULL when it did not load); said gets the clause. */
 void http_peers_reload(http_server *s, const airlock_config *cfg, char *said, size_t n_said);
 void http_peers_free(http_server *s);
+/* Whether tenant ("" for none) may send one more cancel round its peers
+ * in this window (counted then): at most PEER_CANCEL_MAX. */
+bool http_cancel_room(http_server *s, const char *tenant);
 /* A copy of the peers file's peers in *ret (free it); their count. */
 size_t http_peer_list(http_server *s, http_peer **ret);
 /* The URL of instance's --peer-listen (the peers file, else DNS), or false. */

@@ -172,9 +172,11 @@ int http_peers_setup(http_server *s, const airlock_config *cfg, airlock_error *e
                                 "at this instance's own peer port");
         if (s->opt.peers_file && (r = peers_load(s->opt.peers_file, &s->peers, err)) < 0)
                 return r;
-        if (s->opt.peer_listen &&
-            (!(s->nonces = calloc(PEER_NONCES, sizeof(*s->nonces))) ||
-             !(s->peer_rates = calloc(PEER_TENANT_SLOTS, sizeof(*s->peer_rates)))))
+        if ((s->opt.peer_listen &&
+             (!(s->nonces = calloc(PEER_NONCES, sizeof(*s->nonces))) ||
+              !(s->peer_rates = calloc(PEER_TENANT_SLOTS, sizeof(*s->peer_rates))))) ||
+            (s->opt.peers_file &&
+             !(s->cancel_rates = calloc(PEER_TENANT_SLOTS, sizeof(*s->cancel_rates)))))
                 return al_error_kind(err, AIRLOCK_ERROR_SANDBOX, -ENOMEM, NULL, "out of memory");
         return 0;
 }
@@ -209,6 +211,7 @@ void http_peers_free(http_server *s)
         free(s->peers.v);
         free(s->nonces);
         free(s->peer_rates);
+        free(s->cancel_rates);
         explicit_bzero(s->peer_key, sizeof(s->peer_key));
         pthread_mutex_destroy(&s->nonce_lock);
 }
@@ -335,6 +338,41 @@ static bool nonce_fresh(http_server *s, const char *nonce, long long ts, long lo
         return !seen && free_slot >= 0;
 }
 
+/* Counts one more request of tenant in table (PEER_TENANT_SLOTS slots, a
+ * window of PEER_SKEW_S seconds each) unless it made max in this window:
+ * returns whether it had room. A tenant that finds no slot in its probes
+ * (more tenants than PEER_TENANT_SLOTS at once) is not counted. */
+static bool rate_take(http_server *s, http_peer_rate *table, const char *tenant, long long now,
+                      unsigned max)
+{
+        uint8_t h[32];
+        mcp_sha256(tenant, strlen(tenant), h);
+        uint64_t id = 0;
+        memcpy(&id, h, sizeof(id));
+        id |= 1; /* 0 marks a free slot */
+        long long window = now / PEER_SKEW_S;
+        bool room = true;
+        pthread_mutex_lock(&s->nonce_lock);
+        http_peer_rate *e = NULL, *stale = NULL;
+        for (unsigned i = 0; i < PEER_PROBES && !e; i++) {
+                http_peer_rate *r = &table[(id + i) % PEER_TENANT_SLOTS];
+                if (r->tenant == id)
+                        e = r;
+                else if (!stale && (r->tenant == 0 || r->window < window - 1))
+                        stale = r;
+        }
+        if (!e && stale)
+                *(e = stale) = (http_peer_rate){.tenant = id, .window = window};
+        if (e && e->window != window)
+                *e = (http_peer_rate){.tenant = id, .window = window};
+        if (e && e->count >= max)
+                room = false;
+        else if (e)
+                e->count++;
+        pthread_mutex_unlock(&s->nonce_lock);
+        return room;
+}
+
 /* Contract: whether tenant may make one more peer request in this window
  * of PEER_SKEW_S seconds (counted then): at most PEER_TENANT_MAX. Every
  * forwarded call takes a nonce, and a tenant forwards as fast as it can
@@ -350,32 +388,22 @@ static bool tenant_room(http_server *s, const char *tenant, long long now)
          * is the whole cache: no other tenant's calls are there to keep. */
         if (strcmp(tenant, "-") == 0)
                 return true;
-        uint8_t h[32];
-        mcp_sha256(tenant, strlen(tenant), h);
-        uint64_t id = 0;
-        memcpy(&id, h, sizeof(id));
-        id |= 1; /* 0 marks a free slot */
-        long long window = now / PEER_SKEW_S;
-        bool room = true;
-        pthread_mutex_lock(&s->nonce_lock);
-        http_peer_rate *e = NULL, *stale = NULL;
-        for (unsigned i = 0; i < PEER_PROBES && !e; i++) {
-                http_peer_rate *r = &s->peer_rates[(id + i) % PEER_TENANT_SLOTS];
-                if (r->tenant == id)
-                        e = r;
-                else if (!stale && (r->tenant == 0 || r->window < window - 1))
-                        stale = r;
-        }
-        if (!e && stale)
-                *(e = stale) = (http_peer_rate){.tenant = id, .window = window};
-        if (e && e->window != window)
-                *e = (http_peer_rate){.tenant = id, .window = window};
-        if (e && e->count >= PEER_TENANT_MAX)
-                room = false;
-        else if (e)
-                e->count++;
-        pthread_mutex_unlock(&s->nonce_lock);
-        return room;
+        return rate_take(s, s->peer_rates, tenant, now, PEER_TENANT_MAX);
+}
+
+/* Contract: at most PEER_CANCEL_MAX cancel rounds of one tenant leave this
+ * instance in a window of PEER_SKEW_S seconds. One notification the client
+ * sends is a peer request to every peer of the peers file, each counted in
+ * the tenant's PEER_TENANT_MAX there: uncapped, a client's cancels would be
+ * multiplied by the number of peers, and would use up its tenant's share on
+ * every peer (its forwarded calls refused everywhere). A cluster without
+ * tokens has one tenant and is capped alike (the cap bounds the requests
+ * this instance sends). */
+bool http_cancel_room(http_server *s, const char *tenant)
+{
+        if (!s->cancel_rates)
+                return true;
+        return rate_take(s, s->cancel_rates, tenant, (long long)time(NULL), PEER_CANCEL_MAX);
 }
 
 static bool is_hex(const char *v, size_t n)
