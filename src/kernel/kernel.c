@@ -332,6 +332,13 @@ static void shown_reset(kexec *x)
  * JSONRPC_VALUE_COST bytes, and the cell chose them all): a record whose
  * parse would cost more than KREC_MAX is measured first, without building
  * anything, and not parsed. Returns false for such a record. */
+/* A display's metadata as a new reference: the record's own object, or an empty one when the
+ * cell sent none or something else (the message's field must be an object). */
+static json_t *display_metadata(json_t *md)
+{
+        return json_is_object(md) ? json_incref(md) : json_object();
+}
+
 static bool handle_record(kexec *x, const char *json, size_t len)
 {
         uint64_t values = 0;
@@ -353,8 +360,8 @@ static bool handle_record(kexec *x, const char *json, size_t len)
                 json_t *md = json_object_get(r, "metadata");
                 if (json_is_object(data) && may_show(x, len))
                         kpost(x->k, KSOCK_IOPUB, x->req, "display_data",
-                              json_pack("{s:o, s:O, s:{}}", "data", ksafe_bundle(data), "metadata",
-                                        json_is_object(md) ? md : json_object(), "transient"));
+                              json_pack("{s:o, s:o, s:{}}", "data", ksafe_bundle(data), "metadata",
+                                        display_metadata(md), "transient"));
         } else if (strcmp(type, "clear_output") == 0) {
                 shown_reset(x);
                 kpost(x->k, KSOCK_IOPUB, x->req, "clear_output",
@@ -367,9 +374,9 @@ static bool handle_record(kexec *x, const char *json, size_t len)
                         x->result_plain = strdup(plain);
                 if (json_is_object(data) && !x->silent && may_show(x, len))
                         kpost(x->k, KSOCK_IOPUB, x->req, "execute_result",
-                              json_pack("{s:i, s:o, s:O}", "execution_count", x->k->execution_count,
+                              json_pack("{s:i, s:o, s:o}", "execution_count", x->k->execution_count,
                                         "data", ksafe_bundle(data), "metadata",
-                                        json_is_object(md) ? md : json_object()));
+                                        display_metadata(md)));
         } else if (strcmp(type, "error") == 0) {
                 json_decref(x->error);
                 x->error = json_incref(r);
