@@ -14,7 +14,7 @@ against `bwrap ... python3` running the same code under the same load.
 Called by bench.py (`make bench`, and `bench.py --only loaded`); alone:
     /usr/bin/python3 bench/bench_loaded.py BUILD [--quick]
 prints its table and targets; with --pss instead, what one more ready copy
-costs (PSS); with --pages, what this machine charges for the pages a copy
+costs (its private pages and page tables); with --pages, what this machine charges for the pages a copy
 touches (page_costs). AIRLOCK_BENCH_MCP_ARGS adds options to both
 servers' command lines (say `--ready-copies 1`). Standard library only.
 """
@@ -268,46 +268,52 @@ def run(build, quick, log=lambda m: None):
     return res
 
 
-def tree_pss_kib(pid):
-    """PSS of pid and its children (the server, its template and copies),
-    and the number of its copies that hold their memory."""
-    total = copies = 0
-    for d, (ppid, _) in proc_times().items():
-        if d != pid and ppid != pid:
-            continue
-        try:
-            with open(f"/proc/{d}/smaps_rollup") as f:
-                total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
-            with open(f"/proc/{d}/status") as f:
-                st = f.read()
-            ns = [line.split()[1:] for line in st.splitlines() if line.startswith("NSpid:")]
-            copies += ppid == pid and "VmRSS" in st and bool(ns) and ns[0][-1:] == ["1"] \
-                and len(ns[0]) > 1
-        except (OSError, ValueError, IndexError):
-            pass
-    return total, copies
+def copy_memory_kib(pid):
+    """What the copy pid holds alone (KiB): its private pages (dirty and
+    clean: the template's pages it copied on write, and its new ones) and
+    its page tables; None for a process that is gone or not a copy."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            st = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        ns = st.get("NSpid", "").split()
+        if len(ns) < 2 or ns[-1] != "1" or "VmPTE" not in st:
+            return None
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            priv = sum(int(line.split()[1]) for line in f
+                       if line.startswith(("Private_Dirty:", "Private_Clean:")))
+        return priv, int(st["VmPTE"].split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
-def ready_copy_pss(build, preload, kind):
-    """What one more ready copy costs: the server's PSS right after a burst
-    of 40 calls back to back with --ready-copies 4, less the same with 1,
-    over the number of copies more (KiB); None when no more were left."""
-    pss = {}
-    for n in (4, 1):
-        os.environ["AIRLOCK_BENCH_MCP_ARGS"] = f"--ready-copies {n}"
+def ready_copy_kib(build, preload, kind, servers=3):
+    """What one more ready copy costs: the private pages and page tables of
+    each ready copy of a warm `airlock mcp` (5 calls 50 ms apart, then 1 s
+    idle), over `servers` servers (KiB, one (private, page tables) pair a
+    copy). Measured on the copy itself: the server's whole PSS after a
+    burst with --ready-copies 4, less the same with 1, over the copies
+    more (as this measured until 2026-12-04) moved by 0.1 to 10 MiB a copy
+    between runs of one tree, with the pages of the copies still starting
+    or ending and of the libraries shared with the rest of the machine.
+    Neither counts the kernel's own memory for a copy (its namespaces:
+    a network namespace is some 0.2 to 0.3 MiB)."""
+    out = []
+    for _ in range(servers):
+        m = Mcp(build, preload)
         try:
-            m = Mcp(build, preload)
-        finally:
-            del os.environ["AIRLOCK_BENCH_MCP_ARGS"]
-        try:
-            for _ in range(43):
+            for _ in range(5):
                 m.call(kind)
-            time.sleep(0.1)
-            pss[n] = tree_pss_kib(m.p.pid)
+                time.sleep(0.05)
+            time.sleep(1)
+            for pid, (ppid, _) in proc_times().items():
+                # A copy is the server's child (CLONE_PARENT), pid 1 of
+                # its own PID namespace.
+                got = copy_memory_kib(pid) if ppid == m.p.pid else None
+                if got:
+                    out.append(got)
         finally:
             m.close()
-    more = pss[4][1] - pss[1][1]
-    return (pss[4][0] - pss[1][0]) / more if more > 0 else None
+    return out
 
 
 def fmt(v):
@@ -411,9 +417,15 @@ if __name__ == "__main__":
     if sys.argv[2:] == ["--pss"]:
         b = os.path.abspath(sys.argv[1])
         for preload, kind in ((PRELOAD, "pandas"), (None, "print1")):
-            kib = ready_copy_pss(b, preload, kind)
+            got = ready_copy_kib(b, preload, kind)
+            if not got:
+                print(f"{'--preload ' + preload if preload else 'no preload'}: no ready copy seen")
+                continue
+            tot = sorted(p + t for p, t in got)
             print(f"one more ready copy, {'--preload ' + preload if preload else 'no preload'}: "
-                  + (f"{kib / 1024:.1f} MiB PSS" if kib else "no burst was left to measure"))
+                  f"{tot[len(tot) // 2] / 1024:.2f} MiB (median of {len(tot)} copies; "
+                  "private pages + page tables: "
+                  + ", ".join(f"{p / 1024:.2f} + {t / 1024:.2f}" for p, t in got) + ")")
         sys.exit(0)
     r = run(os.path.abspath(sys.argv[1]), "--quick" in sys.argv[2:],
             lambda m: print(m, file=sys.stderr, flush=True))

@@ -259,8 +259,9 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
  * its output to /dev/null, so that a copy has touched its pages before
  * the agent's run. */
 void tpl_prewarm_copy(void);
-/* SCHED_BATCH while copies are prepared, the caller's SCHED_OTHER once a
- * copy serves; nothing where the caller runs with another policy. */
+/* SCHED_BATCH while copies are prepared, the caller's SCHED_OTHER with the
+ * shortest time slice once a copy serves; nothing where the caller runs
+ * with another policy. */
 void tpl_set_preparing(bool preparing);
 
 /* --- tpl_session.c: the session ops of tpl_serve_host --- */
