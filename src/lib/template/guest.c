@@ -692,8 +692,9 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                         Py_CLEAR(paths);
                 Py_XDECREF(s);
         }
-        PyObject *r = paths ? PyObject_CallMethod(mod, "_install", "OO",
-                                                  p->auto_figures ? Py_True : Py_False, paths)
+        PyObject *r = paths ? PyObject_CallMethod(mod, "_install", "OOO",
+                                                  p->auto_figures ? Py_True : Py_False, paths,
+                                                  p->single_run ? Py_True : Py_False)
                             : NULL;
         Py_XDECREF(paths);
         if (!r) {
