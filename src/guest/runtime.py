@@ -16,7 +16,6 @@ stay those of this file. Only functions use them.
 import atexit as _atexit
 import builtins as _builtins
 import sys as _sys
-import traceback as _traceback  # here, in the template: 7 ms in every failed run otherwise
 import types as _types
 
 import _airlock  # the native channel to the host (see guest.c)
@@ -364,7 +363,8 @@ def _run(code, keep=False, last=False):
                 if keep:
                     _note_shared_memory(value, tb, code)
                 # Drop the runner's own frame so the traceback starts at the code.
-                _traceback.print_exception(etype, value, tb.tb_next if tb else None)
+                import traceback
+                traceback.print_exception(etype, value, tb.tb_next if tb else None)
             except MemoryError:
                 status = _STATUS_MEMORY
     if last:
@@ -415,15 +415,33 @@ def _register_source(code, keep):
     which linecache takes for source that no file backs: checkcache() keeps
     it, whatever files /tmp holds."""
     global _cells, _code
-    import linecache
     if keep:
         _cells += 1
         name = f"<cell-{_cells}>"
     else:
         name = "<code>"
         _code = code
-    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+    entry = (len(code), None, code.splitlines(True), name)
+    linecache = _sys.modules.get("linecache")
+    if linecache is not None:
+        linecache.cache[name] = entry
+    else:
+        # A one-shot sandbox's template imports neither traceback nor
+        # linecache (_install): with tokenize and re, some 9 ms of a cold
+        # start that a run which raises nothing never needs. The entry
+        # waits here until linecache is imported (_Finder), which anything
+        # that reads it (traceback, inspect, warnings) does first.
+        _pending_sources[name] = entry
     return name
+
+
+# Sources named while linecache was not imported yet (_register_source).
+_pending_sources = {}
+
+
+def _add_pending_sources(linecache):
+    linecache.cache.update(_pending_sources)
+    _pending_sources.clear()
 
 
 # The longest repr of a final expression that a cell prints, in characters.
@@ -477,7 +495,8 @@ def _print_unraisable(obj):
     CPython uses for the same case ("Exception ignored in: ...")."""
     try:
         _sys.stderr.write(f"Exception ignored in: {obj!r}\n")
-        _traceback.print_exc()
+        import traceback
+        traceback.print_exc()
     except Exception:
         pass
 
@@ -734,6 +753,18 @@ class _Finder:
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             if spec is not None and spec.loader is not None:
                 spec.loader = _WrappingLoader(spec.loader, _patch_mp_spawn)
+            return spec
+        elif name == "signal" and _signal_unwrapped:
+            import importlib.machinery
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _WrappingLoader(spec.loader, _wrap_signal_kills)
+            return spec
+        elif name == "linecache" and _pending_sources:
+            import importlib.machinery
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _WrappingLoader(spec.loader, _add_pending_sources)
             return spec
         elif name == "tarfile":
             import importlib.machinery
@@ -1060,11 +1091,28 @@ def _wrap_kill(original, hits_self, module):
     return wrapper
 
 
-def _wrap_kills():
+def _wrap_kills(single_run=False):
     import os
-    import signal
     os.kill = _wrap_kill(os.kill, lambda pid, sig: pid in (0, os.getpid(), -os.getpgrp()), "os")
     os.killpg = _wrap_kill(os.killpg, lambda pgid, sig: pgid in (0, os.getpgrp()), "os")
+    # A one-shot sandbox's template leaves the signal module (and enum,
+    # which it imports: some 3 ms of a cold start) to the run that imports
+    # it, and _Finder wraps its functions then.
+    if single_run and "signal" not in _sys.modules:
+        global _signal_unwrapped
+        _signal_unwrapped = True
+        return
+    import signal
+    _wrap_signal_kills(signal)
+
+
+# Whether the signal module is still to be wrapped once imported (_wrap_kills).
+_signal_unwrapped = False
+
+
+def _wrap_signal_kills(signal):
+    global _signal_unwrapped
+    _signal_unwrapped = False
     signal.raise_signal = _wrap_kill(signal.raise_signal, lambda sig: True, "signal")
     # SIGKILL to any thread of the process ends the whole process.
     signal.pthread_kill = _wrap_kill(signal.pthread_kill, lambda tid, sig: True, "signal")
@@ -1384,9 +1432,14 @@ def _servers_first():
             _sys.path.insert(0, p)
 
 
-def _install(auto_figures=True, python_paths=()):
+def _install(auto_figures=True, python_paths=(), single_run=False):
     global _auto_figures
     _auto_figures = bool(auto_figures)
+    if not single_run:
+        # Here, in the template, for every copy: 7 ms in every failed run
+        # otherwise. A one-shot sandbox's only run pays it if it fails
+        # (_register_source).
+        import traceback  # noqa: F401
     _sys.meta_path.insert(0, _Finder)
     # The working directory is importable, as the script's folder is for
     # `python3 script.py`, but last: after the standard library, the
@@ -1397,7 +1450,7 @@ def _install(auto_figures=True, python_paths=()):
     # module that later cells import is written to /tmp.
     _sys.path.extend(_IMPORT_DIRS)
     _sys.path_hooks.insert(0, _cwd_finder_hook)
-    _wrap_kills()
+    _wrap_kills(single_run)
     _wrap_starts()
     _wrap_sysconf()
     # The --python-path folders (and the .pth entries inside them) come

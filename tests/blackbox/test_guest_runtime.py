@@ -94,6 +94,25 @@ def test_traceback_shows_the_lines_and_inspect_finds_the_source():
     assert "ZeroDivisionError" in err, err
 
 
+def test_a_one_shot_run_imports_traceback_and_signal_only_when_it_needs_them():
+    # A one-shot sandbox's template leaves traceback (with linecache,
+    # tokenize and re) and signal (with enum) to the run: a run that
+    # raises nothing and sends no signal never pays their imports (docs/
+    # performance.md, "Where a cold start goes"). Once imported, they do
+    # what they did from the template: the code's lines are in linecache,
+    # and a signal the process sends itself still ends the run as it.
+    probe = "import sys\nprint(sorted(m for m in ('linecache', 're', 'signal', 'traceback') if m in sys.modules))\n"
+    rc, r = run_json(probe)
+    ok(r)
+    assert r["stdout"] == "[]\n", r["stdout"]
+    rc, r = run_json("x = 1\nimport linecache\nprint(linecache.getline('<code>', 1), end='')\n")
+    ok(r)
+    assert r["stdout"] == "x = 1\n", r["stdout"]
+    rc, r = run_json("import signal\n"
+                     "signal.raise_signal(signal.SIGKILL)\nprint('alive')\n")
+    assert r["status"] == "killed" and "alive" not in r["stdout"], r
+
+
 def test_each_cell_shows_its_own_lines():
     cells = ("def f(n):\n    return 10 // n\n\n"
              "x = 1\n"

@@ -397,20 +397,27 @@ static uint64_t cg_read_number(int dirfd, const char *file, const char *key)
 
 void cg_copy_usage(const cg_sandbox *cg, unsigned seq, uint64_t *ret_cpu_us, uint64_t *ret_mem_peak)
 {
-        *ret_cpu_us = *ret_mem_peak = UINT64_MAX;
+        *ret_cpu_us = UINT64_MAX;
+        if (ret_mem_peak)
+                *ret_mem_peak = UINT64_MAX;
         if (!cg->enabled || !seq)
                 return;
         char name[24];
         snprintf(name, sizeof(name), "c%u", seq);
+        /* On v1 the memory hierarchy's folder holds the peak alone. */
         _cleanup_close_ int d =
-            openat(cg->dirfd[0], name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (d < 0)
+            cg->v2 || ret_mem_peak
+                ? openat(cg->dirfd[0], name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                : -1;
+        if (d < 0 && (cg->v2 || ret_mem_peak))
                 return;
         if (cg->v2) {
                 *ret_cpu_us = cg_read_number(d, "cpu.stat", "usage_usec");
-                *ret_mem_peak = cg_read_number(d, "memory.peak", NULL);
+                if (ret_mem_peak)
+                        *ret_mem_peak = cg_read_number(d, "memory.peak", NULL);
         } else {
-                *ret_mem_peak = cg_read_number(d, "memory.max_usage_in_bytes", NULL);
+                if (ret_mem_peak)
+                        *ret_mem_peak = cg_read_number(d, "memory.max_usage_in_bytes", NULL);
                 _cleanup_close_ int c =
                     cg->n > 2 ? openat(cg->dirfd[2], name,
                                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)

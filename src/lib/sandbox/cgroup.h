@@ -44,7 +44,9 @@ int cg_sandbox_remove_copy(const cg_sandbox *cg, unsigned seq);
  * (v2 memory.peak, v1 memory.max_usage_in_bytes). Pages the copy shares
  * with the template are charged to the template's cgroup, so the peak is
  * the copy's own. Each is UINT64_MAX where it cannot be read (no cgroups,
- * v1 without a cpuacct hierarchy, a kernel without memory.peak). */
+ * v1 without a cpuacct hierarchy, a kernel without memory.peak).
+ * ret_mem_peak may be NULL: a run's start needs only the CPU time, and
+ * on v1 the peak is a folder and a file more to open. */
 void cg_copy_usage(const cg_sandbox *cg, unsigned seq, uint64_t *ret_cpu_us,
                    uint64_t *ret_mem_peak);
 /* Removes the cgroups, the copies' included; every process in them must

@@ -287,8 +287,8 @@ static uint64_t proc_uss(pid_t pid)
 
 static void usage_begin(run_state *run)
 {
-        uint64_t cpu, peak;
-        cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, &peak);
+        uint64_t cpu;
+        cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, NULL);
         run->use.cpu_cgroup = cpu != UINT64_MAX;
         run->use.cpu_before_us =
             run->use.cpu_cgroup ? cpu : proc_cpu_us(run->c->pid, &run->use.cpu_fine);

@@ -6,6 +6,7 @@
 #include <marshal.h>
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -457,10 +458,28 @@ static size_t n_blas_shutdown;
 /* Finds the pool-stopping function of every OpenBLAS the preloads loaded
  * (each of Debian's OpenBLAS variants has its own pool). Libraries loaded
  * later, by a run, are loaded in that run's copy and need nothing. */
+static int blas_like(struct dl_phdr_info *info, size_t size, void *found)
+{
+        (void)size;
+        const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+        const char *base = slash ? slash + 1 : info->dlpi_name ? info->dlpi_name : "";
+        if (strstr(base, "blas") || strstr(base, "lapack"))
+                *(bool *)found = true;
+        return 0;
+}
+
 static void find_blas_pools(void)
 {
         static const char *const libs[] = {"libopenblas.so.0", "libblas.so.3", "liblapack.so.3",
                                            "libopenblasp-r0.3.so"};
+        /* dlopen with RTLD_NOLOAD of a name no loaded library answers to
+         * still searches the library path for it: some 100 failed system
+         * calls in every template without numpy. No library of a BLAS's
+         * or LAPACK's file name loaded: none of these is. */
+        bool found = false;
+        dl_iterate_phdr(blas_like, &found);
+        if (!found)
+                return;
         for (size_t i = 0; i < ARRAY_SIZE(libs) && n_blas_shutdown < MAX_BLAS_POOLS; i++) {
                 void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
                 if (!h)
@@ -692,8 +711,9 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
                         Py_CLEAR(paths);
                 Py_XDECREF(s);
         }
-        PyObject *r = paths ? PyObject_CallMethod(mod, "_install", "OO",
-                                                  p->auto_figures ? Py_True : Py_False, paths)
+        PyObject *r = paths ? PyObject_CallMethod(mod, "_install", "OOO",
+                                                  p->auto_figures ? Py_True : Py_False, paths,
+                                                  p->single_run ? Py_True : Py_False)
                             : NULL;
         Py_XDECREF(paths);
         if (!r) {
