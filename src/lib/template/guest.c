@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/channel.h"
+#include "template/guest_heap.h"
 #include "template/template.h"
 #include "core/util.h"
 
@@ -735,6 +736,7 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
         find_blas_pools();
 
         freeze_heap();
+        guest_heap_reserve();
         return 0;
 }
 
@@ -818,6 +820,9 @@ void guest_after_fork_parent(void)
 
 void guest_after_fork_child(int fd)
 {
+        /* Before any Python runs here: the copy's new objects go to pages
+         * the template never wrote (guest_heap.c). */
+        guest_heap_install();
         guest_refresh_tid();
         PyOS_AfterFork_Child();
         channel_fd = fd;
