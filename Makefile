@@ -58,7 +58,7 @@ SOFILE  := libairlock.so.$(VERSION)
 # (src/lib/template/guest_load.c): no other process of the library's loads
 # libpython. With it, the few helpers of the base and the channel it calls,
 # and the guest runtime's code; --gc-sections drops the rest of them.
-GUEST_OWN_SRC := src/lib/template/guest.c src/lib/template/guest_module.c
+GUEST_OWN_SRC := src/lib/template/guest.c src/lib/template/guest_heap.c src/lib/template/guest_module.c
 GUEST_SRC := $(GUEST_OWN_SRC) src/common/base.c src/lib/core/channel.c
 GUEST_OBJ := $(GUEST_SRC:%.c=$(BUILD)/guest/%.o) $(BUILD)/gen/guest_runtime.o
 GUEST_SO  := $(BUILD)/guest/airlock-guest.so
