@@ -2,7 +2,10 @@
 through jupyter_client (docs/jupyter.md): the time from starting a kernel
 until its kernel_info_reply; the execute round trip of `1+1`, and of a
 pandas cell with pandas preloaded (airlock: --preload pandas; ipykernel:
-pandas imported by a first cell), and the pandas cell again 100 ms after
+pandas imported by a first cell), the pandas cells in a row on one kernel
+(as nbclient sends a notebook's cells; the rounds alternate the kernels, so
+there a kernel's next cell comes after three other round trips), and the
+pandas cell again 100 ms after
 the last answer, as a person at a notebook runs cells; and the PSS of an idle kernel's whole
 process tree without preloads (the sum of every process's Pss). For the
 airlock kernels also the minor faults of the session's active process per
@@ -63,6 +66,15 @@ def main():
             if label in active:
                 last[label] = jk.minflt(active[label])
                 faults[label][0].append(last[label] - before)
+    # The rounds above alternate the four kernels, so a kernel's next cell
+    # comes after three other round trips. nbclient and papermill send a
+    # notebook's next cell as soon as the last one is answered: blocks of
+    # pandas cells in a row on one kernel, the kernels alternating by block.
+    in_row = {k: [] for k in ("airlock+pandas", "ipykernel+pandas")}
+    for _ in range(4):
+        for label in in_row:
+            for _ in range(max(10, rounds // 4)):
+                in_row[label].append(jk.round_trip(kernels[label][1], CELL_PANDAS))
     # A notebook's cells come seconds apart, not back to back: the pandas
     # cell again, each 100 ms after the kernel's last answer, so that what a
     # kernel does between cells (airlock's rollback copy and its pre-copy)
@@ -86,6 +98,8 @@ def main():
           f"{med(trips['ipykernel']):12.2f}")
     print(f"{'execute pandas cell, ms':34} {med(trips['airlock+pandas']):16.2f} "
           f"{med(trips['ipykernel+pandas']):12.2f}")
+    print(f"{'pandas cells in a row, one kernel':34} {med(in_row['airlock+pandas']):16.2f} "
+          f"{med(in_row['ipykernel+pandas']):12.2f}")
     print(f"{'pandas cell 100 ms after the last':34} {med(paced['airlock+pandas']):16.2f} "
           f"{med(paced['ipykernel+pandas']):12.2f}")
     print(f"{'idle PSS of the process tree, MiB':34} {pss['airlock'] / 1024:16.1f} "
@@ -97,6 +111,7 @@ def main():
                                  for k, (d, b) in faults.items()},
                       "start_ms": {k: med(v) for k, v in starts.items()},
                       "execute_ms": {k: med(v) for k, v in trips.items()},
+                      "in_row_pandas_ms": {k: med(v) for k, v in in_row.items()},
                       "paced_pandas_ms": {k: med(v) for k, v in paced.items()},
                       "idle_pss_kib": pss}))
 
