@@ -386,6 +386,18 @@ int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cac
                 if (end && !*end && v > 0 && v < FSX_WATCH_MAX_DEFAULT)
                         c->trees.watch_max = (unsigned)v;
         }
+        /* A test knob: AIRLOCK_SAFETY_WALK_S sets the safety walk's period
+         * (1 to 3600 s; FSX_WATCH_PERIOD_NS otherwise), so that a test of
+         * which folders a call reads again does not depend on how long
+         * the machine takes between two calls, and one of the safety
+         * walk can make it come soon. */
+        const char *sw = secure_getenv("AIRLOCK_SAFETY_WALK_S");
+        if (sw && *sw) {
+                char *end = NULL;
+                unsigned long v = strtoul(sw, &end, 10);
+                if (end && !*end && v >= 1 && v <= 3600)
+                        c->trees.watch_period_ns = (uint64_t)v * 1000000000ull;
+        }
         /* AIRLOCK_SHARED_WALK_MAX lowers the shared walk cap (0: a tree on
          * shared storage is never walked at every call, and only its
          * generation and the safety walk tell of another machine's
@@ -1232,6 +1244,19 @@ void airlock_cache_workspace_changed(airlock_cache *c, const char *path)
         if (!field)
                 return;
         cache_trees_changed(&c->trees, field, strlen(field));
+}
+
+void airlock_cache_workspace_changed_in(airlock_cache *c, const char *path, const char *const *dirs,
+                                        size_t n)
+{
+        if (!n || !dirs) {
+                airlock_cache_workspace_changed(c, path);
+                return;
+        }
+        _cleanup_free_ char *field = workspace_field(c, path);
+        if (!field)
+                return;
+        cache_trees_changed_in(&c->trees, field, strlen(field), dirs, n);
 }
 
 void airlock_cache_close(airlock_cache *c)

@@ -78,5 +78,9 @@ void cache_trees_forget(cache_trees *t, const char *field, size_t flen);
 /* Makes the next signing of every set whose first path is the field walk
  * in full (fsx_watch_invalidate). */
 void cache_trees_changed(cache_trees *t, const char *field, size_t flen);
+/* Makes the next signing of those sets sign again only the directories
+ * dirs of their first tree (fsx_watch_changed_in). */
+void cache_trees_changed_in(cache_trees *t, const char *field, size_t flen, const char *const *dirs,
+                            size_t n);
 
 #endif
