@@ -7,6 +7,7 @@ atomic (a reader never sees half a file). docs/design.md, "Shared
 storage", is the contract.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -192,6 +193,54 @@ def test_another_hosts_write_rereads_only_the_folders_it_touched():
                                              "'/input/deep/one/two/three')))"))
     assert r["stdout"] == "['notes.txt']\n", r
     assert not [n for n in names if "untouched" in n], names
+
+
+OPEN_AT = re.compile(r'openat2?\(\d+<([^>]*)>, "([^"]*)"')
+
+
+def traced_mount_opens(m, mount, fn):
+    """fn() while strace follows m's server: (fn's value, the names of the
+    files it opened in a folder of mount: the dirfd's path, as strace -y
+    shows it, under the mount)."""
+    log = os.path.join(volume().base, f"strace-y-{m.p.pid}.log")
+    st = subprocess.Popen(["strace", "-f", "-y", "-o", log, "-e", "trace=openat,open,openat2",
+                           "-p", str(m.p.pid)], stderr=subprocess.PIPE, text=True)
+    try:
+        for line in st.stderr:
+            if "attached" in line:
+                break
+        value = fn()
+    finally:
+        st.terminate()
+        st.wait(timeout=60)
+    names = []
+    with open(log) as f:
+        for ln in f:
+            # openat(5</mount/tenants/t/w>, "f05.txt", ...) = 7</...>
+            hit = OPEN_AT.search(ln)
+            if hit and hit.group(1).startswith(mount + "/"):
+                names.append(hit.group(2))
+    os.unlink(log)
+    return value, names
+
+
+def test_staging_reads_each_file_of_a_changed_folder_once():
+    # Fails before: staging read every small file of the changed folder a
+    # second time from the volume, to compare it with its copy (on a
+    # network file system no timestamp proves a copy current); now it
+    # compares the copy with the hash the signature walk took of it.
+    a, b = host(0, "once"), host(1, "once")
+    files = {f"w/f{k:02d}.txt": f"file {k}\n" for k in range(10)}
+    assert not write(a, files)["isError"]
+    assert read_in_run(b, "w/f05.txt") == "file 5\n"
+    for k in range(1, 3):
+        assert not write(a, {"w/f00.txt": f"edit {k}\n"})["isError"]
+        out, names = traced_mount_opens(b, volume().mounts[1],
+                                        lambda: read_files_in_run(b, ["w/f00.txt", "w/f05.txt"]))
+        assert out == {"w/f00.txt": f"edit {k}\n", "w/f05.txt": "file 5\n"}, out
+        # The unchanged files: opened once each (by the signature walk).
+        counts = {f"f{j:02d}.txt": names.count(f"f{j:02d}.txt") for j in range(1, 10)}
+        assert set(counts.values()) == {1}, (counts, names)
 
 
 def test_a_hosts_own_write_does_not_hide_another_hosts_earlier_one():

@@ -258,6 +258,18 @@ char **cache_trees_delta(cache_trees *t, const char *tk, const char *from, const
         return dirs;
 }
 
+int cache_trees_hashes(cache_trees *t, const char *tk, const char *to, const char *const *dirs,
+                       size_t n, fsx_hashes *ret)
+{
+        *ret = (fsx_hashes){0};
+        cache_tree_set *found = tree_set_ref(t, tk);
+        if (!found)
+                return -1;
+        int r = fsx_watch_hashes(found->w, to, dirs, n, ret);
+        tree_set_unref(t, found);
+        return r;
+}
+
 /* Tells every set whose first path is the field: its whole trees changed
  * (dirs NULL), or only the directories dirs of its first tree. */
 static void tell_sets(cache_trees *t, const char *field, size_t flen, const char *const *dirs,

@@ -772,6 +772,27 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         return r;
 }
 
+int fsx_watch_hashes(fsx_watch *w, const char *to, const char *const *dirs, size_t n,
+                     fsx_hashes *ret)
+{
+        *ret = (fsx_hashes){0};
+        pthread_mutex_lock(&w->lock);
+        const fsx_sig_state *sig = w->n == 1 ? &w->roots[0].sig : NULL;
+        int r = sig && sig->is_dir && strcmp(w->hex[0], to) == 0 ? 0 : -1;
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                size_t k = 0;
+                while (k < sig->n && (!sig->dirs[k].rel || strcmp(sig->dirs[k].rel, dirs[i])))
+                        k++;
+                r = k < sig->n && fsx_hashes_add_dir(ret, sig, k) == 0 ? 0 : -1;
+        }
+        pthread_mutex_unlock(&w->lock);
+        if (r < 0)
+                fsx_hashes_free(ret);
+        else
+                fsx_hashes_sort(ret);
+        return r;
+}
+
 void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
 {
         pthread_mutex_lock(&w->lock);

@@ -86,6 +86,14 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
 int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs,
                     size_t *ret_n);
 
+/* The content hashes the signature `to` of a watcher of one tree took of
+ * the files of the directories dirs (as fsx_watch_delta names them), into
+ * *ret, sorted: 0, or -1 (nothing in *ret) when the watcher's last
+ * signature is not `to` any more or a directory is not in it. For staging
+ * that version (fsx_stage_delta's known). Thread-safe. */
+int fsx_watch_hashes(fsx_watch *w, const char *to, const char *const *dirs, size_t n,
+                     fsx_hashes *ret);
+
 void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret);
 
 /* The next fsx_watch_signatures walks the trees in full, whatever the
