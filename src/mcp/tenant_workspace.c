@@ -314,6 +314,9 @@ int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change
                 close(fd);
         } else {
                 ret->all = true;
+                /* No state file: no tool ever bumped the generation, 0,
+                 * from which the first writer's record starts. */
+                read = !exists;
         }
         pthread_mutex_lock(&w->lock);
         gen_remember_locked(g, tenant, exists ? &st : NULL, read, gen);

@@ -243,6 +243,26 @@ def test_staging_reads_each_file_of_a_changed_folder_once():
         assert set(counts.values()) == {1}, (counts, names)
 
 
+def test_the_first_write_to_a_tenant_put_on_the_volume_directly_is_narrow_too():
+    # A tenant whose files were put on the volume without airlock has no
+    # state file until a first write through the tools: generation 0,
+    # from which that write's record starts.
+    b = host(1, "direct", env=OVER_CAP)
+    tdir = os.path.join(tenants_dir(2), "direct")
+    for d in range(3):
+        os.makedirs(os.path.join(tdir, f"keep{d}"))
+        with open(os.path.join(tdir, f"keep{d}", f"untouched-{d}.txt"), "w") as f:
+            f.write("x")
+    os.makedirs(os.path.join(tdir, "w"))
+    with open(os.path.join(tdir, "w", "notes.txt"), "w") as f:
+        f.write("v0")
+    assert read_in_run(b, "w/notes.txt") == "v0"
+    assert not write(host(0, "direct"), {"w/notes.txt": "v1"})["isError"]
+    out, names = traced_opens(b, lambda: read_in_run(b, "w/notes.txt"))
+    assert out == "v1", out
+    assert not [n for n in names if "untouched" in n], names
+
+
 def test_a_hosts_own_write_does_not_hide_another_hosts_earlier_one():
     # Fails before: B's own bump remembered the state file as B left it,
     # so A's write just before it (in a folder B's inotify does not see)
