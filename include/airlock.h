@@ -785,6 +785,20 @@ AIRLOCK_PUBLIC void airlock_cache_forget_workspace(airlock_cache *cache, const c
  * whose writers bump a generation the caller watches (design.md, "Shared
  * storage"). Thread-safe. */
 AIRLOCK_PUBLIC void airlock_cache_workspace_changed(airlock_cache *cache, const char *path);
+/* The same, for a caller that knows where the change is: only the own
+ * entries of the folders dirs[0..n-1] (paths below the workspace, "" for
+ * the workspace itself, no leading or trailing '/') changed, no folder was
+ * made or removed anywhere. The next run or session with that workspace
+ * reads those folders again (each listed alone, its subfolders kept), not
+ * the whole tree, when the cache's watch of it holds a complete last walk;
+ * else, or when a folder is not one the last walk found, or more than 64
+ * are named, it reads the tree in full as airlock_cache_workspace_changed
+ * makes it. A folder named wrongly is the caller's fault: a change outside
+ * the folders named is then seen only at the next full walk (at the
+ * latest the safety walk, 10 s). n 0 is airlock_cache_workspace_changed.
+ * Thread-safe. */
+AIRLOCK_PUBLIC void airlock_cache_workspace_changed_in(airlock_cache *cache, const char *path,
+                                                       const char *const *dirs, size_t n);
 AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
 
 /* For a caller that hands run results to a model (the MCP server): the

@@ -80,8 +80,16 @@ const airlock_config *mcp_version_cfg(mcp_server *srv, cfg_version *v, const cha
          * inotify cannot see: its next walk of the tree must not be
          * spared. Before the run's fingerprint, so that a change finished
          * before this call began is in it. */
-        if (mcp_workspace_moved(srv->workspaces, tenant) > 0)
-                airlock_cache_workspace_changed(srv->cache, path);
+        tenant_gen_change ch;
+        if (mcp_workspace_moved(srv->workspaces, tenant, &ch) > 0) {
+                /* The folders the generation record names, or the tree. */
+                if (ch.all)
+                        airlock_cache_workspace_changed(srv->cache, path);
+                else
+                        airlock_cache_workspace_changed_in(srv->cache, path,
+                                                           (const char *const *)ch.dirs, ch.n);
+        }
+        tenant_gen_change_free(&ch);
         pthread_mutex_lock(&srv->cfg_lock);
         for (tenant_cfg *t = v->tenants; t; t = t->next)
                 if (strcmp(t->name, tenant) == 0) {

@@ -45,6 +45,7 @@
 
 #include "base.h"
 #include "mcp.h"
+#include "tenant_gen.h"
 #include "tenants.h"
 
 #define WS_PATH_MAX   1024 /* bytes of one path */
@@ -69,6 +70,10 @@ typedef struct ws_gen {
         ino_t ino;
         off_t size;
         struct timespec mtime, ctime;
+        /* The generation this server last brought its cache up to (read
+         * from the record, or its own bump of the one it had seen). */
+        uint64_t seen;
+        bool seen_known;
 } ws_gen;
 
 typedef struct ws_override {
@@ -289,55 +294,90 @@ static void tenant_unlock(ws_held *h)
         *h = (ws_held){.fd = -1};
 }
 
-static void gen_remember(mcp_workspaces *w, const char *tenant, const struct stat *st)
+/* Remembers the state file as st shows it (NULL: missing) and, with
+ * known, the generation seen. Under w->lock. */
+static void gen_remember_locked(ws_gen *g, const char *tenant, const struct stat *st, bool known,
+                                uint64_t seen)
 {
-        ws_gen *g = &w->gens[name_hash(tenant) % WS_GENS];
-        pthread_mutex_lock(&w->lock);
         snprintf(g->tenant, sizeof(g->tenant), "%s", tenant);
         g->ino = st ? st->st_ino : 0;
         g->size = st ? st->st_size : 0;
         g->mtime = st ? st->st_mtim : (struct timespec){0};
         g->ctime = st ? st->st_ctim : (struct timespec){0};
-        pthread_mutex_unlock(&w->lock);
+        g->seen = seen;
+        g->seen_known = known;
 }
 
 /* Bumps the tenant's generation (lockfd: tenant_lock's, still held) after
- * a change of its files, and remembers the state file as this server left
- * it, so that its own change (which inotify reports here) is not taken for
- * another host's. */
-static void gen_bump(mcp_workspaces *w, const char *tenant, int lockfd)
+ * a change of its files, recording what the change touched (c). When this
+ * server had seen the generation its bump follows, it remembers the state
+ * file as it left it, so that its own change (which inotify reports here)
+ * is not taken for another host's. Else it remembers nothing: another
+ * host's change came between, which inotify did not report here, and its
+ * next call reads the record from the generation it had seen. */
+static void gen_bump(mcp_workspaces *w, const char *tenant, int lockfd, const tenant_gen_change *c)
 {
         if (lockfd < 0)
                 return;
-        uint64_t n = 0;
-        if (pread(lockfd, &n, sizeof(n), 0) != (ssize_t)sizeof(n))
-                n = 0;
-        n++;
+        uint64_t prev;
+        uint64_t gen = tenant_gen_bump(lockfd, c, &prev);
         struct stat st;
-        if (pwrite(lockfd, &n, sizeof(n), 0) == (ssize_t)sizeof(n) && fstat(lockfd, &st) == 0)
-                gen_remember(w, tenant, &st);
+        if (!gen || fstat(lockfd, &st) < 0)
+                return;
+        ws_gen *g = &w->gens[name_hash(tenant) % WS_GENS];
+        pthread_mutex_lock(&w->lock);
+        if (strcmp(g->tenant, tenant) == 0 && g->seen_known && g->seen == prev)
+                gen_remember_locked(g, tenant, &st, true, gen);
+        pthread_mutex_unlock(&w->lock);
 }
 
-int mcp_workspace_moved(mcp_workspaces *w, const char *tenant)
+/* The state file's identity and times against those remembered: true when
+ * they are the same (or both missing). */
+static bool gen_same(const ws_gen *g, const char *tenant, bool exists, const struct stat *st)
 {
+        if (strcmp(g->tenant, tenant) != 0)
+                return false;
+        if (!exists)
+                return g->ino == 0;
+        return g->ino == st->st_ino && g->size == st->st_size &&
+               g->mtime.tv_sec == st->st_mtim.tv_sec && g->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+               g->ctime.tv_sec == st->st_ctim.tv_sec && g->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change *ret)
+{
+        *ret = (tenant_gen_change){0};
         if (w->statefd < 0 || !tenant_name_valid(tenant, strlen(tenant)))
                 return 0;
         struct stat st;
         bool exists = fstatat(w->statefd, tenant, &st, AT_SYMLINK_NOFOLLOW) == 0;
         ws_gen *g = &w->gens[name_hash(tenant) % WS_GENS];
         pthread_mutex_lock(&w->lock);
-        bool same = strcmp(g->tenant, tenant) == 0 &&
-                    (exists ? g->ino == st.st_ino && g->size == st.st_size &&
-                                  g->mtime.tv_sec == st.st_mtim.tv_sec &&
-                                  g->mtime.tv_nsec == st.st_mtim.tv_nsec &&
-                                  g->ctime.tv_sec == st.st_ctim.tv_sec &&
-                                  g->ctime.tv_nsec == st.st_ctim.tv_nsec
-                            : g->ino == 0);
+        bool same = gen_same(g, tenant, exists, &st);
+        bool known = strcmp(g->tenant, tenant) == 0 && g->seen_known;
+        uint64_t since = g->seen;
         pthread_mutex_unlock(&w->lock);
         if (same)
                 return 0;
-        gen_remember(w, tenant, exists ? &st : NULL);
-        return 1;
+        /* Read after the stat: a bump in between shows again at the next
+         * call's stat, and the record then says nothing is new. */
+        uint64_t gen = 0;
+        bool read = false;
+        int r = 1;
+        int fd = exists ? openat(w->statefd, tenant, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (fd >= 0) {
+                r = tenant_gen_since(fd, since, known, ret, &gen, &read);
+                close(fd);
+        } else {
+                ret->all = true;
+                /* No state file: no tool ever bumped the generation, 0,
+                 * from which the first writer's record starts. */
+                read = !exists;
+        }
+        pthread_mutex_lock(&w->lock);
+        gen_remember_locked(g, tenant, exists ? &st : NULL, read, gen);
+        pthread_mutex_unlock(&w->lock);
+        return r;
 }
 
 /* The tenant's folder, created 0700 when missing with create. Returns the
@@ -590,6 +630,7 @@ typedef struct usage {
         /* The walker holds the tenant's lock across hosts (tenant_lock):
          * a temporary file of a write is then a dead writer's, removed. */
         bool sweep;
+        uint64_t swept; /* temporary files removed so */
 } usage;
 
 static const char *media_type(const char *name);
@@ -623,8 +664,8 @@ static int walk(int fd, const char *prefix, unsigned depth, usage *u)
                  * it would count against the caps for ever. */
                 if (S_ISREG(st.st_mode) &&
                     strncmp(de->d_name, WS_TMP_PREFIX, sizeof(WS_TMP_PREFIX) - 1) == 0) {
-                        if (u->sweep)
-                                (void)unlinkat(fd, de->d_name, 0);
+                        if (u->sweep && unlinkat(fd, de->d_name, 0) == 0)
+                                u->swept++;
                         continue;
                 }
                 u->entries++;
@@ -1044,7 +1085,18 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
         if (res)
                 goto out;
         int err = uploads_commit(v, n);
-        gen_bump(w, tenant, held.fd);
+        /* What the write touched, for the other hosts' next calls: each
+         * file's folder; everything when it made folders (a new folder is
+         * a change of its parent's folders, which only a full walk
+         * follows) or swept a dead writer's temporary file. */
+        tenant_gen_change ch = {.all = now.swept > 0};
+        for (size_t i = 0; i < n && !ch.all; i++)
+                if (v[i].at.missing > 0)
+                        ch.all = true;
+                else
+                        tenant_gen_change_add_parent(&ch, v[i].path);
+        gen_bump(w, tenant, held.fd, &ch);
+        tenant_gen_change_free(&ch);
         if (err)
                 res = mcp_tool_refusal("workspace_write: the server could not write the files: %s",
                                        strerror(-err));
@@ -1144,9 +1196,23 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
                         err = r;
                 json_array_append_new(removed, json_string(p));
         }
-        gen_bump(w, tenant, held.fd);
+        /* The sweep of dead writers' temporary files before the bump, so
+         * that the generation covers it too. */
         usage u = {.sweep = held.fd >= 0};
         (void)walk(root, "", 0, &u);
+        /* What the removal touched: each path's folder; everything when a
+         * folder went (the set of folders changed) or the sweep removed a
+         * file. */
+        tenant_gen_change ch = {.all = u.swept > 0};
+        for (size_t i = 0; i < n && !ch.all; i++) {
+                if (S_ISDIR(at[i].st.st_mode))
+                        ch.all = true;
+                else
+                        tenant_gen_change_add_parent(&ch,
+                                                     json_string_value(json_array_get(paths, i)));
+        }
+        gen_bump(w, tenant, held.fd, &ch);
+        tenant_gen_change_free(&ch);
         uint64_t max_files, max_bytes;
         bool own[2];
         caps_of(w, tenant, &max_files, &max_bytes, own);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "airlock.h"
+#include "tenant_gen.h"
 
 #define WS_UNSET UINT64_MAX
 
@@ -46,10 +47,13 @@ int mcp_workspace_name(const mcp_workspaces *w, const char *tenant, char *out, s
 /* Whether the tenant's generation (DIR/.airlock/NAME, which every
  * server's workspace tools bump under the tenant's lock) moved since this
  * server last saw or moved it: 1 once per move (and at a tenant's first
- * call), else 0. One fstatat. A server whose DIR another host shares
- * then tells the cache (airlock_cache_workspace_changed): inotify never
- * reports another host's change. */
-int mcp_workspace_moved(mcp_workspaces *w, const char *tenant);
+ * call) with *ret the folders changed since the generation this server
+ * saw last, as the generation record names them, or all (the record cannot
+ * tell: tenant_gen.h); else 0. One fstatat, and on a move an open, a read
+ * and a close. A server whose DIR another host shares then tells the cache
+ * (airlock_cache_workspace_changed_in): inotify never reports another
+ * host's change. The caller frees *ret (tenant_gen_change_free). */
+int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change *ret);
 
 /* The tools' answers (CallToolResult: content, structuredContent, isError
  * for a refusal), for tenant. args are checked against the schemas in

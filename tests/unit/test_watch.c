@@ -145,6 +145,45 @@ static void test_file_events_sign_one_directory(void **state)
         assert_non_null(strstr(err.message, "sub/new/l"));
 }
 
+/* Folders a caller names (another machine's change, which no event
+ * reports): signed again alone, as events would make them; a folder the
+ * last walk did not find, or more than 64, makes a full walk. */
+static void test_told_folders_sign_only_those(void **state)
+{
+        wt *t = *state;
+        assert_true(call(t));
+        const char *sub[] = {"sub"};
+        fsx_watch_changed_in(t->w, sub, 1);
+        assert_true(call(t));
+        fsx_watch_info info;
+        fsx_watch_get_info(t->w, &info);
+        assert_int_equal(info.walks, 1);
+        assert_int_equal(info.partial, 1);
+        assert_false(call(t));
+        const char *root[] = {"", "sub"};
+        fsx_watch_changed_in(t->w, root, 2);
+        assert_true(call(t));
+        fsx_watch_get_info(t->w, &info);
+        assert_int_equal(info.walks, 1);
+        assert_int_equal(info.partial, 2);
+        const char *unknown[] = {"sub/made-since"};
+        fsx_watch_changed_in(t->w, unknown, 1);
+        assert_true(call(t));
+        fsx_watch_get_info(t->w, &info);
+        assert_int_equal(info.walks, 2);
+        char names[65][16];
+        const char *many[65];
+        for (int i = 0; i < 65; i++) {
+                snprintf(names[i], sizeof(names[i]), "d%d", i);
+                many[i] = names[i];
+        }
+        fsx_watch_changed_in(t->w, many, 65);
+        assert_true(call(t));
+        fsx_watch_get_info(t->w, &info);
+        assert_int_equal(info.walks, 3);
+        assert_int_equal(info.partial, 2);
+}
+
 /* A folder in two trees (the workspace and a mount of one of its folders)
  * has one watch descriptor: an edit in it signs it again in both. */
 static void test_a_folder_in_two_trees(void **state)
@@ -344,6 +383,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_reads_are_not_changes, setup, teardown),
             cmocka_unit_test_setup_teardown(test_same_size_same_mtime, setup, teardown),
             cmocka_unit_test_setup_teardown(test_file_events_sign_one_directory, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_told_folders_sign_only_those, setup, teardown),
             cmocka_unit_test_setup_teardown(test_a_folder_in_two_trees, setup, teardown),
             cmocka_unit_test_setup_teardown(test_create_delete_rename, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dir_moved_out, setup, teardown),

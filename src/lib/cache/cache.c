@@ -386,6 +386,18 @@ int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cac
                 if (end && !*end && v > 0 && v < FSX_WATCH_MAX_DEFAULT)
                         c->trees.watch_max = (unsigned)v;
         }
+        /* A test knob: AIRLOCK_SAFETY_WALK_S sets the safety walk's period
+         * (1 to 3600 s; FSX_WATCH_PERIOD_NS otherwise), so that a test of
+         * which folders a call reads again does not depend on how long
+         * the machine takes between two calls, and one of the safety
+         * walk can make it come soon. */
+        const char *sw = secure_getenv("AIRLOCK_SAFETY_WALK_S");
+        if (sw && *sw) {
+                char *end = NULL;
+                unsigned long v = strtoul(sw, &end, 10);
+                if (end && !*end && v >= 1 && v <= 3600)
+                        c->trees.watch_period_ns = (uint64_t)v * 1000000000ull;
+        }
         /* AIRLOCK_SHARED_WALK_MAX lowers the shared walk cap (0: a tree on
          * shared storage is never walked at every call, and only its
          * generation and the safety walk tell of another machine's
@@ -761,9 +773,10 @@ static void dirs_free(char **dirs, size_t n)
  * (fsx_watch_delta); NULL when it cannot tell (a workspace with mounts, no
  * watcher, changes it did not follow): then the whole tree is staged. */
 static char **input_delta(airlock_cache *c, const airlock_config *cfg, const char *from_key,
-                          const char *to_key, size_t *ret_n)
+                          const char *to_key, size_t *ret_n, fsx_hashes *ret_known)
 {
         *ret_n = 0;
+        *ret_known = (fsx_hashes){0};
         if (!cfg->workspace || cfg->n_mounts)
                 return NULL;
         const char *from = key_signature(from_key), *to = key_signature(to_key);
@@ -775,7 +788,13 @@ static char **input_delta(airlock_cache *c, const airlock_config *cfg, const cha
         memcpy(fh, from, FSX_SIGNATURE_HEX - 1);
         memcpy(th, to, FSX_SIGNATURE_HEX - 1);
         fh[FSX_SIGNATURE_HEX - 1] = th[FSX_SIGNATURE_HEX - 1] = '\0';
-        return cache_trees_delta(&c->trees, tk, fh, th, ret_n);
+        char **dirs = cache_trees_delta(&c->trees, tk, fh, th, ret_n);
+        /* What the signature of th read of those directories' files: staging
+         * compares each copy with it instead of reading the source again. */
+        if (dirs)
+                (void)cache_trees_hashes(&c->trees, tk, th, (const char *const *)dirs, *ret_n,
+                                         ret_known);
+        return dirs;
 }
 
 /* Contract: finds or stages the input version key (tree key, then the
@@ -809,16 +828,18 @@ static void input_build(airlock_cache *c, cache_entry *e, const airlock_config *
         int r;
         const cache_input *from = taken ? taken : prev;
         size_t n_dirs = 0;
-        char **dirs = from ? input_delta(c, cfg, from->key, key, &n_dirs) : NULL;
+        fsx_hashes known = {0};
+        char **dirs = from ? input_delta(c, cfg, from->key, key, &n_dirs, &known) : NULL;
         if (taken) {
                 r = sbx_input_update(cfg, TAKE_PTR(taken->in), (const char *const *)dirs, n_dirs,
-                                     sbx_sandbox_mounter(e->sb), &in, &berr);
+                                     &known, sbx_sandbox_mounter(e->sb), &in, &berr);
                 input_free(taken);
         } else {
                 r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL, (const char *const *)dirs,
-                                  n_dirs, sbx_sandbox_mounter(e->sb), &in, &berr);
+                                  n_dirs, &known, sbx_sandbox_mounter(e->sb), &in, &berr);
         }
         dirs_free(dirs, n_dirs);
+        fsx_hashes_free(&known);
         pthread_mutex_lock(&c->lock);
         if (r < 0) {
                 ci->state = ENTRY_FAILED;
@@ -1232,6 +1253,19 @@ void airlock_cache_workspace_changed(airlock_cache *c, const char *path)
         if (!field)
                 return;
         cache_trees_changed(&c->trees, field, strlen(field));
+}
+
+void airlock_cache_workspace_changed_in(airlock_cache *c, const char *path, const char *const *dirs,
+                                        size_t n)
+{
+        if (!n || !dirs) {
+                airlock_cache_workspace_changed(c, path);
+                return;
+        }
+        _cleanup_free_ char *field = workspace_field(c, path);
+        if (!field)
+                return;
+        cache_trees_changed_in(&c->trees, field, strlen(field), dirs, n);
 }
 
 void airlock_cache_close(airlock_cache *c)

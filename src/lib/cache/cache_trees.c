@@ -258,7 +258,22 @@ char **cache_trees_delta(cache_trees *t, const char *tk, const char *from, const
         return dirs;
 }
 
-void cache_trees_changed(cache_trees *t, const char *field, size_t flen)
+int cache_trees_hashes(cache_trees *t, const char *tk, const char *to, const char *const *dirs,
+                       size_t n, fsx_hashes *ret)
+{
+        *ret = (fsx_hashes){0};
+        cache_tree_set *found = tree_set_ref(t, tk);
+        if (!found)
+                return -1;
+        int r = fsx_watch_hashes(found->w, to, dirs, n, ret);
+        tree_set_unref(t, found);
+        return r;
+}
+
+/* Tells every set whose first path is the field: its whole trees changed
+ * (dirs NULL), or only the directories dirs of its first tree. */
+static void tell_sets(cache_trees *t, const char *field, size_t flen, const char *const *dirs,
+                      size_t n)
 {
         /* Each set is held by a reference, not the list's lock, while its
          * watcher is told: the watcher's own lock may be held through a
@@ -267,25 +282,39 @@ void cache_trees_changed(cache_trees *t, const char *field, size_t flen)
          * must not be spared). One workspace is in few sets (one per set of
          * mounts and caps). */
         cache_tree_set *held[16];
-        size_t n = 0;
+        size_t k = 0;
         pthread_mutex_lock(&t->lock);
         for (cache_tree_set *s = t->list; s; s = s->next) {
                 const char *nl = strchr(s->key, '\n');
                 if (!nl || strncmp(nl + 1, field, flen) != 0)
                         continue;
-                if (n == ARRAY_SIZE(held)) {
+                if (k == ARRAY_SIZE(held)) {
                         /* More than that: told under the lock. */
                         fsx_watch_invalidate(s->w);
                         continue;
                 }
                 s->refs++;
-                held[n++] = s;
+                held[k++] = s;
         }
         pthread_mutex_unlock(&t->lock);
-        for (size_t i = 0; i < n; i++) {
-                fsx_watch_invalidate(held[i]->w);
+        for (size_t i = 0; i < k; i++) {
+                if (dirs)
+                        fsx_watch_changed_in(held[i]->w, dirs, n);
+                else
+                        fsx_watch_invalidate(held[i]->w);
                 tree_set_unref(t, held[i]);
         }
+}
+
+void cache_trees_changed(cache_trees *t, const char *field, size_t flen)
+{
+        tell_sets(t, field, flen, NULL, 0);
+}
+
+void cache_trees_changed_in(cache_trees *t, const char *field, size_t flen, const char *const *dirs,
+                            size_t n)
+{
+        tell_sets(t, field, flen, dirs, n);
 }
 
 void cache_trees_forget(cache_trees *t, const char *field, size_t flen)

@@ -71,6 +71,11 @@ json_t *cache_trees_report(cache_trees *t, const airlock_config *cfg, char **ret
 char **cache_trees_delta(cache_trees *t, const char *tk, const char *from, const char *to,
                          size_t *ret_n);
 
+/* The content hashes the signature `to` of the tree set tk took of the
+ * files of dirs (fsx_watch_hashes): 0 with *ret, or -1 (*ret empty). */
+int cache_trees_hashes(cache_trees *t, const char *tk, const char *to, const char *const *dirs,
+                       size_t n, fsx_hashes *ret);
+
 /* Closes the unused watchers of the sets whose first path is the
  * fingerprint field (of flen bytes), e.g. "workspace:LEN:PATH\n". */
 void cache_trees_forget(cache_trees *t, const char *field, size_t flen);
@@ -78,5 +83,9 @@ void cache_trees_forget(cache_trees *t, const char *field, size_t flen);
 /* Makes the next signing of every set whose first path is the field walk
  * in full (fsx_watch_invalidate). */
 void cache_trees_changed(cache_trees *t, const char *field, size_t flen);
+/* Makes the next signing of those sets sign again only the directories
+ * dirs of their first tree (fsx_watch_changed_in). */
+void cache_trees_changed_in(cache_trees *t, const char *field, size_t flen, const char *const *dirs,
+                            size_t n);
 
 #endif

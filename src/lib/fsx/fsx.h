@@ -138,14 +138,27 @@ typedef struct fsx_sig_hook {
  * its own regular files. So a directory whose files changed can be signed
  * again alone (fsx_tree_signature_update), and the result is the one a full
  * walk gives. The state of one walk: */
+/* A file of a directory, as its signature read it: the identity its
+ * checked fd showed and the hash of its content (files under the content
+ * threshold only). */
+typedef struct fsx_sig_file {
+        char *name;
+        ino_t ino;
+        off_t size;
+        struct timespec mtim, ctim;
+        char hex[33];
+} fsx_sig_file;
+
 typedef struct fsx_sig_dir {
         char *rel; /* below the root, "" for the root itself */
         dev_t dev; /* identity of the directory when it was signed */
         ino_t ino;
-        int wd;          /* the hook's watch descriptor, or -1 */
-        uint64_t bytes;  /* of its own regular files */
-        uint64_t listed; /* its own entries, as the walk's listing counts them */
-        char hex[33];    /* its digest */
+        int wd;              /* the hook's watch descriptor, or -1 */
+        uint64_t bytes;      /* of its own regular files */
+        uint64_t listed;     /* its own entries, as the walk's listing counts them */
+        char hex[33];        /* its digest */
+        fsx_sig_file *files; /* its files' content hashes, in a kept state */
+        size_t n_files, cap_files;
 } fsx_sig_dir;
 
 typedef struct fsx_sig_state {
@@ -183,6 +196,22 @@ int fsx_tree_signature_update(int root_fd, fsx_sig_state *state, const size_t *i
  * clients' changes this kernel's inotify never reports. True also when
  * fstatfs fails (no proof). *ret_name (may be NULL): its short name. */
 bool fsx_remote_fs(int fd, const char **ret_name);
+
+/* Content hashes a signature walk took (fsx_watch_hashes), by the file's
+ * path below the tree's root, sorted by it: what staging compares a copy
+ * with instead of reading the source a second time (fsx_stage_delta). */
+typedef struct fsx_hashes {
+        fsx_sig_file *v; /* name: the path below the root */
+        size_t n;
+} fsx_hashes;
+
+void fsx_hashes_free(fsx_hashes *h);
+/* The record of path, or NULL. */
+const fsx_sig_file *fsx_hashes_find(const fsx_hashes *h, const char *path);
+/* Adds the files of state's directory k (paths made from its rel) to h,
+ * unsorted. 0 or -ENOMEM. */
+int fsx_hashes_add_dir(fsx_hashes *h, const fsx_sig_state *state, size_t k);
+void fsx_hashes_sort(fsx_hashes *h);
 
 /* ---- cheap rebuilds (fsx_stage.c) ---- */
 
@@ -243,11 +272,16 @@ int fsx_stage_update(int dest_dirfd, const fsx_source *source, const fsx_limits 
  * 1 when only a full staging can make this version (a link, a special file,
  * a directory that appeared, a cap passed, anything unexpected: the full
  * staging then gives the exact error), leaving top_fd for the caller to
- * update fully or remove; or -errno with err filled. */
+ * update fully or remove; or -errno with err filled. known (may be NULL):
+ * the content hashes the signature of this very version took of files of
+ * dirs; a record that must be compared and whose file shows the identity
+ * known records is compared with that hash (its copy read and hashed, on
+ * this machine's disk) instead of the source's bytes, so that a file the
+ * signature read is not read again from a network file system. */
 int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *host_path,
-                    const char *const *dirs, size_t n_dirs, const fsx_limits *lim, uid_t owner,
-                    gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
-                    fsx_stage_stats *ret_stats, airlock_error *err);
+                    const char *const *dirs, size_t n_dirs, const fsx_hashes *known,
+                    const fsx_limits *lim, uid_t owner, gid_t group, const fsx_manifest *prev,
+                    fsx_manifest **ret_manifest, fsx_stage_stats *ret_stats, airlock_error *err);
 
 /* fsx_staging_create for one workspace source, by taking over the staging
  * area *prev (reset to "none", so that its owner removes nothing) and

@@ -109,6 +109,9 @@ typedef struct fsx_hash {
         uint64_t a, b, len;
 } fsx_hash;
 
+/* Whether the size bytes of fd hash (as the tree signature hashes a small
+ * file's content) to hex. */
+bool fsx_content_hash_is(int fd, uint64_t size, const char hex[33]);
 void fsx_hash_init(fsx_hash *h);
 void fsx_hash_update(fsx_hash *h, const void *data, size_t len);
 void fsx_hash_u64(fsx_hash *h, uint64_t v);

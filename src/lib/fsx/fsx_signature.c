@@ -6,6 +6,8 @@
 #include "core/util.h"
 
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -96,6 +98,7 @@ typedef struct sig_ctx {
         size_t cap_h;
         fsx_sig_state *state;
         bool keep_rel;
+        bool keep_files; /* each file's content hash, in its directory's record */
         const uint64_t *listed;
         /* The directory entered last, whose own listing count is settled at
          * the next callback: the walk lists a directory whole right after
@@ -108,12 +111,48 @@ typedef struct sig_ctx {
 #define SIG_BUF    (64 * 1024)
 #define NO_PENDING SIZE_MAX
 
+static void sig_files_free(fsx_sig_dir *d)
+{
+        for (size_t i = 0; i < d->n_files; i++)
+                free(d->files[i].name);
+        free(d->files);
+        d->files = NULL;
+        d->n_files = d->cap_files = 0;
+}
+
+/* Records the content hash of file name (st) in d. 0 or -ENOMEM. */
+static int sig_file_keep(fsx_sig_dir *d, const char *name, size_t len, const struct stat *st,
+                         const char hex[33])
+{
+        if (d->n_files == d->cap_files) {
+                size_t nc = d->cap_files ? d->cap_files * 2 : 8;
+                fsx_sig_file *nv = realloc(d->files, nc * sizeof(*nv));
+                if (!nv)
+                        return -ENOMEM;
+                d->files = nv;
+                d->cap_files = nc;
+        }
+        char *n = strndup(name, len);
+        if (!n)
+                return -ENOMEM;
+        fsx_sig_file *f = &d->files[d->n_files++];
+        *f = (fsx_sig_file){.name = n,
+                            .ino = st->st_ino,
+                            .size = st->st_size,
+                            .mtim = st->st_mtim,
+                            .ctim = st->st_ctim};
+        memcpy(f->hex, hex, 33);
+        return 0;
+}
+
 void fsx_sig_state_free(fsx_sig_state *s)
 {
         if (!s)
                 return;
-        for (size_t i = 0; i < s->n; i++)
+        for (size_t i = 0; i < s->n; i++) {
                 free(s->dirs[i].rel);
+                sig_files_free(&s->dirs[i]);
+        }
         free(s->dirs);
         *s = (fsx_sig_state){0};
 }
@@ -132,7 +171,8 @@ static void hash_meta(fsx_hash *h, char kind, const char *rel, size_t rel_len,
 
 /* Adds the content of a small file, read from its checked fd, so an edit
  * that keeps size and mtime (within one timestamp tick) still shows. */
-static int hash_content(sig_ctx *c, fsx_hash *h, int fd, uint64_t size, const char *path)
+static int hash_content(sig_ctx *c, fsx_hash *h, int fd, uint64_t size, const char *path,
+                        char ret_hex[33])
 {
         if (size >= c->threshold)
                 return 0;
@@ -161,7 +201,9 @@ static int hash_content(sig_ctx *c, fsx_hash *h, int fd, uint64_t size, const ch
         char hex[33];
         fsx_hash_final(&content, hex);
         fsx_hash_update(h, hex, 32);
-        return 0;
+        if (ret_hex)
+                memcpy(ret_hex, hex, 33);
+        return 1;
 }
 
 static void settle(sig_ctx *c)
@@ -217,9 +259,10 @@ static int sig_refuse(void *ctx, const fsx_item *it, fsx_reason r)
         return fsx_stage_refusal(it, r, c->lim, c->err);
 }
 
-static int sig_file_fd(sig_ctx *c, fsx_hash *h, uint64_t *dir_bytes, int fd, const struct stat *st,
+static int sig_file_fd(sig_ctx *c, fsx_hash *h, fsx_sig_dir *dir, int fd, const struct stat *st,
                        const char *name, size_t name_len, const char *path)
 {
+        uint64_t *dir_bytes = dir ? &dir->bytes : NULL;
         uint64_t size = (uint64_t)st->st_size;
         if (size > c->lim->max_bytes || size > c->lim->max_bytes - c->bytes)
                 return al_error(c->err, -EFBIG, path,
@@ -231,7 +274,11 @@ static int sig_file_fd(sig_ctx *c, fsx_hash *h, uint64_t *dir_bytes, int fd, con
         if (dir_bytes)
                 *dir_bytes += size;
         hash_meta(h, 'f', name, name_len, st);
-        return hash_content(c, h, fd, size, path);
+        char hex[33];
+        int r = hash_content(c, h, fd, size, path, hex);
+        if (r == 1 && dir && c->keep_files && sig_file_keep(dir, name, name_len, st, hex) < 0)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        return r < 0 ? r : 0;
 }
 
 static int sig_file(void *ctx, const fsx_item *it)
@@ -249,8 +296,8 @@ static int sig_file(void *ctx, const fsx_item *it)
         if (fd < 0)
                 return al_error(c->err, fd, it->path, "cannot open %s: %s", it->path,
                                 strerror(-fd));
-        return sig_file_fd(c, &c->dir_h[di], &c->state->dirs[di].bytes, fd, &st, it->name,
-                           it->name_len, it->path);
+        return sig_file_fd(c, &c->dir_h[di], &c->state->dirs[di], fd, &st, it->name, it->name_len,
+                           it->path);
 }
 
 static int sig_dir_enter(void *ctx, const fsx_item *it, int fd, const struct stat *st,
@@ -309,6 +356,7 @@ static int signature_run(const char *host_path, const fsx_limits *lim, uint64_t 
                      .threshold = content_threshold,
                      .state = ret_state ? ret_state : &local,
                      .keep_rel = ret_state != NULL,
+                     .keep_files = ret_state != NULL,
                      .pending = NO_PENDING};
         fsx_hash_init(&c.h);
         int r;
@@ -398,6 +446,7 @@ static int redo_dir(int root_fd, const fsx_sig_dir *d, const fsx_limits *lim, ui
                      .threshold = threshold,
                      .state = &one,
                      .listed = &listed,
+                     .keep_files = true,
                      .pending = NO_PENDING};
         size_t rel_len = strlen(d->rel);
         size_t i;
@@ -416,6 +465,12 @@ static int redo_dir(int root_fd, const fsx_sig_dir *d, const fsx_limits *lim, ui
                 fsx_hash_final(&c.dir_h[0], ret->hex);
                 ret->bytes = one.dirs[0].bytes;
                 ret->listed = one.dirs[0].listed;
+                /* The files' hashes move to ret. */
+                ret->files = one.dirs[0].files;
+                ret->n_files = one.dirs[0].n_files;
+                ret->cap_files = one.dirs[0].cap_files;
+                one.dirs[0].files = NULL;
+                one.dirs[0].n_files = one.dirs[0].cap_files = 0;
         }
         free(c.buf);
         free(c.dir_h);
@@ -451,12 +506,78 @@ int fsx_tree_signature_update(int root_fd, fsx_sig_state *state, const size_t *i
         if (r == 0 && (bytes > lim->max_bytes || listed > lim->max_files))
                 r = 1;
         if (r == 0) {
-                for (size_t k = 0; k < n; k++)
+                for (size_t k = 0; k < n; k++) {
+                        sig_files_free(&state->dirs[idx[k]]);
                         state->dirs[idx[k]] = redone[k]; /* rel and wd are the same */
+                        redone[k].files = NULL;
+                        redone[k].n_files = 0;
+                }
                 state->bytes = bytes;
                 state->listed = listed;
                 combine(state, ret_hex);
         }
+        for (size_t k = 0; k < n; k++)
+                sig_files_free(&redone[k]); /* what was not moved into state */
         free(redone);
         return r;
+}
+
+/* ---- content hashes for staging -------------------------------------------- */
+
+bool fsx_content_hash_is(int fd, uint64_t size, const char hex[33])
+{
+        sig_ctx c = {.threshold = UINT64_MAX};
+        airlock_error err = {0};
+        c.err = &err;
+        fsx_hash ignored;
+        fsx_hash_init(&ignored);
+        char got[33];
+        int r = hash_content(&c, &ignored, fd, size, "", got);
+        free(c.buf);
+        return r == 1 && memcmp(got, hex, 32) == 0;
+}
+
+void fsx_hashes_free(fsx_hashes *h)
+{
+        for (size_t i = 0; i < h->n; i++)
+                free(h->v[i].name);
+        free(h->v);
+        *h = (fsx_hashes){0};
+}
+
+static int hash_rec_cmp(const void *a, const void *b)
+{
+        return strcmp(((const fsx_sig_file *)a)->name, ((const fsx_sig_file *)b)->name);
+}
+
+void fsx_hashes_sort(fsx_hashes *h)
+{
+        if (h->n)
+                qsort(h->v, h->n, sizeof(*h->v), hash_rec_cmp);
+}
+
+const fsx_sig_file *fsx_hashes_find(const fsx_hashes *h, const char *path)
+{
+        if (!h || !h->n)
+                return NULL;
+        fsx_sig_file key = {.name = (char *)path};
+        return bsearch(&key, h->v, h->n, sizeof(*h->v), hash_rec_cmp);
+}
+
+int fsx_hashes_add_dir(fsx_hashes *h, const fsx_sig_state *state, size_t k)
+{
+        const fsx_sig_dir *d = &state->dirs[k];
+        if (!d->rel || !d->n_files)
+                return 0;
+        fsx_sig_file *nv = realloc(h->v, (h->n + d->n_files) * sizeof(*nv));
+        if (!nv)
+                return -ENOMEM;
+        h->v = nv;
+        for (size_t i = 0; i < d->n_files; i++) {
+                fsx_sig_file f = d->files[i];
+                if (asprintf(&f.name, "%s%s%s", d->rel, d->rel[0] ? "/" : "", d->files[i].name) < 0)
+                        return -ENOMEM;
+                h->v[h->n++] = f;
+        }
+        return 0;
 }

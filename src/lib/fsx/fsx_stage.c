@@ -1160,8 +1160,9 @@ typedef struct delta_ctx {
         const int *lower; /* the layers below top, the nearest first */
         size_t n_lower;
         const fsx_manifest *prev;
-        bool *handled;       /* per prev record: directly in a dirty directory */
-        fsx_manifest *fresh; /* the records of the dirty directories */
+        const fsx_hashes *known; /* the version's signature's content hashes, or NULL */
+        bool *handled;           /* per prev record: directly in a dirty directory */
+        fsx_manifest *fresh;     /* the records of the dirty directories */
         delta_dir *touched;
         size_t n_touched, cap_touched;
         uint64_t bytes, listed; /* the new version's totals */
@@ -1314,6 +1315,34 @@ static bool delta_same_bytes(delta_ctx *d, const fsx_mrec *m, int sfd, const cha
         return false;
 }
 
+/* The copy that record m vouches for (as delta_same_bytes finds it), read
+ * and hashed as the tree signature hashes a file's content: true when that
+ * is hex, the hash the signature of this version took of the source. The
+ * copy is on this machine's disk; the source, perhaps on a network file
+ * system, is not read again. */
+static bool delta_copy_hashes_to(delta_ctx *d, const fsx_mrec *m, const char *name, const char *rel,
+                                 uint64_t size, const char hex[33])
+{
+        for (size_t i = 0; i <= d->n_lower; i++) {
+                int layer = i == 0 ? d->top : d->lower[i - 1];
+                _cleanup_close_ int pfd =
+                    *rel ? fsx_open_beneath(layer, rel, O_PATH | O_DIRECTORY | O_NOFOLLOW, 0)
+                         : fcntl(layer, F_DUPFD_CLOEXEC, 0);
+                if (pfd < 0)
+                        continue; /* not in this layer */
+                struct stat cst;
+                if (fstatat(pfd, name, &cst, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue;
+                if (!S_ISREG(cst.st_mode) || cst.st_ino != m->cino || cst.st_dev != m->cdev ||
+                    (uint64_t)cst.st_size != size)
+                        return false;
+                _cleanup_close_ int cf =
+                    openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                return cf >= 0 && fsx_content_hash_is(cf, size, hex);
+        }
+        return false;
+}
+
 /* Copies the checked source file name of sfd (lstat st) into tfd, over
  * whatever the top layer had there. 1 to fall back, 0 done, -errno. */
 static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const struct stat *lst,
@@ -1395,8 +1424,16 @@ static int delta_entry(delta_ctx *d, const char *rel, int sfd, int tfd, const ch
         /* Larger files are vouched for by their identity alone, as in
          * reuse_previous and the tree signatures. */
         bool compare = m && m->compare && (uint64_t)st.st_size < REUSE_COMPARE;
+        /* The signature of this version read the file with this very
+         * identity: its hash stands for the source's bytes. */
+        const fsx_sig_file *k = compare ? fsx_hashes_find(d->known, ipath) : NULL;
+        if (k && (k->ino != st.st_ino || k->size != st.st_size ||
+                  k->mtim.tv_sec != st.st_mtim.tv_sec || k->mtim.tv_nsec != st.st_mtim.tv_nsec ||
+                  k->ctim.tv_sec != st.st_ctim.tv_sec || k->ctim.tv_nsec != st.st_ctim.tv_nsec))
+                k = NULL;
         if (m && same_identity(m, &st) &&
-            (!compare || delta_same_bytes(d, m, sfd, n, rel, (uint64_t)st.st_size))) {
+            (!compare || (k ? delta_copy_hashes_to(d, m, n, rel, (uint64_t)st.st_size, k->hex)
+                            : delta_same_bytes(d, m, sfd, n, rel, (uint64_t)st.st_size)))) {
                 if (manifest_add(d->fresh, ipath, &st,
                                  &(struct stat){.st_dev = m->cdev, .st_ino = m->cino},
                                  compare ? racy(c, &st) : m->compare) < 0)
@@ -1507,9 +1544,9 @@ static int delta_one(delta_ctx *d, const char *rel)
 }
 
 int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *host_path,
-                    const char *const *dirs, size_t n_dirs, const fsx_limits *lim, uid_t owner,
-                    gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
-                    fsx_stage_stats *ret_stats, airlock_error *err)
+                    const char *const *dirs, size_t n_dirs, const fsx_hashes *known,
+                    const fsx_limits *lim, uid_t owner, gid_t group, const fsx_manifest *prev,
+                    fsx_manifest **ret_manifest, fsx_stage_stats *ret_stats, airlock_error *err)
 {
         bool layered = n_lower > 0;
         *ret_manifest = NULL;
@@ -1530,6 +1567,7 @@ int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *ho
             .lower = lower,
             .n_lower = n_lower,
             .prev = prev,
+            .known = known,
             .bytes = prev->bytes,
             .listed = prev->listed,
         };

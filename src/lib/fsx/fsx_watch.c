@@ -22,8 +22,10 @@
  * while it holds at most FSX_SHARED_WALK_MAX entries, so that a change
  * finished on another machine before a call began is in that call's
  * signature; a larger one keeps its watches (this machine's changes) and
- * counts on its caller (fsx_watch_invalidate, which the MCP server calls
- * when a tenant's generation file moved) and the safety walk. The walk at
+ * counts on its caller (fsx_watch_changed_in with the folders a tenant's
+ * generation record names, or fsx_watch_invalidate when it cannot tell,
+ * which the MCP server calls when a tenant's generation file moved) and
+ * the safety walk. The walk at
  * every call reads metadata only (meta_digest: a lookup per entry, no file
  * opened), and the signature walk follows only when that differs from
  * what it was just before the last signature walk began. */
@@ -107,6 +109,11 @@ struct fsx_watch {
         uint64_t meta;       /* meta_digest taken before the last signature walk */
         bool meta_valid;     /* ... and that walk succeeded */
 
+        /* Directories of tree 0 a caller said changed (fsx_watch_changed_in),
+         * signed again at the next call; at most DIRTY_MAX. */
+        char **told;
+        size_t n_told;
+
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
         bool walk_failed;
@@ -136,6 +143,15 @@ static void history_clear(fsx_watch *w)
         for (size_t i = 0; i < w->n_hist; i++)
                 delta_free(&w->hist[i]);
         w->n_hist = 0;
+}
+
+static void told_clear(fsx_watch *w)
+{
+        for (size_t i = 0; i < w->n_told; i++)
+                free(w->told[i]);
+        free(w->told);
+        w->told = NULL;
+        w->n_told = 0;
 }
 
 /* Records that tree 0's signature went from `from` to `to`, the
@@ -490,6 +506,35 @@ static int update_dirty(fsx_watch *w)
         return 0;
 }
 
+/* Marks the directories callers named (fsx_watch_changed_in) dirty in
+ * tree 0: DIRS_CHANGED, or WALK when one is not a directory of its last
+ * walk (made since, or a path the walk never listed) or too many are. */
+static int mark_told(fsx_watch *w)
+{
+        tree_root *t = &w->roots[0];
+        if (!w->n || !t->sig.is_dir || t->fd < 0)
+                return WALK;
+        if (!t->dirty && !(t->dirty = calloc(t->sig.n, sizeof(*t->dirty))))
+                return WALK;
+        size_t n_dirty = 0;
+        for (size_t k = 0; k < t->sig.n; k++)
+                n_dirty += t->dirty[k];
+        for (size_t i = 0; i < w->n_told; i++) {
+                size_t k = 0;
+                while (k < t->sig.n &&
+                       (!t->sig.dirs[k].rel || strcmp(t->sig.dirs[k].rel, w->told[i])))
+                        k++;
+                if (k == t->sig.n)
+                        return WALK;
+                if (!t->dirty[k]) {
+                        t->dirty[k] = true;
+                        if (++n_dirty > DIRTY_MAX)
+                                return WALK;
+                }
+        }
+        return DIRS_CHANGED;
+}
+
 /* ---- the shared walk ------------------------------------------------------ */
 
 static uint64_t fnv_mix(uint64_t h, const void *p, size_t n)
@@ -629,6 +674,13 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         bool have_meta = shared_walk(w) && meta_digest(w, &meta) == 0;
         if (have_meta && w->meta_valid && meta == w->meta && now - w->last_walk_ns < w->period_ns)
                 state = UNCHANGED;
+        /* Directories a caller named (another machine's change): signed
+         * again as if events had named them. */
+        if (w->n_told) {
+                if (state == UNCHANGED || state == DIRS_CHANGED)
+                        state = mark_told(w);
+                told_clear(w);
+        }
         /* Events that name only files of known directories: those
          * directories alone are signed again, their watches kept. */
         bool partial = state == DIRS_CHANGED && update_dirty(w) == 0;
@@ -720,6 +772,27 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         return r;
 }
 
+int fsx_watch_hashes(fsx_watch *w, const char *to, const char *const *dirs, size_t n,
+                     fsx_hashes *ret)
+{
+        *ret = (fsx_hashes){0};
+        pthread_mutex_lock(&w->lock);
+        const fsx_sig_state *sig = w->n == 1 ? &w->roots[0].sig : NULL;
+        int r = sig && sig->is_dir && strcmp(w->hex[0], to) == 0 ? 0 : -1;
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                size_t k = 0;
+                while (k < sig->n && (!sig->dirs[k].rel || strcmp(sig->dirs[k].rel, dirs[i])))
+                        k++;
+                r = k < sig->n && fsx_hashes_add_dir(ret, sig, k) == 0 ? 0 : -1;
+        }
+        pthread_mutex_unlock(&w->lock);
+        if (r < 0)
+                fsx_hashes_free(ret);
+        else
+                fsx_hashes_sort(ret);
+        return r;
+}
+
 void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
 {
         pthread_mutex_lock(&w->lock);
@@ -742,8 +815,9 @@ void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
                 snprintf(ret->reason, sizeof(ret->reason),
                          "the workspace is on shared storage (%s) and holds more than %llu "
                          "entries (the shared walk cap): a change made there by another machine "
-                         "is seen at the next call only when it moves the tenant's generation "
-                         "(airlock's workspace tools do), else within the safety walk (%llu s)",
+                         "is seen at the next call only when its writer tells (airlock's "
+                         "workspace tools move the tenant's generation), else within the safety "
+                         "walk (%llu s)",
                          w->fs, (unsigned long long)w->shared_max,
                          (unsigned long long)(w->period_ns / 1000000000ull));
         pthread_mutex_unlock(&w->lock);
@@ -752,8 +826,39 @@ void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
 void fsx_watch_invalidate(fsx_watch *w)
 {
         pthread_mutex_lock(&w->lock);
+        told_clear(w);
         w->valid = false;
         w->meta_valid = false;
+        pthread_mutex_unlock(&w->lock);
+}
+
+void fsx_watch_changed_in(fsx_watch *w, const char *const *dirs, size_t n)
+{
+        pthread_mutex_lock(&w->lock);
+        /* A watcher that walks in full at its next call anyway needs no
+         * list. */
+        bool full = !w->valid;
+        for (size_t i = 0; i < n && !full; i++) {
+                bool dup = false;
+                for (size_t k = 0; k < w->n_told && !dup; k++)
+                        dup = strcmp(w->told[k], dirs[i]) == 0;
+                if (dup)
+                        continue;
+                char **nv =
+                    w->n_told < DIRTY_MAX ? realloc(w->told, (w->n_told + 1) * sizeof(*nv)) : NULL;
+                if (nv)
+                        w->told = nv;
+                if (!nv || !(w->told[w->n_told] = strdup(dirs[i]))) {
+                        full = true;
+                        break;
+                }
+                w->n_told++;
+        }
+        if (full) {
+                told_clear(w);
+                w->valid = false;
+                w->meta_valid = false;
+        }
         pthread_mutex_unlock(&w->lock);
 }
 
@@ -770,6 +875,7 @@ void fsx_watch_free(fsx_watch *w)
                 return;
         drop_watches(w);
         history_clear(w);
+        told_clear(w);
         for (size_t i = 0; w->paths && i < w->n; i++)
                 free(w->paths[i]);
         free(w->paths);

@@ -86,12 +86,33 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
 int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs,
                     size_t *ret_n);
 
+/* The content hashes the signature `to` of a watcher of one tree took of
+ * the files of the directories dirs (as fsx_watch_delta names them), into
+ * *ret, sorted: 0, or -1 (nothing in *ret) when the watcher's last
+ * signature is not `to` any more or a directory is not in it. For staging
+ * that version (fsx_stage_delta's known). Thread-safe. */
+int fsx_watch_hashes(fsx_watch *w, const char *to, const char *const *dirs, size_t n,
+                     fsx_hashes *ret);
+
 void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret);
 
 /* The next fsx_watch_signatures walks the trees in full, whatever the
  * events say: for a caller that learnt of a change inotify cannot report
  * (another machine's, on shared storage). */
 void fsx_watch_invalidate(fsx_watch *w);
+/* Contract: the next fsx_watch_signatures signs again the directories
+ * dirs[0..n-1] of the first tree (paths below its root, "" for the root)
+ * as if events had named their files: a caller that learnt where a change
+ * inotify cannot report is (another machine's, whose writer recorded the
+ * folders it touched) spares the rest of the tree its walk. Only a watcher
+ * whose last walk is complete and still within its safety period does so;
+ * a directory its last walk did not find, more than DIRTY_MAX (64) of
+ * them, or anything else a partial signing cannot stand for, makes a full
+ * walk. What the caller did not name is not read again before the next
+ * full walk: the caller must name every directory whose own entries
+ * changed, and tell of a directory made or removed with
+ * fsx_watch_invalidate. */
+void fsx_watch_changed_in(fsx_watch *w, const char *const *dirs, size_t n);
 /* Lowers the shared walk cap (FSX_SHARED_WALK_MAX), for tests. */
 void fsx_watch_set_shared_max(fsx_watch *w, uint64_t max_entries);
 

@@ -39,7 +39,9 @@ const char *sbx_stage_parent(void);
  * holding only the changed files (fsx_stage_delta: whiteouts for removed
  * ones) over prev's layers, which the new input holds from then on, so
  * prev stays exactly as it was for whoever holds it; without dirs, or when
- * the delta cannot make the version, it is staged whole, and prev's
+ * the delta cannot make the version, it is staged whole (known, may be
+ * NULL: the content hashes of the version's signature, fsx_stage_delta's),
+ * and prev's
  * unchanged files are hard links instead of copies when prev is one layer
  * (why that is safe: sbx_sandbox_new_from's contract). An input with
  * nothing to stage is valid and gives an empty /input. The read-only
@@ -47,8 +49,8 @@ const char *sbx_stage_parent(void);
  * root in this process, else by m, the sandbox's mounter). */
 typedef struct sbx_mounter sbx_mounter;
 int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
-                  const char *const *dirs, size_t n_dirs, sbx_mounter *m, sbx_input **ret,
-                  airlock_error *err);
+                  const char *const *dirs, size_t n_dirs, const fsx_hashes *known, sbx_mounter *m,
+                  sbx_input **ret, airlock_error *err);
 /* Contract: the next version of prev's workspace made where prev's stands,
  * for a caller that guarantees nothing uses prev or ever will (no run, no
  * session, no copy holding its overlay): with dirs, only those directories
@@ -59,7 +61,8 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
  * another version stands on is never written. prev is consumed, whatever
  * the outcome. Only for a workspace without mounts (sbx_input_updatable). */
 int sbx_input_update(const airlock_config *cfg, sbx_input *prev, const char *const *dirs,
-                     size_t n_dirs, sbx_mounter *m, sbx_input **ret, airlock_error *err);
+                     size_t n_dirs, const fsx_hashes *known, sbx_mounter *m, sbx_input **ret,
+                     airlock_error *err);
 bool sbx_input_updatable(const airlock_config *cfg, const sbx_input *prev);
 /* The staging work that made in: the files a delta copied, or every file a
  * whole staging went through (copied, linked or kept); and its layers. */
