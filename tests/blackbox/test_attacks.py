@@ -550,12 +550,12 @@ def test_guest_cannot_read_host_stdin_or_fds():
     `airlock run -c` gives the code the command's standard input, as
     `python3 -c` does (design.md, the command line), and nothing more. In
     both, the guest holds only stdio, the channel, and the files of its
-    own /proc that it writes (on a tmpfs of its own, named by their names
-    alone)."""
+    own /proc that it writes (on a tmpfs of its own, mounted below its
+    procfs on /proc)."""
     code = """
 import os, sys
 print(repr(sys.stdin.read()))
-own = ('/meminfo', '/stat', '/uptime')
+own = ('/proc/meminfo', '/proc/stat', '/proc/uptime')
 def link(fd):
     try:
         return os.readlink(f'/proc/self/fd/{fd}')
