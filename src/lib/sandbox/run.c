@@ -859,6 +859,8 @@ static void serve_channel(run_state *run)
                         const char *op = json_string_value(json_object_get(req, WIRE_KEY_OP));
                         if (op && strcmp(op, WIRE_OP_END) == 0) {
                                 guest_ended(run, req);
+                                if (run->active_pidfd < 0)
+                                        sbx_run_ended(run->sb);
                                 return;
                         }
                         serve_request(run, req);

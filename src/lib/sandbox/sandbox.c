@@ -73,7 +73,12 @@ struct airlock_sandbox {
         sbx_mounter mounter;
         pid_t tpl_pid;
         int ctl;
-        int req_w; /* the request socket: copies asked for once a run's copy exits */
+        /* The request socket: copies asked for once a run's copy has ended
+         * its run (sbx_run_ended) or exited. */
+        int req_w;
+        /* Requests wait in the request socket that no CTL_NUDGE has
+         * served yet (request_copy_later_locked, sbx_run_ended). */
+        bool later_asked;
         uid_t guest_uid;
         gid_t guest_gid;
         pthread_mutex_t lock; /* ctl, ready list, pending count */
@@ -570,19 +575,40 @@ static int request_copy_locked(airlock_sandbox *sb)
 }
 
 /* Asks for one more copy without waking the template: the request waits
- * in the request socket until the template wakes, which it does when any
- * copy exits. For a run's copy, which exits right after the run, so that
- * the wake-up of the template (tens of microseconds here, more when it
- * sleeps on the other CPU) is not on the run's path. Must come before the
- * copy can exit; a request that still finds the template asleep is served
- * when a run waits for it (CTL_NUDGE). Caller holds sb->lock. */
+ * in the request socket until the template wakes, which it does when the
+ * host has a single run's "end" frame (sbx_run_ended) or any copy exits.
+ * For a run's copy, so that the wake-up of the template (tens of
+ * microseconds here, more when it sleeps on the other CPU) is not on the
+ * run's path before the code. Must come before the copy can exit; a
+ * request that still finds the template asleep is served when a run waits
+ * for it (CTL_NUDGE). Caller holds sb->lock. */
 static int request_copy_later_locked(airlock_sandbox *sb)
 {
         char c = sb->last_late ? CTL_SPAWN_BURST : CTL_SPAWN;
         if (send(sb->req_w, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
                 return request_copy_locked(sb);
         sb->pending++;
+        sb->later_asked = true;
         return 0;
+}
+
+/* The host has a single run's "end" frame: the template serves the
+ * requests waiting in the request socket now, beside the copy's exit,
+ * whose teardown of the copy's namespaces mostly waits for RCU grace
+ * periods (docs/performance.md). The copy still counts where it did until
+ * it exits (the template's live copies, its cgroup); only when the
+ * requested copies start moves. A guest that sends "end" early only ends
+ * its own run sooner: the template starts no copy the host did not ask
+ * for. */
+void sbx_run_ended(airlock_sandbox *sb)
+{
+        pthread_mutex_lock(&sb->lock);
+        if (sb->later_asked && !sb->broken) {
+                char c = CTL_NUDGE;
+                (void)!send(sb->ctl, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                sb->later_asked = false;
+        }
+        pthread_mutex_unlock(&sb->lock);
 }
 
 /* Tells a copy that is still preparing that a caller waits for it: it

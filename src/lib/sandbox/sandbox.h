@@ -91,6 +91,10 @@ void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
  * (reaped), then closes it. */
 void sbx_copy_end(airlock_sandbox *sb, copy *c);
 void sbx_replenish(airlock_sandbox *sb);
+/* Tells the template that a single run's copy has ended its run (the host
+ * has its "end" frame), so that the copies asked for start now, not once
+ * it has exited. */
+void sbx_run_ended(airlock_sandbox *sb);
 /* Ends the ready copies over one that a burst of runs left, once no copy
  * was taken for a while (see want_ready in sandbox.c). */
 void sbx_sandbox_trim(airlock_sandbox *sb);

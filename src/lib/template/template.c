@@ -45,11 +45,12 @@ static void forget_exited_copies(struct template_state *tpl, const struct pollfd
         tpl->n_live_copies = k;
 }
 
-/* Waits for work: returns a message from the host, or 0 when a copy has
- * exited, which is when the requests a run left in the request socket are
- * due (see sandbox.c). The socket itself is not watched, so that asking
- * wakes nobody. The copies seen to have exited are forgotten here, from
- * the same poll. */
+/* Waits for work: returns a message from the host (CTL_NUDGE once the
+ * host has a single run's "end" frame, sbx_run_ended), or 0 when a copy
+ * has exited: either is when the requests a run left in the request
+ * socket are due (see sandbox.c). The socket itself is not watched, so
+ * that asking wakes nobody. The copies seen to have exited are forgotten
+ * here, from the same poll. */
 static char wait_for_work(struct template_state *tpl)
 {
         /* Scratch, rebuilt at every wait; static for its size. */
@@ -405,11 +406,11 @@ _Noreturn void template_main(void)
                 tpl->skip_warming = tpl->burst_wanted > 0;
                 tpl->burst_wanted -= tpl->skip_warming;
                 /* No pause before the fork: a run's request is
-                 * acted on only once its copy has exited, after
-                 * the host had its result (wait_for_work), and the
-                 * 2 ms pause once kept here, from when the fork
-                 * could land on the host's answer, only delayed
-                 * the next copy past the 10 ms between calls. */
+                 * acted on only once the host has the run's "end"
+                 * frame (wait_for_work), and the 2 ms pause once
+                 * kept here, from when the fork could land on the
+                 * host's answer, only delayed the next copy past
+                 * the 10 ms between calls. */
                 tpl_settle_cache(tpl);
                 spawn_copy(tpl);
                 /* The warm-up comes after the first copy, so that

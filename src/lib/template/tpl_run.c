@@ -258,9 +258,9 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         /* The exit tears down a whole interpreter, a
                          * millisecond or more of CPU here, with the
                          * caller's weight: the template starts the next
-                         * copy only once it is over (wait_for_work in
-                         * template.c), and at idle priority a busy machine
-                         * starved it, and with it the next call. */
+                         * copy beside it once the host has the frame above
+                         * (sbx_run_ended in sandbox.c), and at idle
+                         * priority a busy machine starved this exit. */
                         if (alone)
                                 tpl_set_preparing(true);
                         _exit(exit_code & 0xff);
