@@ -387,16 +387,17 @@ int airlock_cache_new(unsigned max_sandboxes, double idle_timeout_s, airlock_cac
                         c->trees.watch_max = (unsigned)v;
         }
         /* A test knob: AIRLOCK_SAFETY_WALK_S sets the safety walk's period
-         * (1 to 3600 s; FSX_WATCH_PERIOD_NS otherwise), so that a test of
-         * which folders a call reads again does not depend on how long
-         * the machine takes between two calls, and one of the safety
+         * (1 to 3600 s, or 0 for a walk due at every call, past the scaling
+         * of a shared tree's period; FSX_WATCH_PERIOD_NS otherwise), so that
+         * a test of which folders a call reads again does not depend on how
+         * long the machine takes between two calls, and one of the safety
          * walk can make it come soon. */
         const char *sw = secure_getenv("AIRLOCK_SAFETY_WALK_S");
         if (sw && *sw) {
                 char *end = NULL;
                 unsigned long v = strtoul(sw, &end, 10);
-                if (end && !*end && v >= 1 && v <= 3600)
-                        c->trees.watch_period_ns = (uint64_t)v * 1000000000ull;
+                if (end && !*end && v <= 3600)
+                        c->trees.watch_period_ns = v ? (uint64_t)v * 1000000000ull : 1;
         }
         /* AIRLOCK_SHARED_WALK_MAX lowers the shared walk cap (0: a tree on
          * shared storage is never walked at every call, and only its

@@ -25,7 +25,8 @@
  * counts on its caller (fsx_watch_changed_in with the folders a tenant's
  * generation record names, or fsx_watch_invalidate when it cannot tell,
  * which the MCP server calls when a tenant's generation file moved) and
- * the safety walk. The walk at
+ * the safety walk, whose period there is at least ten times the last full
+ * walk (safety_period). The walk at
  * every call reads metadata only (meta_digest: a lookup per entry, no file
  * opened), and the signature walk follows only when that differs from
  * what it was just before the last signature walk began. */
@@ -98,6 +99,7 @@ struct fsx_watch {
         char (*hex)[FSX_SIGNATURE_HEX];
         tree_root *roots;
         uint64_t last_walk_ns; /* when the last full walk ended */
+        uint64_t walk_ns;      /* how long it took */
         uint64_t last_try_ns;  /* when watches were last attempted */
         bool failed;           /* the last attempt could not watch everything */
         char reason[256];
@@ -659,20 +661,36 @@ static bool shared_walk(const fsx_watch *w)
         return w->shared && w->entries <= w->shared_max;
 }
 
+/* The safety walk's period: on shared storage at least ten times the last
+ * full walk, so that the walk takes at most a tenth of the time of the calls
+ * that pay for it (a 10,000-file tree over FUSE takes 30 to 90 s, and with
+ * the plain period every call 10 s after the last walk would pay all of it).
+ * What airlock's own tools change does not wait for it: fsx_watch_changed_in
+ * and fsx_watch_invalidate act at the next call. Local trees keep the plain
+ * period: their walks are fast, and inotify sees almost everything there. */
+static uint64_t safety_period(const fsx_watch *w)
+{
+        if (!w->shared)
+                return w->period_ns;
+        uint64_t ten = w->walk_ns > UINT64_MAX / 10 ? UINT64_MAX : w->walk_ns * 10;
+        return ten > w->period_ns ? ten : w->period_ns;
+}
+
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
                          airlock_error *err)
 {
         pthread_mutex_lock(&w->lock);
         uint64_t now = al_now_ns();
         int state =
-            w->valid && w->ifd >= 0 && now - w->last_walk_ns < w->period_ns && !shared_walk(w)
+            w->valid && w->ifd >= 0 && now - w->last_walk_ns < safety_period(w) && !shared_walk(w)
                 ? check_events(w)
                 : WALK;
         /* On shared storage: the metadata of every entry against what it
          * was just before the last signature walk began. */
         uint64_t meta = 0;
         bool have_meta = shared_walk(w) && meta_digest(w, &meta) == 0;
-        if (have_meta && w->meta_valid && meta == w->meta && now - w->last_walk_ns < w->period_ns)
+        if (have_meta && w->meta_valid && meta == w->meta &&
+            now - w->last_walk_ns < safety_period(w))
                 state = UNCHANGED;
         /* Directories a caller named (another machine's change): signed
          * again as if events had named them. */
@@ -727,6 +745,7 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
                                                      : "");
         }
         w->walks++;
+        uint64_t walk_start = al_now_ns();
         fsx_sig_hook hook = {.entered = on_entered, .ctx = w};
         int r = 0;
         for (size_t i = 0; i < w->n && r >= 0; i++) {
@@ -739,6 +758,7 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
          * longer than the period (10,000 files over a network file system
          * under load) would otherwise make every call walk again. */
         w->last_walk_ns = al_now_ns();
+        w->walk_ns = w->last_walk_ns - walk_start;
         if (w->walk_failed)
                 w->failed = true;
         if (r < 0 || w->walk_failed) {
@@ -816,8 +836,9 @@ void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
                          "the workspace is on shared storage (%s) and holds more than %llu "
                          "entries (the shared walk cap): a change made there by another machine "
                          "is seen at the next call only when its writer tells (airlock's "
-                         "workspace tools move the tenant's generation), else within the safety "
-                         "walk (%llu s)",
+                         "workspace tools move the tenant's generation), else at the safety "
+                         "walk (the first call %llu s or ten times the last full walk's "
+                         "duration, whichever is longer, after that walk)",
                          w->fs, (unsigned long long)w->shared_max,
                          (unsigned long long)(w->period_ns / 1000000000ull));
         pthread_mutex_unlock(&w->lock);

@@ -20,7 +20,10 @@
  * A set of trees with more directories falls back to a walk per call. The
  * kernel keeps about 1 KiB per watch, so this bounds the state at ~8 MiB. */
 #define FSX_WATCH_MAX_DEFAULT 8192u
-/* The safety net: a full walk at least this often, whatever the events. */
+/* The safety net: a full walk at least this often, whatever the events. On
+ * shared storage the period is at least ten times the last full walk's
+ * duration, so that a large tree's walk, paid for by a call, takes at most
+ * a tenth of the time. */
 #define FSX_WATCH_PERIOD_NS (10ull * 1000000000ull)
 /* Trees on shared storage (a network or FUSE file system, fsx_remote_fs),
  * whose other clients' changes inotify never reports, are walked at every
