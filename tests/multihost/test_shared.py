@@ -136,11 +136,11 @@ def test_a_change_behind_airlocks_back_is_seen_by_the_next_call():
 OVER_CAP = {"AIRLOCK_SHARED_WALK_MAX": "0", "AIRLOCK_SAFETY_WALK_S": "3600"}
 
 
-def traced_opens(m, fn):
-    """fn() while strace follows m's server (every thread, and those it
-    starts): (fn's value, the file names its openat calls named)."""
+def traced(m, fn, flags=()):
+    """fn() while strace (with flags) follows m's server's open calls,
+    every thread and those it starts: (fn's value, strace's lines)."""
     log = os.path.join(volume().base, f"strace-{m.p.pid}.log")
-    st = subprocess.Popen(["strace", "-f", "-o", log, "-e", "trace=openat,open,openat2",
+    st = subprocess.Popen(["strace", "-f", *flags, "-o", log, "-e", "trace=openat,open,openat2",
                            "-p", str(m.p.pid)], stderr=subprocess.PIPE, text=True)
     try:
         # strace says when it holds the process (an event, not a sleep).
@@ -152,9 +152,16 @@ def traced_opens(m, fn):
         st.terminate()
         st.wait(timeout=60)
     with open(log) as f:
-        names = [ln.split('"')[1] for ln in f if "open" in ln and '"' in ln]
+        lines = f.readlines()
     os.unlink(log)
-    return value, names
+    return value, lines
+
+
+def traced_opens(m, fn):
+    """fn() while strace follows m's server: (fn's value, the file names
+    its open calls named)."""
+    value, lines = traced(m, fn)
+    return value, [ln.split('"')[1] for ln in lines if "open" in ln and '"' in ln]
 
 
 def read_files_in_run(m, paths):
@@ -202,25 +209,13 @@ def traced_mount_opens(m, mount, fn):
     """fn() while strace follows m's server: (fn's value, the names of the
     files it opened in a folder of mount: the dirfd's path, as strace -y
     shows it, under the mount)."""
-    log = os.path.join(volume().base, f"strace-y-{m.p.pid}.log")
-    st = subprocess.Popen(["strace", "-f", "-y", "-o", log, "-e", "trace=openat,open,openat2",
-                           "-p", str(m.p.pid)], stderr=subprocess.PIPE, text=True)
-    try:
-        for line in st.stderr:
-            if "attached" in line:
-                break
-        value = fn()
-    finally:
-        st.terminate()
-        st.wait(timeout=60)
+    value, lines = traced(m, fn, ("-y",))
     names = []
-    with open(log) as f:
-        for ln in f:
-            # openat(5</mount/tenants/t/w>, "f05.txt", ...) = 7</...>
-            hit = OPEN_AT.search(ln)
-            if hit and hit.group(1).startswith(mount + "/"):
-                names.append(hit.group(2))
-    os.unlink(log)
+    for ln in lines:
+        # openat(5</mount/tenants/t/w>, "f05.txt", ...) = 7</...>
+        hit = OPEN_AT.search(ln)
+        if hit and hit.group(1).startswith(mount + "/"):
+            names.append(hit.group(2))
     return value, names
 
 
