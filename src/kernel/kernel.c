@@ -339,6 +339,25 @@ static json_t *display_metadata(json_t *md)
         return json_is_object(md) ? json_incref(md) : json_object();
 }
 
+/* The error of a cell whose displays, result and error passed KSHOW_MAX:
+ * its name when short, and a traceback of one line naming the cap. The
+ * cell chooses its error's text as it chooses its displays (an exception's
+ * message of tens of megabytes), and the page shows it, and the notebook
+ * saves it, as it does the displays: posted on iopub and in the reply, it
+ * would otherwise pass the cap twice over. */
+static json_t *error_cut(const json_t *r)
+{
+        const char *ename = json_string_value(json_object_get(r, "ename"));
+        char line[200];
+        snprintf(line, sizeof(line),
+                 "[airlock kernel: this cell's error passed, with its displays, %u MiB since "
+                 "its output was last cleared (KSHOW_MAX); its message is not shown]",
+                 KSHOW_MAX >> 20);
+        return json_pack("{s:s, s:s, s:[s]}", "ename",
+                         ename && strlen(ename) <= 128 ? ename : "Error", "evalue", "", "traceback",
+                         line);
+}
+
 static bool handle_record(kexec *x, const char *json, size_t len)
 {
         uint64_t values = 0;
@@ -379,7 +398,7 @@ static bool handle_record(kexec *x, const char *json, size_t len)
                                         display_metadata(md)));
         } else if (strcmp(type, "error") == 0) {
                 json_decref(x->error);
-                x->error = json_incref(r);
+                x->error = may_show(x, len) ? json_incref(r) : error_cut(r);
         } else if (strcmp(type, "user_expressions") == 0) {
                 json_decref(x->user_expressions);
                 x->user_expressions = safe_values(json_object_get(r, "values"));
