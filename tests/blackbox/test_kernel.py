@@ -983,6 +983,27 @@ def test_a_cells_error_counts_in_what_it_shows_the_page():
         stop(km, kc)
 
 
+def test_displays_are_capped_at_what_the_page_gets_not_what_the_cell_wrote():
+    """The displays' cap (64 MiB) counted the text the cell wrote, but the
+    page gets the bundle made safe, where a "<" of HTML text is "&lt;":
+    a cell displaying 2 MiB of "<" ten times (20 MiB written) sent the page
+    80 MiB of HTML. Now the cap counts what is sent."""
+    km, kc = start()
+    try:
+        cell = ("import airlock\n"
+                "for i in range(10):\n"
+                "    airlock.display({'text/html': '<' * (2 << 20)}, raw=True)\n")
+        reply, out = execute(kc, cell)
+        assert reply["status"] == "ok", reply
+        html = [c["data"].get("text/html", "") for t, c in out if t == "display_data"]
+        assert html and set(html[0]) == {"&", "l", "t", ";"}, html[0][:40]
+        assert sum(len(h) for h in html) <= 64 << 20, sum(len(h) for h in html)
+        err = "".join(c["text"] for t, c in out if t == "stream" and c["name"] == "stderr")
+        assert err.count("displays passed 64 MiB") == 1, err[-400:]
+    finally:
+        stop(km, kc)
+
+
 def test_execute_request_is_a_span_with_the_cells_run_under_it():
     # docs/tracing.md: the request's metadata.traceparent is the parent.
     from test_tracing import PARENT_ID, TRACE_ID, TRACEPARENT, Receiver, attrs, otel_env
