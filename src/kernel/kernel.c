@@ -318,6 +318,24 @@ static bool may_show(kexec *x, size_t len)
         return false;
 }
 
+/* A display's or result's data bundle (len: its record's text) made safe
+ * for the page (ksafe.c), when it may be shown (may_show), else NULL. It
+ * is counted at what the page gets, which can be more than what the cell
+ * wrote: made safe, each "<" of an HTML text is "&lt;", four bytes for one.
+ * Counted at the record's text, a cell displaying "<" sent the page four
+ * times KSHOW_MAX. */
+static json_t *shown_bundle(kexec *x, const json_t *data, size_t len)
+{
+        if (!json_is_object(data) || x->displays_cut)
+                return NULL;
+        json_t *safe = ksafe_bundle(data);
+        size_t sent = safe ? json_dumpb(safe, NULL, 0, JSON_COMPACT) : 0;
+        if (safe && may_show(x, MAX(len, sent)))
+                return safe;
+        json_decref(safe);
+        return NULL;
+}
+
 /* The page's output of the cell is cleared: its caps start again. */
 static void shown_reset(kexec *x)
 {
@@ -339,6 +357,25 @@ static json_t *display_metadata(json_t *md)
         return json_is_object(md) ? json_incref(md) : json_object();
 }
 
+/* The error of a cell whose displays, result and error passed KSHOW_MAX:
+ * its name when short, and a traceback of one line naming the cap. The
+ * cell chooses its error's text as it chooses its displays (an exception's
+ * message of tens of megabytes), and the page shows it, and the notebook
+ * saves it, as it does the displays: posted on iopub and in the reply, it
+ * would otherwise pass the cap twice over. */
+static json_t *error_cut(const json_t *r)
+{
+        const char *ename = json_string_value(json_object_get(r, "ename"));
+        char line[200];
+        snprintf(line, sizeof(line),
+                 "[airlock kernel: this cell's error passed, with its displays, %u MiB since "
+                 "its output was last cleared (KSHOW_MAX); its message is not shown]",
+                 KSHOW_MAX >> 20);
+        return json_pack("{s:s, s:s, s:[s]}", "ename",
+                         ename && strlen(ename) <= 128 ? ename : "Error", "evalue", "", "traceback",
+                         line);
+}
+
 static bool handle_record(kexec *x, const char *json, size_t len)
 {
         uint64_t values = 0;
@@ -358,9 +395,10 @@ static bool handle_record(kexec *x, const char *json, size_t len)
         if (strcmp(type, "display") == 0) {
                 json_t *data = json_object_get(r, "data");
                 json_t *md = json_object_get(r, "metadata");
-                if (json_is_object(data) && may_show(x, len))
+                json_t *safe = shown_bundle(x, data, len);
+                if (safe)
                         kpost(x->k, KSOCK_IOPUB, x->req, "display_data",
-                              json_pack("{s:o, s:o, s:{}}", "data", ksafe_bundle(data), "metadata",
+                              json_pack("{s:o, s:o, s:{}}", "data", safe, "metadata",
                                         display_metadata(md), "transient"));
         } else if (strcmp(type, "clear_output") == 0) {
                 shown_reset(x);
@@ -372,14 +410,14 @@ static bool handle_record(kexec *x, const char *json, size_t len)
                 const char *plain = json_string_value(json_object_get(data, "text/plain"));
                 if (plain && !x->result_plain)
                         x->result_plain = strdup(plain);
-                if (json_is_object(data) && !x->silent && may_show(x, len))
+                json_t *safe = x->silent ? NULL : shown_bundle(x, data, len);
+                if (safe)
                         kpost(x->k, KSOCK_IOPUB, x->req, "execute_result",
                               json_pack("{s:i, s:o, s:o}", "execution_count", x->k->execution_count,
-                                        "data", ksafe_bundle(data), "metadata",
-                                        display_metadata(md)));
+                                        "data", safe, "metadata", display_metadata(md)));
         } else if (strcmp(type, "error") == 0) {
                 json_decref(x->error);
-                x->error = json_incref(r);
+                x->error = may_show(x, len) ? json_incref(r) : error_cut(r);
         } else if (strcmp(type, "user_expressions") == 0) {
                 json_decref(x->user_expressions);
                 x->user_expressions = safe_values(json_object_get(r, "values"));

@@ -955,6 +955,55 @@ def test_what_a_cell_shows_the_page_is_capped_until_its_output_is_cleared():
         stop(km, kc)
 
 
+def test_a_cells_error_counts_in_what_it_shows_the_page():
+    """A cell chooses its error's message as it chooses its displays, and
+    the page shows it and the notebook saves it, on iopub and again in the
+    reply: a cell that had shown its 64 MiB of displays then raised with a
+    message of 24 MiB sent the page 48 MiB more of it (its evalue and its
+    traceback's last line), twice. Now the error counts with the displays:
+    past the cap the page gets its name and one line naming the cap."""
+    km, kc = start()
+    try:
+        cell = ("import airlock\n"
+                "for i in range(70):\n"
+                "    airlock.display({'text/plain': 'd' * (1 << 20)}, raw=True)\n"
+                "raise ValueError('v' * (24 << 20))\n")
+        reply, out = execute(kc, cell)
+        assert reply["status"] == "error" and reply["ename"] == "ValueError", reply["ename"]
+        errors = [c for t, c in out if t == "error"]
+        assert len(errors) == 1
+        for e in (errors[0], reply):
+            size = len(e["evalue"]) + sum(len(line) for line in e["traceback"])
+            assert size < 4096, size
+            assert any("KSHOW_MAX" in line for line in e["traceback"]), e["traceback"][:3]
+        # A cell within the cap keeps its error whole.
+        reply, out = execute(kc, "raise ValueError('v' * 1000)")
+        assert reply["evalue"] == "v" * 1000, reply["evalue"][:80]
+    finally:
+        stop(km, kc)
+
+
+def test_displays_are_capped_at_what_the_page_gets_not_what_the_cell_wrote():
+    """The displays' cap (64 MiB) counted the text the cell wrote, but the
+    page gets the bundle made safe, where a "<" of HTML text is "&lt;":
+    a cell displaying 2 MiB of "<" ten times (20 MiB written) sent the page
+    80 MiB of HTML. Now the cap counts what is sent."""
+    km, kc = start()
+    try:
+        cell = ("import airlock\n"
+                "for i in range(10):\n"
+                "    airlock.display({'text/html': '<' * (2 << 20)}, raw=True)\n")
+        reply, out = execute(kc, cell)
+        assert reply["status"] == "ok", reply
+        html = [c["data"].get("text/html", "") for t, c in out if t == "display_data"]
+        assert html and set(html[0]) == {"&", "l", "t", ";"}, html[0][:40]
+        assert sum(len(h) for h in html) <= 64 << 20, sum(len(h) for h in html)
+        err = "".join(c["text"] for t, c in out if t == "stream" and c["name"] == "stderr")
+        assert err.count("displays passed 64 MiB") == 1, err[-400:]
+    finally:
+        stop(km, kc)
+
+
 def test_execute_request_is_a_span_with_the_cells_run_under_it():
     # docs/tracing.md: the request's metadata.traceparent is the parent.
     from test_tracing import PARENT_ID, TRACE_ID, TRACEPARENT, Receiver, attrs, otel_env

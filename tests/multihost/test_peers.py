@@ -710,6 +710,53 @@ def test_a_tenants_cancels_go_round_the_peers_within_its_share():
         c.stop()
 
 
+def test_a_cancel_goes_round_the_peers_as_its_request_id_alone():
+    """A client's notifications/cancelled went to every peer as its client
+    wrote it: a body of up to --max-body (4 MiB) with whatever else its
+    params held (a "reason" of megabytes), sent once to each peer of the
+    peers file, so that one request of the client's became that many times
+    its bytes on the cluster's network and in each peer's parse. Now the
+    peers get the notification remade from its requestId alone; a requestId
+    longer than PEER_CANCEL_ID_MAX stops this host's calls only, with a line
+    in its log. Before, the counting peer read the megabyte reason."""
+    port = fake_peer("accept")
+    tenants = tempfile.mkdtemp(prefix="airlock-multihost-tenants-")
+    TENANTS.append(tenants)
+    c = cl.Cluster(tenants, names=("p", "q"), fake_peers={"cnt": f"{{bridge}}:{port}"})
+    c.start()
+    try:
+        p = c.hosts[0]
+        conn = http.client.HTTPConnection(p.addr, cl.HTTP_PORT, timeout=CALL_TIMEOUT)
+
+        def cancel(params):
+            body = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                               "params": params}).encode()
+            conn.request("POST", "/mcp", body, {
+                "Content-Type": "application/json", "Accept": "application/json",
+                "Authorization": "Bearer " + c.tokens["acme"]})
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 202, r.status
+
+        def bodies(marker):
+            return [body for lines, body in CAPTURED.get("accept", [])
+                    if b"notifications/cancelled" in body and marker in body]
+        cancel({"requestId": "big-reason", "reason": "r" * (1 << 20)})
+        got = bodies(b"big-reason")
+        assert len(got) == 1, len(got)
+        assert len(got[0]) < 200, len(got[0])
+        assert json.loads(got[0])["params"] == {"requestId": "big-reason"}, got[0][:200]
+        cancel({"requestId": 7})
+        assert [json.loads(b)["params"] for b in bodies(b'"requestId":7')] == [{"requestId": 7}]
+        cancel({"requestId": "L" * 100000})
+        line = p.wait_line(lambda l: "PEER_CANCEL_ID_MAX" in l, 60)
+        assert "not sent to the peers" in line, line
+        assert not bodies(b"LLLL")
+        conn.close()
+    finally:
+        c.stop()
+
+
 def read(addr, uri, tenant="acme"):
     """A resources/read; returns (the answering instance, its one message)."""
     st, h, msgs = post(addr, json.dumps({"jsonrpc": "2.0", "id": 7, "method": "resources/read",

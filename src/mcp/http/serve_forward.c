@@ -572,6 +572,41 @@ bool http_cancel_fans_out(http_server *s, const http_request *rq, const jsonrpc_
                strcmp(m->method, "notifications/cancelled") == 0;
 }
 
+/* Contract: what goes round the peers for a client's cancel is a
+ * notification this instance writes, naming the client's requestId and
+ * nothing else, the id at most PEER_CANCEL_ID_MAX bytes as JSON. The
+ * client's own text could be up to --max-body (4 MiB by default) with
+ * whatever else it put in params (a "reason" of megabytes): sent to each
+ * peer of the peers file, one request of the client's was that many times
+ * its bytes on the cluster's network and in each peer's parse, and the
+ * round cap (PEER_CANCEL_MAX) bounds requests, not bytes. A peer needs
+ * the id alone (mcp_handle_notification). A longer id still stops this
+ * instance's calls (the caller handles the notification itself). */
+char *http_cancel_body(const http_request *rq, const jsonrpc_message *m, size_t *ret_len)
+{
+        *ret_len = 0;
+        const json_t *id = json_object_get(m->params, "requestId");
+        _cleanup_json_ json_t *note =
+            json_pack("{s:s, s:s, s:{s:O?}}", "jsonrpc", "2.0", "method", "notifications/cancelled",
+                      "params", "requestId", (json_t *)id);
+        _cleanup_free_ char *id_text =
+            id ? json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("null");
+        if (!note || !id_text)
+                return NULL;
+        if (strlen(id_text) > PEER_CANCEL_ID_MAX) {
+                fprintf(stderr,
+                        "airlock serve: notifications/cancelled of tenant '%.64s' not sent to "
+                        "the peers: its requestId is %zu bytes, more than %d "
+                        "(PEER_CANCEL_ID_MAX); it stopped this instance's calls only\n",
+                        rq->owner, strlen(id_text), PEER_CANCEL_ID_MAX);
+                return NULL;
+        }
+        char *body = json_dumps(note, JSON_COMPACT);
+        if (body)
+                *ret_len = strlen(body);
+        return body;
+}
+
 /* A peer's answer to a cancel: 202 without a body, or a refusal whose
  * reason is in the peer's log; read and dropped. */
 static size_t discard(char *p, size_t size, size_t nmemb, void *arg)

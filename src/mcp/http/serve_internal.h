@@ -75,6 +75,10 @@ typedef struct http_sink http_sink;
  * this a tenant's cancels would amplify its own requests by the number of
  * peers and use up its share everywhere. */
 #define PEER_CANCEL_MAX (PEER_TENANT_MAX / 8)
+/* The longest requestId (as JSON) of a cancel that goes round the peers:
+ * the peers get the notification remade from it alone, never the client's
+ * text (see http_cancel_body). */
+#define PEER_CANCEL_ID_MAX 256
 
 typedef struct http_peer {
         char name[MCP_INSTANCE_MAX + 1];
@@ -414,8 +418,13 @@ void http_forward(http_request *rq, struct MHD_Connection *c, const jsonrpc_mess
 /* Whether m is a client's notifications/cancelled that goes to the peers
  * too (an instance with a peers file). */
 bool http_cancel_fans_out(http_server *s, const http_request *rq, const jsonrpc_message *m);
-/* Sends a client's notifications/cancelled, whose text is body (taken), to
- * every peer of the peers file, before this returns (at most 5 s). */
+/* The text of a client's notifications/cancelled m as it goes round the
+ * peers: its requestId alone (*ret_len bytes), or NULL when that is longer
+ * than PEER_CANCEL_ID_MAX (a line on stderr says so). The caller frees it. */
+char *http_cancel_body(const http_request *rq, const jsonrpc_message *m, size_t *ret_len);
+/* Sends a client's notifications/cancelled, whose text is body (taken,
+ * made by http_cancel_body), to every peer of the peers file, before this
+ * returns (at most 5 s). */
 void http_forward_cancel(http_request *rq, struct MHD_Connection *c, char *body, size_t len);
 
 /* ---- serve_router.c ----------------------------------------------------- */

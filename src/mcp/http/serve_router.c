@@ -78,7 +78,11 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, http_request *rq)
         bool fwd = code == 0 && http_forward_target(s, rq, &m, peer);
         bool fan = code == 0 && http_cancel_fans_out(s, rq, &m);
         size_t raw_len = 0;
-        char *raw = fwd || fan ? dynbuf_take(&rq->body, &raw_len) : NULL;
+        /* A cancel goes round as this instance writes it, never as its
+         * client did (http_cancel_body). */
+        char *raw = fwd   ? dynbuf_take(&rq->body, &raw_len)
+                    : fan ? http_cancel_body(rq, &m, &raw_len)
+                          : NULL;
         http_release_body(rq);
         if (code != 0) {
                 http_drop_message(rq, &m);
