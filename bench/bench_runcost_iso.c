@@ -174,6 +174,12 @@ static void proc_mount(void)
                                                             strncmp(target, "self/", 5) == 0))
                                 continue;
                 }
+                /* A file only root may read or write (kmsg, slabinfo):
+                 * the copy, whose ids are not root's, covers none. */
+                struct stat st;
+                if (de->d_type == DT_REG && fstatat(dirfd(d), s, &st, 0) == 0 &&
+                    (st.st_mode & 0066) == 0)
+                        continue;
                 char src[64], dst[300];
                 snprintf(src, sizeof(src), "/proc/self/fd/%d/%s", ro,
                          de->d_type == DT_DIR ? "d" : "e");
