@@ -203,7 +203,8 @@ if pad_kib > 0:
     for i in range(0, len(pad), 4096):
         pad[i] = 2
     res["padded_tables"] = tables()
-    res["bare_padded"] = best(bare, a["rounds"], a["n_bare"])
+    pr = sorted(best(bare, 1, a["n_bare"]) for _ in range(a["rounds"]))
+    res["bare_padded"] = pr[len(pr) // 2]
 print(json.dumps(res))
 """
 
@@ -426,7 +427,7 @@ def floor_run(preload, rounds=3, n=200):
 
 def floors(build, code, preload, quick, pad_to_anon_kib=0):
     """The bare floor, floor (a) and floor (b) of one call (FLOORS), CPU ms
-    per fork of each (the best of the rounds, as the bare floor), the
+    per fork of each (the medians of interleaved rounds), the
     floor's page tables, and the bare floor again with as many anonymous
     pages as pad_to_anon_kib (the template's RssAnon)."""
     cg = Cgroup()
@@ -439,17 +440,20 @@ def floors(build, code, preload, quick, pad_to_anon_kib=0):
     args = {"preload": preload.split(",") if preload else [], "code": code,
             "so": os.path.join(build, "bench_runcost_iso.so"),
             "filter": os.path.join(build, "bench_runcost.filter"), "cg": iso_cg,
-            "usage": cg.usage_file, "rounds": 3, "n": 20 if quick else 60,
-            "n_bare": 100 if quick else 200, "pad_to_anon_kib": pad_to_anon_kib}
+            "usage": cg.usage_file, "rounds": 5 if quick else 9, "n": 10 if quick else 30,
+            "n_bare": 40 if quick else 100, "pad_to_anon_kib": pad_to_anon_kib}
     try:
         p = subprocess.run([PY, "-c", FLOORS, json.dumps(args)], capture_output=True, text=True,
                            timeout=900, preexec_fn=cg.enter)
         if p.returncode != 0:
             raise RuntimeError(f"the floors' python3 failed: {p.stderr[-300:]}")
         r = json.loads(p.stdout)
+        # Medians of the rounds, and what a call must cost from each
+        # round's own three figures, so that a moment of the shared
+        # machine weighs on all three alike.
         for k in ("bare", "run", "iso"):
-            r[k + "_ms"] = min(r[k])
-        r["must_ms"] = r["run_ms"] + r["iso_ms"] - r["bare_ms"]
+            r[k + "_ms"] = median(r[k])
+        r["must_ms"] = median([a + b - c for a, b, c in zip(r["run"], r["iso"], r["bare"])])
         return r
     finally:
         for d in iso_cg[:2]:
@@ -679,8 +683,8 @@ def floors_lines(res):
     if not fl:
         return []
     L = ["", "What a call must cost on this machine, measured in the same run by the floor's "
-         "interpreter (the same imports, `gc.freeze()`), CPU ms a fork, the best of 3 "
-         "interleaved rounds: the bare floor (fork, `os._exit`, `waitpid`); floor (a), fork "
+         "interpreter (the same imports, `gc.freeze()`), CPU ms a fork, the median of "
+         "interleaved rounds (what it must cost: the median of each round's own): the bare floor (fork, `os._exit`, `waitpid`); floor (a), fork "
          "and the run: the child compiles and runs the code with its stdout captured and "
          "writes a small JSON result to a pipe, no isolation; floor (b), fork and the "
          "isolation: the child makes the cgroup, namespaces, mounts, `/proc` covers, rlimits, "
@@ -742,6 +746,9 @@ def phases_lines(res):
         L.append(f"| {phase} | " + " | ".join(cells) + " |")
     L.append("| total (perf) / the tree's cgroup over the same calls | " + " | ".join(
         f"{ph[k]['tree_ms']:.2f} / {ph[k]['cgroup_ms']:.2f} | 100 %" for k in keys) + " |")
+    L += ["", "perf's own sampling is counted in the calls it samples: the same calls cost "
+              + ", ".join(f"{res[k]['library']['cpu_ms']:.2f} ms ({labels[k]})" for k in keys)
+              + " without it, above. The shares are what to read."]
     return L
 
 

@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 import time
 
-PERIOD_NS = 100_000
+PERIOD_NS = 250_000
 # Without call chains: the populate alone makes hundreds of madvise calls,
 # and a marker with a call chain on each cost more than the call.
 MARKERS = ["syscalls:sys_enter_mount", "syscalls:sys_exit_seccomp", "syscalls:sys_enter_sendmsg",
