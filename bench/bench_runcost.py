@@ -425,18 +425,24 @@ def floor_run(preload, rounds=3, n=200):
         cg.close()
 
 
+def iso_cgroups(cg):
+    """Where floor (b) makes its copies' cgroups, for iso_setup: v1's
+    memory and pids hierarchies beside cg and cpuacct below it (so that cg
+    counts their CPU), or v2's one directory below cg."""
+    if cg.file != "cpuacct.usage":
+        return [os.path.join(cg.path, "iso"), "", ""]
+    name = os.path.basename(cg.path)
+    return [f"/sys/fs/cgroup/memory/{name}", f"/sys/fs/cgroup/pids/{name}",
+            os.path.join(cg.path, "iso")]
+
+
 def floors(build, code, preload, quick, pad_to_anon_kib=0):
     """The bare floor, floor (a) and floor (b) of one call (FLOORS), CPU ms
     per fork of each (the medians of interleaved rounds), the
     floor's page tables, and the bare floor again with as many anonymous
     pages as pad_to_anon_kib (the template's RssAnon)."""
     cg = Cgroup()
-    iso_cg = [os.path.join(cg.path, "iso")]
-    if cg.file == "cpuacct.usage":  # v1: the copy's memory, pids and cpuacct cgroups
-        name = os.path.basename(cg.path)
-        iso_cg = [f"/sys/fs/cgroup/memory/{name}", f"/sys/fs/cgroup/pids/{name}",
-                  os.path.join(cg.path, "iso")]
-    iso_cg += [""] * (3 - len(iso_cg))
+    iso_cg = iso_cgroups(cg)
     args = {"preload": preload.split(",") if preload else [], "code": code,
             "so": os.path.join(build, "bench_runcost_iso.so"),
             "filter": os.path.join(build, "bench_runcost.filter"), "cg": iso_cg,

@@ -241,6 +241,14 @@ static void child(int procs[N_CG])
                   "newinstance,ptmxmode=0666,mode=0620,max=16") < 0)
                 fail(20);
         proc_mount();
+        /* A copy of a template whose cache is still filled makes its
+         * /cache read-only (tpl_make_readonly): the same call, here on a
+         * mount of this copy's own (/tmp; the host's tree below /usr holds
+         * mounts a user namespace may not change). */
+        struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                            MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC};
+        if (syscall(SYS_mount_setattr, AT_FDCWD, "/tmp", AT_RECURSIVE, &ro, sizeof(ro)) < 0)
+                fail(37);
         int out = open("/mnt", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (out < 0 || chdir("/mnt") < 0)
                 fail(40);
