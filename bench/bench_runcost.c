@@ -6,15 +6,40 @@
  * so this program is only what a library caller does per run.
  *
  * usage: bench_runcost PRELOADS|- CODE
- * PRELOADS: modules separated by commas, or "-" for none. */
+ * PRELOADS: modules separated by commas, or "-" for none.
+ *    or: bench_runcost --filter FILE
+ * writes the guest's seccomp filter, as a template with a cgroup builds
+ * it, to FILE (raw BPF), for the floor of the isolation
+ * (bench_runcost_iso.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "airlock.h"
+#include "template/template.h"
+
+static int write_filter(const char *path)
+{
+        struct sock_fprog prog;
+        char errbuf[256];
+        if (seccomp_build_guest_filter(&prog, false, false, errbuf, sizeof(errbuf)) < 0) {
+                fprintf(stderr, "bench_runcost: %s\n", errbuf);
+                return 1;
+        }
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(prog.filter, sizeof(prog.filter[0]), prog.len, f) != prog.len ||
+            fclose(f) != 0) {
+                perror(path);
+                return 1;
+        }
+        free(prog.filter);
+        return 0;
+}
 
 int main(int argc, char **argv)
 {
+        if (argc == 3 && strcmp(argv[1], "--filter") == 0)
+                return write_filter(argv[2]);
         if (argc != 3) {
                 fprintf(stderr, "usage: bench_runcost PRELOADS|- CODE\n");
                 return 2;

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Black-box tests: the floors that `make bench` measures a run's cost
+against (bench/bench_runcost.py, "cost of a run").
+
+Floor (b), a fork that makes the isolation a copy needs and exits
+(bench/bench_runcost_iso.c), is an honest floor only while it makes the
+same calls as airlock's copies: the same namespaces, the same mounts (one
+per /proc cover), the same limits, Landlock scope and seccomp filter. This
+test traces a real copy's setup (the library driver bench_runcost, one
+run) and floor (b)'s child, and compares the calls that build the
+isolation, so that a change to a copy's setup shows here until the floor
+follows it. Needs root, strace and a C compiler, as the bench does.
+"""
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import AIRLOCK, run  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import bench_runcost  # noqa: E402
+
+BUILD = os.environ.get("AIRLOCK_BUILD") or os.path.dirname(AIRLOCK)
+# The calls that build a copy's isolation, after its clone3.
+CALLS = ["mount", "fsopen", "fsconfig", "fsmount", "open_tree", "mount_setattr", "move_mount",
+         "seccomp", "landlock_create_ruleset", "landlock_restrict_self", "unshare", "prlimit64",
+         "capset"]
+NEW = re.compile(r"CLONE_NEW\w+")
+
+# Floor (b) once, as bench_runcost.floors' interpreter does it.
+ONE_ISO = r"""
+import ctypes, json, sys
+a = json.loads(sys.argv[1])
+so = ctypes.CDLL(a["so"])
+filt = open(a["filter"], "rb").read()
+assert so.iso_setup(filt, len(filt), *(p.encode() for p in a["cg"])) == 0
+pid = so.iso_fork()
+assert pid > 0, pid
+st = so.iso_reap(pid)
+so.iso_teardown()
+sys.exit(st)
+"""
+
+
+def traced(argv, stdin=None):
+    """Runs argv under strace -f; returns [(namespace flags, Counter of
+    CALLS)] for each child that clone3 made in a new PID namespace."""
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "log")
+        p = subprocess.run(["strace", "-f", "-qq", "-o", log, "-e",
+                            "trace=clone3," + ",".join(CALLS)] + argv, input=stdin,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, (p.returncode, p.stdout[-300:], p.stderr[-300:])
+        with open(log) as f:
+            lines = f.read().splitlines()
+    children, calls = [], collections.defaultdict(collections.Counter)
+    flags = {}
+    for line in lines:
+        m = re.match(r"^(\d+) (\w+)\(", line)
+        if m:
+            pid, name = int(m.group(1)), m.group(2)
+            if name == "clone3":
+                flags[pid] = frozenset(NEW.findall(line))
+            else:
+                calls[pid][name] += 1
+        m = re.match(r"^(\d+) (?:<\.\.\. clone3 resumed>|clone3\().*= (\d+)$", line)
+        if m and "CLONE_NEWPID" in flags.get(int(m.group(1)), ()):
+            children.append((flags[int(m.group(1))], int(m.group(2))))
+    return [(f, calls[c]) for f, c in children]
+
+
+def test_the_isolation_floor_makes_the_calls_a_copy_makes():
+    bench_runcost.build_driver(BUILD)
+    copies = traced([os.path.join(BUILD, "bench_runcost"), "-", "print(1)"], stdin="\n")
+    # A copy that got as far as its seccomp filter: one whose setup is whole
+    # (the last ready copies may be killed at the end mid-setup).
+    done = [c for c in copies if c[1]["seccomp"] == 1]
+    assert done, copies
+    cg = bench_runcost.Cgroup()
+    try:
+        args = {"so": os.path.join(BUILD, "bench_runcost_iso.so"),
+                "filter": os.path.join(BUILD, "bench_runcost.filter"),
+                "cg": bench_runcost.iso_cgroups(cg)}
+        floor = traced(["/usr/bin/python3", "-c", ONE_ISO, json.dumps(args)])
+    finally:
+        for d in bench_runcost.iso_cgroups(cg):
+            if d and os.path.isdir(d):
+                os.rmdir(d)
+        cg.close()
+    assert len(floor) == 1, floor
+    (ff, fc), (cf, cc) = floor[0], done[0]
+    assert ff == cf, f"namespaces: floor (b) {sorted(ff)}, a copy {sorted(cf)}"
+    assert fc == cc, f"calls: floor (b) {dict(fc)}, a copy {dict(cc)}"
+    assert cc["mount"] > 10, cc  # the /proc covers are there
+
+
+if __name__ == "__main__":
+    run()
