@@ -61,14 +61,14 @@ def traced(argv, stdin=None):
     children, calls = [], collections.defaultdict(collections.Counter)
     flags = {}
     for line in lines:
-        m = re.match(r"^(\d+) (\w+)\(", line)
+        m = re.match(r"^(\d+)\s+(\w+)\(", line)
         if m:
             pid, name = int(m.group(1)), m.group(2)
             if name == "clone3":
                 flags[pid] = frozenset(NEW.findall(line))
             else:
                 calls[pid][name] += 1
-        m = re.match(r"^(\d+) (?:<\.\.\. clone3 resumed>|clone3\().*= (\d+)$", line)
+        m = re.match(r"^(\d+)\s+(?:<\.\.\. clone3 resumed>|clone3\().*= (\d+)$", line)
         if m and "CLONE_NEWPID" in flags.get(int(m.group(1)), ()):
             children.append((flags[int(m.group(1))], int(m.group(2))))
     return [(f, calls[c]) for f, c in children]
