@@ -898,11 +898,17 @@ def _return_figures():
     gcf.destroy_all()
 
 
-def _after_fork():
+def _after_fork(pid1):
     """Reseeds every per-process secret of a fresh copy. Modules not yet
     imported need nothing: they seed themselves when a run imports them. The
     random module reseeds itself (its own os.register_at_fork hook, run by
-    PyOS_AfterFork_Child before this)."""
+    PyOS_AfterFork_Child before this). pid1: whether this copy is pid 1 of
+    its PID namespace (guest.c).
+
+    This is the first Python code a copy runs, and each object it touches
+    is a reference count written, a page copied: it touches only what it
+    must change (it wrote 61 pages when it imported os, reset tempfile's
+    names unasked and freed the template's import finders)."""
     # numpy's global RandomState (np.random.rand and friends) was seeded in
     # the template, once for every copy: each copy gets a state of its own,
     # 624 words from the kernel's generator, with no cached Gaussian (the
@@ -912,11 +918,11 @@ def _after_fork():
     # tables (docs/performance.md, "A busy machine").
     # Generators made with np.random.default_rng() seed themselves from the
     # OS at creation.
-    import os
     np_random = _sys.modules.get("numpy.random")
     if np_random is not None:
         try:
             import numpy
+            import os
             key = numpy.frombuffer(os.urandom(2496), dtype=numpy.uint32)
             np_random.set_state(("MT19937", key, 624, 0, 0.0))
         except Exception:
@@ -924,19 +930,37 @@ def _after_fork():
                 np_random.seed()
             except Exception:
                 pass
+    # tempfile's random names, if the template drew any, are drawn anew.
     tempfile = _sys.modules.get("tempfile")
-    if tempfile is not None:
+    if tempfile is not None and tempfile._name_sequence is not None:
         tempfile._name_sequence = None
-    # The listings of the importable folders made in the template are of
-    # another /output and /tmp: this copy's are its own, empty tmpfs.
+    # The finders of the importable folders list another /output and /tmp:
+    # a copy of the template has none (_forget_import_dirs), a session's
+    # fork or restore those of its parent's cells.
+    cache = _sys.path_importer_cache
     for path in _IMPORT_DIRS:
-        _sys.path_importer_cache.pop(path, None)
+        if path in cache:
+            del cache[path]
     # A single run's copy is pid 1 of its PID namespace: the orphans of the
     # run become its children (see "orphans" below). A session's
     # interpreter is not pid 1 (its pid 1 reaps them).
     global _reaping
-    _reaping = os.getpid() == 1
-    _forked.clear()
+    _reaping = pid1
+    if _forked:
+        _forked.clear()
+
+
+def _forget_import_dirs():
+    """Drops the finders of the working directory and /tmp (_IMPORT_DIRS)
+    from sys.path_importer_cache: in the template, whose listings of them are
+    of its own /output and /tmp, not a copy's. Called by the template right
+    before it freezes its heap (guest.c, freeze_heap), after every run of
+    Python code it makes itself, so that every copy starts without them, and
+    finds its own folders anew. Dropped in each copy instead, a finder, its
+    listing and its class (each _cwd_finder_hook call makes one) were freed
+    there: 37 pages copied on write in every copy."""
+    for path in _IMPORT_DIRS:
+        _sys.path_importer_cache.pop(path, None)
 
 
 # Packages worth naming to a model, as (import name, distribution name).
