@@ -935,7 +935,7 @@ def _after_fork(pid1):
     if tempfile is not None and tempfile._name_sequence is not None:
         tempfile._name_sequence = None
     # The finders of the importable folders list another /output and /tmp:
-    # a copy of the template has none (_forget_import_dirs), a session's
+    # a copy of the template has none (_settle_template), a session's
     # fork or restore those of its parent's cells.
     cache = _sys.path_importer_cache
     for path in _IMPORT_DIRS:
@@ -950,17 +950,35 @@ def _after_fork(pid1):
         _forked.clear()
 
 
-def _forget_import_dirs():
-    """Drops the finders of the working directory and /tmp (_IMPORT_DIRS)
-    from sys.path_importer_cache: in the template, whose listings of them are
-    of its own /output and /tmp, not a copy's. Called by the template right
-    before it freezes its heap (guest.c, freeze_heap), after every run of
-    Python code it makes itself, so that every copy starts without them, and
-    finds its own folders anew. Dropped in each copy instead, a finder, its
-    listing and its class (each _cwd_finder_hook call makes one) were freed
-    there: 37 pages copied on write in every copy."""
+def _settle_template():
+    """Called by the template right before it freezes its heap (guest.c,
+    freeze_heap), after every run of Python code it makes itself: drops or
+    keeps what a copy's run would otherwise free. Each object a copy frees
+    or touches is a page copied on write, and a copy's first steps freed a
+    good deal of the template's last warming run (counted by stage in a
+    debug build, print(1) in a copy made in a burst):
+      - the finders of the working directory and /tmp (_IMPORT_DIRS) in
+        sys.path_importer_cache, which list the template's own /output and
+        /tmp, not a copy's: dropped (37 pages, when runtime._after_fork
+        dropped them in each copy);
+      - the last run's source in linecache and in _code: dropped (the run's
+        _register_source wrote 19 pages, 9 after);
+      - the last run's __main__, which the run's own replaces in
+        sys.modules: kept (_template_main), so that a copy only counts one
+        reference less (the new __main__ wrote 20 pages, 11 after)."""
+    global _code, _template_main
     for path in _IMPORT_DIRS:
         _sys.path_importer_cache.pop(path, None)
+    _code = None
+    linecache = _sys.modules.get("linecache")
+    if linecache is not None:
+        linecache.cache.pop("<code>", None)
+    _pending_sources.pop("<code>", None)
+    _template_main = _sys.modules.get("__main__")
+
+
+# The template's last __main__ (_settle_template).
+_template_main = None
 
 
 # Packages worth naming to a model, as (import name, distribution name).

@@ -43,7 +43,7 @@ static PyObject *runtime_after_fork;     /* runtime._after_fork */
 static PyObject *runtime_build;          /* runtime._build_caches */
 static PyObject *runtime_after_preloads; /* runtime._after_preloads */
 static PyObject *runtime_set_stdin;      /* runtime._set_stdin */
-static PyObject *runtime_forget_dirs;    /* runtime._forget_import_dirs */
+static PyObject *runtime_settle;         /* runtime._settle_template */
 static int channel_fd = -1;
 static bool session_mode; /* runs share one __main__ */
 /* One request at a time on the channel, whatever the guest's threads do. */
@@ -436,10 +436,11 @@ static void format_exception(const char *what, char *errbuf, size_t errlen)
  * the template's heap. */
 static void freeze_heap(void)
 {
-        /* After every run of Python code the template makes itself: its
-         * finders of the importable folders, which list its own /output
-         * and /tmp, are never a copy's, and each copy freed them. */
-        PyObject *r = runtime_forget_dirs ? PyObject_CallNoArgs(runtime_forget_dirs) : NULL;
+        /* After every run of Python code the template makes itself: what a
+         * copy's run would free of the template's last run (its import
+         * finders, its source, its __main__) is dropped or kept here, so
+         * that no copy writes those pages. */
+        PyObject *r = runtime_settle ? PyObject_CallNoArgs(runtime_settle) : NULL;
         Py_XDECREF(r);
         PyErr_Clear();
         PyObject *gc = PyImport_ImportModule("gc");
@@ -735,10 +736,10 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
         runtime_build = PyObject_GetAttrString(mod, "_build_caches");
         runtime_after_preloads = PyObject_GetAttrString(mod, "_after_preloads");
         runtime_set_stdin = PyObject_GetAttrString(mod, "_set_stdin");
-        runtime_forget_dirs = PyObject_GetAttrString(mod, "_forget_import_dirs");
+        runtime_settle = PyObject_GetAttrString(mod, "_settle_template");
         Py_DECREF(mod);
         if (!runtime_run || !runtime_after_fork || !runtime_build || !runtime_after_preloads ||
-            !runtime_set_stdin || !runtime_forget_dirs) {
+            !runtime_set_stdin || !runtime_settle) {
                 format_exception("python: the guest runtime is incomplete", errbuf, errlen);
                 return -EIO;
         }
