@@ -898,11 +898,17 @@ def _return_figures():
     gcf.destroy_all()
 
 
-def _after_fork():
+def _after_fork(pid1):
     """Reseeds every per-process secret of a fresh copy. Modules not yet
     imported need nothing: they seed themselves when a run imports them. The
     random module reseeds itself (its own os.register_at_fork hook, run by
-    PyOS_AfterFork_Child before this)."""
+    PyOS_AfterFork_Child before this). pid1: whether this copy is pid 1 of
+    its PID namespace (guest.c).
+
+    This is the first Python code a copy runs, and each object it touches
+    is a reference count written, a page copied: it touches only what it
+    must change (it wrote 61 pages when it imported os, reset tempfile's
+    names unasked and freed the template's import finders)."""
     # numpy's global RandomState (np.random.rand and friends) was seeded in
     # the template, once for every copy: each copy gets a state of its own,
     # 624 words from the kernel's generator, with no cached Gaussian (the
@@ -912,11 +918,11 @@ def _after_fork():
     # tables (docs/performance.md, "A busy machine").
     # Generators made with np.random.default_rng() seed themselves from the
     # OS at creation.
-    import os
     np_random = _sys.modules.get("numpy.random")
     if np_random is not None:
         try:
             import numpy
+            import os
             key = numpy.frombuffer(os.urandom(2496), dtype=numpy.uint32)
             np_random.set_state(("MT19937", key, 624, 0, 0.0))
         except Exception:
@@ -924,19 +930,55 @@ def _after_fork():
                 np_random.seed()
             except Exception:
                 pass
+    # tempfile's random names, if the template drew any, are drawn anew.
     tempfile = _sys.modules.get("tempfile")
-    if tempfile is not None:
+    if tempfile is not None and tempfile._name_sequence is not None:
         tempfile._name_sequence = None
-    # The listings of the importable folders made in the template are of
-    # another /output and /tmp: this copy's are its own, empty tmpfs.
+    # The finders of the importable folders list another /output and /tmp:
+    # a copy of the template has none (_settle_template), a session's
+    # fork or restore those of its parent's cells.
+    cache = _sys.path_importer_cache
     for path in _IMPORT_DIRS:
-        _sys.path_importer_cache.pop(path, None)
+        if path in cache:
+            del cache[path]
     # A single run's copy is pid 1 of its PID namespace: the orphans of the
     # run become its children (see "orphans" below). A session's
     # interpreter is not pid 1 (its pid 1 reaps them).
     global _reaping
-    _reaping = os.getpid() == 1
-    _forked.clear()
+    _reaping = pid1
+    if _forked:
+        _forked.clear()
+
+
+def _settle_template():
+    """Called by the template right before it freezes its heap (guest.c,
+    freeze_heap), after every run of Python code it makes itself: drops or
+    keeps what a copy's run would otherwise free. Each object a copy frees
+    or touches is a page copied on write, and a copy's first steps freed a
+    good deal of the template's last warming run (counted by stage in a
+    debug build, print(1) in a copy made in a burst):
+      - the finders of the working directory and /tmp (_IMPORT_DIRS) in
+        sys.path_importer_cache, which list the template's own /output and
+        /tmp, not a copy's: dropped (37 pages, when runtime._after_fork
+        dropped them in each copy);
+      - the last run's source in linecache and in _code: dropped (the run's
+        _register_source wrote 19 pages, 9 after);
+      - the last run's __main__, which the run's own replaces in
+        sys.modules: kept (_template_main), so that a copy only counts one
+        reference less (the new __main__ wrote 20 pages, 11 after)."""
+    global _code, _template_main
+    for path in _IMPORT_DIRS:
+        _sys.path_importer_cache.pop(path, None)
+    _code = None
+    linecache = _sys.modules.get("linecache")
+    if linecache is not None:
+        linecache.cache.pop("<code>", None)
+    _pending_sources.pop("<code>", None)
+    _template_main = _sys.modules.get("__main__")
+
+
+# The template's last __main__ (_settle_template).
+_template_main = None
 
 
 # Packages worth naming to a model, as (import name, distribution name).

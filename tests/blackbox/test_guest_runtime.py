@@ -4,8 +4,10 @@ directory importable, a UTF-8 locale, tracebacks with their source lines,
 thread ids, signals that end the run, pid 1's duties), or the difference is
 the documented one (docs/design.md, "Inside the sandbox")."""
 import json
+import os
+import time
 
-from harness import airlock, mcp, run, run_json
+from harness import Skip, airlock, mcp, run, run_json
 
 
 def ok(r):
@@ -368,6 +370,81 @@ def test_the_runs_own_code_is_quickened_in_the_template():
             if i >= 2:
                 assert r["stdout"] == "True\n", (i, r["stdout"])
 
+
+
+def test_a_copy_starts_without_the_templates_import_finders():
+    # The finders of /output and /tmp that the template made (each with a
+    # class of its own, _cwd_finder_hook) list the template's own folders:
+    # every copy dropped them after its fork, and freeing them wrote 37
+    # pages, each copied on write. The template now drops them before it
+    # freezes its heap, so that they are collected there: a copy made
+    # after its warm-up starts with no such finder, nor their classes.
+    code = ("import importlib.machinery as m, sys\n"
+            "print([c.__name__ for c in m.FileFinder.__subclasses__()],"
+            " [p for p in ('/output', '/tmp') if p in sys.path_importer_cache])")
+    with mcp() as m:
+        for i in range(5):
+            r = ok(m.run(code))
+            assert r["stdout"] == "[] []\n", (i, r["stdout"])
+        # A module written in the working directory still imports at once.
+        r = ok(m.run("open('mod_here.py', 'w').write('X = 7')\nimport mod_here\n"
+                     "print(mod_here.X)"))
+        assert r["stdout"] == "7\n", r["stdout"]
+
+
+# At most this many KiB written by a ready copy of `airlock mcp` without
+# preloads, since its fork (its Private_Dirty: the pages it populated and
+# those it wrote). bench_runcost.py BUILD --written, 3 interleaved rounds:
+# 940, 984 and 1,044 KiB before the template settled what a copy's run
+# freed of its last run (runtime._settle_template), 784 to 800 after.
+READY_COPY_MAX_KIB = 900
+
+
+def ready_copies(server_pid):
+    """The pids of the ready copies of a server: its children that are pid
+    1 of their PID namespace (CLONE_PARENT), blocked in a read of the
+    channel (fd 3, COPY_CHANNEL_FD), which a copy reads from once it is
+    ready and not before."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/status") as f:
+                st = f.read()
+            with open(f"/proc/{d}/syscall") as f:
+                call = f.read().split()
+        except OSError:
+            continue
+        ppid = int(st.split("PPid:")[1].split()[0])
+        nspid = st.split("NSpid:")[1].split("\n")[0].split()
+        if ppid == server_pid and len(nspid) > 1 and nspid[-1] == "1" and call[:2] == ["0", "0x3"]:
+            out.append(d)
+    return out
+
+
+def test_a_ready_copy_writes_no_more_pages_than_it_must():
+    # Each page a copy writes is copied from the template (or populated
+    # ahead, tpl_prefault.c), 5 to 14 us each on this kind of machine: the
+    # template leaves nothing for a copy's run to free of its own last run
+    # (runtime._settle_template), and runtime._after_fork touches only what
+    # it must change. Read as bench_runcost.py --written reads it, from
+    # outside (another process's smaps_rollup needs CAP_SYS_PTRACE).
+    if os.geteuid() != 0:
+        raise Skip("reads a copy's smaps_rollup: run as root")
+    with mcp() as m:
+        for _ in range(5):
+            ok(m.run("print(1)"))
+        ready = []
+        while not ready:  # the next copies are prepared after the run
+            ready = ready_copies(m.p.pid)
+            time.sleep(0.01)
+        for pid in ready:
+            try:
+                with open(f"/proc/{pid}/smaps_rollup") as f:
+                    kib = [int(line.split()[1]) for line in f
+                           if line.startswith("Private_Dirty:")][0]
+            except OSError:
+                continue  # taken meanwhile
+            assert kib <= READY_COPY_MAX_KIB, (pid, kib, READY_COPY_MAX_KIB)
 
 # ---- speed -----------------------------------------------------------------
 

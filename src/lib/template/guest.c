@@ -43,6 +43,7 @@ static PyObject *runtime_after_fork;     /* runtime._after_fork */
 static PyObject *runtime_build;          /* runtime._build_caches */
 static PyObject *runtime_after_preloads; /* runtime._after_preloads */
 static PyObject *runtime_set_stdin;      /* runtime._set_stdin */
+static PyObject *runtime_settle;         /* runtime._settle_template */
 static int channel_fd = -1;
 static bool session_mode; /* runs share one __main__ */
 /* One request at a time on the channel, whatever the guest's threads do. */
@@ -435,6 +436,13 @@ static void format_exception(const char *what, char *errbuf, size_t errlen)
  * the template's heap. */
 static void freeze_heap(void)
 {
+        /* After every run of Python code the template makes itself: what a
+         * copy's run would free of the template's last run (its import
+         * finders, its source, its __main__) is dropped or kept here, so
+         * that no copy writes those pages. */
+        PyObject *r = runtime_settle ? PyObject_CallNoArgs(runtime_settle) : NULL;
+        Py_XDECREF(r);
+        PyErr_Clear();
         PyObject *gc = PyImport_ImportModule("gc");
         PyObject *fr = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
         Py_XDECREF(fr);
@@ -728,9 +736,10 @@ int guest_init(const template_params *p, char *errbuf, size_t errlen)
         runtime_build = PyObject_GetAttrString(mod, "_build_caches");
         runtime_after_preloads = PyObject_GetAttrString(mod, "_after_preloads");
         runtime_set_stdin = PyObject_GetAttrString(mod, "_set_stdin");
+        runtime_settle = PyObject_GetAttrString(mod, "_settle_template");
         Py_DECREF(mod);
         if (!runtime_run || !runtime_after_fork || !runtime_build || !runtime_after_preloads ||
-            !runtime_set_stdin) {
+            !runtime_set_stdin || !runtime_settle) {
                 format_exception("python: the guest runtime is incomplete", errbuf, errlen);
                 return -EIO;
         }
@@ -869,7 +878,11 @@ void guest_after_fork_child(int fd)
         guest_refresh_tid();
         PyOS_AfterFork_Child();
         channel_fd = fd;
-        PyObject *r = PyObject_CallNoArgs(runtime_after_fork);
+        /* Whether this copy is pid 1 of its PID namespace, told rather
+         * than asked: runtime._after_fork touches as few objects as it can
+         * (each a page copied). */
+        PyObject *r =
+            PyObject_CallOneArg(runtime_after_fork, syscall(SYS_getpid) == 1 ? Py_True : Py_False);
         Py_XDECREF(r);
         PyErr_Clear();
 }
