@@ -396,7 +396,8 @@ def test_a_copy_starts_without_the_templates_import_finders():
 # preloads, since its fork (its Private_Dirty: the pages it populated and
 # those it wrote). bench_runcost.py BUILD --written, 3 interleaved rounds:
 # 940, 984 and 1,044 KiB before the template settled what a copy's run
-# freed of its last run (runtime._settle_template), 784 to 800 after (the bound leaves room for the few pages that vary with the load).
+# freed of its last run (runtime._settle_template), 784 to 800 after; the
+# bound leaves room for the few pages that vary with the load.
 READY_COPY_MAX_KIB = 920
 
 
