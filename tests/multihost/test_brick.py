@@ -10,7 +10,9 @@ bytes hold across hosts; a brick lost in the middle of a large write leaves
 no torn file under the file's own name; and when the brick comes back
 (`gluster volume start VOL force`, then the self-heal, waited for on
 `gluster volume heal VOL info`), every brick holds the same files, those
-written during the loss.
+written during the loss. With two bricks of three lost (no quorum), a
+workspace tool answers a clear tool error at once, and the last good write
+stays.
 
 The volume is replica 3 with cluster.quorum-type auto (GlusterFS's default
 for replica 3, set here all the same): a write needs two bricks of three,
@@ -244,7 +246,8 @@ def test_a_brick_back_is_healed_to_the_files_written_while_it_was_lost():
     # during the loss, its state file the last write's.
     trees = [vol.brick_files(b, "tenants") for b in range(BRICKS)]
     for b in (1, 2):
-        diff = sorted(p for p in set(trees[0]) | set(trees[b]) if trees[0].get(p) != trees[b].get(p))
+        diff = sorted(p for p in set(trees[0]) | set(trees[b])
+                      if trees[0].get(p) != trees[b].get(p))
         assert not diff, (b, diff)
     assert tenant_on_brick(1, "heal") == want, sorted(tenant_on_brick(1, "heal"))
     for m in hs:
@@ -294,6 +297,31 @@ def test_a_brick_lost_mid_write_leaves_no_torn_file():
         assert on["crash/big.txt"] == new.encode(), (b, len(on["crash/big.txt"]))
         assert len([p for p in on if p.startswith("crash/many/")]) == SMALL_FILES, b
         assert not [p for p in on if ".airlock-upload-" in p], (b, sorted(on)[:5])
+
+
+def test_quorum_lost_a_write_is_a_clear_error_and_the_last_good_write_stays():
+    # Two bricks of three lost: no quorum, and GlusterFS refuses every
+    # access (ENOTCONN). A workspace write answers a tool error at once,
+    # never a hang; once the bricks are back, the files are those of the
+    # last write that succeeded.
+    hs = [host(i, "quorum") for i in range(2)]
+    write(hs[0], {"q.txt": "good"})
+    vol = volume()
+    try:
+        vol.kill_brick(1)
+        vol.kill_brick(2)
+        r = tool(hs[1], "workspace_write", {"files": [{"path": "q.txt", "text": "lost"}]})
+        assert r["isError"], r
+        msg = r["content"][0]["text"]
+        assert "not connected" in msg.lower(), msg
+        r = tool(hs[0], "workspace_list", {})
+        assert r["isError"] and "not connected" in r["content"][0]["text"].lower(), r
+    finally:
+        vol.start_brick(1)  # `start force` brings back both; the heal waits for both
+    assert read_files_in_run(hs[1], ["q.txt"]) == {"q.txt": "good"}
+    for b in range(BRICKS):
+        on = tenant_on_brick(b, "quorum")
+        assert on == {"q.txt": b"good"}, (b, sorted(on))
 
 
 def teardown():
