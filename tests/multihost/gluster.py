@@ -11,6 +11,10 @@ mounts are seen by the whole machine. Everything is stopped and removed by
 stop(), which is safe to call on a half-started volume, and by the context
 manager even when the test fails.
 
+kill_brick() and start_brick() lose one brick (its process killed with
+SIGKILL, as a host that dies takes its brick with it) and bring it back
+healed (test_brick.py); every step waits on an event, bounded.
+
 The volume options and the client options are those docs/serving.md
 ("Shared storage") names: every client cache off, and the kernel's entry,
 attribute and negative timeouts 0, so that one mount's change is seen by
