@@ -11,11 +11,16 @@ mounts are seen by the whole machine. Everything is stopped and removed by
 stop(), which is safe to call on a half-started volume, and by the context
 manager even when the test fails.
 
+kill_brick() and start_brick() lose one brick (its process killed with
+SIGKILL, as a host that dies takes its brick with it) and bring it back
+healed (test_brick.py); every step waits on an event, bounded.
+
 The volume options and the client options are those docs/serving.md
 ("Shared storage") names: every client cache off, and the kernel's entry,
 attribute and negative timeouts 0, so that one mount's change is seen by
 the next call on another.
 """
+import glob
 import os
 import secrets
 import shutil
@@ -23,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "blackbox"))
 from harness import Skip  # noqa: E402
@@ -31,6 +37,9 @@ FUSE_SUPER_MAGIC = 0x65735546
 GLUSTERD = shutil.which("glusterd") or "/usr/sbin/glusterd"
 GLUSTER = shutil.which("gluster") or "/usr/sbin/gluster"
 GLUSTERFS = shutil.which("glusterfs") or "/usr/sbin/glusterfs"
+# The heal reporter `gluster volume heal VOL info` runs (a private program).
+GLFSHEAL = next(iter(sorted(glob.glob("/usr/lib/*/glusterfs/glfsheal") +
+                            glob.glob("/usr/libexec/glusterfs/glfsheal"))), "glfsheal")
 
 # Volume options: the client-side translators that cache metadata or data,
 # or delay writes, all off (docs/serving.md, "Shared storage").
@@ -110,8 +119,9 @@ class Volume:
     """A replicated volume (replica `bricks`) in folder `base`, mounted
     `mounts` times: self.mounts[i] is the i-th mount's path."""
 
-    def __init__(self, base, mounts=2, bricks=2):
+    def __init__(self, base, mounts=2, bricks=2, options=None):
         self.base = base
+        self.options = dict(VOLUME_OPTIONS, **(options or {}))
         self.n_mounts = mounts
         self.n_bricks = bricks
         tag = secrets.token_hex(3)
@@ -187,7 +197,7 @@ class Volume:
               "glusterd to answer")
         self.gluster("volume", "create", self.name, "replica", str(self.n_bricks),
                      *[f"{self.addr}:{b}" for b in self.bricks], "force")
-        for k, v in VOLUME_OPTIONS.items():
+        for k, v in self.options.items():
             self.gluster("volume", "set", self.name, k, v)
         self.gluster("volume", "start", self.name)
         self.started = True
@@ -217,6 +227,130 @@ class Volume:
                     except (OSError, ValueError):
                         pass
         return pids
+
+    # -- a brick lost and back ------------------------------------------------
+
+    def brick_pid(self, i):
+        """The pid of brick i's process (glusterfsd), from the pid file
+        glusterd keeps for it, or None while the brick is down. (glusterd's
+        own `volume status` is no event here: after `start force` it went
+        on reporting a restarted brick offline that every client had
+        reconnected to.)"""
+        tail = f"{self.addr}-{self.bricks[i].strip('/').replace('/', '-')}.pid"
+        try:
+            with open(f"/var/run/gluster/vols/{self.name}/{tail}") as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def glusterd_online(self, i):
+        """Whether glusterd holds brick i online (`volume status`)."""
+        r = self.gluster("volume", "status", self.name, f"{self.addr}:{self.bricks[i]}", "--xml",
+                         check=False)
+        try:
+            node = ET.fromstring(r.stdout).find(".//node")
+        except ET.ParseError:
+            return None
+        return node is not None and node.findtext("status") == "1"
+
+    def client_log(self, i):
+        """Mount i's client log, as text so far."""
+        with open(os.path.join(self.log_dir, f"client{i}.log"), errors="replace") as f:
+            return f.read()
+
+    def _wait_clients(self, marks, what, timeout):
+        """Waits until every mount's client log, past its length in marks,
+        has a line for which what(line) holds."""
+        def seen(i):
+            return any(what(l) for l in self.client_log(i)[marks[i]:].splitlines())
+        _wait(lambda: all(seen(i) for i in range(len(self.mounts))),
+              "every client to log the brick's change", timeout)
+
+    def kill_brick(self, i, notice_s=30):
+        """Kills brick i's process with SIGKILL, as a host that dies takes
+        its brick with it, and waits until it is gone and until every
+        mount's client has logged its disconnection from it. The bound
+        notice_s is below network.ping-timeout (42 s): a killed process's
+        sockets are closed by the kernel, so a client learns of it at once
+        rather than at its ping timeout; a client that waited for the
+        timeout fails here."""
+        pid = self.brick_pid(i)
+        assert pid, f"brick {i} has no process to kill\n{self.log_tail()}"
+        marks = [len(self.client_log(k)) for k in range(len(self.mounts))]
+        os.kill(pid, signal.SIGKILL)
+        # Gone, not a zombie only: glusterd takes a pid that /proc still
+        # lists for a running brick, and `start force` would start nothing.
+        _wait(lambda: not os.path.exists(f"/proc/{pid}"), f"brick {i}'s process {pid} to end")
+        sub = f"{self.name}-client-{i}"
+        self._wait_clients(marks, lambda l: sub in l and "disconnected from" in l, notice_s)
+        # glusterd too, or a `start force` now would find the brick running
+        # and start nothing.
+        _wait(lambda: self.glusterd_online(i) is False, f"glusterd to see brick {i} down")
+        return pid
+
+    def start_brick(self, i, heal_s=300):
+        """Brings a killed brick back (`gluster volume start VOL force`),
+        waits until every client has connected to it again, then starts a
+        heal and waits, within heal_s, until `gluster volume heal VOL info`
+        shows every brick connected and no entry to heal."""
+        marks = [len(self.client_log(k)) for k in range(len(self.mounts))]
+        self.gluster("volume", "start", self.name, "force")
+        _wait(lambda: self.brick_pid(i) is not None, f"brick {i} to be back")
+        # The brick is back for the volume once each client has connected.
+        sub = f"{self.name}-client-{i}"
+        self._wait_clients(marks, lambda l: sub in l and "Connected, attached" in l, 60)
+        self.wait_healed(heal_s)
+
+    def heal_info(self):
+        """[(brick, status, entries)] from `gluster volume heal VOL info`."""
+        # `gluster volume heal VOL info` runs glfsheal, which asks glusterd
+        # for the volume at its default socket, not at this one's: the
+        # same program, run here with the socket named.
+        r = subprocess.run(self._in_ns(GLFSHEAL, self.name, "glusterd-sock", self.sock),
+                           capture_output=True, text=True, timeout=120)
+        out = r.stdout
+        rows, cur = [], {}
+        for line in out.splitlines():
+            if line.startswith("Brick "):
+                cur = {"brick": line[6:].strip()}
+            elif line.startswith("Status:"):
+                cur["status"] = line.split(":", 1)[1].strip()
+            elif line.startswith("Number of entries:"):
+                n = line.split(":", 1)[1].strip()
+                rows.append((cur.get("brick"), cur.get("status"), int(n) if n.isdigit() else -1))
+        return rows
+
+    def wait_healed(self, timeout=300):
+        """Waits (a heal started at each look, so that no timer of the
+        self-heal daemon is waited for) until every brick is connected with
+        no entry left to heal."""
+        def healed():
+            self.gluster("volume", "heal", self.name, check=False)
+            rows = self.heal_info()
+            return (len(rows) == self.n_bricks and
+                    all(s == "Connected" and n == 0 for _, s, n in rows))
+        try:
+            _wait(healed, "the heal to finish", timeout)
+        except AssertionError:
+            raise AssertionError(f"heal not done in {timeout} s: {self.heal_info()}\n"
+                                 f"{self.log_tail()}")
+
+    def brick_files(self, i, under=""):
+        """Brick i's tree below under, read directly on the brick (its
+        .glusterfs folder, and GlusterFS's other folders at its root, left
+        out): {relative path: bytes, or "dir"}."""
+        top = os.path.normpath(os.path.join(self.bricks[i], under))
+        out = {}
+        for d, dirs, files in os.walk(top):
+            if d == os.path.normpath(self.bricks[i]):
+                dirs[:] = [x for x in dirs if not x.startswith(".glusterfs")]
+            for x in dirs:
+                out[os.path.relpath(os.path.join(d, x), top)] = "dir"
+            for x in files:
+                with open(os.path.join(d, x), "rb") as f:
+                    out[os.path.relpath(os.path.join(d, x), top)] = f.read()
+        return out
 
     def stop(self):
         """Unmounts, stops and deletes the volume, ends every process it
@@ -251,6 +385,15 @@ class Volume:
                 lines = [l for l in fh if " E " in l or " W " in l]
             out.append(f"--- {f}\n" + "".join(lines[-n:]))
         return "\n".join(out)
+
+
+def _alive(pid):
+    """Whether process pid is there and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _kill(pid):
