@@ -38,6 +38,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,7 @@ struct fsx_watch {
         size_t n_bg_told;
         bool bg_lost;
         uint64_t bg_walks;
+        atomic_bool bg_stop; /* fsx_watch_stop_background: the walk gives up */
 
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
@@ -606,6 +608,7 @@ typedef struct meta_walk {
         dev_t dev;
         uint64_t sum, count, max;
         uint32_t max_depth;
+        const atomic_bool *stop; /* set: give up (the owner is closing) */
 } meta_walk;
 
 /* Adds one entry name of the folder dfd (inode ino) to m, and what is
@@ -616,8 +619,8 @@ static int meta_entry(meta_walk *m, int dfd, ino_t ino, const char *name, uint32
         if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
                 return 0;
         struct stat st;
-        if (++m->count > m->max || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-            st.st_dev != m->dev)
+        if (++m->count > m->max || (m->stop && atomic_load(m->stop)) ||
+            fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != m->dev)
                 return -1;
         m->sum += entry_hash(ino, name, &st);
         if (!S_ISDIR(st.st_mode))
@@ -674,7 +677,7 @@ typedef struct root_id {
  * is not the one ids names). Reads nothing of the watcher: the background
  * walk runs it without the watcher's lock. */
 static int meta_digest_of(char *const *paths, const root_id *ids, size_t n, uint64_t max,
-                          uint32_t max_depth, uint64_t *ret)
+                          uint32_t max_depth, const atomic_bool *stop, uint64_t *ret)
 {
         uint64_t h = 0xcbf29ce484222325ull;
         for (size_t i = 0; i < n; i++) {
@@ -685,7 +688,7 @@ static int meta_digest_of(char *const *paths, const root_id *ids, size_t n, uint
                                             (t->type == S_IFDIR ? O_DIRECTORY : O_PATH));
                 if (fd < 0)
                         return -1;
-                meta_walk m = {.dev = t->dev, .max = max, .max_depth = max_depth};
+                meta_walk m = {.dev = t->dev, .max = max, .max_depth = max_depth, .stop = stop};
                 struct stat st;
                 int r = fstat(fd, &st) < 0 || st.st_dev != t->dev || st.st_ino != t->ino ||
                                 (st.st_mode & S_IFMT) != t->type
@@ -725,7 +728,7 @@ static int meta_digest(fsx_watch *w, uint64_t *ret)
         if (!ids)
                 return -1;
         root_ids(w, ids);
-        int r = meta_digest_of(w->paths, ids, w->n, w->shared_max, w->lim.max_depth, ret);
+        int r = meta_digest_of(w->paths, ids, w->n, w->shared_max, w->lim.max_depth, NULL, ret);
         free(ids);
         return r;
 }
@@ -1025,7 +1028,7 @@ uint64_t fsx_watch_background(fsx_watch *w)
 {
         uint64_t now = al_now_ns();
         pthread_mutex_lock(&w->lock);
-        if (!w->bg || !w->shared) {
+        if (!w->bg || !w->shared || atomic_load(&w->bg_stop)) {
                 pthread_mutex_unlock(&w->lock);
                 return UINT64_MAX;
         }
@@ -1053,10 +1056,11 @@ uint64_t fsx_watch_background(fsx_watch *w)
         pthread_mutex_unlock(&w->lock);
 
         uint64_t meta = 0;
-        bool ok = meta_digest_of(w->paths, ids, w->n, max, w->lim.max_depth, &meta) == 0;
+        bool ok =
+            meta_digest_of(w->paths, ids, w->n, max, w->lim.max_depth, &w->bg_stop, &meta) == 0;
         free(ids);
         uint64_t end = al_now_ns();
-        if (!ok || !had || meta != old)
+        if ((!ok || !had || meta != old) && !atomic_load(&w->bg_stop))
                 bg_full_walk(w, meta, ok, now);
 
         pthread_mutex_lock(&w->lock);
@@ -1072,6 +1076,11 @@ uint64_t fsx_watch_background(fsx_watch *w)
         uint64_t next = (w->checked_ns > end ? w->checked_ns : end) + bg_period(w);
         pthread_mutex_unlock(&w->lock);
         return next;
+}
+
+void fsx_watch_stop_background(fsx_watch *w)
+{
+        atomic_store(&w->bg_stop, true);
 }
 
 void fsx_watch_set_background(fsx_watch *w, bool on)
