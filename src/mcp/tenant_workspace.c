@@ -495,6 +495,19 @@ static int tenant_dir_check(mcp_workspaces *w, const char *tenant, airlock_error
         return 0;
 }
 
+int mcp_workspace_recheck(mcp_workspaces *w, const char *tenant, airlock_error *err)
+{
+        if (!w->shared || !tenant_name_valid(tenant, strlen(tenant)))
+                return 0;
+        ws_dir_seen *d = &w->dirs[name_hash(tenant) % WS_GENS];
+        pthread_mutex_lock(&w->lock);
+        if (strcmp(d->tenant, tenant) == 0)
+                d->ns = 0;
+        pthread_mutex_unlock(&w->lock);
+        int r = tenant_dir_check(w, tenant, err);
+        return r < 0 ? r : 1;
+}
+
 int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,
                        airlock_error *err)
 {
