@@ -160,7 +160,9 @@ OVER_CAP = {"AIRLOCK_SHARED_WALK_MAX": "0", "AIRLOCK_SAFETY_WALK_S": "3600"}
 def traced(m, fn, flags=(), trace="openat,open,openat2"):
     """fn() while strace (with flags) follows m's server's system calls
     of trace (its open calls by default), every thread and those it
-    starts: (fn's value, strace's lines)."""
+    starts but the background walker, whose reads are no call's: (fn's
+    value, strace's lines)."""
+    apart = walker_tids(m)
     log = os.path.join(volume().base, f"strace-{m.p.pid}.log")
     st = subprocess.Popen(["strace", "-f", *flags, "-o", log, "-e", f"trace={trace}",
                            "-p", str(m.p.pid)], stderr=subprocess.PIPE, text=True)
@@ -174,7 +176,8 @@ def traced(m, fn, flags=(), trace="openat,open,openat2"):
         st.terminate()
         st.wait(timeout=60)
     with open(log) as f:
-        lines = f.readlines()
+        lines = [ln for ln in f if not (ln.split(" ", 1)[0].isdigit() and
+                                        int(ln.split(" ", 1)[0]) in apart)]
     os.unlink(log)
     return value, lines
 
