@@ -124,7 +124,7 @@ def measure(local, shared, other, other_mount_dir, code, path, expect, rounds, g
     probe (may be None): a function timing lstat through the mount, run in
     every round (the proposed target's lookup, at the load of the calls)."""
     s = {k: [] for k in ("local", "shared", "local_edit", "shared_edit", "shared_behind",
-                         "gen", "gen_edit", "lookup")}
+                         "behind_seen", "gen", "gen_edit", "lookup")}
     for _ in range(3):
         local.call(code)
         shared.call(code)
@@ -161,12 +161,22 @@ def measure(local, shared, other, other_mount_dir, code, path, expect, rounds, g
             time.sleep(0.05)
         if not behind:
             continue
+        # Seen once the background walk found it (design.md, "Shared
+        # storage"): the calls go on, 50 ms apart, until one sees it; the
+        # time of that call, and how long after the write it began.
         text = expect(f"behind {i}")
         with open(os.path.join(other_mount_dir, path), "w") as f:
             f.write(text)
-        dt, out = shared.call(code)
+        written = time.monotonic()
+        for _ in range(2000):
+            began = time.monotonic()
+            dt, out = shared.call(code)
+            if text.split("\n")[1] in out or out == text:
+                break
+            time.sleep(0.05)
         assert text.split("\n")[1] in out or out == text, ("shared call saw", out, text)
         s["shared_behind"].append(dt)
+        s["behind_seen"].append((began - written) * 1000)
         time.sleep(0.05)
     return s
 
@@ -249,10 +259,11 @@ def run(build, quick, sizes=("small", "big")):
     return out
 
 
-def _mount_syscalls(log, mount_fds, mount):
+def _mount_syscalls(log, mount_fds, mount, apart=()):
     """{syscall: count} of the calls in strace log that reach the mount:
     on an fd of it (mount_fds at the start, then every fd opened or
-    duplicated from one), or a path through it."""
+    duplicated from one), or a path through it. The calls of the threads
+    apart (the background walker) count under "background: NAME"."""
     fds = dict.fromkeys(mount_fds, True)
     counts = {}
     pending = {}
@@ -285,6 +296,8 @@ def _mount_syscalls(log, mount_fds, mount):
             fds.pop(int(first), None)
         if on and name not in ("fcntl", "inotify_add_watch"):
             key = name + (" (by fd)" if name == "newfstatat" and '""' in args else "")
+            if int(m.group(1)) in apart:
+                key = "background: " + key
             counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -314,6 +327,7 @@ def syscalls(build, calls=4):
             fd_dir = f"/proc/{m.p.pid}/fd"
             mount_fds = [int(f) for f in os.listdir(fd_dir)
                          if os.readlink(os.path.join(fd_dir, f)).startswith(vol.mounts[0])]
+            apart = walker_tids(m.p.pid)
             for case in ("unchanged", "after another host's write"):
                 log = os.path.join(base, "strace.log")
                 st = subprocess.Popen(["strace", "-f", "-qq", "-o", log, "-e",
@@ -328,7 +342,7 @@ def syscalls(build, calls=4):
                 st.terminate()
                 st.wait(timeout=60)
                 with open(log) as f:
-                    counts = _mount_syscalls(f.read(), mount_fds, vol.mounts[0])
+                    counts = _mount_syscalls(f.read(), mount_fds, vol.mounts[0], apart)
                 out[case] = {k: v / calls for k, v in counts.items()}
             for x in procs:
                 x.close()
@@ -340,13 +354,27 @@ def syscalls(build, calls=4):
     return out
 
 
+def walker_tids(pid):
+    """The threads of pid that walk trees in the background (named
+    airlock-walk), whose system calls are no call's."""
+    out = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == "airlock-walk":
+                    out.add(int(tid))
+        except OSError:
+            pass
+    return out
+
+
 def syscall_lines(res):
     if "skipped" in res:
         return [f"not counted: {res['skipped']}"]
     goal = proposed("small", 0)
     lines = ["## shared tenants folder: system calls on the mount, a call (20-file tenant)", ""]
     for case, counts in res.items():
-        total = sum(counts.values())
+        total = sum(v for k, v in counts.items() if not k.startswith("background: "))
         lookups = goal["unchanged" if case == "unchanged" else "edit"][0]
         lines.append(f"- {case}: {total:.1f} (proposed target: {lookups} lookups): " +
                      ", ".join(f"{k} {v:.1f}" for k, v in sorted(counts.items(),
@@ -377,8 +405,8 @@ def report_lines(res):
                  goal["unchanged"]),
                 ("after a one-file change (other host's workspace_write)", "local_edit",
                  "shared_edit", 5.0 if size == "small" else None, goal["edit"]),
-                ("after a one-file change behind airlock's back", "local_edit", "shared_behind",
-                 None, goal["edit"])]
+                ("after a one-file change behind airlock's back (the first call that sees it)",
+                 "local_edit", "shared_behind", None, goal["edit"])]
         if s.get("gen"):
             rows += [("unchanged, shared walk off (AIRLOCK_SHARED_WALK_MAX=0)", "local", "gen",
                       None, None),
@@ -396,6 +424,11 @@ def report_lines(res):
                 f"{'met' if diff <= goal_row[1] else 'not met'}"
             lines.append(f"| {label} ({n} rounds) | {what} | {lm:.1f} ms | {sm:.1f} ms | "
                          f"{diff:+.1f} ms | {issue} | {mine} |")
+        if s.get("behind_seen"):
+            lines.append(f"| {label} ({n} rounds) | a change behind airlock's back: from the "
+                         f"write to the start of the first call that sees it (median, max) | | "
+                         f"{med(s['behind_seen']):.0f} ms, {max(s['behind_seen']):.0f} ms | | "
+                         f"(report) | |")
     return lines
 
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/vfs.h>
 #include <time.h>
 
 void airlock_error_clear(airlock_error *err)
@@ -441,4 +442,30 @@ ssize_t al_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_
         if (ret_n)
                 *ret_n = came;
         return n;
+}
+
+bool al_remote_fs(int fd, const char **ret_name)
+{
+        static const struct {
+                unsigned long magic;
+                const char *name;
+        } remote[] = {
+            {0x6969ul, "nfs"},      {0x517bul, "smb"},        {0xfe534d42ul, "smb2"},
+            {0xff534d42ul, "cifs"}, {0x65735546ul, "fuse"},   {0x01021997ul, "9p"},
+            {0x00c36400ul, "ceph"}, {0x5346414ful, "afs"},    {0x6b414653ul, "kafs"},
+            {0x73757245ul, "coda"}, {0x01161970ul, "gfs2"},   {0x7461636ful, "ocfs2"},
+            {0x47504653ul, "gpfs"}, {0x0bd00bd0ul, "lustre"},
+        };
+        struct statfs sf;
+        if (ret_name)
+                *ret_name = "unknown";
+        if (fstatfs(fd, &sf) < 0)
+                return true;
+        for (size_t i = 0; i < ARRAY_SIZE(remote); i++)
+                if ((unsigned long)sf.f_type == remote[i].magic) {
+                        if (ret_name)
+                                *ret_name = remote[i].name;
+                        return true;
+                }
+        return false;
 }

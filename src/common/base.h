@@ -134,6 +134,12 @@ void dynbuf_free(dynbuf *b);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t al_now_ns(void);
+/* Whether fd is on a network or FUSE file system (NFS, SMB/CIFS, CephFS,
+ * FUSE, 9p, AFS, Coda, GFS2, OCFS2, GPFS, Lustre): one whose times are not
+ * set by this kernel's clock alone and whose other clients' changes this
+ * kernel's inotify never reports. An fd fstatfs refuses counts as one.
+ * *ret_name (may be NULL): its short name. */
+bool al_remote_fs(int fd, const char **ret_name);
 
 /* Reads or writes all of len bytes, retrying on EINTR and short transfers. */
 ssize_t al_read_full(int fd, void *buf, size_t len);

@@ -16,6 +16,7 @@
 #include "base.h"
 #include "mcp_internal.h"
 #include "audit.h"
+#include "tenant_workspace.h"
 
 void mcp_call_free(mcp_call *c)
 {
@@ -68,6 +69,24 @@ static void call_done(mcp_server *srv)
 
 static void hand_off_reader(mcp_server *srv);
 
+/* After a run of a tenant's workspace failed to open it (missing, not a
+ * folder): on shared storage the folder is looked up at most once a second
+ * (mcp_workspace_recheck), so an operator may have removed or replaced it
+ * since; it is looked up now. 1: made again, run once more; < 0: *err says
+ * why the folder cannot be used (a link, never followed); 0: as it was. */
+static int folder_gone(mcp_server *srv, mcp_call *c, int r, airlock_error *err)
+{
+        if (!srv->workspaces || !c->cfg || c->cfg == c->ver->cfg ||
+            (r != -ENOENT && r != -ENOTDIR && r != -ELOOP))
+                return 0;
+        airlock_error e = {0};
+        int k = mcp_workspace_recheck(srv->workspaces,
+                                      tenant_of(srv, c->sink ? c->sink->owner : NULL), &e);
+        if (k < 0)
+                *err = e;
+        return k;
+}
+
 void mcp_on_input(void *arg)
 {
         reader_watch *w = arg;
@@ -106,6 +125,8 @@ void mcp_run_call(mcp_call *c, reader_watch *w)
         int r = c->session ? mcp_sessions_run(c->session, c->code, c->len, &opts, &res, &err)
                            : airlock_cache_run(srv->cache, c->cfg ? c->cfg : c->ver->cfg, c->code,
                                                c->len, &opts, &res, &err);
+        if (r < 0 && !c->session && folder_gone(srv, c, r, &err) > 0)
+                r = airlock_cache_run(srv->cache, c->cfg, c->code, c->len, &opts, &res, &err);
         if (live)
                 mcp_progress_remove(srv, c);
         json_t *result = NULL;

@@ -76,6 +76,17 @@ typedef struct ws_gen {
         bool seen_known;
 } ws_gen;
 
+/* Seconds between two checks of a tenant's folder (tenant_dir_check) on
+ * shared storage. */
+#define WS_DIR_CHECK_NS (1000000000ull)
+
+/* When this server last found a tenant's folder a folder (slots by the
+ * same hash as the generations). */
+typedef struct ws_dir_seen {
+        char tenant[TENANT_NAME_MAX + 1];
+        uint64_t ns;
+} ws_dir_seen;
+
 typedef struct ws_override {
         char tenant[TENANT_NAME_MAX + 1];
         uint64_t caps[2];
@@ -88,8 +99,10 @@ struct mcp_workspaces {
         ws_override *over;
         size_t n_over;
         pthread_mutex_t stripe[WS_STRIPES];
-        int statefd;  /* DIR/.airlock, or -1 (a folder the server cannot write) */
-        ws_gen *gens; /* WS_GENS slots, under lock */
+        int statefd;       /* DIR/.airlock, or -1 (a folder the server cannot write) */
+        ws_gen *gens;      /* WS_GENS slots, under lock */
+        bool shared;       /* DIR is on a network or FUSE file system (al_remote_fs) */
+        ws_dir_seen *dirs; /* WS_GENS slots, under lock, when shared */
 };
 
 int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
@@ -115,7 +128,12 @@ int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
                 w->statefd =
                     openat(fd, WS_STATE_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         w->gens = calloc(WS_GENS, sizeof(*w->gens));
-        if (!w->gens) {
+        w->shared = al_remote_fs(fd, NULL);
+        if (w->shared)
+                w->dirs = calloc(WS_GENS, sizeof(*w->dirs));
+        if (!w->gens || (w->shared && !w->dirs)) {
+                free(w->gens);
+                free(w->dirs);
                 if (w->statefd >= 0)
                         close(w->statefd);
                 close(fd);
@@ -139,6 +157,7 @@ void mcp_workspaces_free(mcp_workspaces *w)
         if (w->statefd >= 0)
                 close(w->statefd);
         free(w->gens);
+        free(w->dirs);
         free(w->over);
         pthread_mutex_destroy(&w->lock);
         for (int i = 0; i < WS_STRIPES; i++)
@@ -422,16 +441,49 @@ int mcp_workspace_name(const mcp_workspaces *w, const char *tenant, char *out, s
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
-/* The check of the tenant's folder at every call (mcp_workspace_path): a
- * folder, never a link, made 0700 when missing. A lookup, not an open: on
- * shared storage an open and its close are two more round trips to the
- * file system's server, and the call's own walk opens the folder anyway
- * (without following a link). */
+/* Whether the tenant's folder was found a folder within WS_DIR_CHECK_NS
+ * (on shared storage only; a local folder is checked at every call). */
+static bool dir_seen_lately(mcp_workspaces *w, const char *tenant, uint64_t now)
+{
+        if (!w->shared)
+                return false;
+        const ws_dir_seen *d = &w->dirs[name_hash(tenant) % WS_GENS];
+        pthread_mutex_lock(&w->lock);
+        bool seen = strcmp(d->tenant, tenant) == 0 && now - d->ns < WS_DIR_CHECK_NS;
+        pthread_mutex_unlock(&w->lock);
+        return seen;
+}
+
+static void dir_seen(mcp_workspaces *w, const char *tenant, uint64_t now)
+{
+        if (!w->shared)
+                return;
+        ws_dir_seen *d = &w->dirs[name_hash(tenant) % WS_GENS];
+        pthread_mutex_lock(&w->lock);
+        snprintf(d->tenant, sizeof(d->tenant), "%s", tenant);
+        d->ns = now;
+        pthread_mutex_unlock(&w->lock);
+}
+
+/* The check of the tenant's folder (mcp_workspace_path): a folder, never a
+ * link, made 0700 when missing. A lookup, not an open: on shared storage
+ * an open and its close are two more round trips to the file system's
+ * server, and the call's own walk opens the folder anyway (without
+ * following a link). At every call on a local disk; on shared storage at
+ * most once per WS_DIR_CHECK_NS and tenant, since the lookup is a round
+ * trip there and the cache's background walk checks the folder's identity
+ * too: a folder removed or replaced behind airlock's back is a change like
+ * any other made there (design.md, "Shared storage"). A call in between
+ * answers from the cache's last walk, following nothing. */
 static int tenant_dir_check(mcp_workspaces *w, const char *tenant, airlock_error *err)
 {
+        if (!tenant_name_valid(tenant, strlen(tenant)))
+                return al_error(err, -EINVAL, NULL, "no workspace for this client");
+        uint64_t now = al_now_ns();
+        if (dir_seen_lately(w, tenant, now))
+                return 0;
         struct stat st;
-        if (!tenant_name_valid(tenant, strlen(tenant)) ||
-            fstatat(w->dirfd, tenant, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)) {
+        if (fstatat(w->dirfd, tenant, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)) {
                 /* Missing, or not a folder: tenant_dir makes it or names
                  * the fault. */
                 int fd = tenant_dir(w, tenant, true, err);
@@ -439,7 +491,21 @@ static int tenant_dir_check(mcp_workspaces *w, const char *tenant, airlock_error
                         return fd;
                 close(fd);
         }
+        dir_seen(w, tenant, now);
         return 0;
+}
+
+int mcp_workspace_recheck(mcp_workspaces *w, const char *tenant, airlock_error *err)
+{
+        if (!w->shared || !tenant_name_valid(tenant, strlen(tenant)))
+                return 0;
+        ws_dir_seen *d = &w->dirs[name_hash(tenant) % WS_GENS];
+        pthread_mutex_lock(&w->lock);
+        if (strcmp(d->tenant, tenant) == 0)
+                d->ns = 0;
+        pthread_mutex_unlock(&w->lock);
+        int r = tenant_dir_check(w, tenant, err);
+        return r < 0 ? r : 1;
 }
 
 int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,

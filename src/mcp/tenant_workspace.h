@@ -39,6 +39,15 @@ int mcp_workspaces_set_overrides(mcp_workspaces *w, const char *const *tenants,
 int mcp_workspace_path(mcp_workspaces *w, const char *tenant, char *out, size_t size,
                        airlock_error *err);
 
+/* On shared storage mcp_workspace_path looks the folder up at most once a
+ * second per tenant (each lookup is a round trip there). A run that then
+ * finds the folder missing or not a folder (an operator removed or
+ * replaced it meanwhile) asks this: the folder is looked up now, made
+ * again when missing, and 1 returned (run again: the cache walks it anew),
+ * or -errno with err filled as mcp_workspace_path fills it (a link, never
+ * followed). 0 on a local disk, where every call looked already. */
+int mcp_workspace_recheck(mcp_workspaces *w, const char *tenant, airlock_error *err);
+
 /* The same path, made only as text (the folder is neither made nor
  * checked): what the tenant's configurations name, for letting go of what
  * the cache keeps of it. Returns 0 or -errno. */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache/cache.h"
 #include "cache/cache_fingerprint.h"
@@ -21,6 +22,7 @@ struct cache_tree_set {
         fsx_watch *w;
         unsigned refs;         /* callers inside fsx_watch_signatures */
         uint64_t last_used_ns; /* for the reaper (cache_trees_reap) */
+        uint64_t bg_next_ns;   /* when its background walk is due (al_now_ns) */
         struct cache_tree_set *next;
 };
 
@@ -29,6 +31,11 @@ void cache_trees_init(cache_trees *t, unsigned max_unused, uint64_t idle_ns,
 {
         *t = (cache_trees){.max_unused = max_unused, .idle_ns = idle_ns, .now_ns = now_ns};
         pthread_mutex_init(&t->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&t->walker_wake, &ca);
+        pthread_condattr_destroy(&ca);
 }
 
 static void tree_set_free_list(cache_tree_set *s)
@@ -44,6 +51,18 @@ static void tree_set_free_list(cache_tree_set *s)
 
 void cache_trees_destroy(cache_trees *t)
 {
+        if (t->walker_started) {
+                pthread_mutex_lock(&t->lock);
+                /* A walk running gives up at its next entry (a metadata
+                 * walk of 10,000 files over FUSE takes seconds). */
+                for (cache_tree_set *s = t->list; s; s = s->next)
+                        fsx_watch_stop_background(s->w);
+                t->walker_stop = true;
+                pthread_cond_signal(&t->walker_wake);
+                pthread_mutex_unlock(&t->lock);
+                pthread_join(t->walker, NULL);
+        }
+        pthread_cond_destroy(&t->walker_wake);
         tree_set_free_list(t->list);
         t->list = NULL;
         pthread_mutex_destroy(&t->lock);
@@ -149,6 +168,97 @@ void cache_trees_reap(cache_trees *t)
         tree_set_free_list(out);
 }
 
+/* ---- the background walker -------------------------------------------------
+ *
+ * One thread per cache walks the tree sets on shared storage that calls
+ * use, so that a call there reads this host's events only and answers
+ * from the last walk (fsx_watch_background, which says when each set is
+ * due next). Bounded: one thread; at most CACHE_BG_SETS_MAX sets (the most
+ * recently used), each used by a call within CACHE_BG_ACTIVE_NS; one walk
+ * of a set at a time; each set's walks spaced by its period, which is ten
+ * times its walk or more. A set the walker leaves alone goes stale, and
+ * its calls walk as without the walker. */
+
+#define BG_PENDING (UINT64_MAX - 1)
+
+/* The set due first among those the walker serves, with a reference, or
+ * NULL with *ret_wait the time (al_now_ns) to wait until. Under t->lock. */
+static cache_tree_set *walker_pick(cache_trees *t, uint64_t *ret_wait)
+{
+        uint64_t now = al_now_ns(), used_now = t->now_ns();
+        uint64_t wait = now + 1000000000ull;
+        cache_tree_set *pick = NULL;
+        unsigned k = 0;
+        for (cache_tree_set *s = t->list; s && k < CACHE_BG_SETS_MAX; s = s->next) {
+                /* 0: not on shared storage (yet); BG_PENDING: being
+                 * turned on; UINT64_MAX: needs no walk. */
+                if (s->bg_next_ns == 0 || s->bg_next_ns >= BG_PENDING)
+                        continue;
+                k++;
+                if (used_now - s->last_used_ns > CACHE_BG_ACTIVE_NS)
+                        continue;
+                if (s->bg_next_ns <= now && (!pick || s->bg_next_ns < pick->bg_next_ns))
+                        pick = s;
+                else if (s->bg_next_ns > now && s->bg_next_ns < wait)
+                        wait = s->bg_next_ns;
+        }
+        if (pick)
+                pick->refs++;
+        *ret_wait = wait;
+        return pick;
+}
+
+static void *walker_main(void *arg)
+{
+        cache_trees *t = arg;
+        pthread_setname_np(pthread_self(), "airlock-walk");
+        pthread_mutex_lock(&t->lock);
+        while (!t->walker_stop) {
+                uint64_t wait = 0;
+                cache_tree_set *s = walker_pick(t, &wait);
+                if (s) {
+                        pthread_mutex_unlock(&t->lock);
+                        uint64_t next = fsx_watch_background(s->w);
+                        pthread_mutex_lock(&t->lock);
+                        s->bg_next_ns = next;
+                        s->refs--;
+                        continue;
+                }
+                struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ull),
+                                      .tv_nsec = (long)(wait % 1000000000ull)};
+                pthread_cond_timedwait(&t->walker_wake, &t->lock, &ts);
+        }
+        pthread_mutex_unlock(&t->lock);
+        return NULL;
+}
+
+/* After a call signed s: a set on shared storage gets the background walk,
+ * the walker started at the first one (without it, calls walk as before). */
+static void walker_serve(cache_trees *t, cache_tree_set *s)
+{
+        if (!fsx_watch_shared(s->w))
+                return;
+        pthread_mutex_lock(&t->lock);
+        if (!t->walker_started && !t->walker_failed) {
+                int r = pthread_create(&t->walker, NULL, walker_main, t);
+                t->walker_started = r == 0;
+                t->walker_failed = r != 0;
+        }
+        bool first = t->walker_started && s->bg_next_ns == 0;
+        if (first)
+                s->bg_next_ns = BG_PENDING;
+        pthread_mutex_unlock(&t->lock);
+        if (!first)
+                return;
+        /* Without the list's lock: the watcher's own may be held through
+         * a walk. Turned on before the walker may pick it. */
+        fsx_watch_set_background(s->w, true);
+        pthread_mutex_lock(&t->lock);
+        s->bg_next_ns = 1;
+        pthread_cond_signal(&t->walker_wake);
+        pthread_mutex_unlock(&t->lock);
+}
+
 /* Each tree signed by a walk of its own, as without a cache. */
 static int sign_walking(const airlock_config *cfg, const fsx_limits *lim,
                         char (*hex)[FSX_SIGNATURE_HEX], airlock_error *err)
@@ -174,6 +284,8 @@ int cache_trees_sign(cache_trees *t, const airlock_config *cfg, const fsx_limits
                 return sign_walking(cfg, lim, hex, err);
         bool walked = false;
         int r = fsx_watch_signatures(s->w, hex, &walked, err);
+        if (r >= 0)
+                walker_serve(t, s);
         pthread_mutex_lock(&t->lock);
         s->refs--;
         if (walked)

@@ -34,7 +34,18 @@ typedef struct cache_trees {
         uint64_t (*now_ns)(void); /* the cache's clock (tests replace it) */
         uint64_t walks;           /* calls that walked the trees */
         uint64_t checks;          /* calls answered from the watcher's events alone */
+        /* The background walker (one thread, started at the first tree set
+         * on shared storage): see cache_trees.c. */
+        pthread_t walker;
+        pthread_cond_t walker_wake;
+        bool walker_started, walker_stop, walker_failed;
 } cache_trees;
+
+/* Tree sets on shared storage the background walker walks: the most
+ * recently used ones, used by a call within CACHE_BG_ACTIVE_NS. Calls of
+ * the others walk their trees themselves, as without the walker. */
+#define CACHE_BG_SETS_MAX  64u
+#define CACHE_BG_ACTIVE_NS (60ull * 1000000000ull)
 
 void cache_trees_init(cache_trees *t, unsigned max_unused, uint64_t idle_ns,
                       uint64_t (*now_ns)(void));

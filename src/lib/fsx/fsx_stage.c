@@ -283,31 +283,11 @@ static bool racy(const stage_ctx *c, const struct stat *st)
 }
 
 /* File systems whose times are not set by this kernel's clock alone, and
- * whose other clients' changes this kernel's inotify never reports. */
+ * whose other clients' changes this kernel's inotify never reports: the
+ * table is al_remote_fs's, which the MCP server's tenants folder uses too. */
 bool fsx_remote_fs(int fd, const char **ret_name)
 {
-        static const struct {
-                unsigned long magic;
-                const char *name;
-        } remote[] = {
-            {0x6969ul, "nfs"},      {0x517bul, "smb"},        {0xfe534d42ul, "smb2"},
-            {0xff534d42ul, "cifs"}, {0x65735546ul, "fuse"},   {0x01021997ul, "9p"},
-            {0x00c36400ul, "ceph"}, {0x5346414ful, "afs"},    {0x6b414653ul, "kafs"},
-            {0x73757245ul, "coda"}, {0x01161970ul, "gfs2"},   {0x7461636ful, "ocfs2"},
-            {0x47504653ul, "gpfs"}, {0x0bd00bd0ul, "lustre"},
-        };
-        struct statfs sf;
-        if (ret_name)
-                *ret_name = "unknown";
-        if (fstatfs(fd, &sf) < 0)
-                return true;
-        for (size_t i = 0; i < ARRAY_SIZE(remote); i++)
-                if ((unsigned long)sf.f_type == remote[i].magic) {
-                        if (ret_name)
-                                *ret_name = remote[i].name;
-                        return true;
-                }
-        return false;
+        return al_remote_fs(fd, ret_name);
 }
 
 static int manifest_add(fsx_manifest *m, const char *path, const struct stat *src,

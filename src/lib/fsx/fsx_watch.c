@@ -38,6 +38,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,25 @@ struct fsx_watch {
         char **told;
         size_t n_told;
 
+        /* The background walk (fsx_watch_background), on shared storage:
+         * whether a walker serves this watcher, whether its walk is running
+         * (and since when), when the walk whose result the state is began
+         * (verified_ns: every change finished before it is in the state)
+         * and when the last walk ended (checked_ns, from which the next is
+         * due), how long the last metadata walk took, the directories
+         * callers named while the walk ran (told again when its result is
+         * taken), and whether the state moved under it in a way its result
+         * cannot stand for (a full walk or an invalidation meanwhile). */
+        bool bg;
+        bool bg_running;
+        uint64_t bg_start_ns;
+        uint64_t verified_ns, checked_ns, meta_ns;
+        char **bg_told;
+        size_t n_bg_told;
+        bool bg_lost;
+        uint64_t bg_walks;
+        atomic_bool bg_stop; /* fsx_watch_stop_background: the walk gives up */
+
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
         bool walk_failed;
@@ -147,13 +167,35 @@ static void history_clear(fsx_watch *w)
         w->n_hist = 0;
 }
 
+static void strv_clear(char ***v, size_t *n)
+{
+        for (size_t i = 0; i < *n; i++)
+                free((*v)[i]);
+        free(*v);
+        *v = NULL;
+        *n = 0;
+}
+
 static void told_clear(fsx_watch *w)
 {
-        for (size_t i = 0; i < w->n_told; i++)
-                free(w->told[i]);
-        free(w->told);
-        w->told = NULL;
-        w->n_told = 0;
+        strv_clear(&w->told, &w->n_told);
+}
+
+/* Adds dir to the list *v of *n (once), at most DIRTY_MAX: -1 past it or
+ * out of memory. */
+static int strv_add(char ***v, size_t *n, const char *dir)
+{
+        for (size_t k = 0; k < *n; k++)
+                if (strcmp((*v)[k], dir) == 0)
+                        return 0;
+        char **nv = *n < DIRTY_MAX ? realloc(*v, (*n + 1) * sizeof(*nv)) : NULL;
+        if (!nv)
+                return -1;
+        *v = nv;
+        if (!(nv[*n] = strdup(dir)))
+                return -1;
+        (*n)++;
+        return 0;
 }
 
 /* Records that tree 0's signature went from `from` to `to`, the
@@ -299,6 +341,7 @@ void fsx_watch_set_knobs(fsx_watch *w, unsigned max_watches, uint64_t period_ns)
         /* The next call walks again under the new rules. */
         w->valid = false;
         w->meta_valid = false;
+        w->bg_lost = true;
         w->failed = false;
         pthread_mutex_unlock(&w->lock);
 }
@@ -428,15 +471,15 @@ static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
         return found ? DIRS_CHANGED : WALK;
 }
 
-/* Reads the queued events: UNCHANGED when there are none and every root
- * path still names the inode the walk started from; DIRS_CHANGED when the
+/* Reads the queued events: UNCHANGED when there are none and (with
+ * roots) every root path still names the inode the walk started from; DIRS_CHANGED when the
  * events only name files (and the metadata) of known directories, now
  * marked dirty; WALK for anything else: the queue overflowed, a watch went
  * (IN_IGNORED), a directory was created, deleted or moved in or out of one
  * (the set of directories changed), a watched directory itself moved or
  * went, too many events or directories, a read error, or a root path that
  * names another inode (an ancestor renamed, the root replaced by a link). */
-static int check_events(fsx_watch *w)
+static int check_events(fsx_watch *w, bool roots)
 {
         char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
         unsigned n_dirty = 0;
@@ -468,7 +511,7 @@ static int check_events(fsx_watch *w)
                         state = DIRS_CHANGED;
                 }
         }
-        for (size_t i = 0; i < w->n; i++) {
+        for (size_t i = 0; roots && i < w->n; i++) {
                 struct stat st;
                 if (fstatat(AT_FDCWD, w->paths[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
                         return WALK;
@@ -565,6 +608,7 @@ typedef struct meta_walk {
         dev_t dev;
         uint64_t sum, count, max;
         uint32_t max_depth;
+        const atomic_bool *stop; /* set: give up (the owner is closing) */
 } meta_walk;
 
 /* Adds one entry name of the folder dfd (inode ino) to m, and what is
@@ -575,8 +619,8 @@ static int meta_entry(meta_walk *m, int dfd, ino_t ino, const char *name, uint32
         if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
                 return 0;
         struct stat st;
-        if (++m->count > m->max || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-            st.st_dev != m->dev)
+        if (++m->count > m->max || (m->stop && atomic_load(m->stop)) ||
+            fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != m->dev)
                 return -1;
         m->sum += entry_hash(ino, name, &st);
         if (!S_ISDIR(st.st_mode))
@@ -618,22 +662,33 @@ static int meta_dir(meta_walk *m, int dfd, ino_t ino, uint32_t depth)
         return r;
 }
 
-/* A digest of the metadata of every entry of every tree (order-free: a sum
- * of one hash per entry, with their count), for the shared walk. 0 with
- * *ret, or -1 when it cannot stand for the trees (see meta_dir, and a root
- * that is not the one the last walk signed). */
-static int meta_digest(fsx_watch *w, uint64_t *ret)
+/* What a walk must find at a root: the identity the last walk recorded. */
+typedef struct root_id {
+        bool known;
+        dev_t dev;
+        ino_t ino;
+        mode_t type;
+} root_id;
+
+/* A digest of the metadata of every entry of the n trees at paths (order-
+ * free: a sum of one hash per entry, with their count), at most max
+ * entries each, for the shared walk and the background walk. 0 with *ret,
+ * or -1 when it cannot stand for the trees (see meta_dir, and a root that
+ * is not the one ids names). Reads nothing of the watcher: the background
+ * walk runs it without the watcher's lock. */
+static int meta_digest_of(char *const *paths, const root_id *ids, size_t n, uint64_t max,
+                          uint32_t max_depth, const atomic_bool *stop, uint64_t *ret)
 {
         uint64_t h = 0xcbf29ce484222325ull;
-        for (size_t i = 0; i < w->n; i++) {
-                const tree_root *t = &w->roots[i];
+        for (size_t i = 0; i < n; i++) {
+                const root_id *t = &ids[i];
                 if (!t->known)
                         return -1;
-                int fd = open(w->paths[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC |
-                                               (t->type == S_IFDIR ? O_DIRECTORY : O_PATH));
+                int fd = open(paths[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC |
+                                            (t->type == S_IFDIR ? O_DIRECTORY : O_PATH));
                 if (fd < 0)
                         return -1;
-                meta_walk m = {.dev = t->dev, .max = w->shared_max, .max_depth = w->lim.max_depth};
+                meta_walk m = {.dev = t->dev, .max = max, .max_depth = max_depth, .stop = stop};
                 struct stat st;
                 int r = fstat(fd, &st) < 0 || st.st_dev != t->dev || st.st_ino != t->ino ||
                                 (st.st_mode & S_IFMT) != t->type
@@ -652,6 +707,30 @@ static int meta_digest(fsx_watch *w, uint64_t *ret)
         }
         *ret = h;
         return 0;
+}
+
+/* The roots' identities the last walk recorded, into ids[0..n-1]. Under
+ * the lock. */
+static void root_ids(const fsx_watch *w, root_id *ids)
+{
+        for (size_t i = 0; i < w->n; i++)
+                ids[i] = (root_id){.known = w->roots[i].known,
+                                   .dev = w->roots[i].dev,
+                                   .ino = w->roots[i].ino,
+                                   .type = w->roots[i].type};
+}
+
+/* The shared walk at a call, under the lock: meta_digest_of the trees
+ * within the shared walk cap. */
+static int meta_digest(fsx_watch *w, uint64_t *ret)
+{
+        root_id *ids = calloc(w->n ? w->n : 1, sizeof(*ids));
+        if (!ids)
+                return -1;
+        root_ids(w, ids);
+        int r = meta_digest_of(w->paths, ids, w->n, w->shared_max, w->lim.max_depth, NULL, ret);
+        free(ids);
+        return r;
 }
 
 /* Whether the last walk's trees are walked at every call: some are on
@@ -676,22 +755,73 @@ static uint64_t safety_period(const fsx_watch *w)
         return ten > w->period_ns ? ten : w->period_ns;
 }
 
+/* The background walk's period (fsx_watch_background): for a tree set
+ * within the shared walk cap, FSX_BG_PERIOD_NS or ten times its last
+ * metadata walk, whichever is longer; above it, the safety period. */
+static uint64_t bg_period(const fsx_watch *w)
+{
+        if (!shared_walk(w))
+                return safety_period(w);
+        uint64_t ten = w->meta_ns > UINT64_MAX / 10 ? UINT64_MAX : w->meta_ns * 10;
+        return ten > FSX_BG_PERIOD_NS ? ten : FSX_BG_PERIOD_NS;
+}
+
+/* Whether a call may answer from the state as it is, with no walk of a
+ * tree on shared storage: a walker serves the watcher, its state is a
+ * complete walk with every watch set, and a background walk is running
+ * or the walk whose result the state is began at most one period plus
+ * two walks (and a second) ago. Else the background walker is behind
+ * (the tree set was not used for a while, or more sets are used than it
+ * walks), and the call walks as it did without it, so that the contract
+ * (design.md, "Shared storage") holds whatever the walker does. */
+static bool bg_fresh(const fsx_watch *w, uint64_t now)
+{
+        if (!w->bg || !w->shared || !w->valid || w->ifd < 0 || !w->verified_ns)
+                return false;
+        if (w->bg_running)
+                return true;
+        uint64_t walk = w->walk_ns > w->meta_ns ? w->walk_ns : w->meta_ns;
+        uint64_t limit = bg_period(w) + 2 * walk + FSX_BG_SLACK_NS;
+        return now - w->verified_ns <= limit;
+}
+
+/* What a call must do (UNCHANGED, DIRS_CHANGED or WALK) before the
+ * directories callers named: from the events, or on shared storage from
+ * the background walk's state or the shared walk (*meta, *have_meta: the
+ * metadata digest it took, for the full walk to keep). Under the lock. */
+static int call_state(fsx_watch *w, uint64_t now, uint64_t *meta, bool *have_meta)
+{
+        /* On shared storage with a background walker that keeps up: this
+         * host's events alone, with no lookup on the file system (the
+         * walker checks the roots and what other machines changed). */
+        bool bg = bg_fresh(w, now);
+        int state =
+            bg ? check_events(w, false)
+            : w->valid && w->ifd >= 0 && now - w->last_walk_ns < safety_period(w) && !shared_walk(w)
+                ? check_events(w, true)
+                : WALK;
+        /* On shared storage: the metadata of every entry against what it
+         * was just before the last signature walk began. */
+        *meta = 0;
+        *have_meta = !bg && shared_walk(w) && meta_digest(w, meta) == 0;
+        if (*have_meta && w->meta_valid && *meta == w->meta &&
+            now - w->last_walk_ns < safety_period(w)) {
+                state = UNCHANGED;
+                w->verified_ns = now;
+                w->checked_ns = al_now_ns();
+                w->meta_ns = w->checked_ns - now;
+        }
+        return state;
+}
+
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
                          airlock_error *err)
 {
         pthread_mutex_lock(&w->lock);
         uint64_t now = al_now_ns();
-        int state =
-            w->valid && w->ifd >= 0 && now - w->last_walk_ns < safety_period(w) && !shared_walk(w)
-                ? check_events(w)
-                : WALK;
-        /* On shared storage: the metadata of every entry against what it
-         * was just before the last signature walk began. */
         uint64_t meta = 0;
-        bool have_meta = shared_walk(w) && meta_digest(w, &meta) == 0;
-        if (have_meta && w->meta_valid && meta == w->meta &&
-            now - w->last_walk_ns < safety_period(w))
-                state = UNCHANGED;
+        bool have_meta = false;
+        int state = call_state(w, now, &meta, &have_meta);
         /* Directories a caller named (another machine's change): signed
          * again as if events had named them. */
         if (w->n_told) {
@@ -770,6 +900,11 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         }
         w->meta = meta;
         w->meta_valid = have_meta && r >= 0;
+        w->verified_ns = now;
+        w->checked_ns = w->last_walk_ns;
+        /* A background walk that began before this one is older. */
+        if (w->bg_running)
+                w->bg_lost = true;
         w->shared = false;
         w->entries = 0;
         for (size_t i = 0; r >= 0 && i < w->n; i++) {
@@ -813,6 +948,156 @@ int fsx_watch_hashes(fsx_watch *w, const char *to, const char *const *dirs, size
         return r;
 }
 
+/* ---- the background walk ------------------------------------------------ */
+
+/* Takes the shadow's full walk (sh, begun at start after the metadata
+ * digest meta) as w's state; the old state goes to sh, which the caller
+ * frees. Under w's lock, with no call's walk since start (bg_lost). */
+static void bg_install(fsx_watch *w, fsx_watch *sh, uint64_t meta, bool meta_ok, uint64_t start)
+{
+        int ifd = w->ifd;
+        w->ifd = sh->ifd;
+        sh->ifd = ifd;
+        tree_root *roots = w->roots;
+        w->roots = sh->roots;
+        sh->roots = roots;
+        char(*hex)[FSX_SIGNATURE_HEX] = w->hex;
+        w->hex = sh->hex;
+        sh->hex = hex;
+        w->valid = sh->valid;
+        w->watches = sh->watches;
+        w->failed = sh->failed;
+        memcpy(w->reason, sh->reason, sizeof(w->reason));
+        w->last_walk_ns = sh->last_walk_ns;
+        w->walk_ns = sh->walk_ns;
+        w->last_try_ns = sh->last_try_ns;
+        w->entries = sh->entries;
+        w->shared = sh->shared;
+        w->fs = sh->fs;
+        w->meta = meta;
+        w->meta_valid = meta_ok;
+        w->walks++;
+        w->verified_ns = start;
+        w->checked_ns = w->last_walk_ns;
+        if (w->n == 1 && sh->roots[0].sig.n && sh->roots[0].known)
+                history_add(w, sh->hex[0], w->hex[0], &sh->roots[0].sig, NULL, 0, NULL);
+        /* What callers named while the walk ran may have changed after
+         * the walk read it: signed again at the next call. */
+        for (size_t i = 0; i < w->n_bg_told && w->valid; i++)
+                if (strv_add(&w->told, &w->n_told, w->bg_told[i]) < 0) {
+                        told_clear(w);
+                        w->valid = false;
+                }
+}
+
+/* A full walk of w's trees into a watcher of their own, taken as w's
+ * state unless a call walked or was told to meanwhile. Without w's lock
+ * through the walk. */
+static void bg_full_walk(fsx_watch *w, uint64_t meta, bool meta_ok, uint64_t start)
+{
+        pthread_mutex_lock(&w->lock);
+        unsigned max_watches = w->max_watches;
+        uint64_t period = w->period_ns, shared_max = w->shared_max;
+        pthread_mutex_unlock(&w->lock);
+        fsx_watch *sh = NULL;
+        char(*hex)[FSX_SIGNATURE_HEX] = calloc(w->n ? w->n : 1, sizeof(*hex));
+        int r = hex ? fsx_watch_new((const char *const *)w->paths, w->n, &w->lim, w->threshold, &sh,
+                                    NULL)
+                    : -ENOMEM;
+        if (r >= 0) {
+                fsx_watch_set_knobs(sh, max_watches, period);
+                fsx_watch_set_shared_max(sh, shared_max);
+                r = fsx_watch_signatures(sh, hex, NULL, NULL);
+        }
+        free(hex);
+        pthread_mutex_lock(&w->lock);
+        if (!w->bg_lost) {
+                if (r >= 0)
+                        bg_install(w, sh, meta, meta_ok, start);
+                else
+                        /* The trees cannot be signed (a root gone, a
+                         * link, past a cap): the next call walks, and
+                         * reports it. */
+                        w->valid = false;
+        }
+        pthread_mutex_unlock(&w->lock);
+        fsx_watch_free(sh);
+}
+
+uint64_t fsx_watch_background(fsx_watch *w)
+{
+        uint64_t now = al_now_ns();
+        pthread_mutex_lock(&w->lock);
+        if (!w->bg || !w->shared || atomic_load(&w->bg_stop)) {
+                pthread_mutex_unlock(&w->lock);
+                return UINT64_MAX;
+        }
+        uint64_t due = w->checked_ns + bg_period(w);
+        root_id *ids = NULL;
+        if (!w->valid || w->bg_running || !w->verified_ns || now < due ||
+            !(ids = calloc(w->n ? w->n : 1, sizeof(*ids)))) {
+                /* Not walked yet, invalidated (the next call walks), or
+                 * not due: asked again later. */
+                pthread_mutex_unlock(&w->lock);
+                return now < due ? due : now + FSX_BG_PERIOD_NS;
+        }
+        root_ids(w, ids);
+        bool had = w->meta_valid;
+        uint64_t old = w->meta, max = w->shared_max;
+        /* Past the shared walk cap, the metadata walk still costs a lookup
+         * per entry, against a full walk's open and read of every file. */
+        if (max < 2 * w->entries + 1024)
+                max = 2 * w->entries + 1024;
+        w->bg_running = true;
+        w->bg_start_ns = now;
+        w->bg_lost = false;
+        strv_clear(&w->bg_told, &w->n_bg_told);
+        w->bg_walks++;
+        pthread_mutex_unlock(&w->lock);
+
+        uint64_t meta = 0;
+        bool ok =
+            meta_digest_of(w->paths, ids, w->n, max, w->lim.max_depth, &w->bg_stop, &meta) == 0;
+        free(ids);
+        uint64_t end = al_now_ns();
+        if ((!ok || !had || meta != old) && !atomic_load(&w->bg_stop))
+                bg_full_walk(w, meta, ok, now);
+
+        pthread_mutex_lock(&w->lock);
+        if (ok)
+                w->meta_ns = end - now;
+        if (!w->bg_lost && ok && had && meta == old) {
+                w->verified_ns = now;
+                w->checked_ns = end;
+        }
+        w->bg_running = false;
+        strv_clear(&w->bg_told, &w->n_bg_told);
+        /* After a walk a call made meanwhile, counted from that walk. */
+        uint64_t next = (w->checked_ns > end ? w->checked_ns : end) + bg_period(w);
+        pthread_mutex_unlock(&w->lock);
+        return next;
+}
+
+void fsx_watch_stop_background(fsx_watch *w)
+{
+        atomic_store(&w->bg_stop, true);
+}
+
+void fsx_watch_set_background(fsx_watch *w, bool on)
+{
+        pthread_mutex_lock(&w->lock);
+        w->bg = on;
+        pthread_mutex_unlock(&w->lock);
+}
+
+bool fsx_watch_shared(fsx_watch *w)
+{
+        pthread_mutex_lock(&w->lock);
+        bool shared = w->shared;
+        pthread_mutex_unlock(&w->lock);
+        return shared;
+}
+
 void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
 {
         pthread_mutex_lock(&w->lock);
@@ -828,9 +1113,22 @@ void fsx_watch_get_info(fsx_watch *w, fsx_watch_info *ret)
             .shared_walk = shared_walk(w),
             .shared_max = w->shared_max,
             .entries = w->entries,
+            .background = w->bg && w->shared,
+            .bg_walks = w->bg_walks,
         };
         if (w->failed)
                 snprintf(ret->reason, sizeof(ret->reason), "%s", w->reason);
+        else if (w->shared && w->bg)
+                snprintf(ret->reason, sizeof(ret->reason),
+                         "the workspace is on shared storage (%s): a change made there by "
+                         "another machine is seen at the next call when its writer tells "
+                         "(airlock's workspace tools move the tenant's generation), else once "
+                         "the background walk finds it (every %llu s for up to %llu entries, "
+                         "else every %llu s or ten times the last full walk, whichever is "
+                         "longer)",
+                         w->fs, (unsigned long long)(FSX_BG_PERIOD_NS / 1000000000ull),
+                         (unsigned long long)w->shared_max,
+                         (unsigned long long)(w->period_ns / 1000000000ull));
         else if (w->shared && !ret->shared_walk)
                 snprintf(ret->reason, sizeof(ret->reason),
                          "the workspace is on shared storage (%s) and holds more than %llu "
@@ -850,6 +1148,7 @@ void fsx_watch_invalidate(fsx_watch *w)
         told_clear(w);
         w->valid = false;
         w->meta_valid = false;
+        w->bg_lost = true;
         pthread_mutex_unlock(&w->lock);
 }
 
@@ -859,26 +1158,17 @@ void fsx_watch_changed_in(fsx_watch *w, const char *const *dirs, size_t n)
         /* A watcher that walks in full at its next call anyway needs no
          * list. */
         bool full = !w->valid;
-        for (size_t i = 0; i < n && !full; i++) {
-                bool dup = false;
-                for (size_t k = 0; k < w->n_told && !dup; k++)
-                        dup = strcmp(w->told[k], dirs[i]) == 0;
-                if (dup)
-                        continue;
-                char **nv =
-                    w->n_told < DIRTY_MAX ? realloc(w->told, (w->n_told + 1) * sizeof(*nv)) : NULL;
-                if (nv)
-                        w->told = nv;
-                if (!nv || !(w->told[w->n_told] = strdup(dirs[i]))) {
-                        full = true;
-                        break;
-                }
-                w->n_told++;
-        }
+        for (size_t i = 0; i < n && !full; i++)
+                full = strv_add(&w->told, &w->n_told, dirs[i]) < 0;
+        /* A background walk running may have read these folders before
+         * the change: they are told again when its result is taken. */
+        for (size_t i = 0; i < n && w->bg_running && !w->bg_lost; i++)
+                w->bg_lost = strv_add(&w->bg_told, &w->n_bg_told, dirs[i]) < 0;
         if (full) {
                 told_clear(w);
                 w->valid = false;
                 w->meta_valid = false;
+                w->bg_lost = true;
         }
         pthread_mutex_unlock(&w->lock);
 }
@@ -897,6 +1187,7 @@ void fsx_watch_free(fsx_watch *w)
         drop_watches(w);
         history_clear(w);
         told_clear(w);
+        strv_clear(&w->bg_told, &w->n_bg_told);
         for (size_t i = 0; w->paths && i < w->n; i++)
                 free(w->paths[i]);
         free(w->paths);

@@ -32,6 +32,15 @@
  * on fsx_watch_invalidate and the safety walk for other machines' changes. */
 #define FSX_SHARED_WALK_MAX 1000u
 
+/* The background walk (fsx_watch_background) of a tree set on shared
+ * storage within the shared walk cap is due this long after the last one
+ * ended, or ten times that walk's duration when longer; above the cap, at
+ * the safety period. A call answers from the last walk's state while that
+ * walk began at most one period plus two walks and FSX_BG_SLACK_NS ago
+ * (or a walk is running); past that the call walks itself. */
+#define FSX_BG_PERIOD_NS (1000000000ull)
+#define FSX_BG_SLACK_NS  (1000000000ull)
+
 typedef struct fsx_watch fsx_watch;
 
 typedef struct fsx_watch_info {
@@ -49,6 +58,8 @@ typedef struct fsx_watch_info {
         bool shared_walk;     /* ... and every call walks the trees (within the cap) */
         uint64_t shared_max;  /* the shared walk cap */
         uint64_t entries;     /* entries the last walk listed */
+        bool background;      /* a background walker checks the trees for calls */
+        uint64_t bg_walks;    /* background walks begun */
 } fsx_watch_info;
 
 /* A watcher for the n trees at paths (the workspace first, then the mounts'
@@ -116,6 +127,33 @@ void fsx_watch_invalidate(fsx_watch *w);
  * changed, and tell of a directory made or removed with
  * fsx_watch_invalidate. */
 void fsx_watch_changed_in(fsx_watch *w, const char *const *dirs, size_t n);
+/* Contract: the background walk of a watcher whose trees are on shared
+ * storage, for a walker thread of its owner (the cache's), never called
+ * by a call. Once fsx_watch_set_background turned it on, a call on such a
+ * tree set reads this host's inotify events only, with no lookup on the
+ * file system, and answers from the last walk's state, while that state
+ * is fresh (see FSX_BG_SLACK_NS); the walker keeps it so. When the walk is
+ * due (FSX_BG_PERIOD_NS, or the safety period past the shared walk cap) it
+ * takes the metadata digest of the trees (a lookup per entry, no file
+ * opened, the roots' identities checked) without the watcher's lock, and
+ * when that differs from the one taken before the last full walk, a full
+ * walk into a watcher of its own (its own inotify instance), which it
+ * takes as the state under the lock unless a call walked in full or was
+ * told to meanwhile (then the call's is newer). Directories callers named
+ * (fsx_watch_changed_in) while it ran are signed again at the next call. A
+ * call never waits for this walk: only for the lock, held to take its
+ * result. Returns when the next walk is due (al_now_ns's clock), or
+ * UINT64_MAX when the watcher needs none (no background, not shared). */
+uint64_t fsx_watch_background(fsx_watch *w);
+/* Turns the background walk on (a walker calls fsx_watch_background for
+ * this watcher from now on) or off. */
+void fsx_watch_set_background(fsx_watch *w, bool on);
+/* Makes a background walk running give up soon (its metadata walk stops
+ * at the next entry; a full walk already begun runs to its end) and none
+ * begin: for the owner, which closes the watcher next. Lock-free. */
+void fsx_watch_stop_background(fsx_watch *w);
+/* Whether the last walk found a tree on shared storage. */
+bool fsx_watch_shared(fsx_watch *w);
 /* Lowers the shared walk cap (FSX_SHARED_WALK_MAX), for tests. */
 void fsx_watch_set_shared_max(fsx_watch *w, uint64_t max_entries);
 
