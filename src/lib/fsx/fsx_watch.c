@@ -115,6 +115,13 @@ struct fsx_watch {
          * signed again at the next call; at most DIRTY_MAX. */
         char **told;
         size_t n_told;
+        /* Files a caller said changed (fsx_watch_files_changed), read again
+         * at the next call; at most DIRTY_MAX. */
+        fsx_file_change *told_files;
+        size_t n_told_files;
+        /* Tree 0's part of meta (a single tree): the sum and count of its
+         * entries' hashes, for checking a told change against it. */
+        uint64_t meta_sum, meta_count;
 
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
@@ -127,6 +134,8 @@ struct fsx_watch {
                 char from[FSX_SIGNATURE_HEX], to[FSX_SIGNATURE_HEX];
                 char **dirs;
                 size_t n;
+                char **files; /* a change told file by file: those files alone */
+                size_t n_files;
         } hist[DELTA_HISTORY];
         size_t n_hist;
 };
@@ -138,6 +147,11 @@ static void delta_free(struct watch_delta *d)
         free(d->dirs);
         d->dirs = NULL;
         d->n = 0;
+        for (size_t i = 0; i < d->n_files; i++)
+                free(d->files[i]);
+        free(d->files);
+        d->files = NULL;
+        d->n_files = 0;
 }
 
 static void history_clear(fsx_watch *w)
@@ -154,6 +168,47 @@ static void told_clear(fsx_watch *w)
         free(w->told);
         w->told = NULL;
         w->n_told = 0;
+}
+
+static void told_files_clear(fsx_watch *w)
+{
+        for (size_t i = 0; i < w->n_told_files; i++)
+                free((char *)w->told_files[i].rel);
+        free(w->told_files);
+        w->told_files = NULL;
+        w->n_told_files = 0;
+}
+
+/* Appends d to the history, the oldest going past DELTA_HISTORY. */
+static void history_push(fsx_watch *w, struct watch_delta *d)
+{
+        if (w->n_hist == DELTA_HISTORY) {
+                delta_free(&w->hist[0]);
+                memmove(w->hist, w->hist + 1, (DELTA_HISTORY - 1) * sizeof(*w->hist));
+                w->n_hist--;
+        }
+        w->hist[w->n_hist++] = *d;
+}
+
+/* Records that tree 0's signature went from `from` to `to` by the change
+ * of the files v alone (fsx_tree_signature_files). */
+static void history_add_files(fsx_watch *w, const char *from, const char *to,
+                              const fsx_file_change *v, size_t n)
+{
+        if (w->n != 1 || strcmp(from, to) == 0)
+                return;
+        struct watch_delta d = {.files = calloc(n, sizeof(char *))};
+        bool ok = d.files != NULL;
+        for (size_t i = 0; ok && i < n; i++)
+                ok = (d.files[d.n_files++] = strdup(v[i].rel)) != NULL;
+        if (!ok) {
+                delta_free(&d);
+                history_clear(w);
+                return;
+        }
+        memcpy(d.from, from, FSX_SIGNATURE_HEX);
+        memcpy(d.to, to, FSX_SIGNATURE_HEX);
+        history_push(w, &d);
 }
 
 /* Records that tree 0's signature went from `from` to `to`, the
@@ -201,59 +256,69 @@ static void history_add(fsx_watch *w, const char *from, const char *to, const fs
         }
         memcpy(d.from, from, FSX_SIGNATURE_HEX);
         memcpy(d.to, to, FSX_SIGNATURE_HEX);
-        if (w->n_hist == DELTA_HISTORY) {
-                delta_free(&w->hist[0]);
-                memmove(w->hist, w->hist + 1, (DELTA_HISTORY - 1) * sizeof(*w->hist));
-                w->n_hist--;
-        }
-        w->hist[w->n_hist++] = d;
+        history_push(w, &d);
 }
 
-int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs, size_t *ret_n)
+/* Adds a copy of v to *list (*n entries) unless it is there. 0 or -1. */
+static int list_add_once(char ***list, size_t *n, const char *v)
 {
-        *ret_dirs = NULL;
-        *ret_n = 0;
+        for (size_t j = 0; j < *n; j++)
+                if (strcmp((*list)[j], v) == 0)
+                        return 0;
+        char **nv = realloc(*list, (*n + 1) * sizeof(*nv));
+        if (!nv)
+                return -1;
+        *list = nv;
+        if (!(nv[*n] = strdup(v)))
+                return -1;
+        (*n)++;
+        return 0;
+}
+
+static void list_free(char **list, size_t n)
+{
+        for (size_t j = 0; j < n; j++)
+                free(list[j]);
+        free(list);
+}
+
+int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs, size_t *ret_n,
+                    char ***ret_files, size_t *ret_nf)
+{
+        *ret_dirs = *ret_files = NULL;
+        *ret_n = *ret_nf = 0;
         pthread_mutex_lock(&w->lock);
         size_t i = 0;
         while (i < w->n_hist && strcmp(w->hist[i].from, from) != 0)
                 i++;
-        char **dirs = NULL;
-        size_t n = 0;
+        char **dirs = NULL, **files = NULL;
+        size_t n = 0, nf = 0;
         int found = 0;
         for (; i < w->n_hist && !found; i++) {
                 /* Consecutive changes only: each from the one before. */
-                if (n && strcmp(w->hist[i].from, w->hist[i - 1].to) != 0)
+                if ((n || nf) && strcmp(w->hist[i].from, w->hist[i - 1].to) != 0)
                         break;
-                for (size_t k = 0; k < w->hist[i].n; k++) {
-                        bool dup = false;
-                        for (size_t j = 0; j < n && !dup; j++)
-                                dup = strcmp(dirs[j], w->hist[i].dirs[k]) == 0;
-                        if (dup)
-                                continue;
-                        char **nv = realloc(dirs, (n + 1) * sizeof(*nv));
-                        if (!nv || !(nv[n] = strdup(w->hist[i].dirs[k]))) {
-                                if (nv)
-                                        dirs = nv;
+                for (size_t k = 0; k < w->hist[i].n && !found; k++)
+                        if (list_add_once(&dirs, &n, w->hist[i].dirs[k]) < 0)
                                 found = -1;
-                                break;
-                        }
-                        dirs = nv;
-                        n++;
-                }
+                for (size_t k = 0; k < w->hist[i].n_files && !found; k++)
+                        if (list_add_once(&files, &nf, w->hist[i].files[k]) < 0)
+                                found = -1;
                 if (!found && strcmp(w->hist[i].to, to) == 0)
                         found = 1;
-                /* An empty change list (only the order) would also do, but a
-                 * changed signature always names a directory. */
         }
         pthread_mutex_unlock(&w->lock);
+        if (found == 1 && !dirs && !(dirs = calloc(1, sizeof(*dirs))))
+                found = -1;
         if (found != 1) {
-                for (size_t j = 0; j < n; j++)
-                        free(dirs[j]);
-                free(dirs);
+                list_free(dirs, n);
+                list_free(files, nf);
                 return 0;
         }
         *ret_dirs = dirs;
         *ret_n = n;
+        *ret_files = files;
+        *ret_nf = nf;
         return 1;
 }
 
@@ -622,7 +687,7 @@ static int meta_dir(meta_walk *m, int dfd, ino_t ino, uint32_t depth)
  * of one hash per entry, with their count), for the shared walk. 0 with
  * *ret, or -1 when it cannot stand for the trees (see meta_dir, and a root
  * that is not the one the last walk signed). */
-static int meta_digest(fsx_watch *w, uint64_t *ret)
+static int meta_digest(fsx_watch *w, uint64_t *ret, uint64_t *ret_sum0, uint64_t *ret_count0)
 {
         uint64_t h = 0xcbf29ce484222325ull;
         for (size_t i = 0; i < w->n; i++) {
@@ -649,9 +714,140 @@ static int meta_digest(fsx_watch *w, uint64_t *ret)
                         return -1;
                 h = fnv_mix(h, &m.sum, sizeof(m.sum));
                 h = fnv_mix(h, &m.count, sizeof(m.count));
+                if (i == 0) {
+                        *ret_sum0 = m.sum;
+                        *ret_count0 = m.count;
+                }
         }
         *ret = h;
         return 0;
+}
+
+/* The metadata digest of a single tree whose entries' hashes sum to sum,
+ * count of them (meta_digest's for w->n == 1). */
+static uint64_t meta_of(uint64_t sum, uint64_t count)
+{
+        uint64_t h = fnv_mix(0xcbf29ce484222325ull, &sum, sizeof(sum));
+        return fnv_mix(h, &count, sizeof(count));
+}
+
+/* The folder of the state s that holds rel (its text up to the last '/'),
+ * or s->n; *ret_name: rel's last part. */
+static size_t parent_of(const fsx_sig_state *s, const char *rel, const char **ret_name)
+{
+        const char *slash = strrchr(rel, '/');
+        size_t len = slash ? (size_t)(slash - rel) : 0;
+        *ret_name = slash ? slash + 1 : rel;
+        for (size_t k = 0; k < s->n; k++)
+                if (s->dirs[k].rel && strlen(s->dirs[k].rel) == len &&
+                    strncmp(s->dirs[k].rel, rel, len) == 0)
+                        return k;
+        return s->n;
+}
+
+/* What the shared walk's sum holds of the files v and of their folders,
+ * as the state s recorded them: the sum of their entry hashes and their
+ * count (a file without a record adds nothing). Each folder counts once. */
+static void told_entries(const fsx_sig_state *s, const fsx_file_change *v, size_t n,
+                         uint64_t *ret_sum, uint64_t *ret_count)
+{
+        uint64_t sum = 0, count = 0;
+        for (size_t i = 0; i < n; i++) {
+                const char *name;
+                size_t k = parent_of(s, v[i].rel, &name);
+                if (k == s->n)
+                        continue;
+                const fsx_sig_dir *d = &s->dirs[k];
+                for (size_t f = 0; f < d->n_files; f++)
+                        if (strcmp(d->files[f].name, name) == 0) {
+                                const fsx_sig_file *r = &d->files[f];
+                                struct stat st = {.st_mode = r->mode,
+                                                  .st_size = r->size,
+                                                  .st_ino = r->ino,
+                                                  .st_mtim = r->mtim,
+                                                  .st_ctim = r->ctim};
+                                sum += entry_hash(d->ino, name, &st);
+                                count++;
+                        }
+                bool seen = false;
+                for (size_t j = 0; j < i && !seen; j++) {
+                        const char *o;
+                        seen = parent_of(s, v[j].rel, &o) == k;
+                }
+                if (seen)
+                        continue;
+                /* The folder's own entry, in its parent (the root's: 0, ""). */
+                const char *dname = "";
+                ino_t pino = 0;
+                if (d->rel[0]) {
+                        size_t p = parent_of(s, d->rel, &dname);
+                        if (p == s->n)
+                                continue;
+                        pino = s->dirs[p].ino;
+                }
+                struct stat st = {.st_mode = d->mode,
+                                  .st_size = d->size,
+                                  .st_ino = d->ino,
+                                  .st_mtim = d->mtim,
+                                  .st_ctim = d->ctim};
+                sum += entry_hash(pino, dname, &st);
+                count++;
+        }
+        *ret_sum = sum;
+        *ret_count = count;
+}
+
+/* Applies the files a caller named (fsx_watch_files_changed) to tree 0's
+ * signature, reading them alone: the state the call goes on with, or WALK.
+ * With meta (the shared walk's digest of now, taken within the safety
+ * period of a valid last one), the change must explain it: the last
+ * digest, less what it held of the named files and their folders, plus
+ * what they are now, must be meta; else something else changed too (behind
+ * the writer's back), and the tree is walked in full. Without the shared
+ * walk, the events decide as for any other change. */
+static int apply_told_files(fsx_watch *w, int state, const uint64_t *meta)
+{
+        tree_root *t = &w->roots[0];
+        if (w->n != 1 || !t->sig.is_dir || t->fd < 0)
+                return WALK;
+        const fsx_file_change *v = w->told_files;
+        size_t n = w->n_told_files;
+        uint64_t s0, c0, s1, c1;
+        told_entries(&t->sig, v, n, &s0, &c0);
+        char hex[FSX_SIGNATURE_HEX];
+        if (fsx_tree_signature_files(t->fd, &t->sig, v, n, &w->lim, w->threshold, hex) != 0)
+                return WALK;
+        told_entries(&t->sig, v, n, &s1, &c1);
+        uint64_t sum = w->meta_sum - s0 + s1, count = w->meta_count - c0 + c1;
+        if (meta && meta_of(sum, count) != *meta) {
+                /* The state is the told one now, not the tree's: no history
+                 * can be drawn from it, and the full walk starts afresh. */
+                fsx_sig_state_free(&t->sig);
+                history_clear(w);
+                return WALK;
+        }
+        history_add_files(w, w->hex[0], hex, v, n);
+        memcpy(w->hex[0], hex, sizeof(hex));
+        if (meta) {
+                w->meta = *meta;
+                w->meta_sum = sum;
+                w->meta_count = count;
+        }
+        return state == WALK ? UNCHANGED : state;
+}
+
+/* The state after the files a caller named, if any (apply_told_files):
+ * tried when the events say no walk, or when the shared walk's digest of
+ * now (meta) may be checked against a recent valid one; they are told
+ * once. */
+static int told_files(fsx_watch *w, int state, bool recent, const uint64_t *meta)
+{
+        if (!w->n_told_files)
+                return state;
+        if (state != WALK || (recent && meta))
+                state = apply_told_files(w, state, meta);
+        told_files_clear(w);
+        return state;
 }
 
 /* Whether the last walk's trees are walked at every call: some are on
@@ -687,11 +883,13 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
                 : WALK;
         /* On shared storage: the metadata of every entry against what it
          * was just before the last signature walk began. */
-        uint64_t meta = 0;
-        bool have_meta = shared_walk(w) && meta_digest(w, &meta) == 0;
-        if (have_meta && w->meta_valid && meta == w->meta &&
-            now - w->last_walk_ns < safety_period(w))
+        uint64_t meta = 0, meta_sum = 0, meta_count = 0;
+        bool have_meta = shared_walk(w) && meta_digest(w, &meta, &meta_sum, &meta_count) == 0;
+        bool recent = have_meta && w->meta_valid && now - w->last_walk_ns < safety_period(w);
+        if (recent && meta == w->meta)
                 state = UNCHANGED;
+        /* Files a caller named (another machine's change): read alone. */
+        state = told_files(w, state, recent, shared_walk(w) ? &meta : NULL);
         /* Directories a caller named (another machine's change): signed
          * again as if events had named them. */
         if (w->n_told) {
@@ -769,6 +967,8 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
                 w->valid = true;
         }
         w->meta = meta;
+        w->meta_sum = meta_sum;
+        w->meta_count = meta_count;
         w->meta_valid = have_meta && r >= 0;
         w->shared = false;
         w->entries = 0;
@@ -848,6 +1048,7 @@ void fsx_watch_invalidate(fsx_watch *w)
 {
         pthread_mutex_lock(&w->lock);
         told_clear(w);
+        told_files_clear(w);
         w->valid = false;
         w->meta_valid = false;
         pthread_mutex_unlock(&w->lock);
@@ -883,6 +1084,44 @@ void fsx_watch_changed_in(fsx_watch *w, const char *const *dirs, size_t n)
         pthread_mutex_unlock(&w->lock);
 }
 
+void fsx_watch_files_changed(fsx_watch *w, const fsx_file_change *v, size_t n)
+{
+        pthread_mutex_lock(&w->lock);
+        /* As for folders: a watcher that walks in full anyway needs none. */
+        bool full = !w->valid || w->n_told_files + n > DIRTY_MAX;
+        if (!full) {
+                fsx_file_change *nv =
+                    realloc(w->told_files, (w->n_told_files + n + 1) * sizeof(*nv));
+                if (nv)
+                        w->told_files = nv;
+                full = !nv;
+        }
+        for (size_t i = 0; i < n && !full; i++) {
+                /* A file told again: its latest word replaces the first. */
+                size_t k = 0;
+                while (k < w->n_told_files && strcmp(w->told_files[k].rel, v[i].rel) != 0)
+                        k++;
+                char *rel = strdup(v[i].rel);
+                if (!rel) {
+                        full = true;
+                        break;
+                }
+                if (k < w->n_told_files)
+                        free((char *)w->told_files[k].rel);
+                else
+                        w->n_told_files++;
+                w->told_files[k] = v[i];
+                w->told_files[k].rel = rel;
+        }
+        if (full) {
+                told_clear(w);
+                told_files_clear(w);
+                w->valid = false;
+                w->meta_valid = false;
+        }
+        pthread_mutex_unlock(&w->lock);
+}
+
 void fsx_watch_set_shared_max(fsx_watch *w, uint64_t max_entries)
 {
         pthread_mutex_lock(&w->lock);
@@ -897,6 +1136,7 @@ void fsx_watch_free(fsx_watch *w)
         drop_watches(w);
         history_clear(w);
         told_clear(w);
+        told_files_clear(w);
         for (size_t i = 0; w->paths && i < w->n; i++)
                 free(w->paths[i]);
         free(w->paths);
