@@ -1293,6 +1293,10 @@ void airlock_cache_workspace_files_changed(airlock_cache *c, const char *path,
                 return;
         }
         for (size_t i = 0; i < n; i++) {
+                if (!files[i]) {
+                        cache_trees_changed(&c->trees, field, strlen(field));
+                        return;
+                }
                 v[i] = (fsx_file_change){.rel = files[i], .removed = !hashes[i], .size = sizes[i]};
                 if (hashes[i])
                         snprintf(v[i].hex, sizeof(v[i].hex), "%s", hashes[i]);
