@@ -799,6 +799,30 @@ AIRLOCK_PUBLIC void airlock_cache_workspace_changed(airlock_cache *cache, const 
  * Thread-safe. */
 AIRLOCK_PUBLIC void airlock_cache_workspace_changed_in(airlock_cache *cache, const char *path,
                                                        const char *const *dirs, size_t n);
+/* The same, file by file, for a writer that knows exactly what it wrote:
+ * the files files[0..n-1] (paths below the workspace, no leading or
+ * trailing '/') are the only entries that changed in their folders, and no
+ * folder was made or removed. hashes[i] NULL: files[i] was removed; else
+ * it holds sizes[i] bytes whose airlock_content_hash is hashes[i] (for
+ * files of 64 KiB and more, whose bytes the cache does not hash, any
+ * string). The next run or session with that workspace opens and reads
+ * those files alone (their folders are neither listed nor their other
+ * entries looked up) when the cache's watch holds a complete last walk,
+ * and stages only them; a file that is not what its writer said (other
+ * bytes or size, a link, gone or there against the word), a folder the
+ * last walk did not find, more than 64 files, or, on shared storage under
+ * the shared walk cap, a metadata change that the files do not explain
+ * (a change behind the writer's back) makes it read the tree in full as
+ * airlock_cache_workspace_changed does. n 0 is
+ * airlock_cache_workspace_changed. Thread-safe. */
+AIRLOCK_PUBLIC void airlock_cache_workspace_files_changed(airlock_cache *cache, const char *path,
+                                                          const char *const *files,
+                                                          const uint64_t *sizes,
+                                                          const char *const *hashes, size_t n);
+/* The hash the cache's tree signatures take of a small file's content: 32
+ * lowercase hex digits and a NUL in ret_hex. Non-cryptographic (staleness
+ * only). For airlock_cache_workspace_files_changed's hashes. */
+AIRLOCK_PUBLIC void airlock_content_hash(const void *data, size_t len, char ret_hex[33]);
 AIRLOCK_PUBLIC void airlock_cache_close(airlock_cache *cache);
 
 /* For a caller that hands run results to a model (the MCP server): the

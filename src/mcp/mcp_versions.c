@@ -82,12 +82,17 @@ const airlock_config *mcp_version_cfg(mcp_server *srv, cfg_version *v, const cha
          * before this call began is in it. */
         tenant_gen_change ch;
         if (mcp_workspace_moved(srv->workspaces, tenant, &ch) > 0) {
-                /* The folders the generation record names, or the tree. */
+                /* The folders and files the generation record names, or
+                 * the tree. */
                 if (ch.all)
                         airlock_cache_workspace_changed(srv->cache, path);
-                else
+                if (!ch.all && ch.n)
                         airlock_cache_workspace_changed_in(srv->cache, path,
                                                            (const char *const *)ch.dirs, ch.n);
+                if (!ch.all && ch.n_files)
+                        airlock_cache_workspace_files_changed(
+                            srv->cache, path, (const char *const *)ch.files, ch.sizes,
+                            (const char *const *)ch.hashes, ch.n_files);
         }
         tenant_gen_change_free(&ch);
         pthread_mutex_lock(&srv->cfg_lock);

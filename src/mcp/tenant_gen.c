@@ -7,7 +7,9 @@
  * record: a header (magic, the generation again, the base generation, the
  * payload's length and count of changes, a check) and the changes
  * base+1 .. generation, oldest first, each its generation, whether it names
- * everything, and its folders (a length and the bytes of each). The record
+ * everything, its folders (a length and the bytes of each) and its files
+ * (a length and the bytes of the path, whether it was removed, its size
+ * and the 32 hex digits of its content hash as written). The record
  * is small (at most TENANT_GEN_BYTES_MAX bytes of changes) and read whole
  * with one pread: on shared storage each read is a round trip to the file
  * system's server, and it is read only when the file's times moved. */
@@ -18,9 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "airlock.h"
 #include "base.h"
 
-#define GEN_MAGIC "ALGEN1\0\0"
+/* ALGEN1 (folders only) is read as naming everything. */
+#define GEN_MAGIC "ALGEN2\0\0"
 
 typedef struct gen_header {
         char magic[8];
@@ -34,14 +38,19 @@ typedef struct gen_header {
 #define GEN_HEAD (sizeof(uint64_t) + sizeof(gen_header))
 #define GEN_FILE (GEN_HEAD + TENANT_GEN_BYTES_MAX)
 
-/* One change's fixed part, then dirs x (uint16_t length, bytes). */
+/* One change's fixed part, then dirs x (uint16_t length, bytes), then
+ * files x (uint16_t length, bytes, GEN_FILE_TAIL bytes: uint8_t removed,
+ * uint64_t size, 32 hex digits). */
 typedef struct gen_change_head {
         uint64_t gen;
         uint8_t all;
         uint8_t pad;
         uint16_t dirs;
-        uint32_t pad2;
+        uint16_t files;
+        uint16_t pad2;
 } gen_change_head;
+
+#define GEN_FILE_TAIL (1 + sizeof(uint64_t) + 32)
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
@@ -61,11 +70,26 @@ static uint64_t check_of(const gen_header *h, const unsigned char *payload)
         return fnv(c, payload, h->len);
 }
 
+static void files_free(tenant_gen_change *c)
+{
+        for (size_t i = 0; i < c->n_files; i++) {
+                free(c->files[i]);
+                free(c->hashes[i]);
+        }
+        free(c->files);
+        free(c->sizes);
+        free(c->hashes);
+        c->files = c->hashes = NULL;
+        c->sizes = NULL;
+        c->n_files = 0;
+}
+
 void tenant_gen_change_free(tenant_gen_change *c)
 {
         for (size_t i = 0; i < c->n; i++)
                 free(c->dirs[i]);
         free(c->dirs);
+        files_free(c);
         *c = (tenant_gen_change){0};
 }
 
@@ -106,6 +130,80 @@ void tenant_gen_change_add_parent(tenant_gen_change *c, const char *path)
         change_add(c, path, slash ? (size_t)(slash - path) : 0);
 }
 
+/* Names the folders of c's files instead of the files, from now on. */
+static void files_to_folders(tenant_gen_change *c)
+{
+        for (size_t i = 0; i < c->n_files; i++)
+                tenant_gen_change_add_parent(c, c->files[i]);
+        files_free(c);
+        c->by_folder = true;
+}
+
+/* Adds the file path (len bytes) to c, removed (hex NULL) or with size
+ * bytes hashing to hex; once, its last word kept. */
+static void file_add(tenant_gen_change *c, const char *path, size_t len, const char *hex,
+                     uint64_t size)
+{
+        if (c->all)
+                return;
+        _cleanup_free_ char *p = strndup(path, len);
+        if (!p) {
+                change_all(c);
+                return;
+        }
+        if (c->by_folder) {
+                tenant_gen_change_add_parent(c, p);
+                return;
+        }
+        size_t k = 0;
+        while (k < c->n_files && strcmp(c->files[k], p) != 0)
+                k++;
+        if (k == c->n_files && k == TENANT_GEN_FILES_MAX) {
+                files_to_folders(c);
+                tenant_gen_change_add_parent(c, p);
+                return;
+        }
+        char *h = hex ? strndup(hex, 32) : NULL;
+        if (hex && !h) {
+                change_all(c);
+                return;
+        }
+        if (k == c->n_files) {
+                char **nf = realloc(c->files, (k + 1) * sizeof(*nf));
+                if (nf)
+                        c->files = nf;
+                char **nh = nf ? realloc(c->hashes, (k + 1) * sizeof(*nh)) : NULL;
+                if (nh)
+                        c->hashes = nh;
+                uint64_t *ns = nh ? realloc(c->sizes, (k + 1) * sizeof(*ns)) : NULL;
+                if (!ns) {
+                        free(h);
+                        change_all(c);
+                        return;
+                }
+                c->sizes = ns;
+                c->files[k] = TAKE_PTR(p);
+                c->n_files++;
+        } else {
+                free(c->hashes[k]);
+        }
+        c->hashes[k] = h;
+        c->sizes[k] = size;
+}
+
+void tenant_gen_change_add_file(tenant_gen_change *c, const char *path, const void *data,
+                                size_t len)
+{
+        char hex[33];
+        airlock_content_hash(len ? data : "", len, hex);
+        file_add(c, path, strlen(path), hex, len);
+}
+
+void tenant_gen_change_add_removed(tenant_gen_change *c, const char *path)
+{
+        file_add(c, path, strlen(path), NULL, 0);
+}
+
 /* The record in buf (got bytes of the file): its header and changes when
  * it is whole and agrees with the counter, else NULL. */
 static const unsigned char *record_parse(const unsigned char *buf, size_t got, gen_header *h)
@@ -136,18 +234,64 @@ static bool change_next(const unsigned char *p, size_t len, size_t *off, gen_cha
         memcpy(ch, p + *off, sizeof(*ch));
         size_t o = *off + sizeof(*ch);
         *ret_dirs_off = o;
-        for (unsigned k = 0; k < ch->dirs; k++) {
+        for (unsigned k = 0; k < (unsigned)ch->dirs + ch->files; k++) {
                 uint16_t l;
                 if (len - o < sizeof(l))
                         return false;
                 memcpy(&l, p + o, sizeof(l));
                 o += sizeof(l);
-                if (len - o < l)
+                size_t tail = k < ch->dirs ? 0 : GEN_FILE_TAIL;
+                if (len - o < (size_t)l + tail)
                         return false;
-                o += l;
+                o += l + tail;
         }
         *off = o;
         return true;
+}
+
+/* Adds the folders and files of the change at d (its head ch, checked by
+ * change_next) to ret. */
+static void change_read(const unsigned char *p, size_t d, const gen_change_head *ch,
+                        tenant_gen_change *ret)
+{
+        for (unsigned k = 0; k < (unsigned)ch->dirs + ch->files && !ret->all; k++) {
+                uint16_t l;
+                memcpy(&l, p + d, sizeof(l));
+                d += sizeof(l);
+                const char *s = (const char *)p + d;
+                d += l;
+                if (k < ch->dirs) {
+                        change_add(ret, s, l);
+                        continue;
+                }
+                uint8_t removed = p[d];
+                uint64_t size;
+                memcpy(&size, p + d + 1, sizeof(size));
+                file_add(ret, s, l, removed ? NULL : (const char *)p + d + 1 + sizeof(size), size);
+                d += GEN_FILE_TAIL;
+        }
+}
+
+/* Drops from c the files of the folders it names: those are read whole. */
+static void files_in_folders_drop(tenant_gen_change *c)
+{
+        size_t k = 0;
+        for (size_t i = 0; i < c->n_files; i++) {
+                const char *slash = strrchr(c->files[i], '/');
+                size_t len = slash ? (size_t)(slash - c->files[i]) : 0;
+                bool in = false;
+                for (size_t j = 0; j < c->n && !in; j++)
+                        in = strlen(c->dirs[j]) == len && memcmp(c->dirs[j], c->files[i], len) == 0;
+                if (in) {
+                        free(c->files[i]);
+                        free(c->hashes[i]);
+                        continue;
+                }
+                c->files[k] = c->files[i];
+                c->hashes[k] = c->hashes[i];
+                c->sizes[k++] = c->sizes[i];
+        }
+        c->n_files = k;
 }
 
 int tenant_gen_since(int fd, uint64_t since, bool seen, tenant_gen_change *ret, uint64_t *ret_gen,
@@ -185,15 +329,11 @@ int tenant_gen_since(int fd, uint64_t since, bool seen, tenant_gen_change *ret, 
                         change_all(ret);
                         break;
                 }
-                for (unsigned k = 0; k < ch.dirs && !ret->all; k++) {
-                        uint16_t l;
-                        memcpy(&l, p + d, sizeof(l));
-                        d += sizeof(l);
-                        change_add(ret, (const char *)p + d, l);
-                        d += l;
-                }
+                change_read(p, d, &ch, ret);
         }
-        if (!ret->all && !ret->n)
+        if (!ret->all)
+                files_in_folders_drop(ret);
+        if (!ret->all && !ret->n && !ret->n_files)
                 ret->all = true; /* a change that names nothing: never written so */
         return 1;
 }
@@ -206,8 +346,13 @@ static void change_write(unsigned char *p, uint32_t *len, uint64_t gen, const te
         size_t need = sizeof(gen_change_head);
         for (size_t i = 0; !c->all && i < c->n; i++)
                 need += sizeof(uint16_t) + strlen(c->dirs[i]);
+        for (size_t i = 0; !c->all && i < c->n_files; i++)
+                need += sizeof(uint16_t) + strlen(c->files[i]) + GEN_FILE_TAIL;
         bool all = c->all || need > TENANT_GEN_BYTES_MAX / 2;
-        gen_change_head ch = {.gen = gen, .all = all, .dirs = all ? 0 : (uint16_t)c->n};
+        gen_change_head ch = {.gen = gen,
+                              .all = all,
+                              .dirs = all ? 0 : (uint16_t)c->n,
+                              .files = all ? 0 : (uint16_t)c->n_files};
         memcpy(p + *len, &ch, sizeof(ch));
         *len += sizeof(ch);
         for (size_t i = 0; !all && i < c->n; i++) {
@@ -215,6 +360,19 @@ static void change_write(unsigned char *p, uint32_t *len, uint64_t gen, const te
                 memcpy(p + *len, &l, sizeof(l));
                 memcpy(p + *len + sizeof(l), c->dirs[i], l);
                 *len += sizeof(l) + l;
+        }
+        for (size_t i = 0; !all && i < c->n_files; i++) {
+                uint16_t l = (uint16_t)strlen(c->files[i]);
+                unsigned char *o = p + *len;
+                memcpy(o, &l, sizeof(l));
+                memcpy(o + sizeof(l), c->files[i], l);
+                o += sizeof(l) + l;
+                o[0] = c->hashes[i] == NULL;
+                memcpy(o + 1, &c->sizes[i], sizeof(c->sizes[i]));
+                memset(o + 1 + sizeof(uint64_t), '0', 32);
+                if (c->hashes[i])
+                        memcpy(o + 1 + sizeof(uint64_t), c->hashes[i], 32);
+                *len += (uint32_t)(sizeof(l) + l + GEN_FILE_TAIL);
         }
 }
 

@@ -21,6 +21,9 @@
 /* Folders one change may name; a change touching more names the whole
  * tree. */
 #define TENANT_GEN_DIRS_MAX 32
+/* Files one change may name; a change writing or removing more names
+ * their folders instead. */
+#define TENANT_GEN_FILES_MAX 32
 /* Changes the record keeps (the oldest go first), and the record's bytes:
  * a host that last saw a generation older than the record's first change
  * reads the whole tree. */
@@ -28,17 +31,33 @@
 #define TENANT_GEN_BYTES_MAX   16384
 
 /* Folders below the tenant's folder ("" for the folder itself) whose own
- * entries changed, or all. */
+ * entries changed, or all; and files that changed alone in their folders
+ * (files[i], with hashes[i] NULL for a removal, else the
+ * airlock_content_hash of its sizes[i] bytes as written): parallel
+ * arrays, as airlock_cache_workspace_files_changed takes them. */
 typedef struct tenant_gen_change {
         char **dirs;
         size_t n;
         bool all;
+        char **files;
+        uint64_t *sizes;
+        char **hashes;
+        size_t n_files;
+        bool by_folder; /* past TENANT_GEN_FILES_MAX: files go as folders */
 } tenant_gen_change;
 
 /* Adds the folder of path (a checked workspace path: its text up to the
  * last '/', "" without one) to c, once; past TENANT_GEN_DIRS_MAX (or out of
  * memory) c names everything. */
 void tenant_gen_change_add_parent(tenant_gen_change *c, const char *path);
+/* Adds the file path (a checked workspace path), written with the bytes
+ * data (len), to c; a file named again replaces its first word. Past
+ * TENANT_GEN_FILES_MAX the files become their folders
+ * (tenant_gen_change_add_parent); out of memory, c names everything. */
+void tenant_gen_change_add_file(tenant_gen_change *c, const char *path, const void *data,
+                                size_t len);
+/* The same for the file path removed. */
+void tenant_gen_change_add_removed(tenant_gen_change *c, const char *path);
 void tenant_gen_change_free(tenant_gen_change *c);
 
 /* Under the tenant's lock: reads the state file fd, appends c as the next

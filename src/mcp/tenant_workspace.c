@@ -1152,15 +1152,16 @@ static json_t *uploads_write(mcp_workspaces *w, const char *tenant, upload *v, s
                 goto out;
         int err = uploads_commit(v, n);
         /* What the write touched, for the other hosts' next calls: each
-         * file's folder; everything when it made folders (a new folder is
-         * a change of its parent's folders, which only a full walk
-         * follows) or swept a dead writer's temporary file. */
-        tenant_gen_change ch = {.all = now.swept > 0};
+         * file, with the hash and size of what it wrote, so that they read
+         * that file alone and check it; everything when it made folders (a
+         * new folder is a change of its parent's folders, which only a
+         * full walk follows) or swept a dead writer's temporary file. */
+        tenant_gen_change ch = {.all = now.swept > 0 || err != 0};
         for (size_t i = 0; i < n && !ch.all; i++)
                 if (v[i].at.missing > 0)
                         ch.all = true;
                 else
-                        tenant_gen_change_add_parent(&ch, v[i].path);
+                        tenant_gen_change_add_file(&ch, v[i].path, v[i].data, v[i].len);
         gen_bump(w, tenant, held.fd, &ch);
         tenant_gen_change_free(&ch);
         if (err)
@@ -1266,16 +1267,16 @@ json_t *mcp_workspace_remove(mcp_workspaces *w, const char *tenant, const json_t
          * that the generation covers it too. */
         usage u = {.sweep = held.fd >= 0};
         (void)walk(root, "", 0, &u);
-        /* What the removal touched: each path's folder; everything when a
-         * folder went (the set of folders changed) or the sweep removed a
-         * file. */
-        tenant_gen_change ch = {.all = u.swept > 0};
+        /* What the removal touched: each file; everything when a folder
+         * went (the set of folders changed), the sweep removed a file, or
+         * a removal failed (what is left is not known here). */
+        tenant_gen_change ch = {.all = u.swept > 0 || err != 0};
         for (size_t i = 0; i < n && !ch.all; i++) {
                 if (S_ISDIR(at[i].st.st_mode))
                         ch.all = true;
                 else
-                        tenant_gen_change_add_parent(&ch,
-                                                     json_string_value(json_array_get(paths, i)));
+                        tenant_gen_change_add_removed(&ch,
+                                                      json_string_value(json_array_get(paths, i)));
         }
         gen_bump(w, tenant, held.fd, &ch);
         tenant_gen_change_free(&ch);

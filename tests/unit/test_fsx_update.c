@@ -333,8 +333,8 @@ static void test_a_delta_copies_no_more_than_the_caps(void **state)
                 fsx_manifest *m2 = NULL;
                 fsx_stage_stats st = {0};
                 airlock_error err = {0};
-                int r = fsx_stage_delta(dfd, NULL, 0, t->ws, &dirs[k], 1, NULL, &small, (uid_t)-1,
-                                        (gid_t)-1, t->m, &m2, &st, &err);
+                int r = fsx_stage_delta(dfd, NULL, 0, t->ws, &dirs[k], 1, NULL, 0, NULL, &small,
+                                        (uid_t)-1, (gid_t)-1, t->m, &m2, &st, &err);
                 assert_int_equal(r, 1);
                 assert_null(m2);
                 uint64_t bytes, files;

@@ -184,6 +184,59 @@ static void test_told_folders_sign_only_those(void **state)
         assert_int_equal(info.partial, 2);
 }
 
+/* Files a writer names (fsx_tree_signature_files): read alone, their
+ * folders' digests made again from the kept records, the signature is
+ * the one a full walk gives (files written, made, removed, one over the
+ * content threshold); a file whose bytes are not the writer's word, or
+ * one said removed that is there, is refused with the state unchanged. */
+static void test_told_files_sign_as_a_walk(void **state)
+{
+        wt *t = *state;
+        put_file(t->wfd, "sub/c.txt", "third");
+        char big[6000];
+        memset(big, 'x', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        put_file(t->wfd, "sub/big.txt", big);
+        fsx_sig_state st = {0};
+        char hex[FSX_SIGNATURE_HEX], want[FSX_SIGNATURE_HEX];
+        airlock_error err = {0};
+        assert_int_equal(fsx_tree_signature_hooked(t->ws, &lim, 4096, NULL, &st, hex, &err), 0);
+        put_file(t->wfd, "a.txt", "a longer hello");
+        put_file(t->wfd, "sub/a0.txt", "new, first in its folder");
+        assert_int_equal(unlinkat(t->wfd, "sub/c.txt", 0), 0);
+        big[0] = 'y';
+        put_file(t->wfd, "sub/big.txt", big);
+        fsx_file_change v[] = {
+            {.rel = "a.txt", .size = 14},
+            {.rel = "sub/a0.txt", .size = 24},
+            {.rel = "sub/c.txt", .removed = true},
+            {.rel = "sub/big.txt", .size = sizeof(big) - 1},
+        };
+        fsx_content_hash("a longer hello", 14, v[0].hex);
+        fsx_content_hash("new, first in its folder", 24, v[1].hex);
+        int root = open(t->ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(root >= 0);
+        assert_int_equal(fsx_tree_signature_files(root, &st, v, 4, &lim, 4096, hex), 0);
+        assert_int_equal(fsx_tree_signature(t->ws, &lim, 4096, want, &err), 0);
+        assert_string_equal(hex, want);
+        /* Other bytes than the writer's (the same size), and a file said
+         * removed that is there: refused, the state as it was. */
+        put_file(t->wfd, "a.txt", "A LONGER HELLO");
+        char again[FSX_SIGNATURE_HEX];
+        assert_int_equal(fsx_tree_signature_files(root, &st, v, 1, &lim, 4096, again), 1);
+        fsx_file_change gone = {.rel = "sub/b.txt", .removed = true};
+        assert_int_equal(fsx_tree_signature_files(root, &st, &gone, 1, &lim, 4096, again), 1);
+        fsx_file_change unknown = {.rel = "nowhere/x.txt", .size = 0};
+        assert_int_equal(fsx_tree_signature_files(root, &st, &unknown, 1, &lim, 4096, again), 1);
+        /* The writer's word for the bytes now: the walk's signature. */
+        fsx_content_hash("A LONGER HELLO", 14, v[0].hex);
+        assert_int_equal(fsx_tree_signature_files(root, &st, v, 1, &lim, 4096, again), 0);
+        assert_int_equal(fsx_tree_signature(t->ws, &lim, 4096, want, &err), 0);
+        assert_string_equal(again, want);
+        close(root);
+        fsx_sig_state_free(&st);
+}
+
 /* A folder in two trees (the workspace and a mount of one of its folders)
  * has one watch descriptor: an edit in it signs it again in both. */
 static void test_a_folder_in_two_trees(void **state)
@@ -384,6 +437,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_same_size_same_mtime, setup, teardown),
             cmocka_unit_test_setup_teardown(test_file_events_sign_one_directory, setup, teardown),
             cmocka_unit_test_setup_teardown(test_told_folders_sign_only_those, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_told_files_sign_as_a_walk, setup, teardown),
             cmocka_unit_test_setup_teardown(test_a_folder_in_two_trees, setup, teardown),
             cmocka_unit_test_setup_teardown(test_create_delete_rename, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dir_moved_out, setup, teardown),

@@ -774,9 +774,11 @@ static void dirs_free(char **dirs, size_t n)
  * (fsx_watch_delta); NULL when it cannot tell (a workspace with mounts, no
  * watcher, changes it did not follow): then the whole tree is staged. */
 static char **input_delta(airlock_cache *c, const airlock_config *cfg, const char *from_key,
-                          const char *to_key, size_t *ret_n, fsx_hashes *ret_known)
+                          const char *to_key, size_t *ret_n, char ***ret_files, size_t *ret_nf,
+                          fsx_hashes *ret_known)
 {
-        *ret_n = 0;
+        *ret_n = *ret_nf = 0;
+        *ret_files = NULL;
         *ret_known = (fsx_hashes){0};
         if (!cfg->workspace || cfg->n_mounts)
                 return NULL;
@@ -789,7 +791,7 @@ static char **input_delta(airlock_cache *c, const airlock_config *cfg, const cha
         memcpy(fh, from, FSX_SIGNATURE_HEX - 1);
         memcpy(th, to, FSX_SIGNATURE_HEX - 1);
         fh[FSX_SIGNATURE_HEX - 1] = th[FSX_SIGNATURE_HEX - 1] = '\0';
-        char **dirs = cache_trees_delta(&c->trees, tk, fh, th, ret_n);
+        char **dirs = cache_trees_delta(&c->trees, tk, fh, th, ret_n, ret_files, ret_nf);
         /* What the signature of th read of those directories' files: staging
          * compares each copy with it instead of reading the source again. */
         if (dirs)
@@ -828,18 +830,23 @@ static void input_build(airlock_cache *c, cache_entry *e, const airlock_config *
         airlock_error berr = {0};
         int r;
         const cache_input *from = taken ? taken : prev;
-        size_t n_dirs = 0;
+        size_t n_dirs = 0, n_files = 0;
         fsx_hashes known = {0};
-        char **dirs = from ? input_delta(c, cfg, from->key, key, &n_dirs, &known) : NULL;
+        char **files = NULL;
+        char **dirs =
+            from ? input_delta(c, cfg, from->key, key, &n_dirs, &files, &n_files, &known) : NULL;
         if (taken) {
                 r = sbx_input_update(cfg, TAKE_PTR(taken->in), (const char *const *)dirs, n_dirs,
-                                     &known, sbx_sandbox_mounter(e->sb), &in, &berr);
+                                     (const char *const *)files, n_files, &known,
+                                     sbx_sandbox_mounter(e->sb), &in, &berr);
                 input_free(taken);
         } else {
                 r = sbx_input_new(cfg, uid, gid, prev ? prev->in : NULL, (const char *const *)dirs,
-                                  n_dirs, &known, sbx_sandbox_mounter(e->sb), &in, &berr);
+                                  n_dirs, (const char *const *)files, n_files, &known,
+                                  sbx_sandbox_mounter(e->sb), &in, &berr);
         }
         dirs_free(dirs, n_dirs);
+        dirs_free(files, n_files);
         fsx_hashes_free(&known);
         pthread_mutex_lock(&c->lock);
         if (r < 0) {
@@ -1267,6 +1274,39 @@ void airlock_cache_workspace_changed_in(airlock_cache *c, const char *path, cons
         if (!field)
                 return;
         cache_trees_changed_in(&c->trees, field, strlen(field), dirs, n);
+}
+
+void airlock_cache_workspace_files_changed(airlock_cache *c, const char *path,
+                                           const char *const *files, const uint64_t *sizes,
+                                           const char *const *hashes, size_t n)
+{
+        if (!n || !files || !sizes || !hashes || n > 64) {
+                airlock_cache_workspace_changed(c, path);
+                return;
+        }
+        _cleanup_free_ char *field = workspace_field(c, path);
+        _cleanup_free_ fsx_file_change *v = calloc(n, sizeof(*v));
+        if (!field)
+                return;
+        if (!v) {
+                cache_trees_changed(&c->trees, field, strlen(field));
+                return;
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (!files[i]) {
+                        cache_trees_changed(&c->trees, field, strlen(field));
+                        return;
+                }
+                v[i] = (fsx_file_change){.rel = files[i], .removed = !hashes[i], .size = sizes[i]};
+                if (hashes[i])
+                        snprintf(v[i].hex, sizeof(v[i].hex), "%s", hashes[i]);
+        }
+        cache_trees_files_changed(&c->trees, field, strlen(field), v, n);
+}
+
+void airlock_content_hash(const void *data, size_t len, char ret_hex[33])
+{
+        fsx_content_hash(data, len, ret_hex);
 }
 
 void airlock_cache_close(airlock_cache *c)

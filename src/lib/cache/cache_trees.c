@@ -357,14 +357,15 @@ json_t *cache_trees_report(cache_trees *t, const airlock_config *cfg, char **ret
 }
 
 char **cache_trees_delta(cache_trees *t, const char *tk, const char *from, const char *to,
-                         size_t *ret_n)
+                         size_t *ret_n, char ***ret_files, size_t *ret_nf)
 {
-        *ret_n = 0;
+        *ret_n = *ret_nf = 0;
+        *ret_files = NULL;
         cache_tree_set *found = tree_set_ref(t, tk);
         if (!found)
                 return NULL;
         char **dirs = NULL;
-        if (fsx_watch_delta(found->w, from, to, &dirs, ret_n) != 1)
+        if (fsx_watch_delta(found->w, from, to, &dirs, ret_n, ret_files, ret_nf) != 1)
                 dirs = NULL;
         tree_set_unref(t, found);
         return dirs;
@@ -383,9 +384,10 @@ int cache_trees_hashes(cache_trees *t, const char *tk, const char *to, const cha
 }
 
 /* Tells every set whose first path is the field: its whole trees changed
- * (dirs NULL), or only the directories dirs of its first tree. */
+ * (dirs and files NULL), or only the directories dirs or the files files
+ * of its first tree. */
 static void tell_sets(cache_trees *t, const char *field, size_t flen, const char *const *dirs,
-                      size_t n)
+                      size_t n, const fsx_file_change *files)
 {
         /* Each set is held by a reference, not the list's lock, while its
          * watcher is told: the watcher's own lock may be held through a
@@ -410,7 +412,9 @@ static void tell_sets(cache_trees *t, const char *field, size_t flen, const char
         }
         pthread_mutex_unlock(&t->lock);
         for (size_t i = 0; i < k; i++) {
-                if (dirs)
+                if (files)
+                        fsx_watch_files_changed(held[i]->w, files, n);
+                else if (dirs)
                         fsx_watch_changed_in(held[i]->w, dirs, n);
                 else
                         fsx_watch_invalidate(held[i]->w);
@@ -420,13 +424,19 @@ static void tell_sets(cache_trees *t, const char *field, size_t flen, const char
 
 void cache_trees_changed(cache_trees *t, const char *field, size_t flen)
 {
-        tell_sets(t, field, flen, NULL, 0);
+        tell_sets(t, field, flen, NULL, 0, NULL);
 }
 
 void cache_trees_changed_in(cache_trees *t, const char *field, size_t flen, const char *const *dirs,
                             size_t n)
 {
-        tell_sets(t, field, flen, dirs, n);
+        tell_sets(t, field, flen, dirs, n, NULL);
+}
+
+void cache_trees_files_changed(cache_trees *t, const char *field, size_t flen,
+                               const fsx_file_change *v, size_t n)
+{
+        tell_sets(t, field, flen, NULL, n, v);
 }
 
 void cache_trees_forget(cache_trees *t, const char *field, size_t flen)

@@ -80,7 +80,7 @@ json_t *cache_trees_report(cache_trees *t, const airlock_config *cfg, char **ret
  * files changed between the signatures from and to, as its watcher saw
  * them (fsx_watch_delta); NULL when it cannot tell. */
 char **cache_trees_delta(cache_trees *t, const char *tk, const char *from, const char *to,
-                         size_t *ret_n);
+                         size_t *ret_n, char ***ret_files, size_t *ret_nf);
 
 /* The content hashes the signature `to` of the tree set tk took of the
  * files of dirs (fsx_watch_hashes): 0 with *ret, or -1 (*ret empty). */
@@ -98,5 +98,9 @@ void cache_trees_changed(cache_trees *t, const char *field, size_t flen);
  * dirs of their first tree (fsx_watch_changed_in). */
 void cache_trees_changed_in(cache_trees *t, const char *field, size_t flen, const char *const *dirs,
                             size_t n);
+/* Makes the next signing of those sets read again only the files v of
+ * their first tree (fsx_watch_files_changed). */
+void cache_trees_files_changed(cache_trees *t, const char *field, size_t flen,
+                               const fsx_file_change *v, size_t n);
 
 #endif

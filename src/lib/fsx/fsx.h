@@ -146,7 +146,9 @@ typedef struct fsx_sig_file {
         ino_t ino;
         off_t size;
         struct timespec mtim, ctim;
-        char hex[33];
+        char hex[33]; /* "" for a file the signature does not read (hashed false) */
+        mode_t mode;
+        bool hashed; /* under the content threshold: hex is its content's hash */
 } fsx_sig_file;
 
 typedef struct fsx_sig_dir {
@@ -157,8 +159,13 @@ typedef struct fsx_sig_dir {
         uint64_t bytes;      /* of its own regular files */
         uint64_t listed;     /* its own entries, as the walk's listing counts them */
         char hex[33];        /* its digest */
-        fsx_sig_file *files; /* its files' content hashes, in a kept state */
+        fsx_sig_file *files; /* its regular files in the walk's order, in a kept state */
         size_t n_files, cap_files;
+        /* Its own metadata as the walk saw it (what its digest starts with,
+         * and what the shared walk's metadata digest holds of it). */
+        mode_t mode;
+        off_t size;
+        struct timespec mtim, ctim;
 } fsx_sig_dir;
 
 typedef struct fsx_sig_state {
@@ -189,6 +196,37 @@ int fsx_tree_signature_hooked(const char *host_path, const fsx_limits *lim,
 int fsx_tree_signature_update(int root_fd, fsx_sig_state *state, const size_t *idx, size_t n,
                               const fsx_limits *lim, uint64_t content_threshold,
                               char ret_hex[FSX_SIGNATURE_HEX]);
+
+/* A file a writer changed, as the writer tells it (the MCP server's
+ * workspace tools, through the tenant's generation record): its path below
+ * the root, whether it was removed, and otherwise its size and the hash of
+ * its content as the signature takes it (fsx_content_hash; "" over the
+ * content threshold). */
+typedef struct fsx_file_change {
+        const char *rel;
+        bool removed;
+        uint64_t size;
+        char hex[33];
+} fsx_file_change;
+
+/* The content hash the tree signature takes of a small file's bytes. */
+void fsx_content_hash(const void *data, size_t len, char ret_hex[33]);
+
+/* Contract: brings *state (a directory tree's, with its files kept) to
+ * the tree after the changes v[0..n-1], reading only the files named:
+ * each parent folder is reopened beneath root_fd with no link followed and
+ * must be the one recorded (dev, ino); a removed file must be gone; any
+ * other is opened with O_NOFOLLOW, must be a regular file on the root's
+ * device with the size told, and, under the content threshold, its bytes
+ * must hash to the hex told (else it is not the writer's version: a
+ * change behind the writer's back). Each folder's digest is then made
+ * again from its kept records and its own metadata, without listing it.
+ * Returns 0 with ret_hex the tree's signature; 1 when this cannot stand
+ * for a walk (any mismatch, a folder not in the state, a cap passed, an
+ * error), with *state unchanged. */
+int fsx_tree_signature_files(int root_fd, fsx_sig_state *state, const fsx_file_change *v, size_t n,
+                             const fsx_limits *lim, uint64_t content_threshold,
+                             char ret_hex[FSX_SIGNATURE_HEX]);
 
 /* Whether fd is on a network or FUSE file system (NFS, SMB, CephFS, FUSE
  * such as GlusterFS's client, 9p, AFS, GFS2, OCFS2, GPFS, Lustre, ...):
@@ -277,11 +315,17 @@ int fsx_stage_update(int dest_dirfd, const fsx_source *source, const fsx_limits 
  * dirs; a record that must be compared and whose file shows the identity
  * known records is compared with that hash (its copy read and hashed, on
  * this machine's disk) instead of the source's bytes, so that a file the
- * signature read is not read again from a network file system. */
+ * signature read is not read again from a network file system. files
+ * (paths below host_path; may be NULL): files that changed alone in their
+ * directories (a change told file by file, fsx_watch_delta): each is
+ * brought up to its source by itself (copied, or removed and hidden by a
+ * whiteout when gone), its directory neither listed nor its other entries
+ * looked at; one in a directory of dirs is left to that directory's. */
 int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *host_path,
-                    const char *const *dirs, size_t n_dirs, const fsx_hashes *known,
-                    const fsx_limits *lim, uid_t owner, gid_t group, const fsx_manifest *prev,
-                    fsx_manifest **ret_manifest, fsx_stage_stats *ret_stats, airlock_error *err);
+                    const char *const *dirs, size_t n_dirs, const char *const *files,
+                    size_t n_files, const fsx_hashes *known, const fsx_limits *lim, uid_t owner,
+                    gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                    fsx_stage_stats *ret_stats, airlock_error *err);
 
 /* fsx_staging_create for one workspace source, by taking over the staging
  * area *prev (reset to "none", so that its owner removes nothing) and

@@ -122,7 +122,7 @@ static void sig_files_free(fsx_sig_dir *d)
 
 /* Records the content hash of file name (st) in d. 0 or -ENOMEM. */
 static int sig_file_keep(fsx_sig_dir *d, const char *name, size_t len, const struct stat *st,
-                         const char hex[33])
+                         const char *hex)
 {
         if (d->n_files == d->cap_files) {
                 size_t nc = d->cap_files ? d->cap_files * 2 : 8;
@@ -140,8 +140,11 @@ static int sig_file_keep(fsx_sig_dir *d, const char *name, size_t len, const str
                             .ino = st->st_ino,
                             .size = st->st_size,
                             .mtim = st->st_mtim,
-                            .ctim = st->st_ctim};
-        memcpy(f->hex, hex, 33);
+                            .ctim = st->st_ctim,
+                            .mode = st->st_mode,
+                            .hashed = hex != NULL};
+        if (hex)
+                memcpy(f->hex, hex, 33);
         return 0;
 }
 
@@ -235,7 +238,14 @@ static int add_dir(sig_ctx *c, const char *rel, size_t rel_len, int fd, const st
         if (c->keep_rel && !r)
                 return al_error(c->err, -ENOMEM, NULL, "out of memory");
         size_t i = s->n++;
-        s->dirs[i] = (fsx_sig_dir){.rel = r, .dev = st->st_dev, .ino = st->st_ino, .wd = -1};
+        s->dirs[i] = (fsx_sig_dir){.rel = r,
+                                   .dev = st->st_dev,
+                                   .ino = st->st_ino,
+                                   .wd = -1,
+                                   .mode = st->st_mode,
+                                   .size = st->st_size,
+                                   .mtim = st->st_mtim,
+                                   .ctim = st->st_ctim};
         fsx_hash_init(&c->dir_h[i]);
         /* The hook sees the directory before it is listed: a change made
          * after the hook's watch is set shows as an event, one made before
@@ -276,7 +286,11 @@ static int sig_file_fd(sig_ctx *c, fsx_hash *h, fsx_sig_dir *dir, int fd, const 
         hash_meta(h, 'f', name, name_len, st);
         char hex[33];
         int r = hash_content(c, h, fd, size, path, hex);
-        if (r == 1 && dir && c->keep_files && sig_file_keep(dir, name, name_len, st, hex) < 0)
+        /* Every regular file is kept (those over the threshold without a
+         * hash), so that a folder's digest can be made again from its
+         * records (fsx_tree_signature_files). */
+        if (r >= 0 && dir && c->keep_files &&
+            sig_file_keep(dir, name, name_len, st, r == 1 ? hex : NULL) < 0)
                 return al_error(c->err, -ENOMEM, NULL, "out of memory");
         return r < 0 ? r : 0;
 }
@@ -462,6 +476,10 @@ static int redo_dir(int root_fd, const fsx_sig_dir *d, const fsx_limits *lim, ui
         settle(&c);
         if (r >= 0) {
                 *ret = *d;
+                ret->mode = st.st_mode;
+                ret->size = st.st_size;
+                ret->mtim = st.st_mtim;
+                ret->ctim = st.st_ctim;
                 fsx_hash_final(&c.dir_h[0], ret->hex);
                 ret->bytes = one.dirs[0].bytes;
                 ret->listed = one.dirs[0].listed;
@@ -522,6 +540,246 @@ int fsx_tree_signature_update(int root_fd, fsx_sig_state *state, const size_t *i
         return r;
 }
 
+/* ---- a change told file by file ------------------------------------------ */
+
+void fsx_content_hash(const void *data, size_t len, char ret_hex[33])
+{
+        /* The updates hash_content makes: one per SIG_BUF bytes read. */
+        const unsigned char *p = data;
+        fsx_hash h;
+        fsx_hash_init(&h);
+        for (size_t off = 0; off < len; off += SIG_BUF)
+                fsx_hash_update(&h, p + off, MIN(len - off, (size_t)SIG_BUF));
+        fsx_hash_final(&h, ret_hex);
+}
+
+/* A record's metadata as the stat the walk hashed it from. */
+static struct stat stat_of(mode_t mode, off_t size, ino_t ino, struct timespec mtim,
+                           struct timespec ctim)
+{
+        return (struct stat){
+            .st_mode = mode, .st_size = size, .st_ino = ino, .st_mtim = mtim, .st_ctim = ctim};
+}
+
+/* d's digest made again from its own metadata and its kept records, as a
+ * walk of it makes it (files in the walk's order: the records' order). */
+static void dir_digest(fsx_sig_dir *d, uint64_t threshold)
+{
+        fsx_hash h;
+        fsx_hash_init(&h);
+        struct stat st = stat_of(d->mode, d->size, d->ino, d->mtim, d->ctim);
+        hash_meta(&h, 'd', d->rel, strlen(d->rel), &st);
+        for (size_t i = 0; i < d->n_files; i++) {
+                const fsx_sig_file *f = &d->files[i];
+                struct stat fst = stat_of(f->mode, f->size, f->ino, f->mtim, f->ctim);
+                hash_meta(&h, 'f', f->name, strlen(f->name), &fst);
+                if ((uint64_t)f->size < threshold)
+                        fsx_hash_update(&h, f->hex, 32);
+        }
+        fsx_hash_final(&h, d->hex);
+}
+
+/* A copy of d's records (names duplicated) into ret. 0 or -1. */
+static int dir_copy(const fsx_sig_dir *d, fsx_sig_dir *ret)
+{
+        *ret = *d;
+        ret->files = calloc(d->n_files + 1, sizeof(*ret->files));
+        ret->cap_files = d->n_files + 1;
+        ret->n_files = 0;
+        if (!ret->files)
+                return -1;
+        for (size_t i = 0; i < d->n_files; i++) {
+                ret->files[i] = d->files[i];
+                if (!(ret->files[i].name = strdup(d->files[i].name)))
+                        return -1;
+                ret->n_files++;
+        }
+        return 0;
+}
+
+/* The index in d of the record name, or where it would go (*found false). */
+static size_t file_slot(const fsx_sig_dir *d, const char *name, bool *found)
+{
+        size_t lo = 0, hi = d->n_files;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = strcmp(d->files[mid].name, name);
+                if (c == 0) {
+                        *found = true;
+                        return mid;
+                }
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        *found = false;
+        return lo;
+}
+
+/* Applies one change (the file name of the folder dfd, dst the folder's
+ * stat) to the copy d: 0, or 1 when it is not what the writer told. */
+static int apply_file(sig_ctx *c, fsx_sig_dir *d, int dfd, const struct stat *dst, const char *name,
+                      const fsx_file_change *f)
+{
+        bool found;
+        size_t k = file_slot(d, name, &found);
+        if (f->removed) {
+                struct stat st;
+                if (!found || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+                        return 1;
+                d->bytes -= (uint64_t)d->files[k].size;
+                d->listed--;
+                free(d->files[k].name);
+                memmove(d->files + k, d->files + k + 1, (d->n_files - k - 1) * sizeof(*d->files));
+                d->n_files--;
+                return 0;
+        }
+        _cleanup_close_ int fd =
+            openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != dst->st_dev ||
+            (uint64_t)st.st_size != f->size)
+                return 1;
+        char hex[33] = "";
+        bool small = f->size < c->threshold;
+        if (small && (hash_content(c, &(fsx_hash){0}, fd, f->size, name, hex) != 1 ||
+                      memcmp(hex, f->hex, 32) != 0))
+                return 1;
+        if (!found) {
+                if (d->n_files == d->cap_files) {
+                        fsx_sig_file *nv = realloc(d->files, (d->cap_files * 2 + 1) * sizeof(*nv));
+                        if (!nv)
+                                return 1;
+                        d->files = nv;
+                        d->cap_files = d->cap_files * 2 + 1;
+                }
+                memmove(d->files + k + 1, d->files + k, (d->n_files - k) * sizeof(*d->files));
+                d->n_files++;
+                d->listed++;
+                if (!(d->files[k].name = strdup(name))) {
+                        memmove(d->files + k, d->files + k + 1,
+                                (d->n_files - k - 1) * sizeof(*d->files));
+                        d->n_files--;
+                        return 1;
+                }
+        } else {
+                d->bytes -= (uint64_t)d->files[k].size;
+        }
+        fsx_sig_file *r = &d->files[k];
+        *r = (fsx_sig_file){.name = r->name,
+                            .ino = st.st_ino,
+                            .size = st.st_size,
+                            .mtim = st.st_mtim,
+                            .ctim = st.st_ctim,
+                            .mode = st.st_mode,
+                            .hashed = small};
+        memcpy(r->hex, hex, 33);
+        d->bytes += f->size;
+        return 0;
+}
+
+/* The index of the folder rel (len bytes) in s, or s->n. */
+static size_t dir_index(const fsx_sig_state *s, const char *rel, size_t len)
+{
+        for (size_t k = 0; k < s->n; k++)
+                if (s->dirs[k].rel && strlen(s->dirs[k].rel) == len &&
+                    memcmp(s->dirs[k].rel, rel, len) == 0)
+                        return k;
+        return s->n;
+}
+
+/* Applies the changes of v that fall in folder k of state to the copy
+ * ret. 0, or 1. */
+static int apply_dir(sig_ctx *c, int root_fd, const fsx_sig_state *state, size_t k,
+                     const fsx_file_change *v, size_t n, fsx_sig_dir *ret)
+{
+        const fsx_sig_dir *d = &state->dirs[k];
+        /* The root's own fd for the root: on a network file system every
+         * open, stat and close is a round trip to its server. */
+        _cleanup_close_ int own =
+            d->rel[0] ? fsx_open_beneath(root_fd, d->rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0)
+                      : -1;
+        int fd = d->rel[0] ? own : root_fd;
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_dev != d->dev ||
+            st.st_ino != d->ino || dir_copy(d, ret) < 0)
+                return 1;
+        ret->mode = st.st_mode;
+        ret->size = st.st_size;
+        ret->mtim = st.st_mtim;
+        ret->ctim = st.st_ctim;
+        size_t rl = strlen(d->rel);
+        for (size_t i = 0; i < n; i++) {
+                const char *slash = strrchr(v[i].rel, '/');
+                size_t dl = slash ? (size_t)(slash - v[i].rel) : 0;
+                if (dl != rl || memcmp(v[i].rel, d->rel, rl) != 0)
+                        continue;
+                if (apply_file(c, ret, fd, &st, slash ? slash + 1 : v[i].rel, &v[i]) != 0)
+                        return 1;
+        }
+        dir_digest(ret, c->threshold);
+        return 0;
+}
+
+int fsx_tree_signature_files(int root_fd, fsx_sig_state *state, const fsx_file_change *v, size_t n,
+                             const fsx_limits *lim, uint64_t content_threshold,
+                             char ret_hex[FSX_SIGNATURE_HEX])
+{
+        if (!state->is_dir || root_fd < 0 || !n)
+                return 1;
+        /* The folders the changes fall in, each once. */
+        size_t *idx = calloc(n, sizeof(*idx));
+        fsx_sig_dir *redone = calloc(n, sizeof(*redone));
+        airlock_error err = {0};
+        sig_ctx c = {.lim = lim, .err = &err, .threshold = content_threshold};
+        size_t m = 0;
+        int r = idx && redone ? 0 : 1;
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                const char *slash = strrchr(v[i].rel, '/');
+                size_t k = dir_index(state, v[i].rel, slash ? (size_t)(slash - v[i].rel) : 0);
+                if (k == state->n || !v[i].rel[0] || (slash && !slash[1])) {
+                        r = 1;
+                        break;
+                }
+                bool dup = false;
+                for (size_t j = 0; j < m && !dup; j++)
+                        dup = idx[j] == k;
+                if (!dup)
+                        idx[m++] = k;
+        }
+        uint64_t bytes = state->bytes, listed = state->listed;
+        for (size_t j = 0; r == 0 && j < m; j++) {
+                const fsx_sig_dir *d = &state->dirs[idx[j]];
+                r = apply_dir(&c, root_fd, state, idx[j], v, n, &redone[j]);
+                if (r == 0) {
+                        bytes = bytes - d->bytes + redone[j].bytes;
+                        listed = listed - d->listed + redone[j].listed;
+                        if (redone[j].bytes > lim->max_bytes)
+                                r = 1;
+                }
+        }
+        if (r == 0 && (bytes > lim->max_bytes || listed > lim->max_files))
+                r = 1;
+        for (size_t j = 0; j < m; j++) {
+                if (r == 0) {
+                        sig_files_free(&state->dirs[idx[j]]);
+                        state->dirs[idx[j]] = redone[j]; /* rel and wd are the same */
+                } else {
+                        sig_files_free(&redone[j]);
+                }
+        }
+        if (r == 0) {
+                state->bytes = bytes;
+                state->listed = listed;
+                combine(state, ret_hex);
+        }
+        free(c.buf);
+        free(idx);
+        free(redone);
+        return r;
+}
+
 /* ---- content hashes for staging -------------------------------------------- */
 
 bool fsx_content_hash_is(int fd, uint64_t size, const char hex[33])
@@ -574,6 +832,8 @@ int fsx_hashes_add_dir(fsx_hashes *h, const fsx_sig_state *state, size_t k)
                 return -ENOMEM;
         h->v = nv;
         for (size_t i = 0; i < d->n_files; i++) {
+                if (!d->files[i].hashed)
+                        continue; /* no content hash to compare a copy with */
                 fsx_sig_file f = d->files[i];
                 if (asprintf(&f.name, "%s%s%s", d->rel, d->rel[0] ? "/" : "", d->files[i].name) < 0)
                         return -ENOMEM;

@@ -1135,6 +1135,7 @@ typedef struct delta_ctx {
         stage_ctx c;
         int src_root;
         dev_t root_dev;
+        struct stat root_st; /* src_root's */
         int top;
         bool layered;
         const int *lower; /* the layers below top, the nearest first */
@@ -1325,10 +1326,11 @@ static bool delta_copy_hashes_to(delta_ctx *d, const fsx_mrec *m, const char *na
 
 /* Copies the checked source file name of sfd (lstat st) into tfd, over
  * whatever the top layer had there. 1 to fall back, 0 done, -errno. */
+static int delta_copy_from(delta_ctx *d, int in, const struct stat *st_in, int tfd,
+                           const char *name, const char *ipath);
 static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const struct stat *lst,
                       const char *ipath)
 {
-        stage_ctx *c = &d->c;
         _cleanup_close_ int in =
             openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
         struct stat st;
@@ -1337,6 +1339,17 @@ static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const st
         if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_ino != lst->st_ino ||
             st.st_dev != lst->st_dev || st.st_size != lst->st_size)
                 return 1;
+        return delta_copy_from(d, in, &st, tfd, name, ipath);
+}
+
+/* Copies the open, checked source file in (st_in its fstat, against which
+ * the caps were checked) into tfd as name, over whatever the top layer had
+ * there. 1 to fall back, 0 done, -errno. */
+static int delta_copy_from(delta_ctx *d, int in, const struct stat *st_in, int tfd,
+                           const char *name, const char *ipath)
+{
+        stage_ctx *c = &d->c;
+        const struct stat st = *st_in;
         if (unlinkat(tfd, name, 0) < 0 && errno != ENOENT)
                 return 1; /* a directory there: the tree's shape changed */
         mode_t mode = (st.st_mode & 0777) | S_IRUSR;
@@ -1523,10 +1536,83 @@ static int delta_one(delta_ctx *d, const char *rel)
         return 0;
 }
 
+/* Whether path's folder (its text up to the last '/') is one of dirs. */
+static bool in_dirs(const char *path, const char *const *dirs, size_t n)
+{
+        const char *slash = strrchr(path, '/');
+        size_t len = slash ? (size_t)(slash - path) : 0;
+        for (size_t i = 0; i < n; i++)
+                if (strlen(dirs[i]) == len && strncmp(dirs[i], path, len) == 0)
+                        return true;
+        return false;
+}
+
+/* Brings the one file path of the top layer up to its source, by itself:
+ * a file that changed alone in its directory (told file by file). Its
+ * directory is opened (beneath the root, no link followed, on the root's
+ * device) but neither listed nor its other entries looked at; the file is
+ * copied anew, or, gone, removed and (over lower layers) hidden by a
+ * whiteout. 1 hands the version to a full staging (not a regular file, a
+ * removal of a file the last version did not have, a cap passed). */
+static int delta_file(delta_ctx *d, const char *path)
+{
+        stage_ctx *c = &d->c;
+        const char *slash = strrchr(path, '/');
+        const char *name = slash ? slash + 1 : path;
+        _cleanup_free_ char *rel = strndup(path, slash ? (size_t)(slash - path) : 0);
+        if (!rel)
+                return al_error(c->err, -ENOMEM, NULL, "out of memory");
+        if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                return 1;
+        struct stat sst, tst, st;
+        /* The root's own fd for the root (each open, stat and close of a
+         * network file system is a round trip to its server). */
+        _cleanup_close_ int own = *rel ? delta_src_dir(d, rel, &sst) : -1;
+        int sfd = *rel ? own : d->src_root;
+        if (!*rel)
+                sst = d->root_st;
+        if (sfd < 0)
+                return 1;
+        _cleanup_close_ int tfd = delta_top_dir(d, rel);
+        if (tfd < 0 || fstat(tfd, &tst) < 0 || fchmod(tfd, (tst.st_mode & 0777) | S_IRWXU) < 0)
+                return 1;
+        int r = delta_touch(d, tfd, &sst);
+        if (r < 0)
+                return al_error(c->err, r, NULL, "out of memory");
+        const fsx_mrec *m = manifest_find(d->prev, path);
+        if (m) {
+                if (d->handled[m - d->prev->v])
+                        return 0; /* named twice */
+                d->handled[m - d->prev->v] = true;
+                d->listed--;
+                d->bytes -= (uint64_t)m->size;
+        }
+        _cleanup_close_ int in =
+            openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (in < 0) {
+                if (errno != ENOENT || !m)
+                        return 1;
+                if (unlinkat(tfd, name, 0) < 0 && errno != ENOENT)
+                        return 1;
+                if (d->layered && mknodat(tfd, name, S_IFCHR | 0000, makedev(0, 0)) < 0)
+                        return 1;
+                return 0;
+        }
+        if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != d->root_dev)
+                return 1; /* a FIFO (opened without blocking) is skipped by a full staging */
+        d->listed++;
+        d->bytes += (uint64_t)st.st_size;
+        if (d->listed > c->lim->max_files || (uint64_t)st.st_size > c->lim->max_bytes ||
+            d->bytes > c->lim->max_bytes)
+                return 1;
+        return delta_copy_from(d, in, &st, tfd, name, path);
+}
+
 int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *host_path,
-                    const char *const *dirs, size_t n_dirs, const fsx_hashes *known,
-                    const fsx_limits *lim, uid_t owner, gid_t group, const fsx_manifest *prev,
-                    fsx_manifest **ret_manifest, fsx_stage_stats *ret_stats, airlock_error *err)
+                    const char *const *dirs, size_t n_dirs, const char *const *files,
+                    size_t n_files, const fsx_hashes *known, const fsx_limits *lim, uid_t owner,
+                    gid_t group, const fsx_manifest *prev, fsx_manifest **ret_manifest,
+                    fsx_stage_stats *ret_stats, airlock_error *err)
 {
         bool layered = n_lower > 0;
         *ret_manifest = NULL;
@@ -1560,12 +1646,16 @@ int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *ho
                 return 1;
         }
         d.root_dev = rst.st_dev;
+        d.root_st = rst;
         d.c.remote = fsx_remote_fs(d.src_root, NULL);
         d.handled = calloc(prev->n + 1, sizeof(*d.handled));
         d.fresh = calloc(1, sizeof(*d.fresh));
         int r = d.handled && d.fresh ? 0 : al_error(err, -ENOMEM, NULL, "out of memory");
         for (size_t i = 0; r == 0 && i < n_dirs; i++)
                 r = delta_one(&d, dirs[i]);
+        for (size_t i = 0; r == 0 && i < n_files; i++)
+                if (!in_dirs(files[i], dirs, n_dirs))
+                        r = delta_file(&d, files[i]);
         /* Owner, mode and times of every directory written in, deepest
          * first, once nothing more is created in them. */
         for (size_t i = d.n_touched; i-- > 0;) {

@@ -116,6 +116,13 @@ struct fsx_watch {
          * signed again at the next call; at most DIRTY_MAX. */
         char **told;
         size_t n_told;
+        /* Files a caller said changed (fsx_watch_files_changed), read again
+         * at the next call; at most DIRTY_MAX. */
+        fsx_file_change *told_files;
+        size_t n_told_files;
+        /* Tree 0's part of meta (a single tree): the sum and count of its
+         * entries' hashes, for checking a told change against it. */
+        uint64_t meta_sum, meta_count;
 
         /* The background walk (fsx_watch_background), on shared storage:
          * whether a walker serves this watcher, whether its walk is running
@@ -147,6 +154,8 @@ struct fsx_watch {
                 char from[FSX_SIGNATURE_HEX], to[FSX_SIGNATURE_HEX];
                 char **dirs;
                 size_t n;
+                char **files; /* a change told file by file: those files alone */
+                size_t n_files;
         } hist[DELTA_HISTORY];
         size_t n_hist;
 };
@@ -158,6 +167,11 @@ static void delta_free(struct watch_delta *d)
         free(d->dirs);
         d->dirs = NULL;
         d->n = 0;
+        for (size_t i = 0; i < d->n_files; i++)
+                free(d->files[i]);
+        free(d->files);
+        d->files = NULL;
+        d->n_files = 0;
 }
 
 static void history_clear(fsx_watch *w)
@@ -196,6 +210,47 @@ static int strv_add(char ***v, size_t *n, const char *dir)
                 return -1;
         (*n)++;
         return 0;
+}
+
+static void told_files_clear(fsx_watch *w)
+{
+        for (size_t i = 0; i < w->n_told_files; i++)
+                free((char *)w->told_files[i].rel);
+        free(w->told_files);
+        w->told_files = NULL;
+        w->n_told_files = 0;
+}
+
+/* Appends d to the history, the oldest going past DELTA_HISTORY. */
+static void history_push(fsx_watch *w, struct watch_delta *d)
+{
+        if (w->n_hist == DELTA_HISTORY) {
+                delta_free(&w->hist[0]);
+                memmove(w->hist, w->hist + 1, (DELTA_HISTORY - 1) * sizeof(*w->hist));
+                w->n_hist--;
+        }
+        w->hist[w->n_hist++] = *d;
+}
+
+/* Records that tree 0's signature went from `from` to `to` by the change
+ * of the files v alone (fsx_tree_signature_files). */
+static void history_add_files(fsx_watch *w, const char *from, const char *to,
+                              const fsx_file_change *v, size_t n)
+{
+        if (w->n != 1 || strcmp(from, to) == 0)
+                return;
+        struct watch_delta d = {.files = calloc(n, sizeof(char *))};
+        bool ok = d.files != NULL;
+        for (size_t i = 0; ok && i < n; i++)
+                ok = (d.files[d.n_files++] = strdup(v[i].rel)) != NULL;
+        if (!ok) {
+                delta_free(&d);
+                history_clear(w);
+                return;
+        }
+        memcpy(d.from, from, FSX_SIGNATURE_HEX);
+        memcpy(d.to, to, FSX_SIGNATURE_HEX);
+        history_push(w, &d);
 }
 
 /* Records that tree 0's signature went from `from` to `to`, the
@@ -243,59 +298,69 @@ static void history_add(fsx_watch *w, const char *from, const char *to, const fs
         }
         memcpy(d.from, from, FSX_SIGNATURE_HEX);
         memcpy(d.to, to, FSX_SIGNATURE_HEX);
-        if (w->n_hist == DELTA_HISTORY) {
-                delta_free(&w->hist[0]);
-                memmove(w->hist, w->hist + 1, (DELTA_HISTORY - 1) * sizeof(*w->hist));
-                w->n_hist--;
-        }
-        w->hist[w->n_hist++] = d;
+        history_push(w, &d);
 }
 
-int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs, size_t *ret_n)
+/* Adds a copy of v to *list (*n entries) unless it is there. 0 or -1. */
+static int list_add_once(char ***list, size_t *n, const char *v)
 {
-        *ret_dirs = NULL;
-        *ret_n = 0;
+        for (size_t j = 0; j < *n; j++)
+                if (strcmp((*list)[j], v) == 0)
+                        return 0;
+        char **nv = realloc(*list, (*n + 1) * sizeof(*nv));
+        if (!nv)
+                return -1;
+        *list = nv;
+        if (!(nv[*n] = strdup(v)))
+                return -1;
+        (*n)++;
+        return 0;
+}
+
+static void list_free(char **list, size_t n)
+{
+        for (size_t j = 0; j < n; j++)
+                free(list[j]);
+        free(list);
+}
+
+int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs, size_t *ret_n,
+                    char ***ret_files, size_t *ret_nf)
+{
+        *ret_dirs = *ret_files = NULL;
+        *ret_n = *ret_nf = 0;
         pthread_mutex_lock(&w->lock);
         size_t i = 0;
         while (i < w->n_hist && strcmp(w->hist[i].from, from) != 0)
                 i++;
-        char **dirs = NULL;
-        size_t n = 0;
+        char **dirs = NULL, **files = NULL;
+        size_t n = 0, nf = 0;
         int found = 0;
         for (; i < w->n_hist && !found; i++) {
                 /* Consecutive changes only: each from the one before. */
-                if (n && strcmp(w->hist[i].from, w->hist[i - 1].to) != 0)
+                if ((n || nf) && strcmp(w->hist[i].from, w->hist[i - 1].to) != 0)
                         break;
-                for (size_t k = 0; k < w->hist[i].n; k++) {
-                        bool dup = false;
-                        for (size_t j = 0; j < n && !dup; j++)
-                                dup = strcmp(dirs[j], w->hist[i].dirs[k]) == 0;
-                        if (dup)
-                                continue;
-                        char **nv = realloc(dirs, (n + 1) * sizeof(*nv));
-                        if (!nv || !(nv[n] = strdup(w->hist[i].dirs[k]))) {
-                                if (nv)
-                                        dirs = nv;
+                for (size_t k = 0; k < w->hist[i].n && !found; k++)
+                        if (list_add_once(&dirs, &n, w->hist[i].dirs[k]) < 0)
                                 found = -1;
-                                break;
-                        }
-                        dirs = nv;
-                        n++;
-                }
+                for (size_t k = 0; k < w->hist[i].n_files && !found; k++)
+                        if (list_add_once(&files, &nf, w->hist[i].files[k]) < 0)
+                                found = -1;
                 if (!found && strcmp(w->hist[i].to, to) == 0)
                         found = 1;
-                /* An empty change list (only the order) would also do, but a
-                 * changed signature always names a directory. */
         }
         pthread_mutex_unlock(&w->lock);
+        if (found == 1 && !dirs && !(dirs = calloc(1, sizeof(*dirs))))
+                found = -1;
         if (found != 1) {
-                for (size_t j = 0; j < n; j++)
-                        free(dirs[j]);
-                free(dirs);
+                list_free(dirs, n);
+                list_free(files, nf);
                 return 0;
         }
         *ret_dirs = dirs;
         *ret_n = n;
+        *ret_files = files;
+        *ret_nf = nf;
         return 1;
 }
 
@@ -670,6 +735,13 @@ typedef struct root_id {
         mode_t type;
 } root_id;
 
+/* A metadata digest (meta_digest_of): of every tree, and tree 0's sum of
+ * one hash per entry with their count, from which the digest after a
+ * change a caller named is reckoned (apply_told_files). */
+typedef struct meta_dg {
+        uint64_t h, sum0, count0;
+} meta_dg;
+
 /* A digest of the metadata of every entry of the n trees at paths (order-
  * free: a sum of one hash per entry, with their count), at most max
  * entries each, for the shared walk and the background walk. 0 with *ret,
@@ -677,7 +749,7 @@ typedef struct root_id {
  * is not the one ids names). Reads nothing of the watcher: the background
  * walk runs it without the watcher's lock. */
 static int meta_digest_of(char *const *paths, const root_id *ids, size_t n, uint64_t max,
-                          uint32_t max_depth, const atomic_bool *stop, uint64_t *ret)
+                          uint32_t max_depth, const atomic_bool *stop, meta_dg *ret)
 {
         uint64_t h = 0xcbf29ce484222325ull;
         for (size_t i = 0; i < n; i++) {
@@ -704,8 +776,12 @@ static int meta_digest_of(char *const *paths, const root_id *ids, size_t n, uint
                         return -1;
                 h = fnv_mix(h, &m.sum, sizeof(m.sum));
                 h = fnv_mix(h, &m.count, sizeof(m.count));
+                if (i == 0) {
+                        ret->sum0 = m.sum;
+                        ret->count0 = m.count;
+                }
         }
-        *ret = h;
+        ret->h = h;
         return 0;
 }
 
@@ -722,7 +798,7 @@ static void root_ids(const fsx_watch *w, root_id *ids)
 
 /* The shared walk at a call, under the lock: meta_digest_of the trees
  * within the shared walk cap. */
-static int meta_digest(fsx_watch *w, uint64_t *ret)
+static int meta_digest(fsx_watch *w, meta_dg *ret)
 {
         root_id *ids = calloc(w->n ? w->n : 1, sizeof(*ids));
         if (!ids)
@@ -731,6 +807,138 @@ static int meta_digest(fsx_watch *w, uint64_t *ret)
         int r = meta_digest_of(w->paths, ids, w->n, w->shared_max, w->lim.max_depth, NULL, ret);
         free(ids);
         return r;
+}
+
+/* The metadata digest of a single tree whose entries' hashes sum to sum,
+ * count of them (meta_digest's for w->n == 1). */
+static uint64_t meta_of(uint64_t sum, uint64_t count)
+{
+        uint64_t h = fnv_mix(0xcbf29ce484222325ull, &sum, sizeof(sum));
+        return fnv_mix(h, &count, sizeof(count));
+}
+
+/* The folder of the state s that holds rel (its text up to the last '/'),
+ * or s->n; *ret_name: rel's last part. */
+static size_t parent_of(const fsx_sig_state *s, const char *rel, const char **ret_name)
+{
+        const char *slash = strrchr(rel, '/');
+        size_t len = slash ? (size_t)(slash - rel) : 0;
+        *ret_name = slash ? slash + 1 : rel;
+        for (size_t k = 0; k < s->n; k++)
+                if (s->dirs[k].rel && strlen(s->dirs[k].rel) == len &&
+                    strncmp(s->dirs[k].rel, rel, len) == 0)
+                        return k;
+        return s->n;
+}
+
+/* What the shared walk's sum holds of the files v and of their folders,
+ * as the state s recorded them: the sum of their entry hashes and their
+ * count (a file without a record adds nothing). Each folder counts once. */
+static void told_entries(const fsx_sig_state *s, const fsx_file_change *v, size_t n,
+                         uint64_t *ret_sum, uint64_t *ret_count)
+{
+        uint64_t sum = 0, count = 0;
+        for (size_t i = 0; i < n; i++) {
+                const char *name;
+                size_t k = parent_of(s, v[i].rel, &name);
+                if (k == s->n)
+                        continue;
+                const fsx_sig_dir *d = &s->dirs[k];
+                for (size_t f = 0; f < d->n_files; f++)
+                        if (strcmp(d->files[f].name, name) == 0) {
+                                const fsx_sig_file *r = &d->files[f];
+                                struct stat st = {.st_mode = r->mode,
+                                                  .st_size = r->size,
+                                                  .st_ino = r->ino,
+                                                  .st_mtim = r->mtim,
+                                                  .st_ctim = r->ctim};
+                                sum += entry_hash(d->ino, name, &st);
+                                count++;
+                        }
+                bool seen = false;
+                for (size_t j = 0; j < i && !seen; j++) {
+                        const char *o;
+                        seen = parent_of(s, v[j].rel, &o) == k;
+                }
+                if (seen)
+                        continue;
+                /* The folder's own entry, in its parent (the root's: 0, ""). */
+                const char *dname = "";
+                ino_t pino = 0;
+                if (d->rel[0]) {
+                        size_t p = parent_of(s, d->rel, &dname);
+                        if (p == s->n)
+                                continue;
+                        pino = s->dirs[p].ino;
+                }
+                struct stat st = {.st_mode = d->mode,
+                                  .st_size = d->size,
+                                  .st_ino = d->ino,
+                                  .st_mtim = d->mtim,
+                                  .st_ctim = d->ctim};
+                sum += entry_hash(pino, dname, &st);
+                count++;
+        }
+        *ret_sum = sum;
+        *ret_count = count;
+}
+
+/* Applies the files a caller named (fsx_watch_files_changed) to tree 0's
+ * signature, reading them alone: the state the call goes on with, or WALK.
+ * With meta (the shared walk's digest of now, taken within the safety
+ * period of a valid last one), the change must explain it: the last
+ * digest, less what it held of the named files and their folders, plus
+ * what they are now, must be meta; else something else changed too (behind
+ * the writer's back), and the tree is walked in full. Without the shared
+ * walk, the events decide as for any other change; on shared storage the
+ * background walk then checks the tree against the digest reckoned here.
+ * A background walk running meanwhile read the tree before, or while, it
+ * took this change: its result is dropped (bg_lost). */
+static int apply_told_files(fsx_watch *w, int state, const meta_dg *meta)
+{
+        tree_root *t = &w->roots[0];
+        if (w->n != 1 || !t->sig.is_dir || t->fd < 0)
+                return WALK;
+        const fsx_file_change *v = w->told_files;
+        size_t n = w->n_told_files;
+        uint64_t s0, c0, s1, c1;
+        told_entries(&t->sig, v, n, &s0, &c0);
+        char hex[FSX_SIGNATURE_HEX];
+        if (fsx_tree_signature_files(t->fd, &t->sig, v, n, &w->lim, w->threshold, hex) != 0)
+                return WALK;
+        told_entries(&t->sig, v, n, &s1, &c1);
+        uint64_t sum = w->meta_sum - s0 + s1, count = w->meta_count - c0 + c1;
+        if (meta && meta_of(sum, count) != meta->h) {
+                /* The state is the told one now, not the tree's: no history
+                 * can be drawn from it, and the full walk starts afresh. */
+                fsx_sig_state_free(&t->sig);
+                history_clear(w);
+                return WALK;
+        }
+        history_add_files(w, w->hex[0], hex, v, n);
+        memcpy(w->hex[0], hex, sizeof(hex));
+        if (meta || w->meta_valid) {
+                w->meta = meta_of(sum, count);
+                w->meta_sum = sum;
+                w->meta_count = count;
+        }
+        if (w->bg_running)
+                w->bg_lost = true;
+        return state == WALK ? UNCHANGED : state;
+}
+
+/* The state after the files a caller named, if any (apply_told_files):
+ * tried when the events say no walk, or when the shared walk's digest of
+ * now (meta) may be checked against a recent valid one; they are told
+ * once. */
+static int told_files(fsx_watch *w, int state, bool recent, const meta_dg *meta)
+{
+        if (!w->n_told_files)
+                return state;
+        if (state != WALK || (recent && meta))
+                state = apply_told_files(w, state, meta);
+        told_files_clear(w);
+        return state;
 }
 
 /* Whether the last walk's trees are walked at every call: some are on
@@ -789,7 +997,7 @@ static bool bg_fresh(const fsx_watch *w, uint64_t now)
  * directories callers named: from the events, or on shared storage from
  * the background walk's state or the shared walk (*meta, *have_meta: the
  * metadata digest it took, for the full walk to keep). Under the lock. */
-static int call_state(fsx_watch *w, uint64_t now, uint64_t *meta, bool *have_meta)
+static int call_state(fsx_watch *w, uint64_t now, meta_dg *meta, bool *have_meta)
 {
         /* On shared storage with a background walker that keeps up: this
          * host's events alone, with no lookup on the file system (the
@@ -802,9 +1010,9 @@ static int call_state(fsx_watch *w, uint64_t now, uint64_t *meta, bool *have_met
                 : WALK;
         /* On shared storage: the metadata of every entry against what it
          * was just before the last signature walk began. */
-        *meta = 0;
+        *meta = (meta_dg){0};
         *have_meta = !bg && shared_walk(w) && meta_digest(w, meta) == 0;
-        if (*have_meta && w->meta_valid && *meta == w->meta &&
+        if (*have_meta && w->meta_valid && meta->h == w->meta &&
             now - w->last_walk_ns < safety_period(w)) {
                 state = UNCHANGED;
                 w->verified_ns = now;
@@ -819,9 +1027,13 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
 {
         pthread_mutex_lock(&w->lock);
         uint64_t now = al_now_ns();
-        uint64_t meta = 0;
+        meta_dg meta = {0};
         bool have_meta = false;
         int state = call_state(w, now, &meta, &have_meta);
+        bool recent = have_meta && w->meta_valid && now - w->last_walk_ns < safety_period(w);
+        /* Files a caller named (another machine's change): read alone,
+         * checked against the shared walk's digest when one was taken. */
+        state = told_files(w, state, recent, have_meta ? &meta : NULL);
         /* Directories a caller named (another machine's change): signed
          * again as if events had named them. */
         if (w->n_told) {
@@ -898,7 +1110,9 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         } else if (w->ifd >= 0) {
                 w->valid = true;
         }
-        w->meta = meta;
+        w->meta = meta.h;
+        w->meta_sum = meta.sum0;
+        w->meta_count = meta.count0;
         w->meta_valid = have_meta && r >= 0;
         w->verified_ns = now;
         w->checked_ns = w->last_walk_ns;
@@ -953,7 +1167,8 @@ int fsx_watch_hashes(fsx_watch *w, const char *to, const char *const *dirs, size
 /* Takes the shadow's full walk (sh, begun at start after the metadata
  * digest meta) as w's state; the old state goes to sh, which the caller
  * frees. Under w's lock, with no call's walk since start (bg_lost). */
-static void bg_install(fsx_watch *w, fsx_watch *sh, uint64_t meta, bool meta_ok, uint64_t start)
+static void bg_install(fsx_watch *w, fsx_watch *sh, const meta_dg *meta, bool meta_ok,
+                       uint64_t start)
 {
         int ifd = w->ifd;
         w->ifd = sh->ifd;
@@ -974,7 +1189,9 @@ static void bg_install(fsx_watch *w, fsx_watch *sh, uint64_t meta, bool meta_ok,
         w->entries = sh->entries;
         w->shared = sh->shared;
         w->fs = sh->fs;
-        w->meta = meta;
+        w->meta = meta->h;
+        w->meta_sum = meta->sum0;
+        w->meta_count = meta->count0;
         w->meta_valid = meta_ok;
         w->walks++;
         w->verified_ns = start;
@@ -993,7 +1210,7 @@ static void bg_install(fsx_watch *w, fsx_watch *sh, uint64_t meta, bool meta_ok,
 /* A full walk of w's trees into a watcher of their own, taken as w's
  * state unless a call walked or was told to meanwhile. Without w's lock
  * through the walk. */
-static void bg_full_walk(fsx_watch *w, uint64_t meta, bool meta_ok, uint64_t start)
+static void bg_full_walk(fsx_watch *w, const meta_dg *meta, bool meta_ok, uint64_t start)
 {
         pthread_mutex_lock(&w->lock);
         unsigned max_watches = w->max_watches;
@@ -1055,18 +1272,18 @@ uint64_t fsx_watch_background(fsx_watch *w)
         w->bg_walks++;
         pthread_mutex_unlock(&w->lock);
 
-        uint64_t meta = 0;
+        meta_dg meta = {0};
         bool ok =
             meta_digest_of(w->paths, ids, w->n, max, w->lim.max_depth, &w->bg_stop, &meta) == 0;
         free(ids);
         uint64_t end = al_now_ns();
-        if ((!ok || !had || meta != old) && !atomic_load(&w->bg_stop))
-                bg_full_walk(w, meta, ok, now);
+        if ((!ok || !had || meta.h != old) && !atomic_load(&w->bg_stop))
+                bg_full_walk(w, &meta, ok, now);
 
         pthread_mutex_lock(&w->lock);
         if (ok)
                 w->meta_ns = end - now;
-        if (!w->bg_lost && ok && had && meta == old) {
+        if (!w->bg_lost && ok && had && meta.h == old) {
                 w->verified_ns = now;
                 w->checked_ns = end;
         }
@@ -1146,6 +1363,7 @@ void fsx_watch_invalidate(fsx_watch *w)
 {
         pthread_mutex_lock(&w->lock);
         told_clear(w);
+        told_files_clear(w);
         w->valid = false;
         w->meta_valid = false;
         w->bg_lost = true;
@@ -1173,6 +1391,44 @@ void fsx_watch_changed_in(fsx_watch *w, const char *const *dirs, size_t n)
         pthread_mutex_unlock(&w->lock);
 }
 
+void fsx_watch_files_changed(fsx_watch *w, const fsx_file_change *v, size_t n)
+{
+        pthread_mutex_lock(&w->lock);
+        /* As for folders: a watcher that walks in full anyway needs none. */
+        bool full = !w->valid || w->n_told_files + n > DIRTY_MAX;
+        if (!full) {
+                fsx_file_change *nv =
+                    realloc(w->told_files, (w->n_told_files + n + 1) * sizeof(*nv));
+                if (nv)
+                        w->told_files = nv;
+                full = !nv;
+        }
+        for (size_t i = 0; i < n && !full; i++) {
+                /* A file told again: its latest word replaces the first. */
+                size_t k = 0;
+                while (k < w->n_told_files && strcmp(w->told_files[k].rel, v[i].rel) != 0)
+                        k++;
+                char *rel = strdup(v[i].rel);
+                if (!rel) {
+                        full = true;
+                        break;
+                }
+                if (k < w->n_told_files)
+                        free((char *)w->told_files[k].rel);
+                else
+                        w->n_told_files++;
+                w->told_files[k] = v[i];
+                w->told_files[k].rel = rel;
+        }
+        if (full) {
+                told_clear(w);
+                told_files_clear(w);
+                w->valid = false;
+                w->meta_valid = false;
+        }
+        pthread_mutex_unlock(&w->lock);
+}
+
 void fsx_watch_set_shared_max(fsx_watch *w, uint64_t max_entries)
 {
         pthread_mutex_lock(&w->lock);
@@ -1188,6 +1444,7 @@ void fsx_watch_free(fsx_watch *w)
         history_clear(w);
         told_clear(w);
         strv_clear(&w->bg_told, &w->n_bg_told);
+        told_files_clear(w);
         for (size_t i = 0; w->paths && i < w->n; i++)
                 free(w->paths[i]);
         free(w->paths);

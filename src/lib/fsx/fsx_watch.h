@@ -97,8 +97,13 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
  * signatures, so a directory not named here signs exactly as it did: its
  * own metadata and each of its files' names, identities and (under the
  * content threshold) bytes are unchanged. Thread-safe. */
-int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs,
-                    size_t *ret_n);
+/* *ret_files: the files (paths below the root) that changed in
+ * directories whose other entries did not (a change told file by file,
+ * fsx_watch_files_changed); a directory of *ret_dirs was signed again in
+ * full, a file of *ret_files alone. Either list may be empty (*ret_dirs is
+ * then an empty array, never NULL, when 1 is returned). */
+int fsx_watch_delta(fsx_watch *w, const char *from, const char *to, char ***ret_dirs, size_t *ret_n,
+                    char ***ret_files, size_t *ret_nf);
 
 /* The content hashes the signature `to` of a watcher of one tree took of
  * the files of the directories dirs (as fsx_watch_delta names them), into
@@ -154,6 +159,15 @@ void fsx_watch_set_background(fsx_watch *w, bool on);
 void fsx_watch_stop_background(fsx_watch *w);
 /* Whether the last walk found a tree on shared storage. */
 bool fsx_watch_shared(fsx_watch *w);
+/* The same, file by file: the files v[0..n-1] (their writer's word: its
+ * size and content hash, or removed) are the only change in their
+ * folders, and no folder was made or removed. The next
+ * fsx_watch_signatures reads those files alone (fsx_tree_signature_files);
+ * on shared storage it also checks that the tree's metadata is the last
+ * walk's but for them and their folders (so that a change behind the
+ * writer's back is still seen). Anything that does not match, or more than
+ * DIRTY_MAX files, makes a full walk. */
+void fsx_watch_files_changed(fsx_watch *w, const fsx_file_change *v, size_t n);
 /* Lowers the shared walk cap (FSX_SHARED_WALK_MAX), for tests. */
 void fsx_watch_set_shared_max(fsx_watch *w, uint64_t max_entries);
 

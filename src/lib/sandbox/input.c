@@ -211,8 +211,8 @@ static int stage_whole(const airlock_config *cfg, sbx_input *in, const sbx_input
  * airlock's own, filled only through fsx_stage_delta; prev's layers are
  * only read (the manifest and the overlay), never written. */
 static int stage_layer(const airlock_config *cfg, sbx_input *in, const sbx_input *prev,
-                       const char *const *dirs, size_t n_dirs, const fsx_hashes *known,
-                       airlock_error *err)
+                       const char *const *dirs, size_t n_dirs, const char *const *files,
+                       size_t n_files, const fsx_hashes *known, airlock_error *err)
 {
         if (!prev || !prev->n_layers || prev->n_layers >= SBX_INPUT_MAX_LAYERS || !prev->manifest ||
             prev->owner != in->owner || prev->group != in->group || !sbx_input_updatable(cfg, prev))
@@ -228,8 +228,9 @@ static int stage_layer(const airlock_config *cfg, sbx_input *in, const sbx_input
         int lower[SBX_INPUT_MAX_LAYERS];
         for (size_t i = 0; i < prev->n_layers; i++)
                 lower[i] = prev->layers[i]->fd;
-        r = fsx_stage_delta(fd, lower, prev->n_layers, cfg->workspace, dirs, n_dirs, known, &lim,
-                            in->owner, in->group, prev->manifest, &in->manifest, &st, err);
+        r = fsx_stage_delta(fd, lower, prev->n_layers, cfg->workspace, dirs, n_dirs, files, n_files,
+                            known, &lim, in->owner, in->group, prev->manifest, &in->manifest, &st,
+                            err);
         input_layer *l = r == 0 ? layer_new(&staging, &fd) : NULL;
         if (r == 0 && !l)
                 r = al_error(err, -ENOMEM, NULL, "out of memory");
@@ -254,13 +255,13 @@ static int stage_layer(const airlock_config *cfg, sbx_input *in, const sbx_input
 }
 
 int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
-                  const char *const *dirs, size_t n_dirs, const fsx_hashes *known, sbx_mounter *m,
-                  sbx_input **ret, airlock_error *err)
+                  const char *const *dirs, size_t n_dirs, const char *const *files, size_t n_files,
+                  const fsx_hashes *known, sbx_mounter *m, sbx_input **ret, airlock_error *err)
 {
         sbx_input *in = input_alloc(owner, group);
         if (!in)
                 return al_error(err, -ENOMEM, NULL, "out of memory");
-        int r = dirs ? stage_layer(cfg, in, prev, dirs, n_dirs, known, err) : 1;
+        int r = dirs ? stage_layer(cfg, in, prev, dirs, n_dirs, files, n_files, known, err) : 1;
         if (r == 1)
                 r = stage_whole(cfg, in, prev, err);
         if (r >= 0 && in->n_layers)
@@ -274,8 +275,8 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
 }
 
 int sbx_input_update(const airlock_config *cfg, sbx_input *prev, const char *const *dirs,
-                     size_t n_dirs, const fsx_hashes *known, sbx_mounter *m, sbx_input **ret,
-                     airlock_error *err)
+                     size_t n_dirs, const char *const *files, size_t n_files,
+                     const fsx_hashes *known, sbx_mounter *m, sbx_input **ret, airlock_error *err)
 {
         sbx_input *in = input_alloc(prev->owner, prev->group);
         if (!in) {
@@ -298,8 +299,8 @@ int sbx_input_update(const airlock_config *cfg, sbx_input *prev, const char *con
                 for (size_t i = 1; i < prev->n_layers; i++)
                         lower[i - 1] = prev->layers[i]->fd;
                 r = fsx_stage_delta(top->fd, lower, prev->n_layers - 1, cfg->workspace, dirs,
-                                    n_dirs, known, &lim, in->owner, in->group, prev->manifest,
-                                    &in->manifest, &st, err);
+                                    n_dirs, files, n_files, known, &lim, in->owner, in->group,
+                                    prev->manifest, &in->manifest, &st, err);
                 if (r == 0) {
                         /* The layers are in's now. */
                         memcpy(in->layers, prev->layers, prev->n_layers * sizeof(*in->layers));

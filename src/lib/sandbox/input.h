@@ -35,7 +35,8 @@ const char *sbx_stage_parent(void);
  * of cfg's limits. With prev (a previous version of the same trees, staged
  * for the same ids, which the caller keeps alive through the call) and
  * dirs (the directories whose files changed since prev, fsx_watch_delta;
- * NULL when unknown), a workspace without mounts becomes a new top layer
+ * NULL when unknown) and files (files that changed alone in their
+ * directories, fsx_watch_delta's files), a workspace without mounts becomes a new top layer
  * holding only the changed files (fsx_stage_delta: whiteouts for removed
  * ones) over prev's layers, which the new input holds from then on, so
  * prev stays exactly as it was for whoever holds it; without dirs, or when
@@ -49,8 +50,8 @@ const char *sbx_stage_parent(void);
  * root in this process, else by m, the sandbox's mounter). */
 typedef struct sbx_mounter sbx_mounter;
 int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx_input *prev,
-                  const char *const *dirs, size_t n_dirs, const fsx_hashes *known, sbx_mounter *m,
-                  sbx_input **ret, airlock_error *err);
+                  const char *const *dirs, size_t n_dirs, const char *const *files, size_t n_files,
+                  const fsx_hashes *known, sbx_mounter *m, sbx_input **ret, airlock_error *err);
 /* Contract: the next version of prev's workspace made where prev's stands,
  * for a caller that guarantees nothing uses prev or ever will (no run, no
  * session, no copy holding its overlay): with dirs, only those directories
@@ -61,8 +62,8 @@ int sbx_input_new(const airlock_config *cfg, uid_t owner, gid_t group, const sbx
  * another version stands on is never written. prev is consumed, whatever
  * the outcome. Only for a workspace without mounts (sbx_input_updatable). */
 int sbx_input_update(const airlock_config *cfg, sbx_input *prev, const char *const *dirs,
-                     size_t n_dirs, const fsx_hashes *known, sbx_mounter *m, sbx_input **ret,
-                     airlock_error *err);
+                     size_t n_dirs, const char *const *files, size_t n_files,
+                     const fsx_hashes *known, sbx_mounter *m, sbx_input **ret, airlock_error *err);
 bool sbx_input_updatable(const airlock_config *cfg, const sbx_input *prev);
 /* The staging work that made in: the files a delta copied, or every file a
  * whole staging went through (copied, linked or kept); and its layers. */
