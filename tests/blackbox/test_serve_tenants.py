@@ -512,15 +512,17 @@ def test_the_tokens_file_names_tenants_and_reloads():
 
         t1 = threading.Thread(target=slow, args=("running", "import time\ntime.sleep(60)"))
         t1.start()
-        for _ in range(400):
-            if one.metrics()["airlock_runs_in_flight"] >= 1:
-                break
+        # Waited for, not assumed: a deadline only ends a test that would
+        # never pass.
+        end = time.monotonic() + 120
+        while one.metrics()["airlock_runs_in_flight"] < 1:
+            assert time.monotonic() < end, "the running call never took its slot"
             time.sleep(0.025)
         t2 = threading.Thread(target=slow, args=("queued", "print('never')"))
         t2.start()
-        for _ in range(400):
-            if one.metrics()["airlock_queue_depth"] >= 1:
-                break
+        end = time.monotonic() + 120
+        while one.metrics()["airlock_queue_depth"] < 1:
+            assert time.monotonic() < end, "the second call never queued"
             time.sleep(0.025)
         with open(tok, "w") as f:
             f.write(f"{TOK_A} acme\n{TOK_A2} acme\n")

@@ -17,8 +17,16 @@
 #include "base.h"
 #include "serve_internal.h"
 
-/* Hands m to the core; a peer's signed trace context is the parent of the
- * request's server span (serve_peer.c), read while mcp_core_handle runs. */
+/* Contract: hands m to the core; a peer's signed trace context is the
+ * parent of the request's server span (serve_peer.c), read while
+ * mcp_core_handle runs. A call started for a tenant that a reload of the
+ * tokens file removed meanwhile is cancelled before it runs. The reload
+ * swaps the table, then cancels the calls the core holds for the tenant
+ * (http_reload_tokens); a call admitted before the swap but not yet in
+ * the core when that happened would run to its end. So the tenant is
+ * asked again once the call is in the core: either the answer is before
+ * the swap, and the reload's cancel finds the call, or it is after, and
+ * the call is cancelled here. */
 static int core_handle(struct MHD_Connection *c, http_request *rq, const jsonrpc_message *m)
 {
         al_trace_ctx trace;
@@ -26,6 +34,8 @@ static int core_handle(struct MHD_Connection *c, http_request *rq, const jsonrpc
                 rq->sink->base.trace_parent = &trace;
         int started = mcp_core_handle(rq->srv->core, &rq->sink->base, m);
         rq->sink->base.trace_parent = NULL;
+        if (started == 1 && !http_tenant_exists(rq->srv, rq->sink->base.owner))
+                mcp_core_cancel_sink(rq->srv->core, &rq->sink->base);
         return started;
 }
 
