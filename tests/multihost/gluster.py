@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 
@@ -413,3 +414,36 @@ def _kill(pid):
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def race_writes(hosts, requests):
+    """Sends every workspace_write of requests[k] to hosts[k] at once (each
+    host's in flight together, the hosts side by side); the results, all
+    of them."""
+    results = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(hosts))
+
+    def one(m, reqs):
+        start.wait()
+        ids = [m.start("tools/call", {"name": "workspace_write", "arguments": r}) for r in reqs]
+        got = [m.wait(i) for i in ids]
+        with lock:
+            results.extend(got)
+
+    ts = [threading.Thread(target=one, args=(m, requests[k])) for k, m in enumerate(hosts)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return [r["result"] for r in results]
+
+
+def tree_usage(path):
+    """The entries below path and the bytes of its files, as a tenant's
+    caps count them."""
+    n = size = 0
+    for d, dirs, files in os.walk(path):
+        n += len(dirs) + len(files)
+        size += sum(os.path.getsize(os.path.join(d, f)) for f in files)
+    return n, size

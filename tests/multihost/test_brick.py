@@ -34,7 +34,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "blackbox"))
@@ -178,50 +177,23 @@ def test_files_before_a_brick_lost_are_read_and_changes_go_on_on_every_host():
         assert state[0] and state[0] == state[1], state
 
 
-def _race(hosts, requests):
-    """Every request of every host sent at once; every result."""
-    results = []
-    lock = threading.Lock()
-    start = threading.Barrier(len(hosts))
-
-    def one(m, reqs):
-        start.wait()
-        ids = [m.start("tools/call", {"name": "workspace_write", "arguments": r}) for r in reqs]
-        got = [m.wait(i) for i in ids]
-        with lock:
-            results.extend(got)
-
-    ts = [threading.Thread(target=one, args=(m, requests[k])) for k, m in enumerate(hosts)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return [r["result"] for r in results]
-
-
-def _usage(path):
-    n = size = 0
-    for d, dirs, files in os.walk(path):
-        n += len(dirs) + len(files)
-        size += sum(os.path.getsize(os.path.join(d, f)) for f in files)
-    return n, size
-
-
 def test_caps_on_files_and_bytes_hold_across_hosts_while_a_brick_is_lost():
     files = [host(i, "capf", "--workspace-max-files", "10") for i in range(HOSTS)]
     size = [host(i, "capb", "--workspace-max-bytes", "1000") for i in range(HOSTS)]
     with brick_lost(2):
-        results = _race(files, [[{"files": [{"path": f"h{k}-{j}.txt", "text": "x"}]}
-                                 for j in range(6)] for k in range(HOSTS)])
+        results = gluster.race_writes(
+            files, [[{"files": [{"path": f"h{k}-{j}.txt", "text": "x"}]} for j in range(6)]
+                    for k in range(HOSTS)])
         ok = [r for r in results if not r["isError"]]
-        n, _ = _usage(os.path.join(tenants_dir(0), "capf"))
+        n, _ = gluster.tree_usage(os.path.join(tenants_dir(0), "capf"))
         assert len(ok) == 10 and n == 10, (len(ok), n)
         refused = [r["content"][0]["text"] for r in results if r["isError"]]
         assert all("more than your limit of 10" in t for t in refused), refused[:2]
-        results = _race(size, [[{"files": [{"path": f"h{k}-{j}.bin", "text": "y" * 100}]}
-                                for j in range(6)] for k in range(HOSTS)])
+        results = gluster.race_writes(
+            size, [[{"files": [{"path": f"h{k}-{j}.bin", "text": "y" * 100}]} for j in range(6)]
+                   for k in range(HOSTS)])
         ok = [r for r in results if not r["isError"]]
-        _, used = _usage(os.path.join(tenants_dir(1), "capb"))
+        _, used = gluster.tree_usage(os.path.join(tenants_dir(1), "capb"))
         assert len(ok) == 10 and used == 1000, (len(ok), used)
     # Healed: the lost brick holds what the caps let in, no more.
     assert len(tenant_on_brick(2, "capf")) == 10

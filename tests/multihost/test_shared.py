@@ -642,43 +642,13 @@ def test_a_call_is_not_held_by_a_walk_in_progress():
     assert until_seen(b, "w/notes.txt", f"v{k}") == f"v{k}"
 
 
-def _race(hosts, requests):
-    """Sends every request of every host at once (each host's in flight
-    together, the hosts side by side); the results, all of them."""
-    results = []
-    lock = threading.Lock()
-    start = threading.Barrier(len(hosts))
-
-    def one(m, reqs):
-        start.wait()
-        ids = [m.start("tools/call", {"name": "workspace_write", "arguments": r}) for r in reqs]
-        got = [m.wait(i) for i in ids]
-        with lock:
-            results.extend(got)
-
-    ts = [threading.Thread(target=one, args=(m, requests[k])) for k, m in enumerate(hosts)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return [r["result"] for r in results]
-
-
-def _entries(path):
-    n = size = 0
-    for d, dirs, files in os.walk(path):
-        n += len(dirs) + len(files)
-        size += sum(os.path.getsize(os.path.join(d, f)) for f in files)
-    return n, size
-
-
 def test_the_file_cap_holds_across_hosts():
     hosts = [host(i, "capfiles", "--workspace-max-files", "10") for i in range(2)]
     reqs = [[{"files": [{"path": f"h{k}-{j}.txt", "text": "x"}]} for j in range(10)]
             for k in range(2)]
-    results = _race(hosts, reqs)
+    results = gluster.race_writes(hosts, reqs)
     ok = [r for r in results if not r["isError"]]
-    n, _ = _entries(os.path.join(tenants_dir(0), "capfiles"))
+    n, _ = gluster.tree_usage(os.path.join(tenants_dir(0), "capfiles"))
     assert len(ok) == 10 and n == 10, (len(ok), n)
     refused = [r["content"][0]["text"] for r in results if r["isError"]]
     assert all("more than your limit of 10" in t for t in refused), refused[:2]
@@ -688,9 +658,9 @@ def test_the_byte_cap_holds_across_hosts():
     hosts = [host(i, "capbytes", "--workspace-max-bytes", "1000") for i in range(2)]
     reqs = [[{"files": [{"path": f"h{k}-{j}.bin", "text": "y" * 100}]} for j in range(10)]
             for k in range(2)]
-    results = _race(hosts, reqs)
+    results = gluster.race_writes(hosts, reqs)
     ok = [r for r in results if not r["isError"]]
-    _, size = _entries(os.path.join(tenants_dir(1), "capbytes"))
+    _, size = gluster.tree_usage(os.path.join(tenants_dir(1), "capbytes"))
     assert len(ok) == 10 and size == 1000, (len(ok), size)
 
 

@@ -232,6 +232,21 @@ static void history_push(fsx_watch *w, struct watch_delta *d)
         w->hist[w->n_hist++] = *d;
 }
 
+/* Appends d, the change from `from` to `to`, to the history when ok; else
+ * frees d and drops the history, which can no longer say what changed. */
+static void history_record(fsx_watch *w, struct watch_delta *d, bool ok, const char *from,
+                           const char *to)
+{
+        if (!ok) {
+                delta_free(d);
+                history_clear(w);
+                return;
+        }
+        memcpy(d->from, from, FSX_SIGNATURE_HEX);
+        memcpy(d->to, to, FSX_SIGNATURE_HEX);
+        history_push(w, d);
+}
+
 /* Records that tree 0's signature went from `from` to `to` by the change
  * of the files v alone (fsx_tree_signature_files). */
 static void history_add_files(fsx_watch *w, const char *from, const char *to,
@@ -243,14 +258,7 @@ static void history_add_files(fsx_watch *w, const char *from, const char *to,
         bool ok = d.files != NULL;
         for (size_t i = 0; ok && i < n; i++)
                 ok = (d.files[d.n_files++] = strdup(v[i].rel)) != NULL;
-        if (!ok) {
-                delta_free(&d);
-                history_clear(w);
-                return;
-        }
-        memcpy(d.from, from, FSX_SIGNATURE_HEX);
-        memcpy(d.to, to, FSX_SIGNATURE_HEX);
-        history_push(w, &d);
+        history_record(w, &d, ok, from, to);
 }
 
 /* Records that tree 0's signature went from `from` to `to`, the
@@ -291,14 +299,7 @@ static void history_add(fsx_watch *w, const char *from, const char *to, const fs
                 d.dirs = nv;
                 d.n++;
         }
-        if (!ok) {
-                delta_free(&d);
-                history_clear(w);
-                return;
-        }
-        memcpy(d.from, from, FSX_SIGNATURE_HEX);
-        memcpy(d.to, to, FSX_SIGNATURE_HEX);
-        history_push(w, &d);
+        history_record(w, &d, ok, from, to);
 }
 
 /* Adds a copy of v to *list (*n entries) unless it is there. 0 or -1. */
