@@ -12,9 +12,9 @@ call to the owner and one through the other instance, in alternating order
 (interleaved, so that drift of the machine hits both alike), each on its own
 keep-alive connection, with a short pause between calls. Printed: the median
 and p90 of each, the median of the paired differences, and the difference of
-the tenth percentiles: a cell's own spread (milliseconds at load) moves its
-median by more than the hop, while its fastest tenth shows the hop alone, as
-for the calls that run nothing. Every process and
+the tenth percentiles: for the calls that run nothing, the hop's cost without
+the tail the machine's load adds; a cell's spread (milliseconds at load)
+moves its median, and at load its tenth percentile too, by more than the hop. Every process and
 folder started here is removed at the end (PR_SET_PDEATHSIG).
 
 Called by bench/run.sh (`make bench`); alone:
@@ -168,8 +168,8 @@ def main():
             print(f"    added {m['added_median_ms']:+.3f} ms (median of paired differences "
                   f"{m['paired_diff_median_ms']:+.3f} ms); target +0.5 ms: "
                   f"{'met' if ok else 'NOT met'}")
-            print(f"    added at the tenth percentile {m['added_p10_ms']:+.3f} ms (the hop "
-                  f"without the call's own spread)")
+            print(f"    added at the tenth percentile {m['added_p10_ms']:+.3f} ms (the fastest "
+                  f"tenth of each)")
         # Connections the forwarding instance opened to its peer: libcurl
         # keeps them across calls (the owner's log names each peer call's).
         ports = set()
