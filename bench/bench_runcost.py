@@ -39,7 +39,9 @@ ratio to the floor measured in the same run.
 
 Called by bench.py (`make bench`, and `bench.py BUILD --only runcost`);
 alone: /usr/bin/python3 bench/bench_runcost.py BUILD [--quick]; with --written
-instead, the pages a ready copy has written since its fork. Needs root
+instead, the pages a ready copy has written since its fork; with --b2b
+instead (BUILD [BUILD...] --b2b [--quick]), print(1) back to back only, for
+each build in interleaved rounds, beside the floors' runs/s. Needs root
 (or a delegated cgroup) to make its cgroups. Standard library only.
 """
 import json
@@ -341,9 +343,21 @@ def median(samples):
     return s[len(s) // 2] if s else None
 
 
+def idle_cpu_s():
+    """The machine's idle and iowait CPU seconds so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+
+
 def back_to_back(kind, build, n):
-    """print(1) calls one after the other from one client, runs per second
-    (kind: Lib or Mcp), after 5 untimed ones and the template's warm-up."""
+    """print(1) calls one after the other from one client (kind: Lib or
+    Mcp), after 5 untimed ones and the template's warm-up: runs per second,
+    and over the same calls the CPU ms a call of the tree (its cgroup), the
+    CPUs the tree used and the CPUs the machine left idle. Where the
+    machine has no idle CPU the rate is the CPU the tree got over its CPU a
+    call: on a shared machine, the other load's share, not the calls'
+    critical path."""
     cg = Cgroup()
     t = None
     try:
@@ -351,10 +365,13 @@ def back_to_back(kind, build, n):
         for _ in range(5):
             t.call()
         time.sleep(1.0)
-        w0 = time.perf_counter()
+        i0, u0, w0 = idle_cpu_s(), cg.usage_ms(), time.perf_counter()
         for _ in range(n):
             t.call()
-        return n / (time.perf_counter() - w0)
+        wall = time.perf_counter() - w0
+        used = cg.usage_ms() - u0
+        return {"rps": n / wall, "cpu_ms": used / n, "tree_cpus": used / 1e3 / wall,
+                "idle_cpus": (idle_cpu_s() - i0) / wall, "loadavg": os.getloadavg()[0]}
     finally:
         if t:
             t.close()
@@ -548,11 +565,12 @@ def run(build, quick, log=lambda m: None):
                                                         n, GAP_S)
     log("- back to back: print(1) from one client, beside the floor's own forks per second")
     n_b2b = 100 if quick else 400
-    res["b2b_rps"], res["b2b_floor_forks_s"] = {}, {}
+    res["b2b_rps"], res["b2b_floor_forks_s"], res["b2b"] = {}, {}, {}
     for name, kind in (("library", Lib), ("mcp", Mcp)):
         # The floor's rate right before, so that both see the same load.
         res["b2b_floor_forks_s"][name] = floor_run(None, 2, 100)[1]
-        res["b2b_rps"][name] = back_to_back(kind, build, n_b2b)
+        res["b2b"][name] = back_to_back(kind, build, n_b2b)
+        res["b2b_rps"][name] = res["b2b"][name]["rps"]
     log("- pages a ready copy has written since its fork")
     res["written_pages"] = {"none": ready_copy_written(build, None),
                             "preload": ready_copy_written(build, PRELOAD)}
@@ -674,8 +692,11 @@ def proposals(res):
                  f"{cap:.0f} runs/s", f">= {TARGET_RPS} runs/s",
                  True if cap >= TARGET_RPS else BEYOND))
     for name, rps in res.get("b2b_rps", {}).items():
+        b = (res.get("b2b") or {}).get(name)
+        seen = (f" ({b['cpu_ms']:.2f} ms of CPU a call; the tree used {b['tree_cpus']:.2f} "
+                f"CPUs, the machine left {b['idle_cpus']:.2f} idle)" if b else "")
         rows.append((f"print(1) back to back, {name} / the floors' runs/s on all cores "
-                     "(proposed)", f"{rps / cap:.2f}x", ">= 0.5x", rps / cap >= 0.5))
+                     "(proposed)", f"{rps / cap:.2f}x{seen}", ">= 0.5x", rps / cap >= 0.5))
     return rows
 
 
@@ -846,9 +867,46 @@ def ready_copy_written(build, preload):
         cg.close()
 
 
+def b2b_main(builds, quick):
+    """--b2b: print(1) back to back only, through the library and `airlock
+    mcp`, for each build in interleaved rounds (the first build first in
+    even rounds, last in odd ones), beside what the floors allow on all
+    cores, measured once before the rounds with the first build's driver."""
+    for b in builds:
+        build_driver(b)
+    rounds, n = (3, 100) if quick else (5, 300)
+    must = floors(builds[0], "print(1)", None, quick)["must_ms"]
+    cap = os.cpu_count() * 1000 / must
+    print(f"floors: (a) + (b) - bare = {must:.2f} ms a call, so at most {cap:.0f} runs/s on "
+          f"{os.cpu_count()} cores; {rounds} rounds of {n} calls")
+    print("| round | build | call | runs/s | / the floors' | CPU ms a call | tree CPUs | idle CPUs "
+          "| load |\n|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    got = {}
+    for r in range(rounds):
+        for b in builds if r % 2 == 0 else builds[::-1]:
+            for name, kind in (("library", Lib), ("mcp", Mcp)):
+                x = back_to_back(kind, b, n)
+                got.setdefault((b, name), []).append(x)
+                print(f"| {r} | {b} | {name} | {x['rps']:.1f} | {x['rps'] / cap:.2f}x | "
+                      f"{x['cpu_ms']:.2f} | {x['tree_cpus']:.2f} | {x['idle_cpus']:.2f} | "
+                      f"{x['loadavg']:.1f} |", flush=True)
+    print("\nmedians of the rounds:")
+    for (b, name), xs in got.items():
+        rps = median([x["rps"] for x in xs])
+        print(f"- {b} {name}: {rps:.1f} runs/s ({rps / cap:.2f}x the floors'), "
+              f"{median([x['cpu_ms'] for x in xs]):.2f} ms of CPU a call, the tree used "
+              f"{median([x['tree_cpus'] for x in xs]):.2f} CPUs, the machine left "
+              f"{median([x['idle_cpus'] for x in xs]):.2f} idle")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: bench_runcost.py BUILD [--quick] | BUILD --written")
+        sys.exit("usage: bench_runcost.py BUILD [--quick] | BUILD --written | "
+                 "BUILD [BUILD...] --b2b [--quick]")
+    if "--b2b" in sys.argv:
+        b2b_main([os.path.abspath(a) for a in sys.argv[1:] if not a.startswith("--")],
+                 "--quick" in sys.argv)
+        sys.exit(0)
     if "--written" in sys.argv:
         for pre in (None, PRELOAD):
             kib = ready_copy_written(os.path.abspath(sys.argv[1]), pre)
