@@ -181,6 +181,14 @@ struct template_state {
         prefault_range prefault[PREFAULT_MAX_RANGES];
         size_t n_prefault;
         bool prefault_learned;
+        /* What the warming passes' paths through the preloads touch beyond
+         * that (the preloads' set, tpl_prefault.c), populated by a copy
+         * before a run that names a preload (tpl_populate_for), and
+         * whether this process has (a session's later cells, its forks and
+         * restores: tpl_populate_learned then populates it too). */
+        prefault_range prefault_preloads[PREFAULT_MAX_RANGES];
+        size_t n_prefault_preloads;
+        bool preloads_populated;
         /* The number of the last copy's cgroup c<N> (tpl_cgroup_make),
          * and the cgroups the host is done with that could not be removed
          * yet (tpl_cgroup_done, tpl_cgroups_retry). */
@@ -232,12 +240,23 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 /* --- tpl_prefault.c --- */
 
 /* In the warm template: learns the pages a copy touches from a probe that
- * goes through steps, a copy's own interpreter steps (tpl_prewarm_copy),
- * passes times. The caller names them, so that this file, below the
- * runs of tpl_run.c, calls nothing of theirs. */
-void tpl_learn_prefault(struct template_state *tpl, void (*steps)(void), int passes);
-/* In a new copy, before anything else touches memory: populates them. */
+ * goes through plain, a plain run's interpreter steps (tpl_plain_pass),
+ * passes times (the base set), then through steps, a copy's warming
+ * steps (tpl_prewarm_copy), passes times (the preloads' set: what these
+ * touched beyond the base). The caller names them, so that this file,
+ * below the runs of tpl_run.c, calls nothing of theirs. */
+void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void),
+                        int passes);
+/* In a new copy, before anything else touches memory: populates the base
+ * set (and the preloads' set, once a run of this process named a
+ * preload). */
 void tpl_populate_learned(const struct template_state *tpl);
+/* Populates the preloads' set, once a process (before a copy's warming
+ * passes, which go through the preloads' paths). */
+void tpl_populate_preloads(struct template_state *tpl);
+/* Right before a run of code: the same, when code names a preloaded
+ * module. */
+void tpl_populate_for(struct template_state *tpl, const char *code, size_t len);
 /* A session's pre-copy. In the active process, just before it forks the
  * next cell base while the last base still shares every page it did not
  * write: learns the pages written since that base was forked (those it
@@ -259,6 +278,8 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
  * its output to /dev/null, so that a copy has touched its pages before
  * the agent's run. */
 void tpl_prewarm_copy(void);
+/* The same run with print(1) alone: the probe's base set (tpl_prefault.c). */
+void tpl_plain_pass(void);
 /* SCHED_BATCH while copies are prepared, the caller's SCHED_OTHER with the
  * shortest time slice once a copy serves; nothing where the caller runs
  * with another policy. */

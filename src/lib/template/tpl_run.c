@@ -231,6 +231,9 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                          * cell runs, and only then (guest_channel_hold). */
                         if (session)
                                 guest_channel_hold(false);
+                        /* The preloads' pages, if the code names one. */
+                        if (code)
+                                tpl_populate_for(tpl, code, json_string_length(jc));
                         set_script(json_object_get(msg, WIRE_KEY_ARGV),
                                    json_object_get(msg, WIRE_KEY_STDIN),
                                    json_object_get(msg, WIRE_KEY_STDIN_MODE));
@@ -294,17 +297,12 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
         }
 }
 
-/* The warming run itself: the "run" frame written on one end of a socket
- * pair and read from the other, as from the host, and the "end" frame
- * written back. */
-static void prewarm_run(const int sv[2])
+/* The warming run itself: the "run" frame of code written on one end of a
+ * socket pair and read from the other, as from the host, and the "end"
+ * frame written back. */
+static void prewarm_run(const int sv[2], const char *code)
 {
-        /* Then the common paths of preloaded numpy and pandas, if any
-         * (runtime._prewarm): their pages are written by a copy here, at
-         * idle priority, and learned by the probe, not by the agent's run. */
-        json_t *msg =
-            json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE,
-                      "print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
+        json_t *msg = json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE, code);
         int r = msg ? channel_send(sv[0], msg) : -ENOMEM;
         json_decref(msg);
         msg = NULL;
@@ -325,12 +323,12 @@ static void prewarm_run(const int sv[2])
 
 /* Warms a copy before it is needed by going through a whole single run
  * once, with the output going to /dev/null: reading the "run" frame from a
- * channel, running print(1), ending the run's processes and writing the
+ * channel, running code, ending the run's processes and writing the
  * "end" frame. On this kind of machine the first touch of each page in a
  * new process costs microseconds (more for a copy-on-write fault), so
  * every page the agent's run will touch is best touched here, off the
  * critical path. */
-void tpl_prewarm_copy(void)
+static void warming_run(const char *code)
 {
         _cleanup_close_ int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
         _cleanup_close_ int saved_out = fcntl(1, F_DUPFD_CLOEXEC, 3);
@@ -338,10 +336,23 @@ void tpl_prewarm_copy(void)
         _cleanup_close_pair_ int sv[2] = {-1, -1};
         if (null >= 0 && saved_out >= 0 && saved_err >= 0 && dup2(null, 1) >= 0 &&
             dup2(null, 2) >= 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0)
-                prewarm_run(sv);
+                prewarm_run(sv, code);
         /* Before the cleanups close the saved fds. */
         if (saved_out >= 0)
                 dup2(saved_out, 1);
         if (saved_err >= 0)
                 dup2(saved_err, 2);
+}
+
+void tpl_prewarm_copy(void)
+{
+        /* print(1), then the common paths of preloaded numpy and pandas, if
+         * any (runtime._prewarm): their pages are written by a copy here, at
+         * idle priority, and learned by the probe, not by the agent's run. */
+        warming_run("print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
+}
+
+void tpl_plain_pass(void)
+{
+        warming_run("print(1)\n");
 }
