@@ -1,10 +1,12 @@
-/* Error records, bounded buffers, full reads and writes, UTF-8 and base64
- * (base.h). */
+/* Error records, bounded buffers, full reads and writes, a regular file's
+ * open, UTF-8 and base64 (base.h). */
 #include "base.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
 
@@ -442,6 +444,26 @@ ssize_t al_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_
         if (ret_n)
                 *ret_n = came;
         return n;
+}
+
+int al_open_regular(int dirfd, const char *name, int flags)
+{
+        int pfd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (pfd < 0)
+                return -errno;
+        struct statx sx;
+        int r = statx(pfd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) < 0 ? -errno
+                : !(sx.stx_mask & STATX_TYPE) || !S_ISREG(sx.stx_mode)                  ? -EINVAL
+                                                                                        : 0;
+        if (r == 0) {
+                char proc[32];
+                snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
+                r = open(proc, (flags & ~O_CREAT) | O_NOCTTY | O_CLOEXEC);
+                if (r < 0)
+                        r = -errno;
+        }
+        close(pfd);
+        return r;
 }
 
 bool al_remote_fs(int fd, const char **ret_name)
