@@ -345,6 +345,35 @@ static void test_a_delta_copies_no_more_than_the_caps(void **state)
         }
 }
 
+/* A file told changed alone (fsx_stage_delta's files) that is not a
+ * regular file, a FIFO or a device node put in a file's place on a shared
+ * volume, hands the version to a full staging without being opened.
+ * Before, it was opened first and its type checked after: a device node's
+ * open opened a device of this machine's. */
+static void test_a_told_file_that_is_no_regular_file_is_never_opened(void **state)
+{
+        ut *t = *state;
+        put_fifo(t->wfd, "fifo");
+        bool dev = put_null_device(t->wfd, "sub/dev");
+        const char *files[] = {"fifo", "sub/dev"};
+        for (size_t i = 0; i < (dev ? 2u : 1u); i++) {
+                int ifd = watch_opens(t->wfd, files[i]);
+                int dfd = open_dir(t->s.fd, "a");
+                fsx_manifest *m2 = NULL;
+                fsx_stage_stats st = {0};
+                airlock_error err = {0};
+                int r = fsx_stage_delta(dfd, NULL, 0, t->ws, NULL, 0, &files[i], 1, NULL, &lim,
+                                        (uid_t)-1, (gid_t)-1, t->m, &m2, &st, &err);
+                assert_int_equal(r, 1);
+                assert_null(m2);
+                assert_false(opened_since(ifd));
+                close(ifd);
+                close(dfd);
+        }
+        if (!dev)
+                skip(); /* the FIFO was checked; a device node needs root */
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -357,6 +386,8 @@ int main(void)
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_a_delta_copies_no_more_than_the_caps, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(
+                test_a_told_file_that_is_no_regular_file_is_never_opened, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
