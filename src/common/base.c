@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <time.h>
 
@@ -453,7 +454,9 @@ int al_open_regular(int dirfd, const char *name, int flags)
                 return -errno;
         struct statx sx;
         int r = statx(pfd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) < 0 ? -errno
-                : !(sx.stx_mask & STATX_TYPE) || !S_ISREG(sx.stx_mode)                  ? -EINVAL
+                : !(sx.stx_mask & STATX_TYPE)                                           ? -EINVAL
+                : S_ISLNK(sx.stx_mode)                                                  ? -ELOOP
+                : !S_ISREG(sx.stx_mode)                                                 ? -EINVAL
                                                                                         : 0;
         if (r == 0) {
                 char proc[32];
@@ -466,7 +469,9 @@ int al_open_regular(int dirfd, const char *name, int flags)
         return r;
 }
 
-bool al_remote_fs(int fd, const char **ret_name)
+/* The short name of a network or FUSE file system's magic number, or
+ * NULL. */
+static const char *remote_name(unsigned long magic)
 {
         static const struct {
                 unsigned long magic;
@@ -478,16 +483,29 @@ bool al_remote_fs(int fd, const char **ret_name)
             {0x73757245ul, "coda"}, {0x01161970ul, "gfs2"},   {0x7461636ful, "ocfs2"},
             {0x47504653ul, "gpfs"}, {0x0bd00bd0ul, "lustre"},
         };
+        for (size_t i = 0; i < ARRAY_SIZE(remote); i++)
+                if (magic == remote[i].magic)
+                        return remote[i].name;
+        return NULL;
+}
+
+bool al_remote_fs(int fd, const char **ret_name)
+{
         struct statfs sf;
         if (ret_name)
                 *ret_name = "unknown";
         if (fstatfs(fd, &sf) < 0)
                 return true;
-        for (size_t i = 0; i < ARRAY_SIZE(remote); i++)
-                if ((unsigned long)sf.f_type == remote[i].magic) {
-                        if (ret_name)
-                                *ret_name = remote[i].name;
-                        return true;
-                }
-        return false;
+        const char *name = remote_name((unsigned long)sf.f_type);
+        if (name && ret_name)
+                *ret_name = name;
+        return name != NULL;
+}
+
+bool al_foreign_devices(int fd)
+{
+        struct statfs sf;
+        if (fstatfs(fd, &sf) < 0)
+                return true;
+        return remote_name((unsigned long)sf.f_type) && !(sf.f_flags & ST_NODEV);
 }
