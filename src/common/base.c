@@ -462,8 +462,10 @@ int al_open_regular(int dirfd, const char *name, int flags)
                 char proc[32];
                 snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
                 r = open(proc, (flags & ~O_CREAT) | O_NOCTTY | O_CLOEXEC);
+                /* ENOENT here is /proc missing, never the file: a caller
+                 * must not take it for a file gone. */
                 if (r < 0)
-                        r = -errno;
+                        r = errno == ENOENT ? -EOPNOTSUPP : -errno;
         }
         close(pfd);
         return r;

@@ -156,7 +156,8 @@ bool al_foreign_devices(int fd);
  * again through that fd, which names that inode whatever is put at name
  * meanwhile. Returns the fd, -ENOENT when name is missing, -ELOOP when it
  * is a symbolic link (as O_NOFOLLOW says), -EINVAL when it is something
- * else (a folder, a FIFO, a socket, a device), or -errno. */
+ * else (a folder, a FIFO, a socket, a device), -EOPNOTSUPP without /proc,
+ * or -errno. */
 int al_open_regular(int dirfd, const char *name, int flags);
 
 /* Reads or writes all of len bytes, retrying on EINTR and short transfers. */
