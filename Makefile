@@ -226,7 +226,8 @@ $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libairlock.a | build/.deps-check
 # Fuzz corpus replays: each fuzzer's entry point built as a plain program.
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY_BIN := $(FUZZ_SRC:fuzz/fuzz_%.c=$(BUILD)/fuzz/replay_%)
-FUZZ_CLI_OBJ := $(BUILD)/src/cli/options.o $(BUILD)/src/mcp/tenants.o $(BUILD)/src/mcp/sha256.o
+FUZZ_CLI_OBJ := $(BUILD)/src/cli/options.o $(BUILD)/src/mcp/tenants.o $(BUILD)/src/mcp/sha256.o \
+                $(BUILD)/src/mcp/tenant_gen.o
 $(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay_main.c $(FUZZ_CLI_OBJ) $(BUILD)/libairlock.a
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"

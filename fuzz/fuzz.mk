@@ -23,11 +23,12 @@ FCFLAGS  := -O1 -g -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/lib -Isrc/common -Isrc
 # The guest module (guest.c, its table and the runtime, linked with
 # libpython) is the gcc build's, included as bytes by guest_blob.c: no
 # fuzzer starts a template.
-GUEST_OWN_SRC := src/lib/template/guest.c src/lib/template/guest_module.c
+GUEST_OWN_SRC := src/lib/template/guest.c src/lib/template/guest_module.c \
+                 src/lib/template/guest_heap.c
 GUEST_SO := build/guest/airlock-guest.so
 LIB_SRC  := $(filter-out $(GUEST_OWN_SRC),$(sort $(wildcard src/lib/*/*.c))) src/cli/options.c \
-            src/mcp/tenants.c src/mcp/sha256.c src/common/base.c \
-            src/common/jsonrpc.c
+            src/mcp/tenants.c src/mcp/sha256.c src/mcp/tenant_gen.c src/common/base.c \
+            src/common/jsonrpc.c src/common/trace.c src/common/curl_dl.c
 # EXTRA_OBJ: objects from the gcc build linked in uninstrumented, for a source
 # clang cannot compile at the moment (drop it from LIB_SRC on the command line).
 EXTRA_OBJ ?=

@@ -1,10 +1,13 @@
-/* Error records, bounded buffers, full reads and writes, UTF-8 and base64
- * (base.h). */
+/* Error records, bounded buffers, full reads and writes, a regular file's
+ * open, UTF-8 and base64 (base.h). */
 #include "base.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <time.h>
 
@@ -444,7 +447,33 @@ ssize_t al_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_
         return n;
 }
 
-bool al_remote_fs(int fd, const char **ret_name)
+int al_open_regular(int dirfd, const char *name, int flags)
+{
+        int pfd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (pfd < 0)
+                return -errno;
+        struct statx sx;
+        int r = statx(pfd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) < 0 ? -errno
+                : !(sx.stx_mask & STATX_TYPE)                                           ? -EINVAL
+                : S_ISLNK(sx.stx_mode)                                                  ? -ELOOP
+                : !S_ISREG(sx.stx_mode)                                                 ? -EINVAL
+                                                                                        : 0;
+        if (r == 0) {
+                char proc[32];
+                snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
+                r = open(proc, (flags & ~O_CREAT) | O_NOCTTY | O_CLOEXEC);
+                /* ENOENT here is /proc missing, never the file: a caller
+                 * must not take it for a file gone. */
+                if (r < 0)
+                        r = errno == ENOENT ? -EOPNOTSUPP : -errno;
+        }
+        close(pfd);
+        return r;
+}
+
+/* The short name of a network or FUSE file system's magic number, or
+ * NULL. */
+static const char *remote_name(unsigned long magic)
 {
         static const struct {
                 unsigned long magic;
@@ -456,16 +485,29 @@ bool al_remote_fs(int fd, const char **ret_name)
             {0x73757245ul, "coda"}, {0x01161970ul, "gfs2"},   {0x7461636ful, "ocfs2"},
             {0x47504653ul, "gpfs"}, {0x0bd00bd0ul, "lustre"},
         };
+        for (size_t i = 0; i < ARRAY_SIZE(remote); i++)
+                if (magic == remote[i].magic)
+                        return remote[i].name;
+        return NULL;
+}
+
+bool al_remote_fs(int fd, const char **ret_name)
+{
         struct statfs sf;
         if (ret_name)
                 *ret_name = "unknown";
         if (fstatfs(fd, &sf) < 0)
                 return true;
-        for (size_t i = 0; i < ARRAY_SIZE(remote); i++)
-                if ((unsigned long)sf.f_type == remote[i].magic) {
-                        if (ret_name)
-                                *ret_name = remote[i].name;
-                        return true;
-                }
-        return false;
+        const char *name = remote_name((unsigned long)sf.f_type);
+        if (name && ret_name)
+                *ret_name = name;
+        return name != NULL;
+}
+
+bool al_foreign_devices(int fd)
+{
+        struct statfs sf;
+        if (fstatfs(fd, &sf) < 0)
+                return true;
+        return remote_name((unsigned long)sf.f_type) && !(sf.f_flags & ST_NODEV);
 }

@@ -140,6 +140,25 @@ uint64_t al_now_ns(void);
  * kernel's inotify never reports. An fd fstatfs refuses counts as one.
  * *ret_name (may be NULL): its short name. */
 bool al_remote_fs(int fd, const char **ret_name);
+/* Whether fd's file system may hold device nodes that another machine
+ * made and this one would open as its own devices: a network or FUSE one
+ * (al_remote_fs) mounted without nodev. An fd fstatfs refuses counts as
+ * one. One fstatfs. */
+bool al_foreign_devices(int fd);
+/* Contract: opens the entry name of the folder dirfd with flags (O_RDONLY
+ * or O_RDWR, never O_CREAT; O_CLOEXEC is added) only when it is a regular
+ * file, and never opens anything else: a FIFO would hold the open until a
+ * writer came, and a device node (on a volume other machines write, which
+ * any of them may put there) opens a device of this machine's. It is
+ * looked up without being opened (O_PATH, no link followed), its type read
+ * from that lookup (AT_STATX_DONT_SYNC: an inode's type never changes, and
+ * a network file system then asks its server nothing more), and opened
+ * again through that fd, which names that inode whatever is put at name
+ * meanwhile. Returns the fd, -ENOENT when name is missing, -ELOOP when it
+ * is a symbolic link (as O_NOFOLLOW says), -EINVAL when it is something
+ * else (a folder, a FIFO, a socket, a device), -EOPNOTSUPP without /proc,
+ * or -errno. */
+int al_open_regular(int dirfd, const char *name, int flags);
 
 /* Reads or writes all of len bytes, retrying on EINTR and short transfers. */
 ssize_t al_read_full(int fd, void *buf, size_t len);

@@ -175,6 +175,17 @@ static bool handle_listen(mcp_server *srv, const mcp_request *rq)
 }
 
 /* Returns whether a call was started (it answers later). */
+/* The bytes of a progress token (a string or an integer) as JSON. */
+static size_t token_json_len(const json_t *token)
+{
+        if (json_is_string(token) && json_string_length(token) > PROGRESS_TOKEN_MAX)
+                return json_string_length(token) + 2; /* no need to write it out */
+        char *text = json_dumps(token, JSON_ENCODE_ANY | JSON_COMPACT);
+        size_t n = text ? strlen(text) : SIZE_MAX;
+        free(text);
+        return n;
+}
+
 static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
 {
         const json_t *id = rq->id, *params = rq->params;
@@ -215,6 +226,13 @@ static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
         const json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
         if (!json_is_string(token) && !json_is_integer(token))
                 token = NULL;
+        if (token && token_json_len(token) > PROGRESS_TOKEN_MAX) {
+                mcp_send_error(srv, rq->sink, id, RPC_INVALID_PARAMS,
+                               "_meta.progressToken is over %d bytes as JSON "
+                               "(PROGRESS_TOKEN_MAX): every progress notification carries it",
+                               PROGRESS_TOKEN_MAX);
+                return false;
+        }
         mcp_call *c = calloc(1, sizeof(*c));
         if (c) {
                 c->cancel_fd = -1;

@@ -31,6 +31,11 @@
 
 #define MCP_MAX_CALLS     64  /* tools/call in progress at once */
 #define PROGRESS_LINE_MAX 200 /* bytes of the latest output line in "message" */
+/* Bytes of a call's _meta.progressToken as JSON: every progress
+ * notification carries it, four a second while the run prints, so a token
+ * of --max-body's size made one request that many times its bytes of
+ * answer a second (held in memory for a client that reads slowly). */
+#define PROGRESS_TOKEN_MAX 256
 
 /* One version of the configuration and what the server made from it. A
  * request takes a reference on the current version at its start and drops

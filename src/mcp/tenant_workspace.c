@@ -250,6 +250,28 @@ static int lock_until(int fd, int cmd, uint64_t deadline)
         }
 }
 
+/* The tenant's state file DIR/.airlock/NAME, opened read-write, made 0600
+ * when missing: only ever a regular file (al_open_regular). Any host of a
+ * shared volume may put a FIFO or a device node there, which would hold
+ * the open for ever or open, and have the record written to, a device of
+ * this machine's. Returns the fd, -EINVAL for anything but a regular file,
+ * or -errno. */
+static int state_open(mcp_workspaces *w, const char *tenant)
+{
+        for (int tries = 0; tries < 2; tries++) {
+                int fd = al_open_regular(w->statefd, tenant, O_RDWR);
+                if (fd != -ENOENT)
+                        return fd;
+                /* O_EXCL: made here, so a regular file; a name made
+                 * meanwhile by another host is opened as above. */
+                fd = openat(w->statefd, tenant, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                            0600);
+                if (fd >= 0 || errno != EEXIST)
+                        return fd >= 0 ? fd : -errno;
+        }
+        return -EAGAIN;
+}
+
 /* Contract: takes the tenant's lock that holds across processes and hosts
  * sharing DIR: a POSIX record lock (open file description lock where the
  * file system takes one, else a process-associated one; NFS, GlusterFS and
@@ -272,12 +294,15 @@ static int tenant_lock(mcp_workspaces *w, const char *tenant, ws_held *h, airloc
                 pthread_mutex_lock(h->stripe);
                 return 0;
         }
-        int fd = openat(w->statefd, tenant, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0) {
-                int e = errno;
-                return al_error(err, -e, NULL, "the server cannot open your workspace's lock: %s",
-                                strerror(e));
-        }
+        int fd = state_open(w, tenant);
+        if (fd == -EINVAL)
+                return al_error(err, fd, NULL,
+                                "the server cannot lock your workspace: its lock file (in "
+                                "--tenants-dir's .airlock) is not a regular file, which is "
+                                "never opened; the server's operator must remove it");
+        if (fd < 0)
+                return al_error(err, fd, NULL, "the server cannot open your workspace's lock: %s",
+                                strerror(-fd));
         uint64_t deadline = al_now_ns() + (uint64_t)WS_LOCK_WAIT_S * 1000000000ull;
         int r = lock_until(fd, F_OFD_SETLK, deadline);
         if (r == -EINVAL) {
@@ -383,7 +408,9 @@ int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change
         uint64_t gen = 0;
         bool read = false;
         int r = 1;
-        int fd = exists ? openat(w->statefd, tenant, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        /* Never anything but a regular file (state_open): a FIFO there
+         * would hold this call in open for ever. */
+        int fd = exists && S_ISREG(st.st_mode) ? al_open_regular(w->statefd, tenant, O_RDONLY) : -1;
         if (fd >= 0) {
                 r = tenant_gen_since(fd, since, known, ret, &gen, &read);
                 close(fd);

@@ -493,6 +493,67 @@ def test_progress_streams_as_sse():
         assert result_of(body)["content"][0]["text"] == "5\n"
 
 
+def test_a_progress_token_is_capped():
+    """Every progress notification carries the call's progressToken, four a
+    second while the run prints: a token of --max-body's 4 MiB made one
+    request 16 MiB a second of answer for as long as the run lasted (480
+    MiB at the default --timeout of 30 s), held in the server's memory for
+    a client that reads slowly. A token over PROGRESS_TOKEN_MAX (256 bytes
+    as JSON) is refused as invalid params, naming the cap; one at the cap
+    streams as any other. Before, the long token's call ran and its stream
+    carried the token in every notification."""
+    printing = "import time\nfor i in range(3):\n print(i, flush=True)\n time.sleep(0.4)"
+    with serve() as s:
+        long = "p" * 100000
+        status, h, body = s.call(printing, progressToken=long)
+        assert status == 200 and len(body) < 4096, (status, h, len(body))
+        m = json.loads(body)
+        assert m["error"]["code"] == -32602 and "PROGRESS_TOKEN_MAX" in m["error"]["message"], m
+        # At the cap, as JSON (the quotes count): streamed, each
+        # notification carrying it.
+        at = "q" * 254
+        status, h, body = s.call(printing, progressToken=at)
+        assert status == 200 and h["content-type"] == "text/event-stream", (status, h)
+        events = [json.loads(l[6:]) for l in body.decode().splitlines() if l.startswith("data: ")]
+        assert events[-1]["result"]["content"][0]["text"] == "0\n1\n2\n", events[-1]
+        assert all(e["params"]["progressToken"] == at for e in events[:-1]), events
+        status, _, body = s.call("print(1)", progressToken="q" * 255)
+        assert "PROGRESS_TOKEN_MAX" in json.loads(body)["error"]["message"], body
+
+
+def test_the_peer_listener_reads_no_body_before_its_signature():
+    """--peer-listen takes no token, and the bodies it holds count in the
+    one --max-body-total that the clients' listener shares. A request
+    without the cluster secret's signature is refused on its headers (401)
+    before a byte of its body is read: before, its body was read and held
+    first (a body may take twice --http-timeout to come), so that anyone who
+    could reach the peer port held the budget with a few unsigned bodies,
+    and every client's call on --listen was 503 "too many request bodies
+    held at once" meanwhile."""
+    d = tmpdir()
+    key = os.path.join(d, "cluster")
+    with open(key, "w") as f:
+        f.write("0123456789abcdef0123456789abcdef\n")
+    with serve("--peer-listen", "127.0.0.1:0", "--secret", f"K=file:{key}@peer",
+               "--max-body", "65536", "--max-body-total", "131072", "--http-timeout", "5") as s:
+        port = next(int(re.search(r"\(port (\d+)\)", l).group(1)) for l in s.lines
+                    if "takes peers' calls on" in l)
+        held = []
+        for _ in range(3):
+            k = socket.create_connection(("127.0.0.1", port), timeout=60)
+            k.sendall(b"POST /peer/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Airlock-Peer-From: x\r\nAirlock-Peer-Tenant: -\r\n"
+                      b"Content-Length: 65536\r\n\r\n" + b" " * 60000)
+            held.append(k)
+        for k in held:
+            got = k.recv(4096)
+            assert got.startswith(b"HTTP/1.1 401"), got
+        status, _, body = s.call("print(6 * 7)")
+        assert status == 200 and result_of(body)["content"][0]["text"] == "42\n", (status, body)
+        for k in held:
+            k.close()
+
+
 def test_metrics_and_log_lines_add_up():
     with serve() as s:
         assert s.call("print(1)")[0] == 200

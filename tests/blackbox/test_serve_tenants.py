@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -306,6 +307,79 @@ def test_a_lock_held_elsewhere_fails_one_tenants_write_in_time_and_no_one_elses(
         r = tool(s, TOK_A, "workspace_list", {})
         assert [f["path"] for f in r["structuredContent"]["files"]] == ["a.txt"], r
         assert not write(s, TOK_A, [{"path": "b.txt", "text": "b"}])["isError"]
+
+
+def opened(path):
+    """An inotify watch of path for IN_OPEN, and a function that says
+    whether anyone on this machine opened it since (a device node's open is
+    an event as a file's is)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    ifd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert ifd >= 0 and libc.inotify_add_watch(ifd, path.encode(), 0x20) >= 0  # IN_OPEN
+
+    def since():
+        try:
+            return len(os.read(ifd, 4096)) > 0
+        except BlockingIOError:
+            return False
+    return since
+
+
+def test_a_state_file_that_is_not_a_regular_file_is_never_opened():
+    """DIR/.airlock/TENANT is the server's own, but on shared storage any
+    host of the volume (or anyone with access to it) may put something else
+    there: a FIFO, or a device node, which on a volume mounted without
+    nodev opens this host's own device. Never opened: the tenant's calls go
+    on, reading its tree in full (the record is only a hint), and its
+    writes are refused, nothing written, naming the state file. Before, a
+    FIFO there held every call of the tenant for ever (the record's read
+    waited in open for a writer, outside any call's bound), and a device
+    there was opened read-write at the tenant's next write and the record
+    written to it: with a block device and a server running as root, this
+    host's own disk."""
+    d = tmpdir()
+    tok = tokens_file(d, [f"{TOK_A} acme", f"{TOK_B} beta"])
+    tdir = os.path.join(d, "t")
+    state = os.path.join(tdir, ".airlock", "acme")
+    ls = "import os\nprint(sorted(os.listdir('/input')))"
+    with serve("--tokens", tok, "--tenants-dir", tdir) as s:
+        assert not write(s, TOK_A, [{"path": "a.txt", "text": "a"}])["isError"]
+        os.unlink(state)
+        os.mkfifo(state, 0o600)
+        was_opened = opened(state)
+        got = {}
+
+        def call():
+            got["r"] = tool(s, TOK_A, "execute_code", {"code": ls})
+        th = threading.Thread(target=call)
+        th.start()
+        th.join(60)  # a bound against a hang, not a measure
+        if th.is_alive():
+            os.close(os.open(state, os.O_RDWR))  # lets the held open go
+            th.join(60)
+            assert False, "a FIFO as the state file holds the tenant's call for ever"
+        assert not got["r"]["isError"] and text(got["r"]) == "['a.txt']\n", got["r"]
+        assert not was_opened(), "the FIFO was opened"
+        r = write(s, TOK_A, [{"path": "b.txt", "text": "b"}])
+        assert r["isError"] and "not a regular file" in text(r), r
+        assert not was_opened(), "the FIFO was opened"
+        # A device node: /dev/full's numbers, harmless to open here.
+        os.unlink(state)
+        os.mknod(state, 0o600 | stat.S_IFCHR, os.makedev(1, 7))
+        was_opened = opened(state)
+        assert code(s, TOK_A, ls) == "['a.txt']\n"
+        r = write(s, TOK_A, [{"path": "b.txt", "text": "b"}])
+        assert r["isError"] and "not a regular file" in text(r) and \
+            "nothing was written" in text(r), r
+        assert not was_opened(), "the device was opened"
+        assert sorted(os.listdir(os.path.join(tdir, "acme"))) == ["a.txt"]
+        # Another tenant is not concerned; the operator's fix (the node
+        # removed) gives the tenant its writes back.
+        assert not write(s, TOK_B, [{"path": "b.txt", "text": "b"}])["isError"]
+        os.unlink(state)
+        assert not write(s, TOK_A, [{"path": "b.txt", "text": "b"}])["isError"]
+        assert code(s, TOK_A, ls) == "['a.txt', 'b.txt']\n"
 
 
 def test_hostile_upload_paths_are_refused_and_change_nothing():

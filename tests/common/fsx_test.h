@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/un.h>
@@ -121,6 +123,32 @@ static inline void put_fifo(int dfd, const char *rel)
 {
         if (mkfifoat(dfd, rel, 0644) < 0)
                 fail_msg("mkfifo %s: %s", rel, strerror(errno));
+}
+
+/* A character device node at rel with /dev/null's numbers (harmless to
+ * open); false where this process may not make one (not root, nodev). */
+static inline bool put_null_device(int dfd, const char *rel)
+{
+        return mknodat(dfd, rel, S_IFCHR | 0644, makedev(1, 3)) == 0;
+}
+
+/* An inotify instance watching rel for IN_OPEN: opened_since(fd) then says
+ * whether anything opened it (a device node's or a FIFO's open is an event
+ * as a file's is). */
+static inline int watch_opens(int dfd, const char *rel)
+{
+        int ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dfd, rel);
+        if (ifd < 0 || inotify_add_watch(ifd, path, IN_OPEN) < 0)
+                fail_msg("inotify on %s: %s", rel, strerror(errno));
+        return ifd;
+}
+
+static inline bool opened_since(int ifd)
+{
+        char buf[4096];
+        return read(ifd, buf, sizeof(buf)) > 0;
 }
 
 /* A bound Unix socket at dir/rel (dir is an absolute path). */

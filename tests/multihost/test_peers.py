@@ -331,11 +331,13 @@ def sign(key, body, tenant="acme", ts=None, nonce=None, frm="x",
          accept="application/json", to="a"):
     ts = str(int(time.time()) if ts is None else ts)
     nonce = nonce or secrets.token_hex(16)
+    digest = hashlib.sha256(body).hexdigest()
     msg = "\n".join(["airlock-peer-2", "POST", "/peer/mcp", frm, to, tenant, accept, ts, nonce,
-                     hashlib.sha256(body).hexdigest()]).encode()
+                     digest]).encode()
     return {"Accept": accept, "Airlock-Peer-From": frm, "Airlock-Peer-Tenant": tenant,
             "Airlock-Peer-Time": ts, "Airlock-Peer-Nonce": nonce,
-            "Airlock-Peer-Signature": hmac.new(key, msg, hashlib.sha256).hexdigest()}
+            "Airlock-Peer-Signature": hmac.new(key, msg, hashlib.sha256).hexdigest(),
+            "Airlock-Peer-Body-SHA256": digest}
 
 
 def test_peer_requests_refused():
@@ -357,7 +359,10 @@ def test_peer_requests_refused():
 
     refused({}, "unsigned")
     refused(sign(b"not the cluster secret at all", body), "bad signature")
-    refused(sign(c.secret, body), "bad signature", body.replace(b"peer ok", b"peer ko"))
+    # Another body than the one its signed headers name (they are checked
+    # before the body is read, the body against them once it came).
+    refused(sign(c.secret, body), "its body is not the one its signed headers name",
+            body.replace(b"peer ok", b"peer ko"))
     refused(sign(c.secret, body, ts=int(time.time()) - 600), "expired")
     refused(sign(c.secret, body, ts=int(time.time()) + 600), "expired")
     good = sign(c.secret, body)

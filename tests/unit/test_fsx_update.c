@@ -288,6 +288,50 @@ static void test_a_file_replaced_while_staged_is_staged_again(void **state)
         fsx_manifest_free(m2);
 }
 
+/* A device node put in a file's place between its listing and its open,
+ * on a file system where another machine may have made it (a network or
+ * FUSE one mounted without nodev, here forced): never opened, and what is
+ * staged is the tree as the staging tried again finds it. Before, the walk
+ * opened what the listing had said was a file, and checked its type
+ * after. */
+static int swapped = -1; /* the inotify fd watching the node, once made */
+static void swap_in_device(int parent_fd, const char *name)
+{
+        if (swapped >= 0 || strcmp(name, "a.txt") != 0)
+                return;
+        assert_int_equal(unlinkat(parent_fd, "a.txt", 0), 0);
+        if (!put_null_device(parent_fd, "a.txt"))
+                put_fifo(parent_fd, "a.txt"); /* not root: a FIFO's open shows alike */
+        swapped = watch_opens(parent_fd, "a.txt");
+}
+
+static void test_a_device_put_in_a_files_place_after_its_listing_is_never_opened(void **state)
+{
+        ut *t = *state;
+        fsx_source src = {t->ws, NULL};
+        fsx_staging fresh;
+        int fd = -1;
+        airlock_error err = {0};
+        swapped = -1;
+        fsx_force_foreign_devices = true;
+        fsx_stage_file_hook = swap_in_device;
+        int r = fsx_staging_create(t->s.path, &src, 1, &lim, (uid_t)-1, (gid_t)-1, -1, NULL, &fresh,
+                                   &fd, NULL, &err);
+        fsx_stage_file_hook = NULL;
+        fsx_force_foreign_devices = false;
+        assert_true(swapped >= 0);
+        assert_false(opened_since(swapped));
+        close(swapped);
+        assert_int_equal(r, 0);
+        struct stat st;
+        assert_int_equal(fstatat(fd, "a.txt", &st, AT_SYMLINK_NOFOLLOW), -1); /* skipped */
+        char *b = get_file(fd, "sub/b.txt");
+        assert_string_equal(b, "world");
+        free(b);
+        close(fd);
+        fsx_staging_remove(&fresh);
+}
+
 /* Bytes and files copied into a directory of the copy, not counting "." */
 static void tally(int dfd, const char *rel, uint64_t *bytes, uint64_t *files)
 {
@@ -345,6 +389,35 @@ static void test_a_delta_copies_no_more_than_the_caps(void **state)
         }
 }
 
+/* A file told changed alone (fsx_stage_delta's files) that is not a
+ * regular file, a FIFO or a device node put in a file's place on a shared
+ * volume, hands the version to a full staging without being opened.
+ * Before, it was opened first and its type checked after: a device node's
+ * open opened a device of this machine's. */
+static void test_a_told_file_that_is_no_regular_file_is_never_opened(void **state)
+{
+        ut *t = *state;
+        put_fifo(t->wfd, "fifo");
+        bool dev = put_null_device(t->wfd, "sub/dev");
+        const char *files[] = {"fifo", "sub/dev"};
+        for (size_t i = 0; i < (dev ? 2u : 1u); i++) {
+                int ifd = watch_opens(t->wfd, files[i]);
+                int dfd = open_dir(t->s.fd, "a");
+                fsx_manifest *m2 = NULL;
+                fsx_stage_stats st = {0};
+                airlock_error err = {0};
+                int r = fsx_stage_delta(dfd, NULL, 0, t->ws, NULL, 0, &files[i], 1, NULL, &lim,
+                                        (uid_t)-1, (gid_t)-1, t->m, &m2, &st, &err);
+                assert_int_equal(r, 1);
+                assert_null(m2);
+                assert_false(opened_since(ifd));
+                close(ifd);
+                close(dfd);
+        }
+        if (!dev)
+                skip(); /* the FIFO was checked; a device node needs root */
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -357,6 +430,11 @@ int main(void)
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_a_delta_copies_no_more_than_the_caps, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(
+                test_a_told_file_that_is_no_regular_file_is_never_opened, setup, teardown),
+            cmocka_unit_test_setup_teardown(
+                test_a_device_put_in_a_files_place_after_its_listing_is_never_opened, setup,
+                teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -237,6 +237,37 @@ static void test_told_files_sign_as_a_walk(void **state)
         fsx_sig_state_free(&st);
 }
 
+/* A told file that is not a regular file (a FIFO, or a device node that
+ * any host of a shared volume may put in a file's place, which opens a
+ * device of this machine's) is refused, the tree read in full, and never
+ * opened. Before, the told file was opened first and its type checked
+ * after. */
+static void test_a_told_file_that_is_no_regular_file_is_never_opened(void **state)
+{
+        wt *t = *state;
+        fsx_sig_state st = {0};
+        char hex[FSX_SIGNATURE_HEX];
+        airlock_error err = {0};
+        assert_int_equal(fsx_tree_signature_hooked(t->ws, &lim, 4096, NULL, &st, hex, &err), 0);
+        put_fifo(t->wfd, "fifo");
+        bool dev = put_null_device(t->wfd, "sub/dev");
+        int root = open(t->ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(root >= 0);
+        fsx_file_change v[] = {{.rel = "fifo", .size = 0}, {.rel = "sub/dev", .size = 0}};
+        fsx_content_hash("", 0, v[0].hex);
+        fsx_content_hash("", 0, v[1].hex);
+        for (size_t i = 0; i < (dev ? 2u : 1u); i++) {
+                int ifd = watch_opens(t->wfd, v[i].rel);
+                assert_int_equal(fsx_tree_signature_files(root, &st, &v[i], 1, &lim, 4096, hex), 1);
+                assert_false(opened_since(ifd));
+                close(ifd);
+        }
+        close(root);
+        fsx_sig_state_free(&st);
+        if (!dev)
+                skip(); /* the FIFO was checked; a device node needs root */
+}
+
 /* A folder in two trees (the workspace and a mount of one of its folders)
  * has one watch descriptor: an edit in it signs it again in both. */
 static void test_a_folder_in_two_trees(void **state)
@@ -438,6 +469,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_file_events_sign_one_directory, setup, teardown),
             cmocka_unit_test_setup_teardown(test_told_folders_sign_only_those, setup, teardown),
             cmocka_unit_test_setup_teardown(test_told_files_sign_as_a_walk, setup, teardown),
+            cmocka_unit_test_setup_teardown(
+                test_a_told_file_that_is_no_regular_file_is_never_opened, setup, teardown),
             cmocka_unit_test_setup_teardown(test_a_folder_in_two_trees, setup, teardown),
             cmocka_unit_test_setup_teardown(test_create_delete_rename, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dir_moved_out, setup, teardown),

@@ -46,6 +46,11 @@ typedef struct fsx_item {
         ino_t ino;            /* inode number from the listing */
         dev_t root_dev;       /* st_dev of the walk's root */
         uint32_t depth;       /* depth of the parent directory; the root is 0 */
+        /* The root's file system may hold device nodes another machine
+         * made (al_foreign_devices): fsx_open_listed checks a file's type
+         * before it opens it, since a device node put in its place between
+         * the listing and the open would open this machine's device. */
+        bool foreign_devices;
 } fsx_item;
 
 typedef struct fsx_walk_ops {
@@ -112,6 +117,9 @@ typedef struct fsx_hash {
 /* Whether the size bytes of fd hash (as the tree signature hashes a small
  * file's content) to hex. */
 bool fsx_content_hash_is(int fd, uint64_t size, const char hex[33]);
+/* Test hook: every walk takes its root's file system as one that may hold
+ * device nodes another machine made (fsx_item.foreign_devices). */
+extern bool fsx_force_foreign_devices;
 void fsx_hash_init(fsx_hash *h);
 void fsx_hash_update(fsx_hash *h, const void *data, size_t len);
 void fsx_hash_u64(fsx_hash *h, uint64_t v);

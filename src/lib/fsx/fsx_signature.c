@@ -635,8 +635,9 @@ static int apply_file(sig_ctx *c, fsx_sig_dir *d, int dfd, const struct stat *ds
                 d->n_files--;
                 return 0;
         }
-        _cleanup_close_ int fd =
-            openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        /* Only ever a regular file: a device node put in its place (any
+         * host of a shared volume may) opens a device of this machine's. */
+        _cleanup_close_ int fd = al_open_regular(dfd, name, O_RDONLY | O_NONBLOCK);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != dst->st_dev ||
             (uint64_t)st.st_size != f->size)

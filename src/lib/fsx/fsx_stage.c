@@ -1587,10 +1587,11 @@ static int delta_file(delta_ctx *d, const char *path)
                 d->listed--;
                 d->bytes -= (uint64_t)m->size;
         }
-        _cleanup_close_ int in =
-            openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        /* Only ever a regular file: a device node put in its place (any
+         * host of a shared volume may) opens a device of this machine's. */
+        _cleanup_close_ int in = al_open_regular(sfd, name, O_RDONLY | O_NONBLOCK);
         if (in < 0) {
-                if (errno != ENOENT || !m)
+                if (in != -ENOENT || !m)
                         return 1;
                 if (unlinkat(tfd, name, 0) < 0 && errno != ENOENT)
                         return 1;
@@ -1599,7 +1600,7 @@ static int delta_file(delta_ctx *d, const char *path)
                 return 0;
         }
         if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != d->root_dev)
-                return 1; /* a FIFO (opened without blocking) is skipped by a full staging */
+                return 1; /* another file system (a mount point): a full staging names it */
         d->listed++;
         d->bytes += (uint64_t)st.st_size;
         if (d->listed > c->lim->max_files || (uint64_t)st.st_size > c->lim->max_bytes ||

@@ -382,6 +382,7 @@ static struct curl_slist *job_headers(fwd_job *j, const http_peer_headers *ph)
         ADD("Airlock-Peer-Time: %s", ph->ts);
         ADD("Airlock-Peer-Nonce: %s", ph->nonce);
         ADD("Airlock-Peer-Signature: %s", ph->sig);
+        ADD("Airlock-Peer-Body-SHA256: %s", ph->body);
         if (j->version[0])
                 ADD("MCP-Protocol-Version: %s", j->version);
 #undef ADD
@@ -635,6 +636,7 @@ static const char *cancel_one(http_server *s, const http_peer *to, const char *t
                                  {"Airlock-Peer-Time", ph.ts},
                                  {"Airlock-Peer-Nonce", ph.nonce},
                                  {"Airlock-Peer-Signature", ph.sig},
+                                 {"Airlock-Peer-Body-SHA256", ph.body},
                                  {"MCP-Protocol-Version", version}};
         struct curl_slist *hdr = NULL, *t = NULL;
         for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {

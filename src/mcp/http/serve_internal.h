@@ -108,6 +108,7 @@ typedef struct http_peer_headers {
         char ts[24];
         char nonce[33];
         char sig[65];
+        char body[65]; /* SHA-256 of the body, hex: Airlock-Peer-Body-SHA256 */
 } http_peer_headers;
 
 typedef struct http_server {
@@ -227,6 +228,7 @@ typedef struct http_request {
         char method[48], tool[48];
         bool has_session;
         bool peer;                          /* came on --peer-listen */
+        char peer_body[65];                 /* the body's SHA-256 its signed headers named (peer) */
         char peer_to[MCP_INSTANCE_MAX + 1]; /* forwarded to this instance, or "" */
         /* The request's JSON-RPC id (a reference), for an answer this
          * transport makes itself ("request cancelled"), or NULL. */
@@ -400,6 +402,10 @@ enum MHD_Result http_peer_route(struct MHD_Connection *c, http_request *rq, cons
 /* A peer request's body is in: true when its signature holds (rq->owner
  * is its tenant), else false with the refusal queued in *ret and logged. */
 bool http_peer_admit(struct MHD_Connection *c, http_request *rq, enum MHD_Result *ret);
+/* Contract: true only when the body that came is the one whose SHA-256 the
+ * request's signed headers named (http_peer_admit checked them before a
+ * byte of it was read); otherwise *ret is the refusal. */
+bool http_peer_body_ok(struct MHD_Connection *c, http_request *rq, enum MHD_Result *ret);
 /* serve.c's parser of ADDR:PORT and [V6ADDR]:PORT. */
 int http_parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *sl, bool *loopback,
                       airlock_error *err);

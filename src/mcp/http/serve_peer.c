@@ -278,19 +278,23 @@ static bool cluster_mac(http_server *s, const char *msg, size_t n, char out[65])
  * cluster secret of every part that says what the request does and for
  * whom. Returns false when no secret is loaded. */
 static bool peer_mac(http_server *s, const char *from, const char *to, const char *tenant,
-                     const char *accept, const char *ts, const char *nonce, const char *body,
-                     size_t len, char out[65])
+                     const char *accept, const char *ts, const char *nonce, const char *body_hex,
+                     char out[65])
 {
-        uint8_t h[32];
-        char body_hex[65];
-        mcp_sha256(body ? body : "", len, h);
-        hex(h, 32, body_hex);
         char msg[600];
         int n = snprintf(msg, sizeof(msg), "airlock-peer-2\nPOST\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n%s",
                          PEER_PATH, from, to, tenant, accept, ts, nonce, body_hex);
         if (n < 0 || (size_t)n >= sizeof(msg))
                 return false;
         return cluster_mac(s, msg, (size_t)n, out);
+}
+
+/* The SHA-256 of a body, hex. */
+static void body_sha(const char *body, size_t len, char out[65])
+{
+        uint8_t h[32];
+        mcp_sha256(body ? body : "", len, h);
+        hex(h, 32, out);
 }
 
 int http_peer_sign(http_server *s, const char *to, const char *tenant, const char *accept,
@@ -302,8 +306,8 @@ int http_peer_sign(http_server *s, const char *to, const char *tenant, const cha
         hex(nonce, sizeof(nonce), h->nonce);
         snprintf(h->ts, sizeof(h->ts), "%lld", (long long)time(NULL));
         snprintf(h->tenant, sizeof(h->tenant), "%s", tenant && *tenant ? tenant : "-");
-        return peer_mac(s, s->opt.instance, to, h->tenant, accept, h->ts, h->nonce, body, len,
-                        h->sig)
+        body_sha(body, len, h->body);
+        return peer_mac(s, s->opt.instance, to, h->tenant, accept, h->ts, h->nonce, h->body, h->sig)
                    ? 0
                    : -ENOKEY;
 }
@@ -479,19 +483,24 @@ bool http_peer_trace(const http_request *rq, struct MHD_Connection *c, al_trace_
         return al_trace_parse(tp, state, bag, ret) == 0;
 }
 
-/* Whether sig is right for the request as signed for instance to. */
+/* Whether sig is right for the request as signed for instance to, its
+ * body's SHA-256 the one its headers name (checked against the body once
+ * it came, http_peer_body_ok). */
 static bool signed_for(http_request *rq, const char *to, const char *from, const char *tenant,
                        const char *accept, const char *ts, const char *nonce, const char *sig)
 {
         char want[65];
-        return peer_mac(rq->srv, from, to, tenant, accept, ts, nonce, rq->body.data, rq->body.len,
-                        want) &&
+        return peer_mac(rq->srv, from, to, tenant, accept, ts, nonce, rq->peer_body, want) &&
                same_time(want, sig, 64);
 }
 
 /* Contract: true only for a request signed with this server's cluster
  * secret for this very instance (never one signed for another, captured on
- * its way there and sent here), over this very body, tenant and Accept,
+ * its way there and sent here), over the SHA-256 of its body that its
+ * headers name (the body itself is checked when it came,
+ * http_peer_body_ok: this runs on the headers alone, so that no one
+ * without the secret has a byte of a body read and held, out of the
+ * --max-body-total that the clients' listener shares), tenant and Accept,
  * within PEER_SKEW_S seconds
  * of this server's clock, whose nonce was not seen in that window, of a
  * tenant within its PEER_TENANT_MAX (else *busy too); the tenant (which
@@ -505,14 +514,17 @@ static bool peer_check(http_request *rq, struct MHD_Connection *c, char *why, si
         const char *sig = H("Airlock-Peer-Signature"), *ts = H("Airlock-Peer-Time");
         const char *nonce = H("Airlock-Peer-Nonce"), *tenant = H("Airlock-Peer-Tenant");
         const char *from = H("Airlock-Peer-From"), *accept = H("Accept");
-        const char *to = H("Airlock-Peer-To");
+        const char *to = H("Airlock-Peer-To"), *body = H("Airlock-Peer-Body-SHA256");
 #undef H
-        if (!sig || !ts || !nonce || !tenant || !from)
+        if (!sig || !ts || !nonce || !tenant || !from || !body)
                 return say(why, n,
                            "unsigned (no Airlock-Peer-Signature, -Time, -Nonce, "
-                           "-Tenant and -From)");
+                           "-Tenant, -From and -Body-SHA256)");
         char *end = NULL;
         long long t = strtoll(ts, &end, 10), now = (long long)time(NULL);
+        if (!is_hex(body, 64))
+                return say(why, n, "malformed signature headers");
+        snprintf(rq->peer_body, sizeof(rq->peer_body), "%s", body);
         if (!is_hex(sig, 64) || !is_hex(nonce, 32) || !*ts || *end ||
             !mcp_instance_valid(from, strlen(from)) || strlen(tenant) > TENANT_NAME_MAX)
                 return say(why, n, "malformed signature headers");
@@ -573,6 +585,26 @@ bool http_peer_admit(struct MHD_Connection *c, http_request *rq, enum MHD_Result
         return false;
 }
 
+bool http_peer_body_ok(struct MHD_Connection *c, http_request *rq, enum MHD_Result *ret)
+{
+        char got[65];
+        body_sha(rq->body.data, rq->body.len, got);
+        if (same_time(got, rq->peer_body, 64))
+                return true;
+        rq->owner[0] = '\0';
+        fprintf(stderr,
+                "airlock serve: peer request from %s refused: its body is not the one its signed "
+                "headers name (Airlock-Peer-Body-SHA256)\n",
+                rq->client);
+        http_refuse(rq, RF_PEER_AUTH);
+        snprintf(rq->method, sizeof(rq->method), "?");
+        http_release_body(rq);
+        *ret =
+            http_queue_rpc_error(c, rq, MHD_HTTP_UNAUTHORIZED, RPC_INVALID_REQUEST,
+                                 "peer request refused (this server's log says why)", NULL, NULL);
+        return false;
+}
+
 /* ---- the listener ------------------------------------------------------- */
 
 enum MHD_Result http_peer_route(struct MHD_Connection *c, http_request *rq, const char *url,
@@ -582,6 +614,12 @@ enum MHD_Result http_peer_route(struct MHD_Connection *c, http_request *rq, cons
                 return http_queue_text(c, rq, MHD_HTTP_NOT_FOUND, "not found\n");
         if (strcmp(method, "POST") != 0)
                 return http_queue_text(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+        /* Signed headers before a byte of the body: the budget of bodies
+         * held (--max-body-total) is the clients' listener's too, which
+         * reads none before a token. */
+        enum MHD_Result refused;
+        if (!http_peer_admit(c, rq, &refused))
+                return refused;
         /* A draining instance takes nothing new, from a client or a peer:
          * the peer tells its client that the session's host is going. */
         return http_post_admit(c, rq, NULL);

@@ -420,7 +420,7 @@ static enum MHD_Result on_request(http_server *s, bool peer, struct MHD_Connecti
                                             "request body too large", NULL, NULL);
         }
         enum MHD_Result refused;
-        if (rq->peer && !http_peer_admit(c, rq, &refused))
+        if (rq->peer && !http_peer_body_ok(c, rq, &refused))
                 return refused;
         return handle_mcp(c, rq);
 }
