@@ -503,6 +503,21 @@ static int on_entered(void *ctx, int fd, const struct stat *st, bool is_root)
 
 enum { UNCHANGED, DIRS_CHANGED, WALK };
 
+/* The index in t's walk of the directory whose watch is wd, or t->sig.n.
+ * The wds rose with the walk's order: a binary search. */
+static size_t dir_of_wd(const tree_root *t, int wd)
+{
+        size_t lo = 0, hi = t->sig.n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (t->sig.dirs[mid].wd < wd)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo < t->sig.n && t->sig.dirs[lo].wd == wd ? lo : t->sig.n;
+}
+
 /* Marks the directory an event's wd names as dirty. WALK when it cannot:
  * no such watch, wds not in the walk's order, too many directories. */
 static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
@@ -514,16 +529,8 @@ static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
                 tree_root *t = &w->roots[i];
                 if (!t->sig.n || t->fd < 0 || !t->wd_order)
                         continue;
-                /* The wds rose with the walk's order: a binary search. */
-                size_t lo = 0, hi = t->sig.n;
-                while (lo < hi) {
-                        size_t mid = lo + (hi - lo) / 2;
-                        if (t->sig.dirs[mid].wd < wd)
-                                lo = mid + 1;
-                        else
-                                hi = mid;
-                }
-                if (lo == t->sig.n || t->sig.dirs[lo].wd != wd)
+                size_t lo = dir_of_wd(t, wd);
+                if (lo == t->sig.n)
                         continue;
                 if (!t->dirty && !(t->dirty = calloc(t->sig.n, sizeof(*t->dirty))))
                         return WALK;
@@ -535,6 +542,86 @@ static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
                 }
         }
         return found ? DIRS_CHANGED : WALK;
+}
+
+/* A name of a folder of told files that events named, while they are
+ * weighed (told_event): the mask of its first event and of its last. */
+typedef struct told_name {
+        int wd;
+        uint32_t first, last;
+        char name[NAME_MAX + 1];
+} told_name;
+
+typedef struct told_names {
+        told_name *v;
+        size_t n;
+} told_names;
+
+/* Whether the event ev falls to the files a caller told changed
+ * (fsx_watch_files_changed), which the call reads alone and checks against
+ * their writer's word (apply_told_files), with their folders' own metadata
+ * read again: the writer's own change on this host shows as events too
+ * (its temporary file made, written and renamed onto the told name), and
+ * must not make the call sign the whole folder again. 1: an event on a
+ * told file (nothing to mark), or on another name of a told file's folder,
+ * kept in *names to weigh once every event is read (see told_settle); 0:
+ * anything else, marked as usual. Single trees only. */
+static int told_event(fsx_watch *w, const struct inotify_event *ev, told_names *names)
+{
+        const tree_root *t = &w->roots[0];
+        if (!w->n_told_files || w->n != 1 || !ev->len || (ev->mask & IN_ISDIR) || !t->wd_order)
+                return 0;
+        size_t k = dir_of_wd(t, ev->wd);
+        if (k == t->sig.n || !t->sig.dirs[k].rel)
+                return 0;
+        const char *rel = t->sig.dirs[k].rel;
+        size_t rl = strlen(rel);
+        bool folder = false;
+        for (size_t i = 0; i < w->n_told_files; i++) {
+                const char *f = w->told_files[i].rel;
+                const char *slash = strrchr(f, '/');
+                size_t fl = slash ? (size_t)(slash - f) : 0;
+                if (fl != rl || memcmp(f, rel, rl) != 0)
+                        continue;
+                folder = true;
+                if (strcmp(slash ? slash + 1 : f, ev->name) == 0)
+                        return 1;
+        }
+        if (!folder)
+                return 0;
+        size_t j = 0;
+        while (j < names->n && (names->v[j].wd != ev->wd || strcmp(names->v[j].name, ev->name)))
+                j++;
+        if (j == names->n) {
+                if (names->n == DIRTY_MAX || strlen(ev->name) > NAME_MAX)
+                        return 0;
+                if (!names->v && !(names->v = calloc(DIRTY_MAX, sizeof(*names->v))))
+                        return 0;
+                names->v[j].wd = ev->wd;
+                names->v[j].first = ev->mask;
+                snprintf(names->v[j].name, sizeof(names->v[j].name), "%s", ev->name);
+                names->n++;
+        }
+        names->v[j].last = ev->mask;
+        return 1;
+}
+
+/* Marks dirty the folders of the names told_event kept, but for a name
+ * that was made after the last walk and is gone again (its first event
+ * IN_CREATE, its last IN_DELETE or IN_MOVED_FROM): the writer's temporary
+ * file, which leaves the folder's listing as it was. DIRS_CHANGED when a
+ * folder was marked, WALK when one cannot be, else state. */
+static int told_settle(fsx_watch *w, told_names *names, unsigned *n_dirty, int state)
+{
+        for (size_t j = 0; j < names->n && state != WALK; j++) {
+                const told_name *o = &names->v[j];
+                if ((o->first & IN_CREATE) && (o->last & (IN_DELETE | IN_MOVED_FROM)))
+                        continue;
+                state = mark_dirty(w, o->wd, n_dirty) == WALK ? WALK : DIRS_CHANGED;
+        }
+        free(names->v);
+        *names = (told_names){0};
+        return state;
 }
 
 /* Reads the queued events: UNCHANGED when there are none and (with
@@ -551,32 +638,38 @@ static int check_events(fsx_watch *w, bool roots)
         unsigned n_dirty = 0;
         size_t total = 0;
         int state = UNCHANGED;
+        told_names names = {0};
         for (;;) {
                 ssize_t r = read(w->ifd, buf, sizeof(buf));
                 if (r < 0 && errno == EINTR)
                         continue;
                 if (r < 0 && errno == EAGAIN)
                         break;
-                if (r <= 0)
-                        return WALK;
-                total += (size_t)r;
-                if (total > EVENTS_MAX)
-                        return WALK;
-                for (ssize_t off = 0; off < r;) {
+                total += r > 0 ? (size_t)r : 0;
+                if (r <= 0 || total > EVENTS_MAX)
+                        state = WALK;
+                for (ssize_t off = 0; state != WALK && off < r;) {
                         const struct inotify_event *ev = (const void *)(buf + off);
                         off += (ssize_t)(sizeof(*ev) + ev->len);
                         uint32_t m = ev->mask;
-                        if (m & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF |
-                                 IN_UNMOUNT))
-                                return WALK;
-                        if ((m & IN_ISDIR) &&
-                            (m & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)))
-                                return WALK;
-                        if (mark_dirty(w, ev->wd, &n_dirty) == WALK)
-                                return WALK;
-                        state = DIRS_CHANGED;
+                        if ((m & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF |
+                                  IN_UNMOUNT)) ||
+                            ((m & IN_ISDIR) &&
+                             (m & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO))))
+                                state = WALK;
+                        else if (told_event(w, ev, &names))
+                                continue;
+                        else if (mark_dirty(w, ev->wd, &n_dirty) == WALK)
+                                state = WALK;
+                        else
+                                state = DIRS_CHANGED;
                 }
+                if (state == WALK)
+                        break;
         }
+        state = told_settle(w, &names, &n_dirty, state);
+        if (state == WALK)
+                return WALK;
         for (size_t i = 0; roots && i < w->n; i++) {
                 struct stat st;
                 if (fstatat(AT_FDCWD, w->paths[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
