@@ -8,6 +8,7 @@
 #ifndef AIRLOCK_FSX_H
 #define AIRLOCK_FSX_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -127,9 +128,12 @@ int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t co
  * the walk holds (opened beneath its parent with no link followed, on the
  * root's device), before the directory is listed. The fd stays the walk's.
  * Returns the watch descriptor set on it, or -1. */
+/* stop (may be NULL): once set, the walk gives up at its next entry with
+ * -ECANCELED (a background walk whose owner is closing). */
 typedef struct fsx_sig_hook {
         int (*entered)(void *ctx, int fd, const struct stat *st, bool is_root);
         void *ctx;
+        const atomic_bool *stop;
 } fsx_sig_hook;
 
 /* A tree's signature is a hash over one digest per directory, in the walk's

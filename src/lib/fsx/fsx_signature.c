@@ -295,10 +295,21 @@ static int sig_file_fd(sig_ctx *c, fsx_hash *h, fsx_sig_dir *dir, int fd, const 
         return r < 0 ? r : 0;
 }
 
+/* -ECANCELED with err filled once the hook's stop is set, else 0. */
+static int stopped(const sig_ctx *c)
+{
+        if (!c->hook || !c->hook->stop || !atomic_load(c->hook->stop))
+                return 0;
+        return al_error(c->err, -ECANCELED, NULL, "the walk was stopped: its owner is closing");
+}
+
 static int sig_file(void *ctx, const fsx_item *it)
 {
         sig_ctx *c = ctx;
         settle(c);
+        int stop = stopped(c);
+        if (stop < 0)
+                return stop;
         size_t di = (size_t)(uintptr_t)it->parent_data - 1;
         struct stat st;
         fsx_reason reason = FSX_CHANGED;
@@ -320,7 +331,9 @@ static int sig_dir_enter(void *ctx, const fsx_item *it, int fd, const struct sta
         sig_ctx *c = ctx;
         settle(c);
         size_t i;
-        int r = add_dir(c, it->rel, it->rel_len, fd, st, false, &i);
+        int r = stopped(c);
+        if (r == 0)
+                r = add_dir(c, it->rel, it->rel_len, fd, st, false, &i);
         if (r < 0)
                 return r;
         *ret_data = (void *)(uintptr_t)(i + 1);

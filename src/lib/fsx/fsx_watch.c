@@ -142,6 +142,9 @@ struct fsx_watch {
         bool bg_lost;
         uint64_t bg_walks;
         atomic_bool bg_stop; /* fsx_watch_stop_background: the walk gives up */
+        /* A background walk's own watcher: its owner's bg_stop, which
+         * stops its full walk at the next entry (NULL for any other). */
+        const atomic_bool *walk_stop;
 
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
@@ -1182,7 +1185,7 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         }
         w->walks++;
         uint64_t walk_start = al_now_ns();
-        fsx_sig_hook hook = {.entered = on_entered, .ctx = w};
+        fsx_sig_hook hook = {.entered = on_entered, .ctx = w, .stop = w->walk_stop};
         int r = 0;
         for (size_t i = 0; i < w->n && r >= 0; i++) {
                 w->cur = i;
@@ -1318,11 +1321,15 @@ static void bg_full_walk(fsx_watch *w, const meta_dg *meta, bool meta_ok, uint64
         if (r >= 0) {
                 fsx_watch_set_knobs(sh, max_watches, period);
                 fsx_watch_set_shared_max(sh, shared_max);
+                /* Closing the owner stops the walk at its next entry: a
+                 * full walk of 10,000 files over a network file system
+                 * takes seconds to minutes. */
+                sh->walk_stop = &w->bg_stop;
                 r = fsx_watch_signatures(sh, hex, NULL, NULL);
         }
         free(hex);
         pthread_mutex_lock(&w->lock);
-        if (!w->bg_lost) {
+        if (!w->bg_lost && !atomic_load(&w->bg_stop)) {
                 if (r >= 0)
                         bg_install(w, sh, meta, meta_ok, start);
                 else
