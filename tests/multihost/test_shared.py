@@ -417,6 +417,8 @@ def test_another_hosts_one_file_write_reads_that_file_alone():
         assert out == {"w/f00.txt": f"edit {k}\n", "w/f05.txt": "file 5\n"}, out
         opened = [ln for ln in hits if re.search(r'open(at2?)?\(.*"f\d\d\.txt"', ln)]
         assert opened and all('"f00.txt"' in ln for ln in opened), opened
+        # Once (the signature's read; staging copies the bytes it kept).
+        assert len(opened) == 1, opened
         assert len(hits) <= ONE_FILE_CALLS, (len(hits), hits)
     # A removal through A: seen by B's next call, the folder's other files
     # still not opened.
@@ -449,6 +451,9 @@ def test_a_hosts_own_one_file_write_reads_that_file_alone():
         assert out == {"w/f00.txt": f"edit {k}\n", "w/f05.txt": "file 5\n"}, out
         opened = [ln for ln in hits if re.search(r'open(at2?)?\(.*"(f\d\d|u\d)\.txt"', ln)]
         assert opened and all('"f00.txt"' in ln for ln in opened), opened
+        # Opened once, by the signature, which keeps its bytes: staging
+        # copies those (it opened the file a second time before).
+        assert len(opened) == 1, opened
         assert len(hits) <= ONE_FILE_CALLS, (len(hits), hits)
     # A removal and a write in one folder, then a change behind airlock's
     # back in it beside B's own (the same size): seen, the first at the

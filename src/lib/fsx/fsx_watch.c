@@ -120,6 +120,10 @@ struct fsx_watch {
          * at the next call; at most DIRTY_MAX. */
         fsx_file_change *told_files;
         size_t n_told_files;
+        /* The bytes of the told files the last of them read, which are
+         * the version signed kept_to: for its staging (fsx_watch_hashes). */
+        fsx_hashes kept;
+        char kept_to[FSX_SIGNATURE_HEX];
         /* Tree 0's part of meta (a single tree): the sum and count of its
          * entries' hashes, for checking a told change against it. */
         uint64_t meta_sum, meta_count;
@@ -1001,7 +1005,8 @@ static int apply_told_files(fsx_watch *w, int state, const meta_dg *meta)
         uint64_t s0, c0, s1, c1;
         told_entries(&t->sig, v, n, &s0, &c0);
         char hex[FSX_SIGNATURE_HEX];
-        if (fsx_tree_signature_files(t->fd, &t->sig, v, n, &w->lim, w->threshold, hex) != 0)
+        fsx_hashes kept = {0};
+        if (fsx_tree_signature_files(t->fd, &t->sig, v, n, &w->lim, w->threshold, hex, &kept) != 0)
                 return WALK;
         told_entries(&t->sig, v, n, &s1, &c1);
         uint64_t sum = w->meta_sum - s0 + s1, count = w->meta_count - c0 + c1;
@@ -1010,10 +1015,14 @@ static int apply_told_files(fsx_watch *w, int state, const meta_dg *meta)
                  * can be drawn from it, and the full walk starts afresh. */
                 fsx_sig_state_free(&t->sig);
                 history_clear(w);
+                fsx_hashes_free(&kept);
                 return WALK;
         }
         history_add_files(w, w->hex[0], hex, v, n);
         memcpy(w->hex[0], hex, sizeof(hex));
+        fsx_hashes_free(&w->kept);
+        w->kept = kept;
+        memcpy(w->kept_to, hex, sizeof(hex));
         if (meta || w->meta_valid) {
                 w->meta = meta_of(sum, count);
                 w->meta_sum = sum;
@@ -1250,6 +1259,12 @@ int fsx_watch_hashes(fsx_watch *w, const char *to, const char *const *dirs, size
                 while (k < sig->n && (!sig->dirs[k].rel || strcmp(sig->dirs[k].rel, dirs[i])))
                         k++;
                 r = k < sig->n && fsx_hashes_add_dir(ret, sig, k) == 0 ? 0 : -1;
+        }
+        /* The told files the signature `to` read whole: staged from their
+         * bytes, not read a second time from the file system. */
+        for (size_t i = 0; r == 0 && strcmp(w->kept_to, to) == 0 && i < w->kept.n_kept; i++) {
+                const fsx_kept_file *k = &w->kept.kept[i];
+                (void)fsx_hashes_keep(ret, &k->rec, k->rec.name, k->data);
         }
         pthread_mutex_unlock(&w->lock);
         if (r < 0)
@@ -1546,6 +1561,7 @@ void fsx_watch_free(fsx_watch *w)
         told_clear(w);
         strv_clear(&w->bg_told, &w->n_bg_told);
         told_files_clear(w);
+        fsx_hashes_free(&w->kept);
         for (size_t i = 0; w->paths && i < w->n; i++)
                 free(w->paths[i]);
         free(w->paths);
