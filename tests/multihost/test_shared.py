@@ -682,6 +682,50 @@ def test_a_call_is_not_held_by_a_walk_in_progress():
     assert until_seen(b, "w/notes.txt", f"v{k}") == f"v{k}"
 
 
+def test_the_first_background_walk_reads_no_file():
+    # The first call walks the tree in full (it does not yet know the tree
+    # is on shared storage); the background walker's first metadata walk
+    # compares with the digest of that walk's state. Fails before: with no
+    # digest to compare with, the walker's first cycle walked the tree in
+    # full once more (every file opened).
+    tenant = "firstcycle"
+    tdir = os.path.join(tenants_dir(2), tenant)
+    os.makedirs(os.path.join(tdir, "w", "sub"))
+    for k in range(20):
+        with open(os.path.join(tdir, "w" if k % 2 else "w/sub", f"c{k:02d}.txt"), "w") as f:
+            f.write(f"file {k}\n")
+    b = host(1, tenant)
+    log = os.path.join(volume().base, f"strace-first-{b.p.pid}.log")
+    st = subprocess.Popen(["strace", "-f", "-o", log, "-e", "trace=openat,openat2",
+                           "-p", str(b.p.pid)], stderr=subprocess.PIPE, text=True)
+    try:
+        for line in st.stderr:
+            if "attached" in line:
+                break
+        assert read_in_run(b, "w/c01.txt") == "file 1\n"
+        (tid,) = walker_tids(b)
+        # Each cycle of the walker opens the tenant's folder (its metadata
+        # walk; a full walk opens it too): three opens, and the first
+        # cycle is over.
+        root = re.compile(rf'^{tid}\s+open\w*\(.*/{tenant}"')
+        while True:
+            with open(log) as f:
+                lines = [ln for ln in f if ln.startswith(f"{tid} ")]
+            if sum(1 for ln in lines if root.search(ln)) >= 3:
+                break
+            time.sleep(0.05)  # polls the log for that event; asserts nothing
+    finally:
+        st.terminate()
+        st.wait(timeout=60)
+    os.unlink(log)
+    files = [ln for ln in lines if re.search(r'"c\d\d\.txt"', ln)]
+    assert not files, files[:5]
+    # And the walker still finds a change behind airlock's back.
+    with open(os.path.join(tdir, "w", "c01.txt"), "w") as f:
+        f.write("changed\n")
+    assert until_seen(b, "w/c01.txt", "changed\n") == "changed\n"
+
+
 def test_a_close_does_not_wait_for_a_full_walk_in_progress():
     # Closing the server closes its cache, which stops the background
     # walker. Fails before: a full walk already begun ran to its end first

@@ -918,6 +918,98 @@ static uint64_t meta_of(uint64_t sum, uint64_t count)
         return fnv_mix(h, &count, sizeof(count));
 }
 
+/* Whether the folder prel (a walk's rel, "" for the root) holds the
+ * folder rel itself. */
+static bool holds_dir(const char *prel, const char *rel)
+{
+        size_t pl = strlen(prel);
+        if (pl && (strncmp(rel, prel, pl) != 0 || rel[pl] != '/'))
+                return false;
+        return !strchr(rel + (pl ? pl + 1 : 0), '/');
+}
+
+/* The sum and count of meta_digest_of's entry hashes for the tree whose
+ * walk left the state s, reckoned from its records (each folder's and
+ * file's metadata as the walk read it): true when the state holds every
+ * entry the walk listed (no FIFO, socket or mount point skipped, nothing
+ * gone in between, the walk's order parents first, depth first). */
+static bool tree_meta_from_state(const fsx_sig_state *s, uint64_t *ret_sum, uint64_t *ret_count)
+{
+        size_t *stack = calloc(s->n + 1, sizeof(*stack));
+        uint64_t *subdirs = calloc(s->n + 1, sizeof(*subdirs));
+        bool ok = stack && subdirs && s->is_dir && s->n && s->dirs[0].rel && !s->dirs[0].rel[0];
+        size_t depth = 0;
+        uint64_t sum = 0, count = 0;
+        for (size_t k = 0; ok && k < s->n; k++) {
+                const fsx_sig_dir *d = &s->dirs[k];
+                struct stat st = {.st_mode = d->mode,
+                                  .st_size = d->size,
+                                  .st_ino = d->ino,
+                                  .st_mtim = d->mtim,
+                                  .st_ctim = d->ctim};
+                if (k == 0) {
+                        sum += entry_hash(0, "", &st);
+                } else {
+                        while (d->rel && depth && !holds_dir(s->dirs[stack[depth - 1]].rel, d->rel))
+                                depth--;
+                        ok = d->rel && depth;
+                        if (!ok)
+                                break;
+                        const fsx_sig_dir *p = &s->dirs[stack[depth - 1]];
+                        const char *name = d->rel + (p->rel[0] ? strlen(p->rel) + 1 : 0);
+                        sum += entry_hash(p->ino, name, &st);
+                        count++;
+                        subdirs[stack[depth - 1]]++;
+                }
+                stack[depth++] = k;
+                for (size_t f = 0; f < d->n_files; f++) {
+                        const fsx_sig_file *r = &d->files[f];
+                        struct stat fst = {.st_mode = r->mode,
+                                           .st_size = r->size,
+                                           .st_ino = r->ino,
+                                           .st_mtim = r->mtim,
+                                           .st_ctim = r->ctim};
+                        sum += entry_hash(d->ino, r->name, &fst);
+                        count++;
+                }
+        }
+        for (size_t k = 0; ok && k < s->n; k++)
+                ok = s->dirs[k].n_files + subdirs[k] == s->dirs[k].listed;
+        free(stack);
+        free(subdirs);
+        *ret_sum = sum;
+        *ret_count = count;
+        return ok;
+}
+
+/* Contract: the metadata digest (meta_digest_of) of w's trees as its last
+ * full walk recorded them, for a walk that took none before it (the first
+ * call's: the trees were not yet known to be on shared storage), so that
+ * the background walk compares its first metadata walk with it instead of
+ * walking in full once more. Each entry's record was taken before its
+ * content was read and before its folder was listed, so a change after
+ * that moves the next metadata walk's digest away from this one, as a
+ * change after the metadata walk that precedes a call's full walk does.
+ * false (nothing set) when a state cannot stand for it (see
+ * tree_meta_from_state; a file root). Under the lock. */
+static bool meta_from_state(const fsx_watch *w, meta_dg *ret)
+{
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < w->n; i++) {
+                uint64_t sum, count;
+                if (!w->roots[i].known || !tree_meta_from_state(&w->roots[i].sig, &sum, &count))
+                        return false;
+                h = fnv_mix(h, &sum, sizeof(sum));
+                h = fnv_mix(h, &count, sizeof(count));
+                if (i == 0) {
+                        ret->sum0 = sum;
+                        ret->count0 = count;
+                }
+        }
+        ret->h = h;
+        return true;
+}
+
 /* The folder of the state s that holds rel (its text up to the last '/'),
  * or s->n; *ret_name: rel's last part. */
 static size_t parent_of(const fsx_sig_state *s, const char *rel, const char **ret_name)
@@ -1128,6 +1220,31 @@ static int call_state(fsx_watch *w, uint64_t now, meta_dg *meta, bool *have_meta
         return state;
 }
 
+/* After a full walk that ended with r: what it found of the trees (their
+ * entries, whether one is on shared storage) and, on shared storage, when
+ * no metadata walk preceded it (the first), the digest the background
+ * walk compares with, from its state (meta_from_state). A background
+ * walk's own watcher leaves that to its owner. Under the lock. */
+static void walk_noted(fsx_watch *w, int r)
+{
+        w->shared = false;
+        w->entries = 0;
+        for (size_t i = 0; r >= 0 && i < w->n; i++) {
+                w->entries += w->roots[i].sig.listed + 1;
+                if (w->roots[i].shared && !w->shared) {
+                        w->shared = true;
+                        w->fs = w->roots[i].fs;
+                }
+        }
+        meta_dg meta = {0};
+        if (r >= 0 && w->shared && !w->meta_valid && !w->walk_stop && meta_from_state(w, &meta)) {
+                w->meta = meta.h;
+                w->meta_sum = meta.sum0;
+                w->meta_count = meta.count0;
+                w->meta_valid = true;
+        }
+}
+
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
                          airlock_error *err)
 {
@@ -1225,15 +1342,7 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         /* A background walk that began before this one is older. */
         if (w->bg_running)
                 w->bg_lost = true;
-        w->shared = false;
-        w->entries = 0;
-        for (size_t i = 0; r >= 0 && i < w->n; i++) {
-                w->entries += w->roots[i].sig.listed + 1;
-                if (w->roots[i].shared && !w->shared) {
-                        w->shared = true;
-                        w->fs = w->roots[i].fs;
-                }
-        }
+        walk_noted(w, r);
         if (r >= 0 && old.n)
                 history_add(w, old_hex, w->hex[0], &old, NULL, 0, NULL);
         else if (r < 0)
