@@ -93,25 +93,6 @@ typedef struct ws_dir_seen {
         uint64_t ns;
 } ws_dir_seen;
 
-/* State files kept open on shared storage, in slots by the same hash as
- * the generations: a call checks its tenant's generation with an fstat of
- * the open file, one round trip to the file system's server, where a
- * lookup by name is two (LOOKUP, then GETATTR, with the client's caches
- * off as serving.md asks; a lookup is the heavier on GlusterFS, which
- * asks every replica). The name is looked up again at most once per
- * WS_DIR_CHECK_NS, so a state file replaced or removed behind airlock's
- * back is followed within that time. At most WS_STATE_FDS files open. */
-#define WS_STATE_FDS 256
-
-typedef struct ws_state_fd {
-        pthread_mutex_t lock;
-        char tenant[TENANT_NAME_MAX + 1];
-        int fd; /* -1: none */
-        dev_t dev;
-        ino_t ino;
-        uint64_t ns; /* when the name was last looked up */
-} ws_state_fd;
-
 typedef struct ws_override {
         char tenant[TENANT_NAME_MAX + 1];
         uint64_t caps[2];
@@ -128,19 +109,7 @@ struct mcp_workspaces {
         ws_gen *gens;      /* WS_GENS slots, under lock */
         bool shared;       /* DIR is on a network or FUSE file system (al_remote_fs) */
         ws_dir_seen *dirs; /* WS_GENS slots, under lock, when shared */
-        ws_state_fd *sfds; /* WS_STATE_FDS slots, when shared */
 };
-
-static void state_fds_free(mcp_workspaces *w)
-{
-        for (size_t i = 0; w->sfds && i < WS_STATE_FDS; i++) {
-                if (w->sfds[i].fd >= 0)
-                        close(w->sfds[i].fd);
-                pthread_mutex_destroy(&w->sfds[i].lock);
-        }
-        free(w->sfds);
-        w->sfds = NULL;
-}
 
 int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
                         mcp_workspaces **ret, airlock_error *err)
@@ -166,16 +135,9 @@ int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
                     openat(fd, WS_STATE_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         w->gens = calloc(WS_GENS, sizeof(*w->gens));
         w->shared = al_remote_fs(fd, NULL);
-        if (w->shared) {
+        if (w->shared)
                 w->dirs = calloc(WS_GENS, sizeof(*w->dirs));
-                w->sfds = calloc(WS_STATE_FDS, sizeof(*w->sfds));
-        }
-        for (size_t i = 0; w->sfds && i < WS_STATE_FDS; i++) {
-                pthread_mutex_init(&w->sfds[i].lock, NULL);
-                w->sfds[i].fd = -1;
-        }
-        if (!w->gens || (w->shared && (!w->dirs || !w->sfds))) {
-                state_fds_free(w);
+        if (!w->gens || (w->shared && !w->dirs)) {
                 free(w->gens);
                 free(w->dirs);
                 if (w->statefd >= 0)
@@ -200,7 +162,6 @@ void mcp_workspaces_free(mcp_workspaces *w)
         close(w->dirfd);
         if (w->statefd >= 0)
                 close(w->statefd);
-        state_fds_free(w);
         for (size_t i = 0; w->gens && i < WS_GENS; i++)
                 tenant_gen_change_free(&w->gens[i].own);
         free(w->gens);
@@ -418,64 +379,13 @@ static bool gen_same(const ws_gen *g, const char *tenant, bool exists, const str
                g->ctime.tv_sec == st->st_ctim.tv_sec && g->ctime.tv_nsec == st->st_ctim.tv_nsec;
 }
 
-/* The tenant's state file's identity and times into *st: true when it
- * exists. On shared storage an fstat of the file kept open (ws_state_fd)
- * while its name was looked up within WS_DIR_CHECK_NS and named that very
- * file; else a lookup by name, after which the file kept open is the one
- * the name names. */
-static bool state_stat(mcp_workspaces *w, const char *tenant, struct stat *st)
-{
-        if (!w->sfds)
-                return fstatat(w->statefd, tenant, st, AT_SYMLINK_NOFOLLOW) == 0;
-        ws_state_fd *s = &w->sfds[name_hash(tenant) % WS_STATE_FDS];
-        uint64_t now = al_now_ns();
-        pthread_mutex_lock(&s->lock);
-        bool mine = s->fd >= 0 && strcmp(s->tenant, tenant) == 0;
-        if (mine && now - s->ns < WS_DIR_CHECK_NS && fstat(s->fd, st) == 0) {
-                pthread_mutex_unlock(&s->lock);
-                return true;
-        }
-        bool exists = fstatat(w->statefd, tenant, st, AT_SYMLINK_NOFOLLOW) == 0;
-        int old = -1;
-        if (mine && exists && st->st_dev == s->dev && st->st_ino == s->ino) {
-                s->ns = now;
-        } else {
-                old = s->fd;
-                s->fd = -1;
-                /* A missing one is made, empty (generation 0, as the
-                 * tenant's lock makes it): else every call would look its
-                 * name up until a first write. */
-                int fd = openat(w->statefd, tenant,
-                                O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (exists ? 0 : O_CREAT), 0600);
-                struct stat fst;
-                if (fd >= 0 && fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) &&
-                    (!exists || (fst.st_dev == st->st_dev && fst.st_ino == st->st_ino))) {
-                        *st = fst;
-                        exists = true;
-                        s->fd = TAKE_FD(fd);
-                        s->dev = fst.st_dev;
-                        s->ino = fst.st_ino;
-                        s->ns = now;
-                        snprintf(s->tenant, sizeof(s->tenant), "%s", tenant);
-                }
-                if (fd >= 0)
-                        close(fd);
-        }
-        pthread_mutex_unlock(&s->lock);
-        /* Another tenant's, or a file the name no longer names: closed
-         * without the slot's lock (a close is a round trip there too). */
-        if (old >= 0)
-                close(old);
-        return exists;
-}
-
 int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change *ret)
 {
         *ret = (tenant_gen_change){0};
         if (w->statefd < 0 || !tenant_name_valid(tenant, strlen(tenant)))
                 return 0;
         struct stat st;
-        bool exists = state_stat(w, tenant, &st);
+        bool exists = fstatat(w->statefd, tenant, &st, AT_SYMLINK_NOFOLLOW) == 0;
         ws_gen *g = &w->gens[name_hash(tenant) % WS_GENS];
         pthread_mutex_lock(&w->lock);
         bool same = gen_same(g, tenant, exists, &st);
