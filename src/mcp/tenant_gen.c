@@ -294,6 +294,20 @@ static void files_in_folders_drop(tenant_gen_change *c)
         c->n_files = k;
 }
 
+void tenant_gen_change_merge(tenant_gen_change *dst, const tenant_gen_change *src)
+{
+        if (src->all) {
+                change_all(dst);
+                return;
+        }
+        for (size_t i = 0; i < src->n && !dst->all; i++)
+                change_add(dst, src->dirs[i], strlen(src->dirs[i]));
+        for (size_t i = 0; i < src->n_files && !dst->all; i++)
+                file_add(dst, src->files[i], strlen(src->files[i]), src->hashes[i], src->sizes[i]);
+        if (!dst->all)
+                files_in_folders_drop(dst);
+}
+
 int tenant_gen_since(int fd, uint64_t since, bool seen, tenant_gen_change *ret, uint64_t *ret_gen,
                      bool *ret_read)
 {

@@ -59,6 +59,10 @@ void tenant_gen_change_add_file(tenant_gen_change *c, const char *path, const vo
 /* The same for the file path removed. */
 void tenant_gen_change_add_removed(tenant_gen_change *c, const char *path);
 void tenant_gen_change_free(tenant_gen_change *c);
+/* Adds the folders and files of src to dst (a file named in both: src's
+ * word), as if src's change followed dst's; src naming everything makes
+ * dst so. */
+void tenant_gen_change_merge(tenant_gen_change *dst, const tenant_gen_change *src);
 
 /* Under the tenant's lock: reads the state file fd, appends c as the next
  * generation, and writes the counter and the record back in one pwrite.

@@ -74,6 +74,12 @@ typedef struct ws_gen {
          * from the record, or its own bump of the one it had seen). */
         uint64_t seen;
         bool seen_known;
+        /* On shared storage: the files this server's own changes wrote or
+         * removed since its last call of the tenant took them
+         * (mcp_workspace_moved), with their writer's word, so that its
+         * cache reads those files alone, as another host's cache does from
+         * the record. */
+        tenant_gen_change own;
 } ws_gen;
 
 /* Seconds between two checks of a tenant's folder (tenant_dir_check) on
@@ -156,6 +162,8 @@ void mcp_workspaces_free(mcp_workspaces *w)
         close(w->dirfd);
         if (w->statefd >= 0)
                 close(w->statefd);
+        for (size_t i = 0; w->gens && i < WS_GENS; i++)
+                tenant_gen_change_free(&w->gens[i].own);
         free(w->gens);
         free(w->dirs);
         free(w->over);
@@ -343,6 +351,8 @@ static void tenant_unlock(ws_held *h)
 static void gen_remember_locked(ws_gen *g, const char *tenant, const struct stat *st, bool known,
                                 uint64_t seen)
 {
+        if (strcmp(g->tenant, tenant) != 0)
+                tenant_gen_change_free(&g->own);
         snprintf(g->tenant, sizeof(g->tenant), "%s", tenant);
         g->ino = st ? st->st_ino : 0;
         g->size = st ? st->st_size : 0;
@@ -370,8 +380,14 @@ static void gen_bump(mcp_workspaces *w, const char *tenant, int lockfd, const te
                 return;
         ws_gen *g = &w->gens[name_hash(tenant) % WS_GENS];
         pthread_mutex_lock(&w->lock);
-        if (strcmp(g->tenant, tenant) == 0 && g->seen_known && g->seen == prev)
+        if (strcmp(g->tenant, tenant) == 0 && g->seen_known && g->seen == prev) {
                 gen_remember_locked(g, tenant, &st, true, gen);
+                /* Its own change is told to its own cache at its next
+                 * call (its events alone would make the cache sign the
+                 * changed folders again, every file of them read). */
+                if (w->shared)
+                        tenant_gen_change_merge(&g->own, c);
+        }
         pthread_mutex_unlock(&w->lock);
 }
 
@@ -400,9 +416,19 @@ int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change
         bool same = gen_same(g, tenant, exists, &st);
         bool known = strcmp(g->tenant, tenant) == 0 && g->seen_known;
         uint64_t since = g->seen;
+        /* This server's own changes since its last call, told with any
+         * other host's. */
+        tenant_gen_change own = {0};
+        if (strcmp(g->tenant, tenant) == 0) {
+                own = g->own;
+                g->own = (tenant_gen_change){0};
+        }
         pthread_mutex_unlock(&w->lock);
-        if (same)
-                return 0;
+        bool own_any = own.all || own.n || own.n_files;
+        if (same) {
+                *ret = own;
+                return own_any ? 1 : 0;
+        }
         /* Read after the stat: a bump in between shows again at the next
          * call's stat, and the record then says nothing is new. */
         uint64_t gen = 0;
@@ -423,6 +449,13 @@ int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change
         pthread_mutex_lock(&w->lock);
         gen_remember_locked(g, tenant, exists ? &st : NULL, read, gen);
         pthread_mutex_unlock(&w->lock);
+        if (own_any) {
+                if (r == 0)
+                        *ret = (tenant_gen_change){0};
+                tenant_gen_change_merge(ret, &own);
+                r = 1;
+        }
+        tenant_gen_change_free(&own);
         return r;
 }
 

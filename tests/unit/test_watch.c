@@ -216,21 +216,37 @@ static void test_told_files_sign_as_a_walk(void **state)
         fsx_content_hash("new, first in its folder", 24, v[1].hex);
         int root = open(t->ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         assert_true(root >= 0);
-        assert_int_equal(fsx_tree_signature_files(root, &st, v, 4, &lim, 4096, hex), 0);
+        fsx_hashes kept = {0};
+        assert_int_equal(fsx_tree_signature_files(root, &st, v, 4, &lim, 4096, hex, &kept), 0);
         assert_int_equal(fsx_tree_signature(t->ws, &lim, 4096, want, &err), 0);
         assert_string_equal(hex, want);
+        /* The bytes read of the small files written, for staging: the
+         * removed file and the one over the threshold are not kept. */
+        assert_int_equal(kept.n_kept, 2);
+        const fsx_kept_file *k = fsx_hashes_kept(&kept, "sub/a0.txt");
+        assert_non_null(k);
+        assert_int_equal(k->rec.size, 24);
+        assert_memory_equal(k->data, "new, first in its folder", 24);
+        assert_null(fsx_hashes_kept(&kept, "sub/big.txt"));
+        /* A refusal leaves what the caller holds as it was. */
+        fsx_file_change stale = v[0];
+        stale.size = 3;
+        assert_int_equal(fsx_tree_signature_files(root, &st, &stale, 1, &lim, 4096, hex, &kept), 1);
+        assert_int_equal(kept.n_kept, 2);
+        fsx_hashes_free(&kept);
         /* Other bytes than the writer's (the same size), and a file said
          * removed that is there: refused, the state as it was. */
         put_file(t->wfd, "a.txt", "A LONGER HELLO");
         char again[FSX_SIGNATURE_HEX];
-        assert_int_equal(fsx_tree_signature_files(root, &st, v, 1, &lim, 4096, again), 1);
+        assert_int_equal(fsx_tree_signature_files(root, &st, v, 1, &lim, 4096, again, NULL), 1);
         fsx_file_change gone = {.rel = "sub/b.txt", .removed = true};
-        assert_int_equal(fsx_tree_signature_files(root, &st, &gone, 1, &lim, 4096, again), 1);
+        assert_int_equal(fsx_tree_signature_files(root, &st, &gone, 1, &lim, 4096, again, NULL), 1);
         fsx_file_change unknown = {.rel = "nowhere/x.txt", .size = 0};
-        assert_int_equal(fsx_tree_signature_files(root, &st, &unknown, 1, &lim, 4096, again), 1);
+        assert_int_equal(fsx_tree_signature_files(root, &st, &unknown, 1, &lim, 4096, again, NULL),
+                         1);
         /* The writer's word for the bytes now: the walk's signature. */
         fsx_content_hash("A LONGER HELLO", 14, v[0].hex);
-        assert_int_equal(fsx_tree_signature_files(root, &st, v, 1, &lim, 4096, again), 0);
+        assert_int_equal(fsx_tree_signature_files(root, &st, v, 1, &lim, 4096, again, NULL), 0);
         assert_int_equal(fsx_tree_signature(t->ws, &lim, 4096, want, &err), 0);
         assert_string_equal(again, want);
         close(root);

@@ -53,8 +53,8 @@ void cache_trees_destroy(cache_trees *t)
 {
         if (t->walker_started) {
                 pthread_mutex_lock(&t->lock);
-                /* A walk running gives up at its next entry (a metadata
-                 * walk of 10,000 files over FUSE takes seconds). */
+                /* A walk running, metadata or full, gives up at its next
+                 * entry (a walk of 10,000 files over FUSE takes seconds). */
                 for (cache_tree_set *s = t->list; s; s = s->next)
                         fsx_watch_stop_background(s->w);
                 t->walker_stop = true;

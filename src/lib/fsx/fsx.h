@@ -8,6 +8,7 @@
 #ifndef AIRLOCK_FSX_H
 #define AIRLOCK_FSX_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -127,9 +128,12 @@ int fsx_tree_signature(const char *host_path, const fsx_limits *lim, uint64_t co
  * the walk holds (opened beneath its parent with no link followed, on the
  * root's device), before the directory is listed. The fd stays the walk's.
  * Returns the watch descriptor set on it, or -1. */
+/* stop (may be NULL): once set, the walk gives up at its next entry with
+ * -ECANCELED (a background walk whose owner is closing). */
 typedef struct fsx_sig_hook {
         int (*entered)(void *ctx, int fd, const struct stat *st, bool is_root);
         void *ctx;
+        const atomic_bool *stop;
 } fsx_sig_hook;
 
 /* A tree's signature is a hash over one digest per directory, in the walk's
@@ -224,9 +228,14 @@ void fsx_content_hash(const void *data, size_t len, char ret_hex[33]);
  * Returns 0 with ret_hex the tree's signature; 1 when this cannot stand
  * for a walk (any mismatch, a folder not in the state, a cap passed, an
  * error), with *state unchanged. */
+struct fsx_hashes;
+/* ret_kept (may be NULL): on success, the bytes read of the written files
+ * (those under the content threshold, up to FSX_KEPT_MAX bytes in all), as
+ * fsx_hashes' kept files, for staging this very version without reading
+ * them again; untouched on failure. */
 int fsx_tree_signature_files(int root_fd, fsx_sig_state *state, const fsx_file_change *v, size_t n,
                              const fsx_limits *lim, uint64_t content_threshold,
-                             char ret_hex[FSX_SIGNATURE_HEX]);
+                             char ret_hex[FSX_SIGNATURE_HEX], struct fsx_hashes *ret_kept);
 
 /* Whether fd is on a network or FUSE file system (NFS, SMB, CephFS, FUSE
  * such as GlusterFS's client, 9p, AFS, GFS2, OCFS2, GPFS, Lustre, ...):
@@ -238,14 +247,32 @@ bool fsx_remote_fs(int fd, const char **ret_name);
 /* Content hashes a signature walk took (fsx_watch_hashes), by the file's
  * path below the tree's root, sorted by it: what staging compares a copy
  * with instead of reading the source a second time (fsx_stage_delta). */
+/* A file a signature read whole (a told file, fsx_tree_signature_files):
+ * its record (name: the path below the root) and its bytes as read, which
+ * are the version signed. */
+typedef struct fsx_kept_file {
+        fsx_sig_file rec;
+        void *data; /* rec.size bytes */
+} fsx_kept_file;
+
+/* Bytes of told files kept for staging, in all. */
+#define FSX_KEPT_MAX (1u << 20)
+
 typedef struct fsx_hashes {
         fsx_sig_file *v; /* name: the path below the root */
         size_t n;
+        fsx_kept_file *kept; /* some files with their bytes (at most FSX_KEPT_MAX) */
+        size_t n_kept;
 } fsx_hashes;
 
 void fsx_hashes_free(fsx_hashes *h);
 /* The record of path, or NULL. */
 const fsx_sig_file *fsx_hashes_find(const fsx_hashes *h, const char *path);
+/* The kept file path, or NULL. */
+const fsx_kept_file *fsx_hashes_kept(const fsx_hashes *h, const char *path);
+/* Adds a copy of k to h's kept files, unless they would pass FSX_KEPT_MAX:
+ * 0, or -1 (h unchanged). */
+int fsx_hashes_keep(fsx_hashes *h, const fsx_sig_file *rec, const char *path, const void *data);
 /* Adds the files of state's directory k (paths made from its rel) to h,
  * unsorted. 0 or -ENOMEM. */
 int fsx_hashes_add_dir(fsx_hashes *h, const fsx_sig_state *state, size_t k);

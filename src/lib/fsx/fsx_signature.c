@@ -100,6 +100,7 @@ typedef struct sig_ctx {
         bool keep_rel;
         bool keep_files; /* each file's content hash, in its directory's record */
         const uint64_t *listed;
+        fsx_hashes *kept; /* told files' bytes, for staging (fsx_tree_signature_files) */
         /* The directory entered last, whose own listing count is settled at
          * the next callback: the walk lists a directory whole right after
          * entering it, before any callback for its entries. */
@@ -189,7 +190,10 @@ static int hash_content(sig_ctx *c, fsx_hash *h, int fd, uint64_t size, const ch
         uint64_t left = size;
         off_t off = 0;
         while (left > 0) {
-                ssize_t n = pread(fd, c->buf, MIN(left, SIG_BUF), off);
+                /* A file that fits is read whole into the buffer, for
+                 * a caller that keeps its bytes (apply_file). */
+                unsigned char *into = size <= SIG_BUF ? c->buf + off : c->buf;
+                ssize_t n = pread(fd, into, MIN(left, SIG_BUF), off);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
@@ -197,7 +201,7 @@ static int hash_content(sig_ctx *c, fsx_hash *h, int fd, uint64_t size, const ch
                                         strerror(errno));
                 if (n == 0)
                         break; /* shrank: the metadata no longer matches anyway */
-                fsx_hash_update(&content, c->buf, (size_t)n);
+                fsx_hash_update(&content, into, (size_t)n);
                 off += n;
                 left -= (uint64_t)n;
         }
@@ -295,10 +299,21 @@ static int sig_file_fd(sig_ctx *c, fsx_hash *h, fsx_sig_dir *dir, int fd, const 
         return r < 0 ? r : 0;
 }
 
+/* -ECANCELED with err filled once the hook's stop is set, else 0. */
+static int stopped(const sig_ctx *c)
+{
+        if (!c->hook || !c->hook->stop || !atomic_load(c->hook->stop))
+                return 0;
+        return al_error(c->err, -ECANCELED, NULL, "the walk was stopped: its owner is closing");
+}
+
 static int sig_file(void *ctx, const fsx_item *it)
 {
         sig_ctx *c = ctx;
         settle(c);
+        int stop = stopped(c);
+        if (stop < 0)
+                return stop;
         size_t di = (size_t)(uintptr_t)it->parent_data - 1;
         struct stat st;
         fsx_reason reason = FSX_CHANGED;
@@ -320,7 +335,9 @@ static int sig_dir_enter(void *ctx, const fsx_item *it, int fd, const struct sta
         sig_ctx *c = ctx;
         settle(c);
         size_t i;
-        int r = add_dir(c, it->rel, it->rel_len, fd, st, false, &i);
+        int r = stopped(c);
+        if (r == 0)
+                r = add_dir(c, it->rel, it->rel_len, fd, st, false, &i);
         if (r < 0)
                 return r;
         *ret_data = (void *)(uintptr_t)(i + 1);
@@ -618,7 +635,8 @@ static size_t file_slot(const fsx_sig_dir *d, const char *name, bool *found)
 }
 
 /* Applies one change (the file name of the folder dfd, dst the folder's
- * stat) to the copy d: 0, or 1 when it is not what the writer told. */
+ * stat) to the copy d: 0, or 1 when it is not what the writer told. A
+ * file read whole goes to c->kept too, when the caller keeps them. */
 static int apply_file(sig_ctx *c, fsx_sig_dir *d, int dfd, const struct stat *dst, const char *name,
                       const fsx_file_change *f)
 {
@@ -677,6 +695,9 @@ static int apply_file(sig_ctx *c, fsx_sig_dir *d, int dfd, const struct stat *ds
                             .hashed = small};
         memcpy(r->hex, hex, 33);
         d->bytes += f->size;
+        /* Past the cap, a file is not kept: staging reads it. */
+        if (c->kept && small && f->size <= SIG_BUF)
+                (void)fsx_hashes_keep(c->kept, r, f->rel, f->size ? (const void *)c->buf : "");
         return 0;
 }
 
@@ -725,15 +746,19 @@ static int apply_dir(sig_ctx *c, int root_fd, const fsx_sig_state *state, size_t
 
 int fsx_tree_signature_files(int root_fd, fsx_sig_state *state, const fsx_file_change *v, size_t n,
                              const fsx_limits *lim, uint64_t content_threshold,
-                             char ret_hex[FSX_SIGNATURE_HEX])
+                             char ret_hex[FSX_SIGNATURE_HEX], fsx_hashes *ret_kept)
 {
         if (!state->is_dir || root_fd < 0 || !n)
                 return 1;
+        fsx_hashes kept = {0};
         /* The folders the changes fall in, each once. */
         size_t *idx = calloc(n, sizeof(*idx));
         fsx_sig_dir *redone = calloc(n, sizeof(*redone));
         airlock_error err = {0};
-        sig_ctx c = {.lim = lim, .err = &err, .threshold = content_threshold};
+        sig_ctx c = {.lim = lim,
+                     .err = &err,
+                     .threshold = content_threshold,
+                     .kept = ret_kept ? &kept : NULL};
         size_t m = 0;
         int r = idx && redone ? 0 : 1;
         for (size_t i = 0; r == 0 && i < n; i++) {
@@ -775,6 +800,12 @@ int fsx_tree_signature_files(int root_fd, fsx_sig_state *state, const fsx_file_c
                 state->listed = listed;
                 combine(state, ret_hex);
         }
+        if (r == 0 && ret_kept) {
+                fsx_hashes_free(ret_kept);
+                *ret_kept = kept;
+        } else {
+                fsx_hashes_free(&kept);
+        }
         free(c.buf);
         free(idx);
         free(redone);
@@ -801,7 +832,42 @@ void fsx_hashes_free(fsx_hashes *h)
         for (size_t i = 0; i < h->n; i++)
                 free(h->v[i].name);
         free(h->v);
+        for (size_t i = 0; i < h->n_kept; i++) {
+                free(h->kept[i].rec.name);
+                free(h->kept[i].data);
+        }
+        free(h->kept);
         *h = (fsx_hashes){0};
+}
+
+const fsx_kept_file *fsx_hashes_kept(const fsx_hashes *h, const char *path)
+{
+        for (size_t i = 0; h && i < h->n_kept; i++)
+                if (strcmp(h->kept[i].rec.name, path) == 0)
+                        return &h->kept[i];
+        return NULL;
+}
+
+int fsx_hashes_keep(fsx_hashes *h, const fsx_sig_file *rec, const char *path, const void *data)
+{
+        uint64_t total = (uint64_t)rec->size;
+        for (size_t i = 0; i < h->n_kept; i++)
+                total += (uint64_t)h->kept[i].rec.size;
+        if (rec->size < 0 || total > FSX_KEPT_MAX || fsx_hashes_kept(h, path))
+                return -1;
+        fsx_kept_file k = {.rec = *rec, .data = malloc((size_t)rec->size + 1)};
+        k.rec.name = strdup(path);
+        fsx_kept_file *nv =
+            k.data && k.rec.name ? realloc(h->kept, (h->n_kept + 1) * sizeof(*nv)) : NULL;
+        if (!nv) {
+                free(k.data);
+                free(k.rec.name);
+                return -1;
+        }
+        memcpy(k.data, data, (size_t)rec->size);
+        h->kept = nv;
+        h->kept[h->n_kept++] = k;
+        return 0;
 }
 
 static int hash_rec_cmp(const void *a, const void *b)

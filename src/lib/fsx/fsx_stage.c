@@ -1326,8 +1326,8 @@ static bool delta_copy_hashes_to(delta_ctx *d, const fsx_mrec *m, const char *na
 
 /* Copies the checked source file name of sfd (lstat st) into tfd, over
  * whatever the top layer had there. 1 to fall back, 0 done, -errno. */
-static int delta_copy_from(delta_ctx *d, int in, const struct stat *st_in, int tfd,
-                           const char *name, const char *ipath);
+static int delta_copy_from(delta_ctx *d, int in, const void *data, const struct stat *st_in,
+                           int tfd, const char *name, const char *ipath);
 static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const struct stat *lst,
                       const char *ipath)
 {
@@ -1339,14 +1339,31 @@ static int delta_copy(delta_ctx *d, int sfd, int tfd, const char *name, const st
         if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_ino != lst->st_ino ||
             st.st_dev != lst->st_dev || st.st_size != lst->st_size)
                 return 1;
-        return delta_copy_from(d, in, &st, tfd, name, ipath);
+        return delta_copy_from(d, in, NULL, &st, tfd, name, ipath);
+}
+
+/* Writes the len bytes data to out. 0 or -errno. */
+static int write_all(int out, const void *data, size_t len)
+{
+        const unsigned char *p = data;
+        while (len) {
+                ssize_t n = write(out, p, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
 }
 
 /* Copies the open, checked source file in (st_in its fstat, against which
- * the caps were checked) into tfd as name, over whatever the top layer had
- * there. 1 to fall back, 0 done, -errno. */
-static int delta_copy_from(delta_ctx *d, int in, const struct stat *st_in, int tfd,
-                           const char *name, const char *ipath)
+ * the caps were checked), or its bytes data as the signature read them
+ * (in -1), into tfd as name, over whatever the top layer had there. 1 to
+ * fall back, 0 done, -errno. */
+static int delta_copy_from(delta_ctx *d, int in, const void *data, const struct stat *st_in,
+                           int tfd, const char *name, const char *ipath)
 {
         stage_ctx *c = &d->c;
         const struct stat st = *st_in;
@@ -1359,7 +1376,8 @@ static int delta_copy_from(delta_ctx *d, int in, const struct stat *st_in, int t
                    mode_set ? mode : 0600);
         if (out < 0)
                 return 1;
-        int r = copy_data(c, in, out, (uint64_t)st.st_size);
+        int r = data ? write_all(out, data, (size_t)st.st_size)
+                     : copy_data(c, in, out, (uint64_t)st.st_size);
         if (r == -ENODATA)
                 return 1;
         if (r < 0)
@@ -1587,10 +1605,15 @@ static int delta_file(delta_ctx *d, const char *path)
                 d->listed--;
                 d->bytes -= (uint64_t)m->size;
         }
-        /* Only ever a regular file: a device node put in its place (any
-         * host of a shared volume may) opens a device of this machine's. */
-        _cleanup_close_ int in = al_open_regular(sfd, name, O_RDONLY | O_NONBLOCK);
-        if (in < 0) {
+        /* A file the signature of this version read whole (a told file):
+         * its bytes are the version's, so it is staged from them, the
+         * source not opened again (each open, read and close a round trip
+         * on a network file system). Else only ever a regular file: a
+         * device node put in its place (any host of a shared volume may)
+         * opens a device of this machine's. */
+        const fsx_kept_file *k = fsx_hashes_kept(d->known, path);
+        _cleanup_close_ int in = k ? -1 : al_open_regular(sfd, name, O_RDONLY | O_NONBLOCK);
+        if (!k && in < 0) {
                 if (in != -ENOENT || !m)
                         return 1;
                 if (unlinkat(tfd, name, 0) < 0 && errno != ENOENT)
@@ -1599,14 +1622,24 @@ static int delta_file(delta_ctx *d, const char *path)
                         return 1;
                 return 0;
         }
-        if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != d->root_dev)
+        if (k)
+                st = (struct stat){.st_dev = d->root_dev,
+                                   .st_ino = k->rec.ino,
+                                   .st_mode = k->rec.mode,
+                                   .st_size = k->rec.size,
+                                   .st_atim = k->rec.mtim,
+                                   .st_mtim = k->rec.mtim,
+                                   .st_ctim = k->rec.ctim};
+        else if (fstat(in, &st) < 0)
+                return 1;
+        if (!S_ISREG(st.st_mode) || st.st_dev != d->root_dev)
                 return 1; /* another file system (a mount point): a full staging names it */
         d->listed++;
         d->bytes += (uint64_t)st.st_size;
         if (d->listed > c->lim->max_files || (uint64_t)st.st_size > c->lim->max_bytes ||
             d->bytes > c->lim->max_bytes)
                 return 1;
-        return delta_copy_from(d, in, &st, tfd, name, path);
+        return delta_copy_from(d, in, k ? k->data : NULL, &st, tfd, name, path);
 }
 
 int fsx_stage_delta(int top_fd, const int *lower, size_t n_lower, const char *host_path,

@@ -120,6 +120,10 @@ struct fsx_watch {
          * at the next call; at most DIRTY_MAX. */
         fsx_file_change *told_files;
         size_t n_told_files;
+        /* The bytes of the told files the last of them read, which are
+         * the version signed kept_to: for its staging (fsx_watch_hashes). */
+        fsx_hashes kept;
+        char kept_to[FSX_SIGNATURE_HEX];
         /* Tree 0's part of meta (a single tree): the sum and count of its
          * entries' hashes, for checking a told change against it. */
         uint64_t meta_sum, meta_count;
@@ -142,6 +146,9 @@ struct fsx_watch {
         bool bg_lost;
         uint64_t bg_walks;
         atomic_bool bg_stop; /* fsx_watch_stop_background: the walk gives up */
+        /* A background walk's own watcher: its owner's bg_stop, which
+         * stops its full walk at the next entry (NULL for any other). */
+        const atomic_bool *walk_stop;
 
         /* During a walk: the tree being walked, and whether a watch failed. */
         size_t cur;
@@ -503,6 +510,21 @@ static int on_entered(void *ctx, int fd, const struct stat *st, bool is_root)
 
 enum { UNCHANGED, DIRS_CHANGED, WALK };
 
+/* The index in t's walk of the directory whose watch is wd, or t->sig.n.
+ * The wds rose with the walk's order: a binary search. */
+static size_t dir_of_wd(const tree_root *t, int wd)
+{
+        size_t lo = 0, hi = t->sig.n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (t->sig.dirs[mid].wd < wd)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo < t->sig.n && t->sig.dirs[lo].wd == wd ? lo : t->sig.n;
+}
+
 /* Marks the directory an event's wd names as dirty. WALK when it cannot:
  * no such watch, wds not in the walk's order, too many directories. */
 static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
@@ -514,16 +536,8 @@ static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
                 tree_root *t = &w->roots[i];
                 if (!t->sig.n || t->fd < 0 || !t->wd_order)
                         continue;
-                /* The wds rose with the walk's order: a binary search. */
-                size_t lo = 0, hi = t->sig.n;
-                while (lo < hi) {
-                        size_t mid = lo + (hi - lo) / 2;
-                        if (t->sig.dirs[mid].wd < wd)
-                                lo = mid + 1;
-                        else
-                                hi = mid;
-                }
-                if (lo == t->sig.n || t->sig.dirs[lo].wd != wd)
+                size_t lo = dir_of_wd(t, wd);
+                if (lo == t->sig.n)
                         continue;
                 if (!t->dirty && !(t->dirty = calloc(t->sig.n, sizeof(*t->dirty))))
                         return WALK;
@@ -535,6 +549,86 @@ static int mark_dirty(fsx_watch *w, int wd, unsigned *n_dirty)
                 }
         }
         return found ? DIRS_CHANGED : WALK;
+}
+
+/* A name of a folder of told files that events named, while they are
+ * weighed (told_event): the mask of its first event and of its last. */
+typedef struct told_name {
+        int wd;
+        uint32_t first, last;
+        char name[NAME_MAX + 1];
+} told_name;
+
+typedef struct told_names {
+        told_name *v;
+        size_t n;
+} told_names;
+
+/* Whether the event ev falls to the files a caller told changed
+ * (fsx_watch_files_changed), which the call reads alone and checks against
+ * their writer's word (apply_told_files), with their folders' own metadata
+ * read again: the writer's own change on this host shows as events too
+ * (its temporary file made, written and renamed onto the told name), and
+ * must not make the call sign the whole folder again. 1: an event on a
+ * told file (nothing to mark), or on another name of a told file's folder,
+ * kept in *names to weigh once every event is read (see told_settle); 0:
+ * anything else, marked as usual. Single trees only. */
+static int told_event(fsx_watch *w, const struct inotify_event *ev, told_names *names)
+{
+        const tree_root *t = &w->roots[0];
+        if (!w->n_told_files || w->n != 1 || !ev->len || (ev->mask & IN_ISDIR) || !t->wd_order)
+                return 0;
+        size_t k = dir_of_wd(t, ev->wd);
+        if (k == t->sig.n || !t->sig.dirs[k].rel)
+                return 0;
+        const char *rel = t->sig.dirs[k].rel;
+        size_t rl = strlen(rel);
+        bool folder = false;
+        for (size_t i = 0; i < w->n_told_files; i++) {
+                const char *f = w->told_files[i].rel;
+                const char *slash = strrchr(f, '/');
+                size_t fl = slash ? (size_t)(slash - f) : 0;
+                if (fl != rl || memcmp(f, rel, rl) != 0)
+                        continue;
+                folder = true;
+                if (strcmp(slash ? slash + 1 : f, ev->name) == 0)
+                        return 1;
+        }
+        if (!folder)
+                return 0;
+        size_t j = 0;
+        while (j < names->n && (names->v[j].wd != ev->wd || strcmp(names->v[j].name, ev->name)))
+                j++;
+        if (j == names->n) {
+                if (names->n == DIRTY_MAX || strlen(ev->name) > NAME_MAX)
+                        return 0;
+                if (!names->v && !(names->v = calloc(DIRTY_MAX, sizeof(*names->v))))
+                        return 0;
+                names->v[j].wd = ev->wd;
+                names->v[j].first = ev->mask;
+                snprintf(names->v[j].name, sizeof(names->v[j].name), "%s", ev->name);
+                names->n++;
+        }
+        names->v[j].last = ev->mask;
+        return 1;
+}
+
+/* Marks dirty the folders of the names told_event kept, but for a name
+ * that was made after the last walk and is gone again (its first event
+ * IN_CREATE, its last IN_DELETE or IN_MOVED_FROM): the writer's temporary
+ * file, which leaves the folder's listing as it was. DIRS_CHANGED when a
+ * folder was marked, WALK when one cannot be, else state. */
+static int told_settle(fsx_watch *w, told_names *names, unsigned *n_dirty, int state)
+{
+        for (size_t j = 0; j < names->n && state != WALK; j++) {
+                const told_name *o = &names->v[j];
+                if ((o->first & IN_CREATE) && (o->last & (IN_DELETE | IN_MOVED_FROM)))
+                        continue;
+                state = mark_dirty(w, o->wd, n_dirty) == WALK ? WALK : DIRS_CHANGED;
+        }
+        free(names->v);
+        *names = (told_names){0};
+        return state;
 }
 
 /* Reads the queued events: UNCHANGED when there are none and (with
@@ -551,32 +645,38 @@ static int check_events(fsx_watch *w, bool roots)
         unsigned n_dirty = 0;
         size_t total = 0;
         int state = UNCHANGED;
+        told_names names = {0};
         for (;;) {
                 ssize_t r = read(w->ifd, buf, sizeof(buf));
                 if (r < 0 && errno == EINTR)
                         continue;
                 if (r < 0 && errno == EAGAIN)
                         break;
-                if (r <= 0)
-                        return WALK;
-                total += (size_t)r;
-                if (total > EVENTS_MAX)
-                        return WALK;
-                for (ssize_t off = 0; off < r;) {
+                total += r > 0 ? (size_t)r : 0;
+                if (r <= 0 || total > EVENTS_MAX)
+                        state = WALK;
+                for (ssize_t off = 0; state != WALK && off < r;) {
                         const struct inotify_event *ev = (const void *)(buf + off);
                         off += (ssize_t)(sizeof(*ev) + ev->len);
                         uint32_t m = ev->mask;
-                        if (m & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF |
-                                 IN_UNMOUNT))
-                                return WALK;
-                        if ((m & IN_ISDIR) &&
-                            (m & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)))
-                                return WALK;
-                        if (mark_dirty(w, ev->wd, &n_dirty) == WALK)
-                                return WALK;
-                        state = DIRS_CHANGED;
+                        if ((m & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF |
+                                  IN_UNMOUNT)) ||
+                            ((m & IN_ISDIR) &&
+                             (m & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO))))
+                                state = WALK;
+                        else if (told_event(w, ev, &names))
+                                continue;
+                        else if (mark_dirty(w, ev->wd, &n_dirty) == WALK)
+                                state = WALK;
+                        else
+                                state = DIRS_CHANGED;
                 }
+                if (state == WALK)
+                        break;
         }
+        state = told_settle(w, &names, &n_dirty, state);
+        if (state == WALK)
+                return WALK;
         for (size_t i = 0; roots && i < w->n; i++) {
                 struct stat st;
                 if (fstatat(AT_FDCWD, w->paths[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -818,6 +918,98 @@ static uint64_t meta_of(uint64_t sum, uint64_t count)
         return fnv_mix(h, &count, sizeof(count));
 }
 
+/* Whether the folder prel (a walk's rel, "" for the root) holds the
+ * folder rel itself. */
+static bool holds_dir(const char *prel, const char *rel)
+{
+        size_t pl = strlen(prel);
+        if (pl && (strncmp(rel, prel, pl) != 0 || rel[pl] != '/'))
+                return false;
+        return !strchr(rel + (pl ? pl + 1 : 0), '/');
+}
+
+/* The sum and count of meta_digest_of's entry hashes for the tree whose
+ * walk left the state s, reckoned from its records (each folder's and
+ * file's metadata as the walk read it): true when the state holds every
+ * entry the walk listed (no FIFO, socket or mount point skipped, nothing
+ * gone in between, the walk's order parents first, depth first). */
+static bool tree_meta_from_state(const fsx_sig_state *s, uint64_t *ret_sum, uint64_t *ret_count)
+{
+        size_t *stack = calloc(s->n + 1, sizeof(*stack));
+        uint64_t *subdirs = calloc(s->n + 1, sizeof(*subdirs));
+        bool ok = stack && subdirs && s->is_dir && s->n && s->dirs[0].rel && !s->dirs[0].rel[0];
+        size_t depth = 0;
+        uint64_t sum = 0, count = 0;
+        for (size_t k = 0; ok && k < s->n; k++) {
+                const fsx_sig_dir *d = &s->dirs[k];
+                struct stat st = {.st_mode = d->mode,
+                                  .st_size = d->size,
+                                  .st_ino = d->ino,
+                                  .st_mtim = d->mtim,
+                                  .st_ctim = d->ctim};
+                if (k == 0) {
+                        sum += entry_hash(0, "", &st);
+                } else {
+                        while (d->rel && depth && !holds_dir(s->dirs[stack[depth - 1]].rel, d->rel))
+                                depth--;
+                        ok = d->rel && depth;
+                        if (!ok)
+                                break;
+                        const fsx_sig_dir *p = &s->dirs[stack[depth - 1]];
+                        const char *name = d->rel + (p->rel[0] ? strlen(p->rel) + 1 : 0);
+                        sum += entry_hash(p->ino, name, &st);
+                        count++;
+                        subdirs[stack[depth - 1]]++;
+                }
+                stack[depth++] = k;
+                for (size_t f = 0; f < d->n_files; f++) {
+                        const fsx_sig_file *r = &d->files[f];
+                        struct stat fst = {.st_mode = r->mode,
+                                           .st_size = r->size,
+                                           .st_ino = r->ino,
+                                           .st_mtim = r->mtim,
+                                           .st_ctim = r->ctim};
+                        sum += entry_hash(d->ino, r->name, &fst);
+                        count++;
+                }
+        }
+        for (size_t k = 0; ok && k < s->n; k++)
+                ok = s->dirs[k].n_files + subdirs[k] == s->dirs[k].listed;
+        free(stack);
+        free(subdirs);
+        *ret_sum = sum;
+        *ret_count = count;
+        return ok;
+}
+
+/* Contract: the metadata digest (meta_digest_of) of w's trees as its last
+ * full walk recorded them, for a walk that took none before it (the first
+ * call's: the trees were not yet known to be on shared storage), so that
+ * the background walk compares its first metadata walk with it instead of
+ * walking in full once more. Each entry's record was taken before its
+ * content was read and before its folder was listed, so a change after
+ * that moves the next metadata walk's digest away from this one, as a
+ * change after the metadata walk that precedes a call's full walk does.
+ * false (nothing set) when a state cannot stand for it (see
+ * tree_meta_from_state; a file root). Under the lock. */
+static bool meta_from_state(const fsx_watch *w, meta_dg *ret)
+{
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < w->n; i++) {
+                uint64_t sum, count;
+                if (!w->roots[i].known || !tree_meta_from_state(&w->roots[i].sig, &sum, &count))
+                        return false;
+                h = fnv_mix(h, &sum, sizeof(sum));
+                h = fnv_mix(h, &count, sizeof(count));
+                if (i == 0) {
+                        ret->sum0 = sum;
+                        ret->count0 = count;
+                }
+        }
+        ret->h = h;
+        return true;
+}
+
 /* The folder of the state s that holds rel (its text up to the last '/'),
  * or s->n; *ret_name: rel's last part. */
 static size_t parent_of(const fsx_sig_state *s, const char *rel, const char **ret_name)
@@ -905,7 +1097,8 @@ static int apply_told_files(fsx_watch *w, int state, const meta_dg *meta)
         uint64_t s0, c0, s1, c1;
         told_entries(&t->sig, v, n, &s0, &c0);
         char hex[FSX_SIGNATURE_HEX];
-        if (fsx_tree_signature_files(t->fd, &t->sig, v, n, &w->lim, w->threshold, hex) != 0)
+        fsx_hashes kept = {0};
+        if (fsx_tree_signature_files(t->fd, &t->sig, v, n, &w->lim, w->threshold, hex, &kept) != 0)
                 return WALK;
         told_entries(&t->sig, v, n, &s1, &c1);
         uint64_t sum = w->meta_sum - s0 + s1, count = w->meta_count - c0 + c1;
@@ -914,10 +1107,14 @@ static int apply_told_files(fsx_watch *w, int state, const meta_dg *meta)
                  * can be drawn from it, and the full walk starts afresh. */
                 fsx_sig_state_free(&t->sig);
                 history_clear(w);
+                fsx_hashes_free(&kept);
                 return WALK;
         }
         history_add_files(w, w->hex[0], hex, v, n);
         memcpy(w->hex[0], hex, sizeof(hex));
+        fsx_hashes_free(&w->kept);
+        w->kept = kept;
+        memcpy(w->kept_to, hex, sizeof(hex));
         if (meta || w->meta_valid) {
                 w->meta = meta_of(sum, count);
                 w->meta_sum = sum;
@@ -1023,6 +1220,31 @@ static int call_state(fsx_watch *w, uint64_t now, meta_dg *meta, bool *have_meta
         return state;
 }
 
+/* After a full walk that ended with r: what it found of the trees (their
+ * entries, whether one is on shared storage) and, on shared storage, when
+ * no metadata walk preceded it (the first), the digest the background
+ * walk compares with, from its state (meta_from_state). A background
+ * walk's own watcher leaves that to its owner. Under the lock. */
+static void walk_noted(fsx_watch *w, int r)
+{
+        w->shared = false;
+        w->entries = 0;
+        for (size_t i = 0; r >= 0 && i < w->n; i++) {
+                w->entries += w->roots[i].sig.listed + 1;
+                if (w->roots[i].shared && !w->shared) {
+                        w->shared = true;
+                        w->fs = w->roots[i].fs;
+                }
+        }
+        meta_dg meta = {0};
+        if (r >= 0 && w->shared && !w->meta_valid && !w->walk_stop && meta_from_state(w, &meta)) {
+                w->meta = meta.h;
+                w->meta_sum = meta.sum0;
+                w->meta_count = meta.count0;
+                w->meta_valid = true;
+        }
+}
+
 int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool *ret_walked,
                          airlock_error *err)
 {
@@ -1089,7 +1311,7 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         }
         w->walks++;
         uint64_t walk_start = al_now_ns();
-        fsx_sig_hook hook = {.entered = on_entered, .ctx = w};
+        fsx_sig_hook hook = {.entered = on_entered, .ctx = w, .stop = w->walk_stop};
         int r = 0;
         for (size_t i = 0; i < w->n && r >= 0; i++) {
                 w->cur = i;
@@ -1120,15 +1342,7 @@ int fsx_watch_signatures(fsx_watch *w, char (*ret_hex)[FSX_SIGNATURE_HEX], bool 
         /* A background walk that began before this one is older. */
         if (w->bg_running)
                 w->bg_lost = true;
-        w->shared = false;
-        w->entries = 0;
-        for (size_t i = 0; r >= 0 && i < w->n; i++) {
-                w->entries += w->roots[i].sig.listed + 1;
-                if (w->roots[i].shared && !w->shared) {
-                        w->shared = true;
-                        w->fs = w->roots[i].fs;
-                }
-        }
+        walk_noted(w, r);
         if (r >= 0 && old.n)
                 history_add(w, old_hex, w->hex[0], &old, NULL, 0, NULL);
         else if (r < 0)
@@ -1154,6 +1368,12 @@ int fsx_watch_hashes(fsx_watch *w, const char *to, const char *const *dirs, size
                 while (k < sig->n && (!sig->dirs[k].rel || strcmp(sig->dirs[k].rel, dirs[i])))
                         k++;
                 r = k < sig->n && fsx_hashes_add_dir(ret, sig, k) == 0 ? 0 : -1;
+        }
+        /* The told files the signature `to` read whole: staged from their
+         * bytes, not read a second time from the file system. */
+        for (size_t i = 0; r == 0 && strcmp(w->kept_to, to) == 0 && i < w->kept.n_kept; i++) {
+                const fsx_kept_file *k = &w->kept.kept[i];
+                (void)fsx_hashes_keep(ret, &k->rec, k->rec.name, k->data);
         }
         pthread_mutex_unlock(&w->lock);
         if (r < 0)
@@ -1225,11 +1445,15 @@ static void bg_full_walk(fsx_watch *w, const meta_dg *meta, bool meta_ok, uint64
         if (r >= 0) {
                 fsx_watch_set_knobs(sh, max_watches, period);
                 fsx_watch_set_shared_max(sh, shared_max);
+                /* Closing the owner stops the walk at its next entry: a
+                 * full walk of 10,000 files over a network file system
+                 * takes seconds to minutes. */
+                sh->walk_stop = &w->bg_stop;
                 r = fsx_watch_signatures(sh, hex, NULL, NULL);
         }
         free(hex);
         pthread_mutex_lock(&w->lock);
-        if (!w->bg_lost) {
+        if (!w->bg_lost && !atomic_load(&w->bg_stop)) {
                 if (r >= 0)
                         bg_install(w, sh, meta, meta_ok, start);
                 else
@@ -1446,6 +1670,7 @@ void fsx_watch_free(fsx_watch *w)
         told_clear(w);
         strv_clear(&w->bg_told, &w->n_bg_told);
         told_files_clear(w);
+        fsx_hashes_free(&w->kept);
         for (size_t i = 0; w->paths && i < w->n; i++)
                 free(w->paths[i]);
         free(w->paths);

@@ -153,9 +153,10 @@ uint64_t fsx_watch_background(fsx_watch *w);
 /* Turns the background walk on (a walker calls fsx_watch_background for
  * this watcher from now on) or off. */
 void fsx_watch_set_background(fsx_watch *w, bool on);
-/* Makes a background walk running give up soon (its metadata walk stops
- * at the next entry; a full walk already begun runs to its end) and none
- * begin: for the owner, which closes the watcher next. Lock-free. */
+/* Makes a background walk running give up at its next entry (its
+ * metadata walk and its full walk alike: the full walk's result is then
+ * dropped) and none begin: for the owner, which closes the watcher next,
+ * and so returns without waiting for the rest of a walk. Lock-free. */
 void fsx_watch_stop_background(fsx_watch *w);
 /* Whether the last walk found a tree on shared storage. */
 bool fsx_watch_shared(fsx_watch *w);
