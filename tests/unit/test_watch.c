@@ -274,7 +274,8 @@ static void test_a_told_file_that_is_no_regular_file_is_never_opened(void **stat
         fsx_content_hash("", 0, v[1].hex);
         for (size_t i = 0; i < (dev ? 2u : 1u); i++) {
                 int ifd = watch_opens(t->wfd, v[i].rel);
-                assert_int_equal(fsx_tree_signature_files(root, &st, &v[i], 1, &lim, 4096, hex), 1);
+                assert_int_equal(
+                    fsx_tree_signature_files(root, &st, &v[i], 1, &lim, 4096, hex, NULL), 1);
                 assert_false(opened_since(ifd));
                 close(ifd);
         }
