@@ -174,7 +174,6 @@ static bool handle_listen(mcp_server *srv, const mcp_request *rq)
         return false;
 }
 
-/* Returns whether a call was started (it answers later). */
 /* The bytes of a progress token (a string or an integer) as JSON. */
 static size_t token_json_len(const json_t *token)
 {
@@ -186,6 +185,7 @@ static size_t token_json_len(const json_t *token)
         return n;
 }
 
+/* Returns whether a call was started (it answers later). */
 static bool handle_tools_call(mcp_server *srv, const mcp_request *rq)
 {
         const json_t *id = rq->id, *params = rq->params;
