@@ -900,9 +900,10 @@ def b2b_main(builds, quick):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    builds = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if not builds or not all(os.path.isfile(os.path.join(b, "libairlock.a")) for b in builds):
         sys.exit("usage: bench_runcost.py BUILD [--quick] | BUILD --written | "
-                 "BUILD [BUILD...] --b2b [--quick]")
+                 "BUILD [BUILD...] --b2b [--quick]\n(BUILD: a build folder, with libairlock.a)")
     if "--b2b" in sys.argv:
         b2b_main([os.path.abspath(a) for a in sys.argv[1:] if not a.startswith("--")],
                  "--quick" in sys.argv)
