@@ -27,12 +27,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "blackbox"))
-from harness import Skip  # noqa: E402
+from harness import Mcp, Skip, run  # noqa: E402
 
 FUSE_SUPER_MAGIC = 0x65735546
 GLUSTERD = shutil.which("glusterd") or "/usr/sbin/glusterd"
@@ -447,3 +448,93 @@ def tree_usage(path):
         n += len(dirs) + len(files)
         size += sum(os.path.getsize(os.path.join(d, f)) for f in files)
     return n, size
+
+
+class Hosts:
+    """`airlock mcp` servers that stand in for hosts: one per mount of a
+    volume (made at first use, about 20 s, with Volume's mounts, bricks and
+    options) and tenant, each with the mount's tenants folder and a TMPDIR
+    of its own. close() stops them and the volume."""
+
+    def __init__(self, **volume_args):
+        self._args = volume_args
+        self._vol = None
+        self._hosts = {}
+
+    def volume(self):
+        if self._vol is None:
+            require()
+            base = tempfile.mkdtemp(prefix="airlock-multihost-")
+            self._vol = Volume(base, **self._args)
+            self._vol.__enter__()
+        return self._vol
+
+    def tenants_dir(self, i):
+        return os.path.join(self.volume().mounts[i], "tenants")
+
+    def host(self, i, tenant, *extra, env=None):
+        """`airlock mcp` for tenant on host i, with env added to its
+        environment."""
+        env = dict(env or {})
+        key = (i, tenant, extra, tuple(sorted(env.items())))
+        if key not in self._hosts:
+            env["TMPDIR"] = os.path.join(self.volume().base, f"tmp{i}")
+            os.makedirs(env["TMPDIR"], exist_ok=True)
+            old = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                self._hosts[key] = Mcp("--tenants-dir", self.tenants_dir(i), "--tenant", tenant,
+                                       *extra)
+            finally:
+                for k, v in old.items():
+                    if v is None:
+                        del os.environ[k]
+                    else:
+                        os.environ[k] = v
+        return self._hosts[key]
+
+    def release(self, m):
+        """Leaves server m to its caller, who closes it: close() will not."""
+        del self._hosts[next(k for k, v in self._hosts.items() if v is m)]
+
+    def close(self):
+        for m in self._hosts.values():
+            try:
+                m.close()
+            except Exception:  # noqa: BLE001 - a server that hung is killed, its test reports it
+                m.p.kill()
+                m.p.wait(timeout=30)
+        if self._vol is not None:
+            self._vol.stop()
+            shutil.rmtree(self._vol.base, ignore_errors=True)
+
+
+def tool(m, name, args):
+    r = m.request("tools/call", {"name": name, "arguments": args})
+    assert "result" in r, r
+    return r["result"]
+
+
+def write(m, files):
+    """workspace_write of {path: text}; the CallToolResult."""
+    return tool(m, "workspace_write",
+                {"files": [{"path": p, "text": t} for p, t in files.items()]})
+
+
+def main(name, hosts):
+    """Runs the test file name's tests, then stops hosts. One line where the
+    tier cannot run: a skip, or as root (CI's case) a failure."""
+    why = missing()
+    if why:
+        if os.geteuid() == 0:
+            print(f"not ok {name}: multihost: {why} (as root, CI's case, a skip counts as "
+                  "a failure)")
+            print(f"{name}: 0 passed, 1 failed")
+            sys.exit(1)
+        print(f"skip {name}: multihost: {why}")
+        print(f"{name}: 0 passed, 0 failed, 1 skipped")
+        sys.exit(0)
+    try:
+        run(name)
+    finally:
+        hosts.close()

@@ -31,15 +31,12 @@ waits for the heal) even when it fails, so the next starts whole.
 import contextlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "blackbox"))
 sys.path.insert(0, HERE)
 import gluster  # noqa: E402
-from harness import Mcp, run  # noqa: E402
 
 HOSTS = 3
 BRICKS = 3
@@ -47,53 +44,13 @@ OPTIONS = {"cluster.quorum-type": "auto"}
 # A tenant whose other hosts' changes only its generation and its record
 # tell (test_shared.py's OVER_CAP): the record's path through a lost brick.
 OVER_CAP = {"AIRLOCK_SHARED_WALK_MAX": "0", "AIRLOCK_SAFETY_WALK_S": "3600"}
-_vol = None
-_hosts = {}
-
-
-def volume():
-    global _vol
-    if _vol is None:
-        gluster.require()
-        base = tempfile.mkdtemp(prefix="airlock-multihost-")
-        _vol = gluster.Volume(base, mounts=HOSTS, bricks=BRICKS, options=OPTIONS)
-        _vol.__enter__()
-    return _vol
-
-
-def tenants_dir(i):
-    return os.path.join(volume().mounts[i], "tenants")
-
-
-def host(i, tenant, *extra, env=None):
-    """`airlock mcp` for tenant on host i (its own mount and TMPDIR)."""
-    env = dict(env or {})
-    key = (i, tenant, extra, tuple(sorted(env.items())))
-    if key not in _hosts:
-        env["TMPDIR"] = os.path.join(volume().base, f"tmp{i}")
-        os.makedirs(env["TMPDIR"], exist_ok=True)
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            _hosts[key] = Mcp("--tenants-dir", tenants_dir(i), "--tenant", tenant, *extra)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
-    return _hosts[key]
-
-
-def tool(m, name, args):
-    r = m.request("tools/call", {"name": name, "arguments": args})
-    assert "result" in r, r
-    return r["result"]
+_cluster = gluster.Hosts(mounts=HOSTS, bricks=BRICKS, options=OPTIONS)
+volume, tenants_dir, host = _cluster.volume, _cluster.tenants_dir, _cluster.host
+tool = gluster.tool
 
 
 def write(m, files):
-    r = tool(m, "workspace_write",
-             {"files": [{"path": p, "text": t} for p, t in files.items()]})
+    r = gluster.write(m, files)
     assert not r["isError"], r
     return r
 
@@ -296,30 +253,5 @@ def test_quorum_lost_a_write_is_a_clear_error_and_the_last_good_write_stays():
         assert on == {"q.txt": b"good"}, (b, sorted(on))
 
 
-def teardown():
-    for m in _hosts.values():
-        try:
-            m.close()
-        except Exception:  # noqa: BLE001 - a server that hung is killed, its test reports it
-            m.p.kill()
-            m.p.wait(timeout=30)
-    if _vol is not None:
-        _vol.stop()
-        shutil.rmtree(_vol.base, ignore_errors=True)
-
-
 if __name__ == "__main__":
-    why = gluster.missing()
-    if why:
-        if os.geteuid() == 0:
-            print(f"not ok test_brick: multihost: {why} (as root, CI's case, a skip counts as "
-                  "a failure)")
-            print("test_brick: 0 passed, 1 failed")
-            sys.exit(1)
-        print(f"skip test_brick: multihost: {why}")
-        print("test_brick: 0 passed, 0 failed, 1 skipped")
-        sys.exit(0)
-    try:
-        run("test_brick")
-    finally:
-        teardown()
+    gluster.main("test_brick", _cluster)

@@ -8,10 +8,8 @@ storage", is the contract.
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -19,60 +17,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "blackbox"))
 sys.path.insert(0, HERE)
 import gluster  # noqa: E402
-from harness import Mcp, run  # noqa: E402
 
 HOSTS = 3
-_vol = None
-_hosts = {}
-
-
-def volume():
-    """The module's volume, made at first use (about 20 s) and stopped at
-    exit, with every process it started."""
-    global _vol
-    if _vol is None:
-        gluster.require()
-        base = tempfile.mkdtemp(prefix="airlock-multihost-")
-        _vol = gluster.Volume(base, mounts=HOSTS)
-        _vol.__enter__()
-    return _vol
-
-
-def tenants_dir(i):
-    return os.path.join(volume().mounts[i], "tenants")
-
-
-def host(i, tenant, *extra, env=None):
-    """`airlock mcp` for tenant on host i (its own mount and TMPDIR), with
-    env added to its environment."""
-    env = dict(env or {})
-    key = (i, tenant, extra, tuple(sorted(env.items())))
-    if key not in _hosts:
-        env["TMPDIR"] = os.path.join(volume().base, f"tmp{i}")
-        os.makedirs(env["TMPDIR"], exist_ok=True)
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            _hosts[key] = Mcp("--tenants-dir", tenants_dir(i), "--tenant", tenant, *extra)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
-    return _hosts[key]
-
-
-def tool(m, name, args):
-    r = m.request("tools/call", {"name": name, "arguments": args})
-    assert "result" in r, r
-    return r["result"]
-
-
-def write(m, files):
-    """workspace_write of {path: text}; the CallToolResult."""
-    return tool(m, "workspace_write",
-                {"files": [{"path": p, "text": t} for p, t in files.items()]})
+_cluster = gluster.Hosts(mounts=HOSTS)
+volume, tenants_dir, host = _cluster.volume, _cluster.tenants_dir, _cluster.host
+tool, write = gluster.tool, gluster.write
 
 
 def read_in_run(m, path):
@@ -401,6 +350,24 @@ def traced_mount_calls(m, mount, fn):
 ONE_FILE_CALLS = 64
 
 
+def edits_read_alone(writer, b, names):
+    """Three edits of w/f00.txt through writer, each read by a run on host
+    b (host 1) with w/f05.txt: of the files whose name matches names, b's
+    call opens f00.txt alone, once (the signature's read; staging copies
+    the bytes it kept), in at most ONE_FILE_CALLS system calls on the
+    mount."""
+    mount = volume().mounts[1]
+    for k in range(1, 4):
+        assert not write(writer, {"w/f00.txt": f"edit {k}\n"})["isError"]
+        out, hits = traced_mount_calls(b, mount,
+                                       lambda: read_files_in_run(b, ["w/f00.txt", "w/f05.txt"]))
+        assert out == {"w/f00.txt": f"edit {k}\n", "w/f05.txt": "file 5\n"}, out
+        opened = [ln for ln in hits if re.search(r"open(at2?)?\(.*" + names, ln)]
+        assert opened and all('"f00.txt"' in ln for ln in opened), opened
+        assert len(opened) == 1, opened
+        assert len(hits) <= ONE_FILE_CALLS, (len(hits), hits)
+
+
 def test_another_hosts_one_file_write_reads_that_file_alone():
     # Fails before: the record named the folder, and B signed it again
     # (every one of its 20 files opened and read) and staged it again
@@ -409,21 +376,11 @@ def test_another_hosts_one_file_write_reads_that_file_alone():
     files = {f"w/f{k:02d}.txt": f"file {k}\n" for k in range(20)}
     assert not write(a, files)["isError"]
     settled(b, "w/f05.txt", "file 5\n")
-    mount = volume().mounts[1]
-    for k in range(1, 4):
-        assert not write(a, {"w/f00.txt": f"edit {k}\n"})["isError"]
-        out, hits = traced_mount_calls(b, mount,
-                                       lambda: read_files_in_run(b, ["w/f00.txt", "w/f05.txt"]))
-        assert out == {"w/f00.txt": f"edit {k}\n", "w/f05.txt": "file 5\n"}, out
-        opened = [ln for ln in hits if re.search(r'open(at2?)?\(.*"f\d\d\.txt"', ln)]
-        assert opened and all('"f00.txt"' in ln for ln in opened), opened
-        # Once (the signature's read; staging copies the bytes it kept).
-        assert len(opened) == 1, opened
-        assert len(hits) <= ONE_FILE_CALLS, (len(hits), hits)
+    edits_read_alone(a, b, r'"f\d\d\.txt"')
     # A removal through A: seen by B's next call, the folder's other files
     # still not opened.
     assert not tool(a, "workspace_remove", {"paths": ["w/f03.txt"]})["isError"]
-    r, hits = traced_mount_calls(b, mount, lambda: b.run(
+    r, hits = traced_mount_calls(b, volume().mounts[1], lambda: b.run(
         "import os\nprint(len(os.listdir('/input/w')), os.path.exists('/input/w/f03.txt'))"))
     assert r["stdout"] == "19 False\n", r
     # (Staging's check that the removed file is gone is an open that fails.)
@@ -443,18 +400,7 @@ def test_a_hosts_own_one_file_write_reads_that_file_alone():
     files.update({f"keep/u{k}.txt": "u" for k in range(5)})
     assert not write(b, files)["isError"]
     settled(b, "w/f05.txt", "file 5\n")
-    mount = volume().mounts[1]
-    for k in range(1, 4):
-        assert not write(b, {"w/f00.txt": f"edit {k}\n"})["isError"]
-        out, hits = traced_mount_calls(b, mount,
-                                       lambda: read_files_in_run(b, ["w/f00.txt", "w/f05.txt"]))
-        assert out == {"w/f00.txt": f"edit {k}\n", "w/f05.txt": "file 5\n"}, out
-        opened = [ln for ln in hits if re.search(r'open(at2?)?\(.*"(f\d\d|u\d)\.txt"', ln)]
-        assert opened and all('"f00.txt"' in ln for ln in opened), opened
-        # Opened once, by the signature, which keeps its bytes: staging
-        # copies those (it opened the file a second time before).
-        assert len(opened) == 1, opened
-        assert len(hits) <= ONE_FILE_CALLS, (len(hits), hits)
+    edits_read_alone(b, b, r'"(f\d\d|u\d)\.txt"')
     # A removal and a write in one folder, then a change behind airlock's
     # back in it beside B's own (the same size): seen, the first at the
     # next call, the other once the background walk found it.
@@ -744,7 +690,7 @@ def test_a_close_does_not_wait_for_a_full_walk_in_progress():
     with open(os.path.join(tdir, "notes.txt"), "w") as f:
         f.write("v0")
     b = host(1, tenant)
-    del _hosts[next(k for k, v in _hosts.items() if v is b)]  # closed here
+    _cluster.release(b)  # closed here
     assert read_in_run(b, "notes.txt") == "v0"
     (tid,) = walker_tids(b)
     log = os.path.join(volume().base, f"strace-walk-{tid}.log")
@@ -840,30 +786,5 @@ def test_a_write_is_atomic_for_readers_on_other_hosts():
     assert read_in_run(b, "big.bin")[:1] == "f"
 
 
-def teardown():
-    for m in _hosts.values():
-        try:
-            m.close()
-        except Exception:  # noqa: BLE001 - a server that died is reported by its test
-            pass
-    if _vol is not None:
-        _vol.stop()
-        shutil.rmtree(_vol.base, ignore_errors=True)
-
-
 if __name__ == "__main__":
-    why = gluster.missing()
-    if why:
-        # One line where the tier cannot run; as root (CI) a failure.
-        if os.geteuid() == 0:
-            print(f"not ok test_shared: multihost: {why} (as root, CI's case, a skip counts as "
-                  "a failure)")
-            print("test_shared: 0 passed, 1 failed")
-            sys.exit(1)
-        print(f"skip test_shared: multihost: {why}")
-        print("test_shared: 0 passed, 0 failed, 1 skipped")
-        sys.exit(0)
-    try:
-        run("test_shared")
-    finally:
-        teardown()
+    gluster.main("test_shared", _cluster)
