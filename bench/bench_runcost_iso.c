@@ -308,6 +308,26 @@ int iso_fork(void)
         return pid < 0 ? -saved : (int)pid;
 }
 
+/* The bare floor forked from C: the same clone3 as iso_fork's, without
+ * namespaces, and a child that exits at once. Against the bare floor's
+ * os.fork() (bench_runcost.py), which runs CPython's own after-fork work
+ * in the child (PyOS_AfterFork_Child and the modules' at-fork handlers:
+ * random's reseed, threading's, logging's), it tells that work apart from
+ * the fork, so that what a call must cost can hold it: any sandbox that
+ * forks a Python interpreter and runs Python in the child runs it.
+ * Returns 0, or -errno. */
+int bare_c_fork(void)
+{
+        struct clone_args args = {.exit_signal = SIGCHLD};
+        long pid = syscall(SYS_clone3, &args, sizeof(args));
+        if (pid == 0)
+                _exit(0);
+        if (pid < 0)
+                return -errno;
+        int st;
+        return waitpid((pid_t)pid, &st, 0) < 0 ? -errno : 0;
+}
+
 /* Waits for pid and removes the cgroup of the last iso_fork. Returns the
  * child's exit status (0: every step done), or -errno. */
 int iso_reap(int pid)
