@@ -285,6 +285,33 @@ static void test_a_told_file_that_is_no_regular_file_is_never_opened(void **stat
                 skip(); /* the FIFO was checked; a device node needs root */
 }
 
+/* A told name that is not a path the walk lists (the generation record is
+ * anyone's who writes the volume) is refused, the tree read in full: a
+ * leading '/' ("/a.txt") was taken as a file of the root, whose staging
+ * then looked "/a.txt" up in the last version's manifest, found nothing,
+ * and wrote the root's a.txt as a new file beside the manifest's record
+ * of it (counted twice, and a record left that no longer says what the
+ * version holds). */
+static void test_a_told_name_the_walk_never_lists_is_refused(void **state)
+{
+        wt *t = *state;
+        fsx_sig_state st = {0};
+        char hex[FSX_SIGNATURE_HEX];
+        airlock_error err = {0};
+        assert_int_equal(fsx_tree_signature_hooked(t->ws, &lim, 4096, NULL, &st, hex, &err), 0);
+        int root = open(t->ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(root >= 0);
+        const char *names[] = {"/a.txt", "sub//b.txt", "./a.txt", "sub/../a.txt", "sub/."};
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                fsx_file_change v = {.rel = names[i], .size = 5};
+                fsx_content_hash(strstr(names[i], "b.txt") ? "world" : "hello", 5, v.hex);
+                assert_int_equal(fsx_tree_signature_files(root, &st, &v, 1, &lim, 4096, hex, NULL),
+                                 1);
+        }
+        close(root);
+        fsx_sig_state_free(&st);
+}
+
 /* A told file whose bytes end before the size its fstat gave (on a shared
  * volume: truncated by another client between the fstat and the read, or
  * a client's attribute cache behind the server) is refused: its size is
@@ -529,6 +556,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(
                 test_a_told_file_that_is_no_regular_file_is_never_opened, setup, teardown),
             cmocka_unit_test(test_a_told_file_read_short_is_refused),
+            cmocka_unit_test_setup_teardown(test_a_told_name_the_walk_never_lists_is_refused, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_a_folder_in_two_trees, setup, teardown),
             cmocka_unit_test_setup_teardown(test_create_delete_rename, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dir_moved_out, setup, teardown),

@@ -773,7 +773,12 @@ int fsx_tree_signature_files(int root_fd, fsx_sig_state *state, const fsx_file_c
         for (size_t i = 0; r == 0 && i < n; i++) {
                 const char *slash = strrchr(v[i].rel, '/');
                 size_t k = dir_index(state, v[i].rel, slash ? (size_t)(slash - v[i].rel) : 0);
-                if (k == state->n || !v[i].rel[0] || (slash && !slash[1])) {
+                /* A name the walk lists: its folder one of the state's
+                 * (so never "a//b" or "./a"; a last part "." or ".." is a
+                 * folder, which apply_file refuses), and no leading '/',
+                 * which the match takes for the root's ("/a" would be
+                 * staged as a file "/a" beside the manifest's "a"). */
+                if (k == state->n || !v[i].rel[0] || slash == v[i].rel || (slash && !slash[1])) {
                         r = 1;
                         break;
                 }
