@@ -390,6 +390,28 @@ static void change_write(unsigned char *p, uint32_t *len, uint64_t gen, const te
         }
 }
 
+/* Whether the changes of a parsed record (its header h, payload p) walk
+ * whole: h->n of them, base+1 .. gen in order, filling h->len exactly. A
+ * record's check says only that its writer meant it: anyone who writes the
+ * volume can write one that passes and whose changes do not walk. */
+static bool record_walks(const unsigned char *p, const gen_header *h)
+{
+        size_t off = 0, d;
+        gen_change_head ch;
+        for (uint32_t k = 0; k < h->n; k++)
+                if (!change_next(p, h->len, &off, &ch, &d) || ch.gen != h->base + 1 + k)
+                        return false;
+        return off == h->len;
+}
+
+/* Contract: writes the next generation whatever the file held before
+ * (another host's, a torn write, anyone's bytes on the volume): a bump
+ * that did not write would leave every other host's next call blind to
+ * this change (the generation is what tells them), silently, for every
+ * later change too. Only a failed read or write of the file returns 0. A
+ * record whose changes cannot be carried over (unparsable, or parsed but
+ * not walkable) is started again from the counter: a reader that saw less
+ * reads the whole tree. */
 uint64_t tenant_gen_bump(int fd, const tenant_gen_change *c, uint64_t *ret_prev)
 {
         *ret_prev = 0;
@@ -403,6 +425,8 @@ uint64_t tenant_gen_bump(int fd, const tenant_gen_change *c, uint64_t *ret_prev)
                 memcpy(&prev, buf, sizeof(prev));
         gen_header h;
         const unsigned char *old = got > 0 ? record_parse(buf, (size_t)got, &h) : NULL;
+        if (old && !record_walks(old, &h))
+                old = NULL;
         /* The changes kept, then this one; an unreadable record starts
          * again from the counter (readers that saw less walk in full). */
         unsigned char *p = out + GEN_HEAD;

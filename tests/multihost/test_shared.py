@@ -297,6 +297,40 @@ def test_a_record_over_its_caps_or_corrupt_still_gives_the_right_files():
     assert read_files_in_run(b, paths) == want
 
 
+def fnv64(data, h=0xcbf29ce484222325):
+    for c in data:
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def test_a_record_whose_changes_do_not_walk_still_takes_the_next_bump():
+    # Anyone who writes the volume can write a record that passes its
+    # check (an FNV over its bytes, not a secret) with changes that do not
+    # walk. Before, every later bump read it, could not drop its oldest
+    # change and gave up without writing: no other host saw any of the
+    # tenant's later writes at its next call, silently, until the record
+    # was fixed by hand (B read v0 after A wrote v1).
+    import struct
+    a, b = host(0, "poison"), host(1, "poison", env=OVER_CAP)
+    assert not write(a, {"p.txt": "v0"})["isError"]
+    assert read_in_run(b, "p.txt") == "v0"
+    gen, n = 1000, 64
+    # One change head whose 65,535 folders are not there.
+    payload = struct.pack("<QBBHHH", gen - n + 1, 0, 0, 0xFFFF, 0, 0)
+    head = struct.pack("<8sQQII", b"ALGEN2\0\0", gen, gen - n, len(payload), n)
+    record = struct.pack("<Q", gen) + head + struct.pack("<Q", fnv64(head + payload)) + payload
+    state = os.path.join(tenants_dir(2), ".airlock", "poison")
+    with open(state, "r+b") as f:
+        f.truncate(0)
+        f.write(record)
+    assert read_in_run(b, "p.txt") == "v0"
+    assert not write(a, {"p.txt": "v1"})["isError"]
+    seen = read_in_run(b, "p.txt")
+    with open(state, "rb") as f:
+        counter = struct.unpack("<Q", f.read(8))[0]
+    assert (seen, counter) == ("v1", gen + 1), (seen, counter)
+
+
 def test_a_change_behind_airlocks_back_beside_a_recorded_one():
     # Under the shared walk cap, a change behind airlock's back is seen
     # once the background walk finds it, whatever the record names; the

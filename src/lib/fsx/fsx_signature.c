@@ -174,7 +174,13 @@ static void hash_meta(fsx_hash *h, char kind, const char *rel, size_t rel_len,
 }
 
 /* Adds the content of a small file, read from its checked fd, so an edit
- * that keeps size and mtime (within one timestamp tick) still shows. */
+ * that keeps size and mtime (within one timestamp tick) still shows.
+ * Returns 0 over the threshold, 1 with ret_hex the hash of its size bytes,
+ * 2 when the file ended before size bytes (it shrank since its fstat, or
+ * a client's attribute cache is behind its server): ret_hex is then the
+ * hash of the bytes that came, which is not that of a file of size bytes,
+ * and the buffer past them is not the file's (a caller that keeps its
+ * bytes must refuse it: apply_file). -errno on a read error. */
 static int hash_content(sig_ctx *c, fsx_hash *h, int fd, uint64_t size, const char *path,
                         char ret_hex[33])
 {
@@ -210,7 +216,7 @@ static int hash_content(sig_ctx *c, fsx_hash *h, int fd, uint64_t size, const ch
         fsx_hash_update(h, hex, 32);
         if (ret_hex)
                 memcpy(ret_hex, hex, 33);
-        return 1;
+        return left ? 2 : 1;
 }
 
 static void settle(sig_ctx *c)
@@ -294,7 +300,7 @@ static int sig_file_fd(sig_ctx *c, fsx_hash *h, fsx_sig_dir *dir, int fd, const 
          * hash), so that a folder's digest can be made again from its
          * records (fsx_tree_signature_files). */
         if (r >= 0 && dir && c->keep_files &&
-            sig_file_keep(dir, name, name_len, st, r == 1 ? hex : NULL) < 0)
+            sig_file_keep(dir, name, name_len, st, r >= 1 ? hex : NULL) < 0)
                 return al_error(c->err, -ENOMEM, NULL, "out of memory");
         return r < 0 ? r : 0;
 }
@@ -662,6 +668,9 @@ static int apply_file(sig_ctx *c, fsx_sig_dir *d, int dfd, const struct stat *ds
                 return 1;
         char hex[33] = "";
         bool small = f->size < c->threshold;
+        /* All of the told size read (1), never a short read (2): its
+         * hash is of fewer bytes than the size told, and the buffer past
+         * them, which would be kept and staged, is this process's memory. */
         if (small && (hash_content(c, &(fsx_hash){0}, fd, f->size, name, hex) != 1 ||
                       memcmp(hex, f->hex, 32) != 0))
                 return 1;
@@ -764,7 +773,12 @@ int fsx_tree_signature_files(int root_fd, fsx_sig_state *state, const fsx_file_c
         for (size_t i = 0; r == 0 && i < n; i++) {
                 const char *slash = strrchr(v[i].rel, '/');
                 size_t k = dir_index(state, v[i].rel, slash ? (size_t)(slash - v[i].rel) : 0);
-                if (k == state->n || !v[i].rel[0] || (slash && !slash[1])) {
+                /* A name the walk lists: its folder one of the state's
+                 * (so never "a//b" or "./a"; a last part "." or ".." is a
+                 * folder, which apply_file refuses), and no leading '/',
+                 * which the match takes for the root's ("/a" would be
+                 * staged as a file "/a" beside the manifest's "a"). */
+                if (k == state->n || !v[i].rel[0] || slash == v[i].rel || (slash && !slash[1])) {
                         r = 1;
                         break;
                 }
