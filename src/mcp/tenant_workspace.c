@@ -280,6 +280,22 @@ static int state_open(mcp_workspaces *w, const char *tenant)
         return -EAGAIN;
 }
 
+/* Closes fd, a descriptor of the tenant's state file that tenant_lock does
+ * not hold. Any close of a file drops every process-associated record lock
+ * the process holds on it, whichever descriptor took it; where the file
+ * system refuses open file description locks, tenant_lock's fallback takes
+ * such a lock for a thread, under the tenant's stripe. So the close waits
+ * for the stripe: no thread of this process holds the tenant's lock
+ * meanwhile. (With open file description locks nobody holds the stripe,
+ * and a close drops no lock but its own description's.) */
+static void state_close(mcp_workspaces *w, const char *tenant, int fd)
+{
+        pthread_mutex_t *m = stripe_of(w, tenant);
+        pthread_mutex_lock(m);
+        close(fd);
+        pthread_mutex_unlock(m);
+}
+
 /* Contract: takes the tenant's lock that holds across processes and hosts
  * sharing DIR: a POSIX record lock (open file description lock where the
  * file system takes one, else a process-associated one; NFS, GlusterFS and
@@ -319,7 +335,10 @@ static int tenant_lock(mcp_workspaces *w, const char *tenant, ws_held *h, airloc
                 r = lock_until(fd, F_SETLK, deadline);
         }
         if (r < 0) {
-                close(fd);
+                if (h->stripe)
+                        close(fd);
+                else
+                        state_close(w, tenant, fd);
                 if (h->stripe)
                         pthread_mutex_unlock(h->stripe);
                 h->stripe = NULL;
@@ -439,7 +458,7 @@ int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change
         int fd = exists && S_ISREG(st.st_mode) ? al_open_regular(w->statefd, tenant, O_RDONLY) : -1;
         if (fd >= 0) {
                 r = tenant_gen_since(fd, since, known, ret, &gen, &read);
-                close(fd);
+                state_close(w, tenant, fd);
         } else {
                 ret->all = true;
                 /* No state file: no tool ever bumped the generation, 0,
