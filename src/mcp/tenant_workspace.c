@@ -93,6 +93,31 @@ typedef struct ws_dir_seen {
         uint64_t ns;
 } ws_dir_seen;
 
+/* State files kept open on shared storage, in slots by the same hash as
+ * the generations: a call checks its tenant's generation with an fstat of
+ * the open file, one round trip to the file system's server, where a
+ * lookup by name is two (LOOKUP, then GETATTR, with the client's caches
+ * off as serving.md asks). The name is looked up again at most once per
+ * WS_DIR_CHECK_NS, and at once when the file kept open has no name left
+ * (st_nlink 0: removed, or replaced by a rename), so a state file
+ * replaced or removed behind airlock's back is followed within that time.
+ * At most WS_STATE_FDS files open; a slot another tenant takes closes its
+ * file, unless a call checked that one within WS_DIR_CHECK_NS (then the
+ * newcomer is looked up by name, as on a local disk: two tenants of one
+ * slot never open and close each other's files at every call). Only a
+ * regular file is kept (al_open_regular). */
+#define WS_STATE_FDS 256
+
+typedef struct ws_state_fd {
+        pthread_mutex_t lock;
+        char tenant[TENANT_NAME_MAX + 1];
+        int fd; /* -1: none */
+        dev_t dev;
+        ino_t ino;
+        uint64_t ns;   /* when the name was last looked up */
+        uint64_t used; /* when a call last checked it */
+} ws_state_fd;
+
 typedef struct ws_override {
         char tenant[TENANT_NAME_MAX + 1];
         uint64_t caps[2];
@@ -109,7 +134,29 @@ struct mcp_workspaces {
         ws_gen *gens;      /* WS_GENS slots, under lock */
         bool shared;       /* DIR is on a network or FUSE file system (al_remote_fs) */
         ws_dir_seen *dirs; /* WS_GENS slots, under lock, when shared */
+        ws_state_fd *sfds; /* WS_STATE_FDS slots, when shared */
 };
+
+static void state_fds_free(mcp_workspaces *w)
+{
+        for (size_t i = 0; w->sfds && i < WS_STATE_FDS; i++) {
+                if (w->sfds[i].fd >= 0)
+                        close(w->sfds[i].fd);
+                pthread_mutex_destroy(&w->sfds[i].lock);
+        }
+        free(w->sfds);
+        w->sfds = NULL;
+}
+
+static ws_state_fd *state_fds_new(void)
+{
+        ws_state_fd *v = calloc(WS_STATE_FDS, sizeof(*v));
+        for (size_t i = 0; v && i < WS_STATE_FDS; i++) {
+                pthread_mutex_init(&v[i].lock, NULL);
+                v[i].fd = -1;
+        }
+        return v;
+}
 
 int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
                         mcp_workspaces **ret, airlock_error *err)
@@ -135,9 +182,12 @@ int mcp_workspaces_open(const char *dir, uint64_t max_files, uint64_t max_bytes,
                     openat(fd, WS_STATE_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         w->gens = calloc(WS_GENS, sizeof(*w->gens));
         w->shared = al_remote_fs(fd, NULL);
-        if (w->shared)
+        if (w->shared) {
                 w->dirs = calloc(WS_GENS, sizeof(*w->dirs));
-        if (!w->gens || (w->shared && !w->dirs)) {
+                w->sfds = state_fds_new();
+        }
+        if (!w->gens || (w->shared && (!w->dirs || !w->sfds))) {
+                state_fds_free(w);
                 free(w->gens);
                 free(w->dirs);
                 if (w->statefd >= 0)
@@ -162,6 +212,7 @@ void mcp_workspaces_free(mcp_workspaces *w)
         close(w->dirfd);
         if (w->statefd >= 0)
                 close(w->statefd);
+        state_fds_free(w);
         for (size_t i = 0; w->gens && i < WS_GENS; i++)
                 tenant_gen_change_free(&w->gens[i].own);
         free(w->gens);
@@ -280,6 +331,22 @@ static int state_open(mcp_workspaces *w, const char *tenant)
         return -EAGAIN;
 }
 
+/* Closes fd, a descriptor of the tenant's state file that tenant_lock does
+ * not hold. Any close of a file drops every process-associated record lock
+ * the process holds on it, whichever descriptor took it; where the file
+ * system refuses open file description locks, tenant_lock's fallback takes
+ * such a lock for a thread, under the tenant's stripe. So the close waits
+ * for the stripe: no thread of this process holds the tenant's lock
+ * meanwhile. (With open file description locks nobody holds the stripe,
+ * and a close drops no lock but its own description's.) */
+static void state_close(mcp_workspaces *w, const char *tenant, int fd)
+{
+        pthread_mutex_t *m = stripe_of(w, tenant);
+        pthread_mutex_lock(m);
+        close(fd);
+        pthread_mutex_unlock(m);
+}
+
 /* Contract: takes the tenant's lock that holds across processes and hosts
  * sharing DIR: a POSIX record lock (open file description lock where the
  * file system takes one, else a process-associated one; NFS, GlusterFS and
@@ -319,7 +386,10 @@ static int tenant_lock(mcp_workspaces *w, const char *tenant, ws_held *h, airloc
                 r = lock_until(fd, F_SETLK, deadline);
         }
         if (r < 0) {
-                close(fd);
+                if (h->stripe)
+                        close(fd);
+                else
+                        state_close(w, tenant, fd);
                 if (h->stripe)
                         pthread_mutex_unlock(h->stripe);
                 h->stripe = NULL;
@@ -404,13 +474,98 @@ static bool gen_same(const ws_gen *g, const char *tenant, bool exists, const str
                g->ctime.tv_sec == st->st_ctim.tv_sec && g->ctime.tv_nsec == st->st_ctim.tv_nsec;
 }
 
+/* The tenant's state file's identity and times into *st: true when it
+ * exists. On shared storage an fstat of the file kept open (ws_state_fd)
+ * while its name was looked up within WS_DIR_CHECK_NS and the file still
+ * has a name; else a lookup by name, after which the file kept open is the
+ * one the name names, opened only when it is a regular file
+ * (al_open_regular), or made when missing. A file the slot no longer
+ * keeps is closed after the slot's lock (state_close may wait for a
+ * write's stripe). */
+static bool state_stat(mcp_workspaces *w, const char *tenant, struct stat *st)
+{
+        if (!w->sfds)
+                return fstatat(w->statefd, tenant, st, AT_SYMLINK_NOFOLLOW) == 0;
+        ws_state_fd *s = &w->sfds[name_hash(tenant) % WS_STATE_FDS];
+        uint64_t now = al_now_ns();
+        pthread_mutex_lock(&s->lock);
+        bool mine = s->fd >= 0 && strcmp(s->tenant, tenant) == 0;
+        if (mine && now - s->ns < WS_DIR_CHECK_NS && fstat(s->fd, st) == 0 && st->st_nlink > 0) {
+                s->used = now;
+                pthread_mutex_unlock(&s->lock);
+                return true;
+        }
+        bool exists = fstatat(w->statefd, tenant, st, AT_SYMLINK_NOFOLLOW) == 0;
+        bool busy = !mine && s->fd >= 0 && now - s->used < WS_DIR_CHECK_NS;
+        if (busy || (mine && exists && st->st_dev == s->dev && st->st_ino == s->ino)) {
+                if (!busy)
+                        s->ns = s->used = now;
+                pthread_mutex_unlock(&s->lock);
+                return exists;
+        }
+        char old_tenant[TENANT_NAME_MAX + 1];
+        int old = s->fd, fresh = -1;
+        snprintf(old_tenant, sizeof(old_tenant), "%s", s->tenant);
+        s->fd = -1;
+        struct stat fst;
+        if (exists && S_ISREG(st->st_mode))
+                fresh = al_open_regular(w->statefd, tenant, O_RDONLY);
+        /* A missing one is made, empty (generation 0, as the tenant's lock
+         * makes it; O_EXCL: a regular file made here, never a name made
+         * meanwhile opened): else each call would look its name up until a
+         * first write. */
+        if (!exists)
+                fresh = openat(w->statefd, tenant,
+                               O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fresh >= 0 && fstat(fresh, &fst) == 0 &&
+            (!exists || (fst.st_dev == st->st_dev && fst.st_ino == st->st_ino))) {
+                exists = true;
+                *st = fst;
+                s->fd = TAKE_FD(fresh);
+                s->dev = fst.st_dev;
+                s->ino = fst.st_ino;
+                s->ns = s->used = now;
+                snprintf(s->tenant, sizeof(s->tenant), "%s", tenant);
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (old >= 0)
+                state_close(w, old_tenant, old);
+        if (fresh >= 0)
+                state_close(w, tenant, fresh);
+        return exists;
+}
+
+/* The tenant's state file opened read-only to read its record: on shared
+ * storage a new open of the file kept open (through /proc/self/fd: no
+ * lookup by name, and the same file whose times state_stat saw; a new
+ * open, as serving.md's fopen-keep-cache=off asks, reads the file
+ * afresh), else al_open_regular. Returns the fd or -errno. */
+static int state_reopen(mcp_workspaces *w, const char *tenant)
+{
+        if (w->sfds) {
+                ws_state_fd *s = &w->sfds[name_hash(tenant) % WS_STATE_FDS];
+                int fd = -ENOENT;
+                pthread_mutex_lock(&s->lock);
+                if (s->fd >= 0 && strcmp(s->tenant, tenant) == 0) {
+                        char proc[32];
+                        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", s->fd);
+                        fd = open(proc, O_RDONLY | O_NOCTTY | O_CLOEXEC);
+                        fd = fd >= 0 ? fd : -errno;
+                }
+                pthread_mutex_unlock(&s->lock);
+                if (fd >= 0)
+                        return fd;
+        }
+        return al_open_regular(w->statefd, tenant, O_RDONLY);
+}
+
 int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change *ret)
 {
         *ret = (tenant_gen_change){0};
         if (w->statefd < 0 || !tenant_name_valid(tenant, strlen(tenant)))
                 return 0;
         struct stat st;
-        bool exists = fstatat(w->statefd, tenant, &st, AT_SYMLINK_NOFOLLOW) == 0;
+        bool exists = state_stat(w, tenant, &st);
         ws_gen *g = &w->gens[name_hash(tenant) % WS_GENS];
         pthread_mutex_lock(&w->lock);
         bool same = gen_same(g, tenant, exists, &st);
@@ -436,10 +591,10 @@ int mcp_workspace_moved(mcp_workspaces *w, const char *tenant, tenant_gen_change
         int r = 1;
         /* Never anything but a regular file (state_open): a FIFO there
          * would hold this call in open for ever. */
-        int fd = exists && S_ISREG(st.st_mode) ? al_open_regular(w->statefd, tenant, O_RDONLY) : -1;
+        int fd = exists && S_ISREG(st.st_mode) ? state_reopen(w, tenant) : -1;
         if (fd >= 0) {
                 r = tenant_gen_since(fd, since, known, ret, &gen, &read);
-                close(fd);
+                state_close(w, tenant, fd);
         } else {
                 ret->all = true;
                 /* No state file: no tool ever bumped the generation, 0,

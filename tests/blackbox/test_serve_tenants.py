@@ -309,6 +309,159 @@ def test_a_lock_held_elsewhere_fails_one_tenants_write_in_time_and_no_one_elses(
         assert not write(s, TOK_A, [{"path": "b.txt", "text": "b"}])["isError"]
 
 
+# An LD_PRELOAD shim for test_a_state_files_check_never_lets_a_process_lock_go:
+# fcntl refuses open file description locks (EINVAL, as a file system that
+# takes none), so the server falls back to process-associated ones; and
+# once a write lock is taken while the FIFO $AIRLOCK_TEST_GATE exists, it
+# makes $AIRLOCK_TEST_GATE.held and waits until the gate is opened and
+# closed: the writing thread holds the tenant's lock until the test says.
+NO_OFD_SHIM = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int shim(int fd, int cmd, void *arg)
+{
+        if (cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW || cmd == F_OFD_GETLK) {
+                errno = EINVAL;
+                return -1;
+        }
+        long r = syscall(SYS_fcntl, fd, cmd, arg);
+        const char *gate = getenv("AIRLOCK_TEST_GATE");
+        struct stat st;
+        if (r == 0 && (cmd == F_SETLK || cmd == F_SETLKW) &&
+            ((struct flock *)arg)->l_type == F_WRLCK && gate && stat(gate, &st) == 0 &&
+            S_ISFIFO(st.st_mode)) {
+                char held[4096];
+                snprintf(held, sizeof(held), "%s.held", gate);
+                close(open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+                int g = open(gate, O_RDONLY | O_CLOEXEC);
+                char c;
+                while (g >= 0 && read(g, &c, 1) > 0)
+                        ;
+                close(g);
+        }
+        return (int)r;
+}
+
+int fcntl(int fd, int cmd, ...)
+{
+        va_list ap;
+        va_start(ap, cmd);
+        void *arg = va_arg(ap, void *);
+        va_end(ap);
+        return shim(fd, cmd, arg);
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+        va_list ap;
+        va_start(ap, cmd);
+        void *arg = va_arg(ap, void *);
+        va_end(ap);
+        return shim(fd, cmd, arg);
+}
+"""
+
+
+def lock_held(path):
+    """Whether another process holds a write lock on any of path (F_GETLK
+    from this one: on a local disk the kernel's table, on a network or FUSE
+    file system its server's, which sees every client's)."""
+    import fcntl
+    import struct
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fl = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, fl)
+        return struct.unpack("hhqqi", got)[0] != fcntl.F_UNLCK
+    finally:
+        os.close(fd)
+
+
+def test_a_state_files_check_never_lets_a_process_lock_go():
+    """Where the file system refuses open file description locks, the
+    tenant's lock is a process-associated one, which any close of a
+    descriptor of the file lets go, whichever thread closes it. A call's
+    generation check opens and closes the state file when its times moved:
+    it must not do so while another thread of the server holds the lock (a
+    write in progress), or another host could take the lock and write at
+    once. Here the write is held (the shim) with its lock taken, the state
+    file's times moved, and a call of the same tenant made: the lock must
+    still be held after the call's check, until the write goes on. Before,
+    the call's close of the state file let the write's lock go."""
+    d = tmpdir()
+    shim_c, shim_so = os.path.join(d, "no_ofd.c"), os.path.join(d, "no_ofd.so")
+    with open(shim_c, "w") as f:
+        f.write(NO_OFD_SHIM)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", shim_so, shim_c], check=True)
+    gate = os.path.join(d, "gate")
+    tdir = os.path.join(d, "t")
+    state = os.path.join(tdir, ".airlock", "acme")
+    tok = tokens_file(d, [f"{TOK_A} acme"])
+    env = {"LD_PRELOAD": shim_so, "AIRLOCK_TEST_GATE": gate}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        s = start_server("--tokens", tok, "--tenants-dir", tdir)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+    try:
+        one = s.pin()  # the write and the call on one host (tests/multihost reruns this)
+        assert not write(one, TOK_A, [{"path": "a.txt", "text": "a"}])["isError"]
+        assert code(one, TOK_A, "print(open('/input/a.txt').read())") == "a\n"
+        assert not lock_held(state)
+        os.mkfifo(gate, 0o600)
+        got = {}
+
+        def bg(name, fn):
+            got[name] = fn()
+        w = threading.Thread(target=bg, args=("write", lambda: write(
+            one, TOK_A, [{"path": "b.txt", "text": "b"}])))
+        w.start()
+        for _ in range(6000):  # until the write holds its lock (a bound, not a measure)
+            if os.path.exists(gate + ".held"):
+                break
+            time.sleep(0.01)
+        assert os.path.exists(gate + ".held"), "the write never took its lock"
+        assert lock_held(state), "the write holds no lock"
+        # The state file's times move (as another host's write would move
+        # them): the call's check reads the record, an open and a close.
+        os.utime(state, ns=(time.time_ns(), time.time_ns()))
+        c = threading.Thread(target=bg, args=("call", lambda: tool(
+            one, TOK_A, "execute_code", {"code": "print(open('/input/a.txt').read())"})))
+        c.start()
+        # Old code: the call ends at once, its close having let the lock go.
+        # Now: its close waits for the write (a bound, not a measure).
+        c.join(5)
+        assert lock_held(state), "a call's check of the state file let another thread's lock go"
+        g = os.open(gate, os.O_WRONLY)
+        os.unlink(gate)
+        os.close(g)
+        w.join(120)
+        c.join(120)
+        assert not w.is_alive() and not c.is_alive()
+        assert not got["write"]["isError"], got["write"]
+        assert text(got["call"]) == "a\n", got["call"]
+        assert code(one, TOK_A, "print(open('/input/b.txt').read())") == "b\n"
+    finally:
+        if os.path.exists(gate):
+            g = os.open(gate, os.O_RDWR)
+            os.unlink(gate)
+            os.close(g)
+        s.stop()
+
+
 def opened(path):
     """An inotify watch of path for IN_OPEN, and a function that says
     whether anyone on this machine opened it since (a device node's open is
