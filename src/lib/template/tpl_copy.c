@@ -261,6 +261,14 @@ static int await_frame(int chan, json_t **ret, int *ret_fd)
 {
         unsigned char hdr[4];
         size_t got = 0;
+        /* Asleep in poll, not in the read: a read asleep on the socket is
+         * woken whenever the host reads from it (the wake-up of writers
+         * waiting for room), so the host's read of COPY_READY, when its
+         * call takes this copy, woke it for nothing, and it took the CPU
+         * from the host there; a poll for input is woken by input alone. */
+        struct pollfd p = {chan, POLLIN, 0};
+        while (poll(&p, 1, -1) < 0 && errno == EINTR)
+                ;
         while (got < sizeof(hdr)) {
                 int fd = -1;
                 size_t nfd = 0;
