@@ -116,6 +116,9 @@ void sbx_replenish(airlock_sandbox *sb);
  * has its "end" frame), so that the copies asked for start now, not once
  * it has exited. */
 void sbx_run_ended(airlock_sandbox *sb);
+/* Reaps the copies of earlier runs that have exited, without waiting:
+ * called once a run's code is on its way, while the copy runs it. */
+void sbx_reap_dying(airlock_sandbox *sb);
 /* Ends the ready copies over one that a burst of runs left, once no copy
  * was taken for a while (see want_ready in sandbox.c). */
 void sbx_sandbox_trim(airlock_sandbox *sb);
