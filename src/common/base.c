@@ -373,13 +373,19 @@ int al_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n)
 
 int al_send_fdsv(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n)
 {
+        size_t len = 0;
+        for (size_t i = 0; i < niov; i++)
+                len += iov[i].iov_len;
+        ssize_t w = al_send_fdsv_part(sock, iov, niov, fds, n);
+        return w == (ssize_t)len ? 0 : w < 0 ? (int)w : -EIO;
+}
+
+ssize_t al_send_fdsv_part(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n)
+{
         char cbuf[CMSG_SPACE(sizeof(int) * 8)];
         if (n > 8)
                 return -EINVAL;
         memset(cbuf, 0, sizeof(cbuf));
-        size_t len = 0;
-        for (size_t i = 0; i < niov; i++)
-                len += iov[i].iov_len;
         struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = niov};
         if (n) {
                 mh.msg_control = cbuf;
@@ -393,7 +399,32 @@ int al_send_fdsv(int sock, const struct iovec *iov, size_t niov, const int *fds,
         ssize_t w;
         while ((w = sendmsg(sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
                 ;
-        return w == (ssize_t)len ? 0 : w < 0 ? -errno : -EIO;
+        return w < 0 ? -errno : w;
+}
+
+int al_send_rest(int sock, const struct iovec *iov, size_t niov, size_t done, size_t total)
+{
+        while (done < total) {
+                struct iovec v[8];
+                size_t nv = 0, skip = done;
+                for (size_t i = 0; i < niov && nv < ARRAY_SIZE(v); i++) {
+                        if (skip >= iov[i].iov_len) {
+                                skip -= iov[i].iov_len;
+                                continue;
+                        }
+                        v[nv++] =
+                            (struct iovec){(char *)iov[i].iov_base + skip, iov[i].iov_len - skip};
+                        skip = 0;
+                }
+                struct msghdr mh = {.msg_iov = v, .msg_iovlen = nv};
+                ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return w < 0 ? -errno : -EIO;
+                done += (size_t)w;
+        }
+        return 0;
 }
 
 ssize_t al_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *ret_n, int flags)

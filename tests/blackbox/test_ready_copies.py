@@ -11,12 +11,14 @@ host's) that are pid 1 of their own PID namespace; the template is the
 child that is not. Each wait below polls for a state the server reaches by
 itself, within a generous bound, and asserts nothing about time.
 """
+import json
 import os
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import mcp, run  # noqa: E402
+from harness import AIRLOCK, mcp, run, tmpdir  # noqa: E402
 
 
 def children(pid):
@@ -195,10 +197,12 @@ sys.stdin.read()
 
 
 def waits_for_the_host(pid):
-    """Whether pid sleeps in a read of a Unix socket (a ready copy)."""
+    """Whether pid sleeps in a read of a Unix socket or in a poll (a ready
+    copy: a late-input one polls its channel, tpl_copy.c, await_frame)."""
     try:
         with open(f"/proc/{pid}/wchan") as f:
-            return f.read().startswith("unix_stream_read")
+            return f.read().startswith(("unix_stream_read", "poll_schedule_timeout", "do_poll",
+                                        "do_sys_poll"))
     except OSError:
         return False
 
@@ -244,6 +248,59 @@ def test_the_next_copy_is_prepared_while_the_last_one_exits():
             tracer.wait()
         r = m.call("print(8)")
         assert r["content"][0]["text"] == "8\n", r
+
+
+def frames_sent(*args, calls=3):
+    """The messages `airlock mcp *args` sent that hold the "input" frame
+    (strace -f of sendmsg, one line each), over calls runs that each read
+    the workspace's file; None without strace."""
+    if subprocess.run(["sh", "-c", "command -v strace"], capture_output=True).returncode:
+        return None
+    log = os.path.join(tmpdir(), "trace")
+    p = subprocess.Popen(["strace", "-f", "-qq", "-s", "256", "-o", log, "-e", "trace=sendmsg",
+                          AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def rpc(i, method, params):
+        p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
+                                  "params": params}) + "\n")
+        p.stdin.flush()
+        while True:
+            msg = json.loads(p.stdout.readline())
+            if msg.get("id") == i:
+                return msg
+    rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "test", "version": "1"}})
+    for i in range(calls):
+        code = f"print(open('/input/note.txt').read(), {i})"
+        r = rpc(2 + i, "tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        assert r["result"]["content"][0]["text"] == f"kept {i}\n", r
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+    return [ln for ln in open(log).read().splitlines() if '\\"op\\":\\"input\\"' in ln]
+
+
+def test_a_copy_gets_its_input_and_its_code_in_one_message():
+    # The host sent a late-input copy its "input" frame and the tree of the
+    # run's staged input, waited for the copy to take it, and only then
+    # sent the code: two more wake-ups of the copy and two of the host on
+    # every call's path. Now the three go in one message, the tree with its
+    # first byte, and the copy goes from its input to the code alone.
+    ws = tmpdir()
+    with open(os.path.join(ws, "note.txt"), "w") as f:
+        f.write("kept")
+    sent = frames_sent("--workspace", ws)
+    if sent is None:
+        print("  (no strace: skipped)")
+        return
+    for ln in sent:
+        assert '\\"op\\":\\"run\\"' in ln, ln
+    # The calls' own (the server's warm-up run has an empty /input): the
+    # tree of the staged workspace comes in the same message as the code.
+    calls = [ln for ln in sent if "note.txt" in ln]
+    assert len(calls) >= 3, sent
+    for ln in calls:
+        assert "SCM_RIGHTS" in ln, ln
 
 
 if __name__ == "__main__":

@@ -1317,8 +1317,14 @@ static int run_deliver(run_state *run, const char *code, size_t len, bool *ret_d
         _cleanup_json_ json_t *msg =
             json_pack("{s:s, s:s%}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE, code, len);
         int r = msg ? run_script_keys(msg, run->opts) : -ENOMEM;
+        _cleanup_free_ char *body = NULL;
+        if (r >= 0) {
+                body = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+                r = body ? 0 : -ENOMEM;
+        }
+        /* With a late-input copy's input, in one message (sbx_copy_send). */
         if (r >= 0)
-                r = channel_send(run->c->chan, msg);
+                r = sbx_copy_send(run->c, body, strlen(body));
         if (ret_delivered)
                 *ret_delivered = r >= 0;
         /* Each of the code, its arguments and its standard input is under
@@ -1347,6 +1353,19 @@ static int run_code(run_state *run, int outdir, const char *code, size_t len, bo
                     airlock_result **ret, airlock_error *err)
 {
         int r = run_deliver(run, code, len, ret_delivered, err);
+        /* A late-input copy's answer to its input, handed in right before
+         * the code (sbx_copy_hand_input): a copy that failed to take it
+         * ended without reading the code, which another copy may run. */
+        /* The copy has the code: the last run's copy is reaped while it
+         * runs, off the call's path (sbx_take_copy). */
+        if (r >= 0)
+                sbx_reap_dying(run->sb);
+        int ri = sbx_copy_input_taken(run->c, err);
+        if (ri < 0) {
+                if (ret_delivered)
+                        *ret_delivered = false;
+                return ri;
+        }
         if (r < 0)
                 return r;
         while (run->phase != RUN_DONE)

@@ -101,8 +101,9 @@ struct airlock_sandbox {
         bool broken;
         /* Pids of copies killed after their run, whose exit (the teardown
          * of a whole interpreter, milliseconds here) nobody waits for:
-         * reaped before the next copy is taken, and at close. A zombie's
-         * pid cannot be reused, so no fd is held for them. */
+         * reaped while the next run's code runs (sbx_reap_dying), when
+         * half of the slots are taken, and at close. A zombie's pid cannot
+         * be reused, so no fd is held for them. */
         struct {
                 pid_t pid;
                 unsigned cg; /* its cgroup, removed once it is reaped */
@@ -198,6 +199,7 @@ static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
         closep(&c->oomfd);
         closep(&c->input_upper);
         closep(&c->input_lower);
+        closep(&c->input_tree);
         free(c);
 }
 
@@ -709,7 +711,7 @@ static int receive_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, air
         c->out_r = TAKE_FD(got.fd[2]);
         c->err_r = TAKE_FD(got.fd[3]);
         c->oomfd = got.n == 5 ? TAKE_FD(got.fd[4]) : -1;
-        c->input_upper = c->input_lower = -1;
+        c->input_upper = c->input_lower = c->input_tree = -1;
         c->cg = sb->cg.enabled ? cg_seq : 0;
         if (c->cg > sb->cg.max_copy)
                 sb->cg.max_copy = c->cg;
@@ -740,6 +742,13 @@ static void end_burst_locked(airlock_sandbox *sb)
                 return;
         sb->want_ready = 1;
         trim_ready_locked(sb);
+}
+
+void sbx_reap_dying(airlock_sandbox *sb)
+{
+        pthread_mutex_lock(&sb->lock);
+        reap_dying_locked(sb, false);
+        pthread_mutex_unlock(&sb->lock);
 }
 
 void sbx_sandbox_trim(airlock_sandbox *sb)
@@ -820,7 +829,12 @@ int sbx_take_copy(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *e
         pthread_mutex_lock(&sb->lock);
         int r = 0;
         copy *c = NULL;
-        reap_dying_locked(sb, false);
+        /* The last run's copy is reaped while this run's code runs
+         * (sbx_reap_dying): a zombie's reaping cost 30 to 45 us here, on
+         * the call's path. Only a list half full is reaped now, so that
+         * takes without runs (sessions) keep it bounded. */
+        if (sb->n_dying > MAX_DYING / 2)
+                reap_dying_locked(sb, false);
         if (sb->broken) {
                 r = al_error(err, -ECHILD, NULL, "the sandbox template is gone");
                 goto out;
@@ -1194,45 +1208,71 @@ int sbx_copy_wait_ready(copy *c, al_watch *w, int *ret_outdir, airlock_error *er
         return 0;
 }
 
-/* Contract: hands a late-input copy its run's input (in, or NULL for an
- * empty /input) and waits for it to take it. The "input" frame and the
- * byte COPY_INPUT that carries the detached tree are the first the copy
- * reads after it said it was ready; it attaches the tree, locks itself
- * down (no capability, no_new_privs, Landlock, seccomp) and only then
- * answers, with a writable /input's upper dir and lower layer. So no
- * guest code can run before its /input is in place, and the tree this
- * host cloned is the only one it can see there. A copy that fails ends
- * with its reason. */
-static int copy_attach_input(airlock_sandbox *sb, copy *c, sbx_input *in, airlock_error *err)
+/* Contract: sends a late-input copy the input handed to it
+ * (sbx_copy_hand_input) and, when body is not NULL, the frame body after
+ * it, in one message: the "input" frame, the byte COPY_INPUT with the
+ * detached tree of the run's staged input (none for an empty /input), and
+ * the frame. They are the first the copy reads after it said it was ready
+ * (after any "hurry"); it attaches the tree, locks itself down (no
+ * capability, no_new_privs, Landlock, seccomp), answers (copy_input_taken)
+ * and only then reads the frame (tpl_copy.c, await_input). So no guest
+ * code can run before its /input is in place, and the tree this host
+ * cloned is the only one it can see there. One message wakes the copy
+ * once: it goes from its input to the code without waiting for this host
+ * again. The tree travels with the message's first byte, which the copy
+ * reads with room for it. */
+static int copy_send_input(copy *c, const char *body, size_t len)
 {
-        int tree = -1;
-        int r = sbx_input_tree(in, &sb->mounter, &tree, err);
-        if (r < 0)
-                return r;
-        _cleanup_close_ int tree_fd = tree;
-        json_t *msg = json_pack("{s:s}", WIRE_KEY_OP, WIRE_OP_INPUT);
-        r = msg ? channel_send(c->chan, msg) : -ENOMEM;
-        json_decref(msg);
-        if (r >= 0) {
-                char tag = COPY_INPUT;
-                r = al_send_fds(c->chan, &tag, 1, &tree_fd, tree_fd >= 0 ? 1 : 0);
+        static const char input[] = "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_INPUT "\"}";
+        const size_t in_len = sizeof(input) - 1;
+        unsigned char in_hdr[4] = {(unsigned char)in_len, 0, 0, 0};
+        char tag = COPY_INPUT;
+        unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                                (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+        struct iovec iov[5] = {{in_hdr, 4}, {(void *)input, in_len}, {&tag, 1}};
+        size_t niov = 3, total = 4 + in_len + 1;
+        if (body) {
+                if (len > CHANNEL_MAX_FRAME)
+                        return -EMSGSIZE;
+                iov[niov++] = (struct iovec){hdr, 4};
+                iov[niov++] = (struct iovec){(void *)body, len};
+                total += 4 + len;
         }
-        if (r < 0)
-                return al_error_kind(err, AIRLOCK_ERROR_RUN, r, NULL,
-                                     "cannot hand the sandbox copy its input: %s", strerror(-r));
-        close_fd(&tree_fd);
+        _cleanup_close_ int tree = TAKE_FD(c->input_tree);
+        c->input_pending = true;
+        ssize_t w = al_send_fdsv_part(c->chan, iov, niov, &tree, tree >= 0 ? 1 : 0);
+        if (w < 0)
+                return (int)w;
+        /* A large frame may go in parts (the copy reads as it locks down):
+         * the rest, without the tree, which came with the first byte. */
+        return al_send_rest(c->chan, iov, niov, (size_t)w, total);
+}
+
+/* Waits for a late-input copy's answer to its input (copy_send_input):
+ * COPY_INPUT, with a writable /input's upper dir and lower layer, or the
+ * reason the copy failed, which then ends. Nothing when no input is
+ * pending. */
+static int copy_input_taken(copy *c, airlock_error *err)
+{
+        if (!c->input_pending)
+                return 0;
+        c->input_pending = false;
         char buf[512];
         int fds[2] = {-1, -1};
         size_t nfds = 0;
-        r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
-        ssize_t n = r < 0 ? r : al_recv_fds(c->chan, buf, sizeof(buf) - 1, fds, 2, &nfds, 0);
+        /* One byte: the run's first frames may follow it already. */
+        int r = wait_readable(c->chan, al_now_ns() + (uint64_t)(COPY_START_S * 1e9));
+        ssize_t n = r < 0 ? r : al_recv_fds(c->chan, buf, 1, fds, 2, &nfds, 0);
         _cleanup_close_ int upper = fds[0];
         _cleanup_close_ int lower = fds[1];
         if (n <= 0 || buf[0] != COPY_INPUT || (nfds != 0 && nfds != 2)) {
                 if (n > 0 && buf[0] == COPY_ERROR) {
-                        buf[n] = '\0';
+                        /* The reason came in the same message, and the
+                         * copy ends after it. */
+                        ssize_t k = recv(c->chan, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+                        buf[k > 0 ? k : 0] = '\0';
                         return al_error_kind(err, AIRLOCK_ERROR_RUN, -EIO, NULL,
-                                             "sandbox copy failed to take its input: %s", buf + 1);
+                                             "sandbox copy failed to take its input: %s", buf);
                 }
                 return al_error_kind(err, AIRLOCK_ERROR_RUN, n < 0 ? (int)n : -ECHILD, NULL,
                                      "sandbox copy failed to take its input");
@@ -1244,13 +1284,50 @@ static int copy_attach_input(airlock_sandbox *sb, copy *c, sbx_input *in, airloc
         return 0;
 }
 
-int sbx_copy_prepare(airlock_sandbox *sb, copy *c, sbx_input *in, al_watch *w, int *ret_outdir,
-                     airlock_error *err)
+int sbx_copy_send(copy *c, const char *body, size_t len)
+{
+        if (!c->input_handed)
+                return channel_send_raw(c->chan, body, len);
+        c->input_handed = false;
+        return copy_send_input(c, body, len);
+}
+
+int sbx_copy_input_taken(copy *c, airlock_error *err)
+{
+        return copy_input_taken(c, err);
+}
+
+int sbx_copy_hand_input(airlock_sandbox *sb, copy *c, sbx_input *in, al_watch *w, int *ret_outdir,
+                        airlock_error *err)
 {
         int r = sbx_copy_wait_ready(c, w, ret_outdir, err);
         if (r < 0 || !sb->late_input)
                 return r;
-        r = copy_attach_input(sb, c, in, err);
+        int tree = -1;
+        r = sbx_input_tree(in, &sb->mounter, &tree, err);
+        if (r < 0) {
+                close_fd(ret_outdir);
+                return r;
+        }
+        closep(&c->input_tree);
+        c->input_tree = tree;
+        c->input_handed = true;
+        return 0;
+}
+
+int sbx_copy_prepare(airlock_sandbox *sb, copy *c, sbx_input *in, al_watch *w, int *ret_outdir,
+                     airlock_error *err)
+{
+        int r = sbx_copy_hand_input(sb, c, in, w, ret_outdir, err);
+        if (r < 0 || !c->input_handed)
+                return r;
+        c->input_handed = false;
+        r = copy_send_input(c, NULL, 0);
+        if (r < 0)
+                r = al_error_kind(err, AIRLOCK_ERROR_RUN, r, NULL,
+                                  "cannot hand the sandbox copy its input: %s", strerror(-r));
+        else
+                r = copy_input_taken(c, err);
         if (r < 0)
                 close_fd(ret_outdir);
         return r;
@@ -1377,7 +1454,11 @@ static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t
                         return r;
                 int outdir = -1;
                 bool delivered = false, asked = false;
-                r = sbx_copy_prepare(sb, c, in, w, &outdir, err);
+                /* The input goes with the run frame, in one message
+                 * (sbx_copy_send), and the run waits for the copy's answer
+                 * (sbx_run_single): the copy goes from its input to the
+                 * code without a round trip through this host. */
+                r = sbx_copy_hand_input(sb, c, in, w, &outdir, err);
                 if (r >= 0) {
                         adjust_ready(sb, c);
                         if (!(opts && opts->last)) {

@@ -32,6 +32,12 @@ typedef struct copy {
         int input_lower;
         /* It was not ready yet when the caller took it (sbx_copy_wait_ready). */
         bool late;
+        /* A late-input copy's input: handed to it (sbx_copy_hand_input)
+         * and not sent yet, with the detached tree to send (or -1); sent
+         * and its answer not read yet (sbx_copy_input_taken). */
+        int input_tree;
+        bool input_handed;
+        bool input_pending;
 } copy;
 
 /* airlock_sandbox_new, reusing the staged copy of prev (the sandbox of the
@@ -77,9 +83,24 @@ int sbx_run_input(airlock_sandbox *sb, struct sbx_input *in, const char *code, s
  * session is closed (sbx_session_on_close). */
 int sbx_session_open_input(airlock_sandbox *sb, struct sbx_input *in, airlock_session **ret,
                            airlock_error *err);
-/* sbx_copy_wait_ready, then, in a late-input sandbox, hands the copy in. */
+/* sbx_copy_wait_ready, then, in a late-input sandbox, hands the copy its
+ * input and waits for its answer. */
 int sbx_copy_prepare(airlock_sandbox *sb, copy *c, struct sbx_input *in, al_watch *w,
                      int *ret_outdir, airlock_error *err);
+
+/* sbx_copy_wait_ready, then, in a late-input sandbox, gives the copy its
+ * input without sending it: the input goes with the copy's first frame
+ * (sbx_copy_send), in one message, and the caller then reads the copy's
+ * answer (sbx_copy_input_taken) before it relies on the copy's /input (its
+ * writable layers) or waits for anything else of the copy. */
+int sbx_copy_hand_input(airlock_sandbox *sb, copy *c, struct sbx_input *in, al_watch *w,
+                        int *ret_outdir, airlock_error *err);
+/* Sends one frame body to copy c; the input handed to it first, in the
+ * same message, when it has not been sent yet. 0 or -errno. */
+int sbx_copy_send(copy *c, const char *body, size_t len);
+/* The copy's answer to its input, when one was sent: 0, or the reason the
+ * copy failed (it then ends without reading anything more). */
+int sbx_copy_input_taken(copy *c, airlock_error *err);
 
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
 /* Both fire w (may be NULL), the caller's watch, before they wait. */
@@ -95,6 +116,9 @@ void sbx_replenish(airlock_sandbox *sb);
  * has its "end" frame), so that the copies asked for start now, not once
  * it has exited. */
 void sbx_run_ended(airlock_sandbox *sb);
+/* Reaps the copies of earlier runs that have exited, without waiting:
+ * called once a run's code is on its way, while the copy runs it. */
+void sbx_reap_dying(airlock_sandbox *sb);
 /* Ends the ready copies over one that a burst of runs left, once no copy
  * was taken for a while (see want_ready in sandbox.c). */
 void sbx_sandbox_trim(airlock_sandbox *sb);

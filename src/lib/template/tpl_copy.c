@@ -248,9 +248,56 @@ static bool host_waits(int chan)
         return true;
 }
 
-/* Receives the byte COPY_INPUT that follows an "input" frame, with at
- * most one fd: the detached tree of the run's staged input. *ret_tree is
- * -1 for an empty /input. */
+/* The largest frame a late-input copy reads before its input: "hurry" and
+ * "input" are a few bytes. */
+#define AWAIT_FRAME_MAX 256
+
+/* Reads one frame before the copy's input, with room for the one fd that
+ * may come with its first byte: the detached tree of the run's staged
+ * input comes with the message that starts with the "input" frame
+ * (copy_send_input in sandbox/sandbox.c), and a read without room for it
+ * would drop it. *ret_fd keeps the fd. 1 and the frame, or -errno. */
+static int await_frame(int chan, json_t **ret, int *ret_fd)
+{
+        unsigned char hdr[4];
+        size_t got = 0;
+        /* Asleep in poll, not in the read: a read asleep on the socket is
+         * woken whenever the host reads from it (the wake-up of writers
+         * waiting for room), so the host's read of COPY_READY, when its
+         * call takes this copy, woke it for nothing, and it took the CPU
+         * from the host there; a poll for input is woken by input alone. */
+        struct pollfd p = {chan, POLLIN, 0};
+        while (poll(&p, 1, -1) < 0 && errno == EINTR)
+                ;
+        while (got < sizeof(hdr)) {
+                int fd = -1;
+                size_t nfd = 0;
+                ssize_t n = al_recv_fds(chan, hdr + got, sizeof(hdr) - got, &fd, 1, &nfd, 0);
+                if (n <= 0)
+                        return n == 0 ? -EPIPE : (int)n;
+                if (nfd > 1 || (fd >= 0 && *ret_fd >= 0)) {
+                        closep(&fd);
+                        return -EPROTO;
+                }
+                if (fd >= 0)
+                        *ret_fd = fd;
+                got += (size_t)n;
+        }
+        uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+                       (uint32_t)hdr[3] << 24;
+        char body[AWAIT_FRAME_MAX];
+        if (len > sizeof(body))
+                return -EMSGSIZE;
+        if (al_read_full(chan, body, len) != (ssize_t)len)
+                return -EPROTO;
+        int r = channel_frame_parse(body, len, ret);
+        return r < 0 ? r : 1;
+}
+
+/* Receives the byte COPY_INPUT that follows an "input" frame. The
+ * detached tree of the run's staged input came with the message's first
+ * byte (*ret_tree, await_frame), or comes with this one; -1 for an empty
+ * /input. */
 static int recv_input_tree(int chan, int *ret_tree)
 {
         char tag;
@@ -259,11 +306,12 @@ static int recv_input_tree(int chan, int *ret_tree)
         ssize_t n = al_recv_fds(chan, &tag, 1, &tree, 1, &nfd, 0);
         if (n != 1)
                 return n == 0 ? -EPIPE : -EPROTO;
-        if (tag != COPY_INPUT || nfd > 1) {
+        if (tag != COPY_INPUT || nfd > 1 || (tree >= 0 && *ret_tree >= 0)) {
                 closep(&tree);
                 return -EPROTO;
         }
-        *ret_tree = tree;
+        if (tree >= 0)
+                *ret_tree = tree;
         return 0;
 }
 
@@ -289,12 +337,14 @@ static void attach_input(int chan, int tree)
  * tpl_serve_host reads comes after. */
 static void await_input(struct template_state *tpl, int chan)
 {
-        frame_reader fr;
-        channel_reader_init(&fr, CHANNEL_MAX_FRAME);
+        int tree = -1;
         for (;;) {
                 json_t *msg = NULL;
-                if (channel_reader_feed(&fr, chan, &msg) != 1)
+                int r = await_frame(chan, &msg, &tree);
+                if (r == -EPIPE)
                         _exit(0); /* the host is gone or closed this copy */
+                if (r < 0)
+                        copy_fail(chan, "cannot read the run's input: %s", strerror(-r));
                 tpl_set_preparing(false);
                 const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
                 bool input = op && strcmp(op, WIRE_OP_INPUT) == 0;
@@ -305,8 +355,6 @@ static void await_input(struct template_state *tpl, int chan)
                 if (!hurry)
                         copy_fail(chan, "expected the run's input, got \"%s\"", op ? op : "");
         }
-        channel_reader_free(&fr);
-        int tree = -1;
         int r = recv_input_tree(chan, &tree);
         if (r < 0)
                 copy_fail(chan, "cannot receive the run's input: %s", strerror(-r));

@@ -205,7 +205,9 @@ static void set_script(const json_t *argv, const json_t *stdin_b64, const json_t
  * runs, snapshots and restores until the host closes it. */
 _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
 {
-        bool session = false, first = true;
+        /* A late-input copy served the host's first frame already
+         * (await_input). */
+        bool session = false, first = !tpl->params.late_input;
         frame_reader fr;
         channel_reader_init(&fr, CHANNEL_MAX_FRAME);
         for (;;) {
