@@ -14,7 +14,8 @@ build, the median of each step over the calls, and how often the server
 and the copies were woken and waited for a CPU. Needs root and perf;
 perf's own cost inflates every step that makes system calls. With --plain
 R, no perf: R rounds of new servers, the calls timed by the client alone,
-and the median of each round and of all.
+and the median of each round and of all; and the server's own CPU a call
+(all its threads, from schedstat), per round.
 """
 import argparse
 import bisect
@@ -66,9 +67,25 @@ def parse_args():
     return ap.parse_args()
 
 
+def server_cpu_ns(pid):
+    """The CPU time of every thread of the server so far, ns (schedstat)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended: its time is gone with it
+    return total
+
+
 def plain(builds, calls, gap_s, rounds):
-    """The client's wall time of the calls, ms: {build: [[a round's]]}."""
+    """The client's wall time of the calls, ms: {build: [[a round's]]}, and
+    the server's own CPU a call, us: {build: [a round's]} (its threads, not
+    the template or the copies: the host's share of a call, which the wall
+    time of a loaded machine hides)."""
     out = {b: [] for b in builds}
+    cpu = {b: [] for b in builds}
     for r in range(rounds):
         ms = [McpStdio([os.path.join(b, "airlock"), "mcp"], initialized=True) for b in builds]
         try:
@@ -77,16 +94,19 @@ def plain(builds, calls, gap_s, rounds):
                     m.call(CODE)
             time.sleep(1.0)
             got = [[] for _ in builds]
+            c0 = [server_cpu_ns(m.p.pid) for m in ms]
             for i in range(calls):
                 for j in (range(len(ms)) if (i + r) % 2 == 0 else reversed(range(len(ms)))):
                     time.sleep(gap_s)
                     got[j].append(ms[j].call(CODE)[0])
+            for b, m, c in zip(builds, ms, c0):
+                cpu[b].append((server_cpu_ns(m.p.pid) - c) / calls / 1e3)
         finally:
             for m in ms:
                 m.close()
         for b, g in zip(builds, got):
             out[b].append(g)
-    return out
+    return out, cpu
 
 
 def record(builds, calls, gap_s, data):
@@ -227,7 +247,7 @@ def main():
     a = parse_args()
     load0 = os.getloadavg()
     if a.plain:
-        got = plain(a.builds, a.calls, a.gap / 1e3, a.plain)
+        got, cpu = plain(a.builds, a.calls, a.gap / 1e3, a.plain)
         load1 = os.getloadavg()
         print(f"warm print(1) through airlock mcp, {a.plain} rounds of {a.calls} calls {a.gap:g} "
               f"ms apart a build, builds in turn; load average {load0[0]:.2f} to "
@@ -236,6 +256,10 @@ def main():
             every = [x for r in rounds for x in r]
             print(f"{b}: median {statistics.median(every):.3f} (rounds: " +
                   ", ".join(f"{statistics.median(r):.3f}" for r in rounds) + ")")
+        print("the server's own CPU a call (its threads), us")
+        for b, rounds in cpu.items():
+            print(f"{b}: median {statistics.median(rounds):.1f} (rounds: " +
+                  ", ".join(f"{r:.1f}" for r in rounds) + ")")
         return
     with tempfile.TemporaryDirectory(prefix="airlock-warm-path-") as d:
         data = os.path.join(d, "perf.data")
