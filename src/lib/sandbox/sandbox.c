@@ -1251,7 +1251,8 @@ static int copy_send_input(copy *c, const char *body, size_t len)
 /* Waits for a late-input copy's answer to its input (copy_send_input):
  * COPY_INPUT, with a writable /input's upper dir and lower layer, or the
  * reason the copy failed, which then ends. Nothing when no input is
- * pending. */
+ * pending. -ETIMEDOUT when the copy did not answer within COPY_START_S:
+ * it may still read the frame sent with its input (sbx_copy_send). */
 static int copy_input_taken(copy *c, airlock_error *err)
 {
         if (!c->input_pending)
@@ -1274,6 +1275,11 @@ static int copy_input_taken(copy *c, airlock_error *err)
                         return al_error_kind(err, AIRLOCK_ERROR_RUN, -EIO, NULL,
                                              "sandbox copy failed to take its input: %s", buf);
                 }
+                if (n == -ETIMEDOUT)
+                        return al_error_kind(err, AIRLOCK_ERROR_RUN, -ETIMEDOUT, NULL,
+                                             "sandbox copy did not take its input within %g s "
+                                             "(COPY_START_S)",
+                                             COPY_START_S);
                 return al_error_kind(err, AIRLOCK_ERROR_RUN, n < 0 ? (int)n : -ECHILD, NULL,
                                      "sandbox copy failed to take its input");
         }
