@@ -376,11 +376,12 @@ int al_send_fdsv(int sock, const struct iovec *iov, size_t niov, const int *fds,
         size_t len = 0;
         for (size_t i = 0; i < niov; i++)
                 len += iov[i].iov_len;
-        ssize_t w = al_send_fdsv_part(sock, iov, niov, fds, n);
+        ssize_t w = al_send_fdsv_part(sock, iov, niov, fds, n, 0);
         return w == (ssize_t)len ? 0 : w < 0 ? (int)w : -EIO;
 }
 
-ssize_t al_send_fdsv_part(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n)
+ssize_t al_send_fdsv_part(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n,
+                          int flags)
 {
         char cbuf[CMSG_SPACE(sizeof(int) * 8)];
         if (n > 8)
@@ -397,16 +398,17 @@ ssize_t al_send_fdsv_part(int sock, const struct iovec *iov, size_t niov, const 
                 memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
         }
         ssize_t w;
-        while ((w = sendmsg(sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        while ((w = sendmsg(sock, &mh, MSG_NOSIGNAL | flags)) < 0 && errno == EINTR)
                 ;
         return w < 0 ? -errno : w;
 }
 
-int al_send_rest(int sock, const struct iovec *iov, size_t niov, size_t done, size_t total)
+int al_send_rest(int sock, const struct iovec *iov, size_t niov, size_t *done, size_t total,
+                 int flags)
 {
-        while (done < total) {
+        while (*done < total) {
                 struct iovec v[8];
-                size_t nv = 0, skip = done;
+                size_t nv = 0, skip = *done;
                 for (size_t i = 0; i < niov && nv < ARRAY_SIZE(v); i++) {
                         if (skip >= iov[i].iov_len) {
                                 skip -= iov[i].iov_len;
@@ -417,12 +419,12 @@ int al_send_rest(int sock, const struct iovec *iov, size_t niov, size_t done, si
                         skip = 0;
                 }
                 struct msghdr mh = {.msg_iov = v, .msg_iovlen = nv};
-                ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL);
+                ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL | flags);
                 if (w < 0 && errno == EINTR)
                         continue;
                 if (w <= 0)
                         return w < 0 ? -errno : -EIO;
-                done += (size_t)w;
+                *done += (size_t)w;
         }
         return 0;
 }

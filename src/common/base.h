@@ -170,13 +170,17 @@ int al_write_full(int fd, const void *buf, size_t len);
 int al_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n);
 /* al_send_fds of the niov pieces of iov, sent as one message. */
 int al_send_fdsv(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n);
-/* al_send_fdsv that returns the bytes sent (>= 0) or -errno: a blocking
- * stream socket may take part of a large message, when a signal
- * interrupts the wait for room. The fds go with the first byte. */
-ssize_t al_send_fdsv_part(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n);
+/* al_send_fdsv that returns the bytes sent (>= 0) or -errno: a stream
+ * socket may take part of a large message (a signal interrupts the wait
+ * for room, or flags has MSG_DONTWAIT). The fds go with the first byte. */
+ssize_t al_send_fdsv_part(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t n,
+                          int flags);
 /* Sends, without fds, what is left of the buffers iov (total bytes in
- * all, at most 8 buffers) after the first done bytes: 0 or -errno. */
-int al_send_rest(int sock, const struct iovec *iov, size_t niov, size_t done, size_t total);
+ * all, at most 8 buffers) after the first *done bytes, adding to *done
+ * what it sent: 0 once all is sent, or -errno (-EAGAIN with MSG_DONTWAIT
+ * in flags when the socket has no room). */
+int al_send_rest(int sock, const struct iovec *iov, size_t niov, size_t *done, size_t total,
+                 int flags);
 /* Receives one message of at most len bytes from the socket sock into buf,
  * retrying on EINTR, with the fds attached to it (SCM_RIGHTS, close-on-exec):
  * the first max of them (at most 8) go to fds, whose other slots are set to

@@ -13,6 +13,7 @@ itself, within a generous bound, and asserts nothing about time.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -301,6 +302,50 @@ def test_a_copy_gets_its_input_and_its_code_in_one_message():
     assert len(calls) >= 3, sent
     for ln in calls:
         assert "SCM_RIGHTS" in ln, ln
+
+
+def test_a_copy_that_holds_the_code_unanswered_is_not_replaced():
+    # A late-input copy gets its input and the code in one message. When it
+    # did not answer its input in time (COPY_START_S, 30 s: here it is
+    # stopped), the host took another copy and ran the code there too,
+    # while the first still held it: once it went on (before the host's
+    # kill lands), the code ran twice. Only a copy that ended, or said it
+    # failed, without answering read no code and may be replaced.
+    ws = tmpdir()
+    with mcp("--workspace", ws, "--ready-copies", "1") as m:
+        r = m.call("print(1)")
+        assert r["content"][0]["text"] == "1\n", r
+        ready = until("no single ready copy", lambda: [
+            c for c in copies(m.p.pid) if waits_for_the_host(c)]
+            if len(copies(m.p.pid)) == 1 else None)
+        os.kill(ready[0], signal.SIGSTOP)
+        r = m.call("print('ran')")
+        assert r.get("isError"), r
+        text = r["content"][0]["text"]
+        assert "ran\n" not in text and "input" in text, text
+        r = m.call("print(2)")
+        assert r["content"][0]["text"] == "2\n", r
+
+
+def test_a_stopped_copy_never_holds_a_large_code_for_ever():
+    # The code goes with a late-input copy's input in one message, which
+    # the copy reads only once it has taken its input. Code larger than the
+    # channel's buffer (about 208 KiB) then waited for room in a blocking
+    # send, with no bound: a copy stopped before it took its input held the
+    # call for ever, where the wait for its answer ends after COPY_START_S
+    # (30 s). The send now waits for room as long; the copy, which holds
+    # part of a frame it can never run, is replaced.
+    ws = tmpdir()
+    with mcp("--workspace", ws, "--ready-copies", "1") as m:
+        r = m.call("print(1)")
+        assert r["content"][0]["text"] == "1\n", r
+        ready = until("no single ready copy", lambda: [
+            c for c in copies(m.p.pid) if waits_for_the_host(c)]
+            if len(copies(m.p.pid)) == 1 else None)
+        os.kill(ready[0], signal.SIGSTOP)
+        code = "#" + "x" * (1 << 20) + "\nprint('big')"
+        r = m.call(code)
+        assert r["content"][0]["text"] == "big\n", r
 
 
 if __name__ == "__main__":

@@ -1362,7 +1362,12 @@ static int run_code(run_state *run, int outdir, const char *code, size_t len, bo
                 sbx_reap_dying(run->sb);
         int ri = sbx_copy_input_taken(run->c, err);
         if (ri < 0) {
-                if (ret_delivered)
+                /* A copy that ended, or said it failed, before it answered
+                 * read no code: another may run it. One that did not
+                 * answer in time (-ETIMEDOUT) lives and holds the code,
+                 * which it may still run before the caller's kill lands:
+                 * it counts as delivered, never run a second time. */
+                if (ret_delivered && ri != -ETIMEDOUT)
                         *ret_delivered = false;
                 return ri;
         }

@@ -230,14 +230,15 @@ void sbx_copy_end(airlock_sandbox *sb, copy *c)
         sbx_copy_close(sb, c, false);
 }
 
-/* Waits until fd is readable or the deadline (monotonic ns) passes. */
-static int wait_readable(int fd, uint64_t deadline)
+/* Waits until fd has one of events (poll) or the deadline (monotonic ns)
+ * passes. */
+static int wait_events(int fd, short events, uint64_t deadline)
 {
         for (;;) {
                 uint64_t now = al_now_ns();
                 if (now >= deadline)
                         return -ETIMEDOUT;
-                struct pollfd p = {fd, POLLIN, 0};
+                struct pollfd p = {fd, events, 0};
                 int ms = (int)MIN((deadline - now) / 1000000 + 1, (uint64_t)INT32_MAX);
                 int r = poll(&p, 1, ms);
                 if (r < 0 && errno == EINTR)
@@ -247,6 +248,12 @@ static int wait_readable(int fd, uint64_t deadline)
                 if (r > 0)
                         return 0;
         }
+}
+
+/* Waits until fd is readable or the deadline (monotonic ns) passes. */
+static int wait_readable(int fd, uint64_t deadline)
+{
+        return wait_events(fd, POLLIN, deadline);
 }
 
 /* Turns a template's "E<errno> <feature>|<message>" into an error record. */
@@ -1208,6 +1215,16 @@ int sbx_copy_wait_ready(copy *c, al_watch *w, int *ret_outdir, airlock_error *er
         return 0;
 }
 
+/* A late-input copy that left no room for its input and its first frame
+ * within COPY_START_S: it has not read them, so its answer is not waited
+ * for again; the frame it holds is incomplete, so it can never run it,
+ * and the caller's close ends it. */
+static int copy_send_late(copy *c)
+{
+        c->input_pending = false;
+        return -ETIMEDOUT;
+}
+
 /* Contract: sends a late-input copy the input handed to it
  * (sbx_copy_hand_input) and, when body is not NULL, the frame body after
  * it, in one message: the "input" frame, the byte COPY_INPUT with the
@@ -1240,18 +1257,32 @@ static int copy_send_input(copy *c, const char *body, size_t len)
         }
         _cleanup_close_ int tree = TAKE_FD(c->input_tree);
         c->input_pending = true;
-        ssize_t w = al_send_fdsv_part(c->chan, iov, niov, &tree, tree >= 0 ? 1 : 0);
+        /* A large frame may go in parts, which the copy reads only once it
+         * has taken its input and locked down: a copy that never does
+         * would hold this send for ever, so it waits for room at most
+         * COPY_START_S, as for the copy's answer. */
+        uint64_t deadline = al_now_ns() + (uint64_t)(COPY_START_S * 1e9);
+        ssize_t w;
+        while ((w = al_send_fdsv_part(c->chan, iov, niov, &tree, tree >= 0 ? 1 : 0,
+                                      MSG_DONTWAIT)) == -EAGAIN)
+                if (wait_events(c->chan, POLLOUT, deadline) < 0)
+                        return copy_send_late(c);
         if (w < 0)
                 return (int)w;
-        /* A large frame may go in parts (the copy reads as it locks down):
-         * the rest, without the tree, which came with the first byte. */
-        return al_send_rest(c->chan, iov, niov, (size_t)w, total);
+        /* The rest, without the tree, which came with the first byte. */
+        size_t done = (size_t)w;
+        int r;
+        while ((r = al_send_rest(c->chan, iov, niov, &done, total, MSG_DONTWAIT)) == -EAGAIN)
+                if (wait_events(c->chan, POLLOUT, deadline) < 0)
+                        return copy_send_late(c);
+        return r;
 }
 
 /* Waits for a late-input copy's answer to its input (copy_send_input):
  * COPY_INPUT, with a writable /input's upper dir and lower layer, or the
  * reason the copy failed, which then ends. Nothing when no input is
- * pending. */
+ * pending. -ETIMEDOUT when the copy did not answer within COPY_START_S:
+ * it may still read the frame sent with its input (sbx_copy_send). */
 static int copy_input_taken(copy *c, airlock_error *err)
 {
         if (!c->input_pending)
@@ -1274,6 +1305,11 @@ static int copy_input_taken(copy *c, airlock_error *err)
                         return al_error_kind(err, AIRLOCK_ERROR_RUN, -EIO, NULL,
                                              "sandbox copy failed to take its input: %s", buf);
                 }
+                if (n == -ETIMEDOUT)
+                        return al_error_kind(err, AIRLOCK_ERROR_RUN, -ETIMEDOUT, NULL,
+                                             "sandbox copy did not take its input within %g s "
+                                             "(COPY_START_S)",
+                                             COPY_START_S);
                 return al_error_kind(err, AIRLOCK_ERROR_RUN, n < 0 ? (int)n : -ECHILD, NULL,
                                      "sandbox copy failed to take its input");
         }

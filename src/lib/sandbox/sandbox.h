@@ -99,7 +99,9 @@ int sbx_copy_hand_input(airlock_sandbox *sb, copy *c, struct sbx_input *in, al_w
  * same message, when it has not been sent yet. 0 or -errno. */
 int sbx_copy_send(copy *c, const char *body, size_t len);
 /* The copy's answer to its input, when one was sent: 0, or the reason the
- * copy failed (it then ends without reading anything more). */
+ * copy failed (it then ends without reading anything more); -ETIMEDOUT
+ * when it did not answer in time, when it lives and may still read the
+ * frame sent with its input. */
 int sbx_copy_input_taken(copy *c, airlock_error *err);
 
 int sbx_check_code(const char *code, size_t len, airlock_error *err);
