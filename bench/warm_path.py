@@ -79,6 +79,22 @@ def server_cpu_ns(pid):
     return total
 
 
+def servers(builds):
+    """An `airlock mcp` of each build, warmed up by 5 calls, then left a
+    second: past a burst, so the calls timed next find their copy ready."""
+    ms = [McpStdio([os.path.join(b, "airlock"), "mcp"], initialized=True) for b in builds]
+    try:
+        for m in ms:
+            for _ in range(5):
+                m.call(CODE)
+    except BaseException:
+        for m in ms:
+            m.close()
+        raise
+    time.sleep(1.0)
+    return ms
+
+
 def plain(builds, calls, gap_s, rounds):
     """The client's wall time of the calls, ms: {build: [[a round's]]}, and
     the server's own CPU a call, us: {build: [a round's]} (its threads, not
@@ -87,12 +103,8 @@ def plain(builds, calls, gap_s, rounds):
     out = {b: [] for b in builds}
     cpu = {b: [] for b in builds}
     for r in range(rounds):
-        ms = [McpStdio([os.path.join(b, "airlock"), "mcp"], initialized=True) for b in builds]
+        ms = servers(builds)
         try:
-            for m in ms:
-                for _ in range(5):
-                    m.call(CODE)
-            time.sleep(1.0)
             got = [[] for _ in builds]
             c0 = [server_cpu_ns(m.p.pid) for m in ms]
             for i in range(calls):
@@ -111,12 +123,8 @@ def plain(builds, calls, gap_s, rounds):
 
 def record(builds, calls, gap_s, data):
     """Runs the calls under perf; returns per build (server pid, [(t0, t1)])."""
-    ms = [McpStdio([os.path.join(b, "airlock"), "mcp"], initialized=True) for b in builds]
+    ms = servers(builds)
     try:
-        for m in ms:
-            for _ in range(5):
-                m.call(CODE)
-        time.sleep(1.0)
         perf = subprocess.Popen(["perf", "record", "-q", "-a", "-k", "CLOCK_MONOTONIC", "-e",
                                  EVENTS, "-o", data], stderr=subprocess.DEVNULL)
         time.sleep(1.5)

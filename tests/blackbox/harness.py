@@ -111,8 +111,9 @@ class Mcp:
     """One `airlock mcp` server spoken to over its stdio, initialized. Requests
     may be in flight in parallel: start() sends one, wait() takes its reply."""
 
-    def __init__(self, *args, client="test"):
-        self.p = subprocess.Popen([AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
+    def __init__(self, *args, client="test", prefix=()):
+        # prefix: a command the server runs under (strace, for one).
+        self.p = subprocess.Popen([*prefix, AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.replies = {}
         self.ended = False
@@ -187,9 +188,9 @@ class Mcp:
 
 
 @contextlib.contextmanager
-def mcp(*args):
+def mcp(*args, prefix=()):
     """An Mcp for a with block: it must exit 0 when its input ends."""
-    m = Mcp(*args)
+    m = Mcp(*args, prefix=prefix)
     try:
         yield m
     finally:
@@ -211,6 +212,22 @@ def mcp(*args):
 # refused OpenBLAS's 128 MiB buffer (test_isolation) run under netlib's BLAS,
 # which reserves none, and end as `ok`.
 MACHINE_LOCK = "/tmp/airlock-test-machine.lock"
+
+
+@contextlib.contextmanager
+def environ(env):
+    """os.environ with env's variables set for a with block (for a child
+    started there to inherit), and as it was after."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager

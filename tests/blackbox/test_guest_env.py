@@ -358,28 +358,11 @@ def copy_calls(calls, n=4):
     if subprocess.run(["sh", "-c", "command -v strace"], capture_output=True).returncode:
         return None
     log = os.path.join(tmpdir(), "trace")
-    p = subprocess.Popen(["strace", "-f", "-qq", "-o", log, "-e",
-                          "trace=clone3," + ",".join(calls), AIRLOCK, "mcp"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
-
-    def rpc(i, method, params):
-        p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
-                                  "params": params}) + "\n")
-        p.stdin.flush()
-        while True:
-            msg = json.loads(p.stdout.readline())
-            if msg.get("id") == i:
-                return msg
-    rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                          "clientInfo": {"name": "test", "version": "1"}})
-    p.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
-                  + "\n")
-    for i in range(n):
-        r = rpc(2 + i, "tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
-        assert r["result"]["content"][0]["text"] == "1\n", r
-    p.stdin.close()
-    assert p.wait(timeout=60) == 0
+    with mcp(prefix=["strace", "-f", "-qq", "-o", log, "-e",
+                     "trace=clone3," + ",".join(calls)]) as m:
+        for _ in range(n):
+            r = m.call("print(1)")
+            assert r["content"][0]["text"] == "1\n", r
     lines = open(log).read().splitlines()
     # The copies: pid 1 of a new PID namespace each (clone3's result,
     # on its line or on the line that resumes it).

@@ -403,21 +403,23 @@ READY_COPY_MAX_KIB = 920
 
 def ready_copies(server_pid):
     """The pids of the ready copies of a server: its children that are pid
-    1 of their PID namespace (CLONE_PARENT), blocked in a read of the
-    channel (fd 3, COPY_CHANNEL_FD), which a copy reads from once it is
-    ready and not before."""
+    1 of their PID namespace (CLONE_PARENT), asleep waiting for the host on
+    their channel, which a copy reads from once it is ready and not before:
+    in a read of it, or, a late-input copy, in a poll of it (tpl_copy.c,
+    await_frame)."""
     out = []
     for d in os.listdir("/proc"):
         try:
             with open(f"/proc/{d}/status") as f:
                 st = f.read()
-            with open(f"/proc/{d}/syscall") as f:
-                call = f.read().split()
+            with open(f"/proc/{d}/wchan") as f:
+                wchan = f.read()
         except OSError:
             continue
         ppid = int(st.split("PPid:")[1].split()[0])
         nspid = st.split("NSpid:")[1].split("\n")[0].split()
-        if ppid == server_pid and len(nspid) > 1 and nspid[-1] == "1" and call[:2] == ["0", "0x3"]:
+        if ppid == server_pid and len(nspid) > 1 and nspid[-1] == "1" and wchan.startswith(
+                ("unix_stream_read", "poll_schedule_timeout", "do_poll", "do_sys_poll")):
             out.append(d)
     return out
 
@@ -435,7 +437,9 @@ def test_a_ready_copy_writes_no_more_pages_than_it_must():
         for _ in range(5):
             ok(m.run("print(1)"))
         ready = []
+        end = time.monotonic() + 60
         while not ready:  # the next copies are prepared after the run
+            assert time.monotonic() < end, "no ready copy within 60 s"
             ready = ready_copies(m.p.pid)
             time.sleep(0.01)
         for pid in ready:

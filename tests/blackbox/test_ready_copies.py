@@ -11,7 +11,6 @@ host's) that are pid 1 of their own PID namespace; the template is the
 child that is not. Each wait below polls for a state the server reaches by
 itself, within a generous bound, and asserts nothing about time.
 """
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import AIRLOCK, mcp, run, tmpdir  # noqa: E402
+from harness import mcp, run, tmpdir  # noqa: E402
 
 
 def children(pid):
@@ -258,26 +257,11 @@ def frames_sent(*args, calls=3):
     if subprocess.run(["sh", "-c", "command -v strace"], capture_output=True).returncode:
         return None
     log = os.path.join(tmpdir(), "trace")
-    p = subprocess.Popen(["strace", "-f", "-qq", "-s", "256", "-o", log, "-e", "trace=sendmsg",
-                          AIRLOCK, "mcp", *args], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-
-    def rpc(i, method, params):
-        p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
-                                  "params": params}) + "\n")
-        p.stdin.flush()
-        while True:
-            msg = json.loads(p.stdout.readline())
-            if msg.get("id") == i:
-                return msg
-    rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                          "clientInfo": {"name": "test", "version": "1"}})
-    for i in range(calls):
-        code = f"print(open('/input/note.txt').read(), {i})"
-        r = rpc(2 + i, "tools/call", {"name": "execute_code", "arguments": {"code": code}})
-        assert r["result"]["content"][0]["text"] == f"kept {i}\n", r
-    p.stdin.close()
-    assert p.wait(timeout=60) == 0
+    with mcp(*args, prefix=["strace", "-f", "-qq", "-s", "256", "-o", log, "-e",
+                            "trace=sendmsg"]) as m:
+        for i in range(calls):
+            r = m.call(f"print(open('/input/note.txt').read(), {i})")
+            assert r["content"][0]["text"] == f"kept {i}\n", r
     return [ln for ln in open(log).read().splitlines() if '\\"op\\":\\"input\\"' in ln]
 
 
@@ -304,6 +288,17 @@ def test_a_copy_gets_its_input_and_its_code_in_one_message():
         assert "SCM_RIGHTS" in ln, ln
 
 
+def stop_the_ready_copy(m):
+    """After one call of m (an `airlock mcp --ready-copies 1`), stops its one
+    ready copy (SIGSTOP), waiting for its host."""
+    r = m.call("print(1)")
+    assert r["content"][0]["text"] == "1\n", r
+    ready = until("no single ready copy", lambda: [
+        c for c in copies(m.p.pid) if waits_for_the_host(c)]
+        if len(copies(m.p.pid)) == 1 else None)
+    os.kill(ready[0], signal.SIGSTOP)
+
+
 def test_a_copy_that_holds_the_code_unanswered_is_not_replaced():
     # A late-input copy gets its input and the code in one message. When it
     # did not answer its input in time (COPY_START_S, 30 s: here it is
@@ -311,14 +306,8 @@ def test_a_copy_that_holds_the_code_unanswered_is_not_replaced():
     # while the first still held it: once it went on (before the host's
     # kill lands), the code ran twice. Only a copy that ended, or said it
     # failed, without answering read no code and may be replaced.
-    ws = tmpdir()
-    with mcp("--workspace", ws, "--ready-copies", "1") as m:
-        r = m.call("print(1)")
-        assert r["content"][0]["text"] == "1\n", r
-        ready = until("no single ready copy", lambda: [
-            c for c in copies(m.p.pid) if waits_for_the_host(c)]
-            if len(copies(m.p.pid)) == 1 else None)
-        os.kill(ready[0], signal.SIGSTOP)
+    with mcp("--workspace", tmpdir(), "--ready-copies", "1") as m:
+        stop_the_ready_copy(m)
         r = m.call("print('ran')")
         assert r.get("isError"), r
         text = r["content"][0]["text"]
@@ -335,14 +324,8 @@ def test_a_stopped_copy_never_holds_a_large_code_for_ever():
     # call for ever, where the wait for its answer ends after COPY_START_S
     # (30 s). The send now waits for room as long; the copy, which holds
     # part of a frame it can never run, is replaced.
-    ws = tmpdir()
-    with mcp("--workspace", ws, "--ready-copies", "1") as m:
-        r = m.call("print(1)")
-        assert r["content"][0]["text"] == "1\n", r
-        ready = until("no single ready copy", lambda: [
-            c for c in copies(m.p.pid) if waits_for_the_host(c)]
-            if len(copies(m.p.pid)) == 1 else None)
-        os.kill(ready[0], signal.SIGSTOP)
+    with mcp("--workspace", tmpdir(), "--ready-copies", "1") as m:
+        stop_the_ready_copy(m)
         code = "#" + "x" * (1 << 20) + "\nprint('big')"
         r = m.call(code)
         assert r["content"][0]["text"] == "big\n", r

@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 
-from harness import AIRLOCK, run, tmpdir
+from harness import AIRLOCK, environ, run, tmpdir
 from test_serve import MODERN, Serve, result_of
 
 TOK_A = "tok-acme-0123456789abcdef"
@@ -406,16 +406,8 @@ def test_a_state_files_check_never_lets_a_process_lock_go():
     state = os.path.join(tdir, ".airlock", "acme")
     tok = tokens_file(d, [f"{TOK_A} acme"])
     env = {"LD_PRELOAD": shim_so, "AIRLOCK_TEST_GATE": gate}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ(env):
         s = start_server("--tokens", tok, "--tenants-dir", tdir)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
     try:
         one = s.pin()  # the write and the call on one host (tests/multihost reruns this)
         assert not write(one, TOK_A, [{"path": "a.txt", "text": "a"}])["isError"]

@@ -33,7 +33,7 @@ import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "blackbox"))
-from harness import Mcp, Skip, run  # noqa: E402
+from harness import Mcp, Skip, environ, run  # noqa: E402
 
 FUSE_SUPER_MAGIC = 0x65735546
 GLUSTERD = shutil.which("glusterd") or "/usr/sbin/glusterd"
@@ -480,17 +480,9 @@ class Hosts:
         if key not in self._hosts:
             env["TMPDIR"] = os.path.join(self.volume().base, f"tmp{i}")
             os.makedirs(env["TMPDIR"], exist_ok=True)
-            old = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with environ(env):
                 self._hosts[key] = Mcp("--tenants-dir", self.tenants_dir(i), "--tenant", tenant,
                                        *extra)
-            finally:
-                for k, v in old.items():
-                    if v is None:
-                        del os.environ[k]
-                    else:
-                        os.environ[k] = v
         return self._hosts[key]
 
     def release(self, m):
