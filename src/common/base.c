@@ -491,17 +491,19 @@ int al_open_regular(int dirfd, const char *name, int flags)
                 : S_ISLNK(sx.stx_mode)                                                  ? -ELOOP
                 : !S_ISREG(sx.stx_mode)                                                 ? -EINVAL
                                                                                         : 0;
-        if (r == 0) {
-                char proc[32];
-                snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
-                r = open(proc, (flags & ~O_CREAT) | O_NOCTTY | O_CLOEXEC);
-                /* ENOENT here is /proc missing, never the file: a caller
-                 * must not take it for a file gone. */
-                if (r < 0)
-                        r = errno == ENOENT ? -EOPNOTSUPP : -errno;
-        }
+        if (r == 0)
+                r = al_reopen(pfd, flags & ~O_CREAT);
         close(pfd);
         return r;
+}
+
+int al_reopen(int fd, int flags)
+{
+        char proc[32];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        int r = open(proc, flags | O_NOCTTY | O_CLOEXEC);
+        /* ENOENT here is /proc missing, never the file. */
+        return r >= 0 ? r : errno == ENOENT ? -EOPNOTSUPP : -errno;
 }
 
 /* The short name of a network or FUSE file system's magic number, or

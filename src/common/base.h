@@ -159,6 +159,11 @@ bool al_foreign_devices(int fd);
  * else (a folder, a FIFO, a socket, a device), -EOPNOTSUPP without /proc,
  * or -errno. */
 int al_open_regular(int dirfd, const char *name, int flags);
+/* Opens again, with flags, the file that fd names (through /proc/self/fd:
+ * no lookup by name, whatever is at its name now). Returns the new fd,
+ * -EOPNOTSUPP without /proc (never -ENOENT, which a caller could take for
+ * a file gone), or -errno. */
+int al_reopen(int fd, int flags);
 
 /* Reads or writes all of len bytes, retrying on EINTR and short transfers. */
 ssize_t al_read_full(int fd, void *buf, size_t len);

@@ -386,12 +386,12 @@ static int tenant_lock(mcp_workspaces *w, const char *tenant, ws_held *h, airloc
                 r = lock_until(fd, F_SETLK, deadline);
         }
         if (r < 0) {
-                if (h->stripe)
+                if (h->stripe) {
                         close(fd);
-                else
-                        state_close(w, tenant, fd);
-                if (h->stripe)
                         pthread_mutex_unlock(h->stripe);
+                } else {
+                        state_close(w, tenant, fd);
+                }
                 h->stripe = NULL;
                 if (r == -ETIMEDOUT)
                         return al_error(err, r, NULL,
@@ -546,12 +546,8 @@ static int state_reopen(mcp_workspaces *w, const char *tenant)
                 ws_state_fd *s = &w->sfds[name_hash(tenant) % WS_STATE_FDS];
                 int fd = -ENOENT;
                 pthread_mutex_lock(&s->lock);
-                if (s->fd >= 0 && strcmp(s->tenant, tenant) == 0) {
-                        char proc[32];
-                        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", s->fd);
-                        fd = open(proc, O_RDONLY | O_NOCTTY | O_CLOEXEC);
-                        fd = fd >= 0 ? fd : -errno;
-                }
+                if (s->fd >= 0 && strcmp(s->tenant, tenant) == 0)
+                        fd = al_reopen(s->fd, O_RDONLY);
                 pthread_mutex_unlock(&s->lock);
                 if (fd >= 0)
                         return fd;

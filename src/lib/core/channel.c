@@ -82,8 +82,7 @@ int channel_reader_feed(frame_reader *r, int fd, json_t **ret)
                         r->hdr_got += (size_t)n;
                         if (r->hdr_got < 4)
                                 continue;
-                        uint32_t len = (uint32_t)r->hdr[0] | (uint32_t)r->hdr[1] << 8 |
-                                       (uint32_t)r->hdr[2] << 16 | (uint32_t)r->hdr[3] << 24;
+                        uint32_t len = channel_frame_len(r->hdr);
                         if (len > r->max)
                                 return -EMSGSIZE;
                         r->need = len;
@@ -119,12 +118,24 @@ int channel_reader_feed(frame_reader *r, int fd, json_t **ret)
         }
 }
 
+void channel_frame_header(unsigned char hdr[4], size_t len)
+{
+        for (int i = 0; i < 4; i++)
+                hdr[i] = (unsigned char)(len >> (8 * i));
+}
+
+uint32_t channel_frame_len(const unsigned char hdr[4])
+{
+        return (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+               (uint32_t)hdr[3] << 24;
+}
+
 int channel_send_raw(int fd, const char *body, size_t len)
 {
         if (len > CHANNEL_MAX_FRAME)
                 return -EMSGSIZE;
-        unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
-                                (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+        unsigned char hdr[4];
+        channel_frame_header(hdr, len);
         struct iovec iov[2] = {{hdr, 4}, {(void *)body, len}};
         size_t total = 4 + len, done = 0;
         while (done < total) {

@@ -62,6 +62,10 @@ void channel_spin_expired(channel_spin *s);
 /* Parses one complete frame body (exposed for the fuzzer). */
 int channel_frame_parse(const char *body, size_t len, json_t **ret);
 
+/* A frame's 4-byte header: its body's length, little-endian. */
+void channel_frame_header(unsigned char hdr[4], size_t len);
+uint32_t channel_frame_len(const unsigned char hdr[4]);
+
 /* Sends msg as one frame (blocking, MSG_NOSIGNAL). */
 int channel_send(int fd, const json_t *msg);
 /* Sends a raw body as one frame. */

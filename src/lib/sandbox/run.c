@@ -526,8 +526,8 @@ static int send_reply(run_state *run, json_t *msg)
         size_t len = strlen(s);
         if (len > CHANNEL_MAX_FRAME)
                 return -EMSGSIZE;
-        unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
-                                (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+        unsigned char hdr[4];
+        channel_frame_header(hdr, len);
         size_t total = 4 + len, done = 0;
         while (done < total) {
                 /* The header and the body in one call: sent apart, the

@@ -1242,10 +1242,10 @@ static int copy_send_input(copy *c, const char *body, size_t len)
 {
         static const char input[] = "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_INPUT "\"}";
         const size_t in_len = sizeof(input) - 1;
-        unsigned char in_hdr[4] = {(unsigned char)in_len, 0, 0, 0};
+        unsigned char in_hdr[4], hdr[4];
+        channel_frame_header(in_hdr, in_len);
+        channel_frame_header(hdr, len);
         char tag = COPY_INPUT;
-        unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
-                                (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
         struct iovec iov[5] = {{in_hdr, 4}, {(void *)input, in_len}, {&tag, 1}};
         size_t niov = 3, total = 4 + in_len + 1;
         if (body) {

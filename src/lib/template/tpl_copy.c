@@ -283,8 +283,7 @@ static int await_frame(int chan, json_t **ret, int *ret_fd)
                         *ret_fd = fd;
                 got += (size_t)n;
         }
-        uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                       (uint32_t)hdr[3] << 24;
+        uint32_t len = channel_frame_len(hdr);
         char body[AWAIT_FRAME_MAX];
         if (len > sizeof(body))
                 return -EMSGSIZE;
