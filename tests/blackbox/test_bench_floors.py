@@ -10,6 +10,12 @@ test traces a real copy's setup (the library driver bench_runcost, one
 run) and floor (b)'s child, and compares the calls that build the
 isolation, so that a change to a copy's setup shows here until the floor
 follows it. Needs root, strace and a C compiler, as the bench does.
+
+The warm floor (bench/warm_floor.py), a warm call without isolation, is an
+honest floor only while it runs the code it is given, forks its children
+from a process other than the server (a server that forks pays a
+copy-on-write fault on each page it writes afterwards, on the answer's
+path), and has its next child forked ahead of the call.
 """
 import collections
 import json
@@ -18,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import AIRLOCK, run  # noqa: E402
@@ -97,6 +104,43 @@ def test_the_isolation_floor_makes_the_calls_a_copy_makes():
     assert ff == cf, f"namespaces: floor (b) {sorted(ff)}, a copy {sorted(cf)}"
     assert fc == cc, f"calls: floor (b) {dict(fc)}, a copy {dict(cc)}"
     assert cc["mount"] > 10, cc  # the /proc covers are there
+
+
+def test_the_warm_floor_runs_the_code_in_a_child_forked_ahead_by_another_process():
+    cg = bench_runcost.Cgroup()
+    f = None
+    try:
+        f = bench_runcost.WarmFloor("print(1)", None, cg)
+        code = "import os; print(os.getppid(), os.getpid())"
+        seen = []
+        for _ in range(3):
+            f.code = code
+            r = f.rpc("tools/call", {"name": "execute_code", "arguments": {"code": code}})
+            ppid, pid = map(int, r["content"][0]["text"].split())
+            seen.append((ppid, pid))
+        server = f.p.pid
+        zygotes = {ppid for ppid, _ in seen}
+        assert len(zygotes) == 1 and server not in zygotes, (server, seen)
+        assert len({pid for _, pid in seen}) == 3, seen  # a child a call
+        # The zygote is the server's only child, and the next call's child
+        # is there before the call.
+        kids = open(f"/proc/{server}/task/{server}/children").read().split()
+        assert kids == [str(zygotes.pop())], kids
+        # Asked for once the response was written, it comes at once; the
+        # last call's child may still be exiting beside it.
+        ran = {str(p) for _, p in seen}
+        for _ in range(1000):
+            waiting = open(f"/proc/{kids[0]}/task/{kids[0]}/children").read().split()
+            if set(waiting) - ran:
+                break
+            time.sleep(0.01)
+        assert len(set(waiting) - ran) == 1, (waiting, ran)
+        f.code = "print(1)"
+        f.call()
+    finally:
+        if f:
+            f.close()
+        cg.close()
 
 
 if __name__ == "__main__":
