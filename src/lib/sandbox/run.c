@@ -1356,8 +1356,8 @@ static int run_code(run_state *run, int outdir, const char *code, size_t len, bo
         /* A late-input copy's answer to its input, handed in right before
          * the code (sbx_copy_hand_input): a copy that failed to take it
          * ended without reading the code, which another copy may run. */
-        /* The copy has the code: the last run's copy is reaped while it
-         * runs, off the call's path (sbx_take_copy). */
+        /* The copy has the code: without a closer (sbx_copy_retire), the
+         * last run's copy is reaped while it runs (sbx_take_copy). */
         if (r >= 0)
                 sbx_reap_dying(run->sb);
         int ri = sbx_copy_input_taken(run->c, err);
