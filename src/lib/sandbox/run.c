@@ -288,7 +288,7 @@ static uint64_t proc_uss(pid_t pid)
 static void usage_begin(run_state *run)
 {
         uint64_t cpu;
-        cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, NULL);
+        cg_copy_usage(sbx_cgroup(run->sb), run->c->cpufd, -1, &cpu, NULL);
         run->use.cpu_cgroup = cpu != UINT64_MAX;
         run->use.cpu_before_us =
             run->use.cpu_cgroup ? cpu : proc_cpu_us(run->c->pid, &run->use.cpu_fine);
@@ -364,7 +364,7 @@ static void usage_end(run_state *run, airlock_result *res)
         u->cpu_ms = -1;
         u->peak_private_bytes = UINT64_MAX;
         uint64_t cpu = UINT64_MAX, peak = UINT64_MAX;
-        cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, &peak);
+        cg_copy_usage(sbx_cgroup(run->sb), run->c->cpufd, run->c->peakfd, &cpu, &peak);
         if (!run->use.cpu_cgroup)
                 cpu = run->use.cpu_after_us;
         if (cpu != UINT64_MAX && run->use.cpu_before_us != UINT64_MAX &&

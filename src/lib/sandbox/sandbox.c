@@ -198,6 +198,8 @@ static void copy_close_fds(copy *c)
         close_fd(&c->out_r);
         close_fd(&c->err_r);
         close_fd(&c->oomfd);
+        close_fd(&c->cpufd);
+        close_fd(&c->peakfd);
         close_fd(&c->input_upper);
         close_fd(&c->input_lower);
         close_fd(&c->input_tree);
@@ -782,7 +784,7 @@ static ssize_t receive_for_copy(int fd, int nudge, bool hurry, al_watch *w, char
 /* The fds that came with a message: those not taken (TAKE_FD) are closed
  * when the scope is left. */
 typedef struct received_fds {
-        int fd[5];
+        int fd[7];
         size_t n;
 } received_fds;
 
@@ -799,7 +801,7 @@ static void received_fds_close(received_fds *got)
 static int receive_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *err)
 {
         char buf[1100];
-        _cleanup_(received_fds_close) received_fds got = {.fd = {-1, -1, -1, -1, -1}};
+        _cleanup_(received_fds_close) received_fds got = {.fd = {-1, -1, -1, -1, -1, -1, -1}};
         ssize_t n = receive_for_copy(sb->ctl, sb->ctl, false, w, buf, sizeof(buf), got.fd,
                                      ARRAY_SIZE(got.fd), &got.n, NULL);
         if (n == -ETIMEDOUT)
@@ -814,17 +816,26 @@ static int receive_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, air
                 return template_error(buf, (size_t)n, err);
         long pid = 0;
         unsigned cg_seq = 0;
+        unsigned long usage = 0;
         if (buf[0] == CTL_COPY && (size_t)n < sizeof(buf)) {
                 buf[n] = '\0';
                 char *end = NULL;
                 pid = strtol(buf + 1, &end, 10);
                 unsigned long seq = end && *end == ' ' ? strtoul(end + 1, &end, 10) : 0;
-                if (!end || *end || seq > UINT32_MAX)
+                /* The mask of the usage files always comes (template.c,
+                 * spawn_copy): a text without one is refused. */
+                usage = end && *end == ' ' ? strtoul(end + 1, &end, 10) : 4;
+                if (!end || *end || seq > UINT32_MAX || usage > 3)
                         pid = 0;
                 cg_seq = (unsigned)seq;
         }
-        /* With per-copy cgroups the copy's OOM counter comes too. */
-        size_t want = sb->cg.enabled ? 5 : 4;
+        /* With per-copy cgroups the copy's OOM counter comes too, and the
+         * files of its usage that the template could open, which the mask
+         * usage names (1: the CPU time, 2: the memory peak). */
+        bool has_cpu = usage & 1, has_peak = usage & 2;
+        size_t want = sb->cg.enabled ? 5 + has_cpu + has_peak : 4;
+        if (!sb->cg.enabled && usage)
+                pid = 0;
         if (buf[0] != CTL_COPY || got.n != want || pid <= 0) {
                 sb->broken = true;
                 return al_error(err, -EPROTO, NULL, "sandbox template protocol error");
@@ -837,7 +848,9 @@ static int receive_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, air
         c->pidfd = TAKE_FD(got.fd[1]);
         c->out_r = TAKE_FD(got.fd[2]);
         c->err_r = TAKE_FD(got.fd[3]);
-        c->oomfd = got.n == 5 ? TAKE_FD(got.fd[4]) : -1;
+        c->oomfd = got.n >= 5 ? TAKE_FD(got.fd[4]) : -1;
+        c->cpufd = has_cpu ? TAKE_FD(got.fd[5]) : -1;
+        c->peakfd = has_peak ? TAKE_FD(got.fd[5 + has_cpu]) : -1;
         c->input_upper = c->input_lower = c->input_tree = -1;
         c->cg = sb->cg.enabled ? cg_seq : 0;
         if (c->cg > sb->cg.max_copy)

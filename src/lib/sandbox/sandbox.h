@@ -23,7 +23,11 @@ typedef struct copy {
         int chan;  /* the guest channel */
         int out_r; /* stdout and stderr of the run */
         int err_r;
-        int oomfd;   /* the OOM counter of the copy's own cgroup, or -1 */
+        int oomfd; /* the OOM counter of the copy's own cgroup, or -1 */
+        /* The files of that cgroup its usage is read from (cg_copy_usage):
+         * its CPU time and its memory peak, or -1. */
+        int cpufd;
+        int peakfd;
         unsigned cg; /* the number of that cgroup (c<N>), 0 for none */
         /* With a writable /input, from COPY_READY: the upper dir of the
          * copy's /input overlay and its lower layer (fsx_capture_changes);
