@@ -367,15 +367,14 @@ uint64_t cg_oom_kills(int fd)
         return p ? strtoull(p + 9, NULL, 10) : 0;
 }
 
-/* The number after key (a line "key N") in the file, or UINT64_MAX; with
- * key NULL, the file's first number. */
-static uint64_t cg_read_number(int dirfd, const char *file, const char *key)
+/* The number after key (a line "key N") in the file open as fd, read from
+ * its start, or UINT64_MAX; with key NULL, the file's first number. */
+static uint64_t cg_read_number(int fd, const char *key)
 {
-        _cleanup_close_ int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0)
                 return UINT64_MAX;
         char buf[1024];
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
         if (n <= 0)
                 return UINT64_MAX;
         buf[n] = '\0';
@@ -395,34 +394,20 @@ static uint64_t cg_read_number(int dirfd, const char *file, const char *key)
         return end == p ? UINT64_MAX : (uint64_t)v;
 }
 
-void cg_copy_usage(const cg_sandbox *cg, unsigned seq, uint64_t *ret_cpu_us, uint64_t *ret_mem_peak)
+void cg_copy_usage(const cg_sandbox *cg, int cpufd, int peakfd, uint64_t *ret_cpu_us,
+                   uint64_t *ret_mem_peak)
 {
         *ret_cpu_us = UINT64_MAX;
         if (ret_mem_peak)
                 *ret_mem_peak = UINT64_MAX;
-        if (!cg->enabled || !seq)
-                return;
-        char name[24];
-        snprintf(name, sizeof(name), "c%u", seq);
-        /* On v1 the memory hierarchy's folder holds the peak alone. */
-        _cleanup_close_ int d =
-            cg->v2 || ret_mem_peak
-                ? openat(cg->dirfd[0], name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                : -1;
-        if (d < 0 && (cg->v2 || ret_mem_peak))
+        if (!cg->enabled)
                 return;
         if (cg->v2) {
-                *ret_cpu_us = cg_read_number(d, "cpu.stat", "usage_usec");
-                if (ret_mem_peak)
-                        *ret_mem_peak = cg_read_number(d, "memory.peak", NULL);
+                *ret_cpu_us = cg_read_number(cpufd, "usage_usec");
         } else {
-                if (ret_mem_peak)
-                        *ret_mem_peak = cg_read_number(d, "memory.max_usage_in_bytes", NULL);
-                _cleanup_close_ int c =
-                    cg->n > 2 ? openat(cg->dirfd[2], name,
-                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                              : -1;
-                uint64_t ns = c >= 0 ? cg_read_number(c, "cpuacct.usage", NULL) : UINT64_MAX;
+                uint64_t ns = cg_read_number(cpufd, NULL);
                 *ret_cpu_us = ns != UINT64_MAX ? ns / 1000 : UINT64_MAX;
         }
+        if (ret_mem_peak)
+                *ret_mem_peak = cg_read_number(peakfd, NULL);
 }

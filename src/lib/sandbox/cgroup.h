@@ -39,15 +39,16 @@ int cg_sandbox_attach(const cg_sandbox *cg, pid_t pid);
 uint64_t cg_oom_kills(int fd);
 /* Removes the cgroup c<seq> of a copy that is gone (reaped). */
 int cg_sandbox_remove_copy(const cg_sandbox *cg, unsigned seq);
-/* What the copy cgroup c<seq> has used: its CPU time in microseconds (v2
- * cpu.stat usage_usec, v1 cpuacct.usage in ns) and its peak memory in bytes
- * (v2 memory.peak, v1 memory.max_usage_in_bytes). Pages the copy shares
- * with the template are charged to the template's cgroup, so the peak is
- * the copy's own. Each is UINT64_MAX where it cannot be read (no cgroups,
- * v1 without a cpuacct hierarchy, a kernel without memory.peak).
- * ret_mem_peak may be NULL: a run's start needs only the CPU time, and
- * on v1 the peak is a folder and a file more to open. */
-void cg_copy_usage(const cg_sandbox *cg, unsigned seq, uint64_t *ret_cpu_us,
+/* What a copy's cgroup has used, read from its files that the template
+ * opened (cpufd, peakfd: copy.cpufd and copy.peakfd, -1 for none): its CPU
+ * time in microseconds (v2 cpu.stat usage_usec, v1 cpuacct.usage in ns)
+ * and its peak memory in bytes (v2 memory.peak, v1
+ * memory.max_usage_in_bytes). Pages the copy shares with the template are
+ * charged to the template's cgroup, so the peak is the copy's own. Each is
+ * UINT64_MAX where it cannot be read (no cgroups, v1 without a cpuacct
+ * hierarchy, a kernel without memory.peak). ret_mem_peak may be NULL: a
+ * run's start needs only the CPU time. */
+void cg_copy_usage(const cg_sandbox *cg, int cpufd, int peakfd, uint64_t *ret_cpu_us,
                    uint64_t *ret_mem_peak);
 /* Removes the cgroups, the copies' included; every process in them must
  * be gone. */

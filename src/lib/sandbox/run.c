@@ -288,7 +288,7 @@ static uint64_t proc_uss(pid_t pid)
 static void usage_begin(run_state *run)
 {
         uint64_t cpu;
-        cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, NULL);
+        cg_copy_usage(sbx_cgroup(run->sb), run->c->cpufd, -1, &cpu, NULL);
         run->use.cpu_cgroup = cpu != UINT64_MAX;
         run->use.cpu_before_us =
             run->use.cpu_cgroup ? cpu : proc_cpu_us(run->c->pid, &run->use.cpu_fine);
@@ -364,7 +364,7 @@ static void usage_end(run_state *run, airlock_result *res)
         u->cpu_ms = -1;
         u->peak_private_bytes = UINT64_MAX;
         uint64_t cpu = UINT64_MAX, peak = UINT64_MAX;
-        cg_copy_usage(sbx_cgroup(run->sb), run->c->cg, &cpu, &peak);
+        cg_copy_usage(sbx_cgroup(run->sb), run->c->cpufd, run->c->peakfd, &cpu, &peak);
         if (!run->use.cpu_cgroup)
                 cpu = run->use.cpu_after_us;
         if (cpu != UINT64_MAX && run->use.cpu_before_us != UINT64_MAX &&
@@ -1356,8 +1356,8 @@ static int run_code(run_state *run, int outdir, const char *code, size_t len, bo
         /* A late-input copy's answer to its input, handed in right before
          * the code (sbx_copy_hand_input): a copy that failed to take it
          * ended without reading the code, which another copy may run. */
-        /* The copy has the code: the last run's copy is reaped while it
-         * runs, off the call's path (sbx_take_copy). */
+        /* The copy has the code: without a closer (sbx_copy_retire), the
+         * last run's copy is reaped while it runs (sbx_take_copy). */
         if (r >= 0)
                 sbx_reap_dying(run->sb);
         int ri = sbx_copy_input_taken(run->c, err);

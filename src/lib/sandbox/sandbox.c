@@ -52,6 +52,9 @@
 #define BURST_MEMORY_SHARE 4
 #define SANDBOX_MIN_FDS    32
 #define MAX_DYING          16
+/* How long the closer waits for a retired copy to exit before it closes
+ * it anyway and leaves its reaping to reap_dying_locked. */
+#define RETIRED_EXIT_MS 1000
 
 struct airlock_sandbox {
         airlock_config *cfg;
@@ -99,16 +102,28 @@ struct airlock_sandbox {
          * skip their warming passes (CTL_SPAWN_BURST). */
         bool last_late;
         bool broken;
-        /* Pids of copies killed after their run, whose exit (the teardown
-         * of a whole interpreter, milliseconds here) nobody waits for:
-         * reaped while the next run's code runs (sbx_reap_dying), when
-         * half of the slots are taken, and at close. A zombie's pid cannot
-         * be reused, so no fd is held for them. */
+        /* Pids of copies killed and closed, whose exit (the teardown of
+         * a whole interpreter, milliseconds here) nobody waits for: reaped
+         * by the closer after each copy it closes, without one while the
+         * next run's code runs (sbx_reap_dying), when half of the slots
+         * are taken, and at close. A zombie's pid cannot be reused, so no
+         * fd is held for them. */
         struct {
                 pid_t pid;
                 unsigned cg; /* its cgroup, removed once it is reaped */
         } dying[MAX_DYING];
         size_t n_dying;
+        /* The closer (sbx_copy_retire): a thread of the sandbox's own,
+         * started at the first single run's end, that closes and reaps each
+         * run's copy once it has exited, while the caller has the run's
+         * result. retired: the copies it has yet to close, killed already;
+         * closer_wake: signalled when one is added and to stop it. */
+        pthread_t closer;
+        pthread_cond_t closer_wake;
+        bool closer_started;
+        bool closer_stop;
+        copy *retired[MAX_DYING];
+        size_t n_retired;
         /* Copies' cgroups whose removal failed (EBUSY for a moment after
          * the last task went), retried at the next reaping. */
         unsigned stale_cg[MAX_DYING];
@@ -175,6 +190,21 @@ static bool cgroup_done_locked(airlock_sandbox *sb, unsigned cg)
         return send(sb->req_w, rec, sizeof(rec), MSG_NOSIGNAL | MSG_DONTWAIT) == sizeof(rec);
 }
 
+/* Closes the fds of copy c that are its own, all but its pidfd, and
+ * marks them closed: no lock needed. */
+static void copy_close_fds(copy *c)
+{
+        close_fd(&c->chan);
+        close_fd(&c->out_r);
+        close_fd(&c->err_r);
+        close_fd(&c->oomfd);
+        close_fd(&c->cpufd);
+        close_fd(&c->peakfd);
+        close_fd(&c->input_upper);
+        close_fd(&c->input_lower);
+        close_fd(&c->input_tree);
+}
+
 /* Closes copy c, killing it first with kill_it; its reaping is left to
  * reap_dying_locked. Caller holds sb->lock. */
 static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
@@ -193,13 +223,7 @@ static void copy_close_locked(airlock_sandbox *sb, copy *c, bool kill_it)
                 /* Reaped already (sbx_copy_end). */
                 remove_copy_cgroup_locked(sb, c->cg);
         }
-        closep(&c->chan);
-        closep(&c->out_r);
-        closep(&c->err_r);
-        closep(&c->oomfd);
-        closep(&c->input_upper);
-        closep(&c->input_lower);
-        closep(&c->input_tree);
+        copy_close_fds(c);
         free(c);
 }
 
@@ -228,6 +252,104 @@ void sbx_copy_end(airlock_sandbox *sb, copy *c)
                 c->pidfd = -1;
         }
         sbx_copy_close(sb, c, false);
+}
+
+/* The closer's work on one retired copy: it waits for the copy's exit
+ * (its kill was sent when it was retired) unless the sandbox is closing,
+ * reaps it through its pidfd, then closes it. A copy that has not exited
+ * within RETIRED_EXIT_MS is closed all the same and left to
+ * reap_dying_locked, as a copy closed on a run's path is. Called without
+ * sb->lock, which it takes for the sandbox's part of the close. */
+static void closer_close(airlock_sandbox *sb, copy *c, bool wait)
+{
+        if (c->pidfd >= 0) {
+                struct pollfd p = {c->pidfd, POLLIN, 0};
+                siginfo_t si = {0};
+                int n;
+                while ((n = poll(&p, 1, wait ? RETIRED_EXIT_MS : 0)) < 0 && errno == EINTR)
+                        ;
+                /* Reaped here only once it has exited: WNOHANG never waits
+                 * on a copy whose exit is stuck. */
+                if (n > 0 &&
+                    waitid((idtype_t)3 /* P_PIDFD */, (id_t)c->pidfd, &si,
+                           WEXITED | WNOHANG | __WALL) == 0 &&
+                    si.si_pid != 0) {
+                        close(c->pidfd);
+                        c->pidfd = -1;
+                }
+        }
+        copy_close_fds(c);
+        pthread_mutex_lock(&sb->lock);
+        copy_close_locked(sb, c, false);
+        reap_dying_locked(sb, false);
+        pthread_mutex_unlock(&sb->lock);
+}
+
+static void *closer_main(void *arg)
+{
+        airlock_sandbox *sb = arg;
+        pthread_mutex_lock(&sb->lock);
+        for (;;) {
+                while (!sb->n_retired && !sb->closer_stop)
+                        pthread_cond_wait(&sb->closer_wake, &sb->lock);
+                if (!sb->n_retired)
+                        break;
+                copy *c = sb->retired[0];
+                memmove(sb->retired, sb->retired + 1, --sb->n_retired * sizeof(*sb->retired));
+                bool wait = !sb->closer_stop;
+                pthread_mutex_unlock(&sb->lock);
+                closer_close(sb, c, wait);
+                pthread_mutex_lock(&sb->lock);
+        }
+        pthread_mutex_unlock(&sb->lock);
+        return NULL;
+}
+
+/* Starts the closer unless it runs: false when it cannot. The thread takes
+ * no signal, so that the caller's handlers keep running where they did.
+ * Caller holds sb->lock. */
+static bool closer_start_locked(airlock_sandbox *sb)
+{
+        if (sb->closer_started)
+                return true;
+        if (sb->closer_stop)
+                return false;
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        sb->closer_started = pthread_create(&sb->closer, NULL, closer_main, sb) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        /* Not started (out of threads): copies are closed on the run's
+         * path, as they are for a one-shot sandbox. */
+        if (!sb->closer_started)
+                sb->closer_stop = true;
+        return sb->closer_started;
+}
+
+/* Contract: ends a single run's copy c once the run has its result: the
+ * copy is killed here, at once, as sbx_copy_close(sb, c, true) would, so
+ * that nothing of the run goes on after it; its fds are closed, the
+ * template told that its cgroup is free, and the copy reaped by the closer
+ * once it has exited, off the run's path (some 60 us of system calls on
+ * the 2-core test machine, which a run's own copy, woken on the host's
+ * CPU, would otherwise delay until after its run). A one-shot sandbox has
+ * no closer (its one run would pay for a thread), nor does one whose
+ * closer has MAX_DYING copies waiting: the copy is then closed here. */
+void sbx_copy_retire(airlock_sandbox *sb, copy *c)
+{
+        if (!c)
+                return;
+        if (c->pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
+        pthread_mutex_lock(&sb->lock);
+        bool queued = !sb->oneshot && sb->n_retired < MAX_DYING && closer_start_locked(sb);
+        if (queued)
+                sb->retired[sb->n_retired++] = c;
+        else
+                copy_close_locked(sb, c, false);
+        pthread_mutex_unlock(&sb->lock);
+        if (queued)
+                pthread_cond_signal(&sb->closer_wake);
 }
 
 /* Waits until fd has one of events (poll) or the deadline (monotonic ns)
@@ -662,7 +784,7 @@ static ssize_t receive_for_copy(int fd, int nudge, bool hurry, al_watch *w, char
 /* The fds that came with a message: those not taken (TAKE_FD) are closed
  * when the scope is left. */
 typedef struct received_fds {
-        int fd[5];
+        int fd[7];
         size_t n;
 } received_fds;
 
@@ -679,7 +801,7 @@ static void received_fds_close(received_fds *got)
 static int receive_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *err)
 {
         char buf[1100];
-        _cleanup_(received_fds_close) received_fds got = {.fd = {-1, -1, -1, -1, -1}};
+        _cleanup_(received_fds_close) received_fds got = {.fd = {-1, -1, -1, -1, -1, -1, -1}};
         ssize_t n = receive_for_copy(sb->ctl, sb->ctl, false, w, buf, sizeof(buf), got.fd,
                                      ARRAY_SIZE(got.fd), &got.n, NULL);
         if (n == -ETIMEDOUT)
@@ -694,17 +816,26 @@ static int receive_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, air
                 return template_error(buf, (size_t)n, err);
         long pid = 0;
         unsigned cg_seq = 0;
+        unsigned long usage = 0;
         if (buf[0] == CTL_COPY && (size_t)n < sizeof(buf)) {
                 buf[n] = '\0';
                 char *end = NULL;
                 pid = strtol(buf + 1, &end, 10);
                 unsigned long seq = end && *end == ' ' ? strtoul(end + 1, &end, 10) : 0;
-                if (!end || *end || seq > UINT32_MAX)
+                /* The mask of the usage files always comes (template.c,
+                 * spawn_copy): a text without one is refused. */
+                usage = end && *end == ' ' ? strtoul(end + 1, &end, 10) : 4;
+                if (!end || *end || seq > UINT32_MAX || usage > 3)
                         pid = 0;
                 cg_seq = (unsigned)seq;
         }
-        /* With per-copy cgroups the copy's OOM counter comes too. */
-        size_t want = sb->cg.enabled ? 5 : 4;
+        /* With per-copy cgroups the copy's OOM counter comes too, and the
+         * files of its usage that the template could open, which the mask
+         * usage names (1: the CPU time, 2: the memory peak). */
+        bool has_cpu = usage & 1, has_peak = usage & 2;
+        size_t want = sb->cg.enabled ? 5 + has_cpu + has_peak : 4;
+        if (!sb->cg.enabled && usage)
+                pid = 0;
         if (buf[0] != CTL_COPY || got.n != want || pid <= 0) {
                 sb->broken = true;
                 return al_error(err, -EPROTO, NULL, "sandbox template protocol error");
@@ -717,7 +848,9 @@ static int receive_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, air
         c->pidfd = TAKE_FD(got.fd[1]);
         c->out_r = TAKE_FD(got.fd[2]);
         c->err_r = TAKE_FD(got.fd[3]);
-        c->oomfd = got.n == 5 ? TAKE_FD(got.fd[4]) : -1;
+        c->oomfd = got.n >= 5 ? TAKE_FD(got.fd[4]) : -1;
+        c->cpufd = has_cpu ? TAKE_FD(got.fd[5]) : -1;
+        c->peakfd = has_peak ? TAKE_FD(got.fd[5 + has_cpu]) : -1;
         c->input_upper = c->input_lower = c->input_tree = -1;
         c->cg = sb->cg.enabled ? cg_seq : 0;
         if (c->cg > sb->cg.max_copy)
@@ -754,7 +887,9 @@ static void end_burst_locked(airlock_sandbox *sb)
 void sbx_reap_dying(airlock_sandbox *sb)
 {
         pthread_mutex_lock(&sb->lock);
-        reap_dying_locked(sb, false);
+        /* With a closer, it reaps, off the run's path. */
+        if (!sb->closer_started)
+                reap_dying_locked(sb, false);
         pthread_mutex_unlock(&sb->lock);
 }
 
@@ -1043,6 +1178,7 @@ static int sandbox_new(const airlock_config *cfg, airlock_sandbox *prev, bool la
         for (int i = 0; i < CG_HIERARCHIES; i++)
                 sb->cg.dirfd[i] = sb->cg.parentfd[i] = sb->cg.tplfd[i] = -1;
         pthread_mutex_init(&sb->lock, NULL);
+        pthread_cond_init(&sb->closer_wake, NULL);
         /* The guest's ids map to an unprivileged host id: ourselves when we
          * are not root (the only id we may map), else an id of the
          * sandbox's own (pick_guest_ids). */
@@ -1155,6 +1291,16 @@ void airlock_sandbox_close(airlock_sandbox *sb)
          * copy it started is known by now, and it starts none unasked. */
         if (sb->tpl_pid > 0)
                 (void)kill(sb->tpl_pid, SIGKILL);
+        /* The closer closes the copies it holds without waiting for their
+         * exit, and ends. */
+        bool closer = sb->closer_started;
+        sb->closer_stop = true;
+        pthread_mutex_unlock(&sb->lock);
+        if (closer) {
+                pthread_cond_signal(&sb->closer_wake);
+                pthread_join(sb->closer, NULL);
+        }
+        pthread_mutex_lock(&sb->lock);
         reap_dying_locked(sb, true);
         pthread_mutex_unlock(&sb->lock);
         if (sb->ctl >= 0)
@@ -1178,6 +1324,7 @@ void airlock_sandbox_close(airlock_sandbox *sb)
         free(sb->warnings);
         cg_sandbox_destroy(&sb->cg);
         airlock_config_free(sb->cfg);
+        pthread_cond_destroy(&sb->closer_wake);
         pthread_mutex_destroy(&sb->lock);
         free(sb);
 }
@@ -1505,7 +1652,7 @@ static int run_copy(airlock_sandbox *sb, sbx_input *in, const char *code, size_t
                 }
                 if (outdir >= 0)
                         close(outdir);
-                sbx_copy_close(sb, c, true);
+                sbx_copy_retire(sb, c);
                 if (!asked && (!(opts && opts->last) || (r < 0 && !delivered && attempt == 0)))
                         sbx_replenish(sb);
                 if (r >= 0 || delivered || attempt > 0)

@@ -23,7 +23,11 @@ typedef struct copy {
         int chan;  /* the guest channel */
         int out_r; /* stdout and stderr of the run */
         int err_r;
-        int oomfd;   /* the OOM counter of the copy's own cgroup, or -1 */
+        int oomfd; /* the OOM counter of the copy's own cgroup, or -1 */
+        /* The files of that cgroup its usage is read from (cg_copy_usage):
+         * its CPU time and its memory peak, or -1. */
+        int cpufd;
+        int peakfd;
         unsigned cg; /* the number of that cgroup (c<N>), 0 for none */
         /* With a writable /input, from COPY_READY: the upper dir of the
          * copy's /input overlay and its lower layer (fsx_capture_changes);
@@ -110,6 +114,9 @@ int sbx_take_copy(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *e
 int sbx_copy_wait_ready(copy *c, al_watch *w, int *ret_outdir, airlock_error *err);
 
 void sbx_copy_close(airlock_sandbox *sb, copy *c, bool kill_it);
+/* Kills a single run's copy c at once and leaves its close and reaping
+ * to the sandbox's closer thread (the contract is above its definition). */
+void sbx_copy_retire(airlock_sandbox *sb, copy *c);
 /* Kills copy c and returns once it and every process it started are gone
  * (reaped), then closes it. */
 void sbx_copy_end(airlock_sandbox *sb, copy *c);
@@ -119,7 +126,8 @@ void sbx_replenish(airlock_sandbox *sb);
  * it has exited. */
 void sbx_run_ended(airlock_sandbox *sb);
 /* Reaps the copies of earlier runs that have exited, without waiting:
- * called once a run's code is on its way, while the copy runs it. */
+ * called once a run's code is on its way, while the copy runs it. Nothing
+ * once the sandbox has a closer (sbx_copy_retire), which reaps them. */
 void sbx_reap_dying(airlock_sandbox *sb);
 /* Ends the ready copies over one that a burst of runs left, once no copy
  * was taken for a while (see want_ready in sandbox.c). */

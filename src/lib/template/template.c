@@ -216,9 +216,10 @@ static void spawn_copy(struct template_state *tpl)
         }
         _cleanup_close_cg_ int procs[CG_HIERARCHIES] = {-1, -1, -1};
         _cleanup_close_ int oomfd = -1;
+        _cleanup_close_pair_ int usage[TPL_USAGE_FILES] = {-1, -1};
         int pidfd = -1;
         unsigned seq = 0;
-        int r = tpl_cgroup_make(tpl, &seq, procs, &oomfd);
+        int r = tpl_cgroup_make(tpl, &seq, procs, &oomfd, usage);
         if (r < 0) {
                 report_no_copy(tpl, -r, "cannot create the run's cgroup");
                 return;
@@ -249,6 +250,9 @@ static void spawn_copy(struct template_state *tpl)
                 close(prep[0]);
                 if (oomfd >= 0)
                         close(oomfd);
+                for (int i = 0; i < TPL_USAGE_FILES; i++)
+                        if (usage[i] >= 0)
+                                close(usage[i]);
                 tpl_copy_main(tpl, sv[1], out[1], err[1], procs, prep[1]);
         }
         int saved = errno;
@@ -259,12 +263,24 @@ static void spawn_copy(struct template_state *tpl)
                 report_no_copy(tpl, saved, "cannot start a copy");
                 /* Nothing of the cgroup stays open when it is removed. */
                 oomfd = tpl_close(oomfd);
+                for (int i = 0; i < TPL_USAGE_FILES; i++)
+                        usage[i] = tpl_close(usage[i]);
                 tpl_cgroup_remove(tpl, seq);
                 return;
         }
         prep[1] = tpl_close(prep[1]);
         tpl->preparing[tpl->n_preparing++] = TAKE_FD(prep[0]);
-        int fds[5] = {sv[0], pidfd, out[0], err[0], oomfd};
+        /* With a cgroup, its OOM counter, then the usage files there are,
+         * which the mask in the text names (1: the CPU time, 2: the memory
+         * peak). */
+        int fds[5 + TPL_USAGE_FILES] = {sv[0], pidfd, out[0], err[0], oomfd};
+        size_t nfds = oomfd >= 0 ? 5 : 4;
+        unsigned mask = 0;
+        for (int i = 0; oomfd >= 0 && i < TPL_USAGE_FILES; i++)
+                if (usage[i] >= 0) {
+                        fds[nfds++] = usage[i];
+                        mask |= 1u << i;
+                }
         if (tpl->n_live_copies < MAX_LIVE_COPIES)
                 tpl->live_copies[tpl->n_live_copies++] = pidfd;
         else
@@ -272,8 +288,8 @@ static void spawn_copy(struct template_state *tpl)
         /* With its pid, by which the host reaps it once it is dead, and the
          * number of its cgroup, which the host removes after that. */
         char pidtext[40];
-        snprintf(pidtext, sizeof(pidtext), "%ld %u", pid, seq);
-        if (tpl_send_fds(tpl->ctl_fd, CTL_COPY, pidtext, fds, oomfd >= 0 ? 5 : 4) < 0)
+        snprintf(pidtext, sizeof(pidtext), "%ld %u %u", pid, seq, mask);
+        if (tpl_send_fds(tpl->ctl_fd, CTL_COPY, pidtext, fds, nfds) < 0)
                 tpl_host_gone(tpl);
 }
 

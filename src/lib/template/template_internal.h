@@ -329,10 +329,14 @@ int tpl_enter_own_user_namespace(void);
 
 /* --- tpl_cgroup.c --- */
 
+/* The files of a copy's cgroup the host reads its run's usage from: the
+ * CPU time and the memory peak (either -1 where there is none). */
+enum { TPL_USAGE_CPU, TPL_USAGE_PEAK, TPL_USAGE_FILES };
+
 /* In the template: the next copy's cgroup, and the files the copy and the
  * host need of it. */
 int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[CG_HIERARCHIES],
-                    int *ret_oom);
+                    int *ret_oom, int ret_usage[TPL_USAGE_FILES]);
 /* In a new copy, first of all: joins its cgroup. */
 int tpl_cgroup_join(const int procs[CG_HIERARCHIES]);
 /* The host is done with copy seq's cgroup. */
