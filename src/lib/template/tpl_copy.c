@@ -353,11 +353,9 @@ static void await_input(struct template_state *tpl, int chan)
                 int r = await_frame(chan, &msg, &tree);
                 if (r == -EPIPE)
                         _exit(0); /* the host is gone or closed this copy */
-                /* No switch to serving here: the copy serves since it
-                 * said it was ready (tpl_copy_main), and two system calls
-                 * more on the call's path would change nothing. */
                 if (r < 0)
                         copy_fail(chan, "cannot read the run's input: %s", strerror(-r));
+                tpl_set_preparing(false);
                 const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
                 bool input = op && strcmp(op, WIRE_OP_INPUT) == 0;
                 bool hurry = op && strcmp(op, WIRE_OP_HURRY) == 0;

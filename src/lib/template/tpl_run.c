@@ -244,9 +244,9 @@ static void set_script(const json_t *argv, const json_t *stdin_b64, const json_t
  * runs, snapshots and restores until the host closes it. */
 _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
 {
-        /* The copy serves with the caller's policy since it said it was
-         * ready (tpl_copy_main), before the host's first frame. */
-        bool session = false;
+        /* A late-input copy served the host's first frame already
+         * (await_input). */
+        bool session = false, first = !tpl->params.late_input;
         frame_reader fr;
         channel_reader_init(&fr, CHANNEL_MAX_FRAME);
         for (;;) {
@@ -255,6 +255,9 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                 _cleanup_json_ json_t *msg = NULL;
                 if (channel_reader_feed(&fr, chan, &msg) != 1)
                         _exit(0); /* the host is gone or closed this copy */
+                if (first)
+                        tpl_set_preparing(false);
+                first = false;
                 const char *op = json_string_value(json_object_get(msg, WIRE_KEY_OP));
                 op = op ? op : "";
                 /* A cell base left for the next base goes before any other
