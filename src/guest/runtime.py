@@ -13,8 +13,10 @@ constants that src/guest/gen_wire.c writes from the host's tables
 (src/lib/core/wire_table.h) to this file, after it so that its line numbers
 stay those of this file. Only functions use them.
 """
+import _io
 import atexit as _atexit
 import builtins as _builtins
+import gc as _gc
 import sys as _sys
 import types as _types
 
@@ -301,14 +303,12 @@ def _run(code, keep=False, last=False):
     names defined by one run are seen by the next.
     With last (the agent's run in a single-run copy), the run ends as a
     Python program does: after the threads that are not daemons."""
-    global _session_main, _figures_saved
+    global _session_main, _figures_saved, _next_main
     _figures_saved = 0
     main = _session_main if keep else None
     if main is None:
-        main = _types.ModuleType("__main__")
-        main.__dict__.update({"__builtins__": _builtins, "call_tool": call_tool,
-                              "http_get": http_get, "http_post": http_post,
-                              "http_request": http_request})
+        main = _next_main or _new_main()
+        _next_main = None
         if keep:
             _session_main = main
     _sys.modules["__main__"] = main
@@ -381,7 +381,7 @@ def _run(code, keep=False, last=False):
     # Figures are the run's display, as a notebook shows them after a
     # cell: in every run, a session's cells included, whether the code
     # failed or not.
-    if _auto_figures:
+    if _auto_figures and _PYLAB_HELPERS in _sys.modules:
         try:
             _return_figures()
         except BaseException:
@@ -395,7 +395,33 @@ def _run(code, keep=False, last=False):
         except BaseException:
             pass
     _flush_std()
+    if not last and not keep:
+        # What the next run would otherwise do first, done now, off the
+        # path of that run: its __main__ made, and put in sys.modules in
+        # place of this one, which is freed here rather than there; this
+        # run's source dropped, so that the next run's does not free it
+        # either (as _settle_template does in the template). No code runs
+        # in the new __main__ before the run that takes it.
+        _next_main = _new_main()
+        _sys.modules["__main__"] = _next_main
+        _drop_source()
     return status, exit_code
+
+
+# A fresh __main__ that no code has run in yet (_run): a copy makes one
+# when it is forked (_after_fork), and each warming run, in the template or
+# in a copy being prepared, leaves one for the next run.
+_next_main = None
+
+
+def _new_main():
+    """A new __main__ module, as a script's starts: the builtins and the
+    guest API functions."""
+    main = _types.ModuleType("__main__")
+    main.__dict__.update({"__builtins__": _builtins, "call_tool": call_tool,
+                          "http_get": http_get, "http_post": http_post,
+                          "http_request": http_request})
+    return main
 
 
 # The cells a session has run in this interpreter, for their names.
@@ -437,6 +463,16 @@ def _register_source(code, keep):
 
 # Sources named while linecache was not imported yet (_register_source).
 _pending_sources = {}
+
+
+def _drop_source():
+    """Drops a single run's source (_register_source), once its run is over."""
+    global _code
+    _code = None
+    linecache = _sys.modules.get("linecache")
+    if linecache is not None:
+        linecache.cache.pop("<code>", None)
+    _pending_sources.pop("<code>", None)
 
 
 def _add_pending_sources(linecache):
@@ -483,11 +519,25 @@ def _display(value, main):
 
 
 def _flush_std():
-    for stream in (_sys.stdout, _sys.stderr, _sys.__stdout__, _sys.__stderr__):
+    """Flushes sys.stdout and sys.stderr, then sys.__stdout__ and
+    sys.__stderr__ where the code replaced them: each stream once, since
+    they are the same objects unless the code replaced them."""
+    out, err = _sys.stdout, _sys.stderr
+    try:
+        out.flush()
+    except Exception:
+        pass
+    if err is not out:
         try:
-            stream.flush()
+            err.flush()
         except Exception:
             pass
+    for stream in (_sys.__stdout__, _sys.__stderr__):
+        if stream is not out and stream is not err:
+            try:
+                stream.flush()
+            except Exception:
+                pass
 
 
 def _print_unraisable(obj):
@@ -526,14 +576,18 @@ def _end_like_a_script(main, rehearsal=False):
     before the host captures /output. The run's time limit bounds all of
     it: an atexit handler that never returns ends as a timeout."""
     # Flushed first too, so that what the code printed is not lost with
-    # the process when a handler runs into the time limit.
+    # the process when a handler runs into the time limit. Without a
+    # handler nothing can have written in between: one flush is both.
     _flush_std()
-    if not rehearsal:
+    if _atexit._ncallbacks() and not rehearsal:
         _atexit._run_exitfuncs()
-    _flush_std()
+        _flush_std()
     threading = _sys.modules.get("threading")
     alone = threading is None or threading.active_count() <= 1
     if alone:
+        # A Python loop, not dict.update in C: a copy's caches are cold
+        # when its run ends, and the interpreter's loop is the code that
+        # is warm (dict.fromkeys and update took 21 us against 16).
         d = main.__dict__
         for names in ([k for k in d if k.startswith("_") and k != "__builtins__"],
                       [k for k in d if k != "__builtins__"]):
@@ -542,8 +596,7 @@ def _end_like_a_script(main, rehearsal=False):
                     d[k] = None
                 except Exception:
                     pass
-        import gc
-        gc.collect()
+        _gc.collect()
     _close_open_files()
 
 
@@ -555,28 +608,15 @@ def _close_open_files():
     objects made in this copy are seen; stdin, stdout and stderr are
     among the template's. Wrappers close first: Python-level file classes
     (gzip, zipfile's), then text files, then buffered ones, then raw."""
-    import gc
-    import _io
+    objects = _gc.get_objects()
+    # The file objects picked out in C (filter calls isinstance's own
+    # check), not by a Python loop over every object of the run.
+    files = [f for f in filter(_is_file_object, objects) if not isinstance(f, _IN_MEMORY)]
     sqlite3 = _sys.modules.get("sqlite3")
     connection = getattr(sqlite3, "Connection", None)
-    in_memory = (_io.BytesIO, _io.StringIO)
-    files, conns = [], []
-    for o in gc.get_objects():
-        if isinstance(o, _io._IOBase) and not isinstance(o, in_memory):
-            files.append(o)
-        elif connection is not None and isinstance(o, connection):
-            conns.append(o)
-
-    def rank(f):
-        t = type(f)
-        if t.__module__ not in ("_io", "io"):
-            return 0
-        if isinstance(f, _io._TextIOBase):
-            return 1
-        if isinstance(f, _io._BufferedIOBase):
-            return 2
-        return 3
-    files.sort(key=rank)
+    conns = [] if connection is None else [o for o in objects if isinstance(o, connection)]
+    del objects
+    files.sort(key=_close_rank)
     for f in files:
         try:
             if f.closed:
@@ -592,6 +632,22 @@ def _close_open_files():
             c.close()
         except Exception:
             _print_unraisable(c)
+
+
+_is_file_object = _io._IOBase.__instancecheck__
+_IN_MEMORY = (_io.BytesIO, _io.StringIO)
+
+
+def _close_rank(f):
+    """The order in which _close_open_files closes files: wrappers first."""
+    t = type(f)
+    if t.__module__ not in ("_io", "io"):
+        return 0
+    if isinstance(f, _io._TextIOBase):
+        return 1
+    if isinstance(f, _io._BufferedIOBase):
+        return 2
+    return 3
 
 
 # ---- matplotlib ---------------------------------------------------------
@@ -884,10 +940,14 @@ def _save_figure(fig):
     fig._airlock_returned = True
 
 
+# The module of pyplot's figures: none open unless it was imported.
+_PYLAB_HELPERS = "matplotlib._pylab_helpers"
+
+
 def _return_figures():
     """Saves every open pyplot figure that was not written with savefig,
     in the order of their numbers, then closes them all."""
-    helpers = _sys.modules.get("matplotlib._pylab_helpers")
+    helpers = _sys.modules.get(_PYLAB_HELPERS)
     if helpers is None:
         return
     gcf = helpers.Gcf
@@ -944,10 +1004,13 @@ def _after_fork(pid1):
     # A single run's copy is pid 1 of its PID namespace: the orphans of the
     # run become its children (see "orphans" below). A session's
     # interpreter is not pid 1 (its pid 1 reaps them).
-    global _reaping
+    global _reaping, _next_main
     _reaping = pid1
     if _forked:
         _forked.clear()
+    # The first run's __main__, while the copy is prepared (_run): the
+    # template keeps none (_settle_template).
+    _next_main = _new_main()
 
 
 def _settle_template():
@@ -965,15 +1028,17 @@ def _settle_template():
         _register_source wrote 19 pages, 9 after);
       - the last run's __main__, which the run's own replaces in
         sys.modules: kept (_template_main), so that a copy only counts one
-        reference less (the new __main__ wrote 20 pages, 11 after)."""
-    global _code, _template_main
+        reference less (the new __main__ wrote 20 pages, 11 after);
+      - the next run's __main__ (_run): dropped, see below."""
+    global _template_main, _next_main
     for path in _IMPORT_DIRS:
         _sys.path_importer_cache.pop(path, None)
-    _code = None
-    linecache = _sys.modules.get("linecache")
-    if linecache is not None:
-        linecache.cache.pop("<code>", None)
-    _pending_sources.pop("<code>", None)
+    _drop_source()
+    # The next run's __main__ is made in each copy (_after_fork): one made
+    # here would be frozen with the template's heap, where the collector
+    # never looks, and the run's globals would be missing from
+    # gc.get_objects() and gc.get_referrers().
+    _next_main = None
     _template_main = _sys.modules.get("__main__")
 
 

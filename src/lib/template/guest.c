@@ -914,9 +914,17 @@ void guest_set_argv(const char *const *argv, size_t n)
         PyErr_Clear();
 }
 
+/* Whether runtime._set_stdin may hold a mode other than the default: a
+ * run with the default after runs with the default calls no Python. */
+static bool stdin_mode_set;
+
 void guest_set_stdin(const char *mode)
 {
+        if (!*mode && !stdin_mode_set)
+                return;
         PyObject *r = PyObject_CallFunction(runtime_set_stdin, "s", mode);
+        /* A failed call may have left the last mode in place. */
+        stdin_mode_set = *mode || !r;
         Py_XDECREF(r);
         PyErr_Clear();
 }

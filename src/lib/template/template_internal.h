@@ -321,8 +321,11 @@ void tpl_session_thaw(json_t *msg);
 void tpl_setup_namespaces(const struct template_state *tpl);
 /* Sets landlock_scopes. */
 void tpl_probe_landlock(struct template_state *tpl);
+/* In a copy: the ruleset of tpl_scope_copy, made ahead of it. */
+int tpl_scope_ruleset(const struct template_state *tpl, bool no_mounts);
 /* In a copy: scopes its abstract Unix sockets and signals to itself. */
-int tpl_scope_copy(const struct template_state *tpl, bool no_mounts, bool *ret_no_mounts);
+int tpl_scope_copy(const struct template_state *tpl, bool no_mounts, int ruleset,
+                   bool *ret_no_mounts);
 /* In a copy: maps its ids in its own user namespace and caps its
  * counters. */
 int tpl_enter_own_user_namespace(void);

@@ -134,6 +134,21 @@ void tpl_probe_landlock(struct template_state *tpl)
  * which Landlock's own rule then forbids to change any mount. */
 #define AL_LANDLOCK_ACCESS_FS_MAKE_BLOCK (1ull << 11)
 
+/* The Landlock ruleset of tpl_scope_copy, made ahead of its use: its fd
+ * (close-on-exec, as Landlock makes every ruleset's), -EOPNOTSUPP where
+ * Landlock cannot scope, or -errno. */
+int tpl_scope_ruleset(const struct template_state *tpl, bool no_mounts)
+{
+        if (!tpl->landlock_scopes)
+                return -EOPNOTSUPP;
+        struct al_landlock_ruleset_attr attr = {
+            .handled_access_fs = no_mounts ? AL_LANDLOCK_ACCESS_FS_MAKE_BLOCK : 0,
+            .scoped = AL_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | AL_LANDLOCK_SCOPE_SIGNAL,
+        };
+        int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
+        return fd < 0 ? -errno : fd;
+}
+
 /* Contract: in a copy, after no_new_privs and before any guest code. From
  * then on the copy and everything it starts can connect only to abstract
  * Unix sockets, and signal only processes, of its own domain: another
@@ -144,20 +159,18 @@ void tpl_probe_landlock(struct template_state *tpl)
  * the file system, here by refusing to make block devices, which a copy
  * cannot do anyway); *ret_no_mounts says whether it does (not without
  * scopes, where the mount filter refuses them instead). Restricts nothing
- * else. */
-int tpl_scope_copy(const struct template_state *tpl, bool no_mounts, bool *ret_no_mounts)
+ * else. ruleset: one that tpl_scope_ruleset made with the same no_mounts,
+ * which this closes, or a negative value for one made here. */
+int tpl_scope_copy(const struct template_state *tpl, bool no_mounts, int ruleset,
+                   bool *ret_no_mounts)
 {
         if (ret_no_mounts)
                 *ret_no_mounts = false;
-        if (!tpl->landlock_scopes)
+        _cleanup_close_ int fd = ruleset >= 0 ? ruleset : tpl_scope_ruleset(tpl, no_mounts);
+        if (fd == -EOPNOTSUPP)
                 return 0; /* the namespaces alone, and the mount filter */
-        struct al_landlock_ruleset_attr attr = {
-            .handled_access_fs = no_mounts ? AL_LANDLOCK_ACCESS_FS_MAKE_BLOCK : 0,
-            .scoped = AL_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | AL_LANDLOCK_SCOPE_SIGNAL,
-        };
-        _cleanup_close_ int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
         if (fd < 0)
-                return -errno;
+                return fd;
         if (syscall(SYS_landlock_restrict_self, fd, 0) < 0)
                 return -errno;
         if (ret_no_mounts)
