@@ -505,7 +505,11 @@ def test_blas_over_the_memory_limit_ends_as_memory():
 @on_openblas
 def test_unprivileged_blas_worker_over_the_memory_limit_ends_as_memory():
     # The same refusal in a thread of OpenBLAS's pool, whose buffer is
-    # reserved at the first product that uses it: the caller's buffer fits
+    # reserved when the thread starts: in a copy of a template that
+    # imported numpy (--preload numpy), at the first product that uses the
+    # pool, since OpenBLAS's fork handler stops the template's pool (an
+    # import in the run itself starts the pool at once, before the room is
+    # taken, and the product then fits). The caller's buffer fits
     # (reserved by a small product first), the worker's does not. The
     # remaining room is taken by a mapping that is reserved but never
     # touched, which RLIMIT_DATA counts all the same.
@@ -526,7 +530,7 @@ room = resource.getrlimit(resource.RLIMIT_DATA)[0] - data
 hold = mmap.mmap(-1, room - (64 << 20), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 (a @ a).sum()
 """
-    rc, r = nobody_run(code, "--memory", "1024", "--timeout", "30")
+    rc, r = nobody_run(code, "--preload", "numpy", "--memory", "1024", "--timeout", "30")
     assert rc == 1 and r["status"] == "memory", (r["status"], r["stderr"][-2000:])
     assert "OpenBLAS was refused the memory for its buffer" in r["stderr"], r["stderr"]
 
