@@ -296,12 +296,13 @@ class Lib:
 
 
 class Mcp(bench_loaded.Mcp):
-    """`airlock mcp`, started in the cgroup."""
+    """`airlock mcp`, started in the cgroup; with argv, another MCP server on
+    stdio (WarmFloor)."""
 
-    def __init__(self, build, code, preload, cg):
+    def __init__(self, build, code, preload, cg, argv=None):
         self.code = code
-        argv = [os.path.join(build, "airlock"), "mcp"] + (["--preload", preload] if preload
-                                                          else [])
+        argv = argv or [os.path.join(build, "airlock"), "mcp"] + (["--preload", preload]
+                                                                  if preload else [])
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, preexec_fn=cg.enter)
         self.ids = iter(range(1, 1 << 30))
@@ -321,14 +322,21 @@ class WarmFloor(Mcp):
     passes of the call's own code; in the cgroup."""
 
     def __init__(self, code, preload, cg):
-        self.code = code
-        argv = [PY, os.path.join(HERE, "warm_floor.py"), "--warm", code] + \
-            (["--preload", preload] if preload else [])
-        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, preexec_fn=cg.enter)
-        self.ids = iter(range(1, 1 << 30))
-        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                "clientInfo": {"name": "airlock-bench", "version": "1"}})
+        super().__init__(None, code, preload, cg,
+                         [PY, os.path.join(HERE, "warm_floor.py"), "--warm", code] +
+                         (["--preload", preload] if preload else []))
+
+
+def timed_calls(t, n, gap_s):
+    """The wall time, ms, of n calls of t (Lib, Mcp or WarmFloor), gap_s
+    apart."""
+    lat = []
+    for _ in range(n):
+        time.sleep(gap_s)
+        c0 = time.perf_counter()
+        t.call()
+        lat.append((time.perf_counter() - c0) * 1e3)
+    return lat
 
 
 def idle_rate(cg, seconds):
@@ -352,12 +360,7 @@ def per_call(kind, build, code, preload, n, idle_s):
         tables = template_tables(t.p.pid) if kind is Lib else None
         idle = [idle_rate(cg, idle_s)]
         u0, w0 = cg.usage_ms(), time.perf_counter()
-        lat = []
-        for _ in range(n):
-            time.sleep(GAP_S)
-            c0 = time.perf_counter()
-            t.call()
-            lat.append((time.perf_counter() - c0) * 1e3)
+        lat = timed_calls(t, n, GAP_S)
         used, wall = cg.usage_ms() - u0, time.perf_counter() - w0
         time.sleep(GAP_S)
         idle.append(idle_rate(cg, idle_s))
@@ -436,15 +439,6 @@ def warm_vs_bwrap(build, code, preload, rounds, gap_s, warm_calls=5):
         time.sleep(1.0)
         bw, warm, floor, ratios, floor_x, bwrap_floor_x = [], [], [], [], [], []
 
-        def timed(t):
-            lat = []
-            for _ in range(warm_calls):
-                time.sleep(gap_s)
-                c0 = time.perf_counter()
-                t.call()
-                lat.append((time.perf_counter() - c0) * 1e3)
-            return lat
-
         u0 = bw_cg.usage_ms()
         for i in range(rounds):
             w0 = time.perf_counter()
@@ -455,11 +449,11 @@ def warm_vs_bwrap(build, code, preload, rounds, gap_s, warm_calls=5):
             if p.returncode != 0:
                 raise RuntimeError(f"bwrap exited {p.returncode}: {p.stderr.decode()[:300]}")
             if i % 2:
-                fl_lat = timed(f)
-                lat = timed(m)
+                fl_lat = timed_calls(f, warm_calls, gap_s)
+                lat = timed_calls(m, warm_calls, gap_s)
             else:
-                lat = timed(m)
-                fl_lat = timed(f)
+                lat = timed_calls(m, warm_calls, gap_s)
+                fl_lat = timed_calls(f, warm_calls, gap_s)
             warm += lat
             floor += fl_lat
             ratios.append(bw[-1] / median(lat))
