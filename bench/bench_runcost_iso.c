@@ -8,7 +8,8 @@
  * same calls and in the same order (src/lib/template/tpl_cgroup.c,
  * template.c spawn_copy, tpl_copy.c tpl_copy_main, tpl_ns.c, tpl_proc.c):
  *   - the parent makes the copy's cgroup in the memory, pids and cpuacct
- *     hierarchies (v1; v2's one directory) with its limits and opens its cgroup.procs files;
+ *     hierarchies (v1; v2's one directory) with its limits and opens the files the
+ *     child joins it through (v1: tasks; v2: cgroup.procs);
  *   - clone3 with a new PID, mount, user, IPC and network namespace;
  *   - the child joins the cgroup, makes its cgroup namespace, maps its ids
  *     in its user namespace and caps that namespace's counters, mounts
@@ -290,8 +291,10 @@ int iso_fork(void)
                 } else if (i == 1) {
                         write_at(dir, "pids.max", "72");
                 }
+                /* v1 (a pids hierarchy of its own): "tasks", as a copy joins
+                 * (tpl_cgroup.c, cgroup_open). */
                 char p[320];
-                snprintf(p, sizeof(p), "%s/cgroup.procs", dir);
+                snprintf(p, sizeof(p), "%s/%s", dir, cg_parent[1][0] ? "tasks" : "cgroup.procs");
                 procs[i] = open(p, O_WRONLY | O_CLOEXEC);
         }
         struct clone_args args = {

@@ -342,14 +342,21 @@ void cg_sandbox_destroy(cg_sandbox *cg)
         cg->enabled = false;
 }
 
-int cg_sandbox_attach(const cg_sandbox *cg, pid_t pid)
+int cg_sandbox_join_files(const cg_sandbox *cg, int ret[CG_HIERARCHIES])
 {
-        char s[32];
-        snprintf(s, sizeof(s), "%d", (int)pid);
+        const char *file = cg->v2 ? "cgroup.procs" : "tasks";
+        for (int i = 0; i < CG_HIERARCHIES; i++)
+                ret[i] = -1;
         for (int i = 0; i < cg->n; i++) {
-                int r = write_at(cg->tplfd[i], "cgroup.procs", s);
-                if (r < 0)
+                ret[i] = openat(cg->tplfd[i], file, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+                if (ret[i] < 0) {
+                        int r = -errno;
+                        for (int j = 0; j < i; j++) {
+                                close(ret[j]);
+                                ret[j] = -1;
+                        }
                         return r;
+                }
         }
         return 0;
 }

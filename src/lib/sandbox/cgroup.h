@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "airlock.h"
 #include "core/wire.h"
@@ -32,8 +33,19 @@ typedef struct cg_sandbox {
  * the copies' cgroups. Never fails: where cgroups are not available,
  * enabled is false. */
 void cg_sandbox_init(cg_sandbox *cg, const airlock_limits *lim, uid_t uid, gid_t gid);
-/* Moves pid (the template, before it starts any copy) into "tpl". */
-int cg_sandbox_attach(const cg_sandbox *cg, pid_t pid);
+/* Opens, in ret (one per hierarchy in use, the rest -1, close-on-exec),
+ * the files of "tpl" through which the template joins it: a process
+ * writes "0" to each, single-threaded, to move itself in ("tasks" on v1,
+ * "cgroup.procs" on v2; tpl_cgroup.c, cgroup_open, says why). On failure
+ * nothing stays open. */
+int cg_sandbox_join_files(const cg_sandbox *cg, int ret[CG_HIERARCHIES]);
+/* For _cleanup_: closes the files cg_sandbox_join_files opened. */
+static inline void cg_join_files_closep(int (*fds)[CG_HIERARCHIES])
+{
+        for (int i = 0; i < CG_HIERARCHIES; i++)
+                if ((*fds)[i] >= 0)
+                        close((*fds)[i]);
+}
 /* How many times the kernel's OOM killer acted in the cgroup whose
  * memory.oom_control (v1) or memory.events (v2) is open as fd; 0 for -1. */
 uint64_t cg_oom_kills(int fd);

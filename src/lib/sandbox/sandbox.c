@@ -469,6 +469,27 @@ static int template_setup_exit(pid_t *pid, airlock_error *err)
  * the control socket, the staged input and the cgroup directories on fixed
  * fds. Writes the id maps when the template has made its user namespace,
  * then waits until the interpreter is initialised. */
+/* In the child of start_template, async-signal-safe: tells the host that
+ * the template could not join its cgroup, in the template's own error
+ * message (CTL_ERROR), and exits. */
+_Noreturn static void join_failed(int ctl, int e)
+{
+        static const char text[] = " cgroup|cannot place the sandbox's template in its cgroup";
+        char msg[16 + sizeof(text)], digits[12];
+        size_t n = 0, d = 0;
+        unsigned v = e > 0 ? (unsigned)e : EIO;
+        do
+                digits[d++] = (char)('0' + v % 10);
+        while ((v /= 10) && d < sizeof(digits));
+        msg[n++] = CTL_ERROR;
+        while (d)
+                msg[n++] = digits[--d];
+        memcpy(msg + n, text, sizeof(text) - 1);
+        n += sizeof(text) - 1;
+        (void)!send(ctl, msg, n, MSG_NOSIGNAL);
+        _exit(125);
+}
+
 /* Contract: the child side of start_template, in a child forked from a
  * process that may have threads: async-signal-safe calls only until
  * execve. It puts the template's fds on their fixed numbers (the control
@@ -477,11 +498,18 @@ static int template_setup_exit(pid_t *pid, airlock_error *err)
  * program's memfd (close-on-exec), clears the signal mask and executes
  * that memfd with a fixed environment. Never returns. */
 _Noreturn static void template_child(const airlock_sandbox *sb, int exe, int ctl_tpl, int req_tpl,
-                                     int input_fd)
+                                     int input_fd, const int join[CG_HIERARCHIES])
 {
-        /* Only async-signal-safe calls until execve. Each fd is
-         * first moved above the fixed numbers, where none of them
-         * can overwrite another on its way. */
+        /* Only async-signal-safe calls until execve. First into the
+         * template's cgroup, before the program runs: the child of fork
+         * is one thread, so "0" written to each join file moves all of
+         * it, without the grace period a move of another process waits
+         * for (cg_sandbox_join_files). */
+        for (int i = 0; i < CG_HIERARCHIES; i++)
+                if (join[i] >= 0 && write(join[i], "0", 1) != 1)
+                        join_failed(ctl_tpl, errno);
+        /* Each fd is first moved above the fixed numbers, where none of
+         * them can overwrite another on its way. */
         const int top = TEMPLATE_PYPATH_FD + PYPATH_MAX;
         const size_t n_py = sb->cfg->n_python_paths;
         int ctl = fcntl(ctl_tpl, F_DUPFD, top);
@@ -564,6 +592,13 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
         int exe = selfexe_fd(err);
         if (exe < 0)
                 return exe;
+        _cleanup_(cg_join_files_closep) int join[CG_HIERARCHIES] = {-1, -1, -1};
+        if (sb->cg.enabled) {
+                int r = cg_sandbox_join_files(&sb->cg, join);
+                if (r < 0)
+                        return al_error(err, r, NULL, "cannot place the sandbox in its cgroup: %s",
+                                        strerror(-r));
+        }
         _cleanup_free_ char *params = params_json(sb, input_fd >= 0, input_tree);
         /* Killed and reaped on every way out but success. */
         _cleanup_pid_ pid_t pid = params ? fork() : -1;
@@ -572,7 +607,7 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
                 return al_error(err, -e, NULL, "fork: %s", strerror(e));
         }
         if (pid == 0) {
-                template_child(sb, exe, ctl_tpl, req_tpl, input_fd);
+                template_child(sb, exe, ctl_tpl, req_tpl, input_fd, join);
         }
         /* The template's ends go now: a template that dies during setup
          * must show as the end of the control socket. */
@@ -580,15 +615,6 @@ static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, ai
         close(TAKE_FD(req_tpl));
         sb->ctl = TAKE_FD(ctl_host);
         sb->req_w = TAKE_FD(req_host);
-        /* Into the template's cgroup before it starts anything: the template
-         * waits for its parameters, and every copy is born inside, then
-         * moves itself into a cgroup of its own (template.c). */
-        if (sb->cg.enabled) {
-                int r = cg_sandbox_attach(&sb->cg, pid);
-                if (r < 0)
-                        return al_error(err, r, NULL, "cannot place the sandbox in its cgroup: %s",
-                                        strerror(-r));
-        }
         if (send(sb->ctl, params, strlen(params), MSG_NOSIGNAL) < 0) {
                 int e = errno;
                 if (e == EPIPE || e == ECONNRESET) {
