@@ -1,6 +1,7 @@
 /* airlock_set_template_program: the checks of the path, a sandbox whose
  * template is another program linked with libairlock (the airlock command,
- * as the Python package uses it), and the refusal once a sandbox started.
+ * as the Python package uses it), the copy of it the template runs, and
+ * the refusal once a sandbox started.
  * One process: the program is chosen once per process. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "airlock.h"
@@ -46,6 +48,22 @@ static void test_template_program(void **state)
         assert_int_equal(airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err), 0);
         assert_true(res->success);
         assert_null(strstr(res->stdout_data, path));
+        airlock_result_free(res);
+        /* The copy holds what the loader needs, not the section headers,
+         * symbols and debug information past the last segment (selfexe.c):
+         * its ELF header names no section headers, and it is smaller. */
+        code = "d = open('/proc/self/exe', 'rb').read()\n"
+               "print(len(d), int.from_bytes(d[60:62], 'little'), d[:4] == b'\\x7fELF')";
+        assert_int_equal(airlock_sandbox_run(sb, code, strlen(code), NULL, &res, &err), 0);
+        assert_true(res->success);
+        long copied = -1, shnum = -1;
+        char elf[8] = "";
+        assert_int_equal(sscanf(res->stdout_data, "%ld %ld %7s", &copied, &shnum, elf), 3);
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_string_equal(elf, "True");
+        assert_int_equal(shnum, 0);
+        assert_true(copied > 0 && copied < st.st_size);
         airlock_result_free(res);
         assert_int_equal(airlock_set_template_program(path, &err), -EBUSY);
         airlock_sandbox_close(sb);

@@ -10,7 +10,9 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -32,6 +34,38 @@ static char exe_problem[160];
 static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *exe_path;
 static bool exe_made;
+
+/* How much of the program at fd the template needs: the bytes up to the
+ * end of the last segment its program headers name, which is all the
+ * kernel and the dynamic loader read. What lies past it (the section
+ * headers, the symbol table, the debug information: 2.7 of 3.8 MB of a
+ * build with -g) is left out of the copy, and *strip says the ELF header
+ * must then name no section headers. The whole file (size) when its
+ * headers cannot be read as this machine's ELF. Copying all of it cost
+ * 2.27 ms of CPU against 0.51 ms for the first 1.1 MB (memfd_create and
+ * sendfile, medians of 30, 2026-12-05), on every host process's first
+ * sandbox, and the copy stays in memory for the process's life. */
+static off_t loaded_size(int fd, off_t size, ElfW(Ehdr) * eh, bool *strip)
+{
+        *strip = false;
+        if (pread(fd, eh, sizeof(*eh), 0) != (ssize_t)sizeof(*eh) ||
+            memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+            eh->e_ident[EI_CLASS] != (__ELF_NATIVE_CLASS == 64 ? ELFCLASS64 : ELFCLASS32) ||
+            eh->e_phentsize != sizeof(ElfW(Phdr)) || eh->e_phnum == 0 || eh->e_phnum > 64)
+                return size;
+        ElfW(Phdr) ph[64];
+        size_t len = (size_t)eh->e_phnum * sizeof(ph[0]);
+        if (pread(fd, ph, len, (off_t)eh->e_phoff) != (ssize_t)len)
+                return size;
+        uint64_t end = (uint64_t)eh->e_phoff + len;
+        for (int i = 0; i < eh->e_phnum; i++)
+                if (ph[i].p_filesz && ph[i].p_offset + ph[i].p_filesz > end)
+                        end = ph[i].p_offset + ph[i].p_filesz;
+        if (end >= (uint64_t)size)
+                return size;
+        *strip = true;
+        return (off_t)end;
+}
 
 static void selfexe_make(void)
 {
@@ -55,13 +89,28 @@ static void selfexe_make(void)
                 snprintf(exe_problem, sizeof(exe_problem), "memfd_create: %s", strerror(errno));
                 return;
         }
+        ElfW(Ehdr) eh;
+        bool strip;
+        off_t size = loaded_size(in, st.st_size, &eh, &strip);
         off_t off = 0;
-        while (off < st.st_size) {
-                ssize_t n = sendfile(fd, in, &off, (size_t)(st.st_size - off));
+        while (off < size) {
+                ssize_t n = sendfile(fd, in, &off, (size_t)(size - off));
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0) {
                         exe_errno = n < 0 ? errno : EIO;
+                        snprintf(exe_problem, sizeof(exe_problem),
+                                 "cannot copy %.100s into a memfd: %s", path, strerror(exe_errno));
+                        return;
+                }
+        }
+        /* The section headers are not in the copy: the header says so. */
+        if (strip) {
+                eh.e_shoff = 0;
+                eh.e_shnum = 0;
+                eh.e_shstrndx = SHN_UNDEF;
+                if (pwrite(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh)) {
+                        exe_errno = errno ? errno : EIO;
                         snprintf(exe_problem, sizeof(exe_problem),
                                  "cannot copy %.100s into a memfd: %s", path, strerror(exe_errno));
                         return;
