@@ -990,8 +990,30 @@ static void adjust_ready(airlock_sandbox *sb, const copy *c)
         pthread_mutex_unlock(&sb->lock);
 }
 
+/* Whether copy c has exited (its pidfd is readable then). */
+static bool copy_exited(const copy *c)
+{
+        struct pollfd p = {c->pidfd, POLLIN, 0};
+        return c->pidfd >= 0 && poll(&p, 1, 0) == 1;
+}
+
+/* The next copy the template announces, asked for first when none is
+ * coming. A failure to ask marks the sandbox broken. Caller holds sb->lock. */
+static int next_copy_locked(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *err)
+{
+        int r = sb->pending == 0 ? request_copy_locked(sb) : 0;
+        if (r < 0) {
+                sb->broken = true;
+                return r;
+        }
+        return receive_copy_locked(sb, w, ret, err);
+}
+
 /* Takes a ready copy (or waits for one) and asks for its successor, so the
- * next run finds a copy already started. */
+ * next run finds a copy already started. A copy that died while it waited
+ * (killed from outside the sandbox, or by the kernel) is given no run: it
+ * is closed and the next one taken instead, up to MAX_DYING of them, after
+ * which the run gets the last, and ends with the reason it died. */
 int sbx_take_copy(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *err)
 {
         pthread_mutex_lock(&sb->lock);
@@ -1007,12 +1029,12 @@ int sbx_take_copy(airlock_sandbox *sb, al_watch *w, copy **ret, airlock_error *e
                 r = al_error(err, -ECHILD, NULL, "the sandbox template is gone");
                 goto out;
         }
-        if (sb->pending == 0)
-                r = request_copy_locked(sb);
-        if (r >= 0)
-                r = receive_copy_locked(sb, w, &c, err);
-        else
-                sb->broken = true;
+        r = next_copy_locked(sb, w, &c, err);
+        for (int dead = 0; r >= 0 && dead < MAX_DYING && copy_exited(c); dead++) {
+                copy_close_locked(sb, c, false);
+                c = NULL;
+                r = next_copy_locked(sb, w, &c, err);
+        }
         if (r >= 0) {
                 end_burst_locked(sb);
                 sb->last_take_ns = al_now_ns();
