@@ -13,7 +13,8 @@ against `bwrap ... python3` running the same code under the same load.
 
 Called by bench.py (`make bench`, and `bench.py --only loaded`); alone:
     /usr/bin/python3 bench/bench_loaded.py BUILD [--quick]
-prints its table and targets; with --pss instead, what one more ready copy
+prints its table and targets; with --against OTHER_BUILD, print(1) under
+the load through both builds, in turn by rounds; with --pss instead, what one more ready copy
 costs (its private pages and page tables); with --pages, what this machine charges for the pages a copy
 touches (page_costs). AIRLOCK_BENCH_MCP_ARGS adds options to both
 servers' command lines (say `--ready-copies 1`). Standard library only.
@@ -408,9 +409,39 @@ def targets(res):
     return out
 
 
+def against(builds, rounds=10, n=30, gap_s=0.01):
+    """print(1) through a plain `airlock mcp` of each build, calls gap_s
+    apart beside one CPU-bound loop per core, the builds in turn by rounds
+    of n calls (the order alternating), so that a moment of the shared
+    machine weighs on each alike: the median, p75 and p90 of each build's
+    calls, in ms."""
+    got = {b: [] for b in builds}
+    with Load():
+        servers = {b: Mcp(b, preload=None) for b in builds}
+        try:
+            for b in builds:
+                sample(lambda: servers[b].call("print1"), 5, gap_s)
+            for r in range(rounds):
+                for b in (builds if r % 2 == 0 else builds[::-1]):
+                    got[b] += sample(lambda: servers[b].call("print1"), n, gap_s)
+        finally:
+            for m in servers.values():
+                m.close()
+    return {b: {"median_ms": pct(v, 0.5), "p75_ms": pct(v, 0.75), "p90_ms": pct(v, 0.9),
+                "n": len(v)} for b, v in got.items()}
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: bench_loaded.py BUILD [--quick] | BUILD --pss | BUILD --pages")
+        sys.exit("usage: bench_loaded.py BUILD [--quick] | BUILD --pss | BUILD --pages"
+                 " | BUILD --against OTHER_BUILD")
+    if len(sys.argv) == 4 and sys.argv[2] == "--against":
+        bs = [os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[3])]
+        for b, f in against(bs).items():
+            print(f"{b}: print(1) 10 ms apart beside one loop per core, {f['n']} calls in rounds "
+                  f"of 30: median {f['median_ms']:.2f} ms, p75 {f['p75_ms']:.2f}, "
+                  f"p90 {f['p90_ms']:.2f}")
+        sys.exit(0)
     if sys.argv[2:] == ["--pages"]:
         print(pages_line(page_costs()))
         sys.exit(0)

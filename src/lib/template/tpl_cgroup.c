@@ -202,7 +202,9 @@ int tpl_cgroup_make(struct template_state *tpl, unsigned *ret_seq, int procs[CG_
 }
 
 /* In a new copy, first of all: moves itself into its cgroup, then makes
- * its cgroup namespace, so that the guest sees that cgroup as its root. */
+ * its cgroup namespace, so that the guest sees that cgroup as its root.
+ * The copy is one thread here (clone3 copies the calling thread alone),
+ * so the "0" it writes to v1's tasks moves all of it (cgroup_open). */
 int tpl_cgroup_join(const int procs[CG_HIERARCHIES])
 {
         int r = 0;
