@@ -464,11 +464,6 @@ static int template_setup_exit(pid_t *pid, airlock_error *err)
         return selfexe_exit_error(status, err);
 }
 
-/* Starts the template: fork, then exec this program afresh from its sealed
- * memfd copy (so no host memory and no host path reaches the sandbox) with
- * the control socket, the staged input and the cgroup directories on fixed
- * fds. Writes the id maps when the template has made its user namespace,
- * then waits until the interpreter is initialised. */
 /* In the child of start_template, async-signal-safe: tells the host that
  * the template could not join its cgroup, in the template's own error
  * message (CTL_ERROR), and exits. */
@@ -490,13 +485,20 @@ _Noreturn static void join_failed(int ctl, int e)
         _exit(125);
 }
 
+/* Starts the template: fork, then exec this program afresh from its sealed
+ * memfd copy (so no host memory and no host path reaches the sandbox) with
+ * the control socket, the staged input and the cgroup directories on fixed
+ * fds. Writes the id maps when the template has made its user namespace,
+ * then waits until the interpreter is initialised. */
 /* Contract: the child side of start_template, in a child forked from a
  * process that may have threads: async-signal-safe calls only until
- * execve. It puts the template's fds on their fixed numbers (the control
- * and request sockets, the staged input, the cgroups' folders, the
- * --python-path folders' mounts), closes every other one but the
- * program's memfd (close-on-exec), clears the signal mask and executes
- * that memfd with a fixed environment. Never returns. */
+ * execve. It first joins the template's cgroup through the files the host
+ * opened (join), or tells the host why it could not and exits. It puts
+ * the template's fds on their fixed numbers (the control and request
+ * sockets, the staged input, the cgroups' folders, the --python-path
+ * folders' mounts), closes every other one but the program's memfd
+ * (close-on-exec), clears the signal mask and executes that memfd with a
+ * fixed environment. Never returns. */
 _Noreturn static void template_child(const airlock_sandbox *sb, int exe, int ctl_tpl, int req_tpl,
                                      int input_fd, const int join[CG_HIERARCHIES])
 {
