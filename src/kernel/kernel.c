@@ -76,6 +76,9 @@ typedef struct kqueued {
         struct kqueued *next;
         kmsg msg;
         int sock;
+        /* Queued when a cell failed with stop_on_error: to be answered
+         * "aborted" (abort_queued). */
+        bool abort;
 } kqueued;
 
 typedef struct kernel {
@@ -819,15 +822,20 @@ static void do_execute(kernel *k, const kmsg *req)
                 reply =
                     error_reply(k, req, &x, res, r < 0 ? &err : NULL, interrupted, ended, count);
         }
-        kreply(k, req, KSOCK_SHELL, reply);
         json_t *soe = json_object_get(c, "stop_on_error");
         if (!(r >= 0 && res->success) && (soe ? json_is_true(soe) : true)) {
                 /* As ipykernel: the execute requests already queued behind
-                 * a failed cell are answered "aborted", not run. */
+                 * a failed cell are answered "aborted", not run. Those
+                 * queued by now, before the front-end has this reply: one
+                 * it sends once it has read the reply runs (a front-end
+                 * that sent the next cell at once saw it aborted). */
                 pthread_mutex_lock(&k->lock);
-                k->abort_queued = true;
+                for (kqueued *q = k->pending; q; q = q->next)
+                        if (strcmp(q->msg.msg_type, "execute_request") == 0)
+                                q->abort = k->abort_queued = true;
                 pthread_mutex_unlock(&k->lock);
         }
+        kreply(k, req, KSOCK_SHELL, reply);
         if (ended)
                 kfatal(k, r < 0 ? err.message : "its rollback failed");
         airlock_result_free(res);
@@ -1169,11 +1177,14 @@ static bool io_message(kernel *k, kqueued *q, bool *restart)
                    (strcmp(t, "execute_request") == 0 || strcmp(t, "complete_request") == 0 ||
                     strcmp(t, "inspect_request") == 0 || strcmp(t, "is_complete_request") == 0 ||
                     strcmp(t, "history_request") == 0)) {
-                /* The worker's: queued, in order. */
+                /* The worker's: queued, in order. Under the lock: a cell
+                 * that fails marks what is queued then (do_execute). */
                 q->next = NULL;
+                pthread_mutex_lock(&k->lock);
                 *k->pending_tail = q;
                 k->pending_tail = &q->next;
                 k->n_pending++;
+                pthread_mutex_unlock(&k->lock);
                 return false;
         } else {
                 klog("ignored a message of unknown type \"%.64s\" on the %s channel", t,
@@ -1221,14 +1232,15 @@ static void io_stdin(kernel *k)
         }
 }
 
-/* Answers the execute requests queued when a cell failed with
- * stop_on_error: "aborted", as ipykernel does; the others stay queued. */
+/* Answers the execute requests that were queued when a cell failed with
+ * stop_on_error (marked abort): "aborted", as ipykernel does; the others
+ * stay queued. */
 static void abort_queued(kernel *k)
 {
         kqueued **at = &k->pending;
         while (*at) {
                 kqueued *q = *at;
-                if (strcmp(q->msg.msg_type, "execute_request") != 0) {
+                if (!q->abort) {
                         at = &q->next;
                         continue;
                 }

@@ -386,6 +386,22 @@ def test_a_cell_past_a_limit_errs_naming_it_and_the_kernel_lives_on():
         stop(km, kc)
 
 
+def test_a_cell_sent_after_a_failed_cells_reply_runs():
+    # stop_on_error aborts the requests queued behind a failed cell, not
+    # one the front-end sends once it has the failed cell's reply: that is
+    # how a notebook's "run all" and a test client go on after an error.
+    km, kc = start()
+    try:
+        for i in range(20):
+            reply, _ = execute(kc, "1/0")
+            assert reply["status"] == "error" and reply["ename"] == "ZeroDivisionError", reply
+            reply, out = execute(kc, f"print({i})")
+            assert reply["status"] == "ok", (i, reply)
+            assert stdout_of(out) == f"{i}\n", (i, out)
+    finally:
+        stop(km, kc)
+
+
 def test_input_asks_the_front_end_through_the_stdin_channel():
     km, kc = start()
     try:
