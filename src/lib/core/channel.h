@@ -68,7 +68,15 @@ uint32_t channel_frame_len(const unsigned char hdr[4]);
 
 /* Sends msg as one frame (blocking, MSG_NOSIGNAL). */
 int channel_send(int fd, const json_t *msg);
-/* Sends a raw body as one frame. */
+/* Sends a raw body as one frame. Async-signal-safe. */
 int channel_send_raw(int fd, const char *body, size_t len);
+/* Contract: async-signal-safe (no allocation, no jansson). Sends a run's
+ * "end" frame: its status (a WIRE_STATUS_* name, which needs no escaping,
+ * at most 32 bytes, else -EINVAL), its exit code, the signal that ended
+ * it when sig is not 0, and whether it ran alone. Written out here rather
+ * than packed by jansson: the signal handler that ends a run may not
+ * allocate, and jansson's code, cold when a run ends, took 17 us of a
+ * warm call's path. */
+int channel_send_end(int fd, const char *status, int exit_code, int sig, bool alone);
 
 #endif

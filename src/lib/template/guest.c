@@ -131,52 +131,6 @@ static volatile sig_atomic_t init_signals_on;
  * (guest_install_init_signals), so that a copy need only turn them on. */
 static bool init_signals_installed;
 
-/* Writes n in decimal at p; returns the end. Async-signal-safe. */
-static char *put_uint(char *p, unsigned n)
-{
-        char digits[12];
-        int k = 0;
-        do {
-                digits[k++] = (char)('0' + n % 10);
-                n /= 10;
-        } while (n);
-        while (k)
-                *p++ = digits[--k];
-        return p;
-}
-
-static char *put_str(char *p, const char *s)
-{
-        while (*s)
-                *p++ = *s++;
-        return p;
-}
-
-/* Contract: async-signal-safe; the caller holds channel_lock and never
- * gives it back, so nothing else is written after this frame. Sends the
- * "end" frame of a run that ends with status and exit_code, naming the
- * signal sig that ended it when sig is not 0. */
-static void send_end_frame(const char *status, unsigned exit_code, int sig)
-{
-        char frame[256];
-        char *p = frame + 4;
-        p = put_str(p, "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_END "\",\"" WIRE_KEY_STATUS "\":\"");
-        p = put_str(p, status);
-        p = put_str(p, "\",\"" WIRE_KEY_EXIT_CODE "\":");
-        p = put_uint(p, exit_code);
-        if (sig) {
-                p = put_str(p, ",\"" WIRE_KEY_SIGNAL "\":");
-                p = put_uint(p, (unsigned)sig);
-        }
-        p = put_str(p, ",\"" WIRE_KEY_ALONE "\":false}");
-        uint32_t len = (uint32_t)(p - frame - 4);
-        frame[0] = (char)(len & 0xff);
-        frame[1] = (char)(len >> 8 & 0xff);
-        frame[2] = (char)(len >> 16 & 0xff);
-        frame[3] = (char)(len >> 24 & 0xff);
-        (void)!send(channel_fd, frame, (size_t)(p - frame), MSG_NOSIGNAL);
-}
-
 /* Contract: async-signal-safe. Ends the single run as signal sig would
  * have ended it: the "end" frame naming sig, when no thread is in the
  * middle of a request on the channel (channel_lock is free; it is then
@@ -186,7 +140,7 @@ static void send_end_frame(const char *status, unsigned exit_code, int sig)
 _Noreturn static void exit_by_signal(int sig)
 {
         if (channel_fd >= 0 && pthread_mutex_trylock(&channel_lock) == 0)
-                send_end_frame(WIRE_STATUS_ERROR, 128u + (unsigned)sig, sig);
+                (void)channel_send_end(channel_fd, WIRE_STATUS_ERROR, 128 + sig, sig, false);
         _exit(128 + sig);
 }
 
@@ -314,7 +268,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
                                   "(OpenBLAS was refused the memory for its buffer)\n";
         (void)!write(2, msg, sizeof(msg) - 1);
         if (self == run_owner && channel_fd >= 0 && pthread_mutex_trylock(&channel_lock) == 0) {
-                send_end_frame(WIRE_STATUS_MEMORY, 1, 0);
+                (void)channel_send_end(channel_fd, WIRE_STATUS_MEMORY, 1, 0, false);
                 if (session_mode) {
                         sigset_t all;
                         sigfillset(&all);

@@ -83,42 +83,6 @@ static bool end_run_alone(void)
         return false;
 }
 
-static char *put_str(char *p, const char *s)
-{
-        size_t n = strlen(s);
-        memcpy(p, s, n);
-        return p + n;
-}
-
-/* Sends the "end" frame of a run: a single run's, the agent's or a
- * pre-warm one, or a session's cell's (never alone). Written out here, as
- * guest.c writes the frame of a run that a signal ends, rather than packed
- * and dumped by jansson, whose code, cold when a run ends, took 17 us of a
- * warm call's path (timed inside a copy). status is one of the
- * WIRE_STATUS_* names, which need no escaping. */
-static int send_end_frame(int chan, const char *status, int exit_code, bool alone)
-{
-        char body[128], num[16];
-        if (strlen(status) > 32)
-                return -EINVAL;
-        char *d = num + sizeof(num);
-        unsigned v = exit_code < 0 ? 0u - (unsigned)exit_code : (unsigned)exit_code;
-        *--d = '\0';
-        do {
-                *--d = (char)('0' + v % 10);
-                v /= 10;
-        } while (v);
-        if (exit_code < 0)
-                *--d = '-';
-        char *p =
-            put_str(body, "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_END "\",\"" WIRE_KEY_STATUS "\":\"");
-        p = put_str(p, status);
-        p = put_str(p, "\",\"" WIRE_KEY_EXIT_CODE "\":");
-        p = put_str(p, d);
-        p = put_str(p, alone ? ",\"" WIRE_KEY_ALONE "\":true}" : ",\"" WIRE_KEY_ALONE "\":false}");
-        return channel_send_raw(chan, body, (size_t)(p - body));
-}
-
 /* A copy that serves asks for the shortest time slice the scheduler gives
  * a SCHED_OTHER task (0.1 ms; the default is 0.7 ms times one plus the log2
  * of the CPUs). The weight, and so its share of the CPUs, stays the
@@ -285,7 +249,7 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                                 /* The cell's other processes stop until the
                                  * next cell of this handle. */
                                 tpl_session_freeze();
-                                if (send_end_frame(chan, status, exit_code, false) < 0)
+                                if (channel_send_end(chan, status, exit_code, 0, false) < 0)
                                         _exit(0); /* the host is gone */
                                 continue;
                         }
@@ -297,7 +261,7 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
                         if (alone)
                                 syscall(SYS_close_range, 1, 2, 0);
                         guest_end_of_run();
-                        if (send_end_frame(chan, status, exit_code, alone) < 0)
+                        if (channel_send_end(chan, status, exit_code, 0, alone) < 0)
                                 _exit(0); /* the host is gone */
                         /* The exit tears down a whole interpreter, a
                          * millisecond or more of CPU here, with the
@@ -354,7 +318,7 @@ static void prewarm_run(const int sv[2], const char *code)
                 const char *status = WIRE_STATUS_ERROR;
                 int exit_code =
                     guest_run(json_string_value(jc), json_string_length(jc), false, &status);
-                (void)send_end_frame(sv[1], status, exit_code, end_run_alone());
+                (void)channel_send_end(sv[1], status, exit_code, 0, end_run_alone());
         }
         json_decref(msg);
         channel_reader_free(&fr);
