@@ -1125,11 +1125,12 @@ def _inventory(folders):
 
 def _prewarm():
     """Goes once through the common paths of the preloaded numpy and pandas,
-    in a copy that is being prepared (template.c, prewarm_copy): the pages
-    they write (reference counts, caches, first allocations) are copied then,
-    at idle priority, and the probe learns them for every later copy, instead
-    of costing the agent's run a copy-on-write fault each (3 ms for a first
-    DataFrame in a fresh copy on the 2-core test machine). The template
+    in the template's probe (tpl_prefault.c, tpl_run.c's tpl_preloads_pass):
+    it learns the pages they write (reference counts, caches, first
+    allocations) and read, and every later copy populates them while it is
+    prepared, instead of costing the agent's run a copy-on-write fault each
+    (3 ms for a first DataFrame in a fresh copy on the 2-core test
+    machine). The template
     also runs it a few times after its warm-up (guest.c, guest_warm_up), so
     that these paths' functions are quickened there once rather than in
     each copy. Nothing is imported: a sandbox without these preloads does

@@ -452,7 +452,7 @@ _Noreturn void template_main(void)
                         /* After the second copy, not the first: a
                          * new sandbox's first run is then over,
                          * and the probe does not compete with it. */
-                        tpl_learn_prefault(tpl, tpl_plain_pass, tpl_prewarm_copy, PREWARM_PASSES);
+                        tpl_learn_prefault(tpl, tpl_plain_pass, tpl_preloads_pass, PROBE_PASSES);
                         tpl->prefault_learned = true;
                 }
         }

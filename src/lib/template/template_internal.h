@@ -50,13 +50,11 @@
  * own mount namespace; the host's /tmp is not touched. */
 #define NEWROOT "/tmp"
 
-/* How many times a copy goes through a run before it reports ready. The
- * second pass reuses what the first allocated and freed, as the agent's
- * run will: in ten alternating pairs of bench/bench_sandbox runs here, a
- * second pass made every pair faster, the median of a fresh run going
- * from 1.01-1.58 ms to 0.83-1.11 ms, for about 3 ms more of the copy's
- * idle-priority preparation. */
-#define PREWARM_PASSES 2
+/* How many times the probe goes through a plain run, and then through the
+ * preloads' common paths (tpl_learn_prefault): twice, as a copy goes
+ * through its warming pass and then the agent's run, so that the sets it
+ * learns hold what the second time through the same paths writes. */
+#define PROBE_PASSES 2
 
 /* The most copies the template tracks at once (live_copies). */
 #define MAX_LIVE_COPIES 4096
@@ -241,8 +239,8 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 
 /* In the warm template: learns the pages a copy touches from a probe that
  * goes through plain, a plain run's interpreter steps (tpl_plain_pass),
- * passes times (the base set), then through steps, a copy's warming
- * steps (tpl_prewarm_copy), passes times (the preloads' set: what these
+ * passes times (the base set), then through steps, the common paths of
+ * the preloads (tpl_preloads_pass), passes times (the preloads' set: what these
  * touched beyond the base). The caller names them, so that this file,
  * below the runs of tpl_run.c, calls nothing of theirs. */
 void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void),
@@ -275,10 +273,11 @@ void tpl_precopy_forget(void);
 /* The copy's loop: one run and exit, or a session. */
 _Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
 /* One whole single run of print(1) and the runtime's own warming code,
- * its output to /dev/null, so that a copy has touched its pages before
+ * its output to /dev/null: the probe's preloads' set (tpl_prefault.c). */
+void tpl_preloads_pass(void);
+/* The same run with print(1) alone: the probe's base set, and a copy's
+ * warming pass (tpl_copy.c), so that a copy has touched its pages before
  * the agent's run. */
-void tpl_prewarm_copy(void);
-/* The same run with print(1) alone: the probe's base set (tpl_prefault.c). */
 void tpl_plain_pass(void);
 /* SCHED_BATCH while copies are prepared, the caller's SCHED_OTHER with the
  * shortest time slice once a copy serves; nothing where the caller runs

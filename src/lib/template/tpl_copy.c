@@ -426,6 +426,35 @@ static void set_run_limits(const struct template_state *tpl)
         set_limit(RLIMIT_STACK, COPY_MAX_STACK);
 }
 
+/* A copy's warming, before it reports ready: one pass, the preloads' set
+ * populated (the pages the probe saw numpy's and pandas' common paths
+ * write and read, runtime._prewarm), then a plain run, which makes the
+ * run's own path the copy's. Going through numpy and pandas themselves, as
+ * two passes once did, cost CPU and saved no time once the populate was
+ * there: against them, in six interleaved rounds of 60 to 80 calls of the
+ * library driver 20 ms apart, a print(1) with numpy and pandas preloaded
+ * cost 11.77 against 14.79 ms of CPU and a pandas run 14.74 against 15.97
+ * ms; warm calls through airlock mcp took as long (ten rounds: a pandas
+ * run 200 ms apart 1.90 against 2.00 ms, print(1) 50 ms apart 0.80 against
+ * 0.79 ms). Without the populate, a pandas run takes those pages at its
+ * start (tpl_populate_for): 5.09 ms against 2.17 ms.
+ *
+ * No warming in the first copy, made before the template's own warm-up
+ * for a new sandbox's first run, which is waited for: warming would only
+ * move the same work ahead of it. Nor in a copy that the host already
+ * waits for (it sent "hurry", see sbx_copy_wait_ready): a warming pass
+ * costs more than the faults it saves the run; nor in a copy of a burst
+ * (skip_warming), where calls come faster than copies are prepared: under
+ * one CPU-bound loop per core, a pandas run 10 ms apart took 8.7 ms
+ * without the passes against 15 to 18 ms with them (bench_loaded.py). */
+static void warm_copy(struct template_state *tpl, int chan)
+{
+        if (!tpl->warmed_up || tpl->skip_warming || host_waits(chan))
+                return;
+        tpl_populate_preloads(tpl);
+        tpl_plain_pass();
+}
+
 _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,
                              const int procs[CG_HIERARCHIES], int prep_w)
 {
@@ -510,25 +539,7 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
         else
                 lock_down(tpl, chan);
 
-        /* The first copy is made before the template's own warm-up, for a
-         * new sandbox's first run, which is waited for: warming would only
-         * move the same work ahead of it. Likewise a copy that the host
-         * already waits for (it sent "hurry", see sbx_copy_wait_ready):
-         * a warming pass costs more than the faults it saves the run; and
-         * a copy of a burst (skip_warming), where calls come faster than
-         * copies are prepared: under one CPU-bound loop per core, a pandas
-         * run 10 ms apart took 8.7 ms without the passes against 15 to 18
-         * ms with them (bench_loaded.py). */
-        for (int pass = 0;
-             tpl->warmed_up && !tpl->skip_warming && pass < PREWARM_PASSES && !host_waits(chan);
-             pass++) {
-                /* The passes go through the preloads' paths: their pages
-                 * populated first, at about a quarter of a fault's cost
-                 * each. */
-                if (pass == 0)
-                        tpl_populate_preloads(tpl);
-                tpl_prewarm_copy();
-        }
+        warm_copy(tpl, chan);
 
         /* Ready: the template may start the next copy. The host's frame
          * must wake this copy at once, preempting other work: a copy that

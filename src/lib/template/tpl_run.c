@@ -347,11 +347,12 @@ static void warming_run(const char *code)
                 dup2(saved_err, 2);
 }
 
-void tpl_prewarm_copy(void)
+void tpl_preloads_pass(void)
 {
         /* print(1), then the common paths of preloaded numpy and pandas, if
-         * any (runtime._prewarm): their pages are written by a copy here, at
-         * idle priority, and learned by the probe, not by the agent's run. */
+         * any (runtime._prewarm): the probe learns the pages they write and
+         * read, which a copy then populates while it is prepared, not in
+         * the agent's run. */
         warming_run("print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
 }
 
