@@ -19,7 +19,13 @@ side by side in one run (issue 40's method).
     `airlock run -c 'print(1)'` against bwrap's (bench_cold.py, interleaved
     rounds), and the pages a ready copy has written since its fork;
   - what each call must cost on this machine, by the floor's interpreter in
-    interleaved rounds (FLOORS): the bare floor (os.fork, which runs
+    rounds timed in turn with airlock's calls (FLOORS, FloorsProc,
+    interleaved()): a chunk of calls through the library and one through
+    `airlock mcp`, the order alternating, then a round of the floors, so
+    that the machine's speed of the moment, which moves by half within
+    minutes on this kind of machine, weighs on all alike; airlock's CPU
+    over what it must cost is the median of the rounds' own ratios. The
+    floors of a round: the bare floor (os.fork, which runs
     CPython's after-fork work in the child as a copy does) and the bare
     fork from C (which runs none); floor (a), an os.fork that runs the code
     with its stdout captured and writes a result to a pipe, no isolation;
@@ -210,10 +216,20 @@ def best(fn, rounds, n):
         b = d if b is None else min(b, d)
     return b
 res = {"bare": [], "bare_c": [], "run": [], "iso": [], "tables": tables()}
-for _ in range(a["rounds"]):
+def one_round():
     for k, fn, n in (("bare", bare, a["n_bare"]), ("bare_c", bare_c, a["n_bare"]),
                      ("run", run, a["n"]), ("iso", iso, a["n"])):
         res[k].append(best(fn, 1, n))
+if a["rounds"]:
+    for _ in range(a["rounds"]):
+        one_round()
+else:
+    # Driven: a round for each line read, answered by a line, until the
+    # end of the input (FloorsProc).
+    print("ready", flush=True)
+    for line in sys.stdin:
+        one_round()
+        print("done", flush=True)
 so.iso_teardown()
 pad_kib = res["pad_kib"] = a["pad_to_anon_kib"] - res["tables"].get("RssAnon", 0)
 if pad_kib > 0:
@@ -221,7 +237,7 @@ if pad_kib > 0:
     for i in range(0, len(pad), 4096):
         pad[i] = 2
     res["padded_tables"] = tables()
-    pr = sorted(best(bare, 1, a["n_bare"]) for _ in range(a["rounds"]))
+    pr = sorted(best(bare, 1, a["n_bare"]) for _ in range(max(3, a["rounds"])))
     res["bare_padded"] = pr[len(pr) // 2]
 print(json.dumps(res))
 """
@@ -267,6 +283,8 @@ class Cgroup:
         for _ in range(100):
             try:
                 os.rmdir(self.path)
+                return
+            except FileNotFoundError:
                 return
             except OSError:
                 time.sleep(0.05)
@@ -343,34 +361,53 @@ def idle_rate(cg, seconds):
     return (cg.usage_ms() - u0) / (time.perf_counter() - w0)
 
 
-def per_call(kind, build, code, preload, n, idle_s):
-    """CPU ms per call of the tree of kind (Lib or Mcp), minus its idle use."""
-    cg = Cgroup()
-    t = None
-    try:
-        t = kind(build, code, preload, cg)
+class CpuMeter:
+    """The CPU per call of the tree of kind (Lib or Mcp), minus its idle
+    use, over calls made a chunk at a time (chunk()), so that other
+    measurements can come between the chunks; result() gives the CPU ms a
+    call over all chunks, the idle use taken off, and each chunk's own."""
+
+    def __init__(self, kind, build, code, preload):
+        self.kind, self.cg, self.t = kind, Cgroup(), None
+        try:
+            self.t = kind(build, code, preload, self.cg)
+        except BaseException:
+            self.cg.close()
+            raise
+        self.chunks, self.lat, self.idle, self.tables = [], [], [], None
+
+    def start(self, idle_s):
         for _ in range(5):  # untimed: the first copies, the imports' pages
-            t.call()
+            self.t.call()
         # The template warms itself up and learns a copy's pages after its
         # first runs: not idle use, and over before the calls are timed.
         time.sleep(1.0)
-        tables = template_tables(t.p.pid) if kind is Lib else None
-        idle = [idle_rate(cg, idle_s)]
-        u0, w0 = cg.usage_ms(), time.perf_counter()
-        lat = timed_calls(t, n, GAP_S)
-        used, wall = cg.usage_ms() - u0, time.perf_counter() - w0
+        self.tables = template_tables(self.t.p.pid) if self.kind is Lib else None
+        self.idle.append(idle_rate(self.cg, idle_s))
+
+    def chunk(self, n):
+        """n calls GAP_S apart, and the work they leave (the last copy's
+        exit, its successor's making) until GAP_S after the last."""
+        u0, w0 = self.cg.usage_ms(), time.perf_counter()
+        self.lat += timed_calls(self.t, n, GAP_S)
         time.sleep(GAP_S)
-        idle.append(idle_rate(cg, idle_s))
+        self.chunks.append((self.cg.usage_ms() - u0, time.perf_counter() - w0, n))
+
+    def result(self, idle_s):
+        self.idle.append(idle_rate(self.cg, idle_s))
         # Idle use measured before and after: the smaller (a neighbour's
         # burst on a shared machine only adds).
-        rate = min(idle)
+        rate = min(self.idle)
+        used, wall, n = (sum(c[i] for c in self.chunks) for i in range(3))
         return {"cpu_ms": (used - rate * wall) / n, "idle_cpus": rate / 1e3,
-                "idle_cpus_seen": [r / 1e3 for r in idle], "calls": n,
-                "median_ms": median(lat), "template": tables}
-    finally:
-        if t:
-            t.close()
-        cg.close()
+                "idle_cpus_seen": [r / 1e3 for r in self.idle], "calls": n,
+                "chunk_cpu_ms": [(u - rate * w) / k for u, w, k in self.chunks],
+                "median_ms": median(self.lat), "template": self.tables}
+
+    def close(self):
+        if self.t:
+            self.t.close()
+        self.cg.close()
 
 
 def median(samples):
@@ -500,6 +537,42 @@ def iso_cgroups(cg):
             os.path.join(cg.path, "iso")]
 
 
+def floors_args(build, code, preload, quick, cg, iso_cg, pad_to_anon_kib, rounds):
+    return {"preload": preload.split(",") if preload else [], "code": code,
+            "so": os.path.join(build, "bench_runcost_iso.so"),
+            "filter": os.path.join(build, "bench_runcost.filter"), "cg": iso_cg,
+            "usage": cg.usage_file, "rounds": rounds, "n": 10 if quick else 30,
+            "n_bare": 40 if quick else 100, "pad_to_anon_kib": pad_to_anon_kib}
+
+
+def floors_result(r):
+    """The medians of the floors' rounds, and what a call must cost in each
+    round and their median."""
+    for k in ("bare", "bare_c", "run", "iso"):
+        r[k + "_ms"] = median(r[k])
+    # Floor (a) forks with os.fork(), so it holds CPython's after-fork
+    # work (PyOS_AfterFork_Child and the modules' at-fork handlers),
+    # which a copy runs too; floor (b) forks from C. The fork is counted
+    # once by taking off the bare fork from C, so that the after-fork
+    # work stays in what a call must cost. From each round's own
+    # figures, so that a moment of the shared machine weighs on all
+    # three alike.
+    r["must_rounds"] = [a + b - c for a, b, c in zip(r["run"], r["iso"], r["bare_c"])]
+    r["must_ms"] = median(r["must_rounds"])
+    r["atfork_ms"] = median([a - c for a, c in zip(r["bare"], r["bare_c"])])
+    return r
+
+
+def remove_iso_cgroups(iso_cg):
+    # iso_teardown's work, where the floors' python3 failed before it.
+    for d in iso_cg:
+        if d and os.path.isdir(d):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
 def floors(build, code, preload, quick, pad_to_anon_kib=0):
     """The bare floor, floor (a) and floor (b) of one call (FLOORS), CPU ms
     per fork of each (the medians of interleaved rounds), the
@@ -507,39 +580,60 @@ def floors(build, code, preload, quick, pad_to_anon_kib=0):
     pages as pad_to_anon_kib (the template's RssAnon)."""
     cg = Cgroup()
     iso_cg = iso_cgroups(cg)
-    args = {"preload": preload.split(",") if preload else [], "code": code,
-            "so": os.path.join(build, "bench_runcost_iso.so"),
-            "filter": os.path.join(build, "bench_runcost.filter"), "cg": iso_cg,
-            "usage": cg.usage_file, "rounds": 5 if quick else 9, "n": 10 if quick else 30,
-            "n_bare": 40 if quick else 100, "pad_to_anon_kib": pad_to_anon_kib}
+    args = floors_args(build, code, preload, quick, cg, iso_cg, pad_to_anon_kib,
+                       5 if quick else 9)
     try:
         p = subprocess.run([PY, "-c", FLOORS, json.dumps(args)], capture_output=True, text=True,
                            timeout=900, preexec_fn=cg.enter)
         if p.returncode != 0:
             raise RuntimeError(f"the floors' python3 failed: {p.stderr[-300:]}")
-        r = json.loads(p.stdout)
-        # Medians of the rounds, and what a call must cost from each
-        # round's own figures, so that a moment of the shared
-        # machine weighs on all three alike.
-        for k in ("bare", "bare_c", "run", "iso"):
-            r[k + "_ms"] = median(r[k])
-        # Floor (a) forks with os.fork(), so it holds CPython's after-fork
-        # work (PyOS_AfterFork_Child and the modules' at-fork handlers),
-        # which a copy runs too; floor (b) forks from C. The fork is
-        # counted once by taking off the bare fork from C, so that the
-        # after-fork work stays in what a call must cost.
-        r["must_ms"] = median([a + b - c for a, b, c in zip(r["run"], r["iso"], r["bare_c"])])
-        r["atfork_ms"] = median([a - c for a, c in zip(r["bare"], r["bare_c"])])
-        return r
+        return floors_result(json.loads(p.stdout))
     finally:
-        # iso_teardown's work, where the floors' python3 failed before it.
-        for d in iso_cg:
-            if d and os.path.isdir(d):
-                try:
-                    os.rmdir(d)
-                except OSError:
-                    pass
+        remove_iso_cgroups(iso_cg)
         cg.close()
+
+
+class FloorsProc:
+    """The floors of one call, a round at a time (round()), in one
+    interpreter kept between the rounds, so that they can be timed in turn
+    with airlock's own calls; finish() gives what floors() gives."""
+
+    def __init__(self, build, code, preload, quick, pad_to_anon_kib=0):
+        self.cg = Cgroup()
+        self.iso_cg = iso_cgroups(self.cg)
+        args = floors_args(build, code, preload, quick, self.cg, self.iso_cg, pad_to_anon_kib, 0)
+        self.p = subprocess.Popen([PY, "-c", FLOORS, json.dumps(args)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  preexec_fn=self.cg.enter)
+        self.expect("ready")
+
+    def expect(self, word):
+        line = self.p.stdout.readline().strip()
+        if line != word:
+            self.p.kill()
+            raise RuntimeError(f"the floors' python3 failed: {self.p.stderr.read()[-300:]}")
+
+    def round(self):
+        self.p.stdin.write("round\n")
+        self.p.stdin.flush()
+        self.expect("done")
+
+    def finish(self):
+        try:
+            out, err = self.p.communicate(timeout=900)
+            if self.p.returncode != 0:
+                raise RuntimeError(f"the floors' python3 failed: {err[-300:]}")
+            return floors_result(json.loads(out))
+        finally:
+            remove_iso_cgroups(self.iso_cg)
+            self.cg.close()
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        remove_iso_cgroups(self.iso_cg)
+        self.cg.close()
 
 
 def template_tables(driver_pid):
@@ -583,6 +677,39 @@ def build_driver(build):
                     os.path.join(build, "bench_runcost.filter")], check=True)
 
 
+def interleaved(build, code, preload, n, idle_s, quick):
+    """The CPU per call of code through the library and `airlock mcp`, and
+    its floors (FloorsProc), in rounds: a chunk of calls of each, in turn,
+    then a round of the floors, so that the machine's speed of the moment
+    weighs on all alike. Each chunk's CPU per call over its round's
+    must-cost gives x_must_rounds, and x_must is their median."""
+    rounds = 5 if quick else 9
+    meters, fp = {}, None
+    try:
+        for name, kind in (("library", Lib), ("mcp", Mcp)):
+            meters[name] = CpuMeter(kind, build, code, preload)
+            meters[name].start(idle_s)
+        tt = meters["library"].tables or {}
+        fp = FloorsProc(build, code, preload, quick, tt.get("RssAnon", 0))
+        names = list(meters)
+        for i in range(rounds):
+            for name in names if i % 2 == 0 else names[::-1]:
+                meters[name].chunk(max(1, n // rounds))
+            fp.round()
+        out = {name: m.result(idle_s) for name, m in meters.items()}
+        out["floors"], fp = fp.finish(), None
+    finally:
+        if fp:
+            fp.close()
+        for m in meters.values():
+            m.close()
+    musts = out["floors"]["must_rounds"]
+    for name in meters:
+        xs = [c / m for c, m in zip(out[name]["chunk_cpu_ms"], musts)]
+        out[name]["x_must_rounds"], out[name]["x_must"] = xs, median(xs)
+    return out
+
+
 def run(build, quick, log=lambda m: None):
     n = 40 if quick else 150
     n_bwrap = 3 if quick else 10
@@ -595,21 +722,19 @@ def run(build, quick, log=lambda m: None):
     res["floor"] = {"none": floor_cost(None), "preload": floor_cost(PRELOAD)}
     have_bwrap = subprocess.run(["sh", "-c", "command -v bwrap"],
                                 stdout=subprocess.DEVNULL).returncode == 0
+    log("  with the floors of each call, (a) fork and the run, (b) fork and the isolation, "
+        "timed in turn with its calls")
+    res["floors"] = {}
     for key, _, code, preload in CALLS:
-        r = res[key] = {}
-        for name, kind in (("library", Lib), ("mcp", Mcp)):
-            r[name] = per_call(kind, build, code, preload, n, idle_s)
+        r = res[key] = interleaved(build, code, preload, n, idle_s, quick)
+        res["floors"][key] = r.pop("floors")
+        for name in ("library", "mcp"):
             r[name]["ratio"] = r[name]["cpu_ms"] / res["floor"]["preload" if preload else "none"]
         if have_bwrap and key != "print1_pre":
             r["warm_vs_bwrap"] = warm_vs_bwrap(build, code, preload, n_bwrap, WARM_GAP_S[key])
             r["bwrap_ms"] = r["warm_vs_bwrap"]["bwrap_ms"]
             r["bwrap_wall_ms"] = r["warm_vs_bwrap"]["bwrap_wall_ms"]
     res["print1_pre"]["bwrap_ms"] = res["print1"].get("bwrap_ms")
-    log("- the floors of each call: (a) fork and the run, (b) fork and the isolation")
-    res["floors"] = {}
-    for key, _, code, preload in CALLS:
-        tt = res[key]["library"].get("template") or {}
-        res["floors"][key] = floors(build, code, preload, quick, tt.get("RssAnon", 0))
     log("- where one copy's CPU goes, by phase (perf)")
     res["phases"] = {}
     for key, _, code, preload in CALLS:
@@ -699,6 +824,13 @@ LOADED_GAP_MS = 10.0
 BEYOND = "beyond the floor here"
 
 
+def x_must(res, key, name):
+    """airlock's CPU per call over what it must cost: the median of the
+    interleaved rounds' own ratios (interleaved), else of the two medians."""
+    r = res[key][name]
+    return r["x_must"] if "x_must" in r else r["cpu_ms"] / res["floors"][key]["must_ms"]
+
+
 def proposals(res):
     """Issue 40's CPU targets judged against what a call must cost here
     (res["floors"]): (what, measured, target, met), where met is True,
@@ -717,10 +849,11 @@ def proposals(res):
                      f"{must / bare:.1f}x ({must:.2f} ms vs {bare:.2f} ms)", f"<= {limit}x",
                      True if must / bare <= limit else BEYOND))
         for name in ("library", "mcp"):
-            cpu = res[key][name]["cpu_ms"]
+            cpu, x = res[key][name]["cpu_ms"], x_must(res, key, name)
             rows.append((f"CPU per call, {label}, {name} / (floor (a) + floor (b) - bare from C) "
-                         "(proposed)", f"{cpu / must:.2f}x ({cpu:.2f} ms vs {must:.2f} ms)",
-                         f"<= {TARGET_X_MUST}x", cpu / must <= TARGET_X_MUST))
+                         "(proposed; the median of the rounds' own)",
+                         f"{x:.2f}x ({cpu:.2f} ms vs {must:.2f} ms)",
+                         f"<= {TARGET_X_MUST}x", x <= TARGET_X_MUST))
     for key, label, _, _ in CALLS:
         ph = (res.get("phases") or {}).get(key)
         if not ph or "skipped" in ph:
@@ -778,7 +911,9 @@ def floors_lines(res):
         return []
     L = ["", "What a call must cost on this machine, measured in the same run by the floor's "
          "interpreter (the same imports, `gc.freeze()`), CPU ms a fork, the median of "
-         "interleaved rounds (what it must cost: the median of each round's own): the bare floor (`os.fork()`, `os._exit`, `waitpid`), "
+         "interleaved rounds (what it must cost: the median of each round's own), each round "
+         "timed right after a chunk of airlock's calls through the library and mcp (so that "
+         "airlock / must is the median of each round's own ratio): the bare floor (`os.fork()`, `os._exit`, `waitpid`), "
          "which runs CPython's after-fork work in the child as a copy does; the bare fork "
          "from C (`clone3`, `_exit`, `waitpid`, through ctypes), which runs none; floor (a), `os.fork()` "
          "and the run: the child compiles and runs the code with its stdout captured and "
@@ -797,8 +932,8 @@ def floors_lines(res):
         L.append(f"| {label} | {f['bare_ms']:.2f} | {f['bare_c_ms']:.2f} | {f['run_ms']:.2f} | "
                  f"{f['iso_ms']:.2f} | "
                  f"{f['must_ms']:.2f} | {r['library']['cpu_ms']:.2f} | "
-                 f"{r['library']['cpu_ms'] / f['must_ms']:.2f}x | {r['mcp']['cpu_ms']:.2f} | "
-                 f"{r['mcp']['cpu_ms'] / f['must_ms']:.2f}x |")
+                 f"{x_must(res, key, 'library'):.2f}x | {r['mcp']['cpu_ms']:.2f} | "
+                 f"{x_must(res, key, 'mcp'):.2f}x |")
     L += ["", "Fork and exit cost follow the page tables: the template's against the floor's "
               "interpreter (`/proc/PID/status`, KiB), and the bare floor again after the floor "
               "wrote as many anonymous pages as the template holds:", "",
