@@ -45,6 +45,27 @@ def copies(pid):
     return [c for c, is_copy in children(pid) if is_copy]
 
 
+# A task's flag while it exits (include/linux/sched.h), in field 9 of
+# /proc/PID/stat.
+PF_EXITING = 0x4
+SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def ending(pid):
+    """Whether pid has begun to exit, or has a SIGKILL pending that it
+    has not acted on yet (the host kills a run's copy before the call
+    returns, and the copy may not have run since)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            flags = int(f.read().rsplit(")", 1)[1].split()[6])
+        with open(f"/proc/{pid}/status") as f:
+            st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    except (OSError, IndexError, ValueError):
+        return True  # gone
+    pending = int(st.get("SigPnd", "0"), 16) | int(st.get("ShdPnd", "0"), 16)
+    return bool(flags & PF_EXITING or pending & SIGKILL_BIT)
+
+
 def until(what, cond, limit=60):
     """Polls cond() until it holds; fails with what after limit seconds."""
     end = time.monotonic() + limit
@@ -115,8 +136,10 @@ def test_one_ready_copy_with_ready_copies_1():
         for _ in range(30):
             r = m.call("print(4)")
             assert r["content"][0]["text"] == "4\n", r
-            # The copy that ran may still be exiting; one more is ready.
-            assert len(copies(m.p.pid)) <= 2, copies(m.p.pid)
+            # The copies that ran may still be exiting (under load, the
+            # last two): besides them, one copy is ready or being made.
+            live = [c for c in copies(m.p.pid) if not ending(c)]
+            assert len(live) <= 1, (live, copies(m.p.pid))
 
 
 def custom_slices():
