@@ -1130,10 +1130,9 @@ def _prewarm():
     allocations) and read, and every later copy populates them while it is
     prepared, instead of costing the agent's run a copy-on-write fault each
     (3 ms for a first DataFrame in a fresh copy on the 2-core test
-    machine). The template
-    also runs it a few times after its warm-up (guest.c, guest_warm_up), so
-    that these paths' functions are quickened there once rather than in
-    each copy. Nothing is imported: a sandbox without these preloads does
+    machine). The template also runs it a few times after its warm-up
+    (guest.c, guest_warm_up), so that these paths' functions are quickened
+    there once rather than in each copy. Nothing is imported: a sandbox without these preloads does
     nothing here."""
     np = _sys.modules.get("numpy")
     if np is not None:

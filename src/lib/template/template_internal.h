@@ -240,8 +240,8 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 /* In the warm template: learns the pages a copy touches from a probe that
  * goes through plain, a plain run's interpreter steps (tpl_plain_pass),
  * passes times (the base set), then through steps, the common paths of
- * the preloads (tpl_preloads_pass), passes times (the preloads' set: what these
- * touched beyond the base). The caller names them, so that this file,
+ * the preloads (tpl_preloads_pass), passes times (the preloads' set: what
+ * these touched beyond the base). The caller names them, so that this file,
  * below the runs of tpl_run.c, calls nothing of theirs. */
 void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void),
                         int passes);
