@@ -546,3 +546,19 @@ bool al_foreign_devices(int fd)
                 return true;
         return remote_name((unsigned long)sf.f_type) && !(sf.f_flags & ST_NODEV);
 }
+
+char *al_put_decimal(char *p, long v)
+{
+        char digits[20];
+        int k = 0;
+        unsigned long n = v < 0 ? 0ul - (unsigned long)v : (unsigned long)v;
+        do {
+                digits[k++] = (char)('0' + n % 10);
+                n /= 10;
+        } while (n);
+        if (v < 0)
+                *p++ = '-';
+        while (k)
+                *p++ = digits[--k];
+        return p;
+}

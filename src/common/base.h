@@ -134,6 +134,11 @@ void dynbuf_free(dynbuf *b);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t al_now_ns(void);
+/* Contract: async-signal-safe (no allocation, no locale). Writes v in
+ * decimal at p, a '-' first when negative, and no terminating NUL: at most
+ * 20 bytes, 11 for an int. Returns the end. For the children of fork and the
+ * signal handlers, where snprintf may not be called. */
+char *al_put_decimal(char *p, long v);
 /* Whether fd is on a network or FUSE file system (NFS, SMB/CIFS, CephFS,
  * FUSE, 9p, AFS, Coda, GFS2, OCFS2, GPFS, Lustre): one whose times are not
  * set by this kernel's clock alone and whose other clients' changes this

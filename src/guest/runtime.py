@@ -1132,8 +1132,8 @@ def _prewarm():
     (3 ms for a first DataFrame in a fresh copy on the 2-core test
     machine). The template also runs it a few times after its warm-up
     (guest.c, guest_warm_up), so that these paths' functions are quickened
-    there once rather than in each copy. Nothing is imported: a sandbox without these preloads does
-    nothing here."""
+    there once rather than in each copy. Nothing is imported: a sandbox
+    without these preloads does nothing here."""
     np = _sys.modules.get("numpy")
     if np is not None:
         a = np.arange(16, dtype=float)

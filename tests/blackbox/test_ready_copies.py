@@ -21,6 +21,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import mcp, run, tmpdir  # noqa: E402
 
 
+def status(pid):
+    """/proc/PID/status as a dict; OSError once pid is gone."""
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
 def children(pid):
     """The children of pid that hold their memory (a copy that is exiting
     has let it go, or is a zombie): [(pid, is_copy)]."""
@@ -29,8 +35,7 @@ def children(pid):
         if not d.isdigit():
             continue
         try:
-            with open(f"/proc/{d}/status") as f:
-                st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+            st = status(d)
         except OSError:
             continue
         if (int(st.get("PPid", "0")) != pid or st.get("State", "").startswith(("Z", "X"))
@@ -58,8 +63,7 @@ def ending(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             flags = int(f.read().rsplit(")", 1)[1].split()[6])
-        with open(f"/proc/{pid}/status") as f:
-            st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        st = status(pid)
     except (OSError, IndexError, ValueError):
         return True  # gone
     pending = int(st.get("SigPnd", "0"), 16) | int(st.get("ShdPnd", "0"), 16)

@@ -169,22 +169,6 @@ static char *put_str(char *p, const char *s)
         return p;
 }
 
-static char *put_int(char *p, int v)
-{
-        char digits[12];
-        int k = 0;
-        unsigned n = v < 0 ? 0u - (unsigned)v : (unsigned)v;
-        do {
-                digits[k++] = (char)('0' + n % 10);
-                n /= 10;
-        } while (n);
-        if (v < 0)
-                *p++ = '-';
-        while (k)
-                *p++ = digits[--k];
-        return p;
-}
-
 int channel_send_end(int fd, const char *status, int exit_code, int sig, bool alone)
 {
         char body[192];
@@ -194,10 +178,10 @@ int channel_send_end(int fd, const char *status, int exit_code, int sig, bool al
             put_str(body, "{\"" WIRE_KEY_OP "\":\"" WIRE_OP_END "\",\"" WIRE_KEY_STATUS "\":\"");
         p = put_str(p, status);
         p = put_str(p, "\",\"" WIRE_KEY_EXIT_CODE "\":");
-        p = put_int(p, exit_code);
+        p = al_put_decimal(p, exit_code);
         if (sig) {
                 p = put_str(p, ",\"" WIRE_KEY_SIGNAL "\":");
-                p = put_int(p, sig);
+                p = al_put_decimal(p, sig);
         }
         p = put_str(p, alone ? ",\"" WIRE_KEY_ALONE "\":true}" : ",\"" WIRE_KEY_ALONE "\":false}");
         return channel_send_raw(fd, body, (size_t)(p - body));

@@ -402,12 +402,7 @@ static int make_overlay(const int *layers, size_t n)
                         *p++ = ':';
                 memcpy(p, "/proc/self/fd/", 14);
                 p += 14;
-                char num[12];
-                int k = 0;
-                for (unsigned v = (unsigned)layers[i]; k == 0 || v; v /= 10)
-                        num[k++] = (char)('0' + v % 10);
-                while (k)
-                        *p++ = num[--k];
+                p = al_put_decimal(p, layers[i]);
         }
         *p = '\0';
         int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
@@ -454,12 +449,7 @@ static int reopen_here(int fd)
         char *p = link;
         memcpy(p, "/proc/self/fd/", 14);
         p += 14;
-        char num[12];
-        int k = 0;
-        for (unsigned v = (unsigned)fd; k == 0 || v; v /= 10)
-                num[k++] = (char)('0' + v % 10);
-        while (k)
-                *p++ = num[--k];
+        p = al_put_decimal(p, fd);
         *p = '\0';
         ssize_t len = readlink(link, path, sizeof(path) - 1);
         if (len <= 0 || path[0] != '/')

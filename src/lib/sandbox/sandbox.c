@@ -470,26 +470,16 @@ static int template_setup_exit(pid_t *pid, airlock_error *err)
 _Noreturn static void join_failed(int ctl, int e)
 {
         static const char text[] = " cgroup|cannot place the sandbox's template in its cgroup";
-        char msg[16 + sizeof(text)], digits[12];
-        size_t n = 0, d = 0;
-        unsigned v = e > 0 ? (unsigned)e : EIO;
-        do
-                digits[d++] = (char)('0' + v % 10);
-        while ((v /= 10) && d < sizeof(digits));
-        msg[n++] = CTL_ERROR;
-        while (d)
-                msg[n++] = digits[--d];
-        memcpy(msg + n, text, sizeof(text) - 1);
-        n += sizeof(text) - 1;
-        (void)!send(ctl, msg, n, MSG_NOSIGNAL);
+        char msg[24 + sizeof(text)];
+        char *p = msg;
+        *p++ = CTL_ERROR;
+        p = al_put_decimal(p, e > 0 ? e : EIO);
+        memcpy(p, text, sizeof(text) - 1);
+        p += sizeof(text) - 1;
+        (void)!send(ctl, msg, (size_t)(p - msg), MSG_NOSIGNAL);
         _exit(125);
 }
 
-/* Starts the template: fork, then exec this program afresh from its sealed
- * memfd copy (so no host memory and no host path reaches the sandbox) with
- * the control socket, the staged input and the cgroup directories on fixed
- * fds. Writes the id maps when the template has made its user namespace,
- * then waits until the interpreter is initialised. */
 /* Contract: the child side of start_template, in a child forked from a
  * process that may have threads: async-signal-safe calls only until
  * execve. It first joins the template's cgroup through the files the host
@@ -572,6 +562,11 @@ _Noreturn static void template_child(const airlock_sandbox *sb, int exe, int ctl
         _exit(127);
 }
 
+/* Starts the template: fork, then exec this program afresh from its sealed
+ * memfd copy (so no host memory and no host path reaches the sandbox) with
+ * the control socket, the staged input and the cgroup directories on fixed
+ * fds. Writes the id maps when the template has made its user namespace,
+ * then waits until the interpreter is initialised. */
 static int start_template(airlock_sandbox *sb, int input_fd, bool input_tree, airlock_error *err)
 {
         /* The control socket and the request socket, each the host's end
