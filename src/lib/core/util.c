@@ -183,9 +183,23 @@ int al_memfd_exec(const char *name)
         return fd;
 }
 
+/* F_SEAL_WRITE fails with EBUSY while a page of the file has a reference
+ * beyond its page cache's (memfd_wait_for_pins), after the kernel waited
+ * for it a while. Nothing of airlock's maps these files, so such a
+ * reference is a passing one of the kernel's own (a loaded machine's CI
+ * run once failed to seal the program's freshly written copy so), and the
+ * seal is tried again, a few times. A writable shared mapping would make
+ * each try fail at once. */
+#define MEMFD_SEAL_TRIES 5
+
 int al_memfd_seal(int fd)
 {
-        return fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+        for (int i = 1;; i++) {
+                int r = fcntl(fd, F_ADD_SEALS,
+                              F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+                if (r == 0 || errno != EBUSY || i == MEMFD_SEAL_TRIES)
+                        return r;
+        }
 }
 
 /* The status's names, which the result JSON and the run's span use
