@@ -17,7 +17,7 @@ tree is then given to one phase:
     its copy's life, between the markers: before the first mount (the
     populate's own samples aside), the runtime's after-fork work (the guest runtime's
     Python and C, its signal set-up); after the seccomp filter and until
-    the copy's "ready" message, the warming passes; after "ready", the run
+    the copy's "ready" message, the warming; after "ready", the run
     itself, until the copy's exit_group (its channel and pipe system calls
     counted apart as "the result").
 
@@ -83,7 +83,7 @@ FAULT = {"asm_exc_page_fault", "exc_page_fault", "handle_mm_fault"}
 ORDER = ["fork (clone3)", "cgroup", "namespaces: making them", "populate (madvise)",
          "runtime after-fork (user space, faults, signal set-up)", "mounts: making them",
          "copy setup: other (rlimits, capabilities, fds)", "Landlock",
-         "seccomp: loading the filter", "warming passes and ready",
+         "seccomp: loading the filter", "warming and ready",
          "the run (user space, faults, its system calls)",
          "seccomp: filters run at each system call", "the result (channel and pipes)",
          "exit and reap", "namespaces and mounts: teardown", "the template's own work",
@@ -203,7 +203,7 @@ def copy_phase(ph, syms, t, mk, was_ready):
             return "the result (channel and pipes)"
         return "the run (user space, faults, its system calls)"
     if seccomp is not None and t >= seccomp:
-        return "warming passes and ready"
+        return "warming and ready"
     if first_mount is None or t < first_mount:
         return "runtime after-fork (user space, faults, signal set-up)"
     return ph or "copy setup: other (rlimits, capabilities, fds)"

@@ -461,11 +461,11 @@ def test_a_preloaded_copy_populates_the_preloads_pages_for_a_run_that_names_one(
     # A copy of a numpy,pandas template populates ahead the pages a plain
     # run writes, and the pages the probe saw numpy's and pandas' common
     # paths write (two thirds of them) only before a run whose code names a
-    # preload, or before its own warming pass (tpl_prefault.c). Calls back
-    # to back are a burst: their copies skip the warming pass. The first
-    # copies are left out: they were made before the template learned the
-    # pages (after its second copy). One plain run is enough: a copy made
-    # between bursts went through the pass.
+    # preload, or in its own warming (tpl_prefault.c). Calls back to back
+    # are a burst: their copies skip the warming. The first copies are left
+    # out: they were made before the template learned the pages (after its
+    # second copy). One plain run is enough: a copy made between bursts
+    # went through its warming.
     with mcp("--preload", "numpy,pandas") as m:
         for _ in range(4):
             ok(m.run("print(1)"))

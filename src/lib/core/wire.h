@@ -44,7 +44,7 @@ enum {
         CTL_READY = 'R',  /* template -> host: interpreter initialised */
         CTL_ERROR = 'E',  /* template -> host: "E<errno> <feature>|<message>" */
         CTL_SPAWN = 'S',  /* host -> template: start a copy */
-        /* host -> template: start a copy without its warming passes (runs
+        /* host -> template: start a copy without its warming (runs
          * come faster than copies are prepared) */
         CTL_SPAWN_BURST = 'B',
         CTL_NUDGE = 'N', /* host -> template: a copy is awaited, serve the request socket */

@@ -41,7 +41,7 @@
  *   hurry     host -> copy   the host waits for work that a session does
  *                            for a later call (a cell base): it starts at
  *                            once; or for a copy still being prepared: it
- *                            skips its warming passes; ignored otherwise
+ *                            skips its warming; ignored otherwise
  *   thaw      host -> copy   before a cell: continue the processes that
  *                            the last cell's end stopped, but those of the
  *                            sibling handles' session ids {"spare"}

@@ -99,7 +99,7 @@ struct airlock_sandbox {
         unsigned want_ready;
         uint64_t last_take_ns;
         /* The last run found its copy not ready: the copies asked for now
-         * skip their warming passes (CTL_SPAWN_BURST). */
+         * skip their warming (CTL_SPAWN_BURST). */
         bool last_late;
         bool broken;
         /* Pids of copies killed and closed, whose exit (the teardown of
@@ -766,7 +766,7 @@ void sbx_run_ended(airlock_sandbox *sb)
 }
 
 /* Tells a copy that is still preparing that a caller waits for it: it
- * skips the warming passes it has not begun (tpl_copy_main), and reads
+ * skips the warming it has not begun (tpl_copy_main), and reads
  * the frame as one it ignores once it serves. */
 static void hurry_copy(int chan)
 {

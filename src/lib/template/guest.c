@@ -746,7 +746,7 @@ int guest_warm_up(char *errbuf, size_t errlen)
             "import traceback, random, json, base64, tempfile, os, io, re, math, csv\n"
             "import collections, itertools, functools, datetime, pathlib, string\n"
             "print('', end='')\n";
-        /* A warming pass's code (tpl_run.c, prewarm_run). */
+        /* The probe's code (tpl_run.c, probe_frames). */
         static const char pass[] =
             "print('', end='')\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n";
         const char *status = NULL;

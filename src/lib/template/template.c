@@ -418,7 +418,7 @@ _Noreturn void template_main(void)
                 }
                 want--;
                 /* In a burst the calls outpace the copies: the CPU of the
-                 * warming passes is better spent on the next copy. */
+                 * warming is better spent on the next copy. */
                 tpl->skip_warming = tpl->burst_wanted > 0;
                 tpl->burst_wanted -= tpl->skip_warming;
                 /* No pause before the fork: a run's request is
@@ -452,7 +452,7 @@ _Noreturn void template_main(void)
                         /* After the second copy, not the first: a
                          * new sandbox's first run is then over,
                          * and the probe does not compete with it. */
-                        tpl_learn_prefault(tpl, tpl_plain_pass, tpl_preloads_pass, PROBE_PASSES);
+                        tpl_learn_prefault(tpl, tpl_plain_pass, tpl_preloads_pass);
                         tpl->prefault_learned = true;
                 }
         }

@@ -8,8 +8,8 @@
  *   template.c      the template's life: parameters, setup, the loop that
  *                   spawns copies, the live copies
  *   tpl_copy.c      a copy's setup, up to the first byte it reads
- *   tpl_run.c       a copy serving the host: runs, the end of a run, the
- *                   warming run
+ *   tpl_run.c       a copy serving the host: runs, the end of a run; the
+ *                   probe's runs
  *   tpl_session.c   a copy as a session: pid 1, snapshots, restores
  *   tpl_prefault.c  the pages a copy will touch, learned from a probe; the
  *                   pages a session's next cell will write
@@ -49,12 +49,6 @@
 /* The new root is built on a tmpfs mounted over /tmp inside the template's
  * own mount namespace; the host's /tmp is not touched. */
 #define NEWROOT "/tmp"
-
-/* How many times the probe goes through a plain run, and then through the
- * preloads' common paths (tpl_learn_prefault): twice, as a copy goes
- * through its warming pass and then the agent's run, so that the sets it
- * learns hold what the second time through the same paths writes. */
-#define PROBE_PASSES 2
 
 /* The most copies the template tracks at once (live_copies). */
 #define MAX_LIVE_COPIES 4096
@@ -179,7 +173,7 @@ struct template_state {
         prefault_range prefault[PREFAULT_MAX_RANGES];
         size_t n_prefault;
         bool prefault_learned;
-        /* What the warming passes' paths through the preloads touch beyond
+        /* What the probe's path through the preloads touches beyond
          * that (the preloads' set, tpl_prefault.c), populated by a copy
          * before a run that names a preload (tpl_populate_for), and
          * whether this process has (a session's later cells, its forks and
@@ -197,7 +191,7 @@ struct template_state {
          * one per CPU it may use. */
         int preparing[MAX_PREPARING];
         size_t n_preparing, max_preparing;
-        /* Copies asked for without warming passes (CTL_SPAWN_BURST) and
+        /* Copies asked for without their warming (CTL_SPAWN_BURST) and
          * not started yet; skip_warming: the copy being forked is one. */
         unsigned burst_wanted;
         bool skip_warming;
@@ -238,19 +232,18 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
 /* --- tpl_prefault.c --- */
 
 /* In the warm template: learns the pages a copy touches from a probe that
- * goes through plain, a plain run's interpreter steps (tpl_plain_pass),
- * passes times (the base set), then through steps, the common paths of
- * the preloads (tpl_preloads_pass), passes times (the preloads' set: what
- * these touched beyond the base). The caller names them, so that this file,
- * below the runs of tpl_run.c, calls nothing of theirs. */
-void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void),
-                        int passes);
+ * goes once through plain, a plain run's interpreter steps (tpl_plain_pass:
+ * the base set), then once through steps, the common paths of the
+ * preloads (tpl_preloads_pass: the preloads' set, what these touched
+ * beyond the base), as a copy goes once through the agent's run. The
+ * caller names them, so that this file, below the runs of tpl_run.c,
+ * calls nothing of theirs. */
+void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void));
 /* In a new copy, before anything else touches memory: populates the base
  * set (and the preloads' set, once a run of this process named a
  * preload). */
 void tpl_populate_learned(const struct template_state *tpl);
-/* Populates the preloads' set, once a process (before a copy's warming
- * passes, which go through the preloads' paths). */
+/* Populates the preloads' set, once a process (a copy's warming). */
 void tpl_populate_preloads(struct template_state *tpl);
 /* Right before a run of code: the same, when code names a preloaded
  * module. */
@@ -275,9 +268,7 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan);
 /* One whole single run of print(1) and the runtime's own warming code,
  * its output to /dev/null: the probe's preloads' set (tpl_prefault.c). */
 void tpl_preloads_pass(void);
-/* The same run with print(1) alone: the probe's base set, and a copy's
- * warming pass (tpl_copy.c), so that a copy has touched its pages before
- * the agent's run. */
+/* The same run with print(1) alone: the probe's base set. */
 void tpl_plain_pass(void);
 /* SCHED_BATCH while copies are prepared, the caller's SCHED_OTHER with the
  * shortest time slice once a copy serves; nothing where the caller runs

@@ -426,33 +426,31 @@ static void set_run_limits(const struct template_state *tpl)
         set_limit(RLIMIT_STACK, COPY_MAX_STACK);
 }
 
-/* A copy's warming, before it reports ready: one pass, the preloads' set
- * populated (the pages the probe saw numpy's and pandas' common paths
- * write and read, runtime._prewarm), then a plain run, which makes the
- * run's own path the copy's. Going through numpy and pandas themselves, as
- * two passes once did, cost CPU and saved no time once the populate was
- * there: against them, in six interleaved rounds of 60 to 80 calls of the
- * library driver 20 ms apart, a print(1) with numpy and pandas preloaded
- * cost 11.77 against 14.79 ms of CPU and a pandas run 14.74 against 15.97
- * ms; warm calls through airlock mcp took as long (ten rounds: a pandas
- * run 200 ms apart 1.90 against 2.00 ms, print(1) 50 ms apart 0.80 against
- * 0.79 ms). Without the populate, a pandas run takes those pages at its
- * start (tpl_populate_for): 5.09 ms against 2.17 ms.
+/* A copy's warming, before it reports ready: the preloads' set populated
+ * (the pages the probe saw numpy's and pandas' common paths write and
+ * read, runtime._prewarm), so that a run that uses them does not take
+ * them at its start (tpl_populate_for): a pandas run took 5.09 ms against
+ * 2.17 without them. Nothing else: a plain print(1) run here, to make the
+ * run's own path the copy's, cost CPU and saved the run almost no time
+ * once the base set is populated (tpl_copy_main). Against it, in
+ * interleaved rounds of 30 to 40 calls of the library driver 20 ms apart,
+ * a print(1) cost 5 to 12 % less CPU and a preloaded pandas run 8 to 10 %
+ * less; a warm call through airlock mcp 50 ms apart took 0.02 ms longer
+ * (print(1), 0.76 against 0.74 ms), 200 ms apart as long (a pandas run,
+ * 2.02 against 2.05 ms).
  *
  * No warming in the first copy, made before the template's own warm-up
  * for a new sandbox's first run, which is waited for: warming would only
  * move the same work ahead of it. Nor in a copy that the host already
- * waits for (it sent "hurry", see sbx_copy_wait_ready): a warming pass
- * costs more than the faults it saves the run; nor in a copy of a burst
- * (skip_warming), where calls come faster than copies are prepared: under
- * one CPU-bound loop per core, a pandas run 10 ms apart took 8.7 ms
- * without the passes against 15 to 18 ms with them (bench_loaded.py). */
+ * waits for (it sent "hurry", see sbx_copy_wait_ready), nor in a copy of
+ * a burst (skip_warming), where calls come faster than copies are
+ * prepared: there the populate is the next copy's CPU, and a run whose
+ * code names a preload populates the set itself. */
 static void warm_copy(struct template_state *tpl, int chan)
 {
         if (!tpl->warmed_up || tpl->skip_warming || host_waits(chan))
                 return;
         tpl_populate_preloads(tpl);
-        tpl_plain_pass();
 }
 
 _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, int err_w,

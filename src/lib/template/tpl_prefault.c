@@ -2,9 +2,8 @@
  *
  * On this kind of machine a copy-on-write fault costs about 20 us (timed
  * with a plain C loop over fresh pages after fork), and a copy
- * takes hundreds of them while it reinitialises the interpreter and goes
- * through its warming runs: most of its preparation time, which decides how
- * soon after a run the next copy is ready. madvise(MADV_POPULATE_WRITE)
+ * takes hundreds of them while it reinitialises the interpreter and runs
+ * the agent's code. madvise(MADV_POPULATE_WRITE)
  * makes the same private copies in one call, at about 5.6 us a page (the
  * same loop). So, once warm, the template learns which pages a copy
  * writes, from a probe copy that goes through the same steps, and every
@@ -15,15 +14,17 @@
  *
  * The probe learns two sets. The base set is what a plain run (print(1))
  * touches, and every copy populates it first. The preloads' set is what the
- * warming passes' paths through the preloaded numpy and pandas touch beyond
- * it (runtime._prewarm): with numpy and pandas preloaded, 530 of the 870
- * pages a copy wrote ahead and 650 of the 2,340 it mapped for reading,
- * which a run that never uses them paid for nothing (each page populated
- * costs about 5 us here, and more at the copy's exit). A copy populates it
- * right before a run whose code names a preloaded module (tpl_populate_for);
- * a run that reaches one otherwise faults on those pages, as it did before
- * there was a populate. Which set a copy populates depends on its own code
- * and on the probe alone, never on what other runs did. */
+ * probe's path through the preloaded numpy and pandas touches beyond it
+ * (runtime._prewarm): with numpy and pandas preloaded, 530 of the 870
+ * pages a copy wrote ahead and 650 of the 2,340 it mapped for reading
+ * (each page populated costs about 5 us here, and more at the copy's
+ * exit). A copy populates it while it is prepared (its warming,
+ * tpl_copy.c), or, when it skipped that (a caller already waits for it,
+ * or it is one of a burst), right before a run whose code names a
+ * preloaded module (tpl_populate_for); a run that reaches one otherwise
+ * faults on those pages. Which set a copy populates depends on its own
+ * code, its own preparation and the probe alone, never on what other runs
+ * did. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -209,13 +210,11 @@ static bool read_reports(struct template_state *tpl, int fd, pid_t pid, prefault
 
 /* Learns the pages a copy touches from a probe: a plain fork of the warm
  * template that goes through exactly a copy's interpreter steps (the
- * after-fork reset, then plain passes times: the base set; then steps
- * passes times, the warming runs, airlock's own code only: the preloads'
- * set is what these touched beyond the base) and reports what it touched
- * after each. A probe that fails leaves nothing learned, and copies prepare
- * as they did without it. */
-void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void),
-                        int passes)
+ * after-fork reset, then plain once: the base set; then steps once,
+ * airlock's own code only: the preloads' set is what it touched beyond the
+ * base) and reports what it touched after each. A probe that fails leaves
+ * nothing learned, and copies prepare as they did without it. */
+void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void))
 {
         _cleanup_close_pair_ int p[2] = {-1, -1};
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -229,11 +228,9 @@ void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*
                  * only reads its own, and is gone right after. */
                 prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
                 guest_after_fork_child(-1);
-                for (int pass = 0; pass < passes; pass++)
-                        plain();
+                plain();
                 probe_report(p[1]);
-                for (int pass = 0; pass < passes; pass++)
-                        steps();
+                steps();
                 probe_report(p[1]);
                 _exit(0);
         }

@@ -1,6 +1,6 @@
 /* A copy serving the host: the loop that reads the host's frames (one run,
  * or a session's runs, snapshots and restores), the end of a single run,
- * and the warming run a copy goes through before it reports ready. */
+ * and the whole runs the template's probe goes through (tpl_prefault.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -302,10 +302,10 @@ _Noreturn void tpl_serve_host(struct template_state *tpl, int chan)
         }
 }
 
-/* The warming run itself: the "run" frame of code written on one end of a
+/* The probe's run itself: the "run" frame of code written on one end of a
  * socket pair and read from the other, as from the host, and the "end"
  * frame written back. */
-static void prewarm_run(const int sv[2], const char *code)
+static void probe_frames(const int sv[2], const char *code)
 {
         json_t *msg = json_pack("{s:s, s:s}", WIRE_KEY_OP, WIRE_OP_RUN, WIRE_KEY_CODE, code);
         int r = msg ? channel_send(sv[0], msg) : -ENOMEM;
@@ -324,14 +324,12 @@ static void prewarm_run(const int sv[2], const char *code)
         channel_reader_free(&fr);
 }
 
-/* Warms a copy before it is needed by going through a whole single run
- * once, with the output going to /dev/null: reading the "run" frame from a
- * channel, running code, ending the run's processes and writing the
- * "end" frame. On this kind of machine the first touch of each page in a
- * new process costs microseconds (more for a copy-on-write fault), so
- * every page the agent's run will touch is best touched here, off the
- * critical path. */
-static void warming_run(const char *code)
+/* Goes through a whole single run once, as a copy's agent's run does, with
+ * the output going to /dev/null: reading the "run" frame from a channel,
+ * running code, ending the run's processes and writing the "end" frame.
+ * The template's probe does, so that the pages it learns (tpl_prefault.c)
+ * are those of a run's whole path. */
+static void probe_run(const char *code)
 {
         _cleanup_close_ int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
         _cleanup_close_ int saved_out = fcntl(1, F_DUPFD_CLOEXEC, 3);
@@ -339,7 +337,7 @@ static void warming_run(const char *code)
         _cleanup_close_pair_ int sv[2] = {-1, -1};
         if (null >= 0 && saved_out >= 0 && saved_err >= 0 && dup2(null, 1) >= 0 &&
             dup2(null, 2) >= 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0)
-                prewarm_run(sv, code);
+                probe_frames(sv, code);
         /* Before the cleanups close the saved fds. */
         if (saved_out >= 0)
                 dup2(saved_out, 1);
@@ -353,10 +351,10 @@ void tpl_preloads_pass(void)
          * any (runtime._prewarm): the probe learns the pages they write and
          * read, which a copy then populates while it is prepared, not in
          * the agent's run. */
-        warming_run("print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
+        probe_run("print(1)\nimport sys\nsys.modules['_airlock_runtime']._prewarm()\n");
 }
 
 void tpl_plain_pass(void)
 {
-        warming_run("print(1)\n");
+        probe_run("print(1)\n");
 }
