@@ -4,11 +4,10 @@
  * seccomp filter it loads. Everything here runs before any guest code.
  *
  * Copies of one template must never meet: a copy gets its own user, IPC,
- * mount and PID namespace (spawn_copy's clone flags, template.c), its own
- * cgroup where the host has cgroups, and a Landlock domain that scopes
- * abstract Unix sockets and signals to it (or, on a kernel without Landlock
- * scopes, its own network namespace, which costs about 0.4 ms of the
- * template's time per copy here). */
+ * mount, PID and network namespace (spawn_copy's clone flags, template.c:
+ * the names of Unix sockets are a network namespace's), its own cgroup
+ * where the host has cgroups, and a Landlock domain that scopes abstract
+ * Unix sockets and signals to it where the kernel has Landlock scopes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
