@@ -51,6 +51,9 @@ def mcp_result_json(result):
     asked for with mcp_call_params carries it: its content items told apart
     by the record's "parts". stdout and stderr are the model's text (CRLF as
     LF); on failure stderr is the error item (stderr and how the run ended)."""
+    # A tool error that is no run's (the sandbox unavailable, a workspace
+    # refused) has no record: its text is the failure to show.
+    assert MCP_RUN in result.get("_meta", {}), f"not a run's result: {result}"
     rec = result["_meta"][MCP_RUN]
     out = {"success": not result["isError"], "status": rec["status"],
            "exit_code": rec["exit_code"], "stdout": "", "stderr": "",
