@@ -175,9 +175,10 @@ struct template_state {
         bool prefault_learned;
         /* What the probe's path through the preloads touches beyond
          * that (the preloads' set, tpl_prefault.c), populated by a copy
-         * before a run that names a preload (tpl_populate_for), and
-         * whether this process has (a session's later cells, its forks and
-         * restores: tpl_populate_learned then populates it too). */
+         * in its warming or before a run that names a preload
+         * (tpl_populate_for), and whether this process has (a session's
+         * later cells, its forks and restores: tpl_populate_learned then
+         * populates it too). */
         prefault_range prefault_preloads[PREFAULT_MAX_RANGES];
         size_t n_prefault_preloads;
         bool preloads_populated;

@@ -447,7 +447,10 @@ static void set_run_limits(const struct template_state *tpl)
  * code names a preload populates the set itself. */
 static void warm_copy(struct template_state *tpl, int chan)
 {
-        if (!tpl->warmed_up || tpl->skip_warming || host_waits(chan))
+        /* Nothing to warm (no preloads, or not learned yet) asks the host
+         * nothing: host_waits is a system call on every copy's path. */
+        if (!tpl->warmed_up || tpl->skip_warming || !tpl->n_prefault_preloads ||
+            tpl->preloads_populated || host_waits(chan))
                 return;
         tpl_populate_preloads(tpl);
 }
