@@ -582,6 +582,67 @@ static void test_capture_unreadable(void **state)
         scratch_free(&s);
 }
 
+/* A capture of a tmpfs root, as every copy's /output is, which proves an
+ * empty root with its inode count and walks nothing: no entry of any kind
+ * may hide from it. Each kind is made alone on a fresh mount, where it is
+ * the only inode beside the root; a file unlinked while open holds an
+ * inode and no entry. Mounting needs privilege; without it the case is
+ * skipped. */
+static void test_capture_empty_tmpfs(void **state)
+{
+        scratch s;
+        scratch_new(&s);
+        put_dir(s.fd, "mp");
+        char mp[128];
+        snprintf(mp, sizeof(mp), "%s/mp", s.path);
+        static const char *const kinds[] = {"", "file", "dir", "symlink", "fifo", "unlinked"};
+        for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+                if (mount("none", mp, "tmpfs", 0, "size=64k,nr_inodes=16,mode=0755") < 0) {
+                        scratch_free(&s);
+                        skip();
+                }
+                int out = open_dir(s.fd, "mp");
+                int held = -1;
+                if (strcmp(kinds[k], "file") == 0)
+                        put_file(out, "f.txt", "f");
+                else if (strcmp(kinds[k], "dir") == 0)
+                        put_dir(out, "d");
+                else if (strcmp(kinds[k], "symlink") == 0)
+                        assert_int_equal(symlinkat("f.txt", out, "l"), 0);
+                else if (strcmp(kinds[k], "fifo") == 0)
+                        put_fifo(out, "p");
+                else if (strcmp(kinds[k], "unlinked") == 0) {
+                        held = openat(out, "gone", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+                        assert_true(held >= 0);
+                        assert_int_equal(unlinkat(out, "gone", 0), 0);
+                }
+                fsx_limits lim = capture_limits();
+                captured c;
+                airlock_error err = {0};
+                assert_int_equal(do_capture(out, &lim, &c, &err), 0);
+                if (strcmp(kinds[k], "file") == 0) {
+                        assert_int_equal(c.n_files, 1);
+                        assert_string_equal(c.files[0].path, "/output/f.txt");
+                } else {
+                        assert_int_equal(c.n_files, 0);
+                }
+                static const char *const link[] = {"/output/l symlink"};
+                static const char *const fifo[] = {"/output/p not a regular file"};
+                if (strcmp(kinds[k], "symlink") == 0)
+                        expect_refused(&c, link, 1);
+                else if (strcmp(kinds[k], "fifo") == 0)
+                        expect_refused(&c, fifo, 1);
+                else
+                        assert_int_equal(c.n_refused, 0);
+                captured_free(&c);
+                if (held >= 0)
+                        close(held);
+                close(out);
+                assert_int_equal(umount(mp), 0);
+        }
+        scratch_free(&s);
+}
+
 /* Device nodes (when this process may make them): refused by capture
  * without being opened, skipped by staging, removed by clearing. */
 static void test_devices(void **state)
@@ -763,6 +824,7 @@ int main(void)
             cmocka_unit_test(test_capture_changed),
             cmocka_unit_test(test_bad_utf8_names),
             cmocka_unit_test(test_capture_unreadable),
+            cmocka_unit_test(test_capture_empty_tmpfs),
             cmocka_unit_test(test_devices),
             cmocka_unit_test(test_capture_and_clear_deep),
             cmocka_unit_test(test_clear_corpus),
