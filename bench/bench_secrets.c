@@ -184,6 +184,9 @@ int main(int argc, char **argv)
         json_t *req =
             json_pack("{s:s, s:s, s:{s:s, s:s}, s:s}", "method", "GET", "url", url, "headers",
                       "Authorization", auth, "Accept", "application/json", "body_base64", "");
+        /* The library's default limits, as a run's would be. */
+        airlock_limits lim;
+        airlock_limits_default(&lim);
         int m = n / 2 < 100 ? 100 : n / 2;
         uint64_t *w = calloc((size_t)m, sizeof(*w)), *s = calloc((size_t)m, sizeof(*s));
         int fails = 0;
@@ -191,7 +194,7 @@ int main(int argc, char **argv)
                 for (int with = 0; with < 2; with++) {
                         json_t *resp = NULL;
                         uint64_t t0 = al_now_ns();
-                        int r = gateway_request_full(al, with ? e2e : NULL, NULL, req, 0, -1, NULL,
+                        int r = gateway_request_full(al, with ? e2e : NULL, &lim, req, 0, -1, NULL,
                                                      &resp, &e);
                         uint64_t dt = al_now_ns() - t0;
                         fails += r < 0;
@@ -207,7 +210,7 @@ int main(int argc, char **argv)
         printf("| difference (noise of a loopback round trip included) | %.1f |\n",
                e_with - e_without);
         if (fails)
-                printf("\n%d requests failed\n", fails);
+                printf("\n%d requests failed: %s\n", fails, e.message);
         kill(pid, SIGTERM);
         waitpid(pid, NULL, 0);
         json_decref(req);
