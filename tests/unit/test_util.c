@@ -1,5 +1,6 @@
 /* The capped byte buffer every text builder uses: growth, the cap, and a
- * failed append that leaves the buffer as it was; UTF-8 clean-up by length. */
+ * failed append that leaves the buffer as it was; UTF-8 clean-up by length;
+ * fds passed over a socket; advice for many ranges at once. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -8,8 +9,15 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/util.h"
@@ -175,6 +183,73 @@ static void test_recv_fds(void **state)
         close(sv[1]);
 }
 
+/* Whether every page of [p, p + len) is in memory. */
+static bool resident(const char *p, size_t len)
+{
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        unsigned char v[16] = {0};
+        if (len / page > sizeof(v) || mincore((void *)p, len, v) < 0)
+                return false;
+        for (size_t i = 0; i < len / page; i++)
+                if (!(v[i] & 1))
+                        return false;
+        return true;
+}
+
+/* Populates three ranges of fresh memory whose middle one is unmapped:
+ * the first and the last must be in memory, the middle one skipped. 0 when
+ * so, or the step that failed. */
+static int advise_around_a_hole(void)
+{
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        char *m = mmap(NULL, 12 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+                return 1;
+        if (munmap(m + 4 * page, 4 * page) < 0 || resident(m, 4 * page))
+                return 2;
+        struct iovec iov[3] = {{m, 4 * page}, {m + 4 * page, 4 * page}, {m + 8 * page, 4 * page}};
+        int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+        al_advise(pidfd, iov, 3, 23 /* MADV_POPULATE_WRITE */);
+        if (pidfd >= 0)
+                close(pidfd);
+        int r = resident(m, 4 * page) && resident(m + 8 * page, 4 * page) ? 0 : 3;
+        munmap(m, 4 * page);
+        munmap(m + 8 * page, 4 * page);
+        return r;
+}
+
+/* al_advise gives each range that can take the advice its advice, and
+ * skips one that cannot, the way process_madvise goes (which stops at the
+ * failing range) and, in a child whose seccomp filter refuses that call as
+ * the guest's does, the way of one madvise each. */
+static void test_advise_goes_past_a_range_it_fails_for(void **state)
+{
+        assert_int_equal(advise_around_a_hole(), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                struct sock_filter f[] = {
+                    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_madvise, 0, 1),
+                    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+                    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+                };
+                struct sock_fprog prog = {ARRAY_SIZE(f), f};
+                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+                    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
+                        _exit(10);
+                /* The filter holds: the call is refused. */
+                struct iovec none = {NULL, 0};
+                if (syscall(SYS_process_madvise, 0, &none, 1, 23, 0) != -1 || errno != EPERM)
+                        _exit(11);
+                _exit(advise_around_a_hole());
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -184,6 +259,7 @@ int main(void)
             cmocka_unit_test(test_appendf_into_an_empty_buffer),
             cmocka_unit_test(test_utf8_sanitize_keeps_nul_bytes),
             cmocka_unit_test(test_recv_fds),
+            cmocka_unit_test(test_advise_goes_past_a_range_it_fails_for),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,15 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#ifndef SYS_process_madvise
+#define SYS_process_madvise 440
+#endif
+/* The most iovecs one process_madvise takes (UIO_MAXIOV). */
+#define ADVICE_MAX_IOV 1024
 
 /* A caller's struct larger than this many bytes is garbage in its size
  * field, not a newer version: no struct of airlock.h comes near it. */
@@ -215,4 +223,25 @@ const char *airlock_status_name(airlock_status s)
         if ((size_t)s < ARRAY_SIZE(status_names) && status_names[s])
                 return status_names[s];
         return "error";
+}
+
+void al_advise(int pidfd, const struct iovec *iov, size_t n, int advice)
+{
+        size_t i = 0;
+        while (pidfd >= 0 && i < n) {
+                size_t end = i + MIN(n - i, (size_t)ADVICE_MAX_IOV);
+                long k = syscall(SYS_process_madvise, pidfd, iov + i, end - i, advice, 0);
+                if (k < 0)
+                        break;
+                /* The iovecs it went through; the one it stopped at gets
+                 * a madvise of its own, and the rest go on after it. */
+                for (; i < end && (size_t)k >= iov[i].iov_len; i++)
+                        k -= (long)iov[i].iov_len;
+                if (i < end) {
+                        (void)madvise(iov[i].iov_base, iov[i].iov_len, advice);
+                        i++;
+                }
+        }
+        for (; i < n; i++)
+                (void)madvise(iov[i].iov_base, iov[i].iov_len, advice);
 }

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "airlock.h"
 #include "base.h"
@@ -38,6 +39,16 @@ int al_memfd_exec(const char *name);
 /* Seals fd for good: no write, no resize, no new seals; what it holds can
  * no longer be changed by anyone. 0, or -1 with errno set. */
 int al_memfd_seal(int fd);
+
+/* Gives this process advice (madvise's) for iov[0..n), as advice only: a
+ * range it fails for is left as it was, and the others still get it.
+ * pidfd is this process's own: one process_madvise through it takes them
+ * all, where a madvise each costs a system call each (a copy populates
+ * some 140 ranges, most of them a page). Where the kernel refuses that
+ * call for the advice (before Linux 6.13 it takes a few advices only), a
+ * seccomp filter refuses it, or pidfd is -1, each range gets a madvise of
+ * its own. */
+void al_advise(int pidfd, const struct iovec *iov, size_t n, int advice);
 
 /* A child with its standard streams on the parent's descriptors. */
 typedef struct al_child {

@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <jansson.h>
 
@@ -182,6 +183,12 @@ struct template_state {
         prefault_range prefault_preloads[PREFAULT_MAX_RANGES];
         size_t n_prefault_preloads;
         bool preloads_populated;
+        /* Both sets as a copy gives its advice (tpl_prefault.c, populate):
+         * [0] the base set, [1] the preloads', each its ranges to write,
+         * then its ranges to read. Made in the template once the probe
+         * has learned them, so that a copy only reads them. */
+        struct iovec populate_iov[2][PREFAULT_MAX_RANGES];
+        size_t populate_writes[2], populate_n[2];
         /* The number of the last copy's cgroup c<N> (tpl_cgroup_make),
          * and the cgroups the host is done with that could not be removed
          * yet (tpl_cgroup_done, tpl_cgroups_retry). */

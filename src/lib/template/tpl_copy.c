@@ -533,13 +533,14 @@ _Noreturn void tpl_copy_main(struct template_state *tpl, int chan, int out_w, in
                 copy_fail(chan, "cannot enter /output: %m");
 
         set_run_limits(tpl);
+        /* Before the lock: the populate is one process_madvise for all the
+         * ranges, a call the guest's filter refuses (al_advise). */
+        warm_copy(tpl, chan);
 
         if (tpl->params.late_input)
                 lock_early(tpl, chan);
         else
                 lock_down(tpl, chan);
-
-        warm_copy(tpl, chan);
 
         /* Ready: the template may start the next copy. The host's frame
          * must wake this copy at once, preempting other work: a copy that

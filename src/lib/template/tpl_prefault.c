@@ -3,14 +3,15 @@
  * On this kind of machine a copy-on-write fault costs about 20 us (timed
  * with a plain C loop over fresh pages after fork), and a copy
  * takes hundreds of them while it reinitialises the interpreter and runs
- * the agent's code. madvise(MADV_POPULATE_WRITE)
- * makes the same private copies in one call, at about 5.6 us a page (the
- * same loop). So, once warm, the template learns which pages a copy
- * writes, from a probe copy that goes through the same steps, and every
- * later copy populates those pages first. File-backed pages the probe read
- * are populated for reading likewise (MADV_POPULATE_READ): fork does not
- * copy their page tables. A kernel without these advices (before 5.14)
- * refuses them, and copies then fault as before.
+ * the agent's code. MADV_POPULATE_WRITE makes the same private copies
+ * ahead, at about 5.6 us a page (the same loop), one process_madvise for
+ * all the ranges of a set (populate). So, once warm, the template learns
+ * which pages a copy writes, from a probe copy that goes through the same
+ * steps, and every later copy populates those pages first. File-backed
+ * pages the probe read are populated for reading likewise
+ * (MADV_POPULATE_READ): fork does not copy their page tables. A kernel
+ * without these advices (before 5.14) refuses them, and copies then fault
+ * as before.
  *
  * The probe learns two sets. The base set is what a plain run (print(1))
  * touches, and every copy populates it first. The preloads' set is what the
@@ -34,6 +35,8 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -214,7 +217,7 @@ static bool read_reports(struct template_state *tpl, int fd, pid_t pid, prefault
  * airlock's own code only: the preloads' set is what it touched beyond the
  * base) and reports what it touched after each. A probe that fails leaves
  * nothing learned, and copies prepare as they did without it. */
-void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void))
+static void learn(struct template_state *tpl, void (*plain)(void), void (*steps)(void))
 {
         _cleanup_close_pair_ int p[2] = {-1, -1};
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -256,13 +259,45 @@ void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*
                                                    tpl->prefault_preloads, PREFAULT_MAX_RANGES);
 }
 
-/* Populates r[0..n): advice only, a kernel that refuses it leaves the
- * pages to fault. */
-static void populate(const prefault_range *r, size_t n)
+/* Lays out set r[0..n) in iov as populate gives it: the ranges to write,
+ * then those to read. */
+static void make_iov(const prefault_range *r, size_t n, struct iovec *iov, size_t *ret_writes,
+                     size_t *ret_n)
 {
-        for (size_t i = 0; i < n; i++)
-                (void)madvise((void *)(uintptr_t)r[i].start, r[i].len,
-                              r[i].write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+        size_t k = 0;
+        for (int write = 1; write >= 0; write--) {
+                for (size_t i = 0; i < n; i++)
+                        if ((r[i].write != 0) == (write != 0))
+                                iov[k++] = (struct iovec){(void *)(uintptr_t)r[i].start, r[i].len};
+                if (write)
+                        *ret_writes = k;
+        }
+        *ret_n = k;
+}
+
+void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void))
+{
+        learn(tpl, plain, steps);
+        make_iov(tpl->prefault, tpl->n_prefault, tpl->populate_iov[0], &tpl->populate_writes[0],
+                 &tpl->populate_n[0]);
+        make_iov(tpl->prefault_preloads, tpl->n_prefault_preloads, tpl->populate_iov[1],
+                 &tpl->populate_writes[1], &tpl->populate_n[1]);
+}
+
+/* Populates set [which] (template_state.populate_iov) through pidfd, this
+ * process's own: one system call for each kind of advice (al_advise). */
+static void populate(const struct template_state *tpl, int which, int pidfd)
+{
+        const struct iovec *iov = tpl->populate_iov[which];
+        size_t writes = tpl->populate_writes[which];
+        al_advise(pidfd, iov, writes, MADV_POPULATE_WRITE);
+        al_advise(pidfd, iov + writes, tpl->populate_n[which] - writes, MADV_POPULATE_READ);
+}
+
+/* This process as a pidfd, or -1 (al_advise then makes a call a range). */
+static int self_pidfd(void)
+{
+        return (int)syscall(SYS_pidfd_open, getpid(), 0);
 }
 
 /* In a new copy, before anything else touches memory: its own copies of
@@ -271,9 +306,13 @@ static void populate(const prefault_range *r, size_t n)
  * preload (a session's process after a restore). */
 void tpl_populate_learned(const struct template_state *tpl)
 {
-        populate(tpl->prefault, tpl->n_prefault);
-        if (tpl->preloads_populated)
-                populate(tpl->prefault_preloads, tpl->n_prefault_preloads);
+        bool preloads = tpl->preloads_populated && tpl->populate_n[1];
+        if (!tpl->populate_n[0] && !preloads)
+                return; /* nothing learned: no pidfd either */
+        _cleanup_close_ int pidfd = self_pidfd();
+        populate(tpl, 0, pidfd);
+        if (preloads)
+                populate(tpl, 1, pidfd);
 }
 
 /* Whether code names one of the preloaded modules (the top-level package
@@ -295,7 +334,10 @@ void tpl_populate_preloads(struct template_state *tpl)
         if (tpl->preloads_populated)
                 return;
         tpl->preloads_populated = true;
-        populate(tpl->prefault_preloads, tpl->n_prefault_preloads);
+        if (!tpl->populate_n[1])
+                return;
+        _cleanup_close_ int pidfd = self_pidfd();
+        populate(tpl, 1, pidfd);
 }
 
 void tpl_populate_for(struct template_state *tpl, const char *code, size_t len)
