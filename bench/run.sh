@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # run fail once every other section has run: its figures are missing or
 # wrong, and a line in the middle of the log went unread.
 failures=()
-failed() {
+section_failed() {
     echo "bench: $1 failed" >&2
     failures+=("$1")
 }
@@ -52,42 +52,42 @@ fi
 rounds=300
 [ -n "$quick" ] && rounds=100
 PYDEVD_DISABLE_FILE_VALIDATION=1 /usr/bin/python3 bench/bench_session.py "$build" "$rounds" ||
-    failed bench/bench_session.py
+    section_failed bench/bench_session.py
 # A call after a one-file edit of a 10,000-file workspace against an
 # unchanged call (issue 40: at most +20 ms), unheld and held by a session.
 /usr/bin/python3 bench/bench_ws_edit.py "$build" $quick ||
-    failed bench/bench_ws_edit.py
+    section_failed bench/bench_ws_edit.py
 # A call on a shared tenants folder (GlusterFS over FUSE) against a local one
 # (issue 42: at most +1 ms unchanged, +5 ms after a one-file change, for a
 # 20-file tenant; the figures of a 10,000-file tenant). Needs root and FUSE.
 /usr/bin/python3 bench/bench_shared.py "$build" $quick ||
-    failed bench/bench_shared.py
+    section_failed bench/bench_shared.py
 # airlock kernel against Debian's ipykernel through jupyter_client.
 krounds=200
 [ -n "$quick" ] && krounds=50
 PYDEVD_DISABLE_FILE_VALIDATION=1 /usr/bin/python3 bench/bench_kernel.py "$build" "$krounds" ||
-    failed bench/bench_kernel.py
+    section_failed bench/bench_kernel.py
 # What a secret adds to the gateway's own time (the rewrite functions and a
 # loopback request with and without one).
 runs=2000
 [ -n "$quick" ] && runs=400
-bash bench/bench_secrets.sh "$build" "$runs" || failed bench/bench_secrets.sh
+bash bench/bench_secrets.sh "$build" "$runs" || section_failed bench/bench_secrets.sh
 # The Python package against the C library (make bench builds it first).
 if ls python/airlock/_airlock*.so >/dev/null 2>&1; then
-    /usr/bin/python3 bench/bench_python.py "$build" $quick || failed bench/bench_python.py
+    /usr/bin/python3 bench/bench_python.py "$build" $quick || section_failed bench/bench_python.py
 else
     echo "bench: the Python package is not built (make python); its figures skipped" >&2
 fi
 # airlock serve over HTTP against stdio, with and without HAProxy in front,
 # and three instances behind HAProxy against one alone.
 /usr/bin/python3 bench/bench_serve.py "$build" "$rounds" ||
-    failed bench/bench_serve.py
+    section_failed bench/bench_serve.py
 # Peers: a session's call through a replica that forwards it to the owner
 # against the same call to the owner (issue 42: at most +0.5 ms, median).
 /usr/bin/python3 bench/bench_peers.py "$build" "$rounds" ||
-    failed bench/bench_peers.py
+    section_failed bench/bench_peers.py
 /usr/bin/python3 bench/bench_tracing.py "$build" "$rounds" ||
-    failed bench/bench_tracing.py
+    section_failed bench/bench_tracing.py
 # Code mode: upstream MCP calls from the guest against the SDK client's own,
 # the stubs' cost at sandbox build, and the context bytes of one task
 # (needs the servers of tests/mcp: npm install there).
@@ -95,9 +95,9 @@ fi
 cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/common -Isrc/lib -o "$build/bench_stubs" \
     bench/bench_stubs.c "$build/libairlock.a" $libs &&
     "$build/bench_stubs" "$PWD/bench/mcp_many_tools.py" 100 21 ||
-    failed bench/bench_stubs.c
+    section_failed bench/bench_stubs.c
 if [ -d tests/mcp/node_modules/@modelcontextprotocol/server-everything ]; then
-    node bench/bench_servers.mjs "$build" 10 || failed bench/bench_servers.mjs
+    node bench/bench_servers.mjs "$build" 10 || section_failed bench/bench_servers.mjs
 else
     echo "bench: tests/mcp has no MCP servers (npm install there); code mode skipped" >&2
 fi

@@ -184,11 +184,12 @@ struct template_state {
         size_t n_prefault_preloads;
         bool preloads_populated;
         /* Both sets as a copy gives its advice (tpl_prefault.c, populate):
-         * [0] the base set, [1] the preloads', each its ranges to write,
-         * then its ranges to read. Made in the template once the probe
-         * has learned them, so that a copy only reads them. */
+         * [0] the base set, [1] the preloads', each its ranges to write
+         * (the first populate_writes), then its ranges to read. Made in
+         * the template once the probe has learned them, so that a copy
+         * only reads them. */
         struct iovec populate_iov[2][PREFAULT_MAX_RANGES];
-        size_t populate_writes[2], populate_n[2];
+        size_t populate_writes[2];
         /* The number of the last copy's cgroup c<N> (tpl_cgroup_make),
          * and the cgroups the host is done with that could not be removed
          * yet (tpl_cgroup_done, tpl_cgroups_retry). */

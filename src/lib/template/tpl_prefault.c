@@ -261,8 +261,7 @@ static void learn(struct template_state *tpl, void (*plain)(void), void (*steps)
 
 /* Lays out set r[0..n) in iov as populate gives it: the ranges to write,
  * then those to read. */
-static void make_iov(const prefault_range *r, size_t n, struct iovec *iov, size_t *ret_writes,
-                     size_t *ret_n)
+static void make_iov(const prefault_range *r, size_t n, struct iovec *iov, size_t *ret_writes)
 {
         size_t k = 0;
         for (int write = 1; write >= 0; write--) {
@@ -272,16 +271,14 @@ static void make_iov(const prefault_range *r, size_t n, struct iovec *iov, size_
                 if (write)
                         *ret_writes = k;
         }
-        *ret_n = k;
 }
 
 void tpl_learn_prefault(struct template_state *tpl, void (*plain)(void), void (*steps)(void))
 {
         learn(tpl, plain, steps);
-        make_iov(tpl->prefault, tpl->n_prefault, tpl->populate_iov[0], &tpl->populate_writes[0],
-                 &tpl->populate_n[0]);
+        make_iov(tpl->prefault, tpl->n_prefault, tpl->populate_iov[0], &tpl->populate_writes[0]);
         make_iov(tpl->prefault_preloads, tpl->n_prefault_preloads, tpl->populate_iov[1],
-                 &tpl->populate_writes[1], &tpl->populate_n[1]);
+                 &tpl->populate_writes[1]);
 }
 
 /* Populates set [which] (template_state.populate_iov) through pidfd, this
@@ -290,8 +287,9 @@ static void populate(const struct template_state *tpl, int which, int pidfd)
 {
         const struct iovec *iov = tpl->populate_iov[which];
         size_t writes = tpl->populate_writes[which];
+        size_t n = which ? tpl->n_prefault_preloads : tpl->n_prefault;
         al_advise(pidfd, iov, writes, MADV_POPULATE_WRITE);
-        al_advise(pidfd, iov + writes, tpl->populate_n[which] - writes, MADV_POPULATE_READ);
+        al_advise(pidfd, iov + writes, n - writes, MADV_POPULATE_READ);
 }
 
 /* This process as a pidfd, or -1 (al_advise then makes a call a range). */
@@ -306,8 +304,8 @@ static int self_pidfd(void)
  * preload (a session's process after a restore). */
 void tpl_populate_learned(const struct template_state *tpl)
 {
-        bool preloads = tpl->preloads_populated && tpl->populate_n[1];
-        if (!tpl->populate_n[0] && !preloads)
+        bool preloads = tpl->preloads_populated && tpl->n_prefault_preloads;
+        if (!tpl->n_prefault && !preloads)
                 return; /* nothing learned: no pidfd either */
         _cleanup_close_ int pidfd = self_pidfd();
         populate(tpl, 0, pidfd);
@@ -334,7 +332,7 @@ void tpl_populate_preloads(struct template_state *tpl)
         if (tpl->preloads_populated)
                 return;
         tpl->preloads_populated = true;
-        if (!tpl->populate_n[1])
+        if (!tpl->n_prefault_preloads)
                 return;
         _cleanup_close_ int pidfd = self_pidfd();
         populate(tpl, 1, pidfd);
