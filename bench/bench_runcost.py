@@ -30,9 +30,12 @@ side by side in one run (issue 40's method).
     fork from C (which runs none); floor (a), an os.fork that runs the code
     with its stdout captured and writes a result to a pipe, no isolation;
     floor (b), a fork from C that makes the isolation a copy makes, with the
-    same calls (bench_runcost_iso.c); each timed back to back and paced as
-    the calls are (a fork 20 ms after the last: what the calls are judged
-    against, since a fork after a pause finds cold caches as a call does);
+    same calls (bench_runcost_iso.c); floor (c), what a call must cost:
+    one fork as os.fork makes it whose child makes floor (b)'s isolation
+    and runs the code as floor (a)'s does ((a) + (b) - the bare fork from C
+    beside it, its parts); each timed back to back and paced as the calls
+    are (a fork 20 ms after the last: what the calls are judged against,
+    since a fork after a pause finds cold caches as a call does);
     and the bare floor again with as many anonymous pages as the template
     holds, beside both's page tables;
   - where one call's CPU goes, phase by phase, from `perf record`
@@ -169,20 +172,17 @@ def bare():
     if pid == 0:
         os._exit(0)
     os.waitpid(pid, 0)
-def run():
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        buf, ok = io.StringIO(), True
-        sys.stdout = buf
-        try:
-            exec(compile(code, "<run>", "exec"), {"__name__": "__main__"})
-        except BaseException:
-            ok = False
-        sys.stdout = sys.__stdout__
-        os.write(w, json.dumps({"ok": ok, "stdout": buf.getvalue()}).encode())
-        os._exit(0)
+def child_run(w):
+    buf, ok = io.StringIO(), True
+    sys.stdout = buf
+    try:
+        exec(compile(code, "<run>", "exec"), {"__name__": "__main__"})
+    except BaseException:
+        ok = False
+    sys.stdout = sys.__stdout__
+    os.write(w, json.dumps({"ok": ok, "stdout": buf.getvalue()}).encode())
+    os._exit(0)
+def result(r, w, floor):
     os.close(w)
     data = b""
     while True:
@@ -191,9 +191,37 @@ def run():
             break
         data += chunk
     os.close(r)
+    if not data or not json.loads(data)["ok"]:
+        sys.exit(f"floor ({floor}): the code failed in the child")
+def run():
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        child_run(w)
+    result(r, w, "a")
     os.waitpid(pid, 0)
-    if not json.loads(data)["ok"]:
-        sys.exit("floor (a): the code failed in the child")
+# Floor (c) forks as os.fork() does (the GIL held, CPython's before- and
+# after-fork work), through iso_fork_keep, whose child comes back here with
+# the isolation made and w kept (every other fd closed), then locks itself
+# down and runs the code, as a copy does.
+keep = ctypes.PyDLL(a["so"])
+api = ctypes.pythonapi
+def whole():
+    r, w = os.pipe()
+    api.PyOS_BeforeFork()
+    pid = keep.iso_fork_keep(w)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        keep.iso_lock_down()
+        child_run(w)
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        sys.exit(f"floor (c): iso_fork_keep: {os.strerror(-pid)}")
+    result(r, w, "c")
+    st = so.iso_reap(pid)
+    if st != 0:
+        sys.exit(f"floor (c): the child failed at step {st}")
 def bare_c():
     if so.bare_c_fork() < 0:
         sys.exit("the bare floor from C: clone3 failed")
@@ -224,7 +252,7 @@ def best(fn, rounds, n, gap=0):
         b = d if b is None else min(b, d)
     return b
 KINDS = (("bare", bare, a["n_bare"]), ("bare_c", bare_c, a["n_bare"]), ("run", run, a["n"]),
-         ("iso", iso, a["n"]))
+         ("iso", iso, a["n"]), ("whole", whole, a["n"]))
 res = {k: [] for k, _, _ in KINDS}
 res.update({"paced_" + k: [] for k, _, _ in KINDS} if a["gap"] else {})
 res["tables"] = tables()
@@ -560,11 +588,13 @@ def floors_args(build, code, preload, quick, cg, iso_cg, pad_to_anon_kib, rounds
 
 def floors_result(r):
     """The medians of the floors' rounds, and what a call must cost in each
-    round and their median: of the paced floors where the rounds timed them
-    (FLOORS' gap), since airlock's calls are timed as far apart; back to
-    back always in must_b2b_ms and bare_b2b_ms."""
-    kinds = ("bare", "bare_c", "run", "iso")
-    r["must_b2b_ms"] = median([a + b - c for a, b, c in zip(r["run"], r["iso"], r["bare_c"])])
+    round and their median: floor (c), one fork that does all a call must
+    (its parts, (a) + (b) - the bare fork from C, beside it as a check); of
+    the paced floors where the rounds timed them (FLOORS' gap), since
+    airlock's calls are timed as far apart; back to back always in
+    must_b2b_ms and bare_b2b_ms."""
+    kinds = ("bare", "bare_c", "run", "iso", "whole")
+    r["must_b2b_ms"] = median(r["whole"])
     r["bare_b2b_ms"] = median(r["bare"])
     if r.get("paced_bare"):
         # A fork 20 ms after the last one costs more than the next of a
@@ -575,15 +605,15 @@ def floors_result(r):
             r[k] = r.pop("paced_" + k)
     for k in kinds:
         r[k + "_ms"] = median(r[k])
+    r["must_rounds"] = r["whole"]
+    r["must_ms"] = r["whole_ms"]
     # Floor (a) forks with os.fork(), so it holds CPython's after-fork
     # work (PyOS_AfterFork_Child and the modules' at-fork handlers),
     # which a copy runs too; floor (b) forks from C. The fork is counted
     # once by taking off the bare fork from C, so that the after-fork
-    # work stays in what a call must cost. From each round's own
-    # figures, so that a moment of the shared machine weighs on all
-    # three alike.
-    r["must_rounds"] = [a + b - c for a, b, c in zip(r["run"], r["iso"], r["bare_c"])]
-    r["must_ms"] = median(r["must_rounds"])
+    # work stays in. From each round's own figures, so that a moment of
+    # the shared machine weighs on all three alike.
+    r["parts_ms"] = median([a + b - c for a, b, c in zip(r["run"], r["iso"], r["bare_c"])])
     r["atfork_ms"] = median([a - c for a, c in zip(r["bare"], r["bare_c"])])
     return r
 
@@ -749,6 +779,7 @@ def run(build, quick, log=lambda m: None):
     have_bwrap = subprocess.run(["sh", "-c", "command -v bwrap"],
                                 stdout=subprocess.DEVNULL).returncode == 0
     log("  with the floors of each call, (a) fork and the run, (b) fork and the isolation, "
+        "(c) fork, isolation and run, "
         "timed in turn with its calls")
     res["floors"] = {}
     for key, _, code, preload in CALLS:
@@ -833,9 +864,8 @@ def side_by_side(res):
 
 
 # Proposed: CPU per call at most this much above what a call must cost on
-# the machine it runs on, floor (a) + floor (b) - the bare fork from C (the
-# run in a fork with CPython's after-fork work, and the isolation in a
-# fork, counting the fork once).
+# the machine it runs on, floor (c): one fork with CPython's after-fork
+# work, the isolation and the run.
 TARGET_X_MUST = 1.25
 # Proposed: what airlock spends outside the run itself (the phase table)
 # at most this much above floor (b), a fork that makes the same isolation,
@@ -869,13 +899,13 @@ def proposals(res):
         f = fl[key]
         must, bare = f["must_ms"], f["bare_ms"]
         limit = 2.0 if preload else 2.5
-        rows.append((f"the floors of {label}: (a) + (b) - bare from C against the bare floor, where "
+        rows.append((f"floor (c) of {label}, what it must cost, against the bare floor, where "
                      f"issue 40 asks <= {limit}x of airlock",
                      f"{must / bare:.1f}x ({must:.2f} ms vs {bare:.2f} ms)", f"<= {limit}x",
                      True if must / bare <= limit else BEYOND))
         for name in ("library", "mcp"):
             cpu, x = res[key][name]["cpu_ms"], x_must(res, key, name)
-            rows.append((f"CPU per call, {label}, {name} / (floor (a) + floor (b) - bare from C) "
+            rows.append((f"CPU per call, {label}, {name} / floor (c), what it must cost "
                          "(proposed; the median of the rounds' own)",
                          f"{x:.2f}x ({cpu:.2f} ms vs {must:.2f} ms)",
                          f"<= {TARGET_X_MUST}x", x <= TARGET_X_MUST))
@@ -913,7 +943,7 @@ def proposals(res):
     must = fl["print1"]["must_b2b_ms"]
     cap = res["cores"] * 1000 / must
     rows.append(("print(1) back to back: the most the floors allow on all cores, "
-                 "cores x 1000 / (floor (a) + floor (b) - bare from C)",
+                 "cores x 1000 / floor (c) back to back",
                  f"{cap:.0f} runs/s", f">= {TARGET_RPS} runs/s",
                  True if cap >= TARGET_RPS else BEYOND))
     for name, rps in res.get("b2b_rps", {}).items():
@@ -946,20 +976,21 @@ def floors_lines(res):
          "writes a small JSON result to a pipe, no isolation; floor (b), fork and the "
          "isolation: the child makes the cgroup, namespaces, mounts, `/proc` covers, rlimits, "
          "Landlock scope and airlock's own seccomp filter that a copy makes, with the same "
-         "calls, forked from C, and exits (`bench/bench_runcost_iso.c`). What it must cost: "
-         "(a) + (b) - the bare fork from C: one fork with CPython's after-fork work, the run "
-         f"and the isolation. Each floor forks {res['gap_ms']:.0f} ms after the last, as "
-         "airlock's calls come (a fork after a pause finds the caches and TLB cold, as a call "
-         "does); must back to back is the same forks one after another, what the back-to-back "
-         "rows are judged against.", "",
+         "calls, forked from C, and exits (`bench/bench_runcost_iso.c`); floor (c), what a "
+         "call must cost: one fork as `os.fork()` makes it (CPython's work before and after "
+         "it), whose child makes floor (b)'s isolation, locks itself down and runs the code as "
+         "floor (a)'s does. (a) + (b) - the bare fork from C is (c) from its parts, a check. "
+         f"Each floor forks {res['gap_ms']:.0f} ms after the last, as airlock's calls come (a "
+         "fork after a pause finds the caches and TLB cold, as a call does); (c) back to back "
+         "is what the back-to-back rows are judged against.", "",
          "| call | bare | bare from C | (a) fork + run | (b) fork + isolation "
-         "| must: (a) + (b) - bare from C | must back to back | airlock library "
-         "| library / must | airlock mcp | mcp / must |",
-         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+         "| (a) + (b) - bare from C | must: (c) fork, isolation and run | (c) back to back "
+         "| airlock library | library / must | airlock mcp | mcp / must |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, label, _, _ in CALLS:
         f, r = fl[key], res[key]
         L.append(f"| {label} | {f['bare_ms']:.2f} | {f['bare_c_ms']:.2f} | {f['run_ms']:.2f} | "
-                 f"{f['iso_ms']:.2f} | "
+                 f"{f['iso_ms']:.2f} | {f['parts_ms']:.2f} | "
                  f"{f['must_ms']:.2f} | {f['must_b2b_ms']:.2f} | {r['library']['cpu_ms']:.2f} | "
                  f"{x_must(res, key, 'library'):.2f}x | {r['mcp']['cpu_ms']:.2f} | "
                  f"{x_must(res, key, 'mcp'):.2f}x |")
@@ -1115,7 +1146,7 @@ def b2b_main(builds, quick):
     rounds, n = (3, 100) if quick else (5, 300)
     must = floors(builds[0], "print(1)", None, quick)["must_b2b_ms"]
     cap = os.cpu_count() * 1000 / must
-    print(f"floors: (a) + (b) - bare from C = {must:.2f} ms a call, so at most {cap:.0f} runs/s on "
+    print(f"floor (c) back to back: {must:.2f} ms a call, so at most {cap:.0f} runs/s on "
           f"{os.cpu_count()} cores; {rounds} rounds of {n} calls")
     print("| round | build | call | runs/s | / the floors' | CPU ms a call | tree CPUs | idle CPUs "
           "| load |\n|---:|---|---|---:|---:|---:|---:|---:|---:|")

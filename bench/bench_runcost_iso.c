@@ -50,6 +50,8 @@
 static struct sock_fprog filter;
 static char cg_parent[N_CG][256];
 static unsigned seq;
+/* Floor (c)'s child keeps this fd (iso_fork_keep); -1: floor (b)'s. */
+static int keep_fd = -1;
 
 struct ll_attr {
         uint64_t handled_access_fs, handled_access_net, scoped;
@@ -231,7 +233,9 @@ static void child(int procs[N_CG])
                         fail(2);
         if (unshare(CLONE_NEWCGROUP) < 0)
                 fail(3);
-        syscall(SYS_close_range, 3, ~0u, 0);
+        if (keep_fd > 3)
+                syscall(SYS_close_range, 3, keep_fd - 1, 0);
+        syscall(SYS_close_range, keep_fd >= 3 ? keep_fd + 1 : 3, ~0u, 0);
         user_namespace();
         const unsigned long fl = MS_NOSUID | MS_NODEV | MS_NOEXEC | 256 /* MS_NOSYMFOLLOW */;
         if (mount("tmpfs", "/mnt", "tmpfs", fl, "size=104857600,nr_inodes=10000,mode=0755") < 0 ||
@@ -262,6 +266,8 @@ static void child(int procs[N_CG])
         limit(RLIMIT_SIGPENDING, 256);
         limit(RLIMIT_MEMLOCK, 64 << 10);
         limit(RLIMIT_STACK, 8 << 20);
+        if (keep_fd >= 0)
+                return;
         lock_down();
         _exit(0);
 }
@@ -302,13 +308,35 @@ int iso_fork(void)
             .exit_signal = SIGCHLD,
         };
         long pid = syscall(SYS_clone3, &args, sizeof(args));
-        if (pid == 0)
+        if (pid == 0) {
                 child(procs);
+                return 0; /* floor (c)'s child: its caller goes on */
+        }
         int saved = errno;
         for (int i = 0; i < N_CG; i++)
                 if (procs[i] >= 0)
                         close(procs[i]);
         return pid < 0 ? -saved : (int)pid;
+}
+
+/* Floor (c) of bench_runcost.py, one fork that does all a call must: the
+ * child makes iso_fork's isolation but keeps fd keep (beside 0 to 2) and
+ * returns 0 to its caller, the floor's interpreter, before its lock-down.
+ * There the interpreter runs CPython's after-fork work
+ * (PyOS_AfterFork_Child), then iso_lock_down(), then the run, as a copy
+ * does. Called with the GIL held (ctypes.PyDLL), as os.fork() forks. */
+int iso_fork_keep(int keep)
+{
+        keep_fd = keep;
+        int pid = iso_fork();
+        if (pid != 0)
+                keep_fd = -1;
+        return pid;
+}
+
+void iso_lock_down(void)
+{
+        lock_down();
 }
 
 /* The bare floor forked from C: the same clone3 as iso_fork's, without

@@ -9,7 +9,10 @@ per /proc cover), the same limits, Landlock scope and seccomp filter. This
 test traces a real copy's setup (the library driver bench_runcost, one
 run) and floor (b)'s child, and compares the calls that build the
 isolation, so that a change to a copy's setup shows here until the floor
-follows it. Needs root, strace and a C compiler, as the bench does.
+follows it. Floor (c), what a call must cost, forks once as os.fork()
+does and its child makes floor (b)'s isolation, then runs the code: it is
+traced likewise, through the floors' own program. Needs root, strace and
+a C compiler, as the bench does.
 
 The warm floor (bench/warm_floor.py), a warm call without isolation, is an
 honest floor only while it runs the code it is given, forks its children
@@ -81,13 +84,19 @@ def traced(argv, stdin=None):
     return [(f, calls[c]) for f, c in children]
 
 
-def test_the_isolation_floor_makes_the_calls_a_copy_makes():
+def a_copys_calls():
+    """The namespaces and isolation calls of a real copy (traced())."""
     bench_runcost.build_driver(BUILD)
     copies = traced([os.path.join(BUILD, "bench_runcost"), "-", "print(1)"], stdin="\n")
     # A copy that got as far as its seccomp filter: one whose setup is whole
     # (the last ready copies may be killed at the end mid-setup).
     done = [c for c in copies if c[1]["seccomp"] == 1]
     assert done, copies
+    return done
+
+
+def test_the_isolation_floor_makes_the_calls_a_copy_makes():
+    done = a_copys_calls()
     cg = bench_runcost.Cgroup()
     try:
         args = {"so": os.path.join(BUILD, "bench_runcost_iso.so"),
@@ -104,6 +113,31 @@ def test_the_isolation_floor_makes_the_calls_a_copy_makes():
     assert ff == cf, f"namespaces: floor (b) {sorted(ff)}, a copy {sorted(cf)}"
     assert fc == cc, f"calls: floor (b) {dict(fc)}, a copy {dict(cc)}"
     assert cc["mount"] > 10, cc  # the /proc covers are there
+
+
+def test_the_whole_floor_runs_the_code_after_the_calls_a_copy_makes():
+    done = a_copys_calls()
+    cg = bench_runcost.Cgroup()
+    iso_cg = bench_runcost.iso_cgroups(cg)
+    # One round of the floors, one fork of each: floor (b)'s child, then
+    # floor (c)'s. The code fails unless it runs as a copy's does: pid 1
+    # of its own PID namespace, no_new_privs, the seccomp filter on; the
+    # floors' program exits non-zero when the code fails in the child.
+    code = ("import os\n"
+            "s = open('/proc/self/status').read()\n"
+            "if os.getpid() > 1: print('the parent')\n"
+            "else: assert 'NoNewPrivs:\\t1' in s and 'Seccomp:\\t2' in s, s\n")
+    args = bench_runcost.floors_args(BUILD, code, None, True, cg, iso_cg, 0, 1)
+    args.update(n=1, n_bare=1)
+    try:
+        floor = traced(["/usr/bin/python3", "-c", bench_runcost.FLOORS, json.dumps(args)])
+    finally:
+        bench_runcost.remove_iso_cgroups(iso_cg)
+        cg.close()
+    assert len(floor) == 2, floor
+    (bf, bc), (wf, wc), (cf, cc) = floor[0], floor[1], done[0]
+    assert bf == wf == cf, f"namespaces: floor (c) {sorted(wf)}, a copy {sorted(cf)}"
+    assert wc == bc == cc, f"calls: floor (c) {dict(wc)}, a copy {dict(cc)}"
 
 
 def test_the_warm_floor_runs_the_code_in_a_child_forked_ahead_by_another_process():

@@ -17,15 +17,6 @@
 #include "core/util.h"
 #include "template/template_internal.h"
 
-/* ---- per-copy cgroups ----------------------------------------------------
- *
- * As root, the host makes the sandbox's cgroup, owned by the guest ids, and
- * hands its directories to the template. The template makes one child
- * cgroup c<N> per copy, with the run's memory and process limits, and the
- * copy moves itself there before it does anything else, so parallel runs
- * of one sandbox never share a limit and one run's memory hog ends only
- * itself. The move is in the copy's preparation, off a run's path. */
-
 /* The hierarchies the copies' cgroups are made in: v2's one directory, or
  * v1's memory, pids and (where the host found it) cpuacct, whose
  * cpuacct.usage gives the run's CPU time in ns. */
