@@ -182,7 +182,8 @@ def child_run(w):
     sys.stdout = sys.__stdout__
     os.write(w, json.dumps({"ok": ok, "stdout": buf.getvalue()}).encode())
     os._exit(0)
-def result(r, w, floor):
+# Whether the child's code ran: its JSON result, read to the end.
+def result(r, w):
     os.close(w)
     data = b""
     while True:
@@ -191,16 +192,17 @@ def result(r, w, floor):
             break
         data += chunk
     os.close(r)
-    if not data or not json.loads(data)["ok"]:
-        sys.exit(f"floor ({floor}): the code failed in the child")
+    return bool(data) and json.loads(data)["ok"]
 def run():
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         child_run(w)
-    result(r, w, "a")
+    ok = result(r, w)
     os.waitpid(pid, 0)
+    if not ok:
+        sys.exit("floor (a): the code failed in the child")
 # Floor (c) forks as os.fork() does (the GIL held, CPython's before- and
 # after-fork work), through iso_fork_keep, whose child comes back here with
 # the isolation made and w kept (every other fd closed), then locks itself
@@ -218,10 +220,13 @@ def whole():
     api.PyOS_AfterFork_Parent()
     if pid < 0:
         sys.exit(f"floor (c): iso_fork_keep: {os.strerror(-pid)}")
-    result(r, w, "c")
+    ok = result(r, w)
+    # A step of the isolation that failed ends the child before its code.
     st = so.iso_reap(pid)
     if st != 0:
         sys.exit(f"floor (c): the child failed at step {st}")
+    if not ok:
+        sys.exit("floor (c): the code failed in the child")
 def bare_c():
     if so.bare_c_fork() < 0:
         sys.exit("the bare floor from C: clone3 failed")
