@@ -178,13 +178,18 @@ class Mcp(McpStdio):
         return ms
 
 
+def warm_floor_argv(code, preload=None):
+    """The warm floor's command line (warm_floor.py): an MCP server on stdio
+    with no isolation, whose child, forked ahead, is warmed by code."""
+    return ([PY, os.path.join(HERE, "warm_floor.py"), "--warm", code] +
+            (["--preload", preload] if preload else []))
+
+
 class WarmFloor(Mcp):
-    """The warm floor (warm_floor.py): the same client and code through an
-    MCP server with no isolation, whose child is forked ahead and warmed."""
+    """The warm floor: the same client and code as Mcp, no isolation."""
 
     def __init__(self, kind):
-        McpStdio.__init__(self, [PY, os.path.join(HERE, "warm_floor.py"), "--warm",
-                                 CODES[kind][0]], initialized=True)
+        McpStdio.__init__(self, warm_floor_argv(CODES[kind][0]), initialized=True)
 
 
 def bwrap_call(kind):
@@ -298,8 +303,8 @@ def run(build, quick, log=lambda m: None):
 
 def loaded_tail(m, floor, n):
     """n print(1) calls 10 ms apart through m and as many through the warm
-    floor, in blocks of TAIL_BLOCK in turn (the first alternating), as
-    summaries."""
+    floor, in blocks of TAIL_BLOCK in turn (which goes first alternating),
+    as summaries."""
     out = {"airlock": [], "floor": []}
     for i in range(max(1, n // TAIL_BLOCK)):
         pair = (("airlock", m), ("floor", floor))

@@ -383,9 +383,7 @@ class WarmFloor(Mcp):
     passes of the call's own code; in the cgroup."""
 
     def __init__(self, code, preload, cg):
-        super().__init__(None, code, preload, cg,
-                         [PY, os.path.join(HERE, "warm_floor.py"), "--warm", code] +
-                         (["--preload", preload] if preload else []))
+        super().__init__(None, code, preload, cg, bench_loaded.warm_floor_argv(code, preload))
 
 
 def timed_calls(t, n, gap_s):
